@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: installs everything from nothing into ./.venv, then runs the default suite
+# (slow tests excluded; run them with: scripts/test.sh -m slow).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,497 @@
+"""Typed configuration: flat dataclasses per section, loaded from TOML presets with dotted overrides.
+
+A pretraining config is a ``Config`` with sections ``model``, ``drop``, ``data`` and ``train``;
+a fine-tuning config is a ``FinetuneConfig``.  TOML files may start with ``extends = "other.toml"``
+(path relative to the file, or the name of a preset in ``configs/``) to inherit and override.
+
+    cfg = load_config("configs/tiny.toml", ["drop.rate=0.25", "train.steps=40"])
+
+Every key is checked against the dataclass fields: unknown keys get a "did you mean" hint, values
+are converted/checked against the annotated type, and ``validate()`` checks the cross-field rules.
+Errors are ``ConfigError`` with a one-line message naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the field and what was expected."""
+
+
+# ----------------------------------------------------------------------------------------------
+# model
+
+MODEL_PRESETS: dict[str, dict[str, int]] = {
+    # name: (layers, hidden, heads); intermediate = 4 * hidden
+    "bert-large": dict(num_layers=24, hidden_size=1024, num_heads=16),
+    "bert-base": dict(num_layers=12, hidden_size=768, num_heads=12),
+    "bert-small": dict(num_layers=4, hidden_size=512, num_heads=8),
+    "cpu-12x256": dict(num_layers=12, hidden_size=256, num_heads=4),
+    "cpu-6x256": dict(num_layers=6, hidden_size=256, num_heads=4),
+    "cpu-4x128": dict(num_layers=4, hidden_size=128, num_heads=2),
+    "debug-4x64": dict(num_layers=4, hidden_size=64, num_heads=2),
+}
+
+
+@dataclass
+class ModelConfig:
+    """BERT hyper-parameters, named as in ``transformers.BertConfig`` where one exists."""
+
+    preset: str = ""  # if set, fills num_layers/hidden_size/num_heads/intermediate_size
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 0  # 0 -> 4 * hidden_size
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.preset:
+            if self.preset not in MODEL_PRESETS:
+                raise ConfigError(
+                    f"model.preset: unknown preset {self.preset!r}; expected one of "
+                    f"{', '.join(MODEL_PRESETS)}"
+                )
+            for k, v in MODEL_PRESETS[self.preset].items():
+                setattr(self, k, v)
+            self.intermediate_size = 4 * self.hidden_size
+            self.preset = ""  # resolved; the numbers are now the truth
+        if self.intermediate_size == 0:
+            self.intermediate_size = 4 * self.hidden_size
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"model.hidden_size: {self.hidden_size} is not divisible by model.num_heads={self.num_heads}"
+            )
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name}: expected a probability in [0, 1), got {getattr(self, name)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# token dropping
+
+DROP_METHODS = ("none", "cumulative", "half_random", "random", "frequency")
+DROP_VARIANTS = ("drop", "pass", "avg", "layer_rearranged")
+
+
+@dataclass
+class DropConfig:
+    """Token dropping (DESIGN.md sections 2-3).
+
+    method:  which tokens are kept -- ``none`` (dense BERT), ``cumulative`` (the paper's running MLM
+             loss per token id), ``half_random``, ``random``, ``frequency`` (rarer ids kept first).
+    variant: what happens to them -- ``drop`` (paper default), ``pass`` (dropped rows stay as
+             frozen keys/values), ``avg`` (Funnel-style 2:1 average pooling; ignores ``method``),
+             ``layer_rearranged`` (no full layer after the span).
+    start/end: the half-layer span ``[start, end)``; -1 means the paper's default for the variant
+             (``L//2 - 1, L - 1``; layer_rearranged: ``L//2, L``).
+    """
+
+    method: str = "none"
+    variant: str = "drop"
+    rate: float = 0.5
+    start: int = -1
+    end: int = -1
+    beta: float = 0.995
+    init_score: float = 10.0
+    half_random_frac: float = 0.05  # J = int(half_random_frac * T)
+    keep_mlm_targets: bool = False  # beyond the paper: never drop a prediction slot's position
+    pinned_tokens: list[str] = field(default_factory=list)  # extra tokens always kept
+    stage2_fraction: float = 0.0  # last fraction of the steps trained without dropping
+    counts_path: str = ""  # frequency method: .npy of per-id corpus counts ("" = from prepared data)
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none" or self.variant == "avg"
+
+    def span(self, num_layers: int) -> tuple[int, int]:
+        """The resolved half-layer span ``[start, end)``."""
+        if self.variant == "layer_rearranged":
+            start_d, end_d = num_layers // 2, num_layers
+        else:
+            start_d, end_d = num_layers // 2 - 1, num_layers - 1
+        start = start_d if self.start < 0 else self.start
+        end = end_d if self.end < 0 else self.end
+        return start, end
+
+    def num_kept(self, seq_len: int) -> int:
+        """M: rows kept inside the span (static for every sequence)."""
+        if self.variant == "avg":
+            return (seq_len + 1) // 2
+        return max(1, int(round(seq_len * (1.0 - self.rate))))
+
+    def validate(self, num_layers: int) -> None:
+        if self.method not in DROP_METHODS:
+            raise ConfigError(f"drop.method: unknown method {self.method!r}; expected one of {', '.join(DROP_METHODS)}")
+        if self.variant not in DROP_VARIANTS:
+            raise ConfigError(f"drop.variant: unknown variant {self.variant!r}; expected one of {', '.join(DROP_VARIANTS)}")
+        if not 0.0 <= self.rate < 1.0:
+            raise ConfigError(f"drop.rate: expected a fraction in [0, 1), got {self.rate}")
+        if self.variant == "avg" and self.rate != 0.5:
+            raise ConfigError("drop.rate: variant 'avg' pools 2:1 (window 2, stride 2), so the rate must be 0.5")
+        if self.variant == "avg" and self.method not in ("none", "cumulative"):
+            raise ConfigError(f"drop.method: variant 'avg' selects no tokens; method {self.method!r} has no effect there (use 'none')")
+        start, end = self.span(num_layers)
+        if not 0 <= start < end <= num_layers:
+            raise ConfigError(
+                f"drop.start/drop.end: span [{start}, {end}) must satisfy 0 <= start < end <= num_layers={num_layers}"
+            )
+        if self.variant == "layer_rearranged" and end != num_layers:
+            raise ConfigError(f"drop.end: variant 'layer_rearranged' merges after the last layer, so end must be {num_layers}")
+        if not 0.0 < self.beta < 1.0:
+            raise ConfigError(f"drop.beta: expected a value in (0, 1), got {self.beta}")
+        if not 0.0 <= self.half_random_frac < 1.0:
+            raise ConfigError(f"drop.half_random_frac: expected a fraction in [0, 1), got {self.half_random_frac}")
+        if not 0.0 <= self.stage2_fraction <= 1.0:
+            raise ConfigError(f"drop.stage2_fraction: expected a fraction in [0, 1], got {self.stage2_fraction}")
+
+
+# ----------------------------------------------------------------------------------------------
+# data
+
+
+@dataclass
+class DataConfig:
+    """Prepared (pre-tokenized) pretraining data and the MLM batches made from it."""
+
+    path: str = ""  # a directory written by ``tokendrop prepare``
+    mask_prob: float = 0.15
+    num_workers: int = 1  # background batch-building processes
+    prefetch: int = 4  # batches buffered per worker
+
+    def validate(self) -> None:
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ConfigError(f"data.mask_prob: expected a fraction in (0, 1), got {self.mask_prob}")
+        if self.num_workers < 0:
+            raise ConfigError(f"data.num_workers: expected >= 0, got {self.num_workers}")
+
+
+# ----------------------------------------------------------------------------------------------
+# training
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and run-time settings (DESIGN.md section 5)."""
+
+    steps: int = 1000
+    batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
+    micro_batch_size: int = 0  # per rank and forward pass; 0 -> batch_size // world_size
+    lr: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    grad_clip: float = 1.0
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
+    compile: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    seed: int = 0
+    deterministic: bool = False
+    log_every: int = 10
+    eval_every: int = 200
+    eval_batches: int = 20
+    ckpt_every: int = 500
+    keep_checkpoints: int = 2
+    threads: int = 0  # torch CPU threads; 0 -> torch default
+
+    def validate(self) -> None:
+        for name in ("steps", "batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name}: expected a positive integer, got {getattr(self, name)}")
+        if self.warmup_steps < 0 or self.warmup_steps > self.steps:
+            raise ConfigError(f"train.warmup_steps: expected 0..train.steps={self.steps}, got {self.warmup_steps}")
+        if self.lr <= 0:
+            raise ConfigError(f"train.lr: expected a positive learning rate, got {self.lr}")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"train.precision: expected auto, fp32 or bf16, got {self.precision!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
+
+
+@dataclass
+class Config:
+    """A pretraining run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    drop: DropConfig = field(default_factory=DropConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name: str = ""
+
+    def validate(self) -> "Config":
+        self.model.validate()
+        self.drop.validate(self.model.num_layers)
+        self.data.validate()
+        self.train.validate()
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# fine-tuning
+
+
+@dataclass
+class FinetuneConfig:
+    """One fine-tuning run on one task (GLUE-style classification or SQuAD-style span QA)."""
+
+    task: str = ""  # sst2 | mnli | qnli | qqp | rte | squad1 | squad2 | custom classification
+    data: str = ""  # directory holding the task's files
+    epochs: float = 3.0
+    lr: float = 2e-5
+    batch_size: int = 32
+    max_seq_len: int = 128  # classification; SQuAD uses max_seq_len_qa
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    max_train_examples: int = 0  # 0 = all
+    max_eval_examples: int = 0
+    eval_batch_size: int = 64
+    # SQuAD preprocessing / post-processing (the standard BERT settings)
+    max_seq_len_qa: int = 384
+    doc_stride: int = 128
+    max_query_len: int = 64
+    n_best: int = 20
+    max_answer_len: int = 30
+    # JSONL/CSV custom tasks
+    text_a: str = "sentence"
+    text_b: str = ""
+    label: str = "label"
+    labels: list[str] = field(default_factory=list)  # label names in index order ([] = sorted names seen)
+    threads: int = 0
+    # MNLI: also score GLUE's diagnostic set (AX, Matthews corr.) with the MNLI model.
+    # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path
+    ax_data: str = "auto"
+    save_model: bool = False  # write the fine-tuned model (HF layout) to <out>/model
+    log_every: int = 50  # optimizer steps between progress lines (0 = silent)
+
+    def validate(self) -> "FinetuneConfig":
+        if self.epochs <= 0:
+            raise ConfigError(f"finetune.epochs: expected > 0, got {self.epochs}")
+        if self.lr <= 0:
+            raise ConfigError(f"finetune.lr: expected > 0, got {self.lr}")
+        if self.batch_size <= 0:
+            raise ConfigError(f"finetune.batch_size: expected > 0, got {self.batch_size}")
+        if self.eval_batch_size <= 0:
+            raise ConfigError(f"finetune.eval_batch_size: expected > 0, got {self.eval_batch_size}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"finetune.warmup_ratio: expected a fraction in [0, 1), got {self.warmup_ratio}")
+        if self.max_seq_len < 8:
+            raise ConfigError(f"finetune.max_seq_len: expected >= 8, got {self.max_seq_len}")
+        if self.max_seq_len_qa < self.max_query_len + 4:
+            raise ConfigError(f"finetune.max_seq_len_qa: {self.max_seq_len_qa} leaves no room for context "
+                              f"after finetune.max_query_len={self.max_query_len}")
+        if self.doc_stride <= 0 or self.n_best <= 0 or self.max_answer_len <= 0:
+            raise ConfigError("finetune.doc_stride, n_best and max_answer_len must be positive")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"finetune.precision: expected auto, fp32 or bf16, got {self.precision!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"finetune.device: expected auto, cpu or cuda, got {self.device!r}")
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+
+CONFIG_DIR_ENV = "TOKENDROP_CONFIG_DIR"
+
+
+def config_dir() -> Path:
+    """The presets folder: $TOKENDROP_CONFIG_DIR, else ``configs/`` at the repository root."""
+    env = os.environ.get(CONFIG_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "configs"
+
+
+def resolve_preset(name_or_path: str | os.PathLike, relative_to: Path | None = None) -> Path:
+    p = Path(name_or_path)
+    candidates = []
+    if relative_to is not None and not p.is_absolute():
+        candidates.append(relative_to / p)
+    candidates.append(p)
+    if p.suffix != ".toml":
+        candidates.append(config_dir() / f"{p}.toml")
+    candidates.append(config_dir() / p)
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in {config_dir()})")
+
+
+def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: 'extends' forms a cycle")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: 'extends' must be a string naming a preset or a .toml file")
+    base = _read_toml(resolve_preset(parent, path.parent), seen + (path,))
+    return _deep_merge(base, data)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected section.key=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare string such as drop.method=cumulative
+    return key.split("."), value
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+    raise ConfigError(f"{where}: unsupported type {tp}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"{prefix}{key}"
+        if key not in fields:
+            hint = difflib.get_close_matches(key, list(fields), n=1)
+            extra = f"; did you mean {prefix}{hint[0]!r}?" if hint else f"; expected one of {', '.join(fields)}"
+            raise ConfigError(f"unknown config key {where!r}{extra}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected a [{where}] table, got {value!r}")
+            kwargs[key] = _build(tp, value, f"{where}.")
+        else:
+            kwargs[key] = _coerce(value, tp, where)
+    return cls(**kwargs)
+
+
+def _expand_model_preset(data: dict[str, Any]) -> None:
+    """``model.preset`` fills the shape fields that are not given explicitly."""
+    model = data.get("model")
+    if not isinstance(model, dict) or not model.get("preset"):
+        return
+    name = model.pop("preset")
+    if name not in MODEL_PRESETS:
+        raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")
+    shape = dict(MODEL_PRESETS[name])
+    shape["intermediate_size"] = 4 * model.get("hidden_size", shape["hidden_size"])
+    data["model"] = {**shape, **model}
+
+
+def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    data = _deep_merge({}, data)
+    for item in overrides:
+        keys, value = _parse_override(item)
+        node = data
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {k!r} is not a section")
+        node[keys[-1]] = value
+    _expand_model_preset(data)
+    obj = _build(cls, data, "")
+    if hasattr(obj, "validate"):
+        obj.validate()
+    return obj
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (), cls: type = Config) -> Any:
+    """Load a preset (name or .toml path) into ``cls`` and apply ``section.key=value`` overrides."""
+    data = _read_toml(resolve_preset(path)) if path else {}
+    return from_dict(cls, data, overrides)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def to_toml(cfg: Any) -> str:
+    """Serialise a config dataclass as TOML (scalars and flat lists only, which is all we use)."""
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, float):
+            return repr(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        return str(v)
+
+    d = to_dict(cfg)
+    top = [f"{k} = {fmt(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    out = top + ([""] if top else [])
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.append(f"[{k}]")
+            out += [f"{kk} = {fmt(vv)}" for kk, vv in v.items()]
+            out.append("")
+    return "\n".join(out)

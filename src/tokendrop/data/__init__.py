@@ -1,0 +1,57 @@
+"""Pretraining data: corpus readers, WordPiece tokenizer, prepared (pre-tokenized) shards, MLM loader.
+
+DESIGN.md section 4 is the spec.  The pieces:
+
+* :mod:`.corpus` -- documents from BERT-format text (``.txt``, ``.txt.gz``; one document per block,
+  blocks separated by a blank line), JSONL (configurable text field), raw Wikipedia XML dumps
+  (``*.xml.bz2``, streamed; wiki markup removed), directories and globs of these, and optionally a
+  Hugging Face ``datasets`` source (``hf:NAME[:CONFIG][@SPLIT]`` or ``hf:LOCAL_DIR[@SPLIT]``).
+* :mod:`.tokenizer` -- WordPiece through the ``tokenizers`` library, from a ``vocab.txt`` or trained
+  on the corpus; :func:`load_tokenizer` is what fine-tuning and export use.
+* :mod:`.prepare` -- :func:`prepare` writes a prepared directory (memory-mapped token shards,
+  ``meta.json``, token-frequency counts, the tokenizer) atomically; :class:`PreparedData` opens one.
+* :mod:`.loader` -- :class:`MLMLoader`: deterministic, resumable, rank-sharded MLM batches with
+  static shapes, built by background worker processes.
+
+Every user-facing problem is raised as :class:`DataError` (a ``ValueError``) with a one-line message
+naming the file or field and what was expected.
+"""
+
+from __future__ import annotations
+
+
+class DataError(ValueError):
+    """Bad data input or a bad prepared directory; the message names the file/field and what was expected."""
+
+
+from .corpus import iter_documents, resolve_corpus, clean_wikitext  # noqa: E402
+from .tokenizer import (  # noqa: E402
+    SPECIAL_TOKENS,
+    build_tokenizer,
+    load_tokenizer,
+    read_vocab,
+    save_tokenizer,
+    train_tokenizer,
+    vocab_sha256,
+)
+from .prepare import PreparedData, prepare  # noqa: E402
+from .loader import MLMLoader, MLMMasker, num_prediction_slots  # noqa: E402
+
+__all__ = [
+    "DataError",
+    "iter_documents",
+    "resolve_corpus",
+    "clean_wikitext",
+    "SPECIAL_TOKENS",
+    "build_tokenizer",
+    "load_tokenizer",
+    "read_vocab",
+    "save_tokenizer",
+    "train_tokenizer",
+    "vocab_sha256",
+    "PreparedData",
+    "prepare",
+    "MLMLoader",
+    "MLMMasker",
+    "num_prediction_slots",
+]

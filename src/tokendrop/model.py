@@ -1,0 +1,383 @@
+"""BERT with token dropping (Hou et al., "Token Dropping for Efficient BERT Pretraining", ACL 2022).
+
+The network is exactly ``transformers.BertForMaskedLM`` (post-LN, learned absolute positions,
+token types, erf-GELU, LayerNorm eps 1e-12, tied decoder + its own bias); ``tokendrop.hf`` maps
+every parameter 1:1 onto the Hugging Face key names.  Departures, all numerically neutral:
+
+* Q and K/V are separate projections (``q``: d->d, ``kv``: d->2d) so a half layer can project only
+  the kept rows as queries but all rows as keys/values.  HF's separate key/value weights are
+  concatenated on import and split on export.
+* Attention is ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels on GPU).
+* The MLM head runs only on the gathered prediction slots (B, P), not on all T positions.
+* The encoder always has a pooler (no NSP is trained; it is exported so that
+  ``BertForSequenceClassification`` finds it).
+
+Token dropping (DESIGN.md section 2) happens only in training mode and only when the caller passes
+``keep_idx`` (or ``drop_active=True`` for the ``avg`` variant): layers ``[start, end)`` are "half"
+layers.  Separation gathers the kept rows; the first half layer uses them as queries and all T
+rows as keys/values; the merge scatters the kept rows back, dropped rows keeping the state they
+had when entering the span.  ``pass``: every half layer sees kept rows (current) plus dropped rows
+(frozen at span entry) as keys/values.  ``avg``: 2:1 average pooling instead of selection and an
+upsample-and-add at the merge (Funnel-Transformer style).  ``layer_rearranged``: ``end = L``.
+
+Shapes: B batch, T sequence, M kept rows, P prediction slots, d hidden, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import DropConfig, ModelConfig
+
+
+# ----------------------------------------------------------------------------------------------
+# gather / scatter (index-based, as MosaicBERT's bert_padding.py)
+
+
+def flat_index(keep_idx: Tensor, seq_len: int) -> Tensor:
+    """(B, M) positions -> (B*M,) row indices into a (B*T, ...) flattened tensor."""
+    offsets = torch.arange(keep_idx.shape[0], device=keep_idx.device).unsqueeze(1) * seq_len
+    return (keep_idx + offsets).reshape(-1)
+
+
+def gather_rows(x: Tensor, keep_idx: Tensor) -> Tensor:
+    """x (B, T, ...) , keep_idx (B, M) -> (B, M, ...): x[b, keep_idx[b, j]]."""
+    b, t = x.shape[:2]
+    rows = x.reshape(b * t, *x.shape[2:]).index_select(0, flat_index(keep_idx, t))
+    return rows.reshape(b, keep_idx.shape[1], *x.shape[2:])
+
+
+def scatter_rows(base: Tensor, rows: Tensor, keep_idx: Tensor) -> Tensor:
+    """Out-of-place merge: a copy of base (B, T, ...) with base[b, keep_idx[b, j]] = rows[b, j].
+
+    Gradient w.r.t. ``base`` is zero on the overwritten rows; w.r.t. ``rows`` it is gathered.
+    """
+    b, t = base.shape[:2]
+    flat = base.reshape(b * t, *base.shape[2:])
+    src = rows.reshape(-1, *rows.shape[2:])
+    return flat.index_copy(0, flat_index(keep_idx, t), src).reshape(base.shape)
+
+
+def avg_pool_rows(x: Tensor) -> Tensor:
+    """(B, T, d) -> (B, ceil(T/2), d): mean of rows (2i, 2i+1); an odd last row stays as is."""
+    b, t, d = x.shape
+    if t % 2:
+        x = torch.cat([x, x[:, -1:]], dim=1)
+    return x.reshape(b, -1, 2, d).mean(dim=2)
+
+
+def avg_pool_mask(mask: Tensor) -> Tensor:
+    """(B, T) 1/0 attention mask -> (B, ceil(T/2)): a pooled row is valid if either row is."""
+    b, t = mask.shape
+    if t % 2:
+        mask = torch.cat([mask, mask[:, -1:]], dim=1)
+    return mask.reshape(b, -1, 2).amax(dim=2)
+
+
+def upsample_rows(x: Tensor, seq_len: int) -> Tensor:
+    """(B, ceil(T/2), d) -> (B, T, d): each row repeated twice."""
+    return x.repeat_interleave(2, dim=1)[:, :seq_len]
+
+
+# ----------------------------------------------------------------------------------------------
+# modules
+
+
+class Embeddings(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None) -> Tensor:
+        t = input_ids.shape[1]
+        x = self.word_embeddings(input_ids) + self.position_embeddings.weight[:t]
+        if token_type_ids is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.norm(x))  # (B, T, d)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention + output projection + residual + post-LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.hidden_size
+        self.num_heads = cfg.num_heads
+        self.q = nn.Linear(d, d)
+        self.kv = nn.Linear(d, 2 * d)
+        self.o = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.attn_dropout = cfg.attention_dropout
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, x: Tensor, kv_in: Tensor, attn_bias: Tensor | None) -> Tensor:
+        # x: (B, n, d) query rows; kv_in: (B, N, d) key/value rows; attn_bias: (B, 1, 1, N) or None
+        b, n, d = x.shape
+        h = self.num_heads
+        q = self.q(x).view(b, n, h, d // h).transpose(1, 2)  # (B, h, n, dh)
+        k, v = self.kv(kv_in).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)  # 2 x (B, h, N, dh)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_bias, dropout_p=self.attn_dropout if self.training else 0.0
+        )
+        y = y.transpose(1, 2).reshape(b, n, d)
+        return self.norm(x + self.dropout(self.o(y)))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(x + self.dropout(self.down(F.gelu(self.up(x)))))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn = Attention(cfg)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x: Tensor, kv_in: Tensor | None = None, attn_bias: Tensor | None = None) -> Tensor:
+        return self.ffn(self.attn(x, x if kv_in is None else kv_in, attn_bias))
+
+
+def attention_bias(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """(B, N) 1 = attend / 0 = padding -> additive (B, 1, 1, N) bias, or None when no padding."""
+    if mask is None:
+        return None
+    bias = (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    return bias
+
+
+@dataclass(frozen=True)
+class DropSpan:
+    """The resolved dropping layout the encoder follows when dropping is active."""
+
+    start: int
+    end: int
+    variant: str  # drop | pass | avg | layer_rearranged
+
+    @classmethod
+    def from_config(cls, drop: DropConfig, num_layers: int) -> "DropSpan":
+        drop.validate(num_layers)
+        start, end = drop.span(num_layers)
+        return cls(start, end, drop.variant)
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg.num_layers)])
+
+    def forward(
+        self,
+        x: Tensor,
+        attention_mask: Tensor | None = None,
+        span: DropSpan | None = None,
+        keep_idx: Tensor | None = None,
+    ) -> Tensor:
+        # x: (B, T, d); attention_mask: (B, T) or None; keep_idx: (B, M) ascending positions
+        bias = attention_bias(attention_mask, x.dtype)
+        if span is None:
+            for layer in self.layers:
+                x = layer(x, attn_bias=bias)
+            return x
+        layers = self.layers
+        for layer in layers[: span.start]:
+            x = layer(x, attn_bias=bias)
+        x_in = x  # (B, T, d) span-entry states; dropped rows leave the span with these
+        half = layers[span.start : span.end]
+        if span.variant == "avg":
+            h = avg_pool_rows(x_in)  # (B, T', d), T' = ceil(T/2)
+            pooled_bias = None if attention_mask is None else attention_bias(avg_pool_mask(attention_mask), x.dtype)
+            h = half[0](h, kv_in=x_in, attn_bias=bias)
+            for layer in half[1:]:
+                h = layer(h, attn_bias=pooled_bias)
+            x = upsample_rows(h, x_in.shape[1]) + x_in
+        else:
+            assert keep_idx is not None, "keep_idx is required for the drop/pass/layer_rearranged variants"
+            h = gather_rows(x_in, keep_idx)  # (B, M, d)
+            kept_bias = None if attention_mask is None else attention_bias(gather_rows(attention_mask, keep_idx), x.dtype)
+            h = half[0](h, kv_in=x_in, attn_bias=bias)
+            for layer in half[1:]:
+                if span.variant == "pass":  # K/V: kept rows now + dropped rows frozen at entry
+                    h = layer(h, kv_in=scatter_rows(x_in, h, keep_idx), attn_bias=bias)
+                else:
+                    h = layer(h, attn_bias=kept_bias)
+            x = scatter_rows(x_in, h, keep_idx)  # (B, T, d), order preserved
+        for layer in layers[span.end :]:
+            x = layer(x, attn_bias=bias)
+        return x
+
+
+class Pooler(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(self.dense(x[:, 0]))  # (B, d) from [CLS]
+
+
+class BertModel(nn.Module):
+    """Embeddings + encoder + pooler.  ``span`` is the dropping layout used when dropping is on."""
+
+    def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        self.embeddings = Embeddings(cfg)
+        self.encoder = Encoder(cfg)
+        self.pooler = Pooler(cfg)
+        self.span = DropSpan.from_config(drop, cfg.num_layers) if drop is not None and drop.enabled else None
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        keep_idx: Tensor | None = None,
+        drop_active: bool = False,
+    ) -> Tensor:
+        """-> final hidden states (B, T, d).  Dropping only when training and requested."""
+        x = self.embeddings(input_ids, token_type_ids)
+        active = self.training and self.span is not None and (keep_idx is not None or drop_active)
+        return self.encoder(x, attention_mask, self.span if active else None, keep_idx if active else None)
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+class MLMHead(nn.Module):
+    """dense + GELU + LayerNorm, then the decoder tied to the word embeddings plus its own bias."""
+
+    def __init__(self, cfg: ModelConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.word_embeddings = [word_embeddings]  # a list: tied, not a second registered copy
+
+    def forward(self, h: Tensor) -> Tensor:
+        h = self.norm(F.gelu(self.dense(h)))
+        return F.linear(h, self.word_embeddings[0].weight, self.bias)  # (..., V)
+
+
+class BertForMaskedLM(nn.Module):
+    """BERT + MLM head evaluated on the prediction slots only."""
+
+    def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
+        super().__init__()
+        self.bert = BertModel(cfg, drop)
+        self.mlm = MLMHead(cfg, self.bert.embeddings.word_embeddings)
+        init_weights(self, cfg.initializer_range)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.bert.config
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        mlm_positions: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        keep_idx: Tensor | None = None,
+        drop_active: bool = False,
+    ) -> Tensor:
+        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None."""
+        h = self.bert(input_ids, attention_mask, token_type_ids, keep_idx, drop_active)
+        if mlm_positions is not None:
+            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
+        return self.mlm(h)
+
+    def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """Per-slot negative log-likelihood (B, P), computed in fp32."""
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+
+
+class BertForSequenceClassification(nn.Module):
+    """Pooler ([CLS], tanh) + dropout + linear classifier, as ``transformers``."""
+
+    def __init__(self, cfg: ModelConfig, num_labels: int = 2):
+        super().__init__()
+        self.bert = BertModel(cfg)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        self.num_labels = num_labels
+        init_weights(self, cfg.initializer_range)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.bert.config
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None) -> Tensor:
+        h = self.bert(input_ids, attention_mask, token_type_ids)
+        return self.classifier(self.dropout(self.bert.pooler(h)))  # (B, num_labels)
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Span QA: a linear layer to start/end logits on every position, as ``transformers``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.bert = BertModel(cfg)
+        self.qa_outputs = nn.Linear(cfg.hidden_size, 2)
+        init_weights(self, cfg.initializer_range)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.bert.config
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        h = self.bert(input_ids, attention_mask, token_type_ids)
+        start, end = self.qa_outputs(h).unbind(-1)
+        return start, end  # (B, T) each
+
+
+def num_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+__all__ = [
+    "BertModel",
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "BertForQuestionAnswering",
+    "DropSpan",
+    "gather_rows",
+    "scatter_rows",
+    "avg_pool_rows",
+    "upsample_rows",
+    "num_parameters",
+]

@@ -47,7 +47,7 @@ class ModelConfig:
     """BERT hyper-parameters, named as in ``transformers.BertConfig`` where one exists."""
 
     preset: str = ""  # if set, fills num_layers/hidden_size/num_heads/intermediate_size
-    vocab_size: int = 30522
+    vocab_size: int = 30522  # 0 = take it from the prepared data (pretraining)
     hidden_size: int = 768
     num_layers: int = 12
     num_heads: int = 12
@@ -75,7 +75,9 @@ class ModelConfig:
             self.intermediate_size = 4 * self.hidden_size
 
     def validate(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+        if self.vocab_size < 0:
+            raise ConfigError(f"model.vocab_size: expected a positive integer (or 0 = from the prepared data), got {self.vocab_size}")
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
@@ -176,6 +178,7 @@ class DataConfig:
     """Prepared (pre-tokenized) pretraining data and the MLM batches made from it."""
 
     path: str = ""  # a directory written by ``tokendrop prepare``
+    seq_len: int = 0  # expected T of the prepared data; 0 = whatever it was prepared with
     mask_prob: float = 0.15
     num_workers: int = 1  # background batch-building processes
     prefetch: int = 4  # batches buffered per worker
@@ -221,8 +224,8 @@ class TrainConfig:
         for name in ("steps", "batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name}: expected a positive integer, got {getattr(self, name)}")
-        if self.warmup_steps < 0 or self.warmup_steps > self.steps:
-            raise ConfigError(f"train.warmup_steps: expected 0..train.steps={self.steps}, got {self.warmup_steps}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.lr <= 0:
             raise ConfigError(f"train.lr: expected a positive learning rate, got {self.lr}")
         if self.precision not in ("auto", "fp32", "bf16"):
@@ -420,7 +423,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         where = f"{prefix}{key}"
         if key not in fields:
             hint = difflib.get_close_matches(key, list(fields), n=1)
-            extra = f"; did you mean {prefix}{hint[0]!r}?" if hint else f"; expected one of {', '.join(fields)}"
+            extra = f"; did you mean '{prefix}{hint[0]}'?" if hint else f"; expected one of {', '.join(fields)}"
             raise ConfigError(f"unknown config key {where!r}{extra}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):

@@ -239,6 +239,8 @@ class BertModel(nn.Module):
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
         super().__init__()
         cfg.validate()
+        if cfg.vocab_size <= 0:
+            raise ValueError("model.vocab_size: must be resolved (> 0) before the model is built")
         self.config = cfg
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)

@@ -1,0 +1,482 @@
+"""MLM batches from a prepared directory: deterministic, resumable, rank-sharded, static shapes.
+
+Order.  For a split of N sequences, epoch e is the permutation ``default_rng([seed, e, 0x5EED])
+.permutation(N)`` (or ``arange(N)`` with ``shuffle=False``).  With per-rank batch B and world size
+W (G = B*W), global step s of an epoch takes permutation entries ``[s*G, (s+1)*G)`` and rank r the
+contiguous slice ``[s*G + r*B, s*G + (r+1)*B)``.  So one process with batch 2B sees exactly what
+ranks 0 and 1 with batch B see, concatenated, and ranks never share a sequence within an epoch.
+``loop=True`` (training): ``N // G`` steps per epoch, the incomplete tail is dropped, then the next
+epoch re-permutes.  ``loop=False`` (eval): one pass over all N sequences; the last batch is filled
+with placeholder rows whose ``mlm_weights`` are all 0, so every rank yields the same number of
+batches and weighted losses are exact.
+
+Masking (BERT).  Of the positions that are not [CLS]/[SEP]/[PAD]/[MASK], ``k = min(P, max(1,
+round(mask_prob * n_maskable)))`` are chosen uniformly without replacement, sorted; 80% become
+[MASK], 10% a random id (drawn uniformly from the vocabulary minus every bracketed token such as
+[PAD] or [unused0]), 10% stay.  P = round(mask_prob * T) prediction slots per sequence; the slots
+after the k real ones have position 0, label 0, weight 0.  The random draws of a sequence come from
+``default_rng([seed, epoch, index])`` (eval split: ``[seed, epoch, index, 1]``): the masks depend
+only on the seed, the epoch and the sequence, never on workers, ranks or batch composition.
+
+Resume.  ``state_dict()`` describes the next batch to be *yielded* (prefetched batches are not
+counted); ``load_state_dict()`` makes iteration continue with exactly that batch, also with a
+different world size as long as the global batch divides the sequences consumed so far.
+
+Workers.  ``num_workers`` forked processes build batches (worker w builds batches w, w+nw, ...
+into its own bounded queue of ``prefetch`` batches; the consumer reads them round-robin, so the
+order is fixed).  ``num_workers=0`` builds them synchronously.  Workers stop when the iterator is
+exhausted, closed or garbage-collected, on ``close()``, and at interpreter exit (daemon processes).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import queue
+import sys
+import traceback
+import weakref
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from . import DataError
+from .prepare import PreparedData
+
+_PERM_KEY = 0x5EED
+_EVAL_DOMAIN = 1
+
+
+def num_prediction_slots(seq_len: int, mask_prob: float = 0.15) -> int:
+    """P = round(mask_prob * T) (half up), at least 1."""
+    return max(1, int(math.floor(mask_prob * seq_len + 0.5)))
+
+
+class MLMMasker:
+    """BERT's 80/10/10 masking of one sequence with a fixed number of prediction slots."""
+
+    def __init__(
+        self,
+        special_ids: dict[str, int],
+        vocab: list[str] | int,
+        seq_len: int,
+        mask_prob: float = 0.15,
+        mask_frac: float = 0.8,
+        random_frac: float = 0.1,
+    ):
+        if not 0.0 < mask_prob < 1.0:
+            raise DataError(f"mask_prob: expected a fraction in (0, 1), got {mask_prob}")
+        if mask_frac < 0 or random_frac < 0 or mask_frac + random_frac > 1:
+            raise DataError(f"mask_frac/random_frac: expected non-negative fractions summing to <= 1, got {mask_frac}, {random_frac}")
+        self.mask_prob = float(mask_prob)
+        self.mask_frac = float(mask_frac)
+        self.random_frac = float(random_frac)
+        self.seq_len = int(seq_len)
+        self.num_slots = num_prediction_slots(seq_len, mask_prob)
+        self.mask_id = int(special_ids["mask"])
+        self.no_mask_ids = np.array(sorted({int(special_ids[k]) for k in ("pad", "cls", "sep", "mask")}), np.int64)
+        specials = {int(v) for v in special_ids.values()}
+        if isinstance(vocab, int):
+            pool = [i for i in range(vocab) if i not in specials]
+        else:
+            pool = [i for i, t in enumerate(vocab) if not (t.startswith("[") and t.endswith("]")) and i not in specials]
+            if not pool:
+                pool = [i for i in range(len(vocab)) if i not in specials]
+        self.random_pool = np.array(pool, np.int64)
+
+    def maskable(self, ids: np.ndarray) -> np.ndarray:
+        return ~np.isin(ids, self.no_mask_ids)
+
+    def mask_row(
+        self, row: np.ndarray, rng: np.random.Generator, maskable: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(input ids, positions (k,), labels (k,), k) for one sequence; ``row`` is not modified."""
+        if maskable is None:
+            maskable = self.maskable(row)
+        cand = np.flatnonzero(maskable)
+        n = len(cand)
+        inp = row.astype(np.int64)
+        if n == 0:
+            return inp, np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+        k = min(self.num_slots, max(1, int(math.floor(self.mask_prob * n + 0.5))))
+        pos = np.sort(rng.choice(cand, size=k, replace=False))
+        u = rng.random(k)
+        labels = inp[pos].copy()
+        inp[pos[u < self.mask_frac]] = self.mask_id
+        rnd = (u >= self.mask_frac) & (u < self.mask_frac + self.random_frac)
+        nr = int(rnd.sum())
+        if nr:
+            inp[pos[rnd]] = self.random_pool[rng.integers(0, len(self.random_pool), nr)]
+        return inp, pos, labels, k
+
+
+def _rng(seed: int, epoch: int, index: int, domain: int) -> np.random.Generator:
+    key = [seed, epoch, index] if domain == 0 else [seed, epoch, index, domain]
+    return np.random.default_rng(key)
+
+
+def build_batch(
+    seqs: np.ndarray, indices: np.ndarray, masker: MLMMasker, seed: int, epoch: int, domain: int = 0
+) -> dict[str, np.ndarray]:
+    """Compact numpy batch for ``indices`` (-1 = placeholder row with zero weights)."""
+    B = len(indices)
+    P = masker.num_slots
+    valid = indices >= 0
+    fill = int(indices[valid][0]) if valid.any() else 0
+    safe = np.where(valid, indices, fill)
+    rows = np.asarray(seqs[safe]) if len(seqs) else np.zeros((B, masker.seq_len), np.int64)
+    maskable = masker.maskable(rows)
+    inp = rows.astype(np.int64)
+    pos = np.zeros((B, P), np.int64)
+    lab = np.zeros((B, P), np.int64)
+    wts = np.zeros((B, P), np.float32)
+    for i in range(B):
+        if not valid[i]:
+            continue
+        ids, p, l, k = masker.mask_row(rows[i], _rng(seed, epoch, int(indices[i]), domain), maskable[i])
+        inp[i] = ids
+        pos[i, :k] = p
+        lab[i, :k] = l
+        wts[i, :k] = 1.0
+    return {"input_ids": inp, "mlm_positions": pos, "mlm_labels": lab, "mlm_weights": wts}
+
+
+class _Plan:
+    """Which global sequence indices batch (epoch, step) holds for this rank."""
+
+    def __init__(self, N: int, B: int, W: int, rank: int, seed: int, shuffle: bool, loop: bool):
+        self.N, self.B, self.W, self.rank, self.seed, self.shuffle, self.loop = N, B, W, rank, seed, shuffle, loop
+        self.G = B * W
+        self.steps_per_epoch = N // self.G if loop else -(-N // self.G)
+        self._perm_epoch = None
+        self._perm = None
+
+    def perm(self, epoch: int) -> np.ndarray:
+        if self._perm_epoch != epoch:
+            if self.shuffle:
+                self._perm = np.random.default_rng([self.seed, epoch, _PERM_KEY]).permutation(self.N)
+            else:
+                self._perm = np.arange(self.N, dtype=np.int64)
+            self._perm_epoch = epoch
+        return self._perm
+
+    def indices(self, epoch: int, step: int) -> np.ndarray:
+        perm = self.perm(epoch)
+        lo = step * self.G + self.rank * self.B
+        out = np.full(self.B, -1, np.int64)
+        chunk = perm[lo : min(lo + self.B, self.N)] if lo < self.N else perm[:0]
+        if self.loop:
+            chunk = chunk[: self.B]
+        out[: len(chunk)] = chunk
+        return out
+
+    def at(self, epoch0: int, step0: int, ordinal: int) -> tuple[int, int] | None:
+        """(epoch, step) of the ordinal-th batch after (epoch0, step0); None past the end (loop=False)."""
+        s = step0 + ordinal
+        if self.loop:
+            return epoch0 + s // self.steps_per_epoch, s % self.steps_per_epoch
+        if s >= self.steps_per_epoch:
+            return None
+        return epoch0, s
+
+
+_END = "__end__"
+_ERR = "__error__"
+
+
+def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, domain: int,
+                 epoch0: int, step0: int, wid: int, nw: int, q, stop) -> None:
+    try:
+        q.cancel_join_thread()  # never block interpreter exit on unread batches
+        torch.set_num_threads(1)
+        seqs = pd.sequences(split)
+        o = wid
+        while not stop.is_set():
+            es = plan.at(epoch0, step0, o)
+            if es is None:
+                break
+            e, s = es
+            idx = plan.indices(e, s)
+            b = build_batch(seqs, idx, masker, plan.seed, e, domain)
+            compact = (
+                b["input_ids"].astype(pd.dtype),
+                b["mlm_positions"].astype(np.int32),
+                b["mlm_labels"].astype(pd.dtype),
+                b["mlm_weights"].astype(np.uint8),
+                idx,
+            )
+            while not stop.is_set():
+                try:
+                    q.put((e, s, compact), timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            o += nw
+        if not stop.is_set():
+            q.put(_END)
+    except KeyboardInterrupt:
+        pass
+    except BaseException as exc:  # reported to the consumer
+        try:
+            kind = "DataError" if isinstance(exc, DataError) else type(exc).__name__
+            q.put((_ERR, kind, str(exc), traceback.format_exc()))
+        except Exception:
+            pass
+
+
+def _shutdown(procs: list, queues: list, stop) -> None:
+    stop.set()
+    for p in procs:
+        p.join(timeout=2.0)
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=2.0)
+    for q in queues:
+        try:
+            q.cancel_join_thread()
+            q.close()
+        except Exception:
+            pass
+    procs.clear()
+    queues.clear()
+
+
+class _Workers:
+    """A set of worker processes producing batches from (epoch0, step0) onwards, in order."""
+
+    def __init__(self, loader: "MLMLoader", epoch0: int, step0: int):
+        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        self.nw = loader.num_workers
+        self.stop = ctx.Event()
+        self.queues = [ctx.Queue(maxsize=max(1, loader.prefetch)) for _ in range(self.nw)]
+        self.procs = []
+        for w in range(self.nw):
+            p = ctx.Process(
+                target=_worker_main,
+                args=(loader.data, loader.split, loader._plan, loader.masker, loader._domain, epoch0, step0, w,
+                      self.nw, self.queues[w], self.stop),
+                name=f"tokendrop-data-{w}",
+                daemon=True,
+            )
+            p.start()
+            self.procs.append(p)
+        self.ordinal = 0
+        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.queues, self.stop)
+
+    def next(self):
+        w = self.ordinal % self.nw
+        q, p = self.queues[w], self.procs[w]
+        while True:
+            try:
+                item = q.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not p.is_alive():
+                    # it may have put its last item just before exiting
+                    try:
+                        item = q.get(timeout=0.5)
+                        break
+                    except queue.Empty:
+                        raise RuntimeError(f"data worker {w} exited unexpectedly (exit code {p.exitcode})") from None
+        if isinstance(item, tuple) and item and item[0] == _ERR:
+            _, kind, msg, tb = item
+            if kind == "DataError":
+                raise DataError(msg)
+            raise RuntimeError(f"data worker {w} failed: {kind}: {msg}\n{tb}")
+        if item == _END:
+            return None
+        self.ordinal += 1
+        return item
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+class MLMLoader:
+    """Iterable of MLM batches (dicts of CPU tensors with static shapes) from a prepared split.
+
+    Keys: ``input_ids`` (B,T) int64, ``attention_mask`` (B,T) int64 (all ones when packed),
+    ``token_type_ids`` (B,T) int64 zeros, ``mlm_positions`` (B,P) int64, ``mlm_labels`` (B,P) int64
+    (original ids), ``mlm_weights`` (B,P) float32 (1 real slot, 0 unused).  See the module doc for
+    order, masking and resume semantics.
+    """
+
+    def __init__(
+        self,
+        data: PreparedData | str | os.PathLike,
+        split: str = "train",
+        batch_size: int = 32,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        mask_prob: float = 0.15,
+        num_workers: int = 1,
+        prefetch: int = 4,
+        shuffle: bool = True,
+        loop: bool = True,
+    ):
+        self.data = data if isinstance(data, PreparedData) else PreparedData.open(data)
+        if split not in ("train", "eval"):
+            raise DataError(f"split: expected 'train' or 'eval', got {split!r}")
+        if batch_size <= 0:
+            raise DataError(f"batch_size: expected a positive integer, got {batch_size}")
+        if world_size <= 0 or not 0 <= rank < world_size:
+            raise DataError(f"rank/world_size: expected 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if num_workers < 0:
+            raise DataError(f"num_workers: expected >= 0, got {num_workers}")
+        self.split = split
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.num_workers = int(num_workers)
+        self.prefetch = int(prefetch)
+        self.shuffle = bool(shuffle)
+        self.loop = bool(loop)
+        self.seq_len = self.data.seq_len
+        self.masker = MLMMasker(self.data.special_ids, self.data.vocab(), self.seq_len, mask_prob)
+        self.num_slots = self.masker.num_slots
+        self._domain = _EVAL_DOMAIN if split == "eval" else 0
+        N = self.data.num_sequences(split)
+        self._plan = _Plan(N, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop)
+        if self.loop and self._plan.steps_per_epoch == 0:
+            raise DataError(
+                f"{self.data.path}: the {split} split has {N} sequences, fewer than one global batch of "
+                f"{self._plan.G} ({self.batch_size} per rank x {self.world_size} ranks); expected more data or a smaller batch"
+            )
+        self._epoch = 0
+        self._step = 0
+        self._iter_id = 0
+        self._state_version = 0
+        self._workers: _Workers | None = None
+        self._pad = self.data.special_ids["pad"]
+
+    # ---- bookkeeping
+    @property
+    def num_sequences(self) -> int:
+        return self._plan.N
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches per epoch (loop=True: full global batches; loop=False: the one pass, tail included)."""
+        return self._plan.steps_per_epoch
+
+    def __len__(self) -> int:
+        return self._plan.steps_per_epoch
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def batch_indices(self, epoch: int, step: int) -> np.ndarray:
+        """Global sequence indices of this rank's batch (epoch, step); -1 marks placeholder rows."""
+        return self._plan.indices(epoch, step)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self._epoch,
+            "position": self._step,
+            "consumed": self._step * self._plan.G,  # sequences of this epoch consumed by all ranks
+            "global_batch": self._plan.G,
+            "seed": self.seed,
+            "split": self.split,
+            "shuffle": self.shuffle,
+            "num_sequences": self._plan.N,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        mine = {"split": self.split, "seed": self.seed, "shuffle": self.shuffle, "num_sequences": self._plan.N}
+        for key, value in mine.items():
+            if key in state and state[key] != value:
+                raise DataError(
+                    f"loader state: {key}={state[key]!r} does not match this loader's {value!r}; "
+                    "cannot resume a different data stream"
+                )
+        try:
+            epoch = int(state["epoch"])
+            consumed = int(state["consumed"]) if "consumed" in state else int(state["position"]) * self._plan.G
+        except (KeyError, TypeError, ValueError):
+            raise DataError(f"loader state: expected 'epoch' and 'position' integers, got {state!r}") from None
+        if consumed % self._plan.G:
+            raise DataError(
+                f"loader state: {consumed} sequences of epoch {epoch} consumed, not a multiple of the global batch "
+                f"{self._plan.G}; resume with a global batch that divides it"
+            )
+        step = consumed // self._plan.G
+        if self.loop and step >= self._plan.steps_per_epoch:
+            epoch, step = epoch + step // self._plan.steps_per_epoch, step % self._plan.steps_per_epoch
+        self._epoch, self._step = epoch, step
+        self._state_version += 1  # an active iterator restarts its workers from here
+
+    # ---- iteration
+    def _to_torch(self, inp, pos, lab, wts) -> dict[str, torch.Tensor]:
+        input_ids = torch.from_numpy(np.ascontiguousarray(inp, dtype=np.int64))
+        if self.data.packed:
+            attn = torch.ones_like(input_ids)
+        else:
+            attn = (input_ids != self._pad).long()
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attn,
+            "token_type_ids": torch.zeros_like(input_ids),
+            "mlm_positions": torch.from_numpy(np.ascontiguousarray(pos, dtype=np.int64)),
+            "mlm_labels": torch.from_numpy(np.ascontiguousarray(lab, dtype=np.int64)),
+            "mlm_weights": torch.from_numpy(np.ascontiguousarray(wts, dtype=np.float32)),
+        }
+
+    def _advance(self) -> None:
+        self._step += 1
+        if self.loop and self._step >= self._plan.steps_per_epoch:
+            self._epoch += 1
+            self._step = 0
+
+    def close(self) -> None:
+        """Stop background workers (iteration can start again later)."""
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        self.close()
+        self._iter_id += 1
+        return self._iterate(self._iter_id)
+
+    def _iterate(self, iter_id: int) -> Iterator[dict[str, torch.Tensor]]:
+        seqs = self.data.sequences(self.split)
+        version = self._state_version
+        try:
+            while True:
+                if self._iter_id != iter_id:  # superseded by a newer iter(loader)
+                    return
+                if self._state_version != version:  # load_state_dict() while iterating
+                    self.close()
+                    version = self._state_version
+                if not self.loop and self._step >= self._plan.steps_per_epoch:
+                    return
+                if self.num_workers == 0:
+                    e, s = self._epoch, self._step
+                    b = build_batch(seqs, self._plan.indices(e, s), self.masker, self.seed, e, self._domain)
+                    out = self._to_torch(b["input_ids"], b["mlm_positions"], b["mlm_labels"], b["mlm_weights"])
+                else:
+                    if self._workers is None:
+                        self._workers = _Workers(self, self._epoch, self._step)
+                    item = self._workers.next()
+                    if item is None:
+                        return
+                    e, s, (inp, pos, lab, wts, _idx) = item
+                    if (e, s) != (self._epoch, self._step):  # guards the ordering invariant
+                        raise RuntimeError(f"data workers out of sync: got batch {(e, s)}, expected {(self._epoch, self._step)}")
+                    out = self._to_torch(inp, pos, lab, wts)
+                self._advance()
+                yield out
+        finally:
+            if self._iter_id == iter_id:
+                self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

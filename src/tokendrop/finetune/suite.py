@@ -1,0 +1,459 @@
+"""``evaluate(models, suite_cfg, out_dir)``: the paper's fine-tuning protocol (section 4 / DESIGN.md 5).
+
+For every pretrained model and task, fine-tune on a grid of epochs x learning rates (paper:
+{3,6} x {1e-5, 2e-5} for GLUE, {4,8} x {2e-5, 4e-5} for SQuAD; the presets scale this down for CPU),
+each cell optionally repeated over fine-tuning seeds (cell score = their mean).  A model's number for
+a table column is the best dev score over its grid; the method's number is the mean over its
+pretraining seeds (the models grouped under one label), reported with per-seed values and spread.
+
+Columns (the paper's Table 1): AX (Matthews corr., the MNLI model on the diagnostic set), MNLI-mm,
+MNLI-m, QNLI (acc.), QQP (F1), SST (acc.), GLUE-avg (mean of those six) | SQuAD v1 (F1), SQuAD v2
+(F1), SQuAD-avg.  ``selection = "column"`` (default) takes each column's best cell on its own, the
+"best validation score" of the paper; ``"task"`` picks one cell per task by the task's main column
+(MNLI-m for MNLI, F1 for SQuAD) and reports that cell's other columns (MNLI-mm, AX) too.
+
+Resumable: every finished cell is ``OUT/cells/<model>/<task>/<cell>/metrics.json`` (written last, atomically);
+a rerun skips cells whose file exists with the same fine-tuning settings.  ``OUT/results.json`` and
+``OUT/results.md`` are rewritten after every cell.
+
+Models are grouped into methods (rows) by label: ``LABEL=PATH`` on the command line, else the run
+dir's name with a trailing seed suffix removed (``baseline-seed1`` -> ``baseline``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict
+from .common import FinetuneError, atomic_write_json, atomic_write_text, read_json
+from .tasks import get_task
+
+
+def _glue_base() -> FinetuneConfig:
+    return FinetuneConfig(batch_size=32, max_seq_len=128, log_every=0)
+
+
+def _squad_base() -> FinetuneConfig:
+    return FinetuneConfig(batch_size=32, log_every=0)
+
+
+@dataclass
+class SuiteConfig:
+    """An evaluation suite (``configs/suite-*.toml``); ``[glue]``/``[squad]`` hold the fine-tuning
+    settings shared by the cells of those tasks (their epochs/lr/seed/task/data are set per cell)."""
+
+    name: str = ""
+    glue_data: str = "../shared/data/glue"  # relative: to the working dir, else to the repository root
+    squad_data: str = "../shared/data/squad"
+    tasks: list[str] = field(default_factory=lambda: ["mnli", "qnli", "qqp", "sst2", "squad1", "squad2"])
+    glue_epochs: list[float] = field(default_factory=lambda: [3.0, 6.0])
+    glue_lrs: list[float] = field(default_factory=lambda: [1e-5, 2e-5])
+    squad_epochs: list[float] = field(default_factory=lambda: [4.0, 8.0])
+    squad_lrs: list[float] = field(default_factory=lambda: [2e-5, 4e-5])
+    finetune_seeds: list[int] = field(default_factory=lambda: [0])
+    selection: str = "column"  # column | task
+    note: str = ""  # printed under the table (e.g. which data this is)
+    glue: FinetuneConfig = field(default_factory=_glue_base)
+    squad: FinetuneConfig = field(default_factory=_squad_base)
+
+    def validate(self) -> "SuiteConfig":
+        if not self.tasks:
+            raise ConfigError("suite.tasks: empty")
+        for t in self.tasks:
+            try:
+                spec = get_task(t)
+            except FinetuneError as e:
+                raise ConfigError(f"suite.tasks: {e}") from None
+            if spec.name in ("ax", "custom"):
+                raise ConfigError(f"suite.tasks: {t!r} cannot be a suite task (AX is scored with the mnli task)")
+        for name in ("glue_epochs", "glue_lrs", "squad_epochs", "squad_lrs"):
+            vals = getattr(self, name)
+            if not vals or any(v <= 0 for v in vals):
+                raise ConfigError(f"suite.{name}: expected a non-empty list of positive numbers, got {vals}")
+        if not self.finetune_seeds:
+            raise ConfigError("suite.finetune_seeds: empty")
+        if self.selection not in ("column", "task"):
+            raise ConfigError(f"suite.selection: expected 'column' or 'task', got {self.selection!r}")
+        self.glue.validate()
+        self.squad.validate()
+        return self
+
+
+def load_suite(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> SuiteConfig:
+    return load_config(path, list(overrides), cls=SuiteConfig)
+
+
+# ----------------------------------------------------------------------------------------------
+# table layout
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    title: str
+    unit: str
+    task: str
+    group: str  # glue | squad | extra
+
+
+COLUMNS = [
+    Column("ax", "AX", "corr.", "mnli", "glue"),
+    Column("mnli_mm", "MNLI-mm", "acc.", "mnli", "glue"),
+    Column("mnli_m", "MNLI-m", "acc.", "mnli", "glue"),
+    Column("qnli", "QNLI", "acc.", "qnli", "glue"),
+    Column("qqp", "QQP", "F1", "qqp", "glue"),
+    Column("sst2", "SST", "acc.", "sst2", "glue"),
+    Column("rte", "RTE", "acc.", "rte", "extra"),  # not in the paper's table; never averaged
+    Column("squad1", "SQuAD v1", "F1", "squad1", "squad"),
+    Column("squad2", "SQuAD v2", "F1", "squad2", "squad"),
+]
+MAIN_COLUMN = {"mnli": "mnli_m", "qnli": "qnli", "qqp": "qqp", "sst2": "sst2", "rte": "rte",
+               "squad1": "squad1", "squad2": "squad2"}
+GLUE_AVG, SQUAD_AVG = "glue_avg", "squad_avg"
+
+
+# ----------------------------------------------------------------------------------------------
+# models and cells
+
+
+_SEED_RE = re.compile(r"[-_.]?(?:seed|s)[-_]?\d+$", re.IGNORECASE)
+
+
+@dataclass
+class ModelEntry:
+    label: str
+    path: Path
+    key: str  # directory name for its cells (stable for a given path)
+
+
+def _run_name(p: Path) -> str:
+    if p.name.startswith("step-") and p.parent.name == "checkpoints":
+        return p.parent.parent.name
+    return p.name
+
+
+def parse_models(models: list[str]) -> list[ModelEntry]:
+    out, keys = [], set()
+    for m in models:
+        label = ""
+        if "=" in m and not Path(m).exists():
+            label, m = m.split("=", 1)
+        p = Path(m)
+        if not p.exists():
+            raise FinetuneError(f"--models: no such model directory {m}")
+        name = _run_name(p.resolve())
+        label = label or (_SEED_RE.sub("", name) or name)
+        h = hashlib.sha1(str(p.resolve()).encode()).hexdigest()[:8]
+        key = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] + "-" + h
+        if key in keys:
+            raise FinetuneError(f"--models: {m} is listed twice")
+        keys.add(key)
+        out.append(ModelEntry(label, p, key))
+    return out
+
+
+def _resolve_data(p: str) -> str:
+    """Absolute data path: as given, relative to the working dir, else to the repository root."""
+    q = Path(p).expanduser()
+    if not q.is_absolute() and not q.exists():
+        alt = config_dir().parent / q
+        if alt.exists():
+            q = alt
+    return str(q.resolve())
+
+
+def _fmt_num(x: float) -> str:
+    return f"{x:g}"
+
+
+@dataclass
+class Cell:
+    task: str
+    epochs: float
+    lr: float
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"e{_fmt_num(self.epochs)}-lr{_fmt_num(self.lr)}-s{self.seed}"
+
+
+def cells_for(cfg: SuiteConfig) -> list[Cell]:
+    cells = []
+    for t in cfg.tasks:
+        spec = get_task(t)
+        epochs, lrs = (cfg.squad_epochs, cfg.squad_lrs) if spec.kind == "squad" else (cfg.glue_epochs, cfg.glue_lrs)
+        for e in epochs:
+            for lr in lrs:
+                for s in cfg.finetune_seeds:
+                    cells.append(Cell(spec.name, float(e), float(lr), int(s)))
+    return cells
+
+
+_IGNORED_KEYS = {"log_every", "threads", "device", "eval_batch_size", "save_model"}
+
+
+def cell_config(cfg: SuiteConfig, cell: Cell) -> FinetuneConfig:
+    spec = get_task(cell.task)
+    base = cfg.squad if spec.kind == "squad" else cfg.glue
+    data = _resolve_data(cfg.squad_data if spec.kind == "squad" else cfg.glue_data)
+    return dataclasses.replace(base, task=spec.name, data=data, epochs=cell.epochs, lr=cell.lr, seed=cell.seed)
+
+
+def _same_settings(a: dict, b: dict) -> bool:
+    ka = {k: v for k, v in a.items() if k not in _IGNORED_KEYS}
+    kb = {k: v for k, v in b.items() if k not in _IGNORED_KEYS}
+    return ka == kb
+
+
+def _finished(path: Path, fcfg: FinetuneConfig) -> dict | None:
+    mp = path / "metrics.json"
+    if not mp.is_file():
+        return None
+    try:
+        r = read_json(mp)
+    except FinetuneError:
+        return None
+    if not isinstance(r, dict) or "scores" not in r or not _same_settings(r.get("config", {}), to_dict(fcfg)):
+        return None
+    return r
+
+
+# ----------------------------------------------------------------------------------------------
+# aggregation
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _model_columns(cfg: SuiteConfig, results: dict[str, dict]) -> tuple[dict[str, float], dict[str, str]]:
+    """Best-over-grid column values of one model from ``{cell_name: result}`` (mean over seeds)."""
+    # cell (task, epochs, lr) -> mean over fine-tuning seeds of each column
+    grid: dict[tuple[str, float, float], dict[str, list[float]]] = {}
+    for r in results.values():
+        c = r["_cell"]
+        d = grid.setdefault((c.task, c.epochs, c.lr), {})
+        for k, v in r["scores"].items():
+            d.setdefault(k, []).append(float(v))
+    means = {g: {k: _mean(v) for k, v in d.items()} for g, d in grid.items()}
+    best: dict[str, float] = {}
+    where: dict[str, str] = {}
+    for col in COLUMNS:
+        cands = [(g, m) for g, m in means.items() if g[0] == col.task and col.key in m]
+        if not cands:
+            continue
+        if cfg.selection == "task":
+            main = MAIN_COLUMN[col.task]
+            g, m = max(cands, key=lambda gm: (gm[1].get(main, -math.inf), -gm[0][1], -gm[0][2]))
+        else:
+            g, m = max(cands, key=lambda gm: (gm[1][col.key], -gm[0][1], -gm[0][2]))
+        best[col.key] = m[col.key]
+        where[col.key] = f"e{_fmt_num(g[1])}-lr{_fmt_num(g[2])}"
+    glue = [best[c.key] for c in COLUMNS if c.group == "glue" and c.key in best]
+    squad = [best[c.key] for c in COLUMNS if c.group == "squad" and c.key in best]
+    if glue:
+        best[GLUE_AVG] = _mean(glue)
+    if squad:
+        best[SQUAD_AVG] = _mean(squad)
+    return best, where
+
+
+def _stats(xs: list[float]) -> dict[str, Any]:
+    return {"mean": _mean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+            "min": min(xs), "max": max(xs), "n": len(xs), "per_seed": xs}
+
+
+def aggregate(cfg: SuiteConfig, models: list[ModelEntry], done: dict[str, dict[str, dict]]) -> dict[str, Any]:
+    per_model = {}
+    for m in models:
+        cols, where = _model_columns(cfg, done.get(m.key, {}))
+        per_model[m.key] = {"label": m.label, "path": str(m.path), "columns": cols, "best_cell": where,
+                            "cells_done": len(done.get(m.key, {}))}
+    methods: dict[str, dict[str, Any]] = {}
+    for m in models:
+        methods.setdefault(m.label, {"models": []})["models"].append(m.key)
+    keys = [c.key for c in COLUMNS] + [GLUE_AVG, SQUAD_AVG]
+    for label, d in methods.items():
+        d["columns"] = {}
+        for k in keys:
+            xs = [per_model[mk]["columns"][k] for mk in d["models"] if k in per_model[mk]["columns"]]
+            if xs:
+                d["columns"][k] = _stats(xs)
+                if len(xs) < len(d["models"]):
+                    d["columns"][k]["incomplete"] = True
+    present_glue = [c.key for c in COLUMNS if c.group == "glue" and any(c.key in pm["columns"] for pm in per_model.values())]
+    return {"methods": methods, "models": per_model, "glue_avg_columns": present_glue}
+
+
+def render_markdown(cfg: SuiteConfig, summary: dict[str, Any], models: list[ModelEntry], total_cells: int) -> str:
+    used_tasks = {get_task(t).name for t in cfg.tasks}
+    cols = [c for c in COLUMNS if c.group != "extra" or c.task in used_tasks]
+    glue_cols = [c for c in cols if c.group in ("glue", "extra")]
+    squad_cols = [c for c in cols if c.group == "squad"]
+    head = ["Methods"] + [f"{c.title} ({c.unit})" for c in glue_cols] + ["GLUE-avg"] + \
+        [f"{c.title} ({c.unit})" for c in squad_cols] + ["SQuAD-avg"]
+    keys = [c.key for c in glue_cols] + [GLUE_AVG] + [c.key for c in squad_cols] + [SQUAD_AVG]
+    methods = summary["methods"]
+    best = {}
+    for k in keys:
+        vals = [d["columns"][k]["mean"] for d in methods.values() if k in d["columns"]]
+        if len(methods) > 1 and vals:
+            best[k] = max(vals)
+
+    def cell(d: dict, k: str) -> str:
+        st = d["columns"].get(k)
+        if st is None:
+            return "–"
+        s = f"{st['mean']:.2f}"
+        if best.get(k) is not None and abs(st["mean"] - best[k]) < 1e-9:
+            s = f"**{s}**"
+        return s + ("*" if st.get("incomplete") else "")
+
+    lines = [f"# Fine-tuning results{f' — suite {cfg.name}' if cfg.name else ''}", ""]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" + "---:|" * (len(head) - 1))
+    for label, d in methods.items():
+        lines.append("| " + " | ".join([f"{label} (n={len(d['models'])})"] + [cell(d, k) for k in keys]) + " |")
+    lines.append("")
+    lines.append(f"Each number: best dev score over the grid epochs {cfg.glue_epochs} x lr {cfg.glue_lrs} (GLUE), "
+                 f"epochs {cfg.squad_epochs} x lr {cfg.squad_lrs} (SQuAD), fine-tuning seeds {cfg.finetune_seeds}, "
+                 f"selection by {'column' if cfg.selection == 'column' else 'task (main column)'}; "
+                 "mean over the pretraining seeds (n models per row). AX: Matthews corr. of the MNLI model; "
+                 "GLUE-avg: mean of the GLUE columns shown"
+                 + (" (RTE excluded, as in the paper)" if "rte" in used_tasks else "") + "; SQuAD: F1.")
+    glue_present = summary.get("glue_avg_columns", [])
+    n_glue = len([c for c in COLUMNS if c.group == "glue"])
+    if 0 < len(glue_present) < n_glue:
+        lines.append(f"GLUE-avg here covers {len(glue_present)} of the paper's {n_glue} GLUE columns.")
+    done = sum(pm["cells_done"] for pm in summary["models"].values())
+    if done < total_cells:
+        lines.append(f"**Partial:** {done} of {total_cells} cells finished; `*` marks a mean over fewer seeds.")
+    if cfg.note:
+        lines.append("")
+        lines.append(cfg.note)
+    lines.append("")
+    lines.append("## Per pretraining seed")
+    lines.append("")
+    lines.append("| Method | Model | " + " | ".join(h for h in head[1:]) + " |")
+    lines.append("|---|---|" + "---:|" * (len(head) - 1))
+    for m in models:
+        pm = summary["models"][m.key]
+        vals = [f"{pm['columns'][k]:.2f}" if k in pm["columns"] else "–" for k in keys]
+        lines.append(f"| {m.label} | `{m.path}` | " + " | ".join(vals) + " |")
+    lines.append("")
+    spread = []
+    for label, d in methods.items():
+        if len(d["models"]) > 1:
+            parts = [f"{k} ±{d['columns'][k]['std']:.2f}" for k in keys if k in d["columns"]]
+            spread.append(f"- {label}: std over seeds: " + ", ".join(parts))
+    if spread:
+        lines += ["Spread:", ""] + spread + [""]
+    return "\n".join(lines) + "\n"
+
+
+def _data_note(cfg: SuiteConfig) -> str:
+    """Say so when the data is the offline stand-in set (its README says 'stand-in')."""
+    for d in (cfg.glue_data, cfg.squad_data):
+        readme = Path(_resolve_data(d)).parent / "README.md"
+        try:
+            if readme.is_file() and "stand-in" in readme.read_text(encoding="utf-8", errors="replace")[:2000]:
+                return ("**Data: offline stand-ins in the GLUE/SQuAD file layouts — not the real GLUE or SQuAD; "
+                        f"scores are not comparable with published numbers** (see {readme}).")
+        except OSError:
+            pass
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------
+# entry point
+
+
+def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.PathLike, out_dir: str | os.PathLike,
+             overrides: list[str] | tuple[str, ...] = (), log: Callable[[str], None] | None = None,
+             finetune_fn: Callable[..., dict] | None = None) -> dict[str, Any]:
+    """Run (or resume) the suite for ``models``; write ``OUT/results.{json,md}``; return the summary.
+
+    The summary has ``methods`` (per label: per column mean/std/min/max/per-seed), ``models``
+    (per model: best value per column and the cell it came from), ``computed`` / ``skipped`` cell
+    counts and ``markdown``.
+    """
+    from .trainer import finetune as _ft
+
+    if log is None:
+        def log(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+    finetune_fn = finetune_fn or _ft
+    cfg = suite_cfg if isinstance(suite_cfg, SuiteConfig) else load_suite(suite_cfg, overrides)
+    if isinstance(suite_cfg, SuiteConfig) and overrides:
+        cfg = from_dict(SuiteConfig, to_dict(cfg), list(overrides))
+    cfg.validate()
+    entries = parse_models([str(m) for m in models])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cells = cells_for(cfg)
+    total = len(cells) * len(entries)
+    note = "\n\n".join(x for x in (_data_note(cfg), cfg.note) if x)
+    cfg_out = dataclasses.replace(cfg, note=note)
+    atomic_write_text(out / "suite.toml", _suite_toml(cfg))
+    done: dict[str, dict[str, dict]] = {}
+    computed = skipped = 0
+    t_start = time.perf_counter()
+    spent: dict[str, list[float]] = {}
+
+    def write_summary() -> dict[str, Any]:
+        summary = aggregate(cfg, entries, done)
+        md = render_markdown(cfg_out, summary, entries, total)
+        summary.update({"suite": to_dict(cfg), "computed": computed, "skipped": skipped, "total_cells": total,
+                        "note": note, "markdown": md})
+        atomic_write_json(out / "results.json", {k: v for k, v in summary.items() if k != "markdown"})
+        atomic_write_text(out / "results.md", md)
+        return summary
+
+    i = 0
+    for m in entries:
+        done[m.key] = {}
+        for cell in cells:
+            i += 1
+            fcfg = cell_config(cfg, cell)
+            cdir = out / "cells" / m.key / cell.task / cell.name
+            r = _finished(cdir, fcfg)
+            if r is not None:
+                skipped += 1
+            else:
+                t0 = time.perf_counter()
+                log(f"[{i}/{total}] {m.label} ({m.path}) {cell.task} {cell.name} ...")
+                r = finetune_fn(fcfg, str(m.path), cdir, log=None)
+                dt = time.perf_counter() - t0
+                spent.setdefault(cell.task, []).append(dt)
+                computed += 1
+                left = sum(_mean(spent.get(c.task, [dt])) for c in cells[cells.index(cell) + 1:]) + \
+                    sum(_mean(spent.get(c.task, [dt])) for c in cells) * (len(entries) - entries.index(m) - 1)
+                log(f"[{i}/{total}] {cell.task} {cell.name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
+                    + f" ({dt:.0f}s; about {left / 60:.0f} min left)")
+                r = {**r, "_fresh": True}
+            r = dict(r)
+            r["_cell"] = cell
+            fresh = r.pop("_fresh", False)
+            done[m.key][f"{cell.task}/{cell.name}"] = r
+            if fresh:
+                write_summary()  # after every computed cell: an interrupted suite still leaves its tables
+    summary = write_summary()
+    summary["seconds"] = time.perf_counter() - t_start
+    log(f"suite {cfg.name or '(unnamed)'}: {computed} cells computed, {skipped} reused -> {out / 'results.md'}")
+    return summary
+
+
+def _suite_toml(cfg: SuiteConfig) -> str:
+    from ..config import to_toml
+
+    return to_toml(cfg)

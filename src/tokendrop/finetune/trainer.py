@@ -1,0 +1,443 @@
+"""``finetune(cfg, model_path, out_dir)``: one fine-tuning run on one task, then dev evaluation.
+
+Classification (GLUE-style): pooler ([CLS], tanh) + dropout + linear classifier; SQuAD: a linear
+start/end layer on every position.  Optimisation as BERT (DESIGN.md section 5): AdamW (beta 0.9/0.999,
+eps 1e-6), weight decay on matrices only (none on biases and LayerNorm), linear warm-up over
+``warmup_ratio`` of the steps then linear decay to 0, gradient clipping.  The model is the plain
+encoder of ``tokendrop.model`` (no token dropping at fine-tuning), with bf16 autocast on CUDA.
+Batches are padded to their longest sequence only (dynamic padding); dev batches are sorted by length.
+
+Outputs in ``out_dir`` (each written atomically, temp file + rename): ``metrics.json`` and
+``predictions/<split>.tsv`` (classification) or ``predictions/dev.json`` + ``dev_nbest.json``
+(+ ``dev_null_odds.json`` for v2.0, the official evaluation script's inputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..config import ConfigError, FinetuneConfig
+from .common import FinetuneError, atomic_write_json, atomic_write_text, load_finetune_tokenizer
+from .metrics import classification_metrics
+from .tasks import Example, TaskSpec, find_ax_file, get_task, load_classification, read_glue_tsv, subsample, task_dir
+
+LogFn = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# set-up helpers
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise FinetuneError(f"device {name!r} requested but CUDA is not available")
+    return torch.device(name)
+
+
+def use_bf16(precision: str, device: torch.device) -> bool:
+    if precision == "auto":
+        return device.type == "cuda"
+    return precision == "bf16"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay on weight matrices/embeddings; none on biases and LayerNorm parameters (1-D tensors)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or name.endswith(".bias") else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
+    """lr multiplier for optimizer step ``step`` (0-based): linear warm-up to 1, linear decay to 0."""
+
+    def f(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return f
+
+
+def _load_model(model_path, cls, **kw):
+    from ..hf import load_pretrained
+
+    try:
+        return load_pretrained(model_path, cls, **kw)
+    except FinetuneError:
+        raise
+    except (ValueError, KeyError, OSError) as e:  # InteropError, ConfigError, unreadable files
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise FinetuneError(f"cannot load model {model_path}: {msg}") from None
+
+
+def _pad(seqs: list[list[int]], pad: int) -> torch.Tensor:
+    n = max(len(s) for s in seqs)
+    out = np.full((len(seqs), n), pad, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return torch.from_numpy(out)
+
+
+def _batch(ids: list[list[int]], types: list[list[int]], pad_id: int, device: torch.device):
+    input_ids = _pad(ids, pad_id)
+    token_types = _pad(types, 0)
+    lens = torch.tensor([len(s) for s in ids])
+    mask = None
+    if int(lens.min()) != input_ids.shape[1]:
+        mask = (torch.arange(input_ids.shape[1])[None, :] < lens[:, None]).long()
+        mask = mask.to(device, non_blocking=True)
+    return input_ids.to(device, non_blocking=True), mask, token_types.to(device, non_blocking=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# training loop (shared by both heads)
+
+
+@dataclasses.dataclass
+class TrainStats:
+    steps: int
+    examples: int
+    seconds: float
+    examples_per_s: float
+    tokens_per_s: float
+    final_loss: float
+    mean_loss_last_epoch: float
+
+
+def _train(model, cfg: FinetuneConfig, n: int, batch_fn, loss_fn, device, bf16: bool, log: LogFn | None) -> TrainStats:
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total = max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    warmup = int(cfg.warmup_ratio * total)
+    opt_kw: dict[str, Any] = {"lr": cfg.lr, "betas": (0.9, 0.999), "eps": 1e-6}
+    if device.type == "cuda":
+        opt_kw["fused"] = True
+    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), **opt_kw)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_schedule(warmup, total))
+    g = torch.Generator().manual_seed(cfg.seed)
+    model.train()
+    seen = toks = 0
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    step = 0
+    tlog, seen_log = t0, 0
+    while step < total:
+        perm = torch.randperm(n, generator=g).tolist()
+        for b in range(0, n, cfg.batch_size):
+            if step >= total:
+                break
+            idx = perm[b : b + cfg.batch_size]
+            inputs, targets, ntok = batch_fn(idx)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                out = model(*inputs)
+            loss = loss_fn(out, targets)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            step += 1
+            seen += len(idx)
+            toks += ntok
+            if log is not None and cfg.log_every > 0 and (step % cfg.log_every == 0 or step == total):
+                now = time.perf_counter()
+                log(f"step {step}/{total} loss {float(loss.detach()):.4f} lr {sched.get_last_lr()[0]:.2e} "
+                    f"{(seen - seen_log) / max(now - tlog, 1e-9):.1f} ex/s")
+                tlog, seen_log = now, seen
+            losses.append(loss.detach())
+            if len(losses) > steps_per_epoch:
+                losses.pop(0)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    last = torch.stack(losses).float() if losses else torch.zeros(1)
+    return TrainStats(step, seen, secs, seen / max(secs, 1e-9), toks / max(secs, 1e-9),
+                      float(last[-1]), float(last.mean()))
+
+
+# ----------------------------------------------------------------------------------------------
+# classification
+
+
+def _encode_pairs(tok, examples: list[Example], max_len: int) -> tuple[list[list[int]], list[list[int]]]:
+    tok.enable_truncation(max_length=max_len, strategy="longest_first")
+    try:
+        if examples and examples[0].text_b is not None:
+            enc = tok.encode_batch([(e.text_a, e.text_b or "") for e in examples])
+        else:
+            enc = tok.encode_batch([e.text_a for e in examples])
+    finally:
+        tok.no_truncation()
+    return [e.ids for e in enc], [e.type_ids for e in enc]
+
+
+@torch.no_grad()
+def _predict_classes(model, ids, types, pad_id, device, bf16, batch_size) -> np.ndarray:
+    model.eval()
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    preds = np.zeros(len(ids), dtype=np.int64)
+    for b in range(0, len(order), batch_size):
+        idx = order[b : b + batch_size]
+        x, m, t = _batch([ids[i] for i in idx], [types[i] for i in idx], pad_id, device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x, m, t)
+        preds[idx] = logits.float().argmax(-1).cpu().numpy()
+    return preds
+
+
+def _write_class_predictions(path: Path, examples: list[Example], preds: np.ndarray, labels: list[str]) -> None:
+    lines = ["index\tprediction\tlabel"]
+    for e, p in zip(examples, preds):
+        gold = labels[e.label] if e.label is not None else ""
+        lines.append(f"{e.guid}\t{labels[int(p)]}\t{gold}")
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def _column_scores(spec: TaskSpec, metrics: dict[str, dict]) -> dict[str, float]:
+    """Numbers under the paper's table columns (see ``suite.COLUMNS``)."""
+    if spec.name == "mnli":
+        s = {"mnli_m": metrics["dev_matched"]["accuracy"], "mnli_mm": metrics["dev_mismatched"]["accuracy"]}
+        if "ax" in metrics:
+            s["ax"] = metrics["ax"]["mcc"]
+        return s
+    if spec.kind == "squad":
+        return {spec.name: metrics["dev"]["f1"], f"{spec.name}_em": metrics["dev"]["exact"]}
+    return {spec.name: next(iter(metrics.values()))["score"]}
+
+
+def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log) -> dict:
+    from ..model import BertForSequenceClassification
+
+    data = load_classification(spec, cfg.data, text_a=cfg.text_a, text_b=cfg.text_b, label=cfg.label,
+                               labels=cfg.labels or None)
+    spec = data.spec
+    dev = dict(data.dev)
+    dev_specs = {k: spec for k in dev}
+    files = dict(data.files)
+    if spec.name == "mnli" and cfg.ax_data:
+        ax_file = find_ax_file(cfg.data, task_dir(spec, cfg.data)) if cfg.ax_data == "auto" else Path(cfg.ax_data)
+        if ax_file is not None:
+            if ax_file.is_dir():
+                ax_file = ax_file / "diagnostic-full.tsv"
+            ax_spec = get_task("ax")
+            dev["ax"] = read_glue_tsv(ax_spec, ax_file)
+            dev_specs["ax"] = ax_spec
+            files["ax"] = str(ax_file)
+        elif cfg.ax_data != "auto":
+            raise FinetuneError(f"ax_data: no such file {cfg.ax_data}")
+    train = subsample(data.train, cfg.max_train_examples)
+    dev = {k: subsample(v, cfg.max_eval_examples) for k, v in dev.items()}
+    if not train:
+        raise FinetuneError(f"task {spec.name}: no training examples in {cfg.data}")
+
+    model, info = _load_model(model_path, BertForSequenceClassification, num_labels=len(spec.labels))
+    tok = load_finetune_tokenizer(info.get("tokenizer"), model_path)
+    _check_vocab(tok, info["model_config"], model_path)
+    max_len = min(cfg.max_seq_len, info["model_config"].max_position_embeddings)
+    pad_id = info["model_config"].pad_token_id
+    model.to(device)
+
+    t_enc = time.perf_counter()
+    tr_ids, tr_types = _encode_pairs(tok, train, max_len)
+    dev_enc = {k: _encode_pairs(tok, v, max_len) for k, v in dev.items()}
+    enc_s = time.perf_counter() - t_enc
+    labels_t = torch.tensor([e.label for e in train], dtype=torch.long)
+
+    def batch_fn(idx):
+        x, m, t = _batch([tr_ids[i] for i in idx], [tr_types[i] for i in idx], pad_id, device)
+        return (x, m, t), labels_t[idx].to(device, non_blocking=True), int(x.numel())
+
+    def loss_fn(logits, y):
+        return F.cross_entropy(logits.float(), y)
+
+    if log:
+        log(f"{spec.name}: {len(train)} train examples, dev {', '.join(f'{k} {len(v)}' for k, v in dev.items())}; "
+            f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}{' bf16' if bf16 else ''}")
+    stats = _train(model, cfg, len(train), batch_fn, loss_fn, device, bf16, log)
+
+    metrics: dict[str, dict] = {}
+    t_ev = time.perf_counter()
+    for split, exs in dev.items():
+        ids, types = dev_enc[split]
+        preds = _predict_classes(model, ids, types, pad_id, device, bf16, cfg.eval_batch_size)
+        sp = dev_specs[split]
+        gold = [e.label for e in exs]
+        metrics[split] = classification_metrics(sp.metric, gold, preds.tolist())
+        _write_class_predictions(out / "predictions" / f"{split}.tsv", exs, preds, sp.labels)
+    eval_s = time.perf_counter() - t_ev
+    return {"spec": spec, "model": model, "info": info, "metrics": metrics, "stats": stats, "files": files,
+            "n_train": len(train), "encode_s": enc_s, "eval_s": eval_s, "labels": spec.labels}
+
+
+def _check_vocab(tok, mcfg, model_path) -> None:
+    if tok.get_vocab_size() > mcfg.vocab_size:
+        raise FinetuneError(f"tokenizer has {tok.get_vocab_size()} tokens but model {model_path} only "
+                            f"{mcfg.vocab_size} embeddings: wrong vocab.txt for this model")
+
+
+# ----------------------------------------------------------------------------------------------
+# SQuAD
+
+
+@torch.no_grad()
+def _predict_spans(model, feats, pad_id, device, bf16, batch_size):
+    model.eval()
+    order = sorted(range(len(feats)), key=lambda i: len(feats[i].input_ids))
+    starts: list = [None] * len(feats)
+    ends: list = [None] * len(feats)
+    for b in range(0, len(order), batch_size):
+        idx = order[b : b + batch_size]
+        x, m, t = _batch([feats[i].input_ids for i in idx], [feats[i].token_type_ids for i in idx], pad_id, device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            s, e = model(x, m, t)
+        s, e = s.float().cpu().numpy(), e.float().cpu().numpy()
+        for j, i in enumerate(idx):
+            n = len(feats[i].input_ids)
+            starts[i], ends[i] = s[j, :n], e[j, :n]
+    return starts, ends
+
+
+def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict:
+    from ..model import BertForQuestionAnswering
+    from .squad import build_features, postprocess, read_squad, squad_metrics
+
+    d = task_dir(spec, cfg.data)
+    train_path, dev_path = d / spec.train, d / spec.dev["dev"]
+    train_ex, _ = read_squad(train_path, spec.squad_version)
+    dev_ex, _ = read_squad(dev_path, spec.squad_version)
+    train_ex = subsample(train_ex, cfg.max_train_examples)
+    dev_ex = subsample(dev_ex, cfg.max_eval_examples)
+
+    model, info = _load_model(model_path, BertForQuestionAnswering)
+    tok = load_finetune_tokenizer(info.get("tokenizer"), model_path)
+    _check_vocab(tok, info["model_config"], model_path)
+    max_len = min(cfg.max_seq_len_qa, info["model_config"].max_position_embeddings)
+    pad_id = info["model_config"].pad_token_id
+    model.to(device)
+
+    t_enc = time.perf_counter()
+    tr_feats = build_features(train_ex, tok, max_len, cfg.doc_stride, cfg.max_query_len, training=True)
+    dev_feats = build_features(dev_ex, tok, max_len, cfg.doc_stride, cfg.max_query_len, training=False)
+    enc_s = time.perf_counter() - t_enc
+    if not tr_feats:
+        raise FinetuneError(f"{train_path}: no usable training questions")
+    pos = torch.tensor([[f.start_position, f.end_position] for f in tr_feats], dtype=torch.long)
+
+    def batch_fn(idx):
+        x, m, t = _batch([tr_feats[i].input_ids for i in idx], [tr_feats[i].token_type_ids for i in idx], pad_id, device)
+        return (x, m, t), pos[idx].to(device, non_blocking=True), int(x.numel())
+
+    def loss_fn(out, y):
+        s, e = out
+        return 0.5 * (F.cross_entropy(s.float(), y[:, 0]) + F.cross_entropy(e.float(), y[:, 1]))
+
+    if log:
+        log(f"{spec.name}: {len(train_ex)} train questions -> {len(tr_feats)} windows, dev {len(dev_ex)} -> "
+            f"{len(dev_feats)}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}"
+            f"{' bf16' if bf16 else ''}")
+    stats = _train(model, cfg, len(tr_feats), batch_fn, loss_fn, device, bf16, log)
+
+    t_ev = time.perf_counter()
+    starts, ends = _predict_spans(model, dev_feats, pad_id, device, bf16, cfg.eval_batch_size)
+    preds = postprocess(dev_ex, dev_feats, starts, ends, cfg.n_best, cfg.max_answer_len)
+    m, final = squad_metrics(dev_ex, preds, spec.squad_version)
+    eval_s = time.perf_counter() - t_ev
+    pdir = out / "predictions"
+    atomic_write_json(pdir / "dev.json", final)
+    atomic_write_json(pdir / "dev_nbest.json", {q: p.nbest for q, p in preds.items()})
+    if spec.squad_version == 2:
+        atomic_write_json(pdir / "dev_null_odds.json", {q: p.na_score for q, p in preds.items()})
+    return {"spec": spec, "model": model, "info": info, "metrics": {"dev": m}, "stats": stats,
+            "files": {"train": str(train_path), "dev": str(dev_path)}, "n_train": len(train_ex),
+            "n_train_features": len(tr_feats), "encode_s": enc_s, "eval_s": eval_s}
+
+
+# ----------------------------------------------------------------------------------------------
+# entry point
+
+
+def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | os.PathLike,
+             log: LogFn | None = _stderr) -> dict:
+    """Fine-tune ``model_path`` (a tokendrop run/checkpoint dir or a Hugging Face BERT dir) on
+    ``cfg.task`` with the data in ``cfg.data``; evaluate on the dev split(s); write ``out_dir``.
+
+    Returns the content of ``metrics.json``: ``{"task", "model", "scores": {column: value},
+    "metrics": {split: {...}}, "train": {"examples_per_s", ...}, "config": {...}, ...}``.
+    """
+    try:
+        cfg.validate()
+    except ConfigError as e:
+        raise FinetuneError(str(e)) from None
+    if not cfg.task:
+        raise FinetuneError("no task given (set task=sst2|mnli|qnli|qqp|rte|squad1|squad2|custom)")
+    if not cfg.data:
+        raise FinetuneError("no data directory given (--data DIR)")
+    spec = get_task(cfg.task)
+    if not spec.train:
+        raise FinetuneError(f"task {spec.name} is evaluation-only; it is scored by the MNLI model (task mnli)")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    bf16 = use_bf16(cfg.precision, device)
+    seed_everything(cfg.seed)
+    t0 = time.perf_counter()
+    if spec.kind == "squad":
+        r = _finetune_squad(cfg, spec, model_path, out, device, bf16, log)
+    else:
+        r = _finetune_classification(cfg, spec, model_path, out, device, bf16, log)
+    st: TrainStats = r["stats"]
+    result = {
+        "task": r["spec"].name,
+        "model": str(model_path),
+        "model_source": r["info"].get("source", ""),
+        "scores": _column_scores(r["spec"], r["metrics"]),
+        "metrics": r["metrics"],
+        "train": {**dataclasses.asdict(st), "train_examples": r["n_train"],
+                  **({"train_features": r["n_train_features"]} if "n_train_features" in r else {})},
+        "timing": {"total_s": time.perf_counter() - t0, "encode_s": r["encode_s"], "train_s": st.seconds,
+                   "eval_s": r["eval_s"]},
+        "data": r["files"],
+        "labels": r.get("labels", []),
+        "device": str(device),
+        "precision": "bf16" if bf16 else "fp32",
+        "threads": torch.get_num_threads(),
+        "config": dataclasses.asdict(cfg),
+    }
+    if cfg.save_model:
+        from ..hf import save_pretrained
+
+        save_pretrained(r["model"].cpu(), out / "model", tokenizer=r["info"].get("tokenizer"))
+        result["saved_model"] = str(out / "model")
+    atomic_write_json(out / "metrics.json", result)
+    if log:
+        log(f"{r['spec'].name}: " + ", ".join(f"{k} {v:.2f}" for k, v in result["scores"].items())
+            + f" ({st.examples_per_s:.1f} train ex/s, {result['timing']['total_s']:.1f}s) -> {out / 'metrics.json'}")
+    return result

@@ -1,0 +1,578 @@
+"""Pretraining: the MLM step with token dropping, the training loop, checkpoints, DDP.
+
+``pretrain(cfg, out_dir)`` runs a whole job and returns a ``PretrainResult``.  It works in one
+process or under ``torchrun`` (DDP: gloo on CPU, NCCL on GPU); the global batch is
+``train.batch_size`` whatever the number of ranks, split into per-rank micro-batches with gradient
+accumulation.  The MLM loss is normalised by the *global* number of real prediction slots, so one
+process and N processes compute the same loss and gradients.
+
+Per step (``MLMStep``): select kept positions from the importance vector, forward with dropping
+(stage 1) or dense (stage 2), weighted MLM NLL, backward, clip, AdamW (decoupled weight decay, none
+on biases/LayerNorm), linear warm-up + linear decay to 0, then the importance update from the
+step's per-slot losses (all-reduced across ranks).  Nothing in the step waits on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from . import checkpoint as ckpt_mod
+from .config import Config, ConfigError, from_dict, to_dict, to_toml
+from .flops import step_flops
+from .importance import TokenSelector
+from .model import BertForMaskedLM, num_parameters
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot go on (non-finite loss, incompatible resume, bad data)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# set-up helpers
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    owns_group: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_kind: str) -> Dist:
+    """Use an existing process group, or start one when launched by torchrun."""
+    if dist.is_available() and dist.is_initialized():
+        return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+        return Dist(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", 0)), owns_group=True)
+    return Dist()
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("train.device: 'cuda' requested but CUDA is not available")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return None
+    return torch.bfloat16
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay on weight matrices, none on biases, LayerNorm and the MLM bias."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total``."""
+    if warmup > 0 and step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * max(0.0, (total - step) / max(1, total - warmup))
+
+
+def stage2_start(cfg: Config) -> int:
+    """First step trained without dropping (= steps when there is no stage 2)."""
+    if not cfg.drop.enabled:
+        return 0
+    return cfg.train.steps - int(round(cfg.drop.stage2_fraction * cfg.train.steps))
+
+
+# ----------------------------------------------------------------------------------------------
+# the step
+
+
+class MLMStep:
+    """One optimizer step over a list of micro-batches (already on the device)."""
+
+    def __init__(
+        self,
+        model: BertForMaskedLM,
+        selector: TokenSelector | None,
+        optimizer: torch.optim.Optimizer,
+        cfg: Config,
+        amp_dtype: torch.dtype | None,
+        ddp: nn.Module | None = None,
+        use_attention_mask: bool = True,
+    ):
+        self.use_attention_mask = use_attention_mask  # packed data has no [PAD]: mask-free SDPA
+        self.model = model
+        self.run_model = ddp if ddp is not None else model
+        self.selector = selector
+        self.opt = optimizer
+        self.cfg = cfg
+        self.amp_dtype = amp_dtype
+        self.ddp = ddp
+        self.select = cfg.drop.enabled and cfg.drop.variant != "avg"
+
+    def __call__(self, micro: list[dict[str, Tensor]], lr: float, dropping: bool) -> dict[str, Tensor]:
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        device = micro[0]["input_ids"].device
+        count = torch.stack([mb["mlm_weights"].sum() for mb in micro]).sum()
+        if self.ddp is not None:
+            dist.all_reduce(count)
+        norm = count.clamp(min=1.0)
+        scale = float(dist.get_world_size()) if self.ddp is not None else 1.0
+        sums = torch.zeros(2, device=device)  # weighted nll, correct predictions
+        all_nll = []
+        for i, mb in enumerate(micro):
+            keep = None
+            if dropping and self.select:
+                keep = self.selector.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
+            sync = self.ddp is None or i == len(micro) - 1
+            ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
+            with ctx:
+                with torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                    logits = self.run_model(
+                        mb["input_ids"], mb["mlm_positions"], mb["attention_mask"] if self.use_attention_mask else None,
+                        mb["token_type_ids"], keep_idx=keep, drop_active=dropping,
+                    )
+                nll = self.model.mlm_nll(logits, mb["mlm_labels"])  # (B, P) fp32
+                w = mb["mlm_weights"]
+                loss = (nll * w).sum() / norm * scale
+                loss.backward()
+            with torch.no_grad():
+                correct = ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum()
+                sums += torch.stack([(nll.detach() * w).sum(), correct])
+            all_nll.append(nll.detach())
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        gnorm = torch.nn.utils.clip_grad_norm_(params, self.cfg.train.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        if dropping and self.select and self.selector is not None:
+            self.selector.update(
+                torch.cat([mb["mlm_labels"] for mb in micro]), torch.cat(all_nll), torch.cat([mb["mlm_weights"] for mb in micro])
+            )
+        if self.ddp is not None:
+            dist.all_reduce(sums)
+        return {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm}
+
+
+@torch.no_grad()
+def evaluate_mlm(model: BertForMaskedLM, batches, device: torch.device, amp_dtype: torch.dtype | None, max_batches: int) -> dict[str, float]:
+    """Full model (no dropping) on held-out batches: MLM loss and accuracy over real slots."""
+    was_training = model.training
+    model.eval()
+    tot = torch.zeros(3, dtype=torch.float64)
+    for i, mb in enumerate(batches):
+        if max_batches and i >= max_batches:
+            break
+        mb = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in mb.items()}
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            logits = model(mb["input_ids"], mb["mlm_positions"], mb["attention_mask"], mb["token_type_ids"])
+        nll = model.mlm_nll(logits, mb["mlm_labels"])
+        w = mb["mlm_weights"]
+        tot += torch.stack([(nll * w).sum(), ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum(), w.sum()]).double().cpu()
+    model.train(was_training)
+    n = max(tot[2].item(), 1.0)
+    return {"eval_loss": tot[0].item() / n, "eval_acc": tot[1].item() / n, "eval_slots": int(tot[2].item())}
+
+
+# ----------------------------------------------------------------------------------------------
+# logging
+
+
+class MetricsLog:
+    """JSONL + TensorBoard, rank 0 only."""
+
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool = True):
+        self.enabled = enabled
+        self.path = run_dir / "metrics.jsonl"
+        self.tb = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+            except ImportError:  # tensorboard not installed: JSONL only
+                self.tb = None
+
+    def write(self, rec: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        if self.tb is not None:
+            for k, v in rec.items():
+                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self.tb.add_scalar(k, v, rec["step"])
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    p = Path(run_dir) / "metrics.jsonl"
+    if not p.is_file():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop
+
+
+@dataclass
+class PretrainResult:
+    run_dir: Path
+    steps: int
+    interrupted: bool
+    wall_time: float  # seconds of training steps (excluding evaluation and checkpoints)
+    tokens_per_s: float
+    final_eval: dict[str, float]
+    flops_per_step: dict[str, float]
+    importance: Tensor | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+# keys whose change makes a resume meaningless
+_RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.start", "drop.end", "drop.beta",
+                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "data.path", "data.mask_prob",
+                 "train.batch_size", "train.seed")
+
+
+def _get(d: dict, dotted: str) -> Any:
+    for k in dotted.split("."):
+        d = d[k]
+    return d
+
+
+def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
+    for key in _RESUME_FIXED:
+        a, b = _get(old, key), _get(new, key)
+        if a != b:
+            if isinstance(a, dict):
+                diff = [k for k in a if a.get(k) != b.get(k)]
+                key = f"{key}.{diff[0]}" if diff else key
+                a, b = _get(old, key), _get(new, key)
+            raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
+
+
+def _open_data(cfg: Config):
+    from .data import PreparedData
+
+    if not cfg.data.path:
+        raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
+    data = PreparedData.open(cfg.data.path)
+    if cfg.model.vocab_size == 0:
+        cfg.model.vocab_size = data.vocab_size
+    if data.vocab_size != cfg.model.vocab_size:
+        raise ConfigError(
+            f"data.path: {cfg.data.path} was prepared with a vocabulary of {data.vocab_size} ids but "
+            f"model.vocab_size is {cfg.model.vocab_size}"
+        )
+    if cfg.data.seq_len and data.seq_len != cfg.data.seq_len:
+        raise ConfigError(f"data.seq_len: expected T={cfg.data.seq_len} but {cfg.data.path} was prepared with T={data.seq_len}")
+    if data.seq_len > cfg.model.max_position_embeddings:
+        raise ConfigError(
+            f"data.path: T={data.seq_len} exceeds model.max_position_embeddings={cfg.model.max_position_embeddings}"
+        )
+    return data
+
+
+def _pinned_ids(cfg: Config, data) -> list[int]:
+    if not cfg.drop.pinned_tokens:
+        return []
+    from .data import read_vocab
+
+    vocab = read_vocab(Path(data.tokenizer_path) / "vocab.txt")
+    out = []
+    for tok in cfg.drop.pinned_tokens:
+        if tok not in vocab:
+            raise ConfigError(f"drop.pinned_tokens: {tok!r} is not in the vocabulary")
+        out.append(vocab[tok])
+    return out
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the step and exits."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopFlag":
+        if _in_main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.stop:  # second signal: give up at once
+            raise KeyboardInterrupt
+        self.stop = True
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def pretrain(
+    cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None
+) -> PretrainResult:
+    """Run (or resume) a pretraining job into ``out_dir``.
+
+    ``stop_at``: pause after that step (a checkpoint is written; ``--resume`` continues), as a
+    SIGINT/SIGTERM would; the schedule still runs to ``train.steps``.
+    """
+    cfg.validate()
+    run_dir = Path(out_dir)
+    device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
+    dd = init_distributed(device_kind)
+    try:
+        return _pretrain(cfg, run_dir, resume, progress, dd, stop_at)
+    finally:
+        if dd.owns_group:
+            dist.destroy_process_group()
+
+
+def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None) -> PretrainResult:
+    from .data import MLMLoader
+
+    tc = cfg.train
+    device = resolve_device(tc.device, dd.local_rank)
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    if tc.deterministic:
+        torch.use_deterministic_algorithms(True)
+    amp = autocast_dtype(tc.precision, device)
+    if tc.batch_size % dd.world:
+        raise ConfigError(f"train.batch_size: {tc.batch_size} is not divisible by the {dd.world} ranks")
+    per_rank = tc.batch_size // dd.world
+    micro_bs = tc.micro_batch_size or per_rank
+    if per_rank % micro_bs:
+        raise ConfigError(f"train.micro_batch_size: {micro_bs} does not divide the per-rank batch {per_rank}")
+    accum = per_rank // micro_bs
+
+    data = _open_data(cfg)
+    T = data.seq_len
+
+    # -- run directory / resume ---------------------------------------------------------------------
+    meta_in: dict[str, Any] | None = None
+    if resume:
+        last = ckpt_mod.latest(run_dir)
+        if last is None:
+            raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints")
+        meta_in, model_sd, state_sd = ckpt_mod.load(last)
+        check_resume_compatible(meta_in["config"], to_dict(cfg))
+    elif dd.main:
+        if (run_dir / "checkpoints").exists() or (run_dir / "metrics.jsonl").exists():
+            raise TrainingError(f"--out: {run_dir} already holds a run; use --resume to continue it or choose a new directory")
+    if dd.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / ".config.toml.tmp"
+        tmp.write_text(to_toml(cfg))
+        tmp.replace(run_dir / "config.toml")
+        tok_dst = run_dir / "tokenizer"
+        if not tok_dst.exists():
+            from .hf import copy_tokenizer
+
+            tok_tmp = run_dir / ".tokenizer.tmp"
+            tok_tmp.mkdir(exist_ok=True)
+            copy_tokenizer(data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
+            tok_tmp.rename(tok_dst)
+    if dd.world > 1:
+        dist.barrier()
+
+    # -- model, selector, optimizer -----------------------------------------------------------------
+    torch.manual_seed(tc.seed)
+    model = BertForMaskedLM(cfg.model, cfg.drop)
+    model.bert.pooler.requires_grad_(False)  # no NSP: the pooler is not trained in pretraining
+    model.to(device)
+    counts = None
+    if cfg.drop.method == "frequency":
+        counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
+    selector = None
+    if cfg.drop.enabled:
+        selector = TokenSelector(cfg.drop, cfg.model.vocab_size, data.special_ids, T, _pinned_ids(cfg, data), counts,
+                                 seed=tc.seed).to(device)
+    fused = device.type == "cuda"
+    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.adam_beta1, tc.adam_beta2),
+                            eps=tc.adam_eps, fused=fused or None)
+    start_step = 0
+    loader_state = None
+    if meta_in is not None:
+        model.load_state_dict(model_sd)
+        ckpt_mod.optimizer_from_tensors(opt, state_sd, meta_in["optimizer_param_groups"])
+        if selector is not None and "importance" in state_sd:
+            selector.scores.copy_(state_sd["importance"].to(device))
+        if selector is not None and "rng.selector" in state_sd:
+            selector.set_rng_state(state_sd["rng.selector"], device)
+        ckpt_mod.restore_rng(state_sd)
+        start_step = int(meta_in["step"])
+        loader_state = meta_in["data_position"]
+        if start_step >= tc.steps:
+            raise TrainingError(f"--resume: the run is already at step {start_step} >= train.steps={tc.steps}")
+    ddp = None
+    if dd.world > 1:
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    run_model = model
+    if tc.compile:
+        run_model = torch.compile(ddp if ddp is not None else model)
+    step_fn = MLMStep(model, selector, opt, cfg, amp, ddp, use_attention_mask=not data.packed)
+    if tc.compile:
+        step_fn.run_model = run_model
+
+    loader = MLMLoader(data, split="train", batch_size=micro_bs, seed=tc.seed, rank=dd.rank, world_size=dd.world,
+                       mask_prob=cfg.data.mask_prob, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch,
+                       shuffle=True, loop=True)
+    if loader_state is not None:
+        loader.load_state_dict(loader_state)
+
+    def eval_batches():
+        return MLMLoader(data, split="eval", batch_size=micro_bs, seed=tc.seed, mask_prob=cfg.data.mask_prob,
+                         num_workers=0, shuffle=False, loop=False)
+
+    log = MetricsLog(run_dir, dd.main)
+    s2 = stage2_start(cfg)
+    flops_drop = step_flops(cfg.model, T, tc.batch_size, cfg.drop if cfg.drop.enabled else None)
+    flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
+    if dd.main and start_step == 0:
+        log.write({"step": 0, "event": "start", "params": num_parameters(model), "seq_len": T, "world_size": dd.world,
+                   "accum": accum, "stage2_start": s2, "device": str(device)})
+        log.write({"step": 0, "wall_time": 0.0, **evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)})
+
+    def save_ckpt(step: int) -> Path | None:
+        if not dd.main:
+            return None
+        tensors, groups = ckpt_mod.optimizer_to_tensors(opt)
+        if selector is not None:
+            tensors["importance"] = selector.scores.detach().cpu().contiguous()
+        tensors.update(ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None))
+        meta = {"config": to_dict(cfg), "data_position": loader.state_dict(), "optimizer_param_groups": groups,
+                "wall_time": wall}
+        return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, tc.keep_checkpoints)
+
+    wall = float(meta_in.get("wall_time", 0.0)) if meta_in else 0.0
+    tokens_done = 0
+    train_time = 0.0
+    history: list[dict[str, Any]] = []
+    bad = torch.zeros((), dtype=torch.bool, device=device)
+    last_eval: dict[str, float] = {}
+    pbar = None
+    if progress and dd.main:
+        from tqdm import tqdm
+
+        pbar = tqdm(total=tc.steps, initial=start_step, desc="pretrain", unit="step", dynamic_ncols=True)
+    it = iter(loader)
+    step = start_step
+    interrupted = False
+    model.train()
+    with _StopFlag() as stop:
+        while step < tc.steps:
+            t0 = time.perf_counter()
+            micro = []
+            for _ in range(accum):
+                mb = next(it)
+                micro.append({k: v.to(device, non_blocking=True) for k, v in mb.items()})
+            dropping = cfg.drop.enabled and step < s2
+            out = step_fn(micro, lr_at(step, tc.lr, tc.warmup_steps, tc.steps), dropping)
+            bad |= ~torch.isfinite(out["loss"])
+            step += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            train_time += dt
+            wall += dt
+            tokens_done += tc.batch_size * T
+            is_log = step % tc.log_every == 0 or step == tc.steps
+            is_eval = step % tc.eval_every == 0 or step == tc.steps
+            if stop_at is not None and step >= stop_at:
+                stop.stop = True
+            is_ckpt = step % tc.ckpt_every == 0 or step == tc.steps or stop.stop
+            if is_log or is_eval or is_ckpt:
+                if bool(bad):
+                    last = ckpt_mod.latest(run_dir)
+                    raise TrainingError(
+                        f"non-finite loss at or before step {step}; stopped. Last good checkpoint: {last or 'none'} "
+                        f"(lower train.lr or check the data)"
+                    )
+            if is_log:
+                rec = {"step": step, "loss": out["loss"].item(), "acc": out["acc"].item(),
+                       "lr": lr_at(step - 1, tc.lr, tc.warmup_steps, tc.steps), "grad_norm": out["grad_norm"].item(),
+                       "kept_fraction": cfg.drop.num_kept(T) / T if dropping else 1.0, "dropping": dropping,
+                       "step_time": dt, "tokens_per_s": tc.batch_size * T / dt, "wall_time": wall,
+                       "flops_per_step": (flops_drop if dropping else flops_dense).total}
+                log.write(rec)
+                history.append(rec)
+                if pbar is not None:
+                    pbar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+            if is_eval and dd.main:
+                last_eval = evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)
+                rec = {"step": step, "wall_time": wall, **last_eval}
+                log.write(rec)
+                history.append(rec)
+            if is_ckpt:
+                save_ckpt(step)
+                if dd.world > 1:
+                    dist.barrier()
+            if pbar is not None:
+                pbar.update(1)
+            if stop.stop:
+                interrupted = True
+                break
+    if pbar is not None:
+        pbar.close()
+    loader.close()
+    if dd.main:
+        log.write({"step": step, "event": "interrupted" if interrupted else "end", "wall_time": wall})
+    log.close()
+    if dd.main and not interrupted:
+        from .report import write_run_report
+
+        write_run_report(run_dir)
+    return PretrainResult(
+        run_dir=run_dir, steps=step, interrupted=interrupted, wall_time=wall,
+        tokens_per_s=tokens_done / train_time if train_time else 0.0, final_eval=last_eval,
+        flops_per_step={"dropping": flops_drop.total, "dense": flops_dense.total},
+        importance=selector.scores.detach().cpu().clone() if selector is not None else None, history=history,
+    )
+
+
+def load_run_config(run_dir: str | os.PathLike) -> Config:
+    import tomllib
+
+    p = Path(run_dir) / "config.toml"
+    if not p.is_file():
+        raise TrainingError(f"{run_dir}: not a run directory (no config.toml)")
+    return from_dict(Config, tomllib.loads(p.read_text()))
+
+
+__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics"]

@@ -1,0 +1,60 @@
+import pytest
+
+from tokendrop.config import Config, ConfigError, DropConfig, load_config, to_toml, from_dict
+import tomllib
+
+
+def test_presets_load():
+    for name in ("tiny", "demo", "bert-base-128", "bert-base-512", "bert-large-128", "bert-large-512"):
+        cfg = load_config(name)
+        assert cfg.model.hidden_size % cfg.model.num_heads == 0
+    base = load_config("bert-base-512")
+    assert (base.model.num_layers, base.model.hidden_size, base.train.batch_size, base.train.steps, base.data.seq_len) == (
+        12, 768, 512, 1_000_000, 512)
+    large = load_config("bert-large-128")
+    assert (large.model.num_layers, large.model.hidden_size, large.model.num_heads, large.model.intermediate_size) == (24, 1024, 16, 4096)
+
+
+def test_overrides_and_round_trip():
+    cfg = load_config("tiny", ["drop.method=cumulative", "drop.rate=0.625", "train.steps=7", "drop.pinned_tokens=['.']",
+                               'data.path="x y"'])
+    assert cfg.drop.method == "cumulative" and cfg.drop.rate == 0.625 and cfg.train.steps == 7
+    assert cfg.drop.pinned_tokens == ["."] and cfg.data.path == "x y"
+    again = from_dict(Config, tomllib.loads(to_toml(cfg)))
+    assert again == cfg
+
+
+def test_model_preset_explicit_fields_win():
+    cfg = load_config(None, ["model.preset=bert-base", "model.num_layers=6"])
+    assert cfg.model.num_layers == 6 and cfg.model.hidden_size == 768
+
+
+@pytest.mark.parametrize(
+    "override,msg",
+    [
+        ("train.stepz=3", "unknown config key 'train.stepz'; did you mean 'train.steps'"),
+        ("drop.rat=0.2", "did you mean 'drop.rate'"),
+        ("train.steps=abc", "train.steps: expected an integer"),
+        ("train.steps=1.5", "train.steps: expected an integer"),
+        ("train.compile=1", "train.compile: expected true or false"),
+        ("drop.rate=1.0", r"drop.rate: expected a fraction in \[0, 1\)"),
+        ("model.num_heads=5", "model.hidden_size: 64 is not divisible"),
+        ("model.preset=bert-huge", "model.preset: unknown preset"),
+        ("train.precision=fp8", "train.precision"),
+        ("nonsense", "expected section.key=value"),
+    ],
+)
+def test_bad_values(override, msg):
+    with pytest.raises(ConfigError, match=msg):
+        load_config("tiny", [override])
+
+
+def test_bad_files(tmp_path):
+    p = tmp_path / "x.toml"
+    p.write_text("[train\nsteps=1")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="no such file or preset"):
+        load_config(tmp_path / "missing.toml")
+    p.write_text('extends = "tiny"\n[train]\nsteps = 3\n')
+    assert load_config(p).train.steps == 3 and load_config(p).model.hidden_size == 64

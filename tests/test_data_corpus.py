@@ -94,9 +94,25 @@ def test_reader_errors(tmp_path):
 
 def test_hf_local_dataset(tmp_path):
     datasets = pytest.importorskip("datasets")
-    ds = datasets.Dataset.from_dict({"content": ["One doc.\n\nParagraph two.", "Two."]})
+    from datasets.table import InMemoryTable
+
+    # an explicit fingerprint skips datasets' dill hashing (fragile across pyarrow versions)
+    ds = datasets.Dataset(InMemoryTable.from_pydict({"content": ["One doc.\n\nParagraph two.", "Two."]}), fingerprint="t")
     ds.save_to_disk(str(tmp_path / "ds"))
-    assert list(iter_documents([f"hf:{tmp_path / 'ds'}"], text_field="content")) == ["One doc.\nParagraph two.", "Two."]
+    want = ["One doc.\nParagraph two.", "Two."]
+    assert list(iter_documents([f"hf:{tmp_path / 'ds'}"], text_field="content")) == want
+    datasets.DatasetDict({"train": ds, "validation": ds}).save_to_disk(str(tmp_path / "dd"))
+    assert list(iter_documents([f"hf:{tmp_path / 'dd'}@validation"], text_field="content")) == want
+    with pytest.raises(DataError, match="no split 'test'"):
+        list(iter_documents([f"hf:{tmp_path / 'dd'}@test"], text_field="content"))
+    with pytest.raises(DataError, match="no column 'text'"):
+        list(iter_documents([f"hf:{tmp_path / 'ds'}"]))
+    from tokendrop.data import PreparedData, prepare
+    from tokendrop.data.testing import write_toy_vocab
+
+    prepare([f"hf:{tmp_path / 'ds'}"], tmp_path / "o", 8, vocab=write_toy_vocab(tmp_path / "v.txt"),
+            text_field="content", eval_fraction=0, workers=1, progress=False)
+    assert PreparedData.open(tmp_path / "o").meta["sources"][0]["format"] == "hf"
 
 
 def test_hf_without_datasets_is_a_clear_error(monkeypatch):

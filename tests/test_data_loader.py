@@ -217,6 +217,10 @@ def test_eval_pass_covers_every_sequence_once(packed):
             got += idx[idx >= 0].tolist()
         again = list(MLMLoader(packed, split="eval", batch_size=B, world_size=W, rank=r, shuffle=False, loop=False))
         same(batches, again)  # deterministic masks on every eval pass
+        same(take(ld, 2), batches[:2])  # a new pass over the same loader restarts at the beginning
+        same(take(ld, 2), batches[:2])
+        ld.load_state_dict({"epoch": 0, "position": 1})
+        same(list(ld), batches[1:])  # ... unless a position was loaded
     assert counts[0] == counts[1]
     assert sorted(got) == list(range(N))
 

@@ -161,3 +161,14 @@ def test_subsample_is_deterministic_and_ordered():
     a, b = subsample(xs, 10), subsample(xs, 10)
     assert a == b and a == sorted(a) and len(a) == 10
     assert subsample(xs, 0) == xs and subsample(xs, 1000) == xs
+
+
+def test_skip_malformed_rows_when_asked(tmp_path):
+    p = tmp_path / "train.tsv"
+    p.write_text("sentence\tlabel\ngood\t1\nbroken line\nbad\t0\nodd\tx\n")
+    with pytest.raises(FinetuneError, match=r"train.tsv:3: .* set skip_malformed=true"):
+        read_glue_tsv(get_task("sst2"), p)
+    skipped = []
+    ex = read_glue_tsv(get_task("sst2"), p, skipped=skipped)
+    assert [e.text_a for e in ex] == ["good", "bad"]
+    assert len(skipped) == 2 and ":3:" in skipped[0] and ":5: unknown label 'x'" in skipped[1]

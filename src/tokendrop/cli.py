@@ -191,7 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     s.add_argument("--preset", default="", help="benchmark preset (default: per device)")
     s.add_argument("--json", help="write results JSON here (and a Markdown table beside it)")
-    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a preset field (see tokendrop.bench.BenchPreset), e.g. --set seq_lens=[128]")
+    s.add_argument("--compile", action="store_true", help="torch.compile both our model and the HF baseline")
+    s.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    s.add_argument("--rounds", type=int, help="interleaved timing rounds")
+    s.add_argument("--warmup", type=int, help="untimed warm-up steps per setting")
+    s.add_argument("--no-hf", action="store_true", help="skip the transformers.BertForMaskedLM baseline")
+    s.add_argument("--profile", metavar="DIR", help="write a torch.profiler table per setting into DIR")
+    s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("demo", help="the README's main job: fetch data, pretrain baseline vs token drop, compare")

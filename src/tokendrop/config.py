@@ -291,6 +291,7 @@ class FinetuneConfig:
     # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path
     ax_data: str = "auto"
     save_model: bool = False  # write the fine-tuned model (HF layout) to <out>/model
+    skip_malformed: bool = False  # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
     log_every: int = 50  # optimizer steps between progress lines (0 = silent)
 
     def validate(self) -> "FinetuneConfig":

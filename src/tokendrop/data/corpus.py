@@ -469,29 +469,31 @@ def _strip_templates(text: str) -> str:
 
 
 def _strip_balanced(text: str, open_: str, close_: str) -> str:
-    """Remove ``open_ ... close_`` spans, nesting-aware; an unmatched opener is dropped alone."""
+    """Remove ``open_ ... close_`` spans, nesting-aware, in one pass.
+
+    Unmatched openers and stray closers are dropped alone (the text around them is kept).
+    """
     tok = re.compile(re.escape(open_) + "|" + re.escape(close_))
-    out = []
-    depth = 0
-    start = 0
-    outer = -1
+    stack: list[int] = []
+    cuts: list[tuple[int, int]] = []
     for m in tok.finditer(text):
         if m.group() == open_:
-            if depth == 0:
-                out.append(text[start : m.start()])
-                outer = m.start()
-            depth += 1
-        elif depth > 0:
-            depth -= 1
-            if depth == 0:
-                start = m.end()
-        else:  # stray closer
-            out.append(text[start : m.start()])
-            start = m.end()
-    if depth:
-        # unclosed: drop just the outermost opener and rescan the rest
-        return "".join(out) + _strip_balanced(text[outer + len(open_) :], open_, close_)
-    out.append(text[start:])
+            stack.append(m.start())
+        elif stack:
+            cuts.append((stack.pop(), m.end()))  # nested pairs are swallowed by the merge below
+        else:
+            cuts.append((m.start(), m.end()))  # stray closer
+    # openers never closed: drop them alone, and keep what lies between them
+    cuts += [(start, start + len(open_)) for start in stack]
+    cuts.sort()
+    out = []
+    pos = 0
+    for a, b in cuts:
+        if b <= pos:
+            continue
+        out.append(text[pos : max(a, pos)])
+        pos = b
+    out.append(text[pos:])
     return "".join(out)
 
 

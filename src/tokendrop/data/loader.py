@@ -20,11 +20,14 @@ only on the seed, the epoch and the sequence, never on workers, ranks or batch c
 
 Resume.  ``state_dict()`` describes the next batch to be *yielded* (prefetched batches are not
 counted); ``load_state_dict()`` makes iteration continue with exactly that batch, also with a
-different world size as long as the global batch divides the sequences consumed so far.
+different world size as long as the global batch divides the sequences consumed so far.  With
+``loop=True`` every ``iter(loader)`` continues from the current position; with ``loop=False``
+every ``iter(loader)`` starts a new pass at the first batch (so repeated evals see the same
+batches), unless ``load_state_dict()`` was called since the last ``iter()``.
 
 Workers.  ``num_workers`` forked processes build batches (worker w builds batches w, w+nw, ...
-into its own bounded queue of ``prefetch`` batches; the consumer reads them round-robin, so the
-order is fixed).  ``num_workers=0`` builds them synchronously.  Workers stop when the iterator is
+into ``prefetch`` shared-memory slots of its own and announces each on a small queue; the consumer
+reads the workers round-robin, so the order is fixed, and copies each batch out of its slot).  ``num_workers=0`` builds them synchronously.  Workers stop when the iterator is
 exhausted, closed or garbage-collected, on ``close()``, and at interpreter exit (daemon processes).
 """
 
@@ -35,6 +38,7 @@ import multiprocessing as mp
 import os
 import queue
 import sys
+import time
 import traceback
 import weakref
 from typing import Any, Iterator
@@ -186,39 +190,52 @@ _END = "__end__"
 _ERR = "__error__"
 
 
-def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, domain: int,
-                 epoch0: int, step0: int, wid: int, nw: int, q, stop) -> None:
-    try:
-        torch.set_num_threads(1)
+class _SlotLayout:
+    """Byte layout of one batch in a shared-memory slot: ids (B,T), positions, labels, weights (B,P)."""
+
+    def __init__(self, B: int, T: int, P: int, dtype: np.dtype):
+        self.fields = []
+        off = 0
+        for name, shape, dt in (("input_ids", (B, T), dtype), ("mlm_positions", (B, P), np.dtype(np.int32)),
+                                ("mlm_labels", (B, P), dtype), ("mlm_weights", (B, P), np.dtype(np.uint8))):
+            self.fields.append((name, shape, dt, off))
+            off += -(-int(np.prod(shape)) * dt.itemsize // 64) * 64  # 64-byte aligned
+        self.nbytes = off
+
+    def views(self, buf: np.ndarray, slot: int) -> dict[str, np.ndarray]:
+        base = slot * self.nbytes
+        return {name: buf[base + off : base + off + int(np.prod(shape)) * dt.itemsize].view(dt).reshape(shape)
+                for name, shape, dt, off in self.fields}
+
+
+def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, domain: int, epoch0: int,
+                 step0: int, wid: int, nw: int, raw, layout: _SlotLayout, nslots: int, free, q, stop) -> None:
+    """Build batches wid, wid+nw, ... into shared-memory slots (round-robin); announce them on ``q``."""
+    try:  # numpy only: nothing here touches torch (the process is forked from a torch program)
+        buf = np.frombuffer(raw, dtype=np.uint8)
         seqs = pd.sequences(split)
         o = wid
+        j = 0
         while not stop.is_set():
             es = plan.at(epoch0, step0, o)
             if es is None:
                 break
             e, s = es
-            idx = plan.indices(e, s)
-            b = build_batch(seqs, idx, masker, plan.seed, e, domain)
-            compact = (
-                b["input_ids"].astype(pd.dtype),
-                b["mlm_positions"].astype(np.int32),
-                b["mlm_labels"].astype(pd.dtype),
-                b["mlm_weights"].astype(np.uint8),
-                idx,
-            )
-            while not stop.is_set():
-                try:
-                    q.put((e, s, compact), timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
+            b = build_batch(seqs, plan.indices(e, s), masker, plan.seed, e, domain)
+            while not stop.is_set() and not free.acquire(timeout=0.1):  # wait for a consumed slot
+                pass
+            if stop.is_set():
+                break
+            slot = j % nslots
+            for name, v in layout.views(buf, slot).items():
+                v[...] = b[name]
+            q.put((e, s, slot))
             o += nw
-        if stop.is_set():
-            q.cancel_join_thread()  # the consumer is gone: do not wait to flush unread batches
-        else:
-            q.put(_END)  # flushed at exit (the consumer reads it)
+            j += 1
+        if not stop.is_set():
+            q.put(_END)
     except KeyboardInterrupt:
-        q.cancel_join_thread()
+        pass
     except BaseException as exc:  # reported to the consumer
         try:
             kind = "DataError" if isinstance(exc, DataError) else type(exc).__name__
@@ -228,15 +245,11 @@ def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, d
 
 
 def _shutdown(procs: list, queues: list, stop) -> None:
-    stop.set()
-    for q in queues:  # unblock workers waiting to flush batches into a full pipe
-        try:
-            while True:
-                q.get_nowait()
-        except Exception:
-            pass
+    stop.set()  # workers poll it at least every 0.1 s
+    deadline = time.monotonic() + 0.5
     for p in procs:
-        p.join(timeout=1.0)
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
         if p.is_alive():
             p.terminate()
             p.join(timeout=2.0)
@@ -251,19 +264,29 @@ def _shutdown(procs: list, queues: list, stop) -> None:
 
 
 class _Workers:
-    """A set of worker processes producing batches from (epoch0, step0) onwards, in order."""
+    """Worker processes producing the batches from (epoch0, step0) onwards, consumed in order.
+
+    Each worker owns ``prefetch`` shared-memory batch slots and a semaphore counting free ones; only
+    tiny (epoch, step, slot) messages go through its queue, so handing a batch over costs the
+    consumer one small read and a copy.
+    """
 
     def __init__(self, loader: "MLMLoader", epoch0: int, step0: int):
         ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.nw = loader.num_workers
+        self.nslots = max(1, loader.prefetch)
+        self.layout = _SlotLayout(loader.batch_size, loader.seq_len, loader.num_slots, loader.data.dtype)
         self.stop = ctx.Event()
-        self.queues = [ctx.Queue(maxsize=max(1, loader.prefetch)) for _ in range(self.nw)]
+        self.queues = [ctx.Queue() for _ in range(self.nw)]
+        self.free = [ctx.Semaphore(self.nslots) for _ in range(self.nw)]
+        self.raws = [ctx.RawArray("B", self.layout.nbytes * self.nslots) for _ in range(self.nw)]
+        self.bufs = [np.frombuffer(r, dtype=np.uint8) for r in self.raws]
         self.procs = []
         for w in range(self.nw):
             p = ctx.Process(
                 target=_worker_main,
                 args=(loader.data, loader.split, loader._plan, loader.masker, loader._domain, epoch0, step0, w,
-                      self.nw, self.queues[w], self.stop),
+                      self.nw, self.raws[w], self.layout, self.nslots, self.free[w], self.queues[w], self.stop),
                 name=f"tokendrop-data-{w}",
                 daemon=True,
             )
@@ -272,7 +295,8 @@ class _Workers:
         self.ordinal = 0
         self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.queues, self.stop)
 
-    def next(self):
+    def next(self, convert):
+        """``convert(views)`` of the next batch (views are valid only during the call), or None at the end."""
         w = self.ordinal % self.nw
         q, p = self.queues[w], self.procs[w]
         while True:
@@ -281,8 +305,7 @@ class _Workers:
                 break
             except queue.Empty:
                 if not p.is_alive():
-                    # it may have put its last item just before exiting
-                    try:
+                    try:  # it may have announced its last batch just before exiting
                         item = q.get(timeout=0.5)
                         break
                     except queue.Empty:
@@ -294,8 +317,11 @@ class _Workers:
             raise RuntimeError(f"data worker {w} failed: {kind}: {msg}\n{tb}")
         if item == _END:
             return None
+        e, s, slot = item
+        out = convert(self.layout.views(self.bufs[w], slot))
+        self.free[w].release()
         self.ordinal += 1
-        return item
+        return e, s, out
 
     def close(self) -> None:
         self._finalizer()
@@ -357,6 +383,7 @@ class MLMLoader:
         self._step = 0
         self._iter_id = 0
         self._state_version = 0
+        self._resume_pending = False
         self._workers: _Workers | None = None
         self._pad = self.data.special_ids["pad"]
 
@@ -416,10 +443,12 @@ class MLMLoader:
             epoch, step = epoch + step // self._plan.steps_per_epoch, step % self._plan.steps_per_epoch
         self._epoch, self._step = epoch, step
         self._state_version += 1  # an active iterator restarts its workers from here
+        self._resume_pending = True  # loop=False: the next iter() continues from here
 
     # ---- iteration
     def _to_torch(self, inp, pos, lab, wts) -> dict[str, torch.Tensor]:
-        input_ids = torch.from_numpy(np.ascontiguousarray(inp, dtype=np.int64))
+        """Tensors owning their memory (the inputs may be views of a shared slot that is reused)."""
+        input_ids = torch.from_numpy(np.array(inp, dtype=np.int64))
         if self.data.packed:
             attn = torch.ones_like(input_ids)
         else:
@@ -428,10 +457,13 @@ class MLMLoader:
             "input_ids": input_ids,
             "attention_mask": attn,
             "token_type_ids": torch.zeros_like(input_ids),
-            "mlm_positions": torch.from_numpy(np.ascontiguousarray(pos, dtype=np.int64)),
-            "mlm_labels": torch.from_numpy(np.ascontiguousarray(lab, dtype=np.int64)),
-            "mlm_weights": torch.from_numpy(np.ascontiguousarray(wts, dtype=np.float32)),
+            "mlm_positions": torch.from_numpy(np.array(pos, dtype=np.int64)),
+            "mlm_labels": torch.from_numpy(np.array(lab, dtype=np.int64)),
+            "mlm_weights": torch.from_numpy(np.array(wts, dtype=np.float32)),
         }
+
+    def _views_to_torch(self, v: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return self._to_torch(v["input_ids"], v["mlm_positions"], v["mlm_labels"], v["mlm_weights"])
 
     def _advance(self) -> None:
         self._step += 1
@@ -447,6 +479,9 @@ class MLMLoader:
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         self.close()
+        if not self.loop and not self._resume_pending:
+            self._epoch, self._step = 0, 0  # every pass over an eval split starts at its beginning
+        self._resume_pending = False
         self._iter_id += 1
         return self._iterate(self._iter_id)
 
@@ -469,13 +504,12 @@ class MLMLoader:
                 else:
                     if self._workers is None:
                         self._workers = _Workers(self, self._epoch, self._step)
-                    item = self._workers.next()
+                    item = self._workers.next(self._views_to_torch)
                     if item is None:
                         return
-                    e, s, (inp, pos, lab, wts, _idx) = item
+                    e, s, out = item
                     if (e, s) != (self._epoch, self._step):  # guards the ordering invariant
                         raise RuntimeError(f"data workers out of sync: got batch {(e, s)}, expected {(self._epoch, self._step)}")
-                    out = self._to_torch(inp, pos, lab, wts)
                 self._advance()
                 yield out
         finally:

@@ -56,6 +56,7 @@ from . import DataError
 from .corpus import HF, WIKI, Source, finish, iter_raw, resolve_corpus
 from .tokenizer import (
     SPECIAL_KEYS,
+    _guess_lowercase,
     build_tokenizer,
     is_lowercase,
     plain_copy,
@@ -450,7 +451,9 @@ def prepare(
     lowercase: lower-case and strip accents (BERT "uncased").
     packed: pack documents into full sequences (default) or one padded segment per sequence.
     eval_fraction: share of the tokens held out as the eval split (whole documents).
-    workers: tokenization processes (default: all cores; 1 = in this process).
+    workers: parallelism (default: the number of cores).  1: everything in this thread.  More:
+        text/JSONL files are read in a background thread while ``tokenizers`` encodes on all cores
+        (its own thread pool); Wikipedia dumps (Python markup cleaning) use ``workers`` processes.
     overflow: unpacked only -- ``split`` long documents over several sequences or ``truncate`` them.
     overwrite: replace an existing ``out_dir`` (only once the new one is complete).
     seed: seed of the eval-document selection.
@@ -487,8 +490,14 @@ def prepare(
             raise DataError(f"{out_dir}: already exists; remove it or pass overwrite (--overwrite)")
     # ---- inputs (all checked before anything is written)
     sources = resolve_corpus(corpus_paths)
+    warnings: list[str] = []
     if vocab is not None:
         tok = build_tokenizer(vocab, lowercase=lowercase)
+        if _guess_lowercase(read_vocab(vocab)) != bool(lowercase):
+            warnings.append(
+                f"{vocab}: the vocabulary looks {'uncased' if lowercase is False else 'cased'} but lowercase={lowercase}; "
+                "check --lowercase/--no-lowercase"
+            )
         tok_source = {"type": "vocab", "vocab_file": os.path.abspath(os.fspath(vocab)), "vocab_file_sha256": vocab_sha256(vocab)}
     else:
         from tqdm.auto import tqdm
@@ -558,7 +567,6 @@ def prepare(
         save_tokenizer(tok, tmp, model_max_length=max_position_embeddings)
         np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
         raw_docs = tk["stats"].get("raw_documents", {})
-        warnings = []
         if eval_fraction > 0 and split_meta["eval"]["num_sequences"] == 0:
             warnings.append("eval split is empty: the corpus is too small to hold out a full sequence")
         trunc = {k: v for k, v in split_meta["train"].items() if k in ("truncated_documents", "truncated_tokens")}
@@ -623,6 +631,9 @@ def prepare(
         os.rename(tmp, out_dir)
         if old:
             shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:  # disk full, permissions, ...: a data problem for the user, not a crash
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DataError(f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was written") from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

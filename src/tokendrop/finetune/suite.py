@@ -209,10 +209,12 @@ def cell_config(cfg: SuiteConfig, cell: Cell) -> FinetuneConfig:
     return dataclasses.replace(base, task=spec.name, data=data, epochs=cell.epochs, lr=cell.lr, seed=cell.seed)
 
 
-def _same_settings(a: dict, b: dict) -> bool:
-    ka = {k: v for k, v in a.items() if k not in _IGNORED_KEYS}
-    kb = {k: v for k, v in b.items() if k not in _IGNORED_KEYS}
-    return ka == kb
+def _same_settings(stored: dict, wanted: dict) -> bool:
+    """Same fine-tuning settings; a field the stored cell predates counts as its default value, so
+    adding a config field does not invalidate finished cells."""
+    defaults = to_dict(FinetuneConfig())
+    full = {**defaults, **stored}
+    return all(full.get(k) == v for k, v in wanted.items() if k not in _IGNORED_KEYS)
 
 
 def _finished(path: Path, fcfg: FinetuneConfig) -> dict | None:
@@ -434,10 +436,15 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
                 log(f"[{i}/{total}] {m.label} ({m.path}) {cell.task} {cell.name} ...")
                 r = finetune_fn(fcfg, str(m.path), cdir, log=None)
                 dt = time.perf_counter() - t0
-                spent.setdefault(cell.task, []).append(dt)
+                spent.setdefault(cell.task, []).append(dt / cell.epochs)
                 computed += 1
-                left = sum(_mean(spent.get(c.task, [dt])) for c in cells[cells.index(cell) + 1:]) + \
-                    sum(_mean(spent.get(c.task, [dt])) for c in cells) * (len(entries) - entries.index(m) - 1)
+                per_epoch = _mean([x for v in spent.values() for x in v])
+
+                def est(c: Cell) -> float:  # seconds per epoch of the task (else of any task) x epochs
+                    return _mean(spent.get(c.task, [per_epoch])) * c.epochs
+
+                left = sum(est(c) for c in cells[cells.index(cell) + 1:]) + \
+                    sum(est(c) for c in cells) * (len(entries) - entries.index(m) - 1)
                 log(f"[{i}/{total}] {cell.task} {cell.name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
                     + f" ({dt:.0f}s; about {left / 60:.0f} min left)")
                 r = {**r, "_fresh": True}

@@ -138,8 +138,13 @@ def _read_lines(path: Path):
         raise FinetuneError(f"{path}: is a directory, expected a file") from None
 
 
-def read_tsv_table(path: str | os.PathLike, required: list[str]) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """Read a GLUE TSV (no quoting): header + rows, every row checked to have the header's width."""
+def read_tsv_table(path: str | os.PathLike, required: list[str], skipped: list[str] | None = None
+                   ) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """Read a GLUE TSV (no quoting): header + rows, every row checked to have the header's width.
+
+    A row of the wrong width is an error, unless ``skipped`` is a list: then the row is left out and
+    its message appended there (``skip_malformed``, for downloads with a few broken lines).
+    """
     path = Path(path)
     it = _read_lines(path)
     header = None
@@ -160,11 +165,16 @@ def read_tsv_table(path: str | os.PathLike, required: list[str]) -> tuple[list[s
             continue
         fields = line.split("\t")
         if len(fields) != len(header):
-            raise FinetuneError(
-                f"{path}:{lineno}: expected {len(header)} tab-separated fields as in the header, got {len(fields)}"
-            )
+            msg = f"{path}:{lineno}: expected {len(header)} tab-separated fields as in the header, got {len(fields)}"
+            if skipped is None:
+                raise FinetuneError(msg + _SKIP_HINT)
+            skipped.append(msg)
+            continue
         rows.append((lineno, fields))
     return header, rows
+
+
+_SKIP_HINT = " (to leave such rows out, set skip_malformed=true)"
 
 
 def _label_index(spec: TaskSpec, raw: str, where: str) -> int:
@@ -175,11 +185,12 @@ def _label_index(spec: TaskSpec, raw: str, where: str) -> int:
         raise FinetuneError(f"{where}: unknown label {raw!r} for {spec.name}; expected one of {', '.join(spec.labels)}") from None
 
 
-def read_glue_tsv(spec: TaskSpec, path: str | os.PathLike, labelled: bool = True) -> list[Example]:
-    """Read one GLUE TSV file of ``spec`` (columns by header name)."""
+def read_glue_tsv(spec: TaskSpec, path: str | os.PathLike, labelled: bool = True,
+                  skipped: list[str] | None = None) -> list[Example]:
+    """Read one GLUE TSV file of ``spec`` (columns by header name); ``skipped``: see ``read_tsv_table``."""
     path = Path(path)
     cols = [spec.text_a] + ([spec.text_b] if spec.text_b else []) + ([spec.label] if labelled else [])
-    header, rows = read_tsv_table(path, cols)
+    header, rows = read_tsv_table(path, cols, skipped)
     ia = header.index(spec.text_a)
     ib = header.index(spec.text_b) if spec.text_b else None
     il = header.index(spec.label) if labelled else None
@@ -192,9 +203,15 @@ def read_glue_tsv(spec: TaskSpec, path: str | os.PathLike, labelled: bool = True
             raw = f[il].strip()
             if spec.name == "mnli" and raw == MNLI_SKIP_LABEL:
                 continue
-            if raw == "":
-                raise FinetuneError(f"{where}: empty label in column {spec.label!r}")
-            label = _label_index(spec, raw, where)
+            try:
+                if raw == "":
+                    raise FinetuneError(f"{where}: empty label in column {spec.label!r}")
+                label = _label_index(spec, raw, where)
+            except FinetuneError as e:
+                if skipped is None:
+                    raise FinetuneError(str(e) + _SKIP_HINT) from None
+                skipped.append(str(e))
+                continue
         guid = f[iid] if iid is not None else str(len(out))
         out.append(Example(guid, f[ia], f[ib] if ib is not None else None, label, where))
     return out
@@ -300,7 +317,10 @@ def subsample(examples: list, n: int, seed: int = 12345) -> list:
 
 
 def load_classification(spec: TaskSpec, data: str | os.PathLike, *, text_a: str = "sentence", text_b: str = "",
-                        label: str = "label", labels: list[str] | None = None, need_train: bool = True) -> ClassificationData:
+                        label: str = "label", labels: list[str] | None = None, need_train: bool = True,
+                        skipped: list[str] | None = None) -> ClassificationData:
+    """A task's train and dev splits.  ``skipped``: a list to collect left-out malformed GLUE rows in
+    (default: malformed rows are errors)."""
     d = task_dir(spec, data)
     files: dict[str, str] = {}
     if spec.name == "custom":
@@ -331,14 +351,14 @@ def load_classification(spec: TaskSpec, data: str | os.PathLike, *, text_a: str 
     train = []
     if need_train and spec.train:
         p = d / spec.train
-        train = read_glue_tsv(spec, p)
+        train = read_glue_tsv(spec, p, skipped=skipped)
         files["train"] = str(p)
     dev = {}
     for split, fname in spec.dev.items():
         p = d / fname
         if not p.is_file():
             raise FinetuneError(f"task {spec.name}: no {fname} in {d}")
-        dev[split] = read_glue_tsv(spec, p)
+        dev[split] = read_glue_tsv(spec, p, skipped=skipped)
         files[split] = str(p)
     if need_train and spec.train and not train:
         raise FinetuneError(f"{files['train']}: no training examples")

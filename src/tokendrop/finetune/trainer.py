@@ -234,8 +234,9 @@ def _column_scores(spec: TaskSpec, metrics: dict[str, dict]) -> dict[str, float]
 def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log) -> dict:
     from ..model import BertForSequenceClassification
 
+    skipped: list[str] | None = [] if cfg.skip_malformed else None
     data = load_classification(spec, cfg.data, text_a=cfg.text_a, text_b=cfg.text_b, label=cfg.label,
-                               labels=cfg.labels or None)
+                               labels=cfg.labels or None, skipped=skipped)
     spec = data.spec
     dev = dict(data.dev)
     dev_specs = {k: spec for k in dev}
@@ -246,7 +247,7 @@ def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log
             if ax_file.is_dir():
                 ax_file = ax_file / "diagnostic-full.tsv"
             ax_spec = get_task("ax")
-            dev["ax"] = read_glue_tsv(ax_spec, ax_file)
+            dev["ax"] = read_glue_tsv(ax_spec, ax_file, skipped=skipped)
             dev_specs["ax"] = ax_spec
             files["ax"] = str(ax_file)
         elif cfg.ax_data != "auto":
@@ -291,8 +292,11 @@ def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log
         metrics[split] = classification_metrics(sp.metric, gold, preds.tolist())
         _write_class_predictions(out / "predictions" / f"{split}.tsv", exs, preds, sp.labels)
     eval_s = time.perf_counter() - t_ev
+    if skipped and log:
+        log(f"{spec.name}: left out {len(skipped)} malformed row(s), first: {skipped[0]}")
     return {"spec": spec, "model": model, "info": info, "metrics": metrics, "stats": stats, "files": files,
-            "n_train": len(train), "encode_s": enc_s, "eval_s": eval_s, "labels": spec.labels}
+            "n_train": len(train), "encode_s": enc_s, "eval_s": eval_s, "labels": spec.labels,
+            "skipped_rows": skipped or []}
 
 
 def _check_vocab(tok, mcfg, model_path) -> None:
@@ -403,8 +407,17 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
         raise FinetuneError(f"task {spec.name} is evaluation-only; it is scored by the MNLI model (task mnli)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    threads_before = torch.get_num_threads()
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    try:
+        return _finetune(cfg, spec, model_path, out, log)
+    finally:
+        if cfg.threads > 0:
+            torch.set_num_threads(threads_before)
+
+
+def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: LogFn | None) -> dict:
     device = resolve_device(cfg.device)
     bf16 = use_bf16(cfg.precision, device)
     seed_everything(cfg.seed)
@@ -419,6 +432,8 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
         "model": str(model_path),
         "model_source": r["info"].get("source", ""),
         "scores": _column_scores(r["spec"], r["metrics"]),
+        # the task's main dev number (%, as the paper's tables): accuracy / F1 (QQP, SQuAD) / MNLI-m acc.
+        "score": next(iter(r["metrics"].values()))["score"],
         "metrics": r["metrics"],
         "train": {**dataclasses.asdict(st), "train_examples": r["n_train"],
                   **({"train_features": r["n_train_features"]} if "n_train_features" in r else {})},
@@ -426,11 +441,14 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
                    "eval_s": r["eval_s"]},
         "data": r["files"],
         "labels": r.get("labels", []),
+        "skipped_rows": {"count": len(r.get("skipped_rows", [])), "first": r.get("skipped_rows", [])[:20]},
         "device": str(device),
         "precision": "bf16" if bf16 else "fp32",
         "threads": torch.get_num_threads(),
         "config": dataclasses.asdict(cfg),
     }
+    if r["spec"].kind == "classification":
+        result["accuracy"] = next(iter(r["metrics"].values()))["accuracy"]  # first dev split, in %
     if cfg.save_model:
         from ..hf import save_pretrained
 

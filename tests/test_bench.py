@@ -1,0 +1,134 @@
+"""The benchmark's smallest preset runs on CPU and writes well-formed results (no timing assertions)."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokendrop.bench import (
+    PRESETS,
+    build_settings,
+    gpu_peak_flops,
+    make_preset,
+    sdpa_backends,
+    synthetic_batch,
+)
+from tokendrop.cli import main
+from tokendrop.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    threads = torch.get_num_threads()
+    assert main(["bench", "--preset", "smoke", "--json", str(out / "smoke.json"), "--quiet"]) == 0
+    assert torch.get_num_threads() == threads  # the preset's thread count is not left behind
+    return out / "smoke.json"
+
+
+def _positive(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def test_smoke_json_is_well_formed(smoke):
+    res = json.loads(smoke.read_text())
+    assert smoke.with_suffix(".md").is_file()
+    for key in ("schema", "preset", "date", "command", "env", "config", "info", "settings", "speedups", "vs_hf",
+                "memory", "headline", "noise", "wall_s"):
+        assert key in res, key
+    assert res["preset"] == "smoke"
+    for key in ("torch", "transformers", "cpu_model", "cpu_count", "torch_threads", "machine", "device"):
+        assert res["env"][key] not in (None, ""), key
+    names = [s["name"] for s in res["settings"]]
+    assert names == ["T32/dense", "T32/drop-0.5", "T32/hf"]
+    for s in res["settings"]:
+        for key in ("batch_size", "kept", "tokens_per_step", "flops_per_step", "tokens_per_s", "achieved_tflops"):
+            assert _positive(s[key]), (s["name"], key, s[key])
+        t = s["time_s"]
+        assert t["n"] == res["config"]["rounds"] * res["config"]["reps"] == len(s["samples_s"])
+        assert all(_positive(t[k]) for k in ("median", "q25", "q75", "min", "max"))
+        assert t["min"] <= t["q25"] <= t["median"] <= t["q75"] <= t["max"]
+        assert s["mfu"] is None  # no peak table on CPU
+        mem = s["memory"]
+        assert _positive(mem["state_bytes"]) and _positive(mem["peak_step_bytes"])
+        assert mem["peak_bytes"] == mem["state_bytes"] + mem["peak_step_bytes"]
+        assert isinstance(s["sdpa_backend"], list) and s["sdpa_backend"], s["sdpa_backend"]
+        assert _positive(s["profile"]["total"])
+    drop = res["settings"][1]
+    assert drop["kept"] == 16 and drop["flops_per_step"] < res["settings"][0]["flops_per_step"]
+    (sp,) = res["speedups"]
+    assert sp["setting"] == "T32/drop-0.5"
+    assert all(_positive(sp[k]) for k in ("speedup", "speedup_paired_min", "speedup_paired_max", "flop_bound",
+                                          "fraction_of_bound"))
+    assert 1.0 < sp["flop_bound"] < 2.0
+    (hf,) = res["vs_hf"]
+    assert _positive(hf["ratio"]) and _positive(hf["dense_tokens_per_s"]) and _positive(hf["hf_tokens_per_s"])
+    (mem,) = res["memory"]
+    assert _positive(mem["peak_ratio"])
+    assert set(res["headline"]) >= {"T32_drop50_speedup", "T32_drop50_flop_bound", "T32_dense_over_hf_tokens_per_s",
+                                    "T32_drop50_memory_ratio"}
+    assert res["info"]["hf_attn_implementation"] == "sdpa"
+    md = smoke.with_suffix(".md").read_text()
+    assert "FLOP bound" in md and "transformers.BertForMaskedLM" in md and res["env"]["torch"] in md
+
+
+def test_plot_from_results(smoke, tmp_path):
+    png = tmp_path / "speedup.png"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plot_speedup.py"), str(smoke), "--out", str(png)],
+                   check=True, capture_output=True)
+    assert png.stat().st_size > 1000
+
+
+def test_presets_cover_the_issue_grid():
+    full = make_preset("cpu-full")
+    names = [s.name for s in build_settings(full)]
+    assert len(names) == 2 * (1 + 4 * 2 + 1 + 1)  # dense, 4 rates x {drop, pass}, avg, hf at T=128 and 512
+    assert "T512/avg-0.5" in names and "T128/pass-0.625" in names and "T512/hf" in names
+    gpu = make_preset("gpu-full", "cuda")
+    assert gpu.model == "bert-base" and gpu.precision == "bf16" and gpu.seq_lens == [128, 512]
+    quick = make_preset("cpu-quick")
+    assert [s.name for s in build_settings(quick)] == ["T128/dense", "T128/drop-0.5", "T128/hf",
+                                                        "T512/dense", "T512/drop-0.5", "T512/hf"]
+    assert make_preset("", "cuda").name == "gpu-full" and make_preset("", "cpu").name == "cpu-quick"
+    assert set(PRESETS) >= {"smoke", "cpu-quick", "cpu-full", "gpu-full"}
+
+
+def test_preset_overrides_and_errors():
+    p = make_preset("cpu-quick", overrides=["seq_lens=[128]", "rounds=3", "compile=true", "peak_tflops=1"])
+    assert p.seq_lens == [128] and p.rounds == 3 and p.compile is True and p.peak_tflops == 1.0
+    with pytest.raises(ConfigError, match="unknown field"):
+        make_preset("cpu-quick", overrides=["round=3"])
+    with pytest.raises(ConfigError, match="bench.rates"):
+        make_preset("cpu-quick", overrides=["rates=[1.5]"])
+    with pytest.raises(ConfigError, match="unknown preset"):
+        make_preset("nope")
+    with pytest.raises(ConfigError, match="expected true or false"):
+        make_preset("cpu-quick", overrides=["hf=1"])
+
+
+def test_synthetic_batch_is_a_valid_packed_mlm_batch():
+    mb = synthetic_batch(3, 128, 1000, torch.device("cpu"))
+    b, t = mb["input_ids"].shape
+    assert (b, t) == (3, 128) and mb["mlm_positions"].shape == (3, round(0.15 * 128))
+    pos = mb["mlm_positions"]
+    assert (pos[:, 1:] > pos[:, :-1]).all() and (pos > 0).all()  # distinct, ascending, never [CLS]
+    assert (mb["input_ids"].gather(1, pos) == 4).all()  # [MASK] at the slots
+    assert (mb["mlm_labels"] >= 5).all() and (mb["mlm_weights"] == 1).all()
+
+
+def test_peak_table_and_sdpa_names():
+    assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert gpu_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert gpu_peak_flops("NVIDIA H200") == 989e12
+    assert gpu_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert gpu_peak_flops("Some Unknown GPU") is None
+    assert sdpa_backends({"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_flash_attention_backward"}) == ["flash"]
+    assert sdpa_backends({"aten::_scaled_dot_product_attention_math", "aten::softmax"}) == ["math"]
+    assert sdpa_backends({"aten::_scaled_dot_product_flash_attention_for_cpu"}) == ["cpu-flash"]
+    assert sdpa_backends({"aten::_scaled_dot_product_efficient_attention"}) == ["mem-efficient"]

@@ -72,12 +72,12 @@ def bench_loader(pd, batch_size: int, workers: int, batches: int, warmup: int = 
     for _ in itertools.islice(it, warmup):
         pass
     t0 = time.perf_counter()
-    waited = 0.0
+    waits = []
     n = 0
     while n < batches:
         t = time.perf_counter()
         b = next(it)
-        waited += time.perf_counter() - t
+        waits.append(time.perf_counter() - t)
         n += 1
         if consumer_ms:
             busy(consumer_ms)
@@ -91,7 +91,10 @@ def bench_loader(pd, batch_size: int, workers: int, batches: int, warmup: int = 
         "tokens_per_s": round(n * batch_size * pd.seq_len / dt, 1),
         "ms_per_batch": round(1000 * dt / n, 3),
         "consumer_ms": consumer_ms,
-        "blocked_ms_per_batch": round(1000 * waited / n, 3),  # time the consumer waited in next()
+        # time the consumer waited in next(): mean, median, 90th percentile
+        "blocked_ms_per_batch": round(1000 * sum(waits) / n, 3),
+        "blocked_ms_median": round(1000 * sorted(waits)[n // 2], 3),
+        "blocked_ms_p90": round(1000 * sorted(waits)[min(n - 1, (9 * n) // 10)], 3),
         "shape": {k: list(v.shape) for k, v in b.items()},
     }
 
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--loader-workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--consumer-ms", type=float, default=100.0,
                     help="also measure the wait per batch behind a simulated model step of this many ms (0: skip)")
-    ap.add_argument("--consumer-batches", type=int, default=30)
+    ap.add_argument("--consumer-batches", type=int, default=50)
     ap.add_argument("--prepared", default="", help="reuse this prepared directory (skips the prepare benchmark)")
     ap.add_argument("--keep", default="", help="write the prepared data here and keep it")
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
@@ -205,8 +208,9 @@ def main(argv: list[str] | None = None) -> dict:
     if result["loader_behind_model"]:
         md += ["", f"Behind a simulated model step ({args.consumer_ms:.0f} ms of torch matmuls on all cores per batch): "
                "time the training loop waits for each batch.", "",
-               "| workers | wait per batch (ms) |", "|---|---|"]
-        md += [f"| {r['num_workers']} | {r['blocked_ms_per_batch']} |" for r in result["loader_behind_model"]]
+               "| workers | wait per batch: median ms | mean ms | p90 ms |", "|---|---|---|---|"]
+        md += [f"| {r['num_workers']} | {r['blocked_ms_median']} | {r['blocked_ms_per_batch']} | {r['blocked_ms_p90']} |"
+               for r in result["loader_behind_model"]]
     md.append("")
     with open(os.path.join(args.results, f"{args.name}.md"), "w") as f:
         f.write("\n".join(md))

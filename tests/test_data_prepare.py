@@ -297,3 +297,32 @@ def test_open_rejects_corrupt_directories(tmp_path, toy):
     (out / "meta.json").write_text("{ not json")
     with pytest.raises(DataError, match="invalid JSON"):
         PreparedData.open(out)
+
+
+def test_cased_uncased_mismatch_is_reported(tmp_path, toy):
+    vocab, corpus = toy
+    s = prepare([corpus], tmp_path / "o", 16, vocab=vocab, lowercase=False, workers=1, progress=False)
+    assert any("looks uncased but lowercase=False" in w for w in s["warnings"])
+
+
+def test_cli_bad_input_exit_code(tmp_path, toy, capsys):
+    """`tokendrop prepare` turns each DataError into one line on stderr and exit code 2."""
+    cli = pytest.importorskip("tokendrop.cli")
+    vocab, corpus = toy
+    (tmp_path / "blob.txt").write_bytes(bytes(range(256)) * 16)
+    cases = [
+        (["--corpus", str(tmp_path / "missing.txt"), "--vocab", vocab], "no such file or directory"),
+        (["--corpus", str(tmp_path / "blob.txt"), "--vocab", vocab], "binary file"),
+        (["--corpus", corpus, "--vocab", vocab, "--seq-len", "1024"], "larger than the model's max_position_embeddings"),
+    ]
+    for extra, msg in cases:
+        args = ["prepare", "--out", str(tmp_path / "out"), "--quiet"] + extra
+        if "--seq-len" not in extra:
+            args += ["--seq-len", "32"]
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and msg in err and "\n" not in err
+        assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+    assert cli.main(["prepare", "--out", str(tmp_path / "out"), "--quiet", "--corpus", corpus, "--vocab", vocab,
+                     "--seq-len", "32", "--workers", "1"]) == 0
+    assert PreparedData.open(tmp_path / "out").seq_len == 32

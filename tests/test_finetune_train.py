@@ -152,3 +152,16 @@ def test_custom_jsonl_task_and_presets(ckpt, tmp_path):
     assert r["labels"] == ["neg", "pos"] and r["scores"]["custom"] >= 90.0
     demo = load_config("finetune-demo", ['data="/somewhere"'], cls=FinetuneConfig)
     assert demo.task == "sst2" and demo.data == "/somewhere"
+
+
+def test_tokendrop_cli_finetune_and_error_exit(ckpt, sentiment, tmp_path, capsys):
+    from tokendrop.cli import main
+
+    rc = main(["finetune", "--model", str(ckpt), "--task", "sst2", "--data", str(sentiment), "--out",
+               str(tmp_path / "o"), "--set", "epochs=1", "--set", "max_train_examples=32", "--set", "threads=1",
+               "--set", "log_every=0"])
+    assert rc == 0 and (tmp_path / "o" / "metrics.json").is_file()
+    rc = main(["finetune", "--model", str(ckpt), "--task", "sst2", "--data", str(tmp_path / "none"), "--out",
+               str(tmp_path / "o2")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error:" in err and "does not exist" in err

@@ -279,3 +279,14 @@ def test_ddp_two_ranks_match_one(tiny_data, tmp_path):
     m_one = load_file(str(tmp_path / "importance-one-0.safetensors"))["m"]
     torch.testing.assert_close(m0, m_one, atol=1e-5, rtol=0)
     assert len(list((tmp_path / "two" / "checkpoints").iterdir())) >= 1  # rank 0 wrote; no clash
+
+
+def test_pinned_tokens_from_config(tiny_data, tmp_path):
+    from tokendrop.data import PreparedData, read_vocab
+
+    res = pretrain(tiny(tiny_data, "train.steps=3", "drop.method=cumulative", "drop.pinned_tokens=['.', 'the']"),
+                   tmp_path / "r", progress=False)
+    vocab = read_vocab(Path(PreparedData.open(tiny_data).tokenizer_path) / "vocab.txt")
+    assert res.importance[vocab.index(".")] == 1e4 and res.importance[vocab.index("the")] == 1e4
+    with pytest.raises(ConfigError, match="drop.pinned_tokens: 'zzzq' is not in the vocabulary"):
+        pretrain(tiny(tiny_data, "drop.method=cumulative", "drop.pinned_tokens=['zzzq']"), tmp_path / "s", progress=False)

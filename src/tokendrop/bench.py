@@ -173,10 +173,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu-full": dict(device="cpu", model="cpu-12x256", seq_lens=[128, 512], tokens_per_step=1024,
                      rates=_ALL_RATES, variants=["drop", "pass", "avg"], warmup=2, rounds=5, threads=1),
     "gpu-quick": dict(device="cuda", model="bert-base", seq_lens=[128, 512], batch_sizes=[128, 32],
-                      rates=[0.5], variants=["drop"], precision="bf16", warmup=10, rounds=10, reps=3),
+                      rates=[0.5], variants=["drop"], precision="bf16", warmup=10, rounds=10, reps=5),
     "gpu-full": dict(device="cuda", model="bert-base", seq_lens=[128, 512], batch_sizes=[128, 32],
                      rates=_ALL_RATES, variants=["drop", "pass", "avg"], precision="bf16", warmup=10,
-                     rounds=8, reps=3),
+                     rounds=10, reps=5),
 }
 
 
@@ -755,12 +755,14 @@ def run_bench(preset: BenchPreset | str = "", device: str | None = None, overrid
         raise ConfigError("bench --device cuda: CUDA is not available on this machine")
     dev = torch.device("cuda", torch.cuda.current_device()) if p.device == "cuda" else torch.device("cpu")
     threads_before = torch.get_num_threads()
+    tf32_before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     if p.threads:
         torch.set_num_threads(p.threads)
     try:
         return _run(p, dev, profile_dir, log, command)
-    finally:
+    finally:  # leave the process as we found it (the test suite runs this in-process)
         torch.set_num_threads(threads_before)
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32_before
 
 
 def _run(p: BenchPreset, dev: torch.device, profile_dir, log, command) -> dict[str, Any]:

@@ -65,7 +65,8 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
                       lowercase=a.lowercase, packed=not a.unpacked, eval_fraction=a.eval_fraction,
-                      workers=a.workers, max_position_embeddings=a.max_positions, progress=not a.quiet)
+                      workers=a.workers, max_position_embeddings=a.max_positions, progress=not a.quiet,
+                      text_field=a.text_field, overflow=a.overflow, overwrite=a.overwrite, seed=a.seed)
     print(json.dumps(summary, indent=1, default=str))
     return 0
 
@@ -149,7 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vocab-size", type=int, help="train a WordPiece vocabulary of this size on the corpus")
     s.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True)
     s.add_argument("--unpacked", action="store_true", help="one segment per sequence, padded (the unpacked baseline)")
-    s.add_argument("--eval-fraction", type=float, default=0.01, help="fraction of sequences held out for evaluation")
+    s.add_argument("--eval-fraction", type=float, default=0.01,
+                   help="fraction of the tokens held out for evaluation (as whole documents)")
+    s.add_argument("--text-field", default="text", help="JSONL field holding the text")
+    s.add_argument("--overflow", choices=["split", "truncate"], default="split",
+                   help="unpacked: a document longer than T-2 continues in further sequences (split) or is cut (truncate, counted)")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    s.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
     s.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     s.add_argument("--max-positions", type=int, default=512, help="the model's max_position_embeddings (T must fit)")
     s.add_argument("--quiet", action="store_true")

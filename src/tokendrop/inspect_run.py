@@ -356,8 +356,8 @@ def render_examples_html(examples: list[dict[str, Any]], title: str, caption: st
     for n, ex in enumerate(examples, 1):
         toks = []
         for t, s, k in zip(ex["tokens"], ex["scores"], ex["kept"]):
-            cls = "kept" if k else "drop"
-            toks.append(f"<span class='tok {cls}'>{html.escape(t)}<sub>({_fmt_score(s)})</sub></span>")
+            tag, cls = ("b", "kept") if k else ("span", "drop")
+            toks.append(f"<{tag} class='tok {cls}'>{html.escape(t)}<sub>({_fmt_score(s)})</sub></{tag}>")
         parts.append(f"<div class='ex'><div class='meta'>example {n}: {ex['split']} sequence {ex['sequence']}, "
                      f"tokens {ex['start']}-{ex['end'] - 1}; kept {100 * ex['kept_fraction_window']:.0f}% of this excerpt, "
                      f"{100 * ex['kept_fraction_sequence']:.0f}% of the sequence</div>" + " ".join(toks) + "</div>")

@@ -155,6 +155,7 @@ class StudyConfig:
     evaluate: bool = True  # fine-tune every model with the suite
     suite: str = ""  # suite preset (configs/suite-NAME.toml); "" = the suite's defaults
     suite_overrides: list[str] = field(default_factory=list)  # "key=value" for the suite config
+    parallel: int = 1  # worker processes: runs (and fine-tuned models) are spread over them, one core each
     inspect_method: str = "token-drop"  # its first seed's run feeds Figures 1 and 3
     num_examples: int = 6  # Figure 1 excerpts
     docs_dir: str = ""  # also copy study.md, tables/ and figures/ (no checkpoints) here
@@ -194,6 +195,8 @@ class StudyConfig:
                 raise ConfigError("study.vocab / study.vocab_size: give exactly one (a vocab.txt, or a size to train)")
         if self.vocab_size and self.vocab_size < 100:
             raise ConfigError(f"study.vocab_size: expected >= 100, got {self.vocab_size}")
+        if self.parallel < 1:
+            raise ConfigError(f"study.parallel: expected >= 1 worker processes, got {self.parallel}")
         if self.corpus_max_bytes < 0:
             raise ConfigError(f"study.corpus_max_bytes: expected >= 0, got {self.corpus_max_bytes}")
         if not 0.0 < self.eval_fraction < 0.5:
@@ -316,6 +319,14 @@ def hardware() -> dict[str, Any]:
     except Exception:  # noqa: BLE001
         pass
     return hw
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system, all threads) of this process so far."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _loadavg() -> float | None:
@@ -520,10 +531,11 @@ def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
 
 
 def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
-    """Skip, resume or start one run; -> {state, seconds} (seconds = this call's elapsed time)."""
+    """Skip, resume or start one run; -> {state, seconds, loadavg} (seconds: this call's elapsed time)."""
     from .report import write_run_report
     from .train import pretrain
 
+    la0, cpu0 = _loadavg(), _cpu_s()
     state, step = run_status(run_dir, spec.cfg)
     if state == "finished":
         if not (run_dir / "report.md").is_file():
@@ -539,7 +551,66 @@ def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
     if res.interrupted:
         raise StudyError(f"interrupted during {spec.name} at step {res.steps} (checkpoint saved); "
                          "run the same command again to resume")
-    return {"state": "resumed" if state == "partial" else "trained", "seconds": dt, "from_step": step}
+    return {"state": "resumed" if state == "partial" else "trained", "seconds": dt, "from_step": step,
+            "loadavg": [la0, _loadavg()], "cpu_s": _cpu_s() - cpu0}
+
+
+# -- worker processes (study.parallel > 1) ---------------------------------------------------------
+
+
+def _worker_init(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+
+
+def _train_task(name: str, cfg: dict[str, Any], run_dir: str, method: str, seed: int) -> dict[str, Any]:
+    spec = RunSpec(METHODS.get(method) or MethodSpec(method, method, ()), seed, name, from_dict(Config, cfg))
+    return train_run(spec, Path(run_dir), progress=False)
+
+
+def _eval_task(study: dict[str, Any], out: str, data_info: dict[str, Any], models: list[tuple[str, str]]) -> dict:
+    from .finetune import evaluate
+
+    sc = from_dict(StudyConfig, study)
+    cpu0 = _cpu_s()
+    r = evaluate([f"{label}={path}" for label, path in models], suite_config(sc, data_info), Path(out) / "eval",
+                 log=lambda m: print(f"[eval] {m}", file=sys.stderr, flush=True))
+    return {"computed": r.get("computed", 0), "skipped": r.get("skipped", 0), "cpu_s": _cpu_s() - cpu0}
+
+
+def _pool(parallel: int):
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    # forkserver: workers fork from a clean server process (no OpenMP state inherited from this one,
+    # unlike fork) that has imported tokendrop once (unlike spawn, which re-imports torch per worker)
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["tokendrop.study", "tokendrop.train", "tokendrop.finetune"])
+    else:
+        ctx = mp.get_context("spawn")
+    return ProcessPoolExecutor(parallel, mp_context=ctx, initializer=_worker_init, initargs=(threads,))
+
+
+def _run_parallel(parallel: int, fn: Callable, tasks: list[tuple], on_done: Callable[[tuple, Any], None]) -> None:
+    """``fn(*task)`` for every task in ``parallel`` spawned processes; ``on_done(task, result)`` in this
+    process as each finishes.  A failure or Ctrl-C cancels what has not started; started runs
+    checkpoint on the SIGINT they receive too (same process group)."""
+    from concurrent.futures import as_completed
+
+    ex = _pool(parallel)
+    try:
+        futs = {ex.submit(fn, *t): t for t in tasks}
+        for f in as_completed(futs):
+            on_done(futs[f], f.result())
+    except BaseException as e:
+        ex.shutdown(wait=True, cancel_futures=True)
+        if isinstance(e, (KeyboardInterrupt,)) or type(e).__name__ == "BrokenProcessPool":
+            raise StudyError("interrupted (running runs saved a checkpoint); run the same command again to resume") from None
+        raise
+    ex.shutdown(wait=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -597,6 +668,35 @@ def run_measurements(run_dir: Path) -> dict[str, Any]:
                       "num_heads": cfg.model.num_heads, "vocab_size": cfg.model.vocab_size}}
 
 
+def packed_split_eval(run_dir: Path, packed: str) -> dict[str, Any]:
+    """The final model's MLM loss on the *packed* held-out split, with the batches and masks a packed
+    run of the same seed evaluates on (for runs trained on other data: the unpacked baseline).
+    Cached in ``RUN_DIR/study-packed-eval.json`` (keyed by checkpoint and data)."""
+    import torch
+
+    from . import checkpoint as ckpt_mod
+    from .data import MLMLoader, PreparedData
+    from .hf import load_pretrained
+    from .model import BertForMaskedLM
+    from .train import evaluate_mlm, load_run_config
+
+    last = ckpt_mod.latest(run_dir)
+    cache = run_dir / "study-packed-eval.json"
+    old = _read_json(cache) or {}
+    if last is not None and old.get("checkpoint") == last.name and old.get("data") == str(packed):
+        return old
+    cfg = load_run_config(run_dir)
+    model, _ = load_pretrained(last or run_dir, BertForMaskedLM)
+    pd = PreparedData.open(packed)
+    batches = MLMLoader(pd, split="eval", batch_size=cfg.train.micro_batch_size or cfg.train.batch_size,
+                        seed=cfg.train.seed, mask_prob=cfg.data.mask_prob, num_workers=0, shuffle=False, loop=False)
+    with torch.no_grad():
+        r = evaluate_mlm(model, batches, torch.device("cpu"), None, cfg.train.eval_batches)
+    r.update(checkpoint=last.name if last else "", data=str(packed))
+    _atomic_json(cache, r)
+    return r
+
+
 def reach_target(curve: list[dict[str, Any]], target: float) -> dict[str, float] | None:
     """First point (linear interpolation between evals) where eval loss <= target: wall, FLOPs, step."""
     prev = None
@@ -635,6 +735,21 @@ def suite_config(study: StudyConfig, data_info: dict[str, Any]):
     return from_dict(SuiteConfig, {}, ov)
 
 
+def _forget_cells(out: Path, run_dir: Path) -> None:
+    """A (re)trained run invalidates fine-tuning cells cached for an earlier model in its directory."""
+    cells = out / "eval" / "cells"
+    if not cells.is_dir():
+        return
+    try:
+        from .finetune.suite import parse_models
+
+        key = parse_models([str(run_dir)])[0].key
+    except Exception:  # noqa: BLE001 -- no suite: nothing cached
+        return
+    if (cells / key).exists():
+        shutil.rmtree(cells / key)
+
+
 def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any],
                    models: list[tuple[str, Path]], evaluate_fn: Callable[..., dict] | None = None) -> dict[str, Any] | None:
     """Fine-tune every (label, run dir) with the suite into OUT/eval; -> {run dir: {columns, seconds}}.
@@ -642,14 +757,30 @@ def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any],
     ``evaluate_fn`` defaults to ``tokendrop.finetune.evaluate`` (resumable per cell)."""
     if not study.evaluate or not models:
         return None
-    if evaluate_fn is None:
-        try:
-            from .finetune import evaluate as evaluate_fn
-        except ImportError as e:
+    try:
+        from .finetune import evaluate as _check  # noqa: F401
+    except ImportError as e:
+        if evaluate_fn is None:
             _log(f"evaluation skipped: tokendrop.finetune is not available ({e})")
             return None
     scfg = suite_config(study, data_info)
     t0 = time.perf_counter()
+    workers = {"computed": 0, "cpu_s": 0.0}
+    cpu0 = _cpu_s()
+    if study.parallel > 1 and evaluate_fn is None and len(models) > 1:
+        # disjoint model subsets in worker processes (cells are separate files); the call below then
+        # only reads the cached cells and writes the complete results
+        groups = [models[i::study.parallel] for i in range(study.parallel)]
+
+        def add(_t: tuple, r: dict) -> None:
+            workers["computed"] += r["computed"]
+            workers["cpu_s"] += r["cpu_s"]
+
+        _run_parallel(study.parallel, _eval_task,
+                      [(to_dict(study), str(out), data_info, [(lab, str(p)) for lab, p in g]) for g in groups if g], add)
+    from .finetune import evaluate as _default_evaluate
+
+    evaluate_fn = evaluate_fn or _default_evaluate
     summary = evaluate_fn([f"{label}={path}" for label, path in models], scfg, out / "eval",
                           log=lambda m: print(f"[eval] {m}", file=sys.stderr, flush=True))
     per_path: dict[str, Any] = {}
@@ -661,8 +792,9 @@ def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any],
             secs += float((r.get("timing") or {}).get("total_s", 0.0))
         per_path[p] = {"columns": pm.get("columns", {}), "best_cell": pm.get("best_cell", {}), "seconds": secs,
                        "cells_done": pm.get("cells_done")}
-    return {"models": per_path, "computed": summary.get("computed"), "skipped": summary.get("skipped"),
-            "seconds": time.perf_counter() - t0, "suite": summary.get("suite", to_dict(scfg)),
+    computed = (summary.get("computed") or 0) + workers["computed"]
+    return {"models": per_path, "computed": computed, "skipped": summary.get("skipped", 0) - workers["computed"],
+            "seconds": time.perf_counter() - t0, "cpu_s": _cpu_s() - cpu0 + workers["cpu_s"], "suite": summary.get("suite", to_dict(scfg)),
             "note": summary.get("note", ""), "results_md": str(out / "eval" / "results.md")}
 
 
@@ -671,7 +803,7 @@ def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any],
 
 
 def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: dict[str, Any] | None,
-              state: dict[str, Any]) -> dict[str, Any]:
+              state: dict[str, Any], packed: str | None = None) -> dict[str, Any]:
     """Per run and per method: everything the tables, figures and report use."""
     per_run: dict[str, dict[str, Any]] = {}
     for spec in runs:
@@ -680,8 +812,15 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: di
             continue
         m = run_measurements(rd)
         m.update(method=spec.method.name, seed=spec.seed)
+        if spec.method.unpacked and packed and Path(packed).is_dir():
+            # its own eval split is the unpacked one: score it on the packed split the other runs use
+            pe = packed_split_eval(rd, packed)
+            m["own_split_final_eval_loss"] = m["final_eval_loss"]
+            m["final_eval_loss"], m["final_eval_acc"] = pe["eval_loss"], pe["eval_acc"]
+            m["curve_split"] = "unpacked"
         m["elapsed_s"] = state.get("runs", {}).get(spec.name, {}).get("elapsed_s")
         m["loadavg"] = state.get("runs", {}).get(spec.name, {}).get("loadavg")
+        m["cpu_s"] = state.get("runs", {}).get(spec.name, {}).get("cpu_s")
         ev = (evaluation or {}).get("models", {}).get(str(rd.resolve()))
         if ev:
             cols = {k: v for k, v in ev["columns"].items() if _isnum(v)}
@@ -697,7 +836,7 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: di
         d = methods.setdefault(spec.method.name, {"label": spec.method.label, "group": spec.method.group, "runs": []})
         d["runs"].append(spec.name)
     keys = ["final_eval_loss", "final_eval_acc", "wall_time_s", "total_flops", "tokens_per_s", "steps", "elapsed_s",
-            "finetune_seconds"]
+            "cpu_s", "finetune_seconds"]
     for name, d in methods.items():
         rs = [per_run[r] for r in d["runs"]]
         d["seeds"] = [r["seed"] for r in rs]
@@ -717,7 +856,7 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: di
             d["rel_wall"] = d["wall_time_s"]["mean"] / bw if bw else float("nan")
             d["rel_flops"] = d["total_flops"]["mean"] / bf if bf else float("nan")
         for r in per_run.values():
-            hit = reach_target(r["curve"], target) if _isnum(target) else None
+            hit = reach_target(r["curve"], target) if _isnum(target) and not r.get("curve_split") else None
             r["to_target"] = hit
             if hit:
                 hit["rel_wall"] = hit["wall_time"] / bw if bw else float("nan")
@@ -789,7 +928,9 @@ def table1(agg: dict[str, Any], study: StudyConfig) -> str:
     lines += ["", _seed_note(agg) + " Best mean per column in bold. Downstream columns: best dev score over the "
               "suite's grid (see the suite settings in study.md); AX = Matthews corr. of the MNLI model; "
               "GLUE-avg / SQuAD-avg as computed by the suite over the columns shown. Held-out MLM loss: the full "
-              "(no dropping) model on the held-out split of the pretraining corpus at the last step."]
+              "(no dropping) model on the held-out split of the packed pretraining data at the last step, with the "
+              "same batches and masks for every run of a seed (the unpacked baseline's model is scored on that "
+              "packed split too)."]
     if not present:
         lines += ["", "No downstream columns: the evaluation suite was not run (study.evaluate = false, or "
                   "tokendrop.finetune unavailable)."]
@@ -868,7 +1009,9 @@ def table_time_to_quality(agg: dict[str, Any]) -> str:
         hits = [runs[r].get("to_target") for r in d["runs"]]
         ok = [h for h in hits if h]
         row = [d["label"], f"{len(ok)}/{len(hits)}"]
-        if ok:
+        if any(runs[r].get("curve_split") for r in d["runs"]):
+            row = [d["label"], "n/a", "n/a (own eval split)", "–", "–", "–"]
+        elif ok:
             row += [_cell({"mean": _mean([h["wall_time"] for h in ok]),
                            "per_seed": [h["wall_time"] if h else None for h in hits]}, 1),
                     _f(_mean([h["rel_wall"] for h in ok]), 3), _sci(_mean([h["flops"] for h in ok])),
@@ -877,7 +1020,8 @@ def table_time_to_quality(agg: dict[str, Any]) -> str:
             row += ["not reached", "–", "–", "–"]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Means over the seeds that reached the target; per-seed wall times in parentheses ('–' = not "
-              "reached). The baseline's own seeds reach the mean of their finals at different times."]
+              "reached). The baseline's own seeds reach the mean of their finals at different times. The unpacked "
+              "baseline's curve is measured on its own (unpacked) eval split, so it is not compared here."]
     return "\n".join(lines) + "\n"
 
 
@@ -902,14 +1046,15 @@ def plot_curves(agg: dict[str, Any], out: Path) -> list[Path]:
         finals = []
         for i, n in enumerate(names):
             d = agg["methods"][n]
-            color = cmap(i % 20)
+            color = cmap((2 * i) % 20 + (2 * i) // 20 % 2)  # the 10 dark hues first, then the light ones
             for j, rname in enumerate(d["runs"]):
                 c = agg["runs"][rname]["curve"]
                 xs, ys = [p[xkey] for p in c], [p["eval_loss"] for p in c]
                 finals += ys[len(ys) // 2:]
                 for ax in axes:
+                    own = " (its own, unpacked eval split)" if agg["runs"][rname].get("curve_split") else ""
                     ax.plot(xs, ys, color=color, ls="-" if j == 0 else (0, (4, 2 + j)), lw=1.4, marker=".",
-                            label=d["label"] if j == 0 else None)
+                            label=d["label"] + own if j == 0 else None)
         for ax in axes:
             ax.set_xlabel(xlabel)
             ax.set_ylabel("held-out MLM loss (full model)")
@@ -1019,7 +1164,8 @@ def findings(agg: dict[str, Any], study: StudyConfig) -> list[str]:
         d = M[n]
         out.append(f"**{d['label']}** trained for {d['wall_time_s']['mean']:.0f} s vs the baseline's "
                    f"{b['wall_time_s']['mean']:.0f} s: {100 * d['rel_wall']:.1f}% of the baseline's wall time "
-                   f"({100 * (1 - d['rel_wall']):+.1f}% saved) and {100 * d['rel_flops']:.1f}% of its analytic FLOPs "
+                   f"({abs(100 * (1 - d['rel_wall'])):.1f}% {'less' if d['rel_wall'] <= 1 else 'more'}) and "
+                   f"{100 * d['rel_flops']:.1f}% of its analytic FLOPs "
                    f"(the paper reports a 25% pretraining-time reduction for BERT-base/large).")
         diff = mloss(n) - mloss("baseline")
         out.append(f"Held-out MLM loss: {d['label']} {mloss(n):.4f} vs baseline {mloss('baseline'):.4f}, a difference "
@@ -1064,7 +1210,7 @@ def findings(agg: dict[str, Any], study: StudyConfig) -> list[str]:
         rows.append((M[n]["label"], diff, short, what))
     fell = [f"{lab} ({what} {diff:+.3g})" for lab, diff, short, what in rows if short]
     if rows:
-        out.append(f"Of {len(rows)} token-dropping runs, {len(rows) - len(fell)} matched or beat the baseline "
+        out.append(f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat the baseline "
                    f"(within the seed spread, where there is one) and {len(fell)} fell short"
                    + (": " + "; ".join(fell) + "." if fell else "."))
 
@@ -1131,7 +1277,9 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
               f"- hardware: {hw.get('cpu') or 'unknown CPU'}, {hw.get('cores')} cores"
               + (f", GPU {hw['gpu']}" if hw.get("gpu") else ", no GPU")
               + f"; torch {hw.get('torch')} ({hw.get('torch_threads')} threads), Python {hw.get('python')}, "
-              f"tokendrop {hw.get('tokendrop', '?')} (git {hw.get('git_revision') or '?'})"]
+              f"tokendrop {hw.get('tokendrop', '?')} (git {hw.get('git_revision') or '?'})"
+              + (f"; {study.parallel} runs / fine-tuning jobs at a time, each in its own process"
+                 if study.parallel > 1 else "; one run at a time")]
     data = info.get("data", {})
     c = data.get("corpus", {})
     if c:
@@ -1167,23 +1315,28 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
     # time per method
     lines += ["## Time per method", ""]
     rows = [["method", "runs", "pretraining wall (s, training steps)", "elapsed incl. eval/checkpoints (s)",
-             "fine-tuning (s)"]]
-    tot_p = tot_e = tot_f = 0.0
+             "CPU time (s)", "fine-tuning (s)"]]
+    tot = [0.0, 0.0, 0.0, 0.0]
+
+    def ssum(xs: list[Any]) -> str:
+        return _f(sum(x for x in xs if _isnum(x)), 0) if any(_isnum(x) for x in xs) else "–"
+
     for n in agg["order"]:
         d = M[n]
-        el = d["elapsed_s"]["per_seed"]
-        ft = d["finetune_seconds"]["per_seed"]
-        rows.append([d["label"], str(len(d["runs"])), _cell(d["wall_time_s"], 1),
-                     _f(sum(x for x in el if _isnum(x)), 0) if any(_isnum(x) for x in el) else "–",
-                     _f(sum(x for x in ft if _isnum(x)), 0) if any(_isnum(x) for x in ft) else "–"])
-        tot_p += sum(x for x in d["wall_time_s"]["per_seed"] if _isnum(x))
-        tot_e += sum(x for x in el if _isnum(x))
-        tot_f += sum(x for x in ft if _isnum(x))
-    rows.append(["**total**", str(len(agg["runs"])), _f(tot_p, 0), _f(tot_e, 0), _f(tot_f, 0)])
+        cols = [d["wall_time_s"]["per_seed"], d["elapsed_s"]["per_seed"], d["cpu_s"]["per_seed"],
+                d["finetune_seconds"]["per_seed"]]
+        rows.append([d["label"], str(len(d["runs"])), _cell(d["wall_time_s"], 1)] + [ssum(c) for c in cols[1:]])
+        for i, c in enumerate(cols):
+            tot[i] += sum(x for x in c if _isnum(x))
+    rows.append(["**total**", str(len(agg["runs"]))] + [_f(x, 0) for x in tot])
     lines += _md_table(rows)
     lines += ["", f"Whole study wall-clock over all invocations so far: {info.get('total_elapsed_s', 0) / 60:.1f} min "
-              f"(data preparation {info.get('prepare_s', 0):.0f} s). Elapsed / fine-tuning: summed over seeds, "
-              "as recorded by this study (a run trained by an earlier invocation keeps its record).", ""]
+              f"(data preparation {info.get('prepare_s', 0):.0f} s"
+              + (f", evaluation suite {info['eval_s']:.0f} s" if info.get("eval_s") else "") + "). Elapsed, CPU "
+              "time (user + system, all threads of the run's process) and fine-tuning (the suite's cells, wall): "
+              "summed over seeds, as recorded by this study (a run trained by an earlier invocation keeps its "
+              "record)." + (f" With {study.parallel} runs at a time the summed elapsed times exceed the wall-clock."
+                            if study.parallel > 1 else ""), ""]
 
     lines += ["## Findings (computed from the tables below)", ""]
     lines += [f"- {s}" for s in findings(agg, study)]
@@ -1277,6 +1430,16 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
     ``only``: pretrain just these methods (names as in ``study.methods`` or ``drop-<pct>``); the
     evaluation and the report still cover every finished run of the study in OUT.
     """
+    import torch
+
+    threads = torch.get_num_threads()  # pretrain's train.threads sets it process-wide
+    try:
+        return _run_study(config, out, overrides, only, progress, evaluate_fn)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_study(config, out, overrides, only, progress, evaluate_fn) -> Path:
     t_start = time.perf_counter()
     study = (from_dict(StudyConfig, to_dict(config), list(overrides)) if isinstance(config, StudyConfig)
              else load_study(config, overrides))
@@ -1296,7 +1459,6 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
     state.setdefault("invocations", [])
     cmd = _cmd(config if not isinstance(config, StudyConfig) else "<StudyConfig>", out, list(overrides), only)
     state["invocations"].append({"command": cmd, "started": _dt.datetime.now().isoformat(timespec="seconds")})
-    _atomic_text(out / "study.toml", to_toml(study))
 
     # plan (validates every run config before anything expensive happens)
     plan_runs(study, None, out)
@@ -1307,19 +1469,38 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
     runs = plan_runs(study, data_info, out)
 
     todo = [r for r in runs if r.method.name in selected]
-    for i, spec in enumerate(todo, 1):
+    done = [0]
+
+    def record(spec: RunSpec, res: dict[str, Any]) -> None:
+        done[0] += 1
         rd = out / "runs" / spec.name
-        la0 = _loadavg()
-        res = train_run(spec, rd, progress)
         rec = state["runs"].setdefault(spec.name, {"elapsed_s": 0.0})
         if res["state"] != "skipped":
+            _forget_cells(out, rd)
             rec["elapsed_s"] = rec.get("elapsed_s", 0.0) + res["seconds"]
-            rec["loadavg"] = [la0, _loadavg()]
+            rec["loadavg"] = res.get("loadavg")
+            rec["cpu_s"] = rec.get("cpu_s", 0.0) + res.get("cpu_s", 0.0)
+            rec["parallel"] = study.parallel
             rec["finished"] = _dt.datetime.now().isoformat(timespec="seconds")
-            _log(f"[{i}/{len(todo)}] {spec.name}: {res['state']} in {res['seconds']:.0f} s")
+            _log(f"[{done[0]}/{len(todo)}] {spec.name}: {res['state']} in {res['seconds']:.0f} s")
         else:
-            _log(f"[{i}/{len(todo)}] {spec.name}: finished earlier, skipped")
+            _log(f"[{done[0]}/{len(todo)}] {spec.name}: finished earlier, skipped")
         _atomic_json(state_path, state)
+
+    pending = [r for r in todo if run_status(out / "runs" / r.name, r.cfg)[0] != "finished"]
+    pending_names = {r.name for r in pending}
+    for spec in todo:
+        if spec.name not in pending_names:
+            record(spec, train_run(spec, out / "runs" / spec.name, False))  # writes a missing report.md only
+    if study.parallel > 1 and len(pending) > 1:
+        _log(f"pretraining {len(pending)} runs in {study.parallel} worker processes ...")
+        by_name = {r.name: r for r in pending}
+        _run_parallel(study.parallel, _train_task,
+                      [(r.name, to_dict(r.cfg), str(out / "runs" / r.name), r.method.name, r.seed) for r in pending],
+                      lambda t, res: record(by_name[t[0]], res))
+    else:
+        for spec in pending:
+            record(spec, train_run(spec, out / "runs" / spec.name, progress))
 
     finished = [r for r in runs if (out / "runs" / r.name / "report.md").is_file()]
     evaluation = None
@@ -1329,7 +1510,7 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
                                     evaluate_fn)
         if evaluation:
             state["eval_s"] = state.get("eval_s", 0.0) + evaluation["seconds"]
-    agg = aggregate(study, runs, out, evaluation, state)
+    agg = aggregate(study, runs, out, evaluation, state, data_info.get("packed", {}).get("path"))
     tables = out / "tables"
     _atomic_text(tables / "table1.md", table1(agg, study))
     _atomic_text(tables / "table3.md", table3(agg))
@@ -1341,7 +1522,8 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
     state["total_elapsed_s"] = state.get("total_elapsed_s", 0.0) + (time.perf_counter() - t_start)
     info = {"command": cmd, "hardware": hardware(), "generated": _dt.datetime.now().isoformat(timespec="seconds"),
             "data": data_info, "evaluation": evaluation, "inspect": ins, "total_elapsed_s": state["total_elapsed_s"],
-            "prepare_s": state.get("prepare_s", 0.0)}
+            "prepare_s": state.get("prepare_s", 0.0), "eval_s": state.get("eval_s", 0.0)}
+    _atomic_text(out / "study.toml", to_toml(study))
     report = write_report(study, out, agg, info)
     _atomic_json(out / "study.json", {"study": to_dict(study), **{k: v for k, v in info.items() if k != "inspect"},
                                       "inspect": {k: v for k, v in (ins or {}).items() if k != "tokens"},

@@ -306,12 +306,12 @@ def _pinned_ids(cfg: Config, data) -> list[int]:
         return []
     from .data import read_vocab
 
-    vocab = read_vocab(Path(data.tokenizer_path) / "vocab.txt")
+    index = {t: i for i, t in enumerate(read_vocab(Path(data.tokenizer_path) / "vocab.txt"))}
     out = []
     for tok in cfg.drop.pinned_tokens:
-        if tok not in vocab:
+        if tok not in index:
             raise ConfigError(f"drop.pinned_tokens: {tok!r} is not in the vocabulary")
-        out.append(vocab[tok])
+        out.append(index[tok])
     return out
 
 

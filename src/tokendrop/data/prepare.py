@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -100,7 +101,7 @@ def _encode(tok, dtype: np.dtype, fmt: str, raws: list[str]) -> tuple[np.ndarray
     lens = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
     keep = lens > 0
     total = int(lens.sum())
-    ids = np.fromiter((i for x in id_lists for i in x), dtype=dtype, count=total) if total else np.zeros(0, dtype)
+    ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=dtype, count=total) if total else np.zeros(0, dtype)
     n_empty = len(raws) - int(keep.sum())
     return ids, lens[keep], n_empty
 

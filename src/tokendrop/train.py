@@ -461,6 +461,11 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                          num_workers=0, shuffle=False, loop=False)
 
     log = MetricsLog(run_dir, dd.main)
+    peak_flops = None
+    if device.type == "cuda":
+        from .bench import gpu_peak_flops
+
+        peak_flops = gpu_peak_flops(torch.cuda.get_device_name(device))  # bf16 dense peak, per GPU
     s2 = stage2_start(cfg)
     flops_drop = step_flops(cfg.model, T, tc.batch_size, cfg.drop if cfg.drop.enabled else None)
     flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
@@ -530,6 +535,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                        "kept_fraction": cfg.drop.num_kept(T) / T if dropping else 1.0, "dropping": dropping,
                        "step_time": dt, "tokens_per_s": tc.batch_size * T / dt, "wall_time": wall,
                        "flops_per_step": (flops_drop if dropping else flops_dense).total}
+                if peak_flops:
+                    rec["mfu"] = rec["flops_per_step"] / dt / (peak_flops * dd.world)
                 log.write(rec)
                 history.append(rec)
                 if pbar is not None:

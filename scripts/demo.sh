@@ -6,5 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# busy-waiting OpenMP threads stall each other on small shared machines
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 exec .venv/bin/tokendrop demo "$@"

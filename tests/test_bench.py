@@ -132,3 +132,55 @@ def test_peak_table_and_sdpa_names():
     assert sdpa_backends({"aten::_scaled_dot_product_attention_math", "aten::softmax"}) == ["math"]
     assert sdpa_backends({"aten::_scaled_dot_product_flash_attention_for_cpu"}) == ["cpu-flash"]
     assert sdpa_backends({"aten::_scaled_dot_product_efficient_attention"}) == ["mem-efficient"]
+
+
+class _Ev:
+    def __init__(self, name, start, end, thread=1, dev="DeviceType.CPU", nbytes=0):
+        self._n, self._s, self._e, self._t, self._d, self._b = name, start, end, thread, dev, nbytes
+
+    def name(self):
+        return self._n
+
+    def start_ns(self):
+        return self._s
+
+    def end_ns(self):
+        return self._e
+
+    def duration_ns(self):
+        return self._e - self._s
+
+    def start_thread_id(self):
+        return self._t
+
+    def device_type(self):
+        return self._d
+
+    def nbytes(self):
+        return self._b
+
+
+def test_profile_self_times_and_memory_peak():
+    from tokendrop.bench import _cpu_peak_from_events, profile_breakdown, self_times
+
+    evs = [_Ev("aten::linear", 0, 100), _Ev("aten::addmm", 10, 90), _Ev("aten::copy_", 20, 30),
+           _Ev("Optimizer.step#AdamW.step", 100, 150), _Ev("aten::_fused_adamw_", 105, 145),
+           _Ev("aten::mm", 0, 40, thread=2)]
+    st = dict(self_times(evs, "cpu"))
+    assert st["aten::linear"] == 20 and st["aten::addmm"] == 70 and st["aten::copy_"] == 10
+    assert st["Optimizer.step#AdamW.step"] == 10 and st["aten::mm"] == 40
+    b = profile_breakdown(evs, "cpu")
+    assert b["matmul"] == pytest.approx((20 + 70 + 40) / 1e9) and b["optimizer kernels"] == pytest.approx(40 / 1e9)
+    assert b["optimizer step (inclusive, host)"] == pytest.approx(50 / 1e9)
+    mem = [_Ev("[memory]", t, t, nbytes=n) for t, n in [(1, 100), (2, 50), (3, -100), (4, 200), (5, -50), (6, -200)]]
+    assert _cpu_peak_from_events(mem) == 250
+    # the real profiler: two live 1 MiB tensors -> a peak of at least 2 MiB
+    from torch.profiler import ProfilerActivity, profile
+
+    from tokendrop.bench import _kineto_events
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        a = torch.ones(1 << 18)
+        c = a + 1
+        del a, c
+    assert _cpu_peak_from_events(_kineto_events(prof)) >= 2 << 20

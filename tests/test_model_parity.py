@@ -100,3 +100,15 @@ def test_refuses_pickles(tmp_path, small_cfg):
     (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")
     with pytest.raises(InteropError, match="pickle"):
         load_pretrained(tmp_path, BertForMaskedLM)
+
+
+def test_import_transformers_saved_mlm_dir(small_cfg, tmp_path):
+    """A directory saved by transformers' own BertForMaskedLM (no pooler) imports; pooler starts fresh."""
+    torch.manual_seed(3)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**hf_config_dict(small_cfg))).eval()
+    hf.save_pretrained(tmp_path / "hfdir")
+    ours, info = load_pretrained(tmp_path / "hfdir", BertForMaskedLM)
+    assert info["fresh"] == ["bert.pooler.dense.weight", "bert.pooler.dense.bias"]
+    ids = torch.randint(5, 97, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(ids), hf(input_ids=ids).logits, atol=1e-5, rtol=1e-5)

@@ -141,10 +141,14 @@ def test_study_tiny_end_to_end(tiny_study):
 def test_rerun_skips_finished_runs_and_cells(tiny_study):
     out, _ = tiny_study
     stamp = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/checkpoints/step-*/model.safetensors")}
-    run_study("study-tiny", out, progress=False)
+    docs = out.parent / "docs" / "study"
+    run_study("study-tiny", out, overrides=[f"docs_dir={json.dumps(str(docs))}"], progress=False)
     data = json.loads((out / "study.json").read_text())
     assert data["evaluation"]["computed"] == 0 and data["evaluation"]["skipped"] == 2 * 4
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/checkpoints/step-*/model.safetensors")} == stamp
+    # the report's copy for docs/: report, tables and figures, no runs or checkpoints
+    assert (docs / "study.md").is_file() and (docs / "figures" / "fig1-examples.png").is_file()
+    assert (docs / "tables" / "table1.md").is_file() and not (docs / "runs").exists()
 
 
 def test_interrupted_runs_resume_in_parallel_and_changed_config_is_refused(tiny_study):

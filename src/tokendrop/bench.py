@@ -504,20 +504,21 @@ def sdpa_backends(names: set[str]) -> list[str]:
     return found
 
 
-_CATEGORIES = [  # (category, op-name regex), first match wins; on self time
-    ("matmul", r"aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)$|gemm|sgemm|cutlass|nvjet|xmma|wgmma"),
+_CATEGORIES = [  # (category, op/kernel-name regex, case-insensitive), first match wins; on self time
+    ("matmul", r"aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)$|gemm|cublas|cutlass|nvjet|xmma|wgmma"),
     ("attention kernel", r"flash|efficient_attention|cudnn_attention|fmha|_scaled_dot_product"),
-    ("loss", r"nll_loss|log_softmax|cross_entropy"),
+    ("loss", r"nll_loss|log_softmax|logsoftmax|cross_entropy"),
     ("softmax", r"softmax"),
     ("dropout / RNG", r"bernoulli|dropout|philox|rand"),
-    ("layernorm", r"layer_norm"),
+    ("layernorm", r"layer_norm|layernorm"),
     ("gelu", r"gelu"),
     ("gather / scatter / index", r"index|gather|scatter|embedding|take"),
     ("sort / top-k (selector)", r"sort|topk"),
-    ("copies / layout", r"copy_|contiguous|clone|cat$|_to_copy|transpose|permute|view|reshape|expand|as_strided"),
-    ("optimizer kernels", r"adam|_foreach|lerp|addcdiv|addcmul|sqrt"),
-    ("reductions / norms", r"sum|norm|mean|amax|argmax|all$|any$"),
-    ("elementwise", r"aten::(add|mul|div|sub|where|fill|zero|neg|isneginf|clamp|pow|exp|tanh|masked_fill|ones|zeros|full)"),
+    ("optimizer kernels", r"adam|_foreach|multi_tensor_apply|lerp|addcdiv|addcmul|sqrt"),
+    ("copies / layout", r"copy|contiguous|clone|cat$|catarray|transpose|permute|view|reshape|expand|as_strided"),
+    ("reductions / norms", r"sum|norm|mean|amax|argmax|all$|any$|reduce_kernel"),
+    ("elementwise", r"aten::(add|mul|div|sub|where|fill|zero|neg|isneginf|clamp|pow|exp|tanh|masked_fill|ones|zeros|full)"
+                    r"|elementwise_kernel"),
 ]
 
 
@@ -564,7 +565,7 @@ def profile_breakdown(events: list[Any], device_type: str) -> dict[str, float]:
             continue
         cat = "other"
         for label, rx in _CATEGORIES:
-            if re.search(rx, name):
+            if re.search(rx, name, re.IGNORECASE):
                 cat = label
                 break
         out[cat] = out.get(cat, 0.0) + ns / 1e9
@@ -653,7 +654,7 @@ def measure_extra(r: Runner, device: torch.device, p: BenchPreset, profile_dir: 
     r.extra["profile"] = profile_breakdown(events, device.type)
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
-        sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
         (profile_dir / (r.setting.name.replace("/", "_") + ".txt")).write_text(
             f"# {r.setting.name}: one profiled step (untimed; profiler overhead included)\n"
             + json.dumps(r.extra["profile"], indent=1) + "\n\n" + prof.key_averages().table(sort_by=sort, row_limit=40) + "\n")
@@ -931,7 +932,7 @@ def _pct(x: float | None) -> str:
 
 
 def _mib(x: Any) -> str:
-    return "-" if not x else f"{x / 2**20:.0f}"
+    return "-" if x is None else f"{x / 2**20:.0f}"
 
 
 def _ms(x: dict[str, Any] | None, key: str = "median") -> str:

@@ -132,9 +132,10 @@ def _summary_table(rows: list[dict[str, Any]], ft: dict[str, dict[str, Any]]) ->
     head = ["method", "steps", "wall time (s)", "tokens/s", "eval MLM loss", "train FLOPs", "SST-2 acc"]
     body = []
     for r in rows:
-        acc = ft.get(r["name"], {}).get("accuracy", ft.get(r["name"], {}).get("metrics", {}).get("accuracy"))
+        scores = ft.get(r["name"], {}).get("scores", {})
+        acc = next(iter(scores.values())) if scores else None
         body.append([r["name"], str(r["steps"]), f"{r['wall_time_s']:.1f}", f"{r['tokens_per_s']:.0f}",
-                     f"{r['final_eval_loss']:.4f}", f"{r['total_flops']:.3g}", "-" if acc is None else f"{acc:.4f}"])
+                     f"{r['final_eval_loss']:.4f}", f"{r['total_flops']:.3g}", "-" if acc is None else f"{acc:.2f}%"])
     if len(rows) == 2 and rows[0]["wall_time_s"] and rows[1]["wall_time_s"]:
         body.append(["drop / baseline", "", f"{rows[1]['wall_time_s'] / rows[0]['wall_time_s']:.3f}",
                      f"{rows[1]['tokens_per_s'] / max(rows[0]['tokens_per_s'], 1e-9):.3f}", "",

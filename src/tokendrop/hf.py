@@ -277,7 +277,9 @@ def load_weights(model: nn.Module, sd: dict[str, Tensor], where: str, required_p
     """Load ``sd`` into ``model``: keys under ``required_prefixes`` must all be present and shaped
     right; other model keys missing from ``sd`` keep their fresh initialisation (returned)."""
     own = model.state_dict()
-    missing_required = [k for k in own if k.startswith(required_prefixes) and k not in sd]
+    # transformers' BertForMaskedLM has no pooler; like transformers, start it fresh then
+    missing_required = [k for k in own if k.startswith(required_prefixes) and k not in sd
+                        and not k.startswith("bert.pooler.")]
     if missing_required:
         raise InteropError(f"{where}: missing weights {missing_required[:4]}{' ...' if len(missing_required) > 4 else ''}")
     fresh: list[str] = []

@@ -385,11 +385,15 @@ def render_examples_png(examples: list[dict[str, Any]], path: Path, title: str) 
         placed.append((margin, line, "No held-out examples: the run's prepared data is not available.", dict(fontsize=fs)))
         line += 1
 
+    cache: dict[tuple, float] = {}
+
     def width(text: str, **kw) -> float:
-        t = fig.text(0, 0, text, **kw)
-        w = t.get_window_extent(renderer=renderer).width / dpi
-        t.remove()
-        return w
+        key = (text, kw.get("fontweight"), kw.get("fontsize"))
+        if key not in cache:
+            t = fig.text(0, 0, text, **kw)
+            cache[key] = t.get_window_extent(renderer=renderer).width / dpi
+            t.remove()
+        return cache[key]
 
     for n, ex in enumerate(examples, 1):
         placed.append((margin, line, f"({n})", dict(fontsize=fs, color="#444")))
@@ -399,12 +403,13 @@ def render_examples_png(examples: list[dict[str, Any]], path: Path, title: str) 
                         family="DejaVu Sans")
             kw_s = dict(fontsize=fs * 0.68, color="#1f5fa8" if k else "#a0a0a0", family="DejaVu Sans")
             st = f"({_fmt_score(s)})"
-            w = width(t, **kw_t) + width(st, **kw_s) + 0.09
+            wt = width(t, **kw_t)
+            w = wt + width(st, **kw_s) + 0.09
             if x + w > width_in - margin:
                 line += 1
                 x = margin + 0.45
             placed.append((x, line, t, kw_t))
-            placed.append((x + width(t, **kw_t) + 0.01, line + 0.18, st, kw_s))
+            placed.append((x + wt + 0.01, line + 0.18, st, kw_s))
             x += w
         line += 1.5
     height = max(1.0, (line + 0.3) * line_h)

@@ -1350,18 +1350,32 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
               "Caveats, which limit what these numbers can say:", ""]
     if first:
         paper_tokens = 512 * 512 * 1_000_000
+        bsteps = int(M["baseline"]["steps"]["mean"]) if "baseline" in M else first["steps"]
+        beta = first["drop"].get("beta", 0.995) if first.get("drop") else 0.995
+        for r in agg["runs"].values():
+            if r.get("drop", {}).get("method") == "cumulative":
+                beta = r["drop"]["beta"]
+                break
         lines.append(f"- **Scale**: each baseline run here saw {first['tokens']:.3g} tokens, "
                      f"{first['tokens'] / paper_tokens:.1e} of the paper's {paper_tokens:.2g}; the model has "
                      f"{first['model']['num_layers']} layers of width {first['model']['hidden_size']} (BERT-base: 12 x 768). "
-                     "The importance vector (beta = 0.995) has only a few hundred updates to move away from its initial "
-                     "10.0, so early in training it ranks ids largely by how rarely they were a prediction target "
-                     "(see the Spearman correlation with rarity under Figure 3); differences between methods of a few "
-                     "hundredths of MLM loss are within run-to-run noise at this size.")
+                     f"The importance vector (beta = {beta:g}) gets {bsteps} updates: an id that is a prediction target "
+                     f"in every step still carries {100 * beta ** bsteps:.1f}% of its initial score at the end, rarer ids "
+                     "more, so the ranking mixes loss with how rarely an id was a target (see the Spearman correlation "
+                     "with rarity under Figure 3).")
+        sp = _spread(M["baseline"]["final_eval_loss"]) if "baseline" in M else None
+        if sp is not None:
+            lines.append(f"- **Noise**: the baseline's final held-out MLM loss differs by {sp:.4f} between its seeds; "
+                         "smaller differences between methods are not distinguishable from seed noise here.")
+        else:
+            lines.append("- **Noise**: one seed per method, so seed-to-seed noise is not measured; small differences "
+                         "between methods may be noise.")
+    tasks = (ev or {}).get("suite", {}).get("tasks") or []
     lines += ["- **Domain**: the pretraining text is the offline stand-in corpus (dictionaries, software "
               "documentation, literature, speeches; not BooksCorpus + Wikipedia), and the fine-tuning tasks are "
               "stand-ins in the GLUE/SQuAD file layouts built from other public data (see "
-              "`shared/data/README.md`): scores are not comparable with published GLUE/SQuAD numbers, and tasks such "
-              "as the QQP stand-in (same speaker or not) may sit near chance for a model this small.",
+              "`shared/data/README.md`): scores are not comparable with published GLUE/SQuAD numbers"
+              + ("; the QQP stand-in (same speaker or not) is not a paraphrase task." if "qqp" in tasks else "."),
               "- **Protocol**: the fine-tuning grid, task subset and training-set sizes are reduced to fit the budget "
               "(listed above); the paper takes the best of 4 grid cells on full datasets.",
               "- **Timing**: wall times are measured on the machine above; FLOPs are analytic. On CPU the kept-row "
@@ -1373,7 +1387,7 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
         p = out / "tables" / f
         if p.is_file():
             body = p.read_text(encoding="utf-8").splitlines()
-            lines += ["#" + body[0]] + body[1:] + [""]
+            lines += ["##" + body[0]] + body[1:] + [""]
     lines += ["## Figures", "", "Held-out MLM loss of every run against pretraining wall-clock and against FLOPs:", "",
               "![loss vs wall-clock](figures/mlm-loss-vs-wall.png)", "", "![loss vs FLOPs](figures/mlm-loss-vs-flops.png)", ""]
     ins = info.get("inspect")
@@ -1441,6 +1455,7 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
 
 def _run_study(config, out, overrides, only, progress, evaluate_fn) -> Path:
     t_start = time.perf_counter()
+    hw = hardware()  # before any run sets train.threads
     study = (from_dict(StudyConfig, to_dict(config), list(overrides)) if isinstance(config, StudyConfig)
              else load_study(config, overrides))
     out = Path(out).resolve()
@@ -1520,7 +1535,7 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn) -> Path:
         plot_curves(agg, out)
     ins = inspect_figures(study, agg, out)
     state["total_elapsed_s"] = state.get("total_elapsed_s", 0.0) + (time.perf_counter() - t_start)
-    info = {"command": cmd, "hardware": hardware(), "generated": _dt.datetime.now().isoformat(timespec="seconds"),
+    info = {"command": cmd, "hardware": hw, "generated": _dt.datetime.now().isoformat(timespec="seconds"),
             "data": data_info, "evaluation": evaluation, "inspect": ins, "total_elapsed_s": state["total_elapsed_s"],
             "prepare_s": state.get("prepare_s", 0.0), "eval_s": state.get("eval_s", 0.0)}
     _atomic_text(out / "study.toml", to_toml(study))

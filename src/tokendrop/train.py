@@ -423,9 +423,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if cfg.drop.enabled:
         selector = TokenSelector(cfg.drop, cfg.model.vocab_size, data.special_ids, T, _pinned_ids(cfg, data), counts,
                                  seed=tc.seed).to(device)
-    fused = device.type == "cuda"
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.adam_beta1, tc.adam_beta2),
-                            eps=tc.adam_eps, fused=fused or None)
+                            eps=tc.adam_eps, fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)
     start_step = 0
     loader_state = None
     if meta_in is not None:

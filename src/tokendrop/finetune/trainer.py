@@ -134,9 +134,7 @@ def _train(model, cfg: FinetuneConfig, n: int, batch_fn, loss_fn, device, bf16: 
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total = max(1, math.ceil(cfg.epochs * steps_per_epoch))
     warmup = int(cfg.warmup_ratio * total)
-    opt_kw: dict[str, Any] = {"lr": cfg.lr, "betas": (0.9, 0.999), "eps": 1e-6}
-    if device.type == "cuda":
-        opt_kw["fused"] = True
+    opt_kw: dict[str, Any] = {"lr": cfg.lr, "betas": (0.9, 0.999), "eps": 1e-6, "fused": True}
     opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), **opt_kw)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_schedule(warmup, total))
     g = torch.Generator().manual_seed(cfg.seed)

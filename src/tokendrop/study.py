@@ -607,8 +607,12 @@ def _run_parallel(parallel: int, fn: Callable, tasks: list[tuple], on_done: Call
             on_done(futs[f], f.result())
     except BaseException as e:
         ex.shutdown(wait=True, cancel_futures=True)
-        if isinstance(e, (KeyboardInterrupt,)) or type(e).__name__ == "BrokenProcessPool":
+        if isinstance(e, KeyboardInterrupt):
             raise StudyError("interrupted (running runs saved a checkpoint); run the same command again to resume") from None
+        if type(e).__name__ == "BrokenProcessPool":
+            raise StudyError(f"a worker process died ({e}); finished runs and cells are kept, run the same command "
+                             "again to resume (from a Python script, call run_study under "
+                             "`if __name__ == '__main__':`, which worker processes need; or set parallel = 1)") from None
         raise
     ex.shutdown(wait=True)
 
@@ -1276,7 +1280,10 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
     lines += ["## What was run", "", "```", info["command"], "```", "",
               f"- hardware: {hw.get('cpu') or 'unknown CPU'}, {hw.get('cores')} cores"
               + (f", GPU {hw['gpu']}" if hw.get("gpu") else ", no GPU")
-              + f"; torch {hw.get('torch')} ({hw.get('torch_threads')} threads), Python {hw.get('python')}, "
+              + f"; torch {hw.get('torch')} ("
+              + (f"{max(1, (hw.get('cores') or 1) // study.parallel)} thread(s) per worker process"
+                 if study.parallel > 1 else f"{hw.get('torch_threads')} threads")
+              + f"), Python {hw.get('python')}, "
               f"tokendrop {hw.get('tokendrop', '?')} (git {hw.get('git_revision') or '?'})"
               + (f"; {study.parallel} runs / fine-tuning jobs at a time, each in its own process"
                  if study.parallel > 1 else "; one run at a time")]
@@ -1443,6 +1450,8 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
 
     ``only``: pretrain just these methods (names as in ``study.methods`` or ``drop-<pct>``); the
     evaluation and the report still cover every finished run of the study in OUT.
+    With ``study.parallel > 1`` runs and fine-tuning jobs go to worker processes (forkserver/spawn):
+    a script calling this must do so under ``if __name__ == "__main__":``.
     """
     import torch
 

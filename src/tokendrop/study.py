@@ -1490,6 +1490,7 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn) -> Path:
     t0 = time.perf_counter()
     data_info = prepare_data(study, out, need_unpacked)
     state["prepare_s"] = state.get("prepare_s", 0.0) + (time.perf_counter() - t0)
+    _atomic_json(state_path, state)
     runs = plan_runs(study, data_info, out)
 
     todo = [r for r in runs if r.method.name in selected]

@@ -356,9 +356,11 @@ def pretrain(
     run_dir = Path(out_dir)
     device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
     dd = init_distributed(device_kind)
+    threads = torch.get_num_threads()
     try:
         return _pretrain(cfg, run_dir, resume, progress, dd, stop_at)
     finally:
+        torch.set_num_threads(threads)  # train.threads applies to this run only
         if dd.owns_group:
             dist.destroy_process_group()
 

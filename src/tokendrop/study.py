@@ -597,10 +597,26 @@ def _pool(parallel: int):
 def _run_parallel(parallel: int, fn: Callable, tasks: list[tuple], on_done: Callable[[tuple, Any], None]) -> None:
     """``fn(*task)`` for every task in ``parallel`` spawned processes; ``on_done(task, result)`` in this
     process as each finishes.  A failure or Ctrl-C cancels what has not started; started runs
-    checkpoint on the SIGINT they receive too (same process group)."""
+    checkpoint on the SIGINT they receive too (same process group).  SIGTERM to this process is
+    passed on to the workers, so none outlives it."""
     from concurrent.futures import as_completed
 
+    import signal
+    import threading
+
     ex = _pool(parallel)
+
+    def on_sigterm(signum, frame):  # pass SIGTERM on: a training worker checkpoints and stops
+        for proc in list(getattr(ex, "_processes", {}).values()):
+            try:
+                proc.terminate()
+            except (OSError, ValueError):
+                pass
+        raise KeyboardInterrupt
+
+    old_handler = None
+    if threading.current_thread() is threading.main_thread():
+        old_handler = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         futs = {ex.submit(fn, *t): t for t in tasks}
         for f in as_completed(futs):
@@ -614,6 +630,9 @@ def _run_parallel(parallel: int, fn: Callable, tasks: list[tuple], on_done: Call
                              "again to resume (from a Python script, call run_study under "
                              "`if __name__ == '__main__':`, which worker processes need; or set parallel = 1)") from None
         raise
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGTERM, old_handler)
     ex.shutdown(wait=True)
 
 

@@ -76,7 +76,7 @@ def _fmt_row(cols: list[str], widths: list[int]) -> str:
 
 def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = True, cache: str | Path = ".cache") -> dict[str, Any]:
     from .config import load_config
-    from .data import PreparedData, prepare
+    from .data import DataError, PreparedData, prepare
     from .report import compare_runs
     from .train import pretrain
 
@@ -88,7 +88,7 @@ def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = Tru
     print("[2/5] preparing: WordPiece vocabulary trained on the dump, packed T=128 sequences ...", flush=True)
     try:
         PreparedData.open(data_dir)
-    except Exception:
+    except DataError:  # not prepared yet (or incomplete): prepare it
         prepare([dump], data_dir, seq_len=128, vocab_size=8192, eval_fraction=0.05, progress=False)
     runs: dict[str, Path] = {}
     results = {}
@@ -108,12 +108,12 @@ def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = Tru
     if finetune:
         print("[4/5] fine-tuning both models on the Rotten Tomatoes sentiment task (SST-2 format, from vaderSentiment) ...",
               flush=True)
-        from .config import FinetuneConfig, load_config as _lc
+        from .config import FinetuneConfig
         from .finetune import finetune as run_finetune
 
         task_dir = fetch_sentiment_task(cache)
         for name, run in runs.items():
-            fcfg = _lc("finetune-demo", [f'data="{task_dir}"'], cls=FinetuneConfig)
+            fcfg = load_config("finetune-demo", [f'data="{task_dir}"'], cls=FinetuneConfig)
             ft[name] = run_finetune(fcfg, run, out / f"{name}-sst2")
     print("[5/5] writing the report ...", flush=True)
     report, rows = compare_runs(runs, out, title="tokendrop demo: baseline vs token dropping (CPU)")

@@ -501,9 +501,10 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     step = start_step
     interrupted = False
     model.train()
+    pending = 0
+    t_mark = time.perf_counter()
     with _StopFlag() as stop:
         while step < tc.steps:
-            t0 = time.perf_counter()
             micro = []
             for _ in range(accum):
                 mb = next(it)
@@ -512,11 +513,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             out = step_fn(micro, lr_at(step, tc.lr, tc.warmup_steps, tc.steps), dropping)
             bad |= ~torch.isfinite(out["loss"])
             step += 1
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            train_time += dt
-            wall += dt
+            pending += 1
             tokens_done += tc.batch_size * T
             is_log = step % tc.log_every == 0 or step == tc.steps
             is_eval = step % tc.eval_every == 0 or step == tc.steps
@@ -524,6 +521,15 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 stop.stop = True
             is_ckpt = step % tc.ckpt_every == 0 or step == tc.steps or stop.stop
             if is_log or is_eval or is_ckpt:
+                # the host waits for the device only here, not every step; step_time is the mean
+                # over the steps since the last such point
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                elapsed = time.perf_counter() - t_mark
+                dt = elapsed / pending
+                train_time += elapsed
+                wall += elapsed
+                pending = 0
                 if bool(bad):
                     last = ckpt_mod.latest(run_dir)
                     raise TrainingError(
@@ -553,6 +559,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                     dist.barrier()
             if pbar is not None:
                 pbar.update(1)
+            if is_log or is_eval or is_ckpt:
+                t_mark = time.perf_counter()  # evaluation and checkpoints are not training time
             if stop.stop:
                 interrupted = True
                 break

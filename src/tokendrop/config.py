@@ -326,11 +326,16 @@ CONFIG_DIR_ENV = "TOKENDROP_CONFIG_DIR"
 
 
 def config_dir() -> Path:
-    """The presets folder: $TOKENDROP_CONFIG_DIR, else ``configs/`` at the repository root."""
+    """The presets folder: $TOKENDROP_CONFIG_DIR, else ``configs/`` at the repository root (an
+    editable install), else the copy a regular install puts under ``<prefix>/share/tokendrop``."""
+    import sys
+
     env = os.environ.get(CONFIG_DIR_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "configs"
+    repo = Path(__file__).resolve().parents[2] / "configs"
+    installed = Path(sys.prefix) / "share" / "tokendrop" / "configs"
+    return repo if repo.is_dir() or not installed.is_dir() else installed
 
 
 def resolve_preset(name_or_path: str | os.PathLike, relative_to: Path | None = None) -> Path:

@@ -10,18 +10,19 @@ VOCAB=${2:-../shared/data/vocab/bert-base-uncased-vocab.txt}
 OUT=${OUT:-runs/gpu-pretrain}
 STEPS=${STEPS:-300}
 BATCH=${BATCH:-256}
-TD=${TOKENDROP:-tokendrop}
-command -v "$TD" >/dev/null 2>&1 || TD=".venv/bin/tokendrop"
-[ -d "$OUT/data-128" ] || "$TD" prepare --corpus "$CORPUS" --out "$OUT/data-128" --seq-len 128 --vocab "$VOCAB" --quiet
+# .venv if set up, else the machine's python3 with this checkout on PYTHONPATH (no pip needed)
+if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
+TD="$PY -m tokendrop"
+[ -d "$OUT/data-128" ] || $TD prepare --corpus "$CORPUS" --out "$OUT/data-128" --seq-len 128 --vocab "$VOCAB" --quiet
 for method in none cumulative; do
   [ -f "$OUT/$method/report.md" ] && continue
   rm -rf "$OUT/$method"
-  "$TD" pretrain --config bert-base-128 --out "$OUT/$method" --quiet \
+  $TD pretrain --config bert-base-128 --out "$OUT/$method" --quiet \
     --set data.path="\"$OUT/data-128\"" --set drop.method=$method --set train.steps=$STEPS \
     --set train.warmup_steps=30 --set train.batch_size=$BATCH --set train.eval_every=100 \
     --set train.log_every=10 --set train.ckpt_every=100000
 done
-python - "$OUT" <<'PY'
+"$PY" - "$OUT" <<'PY'
 import sys, json
 from pathlib import Path
 from tokendrop.report import compare_runs

@@ -10,10 +10,14 @@
 #   bash benchmarks/run_gpu.sh                 # everything
 #   QUICK=1 bash benchmarks/run_gpu.sh         # gpu-quick only: dense vs 50% drop + HF, eager (~1 min)
 #
-# Needs a CUDA build of torch in .venv (scripts/setup.sh picks it where a GPU is present).
+# Needs a CUDA build of torch (scripts/setup.sh picks it where a GPU is present, or the machine's own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
+# .venv if set up; else the machine's python3 with this checkout on PYTHONPATH (a lent GPU machine
+# has torch, transformers and their dependencies preinstalled but no network to pip install from)
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"; fi
+fi
 OUT=benchmarks/results
 mkdir -p "$OUT"
 "$PY" - <<'PYEOF'

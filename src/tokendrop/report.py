@@ -12,10 +12,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+def _pyplot():
+    """matplotlib's pyplot (Agg), or None where matplotlib is not installed (reports without plots)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
 
 
 def _read(run_dir: Path) -> list[dict[str, Any]]:
@@ -39,7 +47,7 @@ def _atomic_text(path: Path, text: str) -> None:
 def _save(fig, path: Path) -> None:
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
     fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    _pyplot().close(fig)
     tmp.replace(path)
 
 
@@ -68,19 +76,21 @@ def summarize(run_dir: Path) -> dict[str, Any]:
 def write_run_report(run_dir: str | os.PathLike) -> Path:
     run_dir = Path(run_dir)
     recs = _read(run_dir)
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
-    for key, label in (("loss", "train MLM loss"), ("eval_loss", "eval MLM loss")):
-        ax[0].plot(*_series(recs, key), label=label, marker="o" if key == "eval_loss" else None)
-        ax[1].plot(*_series(recs, key, "wall_time"), label=label, marker="o" if key == "eval_loss" else None)
-    ax[0].set_xlabel("step")
-    ax[1].set_xlabel("wall-clock (s)")
-    for a in ax[:2]:
-        a.set_ylabel("loss")
-        a.legend()
-    ax[2].plot(*_series(recs, "tokens_per_s"))
-    ax[2].set_xlabel("step")
-    ax[2].set_ylabel("tokens / s")
-    _save(fig, run_dir / "curves.png")
+    plt = _pyplot()
+    if plt is not None:
+        fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+        for key, label in (("loss", "train MLM loss"), ("eval_loss", "eval MLM loss")):
+            ax[0].plot(*_series(recs, key), label=label, marker="o" if key == "eval_loss" else None)
+            ax[1].plot(*_series(recs, key, "wall_time"), label=label, marker="o" if key == "eval_loss" else None)
+        ax[0].set_xlabel("step")
+        ax[1].set_xlabel("wall-clock (s)")
+        for a in ax[:2]:
+            a.set_ylabel("loss")
+            a.legend()
+        ax[2].plot(*_series(recs, "tokens_per_s"))
+        ax[2].set_xlabel("step")
+        ax[2].set_ylabel("tokens / s")
+        _save(fig, run_dir / "curves.png")
     s = summarize(run_dir)
     cfg = (run_dir / "config.toml").read_text() if (run_dir / "config.toml").is_file() else ""
     lines = [
@@ -91,7 +101,7 @@ def write_run_report(run_dir: str | os.PathLike) -> Path:
         f"| {s['steps']} | {s['wall_time_s']:.1f} | {s['tokens_per_s']:.0f} | {s['step_time_s']:.3f} | "
         f"{s['final_train_loss']:.4f} | {s['final_eval_loss']:.4f} | {s['final_eval_acc']:.4f} | {s['total_flops']:.3g} |",
         "",
-        "![curves](curves.png)",
+        "![curves](curves.png)" if plt is not None else "(no plots: matplotlib is not installed)",
         "",
         "Training loss vs step and vs wall-clock, eval MLM loss (full model, held-out split), throughput.",
         "",
@@ -111,32 +121,37 @@ def compare_runs(runs: dict[str, Path], out_dir: str | os.PathLike, title: str =
     """Overlay runs: eval loss vs step / wall-clock / FLOPs; -> (report path, summary rows)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    plt = _pyplot()
     rows = []
+    curves = []
     for name, rd in runs.items():
         recs = _read(Path(rd))
         flops_per = {r["step"]: r["flops_per_step"] for r in recs if "flops_per_step" in r}
         ev = [r for r in recs if "eval_loss" in r]
-        ax[0].plot([r["step"] for r in ev], [r["eval_loss"] for r in ev], marker="o", label=name)
-        ax[1].plot([r["wall_time"] for r in ev], [r["eval_loss"] for r in ev], marker="o", label=name)
-        cum, acc = [], 0.0
         steps = sorted(flops_per)
-        for r in ev:  # cumulative FLOPs up to each eval (logged steps interpolate the ones between)
-            acc = sum(flops_per[s] * (s - (steps[i - 1] if i else 0)) for i, s in enumerate(steps) if s <= r["step"])
-            cum.append(acc)
-        ax[2].plot(cum, [r["eval_loss"] for r in ev], marker="o", label=name)
+        cum = []
+        for r in ev:  # cumulative FLOPs up to each eval (logged steps stand for the steps before them)
+            cum.append(sum(flops_per[s] * (s - (steps[i - 1] if i else 0)) for i, s in enumerate(steps) if s <= r["step"]))
+        curves.append((name, ev, cum))
         rows.append({"name": name, "run_dir": str(rd), **summarize(Path(rd))})
-    for a, xl in zip(ax, ("step", "wall-clock (s)", "training FLOPs")):
-        a.set_xlabel(xl)
-        a.set_ylabel("eval MLM loss")
-        a.legend()
-    _save(fig, out_dir / "comparison.png")
+    if plt is not None:
+        fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+        for name, ev, cum in curves:
+            loss = [r["eval_loss"] for r in ev]
+            ax[0].plot([r["step"] for r in ev], loss, marker="o", label=name)
+            ax[1].plot([r["wall_time"] for r in ev], loss, marker="o", label=name)
+            ax[2].plot(cum, loss, marker="o", label=name)
+        for a, xl in zip(ax, ("step", "wall-clock (s)", "training FLOPs")):
+            a.set_xlabel(xl)
+            a.set_ylabel("eval MLM loss")
+            a.legend()
+        _save(fig, out_dir / "comparison.png")
     lines = [f"# {title}", "", "| run | steps | wall time (s) | tokens/s | final eval MLM loss | eval acc | FLOPs |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['steps']} | {r['wall_time_s']:.1f} | {r['tokens_per_s']:.0f} | "
                      f"{r['final_eval_loss']:.4f} | {r['final_eval_acc']:.4f} | {r['total_flops']:.3g} |")
-    lines += ["", "![comparison](comparison.png)", ""]
+    lines += ["", "![comparison](comparison.png)" if plt is not None else "(no plots: matplotlib is not installed)", ""]
     out = out_dir / "report.md"
     _atomic_text(out, "\n".join(lines))
     return out, rows

@@ -703,10 +703,8 @@ def _loadavg() -> list[float] | None:
 def machine_slug(device: str) -> str:
     if device == "cuda" and torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
-        n = torch.cuda.device_count()
     else:
         name = "cpu " + cpu_model()
-        n = 0
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     return slug + (f"-{os.cpu_count()}c" if device != "cuda" else "")
 

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from . import __version__
+from .fsutil import atomic_directory
 
 
 class CheckpointError(ValueError):
@@ -89,8 +89,7 @@ def save(
     for stale in ck_root.glob(".step-*.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     final = ck_root / f"step-{step:08d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=ck_root))
-    try:
+    with atomic_directory(final) as tmp:
         files = {}
         save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
         save_file(state_tensors, str(tmp / "state.safetensors"))
@@ -101,12 +100,6 @@ def save(
             json.dump(meta, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     existing = sorted(p for p in ck_root.iterdir() if p.name.startswith("step-"))
     for old in existing[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

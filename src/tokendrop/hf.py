@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from .config import ModelConfig
+from .fsutil import atomic_directory
 
 _LAYER_MAP = [  # (ours, hf) inside bert.encoder.layer(s).{i}.
     ("attn.q", "attention.self.query"),
@@ -171,24 +171,6 @@ def model_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Model
 # files
 
 
-def atomic_dir(out_dir: str | os.PathLike) -> tuple[Path, Path]:
-    """A temp dir beside ``out_dir``; rename it with ``commit_dir`` when complete."""
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    return tmp, out
-
-
-def commit_dir(tmp: Path, out: Path) -> None:
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
-
-
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -235,16 +217,11 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
         d["num_labels"] = model.num_labels
         d["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
         d["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
-    tmp, out = atomic_dir(out_dir)
-    try:
+    with atomic_directory(out_dir) as tmp:
         save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(d, indent=2))
         copy_tokenizer(tokenizer, tmp, cfg.max_position_embeddings)
-        commit_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return Path(out_dir)
 
 
 def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]]:

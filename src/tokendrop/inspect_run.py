@@ -32,8 +32,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -515,9 +513,9 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
     """Write the inspection of ``run_dir`` into ``out_dir`` (default ``RUN_DIR/inspect``); -> out dir."""
     rv = load_run(run_dir)
     out = Path(out_dir) if out_dir else rv.run_dir / "inspect"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    from .fsutil import atomic_directory
+
+    with atomic_directory(out) as tmp:
         stats = score_stats(rv)
         tb = top_bottom(rv, top_k)
         examples = example_sequences(rv, num_examples, seed=seed)
@@ -540,18 +538,6 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
                    "stats": stats, "examples": len(examples), "notes": rv.notes}
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
         (tmp / "README.md").write_text(_readme(rv, stats), encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        old = None
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            old.rmdir()
-            out.rename(old)
-        tmp.rename(out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

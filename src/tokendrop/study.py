@@ -1224,10 +1224,10 @@ def findings(agg: dict[str, Any], study: StudyConfig) -> list[str]:
             continue
         ds, bs = dstat(n), dstat("baseline")
         if ds and bs and _isnum(ds["mean"]) and _isnum(bs["mean"]):
-            diff, sp, unit, hb = ds["mean"] - bs["mean"], spread2(ds, bs), " points", True
+            diff, sp, hb = ds["mean"] - bs["mean"], spread2(ds, bs), True
             what = "avg. downstream"
         else:
-            diff, sp, unit, hb = mloss(n) - mloss("baseline"), spread2(M[n]["final_eval_loss"], b["final_eval_loss"]), "", False
+            diff, sp, hb = mloss(n) - mloss("baseline"), spread2(M[n]["final_eval_loss"], b["final_eval_loss"]), False
             what = "MLM loss"
         short = (-diff if hb else diff) > (sp or 0.0)
         rows.append((M[n]["label"], diff, short, what))

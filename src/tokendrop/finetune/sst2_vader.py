@@ -21,11 +21,9 @@ import json
 import math
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -146,23 +144,16 @@ def label_and_split(rows: list[tuple[str, float, str]], dev_fraction: float = 0.
 def write_sst2(out_dir: str | os.PathLike, train: list[tuple[str, int]], dev: list[tuple[str, int]],
                meta: dict | None = None) -> Path:
     """``train.tsv`` / ``dev.tsv`` (header ``sentence<TAB>label``), written into a temp dir and renamed."""
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    from ..fsutil import atomic_directory
+
+    with atomic_directory(out_dir) as tmp:
         for name, rows in (("train.tsv", train), ("dev.tsv", dev)):
             with open(tmp / name, "w", encoding="utf-8", newline="\n") as f:
                 f.write("sentence\tlabel\n")
                 for s, y in rows:
                     f.write(f"{s}\t{y}\n")
         (tmp / "meta.json").write_text(json.dumps(meta or {}, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return Path(out_dir)
 
 
 def convert_snippets(text: str, out_dir: str | os.PathLike, dev_fraction: float = 0.1, seed: int = DEFAULT_SEED,

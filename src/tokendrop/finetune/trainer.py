@@ -96,6 +96,17 @@ def _load_model(model_path, cls, **kw):
         raise FinetuneError(f"cannot load model {model_path}: {msg}") from None
 
 
+def _load_model_and_tokenizer(model_path, cls, max_seq_len: int, **kw):
+    """-> (model, info, tokenizer, max_len, pad_id), the tokenizer checked against the model's vocabulary."""
+    model, info = _load_model(model_path, cls, **kw)
+    mcfg = info["model_config"]
+    tok = load_finetune_tokenizer(info.get("tokenizer"), model_path)
+    if tok.get_vocab_size() > mcfg.vocab_size:
+        raise FinetuneError(f"tokenizer has {tok.get_vocab_size()} tokens but model {model_path} only "
+                            f"{mcfg.vocab_size} embeddings: wrong vocab.txt for this model")
+    return model, info, tok, min(max_seq_len, mcfg.max_position_embeddings), mcfg.pad_token_id
+
+
 def _pad(seqs: list[list[int]], pad: int) -> torch.Tensor:
     n = max(len(s) for s in seqs)
     out = np.full((len(seqs), n), pad, dtype=np.int64)
@@ -255,11 +266,8 @@ def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log
     if not train:
         raise FinetuneError(f"task {spec.name}: no training examples in {cfg.data}")
 
-    model, info = _load_model(model_path, BertForSequenceClassification, num_labels=len(spec.labels))
-    tok = load_finetune_tokenizer(info.get("tokenizer"), model_path)
-    _check_vocab(tok, info["model_config"], model_path)
-    max_len = min(cfg.max_seq_len, info["model_config"].max_position_embeddings)
-    pad_id = info["model_config"].pad_token_id
+    model, info, tok, max_len, pad_id = _load_model_and_tokenizer(
+        model_path, BertForSequenceClassification, cfg.max_seq_len, num_labels=len(spec.labels))
     model.to(device)
 
     t_enc = time.perf_counter()
@@ -297,12 +305,6 @@ def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log
             "skipped_rows": skipped or []}
 
 
-def _check_vocab(tok, mcfg, model_path) -> None:
-    if tok.get_vocab_size() > mcfg.vocab_size:
-        raise FinetuneError(f"tokenizer has {tok.get_vocab_size()} tokens but model {model_path} only "
-                            f"{mcfg.vocab_size} embeddings: wrong vocab.txt for this model")
-
-
 # ----------------------------------------------------------------------------------------------
 # SQuAD
 
@@ -336,11 +338,7 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
     train_ex = subsample(train_ex, cfg.max_train_examples)
     dev_ex = subsample(dev_ex, cfg.max_eval_examples)
 
-    model, info = _load_model(model_path, BertForQuestionAnswering)
-    tok = load_finetune_tokenizer(info.get("tokenizer"), model_path)
-    _check_vocab(tok, info["model_config"], model_path)
-    max_len = min(cfg.max_seq_len_qa, info["model_config"].max_position_embeddings)
-    pad_id = info["model_config"].pad_token_id
+    model, info, tok, max_len, pad_id = _load_model_and_tokenizer(model_path, BertForQuestionAnswering, cfg.max_seq_len_qa)
     model.to(device)
 
     t_enc = time.perf_counter()

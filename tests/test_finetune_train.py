@@ -125,6 +125,16 @@ def test_errors_are_one_line(ckpt, sentiment, tmp_path):
         assert msg in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(FinetuneError, match="cannot load model"):
         finetune(_cfg(sentiment), tmp_path, tmp_path / "o", log=None)
+    # a vocab.txt with more tokens than the model has embeddings
+    import shutil
+
+    bad = tmp_path / "bad-vocab"
+    shutil.copytree(ckpt, bad)
+    vocab = bad / "tokenizer" / "vocab.txt"
+    vocab.write_text(vocab.read_text() + "".join(f"extra{i}\n" for i in range(10)))
+    with pytest.raises(FinetuneError, match="wrong vocab.txt for this model"):
+        finetune(_cfg(sentiment), bad, tmp_path / "o", log=None)
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_entry_point(ckpt, sentiment, tmp_path, capsys):

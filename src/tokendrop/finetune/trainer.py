@@ -402,12 +402,17 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
     if not spec.train:
         raise FinetuneError(f"task {spec.name} is evaluation-only; it is scored by the MNLI model (task mnli)")
     out = Path(out_dir)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     threads_before = torch.get_num_threads()
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     try:
         return _finetune(cfg, spec, model_path, out, log)
+    except BaseException:
+        if created and not any(out.iterdir()):  # leave nothing behind for a run that wrote nothing
+            out.rmdir()
+        raise
     finally:
         if cfg.threads > 0:
             torch.set_num_threads(threads_before)

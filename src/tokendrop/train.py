@@ -123,10 +123,14 @@ class MLMStep:
         amp_dtype: torch.dtype | None,
         ddp: nn.Module | None = None,
         use_attention_mask: bool = True,
+        compile: bool = False,
     ):
         self.use_attention_mask = use_attention_mask  # packed data has no [PAD]: mask-free SDPA
         self.model = model
         self.run_model = ddp if ddp is not None else model
+        if compile:
+            self.run_model = torch.compile(self.run_model)
+        self.params = [p for p in model.parameters() if p.requires_grad]
         self.selector = selector
         self.opt = optimizer
         self.cfg = cfg
@@ -165,8 +169,7 @@ class MLMStep:
                 correct = ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum()
                 sums += torch.stack([(nll.detach() * w).sum(), correct])
             all_nll.append(nll.detach())
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        gnorm = torch.nn.utils.clip_grad_norm_(params, self.cfg.train.grad_clip)
+        gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.train.grad_clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         if dropping and self.select and self.selector is not None:
@@ -444,12 +447,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     ddp = None
     if dd.world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    run_model = model
-    if tc.compile:
-        run_model = torch.compile(ddp if ddp is not None else model)
-    step_fn = MLMStep(model, selector, opt, cfg, amp, ddp, use_attention_mask=not data.packed)
-    if tc.compile:
-        step_fn.run_model = run_model
+    step_fn = MLMStep(model, selector, opt, cfg, amp, ddp, use_attention_mask=not data.packed, compile=tc.compile)
 
     loader = MLMLoader(data, split="train", batch_size=micro_bs, seed=tc.seed, rank=dd.rank, world_size=dd.world,
                        mask_prob=cfg.data.mask_prob, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch,

@@ -5,7 +5,9 @@
     # out now holds the complete result; on any error (or a kill) out is untouched
 
 A killed writer leaves only ``.NAME.tmp-*`` (never taken for the result); an existing ``out`` is
-moved aside and removed only after the new one is in place.
+moved aside and removed only after the new one is in place.  Every temp dir records its writer
+(host and pid); the next write to the same target removes the temp dirs whose writer on this host
+is gone, so a writer killed hard (SIGKILL, OOM) does not leave its partial output behind for good.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,17 +33,64 @@ def replace_dir(tmp: Path, out: Path) -> None:
         tmp.rename(out)
 
 
-@contextlib.contextmanager
-def atomic_directory(out_dir: str | os.PathLike) -> Iterator[Path]:
-    out = Path(out_dir)
+_OWNER = ".tokendrop-writer"  # "<host> <pid>" of the process writing a temp dir
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temp_dirs(parent: Path, prefix: str) -> list[Path]:
+    """Remove ``parent/prefix*`` temp dirs whose recorded writer is a dead process on this host.
+
+    Dirs without a writer record, from another host, or whose writer still runs are left alone
+    (a recycled pid only delays the clean-up)."""
+    removed = []
+    host = socket.gethostname()
+    for d in sorted(Path(parent).glob(prefix + "*")):
+        try:
+            whost, wpid = (d / _OWNER).read_text().split()
+            if whost != host or _alive(int(wpid)):
+                continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def make_temp_dir(out: Path, prefix: str) -> Path:
+    """A fresh temp dir ``out.parent/prefix*`` (ordinary permissions, writer recorded), after
+    removing the ones that dead writers left there."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    remove_stale_temp_dirs(out.parent, prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
+    (tmp / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    return tmp
+
+
+def publish_temp_dir(tmp: Path, out: Path) -> None:
+    """Drop the writer record and rename ``tmp`` to ``out`` (replacing it)."""
+    (tmp / _OWNER).unlink(missing_ok=True)
+    replace_dir(tmp, out)
+
+
+@contextlib.contextmanager
+def atomic_directory(out_dir: str | os.PathLike) -> Iterator[Path]:
+    out = Path(out_dir)
+    tmp = make_temp_dir(out, f".{out.name}.tmp-")
     try:
         yield tmp
-        replace_dir(tmp, out)
+        publish_temp_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -681,7 +681,9 @@ def run_measurements(run_dir: Path) -> dict[str, Any]:
     curve = [{"step": r["step"], "wall_time": r["wall_time"], "flops": cum_flops(r["step"]),
               "eval_loss": r["eval_loss"], "eval_acc": r.get("eval_acc")} for r in evals]
     final = curve[-1] if curve else {}
-    return {"run_dir": str(run_dir), "steps": steps, "seq_len": T, "batch_size": bs,
+    metas = sorted((run_dir / "checkpoints").glob("step-*/meta.json"))
+    trained_at = (_read_json(metas[-1]) or {}).get("git_revision") if metas else None
+    return {"run_dir": str(run_dir), "steps": steps, "git_revision": trained_at, "seq_len": T, "batch_size": bs,
             "tokens": steps * bs * T, "wall_time_s": wall, "tokens_per_s": tps,
             "flops_per_step": {"dropping": f_drop, "dense": f_dense}, "stage2_start": s2,
             "total_flops": cum_flops(steps), "final_eval_loss": final.get("eval_loss", float("nan")),
@@ -1287,6 +1289,22 @@ def _md_table(lines: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def _ft_noise(ev: dict[str, Any] | None) -> str:
+    s = (ev or {}).get("suite", {})
+    seeds, cells = len(s.get("finetune_seeds") or []), len(s.get("glue_epochs") or []) * len(s.get("glue_lrs") or [])
+    return (f"{seeds} fine-tuning seed(s) and {cells} grid cell(s) per GLUE task and model, so that spread "
+            "includes fine-tuning noise")
+
+
+def _prep_text(info: dict[str, Any]) -> str:
+    """How long data preparation took, saying so when the prepared data was made outside these invocations."""
+    made = sum((info.get("data", {}).get(k) or {}).get("seconds", 0.0) for k in ("packed", "unpacked"))
+    spent = info.get("prepare_s", 0.0)
+    if spent < 1.0 and made:
+        return f"data preparation reused: it took {made:.0f} s when it was made, not counted here"
+    return f"data preparation {spent:.0f} s"
+
+
 def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[str, Any]) -> Path:
     M = agg["methods"]
     hw = info["hardware"]
@@ -1303,7 +1321,9 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
               + (f"{max(1, (hw.get('cores') or 1) // study.parallel)} thread(s) per worker process"
                  if study.parallel > 1 else f"{hw.get('torch_threads')} threads")
               + f"), Python {hw.get('python')}, "
-              f"tokendrop {hw.get('tokendrop', '?')} (git {hw.get('git_revision') or '?'})"
+              f"tokendrop {hw.get('tokendrop', '?')} (runs trained at git "
+              f"{', '.join(sorted({str(r.get('git_revision') or '?') for r in agg['runs'].values()})) or '?'}; "
+              f"report written at git {hw.get('git_revision') or '?'})"
               + (f"; {study.parallel} runs / fine-tuning jobs at a time, each in its own process"
                  if study.parallel > 1 else "; one run at a time")]
     data = info.get("data", {})
@@ -1357,7 +1377,7 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
     rows.append(["**total**", str(len(agg["runs"]))] + [_f(x, 0) for x in tot])
     lines += _md_table(rows)
     lines += ["", f"Whole study wall-clock over all invocations so far: {info.get('total_elapsed_s', 0) / 60:.1f} min "
-              f"(data preparation {info.get('prepare_s', 0):.0f} s"
+              f"({_prep_text(info)}"
               + (f", evaluation suite {info['eval_s']:.0f} s" if info.get("eval_s") else "") + "). Elapsed, CPU "
               "time (user + system, all threads of the run's process) and fine-tuning (the suite's cells, wall): "
               "summed over seeds, as recorded by this study (a run trained by an earlier invocation keeps its "
@@ -1391,8 +1411,11 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
                      "with rarity under Figure 3).")
         sp = _spread(M["baseline"]["final_eval_loss"]) if "baseline" in M else None
         if sp is not None:
-            lines.append(f"- **Noise**: the baseline's final held-out MLM loss differs by {sp:.4f} between its seeds; "
-                         "smaller differences between methods are not distinguishable from seed noise here.")
+            dsp = _spread(M["baseline"]["eval"].get("downstream_avg"))
+            lines.append(f"- **Noise**: the baseline's final held-out MLM loss differs by {sp:.4f} between its seeds"
+                         + (f", its average downstream score by {dsp:.2f} points ({_ft_noise(ev)})"
+                            if dsp is not None else "")
+                         + "; smaller differences between methods are not distinguishable from seed noise here.")
         else:
             lines.append("- **Noise**: one seed per method, so seed-to-seed noise is not measured; small differences "
                          "between methods may be noise.")
@@ -1439,7 +1462,8 @@ def write_report(study: StudyConfig, out: Path, agg: dict[str, Any], info: dict[
     elif ins:
         lines += [f"Figures 1 and 3 were not produced: {ins['error']}", ""]
     if ev:
-        lines += ["The suite's own table (with the best grid cell per model) is `eval/results.md`.", ""]
+        lines += ["The suite's own table (with the best grid cell per model and per-seed rows) is "
+                  "[`eval/results.md`](eval/results.md).", ""]
     p = out / "study.md"
     _atomic_text(p, "\n".join(lines))
     return p
@@ -1586,10 +1610,12 @@ def _resolve_docs(p: str) -> Path:
 
 
 def export_report(out: Path, dest: Path) -> Path:
-    """Copy study.md, study.json, tables/ and figures/ (no runs, no checkpoints) to ``dest``."""
+    """Copy study.md, study.json, the suite's eval/results.*, tables/ and figures/ (no runs, no
+    checkpoints) to ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
-    for f in ("study.md", "study.json", "study.toml"):
+    for f in ("study.md", "study.json", "study.toml", "eval/results.md", "eval/results.json", "eval/suite.toml"):
         if (out / f).is_file():
+            (dest / f).parent.mkdir(exist_ok=True)
             shutil.copyfile(out / f, dest / f)
     for sub in ("tables", "figures"):
         if (out / sub).is_dir():

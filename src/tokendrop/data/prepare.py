@@ -31,7 +31,8 @@ shards are exactly the frame, separators and padding.
 
 Writing is atomic: everything goes to ``<out>.tmp-XXXXXXXX`` beside the target, which is renamed to
 ``<out>`` only after meta.json is written; any error removes it.  A run killed hard leaves only the
-``.tmp-`` directory, which :meth:`PreparedData.open` rejects (no meta.json).
+``.tmp-`` directory, which :meth:`PreparedData.open` rejects (no meta.json) and the next
+``prepare`` into the same place removes (:func:`tokendrop.fsutil.make_temp_dir`).
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ import os
 import queue
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..fsutil import make_temp_dir, publish_temp_dir
 from . import DataError
 from .corpus import HF, WIKI, Source, finish, iter_raw, resolve_corpus
 from .tokenizer import (
@@ -515,12 +517,7 @@ def prepare(
     ids = special_ids(tok)
     dtype = dtype_for(V)
 
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
+    tmp = str(make_temp_dir(Path(out_dir), os.path.basename(out_dir) + ".tmp-"))
     try:
         # ---- tokenize
         docs_path = os.path.join(tmp, "documents.tmp")
@@ -624,14 +621,7 @@ def prepare(
             os.fsync(f.fileno())
         os.replace(tmp_meta, os.path.join(tmp, "meta.json"))
         # ---- publish
-        old = None
-        if os.path.exists(out_dir):
-            old = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".old-", dir=parent)
-            os.rmdir(old)
-            os.rename(out_dir, old)
-        os.rename(tmp, out_dir)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        publish_temp_dir(Path(tmp), Path(out_dir))
     except OSError as e:  # disk full, permissions, ...: a data problem for the user, not a crash
         shutil.rmtree(tmp, ignore_errors=True)
         raise DataError(f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was written") from e

@@ -149,6 +149,8 @@ def test_rerun_skips_finished_runs_and_cells(tiny_study):
     # the report's copy for docs/: report, tables and figures, no runs or checkpoints
     assert (docs / "study.md").is_file() and (docs / "figures" / "fig1-examples.png").is_file()
     assert (docs / "tables" / "table1.md").is_file() and not (docs / "runs").exists()
+    assert (docs / "eval" / "results.md").is_file()  # the report links it
+    assert "runs trained at git" in (docs / "study.md").read_text()
 
 
 def test_interrupted_runs_resume_in_parallel_and_changed_config_is_refused(tiny_study):

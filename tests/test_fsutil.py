@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from synthetic import write_corpus
-from tokendrop.fsutil import atomic_directory, make_temp_dir, remove_stale_temp_dirs
+from tokendrop.fsutil import atomic_directory, remove_stale_temp_dirs
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -53,8 +53,9 @@ def test_only_temp_dirs_of_dead_local_writers_are_removed(tmp_path):
     other_target = temp_with_writer(tmp_path, ".other.tmp-dead", host, dead_pid())
     assert remove_stale_temp_dirs(tmp_path, ".out.tmp-") == [dead]
     assert not dead.exists() and live.exists() and remote.exists() and unknown.exists() and other_target.exists()
-    tmp = make_temp_dir(tmp_path / "other", ".other.tmp-")  # a new write sweeps its own target's leftovers
-    assert not other_target.exists() and tmp.is_dir()
+    with atomic_directory(tmp_path / "other") as tmp:  # a new write sweeps its own target's leftovers
+        assert not other_target.exists() and tmp.is_dir()
+    assert (tmp_path / "other").is_dir()
 
 
 def test_prepare_killed_hard_is_cleaned_by_the_next_prepare(tmp_path):

@@ -65,32 +65,24 @@ def remove_stale_temp_dirs(parent: Path, prefix: str) -> list[Path]:
     return removed
 
 
-def make_temp_dir(out: Path, prefix: str) -> Path:
-    """A fresh temp dir ``out.parent/prefix*`` (ordinary permissions, writer recorded), after
-    removing the ones that dead writers left there."""
+@contextlib.contextmanager
+def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> Iterator[Path]:
+    """Yield a fresh temp dir beside ``out_dir`` (named ``prefix*``, default ``.NAME.tmp-*``) after
+    removing the ones dead writers left there; rename it to ``out_dir`` when the block ends, remove
+    it when the block raises."""
+    out = Path(out_dir)
+    prefix = prefix or f".{out.name}.tmp-"
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_dirs(out.parent, prefix)
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
-    (tmp / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
-    return tmp
-
-
-def publish_temp_dir(tmp: Path, out: Path) -> None:
-    """Drop the writer record and rename ``tmp`` to ``out`` (replacing it)."""
-    (tmp / _OWNER).unlink(missing_ok=True)
-    replace_dir(tmp, out)
-
-
-@contextlib.contextmanager
-def atomic_directory(out_dir: str | os.PathLike) -> Iterator[Path]:
-    out = Path(out_dir)
-    tmp = make_temp_dir(out, f".{out.name}.tmp-")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
+        (tmp / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         yield tmp
-        publish_temp_dir(tmp, out)
+        (tmp / _OWNER).unlink(missing_ok=True)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

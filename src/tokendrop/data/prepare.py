@@ -32,7 +32,7 @@ shards are exactly the frame, separators and padding.
 Writing is atomic: everything goes to ``<out>.tmp-XXXXXXXX`` beside the target, which is renamed to
 ``<out>`` only after meta.json is written; any error removes it.  A run killed hard leaves only the
 ``.tmp-`` directory, which :meth:`PreparedData.open` rejects (no meta.json) and the next
-``prepare`` into the same place removes (:func:`tokendrop.fsutil.make_temp_dir`).
+``prepare`` into the same place removes (:func:`tokendrop.fsutil.atomic_directory`).
 """
 
 from __future__ import annotations
@@ -44,17 +44,15 @@ import json
 import multiprocessing as mp
 import os
 import queue
-import shutil
 import sys
 import threading
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..fsutil import make_temp_dir, publish_temp_dir
+from ..fsutil import atomic_directory
 from . import DataError
 from .corpus import HF, WIKI, Source, finish, iter_raw, resolve_corpus
 from .tokenizer import (
@@ -517,117 +515,112 @@ def prepare(
     ids = special_ids(tok)
     dtype = dtype_for(V)
 
-    tmp = str(make_temp_dir(Path(out_dir), os.path.basename(out_dir) + ".tmp-"))
     try:
-        # ---- tokenize
-        docs_path = os.path.join(tmp, "documents.tmp")
-        t0 = time.time()
-        tk = _tokenize_corpus(sources, tok, dtype, workers, text_field, docs_path, progress)
-        t_tok = time.time() - t0
-        lengths = tk["lengths"]
-        if len(lengths) == 0:
-            names = ", ".join(s.path for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
-            raise DataError(f"corpus: no text found in {names}; expected at least one non-empty document")
-        # ---- split + pack
-        body = seq_len - 2
-        is_eval = _choose_eval_docs(lengths, float(eval_fraction), body, packed, seed)
-        offsets = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = np.memmap(docs_path, dtype=dtype, mode="r") if offsets[-1] else np.zeros(0, dtype)
-        counter = _Counter(V)
-        split_meta = {}
-        for split in SPLITS:
-            shard = _Shard(os.path.join(tmp, f"{split}.bin"), seq_len, dtype)
-            if packed:
-                w = _PackedWriter(shard, ids["cls"], ids["sep"])
-            else:
-                w = _UnpackedWriter(shard, ids["cls"], ids["sep"], ids["pad"], overflow)
-            sel = np.flatnonzero(is_eval if split == "eval" else ~is_eval)
-            for d in sel:
-                doc = np.asarray(flat[offsets[d] : offsets[d + 1]])
-                w.add(doc)
-                if split == "train":
-                    counter.add(doc)
-            info = w.finish()
-            shard.close()
-            info.update({"file": f"{split}.bin", "num_sequences": shard.n, "sha256": shard.sha.hexdigest()})
-            split_meta[split] = info
-        counter.flush()
-        del flat
-        os.remove(docs_path)
-        if split_meta["train"]["num_sequences"] == 0:
-            raise DataError(
-                f"corpus: too small for one training sequence of T={seq_len}: {int(lengths.sum())} tokens in "
-                f"{len(lengths)} documents ({split_meta['eval']['document_tokens']} held out for eval); "
-                "expected more text, a smaller --seq-len or --eval-fraction 0"
-            )
-        # ---- tokenizer, counts, meta
-        save_tokenizer(tok, tmp, model_max_length=max_position_embeddings)
-        np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
-        raw_docs = tk["stats"].get("raw_documents", {})
-        if eval_fraction > 0 and split_meta["eval"]["num_sequences"] == 0:
-            warnings.append("eval split is empty: the corpus is too small to hold out a full sequence")
-        trunc = {k: v for k, v in split_meta["train"].items() if k in ("truncated_documents", "truncated_tokens")}
-        if trunc.get("truncated_documents") or (not packed and split_meta["eval"].get("truncated_documents")):
-            warnings.append(
-                f"{split_meta['train']['truncated_documents'] + split_meta['eval']['truncated_documents']} documents "
-                f"longer than T-2={body} tokens were truncated "
-                f"({split_meta['train']['truncated_tokens'] + split_meta['eval']['truncated_tokens']} tokens dropped)"
-            )
-        meta = {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "seq_len": seq_len,
-            "packed": bool(packed),
-            "overflow": None if packed else overflow,
-            "dtype": dtype.name,
-            "vocab_size": V,
-            "vocab_hash": vocab_sha256(os.path.join(tmp, "vocab.txt")),
-            "lowercase": is_lowercase(tok),
-            "special_ids": ids,
-            "special_tokens": dict(SPECIAL_KEYS),
-            "max_position_embeddings": int(max_position_embeddings),
-            "tokenizer": {
-                **tok_source,
-                "files": ["tokenizer.json", "vocab.txt", "tokenizer_config.json"],
-                "tokenizers_version": _version("tokenizers"),
-                "model": "WordPiece",
-            },
-            "eval_fraction": float(eval_fraction),
-            "split_seed": int(seed),
-            "splits": split_meta,
-            "counts": {
-                "documents": int(len(lengths)),
-                "empty_documents_skipped": int(tk["empty_documents"]),
-                "tokens": int(tk["tokens"]),
-                "unk_tokens": int(counter.counts[ids["unk"]]),  # train split
-                "input_bytes": int(tk["stats"].get("input_bytes", 0)),
-            },
-            "token_counts_file": "token_counts.npy",
-            "sources": [
-                {"path": os.path.abspath(s.path) if s.fmt != HF else s.path, "format": s.fmt, "bytes": s.size,
-                 "documents": raw_docs.get(s.path, 0)}
-                for s in sources
-            ],
-            "warnings": warnings,
-            "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)},
-            "parallelism": {"workers": workers, "mode": tk["mode"]},
-        }
-        tmp_meta = os.path.join(tmp, "meta.json.tmp")
-        with open(tmp_meta, "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_meta, os.path.join(tmp, "meta.json"))
-        # ---- publish
-        publish_temp_dir(Path(tmp), Path(out_dir))
+        with atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
+            tmp = str(tmp_dir)
+            # ---- tokenize
+            docs_path = os.path.join(tmp, "documents.tmp")
+            t0 = time.time()
+            tk = _tokenize_corpus(sources, tok, dtype, workers, text_field, docs_path, progress)
+            t_tok = time.time() - t0
+            lengths = tk["lengths"]
+            if len(lengths) == 0:
+                names = ", ".join(s.path for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
+                raise DataError(f"corpus: no text found in {names}; expected at least one non-empty document")
+            # ---- split + pack
+            body = seq_len - 2
+            is_eval = _choose_eval_docs(lengths, float(eval_fraction), body, packed, seed)
+            offsets = np.zeros(len(lengths) + 1, np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            flat = np.memmap(docs_path, dtype=dtype, mode="r") if offsets[-1] else np.zeros(0, dtype)
+            counter = _Counter(V)
+            split_meta = {}
+            for split in SPLITS:
+                shard = _Shard(os.path.join(tmp, f"{split}.bin"), seq_len, dtype)
+                if packed:
+                    w = _PackedWriter(shard, ids["cls"], ids["sep"])
+                else:
+                    w = _UnpackedWriter(shard, ids["cls"], ids["sep"], ids["pad"], overflow)
+                sel = np.flatnonzero(is_eval if split == "eval" else ~is_eval)
+                for d in sel:
+                    doc = np.asarray(flat[offsets[d] : offsets[d + 1]])
+                    w.add(doc)
+                    if split == "train":
+                        counter.add(doc)
+                info = w.finish()
+                shard.close()
+                info.update({"file": f"{split}.bin", "num_sequences": shard.n, "sha256": shard.sha.hexdigest()})
+                split_meta[split] = info
+            counter.flush()
+            del flat
+            os.remove(docs_path)
+            if split_meta["train"]["num_sequences"] == 0:
+                raise DataError(
+                    f"corpus: too small for one training sequence of T={seq_len}: {int(lengths.sum())} tokens in "
+                    f"{len(lengths)} documents ({split_meta['eval']['document_tokens']} held out for eval); "
+                    "expected more text, a smaller --seq-len or --eval-fraction 0"
+                )
+            # ---- tokenizer, counts, meta
+            save_tokenizer(tok, tmp, model_max_length=max_position_embeddings)
+            np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
+            raw_docs = tk["stats"].get("raw_documents", {})
+            if eval_fraction > 0 and split_meta["eval"]["num_sequences"] == 0:
+                warnings.append("eval split is empty: the corpus is too small to hold out a full sequence")
+            trunc = {k: v for k, v in split_meta["train"].items() if k in ("truncated_documents", "truncated_tokens")}
+            if trunc.get("truncated_documents") or (not packed and split_meta["eval"].get("truncated_documents")):
+                warnings.append(
+                    f"{split_meta['train']['truncated_documents'] + split_meta['eval']['truncated_documents']} documents "
+                    f"longer than T-2={body} tokens were truncated "
+                    f"({split_meta['train']['truncated_tokens'] + split_meta['eval']['truncated_tokens']} tokens dropped)"
+                )
+            meta = {
+                "format": FORMAT,
+                "version": FORMAT_VERSION,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "seq_len": seq_len,
+                "packed": bool(packed),
+                "overflow": None if packed else overflow,
+                "dtype": dtype.name,
+                "vocab_size": V,
+                "vocab_hash": vocab_sha256(os.path.join(tmp, "vocab.txt")),
+                "lowercase": is_lowercase(tok),
+                "special_ids": ids,
+                "special_tokens": dict(SPECIAL_KEYS),
+                "max_position_embeddings": int(max_position_embeddings),
+                "tokenizer": {
+                    **tok_source,
+                    "files": ["tokenizer.json", "vocab.txt", "tokenizer_config.json"],
+                    "tokenizers_version": _version("tokenizers"),
+                    "model": "WordPiece",
+                },
+                "eval_fraction": float(eval_fraction),
+                "split_seed": int(seed),
+                "splits": split_meta,
+                "counts": {
+                    "documents": int(len(lengths)),
+                    "empty_documents_skipped": int(tk["empty_documents"]),
+                    "tokens": int(tk["tokens"]),
+                    "unk_tokens": int(counter.counts[ids["unk"]]),  # train split
+                    "input_bytes": int(tk["stats"].get("input_bytes", 0)),
+                },
+                "token_counts_file": "token_counts.npy",
+                "sources": [
+                    {"path": os.path.abspath(s.path) if s.fmt != HF else s.path, "format": s.fmt, "bytes": s.size,
+                     "documents": raw_docs.get(s.path, 0)}
+                    for s in sources
+                ],
+                "warnings": warnings,
+                "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)},
+                "parallelism": {"workers": workers, "mode": tk["mode"]},
+            }
+            tmp_meta = os.path.join(tmp, "meta.json.tmp")
+            with open(tmp_meta, "w", encoding="utf-8") as f:
+                json.dump(meta, f, indent=2)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_meta, os.path.join(tmp, "meta.json"))
     except OSError as e:  # disk full, permissions, ...: a data problem for the user, not a crash
-        shutil.rmtree(tmp, ignore_errors=True)
         raise DataError(f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was written") from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     seconds = time.time() - t_start
     summary = {
         "out": out_dir,

@@ -17,13 +17,10 @@ def small_cfg():
                        max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
 
 
-SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
-
-
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """A prepared packed dataset (T=64, WordPiece trained on a generated corpus)."""
-    from synthetic import write_corpus
+    from tokendrop.data.testing import write_corpus
     from tokendrop.data import prepare
 
     root = tmp_path_factory.mktemp("tinydata")

@@ -102,7 +102,7 @@ def test_presets_cover_the_issue_grid():
 def test_preset_overrides_and_errors():
     p = make_preset("cpu-quick", overrides=["seq_lens=[128]", "rounds=3", "compile=true", "peak_tflops=1"])
     assert p.seq_lens == [128] and p.rounds == 3 and p.compile is True and p.peak_tflops == 1.0
-    with pytest.raises(ConfigError, match="unknown field"):
+    with pytest.raises(ConfigError, match="unknown config key 'round'; did you mean 'rounds'"):
         make_preset("cpu-quick", overrides=["round=3"])
     with pytest.raises(ConfigError, match="bench.rates"):
         make_preset("cpu-quick", overrides=["rates=[1.5]"])
@@ -161,7 +161,7 @@ class _Ev:
 
 
 def test_profile_self_times_and_memory_peak():
-    from tokendrop.bench import _cpu_peak_from_events, profile_breakdown, self_times
+    from tokendrop.bench import cpu_peak_from_events, profile_breakdown, self_times
 
     evs = [_Ev("aten::linear", 0, 100), _Ev("aten::addmm", 10, 90), _Ev("aten::copy_", 20, 30),
            _Ev("Optimizer.step#AdamW.step", 100, 150), _Ev("aten::_fused_adamw_", 105, 145),
@@ -173,14 +173,44 @@ def test_profile_self_times_and_memory_peak():
     assert b["matmul"] == pytest.approx((20 + 70 + 40) / 1e9) and b["optimizer kernels"] == pytest.approx(40 / 1e9)
     assert b["optimizer step (inclusive, host)"] == pytest.approx(50 / 1e9)
     mem = [_Ev("[memory]", t, t, nbytes=n) for t, n in [(1, 100), (2, 50), (3, -100), (4, 200), (5, -50), (6, -200)]]
-    assert _cpu_peak_from_events(mem) == 250
+    assert cpu_peak_from_events(mem) == 250
     # the real profiler: two live 1 MiB tensors -> a peak of at least 2 MiB
     from torch.profiler import ProfilerActivity, profile
 
-    from tokendrop.bench import _kineto_events
+    from tokendrop.bench import kineto_events
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         a = torch.ones(1 << 18)
         c = a + 1
         del a, c
-    assert _cpu_peak_from_events(_kineto_events(prof)) >= 2 << 20
+    assert cpu_peak_from_events(kineto_events(prof)) >= 2 << 20
+
+
+def test_every_module_imports_and_the_trainer_does_not_need_the_benchmark():
+    """No import cycle: every tokendrop module imports on its own in a fresh interpreter, in file
+    order, and the trainer (which takes the GPU peak table from tokendrop.flops) loads without bench."""
+    code = (
+        "import importlib, pkgutil, sys, tokendrop\n"
+        "import tokendrop.train\n"
+        "assert 'tokendrop.bench' not in sys.modules, 'tokendrop.train imports tokendrop.bench'\n"
+        "names = sorted(m.name for m in pkgutil.walk_packages(tokendrop.__path__, 'tokendrop.'))\n"
+        "for n in names:\n"
+        "    if not n.endswith('__main__'):\n"
+        "        importlib.import_module(n)\n"
+        "print(len(names))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert int(p.stdout.split()[-1]) > 20
+    from tokendrop.flops import gpu_peak_flops as from_flops
+
+    assert from_flops is gpu_peak_flops
+
+
+def test_cli_overrides_go_through_the_config_parser(capsys):
+    assert main(["bench", "--preset", "smoke", "--set", "round=3"]) == 2
+    assert "unknown config key 'round'; did you mean 'rounds'" in capsys.readouterr().err
+    assert main(["bench", "--preset", "smoke", "--set", "seq_lens=[4]"]) == 2
+    assert "bench.seq_lens" in capsys.readouterr().err
+    p = make_preset(str(ROOT / "configs" / "bench-smoke.toml"), "cpu", ["rounds=1", "num_layers=2"])
+    assert p.name == "smoke" and p.rounds == 1 and p.model_config().num_layers == 2

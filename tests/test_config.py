@@ -29,6 +29,38 @@ def test_model_preset_explicit_fields_win():
     assert cfg.model.num_layers == 6 and cfg.model.hidden_size == 768
 
 
+def test_one_precedence_rule_on_every_path(tmp_path):
+    """Explicit field > model.preset > bert-base, whether the config is built in Python, from TOML,
+    from --set overrides, or from a dict; intermediate_size follows the resolved hidden_size."""
+    from tokendrop.config import MODEL_PRESETS, ModelConfig
+
+    def shape(m):
+        return m.num_layers, m.hidden_size, m.num_heads, m.intermediate_size, m.preset
+
+    assert shape(ModelConfig(preset="bert-base", num_layers=6)) == (6, 768, 12, 3072, "")
+    assert shape(ModelConfig(preset="bert-large", num_layers=12)) == (12, 1024, 16, 4096, "")  # 12 = bert-base's, still explicit
+    assert shape(ModelConfig(preset="cpu-4x128", hidden_size=256)) == (4, 256, 2, 1024, "")
+    assert shape(ModelConfig(preset="bert-base", intermediate_size=1000)) == (12, 768, 12, 1000, "")
+    assert shape(ModelConfig()) == (12, 768, 12, 3072, "")
+    assert shape(ModelConfig(num_layers=2, hidden_size=64, num_heads=2)) == (2, 64, 2, 256, "")
+    toml = tmp_path / "m.toml"
+    toml.write_text('[model]\npreset = "bert-large"\nnum_layers = 12\n')
+    paths = [
+        load_config(None, ["model.preset=bert-large", "model.num_layers=12"]).model,
+        load_config(None, ["model.num_layers=12", "model.preset=bert-large"]).model,
+        from_dict(Config, {"model": {"preset": "bert-large", "num_layers": 12}}).model,
+        load_config(toml).model,
+    ]
+    for m in paths:
+        assert shape(m)[:4] == (12, 1024, 16, 4096), m
+    # a resolved config round-trips unchanged; re-reading it applies no preset a second time
+    again = from_dict(Config, tomllib.loads(to_toml(load_config(toml))))
+    assert shape(again.model) == shape(paths[-1])
+    with pytest.raises(ConfigError, match="model.preset: unknown preset 'nope'; expected one of bert-large"):
+        ModelConfig(preset="nope", num_layers=3)
+    assert set(MODEL_PRESETS) >= {"bert-base", "bert-large"}
+
+
 @pytest.mark.parametrize(
     "override,msg",
     [

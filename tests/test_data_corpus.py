@@ -12,8 +12,9 @@ import pytest
 
 from tokendrop.data import DataError, clean_wikitext, iter_documents, resolve_corpus
 from tokendrop.data.corpus import read_wiki_pages
+from synthetic import SHARED_DATA
 
-SHARED = "/work/shared/data/corpus"
+SHARED = str(SHARED_DATA / "corpus")
 WIKI_DUMP = os.path.join(SHARED, "enwiki-sample-pages-articles.xml.bz2")
 
 

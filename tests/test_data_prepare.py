@@ -14,9 +14,10 @@ import importlib
 prepare_mod = importlib.import_module("tokendrop.data.prepare")
 from tokendrop.data.testing import toy_documents, toy_vocab_tokens, write_toy_corpus, write_toy_vocab
 from tokendrop.data.tokenizer import build_tokenizer
+from synthetic import SHARED_DATA
 
-SMALL = "/work/shared/data/corpus/mixed-english-small.txt"
-BERT_VOCAB = "/work/shared/data/vocab/bert-base-uncased-vocab.txt"
+SMALL = str(SHARED_DATA / "corpus" / "mixed-english-small.txt")
+BERT_VOCAB = str(SHARED_DATA / "vocab" / "bert-base-uncased-vocab.txt")
 
 
 @pytest.fixture
@@ -160,7 +161,7 @@ def test_trained_vocab_and_meta(tmp_path, toy):
         assert key in meta
     assert meta["sources"][0]["path"] == os.path.abspath(corpus) and meta["sources"][0]["documents"] == 80
     assert sorted(os.listdir(pd.tokenizer_path)) == sorted(
-        ["meta.json", "train.bin", "eval.bin", "token_counts.npy", "tokenizer.json", "vocab.txt", "tokenizer_config.json"])
+        [".tokendrop.json", "meta.json", "train.bin", "eval.bin", "token_counts.npy", "tokenizer.json", "vocab.txt", "tokenizer_config.json"])
     assert pd.tokenizer().encode("hello").ids == load_tokenizer(tmp_path / "o").encode("hello").ids
     umask = os.umask(0)
     os.umask(umask)

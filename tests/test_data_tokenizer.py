@@ -10,8 +10,9 @@ import pytest
 from tokendrop.data import DataError, build_tokenizer, load_tokenizer, read_vocab, save_tokenizer, train_tokenizer
 from tokendrop.data.testing import toy_documents, toy_vocab_tokens, write_toy_vocab
 from tokendrop.data.tokenizer import plain_copy, special_ids
+from synthetic import SHARED_DATA
 
-BERT_VOCAB = "/work/shared/data/vocab/bert-base-uncased-vocab.txt"
+BERT_VOCAB = str(SHARED_DATA / "vocab" / "bert-base-uncased-vocab.txt")
 
 
 def test_vocab_tokenizer_single_and_pair_with_offsets(tmp_path):

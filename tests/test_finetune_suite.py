@@ -8,7 +8,7 @@ import pytest
 from tokendrop.config import ConfigError
 from tokendrop.finetune import FinetuneError, evaluate, load_suite
 from tokendrop.finetune.suite import COLUMNS, SuiteConfig, cells_for, parse_models
-from tokendrop.finetune.toy import write_checkpoint, write_toy_glue, write_toy_squad
+from tokendrop.data.testing import write_checkpoint, write_toy_glue, write_toy_squad
 
 TABLE_HEAD = ("| Methods | AX (corr.) | MNLI-mm (acc.) | MNLI-m (acc.) | QNLI (acc.) | QQP (F1) | SST (acc.) | GLUE-avg "
               "| SQuAD v1 (F1) | SQuAD v2 (F1) | SQuAD-avg |")
@@ -26,6 +26,15 @@ def test_presets_load():
         load_suite("suite-tiny", ["glue_lr=[1e-3]"])
     with pytest.raises(ConfigError, match="suite.tasks"):
         load_suite("suite-tiny", ['tasks=["cola"]'])
+
+
+
+def test_data_dirs_have_no_default():
+    with pytest.raises(ConfigError, match=r"suite.glue_data: no data directory given for task 'mnli'.*--set glue_data=DIR"):
+        SuiteConfig().validate()
+    with pytest.raises(ConfigError, match="suite.squad_data"):
+        SuiteConfig(glue_data="glue").validate()
+    SuiteConfig(tasks=["squad1"], squad_data="squad").validate()  # only the data of the suite's tasks is needed
 
 
 def test_model_labels(tmp_path):
@@ -68,7 +77,8 @@ def test_protocol_best_of_grid_mean_over_seeds(tmp_path):
         (tmp_path / n).mkdir()
     models = [str(tmp_path / n) for n in ("base-seed0", "base-seed1", "drop-seed0")]
     fn, calls = _fake_finetune({"base-seed0": 80.0, "base-seed1": 82.0, "drop-seed0": 90.0})
-    cfg = SuiteConfig(finetune_seeds=[0, 1])
+    data = {"glue_data": str(tmp_path / "glue"), "squad_data": str(tmp_path / "squad")}  # not read: fake fine-tuning
+    cfg = SuiteConfig(finetune_seeds=[0, 1], **data)
     s = evaluate(models, cfg, tmp_path / "eval", finetune_fn=fn, log=lambda m: None)
     assert len(calls) == 3 * 6 * 4 * 2 and s["computed"] == len(calls) and s["skipped"] == 0
     base = s["methods"]["base"]["columns"]
@@ -88,7 +98,7 @@ def test_protocol_best_of_grid_mean_over_seeds(tmp_path):
 
     # per-task selection: the MNLI cell is chosen by MNLI-m and its AX is reported
     fn2, calls2 = _fake_finetune({"base-seed0": 80.0, "base-seed1": 82.0, "drop-seed0": 90.0})
-    cfg2 = SuiteConfig(finetune_seeds=[0, 1], selection="task")
+    cfg2 = SuiteConfig(finetune_seeds=[0, 1], selection="task", **data)
     s2 = evaluate(models, cfg2, tmp_path / "eval", finetune_fn=fn2, log=lambda m: None)
     assert calls2 == [] and s2["skipped"] == len(calls)  # cells are shared: selection is not a cell setting
     assert s2["methods"]["base"]["columns"]["ax"]["per_seed"] == [80.0 + 1.25, 82.0 + 1.25]

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from tokendrop.config import FinetuneConfig
-from tokendrop.finetune import FinetuneError, cli_finetune, finetune, finetune_config
-from tokendrop.finetune.toy import write_checkpoint, write_keyword_sentiment, write_toy_squad
+from tokendrop.cli import cmd_finetune
+from tokendrop.finetune import FinetuneError, finetune, finetune_config
+from tokendrop.data.testing import write_checkpoint, write_keyword_sentiment, write_toy_squad
 from tokendrop.finetune.trainer import linear_schedule, param_groups
 
 
@@ -33,7 +34,9 @@ def _cfg(data, **kw):
 
 def test_keyword_sentiment_from_our_checkpoint(ckpt, sentiment, tmp_path):
     r = finetune(_cfg(sentiment), ckpt, tmp_path / "out", log=None)
-    assert r["timing"]["train_s"] < 60  # about a second on 2 idle cores
+    t = r["timing"]  # the timing record is consistent (no bound on its values: tests assert no timings)
+    assert 0 < t["train_s"] <= t["total_s"] and t["encode_s"] >= 0 and t["eval_s"] >= 0
+    assert r["train"]["examples"] == 400 * 3 and r["train"]["examples_per_s"] == pytest.approx(1200 / t["train_s"])
     assert r["scores"]["sst2"] >= 90.0, r["metrics"]
     assert r["metrics"]["dev"]["accuracy"] == r["scores"]["sst2"] == r["accuracy"]
     assert r["model_source"] == "tokendrop" and r["precision"] == "fp32"
@@ -85,7 +88,7 @@ def test_squad_end_to_end_on_generated_data(ckpt, tmp_path):
 
 
 def test_mnli_scores_ax_with_the_mnli_model(ckpt, tmp_path):
-    from tokendrop.finetune.toy import write_toy_glue
+    from tokendrop.data.testing import write_toy_glue
 
     root = write_toy_glue(tmp_path / "glue", n_train=32, n_dev=16)
     r = finetune(_cfg(root, task="mnli", epochs=1), ckpt, tmp_path / "out", log=None)
@@ -139,19 +142,20 @@ def test_errors_are_one_line(ckpt, sentiment, tmp_path):
 
 def test_cli_entry_point(ckpt, sentiment, tmp_path, capsys):
     a = argparse.Namespace(model=str(ckpt), task="sst2", data=str(sentiment), out=str(tmp_path / "cli"), config=None,
-                           overrides=["epochs=1", "lr=1e-3", "batch_size=32", "log_every=0", "max_train_examples=64", "threads=1"])
-    assert cli_finetune(a) == 0
+                           overrides=["epochs=1", "lr=1e-3", "batch_size=32", "log_every=0", "max_train_examples=64", "threads=1"],
+                           overwrite=False)
+    assert cmd_finetune(a) == 0
     out = capsys.readouterr().out
     assert "sst2:" in out and "train examples/s" in out
-    cfg = finetune_config(None, ["task=qnli", "epochs=2"], task="sst2", data="/x")
-    assert cfg.task == "sst2" and cfg.epochs == 2.0 and cfg.data == "/x"
+    cfg = finetune_config(None, ["task=qnli", "epochs=2"], task="sst2", data="some/dir")
+    assert cfg.task == "sst2" and cfg.epochs == 2.0 and cfg.data == "some/dir"
 
 
 def test_custom_jsonl_task_and_presets(ckpt, tmp_path):
     import random
 
     from tokendrop.config import load_config
-    from tokendrop.finetune.toy import keyword_sentence
+    from tokendrop.data.testing import keyword_sentence
 
     rng = random.Random(1)
     for name, n in (("train.jsonl", 400), ("dev.jsonl", 100)):
@@ -160,8 +164,8 @@ def test_custom_jsonl_task_and_presets(ckpt, tmp_path):
     cfg = _cfg(tmp_path, task="custom", text_a="text", label="sentiment")
     r = finetune(cfg, ckpt, tmp_path / "out", log=None)
     assert r["labels"] == ["neg", "pos"] and r["scores"]["custom"] >= 90.0
-    demo = load_config("finetune-demo", ['data="/somewhere"'], cls=FinetuneConfig)
-    assert demo.task == "sst2" and demo.data == "/somewhere"
+    demo = load_config("finetune-demo", ['data="somewhere/sst2"'], cls=FinetuneConfig)
+    assert demo.task == "sst2" and demo.data == "somewhere/sst2"
 
 
 def test_tokendrop_cli_finetune_and_error_exit(ckpt, sentiment, tmp_path, capsys):

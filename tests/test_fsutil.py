@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from synthetic import write_corpus
+from tokendrop.data.testing import write_corpus
 from tokendrop.fsutil import atomic_directory, remove_stale_temp_dirs
 
 SRC = Path(__file__).resolve().parents[1] / "src"

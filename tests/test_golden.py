@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from synthetic import ADJS, NAMES, NOUNS, NUMBERS, VERBS, write_corpus
+from tokendrop.data.testing import ADJS, NAMES, NOUNS, NUMBERS, VERBS, write_corpus
 from tokendrop.config import load_config
 from tokendrop.train import pretrain, read_metrics
 

@@ -1,12 +1,12 @@
-"""Importance scores and token selection (DESIGN.md section 3)."""
+"""Importance scores and token selection (docs/design.md §2.3)."""
 
 import pytest
 import torch
 
 from tokendrop.config import DropConfig
+from tokendrop.data.tokenizer import SPECIAL_IDS as SPECIAL
 from tokendrop.importance import PIN_HIGH, PIN_LOW, TokenSelector
 
-SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 V = 20
 
 
@@ -129,3 +129,23 @@ def test_more_pinned_than_m_keeps_earliest_pinned():
     s = selector(T=8, rate=0.75)  # M = 2
     ids = torch.tensor([[2, 4, 4, 10, 4, 10, 10, 3]])
     assert s.select(ids)[0].tolist() == [0, 1]
+
+
+def test_build_selector_is_the_one_factory():
+    """build_selector: pins the special ids and the extra ids, uses counts for 'frequency' only (and
+    requires them there: ConfigError), moves to the device."""
+    import numpy as np
+
+    from tokendrop.config import ConfigError
+    from tokendrop.importance import build_selector
+
+    s = build_selector(DropConfig(method="cumulative"), V, SPECIAL, 8, pinned_ids=[7], counts=np.arange(V), seed=3,
+                       device="cpu")
+    assert s.pinned_ids.tolist() == [2, 3, 4, 7] and s.pad_id == 0 and s.seed == 3
+    assert s.scores[7] == PIN_HIGH and s.scores[0] == PIN_LOW and s.scores[10] == 10.0  # counts unused: init_score
+    f = build_selector(DropConfig(method="frequency"), V, SPECIAL, 8, counts=np.arange(V))
+    assert f.scores[5] > f.scores[6] and torch.equal(f.scores, selector("frequency").scores)
+    with pytest.raises(ConfigError, match="'frequency' needs token counts"):
+        build_selector(DropConfig(method="frequency"), V, SPECIAL, 8)
+    with pytest.raises(ConfigError, match=f"drop.counts_path: expected {V} counts"):
+        build_selector(DropConfig(method="frequency"), V, SPECIAL, 8, counts=np.arange(V + 1))

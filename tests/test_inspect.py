@@ -63,8 +63,12 @@ def test_inspect_writes_everything(drop_run):
     assert html.count("<b class='tok kept'>") == sum(sum(e["kept"]) for e in ex)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stats"]["seen"] == len(seen) and summary["drop"]["method"] == "cumulative"
-    # rerun into the same place replaces it atomically; --out elsewhere works too
-    assert inspect_run(drop_run, num_examples=1) == out
+    # rerun into the same place: refused without overwrite (issue 13 item 1), then replaced atomically;
+    # --out elsewhere works too
+    with pytest.raises(InspectError, match="already exists and is not empty; pass --overwrite"):
+        inspect_run(drop_run, num_examples=1)
+    assert len(json.loads((out / "examples.json").read_text())) == 3
+    assert inspect_run(drop_run, num_examples=1, overwrite=True) == out
     assert len(json.loads((out / "examples.json").read_text())) == 1
     assert not [p for p in drop_run.iterdir() if p.name.startswith(".inspect")]
     other = drop_run.parent / "elsewhere"

@@ -180,3 +180,107 @@ def test_interrupted_runs_resume_in_parallel_and_changed_config_is_refused(tiny_
         run_study("study-tiny", out, overrides=["seq_len=16"], only=["baseline"], progress=False)
     with pytest.raises(StudyError, match="--only"):
         run_study("study-tiny", out, only=["half-rand"], progress=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# continued pretraining (study.source): every run starts from one checkpoint, which is a row too
+
+
+def _tiny_hf_bert(out: Path, seed: int = 0) -> Path:
+    """A tiny randomly initialised BertForMaskedLM saved by ``transformers`` (no network), with a
+    vocabulary that spells the toy tasks' words."""
+    transformers = pytest.importorskip("transformers")
+    from tokendrop.data.testing import write_vocab
+
+    out.mkdir(parents=True, exist_ok=True)
+    n = len(write_vocab(out / "vocab.txt").read_text().splitlines())
+    (out / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}))
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(vocab_size=n, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=128)
+    transformers.BertForMaskedLM(cfg).save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def _sha256(p: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_study_continue_preset_plans_continued_runs(tmp_path):
+    study = load_study("study-continue")
+    assert study.source == "minilm" and study.base == "continue" and len(study.seeds) == 2
+    # the issue's methods: baseline, baseline at 75% of the steps, token drop (+ stage 2), >= 2 other selections
+    assert {"baseline", "baseline-75", "token-drop", "token-drop-stage2"} <= set(study.methods)
+    assert len({METHODS[m].overrides[0] for m in study.methods if METHODS[m].group == "selection"}) >= 2
+    assert study.drop_rates == []
+    # the tasks and every data path come from the preset
+    assert any("tasks=['sst2', 'qnli', 'squad1']" in o for o in study.suite_overrides)
+    assert any(o.startswith("glue_data=") for o in study.suite_overrides)
+    assert any(o.startswith("squad_data=") for o in study.suite_overrides)
+    assert study.corpus and not study.vocab and not study.vocab_size
+    src = _tiny_hf_bert(tmp_path / "src")
+    study = load_study("study-continue", [f"source={json.dumps(str(src))}"])
+    runs = plan_runs(study, None, tmp_path / "out")
+    assert len(runs) == len(study.methods) * 2
+    sha = _sha256(src / "model.safetensors")
+    for r in runs:
+        assert r.cfg.model.init == str(src) and r.cfg.model.init_sha256 == sha
+        assert (r.cfg.model.num_layers, r.cfg.model.hidden_size) == (4, 32)  # the shape comes from the source
+    with pytest.raises(ConfigError, match="study.source"):
+        load_study("study-continue", ["vocab_size=8192"])
+    with pytest.raises(StudyError, match="no such checkpoint"):
+        plan_runs(load_study("study-continue", [f"source={json.dumps(str(tmp_path / 'nope'))}"]), None, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def continue_study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study-continue")
+    src = _tiny_hf_bert(root / "src")
+    out = root / "out"
+    n = torch.get_num_threads()
+    try:
+        run_study("study-continue-tiny", out, overrides=[f"source={json.dumps(str(src))}",
+                                                         "methods=['baseline', 'token-drop']"], progress=False)
+    finally:
+        torch.set_num_threads(n)
+    return src, out
+
+
+def test_study_continue_tiny_end_to_end(continue_study):
+    import tomllib
+
+    src, out = continue_study
+    sha = _sha256(src / "model.safetensors")
+    data = json.loads((out / "study.json").read_text())
+    assert set(data["runs"]) == {"baseline-seed0", "token-drop-seed0"}
+    # every run continued from the source, and its config records it
+    for name in data["runs"]:
+        cfg = tomllib.loads((out / "runs" / name / "config.toml").read_text())
+        assert cfg["model"]["init"] == str(src) and cfg["model"]["init_sha256"] == sha
+        assert data["runs"][name]["init"] == str(src) and data["runs"][name]["init_sha256"] == sha
+    # the data was tokenized with the source's tokenizer
+    assert (out / "data" / "packed-32" / "vocab.txt").read_text() == (src / "vocab.txt").read_text()
+    # the source itself is a row: fine-tuned on every task, its MLM loss on the same held-out split
+    s = data["source"]
+    assert s["path"] == str(src) and s["sha256"] == sha and s["label"] == "source, not continued"
+    assert {"sst2", "qnli", "squad1", "downstream_avg"} <= set(s["eval"])
+    assert s["final_eval_loss"] > 0 and data["evaluation"]["computed"] == 3 * 3
+    t1 = (out / "tables/table1.md").read_text().splitlines()
+    row = next(ln for ln in t1 if ln.startswith("| source, not continued |"))
+    assert f"{s['eval']['sst2']:.2f}" in row and f"{s['final_eval_loss']:.3f}" in row
+    assert t1.index(row) < next(i for i, ln in enumerate(t1) if ln.startswith("| baseline |"))
+    assert "| source, not continued |" in (out / "tables/table3.md").read_text()
+    md = (out / "study.md").read_text()
+    assert f"every run starts from `{src}`" in md and "Continued, not from scratch" in md
+    assert "Claim by claim" in md and "Time saved by token drop" in md
+    assert f"Held-out MLM loss of the source itself: {s['final_eval_loss']:.4f}" in md
+
+
+def test_study_continue_refuses_another_source(continue_study, tmp_path):
+    src, out = continue_study
+    other = _tiny_hf_bert(tmp_path / "other", seed=1)  # same shape and vocabulary, other weights
+    with pytest.raises(StudyError, match="different config.*init_sha256"):
+        run_study("study-continue-tiny", out, overrides=[f"source={json.dumps(str(other))}",
+                                                         "methods=['baseline', 'token-drop']"], progress=False)

@@ -72,11 +72,48 @@ def test_tiny_learns(tiny_data, tmp_path):
     ],
     ids=lambda o: "+".join(x.split("=")[1] for x in o),
 )
-def test_every_method_runs(tiny_data, tmp_path, overrides):
-    res = pretrain(tiny(tiny_data, "train.steps=4", "train.eval_every=4", "train.log_every=2", *overrides), tmp_path / "r",
-                   progress=False)
+def test_every_method_runs(tiny_data, tmp_path, overrides, monkeypatch):
+    # record (layer, sequences, query rows, key/value rows) of every encoder-layer call in training mode
+    import tokendrop.model as model_mod
+
+    calls = []
+    encoder_init = model_mod.Encoder.__init__
+
+    def init(self, cfg):
+        encoder_init(self, cfg)
+        for i, layer in enumerate(self.layers):
+            def hook(mod, args, kwargs, i=i):
+                if mod.training:
+                    x, kv = args[0], kwargs.get("kv_in", args[1] if len(args) > 1 else None)
+                    calls.append((i, x.shape[0], x.shape[1], (x if kv is None else kv).shape[1]))
+            layer.register_forward_pre_hook(hook, with_kwargs=True)
+
+    monkeypatch.setattr(model_mod.Encoder, "__init__", init)
+    cfg = tiny(tiny_data, "train.steps=4", "train.eval_every=4", "train.log_every=2", *overrides)
+    res = pretrain(cfg, tmp_path / "r", progress=False)
     assert res.steps == 4
     assert all(torch.isfinite(torch.tensor(losses(tmp_path / "r"))))
+
+    # dropping happened: in the half layers [start, end) every sequence has exactly M = num_kept(T) < T
+    # query rows (keys/values: all T rows in the first half layer, and in every half layer for `pass`);
+    # the full layers, and every layer in stage 2, see all T rows
+    L, T, d = cfg.model.num_layers, 64, cfg.drop
+    start, end = d.span(L)
+    m = d.num_kept(T)
+    assert 0 < m < T
+    micro = cfg.train.micro_batch_size or cfg.train.batch_size
+    accum = cfg.train.batch_size // micro
+    dense_from = cfg.train.steps - round(d.stage2_fraction * cfg.train.steps)
+    expected = []
+    for fwd in range(cfg.train.steps * accum):
+        dropping = fwd // accum < dense_from
+        for i in range(L):
+            half = dropping and start <= i < end
+            q = m if half else T
+            kv = T if not half or i == start or d.variant == "pass" else m
+            expected.append((i, micro, q, kv))
+    assert calls == expected
+    assert any(q < T for _, _, q, _ in calls)
 
 
 def test_unpacked_baseline_runs(tiny_data_unpacked, tmp_path):
@@ -165,7 +202,7 @@ def test_sigkill_mid_checkpoint_leaves_previous_valid(tiny_data, tmp_path):
         pretrain(tiny(tiny_data, "train.steps=8"), run, resume=True, progress=False)
 
 
-def test_sigterm_saves_and_exits_cleanly(tiny_data, tmp_path):
+def test_sigterm_saves_and_exits_143(tiny_data, tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, "-m", "tokendrop", "pretrain", "--config", "tiny", "--out", str(run), "--quiet",
@@ -179,7 +216,7 @@ def test_sigterm_saves_and_exits_cleanly(tiny_data, tmp_path):
     time.sleep(1.0)
     p.terminate()
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
+    assert p.returncode == 143, err  # 128 + SIGTERM: an interrupted run is not a success (issue 13 item 4)
     assert "interrupted (checkpoint saved)" in out
     last = ckpt_mod.latest(run)
     assert last is not None and 0 < ckpt_mod.verify(last)["step"] < 100000

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,10 +25,12 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from . import __version__
-from .fsutil import atomic_directory
+from .errors import TokendropError
+from .fsutil import atomic_directory, discard_dir
+from .rundir import atomic_write_json, latest_checkpoint
 
 
-class CheckpointError(ValueError):
+class CheckpointError(TokendropError, ValueError):
     """A checkpoint that is missing, incomplete or corrupt."""
 
 
@@ -86,7 +87,7 @@ def save(
     """Write checkpoint ``step`` atomically and keep only the newest ``keep``."""
     ck_root = run_dir / "checkpoints"
     ck_root.mkdir(parents=True, exist_ok=True)
-    for stale in ck_root.glob(".step-*.tmp-*"):
+    for stale in ck_root.glob(".step-*.tmp-*"):  # the run dir is locked: every temp dir here is a dead writer's
         shutil.rmtree(stale, ignore_errors=True)
     final = ck_root / f"step-{step:08d}"
     with atomic_directory(final) as tmp:
@@ -96,13 +97,10 @@ def save(
         for name in ("model.safetensors", "state.safetensors"):
             files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
         meta = dict(meta, step=step, files=files, version=__version__, git_revision=git_revision())
-        with open(tmp / "meta.json", "w") as f:
-            json.dump(meta, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
+        atomic_write_json(tmp / "meta.json", meta)
     existing = sorted(p for p in ck_root.iterdir() if p.name.startswith("step-"))
     for old in existing[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        discard_dir(old)  # renamed to .step-*.tmp-* first: an interrupted removal leaves no half checkpoint
     return final
 
 
@@ -124,18 +122,7 @@ def verify(ckpt: Path) -> dict[str, Any]:
     return meta
 
 
-def latest(run_dir: Path) -> Path | None:
-    """Newest checkpoint that verifies (corrupt ones are skipped, with a warning)."""
-    ck_root = run_dir / "checkpoints"
-    if not ck_root.is_dir():
-        return None
-    for cand in sorted((p for p in ck_root.iterdir() if p.name.startswith("step-")), reverse=True):
-        try:
-            verify(cand)
-            return cand
-        except CheckpointError as e:
-            print(f"warning: skipping {e}")
-    return None
+latest = latest_checkpoint  # newest checkpoint that verifies: one function, in tokendrop.rundir
 
 
 def load(ckpt: Path) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:

@@ -1,7 +1,10 @@
 """The ``tokendrop`` command line: the only place that parses arguments.
 
 Every sub-command calls one library function.  Known user errors (bad config, bad data, bad model
-dir, ...) print one line ``error: ...`` and exit with status 2.
+dir, an output directory in use or not tokendrop's, ...) print one line ``error: ...`` and exit
+with status 2.  SIGINT and SIGTERM exit with 128 + the signal (130, 143) after the command's own
+clean-up (atomic outputs leave nothing partial; ``pretrain`` saves a checkpoint first), without a
+traceback.
 """
 
 from __future__ import annotations
@@ -9,24 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
+from .errors import TokendropError
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from .checkpoint import CheckpointError
-    from .config import ConfigError
-    from .data import DataError
-    from .hf import InteropError
-    from .train import TrainingError
 
-    errs: list[type[BaseException]] = [ConfigError, DataError, InteropError, TrainingError, CheckpointError]
-    try:
-        from .finetune import FinetuneError
-
-        errs.append(FinetuneError)
-    except ImportError:
-        pass
-    return tuple(errs)
+def _error_line(e: BaseException) -> str:
+    """``error: <message>`` on one line (a message with line breaks is joined)."""
+    return "error: " + (" ".join(part.strip() for part in str(e).splitlines() if part.strip()) or type(e).__name__)
 
 
 def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -44,26 +38,29 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
         if not a.config and a.overrides:
             from .config import Config, from_dict, to_dict
 
-            cfg = from_dict(Config, to_dict(cfg), a.overrides)
+            cfg = from_dict(Config, to_dict(cfg), a.overrides, resolve_init=False)
+        if a.overwrite:
+            raise SystemExit("error: --overwrite starts a new run (with --out); --resume continues one; not both")
         res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet)
     else:
         if not a.config or not a.out:
             raise SystemExit("error: pretrain needs --config and --out (or --resume RUN_DIR)")
-        cfg = load_config(a.config, a.overrides)
-        res = pretrain(cfg, a.out, progress=not a.quiet)
+        init = [f"model.init={json.dumps(a.init)}"] if a.init else []
+        cfg = load_config(a.config, [*a.overrides, *init])
+        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite)
     state = "interrupted (checkpoint saved)" if res.interrupted else "finished"
     ev = res.final_eval
     print(f"{state}: {res.steps} steps in {res.wall_time:.1f}s, {res.tokens_per_s:.0f} tokens/s"
           + (f", eval loss {ev['eval_loss']:.4f}, acc {ev['eval_acc']:.4f}" if ev else "")
           + f"; run dir {res.run_dir}")
-    return 0
+    return 128 + res.stop_signal if res.interrupted and res.stop_signal else 0
 
 
 def cmd_prepare(a: argparse.Namespace) -> int:
     from .data import prepare
 
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
-                      lowercase=a.lowercase, packed=not a.unpacked, eval_fraction=a.eval_fraction,
+                      tokenizer=a.tokenizer, lowercase=a.lowercase, packed=not a.unpacked, eval_fraction=a.eval_fraction,
                       workers=a.workers, max_position_embeddings=a.max_positions, progress=not a.quiet,
                       text_field=a.text_field, overflow=a.overflow, overwrite=a.overwrite, seed=a.seed)
     print(json.dumps(summary, indent=1, default=str))
@@ -73,7 +70,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 def cmd_export(a: argparse.Namespace) -> int:
     from .hf import export_hf
 
-    out = export_hf(a.checkpoint, a.out_dir)
+    out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
     print(f"exported to {out} (load with transformers.BertForMaskedLM.from_pretrained)")
     return 0
 
@@ -97,41 +94,82 @@ def cmd_flops(a: argparse.Namespace) -> int:
 
 
 def cmd_finetune(a: argparse.Namespace) -> int:
-    from .finetune import cli_finetune
+    from .finetune import finetune, finetune_config
 
-    return cli_finetune(a)
+    cfg = finetune_config(a.config, a.overrides, task=a.task, data=a.data)
+    r = finetune(cfg, a.model, a.out, overwrite=a.overwrite)
+    tr = r["train"]
+    print(f"{r['task']}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
+          + f"; {tr['steps']} steps, {tr['examples_per_s']:.1f} train examples/s on {r['device']} ({r['precision']})"
+          + f"; metrics: {a.out}/metrics.json")
+    return 0
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
-    from .finetune import cli_evaluate
+    from .finetune import evaluate
 
-    return cli_evaluate(a)
+    s = evaluate(a.models, a.suite, a.out, overrides=a.overrides, overwrite=a.overwrite)
+    print(s["markdown"])
+    print(f"{s['computed']} cells computed, {s['skipped']} reused; results: {a.out}/results.md, {a.out}/results.json",
+          file=sys.stderr)
+    return 0
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from .bench import cli_bench
+    import shlex
 
-    return cli_bench(a)
+    say = None if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    if a.campaign:
+        from .bench.campaign import campaign_config, run_parts
+
+        if not a.out:
+            raise SystemExit("error: bench --campaign needs --out DIR (where each part writes PART.json and PART.md)")
+        ccfg = campaign_config(a.preset or ("dry" if a.dry_run else "gpu"), a.overrides, dry_run=a.dry_run)
+        results = run_parts(ccfg, a.campaign, a.out, log=say)
+        for r in results:
+            print(r.summary_text())
+        # a dry run proves the code paths: only errors fail it; a GPU run also fails on a failed check
+        return 1 if any(r.error or (not r.ok and not ccfg.dry_run) for r in results) else 0
+    from .bench import format_text, make_preset, run_bench, write_results
+
+    overrides = list(a.overrides)
+    if a.compile:
+        overrides.append("compile=true")
+    for flag in ("threads", "rounds", "warmup"):
+        if getattr(a, flag) is not None:
+            overrides.append(f"{flag}={getattr(a, flag)}")
+    if a.no_hf:
+        overrides.append("hf=false")
+    cfg = make_preset(a.preset, a.device, overrides)
+    in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
+    command = "tokendrop " + shlex.join(sys.argv[1:]) if in_cli else f"tokendrop bench --device {cfg.device} --preset {cfg.name}"
+    res = run_bench(cfg, profile_dir=a.profile, log=say, command=command)
+    print(format_text(res))
+    if a.json:
+        j, md = write_results(res, a.json)
+        print(f"wrote {j} and {md}")
+    return 0
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    run_demo(a.out, steps=a.steps, finetune=not a.no_finetune, cache=a.cache)
+    run_demo(a.out, steps=a.steps, finetune=not a.no_finetune, cache=a.cache, from_scratch=a.from_scratch, seeds=a.seeds,
+             overwrite=a.overwrite)
     return 0
 
 
 def cmd_study(a: argparse.Namespace) -> int:
     from .study import run_study
 
-    run_study(a.config, a.out, a.overrides, only=a.only)
+    run_study(a.config, a.out, a.overrides, only=a.only, overwrite=a.overwrite)
     return 0
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
     from .inspect_run import inspect_run
 
-    out = inspect_run(a.run_dir, a.out, num_examples=a.examples)
+    out = inspect_run(a.run_dir, a.out, num_examples=a.examples, overwrite=a.overwrite)
     print(f"wrote {out}")
     return 0
 
@@ -147,7 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--vocab", help="a WordPiece vocab.txt")
     g.add_argument("--vocab-size", type=int, help="train a WordPiece vocabulary of this size on the corpus")
-    s.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--tokenizer", metavar="DIR",
+                   help="a published checkpoint's tokenizer dir (tokenizer.json, or vocab.txt + tokenizer_config.json): "
+                        "ids exactly as transformers.AutoTokenizer.from_pretrained(DIR); its files are kept")
+    s.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --vocab/--vocab-size: lower-case and strip accents (default: yes); "
+                        "with --tokenizer its tokenizer_config.json decides")
     s.add_argument("--unpacked", action="store_true", help="one segment per sequence, padded (the unpacked baseline)")
     s.add_argument("--eval-fraction", type=float, default=0.01,
                    help="fraction of the tokens held out for evaluation (as whole documents)")
@@ -165,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(s, required=False)
     s.add_argument("--out", help="new run directory")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    s.add_argument("--init", metavar="SOURCE",
+                   help="continue pretraining a published checkpoint: a Hugging Face BERT dir, a tokendrop "
+                        "run/checkpoint dir, or a hub name (needs huggingface_hub and a network); = --set model.init=SOURCE")
+    s.add_argument("--overwrite", action="store_true",
+                   help="start over in an existing --out run directory (only one tokendrop wrote as a run)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_pretrain)
 
@@ -173,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", required=True)
     s.add_argument("--data", required=True, help="the task's data directory")
     s.add_argument("--out", required=True)
+    s.add_argument("--overwrite", action="store_true", help="replace an existing --out (only tokendrop's finetune output)")
     _add_config_args(s, required=False)
     s.set_defaults(func=cmd_finetune)
 
@@ -181,11 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--suite", required=True, help="configs/suite-NAME.toml")
     s.add_argument("--out", required=True)
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("--overwrite", action="store_true",
+                   help="start over instead of continuing an existing --out (only tokendrop's evaluate output)")
     s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("export", help="export a checkpoint as a Hugging Face BERT directory")
     s.add_argument("checkpoint", help="a run dir (latest checkpoint) or a checkpoint dir")
     s.add_argument("out_dir")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR (only tokendrop's export output)")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("flops", help="print the analytic FLOPs of a config, dense vs dropping")
@@ -193,12 +245,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seq-len", type=int, nargs="+", default=[128, 512])
     s.set_defaults(func=cmd_flops)
 
-    s = sub.add_parser("bench", help="step-time benchmark: dense vs dropping vs transformers")
-    s.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    s.add_argument("--preset", default="", help="benchmark preset (default: per device)")
+    s = sub.add_parser("bench", help="step-time benchmark: dense vs dropping vs transformers; the GPU campaign")
+    s.add_argument("--device", default=None, choices=["cpu", "cuda"], help="override the preset's device")
+    s.add_argument("--preset", default="", help="configs/bench-NAME.toml or a .toml path (default: cpu-quick, "
+                   "gpu-full with --device cuda); with --campaign configs/bench-campaign-NAME.toml (default: gpu, "
+                   "dry with --dry-run)")
     s.add_argument("--json", help="write results JSON here (and a Markdown table beside it)")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a preset field (see tokendrop.bench.BenchPreset), e.g. --set seq_lens=[128]")
+                   help="override a config field (tokendrop.bench.BenchConfig; with --campaign "
+                        "tokendrop.bench.campaign.CampaignConfig), e.g. --set seq_lens=[128]")
+    s.add_argument("--campaign", nargs="+", metavar="PART",
+                   help="run parts of the GPU campaign: env, bench, bench-compile, pretrain, quality (or all)")
+    s.add_argument("--out", help="--campaign: the directory each part writes PART.json and PART.md into")
+    s.add_argument("--dry-run", action="store_true", help="--campaign: tiny sizes on CPU (every code path, minutes)")
     s.add_argument("--compile", action="store_true", help="torch.compile both our model and the HF baseline")
     s.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     s.add_argument("--rounds", type=int, help="interleaved timing rounds")
@@ -208,37 +267,60 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("demo", help="the README's main job: fetch data, pretrain baseline vs token drop, compare")
+    s = sub.add_parser("demo", help="the README's main job: continue pretraining MiniLM dense vs token drop, "
+                                    "fine-tune, compare")
     s.add_argument("--out", default="runs/demo")
     s.add_argument("--steps", type=int, default=0, help="override the demo preset's steps")
+    s.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per model")
+    s.add_argument("--from-scratch", action="store_true",
+                   help="the older demo: a 6x256 BERT from random weights on a Wikipedia sample (speed only)")
     s.add_argument("--cache", default=".cache", help="where downloaded packages are kept")
     s.add_argument("--no-finetune", action="store_true")
+    s.add_argument("--overwrite", action="store_true",
+                   help="start over instead of continuing an existing --out (only tokendrop's demo output)")
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("study", help="the paper's study at small scale: all methods, seeds, evaluation, report")
     _add_config_args(s)
     s.add_argument("--out", required=True)
     s.add_argument("--only", nargs="*", help="run only these methods")
+    s.add_argument("--overwrite", action="store_true",
+                   help="start over instead of continuing an existing --out (only tokendrop's study output)")
     s.set_defaults(func=cmd_study)
 
     s = sub.add_parser("inspect", help="importance histogram, top/bottom tokens and example sentences of a run")
     s.add_argument("run_dir")
     s.add_argument("--out", help="output directory (default RUN_DIR/inspect)")
     s.add_argument("--examples", type=int, default=6)
+    s.add_argument("--overwrite", action="store_true", help="replace an existing output directory (a previous inspect)")
     s.set_defaults(func=cmd_inspect)
     return p
 
 
+def _on_sigterm(signum, frame) -> None:
+    from .rundir import Interrupted
+
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import threading
+
+    # SIGTERM unwinds like Ctrl-C (atomic outputs clean up); pretrain's own handler checkpoints first
+    old = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         return int(args.func(args) or 0)
-    except _user_errors() as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (TokendropError, FileNotFoundError) as e:  # every user-facing error class (errors.py)
+        print(_error_line(e), file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt as e:  # after the command's own clean-up: no traceback, no partial output
+        signum = int(getattr(e, "signum", signal.SIGINT))
+        print(f"interrupted ({signal.Signals(signum).name}); nothing partial was kept", file=sys.stderr)
+        return 128 + signum
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

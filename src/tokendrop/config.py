@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import TokendropError
 
-class ConfigError(ValueError):
+
+class ConfigError(TokendropError, ValueError):
     """A configuration problem; the message names the field and what was expected."""
 
 
@@ -40,17 +42,27 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
     "cpu-4x128": dict(num_layers=4, hidden_size=128, num_heads=2),
     "debug-4x64": dict(num_layers=4, hidden_size=64, num_heads=2),
 }
+DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 
 
 @dataclass
 class ModelConfig:
     """BERT hyper-parameters, named as in ``transformers.BertConfig`` where one exists."""
 
-    preset: str = ""  # if set, fills num_layers/hidden_size/num_heads/intermediate_size
+    # The shape (num_layers, hidden_size, num_heads, intermediate_size): a field given explicitly
+    # (non-zero) always wins; a field left at 0 comes from ``preset`` (bert-base without one), and
+    # intermediate_size from 4 * hidden_size.  One rule, on every path (``ModelConfig(...)``, TOML,
+    # ``--set``): ``ModelConfig(preset="bert-base", num_layers=6)`` has 6 layers.
+    preset: str = ""
+    # continued pretraining: a Hugging Face BERT dir, a tokendrop run/checkpoint dir or a hub name.
+    # The shape then comes from the source's config.json (tokendrop.init_source); init_sha256 is
+    # the sha256 of the weights file the run started from (filled in when the source is resolved).
+    init: str = ""
+    init_sha256: str = ""
     vocab_size: int = 30522  # 0 = take it from the prepared data (pretraining)
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
+    hidden_size: int = 0  # 0 -> the preset's
+    num_layers: int = 0  # 0 -> the preset's
+    num_heads: int = 0  # 0 -> the preset's
     intermediate_size: int = 0  # 0 -> 4 * hidden_size
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
@@ -61,18 +73,17 @@ class ModelConfig:
     pad_token_id: int = 0
 
     def __post_init__(self) -> None:
-        if self.preset:
-            if self.preset not in MODEL_PRESETS:
-                raise ConfigError(
-                    f"model.preset: unknown preset {self.preset!r}; expected one of "
-                    f"{', '.join(MODEL_PRESETS)}"
-                )
-            for k, v in MODEL_PRESETS[self.preset].items():
+        """Resolve the shape: explicit field > ``preset`` > bert-base; then ``preset`` is cleared
+        (the numbers are the truth from here on, e.g. in a run's config.toml)."""
+        name = self.preset or DEFAULT_MODEL_PRESET
+        if name not in MODEL_PRESETS:
+            raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")
+        for k, v in MODEL_PRESETS[name].items():
+            if not getattr(self, k):
                 setattr(self, k, v)
+        if not self.intermediate_size:
             self.intermediate_size = 4 * self.hidden_size
-            self.preset = ""  # resolved; the numbers are now the truth
-        if self.intermediate_size == 0:
-            self.intermediate_size = 4 * self.hidden_size
+        self.preset = ""
 
     def validate(self) -> None:
         if self.vocab_size < 0:
@@ -95,11 +106,12 @@ class ModelConfig:
 
 DROP_METHODS = ("none", "cumulative", "half_random", "random", "frequency")
 DROP_VARIANTS = ("drop", "pass", "avg", "layer_rearranged")
+IMPORTANCE_INITS = ("auto", "constant", "dense_pass", "frequency")
 
 
 @dataclass
 class DropConfig:
-    """Token dropping (DESIGN.md sections 2-3).
+    """Token dropping (docs/design.md §2.2-2.3).
 
     method:  which tokens are kept -- ``none`` (dense BERT), ``cumulative`` (the paper's running MLM
              loss per token id), ``half_random``, ``random``, ``frequency`` (rarer ids kept first).
@@ -122,6 +134,12 @@ class DropConfig:
     pinned_tokens: list[str] = field(default_factory=list)  # extra tokens always kept
     stage2_fraction: float = 0.0  # last fraction of the steps trained without dropping
     counts_path: str = ""  # frequency method: .npy of per-id corpus counts ("" = from prepared data)
+    # How the cumulative-loss vector starts (tokendrop.continued.warm_start_importance):
+    # constant (init_score everywhere, the paper from scratch) | dense_pass (mean loss of each id
+    # over importance_init_batches dense no-update batches) | frequency (unigram surprisal) |
+    # auto (= constant from scratch, dense_pass with model.init; docs/design.md says why)
+    importance_init: str = "auto"
+    importance_init_batches: int = 16
 
     @property
     def enabled(self) -> bool:
@@ -165,6 +183,10 @@ class DropConfig:
             raise ConfigError(f"drop.beta: expected a value in (0, 1), got {self.beta}")
         if not 0.0 <= self.half_random_frac < 1.0:
             raise ConfigError(f"drop.half_random_frac: expected a fraction in [0, 1), got {self.half_random_frac}")
+        if self.importance_init not in IMPORTANCE_INITS:
+            raise ConfigError(f"drop.importance_init: unknown {self.importance_init!r}; expected one of {', '.join(IMPORTANCE_INITS)}")
+        if self.importance_init_batches <= 0:
+            raise ConfigError(f"drop.importance_init_batches: expected a positive integer, got {self.importance_init_batches}")
         if not 0.0 <= self.stage2_fraction <= 1.0:
             raise ConfigError(f"drop.stage2_fraction: expected a fraction in [0, 1], got {self.stage2_fraction}")
 
@@ -196,7 +218,7 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    """Optimisation and run-time settings (DESIGN.md section 5)."""
+    """Optimisation and run-time settings (docs/design.md §2.5)."""
 
     steps: int = 1000
     batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
@@ -219,6 +241,10 @@ class TrainConfig:
     ckpt_every: int = 500
     keep_checkpoints: int = 2
     threads: int = 0  # torch CPU threads; 0 -> torch default
+    # continued pretraining (model.init) from a source without an MLM head: train the freshly
+    # initialised head alone (encoder frozen) for this many steps before the schedule starts
+    head_warmup_steps: int = 100
+    head_warmup_lr: float = 1e-3
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
@@ -226,6 +252,10 @@ class TrainConfig:
                 raise ConfigError(f"train.{name}: expected a positive integer, got {getattr(self, name)}")
         if self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
+        if self.head_warmup_steps < 0:
+            raise ConfigError(f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}")
+        if not self.head_warmup_lr > 0:
+            raise ConfigError(f"train.head_warmup_lr: expected a positive learning rate, got {self.head_warmup_lr}")
         if self.lr <= 0:
             raise ConfigError(f"train.lr: expected a positive learning rate, got {self.lr}")
         if self.precision not in ("auto", "fp32", "bf16"):
@@ -441,20 +471,15 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
-def _expand_model_preset(data: dict[str, Any]) -> None:
-    """``model.preset`` fills the shape fields that are not given explicitly."""
-    model = data.get("model")
-    if not isinstance(model, dict) or not model.get("preset"):
-        return
-    name = model.pop("preset")
-    if name not in MODEL_PRESETS:
-        raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")
-    shape = dict(MODEL_PRESETS[name])
-    shape["intermediate_size"] = 4 * model.get("hidden_size", shape["hidden_size"])
-    data["model"] = {**shape, **model}
+def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
+              resolve_init: bool = True) -> Any:
+    """Build ``cls`` from a TOML-shaped dict plus ``section.key=value`` overrides.
 
-
-def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    With ``model.init`` set (continued pretraining) the model's shape comes from the source
+    checkpoint (``tokendrop.init_source.model_section_from_init``); an explicitly given shape field
+    that contradicts it is an error.  ``resolve_init=False`` keeps the [model] table as recorded
+    (a run's own config.toml on ``--resume``: the source need not exist any more).
+    """
     data = _deep_merge({}, data)
     for item in overrides:
         keys, value = _parse_override(item)
@@ -464,7 +489,11 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {k!r} is not a section")
         node[keys[-1]] = value
-    _expand_model_preset(data)
+    model = data.get("model")
+    if resolve_init and cls is Config and isinstance(model, dict) and model.get("init"):
+        from .init_source import model_section_from_init
+
+        data["model"] = model_section_from_init(model)
     obj = _build(cls, data, "")
     if hasattr(obj, "validate"):
         obj.validate()

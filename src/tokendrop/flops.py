@@ -1,4 +1,4 @@
-"""Analytic FLOPs of a training step (DESIGN.md section 6, the paper's appendix).
+"""Analytic FLOPs of a training step (docs/design.md §2.6, the paper's appendix).
 
 Counted: matrix multiplications (2 FLOPs per multiply-add) of the encoder layers, the attention
 score/value products, and the MLM head on the prediction slots; backward = 2 x forward.
@@ -81,3 +81,35 @@ def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only:
     if encoder_only:
         return a.encoder / b.encoder
     return a.total / b.total
+
+
+# ----------------------------------------------------------------------------------------------
+# device peaks (for MFU = achieved FLOP/s / peak)
+
+# dense bf16 tensor-core peak (FLOP/s) by GPU name; first match wins, so specific names come first
+GPU_PEAK_BF16: list[tuple[str, float]] = [
+    ("GH200", 989e12),
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM
+    ("H800", 989e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("L40", 181e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+    ("A10", 125e12),
+    ("RTX 4090", 165e12),
+    ("A6000", 155e12),
+]
+
+
+def gpu_peak_flops(name: str) -> float | None:
+    """Dense bf16 peak FLOP/s for a CUDA device name, or None when the name is not in the table."""
+    for key, peak in GPU_PEAK_BF16:
+        if key.lower() in name.lower():
+            return peak
+    return None

@@ -4,8 +4,9 @@
         (tmp / "model.safetensors").write_bytes(...)
     # out now holds the complete result; on any error (or a kill) out is untouched
 
-A killed writer leaves only ``.NAME.tmp-*`` (never taken for the result); an existing ``out`` is
-moved aside and removed only after the new one is in place.  Every temp dir records its writer
+A killed writer leaves only ``.NAME.tmp-*`` (never taken for the result); an existing ``out``
+directory is moved aside (to a temp name) and removed only after the new one is in place; a file or
+link at ``out`` is never replaced (FileExistsError).  Every temp dir records its writer
 (host and pid); the next write to the same target removes the temp dirs whose writer on this host
 is gone, so a writer killed hard (SIGKILL, OOM) does not leave its partial output behind for good.
 """
@@ -13,6 +14,7 @@ is gone, so a writer killed hard (SIGKILL, OOM) does not leave its partial outpu
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import socket
@@ -21,16 +23,36 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def replace_dir(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``, replacing an existing ``out``."""
+def replace_dir(tmp: Path, out: Path, prefix: str | None = None) -> None:
+    """Rename ``tmp`` to ``out``, replacing an existing ``out`` directory (never a file or a link)."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise FileExistsError(errno.EEXIST, "exists and is not a directory; not replaced", str(out))
     if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        old = Path(tempfile.mkdtemp(prefix=prefix or f".{out.name}.tmp-", dir=out.parent))
         old.rmdir()
         out.rename(old)
         tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
     else:
         tmp.rename(out)
+
+
+def discard_dir(d: Path, prefix: str | None = None) -> None:
+    """Remove directory ``d``: renamed first to a temp name with this process as its writer, so that a
+    kill during the removal leaves only a temp dir that the next write to ``d`` sweeps away."""
+    d = Path(d)
+    gone = Path(tempfile.mkdtemp(prefix=prefix or f".{d.name}.tmp-", dir=d.parent))
+    gone.rmdir()
+    d.rename(gone)
+    _remove(gone)
+
+
+def _remove(d: Path) -> None:
+    try:
+        (d / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    except OSError:
+        pass
+    shutil.rmtree(d, ignore_errors=True)
 
 
 _OWNER = ".tokendrop-writer"  # "<host> <pid>" of the process writing a temp dir
@@ -82,7 +104,7 @@ def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> I
         (tmp / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         yield tmp
         (tmp / _OWNER).unlink(missing_ok=True)
-        replace_dir(tmp, out)
+        replace_dir(tmp, out, prefix)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

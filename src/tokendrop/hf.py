@@ -5,9 +5,13 @@ map them 1:1 onto ``transformers.BertForMaskedLM`` keys (``kv`` = ``key`` and ``
 Export writes ``config.json`` + ``model.safetensors`` (+ the tokenizer files), loadable by
 ``BertForMaskedLM``/``BertForSequenceClassification.from_pretrained`` with no missing MLM keys:
 ``cls.predictions.bias`` is written (the reference TF->HF converter forgets it), and the
-pooler too, so a classifier starts from our pooler rather than a random one.
+pooler too, so a classifier starts from our pooler rather than a random one.  A run continued from a
+published checkpoint (``model.init``) keeps that checkpoint's ``config.json`` fields and tokenizer
+files, saved in ``RUN/source/`` when the run starts (:func:`save_source_files`).
 
-Only safetensors are read: ``pytorch_model.bin`` (a pickle) is refused.
+Reading goes through ``tokendrop.init_source`` (one loader for ``finetune --model`` and
+``pretrain --init``): safetensors (single or sharded) and ``pytorch_model.bin`` read with
+``torch.load(weights_only=True)``; a pickle holding anything but tensors is refused.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from .config import ModelConfig
+from .errors import TokendropError
 from .fsutil import atomic_directory
+from .rundir import latest_checkpoint, lock, prepare_output, write_marker
 
 _LAYER_MAP = [  # (ours, hf) inside bert.encoder.layer(s).{i}.
     ("attn.q", "attention.self.query"),
@@ -45,7 +51,7 @@ _TOP_MAP = [
 ]
 
 
-class InteropError(ValueError):
+class InteropError(TokendropError, ValueError):
     """A model directory that cannot be read or written as asked."""
 
 
@@ -139,31 +145,75 @@ def hf_config_dict(cfg: ModelConfig, architectures: list[str] | None = None) -> 
     }
 
 
+_NOT_BERT = {
+    "roberta": "RoBERTa (no token types, positions offset by the padding index, a BPE tokenizer)",
+    "xlm-roberta": "XLM-RoBERTa (RoBERTa's layout)",
+    "camembert": "CamemBERT (RoBERTa's layout)",
+    "modernbert": "ModernBERT (rotary positions, GeGLU, pre-LayerNorm, no biases)",
+    "distilbert": "DistilBERT (other weight names, no token types)",
+    "albert": "ALBERT (factorised embeddings, shared layers)",
+    "electra": "ELECTRA (separate embedding size, other weight names)",
+    "deberta": "DeBERTa (disentangled relative attention)",
+    "deberta-v2": "DeBERTa-v2 (disentangled relative attention)",
+    "mpnet": "MPNet (relative position buckets)",
+    "nomic_bert": "nomic-bert (rotary positions, SwiGLU)",
+}
+_REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
 def model_config_from_hf(d: dict[str, Any], where: str = "config.json") -> ModelConfig:
-    if d.get("model_type", "bert") != "bert":
-        raise InteropError(f"{where}: model_type {d.get('model_type')!r} is not 'bert'")
+    """A BERT ``config.json`` -> our ModelConfig.  Whatever our model cannot reproduce exactly is a
+    one-line InteropError naming the field (never silently ignored)."""
+    mt = d.get("model_type", "bert")  # configs converted from Google's bert_config.json have none
+    if mt != "bert":
+        what = _NOT_BERT.get(str(mt), f"model_type {mt!r}")
+        raise InteropError(f"{where}: model_type {mt!r} is not BERT: {what} cannot be loaded into tokendrop's "
+                           "BERT; use a model_type 'bert' checkpoint")
     if d.get("hidden_act", "gelu") != "gelu":
-        raise InteropError(f"{where}: hidden_act {d.get('hidden_act')!r} is not supported (expected 'gelu')")
+        raise InteropError(f"{where}: hidden_act {d.get('hidden_act')!r} is not supported: tokendrop's BERT uses the "
+                           "exact erf-GELU (hidden_act 'gelu')")
     if d.get("position_embedding_type", "absolute") != "absolute":
-        raise InteropError(f"{where}: position_embedding_type must be 'absolute'")
+        raise InteropError(f"{where}: position_embedding_type {d.get('position_embedding_type')!r} is not supported: "
+                           "tokendrop's BERT has learned absolute positions ('absolute')")
+    for flag in ("is_decoder", "add_cross_attention"):
+        if d.get(flag, False):
+            raise InteropError(f"{where}: {flag} is true: a decoder / cross-attention BERT cannot be loaded "
+                               "(tokendrop's BERT is a bidirectional encoder)")
+    if d.get("tie_word_embeddings", True) is False:
+        raise InteropError(f"{where}: tie_word_embeddings is false: tokendrop's MLM decoder is tied to the word "
+                           "embeddings, so an untied decoder cannot be loaded")
+    missing = [k for k in _REQUIRED_FIELDS if k not in d]
+    if missing:
+        raise InteropError(f"{where}: missing field {missing[0]!r} (a BERT config.json needs {', '.join(_REQUIRED_FIELDS)})")
+
+    def num(key: str, default: Any, tp: type) -> Any:
+        v = d.get(key, default)
+        if v is None and key == "pad_token_id":
+            v = 0
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (tp is int and float(v) != int(v)):
+            raise InteropError(f"{where}: {key} must be {'an integer' if tp is int else 'a number'}, got {v!r}")
+        return tp(v)
+
+    cfg = ModelConfig(
+        vocab_size=num("vocab_size", None, int),
+        hidden_size=num("hidden_size", None, int),
+        num_layers=num("num_hidden_layers", None, int),
+        num_heads=num("num_attention_heads", None, int),
+        intermediate_size=num("intermediate_size", None, int),
+        max_position_embeddings=num("max_position_embeddings", 512, int),
+        type_vocab_size=num("type_vocab_size", 2, int),
+        layer_norm_eps=num("layer_norm_eps", 1e-12, float),
+        hidden_dropout=num("hidden_dropout_prob", 0.1, float),
+        attention_dropout=num("attention_probs_dropout_prob", 0.1, float),
+        initializer_range=num("initializer_range", 0.02, float),
+        pad_token_id=num("pad_token_id", 0, int),
+    )
+    if cfg.vocab_size <= 0:
+        raise InteropError(f"{where}: vocab_size must be a positive integer, got {cfg.vocab_size}")
     try:
-        cfg = ModelConfig(
-            vocab_size=int(d["vocab_size"]),
-            hidden_size=int(d["hidden_size"]),
-            num_layers=int(d["num_hidden_layers"]),
-            num_heads=int(d["num_attention_heads"]),
-            intermediate_size=int(d["intermediate_size"]),
-            max_position_embeddings=int(d.get("max_position_embeddings", 512)),
-            type_vocab_size=int(d.get("type_vocab_size", 2)),
-            layer_norm_eps=float(d.get("layer_norm_eps", 1e-12)),
-            hidden_dropout=float(d.get("hidden_dropout_prob", 0.1)),
-            attention_dropout=float(d.get("attention_probs_dropout_prob", 0.1)),
-            initializer_range=float(d.get("initializer_range", 0.02)),
-            pad_token_id=int(d.get("pad_token_id", 0) or 0),
-        )
-    except KeyError as e:
-        raise InteropError(f"{where}: missing field {e.args[0]!r}") from None
-    cfg.validate()
+        cfg.validate()
+    except ValueError as e:
+        raise InteropError(f"{where}: {e}") from None
     return cfg
 
 
@@ -201,8 +251,23 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
     return True
 
 
-def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str | os.PathLike | None = None) -> Path:
-    """Write ``model`` as a Hugging Face BERT directory (atomically)."""
+def _export_config(base: dict[str, Any] | None, ours: dict[str, Any]) -> dict[str, Any]:
+    """Our config fields over the source's config.json (fields we do not set are kept as they were)."""
+    if not base:
+        return ours
+    d = {k: v for k, v in base.items() if k not in ("architectures",)}
+    d.update(ours)
+    for k in ("torch_dtype", "dtype"):  # we write fp32 tensors
+        if k in d:
+            d[k] = "float32"
+    return d
+
+
+def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str | os.PathLike | None = None,
+                    base_config: dict[str, Any] | None = None, kind: str | None = None) -> Path:
+    """Write ``model`` as a Hugging Face BERT directory (atomically).  ``base_config``: a source's
+    config.json whose fields we do not set are kept (``_name_or_path``, ``use_cache``, ...).
+    ``kind``: mark the directory as that kind of tokendrop output (``tokendrop.rundir``)."""
     from .model import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
 
     arch = {
@@ -217,111 +282,104 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
         d["num_labels"] = model.num_labels
         d["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
         d["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
+    d = _export_config(base_config, d)
     with atomic_directory(out_dir) as tmp:
         save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(d, indent=2))
         copy_tokenizer(tokenizer, tmp, cfg.max_position_embeddings)
+        if kind:
+            write_marker(tmp, kind)
     return Path(out_dir)
 
 
+def save_source_files(src: Any, run_dir: str | os.PathLike) -> Path:
+    """Write ``RUN/source/`` for a run continued from ``src`` (a ``tokendrop.init_source.InitSource``):
+    the source's config.json, its tokenizer files and ``init.json`` (source, layout, sha256), so that
+    ``export_hf`` keeps the source's config fields and tokenizer and ``--resume`` never needs the source.
+    Written atomically; a source that is itself a continued run passes its own ``source/`` on."""
+    run_dir = Path(run_dir)
+    tok_dirs: list[Path] = []
+    if src.kind == "tokendrop":  # a continued run: its source/ holds the original tokenizer files
+        ck = Path(src.path)
+        run = ck.parent.parent if ck.parent.name == "checkpoints" else ck
+        tok_dirs.append(run / "source")
+    if src.tokenizer_dir is not None:
+        tok_dirs.append(Path(src.tokenizer_dir))
+    tok = next((t for t in tok_dirs if any((t / n).is_file() for n in TOKENIZER_FILES)), None)
+    with atomic_directory(run_dir / "source") as tmp:
+        if src.hf_config is not None:
+            (tmp / "config.json").write_text(json.dumps(src.hf_config, indent=2))
+        if tok is not None:
+            for name in (*TOKENIZER_FILES, "tokenizer_info.json"):
+                if (tok / name).is_file():
+                    shutil.copyfile(tok / name, tmp / name)
+        (tmp / "init.json").write_text(json.dumps({
+            "source": src.source, "kind": src.kind, "layout": src.layout, "path": str(src.path),
+            "weights_file": str(src.weights_file), "weights_files": [str(f) for f in src.weights_files],
+            "sha256": src.sha256,
+        }, indent=2))
+    return run_dir / "source"
+
+
 def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]]:
-    """A ``transformers`` BERT dir -> (config, state dict in our names).  Safetensors only."""
+    """A ``transformers`` BERT dir -> (config, the file's tensors in our names), read by
+    ``tokendrop.init_source`` (any accepted layout; safetensors, sharded, or ``pytorch_model.bin``
+    via weights_only).  Tensors we have no name for (NSP head, position_ids) are left out."""
+    from .init_source import normalise_hf_names, read_source_tensors, resolve_init_source
+
     p = Path(path)
-    cj = p / "config.json"
-    if not cj.is_file():
+    if not p.is_dir():
+        raise InteropError(f"{p}: no such model directory")
+    if not (p / "config.json").is_file():
         raise InteropError(f"{p}: not a model directory (no config.json)")
-    try:
-        cfg = model_config_from_hf(json.loads(cj.read_text()), str(cj))
-    except json.JSONDecodeError as e:
-        raise InteropError(f"{cj}: invalid JSON ({e})") from None
-    files: list[Path]
-    if (p / "model.safetensors").is_file():
-        files = [p / "model.safetensors"]
-    elif (p / "model.safetensors.index.json").is_file():
-        idx = json.loads((p / "model.safetensors.index.json").read_text())
-        files = sorted({p / f for f in idx["weight_map"].values()})
-    elif (p / "pytorch_model.bin").is_file():
-        raise InteropError(f"{p}: only pytorch_model.bin (a pickle) found; convert it to model.safetensors first")
-    else:
-        raise InteropError(f"{p}: no model.safetensors")
-    sd: dict[str, Tensor] = {}
-    for f in files:
-        sd.update(load_file(str(f)))
-    return cfg, from_hf(sd)
+    src = resolve_init_source(str(p))
+    raw = read_source_tensors(src)
+    return src.model, from_hf({c: raw[k] for c, k in normalise_hf_names(list(raw))[0].items()})
 
 
-def load_weights(model: nn.Module, sd: dict[str, Tensor], where: str, required_prefixes: tuple[str, ...] = ("bert.",)) -> list[str]:
-    """Load ``sd`` into ``model``: keys under ``required_prefixes`` must all be present and shaped
-    right; other model keys missing from ``sd`` keep their fresh initialisation (returned)."""
-    own = model.state_dict()
-    # transformers' BertForMaskedLM has no pooler; like transformers, start it fresh then
-    missing_required = [k for k in own if k.startswith(required_prefixes) and k not in sd
-                        and not k.startswith("bert.pooler.")]
-    if missing_required:
-        raise InteropError(f"{where}: missing weights {missing_required[:4]}{' ...' if len(missing_required) > 4 else ''}")
-    fresh: list[str] = []
-    load: dict[str, Tensor] = {}
-    for k, v in own.items():
-        if k not in sd:
-            fresh.append(k)
-            continue
-        if sd[k].shape != v.shape:
-            if k.startswith(required_prefixes):
-                raise InteropError(f"{where}: weight {k!r} has shape {tuple(sd[k].shape)}, expected {tuple(v.shape)}")
-            fresh.append(k)  # e.g. a classifier with another number of labels
-            continue
-        load[k] = sd[k]
-    model.load_state_dict(load, strict=False)
-    return fresh
-
-
-def find_checkpoint(path: Path) -> Path | None:
-    """A tokendrop checkpoint dir (``meta.json`` + ``model.safetensors``), or a run dir's latest."""
-    if (path / "meta.json").is_file() and (path / "model.safetensors").is_file():
-        return path
-    ck = path / "checkpoints"
-    if ck.is_dir():
-        cands = sorted(c for c in ck.iterdir() if c.name.startswith("step-") and (c / "meta.json").is_file())
-        if cands:
-            return cands[-1]
-    return None
+find_checkpoint = latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
 
 
 def load_pretrained(path: str | os.PathLike, cls: type, **head_kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
-    """Build ``cls`` (one of our model classes) from a tokendrop run/checkpoint dir or a Hugging
-    Face BERT dir.  Encoder weights must all be there; heads missing from the file are fresh.
-    -> (model, {"model_config", "tokenizer", "fresh", "source"})."""
+    """Build ``cls`` (one of our model classes) from a tokendrop run/checkpoint dir (its checkpoint
+    verified) or a Hugging Face BERT dir.  Encoder weights must all be there; heads missing from the
+    file are fresh.  -> (model, {"model_config", "tokenizer", "fresh", "source", "path", "hf_config"})."""
+    from .init_source import load_source_weights, resolve_init_source
+
     p = Path(path)
     if not p.exists():
         raise InteropError(f"{p}: no such model directory")
-    ckpt = find_checkpoint(p)
-    if ckpt is not None:
-        meta = json.loads((ckpt / "meta.json").read_text())
-        from .config import from_dict
-
-        cfg = from_dict(ModelConfig, meta["config"]["model"])
-        sd = load_file(str(ckpt / "model.safetensors"))
-        tok = None
-        for cand in (ckpt / "tokenizer", ckpt.parent.parent / "tokenizer", p / "tokenizer"):
-            if (cand / "vocab.txt").is_file():
-                tok = cand
-                break
-        source = "tokendrop"
-    else:
-        cfg, sd = read_hf_dir(p)
-        tok = p if (p / "vocab.txt").is_file() else None
-        source = "huggingface"
-        ckpt = p
-    model = cls(cfg, **head_kwargs)
-    fresh = load_weights(model, sd, str(ckpt))
-    return model, {"model_config": cfg, "tokenizer": tok, "fresh": fresh, "source": source, "path": str(ckpt)}
+    src = resolve_init_source(str(p))
+    model = cls(src.model, **head_kwargs)
+    report = load_source_weights(src, model)
+    tok = src.tokenizer_dir if src.tokenizer_dir is not None and (src.tokenizer_dir / "vocab.txt").is_file() else None
+    return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh, "source": src.kind,
+                   "path": str(src.path), "hf_config": src.hf_config}
 
 
-def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """``tokendrop export``: a run/checkpoint dir -> a ``transformers`` BertForMaskedLM dir."""
+def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+    """``tokendrop export``: a run/checkpoint dir (verified) -> a ``transformers`` BertForMaskedLM dir.
+
+    A run continued from a published checkpoint (``RUN/source/``) keeps that checkpoint's config.json
+    fields (ours set the shape, ``architectures = ["BertForMaskedLM"]``) and its tokenizer files.
+    An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
+    export (``tokendrop.rundir.prepare_output``) -- never a file, or a directory holding the input."""
+    with lock(out_dir, InteropError):
+        prepare_output(out_dir, "export", overwrite, inputs=[checkpoint], error=InteropError)
+        return _export_hf(checkpoint, out_dir)
+
+
+def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     from .model import BertForMaskedLM
 
     model, info = load_pretrained(checkpoint, BertForMaskedLM)
-    if info["fresh"] and any(k.startswith("mlm.") for k in info["fresh"]):
+    if any(k.startswith("mlm.") for k in info["fresh"]):
         raise InteropError(f"{checkpoint}: no MLM head weights to export")
-    return save_pretrained(model, out_dir, info["tokenizer"])
+    tok = info["tokenizer"]
+    if info["source"] == "tokendrop":  # a continued run: the source's tokenizer files, kept in RUN/source/
+        ck = Path(info["path"])
+        source = (ck.parent.parent if ck.parent.name == "checkpoints" else ck) / "source"
+        if (source / "vocab.txt").is_file():
+            tok = source
+    base = info["hf_config"]  # the source's config.json (a continued run's RUN/source/config.json)
+    return save_pretrained(model, out_dir, tok, base_config=base, kind="export")

@@ -1,10 +1,10 @@
-"""Which tokens are important: the paper's cumulative-loss vector and its alternatives (DESIGN §3).
+"""Which tokens are important: the paper's cumulative-loss vector and its alternatives (docs/design.md §2.3).
 
 ``TokenSelector`` owns a length-|V| fp32 vector ``m`` (training state, not part of the exported
 model).  The score of a position is ``m[input_id]``; each sequence keeps its top-M positions, ties
 broken by position (stable sort), and the kept positions are returned in ascending order.
 
-Corrections to the public reference implementation (DESIGN §7), all deliberate:
+Corrections to the public reference implementation (docs/design.md §3), all deliberate:
 * only real prediction slots (weight > 0) update ``m``; padded slots never erode [PAD];
 * repeated ids in a batch are averaged (scatter_add of sums and counts), not one arbitrary write;
 * pinned ids ([CLS], [SEP], [MASK], configured extras = +1e4; [PAD] = -1e4) are re-pinned after
@@ -19,11 +19,14 @@ Everything stays on the device: no host synchronisation in ``select`` or ``updat
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .config import DropConfig
+from .config import ConfigError, DropConfig
 
 PIN_HIGH = 1e4
 PIN_LOW = -1e4
@@ -34,6 +37,19 @@ def stable_topk_positions(scores: Tensor, m: int) -> Tensor:
     returned in ascending position order."""
     order = torch.sort(scores, dim=1, descending=True, stable=True).indices  # (B, T) rank -> position
     return order[:, :m].sort(dim=1).values
+
+
+def build_selector(drop: DropConfig, vocab_size: int, special_ids: Mapping[str, int], seq_len: int,
+                   pinned_ids: Iterable[int] = (), counts: Any = None, seed: int = 0,
+                   device: torch.device | str | None = None) -> "TokenSelector":
+    """The one way the library makes a ``TokenSelector`` (pretraining, ``tokendrop inspect``, the
+    benchmark): ``special_ids`` are the data's ids ([CLS]/[SEP]/[MASK] pinned high, [PAD] low),
+    ``pinned_ids`` the extra ids kept always (``drop.pinned_tokens``, resolved by the caller),
+    ``counts`` the per-id corpus counts (array or tensor; used by ``method = "frequency"`` only, which
+    needs them), ``seed`` the random methods' generator seed; on ``device`` when given."""
+    sel = TokenSelector(drop, vocab_size, dict(special_ids), seq_len, list(pinned_ids),
+                        counts if drop.method == "frequency" else None, seed=seed)
+    return sel if device is None else sel.to(device)
 
 
 class TokenSelector(nn.Module):
@@ -63,10 +79,10 @@ class TokenSelector(nn.Module):
         m = torch.full((vocab_size,), float(drop.init_score), dtype=torch.float32)
         if drop.method == "frequency":
             if counts is None:
-                raise ValueError("drop.method: 'frequency' needs token counts (drop.counts_path or the prepared data's counts)")
+                raise ConfigError("drop.method: 'frequency' needs token counts (drop.counts_path or the prepared data's counts)")
             counts = torch.as_tensor(counts, dtype=torch.float64)
             if counts.shape != (vocab_size,):
-                raise ValueError(f"drop.counts_path: expected {vocab_size} counts, got shape {tuple(counts.shape)}")
+                raise ConfigError(f"drop.counts_path: expected {vocab_size} counts, got shape {tuple(counts.shape)}")
             m = (-torch.log1p(counts)).float()  # rarer -> higher score
         self.register_buffer("scores", m)  # the vector m
         self._repin()
@@ -91,6 +107,12 @@ class TokenSelector(nn.Module):
 
     def set_rng_state(self, state: Tensor, device: torch.device) -> None:
         self._gen(device).set_state(state)
+
+    @torch.no_grad()
+    def set_scores(self, values: Tensor, where: Tensor) -> None:
+        """m_i <- values_i where ``where`` (a warm start, tokendrop.continued); pinned ids stay pinned."""
+        self.scores.copy_(torch.where(where.to(self.scores.device), values.to(self.scores), self.scores))
+        self._repin()
 
     # -- selection --------------------------------------------------------------------------------
 

@@ -40,7 +40,6 @@ import numpy as np
 
 from .checkpoint import CheckpointError
 
-SPECIAL_NAMES = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 PIN_ABS = 1e4  # tokendrop.importance.PIN_HIGH / -PIN_LOW
 
 
@@ -128,7 +127,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     from safetensors import safe_open
 
     from .config import Config, from_dict
-    from .data import read_vocab
+    from .data.tokenizer import SPECIAL_KEYS, read_vocab
 
     run, ckpt = _find_checkpoint(Path(run_dir))
     try:
@@ -155,7 +154,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     if len(vocab) != len(scores):
         raise InspectError(f"{vocab_file}: {len(vocab)} tokens but the importance vector has {len(scores)} entries")
     index = {t: i for i, t in enumerate(vocab)}
-    special = {k: index[v] for k, v in SPECIAL_NAMES.items() if v in index}
+    special = {k: index[v] for k, v in SPECIAL_KEYS.items() if v in index}
     counts = None
     if data_path:
         try:
@@ -265,7 +264,7 @@ def top_bottom(rv: RunView, k: int = 30) -> dict[str, list[dict[str, Any]]]:
 def _selector(rv: RunView):
     import torch
 
-    from .importance import TokenSelector
+    from .importance import build_selector
 
     T = None
     if rv.data_path:
@@ -276,8 +275,7 @@ def _selector(rv: RunView):
     index = {t: i for i, t in enumerate(rv.vocab)}
     extra = [index[t] for t in rv.cfg.drop.pinned_tokens if t in index]
     counts = rv.counts if rv.counts is not None else np.zeros(len(rv.scores), np.int64)
-    sel = TokenSelector(rv.cfg.drop, len(rv.scores), rv.special_ids, T, extra,
-                        counts if rv.cfg.drop.method == "frequency" else None, seed=rv.cfg.train.seed)
+    sel = build_selector(rv.cfg.drop, len(rv.scores), rv.special_ids, T, extra, counts, seed=rv.cfg.train.seed)
     sel.scores.copy_(torch.from_numpy(rv.scores.copy()))
     return sel, T
 
@@ -470,11 +468,13 @@ def plot_histogram(rv: RunView, path: Path, title: str | None = None) -> None:
 def _save_fig(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}{path.suffix}")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
+    from .rundir import atomic_file
+
+    try:
+        with atomic_file(path) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -509,13 +509,25 @@ def _tokens_markdown(rv: RunView, tb: dict[str, list[dict[str, Any]]], stats: di
 
 
 def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, num_examples: int = 6,
-                top_k: int = 30, seed: int = 0) -> Path:
-    """Write the inspection of ``run_dir`` into ``out_dir`` (default ``RUN_DIR/inspect``); -> out dir."""
+                top_k: int = 30, seed: int = 0, overwrite: bool = False) -> Path:
+    """Write the inspection of ``run_dir`` into ``out_dir`` (default ``RUN_DIR/inspect``); -> out dir.
+
+    An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
+    inspection (never a file, or a directory holding the run); written atomically, under a lock."""
+    from . import rundir
+
     rv = load_run(run_dir)
     out = Path(out_dir) if out_dir else rv.run_dir / "inspect"
-    from .fsutil import atomic_directory
+    with rundir.lock(out, InspectError):
+        rundir.prepare_output(out, "inspect", overwrite, inputs=[run_dir], error=InspectError)
+        return _write_inspection(rv, out, num_examples, top_k, seed)
+
+
+def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, seed: int) -> Path:
+    from .rundir import atomic_directory, write_marker
 
     with atomic_directory(out) as tmp:
+        write_marker(tmp, "inspect")
         stats = score_stats(rv)
         tb = top_bottom(rv, top_k)
         examples = example_sequences(rv, num_examples, seed=seed)

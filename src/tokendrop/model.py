@@ -12,7 +12,7 @@ every parameter 1:1 onto the Hugging Face key names.  Departures, all numericall
 * The encoder always has a pooler (no NSP is trained; it is exported so that
   ``BertForSequenceClassification`` finds it).
 
-Token dropping (DESIGN.md section 2) happens only in training mode and only when the caller passes
+Token dropping (docs/design.md §2.2) happens only in training mode and only when the caller passes
 ``keep_idx`` (or ``drop_active=True`` for the ``avg`` variant): layers ``[start, end)`` are "half"
 layers.  Separation gathers the kept rows; the first half layer uses them as queries and all T
 rows as keys/values; the merge scatters the kept rows back, dropped rows keeping the state they

@@ -7,10 +7,11 @@ demo's baseline vs token dropping) and returns the summary rows it tabulates.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from .rundir import atomic_file, atomic_write_text, read_metrics
 
 
 
@@ -27,10 +28,7 @@ def _pyplot():
 
 
 def _read(run_dir: Path) -> list[dict[str, Any]]:
-    p = run_dir / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    return read_metrics(run_dir)
 
 
 def _series(recs: list[dict[str, Any]], key: str, x: str = "step") -> tuple[list[float], list[float]]:
@@ -38,17 +36,15 @@ def _series(recs: list[dict[str, Any]], key: str, x: str = "step") -> tuple[list
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
+_atomic_text = atomic_write_text  # the package's one atomic file write (tokendrop.rundir)
 
 
 def _save(fig, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    _pyplot().close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_file(path) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    finally:
+        _pyplot().close(fig)
 
 
 def summarize(run_dir: Path) -> dict[str, Any]:

@@ -15,7 +15,6 @@ step's per-slot losses (all-reduced across ranks).  Nothing in the step waits on
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -29,13 +28,16 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from . import checkpoint as ckpt_mod
+from . import rundir
 from .config import Config, ConfigError, from_dict, to_dict, to_toml
+from .errors import TokendropError
 from .flops import step_flops
-from .importance import TokenSelector
+from .importance import TokenSelector, build_selector
+from .metrics import MetricsLog, read_metrics
 from .model import BertForMaskedLM, num_parameters
 
 
-class TrainingError(RuntimeError):
+class TrainingError(TokendropError, RuntimeError):
     """A run that cannot go on (non-finite loss, incompatible resume, bad data)."""
 
 
@@ -124,10 +126,13 @@ class MLMStep:
         ddp: nn.Module | None = None,
         use_attention_mask: bool = True,
         compile: bool = False,
+        run_model: nn.Module | None = None,
     ):
         self.use_attention_mask = use_attention_mask  # packed data has no [PAD]: mask-free SDPA
         self.model = model
-        self.run_model = ddp if ddp is not None else model
+        # run_model: what the forward runs through (default: ddp, else model), e.g. an already
+        # compiled model shared by several steps (the benchmark's dense and dropping settings)
+        self.run_model = run_model if run_model is not None else (ddp if ddp is not None else model)
         if compile:
             self.run_model = torch.compile(self.run_model)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -205,43 +210,6 @@ def evaluate_mlm(model: BertForMaskedLM, batches, device: torch.device, amp_dtyp
 # logging
 
 
-class MetricsLog:
-    """JSONL + TensorBoard, rank 0 only."""
-
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool = True):
-        self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
-        self.tb = None
-        if enabled and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(run_dir / "tensorboard"))
-            except ImportError:  # tensorboard not installed: JSONL only
-                self.tb = None
-
-    def write(self, rec: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-        if self.tb is not None:
-            for k, v in rec.items():
-                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.tb.add_scalar(k, v, rec["step"])
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    p = Path(run_dir) / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-
-
 # ----------------------------------------------------------------------------------------------
 # the loop
 
@@ -257,6 +225,7 @@ class PretrainResult:
     flops_per_step: dict[str, float]
     importance: Tensor | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    stop_signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
 
 
 # keys whose change makes a resume meaningless
@@ -282,12 +251,17 @@ def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
             raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
 
 
-def _open_data(cfg: Config):
+def _open_data(cfg: Config, new_run: bool = True):
     from .data import PreparedData
 
     if not cfg.data.path:
         raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
     data = PreparedData.open(cfg.data.path)
+    if cfg.model.init and new_run:  # the source's vocabulary, before anything is written
+        from .continued import check_vocabulary
+        from .init_source import resolve_init_source
+
+        check_vocabulary(resolve_init_source(cfg.model.init), data)
     if cfg.model.vocab_size == 0:
         cfg.model.vocab_size = data.vocab_size
     if data.vocab_size != cfg.model.vocab_size:
@@ -318,11 +292,45 @@ def _pinned_ids(cfg: Config, data) -> list[int]:
     return out
 
 
+def _warm_start(cfg: Config, model, selector, data, run_dir: Path, dd: Dist, device, amp, micro_bs: int,
+                progress: bool) -> list[dict]:
+    """A new run: with ``model.init`` load the source and warm up a fresh MLM head; fill the
+    importance vector per ``drop.importance_init`` (tokendrop.continued) -> events for the run log."""
+    how = cfg.drop.importance_init
+    how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
+    warm_importance = selector is not None and cfg.drop.method in ("cumulative", "half_random") and how != "constant"
+    if not cfg.model.init and not warm_importance:
+        return []
+    from .continued import WARMUP_SEED_OFFSET, head_warmup, start_from_source, warm_start_importance
+    from .data import MLMLoader
+
+    t0 = time.perf_counter()
+    events = [start_from_source(cfg, model, data, run_dir, dd.main)] if cfg.model.init else []
+    stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
+                       world_size=dd.world, mask_prob=cfg.data.mask_prob, num_workers=0, shuffle=True, loop=True)
+    it = iter(stream)
+    if events and any(k.startswith("mlm.") for k in events[0]["fresh"]) and cfg.train.head_warmup_steps:
+        losses = head_warmup(model, it, cfg.train.head_warmup_steps, cfg.train.head_warmup_lr, device, amp, progress)
+        events.append({"event": "head_warmup", "steps": len(losses), "first_loss": losses[0], "last_loss": losses[-1],
+                       "seconds": time.perf_counter() - t0})
+    if warm_importance:
+        t1 = time.perf_counter()
+        counts = data.token_counts() if how == "frequency" else None
+        ev = warm_start_importance(selector, model, it, how, cfg.drop.importance_init_batches, device, amp, counts)
+        events.append({"event": "importance_init", **ev, "seconds": time.perf_counter() - t1})
+    stream.close()
+    events.append({"event": "init_done", "seconds": time.perf_counter() - t0})
+    return events
+
+
 class _StopFlag:
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the step and exits."""
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the step and exits.  A
+    second signal raises ``rundir.Interrupted`` at once (a checkpoint being written is then removed
+    whole by its atomic directory; the last complete one stays)."""
 
     def __init__(self) -> None:
         self.stop = False
+        self.signum = 0
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> "_StopFlag":
@@ -332,13 +340,28 @@ class _StopFlag:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.stop:  # second signal: give up at once
-            raise KeyboardInterrupt
+        if self.signum:  # second signal: give up at once
+            raise rundir.Interrupted(signum)
         self.stop = True
+        self.signum = signum
 
     def __exit__(self, *exc) -> None:
         for s, h in self._old.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _close_on_error(*things):
+    """Close the progress bar, the loader (its worker processes) and the log when the loop raises
+    (a second Ctrl-C, a non-finite loss); on success the loop's own ending closes them."""
+    try:
+        yield
+    except BaseException:
+        for t in things:
+            if t is not None:
+                with contextlib.suppress(Exception):
+                    t.close()
+        raise
 
 
 def _in_main_thread() -> bool:
@@ -348,12 +371,16 @@ def _in_main_thread() -> bool:
 
 
 def pretrain(
-    cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None
+    cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None,
+    overwrite: bool = False,
 ) -> PretrainResult:
     """Run (or resume) a pretraining job into ``out_dir``.
 
     ``stop_at``: pause after that step (a checkpoint is written; ``--resume`` continues), as a
     SIGINT/SIGTERM would; the schedule still runs to ``train.steps``.
+    ``overwrite``: start over in an existing run directory (only one tokendrop marked as a run and
+    that holds none of the run's inputs; ``tokendrop.rundir.prepare_output``).  The run directory is
+    locked (rank 0) for the whole call: a second writer fails at once with "... in use by pid N".
     """
     cfg.validate()
     run_dir = Path(out_dir)
@@ -361,14 +388,16 @@ def pretrain(
     dd = init_distributed(device_kind)
     threads = torch.get_num_threads()
     try:
-        return _pretrain(cfg, run_dir, resume, progress, dd, stop_at)
+        with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
+            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite)
     finally:
         torch.set_num_threads(threads)  # train.threads applies to this run only
         if dd.owns_group:
             dist.destroy_process_group()
 
 
-def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None) -> PretrainResult:
+def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
+              overwrite: bool = False) -> PretrainResult:
     from .data import MLMLoader
 
     tc = cfg.train
@@ -386,33 +415,32 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         raise ConfigError(f"train.micro_batch_size: {micro_bs} does not divide the per-rank batch {per_rank}")
     accum = per_rank // micro_bs
 
-    data = _open_data(cfg)
+    data = _open_data(cfg, new_run=not resume)
     T = data.seq_len
 
     # -- run directory / resume ---------------------------------------------------------------------
     meta_in: dict[str, Any] | None = None
+    mode = "new"
     if resume:
-        last = ckpt_mod.latest(run_dir)
+        last = rundir.latest_checkpoint(run_dir) if (run_dir / "checkpoints").is_dir() else None
         if last is None:
             raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints")
         meta_in, model_sd, state_sd = ckpt_mod.load(last)
         check_resume_compatible(meta_in["config"], to_dict(cfg))
     elif dd.main:
-        if (run_dir / "checkpoints").exists() or (run_dir / "metrics.jsonl").exists():
-            raise TrainingError(f"--out: {run_dir} already holds a run; use --resume to continue it or choose a new directory")
+        mode = rundir.prepare_output(run_dir, "run", overwrite, error=TrainingError, resumable=False,
+                                     inputs=[cfg.data.path, cfg.model.init, cfg.drop.counts_path])
     if dd.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = run_dir / ".config.toml.tmp"
-        tmp.write_text(to_toml(cfg))
-        tmp.replace(run_dir / "config.toml")
+        if mode == "replace":
+            rundir.discard(run_dir)
+        rundir.create(run_dir, "run")
+        rundir.atomic_write_text(run_dir / "config.toml", to_toml(cfg))
         tok_dst = run_dir / "tokenizer"
         if not tok_dst.exists():
             from .hf import copy_tokenizer
 
-            tok_tmp = run_dir / ".tokenizer.tmp"
-            tok_tmp.mkdir(exist_ok=True)
-            copy_tokenizer(data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
-            tok_tmp.rename(tok_dst)
+            with rundir.atomic_directory(tok_dst) as tok_tmp:
+                copy_tokenizer(data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
     if dd.world > 1:
         dist.barrier()
 
@@ -426,8 +454,10 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
     selector = None
     if cfg.drop.enabled:
-        selector = TokenSelector(cfg.drop, cfg.model.vocab_size, data.special_ids, T, _pinned_ids(cfg, data), counts,
-                                 seed=tc.seed).to(device)
+        selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, T, _pinned_ids(cfg, data), counts,
+                                  seed=tc.seed, device=device)
+    init_events = _warm_start(cfg, model, selector, data, run_dir, dd, device, amp, micro_bs, progress and dd.main) if (
+        meta_in is None) else []
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.adam_beta1, tc.adam_beta2),
                             eps=tc.adam_eps, fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)
     start_step = 0
@@ -462,7 +492,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     log = MetricsLog(run_dir, dd.main)
     peak_flops = None
     if device.type == "cuda":
-        from .bench import gpu_peak_flops
+        from .flops import gpu_peak_flops
 
         peak_flops = gpu_peak_flops(torch.cuda.get_device_name(device))  # bf16 dense peak, per GPU
     s2 = stage2_start(cfg)
@@ -471,6 +501,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if dd.main and start_step == 0:
         log.write({"step": 0, "event": "start", "params": num_parameters(model), "seq_len": T, "world_size": dd.world,
                    "accum": accum, "stage2_start": s2, "device": str(device)})
+        for ev in init_events:
+            log.write({"step": 0, **ev})
         log.write({"step": 0, "wall_time": 0.0, **evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)})
 
     def save_ckpt(step: int) -> Path | None:
@@ -501,7 +533,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     model.train()
     pending = 0
     t_mark = time.perf_counter()
-    with _StopFlag() as stop:
+    with _StopFlag() as stop, _close_on_error(pbar, loader, log):
         while step < tc.steps:
             micro = []
             for _ in range(accum):
@@ -577,6 +609,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         tokens_per_s=tokens_done / train_time if train_time else 0.0, final_eval=last_eval,
         flops_per_step={"dropping": flops_drop.total, "dense": flops_dense.total},
         importance=selector.scores.detach().cpu().clone() if selector is not None else None, history=history,
+        stop_signal=stop.signum if interrupted else 0,
     )
 
 
@@ -586,7 +619,7 @@ def load_run_config(run_dir: str | os.PathLike) -> Config:
     p = Path(run_dir) / "config.toml"
     if not p.is_file():
         raise TrainingError(f"{run_dir}: not a run directory (no config.toml)")
-    return from_dict(Config, tomllib.loads(p.read_text()))
+    return from_dict(Config, tomllib.loads(p.read_text()), resolve_init=False)  # the source may be gone
 
 
 __all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics"]

@@ -1,6 +1,6 @@
 """Pretraining data: corpus readers, WordPiece tokenizer, prepared (pre-tokenized) shards, MLM loader.
 
-DESIGN.md section 4 is the spec.  The pieces:
+docs/design.md §2.4 is the spec.  The pieces:
 
 * :mod:`.corpus` -- documents from BERT-format text (``.txt``, ``.txt.gz``; one document per block,
   blocks separated by a blank line), JSONL (configurable text field), raw Wikipedia XML dumps
@@ -9,7 +9,8 @@ DESIGN.md section 4 is the spec.  The pieces:
 * :mod:`.tokenizer` -- WordPiece through the ``tokenizers`` library, from a ``vocab.txt`` or trained
   on the corpus; :func:`load_tokenizer` is what fine-tuning and export use.
 * :mod:`.prepare` -- :func:`prepare` writes a prepared directory (memory-mapped token shards,
-  ``meta.json``, token-frequency counts, the tokenizer) atomically; :class:`PreparedData` opens one.
+  ``meta.json``, token-frequency counts, the tokenizer) atomically, with the sequence writers of
+  :mod:`.shards`; :class:`PreparedData` (:mod:`.prepared`) opens one.
 * :mod:`.loader` -- :class:`MLMLoader`: deterministic, resumable, rank-sharded MLM batches with
   static shapes, built by background worker processes.
 
@@ -19,8 +20,10 @@ naming the file or field and what was expected.
 
 from __future__ import annotations
 
+from ..errors import TokendropError
 
-class DataError(ValueError):
+
+class DataError(TokendropError, ValueError):
     """Bad data input or a bad prepared directory; the message names the file/field and what was expected."""
 
 
@@ -34,7 +37,8 @@ from .tokenizer import (  # noqa: E402
     train_tokenizer,
     vocab_sha256,
 )
-from .prepare import PreparedData, prepare  # noqa: E402
+from .prepared import PreparedData  # noqa: E402
+from .prepare import prepare  # noqa: E402
 from .loader import MLMLoader, MLMMasker, num_prediction_slots  # noqa: E402
 
 __all__ = [

@@ -6,9 +6,13 @@ A prepared directory (written by :func:`prepare`, read by :class:`PreparedData`)
     train.bin, eval.bin  token ids, shape (num_sequences, T), uint16 (vocab <= 65536) else uint32,
                          C order, no header -- open with np.memmap
     token_counts.npy     int64 (vocab_size,): how often each id occurs in the train split's documents
-    tokenizer.json, vocab.txt, tokenizer_config.json   the tokenizer (see tokenizer.py)
+    tokenizer.json, vocab.txt, tokenizer_config.json   the tokenizer (see tokenizer.py); with
+                         ``tokenizer=DIR`` the source's own files, byte for byte (tokenizer.json,
+                         vocab.txt, tokenizer_config.json, special_tokens_map.json, those present),
+                         plus vocab.txt / tokenizer_config.json derived from tokenizer.json when the
+                         source lacks them (listed in ``meta["tokenizer"]["generated_files"]``)
 
-Sequences (DESIGN.md section 4):
+Sequences (docs/design.md §2.4):
 
 * packed (the paper's default): ``[CLS] t1 ... t_{T-2} [SEP]``, exactly T tokens, no [PAD], no NSP.
   The split's documents are concatenated in corpus order with one [SEP] between consecutive
@@ -32,397 +36,110 @@ shards are exactly the frame, separators and padding.
 Writing is atomic: everything goes to ``<out>.tmp-XXXXXXXX`` beside the target, which is renamed to
 ``<out>`` only after meta.json is written; any error removes it.  A run killed hard leaves only the
 ``.tmp-`` directory, which :meth:`PreparedData.open` rejects (no meta.json) and the next
-``prepare`` into the same place removes (:func:`tokendrop.fsutil.atomic_directory`).
+``prepare`` into the same place removes (:func:`tokendrop.fsutil.atomic_directory`).  The output
+is marked as tokendrop's (``.tokendrop.json``), written under a lock, and never replaces a file,
+a directory tokendrop did not write, or one holding an input (:mod:`tokendrop.rundir`).
+
+The reader is :mod:`.prepared` (:class:`PreparedData`), the tokenization :mod:`.tokenize`, the
+sequence writers :mod:`.shards`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import itertools
 import json
-import multiprocessing as mp
 import os
-import queue
-import sys
-import threading
 import time
-from collections import deque
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
-from ..fsutil import atomic_directory
+from .. import rundir
 from . import DataError
-from .corpus import HF, WIKI, Source, finish, iter_raw, resolve_corpus
+from .prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
+from .shards import _choose_eval_docs, _Counter, _PackedWriter, _Shard, _UnpackedWriter, dtype_for  # noqa: F401
+from .tokenize import _tokenize_corpus
+from .corpus import HF, finish, iter_raw, resolve_corpus
 from .tokenizer import (
     SPECIAL_KEYS,
+    TokenizerSpec,
     _guess_lowercase,
     build_tokenizer,
     is_lowercase,
-    plain_copy,
+    read_tokenizer_spec,
     read_vocab,
     save_tokenizer,
     special_ids,
+    tokenizer_from_spec,
     train_tokenizer,
+    vocab_list,
     vocab_sha256,
 )
-
-FORMAT = "tokendrop-prepared"
-FORMAT_VERSION = 1
-SPLITS = ("train", "eval")
-_CHUNK_CHARS = 1 << 20  # text per tokenization task
-_CHUNK_DOCS = 2048
-
-
-def dtype_for(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.uint32)
-
-
-# ----------------------------------------------------------------------------------------------
-# tokenization workers
-
-_W: dict[str, Any] = {}
-
-
-def _worker_init(tok_json: str, dtype: str) -> None:
-    from tokenizers import Tokenizer
-
-    _W["tok"] = Tokenizer.from_str(tok_json)
-    _W["dtype"] = np.dtype(dtype)
-
-
-def _encode(tok, dtype: np.dtype, fmt: str, raws: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
-    """Clean (wiki) + tokenize a chunk: (concatenated ids, per-document lengths, empty docs skipped)."""
-    docs = [finish(fmt, r) for r in raws] if fmt == WIKI else raws
-    docs = [d for d in docs if d]
-    encs = tok.encode_batch_fast(docs, add_special_tokens=False) if docs else []
-    id_lists = [e.ids for e in encs]
-    lens = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
-    keep = lens > 0
-    total = int(lens.sum())
-    ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=dtype, count=total) if total else np.zeros(0, dtype)
-    n_empty = len(raws) - int(keep.sum())
-    return ids, lens[keep], n_empty
-
-
-def _encode_task(args: tuple[str, list[str]]) -> tuple[np.ndarray, np.ndarray, int]:
-    fmt, raws = args
-    return _encode(_W["tok"], _W["dtype"], fmt, raws)
-
-
-def _chunks(sources: Sequence[Source], text_field: str, progress, stats: dict) -> Iterator[tuple[str, list[str]]]:
-    for src in sources:
-        buf: list[str] = []
-        size = 0
-        n = 0
-        for raw in iter_raw(src, text_field, progress, stats):
-            n += 1
-            buf.append(raw)
-            size += len(raw)
-            if size >= _CHUNK_CHARS or len(buf) >= _CHUNK_DOCS:
-                yield src.fmt, buf
-                buf, size = [], 0
-        if buf:
-            yield src.fmt, buf
-        stats.setdefault("raw_documents", {})[src.path] = n
-
-
-def _make_pool(workers: int, tok_json: str, dtype: np.dtype):
-    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    # Children tokenize single-threaded (the pool is the parallelism); setting the variable while
-    # forking also silences tokenizers' fork warning.
-    old = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    try:
-        return ctx.Pool(workers, initializer=_worker_init, initargs=(tok_json, dtype.str))
-    finally:
-        if old is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = old
-
-
-def _threaded_chunks(chunks: Iterator, depth: int = 4) -> Iterator:
-    """Run a chunk generator in a background thread (reading/decompressing overlaps tokenization,
-    which releases the GIL).  Errors are re-raised in the consumer; stops early if the consumer does."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def run() -> None:
-        try:
-            for c in chunks:
-                while not stop.is_set():
-                    try:
-                        q.put(c, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put(done)
-        except BaseException as e:  # forwarded to the consumer
-            q.put(e)
-
-    th = threading.Thread(target=run, name="tokendrop-reader", daemon=True)
-    th.start()
-    try:
-        while True:
-            item = q.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        th.join(timeout=5)
-
-
-@contextlib.contextmanager
-def _tokenizers_parallelism(enabled: bool):
-    """tokenizers reads TOKENIZERS_PARALLELISM at every batch call; respect a user's explicit setting."""
-    old = os.environ.get("TOKENIZERS_PARALLELISM")
-    if old is None:
-        os.environ["TOKENIZERS_PARALLELISM"] = "true" if enabled else "false"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-
-
-def _tokenize_corpus(
-    sources: Sequence[Source], tok, dtype: np.dtype, workers: int, text_field: str, docs_path: str, progress: bool
-) -> dict:
-    """Tokenize every document into ``docs_path`` (ids concatenated); returns lengths and counts.
-
-    Parallelism: ``workers == 1`` -- everything in this thread.  Otherwise text sources are read in a
-    background thread while ``encode_batch`` tokenizes each chunk on all cores (Rust threads, GIL
-    released); Wikipedia dumps, whose markup cleaning is Python, go through ``workers`` processes
-    that each clean and tokenize whole chunks.  The output order is the corpus order either way.
-    """
-    from tqdm.auto import tqdm
-
-    total = sum(s.size for s in sources) or None
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenize", disable=not progress, dynamic_ncols=True)
-    stats: dict = {}
-    lengths: list[np.ndarray] = []
-    n_empty = 0
-    n_tokens = 0
-    plain = plain_copy(tok)
-    mode = "inline" if workers <= 1 else ("processes" if any(s.fmt == WIKI for s in sources) else "threads")
-
-    with open(docs_path, "wb") as out:
-
-        def consume(res) -> None:
-            nonlocal n_empty, n_tokens
-            ids, lens, empty = res
-            out.write(ids.tobytes())
-            lengths.append(lens)
-            n_empty += empty
-            n_tokens += len(ids)
-
-        try:
-            chunks = _chunks(sources, text_field, bar.update, stats)
-            if mode == "processes":
-                pool = _make_pool(workers, plain.to_str(), dtype)
-                try:
-                    pending: deque = deque()
-                    for task in chunks:
-                        pending.append(pool.apply_async(_encode_task, (task,)))
-                        while len(pending) > 2 * workers + 1:
-                            consume(pending.popleft().get())
-                    while pending:
-                        consume(pending.popleft().get())
-                finally:
-                    pool.terminate()
-                    pool.join()
-            else:
-                with _tokenizers_parallelism(mode == "threads"):
-                    if mode == "threads":
-                        chunks = _threaded_chunks(chunks)
-                    for fmt, raws in chunks:
-                        consume(_encode(plain, dtype, fmt, raws))
-        finally:
-            bar.close()
-    lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    return {"lengths": lens, "empty_documents": n_empty, "tokens": n_tokens, "stats": stats, "mode": mode}
-
-
-# ----------------------------------------------------------------------------------------------
-# writing sequences
-
-
-class _Shard:
-    def __init__(self, path: str, seq_len: int, dtype: np.dtype):
-        self.path = path
-        self.f = open(path, "wb")
-        self.sha = hashlib.sha256()
-        self.n = 0
-        self.T = seq_len
-        self.dtype = dtype
-
-    def write(self, rows: np.ndarray) -> None:
-        if len(rows):
-            b = np.ascontiguousarray(rows, dtype=self.dtype).tobytes()
-            self.f.write(b)
-            self.sha.update(b)
-            self.n += len(rows)
-
-    def close(self) -> None:
-        self.f.close()
-
-
-class _Counter:
-    """Token-frequency counts, accumulated in blocks."""
-
-    def __init__(self, vocab_size: int):
-        self.counts = np.zeros(vocab_size, np.int64)
-        self.parts: list[np.ndarray] = []
-        self.pending = 0
-
-    def add(self, ids: np.ndarray) -> None:
-        self.parts.append(ids)
-        self.pending += len(ids)
-        if self.pending >= 1 << 22:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.parts:
-            self.counts += np.bincount(np.concatenate(self.parts), minlength=len(self.counts))[: len(self.counts)]
-            self.parts, self.pending = [], 0
-
-
-class _PackedWriter:
-    def __init__(self, shard: _Shard, cls: int, sep: int):
-        self.shard, self.cls, self.sep = shard, cls, sep
-        self.L = shard.T - 2
-        self.sep_arr = np.array([sep], dtype=shard.dtype)
-        self.parts: list[np.ndarray] = []
-        self.pending = 0
-        self.documents = 0
-        self.doc_tokens = 0
-        self.dropped_tail_tokens = 0
-
-    def add(self, ids: np.ndarray) -> None:
-        if self.pending:
-            self.parts.append(self.sep_arr)
-            self.pending += 1
-        self.parts.append(ids)
-        self.pending += len(ids)
-        self.documents += 1
-        self.doc_tokens += len(ids)
-        if self.pending >= 256 * self.L:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self.parts:
-            return
-        flat = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
-        n, L, sep = len(flat), self.L, self.sep
-        pos = 0
-        starts = []
-        while True:
-            if pos < n and flat[pos] == sep:  # a document separator opening a body is redundant
-                pos += 1
-            if n - pos < L:
-                break
-            starts.append(pos)
-            pos += L
-        if starts:
-            idx = np.asarray(starts, np.int64)[:, None] + np.arange(L)
-            rows = np.empty((len(starts), L + 2), dtype=self.shard.dtype)
-            rows[:, 0] = self.cls
-            rows[:, -1] = sep
-            rows[:, 1:-1] = flat[idx]
-            self.shard.write(rows)
-        rest = flat[pos:]
-        self.parts = [rest] if len(rest) else []
-        self.pending = len(rest)
-
-    def finish(self) -> dict:
-        self._flush()
-        tail = self.parts[0] if self.parts else np.zeros(0, self.shard.dtype)
-        self.dropped_tail_tokens = int(np.count_nonzero(tail != self.sep))
-        return {"documents": self.documents, "document_tokens": self.doc_tokens, "dropped_tail_tokens": self.dropped_tail_tokens}
-
-
-class _UnpackedWriter:
-    def __init__(self, shard: _Shard, cls: int, sep: int, pad: int, overflow: str):
-        self.shard, self.cls, self.sep, self.pad, self.overflow = shard, cls, sep, pad, overflow
-        self.T = shard.T
-        self.L = shard.T - 2
-        self.rows: list[np.ndarray] = []
-        self.documents = 0
-        self.doc_tokens = 0
-        self.split_documents = 0
-        self.truncated_documents = 0
-        self.truncated_tokens = 0
-        self.padding_tokens = 0
-
-    def _row(self, chunk: np.ndarray) -> np.ndarray:
-        row = np.full(self.T, self.pad, dtype=self.shard.dtype)
-        row[0] = self.cls
-        row[1 : 1 + len(chunk)] = chunk
-        row[1 + len(chunk)] = self.sep
-        self.padding_tokens += self.L - len(chunk)
-        return row
-
-    def add(self, ids: np.ndarray) -> None:
-        n, L = len(ids), self.L
-        self.documents += 1
-        self.doc_tokens += n
-        if n <= L:
-            self.rows.append(self._row(ids))
-        elif self.overflow == "split":
-            self.split_documents += 1
-            for i in range(0, n, L):
-                self.rows.append(self._row(ids[i : i + L]))
-        else:
-            self.truncated_documents += 1
-            self.truncated_tokens += n - L
-            self.rows.append(self._row(ids[:L]))
-        if len(self.rows) >= 4096:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self.rows:
-            self.shard.write(np.stack(self.rows))
-            self.rows = []
-
-    def finish(self) -> dict:
-        self._flush()
-        return {
-            "documents": self.documents,
-            "document_tokens": self.doc_tokens,
-            "split_documents": self.split_documents,
-            "truncated_documents": self.truncated_documents,
-            "truncated_tokens": self.truncated_tokens,
-            "padding_tokens": self.padding_tokens,
-        }
-
-
-def _choose_eval_docs(lengths: np.ndarray, eval_fraction: float, body: int, packed: bool, seed: int) -> np.ndarray:
-    """Boolean mask over documents: the held-out ones."""
-    D = len(lengths)
-    is_eval = np.zeros(D, bool)
-    if eval_fraction <= 0 or D < 2:
-        return is_eval
-    order = np.random.default_rng([seed, 0x65766C]).permutation(D)
-    cum = np.cumsum(lengths[order])
-    k = int(np.searchsorted(cum, eval_fraction * cum[-1], side="left")) + 1
-    # at least one full sequence when possible (packed: bodies of T-2 tokens incl. separators)
-    need = cum + np.arange(D) if packed else np.arange(1, D + 1) * body
-    k = max(k, int(np.searchsorted(need, body, side="left")) + 1)
-    k = min(k, D - 1)
-    is_eval[order[:k]] = True
-    return is_eval
-
-
 # ----------------------------------------------------------------------------------------------
 # prepare
+
+
+def _pretrained_tokenizer(directory: str | os.PathLike, seq_len: int) -> tuple[TokenizerSpec, Any, dict]:
+    """A checkpoint's tokenizer directory -> (spec, tokenizer, meta["tokenizer"] fields); all checks up front."""
+    d = os.fspath(directory)
+    if not os.path.isdir(d):
+        what = "a file" if os.path.exists(d) else "no such directory"
+        raise DataError(f"{d}: {what}; --tokenizer expects a tokenizer directory (tokenizer.json, or vocab.txt + "
+                        "tokenizer_config.json)")
+    spec = read_tokenizer_spec(d)
+    if spec.lowercase is None:  # a bare vocab.txt: the casing would be a guess
+        raise DataError(f"{spec.vocab_source}: no tokenizer_config.json beside it, so the casing (do_lower_case) is "
+                        "unknown; add one, or use --vocab FILE with --lowercase/--no-lowercase")
+    tok = tokenizer_from_spec(spec)
+    if spec.model_max_length is not None and seq_len > spec.model_max_length:
+        raise DataError(f"seq_len: T={seq_len} is longer than {spec.config_file}'s model_max_length="
+                        f"{spec.model_max_length}; expected T <= {spec.model_max_length}")
+    src_vocab = os.path.join(spec.directory, "vocab.txt")
+    if os.path.isfile(src_vocab):
+        # the prepared directory's vocab_hash, the masker's vocabulary and an export all take vocab.txt:
+        # it must list exactly the tokenizer's ids (AutoTokenizer itself reads tokenizer.json when present)
+        have, want = read_vocab(src_vocab, specials=spec.special_tokens.values()), vocab_list(tok)
+        if have != want:
+            i = next((i for i, (a, b) in enumerate(zip(have, want)) if a != b), min(len(have), len(want)))
+            got = repr(have[i]) if i < len(have) else "end of file"
+            exp = repr(want[i]) if i < len(want) else "end of vocabulary"
+            what = "tokenizer.json" if spec.vocab_source.endswith(".json") else "the tokenizer (with its added tokens)"
+            raise DataError(f"{src_vocab}: differs from {what} at id {i} ({got} vs {exp}); remove or regenerate "
+                            "vocab.txt so that both list the same tokens")
+    source = {
+        "type": "pretrained",
+        **spec.describe(),
+        "source_sha256": {n: vocab_sha256(os.path.join(spec.directory, n)) for n in spec.files},
+        "do_lower_case": is_lowercase(tok),
+    }
+    return spec, tok, source
+
+
+def _copy_pretrained_tokenizer(spec: TokenizerSpec, tok, dst: str) -> tuple[list[str], list[str]]:
+    """Copy the source's tokenizer files unchanged into ``dst``; write vocab.txt (from the
+    tokenizer) and tokenizer_config.json (the settings the source declares elsewhere: tokenizer.json's
+    normalizer or config.json's BERT defaults) when the source lacks them, so the directory exports
+    and reloads as the same tokenizer.  -> (files present, files generated)."""
+    import shutil
+
+    for name in spec.files:
+        shutil.copyfile(os.path.join(spec.directory, name), os.path.join(dst, name))
+    generated = []
+    if "vocab.txt" not in spec.files:
+        with open(os.path.join(dst, "vocab.txt"), "w", encoding="utf-8", newline="\n") as f:
+            f.write("\n".join(vocab_list(tok)) + "\n")
+        generated.append("vocab.txt")
+    if "tokenizer_config.json" not in spec.files:
+        cfg = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(spec.lowercase),
+               "strip_accents": spec.strip_accents, "tokenize_chinese_chars": spec.tokenize_chinese_chars,
+               **{f"{k}_token": v for k, v in spec.special_tokens.items()}}
+        if spec.model_max_length is not None:
+            cfg["model_max_length"] = spec.model_max_length
+        with open(os.path.join(dst, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=2)
+        generated.append("tokenizer_config.json")
+    files = [n for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+             if n in spec.files or n in generated]
+    return files, generated
 
 
 def prepare(
@@ -431,7 +148,7 @@ def prepare(
     seq_len: int,
     vocab: str | os.PathLike | None = None,
     vocab_size: int | None = None,
-    lowercase: bool = True,
+    lowercase: bool | None = None,
     packed: bool = True,
     eval_fraction: float = 0.01,
     workers: int | None = None,
@@ -442,26 +159,61 @@ def prepare(
     overwrite: bool = False,
     seed: int = 0,
     min_frequency: int = 2,
+    tokenizer: str | os.PathLike | None = None,
 ) -> dict:
     """Tokenize a corpus into a prepared directory ``out_dir``; returns a summary dict.
 
     corpus_paths: files, directories, globs, ``hf:`` specs (see :mod:`.corpus`).
     seq_len: T, the length of every sequence (<= ``max_position_embeddings``).
-    vocab / vocab_size: a ``vocab.txt`` to use, or the size of a WordPiece vocabulary to train on
-        the corpus (exactly one of the two).
-    lowercase: lower-case and strip accents (BERT "uncased").
+    vocab / vocab_size / tokenizer: exactly one of: a ``vocab.txt`` to use, the size of a WordPiece
+        vocabulary to train on the corpus, or a published checkpoint's tokenizer directory
+        (``tokenizer.json``, or ``vocab.txt`` + ``tokenizer_config.json``; see
+        :func:`.tokenizer.read_tokenizer_spec`): the ids are then exactly
+        ``transformers.AutoTokenizer.from_pretrained(tokenizer)``'s, framed ``[CLS] ... [SEP]``
+        with the declared special tokens, and the source's tokenizer files are kept unchanged.
+    lowercase: lower-case and strip accents (BERT "uncased"); default True.  Not with
+        ``tokenizer``, whose tokenizer_config.json decides.
     packed: pack documents into full sequences (default) or one padded segment per sequence.
     eval_fraction: share of the tokens held out as the eval split (whole documents).
     workers: parallelism (default: the number of cores).  1: everything in this thread.  More:
         text/JSONL files are read in a background thread while ``tokenizers`` encodes on all cores
         (its own thread pool); Wikipedia dumps (Python markup cleaning) use ``workers`` processes.
     overflow: unpacked only -- ``split`` long documents over several sequences or ``truncate`` them.
-    overwrite: replace an existing ``out_dir`` (only once the new one is complete).
+    overwrite: replace an existing ``out_dir`` (only once the new one is complete), and only prepared
+        data tokendrop wrote (its ``.tokendrop.json`` marker) that holds none of the inputs; without
+        it a non-empty ``out_dir`` is refused.  A file is never replaced.
     seed: seed of the eval-document selection.
 
     Raises DataError (nothing is left behind) for a missing path, empty corpus, binary or non-UTF-8
     input, a vocab without [PAD]/[UNK]/[CLS]/[SEP]/[MASK], or T outside [8, max_position_embeddings].
     """
+    with rundir.lock(out_dir, DataError):  # one writer: a second prepare into out_dir fails at once
+        return _prepare(corpus_paths, out_dir, seq_len, vocab=vocab, vocab_size=vocab_size, lowercase=lowercase,
+                        packed=packed, eval_fraction=eval_fraction, workers=workers,
+                        max_position_embeddings=max_position_embeddings, progress=progress, text_field=text_field,
+                        overflow=overflow, overwrite=overwrite, seed=seed, min_frequency=min_frequency,
+                        tokenizer=tokenizer)
+
+
+def _prepare(
+    corpus_paths: str | os.PathLike | Iterable[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    seq_len: int,
+    vocab: str | os.PathLike | None = None,
+    vocab_size: int | None = None,
+    lowercase: bool | None = None,
+    packed: bool = True,
+    eval_fraction: float = 0.01,
+    workers: int | None = None,
+    max_position_embeddings: int = 512,
+    progress: bool = True,
+    text_field: str = "text",
+    overflow: str = "split",
+    overwrite: bool = False,
+    seed: int = 0,
+    min_frequency: int = 2,
+    tokenizer: str | os.PathLike | None = None,
+) -> dict:
     t_start = time.time()
     out_dir = os.path.abspath(os.fspath(out_dir))
     # ---- arguments
@@ -475,10 +227,18 @@ def prepare(
         )
     if seq_len < 8:
         raise DataError(f"seq_len: expected T >= 8, got {seq_len}")
+    if tokenizer is not None and (vocab is not None or vocab_size is not None):
+        raise DataError("tokenizer: give a tokenizer directory (--tokenizer) or a vocab.txt (--vocab) or a size to train "
+                        "one (--vocab-size), only one of them")
+    if tokenizer is not None and lowercase is not None:
+        raise DataError(f"lowercase: with a tokenizer directory ({os.fspath(tokenizer)}) its tokenizer_config.json "
+                        "decides the casing (do_lower_case); drop --lowercase/--no-lowercase")
     if vocab is not None and vocab_size is not None:
         raise DataError("vocab/vocab_size: give either a vocab.txt (--vocab) or a size to train one (--vocab-size), not both")
-    if vocab is None and vocab_size is None:
-        raise DataError("vocab/vocab_size: expected a vocab.txt (--vocab FILE) or a vocabulary size to train (--vocab-size N)")
+    if tokenizer is None and vocab is None and vocab_size is None:
+        raise DataError("vocab/vocab_size: expected a vocab.txt (--vocab FILE), a vocabulary size to train (--vocab-size N) "
+                        "or a checkpoint's tokenizer directory (--tokenizer DIR)")
+    lowercase = True if lowercase is None and tokenizer is None else lowercase
     if vocab_size is not None and (isinstance(vocab_size, bool) or int(vocab_size) < 100):
         raise DataError(f"vocab_size: expected an integer >= 100, got {vocab_size!r}")
     if not 0.0 <= float(eval_fraction) < 0.5:
@@ -486,13 +246,20 @@ def prepare(
     if overflow not in ("split", "truncate"):
         raise DataError(f"overflow: expected 'split' or 'truncate', got {overflow!r}")
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
-    if os.path.exists(out_dir) and not overwrite:
-        if not os.path.isdir(out_dir) or os.listdir(out_dir):
-            raise DataError(f"{out_dir}: already exists; remove it or pass overwrite (--overwrite)")
+    # refused: a file or link, a non-empty directory without overwrite, with overwrite one that is not
+    # prepared data tokendrop wrote or that holds an input (checked again once the inputs are resolved)
+    rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[vocab, tokenizer], error=DataError)
     # ---- inputs (all checked before anything is written)
     sources = resolve_corpus(corpus_paths)
+    rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[s.path for s in sources if s.fmt != HF],
+                          error=DataError)
     warnings: list[str] = []
-    if vocab is not None:
+    spec: TokenizerSpec | None = None
+    names = dict(SPECIAL_KEYS)
+    if tokenizer is not None:
+        spec, tok, tok_source = _pretrained_tokenizer(tokenizer, seq_len)
+        names = dict(spec.special_tokens)
+    elif vocab is not None:
         tok = build_tokenizer(vocab, lowercase=lowercase)
         if _guess_lowercase(read_vocab(vocab)) != bool(lowercase):
             warnings.append(
@@ -512,12 +279,13 @@ def prepare(
             bar.close()
         tok_source = {"type": "trained", "vocab_size_requested": int(vocab_size), "min_frequency": min_frequency}
     V = tok.get_vocab_size(with_added_tokens=True)
-    ids = special_ids(tok)
+    ids = special_ids(tok, names)
     dtype = dtype_for(V)
 
     try:
-        with atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
+        with rundir.atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
             tmp = str(tmp_dir)
+            rundir.write_marker(tmp_dir, "prepared")
             # ---- tokenize
             docs_path = os.path.join(tmp, "documents.tmp")
             t0 = time.time()
@@ -561,7 +329,12 @@ def prepare(
                     "expected more text, a smaller --seq-len or --eval-fraction 0"
                 )
             # ---- tokenizer, counts, meta
-            save_tokenizer(tok, tmp, model_max_length=max_position_embeddings)
+            if spec is None:
+                save_tokenizer(tok, tmp, model_max_length=max_position_embeddings)
+                tok_files, generated = ["tokenizer.json", "vocab.txt", "tokenizer_config.json"], []
+            else:
+                tok_files, generated = _copy_pretrained_tokenizer(spec, tok, tmp)
+                tok_source["vocab_file_sha256"] = vocab_sha256(os.path.join(tmp, "vocab.txt"))
             np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
             raw_docs = tk["stats"].get("raw_documents", {})
             if eval_fraction > 0 and split_meta["eval"]["num_sequences"] == 0:
@@ -585,11 +358,12 @@ def prepare(
                 "vocab_hash": vocab_sha256(os.path.join(tmp, "vocab.txt")),
                 "lowercase": is_lowercase(tok),
                 "special_ids": ids,
-                "special_tokens": dict(SPECIAL_KEYS),
+                "special_tokens": names,
                 "max_position_embeddings": int(max_position_embeddings),
                 "tokenizer": {
                     **tok_source,
-                    "files": ["tokenizer.json", "vocab.txt", "tokenizer_config.json"],
+                    "files": tok_files,
+                    "generated_files": generated,
                     "tokenizers_version": _version("tokenizers"),
                     "model": "WordPiece",
                 },
@@ -613,12 +387,7 @@ def prepare(
                 "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)},
                 "parallelism": {"workers": workers, "mode": tk["mode"]},
             }
-            tmp_meta = os.path.join(tmp, "meta.json.tmp")
-            with open(tmp_meta, "w", encoding="utf-8") as f:
-                json.dump(meta, f, indent=2)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp_meta, os.path.join(tmp, "meta.json"))
+            rundir.atomic_write_json(os.path.join(tmp, "meta.json"), meta, indent=2)  # last: marks it complete
     except OSError as e:  # disk full, permissions, ...: a data problem for the user, not a crash
         raise DataError(f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was written") from e
     seconds = time.time() - t_start
@@ -650,125 +419,3 @@ def _version(pkg: str) -> str:
         return version(pkg)
     except Exception:
         return "unknown"
-
-
-# ----------------------------------------------------------------------------------------------
-# reading
-
-
-class PreparedData:
-    """A prepared directory, validated on open.  Shards are memory-mapped lazily."""
-
-    def __init__(self, path: str, meta: dict):
-        self.path = path
-        self.meta = meta
-        self.seq_len: int = int(meta["seq_len"])
-        self.vocab_size: int = int(meta["vocab_size"])
-        self.packed: bool = bool(meta["packed"])
-        self.vocab_hash: str = meta["vocab_hash"]
-        self.dtype = np.dtype(meta["dtype"])
-        self.special_ids: dict[str, int] = {k: int(v) for k, v in meta["special_ids"].items()}
-        self.tokenizer_path: str = path
-        self._maps: dict[str, np.ndarray] = {}
-        self._counts: np.ndarray | None = None
-
-    @classmethod
-    def open(cls, path: str | os.PathLike, verify: bool = False) -> "PreparedData":
-        """Open and check a prepared directory (sizes, vocab hash; with ``verify`` also shard sha256)."""
-        p = os.path.abspath(os.fspath(path))
-        if not os.path.isdir(p):
-            raise DataError(f"{p}: no such prepared-data directory; expected the output of `tokendrop prepare`")
-        mp_ = os.path.join(p, "meta.json")
-        if not os.path.isfile(mp_):
-            raise DataError(f"{p}: no meta.json; not a prepared-data directory, or its preparation did not finish")
-        try:
-            with open(mp_, encoding="utf-8") as f:
-                meta = json.load(f)
-        except (OSError, ValueError) as e:
-            raise DataError(f"{mp_}: unreadable or invalid JSON ({e}); the prepared directory is corrupt") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise DataError(f"{mp_}: not a tokendrop prepared-data meta file (format {meta.get('format') if isinstance(meta, dict) else None!r})")
-        if meta.get("version") != FORMAT_VERSION:
-            raise DataError(f"{mp_}: format version {meta.get('version')!r}; expected {FORMAT_VERSION} (re-run `tokendrop prepare`)")
-        for key in ("seq_len", "vocab_size", "packed", "vocab_hash", "dtype", "special_ids", "splits"):
-            if key not in meta:
-                raise DataError(f"{mp_}: missing field {key!r}; the prepared directory is corrupt")
-        missing = [k for k in ("pad", "unk", "cls", "sep", "mask") if k not in meta["special_ids"]]
-        if missing:
-            raise DataError(f"{mp_}: special_ids lacks {', '.join(missing)}; the prepared directory is corrupt")
-        self = cls(p, meta)
-        for name in ("vocab.txt", "tokenizer.json", "token_counts.npy"):
-            if not os.path.isfile(os.path.join(p, name)):
-                raise DataError(f"{os.path.join(p, name)}: missing; the prepared directory is incomplete")
-        vh = vocab_sha256(os.path.join(p, "vocab.txt"))
-        if vh != self.vocab_hash:
-            raise DataError(f"{os.path.join(p, 'vocab.txt')}: sha256 {vh[:12]}... does not match meta.json's vocab_hash {self.vocab_hash[:12]}...")
-        for split in SPLITS:
-            info = meta["splits"].get(split)
-            if info is None:
-                raise DataError(f"{mp_}: no {split!r} split; the prepared directory is corrupt")
-            f = os.path.join(p, info["file"])
-            if not os.path.isfile(f):
-                raise DataError(f"{f}: missing; the prepared directory is incomplete")
-            want = int(info["num_sequences"]) * self.seq_len * self.dtype.itemsize
-            got = os.path.getsize(f)
-            if got != want:
-                raise DataError(f"{f}: {got} bytes, expected {want} ({info['num_sequences']} x {self.seq_len} {self.dtype.name}); the file is truncated or corrupt")
-            if verify:
-                h = hashlib.sha256()
-                with open(f, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 24), b""):
-                        h.update(block)
-                if h.hexdigest() != info.get("sha256"):
-                    raise DataError(f"{f}: sha256 does not match meta.json; the file is corrupt")
-        return self
-
-    def num_sequences(self, split: str) -> int:
-        return int(self._info(split)["num_sequences"])
-
-    def _info(self, split: str) -> dict:
-        if split not in SPLITS:
-            raise DataError(f"split: expected 'train' or 'eval', got {split!r}")
-        return self.meta["splits"][split]
-
-    def sequences(self, split: str) -> np.ndarray:
-        """(num_sequences, T) read-only memory map of the split's token ids."""
-        if split not in self._maps:
-            n = self.num_sequences(split)
-            if n == 0:
-                self._maps[split] = np.zeros((0, self.seq_len), self.dtype)
-            else:
-                f = os.path.join(self.path, self._info(split)["file"])
-                self._maps[split] = np.memmap(f, dtype=self.dtype, mode="r", shape=(n, self.seq_len))
-        return self._maps[split]
-
-    def token_counts(self) -> np.ndarray:
-        """int64 (vocab_size,): frequency of every id in the train split's documents."""
-        if self._counts is None:
-            f = os.path.join(self.path, self.meta.get("token_counts_file", "token_counts.npy"))
-            try:
-                c = np.load(f, allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise DataError(f"{f}: unreadable ({e}); the prepared directory is corrupt") from None
-            if c.shape != (self.vocab_size,):
-                raise DataError(f"{f}: shape {c.shape}, expected ({self.vocab_size},)")
-            self._counts = c.astype(np.int64, copy=False)
-        return self._counts
-
-    def tokenizer(self):
-        """The ``tokenizers.Tokenizer`` the data was prepared with."""
-        from .tokenizer import load_tokenizer
-
-        return load_tokenizer(self.path)
-
-    def vocab(self) -> list[str]:
-        return read_vocab(os.path.join(self.path, "vocab.txt"))
-
-    def __getstate__(self):  # picklable for worker processes: maps are reopened lazily
-        d = dict(self.__dict__)
-        d["_maps"] = {}
-        return d
-
-    def __repr__(self) -> str:
-        return (f"PreparedData({self.path!r}, T={self.seq_len}, packed={self.packed}, vocab={self.vocab_size}, "
-                f"train={self.num_sequences('train')}, eval={self.num_sequences('eval')})")

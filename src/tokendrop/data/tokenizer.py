@@ -9,8 +9,10 @@
   take ids 0-4: ``[PAD] [UNK] [CLS] [SEP] [MASK]``.
 * :func:`save_tokenizer` writes ``tokenizer.json`` + ``vocab.txt`` + ``tokenizer_config.json`` (the
   latter two make the directory loadable by ``transformers.BertTokenizer(Fast)`` too).
-* :func:`load_tokenizer` accepts a prepared-data directory, any directory with ``tokenizer.json``
-  or ``vocab.txt``, a ``tokenizer.json`` file or a ``vocab.txt`` file.
+* :func:`load_tokenizer` -- the one loading path (prepare ``--tokenizer``, prepared data,
+  fine-tuning, export): a Hugging Face tokenizer/model directory, a prepared-data directory, a
+  ``tokenizer.json`` or a ``vocab.txt``; ids identical to ``transformers.AutoTokenizer`` (see
+  :func:`read_tokenizer_spec` for what is read, :func:`tokenizer_from_spec` for what is built).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, field
 from typing import Iterable
 
-from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
 
 from . import DataError
@@ -28,6 +31,9 @@ from . import DataError
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 SPECIAL_KEYS = {"pad": PAD, "unk": UNK, "cls": CLS, "sep": SEP, "mask": MASK}
+# their ids in a vocabulary that starts with SPECIAL_TOKENS (train_tokenizer's, tokendrop.data.testing's);
+# a prepared directory's own ids are PreparedData.special_ids
+SPECIAL_IDS = {k: i for i, k in enumerate(SPECIAL_KEYS)}
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 
 
@@ -36,12 +42,13 @@ def vocab_sha256(path: str | os.PathLike) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def read_vocab(path: str | os.PathLike) -> list[str]:
+def read_vocab(path: str | os.PathLike, specials: Iterable[str] = SPECIAL_TOKENS) -> list[str]:
     """The tokens of a ``vocab.txt`` (one per line, id = line number), validated.
 
     DataError if the file is missing, not UTF-8, empty, has duplicate or blank entries, or lacks
-    one of [PAD] [UNK] [CLS] [SEP] [MASK].
+    one of ``specials`` (default [PAD] [UNK] [CLS] [SEP] [MASK]; pass a tokenizer's declared names).
     """
+    specials = tuple(specials)
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
@@ -69,9 +76,9 @@ def read_vocab(path: str | os.PathLike) -> list[str]:
         if t in seen:
             raise DataError(f"{path}: line {i + 1}: duplicate token {t!r} (also on line {seen[t] + 1}); ids would be ambiguous")
         seen[t] = i
-    missing = [s for s in SPECIAL_TOKENS if s not in seen]
+    missing = [s for s in specials if s not in seen]
     if missing:
-        raise DataError(f"{path}: vocabulary lacks the special token(s) {' '.join(missing)}; a BERT vocab needs {' '.join(SPECIAL_TOKENS)}")
+        raise DataError(f"{path}: vocabulary lacks the special token(s) {' '.join(missing)}; a BERT vocab needs {' '.join(specials)}")
     return tokens
 
 
@@ -169,73 +176,316 @@ def _guess_lowercase(tokens: list[str]) -> bool:
     return upper < max(10, len(tokens) // 1000)
 
 
-def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None) -> Tokenizer:
-    """A ``tokenizers.Tokenizer`` from a prepared dir, a dir with tokenizer.json/vocab.txt, or a file.
+# ----------------------------------------------------------------------------------------------
+# loading: the one path (prepare --tokenizer, prepared dirs, fine-tuning, export)
 
-    ``tokenizer.json`` is preferred when present (exactly the tokenizer used at preparation).  From a
-    bare ``vocab.txt``, ``lowercase`` defaults to ``do_lower_case`` of a sibling
-    tokenizer_config.json, else to a guess from the vocabulary (no upper-case tokens -> uncased).
-    The result adds ``[CLS]``/``[SEP]`` (and token-type ids for pairs) in ``encode``; use
-    ``add_special_tokens=False`` for raw pieces.  DataError if nothing loadable is found.
+HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+BERT_TOKENIZER_CLASSES = ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer")
+BERT_MODEL_TYPES = ("bert", "distilbert", "electra")  # config.json model types whose tokenizer is one of those
+MAX_INPUT_CHARS_PER_WORD = 100  # BERT's: a longer word becomes [UNK]
+_UNLIMITED = 10**12  # transformers writes int(1e30) as model_max_length when there is no limit
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """What a tokenizer directory declares, read the way ``transformers.AutoTokenizer`` reads it.
+
+    ``vocab_source`` is the file the ids come from: ``tokenizer.json`` when present (AutoTokenizer
+    prefers it), else ``vocab.txt``.  With a ``tokenizer_config.json`` the normalisation is the
+    config's (``do_lower_case`` default True, ``strip_accents`` None = follow lower-casing,
+    ``tokenize_chinese_chars`` default True), as ``BertTokenizer`` rebuilds it -- those defaults
+    also apply to a model dir whose ``config.json`` names a BERT model type but which has no
+    tokenizer_config.json; otherwise a tokenizer.json's own BertNormalizer (transformers then
+    loads the file as it is); a bare vocab.txt has ``lowercase=None`` (guessed on load).
+    Special-token names: tokenizer_config.json, overridden by special_tokens_map.json unless the
+    config has ``added_tokens_decoder`` (transformers' precedence).
+    """
+
+    directory: str
+    vocab_source: str
+    lowercase: bool | None
+    strip_accents: bool | None
+    tokenize_chinese_chars: bool
+    special_tokens: dict[str, str]  # "pad"/"unk"/"cls"/"sep"/"mask" -> token
+    model_max_length: int | None  # None: not declared, or transformers' "no limit"
+    config_file: str | None
+    files: tuple[str, ...]  # the HF_TOKENIZER_FILES present in ``directory``
+    added_tokens: tuple[dict, ...] = field(default=(), repr=False)  # {"id", "content", flags...}
+
+    def describe(self) -> dict:
+        """JSON-able summary for meta files (no added-token list)."""
+        return {
+            "path": os.path.abspath(self.directory),
+            "vocab_source": os.path.basename(self.vocab_source),
+            "do_lower_case": self.lowercase,
+            "strip_accents": self.strip_accents,
+            "tokenize_chinese_chars": self.tokenize_chinese_chars,
+            "model_max_length": self.model_max_length,
+            "special_tokens": dict(self.special_tokens),
+        }
+
+
+def _read_json_object(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: invalid UTF-8 at byte {e.start}; expected a JSON file") from None
+    except ValueError as e:
+        raise DataError(f"{path}: invalid JSON ({e})") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror})") from None
+    if not isinstance(d, dict):
+        raise DataError(f"{path}: expected a JSON object, got {type(d).__name__}")
+    return d
+
+
+def _token_name(value, where: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, dict):  # a serialised AddedToken
+        value = value.get("content")
+    if not isinstance(value, str) or not value:
+        raise DataError(f"{where}: expected a token string, got {value!r}")
+    return value
+
+
+def _flag(cfg: dict, key: str, default, path: str, allow_none: bool = False):
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or (allow_none and v is None):
+        return v
+    raise DataError(f"{path}: {key} must be {'true, false or null' if allow_none else 'true or false'}, got {v!r}")
+
+
+def _check_tokenizer_class(name, path: str) -> None:
+    if name is not None and str(name).removesuffix("Fast") not in BERT_TOKENIZER_CLASSES:
+        raise DataError(f"{path}: tokenizer_class {name!r} is not a BERT WordPiece tokenizer; expected "
+                        f"one of {', '.join(BERT_TOKENIZER_CLASSES)}")
+
+
+def _wordpiece_model(data: dict, path: str) -> dict:
+    """The ``model`` section of a tokenizer.json, checked to be BERT's WordPiece."""
+    model = data.get("model")
+    if not isinstance(model, dict) or "vocab" not in model:
+        raise DataError(f"{path}: not a valid tokenizers JSON file (no model vocabulary); expected a tokenizer.json saved by tokenizers/transformers")
+    mtype = model.get("type")
+    if mtype is None:  # very old files omit the type: WordPiece has a prefix and no merges
+        mtype = "WordPiece" if ("continuing_subword_prefix" in model and "merges" not in model) else "unknown"
+    if mtype != "WordPiece":
+        raise DataError(f"{path}: a {mtype} tokenizer, not a BERT WordPiece tokenizer; expected model.type \"WordPiece\" "
+                        "(BERT checkpoints: tokenizer.json or vocab.txt + tokenizer_config.json)")
+    if model.get("continuing_subword_prefix", "##") != "##":
+        raise DataError(f"{path}: WordPiece continuing_subword_prefix {model['continuing_subword_prefix']!r}; BERT's is '##'")
+    if model.get("max_input_chars_per_word", MAX_INPUT_CHARS_PER_WORD) != MAX_INPUT_CHARS_PER_WORD:
+        raise DataError(f"{path}: WordPiece max_input_chars_per_word {model['max_input_chars_per_word']!r}; BERT's (and "
+                        f"transformers.BertTokenizer's) is {MAX_INPUT_CHARS_PER_WORD}")
+    if not isinstance(model["vocab"], dict) or not model["vocab"]:
+        raise DataError(f"{path}: model.vocab must be a non-empty token -> id object")
+    return model
+
+
+def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
+    """Read what a tokenizer directory (or a tokenizer.json / vocab.txt file in one) declares.
+
+    DataError (one line, naming the file) for a missing path, no tokenizer.json/vocab.txt, invalid
+    JSON, a tokenizer that is not BERT WordPiece (BPE/Unigram tokenizer.json, another
+    ``tokenizer_class``, a non-BERT normalizer), or malformed settings.
     """
     p = os.fspath(path)
     if os.path.isdir(p):
-        tj = os.path.join(p, "tokenizer.json")
-        if os.path.isfile(tj) and lowercase is None:
-            return _from_json(tj)
-        vt = os.path.join(p, "vocab.txt")
-        if os.path.isfile(vt):
-            return _from_vocab(vt, lowercase)
+        d = p
+        tj, vt = os.path.join(d, "tokenizer.json"), os.path.join(d, "vocab.txt")
+        sub = os.path.join(d, "tokenizer")  # a tokendrop run / checkpoint keeps its tokenizer there
+        if not (os.path.isfile(tj) or os.path.isfile(vt)) and any(
+                os.path.isfile(os.path.join(sub, n)) for n in ("tokenizer.json", "vocab.txt")):
+            return read_tokenizer_spec(sub)
         if os.path.isfile(tj):
-            return _from_json(tj)
-        raise DataError(f"{p}: no tokenizer.json or vocab.txt in this directory; expected a prepared-data or tokenizer directory")
-    if os.path.isfile(p):
-        if p.endswith(".json"):
-            return _from_json(p)
-        return _from_vocab(p, lowercase)
-    raise DataError(f"{p}: no such tokenizer file or directory")
+            source = tj
+        elif os.path.isfile(vt):
+            source = vt
+        else:
+            raise DataError(f"{p}: no tokenizer.json or vocab.txt in this directory; expected a tokenizer directory "
+                            "(tokenizer.json, or vocab.txt + tokenizer_config.json) or a prepared-data directory")
+    elif os.path.isfile(p):
+        d, source = os.path.dirname(os.path.abspath(p)), p
+    else:
+        raise DataError(f"{p}: no such tokenizer file or directory")
+    files = tuple(n for n in HF_TOKENIZER_FILES if os.path.isfile(os.path.join(d, n)))
+    cfg_path = os.path.join(d, "tokenizer_config.json")
+    cfg = _read_json_object(cfg_path) if "tokenizer_config.json" in files else None
+    is_json = source.endswith(".json")
+    data = _read_json_object(source) if is_json else None
+    model = _wordpiece_model(data, source) if is_json else None
+
+    names = dict(SPECIAL_KEYS)
+    if cfg is not None:
+        _check_tokenizer_class(cfg.get("tokenizer_class"), cfg_path)
+    elif os.path.isfile(os.path.join(d, "config.json")):
+        # a model dir without tokenizer_config.json: transformers picks the tokenizer class from the
+        # model's config.json and builds it with its defaults (BertTokenizer: do_lower_case=True)
+        mc_path = os.path.join(d, "config.json")
+        mc = _read_json_object(mc_path)
+        if mc.get("tokenizer_class") is not None:
+            _check_tokenizer_class(mc["tokenizer_class"], mc_path)
+            cfg = {}
+        elif mc.get("model_type") in BERT_MODEL_TYPES:
+            cfg = {}
+        elif mc.get("model_type"):
+            raise DataError(f"{mc_path}: model_type {mc['model_type']!r} does not use a BERT WordPiece tokenizer; "
+                            f"expected one of {', '.join(BERT_MODEL_TYPES)}")
+    if cfg is not None:
+        for k in SPECIAL_KEYS:
+            names[k] = _token_name(cfg.get(f"{k}_token"), f"{cfg_path}: {k}_token") or names[k]
+    stm_path = os.path.join(d, "special_tokens_map.json")
+    if "special_tokens_map.json" in files and (cfg is None or "added_tokens_decoder" not in cfg):
+        stm = _read_json_object(stm_path)
+        for k in SPECIAL_KEYS:
+            names[k] = _token_name(stm.get(f"{k}_token"), f"{stm_path}: {k}_token") or names[k]
+
+    max_len = None
+    if cfg is not None:  # BertTokenizer(**tokenizer_config): its defaults where the config is silent
+        lowercase = _flag(cfg, "do_lower_case", True, cfg_path)
+        strip_accents = _flag(cfg, "strip_accents", None, cfg_path, allow_none=True)
+        chinese = _flag(cfg, "tokenize_chinese_chars", True, cfg_path)
+        ml = cfg.get("model_max_length")
+        if ml is not None:
+            if isinstance(ml, bool) or not isinstance(ml, (int, float)) or ml < 1:
+                raise DataError(f"{cfg_path}: model_max_length must be a positive integer, got {ml!r}")
+            max_len = int(ml) if ml < _UNLIMITED else None
+    elif is_json:
+        norm = data.get("normalizer") or {}
+        if norm.get("type") != "BertNormalizer" or not norm.get("clean_text", True):
+            raise DataError(f"{source}: normalizer {norm.get('type')!r} is not BERT's (BertNormalizer with clean_text); "
+                            "add a tokenizer_config.json (tokenizer_class BertTokenizer, do_lower_case) beside it")
+        pre = (data.get("pre_tokenizer") or {}).get("type")
+        if pre != "BertPreTokenizer":
+            raise DataError(f"{source}: pre_tokenizer {pre!r} is not BERT's (BertPreTokenizer)")
+        lowercase = bool(norm.get("lowercase", True))
+        strip_accents = norm.get("strip_accents")
+        chinese = bool(norm.get("handle_chinese_chars", True))
+    else:
+        lowercase, strip_accents, chinese = None, None, True
+
+    if cfg is not None and isinstance(cfg.get("added_tokens_decoder"), dict):
+        added = []
+        for k, v in cfg["added_tokens_decoder"].items():
+            if not isinstance(v, dict) or not isinstance(v.get("content"), str) or not str(k).isdigit():
+                raise DataError(f"{cfg_path}: added_tokens_decoder[{k!r}] is not an id -> token object")
+            added.append({**v, "id": int(k)})
+    elif is_json:
+        added = [t for t in (data.get("added_tokens") or []) if isinstance(t, dict)]
+        if any(not isinstance(t.get("content"), str) or not isinstance(t.get("id"), int) for t in added):
+            raise DataError(f"{source}: added_tokens entries need an integer id and a content string")
+    else:
+        added = []
+    if is_json:
+        unk = model.get("unk_token", UNK)
+        if unk != names["unk"]:
+            raise DataError(f"{source}: WordPiece unk_token {unk!r} differs from the declared unk_token {names['unk']!r}")
+    return TokenizerSpec(
+        directory=d, vocab_source=source, lowercase=lowercase, strip_accents=strip_accents,
+        tokenize_chinese_chars=chinese, special_tokens=names, model_max_length=max_len,
+        config_file=cfg_path if "tokenizer_config.json" in files else None, files=files, added_tokens=tuple(added),
+    )
 
 
-def _from_json(path: str) -> Tokenizer:
-    try:
-        tok = Tokenizer.from_file(path)
-    except Exception as e:  # tokenizers raises a plain Exception on bad JSON
-        raise DataError(f"{path}: not a valid tokenizers JSON file ({e})") from None
-    vocab = tok.get_vocab(with_added_tokens=True)
-    missing = [s for s in SPECIAL_TOKENS if s not in vocab]
+def spec_vocab(spec: TokenizerSpec) -> dict[str, int]:
+    """token -> id of the spec's vocabulary (tokenizer.json's model vocab, or vocab.txt's lines), checked."""
+    src = spec.vocab_source
+    if src.endswith(".json"):
+        raw = _wordpiece_model(_read_json_object(src), src)["vocab"]
+        ids = sorted(raw.values()) if all(isinstance(i, int) and not isinstance(i, bool) for i in raw.values()) else None
+        if ids != list(range(len(raw))):
+            raise DataError(f"{src}: model.vocab ids must be the integers 0..{len(raw) - 1}, each once")
+        vocab = dict(raw)
+    else:
+        vocab = {t: i for i, t in enumerate(read_vocab(src, specials=()))}
+    missing = [t for t in spec.special_tokens.values() if t not in vocab]
     if missing:
-        raise DataError(f"{path}: tokenizer lacks the special token(s) {' '.join(missing)}; a BERT vocab needs {' '.join(SPECIAL_TOKENS)}")
+        declared = f" (declared in {os.path.basename(spec.config_file)})" if spec.config_file else ""
+        raise DataError(f"{src}: vocabulary lacks the special token(s) {' '.join(missing)}{declared}; a BERT vocab needs "
+                        f"{' '.join(spec.special_tokens[k] for k in SPECIAL_KEYS)}")
+    return vocab
+
+
+def tokenizer_from_spec(spec: TokenizerSpec, lowercase: bool | None = None) -> Tokenizer:
+    """The BERT WordPiece tokenizer a spec describes, giving ``AutoTokenizer``'s ids.
+
+    ``encode(a)`` / ``encode(a, b)`` add ``[CLS] A [SEP] (B [SEP])`` (the declared names) with
+    token-type ids; no truncation or padding.  ``lowercase`` overrides the declared casing.
+    """
+    vocab = spec_vocab(spec)
+    names = spec.special_tokens
+    lc = spec.lowercase if lowercase is None else bool(lowercase)
+    if lc is None:
+        lc = _guess_lowercase(sorted(vocab, key=vocab.__getitem__))
+    tok = Tokenizer(WordPiece(vocab, unk_token=names["unk"], continuing_subword_prefix="##",
+                              max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=spec.tokenize_chinese_chars,
+                                                strip_accents=spec.strip_accents, lowercase=lc)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    cls, sep = names["cls"], names["sep"]
+    tok.post_processor = processors.TemplateProcessing(
+        single=[f"{cls}:0", "$A:0", f"{sep}:0"],
+        pair=[f"{cls}:0", "$A:0", f"{sep}:0", "$B:1", f"{sep}:1"],
+        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
+    )
+    where = spec.config_file if spec.config_file and not spec.vocab_source.endswith(".json") else spec.vocab_source
+    for a in sorted(spec.added_tokens, key=lambda t: t["id"]):
+        at = AddedToken(a["content"], single_word=bool(a.get("single_word", False)), lstrip=bool(a.get("lstrip", False)),
+                        rstrip=bool(a.get("rstrip", False)), normalized=bool(a.get("normalized", not a.get("special"))),
+                        special=bool(a.get("special", False)))
+        (tok.add_special_tokens if at.special else tok.add_tokens)([at])
+        if tok.token_to_id(a["content"]) != a["id"]:
+            raise DataError(f"{where}: added token {a['content']!r} is declared with id {a['id']} but gets id "
+                            f"{tok.token_to_id(a['content'])}; the added tokens do not fit the vocabulary")
+    have = {a["content"] for a in spec.added_tokens}
+    tok.add_special_tokens([names[k] for k in SPECIAL_KEYS if names[k] not in have])
     return tok
 
 
-def _from_vocab(path: str, lowercase: bool | None) -> Tokenizer:
-    if lowercase is None:
-        cfg = os.path.join(os.path.dirname(path), "tokenizer_config.json")
-        if os.path.isfile(cfg):
-            try:
-                with open(cfg, encoding="utf-8") as f:
-                    lowercase = bool(json.load(f).get("do_lower_case", True))
-            except (OSError, ValueError):
-                lowercase = None
-        if lowercase is None:
-            lowercase = _guess_lowercase(read_vocab(path))
-    return build_tokenizer(path, lowercase=lowercase)
+def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None) -> Tokenizer:
+    """The one tokenizer-loading path: prepare, prepared data, fine-tuning and export all use it.
+
+    ``path``: a Hugging Face tokenizer/model directory, a prepared-data directory, or a
+    tokenizer.json / vocab.txt file (its directory's tokenizer_config.json and
+    special_tokens_map.json apply).  The ids are ``transformers.AutoTokenizer.from_pretrained``'s:
+    tokenizer.json is preferred over vocab.txt, tokenizer_config.json's ``do_lower_case``,
+    ``strip_accents``, ``tokenize_chinese_chars`` and special-token names are honoured, words over
+    100 characters become the unknown token.  A bare vocab.txt (no config) gets its casing guessed
+    from the vocabulary (no upper-case tokens -> uncased); ``lowercase`` overrides the casing.
+
+    The result adds ``[CLS]``/``[SEP]`` (and token-type ids for pairs) in ``encode``; use
+    ``add_special_tokens=False`` for raw pieces.  DataError (one line, naming the file) otherwise.
+    """
+    return tokenizer_from_spec(read_tokenizer_spec(path), lowercase=lowercase)
 
 
-def special_ids(tok: Tokenizer) -> dict[str, int]:
-    """{"pad","unk","cls","sep","mask"} -> id."""
-    return {k: tok.token_to_id(v) for k, v in SPECIAL_KEYS.items()}
+def special_ids(tok: Tokenizer, names: dict[str, str] | None = None) -> dict[str, int]:
+    """{"pad","unk","cls","sep","mask"} -> id, looked up by ``names`` (a tokenizer's declared special
+    tokens, e.g. ``TokenizerSpec.special_tokens``; default [PAD] [UNK] [CLS] [SEP] [MASK])."""
+    names = dict(SPECIAL_KEYS) if names is None else names
+    out = {}
+    for k in SPECIAL_KEYS:
+        i = tok.token_to_id(names[k])
+        if i is None:
+            raise DataError(f"tokenizer: no id for the {k} token {names[k]!r}")
+        out[k] = i
+    return out
 
 
 def plain_copy(tok: Tokenizer) -> Tokenizer:
-    """The same tokenizer without added special tokens or post-processor, for corpus text.
+    """The same tokenizer without special added tokens or post-processor, for corpus text.
 
     Corpus text that happens to contain ``[SEP]`` or ``[MASK]`` is then tokenized as ordinary
     characters (``[``, ``sep``, ``]``), as BERT's own data pipeline does, so special ids only ever
-    come from the packing frame.
+    come from the packing frame.  (This is the one deliberate difference from
+    ``AutoTokenizer(text, add_special_tokens=False)``, which maps a literal ``[SEP]`` to its id.)
+    Non-special added tokens are kept.
     """
     d = json.loads(tok.to_str())
-    d["added_tokens"] = []
+    d["added_tokens"] = [t for t in d.get("added_tokens") or [] if not t.get("special")]
     d["post_processor"] = None
     d["truncation"] = None
     d["padding"] = None

@@ -8,14 +8,13 @@ Public API::
 
 Modules: ``tasks`` (GLUE/JSONL/CSV readers), ``squad`` (SQuAD reading, windows, post-processing),
 ``metrics`` (accuracy, F1, MCC, SQuAD EM/F1), ``trainer`` (``finetune``), ``suite`` (``evaluate``),
-``sst2_vader`` (an SST-2-format task from the vaderSentiment sdist), ``toy`` (generated fixtures),
-``run`` (the CLI entry points).
+``sst2_vader`` (an SST-2-format task from the vaderSentiment sdist), ``run`` (``finetune_config``:
+preset + overrides + task/data -> FinetuneConfig).  Generated toy tasks: ``tokendrop.data.testing``.
 """
 
 from .common import FinetuneError
-from .run import cli_evaluate, cli_finetune, finetune_config
+from .run import finetune_config
 from .suite import SuiteConfig, evaluate, load_suite
 from .trainer import finetune
 
-__all__ = ["FinetuneError", "finetune", "evaluate", "SuiteConfig", "load_suite", "finetune_config",
-           "cli_finetune", "cli_evaluate"]
+__all__ = ["FinetuneError", "finetune", "evaluate", "SuiteConfig", "load_suite", "finetune_config"]

@@ -32,6 +32,9 @@ from .common import FinetuneError
 VADER_SPEC = "vaderSentiment==3.3.2"
 INNER_TAR = "additional_resources/hutto_ICWSM_2014.tar.gz"
 SNIPPETS = "movieReviewSnippets_GroundTruth.txt"
+# the other ground-truth files of the same tarball: unlabelled in-domain text for continued pretraining
+OTHER_SNIPPETS = ("amazonReviewSnippets_GroundTruth.txt", "nytEditorialSnippets_GroundTruth.txt",
+                  "tweets_GroundTruth.txt")
 DEFAULT_SEED = 12345
 
 
@@ -77,18 +80,18 @@ def _read_member(archive: Path, suffix: str) -> bytes:
     raise FinetuneError(f"{archive}: no member ending in {suffix}")
 
 
-def extract_snippets(sdist: str | os.PathLike) -> str:
-    """``movieReviewSnippets_GroundTruth.txt`` from the sdist's nested tarball, as text."""
+def extract_snippets(sdist: str | os.PathLike, name: str = SNIPPETS) -> str:
+    """``name`` (default ``movieReviewSnippets_GroundTruth.txt``) from the sdist's nested tarball, as text."""
     sdist = Path(sdist)
     try:
         inner = _read_member(sdist, INNER_TAR)
         with tarfile.open(fileobj=io.BytesIO(inner), mode="r:gz") as t:
             for m in t.getmembers():
-                if m.isfile() and m.name.endswith(SNIPPETS):
+                if m.isfile() and m.name.endswith(name):
                     data = t.extractfile(m).read()
                     break
             else:
-                raise FinetuneError(f"{sdist}!{INNER_TAR}: no {SNIPPETS}")
+                raise FinetuneError(f"{sdist}!{INNER_TAR}: no {name}")
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as e:
         raise FinetuneError(f"{sdist}: cannot read the archive ({e})") from None
     try:
@@ -185,3 +188,37 @@ def build_sst2_from_vader(cache_dir: str | os.PathLike = ".cache", out_dir: str 
     archive = Path(sdist) if sdist else fetch_vader_sdist(cache_dir)
     text = extract_snippets(archive)
     return convert_snippets(text, out, dev_fraction, seed, source=f"{archive.name}!{INNER_TAR}!{SNIPPETS}")
+
+
+def normalize_sentence(s: str) -> str:
+    """The form in which corpus and dev sentences are compared: lower-case, single spaces."""
+    return " ".join(s.lower().split())
+
+
+def read_sst2_sentences(path: str | os.PathLike) -> list[str]:
+    """The ``sentence`` column of an SST-2-format TSV."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.split("\t")[0] for line in lines[1:] if line.strip()]
+
+
+def build_review_corpus(cache_dir: str | os.PathLike, task_dir: str | os.PathLike,
+                        out: str | os.PathLike | None = None, sdist: str | os.PathLike | None = None) -> Path:
+    """In-domain text for continued pretraining before the sentiment task, BERT format (one snippet
+    per document): the task's *train* sentences plus the Amazon-review, NYT-editorial and tweet
+    snippets of the same tarball.  Any snippet equal (case/space-insensitively) to a sentence of the
+    task's dev split is left out, so the evaluation sentences are never pretrained on.  -> the file
+    (default ``cache_dir/review-corpus.txt``; reused when present)."""
+    out = Path(out) if out else Path(cache_dir) / "review-corpus.txt"
+    if out.is_file():
+        return out
+    task_dir = Path(task_dir)
+    dev = {normalize_sentence(s) for s in read_sst2_sentences(task_dir / "dev.tsv")}
+    texts = list(read_sst2_sentences(task_dir / "train.tsv"))
+    archive = Path(sdist) if sdist else fetch_vader_sdist(cache_dir)
+    for name in OTHER_SNIPPETS:
+        texts += [s for _, _, s in parse_snippets(extract_snippets(archive, name), name)]
+    kept = [t for t in texts if normalize_sentence(t) not in dev]
+    from ..rundir import atomic_write_text
+
+    atomic_write_text(out, "\n\n".join(kept) + "\n")
+    return out

@@ -1,4 +1,4 @@
-"""``evaluate(models, suite_cfg, out_dir)``: the paper's fine-tuning protocol (section 4 / DESIGN.md 5).
+"""``evaluate(models, suite_cfg, out_dir)``: the paper's fine-tuning protocol (section 4; docs/design.md §2.7).
 
 For every pretrained model and task, fine-tune on a grid of epochs x learning rates (paper:
 {3,6} x {1e-5, 2e-5} for GLUE, {4,8} x {2e-5, 4e-5} for SQuAD; the presets scale this down for CPU),
@@ -22,6 +22,7 @@ dir's name with a trailing seed suffix removed (``baseline-seed1`` -> ``baseline
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict
+from .. import rundir
 from .common import FinetuneError, atomic_write_json, atomic_write_text, read_json
 from .tasks import get_task
 
@@ -53,8 +55,10 @@ class SuiteConfig:
     settings shared by the cells of those tasks (their epochs/lr/seed/task/data are set per cell)."""
 
     name: str = ""
-    glue_data: str = "../shared/data/glue"  # relative: to the working dir, else to the repository root
-    squad_data: str = "../shared/data/squad"
+    # the task data: required for the suite's GLUE / SQuAD tasks (no default location); a relative
+    # path is taken from the working dir, else from the repository root (the presets' paths)
+    glue_data: str = ""
+    squad_data: str = ""
     tasks: list[str] = field(default_factory=lambda: ["mnli", "qnli", "qqp", "sst2", "squad1", "squad2"])
     glue_epochs: list[float] = field(default_factory=lambda: [3.0, 6.0])
     glue_lrs: list[float] = field(default_factory=lambda: [1e-5, 2e-5])
@@ -84,6 +88,11 @@ class SuiteConfig:
             raise ConfigError("suite.finetune_seeds: empty")
         if self.selection not in ("column", "task"):
             raise ConfigError(f"suite.selection: expected 'column' or 'task', got {self.selection!r}")
+        for t in self.tasks:
+            key = "squad_data" if get_task(t).kind == "squad" else "glue_data"
+            if not getattr(self, key):
+                raise ConfigError(f"suite.{key}: no data directory given for task {t!r}; "
+                                  f"set {key} in the suite file or pass --set {key}=DIR")
         self.glue.validate()
         self.squad.validate()
         return self
@@ -382,8 +391,16 @@ def _data_note(cfg: SuiteConfig) -> str:
 
 def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.PathLike, out_dir: str | os.PathLike,
              overrides: list[str] | tuple[str, ...] = (), log: Callable[[str], None] | None = None,
-             finetune_fn: Callable[..., dict] | None = None) -> dict[str, Any]:
+             finetune_fn: Callable[..., dict] | None = None, overwrite: bool = False,
+             coordinated: bool = False) -> dict[str, Any]:
     """Run (or resume) the suite for ``models``; write ``OUT/results.{json,md}``; return the summary.
+
+    ``OUT`` is locked for the call.  An existing ``OUT`` written by ``evaluate`` is continued (its
+    finished cells reused); with ``overwrite`` it is started over; any other non-empty directory is
+    refused (``tokendrop.rundir.prepare_output``).  Interrupted before any cell finished, a new
+    ``OUT`` is removed again.  ``coordinated``: the caller (the study's worker pool, which holds the
+    study's lock) runs several calls on disjoint models into one ``OUT`` at once, so ``OUT`` itself is
+    not locked.
 
     The summary has ``methods`` (per label: per column mean/std/min/max/per-seed), ``models``
     (per model: best value per column and the cell it came from), ``computed`` / ``skipped`` cell
@@ -401,7 +418,24 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
     cfg.validate()
     entries = parse_models([str(m) for m in models])
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with rundir.lock(out, FinetuneError) if not coordinated else contextlib.nullcontext():
+        existed = out.exists()
+        mode = rundir.prepare_output(out, "evaluate", overwrite, error=FinetuneError,
+                                     inputs=[*(e.path for e in entries), cfg.glue_data, cfg.squad_data])
+        if mode == "replace":
+            rundir.discard(out)
+            existed = False
+        rundir.create(out, "evaluate")
+        try:
+            return _run_suite(cfg, entries, out, log, finetune_fn)
+        except BaseException:
+            if mode != "continue" and not coordinated and not any(out.glob("cells/*/*/*/metrics.json")):
+                rundir.abandon(out, existed)  # nothing finished: leave no partial output
+            raise
+
+
+def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Callable[[str], None],
+               finetune_fn: Callable[..., dict]) -> dict[str, Any]:
     cells = cells_for(cfg)
     total = len(cells) * len(entries)
     note = "\n\n".join(x for x in (_data_note(cfg), cfg.note) if x)
@@ -432,6 +466,8 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
             if r is not None:
                 skipped += 1
             else:
+                if cdir.exists() and rundir.read_marker(cdir) is not None:
+                    rundir.discard(cdir)  # a cell of other settings (or unreadable): this suite's own output
                 t0 = time.perf_counter()
                 log(f"[{i}/{total}] {m.label} ({m.path}) {cell.task} {cell.name} ...")
                 r = finetune_fn(fcfg, str(m.path), cdir, log=None)

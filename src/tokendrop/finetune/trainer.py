@@ -1,13 +1,13 @@
 """``finetune(cfg, model_path, out_dir)``: one fine-tuning run on one task, then dev evaluation.
 
 Classification (GLUE-style): pooler ([CLS], tanh) + dropout + linear classifier; SQuAD: a linear
-start/end layer on every position.  Optimisation as BERT (DESIGN.md section 5): AdamW (beta 0.9/0.999,
+start/end layer on every position.  Optimisation as BERT (docs/design.md §2.5, §2.7): AdamW (beta 0.9/0.999,
 eps 1e-6), weight decay on matrices only (none on biases and LayerNorm), linear warm-up over
 ``warmup_ratio`` of the steps then linear decay to 0, gradient clipping.  The model is the plain
 encoder of ``tokendrop.model`` (no token dropping at fine-tuning), with bf16 autocast on CUDA.
 Batches are padded to their longest sequence only (dynamic padding); dev batches are sorted by length.
 
-Outputs in ``out_dir`` (each written atomically, temp file + rename): ``metrics.json`` and
+Outputs in ``out_dir`` (the directory written atomically, under a lock; ``tokendrop.rundir``): ``metrics.json`` and
 ``predictions/<split>.tsv`` (classification) or ``predictions/dev.json`` + ``dev_nbest.json``
 (+ ``dev_null_odds.json`` for v2.0, the official evaluation script's inputs).
 """
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .. import rundir
 from ..config import ConfigError, FinetuneConfig
 from .common import FinetuneError, atomic_write_json, atomic_write_text, load_finetune_tokenizer
 from .metrics import classification_metrics
@@ -383,9 +384,13 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
 
 
 def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | os.PathLike,
-             log: LogFn | None = _stderr) -> dict:
+             log: LogFn | None = _stderr, overwrite: bool = False) -> dict:
     """Fine-tune ``model_path`` (a tokendrop run/checkpoint dir or a Hugging Face BERT dir) on
     ``cfg.task`` with the data in ``cfg.data``; evaluate on the dev split(s); write ``out_dir``.
+
+    ``out_dir`` is written atomically (all of it or, on any error or Ctrl-C, nothing) under a lock;
+    an existing non-empty one is refused unless ``overwrite``, which replaces only an earlier
+    fine-tuning output (never a file, or a directory holding the model or the data).
 
     Returns the content of ``metrics.json``: ``{"task", "model", "scores": {column: value},
     "metrics": {split: {...}}, "train": {"examples_per_s", ...}, "config": {...}, ...}``.
@@ -402,23 +407,24 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
     if not spec.train:
         raise FinetuneError(f"task {spec.name} is evaluation-only; it is scored by the MNLI model (task mnli)")
     out = Path(out_dir)
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
     threads_before = torch.get_num_threads()
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     try:
-        return _finetune(cfg, spec, model_path, out, log)
-    except BaseException:
-        if created and not any(out.iterdir()):  # leave nothing behind for a run that wrote nothing
-            out.rmdir()
-        raise
+        with rundir.lock(out, FinetuneError):
+            rundir.prepare_output(out, "finetune", overwrite, inputs=[model_path, cfg.data], error=FinetuneError)
+            with rundir.atomic_directory(out) as tmp:
+                rundir.write_marker(tmp, "finetune")
+                return _finetune(cfg, spec, model_path, tmp, log, final=out)
     finally:
         if cfg.threads > 0:
             torch.set_num_threads(threads_before)
 
 
-def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: LogFn | None) -> dict:
+def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: LogFn | None,
+              final: Path | None = None) -> dict:
+    """Write into ``out`` (the temp dir that becomes ``final``); paths in the result name ``final``."""
+    final = final or out
     device = resolve_device(cfg.device)
     bf16 = use_bf16(cfg.precision, device)
     seed_everything(cfg.seed)
@@ -454,9 +460,9 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
         from ..hf import save_pretrained
 
         save_pretrained(r["model"].cpu(), out / "model", tokenizer=r["info"].get("tokenizer"))
-        result["saved_model"] = str(out / "model")
+        result["saved_model"] = str(final / "model")
     atomic_write_json(out / "metrics.json", result)
     if log:
         log(f"{r['spec'].name}: " + ", ".join(f"{k} {v:.2f}" for k, v in result["scores"].items())
-            + f" ({st.examples_per_s:.1f} train ex/s, {result['timing']['total_s']:.1f}s) -> {out / 'metrics.json'}")
+            + f" ({st.examples_per_s:.1f} train ex/s, {result['timing']['total_s']:.1f}s) -> {final / 'metrics.json'}")
     return result

@@ -1,0 +1,50 @@
+"""Step-time benchmark: our dense BERT vs token dropping vs ``transformers.BertForMaskedLM``.
+
+    cfg = make_preset("cpu-quick", overrides=["rounds=3"])      # configs/bench-cpu-quick.toml
+    res = run_bench(cfg)                                        # -> BenchResult (typed records)
+    write_results(res, "benchmarks/results/")                   # <machine>-<preset>.json + .md
+
+What one *step* is: the real training step, ``tokendrop.train.MLMStep`` -- importance-based
+selection, forward (with dropping or dense), per-slot weighted MLM NLL, backward, gradient
+clipping, AdamW, importance update -- on a synthetic packed MLM batch of static shape (input_ids
+(B, T), mlm_positions/labels/weights (B, P), P = round(0.15 T), no padding, so no attention mask).
+The Hugging Face baseline (``hf_baseline``) is ``transformers.BertForMaskedLM`` with the same
+config and initial weights, SDPA attention, the same dtype/autocast, batch, clipping and AdamW and
+the standard full-sequence MLM loss.
+
+Method (docs/design.md §2.6 gives the bound the speedups are compared with):
+
+* every setting is built first (one model + optimizer per variant, shared by its drop rates and
+  sequence lengths; the dense baseline is the ``drop`` model's step with dropping off), then warmed
+  up, then timed in interleaved rounds (``timing``); we report the median, quartiles, min/max, and
+  speedups both as a ratio of medians and as the median of per-round *paired* ratios, with their
+  min/max as the noise (``summary``);
+* ``cpu_util`` = process CPU time / wall time during the timed steps: well below the thread count
+  means the process was waiting for a core (a busy machine);
+* memory, the SDPA kernel that ran (flash / memory-efficient / cuDNN / math / CPU flash), a
+  profile breakdown and (CUDA) host-device syncs come from extra untimed steps (``timing``,
+  ``profiling``);
+* FLOPs are analytic (``tokendrop.flops.step_flops``; HF's head runs on all T positions, so its
+  FLOPs use P = T); MFU = FLOPs / step time / the device's dense bf16 peak
+  (``tokendrop.flops.gpu_peak_flops``; none on CPU unless ``peak_tflops`` is set).
+
+Modules: ``presets`` (BenchConfig, configs/bench-*.toml), ``workload`` (settings, synthetic
+batch), ``steps`` (models, optimizers, runners), ``hf_baseline``, ``timing``, ``profiling``,
+``environment``, ``summary``, ``records`` (the result dataclasses), ``report`` (text, JSON,
+Markdown, plot), ``run`` (``run_bench``), ``max_batch`` (largest batch that fits), ``campaign``
+(the GPU campaign's parts and their CPU dry run).  Nothing here asserts timings.
+"""
+
+from ..flops import gpu_peak_flops
+from .environment import Environment, cpu_model, machine_slug
+from .presets import PRESETS, BenchConfig, bench_config, make_preset
+from .profiling import cpu_peak_from_events, kineto_events, profile_breakdown, sdpa_backends, self_times
+from .records import SCHEMA_VERSION, BenchResult, SettingResult
+from .report import format_markdown, format_text, plot_speedup, write_results
+from .run import run_bench
+from .workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
+
+__all__ = ["BenchConfig", "BenchResult", "SettingResult", "Environment", "PRESETS", "SCHEMA_VERSION", "SPECIAL_IDS",
+           "Setting", "bench_config", "make_preset", "run_bench", "format_text", "format_markdown", "write_results",
+           "plot_speedup", "gpu_peak_flops", "synthetic_batch", "build_settings", "sdpa_backends", "machine_slug",
+           "cpu_model", "cpu_peak_from_events", "kineto_events", "profile_breakdown", "self_times"]

@@ -1,0 +1,184 @@
+"""Continued pretraining: start a run from a published checkpoint (``model.init``).
+
+``tokendrop pretrain --init SOURCE`` (or ``model.init = "SOURCE"`` in a preset) takes the model's
+shape from SOURCE's ``config.json`` (resolved when the config is loaded, see
+``tokendrop.init_source``) and, when a new run starts:
+
+1. ``start_from_source`` re-resolves SOURCE, checks that its weights file still has the sha256 the
+   run's config recorded and that the prepared data was tokenized with SOURCE's vocabulary, loads
+   the weights (a missing MLM head is initialised the way BERT does: tied decoder, zero bias) and
+   copies SOURCE's config.json and tokenizer files to ``RUN/source/`` (so ``export`` keeps them and
+   ``--resume`` never needs SOURCE again);
+2. ``head_warmup`` trains a freshly initialised MLM head alone for ``train.head_warmup_steps``
+   steps with the encoder frozen, so that the head's random gradients do not reach the encoder
+   in the first steps (docs/design.md, "Continued pretraining", has the measurement);
+3. ``warm_start_importance`` fills the cumulative-loss vector before the first update
+   (``drop.importance_init``): a trained encoder's losses are ~2-4 nats while a fresh vector holds
+   ``init_score`` (10) everywhere, which would otherwise decay too slowly to mean anything in a
+   short continued run.
+
+Both warm-ups draw their batches from their own loader stream (the training split with another
+seed), so the main loader's position, and with it exact resume, is unaffected.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+from .config import Config, ConfigError
+
+# the loader seed offset of the warm-up streams (never equal to the training stream's)
+WARMUP_SEED_OFFSET = 7919
+
+
+def start_from_source(cfg: Config, model, data, run_dir: Path, main: bool) -> dict[str, Any]:
+    """Load ``cfg.model.init`` into ``model`` (a BertForMaskedLM); -> a summary for the run log."""
+    from .init_source import load_init_weights, resolve_init_source, save_source_files
+
+    src = resolve_init_source(cfg.model.init)
+    if cfg.model.init_sha256 and src.sha256 != cfg.model.init_sha256:
+        raise ConfigError(
+            f"model.init: {src.weights_file} has sha256 {src.sha256[:12]}... but the config recorded "
+            f"{cfg.model.init_sha256[:12]}...; the source changed since the config was resolved"
+        )
+    report = load_init_weights(src, model)
+    if main:
+        save_source_files(src, run_dir)
+    summary = {
+        "event": "init", "source": cfg.model.init, "path": str(src.path), "layout": src.layout,
+        "weights_file": str(src.weights_file), "sha256": src.sha256, "fresh": report.fresh,
+        "unexpected": report.unexpected, "ignored": report.ignored, "notes": report.notes,
+    }
+    if main:
+        say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+        say(f"init: {cfg.model.init} ({src.layout}, sha256 {src.sha256[:12]}...)")
+        for note in report.notes:
+            say(f"init: {note}")
+        if report.fresh:
+            say(f"init: freshly initialised ({len(report.fresh)}): {', '.join(report.fresh)}")
+        if report.unexpected:
+            say(f"init: unexpected tensors, not used ({len(report.unexpected)}): {', '.join(report.unexpected)}")
+    return summary
+
+
+def check_vocabulary(src, data) -> None:
+    """The prepared data must use the source's vocabulary (same ``vocab.txt`` bytes, same size)."""
+    from .data import vocab_sha256
+
+    vocab = src.tokenizer_dir / "vocab.txt" if src.tokenizer_dir is not None else None
+    if vocab is not None and vocab.is_file():
+        h = vocab_sha256(vocab)
+        if h != data.vocab_hash:
+            raise ConfigError(
+                f"data.path: {data.path} was prepared with another vocabulary (vocab.txt sha256 {data.vocab_hash[:12]}...) "
+                f"than model.init's {vocab} (sha256 {h[:12]}...); prepare the data with "
+                f"`tokendrop prepare --tokenizer {src.tokenizer_dir}`"
+            )
+    else:
+        print(f"warning: model.init {src.source} has no vocab.txt; only the vocabulary size was checked",
+              file=sys.stderr)
+    if data.vocab_size != src.model.vocab_size:
+        raise ConfigError(
+            f"data.path: {data.path} was prepared with a vocabulary of {data.vocab_size} ids but "
+            f"model.init {src.source} has {src.model.vocab_size}; prepare the data with "
+            f"`tokendrop prepare --tokenizer {src.tokenizer_dir or src.path}`"
+        )
+
+
+def _head_params(model) -> list[Tensor]:
+    """The MLM head's own parameters (the decoder weight is the tied word embedding: not included)."""
+    return [model.mlm.dense.weight, model.mlm.dense.bias, model.mlm.norm.weight, model.mlm.norm.bias, model.mlm.bias]
+
+
+def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: float, device: torch.device,
+                amp: torch.dtype | None, progress: bool = False) -> list[float]:
+    """Train the MLM head alone (encoder frozen, no encoder backward) for ``steps`` steps.
+
+    AdamW on the head's parameters, linear warm-up over the first 10% then linear decay to 0.
+    -> the per-step MLM losses.
+    """
+    from .train import lr_at
+
+    params = _head_params(model)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    warm = max(1, steps // 10)
+    losses: list[float] = []
+    was_training = model.training
+    model.train()
+    pbar = None
+    if progress:
+        from tqdm import tqdm
+
+        pbar = tqdm(total=steps, desc="MLM-head warm-up", unit="step", dynamic_ncols=True)
+    for step in range(steps):
+        mb = {k: v.to(device) for k, v in next(batches).items()}
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, lr, warm, steps)
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            with torch.no_grad():
+                h = model.bert(mb["input_ids"], mb["attention_mask"], mb["token_type_ids"])
+                pos = mb["mlm_positions"]
+                h = torch.gather(h, 1, pos.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
+            hh = torch.nn.functional.gelu(torch.nn.functional.linear(h, model.mlm.dense.weight, model.mlm.dense.bias))
+            hh = model.mlm.norm(hh)
+            logits = torch.nn.functional.linear(hh, model.mlm.word_embeddings[0].weight.detach(), model.mlm.bias)
+        nll = model.mlm_nll(logits, mb["mlm_labels"])
+        w = mb["mlm_weights"]
+        loss = (nll * w).sum() / w.sum().clamp(min=1.0)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        if pbar is not None:
+            pbar.update(1)
+            pbar.set_postfix(loss=f"{losses[-1]:.3f}")
+    if pbar is not None:
+        pbar.close()
+    model.train(was_training)
+    return losses
+
+
+@torch.no_grad()
+def warm_start_importance(selector, model, batches: Iterator[dict[str, Tensor]], how: str, num_batches: int,
+                          device: torch.device, amp: torch.dtype | None, counts=None) -> dict[str, Any]:
+    """Fill the importance vector before training (``drop.importance_init``).
+
+    ``dense_pass``: the full model (no dropping, no update) scores ``num_batches`` training
+    batches; every id seen in a prediction slot gets its mean loss, unseen ids keep ``init_score``.
+    ``frequency``: every id gets its unigram surprisal -log p(id) (add-one smoothed corpus counts),
+    the loss of a unigram model, on the same nats scale as the MLM loss.
+    ``constant``: nothing (every id at ``init_score``, as the paper starts from scratch).
+    """
+    if how == "constant":
+        return {"importance_init": how}
+    if how == "frequency":
+        c = torch.as_tensor(counts, dtype=torch.float64)
+        p = (c + 1.0) / (c.sum() + c.numel())
+        selector.set_scores((-torch.log(p)).float().to(selector.scores.device), torch.ones_like(c, dtype=torch.bool))
+        return {"importance_init": how}
+    if how != "dense_pass":
+        raise ConfigError(f"drop.importance_init: unknown {how!r}")
+    was_training = model.training
+    model.eval()
+    v = selector.scores.numel()
+    stats = torch.zeros(2, v, dtype=torch.float64, device=selector.scores.device)
+    for _ in range(num_batches):
+        mb = {k: t.to(device) for k, t in next(batches).items()}
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            logits = model(mb["input_ids"], mb["mlm_positions"], mb["attention_mask"], mb["token_type_ids"])
+        nll = model.mlm_nll(logits, mb["mlm_labels"])
+        w = (mb["mlm_weights"] > 0).double()
+        ids = mb["mlm_labels"].reshape(-1)
+        stats[0].index_add_(0, ids, (nll.double() * w).reshape(-1))
+        stats[1].index_add_(0, ids, w.reshape(-1))
+    model.train(was_training)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(stats)
+    seen = stats[1] > 0
+    selector.set_scores((stats[0] / stats[1].clamp(min=1.0)).float(), seen)
+    return {"importance_init": how, "ids_scored": int(seen.sum()), "mean_score": float(stats[0].sum() / stats[1].sum().clamp(min=1.0))}

@@ -1,0 +1,222 @@
+"""Sentences judging a study's results, each computed from the numbers (no hard-coded outcome):
+time saved, quality against the baseline judged by the seed-to-seed spread, the equal-compute
+control, the selection / stage-2 / variant / drop-rate ablations, the source checkpoint's row,
+and where the result agrees or departs from the paper."""
+
+from __future__ import annotations
+
+import os
+
+from .common import isnum, mean, pct
+from .plan import StudyConfig, sweep_method
+from .records import Stat, StudyResults
+
+PAPER_TIME_SAVING = 0.25  # the paper: ~25% less pretraining time at 50% dropping
+
+
+def verdict(diff: float, spread: float | None, higher_better: bool = True, unit: str = "") -> str:
+    """Words for a difference (method - baseline), judged against the seed-to-seed spread."""
+    good = diff if higher_better else -diff
+    if spread is None:
+        return ("better than" if good > 0 else "worse than" if good < 0 else "equal to") + \
+            " the baseline (one seed: no seed-to-seed spread to judge the difference against)"
+    if abs(diff) <= spread:
+        return f"within the seed-to-seed spread ({spread:.3g}{unit}) of the baseline, i.e. it matched it"
+    return (f"{'better' if good > 0 else 'worse'} than the baseline by more than the seed-to-seed spread "
+            f"({spread:.3g}{unit})")
+
+
+def spread(stat: Stat | None) -> float | None:
+    return stat.spread() if stat is not None else None
+
+
+def _spread2(*stats: Stat | None) -> float | None:
+    sp = [s for s in (spread(x) for x in stats) if s is not None]
+    return max(sp) if sp else None
+
+
+def _downstream(res: StudyResults, n: str) -> Stat | None:
+    st = res.methods[n].eval.get("downstream_avg")
+    return st if st is not None and isnum(st.mean) else None
+
+
+def findings(res: StudyResults, study: StudyConfig) -> list[str]:
+    """Sentences judging the results, each computed from the numbers in ``res``."""
+    M = res.methods
+    out: list[str] = []
+    b = M.get("baseline")
+    if not b:
+        return ["No finished baseline run, so nothing can be compared with it."]
+
+    def mloss(n: str) -> float:
+        return M[n].final_eval_loss.mean
+
+    def dstat(n: str) -> Stat | None:
+        return _downstream(res, n)
+
+    for n in ("token-drop", "token-drop-stage2"):
+        if n not in M:
+            continue
+        d = M[n]
+        out.append(f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs the baseline's "
+                   f"{b.wall_time_s.mean:.0f} s: {100 * d.rel_wall:.1f}% of the baseline's wall time "
+                   f"({abs(100 * (1 - d.rel_wall)):.1f}% {'less' if d.rel_wall <= 1 else 'more'}) and "
+                   f"{100 * d.rel_flops:.1f}% of its analytic FLOPs "
+                   f"(the paper reports a 25% pretraining-time reduction for BERT-base/large).")
+        if d.init_s.mean > 0 or b.init_s.mean > 0:
+            tot = (d.wall_time_s.mean + d.init_s.mean) / (b.wall_time_s.mean + b.init_s.mean)
+            out.append(f"Before its first step {d.label} spent {d.init_s.mean:.0f} s (the baseline {b.init_s.mean:.0f} s) "
+                       "loading the source, warming up a new MLM head and filling the importance vector, outside the "
+                       f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of the baseline's time.")
+        diff = mloss(n) - mloss("baseline")
+        out.append(f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs baseline {mloss('baseline'):.4f}, a difference "
+                   f"of {diff:+.4f}; it is {verdict(diff, _spread2(d.final_eval_loss, b.final_eval_loss), False)}.")
+        if "baseline-75" in M:
+            d75 = mloss(n) - mloss("baseline-75")
+            out.append(f"Against the equal-compute control, baseline (75%) ({mloss('baseline-75'):.4f}, "
+                       f"{100 * M['baseline-75'].rel_wall:.1f}% of the baseline's wall time): {d.label} is "
+                       f"{'lower' if d75 < 0 else 'higher'} by {abs(d75):.4f}.")
+        ds, bs = dstat(n), dstat("baseline")
+        if ds and bs:
+            diff = ds.mean - bs.mean
+            out.append(f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs baseline "
+                       f"{bs.mean:.2f}, a difference of {diff:+.2f} points; it is "
+                       f"{verdict(diff, _spread2(ds, bs), True, ' points')}.")
+            if "baseline-75" in M and dstat("baseline-75"):
+                d75 = ds.mean - dstat("baseline-75").mean
+                out.append(f"Against baseline (75%) ({dstat('baseline-75').mean:.2f}) the difference is {d75:+.2f} points.")
+        hits = [res.runs[r].to_target for r in d.runs]
+        ok = [h for h in hits if h]
+        if ok:
+            out.append(f"{d.label} reached the baseline's final MLM loss ({res.target_eval_loss:.4f}) in "
+                       f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of the "
+                       f"baseline's wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs).")
+        else:
+            out.append(f"{d.label} did not reach the baseline's final MLM loss ({res.target_eval_loss:.4f}) "
+                       f"within its steps (its final: {mloss(n):.4f}).")
+
+    # every dropping method against the baseline: where did it not reach the baseline?
+    rows = []
+    for n in res.order:
+        if n == "baseline" or not M[n].group or M[n].group == "baseline":
+            continue
+        ds, bs = dstat(n), dstat("baseline")
+        if ds and bs:
+            diff, sp, hb = ds.mean - bs.mean, _spread2(ds, bs), True
+            what = "avg. downstream"
+        else:
+            diff, sp, hb = mloss(n) - mloss("baseline"), _spread2(M[n].final_eval_loss, b.final_eval_loss), False
+            what = "MLM loss"
+        short = (-diff if hb else diff) > (sp or 0.0)
+        rows.append((M[n].label, diff, short, what))
+    fell = [f"{lab} ({what} {diff:+.3g})" for lab, diff, short, what in rows if short]
+    if rows:
+        out.append(f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat the baseline "
+                   f"(within the seed spread, where there is one) and {len(fell)} fell short"
+                   + (": " + "; ".join(fell) + "." if fell else "."))
+
+    # which tokens to drop: cumulative vs the alternatives (all + stage-2, as in the paper)
+    sel = [n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M]
+    if len(sel) >= 2:
+        by_loss = sorted(sel, key=mloss)
+        txt = ", ".join(f"{M[n].label} {mloss(n):.4f}" for n in by_loss)
+        out.append(f"Selection ablation (all with stage-2), ranked by held-out MLM loss: {txt}. Cumulative-loss "
+                   f"selection ranks {by_loss.index('token-drop-stage2') + 1 if 'token-drop-stage2' in sel else '–'} "
+                   f"of {len(sel)} (the paper found cumulative-loss selection better than frequency-based and random "
+                   "dropping, and adding randomness unhelpful).")
+        ev = [n for n in sel if dstat(n)]
+        if len(ev) >= 2 and "token-drop-stage2" in ev:
+            by_ds = sorted(ev, key=lambda n: -dstat(n).mean)
+            out.append("By average downstream score: " + ", ".join(f"{M[n].label} {dstat(n).mean:.2f}" for n in by_ds)
+                       + f"; cumulative-loss selection ranks {by_ds.index('token-drop-stage2') + 1} of {len(ev)}.")
+    if "token-drop" in M and "token-drop-stage2" in M:
+        diff = mloss("token-drop-stage2") - mloss("token-drop")
+        out.append(f"Stage-2: token drop + stage-2 {mloss('token-drop-stage2'):.4f} vs token drop {mloss('token-drop'):.4f} "
+                   f"held-out MLM loss ({diff:+.4f}; the full-model evaluation favours stage-2, which ends with dense "
+                   "steps). The paper found stage-2 unnecessary downstream.")
+    var = [n for n in ("pass-stage2", "avg-stage2", "layer-rearranged-stage2") if n in M]
+    if var and "token-drop-stage2" in M:
+        out.append("Variants vs token drop + stage-2 (held-out MLM loss, wall time rel. to baseline): "
+                   + "; ".join(f"{M[n].label} {mloss(n):.4f} ({mloss(n) - mloss('token-drop-stage2'):+.4f}), "
+                               f"{100 * M[n].rel_wall:.1f}%" for n in var)
+                   + f"; token drop + stage-2 {mloss('token-drop-stage2'):.4f}, {100 * M['token-drop-stage2'].rel_wall:.1f}%.")
+    sweep = [(r, sweep_method(r).name) for r in sorted(study.drop_rates) if sweep_method(r).name in M]
+    if len(sweep) >= 2:
+        best_l = min(sweep, key=lambda rn: mloss(rn[1]))
+        txt = ", ".join(f"{pct(r)}%: {mloss(n):.4f} at {100 * M[n].rel_wall:.0f}% time" for r, n in sweep)
+        out.append(f"Drop-rate sweep, held-out MLM loss: {txt}. Lowest loss at {pct(best_l[0])}%.")
+        ev2 = [(r, n) for r, n in sweep if dstat(n)]
+        if len(ev2) >= 2:
+            best_d = max(ev2, key=lambda rn: dstat(rn[1]).mean)
+            out.append("Average downstream score by rate: " + ", ".join(f"{pct(r)}%: {dstat(n).mean:.2f}" for r, n in ev2)
+                       + f"; best at {pct(best_d[0])}% (the paper: 50% best, more than 62.5% worse).")
+    out += source_findings(res)
+    loads = [r.loadavg for r in res.runs.values() if r.loadavg]
+    cores = os.cpu_count() or 1
+
+    def peak(ld: list) -> float:
+        return max([x for x in ld if x is not None], default=0.0)
+
+    busy = [ld for ld in loads if ld and peak(ld) > cores + 0.5]
+    if busy:
+        out.append(f"Timing caveat: for {len(busy)} of {len(loads)} runs the 1-minute load average exceeded the "
+                   f"{cores} cores (max {max(peak(ld) for ld in busy):.1f}) at the start or end of the run: other "
+                   "work shared the machine, so wall times are noisier than the FLOP ratios.")
+    return out
+
+
+def source_findings(res: StudyResults) -> list[str]:
+    """Continued pretraining: what continuing bought over the starting checkpoint itself."""
+    src = res.source
+    if src is None:
+        return []
+    out = []
+    sd = src.eval.get("downstream_avg")
+    for n in ("baseline", "token-drop"):
+        if n not in res.methods:
+            continue
+        d = res.methods[n]
+        ds = _downstream(res, n)
+        if ds and isnum(sd):
+            diff = ds.mean - sd
+            sp = spread(ds)
+            judged = ("within the seeds' spread" if sp is not None and abs(diff) <= sp
+                      else "above it" if diff > 0 else "below it" if diff < 0 else "equal to it")
+            out.append(f"Continuing the source ({src.label}, average downstream {sd:.2f}): {d.label} scores "
+                       f"{ds.mean:.2f}, {diff:+.2f} points" + (f" (its seeds spread {sp:.2f}), {judged}" if sp is not None
+                                                               else f", {judged}") + ".")
+    if src.final_eval_loss is not None and "baseline" in res.methods:
+        out.append(f"Held-out MLM loss of the source itself: {src.final_eval_loss:.4f}; after continued pretraining "
+                   f"the baseline's is {res.methods['baseline'].final_eval_loss.mean:.4f}.")
+    elif src.mlm_note:
+        out.append(f"The source's held-out MLM loss is not reported: {src.mlm_note}.")
+    return out
+
+
+def paper_comparison(res: StudyResults) -> list[str]:
+    """Agrees / departs, claim by claim, computed from the numbers."""
+    M = res.methods
+    out: list[str] = []
+    td, b = M.get("token-drop"), M.get("baseline")
+    if not td or not b or not isnum(td.rel_wall):
+        return out
+    saved = 1 - td.rel_wall
+    close = abs(saved - PAPER_TIME_SAVING) <= 0.05
+    out.append(f"Time saved by token drop: its training steps took {100 * td.rel_wall:.1f}% of the baseline's wall "
+               f"time ({100 * td.rel_flops:.1f}% of its FLOPs), i.e. {100 * saved:.1f}% saved vs the paper's ~25%: "
+               + ("agrees (within 5 points)." if close else "departs (more than 5 points away)."))
+    ds, bs = _downstream(res, "token-drop"), _downstream(res, "baseline")
+    if ds and bs:
+        diff, sp = ds.mean - bs.mean, _spread2(ds, bs)
+        worse = -diff > (sp or 0.0)
+        out.append("Quality: the paper finds token drop equal to or better than the baseline downstream; here "
+                   f"{diff:+.2f} points ({f'seed spread {sp:.2f}' if sp is not None else 'one seed'}): "
+                   + ("departs (worse by more than the spread)." if worse else "agrees."))
+    sel = [n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M]
+    ev = [n for n in sel if _downstream(res, n)]
+    if "token-drop-stage2" in ev and len(ev) >= 2:
+        best = max(ev, key=lambda n: _downstream(res, n).mean)
+        out.append("Selection: the paper finds cumulative-loss selection best; here the best average downstream "
+                   f"score among the stage-2 selection methods is {M[best].label}'s: "
+                   + ("agrees." if best == "token-drop-stage2" else "departs."))
+    return out

@@ -34,12 +34,16 @@ class CheckpointError(TokendropError, ValueError):
     """A checkpoint that is missing, incomplete or corrupt."""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB chunks (the one file-hash helper)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+_sha256 = sha256_file
 
 
 def git_revision() -> str:

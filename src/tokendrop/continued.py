@@ -24,6 +24,7 @@ seed), so the main loader's position, and with it exact resume, is unaffected.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -182,3 +183,33 @@ def warm_start_importance(selector, model, batches: Iterator[dict[str, Tensor]],
     seen = stats[1] > 0
     selector.set_scores((stats[0] / stats[1].clamp(min=1.0)).float(), seen)
     return {"importance_init": how, "ids_scored": int(seen.sum()), "mean_score": float(stats[0].sum() / stats[1].sum().clamp(min=1.0))}
+
+
+def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, amp, micro_bs: int,
+                progress: bool) -> list[dict]:
+    """A new run (``dd``: the trainer's rank info): with ``model.init`` load the source and warm up a fresh MLM head; fill the
+    importance vector per ``drop.importance_init`` (tokendrop.continued) -> events for the run log."""
+    how = cfg.drop.importance_init
+    how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
+    warm_importance = selector is not None and cfg.drop.method in ("cumulative", "half_random") and how != "constant"
+    if not cfg.model.init and not warm_importance:
+        return []
+    from .data import MLMLoader
+
+    t0 = time.perf_counter()
+    events = [start_from_source(cfg, model, data, run_dir, dd.main)] if cfg.model.init else []
+    stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
+                       world_size=dd.world, mask_prob=cfg.data.mask_prob, num_workers=0, shuffle=True, loop=True)
+    it = iter(stream)
+    if events and any(k.startswith("mlm.") for k in events[0]["fresh"]) and cfg.train.head_warmup_steps:
+        losses = head_warmup(model, it, cfg.train.head_warmup_steps, cfg.train.head_warmup_lr, device, amp, progress)
+        events.append({"event": "head_warmup", "steps": len(losses), "first_loss": losses[0], "last_loss": losses[-1],
+                       "seconds": time.perf_counter() - t0})
+    if warm_importance:
+        t1 = time.perf_counter()
+        counts = data.token_counts() if how == "frequency" else None
+        ev = warm_start_importance(selector, model, it, how, cfg.drop.importance_init_batches, device, amp, counts)
+        events.append({"event": "importance_init", **ev, "seconds": time.perf_counter() - t1})
+    stream.close()
+    events.append({"event": "init_done", "seconds": time.perf_counter() - t0})
+    return events

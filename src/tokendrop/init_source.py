@@ -98,11 +98,9 @@ def _first_line(e: BaseException) -> str:
 
 
 def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from .checkpoint import sha256_file
+
+    return sha256_file(path)
 
 
 def _combined_sha(hashes: list[tuple[str, str]], sharded: bool) -> str:

@@ -32,6 +32,7 @@ from . import rundir
 from .config import Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import step_flops
+from .continued import warm_start
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
 from .model import BertForMaskedLM, num_parameters
@@ -292,37 +293,6 @@ def _pinned_ids(cfg: Config, data) -> list[int]:
     return out
 
 
-def _warm_start(cfg: Config, model, selector, data, run_dir: Path, dd: Dist, device, amp, micro_bs: int,
-                progress: bool) -> list[dict]:
-    """A new run: with ``model.init`` load the source and warm up a fresh MLM head; fill the
-    importance vector per ``drop.importance_init`` (tokendrop.continued) -> events for the run log."""
-    how = cfg.drop.importance_init
-    how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
-    warm_importance = selector is not None and cfg.drop.method in ("cumulative", "half_random") and how != "constant"
-    if not cfg.model.init and not warm_importance:
-        return []
-    from .continued import WARMUP_SEED_OFFSET, head_warmup, start_from_source, warm_start_importance
-    from .data import MLMLoader
-
-    t0 = time.perf_counter()
-    events = [start_from_source(cfg, model, data, run_dir, dd.main)] if cfg.model.init else []
-    stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
-                       world_size=dd.world, mask_prob=cfg.data.mask_prob, num_workers=0, shuffle=True, loop=True)
-    it = iter(stream)
-    if events and any(k.startswith("mlm.") for k in events[0]["fresh"]) and cfg.train.head_warmup_steps:
-        losses = head_warmup(model, it, cfg.train.head_warmup_steps, cfg.train.head_warmup_lr, device, amp, progress)
-        events.append({"event": "head_warmup", "steps": len(losses), "first_loss": losses[0], "last_loss": losses[-1],
-                       "seconds": time.perf_counter() - t0})
-    if warm_importance:
-        t1 = time.perf_counter()
-        counts = data.token_counts() if how == "frequency" else None
-        ev = warm_start_importance(selector, model, it, how, cfg.drop.importance_init_batches, device, amp, counts)
-        events.append({"event": "importance_init", **ev, "seconds": time.perf_counter() - t1})
-    stream.close()
-    events.append({"event": "init_done", "seconds": time.perf_counter() - t0})
-    return events
-
-
 class _StopFlag:
     """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the step and exits.  A
     second signal raises ``rundir.Interrupted`` at once (a checkpoint being written is then removed
@@ -456,7 +426,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if cfg.drop.enabled:
         selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, T, _pinned_ids(cfg, data), counts,
                                   seed=tc.seed, device=device)
-    init_events = _warm_start(cfg, model, selector, data, run_dir, dd, device, amp, micro_bs, progress and dd.main) if (
+    init_events = warm_start(cfg, model, selector, data, run_dir, dd, device, amp, micro_bs, progress and dd.main) if (
         meta_in is None) else []
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.adam_beta1, tc.adam_beta2),
                             eps=tc.adam_eps, fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)

@@ -187,33 +187,13 @@ def prepare(
     Raises DataError (nothing is left behind) for a missing path, empty corpus, binary or non-UTF-8
     input, a vocab without [PAD]/[UNK]/[CLS]/[SEP]/[MASK], or T outside [8, max_position_embeddings].
     """
+    args = dict(locals())
     with rundir.lock(out_dir, DataError):  # one writer: a second prepare into out_dir fails at once
-        return _prepare(corpus_paths, out_dir, seq_len, vocab=vocab, vocab_size=vocab_size, lowercase=lowercase,
-                        packed=packed, eval_fraction=eval_fraction, workers=workers,
-                        max_position_embeddings=max_position_embeddings, progress=progress, text_field=text_field,
-                        overflow=overflow, overwrite=overwrite, seed=seed, min_frequency=min_frequency,
-                        tokenizer=tokenizer)
+        return _prepare(**args)
 
 
-def _prepare(
-    corpus_paths: str | os.PathLike | Iterable[str | os.PathLike],
-    out_dir: str | os.PathLike,
-    seq_len: int,
-    vocab: str | os.PathLike | None = None,
-    vocab_size: int | None = None,
-    lowercase: bool | None = None,
-    packed: bool = True,
-    eval_fraction: float = 0.01,
-    workers: int | None = None,
-    max_position_embeddings: int = 512,
-    progress: bool = True,
-    text_field: str = "text",
-    overflow: str = "split",
-    overwrite: bool = False,
-    seed: int = 0,
-    min_frequency: int = 2,
-    tokenizer: str | os.PathLike | None = None,
-) -> dict:
+def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packed, eval_fraction, workers,
+             max_position_embeddings, progress, text_field, overflow, overwrite, seed, min_frequency, tokenizer) -> dict:
     t_start = time.time()
     out_dir = os.path.abspath(os.fspath(out_dir))
     # ---- arguments

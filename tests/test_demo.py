@@ -29,23 +29,11 @@ def test_scratch_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
 
 
 def _fake_vader_sdist(path: Path, lines_by_file: dict[str, list[str]]) -> Path:
-    """A stand-in for the vaderSentiment sdist: the nested hutto tarball with ground-truth files."""
-    import io
-    import tarfile
+    """A stand-in for the vaderSentiment sdist: ground-truth files of id<TAB>score<TAB>text lines."""
+    from tokendrop.data.testing import write_vader_sdist
 
-    inner = io.BytesIO()
-    with tarfile.open(fileobj=inner, mode="w:gz") as t:
-        for name, lines in lines_by_file.items():
-            data = "".join(f"{i}\t{1.5 if i % 2 else -1.5}\t{s}\n" for i, s in enumerate(lines)).encode()
-            info = tarfile.TarInfo(f"hutto_ICWSM_2014/{name}")
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    with tarfile.open(path, "w:gz") as t:
-        data = inner.getvalue()
-        info = tarfile.TarInfo("vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz")
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-    return path
+    return write_vader_sdist(path, {name: "".join(f"{i}\t{1.5 if i % 2 else -1.5}\t{s}\n" for i, s in enumerate(lines))
+                                    for name, lines in lines_by_file.items()})
 
 
 def test_review_corpus_never_contains_a_dev_sentence(tmp_path):

@@ -1,6 +1,5 @@
 """The vaderSentiment -> SST-2 conversion, on a small crafted sdist (no network)."""
 
-import io
 import tarfile
 
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from tokendrop.finetune import FinetuneError
 from tokendrop.finetune.sst2_vader import (build_sst2_from_vader, convert_snippets, extract_snippets,
                                            fetch_vader_sdist, label_and_split, parse_snippets)
+from tokendrop.data.testing import write_vader_sdist
 from tokendrop.finetune.tasks import get_task, load_classification
 
 
@@ -26,18 +26,7 @@ def _snippets(n_pos=20, n_neg=10, n_zero=3) -> str:
 
 
 def _sdist(path, text: str):
-    inner = io.BytesIO()
-    with tarfile.open(fileobj=inner, mode="w:gz") as t:
-        data = text.encode("utf-8")
-        info = tarfile.TarInfo("hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt")
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-    with tarfile.open(path, "w:gz") as t:
-        blob = inner.getvalue()
-        info = tarfile.TarInfo("vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz")
-        info.size = len(blob)
-        t.addfile(info, io.BytesIO(blob))
-    return path
+    return write_vader_sdist(path, {"movieReviewSnippets_GroundTruth.txt": text})
 
 
 def test_parse_label_split():

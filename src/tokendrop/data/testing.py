@@ -347,3 +347,24 @@ def write_toy_squad(root: str | os.PathLike, n_train: int = 48, n_dev: int = 24,
         for split, n in (("train", n_train), ("dev", n_dev)):
             _write_text(root / f"{split}-{tag}.json", json.dumps(make(n, v2, f"{split}{tag}")))
     return root
+
+
+def write_vader_sdist(path: str | os.PathLike, files: dict[str, str]) -> Path:
+    """A stand-in for the ``vaderSentiment`` sdist (tokendrop.finetune.sst2_vader): a tar.gz holding
+    ``additional_resources/hutto_ICWSM_2014.tar.gz`` with ``files`` (name -> text, written as UTF-8
+    under ``hutto_ICWSM_2014/``)."""
+    import io
+    import tarfile
+
+    def add(t: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w:gz") as t:
+        for name, text in files.items():
+            add(t, f"hutto_ICWSM_2014/{name}", text.encode("utf-8"))
+    with tarfile.open(path, "w:gz") as t:
+        add(t, "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz", inner.getvalue())
+    return Path(path)

@@ -6,6 +6,7 @@
 #   bash benchmarks/gpu_campaign.sh bench-compile   # the same with torch.compile
 #   bash benchmarks/gpu_campaign.sh pretrain        # bert-base-128 runs from carried data, resume, torchrun (NCCL)
 #   bash benchmarks/gpu_campaign.sh quality         # time to quality, small BERT, dense vs token drop, SST-2/QNLI
+#   bash benchmarks/gpu_campaign.sh bench-modern    # ModernBERT family (modern-base) eager T=512/1024: dense, 50% drop, HF ModernBERT
 #   DRY_RUN=1 bash benchmarks/gpu_campaign.sh all   # every part with tiny sizes on CPU (tests/test_gpu_campaign.py)
 # Each part writes $OUT/PART.json + $OUT/PART.md (rewritten after every phase) and prints a summary.
 # It runs `tokendrop bench --campaign PART --out $OUT` (configs/bench-campaign-gpu.toml; dry run:
@@ -29,11 +30,11 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 if [ ${#parts[@]} -eq 0 ]; then
   echo "usage: [DRY_RUN=1] [OUT=DIR] bash benchmarks/gpu_campaign.sh PART... [-- tokendrop bench args]" >&2
-  echo "       PART: env bench bench-compile pretrain quality all" >&2
+  echo "       PART: env bench bench-compile pretrain quality bench-modern all" >&2
   exit 2
 fi
 n=${#parts[@]}
-for p in "${parts[@]}"; do [ "$p" = "all" ] && n=$((n + 4)); done
+for p in "${parts[@]}"; do [ "$p" = "all" ] && n=$((n + 5)); done  # all = the 6 parts
 OUT=${OUT:-runs/gpu-campaign}
 args=(--out "$OUT")
 [ "${DRY_RUN:-0}" = "1" ] && args+=(--dry-run)

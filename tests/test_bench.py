@@ -214,3 +214,72 @@ def test_cli_overrides_go_through_the_config_parser(capsys):
     assert "bench.seq_lens" in capsys.readouterr().err
     p = make_preset(str(ROOT / "configs" / "bench-smoke.toml"), "cpu", ["rounds=1", "num_layers=2"])
     assert p.name == "smoke" and p.rounds == 1 and p.model_config().num_layers == 2
+
+
+@pytest.fixture(scope="module")
+def modern_smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench-modern")
+    assert main(["bench", "--preset", "modern-smoke", "--json", str(out / "modern.json"), "--quiet"]) == 0
+    return out / "modern.json"
+
+
+def test_modern_smoke_json(modern_smoke):
+    """The ModernBERT family: our dense step, 50% drop and transformers.ModernBertForMaskedLM side by side."""
+    res = json.loads(modern_smoke.read_text())
+    assert [s["name"] for s in res["settings"]] == ["T128/dense", "T128/drop-0.5", "T128/hf"]
+    info = res["info"]
+    assert info["hf_model"] == "transformers.ModernBertForMaskedLM" and info["hf_attn_implementation"] == "sdpa"
+    m = info["model"]
+    assert m["family"] == "modernbert" and m["global_layers"] == [0, 3] and m["local_attention"] == 64
+    assert m["intermediate_size"] == 96 and m["document_attention"] == "off"
+    dense, drop, hf = res["settings"]
+    assert drop["kept"] == 64 and drop["flops_per_step"] < dense["flops_per_step"]
+    assert hf["flops_per_step"] > dense["flops_per_step"]  # HF's head on all T positions (sparse_prediction off)
+    (sp,) = res["speedups"]
+    assert _positive(sp["speedup"]) and 1.0 < sp["flop_bound"] < 2.0
+    # T=128 > the 65 positions of the window: counting the masked dense scores raises the bound
+    assert sp["flop_bound_masked_dense"] > sp["flop_bound"]
+    (v,) = res["vs_hf"]
+    assert _positive(v["ratio"]) and _positive(v["hf_tokens_per_s"])
+    md = modern_smoke.with_suffix(".md").read_text()
+    assert "transformers.ModernBertForMaskedLM" in md and "attention `sdpa`" in md and "sliding window" in md
+
+
+def test_modern_baseline_is_the_same_network():
+    """transformers' ModernBERT built by the bench (config.json of our export, our initial weights)
+    computes our model's loss on the first step: the comparison times the same network."""
+    from tokendrop.bench.steps import StepBuilder
+    from tokendrop.bench.workload import Setting
+
+    for sparse in (False, True):
+        cfg = make_preset("modern-smoke", overrides=["seq_lens=[96]", f"hf_sparse_prediction={str(sparse).lower()}"])
+        b = StepBuilder(cfg, torch.device("cpu"))
+        hf = b.hf()  # built from our dense model's initial weights, before either takes a step
+        assert hf.model.config.sparse_prediction is sparse
+        ours = b.runner(Setting("tokendrop", "dense", 0.0, 96, 2)).step()["loss"]
+        h = b.runner(Setting("hf", "dense", 0.0, 96, 2))
+        theirs = h.step()["loss"]
+        assert math.isfinite(float(ours)) and float(ours) > 1.0
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+        dense_flops = b.runner(Setting("tokendrop", "dense", 0.0, 96, 2)).flops
+        assert (h.flops == dense_flops) is sparse  # the head on the P slots only when sparse
+        assert b.info().hf_model == "transformers.ModernBertForMaskedLM" + (" (sparse_prediction)" if sparse else "")
+
+
+def test_modern_presets_and_sequence_limits():
+    cpu = make_preset("modern-cpu")
+    mc = cpu.model_config()
+    assert (mc.family, mc.num_layers, mc.hidden_size, mc.num_heads, mc.intermediate_size) == ("modernbert", 12, 256, 4, 384)
+    assert mc.local_attention == 128 and mc.resolved_layer_types().count("full_attention") == 4
+    assert [s.name for s in build_settings(cpu)] == ["T512/dense", "T512/drop-0.5", "T512/hf",
+                                                      "T1024/dense", "T1024/drop-0.5", "T1024/hf"]
+    assert cpu.batch_size(512) == 4 and cpu.batch_size(1024) == 2
+    gpu = make_preset("modern-gpu")
+    assert gpu.model_config().num_layers == 22 and gpu.model_config().intermediate_size == 1152
+    assert gpu.seq_lens == [512, 1024] and gpu.precision == "bf16"
+    with pytest.raises(ConfigError, match=r"bench.seq_lens: expected lengths in \[8, 512\] for model 'cpu-12x256'"):
+        make_preset("cpu-quick", overrides=["seq_lens=[1024]"])
+    with pytest.raises(ConfigError, match=r"model.document_attention"):
+        make_preset("modern-smoke", overrides=['document_attention="sometimes"'])
+    on = make_preset("modern-smoke", overrides=['document_attention="on"']).model_config()
+    assert on.uses_document_attention and on.sep_token_id == 3  # the synthetic batch's [SEP]

@@ -51,7 +51,7 @@ def ref_forward(model, ids, keep, mask, start, end, variant):
         if variant == "avg":
             pairs = [list(range(i, min(i + 2, T))) for i in range(0, T, 2)]
             pooled = torch.stack([h_in[p].mean(0) if len(p) == 2 else h_in[p[0]] for p in pairs])
-            pvalid = [any(valid[j] for j in p) for p in pairs]
+            pvalid = [all(valid[j] for j in p) for p in pairs]  # Funnel-Transformer: the mask is min-pooled
             pooled = ref_layer(layers[start], pooled, h_in, valid)
             for l in range(start + 1, end):
                 pooled = ref_layer(layers[l], pooled, pooled, pvalid)

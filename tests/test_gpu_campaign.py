@@ -42,7 +42,7 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     out = tmp_path / "out"
     p = _run_script(out, ["all"], DATA=str(tiny_data), GLUE=str(toy_glue))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    for name in ("env", "bench", "bench-compile", "pretrain", "quality"):
+    for name in ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern"):
         d = _part(out, name)
         assert d["ok"] and not d["error"] and not d["skipped"], (name, d["error"], d["skipped"], d["checks"])
         assert d["dry_run"] and d["wall_s"] < d["budget_s"]
@@ -56,6 +56,11 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     tries = [t for m in bench["data"]["max_batch"] for t in m["tries"]]
     assert {t["fits"] for t in tries} == {True, False}  # the memory limit stopped the search somewhere
     assert all(m["largest_fit"] >= 4 for m in bench["data"]["max_batch"])
+    modern = json.loads((out / "bench-modern-T128.json").read_text())
+    assert [s["name"] for s in modern["settings"]] == ["T128/dense", "T128/drop-0.5", "T128/hf"]
+    assert modern["info"]["hf_model"] == "transformers.ModernBertForMaskedLM"
+    assert modern["info"]["model"]["family"] == "modernbert"
+    assert "T128/drop-0.5" in (out / "bench-modern.md").read_text()
     comp = json.loads((out / "bench-compile-T32.json").read_text())
     assert comp["config"]["compile"] is True and comp["config"]["compile_backend"] == "eager"
     pre = _part(out, "pretrain")
@@ -106,7 +111,13 @@ def test_campaign_config_and_errors():
         campaign_config("dry", ["bench.seq_lens=[32, 64]"])
     with pytest.raises(ConfigError, match="unknown part 'benchmark'"):
         run_parts(campaign_config("dry"), ["benchmark"], "/nonexistent")
-    assert PARTS == ("env", "bench", "bench-compile", "pretrain", "quality")
+    assert PARTS == ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern")
+    m = gpu.modern
+    assert m.model == "modern-base" and m.seq_lens == [512, 1024] and m.vocab_size == 50368 and m.precision == "bf16"
+    dm = campaign_config("dry").modern
+    assert dm.model == "modern-tiny" and dm.seq_lens == [128] and dm.precision == "fp32"
+    with pytest.raises(ConfigError, match="modern.batch_sizes/modern.max_batch_caps: one per modern.seq_lens"):
+        campaign_config("dry", ["modern.seq_lens=[64, 128]"])
 
 
 def test_largest_batch_search_with_a_memory_limit():
@@ -139,3 +150,19 @@ def test_time_to_loss_and_plateau(tiny_data):
     assert time_to_loss(curve, 7.0) == 0.0 and time_to_loss(curve, 2.0) is None
     h = unigram_plateau(str(tiny_data))
     assert 0 < h < torch.log(torch.tensor(200.0)).item()  # below the uniform distribution's entropy
+
+
+def test_bench_modern_part_dry_run(tmp_path):
+    """The ModernBERT rows alone through the script (seconds): ours dense, 50% drop, transformers'."""
+    out = tmp_path / "out"
+    p = _run_script(out, ["bench-modern"])
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    d = _part(out, "bench-modern")
+    assert d["ok"] and not d["error"] and not d["skipped"], (d["error"], d["skipped"], d["checks"])
+    assert "[bench-modern] ok" in p.stdout
+    res = json.loads((out / "bench-modern-T128.json").read_text())
+    assert [s["name"] for s in res["settings"]] == ["T128/dense", "T128/drop-0.5", "T128/hf"]
+    assert res["info"]["hf_model"] == "transformers.ModernBertForMaskedLM"
+    assert res["config"]["model"] == "modern-tiny" and res["config"]["document_attention"] == "off"
+    assert "max_batch" not in d["data"]  # the [modern] table turns the largest-batch search off
+    assert any(c["name"].startswith("T=128: 50% drop faster") and c["ok"] is None for c in d["checks"])  # GPU-only

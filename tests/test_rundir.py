@@ -315,15 +315,15 @@ def test_two_pretrains_on_one_out_and_sigterm_exits_143(tiny_data, tmp_path):
 
 SLOW_SAVE = textwrap.dedent("""
     import os, sys, time
-    import tokendrop.checkpoint as ck
+    import safetensors.torch as st
     from tokendrop.cli import main
-    real = ck.save_file
+    real = st.save_file
     def slow_save(tensors, path, metadata=None):
         real(tensors, path)
         if os.path.exists(sys.argv[1]):  # the test asked for a slow checkpoint: hold it mid-write
             print("saving", flush=True)
             time.sleep(60)
-    ck.save_file = slow_save
+    st.save_file = slow_save
     raise SystemExit(main(sys.argv[2:]))
 """)
 

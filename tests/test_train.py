@@ -155,11 +155,11 @@ def test_resume_incompatible_config(tiny_data, tmp_path):
 KILL_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
-    import tokendrop.checkpoint as ck
+    import safetensors.torch as st
     from tokendrop.config import load_config
     from tokendrop.train import pretrain
 
-    real = ck.save_file
+    real = st.save_file
     calls = {"n": 0}
 
     def dying_save(tensors, path, metadata=None):
@@ -171,7 +171,7 @@ KILL_SCRIPT = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
         return real(tensors, path)
 
-    ck.save_file = dying_save
+    st.save_file = dying_save
     cfg = load_config("tiny", [f'data.path="{sys.argv[1]}"', "train.steps=8", "train.ckpt_every=4"])
     pretrain(cfg, sys.argv[2], progress=False)
     """

@@ -8,25 +8,32 @@ Layout of ``RUN_DIR/checkpoints/step-00001234/``:
 
 A checkpoint is written into a hidden temp dir beside its final name and renamed when complete, so
 a killed writer leaves only a ``.step-*.tmp-*`` dir that is ignored (and removed by the next
-writer).  ``load`` re-hashes the tensor files: a corrupt file is never taken as valid.
+writer).
+
+Every load of a tokendrop checkpoint goes through this module (:func:`load_verified` = :func:`find` +
+:func:`read_tensors`): a tensor file is read once and parsed only after the sha256 of exactly those
+bytes matched ``meta.json``; a missing, truncated or corrupt file or ``meta.json`` is a one-line
+:class:`CheckpointError` naming the file and the fix (an older checkpoint of the run that verifies,
+when there is one).  ``tokendrop verify PATH`` (:mod:`tokendrop.verify`) checks whole runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from . import __version__
 from .errors import TokendropError
-from .fsutil import atomic_directory, discard_dir
+from .fsutil import atomic_directory, discard_dir, write_safetensors
 from .rundir import atomic_write_json, latest_checkpoint
 
 
@@ -96,8 +103,8 @@ def save(
     final = ck_root / f"step-{step:08d}"
     with atomic_directory(final) as tmp:
         files = {}
-        save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(tmp / "model.safetensors"))
-        save_file(state_tensors, str(tmp / "state.safetensors"))
+        write_safetensors({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, tmp / "model.safetensors")
+        write_safetensors(state_tensors, tmp / "state.safetensors")
         for name in ("model.safetensors", "state.safetensors"):
             files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
         meta = dict(meta, step=step, files=files, version=__version__, git_revision=git_revision())
@@ -108,31 +115,177 @@ def save(
     return final
 
 
-def verify(ckpt: Path) -> dict[str, Any]:
-    """-> meta, after checking that every file is present with the recorded size and hash."""
+WEIGHT_FILES = ("model.safetensors", "state.safetensors")
+
+
+_HINTING = [False]
+
+
+def _fix(ckpt: Path) -> str:
+    """The fix to name for a bad checkpoint: an older one of the same run that verifies, if any."""
+    if ckpt.parent.name == "checkpoints" and not _HINTING[0]:
+        _HINTING[0] = True  # the older checkpoints' own errors need no hint
+        try:
+            for cand in sorted((c for c in ckpt.parent.iterdir() if c.name.startswith("step-") and c.name < ckpt.name),
+                               reverse=True):
+                try:
+                    verify(cand)
+                except CheckpointError:
+                    continue
+                return f"restore it from a backup, or use the older checkpoint {cand}"
+        finally:
+            _HINTING[0] = False
+    return "restore it from a backup or use another checkpoint (`tokendrop verify PATH` lists every problem)"
+
+
+def read_meta(ckpt: str | os.PathLike) -> dict[str, Any]:
+    """``ckpt/meta.json``, checked for the fields a checkpoint needs (``step``, ``config``, and ``files``
+    recording the size and sha256 of both tensor files); the tensor files are not read here."""
+    ckpt = Path(ckpt)
     mp = ckpt / "meta.json"
     if not mp.is_file():
-        raise CheckpointError(f"{ckpt}: incomplete checkpoint (no meta.json)")
+        raise CheckpointError(f"{ckpt}: not a complete checkpoint (no meta.json); use another checkpoint of the run")
     try:
-        meta = json.loads(mp.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{mp}: corrupt ({e})") from None
-    for name, info in meta.get("files", {}).items():
-        f = ckpt / name
-        if not f.is_file() or f.stat().st_size != info["bytes"] or _sha256(f) != info["sha256"]:
-            raise CheckpointError(f"{f}: missing or corrupt (size/hash differ from meta.json)")
-    if set(meta.get("files", {})) != {"model.safetensors", "state.safetensors"}:
-        raise CheckpointError(f"{ckpt}: incomplete checkpoint")
+        meta = json.loads(mp.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{mp}: corrupt (invalid JSON: {str(e).splitlines()[0]}); {_fix(ckpt)}") from None
+    except OSError as e:
+        raise CheckpointError(f"{mp}: unreadable ({e.strerror or e}); check its permissions") from None
+    files = meta.get("files") if isinstance(meta, dict) else None
+    if not isinstance(files, dict) or set(files) != set(WEIGHT_FILES) or not all(
+            isinstance(i, dict) and isinstance(i.get("bytes"), int) and not isinstance(i.get("bytes"), bool)
+            and isinstance(i.get("sha256"), str) for i in files.values()):
+        raise CheckpointError(f"{mp}: 'files' does not record the size and sha256 of {' and '.join(WEIGHT_FILES)} "
+                              f"(incomplete or edited); {_fix(ckpt)}")
+    step = meta.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(meta.get("config"), dict):
+        raise CheckpointError(f"{mp}: no valid 'step' (an integer >= 0) or 'config' table (incomplete or edited); "
+                              f"{_fix(ckpt)}")
     return meta
 
 
-latest = latest_checkpoint  # newest checkpoint that verifies: one function, in tokendrop.rundir
+def _check_file(ckpt: Path, name: str, meta: dict[str, Any], data: bytes | None = None) -> None:
+    info = meta["files"][name]
+    f = ckpt / name
+    if data is None and not f.is_file():
+        raise CheckpointError(f"{f}: missing (meta.json records it); {_fix(ckpt)}")
+    size = len(data) if data is not None else f.stat().st_size
+    if size != info["bytes"]:
+        raise CheckpointError(f"{f}: {size} bytes but meta.json records {info['bytes']} (truncated or corrupt); "
+                              f"{_fix(ckpt)}")
+    sha = hashlib.sha256(data).hexdigest() if data is not None else _sha256(f)
+    if sha != info["sha256"]:
+        raise CheckpointError(f"{f}: corrupt (sha256 {sha[:12]}... differs from {info['sha256'][:12]}... recorded in "
+                              f"meta.json); {_fix(ckpt)}")
 
 
-def load(ckpt: Path) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
-    """-> (meta, model state, training-state tensors)."""
-    meta = verify(ckpt)
-    return meta, load_file(str(ckpt / "model.safetensors")), load_file(str(ckpt / "state.safetensors"))
+def verify(ckpt: str | os.PathLike, files: tuple[str, ...] = WEIGHT_FILES) -> dict[str, Any]:
+    """-> meta, after checking meta.json and that each of ``files`` (default: both tensor files) has the
+    recorded size and sha256.  Raises :class:`CheckpointError` (one line naming the file and the fix)."""
+    ckpt = Path(ckpt)
+    meta = read_meta(ckpt)
+    for name in files:
+        _check_file(ckpt, name, meta)
+    return meta
+
+
+def _candidates(p: Path) -> list[Path]:
+    """A run dir's checkpoint dirs, newest first (at least one), or [p] for a checkpoint dir."""
+    if not p.is_dir():
+        raise CheckpointError(f"{p}: no such directory; expected a tokendrop run or checkpoint directory")
+    if (p / "meta.json").is_file() and not (p / "checkpoints").is_dir():
+        return [p]
+    root = p / "checkpoints"
+    cands = sorted((c for c in root.iterdir() if c.name.startswith("step-") and c.is_dir()), reverse=True) \
+        if root.is_dir() else []
+    if not cands:
+        raise CheckpointError(f"{p}: no checkpoint (expected a run directory with checkpoints/step-*/ or a "
+                              "checkpoint directory holding meta.json); train until the first checkpoint "
+                              "(train.ckpt_every) or pass another path")
+    return cands
+
+
+def find(path: str | os.PathLike, fallback: bool = False) -> Path:
+    """The checkpoint to load for ``path``: a checkpoint dir itself, or a run dir's newest checkpoint.
+
+    Without ``fallback`` only meta.json is checked here (the tensor files are hashed when they are
+    read), and a run dir's newest checkpoint must be intact: a bad one raises :class:`CheckpointError`
+    naming the file and an older checkpoint that verifies.  With ``fallback`` (``--resume``) bad
+    checkpoints are skipped with a warning on stderr and the newest one that verifies in full is taken."""
+    cands = _candidates(Path(path))
+    if not fallback:
+        read_meta(cands[0])
+        return cands[0]
+    first_error = None
+    for cand in cands:
+        try:
+            verify(cand)
+            return cand
+        except CheckpointError as e:
+            first_error = first_error or e
+            print(f"warning: skipping {e}", file=sys.stderr)
+    raise CheckpointError(f"{path}: no checkpoint that verifies ({first_error})")
+
+
+def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
+                 meta: dict[str, Any] | None = None) -> dict[str, Tensor]:
+    """The tensors of ``ckpt/name``, read once and parsed only after the sha256 of exactly those bytes
+    matched meta.json.  The one way a tokendrop checkpoint's tensors are read."""
+    from safetensors.torch import load as st_load
+
+    ckpt = Path(ckpt)
+    meta = read_meta(ckpt) if meta is None else meta
+    f = ckpt / name
+    try:
+        data = f.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"{f}: missing (meta.json records it); {_fix(ckpt)}") from None
+    except OSError as e:
+        raise CheckpointError(f"{f}: unreadable ({e.strerror or e}); check its permissions") from None
+    _check_file(ckpt, name, meta, data)
+    try:
+        return st_load(data)
+    except Exception as e:  # noqa: BLE001 -- SafetensorError and friends: hash matched, so meta.json was edited too
+        raise CheckpointError(f"{f}: not a readable safetensors file ({str(e).splitlines()[0] if str(e) else e!r}); "
+                              f"{_fix(ckpt)}") from None
+
+
+latest = latest_checkpoint  # newest checkpoint that verifies (None if none): tokendrop.rundir
+
+
+def load(ckpt: str | os.PathLike, state: bool = True) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
+    """-> (meta, model state, training-state tensors ({} unless ``state``)), every file verified."""
+    ckpt = Path(ckpt)
+    meta = read_meta(ckpt)
+    model = read_tensors(ckpt, "model.safetensors", meta)
+    return meta, model, (read_tensors(ckpt, "state.safetensors", meta) if state else {})
+
+
+def load_verified(path: str | os.PathLike, state: bool = False, fallback: bool = False
+                  ) -> tuple[Path, dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
+    """The shared verifying loader: a run or checkpoint dir -> (checkpoint dir, meta, model tensors,
+    state tensors ({} unless ``state``)); every file read is hashed against meta.json before it is
+    parsed.  ``fallback``: as :func:`find` (each file still read and hashed once)."""
+    cands = _candidates(Path(path))
+    if not fallback:
+        ck = find(path)
+        return (ck, *load(ck, state=state))
+    skipped: list[CheckpointError] = []
+    for cand in cands:
+        try:
+            found = (cand, *load(cand, state=state))
+        except CheckpointError as e:
+            skipped.append(e)
+            continue
+        for e in skipped:  # warned only when an older checkpoint is used instead (else: the one error below)
+            print(f"warning: skipping {e}", file=sys.stderr)
+        return found
+    raise CheckpointError(f"{path}: none of its {len(skipped)} checkpoint(s) verifies; the newest: {skipped[0]}")
+
+
+def weights_sha256(path: str | os.PathLike) -> str:
+    """The recorded sha256 of the model weights :func:`find` picks for ``path`` (not re-hashed)."""
+    return read_meta(find(path))["files"]["model.safetensors"]["sha256"]
 
 
 def rng_tensors(selector_state: Tensor | None) -> dict[str, Tensor]:

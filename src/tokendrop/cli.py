@@ -10,6 +10,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -57,13 +58,17 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
 
 
 def cmd_prepare(a: argparse.Namespace) -> int:
-    from .data import prepare
+    from .data import DataError, prepare
 
+    if a.workers < 1:
+        raise DataError(f"--workers: expected at least 1 worker process, got {a.workers}")
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
                       tokenizer=a.tokenizer, lowercase=a.lowercase, packed=not a.unpacked, eval_fraction=a.eval_fraction,
                       workers=a.workers, max_position_embeddings=a.max_positions, progress=not a.quiet,
                       text_field=a.text_field, overflow=a.overflow, overwrite=a.overwrite, seed=a.seed)
     print(json.dumps(summary, indent=1, default=str))
+    for w in summary.get("warnings", []):  # also in the summary and meta.json; said where a user sees it
+        print(f"warning: {w}", file=sys.stderr)
     return 0
 
 
@@ -77,15 +82,20 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 def cmd_flops(a: argparse.Namespace) -> int:
     from .config import load_config
-    from .flops import flop_ratio, step_flops
+    from .flops import describe_model, flop_ratio, step_flops
 
+    bad = [t for t in a.seq_len if t <= 0]
+    if bad:
+        from .config import ConfigError
+
+        raise ConfigError(f"--seq-len: expected positive sequence lengths, got {bad[0]}")
     cfg = load_config(a.config, a.overrides)
     rows = []
     for t in a.seq_len:
         dense = step_flops(cfg.model, t, cfg.train.batch_size, None)
         drop = step_flops(cfg.model, t, cfg.train.batch_size, cfg.drop)
         rows.append((t, dense.total, drop.total, flop_ratio(cfg.model, t, cfg.drop), flop_ratio(cfg.model, t, cfg.drop, True)))
-    print(f"model: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}; drop: {cfg.drop.method}/{cfg.drop.variant} "
+    print(f"model: {describe_model(cfg.model)}; drop: {cfg.drop.method}/{cfg.drop.variant} "
           f"rate {cfg.drop.rate} span {cfg.drop.span(cfg.model.num_layers)}; batch {cfg.train.batch_size}")
     print(f"{'T':>5} {'dense FLOPs/step':>18} {'drop FLOPs/step':>18} {'ratio':>7} {'encoder ratio':>14} {'bound speedup':>14}")
     for t, d, x, r, re in rows:
@@ -131,7 +141,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
         # a dry run proves the code paths: only errors fail it; a GPU run also fails on a failed check
         return 1 if any(r.error or (not r.ok and not ccfg.dry_run) for r in results) else 0
     from .bench import format_text, make_preset, run_bench, write_results
+    from .bench.report import check_results_path
+    from .config import ConfigError
 
+    if a.threads is not None and a.threads <= 0:
+        raise ConfigError(f"--threads: expected a positive number of threads, got {a.threads}")
+    if a.json:
+        check_results_path(a.json)  # before the run, not after minutes of timing
     overrides = list(a.overrides)
     if a.compile:
         overrides.append("compile=true")
@@ -163,6 +179,20 @@ def cmd_study(a: argparse.Namespace) -> int:
     from .study import run_study
 
     run_study(a.config, a.out, a.overrides, only=a.only, overwrite=a.overwrite)
+    return 0
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from .verify import verify_path
+
+    rep = verify_path(a.path)
+    for note in rep.notes:
+        print(f"{rep.path}: {note}")
+    for problem in rep.problems:
+        print(_error_line(problem), file=sys.stderr)
+    if rep.problems:
+        return 2
+    print(f"{rep.path}: ok ({rep.kind})")
     return 0
 
 
@@ -294,7 +324,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--examples", type=int, default=6)
     s.add_argument("--overwrite", action="store_true", help="replace an existing output directory (a previous inspect)")
     s.set_defaults(func=cmd_inspect)
+
+    s = sub.add_parser("verify", help="check a run, checkpoint, prepared-data or exported model dir in full (sha256)")
+    s.add_argument("path", help="a run dir, a checkpoint dir, a prepared-data dir or an exported (Hugging Face) dir")
+    s.set_defaults(func=cmd_verify)
     return p
+
+
+def _check_outputs(a: argparse.Namespace) -> None:
+    """Every writing command's output directory (``--out``, ``export``'s OUT_DIR) must not be a file:
+    refused before anything is read or written."""
+    from .rundir import RunDirError
+
+    for attr, flag in (("out", "--out"), ("out_dir", "OUT_DIR")):
+        v = getattr(a, attr, None)
+        if v and os.path.lexists(v) and not os.path.isdir(v):
+            raise RunDirError(f"{flag}: {v} exists and is not a directory; tokendrop never replaces a file with its "
+                              "output: choose another output directory")
+
+
+_DISK_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG") if hasattr(errno, n)}
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -310,9 +359,18 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C (atomic outputs clean up); pretrain's own handler checkpoints first
     old = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
+        _check_outputs(args)
         return int(args.func(args) or 0)
     except (TokendropError, FileNotFoundError) as e:  # every user-facing error class (errors.py)
         print(_error_line(e), file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno not in _DISK_ERRNOS:  # anything else is a bug: keep its traceback
+            raise
+        # disk full / quota / read-only while writing: the atomic writers have removed their temp
+        # files, every earlier output (the last checkpoint) is intact
+        print(f"error: {e.filename or 'write'}: {e.strerror or e}; nothing partial was kept (free space and run "
+              "the command again)", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # after the command's own clean-up: no traceback, no partial output
         signum = int(getattr(e, "signum", signal.SIGINT))
@@ -323,5 +381,24 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, old)
 
 
+def run() -> None:
+    """The console script and ``python -m tokendrop``: :func:`main`, then exit with its status.
+
+    An interrupted command (130/143) leaves through ``os._exit`` after flushing stdout/stderr: its
+    clean-up has run (checkpoint, temp dirs, locks), and CPython would otherwise sometimes replace
+    the status by killing itself with SIGINT at exit (its "unhandled KeyboardInterrupt" flag stays
+    set when the interrupt passed through code run by a C extension), so shells and schedulers saw
+    a signal death instead of 130 (found by the fault matrix, docs/reliability.md)."""
+    code = main()
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

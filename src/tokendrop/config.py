@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import tomllib
 import typing
@@ -32,8 +33,9 @@ class ConfigError(TokendropError, ValueError):
 # ----------------------------------------------------------------------------------------------
 # model
 
-MODEL_PRESETS: dict[str, dict[str, int]] = {
-    # name: (layers, hidden, heads); intermediate = 4 * hidden
+_MODERN = dict(family="modernbert", layer_norm_eps=1e-5, hidden_dropout=0.0, attention_dropout=0.0)
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    # BERT: (layers, hidden, heads); intermediate = 4 * hidden
     "bert-large": dict(num_layers=24, hidden_size=1024, num_heads=16),
     "bert-base": dict(num_layers=12, hidden_size=768, num_heads=12),
     "bert-small": dict(num_layers=4, hidden_size=512, num_heads=8),
@@ -41,18 +43,33 @@ MODEL_PRESETS: dict[str, dict[str, int]] = {
     "cpu-6x256": dict(num_layers=6, hidden_size=256, num_heads=4),
     "cpu-4x128": dict(num_layers=4, hidden_size=128, num_heads=2),
     "debug-4x64": dict(num_layers=4, hidden_size=64, num_heads=2),
+    # ModernBERT (answerdotai/ModernBERT-base / -large shapes; GeGLU intermediate as in their configs)
+    "modern-large": dict(num_layers=28, hidden_size=1024, num_heads=16, intermediate_size=2624,
+                         max_position_embeddings=8192, **_MODERN),
+    "modern-base": dict(num_layers=22, hidden_size=768, num_heads=12, intermediate_size=1152,
+                        max_position_embeddings=8192, **_MODERN),
+    "modern-tiny": dict(num_layers=4, hidden_size=64, num_heads=2, intermediate_size=96, local_attention=64,
+                        max_position_embeddings=512, **_MODERN),  # tests and the golden curve
 }
+MODEL_FAMILIES = ("bert", "modernbert")
+LAYER_TYPES = ("full_attention", "sliding_attention")
+DOCUMENT_ATTENTION = ("auto", "on", "off")
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 
 
 @dataclass
 class ModelConfig:
-    """BERT hyper-parameters, named as in ``transformers.BertConfig`` where one exists."""
+    """Encoder hyper-parameters, named as in ``transformers.BertConfig`` / ``ModernBertConfig``
+    where one exists.
 
-    # The shape (num_layers, hidden_size, num_heads, intermediate_size): a field given explicitly
-    # (non-zero) always wins; a field left at 0 comes from ``preset`` (bert-base without one), and
-    # intermediate_size from 4 * hidden_size.  One rule, on every path (``ModelConfig(...)``, TOML,
-    # ``--set``): ``ModelConfig(preset="bert-base", num_layers=6)`` has 6 layers.
+    The shape (num_layers, hidden_size, num_heads, intermediate_size) and everything else a preset
+    names (a modern-* preset also sets family, max_position_embeddings, layer_norm_eps, dropout): a
+    field given explicitly (different from its default) always wins; a field left at its default
+    comes from ``preset`` (bert-base without one), and intermediate_size from 4 * hidden_size.  One
+    rule, on every path (``ModelConfig(...)``, TOML, ``--set``): ``ModelConfig(preset="bert-base",
+    num_layers=6)`` has 6 layers.
+    """
+
     preset: str = ""
     # continued pretraining: a Hugging Face BERT dir, a tokendrop run/checkpoint dir or a hub name.
     # The shape then comes from the source's config.json (tokendrop.init_source); init_sha256 is
@@ -71,6 +88,25 @@ class ModelConfig:
     attention_dropout: float = 0.1
     initializer_range: float = 0.02
     pad_token_id: int = 0
+    # [SEP]: packed rows hold one [SEP] between consecutive documents (document attention);
+    # -1 = take it from the prepared data (pretraining), from config.json (a Hugging Face source)
+    sep_token_id: int = -1
+    # the encoder family: "bert" (tokendrop.model, post-LN BERT) | "modernbert" (tokendrop.modern:
+    # pre-LN without biases, GeGLU, rotary positions, alternating global / sliding-window attention)
+    family: str = "bert"
+    # packed rows: each token attends only within its own document (its [SEP] included);
+    # auto = on for modernbert (as ModernBERT trains), off for bert.  MLM pretraining/eval only.
+    document_attention: str = "auto"
+    # modernbert only (transformers.ModernBertConfig names): rotary bases of the global and the
+    # sliding-window layers; the window (a token sees keys within local_attention // 2 positions on
+    # each side); layer i is global if i % global_attn_every_n_layers == 0 unless layer_types lists
+    # "full_attention" / "sliding_attention" per layer; LayerNorm biases (norm_bias; BERT has them)
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
+    layer_types: list[str] = field(default_factory=list)
+    norm_bias: bool = False
 
     def __post_init__(self) -> None:
         """Resolve the shape: explicit field > ``preset`` > bert-base; then ``preset`` is cleared
@@ -78,12 +114,28 @@ class ModelConfig:
         name = self.preset or DEFAULT_MODEL_PRESET
         if name not in MODEL_PRESETS:
             raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
         for k, v in MODEL_PRESETS[name].items():
-            if not getattr(self, k):
+            if getattr(self, k) == defaults[k]:
                 setattr(self, k, v)
         if not self.intermediate_size:
             self.intermediate_size = 4 * self.hidden_size
         self.preset = ""
+
+    def resolved_layer_types(self) -> list[str]:
+        """Per layer "full_attention" | "sliding_attention" (modernbert): ``layer_types`` or the
+        pattern from ``global_attn_every_n_layers``."""
+        if self.layer_types:
+            return list(self.layer_types)
+        n = max(1, self.global_attn_every_n_layers)
+        return ["full_attention" if i % n == 0 else "sliding_attention" for i in range(self.num_layers)]
+
+    @property
+    def uses_document_attention(self) -> bool:
+        """Per-document attention in MLM pretraining (``document_attention`` with auto resolved)."""
+        if self.document_attention == "auto":
+            return self.family == "modernbert"
+        return self.document_attention == "on"
 
     def validate(self) -> None:
         if self.vocab_size < 0:
@@ -99,6 +151,26 @@ class ModelConfig:
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name}: expected a probability in [0, 1), got {getattr(self, name)}")
+        if self.family not in MODEL_FAMILIES:
+            raise ConfigError(f"model.family: unknown family {self.family!r}; expected one of {', '.join(MODEL_FAMILIES)}")
+        if self.document_attention not in DOCUMENT_ATTENTION:
+            raise ConfigError(f"model.document_attention: expected one of {', '.join(DOCUMENT_ATTENTION)}, "
+                              f"got {self.document_attention!r}")
+        for i, t in enumerate(self.layer_types):
+            if t not in LAYER_TYPES:
+                raise ConfigError(f"model.layer_types[{i}]: unknown layer type {t!r}; expected one of {', '.join(LAYER_TYPES)}")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ConfigError(f"model.layer_types: {len(self.layer_types)} entries for model.num_layers={self.num_layers}; "
+                              "expected one per layer (or [] for the global_attn_every_n_layers pattern)")
+        for name in ("local_attention", "global_attn_every_n_layers"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
+        for name in ("global_rope_theta", "local_rope_theta"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ConfigError(f"model.{name}: expected a positive rotary base, got {getattr(self, name)}")
+        if self.family == "modernbert" and (self.hidden_size // self.num_heads) % 2:
+            raise ConfigError(f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be even for "
+                              "rotary positions (family modernbert)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,6 +255,12 @@ class DropConfig:
             raise ConfigError(f"drop.beta: expected a value in (0, 1), got {self.beta}")
         if not 0.0 <= self.half_random_frac < 1.0:
             raise ConfigError(f"drop.half_random_frac: expected a fraction in [0, 1), got {self.half_random_frac}")
+        if self.method == "half_random" and self.half_random_frac > 1.0 - self.rate:
+            # J = int(frac T) random slots must fit in the M = round((1 - rate) T) kept ones, for every T
+            raise ConfigError(
+                f"drop.half_random_frac: {self.half_random_frac} random slots per token is more than the kept share "
+                f"1 - drop.rate = {1.0 - self.rate:g}; expected half_random_frac <= {1.0 - self.rate:g} "
+                "(lower drop.half_random_frac or drop.rate)")
         if self.importance_init not in IMPORTANCE_INITS:
             raise ConfigError(f"drop.importance_init: unknown {self.importance_init!r}; expected one of {', '.join(IMPORTANCE_INITS)}")
         if self.importance_init_batches <= 0:
@@ -245,6 +323,9 @@ class TrainConfig:
     # initialised head alone (encoder frozen) for this many steps before the schedule starts
     head_warmup_steps: int = 100
     head_warmup_lr: float = 1e-3
+    # a step whose gradient norm is not finite is skipped (no update; counted and logged); this many
+    # in a row stop the run with an error (its weights are never saved as a checkpoint)
+    max_nonfinite_steps: int = 3
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
@@ -254,10 +335,20 @@ class TrainConfig:
             raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.head_warmup_steps < 0:
             raise ConfigError(f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}")
-        if not self.head_warmup_lr > 0:
+        if not (math.isfinite(self.head_warmup_lr) and self.head_warmup_lr > 0):
             raise ConfigError(f"train.head_warmup_lr: expected a positive learning rate, got {self.head_warmup_lr}")
-        if self.lr <= 0:
-            raise ConfigError(f"train.lr: expected a positive learning rate, got {self.lr}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"train.lr: expected a positive, finite learning rate, got {self.lr}")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            raise ConfigError(f"train.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got {self.grad_clip}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(f"train.weight_decay: expected a finite value >= 0, got {self.weight_decay}")
+        if not (0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0):
+            raise ConfigError(f"train.adam_beta1/adam_beta2: expected values in [0, 1), got {self.adam_beta1}, {self.adam_beta2}")
+        if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):
+            raise ConfigError(f"train.adam_eps: expected a positive, finite value, got {self.adam_eps}")
+        if self.max_nonfinite_steps < 1:
+            raise ConfigError(f"train.max_nonfinite_steps: expected a positive integer, got {self.max_nonfinite_steps}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ConfigError(f"train.precision: expected auto, fp32 or bf16, got {self.precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -325,10 +416,12 @@ class FinetuneConfig:
     log_every: int = 50  # optimizer steps between progress lines (0 = silent)
 
     def validate(self) -> "FinetuneConfig":
-        if self.epochs <= 0:
-            raise ConfigError(f"finetune.epochs: expected > 0, got {self.epochs}")
-        if self.lr <= 0:
-            raise ConfigError(f"finetune.lr: expected > 0, got {self.lr}")
+        if not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ConfigError(f"finetune.epochs: expected a finite number > 0, got {self.epochs}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"finetune.lr: expected a positive, finite learning rate, got {self.lr}")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            raise ConfigError(f"finetune.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got {self.grad_clip}")
         if self.batch_size <= 0:
             raise ConfigError(f"finetune.batch_size: expected > 0, got {self.batch_size}")
         if self.eval_batch_size <= 0:

@@ -100,7 +100,9 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
 
 
 def _init_time(run: Path) -> float:
-    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    from .metrics import read_metrics
+
+    recs = read_metrics(run)
     return sum(r.get("seconds", 0.0) for r in recs if r.get("event") == "init_done")
 
 

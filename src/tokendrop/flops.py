@@ -1,29 +1,85 @@
-"""Analytic FLOPs of a training step (docs/design.md §2.6, the paper's appendix).
+"""Analytic FLOPs of a training step (docs/design.md §2.6, the paper's appendix), for both encoder
+families (``model.family``: ``bert`` and ``modernbert``).
 
 Counted: matrix multiplications (2 FLOPs per multiply-add) of the encoder layers, the attention
 score/value products, and the MLM head on the prediction slots; backward = 2 x forward.
-LayerNorm, GELU, softmax, embeddings and the optimizer are ignored (a few percent at most).
+Element-wise work is ignored (a few percent at most): LayerNorm, GELU/GeGLU's product, softmax,
+the embeddings (BERT's position/token-type additions; ModernBERT has neither), ModernBERT's final
+norm and its rotary embedding (~3 FLOPs per element of q and k, i.e. ~6 T d per layer, under 0.1%
+of a layer at the base shape), and the optimizer.
 
-A layer with n query rows and N key/value rows costs, per sequence,
+A layer with n query rows, N key/value rows and k keys per query costs, per sequence,
     Q + O projections:   2 * 2 n d^2
     K, V projections:    2 * 2 N d^2
-    FFN (d -> f -> d):   2 * 2 n d f
-    scores + weighted V: 2 * 2 n N d
-which for n = N = T and f = 4d is the familiar 24 T d^2 + 4 T^2 d.
+    FFN, BERT (d -> f -> d):              2 * 2 n d f
+    FFN, ModernBERT GeGLU (d -> 2f, f -> d): 2 * 3 n d f
+    scores + weighted V: 2 * 2 n k d
+which for BERT with n = N = k = T and f = 4d is the familiar 24 T d^2 + 4 T^2 d.
+
+Keys per query: a full-attention layer attends to all N rows (k = N).  A ModernBERT sliding-window
+layer (``local_attention`` = w: keys within w//2 positions on each side, as Hugging Face's mask) lets
+a query see at most W = 2 (w//2) + 1 positions; when the N rows are N of the sequence's T positions
+(kept rows inside the drop span; the window is measured in original positions) a query sees on
+average W N / T of them, so k = min(N, ceil(W N / T)) -- min(T, W) for a dense layer.  The
+sequence's ends (where a window is cut short) and per-document attention in packed rows (which
+depends on the data) are not subtracted: the count is per full window.  ``masked_dense_local=True``
+counts sliding-window layers as full attention instead: what a kernel that applies the window as a
+mask on dense T x T scores executes (SDPA with a mask, as on CPU).
+
 Half layers (inside the drop span): the first has n = M, N = T; the others n = N = M, except the
 ``pass`` variant (N = T: dropped rows stay keys/values) ; ``avg`` uses M = ceil(T/2).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .config import DropConfig, ModelConfig
 
+FULL, SLIDING = "full_attention", "sliding_attention"
 
-def layer_flops(n: int, kv_rows: int, d: int, f: int) -> int:
-    """Forward FLOPs of one encoder layer for one sequence."""
-    return 4 * n * d * d + 4 * kv_rows * d * d + 4 * n * d * f + 4 * n * kv_rows * d
+
+def layer_flops(n: int, kv_rows: int, d: int, f: int, keys: int | None = None, glu: bool = False) -> int:
+    """Forward FLOPs of one encoder layer for one sequence: ``n`` query rows, ``kv_rows`` key/value
+    rows, ``keys`` keys per query (default: all ``kv_rows``), FFN width ``f`` (GeGLU when ``glu``)."""
+    k = kv_rows if keys is None else keys
+    ffn = (6 if glu else 4) * n * d * f
+    return 4 * n * d * d + 4 * kv_rows * d * d + ffn + 4 * n * k * d
+
+
+def is_modern(model: ModelConfig) -> bool:
+    return model.family == "modernbert"
+
+
+def layer_types(model: ModelConfig) -> list[str]:
+    """Each layer's attention: ``full_attention`` or ``sliding_attention`` (BERT: all full;
+    ModernBERT: ``ModelConfig.resolved_layer_types``)."""
+    return model.resolved_layer_types() if is_modern(model) else [FULL] * model.num_layers
+
+
+def window_positions(model: ModelConfig) -> int:
+    """W: the positions a sliding-window query may see (itself and local_attention//2 on each side)."""
+    return 2 * (model.local_attention // 2) + 1
+
+
+def keys_per_query(model: ModelConfig, layer_type: str, kv_rows: int, seq_len: int,
+                   masked_dense_local: bool = False) -> int:
+    """k for one layer whose ``kv_rows`` key/value rows are that many of the ``seq_len`` positions."""
+    if layer_type != SLIDING or masked_dense_local:
+        return kv_rows
+    return min(kv_rows, math.ceil(window_positions(model) * kv_rows / seq_len))
+
+
+def describe_model(model: ModelConfig) -> str:
+    """One line naming what the FLOP model counts for ``model``, e.g. for ``tokendrop flops``."""
+    d, f, layers = model.hidden_size, model.intermediate_size, model.num_layers
+    if not is_modern(model):
+        return f"bert: {layers} layers, d={d}, FFN f={f}"
+    types = layer_types(model)
+    local = types.count(SLIDING)
+    return (f"modernbert: {layers} layers ({layers - local} global, {local} sliding-window "
+            f"{model.local_attention}: <= {window_positions(model)} keys per query), d={d}, GeGLU f={f}")
 
 
 @dataclass
@@ -53,31 +109,42 @@ def step_flops(
     drop: DropConfig | None = None,
     num_predictions: int | None = None,
     dropping: bool = True,
+    masked_dense_local: bool = False,
 ) -> StepFlops:
-    """FLOPs of one optimizer step (forward + backward) with or without dropping."""
+    """FLOPs of one optimizer step (forward + backward) with or without dropping, either family.
+
+    ``num_predictions``: P, the MLM head's rows (default round(0.15 T)); ``masked_dense_local``:
+    count sliding-window layers as full attention (module docstring)."""
     d, f, t, layers = model.hidden_size, model.intermediate_size, seq_len, model.num_layers
+    glu = is_modern(model)
+    types = layer_types(model)
     p = round(0.15 * t) if num_predictions is None else num_predictions
+
+    def cost(i: int, n: int, kv: int) -> int:
+        return layer_flops(n, kv, d, f, keys_per_query(model, types[i], kv, t, masked_dense_local), glu)
+
     enc = 0
     if drop is None or not drop.enabled or not dropping:
-        enc = layers * layer_flops(t, t, d, f)
+        enc = sum(cost(i, t, t) for i in range(layers))
     else:
         start, end = drop.span(layers)
         m = drop.num_kept(t)
         for i in range(layers):
             if i < start or i >= end:
-                enc += layer_flops(t, t, d, f)
+                enc += cost(i, t, t)
             elif i == start or drop.variant == "pass":
-                enc += layer_flops(m, t, d, f)
+                enc += cost(i, m, t)
             else:
-                enc += layer_flops(m, m, d, f)
-    head = 2 * p * d * d + 2 * p * d * model.vocab_size
+                enc += cost(i, m, m)
+    head = 2 * p * d * d + 2 * p * d * model.vocab_size  # dense d -> d, then the decoder d -> V
     return StepFlops(encoder=enc, head=head, batch_size=batch_size)
 
 
-def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only: bool = False) -> float:
+def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only: bool = False,
+               masked_dense_local: bool = False) -> float:
     """FLOPs with dropping / FLOPs of the dense model (1 / the best possible speedup)."""
-    a = step_flops(model, seq_len, 1, drop)
-    b = step_flops(model, seq_len, 1, None)
+    a = step_flops(model, seq_len, 1, drop, masked_dense_local=masked_dense_local)
+    b = step_flops(model, seq_len, 1, None, masked_dense_local=masked_dense_local)
     if encoder_only:
         return a.encoder / b.encoder
     return a.total / b.total

@@ -87,6 +87,16 @@ def remove_stale_temp_dirs(parent: Path, prefix: str) -> list[Path]:
     return removed
 
 
+def _ordinary_modes(root: Path, umask: int) -> None:
+    """Give the files a writer created private (safetensors writes 0600) the mode of an ordinary
+    new file (0666 less the umask), so the result honours the user's umask like any other output."""
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o666 & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> Iterator[Path]:
     """Yield a fresh temp dir beside ``out_dir`` (named ``prefix*``, default ``.NAME.tmp-*``) after
@@ -104,7 +114,27 @@ def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> I
         (tmp / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         yield tmp
         (tmp / _OWNER).unlink(missing_ok=True)
+        _ordinary_modes(tmp, umask)
         replace_dir(tmp, out, prefix)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_file``, whose I/O failures (disk full, quota, file too large) surface as
+    an ``OSError`` with the errno (safetensors raises its own ``SafetensorError`` for them), so every
+    writer's disk-full handling (``cli.main``, the checkpoint writer) sees them."""
+    import re
+
+    from safetensors import SafetensorError
+    from safetensors import torch as st  # looked up per call (tests patch safetensors.torch.save_file)
+
+    try:
+        st.save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as e:
+        m = re.search(r"os error (\d+)", str(e))
+        if m is None:
+            raise
+        code = int(m.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from .config import ModelConfig
 from .errors import TokendropError
-from .fsutil import atomic_directory
+from .fsutil import atomic_directory, write_safetensors
 from .rundir import latest_checkpoint, lock, prepare_output, write_marker
 
 _LAYER_MAP = [  # (ours, hf) inside bert.encoder.layer(s).{i}.
@@ -149,7 +148,6 @@ _NOT_BERT = {
     "roberta": "RoBERTa (no token types, positions offset by the padding index, a BPE tokenizer)",
     "xlm-roberta": "XLM-RoBERTa (RoBERTa's layout)",
     "camembert": "CamemBERT (RoBERTa's layout)",
-    "modernbert": "ModernBERT (rotary positions, GeGLU, pre-LayerNorm, no biases)",
     "distilbert": "DistilBERT (other weight names, no token types)",
     "albert": "ALBERT (factorised embeddings, shared layers)",
     "electra": "ELECTRA (separate embedding size, other weight names)",
@@ -165,6 +163,10 @@ def model_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Model
     """A BERT ``config.json`` -> our ModelConfig.  Whatever our model cannot reproduce exactly is a
     one-line InteropError naming the field (never silently ignored)."""
     mt = d.get("model_type", "bert")  # configs converted from Google's bert_config.json have none
+    if mt == "modernbert":  # the second family (tokendrop.modern)
+        from .hf_modern import modern_config_from_hf
+
+        return modern_config_from_hf(d, where)
     if mt != "bert":
         what = _NOT_BERT.get(str(mt), f"model_type {mt!r}")
         raise InteropError(f"{where}: model_type {mt!r} is not BERT: {what} cannot be loaded into tokendrop's "
@@ -270,21 +272,32 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
     ``kind``: mark the directory as that kind of tokendrop output (``tokendrop.rundir``)."""
     from .model import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
 
-    arch = {
-        BertForMaskedLM: "BertForMaskedLM",
-        BertForSequenceClassification: "BertForSequenceClassification",
-        BertForQuestionAnswering: "BertForQuestionAnswering",
-    }.get(type(model), "BertModel")
     cfg: ModelConfig = model.config
-    sd = to_hf({k: v.float().cpu() for k, v in model.state_dict().items()})
-    d = hf_config_dict(cfg, [arch])
-    if arch == "BertForSequenceClassification":
+    if cfg.family == "modernbert":
+        from .hf_modern import ARCHITECTURES, modern_hf_config_dict, to_hf_modern
+        from .model import task_of
+
+        arch = ARCHITECTURES[task_of(model)]
+        sd = to_hf_modern({k: v.float().cpu() for k, v in model.state_dict().items()})
+        d = modern_hf_config_dict(cfg, [arch])
+    else:
+        arch = {
+            BertForMaskedLM: "BertForMaskedLM",
+            BertForSequenceClassification: "BertForSequenceClassification",
+            BertForQuestionAnswering: "BertForQuestionAnswering",
+        }.get(type(model), "BertModel")
+        sd = to_hf({k: v.float().cpu() for k, v in model.state_dict().items()})
+        d = hf_config_dict(cfg, [arch])
+    if arch.endswith("ForSequenceClassification"):
         d["num_labels"] = model.num_labels
         d["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
         d["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
     d = _export_config(base_config, d)
+    if cfg.family == "modernbert":  # else transformers' defaults (50281) name ids outside a smaller vocabulary
+        for k in ("bos_token_id", "cls_token_id"):
+            d.setdefault(k, None)
     with atomic_directory(out_dir) as tmp:
-        save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        write_safetensors(sd, tmp / "model.safetensors", metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(d, indent=2))
         copy_tokenizer(tokenizer, tmp, cfg.max_position_embeddings)
         if kind:
@@ -334,6 +347,10 @@ def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]
         raise InteropError(f"{p}: not a model directory (no config.json)")
     src = resolve_init_source(str(p))
     raw = read_source_tensors(src)
+    if src.model.family == "modernbert":  # transformers' names are ours (tokendrop.hf_modern)
+        from .hf_modern import normalise_modern_names
+
+        return src.model, {c: raw[k] for c, k in normalise_modern_names(list(raw)).items() if c != "decoder.weight"}
     return src.model, from_hf({c: raw[k] for c, k in normalise_hf_names(list(raw))[0].items()})
 
 
@@ -350,7 +367,9 @@ def load_pretrained(path: str | os.PathLike, cls: type, **head_kwargs: Any) -> t
     if not p.exists():
         raise InteropError(f"{p}: no such model directory")
     src = resolve_init_source(str(p))
-    model = cls(src.model, **head_kwargs)
+    from .model import build_model, task_of
+
+    model = build_model(src.model, task=task_of(cls), **head_kwargs)  # the family's class for cls's task
     report = load_source_weights(src, model)
     tok = src.tokenizer_dir if src.tokenizer_dir is not None and (src.tokenizer_dir / "vocab.txt").is_file() else None
     return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh, "source": src.kind,
@@ -373,7 +392,7 @@ def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> Pat
     from .model import BertForMaskedLM
 
     model, info = load_pretrained(checkpoint, BertForMaskedLM)
-    if any(k.startswith("mlm.") for k in info["fresh"]):
+    if any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
         raise InteropError(f"{checkpoint}: no MLM head weights to export")
     tok = info["tokenizer"]
     if info["source"] == "tokendrop":  # a continued run: the source's tokenizer files, kept in RUN/source/

@@ -72,6 +72,9 @@ class TokenSelector(nn.Module):
         self.seq_len = seq_len
         self.num_kept = drop.num_kept(seq_len)
         self.num_random = int(drop.half_random_frac * seq_len) if drop.method == "half_random" else 0
+        if self.num_random > self.num_kept:  # DropConfig.validate refuses this for every T; a direct caller too
+            raise ConfigError(f"drop.half_random_frac: {self.num_random} random slots exceed the {self.num_kept} kept "
+                              f"positions of T={seq_len} at drop.rate={drop.rate}; lower half_random_frac or drop.rate")
         pinned = [special_ids[k] for k in ("cls", "sep", "mask") if k in special_ids]
         pinned += list(extra_pinned_ids or [])
         self.register_buffer("pinned_ids", torch.tensor(sorted(set(pinned)), dtype=torch.long), persistent=False)
@@ -152,10 +155,12 @@ class TokenSelector(nn.Module):
     # -- update -----------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def update(self, labels: Tensor, nll: Tensor, weights: Tensor) -> None:
+    def update(self, labels: Tensor, nll: Tensor, weights: Tensor, valid: Tensor | None = None) -> None:
         """m_i <- beta m_i + (1 - beta) mean(loss of id i in this step), for ids seen in real slots.
 
         labels/nll/weights: (B, P) original ids, per-slot NLL, 1/0 slot weights (any leading shape).
+        valid: a 0-dim bool tensor (same on every rank); False leaves ``m`` unchanged (a skipped,
+        non-finite step), decided on the device without a host synchronisation.
         """
         if self.method not in ("cumulative", "half_random"):
             return
@@ -169,6 +174,8 @@ class TokenSelector(nn.Module):
             dist.all_reduce(stats)
         sums, counts = stats
         seen = counts > 0
+        if valid is not None:
+            seen = seen & valid
         mean = sums / counts.clamp(min=1.0)
         self.scores.copy_(torch.where(seen, self.beta * self.scores + (1.0 - self.beta) * mean, self.scores))
         self._repin()

@@ -319,10 +319,16 @@ def _resolve_hf(source: str, p: Path) -> InitSource:
     cfg = model_config_from_hf(d, str(cj))
     hashed, files, fmt, sharded = _weight_files(p)
     sha, shapes = _scan(files, fmt, sharded)
-    canon, prefixed = normalise_hf_names(list(shapes))
-    _check_hf_tensors(hashed, canon, shapes, prefixed, cfg)
+    if cfg.family == "modernbert":  # transformers.ModernBertForMaskedLM / ModernBertModel (tokendrop.hf_modern)
+        from .hf_modern import check_modern_tensors, normalise_modern_names
+
+        layout = check_modern_tensors(hashed, normalise_modern_names(list(shapes)), shapes, cfg)
+    else:
+        canon, prefixed = normalise_hf_names(list(shapes))
+        _check_hf_tensors(hashed, canon, shapes, prefixed, cfg)
+        layout = _hf_layout(canon, prefixed)
     tok = p if any((p / n).is_file() for n in ("vocab.txt", "tokenizer.json")) else None
-    return InitSource(source=source, path=p, kind="huggingface", layout=_hf_layout(canon, prefixed), model=cfg,
+    return InitSource(source=source, path=p, kind="huggingface", layout=layout, model=cfg,
                       weights_file=hashed, sha256=sha, tokenizer_dir=tok, hf_config=d, weights_files=files,
                       weights_format=fmt)
 
@@ -331,17 +337,13 @@ def _resolve_tokendrop(source: str, p: Path) -> InitSource:
     from . import checkpoint as ckpt_mod
     from .config import from_dict
 
-    if (p / "checkpoints").is_dir():
-        ck = ckpt_mod.latest(p)
-        if ck is None:
-            raise InitError(f"{p}: no checkpoint that verifies under {p / 'checkpoints'} (missing, incomplete or "
-                            "corrupt); pass another checkpoint or run")
-        run = p
-    else:
-        ck = p
-        run = p.parent.parent if p.parent.name == "checkpoints" else p
     try:
-        meta = ckpt_mod.verify(ck)
+        ck = ckpt_mod.find(p)  # the shared verifying loader (tokendrop.checkpoint): a run's newest checkpoint
+    except ckpt_mod.CheckpointError as e:
+        raise InitError(str(e)) from None
+    run = p if ck != p else (p.parent.parent if p.parent.name == "checkpoints" else p)
+    try:
+        meta = ckpt_mod.verify(ck, files=("model.safetensors",))
         model_d = meta["config"]["model"]
         cfg = from_dict(ModelConfig, {k: v for k, v in model_d.items() if k != "preset"})
         sha = meta["files"]["model.safetensors"]["sha256"]
@@ -389,7 +391,8 @@ def resolve_init_source(source: str) -> InitSource:
 # the [model] section
 
 _ARCH_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size",
-                "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id")
+                "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id",
+                "family", "global_rope_theta", "local_rope_theta", "local_attention", "layer_types", "norm_bias")
 _TRAINING_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range")
 
 
@@ -434,6 +437,11 @@ def model_section_from_init(model: dict, where: str = "model") -> dict:
         if key in _ARCH_FIELDS:
             if key == "vocab_size" and val == 0:
                 continue
+            if isinstance(shape[key], (str, list, bool)):  # family, layer_types, norm_bias
+                if val != shape[key]:
+                    raise ConfigError(f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = {shape[key]!r}; "
+                                      f"remove {where}.{key} (the architecture comes from the init source)")
+                continue
             a, b = _num(val), _num(shape[key])
             if a is None:
                 out[key] = val  # wrong type: the config loader reports it
@@ -471,18 +479,64 @@ def _fresh_init(model: nn.Module, names: list[str], std: float) -> None:
 
 def read_source_tensors(src: InitSource) -> dict[str, Tensor]:
     """Every tensor of the source, as named in its file, after checking the sha256 of the bytes parsed."""
-    files = src.weights_files or [src.weights_file]
-    sd, sha = _read_tensors(files, src.weights_format, sharded=src.weights_file not in files)
+    if src.kind == "tokendrop":  # through the shared verifying loader: hashed against meta.json, then parsed
+        from . import checkpoint as ckpt_mod
+
+        try:
+            meta = ckpt_mod.read_meta(src.path)
+            sd = ckpt_mod.read_tensors(src.path, "model.safetensors", meta)
+        except ckpt_mod.CheckpointError as e:
+            raise InitError(str(e)) from None
+        sha = meta["files"]["model.safetensors"]["sha256"]
+    else:
+        files = src.weights_files or [src.weights_file]
+        sd, sha = _read_tensors(files, src.weights_format, sharded=src.weights_file not in files)
     if sha != src.sha256:
         raise InitError(f"{src.weights_file}: sha256 is now {sha}, not {src.sha256} as when {src.source!r} was "
                         "resolved (model.init_sha256); the file changed: check it, then start again")
     return sd
 
 
+def match_tensors(own: dict[str, Tensor], values: dict[str, Tensor], canon: dict[str, str], required: tuple[str, ...],
+                  task_heads: tuple[str, ...], where: Any, shape_name: str, notes: list[str]
+                  ) -> tuple[dict[str, Tensor], list[str]]:
+    """Match a model's tensors ``own`` with a file's ``values`` (both in the same naming; ``canon``
+    maps it back to the file's names for messages) -> (tensors to load, names initialised fresh).
+
+    Both families' loaders use this.  A tensor the file lacks is fresh unless it starts with one
+    of ``required`` (the encoder: an error); a shape mismatch is an error except for ``task_heads``
+    (a classifier of another label count: fresh, noted); non-float tensors are errors.  The file's
+    dtype is kept (the caller's ``load_state_dict`` casts)."""
+    take: dict[str, Tensor] = {}
+    fresh: list[str] = []
+    for name, t in own.items():
+        if name not in values:
+            if name.startswith(required):
+                raise InitError(f"{where}: encoder tensor {name} is missing")
+            fresh.append(name)
+            continue
+        v = values[name]
+        if tuple(v.shape) != tuple(t.shape):
+            if name.startswith(task_heads):
+                fresh.append(name)
+                notes.append(f"{canon[name]}: shape {list(v.shape)} in the file, {list(t.shape)} here: initialised fresh")
+                continue
+            raise InitError(f"{where}: tensor {canon[name]} has shape {list(v.shape)} in the file but "
+                            f"{list(t.shape)} in the model ({shape_name})")
+        if not v.is_floating_point():
+            raise InitError(f"{where}: tensor {canon[name]} has dtype {v.dtype}, expected floating point")
+        take[name] = v
+    return take, fresh
+
+
 def load_source_weights(src: InitSource, model: nn.Module) -> InitReport:
     """Load ``src``'s weights into any of our model classes (BertForMaskedLM, -SequenceClassification,
     -QuestionAnswering).  Encoder tensors must all be there with the right shape; the pooler and heads
     missing from the file are initialised as BERT does and listed in ``fresh``."""
+    if model.config.family == "modernbert":  # transformers' own names (tokendrop.hf_modern)
+        from .hf_modern import load_modern_weights
+
+        return load_modern_weights(src, model)
     where = src.weights_file
     sd = read_source_tensors(src)
     std = model.config.initializer_range
@@ -500,25 +554,8 @@ def load_source_weights(src: InitSource, model: nn.Module) -> InitReport:
         own = to_hf(own_ours)
         to_ours = {k: next(iter(from_hf({k: v}))) for k, v in own.items()
                    if not re.match(r"bert\.encoder\.layer\.\d+\.attention\.self\.(key|value)\.", k)}
-    take: dict[str, Tensor] = {}
-    fresh_src: list[str] = []
-    for name, t in own.items():
-        if name not in values:
-            if name.startswith(_REQUIRED):  # resolution checked this; the file may have changed since
-                raise InitError(f"{where}: encoder tensor {name} is missing")
-            fresh_src.append(name)
-            continue
-        v = values[name]
-        if tuple(v.shape) != tuple(t.shape):
-            if name.startswith(_TASK_HEADS):
-                fresh_src.append(name)
-                notes.append(f"{canon[name]}: shape {list(v.shape)} in the file, {list(t.shape)} here: initialised fresh")
-                continue
-            raise InitError(f"{where}: tensor {canon[name]} has shape {list(v.shape)} in the file but "
-                            f"{list(t.shape)} in the model ({_shape_name(src.model)})")
-        if not v.is_floating_point():
-            raise InitError(f"{where}: tensor {canon[name]} has dtype {v.dtype}, expected floating point")
-        take[name] = v
+    # resolution checked the encoder tensors; the file may have changed since
+    take, fresh_src = match_tensors(own, values, canon, _REQUIRED, _TASK_HEADS, where, _shape_name(src.model), notes)
     # every tensor of the file: used, ignored on purpose, or unexpected
     unexpected: list[str] = []
     has_mlm = any(k.startswith(("mlm.", "cls.predictions.")) for k in own)
@@ -582,10 +619,8 @@ def load_init_weights(src: InitSource, model: nn.Module) -> InitReport:
     Verifies the weights' sha256 again (on the bytes parsed), requires every encoder tensor, starts a
     missing MLM head as BERT does (decoder tied to the word embeddings) and reports what was fresh,
     unexpected and ignored."""
-    from .model import BertForMaskedLM
-
-    if not isinstance(model, BertForMaskedLM):
-        raise TypeError(f"load_init_weights: expected tokendrop.model.BertForMaskedLM, got {type(model).__name__}")
+    if getattr(type(model), "task", None) != "mlm":
+        raise TypeError(f"load_init_weights: expected an MLM model (tokendrop.model.build_model), got {type(model).__name__}")
     want = dataclasses.asdict(src.model)
     have = dataclasses.asdict(model.config)
     for k in _ARCH_FIELDS:

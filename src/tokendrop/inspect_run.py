@@ -84,15 +84,16 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     if not path.is_dir():
         raise InspectError(f"{path}: not a directory; expected a run directory written by `tokendrop pretrain`")
     if (path / "meta.json").is_file() and path.parent.name == "checkpoints":
-        ckpt_mod.verify(path)
+        ckpt_mod.verify(path, files=("model.safetensors",))  # the shared verifying loader (state: when read)
         return path.parent.parent, path
     if not (path / "checkpoints").is_dir() and not (path / "config.toml").is_file():
         raise InspectError(f"{path}: not a tokendrop run directory (no config.toml, no checkpoints/); "
                            "expected the --out directory of `tokendrop pretrain` or `tokendrop study`'s runs/NAME")
-    last = ckpt_mod.latest(path)
-    if last is None:
-        raise InspectError(f"{path}: the run has no complete checkpoint yet (checkpoints/step-*/ missing or corrupt); "
+    if not (path / "checkpoints").is_dir() or not any(c.name.startswith("step-") for c in (path / "checkpoints").iterdir()):
+        raise InspectError(f"{path}: the run has no complete checkpoint yet (checkpoints/step-*/ missing); "
                            "inspect it after its first checkpoint (train.ckpt_every)")
+    last = ckpt_mod.find(path)  # its newest checkpoint; a corrupt one is an error naming the file, never skipped
+    ckpt_mod.verify(last, files=("model.safetensors",))  # state.safetensors: verified when read
     return path, last
 
 
@@ -124,25 +125,25 @@ def seen_mask(scores: np.ndarray, pinned: np.ndarray, method: str, init_score: f
 
 def load_run(run_dir: str | os.PathLike) -> RunView:
     """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be inspected."""
-    from safetensors import safe_open
-
     from .config import Config, from_dict
     from .data.tokenizer import SPECIAL_KEYS, read_vocab
 
+    from . import checkpoint as ckpt_mod
+
     run, ckpt = _find_checkpoint(Path(run_dir))
+    meta = ckpt_mod.read_meta(ckpt)
     try:
-        meta = json.loads((ckpt / "meta.json").read_text())
-        cfg = from_dict(Config, meta["config"])
-    except (OSError, ValueError, KeyError) as e:
+        cfg = from_dict(Config, meta["config"], resolve_init=False)
+    except (ValueError, KeyError) as e:
         raise InspectError(f"{ckpt}/meta.json: unreadable run config ({e})") from None
     reason = _no_selection_reason(cfg)
     if reason:
         raise InspectError(f"{run}: {reason}")
-    with safe_open(str(ckpt / "state.safetensors"), framework="pt") as f:
-        if "importance" not in f.keys():
-            raise InspectError(f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
-                               f"drop.method = {cfg.drop.method} should have one -- was the checkpoint written by tokendrop?")
-        scores = f.get_tensor("importance").float().numpy()
+    state = ckpt_mod.read_tensors(ckpt, "state.safetensors", meta)  # hashed against meta.json, then parsed
+    if "importance" not in state:
+        raise InspectError(f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
+                           f"drop.method = {cfg.drop.method} should have one -- was the checkpoint written by tokendrop?")
+    scores = state["importance"].float().numpy()
     vocab_file = run / "tokenizer" / "vocab.txt"
     data_path = cfg.data.path if cfg.data.path and (Path(cfg.data.path) / "meta.json").is_file() else None
     notes: list[str] = []

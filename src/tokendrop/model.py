@@ -26,6 +26,7 @@ Shapes: B batch, T sequence, M kept rows, P prediction slots, d hidden, V vocabu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -71,11 +72,12 @@ def avg_pool_rows(x: Tensor) -> Tensor:
 
 
 def avg_pool_mask(mask: Tensor) -> Tensor:
-    """(B, T) 1/0 attention mask -> (B, ceil(T/2)): a pooled row is valid if either row is."""
+    """(B, T) 1/0 attention mask -> (B, ceil(T/2)): a pooled row is valid only if both its rows are
+    (min pooling, as Funnel-Transformer pools its attention mask; docs/design.md §2.2)."""
     b, t = mask.shape
     if t % 2:
         mask = torch.cat([mask, mask[:, -1:]], dim=1)
-    return mask.reshape(b, -1, 2).amax(dim=2)
+    return mask.reshape(b, -1, 2).amin(dim=2)
 
 
 def upsample_rows(x: Tensor, seq_len: int) -> Tensor:
@@ -155,12 +157,100 @@ class Layer(nn.Module):
         return self.ffn(self.attn(x, x if kv_in is None else kv_in, attn_bias))
 
 
-def attention_bias(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    """(B, N) 1 = attend / 0 = padding -> additive (B, 1, 1, N) bias, or None when no padding."""
-    if mask is None:
-        return None
-    bias = (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-    return bias
+def attention_bias(
+    mask: Tensor | None,
+    dtype: torch.dtype,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    q_doc: Tensor | None = None,
+    k_doc: Tensor | None = None,
+    window: int | None = None,
+) -> Tensor | None:
+    """The one attention-mask builder (both families): an additive bias, or None when nothing is masked.
+
+    ``mask`` (B, N) 1 = attend / 0 = padding is the keys' validity.  Without document ids and window
+    the bias is (B, 1, 1, N) -- the dense path materialises nothing beyond padding.  With
+    ``q_doc``/``k_doc`` (B, n)/(B, N) document ids (per-document attention) and/or ``window`` with
+    ``q_pos``/``k_pos`` (original positions of the query and key rows, (B or 1, n)/(B or 1, N)) it is
+    (B or 1, 1, n, N): query i may attend key j iff key j is valid, ``q_doc[i] == k_doc[j]`` and
+    ``|q_pos[i] - k_pos[j]| <= window``.  Rows that travel through token dropping carry their
+    document ids and positions with them (:class:`Rows`), so kept rows are masked by where they
+    were, not by where they sit among the kept rows.
+
+    The bias is 0 where attended and the most negative finite value of the dtype the attention runs
+    in -- the autocast dtype when autocast is on (bf16/fp16), else ``dtype`` -- where masked.  Built
+    with ``masked_fill`` (no ``0 * min`` products) and in that dtype, so autocast's cast of the mask
+    never turns it into -inf (a fully masked row would then give NaN) and no value overflows."""
+    allowed = None
+    if q_doc is not None and k_doc is not None:
+        allowed = q_doc[:, :, None] == k_doc[:, None, :]  # (B, n, N)
+    if window is not None:
+        near = (q_pos[:, :, None] - k_pos[:, None, :]).abs() <= window
+        allowed = near if allowed is None else allowed & near
+    if allowed is None:
+        if mask is None:
+            return None
+        keep = mask[:, None, None, :].to(torch.bool)  # (B, 1, 1, N)
+    else:
+        if mask is not None:
+            allowed = allowed & mask[:, None, :].to(torch.bool)
+        keep = allowed[:, None]  # (B, 1, n, N)
+    if torch.is_autocast_enabled(keep.device.type):
+        dtype = torch.get_autocast_dtype(keep.device.type)
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
+    """(B, T) packed rows -> (B, T) document index within each row; padding gets -1.
+
+    Prepared rows concatenate documents with exactly one [SEP] between consecutive ones and special
+    ids never occur inside documents (tokendrop.data.prepare), so a row's documents are the runs
+    ending at each [SEP]: the [SEP] belongs to the document it closes (a row's leading [CLS] to its
+    first document)."""
+    is_sep = (input_ids == sep_id).to(torch.long)
+    doc = torch.cumsum(is_sep, dim=1) - is_sep
+    return doc.masked_fill(input_ids == pad_id, -1)
+
+
+@dataclass
+class Rows:
+    """What travels with a set of rows through dropping: key validity (B, n) 1/0, document ids (B, n)
+    and original positions (B or 1, n); None where unused.  ``gather`` / ``pooled`` follow
+    :func:`gather_rows` / :func:`avg_pool_rows`."""
+
+    valid: Tensor | None = None
+    doc: Tensor | None = None
+    pos: Tensor | None = None
+
+    def gather(self, keep_idx: Tensor) -> "Rows":
+        b = keep_idx.shape[0]
+
+        def g(t: Tensor | None) -> Tensor | None:
+            return None if t is None else gather_rows(t.expand(b, -1), keep_idx)
+
+        return Rows(g(self.valid), g(self.doc), g(self.pos))
+
+    def pooled(self) -> "Rows":
+        """avg variant: a pooled row is valid if both its rows are; its document and position are
+        its first row's."""
+        return Rows(None if self.valid is None else avg_pool_mask(self.valid),
+                    None if self.doc is None else self.doc[:, ::2], None if self.pos is None else self.pos[:, ::2])
+
+
+class MaskCache:
+    """Biases of one forward pass, built once per (query rows, key rows, window) and reused by every
+    layer that needs the same one."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+        self._cache: dict[tuple, tuple] = {}
+
+    def __call__(self, q: Rows, k: Rows, window: int | None = None) -> Tensor | None:
+        key = (id(q), id(k), window)
+        if key not in self._cache:  # the Rows are kept alive with their bias, so ids stay unique
+            bias = attention_bias(k.valid, self.dtype, q.pos, k.pos, q.doc, k.doc, window)
+            self._cache[key] = (q, k, bias)
+        return self._cache[key][2]
 
 
 @dataclass(frozen=True)
@@ -178,6 +268,43 @@ class DropSpan:
         return cls(start, end, drop.variant)
 
 
+def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: Tensor | None, call) -> Tensor:
+    """The layer schedule of docs/design.md §2.2, shared by both families.
+
+    ``call(layer, h, kv_in, q_rows, k_rows) -> h``: run one layer on query rows ``h`` (described by
+    ``q_rows``) with keys/values ``kv_in`` (None = ``h`` itself; described by ``k_rows``).
+    x: (B, T, d); keep_idx: (B, M) ascending positions (drop/pass/layer_rearranged)."""
+    if span is None:
+        for layer in layers:
+            x = call(layer, x, None, rows, rows)
+        return x
+    for layer in layers[: span.start]:
+        x = call(layer, x, None, rows, rows)
+    x_in = x  # (B, T, d) span-entry states; dropped rows leave the span with these
+    half = layers[span.start : span.end]
+    if span.variant == "avg":
+        h = avg_pool_rows(x_in)  # (B, T', d), T' = ceil(T/2)
+        pooled = rows.pooled()
+        h = call(half[0], h, x_in, pooled, rows)
+        for layer in half[1:]:
+            h = call(layer, h, None, pooled, pooled)
+        x = upsample_rows(h, x_in.shape[1]) + x_in
+    else:
+        assert keep_idx is not None, "keep_idx is required for the drop/pass/layer_rearranged variants"
+        h = gather_rows(x_in, keep_idx)  # (B, M, d)
+        kept = rows.gather(keep_idx)
+        h = call(half[0], h, x_in, kept, rows)  # first half layer: all T rows as keys/values
+        for layer in half[1:]:
+            if span.variant == "pass":  # K/V: kept rows now + dropped rows frozen at entry
+                h = call(layer, h, scatter_rows(x_in, h, keep_idx), kept, rows)
+            else:
+                h = call(layer, h, None, kept, kept)
+        x = scatter_rows(x_in, h, keep_idx)  # (B, T, d), order preserved
+    for layer in layers[span.end :]:
+        x = call(layer, x, None, rows, rows)
+    return x
+
+
 class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -189,39 +316,13 @@ class Encoder(nn.Module):
         attention_mask: Tensor | None = None,
         span: DropSpan | None = None,
         keep_idx: Tensor | None = None,
+        doc_ids: Tensor | None = None,
     ) -> Tensor:
-        # x: (B, T, d); attention_mask: (B, T) or None; keep_idx: (B, M) ascending positions
-        bias = attention_bias(attention_mask, x.dtype)
-        if span is None:
-            for layer in self.layers:
-                x = layer(x, attn_bias=bias)
-            return x
-        layers = self.layers
-        for layer in layers[: span.start]:
-            x = layer(x, attn_bias=bias)
-        x_in = x  # (B, T, d) span-entry states; dropped rows leave the span with these
-        half = layers[span.start : span.end]
-        if span.variant == "avg":
-            h = avg_pool_rows(x_in)  # (B, T', d), T' = ceil(T/2)
-            pooled_bias = None if attention_mask is None else attention_bias(avg_pool_mask(attention_mask), x.dtype)
-            h = half[0](h, kv_in=x_in, attn_bias=bias)
-            for layer in half[1:]:
-                h = layer(h, attn_bias=pooled_bias)
-            x = upsample_rows(h, x_in.shape[1]) + x_in
-        else:
-            assert keep_idx is not None, "keep_idx is required for the drop/pass/layer_rearranged variants"
-            h = gather_rows(x_in, keep_idx)  # (B, M, d)
-            kept_bias = None if attention_mask is None else attention_bias(gather_rows(attention_mask, keep_idx), x.dtype)
-            h = half[0](h, kv_in=x_in, attn_bias=bias)
-            for layer in half[1:]:
-                if span.variant == "pass":  # K/V: kept rows now + dropped rows frozen at entry
-                    h = layer(h, kv_in=scatter_rows(x_in, h, keep_idx), attn_bias=bias)
-                else:
-                    h = layer(h, attn_bias=kept_bias)
-            x = scatter_rows(x_in, h, keep_idx)  # (B, T, d), order preserved
-        for layer in layers[span.end :]:
-            x = layer(x, attn_bias=bias)
-        return x
+        # x: (B, T, d); attention_mask: (B, T) or None; keep_idx: (B, M) ascending positions;
+        # doc_ids: (B, T) per-document attention (document_ids) or None
+        masks = MaskCache(x.dtype)
+        return run_layers(self.layers, x, Rows(attention_mask, doc_ids), span, keep_idx,
+                          lambda layer, h, kv, q, k: layer(h, kv_in=kv, attn_bias=masks(q, k)))
 
 
 class Pooler(nn.Module):
@@ -233,19 +334,25 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(x[:, 0]))  # (B, d) from [CLS]
 
 
+def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
+    """Both families' encoders start here: ``cfg`` validated (its vocabulary resolved), and the
+    dropping span (None when ``drop`` is off)."""
+    cfg.validate()
+    if cfg.vocab_size <= 0:
+        raise ValueError("model.vocab_size: must be resolved (> 0) before the model is built")
+    return DropSpan.from_config(drop, cfg.num_layers) if drop is not None and drop.enabled else None
+
+
 class BertModel(nn.Module):
     """Embeddings + encoder + pooler.  ``span`` is the dropping layout used when dropping is on."""
 
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
         super().__init__()
-        cfg.validate()
-        if cfg.vocab_size <= 0:
-            raise ValueError("model.vocab_size: must be resolved (> 0) before the model is built")
+        self.span = encoder_span(cfg, drop)
         self.config = cfg
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)
         self.pooler = Pooler(cfg)
-        self.span = DropSpan.from_config(drop, cfg.num_layers) if drop is not None and drop.enabled else None
 
     def forward(
         self,
@@ -254,11 +361,13 @@ class BertModel(nn.Module):
         token_type_ids: Tensor | None = None,
         keep_idx: Tensor | None = None,
         drop_active: bool = False,
+        doc_ids: Tensor | None = None,
     ) -> Tensor:
-        """-> final hidden states (B, T, d).  Dropping only when training and requested."""
+        """-> final hidden states (B, T, d).  Dropping only when training and requested; ``doc_ids``
+        (B, T) (:func:`document_ids`): each token attends only within its own document."""
         x = self.embeddings(input_ids, token_type_ids)
         active = self.training and self.span is not None and (keep_idx is not None or drop_active)
-        return self.encoder(x, attention_mask, self.span if active else None, keep_idx if active else None)
+        return self.encoder(x, attention_mask, self.span if active else None, keep_idx if active else None, doc_ids)
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -296,10 +405,13 @@ class MLMHead(nn.Module):
 class BertForMaskedLM(nn.Module):
     """BERT + MLM head evaluated on the prediction slots only."""
 
+    task = "mlm"
+
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
         super().__init__()
         self.bert = BertModel(cfg, drop)
         self.mlm = MLMHead(cfg, self.bert.embeddings.word_embeddings)
+        self.document_attention = check_document_attention(cfg)
         init_weights(self, cfg.initializer_range)
 
     @property
@@ -315,8 +427,11 @@ class BertForMaskedLM(nn.Module):
         keep_idx: Tensor | None = None,
         drop_active: bool = False,
     ) -> Tensor:
-        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None."""
-        h = self.bert(input_ids, attention_mask, token_type_ids, keep_idx, drop_active)
+        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None.  With
+        ``model.document_attention`` on, tokens attend only within their document of the packed row."""
+        cfg = self.config
+        doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
+        h = self.bert(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
         if mlm_positions is not None:
             h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
         return self.mlm(h)
@@ -328,6 +443,8 @@ class BertForMaskedLM(nn.Module):
 
 class BertForSequenceClassification(nn.Module):
     """Pooler ([CLS], tanh) + dropout + linear classifier, as ``transformers``."""
+
+    task = "classification"
 
     def __init__(self, cfg: ModelConfig, num_labels: int = 2):
         super().__init__()
@@ -348,6 +465,8 @@ class BertForSequenceClassification(nn.Module):
 
 class BertForQuestionAnswering(nn.Module):
     """Span QA: a linear layer to start/end logits on every position, as ``transformers``."""
+
+    task = "qa"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -371,12 +490,62 @@ def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def check_document_attention(cfg: ModelConfig) -> bool:
+    """Whether an MLM model of ``cfg`` uses per-document attention; it needs the [SEP] id."""
+    if not cfg.uses_document_attention:
+        return False
+    if cfg.sep_token_id < 0:
+        from .config import ConfigError
+
+        raise ConfigError("model.sep_token_id: document attention (model.document_attention = "
+                          f"{cfg.document_attention!r}, family {cfg.family!r}) needs the [SEP] id that separates "
+                          "documents in packed rows; set model.sep_token_id (pretraining takes it from the prepared "
+                          "data) or model.document_attention = \"off\"")
+    return True
+
+
+TASKS = ("mlm", "classification", "qa")
+
+
+def build_model(cfg: ModelConfig, drop: DropConfig | None = None, task: str = "mlm", **head_kwargs) -> nn.Module:
+    """The one entry point for building a model: ``cfg.family`` (bert -> this module, modernbert ->
+    ``tokendrop.modern``) and ``task``: "mlm" (pretraining; ``drop`` applies), "classification"
+    (``num_labels``) or "qa".  Every family's classes share one interface (forward signature,
+    ``config``, ``mlm_nll``)."""
+    if task not in TASKS:
+        raise ValueError(f"build_model: unknown task {task!r}; expected one of {', '.join(TASKS)}")
+    if cfg.family == "modernbert":
+        from . import modern
+
+        classes = {"mlm": modern.ModernBertForMaskedLM, "classification": modern.ModernBertForSequenceClassification,
+                   "qa": modern.ModernBertForQuestionAnswering}
+    else:
+        classes = {"mlm": BertForMaskedLM, "classification": BertForSequenceClassification,
+                   "qa": BertForQuestionAnswering}
+    if task == "mlm":
+        return classes[task](cfg, drop)
+    return classes[task](cfg, **head_kwargs)
+
+
+def task_of(model_or_class: Any) -> str:
+    """"mlm" | "classification" | "qa" for any family's model class (or instance)."""
+    cls = model_or_class if isinstance(model_or_class, type) else type(model_or_class)
+    task = getattr(cls, "task", None)
+    if task not in TASKS:
+        raise ValueError(f"{cls.__name__}: not a tokendrop model class")
+    return task
+
+
 __all__ = [
     "BertModel",
     "BertForMaskedLM",
     "BertForSequenceClassification",
     "BertForQuestionAnswering",
     "DropSpan",
+    "Rows",
+    "attention_bias",
+    "build_model",
+    "document_ids",
     "gather_rows",
     "scatter_rows",
     "avg_pool_rows",

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .rundir import atomic_file, atomic_write_text, read_metrics
+from .metrics import read_metrics
+from .rundir import atomic_file, atomic_write_text
 
 
 

@@ -74,8 +74,10 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(name)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the result is an ordinary file
         yield tmp
+        # mkstemp makes 0600, and a writer may have replaced the temp file with its own (safetensors
+        # does): the published file gets the mode of an ordinary new file (0666 less the umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -305,20 +307,11 @@ def latest_checkpoint(path: str | os.PathLike) -> Path | None:
     return None
 
 
-def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of ``RUN_DIR/metrics.jsonl`` (``tokendrop.metrics``)."""
-    from .metrics import read_metrics as _read
-
-    return _read(Path(run_dir))
-
-
-def append_metrics(run_dir: str | os.PathLike, rec: dict[str, Any]) -> None:
-    """Append one record to ``RUN_DIR/metrics.jsonl``."""
-    from .metrics import append_record
-
-    append_record(Path(run_dir) / "metrics.jsonl", rec)
+# the one reader/writer of metrics.jsonl lives in tokendrop.metrics; re-exported here as part of
+# the run-directory API
+from .metrics import append_record, read_metrics, truncate_metrics  # noqa: E402
 
 
 __all__ = ["MARKER", "KINDS", "RunDirError", "Interrupted", "atomic_file", "atomic_write_bytes", "atomic_write_text",
            "atomic_write_json", "read_marker", "write_marker", "create", "prepare_output", "discard", "abandon", "lock",
-           "lock_path", "latest_checkpoint", "read_metrics", "append_metrics", "atomic_directory"]
+           "lock_path", "latest_checkpoint", "read_metrics", "append_record", "truncate_metrics", "atomic_directory"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ from .flops import step_flops
 from .continued import warm_start
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
-from .model import BertForMaskedLM, num_parameters
+from .model import BertForMaskedLM, build_model, num_parameters
 
 
 class TrainingError(TokendropError, RuntimeError):
@@ -175,16 +176,28 @@ class MLMStep:
                 correct = ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum()
                 sums += torch.stack([(nll.detach() * w).sum(), correct])
             all_nll.append(nll.detach())
-        gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.train.grad_clip)
-        self.opt.step()
+        if self.cfg.train.grad_clip > 0:
+            gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.train.grad_clip)
+        else:  # train.grad_clip = 0: no clipping (as in fine-tuning); the norm is still measured
+            gnorm = torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None])
+        # a non-finite gradient norm (the same on every rank: DDP has all-reduced the gradients)
+        # skips the step: no weight, moment or importance update.  Decided on the device: the fused
+        # AdamW kernel takes the flag (as under a GradScaler); an unfused one needs the host.
+        finite = torch.isfinite(gnorm)
+        if self.opt.defaults.get("fused"):
+            self.opt.found_inf = (~finite).to(torch.float32)
+            self.opt.step()
+        elif bool(finite):
+            self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         if dropping and self.select and self.selector is not None:
             self.selector.update(
-                torch.cat([mb["mlm_labels"] for mb in micro]), torch.cat(all_nll), torch.cat([mb["mlm_weights"] for mb in micro])
+                torch.cat([mb["mlm_labels"] for mb in micro]), torch.cat(all_nll), torch.cat([mb["mlm_weights"] for mb in micro]),
+                valid=finite,
             )
         if self.ddp is not None:
             dist.all_reduce(sums)
-        return {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm}
+        return {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm, "finite": finite}
 
 
 @torch.no_grad()
@@ -203,8 +216,11 @@ def evaluate_mlm(model: BertForMaskedLM, batches, device: torch.device, amp_dtyp
         w = mb["mlm_weights"]
         tot += torch.stack([(nll * w).sum(), ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum(), w.sum()]).double().cpu()
     model.train(was_training)
-    n = max(tot[2].item(), 1.0)
-    return {"eval_loss": tot[0].item() / n, "eval_acc": tot[1].item() / n, "eval_slots": int(tot[2].item())}
+    n = tot[2].item()
+    if n <= 0:  # never report a loss of 0.0 for an evaluation that saw nothing
+        raise TrainingError("evaluation: the held-out split gave no prediction slots (empty eval split?); "
+                            "prepare the data with a larger --eval-fraction or more text")
+    return {"eval_loss": tot[0].item() / n, "eval_acc": tot[1].item() / n, "eval_slots": int(n)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,8 +247,8 @@ class PretrainResult:
 
 # keys whose change makes a resume meaningless
 _RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.start", "drop.end", "drop.beta",
-                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "data.path", "data.mask_prob",
-                 "train.batch_size", "train.seed")
+                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "data.mask_prob",
+                 "train.batch_size", "train.seed")  # data.path: check_resume_data (the data may move)
 
 
 def _get(d: dict, dotted: str) -> Any:
@@ -252,6 +268,29 @@ def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
             raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
 
 
+def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:
+    """The data a run resumes on must be the data it was trained on: equal fingerprints
+    (``PreparedData.fingerprint``, recorded in every checkpoint), wherever it lies now.  A checkpoint
+    without a fingerprint (older versions) needs the same directory."""
+    old_path, new_path = str(_get(meta["config"], "data.path")), str(cfg.data.path)
+    recorded = meta.get("data_fingerprint")
+    if not isinstance(recorded, dict):
+        if os.path.abspath(old_path) != os.path.abspath(new_path):
+            raise TrainingError(f"--resume: data.path changed from {old_path!r} to {new_path!r} and the checkpoint "
+                                "records no data fingerprint to check the moved data against (written by an older "
+                                "version); resume with the original data.path")
+        return
+    now = data.fingerprint()
+    diff = [k for k in recorded if recorded[k] != now.get(k)]
+    if diff:
+        def show(v: Any) -> str:
+            return f"{v[:12]}..." if isinstance(v, str) and len(v) > 16 else repr(v)
+
+        raise TrainingError(f"--resume: {new_path} is not the data this run was trained on ({old_path}): "
+                            + ", ".join(f"{k} {show(now.get(k))} here but {show(recorded[k])} recorded" for k in diff)
+                            + "; pass --set data.path=DIR naming the run's prepared data")
+
+
 def _open_data(cfg: Config, new_run: bool = True):
     from .data import PreparedData
 
@@ -265,6 +304,11 @@ def _open_data(cfg: Config, new_run: bool = True):
         check_vocabulary(resolve_init_source(cfg.model.init), data)
     if cfg.model.vocab_size == 0:
         cfg.model.vocab_size = data.vocab_size
+    if cfg.model.sep_token_id < 0:  # document boundaries of the packed rows (model.document_attention)
+        cfg.model.sep_token_id = int(data.special_ids["sep"])
+    elif cfg.model.uses_document_attention and cfg.model.sep_token_id != int(data.special_ids["sep"]):
+        raise ConfigError(f"model.sep_token_id: {cfg.model.sep_token_id} but {cfg.data.path} separates documents with "
+                          f"[SEP] = {data.special_ids['sep']}; remove model.sep_token_id (it comes from the data)")
     if data.vocab_size != cfg.model.vocab_size:
         raise ConfigError(
             f"data.path: {cfg.data.path} was prepared with a vocabulary of {data.vocab_size} ids but "
@@ -276,6 +320,13 @@ def _open_data(cfg: Config, new_run: bool = True):
         raise ConfigError(
             f"data.path: T={data.seq_len} exceeds model.max_position_embeddings={cfg.model.max_position_embeddings}"
         )
+    pad = data.special_ids.get("pad")
+    if new_run and pad is not None and cfg.model.pad_token_id != pad:
+        # the pad id comes from the data's vocabulary (the embedding's padding row, the export's config)
+        if cfg.model.pad_token_id != 0 and not cfg.model.init:
+            raise ConfigError(f"model.pad_token_id: {cfg.model.pad_token_id}, but [PAD] is id {pad} in the vocabulary of "
+                              f"{cfg.data.path}; leave model.pad_token_id unset (the data's id is used)")
+        cfg.model.pad_token_id = pad
     return data
 
 
@@ -385,18 +436,28 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         raise ConfigError(f"train.micro_batch_size: {micro_bs} does not divide the per-rank batch {per_rank}")
     accum = per_rank // micro_bs
 
+    if resume and cfg.data.path and not os.path.isdir(cfg.data.path):
+        where = (f"is relative and not found from {os.getcwd()}; resume from the directory the run was started in, or"
+                 if not os.path.isabs(cfg.data.path) else "is not there any more; if the data moved,")
+        raise TrainingError(f"--resume: data.path {cfg.data.path!r} {where} pass --set data.path=DIR (accepted when "
+                            "its fingerprint equals the one the run recorded)")
+    for sec, key in ((cfg.data, "path"), (cfg.drop, "counts_path")):  # recorded absolute: --resume from any cwd
+        if getattr(sec, key):
+            setattr(sec, key, os.path.abspath(getattr(sec, key)))
     data = _open_data(cfg, new_run=not resume)
+    data_fp = data.fingerprint()
     T = data.seq_len
 
     # -- run directory / resume ---------------------------------------------------------------------
     meta_in: dict[str, Any] | None = None
     mode = "new"
     if resume:
-        last = rundir.latest_checkpoint(run_dir) if (run_dir / "checkpoints").is_dir() else None
-        if last is None:
-            raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints")
-        meta_in, model_sd, state_sd = ckpt_mod.load(last)
+        try:  # the shared verifying loader; a bad checkpoint is skipped with a warning naming its file
+            last, meta_in, model_sd, state_sd = ckpt_mod.load_verified(run_dir, state=True, fallback=True)
+        except ckpt_mod.CheckpointError as e:
+            raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})") from None
         check_resume_compatible(meta_in["config"], to_dict(cfg))
+        check_resume_data(meta_in, cfg, data)
     elif dd.main:
         mode = rundir.prepare_output(run_dir, "run", overwrite, error=TrainingError, resumable=False,
                                      inputs=[cfg.data.path, cfg.model.init, cfg.drop.counts_path])
@@ -416,16 +477,19 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
 
     # -- model, selector, optimizer -----------------------------------------------------------------
     torch.manual_seed(tc.seed)
-    model = BertForMaskedLM(cfg.model, cfg.drop)
-    model.bert.pooler.requires_grad_(False)  # no NSP: the pooler is not trained in pretraining
+    model = build_model(cfg.model, cfg.drop)  # the family's MLM model (tokendrop.model / tokendrop.modern)
+    if cfg.model.family == "bert":
+        model.bert.pooler.requires_grad_(False)  # no NSP: the pooler is not trained in pretraining
     model.to(device)
+    if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
+        torch.manual_seed(tc.seed + dd.rank)
     counts = None
     if cfg.drop.method == "frequency":
         counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
     selector = None
     if cfg.drop.enabled:
         selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, T, _pinned_ids(cfg, data), counts,
-                                  seed=tc.seed, device=device)
+                                  seed=tc.seed + dd.rank, device=device)  # each rank its own random draws
     init_events = warm_start(cfg, model, selector, data, run_dir, dd, device, amp, micro_bs, progress and dd.main) if (
         meta_in is None) else []
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.adam_beta1, tc.adam_beta2),
@@ -437,13 +501,19 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         ckpt_mod.optimizer_from_tensors(opt, state_sd, meta_in["optimizer_param_groups"])
         if selector is not None and "importance" in state_sd:
             selector.scores.copy_(state_sd["importance"].to(device))
-        if selector is not None and "rng.selector" in state_sd:
-            selector.set_rng_state(state_sd["rng.selector"], device)
-        ckpt_mod.restore_rng(state_sd)
         start_step = int(meta_in["step"])
+        rng = _rank_rng(state_sd, dd.rank)
+        if rng is None:  # a checkpoint of fewer ranks: a fresh, reproducible stream for this rank
+            torch.manual_seed(tc.seed + dd.rank + 7919 * start_step)
+        else:
+            if selector is not None and "rng.selector" in rng:
+                selector.set_rng_state(rng["rng.selector"], device)
+            ckpt_mod.restore_rng(rng)
         loader_state = meta_in["data_position"]
         if start_step >= tc.steps:
             raise TrainingError(f"--resume: the run is already at step {start_step} >= train.steps={tc.steps}")
+        if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
+            rundir.truncate_metrics(run_dir, start_step)
     ddp = None
     if dd.world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -459,7 +529,11 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         return MLMLoader(data, split="eval", batch_size=micro_bs, seed=tc.seed, mask_prob=cfg.data.mask_prob,
                          num_workers=0, shuffle=False, loop=False)
 
-    log = MetricsLog(run_dir, dd.main)
+    log = MetricsLog(run_dir, dd.main, purge_step=start_step + 1 if meta_in is not None else None)
+    has_eval = data.num_sequences("eval") > 0
+    if not has_eval and dd.main:
+        print(f"warning: {cfg.data.path} has no held-out sequences (its eval split is empty); this run is not "
+              "evaluated (prepare the data with more text or a larger --eval-fraction to evaluate it)", file=sys.stderr)
     peak_flops = None
     if device.type == "cuda":
         from .flops import gpu_peak_flops
@@ -473,24 +547,45 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                    "accum": accum, "stage2_start": s2, "device": str(device)})
         for ev in init_events:
             log.write({"step": 0, **ev})
-        log.write({"step": 0, "wall_time": 0.0, **evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)})
+        if has_eval:
+            log.write({"step": 0, "wall_time": 0.0, **evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)})
 
     def save_ckpt(step: int) -> Path | None:
+        rng = ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None)
+        ranks = [rng]
+        if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
+            ranks = [None] * dd.world
+            dist.all_gather_object(ranks, rng)
         if not dd.main:
             return None
+        if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
+            raise TrainingError(f"non-finite weights at step {step}; not saved. Last good checkpoint: "
+                                f"{ckpt_mod.latest(run_dir) or 'none'} (lower train.lr or check the data)")
         tensors, groups = ckpt_mod.optimizer_to_tensors(opt)
         if selector is not None:
             tensors["importance"] = selector.scores.detach().cpu().contiguous()
-        tensors.update(ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None))
+        tensors.update(rng)
+        if dd.world > 1:
+            for r, t in enumerate(ranks):
+                tensors.update({f"{k}.rank{r}": v for k, v in t.items()})
         meta = {"config": to_dict(cfg), "data_position": loader.state_dict(), "optimizer_param_groups": groups,
-                "wall_time": wall}
-        return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, tc.keep_checkpoints)
+                "wall_time": wall, "data_fingerprint": data_fp}  # data_fp: what --resume accepts as the same data
+        try:
+            return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, tc.keep_checkpoints)
+        except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+            raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
+                                f"checkpoint of step {step}; nothing of it was kept, the last checkpoint "
+                                f"({ckpt_mod.latest(run_dir) or 'none'}) is intact: free space, then --resume") from None
 
     wall = float(meta_in.get("wall_time", 0.0)) if meta_in else 0.0
     tokens_done = 0
     train_time = 0.0
     history: list[dict[str, Any]] = []
-    bad = torch.zeros((), dtype=torch.bool, device=device)
+    # non-finite steps (skipped by MLMStep), counted on the device: the current streak, the longest
+    # streak since the last check, and the total; read where the host waits anyway
+    nf = torch.zeros(3, dtype=torch.long, device=device)
+    streak = 0
+    skipped = 0
     last_eval: dict[str, float] = {}
     pbar = None
     if progress and dd.main:
@@ -511,7 +606,10 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 micro.append({k: v.to(device, non_blocking=True) for k, v in mb.items()})
             dropping = cfg.drop.enabled and step < s2
             out = step_fn(micro, lr_at(step, tc.lr, tc.warmup_steps, tc.steps), dropping)
-            bad |= ~torch.isfinite(out["loss"])
+            bad = (~out["finite"]).long()
+            nf[0] = (nf[0] + 1) * bad
+            nf[1] = torch.maximum(nf[1], nf[0])
+            nf[2] += bad
             step += 1
             pending += 1
             tokens_done += tc.batch_size * T
@@ -530,30 +628,37 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 train_time += elapsed
                 wall += elapsed
                 pending = 0
-                if bool(bad):
+                streak, worst, skipped = nf.tolist()
+                nf[1] = nf[0]
+                if worst >= tc.max_nonfinite_steps:
                     last = ckpt_mod.latest(run_dir)
                     raise TrainingError(
-                        f"non-finite loss at or before step {step}; stopped. Last good checkpoint: {last or 'none'} "
-                        f"(lower train.lr or check the data)"
+                        f"non-finite loss or gradient norm in {worst} consecutive steps at or before step {step} "
+                        f"(train.max_nonfinite_steps={tc.max_nonfinite_steps}); stopped. Last good checkpoint: "
+                        f"{last or 'none'} (lower train.lr or check the data)"
                     )
             if is_log:
                 rec = {"step": step, "loss": out["loss"].item(), "acc": out["acc"].item(),
                        "lr": lr_at(step - 1, tc.lr, tc.warmup_steps, tc.steps), "grad_norm": out["grad_norm"].item(),
                        "kept_fraction": cfg.drop.num_kept(T) / T if dropping else 1.0, "dropping": dropping,
                        "step_time": dt, "tokens_per_s": tc.batch_size * T / dt, "wall_time": wall,
-                       "flops_per_step": (flops_drop if dropping else flops_dense).total}
+                       "flops_per_step": (flops_drop if dropping else flops_dense).total, "skipped_steps": skipped}
                 if peak_flops:
                     rec["mfu"] = rec["flops_per_step"] / dt / (peak_flops * dd.world)
                 log.write(rec)
                 history.append(rec)
                 if pbar is not None:
                     pbar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
-            if is_eval and dd.main:
+            if is_eval and dd.main and has_eval:
                 last_eval = evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)
                 rec = {"step": step, "wall_time": wall, **last_eval}
                 log.write(rec)
                 history.append(rec)
-            if is_ckpt:
+            if is_ckpt and streak:  # the weights are those before the streak; no checkpoint until it ends
+                if dd.main:
+                    print(f"warning: step {step}: the last {streak} step(s) had a non-finite gradient norm and were "
+                          "skipped; no checkpoint written here", file=sys.stderr)
+            elif is_ckpt:
                 save_ckpt(step)
                 if dd.world > 1:
                     dist.barrier()
@@ -568,7 +673,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         pbar.close()
     loader.close()
     if dd.main:
-        log.write({"step": step, "event": "interrupted" if interrupted else "end", "wall_time": wall})
+        log.write({"step": step, "event": "interrupted" if interrupted else "end", "wall_time": wall,
+                   "skipped_steps": int(nf[2])})
     log.close()
     if dd.main and not interrupted:
         from .report import write_run_report
@@ -581,6 +687,15 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         importance=selector.scores.detach().cpu().clone() if selector is not None else None, history=history,
         stop_signal=stop.signum if interrupted else 0,
     )
+
+
+def _rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:
+    """The RNG states of ``rank`` in a checkpoint's tensors: ``rng.*.rankN`` (written under DDP), else
+    the plain ``rng.*`` for rank 0 (a single process); None for a rank the checkpoint has none for."""
+    mine = {k[: -len(f".rank{rank}")]: v for k, v in state.items() if k.startswith("rng.") and k.endswith(f".rank{rank}")}
+    if mine:
+        return mine
+    return {k: v for k, v in state.items() if k.startswith("rng.") and ".rank" not in k} if rank == 0 else None
 
 
 def load_run_config(run_dir: str | os.PathLike) -> Config:

@@ -10,7 +10,11 @@ clipping, AdamW, importance update -- on a synthetic packed MLM batch of static 
 (B, T), mlm_positions/labels/weights (B, P), P = round(0.15 T), no padding, so no attention mask).
 The Hugging Face baseline (``hf_baseline``) is ``transformers.BertForMaskedLM`` with the same
 config and initial weights, SDPA attention, the same dtype/autocast, batch, clipping and AdamW and
-the standard full-sequence MLM loss.
+the standard full-sequence MLM loss.  For the ModernBERT-architecture family (``model = "modern-*"``,
+configs/bench-modern-*.toml) our model is ``tokendrop.modern`` and the baseline
+``transformers.ModernBertForMaskedLM`` with our export's config.json and our initial weights (SDPA;
+``hf_sparse_prediction`` switches its head to the masked positions only); ``document_attention``
+is off unless asked for, as transformers' ModernBERT without flash_attn attends across documents.
 
 Method (docs/design.md §2.6 gives the bound the speedups are compared with):
 
@@ -25,7 +29,8 @@ Method (docs/design.md §2.6 gives the bound the speedups are compared with):
   profile breakdown and (CUDA) host-device syncs come from extra untimed steps (``timing``,
   ``profiling``);
 * FLOPs are analytic (``tokendrop.flops.step_flops``; HF's head runs on all T positions, so its
-  FLOPs use P = T); MFU = FLOPs / step time / the device's dense bf16 peak
+  FLOPs use P = T; sliding-window layers count the keys inside the window, and each speedup also
+  records the bound with them counted as the masked dense attention SDPA executes); MFU = FLOPs / step time / the device's dense bf16 peak
   (``tokendrop.flops.gpu_peak_flops``; none on CPU unless ``peak_tflops`` is set).
 
 Modules: ``presets`` (BenchConfig, configs/bench-*.toml), ``workload`` (settings, synthetic

@@ -1,9 +1,20 @@
-"""The Hugging Face baseline: ``transformers.BertForMaskedLM`` run the way its users train it.
+"""The Hugging Face baseline, run the way its users train it.
 
-Same config and initial weights as our model (the pooler aside: HF's MLM model has none), SDPA
-attention, bf16 autocast when the bench is bf16, the standard full-sequence MLM loss (``labels``
-= -100 at unmasked positions), gradient clipping and the same AdamW.  The batch is packed with no
-padding, so like our step it passes no attention mask and SDPA may pick its fastest kernel.
+BERT family: ``transformers.BertForMaskedLM`` with the same config and initial weights as our model
+(the pooler aside: HF's MLM model has none), SDPA attention, the standard full-sequence MLM loss
+(``labels`` = -100 at unmasked positions; its head runs on all T positions).
+
+ModernBERT family: ``transformers.ModernBertForMaskedLM`` with the config.json our export writes
+(same shape, GeGLU width, layer pattern, window, RoPE bases, norm eps, no biases) and our initial
+weights, SDPA attention -- without the ``flash_attn`` package (not installed on CPU) transformers
+runs ModernBERT padded, the sliding window as a mask on dense scores, as our model does.  Its head
+runs on all T positions by default (``sparse_prediction=False``: ModernBertConfig's default and the
+released checkpoints' config.json); ``BenchConfig.hf_sparse_prediction=true`` turns on
+``sparse_prediction`` (ModernBERT's own pretraining setting: the head on the masked positions only,
+as ours).
+
+Both: bf16 autocast when the bench is bf16, gradient clipping and the same AdamW.  The batch is
+packed with no padding, so like our step it passes no attention mask.
 """
 
 from __future__ import annotations
@@ -15,8 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..flops import step_flops
-from ..model import BertForMaskedLM
+from ..flops import is_modern, step_flops
 from .presets import BenchConfig
 from .workload import Setting
 
@@ -27,43 +37,76 @@ def hf_labels(mb: dict[str, Tensor]) -> Tensor:
     return lab.scatter(1, mb["mlm_positions"], mb["mlm_labels"])
 
 
+def hf_class_name(model_cfg: ModelConfig, sparse_prediction: bool = False) -> str:
+    if not is_modern(model_cfg):
+        return "transformers.BertForMaskedLM"
+    return "transformers.ModernBertForMaskedLM" + (" (sparse_prediction)" if sparse_prediction else "")
+
+
 @dataclass
 class HFModel:
-    model: nn.Module  # transformers.BertForMaskedLM
+    model: nn.Module  # transformers.BertForMaskedLM / ModernBertForMaskedLM
     run: nn.Module  # the model, or its compiled wrapper
     opt: torch.optim.Optimizer
+    modern: bool = False
 
     @property
     def attn_implementation(self) -> str | None:
         return getattr(self.model.config, "_attn_implementation", None)
 
 
-def build_hf(model_cfg: ModelConfig, ours: BertForMaskedLM, cfg: BenchConfig, device: torch.device) -> HFModel:
+def modern_hf_config(model_cfg: ModelConfig, sparse_prediction: bool = False) -> Any:
+    """``transformers.ModernBertConfig`` of ``model_cfg`` (the export's config.json,
+    ``tokendrop.hf_modern.modern_hf_config_dict``) and ``sparse_prediction``."""
     import transformers
 
-    from ..hf import hf_config_dict, to_hf
+    from ..hf_modern import modern_hf_config_dict
+
+    d = {k: v for k, v in modern_hf_config_dict(model_cfg).items() if k not in ("architectures", "model_type")}
+    # special ids: the export's when it names them, else none (ModernBertConfig's defaults are
+    # ModernBERT's tokenizer's, outside a small benchmark vocabulary)
+    ids = {k: d.pop(k, None) for k in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")}
+    return transformers.ModernBertConfig(**d, **ids, sparse_prediction=sparse_prediction)
+
+
+def build_hf(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: torch.device) -> HFModel:
+    import transformers
+
     from .steps import compile_model, make_optimizer
 
-    d = {k: v for k, v in hf_config_dict(model_cfg).items() if k != "architectures"}
-    hcfg = transformers.BertConfig(**d)
-    hcfg._attn_implementation = "sdpa"
-    hf = transformers.BertForMaskedLM(hcfg)
-    hf.load_state_dict(to_hf(ours.state_dict()), strict=False)  # same initial weights (pooler: HF has none)
-    hf.tie_weights()
+    if is_modern(model_cfg):
+        from ..hf_modern import to_hf_modern
+
+        hcfg = modern_hf_config(model_cfg, cfg.hf_sparse_prediction)
+        hcfg._attn_implementation = "sdpa"
+        hf = transformers.ModernBertForMaskedLM(hcfg)
+        hf.load_state_dict(to_hf_modern(ours.state_dict()), strict=False)  # same initial weights (decoder: tied)
+        hf.tie_weights()
+    else:
+        from ..hf import hf_config_dict, to_hf
+
+        d = {k: v for k, v in hf_config_dict(model_cfg).items() if k != "architectures"}
+        hcfg = transformers.BertConfig(**d)
+        hcfg._attn_implementation = "sdpa"
+        hf = transformers.BertForMaskedLM(hcfg)
+        hf.load_state_dict(to_hf(ours.state_dict()), strict=False)  # same initial weights (pooler: HF has none)
+        hf.tie_weights()
     hf.to(device).train()
     opt = make_optimizer(hf, cfg)
     run = compile_model(hf, cfg.compile_backend) if cfg.compile else hf
-    return HFModel(hf, run, opt)
+    return HFModel(hf, run, opt, is_modern(model_cfg))
 
 
 def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, device: torch.device):
     """One HF training step on ``mb`` as a zero-argument callable."""
     labels = hf_labels(mb)
     params = [q for q in hf.model.parameters() if q.requires_grad]
+    inputs = {"input_ids": mb["input_ids"]} if hf.modern else \
+        {"input_ids": mb["input_ids"], "token_type_ids": mb["token_type_ids"]}
 
     def fn() -> dict[str, Any]:
         with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            out = hf.run(input_ids=mb["input_ids"], token_type_ids=mb["token_type_ids"], labels=labels)
+            out = hf.run(**inputs, labels=labels)
         out.loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         hf.opt.step()
@@ -73,6 +116,8 @@ def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, devi
     return fn
 
 
-def hf_flops(model_cfg: ModelConfig, s: Setting) -> int:
-    """HF's head runs on all T positions: its FLOPs use P = T."""
-    return step_flops(model_cfg, s.seq_len, s.batch_size, None, num_predictions=s.seq_len).total
+def hf_flops(model_cfg: ModelConfig, s: Setting, sparse_prediction: bool = False) -> int:
+    """HF's head runs on all T positions, so its FLOPs use P = T; ModernBERT with
+    ``sparse_prediction``: on the prediction slots, as ours."""
+    p = None if is_modern(model_cfg) and sparse_prediction else s.seq_len
+    return step_flops(model_cfg, s.seq_len, s.batch_size, None, num_predictions=p).total

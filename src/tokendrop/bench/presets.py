@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from ..config import ModelConfig
 
 VARIANTS = ("drop", "pass", "avg")
+MAX_SEQ_LEN_BERT = 512  # BERT's learned positions (as published)
+MAX_SEQ_LEN_MODERN = 8192  # ModernBERT's rotary positions (its max_position_embeddings)
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 
@@ -28,10 +30,17 @@ class BenchConfig:
 
     name: str = "custom"
     device: str = "cpu"  # cpu | cuda
-    model: str = "cpu-12x256"  # a tokendrop.config.MODEL_PRESETS name
-    num_layers: int = 0  # > 0: overrides the model preset's shape (intermediate = 4 x hidden)
+    model: str = "cpu-12x256"  # a tokendrop.config.MODEL_PRESETS name (bert-* / cpu-* / modern-*)
+    num_layers: int = 0  # > 0: overrides the model preset's shape (intermediate = 4 x hidden, unless given)
     hidden_size: int = 0
     num_heads: int = 0
+    intermediate_size: int = 0  # > 0: overrides the FFN width (a modern-* preset's GeGLU width otherwise stays)
+    # modern-*: per-document attention in the packed rows (model.document_attention); off by default,
+    # as transformers' ModernBertForMaskedLM without the flash_attn package attends across documents
+    document_attention: str = "off"
+    # modern-*: transformers' sparse_prediction (its head on the masked positions only, as ours);
+    # false = ModernBertConfig's default and the released checkpoints' (the head on all T positions)
+    hf_sparse_prediction: bool = False
     vocab_size: int = 30522  # BERT's WordPiece vocabulary
     seq_lens: list[int] = field(default_factory=lambda: [128, 512])
     tokens_per_step: int = 2048  # B = tokens_per_step // T (unless batch_sizes gives it)
@@ -39,7 +48,7 @@ class BenchConfig:
     rates: list[float] = field(default_factory=lambda: [0.5])
     variants: list[str] = field(default_factory=lambda: ["drop"])  # drop | pass | avg (avg: rate 0.5 only)
     method: str = "cumulative"  # importance method for drop/pass (the paper's)
-    hf: bool = True  # time transformers.BertForMaskedLM side by side
+    hf: bool = True  # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
     precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights, both models)
     compile: bool = False  # torch.compile(model, dynamic=False), ours and HF's
     compile_backend: str = "inductor"  # inductor | aot_eager | eager (the last two: dry runs without codegen)
@@ -61,11 +70,12 @@ class BenchConfig:
             raise ConfigError(f"bench.device: expected cpu or cuda, got {self.device!r}")
         if self.model not in MODEL_PRESETS:
             raise ConfigError(f"bench.model: unknown model preset {self.model!r}; expected one of {', '.join(MODEL_PRESETS)}")
-        if min(self.num_layers, self.hidden_size, self.num_heads) < 0:
-            raise ConfigError("bench.num_layers/hidden_size/num_heads: expected >= 0 (0 = the model preset's)")
-        self.model_config()  # the shape overrides are consistent
-        if not self.seq_lens or any(t < 8 or t > 512 for t in self.seq_lens):
-            raise ConfigError(f"bench.seq_lens: expected lengths in [8, 512], got {self.seq_lens}")
+        if min(self.num_layers, self.hidden_size, self.num_heads, self.intermediate_size) < 0:
+            raise ConfigError("bench.num_layers/hidden_size/num_heads/intermediate_size: expected >= 0 (0 = the model preset's)")
+        mc = self.model_config()  # the shape overrides are consistent
+        longest = MAX_SEQ_LEN_MODERN if getattr(mc, "family", "bert") == "modernbert" else MAX_SEQ_LEN_BERT
+        if not self.seq_lens or any(t < 8 or t > longest for t in self.seq_lens):
+            raise ConfigError(f"bench.seq_lens: expected lengths in [8, {longest}] for model {self.model!r}, got {self.seq_lens}")
         if len(set(self.seq_lens)) != len(self.seq_lens):
             raise ConfigError(f"bench.seq_lens: each length once, got {self.seq_lens}")
         if self.batch_sizes and len(self.batch_sizes) != len(self.seq_lens):
@@ -82,6 +92,8 @@ class BenchConfig:
             raise ConfigError(f"bench.precision: expected fp32 or bf16, got {self.precision!r}")
         if self.compile_backend not in COMPILE_BACKENDS:
             raise ConfigError(f"bench.compile_backend: expected one of {', '.join(COMPILE_BACKENDS)}, got {self.compile_backend!r}")
+        if self.threads < 0:
+            raise ConfigError(f"bench.threads: expected a positive number of threads (0 = torch's default), got {self.threads}")
         if self.warmup < 0 or self.rounds < 1 or self.reps < 1:
             raise ConfigError("bench.warmup/rounds/reps: expected warmup >= 0, rounds >= 1, reps >= 1")
         if self.time_budget_s < 0 or self.peak_tflops < 0:
@@ -93,8 +105,13 @@ class BenchConfig:
         from ..config import ModelConfig
 
         mc = ModelConfig(preset=self.model, vocab_size=self.vocab_size, num_layers=self.num_layers,
-                         hidden_size=self.hidden_size, num_heads=self.num_heads,
-                         max_position_embeddings=max(512, max(self.seq_lens)))  # 0 = the preset's (config.py's rule)
+                         hidden_size=self.hidden_size, num_heads=self.num_heads, intermediate_size=self.intermediate_size,
+                         max_position_embeddings=max(512, max(self.seq_lens or [0])),  # 0 = the preset's (config.py's rule)
+                         document_attention=self.document_attention)
+        if mc.uses_document_attention:
+            from ..data.tokenizer import SPECIAL_IDS
+
+            mc.sep_token_id = SPECIAL_IDS["sep"]  # the synthetic batch's documents: a [SEP] every 64 tokens
         mc.validate()
         return mc
 

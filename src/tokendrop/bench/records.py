@@ -144,6 +144,9 @@ class Speedup:
     speedup_cpu_paired_min: float | None = optional()
     speedup_cpu_paired_max: float | None = optional()
     fraction_of_bound_cpu: float | None = optional()
+    # ModernBERT: the bound with sliding-window layers counted as the masked dense attention an SDPA
+    # kernel with a mask executes (tokendrop.flops, masked_dense_local=True)
+    flop_bound_masked_dense: float | None = optional()
 
 
 @dataclass
@@ -186,6 +189,7 @@ class ModelInfo:
     model: dict[str, Any]  # preset name + shape fields
     num_parameters: int
     hf_attn_implementation: str | None
+    hf_model: str = "transformers.BertForMaskedLM"  # the baseline's class (ModernBertForMaskedLM for modern-*)
 
 
 @dataclass

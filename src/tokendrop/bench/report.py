@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config import ConfigError
 from .records import BenchResult, TimeStats
 
 
@@ -49,7 +50,7 @@ def format_text(res: BenchResult) -> str:
         lines.append(f"{x.setting:<22} {x.speedup:>6.3f}x {x.speedup_paired_min:>7.3f}-{x.speedup_paired_max:<7.3f}"
                      f" {cpu:>9} {x.flop_bound:>10.3f}x {_pct(x.fraction_of_bound):>9} / {_pct(x.fraction_of_bound_cpu):<8}")
     if res.vs_hf:
-        lines += ["", "our dense vs transformers.BertForMaskedLM: tokens/s ratio (wall, paired min-max; cpu-time), peak memory"]
+        lines += ["", f"our dense vs {res.info.hf_model}: tokens/s ratio (wall, paired min-max; cpu-time), peak memory"]
         for v in res.vs_hf:
             memr = v.memory_ratio_dense_over_hf
             lines.append(f"  T={v.seq_len}: {v.dense_tokens_per_s:.0f} vs {v.hf_tokens_per_s:.0f} tok/s -> "
@@ -78,7 +79,10 @@ def format_markdown(res: BenchResult) -> str:
         + (f"; GPU: {env.gpu_name} (CUDA {env.cuda}, cuDNN {env.cudnn})" if env.gpu_name else ""),
         f"- torch {env.torch}, transformers {env.transformers}, Python {env.python}, {env.platform}",
         f"- model: {m['preset']} ({m['num_layers']} layers, d={m['hidden_size']}, {m['num_heads']} heads, "
-        f"V={m['vocab_size']}, dropout {m['hidden_dropout']}/{m['attention_dropout']}, {info.num_parameters / 1e6:.1f}M params); "
+        f"V={m['vocab_size']}, dropout {m['hidden_dropout']}/{m['attention_dropout']}, {info.num_parameters / 1e6:.1f}M params"
+        + (f"; ModernBERT architecture: GeGLU width {m['intermediate_size']}, global attention in layers "
+           f"{m['global_layers']}, the others a {m['local_attention']}-token sliding window, document attention "
+           f"{m['document_attention']}" if m.get("family") == "modernbert" else "") + "); "
         f"{cfg.precision}; compile={cfg.compile}" + (f" ({cfg.compile_backend})" if cfg.compile else "")
         + f"; AdamW fused={cfg.fused_adamw}; drop method {cfg.method}",
         f"- protocol: warm-up {cfg.warmup} steps per setting, then {res.rounds_done} interleaved rounds x {cfg.reps} "
@@ -107,8 +111,15 @@ def format_markdown(res: BenchResult) -> str:
         if cpu_clock:
             line += f" {_pct(x.fraction_of_bound_cpu)} |"
         out.append(line)
+    masked = [x for x in res.speedups if x.flop_bound_masked_dense is not None]
+    if masked:
+        out += ["", "FLOP bound with the sliding-window layers counted as the masked dense attention an SDPA kernel "
+                "with a mask executes (the table's bound counts only the keys inside the window): "
+                + ", ".join(f"{x.setting} {x.flop_bound_masked_dense:.3f}x (achieved {_pct(x.speedup / x.flop_bound_masked_dense)})"
+                            for x in masked)]
     if res.vs_hf:
-        out += ["", "## Our dense step vs `transformers.BertForMaskedLM` (SDPA, same config, batch, dtype, AdamW)", "",
+        out += ["", f"## Our dense step vs `{info.hf_model}` (attention `{info.hf_attn_implementation}`, same config, "
+                "batch, dtype, AdamW)", "",
                 "| T | ours tok/s | HF tok/s | ratio (wall) | paired min-max |" + (" ratio (CPU time) |" if cpu_clock else "")
                 + " peak memory ours/HF |",
                 "|---:|---:|---:|---:|---:|" + ("---:|" if cpu_clock else "") + "---:|"]
@@ -155,6 +166,25 @@ def _json_default(o: Any) -> Any:
     except ImportError:  # pragma: no cover
         pass
     return str(o)
+
+
+def check_results_path(path: str | os.PathLike) -> None:
+    """Refuse, before any timing, a ``--json`` target that :func:`write_results` could not write: a
+    directory where the file would go, or a location whose nearest existing folder is a file or not
+    writable.  ``ConfigError`` naming the path."""
+    p = Path(path)
+    as_dir = p.is_dir() or str(path).endswith(("/", os.sep))
+    targets = [] if as_dir else [p, p.with_suffix(".md")]
+    for t in targets:
+        if t.is_dir():
+            raise ConfigError(f"bench --json: {t} is a directory; give a file name (or the directory with a trailing /)")
+    parent = p if as_dir else p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"bench --json: cannot write {p}: {parent} is not a directory; choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"bench --json: cannot write {p}: {parent} is not writable; choose another path")
 
 
 def write_results(res: BenchResult, path: str | os.PathLike) -> tuple[Path, Path]:

@@ -14,11 +14,10 @@ import torch
 from torch import Tensor, nn
 
 from ..config import Config, DropConfig, ModelConfig, TrainConfig
-from ..flops import step_flops
+from ..flops import is_modern, layer_types, step_flops
 from ..importance import build_selector
-from ..model import BertForMaskedLM
 from ..train import MLMStep, param_groups
-from .hf_baseline import HFModel, build_hf, hf_flops, hf_step_fn
+from .hf_baseline import HFModel, build_hf, hf_class_name, hf_flops, hf_step_fn
 from .presets import BenchConfig
 from .records import ModelInfo, StepExtras
 from .workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
@@ -86,9 +85,16 @@ class Runner:
     extras: StepExtras | None = None
 
 
+def build_ours(model_cfg: ModelConfig, drop: DropConfig | None = None) -> nn.Module:
+    """Our MLM model of either family (``tokendrop.model.build_model``)."""
+    from ..model import build_model
+
+    return build_model(model_cfg, drop)
+
+
 @dataclass
 class _Ours:
-    model: BertForMaskedLM
+    model: nn.Module  # model.BertForMaskedLM or the ModernBERT-architecture model (same forward)
     run: nn.Module  # the model, or its compiled wrapper (shared by the variant's settings)
     opt: torch.optim.Optimizer
 
@@ -116,12 +122,14 @@ class StepBuilder:
             torch.manual_seed(self.cfg.seed)
             drop = DropConfig(method="none", variant="avg", rate=0.5) if key == "avg" else \
                 DropConfig(method=self.cfg.method, variant=key)
-            m = BertForMaskedLM(self.model_cfg, drop)
+            m = build_ours(self.model_cfg, drop)
             if self._init_sd is None:
                 self._init_sd = {k: v.clone() for k, v in m.state_dict().items()}
             else:
                 m.load_state_dict(self._init_sd)
-            m.bert.pooler.requires_grad_(False)  # as in pretraining (no NSP)
+            pooler = getattr(getattr(m, "bert", None), "pooler", None)
+            if pooler is not None:
+                pooler.requires_grad_(False)  # as in pretraining (no NSP)
             m.to(self.device).train()
             run = compile_model(m, self.cfg.compile_backend) if self.cfg.compile else m
             self._ours[key] = _Ours(m, run, make_optimizer(m, self.cfg))
@@ -159,7 +167,7 @@ class StepBuilder:
         if s.impl == "hf":
             hf = self.hf()
             return Runner(s, hf_step_fn(hf, mb, self.amp, self.device), (hf.model, hf.opt),
-                          hf_flops(self.model_cfg, s), s.seq_len)
+                          hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction), s.seq_len)
         ours = self.ours(s.variant)
         drop = s.drop_config(self.cfg.method)
         cfg = Config(model=self.model_cfg, drop=drop or DropConfig(), train=TrainConfig(grad_clip=1.0))
@@ -182,12 +190,19 @@ class StepBuilder:
         mc = self.model_cfg
         shape = {k: getattr(mc, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size",
                                               "hidden_dropout", "attention_dropout")}
-        first = next(iter(self._ours.values())).model if self._ours else BertForMaskedLM(mc)
-        custom = any(getattr(self.cfg, k) for k in ("num_layers", "hidden_size", "num_heads"))
-        name = f"{mc.num_layers}x{mc.hidden_size}" if custom else self.cfg.model
+        if is_modern(mc):
+            types = layer_types(mc)
+            shape.update(family="modernbert", local_attention=mc.local_attention,
+                         global_layers=[i for i, x in enumerate(types) if x == "full_attention"],
+                         document_attention=mc.document_attention)
+        first = next(iter(self._ours.values())).model if self._ours else build_ours(mc)
+        custom = any(getattr(self.cfg, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size"))
+        name = f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}" if custom and is_modern(mc) else \
+            f"{mc.num_layers}x{mc.hidden_size}" if custom else self.cfg.model
         return ModelInfo(model={"preset": name, **shape},
                          num_parameters=sum(t.numel() for t in first.parameters()),
-                         hf_attn_implementation=self._hf.attn_implementation if self._hf is not None else None)
+                         hf_attn_implementation=self._hf.attn_implementation if self._hf is not None else None,
+                         hf_model=hf_class_name(mc, self.cfg.hf_sparse_prediction))
 
 
 def build_runners(cfg: BenchConfig, device: torch.device) -> tuple[list[Runner], ModelInfo]:

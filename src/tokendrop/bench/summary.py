@@ -8,7 +8,7 @@ import statistics
 
 import torch
 
-from ..flops import gpu_peak_flops
+from ..flops import SLIDING, flop_ratio, gpu_peak_flops, layer_types
 from .environment import Environment
 from .presets import BenchConfig
 from .records import (
@@ -90,6 +90,9 @@ def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Env
                 pc = paired(dense.round_median_cpu, r.round_median_cpu)
                 x.speedup_cpu, x.speedup_cpu_paired_min, x.speedup_cpu_paired_max = _med(pc), min(pc), max(pc)
                 x.fraction_of_bound_cpu = _med(pc) / bound
+            mc = cfg.model_config()
+            if SLIDING in layer_types(mc):
+                x.flop_bound_masked_dense = 1.0 / flop_ratio(mc, t, s.drop_config(cfg.method), masked_dense_local=True)
             speedups.append(x)
             dm, sm = d_row.memory, row.memory
             if dm is not None and sm is not None and dm.peak_bytes and sm.peak_bytes:

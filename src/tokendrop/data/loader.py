@@ -25,6 +25,11 @@ different world size as long as the global batch divides the sequences consumed 
 every ``iter(loader)`` starts a new pass at the first batch (so repeated evals see the same
 batches), unless ``load_state_dict()`` was called since the last ``iter()``.
 
+Checks.  Every batch's ids are checked against the vocabulary size (one max over the B x T ids):
+an edited or corrupt shard is a one-line DataError naming the file and the sequence, never an
+embedding lookup out of range.  (``PreparedData.open`` checks meta.json against the shard sizes;
+``tokendrop verify`` reads whole shards.)
+
 Workers.  ``num_workers`` forked processes build batches (worker w builds batches w, w+nw, ...
 into ``prefetch`` shared-memory slots of its own and announces each on a small queue; the consumer
 reads the workers round-robin, so the order is fixed, and copies each batch out of its slot).  ``num_workers=0`` builds them synchronously.  Workers stop when the iterator is
@@ -82,6 +87,7 @@ class MLMMasker:
         self.mask_id = int(special_ids["mask"])
         self.no_mask_ids = np.array(sorted({int(special_ids[k]) for k in ("pad", "cls", "sep", "mask")}), np.int64)
         specials = {int(v) for v in special_ids.values()}
+        self.vocab_size = int(vocab) if isinstance(vocab, int) else len(vocab)  # ids >= this are refused
         if isinstance(vocab, int):
             pool = [i for i in range(vocab) if i not in specials]
         else:
@@ -131,6 +137,12 @@ def build_batch(
     fill = int(indices[valid][0]) if valid.any() else 0
     safe = np.where(valid, indices, fill)
     rows = np.asarray(seqs[safe]) if len(seqs) else np.zeros((B, masker.seq_len), np.int64)
+    if rows.size and int(rows.max()) >= masker.vocab_size:  # the per-batch bound check (edited/corrupt shards)
+        r, c = np.unravel_index(int(np.argmax(rows >= masker.vocab_size)), rows.shape)
+        where = getattr(seqs, "filename", None) or "prepared data"
+        raise DataError(f"{where}: sequence {int(safe[r])} holds token id {int(rows[r, c])} at position {int(c)}, "
+                        f"outside the vocabulary of {masker.vocab_size} ids; the shard was edited or is corrupt "
+                        "(`tokendrop verify DIR` checks every shard; re-run `tokendrop prepare`)")
     maskable = masker.maskable(rows)
     inp = rows.astype(np.int64)
     pos = np.zeros((B, P), np.int64)
@@ -370,6 +382,7 @@ class MLMLoader:
         self.loop = bool(loop)
         self.seq_len = self.data.seq_len
         self.masker = MLMMasker(self.data.special_ids, self.data.vocab(), self.seq_len, mask_prob)
+        self.masker.vocab_size = self.data.vocab_size  # meta.json's: every batch's ids are checked against it
         self.num_slots = self.masker.num_slots
         self._domain = _EVAL_DOMAIN if split == "eval" else 0
         N = self.data.num_sequences(split)

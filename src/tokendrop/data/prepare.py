@@ -259,6 +259,9 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
             bar.close()
         tok_source = {"type": "trained", "vocab_size_requested": int(vocab_size), "min_frequency": min_frequency}
     V = tok.get_vocab_size(with_added_tokens=True)
+    if spec is None and vocab is None and V < int(vocab_size):  # the corpus has fewer distinct pieces
+        warnings.append(f"vocab_size: the corpus supports only {V} word pieces; trained a vocabulary of {V}, "
+                        f"not the {int(vocab_size)} asked for (model.vocab_size comes from the data)")
     ids = special_ids(tok, names)
     dtype = dtype_for(V)
 
@@ -317,8 +320,11 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
                 tok_source["vocab_file_sha256"] = vocab_sha256(os.path.join(tmp, "vocab.txt"))
             np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
             raw_docs = tk["stats"].get("raw_documents", {})
-            if eval_fraction > 0 and split_meta["eval"]["num_sequences"] == 0:
-                warnings.append("eval split is empty: the corpus is too small to hold out a full sequence")
+            if split_meta["eval"]["num_sequences"] == 0:  # pretrain then runs without evaluation (and says so)
+                warnings.append("eval split is empty (--eval-fraction 0): pretraining on this data is not evaluated"
+                                if eval_fraction == 0 else "eval split is empty: the corpus is too small to hold out "
+                                "a full sequence; pretraining on this data is not evaluated (use more text or a larger "
+                                "--eval-fraction)")
             trunc = {k: v for k, v in split_meta["train"].items() if k in ("truncated_documents", "truncated_tokens")}
             if trunc.get("truncated_documents") or (not packed and split_meta["eval"].get("truncated_documents")):
                 warnings.append(

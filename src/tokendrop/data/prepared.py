@@ -1,5 +1,18 @@
 """Reading a prepared directory: :class:`PreparedData` (validated on open, shards memory-mapped).
-The layout is described in :mod:`.prepare`, which writes it."""
+The layout is described in :mod:`.prepare`, which writes it.
+
+What is checked, and when (issue 13, row 2):
+
+* at :meth:`PreparedData.open` (cheap, every open): ``meta.json``'s field types and values (integers
+  are integers, ``seq_len`` > 0, ``vocab_size`` > 0, ``dtype`` uint16/uint32 and wide enough for the
+  vocabulary, special ids inside it, each split's ``num_sequences`` x T x itemsize equal to its
+  shard's size on disk), the vocabulary's sha256, and that the tokenizer and count files exist;
+* token ids below ``vocab_size``: per batch, in :func:`tokendrop.data.loader.build_batch` (a max
+  over the B x T ids of the batch, negligible next to the masking), so every sequence that is
+  trained or evaluated on is checked without reading whole shards at open;
+* in full (:meth:`PreparedData.scan`, used by ``open(verify=True)`` and ``tokendrop verify``): each
+  shard's sha256 against ``meta.json`` and its largest id, in one read of 16 MiB chunks.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +28,61 @@ from .tokenizer import SPECIAL_KEYS, read_vocab, vocab_sha256
 FORMAT = "tokendrop-prepared"
 FORMAT_VERSION = 1
 SPLITS = ("train", "eval")
+DTYPES = ("uint16", "uint32")
+FINGERPRINT_KEYS = ("vocab_hash", "tokens", "seq_len", "packed", "train_sequences", "eval_sequences")
 
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_meta(meta: dict, where: str) -> None:
+    """Field types and values of a prepared directory's meta.json (one-line DataError naming the field)."""
+    def bad(field: str, want: str) -> DataError:
+        return DataError(f"{where}: {field} must be {want}, got {_get(field)!r}; the prepared directory is corrupt "
+                         "or was edited (re-run `tokendrop prepare`)")
+
+    def _get(field: str):
+        d = meta
+        for k in field.split("."):
+            d = d.get(k) if isinstance(d, dict) else None
+        return d
+
+    for key in ("seq_len", "vocab_size"):
+        if not _is_int(meta[key]) or meta[key] <= 0:
+            raise bad(key, "a positive integer")
+    if not isinstance(meta["packed"], bool):
+        raise bad("packed", "true or false")
+    if not isinstance(meta["vocab_hash"], str) or len(meta["vocab_hash"]) != 64:
+        raise bad("vocab_hash", "a sha256 hex string")
+    if meta["dtype"] not in DTYPES:
+        raise bad("dtype", f"one of {', '.join(DTYPES)}")
+    if np.iinfo(np.dtype(meta["dtype"])).max < meta["vocab_size"] - 1:
+        raise bad("dtype", f"wide enough for vocab_size {meta['vocab_size']}")
+    if not isinstance(meta["special_ids"], dict):
+        raise bad("special_ids", "an object mapping pad/unk/cls/sep/mask to ids")
+    for k, v in meta["special_ids"].items():
+        if not _is_int(v) or not 0 <= v < meta["vocab_size"]:
+            raise bad(f"special_ids.{k}", f"an integer id in [0, {meta['vocab_size']})")
+    if not isinstance(meta["splits"], dict):
+        raise bad("splits", "an object with 'train' and 'eval' entries")
+    for split in SPLITS:
+        info = meta["splits"].get(split)
+        if info is None:
+            raise DataError(f"{where}: no {split!r} split; the prepared directory is corrupt")
+        if not isinstance(info, dict):
+            raise bad(f"splits.{split}", "an object")
+        f = info.get("file")
+        if not isinstance(f, str) or not f or os.path.basename(f) != f or f.startswith("."):
+            raise bad(f"splits.{split}.file", "a file name inside the prepared directory")
+        if not _is_int(info.get("num_sequences")) or info["num_sequences"] < 0:
+            raise bad(f"splits.{split}.num_sequences", "an integer >= 0")
+        if "sha256" in info and not isinstance(info["sha256"], str):
+            raise bad(f"splits.{split}.sha256", "a sha256 hex string")
+    counts = meta.get("counts")
+    if counts is not None and (not isinstance(counts, dict) or not _is_int(counts.get("tokens", 0))
+                               or counts.get("tokens", 0) < 0):
+        raise bad("counts.tokens", "an integer >= 0")
 
 
 class PreparedData:
@@ -33,6 +100,7 @@ class PreparedData:
         self.tokenizer_path: str = path
         self._maps: dict[str, np.ndarray] = {}
         self._counts: np.ndarray | None = None
+        self._scans: dict[str, dict] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike, verify: bool = False) -> "PreparedData":
@@ -55,6 +123,7 @@ class PreparedData:
         for key in ("seq_len", "vocab_size", "packed", "vocab_hash", "dtype", "special_ids", "splits"):
             if key not in meta:
                 raise DataError(f"{mp_}: missing field {key!r}; the prepared directory is corrupt")
+        check_meta(meta, mp_)
         missing = [k for k in ("pad", "unk", "cls", "sep", "mask") if k not in meta["special_ids"]]
         if missing:
             raise DataError(f"{mp_}: special_ids lacks {', '.join(missing)}; the prepared directory is corrupt")
@@ -67,24 +136,59 @@ class PreparedData:
         if vh != self.vocab_hash:
             raise DataError(f"{os.path.join(p, 'vocab.txt')}: sha256 {vh[:12]}... does not match meta.json's vocab_hash {self.vocab_hash[:12]}...")
         for split in SPLITS:
-            info = meta["splits"].get(split)
-            if info is None:
-                raise DataError(f"{mp_}: no {split!r} split; the prepared directory is corrupt")
+            info = meta["splits"][split]
             f = os.path.join(p, info["file"])
             if not os.path.isfile(f):
                 raise DataError(f"{f}: missing; the prepared directory is incomplete")
-            want = int(info["num_sequences"]) * self.seq_len * self.dtype.itemsize
+            want = info["num_sequences"] * self.seq_len * self.dtype.itemsize
             got = os.path.getsize(f)
             if got != want:
                 raise DataError(f"{f}: {got} bytes, expected {want} ({info['num_sequences']} x {self.seq_len} {self.dtype.name}); the file is truncated or corrupt")
-            if verify:
-                h = hashlib.sha256()
-                with open(f, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 24), b""):
-                        h.update(block)
-                if h.hexdigest() != info.get("sha256"):
-                    raise DataError(f"{f}: sha256 does not match meta.json; the file is corrupt")
+        if verify:
+            for split in SPLITS:
+                problem = self.scan(split)["problem"]
+                if problem:
+                    raise DataError(problem)
         return self
+
+    def scan(self, split: str) -> dict:
+        """Read a split's shard once (16 MiB chunks): its sha256 and largest token id.  -> ``{"file",
+        "sha256", "recorded_sha256", "max_id", "problem"}``; ``problem`` is a one-line message (sha256 not
+        the recorded one, or an id >= vocab_size) or "".  Cached per instance."""
+        if split in self._scans:
+            return self._scans[split]
+        info = self._info(split)
+        f = os.path.join(self.path, info["file"])
+        h = hashlib.sha256()
+        hi = -1
+        step = (1 << 24) // self.dtype.itemsize * self.dtype.itemsize
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(step), b""):
+                h.update(block)
+                if len(block) >= self.dtype.itemsize:
+                    hi = max(hi, int(np.frombuffer(block, self.dtype, len(block) // self.dtype.itemsize).max()))
+        sha = h.hexdigest()
+        rec = info.get("sha256")
+        problem = ""
+        if rec is not None and sha != rec:
+            problem = f"{f}: sha256 does not match meta.json; the file is corrupt (re-run `tokendrop prepare`)"
+        elif hi >= self.vocab_size:
+            problem = (f"{f}: holds token id {hi}, outside the vocabulary of {self.vocab_size} ids; the file was edited "
+                       "or is corrupt (re-run `tokendrop prepare`)")
+        self._scans[split] = {"file": f, "sha256": sha, "recorded_sha256": rec, "max_id": hi, "problem": problem}
+        return self._scans[split]
+
+    def fingerprint(self) -> dict:
+        """What identifies the data a run trains on, wherever it lies: vocabulary hash, token count, T,
+        packing and the splits' sequence counts (plus the shards' recorded sha256 when meta.json has them).
+        ``pretrain`` records it in every checkpoint; ``--resume`` accepts moved data only if it is equal."""
+        fp = {"vocab_hash": self.vocab_hash, "tokens": int((self.meta.get("counts") or {}).get("tokens", 0)),
+              "seq_len": self.seq_len, "packed": self.packed,
+              "train_sequences": self.num_sequences("train"), "eval_sequences": self.num_sequences("eval")}
+        for split in SPLITS:
+            if isinstance(self._info(split).get("sha256"), str):
+                fp[f"{split}_sha256"] = self._info(split)["sha256"]
+        return fp
 
     def num_sequences(self, split: str) -> int:
         return int(self._info(split)["num_sequences"])

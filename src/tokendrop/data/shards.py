@@ -53,6 +53,12 @@ class _Counter:
 
 
 class _PackedWriter:
+    """Documents joined by one [SEP] into a stream cut into bodies of T-2 tokens, each written as
+    ``[CLS] body [SEP]``.  Never ``[SEP][SEP]``: an empty document adds no separator, a separator
+    opening a body is skipped, and a body that would end in a separator (its document ended one
+    token before the row's own [SEP]) starts one token later instead (that token is dropped and
+    counted in ``dropped_boundary_tokens``)."""
+
     def __init__(self, shard: _Shard, cls: int, sep: int):
         self.shard, self.cls, self.sep = shard, cls, sep
         self.L = shard.T - 2
@@ -62,8 +68,14 @@ class _PackedWriter:
         self.documents = 0
         self.doc_tokens = 0
         self.dropped_tail_tokens = 0
+        self.dropped_boundary_tokens = 0
+        self.empty_documents = 0
 
     def add(self, ids: np.ndarray) -> None:
+        if len(ids) == 0:  # nothing to separate: a second [SEP] in a row otherwise
+            self.documents += 1
+            self.empty_documents += 1
+            return
         if self.pending:
             self.parts.append(self.sep_arr)
             self.pending += 1
@@ -86,6 +98,14 @@ class _PackedWriter:
                 pos += 1
             if n - pos < L:
                 break
+            if flat[pos + L - 1] == sep:  # the body would end "[SEP]" + the row's [SEP]: start later
+                k = pos
+                while k + L <= n and flat[k + L - 1] == sep:
+                    k += 1
+                if k + L > n:  # not enough tokens yet: decide when more arrive
+                    break
+                self.dropped_boundary_tokens += int(np.count_nonzero(flat[pos:k] != sep))
+                pos = k
             starts.append(pos)
             pos += L
         if starts:
@@ -103,7 +123,8 @@ class _PackedWriter:
         self._flush()
         tail = self.parts[0] if self.parts else np.zeros(0, self.shard.dtype)
         self.dropped_tail_tokens = int(np.count_nonzero(tail != self.sep))
-        return {"documents": self.documents, "document_tokens": self.doc_tokens, "dropped_tail_tokens": self.dropped_tail_tokens}
+        return {"documents": self.documents, "document_tokens": self.doc_tokens, "dropped_tail_tokens": self.dropped_tail_tokens,
+                "dropped_boundary_tokens": self.dropped_boundary_tokens, "empty_documents": self.empty_documents}
 
 
 class _UnpackedWriter:

@@ -60,8 +60,9 @@ def read_squad(path: str | os.PathLike, version: int | None = None, check_answer
     """Read a SQuAD JSON file -> (examples, version 1 or 2).
 
     ``version`` (1 or 2) is what the caller expects; a v1.1 task refuses unanswerable questions.
-    Answers are checked: ``context[answer_start:][:len(text)] == text``; when the offset is wrong but the
-    text occurs in the context, the nearest occurrence is used, otherwise the file is refused.
+    Answers are checked: ``context[answer_start:][:len(text)] == text``; an answer whose offset does
+    not point at its text is an error naming the file, the answer and the question id (never moved
+    to another occurrence: which one was meant is not ours to guess).
     """
     path = Path(path)
     if not path.is_file():
@@ -108,10 +109,15 @@ def read_squad(path: str | os.PathLike, version: int | None = None, check_answer
                         raise FinetuneError(_where(path, la, ": expected {'text': string, 'answer_start': integer}"))
                     text, start = a["text"], a["answer_start"]
                     if check_answers and ctx[start:start + len(text)] != text:
-                        occ = [i for i in _find_all(ctx, text)] if text else []
+                        occ = list(_find_all(ctx, text)) if text else []
                         if not occ:
-                            raise FinetuneError(_where(path, la, f": answer {text[:40]!r} does not occur in the context"))
-                        start = min(occ, key=lambda i: abs(i - start))
+                            raise FinetuneError(_where(path, la, f" (id {qid!r}): answer {text[:40]!r} does not occur in "
+                                                                 "the context"))
+                        at = ", ".join(str(i) for i in occ[:5]) + (" ..." if len(occ) > 5 else "")
+                        raise FinetuneError(_where(path, la, f" (id {qid!r}): answer_start {start} does not point at the "
+                                                             f"answer {text[:40]!r} (context[{start}:{start + len(text)}] is "
+                                                             f"{ctx[start:start + len(text)][:40]!r}; the text occurs at "
+                                                             f"{at}); fix answer_start"))
                     texts.append(text)
                     starts.append(start)
                 if imp:

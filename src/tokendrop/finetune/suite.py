@@ -13,7 +13,11 @@ MNLI-m, QNLI (acc.), QQP (F1), SST (acc.), GLUE-avg (mean of those six) | SQuAD 
 (MNLI-m for MNLI, F1 for SQuAD) and reports that cell's other columns (MNLI-mm, AX) too.
 
 Resumable: every finished cell is ``OUT/cells/<model>/<task>/<cell>/metrics.json`` (written last, atomically);
-a rerun skips cells whose file exists with the same fine-tuning settings.  ``OUT/results.json`` and
+a rerun skips cells whose file exists with the same fine-tuning settings *and* the same model weights:
+the cell records the sha256 of the weights it fine-tuned (``model_sha256``; a tokendrop run's newest
+checkpoint as recorded in its meta.json, a Hugging Face dir's weight files hashed), so a model
+retrained at the same path is evaluated again (the log says so).  A cell from before weight hashes
+were recorded is reused only while the weights file is older than the cell.  ``OUT/results.json`` and
 ``OUT/results.md`` are rewritten after every cell.
 
 Models are grouped into methods (rows) by label: ``LABEL=PATH`` on the command line, else the run
@@ -224,6 +228,56 @@ def _same_settings(stored: dict, wanted: dict) -> bool:
     defaults = to_dict(FinetuneConfig())
     full = {**defaults, **stored}
     return all(full.get(k) == v for k, v in wanted.items() if k not in _IGNORED_KEYS)
+
+
+_SHA_CACHE: dict[tuple, tuple[str, Path]] = {}
+
+
+def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
+    """(sha256, file) of the weights fine-tuning loads from ``path``: a tokendrop run's newest checkpoint
+    (or a checkpoint dir) -- the sha256 its meta.json records, checked against the file -- or a Hugging
+    Face dir's weight files, hashed (several shards as ``sha256sum`` of their ``sha256sum`` lines),
+    cached per process by size and mtime.  (None, None) for a directory with no weights at all."""
+    from .. import checkpoint as ckpt_mod
+    from ..init_source import InitError, _combined_sha, _weight_files
+
+    p = Path(path)
+    if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and (p / "model.safetensors").is_file()
+                                        and not (p / "config.json").is_file()):
+        try:  # verified (hashed) here, before any cell starts: a corrupt checkpoint is one error line
+            ck = ckpt_mod.find(p)
+            f = ck / "model.safetensors"
+            key = (str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else None
+            if key not in _SHA_CACHE:
+                ckpt_mod.verify(ck, files=("model.safetensors",))
+                if key is not None:
+                    _SHA_CACHE[key] = (ckpt_mod.read_meta(ck)["files"]["model.safetensors"]["sha256"], f)
+            return _SHA_CACHE[key]
+        except ckpt_mod.CheckpointError as e:
+            raise FinetuneError(f"cannot evaluate model {p}: {e}") from None
+    try:
+        hashed, files, _, sharded = _weight_files(p)
+    except InitError:
+        return None, None
+    key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key not in _SHA_CACHE:
+        _SHA_CACHE[key] = (_combined_sha([(f.name, ckpt_mod.sha256_file(f)) for f in files], sharded), hashed)
+    return _SHA_CACHE[key]
+
+
+def _same_weights(r: dict, cdir: Path, sha: str | None, wfile: Path | None) -> str:
+    """"" when cell result ``r`` was computed from these weights, else why not (for the log)."""
+    if "model_sha256" in r:
+        if r["model_sha256"] == sha:
+            return ""
+        old = (r["model_sha256"] or "none")[:12]
+        return f"the model's weights changed since this cell was computed (sha256 {old}... -> {(sha or 'none')[:12]}...)"
+    try:  # a cell from before weight hashes were recorded
+        if wfile is None or wfile.stat().st_mtime_ns <= (cdir / "metrics.json").stat().st_mtime_ns:
+            return ""
+    except OSError:
+        pass
+    return "the model's weights are newer than this cell (which records no weights hash)"
 
 
 def _finished(path: Path, fcfg: FinetuneConfig) -> dict | None:
@@ -442,7 +496,7 @@ def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Call
     cfg_out = dataclasses.replace(cfg, note=note)
     atomic_write_text(out / "suite.toml", _suite_toml(cfg))
     done: dict[str, dict[str, dict]] = {}
-    computed = skipped = 0
+    computed = skipped = reevaluated = 0
     t_start = time.perf_counter()
     spent: dict[str, list[float]] = {}
 
@@ -450,19 +504,31 @@ def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Call
         summary = aggregate(cfg, entries, done)
         md = render_markdown(cfg_out, summary, entries, total)
         summary.update({"suite": to_dict(cfg), "computed": computed, "skipped": skipped, "total_cells": total,
+                        "reevaluated": reevaluated,
                         "note": note, "markdown": md})
         atomic_write_json(out / "results.json", {k: v for k, v in summary.items() if k != "markdown"})
         atomic_write_text(out / "results.md", md)
         return summary
 
+    for m in entries:  # every model's weights verified before the first cell (cached: not hashed again below)
+        model_weights(m.path)
     i = 0
     for m in entries:
         done[m.key] = {}
+        msha, mfile = model_weights(m.path)
+        changed = 0
         for cell in cells:
             i += 1
             fcfg = cell_config(cfg, cell)
             cdir = out / "cells" / m.key / cell.task / cell.name
             r = _finished(cdir, fcfg)
+            why = _same_weights(r, cdir, msha, mfile) if r is not None else ""
+            if why:
+                if not changed:
+                    log(f"{m.label} ({m.path}): {why}: re-evaluating its cells")
+                changed += 1
+                reevaluated += 1
+                r = None
             if r is not None:
                 skipped += 1
             else:
@@ -471,6 +537,14 @@ def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Call
                 t0 = time.perf_counter()
                 log(f"[{i}/{total}] {m.label} ({m.path}) {cell.task} {cell.name} ...")
                 r = finetune_fn(fcfg, str(m.path), cdir, log=None)
+                # the weights the cell was computed from (not recorded if they changed meanwhile: recomputed next time)
+                after = model_weights(m.path)[0]
+                r = {**r, "model_sha256": msha if after == msha else None,
+                     "model_weights": str(mfile) if mfile else None}
+                if (cdir / "metrics.json").is_file():
+                    atomic_write_json(cdir / "metrics.json", {**read_json(cdir / "metrics.json"),
+                                                              "model_sha256": r["model_sha256"],
+                                                              "model_weights": r["model_weights"]})
                 dt = time.perf_counter() - t0
                 spent.setdefault(cell.task, []).append(dt / cell.epochs)
                 computed += 1
@@ -492,7 +566,9 @@ def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Call
                 write_summary()  # after every computed cell: an interrupted suite still leaves its tables
     summary = write_summary()
     summary["seconds"] = time.perf_counter() - t_start
-    log(f"suite {cfg.name or '(unnamed)'}: {computed} cells computed, {skipped} reused -> {out / 'results.md'}")
+    log(f"suite {cfg.name or '(unnamed)'}: {computed} cells computed"
+        + (f" ({reevaluated} because the model's weights changed)" if reevaluated else "")
+        + f", {skipped} reused -> {out / 'results.md'}")
     return summary
 
 

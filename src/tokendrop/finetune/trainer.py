@@ -97,15 +97,25 @@ def _load_model(model_path, cls, **kw):
         raise FinetuneError(f"cannot load model {model_path}: {msg}") from None
 
 
-def _load_model_and_tokenizer(model_path, cls, max_seq_len: int, **kw):
-    """-> (model, info, tokenizer, max_len, pad_id), the tokenizer checked against the model's vocabulary."""
+def _load_model_and_tokenizer(model_path, cls, max_seq_len: int, field: str = "max_seq_len", log: LogFn | None = None,
+                              **kw):
+    """-> (model, info, tokenizer, max_len, pad_id), the tokenizer checked against the model's vocabulary.
+
+    ``max_len`` is ``max_seq_len`` clamped to the model's positions (the clamp is reported through
+    ``log``, or on stderr when ``log`` is None, with the value used); ``pad_id`` is the tokenizer's
+    [PAD] id (the model config's only when the vocabulary has no [PAD])."""
     model, info = _load_model(model_path, cls, **kw)
     mcfg = info["model_config"]
     tok = load_finetune_tokenizer(info.get("tokenizer"), model_path)
     if tok.get_vocab_size() > mcfg.vocab_size:
         raise FinetuneError(f"tokenizer has {tok.get_vocab_size()} tokens but model {model_path} only "
                             f"{mcfg.vocab_size} embeddings: wrong vocab.txt for this model")
-    return model, info, tok, min(max_seq_len, mcfg.max_position_embeddings), mcfg.pad_token_id
+    max_len = min(max_seq_len, mcfg.max_position_embeddings)
+    if max_len < max_seq_len:
+        (log or _stderr)(f"warning: finetune.{field}={max_seq_len} is more than the model's max_position_embeddings="
+                         f"{mcfg.max_position_embeddings}; using {field} {max_len}")
+    pad = tok.token_to_id("[PAD]")
+    return model, info, tok, max_len, mcfg.pad_token_id if pad is None else pad
 
 
 def _pad(seqs: list[list[int]], pad: int) -> torch.Tensor:
@@ -268,7 +278,7 @@ def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log
         raise FinetuneError(f"task {spec.name}: no training examples in {cfg.data}")
 
     model, info, tok, max_len, pad_id = _load_model_and_tokenizer(
-        model_path, BertForSequenceClassification, cfg.max_seq_len, num_labels=len(spec.labels))
+        model_path, BertForSequenceClassification, cfg.max_seq_len, "max_seq_len", log, num_labels=len(spec.labels))
     model.to(device)
 
     t_enc = time.perf_counter()
@@ -303,7 +313,7 @@ def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log
         log(f"{spec.name}: left out {len(skipped)} malformed row(s), first: {skipped[0]}")
     return {"spec": spec, "model": model, "info": info, "metrics": metrics, "stats": stats, "files": files,
             "n_train": len(train), "encode_s": enc_s, "eval_s": eval_s, "labels": spec.labels,
-            "skipped_rows": skipped or []}
+            "skipped_rows": skipped or [], "seq_len": {"field": "max_seq_len", "requested": cfg.max_seq_len, "used": max_len}}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -339,7 +349,8 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
     train_ex = subsample(train_ex, cfg.max_train_examples)
     dev_ex = subsample(dev_ex, cfg.max_eval_examples)
 
-    model, info, tok, max_len, pad_id = _load_model_and_tokenizer(model_path, BertForQuestionAnswering, cfg.max_seq_len_qa)
+    model, info, tok, max_len, pad_id = _load_model_and_tokenizer(model_path, BertForQuestionAnswering, cfg.max_seq_len_qa,
+                                                                  "max_seq_len_qa", log)
     model.to(device)
 
     t_enc = time.perf_counter()
@@ -376,7 +387,8 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
         atomic_write_json(pdir / "dev_null_odds.json", {q: p.na_score for q, p in preds.items()})
     return {"spec": spec, "model": model, "info": info, "metrics": {"dev": m}, "stats": stats,
             "files": {"train": str(train_path), "dev": str(dev_path)}, "n_train": len(train_ex),
-            "n_train_features": len(tr_feats), "encode_s": enc_s, "eval_s": eval_s}
+            "n_train_features": len(tr_feats), "encode_s": enc_s, "eval_s": eval_s,
+            "seq_len": {"field": "max_seq_len_qa", "requested": cfg.max_seq_len_qa, "used": max_len}}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -449,6 +461,7 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
         "data": r["files"],
         "labels": r.get("labels", []),
         "skipped_rows": {"count": len(r.get("skipped_rows", [])), "first": r.get("skipped_rows", [])[:20]},
+        "seq_len": r["seq_len"],  # the max length asked for and the one used (clamped to the model's positions)
         "device": str(device),
         "precision": "bf16" if bf16 else "fp32",
         "threads": torch.get_num_threads(),

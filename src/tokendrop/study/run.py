@@ -38,6 +38,10 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# fields left to be filled in from the prepared data by pretrain (the run's config.toml has the value)
+_FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
+
+
 def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
     """Fields (dotted) whose value in the run's saved config differs from ``want``.  Paths (data,
     the source) compare resolved; the source not at all when the weights' sha256 is the same."""
@@ -45,7 +49,7 @@ def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
     same_weights = bool(a.get("model.init_sha256")) and a.get("model.init_sha256") == b.get("model.init_sha256")
     out = []
     for k, v in a.items():
-        if k in _IGNORED or (k == "model.vocab_size" and v == 0) or (k == "model.init" and same_weights):
+        if k in _IGNORED or (k in _FROM_DATA and v == _FROM_DATA[k]) or (k == "model.init" and same_weights):
             continue
         if k in ("data.path", "model.init"):
             if Path(str(v)).resolve() != Path(str(b.get(k, ""))).resolve():

@@ -6,7 +6,9 @@
 Parts (``PARTS``): ``env`` (versions, usable SDPA backends at bf16, ``pytest -m gpu``), ``bench``
 (bert-base eager: ours dense / 50% drop / transformers', MFU, memory, the largest batch that fits),
 ``bench-compile`` (the same compiled), ``pretrain`` (real runs from carried data, resume, torchrun),
-``quality`` (time-to-quality of a small BERT, dense vs token drop, then fine-tuning).  Each writes
+``quality`` (time-to-quality of a small BERT, dense vs token drop, then fine-tuning),
+``bench-modern`` (the ModernBERT-architecture family, modern-base eager at T=512 and 1024: ours
+dense / 50% drop / ``transformers.ModernBertForMaskedLM``).  Each writes
 ``OUT/PART.json`` + ``OUT/PART.md`` (after every phase) and stops itself within ``budget_s``.
 """
 
@@ -26,13 +28,14 @@ TITLES = {
     "bench-compile": "bert-base step time, torch.compile",
     "pretrain": "bert-base-128 pretraining runs, resume, torchrun",
     "quality": "time to quality: dense vs token dropping, then fine-tuning",
+    "bench-modern": "ModernBERT-architecture step time, eager (ours dense / token drop / transformers.ModernBertForMaskedLM)",
 }
 
 
 def _runner(part: str):
     if part == "env":
         from .env_part import run_env as fn
-    elif part in ("bench", "bench-compile"):
+    elif part in ("bench", "bench-compile", "bench-modern"):
         from .bench_part import run_bench_part as fn
     elif part == "pretrain":
         from .pretrain_part import run_pretrain_part as fn

@@ -1,7 +1,10 @@
 """Parts ``bench`` (eager, + the largest batch that fits) and ``bench-compile`` (torch.compile):
 bert-base at each T, bf16 -- our dense step, 50% token drop over the paper's span, and
 ``transformers.BertForMaskedLM`` -- interleaved rounds, medians, tokens/s, MFU, peak memory,
-speedup vs the FLOP bound.  One ``run_bench`` per T, so a T the budget cannot fit is left out whole."""
+speedup vs the FLOP bound.  Part ``bench-modern``: the same rows (eager) for the ModernBERT-architecture
+family (the campaign's [modern] table: modern-base at T=512 and 1024 against
+``transformers.ModernBertForMaskedLM``).  One ``run_bench`` per T, so a T the budget cannot fit is
+left out whole."""
 
 from __future__ import annotations
 
@@ -18,21 +21,30 @@ from ..run import run_bench
 from ..steps import StepBuilder
 from ..workload import Setting
 from .common import Budget, Log, PartResult, free_device_memory
-from .config import CampaignConfig
+from .config import BenchPart, CampaignConfig
 
 MAX_BATCH_RESERVE_S = 90.0  # kept for the largest-batch search (bench, eager)
 END_RESERVE_S = 15.0
 
 
-def part_bench_config(cfg: CampaignConfig, seq_len: int, batch_size: int, compiled: bool, budget_s: float) -> BenchConfig:
-    b = cfg.bench
+def part_bench_config(cfg: CampaignConfig, seq_len: int, batch_size: int, compiled: bool, budget_s: float,
+                      part: BenchPart | None = None) -> BenchConfig:
+    b = part or cfg.bench
+    modern = b is cfg.modern
     return bench_config({
-        "name": f"campaign-{'compile' if compiled else 'eager'}-T{seq_len}", "device": cfg.device, "model": b.model,
+        "name": f"campaign-{'modern-' if modern else ''}{'compile' if compiled else 'eager'}-T{seq_len}",
+        "device": cfg.device, "model": b.model,
         "vocab_size": b.vocab_size, "seq_lens": [seq_len], "batch_sizes": [batch_size], "rates": [b.rate],
         "variants": ["drop"], "hf": True, "precision": b.precision, "compile": compiled,
         "compile_backend": b.compile_backend, "warmup": b.warmup, "rounds": b.rounds, "reps": b.reps,
         "memory": b.memory, "threads": b.threads, "time_budget_s": max(1.0, budget_s),
+        "document_attention": b.document_attention,
     })
+
+
+def part_config(cfg: CampaignConfig, part: str) -> BenchPart:
+    """The [bench] table for ``bench`` / ``bench-compile``, the [modern] table for ``bench-modern``."""
+    return cfg.modern if part == "bench-modern" else cfg.bench
 
 
 def _compiled_graphs() -> int | None:
@@ -64,7 +76,7 @@ HEADER = ["setting", "B", "ms/step (median)", "tokens/s", "TFLOP/s", "MFU %", "p
 
 def run_bench_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save, log: Log) -> None:
     compiled = r.part == "bench-compile"
-    b = cfg.bench
+    b = part_config(cfg, r.part)
     gpu = cfg.device == "cuda" and not cfg.dry_run
     reserve = END_RESERVE_S + (MAX_BATCH_RESERVE_S if b.max_batch and not compiled else 0.0)
     rows: list[list[object]] = []
@@ -76,7 +88,7 @@ def run_bench_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult
             r.skip(f"T={t} (the previous T took {last_took:.0f}s; rerun with --set bench.seq_lens=[{t}] "
                    f"--set bench.batch_sizes=[{bs}] --set bench.max_batch_caps=[{b.max_batch_caps[i]}])", log)
             continue
-        bc = part_bench_config(cfg, t, bs, compiled, share)
+        bc = part_bench_config(cfg, t, bs, compiled, share, b)
         t0 = time.perf_counter()
         res = run_bench(bc, log=log, command=f"tokendrop bench --campaign {r.part} (T={t}, B={bs})")
         last_took = time.perf_counter() - t0
@@ -104,13 +116,12 @@ def run_bench_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult
         save()
     if compiled or not b.max_batch:
         return
-    _max_batch(cfg, budget, r, save, log)
+    _max_batch(cfg, budget, r, save, log, b)
 
 
-def _max_batch(cfg: CampaignConfig, budget: Budget, r: PartResult, save, log: Log) -> None:
+def _max_batch(cfg: CampaignConfig, budget: Budget, r: PartResult, save, log: Log, b: BenchPart) -> None:
     """Per implementation (ours: dense and drop share a model; then HF's alone), per T."""
-    b = cfg.bench
-    bc = part_bench_config(cfg, b.seq_lens[0], b.batch_sizes[0], False, 1.0)
+    bc = part_bench_config(cfg, b.seq_lens[0], b.batch_sizes[0], False, 1.0, b)
     bc.seq_lens, bc.batch_sizes = list(b.seq_lens), list(b.batch_sizes)
     dev = torch.device("cuda", torch.cuda.current_device()) if cfg.device == "cuda" else torch.device("cpu")
     rows: list[list[object]] = []

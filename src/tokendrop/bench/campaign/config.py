@@ -6,12 +6,13 @@ from dataclasses import dataclass, field
 
 from ...config import ConfigError, load_config, resolve_preset
 
-PARTS = ("env", "bench", "bench-compile", "pretrain", "quality")
+PARTS = ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern")
 
 
 @dataclass
 class BenchPart:
-    """``bench`` / ``bench-compile``: ours dense, ours with dropping, transformers', per T."""
+    """``bench`` / ``bench-compile`` (bert-base) and ``bench-modern`` (the ModernBERT-architecture
+    family, the [modern] table): ours dense, ours with dropping, transformers', per T."""
 
     model: str = "bert-base"
     vocab_size: int = 30522
@@ -28,6 +29,12 @@ class BenchPart:
     max_batch_caps: list[int] = field(default_factory=lambda: [4096, 1024])  # per T: where the search stops
     max_batch_memory_bytes: int = 0  # > 0: a batch fits only under this peak (how a CPU dry run "runs out")
     threads: int = 0
+    document_attention: str = "off"  # modern-*: per-document attention (BenchConfig.document_attention)
+
+
+def _modern_part() -> BenchPart:
+    return BenchPart(model="modern-base", vocab_size=50368, seq_lens=[512, 1024], batch_sizes=[64, 32],
+                     max_batch=False, max_batch_caps=[2048, 1024])
 
 
 @dataclass
@@ -74,6 +81,7 @@ class CampaignConfig:
     budget_s: float = 480.0  # each part stops itself before this many seconds
     pytest: bool = True  # env: run `pytest -m gpu tests/test_gpu.py`
     bench: BenchPart = field(default_factory=BenchPart)
+    modern: BenchPart = field(default_factory=_modern_part)  # part bench-modern
     pretrain: PretrainPart = field(default_factory=PretrainPart)
     quality: QualityPart = field(default_factory=QualityPart)
 
@@ -82,11 +90,11 @@ class CampaignConfig:
             raise ConfigError(f"campaign.device: expected cpu or cuda, got {self.device!r}")
         if self.budget_s <= 0:
             raise ConfigError(f"campaign.budget_s: expected > 0, got {self.budget_s}")
-        b = self.bench
-        if len(b.batch_sizes) != len(b.seq_lens) or len(b.max_batch_caps) != len(b.seq_lens):
-            raise ConfigError(f"bench.batch_sizes/bench.max_batch_caps: one per bench.seq_lens entry ({len(b.seq_lens)})")
-        if not 0.0 < b.rate < 1.0:
-            raise ConfigError(f"bench.rate: expected a drop rate in (0, 1), got {b.rate}")
+        for sec, b in (("bench", self.bench), ("modern", self.modern)):
+            if len(b.batch_sizes) != len(b.seq_lens) or len(b.max_batch_caps) != len(b.seq_lens):
+                raise ConfigError(f"{sec}.batch_sizes/{sec}.max_batch_caps: one per {sec}.seq_lens entry ({len(b.seq_lens)})")
+            if not 0.0 < b.rate < 1.0:
+                raise ConfigError(f"{sec}.rate: expected a drop rate in (0, 1), got {b.rate}")
         p = self.pretrain
         if p.steps < 2 or p.resume_steps < 2 or p.torchrun_steps < 1:
             raise ConfigError("pretrain.steps/resume_steps/torchrun_steps: expected >= 2, >= 2, >= 1")

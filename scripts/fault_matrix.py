@@ -1,0 +1,1161 @@
+#!/usr/bin/env python
+"""The fault matrix of issue 13 (and the bad inputs of issue 12): every bad input and fault, run as a
+subprocess of the real CLI (``python -m tokendrop ...``), each in its own directory, with the disk
+compared before and after.  Writes ``docs/reliability.md`` (and ``docs/reliability.json``).
+
+    python scripts/fault_matrix.py                      # every case, docs/reliability.{md,json}
+    python scripts/fault_matrix.py --only 'lock|sigint' --jobs 2 --md /tmp/r.md --json ''
+
+A case passes when the exit code is the expected one, stderr holds no traceback, an error is one
+line of stderr (naming what the case says it must name), and the disk is intact: every watched
+file or directory has the same names, sizes and sha256 as before, what must not exist does not, no
+temp / ``.old-*`` / lock entry is left anywhere in the case's directory, and the case's own check
+(e.g. "no step twice in metrics.jsonl") holds.
+
+Everything is generated (``tokendrop.data.testing``): one prepared directory, one tiny pretraining
+run, its export and a few variants are built once under the work directory ("BASE") and copied into
+each case's directory ("CASE").  Commands and messages in the report show those two as BASE and CASE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime
+import hashlib
+import json
+import os
+import platform
+import re
+import resource
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+PY = sys.executable
+ENV = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+           PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV.pop("PYTHONWARNINGS", None)
+LEFTOVER = re.compile(r"\.tmp-|\.old-|\.tokendrop\.lock$|\.tokendrop-writer$")
+
+# ----------------------------------------------------------------------------------------------
+# command pieces
+
+PT = ["--quiet", "--set", "train.steps=2", "--set", "train.batch_size=8", "--set", "train.eval_batches=1",
+      "--set", "train.eval_every=2", "--set", "train.ckpt_every=2", "--set", "train.log_every=1",
+      "--set", "train.threads=1"]
+FT = ["--set", "epochs=1", "--set", "threads=1", "--set", "batch_size=8", "--set", "max_train_examples=16",
+      "--set", "max_eval_examples=8", "--set", "log_every=0", "--set", "device=cpu"]
+EV = ["--suite", "suite-tiny", "--set", "tasks=['sst2']", "--set", "glue_lrs=[1e-3]", "--set", "glue_epochs=[1.0]",
+      "--set", 'glue_data="{C}/glue"', "--set", 'squad_data="{C}/squad"', "--set", "glue.max_train_examples=16",
+      "--set", "glue.max_eval_examples=8"]
+
+
+def pretrain(out: str, data: str = "{C}/data", *extra: str) -> list[str]:
+    return ["pretrain", "--config", "tiny", "--out", out, "--set", f'data.path="{data}"', *PT, *extra]
+
+
+def finetune(model: str, out: str, *extra: str, task: str = "sst2", data: str = "{C}/sst2") -> list[str]:
+    return ["finetune", "--model", model, "--task", task, "--data", data, "--out", out, *FT, *extra]
+
+
+def prepare(corpus: str, out: str, *extra: str) -> list[str]:
+    return ["prepare", "--corpus", corpus, "--out", out, "--seq-len", "64", "--workers", "1", "--quiet", *extra]
+
+
+CKPT = "{C}/run/checkpoints/step-00000004"  # the base run's last checkpoint
+
+# ----------------------------------------------------------------------------------------------
+# the base: built once, copied into the cases
+
+
+def cli(argv: list[str], cwd: Path, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run([PY, "-m", "tokendrop", *argv], cwd=cwd, env=ENV, capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"building the base failed: tokendrop {shlex.join(argv)}\n{r.stderr[-3000:]}")
+    return r
+
+
+# what each built base item needs first (the generated files are always written: they are cheap)
+BASE_DEPS = {"data": (), "data-other": (), "run": ("data",), "hf": ("run",), "relrun": ("data",),
+             "run-moved": ("data",), "data-moved": ("run-moved",)}
+GENERATED = ("corpus.txt", "other-vocab.txt", "sst2", "glue", "squad")
+
+
+def base_items(selected: list["Case"]) -> set[str]:
+    """The built base items the selected cases use (copied in, or named as {B}/ITEM), with their deps."""
+    want = {n for c in selected for n in c.needs}
+    want |= {m.group(1) for c in selected for a in c.argv for m in re.finditer(r"\{B\}/([\w.-]+)", a)}
+    todo, out = [w for w in want if w in BASE_DEPS], set()
+    while todo:
+        item = todo.pop()
+        if item not in out:
+            out.add(item)
+            todo.extend(BASE_DEPS[item])
+    return out
+
+
+def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
+    sys.path.insert(0, str(SRC))
+    from tokendrop.data import testing as T
+
+    base.mkdir(parents=True, exist_ok=True)
+    log(f"building the base in {base}: {', '.join(sorted(items)) or 'generated files only'}")
+    T.write_corpus(base / "corpus.txt", docs=150)
+    T.write_toy_vocab(base / "other-vocab.txt")
+    T.write_keyword_sentiment(base / "sst2", n_train=32, n_dev=16)
+    T.write_toy_glue(base / "glue", n_train=16, n_dev=8)
+    T.write_toy_squad(base / "squad", n_train=16, n_dev=8)
+    if "data" in items:
+        cli(prepare(str(base / "corpus.txt"), str(base / "data"), "--vocab-size", "150", "--eval-fraction", "0.1"), base)
+    if "data-other" in items:
+        cli(prepare(str(base / "corpus.txt"), str(base / "data-other"), "--vocab", str(base / "other-vocab.txt"),
+                    "--eval-fraction", "0.1"), base)
+    if "run" in items:  # 4 steps, checkpoints at 2 and 4, token dropping (an importance vector for inspect)
+        cli(["pretrain", "--config", "tiny", "--out", str(base / "run"), "--set", f'data.path="{base / "data"}"', *PT,
+             "--set", "train.steps=4", "--set", "drop.method=cumulative"], base)
+    if "hf" in items:
+        cli(["export", str(base / "run"), str(base / "hf")], base)
+    if "relrun" in items:  # a run whose data.path is relative ("data", from BASE): issue 13 row 5
+        cli(["pretrain", "--config", "tiny", "--out", "relrun", "--set", 'data.path="data"', *PT], base)
+    if "run-moved" in items:  # a run whose data moved away after it was made: data-gone -> data-moved
+        shutil.copytree(base / "data", base / "data-gone")
+        cli(["pretrain", "--config", "tiny", "--out", str(base / "run-moved"), "--set",
+             f'data.path="{base / "data-gone"}"', *PT], base)
+        (base / "data-gone").rename(base / "data-moved")
+    log("base built")
+
+# ----------------------------------------------------------------------------------------------
+# helpers for setups and checks
+
+
+def sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def snapshot(root: Path) -> dict[str, Any]:
+    """name -> (size, sha256) of every file (and "dir" of every directory) under ``root``."""
+    if root.is_symlink() or root.is_file():
+        return {".": (root.stat().st_size, sha256(root))}
+    if not root.exists():
+        return {".": "absent"}
+    out: dict[str, Any] = {".": "dir"}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        out[rel] = "dir" if p.is_dir() and not p.is_symlink() else (p.lstat().st_size, sha256(p) if p.is_file() else "link")
+    return out
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if LEFTOVER.search(p.name))
+
+
+def flip_byte(p: Path, offset: int = -100) -> None:
+    b = bytearray(p.read_bytes())
+    b[offset] ^= 0xFF
+    p.write_bytes(bytes(b))
+
+
+def truncate(p: Path, frac: float = 0.5) -> None:
+    with open(p, "r+b") as f:
+        f.truncate(int(p.stat().st_size * frac))
+
+
+def edit_json(p: Path, fn: Callable[[dict], Any]) -> None:
+    d = json.loads(p.read_text())
+    fn(d)
+    p.write_text(json.dumps(d, indent=1))
+
+
+def metrics(run: Path) -> list[dict]:
+    """The records of run/metrics.jsonl that parse (a torn line is skipped here: the checks look at steps)."""
+    out = []
+    p = run / "metrics.jsonl"
+    for line in p.read_text().splitlines() if p.is_file() else []:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def check_no_duplicate_steps(run: Path) -> str | None:
+    recs = metrics(run)
+    p = run / "metrics.jsonl"
+    bad = [ln for ln in p.read_text().splitlines() if ln.strip() and not _parses(ln)]
+    if bad:
+        return f"metrics.jsonl keeps a torn line: {bad[0][:40]!r}"
+    for key in ("loss", "eval_loss"):
+        steps = [r["step"] for r in recs if key in r]
+        dup = sorted({s for s in steps if steps.count(s) > 1})
+        if dup:
+            return f"metrics.jsonl has {key} rows twice for steps {dup}"
+    return None
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+        return True
+    except ValueError:
+        return False
+
+
+def ckpt_ok(ck: Path) -> bool:
+    """A checkpoint dir whose files match its meta.json's sizes and sha256 (checked here, not by tokendrop)."""
+    try:
+        meta = json.loads((ck / "meta.json").read_text())
+        return bool(meta["files"]) and all(
+            (ck / n).stat().st_size == i["bytes"] and sha256(ck / n) == i["sha256"] for n, i in meta["files"].items())
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def checkpoints(run: Path) -> list[Path]:
+    d = run / "checkpoints"
+    return sorted(p for p in d.iterdir() if p.name.startswith("step-")) if d.is_dir() else []
+
+
+def load_tensors(p: Path) -> dict:
+    from safetensors.numpy import load_file
+
+    return load_file(str(p))
+
+
+def save_tensors(tensors: dict, p: Path) -> None:
+    from safetensors.numpy import save_file
+
+    save_file(tensors, str(p))
+
+
+def shard_path(data: Path, split: str = "train") -> Path:
+    return data / json.loads((data / "meta.json").read_text())["splits"][split]["file"]
+
+
+def set_shard_hash(data: Path, split: str = "train") -> None:
+    """Record the shard's current sha256 (and size-derived counts unchanged) in meta.json: an edit that
+    only a content check (not the hash) can find."""
+    f = shard_path(data, split)
+
+    def fn(d):
+        info = d["splits"][split]
+        for k in ("sha256", "file_sha256"):
+            if k in info:
+                info[k] = sha256(f)
+    edit_json(data / "meta.json", fn)
+
+
+def run_cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return cli(argv, cwd, check=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# the cases
+
+
+@dataclass
+class Case:
+    name: str
+    row: str  # "13.1" ... "13.9", "12"
+    argv: list[str]  # after `python -m tokendrop`; {C} = the case dir, {B} = the base dir
+    expect: str  # what should happen, in words (the report's "expected" column)
+    rc: int | tuple[int, ...] = 2
+    needs: tuple[str, ...] = ()  # base items copied into the case dir
+    setup: Callable[[Path], None] | None = None
+    watch: tuple[str, ...] = ()  # paths (relative to the case dir) that must be unchanged
+    absent: tuple[str, ...] = ()  # paths that must not exist afterwards
+    says: tuple[str, ...] = ()  # substrings the (one-line) message must contain ({C} expands)
+    check: Callable[[Path, "Outcome"], str | None] | None = None  # -> why it fails, or None
+    drive: Callable[[subprocess.Popen, Path], None] | None = None  # signals, while it runs
+    hold: tuple[str, ...] = ()  # paths another process holds the write lock of while the command runs
+    cwd: str = ""  # relative to the case dir
+    fsize: int = 0  # RLIMIT_FSIZE in bytes (a full disk, as far as one file is concerned)
+    one_line: bool | None = None  # default: required for non-zero exits
+    timeout: int = 240
+
+
+@dataclass
+class Outcome:
+    rc: int | str
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def sig_after(sig: int, wait_for: Callable[[Path], bool], delay: float = 0.0, limit: float = 120):
+    """A driver: wait until ``wait_for(case_dir)`` (the command is under way), sleep ``delay``, send ``sig``."""
+    def drive(p: subprocess.Popen, c: Path) -> None:
+        t0 = time.time()
+        while time.time() - t0 < limit and p.poll() is None and not wait_for(c):
+            time.sleep(0.05)
+        time.sleep(delay)
+        if p.poll() is None:
+            p.send_signal(sig)
+    return drive
+
+
+def logged_step(run: str) -> Callable[[Path], bool]:
+    return lambda c: any("loss" in r for r in metrics(c / run))
+
+
+def exists(rel: str) -> Callable[[Path], bool]:
+    return lambda c: (c / rel).exists()
+
+
+def any_temp(rel_parent: str, prefix: str) -> Callable[[Path], bool]:
+    return lambda c: any(p.name.startswith(prefix) for p in (c / rel_parent).iterdir())
+
+
+def write_corpus(path: Path, docs: int) -> None:
+    sys.path.insert(0, str(SRC))
+    from tokendrop.data.testing import write_corpus as wc
+
+    wc(path, docs=docs)
+
+
+def hf_config(c: Path, **changes: Any) -> None:
+    def fn(d):
+        d.update(changes)
+    edit_json(c / "hf" / "config.json", fn)
+
+
+def pickle_only(c: Path) -> None:
+    """hf/ with pytorch_model.bin holding a pickled object that weights_only=True refuses, no safetensors."""
+    hf = c / "hf"
+    (hf / "model.safetensors").unlink()
+    code = ("import datetime, sys, torch; "
+            "torch.save({'bert.embeddings.word_embeddings.weight': torch.zeros(2, 2), 'when': datetime.date(2020, 1, 1)}, "
+            "sys.argv[1])")
+    subprocess.run([PY, "-c", code, str(hf / "pytorch_model.bin")], check=True, env=ENV)
+
+
+def mismatched_shapes(c: Path) -> None:
+    p = c / "hf" / "model.safetensors"
+    t = load_tensors(p)
+    key = next(k for k in t if k.endswith("intermediate.dense.weight"))
+    t[key] = t[key][: t[key].shape[0] // 2].copy()
+    save_tensors(t, p)
+
+
+def short_positions(c: Path) -> None:
+    """hf/ whose model has max_position_embeddings=32 (consistent weights) < the data's T=64."""
+    p = c / "hf" / "model.safetensors"
+    t = load_tensors(p)
+    key = next(k for k in t if k.endswith("position_embeddings.weight"))
+    t[key] = t[key][:32].copy()
+    for k in [k for k in t if k.endswith("position_ids")]:
+        t[k] = t[k][..., :32].copy()
+    save_tensors(t, p)
+    hf_config(c, max_position_embeddings=32)
+
+
+def eval_loss_not_zero(c: Path, o: Outcome) -> str | None:
+    """Row 7: an empty held-out split is an error (one line), or evaluation is off with a warning;
+    never an eval loss of 0.0."""
+    if o.rc == 2:
+        return None if len(_lines(o.stderr)) == 1 else "error is not one line"
+    if o.rc != 0:
+        return f"exit {o.rc}"
+    zero = [r["step"] for r in metrics(c / "r") if r.get("eval_loss") == 0.0 or r.get("eval_slots") == 0]
+    if zero:
+        return f"reports eval loss 0.0 (an empty held-out split) at steps {zero}"
+    if not _warns_about_eval(o.stderr):
+        return "no warning that evaluation is off"
+    return None
+
+
+def _warns_about_eval(err: str) -> bool:
+    return any("warn" in ln.lower() and ("eval" in ln.lower() or "held-out" in ln.lower()) for ln in _lines(err))
+
+
+def prepare_empty_eval(c: Path, o: Outcome) -> str | None:
+    if o.rc == 2:
+        return None if len(_lines(o.stderr)) == 1 else "error is not one line"
+    if o.rc != 0:
+        return f"exit {o.rc}"
+    meta = json.loads((c / "out" / "meta.json").read_text())
+    n = meta["splits"]["eval"]["num_sequences"]
+    if n == 0 and not _warns_about_eval(o.stderr):
+        return "writes an empty held-out split without a warning (later reported as eval loss 0.0)"
+    return None
+
+
+def empty_eval_split(c: Path) -> None:
+    """data/ whose held-out split has no sequences (meta.json and shard consistent)."""
+    d = c / "data"
+    f = shard_path(d, "eval")
+    f.write_bytes(b"")
+
+    def fn(m):
+        info = m["splits"]["eval"]
+        for k in list(info):
+            if k in ("num_sequences", "num_tokens", "documents", "num_documents"):
+                info[k] = 0
+        for k in ("sha256", "file_sha256"):
+            if k in info:
+                info[k] = hashlib.sha256(b"").hexdigest()
+    edit_json(d / "meta.json", fn)
+
+
+def oov_token(c: Path) -> None:
+    """Token 10 of every training sequence set to an id far above the vocabulary (meta.json's hash
+    updated: only a bound check can find it)."""
+    import numpy as np
+
+    meta = json.loads((c / "data" / "meta.json").read_text())
+    f = shard_path(c / "data")
+    a = np.fromfile(f, dtype=meta["dtype"]).reshape(-1, meta["seq_len"])
+    a[:, 10] = np.iinfo(a.dtype).max // 2
+    a.tofile(f)
+    set_shard_hash(c / "data")
+
+
+def no_sep_sep(c: Path, o: Outcome) -> str | None:
+    import numpy as np
+
+    if o.rc != 0:
+        return None
+    d = c / "out"
+    meta = json.loads((d / "meta.json").read_text())
+    sep = meta["special_ids"]["sep"]
+    n = 0
+    for split in ("train", "eval"):
+        a = np.fromfile(shard_path(d, split), dtype=meta["dtype"]).reshape(-1, meta["seq_len"])
+        n += int(((a[:, 1:] == sep) & (a[:, :-1] == sep)).sum())
+    return f"{n} [SEP][SEP] pairs in the packed shards" if n else None
+
+
+def normal_permissions(rel: str) -> Callable[[Path, Outcome], str | None]:
+    def check(c: Path, o: Outcome) -> str | None:
+        bad = sorted(str(p.relative_to(c)) + f" {oct(p.stat().st_mode & 0o777)}" for p in (c / rel).rglob("*")
+                     if p.is_file() and p.stat().st_mode & 0o777 != 0o644)
+        return f"files not 0644 under umask 022: {', '.join(bad[:3])}" if bad else None
+    return check
+
+
+def finite_checkpoints(c: Path, o: Outcome) -> str | None:
+    import numpy as np
+
+    for ck in checkpoints(c / "r"):
+        t = load_tensors(ck / "model.safetensors")
+        bad = [k for k, v in t.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
+        if bad:
+            return f"{ck.name} holds non-finite weights ({bad[0]})"
+    return None
+
+
+def same_weights_as(other: str) -> Callable[[Path, Outcome], str | None]:
+    def check(c: Path, o: Outcome) -> str | None:
+        if o.rc != 0:
+            return None
+        a, b = checkpoints(c / "r"), checkpoints(c / other)
+        if not a or not b:
+            return "no checkpoint to compare"
+        if sha256(a[-1] / "model.safetensors") != sha256(b[-1] / "model.safetensors"):
+            return f"weights differ from the run with {other} (grad_clip=0 is not 'off')"
+        return None
+    return check
+
+
+def says_in_output(*needles: str) -> Callable[[Path, Outcome], str | None]:
+    def check(c: Path, o: Outcome) -> str | None:
+        text = (o.stdout + o.stderr).lower()
+        miss = [n for n in needles if n.lower() not in text]
+        return f"output does not mention {', '.join(miss)}" if miss else None
+    return check
+
+
+def squad_check(c: Path, o: Outcome) -> str | None:
+    """Row 8: a wrong answer_start is an error naming the file, or counted and reported -- never
+    silently relocated."""
+    if o.rc == 2:
+        return None
+    if o.rc != 0:
+        return f"exit {o.rc}"
+    text = o.stdout + o.stderr
+    for f in (c / "ft").rglob("*.json"):
+        text += f.read_text()
+    return None if "answer_start" in text else "the wrong answer_start was relocated silently (not reported)"
+
+
+def bad_squad(c: Path) -> None:
+    for name in ("train-v1.1.json", "dev-v1.1.json"):
+        def fn(d):
+            a = d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]
+            a["answer_start"] += 3
+        edit_json(c / "squad" / name, fn)
+
+
+def vocab_size_check(c: Path, o: Outcome) -> str | None:
+    """Row 8: --vocab-size above what the corpus supports: a one-line error, or a warning on stderr
+    that says the size actually trained (the one meta.json records)."""
+    lines = _lines(o.stderr)
+    if o.rc == 2:
+        return None if len(lines) == 1 and "vocab" in lines[0].lower() else "the error is not one line naming the vocabulary"
+    size = json.loads((c / "out" / "meta.json").read_text())["vocab_size"]
+    warn = [ln for ln in lines if "warn" in ln.lower() and str(size) in ln]
+    return None if warn else f"no warning on stderr saying that {size} word pieces were trained"
+
+
+def eval_counts(computed: int, reused: int) -> Callable[[Path, Outcome], str | None]:
+    def check(c: Path, o: Outcome) -> str | None:
+        m = re.search(r"(\d+) cells computed, (\d+) reused", o.stderr)
+        if not m:
+            return "no 'N cells computed, M reused' line"
+        got = (int(m.group(1)), int(m.group(2)))
+        return None if got == (computed, reused) else f"{got[0]} computed, {got[1]} reused; expected {computed}, {reused}"
+    return check
+
+
+def evaluate_then_retrain(retrain: bool) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        run_cli(["evaluate", "--models", str(c / "r"), "--out", str(c / "ev"), *[a.replace("{C}", str(c)) for a in EV]], c)
+        if retrain:  # the same path, new weights (another seed)
+            run_cli([a.replace("{C}", str(c)) for a in pretrain("{C}/r", "{C}/data", "--set", "train.seed=7",
+                                                               "--overwrite")], c)
+    return setup
+
+
+def fresh_run(name: str = "r", *extra: str) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        run_cli([a.replace("{C}", str(c)) for a in pretrain("{C}/" + name, "{C}/data", *extra)], c)
+    return setup
+
+
+def chain(*fns: Callable[[Path], None]) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        for f in fns:
+            f(c)
+    return setup
+
+
+def resume_logged_past_checkpoint(c: Path) -> None:
+    """run/ as if killed after logging steps 3-4 but before checkpoint 4 was complete."""
+    shutil.rmtree(c / "run" / "checkpoints" / "step-00000004")
+    lines = (c / "run" / "metrics.jsonl").read_text().splitlines()
+    (c / "run" / "metrics.jsonl").write_text("\n".join(ln for ln in lines if '"event": "end"' not in ln) + "\n")
+    (c / "run" / "report.md").unlink(missing_ok=True)
+
+
+def torn_metrics(c: Path) -> None:
+    with open(c / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "loss": 4.12')  # killed mid-write
+
+
+def make_dir(rel: str, files: dict[str, bytes] | None = None) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        d = c / rel
+        d.mkdir(parents=True, exist_ok=True)
+        for n, b in (files or {}).items():
+            (d / n).parent.mkdir(parents=True, exist_ok=True)
+            (d / n).write_bytes(b)
+    return setup
+
+
+def make_file(rel: str, data: bytes = b"precious\n") -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        (c / rel).parent.mkdir(parents=True, exist_ok=True)
+        (c / rel).write_bytes(data)
+    return setup
+
+
+MINE = {"notes.txt": b"my notes\n", "sub/data.bin": b"\x00\x01\x02"}
+
+
+def stale_lock(rel: str) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        p = c / rel
+        (p.parent / f".{p.name}.tokendrop.lock").write_text("999999\n")  # its writer died (SIGKILL)
+    return setup
+
+
+def pad_not_zero_vocab(c: Path) -> None:
+    lines = (c / "other-vocab.txt").read_text().splitlines()
+    pad = lines.index("[PAD]")
+    lines.pop(pad)
+    lines.insert(7, "[PAD]")
+    (c / "pad7-vocab.txt").write_text("\n".join(lines) + "\n")
+
+
+def cases() -> list[Case]:
+    C: list[Case] = []
+    add = C.append
+
+    # ---- row 1: no deletion of what tokendrop did not write ------------------------------------------
+    add(Case("export-into-foreign-dir", "13.1", ["export", "{C}/run", "{C}/mine"], "refused; the dir untouched",
+             needs=("run",), setup=make_dir("mine", MINE), watch=("mine", "run"), says=("{C}/mine", "--overwrite")))
+    add(Case("export-overwrite-foreign-dir", "13.1", ["export", "{C}/run", "{C}/mine", "--overwrite"],
+             "refused (not tokendrop's); untouched", needs=("run",), setup=make_dir("mine", MINE), watch=("mine",),
+             says=("not written by tokendrop",)))
+    add(Case("export-to-a-file", "13.1", ["export", "{C}/run", "{C}/target"], "refused; file intact, no .old-*",
+             needs=("run",), setup=make_file("target"), watch=("target",), says=("not a directory",)))
+    add(Case("export-overwrite-a-file", "13.1", ["export", "{C}/run", "{C}/target", "--overwrite"],
+             "refused; file intact", needs=("run",), setup=make_file("target"), watch=("target",)))
+    add(Case("export-overwrite-its-own-input", "13.1", ["export", "{C}/run", "{C}/run", "--overwrite"],
+             "refused; the run untouched", needs=("run",), watch=("run",)))
+    add(Case("export-overwrite-previous-export", "13.1", ["export", "{C}/run", "{C}/hf", "--overwrite"],
+             "replaces only its own earlier export", rc=0, needs=("run", "hf"), watch=("run",)))
+    add(Case("inspect-out-a-file", "13.1", ["inspect", "{C}/run", "--out", "{C}/target", "--examples", "1"],
+             "refused; file intact", needs=("run",), setup=make_file("target"), watch=("target", "run")))
+    add(Case("inspect-overwrite-a-file", "13.1", ["inspect", "{C}/run", "--out", "{C}/target", "--overwrite"],
+             "refused; file intact", needs=("run",), setup=make_file("target"), watch=("target",)))
+    add(Case("inspect-into-foreign-dir", "13.1", ["inspect", "{C}/run", "--out", "{C}/mine", "--overwrite"],
+             "refused; untouched", needs=("run",), setup=make_dir("mine", MINE), watch=("mine",)))
+    add(Case("prepare-into-foreign-dir", "13.1", prepare("{C}/corpus.txt", "{C}/mine", "--vocab-size", "150"),
+             "refused; untouched", needs=("corpus.txt",), setup=make_dir("mine", MINE), watch=("mine",),
+             says=("--overwrite",)))
+    add(Case("prepare-overwrite-foreign-dir", "13.1",
+             prepare("{C}/corpus.txt", "{C}/mine", "--vocab-size", "150", "--overwrite"),
+             "refused (not tokendrop's); untouched", needs=("corpus.txt",), setup=make_dir("mine", MINE),
+             watch=("mine",)))
+    add(Case("prepare-overwrite-dir-holding-its-corpus", "13.1",
+             prepare("{C}/data/corpus.txt", "{C}/data", "--vocab-size", "150", "--overwrite"),
+             "refused; corpus and data intact", needs=("data", "corpus.txt"),
+             setup=lambda c: shutil.copy(c / "corpus.txt", c / "data" / "corpus.txt"), watch=("data",),
+             says=("input",)))
+    add(Case("prepare-overwrite-dir-holding-its-vocab", "13.1",
+             prepare("{C}/corpus.txt", "{C}/data", "--vocab", "{C}/data/vocab.txt", "--overwrite"),
+             "refused; vocab and data intact", needs=("data", "corpus.txt"), watch=("data",), says=("input",)))
+    add(Case("pretrain-out-existing-run", "13.1", pretrain("{C}/run", "{B}/data"),
+             "refused, suggests --resume/--overwrite", needs=("run",), watch=("run",), says=("--resume",)))
+    add(Case("pretrain-overwrite-foreign-dir", "13.1", pretrain("{C}/mine", "{B}/data", "--overwrite"),
+             "refused; untouched", setup=make_dir("mine", MINE), watch=("mine",)))
+    add(Case("pretrain-overwrite-an-export", "13.1", pretrain("{C}/hf", "{B}/data", "--overwrite"),
+             "refused (another kind); untouched", needs=("hf",), watch=("hf",)))
+    add(Case("finetune-into-foreign-dir", "13.1", finetune("{C}/run", "{C}/mine"), "refused; untouched",
+             needs=("run", "sst2"), setup=make_dir("mine", MINE), watch=("mine",)))
+    add(Case("finetune-out-a-file", "13.1", finetune("{C}/run", "{C}/target", "--overwrite"), "refused; file intact",
+             needs=("run", "sst2"), setup=make_file("target"), watch=("target",)))
+    add(Case("evaluate-into-foreign-dir", "13.1", ["evaluate", "--models", "{C}/run", "--out", "{C}/mine", *EV],
+             "refused; untouched", needs=("run", "glue", "squad"), setup=make_dir("mine", MINE), watch=("mine",)))
+    add(Case("study-into-foreign-dir", "13.1", ["study", "--config", "study-tiny", "--out", "{C}/mine"],
+             "refused; untouched", setup=make_dir("mine", MINE), watch=("mine",)))
+    add(Case("demo-into-foreign-dir", "13.1", ["demo", "--out", "{C}/mine", "--cache", "{C}/cache", "--no-finetune"],
+             "refused before any download; untouched", setup=make_dir("mine", MINE), watch=("mine",),
+             absent=("cache",)))
+
+    # ---- row 2: verify weights and data before using them ---------------------------------------------
+    flip = lambda rel: (lambda c: flip_byte(c / rel))  # noqa: E731
+    add(Case("export-bit-flipped-checkpoint", "13.2", ["export", CKPT, "{C}/out"], "refused naming the file",
+             needs=("run",), setup=flip(CKPT[4:] + "/model.safetensors"), watch=("run",), absent=("out",),
+             says=("model.safetensors",)))
+    add(Case("export-truncated-checkpoint", "13.2", ["export", CKPT, "{C}/out"], "refused naming the file",
+             needs=("run",), setup=lambda c: truncate(c / CKPT[4:] / "model.safetensors"), watch=("run",),
+             absent=("out",), says=("model.safetensors",)))
+    add(Case("finetune-bit-flipped-checkpoint", "13.2", finetune(CKPT, "{C}/ft"), "refused naming the file",
+             needs=("run", "sst2"), setup=flip(CKPT[4:] + "/model.safetensors"), absent=("ft",),
+             says=("model.safetensors",)))
+    add(Case("inspect-bit-flipped-state", "13.2", ["inspect", "{C}/run", "--out", "{C}/ins", "--examples", "1"],
+             "refused naming the file (every checkpoint corrupt)", needs=("run",),
+             setup=lambda c: [flip_byte(ck / "state.safetensors") for ck in checkpoints(c / "run")], absent=("ins",),
+             says=("state.safetensors",)))
+    add(Case("evaluate-bit-flipped-checkpoint", "13.2", ["evaluate", "--models", CKPT, "--out", "{C}/ev", *EV],
+             "refused naming the file", needs=("run", "glue", "squad"), setup=flip(CKPT[4:] + "/model.safetensors"),
+             absent=("ev",), says=("model.safetensors",)))
+    add(Case("init-from-bit-flipped-checkpoint", "13.2", [*pretrain("{C}/r", "{B}/data"), "--init", CKPT],
+             "refused naming the file; no run dir", needs=("run",), setup=flip(CKPT[4:] + "/model.safetensors"),
+             absent=("r",), says=("model.safetensors",)))
+    add(Case("resume-every-checkpoint-corrupt", "13.2", ["pretrain", "--resume", "{C}/run", "--quiet", "--set",
+             "train.steps=6"], "refused: no valid checkpoint; run untouched", needs=("run",),
+             setup=lambda c: [flip_byte(ck / "model.safetensors") for ck in checkpoints(c / "run")], watch=("run",),
+             says=("checkpoint",)))
+    add(Case("data-meta-counts-vs-shard", "13.2", pretrain("{C}/r"), "refused naming meta.json/shard; no run dir",
+             needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d["splits"]["train"].update(
+                 num_sequences=d["splits"]["train"]["num_sequences"] + 1)), absent=("r",), watch=("data",)))
+    add(Case("data-truncated-shard", "13.2", pretrain("{C}/r"), "refused naming the shard; no run dir",
+             needs=("data",), setup=lambda c: truncate(shard_path(c / "data")), absent=("r",), watch=("data",)))
+    add(Case("data-token-id-out-of-vocab", "13.2", pretrain("{C}/r"),
+             "refused naming the shard (id >= vocab size, found at open or per batch); no checkpoint of it",
+             needs=("data",), setup=oov_token, watch=("data",), says=("train.bin", "vocab"),
+             check=lambda c, o: "a checkpoint was written from the bad data" if checkpoints(c / "r") else None))
+    add(Case("verify-good-run", "13.2", ["verify", "{C}/run"], "exit 0, run untouched", rc=0, needs=("run",),
+             watch=("run",)))
+    add(Case("verify-good-data", "13.2", ["verify", "{C}/data"], "exit 0", rc=0, needs=("data",), watch=("data",)))
+    add(Case("verify-bit-flipped-checkpoint", "13.2", ["verify", CKPT], "non-zero, names the file", rc=(1, 2),
+             needs=("run",), setup=flip(CKPT[4:] + "/model.safetensors"), watch=("run",),
+             says=("model.safetensors",)))
+    add(Case("verify-run-with-truncated-state", "13.2", ["verify", "{C}/run"], "non-zero, names the file", rc=(1, 2),
+             needs=("run",), setup=lambda c: truncate(c / CKPT[4:] / "state.safetensors"), watch=("run",),
+             says=("state.safetensors",)))
+    add(Case("verify-bit-flipped-shard", "13.2", ["verify", "{C}/data"], "non-zero, names the shard", rc=(1, 2),
+             needs=("data",), setup=lambda c: flip_byte(shard_path(c / "data"), 50), watch=("data",)))
+
+    # ---- row 3: one writer per directory ----------------------------------------------------------------
+    add(Case("resume-locked-run", "13.3", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
+             "refused at once: in use by pid N; untouched", needs=("run",), hold=("run",), watch=("run",),
+             says=("in use by pid",)))
+    add(Case("pretrain-locked-out", "13.3", pretrain("{C}/r", "{B}/data"), "refused: in use; nothing written",
+             hold=("r",), absent=("r",), says=("in use by pid",)))
+    add(Case("prepare-locked-out", "13.3", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150"),
+             "refused: in use; nothing written", needs=("corpus.txt",), hold=("out",), absent=("out",),
+             says=("in use by pid",)))
+    add(Case("export-locked-out", "13.3", ["export", "{C}/run", "{C}/out"], "refused: in use; nothing written",
+             needs=("run",), hold=("out",), absent=("out",), says=("in use by pid",)))
+    add(Case("finetune-locked-out", "13.3", finetune("{C}/run", "{C}/ft"), "refused: in use; nothing written",
+             needs=("run", "sst2"), hold=("ft",), absent=("ft",), says=("in use by pid",)))
+    add(Case("export-stale-lock-taken-over", "13.3", ["export", "{C}/run", "{C}/out"],
+             "a dead writer's lock is taken over: exit 0", rc=0, needs=("run",), setup=stale_lock("out"),
+             watch=("run",)))
+
+    # ---- row 4: honest exit codes on interruption --------------------------------------------------------
+    long_pt = pretrain("{C}/r", "{B}/data", "--set", "train.steps=100000", "--set", "train.eval_every=100000",
+                       "--set", "train.ckpt_every=100000")
+    add(Case("pretrain-sigint", "13.4", long_pt, "checkpoint saved, exit 130", rc=130,
+             drive=sig_after(signal.SIGINT, logged_step("r"), 0.3),
+             check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
+    add(Case("pretrain-sigterm", "13.4", long_pt, "checkpoint saved, exit 143", rc=143,
+             drive=sig_after(signal.SIGTERM, logged_step("r"), 0.3),
+             check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
+    add(Case("prepare-sigint", "13.4", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "300"),
+             "exit 130, no output, no temp dir", rc=130, setup=lambda c: write_corpus(c / "big.txt", 6000),
+             drive=sig_after(signal.SIGINT, exists(".out.tokendrop.lock"), 1.0), absent=("out",), watch=("big.txt",)))
+    add(Case("finetune-sigint", "13.4", finetune("{C}/run", "{C}/ft", "--set", "epochs=20", "--set",
+             "max_train_examples=0"), "exit 130, no output", rc=130, needs=("run", "sst2"),
+             drive=sig_after(signal.SIGINT, exists(".ft.tokendrop.lock"), 2.0), absent=("ft",), watch=("run",)))
+    add(Case("evaluate-sigint", "13.4", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV, "--set",
+             "glue.max_train_examples=0", "--set", "glue_epochs=[20.0]"], "exit 130, no output", rc=130,
+             needs=("run", "glue", "squad"), drive=sig_after(signal.SIGINT, exists(".ev.tokendrop.lock"), 2.0),
+             absent=("ev",), watch=("run",)))
+    add(Case("bench-sigint", "13.4", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--rounds", "100000",
+             "--json", "{C}/bench.json"], "exit 130, no results file", rc=130,
+             drive=sig_after(signal.SIGINT, lambda c: True, 4.0), absent=("bench.json", "bench.md")))
+
+    # ---- row 5: runs that move --------------------------------------------------------------------------
+    add(Case("resume-relative-data-path-from-elsewhere", "13.5",
+             ["pretrain", "--resume", "{C}/relrun", "--quiet", "--set", "train.steps=3"],
+             "works from any working directory", rc=0, needs=("relrun", "data"), cwd="elsewhere",
+             setup=make_dir("elsewhere"), watch=("data",)))
+    add(Case("resume-with-absolute-data-path", "13.5",
+             ["pretrain", "--resume", "{C}/relrun", "--quiet", "--set", "train.steps=3", "--set",
+              'data.path="{C}/data"'], "same data given absolutely: accepted", rc=0, needs=("relrun", "data"),
+             watch=("data",)))
+    add(Case("resume-moved-data-via-set", "13.5",
+             ["pretrain", "--resume", "{C}/run-moved", "--quiet", "--set", "train.steps=3", "--set",
+              'data.path="{C}/data-moved"'], "moved data with the same fingerprint: accepted", rc=0,
+             needs=("run-moved", "data-moved"), watch=("data-moved",)))
+    add(Case("resume-moved-data-not-given", "13.5",
+             ["pretrain", "--resume", "{C}/run-moved", "--quiet", "--set", "train.steps=3"],
+             "refused naming data.path and the fix; run untouched", needs=("run-moved",), watch=("run-moved",),
+             says=("data.path",)))
+    add(Case("resume-other-data-via-set", "13.5",
+             ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6", "--set",
+              'data.path="{C}/data-other"'], "another fingerprint: refused; run untouched",
+             needs=("run", "data-other"), watch=("run",), says=("data.path",)))
+
+    # ---- row 6: results keyed by content ----------------------------------------------------------------
+    add(Case("evaluate-same-model-reused", "13.6", ["evaluate", "--models", "{C}/r", "--out", "{C}/ev", *EV],
+             "the finished cell is reused", rc=0, needs=("data", "glue", "squad"),
+             setup=chain(fresh_run("r"), evaluate_then_retrain(False)), check=eval_counts(0, 1), one_line=False))
+    add(Case("evaluate-retrained-model-recomputed", "13.6", ["evaluate", "--models", "{C}/r", "--out", "{C}/ev", *EV],
+             "a model retrained at the same path is evaluated again", rc=0, needs=("data", "glue", "squad"),
+             setup=chain(fresh_run("r"), evaluate_then_retrain(True)), check=eval_counts(1, 0), one_line=False))
+
+    # ---- row 7: logs that survive a kill ----------------------------------------------------------------
+    add(Case("resume-after-torn-metrics-line", "13.7",
+             ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
+             "resumes; no torn line, no step twice", rc=0, needs=("run",), setup=torn_metrics,
+             check=lambda c, o: check_no_duplicate_steps(c / "run")))
+    add(Case("resume-drops-rows-past-checkpoint", "13.7",
+             ["pretrain", "--resume", "{C}/run", "--quiet"], "rows past step 2 dropped: no step twice", rc=0,
+             needs=("run",), setup=resume_logged_past_checkpoint, check=lambda c, o: check_no_duplicate_steps(c / "run")))
+    add(Case("prepare-eval-fraction-0", "13.7",
+             prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150", "--eval-fraction", "0"),
+             "error, or a warning; never an empty split reported as eval loss 0.0", rc=(0, 2),
+             needs=("corpus.txt",), check=prepare_empty_eval, one_line=False))
+    add(Case("pretrain-empty-eval-split", "13.7", pretrain("{C}/r"),
+             "error (one line), or evaluation off with a warning; never eval loss 0.0", rc=(0, 2), needs=("data",),
+             setup=empty_eval_split, check=eval_loss_not_zero, one_line=False))
+
+    # ---- row 8: one-line errors instead of tracebacks -----------------------------------------------------
+    for v in ("nan", "inf", "-0.001"):
+        add(Case(f"lr-{v}", "13.8", pretrain("{C}/r", "{B}/data", "--set", f"train.lr={v}"),
+                 "refused at config time naming train.lr; no run dir", absent=("r",), says=("train.lr",)))
+    add(Case("pretrain-out-a-file", "13.8", pretrain("{C}/target", "{B}/data"), "refused; file intact",
+             setup=make_file("target"), watch=("target",), says=("{C}/target",)))
+    add(Case("data-meta-missing", "13.8", pretrain("{C}/r"), "refused naming meta.json; no run dir",
+             needs=("data",), setup=lambda c: (c / "data" / "meta.json").unlink(), absent=("r",), says=("meta.json",)))
+    add(Case("data-meta-invalid-json", "13.8", pretrain("{C}/r"), "refused naming meta.json; no run dir",
+             needs=("data",), setup=lambda c: (c / "data" / "meta.json").write_text('{"format": "tokendrop-prep'),
+             absent=("r",), says=("meta.json",)))
+    add(Case("data-meta-seq-len-a-string", "13.8", pretrain("{C}/r"), "refused naming the field; no run dir",
+             needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d.update(seq_len="sixty")),
+             absent=("r",), says=("seq_len",)))
+    add(Case("data-meta-special-ids-a-list", "13.8", pretrain("{C}/r"), "refused naming the field; no run dir",
+             needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d.update(special_ids=[0, 1])),
+             absent=("r",), says=("special_ids",)))
+    add(Case("data-meta-splits-a-string", "13.8", pretrain("{C}/r"), "refused naming the field; no run dir",
+             needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d.update(splits="train")),
+             absent=("r",), says=("splits",)))
+    add(Case("disk-full-checkpoint", "13.8", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
+             "one-line error; earlier checkpoints intact, no temp dir", needs=("run",), fsize=300_000,
+             watch=("run/checkpoints",), says=("checkpoint",),
+             check=lambda c, o: None if any(r.get("step", 0) > 4 for r in metrics(c / "run") if "loss" in r)
+             else "it never trained up to the checkpoint write"))
+    add(Case("disk-full-shards", "13.8", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "150"),
+             "one-line error; no output", setup=lambda c: write_corpus(c / "big.txt", 3000), fsize=60_000,
+             absent=("out",)))
+    add(Case("disk-full-export", "13.8", ["export", "{C}/run", "{C}/out"], "one-line error; no output",
+             needs=("run",), fsize=300_000, absent=("out",), watch=("run",)))
+    for v in ("0", "-2"):
+        add(Case(f"bench-threads-{v}", "13.8", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--threads", v],
+                 "refused naming --threads", says=("threads",)))
+    for v in ("0", "-5"):
+        add(Case(f"flops-seq-len-{v}", "13.8", ["flops", "--config", "tiny", "--seq-len", "128", v],
+                 "refused naming --seq-len", says=("seq-len",)))
+    for v in ("0", "-1"):
+        add(Case(f"prepare-workers-{v}", "13.8", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150",
+                                                          "--workers", v),
+                 "refused naming --workers; no output", needs=("corpus.txt",), absent=("out",), says=("workers",)))
+    add(Case("bench-json-unwritable", "13.8", ["bench", "--preset", "smoke", "--no-hf", "--json", "{C}/target/b.json"],
+             "refused before the run (no progress lines), file intact", setup=make_file("target"), watch=("target",),
+             says=("{C}/target",)))
+    add(Case("prepare-vocab-size-too-large", "13.8", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "20000"),
+             "one-line error, or a warning saying the size actually trained", rc=(0, 2), needs=("corpus.txt",),
+             one_line=False, check=vocab_size_check))
+    add(Case("squad-answer-start-mismatch", "13.8", finetune("{C}/run", "{C}/ft", task="squad1", data="{C}/squad"),
+             "error naming the file, or the mismatch counted and reported; never relocated silently", rc=(0, 2),
+             needs=("run", "squad"), setup=bad_squad, check=squad_check, watch=("squad",), one_line=False))
+    add(Case("finetune-max-seq-len-clamped", "13.8", finetune("{C}/run", "{C}/ft", "--set", "max_seq_len=1024"),
+             "runs; reports the max_seq_len actually used (128)", rc=0, needs=("run", "sst2"),
+             check=says_in_output("max_seq_len", "128"), one_line=False))
+
+    # ---- row 9: numerical and distributed edge cases --------------------------------------------------------
+    add(Case("half-random-more-random-than-kept", "13.9",
+             pretrain("{C}/r", "{B}/data", "--set", "drop.method=half_random", "--set", "drop.rate=0.75",
+                      "--set", "drop.half_random_frac=0.5"), "refused at config time; no run dir", absent=("r",),
+             says=("half_random",)))
+    add(Case("grad-clip-0-is-off", "13.9", pretrain("{C}/r", "{C}/data", "--set", "train.grad_clip=0"),
+             "runs; same weights as with clipping off (1e30)", rc=0, needs=("data",),
+             setup=fresh_run("ref", "--set", "train.grad_clip=1e30"), check=same_weights_as("ref"), one_line=False))
+    add(Case("diverging-lr-no-nonfinite-checkpoint", "13.9",
+             pretrain("{C}/r", "{B}/data", "--set", "train.lr=1e30", "--set", "train.ckpt_every=1",
+                      "--set", "train.steps=4", "--set", "train.warmup_steps=0"),
+             "stops (one line) or skips; no checkpoint holds non-finite weights", rc=(0, 2), check=finite_checkpoints))
+    add(Case("bf16-cpu-unpacked-mask-fill", "13.9",
+             pretrain("{C}/r", "{C}/unpacked", "--set", "train.precision=bf16"), "runs with finite losses", rc=0,
+             needs=("corpus.txt",), one_line=False,
+             setup=lambda c: run_cli(prepare(str(c / "corpus.txt"), str(c / "unpacked"), "--vocab-size", "150",
+                                             "--unpacked"), c),
+             check=lambda c, o: None if all(r["loss"] == r["loss"] and abs(r["loss"]) != float("inf")
+                                            for r in metrics(c / "r") if "loss" in r) else "non-finite loss"))
+    add(Case("pad-id-not-zero", "13.9", pretrain("{C}/r", "{C}/unpacked"), "runs on data whose [PAD] is id 7", rc=0,
+             needs=("corpus.txt", "other-vocab.txt"), one_line=False,
+             setup=chain(pad_not_zero_vocab, lambda c: run_cli(prepare(
+                 str(c / "corpus.txt"), str(c / "unpacked"), "--vocab", str(c / "pad7-vocab.txt"), "--unpacked"), c))))
+    add(Case("packing-no-sep-sep", "13.9", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150", "--seq-len", "32"),
+             "packed shards hold no [SEP][SEP]", rc=0, needs=("corpus.txt",), check=no_sep_sep, one_line=False))
+    add(Case("export-file-permissions", "13.9", ["export", "{C}/run", "{C}/out"], "files 0644 under umask 022", rc=0,
+             needs=("run",), check=normal_permissions("out"), one_line=False))
+    add(Case("checkpoint-file-permissions", "13.9", pretrain("{C}/r", "{B}/data"), "files 0644 under umask 022",
+             rc=0, check=normal_permissions("r/checkpoints"), one_line=False))
+    add(Case("warnings-on-stderr", "13.9", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
+             "a corrupt newest checkpoint: warning on stderr, resumes from the previous one", rc=0, needs=("run",),
+             setup=flip(CKPT[4:] + "/model.safetensors"), one_line=False,
+             check=lambda c, o: None if "warning" in o.stderr.lower()
+             and "warning" not in o.stdout.replace(str(c), "CASE").lower() else "the warning is not on stderr (only)"))
+
+    # ---- issue 12: bad --init sources -----------------------------------------------------------------------
+    # the `continue` preset has no model shape (it comes from the source); the tiny run settings on top
+    init = lambda src, data="{B}/data": ["pretrain", "--config", "continue", "--out", "{C}/r", "--set",  # noqa: E731
+                                         f'data.path="{data}"', *PT, "--init", src]
+    add(Case("init-dir-without-config-json", "12", init("{C}/hf"), "refused naming config.json; no run dir",
+             needs=("hf",), setup=lambda c: (c / "hf" / "config.json").unlink(), absent=("r",), watch=("hf",),
+             says=("config.json",)))
+    add(Case("init-roberta-config", "12", init("{C}/hf"), "refused naming model_type; no run dir", needs=("hf",),
+             setup=lambda c: hf_config(c, model_type="roberta", architectures=["RobertaForMaskedLM"]),
+             absent=("r",), watch=("hf",), says=("model_type",)))
+    add(Case("init-modernbert-config", "12", init("{C}/hf"), "a ModernBERT config over BERT weights: refused; no run dir",
+             needs=("hf",),
+             setup=lambda c: hf_config(c, model_type="modernbert", architectures=["ModernBertForMaskedLM"]),
+             absent=("r",), watch=("hf",), says=("model_type",)))
+    add(Case("init-pickle-only-checkpoint", "12", init("{C}/hf"), "refused (weights_only); no run dir",
+             needs=("hf",), setup=pickle_only, absent=("r",), watch=("hf",), says=("pytorch_model.bin",)))
+    add(Case("init-mismatched-tensor-shapes", "12", init("{C}/hf"), "refused naming the tensor; no run dir",
+             needs=("hf",), setup=mismatched_shapes, absent=("r",), watch=("hf",), says=("intermediate",)))
+    add(Case("init-data-with-another-vocab", "12", init("{C}/hf", "{B}/data-other"),
+             "refused naming both vocabularies; no run dir", needs=("hf",), absent=("r",), watch=("hf",),
+             says=("vocab",)))
+    add(Case("init-seq-len-above-max-positions", "12", init("{C}/hf"), "refused naming max_position_embeddings",
+             needs=("hf",), setup=short_positions, absent=("r",), watch=("hf",), says=("max_position_embeddings", "64")))
+    add(Case("init-missing-directory", "12", init("{C}/nowhere"), "refused naming the path; no run dir",
+             absent=("r",), says=("{C}/nowhere",)))
+    return C
+
+
+# ----------------------------------------------------------------------------------------------
+# running one case
+
+HOLD = textwrap.dedent("""
+    import contextlib, signal, sys, time
+    from tokendrop import rundir
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    with contextlib.ExitStack() as stack:
+        for path in sys.argv[1:]:
+            stack.enter_context(rundir.lock(path))
+        print("held", flush=True)
+        time.sleep(600)
+""")
+
+
+def _lines(s: str) -> list[str]:
+    return [ln for ln in s.splitlines() if ln.strip()]
+
+
+def expand(s: str, c: Path, base: Path) -> str:
+    return s.replace("{C}", str(c)).replace("{B}", str(base))
+
+
+def shorten(s: str, c: Path, base: Path) -> str:
+    return s.replace(str(c), "CASE").replace(str(base), "BASE").replace(str(REPO), "REPO")
+
+
+def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
+    c = work / f"{idx:03d}-{case.name}"
+    c.mkdir(parents=True)
+    rec: dict[str, Any] = {"case": case.name, "row": case.row, "expect": case.expect,
+                           "command": "tokendrop " + shlex.join(a.replace("{C}", "CASE").replace("{B}", "BASE") for a in case.argv),
+                           "expected_rc": list(case.rc) if isinstance(case.rc, tuple) else case.rc}
+    try:
+        for item in case.needs:
+            src = base / item
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, c / item)
+        if case.setup is not None:
+            case.setup(c)
+    except Exception as e:  # a setup that cannot be built is a failure of the case, reported as such
+        rec.update(rc=None, stderr_first="", traceback=False, disk="", passed=False,
+                   why=f"setup failed: {shorten(str(e), c, base).splitlines()[-1][:200] if str(e) else type(e).__name__}",
+                   seconds=0.0)
+        return rec
+    watched = {w: snapshot(c / w) for w in case.watch}
+    argv = [expand(a, c, base) for a in case.argv]
+    holder = None
+    if case.hold:
+        holder = subprocess.Popen([PY, "-c", HOLD, *[str(c / h) for h in case.hold]], stdout=subprocess.PIPE, text=True,
+                                  env=ENV)
+        assert holder.stdout.readline().strip() == "held"
+
+    def limits() -> None:
+        os.umask(0o022)
+        # a matrix started in the background inherits SIGINT ignored (and Python then keeps it so):
+        # every case starts with the default disposition, as from a terminal
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if case.fsize:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (case.fsize, case.fsize))
+
+    cwd = c / case.cwd if case.cwd else c
+    t0 = time.time()
+    p = subprocess.Popen([PY, "-m", "tokendrop", *argv], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=limits, start_new_session=True)
+    try:
+        if case.drive is not None:
+            import threading
+
+            th = threading.Thread(target=case.drive, args=(p, c), daemon=True)
+            th.start()
+        try:
+            out, err = p.communicate(timeout=case.timeout)
+            rc: int | str = p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            rc = "timeout"
+    finally:
+        if holder is not None:
+            holder.terminate()
+            holder.wait(timeout=30)
+    secs = time.time() - t0
+    o = Outcome(rc, out, err, secs)
+    lines = _lines(err)
+    tb = "Traceback (most recent call last)" in err
+    exp = case.rc if isinstance(case.rc, tuple) else (case.rc,)
+    why: list[str] = []
+    if rc not in exp:
+        why.append(f"exit {rc}, expected {' or '.join(map(str, exp))}")
+    if tb:
+        why.append("traceback")
+    one_line = case.one_line if case.one_line is not None else 0 not in exp
+    if one_line and rc != 0:
+        if rc in (130, 143):  # progress lines may come first; the last one says it was interrupted
+            if lines and not lines[-1].startswith("interrupted"):
+                why.append("the last line of stderr is not 'interrupted ...'")
+        elif len(lines) != 1:
+            why.append(f"{len(lines)} lines on stderr, expected one")
+        elif rc == 2 and not lines[0].startswith("error: "):
+            why.append("the message does not start with 'error: '")
+        else:
+            miss = [s for s in case.says if expand(s, c, base).lower() not in lines[0].lower()]
+            if miss:
+                why.append("the message does not name " + ", ".join(shorten(expand(m, c, base), c, base) for m in miss))
+    disk: list[str] = []
+    for w, before in watched.items():
+        after = snapshot(c / w)
+        if after != before:
+            changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+            disk.append(f"{w} changed ({', '.join(changed[:2])})")
+    for a in case.absent:
+        if (c / a).exists():
+            disk.append(f"{a} exists")
+    left = leftovers(c)
+    if left:
+        disk.append("left " + ", ".join(left[:2]))
+    if case.check is not None and not why:
+        try:
+            msg = case.check(c, o)
+        except Exception as e:  # the state the check reads is not there: that is the finding
+            msg = f"check could not read the result: {type(e).__name__}: {e}"
+        if msg:
+            disk.append(shorten(msg, c, base))
+    why += disk
+    first = shorten(lines[0], c, base) if lines else ""
+    rec.update(rc=rc, stderr_first=first[:300], stderr_lines=len(lines), traceback=tb,
+               disk="intact" if not disk else "; ".join(disk), passed=not why, why="; ".join(why), seconds=round(secs, 1))
+    if tb:
+        tail = [ln for ln in lines if ln and not ln.startswith(" ")]
+        rec["exception"] = shorten(tail[-1], c, base)[:300] if tail else ""
+    return rec
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+
+
+def machine_line() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                cpu = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        tv = torch.__version__
+    except ImportError:
+        tv = "?"
+    return (f"{datetime.date.today().isoformat()}, {cpu}, {os.cpu_count()} cores, "
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}, torch {tv}")
+
+
+def md_cell(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, only: str | None) -> None:
+    n, ok = len(recs), sum(r["passed"] for r in recs)
+    rows = ["| # | row | case | command | exit (expected) | first line of stderr | traceback | disk | result |",
+            "|---:|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(recs, 1):
+        exp = r["expected_rc"] if not isinstance(r["expected_rc"], list) else "/".join(map(str, r["expected_rc"]))
+        rows.append("| " + " | ".join(md_cell(x) for x in (
+            i, r["row"], r["case"], f"`{r['command']}`", f"{r['rc']} ({exp})", r["stderr_first"] or "-",
+            "yes" if r["traceback"] else "no", r["disk"] or "-",
+            "pass" if r["passed"] else "**FAIL**: " + r["why"])) + " |")
+    failing = [r for r in recs if not r["passed"]]
+    text = [
+        "# Reliability: the fault matrix",
+        "",
+        "Every bad input and fault of issue 13 (rows 1-9) and the bad `--init` inputs of issue 12, each run as",
+        "a subprocess of the real CLI in its own directory built from small generated data.  A case passes",
+        "when the exit code is the expected one, there is no traceback, an error is one line of stderr",
+        "(naming what the case says it must name), and the disk is intact: the watched files and directories",
+        "have the same names, sizes and sha256 as before, what must not exist does not, no temp / `.old-*` /",
+        "lock entry is left, and the case's own check holds.  `CASE` is the case's directory, `BASE` the",
+        "shared inputs (a prepared dataset, a 4-step `tiny` run, its export).",
+        "",
+        f"Generated by: `{command}`" + (f" (subset: `--only {only}`)" if only else ""),
+        "",
+        f"Machine: {machine_line()}; {seconds:.0f} s in all.",
+        "",
+        f"**{n} cases: {ok} pass, {n - ok} fail.**",
+        "",
+        *rows,
+        "",
+    ]
+    if failing:
+        text += ["## Failing cases", ""] + [f"* `{r['case']}` (row {r['row']}): {md_cell(r['why'])}"
+                                            + (f" -- `{md_cell(r['exception'])}`" if r.get("exception") else "")
+                                            for r in failing] + [""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(text) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", help="run only the cases whose name matches this regular expression")
+    ap.add_argument("--jobs", type=int, default=1, help="cases run at once (default 1)")
+    ap.add_argument("--md", default=str(REPO / "docs" / "reliability.md"), help="the Markdown report ('' = none)")
+    ap.add_argument("--json", default=str(REPO / "docs" / "reliability.json"), help="the JSON records ('' = none)")
+    ap.add_argument("--work", help="work directory (default: a temp dir, removed at the end)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    a = ap.parse_args(argv)
+    if a.jobs < 1:
+        ap.error("--jobs must be >= 1")
+    all_cases = cases()
+    names = [c.name for c in all_cases]
+    assert len(set(names)) == len(names), "duplicate case names"
+    sel = [(i, c) for i, c in enumerate(all_cases, 1) if not a.only or re.search(a.only, c.name)]
+    if a.list:
+        for i, c in sel:
+            print(f"{i:3d} {c.row:5s} {c.name}")
+        return 0
+    if not sel:
+        print(f"error: no case matches --only {a.only!r}", file=sys.stderr)
+        return 2
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    work = Path(a.work).resolve() if a.work else Path(tempfile.mkdtemp(prefix="fault-matrix-"))
+    t0 = time.time()
+    try:
+        base = work / "base"
+        build_base(base, base_items([c for _, c in sel]), log)
+        base_snap = snapshot(base)
+        cases_dir = work / "cases"
+        cases_dir.mkdir(exist_ok=True)
+        recs: dict[int, dict] = {}
+        with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+            futs = {ex.submit(run_case, c, i, cases_dir, base): i for i, c in sel}
+            for f in cf.as_completed(futs):
+                r = f.result()
+                recs[futs[f]] = r
+                log(f"[{len(recs)}/{len(sel)}] {'pass' if r['passed'] else 'FAIL'} {r['case']} "
+                    f"({r['seconds']} s){'' if r['passed'] else ': ' + r['why']}")
+        ordered = [recs[i] for i, _ in sel]
+        if snapshot(base) != base_snap:
+            log("warning: a case changed the shared BASE inputs")
+        seconds = time.time() - t0
+        cmd = "python scripts/fault_matrix.py" + (f" --jobs {a.jobs}" if a.jobs != 1 else "") + (
+            f" --only {shlex.quote(a.only)}" if a.only else "")
+        if a.md:
+            write_markdown(Path(a.md), ordered, cmd, seconds, a.only)
+        if a.json:
+            Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.json).write_text(json.dumps({"command": cmd, "machine": machine_line(), "seconds": round(seconds, 1),
+                                                "cases": len(ordered), "passed": sum(r["passed"] for r in ordered),
+                                                "results": ordered}, indent=1) + "\n")
+        n_ok = sum(r["passed"] for r in ordered)
+        print(f"{len(ordered)} cases: {n_ok} pass, {len(ordered) - n_ok} fail ({seconds:.0f} s)"
+              + (f"; report: {a.md}" if a.md else ""))
+        return 0 if n_ok == len(ordered) else 1
+    finally:
+        if not a.keep and not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,278 @@
+"""Hugging Face interop for the ModernBERT family: config.json <-> ModelConfig, state dicts, loading.
+
+Our ModernBERT modules carry ``transformers``' own parameter names (``tokendrop.modern``), so the
+state-dict adapter only adds/drops the tied ``decoder.weight`` and the ``model.`` prefix of a bare
+``ModernBertModel``.  :func:`modern_config_from_hf` reads both config layouts transformers has
+written (``rope_parameters`` per layer type, or the older ``global_rope_theta`` /
+``local_rope_theta`` / ``global_attn_every_n_layers``); whatever our model cannot reproduce exactly
+(biases in attention/MLP, RoPE scaling, another activation, mean pooling, an untied decoder, ...) is
+a one-line InteropError naming the field.  :func:`load_modern_weights` is
+``tokendrop.init_source.load_source_weights`` for this family.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .config import LAYER_TYPES, ModelConfig
+from .hf import InteropError
+
+ARCHITECTURES = {"mlm": "ModernBertForMaskedLM", "classification": "ModernBertForSequenceClassification",
+                 "qa": "ModernBertForQuestionAnswering"}
+REQUIRED = ("model.embeddings.", "model.layers.", "model.final_norm.")
+_HEADS = ("head.", "decoder.")
+_TASK_HEADS = ("classifier.",)
+_HF_DEFAULT_SEP = 50282  # transformers.ModernBertConfig's sep_token_id when config.json has none
+
+
+def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> ModelConfig:
+    """A ``model_type: modernbert`` config.json -> our ModelConfig (family "modernbert")."""
+
+    def bad(field: str, why: str) -> InteropError:
+        return InteropError(f"{where}: {field} {why}")
+
+    for key, want in (("hidden_activation", "gelu"), ("classifier_activation", "gelu"), ("classifier_pooling", "cls")):
+        if d.get(key, want) != want:
+            raise bad(key, f"{d.get(key)!r} is not supported: tokendrop's ModernBERT uses {want!r}")
+    for key in ("attention_bias", "mlp_bias", "classifier_bias"):
+        if d.get(key, False):
+            raise bad(key, "is true: tokendrop's ModernBERT has no biases there (as answerdotai/ModernBERT)")
+    if d.get("decoder_bias", True) is not True:
+        raise bad("decoder_bias", "is false: tokendrop's ModernBERT MLM decoder always has a bias")
+    if d.get("tie_word_embeddings", True) is False:
+        raise bad("tie_word_embeddings", "is false: tokendrop's MLM decoder is tied to the token embeddings")
+    if d.get("rope_scaling") is not None:
+        raise bad("rope_scaling", f"{d.get('rope_scaling')!r} is not supported: tokendrop's rotary positions are unscaled")
+    for key in ("is_decoder", "add_cross_attention"):
+        if d.get(key, False):
+            raise bad(key, "is true: tokendrop's ModernBERT is a bidirectional encoder")
+    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise bad(repr(missing[0]), f"is missing (a ModernBERT config.json needs {', '.join(required)})")
+
+    def num(key: str, default: Any, tp: type) -> Any:
+        v = d.get(key)
+        v = default if v is None else v  # null = transformers' default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (tp is int and float(v) != int(v)):
+            raise bad(key, f"must be {'an integer' if tp is int else 'a number'}, got {v!r}")
+        return tp(v)
+
+    hidden, heads = num("hidden_size", None, int), num("num_attention_heads", None, int)
+    if d.get("head_dim") is not None and heads > 0 and d["head_dim"] != hidden // heads:
+        raise bad("head_dim", f"{d['head_dim']!r} is not hidden_size / num_attention_heads = {hidden // max(heads, 1)}")
+    # rotary bases: rope_parameters (transformers >= 5) or global_/local_rope_theta (older configs)
+    theta = {"full_attention": num("global_rope_theta", 160000.0, float),
+             "sliding_attention": num("local_rope_theta", 10000.0, float)}
+    rp = d.get("rope_parameters")
+    if rp is not None:
+        if not isinstance(rp, dict):
+            raise bad("rope_parameters", f"must be an object per layer type, got {rp!r}")
+        if "rope_type" in rp or "rope_theta" in rp:  # one set for every layer type
+            rp = {t: rp for t in LAYER_TYPES}
+        for t, params in rp.items():
+            if t not in LAYER_TYPES:
+                raise bad(f"rope_parameters.{t}", f"is not a layer type tokendrop knows ({', '.join(LAYER_TYPES)})")
+            if params is None:
+                continue
+            extra = sorted(k for k in params if k not in ("rope_type", "rope_theta"))
+            if params.get("rope_type", "default") != "default" or extra:
+                what = extra[0] if extra else "rope_type"
+                raise bad(f"rope_parameters.{t}.{what}", f"{params.get(what)!r} is not supported: tokendrop's rotary "
+                          "positions are the default (unscaled) RoPE")
+            if "rope_theta" in params:
+                theta[t] = float(params["rope_theta"])
+    layers = num("num_hidden_layers", None, int)
+    every = num("global_attn_every_n_layers", 3, int)
+    types = d.get("layer_types")
+    if types is None:
+        types = ["full_attention" if i % max(every, 1) == 0 else "sliding_attention" for i in range(layers)]
+    if not isinstance(types, list):
+        raise bad("layer_types", f"must be a list, got {types!r}")
+    for i, t in enumerate(types):
+        if t not in LAYER_TYPES:
+            raise bad(f"layer_types[{i}]", f"{t!r} is not supported: expected one of {', '.join(LAYER_TYPES)}")
+    if len(types) != layers:
+        raise bad("layer_types", f"has {len(types)} entries for num_hidden_layers = {layers}")
+    drop = num("mlp_dropout", 0.0, float)
+    for key in ("embedding_dropout", "classifier_dropout"):
+        if num(key, 0.0, float) != drop:
+            raise bad(key, f"{d.get(key)!r} differs from mlp_dropout {drop!r}: tokendrop's ModernBERT has one "
+                      "hidden dropout (model.hidden_dropout) for embeddings, MLP and classifier")
+    vocab = num("vocab_size", None, int)
+    pad = d.get("pad_token_id", 50283)
+    if pad is None:
+        pad = 0
+    if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < vocab:
+        raise bad("pad_token_id", f"{pad!r} is not an id of the vocabulary (vocab_size {vocab})")
+    sep = d.get("sep_token_id", _HF_DEFAULT_SEP)
+    cfg = ModelConfig(
+        family="modernbert",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        intermediate_size=num("intermediate_size", None, int),
+        max_position_embeddings=num("max_position_embeddings", 8192, int),
+        layer_norm_eps=num("norm_eps", 1e-5, float),
+        norm_bias=bool(d.get("norm_bias", False)),
+        hidden_dropout=drop,
+        attention_dropout=num("attention_dropout", 0.0, float),
+        initializer_range=num("initializer_range", 0.02, float),
+        pad_token_id=pad,
+        sep_token_id=int(sep) if isinstance(sep, int) and 0 <= sep < vocab else -1,
+        global_rope_theta=theta["full_attention"],
+        local_rope_theta=theta["sliding_attention"],
+        local_attention=num("local_attention", 128, int),
+        global_attn_every_n_layers=max(every, 1),
+        layer_types=list(types),
+    )
+    if cfg.vocab_size <= 0:
+        raise bad("vocab_size", f"must be a positive integer, got {cfg.vocab_size}")
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise InteropError(f"{where}: {e}") from None
+    return cfg
+
+
+def modern_hf_config_dict(cfg: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
+    """Our ModelConfig -> a config.json that ``transformers`` reads as this very network."""
+    d: dict[str, Any] = {
+        "architectures": architectures or [ARCHITECTURES["mlm"]],
+        "model_type": "modernbert",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "hidden_activation": "gelu",
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "initializer_range": cfg.initializer_range,
+        "norm_eps": cfg.layer_norm_eps,
+        "norm_bias": cfg.norm_bias,
+        "pad_token_id": cfg.pad_token_id,
+        "attention_bias": False,
+        "attention_dropout": cfg.attention_dropout,
+        "layer_types": cfg.resolved_layer_types(),
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": cfg.global_rope_theta},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": cfg.local_rope_theta}},
+        "local_attention": cfg.local_attention,
+        "embedding_dropout": cfg.hidden_dropout,
+        "mlp_bias": False,
+        "mlp_dropout": cfg.hidden_dropout,
+        "decoder_bias": True,
+        "classifier_pooling": "cls",
+        "classifier_dropout": cfg.hidden_dropout,
+        "classifier_bias": False,
+        "classifier_activation": "gelu",
+        "tie_word_embeddings": True,
+    }
+    if cfg.sep_token_id >= 0:
+        d["sep_token_id"] = d["eos_token_id"] = cfg.sep_token_id
+    return d
+
+
+def to_hf_modern(sd: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Our ModernBERT state dict -> transformers names (the same; the tied decoder weight omitted)."""
+    return {k: v.detach().contiguous() for k, v in sd.items() if k != "decoder.weight"}
+
+
+def normalise_modern_names(keys: list[str]) -> dict[str, str]:
+    """Source tensor names -> {our name: source name}: a bare ModernBertModel gets the ``model.``
+    prefix; ``position_ids``-style buffers are kept as they are (the caller ignores them)."""
+    prefixed = any(k.startswith("model.") for k in keys)
+    out = {}
+    for k in keys:
+        c = k
+        if not prefixed and k.split(".")[0] in ("embeddings", "layers", "final_norm"):
+            c = "model." + k
+        out[c] = k
+    return out
+
+
+def expected_shapes(cfg: ModelConfig, task: str = "mlm", **head_kwargs: Any) -> dict[str, tuple[int, ...]]:
+    from .model import build_model
+
+    with torch.device("meta"):  # shapes only: document attention (and its [SEP] id) plays no part
+        m = build_model(dataclasses.replace(cfg, document_attention="off"), task=task, **head_kwargs)
+    return {k: tuple(v.shape) for k, v in to_hf_modern(m.state_dict()).items()}
+
+
+def check_modern_tensors(where: Any, canon: dict[str, str], shapes: dict[str, tuple[int, ...]], cfg: ModelConfig) -> str:
+    """Every encoder tensor present with the shape config.json implies -> the layout name."""
+    from .init_source import InitError, _shape_name
+
+    if "model.embeddings.tok_embeddings.weight" not in canon:
+        from pathlib import Path
+
+        raise InitError(f"{Path(where).parent / 'config.json'}: model_type 'modernbert' but {Path(where).name} holds no "
+                        f"ModernBERT weights (no model.embeddings.tok_embeddings.weight among {len(canon)} tensors); "
+                        "expected ModernBertForMaskedLM or ModernBertModel weights")
+    expected = expected_shapes(cfg)
+    for name, shape in expected.items():
+        if name not in canon:
+            if name.startswith(REQUIRED):
+                n = sum(1 for k in expected if k.startswith(REQUIRED) and k not in canon)
+                raise InitError(f"{where}: encoder tensor {name} is missing ({n} encoder tensor(s) missing; "
+                                f"config.json says {_shape_name(cfg)})")
+            continue
+        got = shapes[canon[name]]
+        if got != shape:
+            raise InitError(f"{where}: tensor {canon[name]} has shape {list(got)} in the file but {list(shape)} "
+                            f"for the model config.json describes ({_shape_name(cfg)})")
+    extra = sorted(c for c in canon if c.startswith(REQUIRED) and c not in expected)
+    if extra:
+        raise InitError(f"{where}: tensor {canon[extra[0]]} is not part of the model config.json describes "
+                        f"({_shape_name(cfg)}); {len(extra)} such encoder tensor(s): config.json and weights disagree")
+    if any(k.startswith("head.") for k in canon) and "decoder.bias" in canon:
+        return "ModernBertForMaskedLM"
+    if "classifier.weight" in canon:
+        return "ModernBertForSequenceClassification"
+    return "ModernBertModel"
+
+
+def load_modern_weights(src: Any, model: nn.Module) -> Any:
+    """Load ``src`` (a ``tokendrop.init_source.InitSource``: a ModernBERT HF dir or a tokendrop run of
+    this family) into any of our ModernBERT classes.  Encoder tensors must all be there; the head,
+    decoder bias and task heads missing from the file are initialised fresh and listed."""
+    from .init_source import InitError, InitReport, _fresh_init, _shape_name, match_tensors, read_source_tensors
+
+    where = src.weights_file
+    sd = read_source_tensors(src)
+    canon = {k: k for k in sd} if src.kind == "tokendrop" else normalise_modern_names(list(sd))
+    values = {c: sd[k] for c, k in canon.items()}
+    own = model.state_dict()
+    notes = [f"{src.source}: {src.layout} ({src.kind}), {_shape_name(src.model)}, sha256 {src.sha256[:12]}"]
+    take, fresh = match_tensors(own, values, canon, REQUIRED, _TASK_HEADS, where, _shape_name(src.model), notes)
+    ignored: list[str] = []
+    unexpected: list[str] = []
+    for c, k in canon.items():
+        if c in take:
+            continue
+        if c == "decoder.weight":
+            we = values.get("model.embeddings.tok_embeddings.weight")
+            if we is None or values[c].shape != we.shape or not torch.equal(values[c], we):
+                raise InitError(f"{where}: {k} differs from the token embeddings: an untied MLM decoder cannot be "
+                                "loaded (tokendrop ties the decoder to model.embeddings.tok_embeddings)")
+            ignored.append(k)
+        elif c.startswith(_HEADS + _TASK_HEADS) and c not in own:
+            ignored.append(k)  # a head of another model class
+        elif c.startswith(REQUIRED) or re.match(r"model\.", c):
+            raise InitError(f"{where}: encoder tensor {k} is not part of the model ({_shape_name(src.model)}): "
+                            "the configuration and the weights disagree")
+        else:
+            unexpected.append(k)
+    model.load_state_dict({**own, **take}, strict=True)
+    _fresh_init(model, fresh, model.config.initializer_range)
+    if fresh:
+        notes.append(f"initialised fresh (not in the source): {', '.join(fresh)}")
+    if unexpected:
+        notes.append(f"{len(unexpected)} tensor(s) in the file used by nothing: {', '.join(unexpected[:4])}"
+                     + (" ..." if len(unexpected) > 4 else ""))
+    return InitReport(fresh=fresh, unexpected=unexpected, ignored=ignored, notes=notes)

@@ -1,0 +1,355 @@
+"""A ModernBERT-architecture encoder with token dropping (``model.family = "modernbert"``).
+
+The network is exactly ``transformers.ModernBertForMaskedLM`` (answerdotai/ModernBERT): pre-LayerNorm
+layers without biases (LayerNorm biases per ``model.norm_bias``), the first layer's attention norm
+an identity, a fused ``Wqkv`` projection, rotary positions with one base for the global layers and
+another for the sliding-window layers, GeGLU feed-forward (``Wi``: d -> 2 * intermediate, GELU on
+the first half times the second), a final norm, and the MLM head (dense + GELU + norm) whose decoder
+is tied to the token embeddings and has its own bias.  Parameter names are Hugging Face's
+(``model.layers.3.attn.Wqkv.weight``), so ``tokendrop.hf_modern`` maps a state dict 1:1 (only the
+tied ``decoder.weight`` is implicit).
+
+The forward signature and outputs are :class:`tokendrop.model.BertForMaskedLM`'s (``token_type_ids``
+is accepted and ignored), and dropping follows the same schedule (:func:`tokendrop.model.run_layers`,
+docs/design.md §2.2) with positions respected:
+
+* a kept row keeps its original rotary position: positions (and the document ids) are gathered with
+  the rows, and the cos/sin are computed from the gathered positions;
+* sliding-window layers inside the span measure the window in original positions, so a kept token
+  sees exactly the kept keys it would see densely within ``local_attention // 2`` positions;
+* the first half layer uses all T rows as keys/values; the merge scatters the kept rows back before
+  layer ``end``.
+
+Per-document attention (``model.document_attention``, on by default for this family, MLM only):
+every token attends only within its own document of the packed row (:func:`tokendrop.model.document_ids`),
+and rotary positions restart at 0 in every document, as ModernBERT's unpadded training does
+(cu_seqlens); the task models (classification, QA) attend over the whole (padded) input as
+``transformers`` does.  Attention is ``F.scaled_dot_product_attention`` with the masks of
+:func:`tokendrop.model.attention_bias` (None for global layers without padding or documents).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import DropConfig, ModelConfig
+from .model import MaskCache, Rows, check_document_attention, document_ids, encoder_span, run_layers
+
+__all__ = [
+    "ModernBertModel",
+    "ModernBertForMaskedLM",
+    "ModernBertForSequenceClassification",
+    "ModernBertForQuestionAnswering",
+    "document_positions",
+]
+
+
+def document_positions(doc: Tensor) -> Tensor:
+    """(B, T) document ids -> (B, T) position of each token within its document (0 at its start)."""
+    t = torch.arange(doc.shape[1], device=doc.device).expand_as(doc)
+    new = torch.ones_like(doc, dtype=torch.bool)
+    new[:, 1:] = doc[:, 1:] != doc[:, :-1]
+    start = torch.where(new, t, torch.zeros_like(t)).cummax(dim=1).values
+    return t - start
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Rotary(nn.Module):
+    """cos/sin of one rotary base for given positions (computed as ``transformers`` does, in fp32)."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, pos: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        # pos (B or 1, n) -> cos, sin (B or 1, 1, n, dh)
+        freqs = pos[..., None].float() * self.inv_freq.to(device=pos.device, dtype=torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """(B, h, n, dh) rotated in fp32 and cast back (as transformers' apply_rotary_pos_emb)."""
+    xf = x.float()
+    return ((xf * cos) + (rotate_half(xf) * sin)).to(x.dtype)
+
+
+class ModernEmbeddings(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.drop = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return self.drop(self.norm(self.tok_embeddings(input_ids)))
+
+
+class ModernAttention(nn.Module):
+    """Fused Wqkv (no bias), rotary positions, SDPA, Wo (no bias).  Queries and keys/values may be
+    different rows (a half layer's kept rows vs all rows): the weight is sliced, not duplicated."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.hidden_size
+        self.num_heads = cfg.num_heads
+        self.Wqkv = nn.Linear(d, 3 * d, bias=False)
+        self.Wo = nn.Linear(d, d, bias=False)
+        self.dropout_p = cfg.attention_dropout
+        self.out_drop = nn.Dropout(cfg.attention_dropout)
+
+    def forward(self, x: Tensor, kv_in: Tensor | None, rope_q: tuple[Tensor, Tensor], rope_k: tuple[Tensor, Tensor],
+                bias: Tensor | None) -> Tensor:
+        # x: (B, n, d) normed query rows; kv_in: (B, N, d) normed key/value rows or None (= x)
+        b, n, d = x.shape
+        h = self.num_heads
+        if kv_in is None:
+            q, k, v = self.Wqkv(x).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)  # 3 x (B, h, n, dh)
+        else:
+            w = self.Wqkv.weight
+            q = F.linear(x, w[:d]).view(b, n, h, d // h).transpose(1, 2)
+            k, v = F.linear(kv_in, w[d:]).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)
+        q = apply_rotary(q, *rope_q)
+        k = apply_rotary(k, *rope_k)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout_p if self.training else 0.0)
+        return self.out_drop(self.Wo(y.transpose(1, 2).reshape(b, n, d)))
+
+
+class ModernMLP(nn.Module):
+    """GeGLU: Wi d -> 2 * intermediate, GELU(first half) * second half, Wo (no biases)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.Wi = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.drop = nn.Dropout(cfg.hidden_dropout)
+        self.Wo = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, gate = self.Wi(x).chunk(2, dim=-1)
+        return self.Wo(self.drop(F.gelu(a) * gate))
+
+
+class ModernLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int, layer_type: str):
+        super().__init__()
+        d = cfg.hidden_size
+        self.attn_norm = nn.Identity() if index == 0 else nn.LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.attn = ModernAttention(cfg)
+        self.mlp_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.mlp = ModernMLP(cfg)
+        self.sliding = layer_type == "sliding_attention"
+
+    def forward(self, x: Tensor, kv_in: Tensor | None, rope_q, rope_k, bias: Tensor | None) -> Tensor:
+        kv = None if kv_in is None else self.attn_norm(kv_in)
+        x = x + self.attn(self.attn_norm(x), kv, rope_q, rope_k, bias)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class ModernBertModel(nn.Module):
+    """Embeddings + layers + final norm.  ``span`` is the dropping layout used when dropping is on."""
+
+    def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
+        super().__init__()
+        self.span = encoder_span(cfg, drop)
+        self.config = cfg
+        self.embeddings = ModernEmbeddings(cfg)
+        types = cfg.resolved_layer_types()
+        self.layers = nn.ModuleList([ModernLayer(cfg, i, t) for i, t in enumerate(types)])
+        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        dh = cfg.hidden_size // cfg.num_heads
+        self.rope_global = Rotary(dh, cfg.global_rope_theta)
+        self.rope_local = Rotary(dh, cfg.local_rope_theta)
+        self.half_window = cfg.local_attention // 2
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,  # noqa: ARG002 - ModernBERT has no token types
+        keep_idx: Tensor | None = None,
+        drop_active: bool = False,
+        doc_ids: Tensor | None = None,
+    ) -> Tensor:
+        """-> final hidden states (B, T, d).  Dropping only when training and requested; ``doc_ids``
+        (B, T): per-document attention with positions restarting in every document."""
+        x = self.embeddings(input_ids)
+        b, t = input_ids.shape
+        if doc_ids is not None:
+            pos = document_positions(doc_ids)
+        else:
+            pos = torch.arange(t, device=input_ids.device)[None]  # (1, T)
+        active = self.training and self.span is not None and (keep_idx is not None or drop_active)
+        masks = MaskCache(x.dtype)
+        ropes: dict[tuple[int, bool], tuple] = {}
+
+        def rope(rows: Rows, local: bool):
+            key = (id(rows), local)
+            if key not in ropes:  # rows kept alive with their cos/sin, so ids stay unique
+                ropes[key] = (rows, (self.rope_local if local else self.rope_global)(rows.pos, x.dtype))
+            return ropes[key][1]
+
+        def call(layer: ModernLayer, h: Tensor, kv: Tensor | None, q: Rows, k: Rows) -> Tensor:
+            local = layer.sliding
+            bias = masks(q, k, self.half_window if local else None)
+            return layer(h, kv, rope(q, local), rope(k, local), bias)
+
+        rows = Rows(attention_mask, doc_ids, pos)
+        x = run_layers(self.layers, x, rows, self.span if active else None, keep_idx if active else None, call)
+        return self.final_norm(x)
+
+
+def init_modern_weights(module: nn.Module, cfg: ModelConfig) -> None:
+    """ModernBERT's initialisation: truncated normal (cutoff 2 std); std = initializer_range for
+    inputs (Wqkv, Wi, embeddings), / sqrt(2 L) for outputs (Wo, head dense); norms 1/0; biases 0."""
+    std_in = cfg.initializer_range
+    std_out = cfg.initializer_range / math.sqrt(2.0 * cfg.num_layers)
+
+    def tn(w: Tensor, std: float) -> None:
+        nn.init.trunc_normal_(w, mean=0.0, std=std, a=-2 * std, b=2 * std)
+
+    for name, m in module.named_modules():
+        if isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            tn(m.weight, std_in)
+        elif isinstance(m, nn.Linear):
+            leaf = name.rsplit(".", 1)[-1]
+            tn(m.weight, std_out if leaf in ("Wo", "dense") else std_in)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class PredictionHead(nn.Module):
+    """dense (no bias) + GELU + norm, as transformers' ModernBertPredictionHead."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.norm(F.gelu(self.dense(h)))
+
+
+class TiedDecoder(nn.Module):
+    """The decoder: the token embeddings (tied, not a second registered copy) plus its own bias."""
+
+    def __init__(self, cfg: ModelConfig, embeddings: nn.Embedding):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.embeddings = [embeddings]
+
+    @property
+    def weight(self) -> Tensor:
+        return self.embeddings[0].weight
+
+    def forward(self, h: Tensor) -> Tensor:
+        return F.linear(h, self.embeddings[0].weight, self.bias)
+
+
+class ModernBertForMaskedLM(nn.Module):
+    """ModernBERT + MLM head on the prediction slots only; the interface of ``BertForMaskedLM``."""
+
+    task = "mlm"
+
+    def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
+        super().__init__()
+        self.model = ModernBertModel(cfg, drop)
+        self.head = PredictionHead(cfg)
+        self.decoder = TiedDecoder(cfg, self.model.embeddings.tok_embeddings)
+        self.document_attention = check_document_attention(cfg)
+        init_modern_weights(self, cfg)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.config
+
+    @property
+    def encoder(self) -> ModernBertModel:
+        """The encoder (``BertForMaskedLM.bert``'s counterpart)."""
+        return self.model
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        mlm_positions: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        keep_idx: Tensor | None = None,
+        drop_active: bool = False,
+    ) -> Tensor:
+        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None."""
+        cfg = self.config
+        doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
+        h = self.model(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
+        if mlm_positions is not None:
+            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
+        return self.decoder(self.head(h))
+
+    def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """Per-slot negative log-likelihood (B, P), computed in fp32."""
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+
+
+class _ModernTaskModel(nn.Module):
+    """The task models' shared part, as ``transformers``: encoder, then head (dense + GELU + norm) ->
+    dropout -> classifier (d -> ``n_out``), the classifier initialised truncated-normal(d^-1/2)."""
+
+    def __init__(self, cfg: ModelConfig, n_out: int):
+        super().__init__()
+        self.model = ModernBertModel(cfg)
+        self.head = PredictionHead(cfg)
+        self.drop = nn.Dropout(cfg.hidden_dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, n_out)
+        init_modern_weights(self, cfg)
+        nn.init.trunc_normal_(self.classifier.weight, std=cfg.hidden_size ** -0.5,
+                              a=-2 * cfg.hidden_size ** -0.5, b=2 * cfg.hidden_size ** -0.5)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.config
+
+    def scores(self, h: Tensor) -> Tensor:
+        """(..., d) hidden states -> (..., n_out)."""
+        return self.classifier(self.drop(self.head(h)))
+
+
+class ModernBertForSequenceClassification(_ModernTaskModel):
+    """[CLS] hidden state -> head -> dropout -> classifier (classifier_pooling "cls")."""
+
+    task = "classification"
+
+    def __init__(self, cfg: ModelConfig, num_labels: int = 2):
+        super().__init__(cfg, num_labels)
+        self.num_labels = num_labels
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None) -> Tensor:
+        h = self.model(input_ids, attention_mask, token_type_ids)
+        return self.scores(h[:, 0])  # (B, num_labels)
+
+
+class ModernBertForQuestionAnswering(_ModernTaskModel):
+    """Span QA: head -> dropout -> classifier (d -> 2) on every position."""
+
+    task = "qa"
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg, 2)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        h = self.model(input_ids, attention_mask, token_type_ids)
+        start, end = self.scores(h).unbind(-1)
+        return start, end  # (B, T) each

@@ -1,0 +1,361 @@
+"""The ModernBERT family (issue 16): Hugging Face parity, export, dropping that respects positions,
+per-document attention (both families), every method/variant, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, from_dict  # noqa: E402
+from tokendrop.data.testing import task_vocab_tokens, write_keyword_sentiment, write_vocab  # noqa: E402
+from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
+from tokendrop.hf import InteropError, copy_tokenizer, load_pretrained, read_hf_dir, save_pretrained  # noqa: E402
+from tokendrop.importance import build_selector  # noqa: E402
+from tokendrop.init_source import load_source_weights, resolve_init_source  # noqa: E402
+from tokendrop.model import BertForMaskedLM, BertForSequenceClassification, build_model, document_ids  # noqa: E402
+from tokendrop.modern import ModernBertForMaskedLM  # noqa: E402
+from tokendrop.train import MLMStep, param_groups  # noqa: E402
+
+V = len(task_vocab_tokens())
+CLS, SEP, PAD = SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["pad"]
+HALF_WINDOW = 4  # local_attention = 8
+
+
+def _hf_model(seed: int = 0, **kw):
+    torch.manual_seed(seed)
+    base = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=2,
+                max_position_embeddings=128, local_attention=2 * HALF_WINDOW, pad_token_id=PAD, sep_token_id=SEP,
+                eos_token_id=SEP, cls_token_id=CLS, bos_token_id=CLS, attn_implementation="eager")
+    base.update(kw)
+    hf = transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(**base))
+    with torch.no_grad():  # perturb everything (norms, decoder bias) so parity tests every tensor
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return hf.eval()
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("modern") / "hf"
+    _hf_model().save_pretrained(d)
+    # a WordPiece tokenizer (vocab.txt + tokenizer_config.json) for finetune --model / pretrain --init
+    copy_tokenizer(write_vocab(tmp_path_factory.mktemp("vocab")), d)
+    return d
+
+
+def _hf(d):
+    return transformers.AutoModelForMaskedLM.from_pretrained(d, attn_implementation="eager").eval()
+
+
+def _ours(d, drop: DropConfig | None = None):
+    src = resolve_init_source(str(d))
+    m = build_model(src.model, drop)
+    load_source_weights(src, m)
+    return m
+
+
+def _doc(lengths: list[int], seed: int = 0) -> torch.Tensor:
+    """One packed row: [CLS] d1 [SEP] d2 [SEP] ... (each document's tokens random non-special ids)."""
+    g = torch.Generator().manual_seed(seed)
+    parts = [torch.tensor([CLS])]
+    for n in lengths:
+        parts += [torch.randint(len(SPECIAL_IDS), V, (n,), generator=g), torch.tensor([SEP])]
+    return torch.cat(parts)[None]
+
+
+# ----------------------------------------------------------------------------------------------
+# parity and export
+
+
+def test_parity_with_padding(hf_dir):
+    hf = _hf(hf_dir)
+    ours, info = load_pretrained(hf_dir, BertForMaskedLM)  # our MLM class of the source's family
+    assert isinstance(ours, ModernBertForMaskedLM) and info["fresh"] == []
+    ours.eval()
+    lens = [40, 23, 9]
+    ids = torch.full((3, 40), PAD)
+    mask = torch.zeros(3, 40, dtype=torch.long)
+    for i, n in enumerate(lens):
+        ids[i, :n] = _doc([n - 2], seed=i)[0]
+        mask[i, :n] = 1
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask).logits
+        got = ours(ids, None, mask)
+    valid = mask.bool()
+    assert got.shape == ref.shape
+    torch.testing.assert_close(got[valid], ref[valid], atol=1e-5, rtol=1e-5)
+    # masked-only head on prediction slots = the same rows of the full logits
+    pos = torch.tensor([[1, 5, 30], [2, 3, 20], [1, 2, 7]])
+    with torch.no_grad():
+        slots = ours(ids, pos, mask)
+    torch.testing.assert_close(slots, torch.gather(got, 1, pos[..., None].expand(-1, -1, V)), atol=1e-6, rtol=0)
+
+
+def test_parity_packed_documents(hf_dir):
+    """A packed row with per-document attention = transformers run on every document on its own."""
+    hf = _hf(hf_dir)
+    ours = _ours(hf_dir).eval()
+    assert ours.document_attention  # auto: on for modernbert
+    lengths = [14, 21, 6]
+    row = _doc(lengths, seed=3)
+    with torch.no_grad():
+        got = ours(row)[0]
+        start = 0
+        for i, n in enumerate(lengths):
+            end = start + n + 1 + (1 if i == 0 else 0)  # the first document owns the row's [CLS]
+            ref = hf(input_ids=row[:, start:end]).logits[0]
+            torch.testing.assert_close(got[start:end], ref, atol=1e-5, rtol=1e-5)
+            start = end
+        assert start == row.shape[1]
+
+
+def test_export_round_trip(hf_dir, tmp_path):
+    hf = _hf(hf_dir)
+    ours = _ours(hf_dir)
+    out = save_pretrained(ours, tmp_path / "export")
+    theirs, mine = load_file(hf_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(mine) == set(theirs) - {"decoder.weight"}
+    for k in mine:
+        assert torch.equal(mine[k], theirs[k]), k
+    back, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True,
+                                                                 attn_implementation="eager")
+    assert type(back).__name__ == "ModernBertForMaskedLM"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    ids = _doc([30])
+    with torch.no_grad():
+        assert torch.equal(back.eval()(input_ids=ids).logits, hf(input_ids=ids).logits)
+    cfg, sd = read_hf_dir(out)  # and our reader sees the same model again
+    assert cfg.family == "modernbert" and cfg.layer_types == ours.config.resolved_layer_types()
+    assert all(torch.equal(sd[k], v) for k, v in ours.state_dict().items())
+
+
+# ----------------------------------------------------------------------------------------------
+# dropping
+
+
+def _train_mode(m):
+    m.train()
+    return m
+
+
+@pytest.mark.parametrize("variant", ["drop", "pass", "layer_rearranged"])
+def test_rate_zero_equals_dense(hf_dir, variant):
+    ours = _train_mode(_ours(hf_dir, DropConfig(method="cumulative", variant=variant, rate=0.0)))
+    row = torch.cat([_doc([20, 25], seed=1), _doc([7, 38], seed=2)])
+    keep = torch.arange(row.shape[1]).expand(2, -1)
+    with torch.no_grad():
+        dense = ours(row)
+        dropped = ours(row, keep_idx=keep)
+    assert torch.equal(dense, dropped)
+
+
+def _positions(doc: torch.Tensor) -> torch.Tensor:
+    out, last, p = [], None, 0
+    for d in doc.tolist():
+        p = p + 1 if d == last else 0
+        out.append(p)
+        last = d
+    return torch.tensor(out)
+
+
+def _reference(hf, row, keep, start, end, documents: bool):
+    """Dense transformers layers; inside the span after its first layer the dropped tokens are masked
+    out as keys; dropped rows return to their span-entry state at the merge.  Positions and window
+    are the dense ones (per document with document attention)."""
+    m = hf.model
+    T = row.shape[1]
+    doc = document_ids(row, SEP, PAD)[0] if documents else torch.zeros(T, dtype=torch.long)
+    pos = _positions(doc) if documents else torch.arange(T)
+    kept = torch.zeros(T, dtype=torch.bool)
+    kept[keep] = True
+    x = m.embeddings(input_ids=row)
+    x_in = None
+    for i, layer in enumerate(m.layers):
+        if i == start:
+            x_in = x
+        if i == end:
+            x = torch.where(kept[:, None], x, x_in)
+        allowed = doc[:, None] == doc[None, :]
+        if layer.attention_type == "sliding_attention":
+            allowed &= (pos[:, None] - pos[None, :]).abs() <= HALF_WINDOW
+        if start < i < end:
+            allowed &= kept[None, :]
+        bias = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None]
+        x = layer(x, attention_mask=bias, position_embeddings=m.rotary_emb(x, pos[None], layer.attention_type))
+    if end == len(m.layers):
+        x = torch.where(kept[:, None], x, x_in)
+    return hf.decoder(hf.head(m.final_norm(x)))
+
+
+@pytest.mark.parametrize("documents", [True, False])
+@pytest.mark.parametrize("variant", ["drop", "layer_rearranged"])
+def test_kept_tokens_see_their_positions_and_window(hf_dir, variant, documents):
+    hf = _hf(hf_dir)
+    drop = DropConfig(method="cumulative", variant=variant, rate=0.5)
+    ours = _train_mode(_ours(hf_dir, drop))
+    if not documents:
+        ours.document_attention = False
+    row = _doc([17, 12, 19], seed=5)
+    T = row.shape[1]
+    g = torch.Generator().manual_seed(0)
+    keep = torch.sort(torch.randperm(T, generator=g)[: drop.num_kept(T)]).values  # scattered: windows matter
+    start, end = drop.span(4)
+    with torch.no_grad():
+        got = ours(row, keep_idx=keep[None])[0]
+        ref = _reference(hf, row, keep, start, end, documents)[0]
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+COMBOS = [("cumulative", "drop"), ("half_random", "drop"), ("random", "drop"), ("frequency", "drop"),
+          ("cumulative", "pass"), ("cumulative", "layer_rearranged"), ("none", "avg"), ("cumulative", "avg")]
+
+
+def _batch(b: int = 2, t: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.cat([_doc([20, 20, 20], seed=seed + i) for i in range(b)])[:, :t]
+    p = round(0.15 * t)
+    pos = torch.stack([torch.randperm(t - 2, generator=g)[:p] + 1 for _ in range(b)]).sort(-1).values
+    labels = torch.gather(ids, 1, pos)
+    ids = ids.scatter(1, pos, SPECIAL_IDS["mask"])
+    return {"input_ids": ids, "mlm_positions": pos, "mlm_labels": labels, "mlm_weights": torch.ones(b, p),
+            "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+
+
+@pytest.mark.parametrize("method,variant", COMBOS)
+def test_every_method_and_variant_trains(method, variant):
+    mc = ModelConfig(preset="modern-tiny", vocab_size=V, sep_token_id=SEP)
+    drop = DropConfig(method=method, variant=variant, rate=0.5)
+    cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=2, batch_size=2, lr=1e-3, warmup_steps=0)).validate()
+    torch.manual_seed(0)
+    model = build_model(mc, drop)
+    assert isinstance(model, ModernBertForMaskedLM)
+    counts = torch.arange(V, dtype=torch.float64).numpy()
+    selector = build_selector(drop, V, SPECIAL_IDS, 64, counts=counts) if drop.enabled else None
+    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3)
+    step = MLMStep(model, selector, opt, cfg, None, use_attention_mask=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = step([_batch()], 1e-3, dropping=True)
+    assert torch.isfinite(out["loss"]) and out["loss"] > 0
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert "model.layers.1.attn.Wqkv.weight" in changed and "decoder.bias" in changed
+
+
+# ----------------------------------------------------------------------------------------------
+# per-document attention, both families
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_documents_do_not_see_each_other(family):
+    kw = dict(vocab_size=V, sep_token_id=SEP, hidden_dropout=0.0, attention_dropout=0.0)
+    if family == "bert":
+        kw.update(num_layers=4, hidden_size=32, num_heads=2, max_position_embeddings=64)
+    else:
+        kw.update(preset="modern-tiny", local_attention=16)
+    drop = DropConfig(method="cumulative", rate=0.5)
+    torch.manual_seed(0)
+    on = build_model(ModelConfig(document_attention="on", **kw), drop)
+    off = build_model(ModelConfig(document_attention="off", **kw), drop)
+    off.load_state_dict(on.state_dict())
+    a = _doc([12, 20], seed=1)
+    b = a.clone()
+    b[0, 15:-1] = _doc([19], seed=9)[0, 1:-1]  # the second document replaced, the first untouched
+    first = slice(0, 14)  # [CLS] + 12 tokens + its [SEP]
+    keep = torch.arange(0, a.shape[1], 2)[None]
+    for model in (on, off):
+        model.eval()
+    with torch.no_grad():
+        assert torch.allclose(on(a)[0, first], on(b)[0, first], atol=1e-6, rtol=0)
+        assert not torch.allclose(off(a)[0, first], off(b)[0, first], atol=1e-3, rtol=0)
+        on.train()  # with dropping too
+        assert torch.allclose(on(a, keep_idx=keep)[0, first], on(b, keep_idx=keep)[0, first], atol=1e-6, rtol=0)
+
+
+def test_document_ids():
+    ids = torch.tensor([[CLS, 7, 8, SEP, 9, SEP, 10, SEP, PAD, PAD]])
+    assert document_ids(ids, SEP, PAD).tolist() == [[0, 0, 0, 0, 1, 1, 2, 2, -1, -1]]
+
+
+def test_document_attention_needs_the_sep_id():
+    with pytest.raises(ConfigError, match="model.sep_token_id"):
+        build_model(ModelConfig(preset="modern-tiny", vocab_size=V))
+    build_model(ModelConfig(preset="modern-tiny", vocab_size=V, document_attention="off"))  # fine without
+
+
+# ----------------------------------------------------------------------------------------------
+# bad input
+
+
+def _edit_config(src, dst, **fields):
+    shutil.copytree(src, dst)
+    d = json.loads((dst / "config.json").read_text())
+    d.update(fields)
+    (dst / "config.json").write_text(json.dumps(d))
+    return dst
+
+
+@pytest.mark.parametrize("fields,named", [
+    ({"layer_types": ["full_attention", "chunked_attention", "sliding_attention", "full_attention"]}, "layer_types[1]"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}, "rope_parameters.full_attention"),
+    ({"attention_bias": True}, "attention_bias"),
+    ({"hidden_activation": "silu"}, "hidden_activation"),
+])
+def test_unsupported_modernbert_fields_are_one_line_errors(hf_dir, tmp_path, fields, named):
+    d = _edit_config(hf_dir, tmp_path / "bad", **fields)
+    with pytest.raises(InteropError) as e:
+        load_pretrained(d, BertForSequenceClassification, num_labels=2)
+    assert named in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_layer_types_in_our_config():
+    with pytest.raises(ConfigError, match=r"model.layer_types\[2\]"):
+        from_dict(Config, {"model": {"preset": "modern-tiny", "vocab_size": V,
+                                     "layer_types": ["full_attention", "sliding_attention", "local", "full_attention"]}})
+    with pytest.raises(ConfigError, match="model.family"):
+        ModelConfig(family="neobert").validate()
+
+
+# ----------------------------------------------------------------------------------------------
+# finetune --model and pretrain --init with a ModernBERT directory
+
+
+def test_finetune_accepts_a_modernbert_dir(hf_dir, tmp_path):
+    from tokendrop.config import FinetuneConfig
+    from tokendrop.finetune import finetune
+
+    data = write_keyword_sentiment(tmp_path / "SST-2", n_train=32, n_dev=16)
+    cfg = FinetuneConfig(task="sst2", data=str(data), epochs=1, batch_size=16, max_seq_len=32, device="cpu",
+                         save_model=True, log_every=0).validate()
+    res = finetune(cfg, hf_dir, tmp_path / "ft", log=None)
+    assert 0.0 <= res["accuracy"] <= 100.0
+    back, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "ft" / "model", output_loading_info=True)
+    assert type(back).__name__ == "ModernBertForSequenceClassification" and not info["missing_keys"]
+
+
+def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
+    from tokendrop.data import prepare
+    from tokendrop.data.testing import write_task_corpus
+    from tokendrop.hf import export_hf
+    from tokendrop.train import pretrain
+
+    corpus = write_task_corpus(tmp_path / "corpus.txt", num_docs=120)
+    data = tmp_path / "data"
+    prepare([corpus], data, seq_len=64, vocab=hf_dir / "vocab.txt", eval_fraction=0.1, workers=1, progress=False)
+    cfg = from_dict(Config, {"model": {"init": str(hf_dir)}, "drop": {"method": "cumulative", "rate": 0.5},
+                             "data": {"path": str(data), "num_workers": 0},
+                             "train": {"steps": 2, "batch_size": 4, "warmup_steps": 0, "eval_every": 2,
+                                       "eval_batches": 1, "ckpt_every": 2, "log_every": 1}})
+    assert cfg.model.family == "modernbert" and cfg.model.sep_token_id == SEP
+    pretrain(cfg, tmp_path / "run", progress=False)
+    out = export_hf(tmp_path / "run", tmp_path / "export")
+    back, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert type(back).__name__ == "ModernBertForMaskedLM" and not info["missing_keys"]

@@ -134,3 +134,26 @@ def test_legacy_relative_path_from_another_cwd(paused, tmp_path, capsys):
     os.chdir(tmp_path / "a")  # from where it was started it resumes (monkeypatch restores the cwd)
     rc, _, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet")
     assert rc == 0, err
+
+
+def test_a_run_from_an_older_version_resumes():
+    """A checkpoint's config written before fields existed (here the ModernBERT-era model fields) is
+    compatible: missing fields count as their defaults, the data-filled [SEP] id is not compared; a
+    real change of such a field is still refused, naming it."""
+    from tokendrop.config import load_config, to_dict
+    from tokendrop.train import TrainingError, check_resume_compatible
+
+    new = to_dict(load_config("tiny", ["drop.method=cumulative"]))
+    new["model"]["sep_token_id"] = 3  # filled in from the prepared data at open
+    old = json.loads(json.dumps(new))
+    for k in ("family", "document_attention", "sep_token_id", "global_rope_theta", "local_rope_theta",
+              "local_attention", "global_attn_every_n_layers", "layer_types", "norm_bias"):
+        del old["model"][k]
+    check_resume_compatible(old, new)  # no error
+    new["model"]["document_attention"] = "on"
+    with pytest.raises(TrainingError, match=r"model\.document_attention changed from 'auto' to 'on'"):
+        check_resume_compatible(old, new)
+    new["model"]["document_attention"] = "auto"
+    old["model"]["sep_token_id"] = 2  # recorded: compared
+    with pytest.raises(TrainingError, match=r"model\.sep_token_id changed from 2 to 3"):
+        check_resume_compatible(old, new)

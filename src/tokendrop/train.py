@@ -257,14 +257,36 @@ def _get(d: dict, dotted: str) -> Any:
     return d
 
 
+# filled in from the prepared data when the run starts: not compared where an older run's config lacks them
+_FROM_DATA = ("model.sep_token_id",)
+
+
 def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Refuse a resume whose config changes a field of ``_RESUME_FIXED``.  A field the run's recorded
+    config does not have (written by a version before the field existed) counts as its default --
+    what that version did -- so runs started by an older tokendrop resume; a field taken from the
+    data (``_FROM_DATA``) is not compared then."""
+    defaults = to_dict(Config())
+
+    def get(d: dict, dotted: str, fallback: Any) -> Any:
+        for k in dotted.split("."):
+            if not isinstance(d, dict) or k not in d:
+                return fallback
+            d = d[k]
+        return d
+
     for key in _RESUME_FIXED:
-        a, b = _get(old, key), _get(new, key)
+        b = get(new, key, None)
+        a = get(old, key, get(defaults, key, None))
+        if isinstance(a, dict) and isinstance(b, dict):
+            a = {**{k: get(defaults, f"{key}.{k}", None) for k in b if k not in a}, **a}
+            for k in (f.split(".", 1)[1] for f in _FROM_DATA if f.startswith(key + ".")):
+                if k not in get(old, key, {}):
+                    a[k] = b.get(k)
         if a != b:
-            if isinstance(a, dict):
-                diff = [k for k in a if a.get(k) != b.get(k)]
-                key = f"{key}.{diff[0]}" if diff else key
-                a, b = _get(old, key), _get(new, key)
+            if isinstance(a, dict) and isinstance(b, dict):
+                diff = [k for k in {**a, **b} if a.get(k) != b.get(k)]
+                key, a, b = f"{key}.{diff[0]}", a.get(diff[0]), b.get(diff[0])
             raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
 
 

@@ -55,6 +55,9 @@ MODEL_FAMILIES = ("bert", "modernbert")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 DOCUMENT_ATTENTION = ("auto", "on", "off")
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
+# fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
+# the data; the run's config.toml records the value used): dotted name -> that default
+FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
 
 
 @dataclass

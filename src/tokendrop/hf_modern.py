@@ -206,7 +206,7 @@ def expected_shapes(cfg: ModelConfig, task: str = "mlm", **head_kwargs: Any) -> 
 
 def check_modern_tensors(where: Any, canon: dict[str, str], shapes: dict[str, tuple[int, ...]], cfg: ModelConfig) -> str:
     """Every encoder tensor present with the shape config.json implies -> the layout name."""
-    from .init_source import InitError, _shape_name
+    from .init_source import InitError, check_encoder_shapes
 
     if "model.embeddings.tok_embeddings.weight" not in canon:
         from pathlib import Path
@@ -214,22 +214,7 @@ def check_modern_tensors(where: Any, canon: dict[str, str], shapes: dict[str, tu
         raise InitError(f"{Path(where).parent / 'config.json'}: model_type 'modernbert' but {Path(where).name} holds no "
                         f"ModernBERT weights (no model.embeddings.tok_embeddings.weight among {len(canon)} tensors); "
                         "expected ModernBertForMaskedLM or ModernBertModel weights")
-    expected = expected_shapes(cfg)
-    for name, shape in expected.items():
-        if name not in canon:
-            if name.startswith(REQUIRED):
-                n = sum(1 for k in expected if k.startswith(REQUIRED) and k not in canon)
-                raise InitError(f"{where}: encoder tensor {name} is missing ({n} encoder tensor(s) missing; "
-                                f"config.json says {_shape_name(cfg)})")
-            continue
-        got = shapes[canon[name]]
-        if got != shape:
-            raise InitError(f"{where}: tensor {canon[name]} has shape {list(got)} in the file but {list(shape)} "
-                            f"for the model config.json describes ({_shape_name(cfg)})")
-    extra = sorted(c for c in canon if c.startswith(REQUIRED) and c not in expected)
-    if extra:
-        raise InitError(f"{where}: tensor {canon[extra[0]]} is not part of the model config.json describes "
-                        f"({_shape_name(cfg)}); {len(extra)} such encoder tensor(s): config.json and weights disagree")
+    check_encoder_shapes(where, canon, shapes, expected_shapes(cfg), REQUIRED, cfg)
     if any(k.startswith("head.") for k in canon) and "decoder.bias" in canon:
         return "ModernBertForMaskedLM"
     if "classifier.weight" in canon:

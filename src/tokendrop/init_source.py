@@ -258,16 +258,27 @@ def _check_hf_tensors(where: Path, canon: dict[str, str], shapes: dict[str, tupl
         raise InitError(f"{where}: no BERT weights recognised (no bert.embeddings.word_embeddings.weight or "
                         f"embeddings.word_embeddings.weight among {len(canon)} tensors); expected BertForMaskedLM, "
                         "BertForPreTraining or BertModel weights")
-    extra = sorted(c for c in canon if c.startswith(_REQUIRED) and c not in expected and not c.endswith("position_ids"))
+    check_encoder_shapes(where, canon, shapes, expected, _REQUIRED, cfg,
+                         show=lambda name: name if prefixed or not name.startswith("bert.") else name[5:],
+                         ignore=lambda c: c.endswith("position_ids"))
+
+
+def check_encoder_shapes(where: Any, canon: dict[str, str], shapes: dict[str, tuple[int, ...]],
+                         expected: dict[str, tuple[int, ...]], required: tuple[str, ...], cfg: ModelConfig,
+                         show=lambda name: name, ignore=lambda name: False) -> None:
+    """Both families' check of a source's tensors against the model its config.json describes
+    (``expected``: name -> shape; ``canon``: our naming -> the file's): no encoder tensor (prefix in
+    ``required``) beyond the expected ones (``ignore`` aside), every expected encoder tensor present,
+    every present expected tensor with its shape.  One-line InitError otherwise."""
+    extra = sorted(c for c in canon if c.startswith(required) and c not in expected and not ignore(c))
     if extra:
         raise InitError(f"{where}: tensor {canon[extra[0]]} is not part of the model config.json describes "
                         f"({_shape_name(cfg)}); {len(extra)} such encoder tensor(s): config.json and weights disagree")
     for name, shape in expected.items():
-        shown = name if prefixed or not name.startswith("bert.") else name[5:]
         if name not in canon:
-            if name.startswith(("bert.embeddings.", "bert.encoder.")):
-                n = sum(1 for k in expected if k.startswith(("bert.embeddings.", "bert.encoder.")) and k not in canon)
-                raise InitError(f"{where}: encoder tensor {shown} is missing ({n} encoder tensor(s) missing; "
+            if name.startswith(required):
+                n = sum(1 for k in expected if k.startswith(required) and k not in canon)
+                raise InitError(f"{where}: encoder tensor {show(name)} is missing ({n} encoder tensor(s) missing; "
                                 f"config.json says {_shape_name(cfg)})")
             continue
         got = shapes[canon[name]]

@@ -402,21 +402,17 @@ class MLMHead(nn.Module):
         return F.linear(h, self.word_embeddings[0].weight, self.bias)  # (..., V)
 
 
-class BertForMaskedLM(nn.Module):
-    """BERT + MLM head evaluated on the prediction slots only."""
+class MaskedLM(nn.Module):
+    """Both families' MLM models share this forward and loss.  A subclass sets ``encoder`` (a
+    property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids, keep_idx,
+    drop_active, doc_ids) -> (B, T, d)``), ``document_attention`` and ``config``, and implements
+    :meth:`head_logits`."""
 
     task = "mlm"
 
-    def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
-        super().__init__()
-        self.bert = BertModel(cfg, drop)
-        self.mlm = MLMHead(cfg, self.bert.embeddings.word_embeddings)
-        self.document_attention = check_document_attention(cfg)
-        init_weights(self, cfg.initializer_range)
-
-    @property
-    def config(self) -> ModelConfig:
-        return self.bert.config
+    def head_logits(self, h: Tensor) -> Tensor:
+        """(..., d) hidden states -> (..., V) logits."""
+        raise NotImplementedError
 
     def forward(
         self,
@@ -431,14 +427,36 @@ class BertForMaskedLM(nn.Module):
         ``model.document_attention`` on, tokens attend only within their document of the packed row."""
         cfg = self.config
         doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
-        h = self.bert(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
+        h = self.encoder(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
         if mlm_positions is not None:
             h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
-        return self.mlm(h)
+        return self.head_logits(h)
 
     def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
         """Per-slot negative log-likelihood (B, P), computed in fp32."""
         return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+
+
+class BertForMaskedLM(MaskedLM):
+    """BERT + MLM head evaluated on the prediction slots only."""
+
+    def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
+        super().__init__()
+        self.bert = BertModel(cfg, drop)
+        self.mlm = MLMHead(cfg, self.bert.embeddings.word_embeddings)
+        self.document_attention = check_document_attention(cfg)
+        init_weights(self, cfg.initializer_range)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.bert.config
+
+    @property
+    def encoder(self) -> BertModel:
+        return self.bert
+
+    def head_logits(self, h: Tensor) -> Tensor:
+        return self.mlm(h)
 
 
 class BertForSequenceClassification(nn.Module):

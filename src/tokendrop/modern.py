@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DropConfig, ModelConfig
-from .model import MaskCache, Rows, check_document_attention, document_ids, encoder_span, run_layers
+from .model import MaskCache, MaskedLM, Rows, check_document_attention, encoder_span, run_layers
 
 __all__ = [
     "ModernBertModel",
@@ -258,10 +258,8 @@ class TiedDecoder(nn.Module):
         return F.linear(h, self.embeddings[0].weight, self.bias)
 
 
-class ModernBertForMaskedLM(nn.Module):
-    """ModernBERT + MLM head on the prediction slots only; the interface of ``BertForMaskedLM``."""
-
-    task = "mlm"
+class ModernBertForMaskedLM(MaskedLM):
+    """ModernBERT + MLM head on the prediction slots only; forward and loss of ``model.MaskedLM``."""
 
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
         super().__init__()
@@ -280,26 +278,8 @@ class ModernBertForMaskedLM(nn.Module):
         """The encoder (``BertForMaskedLM.bert``'s counterpart)."""
         return self.model
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        mlm_positions: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        keep_idx: Tensor | None = None,
-        drop_active: bool = False,
-    ) -> Tensor:
-        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None."""
-        cfg = self.config
-        doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
-        h = self.model(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
-        if mlm_positions is not None:
-            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
+    def head_logits(self, h: Tensor) -> Tensor:
         return self.decoder(self.head(h))
-
-    def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
-        """Per-slot negative log-likelihood (B, P), computed in fp32."""
-        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
 
 
 class _ModernTaskModel(nn.Module):

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from . import checkpoint as ckpt_mod
 from . import rundir
-from .config import Config, ConfigError, from_dict, to_dict, to_toml
+from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import step_flops
 from .continued import warm_start
@@ -251,37 +251,33 @@ _RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.star
                  "train.batch_size", "train.seed")  # data.path: check_resume_data (the data may move)
 
 
-def _get(d: dict, dotted: str) -> Any:
+_REQUIRED_KEY = object()
+
+
+def _get(d: dict, dotted: str, fallback: Any = _REQUIRED_KEY) -> Any:
+    """``d["a"]["b"]`` for ``"a.b"``; ``fallback`` where a key is missing (a KeyError without one)."""
     for k in dotted.split("."):
+        if not isinstance(d, dict) or k not in d:
+            if fallback is _REQUIRED_KEY:
+                raise KeyError(dotted)
+            return fallback
         d = d[k]
     return d
-
-
-# filled in from the prepared data when the run starts: not compared where an older run's config lacks them
-_FROM_DATA = ("model.sep_token_id",)
 
 
 def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
     """Refuse a resume whose config changes a field of ``_RESUME_FIXED``.  A field the run's recorded
     config does not have (written by a version before the field existed) counts as its default --
     what that version did -- so runs started by an older tokendrop resume; a field taken from the
-    data (``_FROM_DATA``) is not compared then."""
+    data (``config.FROM_DATA``) is not compared then."""
     defaults = to_dict(Config())
-
-    def get(d: dict, dotted: str, fallback: Any) -> Any:
-        for k in dotted.split("."):
-            if not isinstance(d, dict) or k not in d:
-                return fallback
-            d = d[k]
-        return d
-
     for key in _RESUME_FIXED:
-        b = get(new, key, None)
-        a = get(old, key, get(defaults, key, None))
+        b = _get(new, key, None)
+        a = _get(old, key, _get(defaults, key, None))
         if isinstance(a, dict) and isinstance(b, dict):
-            a = {**{k: get(defaults, f"{key}.{k}", None) for k in b if k not in a}, **a}
-            for k in (f.split(".", 1)[1] for f in _FROM_DATA if f.startswith(key + ".")):
-                if k not in get(old, key, {}):
+            a = {**{k: _get(defaults, f"{key}.{k}", None) for k in b if k not in a}, **a}
+            for k in (f.split(".", 1)[1] for f in FROM_DATA if f.startswith(key + ".")):
+                if k not in _get(old, key, {}):
                     a[k] = b.get(k)
         if a != b:
             if isinstance(a, dict) and isinstance(b, dict):

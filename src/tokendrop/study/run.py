@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import rundir
-from ..config import Config, from_dict, to_dict, to_toml
+from ..config import FROM_DATA, Config, from_dict, to_dict, to_toml
 from .aggregate import aggregate
 from .common import StudyError, atomic_json, atomic_text, cpu_s, hardware, loadavg, log, read_json, resolve_out
 from .data import prepare_data, resolve_source
@@ -38,10 +38,6 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-# fields left to be filled in from the prepared data by pretrain (the run's config.toml has the value)
-_FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
-
-
 def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
     """Fields (dotted) whose value in the run's saved config differs from ``want``.  Paths (data,
     the source) compare resolved; the source not at all when the weights' sha256 is the same."""
@@ -49,7 +45,7 @@ def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
     same_weights = bool(a.get("model.init_sha256")) and a.get("model.init_sha256") == b.get("model.init_sha256")
     out = []
     for k, v in a.items():
-        if k in _IGNORED or (k in _FROM_DATA and v == _FROM_DATA[k]) or (k == "model.init" and same_weights):
+        if k in _IGNORED or (k in FROM_DATA and v == FROM_DATA[k]) or (k == "model.init" and same_weights):
             continue
         if k in ("data.path", "model.init"):
             if Path(str(v)).resolve() != Path(str(b.get(k, ""))).resolve():

@@ -359,3 +359,58 @@ def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
     out = export_hf(tmp_path / "run", tmp_path / "export")
     back, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
     assert type(back).__name__ == "ModernBertForMaskedLM" and not info["missing_keys"]
+
+
+@pytest.fixture(scope="module")
+def headless_dir(tmp_path_factory):
+    """A ModernBERT encoder saved without its MLM head (``ModernBertModel``), with a tokenizer."""
+    d = tmp_path_factory.mktemp("modern-headless") / "hf"
+    hf = _hf_model()
+    hf.model.save_pretrained(d)
+    copy_tokenizer(write_vocab(tmp_path_factory.mktemp("vocab2")), d)
+    return d
+
+
+def test_head_warmup_moves_only_the_modern_head(headless_dir):
+    from tokendrop.continued import head_is_fresh, head_warmup
+
+    src = resolve_init_source(str(headless_dir))
+    model = build_model(src.model)
+    report = load_source_weights(src, model)
+    assert head_is_fresh(model, report.fresh)
+    assert set(report.fresh) == {"head.dense.weight", "head.norm.weight", "decoder.bias"} | (
+        {"head.norm.bias"} if src.model.norm_bias else set())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(0)
+
+    def batches():
+        while True:
+            ids = torch.cat([_doc([20, 9], seed=int(torch.randint(0, 10**6, (1,), generator=g))) for _ in range(4)])
+            pos = torch.randint(1, ids.shape[1] - 1, (4, 6), generator=g)
+            yield {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+                   "mlm_positions": pos, "mlm_labels": torch.gather(ids, 1, pos), "mlm_weights": torch.ones(4, 6)}
+
+    losses = head_warmup(model, batches(), 8, 1e-2, torch.device("cpu"), None)
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == set(report.fresh), changed
+    assert all(p.requires_grad for p in model.parameters())  # the freeze is undone
+    assert len(losses) == 8 and all(map(torch.isfinite, torch.tensor(losses)))
+
+
+def test_pretrain_init_warms_up_a_fresh_modern_head(headless_dir, tmp_path):
+    from tokendrop.data import prepare
+    from tokendrop.data.testing import write_task_corpus
+    from tokendrop.train import pretrain, read_metrics
+
+    corpus = write_task_corpus(tmp_path / "corpus.txt", num_docs=120)
+    data = tmp_path / "data"
+    prepare([corpus], data, seq_len=64, vocab=headless_dir / "vocab.txt", eval_fraction=0.1, workers=1, progress=False)
+    cfg = from_dict(Config, {"model": {"init": str(headless_dir)}, "drop": {"method": "random", "rate": 0.5},
+                             "data": {"path": str(data), "num_workers": 0},
+                             "train": {"steps": 1, "batch_size": 4, "warmup_steps": 0, "eval_every": 1,
+                                       "eval_batches": 1, "ckpt_every": 1, "log_every": 1,
+                                       "head_warmup_steps": 3}})
+    pretrain(cfg, tmp_path / "run", progress=False)
+    ev = [r for r in read_metrics(tmp_path / "run") if r.get("event") == "head_warmup"]
+    assert len(ev) == 1 and ev[0]["steps"] == 3

@@ -91,21 +91,19 @@ def check_vocabulary(src, data) -> None:
         )
 
 
-def _head_params(model) -> list[Tensor]:
-    """The MLM head's own parameters (the decoder weight is the tied word embedding: not included)."""
-    return [model.mlm.dense.weight, model.mlm.dense.bias, model.mlm.norm.weight, model.mlm.norm.bias, model.mlm.bias]
-
-
 def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: float, device: torch.device,
                 amp: torch.dtype | None, progress: bool = False) -> list[float]:
-    """Train the MLM head alone (encoder frozen, no encoder backward) for ``steps`` steps.
+    """Train the MLM head alone (``model.head_parameters()``: encoder and the tied decoder weight
+    frozen, no encoder backward) for ``steps`` steps; any family's ``model.MaskedLM``.
 
     AdamW on the head's parameters, linear warm-up over the first 10% then linear decay to 0.
-    -> the per-step MLM losses.
+    -> the per-step MLM losses.  Every parameter's ``requires_grad`` is as before on return.
     """
     from .train import lr_at
 
-    params = _head_params(model)
+    params = model.head_parameters()
+    head = {id(p) for p in params}
+    frozen = [p for p in model.parameters() if id(p) not in head and p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     warm = max(1, steps // 10)
     losses: list[float] = []
@@ -116,32 +114,44 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
         from tqdm import tqdm
 
         pbar = tqdm(total=steps, desc="MLM-head warm-up", unit="step", dynamic_ncols=True)
-    for step in range(steps):
-        mb = {k: v.to(device) for k, v in next(batches).items()}
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, lr, warm, steps)
-        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            with torch.no_grad():
-                h = model.bert(mb["input_ids"], mb["attention_mask"], mb["token_type_ids"])
-                pos = mb["mlm_positions"]
-                h = torch.gather(h, 1, pos.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
-            hh = torch.nn.functional.gelu(torch.nn.functional.linear(h, model.mlm.dense.weight, model.mlm.dense.bias))
-            hh = model.mlm.norm(hh)
-            logits = torch.nn.functional.linear(hh, model.mlm.word_embeddings[0].weight.detach(), model.mlm.bias)
-        nll = model.mlm_nll(logits, mb["mlm_labels"])
-        w = mb["mlm_weights"]
-        loss = (nll * w).sum() / w.sum().clamp(min=1.0)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+    try:
+        for p in frozen:
+            p.requires_grad_(False)
+        for step in range(steps):
+            mb = {k: v.to(device) for k, v in next(batches).items()}
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, lr, warm, steps)
+            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                with torch.no_grad():
+                    h = model.hidden(mb["input_ids"], mb["mlm_positions"], mb["attention_mask"],
+                                     mb["token_type_ids"])  # (B, P, d)
+                logits = model.head_logits(h)
+            nll = model.mlm_nll(logits, mb["mlm_labels"])
+            w = mb["mlm_weights"]
+            loss = (nll * w).sum() / w.sum().clamp(min=1.0)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+            if pbar is not None:
+                pbar.update(1)
+                pbar.set_postfix(loss=f"{losses[-1]:.3f}")
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
         if pbar is not None:
-            pbar.update(1)
-            pbar.set_postfix(loss=f"{losses[-1]:.3f}")
-    if pbar is not None:
-        pbar.close()
-    model.train(was_training)
+            pbar.close()
+        model.train(was_training)
     return losses
+
+
+def head_is_fresh(model, fresh: list[str]) -> bool:
+    """Whether any of the MLM head's own parameters were initialised fresh (``fresh``: parameter
+    names from the source load), for either family (BERT ``mlm.*``, ModernBERT ``head.*`` /
+    ``decoder.bias``)."""
+    head = {id(p) for p in model.head_parameters()}
+    names = {n for n, p in model.named_parameters() if id(p) in head}
+    return any(n in names for n in fresh)
 
 
 @torch.no_grad()
@@ -201,7 +211,7 @@ def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, am
     stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
                        world_size=dd.world, mask_prob=cfg.data.mask_prob, num_workers=0, shuffle=True, loop=True)
     it = iter(stream)
-    if events and any(k.startswith("mlm.") for k in events[0]["fresh"]) and cfg.train.head_warmup_steps:
+    if events and cfg.train.head_warmup_steps and head_is_fresh(model, events[0]["fresh"]):
         losses = head_warmup(model, it, cfg.train.head_warmup_steps, cfg.train.head_warmup_lr, device, amp, progress)
         events.append({"event": "head_warmup", "steps": len(losses), "first_loss": losses[0], "last_loss": losses[-1],
                        "seconds": time.perf_counter() - t0})

@@ -414,6 +414,30 @@ class MaskedLM(nn.Module):
         """(..., d) hidden states -> (..., V) logits."""
         raise NotImplementedError
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The MLM head's own parameters (the decoder weight is the tied word embedding: not
+        included); what ``continued.head_warmup`` trains."""
+        raise NotImplementedError
+
+    def hidden(
+        self,
+        input_ids: Tensor,
+        mlm_positions: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        keep_idx: Tensor | None = None,
+        drop_active: bool = False,
+    ) -> Tensor:
+        """The encoder's last hidden states (B, P, d) at ``mlm_positions`` (B, P), or (B, T, d)
+        when it is None.  With ``model.document_attention`` on, tokens attend only within their
+        document of the packed row."""
+        cfg = self.config
+        doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
+        h = self.encoder(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
+        if mlm_positions is not None:
+            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
+        return h
+
     def forward(
         self,
         input_ids: Tensor,
@@ -423,14 +447,10 @@ class MaskedLM(nn.Module):
         keep_idx: Tensor | None = None,
         drop_active: bool = False,
     ) -> Tensor:
-        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None.  With
-        ``model.document_attention`` on, tokens attend only within their document of the packed row."""
-        cfg = self.config
-        doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
-        h = self.encoder(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
-        if mlm_positions is not None:
-            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
-        return self.head_logits(h)
+        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None (see
+        :meth:`hidden`)."""
+        return self.head_logits(self.hidden(input_ids, mlm_positions, attention_mask, token_type_ids, keep_idx,
+                                            drop_active))
 
     def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
         """Per-slot negative log-likelihood (B, P), computed in fp32."""
@@ -457,6 +477,9 @@ class BertForMaskedLM(MaskedLM):
 
     def head_logits(self, h: Tensor) -> Tensor:
         return self.mlm(h)
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        return [self.mlm.dense.weight, self.mlm.dense.bias, self.mlm.norm.weight, self.mlm.norm.bias, self.mlm.bias]
 
 
 class BertForSequenceClassification(nn.Module):

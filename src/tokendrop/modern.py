@@ -281,6 +281,9 @@ class ModernBertForMaskedLM(MaskedLM):
     def head_logits(self, h: Tensor) -> Tensor:
         return self.decoder(self.head(h))
 
+    def head_parameters(self) -> list[nn.Parameter]:
+        return [*self.head.parameters(), self.decoder.bias]
+
 
 class _ModernTaskModel(nn.Module):
     """The task models' shared part, as ``transformers``: encoder, then head (dense + GELU + norm) ->

@@ -272,8 +272,9 @@ def test_modern_presets_and_sequence_limits():
     assert (mc.family, mc.num_layers, mc.hidden_size, mc.num_heads, mc.intermediate_size) == ("modernbert", 12, 256, 4, 384)
     assert mc.local_attention == 128 and mc.resolved_layer_types().count("full_attention") == 4
     assert [s.name for s in build_settings(cpu)] == ["T512/dense", "T512/drop-0.5", "T512/hf",
-                                                      "T1024/dense", "T1024/drop-0.5", "T1024/hf"]
-    assert cpu.batch_size(512) == 4 and cpu.batch_size(1024) == 2
+                                                      "T1024/dense", "T1024/drop-0.5", "T1024/hf",
+                                                      "T2048/dense", "T2048/drop-0.5", "T2048/hf"]
+    assert cpu.batch_size(512) == 4 and cpu.batch_size(1024) == 2 and cpu.batch_size(2048) == 1
     gpu = make_preset("modern-gpu")
     assert gpu.model_config().num_layers == 22 and gpu.model_config().intermediate_size == 1152
     assert gpu.seq_lens == [512, 1024] and gpu.precision == "bf16"

@@ -125,3 +125,57 @@ def test_token_dropping_on_cuda_matches_cpu_within_bf16_tolerance():
     # not vacuous: CUDA's dropped forward is much closer to the CPU's dropped one than to the dense one
     assert (got - ref).abs().mean() < 0.5 * (dense - ref).abs().mean()
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+
+
+def _modern_cfg(backend: str) -> ModelConfig:
+    # 64-wide heads; a 32-token window; packed documents (a [SEP] every 64 tokens in the batch)
+    return ModelConfig(preset="modern-tiny", vocab_size=V, hidden_size=128, num_layers=4, num_heads=2,
+                       intermediate_size=192, local_attention=32, global_attn_every_n_layers=2,
+                       sep_token_id=SPECIAL_IDS["sep"], document_attention="on", attention_backend=backend,
+                       hidden_dropout=0.0, attention_dropout=0.0)
+
+
+@pytest.mark.parametrize("variant", ["drop", "pass"])
+def test_flex_attention_matches_sdpa_on_cuda(variant):
+    """FlexAttention block masks (documents + windows, compiled) give the loss and gradients of the
+    SDPA path (biases and bands) in fp32 on CUDA, dense and with dropping."""
+    from tokendrop.model import build_model
+
+    torch.manual_seed(0)
+    batch = synthetic_batch(B, 256, V, CUDA)
+    g = torch.Generator().manual_seed(1)
+    keep = torch.stack([torch.randperm(256, generator=g)[:128].sort().values for _ in range(B)]).to(CUDA)
+    drop = DropConfig(method="random", variant=variant, rate=0.5)
+    out = {}
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for backend in ("sdpa", "flex"):
+            torch.manual_seed(0)
+            m = build_model(_modern_cfg(backend), drop).to(CUDA).train()
+            for k in (None, keep):
+                logits = m(batch["input_ids"], batch["mlm_positions"], None, None, k)
+                loss = m.mlm_nll(logits, batch["mlm_labels"]).mean()
+                loss.backward()
+                out[(backend, k is None)] = (loss.item(), [p.grad.clone() for p in m.parameters() if p.grad is not None])
+                m.zero_grad()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    for dense in (True, False):
+        (la, ga), (lb, gb) = out[("sdpa", dense)], out[("flex", dense)]
+        assert abs(la - lb) < 1e-4
+        for a, b in zip(ga, gb):
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-3)
+
+
+def test_flex_attention_compiled_bf16_training_steps():
+    """The whole modern model compiled with FlexAttention inside, bf16: losses finite and falling."""
+    from tokendrop.model import build_model
+
+    torch.manual_seed(0)
+    cfg = _modern_cfg("flex")
+    m = build_model(cfg, _drop()).to(CUDA)
+    step = _step(m, _drop(), CUDA, compile_=True)
+    batch = synthetic_batch(B, T, V, CUDA)
+    losses = [float(step([batch], 1e-3, dropping=True)["loss"]) for _ in range(6)]
+    assert all(map(lambda x: x == x and abs(x) < 1e4, losses)) and losses[-1] < losses[0]

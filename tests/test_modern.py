@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 from safetensors.torch import load_file  # noqa: E402
 
+from tokendrop import attention  # noqa: E402
 from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, from_dict  # noqa: E402
 from tokendrop.data.testing import task_vocab_tokens, write_keyword_sentiment, write_vocab  # noqa: E402
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
@@ -50,6 +51,27 @@ def hf_dir(tmp_path_factory):
     return d
 
 
+# the three exact forms of the attention masks (tokendrop.attention): additive biases only, sliding
+# windows as bands (block 4, always), FlexAttention block masks (unfused on CPU)
+MODES = ["bias", "band", "flex"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request, monkeypatch):
+    if request.param == "band":
+        monkeypatch.setattr(attention, "BAND_BLOCK", 4)
+        monkeypatch.setattr(attention, "BAND_MAX_FRACTION", 100.0)
+    else:
+        monkeypatch.setattr(attention, "BAND_BLOCK", 0)
+    return request.param
+
+
+def _backend(model, mode: str):
+    """Run ``model`` with the attention backend of ``mode`` (the config is read at every forward)."""
+    model.config.attention_backend = "flex" if mode == "flex" else "sdpa"
+    return model
+
+
 def _hf(d):
     return transformers.AutoModelForMaskedLM.from_pretrained(d, attn_implementation="eager").eval()
 
@@ -74,11 +96,11 @@ def _doc(lengths: list[int], seed: int = 0) -> torch.Tensor:
 # parity and export
 
 
-def test_parity_with_padding(hf_dir):
+def test_parity_with_padding(hf_dir, mode):
     hf = _hf(hf_dir)
     ours, info = load_pretrained(hf_dir, BertForMaskedLM)  # our MLM class of the source's family
     assert isinstance(ours, ModernBertForMaskedLM) and info["fresh"] == []
-    ours.eval()
+    _backend(ours, mode).eval()
     lens = [40, 23, 9]
     ids = torch.full((3, 40), PAD)
     mask = torch.zeros(3, 40, dtype=torch.long)
@@ -98,10 +120,10 @@ def test_parity_with_padding(hf_dir):
     torch.testing.assert_close(slots, torch.gather(got, 1, pos[..., None].expand(-1, -1, V)), atol=1e-6, rtol=0)
 
 
-def test_parity_packed_documents(hf_dir):
+def test_parity_packed_documents(hf_dir, mode):
     """A packed row with per-document attention = transformers run on every document on its own."""
     hf = _hf(hf_dir)
-    ours = _ours(hf_dir).eval()
+    ours = _backend(_ours(hf_dir), mode).eval()
     assert ours.document_attention  # auto: on for modernbert
     lengths = [14, 21, 6]
     row = _doc(lengths, seed=3)
@@ -196,10 +218,10 @@ def _reference(hf, row, keep, start, end, documents: bool):
 
 @pytest.mark.parametrize("documents", [True, False])
 @pytest.mark.parametrize("variant", ["drop", "layer_rearranged"])
-def test_kept_tokens_see_their_positions_and_window(hf_dir, variant, documents):
+def test_kept_tokens_see_their_positions_and_window(hf_dir, variant, documents, mode):
     hf = _hf(hf_dir)
     drop = DropConfig(method="cumulative", variant=variant, rate=0.5)
-    ours = _train_mode(_ours(hf_dir, drop))
+    ours = _backend(_train_mode(_ours(hf_dir, drop)), mode)
     if not documents:
         ours.document_attention = False
     row = _doc([17, 12, 19], seed=5)
@@ -414,3 +436,76 @@ def test_pretrain_init_warms_up_a_fresh_modern_head(headless_dir, tmp_path):
     pretrain(cfg, tmp_path / "run", progress=False)
     ev = [r for r in read_metrics(tmp_path / "run") if r.get("event") == "head_warmup"]
     assert len(ev) == 1 and ev[0]["steps"] == 3
+
+
+@pytest.mark.parametrize("variant", ["drop", "pass", "avg"])
+def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant):
+    """A dropping training step's loss and gradients agree across the mask forms (padding, documents
+    and windows in one batch).  FlexAttention has no CPU backward: its gradients are a GPU test
+    (tests/test_gpu.py), its forward is compared here."""
+    drop = DropConfig(method="none" if variant == "avg" else "random", variant=variant, rate=0.5)
+    b = _batch(b=3, t=64, seed=4)
+    b["attention_mask"][1, 50:] = 0  # padding in one row (a padded row's own output is not compared)
+    w = torch.gather(b["attention_mask"], 1, b["mlm_positions"]).float()
+    g = torch.Generator().manual_seed(1)
+    keep = torch.stack([torch.randperm(64, generator=g)[: drop.num_kept(64)].sort().values for _ in range(3)])
+    results = {}
+    for mode in MODES:
+        monkeypatch.setattr(attention, "BAND_BLOCK", 4 if mode == "band" else 0)
+        monkeypatch.setattr(attention, "BAND_MAX_FRACTION", 100.0)
+        m = _backend(_train_mode(_ours(hf_dir, drop)), mode)
+        torch.set_grad_enabled(mode != "flex")
+        logits = m(b["input_ids"], b["mlm_positions"], b["attention_mask"], None,
+                   None if variant == "avg" else keep, drop_active=True)
+        loss = (m.mlm_nll(logits, b["mlm_labels"]) * w).sum() / w.sum()
+        torch.set_grad_enabled(True)
+        if mode == "flex":
+            results[mode] = (loss.detach(), None)
+            continue
+        loss.backward()
+        results[mode] = (loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(results["flex"][0], results["bias"][0], atol=1e-5, rtol=1e-5)
+    for mode in ("band",):
+        torch.testing.assert_close(results[mode][0], results["bias"][0], atol=1e-5, rtol=1e-5)
+        assert results[mode][1].keys() == results["bias"][1].keys()
+        for n, gr in results[mode][1].items():
+            torch.testing.assert_close(gr, results["bias"][1][n], atol=2e-5, rtol=1e-4, msg=f"{mode}: {n}")
+
+
+def test_band_saves_work_and_flex_needs_no_dropout():
+    from tokendrop.model import Rows
+
+    T = 512
+    at = torch.arange(T)[None]
+    rows = Rows(None, None, at, at)
+    band = attention.Band.build(rows, rows, 64, torch.float32, block=64)
+    assert band is not None and band.slot.shape == (1, T // 64, 64 + 2 * 64)  # block + both half-windows
+    assert attention.Band.build(rows, rows, 400, torch.float32, block=64) is None  # window ~ row: dense bias
+    # one band shared by a batch (no padding, no documents), and a kept subset per row, against the
+    # dense bias
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, T, 16, generator=g) for _ in range(3))
+    ref = attention.attend(q, k, v, attention.attention_bias(None, torch.float32, at, at, window=64))
+    torch.testing.assert_close(attention.attend(q, k, v, band), ref, atol=1e-5, rtol=1e-5)
+    keep = torch.stack([torch.randperm(T, generator=g)[:200].sort().values for _ in range(3)])
+    kept = rows.gather(keep)
+    qk = torch.gather(q, 2, keep[:, None, :, None].expand(-1, 2, -1, 16))
+    got = attention.attend(qk, k, v, attention.Band.build(kept, rows, 30, torch.float32, block=16))
+    ref = attention.attend(qk, k, v, attention.attention_bias(None, torch.float32, kept.at, at, window=30))
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="model.attention_backend"):
+        ModelConfig(preset="modern-tiny", attention_backend="flex", attention_dropout=0.2).validate()
+    with pytest.raises(ConfigError, match="model.attention_backend"):
+        ModelConfig(preset="modern-tiny", attention_backend="fast").validate()
+
+
+def test_resume_may_change_the_attention_backend():
+    from tokendrop.config import to_dict
+    from tokendrop.train import TrainingError, check_resume_compatible
+
+    old, new = to_dict(Config()), to_dict(Config())
+    new["model"]["attention_backend"] = "sdpa"
+    check_resume_compatible(old, new)  # execution only
+    new["model"]["local_attention"] = 64
+    with pytest.raises(TrainingError, match="model.local_attention"):
+        check_resume_compatible(old, new)

@@ -104,6 +104,12 @@ class ModelConfig:
     # sliding-window layers; the window (a token sees keys within local_attention // 2 positions on
     # each side); layer i is global if i % global_attn_every_n_layers == 0 unless layer_types lists
     # "full_attention" / "sliding_attention" per layer; LayerNorm biases (norm_bias; BERT has them)
+    # how attention runs (execution only: the same allowed pairs, the same results up to float
+    # summation order; tokendrop.attention): "auto" = FlexAttention on CUDA for document / window
+    # masks when no attention dropout is in effect, else SDPA (sliding windows block by block);
+    # "sdpa"; "flex" = FlexAttention for every document / window mask (needs attention_dropout = 0;
+    # off CUDA it runs unfused, for checks only)
+    attention_backend: str = "auto"
     global_rope_theta: float = 160000.0
     local_rope_theta: float = 10000.0
     local_attention: int = 128
@@ -159,6 +165,20 @@ class ModelConfig:
         if self.document_attention not in DOCUMENT_ATTENTION:
             raise ConfigError(f"model.document_attention: expected one of {', '.join(DOCUMENT_ATTENTION)}, "
                               f"got {self.document_attention!r}")
+        from .attention import ATTENTION_BACKENDS, flex_available
+
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(f"model.attention_backend: expected one of {', '.join(ATTENTION_BACKENDS)}, "
+                              f"got {self.attention_backend!r}")
+        if self.attention_backend == "flex":
+            if not flex_available():
+                import torch
+
+                raise ConfigError(f"model.attention_backend: flex needs FlexAttention (torch >= 2.5, this is "
+                                  f"{torch.__version__}); use auto or sdpa")
+            if self.attention_dropout:
+                raise ConfigError(f"model.attention_backend: flex has no attention dropout but model.attention_dropout "
+                                  f"= {self.attention_dropout}; set it to 0 or use attention_backend = auto")
         for i, t in enumerate(self.layer_types):
             if t not in LAYER_TYPES:
                 raise ConfigError(f"model.layer_types[{i}]: unknown layer type {t!r}; expected one of {', '.join(LAYER_TYPES)}")

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import MaskCache, attend, attention_bias, use_flex  # noqa: F401  (attention_bias: re-exported)
 from .config import DropConfig, ModelConfig
 
 
@@ -128,9 +129,7 @@ class Attention(nn.Module):
         h = self.num_heads
         q = self.q(x).view(b, n, h, d // h).transpose(1, 2)  # (B, h, n, dh)
         k, v = self.kv(kv_in).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)  # 2 x (B, h, N, dh)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_bias, dropout_p=self.attn_dropout if self.training else 0.0
-        )
+        y = attend(q, k, v, attn_bias, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(b, n, d)
         return self.norm(x + self.dropout(self.o(y)))
 
@@ -157,49 +156,6 @@ class Layer(nn.Module):
         return self.ffn(self.attn(x, x if kv_in is None else kv_in, attn_bias))
 
 
-def attention_bias(
-    mask: Tensor | None,
-    dtype: torch.dtype,
-    q_pos: Tensor | None = None,
-    k_pos: Tensor | None = None,
-    q_doc: Tensor | None = None,
-    k_doc: Tensor | None = None,
-    window: int | None = None,
-) -> Tensor | None:
-    """The one attention-mask builder (both families): an additive bias, or None when nothing is masked.
-
-    ``mask`` (B, N) 1 = attend / 0 = padding is the keys' validity.  Without document ids and window
-    the bias is (B, 1, 1, N) -- the dense path materialises nothing beyond padding.  With
-    ``q_doc``/``k_doc`` (B, n)/(B, N) document ids (per-document attention) and/or ``window`` with
-    ``q_pos``/``k_pos`` (original positions of the query and key rows, (B or 1, n)/(B or 1, N)) it is
-    (B or 1, 1, n, N): query i may attend key j iff key j is valid, ``q_doc[i] == k_doc[j]`` and
-    ``|q_pos[i] - k_pos[j]| <= window``.  Rows that travel through token dropping carry their
-    document ids and positions with them (:class:`Rows`), so kept rows are masked by where they
-    were, not by where they sit among the kept rows.
-
-    The bias is 0 where attended and the most negative finite value of the dtype the attention runs
-    in -- the autocast dtype when autocast is on (bf16/fp16), else ``dtype`` -- where masked.  Built
-    with ``masked_fill`` (no ``0 * min`` products) and in that dtype, so autocast's cast of the mask
-    never turns it into -inf (a fully masked row would then give NaN) and no value overflows."""
-    allowed = None
-    if q_doc is not None and k_doc is not None:
-        allowed = q_doc[:, :, None] == k_doc[:, None, :]  # (B, n, N)
-    if window is not None:
-        near = (q_pos[:, :, None] - k_pos[:, None, :]).abs() <= window
-        allowed = near if allowed is None else allowed & near
-    if allowed is None:
-        if mask is None:
-            return None
-        keep = mask[:, None, None, :].to(torch.bool)  # (B, 1, 1, N)
-    else:
-        if mask is not None:
-            allowed = allowed & mask[:, None, :].to(torch.bool)
-        keep = allowed[:, None]  # (B, 1, n, N)
-    if torch.is_autocast_enabled(keep.device.type):
-        dtype = torch.get_autocast_dtype(keep.device.type)
-    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
-
-
 def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
     """(B, T) packed rows -> (B, T) document index within each row; padding gets -1.
 
@@ -214,13 +170,15 @@ def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
 
 @dataclass
 class Rows:
-    """What travels with a set of rows through dropping: key validity (B, n) 1/0, document ids (B, n)
-    and original positions (B or 1, n); None where unused.  ``gather`` / ``pooled`` follow
-    :func:`gather_rows` / :func:`avg_pool_rows`."""
+    """What travels with a set of rows through dropping: key validity (B, n) 1/0, document ids
+    (B, n), rotary positions (B or 1, n) and ``at``, the row's index in the packed row (B or 1, n;
+    ascending, what sliding windows and :class:`tokendrop.attention.Band` measure); None where
+    unused.  ``gather`` / ``pooled`` follow :func:`gather_rows` / :func:`avg_pool_rows`."""
 
     valid: Tensor | None = None
     doc: Tensor | None = None
     pos: Tensor | None = None
+    at: Tensor | None = None
 
     def gather(self, keep_idx: Tensor) -> "Rows":
         b = keep_idx.shape[0]
@@ -228,29 +186,16 @@ class Rows:
         def g(t: Tensor | None) -> Tensor | None:
             return None if t is None else gather_rows(t.expand(b, -1), keep_idx)
 
-        return Rows(g(self.valid), g(self.doc), g(self.pos))
+        return Rows(g(self.valid), g(self.doc), g(self.pos), g(self.at))
 
     def pooled(self) -> "Rows":
-        """avg variant: a pooled row is valid if both its rows are; its document and position are
-        its first row's."""
-        return Rows(None if self.valid is None else avg_pool_mask(self.valid),
-                    None if self.doc is None else self.doc[:, ::2], None if self.pos is None else self.pos[:, ::2])
+        """avg variant: a pooled row is valid if both its rows are; its document, position and
+        index are its first row's."""
+        def first(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[:, ::2]
 
-
-class MaskCache:
-    """Biases of one forward pass, built once per (query rows, key rows, window) and reused by every
-    layer that needs the same one."""
-
-    def __init__(self, dtype: torch.dtype):
-        self.dtype = dtype
-        self._cache: dict[tuple, tuple] = {}
-
-    def __call__(self, q: Rows, k: Rows, window: int | None = None) -> Tensor | None:
-        key = (id(q), id(k), window)
-        if key not in self._cache:  # the Rows are kept alive with their bias, so ids stay unique
-            bias = attention_bias(k.valid, self.dtype, q.pos, k.pos, q.doc, k.doc, window)
-            self._cache[key] = (q, k, bias)
-        return self._cache[key][2]
+        return Rows(None if self.valid is None else avg_pool_mask(self.valid), first(self.doc), first(self.pos),
+                    first(self.at))
 
 
 @dataclass(frozen=True)
@@ -308,6 +253,7 @@ def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: T
 class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        self.cfg = cfg
         self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg.num_layers)])
 
     def forward(
@@ -320,7 +266,8 @@ class Encoder(nn.Module):
     ) -> Tensor:
         # x: (B, T, d); attention_mask: (B, T) or None; keep_idx: (B, M) ascending positions;
         # doc_ids: (B, T) per-document attention (document_ids) or None
-        masks = MaskCache(x.dtype)
+        masks = MaskCache(x.dtype, flex=use_flex(self.cfg.attention_backend, x.device,
+                                                 self.cfg.attention_dropout if self.training else 0.0))
         return run_layers(self.layers, x, Rows(attention_mask, doc_ids), span, keep_idx,
                           lambda layer, h, kv, q, k: layer(h, kv_in=kv, attn_bias=masks(q, k)))
 

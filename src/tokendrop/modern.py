@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DropConfig, ModelConfig
-from .model import MaskCache, MaskedLM, Rows, check_document_attention, encoder_span, run_layers
+from .attention import MaskCache, attend, use_flex
+from .model import MaskedLM, Rows, check_document_attention, encoder_span, run_layers
 
 __all__ = [
     "ModernBertModel",
@@ -120,7 +121,7 @@ class ModernAttention(nn.Module):
             k, v = F.linear(kv_in, w[d:]).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)
         q = apply_rotary(q, *rope_q)
         k = apply_rotary(k, *rope_k)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self.dropout_p if self.training else 0.0)
+        y = attend(q, k, v, bias, self.dropout_p if self.training else 0.0)
         return self.out_drop(self.Wo(y.transpose(1, 2).reshape(b, n, d)))
 
 
@@ -188,7 +189,8 @@ class ModernBertModel(nn.Module):
         else:
             pos = torch.arange(t, device=input_ids.device)[None]  # (1, T)
         active = self.training and self.span is not None and (keep_idx is not None or drop_active)
-        masks = MaskCache(x.dtype)
+        masks = MaskCache(x.dtype, flex=use_flex(self.config.attention_backend, x.device,
+                                                 self.config.attention_dropout if self.training else 0.0))
         ropes: dict[tuple[int, bool], tuple] = {}
 
         def rope(rows: Rows, local: bool):
@@ -202,7 +204,7 @@ class ModernBertModel(nn.Module):
             bias = masks(q, k, self.half_window if local else None)
             return layer(h, kv, rope(q, local), rope(k, local), bias)
 
-        rows = Rows(attention_mask, doc_ids, pos)
+        rows = Rows(attention_mask, doc_ids, pos, torch.arange(t, device=input_ids.device)[None])
         x = run_layers(self.layers, x, rows, self.span if active else None, keep_idx if active else None, call)
         return self.final_norm(x)
 

@@ -36,6 +36,7 @@ from .flops import step_flops
 from .continued import warm_start
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
+from .attention import check_training_device
 from .model import BertForMaskedLM, build_model, num_parameters
 
 
@@ -249,6 +250,7 @@ class PretrainResult:
 _RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.start", "drop.end", "drop.beta",
                  "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "data.mask_prob",
                  "train.batch_size", "train.seed")  # data.path: check_resume_data (the data may move)
+_RESUME_FREE = ("model.attention_backend",)  # inside a fixed section, but execution only: may change
 
 
 _REQUIRED_KEY = object()
@@ -276,6 +278,8 @@ def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
         a = _get(old, key, _get(defaults, key, None))
         if isinstance(a, dict) and isinstance(b, dict):
             a = {**{k: _get(defaults, f"{key}.{k}", None) for k in b if k not in a}, **a}
+            free = [f.split(".", 1)[1] for f in _RESUME_FREE if f.startswith(key + ".")]
+            a, b = ({k: v for k, v in d.items() if k not in free} for d in (a, b))
             for k in (f.split(".", 1)[1] for f in FROM_DATA if f.startswith(key + ".")):
                 if k not in _get(old, key, {}):
                     a[k] = b.get(k)
@@ -424,6 +428,7 @@ def pretrain(
     cfg.validate()
     run_dir = Path(out_dir)
     device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
+    check_training_device(cfg.model.attention_backend, device_kind)
     dd = init_distributed(device_kind)
     threads = torch.get_num_threads()
     try:

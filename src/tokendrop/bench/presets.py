@@ -41,6 +41,9 @@ class BenchConfig:
     # modern-*: transformers' sparse_prediction (its head on the masked positions only, as ours);
     # false = ModernBertConfig's default and the released checkpoints' (the head on all T positions)
     hf_sparse_prediction: bool = False
+    # model.attention_backend (tokendrop.attention): auto = FlexAttention for window / document masks
+    # on CUDA without attention dropout, SDPA (windows block by block) otherwise; sdpa; flex (CUDA)
+    attention_backend: str = "auto"
     vocab_size: int = 30522  # BERT's WordPiece vocabulary
     seq_lens: list[int] = field(default_factory=lambda: [128, 512])
     tokens_per_step: int = 2048  # B = tokens_per_step // T (unless batch_sizes gives it)
@@ -73,6 +76,9 @@ class BenchConfig:
         if min(self.num_layers, self.hidden_size, self.num_heads, self.intermediate_size) < 0:
             raise ConfigError("bench.num_layers/hidden_size/num_heads/intermediate_size: expected >= 0 (0 = the model preset's)")
         mc = self.model_config()  # the shape overrides are consistent
+        from ..attention import check_training_device
+
+        check_training_device(mc.attention_backend, self.device)
         longest = MAX_SEQ_LEN_MODERN if getattr(mc, "family", "bert") == "modernbert" else MAX_SEQ_LEN_BERT
         if not self.seq_lens or any(t < 8 or t > longest for t in self.seq_lens):
             raise ConfigError(f"bench.seq_lens: expected lengths in [8, {longest}] for model {self.model!r}, got {self.seq_lens}")
@@ -107,7 +113,7 @@ class BenchConfig:
         mc = ModelConfig(preset=self.model, vocab_size=self.vocab_size, num_layers=self.num_layers,
                          hidden_size=self.hidden_size, num_heads=self.num_heads, intermediate_size=self.intermediate_size,
                          max_position_embeddings=max(512, max(self.seq_lens or [0])),  # 0 = the preset's (config.py's rule)
-                         document_attention=self.document_attention)
+                         document_attention=self.document_attention, attention_backend=self.attention_backend)
         if mc.uses_document_attention:
             from ..data.tokenizer import SPECIAL_IDS
 

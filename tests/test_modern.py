@@ -472,7 +472,7 @@ def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant):
             torch.testing.assert_close(gr, results["bias"][1][n], atol=2e-5, rtol=1e-4, msg=f"{mode}: {n}")
 
 
-def test_band_saves_work_and_flex_needs_no_dropout():
+def test_band_and_flex_forms_against_the_dense_bias():
     from tokendrop.model import Rows
 
     T = 512
@@ -490,6 +490,9 @@ def test_band_saves_work_and_flex_needs_no_dropout():
     keep = torch.stack([torch.randperm(T, generator=g)[:200].sort().values for _ in range(3)])
     kept = rows.gather(keep)
     qk = torch.gather(q, 2, keep[:, None, :, None].expand(-1, 2, -1, 16))
+    # FlexAttention's block mask, built once for the batch (unfused reference on CPU)
+    flex = attention.attend(q, k, v, attention.flex_block_mask(rows, rows, 64))
+    torch.testing.assert_close(flex, ref, atol=1e-5, rtol=1e-5)
     got = attention.attend(qk, k, v, attention.Band.build(kept, rows, 30, torch.float32, block=16))
     ref = attention.attend(qk, k, v, attention.attention_bias(None, torch.float32, kept.at, at, window=30))
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)

@@ -190,9 +190,10 @@ _compiled: dict[str, object] = {}
 
 
 def _flex_fns(device: torch.device):
-    """(create_block_mask, flex_attention): compiled on CUDA (the fused kernel); eager elsewhere (an
-    unfused reference that materialises the scores: for parity checks on CPU)."""
-    if device.type != "cuda":
+    """(create_block_mask, flex_attention): compiled on CUDA (the fused kernel; as they are when the
+    model itself is being compiled); eager elsewhere (an unfused reference that materialises the
+    scores: for parity checks on CPU)."""
+    if device.type != "cuda" or torch.compiler.is_compiling():  # inside torch.compile: traced with the model
         return create_block_mask, flex_attention
     if not _compiled:
         _compiled["mask"] = torch.compile(create_block_mask)
@@ -211,6 +212,8 @@ def flex_block_mask(q, k, window: int | None):
     kv = None if k.valid is None else _batched(k.valid, b).to(torch.bool)
 
     def mask_mod(bi, hi, qi, ki):
+        if b == 1:  # rows shared by the whole batch (no padding, no documents): one mask broadcast
+            bi = bi * 0
         ok = qi >= 0
         if qd is not None:
             ok = ok & (qd[bi, qi] == kd[bi, ki])

@@ -421,7 +421,8 @@ def test_consecutive_nonfinite_steps_stop_the_run_without_saving_them(tiny_data,
 
 def test_attention_mask_fill_is_safe_under_autocast():
     from tokendrop.config import ModelConfig
-    from tokendrop.model import BertModel, attention_bias
+    from tokendrop.attention import attention_bias
+    from tokendrop.model import BertModel
 
     mask = torch.tensor([[1, 1, 1, 0, 0]])
     b = attention_bias(mask, torch.float32)

@@ -7,7 +7,8 @@ every parameter 1:1 onto the Hugging Face key names.  Departures, all numericall
 * Q and K/V are separate projections (``q``: d->d, ``kv``: d->2d) so a half layer can project only
   the kept rows as queries but all rows as keys/values.  HF's separate key/value weights are
   concatenated on import and split on export.
-* Attention is ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels on GPU).
+* Attention is ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels on GPU) through
+  :func:`tokendrop.attention.attend` (per-document masks: FlexAttention on CUDA, §2.9 of docs/design.md).
 * The MLM head runs only on the gathered prediction slots (B, P), not on all T positions.
 * The encoder always has a pooler (no NSP is trained; it is exported so that
   ``BertForSequenceClassification`` finds it).
@@ -32,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MaskCache, attend, attention_bias, use_flex  # noqa: F401  (attention_bias: re-exported)
+from .attention import MaskCache, attend, use_flex
 from .config import DropConfig, ModelConfig
 
 
@@ -531,7 +532,6 @@ __all__ = [
     "BertForQuestionAnswering",
     "DropSpan",
     "Rows",
-    "attention_bias",
     "build_model",
     "document_ids",
     "gather_rows",

@@ -24,8 +24,9 @@ Per-document attention (``model.document_attention``, on by default for this fam
 every token attends only within its own document of the packed row (:func:`tokendrop.model.document_ids`),
 and rotary positions restart at 0 in every document, as ModernBERT's unpadded training does
 (cu_seqlens); the task models (classification, QA) attend over the whole (padded) input as
-``transformers`` does.  Attention is ``F.scaled_dot_product_attention`` with the masks of
-:func:`tokendrop.model.attention_bias` (None for global layers without padding or documents).
+``transformers`` does.  Attention runs through :func:`tokendrop.attention.attend` with the masks of
+a :class:`tokendrop.attention.MaskCache` (none for global layers without padding or documents;
+sliding windows as bands, or FlexAttention block masks on CUDA: docs/design.md §2.9).
 """
 
 from __future__ import annotations

@@ -68,26 +68,43 @@ def start_from_source(cfg: Config, model, data, run_dir: Path, main: bool) -> di
 
 
 def check_vocabulary(src, data) -> None:
-    """The prepared data must use the source's vocabulary (same ``vocab.txt`` bytes, same size)."""
-    from .data import vocab_sha256
+    """The prepared data must use the source's vocabulary: the same vocabulary hash
+    (``tokendrop.data.tokenizer.tokenizer_vocab_sha256`` of the source's tokenizer: its vocab.txt, or
+    its tokenizer.json for a tokenizer used as it is, e.g. ModernBERT's BPE) and an id space that the
+    source's embedding covers.  The source's ``vocab_size`` may exceed the tokenizer's ids (ModernBERT
+    pads its embedding); ``prepare --tokenizer MODEL_DIR`` then records that size, which the run
+    needs (the model is built with the source's shape and the data's size must equal it).  A source
+    with fewer embedding rows than the data has ids is an error."""
+    from .data import DataError
+    from .data.tokenizer import tokenizer_vocab_sha256
 
-    vocab = src.tokenizer_dir / "vocab.txt" if src.tokenizer_dir is not None else None
-    if vocab is not None and vocab.is_file():
-        h = vocab_sha256(vocab)
+    if src.tokenizer_dir is not None:
+        try:
+            h = tokenizer_vocab_sha256(src.tokenizer_dir)
+        except DataError as e:
+            raise ConfigError(f"model.init: the tokenizer of {src.source} does not load ({e})") from None
         if h != data.vocab_hash:
+            what = "tokenizer.json" if data.tokenizer_backend == "file" else "vocab.txt"
             raise ConfigError(
-                f"data.path: {data.path} was prepared with another vocabulary (vocab.txt sha256 {data.vocab_hash[:12]}...) "
-                f"than model.init's {vocab} (sha256 {h[:12]}...); prepare the data with "
+                f"data.path: {data.path} was prepared with another vocabulary ({what} sha256 {data.vocab_hash[:12]}...) "
+                f"than model.init's {src.tokenizer_dir} (sha256 {h[:12]}...); prepare the data with "
                 f"`tokendrop prepare --tokenizer {src.tokenizer_dir}`"
             )
     else:
-        print(f"warning: model.init {src.source} has no vocab.txt; only the vocabulary size was checked",
+        print(f"warning: model.init {src.source} has no tokenizer files; only the vocabulary size was checked",
               file=sys.stderr)
-    if data.vocab_size != src.model.vocab_size:
+    if data.vocab_size > src.model.vocab_size:
         raise ConfigError(
-            f"data.path: {data.path} was prepared with a vocabulary of {data.vocab_size} ids but "
-            f"model.init {src.source} has {src.model.vocab_size}; prepare the data with "
-            f"`tokendrop prepare --tokenizer {src.tokenizer_dir or src.path}`"
+            f"data.path: {data.path} holds token ids up to {data.vocab_size - 1} but model.init {src.source} has only "
+            f"{src.model.vocab_size} embedding rows (config.json vocab_size); prepare the data with the source's own "
+            f"tokenizer: `tokendrop prepare --tokenizer {src.tokenizer_dir or src.path}`"
+        )
+    if data.vocab_size < src.model.vocab_size:
+        raise ConfigError(
+            f"data.path: {data.path} was prepared for a vocabulary of {data.vocab_size} ids but model.init "
+            f"{src.source} has {src.model.vocab_size} embedding rows; prepare the data with "
+            f"`tokendrop prepare --tokenizer {src.path if src.kind == 'huggingface' else src.tokenizer_dir or src.path}` "
+            "(a model directory: its config.json's vocab_size sizes the data)"
         )
 
 

@@ -159,10 +159,24 @@ _NOT_BERT = {
 _REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
+def _check_shape_fields(d: dict[str, Any], where: str) -> None:
+    """The shape fields of a config.json (either family) that are there must be positive integers:
+    ``ModelConfig`` reads 0 as "the preset's", so a 0 (or null) here would silently load a preset's
+    shape instead of the checkpoint's (or be reported far from its cause)."""
+    for key in _REQUIRED_FIELDS:
+        if key not in d:
+            continue  # each family names its missing fields itself
+        v = d[key]
+        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())) or v <= 0:
+            raise InteropError(f"{where}: {key} must be an integer > 0, got {json.dumps(v)}; fix {key} in "
+                               "config.json (it gives the model's shape; tokendrop never fills it from a preset)")
+
+
 def model_config_from_hf(d: dict[str, Any], where: str = "config.json") -> ModelConfig:
     """A BERT ``config.json`` -> our ModelConfig.  Whatever our model cannot reproduce exactly is a
     one-line InteropError naming the field (never silently ignored)."""
     mt = d.get("model_type", "bert")  # configs converted from Google's bert_config.json have none
+    _check_shape_fields(d, where)
     if mt == "modernbert":  # the second family (tokendrop.modern)
         from .hf_modern import modern_config_from_hf
 
@@ -227,7 +241,11 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "spec
 
 
 def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512) -> bool:
-    """Copy a WordPiece tokenizer (a dir with vocab.txt, or a vocab.txt) and write HF's configs."""
+    """Copy a tokenizer (a dir with vocab.txt and/or tokenizer.json, or a vocab.txt) and write HF's
+    configs: a WordPiece vocab.txt without tokenizer_config.json gets a BertTokenizer one; a
+    tokenizer.json without vocab.txt (e.g. ModernBERT's BPE) is copied as it is, with a
+    tokenizer_config.json describing it when it has none (``tokenizer.write_tokenizer_config``), so
+    ``AutoTokenizer`` loads the copy as the same tokenizer.  -> whether a tokenizer was copied."""
     if src is None:
         return False
     src = Path(src)
@@ -235,7 +253,19 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
         shutil.copyfile(src, dst / "vocab.txt")
     else:
         if not (src / "vocab.txt").is_file():
-            return False
+            if not (src / "tokenizer.json").is_file():
+                return False
+            from dataclasses import replace
+
+            from .data.tokenizer import read_tokenizer_spec, write_tokenizer_config
+
+            spec = read_tokenizer_spec(src)  # checked before anything is copied
+            for name in TOKENIZER_FILES:
+                if (src / name).is_file():
+                    shutil.copyfile(src / name, dst / name)
+            if not (dst / "tokenizer_config.json").is_file():
+                write_tokenizer_config(replace(spec, model_max_length=spec.model_max_length or max_len), dst)
+            return True
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
                 shutil.copyfile(src / name, dst / name)
@@ -371,7 +401,9 @@ def load_pretrained(path: str | os.PathLike, cls: type, **head_kwargs: Any) -> t
 
     model = build_model(src.model, task=task_of(cls), **head_kwargs)  # the family's class for cls's task
     report = load_source_weights(src, model)
-    tok = src.tokenizer_dir if src.tokenizer_dir is not None and (src.tokenizer_dir / "vocab.txt").is_file() else None
+    from .data.tokenizer import has_tokenizer_files
+
+    tok = src.tokenizer_dir if src.tokenizer_dir is not None and has_tokenizer_files(src.tokenizer_dir) else None
     return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh, "source": src.kind,
                    "path": str(src.path), "hf_config": src.hf_config}
 
@@ -398,7 +430,9 @@ def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> Pat
     if info["source"] == "tokendrop":  # a continued run: the source's tokenizer files, kept in RUN/source/
         ck = Path(info["path"])
         source = (ck.parent.parent if ck.parent.name == "checkpoints" else ck) / "source"
-        if (source / "vocab.txt").is_file():
+        from .data.tokenizer import has_tokenizer_files
+
+        if has_tokenizer_files(source):
             tok = source
     base = info["hf_config"]  # the source's config.json (a continued run's RUN/source/config.json)
     return save_pretrained(model, out_dir, tok, base_config=base, kind="export")

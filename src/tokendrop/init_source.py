@@ -338,7 +338,9 @@ def _resolve_hf(source: str, p: Path) -> InitSource:
         canon, prefixed = normalise_hf_names(list(shapes))
         _check_hf_tensors(hashed, canon, shapes, prefixed, cfg)
         layout = _hf_layout(canon, prefixed)
-    tok = p if any((p / n).is_file() for n in ("vocab.txt", "tokenizer.json")) else None
+    from .data.tokenizer import has_tokenizer_files
+
+    tok = p if has_tokenizer_files(p) else None
     return InitSource(source=source, path=p, kind="huggingface", layout=layout, model=cfg,
                       weights_file=hashed, sha256=sha, tokenizer_dir=tok, hf_config=d, weights_files=files,
                       weights_format=fmt)
@@ -366,8 +368,14 @@ def _resolve_tokendrop(source: str, p: Path) -> InitSource:
         raise InitError(f"{ck / 'meta.json'}: {e}") from None
     if cfg.vocab_size <= 0:
         raise InitError(f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size}, expected the resolved size")
+    for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):  # 0 would mean "the preset's"
+        if key in model_d and model_d[key] != getattr(cfg, key):
+            raise InitError(f"{ck / 'meta.json'}: model.{key} is {model_d.get(key)!r}, expected the resolved size "
+                            f"(a checkpoint records its shape; the file was edited: restore it or use another checkpoint)")
+    from .data.tokenizer import has_tokenizer_files
+
     tok = next((c for c in (ck / "tokenizer", run / "tokenizer", p / "tokenizer", run / "source")
-                if (c / "vocab.txt").is_file()), None)
+                if has_tokenizer_files(c)), None)
     hf_cfg = _read_json(run / "source" / "config.json") if (run / "source" / "config.json").is_file() else None
     return InitSource(source=source, path=ck, kind="tokendrop", layout="tokendrop", model=cfg,
                       weights_file=ck / "model.safetensors", sha256=sha, tokenizer_dir=tok, hf_config=hf_cfg,

@@ -126,7 +126,9 @@ def seen_mask(scores: np.ndarray, pinned: np.ndarray, method: str, init_score: f
 def load_run(run_dir: str | os.PathLike) -> RunView:
     """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be inspected."""
     from .config import Config, from_dict
-    from .data.tokenizer import SPECIAL_KEYS, read_vocab
+    from .data import DataError
+    from .data.tokenizer import (SPECIAL_KEYS, has_tokenizer_files, read_tokenizer_spec, read_vocab,
+                                 tokenizer_from_spec, vocab_tokens)
 
     from . import checkpoint as ckpt_mod
 
@@ -144,25 +146,38 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
         raise InspectError(f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
                            f"drop.method = {cfg.drop.method} should have one -- was the checkpoint written by tokendrop?")
     scores = state["importance"].float().numpy()
-    vocab_file = run / "tokenizer" / "vocab.txt"
     data_path = cfg.data.path if cfg.data.path and (Path(cfg.data.path) / "meta.json").is_file() else None
     notes: list[str] = []
-    if not vocab_file.is_file() and data_path:
-        vocab_file = Path(data_path) / "vocab.txt"
-    if not vocab_file.is_file():
-        raise InspectError(f"{run}: no tokenizer/vocab.txt in the run directory; cannot name the token ids")
-    vocab = read_vocab(vocab_file)
-    if len(vocab) != len(scores):
+    tok_dir = run / "tokenizer"
+    if not has_tokenizer_files(tok_dir) and data_path:
+        tok_dir = Path(data_path)
+    if not has_tokenizer_files(tok_dir):
+        raise InspectError(f"{run}: no tokenizer/vocab.txt or tokenizer/tokenizer.json in the run directory; "
+                           "cannot name the token ids")
+    names = dict(SPECIAL_KEYS)
+    try:
+        if (tok_dir / "vocab.txt").is_file():  # BERT WordPiece
+            vocab_file = tok_dir / "vocab.txt"
+            vocab = read_vocab(vocab_file)
+        else:  # a tokenizer.json used as it is (BPE, ...): its tokens by id; "" where no token maps
+            vocab_file = tok_dir / "tokenizer.json"
+            spec = read_tokenizer_spec(tok_dir)
+            vocab, names = vocab_tokens(tokenizer_from_spec(spec)), dict(spec.special_tokens)
+    except DataError as e:
+        raise InspectError(f"{tok_dir}: the tokenizer does not load ({e})") from None
+    if len(vocab) > len(scores):
         raise InspectError(f"{vocab_file}: {len(vocab)} tokens but the importance vector has {len(scores)} entries")
+    # an embedding padded past the tokenizer (ModernBERT) and holes in a vocabulary: placeholder names
+    vocab = [t or f"<unused id {i}>" for i, t in enumerate(vocab + [""] * (len(scores) - len(vocab)))]
     index = {t: i for i, t in enumerate(vocab)}
-    special = {k: index[v] for k, v in SPECIAL_KEYS.items() if v in index}
+    special = {k: index[v] for k, v in names.items() if v in index}
     counts = None
     if data_path:
         try:
             from .data import PreparedData
 
             pd = PreparedData.open(data_path)
-            if pd.vocab_size == len(vocab):
+            if pd.vocab_size == len(scores):
                 counts = pd.token_counts()
                 special = dict(pd.special_ids)
             else:

@@ -355,9 +355,7 @@ def _open_data(cfg: Config, new_run: bool = True):
 def _pinned_ids(cfg: Config, data) -> list[int]:
     if not cfg.drop.pinned_tokens:
         return []
-    from .data import read_vocab
-
-    index = {t: i for i, t in enumerate(read_vocab(Path(data.tokenizer_path) / "vocab.txt"))}
+    index = {t: i for i, t in enumerate(data.vocab()) if t}
     out = []
     for tok in cfg.drop.pinned_tokens:
         if tok not in index:

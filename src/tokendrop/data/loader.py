@@ -46,7 +46,7 @@ import sys
 import time
 import traceback
 import weakref
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -74,7 +74,12 @@ class MLMMasker:
         mask_prob: float = 0.15,
         mask_frac: float = 0.8,
         random_frac: float = 0.1,
+        exclude_ids: Iterable[int] | None = None,
     ):
+        """``vocab``: the tokens by id (or their number).  The 10% random replacements are drawn from
+        every id except the special ids and, with a token list, either the ``[...]`` tokens
+        (``[unusedN]``: BERT WordPiece, ``exclude_ids`` None) or ``exclude_ids`` and the ids no token
+        maps to (``""``; a tokenizer used as it is passes its special added tokens)."""
         if not 0.0 < mask_prob < 1.0:
             raise DataError(f"mask_prob: expected a fraction in (0, 1), got {mask_prob}")
         if mask_frac < 0 or random_frac < 0 or mask_frac + random_frac > 1:
@@ -90,6 +95,9 @@ class MLMMasker:
         self.vocab_size = int(vocab) if isinstance(vocab, int) else len(vocab)  # ids >= this are refused
         if isinstance(vocab, int):
             pool = [i for i in range(vocab) if i not in specials]
+        elif exclude_ids is not None:
+            skip = specials | {int(i) for i in exclude_ids}
+            pool = [i for i, t in enumerate(vocab) if t and i not in skip]
         else:
             pool = [i for i, t in enumerate(vocab) if not (t.startswith("[") and t.endswith("]")) and i not in specials]
             if not pool:
@@ -381,7 +389,8 @@ class MLMLoader:
         self.shuffle = bool(shuffle)
         self.loop = bool(loop)
         self.seq_len = self.data.seq_len
-        self.masker = MLMMasker(self.data.special_ids, self.data.vocab(), self.seq_len, mask_prob)
+        self.masker = MLMMasker(self.data.special_ids, self.data.vocab(), self.seq_len, mask_prob,
+                                exclude_ids=self.data.special_token_ids())
         self.masker.vocab_size = self.data.vocab_size  # meta.json's: every batch's ids are checked against it
         self.num_slots = self.masker.num_slots
         self._domain = _EVAL_DOMAIN if split == "eval" else 0

@@ -10,7 +10,17 @@ A prepared directory (written by :func:`prepare`, read by :class:`PreparedData`)
                          ``tokenizer=DIR`` the source's own files, byte for byte (tokenizer.json,
                          vocab.txt, tokenizer_config.json, special_tokens_map.json, those present),
                          plus vocab.txt / tokenizer_config.json derived from tokenizer.json when the
-                         source lacks them (listed in ``meta["tokenizer"]["generated_files"]``)
+                         source lacks them (listed in ``meta["tokenizer"]["generated_files"]``).  A
+                         tokenizer.json used as it is (BPE of ModernBERT, ...; ``meta["tokenizer"]
+                         ["backend"] == "file"``) gets no vocab.txt: the tokenizer is the reference.
+
+``meta["vocab_hash"]`` identifies the vocabulary (:func:`.tokenizer.tokenizer_vocab_sha256`): the
+sha256 of vocab.txt for BERT WordPiece, of tokenizer.json for a tokenizer used as it is.
+``meta["vocab_size"]`` is the size of the id space the data is for: the tokenizer's ids, or, when
+``tokenizer=DIR`` is a tokenizer.json used as it is in a model directory whose config.json declares
+a larger ``vocab_size`` (ModernBERT pads its embedding to a multiple of 64: 50368 rows for 50285
+tokenizer ids), that size, so the data matches the model's embedding (``meta["tokenizer"]["num_ids"]``
+keeps the tokenizer's count).
 
 Sequences (docs/design.md §2.4):
 
@@ -46,7 +56,6 @@ sequence writers :mod:`.shards`.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Iterable
@@ -65,6 +74,7 @@ from .tokenizer import (
     _guess_lowercase,
     build_tokenizer,
     is_lowercase,
+    num_ids,
     read_tokenizer_spec,
     read_vocab,
     save_tokenizer,
@@ -73,6 +83,7 @@ from .tokenizer import (
     train_tokenizer,
     vocab_list,
     vocab_sha256,
+    write_tokenizer_config,
 )
 # ----------------------------------------------------------------------------------------------
 # prepare
@@ -94,7 +105,7 @@ def _pretrained_tokenizer(directory: str | os.PathLike, seq_len: int) -> tuple[T
         raise DataError(f"seq_len: T={seq_len} is longer than {spec.config_file}'s model_max_length="
                         f"{spec.model_max_length}; expected T <= {spec.model_max_length}")
     src_vocab = os.path.join(spec.directory, "vocab.txt")
-    if os.path.isfile(src_vocab):
+    if spec.backend == "bert" and os.path.isfile(src_vocab):
         # the prepared directory's vocab_hash, the masker's vocabulary and an export all take vocab.txt:
         # it must list exactly the tokenizer's ids (AutoTokenizer itself reads tokenizer.json when present)
         have, want = read_vocab(src_vocab, specials=spec.special_tokens.values()), vocab_list(tok)
@@ -114,31 +125,49 @@ def _pretrained_tokenizer(directory: str | os.PathLike, seq_len: int) -> tuple[T
     return spec, tok, source
 
 
+def _model_vocab_size(spec: TokenizerSpec, directory: str | os.PathLike, n_ids: int) -> int:
+    """The id space prepared data is for: the tokenizer's ``n_ids``, or, for a tokenizer.json used as
+    it is, a larger ``vocab_size`` that the model directory's config.json declares (an embedding
+    padded past the tokenizer, as ModernBERT's); a config.json declaring fewer rows than that
+    tokenizer has ids is a DataError.  BERT WordPiece data keeps the tokenizer's size, as always
+    (``pretrain --init`` compares it with the model's)."""
+    mc_path = os.path.join(os.fspath(directory), "config.json")
+    if spec.backend != "file" or not os.path.isfile(mc_path):
+        return n_ids
+    from .tokenizer import _read_json_object
+
+    v = _read_json_object(mc_path).get("vocab_size")
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        return n_ids
+    if v < n_ids:
+        raise DataError(f"{mc_path}: vocab_size {v} is smaller than the {n_ids} ids of the tokenizer "
+                        f"({spec.vocab_source}); the model cannot embed every token, expected a tokenizer and "
+                        "a model that belong together")
+    return v
+
+
 def _copy_pretrained_tokenizer(spec: TokenizerSpec, tok, dst: str) -> tuple[list[str], list[str]]:
     """Copy the source's tokenizer files unchanged into ``dst``; write vocab.txt (from the
-    tokenizer) and tokenizer_config.json (the settings the source declares elsewhere: tokenizer.json's
-    normalizer or config.json's BERT defaults) when the source lacks them, so the directory exports
-    and reloads as the same tokenizer.  -> (files present, files generated)."""
+    tokenizer; BERT WordPiece only) and tokenizer_config.json (the settings the source declares
+    elsewhere: tokenizer.json's normalizer, config.json's BERT defaults, or the special-token names of
+    a tokenizer.json used as it is) when the source lacks them, so the directory exports and reloads
+    as the same tokenizer.  A tokenizer.json used as it is takes no vocab.txt (a source's one, which
+    nothing reads, is not copied).  -> (files present, files generated)."""
     import shutil
 
-    for name in spec.files:
+    copied = [n for n in spec.files if spec.backend == "bert" or n != "vocab.txt"]
+    for name in copied:
         shutil.copyfile(os.path.join(spec.directory, name), os.path.join(dst, name))
     generated = []
-    if "vocab.txt" not in spec.files:
+    if spec.backend == "bert" and "vocab.txt" not in spec.files:
         with open(os.path.join(dst, "vocab.txt"), "w", encoding="utf-8", newline="\n") as f:
             f.write("\n".join(vocab_list(tok)) + "\n")
         generated.append("vocab.txt")
     if "tokenizer_config.json" not in spec.files:
-        cfg = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(spec.lowercase),
-               "strip_accents": spec.strip_accents, "tokenize_chinese_chars": spec.tokenize_chinese_chars,
-               **{f"{k}_token": v for k, v in spec.special_tokens.items()}}
-        if spec.model_max_length is not None:
-            cfg["model_max_length"] = spec.model_max_length
-        with open(os.path.join(dst, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-            json.dump(cfg, f, indent=2)
+        write_tokenizer_config(spec, dst)
         generated.append("tokenizer_config.json")
     files = [n for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-             if n in spec.files or n in generated]
+             if n in copied or n in generated]
     return files, generated
 
 
@@ -258,12 +287,14 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
         finally:
             bar.close()
         tok_source = {"type": "trained", "vocab_size_requested": int(vocab_size), "min_frequency": min_frequency}
-    V = tok.get_vocab_size(with_added_tokens=True)
+    n_ids = num_ids(tok)
+    V = n_ids if spec is None else _model_vocab_size(spec, tokenizer, n_ids)
     if spec is None and vocab is None and V < int(vocab_size):  # the corpus has fewer distinct pieces
         warnings.append(f"vocab_size: the corpus supports only {V} word pieces; trained a vocabulary of {V}, "
                         f"not the {int(vocab_size)} asked for (model.vocab_size comes from the data)")
     ids = special_ids(tok, names)
     dtype = dtype_for(V)
+    backend = spec.backend if spec is not None else "bert"
 
     try:
         with rundir.atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
@@ -317,7 +348,8 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
                 tok_files, generated = ["tokenizer.json", "vocab.txt", "tokenizer_config.json"], []
             else:
                 tok_files, generated = _copy_pretrained_tokenizer(spec, tok, tmp)
-                tok_source["vocab_file_sha256"] = vocab_sha256(os.path.join(tmp, "vocab.txt"))
+                if spec.backend == "bert":
+                    tok_source["vocab_file_sha256"] = vocab_sha256(os.path.join(tmp, "vocab.txt"))
             np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
             raw_docs = tk["stats"].get("raw_documents", {})
             if split_meta["eval"]["num_sequences"] == 0:  # pretrain then runs without evaluation (and says so)
@@ -341,7 +373,7 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
                 "overflow": None if packed else overflow,
                 "dtype": dtype.name,
                 "vocab_size": V,
-                "vocab_hash": vocab_sha256(os.path.join(tmp, "vocab.txt")),
+                "vocab_hash": vocab_sha256(os.path.join(tmp, "tokenizer.json" if backend == "file" else "vocab.txt")),
                 "lowercase": is_lowercase(tok),
                 "special_ids": ids,
                 "special_tokens": names,
@@ -351,7 +383,9 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
                     "files": tok_files,
                     "generated_files": generated,
                     "tokenizers_version": _version("tokenizers"),
-                    "model": "WordPiece",
+                    "model": spec.model_type if spec is not None else "WordPiece",
+                    "backend": backend,
+                    "num_ids": n_ids,
                 },
                 "eval_fraction": float(eval_fraction),
                 "split_seed": int(seed),

@@ -6,7 +6,8 @@ What is checked, and when (issue 13, row 2):
 * at :meth:`PreparedData.open` (cheap, every open): ``meta.json``'s field types and values (integers
   are integers, ``seq_len`` > 0, ``vocab_size`` > 0, ``dtype`` uint16/uint32 and wide enough for the
   vocabulary, special ids inside it, each split's ``num_sequences`` x T x itemsize equal to its
-  shard's size on disk), the vocabulary's sha256, and that the tokenizer and count files exist;
+  shard's size on disk), the vocabulary's sha256 (of vocab.txt; of tokenizer.json for a tokenizer
+  used as it is, ``meta["tokenizer"]["backend"] == "file"``), and that the tokenizer and count files exist;
 * token ids below ``vocab_size``: per batch, in :func:`tokendrop.data.loader.build_batch` (a max
   over the B x T ids of the batch, negligible next to the masking), so every sequence that is
   trained or evaluated on is checked without reading whole shards at open;
@@ -98,6 +99,9 @@ class PreparedData:
         self.dtype = np.dtype(meta["dtype"])
         self.special_ids: dict[str, int] = {k: int(v) for k, v in meta["special_ids"].items()}
         self.tokenizer_path: str = path
+        # "bert": WordPiece with vocab.txt (every directory before BPE support); "file": tokenizer.json as it is
+        self.tokenizer_backend: str = (meta.get("tokenizer") or {}).get("backend", "bert")
+        self.vocab_file: str = "tokenizer.json" if self.tokenizer_backend == "file" else "vocab.txt"
         self._maps: dict[str, np.ndarray] = {}
         self._counts: np.ndarray | None = None
         self._scans: dict[str, dict] = {}
@@ -128,13 +132,17 @@ class PreparedData:
         if missing:
             raise DataError(f"{mp_}: special_ids lacks {', '.join(missing)}; the prepared directory is corrupt")
         self = cls(p, meta)
+        if self.tokenizer_backend not in ("bert", "file"):
+            raise DataError(f"{mp_}: tokenizer.backend must be 'bert' or 'file', got {self.tokenizer_backend!r}; "
+                            "the prepared directory is corrupt or was edited (re-run `tokendrop prepare`)")
         tok_files = (meta.get("tokenizer") or {}).get("files") or ["tokenizer.json"]
-        for name in dict.fromkeys(["vocab.txt", *tok_files, "token_counts.npy"]):
+        for name in dict.fromkeys([self.vocab_file, *tok_files, "token_counts.npy"]):
             if not os.path.isfile(os.path.join(p, name)):
                 raise DataError(f"{os.path.join(p, name)}: missing; the prepared directory is incomplete")
-        vh = vocab_sha256(os.path.join(p, "vocab.txt"))
+        vf = os.path.join(p, self.vocab_file)
+        vh = vocab_sha256(vf)
         if vh != self.vocab_hash:
-            raise DataError(f"{os.path.join(p, 'vocab.txt')}: sha256 {vh[:12]}... does not match meta.json's vocab_hash {self.vocab_hash[:12]}...")
+            raise DataError(f"{vf}: sha256 {vh[:12]}... does not match meta.json's vocab_hash {self.vocab_hash[:12]}...")
         for split in SPLITS:
             info = meta["splits"][split]
             f = os.path.join(p, info["file"])
@@ -229,8 +237,25 @@ class PreparedData:
         return load_tokenizer(self.path)
 
     def vocab(self) -> list[str]:
+        """Every token by id: vocab.txt's lines, or (a tokenizer used as it is) the tokenizer's tokens,
+        ``""`` for an id nothing maps to.  Can be shorter than ``vocab_size`` (a padded embedding)."""
+        if self.tokenizer_backend == "file":
+            from .tokenizer import vocab_tokens
+
+            return vocab_tokens(self.tokenizer())
         specials = (self.meta.get("special_tokens") or SPECIAL_KEYS).values()
         return read_vocab(os.path.join(self.path, "vocab.txt"), specials=specials)
+
+    def special_token_ids(self) -> list[int] | None:
+        """Ids that are never a random replacement token in MLM masking beyond the five special ids:
+        for a tokenizer used as it is, its special added tokens (``<|endoftext|>``, ``<|padding|>``,
+        ...); None for BERT WordPiece data, whose masker excludes ``[...]`` tokens (``[unusedN]``)
+        by name, as it always has (so the masking of existing data does not change)."""
+        if self.tokenizer_backend != "file":
+            return None
+        from .tokenizer import special_added_ids
+
+        return special_added_ids(self.tokenizer())
 
     def __getstate__(self):  # picklable for worker processes: maps are reopened lazily
         d = dict(self.__dict__)

@@ -17,6 +17,11 @@ Corpora (BERT-format text: one sentence a line, documents separated by a blank l
 * ``write_task_corpus`` / ``task_corpus_documents``: the words of the toy fine-tuning tasks, so a
   vocabulary trained on it covers them (the study's ``toy_data``).
 
+``write_bpe_tokenizer_dir`` writes a ModernBERT-style tokenizer directory (byte-level BPE trained
+on the task corpus, the five specials as added tokens after the BPE vocabulary, a ``[CLS] $A [SEP]``
+post-processor, tokenizer_config.json with ``PreTrainedTokenizerFast`` and ``added_tokens_decoder``,
+special_tokens_map.json), the layout of answerdotai/ModernBERT-base.
+
 ``toy_prepared`` prepares a toy corpus with the toy vocabulary.  Models and tasks:
 ``write_checkpoint`` (a randomly initialised tokendrop checkpoint dir, the layout
 ``tokendrop.hf.load_pretrained`` reads), ``write_keyword_sentiment`` (SST-2 layout; the label is one
@@ -195,6 +200,56 @@ def write_vocab(path: str | os.PathLike) -> Path:
     if p.suffix != ".txt":
         p = p / "vocab.txt"
     return _write_vocab_file(p, task_vocab_tokens())
+
+
+MODERNBERT_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")  # in ModernBERT's order, after the BPE vocab
+
+
+def write_bpe_tokenizer_dir(out_dir: str | os.PathLike, vocab_size: int = 400, num_docs: int = 200, seed: int = 0,
+                            post_processor: bool = True) -> Path:
+    """A tokenizer directory laid out like answerdotai/ModernBERT-base's, built offline: a byte-level
+    BPE (GPT-NeoX style: NFC, ByteLevel pre-tokenizer and decoder, no unknown token) trained on
+    ``task_corpus_documents`` plus a few unicode/whitespace lines, then added tokens as ModernBERT
+    has them: a non-special whitespace run and ``|||IP_ADDRESS|||``, special ``<|endoftext|>``, then
+    ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (``[MASK]`` with ``lstrip``); the post-processor is
+    ``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B [SEP]`` (left out with ``post_processor=False``);
+    ``tokenizer_config.json`` declares ``PreTrainedTokenizerFast`` with ``added_tokens_decoder`` and
+    ``special_tokens_map.json`` the five names.  Deterministic for a seed.  -> the directory."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    docs = task_corpus_documents(num_docs=num_docs, seed=seed) + [
+        "Café naïve Zürich — 東京 😀 déjà vu", "tabs\tand  double  spaces", "UPPER lower MiXeD 123 4.5"]
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(docs, trainer=trainer)
+    tok.add_tokens([AddedToken("    ", normalized=True), AddedToken("|||IP_ADDRESS|||", normalized=True)])
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    tok.add_special_tokens([AddedToken(t, special=True, lstrip=t == "[MASK]") for t in MODERNBERT_SPECIALS])
+    if post_processor:
+        cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.save(str(out / "tokenizer.json"))
+    added = {str(i): {"content": t.content, "lstrip": t.lstrip, "normalized": t.normalized, "rstrip": t.rstrip,
+                      "single_word": t.single_word, "special": t.special}
+             for i, t in sorted(tok.get_added_tokens_decoder().items())}
+    names = {"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+             "mask_token": "[MASK]"}
+    _write_text(out / "tokenizer_config.json", json.dumps({
+        "added_tokens_decoder": added, "clean_up_tokenization_spaces": True, **names,
+        "model_input_names": ["input_ids", "attention_mask"], "model_max_length": 8192,
+        "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
+    _write_text(out / "special_tokens_map.json", json.dumps(
+        {k: {"content": v, "lstrip": v == "[MASK]", "normalized": False, "rstrip": False, "single_word": False}
+         for k, v in names.items()}, indent=2))
+    return out
 
 
 def task_corpus_documents(filler: list[str] = FILLER, positive: list[str] = POSITIVE, negative: list[str] = NEGATIVE,

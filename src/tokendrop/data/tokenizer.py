@@ -13,6 +13,9 @@
   fine-tuning, export): a Hugging Face tokenizer/model directory, a prepared-data directory, a
   ``tokenizer.json`` or a ``vocab.txt``; ids identical to ``transformers.AutoTokenizer`` (see
   :func:`read_tokenizer_spec` for what is read, :func:`tokenizer_from_spec` for what is built).
+  Two backends: BERT WordPiece, rebuilt from the vocabulary as ``BertTokenizer`` does (``"bert"``),
+  and any other ``tokenizer.json`` (byte-level BPE of ModernBERT, Unigram, ...) loaded as it is, as
+  ``PreTrainedTokenizerFast`` / ``TokenizersBackend`` do (``"file"``).
 """
 
 from __future__ import annotations
@@ -144,9 +147,27 @@ def vocab_list(tok: Tokenizer) -> list[str]:
     return out
 
 
+def num_ids(tok: Tokenizer) -> int:
+    """The size of the id space: largest id + 1 (added tokens included; a vocabulary may have holes)."""
+    return max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+
+
+def vocab_tokens(tok: Tokenizer) -> list[str]:
+    """Every token by id, added tokens included, ``""`` for an id nothing maps to (unlike
+    :func:`vocab_list`, which requires contiguous ids, as a vocab.txt has)."""
+    out = [""] * num_ids(tok)
+    for t, i in tok.get_vocab(with_added_tokens=True).items():
+        out[i] = t
+    return out
+
+
+def special_added_ids(tok: Tokenizer) -> list[int]:
+    """Ids of the tokenizer's special added tokens ([CLS], <|endoftext|>, ...), sorted."""
+    return sorted(i for i, t in tok.get_added_tokens_decoder().items() if t.special)
+
+
 def is_lowercase(tok: Tokenizer) -> bool:
-    norm = json.loads(tok.to_str()).get("normalizer") or {}
-    return bool(norm.get("lowercase", False))
+    return _normalizer_lowercases(json.loads(tok.to_str()).get("normalizer"))
 
 
 def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike, model_max_length: int = 512) -> str:
@@ -182,6 +203,10 @@ def _guess_lowercase(tokens: list[str]) -> bool:
 HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 BERT_TOKENIZER_CLASSES = ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer")
 BERT_MODEL_TYPES = ("bert", "distilbert", "electra")  # config.json model types whose tokenizer is one of those
+# tokenizer_class values under which transformers loads tokenizer.json as it is (v4: the first, v5 writes the second)
+FILE_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
+# config.json model types whose tokenizer.json AutoTokenizer loads as it is, whatever tokenizer_class says
+FILE_TOKENIZER_MODEL_TYPES = ("modernbert",)
 MAX_INPUT_CHARS_PER_WORD = 100  # BERT's: a longer word becomes [UNK]
 _UNLIMITED = 10**12  # transformers writes int(1e30) as model_max_length when there is no limit
 
@@ -199,6 +224,11 @@ class TokenizerSpec:
     loads the file as it is); a bare vocab.txt has ``lowercase=None`` (guessed on load).
     Special-token names: tokenizer_config.json, overridden by special_tokens_map.json unless the
     config has ``added_tokens_decoder`` (transformers' precedence).
+
+    ``backend``: ``"bert"`` (the above: WordPiece rebuilt as BertTokenizer) or ``"file"``: a
+    ``tokenizer.json`` used as it is (``model_type`` its model: BPE, Unigram, ...); then only the
+    special-token names, ``model_max_length`` and the config's ``added_tokens_decoder`` are read
+    beside it, and ``lowercase`` says whether its normalizer lower-cases (informational).
     """
 
     directory: str
@@ -211,11 +241,14 @@ class TokenizerSpec:
     config_file: str | None
     files: tuple[str, ...]  # the HF_TOKENIZER_FILES present in ``directory``
     added_tokens: tuple[dict, ...] = field(default=(), repr=False)  # {"id", "content", flags...}
+    backend: str = "bert"  # "bert" | "file"
+    model_type: str = "WordPiece"  # tokenizer.json's model.type ("WordPiece" for a vocab.txt)
 
     def describe(self) -> dict:
         """JSON-able summary for meta files (no added-token list)."""
         return {
             "path": os.path.abspath(self.directory),
+            "backend": self.backend,
             "vocab_source": os.path.basename(self.vocab_source),
             "do_lower_case": self.lowercase,
             "strip_accents": self.strip_accents,
@@ -260,20 +293,30 @@ def _flag(cfg: dict, key: str, default, path: str, allow_none: bool = False):
 def _check_tokenizer_class(name, path: str) -> None:
     if name is not None and str(name).removesuffix("Fast") not in BERT_TOKENIZER_CLASSES:
         raise DataError(f"{path}: tokenizer_class {name!r} is not a BERT WordPiece tokenizer; expected "
-                        f"one of {', '.join(BERT_TOKENIZER_CLASSES)}")
+                        f"one of {', '.join(BERT_TOKENIZER_CLASSES)}, or PreTrainedTokenizerFast with a tokenizer.json")
 
 
-def _wordpiece_model(data: dict, path: str) -> dict:
-    """The ``model`` section of a tokenizer.json, checked to be BERT's WordPiece."""
+def _model_type(data: dict, path: str) -> str:
+    """tokenizer.json's ``model.type`` (very old files omit it: WordPiece has a prefix and no merges)."""
     model = data.get("model")
     if not isinstance(model, dict) or "vocab" not in model:
         raise DataError(f"{path}: not a valid tokenizers JSON file (no model vocabulary); expected a tokenizer.json saved by tokenizers/transformers")
     mtype = model.get("type")
-    if mtype is None:  # very old files omit the type: WordPiece has a prefix and no merges
-        mtype = "WordPiece" if ("continuing_subword_prefix" in model and "merges" not in model) else "unknown"
+    if mtype is None:
+        mtype = ("WordPiece" if "continuing_subword_prefix" in model and "merges" not in model
+                 else "BPE" if "merges" in model else "Unigram" if isinstance(model["vocab"], list) else "unknown")
+    return str(mtype)
+
+
+def _wordpiece_model(data: dict, path: str) -> dict:
+    """The ``model`` section of a tokenizer.json, checked to be BERT's WordPiece."""
+    mtype = _model_type(data, path)
+    model = data["model"]
     if mtype != "WordPiece":
         raise DataError(f"{path}: a {mtype} tokenizer, not a BERT WordPiece tokenizer; expected model.type \"WordPiece\" "
-                        "(BERT checkpoints: tokenizer.json or vocab.txt + tokenizer_config.json)")
+                        "(BERT checkpoints: tokenizer.json or vocab.txt + tokenizer_config.json), or, to use this "
+                        "tokenizer.json as it is, a tokenizer_config.json beside it with tokenizer_class "
+                        "PreTrainedTokenizerFast and the special tokens")
     if model.get("continuing_subword_prefix", "##") != "##":
         raise DataError(f"{path}: WordPiece continuing_subword_prefix {model['continuing_subword_prefix']!r}; BERT's is '##'")
     if model.get("max_input_chars_per_word", MAX_INPUT_CHARS_PER_WORD) != MAX_INPUT_CHARS_PER_WORD:
@@ -284,12 +327,80 @@ def _wordpiece_model(data: dict, path: str) -> dict:
     return model
 
 
+def _special_names(d: str, cfg: dict | None, cfg_path: str, files: tuple[str, ...]) -> dict[str, str]:
+    """The five special-token names: [PAD]..[MASK] unless tokenizer_config.json names others, and
+    special_tokens_map.json over both unless the config has ``added_tokens_decoder`` (transformers' precedence)."""
+    names = dict(SPECIAL_KEYS)
+    if cfg is not None:
+        for k in SPECIAL_KEYS:
+            names[k] = _token_name(cfg.get(f"{k}_token"), f"{cfg_path}: {k}_token") or names[k]
+    stm_path = os.path.join(d, "special_tokens_map.json")
+    if "special_tokens_map.json" in files and (cfg is None or "added_tokens_decoder" not in cfg):
+        stm = _read_json_object(stm_path)
+        for k in SPECIAL_KEYS:
+            names[k] = _token_name(stm.get(f"{k}_token"), f"{stm_path}: {k}_token") or names[k]
+    return names
+
+
+def _model_max_length(cfg: dict | None, cfg_path: str) -> int | None:
+    ml = cfg.get("model_max_length") if cfg is not None else None
+    if ml is None:
+        return None
+    if isinstance(ml, bool) or not isinstance(ml, (int, float)) or ml < 1:
+        raise DataError(f"{cfg_path}: model_max_length must be a positive integer, got {ml!r}")
+    return int(ml) if ml < _UNLIMITED else None
+
+
+def _config_added_tokens(cfg: dict | None, cfg_path: str) -> list[dict] | None:
+    """tokenizer_config.json's ``added_tokens_decoder`` as [{"id", "content", flags...}], or None without one."""
+    if cfg is None or not isinstance(cfg.get("added_tokens_decoder"), dict):
+        return None
+    added = []
+    for k, v in cfg["added_tokens_decoder"].items():
+        if not isinstance(v, dict) or not isinstance(v.get("content"), str) or not str(k).isdigit():
+            raise DataError(f"{cfg_path}: added_tokens_decoder[{k!r}] is not an id -> token object")
+        added.append({**v, "id": int(k)})
+    return added
+
+
+def _normalizer_lowercases(norm) -> bool:
+    if not isinstance(norm, dict):
+        return False
+    if norm.get("type") == "Sequence":
+        return any(_normalizer_lowercases(n) for n in norm.get("normalizers") or [])
+    return norm.get("type") == "Lowercase" or bool(norm.get("lowercase", False))
+
+
+def _loads_as_is(d: str, data: dict, source: str, cfg: dict | None, files: tuple[str, ...]) -> bool:
+    """Whether transformers loads this tokenizer.json as it is (the ``"file"`` backend): a non-WordPiece
+    file whose directory declares its special tokens (tokenizer_config.json without a tokenizer_class or
+    with PreTrainedTokenizerFast / TokenizersBackend, or a special_tokens_map.json) or sits in a model
+    directory whose config.json names ModernBERT (AutoTokenizer then ignores tokenizer_class); or any
+    file declared PreTrainedTokenizerFast.  A BERT WordPiece tokenizer.json otherwise takes the BERT path."""
+    tclass = cfg.get("tokenizer_class") if cfg is not None else None
+    if tclass in FILE_TOKENIZER_CLASSES:
+        return True
+    if _model_type(data, source) == "WordPiece":
+        return False
+    if tclass is None and (cfg is not None or "special_tokens_map.json" in files):
+        return True
+    mc_path = os.path.join(d, "config.json")
+    if os.path.isfile(mc_path):
+        mc = _read_json_object(mc_path)
+        if mc.get("model_type") in FILE_TOKENIZER_MODEL_TYPES:
+            return True
+        if cfg is None and mc.get("tokenizer_class") in FILE_TOKENIZER_CLASSES:
+            return True
+    return False
+
+
 def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
     """Read what a tokenizer directory (or a tokenizer.json / vocab.txt file in one) declares.
 
     DataError (one line, naming the file) for a missing path, no tokenizer.json/vocab.txt, invalid
-    JSON, a tokenizer that is not BERT WordPiece (BPE/Unigram tokenizer.json, another
-    ``tokenizer_class``, a non-BERT normalizer), or malformed settings.
+    JSON, a tokenizer that is neither BERT WordPiece nor a tokenizer.json transformers uses as it is
+    (see :func:`_loads_as_is`: e.g. a bare BPE tokenizer.json whose special tokens nothing declares,
+    another ``tokenizer_class``, a non-BERT normalizer), or malformed settings.
     """
     p = os.fspath(path)
     if os.path.isdir(p):
@@ -315,9 +426,16 @@ def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
     cfg = _read_json_object(cfg_path) if "tokenizer_config.json" in files else None
     is_json = source.endswith(".json")
     data = _read_json_object(source) if is_json else None
+    if is_json and _loads_as_is(d, data, source, cfg, files):
+        return TokenizerSpec(
+            directory=d, vocab_source=source, lowercase=_normalizer_lowercases(data.get("normalizer")),
+            strip_accents=None, tokenize_chinese_chars=False,
+            special_tokens=_special_names(d, cfg, cfg_path, files), model_max_length=_model_max_length(cfg, cfg_path),
+            config_file=cfg_path if cfg is not None else None, files=files,
+            added_tokens=tuple(_config_added_tokens(cfg, cfg_path) or ()), backend="file",
+            model_type=_model_type(data, source))
     model = _wordpiece_model(data, source) if is_json else None
 
-    names = dict(SPECIAL_KEYS)
     if cfg is not None:
         _check_tokenizer_class(cfg.get("tokenizer_class"), cfg_path)
     elif os.path.isfile(os.path.join(d, "config.json")):
@@ -333,25 +451,12 @@ def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
         elif mc.get("model_type"):
             raise DataError(f"{mc_path}: model_type {mc['model_type']!r} does not use a BERT WordPiece tokenizer; "
                             f"expected one of {', '.join(BERT_MODEL_TYPES)}")
-    if cfg is not None:
-        for k in SPECIAL_KEYS:
-            names[k] = _token_name(cfg.get(f"{k}_token"), f"{cfg_path}: {k}_token") or names[k]
-    stm_path = os.path.join(d, "special_tokens_map.json")
-    if "special_tokens_map.json" in files and (cfg is None or "added_tokens_decoder" not in cfg):
-        stm = _read_json_object(stm_path)
-        for k in SPECIAL_KEYS:
-            names[k] = _token_name(stm.get(f"{k}_token"), f"{stm_path}: {k}_token") or names[k]
-
-    max_len = None
+    names = _special_names(d, cfg, cfg_path, files)
+    max_len = _model_max_length(cfg, cfg_path)
     if cfg is not None:  # BertTokenizer(**tokenizer_config): its defaults where the config is silent
         lowercase = _flag(cfg, "do_lower_case", True, cfg_path)
         strip_accents = _flag(cfg, "strip_accents", None, cfg_path, allow_none=True)
         chinese = _flag(cfg, "tokenize_chinese_chars", True, cfg_path)
-        ml = cfg.get("model_max_length")
-        if ml is not None:
-            if isinstance(ml, bool) or not isinstance(ml, (int, float)) or ml < 1:
-                raise DataError(f"{cfg_path}: model_max_length must be a positive integer, got {ml!r}")
-            max_len = int(ml) if ml < _UNLIMITED else None
     elif is_json:
         norm = data.get("normalizer") or {}
         if norm.get("type") != "BertNormalizer" or not norm.get("clean_text", True):
@@ -366,17 +471,12 @@ def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
     else:
         lowercase, strip_accents, chinese = None, None, True
 
-    if cfg is not None and isinstance(cfg.get("added_tokens_decoder"), dict):
-        added = []
-        for k, v in cfg["added_tokens_decoder"].items():
-            if not isinstance(v, dict) or not isinstance(v.get("content"), str) or not str(k).isdigit():
-                raise DataError(f"{cfg_path}: added_tokens_decoder[{k!r}] is not an id -> token object")
-            added.append({**v, "id": int(k)})
-    elif is_json:
+    added = _config_added_tokens(cfg, cfg_path)
+    if added is None and is_json:
         added = [t for t in (data.get("added_tokens") or []) if isinstance(t, dict)]
         if any(not isinstance(t.get("content"), str) or not isinstance(t.get("id"), int) for t in added):
             raise DataError(f"{source}: added_tokens entries need an integer id and a content string")
-    else:
+    elif added is None:
         added = []
     if is_json:
         unk = model.get("unk_token", UNK)
@@ -413,7 +513,13 @@ def tokenizer_from_spec(spec: TokenizerSpec, lowercase: bool | None = None) -> T
 
     ``encode(a)`` / ``encode(a, b)`` add ``[CLS] A [SEP] (B [SEP])`` (the declared names) with
     token-type ids; no truncation or padding.  ``lowercase`` overrides the declared casing.
+    A ``"file"`` spec gives :func:`_file_tokenizer` (``lowercase`` must then be None).
     """
+    if spec.backend == "file":
+        if lowercase is not None:
+            raise DataError(f"{spec.vocab_source}: a {spec.model_type} tokenizer used as it is; its own normalizer "
+                            "decides the casing (drop the lower-casing option)")
+        return _file_tokenizer(spec)
     vocab = spec_vocab(spec)
     names = spec.special_tokens
     lc = spec.lowercase if lowercase is None else bool(lowercase)
@@ -433,15 +539,83 @@ def tokenizer_from_spec(spec: TokenizerSpec, lowercase: bool | None = None) -> T
     )
     where = spec.config_file if spec.config_file and not spec.vocab_source.endswith(".json") else spec.vocab_source
     for a in sorted(spec.added_tokens, key=lambda t: t["id"]):
-        at = AddedToken(a["content"], single_word=bool(a.get("single_word", False)), lstrip=bool(a.get("lstrip", False)),
-                        rstrip=bool(a.get("rstrip", False)), normalized=bool(a.get("normalized", not a.get("special"))),
-                        special=bool(a.get("special", False)))
+        at = _added_token(a)
         (tok.add_special_tokens if at.special else tok.add_tokens)([at])
         if tok.token_to_id(a["content"]) != a["id"]:
             raise DataError(f"{where}: added token {a['content']!r} is declared with id {a['id']} but gets id "
                             f"{tok.token_to_id(a['content'])}; the added tokens do not fit the vocabulary")
     have = {a["content"] for a in spec.added_tokens}
     tok.add_special_tokens([names[k] for k in SPECIAL_KEYS if names[k] not in have])
+    return tok
+
+
+def _added_token(a: dict) -> AddedToken:
+    return AddedToken(a["content"], single_word=bool(a.get("single_word", False)), lstrip=bool(a.get("lstrip", False)),
+                      rstrip=bool(a.get("rstrip", False)), normalized=bool(a.get("normalized", not a.get("special"))),
+                      special=bool(a.get("special", False)))
+
+
+def _file_tokenizer(spec: TokenizerSpec) -> Tokenizer:
+    """A tokenizer.json used as it is, the way ``transformers.TokenizersBackend`` (v5) /
+    ``PreTrainedTokenizerFast`` (v4) set it up: the file's model, normalizer, pre-tokenizer, added
+    tokens and post-processor unchanged, truncation and padding cleared (transformers clears them per
+    call unless asked), tokenizer_config.json's ``added_tokens_decoder`` entries the file lacks added
+    (each must get its declared id), and a declared special token that is not yet an added token made
+    one (it keeps its id in the vocabulary).
+
+    Two deliberate differences, both one-line DataErrors or documented:
+
+    * a declared special token that is nowhere in the vocabulary is an error (transformers would
+      append it as a new id that no model embedding row was trained for);
+    * a file without a post-processor that frames a text with the declared cls/sep tokens gets ours,
+      ``cls $A sep`` / ``cls $A sep $B sep`` (type ids 0/1, after the file's own post-processor if
+      that one adds no tokens, e.g. ByteLevel offsets): the pipeline's packed rows and fine-tuning
+      inputs are framed that way.  transformers would then encode without cls/sep.  A post-processor
+      that adds other tokens (e.g. ``<s> ... </s>`` with cls_token ``[CLS]``) is an error.
+    """
+    src = spec.vocab_source
+    try:
+        tok = Tokenizer.from_file(src)
+    except Exception as e:  # noqa: BLE001 - the Rust loader's exceptions
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{src}: the tokenizers library cannot load this file ({msg}); expected a tokenizer.json "
+                        "saved by tokenizers/transformers") from None
+    tok.no_truncation()
+    tok.no_padding()
+    have = {t.content for t in tok.get_added_tokens_decoder().values()}
+    where = spec.config_file or src
+    for a in sorted(spec.added_tokens, key=lambda t: t["id"]):
+        if a["content"] in have:
+            continue
+        at = _added_token(a)
+        (tok.add_special_tokens if at.special else tok.add_tokens)([at])
+        if tok.token_to_id(a["content"]) != a["id"]:
+            raise DataError(f"{where}: added token {a['content']!r} is declared with id {a['id']} but gets id "
+                            f"{tok.token_to_id(a['content'])} in {os.path.basename(src)}; the added tokens do not fit "
+                            "the vocabulary")
+        have.add(a["content"])
+    names = spec.special_tokens
+    declared = f"declared in {os.path.basename(spec.config_file)}" if spec.config_file else "the default name"
+    missing = [f"{k}_token {names[k]!r}" for k in SPECIAL_KEYS if tok.token_to_id(names[k]) is None]
+    if missing:
+        raise DataError(f"{src}: no id for the special token(s) {', '.join(missing)} ({declared}); every one of "
+                        f"pad/unk/cls/sep/mask must be in the tokenizer (transformers would append a new, untrained id)")
+    tok.add_special_tokens([AddedToken(names[k], special=True) for k in SPECIAL_KEYS if names[k] not in have])
+    cls, sep = names["cls"], names["sep"]
+    cls_id, sep_id = tok.token_to_id(cls), tok.token_to_id(sep)
+    probe = "a b"
+    plain = tok.encode(probe, add_special_tokens=False).ids
+    framed = tok.encode(probe).ids
+    if framed != [cls_id, *plain, sep_id]:
+        pp = tok.post_processor
+        if pp is not None and pp.num_special_tokens_to_add(False) > 0:
+            raise DataError(f"{src}: post_processor frames a text as {tok.id_to_token(framed[0])!r} ... "
+                            f"{tok.id_to_token(framed[-1])!r}, not with the declared cls_token {cls!r} and sep_token "
+                            f"{sep!r}; expected [CLS] text [SEP] framing (the packed rows use it)")
+        ours = processors.TemplateProcessing(
+            single=[f"{cls}:0", "$A:0", f"{sep}:0"], pair=[f"{cls}:0", "$A:0", f"{sep}:0", "$B:1", f"{sep}:1"],
+            special_tokens=[(cls, cls_id), (sep, sep_id)])
+        tok.post_processor = ours if pp is None else processors.Sequence([pp, ours])
     return tok
 
 
@@ -490,3 +664,44 @@ def plain_copy(tok: Tokenizer) -> Tokenizer:
     d["truncation"] = None
     d["padding"] = None
     return Tokenizer.from_str(json.dumps(d))
+
+
+def has_tokenizer_files(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` holds a tokenizer (a tokenizer.json or a vocab.txt)."""
+    return any(os.path.isfile(os.path.join(os.fspath(directory), n)) for n in ("tokenizer.json", "vocab.txt"))
+
+
+def tokenizer_vocab_sha256(path: str | os.PathLike) -> str:
+    """The vocabulary hash that prepared data records (``meta["vocab_hash"]``) for the tokenizer at ``path``.
+
+    BERT WordPiece: the sha256 of its vocab.txt (the file prepare copies), or of the vocab.txt
+    prepare writes for a tokenizer.json without one; a tokenizer.json used as it is: the sha256 of
+    that file (for BPE the merges, not only the vocabulary, decide the ids, and prepare copies the
+    file byte for byte)."""
+    spec = read_tokenizer_spec(path)
+    if spec.backend == "file":
+        return vocab_sha256(spec.vocab_source)
+    vt = os.path.join(spec.directory, "vocab.txt")
+    if os.path.isfile(vt):
+        return vocab_sha256(vt)
+    text = "\n".join(vocab_list(tokenizer_from_spec(spec))) + "\n"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_tokenizer_config(spec: TokenizerSpec, directory: str | os.PathLike) -> str:
+    """Write a tokenizer_config.json describing ``spec`` into ``directory`` (for a source that has none,
+    so that the copy reloads as the same tokenizer, for transformers and for us): BertTokenizer with
+    the spec's casing, or PreTrainedTokenizerFast for a tokenizer.json used as it is; the special-token
+    names and ``model_max_length`` either way.  -> the file's path."""
+    if spec.backend == "file":
+        cfg: dict = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    else:
+        cfg = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(spec.lowercase),
+               "strip_accents": spec.strip_accents, "tokenize_chinese_chars": spec.tokenize_chinese_chars}
+    cfg.update({f"{k}_token": v for k, v in spec.special_tokens.items()})
+    if spec.model_max_length is not None:
+        cfg["model_max_length"] = spec.model_max_length
+    out = os.path.join(os.fspath(directory), "tokenizer_config.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2)
+    return out

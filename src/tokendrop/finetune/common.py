@@ -62,7 +62,8 @@ def load_finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.P
     ``fallback`` a second place to look (the model dir; a run dir's ``tokenizer/`` is found too).
     The first that exists is loaded and its problems surface as a one-line FinetuneError (no
     fall-back guessing).  The result is a fresh object (no truncation, no padding) whose ``encode``
-    adds ``[CLS] A [SEP] (B [SEP])`` with the tokenizer's declared special tokens.
+    adds ``[CLS] A [SEP] (B [SEP])`` with the tokenizer's declared special tokens (a tokenizer.json
+    used as it is, e.g. ModernBERT's BPE: its own post-processor, which frames texts that way).
     """
     from ..data import DataError
     from ..data.tokenizer import load_tokenizer

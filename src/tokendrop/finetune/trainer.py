@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import rundir
+from ..checkpoint import sha256_file
 from ..config import ConfigError, FinetuneConfig
 from .common import FinetuneError, atomic_write_json, atomic_write_text, load_finetune_tokenizer
 from .metrics import classification_metrics
@@ -107,9 +108,11 @@ def _load_model_and_tokenizer(model_path, cls, max_seq_len: int, field: str = "m
     model, info = _load_model(model_path, cls, **kw)
     mcfg = info["model_config"]
     tok = load_finetune_tokenizer(info.get("tokenizer"), model_path)
-    if tok.get_vocab_size() > mcfg.vocab_size:
-        raise FinetuneError(f"tokenizer has {tok.get_vocab_size()} tokens but model {model_path} only "
-                            f"{mcfg.vocab_size} embeddings: wrong vocab.txt for this model")
+    from ..data.tokenizer import num_ids
+
+    if num_ids(tok) > mcfg.vocab_size:  # more rows than the tokenizer's ids is fine (ModernBERT pads its embedding)
+        raise FinetuneError(f"tokenizer has {num_ids(tok)} token ids but model {model_path} only "
+                            f"{mcfg.vocab_size} embeddings: wrong vocab.txt for this model (or wrong tokenizer.json)")
     max_len = min(max_seq_len, mcfg.max_position_embeddings)
     if max_len < max_seq_len:
         (log or _stderr)(f"warning: finetune.{field}={max_seq_len} is more than the model's max_position_embeddings="
@@ -433,6 +436,21 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
             torch.set_num_threads(threads_before)
 
 
+# the source config.json's fields that describe its own head, not the fine-tuned one (ours are written)
+_HEAD_FIELDS = ("id2label", "label2id", "num_labels", "problem_type", "finetuning_task")
+
+
+def _saved_model_base(hf_config: dict | None) -> dict | None:
+    """The source model's config.json as the base of ``--save-model``'s config.json, so the fine-tuned
+    model keeps every field of its source that ours do not set (token ids such as ``sep_token_id`` /
+    ``cls_token_id``, ``sparse_prediction``, ``_name_or_path``, ...); the source's head fields are
+    left out, and for BERT its ``classifier_dropout`` (ours is ``hidden_dropout_prob``)."""
+    if not hf_config:
+        return None
+    drop = _HEAD_FIELDS + (("classifier_dropout",) if hf_config.get("model_type", "bert") == "bert" else ())
+    return {k: v for k, v in hf_config.items() if k not in drop}
+
+
 def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: LogFn | None,
               final: Path | None = None) -> dict:
     """Write into ``out`` (the temp dir that becomes ``final``); paths in the result name ``final``."""
@@ -472,8 +490,11 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
     if cfg.save_model:
         from ..hf import save_pretrained
 
-        save_pretrained(r["model"].cpu(), out / "model", tokenizer=r["info"].get("tokenizer"))
+        save_pretrained(r["model"].cpu(), out / "model", tokenizer=r["info"].get("tokenizer"),
+                        base_config=_saved_model_base(r["info"].get("hf_config")))
         result["saved_model"] = str(final / "model")
+        # `tokendrop verify OUT` checks the saved weights against this (a Hugging Face dir records no hash)
+        result["saved_model_sha256"] = sha256_file(out / "model" / "model.safetensors")
     atomic_write_json(out / "metrics.json", result)
     if log:
         log(f"{r['spec'].name}: " + ", ".join(f"{k} {v:.2f}" for k, v in result["scores"].items())

@@ -591,6 +591,82 @@ def pad_not_zero_vocab(c: Path) -> None:
     (c / "pad7-vocab.txt").write_text("\n".join(lines) + "\n")
 
 
+# the issue-13 leftovers: the campaign's output directory, verify of finetune/evaluate/study/campaign
+CAMPAIGN = ["bench", "--campaign", "env", "--dry-run", "--quiet", "--set", "pytest=false"]
+
+
+def campaign_killed(rel: str = "out", drop_lock: bool = False) -> Callable[[Path], None]:
+    """A campaign SIGKILLed during its part: OUT/env.json says complete: false, the in-progress record
+    and the lock file stay (the part runs pytest, so it is still under way when env.md first appears).
+    ``drop_lock``: remove the dead writer's lock file (for a case that does not write OUT again)."""
+    def setup(c: Path) -> None:
+        argv = [PY, "-m", "tokendrop", *CAMPAIGN[:-2], "--out", str(c / rel), "--set", "pytest=true"]
+        p = subprocess.Popen(argv, cwd=c, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        t0 = time.time()
+        while time.time() - t0 < 120 and p.poll() is None and not (c / rel / "env.md").exists():
+            time.sleep(0.02)
+        if p.poll() is not None:
+            raise RuntimeError(f"the campaign ended before it could be killed: {p.stderr.read()[-300:]}")
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        if drop_lock:
+            (c / f".{rel}.tokendrop.lock").unlink()
+    return setup
+
+
+def chain_checks(*checks: Callable[[Path, "Outcome"], str | None]) -> Callable[[Path, "Outcome"], str | None]:
+    def check(c: Path, o: "Outcome") -> str | None:
+        return next((m for m in (f(c, o) for f in checks) if m), None)
+    return check
+
+
+def part_record(rel: str, complete: bool, error: str | None = None) -> Callable[[Path, "Outcome"], str | None]:
+    def check(c: Path, o: "Outcome") -> str | None:
+        d = json.loads((c / rel).read_text())
+        if d.get("complete") is not complete:
+            return f"{rel} says complete: {d.get('complete')}, expected {complete}"
+        if error is not None and error not in (d.get("error") or ""):
+            return f"{rel} does not record the error {error!r}: {d.get('error')!r}"
+        if (c / Path(rel).parent / ".campaign-in-progress.json").exists():
+            return "the in-progress record was left behind"
+        return None
+    return check
+
+
+def run_into(rel: str, argv: Callable[[Path], list[str]]) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        run_cli(argv(c), c)
+    return setup
+
+
+def ft_into(rel: str, *extra: str) -> Callable[[Path], None]:
+    return run_into(rel, lambda c: [a.replace("{C}", str(c)) for a in finetune("{C}/run", "{C}/" + rel, *extra)])
+
+
+def ev_into(rel: str) -> Callable[[Path], None]:
+    return run_into(rel, lambda c: [a.replace("{C}", str(c))
+                                    for a in ["evaluate", "--models", "{C}/run", "--out", "{C}/" + rel, *EV]])
+
+
+def cell_file(rel: str, name: str) -> Callable[[Path], Path]:
+    return lambda c: next((c / rel).glob(f"cells/*/*/*/{name}"))
+
+
+MINI_STUDY = ["study", "--config", "study-tiny", "--set", "methods=['baseline']", "--set", "drop_rates=[0.0]",
+              "--set", 'inspect_method="baseline"']
+
+
+def saved_config_keeps(key: str, value: Any) -> Callable[[Path, "Outcome"], str | None]:
+    def check(c: Path, o: "Outcome") -> str | None:
+        d = json.loads((c / "ft" / "model" / "config.json").read_text())
+        if d.get(key) != value:
+            return f"ft/model/config.json has {key} = {d.get(key)!r}, the source {value!r}"
+        r = subprocess.run([PY, "-m", "tokendrop", "verify", str(c / "ft")], env=ENV, capture_output=True, text=True)
+        return None if r.returncode == 0 else f"verify ft failed: {r.stderr.strip()[:200]}"
+    return check
+
+
 def cases() -> list[Case]:
     C: list[Case] = []
     add = C.append
@@ -893,6 +969,57 @@ def cases() -> list[Case]:
              needs=("hf",), setup=short_positions, absent=("r",), watch=("hf",), says=("max_position_embeddings", "64")))
     add(Case("init-missing-directory", "12", init("{C}/nowhere"), "refused naming the path; no run dir",
              absent=("r",), says=("{C}/nowhere",)))
+
+    # ---- issue 13 leftovers: the campaign's output dir, verify of every output kind, config.json shapes -------
+    add(Case("bench-campaign-into-foreign-dir", "13.1", [*CAMPAIGN, "--out", "{C}/mine"], "refused; untouched",
+             setup=make_dir("mine", MINE), watch=("mine",), says=("{C}/mine", "no campaign output")))
+    add(Case("bench-campaign-into-a-run", "13.1", [*CAMPAIGN, "--out", "{C}/run"], "refused; the run untouched",
+             needs=("run",), watch=("run",), says=("{C}/run", "run output")))
+    add(Case("bench-campaign-locked-out", "13.3", [*CAMPAIGN, "--out", "{C}/out"], "refused: in use; nothing written",
+             hold=("out",), absent=("out",), says=("in use by pid",)))
+    add(Case("bench-campaign-sigint", "13.4", [*CAMPAIGN[:-2], "--out", "{C}/out", "--set", "pytest=true"],
+             "exit 130; env.json keeps what the part finished, marked complete: false", rc=130,
+             drive=sig_after(signal.SIGINT, exists("out/env.md"), delay=0.2),
+             check=part_record("out/env.json", False, "interrupted (SIGINT)")))
+    add(Case("bench-campaign-after-sigkill", "13.4", [*CAMPAIGN, "--out", "{C}/out"],
+             "a campaign killed during a part: the next one warns, takes the lock over, redoes the part", rc=0,
+             setup=campaign_killed(), check=chain_checks(says_in_output("was killed before it finished"),
+                                                         part_record("out/env.json", True)), one_line=False))
+    add(Case("verify-campaign-killed-part", "13.2", ["verify", "{C}/out"], "non-zero, names env.json", rc=(1, 2),
+             setup=campaign_killed(drop_lock=True), watch=("out",), says=("{C}/out/env.json", "did not finish")))
+    add(Case("verify-good-finetune", "13.2", ["verify", "{C}/ft"], "exit 0", rc=0, needs=("run", "sst2"),
+             setup=ft_into("ft", "--set", "save_model=true"), watch=("ft",)))
+    add(Case("verify-finetune-flipped-saved-model", "13.2", ["verify", "{C}/ft"], "non-zero, names the weights file",
+             rc=(1, 2), needs=("run", "sst2"), watch=("ft",), says=("{C}/ft/model/model.safetensors", "sha256"),
+             setup=chain(ft_into("ft", "--set", "save_model=true"), lambda c: flip_byte(c / "ft/model/model.safetensors"))))
+    add(Case("verify-finetune-torn-metrics", "13.2", ["verify", "{C}/ft"], "non-zero, names metrics.json", rc=(1, 2),
+             needs=("run", "sst2"), watch=("ft",), says=("{C}/ft/metrics.json", "invalid JSON"),
+             setup=chain(ft_into("ft"), lambda c: truncate(c / "ft" / "metrics.json"))))
+    add(Case("verify-good-evaluate", "13.2", ["verify", "{C}/ev"], "exit 0", rc=0, needs=("run", "glue", "squad"),
+             setup=ev_into("ev"), watch=("ev",)))
+    add(Case("verify-evaluate-cell-predictions-gone", "13.2", ["verify", "{C}/ev"], "non-zero, names the file",
+             rc=(1, 2), needs=("run", "glue", "squad"), watch=("ev",), says=("dev.tsv", "recomputes the cell"),
+             setup=chain(ev_into("ev"), lambda c: cell_file("ev", "predictions/dev.tsv")(c).unlink())))
+    add(Case("verify-good-study", "13.2", ["verify", "{C}/st"], "exit 0", rc=0, watch=("st",),
+             setup=run_into("st", lambda c: [*MINI_STUDY, "--out", str(c / "st")])))
+    add(Case("verify-study-flipped-run-checkpoint", "13.2", ["verify", "{C}/st"], "non-zero, names the file",
+             rc=(1, 2), watch=("st",), says=("{C}/st/runs/baseline-seed0/checkpoints/step-00000008/model.safetensors",),
+             setup=chain(run_into("st", lambda c: [*MINI_STUDY, "--out", str(c / "st")]),
+                         lambda c: flip_byte(c / "st/runs/baseline-seed0/checkpoints/step-00000008/model.safetensors"))))
+    add(Case("finetune-save-model-keeps-source-config", "12", finetune("{C}/hf", "{C}/ft", "--set", "save_model=true"),
+             "runs; the saved config.json keeps the source's sep_token_id; verify passes", rc=0, needs=("hf", "sst2"),
+             setup=lambda c: hf_config(c, sep_token_id=3), check=saved_config_keeps("sep_token_id", 3), one_line=False))
+    for key, val in (("num_hidden_layers", 0), ("hidden_size", 0), ("hidden_size", None)):
+        what = "missing" if val is None else f"{val}"
+        add(Case(f"init-config-{key.replace('_', '-')}-{what}", "12", init("{C}/hf"),
+                 "refused naming config.json and the field (no preset shape); no run dir", needs=("hf",),
+                 setup=(lambda f, v: (lambda c: edit_json(c / "hf" / "config.json",
+                                                          lambda d: d.pop(f) if v is None else d.update({f: v}))))(key, val),
+                 absent=("r",), watch=("hf",), says=("{C}/hf/config.json", key)))
+    add(Case("finetune-config-num-hidden-layers-0", "12", finetune("{C}/hf", "{C}/ft"),
+             "refused naming config.json and the field; no output", needs=("hf", "sst2"),
+             setup=lambda c: hf_config(c, num_hidden_layers=0), absent=("ft",), watch=("hf",),
+             says=("{C}/hf/config.json", "num_hidden_layers")))
     return C
 
 

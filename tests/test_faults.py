@@ -29,8 +29,8 @@ def _run(capsys, *argv):
 
 def _one_line_error(rc, err, *needles):
     assert rc == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
     for n in needles:
         assert n in lines[0], (n, lines[0])
     return lines[0]

@@ -325,8 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true", help="replace an existing output directory (a previous inspect)")
     s.set_defaults(func=cmd_inspect)
 
-    s = sub.add_parser("verify", help="check a run, checkpoint, prepared-data or exported model dir in full (sha256)")
-    s.add_argument("path", help="a run dir, a checkpoint dir, a prepared-data dir or an exported (Hugging Face) dir")
+    s = sub.add_parser("verify", help="check any directory tokendrop writes in full (sha256): run, checkpoint, prepared "
+                                      "data, export, finetune, evaluate, study, bench campaign")
+    s.add_argument("path", help="a run, checkpoint, prepared-data, exported (Hugging Face), finetune, evaluate, study or "
+                                "bench-campaign directory")
     s.set_defaults(func=cmd_verify)
     return p
 

@@ -41,8 +41,8 @@ from .errors import TokendropError
 from .fsutil import atomic_directory, discard_dir  # noqa: F401 -- atomic_directory: the directory primitive
 
 MARKER = ".tokendrop.json"
-KINDS = ("prepared", "run", "finetune", "evaluate", "export", "inspect", "study", "demo")
-RESUMABLE = ("study", "demo", "evaluate")  # a marked dir of the same kind is continued without --overwrite
+KINDS = ("prepared", "run", "finetune", "evaluate", "export", "inspect", "study", "demo", "campaign")
+RESUMABLE = ("study", "demo", "evaluate", "campaign")  # a marked dir of the same kind is continued without --overwrite
 # what a resumable command's output held before markers existed: such a directory is continued (and
 # marked), never replaced
 _LEGACY = {"study": "study-state.json", "evaluate": "suite.toml", "demo": "data-T128"}

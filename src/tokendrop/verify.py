@@ -17,7 +17,19 @@ What each kind gets:
   (:meth:`PreparedData.scan`), the token counts and the tokenizer;
 * **export** (``export``'s output, or any Hugging Face BERT directory): config.json, every tensor
   parsed with the shapes config.json implies and finite, the tokenizer.  Such a directory records
-  no hashes, so bit flips that leave the values finite cannot be detected (a note says so).
+  no hashes, so bit flips that leave the values finite cannot be detected (a note says so);
+* **finetune** (``finetune --out``, and each cell of an evaluation): ``metrics.json`` parses and
+  holds the task and its scores; the predictions it implies are there and parse; a saved model
+  (``--save-model``) has the sha256 ``metrics.json`` recorded and is checked as an export;
+* **evaluate** (``evaluate --out``): ``suite.toml`` loads, ``results.json`` parses; every cell is
+  checked as a finetune output; every cell ``results.json`` counts as finished is there and intact;
+  the cells still to compute, and those computed from weights other than the model's now (its
+  ``model_sha256``), are noted (``tokendrop evaluate`` computes them);
+* **study** (``study --out``): ``study-state.json``, ``study.toml`` and ``study.json`` parse; every
+  run under ``runs/`` is checked as a run, every prepared dataset under ``data/`` as prepared data,
+  ``eval/`` as an evaluation; unfinished runs are noted;
+* **campaign** (``bench --campaign --out``): every ``PART.json`` parses and its part finished
+  (``complete``), the files it lists and its ``PART.md`` are there.
 
 Nothing is written.  Problems are one line each, naming the file and the fix.
 """
@@ -34,13 +46,13 @@ from .errors import TokendropError
 
 __all__ = ["VerifyReport", "verify_path", "detect_kind"]
 
-KINDS = ("run", "checkpoint", "prepared", "export")
+KINDS = ("run", "checkpoint", "prepared", "export", "finetune", "evaluate", "study", "campaign")
 
 
 @dataclass
 class VerifyReport:
     path: Path
-    kind: str  # run | checkpoint | prepared | export | unknown
+    kind: str  # one of KINDS, or unknown
     problems: list[str] = field(default_factory=list)  # one line each; empty: all good
     notes: list[str] = field(default_factory=list)  # what was checked, and findings that are not problems
 
@@ -54,15 +66,20 @@ def _line(e: BaseException) -> str:
 
 
 def detect_kind(path: str | os.PathLike) -> str:
-    """``run``, ``checkpoint``, ``prepared``, ``export`` or ``unknown`` (see the module doc)."""
+    """One of ``KINDS`` or ``unknown`` (see the module doc)."""
     from .rundir import read_marker
 
     p = Path(path)
     if not p.is_dir():
         return "unknown"
     marker = (read_marker(p) or {}).get("kind")
-    if marker in ("run", "prepared", "export"):
+    if marker in KINDS:
         return marker
+    from .verify_outputs import legacy_kind
+
+    legacy = legacy_kind(p)  # finetune / evaluate / study / campaign output from before output markers
+    if legacy:
+        return legacy
     meta = p / "meta.json"
     if meta.is_file():
         try:
@@ -100,10 +117,15 @@ def verify_path(path: str | os.PathLike) -> VerifyReport:
         _verify_prepared(p, rep)
     elif kind == "export":
         _verify_export(p, rep)
+    elif kind in KINDS:  # finetune, evaluate, study, campaign
+        from .verify_outputs import VERIFIERS
+
+        VERIFIERS[kind](p, rep)
     else:
         rep.problems.append(f"{p}: not a tokendrop run (config.toml, checkpoints/), checkpoint (meta.json + "
-                            "model.safetensors), prepared-data (meta.json + shards) or exported model (config.json) "
-                            "directory; nothing to verify")
+                            "model.safetensors), prepared-data (meta.json + shards), exported model (config.json), "
+                            "finetune (metrics.json), evaluate (suite.toml), study (study-state.json) or campaign "
+                            "(PART.json) directory; nothing to verify")
     return rep
 
 
@@ -172,8 +194,11 @@ def _verify_run(run: Path, rep: VerifyReport) -> None:
     if stale:
         rep.notes.append(f"{len(stale)} unfinished checkpoint temp dir(s) ({stale[0]}, ...) from a killed writer: "
                          "ignored, and removed by the next checkpoint")
-    if not (run / "tokenizer" / "vocab.txt").is_file():
-        rep.notes.append(f"{run / 'tokenizer'}: no vocab.txt (export and inspect fall back to the prepared data's)")
+    from .data.tokenizer import has_tokenizer_files
+
+    if not has_tokenizer_files(run / "tokenizer"):
+        rep.notes.append(f"{run / 'tokenizer'}: no vocab.txt or tokenizer.json (export and inspect fall back to the "
+                         "prepared data's)")
     if good and cfg is not None:
         _check_run_data(cfg, good[-1][1], rep)
     rep.notes.insert(0, f"run: {len(cks)} checkpoint(s), {len(good)} intact")

@@ -13,6 +13,7 @@ _SDPA_KERNELS = [  # (substring of the aten op name, backend)
     ("_efficient_attention_forward", "mem-efficient"),
     ("_scaled_dot_product_cudnn_attention", "cudnn"),
     ("_scaled_dot_product_attention_math", "math"),
+    ("flex_attention", "flex"),  # FlexAttention (model.attention_backend; tokendrop.attention)
 ]
 
 
@@ -33,12 +34,12 @@ def sdpa_backends(names: set[str]) -> list[str]:
 def sdpa_op_names(names: set[str]) -> list[str]:
     """The attention-related op/kernel names among a profile's event names."""
     return sorted(n for n in names if "scaled_dot_product" in n or "flash" in n.lower()
-                  or "efficient_attention" in n or "fmha" in n.lower())
+                  or "efficient_attention" in n or "fmha" in n.lower() or "flex_attention" in n)
 
 
 _CATEGORIES = [  # (category, op/kernel-name regex, case-insensitive), first match wins; on self time
     ("matmul", r"aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)$|gemm|cublas|cutlass|nvjet|xmma|wgmma"),
-    ("attention kernel", r"flash|efficient_attention|cudnn_attention|fmha|_scaled_dot_product"),
+    ("attention kernel", r"flash|efficient_attention|cudnn_attention|fmha|_scaled_dot_product|flex_attention"),
     ("loss", r"nll_loss|log_softmax|logsoftmax|cross_entropy"),
     ("softmax", r"softmax"),
     ("dropout / RNG", r"bernoulli|dropout|philox|rand"),

@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ... import rundir
 from ..records import record_dict
 
 Log = Callable[[str], None]
@@ -58,7 +58,10 @@ class PartResult:
     started: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     wall_s: float = 0.0
     budget_s: float = 0.0
-    error: str = ""  # set when the part stopped on an exception
+    error: str = ""  # set when the part stopped on an exception (or was interrupted)
+    # False until the part has ended (finished, or stopped on an error): a PART.json that still says
+    # false was left by a campaign killed or interrupted during the part, and holds only what it finished
+    complete: bool = False
     skipped: list[str] = field(default_factory=list)  # phases left out for the time budget
     checks: list[Check] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
@@ -68,7 +71,11 @@ class PartResult:
 
     @property
     def ok(self) -> bool:
-        return not self.error and all(c.ok is not False for c in self.checks)
+        return self.complete and not self.error and all(c.ok is not False for c in self.checks)
+
+    @property
+    def status(self) -> str:
+        return "ok" if self.ok else ("FAILED" if self.complete else "INCOMPLETE")
 
     def check(self, name: str, ok: bool | None, detail: str = "") -> Check:
         c = Check(name, ok, detail)
@@ -81,7 +88,7 @@ class PartResult:
             log(f"  skipped (time budget): {what}")
 
     def summary_text(self) -> str:
-        head = f"[{self.part}] {'ok' if self.ok else 'FAILED'} in {self.wall_s:.0f}s on {self.device}" + (
+        head = f"[{self.part}] {self.status} in {self.wall_s:.0f}s on {self.device}" + (
             " (dry run)" if self.dry_run else "")
         lines = [head] + [f"  {s}" for s in self.summary]
         lines += [f"  {c.mark}: {c.name}" + (f" -- {c.detail}" if c.detail else "") for c in self.checks]
@@ -110,7 +117,10 @@ def _cell(x: Any) -> str:
 def markdown(r: PartResult, title: str) -> str:
     out = [f"# GPU campaign, part `{r.part}`: {title}", "",
            f"- {'dry run on ' if r.dry_run else ''}{r.device}; started {r.started}; wall {r.wall_s:.0f} s of a "
-           f"{r.budget_s:.0f} s budget; result: **{'ok' if r.ok else 'FAILED'}**"]
+           f"{r.budget_s:.0f} s budget; result: **{r.status}**"]
+    if not r.complete:
+        out += ["- **incomplete**: the part had not finished when this was written (it is still running, or the "
+                "campaign was killed or interrupted during it); what is here is only what it finished"]
     out += [f"- {s}" for s in r.summary]
     if r.error:
         out += [f"- error: `{r.error}`"]
@@ -136,15 +146,13 @@ def _json_default(o: Any) -> Any:
 
 
 def write_part(r: PartResult, out: Path, title: str) -> tuple[Path, Path]:
-    """``OUT/PART.json`` and ``OUT/PART.md``, each replaced atomically (parts rewrite them after
-    every phase, so a part stopped from outside still leaves what it finished)."""
-    out.mkdir(parents=True, exist_ok=True)
+    """``OUT/PART.json`` and ``OUT/PART.md``, each replaced atomically (``tokendrop.rundir``; parts
+    rewrite them after every phase, so a part stopped from outside still leaves what it finished,
+    marked ``complete: false``)."""
     paths = (out / f"{r.part}.json", out / f"{r.part}.md")
     texts = (json.dumps(r.to_dict(), indent=1, default=_json_default) + "\n", markdown(r, title))
     for p, text in zip(paths, texts):
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, p)
+        rundir.atomic_write_text(p, text)
     return paths
 
 

@@ -123,6 +123,7 @@ def run_pytest(out: Path, timeout: float) -> dict[str, object]:
     if not TEST_FILE.is_file():
         return {"ran": False, "reason": f"{TEST_FILE} not found (run from a checkout)"}
     xml = out / "env-pytest.xml"
+    xml.unlink(missing_ok=True)  # never read an earlier run's results as this one's
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", str(TEST_FILE), "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=TEST_FILE.parents[1])

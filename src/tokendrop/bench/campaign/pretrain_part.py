@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from ... import rundir
 from ...config import to_dict
 from ...report import compare_runs
 from ...train import pretrain
@@ -155,7 +156,7 @@ def _torchrun_check(cfg: CampaignConfig, scratch: Path, out: Path, budget: Budge
         rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as e:
         rc, tail = None, f"timed out after {timeout:.0f}s: {str(e.stderr or '')[-2000:]}"
-    (out / "pretrain-torchrun.log").write_text(tail)
+    rundir.atomic_write_text(out / "pretrain-torchrun.log", tail)
     r.files.append("pretrain-torchrun.log")
     res = json.loads(result.read_text()) if result.is_file() else {}
     r.data["torchrun"] = {"command": " ".join(cmd[1:]), "returncode": rc, **res}

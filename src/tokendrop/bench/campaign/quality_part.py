@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import rundir
 from ...config import FinetuneConfig, from_dict
 from ..run import run_bench
 from .common import Budget, Log, PartResult, free_device_memory
@@ -95,7 +96,8 @@ def _plot(runs: dict[str, RunSummary], plateau: float, target_t: float | None, p
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with rundir.atomic_file(path) as tmp:  # same suffix: savefig infers the format
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     return True
 

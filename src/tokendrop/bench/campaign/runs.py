@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ... import rundir
 from ...config import Config, ConfigError, load_config
 from ...train import read_metrics
 from ..presets import BenchConfig, bench_config
@@ -88,7 +89,7 @@ def summarize_run(name: str, run_dir: Path) -> RunSummary:
 def keep_log(run_dir: Path, out: Path, name: str) -> str:
     """Copy a run's metrics.jsonl under OUT (small); -> the file name."""
     dst = out / f"{name}-metrics.jsonl"
-    shutil.copyfile(run_dir / "metrics.jsonl", dst)
+    rundir.atomic_write_bytes(dst, (run_dir / "metrics.jsonl").read_bytes())
     return dst.name
 
 

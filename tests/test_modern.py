@@ -4,6 +4,7 @@ per-document attention (both families), every method/variant, bad input."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import shutil
 
 import pytest
@@ -512,3 +513,62 @@ def test_resume_may_change_the_attention_backend():
     new["model"]["local_attention"] = 64
     with pytest.raises(TrainingError, match="model.local_attention"):
         check_resume_compatible(old, new)
+
+
+# the config.json of answerdotai/ModernBERT-base as published (transformers 4.47 layout), at a tiny shape
+PUBLISHED = {
+    "architectures": ["ModernBertForMaskedLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": CLS, "classifier_activation": "gelu", "classifier_bias": False, "classifier_dropout": 0.0,
+    "classifier_pooling": "mean", "cls_token_id": CLS, "decoder_bias": True, "deterministic_flash_attn": False,
+    "embedding_dropout": 0.0, "eos_token_id": SEP, "global_attn_every_n_layers": 3, "global_rope_theta": 160000.0,
+    "gradient_checkpointing": False, "hidden_activation": "gelu", "hidden_size": 32, "initializer_cutoff_factor": 2.0,
+    "initializer_range": 0.02, "intermediate_size": 48, "layer_norm_eps": 1e-05, "local_attention": 2 * HALF_WINDOW,
+    "local_rope_theta": 10000.0, "max_position_embeddings": 8192, "mlp_bias": False, "mlp_dropout": 0.0,
+    "model_type": "modernbert", "norm_bias": False, "norm_eps": 1e-05, "num_attention_heads": 2,
+    "num_hidden_layers": 4, "pad_token_id": PAD, "position_embedding_type": "absolute", "sep_token_id": SEP,
+    "tie_word_embeddings": True, "torch_dtype": "float32", "transformers_version": "4.47.0.dev0", "vocab_size": V}
+
+
+def _published_dir(root, head: str):
+    cfg = transformers.ModernBertConfig(**{k: v for k, v in PUBLISHED.items()
+                                           if k not in ("architectures", "transformers_version", "torch_dtype")})
+    torch.manual_seed(0)
+    cls = transformers.ModernBertForSequenceClassification if head == "classification" else transformers.ModernBertForMaskedLM
+    hf = cls(cfg)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    hf.save_pretrained(root)
+    (root / "config.json").write_text(json.dumps({**PUBLISHED, "architectures": [type(hf).__name__]}))  # the file as published
+    return root
+
+
+def test_the_published_modernbert_config_loads(tmp_path):
+    d = _published_dir(tmp_path / "mb", "mlm")
+    src = resolve_init_source(str(d))
+    assert (src.model.family, src.model.classifier_pooling, src.model.layer_norm_eps) == ("modernbert", "mean", 1e-5)
+    ours = build_model(src.model)
+    assert load_source_weights(src, ours).fresh == []
+    ours.eval().document_attention = False
+    row = _doc([30, 25], seed=2)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(row), _hf(d)(input_ids=row).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_mean_pooling_classification_matches_transformers(tmp_path):
+    d = _published_dir(tmp_path / "cls", "classification")
+    ours, info = load_pretrained(d, BertForSequenceClassification, num_labels=2)
+    assert ours.config.classifier_pooling == "mean" and not info["fresh"]
+    ours.eval()
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(d, attn_implementation="eager").eval()
+    ids = torch.full((2, 40), PAD)
+    mask = torch.zeros(2, 40, dtype=torch.long)
+    for i, n in enumerate((40, 17)):
+        ids[i, :n] = _doc([n - 2], seed=i)[0]
+        mask[i, :n] = 1
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids, mask), hf(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-5)
+    out = save_pretrained(ours, tmp_path / "back")
+    assert json.loads((Path(out) / "config.json").read_text())["classifier_pooling"] == "mean"
+    with pytest.raises(ConfigError, match="model.classifier_pooling"):
+        ModelConfig(classifier_pooling="mean").validate()  # BERT: the pooler

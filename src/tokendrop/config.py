@@ -54,6 +54,7 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
 MODEL_FAMILIES = ("bert", "modernbert")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 DOCUMENT_ATTENTION = ("auto", "on", "off")
+CLASSIFIER_POOLING = ("cls", "mean")
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
@@ -116,6 +117,10 @@ class ModelConfig:
     global_attn_every_n_layers: int = 3
     layer_types: list[str] = field(default_factory=list)
     norm_bias: bool = False
+    # modernbert sequence classification: the [CLS] state ("cls") or the mean over the non-padding
+    # tokens ("mean", answerdotai/ModernBERT's published configs), as transformers'
+    # ModernBertForSequenceClassification; BERT classifies from its pooler ("cls" only)
+    classifier_pooling: str = "cls"
 
     def __post_init__(self) -> None:
         """Resolve the shape: explicit field > ``preset`` > bert-base; then ``preset`` is cleared
@@ -165,6 +170,12 @@ class ModelConfig:
         if self.document_attention not in DOCUMENT_ATTENTION:
             raise ConfigError(f"model.document_attention: expected one of {', '.join(DOCUMENT_ATTENTION)}, "
                               f"got {self.document_attention!r}")
+        if self.classifier_pooling not in CLASSIFIER_POOLING:
+            raise ConfigError(f"model.classifier_pooling: expected one of {', '.join(CLASSIFIER_POOLING)}, "
+                              f"got {self.classifier_pooling!r}")
+        if self.family == "bert" and self.classifier_pooling != "cls":
+            raise ConfigError(f"model.classifier_pooling: {self.classifier_pooling!r} is for family modernbert; BERT "
+                              "classifies from its pooler ([CLS]): use \"cls\"")
         from .attention import ATTENTION_BACKENDS, flex_available
 
         if self.attention_backend not in ATTENTION_BACKENDS:

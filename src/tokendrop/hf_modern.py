@@ -5,7 +5,7 @@ state-dict adapter only adds/drops the tied ``decoder.weight`` and the ``model.`
 ``ModernBertModel``.  :func:`modern_config_from_hf` reads both config layouts transformers has
 written (``rope_parameters`` per layer type, or the older ``global_rope_theta`` /
 ``local_rope_theta`` / ``global_attn_every_n_layers``); whatever our model cannot reproduce exactly
-(biases in attention/MLP, RoPE scaling, another activation, mean pooling, an untied decoder, ...) is
+(biases in attention/MLP, RoPE scaling, another activation or pooling, an untied decoder, ...) is
 a one-line InteropError naming the field.  :func:`load_modern_weights` is
 ``tokendrop.init_source.load_source_weights`` for this family.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .config import LAYER_TYPES, ModelConfig
+from .config import CLASSIFIER_POOLING, LAYER_TYPES, ModelConfig
 from .hf import InteropError
 
 ARCHITECTURES = {"mlm": "ModernBertForMaskedLM", "classification": "ModernBertForSequenceClassification",
@@ -36,7 +36,7 @@ def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Mode
     def bad(field: str, why: str) -> InteropError:
         return InteropError(f"{where}: {field} {why}")
 
-    for key, want in (("hidden_activation", "gelu"), ("classifier_activation", "gelu"), ("classifier_pooling", "cls")):
+    for key, want in (("hidden_activation", "gelu"), ("classifier_activation", "gelu")):
         if d.get(key, want) != want:
             raise bad(key, f"{d.get(key)!r} is not supported: tokendrop's ModernBERT uses {want!r}")
     for key in ("attention_bias", "mlp_bias", "classifier_bias"):
@@ -111,6 +111,9 @@ def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Mode
     if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < vocab:
         raise bad("pad_token_id", f"{pad!r} is not an id of the vocabulary (vocab_size {vocab})")
     sep = d.get("sep_token_id", _HF_DEFAULT_SEP)
+    pooling = d.get("classifier_pooling", "cls")
+    if pooling not in CLASSIFIER_POOLING:
+        raise bad("classifier_pooling", f"{pooling!r} is not supported: expected one of {', '.join(CLASSIFIER_POOLING)}")
     cfg = ModelConfig(
         family="modernbert",
         vocab_size=vocab,
@@ -131,6 +134,7 @@ def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Mode
         local_attention=num("local_attention", 128, int),
         global_attn_every_n_layers=max(every, 1),
         layer_types=list(types),
+        classifier_pooling=pooling,
     )
     if cfg.vocab_size <= 0:
         raise bad("vocab_size", f"must be a positive integer, got {cfg.vocab_size}")
@@ -167,7 +171,7 @@ def modern_hf_config_dict(cfg: ModelConfig, architectures: list[str] | None = No
         "mlp_bias": False,
         "mlp_dropout": cfg.hidden_dropout,
         "decoder_bias": True,
-        "classifier_pooling": "cls",
+        "classifier_pooling": cfg.classifier_pooling,
         "classifier_dropout": cfg.hidden_dropout,
         "classifier_bias": False,
         "classifier_activation": "gelu",

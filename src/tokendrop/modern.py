@@ -312,7 +312,9 @@ class _ModernTaskModel(nn.Module):
 
 
 class ModernBertForSequenceClassification(_ModernTaskModel):
-    """[CLS] hidden state -> head -> dropout -> classifier (classifier_pooling "cls")."""
+    """Pooled hidden state -> head -> dropout -> classifier; pooled = the [CLS] state
+    (``model.classifier_pooling = "cls"``) or the mean over the non-padding tokens ("mean"), as
+    transformers' ModernBertForSequenceClassification."""
 
     task = "classification"
 
@@ -321,8 +323,14 @@ class ModernBertForSequenceClassification(_ModernTaskModel):
         self.num_labels = num_labels
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None) -> Tensor:
-        h = self.model(input_ids, attention_mask, token_type_ids)
-        return self.scores(h[:, 0])  # (B, num_labels)
+        h = self.model(input_ids, attention_mask, token_type_ids)  # (B, T, d)
+        if self.config.classifier_pooling == "mean":
+            m = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+            m = m.unsqueeze(-1).to(h.dtype)
+            pooled = (h * m).sum(dim=1) / m.sum(dim=1)
+        else:
+            pooled = h[:, 0]
+        return self.scores(pooled)  # (B, num_labels)
 
 
 class ModernBertForQuestionAnswering(_ModernTaskModel):

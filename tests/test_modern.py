@@ -572,3 +572,25 @@ def test_mean_pooling_classification_matches_transformers(tmp_path):
     assert json.loads((Path(out) / "config.json").read_text())["classifier_pooling"] == "mean"
     with pytest.raises(ConfigError, match="model.classifier_pooling"):
         ModelConfig(classifier_pooling="mean").validate()  # BERT: the pooler
+
+
+@pytest.mark.slow
+def test_compiled_flex_attention_masks_on_cpu(monkeypatch):
+    """The compiled path CUDA takes (torch.compile of create_block_mask and flex_attention), run by
+    inductor on CPU in the forward: our mask_mods trace, and the result equals the dense bias
+    (documents + window, documents alone, and a mask shared by the batch).  ~1 min."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from tokendrop.model import Rows
+
+    compiled = (torch.compile(create_block_mask), torch.compile(flex_attention))
+    monkeypatch.setattr(attention, "_flex_fns", lambda device: compiled)
+    T = 512
+    at = torch.arange(T)[None]
+    doc = (torch.arange(T) // 100)[None].expand(2, -1).contiguous()
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, T, 64, generator=g) for _ in range(3))
+    for rows, window in ((Rows(None, doc, at, at), 64), (Rows(None, doc, at, at), None), (Rows(None, None, at, at), 64)):
+        got = attention.attend(q, k, v, attention.flex_block_mask(rows, rows, window))
+        ref = attention.attend(q, k, v, attention.attention_bias(None, torch.float32, at, at, rows.doc, rows.doc, window))
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)

@@ -38,7 +38,7 @@ def part_bench_config(cfg: CampaignConfig, seq_len: int, batch_size: int, compil
         "variants": ["drop"], "hf": True, "precision": b.precision, "compile": compiled,
         "compile_backend": b.compile_backend, "warmup": b.warmup, "rounds": b.rounds, "reps": b.reps,
         "memory": b.memory, "threads": b.threads, "time_budget_s": max(1.0, budget_s),
-        "document_attention": b.document_attention,
+        "document_attention": b.document_attention, "attention_backend": b.attention_backend,
     })
 
 

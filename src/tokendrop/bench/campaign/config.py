@@ -30,6 +30,9 @@ class BenchPart:
     max_batch_memory_bytes: int = 0  # > 0: a batch fits only under this peak (how a CPU dry run "runs out")
     threads: int = 0
     document_attention: str = "off"  # modern-*: per-document attention (BenchConfig.document_attention)
+    # model.attention_backend of our rows (BenchConfig.attention_backend): auto = FlexAttention on CUDA
+    # for window / document masks; sdpa = the SDPA path (windows in bands) for a side-by-side call
+    attention_backend: str = "auto"
 
 
 def _modern_part() -> BenchPart:

@@ -140,11 +140,9 @@ def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
 
 
 def sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from tokendrop.checkpoint import sha256_file  # the one file-hash helper
+
+    return sha256_file(p)
 
 
 def snapshot(root: Path) -> dict[str, Any]:

@@ -30,17 +30,22 @@ CLS, SEP, PAD = SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["pad"]
 HALF_WINDOW = 4  # local_attention = 8
 
 
-def _hf_model(seed: int = 0, **kw):
+def _perturbed(cls, config, seed: int = 0):
+    """A transformers model with every tensor perturbed (norms, decoder bias), so parity tests every tensor."""
     torch.manual_seed(seed)
+    hf = cls(config)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return hf.eval()
+
+
+def _hf_model(seed: int = 0, **kw):
     base = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=2,
                 max_position_embeddings=128, local_attention=2 * HALF_WINDOW, pad_token_id=PAD, sep_token_id=SEP,
                 eos_token_id=SEP, cls_token_id=CLS, bos_token_id=CLS, attn_implementation="eager")
     base.update(kw)
-    hf = transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(**base))
-    with torch.no_grad():  # perturb everything (norms, decoder bias) so parity tests every tensor
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return hf.eval()
+    return _perturbed(transformers.ModernBertForMaskedLM, transformers.ModernBertConfig(**base), seed)
 
 
 @pytest.fixture(scope="module")
@@ -532,12 +537,8 @@ PUBLISHED = {
 def _published_dir(root, head: str):
     cfg = transformers.ModernBertConfig(**{k: v for k, v in PUBLISHED.items()
                                            if k not in ("architectures", "transformers_version", "torch_dtype")})
-    torch.manual_seed(0)
     cls = transformers.ModernBertForSequenceClassification if head == "classification" else transformers.ModernBertForMaskedLM
-    hf = cls(cfg)
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    hf = _perturbed(cls, cfg)
     hf.save_pretrained(root)
     (root / "config.json").write_text(json.dumps({**PUBLISHED, "architectures": [type(hf).__name__]}))  # the file as published
     return root

@@ -230,7 +230,8 @@ def load_modern_weights(src: Any, model: nn.Module) -> Any:
     """Load ``src`` (a ``tokendrop.init_source.InitSource``: a ModernBERT HF dir or a tokendrop run of
     this family) into any of our ModernBERT classes.  Encoder tensors must all be there; the head,
     decoder bias and task heads missing from the file are initialised fresh and listed."""
-    from .init_source import InitError, InitReport, _fresh_init, _shape_name, match_tensors, read_source_tensors
+    from .init_source import (InitError, InitReport, _fresh_init, _shape_name, check_tied_decoder, match_tensors,
+                              read_source_tensors)
 
     where = src.weights_file
     sd = read_source_tensors(src)
@@ -245,10 +246,7 @@ def load_modern_weights(src: Any, model: nn.Module) -> Any:
         if c in take:
             continue
         if c == "decoder.weight":
-            we = values.get("model.embeddings.tok_embeddings.weight")
-            if we is None or values[c].shape != we.shape or not torch.equal(values[c], we):
-                raise InitError(f"{where}: {k} differs from the token embeddings: an untied MLM decoder cannot be "
-                                "loaded (tokendrop ties the decoder to model.embeddings.tok_embeddings)")
+            check_tied_decoder(values, c, "model.embeddings.tok_embeddings.weight", k, where)
             ignored.append(k)
         elif c.startswith(_HEADS + _TASK_HEADS) and c not in own:
             ignored.append(k)  # a head of another model class

@@ -516,6 +516,17 @@ def read_source_tensors(src: InitSource) -> dict[str, Tensor]:
     return sd
 
 
+def check_tied_decoder(values: dict[str, Tensor], decoder: str, embeddings: str, name: str, where: str,
+                       noun: str = "token embeddings") -> None:
+    """Both families' loaders: a source's MLM decoder weight ``values[decoder]`` (file name ``name``)
+    must equal its embeddings ``values[embeddings]`` (tokendrop ties them; ``noun``: what the family
+    calls them); InitError otherwise."""
+    we = values.get(embeddings)
+    if we is None or values[decoder].shape != we.shape or not torch.equal(values[decoder], we):
+        raise InitError(f"{where}: {name} differs from the {noun}: an untied MLM decoder cannot be "
+                        f"loaded (tokendrop ties the decoder to {embeddings.removesuffix('.weight')})")
+
+
 def match_tensors(own: dict[str, Tensor], values: dict[str, Tensor], canon: dict[str, str], required: tuple[str, ...],
                   task_heads: tuple[str, ...], where: Any, shape_name: str, notes: list[str]
                   ) -> tuple[dict[str, Tensor], list[str]]:
@@ -586,10 +597,7 @@ def load_source_weights(src: InitSource, model: nn.Module) -> InitReport:
         elif c.startswith("cls.seq_relationship."):
             ignored.append(k)
         elif c == "cls.predictions.decoder.weight":
-            we = values.get("bert.embeddings.word_embeddings.weight")
-            if we is None or values[c].shape != we.shape or not torch.equal(values[c], we):
-                raise InitError(f"{where}: {k} differs from the word embeddings: an untied MLM decoder cannot be "
-                                "loaded (tokendrop ties the decoder to bert.embeddings.word_embeddings)")
+            check_tied_decoder(values, c, "bert.embeddings.word_embeddings.weight", k, where, "word embeddings")
             ignored.append(k)
         elif c == "cls.predictions.decoder.bias" and "cls.predictions.bias" in take:
             ignored.append(k)  # an alias of cls.predictions.bias

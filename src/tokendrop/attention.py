@@ -124,7 +124,6 @@ class Band:
 
     slot: Tensor  # (B, nb, L) key row per slot
     bias: Tensor  # (B * nb, 1, C, L) additive
-    n: int
     block: int
 
     @classmethod
@@ -165,7 +164,7 @@ class Band:
             allowed = allowed & (qd.view(b, nb, block, 1) == at_slots(k.doc))
         dtype, neg = _neg(dtype, allowed.device)
         bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, neg)
-        return cls(slot=slot, bias=bias.view(b * nb, 1, block, span), n=n, block=block)
+        return cls(slot=slot, bias=bias.view(b * nb, 1, block, span), block=block)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
         # q: (B, h, n, dh); k, v: (B, h, N, dh) -> (B, h, n, dh).  The band may be built for one

@@ -184,11 +184,8 @@ class ModernBertModel(nn.Module):
         """-> final hidden states (B, T, d).  Dropping only when training and requested; ``doc_ids``
         (B, T): per-document attention with positions restarting in every document."""
         x = self.embeddings(input_ids)
-        b, t = input_ids.shape
-        if doc_ids is not None:
-            pos = document_positions(doc_ids)
-        else:
-            pos = torch.arange(t, device=input_ids.device)[None]  # (1, T)
+        at = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T) index in the row
+        pos = at if doc_ids is None else document_positions(doc_ids)  # rotary positions
         active = self.training and self.span is not None and (keep_idx is not None or drop_active)
         masks = MaskCache(x.dtype, flex=use_flex(self.config.attention_backend, x.device,
                                                  self.config.attention_dropout if self.training else 0.0))
@@ -205,7 +202,7 @@ class ModernBertModel(nn.Module):
             bias = masks(q, k, self.half_window if local else None)
             return layer(h, kv, rope(q, local), rope(k, local), bias)
 
-        rows = Rows(attention_mask, doc_ids, pos, torch.arange(t, device=input_ids.device)[None])
+        rows = Rows(attention_mask, doc_ids, pos, at)
         x = run_layers(self.layers, x, rows, self.span if active else None, keep_idx if active else None, call)
         return self.final_norm(x)
 

@@ -1018,6 +1018,15 @@ def cases() -> list[Case]:
              "refused naming config.json and the field; no output", needs=("hf", "sst2"),
              setup=lambda c: hf_config(c, num_hidden_layers=0), absent=("ft",), watch=("hf",),
              says=("{C}/hf/config.json", "num_hidden_layers")))
+    # issue 16: model.attention_backend (tokendrop.attention), refused before anything is written
+    add(Case("pretrain-attention-backend-unknown", "16", pretrain("{C}/r", "{C}/data", "--set",
+                                                                  'model.attention_backend="fast"'),
+             "refused naming the field; no run dir", absent=("r",), says=("model.attention_backend", "fast")))
+    add(Case("pretrain-flex-attention-on-cpu", "16", pretrain("{C}/r", "{C}/data", "--set", "model.family=modernbert",
+                                                              "--set", "model.attention_dropout=0.0",
+                                                              "--set", 'model.attention_backend="flex"'),
+             "refused (FlexAttention has no CPU backward); no run dir", absent=("r",),
+             says=("model.attention_backend", "CUDA")))
     return C
 
 
@@ -1195,7 +1204,8 @@ def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, o
     text = [
         "# Reliability: the fault matrix",
         "",
-        "Every bad input and fault of issue 13 (rows 1-9) and the bad `--init` inputs of issue 12, each run as",
+        "Every bad input and fault of issue 13 (rows 1-9), the bad `--init` inputs of issue 12 and the bad",
+        "`model.attention_backend` settings of issue 16, each run as",
         "a subprocess of the real CLI in its own directory built from small generated data.  A case passes",
         "when the exit code is the expected one, there is no traceback, an error is one line of stderr",
         "(naming what the case says it must name), and the disk is intact: the watched files and directories",

@@ -978,7 +978,8 @@ def cases() -> list[Case]:
     add(Case("bench-campaign-sigint", "13.4", [*CAMPAIGN[:-2], "--out", "{C}/out", "--set", "pytest=true"],
              "exit 130; env.json keeps what the part finished, marked complete: false", rc=130,
              drive=sig_after(signal.SIGINT, exists("out/env.md"), delay=0.2),
-             check=part_record("out/env.json", False, "interrupted (SIGINT)")))
+             check=chain_checks(part_record("out/env.json", False, "interrupted (SIGINT)"),
+                                says_in_output("env's partial result (complete: false) were kept")), one_line=False))
     add(Case("bench-campaign-after-sigkill", "13.4", [*CAMPAIGN, "--out", "{C}/out"],
              "a campaign killed during a part: the next one warns, takes the lock over, redoes the part", rc=0,
              setup=campaign_killed(), check=chain_checks(says_in_output("was killed before it finished"),

@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from tokendrop.cli import main as cli_main  # noqa: E402
 from tokendrop.data import DataError, MLMLoader, MLMMasker, PreparedData, prepare  # noqa: E402
 from tokendrop.data.testing import (write_bpe_tokenizer_dir, write_documents, write_keyword_sentiment,  # noqa: E402
-                                    task_corpus_documents)
+                                    task_corpus_documents, write_toy_squad)
 from tokendrop.data.tokenizer import (load_tokenizer, num_ids, read_tokenizer_spec, special_added_ids,  # noqa: E402
                                       tokenizer_vocab_sha256)
 from tokendrop.finetune.common import FinetuneError  # noqa: E402
@@ -47,8 +47,8 @@ def copy_tokenizer_files(src, dst) -> None:
 
 def modern_dir(path, tok_dir, vocab_size: int):
     """A tiny random ModernBertForMaskedLM (ids from the tokenizer) saved with ``tok_dir``'s files."""
-    tok = load_tokenizer(tok_dir)
-    cls, sep, pad = (tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+    tok, names = load_tokenizer(tok_dir), read_tokenizer_spec(tok_dir).special_tokens
+    cls, sep, pad = (tok.token_to_id(names[k]) for k in ("cls", "sep", "pad"))
     if pad >= vocab_size:  # a model too small for its tokenizer (an error case): ids it can build with
         cls, sep, pad = 0, 1, 2
     torch.manual_seed(0)
@@ -210,6 +210,10 @@ def test_pretrain_init_export_inspect(model_dir, bpe_dir, corpus, tmp_path, caps
                      "--set", "drop.method=cumulative", *sum((["--set", s] for s in SMALL), [])]) == 0
     assert cli_main(["export", str(run), str(exp)]) == 0
     assert cli_main(["inspect", str(run)]) == 0
+    for f in ("tokens.md", "examples.json", "examples.html"):  # byte-level pieces shown as text ("Ġthe" -> "▁the")
+        shown = (run / "inspect" / f).read_text(encoding="utf-8")
+        shown = str(json.loads(shown)) if f.endswith(".json") else shown
+        assert "\u2581" in shown and "\u0120" not in shown, f
     for d in (exp, run, data):
         assert cli_main(["verify", str(d)]) == 0, d
     capsys.readouterr()
@@ -239,6 +243,44 @@ def test_finetune_accepts_a_bpe_modernbert_dir(model_dir, tmp_path):
     saved = tmp_path / "ft" / "model"
     assert (saved / "tokenizer.json").read_bytes() == (model_dir / "tokenizer.json").read_bytes()
     assert auto(saved)(TEXTS)["input_ids"] == auto(model_dir)(TEXTS)["input_ids"]
+
+
+def test_inspect_shows_byte_level_pieces_as_text():
+    from tokendrop.inspect_run import readable_token
+
+    assert [readable_token(t, True) for t in ("\u0120the", "\u00c3\u00a9", "\u00c3", "[CLS]", "    ", "\u010a")] == [
+        "\u2581the", "\u00e9", "<0xC3>", "[CLS]", "\u2581" * 4, "\\n"]
+    assert [readable_token(t, False) for t in ("##ing", "\u2581the", "a\tb")] == ["##ing", "\u2581the", "a\\tb"]
+
+
+def test_finetune_uses_the_declared_special_tokens(tmp_path):
+    """A tokenizer whose specials are not BERT's names (``<pad>``, ``<cls>``, ``<sep>``, as mmBERT-style
+    tokenizers declare them): fine-tuning pads with ``<pad>`` and frames SQuAD windows with ``<cls>``/``<sep>``."""
+    from tokendrop.config import FinetuneConfig
+    from tokendrop.finetune import finetune
+    from tokendrop.finetune.squad import build_features, read_squad
+    from tokendrop.finetune.trainer import _load_model_and_tokenizer
+    from tokendrop.model import BertForQuestionAnswering
+
+    names = ("<unk>", "<cls>", "<sep>", "<pad>", "<mask>")
+    tok_dir = write_bpe_tokenizer_dir(tmp_path / "tok", specials=names)
+    tok = load_tokenizer(tok_dir)
+    assert tok.token_to_id("[PAD]") is None and tok.token_to_id("[CLS]") is None
+    model = modern_dir(tmp_path / "hf", tok_dir, num_ids(tok) + PAD_ROWS)
+    _, _, tok2, _, specials = _load_model_and_tokenizer(model, BertForQuestionAnswering, 64)
+    want = {k: tok.token_to_id(n) for k, n in zip(("unk", "cls", "sep", "pad", "mask"), names)}
+    assert specials == want and len(set(want.values())) == 5
+    squad = write_toy_squad(tmp_path / "squad", n_train=8, n_dev=4)
+    examples, _ = read_squad(squad / "dev-v1.1.json", 1)
+    feats = build_features(examples, tok2, 48, 16, 12, specials=specials)
+    ids = feats[0].input_ids
+    assert ids[0] == want["cls"] and ids[-1] == want["sep"] and ids.count(want["sep"]) == 2
+    with pytest.raises(FinetuneError, match="lacks its declared cls or sep"):
+        build_features(examples, tok2, 48, 16, 12)  # BERT's names are not in this vocabulary
+    cfg = FinetuneConfig(task="squad1", data=str(squad), epochs=1, batch_size=4, max_seq_len_qa=48, doc_stride=16,
+                         max_query_len=12, device="cpu", log_every=0).validate()
+    res = finetune(cfg, model, tmp_path / "ft", log=None)
+    assert 0.0 <= res["scores"]["squad1"] <= 100.0
 
 
 # ----------------------------------------------------------------------------------------------

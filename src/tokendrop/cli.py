@@ -376,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as e:  # after the command's own clean-up: no traceback, no partial output
         signum = int(getattr(e, "signum", signal.SIGINT))
-        print(f"interrupted ({signal.Signals(signum).name}); nothing partial was kept", file=sys.stderr)
+        kept = getattr(e, "kept", None) or "nothing partial was kept"  # a command that keeps its partial work says so
+        print(f"interrupted ({signal.Signals(signum).name}); {kept}", file=sys.stderr)
         return 128 + signum
     finally:
         if old is not None:

@@ -29,6 +29,7 @@ adjacent pairs instead of selecting tokens.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
@@ -123,6 +124,41 @@ def seen_mask(scores: np.ndarray, pinned: np.ndarray, method: str, init_score: f
     return m & ~pinned
 
 
+@functools.cache
+def _byte_level_chars() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in character -> the byte it encodes (GPT-2's table)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), 256)]
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[chr(b)] = b
+        else:
+            out[chr(256 + n)] = b
+            n += 1
+    return out
+
+
+def readable_token(token: str, byte_level: bool) -> str:
+    """``token`` as a reader would write it: a byte-level BPE piece as its text ("Ġthe" -> "▁the",
+    "Ã©" -> "é"; a piece that is part of a character as its bytes, "<0xC3>"), spaces shown as "▁"
+    and newlines/tabs escaped.  Other vocabularies (WordPiece, SentencePiece's "▁") are readable as they are."""
+    if byte_level and token:
+        table = _byte_level_chars()
+        if all(c in table for c in token):
+            raw = bytes(table[c] for c in token)
+            try:
+                token = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return "".join(f"<0x{b:02X}>" for b in raw)
+    return token.replace(" ", "\u2581").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def _is_byte_level(tok) -> bool:
+    dec = json.loads(tok.to_str()).get("decoder") or {}
+    parts = dec.get("decoders") or [] if dec.get("type") == "Sequence" else [dec]
+    return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
+
+
 def load_run(run_dir: str | os.PathLike) -> RunView:
     """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be inspected."""
     from .config import Config, from_dict
@@ -154,7 +190,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     if not has_tokenizer_files(tok_dir):
         raise InspectError(f"{run}: no tokenizer/vocab.txt or tokenizer/tokenizer.json in the run directory; "
                            "cannot name the token ids")
-    names = dict(SPECIAL_KEYS)
+    names, tok = dict(SPECIAL_KEYS), None
     try:
         if (tok_dir / "vocab.txt").is_file():  # BERT WordPiece
             vocab_file = tok_dir / "vocab.txt"
@@ -162,15 +198,19 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
         else:  # a tokenizer.json used as it is (BPE, ...): its tokens by id; "" where no token maps
             vocab_file = tok_dir / "tokenizer.json"
             spec = read_tokenizer_spec(tok_dir)
-            vocab, names = vocab_tokens(tokenizer_from_spec(spec)), dict(spec.special_tokens)
+            tok = tokenizer_from_spec(spec)
+            vocab, names = vocab_tokens(tok), dict(spec.special_tokens)
     except DataError as e:
         raise InspectError(f"{tok_dir}: the tokenizer does not load ({e})") from None
     if len(vocab) > len(scores):
         raise InspectError(f"{vocab_file}: {len(vocab)} tokens but the importance vector has {len(scores)} entries")
+    index = {t: i for i, t in enumerate(vocab) if t}
+    special = {k: index[v] for k, v in names.items() if v in index}
+    if tok is not None:
+        byte_level = _is_byte_level(tok)
+        vocab = [readable_token(t, byte_level) for t in vocab]
     # an embedding padded past the tokenizer (ModernBERT) and holes in a vocabulary: placeholder names
     vocab = [t or f"<unused id {i}>" for i, t in enumerate(vocab + [""] * (len(scores) - len(vocab)))]
-    index = {t: i for i, t in enumerate(vocab)}
-    special = {k: index[v] for k, v in names.items() if v in index}
     counts = None
     if data_path:
         try:

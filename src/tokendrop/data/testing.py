@@ -206,7 +206,7 @@ MODERNBERT_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")  # in Moder
 
 
 def write_bpe_tokenizer_dir(out_dir: str | os.PathLike, vocab_size: int = 400, num_docs: int = 200, seed: int = 0,
-                            post_processor: bool = True) -> Path:
+                            post_processor: bool = True, specials: tuple[str, ...] = MODERNBERT_SPECIALS) -> Path:
     """A tokenizer directory laid out like answerdotai/ModernBERT-base's, built offline: a byte-level
     BPE (GPT-NeoX style: NFC, ByteLevel pre-tokenizer and decoder, no unknown token) trained on
     ``task_corpus_documents`` plus a few unicode/whitespace lines, then added tokens as ModernBERT
@@ -214,7 +214,9 @@ def write_bpe_tokenizer_dir(out_dir: str | os.PathLike, vocab_size: int = 400, n
     ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (``[MASK]`` with ``lstrip``); the post-processor is
     ``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B [SEP]`` (left out with ``post_processor=False``);
     ``tokenizer_config.json`` declares ``PreTrainedTokenizerFast`` with ``added_tokens_decoder`` and
-    ``special_tokens_map.json`` the five names.  Deterministic for a seed.  -> the directory."""
+    ``special_tokens_map.json`` the five names.  ``specials``: other names for the unk, cls, sep,
+    pad and mask tokens (e.g. ``<unk> <cls> <sep> <pad> <mask>``), in that order.  Deterministic for
+    a seed.  -> the directory."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     out = Path(out_dir)
@@ -230,24 +232,24 @@ def write_bpe_tokenizer_dir(out_dir: str | os.PathLike, vocab_size: int = 400, n
     tok.train_from_iterator(docs, trainer=trainer)
     tok.add_tokens([AddedToken("    ", normalized=True), AddedToken("|||IP_ADDRESS|||", normalized=True)])
     tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
-    tok.add_special_tokens([AddedToken(t, special=True, lstrip=t == "[MASK]") for t in MODERNBERT_SPECIALS])
+    unk_t, cls_t, sep_t, pad_t, mask_t = specials
+    tok.add_special_tokens([AddedToken(t, special=True, lstrip=t == mask_t) for t in specials])
     if post_processor:
-        cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+        cls, sep = tok.token_to_id(cls_t), tok.token_to_id(sep_t)
         tok.post_processor = processors.TemplateProcessing(
-            single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+            single=f"{cls_t}:0 $A:0 {sep_t}:0", pair=f"{cls_t}:0 $A:0 {sep_t}:0 $B:1 {sep_t}:1",
+            special_tokens=[(cls_t, cls), (sep_t, sep)])
     tok.save(str(out / "tokenizer.json"))
     added = {str(i): {"content": t.content, "lstrip": t.lstrip, "normalized": t.normalized, "rstrip": t.rstrip,
                       "single_word": t.single_word, "special": t.special}
              for i, t in sorted(tok.get_added_tokens_decoder().items())}
-    names = {"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-             "mask_token": "[MASK]"}
+    names = {"unk_token": unk_t, "cls_token": cls_t, "sep_token": sep_t, "pad_token": pad_t, "mask_token": mask_t}
     _write_text(out / "tokenizer_config.json", json.dumps({
         "added_tokens_decoder": added, "clean_up_tokenization_spaces": True, **names,
         "model_input_names": ["input_ids", "attention_mask"], "model_max_length": 8192,
         "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
     _write_text(out / "special_tokens_map.json", json.dumps(
-        {k: {"content": v, "lstrip": v == "[MASK]", "normalized": False, "rstrip": False, "single_word": False}
+        {k: {"content": v, "lstrip": v == mask_t, "normalized": False, "rstrip": False, "single_word": False}
          for k, v in names.items()}, indent=2))
     return out
 

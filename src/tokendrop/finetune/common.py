@@ -53,10 +53,17 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def load_finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.PathLike | None = None):
-    """The ``tokenizers.Tokenizer`` for fine-tuning: :func:`tokendrop.data.tokenizer.load_tokenizer`,
-    the project's one tokenizer-loading path, so the ids are ``transformers.AutoTokenizer``'s for a
-    Hugging Face dir (casing from its tokenizer_config.json) and the pretraining data's for a
-    tokendrop run.
+    """The ``tokenizers.Tokenizer`` for fine-tuning (see :func:`finetune_tokenizer`)."""
+    return finetune_tokenizer(path, fallback)[0]
+
+
+def finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.PathLike | None = None):
+    """-> (``tokenizers.Tokenizer``, {"pad","unk","cls","sep","mask" -> id or None}) for fine-tuning:
+    :func:`tokendrop.data.tokenizer.load_tokenizer`, the project's one tokenizer-loading path, so the
+    ids are ``transformers.AutoTokenizer``'s for a Hugging Face dir (casing from its
+    tokenizer_config.json) and the pretraining data's for a tokendrop run; the special ids are those
+    of the tokens the directory declares (``[PAD]``... for BERT, ``<pad>``... where a tokenizer
+    names those), None where the vocabulary lacks one.
 
     ``path`` is the tokenizer location reported by ``load_pretrained`` (None when it found none),
     ``fallback`` a second place to look (the model dir; a run dir's ``tokenizer/`` is found too).
@@ -66,14 +73,16 @@ def load_finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.P
     used as it is, e.g. ModernBERT's BPE: its own post-processor, which frames texts that way).
     """
     from ..data import DataError
-    from ..data.tokenizer import load_tokenizer
+    from ..data.tokenizer import read_tokenizer_spec, tokenizer_from_spec
 
     tried = [Path(p) for p in (path, fallback) if p]
     for p in tried:
         if p.exists():
             try:
-                return load_tokenizer(p)
+                spec = read_tokenizer_spec(p)
+                tok = tokenizer_from_spec(spec)
             except DataError as e:
                 raise FinetuneError(f"tokenizer: {e}") from None
+            return tok, {k: tok.token_to_id(name) for k, name in spec.special_tokens.items()}
     where = ", ".join(str(p) for p in tried) or "(no path)"
     raise FinetuneError(f"no tokenizer found (looked for tokenizer.json / vocab.txt in {where})")

@@ -184,11 +184,15 @@ def _char_to_token_span(offsets: list[tuple[int, int]], cs: int, ce: int) -> tup
 
 
 def build_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 384, doc_stride: int = 128,
-                   max_query_len: int = 64, training: bool = False) -> list[SquadFeature]:
-    """The standard SQuAD windows for ``examples`` (see module doc).  ``tokenizer``: ``tokenizers.Tokenizer``."""
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+                   max_query_len: int = 64, training: bool = False,
+                   specials: dict[str, int | None] | None = None) -> list[SquadFeature]:
+    """The standard SQuAD windows for ``examples`` (see module doc).  ``tokenizer``: ``tokenizers.Tokenizer``;
+    ``specials``: its declared special tokens' ids (``finetune_tokenizer``'s; default: [CLS] and [SEP])."""
+    if specials is None:
+        specials = {"cls": tokenizer.token_to_id("[CLS]"), "sep": tokenizer.token_to_id("[SEP]")}
+    cls_id, sep_id = specials.get("cls"), specials.get("sep")
     if cls_id is None or sep_id is None:
-        raise FinetuneError("tokenizer vocabulary lacks [CLS] or [SEP]")
+        raise FinetuneError("tokenizer vocabulary lacks its declared cls or sep token")
     if max_seq_len < max_query_len + 4:
         raise FinetuneError(f"max_seq_len_qa={max_seq_len} leaves no room for context after max_query_len={max_query_len}")
     q_enc = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from .. import rundir
 from ..checkpoint import sha256_file
 from ..config import ConfigError, FinetuneConfig
-from .common import FinetuneError, atomic_write_json, atomic_write_text, load_finetune_tokenizer
+from .common import FinetuneError, atomic_write_json, atomic_write_text, finetune_tokenizer
 from .metrics import classification_metrics
 from .tasks import Example, TaskSpec, find_ax_file, get_task, load_classification, read_glue_tsv, subsample, task_dir
 
@@ -100,14 +100,15 @@ def _load_model(model_path, cls, **kw):
 
 def _load_model_and_tokenizer(model_path, cls, max_seq_len: int, field: str = "max_seq_len", log: LogFn | None = None,
                               **kw):
-    """-> (model, info, tokenizer, max_len, pad_id), the tokenizer checked against the model's vocabulary.
+    """-> (model, info, tokenizer, max_len, specials), the tokenizer checked against the model's vocabulary.
 
     ``max_len`` is ``max_seq_len`` clamped to the model's positions (the clamp is reported through
-    ``log``, or on stderr when ``log`` is None, with the value used); ``pad_id`` is the tokenizer's
-    [PAD] id (the model config's only when the vocabulary has no [PAD])."""
+    ``log``, or on stderr when ``log`` is None, with the value used); ``specials``: the declared
+    special tokens' ids ({"pad", "cls", "sep", ...}; ``"pad"`` is the model config's pad id only
+    when the vocabulary has no pad token)."""
     model, info = _load_model(model_path, cls, **kw)
     mcfg = info["model_config"]
-    tok = load_finetune_tokenizer(info.get("tokenizer"), model_path)
+    tok, specials = finetune_tokenizer(info.get("tokenizer"), model_path)
     from ..data.tokenizer import num_ids
 
     if num_ids(tok) > mcfg.vocab_size:  # more rows than the tokenizer's ids is fine (ModernBERT pads its embedding)
@@ -117,8 +118,9 @@ def _load_model_and_tokenizer(model_path, cls, max_seq_len: int, field: str = "m
     if max_len < max_seq_len:
         (log or _stderr)(f"warning: finetune.{field}={max_seq_len} is more than the model's max_position_embeddings="
                          f"{mcfg.max_position_embeddings}; using {field} {max_len}")
-    pad = tok.token_to_id("[PAD]")
-    return model, info, tok, max_len, mcfg.pad_token_id if pad is None else pad
+    if specials["pad"] is None:
+        specials["pad"] = mcfg.pad_token_id
+    return model, info, tok, max_len, specials
 
 
 def _pad(seqs: list[list[int]], pad: int) -> torch.Tensor:
@@ -280,8 +282,9 @@ def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log
     if not train:
         raise FinetuneError(f"task {spec.name}: no training examples in {cfg.data}")
 
-    model, info, tok, max_len, pad_id = _load_model_and_tokenizer(
+    model, info, tok, max_len, specials = _load_model_and_tokenizer(
         model_path, BertForSequenceClassification, cfg.max_seq_len, "max_seq_len", log, num_labels=len(spec.labels))
+    pad_id = specials["pad"]
     model.to(device)
 
     t_enc = time.perf_counter()
@@ -352,13 +355,14 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
     train_ex = subsample(train_ex, cfg.max_train_examples)
     dev_ex = subsample(dev_ex, cfg.max_eval_examples)
 
-    model, info, tok, max_len, pad_id = _load_model_and_tokenizer(model_path, BertForQuestionAnswering, cfg.max_seq_len_qa,
-                                                                  "max_seq_len_qa", log)
+    model, info, tok, max_len, specials = _load_model_and_tokenizer(model_path, BertForQuestionAnswering, cfg.max_seq_len_qa,
+                                                                    "max_seq_len_qa", log)
+    pad_id = specials["pad"]
     model.to(device)
 
     t_enc = time.perf_counter()
-    tr_feats = build_features(train_ex, tok, max_len, cfg.doc_stride, cfg.max_query_len, training=True)
-    dev_feats = build_features(dev_ex, tok, max_len, cfg.doc_stride, cfg.max_query_len, training=False)
+    tr_feats = build_features(train_ex, tok, max_len, cfg.doc_stride, cfg.max_query_len, training=True, specials=specials)
+    dev_feats = build_features(dev_ex, tok, max_len, cfg.doc_stride, cfg.max_query_len, training=False, specials=specials)
     enc_s = time.perf_counter() - t_enc
     if not tr_feats:
         raise FinetuneError(f"{train_path}: no usable training questions")

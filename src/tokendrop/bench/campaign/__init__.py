@@ -117,6 +117,8 @@ def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: L
         (out_dir / IN_PROGRESS).unlink(missing_ok=True)
         print(f"[{name}] interrupted: {out_dir / (name + '.json')} holds what it finished (complete: false)",
               file=sys.stderr, flush=True)
+        if isinstance(e, KeyboardInterrupt):  # the CLI's last line says so instead of "nothing partial was kept"
+            e.kept = f"the finished parts and {name}'s partial result (complete: false) were kept in {out_dir}"
         raise
     r.complete = True
     save()

@@ -595,3 +595,53 @@ def test_compiled_flex_attention_masks_on_cpu(monkeypatch):
         got = attention.attend(q, k, v, attention.flex_block_mask(rows, rows, window))
         ref = attention.attend(q, k, v, attention.attention_bias(None, torch.float32, at, at, rows.doc, rows.doc, window))
         torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sdpa", "flex"])
+def test_whole_model_compiles_in_one_graph_per_mode(backend):
+    """torch.compile(fullgraph=True) of the modern model with documents and windows traces without a
+    graph break: with ``sdpa`` the bands (eager only: their length depends on the data) give way to
+    the bias, with ``flex`` the block masks are built inside the graph.  One graph per dropping
+    mode, no recompilation after; the compiled loss and gradients (sdpa; FlexAttention has no CPU
+    backward: forward only) equal eager's, which used bands.  The GPU's path minus its kernels
+    (backend aot_eager: no code generation)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    mc = ModelConfig(preset="modern-tiny", vocab_size=V, sep_token_id=SEP, local_attention=32, hidden_dropout=0.0,
+                     attention_dropout=0.0, attention_backend=backend)
+    torch.manual_seed(0)
+    model = build_model(mc, DropConfig(method="random", variant="drop", rate=0.5)).train()
+    run = torch.compile(model, dynamic=False, fullgraph=True, backend="aot_eager")
+    ids = torch.cat([_doc([100, 80, 73], seed=i) for i in range(2)])  # (2, 256): bands in eager
+    g = torch.Generator().manual_seed(1)
+    pos = torch.stack([torch.randperm(254, generator=g)[:38] + 1 for _ in range(2)]).sort(-1).values
+    keep = torch.stack([torch.randperm(256, generator=g)[:128].sort().values for _ in range(2)])
+    labels = torch.gather(ids, 1, pos)
+
+    def loss_and_grads(fn, k):
+        with torch.set_grad_enabled(backend == "sdpa"):
+            loss = model.mlm_nll(fn(ids, pos, None, None, k), labels).mean()
+        if backend != "sdpa":
+            return loss.detach(), []
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        model.zero_grad()
+        return loss.detach(), grads
+
+    eager = {k is None: loss_and_grads(model, k) for k in (None, keep)}  # (eager FlexAttention compiles a wrapper)
+    for k in (None, keep):  # compile both modes first
+        loss_and_grads(run, k)
+    old = torch._dynamo.config.error_on_recompile
+    torch._dynamo.config.error_on_recompile = True
+    try:
+        for k in (keep, None, keep):
+            (lc, gc), (le, ge) = loss_and_grads(run, k), eager[k is None]
+            torch.testing.assert_close(lc, le, atol=1e-5, rtol=1e-5)
+            assert len(gc) == len(ge)
+            for a, b in zip(gc, ge):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    finally:
+        torch._dynamo.config.error_on_recompile = old
+        torch._dynamo.reset()

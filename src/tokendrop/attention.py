@@ -12,7 +12,8 @@ allowed pairs, so the same result up to float summation order):
   nothing is masked (flash kernels on GPU), (B, 1, 1, N) for padding only, (B, 1, n, N) otherwise;
 * a :class:`Band` for sliding-window layers with SDPA: queries in blocks of ``BAND_BLOCK`` rows,
   each attending only the contiguous run of key rows its window can reach (found by binary search
-  on ``at``), so a window layer costs O(n * (block + 2 * window)) instead of O(n * N);
+  on ``at``), so a window layer costs O(n * (block + 2 * window)) instead of O(n * N); eager only
+  (its length depends on the data: under ``torch.compile`` the bias is used instead);
 * a FlexAttention ``BlockMask`` (``model.attention_backend``: ``flex``, or ``auto`` on CUDA when
   there is no attention dropout): document and window masks become block-sparse, fully masked
   blocks are skipped by the fused kernel.
@@ -261,7 +262,9 @@ class MaskCache:
         documents = q.doc is not None and k.doc is not None
         if self.flex and (documents or window is not None):
             return flex_block_mask(q, k, window)
-        if window is not None and self.band:
+        # not under torch.compile: a band's length is data-dependent (a graph break, and a recompile
+        # whenever it changes); the compiled graph takes the bias (or FlexAttention) with static shapes
+        if window is not None and self.band and not torch.compiler.is_compiling():
             band = Band.build(q, k, window, self.dtype, self.band)
             if band is not None:
                 return band

@@ -534,18 +534,26 @@ PUBLISHED = {
     "tie_word_embeddings": True, "torch_dtype": "float32", "transformers_version": "4.47.0.dev0", "vocab_size": V}
 
 
-def _published_dir(root, head: str):
-    cfg = transformers.ModernBertConfig(**{k: v for k, v in PUBLISHED.items()
+# jhu-clsp/ettin-encoder-*'s layout (also mmBERT's fields): one RoPE base for both layer kinds, an odd
+# max_position_embeddings, and fields transformers ignores or uses only with flash_attn
+ETTIN = {**PUBLISHED, "local_rope_theta": 160000.0, "max_position_embeddings": 7999, "position_embedding_type": "sans_pos",
+         "repad_logits_with_grad": False, "sparse_pred_ignore_index": -100, "sparse_prediction": False,
+         "reference_compile": None, "transformers_version": "4.48.0"}
+
+
+def _published_dir(root, head: str, published: dict = PUBLISHED):
+    cfg = transformers.ModernBertConfig(**{k: v for k, v in published.items()
                                            if k not in ("architectures", "transformers_version", "torch_dtype")})
     cls = transformers.ModernBertForSequenceClassification if head == "classification" else transformers.ModernBertForMaskedLM
     hf = _perturbed(cls, cfg)
     hf.save_pretrained(root)
-    (root / "config.json").write_text(json.dumps({**PUBLISHED, "architectures": [type(hf).__name__]}))  # the file as published
+    (root / "config.json").write_text(json.dumps({**published, "architectures": [type(hf).__name__]}))  # as published
     return root
 
 
-def test_the_published_modernbert_config_loads(tmp_path):
-    d = _published_dir(tmp_path / "mb", "mlm")
+@pytest.mark.parametrize("published", [PUBLISHED, ETTIN], ids=["answerdotai", "ettin"])
+def test_the_published_modernbert_config_loads(tmp_path, published):
+    d = _published_dir(tmp_path / "mb", "mlm", published)
     src = resolve_init_source(str(d))
     assert (src.model.family, src.model.classifier_pooling, src.model.layer_norm_eps) == ("modernbert", "mean", 1e-5)
     ours = build_model(src.model)

@@ -67,6 +67,7 @@ def mode(request, monkeypatch):
     if request.param == "band":
         monkeypatch.setattr(attention, "BAND_BLOCK", 4)
         monkeypatch.setattr(attention, "BAND_MAX_FRACTION", 100.0)
+        monkeypatch.setattr(attention, "BAND_MAX_FRACTION_DOCUMENTS", 100.0)
     else:
         monkeypatch.setattr(attention, "BAND_BLOCK", 0)
     return request.param
@@ -444,11 +445,19 @@ def test_pretrain_init_warms_up_a_fresh_modern_head(headless_dir, tmp_path):
     assert len(ev) == 1 and ev[0]["steps"] == 3
 
 
+def _bert_with_documents(drop: DropConfig):
+    torch.manual_seed(0)
+    return build_model(ModelConfig(vocab_size=V, num_layers=4, hidden_size=32, num_heads=2, intermediate_size=64,
+                                   max_position_embeddings=64, sep_token_id=SEP, document_attention="on",
+                                   hidden_dropout=0.0, attention_dropout=0.0), drop)
+
+
+@pytest.mark.parametrize("family", ["modernbert", "bert"])
 @pytest.mark.parametrize("variant", ["drop", "pass", "avg"])
-def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant):
+def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant, family):
     """A dropping training step's loss and gradients agree across the mask forms (padding, documents
-    and windows in one batch).  FlexAttention has no CPU backward: its gradients are a GPU test
-    (tests/test_gpu.py), its forward is compared here."""
+    and -- modernbert -- windows in one batch; bands for windows and documents).  FlexAttention has
+    no CPU backward: its gradients are a GPU test (tests/test_gpu.py), its forward is compared here."""
     drop = DropConfig(method="none" if variant == "avg" else "random", variant=variant, rate=0.5)
     b = _batch(b=3, t=64, seed=4)
     b["attention_mask"][1, 50:] = 0  # padding in one row (a padded row's own output is not compared)
@@ -459,7 +468,8 @@ def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant):
     for mode in MODES:
         monkeypatch.setattr(attention, "BAND_BLOCK", 4 if mode == "band" else 0)
         monkeypatch.setattr(attention, "BAND_MAX_FRACTION", 100.0)
-        m = _backend(_train_mode(_ours(hf_dir, drop)), mode)
+        monkeypatch.setattr(attention, "BAND_MAX_FRACTION_DOCUMENTS", 100.0)
+        m = _backend(_train_mode(_ours(hf_dir, drop) if family == "modernbert" else _bert_with_documents(drop)), mode)
         torch.set_grad_enabled(mode != "flex")
         logits = m(b["input_ids"], b["mlm_positions"], b["attention_mask"], None,
                    None if variant == "avg" else keep, drop_active=True)
@@ -502,6 +512,26 @@ def test_band_and_flex_forms_against_the_dense_bias():
     got = attention.attend(qk, k, v, attention.Band.build(kept, rows, 30, torch.float32, block=16))
     ref = attention.attend(qk, k, v, attention.attention_bias(None, torch.float32, kept.at, at, window=30))
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    # documents without a window (global layers, BERT): 40-token documents and padding in one row
+    doc = (torch.arange(T) // 40)[None].repeat(2, 1)
+    doc[1, 450:] = -1
+    valid = (doc >= 0).long()
+    drows = Rows(valid, doc, None, None)
+    band = attention.Band.build(drows, drows, None, torch.float32, block=64)
+    assert band is not None and band.slot.shape[2] <= 64 + 2 * 40  # block + a document on each side
+    ref = attention.attend(q[:2], k[:2], v[:2], attention.attention_bias(valid, torch.float32, q_doc=doc, k_doc=doc))
+    got = attention.attend(q[:2], k[:2], v[:2], band)
+    torch.testing.assert_close(got[0], ref[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1, :, :450], ref[1, :, :450], atol=1e-5, rtol=1e-5)  # padding rows: not used
+    kept = drows.gather(keep[:2])  # kept rows over all rows (the first dropped layer)
+    got = attention.attend(qk[:2], k[:2], v[:2], attention.Band.build(kept, drows, None, torch.float32, block=16))
+    ref = attention.attend(qk[:2], k[:2], v[:2], attention.attention_bias(valid, torch.float32, q_doc=kept.doc, k_doc=doc))
+    real = kept.valid.bool()
+    torch.testing.assert_close(got.transpose(1, 2)[real], ref.transpose(1, 2)[real], atol=1e-5, rtol=1e-5)
+    one = Rows(None, torch.zeros(1, T, dtype=torch.long), None, None)  # one document: the band would be the row
+    assert attention.Band.build(one, one, None, torch.float32, block=64) is None
+    longer = Rows(None, (torch.arange(T) // 150)[None], None, None)  # blocks reach 300 of 512 keys: the bias
+    assert attention.Band.build(longer, longer, None, torch.float32, block=128) is None
     with pytest.raises(ConfigError, match="model.attention_backend"):
         ModelConfig(preset="modern-tiny", attention_backend="flex", attention_dropout=0.2).validate()
     with pytest.raises(ConfigError, match="model.attention_backend"):

@@ -10,10 +10,12 @@ allowed pairs, so the same result up to float summation order):
 
 * an additive bias for ``F.scaled_dot_product_attention`` (:func:`attention_bias`) -- None when
   nothing is masked (flash kernels on GPU), (B, 1, 1, N) for padding only, (B, 1, n, N) otherwise;
-* a :class:`Band` for sliding-window layers with SDPA: queries in blocks of ``BAND_BLOCK`` rows,
-  each attending only the contiguous run of key rows its window can reach (found by binary search
-  on ``at``), so a window layer costs O(n * (block + 2 * window)) instead of O(n * N); eager only
-  (its length depends on the data: under ``torch.compile`` the bias is used instead);
+* a :class:`Band` for sliding-window layers and per-document attention with SDPA: queries in
+  blocks of ``BAND_BLOCK`` rows, each attending only the contiguous run of key rows its window and
+  its documents can reach (found by binary search on ``at`` and on the document ids), so a window
+  layer costs O(n * (block + 2 * window)) instead of O(n * N), and a layer over short packed
+  documents O(n * (block + 2 * document length)); eager only (its length depends on the data:
+  under ``torch.compile`` the bias is used instead);
 * a FlexAttention ``BlockMask`` (``model.attention_backend``: ``flex``, or ``auto`` on CUDA when
   there is no attention dropout): document and window masks become block-sparse, fully masked
   blocks are skipped by the fused kernel.
@@ -39,6 +41,10 @@ except ImportError:  # pragma: no cover - older torch: FlexAttention unavailable
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
 BAND_BLOCK = 128  # query rows per block of a banded (sliding-window) SDPA call
 BAND_MAX_FRACTION = 0.75  # a band whose key slots exceed this share of n * N falls back to the dense bias
+BAND_DOCUMENTS = True  # per-document attention without a window as bands too (False: the bias; benchmarks)
+# documents alone need a smaller share to pay for the band's K/V gather (benchmarks/document_bands.py,
+# CPU: a key share <= 0.38 gained 1.06-1.39x, 0.5 about even, a band as long as the row 0.78x)
+BAND_MAX_FRACTION_DOCUMENTS = 0.4
 
 
 def flex_available() -> bool:
@@ -118,34 +124,50 @@ def _batch(*ts: Tensor | None) -> int:
 
 @dataclass
 class Band:
-    """A sliding-window mask computed block by block.  Query block j (rows ``[jC, (j+1)C)``, C =
-    ``block``) attends the key rows ``slot[:, j]`` (B, nb, L): a contiguous run of key rows from the
-    first whose ``at`` is >= the block's first ``at`` - window, L the longest run any block needs;
-    ``bias`` (B * nb, 1, C, L) masks the slots outside the window, document, validity or run."""
+    """A window and/or document mask computed block by block.  Query block j (rows ``[jC, (j+1)C)``,
+    C = ``block``) attends the key rows ``slot[:, j]`` (B, nb, L): the contiguous run of key rows its
+    window (``at`` within ``window``) and its documents (from the first row's to the last row's) can
+    reach, L the longest run any block needs; ``bias`` (B * nb, 1, C, L) masks the slots outside the
+    window, document, validity or run."""
 
     slot: Tensor  # (B, nb, L) key row per slot
     bias: Tensor  # (B * nb, 1, C, L) additive
     block: int
 
     @classmethod
-    def build(cls, q, k, window: int, dtype: torch.dtype, block: int = 0) -> "Band | None":
-        """-> the band of query rows ``q`` over key rows ``k`` (``Rows`` with ``at``), or None when
-        it would save too little (short rows, or dense-looking windows)."""
+    def build(cls, q, k, window: int | None, dtype: torch.dtype, block: int = 0) -> "Band | None":
+        """-> the band of query rows ``q`` over key rows ``k`` (``Rows``: ``at`` for a window, ``doc``
+        for documents; both ascending along a row, padding's document -1 at the end), or None when
+        it would save too little (short rows, windows or documents about as long as the row)."""
         block = block or BAND_BLOCK
-        n, N = q.at.shape[1], k.at.shape[1]
+        documents = q.doc is not None and k.doc is not None
+        if window is None and not documents:
+            return None
+        n, N = (q.at.shape[1], k.at.shape[1]) if window is not None else (q.doc.shape[1], k.doc.shape[1])
         if n <= block:
             return None
         b = _batch(q.at, k.at, q.doc, k.doc, k.valid)
         nb = math.ceil(n / block)
-        qa = _batched(q.at, b)
-        if nb * block > n:  # pad the last block with its last row (masked out below by the slice)
-            qa = torch.cat([qa, qa[:, -1:].expand(b, nb * block - n)], 1)
-        qa = qa.view(b, nb, block)
-        ka = _batched(k.at, b).contiguous()
-        lo = torch.searchsorted(ka, (qa[:, :, 0] - window).contiguous())  # (B, nb)
-        hi = torch.searchsorted(ka, (qa[:, :, -1] + window).contiguous(), right=True)
+
+        def blocks(t: Tensor) -> Tensor:  # (B or 1, n) -> (B, nb, C); the last block padded with its last row
+            t = _batched(t, b)
+            if nb * block > n:  # (the padded rows are sliced off the output)
+                t = torch.cat([t, t[:, -1:].expand(b, nb * block - n)], 1)
+            return t.reshape(b, nb, block)
+
+        lo = torch.zeros(b, nb, dtype=torch.long, device=(q.at if window is not None else q.doc).device)
+        hi = torch.full_like(lo, N)
+        if window is not None:
+            qa, ka = blocks(q.at), _batched(k.at, b).contiguous()
+            lo = torch.searchsorted(ka, (qa[:, :, 0] - window).contiguous())  # (B, nb)
+            hi = torch.searchsorted(ka, (qa[:, :, -1] + window).contiguous(), right=True)
+        if documents:  # padding (-1) as a last document, so the ids ascend along every row
+            qd, kd = blocks(q.doc.masked_fill(q.doc < 0, N)), _batched(k.doc.masked_fill(k.doc < 0, N), b).contiguous()
+            lo = torch.maximum(lo, torch.searchsorted(kd, qd[:, :, 0].contiguous()))
+            hi = torch.minimum(hi, torch.searchsorted(kd, qd[:, :, -1].contiguous(), right=True))
         span = int((hi - lo).max())
-        if span <= 0 or nb * block * span > BAND_MAX_FRACTION * n * N:
+        limit = BAND_MAX_FRACTION if window is not None else BAND_MAX_FRACTION_DOCUMENTS
+        if span <= 0 or nb * block * span > limit * n * N:
             return None
         slot = lo[:, :, None] + torch.arange(span, device=lo.device)  # (B, nb, L)
         allowed = (slot < hi[:, :, None])[:, :, None, :]  # (B, nb, 1, L)
@@ -155,14 +177,13 @@ class Band:
         def at_slots(t: Tensor) -> Tensor:  # (B or 1, N) -> (B, nb, 1, L)
             return torch.gather(_batched(t, b), 1, flat).view(b, nb, 1, span)
 
-        allowed = allowed & ((qa[:, :, :, None] - at_slots(k.at)).abs() <= window)  # (B, nb, C, L)
+        if window is not None:
+            allowed = allowed & ((qa[:, :, :, None] - at_slots(k.at)).abs() <= window)  # (B, nb, C, L)
         if k.valid is not None:
             allowed = allowed & at_slots(k.valid).to(torch.bool)
-        if q.doc is not None and k.doc is not None:
-            qd = _batched(q.doc, b)
-            if nb * block > n:
-                qd = torch.cat([qd, qd[:, -1:].expand(b, nb * block - n)], 1)
-            allowed = allowed & (qd.view(b, nb, block, 1) == at_slots(k.doc))
+        if documents:
+            allowed = allowed & (qd[:, :, :, None] == at_slots(kd))
+        allowed = allowed.expand(b, nb, block, span)
         dtype, neg = _neg(dtype, allowed.device)
         bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, neg)
         return cls(slot=slot, bias=bias.view(b * nb, 1, block, span), block=block)
@@ -243,8 +264,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask, dropout_p: float = 0.0) -> Ten
 class MaskCache:
     """The masks of one forward pass, built once per (query rows, key rows, window) and reused by
     every layer that needs the same one.  ``flex``: document / window masks as FlexAttention block
-    masks; otherwise window masks as a :class:`Band` where that saves work (``band``: its block
-    size, None = ``BAND_BLOCK``, 0 = never) and additive biases for the rest."""
+    masks; otherwise window / document masks as a :class:`Band` where that saves work (``band``:
+    its block size, None = ``BAND_BLOCK``, 0 = never) and additive biases for the rest."""
 
     def __init__(self, dtype: torch.dtype, flex: bool = False, band: int | None = None):
         self.dtype = dtype
@@ -264,7 +285,7 @@ class MaskCache:
             return flex_block_mask(q, k, window)
         # not under torch.compile: a band's length is data-dependent (a graph break, and a recompile
         # whenever it changes); the compiled graph takes the bias (or FlexAttention) with static shapes
-        if window is not None and self.band and not torch.compiler.is_compiling():
+        if (window is not None or (documents and BAND_DOCUMENTS)) and self.band and not torch.compiler.is_compiling():
             band = Band.build(q, k, window, self.dtype, self.band)
             if band is not None:
                 return band

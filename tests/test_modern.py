@@ -370,15 +370,22 @@ def test_finetune_accepts_a_modernbert_dir(hf_dir, tmp_path):
     assert type(back).__name__ == "ModernBertForSequenceClassification" and not info["missing_keys"]
 
 
-def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
+def _task_data(tmp_path, model_dir):
+    """Prepared T=64 data of the task corpus in ``model_dir``'s vocabulary (for ``pretrain --init``)."""
     from tokendrop.data import prepare
     from tokendrop.data.testing import write_task_corpus
-    from tokendrop.hf import export_hf
-    from tokendrop.train import pretrain
 
     corpus = write_task_corpus(tmp_path / "corpus.txt", num_docs=120)
     data = tmp_path / "data"
-    prepare([corpus], data, seq_len=64, vocab=hf_dir / "vocab.txt", eval_fraction=0.1, workers=1, progress=False)
+    prepare([corpus], data, seq_len=64, vocab=model_dir / "vocab.txt", eval_fraction=0.1, workers=1, progress=False)
+    return data
+
+
+def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
+    from tokendrop.hf import export_hf
+    from tokendrop.train import pretrain
+
+    data = _task_data(tmp_path, hf_dir)
     cfg = from_dict(Config, {"model": {"init": str(hf_dir)}, "drop": {"method": "cumulative", "rate": 0.5},
                              "data": {"path": str(data), "num_workers": 0},
                              "train": {"steps": 2, "batch_size": 4, "warmup_steps": 0, "eval_every": 2,
@@ -428,13 +435,9 @@ def test_head_warmup_moves_only_the_modern_head(headless_dir):
 
 
 def test_pretrain_init_warms_up_a_fresh_modern_head(headless_dir, tmp_path):
-    from tokendrop.data import prepare
-    from tokendrop.data.testing import write_task_corpus
     from tokendrop.train import pretrain, read_metrics
 
-    corpus = write_task_corpus(tmp_path / "corpus.txt", num_docs=120)
-    data = tmp_path / "data"
-    prepare([corpus], data, seq_len=64, vocab=headless_dir / "vocab.txt", eval_fraction=0.1, workers=1, progress=False)
+    data = _task_data(tmp_path, headless_dir)
     cfg = from_dict(Config, {"model": {"init": str(headless_dir)}, "drop": {"method": "random", "rate": 0.5},
                              "data": {"path": str(data), "num_workers": 0},
                              "train": {"steps": 1, "batch_size": 4, "warmup_steps": 0, "eval_every": 1,

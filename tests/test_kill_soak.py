@@ -29,11 +29,19 @@ ENV = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
            PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 SEED = 1313
 STEPS = 60
-KILLS = 10
+CKPT_EVERY = 3
+# How far past the last step logged before it (re)started one kill can let the run get, in logged
+# steps: a checkpoint kill comes at the 1st or 2nd checkpoint temp dir after a resume from a checkpoint
+# at most that last logged step (so by 2 checkpoints' steps), a training kill 1-4 steps after it, a
+# start-up kill before its first step; each waits its random extra moment only until one more step is
+# logged.  The soak's kills together stay below STEPS, so no kill can come after the run finished
+# (the flake this replaces: a start-up kill timed in seconds came after step 60 on a fast machine).
+ADVANCE = {"checkpoint": 2 * CKPT_EVERY + 1, "training": 4 + 1, "start-up": 1}
+MODES = ["checkpoint"] * 5 + ["training"] * 4 + ["start-up"]
 
 
 def _args(data: Path) -> list[str]:
-    return ["--quiet", "--set", f'data.path="{data}"', "--set", f"train.steps={STEPS}", "--set", "train.ckpt_every=3",
+    return ["--quiet", "--set", f'data.path="{data}"', "--set", f"train.steps={STEPS}", "--set", f"train.ckpt_every={CKPT_EVERY}",
             "--set", "train.log_every=1", "--set", "train.eval_every=10", "--set", "train.eval_batches=1",
             "--set", "train.batch_size=8", "--set", "train.threads=1", "--set", "train.deterministic=true",
             "--set", "drop.method=half_random", "--set", "model.hidden_dropout=0.1"]
@@ -71,6 +79,12 @@ def _wait(p: subprocess.Popen, cond, timeout: float = 120.0, poll: float = 0.001
     return False
 
 
+def _kill_moment(p: subprocess.Popen, run: Path, seconds: float) -> None:
+    """Wait ``seconds`` or until one more step is logged, whichever comes first (bounds a kill's advance)."""
+    n, until = _logged_steps(run), time.time() + seconds
+    _wait(p, lambda: time.time() >= until or _logged_steps(run) > n)
+
+
 def _leftovers(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*")
                   if ".tmp-" in p.name or ".old-" in p.name or p.name.endswith(".tokendrop.lock")
@@ -88,20 +102,21 @@ def test_sigkill_soak_resumes_bit_identically(tiny_data, tmp_path):
                         *_args(tiny_data)], env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
 
+    assert sum(ADVANCE[m] for m in MODES) < STEPS  # every kill comes while the run is provably unfinished
     rng = random.Random(SEED)
-    modes = ["checkpoint"] * 5 + ["training"] * 4 + ["start-up"]
+    modes = list(MODES)
     rng.shuffle(modes)
     log = []
     for mode in modes:
         fresh = ckpt_mod.latest(run) is None if run.exists() else True
         p = _start(run, tiny_data, fresh)
         try:
-            if mode == "start-up":  # anywhere from the imports to the first steps
-                time.sleep(rng.uniform(0.2, 2.5))
+            if mode == "start-up":  # anywhere from the imports to its first logged step
+                _kill_moment(p, run, rng.uniform(0.2, 2.5))
             elif mode == "training":  # a few steps after it resumed, then a random fraction of a step later
                 n0, k = _logged_steps(run), rng.randint(1, 4)
                 assert _wait(p, lambda: _logged_steps(run) >= n0 + k, poll=0.005), p.communicate()
-                time.sleep(rng.uniform(0.0, 0.05))
+                _kill_moment(p, run, rng.uniform(0.0, 0.05))
             else:  # the k-th checkpoint temp dir (a write, or the removal of an old checkpoint)
                 seen: set[str] = set()
                 k = rng.randint(1, 2)
@@ -110,7 +125,7 @@ def test_sigkill_soak_resumes_bit_identically(tiny_data, tmp_path):
                     seen.update(_temps(run))
                     return len(seen) >= k
                 assert _wait(p, nth_temp), p.communicate()
-                time.sleep(rng.uniform(0.0, 0.003))
+                _kill_moment(p, run, rng.uniform(0.0, 0.003))
             assert p.poll() is None, f"the run ended before the {mode} kill: {p.communicate()}"
             p.kill()
             p.wait(timeout=60)

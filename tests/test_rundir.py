@@ -322,7 +322,7 @@ SLOW_SAVE = textwrap.dedent("""
         real(tensors, path)
         if os.path.exists(sys.argv[1]):  # the test asked for a slow checkpoint: hold it mid-write
             print("saving", flush=True)
-            time.sleep(60)
+            time.sleep(3600)  # held for an hour: only a prompt second SIGINT ends the process in time
     st.save_file = slow_save
     raise SystemExit(main(sys.argv[2:]))
 """)
@@ -358,10 +358,8 @@ def test_sigint_checkpoints_130_and_a_second_sigint_stops_at_once(tiny_data, tmp
         flag.write_text("")
         p.send_signal(signal.SIGINT)
         assert p.stdout.readline().strip() == "saving"
-        t0 = time.time()
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=30)
-        assert time.time() - t0 < 20  # at once, not after the 60 s sleep
+        out, err = p.communicate(timeout=300)  # at once, not after the hour-long save (no timing assert)
     finally:
         if p.poll() is None:
             p.kill()

@@ -24,6 +24,8 @@ from safetensors.torch import load_file
 
 from tokendrop import checkpoint as ckpt_mod
 
+from processes import logged_steps as _logged_steps, wait_until as _wait
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 ENV = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
            PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -60,29 +62,10 @@ def _temps(run: Path) -> set[str]:
         return set()
 
 
-def _logged_steps(run: Path) -> int:
-    try:
-        return (run / "metrics.jsonl").read_bytes().count(b'"loss"')
-    except FileNotFoundError:
-        return 0
-
-
-def _wait(p: subprocess.Popen, cond, timeout: float = 120.0, poll: float = 0.001) -> bool:
-    """Poll ``cond()`` until it holds (True) or the process ended / the time is up (False)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        if p.poll() is not None:
-            return False
-        time.sleep(poll)
-    return False
-
-
 def _kill_moment(p: subprocess.Popen, run: Path, seconds: float) -> None:
     """Wait ``seconds`` or until one more step is logged, whichever comes first (bounds a kill's advance)."""
     n, until = _logged_steps(run), time.time() + seconds
-    _wait(p, lambda: time.time() >= until or _logged_steps(run) > n)
+    _wait(p, lambda: time.time() >= until or _logged_steps(run) > n, poll=0.001)
 
 
 def _leftovers(root: Path) -> list[str]:
@@ -124,7 +107,7 @@ def test_sigkill_soak_resumes_bit_identically(tiny_data, tmp_path):
                 def nth_temp() -> bool:
                     seen.update(_temps(run))
                     return len(seen) >= k
-                assert _wait(p, nth_temp), p.communicate()
+                assert _wait(p, nth_temp, poll=0.001), p.communicate()
                 _kill_moment(p, run, rng.uniform(0.0, 0.003))
             assert p.poll() is None, f"the run ended before the {mode} kill: {p.communicate()}"
             p.kill()

@@ -29,6 +29,8 @@ from tokendrop.cli import main as cli_main
 from tokendrop.config import load_config
 from tokendrop.train import pretrain
 
+from processes import wait_for_training
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 ENV = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
            PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -275,20 +277,12 @@ def _pretrain_proc(out: Path, data: Path, *extra: str) -> subprocess.Popen:
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for(path: Path, p: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and not path.exists():
-        assert p.poll() is None, p.communicate()
-        time.sleep(0.1)
-    assert path.exists()
-
-
 @pytest.mark.slow
 def test_two_pretrains_on_one_out_and_sigterm_exits_143(tiny_data, tmp_path):
     run = tmp_path / "run"
     first = _pretrain_proc(run, tiny_data, "--set", "train.ckpt_every=100000")
     try:
-        _wait_for(run / "metrics.jsonl", first)
+        wait_for_training(first, run)
         second = subprocess.run([sys.executable, "-m", "tokendrop", "pretrain", "--config", "tiny", "--out", str(run),
                                  "--quiet", "--set", f'data.path="{tiny_data}"', "--set", "train.steps=3"],
                                 env=ENV, capture_output=True, text=True, timeout=120)
@@ -336,8 +330,7 @@ def test_sigint_checkpoints_130_and_a_second_sigint_stops_at_once(tiny_data, tmp
     # one SIGINT: a checkpoint at the end of the step, exit 130
     p = subprocess.Popen([sys.executable, "-m", "tokendrop", *args, "--set", "train.ckpt_every=100000"], env=ENV,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(run / "metrics.jsonl", p)
-    time.sleep(0.5)
+    wait_for_training(p, run)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err

@@ -16,6 +16,8 @@ from tokendrop.cli import main as cli_main
 from tokendrop.config import ConfigError, load_config
 from tokendrop.train import TrainingError, pretrain, read_metrics
 
+from processes import wait_for_training
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -208,12 +210,7 @@ def test_sigterm_saves_and_exits_143(tiny_data, tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "tokendrop", "pretrain", "--config", "tiny", "--out", str(run), "--quiet",
                           "--set", f'data.path="{tiny_data}"', "--set", "train.steps=100000", "--set", "train.ckpt_every=100000",
                           "--set", "train.eval_every=100000"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    import time
-
-    deadline = time.time() + 60
-    while time.time() < deadline and not (run / "metrics.jsonl").exists():
-        time.sleep(0.2)
-    time.sleep(1.0)
+    wait_for_training(p, run)  # not "a second after start": the handler may not be installed yet
     p.terminate()
     out, err = p.communicate(timeout=60)
     assert p.returncode == 143, err  # 128 + SIGTERM: an interrupted run is not a success (issue 13 item 4)

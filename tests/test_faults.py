@@ -539,7 +539,7 @@ def test_ddp_ranks_draw_their_own_random_streams(tiny_data, tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(DDP_RNG)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29547",
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                         str(script), str(tiny_data), str(tmp_path / "run")], capture_output=True, text=True, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     st = load_file(str(ckpt_mod.latest(tmp_path / "run") / "state.safetensors"))

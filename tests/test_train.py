@@ -300,7 +300,7 @@ def test_ddp_two_ranks_match_one(tiny_data, tmp_path):
     one = subprocess.run([sys.executable, str(script), str(tiny_data), str(tmp_path / "one")], capture_output=True,
                          text=True, env=env)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29531",
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           str(script), str(tiny_data), str(tmp_path / "two")], capture_output=True, text=True, env=env)
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")

@@ -368,7 +368,7 @@ INTERRUPT_PREPARE = textwrap.dedent("""
     from tokendrop.cli import main
     prep = importlib.import_module("tokendrop.data.prepare")
     def stop(self):  # mid-write: shards written, no meta.json yet
-        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        signal.raise_signal(getattr(signal, sys.argv[1]))  # handled before it returns (os.kill may reach another thread)
         raise AssertionError("the signal did not interrupt")
     prep._PackedWriter.finish = stop
     raise SystemExit(main(sys.argv[2:]))

@@ -636,9 +636,10 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             tokens_done += tc.batch_size * T
             is_log = step % tc.log_every == 0 or step == tc.steps
             is_eval = step % tc.eval_every == 0 or step == tc.steps
-            if stop_at is not None and step >= stop_at:
-                stop.stop = True
-            is_ckpt = step % tc.ckpt_every == 0 or step == tc.steps or stop.stop
+            # read once per step: a signal arriving after this point (while logging or evaluating)
+            # is acted on after the next step, never by stopping without the checkpoint
+            stopping = stop.stop or (stop_at is not None and step >= stop_at)
+            is_ckpt = step % tc.ckpt_every == 0 or step == tc.steps or stopping
             if is_log or is_eval or is_ckpt:
                 # the host waits for the device only here, not every step; step_time is the mean
                 # over the steps since the last such point
@@ -687,7 +688,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 pbar.update(1)
             if is_log or is_eval or is_ckpt:
                 t_mark = time.perf_counter()  # evaluation and checkpoints are not training time
-            if stop.stop:
+            if stopping:
                 interrupted = True
                 break
     if pbar is not None:

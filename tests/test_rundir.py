@@ -367,6 +367,8 @@ INTERRUPT_PREPARE = textwrap.dedent("""
     import importlib, os, signal, sys
     from tokendrop.cli import main
     prep = importlib.import_module("tokendrop.data.prepare")
+    # Python's own SIGINT handling even where the parent ignores SIGINT (a background job of a script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     def stop(self):  # mid-write: shards written, no meta.json yet
         signal.raise_signal(getattr(signal, sys.argv[1]))  # handled before it returns (os.kill may reach another thread)
         raise AssertionError("the signal did not interrupt")

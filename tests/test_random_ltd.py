@@ -350,3 +350,28 @@ def test_inspect_shows_what_random_ltd_keeps(tiny_data, tmp_path):
         assert e["kept_fraction_sequence"] == pytest.approx(m / T)
     assert "random-LTD" in (out / "examples.html").read_text()
     assert any("random_ltd" in n for n in json.loads((out / "summary.json").read_text())["notes"])
+
+
+# ----------------------------------------------------------------------------------------------
+# bench rows
+
+
+def test_bench_random_ltd_rows(tmp_path):
+    import json
+
+    from tokendrop.cli import main
+
+    out = tmp_path / "b.json"
+    assert main(["bench", "--preset", "smoke", "--set", 'variants=["drop", "random_ltd"]', "--set", "hf=false",
+                 "--set", "memory=false", "--json", str(out), "--quiet"]) == 0
+    res = json.loads(out.read_text())
+    rows = {s["name"]: s for s in res["settings"]}
+    assert list(rows) == ["T32/dense", "T32/drop-0.5", "T32/random_ltd-0.5"]
+    mc = ModelConfig(preset="debug-4x64", vocab_size=512)
+    ltd_row = rows["T32/random_ltd-0.5"]
+    assert ltd_row["kept"] == 16  # (1 - 0.5) T in each of the 2 middle layers
+    assert ltd_row["flops_per_step"] == step_flops(mc, 32, ltd_row["batch_size"], ltd(ltd_start_fraction=0.5)).total
+    sp = {x["setting"]: x for x in res["speedups"]}["T32/random_ltd-0.5"]
+    bound = step_flops(mc, 32, 1, None).total / step_flops(mc, 32, 1, ltd(ltd_start_fraction=0.5)).total
+    assert sp["flop_bound"] == pytest.approx(bound) and 1.0 < bound < 2.0
+    assert "T32_random_ltd50_flop_bound" in res["headline"]

@@ -363,8 +363,8 @@ class MLMHead(nn.Module):
 class MaskedLM(nn.Module):
     """Both families' MLM models share this forward and loss.  A subclass sets ``encoder`` (a
     property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids, keep_idx,
-    drop_active, doc_ids) -> (B, T, d)``), ``document_attention`` and ``config``, and implements
-    :meth:`head_logits`."""
+    drop_active, doc_ids) -> (B, T, d)``), ``encoder_layers`` (its layers, in order),
+    ``document_attention`` and ``config``, and implements :meth:`head_logits`."""
 
     task = "mlm"
 
@@ -428,6 +428,10 @@ class BertForMaskedLM(MaskedLM):
     @property
     def config(self) -> ModelConfig:
         return self.bert.config
+
+    @property
+    def encoder_layers(self) -> nn.ModuleList:
+        return self.bert.encoder.layers
 
     @property
     def encoder(self) -> BertModel:

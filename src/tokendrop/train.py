@@ -34,6 +34,7 @@ from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import step_flops
 from .random_ltd import ltd_kept
+from .consistency import ClsTaps, consistency_term
 from .continued import warm_start
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
@@ -146,6 +147,8 @@ class MLMStep:
         self.amp_dtype = amp_dtype
         self.ddp = ddp
         self.select = cfg.drop.enabled and cfg.drop.variant != "avg"
+        # ScTD (tokendrop.consistency): [CLS] taps on the last two layers, only when its weight is > 0
+        self.taps = ClsTaps(model.encoder_layers) if cfg.drop.enabled and cfg.drop.consistency_weight > 0 else None
 
     def keep_idx(self, mb: dict[str, Tensor], step: int) -> Tensor | None:
         """The kept positions of one micro-batch: (B, M) from the selector, or (S, B, M) per half
@@ -171,6 +174,8 @@ class MLMStep:
         scale = float(dist.get_world_size()) if self.ddp is not None else 1.0
         sums = torch.zeros(2, device=device)  # weighted nll, correct predictions
         all_nll = []
+        sctd = dropping and self.taps is not None and step % self.cfg.drop.consistency_every == 0
+        kl_sum = torch.zeros((), device=device)
         for i, mb in enumerate(micro):
             keep = None
             if dropping and self.select:
@@ -178,14 +183,20 @@ class MLMStep:
             sync = self.ddp is None or i == len(micro) - 1
             ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
             with ctx:
-                with torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                with self.taps.record() if sctd else contextlib.nullcontext() as dropped, \
+                        torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
                     logits = self.run_model(
                         mb["input_ids"], mb["mlm_positions"], mb["attention_mask"] if self.use_attention_mask else None,
                         mb["token_type_ids"], keep_idx=keep, drop_active=dropping,
                     )
                 nll = self.model.mlm_nll(logits, mb["mlm_labels"])  # (B, P) fp32
                 w = mb["mlm_weights"]
-                loss = (nll * w).sum() / norm * scale
+                loss = (nll * w).sum()
+                if sctd:
+                    kl = self._consistency(mb, dropped)
+                    kl_sum += kl.detach()
+                    loss = loss + self.cfg.drop.consistency_weight * kl
+                loss = loss / norm * scale
                 loss.backward()
             with torch.no_grad():
                 correct = ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum()
@@ -212,7 +223,20 @@ class MLMStep:
             )
         if self.ddp is not None:
             dist.all_reduce(sums)
-        return {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm, "finite": finite}
+        out = {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm, "finite": finite}
+        if sctd:  # this rank's summed [CLS] KL over its micro-batches, per real slot
+            out["consistency"] = kl_sum / norm
+        return out
+
+    def _consistency(self, mb: dict[str, Tensor], dropped: list[Tensor]) -> Tensor:
+        """ScTD: the dense pass of the same micro-batch (no MLM head; through the unwrapped model, so
+        under DDP the one backward still reduces each gradient once) -> the unweighted KL term."""
+        device = mb["input_ids"].device
+        with self.taps.record() as dense, \
+                torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            self.model.hidden(mb["input_ids"], None, mb["attention_mask"] if self.use_attention_mask else None,
+                              mb["token_type_ids"])
+        return consistency_term(dropped, dense)
 
 
 @torch.no_grad()

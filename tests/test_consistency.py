@@ -162,3 +162,18 @@ def test_bad_consistency_config(kw):
     with pytest.raises(ConfigError, match=r"drop\.consistency_(weight|every)") as e:
         DropConfig(**kw).validate(12)
     assert "\n" not in str(e.value)
+
+
+def test_per_step_flops_of_a_run():
+    from tokendrop.flops import dropping_step_flops
+    from tokendrop.random_ltd import ltd_kept
+
+    mc = ModelConfig(preset="cpu-12x256", vocab_size=30522)
+    sctd = DropConfig(method="cumulative", consistency_weight=0.05, consistency_every=10)
+    per = dropping_step_flops(mc, 128, 4, sctd, 25)
+    base = step_flops(mc, 128, 4, sctd).total
+    assert per == [base + (consistency_flops(mc, 128, 4) if k % 10 == 0 else 0) for k in range(25)]
+    ltd = DropConfig(method="random_ltd", ltd_start_fraction=0.25, ltd_schedule_share=0.5)
+    per = dropping_step_flops(mc, 128, 4, ltd, 40)
+    assert per == [step_flops(mc, 128, 4, ltd, kept=ltd_kept(ltd, 128, k, 40)).total for k in range(40)]
+    assert per[0] < per[10] < per[-1] == step_flops(mc, 128, 4, None).total

@@ -159,6 +159,24 @@ def consistency_flops(model: ModelConfig, seq_len: int, batch_size: int = 1, mas
     return step_flops(model, seq_len, batch_size, None, masked_dense_local=masked_dense_local).encoder_total
 
 
+def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop: DropConfig,
+                        train_steps: int) -> list[int]:
+    """FLOPs of each optimizer step 0..train_steps-1 of a run with dropping on: random_ltd at the
+    count its schedule gives that step, plus ScTD's dense pass on every ``consistency_every``-th step
+    (stage 2 is the caller's: those steps cost ``step_flops(..., None)``)."""
+    cache: dict[int, int] = {}
+
+    def at(m: int) -> int:
+        if m not in cache:
+            cache[m] = step_flops(model, seq_len, batch_size, drop, kept=m).total
+        return cache[m]
+
+    extra = consistency_flops(model, seq_len, batch_size) if drop.consistency_weight > 0 else 0
+    fixed = None if drop.per_layer else at(drop.num_kept(seq_len))
+    return [(at(ltd_kept(drop, seq_len, k, train_steps)) if fixed is None else fixed)
+            + (extra if k % drop.consistency_every == 0 else 0) for k in range(train_steps)]
+
+
 def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only: bool = False,
                masked_dense_local: bool = False) -> float:
     """FLOPs with dropping / FLOPs of the dense model (1 / the best possible speedup)."""

@@ -95,8 +95,10 @@ def cmd_flops(a: argparse.Namespace) -> int:
         dense = step_flops(cfg.model, t, cfg.train.batch_size, None)
         drop = step_flops(cfg.model, t, cfg.train.batch_size, cfg.drop)
         rows.append((t, dense.total, drop.total, flop_ratio(cfg.model, t, cfg.drop), flop_ratio(cfg.model, t, cfg.drop, True)))
+    kept = (f"kept {cfg.drop.ltd_start_fraction:g} of T per layer (the schedule's first step)" if cfg.drop.per_layer
+            else f"rate {cfg.drop.rate}")
     print(f"model: {describe_model(cfg.model)}; drop: {cfg.drop.method}/{cfg.drop.variant} "
-          f"rate {cfg.drop.rate} span {cfg.drop.span(cfg.model.num_layers)}; batch {cfg.train.batch_size}")
+          f"{kept} span {cfg.drop.span(cfg.model.num_layers)}; batch {cfg.train.batch_size}")
     print(f"{'T':>5} {'dense FLOPs/step':>18} {'drop FLOPs/step':>18} {'ratio':>7} {'encoder ratio':>14} {'bound speedup':>14}")
     for t, d, x, r, re in rows:
         print(f"{t:>5} {d:>18.4g} {x:>18.4g} {r:>7.3f} {re:>14.3f} {1 / r:>13.3f}x")

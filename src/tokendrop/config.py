@@ -210,8 +210,13 @@ class ModelConfig:
 # ----------------------------------------------------------------------------------------------
 # token dropping
 
-DROP_METHODS = ("none", "cumulative", "half_random", "random", "frequency")
+DROP_METHODS = ("none", "cumulative", "half_random", "random", "frequency", "random_ltd")
 DROP_VARIANTS = ("drop", "pass", "avg", "layer_rearranged")
+# What each selection method is (one place; study/plan, continued, inspect and importance ask here):
+LOSS_METHODS = ("cumulative", "half_random")  # learn from the MLM loss (the importance vector is updated)
+RANDOM_METHODS = ("half_random", "random", "random_ltd")  # draw from the selector's seeded generator
+PER_LAYER_METHODS = ("random_ltd",)  # a kept subset of its own in every half layer (docs/design.md §2.10)
+LTD_SCHEDULES = ("fixed_linear", "linear")
 IMPORTANCE_INITS = ("auto", "constant", "dense_pass", "frequency")
 
 
@@ -220,12 +225,17 @@ class DropConfig:
     """Token dropping (docs/design.md §2.2-2.3).
 
     method:  which tokens are kept -- ``none`` (dense BERT), ``cumulative`` (the paper's running MLM
-             loss per token id), ``half_random``, ``random``, ``frequency`` (rarer ids kept first).
+             loss per token id), ``half_random``, ``random``, ``frequency`` (rarer ids kept first),
+             ``random_ltd`` (DeepSpeed's random-LTD: every half layer draws its own random subset, its
+             size ramped up from ``ltd_start_fraction`` of T to T over ``ltd_schedule_share`` of the
+             steps; docs/design.md §2.10).
     variant: what happens to them -- ``drop`` (paper default), ``pass`` (dropped rows stay as
              frozen keys/values), ``avg`` (Funnel-style 2:1 average pooling; ignores ``method``),
              ``layer_rearranged`` (no full layer after the span).
     start/end: the half-layer span ``[start, end)``; -1 means the paper's default for the variant
-             (``L//2 - 1, L - 1``; layer_rearranged: ``L//2, L``).
+             (``L//2 - 1, L - 1``; layer_rearranged: ``L//2, L``; random_ltd: ``1, L - 1``).
+    consistency_weight: ScTD's semantic-consistency term on top of token dropping (docs/design.md
+             §2.11); 0 = plain token dropping.
     """
 
     method: str = "none"
@@ -246,6 +256,20 @@ class DropConfig:
     # auto (= constant from scratch, dense_pass with model.init; docs/design.md says why)
     importance_init: str = "auto"
     importance_init_batches: int = 16
+    # random_ltd (docs/design.md §2.10): kept rows per half layer ramp from round(ltd_start_fraction T)
+    # to T over the first ltd_schedule_share of train.steps, on a grid of ltd_step rows
+    ltd_start_fraction: float = 0.5
+    ltd_schedule_share: float = 0.5
+    ltd_schedule: str = "fixed_linear"  # fixed_linear (DeepSpeed's, floor to the grid) | linear (nearest)
+    ltd_step: int = 16  # DeepSpeed's seq_per_step: kept counts are multiples of it (few compiled shapes)
+    # ScTD (docs/design.md §2.11): weight of the [CLS] KL term, applied every consistency_every steps
+    consistency_weight: float = 0.0
+    consistency_every: int = 10
+
+    @property
+    def per_layer(self) -> bool:
+        """Every half layer draws its own kept subset (random_ltd)."""
+        return self.method in PER_LAYER_METHODS
 
     @property
     def enabled(self) -> bool:
@@ -255,6 +279,8 @@ class DropConfig:
         """The resolved half-layer span ``[start, end)``."""
         if self.variant == "layer_rearranged":
             start_d, end_d = num_layers // 2, num_layers
+        elif self.per_layer:
+            start_d, end_d = 1, num_layers - 1
         else:
             start_d, end_d = num_layers // 2 - 1, num_layers - 1
         start = start_d if self.start < 0 else self.start
@@ -301,6 +327,44 @@ class DropConfig:
             raise ConfigError(f"drop.importance_init_batches: expected a positive integer, got {self.importance_init_batches}")
         if not 0.0 <= self.stage2_fraction <= 1.0:
             raise ConfigError(f"drop.stage2_fraction: expected a fraction in [0, 1], got {self.stage2_fraction}")
+        self._validate_ltd(num_layers)
+        self._validate_consistency()
+
+    def _validate_ltd(self, num_layers: int) -> None:
+        if not 0.0 < self.ltd_start_fraction <= 1.0:
+            raise ConfigError(f"drop.ltd_start_fraction: expected a fraction in (0, 1] of the sequence (the kept share "
+                              f"random_ltd starts from), got {self.ltd_start_fraction}")
+        if not 0.0 < self.ltd_schedule_share <= 1.0:
+            raise ConfigError(f"drop.ltd_schedule_share: expected a fraction in (0, 1] of train.steps, got "
+                              f"{self.ltd_schedule_share}")
+        if self.ltd_schedule not in LTD_SCHEDULES:
+            raise ConfigError(f"drop.ltd_schedule: unknown schedule {self.ltd_schedule!r}; expected one of "
+                              f"{', '.join(LTD_SCHEDULES)}")
+        if self.ltd_step < 1:
+            raise ConfigError(f"drop.ltd_step: expected a positive number of rows, got {self.ltd_step}")
+        if not self.per_layer:
+            return
+        if self.variant != "drop":
+            raise ConfigError(f"drop.variant: random_ltd skips a layer entirely for the tokens it does not keep, so "
+                              f"variant {self.variant!r} has no meaning there; use variant 'drop'")
+        if self.keep_mlm_targets or self.pinned_tokens:
+            raise ConfigError("drop.keep_mlm_targets/drop.pinned_tokens: random_ltd keeps a uniform random subset and "
+                              "pins nothing (as DeepSpeed); unset them or use method 'random'")
+        start, end = self.span(num_layers)
+        if start < 1 or end > num_layers - 1:
+            raise ConfigError(f"drop.start/drop.end: random_ltd keeps every token in the first and last layers, so "
+                              f"the span [{start}, {end}) must lie within [1, {num_layers - 1})")
+
+    def _validate_consistency(self) -> None:
+        if not (math.isfinite(self.consistency_weight) and self.consistency_weight >= 0.0):
+            raise ConfigError(f"drop.consistency_weight: expected a weight >= 0, got {self.consistency_weight}")
+        if self.consistency_every < 1:
+            raise ConfigError(f"drop.consistency_every: expected a positive number of steps, got {self.consistency_every}")
+        if self.consistency_weight > 0 and (self.method == "none" or self.per_layer or self.variant == "avg"):
+            raise ConfigError(f"drop.consistency_weight: ScTD's consistency term compares the [CLS] state of a "
+                              f"token-dropping pass with a dense pass; it needs a selecting method (cumulative, "
+                              f"half_random, random, frequency) with variant drop, pass or layer_rearranged, not "
+                              f"method {self.method!r} / variant {self.variant!r}")
 
 
 # ----------------------------------------------------------------------------------------------

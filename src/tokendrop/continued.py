@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
-from .config import Config, ConfigError
+from .config import LOSS_METHODS, Config, ConfigError
 
 # the loader seed offset of the warm-up streams (never equal to the training stream's)
 WARMUP_SEED_OFFSET = 7919
@@ -218,7 +218,7 @@ def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, am
     importance vector per ``drop.importance_init`` (tokendrop.continued) -> events for the run log."""
     how = cfg.drop.importance_init
     how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
-    warm_importance = selector is not None and cfg.drop.method in ("cumulative", "half_random") and how != "constant"
+    warm_importance = selector is not None and cfg.drop.method in LOSS_METHODS and how != "constant"
     if not cfg.model.init and not warm_importance:
         return []
     from .data import MLMLoader

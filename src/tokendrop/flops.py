@@ -27,7 +27,15 @@ counts sliding-window layers as full attention instead: what a kernel that appli
 mask on dense T x T scores executes (SDPA with a mask, as on CPU).
 
 Half layers (inside the drop span): the first has n = M, N = T; the others n = N = M, except the
-``pass`` variant (N = T: dropped rows stay keys/values) ; ``avg`` uses M = ceil(T/2).
+``pass`` variant (N = T: dropped rows stay keys/values) ; ``avg`` uses M = ceil(T/2).  random-LTD
+(``drop.method = "random_ltd"``): every half layer has n = N = M_k, the scheduled count of the step
+(``kept``; default the schedule's start M_0), and M_k = T costs a dense layer.
+
+ScTD's consistency term (``drop.consistency_weight > 0``, docs/design.md §2.11) adds, on every
+``consistency_every``-th step, a dense encoder pass whose backward is taken too (the KL term's
+gradient flows into both passes); no MLM head runs on it.  :func:`consistency_flops` is that pass
+for one batch; ``step_flops`` leaves it out (it is not every step) and the mean per step is
+``consistency_flops / consistency_every``.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import math
 from dataclasses import dataclass
 
 from .config import DropConfig, ModelConfig
+from .random_ltd import ltd_kept
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -110,11 +119,13 @@ def step_flops(
     num_predictions: int | None = None,
     dropping: bool = True,
     masked_dense_local: bool = False,
+    kept: int | None = None,
 ) -> StepFlops:
     """FLOPs of one optimizer step (forward + backward) with or without dropping, either family.
 
     ``num_predictions``: P, the MLM head's rows (default round(0.15 T)); ``masked_dense_local``:
-    count sliding-window layers as full attention (module docstring)."""
+    count sliding-window layers as full attention (module docstring); ``kept``: M, the rows kept
+    in the span (default ``drop.num_kept(T)``; random_ltd: the schedule's first value)."""
     d, f, t, layers = model.hidden_size, model.intermediate_size, seq_len, model.num_layers
     glu = is_modern(model)
     types = layer_types(model)
@@ -128,16 +139,42 @@ def step_flops(
         enc = sum(cost(i, t, t) for i in range(layers))
     else:
         start, end = drop.span(layers)
-        m = drop.num_kept(t)
+        m = kept if kept is not None else ltd_kept(drop, t, 0, 1) if drop.per_layer else drop.num_kept(t)
         for i in range(layers):
             if i < start or i >= end:
                 enc += cost(i, t, t)
+            elif drop.per_layer:  # random_ltd: its own M rows as queries and keys/values
+                enc += cost(i, m, m)
             elif i == start or drop.variant == "pass":
                 enc += cost(i, m, t)
             else:
                 enc += cost(i, m, m)
     head = 2 * p * d * d + 2 * p * d * model.vocab_size  # dense d -> d, then the decoder d -> V
     return StepFlops(encoder=enc, head=head, batch_size=batch_size)
+
+
+def consistency_flops(model: ModelConfig, seq_len: int, batch_size: int = 1, masked_dense_local: bool = False) -> int:
+    """ScTD's extra dense pass on a consistency step: the encoder forward + backward, no MLM head
+    (module docstring)."""
+    return step_flops(model, seq_len, batch_size, None, masked_dense_local=masked_dense_local).encoder_total
+
+
+def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop: DropConfig,
+                        train_steps: int) -> list[int]:
+    """FLOPs of each optimizer step 0..train_steps-1 of a run with dropping on: random_ltd at the
+    count its schedule gives that step, plus ScTD's dense pass on every ``consistency_every``-th step
+    (stage 2 is the caller's: those steps cost ``step_flops(..., None)``)."""
+    cache: dict[int, int] = {}
+
+    def at(m: int) -> int:
+        if m not in cache:
+            cache[m] = step_flops(model, seq_len, batch_size, drop, kept=m).total
+        return cache[m]
+
+    extra = consistency_flops(model, seq_len, batch_size) if drop.consistency_weight > 0 else 0
+    fixed = None if drop.per_layer else at(drop.num_kept(seq_len))
+    return [(at(ltd_kept(drop, seq_len, k, train_steps)) if fixed is None else fixed)
+            + (extra if k % drop.consistency_every == 0 else 0) for k in range(train_steps)]
 
 
 def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only: bool = False,

@@ -13,7 +13,8 @@ Corrections to the public reference implementation (docs/design.md §3), all del
 
 Methods: ``cumulative`` (the paper's), ``half_random`` (last J = int(0.05 T) of the top-M replaced
 by J positions drawn from ranks M-J+1..T; [PAD] drawn last, pinned ids always drawn), ``random`` (M uniform among non-pinned positions,
-pinned always kept, [PAD] dropped first), ``frequency`` (static: rarer ids first).
+pinned always kept, [PAD] dropped first), ``frequency`` (static: rarer ids first), ``random_ltd``
+(:meth:`TokenSelector.select_layers`: a uniform draw per half layer, nothing pinned, [PAD] last).
 Everything stays on the device: no host synchronisation in ``select`` or ``update``.
 """
 
@@ -26,7 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .config import ConfigError, DropConfig
+from .config import LOSS_METHODS, ConfigError, DropConfig
+from .random_ltd import sample_layers
 
 PIN_HIGH = 1e4
 PIN_LOW = -1e4
@@ -152,6 +154,14 @@ class TokenSelector(nn.Module):
         pick = torch.argsort(u, dim=1)[:, :j]  # J distinct draws from the pool
         return torch.cat([head, pool.gather(1, pick)], dim=1).sort(dim=1).values
 
+    @torch.no_grad()
+    def select_layers(self, input_ids: Tensor, kept: int, num_layers: int) -> Tensor:
+        """random_ltd: input_ids (B, T) -> keep_idx (S, B, M), one ascending uniform draw of ``kept``
+        positions per half layer and sequence (``tokendrop.random_ltd.sample_layers``)."""
+        b, t = input_ids.shape
+        pad = input_ids == self.pad_id if self.pad_id >= 0 else None
+        return sample_layers(num_layers, b, t, kept, self._gen(input_ids.device), input_ids.device, pad)
+
     # -- update -----------------------------------------------------------------------------------
 
     @torch.no_grad()
@@ -162,7 +172,7 @@ class TokenSelector(nn.Module):
         valid: a 0-dim bool tensor (same on every rank); False leaves ``m`` unchanged (a skipped,
         non-finite step), decided on the device without a host synchronisation.
         """
-        if self.method not in ("cumulative", "half_random"):
+        if self.method not in LOSS_METHODS:
             return
         v = self.scores.numel()
         ids = labels.reshape(-1)

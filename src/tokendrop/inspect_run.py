@@ -20,7 +20,10 @@ into ``RUN_DIR/inspect`` (or ``out_dir``), atomically (a temp dir renamed into p
 Selection follows training exactly: the selector sees the whole sequence of T tokens and keeps its
 top M = round(T (1 - rate)) positions ([CLS]/[SEP]/[MASK] and configured extras pinned); the
 excerpt shown is a window of that sequence.  The sequences are shown unmasked, so no position is
-pinned as [MASK] here.  ``random``/``half_random`` selections are a seeded draw.
+pinned as [MASK] here.  ``random``/``half_random`` selections are a seeded draw.  ``random_ltd``
+draws a subset of its own per middle layer at the count its schedule has at the checkpoint's step:
+the examples mark the first middle layer's draw in bold and give, after each token, how many of the
+middle layers keep it (the importance vector is unused and not shown as a ranking).
 
 Runs that select nothing raise :class:`InspectError` with the reason: a dense baseline
 (``drop.method = none``) has no importance vector; token averaging (``variant = avg``) pools
@@ -40,6 +43,8 @@ from typing import Any
 import numpy as np
 
 from .checkpoint import CheckpointError
+from .config import LOSS_METHODS
+from .random_ltd import ltd_kept
 
 PIN_ABS = 1e4  # tokendrop.importance.PIN_HIGH / -PIN_LOW
 
@@ -74,6 +79,21 @@ class RunView:
     @property
     def name(self) -> str:
         return self.run_dir.name
+
+    def seq_len(self) -> int:
+        """T of the run's prepared data (or the config's, or 128 when neither is known)."""
+        if self.data_path:
+            from .data import PreparedData
+
+            return PreparedData.open(self.data_path).seq_len
+        return self.cfg.data.seq_len or 128
+
+    def ltd_kept(self, seq_len: int) -> int:
+        """random_ltd: the rows each middle layer kept in the checkpoint's last step."""
+        return ltd_kept(self.cfg.drop, seq_len, max(self.step - 1, 0), self.cfg.train.steps)
+
+
+UNSCORED = ("random", "random_ltd")  # methods whose selection never reads the importance vector
 
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
@@ -115,7 +135,7 @@ def seen_mask(scores: np.ndarray, pinned: np.ndarray, method: str, init_score: f
     """Ids whose score says something: cumulative/half-random -- the score moved away from its
     initial value (the id was a real prediction target at least once); frequency -- the id occurs
     in the training split; random -- none (scores are never used)."""
-    if method in ("cumulative", "half_random"):
+    if method in LOSS_METHODS:
         m = scores != np.float32(init_score)
     elif method == "frequency":
         m = counts > 0 if counts is not None else scores != 0.0
@@ -231,8 +251,8 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
                      "no token counts and no held-out examples")
     pinned = np.abs(scores) >= PIN_ABS * 0.999
     seen = seen_mask(scores, pinned, cfg.drop.method, cfg.drop.init_score, counts)
-    if cfg.drop.method == "random":
-        notes.append("drop.method = random: the selector ignores the scores (a uniform draw among non-pinned positions); "
+    if cfg.drop.method in UNSCORED:
+        notes.append(f"drop.method = {cfg.drop.method}: the selector ignores the scores (a uniform draw); "
                      "the histogram shows the untouched initial vector")
     return RunView(run, ckpt, int(meta.get("step", 0)), cfg, scores, vocab, special, pinned, seen, counts, data_path, notes)
 
@@ -272,7 +292,7 @@ def score_stats(rv: RunView) -> dict[str, Any]:
         occ = c[free].sum()
         out["train_token_occurrences"] = int(c.sum())
         out["occurrences_of_seen_ids"] = float(c[rv.seen].sum() / occ) if occ else float("nan")
-        if rv.cfg.drop.method in ("cumulative", "half_random") and rv.seen.sum() >= 3:
+        if rv.cfg.drop.method in LOSS_METHODS and rv.seen.sum() >= 3:
             # > 0: rarer ids score higher, as frequency-based dropping would rank them
             out["spearman_score_vs_rarity"] = _spearman(rv.scores[rv.seen], -c[rv.seen])
         cut = occurrence_cut(rv)
@@ -284,7 +304,7 @@ def score_stats(rv: RunView) -> dict[str, Any]:
 def occurrence_cut(rv: RunView) -> float | None:
     """The score below which ``drop.rate`` of the (non-pinned) token occurrences of the training split
     fall: roughly the selector's threshold on an average sequence."""
-    if rv.counts is None or rv.cfg.drop.method == "random":
+    if rv.counts is None or rv.cfg.drop.method in UNSCORED:
         return None
     free = ~rv.pinned & (rv.counts > 0)
     if not free.any():
@@ -322,18 +342,18 @@ def _selector(rv: RunView):
 
     from .importance import build_selector
 
-    T = None
-    if rv.data_path:
-        from .data import PreparedData
-
-        T = PreparedData.open(rv.data_path).seq_len
-    T = T or rv.cfg.data.seq_len or 128
+    T = rv.seq_len()
     index = {t: i for i, t in enumerate(rv.vocab)}
     extra = [index[t] for t in rv.cfg.drop.pinned_tokens if t in index]
     counts = rv.counts if rv.counts is not None else np.zeros(len(rv.scores), np.int64)
     sel = build_selector(rv.cfg.drop, len(rv.scores), rv.special_ids, T, extra, counts, seed=rv.cfg.train.seed)
     sel.scores.copy_(torch.from_numpy(rv.scores.copy()))
     return sel, T
+
+
+def _ltd_layers(rv: RunView) -> int:
+    start, end = rv.cfg.drop.span(rv.cfg.model.num_layers)
+    return end - start
 
 
 def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed: int = 0) -> list[dict[str, Any]]:
@@ -358,8 +378,15 @@ def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.choice(len(seqs), size=min(num_examples, len(seqs)), replace=False))
     ids = torch.from_numpy(np.asarray(seqs[pick], dtype=np.int64))
-    keep = sel.select(ids)  # (n, M) ascending
-    pos_scores = sel.position_scores(ids)
+    if rv.cfg.drop.per_layer:  # random_ltd: the draws of every middle layer at the checkpoint's count
+        layers = _ltd_layers(rv)
+        draws = sel.select_layers(ids, rv.ltd_kept(T), layers)  # (S, n, M)
+        keep = draws[0]  # the first middle layer's draw in bold
+        per_layer = torch.zeros(layers, *ids.shape).scatter_(2, draws, 1.0)
+        pos_scores = per_layer.sum(0)  # how many middle layers keep each position
+    else:
+        keep = sel.select(ids)  # (n, M) ascending
+        pos_scores = sel.position_scores(ids)
     vocab = rv.vocab
     stop = {i for i, t in enumerate(vocab) if t in (".", "!", "?", ";")}
     pad = rv.special_ids.get("pad", -1)
@@ -484,7 +511,7 @@ def plot_histogram(rv: RunView, path: Path, title: str | None = None) -> None:
     free = ~rv.pinned
     seen_s = rv.scores[rv.seen]
     unseen = free & ~rv.seen
-    two = rv.counts is not None and rv.cfg.drop.method != "random"
+    two = rv.counts is not None and rv.cfg.drop.method not in UNSCORED
     fig, axes = plt.subplots(1, 2 if two else 1, figsize=(13 if two else 7, 4.2), squeeze=False)
     ax = axes[0][0]
     vals = rv.scores[free]
@@ -588,7 +615,7 @@ def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, s
         tb = top_bottom(rv, top_k)
         examples = example_sequences(rv, num_examples, seed=seed)
         title = f"Kept tokens (bold) and importance scores — {rv.name}, step {rv.step}"
-        caption = (f"Held-out excerpts. The selector ({rv.cfg.drop.method}, drop rate {rv.cfg.drop.rate:g}) ranks "
+        caption = _ltd_caption(rv) if rv.cfg.drop.per_layer else (f"Held-out excerpts. The selector ({rv.cfg.drop.method}, drop rate {rv.cfg.drop.rate:g}) ranks "
                    "all T positions of the sequence by the score of their token id and keeps the top "
                    f"{100 * (1 - rv.cfg.drop.rate):g}%; kept tokens (bold) pass through every layer, the others skip "
                    "the middle layers. The number after each token is its score; 'pin' = always kept "
@@ -607,6 +634,16 @@ def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, s
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
         (tmp / "README.md").write_text(_readme(rv, stats), encoding="utf-8")
     return out
+
+
+def _ltd_caption(rv: RunView) -> str:
+    t = rv.seq_len()
+    layers = _ltd_layers(rv)
+    return (f"Held-out excerpts. random-LTD: each of the {layers} middle layers draws its own "
+            f"{rv.ltd_kept(t)} of the T = {t} positions uniformly at random (the schedule's count at step "
+            f"{rv.step} of {rv.cfg.train.steps}); the first and last layers see every token. Bold: kept by the "
+            "first middle layer; the number after each token: how many middle layers keep it. "
+            "Sequences are shown unmasked.")
 
 
 def _readme(rv: RunView, st: dict[str, Any]) -> str:

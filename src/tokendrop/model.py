@@ -206,12 +206,13 @@ class DropSpan:
     start: int
     end: int
     variant: str  # drop | pass | avg | layer_rearranged
+    per_layer: bool = False  # random_ltd: keep_idx (S, B, M), a subset of its own per half layer
 
     @classmethod
     def from_config(cls, drop: DropConfig, num_layers: int) -> "DropSpan":
         drop.validate(num_layers)
         start, end = drop.span(num_layers)
-        return cls(start, end, drop.variant)
+        return cls(start, end, drop.variant, drop.per_layer)
 
 
 def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: Tensor | None, call) -> Tensor:
@@ -219,8 +220,11 @@ def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: T
 
     ``call(layer, h, kv_in, q_rows, k_rows) -> h``: run one layer on query rows ``h`` (described by
     ``q_rows``) with keys/values ``kv_in`` (None = ``h`` itself; described by ``k_rows``).
-    x: (B, T, d); keep_idx: (B, M) ascending positions (drop/pass/layer_rearranged)."""
-    if span is None:
+    x: (B, T, d); keep_idx: (B, M) ascending positions (drop/pass/layer_rearranged), or (S, B, M)
+    with ``span.per_layer`` (random_ltd: half layer j runs on its own kept rows keep_idx[j] only, as
+    queries and keys/values, and scatters them back; the other rows pass it unchanged; None: the
+    schedule is at full length, a dense pass)."""
+    if span is None or (span.per_layer and keep_idx is None):
         for layer in layers:
             x = call(layer, x, None, rows, rows)
         return x
@@ -228,7 +232,13 @@ def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: T
         x = call(layer, x, None, rows, rows)
     x_in = x  # (B, T, d) span-entry states; dropped rows leave the span with these
     half = layers[span.start : span.end]
-    if span.variant == "avg":
+    if span.per_layer:
+        assert keep_idx is not None and keep_idx.dim() == 3 and keep_idx.shape[0] == len(half), \
+            "random_ltd: keep_idx (S, B, M), one (B, M) per half layer"
+        for layer, keep in zip(half, keep_idx):
+            kept = rows.gather(keep)
+            x = scatter_rows(x, call(layer, gather_rows(x, keep), None, kept, kept), keep)
+    elif span.variant == "avg":
         h = avg_pool_rows(x_in)  # (B, T', d), T' = ceil(T/2)
         pooled = rows.pooled()
         h = call(half[0], h, x_in, pooled, rows)
@@ -353,8 +363,8 @@ class MLMHead(nn.Module):
 class MaskedLM(nn.Module):
     """Both families' MLM models share this forward and loss.  A subclass sets ``encoder`` (a
     property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids, keep_idx,
-    drop_active, doc_ids) -> (B, T, d)``), ``document_attention`` and ``config``, and implements
-    :meth:`head_logits`."""
+    drop_active, doc_ids) -> (B, T, d)``), ``encoder_layers`` (its layers, in order),
+    ``document_attention`` and ``config``, and implements :meth:`head_logits`."""
 
     task = "mlm"
 
@@ -418,6 +428,10 @@ class BertForMaskedLM(MaskedLM):
     @property
     def config(self) -> ModelConfig:
         return self.bert.config
+
+    @property
+    def encoder_layers(self) -> nn.ModuleList:
+        return self.bert.encoder.layers
 
     @property
     def encoder(self) -> BertModel:

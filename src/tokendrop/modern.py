@@ -274,6 +274,10 @@ class ModernBertForMaskedLM(MaskedLM):
         return self.model.config
 
     @property
+    def encoder_layers(self) -> nn.ModuleList:
+        return self.model.layers
+
+    @property
     def encoder(self) -> ModernBertModel:
         """The encoder (``BertForMaskedLM.bert``'s counterpart)."""
         return self.model

@@ -33,6 +33,8 @@ from . import rundir
 from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import step_flops
+from .random_ltd import ltd_kept
+from .consistency import ClsTaps, consistency_term
 from .continued import warm_start
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
@@ -145,8 +147,23 @@ class MLMStep:
         self.amp_dtype = amp_dtype
         self.ddp = ddp
         self.select = cfg.drop.enabled and cfg.drop.variant != "avg"
+        # ScTD (tokendrop.consistency): [CLS] taps on the last two layers, only when its weight is > 0
+        self.taps = ClsTaps(model.encoder_layers) if cfg.drop.enabled and cfg.drop.consistency_weight > 0 else None
 
-    def __call__(self, micro: list[dict[str, Tensor]], lr: float, dropping: bool) -> dict[str, Tensor]:
+    def keep_idx(self, mb: dict[str, Tensor], step: int) -> Tensor | None:
+        """The kept positions of one micro-batch: (B, M) from the selector, or (S, B, M) per half
+        layer for random_ltd at its scheduled count (None once that count is T: a dense step)."""
+        drop = self.cfg.drop
+        if not drop.per_layer:
+            return self.selector.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
+        t = mb["input_ids"].shape[1]
+        kept = ltd_kept(drop, t, step, self.cfg.train.steps)
+        if kept >= t:
+            return None
+        start, end = drop.span(self.cfg.model.num_layers)
+        return self.selector.select_layers(mb["input_ids"], kept, end - start)
+
+    def __call__(self, micro: list[dict[str, Tensor]], lr: float, dropping: bool, step: int = 0) -> dict[str, Tensor]:
         for g in self.opt.param_groups:
             g["lr"] = lr
         device = micro[0]["input_ids"].device
@@ -157,21 +174,29 @@ class MLMStep:
         scale = float(dist.get_world_size()) if self.ddp is not None else 1.0
         sums = torch.zeros(2, device=device)  # weighted nll, correct predictions
         all_nll = []
+        sctd = dropping and self.taps is not None and step % self.cfg.drop.consistency_every == 0
+        kl_sum = torch.zeros((), device=device)
         for i, mb in enumerate(micro):
             keep = None
             if dropping and self.select:
-                keep = self.selector.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
+                keep = self.keep_idx(mb, step)
             sync = self.ddp is None or i == len(micro) - 1
             ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
             with ctx:
-                with torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                with self.taps.record() if sctd else contextlib.nullcontext() as dropped, \
+                        torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
                     logits = self.run_model(
                         mb["input_ids"], mb["mlm_positions"], mb["attention_mask"] if self.use_attention_mask else None,
                         mb["token_type_ids"], keep_idx=keep, drop_active=dropping,
                     )
                 nll = self.model.mlm_nll(logits, mb["mlm_labels"])  # (B, P) fp32
                 w = mb["mlm_weights"]
-                loss = (nll * w).sum() / norm * scale
+                loss = (nll * w).sum()
+                if sctd:
+                    kl = self._consistency(mb, dropped)
+                    kl_sum += kl.detach()
+                    loss = loss + self.cfg.drop.consistency_weight * kl
+                loss = loss / norm * scale
                 loss.backward()
             with torch.no_grad():
                 correct = ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum()
@@ -198,7 +223,20 @@ class MLMStep:
             )
         if self.ddp is not None:
             dist.all_reduce(sums)
-        return {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm, "finite": finite}
+        out = {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm, "finite": finite}
+        if sctd:  # this rank's summed [CLS] KL over its micro-batches, per real slot
+            out["consistency"] = kl_sum / norm
+        return out
+
+    def _consistency(self, mb: dict[str, Tensor], dropped: list[Tensor]) -> Tensor:
+        """ScTD: the dense pass of the same micro-batch (no MLM head; through the unwrapped model, so
+        under DDP the one backward still reduces each gradient once) -> the unweighted KL term."""
+        device = mb["input_ids"].device
+        with self.taps.record() as dense, \
+                torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            self.model.hidden(mb["input_ids"], None, mb["attention_mask"] if self.use_attention_mask else None,
+                              mb["token_type_ids"])
+        return consistency_term(dropped, dense)
 
 
 @torch.no_grad()
@@ -248,7 +286,9 @@ class PretrainResult:
 
 # keys whose change makes a resume meaningless
 _RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.start", "drop.end", "drop.beta",
-                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "data.mask_prob",
+                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "drop.ltd_start_fraction",
+                 "drop.ltd_schedule_share", "drop.ltd_schedule", "drop.ltd_step", "drop.consistency_weight",
+                 "drop.consistency_every", "data.mask_prob",
                  "train.batch_size", "train.seed")  # data.path: check_resume_data (the data may move)
 _RESUME_FREE = ("model.attention_backend",)  # inside a fixed section, but execution only: may change
 
@@ -626,7 +666,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 mb = next(it)
                 micro.append({k: v.to(device, non_blocking=True) for k, v in mb.items()})
             dropping = cfg.drop.enabled and step < s2
-            out = step_fn(micro, lr_at(step, tc.lr, tc.warmup_steps, tc.steps), dropping)
+            out = step_fn(micro, lr_at(step, tc.lr, tc.warmup_steps, tc.steps), dropping, step)
             bad = (~out["finite"]).long()
             nf[0] = (nf[0] + 1) * bad
             nf[1] = torch.maximum(nf[1], nf[0])
@@ -662,9 +702,10 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             if is_log:
                 rec = {"step": step, "loss": out["loss"].item(), "acc": out["acc"].item(),
                        "lr": lr_at(step - 1, tc.lr, tc.warmup_steps, tc.steps), "grad_norm": out["grad_norm"].item(),
-                       "kept_fraction": cfg.drop.num_kept(T) / T if dropping else 1.0, "dropping": dropping,
+                       "kept_fraction": _kept(cfg, T, step - 1) / T if dropping else 1.0, "dropping": dropping,
                        "step_time": dt, "tokens_per_s": tc.batch_size * T / dt, "wall_time": wall,
-                       "flops_per_step": (flops_drop if dropping else flops_dense).total, "skipped_steps": skipped}
+                       "flops_per_step": (step_flops(cfg.model, T, tc.batch_size, cfg.drop, kept=_kept(cfg, T, step - 1))
+                                          if dropping else flops_dense).total, "skipped_steps": skipped}
                 if peak_flops:
                     rec["mfu"] = rec["flops_per_step"] / dt / (peak_flops * dd.world)
                 log.write(rec)
@@ -709,6 +750,11 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         importance=selector.scores.detach().cpu().clone() if selector is not None else None, history=history,
         stop_signal=stop.signum if interrupted else 0,
     )
+
+
+def _kept(cfg: Config, seq_len: int, step: int) -> int:
+    """Rows kept in the drop span at optimizer step ``step`` (random_ltd: its schedule)."""
+    return ltd_kept(cfg.drop, seq_len, step, cfg.train.steps) if cfg.drop.per_layer else cfg.drop.num_kept(seq_len)
 
 
 def _rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:

@@ -16,6 +16,10 @@ configs/bench-modern-*.toml) our model is ``tokendrop.modern`` and the baseline
 ``hf_sparse_prediction`` switches its head to the masked positions only); ``document_attention``
 is off unless asked for, as transformers' ModernBERT without flash_attn attends across documents.
 
+Variants: ``drop``, ``pass``, ``avg`` (token dropping, §2.2) and ``random_ltd`` (§2.10: every
+middle layer keeps its own random 1 - rate of the T rows; the step timed is the schedule's first,
+``ltd_start_fraction = 1 - rate``).
+
 Method (docs/design.md §2.6 gives the bound the speedups are compared with):
 
 * every setting is built first (one model + optimizer per variant, shared by its drop rates and

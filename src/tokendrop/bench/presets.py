@@ -18,7 +18,7 @@ from ..config import ConfigError, config_dir, from_dict, load_config
 if TYPE_CHECKING:
     from ..config import ModelConfig
 
-VARIANTS = ("drop", "pass", "avg")
+VARIANTS = ("drop", "pass", "avg", "random_ltd")  # random_ltd: kept share 1 - rate in every middle layer
 MAX_SEQ_LEN_BERT = 512  # BERT's learned positions (as published)
 MAX_SEQ_LEN_MODERN = 8192  # ModernBERT's rotary positions (its max_position_embeddings)
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
@@ -49,7 +49,7 @@ class BenchConfig:
     tokens_per_step: int = 2048  # B = tokens_per_step // T (unless batch_sizes gives it)
     batch_sizes: list[int] = field(default_factory=list)  # per seq_len, overrides tokens_per_step
     rates: list[float] = field(default_factory=lambda: [0.5])
-    variants: list[str] = field(default_factory=lambda: ["drop"])  # drop | pass | avg (avg: rate 0.5 only)
+    variants: list[str] = field(default_factory=lambda: ["drop"])  # drop | pass | avg (rate 0.5 only) | random_ltd
     method: str = "cumulative"  # importance method for drop/pass (the paper's)
     hf: bool = True  # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
     precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights, both models)
@@ -90,7 +90,7 @@ class BenchConfig:
             raise ConfigError("bench.batch_sizes/tokens_per_step: expected positive sizes")
         for v in self.variants:
             if v not in VARIANTS:
-                raise ConfigError(f"bench.variants: unknown variant {v!r}; expected drop, pass or avg")
+                raise ConfigError(f"bench.variants: unknown variant {v!r}; expected one of {', '.join(VARIANTS)}")
         for r in self.rates:
             if not 0.0 < r < 1.0:
                 raise ConfigError(f"bench.rates: expected drop rates in (0, 1), got {r}")

@@ -202,7 +202,7 @@ def write_results(res: BenchResult, path: str | os.PathLike) -> tuple[Path, Path
     return p, md
 
 
-COLORS = {"drop": "tab:blue", "pass": "tab:orange", "avg": "tab:green"}
+COLORS = {"drop": "tab:blue", "pass": "tab:orange", "avg": "tab:green", "random_ltd": "tab:red"}
 
 
 def plot_speedup(paths: list[str | os.PathLike], out: str | os.PathLike, clock: str = "auto") -> Path:
@@ -230,12 +230,12 @@ def plot_speedup(paths: list[str | os.PathLike], out: str | os.PathLike, clock: 
             rows = [x for x in res["speedups"] if x["seq_len"] == t]
             use_cpu = clock == "cpu" or (clock == "auto" and any("speedup_cpu" in x for x in rows))
             key = "speedup_cpu" if use_cpu else "speedup"
-            for variant in ("drop", "pass", "avg"):
+            for variant in COLORS:
                 vr = sorted((x for x in rows if x["variant"] == variant), key=lambda x: x["rate"])
                 if not vr:
                     continue
                 rates = [0.0] + [x["rate"] for x in vr]
-                shift = {"drop": -0.006, "pass": 0.006, "avg": 0.0}[variant]  # keep the error bars apart
+                shift = {"drop": -0.006, "pass": 0.006, "avg": 0.0, "random_ltd": 0.012}[variant]  # keep the error bars apart
                 meas = [1.0] + [x[key] for x in vr]
                 lo = [0.0] + [x[key] - x[f"{key}_paired_min"] for x in vr]
                 hi = [0.0] + [x[f"{key}_paired_max"] - x[key] for x in vr]

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from ..config import Config, DropConfig, ModelConfig, TrainConfig
 from ..flops import is_modern, layer_types, step_flops
 from ..importance import build_selector
+from ..random_ltd import ltd_kept
 from ..train import MLMStep, param_groups
 from .hf_baseline import HFModel, build_hf, hf_class_name, hf_flops, hf_step_fn
 from .presets import BenchConfig
@@ -121,7 +122,7 @@ class StepBuilder:
         if key not in self._ours:
             torch.manual_seed(self.cfg.seed)
             drop = DropConfig(method="none", variant="avg", rate=0.5) if key == "avg" else \
-                DropConfig(method=self.cfg.method, variant=key)
+                DropConfig(method="random_ltd") if key == "random_ltd" else DropConfig(method=self.cfg.method, variant=key)
             m = build_ours(self.model_cfg, drop)
             if self._init_sd is None:
                 self._init_sd = {k: v.clone() for k, v in m.state_dict().items()}
@@ -181,7 +182,7 @@ class StepBuilder:
         def fn() -> dict[str, Tensor]:
             return step(micro, 1e-4, dropping)
 
-        kept = drop.num_kept(s.seq_len) if drop is not None else s.seq_len
+        kept = s.seq_len if drop is None else ltd_kept(drop, s.seq_len, 0, 1) if drop.per_layer else drop.num_kept(s.seq_len)
         flops = step_flops(self.model_cfg, s.seq_len, s.batch_size, drop).total
         state = (ours.model, ours.opt, selector) if selector is not None else (ours.model, ours.opt)
         return Runner(s, fn, state, flops, kept)

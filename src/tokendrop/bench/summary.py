@@ -129,8 +129,8 @@ def headline(speedups: list[Speedup], vs_hf: list[VsHF], memory: list[MemoryRati
     """The numbers a README quotes: 50% drop speedup / bound / memory, dense over HF, per T."""
     out: dict[str, float] = {}
     for x in speedups:
-        if x.variant == "drop" and x.rate == 0.5:
-            k = f"T{x.seq_len}_drop50"
+        if x.variant in ("drop", "random_ltd") and x.rate == 0.5:
+            k = f"T{x.seq_len}_{x.variant}50"
             out[f"{k}_speedup"] = x.speedup
             if x.speedup_cpu is not None:
                 out[f"{k}_speedup_cpu_time"] = x.speedup_cpu

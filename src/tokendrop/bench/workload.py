@@ -15,7 +15,7 @@ from .presets import BenchConfig
 @dataclass
 class Setting:
     impl: str  # tokendrop | hf
-    variant: str  # dense | drop | pass | avg
+    variant: str  # dense | drop | pass | avg | random_ltd
     rate: float
     seq_len: int
     batch_size: int
@@ -33,6 +33,8 @@ class Setting:
             return None
         if self.variant == "avg":
             return DropConfig(method="none", variant="avg", rate=0.5)
+        if self.variant == "random_ltd":  # the step at the schedule's start: M_0 = (1 - rate) T, every middle layer
+            return DropConfig(method="random_ltd", ltd_start_fraction=1.0 - self.rate)
         return DropConfig(method=method, variant=self.variant, rate=self.rate)
 
 

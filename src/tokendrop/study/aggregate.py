@@ -4,6 +4,7 @@ checkpoint's row, and time to the baseline's quality."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import statistics
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[di
 
 def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResult:
     """Measured numbers of a finished run (metrics.jsonl + config; FLOPs from the analytic model)."""
-    from ..flops import step_flops
+    from ..flops import dropping_step_flops, step_flops
     from ..train import load_run_config, read_metrics, stage2_start
 
     cfg = load_run_config(run_dir)
@@ -50,8 +51,13 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     f_drop = step_flops(cfg.model, T, bs, cfg.drop if cfg.drop.enabled else None).total
     f_dense = step_flops(cfg.model, T, bs, None).total
     s2 = stage2_start(cfg) if cfg.drop.enabled else 0
+    cum = None  # random_ltd's schedule / ScTD's dense passes: per-step FLOPs, summed
+    if cfg.drop.enabled and (cfg.drop.per_layer or cfg.drop.consistency_weight > 0):
+        cum = [0, *itertools.accumulate(dropping_step_flops(cfg.model, T, bs, cfg.drop, cfg.train.steps)[:s2])]
 
     def cum_flops(step: float) -> float:
+        if cum is not None:
+            return cum[min(int(step), s2)] + f_dense * max(0.0, step - s2)
         return f_drop * min(step, s2) + f_dense * max(0.0, step - s2)
 
     ends = [e for e in events if e.get("event") == "end"]

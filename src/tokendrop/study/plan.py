@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError, load_config
+from ..config import DROP_METHODS, Config, ConfigError, load_config
 from .common import StudyError, pct
 
 
@@ -24,8 +24,8 @@ class MethodSpec:
 
     @property
     def dropping(self) -> bool:
-        return any(o in ("drop.method=cumulative", "drop.method=half_random", "drop.method=random",
-                         "drop.method=frequency", "drop.variant=avg") for o in self.overrides)
+        selecting = [f"drop.method={m}" for m in DROP_METHODS if m != "none"]  # every method, random_ltd too
+        return any(o in selecting or o == "drop.variant=avg" for o in self.overrides)
 
 
 def _drop(method: str, variant: str = "drop", rate: float = 0.5, stage2: float = 0.0) -> tuple[str, ...]:

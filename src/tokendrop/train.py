@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from . import checkpoint as ckpt_mod
 from . import rundir
+from .budget import RunLength
 from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import step_flops
@@ -38,6 +39,7 @@ from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
 from .attention import check_training_device
 from .model import BertForMaskedLM, build_model, num_parameters
+from .schedules import lr_linear_steps, lr_schedule, mask_schedule
 
 
 class TrainingError(TokendropError, RuntimeError):
@@ -99,17 +101,24 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 
 
 def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total``."""
-    if warmup > 0 and step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * max(0.0, (total - step) / max(1, total - warmup))
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total``
+    (``train.lr_schedule = "linear"`` of a fixed-length run; tokendrop.schedules has them all)."""
+    return lr_linear_steps(step, peak, warmup, total)
 
 
 def stage2_start(cfg: Config) -> int:
-    """First step trained without dropping (= steps when there is no stage 2)."""
+    """First step trained without dropping (= steps when there is no stage 2; a fixed-length run)."""
     if not cfg.drop.enabled:
         return 0
     return cfg.train.steps - int(round(cfg.drop.stage2_fraction * cfg.train.steps))
+
+
+def dropping_at(cfg: Config, length: RunLength, step: int, p: float) -> bool:
+    """Whether step ``step`` (at progress ``p``) drops tokens: before ``stage2_start`` in a
+    fixed-length run; while less than ``1 - drop.stage2_fraction`` of a time budget is used."""
+    if not cfg.drop.enabled:
+        return False
+    return p < 1.0 - cfg.drop.stage2_fraction if length.timed else step < stage2_start(cfg)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,7 +257,7 @@ class PretrainResult:
 
 # keys whose change makes a resume meaningless
 _RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.start", "drop.end", "drop.beta",
-                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "data.mask_prob",
+                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "data.mask_prob", "data.mask_schedule",
                  "train.batch_size", "train.seed")  # data.path: check_resume_data (the data may move)
 _RESUME_FREE = ("model.attention_backend",)  # inside a fixed section, but execution only: may change
 
@@ -413,7 +422,7 @@ def _in_main_thread() -> bool:
 
 def pretrain(
     cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None,
-    overwrite: bool = False,
+    overwrite: bool = False, clock=None,
 ) -> PretrainResult:
     """Run (or resume) a pretraining job into ``out_dir``.
 
@@ -422,6 +431,8 @@ def pretrain(
     ``overwrite``: start over in an existing run directory (only one tokendrop marked as a run and
     that holds none of the run's inputs; ``tokendrop.rundir.prepare_output``).  The run directory is
     locked (rank 0) for the whole call: a second writer fails at once with "... in use by pid N".
+    ``clock``: the seconds clock training time is measured with (``time.perf_counter``; tests pass a
+    fake one to check ``train.time_budget`` without sleeping).
     """
     cfg.validate()
     run_dir = Path(out_dir)
@@ -431,7 +442,7 @@ def pretrain(
     threads = torch.get_num_threads()
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
-            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite)
+            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or time.perf_counter)
     finally:
         torch.set_num_threads(threads)  # train.threads applies to this run only
         if dd.owns_group:
@@ -439,10 +450,11 @@ def pretrain(
 
 
 def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
-              overwrite: bool = False) -> PretrainResult:
+              overwrite: bool = False, clock=time.perf_counter) -> PretrainResult:
     from .data import MLMLoader
 
     tc = cfg.train
+    length, lrs, masks = RunLength.of(tc), lr_schedule(tc), mask_schedule(cfg.data)  # tokendrop.schedules
     device = resolve_device(tc.device, dd.local_rank)
     if tc.threads:
         torch.set_num_threads(tc.threads)
@@ -531,8 +543,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 selector.set_rng_state(rng["rng.selector"], device)
             ckpt_mod.restore_rng(rng)
         loader_state = meta_in["data_position"]
-        if start_step >= tc.steps:
-            raise TrainingError(f"--resume: the run is already at step {start_step} >= train.steps={tc.steps}")
+        if length.finished(start_step, float(meta_in.get("wall_time", 0.0))):
+            raise TrainingError(f"--resume: the run is already at step {start_step}, the end of {length.describe()}")
         if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
             rundir.truncate_metrics(run_dir, start_step)
     ddp = None
@@ -541,13 +553,13 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     step_fn = MLMStep(model, selector, opt, cfg, amp, ddp, use_attention_mask=not data.packed, compile=tc.compile)
 
     loader = MLMLoader(data, split="train", batch_size=micro_bs, seed=tc.seed, rank=dd.rank, world_size=dd.world,
-                       mask_prob=cfg.data.mask_prob, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch,
-                       shuffle=True, loop=True)
+                       mask_prob=masks.largest, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch,
+                       shuffle=True, loop=True, variable_rate=not masks.constant)
     if loader_state is not None:
         loader.load_state_dict(loader_state)
 
     def eval_batches():
-        return MLMLoader(data, split="eval", batch_size=micro_bs, seed=tc.seed, mask_prob=cfg.data.mask_prob,
+        return MLMLoader(data, split="eval", batch_size=micro_bs, seed=tc.seed, mask_prob=cfg.data.mask_prob_end,
                          num_workers=0, shuffle=False, loop=False)
 
     log = MetricsLog(run_dir, dd.main, purge_step=start_step + 1 if meta_in is not None else None)
@@ -565,7 +577,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
     if dd.main and start_step == 0:
         log.write({"step": 0, "event": "start", "params": num_parameters(model), "seq_len": T, "world_size": dd.world,
-                   "accum": accum, "stage2_start": s2, "device": str(device)})
+                   "accum": accum, "stage2_start": None if length.timed else s2, "device": str(device),
+                   **({"time_budget_s": length.budget_s} if length.timed else {})})
         for ev in init_events:
             log.write({"step": 0, **ev})
         if has_eval:
@@ -612,21 +625,27 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if progress and dd.main:
         from tqdm import tqdm
 
-        pbar = tqdm(total=tc.steps, initial=start_step, desc="pretrain", unit="step", dynamic_ncols=True)
+        pbar = tqdm(total=length.steps or None, initial=start_step, desc="pretrain", unit="step", dynamic_ncols=True)
     it = iter(loader)
     step = start_step
     interrupted = False
     model.train()
     pending = 0
-    t_mark = time.perf_counter()
+    t_mark = clock()
+    used = wall  # training seconds so far (train.time_budget counts these)
+    finished = length.finished(step, used)
     with _StopFlag() as stop, _close_on_error(pbar, loader, log):
-        while step < tc.steps:
+        while not finished:
+            p = length.progress(step, used)  # every schedule is a function of (step, p)
+            if not masks.constant:
+                loader.set_mask_rate(masks.at(p))
             micro = []
             for _ in range(accum):
                 mb = next(it)
                 micro.append({k: v.to(device, non_blocking=True) for k, v in mb.items()})
-            dropping = cfg.drop.enabled and step < s2
-            out = step_fn(micro, lr_at(step, tc.lr, tc.warmup_steps, tc.steps), dropping)
+            dropping = dropping_at(cfg, length, step, p)
+            lr = lrs.at(step, p)
+            out = step_fn(micro, lr, dropping)
             bad = (~out["finite"]).long()
             nf[0] = (nf[0] + 1) * bad
             nf[1] = torch.maximum(nf[1], nf[0])
@@ -634,17 +653,19 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             step += 1
             pending += 1
             tokens_done += tc.batch_size * T
-            is_log = step % tc.log_every == 0 or step == tc.steps
-            is_eval = step % tc.eval_every == 0 or step == tc.steps
+            used = length.agree(wall + clock() - t_mark, dd.world)  # DDP: rank 0's clock decides
+            finished = length.finished(step, used)
+            is_log = step % tc.log_every == 0 or finished
+            is_eval = step % tc.eval_every == 0 or finished
             if stop_at is not None and step >= stop_at:
                 stop.stop = True
-            is_ckpt = step % tc.ckpt_every == 0 or step == tc.steps or stop.stop
+            is_ckpt = step % tc.ckpt_every == 0 or finished or stop.stop
             if is_log or is_eval or is_ckpt:
                 # the host waits for the device only here, not every step; step_time is the mean
                 # over the steps since the last such point
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                elapsed = time.perf_counter() - t_mark
+                elapsed = clock() - t_mark
                 dt = elapsed / pending
                 train_time += elapsed
                 wall += elapsed
@@ -660,10 +681,12 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                     )
             if is_log:
                 rec = {"step": step, "loss": out["loss"].item(), "acc": out["acc"].item(),
-                       "lr": lr_at(step - 1, tc.lr, tc.warmup_steps, tc.steps), "grad_norm": out["grad_norm"].item(),
+                       "lr": lr, "grad_norm": out["grad_norm"].item(),
                        "kept_fraction": cfg.drop.num_kept(T) / T if dropping else 1.0, "dropping": dropping,
                        "step_time": dt, "tokens_per_s": tc.batch_size * T / dt, "wall_time": wall,
                        "flops_per_step": (flops_drop if dropping else flops_dense).total, "skipped_steps": skipped}
+                if not masks.constant:
+                    rec["mask_prob"] = loader.mask_rate
                 if peak_flops:
                     rec["mfu"] = rec["flops_per_step"] / dt / (peak_flops * dd.world)
                 log.write(rec)
@@ -686,7 +709,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             if pbar is not None:
                 pbar.update(1)
             if is_log or is_eval or is_ckpt:
-                t_mark = time.perf_counter()  # evaluation and checkpoints are not training time
+                t_mark = clock()  # evaluation and checkpoints are not training time
             if stop.stop:
                 interrupted = True
                 break

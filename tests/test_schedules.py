@@ -3,7 +3,12 @@ schedule in the loader, and all of them in pretraining: values against the formu
 a time-budgeted run on a fake clock (no sleeps, no timing asserts), and the one-line errors."""
 
 import itertools
+import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -280,3 +285,43 @@ def test_time_budget_stage2_follows_the_budget(tiny_data, tmp_path, fake_clock):
           "train.eval_every=100", "train.ckpt_every=100"]
     pretrain(tiny(tiny_data, *ov), tmp_path / "r", progress=False, clock=fake_clock)
     assert [r["dropping"] for r in _train_rows(tmp_path / "r")] == [True] * 6 + [False] * 2  # p = k/8 < 0.75
+
+
+DDP_BUDGET_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    from tokendrop import train
+    from tokendrop.config import load_config
+
+    rank = int(os.environ.get("RANK", "0"))
+    clock = [0.0]
+    call = train.MLMStep.__call__
+
+    def step(self, *a, **k):  # rank 1's clock runs three times as fast: only rank 0's may count
+        clock[0] += 1.0 + 2.0 * rank
+        return call(self, *a, **k)
+
+    train.MLMStep.__call__ = step
+    cfg = load_config("tiny", [f'data.path="{sys.argv[1]}"', "train.steps=0", "train.time_budget=4s", "train.log_every=1",
+                               "train.batch_size=8", "train.eval_every=100", "train.threads=1", "train.lr_schedule=wsd"])
+    res = train.pretrain(cfg, sys.argv[2], progress=False, clock=lambda: clock[0])
+    lrs = [r["lr"] for r in res.history if "lr" in r]
+    with open(os.path.join(os.path.dirname(sys.argv[2]), f"rank{rank}.json"), "w") as f:
+        json.dump({"steps": res.steps, "lrs": lrs}, f)
+    """
+)
+
+
+def test_time_budget_ranks_agree_under_ddp(tiny_data, tmp_path):
+    """Two ranks whose clocks disagree stop at the same step with the same learning rates (rank 0's
+    clock decides); without the agreement rank 1 would stop after 2 steps and rank 0 hang."""
+    script = tmp_path / "ddp_budget.py"
+    script.write_text(DDP_BUDGET_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(script), str(tiny_data), str(tmp_path / "run")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["steps"] == r1["steps"] == 4 and r0["lrs"] == r1["lrs"]
+    assert r0["lrs"] == [LRSchedule("wsd", 2e-3, 4, 0).at(k, k / 4) for k in range(4)]

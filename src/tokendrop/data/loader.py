@@ -17,6 +17,10 @@ round(mask_prob * n_maskable)))`` are chosen uniformly without replacement, sort
 after the k real ones have position 0, label 0, weight 0.  The random draws of a sequence come from
 ``default_rng([seed, epoch, index])`` (eval split: ``[seed, epoch, index, 1]``): the masks depend
 only on the seed, the epoch and the sequence, never on workers, ranks or batch composition.
+A ``variable_rate`` loader (a masking-rate schedule) draws every sequence at ``mask_prob``, its
+largest rate, exactly as above, remembers each slot's rank in the draw and, when a batch is taken,
+cuts it to the rate last given to ``set_mask_rate`` (``cut_to_rate``: the k = round(rate * n)
+slots of lowest rank stay, the others get their ids back), so the rate is exact with workers.
 
 Resume.  ``state_dict()`` describes the next batch to be *yielded* (prefetched batches are not
 counted); ``load_state_dict()`` makes iteration continue with exactly that batch, also with a

@@ -14,7 +14,7 @@ from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.flops import layer_flops, step_flops
 from tokendrop.importance import build_selector
 from tokendrop.model import build_model
-from tokendrop.random_ltd import ltd_kept
+from tokendrop.random_ltd import ltd_kept, ltd_kept_at
 from tokendrop.train import MLMStep, param_groups
 
 V = 97
@@ -45,6 +45,14 @@ def test_schedule_hand_values():
                                     (67, 96, 96), (99, 112, 128), (100, 128, 128), (150, 128, 128)]:
         assert ltd_kept(fixed, 128, k, 200) == want_fixed, k
         assert ltd_kept(lin, 128, k, 200) == want_lin, k
+
+
+def test_time_budgeted_schedule_follows_the_budget_fraction():
+    # train.steps 0 (train.time_budget): the same ramp over the fraction of the budget used
+    fixed = ltd(ltd_start_fraction=0.25, ltd_schedule_share=0.5, ltd_step=16)
+    for p, want in [(0.0, 32), (0.08, 32), (0.085, 48), (0.25, 80), (0.495, 112), (0.5, 128), (0.9, 128)]:
+        assert ltd_kept_at(fixed, 128, 0, 0, p) == want, p  # v = 32 + 96 p / 0.5, floored to the grid
+    assert ltd_kept_at(fixed, 128, 50, 200, 0.99) == ltd_kept(fixed, 128, 50, 200) == 80  # steps given: the step
 
 
 @pytest.mark.parametrize("t,start,share,steps,grid", [(128, 0.25, 0.5, 200, 16), (512, 0.25, 0.8, 1000, 16),

@@ -18,12 +18,15 @@ import difflib
 import math
 import os
 import tomllib
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .budget import parse_duration
 from .errors import TokendropError
+from .schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS
 
 
 class ConfigError(TokendropError, ValueError):
@@ -59,6 +62,7 @@ DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
 FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
+DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps nor a time budget
 
 
 @dataclass
@@ -377,13 +381,44 @@ class DataConfig:
 
     path: str = ""  # a directory written by ``tokendrop prepare``
     seq_len: int = 0  # expected T of the prepared data; 0 = whatever it was prepared with
-    mask_prob: float = 0.15
+    # the MLM masking rate: a fraction, or a schedule [start, end] over the run (tokendrop.schedules;
+    # e.g. [0.3, 0.15], Ankner et al. 2024), decaying as mask_schedule says (linear | cosine)
+    mask_prob: float | list[float] = 0.15
+    mask_schedule: str = "linear"
     num_workers: int = 1  # background batch-building processes
     prefetch: int = 4  # batches buffered per worker
 
+    @property
+    def mask_prob_start(self) -> float:
+        return float(self.mask_prob[0]) if isinstance(self.mask_prob, list) else float(self.mask_prob)
+
+    @property
+    def mask_prob_end(self) -> float:
+        """The rate at the end of the run (held-out evaluation masks at this rate)."""
+        return float(self.mask_prob[-1]) if isinstance(self.mask_prob, list) else float(self.mask_prob)
+
+    @property
+    def mask_prob_max(self) -> float:
+        """The largest rate of the run (the number of prediction slots is sized for it)."""
+        return max(self.mask_prob_start, self.mask_prob_end)
+
+    @property
+    def mask_scheduled(self) -> bool:
+        return self.mask_prob_start != self.mask_prob_end
+
     def validate(self) -> None:
-        if not 0.0 < self.mask_prob < 1.0:
+        if isinstance(self.mask_prob, list):
+            if len(self.mask_prob) != 2:
+                raise ConfigError(f"data.mask_prob: expected a fraction or a [start, end] pair such as [0.3, 0.15], "
+                                  f"got {self.mask_prob}")
+            for name, v in zip(("start", "end"), self.mask_prob):
+                if not 0.0 < v < 1.0:
+                    raise ConfigError(f"data.mask_prob: the schedule's {name} {v} lies outside (0, 1); expected "
+                                      "fractions such as [0.3, 0.15]")
+        elif not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"data.mask_prob: expected a fraction in (0, 1), got {self.mask_prob}")
+        if self.mask_schedule not in DECAYS:
+            raise ConfigError(f"data.mask_schedule: expected one of {', '.join(DECAYS)}, got {self.mask_schedule!r}")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers: expected >= 0, got {self.num_workers}")
 
@@ -396,11 +431,19 @@ class DataConfig:
 class TrainConfig:
     """Optimisation and run-time settings (docs/design.md §2.5)."""
 
-    steps: int = 1000
+    # how long the run lasts: steps (optimizer steps; 0 = unset, 1000 without a time budget) or
+    # time_budget ("20m", "6h", "1h30m": seconds of training time, tokendrop.budget) -- one of them
+    steps: int = 0
+    time_budget: str = ""
     batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
     micro_batch_size: int = 0  # per rank and forward pass; 0 -> batch_size // world_size
     lr: float = 1e-4
     warmup_steps: int = 100
+    # linear (warm-up, linear decay to 0) | wsd (warm-up, stable, then decay over the last
+    # decay_share of the run, shape decay_shape: 1-sqrt | linear); tokendrop.schedules
+    lr_schedule: str = "linear"
+    decay_share: float = 0.2
+    decay_shape: str = "1-sqrt"
     weight_decay: float = 0.01
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
@@ -425,8 +468,30 @@ class TrainConfig:
     # in a row stop the run with an error (its weights are never saved as a checkpoint)
     max_nonfinite_steps: int = 3
 
+    def __post_init__(self) -> None:
+        if self.steps == 0 and not self.time_budget:
+            self.steps = DEFAULT_STEPS
+
     def validate(self) -> None:
-        for name in ("steps", "batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
+        if self.time_budget:
+            if self.steps:
+                raise ConfigError(f"train.steps and train.time_budget: both set ({self.steps} steps, "
+                                  f"{self.time_budget!r}); a run lasts one or the other: set train.steps=0 to use "
+                                  "the time budget, or remove train.time_budget")
+            try:
+                parse_duration(self.time_budget)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        elif self.steps < 0:
+            raise ConfigError(f"train.steps: expected a positive integer, got {self.steps}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"train.lr_schedule: expected one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        if not 0.0 < self.decay_share < 1.0:
+            raise ConfigError(f"train.decay_share: the decay's share of the run {self.decay_share} lies outside (0, 1); "
+                              "expected a fraction such as 0.2")
+        if self.decay_shape not in WSD_DECAYS:
+            raise ConfigError(f"train.decay_shape: expected one of {', '.join(WSD_DECAYS)}, got {self.decay_shape!r}")
+        for name in ("batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name}: expected a positive integer, got {getattr(self, name)}")
         if self.warmup_steps < 0:
@@ -616,6 +681,15 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):  # float | list[float]: the first type that fits
+        options = typing.get_args(tp)
+        for option in options:
+            try:
+                return _coerce(value, option, where)
+            except ConfigError:
+                pass
+        names = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+        raise ConfigError(f"{where}: expected {' or '.join(names.get(o, 'a list') for o in options)}, got {value!r}")
     if tp is bool:
         if isinstance(value, bool):
             return value

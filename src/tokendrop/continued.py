@@ -226,7 +226,7 @@ def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, am
     t0 = time.perf_counter()
     events = [start_from_source(cfg, model, data, run_dir, dd.main)] if cfg.model.init else []
     stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
-                       world_size=dd.world, mask_prob=cfg.data.mask_prob, num_workers=0, shuffle=True, loop=True)
+                       world_size=dd.world, mask_prob=cfg.data.mask_prob_start, num_workers=0, shuffle=True, loop=True)
     it = iter(stream)
     if events and cfg.train.head_warmup_steps and head_is_fresh(model, events[0]["fresh"]):
         losses = head_warmup(model, it, cfg.train.head_warmup_steps, cfg.train.head_warmup_lr, device, amp, progress)

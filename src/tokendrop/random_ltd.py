@@ -49,6 +49,17 @@ def ltd_kept(drop: DropConfig, seq_len: int, step: int, train_steps: int) -> int
     return min(t, max(m, min(s, t)))
 
 
+LTD_BUDGET_GRID = 1_000_000  # a time-budgeted run's ramp, in steps of 1e-6 of the budget
+
+
+def ltd_kept_at(drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float) -> int:
+    """:func:`ltd_kept` for a run of ``train_steps`` steps; in a time-budgeted run (``train_steps`` 0)
+    the ramp runs over ``progress``, the fraction of the budget used (docs/design.md §2.10)."""
+    if train_steps > 0:
+        return ltd_kept(drop, seq_len, step, train_steps)
+    return ltd_kept(drop, seq_len, int(min(max(progress, 0.0), 1.0) * LTD_BUDGET_GRID), LTD_BUDGET_GRID)
+
+
 def sample_layers(num_layers: int, batch_size: int, seq_len: int, kept: int, generator: torch.Generator,
                   device: torch.device, pad_mask: Tensor | None = None) -> Tensor:
     """(S, B, M) positions, ascending in each row: an independent uniform draw of ``kept`` of the

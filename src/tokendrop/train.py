@@ -30,16 +30,18 @@ from torch import Tensor, nn
 
 from . import checkpoint as ckpt_mod
 from . import rundir
+from .budget import RunLength
 from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import step_flops
-from .random_ltd import ltd_kept
+from .random_ltd import ltd_kept_at
 from .consistency import ClsTaps, consistency_term
 from .continued import warm_start
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
 from .attention import check_training_device
 from .model import BertForMaskedLM, build_model, num_parameters
+from .schedules import lr_linear_steps, lr_schedule, mask_schedule
 
 
 class TrainingError(TokendropError, RuntimeError):
@@ -101,17 +103,24 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 
 
 def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total``."""
-    if warmup > 0 and step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * max(0.0, (total - step) / max(1, total - warmup))
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total``
+    (``train.lr_schedule = "linear"`` of a fixed-length run; tokendrop.schedules has them all)."""
+    return lr_linear_steps(step, peak, warmup, total)
 
 
 def stage2_start(cfg: Config) -> int:
-    """First step trained without dropping (= steps when there is no stage 2)."""
+    """First step trained without dropping (= steps when there is no stage 2; a fixed-length run)."""
     if not cfg.drop.enabled:
         return 0
     return cfg.train.steps - int(round(cfg.drop.stage2_fraction * cfg.train.steps))
+
+
+def dropping_at(cfg: Config, length: RunLength, step: int, p: float) -> bool:
+    """Whether step ``step`` (at progress ``p``) drops tokens: before ``stage2_start`` in a
+    fixed-length run; while less than ``1 - drop.stage2_fraction`` of a time budget is used."""
+    if not cfg.drop.enabled:
+        return False
+    return p < 1.0 - cfg.drop.stage2_fraction if length.timed else step < stage2_start(cfg)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,20 +159,21 @@ class MLMStep:
         # ScTD (tokendrop.consistency): [CLS] taps on the last two layers, only when its weight is > 0
         self.taps = ClsTaps(model.encoder_layers) if cfg.drop.enabled and cfg.drop.consistency_weight > 0 else None
 
-    def keep_idx(self, mb: dict[str, Tensor], step: int) -> Tensor | None:
+    def keep_idx(self, mb: dict[str, Tensor], step: int, progress: float = 0.0) -> Tensor | None:
         """The kept positions of one micro-batch: (B, M) from the selector, or (S, B, M) per half
         layer for random_ltd at its scheduled count (None once that count is T: a dense step)."""
         drop = self.cfg.drop
         if not drop.per_layer:
             return self.selector.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
         t = mb["input_ids"].shape[1]
-        kept = ltd_kept(drop, t, step, self.cfg.train.steps)
+        kept = ltd_kept_at(drop, t, step, self.cfg.train.steps, progress)
         if kept >= t:
             return None
         start, end = drop.span(self.cfg.model.num_layers)
         return self.selector.select_layers(mb["input_ids"], kept, end - start)
 
-    def __call__(self, micro: list[dict[str, Tensor]], lr: float, dropping: bool, step: int = 0) -> dict[str, Tensor]:
+    def __call__(self, micro: list[dict[str, Tensor]], lr: float, dropping: bool, step: int = 0,
+                 progress: float = 0.0) -> dict[str, Tensor]:
         for g in self.opt.param_groups:
             g["lr"] = lr
         device = micro[0]["input_ids"].device
@@ -179,7 +189,7 @@ class MLMStep:
         for i, mb in enumerate(micro):
             keep = None
             if dropping and self.select:
-                keep = self.keep_idx(mb, step)
+                keep = self.keep_idx(mb, step, progress)
             sync = self.ddp is None or i == len(micro) - 1
             ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
             with ctx:
@@ -288,7 +298,7 @@ class PretrainResult:
 _RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.start", "drop.end", "drop.beta",
                  "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "drop.ltd_start_fraction",
                  "drop.ltd_schedule_share", "drop.ltd_schedule", "drop.ltd_step", "drop.consistency_weight",
-                 "drop.consistency_every", "data.mask_prob",
+                 "drop.consistency_every", "data.mask_prob", "data.mask_schedule",
                  "train.batch_size", "train.seed")  # data.path: check_resume_data (the data may move)
 _RESUME_FREE = ("model.attention_backend",)  # inside a fixed section, but execution only: may change
 
@@ -453,7 +463,7 @@ def _in_main_thread() -> bool:
 
 def pretrain(
     cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None,
-    overwrite: bool = False,
+    overwrite: bool = False, clock=None,
 ) -> PretrainResult:
     """Run (or resume) a pretraining job into ``out_dir``.
 
@@ -462,6 +472,8 @@ def pretrain(
     ``overwrite``: start over in an existing run directory (only one tokendrop marked as a run and
     that holds none of the run's inputs; ``tokendrop.rundir.prepare_output``).  The run directory is
     locked (rank 0) for the whole call: a second writer fails at once with "... in use by pid N".
+    ``clock``: the seconds clock training time is measured with (``time.perf_counter``; tests pass a
+    fake one to check ``train.time_budget`` without sleeping).
     """
     cfg.validate()
     run_dir = Path(out_dir)
@@ -471,7 +483,7 @@ def pretrain(
     threads = torch.get_num_threads()
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
-            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite)
+            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or time.perf_counter)
     finally:
         torch.set_num_threads(threads)  # train.threads applies to this run only
         if dd.owns_group:
@@ -479,10 +491,11 @@ def pretrain(
 
 
 def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
-              overwrite: bool = False) -> PretrainResult:
+              overwrite: bool = False, clock=time.perf_counter) -> PretrainResult:
     from .data import MLMLoader
 
     tc = cfg.train
+    length, lrs, masks = RunLength.of(tc), lr_schedule(tc), mask_schedule(cfg.data)  # tokendrop.schedules
     device = resolve_device(tc.device, dd.local_rank)
     if tc.threads:
         torch.set_num_threads(tc.threads)
@@ -571,8 +584,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 selector.set_rng_state(rng["rng.selector"], device)
             ckpt_mod.restore_rng(rng)
         loader_state = meta_in["data_position"]
-        if start_step >= tc.steps:
-            raise TrainingError(f"--resume: the run is already at step {start_step} >= train.steps={tc.steps}")
+        if length.finished(start_step, float(meta_in.get("wall_time", 0.0))):
+            raise TrainingError(f"--resume: the run is already at step {start_step}, the end of {length.describe()}")
         if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
             rundir.truncate_metrics(run_dir, start_step)
     ddp = None
@@ -581,13 +594,13 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     step_fn = MLMStep(model, selector, opt, cfg, amp, ddp, use_attention_mask=not data.packed, compile=tc.compile)
 
     loader = MLMLoader(data, split="train", batch_size=micro_bs, seed=tc.seed, rank=dd.rank, world_size=dd.world,
-                       mask_prob=cfg.data.mask_prob, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch,
-                       shuffle=True, loop=True)
+                       mask_prob=masks.largest, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch,
+                       shuffle=True, loop=True, variable_rate=not masks.constant)
     if loader_state is not None:
         loader.load_state_dict(loader_state)
 
     def eval_batches():
-        return MLMLoader(data, split="eval", batch_size=micro_bs, seed=tc.seed, mask_prob=cfg.data.mask_prob,
+        return MLMLoader(data, split="eval", batch_size=micro_bs, seed=tc.seed, mask_prob=cfg.data.mask_prob_end,
                          num_workers=0, shuffle=False, loop=False)
 
     log = MetricsLog(run_dir, dd.main, purge_step=start_step + 1 if meta_in is not None else None)
@@ -605,7 +618,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
     if dd.main and start_step == 0:
         log.write({"step": 0, "event": "start", "params": num_parameters(model), "seq_len": T, "world_size": dd.world,
-                   "accum": accum, "stage2_start": s2, "device": str(device)})
+                   "accum": accum, "stage2_start": None if length.timed else s2, "device": str(device),
+                   **({"time_budget_s": length.budget_s} if length.timed else {})})
         for ev in init_events:
             log.write({"step": 0, **ev})
         if has_eval:
@@ -652,21 +666,28 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if progress and dd.main:
         from tqdm import tqdm
 
-        pbar = tqdm(total=tc.steps, initial=start_step, desc="pretrain", unit="step", dynamic_ncols=True)
+        pbar = tqdm(total=length.steps or None, initial=start_step, desc="pretrain", unit="step", dynamic_ncols=True)
     it = iter(loader)
     step = start_step
     interrupted = False
     model.train()
     pending = 0
-    t_mark = time.perf_counter()
+    t_mark = clock()
+    used = wall  # training seconds so far (train.time_budget counts these)
+    finished = length.finished(step, used)
     with _StopFlag() as stop, _close_on_error(pbar, loader, log):
-        while step < tc.steps:
+        while not finished:
+            p = length.progress(step, used)  # every schedule is a function of (step, p)
+            if not masks.constant:
+                loader.set_mask_rate(masks.at(p))
             micro = []
             for _ in range(accum):
                 mb = next(it)
                 micro.append({k: v.to(device, non_blocking=True) for k, v in mb.items()})
-            dropping = cfg.drop.enabled and step < s2
-            out = step_fn(micro, lr_at(step, tc.lr, tc.warmup_steps, tc.steps), dropping, step)
+            dropping = dropping_at(cfg, length, step, p)
+            lr = lrs.at(step, p)
+            kept = _kept(cfg, T, step, p)  # rows kept in the drop span (random_ltd: its schedule)
+            out = step_fn(micro, lr, dropping, step, p)
             bad = (~out["finite"]).long()
             nf[0] = (nf[0] + 1) * bad
             nf[1] = torch.maximum(nf[1], nf[0])
@@ -674,18 +695,20 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             step += 1
             pending += 1
             tokens_done += tc.batch_size * T
-            is_log = step % tc.log_every == 0 or step == tc.steps
-            is_eval = step % tc.eval_every == 0 or step == tc.steps
+            used = length.agree(wall + clock() - t_mark, dd.world)  # DDP: rank 0's clock decides
+            finished = length.finished(step, used)
+            is_log = step % tc.log_every == 0 or finished
+            is_eval = step % tc.eval_every == 0 or finished
             # read once per step: a signal arriving after this point (while logging or evaluating)
             # is acted on after the next step, never by stopping without the checkpoint
             stopping = stop.stop or (stop_at is not None and step >= stop_at)
-            is_ckpt = step % tc.ckpt_every == 0 or step == tc.steps or stopping
+            is_ckpt = step % tc.ckpt_every == 0 or finished or stopping
             if is_log or is_eval or is_ckpt:
                 # the host waits for the device only here, not every step; step_time is the mean
                 # over the steps since the last such point
                 if device.type == "cuda":
                     torch.cuda.synchronize()
-                elapsed = time.perf_counter() - t_mark
+                elapsed = clock() - t_mark
                 dt = elapsed / pending
                 train_time += elapsed
                 wall += elapsed
@@ -701,11 +724,13 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                     )
             if is_log:
                 rec = {"step": step, "loss": out["loss"].item(), "acc": out["acc"].item(),
-                       "lr": lr_at(step - 1, tc.lr, tc.warmup_steps, tc.steps), "grad_norm": out["grad_norm"].item(),
-                       "kept_fraction": _kept(cfg, T, step - 1) / T if dropping else 1.0, "dropping": dropping,
+                       "lr": lr, "grad_norm": out["grad_norm"].item(),
+                       "kept_fraction": kept / T if dropping else 1.0, "dropping": dropping,
                        "step_time": dt, "tokens_per_s": tc.batch_size * T / dt, "wall_time": wall,
-                       "flops_per_step": (step_flops(cfg.model, T, tc.batch_size, cfg.drop, kept=_kept(cfg, T, step - 1))
+                       "flops_per_step": (step_flops(cfg.model, T, tc.batch_size, cfg.drop, kept=kept)
                                           if dropping else flops_dense).total, "skipped_steps": skipped}
+                if not masks.constant:
+                    rec["mask_prob"] = loader.mask_rate
                 if peak_flops:
                     rec["mfu"] = rec["flops_per_step"] / dt / (peak_flops * dd.world)
                 log.write(rec)
@@ -728,7 +753,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             if pbar is not None:
                 pbar.update(1)
             if is_log or is_eval or is_ckpt:
-                t_mark = time.perf_counter()  # evaluation and checkpoints are not training time
+                t_mark = clock()  # evaluation and checkpoints are not training time
             if stopping:
                 interrupted = True
                 break
@@ -752,9 +777,12 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     )
 
 
-def _kept(cfg: Config, seq_len: int, step: int) -> int:
-    """Rows kept in the drop span at optimizer step ``step`` (random_ltd: its schedule)."""
-    return ltd_kept(cfg.drop, seq_len, step, cfg.train.steps) if cfg.drop.per_layer else cfg.drop.num_kept(seq_len)
+def _kept(cfg: Config, seq_len: int, step: int, progress: float) -> int:
+    """Rows kept in the drop span at optimizer step ``step`` (0-based), ``progress`` of the run done
+    (random_ltd: its schedule, over the steps or over the time budget)."""
+    if not cfg.drop.per_layer:
+        return cfg.drop.num_kept(seq_len)
+    return ltd_kept_at(cfg.drop, seq_len, step, cfg.train.steps, progress)
 
 
 def _rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:

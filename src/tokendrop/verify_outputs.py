@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from .budget import RunLength, parse_duration
 from .errors import TokendropError
 from .verify import VerifyReport, _line, _verify_export, _verify_prepared, _verify_run
 
@@ -312,15 +313,18 @@ def verify_study(p: Path, rep: VerifyReport) -> None:
 
 
 def _run_finished(run: Path) -> bool | None:
-    """Whether the newest checkpoint reached the run's train.steps (None: cannot tell; the
-    checkpoints themselves are verified by the run's check)."""
+    """Whether the newest checkpoint reached the end of the run (its train.steps, or its
+    train.time_budget of training time) (None: cannot tell; the checkpoints themselves are verified
+    by the run's check)."""
     try:
         cfg = tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))
-        steps = int(cfg["train"]["steps"])
+        budget = str(cfg["train"].get("time_budget", ""))
+        length = RunLength(0, parse_duration(budget)) if budget else RunLength(int(cfg["train"]["steps"]))
         cks = sorted(c for c in (run / "checkpoints").glob("step-*") if c.is_dir()) if (run / "checkpoints").is_dir() else []
         if not cks:
             return False
-        return int(json.loads((cks[-1] / "meta.json").read_text(encoding="utf-8"))["step"]) >= steps
+        meta = json.loads((cks[-1] / "meta.json").read_text(encoding="utf-8"))
+        return length.finished(int(meta["step"]), float(meta.get("wall_time", 0.0)))
     except (OSError, ValueError, KeyError, TypeError, tomllib.TOMLDecodeError):
         return None
 

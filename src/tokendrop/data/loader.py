@@ -17,6 +17,10 @@ round(mask_prob * n_maskable)))`` are chosen uniformly without replacement, sort
 after the k real ones have position 0, label 0, weight 0.  The random draws of a sequence come from
 ``default_rng([seed, epoch, index])`` (eval split: ``[seed, epoch, index, 1]``): the masks depend
 only on the seed, the epoch and the sequence, never on workers, ranks or batch composition.
+A ``variable_rate`` loader (a masking-rate schedule) draws every sequence at ``mask_prob``, its
+largest rate, exactly as above, remembers each slot's rank in the draw and, when a batch is taken,
+cuts it to the rate last given to ``set_mask_rate`` (``cut_to_rate``: the k = round(rate * n)
+slots of lowest rank stay, the others get their ids back), so the rate is exact with workers.
 
 Resume.  ``state_dict()`` describes the next batch to be *yielded* (prefetched batches are not
 counted); ``load_state_dict()`` makes iteration continue with exactly that batch, also with a
@@ -121,13 +125,37 @@ class MLMMasker:
         k = min(self.num_slots, max(1, int(math.floor(self.mask_prob * n + 0.5))))
         pos = np.sort(rng.choice(cand, size=k, replace=False))
         u = rng.random(k)
+        return self._corrupt(inp, pos, u, rng) + (k,)
+
+    def mask_row_ranked(
+        self, row: np.ndarray, rng: np.random.Generator, maskable: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """``mask_row`` (the same draws, the same result) plus each slot's rank in the random draw
+        order, and n: a batch cut to a lower rate r keeps the slots of rank < round(r n) (``cut_to_rate``),
+        which is a uniform sample of that size, corrupted as the full draw corrupted it."""
+        if maskable is None:
+            maskable = self.maskable(row)
+        cand = np.flatnonzero(maskable)
+        n = len(cand)
+        inp = row.astype(np.int64)
+        if n == 0:
+            return inp, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+        k = min(self.num_slots, max(1, int(math.floor(self.mask_prob * n + 0.5))))
+        chosen = rng.choice(cand, size=k, replace=False)  # random order: the draw order is the rank
+        order = np.argsort(chosen, kind="stable")
+        pos = chosen[order]
+        u = rng.random(k)
+        inp, pos, labels = self._corrupt(inp, pos, u, rng)
+        return inp, pos, labels, order, n
+
+    def _corrupt(self, inp: np.ndarray, pos: np.ndarray, u: np.ndarray, rng: np.random.Generator):
         labels = inp[pos].copy()
         inp[pos[u < self.mask_frac]] = self.mask_id
         rnd = (u >= self.mask_frac) & (u < self.mask_frac + self.random_frac)
         nr = int(rnd.sum())
         if nr:
             inp[pos[rnd]] = self.random_pool[rng.integers(0, len(self.random_pool), nr)]
-        return inp, pos, labels, k
+        return inp, pos, labels
 
 
 def _rng(seed: int, epoch: int, index: int, domain: int) -> np.random.Generator:
@@ -136,9 +164,11 @@ def _rng(seed: int, epoch: int, index: int, domain: int) -> np.random.Generator:
 
 
 def build_batch(
-    seqs: np.ndarray, indices: np.ndarray, masker: MLMMasker, seed: int, epoch: int, domain: int = 0
+    seqs: np.ndarray, indices: np.ndarray, masker: MLMMasker, seed: int, epoch: int, domain: int = 0,
+    ranked: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Compact numpy batch for ``indices`` (-1 = placeholder row with zero weights)."""
+    """Compact numpy batch for ``indices`` (-1 = placeholder row with zero weights).  ``ranked``: also
+    ``mlm_rank`` (B,P; -1 for unused slots) and ``num_maskable`` (B,), for ``cut_to_rate``."""
     B = len(indices)
     P = masker.num_slots
     valid = indices >= 0
@@ -156,15 +186,47 @@ def build_batch(
     pos = np.zeros((B, P), np.int64)
     lab = np.zeros((B, P), np.int64)
     wts = np.zeros((B, P), np.float32)
+    rank = np.full((B, P), -1, np.int64) if ranked else None
+    num = np.zeros(B, np.int64)
     for i in range(B):
         if not valid[i]:
             continue
-        ids, p, l, k = masker.mask_row(rows[i], _rng(seed, epoch, int(indices[i]), domain), maskable[i])
+        rng = _rng(seed, epoch, int(indices[i]), domain)
+        if ranked:
+            ids, p, l, r, num[i] = masker.mask_row_ranked(rows[i], rng, maskable[i])
+            rank[i, : len(r)] = r
+        else:
+            ids, p, l, _ = masker.mask_row(rows[i], rng, maskable[i])
+        k = len(p)
         inp[i] = ids
         pos[i, :k] = p
         lab[i, :k] = l
         wts[i, :k] = 1.0
-    return {"input_ids": inp, "mlm_positions": pos, "mlm_labels": lab, "mlm_weights": wts}
+    out = {"input_ids": inp, "mlm_positions": pos, "mlm_labels": lab, "mlm_weights": wts}
+    if ranked:
+        out.update(mlm_rank=rank, num_maskable=num)
+    return out
+
+
+def cut_to_rate(b: dict[str, np.ndarray], rate: float, num_slots: int) -> dict[str, np.ndarray]:
+    """A ranked batch (``build_batch(ranked=True)``, drawn at the largest rate) masked at ``rate``
+    instead: row i keeps its slots of rank < k_i = min(P, max(1, round(rate n_i))) (n_i: its maskable
+    positions), the others get their original ids back; kept slots first, in position order, then
+    unused ones (position 0, label 0, weight 0) -- the same layout as a batch masked at ``rate``."""
+    n = b["num_maskable"]
+    k = np.where(n > 0, np.minimum(num_slots, np.maximum(1, np.floor(rate * n + 0.5).astype(np.int64))), 0)
+    rank = np.asarray(b["mlm_rank"], np.int64)
+    used = rank >= 0
+    keep = used & (rank < k[:, None])
+    inp = np.array(b["input_ids"], dtype=np.int64)
+    pos = np.asarray(b["mlm_positions"], np.int64)
+    lab = np.asarray(b["mlm_labels"], np.int64)
+    rows, cols = np.nonzero(used & ~keep)
+    inp[rows, pos[rows, cols]] = lab[rows, cols]
+    order = np.argsort(~keep, axis=1, kind="stable")  # kept slots first, each group in position order
+    kept = np.take_along_axis(keep, order, axis=1)
+    return {"input_ids": inp, "mlm_positions": np.take_along_axis(pos, order, axis=1) * kept,
+            "mlm_labels": np.take_along_axis(lab, order, axis=1) * kept, "mlm_weights": kept.astype(np.float32)}
 
 
 class _Plan:
@@ -213,11 +275,12 @@ _ERR = "__error__"
 class _SlotLayout:
     """Byte layout of one batch in a shared-memory slot: ids (B,T), positions, labels, weights (B,P)."""
 
-    def __init__(self, B: int, T: int, P: int, dtype: np.dtype):
+    def __init__(self, B: int, T: int, P: int, dtype: np.dtype, ranked: bool = False):
         self.fields = []
         off = 0
+        extra = (("mlm_rank", (B, P), np.dtype(np.int32)), ("num_maskable", (B,), np.dtype(np.int32))) if ranked else ()
         for name, shape, dt in (("input_ids", (B, T), dtype), ("mlm_positions", (B, P), np.dtype(np.int32)),
-                                ("mlm_labels", (B, P), dtype), ("mlm_weights", (B, P), np.dtype(np.uint8))):
+                                ("mlm_labels", (B, P), dtype), ("mlm_weights", (B, P), np.dtype(np.uint8)), *extra):
             self.fields.append((name, shape, dt, off))
             off += -(-int(np.prod(shape)) * dt.itemsize // 64) * 64  # 64-byte aligned
         self.nbytes = off
@@ -229,7 +292,8 @@ class _SlotLayout:
 
 
 def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, domain: int, epoch0: int,
-                 step0: int, wid: int, nw: int, raw, layout: _SlotLayout, nslots: int, free, q, stop) -> None:
+                 step0: int, wid: int, nw: int, raw, layout: _SlotLayout, nslots: int, free, q, stop,
+                 ranked: bool = False) -> None:
     """Build batches wid, wid+nw, ... into shared-memory slots (round-robin); announce them on ``q``."""
     try:  # numpy only: nothing here touches torch (the process is forked from a torch program)
         buf = np.frombuffer(raw, dtype=np.uint8)
@@ -241,7 +305,7 @@ def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, d
             if es is None:
                 break
             e, s = es
-            b = build_batch(seqs, plan.indices(e, s), masker, plan.seed, e, domain)
+            b = build_batch(seqs, plan.indices(e, s), masker, plan.seed, e, domain, ranked=ranked)
             while not stop.is_set() and not free.acquire(timeout=0.1):  # wait for a consumed slot
                 pass
             if stop.is_set():
@@ -295,7 +359,8 @@ class _Workers:
         ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.nw = loader.num_workers
         self.nslots = max(1, loader.prefetch)
-        self.layout = _SlotLayout(loader.batch_size, loader.seq_len, loader.num_slots, loader.data.dtype)
+        self.layout = _SlotLayout(loader.batch_size, loader.seq_len, loader.num_slots, loader.data.dtype,
+                                  loader.variable_rate)
         self.stop = ctx.Event()
         self.queues = [ctx.Queue() for _ in range(self.nw)]
         self.free = [ctx.Semaphore(self.nslots) for _ in range(self.nw)]
@@ -306,7 +371,8 @@ class _Workers:
             p = ctx.Process(
                 target=_worker_main,
                 args=(loader.data, loader.split, loader._plan, loader.masker, loader._domain, epoch0, step0, w,
-                      self.nw, self.raws[w], self.layout, self.nslots, self.free[w], self.queues[w], self.stop),
+                      self.nw, self.raws[w], self.layout, self.nslots, self.free[w], self.queues[w], self.stop,
+                      loader.variable_rate),
                 name=f"tokendrop-data-{w}",
                 daemon=True,
             )
@@ -369,7 +435,10 @@ class MLMLoader:
         prefetch: int = 4,
         shuffle: bool = True,
         loop: bool = True,
+        variable_rate: bool = False,
     ):
+        """``variable_rate``: ``mask_prob`` is the largest rate; each batch is masked at the rate
+        ``set_mask_rate`` last set when it is taken (the consumer's side: exact with workers)."""
         self.data = data if isinstance(data, PreparedData) else PreparedData.open(data)
         if split not in ("train", "eval"):
             raise DataError(f"split: expected 'train' or 'eval', got {split!r}")
@@ -393,6 +462,8 @@ class MLMLoader:
                                 exclude_ids=self.data.special_token_ids())
         self.masker.vocab_size = self.data.vocab_size  # meta.json's: every batch's ids are checked against it
         self.num_slots = self.masker.num_slots
+        self.variable_rate = bool(variable_rate)
+        self.mask_rate = self.masker.mask_prob
         self._domain = _EVAL_DOMAIN if split == "eval" else 0
         N = self.data.num_sequences(split)
         self._plan = _Plan(N, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop)
@@ -467,6 +538,15 @@ class MLMLoader:
         self._state_version += 1  # an active iterator restarts its workers from here
         self._resume_pending = True  # loop=False: the next iter() continues from here
 
+    def set_mask_rate(self, rate: float) -> None:
+        """The masking rate of the batches taken from now on (``variable_rate`` loaders only)."""
+        if not self.variable_rate:
+            raise DataError("set_mask_rate: this loader masks at a fixed rate (construct it with variable_rate=True)")
+        if not 0.0 < rate <= self.masker.mask_prob:
+            raise DataError(f"set_mask_rate: expected a rate in (0, {self.masker.mask_prob}] (the loader's mask_prob "
+                            f"sizes the prediction slots), got {rate}")
+        self.mask_rate = float(rate)
+
     # ---- iteration
     def _to_torch(self, inp, pos, lab, wts) -> dict[str, torch.Tensor]:
         """Tensors owning their memory (the inputs may be views of a shared slot that is reused)."""
@@ -485,6 +565,8 @@ class MLMLoader:
         }
 
     def _views_to_torch(self, v: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        if self.variable_rate:
+            v = cut_to_rate(v, self.mask_rate, self.num_slots)
         return self._to_torch(v["input_ids"], v["mlm_positions"], v["mlm_labels"], v["mlm_weights"])
 
     def _advance(self) -> None:
@@ -521,8 +603,9 @@ class MLMLoader:
                     return
                 if self.num_workers == 0:
                     e, s = self._epoch, self._step
-                    b = build_batch(seqs, self._plan.indices(e, s), self.masker, self.seed, e, self._domain)
-                    out = self._to_torch(b["input_ids"], b["mlm_positions"], b["mlm_labels"], b["mlm_weights"])
+                    b = build_batch(seqs, self._plan.indices(e, s), self.masker, self.seed, e, self._domain,
+                                    ranked=self.variable_rate)
+                    out = self._views_to_torch(b)
                 else:
                     if self._workers is None:
                         self._workers = _Workers(self, self._epoch, self._step)

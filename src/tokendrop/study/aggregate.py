@@ -119,7 +119,7 @@ def packed_split_eval(run_dir: Path, packed: str) -> dict[str, Any]:
 
     cfg = load_run_config(run_dir)
     return mlm_eval(run_dir, packed, cfg.train.seed, cfg.train.micro_batch_size or cfg.train.batch_size,
-                    cfg.data.mask_prob, cfg.train.eval_batches, run_dir / "study-packed-eval.json")
+                    cfg.data.mask_prob_end, cfg.train.eval_batches, run_dir / "study-packed-eval.json")
 
 
 def reach_target(curve: list[dict[str, Any]], target: float) -> dict[str, float] | None:
@@ -154,7 +154,7 @@ def source_result(study: StudyConfig, source: Path, out: Path, evaluation: EvalS
     if packed and Path(packed).is_dir() and runs:
         c = runs[0].cfg
         r = mlm_eval(source, packed, study.seeds[0], c.train.micro_batch_size or c.train.batch_size,
-                     c.data.mask_prob, c.train.eval_batches, out / "source-packed-eval.json")
+                     c.data.mask_prob_end, c.train.eval_batches, out / "source-packed-eval.json")
         if r.get("fresh_head"):
             res.mlm_note = "the source has no MLM head, so its MLM loss is not defined"
         else:

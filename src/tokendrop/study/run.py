@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import rundir
+from ..budget import RunLength
 from ..config import FROM_DATA, Config, from_dict, to_dict, to_toml
 from .aggregate import aggregate
 from .common import StudyError, atomic_json, atomic_text, cpu_s, hardware, loadavg, log, read_json, resolve_out
@@ -71,7 +72,7 @@ def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
         raise StudyError(f"{run_dir} was trained with a different config ({'; '.join(changes[:3])}); "
                          "use a new --out, or remove that run directory to retrain it")
     step = int(meta.get("step", 0))
-    if step >= cfg.train.steps:
+    if RunLength.of(cfg.train).finished(step, float(meta.get("wall_time", 0.0))):
         return "finished", step
     return "partial", step
 

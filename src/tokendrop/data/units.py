@@ -49,7 +49,7 @@ from .corpus import HF, JSONL, TEXT, WIKI, Source, is_compressed, split_points
 from .tokenize import IDS, INFO, LENGTHS, inline_encode, make_pool, pooled_encode, tokenize_unit, tokenizers_parallelism
 from .tokenizer import plain_copy
 
-UNIT_BYTES = 32 << 20  # default work-unit size (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
+UNIT_BYTES = 32_000_000  # default work-unit size (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
 WORK_FORMAT = "tokendrop-prepare-work"
 WORK_VERSION = 1
 _MAIN_READ = (WIKI, HF)  # read by the main process, cleaned/tokenized by the workers chunk by chunk

@@ -62,13 +62,13 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 
     if a.workers < 1:
         raise DataError(f"--workers: expected at least 1 worker process, got {a.workers}")
-    if not a.unit_mb > 0:
+    if a.unit_mb is not None and not a.unit_mb > 0:
         raise DataError(f"--unit-mb: expected a positive size in MB, got {a.unit_mb}")
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
                       tokenizer=a.tokenizer, lowercase=a.lowercase, packed=not a.unpacked, eval_fraction=a.eval_fraction,
                       workers=a.workers, max_position_embeddings=a.max_positions, progress=not a.quiet,
                       text_field=a.text_field, overflow=a.overflow, overwrite=a.overwrite, seed=a.seed,
-                      unit_bytes=max(1, int(a.unit_mb * 1e6)))
+                      unit_bytes=None if a.unit_mb is None else max(1, int(a.unit_mb * 1e6)))
     print(json.dumps(summary, indent=1, default=str))
     for w in summary.get("warnings", []):  # also in the summary and meta.json; said where a user sees it
         print(f"warning: {w}", file=sys.stderr)
@@ -240,9 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
     s.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="worker processes tokenizing work units (default: the number of cores)")
-    s.add_argument("--unit-mb", type=float, default=32.0,
-                   help="size of a work unit in MB (uncompressed text/JSONL bytes, Parquet/Arrow data); the output "
-                        "does not depend on it")
+    s.add_argument("--unit-mb", type=float, default=None,
+                   help="size of a work unit in MB (uncompressed text/JSONL bytes, Parquet/Arrow data; default: the "
+                        "corpus size / 64, within 1-32 MB); the output does not depend on it")
     s.add_argument("--max-positions", type=int, default=512, help="the model's max_position_embeddings (T must fit)")
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(func=cmd_prepare)

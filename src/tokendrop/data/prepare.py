@@ -77,7 +77,7 @@ from . import DataError
 from .prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
 from .shards import _Counter, _PackedWriter, _Shard, _UnpackedWriter, choose_eval_docs, dtype_for
 from .corpus import HF, finish, iter_raw, resolve_corpus
-from .units import UNIT_BYTES, WorkDir, plan_units, run_units, work_key
+from .units import WorkDir, plan_units, run_units, work_key
 from .tokenizer import (
     SPECIAL_KEYS,
     TokenizerSpec,
@@ -199,7 +199,7 @@ def prepare(
     seed: int = 0,
     min_frequency: int = 2,
     tokenizer: str | os.PathLike | None = None,
-    unit_bytes: int = UNIT_BYTES,
+    unit_bytes: int | None = None,
 ) -> dict:
     """Tokenize a corpus into a prepared directory ``out_dir``; returns a summary dict.
 
@@ -223,7 +223,8 @@ def prepare(
         data tokendrop wrote (its ``.tokendrop.json`` marker) that holds none of the inputs; without
         it a non-empty ``out_dir`` is refused.  A file is never replaced.
     seed: seed of the eval-document selection.
-    unit_bytes: size of a work unit (:mod:`.units`; the output does not depend on it).
+    unit_bytes: size of a work unit (default: the corpus's size / 64 within [1 MB, 32 MB];
+        :mod:`.units`); the output does not depend on it.
 
     Resumable: the finished work units are kept in ``<out_dir>.partial`` until the output is
     complete; an interrupted call, repeated, continues from them (:mod:`.units`).
@@ -275,7 +276,8 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
     # prepared data tokendrop wrote or that holds an input (checked again once the inputs are resolved)
     rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[vocab, tokenizer], error=DataError)
     # ---- inputs (all checked before anything is written)
-    if isinstance(unit_bytes, bool) or not isinstance(unit_bytes, (int, np.integer)) or unit_bytes < 1:
+    if unit_bytes is not None and (isinstance(unit_bytes, bool) or not isinstance(unit_bytes, (int, np.integer))
+                                   or unit_bytes < 1):
         raise DataError(f"unit_bytes: expected a positive number of bytes per work unit, got {unit_bytes!r}")
     sources = resolve_corpus(corpus_paths, text_field)
     rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[s.path for s in sources if s.fmt != HF],
@@ -318,7 +320,7 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
     work = None
     created = False
     try:
-        work, created = WorkDir.open(work_path, key, lambda: plan_units(sources, text_field, int(unit_bytes)), overwrite,
+        work, created = WorkDir.open(work_path, key, lambda: plan_units(sources, text_field, unit_bytes), overwrite,
                                      dtype, tokenizer_json=tok.to_str() if vocab_size is not None else None)
         t0 = time.time()
         infos = run_units(work, sources, tok, dtype, workers, text_field, progress)

@@ -49,7 +49,9 @@ from .corpus import HF, JSONL, TEXT, WIKI, Source, is_compressed, split_points
 from .tokenize import IDS, INFO, LENGTHS, inline_encode, make_pool, pooled_encode, tokenize_unit, tokenizers_parallelism
 from .tokenizer import plain_copy
 
-UNIT_BYTES = 32_000_000  # default work-unit size (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
+UNIT_BYTES = 32_000_000  # the largest default work unit (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
+MIN_UNIT_BYTES = 1_000_000
+UNITS_WANTED = 64  # the default unit size aims at this many units (the workers' load stays even)
 WORK_FORMAT = "tokendrop-prepare-work"
 WORK_VERSION = 1
 _MAIN_READ = (WIKI, HF)  # read by the main process, cleaned/tokenized by the workers chunk by chunk
@@ -70,8 +72,16 @@ class Unit:
         return None if self.end < 0 else (self.start, self.end)
 
 
-def plan_units(sources: Sequence[Source], text_field: str, unit_bytes: int = UNIT_BYTES) -> list[Unit]:
-    """The work units of ``sources``, in corpus order (independent of the number of workers)."""
+def default_unit_bytes(sources: Sequence[Source]) -> int:
+    """The corpus's size / 64, within [1 MB, 32 MB]: enough units to keep the workers evenly busy,
+    few enough that each is worth a task.  A function of the inputs only, not of the workers."""
+    return max(MIN_UNIT_BYTES, min(UNIT_BYTES, sum(s.size for s in sources) // UNITS_WANTED))
+
+
+def plan_units(sources: Sequence[Source], text_field: str, unit_bytes: int | None = None) -> list[Unit]:
+    """The work units of ``sources``, in corpus order (independent of the number of workers);
+    ``unit_bytes`` default: :func:`default_unit_bytes`."""
+    unit_bytes = unit_bytes or default_unit_bytes(sources)
     units: list[Unit] = []
     for i, s in enumerate(sources):
         if s.fmt in (TEXT, JSONL) and s.size > unit_bytes and not is_compressed(s.path):

@@ -381,3 +381,18 @@ def test_bad_columnar_and_zstd_inputs_are_one_line_errors(tmp_path, corpus, caps
         assert says in err, (name, err)
         assert args[0].split("@")[0] in err or "corpus" in err, (name, err)
         assert sorted(os.listdir(tmp_path)) == ["inputs"], (name, os.listdir(tmp_path))
+
+
+def test_bad_input_found_by_a_worker_leaves_nothing(tmp_path, corpus):
+    vocab, paths, docs = corpus
+    lines = [json.dumps({"text": d}) for d in docs]
+    lines[430] = '{"text": "cut off'
+    bad = tmp_path / "in" / "bad.jsonl"
+    bad.parent.mkdir()
+    bad.write_text("\n".join(lines) + "\n")
+    offset = len("\n".join(lines[:430]).encode()) + 1
+    with pytest.raises(DataError) as e:  # found while a worker process tokenizes the unit holding that line
+        prepare([bad], tmp_path / "out", seq_len=32, vocab=vocab, workers=2, unit_bytes=5000, progress=False)
+    assert str(e.value) == (f"{bad}: byte {offset}: invalid JSON (Unterminated string starting at); expected one "
+                            "JSON object per line")
+    assert sorted(os.listdir(tmp_path)) == ["in"]

@@ -40,7 +40,16 @@ from .tokenizer import (  # noqa: E402
 )
 from .prepared import PreparedData  # noqa: E402
 from .prepare import prepare  # noqa: E402
-from .loader import MLMLoader, MLMMasker, num_prediction_slots  # noqa: E402
+
+_LAZY = {"MLMLoader", "MLMMasker", "num_prediction_slots"}  # .loader imports torch: not needed to prepare data
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DataError",

@@ -14,17 +14,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa  # a dependency of tokendrop (Parquet/Arrow inputs)
+import pyarrow.parquet as pq
 import pytest
 
 from tokendrop.cli import main
 from tokendrop.data import DataError, prepare
-from tokendrop.data.corpus import JSONL, TEXT, Source, iter_documents, read_jsonl, read_text, split_points
+from tokendrop.data.corpus import JSONL, TEXT, iter_documents, read_jsonl, read_text, split_points
 from tokendrop.data.shards import _PackedWriter, _Shard, _UnpackedWriter, choose_eval_docs
 from tokendrop.data.testing import toy_documents, write_documents, write_toy_vocab
 from tokendrop.data.tokenizer import build_tokenizer
-
-pa = pytest.importorskip("pyarrow")
-import pyarrow.parquet as pq  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUTS = ("train.bin", "eval.bin", "token_counts.npy")

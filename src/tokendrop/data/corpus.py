@@ -519,7 +519,7 @@ def iter_documents(
     skip_empty: bool = True,
 ) -> Iterator[str]:
     """Clean documents of all inputs, in order (files, directories, globs, ``hf:`` specs)."""
-    for src in resolve_corpus(paths):
+    for src in resolve_corpus(paths, text_field):
         for raw in iter_raw(src, text_field):
             doc = finish(src.fmt, raw)
             if doc or not skip_empty:

@@ -46,8 +46,9 @@ shards are exactly the frame, separators and padding.
 Tokenization runs per work unit into ``<out>.partial/`` (:mod:`.units`: parallel over ``workers``
 processes, resumable after an interruption, byte-identical output for any number of workers).  The
 split + pack pass then streams over the units in corpus order.  Peak memory: O(workers x chunk) for
-tokenizing (each worker holds one chunk of about 1 MiB of text and its ids; a Parquet/Arrow unit's
-memory-mapped pages count up to the unit's size) plus O(T x 256) for packing; the per-document
+tokenizing (each worker holds one chunk of about 1 MiB of text and its ids; an Arrow unit's
+memory-mapped pages count up to the unit's size, a Parquet row group's text column may be buffered)
+plus O(T x 256) for packing; the per-document
 arrays (lengths, the eval order and mask: 17 bytes per document) are memory maps in the work
 directory, so memory does not grow with the corpus.  Disk: the units hold every token once more
 (2 or 4 bytes each) until the output is complete.

@@ -277,6 +277,7 @@ def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None
         raw.seek(start)
     last = start
     nbytes = 0
+    next_report = 1 << 18  # progress every 1024 lines or 256 KiB
     try:
         lineno = 0
         while end is None or start + nbytes < end:
@@ -292,10 +293,11 @@ def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None
             line = _decode(bline, path, _where(span, lineno, offset))
             if offset == 0 and line.startswith("\ufeff"):
                 line = line[1:]
-            if progress is not None and (lineno & 1023) == 0:
+            if progress is not None and ((lineno & 1023) == 0 or nbytes >= next_report):
                 pos = raw.tell()
                 progress(pos - last)
                 last = pos
+                next_report = nbytes + (1 << 18)
             yield lineno, offset, line.rstrip("\r\n")
         if progress is not None:
             progress((os.path.getsize(path) if end is None else end) - last)

@@ -99,11 +99,12 @@ def test_any_workers_and_unit_size_write_the_same_bytes(tmp_path, corpus, packed
     want = digests(tmp_path / "one")
     assert json.loads((tmp_path / "one" / "meta.json").read_text())["parallelism"]["units"] == 2
     assert {f: want[f] for f in ("train.bin", "eval.bin")} == _reference_shards(tmp_path, vocab, paths, 32, packed, 0.05, 4)
-    for workers, unit in ((1, 9000), (2, 9000), (2, 40000)):
+    # (3, None): fewer units than workers, read here and tokenized by the workers chunk by chunk
+    for workers, unit in ((1, 9000), (2, 9000), (2, 40000), (3, None)):
         out = tmp_path / f"w{workers}-u{unit}"
         prepare(paths, out, workers=workers, unit_bytes=unit, progress=workers == 2 and unit == 9000, **kw)
         meta = json.loads((out / "meta.json").read_text())
-        assert meta["parallelism"]["units"] > 4, meta["parallelism"]
+        assert meta["parallelism"]["units"] > 4 if unit else meta["parallelism"]["units"] == 2, meta["parallelism"]
         assert digests(out) == want, (workers, unit)
         assert [s["documents"] for s in meta["sources"]] == [300, 200]
         assert not (tmp_path / f"w{workers}-u{unit}.partial").exists()

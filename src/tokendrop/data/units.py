@@ -9,9 +9,10 @@ The corpus is cut into *work units* that do not depend on the number of workers:
 * anything else (a compressed file, a Wikipedia dump, an ``hf:`` dataset, a small file) -- one unit.
 
 Each unit is tokenized on its own (in a worker process with ``workers > 1``: reading, decompressing,
-JSON parsing and tokenizing all run in the workers; a Wikipedia dump or ``hf:`` dataset is read by
-this process and cleaned + tokenized by the workers chunk by chunk) into its own directory of the
-*work directory* ``<out>.partial/``::
+JSON parsing and tokenizing all run in the workers; a Wikipedia dump or ``hf:`` dataset, and every
+unit when there are fewer units left than workers, is read by this process and cleaned + tokenized
+by the workers chunk by chunk; a single unit left is tokenized here with ``tokenizers``' threads)
+into its own directory of the *work directory* ``<out>.partial/``::
 
     plan.json          format marker, the key (inputs, tokenizer, text field) and the units
     units/000012/      ids.bin (the unit's document ids, concatenated), lengths.bin (int64 per
@@ -297,7 +298,7 @@ def _pooled(work: WorkDir, sources, pending: list[int], infos: list, plain, dtyp
     context = {"work": work, "sources": list(sources), "text_field": text_field, "bytes": read_bytes, "docs": read_docs}
     pool = make_pool(workers, plain.to_str(), dtype, context)
     try:
-        main_read = [i for i in pending if sources[work.units[i].source].fmt in _MAIN_READ]
+        main_read = [i for i in pending if sources[work.units[i].source].fmt in _MAIN_READ or len(pending) < workers]
         for i in main_read:  # this process reads; the workers clean and tokenize chunk by chunk
             infos[i] = _inline(work, sources, i, plain, dtype, text_field, bar, on_docs, pooled_encode(pool, workers))
         running = {i: pool.apply_async(_unit_task, (i,)) for i in pending if i not in main_read}

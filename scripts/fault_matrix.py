@@ -795,7 +795,8 @@ def cases() -> list[Case]:
              drive=sig_after(signal.SIGTERM, logged_step("r"), 0.3),
              check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
     add(Case("prepare-sigint", "13.4", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "300"),
-             "exit 130, no output, no temp dir", rc=130, setup=lambda c: write_corpus(c / "big.txt", 6000),
+             "exit 130, no output, no temp dir (finished work units kept in out.partial for a rerun)", rc=130,
+             setup=lambda c: write_corpus(c / "big.txt", 6000),
              drive=sig_after(signal.SIGINT, exists(".out.tokendrop.lock"), 1.0), absent=("out",), watch=("big.txt",)))
     add(Case("finetune-sigint", "13.4", finetune("{C}/run", "{C}/ft", "--set", "epochs=20", "--set",
              "max_train_examples=0"), "exit 130, no output", rc=130, needs=("run", "sst2"),

@@ -378,15 +378,21 @@ INTERRUPT_PREPARE = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
-def test_interrupted_prepare_exits_128_plus_signal_and_leaves_nothing(tmp_path, sig, code):
+def test_interrupted_prepare_exits_128_plus_signal_and_keeps_only_its_work_units(tmp_path, sig, code):
     corpus = write_corpus(tmp_path / "corpus.txt", docs=40)
     out = tmp_path / "data"
-    r = subprocess.run([sys.executable, "-c", INTERRUPT_PREPARE, sig, "prepare", "--corpus", str(corpus), "--out",
-                        str(out), "--seq-len", "32", "--vocab-size", "120", "--workers", "1", "--quiet"],
-                       env=ENV, capture_output=True, text=True, timeout=120)
+    args = ["prepare", "--corpus", str(corpus), "--out", str(out), "--seq-len", "32", "--vocab-size", "120",
+            "--workers", "1", "--quiet"]
+    r = subprocess.run([sys.executable, "-c", INTERRUPT_PREPARE, sig, *args], env=ENV, capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == code, r.stderr
-    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [f"interrupted ({sig}); nothing partial was kept"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [
+        f"interrupted ({sig}); the finished work units are kept in {out}.partial: run the same command again to continue"]
+    # nothing that looks like output: only the resumable work dir, which the same command finishes and removes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "data.partial"]
+    r = subprocess.run([sys.executable, "-m", "tokendrop", *args], env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "data"]
 
 
 def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(run, tmp_path, monkeypatch, capsys):

@@ -62,10 +62,13 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 
     if a.workers < 1:
         raise DataError(f"--workers: expected at least 1 worker process, got {a.workers}")
+    if a.unit_mb is not None and not a.unit_mb > 0:
+        raise DataError(f"--unit-mb: expected a positive size in MB, got {a.unit_mb}")
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
                       tokenizer=a.tokenizer, lowercase=a.lowercase, packed=not a.unpacked, eval_fraction=a.eval_fraction,
                       workers=a.workers, max_position_embeddings=a.max_positions, progress=not a.quiet,
-                      text_field=a.text_field, overflow=a.overflow, overwrite=a.overwrite, seed=a.seed)
+                      text_field=a.text_field, overflow=a.overflow, overwrite=a.overwrite, seed=a.seed,
+                      unit_bytes=None if a.unit_mb is None else max(1, int(a.unit_mb * 1e6)))
     print(json.dumps(summary, indent=1, default=str))
     for w in summary.get("warnings", []):  # also in the summary and meta.json; said where a user sees it
         print(f"warning: {w}", file=sys.stderr)
@@ -210,8 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tokendrop", description="Token dropping for faster BERT pretraining")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    s = sub.add_parser("prepare", help="tokenize a corpus into packed (or unpacked) memory-mapped shards")
-    s.add_argument("--corpus", nargs="+", required=True, help="files, directories or globs (.txt, .txt.gz, .jsonl, .xml.bz2)")
+    s = sub.add_parser("prepare", help="tokenize a corpus into packed (or unpacked) memory-mapped shards",
+                       description="Tokenize a corpus into packed (or unpacked) memory-mapped shards, in parallel "
+                       "work units; an interrupted prepare, run again with the same command, continues from the "
+                       "units it finished (kept in OUT.partial). The output is the same for any --workers.")
+    s.add_argument("--corpus", nargs="+", required=True,
+                   help="files, directories or globs: text (.txt) and JSONL (.jsonl), plain or compressed "
+                        "(.gz, .bz2, .zst); Wikipedia dumps (.xml, .xml.bz2); Parquet (.parquet) and Arrow (.arrow) "
+                        "files; Hugging Face datasets save_to_disk directories (DIR or DIR@SPLIT); hf:NAME[@SPLIT]")
     s.add_argument("--out", required=True)
     s.add_argument("--seq-len", type=int, required=True, help="T, tokens per sequence")
     g = s.add_mutually_exclusive_group()
@@ -226,12 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--unpacked", action="store_true", help="one segment per sequence, padded (the unpacked baseline)")
     s.add_argument("--eval-fraction", type=float, default=0.01,
                    help="fraction of the tokens held out for evaluation (as whole documents)")
-    s.add_argument("--text-field", default="text", help="JSONL field holding the text")
+    s.add_argument("--text-field", default="text", help="JSONL field / Parquet, Arrow or datasets column holding the text")
     s.add_argument("--overflow", choices=["split", "truncate"], default="split",
                    help="unpacked: a document longer than T-2 continues in further sequences (split) or is cut (truncate, counted)")
     s.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     s.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
-    s.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    s.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="worker processes tokenizing work units (default: the number of cores)")
+    s.add_argument("--unit-mb", type=float, default=None,
+                   help="size of a work unit in MB (uncompressed text/JSONL bytes, Parquet/Arrow data; default: the "
+                        "corpus size / 64, within 1-32 MB); the output does not depend on it")
     s.add_argument("--max-positions", type=int, default=512, help="the model's max_position_embeddings (T must fit)")
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(func=cmd_prepare)

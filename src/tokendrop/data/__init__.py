@@ -4,14 +4,17 @@ docs/design.md §2.4 is the spec.  The pieces:
 
 * :mod:`.corpus` -- documents from BERT-format text (``.txt``, ``.txt.gz``; one document per block,
   blocks separated by a blank line), JSONL (configurable text field), raw Wikipedia XML dumps
-  (``*.xml.bz2``, streamed; wiki markup removed), directories and globs of these, and optionally a
-  Hugging Face ``datasets`` source (``hf:NAME[:CONFIG][@SPLIT]`` or ``hf:LOCAL_DIR[@SPLIT]``).
+  (``*.xml.bz2``, streamed; wiki markup removed), gzip/bzip2/zstandard compression, Parquet and Arrow
+  files and ``datasets`` ``save_to_disk`` directories (:mod:`.columnar`, via pyarrow), directories and
+  globs of these, and optionally a Hugging Face ``datasets`` source (``hf:NAME[:CONFIG][@SPLIT]``
+  or ``hf:LOCAL_DIR[@SPLIT]``).
 * :mod:`.tokenizer` -- WordPiece through the ``tokenizers`` library, from a ``vocab.txt`` or trained
   on the corpus, or a checkpoint's own ``tokenizer.json`` used as it is (ModernBERT's byte-level BPE,
   ...); :func:`load_tokenizer` is what prepare, fine-tuning and export use.
 * :mod:`.prepare` -- :func:`prepare` writes a prepared directory (memory-mapped token shards,
   ``meta.json``, token-frequency counts, the tokenizer) atomically, with the sequence writers of
-  :mod:`.shards`; :class:`PreparedData` (:mod:`.prepared`) opens one.
+  :mod:`.shards`, after :mod:`.units` has tokenized the corpus's work units in worker processes
+  (resumable); :class:`PreparedData` (:mod:`.prepared`) opens one.
 * :mod:`.loader` -- :class:`MLMLoader`: deterministic, resumable, rank-sharded MLM batches with
   static shapes, built by background worker processes.
 
@@ -40,7 +43,16 @@ from .tokenizer import (  # noqa: E402
 )
 from .prepared import PreparedData  # noqa: E402
 from .prepare import prepare  # noqa: E402
-from .loader import MLMLoader, MLMMasker, num_prediction_slots  # noqa: E402
+
+_LAZY = {"MLMLoader", "MLMMasker", "num_prediction_slots"}  # .loader imports torch: not needed to prepare data
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DataError",

@@ -1,11 +1,16 @@
-"""Corpus readers: documents (plain strings) from text, JSONL, Wikipedia XML dumps and HF datasets.
+"""Corpus readers: documents (plain strings) from text, JSONL, Wikipedia XML dumps, Parquet, Arrow,
+``datasets`` directories and HF datasets.
 
-Formats (picked by file name; compression by magic bytes, so a gzip file named ``.txt`` works too):
+Formats (picked by file name; compression by magic bytes, so a gzip file named ``.txt`` works too;
+gzip, bzip2 and zstandard (``.zst``, needs ``zstandard``)):
 
-* BERT text (``.txt``, ``.txt.gz``, ``.txt.bz2``, anything else given explicitly): UTF-8, one
-  sentence or paragraph per line, one document per block, blocks separated by blank lines.
-* JSONL (``.jsonl``, ``.ndjson``, optionally ``.gz``/``.bz2``): one JSON object per line, the document
+* BERT text (``.txt``, ``.txt.gz``, ``.txt.bz2``, ``.txt.zst``, anything else given explicitly):
+  UTF-8, one sentence or paragraph per line, one document per block, blocks separated by blank lines.
+* JSONL (``.jsonl``, ``.ndjson``, optionally compressed): one JSON object per line, the document
   text in ``text_field`` (default ``"text"``).
+* Parquet (``.parquet``), Arrow IPC (``.arrow``) and ``datasets`` ``save_to_disk`` directories
+  (``DIR`` or ``DIR@SPLIT``): the string column ``text_field``, read with ``pyarrow``
+  (:mod:`.columnar`).
 * Wikipedia XML dumps (``.xml``, ``.xml.bz2``, ``.xml.gz``): MediaWiki export files, streamed with
   ``iterparse`` (constant memory); redirects and pages outside namespace 0 are skipped and the wiki
   markup is removed by :func:`clean_wikitext`.
@@ -13,10 +18,15 @@ Formats (picked by file name; compression by magic bytes, so a gzip file named `
   (streamed when loaded by name; ``load_from_disk`` for a local directory); needs ``datasets``.
 
 Directories are searched recursively for files with the extensions above (hidden files skipped);
-glob patterns (``*``, ``?``, ``[``, ``**``) are expanded.  Everything is sorted so the document
+a ``save_to_disk`` directory met there is read as a dataset (not as loose Arrow files); glob
+patterns (``*``, ``?``, ``[``, ``**``) are expanded.  Everything is sorted so the document
 order is deterministic.  Problems raise :class:`tokendrop.data.DataError`.
 
 Documents are returned as one string, lines joined with ``"\\n"``; they never contain a blank line.
+
+Every reader streams.  :func:`iter_raw` reads a whole source or one work unit of it (``span``): a
+byte range of an uncompressed text/JSONL file that starts and ends at a document boundary (see
+:func:`split_points`), or a range of row groups / record batches of a Parquet/Arrow file.
 """
 
 from __future__ import annotations
@@ -24,23 +34,26 @@ from __future__ import annotations
 import bz2
 import glob
 import gzip
-import html
 import io
 import json
 import os
-import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from . import DataError
+from . import columnar
+from .columnar import ARROW, PARQUET
+from .wikitext import _REDIRECT, clean_wikitext
 
 TEXT, JSONL, WIKI, HF = "text", "jsonl", "wiki", "hf"
 
 _TEXT_EXT = (".txt", ".text")
 _JSONL_EXT = (".jsonl", ".ndjson")
 _WIKI_EXT = (".xml",)
-_COMPRESS_EXT = ("", ".gz", ".bz2")
+_COLUMNAR_EXT = {".parquet": PARQUET, ".arrow": ARROW}
+_COMPRESS_EXT = (".gz", ".bz2", ".zst", ".zstd")
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 @dataclass(frozen=True)
@@ -48,13 +61,13 @@ class Source:
     """One input: a file (or an ``hf:`` spec) and its format."""
 
     path: str
-    fmt: str  # text | jsonl | wiki | hf
+    fmt: str  # text | jsonl | wiki | hf | parquet | arrow
     size: int = 0  # bytes on disk (0 for hf)
 
 
 def _strip_compress_ext(name: str) -> str:
     low = name.lower()
-    for ext in (".gz", ".bz2"):
+    for ext in _COMPRESS_EXT:
         if low.endswith(ext):
             return low[: -len(ext)]
     return low
@@ -62,7 +75,11 @@ def _strip_compress_ext(name: str) -> str:
 
 def format_of(path: str) -> str:
     """The reader used for ``path`` (by its name; unknown extensions are read as BERT text)."""
-    base = _strip_compress_ext(os.path.basename(path))
+    low = os.path.basename(path).lower()
+    for ext, fmt in _COLUMNAR_EXT.items():
+        if low.endswith(ext):
+            return fmt
+    base = _strip_compress_ext(low)
     if base.endswith(_JSONL_EXT):
         return JSONL
     if base.endswith(_WIKI_EXT):
@@ -71,19 +88,22 @@ def format_of(path: str) -> str:
 
 
 def _known_ext(path: str) -> bool:
-    base = _strip_compress_ext(os.path.basename(path))
-    return base.endswith(_TEXT_EXT + _JSONL_EXT + _WIKI_EXT)
+    low = os.path.basename(path).lower()
+    base = _strip_compress_ext(low)
+    return base.endswith(_TEXT_EXT + _JSONL_EXT + _WIKI_EXT) or low.endswith(tuple(_COLUMNAR_EXT))
 
 
 def _has_glob(p: str) -> bool:
     return any(c in p for c in "*?[")
 
 
-def resolve_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Source]:
-    """Expand files, directories and globs into an ordered list of :class:`Source` (no duplicates).
+def resolve_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text") -> list[Source]:
+    """Expand files, directories, globs and ``datasets`` directories (``DIR[@SPLIT]``) into an
+    ordered list of :class:`Source` (no duplicates; a ``datasets`` directory becomes its Arrow files).
 
-    Raises DataError for a missing path, a glob or directory without corpus files, or a file that
-    is unreadable, not valid gzip/bz2, or binary (checked on its first 64 KiB).
+    Raises DataError for a missing path, a glob or directory without corpus files, a file that is
+    unreadable, not valid gzip/bz2/zstd, or binary (checked on its first 64 KiB), and a Parquet/Arrow
+    file without a string column ``text_field`` or that pyarrow cannot read.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -99,37 +119,58 @@ def resolve_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> li
             seen.add(key)
             out.append(Source(p, fmt, size))
 
+    def add_files(files: Iterable[str]) -> None:
+        for f in files:
+            add(f, format_of(f), os.path.getsize(f))
+
     for p in paths:
         if p.startswith("hf:"):
             add(p, HF, 0)
-            continue
-        if os.path.isdir(p):
-            found = []
-            for root, dirs, files in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                found += [os.path.join(root, f) for f in files if not f.startswith(".") and _known_ext(f)]
-            if not found:
-                raise DataError(
-                    f"{p}: directory contains no corpus files; expected *.txt, *.txt.gz, *.jsonl[.gz] or *.xml[.bz2]"
-                )
-            for f in sorted(found):
-                add(f, format_of(f), os.path.getsize(f))
+        elif os.path.isdir(p):
+            add_files(_walk(p))
         elif os.path.isfile(p):
-            add(p, format_of(p), os.path.getsize(p))
+            add_files([p])
+        elif "@" in p and os.path.isdir(p.rsplit("@", 1)[0]):
+            d, split = p.rsplit("@", 1)
+            add_files(columnar.datasets_files(d, split))
         elif _has_glob(p):
             matches = sorted(m for m in glob.glob(p, recursive=True) if os.path.isfile(m))
             if not matches:
                 raise DataError(f"{p}: glob pattern matches no files")
-            for f in matches:
-                add(f, format_of(f), os.path.getsize(f))
+            add_files(matches)
         elif os.path.lexists(p):
             raise DataError(f"{p}: not a regular file or directory")
         else:
             raise DataError(f"{p}: no such file or directory")
     for s in out:
-        if s.fmt != HF:
+        if s.fmt in (PARQUET, ARROW):
+            columnar.plan(s.path, s.fmt, text_field, 1 << 62)  # readable, with a string text column
+        elif s.fmt != HF:
             _sniff(s)
     return out
+
+
+def _walk(top: str) -> list[str]:
+    """Corpus files under ``top``, sorted; a ``save_to_disk`` directory gives its Arrow files."""
+    if columnar.is_datasets_dir(top):
+        return columnar.datasets_files(top, None)
+    found: list[str] = []
+    for root, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [os.path.join(root, f) for f in files if not f.startswith(".") and _known_ext(f)]
+    parents = {os.path.dirname(f) for f in found}
+    datasets_dirs = sorted({r for r in parents if columnar.is_datasets_dir(r)}
+                           | {r for r in map(os.path.dirname, parents) if os.path.isfile(os.path.join(r, "dataset_dict.json"))})
+    inside = tuple(d + os.sep for d in datasets_dirs)
+    # a datasets directory is read as a dataset (its files in state.json's order), not as loose Arrow files
+    found = sorted(f for f in found if not f.startswith(inside))
+    found += [f for d in datasets_dirs for f in columnar.datasets_files(d, None)]
+    if not found:
+        raise DataError(
+            f"{top}: directory contains no corpus files; expected *.txt, *.jsonl (optionally .gz/.bz2/.zst), "
+            "*.xml[.bz2], *.parquet, *.arrow or a datasets save_to_disk directory"
+        )
+    return found
 
 
 # ----------------------------------------------------------------------------------------------
@@ -142,13 +183,49 @@ def _open_raw(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
         raw = open(path, "rb")
     except OSError as e:
         raise DataError(f"{path}: cannot open: {e.strerror}") from None
-    magic = raw.read(3)
+    magic = raw.read(4)
     raw.seek(0)
     if magic[:2] == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw, mode="rb"), raw
-    if magic == b"BZh":
+    if magic[:3] == b"BZh":
         return bz2.BZ2File(raw, mode="rb"), raw
+    if magic == _ZSTD_MAGIC:
+        try:
+            import zstandard  # type: ignore
+        except ImportError:
+            raw.close()
+            raise DataError(f"{path}: zstandard-compressed, and the zstandard package is not installed: "
+                            "pip install zstandard") from None
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
+        return io.BufferedReader(_ZstdErrors(reader), 1 << 20), raw
     return raw, raw
+
+
+class _ZstdErrors(io.RawIOBase):
+    """A zstandard stream reader whose decompression errors are OSErrors, as gzip's and bz2's are."""
+
+    def __init__(self, reader):
+        self.reader = reader
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        try:
+            return self.reader.readinto(b)
+        except Exception as e:  # zstandard.ZstdError
+            raise OSError(str(e) or type(e).__name__) from None
+
+    def close(self) -> None:
+        self.reader.close()
+        super().close()
+
+
+def is_compressed(path: str) -> bool:
+    """gzip/bzip2/zstandard by the magic bytes (such a file is one work unit: it cannot be cut)."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    return magic[:2] == b"\x1f\x8b" or magic[:3] == b"BZh" or magic == _ZSTD_MAGIC
 
 
 def _sniff(src: Source) -> None:
@@ -157,7 +234,7 @@ def _sniff(src: Source) -> None:
     try:
         head = f.read(65536)
     except (OSError, EOFError) as e:
-        raise DataError(f"{src.path}: cannot decompress ({e}); expected a valid gzip/bz2 file or plain text") from None
+        raise DataError(f"{src.path}: cannot decompress ({e}); expected a valid gzip/bz2/zstd file or plain text") from None
     finally:
         raw.close()
     if b"\x00" in head:
@@ -172,26 +249,38 @@ def _sniff(src: Source) -> None:
             raise DataError(f"{src.path}: {what}; expected UTF-8 text") from None
 
 
-def _decode(bline: bytes, path: str, lineno: int) -> str:
+def _decode(bline: bytes, path: str, where: str) -> str:
     if b"\x00" in bline:
-        raise DataError(f"{path}: line {lineno}: contains NUL bytes, looks like a binary file; expected UTF-8 text")
+        raise DataError(f"{path}: {where}: contains NUL bytes, looks like a binary file; expected UTF-8 text")
     try:
         return bline.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: line {lineno}: invalid UTF-8 at column {e.start + 1}; expected UTF-8 text") from None
+        raise DataError(f"{path}: {where}: invalid UTF-8 at column {e.start + 1}; expected UTF-8 text") from None
 
 
-def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None = None) -> Iterator[tuple[int, str]]:
-    """(line number, decoded line without trailing newline) with progress in raw (on-disk) bytes.
+def _where(span: tuple[int, int] | None, lineno: int, offset: int) -> str:
+    """A line's place for a message: its number when reading from the start, else its byte offset."""
+    return f"line {lineno}" if not span or span[0] == 0 else f"byte {offset}"
+
+
+def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None = None,
+           span: tuple[int, int] | None = None) -> Iterator[tuple[int, int, str]]:
+    """(line number, byte offset, decoded line without trailing newline) with progress in raw
+    (on-disk) bytes; ``span`` = ``[start, end)``: only the lines of that byte range of an uncompressed
+    file (both ends at line starts, :func:`split_points`); line numbers then count from the range.
 
     ``stats["input_bytes"]`` is increased by the decompressed size read.
     """
     f, raw = _open_raw(path)
-    last = 0
+    start, end = span if span is not None else (0, None)
+    if start:
+        raw.seek(start)
+    last = start
     nbytes = 0
+    next_report = 1 << 18  # progress every 1024 lines or 256 KiB
     try:
         lineno = 0
-        while True:
+        while end is None or start + nbytes < end:
             try:
                 bline = f.readline()
             except (OSError, EOFError) as e:
@@ -199,17 +288,19 @@ def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None
             if not bline:
                 break
             lineno += 1
+            offset = start + nbytes
             nbytes += len(bline)
-            line = _decode(bline, path, lineno)
-            if lineno == 1 and line.startswith("\ufeff"):
+            line = _decode(bline, path, _where(span, lineno, offset))
+            if offset == 0 and line.startswith("\ufeff"):
                 line = line[1:]
-            if progress is not None and (lineno & 1023) == 0:
+            if progress is not None and ((lineno & 1023) == 0 or nbytes >= next_report):
                 pos = raw.tell()
                 progress(pos - last)
                 last = pos
-            yield lineno, line.rstrip("\r\n")
+                next_report = nbytes + (1 << 18)
+            yield lineno, offset, line.rstrip("\r\n")
         if progress is not None:
-            progress(os.path.getsize(path) - last)
+            progress((os.path.getsize(path) if end is None else end) - last)
     finally:
         if stats is not None:
             stats["input_bytes"] = stats.get("input_bytes", 0) + nbytes
@@ -217,14 +308,40 @@ def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None
         raw.close()
 
 
+def split_points(path: str, fmt: str, unit_bytes: int) -> list[int]:
+    """Byte offsets that cut an uncompressed text/JSONL file into work units of about ``unit_bytes``,
+    each at a document boundary, so the units read one after the other give exactly the documents of
+    the whole file: for JSONL the start of a line, for text the start of the line after a blank line
+    (one of ASCII whitespace only; a line blank only by Unicode whitespace is not taken as a cut).
+    Reads only from each target offset to the next boundary."""
+    size = os.path.getsize(path)
+    cuts: list[int] = []
+    target = unit_bytes
+    with open(path, "rb") as f:
+        while target < size:
+            f.seek(target - 1)
+            pos = target - 1 + len(f.readline())  # the start of the first line beginning at or after target
+            while fmt == TEXT and pos < size:
+                line = f.readline()
+                pos += len(line)
+                if not line.strip():  # a blank line ends a document
+                    break
+            if pos >= size:
+                break
+            cuts.append(pos)
+            target = pos + unit_bytes
+    return cuts
+
+
 # ----------------------------------------------------------------------------------------------
 # readers (raw documents; wiki pages still need clean_wikitext)
 
 
-def read_text(path: str, progress: Callable[[int], None] | None = None, stats: dict | None = None) -> Iterator[str]:
+def read_text(path: str, progress: Callable[[int], None] | None = None, stats: dict | None = None,
+              span: tuple[int, int] | None = None) -> Iterator[str]:
     """BERT format: one document per block of non-blank lines."""
     lines: list[str] = []
-    for _, line in _lines(path, progress, stats):
+    for _, _, line in _lines(path, progress, stats, span):
         line = line.strip()
         if line:
             lines.append(line)
@@ -236,23 +353,27 @@ def read_text(path: str, progress: Callable[[int], None] | None = None, stats: d
 
 
 def read_jsonl(
-    path: str, text_field: str = "text", progress: Callable[[int], None] | None = None, stats: dict | None = None
+    path: str, text_field: str = "text", progress: Callable[[int], None] | None = None, stats: dict | None = None,
+    span: tuple[int, int] | None = None,
 ) -> Iterator[str]:
     """One JSON object per line; the document is ``obj[text_field]`` (blank lines inside collapsed)."""
-    for lineno, line in _lines(path, progress, stats):
+    for lineno, offset, line in _lines(path, progress, stats, span):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}: line {lineno}: invalid JSON ({e.msg}); expected one JSON object per line") from None
+            raise DataError(f"{path}: {_where(span, lineno, offset)}: invalid JSON ({e.msg}); expected one JSON object "
+                            "per line") from None
         if not isinstance(obj, dict):
-            raise DataError(f"{path}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
+            raise DataError(f"{path}: {_where(span, lineno, offset)}: expected a JSON object, got {type(obj).__name__}")
         if text_field not in obj:
-            raise DataError(f"{path}: line {lineno}: no field {text_field!r}; expected the text field {text_field!r} (set text_field)")
+            raise DataError(f"{path}: {_where(span, lineno, offset)}: no field {text_field!r}; expected the text field "
+                            f"{text_field!r} (set text_field)")
         text = obj[text_field]
         if not isinstance(text, str):
-            raise DataError(f"{path}: line {lineno}: field {text_field!r} is {type(text).__name__}; expected a string")
+            raise DataError(f"{path}: {_where(span, lineno, offset)}: field {text_field!r} is {type(text).__name__}; "
+                            "expected a string")
         yield _normalise_block(text)
 
 
@@ -353,18 +474,40 @@ def read_hf(spec: str, text_field: str = "text") -> Iterator[str]:
 
 
 def iter_raw(
-    src: Source, text_field: str = "text", progress: Callable[[int], None] | None = None, stats: dict | None = None
+    src: Source, text_field: str = "text", progress: Callable[[int], None] | None = None, stats: dict | None = None,
+    span: tuple[int, int] | None = None,
 ) -> Iterator[str]:
-    """Raw documents of one source (wiki pages still in wikitext: pass them through :func:`finish`)."""
+    """Raw documents of one source (wiki pages still in wikitext: pass them through :func:`finish`);
+    with ``span``, only those of that work unit (a byte range of a text/JSONL file, a range of row
+    groups or record batches of a Parquet/Arrow file)."""
     if src.fmt == TEXT:
-        return read_text(src.path, progress, stats)
+        return read_text(src.path, progress, stats, span)
     if src.fmt == JSONL:
-        return read_jsonl(src.path, text_field, progress, stats)
+        return read_jsonl(src.path, text_field, progress, stats, span)
     if src.fmt == WIKI:
         return (t for _, t in read_wiki_pages(src.path, progress, stats))
     if src.fmt == HF:
         return read_hf(src.path, text_field)
+    if src.fmt in (PARQUET, ARROW):
+        return _read_columnar(src, text_field, progress, stats, span)
     raise DataError(f"{src.path}: unknown format {src.fmt!r}")
+
+
+def _read_columnar(src: Source, text_field: str, progress: Callable[[int], None] | None, stats: dict | None,
+                   span: tuple[int, int] | None) -> Iterator[str]:
+    """Parquet/Arrow documents; progress in on-disk bytes: the file's size shared out by rows
+    (:func:`columnar.byte_share`)."""
+    last = None
+
+    def rows(before: int, total: int) -> None:
+        nonlocal last
+        now = columnar.byte_share(src.size, before, total)
+        if progress is not None and last is not None:
+            progress(now - last)
+        last = now
+
+    for text in columnar.read_texts(src.path, src.fmt, text_field, span, rows, stats):
+        yield _normalise_block(text)
 
 
 def finish(fmt: str, raw: str) -> str:
@@ -378,229 +521,8 @@ def iter_documents(
     skip_empty: bool = True,
 ) -> Iterator[str]:
     """Clean documents of all inputs, in order (files, directories, globs, ``hf:`` specs)."""
-    for src in resolve_corpus(paths):
+    for src in resolve_corpus(paths, text_field):
         for raw in iter_raw(src, text_field):
             doc = finish(src.fmt, raw)
             if doc or not skip_empty:
                 yield doc
-
-
-# ----------------------------------------------------------------------------------------------
-# wiki markup
-
-_REDIRECT = re.compile(r"\s*#\s*redirect", re.I)
-_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
-# elements dropped with their content (references, math, code listings, galleries, ...)
-_DROP_ELEMS = (
-    "ref|references|math|chem|ce|gallery|timeline|syntaxhighlight|source|pre|score|imagemap|graph|"
-    "mapframe|maplink|templatedata|hiero|inputbox|categorytree|noinclude|table"
-)
-_SELF_CLOSING = re.compile(rf"<\s*(?:{_DROP_ELEMS})\b[^<>]*/\s*>", re.I)
-_PAIRED = re.compile(rf"<\s*({_DROP_ELEMS})\b[^<>]*>.*?<\s*/\s*\1\s*>", re.I | re.S)
-_BR = re.compile(r"<\s*br\s*/?\s*>|<\s*/?\s*(?:p|div|li|ul|ol|hr|blockquote|center|poem)\b[^<>]*>", re.I)
-_ANY_TAG = re.compile(r"<\s*/?\s*[a-zA-Z][a-zA-Z0-9]*(?:\s[^<>]*)?/?\s*>")
-_INNER_TEMPLATE = re.compile(r"\{\{([^{}]*)\}\}", re.S)
-_EXT_LINK = re.compile(r"\[(?:https?:|ftp:|mailto:|news:|irc:|//)[^\s\]]*(?:\s+([^\]]*))?\]", re.I)
-_BARE_URL = re.compile(r"\b(?:https?|ftp)://\S+", re.I)
-# innermost [[...]]: content without "[[" / "]]"; single-bracket groups such as "[1900]" are atoms,
-# so "[[File:x|caption [1900]]]" closes at the right place (alternatives are disjoint: no backtracking blow-up)
-_INNER_LINK = re.compile(r"\[\[((?:[^\[\]]|\[[^\[\]]*\]|\[(?!\[|[^\[\]]*\])|\](?!\]))*)\]\]")
-_BOLD_ITALIC = re.compile(r"'{2,5}")
-_MAGIC = re.compile(r"__[A-Z]+__")
-_HEADING = re.compile(r"^\s*(={1,6})\s*(.*?)\s*\1\s*$")
-_LIST = re.compile(r"^[*#:;]+\s*")
-_SPACES = re.compile(r"[ \t\u00a0\u2000-\u200b\u202f\u205f\u3000]+")
-_SPACE_BEFORE_PUNCT = re.compile(r" +([,.;:!?)\]])")
-_EMPTY_PARENS = re.compile(r"\(\s*(?:[,;:\-–—]\s*)*\)|\[\s*\]")
-_PAREN_LEAD_PUNCT = re.compile(r"\(\s*[,;:]\s*")
-_DUP_PUNCT = re.compile(r"([,;])(?:\s*[,;])+")
-_LANG_PREFIX = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]+)*:")
-_DROP_NS = ("file", "image", "media", "category")
-_VISIBLE_INTERWIKI = {
-    "w", "wikipedia", "wikt", "wiktionary", "s", "wikisource", "b", "wikibooks", "q", "wikiquote",
-    "n", "wikinews", "v", "wikiversity", "voy", "wikivoyage", "species", "wikispecies", "commons",
-    "c", "meta", "m", "mw", "d", "wikidata",
-}
-_SKIP_SECTIONS = {
-    "see also", "references", "external links", "further reading", "notes", "bibliography", "sources",
-    "citations", "notes and references", "references and notes", "footnotes", "works cited",
-    "literature", "external link", "reference", "note", "general references", "cited sources",
-}
-# inline templates whose text is part of the sentence; every other template is removed
-_INLINE_TEMPLATES = {
-    "nowrap", "nobr", "small", "smaller", "big", "larger", "sic", "lang", "transl", "transliteration",
-    "nihongo", "ill", "interlanguage link", "interlanguage link multi", "not a typo", "abbr", "em",
-    "strong", "mvar", "math", "var", "keypress", "samp", "as written",
-}
-_DASH_TEMPLATES = {"ndash": "–", "mdash": "—", "snd": " – ", "spaced ndash": " – ", "spnd": " – ",
-                   "'": "'", "\"'": "\"'", "'\"": "'\"", "`": "'", "!": "|", "=": "=", "nbsp": " "}
-
-
-def _expand_template(m: re.Match) -> str:
-    body = m.group(1)
-    parts = [p.strip() for p in body.split("|")]
-    name = parts[0].lower().replace("_", " ").strip()
-    if name in _DASH_TEMPLATES:
-        return _DASH_TEMPLATES[name]
-    pos = [p for p in parts[1:] if "=" not in p]
-    if name in ("convert", "cvt") and len(pos) >= 2:
-        # {{convert|5|km|mi}} -> "5 km"; {{convert|5|to|7|km}} -> "5 to 7 km"
-        if len(pos) >= 4 and pos[1] in ("to", "-", "and", "or", "by", "x", "×", "–"):
-            return f"{pos[0]} {pos[1]} {pos[2]} {pos[3]}"
-        return f"{pos[0]} {pos[1]}"
-    if name in _INLINE_TEMPLATES and pos:
-        if name in ("lang", "transl", "transliteration"):
-            return pos[-1]
-        if name == "nihongo":
-            return pos[0]
-        return pos[0]
-    return ""
-
-
-def _strip_templates(text: str) -> str:
-    for _ in range(50):  # innermost first; nesting depth bounds the number of passes
-        new = _INNER_TEMPLATE.sub(_expand_template, text)
-        if new == text:
-            break
-        text = new
-    if "{{" in text:  # unbalanced or with stray single braces: brace-counting fallback
-        text = _strip_balanced(text, "{{", "}}")
-    return text
-
-
-def _strip_balanced(text: str, open_: str, close_: str) -> str:
-    """Remove ``open_ ... close_`` spans, nesting-aware, in one pass.
-
-    Unmatched openers and stray closers are dropped alone (the text around them is kept).
-    """
-    tok = re.compile(re.escape(open_) + "|" + re.escape(close_))
-    stack: list[int] = []
-    cuts: list[tuple[int, int]] = []
-    for m in tok.finditer(text):
-        if m.group() == open_:
-            stack.append(m.start())
-        elif stack:
-            cuts.append((stack.pop(), m.end()))  # nested pairs are swallowed by the merge below
-        else:
-            cuts.append((m.start(), m.end()))  # stray closer
-    # openers never closed: drop them alone, and keep what lies between them
-    cuts += [(start, start + len(open_)) for start in stack]
-    cuts.sort()
-    out = []
-    pos = 0
-    for a, b in cuts:
-        if b <= pos:
-            continue
-        out.append(text[pos : max(a, pos)])
-        pos = b
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def _strip_tables(lines: list[str]) -> list[str]:
-    out = []
-    depth = 0
-    for line in lines:
-        s = line.lstrip(" :")
-        if s.startswith("{|"):
-            depth += 1
-            continue
-        if depth:
-            if s.startswith("|}"):
-                depth -= 1
-            continue
-        out.append(line)
-    return out
-
-
-def _link(m: re.Match) -> str:
-    inner = m.group(1)
-    target, sep, label = inner.partition("|")
-    target = target.strip()
-    visible = target.startswith(":")
-    t = target.lstrip(":").strip()
-    low = t.lower()
-    prefix = low.split(":", 1)[0].strip() if ":" in low else ""
-    if not visible:
-        if prefix in _DROP_NS:
-            return ""
-        if prefix and prefix not in _VISIBLE_INTERWIKI and _LANG_PREFIX.match(low) and not sep:
-            return ""  # interlanguage link
-    if sep:
-        label = label.strip()
-        if label:
-            # file-style options never reach here (files are dropped); a label with more pipes keeps the last part
-            return label.rsplit("|", 1)[-1] if prefix in _DROP_NS else label
-        # pipe trick: [[Paris, Texas|]] -> Paris; [[Help:Foo (bar)|]] -> Foo
-        t = t.split(":", 1)[1] if prefix else t
-        return re.sub(r"\s*\(.*\)\s*$", "", t).split(",")[0].strip()
-    if "#" in t:
-        page, _, section = t.partition("#")
-        return page.strip() or section.strip()
-    return t
-
-
-def _strip_links(text: str) -> str:
-    text = _EXT_LINK.sub(lambda m: m.group(1) or "", text)
-    for _ in range(20):
-        new = _INNER_LINK.sub(_link, text)
-        if new == text:
-            break
-        text = new
-    return text.replace("[[", "").replace("]]", "")
-
-
-def clean_wikitext(text: str) -> str:
-    """Wikitext -> plain prose paragraphs, one per line (no blank lines).
-
-    Removes HTML comments, references and other non-prose elements (math, code, galleries, ...),
-    templates (nested; a few inline ones such as ``{{convert}}``, ``{{lang}}``, ``{{nowrap}}`` keep
-    their text), tables (nested ``{| ... |}``), file/image/category and interlanguage links,
-    external-link URLs, bold/italic quotes, magic words, headings, list markers, and whole
-    "See also"/"References"/"External links"/... sections; ``[[a|b]]`` -> ``b``, ``[[a]]`` -> ``a``;
-    HTML entities decoded.
-    """
-    if _REDIRECT.match(text):
-        return ""
-    text = _COMMENT.sub("", text)
-    text = _SELF_CLOSING.sub("", text)
-    text = _PAIRED.sub("", text)
-    text = re.sub(r"<\s*(?:ref|references)\b[^<>]*>", "", text, flags=re.I)  # unclosed leftovers
-    text = _BR.sub(" ", text)
-    text = _strip_templates(text)
-    lines = _strip_tables(text.split("\n"))
-    text = "\n".join(lines)
-    text = _strip_links(text)
-    text = _ANY_TAG.sub("", text)
-    text = _BOLD_ITALIC.sub("", text)
-    text = _MAGIC.sub("", text)
-    text = _BARE_URL.sub("", text)
-    text = html.unescape(text)
-    text = text.replace("{{", "").replace("}}", "")
-
-    out: list[str] = []
-    skip_level = 0  # inside a skipped section of this heading level (0 = not skipping)
-    for line in text.split("\n"):
-        h = _HEADING.match(line)
-        if h:
-            level = len(h.group(1))
-            if skip_level and level > skip_level:
-                continue
-            skip_level = level if h.group(2).strip().lower().rstrip(":") in _SKIP_SECTIONS else 0
-            continue
-        if skip_level:
-            continue
-        s = line.strip()
-        if not s or s.startswith(("|", "!", "{|", "|}", "----")):
-            continue
-        s = _LIST.sub("", s)
-        s = _SPACES.sub(" ", s)
-        s = _EMPTY_PARENS.sub("", s)
-        s = _PAREN_LEAD_PUNCT.sub("(", s)
-        s = _SPACE_BEFORE_PUNCT.sub(r"\1", s)
-        s = _DUP_PUNCT.sub(r"\1", s)
-        s = _SPACES.sub(" ", s).strip()
-        if not any(c.isalpha() for c in s):
-            continue
-        out.append(s)
-    return "\n".join(out)

@@ -43,6 +43,16 @@ Special ids never occur inside document tokens: corpus text is tokenized without
 tokens (a literal "[SEP]" in the text becomes ``[``, ``sep``, ``]``), so [CLS]/[SEP]/[PAD] in the
 shards are exactly the frame, separators and padding.
 
+Tokenization runs per work unit into ``<out>.partial/`` (:mod:`.units`: parallel over ``workers``
+processes, resumable after an interruption, byte-identical output for any number of workers).  The
+split + pack pass then streams over the units in corpus order.  Peak memory: O(workers x chunk) for
+tokenizing (each worker holds one chunk of about 1 MiB of text and its ids; an Arrow unit's
+memory-mapped pages count up to the unit's size, a Parquet row group's text column may be buffered)
+plus O(T x 256) for packing; the per-document
+arrays (lengths, the eval order and mask: 17 bytes per document) are memory maps in the work
+directory, so memory does not grow with the corpus.  Disk: the units hold every token once more
+(2 or 4 bytes each) until the output is complete.
+
 Writing is atomic: everything goes to ``<out>.tmp-XXXXXXXX`` beside the target, which is renamed to
 ``<out>`` only after meta.json is written; any error removes it.  A run killed hard leaves only the
 ``.tmp-`` directory, which :meth:`PreparedData.open` rejects (no meta.json) and the next
@@ -61,13 +71,14 @@ import time
 from typing import Any, Iterable
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from .. import rundir
 from . import DataError
 from .prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
-from .shards import _choose_eval_docs, _Counter, _PackedWriter, _Shard, _UnpackedWriter, dtype_for  # noqa: F401
-from .tokenize import _tokenize_corpus
+from .shards import _Counter, _PackedWriter, _Shard, _UnpackedWriter, choose_eval_docs, dtype_for
 from .corpus import HF, finish, iter_raw, resolve_corpus
+from .units import WorkDir, plan_units, run_units, work_key
 from .tokenizer import (
     SPECIAL_KEYS,
     TokenizerSpec,
@@ -189,6 +200,7 @@ def prepare(
     seed: int = 0,
     min_frequency: int = 2,
     tokenizer: str | os.PathLike | None = None,
+    unit_bytes: int | None = None,
 ) -> dict:
     """Tokenize a corpus into a prepared directory ``out_dir``; returns a summary dict.
 
@@ -204,14 +216,19 @@ def prepare(
         ``tokenizer``, whose tokenizer_config.json decides.
     packed: pack documents into full sequences (default) or one padded segment per sequence.
     eval_fraction: share of the tokens held out as the eval split (whole documents).
-    workers: parallelism (default: the number of cores).  1: everything in this thread.  More:
-        text/JSONL files are read in a background thread while ``tokenizers`` encodes on all cores
-        (its own thread pool); Wikipedia dumps (Python markup cleaning) use ``workers`` processes.
+    workers: parallelism (default: the number of cores).  1: everything in this process.  More:
+        ``workers`` processes tokenize the corpus's work units (:mod:`.units`), each reading its own;
+        the output is the same byte for byte for any number.
     overflow: unpacked only -- ``split`` long documents over several sequences or ``truncate`` them.
     overwrite: replace an existing ``out_dir`` (only once the new one is complete), and only prepared
         data tokendrop wrote (its ``.tokendrop.json`` marker) that holds none of the inputs; without
         it a non-empty ``out_dir`` is refused.  A file is never replaced.
     seed: seed of the eval-document selection.
+    unit_bytes: size of a work unit (default: the corpus's size / 64 within [1 MB, 32 MB];
+        :mod:`.units`); the output does not depend on it.
+
+    Resumable: the finished work units are kept in ``<out_dir>.partial`` until the output is
+    complete; an interrupted call, repeated, continues from them (:mod:`.units`).
 
     Raises DataError (nothing is left behind) for a missing path, empty corpus, binary or non-UTF-8
     input, a vocab without [PAD]/[UNK]/[CLS]/[SEP]/[MASK], or T outside [8, max_position_embeddings].
@@ -222,7 +239,8 @@ def prepare(
 
 
 def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packed, eval_fraction, workers,
-             max_position_embeddings, progress, text_field, overflow, overwrite, seed, min_frequency, tokenizer) -> dict:
+             max_position_embeddings, progress, text_field, overflow, overwrite, seed, min_frequency, tokenizer,
+             unit_bytes) -> dict:
     t_start = time.time()
     out_dir = os.path.abspath(os.fspath(out_dir))
     # ---- arguments
@@ -259,10 +277,15 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
     # prepared data tokendrop wrote or that holds an input (checked again once the inputs are resolved)
     rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[vocab, tokenizer], error=DataError)
     # ---- inputs (all checked before anything is written)
-    sources = resolve_corpus(corpus_paths)
+    if unit_bytes is not None and (isinstance(unit_bytes, bool) or not isinstance(unit_bytes, (int, np.integer))
+                                   or unit_bytes < 1):
+        raise DataError(f"unit_bytes: expected a positive number of bytes per work unit, got {unit_bytes!r}")
+    sources = resolve_corpus(corpus_paths, text_field)
     rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[s.path for s in sources if s.fmt != HF],
                           error=DataError)
     warnings: list[str] = []
+    work_path = out_dir + ".partial"
+    key = None
     spec: TokenizerSpec | None = None
     names = dict(SPECIAL_KEYS)
     if tokenizer is not None:
@@ -277,16 +300,13 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
             )
         tok_source = {"type": "vocab", "vocab_file": os.path.abspath(os.fspath(vocab)), "vocab_file_sha256": vocab_sha256(vocab)}
     else:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=sum(s.size for s in sources) or None, unit="B", unit_scale=True, desc="train vocab",
-                   disable=not progress, dynamic_ncols=True)
-        docs = (d for s in sources for r in iter_raw(s, text_field, bar.update) if (d := finish(s.fmt, r)))
-        try:
-            tok = train_tokenizer(docs, int(vocab_size), lowercase=lowercase, min_frequency=min_frequency)
-        finally:
-            bar.close()
         tok_source = {"type": "trained", "vocab_size_requested": int(vocab_size), "min_frequency": min_frequency}
+        trained = {"vocab_size": int(vocab_size), "lowercase": bool(lowercase), "min_frequency": int(min_frequency)}
+        key = work_key(sources, text_field, trained=trained)
+        plan = WorkDir.check(work_path, key, overwrite)
+        saved = WorkDir.saved_tokenizer(work_path) if plan is not None else None
+        tok = Tokenizer.from_str(saved) if saved else _train(sources, text_field, vocab_size, lowercase, min_frequency,
+                                                             progress)
     n_ids = num_ids(tok)
     V = n_ids if spec is None else _model_vocab_size(spec, tokenizer, n_ids)
     if spec is None and vocab is None and V < int(vocab_size):  # the corpus has fewer distinct pieces
@@ -295,129 +315,54 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
     ids = special_ids(tok, names)
     dtype = dtype_for(V)
     backend = spec.backend if spec is not None else "bert"
+    tok_meta = {"spec": spec, "source": tok_source, "backend": backend, "n_ids": n_ids, "names": names}
 
+    key = key or work_key(sources, text_field, tok=tok, dtype=dtype)
+    work = None
+    created = False
     try:
+        work, created = WorkDir.open(work_path, key, lambda: plan_units(sources, text_field, unit_bytes), overwrite,
+                                     dtype, tokenizer_json=tok.to_str() if vocab_size is not None else None)
+        t0 = time.time()
+        infos = run_units(work, sources, tok, dtype, workers, text_field, progress)
+        t_tok = time.time() - t0
+        n_docs = sum(i["documents"] for i in infos)
+        if n_docs == 0:
+            some = ", ".join(s.path for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
+            raise DataError(f"corpus: no text found in {some}; expected at least one non-empty document")
         with rundir.atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
             tmp = str(tmp_dir)
             rundir.write_marker(tmp_dir, "prepared")
-            # ---- tokenize
-            docs_path = os.path.join(tmp, "documents.tmp")
-            t0 = time.time()
-            tk = _tokenize_corpus(sources, tok, dtype, workers, text_field, docs_path, progress)
-            t_tok = time.time() - t0
-            lengths = tk["lengths"]
-            if len(lengths) == 0:
-                names = ", ".join(s.path for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
-                raise DataError(f"corpus: no text found in {names}; expected at least one non-empty document")
-            # ---- split + pack
-            body = seq_len - 2
-            is_eval = _choose_eval_docs(lengths, float(eval_fraction), body, packed, seed)
-            offsets = np.zeros(len(lengths) + 1, np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            flat = np.memmap(docs_path, dtype=dtype, mode="r") if offsets[-1] else np.zeros(0, dtype)
-            counter = _Counter(V)
-            split_meta = {}
-            for split in SPLITS:
-                shard = _Shard(os.path.join(tmp, f"{split}.bin"), seq_len, dtype)
-                if packed:
-                    w = _PackedWriter(shard, ids["cls"], ids["sep"])
-                else:
-                    w = _UnpackedWriter(shard, ids["cls"], ids["sep"], ids["pad"], overflow)
-                sel = np.flatnonzero(is_eval if split == "eval" else ~is_eval)
-                for d in sel:
-                    doc = np.asarray(flat[offsets[d] : offsets[d + 1]])
-                    w.add(doc)
-                    if split == "train":
-                        counter.add(doc)
-                info = w.finish()
-                shard.close()
-                info.update({"file": f"{split}.bin", "num_sequences": shard.n, "sha256": shard.sha.hexdigest()})
-                split_meta[split] = info
-            counter.flush()
-            del flat
-            os.remove(docs_path)
-            if split_meta["train"]["num_sequences"] == 0:
-                raise DataError(
-                    f"corpus: too small for one training sequence of T={seq_len}: {int(lengths.sum())} tokens in "
-                    f"{len(lengths)} documents ({split_meta['eval']['document_tokens']} held out for eval); "
-                    "expected more text, a smaller --seq-len or --eval-fraction 0"
-                )
-            # ---- tokenizer, counts, meta
-            if spec is None:
-                save_tokenizer(tok, tmp, model_max_length=max_position_embeddings)
-                tok_files, generated = ["tokenizer.json", "vocab.txt", "tokenizer_config.json"], []
-            else:
-                tok_files, generated = _copy_pretrained_tokenizer(spec, tok, tmp)
-                if spec.backend == "bert":
-                    tok_source["vocab_file_sha256"] = vocab_sha256(os.path.join(tmp, "vocab.txt"))
-            np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
-            raw_docs = tk["stats"].get("raw_documents", {})
-            if split_meta["eval"]["num_sequences"] == 0:  # pretrain then runs without evaluation (and says so)
-                warnings.append("eval split is empty (--eval-fraction 0): pretraining on this data is not evaluated"
-                                if eval_fraction == 0 else "eval split is empty: the corpus is too small to hold out "
-                                "a full sequence; pretraining on this data is not evaluated (use more text or a larger "
-                                "--eval-fraction)")
-            trunc = {k: v for k, v in split_meta["train"].items() if k in ("truncated_documents", "truncated_tokens")}
-            if trunc.get("truncated_documents") or (not packed and split_meta["eval"].get("truncated_documents")):
-                warnings.append(
-                    f"{split_meta['train']['truncated_documents'] + split_meta['eval']['truncated_documents']} documents "
-                    f"longer than T-2={body} tokens were truncated "
-                    f"({split_meta['train']['truncated_tokens'] + split_meta['eval']['truncated_tokens']} tokens dropped)"
-                )
-            meta = {
-                "format": FORMAT,
-                "version": FORMAT_VERSION,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "seq_len": seq_len,
-                "packed": bool(packed),
-                "overflow": None if packed else overflow,
-                "dtype": dtype.name,
-                "vocab_size": V,
-                "vocab_hash": vocab_sha256(os.path.join(tmp, "tokenizer.json" if backend == "file" else "vocab.txt")),
-                "lowercase": is_lowercase(tok),
-                "special_ids": ids,
-                "special_tokens": names,
-                "max_position_embeddings": int(max_position_embeddings),
-                "tokenizer": {
-                    **tok_source,
-                    "files": tok_files,
-                    "generated_files": generated,
-                    "tokenizers_version": _version("tokenizers"),
-                    "model": spec.model_type if spec is not None else "WordPiece",
-                    "backend": backend,
-                    "num_ids": n_ids,
-                },
-                "eval_fraction": float(eval_fraction),
-                "split_seed": int(seed),
-                "splits": split_meta,
-                "counts": {
-                    "documents": int(len(lengths)),
-                    "empty_documents_skipped": int(tk["empty_documents"]),
-                    "tokens": int(tk["tokens"]),
-                    "unk_tokens": int(counter.counts[ids["unk"]]),  # train split
-                    "input_bytes": int(tk["stats"].get("input_bytes", 0)),
-                },
-                "token_counts_file": "token_counts.npy",
-                "sources": [
-                    {"path": os.path.abspath(s.path) if s.fmt != HF else s.path, "format": s.fmt, "bytes": s.size,
-                     "documents": raw_docs.get(s.path, 0)}
-                    for s in sources
-                ],
-                "warnings": warnings,
-                "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)},
-                "parallelism": {"workers": workers, "mode": tk["mode"]},
-            }
-            rundir.atomic_write_json(os.path.join(tmp, "meta.json"), meta, indent=2)  # last: marks it complete
+            split_meta, counter = _write_shards(work, infos, tmp, seq_len, packed, overflow, ids, dtype, V,
+                                                float(eval_fraction), seed)
+            settings = {"seq_len": seq_len, "packed": bool(packed), "overflow": overflow, "dtype": dtype, "V": V,
+                        "ids": ids, "eval_fraction": float(eval_fraction), "seed": int(seed), "workers": workers,
+                        "max_position_embeddings": int(max_position_embeddings), "units": len(work.units),
+                        "unit_sources": [u.source for u in work.units],
+                        "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)}}
+            meta = _write_meta(tmp, tok, tok_meta, split_meta, counter, infos, sources, warnings, settings)
+    except DataError:
+        if created:  # bad input found while tokenizing: nothing is left behind
+            work.remove()
+        raise
     except OSError as e:  # disk full, permissions, ...: a data problem for the user, not a crash
+        if created:
+            work.remove()
         raise DataError(f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was written") from e
+    except KeyboardInterrupt as e:
+        if work is not None and os.path.isdir(work.path):
+            e.kept = f"the finished work units are kept in {work.path}: run the same command again to continue"
+        raise
+    work.remove()
+    split_meta = meta["splits"]
     seconds = time.time() - t_start
     summary = {
         "out": out_dir,
         "seq_len": seq_len,
         "packed": bool(packed),
         "vocab_size": V,
-        "documents": int(len(lengths)),
-        "tokens": int(tk["tokens"]),
+        "documents": meta["counts"]["documents"],
+        "tokens": meta["counts"]["tokens"],
         "train_sequences": split_meta["train"]["num_sequences"],
         "eval_sequences": split_meta["eval"]["num_sequences"],
         "dropped_tail_tokens": sum(split_meta[s].get("dropped_tail_tokens", 0) for s in SPLITS),
@@ -430,6 +375,141 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
         "warnings": warnings,
     }
     return summary
+
+
+def _train(sources, text_field: str, vocab_size: int, lowercase: bool, min_frequency: int, progress: bool):
+    """A WordPiece vocabulary trained on the corpus (one pass over it, in this process)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=sum(s.size for s in sources) or None, unit="B", unit_scale=True, desc="train vocab",
+               disable=not progress, dynamic_ncols=True)
+    docs = (d for s in sources for r in iter_raw(s, text_field, bar.update) if (d := finish(s.fmt, r)))
+    try:
+        return train_tokenizer(docs, int(vocab_size), lowercase=lowercase, min_frequency=min_frequency)
+    finally:
+        bar.close()
+
+
+def _write_shards(work: WorkDir, infos: list[dict], tmp: str, seq_len: int, packed: bool, overflow: str, ids: dict,
+                  dtype: np.dtype, V: int, eval_fraction: float, seed: int) -> tuple[dict, _Counter]:
+    """The split + pack pass: the held-out documents chosen over all units' lengths (memory maps in
+    the work dir), then each split's documents streamed unit by unit, in corpus order, into
+    ``tmp/{split}.bin``.  -> (``meta["splits"]``, the train split's token counts)."""
+    lengths_path = os.path.join(work.path, "lengths.bin")
+    with open(lengths_path, "wb") as f:
+        for i in range(len(infos)):
+            f.write(work.unit_arrays(i)[1].tobytes())
+    n_docs = sum(i["documents"] for i in infos)
+    lengths = np.memmap(lengths_path, dtype=np.int64, mode="r", shape=(n_docs,))
+    body = seq_len - 2
+    is_eval = choose_eval_docs(lengths, eval_fraction, body, packed, seed, scratch=work.path)
+    counter = _Counter(V)
+    split_meta = {}
+    for split in SPLITS:
+        shard = _Shard(os.path.join(tmp, f"{split}.bin"), seq_len, dtype)
+        if packed:
+            w = _PackedWriter(shard, ids["cls"], ids["sep"])
+        else:
+            w = _UnpackedWriter(shard, ids["cls"], ids["sep"], ids["pad"], overflow)
+        first = 0
+        for i in range(len(infos)):
+            flat, lens = work.unit_arrays(i)
+            offsets = np.zeros(len(lens) + 1, np.int64)
+            np.cumsum(lens, out=offsets[1:])
+            mask = np.asarray(is_eval[first : first + len(lens)])
+            first += len(lens)
+            for d in np.flatnonzero(mask if split == "eval" else ~mask):
+                doc = np.asarray(flat[offsets[d] : offsets[d + 1]])
+                w.add(doc)
+                if split == "train":
+                    counter.add(doc)
+        info = w.finish()
+        shard.close()
+        info.update({"file": f"{split}.bin", "num_sequences": shard.n, "sha256": shard.sha.hexdigest()})
+        split_meta[split] = info
+    counter.flush()
+    if split_meta["train"]["num_sequences"] == 0:
+        raise DataError(
+            f"corpus: too small for one training sequence of T={seq_len}: {int(sum(i['tokens'] for i in infos))} "
+            f"tokens in {n_docs} documents ({split_meta['eval']['document_tokens']} held out for eval); "
+            "expected more text, a smaller --seq-len or --eval-fraction 0"
+        )
+    return split_meta, counter
+
+
+def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: _Counter, infos: list[dict], sources,
+                warnings: list[str], st: dict) -> dict:
+    """The tokenizer files, token_counts.npy and (last: it marks the directory complete) meta.json."""
+    spec, tok_source, backend, ids = tok_meta["spec"], tok_meta["source"], tok_meta["backend"], st["ids"]
+    if spec is None:
+        save_tokenizer(tok, tmp, model_max_length=st["max_position_embeddings"])
+        tok_files, generated = ["tokenizer.json", "vocab.txt", "tokenizer_config.json"], []
+    else:
+        tok_files, generated = _copy_pretrained_tokenizer(spec, tok, tmp)
+        if spec.backend == "bert":
+            tok_source["vocab_file_sha256"] = vocab_sha256(os.path.join(tmp, "vocab.txt"))
+    np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
+    if split_meta["eval"]["num_sequences"] == 0:  # pretrain then runs without evaluation (and says so)
+        warnings.append("eval split is empty (--eval-fraction 0): pretraining on this data is not evaluated"
+                        if st["eval_fraction"] == 0 else "eval split is empty: the corpus is too small to hold out "
+                        "a full sequence; pretraining on this data is not evaluated (use more text or a larger "
+                        "--eval-fraction)")
+    trunc = {k: v for k, v in split_meta["train"].items() if k in ("truncated_documents", "truncated_tokens")}
+    if trunc.get("truncated_documents") or (not st["packed"] and split_meta["eval"].get("truncated_documents")):
+        warnings.append(
+            f"{split_meta['train']['truncated_documents'] + split_meta['eval']['truncated_documents']} documents "
+            f"longer than T-2={st['seq_len'] - 2} tokens were truncated "
+            f"({split_meta['train']['truncated_tokens'] + split_meta['eval']['truncated_tokens']} tokens dropped)"
+        )
+    raw_docs: dict[int, int] = {}
+    for info, src_i in zip(infos, st["unit_sources"]):
+        raw_docs[src_i] = raw_docs.get(src_i, 0) + info["raw_documents"]
+    meta = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seq_len": st["seq_len"],
+        "packed": st["packed"],
+        "overflow": None if st["packed"] else st["overflow"],
+        "dtype": st["dtype"].name,
+        "vocab_size": st["V"],
+        "vocab_hash": vocab_sha256(os.path.join(tmp, "tokenizer.json" if backend == "file" else "vocab.txt")),
+        "lowercase": is_lowercase(tok),
+        "special_ids": ids,
+        "special_tokens": tok_meta["names"],
+        "max_position_embeddings": st["max_position_embeddings"],
+        "tokenizer": {
+            **tok_source,
+            "files": tok_files,
+            "generated_files": generated,
+            "tokenizers_version": _version("tokenizers"),
+            "model": spec.model_type if spec is not None else "WordPiece",
+            "backend": backend,
+            "num_ids": tok_meta["n_ids"],
+        },
+        "eval_fraction": st["eval_fraction"],
+        "split_seed": st["seed"],
+        "splits": split_meta,
+        "counts": {
+            "documents": int(sum(i["documents"] for i in infos)),
+            "empty_documents_skipped": int(sum(i["empty_documents"] for i in infos)),
+            "tokens": int(sum(i["tokens"] for i in infos)),
+            "unk_tokens": int(counter.counts[ids["unk"]]),  # train split
+            "input_bytes": int(sum(i["input_bytes"] for i in infos)),
+        },
+        "token_counts_file": "token_counts.npy",
+        "sources": [
+            {"path": os.path.abspath(s.path) if s.fmt != HF else s.path, "format": s.fmt, "bytes": s.size,
+             "documents": raw_docs.get(k, 0)}
+            for k, s in enumerate(sources)
+        ],
+        "warnings": warnings,
+        "seconds": st["seconds"],
+        "parallelism": {"workers": st["workers"], "mode": "processes" if st["workers"] > 1 else "inline",
+                        "units": st["units"]},
+    }
+    rundir.atomic_write_json(os.path.join(tmp, "meta.json"), meta, indent=2)  # last: marks it complete
+    return meta
 
 
 def _version(pkg: str) -> str:

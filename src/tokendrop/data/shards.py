@@ -4,6 +4,7 @@ and the held-out split (the layout is described in :mod:`.prepare`)."""
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 
@@ -182,18 +183,54 @@ class _UnpackedWriter:
         }
 
 
-def _choose_eval_docs(lengths: np.ndarray, eval_fraction: float, body: int, packed: bool, seed: int) -> np.ndarray:
-    """Boolean mask over documents: the held-out ones."""
+def choose_eval_docs(lengths: np.ndarray, eval_fraction: float, body: int, packed: bool, seed: int,
+                     scratch: str | None = None, chunk: int = 1 << 20) -> np.ndarray:
+    """Boolean mask over documents: the held-out ones.
+
+    A seeded random order of the documents is taken until it holds ``eval_fraction`` of the tokens
+    (and at least one full sequence: packed, bodies of T-2 tokens including separators; unpacked,
+    one document), leaving at least one document for training.  ``lengths`` may be a memory map;
+    with ``scratch`` (a directory) the order and the mask are memory maps there too, so memory use
+    does not grow with the number of documents (the result is the same, the order being numpy's
+    ``permutation`` done in place by ``shuffle``); the prefix sums are taken ``chunk`` documents
+    at a time."""
     D = len(lengths)
-    is_eval = np.zeros(D, bool)
+    is_eval = _array(scratch, "is_eval.bin", D, np.bool_)
     if eval_fraction <= 0 or D < 2:
         return is_eval
-    order = np.random.default_rng([seed, 0x65766C]).permutation(D)
-    cum = np.cumsum(lengths[order])
-    k = int(np.searchsorted(cum, eval_fraction * cum[-1], side="left")) + 1
-    # at least one full sequence when possible (packed: bodies of T-2 tokens incl. separators)
-    need = cum + np.arange(D) if packed else np.arange(1, D + 1) * body
-    k = max(k, int(np.searchsorted(need, body, side="left")) + 1)
+    order = _array(scratch, "order.bin", D, np.int64)
+    for a in range(0, D, chunk):
+        order[a : a + chunk] = np.arange(a, min(D, a + chunk), dtype=np.int64)
+    # Generator.permutation(D) is arange(D) shuffled; on a plain ndarray view of a memory map the
+    # same in-place shuffle (the same draws), without holding D ids in memory
+    np.random.default_rng([seed, 0x65766C]).shuffle(order.view(np.ndarray))
+    total = np.int64(0)
+    for a in range(0, D, chunk):
+        total += np.asarray(lengths[a : a + chunk], dtype=np.int64).sum(dtype=np.int64)
+    target = eval_fraction * total  # np.float64, compared with the int64 prefix sums as numpy does
+    k_frac = k_seq = None
+    cum0 = np.int64(0)
+    for a in range(0, D, chunk):
+        cum = cum0 + np.cumsum(np.asarray(lengths[order[a : a + chunk]], dtype=np.int64))
+        if k_frac is None:
+            j = int(np.searchsorted(cum, target, side="left"))
+            k_frac = a + j if j < len(cum) else None
+        if k_seq is None:
+            need = cum + np.arange(a, a + len(cum)) if packed else np.arange(a + 1, a + len(cum) + 1) * body
+            j = int(np.searchsorted(need, body, side="left"))
+            k_seq = a + j if j < len(need) else None
+        cum0 = cum[-1]
+        if k_frac is not None and k_seq is not None:
+            break
+    k = max(D if k_frac is None else k_frac, D if k_seq is None else k_seq) + 1
     k = min(k, D - 1)
-    is_eval[order[:k]] = True
+    for a in range(0, k, chunk):
+        is_eval[order[a : min(k, a + chunk)]] = True
     return is_eval
+
+
+def _array(scratch: str | None, name: str, n: int, dtype) -> np.ndarray:
+    """A zeroed array of ``n`` items: in memory, or a memory map ``scratch/name``."""
+    if scratch is None or n == 0:
+        return np.zeros(n, dtype)
+    return np.memmap(os.path.join(scratch, name), dtype=dtype, mode="w+", shape=(n,))

@@ -1,6 +1,6 @@
-"""Tokenizing a corpus for :func:`.prepare.prepare`: documents read in chunks, cleaned (Wikipedia)
-and encoded inline, in a background reader thread + ``tokenizers``' threads, or in worker processes;
-every document's ids written in corpus order to one flat file."""
+"""Tokenizing one work unit of a corpus (:mod:`.units`) for :func:`.prepare.prepare`: its documents
+read in chunks, cleaned (Wikipedia) and encoded, their ids and lengths written to the unit's own
+directory, which appears (renamed into place) only once complete."""
 
 from __future__ import annotations
 
@@ -8,36 +8,26 @@ import contextlib
 import itertools
 import multiprocessing as mp
 import os
-import queue
+import shutil
 import sys
-import threading
+import tempfile
 from collections import deque
-from typing import Any, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from ..fsutil import replace_dir
+from ..rundir import atomic_write_json
 from .corpus import WIKI, Source, finish, iter_raw
-from .tokenizer import plain_copy
 
 _CHUNK_CHARS = 1 << 20  # text per tokenization task
 _CHUNK_DOCS = 2048
 
+IDS, LENGTHS, INFO = "ids.bin", "lengths.bin", "info.json"
+
 # ----------------------------------------------------------------------------------------------
-# tokenization workers
-
-_W: dict[str, Any] = {}
-
-
-def _worker_init(tok_json: str, dtype: str) -> None:
-    import signal
-
-    from tokenizers import Tokenizer
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool, no worker tracebacks
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate() ends a worker quietly
-
-    _W["tok"] = Tokenizer.from_str(tok_json)
-    _W["dtype"] = np.dtype(dtype)
+# encoding
 
 
 def _encode(tok, dtype: np.dtype, fmt: str, raws: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
@@ -54,36 +44,93 @@ def _encode(tok, dtype: np.dtype, fmt: str, raws: list[str]) -> tuple[np.ndarray
     return ids, lens[keep], n_empty
 
 
+def _chunks(raws: Iterable[str], fmt: str, counted: list[int]) -> Iterator[tuple[str, list[str]]]:
+    """Raw documents in chunks of about ``_CHUNK_CHARS`` characters; ``counted[0]``: documents read."""
+    buf: list[str] = []
+    size = 0
+    for raw in raws:
+        counted[0] += 1
+        buf.append(raw)
+        size += len(raw)
+        if size >= _CHUNK_CHARS or len(buf) >= _CHUNK_DOCS:
+            yield fmt, buf
+            buf, size = [], 0
+    if buf:
+        yield fmt, buf
+
+
+def tokenize_unit(src: Source, span: tuple[int, int] | None, dest: str, tmp_parent: str, text_field: str,
+                  encode: Callable[[Iterator[tuple[str, list[str]]]], Iterable[tuple[np.ndarray, np.ndarray, int]]],
+                  progress: Callable[[int], None] | None = None, on_docs: Callable[[int], None] | None = None) -> dict:
+    """Tokenize the documents of ``src`` (the work unit ``span`` of it; all when None) into the
+    directory ``dest``: ``ids.bin`` (the ids of the non-empty documents, concatenated), ``lengths.bin``
+    (int64 per document), ``info.json`` (counts).  It is built in a temp dir under ``tmp_parent`` and
+    renamed to ``dest`` only when complete.  ``encode`` maps chunks to ``(ids, lengths, empty)`` in
+    order (inline or through worker processes).  -> the info dict."""
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(dest) + ".", dir=tmp_parent)
+    try:
+        stats: dict = {}
+        counted = [0]
+        lengths: list[np.ndarray] = []
+        n_empty = n_tokens = 0
+        with open(os.path.join(tmp, IDS), "wb") as out:
+            for ids, lens, empty in encode(_chunks(iter_raw(src, text_field, progress, stats, span), src.fmt, counted)):
+                out.write(ids.tobytes())
+                lengths.append(lens)
+                n_empty += empty
+                n_tokens += len(ids)
+                if on_docs is not None:
+                    on_docs(len(lens))
+            out.flush()
+            os.fsync(out.fileno())
+        lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        with open(os.path.join(tmp, LENGTHS), "wb") as f:
+            f.write(lens.astype(np.int64).tobytes())
+            os.fsync(f.fileno())
+        info = {"documents": int(len(lens)), "tokens": n_tokens, "empty_documents": n_empty,
+                "raw_documents": counted[0], "input_bytes": int(stats.get("input_bytes", 0))}
+        atomic_write_json(os.path.join(tmp, INFO), info)
+        replace_dir(Path(tmp), Path(dest))
+        return info
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# ----------------------------------------------------------------------------------------------
+# worker processes
+
+_W: dict[str, Any] = {}
+
+
+def _worker_init(tok_json: str, dtype: str, context: dict | None = None) -> None:
+    import signal
+
+    from tokenizers import Tokenizer
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool, no worker tracebacks
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate() ends a worker quietly
+
+    _W["tok"] = Tokenizer.from_str(tok_json)
+    _W["dtype"] = np.dtype(dtype)
+    _W.update(context or {})
+
+
 def _encode_task(args: tuple[str, list[str]]) -> tuple[np.ndarray, np.ndarray, int]:
     fmt, raws = args
     return _encode(_W["tok"], _W["dtype"], fmt, raws)
 
 
-def _chunks(sources: Sequence[Source], text_field: str, progress, stats: dict) -> Iterator[tuple[str, list[str]]]:
-    for src in sources:
-        buf: list[str] = []
-        size = 0
-        n = 0
-        for raw in iter_raw(src, text_field, progress, stats):
-            n += 1
-            buf.append(raw)
-            size += len(raw)
-            if size >= _CHUNK_CHARS or len(buf) >= _CHUNK_DOCS:
-                yield src.fmt, buf
-                buf, size = [], 0
-        if buf:
-            yield src.fmt, buf
-        stats.setdefault("raw_documents", {})[src.path] = n
-
-
-def _make_pool(workers: int, tok_json: str, dtype: np.dtype):
+def make_pool(workers: int, tok_json: str, dtype: np.dtype, context: dict | None = None):
+    """``workers`` processes, each with its own single-threaded copy of the tokenizer and ``context``
+    (read by the tasks from ``_W``)."""
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     # Children tokenize single-threaded (the pool is the parallelism); setting the variable while
     # forking also silences tokenizers' fork warning.
     old = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        return ctx.Pool(workers, initializer=_worker_init, initargs=(tok_json, dtype.str))
+        return ctx.Pool(workers, initializer=_worker_init, initargs=(tok_json, dtype.str, context))
     finally:
         if old is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
@@ -91,45 +138,29 @@ def _make_pool(workers: int, tok_json: str, dtype: np.dtype):
             os.environ["TOKENIZERS_PARALLELISM"] = old
 
 
-def _threaded_chunks(chunks: Iterator, depth: int = 4) -> Iterator:
-    """Run a chunk generator in a background thread (reading/decompressing overlaps tokenization,
-    which releases the GIL).  Errors are re-raised in the consumer; stops early if the consumer does."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
+def pooled_encode(pool, workers: int) -> Callable[[Iterator], Iterator]:
+    """``encode`` for :func:`tokenize_unit` that cleans and tokenizes the chunks in ``pool`` (this
+    process reads), in order, with at most ``2 * workers + 1`` chunks in flight."""
 
-    def run() -> None:
-        try:
-            for c in chunks:
-                while not stop.is_set():
-                    try:
-                        q.put(c, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put(done)
-        except BaseException as e:  # forwarded to the consumer
-            q.put(e)
+    def encode(chunks: Iterator) -> Iterator:
+        pending: deque = deque()
+        for task in chunks:
+            pending.append(pool.apply_async(_encode_task, (task,)))
+            while len(pending) > 2 * workers + 1:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
 
-    th = threading.Thread(target=run, name="tokendrop-reader", daemon=True)
-    th.start()
-    try:
-        while True:
-            item = q.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        th.join(timeout=5)
+    return encode
+
+
+def inline_encode(tok, dtype: np.dtype) -> Callable[[Iterator], Iterator]:
+    """``encode`` for :func:`tokenize_unit` in this process."""
+    return lambda chunks: (_encode(tok, dtype, fmt, raws) for fmt, raws in chunks)
 
 
 @contextlib.contextmanager
-def _tokenizers_parallelism(enabled: bool):
+def tokenizers_parallelism(enabled: bool):
     """tokenizers reads TOKENIZERS_PARALLELISM at every batch call; respect a user's explicit setting."""
     old = os.environ.get("TOKENIZERS_PARALLELISM")
     if old is None:
@@ -139,61 +170,3 @@ def _tokenizers_parallelism(enabled: bool):
     finally:
         if old is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
-
-
-def _tokenize_corpus(
-    sources: Sequence[Source], tok, dtype: np.dtype, workers: int, text_field: str, docs_path: str, progress: bool
-) -> dict:
-    """Tokenize every document into ``docs_path`` (ids concatenated); returns lengths and counts.
-
-    Parallelism: ``workers == 1`` -- everything in this thread.  Otherwise text sources are read in a
-    background thread while ``encode_batch`` tokenizes each chunk on all cores (Rust threads, GIL
-    released); Wikipedia dumps, whose markup cleaning is Python, go through ``workers`` processes
-    that each clean and tokenize whole chunks.  The output order is the corpus order either way.
-    """
-    from tqdm.auto import tqdm
-
-    total = sum(s.size for s in sources) or None
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenize", disable=not progress, dynamic_ncols=True)
-    stats: dict = {}
-    lengths: list[np.ndarray] = []
-    n_empty = 0
-    n_tokens = 0
-    plain = plain_copy(tok)
-    mode = "inline" if workers <= 1 else ("processes" if any(s.fmt == WIKI for s in sources) else "threads")
-
-    with open(docs_path, "wb") as out:
-
-        def consume(res) -> None:
-            nonlocal n_empty, n_tokens
-            ids, lens, empty = res
-            out.write(ids.tobytes())
-            lengths.append(lens)
-            n_empty += empty
-            n_tokens += len(ids)
-
-        try:
-            chunks = _chunks(sources, text_field, bar.update, stats)
-            if mode == "processes":
-                pool = _make_pool(workers, plain.to_str(), dtype)
-                try:
-                    pending: deque = deque()
-                    for task in chunks:
-                        pending.append(pool.apply_async(_encode_task, (task,)))
-                        while len(pending) > 2 * workers + 1:
-                            consume(pending.popleft().get())
-                    while pending:
-                        consume(pending.popleft().get())
-                finally:
-                    pool.terminate()
-                    pool.join()
-            else:
-                with _tokenizers_parallelism(mode == "threads"):
-                    if mode == "threads":
-                        chunks = _threaded_chunks(chunks)
-                    for fmt, raws in chunks:
-                        consume(_encode(plain, dtype, fmt, raws))
-        finally:
-            bar.close()
-    lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    return {"lengths": lens, "empty_documents": n_empty, "tokens": n_tokens, "stats": stats, "mode": mode}

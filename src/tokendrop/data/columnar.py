@@ -1,0 +1,237 @@
+"""Columnar inputs, read with ``pyarrow`` (no ``datasets`` needed): Parquet files, Arrow IPC files
+(stream or file format, as ``datasets`` writes them), and Hugging Face ``datasets`` directories
+written by ``save_to_disk``.
+
+* A Parquet file (``.parquet``) is read in row groups, only its text column (``text_field``).
+* An Arrow file (``.arrow``) is memory-mapped and read record batch by record batch (zero-copy).
+* A ``datasets`` directory is a ``Dataset`` (``state.json`` + ``dataset_info.json`` +
+  ``data-*.arrow``, read in the order ``state.json`` lists them) or a ``DatasetDict``
+  (``dataset_dict.json`` + one such directory per split); ``DIR@SPLIT`` picks a split, and a
+  ``DatasetDict`` with several splits needs one.
+
+The text column must be a string column; a null entry is an error (like a non-string JSONL field).
+Work units (:mod:`.units`) are ranges of row groups (Parquet) or record batches (Arrow), so any of
+these files can be prepared by several workers; every reader streams one batch at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable, Iterator
+
+from . import DataError
+
+PARQUET, ARROW = "parquet", "arrow"
+_BATCH_ROWS = 1024  # rows per Parquet read batch
+
+
+def _pa():
+    try:
+        import pyarrow as pa  # type: ignore
+        import pyarrow.parquet  # noqa: F401  (registers pa.parquet)
+    except ImportError:
+        raise DataError("pyarrow is not installed; it reads Parquet/Arrow inputs: pip install pyarrow") from None
+    return pa
+
+
+def is_datasets_dir(path: str) -> bool:
+    """A directory ``datasets``' ``save_to_disk`` wrote (a Dataset or a DatasetDict)."""
+    return os.path.isfile(os.path.join(path, "dataset_dict.json")) or (
+        os.path.isfile(os.path.join(path, "state.json")) and os.path.isfile(os.path.join(path, "dataset_info.json")))
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: unreadable or invalid JSON ({e}); expected the file datasets' save_to_disk writes") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}: expected a JSON object as datasets' save_to_disk writes it")
+    return obj
+
+
+def datasets_files(path: str, split: str | None) -> list[str]:
+    """The Arrow files of a ``save_to_disk`` directory (of ``split`` for a DatasetDict), in order."""
+    spec = f"{path}@{split}" if split is not None else path
+    dd = os.path.join(path, "dataset_dict.json")
+    if os.path.isfile(dd):
+        splits = _read_json(dd).get("splits")
+        if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits) or not splits:
+            raise DataError(f"{dd}: no list of splits; expected the dataset_dict.json datasets' save_to_disk writes")
+        if split is None:
+            if len(splits) > 1:
+                raise DataError(f"{path}: a datasets DatasetDict with splits {', '.join(splits)}; name one as "
+                                f"{path}@SPLIT")
+            split = splits[0]
+        if split not in splits:
+            raise DataError(f"{spec}: no split {split!r}; expected one of {', '.join(splits)}")
+        path = os.path.join(path, split)
+    elif split is not None:
+        raise DataError(f"{spec}: {path} is a datasets Dataset, not a DatasetDict with splits; drop @{split}")
+    state_p = os.path.join(path, "state.json")
+    if not (os.path.isfile(state_p) and os.path.isfile(os.path.join(path, "dataset_info.json"))):
+        raise DataError(f"{path}: not a datasets save_to_disk directory (no state.json + dataset_info.json); expected "
+                        "the output of Dataset.save_to_disk")
+    state = _read_json(state_p)
+    if state.get("_indices_filename"):
+        raise DataError(f"{state_p}: the dataset has an indices mapping (select/shuffle not flattened); save it again "
+                        "after dataset.flatten_indices()")
+    files = state.get("_data_files")
+    if not isinstance(files, list) or not files or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
+                                                           for f in files):
+        raise DataError(f"{state_p}: no _data_files list; expected the state.json datasets' save_to_disk writes")
+    out = []
+    for f in files:
+        p = os.path.join(path, f["filename"])
+        if not os.path.isfile(p):
+            raise DataError(f"{p}: missing, but {state_p} lists it; the datasets directory is incomplete")
+        out.append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# opening, checking, planning
+
+
+def _is_stream(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(6) != b"ARROW1"
+
+
+def _open_arrow(path: str):
+    pa = _pa()
+    src = pa.memory_map(path, "r")
+    return pa.ipc.open_stream(src) if _is_stream(path) else pa.ipc.open_file(src)
+
+
+def _arrow_batches(reader) -> Iterator:
+    if hasattr(reader, "num_record_batches"):  # file format: random access
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    else:
+        yield from reader
+
+
+def _bad_file(path: str, fmt: str, e: Exception) -> DataError:
+    what = "Parquet" if fmt == PARQUET else "Arrow IPC (stream or file)"
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return DataError(f"{path}: cannot read as {what} ({msg}); the file is corrupt or not {what}: re-export it")
+
+
+def _check_schema(path: str, schema, text_field: str) -> int:
+    pa = _pa()
+    names = list(schema.names)
+    if text_field not in names:
+        raise DataError(f"{path}: no column {text_field!r}; its columns are {', '.join(names) or '(none)'}; "
+                        "set --text-field to the column holding the text")
+    t = schema.field(text_field).type
+    ok = pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
+    if not ok:
+        raise DataError(f"{path}: column {text_field!r} is {t}, not a string column; set --text-field to the column "
+                        "holding the text")
+    return names.index(text_field)
+
+
+def byte_share(size: int, rows_before: int, total_rows: int) -> int:
+    """The on-disk bytes counted as read once ``rows_before`` of ``total_rows`` rows are (progress)."""
+    return size * rows_before // total_rows if total_rows else size
+
+
+def plan(path: str, fmt: str, text_field: str, unit_bytes: int) -> list[tuple[int, int, int]]:
+    """Check the file (readable, a string ``text_field`` column) and cut it into work units:
+    ``(first, end, weight)``: ranges of row groups (Parquet) or record batches (Arrow) of about
+    ``unit_bytes`` of data each, and their share of the file's on-disk bytes (:func:`byte_share`).
+    Reads only metadata (Parquet) or maps the file (Arrow)."""
+    pa = _pa()
+    sizes: list[tuple[int, int]] = []  # (bytes, rows) per row group / batch
+    try:
+        if fmt == PARQUET:
+            pf = pa.parquet.ParquetFile(path)
+            _check_schema(path, pf.schema_arrow, text_field)
+            md = pf.metadata
+            sizes = [(md.row_group(i).total_byte_size, md.row_group(i).num_rows) for i in range(md.num_row_groups)]
+        else:
+            reader = _open_arrow(path)
+            _check_schema(path, reader.schema, text_field)
+            sizes = [(b.nbytes, b.num_rows) for b in _arrow_batches(reader)]
+    except DataError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise _bad_file(path, fmt, e) from None
+    size = os.path.getsize(path)
+    total = sum(nr for _, nr in sizes)
+    units: list[tuple[int, int, int]] = []
+    first = acc = rows = rows0 = 0
+    for i, (nb, nr) in enumerate(sizes):
+        acc += nb
+        rows += nr
+        if acc >= unit_bytes or i == len(sizes) - 1:
+            units.append((first, i + 1, byte_share(size, rows, total) - byte_share(size, rows0, total)))
+            first, acc, rows0 = i + 1, 0, rows
+    return units or [(0, 0, size)]
+
+
+# ----------------------------------------------------------------------------------------------
+# reading
+
+
+def read_texts(path: str, fmt: str, text_field: str, span: tuple[int, int] | None = None,
+               progress: Callable[[float], None] | None = None, stats: dict | None = None) -> Iterator[str]:
+    """The text column's strings of row groups / record batches ``span`` = ``[first, end)`` (all when
+    None), in order.  ``progress(rows_before, total_rows)``: the file's rows up to the reading position
+    (called once at the start of the span and after every batch)."""
+    pa = _pa()
+    import pyarrow.compute as pc  # type: ignore
+
+    try:
+        if fmt == PARQUET:
+            pf = pa.parquet.ParquetFile(path)
+            md = pf.metadata
+            first, end = span if span is not None else (0, md.num_row_groups)
+            row0 = sum(md.row_group(i).num_rows for i in range(first))
+            total = md.num_rows
+            groups = list(range(first, end))
+            batches = pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=groups, columns=[text_field]) if groups else []
+            col = 0
+        else:
+            reader = _open_arrow(path)
+            col = _check_schema(path, reader.schema, text_field)
+            first, end = span if span is not None else (0, 1 << 62)
+            batches, row0, total = _arrow_span(path, first, end)
+        done = 0
+        if progress is not None:
+            progress(row0, total)
+        for b in batches:
+            arr = b.column(col)
+            if arr.null_count:
+                i = row0 + done + arr.to_pylist().index(None)
+                raise DataError(f"{path}: row {i}: column {text_field!r} is null; expected a string in every row "
+                                "(drop or fill the empty rows)")
+            if stats is not None:
+                stats["input_bytes"] = stats.get("input_bytes", 0) + int(pc.sum(pc.binary_length(arr)).as_py() or 0)
+            yield from arr.to_pylist()
+            done += len(arr)
+            if progress is not None:
+                progress(row0 + done, total)
+    except DataError:
+        raise
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise _bad_file(path, fmt, e) from None
+
+
+def _arrow_span(path: str, first: int, end: int) -> tuple[Iterator, int, int]:
+    """Batches ``[first, end)`` of an Arrow file, lazily (the file is memory-mapped: a skipped batch
+    is never touched), the index of the span's first row, and the file's number of rows."""
+    counts = [b.num_rows for b in _arrow_batches(_open_arrow(path))]
+    end = min(end, len(counts))
+
+    def gen() -> Iterator:
+        for i, b in enumerate(_arrow_batches(_open_arrow(path))):
+            if i >= end:
+                return
+            if i >= first:
+                yield b
+
+    return gen(), sum(counts[:first]), sum(counts)

@@ -353,6 +353,9 @@ class TrainConfig:
     ckpt_every: int = 500
     keep_checkpoints: int = 2
     threads: int = 0  # torch CPU threads; 0 -> torch default
+    # data parallelism under torchrun: "ddp" (replicated model) | "fsdp" (FSDP2: parameters, gradients
+    # and AdamW state sharded over the ranks; sharded checkpoints).  tokendrop.parallel
+    parallel: str = "ddp"
     # continued pretraining (model.init) from a source without an MLM head: train the freshly
     # initialised head alone (encoder frozen) for this many steps before the schedule starts
     head_warmup_steps: int = 100
@@ -387,6 +390,8 @@ class TrainConfig:
             raise ConfigError(f"train.precision: expected auto, fp32 or bf16, got {self.precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
+        if self.parallel not in ("ddp", "fsdp"):
+            raise ConfigError(f"train.parallel: expected ddp or fsdp, got {self.parallel!r}")
 
 
 @dataclass

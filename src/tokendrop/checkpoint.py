@@ -285,6 +285,13 @@ def _candidates(p: Path) -> list[Path]:
     return cands
 
 
+def has_checkpoint(run_dir: str | os.PathLike) -> bool:
+    """``run_dir/checkpoints`` holds a checkpoint directory (complete by construction: temp dirs
+    are hidden; whether it verifies is checked when it is loaded)."""
+    root = Path(run_dir) / "checkpoints"
+    return root.is_dir() and any(c.name.startswith("step-") and c.is_dir() for c in root.iterdir())
+
+
 def find(path: str | os.PathLike, fallback: bool = False) -> Path:
     """The checkpoint to load for ``path``: a checkpoint dir itself, or a run dir's newest checkpoint.
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -68,13 +69,27 @@ def init_distributed(device_kind: str, parallel: str = "ddp") -> Dist:
         return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 or (parallel == "fsdp" and _launched_by_torchrun()):
-        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+        _init_group("nccl" if device_kind == "cuda" else "gloo")
         return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)), owns_group=True)
     if parallel == "fsdp":
         raise ConfigError("train.parallel: 'fsdp' shards the model over the ranks of a process group, but this process "
                           "has none (not launched by torchrun); launch with `torchrun --nproc-per-node N -m tokendrop "
                           "pretrain ...`, or set train.parallel = \"ddp\" to train in one process")
     return Dist()
+
+
+def _init_group(backend: str) -> None:
+    """``init_process_group`` from torchrun's environment, its keys in the store under this restart's
+    own prefix: after ``--max-restarts`` restarts the workers, torchrun's store still holds the
+    addresses the previous workers published, and a new rank reading one of them before its peer
+    has overwritten it connects to a dead port (gloo: "connectFullMesh failed ... Connection refused")."""
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if restart is None:
+        dist.init_process_group(backend=backend)
+        return
+    store, rank, world = next(dist.rendezvous("env://"))
+    dist.init_process_group(backend=backend, store=dist.PrefixStore(f"tokendrop/restart-{restart}", store), rank=rank,
+                            world_size=world)
 
 
 class Parallel:
@@ -158,6 +173,9 @@ def wrap(model: nn.Module, kind: str, dd: Dist, device: torch.device, amp: torch
         kw = {"mesh": mesh}
         if amp is not None and device.type == "cuda":
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=amp, reduce_dtype=torch.float32)
+        # the logits are a view (of F.linear's 2-D product); the step never changes them in place, so
+        # FSDP2's per-forward warning about in-place ops on a returned view does not apply
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
         for layer in encoder_layers(model):
             fully_shard(layer, **kw)
         fully_shard(model, **kw)  # the root: embeddings, head; the tied decoder weight is the embedding's

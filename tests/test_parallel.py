@@ -97,6 +97,21 @@ def test_fsdp_matches_ddp_with_dropping(runs):
     torch.testing.assert_close(st_f["importance"], st_d["importance"], atol=1e-5, rtol=0)
 
 
+def test_every_method_and_variant_under_fsdp_matches_ddp(tmp_path):
+    """Both families, every dropping method and variant: 2 steps x 2 micro-batches per rank."""
+    out = tmp_path / "variants.json"
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                        str(free_port()), str(Path(__file__).parent / "parallel_variants.py"), str(out)],
+                       capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert len(res) == 14
+    for key, r in res.items():
+        for (loss_d, norm_d), (loss_f, norm_f) in zip(r["ddp"], r["fsdp"]):
+            assert abs(loss_d - loss_f) <= 1e-5 and abs(norm_d - norm_f) <= 1e-5, (key, r)
+        assert all(0 < x < 20 for step in r["fsdp"] for x in step), (key, r)  # finite, trained
+
+
 def test_fsdp_resume_is_bit_identical(runs, tmp_path):
     run = tmp_path / "resumed"
     shutil.copytree(runs / "fsdp", run)
@@ -106,6 +121,20 @@ def test_fsdp_resume_is_bit_identical(runs, tmp_path):
     assert losses(run) == losses(runs / "fsdp")
     # weights, AdamW moments (shards), importance and every rank's RNG (state): the same bytes
     assert_same_tensors(run / "checkpoints" / "step-00000010", runs / "fsdp" / "checkpoints" / "step-00000010")
+
+
+@pytest.mark.slow
+def test_ddp_checkpoint_resumes_under_fsdp(runs, tmp_path):
+    """An unsharded checkpoint (DDP) resumed with train.parallel = "fsdp": each rank keeps its rows
+    of the AdamW state; the continuation equals DDP's own, and the new checkpoints are sharded."""
+    run = tmp_path / "to-fsdp"
+    shutil.copytree(runs / "ddp", run)
+    shutil.rmtree(run / "checkpoints" / "step-00000010")
+    p = torchrun("pretrain", "--resume", str(run), "--quiet", "--set", 'train.parallel="fsdp"')
+    assert p.returncode == 0, p.stderr[-3000:]
+    a, b = losses(run), losses(runs / "ddp")
+    assert a[:5] == b[:5] and max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)
+    assert ckpt_mod.is_sharded(ckpt_mod.read_meta(run / "checkpoints" / "step-00000010"))
 
 
 def test_fsdp_checkpoint_resumes_in_one_process(runs, tiny_data, tmp_path, capsys):

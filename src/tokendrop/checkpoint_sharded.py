@@ -110,30 +110,31 @@ def load_into(ckpt: Path, model: nn.Module, opt: torch.optim.Optimizer, groups: 
     _restore_groups(opt, groups)
 
 
-def load_full_into(model: nn.Module, opt: torch.optim.Optimizer, model_state: dict[str, Tensor],
-                   state_tensors: dict[str, Tensor], groups: list[dict[str, Any]], names: list[str]) -> None:
-    """An unsharded checkpoint (full tensors, the optimizer's as ``optim.<index>.<name>``) into an
-    FSDP-sharded model and its optimizer: every rank keeps its own pieces.  ``names``: the parameter
-    names in the optimizer's index order (:func:`optimizer_names`)."""
-    from torch.distributed.checkpoint.state_dict import set_state_dict
+def load_full_into(opt: torch.optim.Optimizer, state_tensors: dict[str, Tensor], groups: list[dict[str, Any]]) -> None:
+    """An unsharded checkpoint's AdamW state (full tensors, ``optim.<index>.<name>``) into the
+    optimizer of an FSDP-sharded model: each rank keeps the rows of its own shards (no
+    communication).  The weights were loaded into the model before it was sharded."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    flat: dict[str, Any] = {}
+    params = [p for g in opt.param_groups for p in g["params"]]
+    state: dict[int, dict[str, Tensor]] = {}
     for key, val in state_tensors.items():
         if key.startswith("optim."):
             _, idx, what = key.split(".", 2)
-            flat[f"state.{names[int(idx)]}.{what}"] = val
-    for g in groups:
-        for idx in g["params"]:
-            flat.update({f"param_groups.{names[idx]}.{k}": v for k, v in g.items() if k != "params"})
-    set_state_dict(model, opt, model_state_dict=model_state, optim_state_dict=flat,
-                   options=_options(full_state_dict=True, strict=True))
+            state.setdefault(int(idx), {})[what] = val
+    for idx, st in state.items():
+        p = params[idx]
+        out = {}
+        for what, full in st.items():
+            if isinstance(p, DTensor) and full.shape == p.shape:
+                shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+                local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape))].to(p.device, p.dtype).contiguous()
+                out[what] = DTensor.from_local(local, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+            else:  # the step count (a scalar)
+                out[what] = full.to(p.device)
+        opt.state[p] = out
     _restore_groups(opt, groups)
 
 
-def optimizer_names(model: nn.Module, opt: torch.optim.Optimizer) -> list[str]:
-    """The names of ``opt``'s parameters in its state-dict index order."""
-    by_id = {id(p): n for n, p in model.named_parameters()}
-    return [by_id[id(p)] for g in opt.param_groups for p in g["params"]]
-
-
-__all__ = ["save", "load_into", "load_full_into", "optimizer_names", "SHARD_DIR", "FORMAT"]
+__all__ = ["save", "load_into", "load_full_into", "SHARD_DIR", "FORMAT"]

@@ -494,8 +494,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                                   seed=tc.seed + dd.rank, device=device)  # each rank its own random draws
     init_events = warm_start(cfg, model, selector, data, run_dir, dd, device, amp, micro_bs, progress and dd.main) if (
         meta_in is None) else []
-    if meta_in is not None and tc.parallel != "fsdp" and not ckpt_mod.is_sharded(meta_in):
-        model.load_state_dict(model_sd)  # an unsharded checkpoint into a replicated model (before DDP's broadcast)
+    if meta_in is not None and not ckpt_mod.is_sharded(meta_in):
+        model.load_state_dict(model_sd)  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
     par = wrap(model, tc.parallel if dd.grouped else "ddp", dd, device, amp)  # FSDP shards in place: before AdamW
     amp = autocast_for(par, amp, device)
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.adam_beta1, tc.adam_beta2),
@@ -503,7 +503,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     start_step = 0
     loader_state = None
     if meta_in is not None:
-        _load_training_state(last, meta_in, model_sd, state_sd, model, opt, par)
+        _load_training_state(last, meta_in, state_sd, model, opt, par)
         if selector is not None and "importance" in state_sd:
             selector.scores.copy_(state_sd["importance"].to(device))
         start_step = int(meta_in["step"])
@@ -697,18 +697,18 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     )
 
 
-def _load_training_state(ckpt: Path, meta: dict[str, Any], model_sd: dict[str, Tensor], state_sd: dict[str, Tensor],
+def _load_training_state(ckpt: Path, meta: dict[str, Any], state_sd: dict[str, Tensor],
                          model: nn.Module, opt: torch.optim.Optimizer, par: Parallel) -> None:
     """Weights and AdamW state of checkpoint ``ckpt`` into the (wrapped) model and its optimizer,
     whatever wrote it and however the ranks share the model now: a sharded checkpoint (FSDP, any
     world size) is resharded by DCP, collectively under FSDP, else read whole by each process; an
-    unsharded one is loaded as it is, or split into this rank's shards under FSDP.  An unsharded
-    checkpoint's weights are already in a replicated model (loaded before wrapping)."""
+    unsharded one's AdamW state is loaded as it is, or split into this rank's shards under FSDP (its
+    weights were loaded before the model was wrapped)."""
     groups = meta["optimizer_param_groups"]
     if ckpt_mod.is_sharded(meta):
         sharded_ckpt.load_into(ckpt, model, opt, groups, distributed=par.sharded)
     elif par.sharded:
-        sharded_ckpt.load_full_into(model, opt, model_sd, state_sd, groups, sharded_ckpt.optimizer_names(model, opt))
+        sharded_ckpt.load_full_into(opt, state_sd, groups)
     else:
         ckpt_mod.optimizer_from_tensors(opt, state_sd, groups)
 

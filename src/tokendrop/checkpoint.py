@@ -1,6 +1,7 @@
 """Training checkpoints: safetensors + JSON, written atomically, verified on load, no pickles.
 
-Layout of ``RUN_DIR/checkpoints/step-00001234/``:
+Layout of ``RUN_DIR/checkpoints/step-00001234/`` (FSDP runs: :mod:`tokendrop.checkpoint_sharded`,
+``shards/*.safetensors`` instead of model.safetensors):
     model.safetensors   the model's state dict (our key names, fp32)
     state.safetensors   optimizer moments, importance vector, RNG states (uint8 tensors)
     meta.json           config, step, data position, optimizer hyper-parameters, package version,
@@ -25,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,34 @@ def _rng_tensor(state: Tensor) -> Tensor:
     return state.detach().cpu().to(torch.uint8).contiguous()
 
 
+def writing(run_dir: Path, step: int):
+    """The temp dir that becomes checkpoint ``step`` when the block ends (``atomic_directory``), after
+    removing the temp dirs dead writers left (the run dir is locked: every one is a dead writer's)."""
+    ck_root = run_dir / "checkpoints"
+    ck_root.mkdir(parents=True, exist_ok=True)
+    for stale in ck_root.glob(".step-*.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return atomic_directory(ck_root / f"step-{step:08d}")
+
+
+def finish(tmp: Path, step: int, state_tensors: dict[str, Tensor], meta: dict[str, Any], weight_files: list[str]) -> None:
+    """Write state.safetensors, then meta.json (last) recording the size and sha256 of it and of
+    ``weight_files`` (already in ``tmp``)."""
+    write_safetensors(state_tensors, tmp / "state.safetensors")
+    files = {}
+    for name in [*weight_files, "state.safetensors"]:
+        files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
+    meta = dict(meta, step=step, files=files, version=__version__, git_revision=git_revision())
+    atomic_write_json(tmp / "meta.json", meta)
+
+
+def prune(ck_root: Path, keep: int) -> None:
+    """Keep only the newest ``keep`` checkpoints."""
+    existing = sorted(p for p in ck_root.iterdir() if p.name.startswith("step-"))
+    for old in existing[:-keep]:
+        discard_dir(old)  # renamed to .step-*.tmp-* first: an interrupted removal leaves no half checkpoint
+
+
 def save(
     run_dir: Path,
     step: int,
@@ -95,27 +125,73 @@ def save(
     meta: dict[str, Any],
     keep: int,
 ) -> Path:
-    """Write checkpoint ``step`` atomically and keep only the newest ``keep``."""
-    ck_root = run_dir / "checkpoints"
-    ck_root.mkdir(parents=True, exist_ok=True)
-    for stale in ck_root.glob(".step-*.tmp-*"):  # the run dir is locked: every temp dir here is a dead writer's
-        shutil.rmtree(stale, ignore_errors=True)
-    final = ck_root / f"step-{step:08d}"
-    with atomic_directory(final) as tmp:
-        files = {}
+    """Write checkpoint ``step`` (unsharded: one process holds everything) atomically and keep only
+    the newest ``keep``.  Sharded checkpoints: :mod:`tokendrop.checkpoint_sharded`."""
+    with writing(run_dir, step) as tmp:
         write_safetensors({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, tmp / "model.safetensors")
-        write_safetensors(state_tensors, tmp / "state.safetensors")
-        for name in ("model.safetensors", "state.safetensors"):
-            files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
-        meta = dict(meta, step=step, files=files, version=__version__, git_revision=git_revision())
-        atomic_write_json(tmp / "meta.json", meta)
-    existing = sorted(p for p in ck_root.iterdir() if p.name.startswith("step-"))
-    for old in existing[:-keep]:
-        discard_dir(old)  # renamed to .step-*.tmp-* first: an interrupted removal leaves no half checkpoint
-    return final
+        finish(tmp, step, state_tensors, meta, ["model.safetensors"])
+    prune(run_dir / "checkpoints", keep)
+    return run_dir / "checkpoints" / f"step-{step:08d}"
 
 
-WEIGHT_FILES = ("model.safetensors", "state.safetensors")
+WEIGHT_FILES = ("model.safetensors", "state.safetensors")  # of an unsharded checkpoint
+SHARD_DIR = "shards"  # of a sharded one: shards/*.safetensors (tokendrop.checkpoint_sharded)
+
+
+def consolidate_model(ckpt: Path) -> dict[str, Tensor]:
+    """The full model state dict of a sharded checkpoint, in one process and without a process
+    group (DCP with ``no_dist``: each tensor assembled from the pieces every rank wrote).  No
+    verification here: :func:`read_model` hashes the files first."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    md = HuggingFaceStorageReader(str(Path(ckpt) / SHARD_DIR)).read_metadata()
+    tensors = {"model": {k[len("model."):]: torch.empty(m.size, dtype=m.properties.dtype)
+                         for k, m in md.state_dict_metadata.items() if k.startswith("model.")}}
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(Path(ckpt) / SHARD_DIR)), no_dist=True)
+    return tensors["model"]
+
+
+def is_sharded(meta: dict[str, Any]) -> bool:
+    """Written by FSDP ranks (:mod:`tokendrop.checkpoint_sharded`): weights in ``shards/*``."""
+    return isinstance(meta.get("sharded"), dict)
+
+
+def tensor_files(meta: dict[str, Any]) -> tuple[str, ...]:
+    """Every tensor file of the checkpoint (what :func:`verify` checks by default)."""
+    return tuple(meta["files"]) if is_sharded(meta) else WEIGHT_FILES
+
+
+def model_files(meta: dict[str, Any]) -> tuple[str, ...]:
+    """The files holding the model weights: model.safetensors, or every shard file."""
+    return tuple(n for n in meta["files"] if n != "state.safetensors") if is_sharded(meta) else ("model.safetensors",)
+
+
+def weights_sha256_of(meta: dict[str, Any]) -> str:
+    """The identity of the checkpoint's weights: model.safetensors' sha256, or for a sharded one the
+    sha256 of its shard files' names and sha256s (one line each, sorted)."""
+    if not is_sharded(meta):
+        return meta["files"]["model.safetensors"]["sha256"]
+    lines = "".join(f"{n} {meta['files'][n]['sha256']}\n" for n in sorted(model_files(meta)))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def read_model(ckpt: str | os.PathLike, meta: dict[str, Any] | None = None) -> dict[str, Tensor]:
+    """The full model state dict of a checkpoint, every file hashed against meta.json first; a
+    sharded one is consolidated in this process (no process group needed)."""
+    ckpt = Path(ckpt)
+    meta = read_meta(ckpt) if meta is None else meta
+    if not is_sharded(meta):
+        return read_tensors(ckpt, "model.safetensors", meta)
+    for name in model_files(meta):
+        _check_file(ckpt, name, meta)
+    try:
+        return consolidate_model(ckpt)
+    except Exception as e:  # noqa: BLE001 -- hashes matched: meta.json was edited too
+        raise CheckpointError(f"{ckpt}: its shard files do not load ({str(e).splitlines()[0] if str(e) else e!r}); "
+                              f"{_fix(ckpt)}") from None
 
 
 _HINTING = [False]
@@ -152,10 +228,14 @@ def read_meta(ckpt: str | os.PathLike) -> dict[str, Any]:
     except OSError as e:
         raise CheckpointError(f"{mp}: unreadable ({e.strerror or e}); check its permissions") from None
     files = meta.get("files") if isinstance(meta, dict) else None
-    if not isinstance(files, dict) or set(files) != set(WEIGHT_FILES) or not all(
+    sharded = isinstance(meta, dict) and is_sharded(meta)
+    expected = ({n for n in files if n.startswith("shards/")} | {"state.safetensors"}) if (
+        sharded and isinstance(files, dict)) else set(WEIGHT_FILES)
+    if not isinstance(files, dict) or set(files) != expected or len(expected) < 2 or not all(
             isinstance(i, dict) and isinstance(i.get("bytes"), int) and not isinstance(i.get("bytes"), bool)
             and isinstance(i.get("sha256"), str) for i in files.values()):
-        raise CheckpointError(f"{mp}: 'files' does not record the size and sha256 of {' and '.join(WEIGHT_FILES)} "
+        what = "state.safetensors and the shard files" if sharded else " and ".join(WEIGHT_FILES)
+        raise CheckpointError(f"{mp}: 'files' does not record the size and sha256 of {what} "
                               f"(incomplete or edited); {_fix(ckpt)}")
     step = meta.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(meta.get("config"), dict):
@@ -179,12 +259,12 @@ def _check_file(ckpt: Path, name: str, meta: dict[str, Any], data: bytes | None 
                               f"meta.json); {_fix(ckpt)}")
 
 
-def verify(ckpt: str | os.PathLike, files: tuple[str, ...] = WEIGHT_FILES) -> dict[str, Any]:
-    """-> meta, after checking meta.json and that each of ``files`` (default: both tensor files) has the
+def verify(ckpt: str | os.PathLike, files: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """-> meta, after checking meta.json and that each of ``files`` (default: every tensor file) has the
     recorded size and sha256.  Raises :class:`CheckpointError` (one line naming the file and the fix)."""
     ckpt = Path(ckpt)
     meta = read_meta(ckpt)
-    for name in files:
+    for name in (tensor_files(meta) if files is None else files):
         _check_file(ckpt, name, meta)
     return meta
 
@@ -203,6 +283,13 @@ def _candidates(p: Path) -> list[Path]:
                               "checkpoint directory holding meta.json); train until the first checkpoint "
                               "(train.ckpt_every) or pass another path")
     return cands
+
+
+def has_checkpoint(run_dir: str | os.PathLike) -> bool:
+    """``run_dir/checkpoints`` holds a checkpoint directory (complete by construction: temp dirs
+    are hidden; whether it verifies is checked when it is loaded)."""
+    root = Path(run_dir) / "checkpoints"
+    return root.is_dir() and any(c.name.startswith("step-") and c.is_dir() for c in root.iterdir())
 
 
 def find(path: str | os.PathLike, fallback: bool = False) -> Path:
@@ -253,27 +340,37 @@ def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
 latest = latest_checkpoint  # newest checkpoint that verifies (None if none): tokendrop.rundir
 
 
-def load(ckpt: str | os.PathLike, state: bool = True) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
-    """-> (meta, model state, training-state tensors ({} unless ``state``)), every file verified."""
+def load(ckpt: str | os.PathLike, state: bool = True, consolidate: bool = True
+         ) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
+    """-> (meta, model state, training-state tensors ({} unless ``state``)), every file verified.  A
+    sharded checkpoint's model is consolidated into full tensors; with ``consolidate=False`` its
+    shard files are only verified and the model state is {} (the caller loads the shards itself:
+    :func:`tokendrop.checkpoint_sharded.load_into`)."""
     ckpt = Path(ckpt)
     meta = read_meta(ckpt)
-    model = read_tensors(ckpt, "model.safetensors", meta)
+    if is_sharded(meta) and not consolidate:
+        for name in model_files(meta):
+            _check_file(ckpt, name, meta)
+        model = {}
+    else:
+        model = read_model(ckpt, meta)
     return meta, model, (read_tensors(ckpt, "state.safetensors", meta) if state else {})
 
 
-def load_verified(path: str | os.PathLike, state: bool = False, fallback: bool = False
+def load_verified(path: str | os.PathLike, state: bool = False, fallback: bool = False, consolidate: bool = True
                   ) -> tuple[Path, dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
     """The shared verifying loader: a run or checkpoint dir -> (checkpoint dir, meta, model tensors,
     state tensors ({} unless ``state``)); every file read is hashed against meta.json before it is
-    parsed.  ``fallback``: as :func:`find` (each file still read and hashed once)."""
+    parsed.  ``fallback``: as :func:`find` (each file still read and hashed once).  ``consolidate``:
+    as :func:`load`."""
     cands = _candidates(Path(path))
     if not fallback:
         ck = find(path)
-        return (ck, *load(ck, state=state))
+        return (ck, *load(ck, state=state, consolidate=consolidate))
     skipped: list[CheckpointError] = []
     for cand in cands:
         try:
-            found = (cand, *load(cand, state=state))
+            found = (cand, *load(cand, state=state, consolidate=consolidate))
         except CheckpointError as e:
             skipped.append(e)
             continue
@@ -285,7 +382,7 @@ def load_verified(path: str | os.PathLike, state: bool = False, fallback: bool =
 
 def weights_sha256(path: str | os.PathLike) -> str:
     """The recorded sha256 of the model weights :func:`find` picks for ``path`` (not re-hashed)."""
-    return read_meta(find(path))["files"]["model.safetensors"]["sha256"]
+    return weights_sha256_of(read_meta(find(path)))
 
 
 def rng_tensors(selector_state: Tensor | None) -> dict[str, Tensor]:

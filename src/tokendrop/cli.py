@@ -31,11 +31,20 @@ def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:
+    from .checkpoint import has_checkpoint
     from .config import load_config
     from .train import load_run_config, pretrain
 
+    init = [f"model.init={json.dumps(a.init)}"] if a.init else []
+    if a.resume_if_exists:  # the one command a requeued job or a restarted torchrun agent repeats unchanged
+        if a.resume or a.overwrite or not a.config or not a.out:
+            raise SystemExit("error: --resume-if-exists goes with --config and --out (not --resume or --overwrite)")
+        if has_checkpoint(a.out):
+            a.resume = a.out
+        else:  # nothing to resume: start (over, when a run died before its first checkpoint)
+            a.overwrite = True
     if a.resume:
-        cfg = load_config(a.config, a.overrides) if a.config else load_run_config(a.resume)
+        cfg = load_config(a.config, [*a.overrides, *init]) if a.config else load_run_config(a.resume)
         if not a.config and a.overrides:
             from .config import Config, from_dict, to_dict
 
@@ -43,10 +52,11 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
         if a.overwrite:
             raise SystemExit("error: --overwrite starts a new run (with --out); --resume continues one; not both")
         res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet)
+        if res.already_finished:
+            return 0
     else:
         if not a.config or not a.out:
             raise SystemExit("error: pretrain needs --config and --out (or --resume RUN_DIR)")
-        init = [f"model.init={json.dumps(a.init)}"] if a.init else []
         cfg = load_config(a.config, [*a.overrides, *init])
         res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite)
     state = "interrupted (checkpoint saved)" if res.interrupted else "finished"
@@ -258,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "run/checkpoint dir, or a hub name (needs huggingface_hub and a network); = --set model.init=SOURCE")
     s.add_argument("--overwrite", action="store_true",
                    help="start over in an existing --out run directory (only one tokendrop wrote as a run)")
+    s.add_argument("--resume-if-exists", action="store_true",
+                   help="with --config and --out: resume --out if it has a checkpoint, else start it (over); a run "
+                        "already finished exits 0. The launch a requeued job or torchrun --max-restarts repeats")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_pretrain)
 

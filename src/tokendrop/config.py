@@ -460,6 +460,9 @@ class TrainConfig:
     ckpt_every: int = 500
     keep_checkpoints: int = 2
     threads: int = 0  # torch CPU threads; 0 -> torch default
+    # data parallelism under torchrun: "ddp" (replicated model) | "fsdp" (FSDP2: parameters, gradients
+    # and AdamW state sharded over the ranks; sharded checkpoints).  tokendrop.parallel
+    parallel: str = "ddp"
     # continued pretraining (model.init) from a source without an MLM head: train the freshly
     # initialised head alone (encoder frozen) for this many steps before the schedule starts
     head_warmup_steps: int = 100
@@ -516,6 +519,8 @@ class TrainConfig:
             raise ConfigError(f"train.precision: expected auto, fp32 or bf16, got {self.precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
+        if self.parallel not in ("ddp", "fsdp"):
+            raise ConfigError(f"train.parallel: expected ddp or fsdp, got {self.parallel!r}")
 
 
 @dataclass
@@ -533,6 +538,11 @@ class Config:
         self.drop.validate(self.model.num_layers)
         self.data.validate()
         self.train.validate()
+        if self.train.parallel == "fsdp" and self.drop.enabled and self.drop.consistency_weight > 0:
+            # its dense pass calls the encoder outside the root module's forward, where FSDP2 gathers
+            # the root's parameters (embeddings): not supported yet
+            raise ConfigError("drop.consistency_weight: ScTD's dense pass is not supported under train.parallel = "
+                              "'fsdp'; use train.parallel = 'ddp' or drop.consistency_weight = 0")
         return self
 
 

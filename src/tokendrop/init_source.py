@@ -356,10 +356,11 @@ def _resolve_tokendrop(source: str, p: Path) -> InitSource:
         raise InitError(str(e)) from None
     run = p if ck != p else (p.parent.parent if p.parent.name == "checkpoints" else p)
     try:
-        meta = ckpt_mod.verify(ck, files=("model.safetensors",))
+        meta = ckpt_mod.read_meta(ck)
+        meta = ckpt_mod.verify(ck, files=ckpt_mod.model_files(meta))  # model.safetensors, or an FSDP run's shards
         model_d = meta["config"]["model"]
         cfg = from_dict(ModelConfig, {k: v for k, v in model_d.items() if k != "preset"})
-        sha = meta["files"]["model.safetensors"]["sha256"]
+        sha = ckpt_mod.weights_sha256_of(meta)
     except ckpt_mod.CheckpointError as e:
         raise InitError(str(e)) from None
     except (KeyError, TypeError) as e:
@@ -400,8 +401,8 @@ def resolve_init_source(source: str) -> InitSource:
     if not p.is_dir():
         raise InitError(f"{p}: expected a directory (a Hugging Face BERT directory holding config.json, or a "
                         "tokendrop run/checkpoint directory), not a file")
-    if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and (p / "model.safetensors").is_file()
-                                        and not (p / "config.json").is_file()):
+    if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (
+            p / "shards").is_dir()) and not (p / "config.json").is_file()):
         return _resolve_tokendrop(s, p)
     return _resolve_hf(s, p)
 
@@ -503,10 +504,10 @@ def read_source_tensors(src: InitSource) -> dict[str, Tensor]:
 
         try:
             meta = ckpt_mod.read_meta(src.path)
-            sd = ckpt_mod.read_tensors(src.path, "model.safetensors", meta)
+            sd = ckpt_mod.read_model(src.path, meta)  # a sharded checkpoint: consolidated here
         except ckpt_mod.CheckpointError as e:
             raise InitError(str(e)) from None
-        sha = meta["files"]["model.safetensors"]["sha256"]
+        sha = ckpt_mod.weights_sha256_of(meta)
     else:
         files = src.weights_files or [src.weights_file]
         sd, sha = _read_tensors(files, src.weights_format, sharded=src.weights_file not in files)

@@ -105,7 +105,7 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     if not path.is_dir():
         raise InspectError(f"{path}: not a directory; expected a run directory written by `tokendrop pretrain`")
     if (path / "meta.json").is_file() and path.parent.name == "checkpoints":
-        ckpt_mod.verify(path, files=("model.safetensors",))  # the shared verifying loader (state: when read)
+        ckpt_mod.verify(path, files=ckpt_mod.model_files(ckpt_mod.read_meta(path)))  # the shared verifying loader (state: when read)
         return path.parent.parent, path
     if not (path / "checkpoints").is_dir() and not (path / "config.toml").is_file():
         raise InspectError(f"{path}: not a tokendrop run directory (no config.toml, no checkpoints/); "
@@ -114,7 +114,7 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
         raise InspectError(f"{path}: the run has no complete checkpoint yet (checkpoints/step-*/ missing); "
                            "inspect it after its first checkpoint (train.ckpt_every)")
     last = ckpt_mod.find(path)  # its newest checkpoint; a corrupt one is an error naming the file, never skipped
-    ckpt_mod.verify(last, files=("model.safetensors",))  # state.safetensors: verified when read
+    ckpt_mod.verify(last, files=ckpt_mod.model_files(ckpt_mod.read_meta(last)))  # state.safetensors: verified when read
     return path, last
 
 

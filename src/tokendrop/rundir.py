@@ -292,7 +292,7 @@ def latest_checkpoint(path: str | os.PathLike) -> Path | None:
     from .checkpoint import CheckpointError, verify
 
     p = Path(path)
-    if (p / "meta.json").is_file() and (p / "model.safetensors").is_file():
+    if (p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (p / "shards").is_dir()):
         verify(p)
         return p
     root = p / "checkpoints"

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from . import checkpoint as ckpt_mod
+from . import checkpoint_sharded as sharded_ckpt
 from . import rundir
 from .budget import RunLength
 from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
@@ -41,6 +42,7 @@ from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
 from .attention import check_training_device
 from .model import BertForMaskedLM, build_model, num_parameters
+from .parallel import Dist, Parallel, autocast_for, grad_norm, init_distributed, wrap
 from .schedules import lr_linear_steps, lr_schedule, mask_schedule
 
 
@@ -50,29 +52,6 @@ class TrainingError(TokendropError, RuntimeError):
 
 # ----------------------------------------------------------------------------------------------
 # set-up helpers
-
-
-@dataclass
-class Dist:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    owns_group: bool = False
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device_kind: str) -> Dist:
-    """Use an existing process group, or start one when launched by torchrun."""
-    if dist.is_available() and dist.is_initialized():
-        return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
-        return Dist(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", 0)), owns_group=True)
-    return Dist()
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -137,16 +116,16 @@ class MLMStep:
         optimizer: torch.optim.Optimizer,
         cfg: Config,
         amp_dtype: torch.dtype | None,
-        ddp: nn.Module | None = None,
+        par: Parallel | None = None,
         use_attention_mask: bool = True,
         compile: bool = False,
         run_model: nn.Module | None = None,
     ):
         self.use_attention_mask = use_attention_mask  # packed data has no [PAD]: mask-free SDPA
         self.model = model
-        # run_model: what the forward runs through (default: ddp, else model), e.g. an already
-        # compiled model shared by several steps (the benchmark's dense and dropping settings)
-        self.run_model = run_model if run_model is not None else (ddp if ddp is not None else model)
+        # run_model: what the forward runs through (default: the DDP/FSDP-wrapped model, else model),
+        # e.g. an already compiled model shared by several steps (the benchmark's settings)
+        self.run_model = run_model if run_model is not None else (par.run_model if par is not None else model)
         if compile:
             self.run_model = torch.compile(self.run_model)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -154,7 +133,7 @@ class MLMStep:
         self.opt = optimizer
         self.cfg = cfg
         self.amp_dtype = amp_dtype
-        self.ddp = ddp
+        self.par = par if par is not None and par.kind != "none" else None
         self.select = cfg.drop.enabled and cfg.drop.variant != "avg"
         # ScTD (tokendrop.consistency): [CLS] taps on the last two layers, only when its weight is > 0
         self.taps = ClsTaps(model.encoder_layers) if cfg.drop.enabled and cfg.drop.consistency_weight > 0 else None
@@ -178,10 +157,10 @@ class MLMStep:
             g["lr"] = lr
         device = micro[0]["input_ids"].device
         count = torch.stack([mb["mlm_weights"].sum() for mb in micro]).sum()
-        if self.ddp is not None:
-            dist.all_reduce(count)
+        if self.par is not None:
+            self.par.all_reduce(count)
         norm = count.clamp(min=1.0)
-        scale = float(dist.get_world_size()) if self.ddp is not None else 1.0
+        scale = float(self.par.world) if self.par is not None else 1.0  # DDP and FSDP average the gradients
         sums = torch.zeros(2, device=device)  # weighted nll, correct predictions
         all_nll = []
         sctd = dropping and self.taps is not None and step % self.cfg.drop.consistency_every == 0
@@ -190,9 +169,8 @@ class MLMStep:
             keep = None
             if dropping and self.select:
                 keep = self.keep_idx(mb, step, progress)
-            sync = self.ddp is None or i == len(micro) - 1
-            ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
-            with ctx:
+            sync = i == len(micro) - 1
+            with self.par.grad_sync(sync) if self.par is not None else contextlib.nullcontext():
                 with self.taps.record() if sctd else contextlib.nullcontext() as dropped, \
                         torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
                     logits = self.run_model(
@@ -212,11 +190,10 @@ class MLMStep:
                 correct = ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum()
                 sums += torch.stack([(nll.detach() * w).sum(), correct])
             all_nll.append(nll.detach())
-        if self.cfg.train.grad_clip > 0:
-            gnorm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.train.grad_clip)
-        else:  # train.grad_clip = 0: no clipping (as in fine-tuning); the norm is still measured
-            gnorm = torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None])
-        # a non-finite gradient norm (the same on every rank: DDP has all-reduced the gradients)
+        # train.grad_clip = 0: no clipping (as in fine-tuning); the norm is still measured.  Over all
+        # shards under FSDP (DTensor gradients), so the same value on every rank
+        gnorm = grad_norm(self.params, self.cfg.train.grad_clip)
+        # a non-finite gradient norm (the same on every rank: DDP/FSDP have reduced the gradients)
         # skips the step: no weight, moment or importance update.  Decided on the device: the fused
         # AdamW kernel takes the flag (as under a GradScaler); an unfused one needs the host.
         finite = torch.isfinite(gnorm)
@@ -231,8 +208,8 @@ class MLMStep:
                 torch.cat([mb["mlm_labels"] for mb in micro]), torch.cat(all_nll), torch.cat([mb["mlm_weights"] for mb in micro]),
                 valid=finite,
             )
-        if self.ddp is not None:
-            dist.all_reduce(sums)
+        if self.par is not None:
+            self.par.all_reduce(sums)
         out = {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm, "finite": finite}
         if sctd:  # this rank's summed [CLS] KL over its micro-batches, per real slot
             out["consistency"] = kl_sum / norm
@@ -292,6 +269,7 @@ class PretrainResult:
     importance: Tensor | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     stop_signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
+    already_finished: bool = False  # resumed a run that had already reached train.steps: nothing was trained
 
 
 # keys whose change makes a resume meaningless
@@ -479,7 +457,7 @@ def pretrain(
     run_dir = Path(out_dir)
     device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
     check_training_device(cfg.model.attention_backend, device_kind)
-    dd = init_distributed(device_kind)
+    dd = init_distributed(device_kind, cfg.train.parallel)
     threads = torch.get_num_threads()
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
@@ -527,11 +505,15 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     mode = "new"
     if resume:
         try:  # the shared verifying loader; a bad checkpoint is skipped with a warning naming its file
-            last, meta_in, model_sd, state_sd = ckpt_mod.load_verified(run_dir, state=True, fallback=True)
+            last, meta_in, model_sd, state_sd = ckpt_mod.load_verified(run_dir, state=True, fallback=True,
+                                                                       consolidate=False)  # shards: below
         except ckpt_mod.CheckpointError as e:
             raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})") from None
         check_resume_compatible(meta_in["config"], to_dict(cfg))
         check_resume_data(meta_in, cfg, data)
+        if length.finished(int(meta_in["step"]), float(meta_in.get("wall_time", 0.0))):
+            # a requeued or repeated launch of a finished run: nothing to do
+            return _finished(run_dir, int(meta_in["step"]), length, dd, meta_in)
     elif dd.main:
         mode = rundir.prepare_output(run_dir, "run", overwrite, error=TrainingError, resumable=False,
                                      inputs=[cfg.data.path, cfg.model.init, cfg.drop.counts_path])
@@ -566,13 +548,16 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                                   seed=tc.seed + dd.rank, device=device)  # each rank its own random draws
     init_events = warm_start(cfg, model, selector, data, run_dir, dd, device, amp, micro_bs, progress and dd.main) if (
         meta_in is None) else []
+    if meta_in is not None and not ckpt_mod.is_sharded(meta_in):
+        model.load_state_dict(model_sd)  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
+    par = wrap(model, tc.parallel if dd.grouped else "ddp", dd, device, amp)  # FSDP shards in place: before AdamW
+    amp = autocast_for(par, amp, device)
     opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.adam_beta1, tc.adam_beta2),
                             eps=tc.adam_eps, fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)
     start_step = 0
     loader_state = None
     if meta_in is not None:
-        model.load_state_dict(model_sd)
-        ckpt_mod.optimizer_from_tensors(opt, state_sd, meta_in["optimizer_param_groups"])
+        _load_training_state(last, meta_in, state_sd, model, opt, par)
         if selector is not None and "importance" in state_sd:
             selector.scores.copy_(state_sd["importance"].to(device))
         start_step = int(meta_in["step"])
@@ -584,14 +569,9 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 selector.set_rng_state(rng["rng.selector"], device)
             ckpt_mod.restore_rng(rng)
         loader_state = meta_in["data_position"]
-        if length.finished(start_step, float(meta_in.get("wall_time", 0.0))):
-            raise TrainingError(f"--resume: the run is already at step {start_step}, the end of {length.describe()}")
         if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
             rundir.truncate_metrics(run_dir, start_step)
-    ddp = None
-    if dd.world > 1:
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    step_fn = MLMStep(model, selector, opt, cfg, amp, ddp, use_attention_mask=not data.packed, compile=tc.compile)
+    step_fn = MLMStep(model, selector, opt, cfg, amp, par, use_attention_mask=not data.packed, compile=tc.compile)
 
     loader = MLMLoader(data, split="train", batch_size=micro_bs, seed=tc.seed, rank=dd.rank, world_size=dd.world,
                        mask_prob=masks.largest, num_workers=cfg.data.num_workers, prefetch=cfg.data.prefetch,
@@ -616,14 +596,16 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     s2 = stage2_start(cfg)
     flops_drop = step_flops(cfg.model, T, tc.batch_size, cfg.drop if cfg.drop.enabled else None)
     flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
+    evaluates = dd.main or par.sharded  # FSDP's forward is collective: every rank evaluates, rank 0 logs
     if dd.main and start_step == 0:
         log.write({"step": 0, "event": "start", "params": num_parameters(model), "seq_len": T, "world_size": dd.world,
                    "accum": accum, "stage2_start": None if length.timed else s2, "device": str(device),
-                   **({"time_budget_s": length.budget_s} if length.timed else {})})
+                   "parallel": par.kind, **({"time_budget_s": length.budget_s} if length.timed else {})})
         for ev in init_events:
             log.write({"step": 0, **ev})
-        if has_eval:
-            log.write({"step": 0, "wall_time": 0.0, **evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)})
+    if evaluates and start_step == 0 and has_eval:
+        ev0 = evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)
+        log.write({"step": 0, "wall_time": 0.0, **ev0})  # MetricsLog writes on rank 0 only
 
     def save_ckpt(step: int) -> Path | None:
         rng = ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None)
@@ -631,12 +613,16 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
             ranks = [None] * dd.world
             dist.all_gather_object(ranks, rng)
-        if not dd.main:
+        finite = bool(torch.stack([torch.isfinite(getattr(p, "_local_tensor", p)).all() for p in model.parameters()]).all()
+                      ) if par.sharded or dd.main else True  # under FSDP: this rank's shards
+        if par.sharded:
+            finite = par.all_true(finite)  # each rank checked its own shards
+        if not (dd.main or par.sharded):
             return None
-        if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):
+        if not finite:
             raise TrainingError(f"non-finite weights at step {step}; not saved. Last good checkpoint: "
-                                f"{ckpt_mod.latest(run_dir) or 'none'} (lower train.lr or check the data)")
-        tensors, groups = ckpt_mod.optimizer_to_tensors(opt)
+                                f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the data)")
+        tensors, groups = ({}, opt.state_dict()["param_groups"]) if par.sharded else ckpt_mod.optimizer_to_tensors(opt)
         if selector is not None:
             tensors["importance"] = selector.scores.detach().cpu().contiguous()
         tensors.update(rng)
@@ -646,6 +632,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         meta = {"config": to_dict(cfg), "data_position": loader.state_dict(), "optimizer_param_groups": groups,
                 "wall_time": wall, "data_fingerprint": data_fp}  # data_fp: what --resume accepts as the same data
         try:
+            if par.sharded:  # collective: every rank writes its shards
+                return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, tc.keep_checkpoints, dd)
             return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, tc.keep_checkpoints)
         except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
             raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
@@ -737,7 +725,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                 history.append(rec)
                 if pbar is not None:
                     pbar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
-            if is_eval and dd.main and has_eval:
+            if is_eval and evaluates and has_eval:
                 last_eval = evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)
                 rec = {"step": step, "wall_time": wall, **last_eval}
                 log.write(rec)
@@ -783,6 +771,33 @@ def _kept(cfg: Config, seq_len: int, step: int, progress: float) -> int:
     if not cfg.drop.per_layer:
         return cfg.drop.num_kept(seq_len)
     return ltd_kept_at(cfg.drop, seq_len, step, cfg.train.steps, progress)
+
+
+def _load_training_state(ckpt: Path, meta: dict[str, Any], state_sd: dict[str, Tensor],
+                         model: nn.Module, opt: torch.optim.Optimizer, par: Parallel) -> None:
+    """Weights and AdamW state of checkpoint ``ckpt`` into the (wrapped) model and its optimizer,
+    whatever wrote it and however the ranks share the model now: a sharded checkpoint (FSDP, any
+    world size) is resharded by DCP, collectively under FSDP, else read whole by each process; an
+    unsharded one's AdamW state is loaded as it is, or split into this rank's shards under FSDP (its
+    weights were loaded before the model was wrapped)."""
+    groups = meta["optimizer_param_groups"]
+    if ckpt_mod.is_sharded(meta):
+        sharded_ckpt.load_into(ckpt, model, opt, groups, distributed=par.sharded)
+    elif par.sharded:
+        sharded_ckpt.load_full_into(opt, state_sd, groups)
+    else:
+        ckpt_mod.optimizer_from_tensors(opt, state_sd, groups)
+
+
+def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[str, Any]) -> PretrainResult:
+    """The result of resuming a run whose last checkpoint is at its end (``train.steps`` reached or
+    ``train.time_budget`` used): nothing to train (a requeued job, a restarted torchrun agent, a
+    repeated command); said once on stderr."""
+    if dd.main:
+        print(f"{run_dir}: already finished (its last checkpoint is step {step}, the end of {length.describe()}); "
+              "nothing to do", file=sys.stderr)
+    return PretrainResult(run_dir=run_dir, steps=step, interrupted=False, wall_time=float(meta.get("wall_time", 0.0)),
+                          tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
 
 
 def _rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:

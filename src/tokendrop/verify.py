@@ -88,7 +88,7 @@ def detect_kind(path: str | os.PathLike) -> str:
             fmt = None
         if fmt == "tokendrop-prepared":
             return "prepared"
-        if (p / "model.safetensors").exists() or (p / "state.safetensors").exists() or p.parent.name == "checkpoints":
+        if (p / "model.safetensors").exists() or (p / "state.safetensors").exists() or p.parent.name == "checkpoints":  # or shards/
             return "checkpoint"
         if any((p / n).exists() for n in ("train.bin", "eval.bin", "token_counts.npy")):
             return "prepared"
@@ -146,7 +146,7 @@ def _verify_checkpoint(ck: Path, rep: VerifyReport) -> dict | None:
         rep.problems.append(_line(e))
         return None
     bad = False
-    for name in ckpt_mod.WEIGHT_FILES:
+    for name in ckpt_mod.tensor_files(meta):  # both files, or every shard file + state.safetensors
         try:
             ckpt_mod._check_file(ck, name, meta)
         except ckpt_mod.CheckpointError as e:
@@ -165,7 +165,9 @@ def _verify_checkpoint(ck: Path, rep: VerifyReport) -> dict | None:
         rep.problems.append(f"{ck / 'meta.json'}: its config does not load ({_line(e)})")
         bad = True
     if not bad:
-        rep.notes.append(f"{ck.name}: step {meta['step']}, sha256 of both tensor files as recorded")
+        what = (f"sharded by {meta['sharded'].get('world_size')} ranks, sha256 of all {len(meta['files'])} tensor files"
+                if ckpt_mod.is_sharded(meta) else "sha256 of both tensor files")
+        rep.notes.append(f"{ck.name}: step {meta['step']}, {what} as recorded")
     return None if bad else meta
 
 

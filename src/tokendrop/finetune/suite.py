@@ -242,16 +242,17 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
     from ..init_source import InitError, _combined_sha, _weight_files
 
     p = Path(path)
-    if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and (p / "model.safetensors").is_file()
-                                        and not (p / "config.json").is_file()):
+    if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (
+            p / "shards").is_dir()) and not (p / "config.json").is_file()):
         try:  # verified (hashed) here, before any cell starts: a corrupt checkpoint is one error line
             ck = ckpt_mod.find(p)
-            f = ck / "model.safetensors"
+            f = ck / "model.safetensors" if (ck / "model.safetensors").is_file() else ck / "meta.json"  # or FSDP shards
             key = (str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else None
             if key not in _SHA_CACHE:
-                ckpt_mod.verify(ck, files=("model.safetensors",))
+                meta = ckpt_mod.read_meta(ck)
+                ckpt_mod.verify(ck, files=ckpt_mod.model_files(meta))
                 if key is not None:
-                    _SHA_CACHE[key] = (ckpt_mod.read_meta(ck)["files"]["model.safetensors"]["sha256"], f)
+                    _SHA_CACHE[key] = (ckpt_mod.weights_sha256_of(meta), f)
             return _SHA_CACHE[key]
         except ckpt_mod.CheckpointError as e:
             raise FinetuneError(f"cannot evaluate model {p}: {e}") from None

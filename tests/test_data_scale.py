@@ -178,10 +178,16 @@ def test_sigkilled_prepare_resumes_to_the_same_bytes(tmp_path, corpus):
         before = len(os.listdir(units)) if units.is_dir() else 0
         p = subprocess.Popen(cmd, env=_cli_env(), start_new_session=True, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
+        # kill after this run finished 1-2 units of its own, then a random moment that ends early when
+        # one more unit is done: each kill lets the run advance at most 3 of its ~60 units, so the
+        # kills come while it is provably unfinished, however fast the machine (no time-based wait)
+        k, done = rng.randint(1, 2), lambda: len(os.listdir(units)) if units.is_dir() else 0
         t_end = time.time() + 120
-        while p.poll() is None and time.time() < t_end and (not units.is_dir() or len(os.listdir(units)) <= before):
-            time.sleep(0.01)  # until this run has finished a unit of its own
-        time.sleep(rng.uniform(0, 0.4))
+        while p.poll() is None and time.time() < t_end and done() < before + k:
+            time.sleep(0.002)
+        t_kill = time.time() + rng.uniform(0, 0.05)
+        while p.poll() is None and time.time() < t_kill and done() < before + k + 1:
+            time.sleep(0.002)
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             kills += 1

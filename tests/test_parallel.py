@@ -154,7 +154,7 @@ def test_fsdp_checkpoint_resumes_in_one_process(runs, tiny_data, tmp_path, capsy
     assert ckpt_mod.read_meta(run / "checkpoints" / "step-00000010").get("sharded") is None  # written unsharded
     # resuming the finished run: nothing to do, exit 0
     assert cli_main(["pretrain", "--resume", str(run), "--quiet"]) == 0
-    assert "already finished (its last checkpoint is step 10, train.steps = 10)" in capsys.readouterr().err
+    assert "already finished (its last checkpoint is step 10, the end of train.steps=10)" in capsys.readouterr().err
 
 
 def test_sharded_checkpoint_exports_and_verifies(runs, tmp_path, capsys):

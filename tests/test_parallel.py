@@ -304,3 +304,35 @@ def _env(pid: int) -> dict[str, str]:
     except OSError:
         return {}
     return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+
+
+def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tiny_data, tmp_path):
+    """SIGTERM reaches rank 1 only, between the steps where the ranks agree (every 5th): both stop after
+    the same step with one checkpoint (collective), instead of rank 1 checkpointing while rank 0 trains on."""
+    run = tmp_path / "run"
+    args = ["--quiet", *sets(tiny_data, "train.steps=100000", "train.log_every=5", "train.ckpt_every=100000",
+                             "train.eval_every=100000")]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"localhost:{free_port()}", "-m", "tokendrop", "pretrain", "--config", "tiny",
+           "--out", str(run), *args]
+    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 240
+        while agent.poll() is None and time.monotonic() < deadline:
+            rank1 = [pid for pid in _children(agent.pid) if _env(pid).get("RANK") == "1"]
+            if rank1 and (run / "metrics.jsonl").is_file() and b'"loss"' in (run / "metrics.jsonl").read_bytes():
+                os.kill(rank1[0], signal.SIGTERM)  # its handler is installed: a step was logged
+                break
+            time.sleep(0.01)
+        out, err = agent.communicate(timeout=240)  # a rank left waiting in a collective would hang here
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    last = ckpt_mod.latest(run)
+    assert last is not None, err[-3000:]
+    step = ckpt_mod.verify(last)["step"]
+    assert step % 5 == 0 and step < 100000  # a step where the ranks agreed
+    recs = read_metrics(run)
+    assert recs[-1]["event"] == "interrupted" and recs[-1]["step"] == step
+    assert "interrupted (checkpoint saved)" in out

@@ -688,8 +688,15 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             is_log = step % tc.log_every == 0 or finished
             is_eval = step % tc.eval_every == 0 or finished
             # read once per step: a signal arriving after this point (while logging or evaluating)
-            # is acted on after the next step, never by stopping without the checkpoint
-            stopping = stop.stop or (stop_at is not None and step >= stop_at)
+            # is acted on after the next step, never by stopping without the checkpoint. Under a
+            # process group every rank must stop after the same step (the checkpoint is collective):
+            # the ranks agree at the steps where the host waits anyway (log, eval, checkpoint), so a
+            # signal that reached some ranks only, or at different steps, stops them all together
+            signalled = stop.stop
+            if dd.world > 1:
+                at_sync = is_log or is_eval or step % tc.ckpt_every == 0
+                signalled = at_sync and not par.all_true(not signalled)
+            stopping = signalled or (stop_at is not None and step >= stop_at)
             is_ckpt = step % tc.ckpt_every == 0 or finished or stopping
             if is_log or is_eval or is_ckpt:
                 # the host waits for the device only here, not every step; step_time is the mean

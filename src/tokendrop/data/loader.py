@@ -115,17 +115,8 @@ class MLMMasker:
         self, row: np.ndarray, rng: np.random.Generator, maskable: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """(input ids, positions (k,), labels (k,), k) for one sequence; ``row`` is not modified."""
-        if maskable is None:
-            maskable = self.maskable(row)
-        cand = np.flatnonzero(maskable)
-        n = len(cand)
-        inp = row.astype(np.int64)
-        if n == 0:
-            return inp, np.zeros(0, np.int64), np.zeros(0, np.int64), 0
-        k = min(self.num_slots, max(1, int(math.floor(self.mask_prob * n + 0.5))))
-        pos = np.sort(rng.choice(cand, size=k, replace=False))
-        u = rng.random(k)
-        return self._corrupt(inp, pos, u, rng) + (k,)
+        inp, pos, labels, _, _ = self.mask_row_ranked(row, rng, maskable)
+        return inp, pos, labels, len(pos)
 
     def mask_row_ranked(
         self, row: np.ndarray, rng: np.random.Generator, maskable: np.ndarray | None = None

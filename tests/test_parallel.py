@@ -315,7 +315,8 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tiny_data, tm
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
            "--rdzv-endpoint", f"localhost:{free_port()}", "-m", "tokendrop", "pretrain", "--config", "tiny",
            "--out", str(run), *args]
-    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                             start_new_session=True)  # on failure its workers go with it (killpg below)
     try:
         deadline = time.monotonic() + 240
         while agent.poll() is None and time.monotonic() < deadline:
@@ -327,7 +328,7 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tiny_data, tm
         out, err = agent.communicate(timeout=240)  # a rank left waiting in a collective would hang here
     finally:
         if agent.poll() is None:
-            agent.kill()
+            os.killpg(agent.pid, signal.SIGKILL)
             agent.wait()
     last = ckpt_mod.latest(run)
     assert last is not None, err[-3000:]

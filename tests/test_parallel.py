@@ -337,3 +337,24 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tiny_data, tm
     recs = read_metrics(run)
     assert recs[-1]["event"] == "interrupted" and recs[-1]["step"] == step
     assert "interrupted (checkpoint saved)" in out
+
+
+def test_finetune_reads_a_sharded_checkpoint(runs, tmp_path, capsys):
+    """finetune --model RUN of the FSDP run (shards consolidated in one process) fine-tunes what the
+    DDP run's (unsharded) checkpoint fine-tunes: their weights agree to 1e-5, so do the results."""
+    from tokendrop.data.testing import write_keyword_sentiment
+
+    task = write_keyword_sentiment(tmp_path / "sst", n_train=32, n_dev=16)
+    got = {}
+    for kind in ("fsdp", "ddp"):
+        rc = cli_main(["finetune", "--model", str(runs / kind), "--task", "sst2", "--data", str(task), "--out",
+                       str(tmp_path / f"ft-{kind}"), "--set", "epochs=2", "--set", "batch_size=8", "--set", "lr=1e-3",
+                       "--set", "threads=1", "--set", "log_every=0", "--set", "device=\"cpu\""])
+        assert rc == 0, capsys.readouterr().err
+        got[kind] = json.loads((tmp_path / f"ft-{kind}" / "metrics.json").read_text())
+    capsys.readouterr()
+    a, b = got["fsdp"]["train"], got["ddp"]["train"]
+    assert a["steps"] == b["steps"] == 8
+    assert a["final_loss"] == pytest.approx(b["final_loss"], abs=1e-4)  # 8 steps from the same encoder
+    assert a["mean_loss_last_epoch"] == pytest.approx(b["mean_loss_last_epoch"], abs=1e-4)
+    print(a["final_loss"], b["final_loss"])

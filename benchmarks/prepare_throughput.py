@@ -279,17 +279,6 @@ def run_arm(arm: str, workers: int, corpus: str, vocab: str, tmp: str) -> dict:
 # report
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -380,8 +369,10 @@ def main() -> None:
         notes.append(f"token counts differ: ours {sorted(ours_tokens)}, HF {sorted(hf_tokens)} (tokens/s uses ours)")
     elif hf_tokens:
         notes.append("both arms tokenize alike: the same document-token count")
+    from tokendrop.bench.environment import cpu_model  # the parent's report only: arms never import torch
+
     meta = {"command": "python " + " ".join(shlex.quote(x) for x in [os.path.relpath(__file__, REPO), *sys.argv[1:]]),
-            "nproc": os.cpu_count(), "cpu": _cpu_model(), "load_before": load_before,
+            "nproc": os.cpu_count(), "cpu": cpu_model(), "load_before": load_before,
             "load_after": [round(x, 2) for x in os.getloadavg()], "corpus": corpus, "corpus_mb": nbytes / 1e6,
             "corpus_source": "mixed-english.txt.gz documents, repeated" if os.path.isfile(SHARED_CORPUS)
             else "generated pseudo-English", "vocab": vocab, "seq_len": SEQ_LEN, "versions": _versions(),

@@ -17,6 +17,8 @@ from tokendrop.model import build_model
 from tokendrop.random_ltd import ltd_kept, ltd_kept_at
 from tokendrop.train import MLMStep, param_groups
 
+from batches import mlm_batch
+
 V = 97
 
 
@@ -95,17 +97,7 @@ FAMILIES = {"bert": _bert, "modernbert": _modern}
 
 
 def _batch(b: int = 3, t: int = 48, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(len(SPECIAL_IDS), V, (b, t), generator=g)
-    ids[:, 0] = SPECIAL_IDS["cls"]
-    ids[:, 20] = SPECIAL_IDS["sep"]
-    ids[:, -1] = SPECIAL_IDS["sep"]
-    p = round(0.15 * t)
-    pos = torch.stack([torch.randperm(t - 2, generator=g)[:p] + 1 for _ in range(b)]).sort(-1).values
-    labels = ids.gather(1, pos)
-    ids = ids.scatter(1, pos, SPECIAL_IDS["mask"])
-    return {"input_ids": ids, "mlm_positions": pos, "mlm_labels": labels, "mlm_weights": torch.ones(b, p),
-            "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+    return mlm_batch(V, b, t, seed, seps=(20,))
 
 
 def _step(mc, drop, steps=20, seed=0):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU campaign (issue 15), one part per call of a lent GPU machine (each stops itself within
+# The GPU campaign, one part per call of a lent GPU machine (each stops itself within
 # budget_s = 8 min; the `timeout` below is the hard stop):
 #   bash benchmarks/gpu_campaign.sh env             # GPU, driver, versions, SDPA backends at bf16, pytest -m gpu
 #   bash benchmarks/gpu_campaign.sh bench           # bert-base eager T=128/512: dense, 50% drop, HF; MFU, memory, largest batch

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ModernBERT-architecture family on CPU (issue 16, "Performance"): configs/bench-modern-cpu.toml
+# The ModernBERT-architecture family on CPU: configs/bench-modern-cpu.toml
 # (the modern-base shape scaled to a 2-core machine: 12 x 256, 4 heads, GeGLU 384, 128-token window,
 # every third layer global, V=50368; fp32, one thread, T=512 and T=1024, 7 interleaved rounds):
 #   benchmarks/modern_cpu.json/.md            our dense / 50% drop / transformers.ModernBertForMaskedLM

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The fault matrix of issue 13 (and the bad inputs of issue 12): every bad input and fault, run as a
+"""The fault matrix (and the bad `--init` sources): every bad input and fault, run as a
 subprocess of the real CLI (``python -m tokendrop ...``), each in its own directory, with the disk
 compared before and after.  Writes ``docs/reliability.md`` (and ``docs/reliability.json``).
 
@@ -126,7 +126,7 @@ def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
              "--set", "train.steps=4", "--set", "drop.method=cumulative"], base)
     if "hf" in items:
         cli(["export", str(base / "run"), str(base / "hf")], base)
-    if "relrun" in items:  # a run whose data.path is relative ("data", from BASE): issue 13 row 5
+    if "relrun" in items:  # a run whose data.path is relative ("data", from BASE): row 5
         cli(["pretrain", "--config", "tiny", "--out", "relrun", "--set", 'data.path="data"', *PT], base)
     if "run-moved" in items:  # a run whose data moved away after it was made: data-gone -> data-moved
         shutil.copytree(base / "data", base / "data-gone")
@@ -589,7 +589,7 @@ def pad_not_zero_vocab(c: Path) -> None:
     (c / "pad7-vocab.txt").write_text("\n".join(lines) + "\n")
 
 
-# the issue-13 leftovers: the campaign's output directory, verify of finetune/evaluate/study/campaign
+# more faults: the campaign's output directory, verify of finetune/evaluate/study/campaign
 CAMPAIGN = ["bench", "--campaign", "env", "--dry-run", "--quiet", "--set", "pytest=false"]
 
 
@@ -943,7 +943,7 @@ def cases() -> list[Case]:
              check=lambda c, o: None if "warning" in o.stderr.lower()
              and "warning" not in o.stdout.replace(str(c), "CASE").lower() else "the warning is not on stderr (only)"))
 
-    # ---- issue 12: bad --init sources -----------------------------------------------------------------------
+    # ---- bad --init sources -----------------------------------------------------------------------
     # the `continue` preset has no model shape (it comes from the source); the tiny run settings on top
     init = lambda src, data="{B}/data": ["pretrain", "--config", "continue", "--out", "{C}/r", "--set",  # noqa: E731
                                          f'data.path="{data}"', *PT, "--init", src]
@@ -969,7 +969,7 @@ def cases() -> list[Case]:
     add(Case("init-missing-directory", "12", init("{C}/nowhere"), "refused naming the path; no run dir",
              absent=("r",), says=("{C}/nowhere",)))
 
-    # ---- issue 13 leftovers: the campaign's output dir, verify of every output kind, config.json shapes -------
+    # ---- more faults: the campaign's output dir, verify of every output kind, config.json shapes -------
     add(Case("bench-campaign-into-foreign-dir", "13.1", [*CAMPAIGN, "--out", "{C}/mine"], "refused; untouched",
              setup=make_dir("mine", MINE), watch=("mine",), says=("{C}/mine", "no campaign output")))
     add(Case("bench-campaign-into-a-run", "13.1", [*CAMPAIGN, "--out", "{C}/run"], "refused; the run untouched",
@@ -1020,7 +1020,7 @@ def cases() -> list[Case]:
              "refused naming config.json and the field; no output", needs=("hf", "sst2"),
              setup=lambda c: hf_config(c, num_hidden_layers=0), absent=("ft",), watch=("hf",),
              says=("{C}/hf/config.json", "num_hidden_layers")))
-    # issue 16: model.attention_backend (tokendrop.attention), refused before anything is written
+    # model.attention_backend (tokendrop.attention), refused before anything is written
     add(Case("pretrain-attention-backend-unknown", "16", pretrain("{C}/r", "{C}/data", "--set",
                                                                   'model.attention_backend="fast"'),
              "refused naming the field; no run dir", absent=("r",), says=("model.attention_backend", "fast")))
@@ -1206,8 +1206,8 @@ def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, o
     text = [
         "# Reliability: the fault matrix",
         "",
-        "Every bad input and fault of issue 13 (rows 1-9), the bad `--init` inputs of issue 12 and the bad",
-        "`model.attention_backend` settings of issue 16, each run as",
+        "Every bad input and fault we test (rows 1-9), the bad `--init` sources and the bad",
+        "`model.attention_backend` settings, each run as",
         "a subprocess of the real CLI in its own directory built from small generated data.  A case passes",
         "when the exit code is the expected one, there is no traceback, an error is one line of stderr",
         "(naming what the case says it must name), and the disk is intact: the watched files and directories",

@@ -1,4 +1,4 @@
-"""Corpus readers and the wiki-markup cleaner (issue 3, 'Corpus readers')."""
+"""Corpus readers and the wiki-markup cleaner."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`prepare --tokenizer DIR` and the one tokenizer-loading path give transformers.AutoTokenizer's ids
-(issue 12 part 2, issue 14 item 5).  Everything is built here: small WordPiece vocabularies in the
+.  Everything is built here: small WordPiece vocabularies in the
 bert-base-uncased layout ([PAD]=0, [unused0..98], [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103),
 tokenizer directories written as Hugging Face does, generated text; no network, no shared data."""
 

@@ -1,4 +1,4 @@
-"""WordPiece tokenizer: from vocab.txt, trained, saved with the data, loaded back (issue 3, 'Tokenizer')."""
+"""WordPiece tokenizer: from vocab.txt, trained, saved with the data, loaded back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scripts/fault_matrix.py (issue 13's fault matrix): a few of its cases, run for real, and the report it writes."""
+"""scripts/fault_matrix.py (the fault matrix): a few of its cases, run for real, and the report it writes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reliability leftovers of issue 13: the GPU campaign's output directory (lock, marker, parts
+"""More reliability cases: the GPU campaign's output directory (lock, marker, parts
 marked incomplete until they end), ``tokendrop verify`` for finetune / evaluate / study / campaign
 directories, ``finetune --save-model`` keeping its source's config, and a config.json whose shape
 fields are 0 or missing.  Each case asserts the exit code, the one-line message and the disk."""

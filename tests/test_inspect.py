@@ -63,7 +63,7 @@ def test_inspect_writes_everything(drop_run):
     assert html.count("<b class='tok kept'>") == sum(sum(e["kept"]) for e in ex)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stats"]["seen"] == len(seen) and summary["drop"]["method"] == "cumulative"
-    # rerun into the same place: refused without overwrite (issue 13 item 1), then replaced atomically;
+    # rerun into the same place: refused without overwrite (one run-directory API), then replaced atomically;
     # --out elsewhere works too
     with pytest.raises(InspectError, match="already exists and is not empty; pass --overwrite"):
         inspect_run(drop_run, num_examples=1)

@@ -1,4 +1,4 @@
-"""The ModernBERT family (issue 16): Hugging Face parity, export, dropping that respects positions,
+"""The ModernBERT family: Hugging Face parity, export, dropping that respects positions,
 per-document attention (both families), every method/variant, bad input."""
 
 from __future__ import annotations

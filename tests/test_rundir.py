@@ -1,4 +1,4 @@
-"""Issue 13 items 1, 3, 4 and issue 14 item 2: one run-directory API (tokendrop.rundir).
+"""One run-directory API (tokendrop.rundir).
 
 Row 1 -- no deletion of what tokendrop did not write: a non-empty target is refused without
 --overwrite; --overwrite replaces only a directory tokendrop marked as the same kind of output,

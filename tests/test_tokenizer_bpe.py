@@ -1,4 +1,4 @@
-"""ModernBERT's byte-level BPE tokenizer (issue 16, "interop"): ``prepare --tokenizer``, ``pretrain
+"""ModernBERT's byte-level BPE tokenizer: ``prepare --tokenizer``, ``pretrain
 --init``, ``finetune --model``, ``export`` and ``inspect`` work with a ``tokenizer.json`` that is not
 BERT WordPiece, with ``transformers.AutoTokenizer``'s ids.  Everything is built here, offline: a
 byte-level BPE trained on generated text, laid out like answerdotai/ModernBERT-base's tokenizer

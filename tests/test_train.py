@@ -213,7 +213,7 @@ def test_sigterm_saves_and_exits_143(tiny_data, tmp_path):
     wait_for_training(p, run)  # not "a second after start": the handler may not be installed yet
     p.terminate()
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 143, err  # 128 + SIGTERM: an interrupted run is not a success (issue 13 item 4)
+    assert p.returncode == 143, err  # 128 + SIGTERM: an interrupted run is not a success 
     assert "interrupted (checkpoint saved)" in out
     last = ckpt_mod.latest(run)
     assert last is not None and 0 < ckpt_mod.verify(last)["step"] < 100000

@@ -8,7 +8,7 @@ latest verified checkpoint, read and append metrics, and publish files atomicall
         rundir.create(out, "run")                          # mkdir + the marker file
         rundir.atomic_write_text(out / "config.toml", text)
 
-The rules (issue 13):
+The rules (docs/reliability.md checks each):
 
 * a directory tokendrop writes holds a marker, ``.tokendrop.json`` (``{"kind": ..., "version": ...}``);
 * an existing non-empty target is refused unless ``overwrite``; even then only a directory whose

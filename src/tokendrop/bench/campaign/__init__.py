@@ -1,4 +1,4 @@
-"""The GPU campaign (issue 15): parts that each fit one ~9-minute call on a lent GPU machine.
+"""The GPU campaign: parts that each fit one ~9-minute call on a lent GPU machine.
 
     tokendrop bench --campaign env --out $OUT                  # one part per call
     tokendrop bench --campaign all --out /tmp/dry --dry-run     # every part, tiny sizes, on CPU

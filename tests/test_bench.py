@@ -1,5 +1,6 @@
 """The benchmark's smallest preset runs on CPU and writes well-formed results (no timing assertions)."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -264,6 +265,29 @@ def test_modern_baseline_is_the_same_network():
         dense_flops = b.runner(Setting("tokendrop", "dense", 0.0, 96, 2)).flops
         assert (h.flops == dense_flops) is sparse  # the head on the P slots only when sparse
         assert b.info().hf_model == "transformers.ModernBertForMaskedLM" + (" (sparse_prediction)" if sparse else "")
+
+
+def test_bert_baseline_is_the_same_network_with_either_head():
+    """transformers.BertForMaskedLM built by the bench computes our model's first-step loss both as
+    released (its head on all T positions) and like for like (its own head on the masked slots):
+    the two comparisons time the same network, and only the like-for-like one has our FLOPs."""
+    from tokendrop.bench.steps import StepBuilder
+    from tokendrop.bench.workload import Setting
+
+    for sparse in (False, True):
+        cfg = make_preset("smoke", overrides=["seq_lens=[64]", f"hf_sparse_prediction={str(sparse).lower()}"])
+        b = StepBuilder(cfg, torch.device("cpu"))
+        # no dropout: the two models draw their dropout masks from the RNG in different orders
+        b.model_cfg = dataclasses.replace(b.model_cfg, hidden_dropout=0.0, attention_dropout=0.0)
+        b.hf()
+        ours = b.runner(Setting("tokendrop", "dense", 0.0, 64, 2)).step()["loss"]
+        h = b.runner(Setting("hf", "dense", 0.0, 64, 2))
+        theirs = h.step()["loss"]
+        assert math.isfinite(float(ours)) and float(ours) > 1.0
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+        dense_flops = b.runner(Setting("tokendrop", "dense", 0.0, 64, 2)).flops
+        assert (h.flops == dense_flops) is sparse
+        assert b.info().hf_model == "transformers.BertForMaskedLM" + (" (head on the masked slots)" if sparse else "")
 
 
 def test_modern_presets_and_sequence_limits():

@@ -2,7 +2,11 @@
 
 BERT family: ``transformers.BertForMaskedLM`` with the same config and initial weights as our model
 (the pooler aside: HF's MLM model has none), SDPA attention, the standard full-sequence MLM loss
-(``labels`` = -100 at unmasked positions; its head runs on all T positions).
+(``labels`` = -100 at unmasked positions; its head runs on all T positions).  With
+``BenchConfig.hf_sparse_prediction=true`` the same modules run like for like with ours:
+``BertForMaskedLM.bert`` on the whole sequence, then its own head ``BertForMaskedLM.cls`` on the
+prediction slots only (gathered as ModernBERT's ``sparse_prediction`` does; transformers has no such
+switch for BERT), cross-entropy over those slots.
 
 ModernBERT family: ``transformers.ModernBertForMaskedLM`` with the config.json our export writes
 (same shape, GeGLU width, layer pattern, window, RoPE bases, norm eps, no biases) and our initial
@@ -39,16 +43,31 @@ def hf_labels(mb: dict[str, Tensor]) -> Tensor:
 
 def hf_class_name(model_cfg: ModelConfig, sparse_prediction: bool = False) -> str:
     if not is_modern(model_cfg):
-        return "transformers.BertForMaskedLM"
+        return "transformers.BertForMaskedLM" + (" (head on the masked slots)" if sparse_prediction else "")
     return "transformers.ModernBertForMaskedLM" + (" (sparse_prediction)" if sparse_prediction else "")
+
+
+class BertSparseMLM(nn.Module):
+    """``BertForMaskedLM``'s own modules with its head on the prediction slots only (like ours)."""
+
+    def __init__(self, hf: nn.Module):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, positions: Tensor, labels: Tensor) -> Tensor:
+        h = self.hf.bert(input_ids=input_ids, token_type_ids=token_type_ids).last_hidden_state  # (B, T, H)
+        h = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, H)
+        logits = self.hf.cls(h)  # (B, P, V)
+        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
 
 
 @dataclass
 class HFModel:
     model: nn.Module  # transformers.BertForMaskedLM / ModernBertForMaskedLM
-    run: nn.Module  # the model, or its compiled wrapper
+    run: nn.Module  # the model (BERT, sparse: BertSparseMLM of it), or its compiled wrapper
     opt: torch.optim.Optimizer
     modern: bool = False
+    sparse_bert: bool = False  # run(input_ids, token_type_ids, positions, labels) -> loss
 
     @property
     def attn_implementation(self) -> str | None:
@@ -93,8 +112,10 @@ def build_hf(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: 
         hf.tie_weights()
     hf.to(device).train()
     opt = make_optimizer(hf, cfg)
-    run = compile_model(hf, cfg.compile_backend) if cfg.compile else hf
-    return HFModel(hf, run, opt, is_modern(model_cfg))
+    sparse_bert = not is_modern(model_cfg) and cfg.hf_sparse_prediction
+    run = BertSparseMLM(hf) if sparse_bert else hf
+    run = compile_model(run, cfg.compile_backend) if cfg.compile else run
+    return HFModel(hf, run, opt, is_modern(model_cfg), sparse_bert)
 
 
 def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, device: torch.device):
@@ -106,18 +127,21 @@ def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, devi
 
     def fn() -> dict[str, Any]:
         with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            out = hf.run(**inputs, labels=labels)
-        out.loss.backward()
+            if hf.sparse_bert:
+                loss = hf.run(mb["input_ids"], mb["token_type_ids"], mb["mlm_positions"], mb["mlm_labels"])
+            else:
+                loss = hf.run(**inputs, labels=labels).loss
+        loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         hf.opt.step()
         hf.opt.zero_grad(set_to_none=True)
-        return {"loss": out.loss.detach(), "grad_norm": gnorm}
+        return {"loss": loss.detach(), "grad_norm": gnorm}
 
     return fn
 
 
 def hf_flops(model_cfg: ModelConfig, s: Setting, sparse_prediction: bool = False) -> int:
-    """HF's head runs on all T positions, so its FLOPs use P = T; ModernBERT with
-    ``sparse_prediction``: on the prediction slots, as ours."""
-    p = None if is_modern(model_cfg) and sparse_prediction else s.seq_len
+    """HF's head runs on all T positions, so its FLOPs use P = T; with ``sparse_prediction``
+    (ModernBERT's own switch, BERT's like-for-like head): on the prediction slots, as ours."""
+    p = None if sparse_prediction else s.seq_len
     return step_flops(model_cfg, s.seq_len, s.batch_size, None, num_predictions=p).total

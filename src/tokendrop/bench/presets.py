@@ -38,8 +38,9 @@ class BenchConfig:
     # modern-*: per-document attention in the packed rows (model.document_attention); off by default,
     # as transformers' ModernBertForMaskedLM without the flash_attn package attends across documents
     document_attention: str = "off"
-    # modern-*: transformers' sparse_prediction (its head on the masked positions only, as ours);
-    # false = ModernBertConfig's default and the released checkpoints' (the head on all T positions)
+    # the HF baseline's head on the masked positions only, as ours (modern-*: transformers'
+    # sparse_prediction; bert: BertForMaskedLM's own head applied to the gathered slots); false = the
+    # models as released (the head on all T positions)
     hf_sparse_prediction: bool = False
     # model.attention_backend (tokendrop.attention): auto = FlexAttention for window / document masks
     # on CUDA without attention dropout, SDPA (windows block by block) otherwise; sdpa; flex (CUDA)

@@ -90,6 +90,23 @@ def test_reach_target_and_verdict():
     assert "one seed" in _verdict(0.1, None)
 
 
+def test_verdict_names_whose_spread_and_uses_the_baselines_own():
+    """The study-continue case: +0.63 points, the baseline's seeds 0.39 apart, token drop's 2.2 apart.
+    Judged by the baseline's own spread it is beyond it; by token drop's inside it; the sentence says
+    both and does not call it a match."""
+    from tokendrop.study.findings import Stat, beyond_noise, judge
+
+    base, drop = Stat.of([52.05, 51.66]), Stat.of([53.59, 51.39])
+    text = judge(drop.mean - base.mean, drop, base, True, " points", "token drop")
+    assert "the baseline's 0.39 points" in text and "token drop's 2.2 points" in text
+    assert "cannot tell the two apart" in text and "matched" not in text
+    assert "not distinguishable" in judge(0.1, drop, base, True)  # inside both
+    assert judge(-3.0, drop, base, True).startswith("worse than the baseline by more than either")
+    assert judge(-3.0, drop, base, False).startswith("better")  # lower is better (MLM loss)
+    assert beyond_noise(-3.0, drop, base, True) and not beyond_noise(-1.0, drop, base, True)
+    assert "one seed" in judge(0.5, Stat.of([1.0]), Stat.of([2.0]), True)
+
+
 @pytest.fixture(scope="module")
 def tiny_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study") / "out"
@@ -136,6 +153,30 @@ def test_study_tiny_end_to_end(tiny_study):
     # judgement sentences carry the numbers they judge
     assert f"baseline {b['final_eval_loss']['mean']:.4f}" in md
     assert "<b class='tok kept'>" in (out / "figures/fig1-examples.html").read_text()
+
+
+def test_refresh_findings_round_trips_a_written_report(tiny_study, tmp_path):
+    """study.json holds every number the findings use: rebuilt from it, they are the study's own,
+    and refreshing a copy of the report rewrites nothing but the findings."""
+    import shutil
+
+    from tokendrop.study.records import results_from_json
+    from tokendrop.study.report import refresh_findings
+
+    out, _ = tiny_study
+    d = json.loads((out / "study.json").read_text())
+    res = results_from_json(d)
+    assert list(res.methods) == list(d["methods"]) and set(res.runs) == set(d["runs"])
+    copy = tmp_path / "report"
+    copy.mkdir()
+    for f in ("study.json", "study.toml", "study.md"):
+        shutil.copyfile(out / f, copy / f)
+    md = (copy / "study.md").read_text()
+    md_broken = md.replace(f"- {d['findings'][0]}", "- a stale finding", 1)
+    assert md_broken != md
+    (copy / "study.md").write_text(md_broken)
+    assert refresh_findings(copy) == d["findings"]
+    assert (copy / "study.md").read_text() == md
 
 
 def test_rerun_skips_finished_runs_and_cells(tiny_study):

@@ -14,25 +14,44 @@ from .records import Stat, StudyResults
 PAPER_TIME_SAVING = 0.25  # the paper: ~25% less pretraining time at 50% dropping
 
 
-def verdict(diff: float, spread: float | None, higher_better: bool = True, unit: str = "") -> str:
-    """Words for a difference (method - baseline), judged against the seed-to-seed spread."""
+def verdict(diff: float, base: float | None, other: float | None = None, higher_better: bool = True,
+            unit: str = "", label: str = "the method") -> str:
+    """Words for a difference (method - baseline), judged against each side's own seed-to-seed spread
+    (max - min over seeds): ``base`` the baseline's, ``other`` the method's (None: one seed).
+
+    Within both spreads: not distinguishable; beyond both: better/worse; beyond one only: the two
+    seeds of each cannot tell them apart, and the sentence says whose spread is which."""
     good = diff if higher_better else -diff
-    if spread is None:
+    side = "better" if good > 0 else "worse" if good < 0 else "equal"
+    spreads = [(w, x) for w, x in (("the baseline's", base), (f"{label}'s", other)) if x is not None]
+    if not spreads:
         return ("better than" if good > 0 else "worse than" if good < 0 else "equal to") + \
             " the baseline (one seed: no seed-to-seed spread to judge the difference against)"
-    if abs(diff) <= spread:
-        return f"within the seed-to-seed spread ({spread:.3g}{unit}) of the baseline, i.e. it matched it"
-    return (f"{'better' if good > 0 else 'worse'} than the baseline by more than the seed-to-seed spread "
-            f"({spread:.3g}{unit})")
+    named = ", ".join(f"{w} {x:.3g}{unit}" for w, x in spreads)
+    inside = [abs(diff) <= x for _, x in spreads]
+    if all(inside):
+        return f"within the seed-to-seed spread of each ({named}): not distinguishable from the baseline"
+    if not any(inside):
+        return f"{side} than the baseline by more than either seed-to-seed spread ({named})"
+    return (f"{side} than the baseline beyond one seed-to-seed spread but within the other ({named}): "
+            "these seeds cannot tell the two apart")
 
 
 def spread(stat: Stat | None) -> float | None:
     return stat.spread() if stat is not None else None
 
 
-def _spread2(*stats: Stat | None) -> float | None:
-    sp = [s for s in (spread(x) for x in stats) if s is not None]
-    return max(sp) if sp else None
+def judge(diff: float, method: Stat | None, base: Stat | None, higher_better: bool, unit: str = "",
+          label: str = "the method") -> str:
+    """:func:`verdict` with the spreads of the method's and the baseline's per-seed values."""
+    return verdict(diff, spread(base), spread(method), higher_better, unit, label)
+
+
+def beyond_noise(diff: float, method: Stat | None, base: Stat | None, higher_better: bool) -> bool:
+    """Worse than the baseline by more than both seed spreads (with no spread: merely worse)."""
+    bad = -diff if higher_better else diff
+    sp = [x for x in (spread(method), spread(base)) if x is not None]
+    return bad > max(sp, default=0.0)
 
 
 def _downstream(res: StudyResults, n: str) -> Stat | None:
@@ -70,7 +89,7 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
                        f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of the baseline's time.")
         diff = mloss(n) - mloss("baseline")
         out.append(f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs baseline {mloss('baseline'):.4f}, a difference "
-                   f"of {diff:+.4f}; it is {verdict(diff, _spread2(d.final_eval_loss, b.final_eval_loss), False)}.")
+                   f"of {diff:+.4f}; it is {judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label)}.")
         if "baseline-75" in M:
             d75 = mloss(n) - mloss("baseline-75")
             out.append(f"Against the equal-compute control, baseline (75%) ({mloss('baseline-75'):.4f}, "
@@ -81,7 +100,7 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
             diff = ds.mean - bs.mean
             out.append(f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs baseline "
                        f"{bs.mean:.2f}, a difference of {diff:+.2f} points; it is "
-                       f"{verdict(diff, _spread2(ds, bs), True, ' points')}.")
+                       f"{judge(diff, ds, bs, True, ' points', d.label)}.")
             if "baseline-75" in M and dstat("baseline-75"):
                 d75 = ds.mean - dstat("baseline-75").mean
                 out.append(f"Against baseline (75%) ({dstat('baseline-75').mean:.2f}) the difference is {d75:+.2f} points.")
@@ -102,17 +121,16 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
             continue
         ds, bs = dstat(n), dstat("baseline")
         if ds and bs:
-            diff, sp, hb = ds.mean - bs.mean, _spread2(ds, bs), True
-            what = "avg. downstream"
+            diff, short, what = ds.mean - bs.mean, beyond_noise(ds.mean - bs.mean, ds, bs, True), "avg. downstream"
         else:
-            diff, sp, hb = mloss(n) - mloss("baseline"), _spread2(M[n].final_eval_loss, b.final_eval_loss), False
-            what = "MLM loss"
-        short = (-diff if hb else diff) > (sp or 0.0)
+            diff = mloss(n) - mloss("baseline")
+            short, what = beyond_noise(diff, M[n].final_eval_loss, b.final_eval_loss, False), "MLM loss"
         rows.append((M[n].label, diff, short, what))
     fell = [f"{lab} ({what} {diff:+.3g})" for lab, diff, short, what in rows if short]
     if rows:
         out.append(f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat the baseline "
-                   f"(within the seed spread, where there is one) and {len(fell)} fell short"
+                   f"or were not distinguishable from it (within either seed spread, where there is one) and {len(fell)} "
+                   "fell short by more than both seed spreads"
                    + (": " + "; ".join(fell) + "." if fell else "."))
 
     # which tokens to drop: cumulative vs the alternatives (all + stage-2, as in the paper)
@@ -207,11 +225,12 @@ def paper_comparison(res: StudyResults) -> list[str]:
                + ("agrees (within 5 points)." if close else "departs (more than 5 points away)."))
     ds, bs = _downstream(res, "token-drop"), _downstream(res, "baseline")
     if ds and bs:
-        diff, sp = ds.mean - bs.mean, _spread2(ds, bs)
-        worse = -diff > (sp or 0.0)
+        diff = ds.mean - bs.mean
+        worse = beyond_noise(diff, ds, bs, True)
+        sps = ", ".join(f"{w} {x:.2f}" for w, x in (("baseline", spread(bs)), ("token drop", spread(ds))) if x is not None)
         out.append("Quality: the paper finds token drop equal to or better than the baseline downstream; here "
-                   f"{diff:+.2f} points ({f'seed spread {sp:.2f}' if sp is not None else 'one seed'}): "
-                   + ("departs (worse by more than the spread)." if worse else "agrees."))
+                   f"{diff:+.2f} points ({f'seed spreads: {sps}' if sps else 'one seed'}): "
+                   + ("departs (worse by more than both seed spreads)." if worse else "agrees."))
     sel = [n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M]
     ev = [n for n in sel if _downstream(res, n)]
     if "token-drop-stage2" in ev and len(ev) >= 2:

@@ -149,3 +149,28 @@ class StudyResults:
 
     def seeds(self) -> list[int]:
         return sorted({r.seed for r in self.runs.values()})
+
+
+def _stat(d: dict[str, Any] | None) -> Stat | None:
+    return Stat(d["mean"], list(d["per_seed"])) if d is not None else None
+
+
+def results_from_json(d: dict[str, Any]) -> StudyResults:
+    """The :class:`StudyResults` a ``study.json`` was written from (its ``methods``, ``runs``,
+    ``source`` and ``target_eval_loss``; methods in the study's order, as written).  Files from
+    older versions lack some fields: a method's ``name`` is its key, a missing per-seed quantity
+    (``init_s``: nothing ran before step 1 then) is 0 for every seed."""
+    runs = {}
+    for k, r in d["runs"].items():
+        hit = r.get("to_target")
+        runs[k] = RunResult(**{**r, "to_target": TargetHit(**hit) if hit else None})
+    stats = {f.name for f in MethodResult.__dataclass_fields__.values() if f.type in ("Stat", Stat)}
+    methods = {}
+    for k, m in d["methods"].items():
+        vals = {"name": k, **{f: Stat.of([0.0] * len(m["seeds"])) for f in stats},
+                **{f: (_stat(v) if f in stats else v) for f, v in m.items()}}
+        vals["eval"] = {c: _stat(v) for c, v in (m.get("eval") or {}).items()}
+        methods[k] = MethodResult(**vals)
+    src = d.get("source")
+    return StudyResults(runs=runs, methods=methods, target_eval_loss=d.get("target_eval_loss"),
+                        order=list(methods), source=SourceResult(**src) if src else None)

@@ -3,6 +3,7 @@ compares with the paper, the tables and the figures; and the copy of the report 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -10,11 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .common import atomic_text, isnum, pct
+from .common import atomic_json, atomic_text, isnum, pct
 from .findings import findings, paper_comparison, spread
-from .plan import StudyConfig
-from .records import EvalSummary, StudyResults
+from .plan import StudyConfig, load_study
+from .records import EvalSummary, StudyResults, results_from_json
 from .tables import cell, fmt
+
+FINDINGS_HEADING = "## Findings (computed from the tables below)"
+CLAIMS_HEADING = "Claim by claim (computed from the tables):"
 
 
 @dataclass
@@ -172,7 +176,7 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
              "75% worse). The findings above state, number by number, where this study agrees.", ""]
     comp = paper_comparison(res)
     if comp:
-        lines += ["Claim by claim (computed from the tables):", ""] + [f"- {s}" for s in comp] + [""]
+        lines += [CLAIMS_HEADING, ""] + [f"- {s}" for s in comp] + [""]
     lines += ["Caveats, which limit what these numbers can say:", ""]
     if info.source:
         lines.append(f"- **Continued, not from scratch**: every run continues `{Path(info.source).name}` "
@@ -264,7 +268,7 @@ def write_report(study: StudyConfig, out: Path, res: StudyResults, info: ReportI
         lines += [study.note, ""]
     lines += _what_was_run(study, res, info)
     lines += _time_per_method(study, res, info)
-    lines += ["## Findings (computed from the tables below)", ""]
+    lines += [FINDINGS_HEADING, ""]
     lines += [f"- {s}" for s in findings(res, study)]
     lines += [""] + _paper_section(study, res, info)
     lines += ["## Tables", ""]
@@ -294,3 +298,28 @@ def export_report(out: Path, dest: Path) -> Path:
                 if f.is_file() and not f.name.startswith("."):
                     shutil.copyfile(f, dest / sub / f.name)
     return dest
+
+
+def refresh_findings(report_dir: Path) -> list[str]:
+    """Recompute the findings and the claim-by-claim comparison of a written study report (a study's
+    output or its ``docs_dir`` copy) from its ``study.json`` and ``study.toml`` with this version's
+    judging rules, and rewrite those two lists in ``study.md`` and ``findings`` in ``study.json``.
+    Every other line is kept.  Returns the new findings."""
+    d = json.loads((report_dir / "study.json").read_text(encoding="utf-8"))
+    res, study = results_from_json(d), load_study(report_dir / "study.toml")
+    found, claims = findings(res, study), paper_comparison(res)
+    lines = (report_dir / "study.md").read_text(encoding="utf-8").split("\n")
+
+    def replace_list(heading: str, items: list[str]) -> None:
+        i = lines.index(heading) + 2  # the heading, a blank line, then "- " items up to the next blank line
+        j = i
+        while j < len(lines) and lines[j].startswith("- "):
+            j += 1
+        lines[i:j] = [f"- {x}" for x in items]
+
+    replace_list(FINDINGS_HEADING, found)
+    if claims and CLAIMS_HEADING in lines:
+        replace_list(CLAIMS_HEADING, claims)
+    atomic_text(report_dir / "study.md", "\n".join(lines))
+    atomic_json(report_dir / "study.json", {**d, "findings": found})
+    return found

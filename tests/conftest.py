@@ -31,6 +31,27 @@ def tiny_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tiny_data, tmp_path_factory):
+    """One finished tiny token-dropping run shared by the suite: 4 steps of 8 sequences, cumulative
+    importance, checkpoints at steps 2 and 4 (both kept), evaluation at 2 and 4, a metrics row per
+    step.  Read-only: a test that changes a run works on ``copy_run(tiny_run, ...)``."""
+    from tokendrop.config import load_config
+    from tokendrop.train import pretrain
+
+    run = tmp_path_factory.mktemp("tinyrun") / "run"
+    cfg = load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=4", "train.ckpt_every=2",
+                               "train.eval_every=2", "train.log_every=1", "train.keep_checkpoints=3",
+                               "train.eval_batches=1", "train.batch_size=8", "train.threads=1",
+                               "drop.method=cumulative"])
+    n = torch.get_num_threads()
+    try:
+        pretrain(cfg, run, progress=False)
+    finally:
+        torch.set_num_threads(n)
+    return run
+
+
+@pytest.fixture(scope="session")
 def tiny_data_unpacked(tmp_path_factory, tiny_data):
     from tokendrop.data import prepare
 

@@ -47,19 +47,6 @@ def _pretrain_args(data, out, *sets):
     return args
 
 
-@pytest.fixture(scope="module")
-def small_run(tiny_data, tmp_path_factory):
-    """A finished tiny run (4 steps, checkpoints at 2 and 4)."""
-    from tokendrop.config import load_config
-    from tokendrop.train import pretrain
-
-    run = tmp_path_factory.mktemp("faults") / "run"
-    cfg = load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=4", "train.ckpt_every=2", "train.log_every=1",
-                               "train.eval_every=4", "train.eval_batches=1"])
-    pretrain(cfg, run, progress=False)
-    return run
-
-
 # ----------------------------------------------------------------------------------------------
 # row 7: logs that survive a kill
 
@@ -235,11 +222,11 @@ def test_disk_full_while_writing_shards(tmp_path, capsys, monkeypatch):
     assert _tree(tmp_path) == before
 
 
-def test_disk_full_while_exporting(small_run, tmp_path, capsys, monkeypatch):
+def test_disk_full_while_exporting(tiny_run, tmp_path, capsys, monkeypatch):
     import safetensors.torch as st
 
     monkeypatch.setattr(st, "save_file", lambda tensors, path, metadata=None: _enospc(tensors, path))
-    rc, _, err = _run(capsys, "export", small_run, tmp_path / "hf")
+    rc, _, err = _run(capsys, "export", tiny_run, tmp_path / "hf")
     _one_line_error(rc, err, "No space left on device")
     assert list(tmp_path.iterdir()) == []  # no export dir, no temp dir
 
@@ -507,15 +494,15 @@ def test_packing_never_emits_sep_sep(tmp_path):
     assert len(rows) > 50 and not ((rows[:, 1:] == 3) & (rows[:, :-1] == 3)).any()
 
 
-def test_written_files_honour_the_umask(small_run, tmp_path, capsys):
+def test_written_files_honour_the_umask(tiny_run, tmp_path, capsys):
     old = os.umask(0o022)
     try:
-        rc, _, err = _run(capsys, "export", small_run, tmp_path / "hf")
+        rc, _, err = _run(capsys, "export", tiny_run, tmp_path / "hf")
         assert rc == 0, err
     finally:
         os.umask(old)
     files = [p for p in (tmp_path / "hf").rglob("*") if p.is_file()]
-    files += [p for p in ckpt_mod.latest(small_run).iterdir() if p.is_file()]
+    files += [p for p in ckpt_mod.latest(tiny_run).iterdir() if p.is_file()]
     assert any(p.suffix == ".safetensors" for p in files)
     modes = {str(p): oct(p.stat().st_mode & 0o777) for p in files}
     assert set(modes.values()) == {"0o644"}, modes

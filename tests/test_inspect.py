@@ -29,8 +29,9 @@ def _run(tmp_path_factory, data, name, *overrides):
 
 
 @pytest.fixture(scope="module")
-def drop_run(tmp_path_factory, tiny_data):
-    return _run(tmp_path_factory, tiny_data, "drop", "drop.method=cumulative", "drop.rate=0.5")
+def drop_run(tiny_run, tmp_path_factory):
+    """A copy of the shared tiny run (cumulative, 50%, 4 steps): inspect writes into the run."""
+    return shutil.copytree(tiny_run, tmp_path_factory.mktemp("inspect") / "drop")
 
 
 def test_inspect_writes_everything(drop_run):
@@ -72,14 +73,14 @@ def test_inspect_writes_everything(drop_run):
     assert len(json.loads((out / "examples.json").read_text())) == 1
     assert not [p for p in drop_run.iterdir() if p.name.startswith(".inspect")]
     other = drop_run.parent / "elsewhere"
-    assert inspect_run(drop_run / "checkpoints" / "step-00000006", other, num_examples=0) == other
+    assert inspect_run(drop_run / "checkpoints" / "step-00000004", other, num_examples=0) == other
     assert (other / "importance-hist.png").is_file()
 
 
 def test_inspect_without_the_prepared_data(drop_run, tmp_path):
     moved = tmp_path / "run"
     shutil.copytree(drop_run, moved, ignore=shutil.ignore_patterns("inspect"))
-    meta = moved / "checkpoints" / "step-00000006" / "meta.json"
+    meta = moved / "checkpoints" / "step-00000004" / "meta.json"
     m = json.loads(meta.read_text())
     m["config"]["data"]["path"] = str(tmp_path / "gone")
     meta.write_text(json.dumps(m))  # meta.json is not hashed; the tensor files are

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from tokendrop.data.testing import write_corpus
 from tokendrop import checkpoint as ckpt_mod
@@ -55,17 +55,9 @@ def one_error_line(err: str, *needles: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, tiny_data):
-    """A finished 2-step token-dropping run (importance vector: inspect works)."""
-    out = tmp_path_factory.mktemp("rundir") / "run"
-    n = torch.get_num_threads()
-    try:
-        pretrain(load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=2", "train.eval_every=2",
-                                      "train.ckpt_every=2", "train.eval_batches=1", "train.batch_size=8",
-                                      "train.threads=1", "drop.method=cumulative"]), out, progress=False)
-    finally:
-        torch.set_num_threads(n)
-    return out
+def run(tmp_path_factory, tiny_run):
+    """A copy of the shared finished tiny token-dropping run (importance vector: inspect works)."""
+    return shutil.copytree(tiny_run, tmp_path_factory.mktemp("rundir") / "run")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -234,7 +226,7 @@ def test_a_locked_dir_refuses_a_second_writer_and_touches_nothing(run, tmp_path,
     out = tmp_path / "data"
     p = _holder(run, out)
     try:
-        rc = cli_main(["pretrain", "--resume", str(run), "--quiet", "--set", "train.steps=4"])
+        rc = cli_main(["pretrain", "--resume", str(run), "--quiet", "--set", "train.steps=6"])
         assert rc == 2
         one_error_line(capsys.readouterr().err, f"{run} is in use by pid {p.pid}")
         assert tree(run) == before

@@ -44,24 +44,10 @@ def flip(f: Path, at: int = -20) -> None:
     f.write_bytes(bytes(b))
 
 
-@pytest.fixture(scope="module")
-def drop_run(tiny_data, tmp_path_factory):
-    """A tiny token-dropping run with two checkpoints (steps 2 and 4)."""
-    from tokendrop.config import load_config
-    from tokendrop.train import pretrain
-
-    run = tmp_path_factory.mktemp("verify") / "run"
-    cfg = load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=4", "train.ckpt_every=2",
-                               "train.eval_every=2", "train.log_every=1", "train.keep_checkpoints=3",
-                               "drop.method=cumulative"])
-    pretrain(cfg, run, progress=False)
-    return run
-
-
 @pytest.fixture
-def run(drop_run, tmp_path):
+def run(tiny_run, tmp_path):
     dst = tmp_path / "run"
-    shutil.copytree(drop_run, dst)
+    shutil.copytree(tiny_run, dst)
     return dst
 
 

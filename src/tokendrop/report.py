@@ -12,20 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from .metrics import read_metrics
-from .rundir import atomic_file, atomic_write_text
+from .plotting import pyplot, save_figure
+from .rundir import atomic_write_text
 
 
 
 def _pyplot():
     """matplotlib's pyplot (Agg), or None where matplotlib is not installed (reports without plots)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        return pyplot()
     except ImportError:
         return None
-    return plt
 
 
 def _read(run_dir: Path) -> list[dict[str, Any]]:
@@ -40,12 +37,7 @@ def _series(recs: list[dict[str, Any]], key: str, x: str = "step") -> tuple[list
 _atomic_text = atomic_write_text  # the package's one atomic file write (tokendrop.rundir)
 
 
-def _save(fig, path: Path) -> None:
-    try:
-        with atomic_file(path) as tmp:
-            fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    finally:
-        _pyplot().close(fig)
+_save = save_figure
 
 
 def summarize(run_dir: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from ..plotting import pyplot, save_figure
 from .records import BenchResult, TimeStats
 
 
@@ -211,11 +212,7 @@ def plot_speedup(paths: list[str | os.PathLike], out: str | os.PathLike, clock: 
     One row of panels per file, one panel per T.  ``clock="auto"``: process-CPU-time speedups for
     CPU runs (a shared machine's wall clock includes waiting for a core), wall clock for GPU runs.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     runs = [json.loads(Path(p).read_text()) for p in paths]
     if not runs:
         raise ValueError("no results JSON given (run `tokendrop bench --json benchmarks/results/` first)")
@@ -255,6 +252,5 @@ def plot_speedup(paths: list[str | os.PathLike], out: str | os.PathLike, clock: 
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out, dpi=120, tight=False)
     return out

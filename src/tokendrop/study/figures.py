@@ -8,19 +8,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..plotting import pyplot, save_figure
 from .common import isnum, log, read_json
 from .plan import StudyConfig
 from .records import StudyResults
 
 
 def plot_curves(res: StudyResults, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..inspect_run import _save_fig
-
+    plt = pyplot()
     names = res.order
     cmap = plt.get_cmap("tab20")
     paths = []
@@ -67,7 +62,7 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
         fig.tight_layout()
         p = out / "figures" / fname
         p.parent.mkdir(parents=True, exist_ok=True)
-        _save_fig(fig, p)
+        save_figure(fig, p)
         paths.append(p)
     return paths
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import rundir
+from ...plotting import pyplot, save_figure
 from ...config import FinetuneConfig, from_dict
 from ..run import run_bench
 from .common import Budget, Log, PartResult, free_device_memory
@@ -79,10 +79,7 @@ def _calibrate(cfg: CampaignConfig, info: dict, budget: Budget, log: Log) -> Cal
 
 def _plot(runs: dict[str, RunSummary], plateau: float, target_t: float | None, path: Path) -> bool:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -96,9 +93,7 @@ def _plot(runs: dict[str, RunSummary], plateau: float, target_t: float | None, p
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with rundir.atomic_file(path) as tmp:  # same suffix: savefig infers the format
-        fig.savefig(tmp, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120, tight=False)
     return True
 
 

@@ -412,3 +412,24 @@ def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(run, t
     err = capsys.readouterr().err
     assert err.strip().endswith("\ninterrupted (SIGINT); nothing partial was kept") and "Traceback" not in err
     assert not ev.exists() and leftovers(tmp_path) == []
+
+
+def test_json_text_writes_what_the_package_records():
+    """One JSON default for every file: dataclasses, paths, numpy/torch values; anything else as text."""
+    import dataclasses as dc
+    import json as _json
+
+    import numpy as np
+    import torch
+
+    @dc.dataclass
+    class Rec:
+        a: int
+        p: Path
+
+    obj = {"rec": Rec(1, Path("/x/y")), "np": np.float32(0.5), "arr": np.arange(3), "t": torch.tensor([1.5, 2.0]),
+           "t0": torch.tensor(3), "dtype": torch.float32, "naïve": "é"}
+    text = rundir.json_text(obj)
+    assert "naïve" in text  # UTF-8 kept
+    assert _json.loads(text) == {"rec": {"a": 1, "p": "/x/y"}, "np": 0.5, "arr": [0, 1, 2], "t": [1.5, 2.0],
+                                 "t0": 3, "dtype": "torch.float32", "naïve": "é"}

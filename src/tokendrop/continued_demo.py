@@ -95,7 +95,7 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
     print()
     print(table)
     print(f"\nreport: {report}")
-    atomic_write_json(out / "summary.json", summary, default=str)
+    atomic_write_json(out / "summary.json", summary)
     return summary
 
 

@@ -181,7 +181,7 @@ def run_scratch_demo(out: str | Path = "runs/demo-scratch", steps: int = 0, fine
     print(table)
     print(f"\nreport: {report}")
     summary = {"rows": rows, "finetune": ft}
-    rundir.atomic_write_json(out / "summary.json", summary, default=str)
+    rundir.atomic_write_json(out / "summary.json", summary)
     return summary
 
 

@@ -26,6 +26,7 @@ The rules (docs/reliability.md checks each):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import json
@@ -97,8 +98,26 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 1, default: Any = None) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=indent, default=default, ensure_ascii=False) + "\n")
+def json_default(o: Any) -> Any:
+    """What the package's JSON files hold for values ``json`` cannot write: a dataclass as its
+    ``asdict``, a path as its string, a numpy/torch scalar or array as ``tolist()``, anything else
+    as ``str``."""
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return dataclasses.asdict(o)
+    if isinstance(o, os.PathLike):
+        return os.fspath(o)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def json_text(obj: Any, indent: int = 1) -> str:
+    """``obj`` as the JSON text every file of the package uses (UTF-8 kept, :func:`json_default`)."""
+    return json.dumps(obj, indent=indent, default=json_default, ensure_ascii=False) + "\n"
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 1) -> Path:
+    return atomic_write_text(path, json_text(obj, indent))
 
 
 def _umask() -> int:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
-from typing import Any
 
 from ..config import ConfigError
 from ..plotting import pyplot, save_figure
+from ..rundir import json_text
 from .records import BenchResult, TimeStats
 
 
@@ -156,19 +155,6 @@ def format_markdown(res: BenchResult) -> str:
     return "\n".join(out)
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    try:
-        import torch
-
-        if isinstance(o, torch.Tensor):
-            return o.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    return str(o)
-
-
 def check_results_path(path: str | os.PathLike) -> None:
     """Refuse, before any timing, a ``--json`` target that :func:`write_results` could not write: a
     directory where the file would go, or a location whose nearest existing folder is a file or not
@@ -197,7 +183,7 @@ def write_results(res: BenchResult, path: str | os.PathLike) -> tuple[Path, Path
         p = p / f"{res.env.machine}-{res.preset}.json"
     p.parent.mkdir(parents=True, exist_ok=True)
     md = p.with_suffix(".md")
-    for target, text in ((p, json.dumps(res.to_dict(), indent=1, default=_json_default) + "\n"),
+    for target, text in ((p, json_text(res.to_dict())),
                          (md, format_markdown(res))):
         atomic_write_text(target, text)  # tokendrop.rundir: the package's one atomic file write
     return p, md

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TokendropError
+from ..rundir import json_text
 
 
 class FinetuneError(TokendropError, ValueError):
@@ -23,21 +24,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=_json_default) + "\n")
-
-
-def _json_default(o: Any) -> Any:
-    import dataclasses
-
-    if dataclasses.is_dataclass(o):
-        return dataclasses.asdict(o)
-    if isinstance(o, Path):
-        return str(o)
-    try:  # numpy / torch scalars
-        return o.item()
-    except AttributeError:
-        pass
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    return atomic_write_text(path, json_text(obj, indent=2))
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -3,7 +3,6 @@ the machine's description."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, config_dir
+from ..rundir import json_text
 
 
 class StudyError(ConfigError):
@@ -31,18 +31,8 @@ def atomic_text(path: Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def json_default(o: Any) -> Any:
-    if isinstance(o, Path):
-        return str(o)
-    if dataclasses.is_dataclass(o):
-        return dataclasses.asdict(o)
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
-
-
 def atomic_json(path: Path, obj: Any) -> None:
-    atomic_text(path, json.dumps(obj, indent=1, default=json_default) + "\n")
+    atomic_text(path, json_text(obj))
 
 
 def read_json(path: Path) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -137,20 +136,12 @@ def markdown(r: PartResult, title: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, Path):
-        return str(o)
-    return str(o)
-
-
 def write_part(r: PartResult, out: Path, title: str) -> tuple[Path, Path]:
     """``OUT/PART.json`` and ``OUT/PART.md``, each replaced atomically (``tokendrop.rundir``; parts
     rewrite them after every phase, so a part stopped from outside still leaves what it finished,
     marked ``complete: false``)."""
     paths = (out / f"{r.part}.json", out / f"{r.part}.md")
-    texts = (json.dumps(r.to_dict(), indent=1, default=_json_default) + "\n", markdown(r, title))
+    texts = (rundir.json_text(r.to_dict()), markdown(r, title))
     for p, text in zip(paths, texts):
         rundir.atomic_write_text(p, text)
     return paths

@@ -34,11 +34,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from tokendrop.metrics import scan_lines
+from tokendrop.rundir import HOLD_COMMAND
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -180,37 +182,23 @@ def edit_json(p: Path, fn: Callable[[dict], Any]) -> None:
 
 
 def metrics(run: Path) -> list[dict]:
-    """The records of run/metrics.jsonl that parse (a torn line is skipped here: the checks look at steps)."""
-    out = []
+    """The records of run/metrics.jsonl that parse (tokendrop.metrics.scan_lines, the log's one parser;
+    torn or bad lines are left out here: the checks look at steps)."""
     p = run / "metrics.jsonl"
-    for line in p.read_text().splitlines() if p.is_file() else []:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
+    return [rec for _, rec in scan_lines(p.read_text())[0]] if p.is_file() else []
 
 
 def check_no_duplicate_steps(run: Path) -> str | None:
     recs = metrics(run)
-    p = run / "metrics.jsonl"
-    bad = [ln for ln in p.read_text().splitlines() if ln.strip() and not _parses(ln)]
-    if bad:
-        return f"metrics.jsonl keeps a torn line: {bad[0][:40]!r}"
+    _, bad, torn = scan_lines((run / "metrics.jsonl").read_text())
+    if bad or torn:
+        return f"metrics.jsonl keeps a torn or bad line (line {bad[0][0] if bad else 'last'})"
     for key in ("loss", "eval_loss"):
         steps = [r["step"] for r in recs if key in r]
         dup = sorted({s for s in steps if steps.count(s) > 1})
         if dup:
             return f"metrics.jsonl has {key} rows twice for steps {dup}"
     return None
-
-
-def _parses(line: str) -> bool:
-    try:
-        json.loads(line)
-        return True
-    except ValueError:
-        return False
 
 
 def ckpt_ok(ck: Path) -> bool:
@@ -1035,16 +1023,7 @@ def cases() -> list[Case]:
 # ----------------------------------------------------------------------------------------------
 # running one case
 
-HOLD = textwrap.dedent("""
-    import contextlib, signal, sys, time
-    from tokendrop import rundir
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-    with contextlib.ExitStack() as stack:
-        for path in sys.argv[1:]:
-            stack.enter_context(rundir.lock(path))
-        print("held", flush=True)
-        time.sleep(600)
-""")
+HOLD = HOLD_COMMAND  # another process holding write locks (tokendrop.rundir.hold)
 
 
 def _lines(s: str) -> list[str]:

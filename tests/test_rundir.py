@@ -26,8 +26,6 @@ from tokendrop.data.testing import write_corpus
 from tokendrop import checkpoint as ckpt_mod
 from tokendrop import rundir
 from tokendrop.cli import main as cli_main
-from tokendrop.config import load_config
-from tokendrop.train import pretrain
 
 from processes import wait_for_training
 
@@ -202,16 +200,7 @@ def test_pretrain_overwrite_starts_a_marked_run_over(tiny_data, tmp_path, capsys
 # row 3: one writer per directory
 
 
-HOLD = textwrap.dedent("""
-    import contextlib, signal, sys, time
-    from tokendrop import rundir
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-    with contextlib.ExitStack() as stack:
-        for path in sys.argv[1:]:
-            stack.enter_context(rundir.lock(path))
-        print("held", flush=True)
-        time.sleep(600)
-""")
+HOLD = rundir.HOLD_COMMAND  # another process holding write locks (tokendrop.rundir.hold)
 
 
 def _holder(*paths: Path) -> subprocess.Popen:

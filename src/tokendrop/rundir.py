@@ -32,6 +32,7 @@ import fcntl
 import json
 import os
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -324,6 +325,21 @@ def latest_checkpoint(path: str | os.PathLike) -> Path | None:
         except CheckpointError as e:
             print(f"warning: skipping {e}", file=sys.stderr)
     return None
+
+
+def hold(paths: Iterable[str | os.PathLike], seconds: float = 600.0) -> None:
+    """Hold the write locks of ``paths``, print ``held``, and sleep until SIGTERM (or ``seconds``):
+    the "another writer" that tests and the fault matrix start to check that a second writer is
+    refused -- ``python -c "import sys; from tokendrop.rundir import hold; hold(sys.argv[1:])" PATH...``."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.ExitStack() as stack:
+        for path in paths:
+            stack.enter_context(lock(path))
+        print("held", flush=True)
+        time.sleep(seconds)
+
+
+HOLD_COMMAND = "import sys; from tokendrop.rundir import hold; hold(sys.argv[1:])"  # python -c HOLD_COMMAND PATH...
 
 
 # the one reader/writer of metrics.jsonl lives in tokendrop.metrics; re-exported here as part of

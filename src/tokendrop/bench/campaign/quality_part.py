@@ -19,12 +19,12 @@ import numpy as np
 
 from ...plotting import pyplot, save_figure
 from ...config import FinetuneConfig, from_dict
+from ...finetune.tasks import get_task
 from ..run import run_bench
 from .common import Budget, Log, PartResult, free_device_memory
 from .config import CampaignConfig
 from .runs import RunSummary, Scratch, check_inputs, data_info, keep_log, model_bench_config, pretrain_config, summarize_run
 
-GLUE_DIRS = {"sst2": "SST-2", "qnli": "QNLI", "rte": "RTE", "mnli": "MNLI", "qqp": "QQP"}
 RUN_OVERHEAD = 1.35  # wall time of a run / its training time (evaluation, start-up, the final checkpoint)
 END_RESERVE_S = 15.0
 
@@ -165,7 +165,7 @@ def _finetune_all(cfg: CampaignConfig, runs: dict[str, RunSummary], scratch: Pat
             if not budget.allows(max(took, 10.0) + END_RESERVE_S):
                 r.skip(f"fine-tuning {name} on {task}", log)
                 continue
-            fc = from_dict(FinetuneConfig, {}, [f'task="{task}"', f'data="{Path(cfg.glue) / GLUE_DIRS.get(task, task)}"',
+            fc = from_dict(FinetuneConfig, {}, [f'task="{task}"', f'data="{Path(cfg.glue) / get_task(task).dirname}"',
                                                 f'device="{cfg.device}"', "log_every=0", *q.finetune_overrides])
             log(f"  fine-tune {name} on {task}")
             t0 = time.perf_counter()

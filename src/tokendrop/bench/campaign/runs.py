@@ -13,6 +13,7 @@ from typing import Any
 
 from ... import rundir
 from ...config import Config, ConfigError, load_config
+from ...finetune.tasks import get_task
 from ...train import read_metrics
 from ..presets import BenchConfig, bench_config
 from .config import CampaignConfig
@@ -23,9 +24,8 @@ def check_inputs(cfg: CampaignConfig, glue_tasks: tuple[str, ...] = ()) -> None:
     if not (Path(cfg.data) / "meta.json").is_file():
         raise ConfigError(f"campaign.data: no prepared data at {cfg.data} (run benchmarks/gpu_campaign_prepare.sh "
                           "and carry runs/gpu-carry, or --set data=DIR)")
-    dirs = {"sst2": "SST-2", "qnli": "QNLI", "rte": "RTE", "mnli": "MNLI", "qqp": "QQP"}
     for t in glue_tasks:
-        d = Path(cfg.glue) / dirs.get(t, t)
+        d = Path(cfg.glue) / get_task(t).dirname
         if not (d / "train.tsv").is_file():
             raise ConfigError(f"campaign.glue: no {d}/train.tsv for task {t} (carry runs/gpu-carry/glue, or --set glue=DIR)")
 

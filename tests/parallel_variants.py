@@ -14,7 +14,8 @@ from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.importance import build_selector
 from tokendrop.model import build_model
 from tokendrop.parallel import init_distributed, wrap
-from tokendrop.train import MLMStep, param_groups
+from tokendrop.runtime import param_groups
+from tokendrop.train import MLMStep
 
 V, T, P = 120, 32, 5
 COMBOS = [("cumulative", "drop"), ("half_random", "drop"), ("random", "drop"), ("frequency", "drop"),

@@ -15,7 +15,8 @@ from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.flops import consistency_flops, step_flops
 from tokendrop.importance import build_selector
 from tokendrop.model import build_model
-from tokendrop.train import MLMStep, param_groups
+from tokendrop.runtime import param_groups
+from tokendrop.train import MLMStep
 
 from batches import mlm_batch
 

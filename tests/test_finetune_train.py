@@ -13,7 +13,8 @@ from tokendrop.config import FinetuneConfig
 from tokendrop.cli import cmd_finetune
 from tokendrop.finetune import FinetuneError, finetune, finetune_config
 from tokendrop.data.testing import write_checkpoint, write_keyword_sentiment, write_toy_squad
-from tokendrop.finetune.trainer import linear_schedule, param_groups
+from tokendrop.finetune.trainer import linear_schedule
+from tokendrop.runtime import param_groups
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ from tokendrop.bench import SPECIAL_IDS, sdpa_backends, synthetic_batch
 from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
 from tokendrop.importance import TokenSelector
 from tokendrop.model import BertForMaskedLM
-from tokendrop.train import MLMStep, param_groups
+from tokendrop.runtime import param_groups
+from tokendrop.train import MLMStep
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

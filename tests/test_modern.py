@@ -23,7 +23,8 @@ from tokendrop.importance import build_selector  # noqa: E402
 from tokendrop.init_source import load_source_weights, resolve_init_source  # noqa: E402
 from tokendrop.model import BertForMaskedLM, BertForSequenceClassification, build_model, document_ids  # noqa: E402
 from tokendrop.modern import ModernBertForMaskedLM  # noqa: E402
-from tokendrop.train import MLMStep, param_groups  # noqa: E402
+from tokendrop.runtime import param_groups  # noqa: E402
+from tokendrop.train import MLMStep
 
 V = len(task_vocab_tokens())
 CLS, SEP, PAD = SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["pad"]

@@ -43,6 +43,7 @@ from .metrics import MetricsLog, read_metrics
 from .attention import check_training_device
 from .model import BertForMaskedLM, build_model, num_parameters
 from .parallel import Dist, Parallel, autocast_for, grad_norm, init_distributed, wrap
+from .runtime import adamw, autocast_dtype, resolve_device
 from .schedules import lr_linear_steps, lr_schedule, mask_schedule
 
 
@@ -52,33 +53,6 @@ class TrainingError(TokendropError, RuntimeError):
 
 # ----------------------------------------------------------------------------------------------
 # set-up helpers
-
-
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("train.device: 'cuda' requested but CUDA is not available")
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
-        return None
-    return torch.bfloat16
-
-
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay on weight matrices, none on biases, LayerNorm and the MLM bias."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
@@ -474,7 +448,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
 
     tc = cfg.train
     length, lrs, masks = RunLength.of(tc), lr_schedule(tc), mask_schedule(cfg.data)  # tokendrop.schedules
-    device = resolve_device(tc.device, dd.local_rank)
+    device = resolve_device(tc.device, dd.local_rank, "train.device", ConfigError)
     if tc.threads:
         torch.set_num_threads(tc.threads)
     if tc.deterministic:
@@ -552,8 +526,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
         model.load_state_dict(model_sd)  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
     par = wrap(model, tc.parallel if dd.grouped else "ddp", dd, device, amp)  # FSDP shards in place: before AdamW
     amp = autocast_for(par, amp, device)
-    opt = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr, betas=(tc.adam_beta1, tc.adam_beta2),
-                            eps=tc.adam_eps, fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)
+    opt = adamw(model, tc.lr, tc.weight_decay, (tc.adam_beta1, tc.adam_beta2), tc.adam_eps,
+                fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)
     start_step = 0
     loader_state = None
     if meta_in is not None:

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from ..config import ConfigError
+from ..runtime import resolve_device
 from .environment import environment, loadavg
 from .presets import BenchConfig
 from .records import BenchResult
@@ -21,11 +22,8 @@ from .timing import measure_extras, run_rounds, warm_up
 
 
 def bench_device(cfg: BenchConfig) -> torch.device:
-    if cfg.device == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("bench.device: cuda was asked for but CUDA is not available on this machine (use device=cpu)")
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return resolve_device(cfg.device, torch.cuda.current_device() if cfg.device == "cuda" and torch.cuda.is_available()
+                          else 0, "bench.device", ConfigError)
 
 
 def run_bench(cfg: BenchConfig, *, profile_dir: str | os.PathLike | None = None,

@@ -17,7 +17,8 @@ from ..config import Config, DropConfig, ModelConfig, TrainConfig
 from ..flops import is_modern, layer_types, step_flops
 from ..importance import build_selector
 from ..random_ltd import ltd_kept
-from ..train import MLMStep, param_groups
+from ..runtime import adamw, autocast_dtype
+from ..train import MLMStep
 from .hf_baseline import HFModel, build_hf, hf_class_name, hf_flops, hf_step_fn
 from .presets import BenchConfig
 from .records import ModelInfo, StepExtras
@@ -25,10 +26,7 @@ from .workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
 
 
 def make_optimizer(model: nn.Module, cfg: BenchConfig) -> torch.optim.Optimizer:
-    kw: dict[str, Any] = {"lr": 1e-4, "betas": (0.9, 0.999), "eps": 1e-6}
-    if cfg.fused_adamw:
-        kw["fused"] = True
-    return torch.optim.AdamW(param_groups(model, 0.01), **kw)
+    return adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True if cfg.fused_adamw else None)
 
 
 def compile_model(model: nn.Module, backend: str = "inductor") -> nn.Module:
@@ -111,7 +109,7 @@ class StepBuilder:
         self.cfg = cfg
         self.device = device
         self.model_cfg: ModelConfig = cfg.model_config()
-        self.amp = torch.bfloat16 if cfg.precision == "bf16" else None
+        self.amp = autocast_dtype(cfg.precision, device)  # fp32 | bf16
         self._ours: dict[str, _Ours] = {}
         self._init_sd: dict[str, Tensor] | None = None
         self._hf: HFModel | None = None

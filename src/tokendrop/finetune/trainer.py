@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -30,6 +29,8 @@ import torch.nn.functional as F
 from .. import rundir
 from ..checkpoint import sha256_file
 from ..config import ConfigError, FinetuneConfig
+from ..runtime import adamw, autocast_dtype, resolve_device, seed_everything
+from ..schedules import lr_linear_steps
 from .common import FinetuneError, atomic_write_json, atomic_write_text, finetune_tokenizer
 from .metrics import classification_metrics
 from .tasks import Example, TaskSpec, find_ax_file, get_task, load_classification, read_glue_tsv, subsample, task_dir
@@ -45,45 +46,10 @@ def _stderr(msg: str) -> None:
 # set-up helpers
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise FinetuneError(f"device {name!r} requested but CUDA is not available")
-    return torch.device(name)
-
-
-def use_bf16(precision: str, device: torch.device) -> bool:
-    if precision == "auto":
-        return device.type == "cuda"
-    return precision == "bf16"
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Decay on weight matrices/embeddings; none on biases and LayerNorm parameters (1-D tensors)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 or name.endswith(".bias") else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
-    """lr multiplier for optimizer step ``step`` (0-based): linear warm-up to 1, linear decay to 0."""
-
-    def f(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return f
+    """lr multiplier for optimizer step ``step`` (0-based): linear warm-up to 1, linear decay to 0
+    (pretraining's ``linear`` schedule, ``tokendrop.schedules.lr_linear_steps``, with peak 1)."""
+    return lambda step: lr_linear_steps(step, 1.0, warmup, total)
 
 
 def _load_model(model_path, cls, **kw):
@@ -161,8 +127,7 @@ def _train(model, cfg: FinetuneConfig, n: int, batch_fn, loss_fn, device, bf16: 
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total = max(1, math.ceil(cfg.epochs * steps_per_epoch))
     warmup = int(cfg.warmup_ratio * total)
-    opt_kw: dict[str, Any] = {"lr": cfg.lr, "betas": (0.9, 0.999), "eps": 1e-6, "fused": True}
-    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), **opt_kw)
+    opt = adamw(model, cfg.lr, cfg.weight_decay, (0.9, 0.999), 1e-6, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_schedule(warmup, total))
     g = torch.Generator().manual_seed(cfg.seed)
     model.train()
@@ -459,8 +424,8 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
               final: Path | None = None) -> dict:
     """Write into ``out`` (the temp dir that becomes ``final``); paths in the result name ``final``."""
     final = final or out
-    device = resolve_device(cfg.device)
-    bf16 = use_bf16(cfg.precision, device)
+    device = resolve_device(cfg.device, field="finetune.device", error=FinetuneError)
+    bf16 = autocast_dtype(cfg.precision, device) is not None
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
     if spec.kind == "squad":

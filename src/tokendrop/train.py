@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from . import checkpoint as ckpt_mod
 from . import checkpoint_sharded as sharded_ckpt
 from . import rundir
-from .budget import RunLength
+from .budget import RunLength, resolved_train
 from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import step_flops
@@ -473,7 +473,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     from .data import MLMLoader
 
     tc = cfg.train
-    length, lrs, masks = RunLength.of(tc), lr_schedule(tc), mask_schedule(cfg.data)  # tokendrop.schedules
+    masks = mask_schedule(cfg.data)  # tokendrop.schedules
     device = resolve_device(tc.device, dd.local_rank)
     if tc.threads:
         torch.set_num_threads(tc.threads)
@@ -499,6 +499,11 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     data = _open_data(cfg, new_run=not resume)
     data_fp = data.fingerprint()
     T = data.seq_len
+    try:  # train.tokens / epochs / warmup_ratio -> steps, recorded in config.toml (tokendrop.budget)
+        cfg.train = tc = resolved_train(tc, data.num_sequences("train"), T, dd.world)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    length, lrs = RunLength.of(tc), lr_schedule(tc)
 
     # -- run directory / resume ---------------------------------------------------------------------
     meta_in: dict[str, Any] | None = None

@@ -183,3 +183,67 @@ def test_mixture_answers_as_prepared_data(sources):
     assert mix.num_sequences("train") == pa.num_sequences("train") + pb.num_sequences("train")
     assert mix.fingerprint()["sources"] == [pa.fingerprint(), pb.fingerprint()]
     assert mix.token_counts().shape == pa.token_counts().shape
+
+
+
+def _mixture_overrides(a, b) -> list[str]:
+    tokens = 16 * 32 * 6 + 1  # batch 16 x T=32: 6 steps and one token -> ceil = 7 steps
+    return [f'data.paths=["{a}", "{b}"]', "data.weights=[0.7, 0.3]", "train.steps=0", f"train.tokens={tokens}",
+            "train.warmup_steps=-1", "train.warmup_ratio=0.3", "train.ckpt_every=100", "train.log_every=1",
+            "model.max_position_embeddings=64", "data.num_workers=1"]
+
+
+@pytest.fixture(scope="module")
+def full_run(sources):
+    """A tiny pretrain on a 70/30 mixture, its length in tokens, its warm-up as a ratio, via the CLI."""
+    from tokendrop.cli import main as cli_main
+
+    root, a, b = sources
+    args = [x for o in _mixture_overrides(a, b) for x in ("--set", o)]
+    assert cli_main(["pretrain", "--config", "tiny", "--out", str(root / "full"), "--quiet", *args]) == 0
+    return root / "full"
+
+
+def test_pretrain_a_mixture_for_a_token_count_through_the_cli(sources, full_run):
+    """The run's config records the resolved steps and warm-up; metrics the realised shares."""
+    import tomllib
+
+    from tokendrop.metrics import read_metrics
+
+    _, a, b = sources
+    rec = tomllib.loads((full_run / "config.toml").read_text())
+    assert (rec["train"]["steps"], rec["train"]["warmup_steps"], rec["train"]["tokens"]) == (7, 3, 0)  # ceil(0.3 x 7)
+    assert "sequence slot" in rec["train"]["resolved_from"]
+    assert rec["data"]["paths"] == [a, b] and rec["data"]["weights"] == [0.7, 0.3]
+    rows = read_metrics(full_run)
+    start = next(r for r in rows if r.get("event") == "start")
+    assert [m["path"] for m in start["mixture"]] == [a, b]
+    logged = [r for r in rows if "mix_0" in r]
+    assert [r["step"] for r in logged] == list(range(1, 8))
+    assert all(abs(r["mix_0"] + r["mix_1"] - 1) < 1e-12 for r in logged)
+    assert any(r.get("event") == "end" and r["step"] == 7 for r in rows)
+
+
+def test_pretrain_on_a_mixture_resumes_bit_identically(sources, full_run, tmp_path):
+    """Stopped after step 3 (a checkpoint), resumed through the CLI from the run's own config.toml:
+    the weights and the logged shares of the uninterrupted run."""
+    from safetensors.torch import load_file
+
+    from tokendrop import checkpoint as ckpt_mod
+    from tokendrop.cli import main as cli_main
+    from tokendrop.config import load_config
+    from tokendrop.metrics import read_metrics
+    from tokendrop.train import pretrain
+
+    _, a, b = sources
+    res = pretrain(load_config("tiny", _mixture_overrides(a, b)), tmp_path / "split", progress=False, stop_at=3)
+    assert res.interrupted and res.steps == 3
+    assert cli_main(["pretrain", "--resume", str(tmp_path / "split"), "--quiet"]) == 0
+    assert ckpt_mod.latest(tmp_path / "split").name == ckpt_mod.latest(full_run).name
+    wa = load_file(str(ckpt_mod.latest(full_run) / "model.safetensors"))
+    wb = load_file(str(ckpt_mod.latest(tmp_path / "split") / "model.safetensors"))
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    full = [r["mix_0"] for r in read_metrics(full_run) if "mix_0" in r]
+    split = {r["step"]: r["mix_0"] for r in read_metrics(tmp_path / "split") if "mix_0" in r}
+    assert [split[s] for s in range(1, 8)] == full

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .budget import parse_duration
+from .budget import parse_duration, parse_tokens
 from .errors import TokendropError
 from .schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS
 
@@ -62,7 +62,8 @@ DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
 FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
-DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps nor a time budget
+DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
+DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio
 
 
 @dataclass
@@ -380,6 +381,11 @@ class DataConfig:
     """Prepared (pre-tokenized) pretraining data and the MLM batches made from it."""
 
     path: str = ""  # a directory written by ``tokendrop prepare``
+    # a mixture instead of one path (tokendrop.data.mixture): prepared directories sharing the
+    # tokenizer and T, each sequence drawn from directory i with probability weights[i] / sum(weights)
+    # (weights [] = equal); e.g. a domain corpus and a general replay corpus, [0.7, 0.3]
+    paths: list[str] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
     seq_len: int = 0  # expected T of the prepared data; 0 = whatever it was prepared with
     # the MLM masking rate: a fraction, or a schedule [start, end] over the run (tokendrop.schedules;
     # e.g. [0.3, 0.15], Ankner et al. 2024), decaying as mask_schedule says (linear | cosine)
@@ -421,6 +427,22 @@ class DataConfig:
             raise ConfigError(f"data.mask_schedule: expected one of {', '.join(DECAYS)}, got {self.mask_schedule!r}")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers: expected >= 0, got {self.num_workers}")
+        self._validate_mixture()
+
+    def _validate_mixture(self) -> None:
+        if self.path and self.paths:
+            raise ConfigError(f"data.path and data.paths: both set ({self.path!r}, {len(self.paths)} paths); a run "
+                              "reads one directory (data.path) or a mixture (data.paths): remove one")
+        if self.weights and not self.paths:
+            raise ConfigError("data.weights: set without data.paths; weights go with a mixture of data.paths")
+        if self.weights and len(self.weights) != len(self.paths):
+            raise ConfigError(f"data.weights: {len(self.weights)} weights for {len(self.paths)} data.paths; expected one "
+                              "per path (or [] for equal weights)")
+        for i, w in enumerate(self.weights):
+            if not (math.isfinite(w) and w > 0):
+                raise ConfigError(f"data.weights[{i}]: expected a positive weight, got {w}")
+        if len(set(self.paths)) != len(self.paths):
+            raise ConfigError(f"data.paths: a directory is listed twice ({self.paths}); give it a larger weight instead")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -435,10 +457,17 @@ class TrainConfig:
     # time_budget ("20m", "6h", "1h30m": seconds of training time, tokendrop.budget) -- one of them
     steps: int = 0
     time_budget: str = ""
+    # or in tokens ("2B", "500M", "1.5e9", an integer: sequence slots, T per sequence) or in epochs
+    # (passes over the prepared training sequences); resolved to train.steps when the run starts
+    # (tokendrop.budget.resolve_length; the run's config.toml records the steps and resolved_from)
+    tokens: int | str = 0
+    epochs: float = 0.0
+    resolved_from: str = ""  # written by the run: how train.steps / warmup_steps were resolved
     batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
     micro_batch_size: int = 0  # per rank and forward pass; 0 -> batch_size // world_size
     lr: float = 1e-4
-    warmup_steps: int = 100
+    warmup_steps: int = -1  # -1 = unset: 100, or from warmup_ratio
+    warmup_ratio: float = 0.0  # warm-up as a share of the run's steps (or of its time budget)
     # linear (warm-up, linear decay to 0) | wsd (warm-up, stable, then decay over the last
     # decay_share of the run, shape decay_shape: 1-sqrt | linear); tokendrop.schedules
     lr_schedule: str = "linear"
@@ -472,10 +501,34 @@ class TrainConfig:
     max_nonfinite_steps: int = 3
 
     def __post_init__(self) -> None:
-        if self.steps == 0 and not self.time_budget:
+        if self.steps == 0 and not (self.time_budget or self.tokens or self.epochs):
             self.steps = DEFAULT_STEPS
+        if self.warmup_steps == -1 and not self.warmup_ratio:
+            self.warmup_steps = DEFAULT_WARMUP_STEPS
+
+    def _validate_length(self) -> None:
+        """At most one of steps/tokens/epochs/time_budget; the ratio or the steps of the warm-up."""
+        given = [n for n, v in (("train.steps", self.steps), ("train.tokens", self.tokens),
+                                ("train.epochs", self.epochs), ("train.time_budget", self.time_budget)) if v]
+        if len(given) > 1 and not given == ["train.steps", "train.time_budget"]:  # that pair: its own message below
+            raise ConfigError(f"{given[0]} and {given[1]}: both set; a run's length is one of train.steps, "
+                              f"train.tokens, train.epochs or train.time_budget (set {given[0]}=0 or remove it)")
+        if self.tokens:
+            try:
+                parse_tokens(self.tokens)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        if not (math.isfinite(self.epochs) and self.epochs >= 0):
+            raise ConfigError(f"train.epochs: expected a positive number of passes over the data, got {self.epochs}")
+        if not (math.isfinite(self.warmup_ratio) and 0.0 <= self.warmup_ratio < 1.0):
+            raise ConfigError(f"train.warmup_ratio: expected a share of the run in [0, 1), got {self.warmup_ratio}")
+        if self.warmup_ratio and self.warmup_steps >= 0:
+            raise ConfigError(f"train.warmup_steps and train.warmup_ratio: both set ({self.warmup_steps}, "
+                              f"{self.warmup_ratio}); set train.warmup_steps=-1 to use the ratio, or remove "
+                              "train.warmup_ratio")
 
     def validate(self) -> None:
+        self._validate_length()
         if self.time_budget:
             if self.steps:
                 raise ConfigError(f"train.steps and train.time_budget: both set ({self.steps} steps, "
@@ -497,7 +550,7 @@ class TrainConfig:
         for name in ("batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name}: expected a positive integer, got {getattr(self, name)}")
-        if self.warmup_steps < 0:
+        if self.warmup_steps < -1 or (self.warmup_steps == -1 and not self.warmup_ratio):
             raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.head_warmup_steps < 0:
             raise ConfigError(f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}")

@@ -7,6 +7,7 @@ depends on (k, p) only, so a resumed run and an uninterrupted one compute the sa
     linear(p, a, b)   = a + (b - a) p
     cosine(p, a, b)   = b + (a - b) (1 + cos(pi p)) / 2
     warm-up ramp w(k) = (k + 1) / W for k < W, else 1            (W = train.warmup_steps)
+                    time budget with train.warmup_ratio r: w(p) = min(1, p / r)
     LR "linear", fixed length: w(k) peak for k < W, then peak (S - k) / (S - W)   (the original
                     schedule, bit for bit: ``lr_at``)
     LR "linear", time budget:  peak w(k) (1 - p)
@@ -82,13 +83,19 @@ class LRSchedule:
     total: int
     decay_share: float = 0.2
     decay_shape: str = "1-sqrt"
+    warmup_share: float = 0.0  # a time-budgeted run's train.warmup_ratio: the ramp is min(1, p / share)
+
+    def ramp(self, step: int, p: float) -> float:
+        if self.warmup_share > 0:
+            return min(1.0, _clamp(p) / self.warmup_share)
+        return warmup_ramp(step, self.warmup)
 
     def at(self, step: int, p: float) -> float:
         if self.kind == "linear":
             if self.total:
                 return lr_linear_steps(step, self.peak, self.warmup, self.total)
-            return self.peak * warmup_ramp(step, self.warmup) * (1.0 - _clamp(p))
-        return self.peak * warmup_ramp(step, self.warmup) * wsd_shape(p, self.decay_share, self.decay_shape)
+            return self.peak * self.ramp(step, p) * (1.0 - _clamp(p))
+        return self.peak * self.ramp(step, p) * wsd_shape(p, self.decay_share, self.decay_shape)
 
 
 @dataclass(frozen=True)
@@ -113,8 +120,9 @@ class ValueSchedule:
 
 def lr_schedule(train_cfg) -> LRSchedule:
     """The LR schedule of a ``TrainConfig``."""
-    return LRSchedule(train_cfg.lr_schedule, train_cfg.lr, train_cfg.warmup_steps, train_cfg.steps,
-                      train_cfg.decay_share, train_cfg.decay_shape)
+    share = 0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)  # ratio of a time budget
+    return LRSchedule(train_cfg.lr_schedule, train_cfg.lr, max(0, train_cfg.warmup_steps), train_cfg.steps,
+                      train_cfg.decay_share, train_cfg.decay_shape, share)
 
 
 def mask_schedule(data_cfg) -> ValueSchedule:

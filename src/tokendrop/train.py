@@ -31,13 +31,14 @@ from torch import Tensor, nn
 from . import checkpoint as ckpt_mod
 from . import checkpoint_sharded as sharded_ckpt
 from . import rundir
-from .budget import RunLength
+from .budget import RunLength, resolved_train
 from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import step_flops
 from .random_ltd import ltd_kept_at
 from .consistency import ClsTaps, consistency_term
 from .continued import warm_start
+from .data.mixture import open_data, realised
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
 from .attention import check_training_device
@@ -316,11 +317,9 @@ def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:
 
 
 def _open_data(cfg: Config, new_run: bool = True):
-    from .data import PreparedData
-
-    if not cfg.data.path:
+    if not (cfg.data.path or cfg.data.paths):
         raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
-    data = PreparedData.open(cfg.data.path)
+    data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture
     if cfg.model.init and new_run:  # the source's vocabulary, before anything is written
         from .continued import check_vocabulary
         from .init_source import resolve_init_source
@@ -447,7 +446,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     from .data import MLMLoader
 
     tc = cfg.train
-    length, lrs, masks = RunLength.of(tc), lr_schedule(tc), mask_schedule(cfg.data)  # tokendrop.schedules
+    masks = mask_schedule(cfg.data)  # tokendrop.schedules
     device = resolve_device(tc.device, dd.local_rank, "train.device", ConfigError)
     if tc.threads:
         torch.set_num_threads(tc.threads)
@@ -470,9 +469,15 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     for sec, key in ((cfg.data, "path"), (cfg.drop, "counts_path")):  # recorded absolute: --resume from any cwd
         if getattr(sec, key):
             setattr(sec, key, os.path.abspath(getattr(sec, key)))
+    cfg.data.paths = [os.path.abspath(p) for p in cfg.data.paths]
     data = _open_data(cfg, new_run=not resume)
     data_fp = data.fingerprint()
     T = data.seq_len
+    try:  # train.tokens / epochs / warmup_ratio -> steps, recorded in config.toml (tokendrop.budget)
+        cfg.train = tc = resolved_train(tc, data.num_sequences("train"), T, dd.world)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    length, lrs = RunLength.of(tc), lr_schedule(tc)
 
     # -- run directory / resume ---------------------------------------------------------------------
     meta_in: dict[str, Any] | None = None
@@ -490,7 +495,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             return _finished(run_dir, int(meta_in["step"]), length, dd, meta_in)
     elif dd.main:
         mode = rundir.prepare_output(run_dir, "run", overwrite, error=TrainingError, resumable=False,
-                                     inputs=[cfg.data.path, cfg.model.init, cfg.drop.counts_path])
+                                     inputs=[cfg.data.path, *cfg.data.paths, cfg.model.init, cfg.drop.counts_path])
     if dd.main:
         if mode == "replace":
             rundir.discard(run_dir)
@@ -574,7 +579,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if dd.main and start_step == 0:
         log.write({"step": 0, "event": "start", "params": num_parameters(model), "seq_len": T, "world_size": dd.world,
                    "accum": accum, "stage2_start": None if length.timed else s2, "device": str(device),
-                   "parallel": par.kind, **({"time_budget_s": length.budget_s} if length.timed else {})})
+                   "parallel": par.kind, **({"time_budget_s": length.budget_s} if length.timed else {}),
+                   **({"mixture": data.describe()} if cfg.data.paths else {})})
         for ev in init_events:
             log.write({"step": 0, **ev})
     if evaluates and start_step == 0 and has_eval:
@@ -700,6 +706,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                                           if dropping else flops_dense).total, "skipped_steps": skipped}
                 if not masks.constant:
                     rec["mask_prob"] = loader.mask_rate
+                rec.update(realised(loader.state_dict()))  # a mixture's shares drawn so far: mix_0, mix_1, ...
                 if peak_flops:
                     rec["mfu"] = rec["flops_per_step"] / dt / (peak_flops * dd.world)
                 log.write(rec)

@@ -249,6 +249,16 @@ class _Plan:
         out[: len(chunk)] = chunk
         return out
 
+    def batch(self, seqs, epoch: int, step: int, masker: MLMMasker, domain: int, ranked: bool) -> dict[str, np.ndarray]:
+        """The numpy batch (epoch, step) of this rank (a data mixture's plan, tokendrop.data.mixture, has its own)."""
+        return build_batch(seqs, self.indices(epoch, step), masker, self.seed, epoch, domain, ranked=ranked)
+
+    def extra_state(self, epoch: int, step: int) -> dict[str, Any]:
+        return {}  # a mixture's plan records its sources' counts
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
     def at(self, epoch0: int, step0: int, ordinal: int) -> tuple[int, int] | None:
         """(epoch, step) of the ordinal-th batch after (epoch0, step0); None past the end (loop=False)."""
         s = step0 + ordinal
@@ -296,7 +306,7 @@ def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, d
             if es is None:
                 break
             e, s = es
-            b = build_batch(seqs, plan.indices(e, s), masker, plan.seed, e, domain, ranked=ranked)
+            b = plan.batch(seqs, e, s, masker, domain, ranked)
             while not stop.is_set() and not free.acquire(timeout=0.1):  # wait for a consumed slot
                 pass
             if stop.is_set():
@@ -430,7 +440,7 @@ class MLMLoader:
     ):
         """``variable_rate``: ``mask_prob`` is the largest rate; each batch is masked at the rate
         ``set_mask_rate`` last set when it is taken (the consumer's side: exact with workers)."""
-        self.data = data if isinstance(data, PreparedData) else PreparedData.open(data)
+        self.data = PreparedData.open(data) if isinstance(data, (str, os.PathLike)) else data  # or a data mixture
         if split not in ("train", "eval"):
             raise DataError(f"split: expected 'train' or 'eval', got {split!r}")
         if batch_size <= 0:
@@ -457,7 +467,9 @@ class MLMLoader:
         self.mask_rate = self.masker.mask_prob
         self._domain = _EVAL_DOMAIN if split == "eval" else 0
         N = self.data.num_sequences(split)
-        self._plan = _Plan(N, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop)
+        make_plan = getattr(self.data, "make_plan", None)  # a data mixture (tokendrop.data.mixture) brings its own
+        self._plan = (make_plan(split, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop)
+                      if make_plan else _Plan(N, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop))
         if self.loop and self._plan.steps_per_epoch == 0:
             raise DataError(
                 f"{self.data.path}: the {split} split has {N} sequences, fewer than one global batch of "
@@ -502,6 +514,7 @@ class MLMLoader:
             "split": self.split,
             "shuffle": self.shuffle,
             "num_sequences": self._plan.N,
+            **self._plan.extra_state(self._epoch, self._step),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -512,6 +525,7 @@ class MLMLoader:
                     f"loader state: {key}={state[key]!r} does not match this loader's {value!r}; "
                     "cannot resume a different data stream"
                 )
+        self._plan.load_extra_state(state)
         try:
             epoch = int(state["epoch"])
             consumed = int(state["consumed"]) if "consumed" in state else int(state["position"]) * self._plan.G
@@ -594,8 +608,7 @@ class MLMLoader:
                     return
                 if self.num_workers == 0:
                     e, s = self._epoch, self._step
-                    b = build_batch(seqs, self._plan.indices(e, s), self.masker, self.seed, e, self._domain,
-                                    ranked=self.variable_rate)
+                    b = self._plan.batch(seqs, e, s, self.masker, self._domain, self.variable_rate)
                     out = self._views_to_torch(b)
                 else:
                     if self._workers is None:

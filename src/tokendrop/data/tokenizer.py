@@ -11,11 +11,13 @@
   latter two make the directory loadable by ``transformers.BertTokenizer(Fast)`` too).
 * :func:`load_tokenizer` -- the one loading path (prepare ``--tokenizer``, prepared data,
   fine-tuning, export): a Hugging Face tokenizer/model directory, a prepared-data directory, a
-  ``tokenizer.json`` or a ``vocab.txt``; ids identical to ``transformers.AutoTokenizer`` (see
-  :func:`read_tokenizer_spec` for what is read, :func:`tokenizer_from_spec` for what is built).
-  Two backends: BERT WordPiece, rebuilt from the vocabulary as ``BertTokenizer`` does (``"bert"``),
-  and any other ``tokenizer.json`` (byte-level BPE of ModernBERT, Unigram, ...) loaded as it is, as
-  ``PreTrainedTokenizerFast`` / ``TokenizersBackend`` do (``"file"``).
+  tokendrop run, a ``tokenizer.json`` or a ``vocab.txt``.  The tokenizer is
+  ``transformers.AutoTokenizer.from_pretrained(dir, local_files_only=True).backend_tokenizer``, the
+  exact ``tokenizers`` object transformers uses (transformers decides tokenizer.json vs vocab.txt,
+  casing, special tokens, added tokens); :func:`read_tokenizer_spec` adds only the checks
+  transformers does not make and the fields prepared data records.  A bare ``vocab.txt`` (nothing
+  beside it declares a tokenizer; transformers cannot load it) gets BERT's WordPiece from
+  :func:`build_tokenizer`.
 """
 
 from __future__ import annotations

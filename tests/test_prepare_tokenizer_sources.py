@@ -18,7 +18,6 @@ from tokendrop.data.testing import write_bpe_tokenizer_dir, write_corpus  # noqa
 
 T = 32
 COMMON = ["--seq-len", str(T), "--eval-fraction", "0", "--workers", "1", "--quiet"]
-TOK_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 
 
 @pytest.fixture(scope="module")
@@ -39,22 +38,9 @@ def cli_prepare(source, corpus, out) -> int:
     return main(["prepare", "--corpus", str(corpus), "--out", str(out), "--tokenizer", str(source), *COMMON])
 
 
-@pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory, tiny_data):
-    """A small BertForMaskedLM saved by transformers, with tiny_data's tokenizer files."""
-    d = tmp_path_factory.mktemp("hf") / "bert"
-    vocab = len((tiny_data / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    conf = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                   intermediate_size=64, max_position_embeddings=64)
-    transformers.BertForMaskedLM(conf).save_pretrained(d)
-    for n in TOK_FILES:
-        shutil.copyfile(tiny_data / n, d / n)
-    return d
-
-
-def test_checkpoint_dir_vocab_txt_and_tokenizer_json(hf_dir, tiny_data, corpus, tmp_path):
+def test_checkpoint_dir_vocab_txt_and_tokenizer_json(tiny_bert_dir, tiny_data, corpus, tmp_path):
     want = reference(tiny_data, corpus, tmp_path / "ref")
-    assert cli_prepare(hf_dir, corpus, tmp_path / "hf") == 0
+    assert cli_prepare(tiny_bert_dir, corpus, tmp_path / "hf") == 0
     assert shards(tmp_path / "hf") == want
     # a vocab.txt with its tokenizer_config.json beside it (no tokenizer.json): the same WordPiece ids
     vdir = tmp_path / "vocab-dir"
@@ -94,7 +80,7 @@ def test_tokendrop_run_and_checkpoint_dir(tiny_data, corpus, tmp_path):
     assert shards(tmp_path / "from-ckpt") == want
 
 
-def test_hub_name(hf_dir, tiny_data, corpus, tmp_path, monkeypatch, capsys):
+def test_hub_name(tiny_bert_dir, tiny_data, corpus, tmp_path, monkeypatch, capsys):
     huggingface_hub = pytest.importorskip("huggingface_hub")
     monkeypatch.chdir(tmp_path)  # "org/name" is not a local path here
 
@@ -107,7 +93,7 @@ def test_hub_name(hf_dir, tiny_data, corpus, tmp_path, monkeypatch, capsys):
     assert "\n" not in err and err.startswith("error: org/name: no such local directory, and it could not be fetched")
     assert not (tmp_path / "out").exists()
     # online: the snapshot's tokenizer (the resolver of pretrain --init)
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, allow_patterns: str(hf_dir))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, allow_patterns: str(tiny_bert_dir))
     assert cli_prepare("org/tiny-bert", corpus, tmp_path / "hub") == 0
     assert shards(tmp_path / "hub") == reference(tiny_data, corpus, tmp_path / "ref")
     assert np.array_equal(np.load(tmp_path / "hub" / "token_counts.npy"), np.load(tmp_path / "ref" / "token_counts.npy"))

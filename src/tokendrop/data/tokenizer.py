@@ -301,10 +301,11 @@ def _tokenizer_dir(path: str | os.PathLike) -> tuple[str, str]:
                     "(tokenizer.json, or vocab.txt + tokenizer_config.json) or a prepared-data directory")
 
 
-def _check_wordpiece_class(d: str, cfg: dict | None, cfg_path: str) -> bool:
+def _check_wordpiece_class(d: str, cfg: dict | None, cfg_path: str) -> str | None:
     """A directory with a vocab.txt and no tokenizer.json is a WordPiece vocabulary: the tokenizer class
     that tokenizer_config.json (else config.json: tokenizer_class, model_type) declares must be BERT's
-    (transformers would otherwise build another tokenizer from nothing).  -> whether anything declares one."""
+    (transformers would otherwise build another tokenizer from nothing).  -> that class's name
+    (BertTokenizer when only a BERT model_type or nothing in a config says), None for a bare vocab.txt."""
     declared = [(cfg.get("tokenizer_class"), cfg_path)] if cfg is not None else []
     mc_path = os.path.join(d, "config.json")
     mc = _read_json_object(mc_path) if os.path.isfile(mc_path) else None
@@ -317,7 +318,12 @@ def _check_wordpiece_class(d: str, cfg: dict | None, cfg_path: str) -> bool:
         if name is not None and str(name).removesuffix("Fast") not in BERT_TOKENIZER_CLASSES:
             raise DataError(f"{where}: tokenizer_class {name!r} is not a BERT WordPiece tokenizer; expected one of "
                             f"{', '.join(BERT_TOKENIZER_CLASSES)}, or PreTrainedTokenizerFast with a tokenizer.json")
-    return cfg is not None or mc is not None
+    if cfg is None and mc is None:
+        return None
+    name = next((str(n).removesuffix("Fast") for n, _ in declared if n is not None), None)
+    if name is None and mc is not None and mc.get("model_type") in BERT_MODEL_TYPES:
+        name = BERT_TOKENIZER_CLASSES[BERT_MODEL_TYPES.index(mc["model_type"])]
+    return name or "BertTokenizer"
 
 
 def _source_tokens(source: str, cfg: dict | None) -> set[str]:
@@ -339,15 +345,19 @@ def _source_tokens(source: str, cfg: dict | None) -> set[str]:
     return tokens
 
 
-def _auto_tokenizer(d: str):
-    """``transformers.AutoTokenizer.from_pretrained(d, local_files_only=True)``, quietly; DataError if it fails."""
+def _auto_tokenizer(d: str, wordpiece_class: str | None = None):
+    """``transformers.AutoTokenizer.from_pretrained(d, local_files_only=True)``, quietly; DataError if it
+    fails.  A vocab.txt directory is loaded with its declared BERT class (``wordpiece_class`` + Fast), which
+    AutoTokenizer picks too, except beside a config.json of another model type (e.g. a ModernBERT
+    model trained with a WordPiece vocabulary), where it would look for a tokenizer.json."""
     import transformers
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its warnings about the model's config.json are not ours to print
     try:
-        at = transformers.AutoTokenizer.from_pretrained(d, local_files_only=True)
+        cls = getattr(transformers, wordpiece_class + "Fast") if wordpiece_class else transformers.AutoTokenizer
+        at = cls.from_pretrained(d, local_files_only=True)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises for a directory it cannot load
         raise DataError(f"{d}: transformers.AutoTokenizer cannot load this tokenizer ({type(e).__name__}: "
                         f"{_first_line(e)}); expected a Hugging Face tokenizer directory") from None
@@ -419,13 +429,14 @@ def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
     cfg_path = os.path.join(d, "tokenizer_config.json")
     cfg = _read_json_object(cfg_path) if "tokenizer_config.json" in files else None
     config_file = cfg_path if cfg is not None else None
-    if not source.endswith(".json") and not _check_wordpiece_class(d, cfg, cfg_path):
+    wordpiece_class = None if source.endswith(".json") else _check_wordpiece_class(d, cfg, cfg_path)
+    if not source.endswith(".json") and wordpiece_class is None:
         read_vocab(source)  # a bare vocab.txt: transformers cannot load it; ours, casing guessed (build_tokenizer)
         return TokenizerSpec(directory=d, vocab_source=source, lowercase=None, strip_accents=None,
                              tokenize_chinese_chars=True, special_tokens=dict(SPECIAL_KEYS), model_max_length=None,
                              config_file=None, files=files)
     have = _source_tokens(source, cfg)
-    at = _auto_tokenizer(d)
+    at = _auto_tokenizer(d, wordpiece_class)
     tok = at.backend_tokenizer
     data = json.loads(tok.to_str())
     model_type = str((data.get("model") or {}).get("type", "unknown"))

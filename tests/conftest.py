@@ -60,3 +60,20 @@ def tiny_data_unpacked(tmp_path_factory, tiny_data):
     prepare([root / "corpus.txt"], out, seq_len=64, vocab=tiny_data / "vocab.txt", packed=False, eval_fraction=0.1,
             workers=1, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory, tiny_data):
+    """A small BertForMaskedLM saved by transformers (a Hugging Face checkpoint dir), with tiny_data's tokenizer."""
+    import shutil
+
+    transformers = pytest.importorskip("transformers")
+    d = tmp_path_factory.mktemp("hf") / "bert"
+    vocab = len((tiny_data / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    conf = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(conf).save_pretrained(d)
+    for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
+        shutil.copyfile(tiny_data / n, d / n)
+    return d

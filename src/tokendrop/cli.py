@@ -74,6 +74,10 @@ def cmd_prepare(a: argparse.Namespace) -> int:
         raise DataError(f"--workers: expected at least 1 worker process, got {a.workers}")
     if a.unit_mb is not None and not a.unit_mb > 0:
         raise DataError(f"--unit-mb: expected a positive size in MB, got {a.unit_mb}")
+    if a.tokenizer is not None:  # the same sources as pretrain --init (hub names, checkpoint dirs, ...)
+        from .tokenizer_source import resolve_tokenizer_source
+
+        a.tokenizer = resolve_tokenizer_source(a.tokenizer)
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
                       tokenizer=a.tokenizer, lowercase=a.lowercase, packed=not a.unpacked, eval_fraction=a.eval_fraction,
                       workers=a.workers, max_position_embeddings=a.max_positions, progress=not a.quiet,
@@ -236,9 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--vocab", help="a WordPiece vocab.txt")
     g.add_argument("--vocab-size", type=int, help="train a WordPiece vocabulary of this size on the corpus")
-    g.add_argument("--tokenizer", metavar="DIR",
-                   help="a published checkpoint's tokenizer dir (tokenizer.json, or vocab.txt + tokenizer_config.json): "
-                        "ids exactly as transformers.AutoTokenizer.from_pretrained(DIR); its files are kept")
+    g.add_argument("--tokenizer", metavar="SOURCE",
+                   help="a checkpoint's tokenizer, named as for pretrain --init: a Hugging Face model or tokenizer dir, "
+                        "a tokendrop run or checkpoint dir, a Hub name (needs huggingface_hub, online), a vocab.txt or "
+                        "tokenizer.json: ids exactly as transformers.AutoTokenizer.from_pretrained; its files are kept")
     s.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
                    help="with --vocab/--vocab-size: lower-case and strip accents (default: yes); "
                         "with --tokenizer its tokenizer_config.json decides")

@@ -101,12 +101,12 @@ from .tokenizer import (
 
 
 def _pretrained_tokenizer(directory: str | os.PathLike, seq_len: int) -> tuple[TokenizerSpec, Any, dict]:
-    """A checkpoint's tokenizer directory -> (spec, tokenizer, meta["tokenizer"] fields); all checks up front."""
+    """A checkpoint's tokenizer directory (or a tokenizer.json / vocab.txt in one) -> (spec, tokenizer,
+    meta["tokenizer"] fields); all checks up front."""
     d = os.fspath(directory)
-    if not os.path.isdir(d):
-        what = "a file" if os.path.exists(d) else "no such directory"
-        raise DataError(f"{d}: {what}; --tokenizer expects a tokenizer directory (tokenizer.json, or vocab.txt + "
-                        "tokenizer_config.json)")
+    if not os.path.exists(d):
+        raise DataError(f"{d}: no such directory; --tokenizer expects a tokenizer directory (tokenizer.json, or "
+                        "vocab.txt + tokenizer_config.json)")
     spec = read_tokenizer_spec(d)
     if spec.lowercase is None:  # a bare vocab.txt: the casing would be a guess
         raise DataError(f"{spec.vocab_source}: no tokenizer_config.json beside it, so the casing (do_lower_case) is "

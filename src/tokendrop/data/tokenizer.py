@@ -11,11 +11,13 @@
   latter two make the directory loadable by ``transformers.BertTokenizer(Fast)`` too).
 * :func:`load_tokenizer` -- the one loading path (prepare ``--tokenizer``, prepared data,
   fine-tuning, export): a Hugging Face tokenizer/model directory, a prepared-data directory, a
-  ``tokenizer.json`` or a ``vocab.txt``; ids identical to ``transformers.AutoTokenizer`` (see
-  :func:`read_tokenizer_spec` for what is read, :func:`tokenizer_from_spec` for what is built).
-  Two backends: BERT WordPiece, rebuilt from the vocabulary as ``BertTokenizer`` does (``"bert"``),
-  and any other ``tokenizer.json`` (byte-level BPE of ModernBERT, Unigram, ...) loaded as it is, as
-  ``PreTrainedTokenizerFast`` / ``TokenizersBackend`` do (``"file"``).
+  tokendrop run, a ``tokenizer.json`` or a ``vocab.txt``.  The tokenizer is
+  ``transformers.AutoTokenizer.from_pretrained(dir, local_files_only=True).backend_tokenizer``, the
+  exact ``tokenizers`` object transformers uses (transformers decides tokenizer.json vs vocab.txt,
+  casing, special tokens, added tokens); :func:`read_tokenizer_spec` adds only the checks
+  transformers does not make and the fields prepared data records.  A bare ``vocab.txt`` (nothing
+  beside it declares a tokenizer; transformers cannot load it) gets BERT's WordPiece from
+  :func:`build_tokenizer`.
 """
 
 from __future__ import annotations
@@ -205,34 +207,28 @@ BERT_TOKENIZER_CLASSES = ("BertTokenizer", "DistilBertTokenizer", "ElectraTokeni
 BERT_MODEL_TYPES = ("bert", "distilbert", "electra")  # config.json model types whose tokenizer is one of those
 # tokenizer_class values under which transformers loads tokenizer.json as it is (v4: the first, v5 writes the second)
 FILE_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
-# config.json model types whose tokenizer.json AutoTokenizer loads as it is, whatever tokenizer_class says
-FILE_TOKENIZER_MODEL_TYPES = ("modernbert",)
-MAX_INPUT_CHARS_PER_WORD = 100  # BERT's: a longer word becomes [UNK]
 _UNLIMITED = 10**12  # transformers writes int(1e30) as model_max_length when there is no limit
 
 
 @dataclass(frozen=True)
 class TokenizerSpec:
-    """What a tokenizer directory declares, read the way ``transformers.AutoTokenizer`` reads it.
+    """A tokenizer directory as ``transformers.AutoTokenizer.from_pretrained`` loads it.
 
-    ``vocab_source`` is the file the ids come from: ``tokenizer.json`` when present (AutoTokenizer
-    prefers it), else ``vocab.txt``.  With a ``tokenizer_config.json`` the normalisation is the
-    config's (``do_lower_case`` default True, ``strip_accents`` None = follow lower-casing,
-    ``tokenize_chinese_chars`` default True), as ``BertTokenizer`` rebuilds it -- those defaults
-    also apply to a model dir whose ``config.json`` names a BERT model type but which has no
-    tokenizer_config.json; otherwise a tokenizer.json's own BertNormalizer (transformers then
-    loads the file as it is); a bare vocab.txt has ``lowercase=None`` (guessed on load).
-    Special-token names: tokenizer_config.json, overridden by special_tokens_map.json unless the
-    config has ``added_tokens_decoder`` (transformers' precedence).
+    ``tokenizer`` is AutoTokenizer's ``backend_tokenizer`` (the exact ``tokenizers.Tokenizer``:
+    transformers decides tokenizer.json vs vocab.txt, casing, special tokens and added tokens), or
+    None for a bare vocab.txt (no tokenizer_config.json, no config.json: transformers cannot load it;
+    :func:`tokenizer_from_spec` builds BERT's WordPiece with the casing guessed from the vocabulary,
+    ``lowercase=None``).  The other fields are read off what transformers loaded: the special-token
+    names (``[PAD]``.. where it declares none), ``model_max_length`` (None: no limit), the casing.
 
-    ``backend``: ``"bert"`` (the above: WordPiece rebuilt as BertTokenizer) or ``"file"``: a
-    ``tokenizer.json`` used as it is (``model_type`` its model: BPE, Unigram, ...); then only the
-    special-token names, ``model_max_length`` and the config's ``added_tokens_decoder`` are read
-    beside it, and ``lowercase`` says whether its normalizer lower-cases (informational).
+    ``backend``: ``"bert"`` for BERT's WordPiece (BertNormalizer + BertPreTokenizer, ``##``
+    pieces; prepared data keeps a vocab.txt, whose sha256 is the vocabulary hash), ``"file"`` for any
+    other tokenizer.json (byte-level BPE of ModernBERT, Unigram, ...) or one declared
+    PreTrainedTokenizerFast (the tokenizer.json itself is then the reference).
     """
 
     directory: str
-    vocab_source: str
+    vocab_source: str  # tokenizer.json when present, else vocab.txt
     lowercase: bool | None
     strip_accents: bool | None
     tokenize_chinese_chars: bool
@@ -240,12 +236,12 @@ class TokenizerSpec:
     model_max_length: int | None  # None: not declared, or transformers' "no limit"
     config_file: str | None
     files: tuple[str, ...]  # the HF_TOKENIZER_FILES present in ``directory``
-    added_tokens: tuple[dict, ...] = field(default=(), repr=False)  # {"id", "content", flags...}
     backend: str = "bert"  # "bert" | "file"
-    model_type: str = "WordPiece"  # tokenizer.json's model.type ("WordPiece" for a vocab.txt)
+    model_type: str = "WordPiece"  # the tokenizer's model: WordPiece, BPE, Unigram, ...
+    tokenizer: Tokenizer | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> dict:
-        """JSON-able summary for meta files (no added-token list)."""
+        """JSON-able summary for meta files."""
         return {
             "path": os.path.abspath(self.directory),
             "backend": self.backend,
@@ -273,96 +269,6 @@ def _read_json_object(path: str) -> dict:
     return d
 
 
-def _token_name(value, where: str) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, dict):  # a serialised AddedToken
-        value = value.get("content")
-    if not isinstance(value, str) or not value:
-        raise DataError(f"{where}: expected a token string, got {value!r}")
-    return value
-
-
-def _flag(cfg: dict, key: str, default, path: str, allow_none: bool = False):
-    v = cfg.get(key, default)
-    if isinstance(v, bool) or (allow_none and v is None):
-        return v
-    raise DataError(f"{path}: {key} must be {'true, false or null' if allow_none else 'true or false'}, got {v!r}")
-
-
-def _check_tokenizer_class(name, path: str) -> None:
-    if name is not None and str(name).removesuffix("Fast") not in BERT_TOKENIZER_CLASSES:
-        raise DataError(f"{path}: tokenizer_class {name!r} is not a BERT WordPiece tokenizer; expected "
-                        f"one of {', '.join(BERT_TOKENIZER_CLASSES)}, or PreTrainedTokenizerFast with a tokenizer.json")
-
-
-def _model_type(data: dict, path: str) -> str:
-    """tokenizer.json's ``model.type`` (very old files omit it: WordPiece has a prefix and no merges)."""
-    model = data.get("model")
-    if not isinstance(model, dict) or "vocab" not in model:
-        raise DataError(f"{path}: not a valid tokenizers JSON file (no model vocabulary); expected a tokenizer.json saved by tokenizers/transformers")
-    mtype = model.get("type")
-    if mtype is None:
-        mtype = ("WordPiece" if "continuing_subword_prefix" in model and "merges" not in model
-                 else "BPE" if "merges" in model else "Unigram" if isinstance(model["vocab"], list) else "unknown")
-    return str(mtype)
-
-
-def _wordpiece_model(data: dict, path: str) -> dict:
-    """The ``model`` section of a tokenizer.json, checked to be BERT's WordPiece."""
-    mtype = _model_type(data, path)
-    model = data["model"]
-    if mtype != "WordPiece":
-        raise DataError(f"{path}: a {mtype} tokenizer, not a BERT WordPiece tokenizer; expected model.type \"WordPiece\" "
-                        "(BERT checkpoints: tokenizer.json or vocab.txt + tokenizer_config.json), or, to use this "
-                        "tokenizer.json as it is, a tokenizer_config.json beside it with tokenizer_class "
-                        "PreTrainedTokenizerFast and the special tokens")
-    if model.get("continuing_subword_prefix", "##") != "##":
-        raise DataError(f"{path}: WordPiece continuing_subword_prefix {model['continuing_subword_prefix']!r}; BERT's is '##'")
-    if model.get("max_input_chars_per_word", MAX_INPUT_CHARS_PER_WORD) != MAX_INPUT_CHARS_PER_WORD:
-        raise DataError(f"{path}: WordPiece max_input_chars_per_word {model['max_input_chars_per_word']!r}; BERT's (and "
-                        f"transformers.BertTokenizer's) is {MAX_INPUT_CHARS_PER_WORD}")
-    if not isinstance(model["vocab"], dict) or not model["vocab"]:
-        raise DataError(f"{path}: model.vocab must be a non-empty token -> id object")
-    return model
-
-
-def _special_names(d: str, cfg: dict | None, cfg_path: str, files: tuple[str, ...]) -> dict[str, str]:
-    """The five special-token names: [PAD]..[MASK] unless tokenizer_config.json names others, and
-    special_tokens_map.json over both unless the config has ``added_tokens_decoder`` (transformers' precedence)."""
-    names = dict(SPECIAL_KEYS)
-    if cfg is not None:
-        for k in SPECIAL_KEYS:
-            names[k] = _token_name(cfg.get(f"{k}_token"), f"{cfg_path}: {k}_token") or names[k]
-    stm_path = os.path.join(d, "special_tokens_map.json")
-    if "special_tokens_map.json" in files and (cfg is None or "added_tokens_decoder" not in cfg):
-        stm = _read_json_object(stm_path)
-        for k in SPECIAL_KEYS:
-            names[k] = _token_name(stm.get(f"{k}_token"), f"{stm_path}: {k}_token") or names[k]
-    return names
-
-
-def _model_max_length(cfg: dict | None, cfg_path: str) -> int | None:
-    ml = cfg.get("model_max_length") if cfg is not None else None
-    if ml is None:
-        return None
-    if isinstance(ml, bool) or not isinstance(ml, (int, float)) or ml < 1:
-        raise DataError(f"{cfg_path}: model_max_length must be a positive integer, got {ml!r}")
-    return int(ml) if ml < _UNLIMITED else None
-
-
-def _config_added_tokens(cfg: dict | None, cfg_path: str) -> list[dict] | None:
-    """tokenizer_config.json's ``added_tokens_decoder`` as [{"id", "content", flags...}], or None without one."""
-    if cfg is None or not isinstance(cfg.get("added_tokens_decoder"), dict):
-        return None
-    added = []
-    for k, v in cfg["added_tokens_decoder"].items():
-        if not isinstance(v, dict) or not isinstance(v.get("content"), str) or not str(k).isdigit():
-            raise DataError(f"{cfg_path}: added_tokens_decoder[{k!r}] is not an id -> token object")
-        added.append({**v, "id": int(k)})
-    return added
-
-
 def _normalizer_lowercases(norm) -> bool:
     if not isinstance(norm, dict):
         return False
@@ -371,266 +277,218 @@ def _normalizer_lowercases(norm) -> bool:
     return norm.get("type") == "Lowercase" or bool(norm.get("lowercase", False))
 
 
-def _loads_as_is(d: str, data: dict, source: str, cfg: dict | None, files: tuple[str, ...]) -> bool:
-    """Whether transformers loads this tokenizer.json as it is (the ``"file"`` backend): a non-WordPiece
-    file whose directory declares its special tokens (tokenizer_config.json without a tokenizer_class or
-    with PreTrainedTokenizerFast / TokenizersBackend, or a special_tokens_map.json) or sits in a model
-    directory whose config.json names ModernBERT (AutoTokenizer then ignores tokenizer_class); or any
-    file declared PreTrainedTokenizerFast.  A BERT WordPiece tokenizer.json otherwise takes the BERT path."""
-    tclass = cfg.get("tokenizer_class") if cfg is not None else None
-    if tclass in FILE_TOKENIZER_CLASSES:
-        return True
-    if _model_type(data, source) == "WordPiece":
-        return False
-    if tclass is None and (cfg is not None or "special_tokens_map.json" in files):
-        return True
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
+def _tokenizer_dir(path: str | os.PathLike) -> tuple[str, str]:
+    """A path -> (the directory transformers loads, tokenizer.json or vocab.txt in it): a tokenizer or
+    model directory, a prepared-data directory, a tokendrop run (its ``tokenizer/``), or a file in one."""
+    p = os.fspath(path)
+    if os.path.isfile(p):
+        p = os.path.dirname(os.path.abspath(p))
+    elif not os.path.isdir(p):
+        raise DataError(f"{p}: no such tokenizer file or directory")
+    tj, vt = os.path.join(p, "tokenizer.json"), os.path.join(p, "vocab.txt")
+    if not (os.path.isfile(tj) or os.path.isfile(vt)) and has_tokenizer_files(os.path.join(p, "tokenizer")):
+        return _tokenizer_dir(os.path.join(p, "tokenizer"))  # a tokendrop run / checkpoint keeps it there
+    if os.path.isfile(tj):
+        return p, tj
+    if os.path.isfile(vt):
+        return p, vt
+    raise DataError(f"{p}: no tokenizer.json or vocab.txt in this directory; expected a tokenizer directory "
+                    "(tokenizer.json, or vocab.txt + tokenizer_config.json) or a prepared-data directory")
+
+
+def _check_wordpiece_class(d: str, cfg: dict | None, cfg_path: str) -> str | None:
+    """A directory with a vocab.txt and no tokenizer.json is a WordPiece vocabulary: the tokenizer class
+    that tokenizer_config.json (else config.json: tokenizer_class, model_type) declares must be BERT's
+    (transformers would otherwise build another tokenizer from nothing).  -> that class's name
+    (BertTokenizer when only a BERT model_type or nothing in a config says), None for a bare vocab.txt."""
+    declared = [(cfg.get("tokenizer_class"), cfg_path)] if cfg is not None else []
     mc_path = os.path.join(d, "config.json")
-    if os.path.isfile(mc_path):
-        mc = _read_json_object(mc_path)
-        if mc.get("model_type") in FILE_TOKENIZER_MODEL_TYPES:
-            return True
-        if cfg is None and mc.get("tokenizer_class") in FILE_TOKENIZER_CLASSES:
-            return True
-    return False
+    mc = _read_json_object(mc_path) if os.path.isfile(mc_path) else None
+    if cfg is None and mc is not None:
+        declared.append((mc.get("tokenizer_class"), mc_path))
+        if mc.get("tokenizer_class") is None and mc.get("model_type") and mc["model_type"] not in BERT_MODEL_TYPES:
+            raise DataError(f"{mc_path}: model_type {mc['model_type']!r} does not use a BERT WordPiece tokenizer; "
+                            f"expected one of {', '.join(BERT_MODEL_TYPES)}")
+    for name, where in declared:
+        if name is not None and str(name).removesuffix("Fast") not in BERT_TOKENIZER_CLASSES:
+            raise DataError(f"{where}: tokenizer_class {name!r} is not a BERT WordPiece tokenizer; expected one of "
+                            f"{', '.join(BERT_TOKENIZER_CLASSES)}, or PreTrainedTokenizerFast with a tokenizer.json")
+    if cfg is None and mc is None:
+        return None
+    name = next((str(n).removesuffix("Fast") for n, _ in declared if n is not None), None)
+    if name is None and mc is not None and mc.get("model_type") in BERT_MODEL_TYPES:
+        name = BERT_TOKENIZER_CLASSES[BERT_MODEL_TYPES.index(mc["model_type"])]
+    return name or "BertTokenizer"
+
+
+def _source_tokens(source: str, cfg: dict | None) -> set[str]:
+    """The tokens the source files define (tokenizer.json's vocabulary and added tokens, or vocab.txt's
+    lines, plus tokenizer_config.json's ``added_tokens_decoder``): a special token outside it would be
+    one transformers appends with a new id that no embedding row was trained for."""
+    if source.endswith(".json"):
+        try:
+            raw = Tokenizer.from_file(source)
+        except Exception as e:  # noqa: BLE001 - the Rust loader's exceptions
+            raise DataError(f"{source}: not a valid tokenizers JSON file ({_first_line(e)}); expected a tokenizer.json "
+                            "saved by tokenizers/transformers") from None
+        tokens = set(raw.get_vocab(with_added_tokens=True))
+    else:
+        tokens = set(read_vocab(source, specials=()))
+    added = (cfg or {}).get("added_tokens_decoder")
+    if isinstance(added, dict):
+        tokens |= {v["content"] for v in added.values() if isinstance(v, dict) and isinstance(v.get("content"), str)}
+    return tokens
+
+
+def _auto_tokenizer(d: str, wordpiece_class: str | None = None):
+    """``transformers.AutoTokenizer.from_pretrained(d, local_files_only=True)``, quietly; DataError if it
+    fails.  A vocab.txt directory is loaded with its declared BERT class (``wordpiece_class`` + Fast), which
+    AutoTokenizer picks too, except beside a config.json of another model type (e.g. a ModernBERT
+    model trained with a WordPiece vocabulary), where it would look for a tokenizer.json."""
+    import transformers
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its warnings about the model's config.json are not ours to print
+    try:
+        cls = getattr(transformers, wordpiece_class + "Fast") if wordpiece_class else transformers.AutoTokenizer
+        at = cls.from_pretrained(d, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises for a directory it cannot load
+        raise DataError(f"{d}: transformers.AutoTokenizer cannot load this tokenizer ({type(e).__name__}: "
+                        f"{_first_line(e)}); expected a Hugging Face tokenizer directory") from None
+    finally:
+        hf_logging.set_verbosity(level)
+    if getattr(at, "backend_tokenizer", None) is None:
+        raise DataError(f"{d}: transformers loads a {type(at).__name__} without a tokenizers backend; expected a "
+                        "tokenizer.json or a BERT vocab.txt")
+    return at
+
+
+def _is_bert_wordpiece(data: dict) -> bool:
+    model, norm, pre = data.get("model") or {}, data.get("normalizer") or {}, data.get("pre_tokenizer") or {}
+    return (model.get("type") == "WordPiece" and model.get("continuing_subword_prefix", "##") == "##"
+            and norm.get("type") == "BertNormalizer" and pre.get("type") == "BertPreTokenizer")
+
+
+def _frame_with_cls_sep(tok: Tokenizer, cls: str, sep: str, where: str) -> None:
+    """Make ``tok.encode(a)`` / ``encode(a, b)`` give ``cls A sep (B sep)``: the packed rows and the
+    fine-tuning inputs are framed so.  A post-processor that already does is kept; one that adds no
+    tokens (none, ByteLevel offsets, transformers' empty template) gets ours after it (transformers
+    would then encode without cls/sep: a documented difference); one that frames with other tokens
+    (``<s> ... </s>`` with cls_token ``[CLS]``) is a DataError."""
+    cls_id, sep_id = tok.token_to_id(cls), tok.token_to_id(sep)
+    plain, framed = tok.encode("a b", add_special_tokens=False).ids, tok.encode("a b").ids
+    if framed == [cls_id, *plain, sep_id]:
+        return
+    pp = tok.post_processor
+    if pp is not None and pp.num_special_tokens_to_add(False) > 0:
+        raise DataError(f"{where}: post_processor frames a text as {tok.id_to_token(framed[0])!r} ... "
+                        f"{tok.id_to_token(framed[-1])!r}, not with the declared cls_token {cls!r} and sep_token "
+                        f"{sep!r}; expected [CLS] text [SEP] framing (the packed rows use it)")
+    ours = processors.TemplateProcessing(
+        single=[f"{cls}:0", "$A:0", f"{sep}:0"], pair=[f"{cls}:0", "$A:0", f"{sep}:0", "$B:1", f"{sep}:1"],
+        special_tokens=[(cls, cls_id), (sep, sep_id)])
+    tok.post_processor = ours if pp is None else processors.Sequence([pp, ours])
+
+
+def _check_special_names(names: dict[str, str], declared: bool, have: set[str], source: str, model_type: str,
+                         d: str) -> None:
+    missing = [k for k in SPECIAL_KEYS if names[k] not in have]
+    if not missing:
+        return
+    if source.endswith("vocab.txt"):
+        raise DataError(f"{source}: vocabulary lacks the special token(s) {' '.join(names[k] for k in missing)}; a BERT "
+                        f"vocab needs {' '.join(names[k] for k in SPECIAL_KEYS)}")
+    if not declared and model_type != "WordPiece":
+        raise DataError(f"{source}: a {model_type} tokenizer, not a BERT WordPiece tokenizer, and nothing declares its "
+                        "special tokens; expected a BERT tokenizer, or, to use this tokenizer.json as it is, a "
+                        "tokenizer_config.json beside it (tokenizer_class PreTrainedTokenizerFast, the special tokens)")
+    where = "as transformers reads tokenizer_config.json / special_tokens_map.json" if declared else "the default name"
+    raise DataError(f"{source}: no id for the special token(s) "
+                    f"{', '.join(f'{k}_token {names[k]!r}' for k in missing)} ({where} in {d}); every one of "
+                    "pad/unk/cls/sep/mask must be in the tokenizer (transformers would append a new, untrained id)")
 
 
 def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
-    """Read what a tokenizer directory (or a tokenizer.json / vocab.txt file in one) declares.
+    """Load the tokenizer at ``path`` with ``transformers.AutoTokenizer`` (nothing is downloaded) and
+    describe it; its ``backend_tokenizer`` is ``spec.tokenizer``, framed ``cls A sep (B sep)`` with the
+    declared special tokens, without truncation or padding.
 
-    DataError (one line, naming the file) for a missing path, no tokenizer.json/vocab.txt, invalid
-    JSON, a tokenizer that is neither BERT WordPiece nor a tokenizer.json transformers uses as it is
-    (see :func:`_loads_as_is`: e.g. a bare BPE tokenizer.json whose special tokens nothing declares,
-    another ``tokenizer_class``, a non-BERT normalizer), or malformed settings.
+    What transformers does not check, checked here (DataError, one line naming the file): a vocab.txt
+    directory must declare a BERT tokenizer (class or model_type); every special token must be in the
+    source's vocabulary (transformers would append a new id); a non-WordPiece tokenizer.json must
+    have its special tokens declared; a post-processor must not frame with other tokens.
     """
-    p = os.fspath(path)
-    if os.path.isdir(p):
-        d = p
-        tj, vt = os.path.join(d, "tokenizer.json"), os.path.join(d, "vocab.txt")
-        sub = os.path.join(d, "tokenizer")  # a tokendrop run / checkpoint keeps its tokenizer there
-        if not (os.path.isfile(tj) or os.path.isfile(vt)) and any(
-                os.path.isfile(os.path.join(sub, n)) for n in ("tokenizer.json", "vocab.txt")):
-            return read_tokenizer_spec(sub)
-        if os.path.isfile(tj):
-            source = tj
-        elif os.path.isfile(vt):
-            source = vt
-        else:
-            raise DataError(f"{p}: no tokenizer.json or vocab.txt in this directory; expected a tokenizer directory "
-                            "(tokenizer.json, or vocab.txt + tokenizer_config.json) or a prepared-data directory")
-    elif os.path.isfile(p):
-        d, source = os.path.dirname(os.path.abspath(p)), p
-    else:
-        raise DataError(f"{p}: no such tokenizer file or directory")
+    d, source = _tokenizer_dir(path)
     files = tuple(n for n in HF_TOKENIZER_FILES if os.path.isfile(os.path.join(d, n)))
     cfg_path = os.path.join(d, "tokenizer_config.json")
     cfg = _read_json_object(cfg_path) if "tokenizer_config.json" in files else None
-    is_json = source.endswith(".json")
-    data = _read_json_object(source) if is_json else None
-    if is_json and _loads_as_is(d, data, source, cfg, files):
-        return TokenizerSpec(
-            directory=d, vocab_source=source, lowercase=_normalizer_lowercases(data.get("normalizer")),
-            strip_accents=None, tokenize_chinese_chars=False,
-            special_tokens=_special_names(d, cfg, cfg_path, files), model_max_length=_model_max_length(cfg, cfg_path),
-            config_file=cfg_path if cfg is not None else None, files=files,
-            added_tokens=tuple(_config_added_tokens(cfg, cfg_path) or ()), backend="file",
-            model_type=_model_type(data, source))
-    model = _wordpiece_model(data, source) if is_json else None
-
-    if cfg is not None:
-        _check_tokenizer_class(cfg.get("tokenizer_class"), cfg_path)
-    elif os.path.isfile(os.path.join(d, "config.json")):
-        # a model dir without tokenizer_config.json: transformers picks the tokenizer class from the
-        # model's config.json and builds it with its defaults (BertTokenizer: do_lower_case=True)
-        mc_path = os.path.join(d, "config.json")
-        mc = _read_json_object(mc_path)
-        if mc.get("tokenizer_class") is not None:
-            _check_tokenizer_class(mc["tokenizer_class"], mc_path)
-            cfg = {}
-        elif mc.get("model_type") in BERT_MODEL_TYPES:
-            cfg = {}
-        elif mc.get("model_type"):
-            raise DataError(f"{mc_path}: model_type {mc['model_type']!r} does not use a BERT WordPiece tokenizer; "
-                            f"expected one of {', '.join(BERT_MODEL_TYPES)}")
-    names = _special_names(d, cfg, cfg_path, files)
-    max_len = _model_max_length(cfg, cfg_path)
-    if cfg is not None:  # BertTokenizer(**tokenizer_config): its defaults where the config is silent
-        lowercase = _flag(cfg, "do_lower_case", True, cfg_path)
-        strip_accents = _flag(cfg, "strip_accents", None, cfg_path, allow_none=True)
-        chinese = _flag(cfg, "tokenize_chinese_chars", True, cfg_path)
-    elif is_json:
-        norm = data.get("normalizer") or {}
-        if norm.get("type") != "BertNormalizer" or not norm.get("clean_text", True):
-            raise DataError(f"{source}: normalizer {norm.get('type')!r} is not BERT's (BertNormalizer with clean_text); "
-                            "add a tokenizer_config.json (tokenizer_class BertTokenizer, do_lower_case) beside it")
-        pre = (data.get("pre_tokenizer") or {}).get("type")
-        if pre != "BertPreTokenizer":
-            raise DataError(f"{source}: pre_tokenizer {pre!r} is not BERT's (BertPreTokenizer)")
-        lowercase = bool(norm.get("lowercase", True))
-        strip_accents = norm.get("strip_accents")
-        chinese = bool(norm.get("handle_chinese_chars", True))
-    else:
-        lowercase, strip_accents, chinese = None, None, True
-
-    added = _config_added_tokens(cfg, cfg_path)
-    if added is None and is_json:
-        added = [t for t in (data.get("added_tokens") or []) if isinstance(t, dict)]
-        if any(not isinstance(t.get("content"), str) or not isinstance(t.get("id"), int) for t in added):
-            raise DataError(f"{source}: added_tokens entries need an integer id and a content string")
-    elif added is None:
-        added = []
-    if is_json:
-        unk = model.get("unk_token", UNK)
-        if unk != names["unk"]:
-            raise DataError(f"{source}: WordPiece unk_token {unk!r} differs from the declared unk_token {names['unk']!r}")
+    config_file = cfg_path if cfg is not None else None
+    wordpiece_class = None if source.endswith(".json") else _check_wordpiece_class(d, cfg, cfg_path)
+    if not source.endswith(".json") and wordpiece_class is None:
+        read_vocab(source)  # a bare vocab.txt: transformers cannot load it; ours, casing guessed (build_tokenizer)
+        return TokenizerSpec(directory=d, vocab_source=source, lowercase=None, strip_accents=None,
+                             tokenize_chinese_chars=True, special_tokens=dict(SPECIAL_KEYS), model_max_length=None,
+                             config_file=None, files=files)
+    have = _source_tokens(source, cfg)
+    at = _auto_tokenizer(d, wordpiece_class)
+    tok = at.backend_tokenizer
+    data = json.loads(tok.to_str())
+    model_type = str((data.get("model") or {}).get("type", "unknown"))
+    declared = {k: getattr(at, f"{k}_token", None) for k in SPECIAL_KEYS}
+    names = {k: str(declared[k]) if declared[k] else SPECIAL_KEYS[k] for k in SPECIAL_KEYS}
+    _check_special_names(names, any(declared.values()), have, source, model_type, d)
+    tok.no_truncation()
+    tok.no_padding()
+    _frame_with_cls_sep(tok, names["cls"], names["sep"], source)
+    added = {t.content for t in tok.get_added_tokens_decoder().values()}
+    tok.add_special_tokens([AddedToken(names[k], special=True) for k in SPECIAL_KEYS if names[k] not in added])
+    ml = getattr(at, "model_max_length", None)
+    max_len = int(ml) if isinstance(ml, (int, float)) and 0 < ml < _UNLIMITED else None
+    bert = _is_bert_wordpiece(data) and (cfg or {}).get("tokenizer_class") not in FILE_TOKENIZER_CLASSES
+    norm = data.get("normalizer") or {}
     return TokenizerSpec(
-        directory=d, vocab_source=source, lowercase=lowercase, strip_accents=strip_accents,
-        tokenize_chinese_chars=chinese, special_tokens=names, model_max_length=max_len,
-        config_file=cfg_path if "tokenizer_config.json" in files else None, files=files, added_tokens=tuple(added),
-    )
-
-
-def spec_vocab(spec: TokenizerSpec) -> dict[str, int]:
-    """token -> id of the spec's vocabulary (tokenizer.json's model vocab, or vocab.txt's lines), checked."""
-    src = spec.vocab_source
-    if src.endswith(".json"):
-        raw = _wordpiece_model(_read_json_object(src), src)["vocab"]
-        ids = sorted(raw.values()) if all(isinstance(i, int) and not isinstance(i, bool) for i in raw.values()) else None
-        if ids != list(range(len(raw))):
-            raise DataError(f"{src}: model.vocab ids must be the integers 0..{len(raw) - 1}, each once")
-        vocab = dict(raw)
-    else:
-        vocab = {t: i for i, t in enumerate(read_vocab(src, specials=()))}
-    missing = [t for t in spec.special_tokens.values() if t not in vocab]
-    if missing:
-        declared = f" (declared in {os.path.basename(spec.config_file)})" if spec.config_file else ""
-        raise DataError(f"{src}: vocabulary lacks the special token(s) {' '.join(missing)}{declared}; a BERT vocab needs "
-                        f"{' '.join(spec.special_tokens[k] for k in SPECIAL_KEYS)}")
-    return vocab
+        directory=d, vocab_source=source, lowercase=bool(norm.get("lowercase")) if bert else _normalizer_lowercases(norm),
+        strip_accents=norm.get("strip_accents") if bert else None,
+        tokenize_chinese_chars=bool(norm.get("handle_chinese_chars", True)) if bert else False,
+        special_tokens=names, model_max_length=max_len, config_file=config_file, files=files,
+        backend="bert" if bert else "file", model_type=model_type, tokenizer=tok)
 
 
 def tokenizer_from_spec(spec: TokenizerSpec, lowercase: bool | None = None) -> Tokenizer:
-    """The BERT WordPiece tokenizer a spec describes, giving ``AutoTokenizer``'s ids.
-
-    ``encode(a)`` / ``encode(a, b)`` add ``[CLS] A [SEP] (B [SEP])`` (the declared names) with
-    token-type ids; no truncation or padding.  ``lowercase`` overrides the declared casing.
-    A ``"file"`` spec gives :func:`_file_tokenizer` (``lowercase`` must then be None).
-    """
-    if spec.backend == "file":
-        if lowercase is not None:
+    """A fresh copy of the spec's tokenizer (``lowercase`` overrides a BERT tokenizer's casing); for a
+    bare vocab.txt, BERT's WordPiece built from it (:func:`build_tokenizer`), casing guessed unless given."""
+    if spec.tokenizer is None:
+        lc = _guess_lowercase(read_vocab(spec.vocab_source)) if lowercase is None else bool(lowercase)
+        return build_tokenizer(spec.vocab_source, lowercase=lc)
+    tok = Tokenizer.from_str(spec.tokenizer.to_str())
+    if lowercase is not None:
+        if spec.backend != "bert":
             raise DataError(f"{spec.vocab_source}: a {spec.model_type} tokenizer used as it is; its own normalizer "
                             "decides the casing (drop the lower-casing option)")
-        return _file_tokenizer(spec)
-    vocab = spec_vocab(spec)
-    names = spec.special_tokens
-    lc = spec.lowercase if lowercase is None else bool(lowercase)
-    if lc is None:
-        lc = _guess_lowercase(sorted(vocab, key=vocab.__getitem__))
-    tok = Tokenizer(WordPiece(vocab, unk_token=names["unk"], continuing_subword_prefix="##",
-                              max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=spec.tokenize_chinese_chars,
-                                                strip_accents=spec.strip_accents, lowercase=lc)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    cls, sep = names["cls"], names["sep"]
-    tok.post_processor = processors.TemplateProcessing(
-        single=[f"{cls}:0", "$A:0", f"{sep}:0"],
-        pair=[f"{cls}:0", "$A:0", f"{sep}:0", "$B:1", f"{sep}:1"],
-        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
-    )
-    where = spec.config_file if spec.config_file and not spec.vocab_source.endswith(".json") else spec.vocab_source
-    for a in sorted(spec.added_tokens, key=lambda t: t["id"]):
-        at = _added_token(a)
-        (tok.add_special_tokens if at.special else tok.add_tokens)([at])
-        if tok.token_to_id(a["content"]) != a["id"]:
-            raise DataError(f"{where}: added token {a['content']!r} is declared with id {a['id']} but gets id "
-                            f"{tok.token_to_id(a['content'])}; the added tokens do not fit the vocabulary")
-    have = {a["content"] for a in spec.added_tokens}
-    tok.add_special_tokens([names[k] for k in SPECIAL_KEYS if names[k] not in have])
-    return tok
-
-
-def _added_token(a: dict) -> AddedToken:
-    return AddedToken(a["content"], single_word=bool(a.get("single_word", False)), lstrip=bool(a.get("lstrip", False)),
-                      rstrip=bool(a.get("rstrip", False)), normalized=bool(a.get("normalized", not a.get("special"))),
-                      special=bool(a.get("special", False)))
-
-
-def _file_tokenizer(spec: TokenizerSpec) -> Tokenizer:
-    """A tokenizer.json used as it is, the way ``transformers.TokenizersBackend`` (v5) /
-    ``PreTrainedTokenizerFast`` (v4) set it up: the file's model, normalizer, pre-tokenizer, added
-    tokens and post-processor unchanged, truncation and padding cleared (transformers clears them per
-    call unless asked), tokenizer_config.json's ``added_tokens_decoder`` entries the file lacks added
-    (each must get its declared id), and a declared special token that is not yet an added token made
-    one (it keeps its id in the vocabulary).
-
-    Two deliberate differences, both one-line DataErrors or documented:
-
-    * a declared special token that is nowhere in the vocabulary is an error (transformers would
-      append it as a new id that no model embedding row was trained for);
-    * a file without a post-processor that frames a text with the declared cls/sep tokens gets ours,
-      ``cls $A sep`` / ``cls $A sep $B sep`` (type ids 0/1, after the file's own post-processor if
-      that one adds no tokens, e.g. ByteLevel offsets): the pipeline's packed rows and fine-tuning
-      inputs are framed that way.  transformers would then encode without cls/sep.  A post-processor
-      that adds other tokens (e.g. ``<s> ... </s>`` with cls_token ``[CLS]``) is an error.
-    """
-    src = spec.vocab_source
-    try:
-        tok = Tokenizer.from_file(src)
-    except Exception as e:  # noqa: BLE001 - the Rust loader's exceptions
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DataError(f"{src}: the tokenizers library cannot load this file ({msg}); expected a tokenizer.json "
-                        "saved by tokenizers/transformers") from None
-    tok.no_truncation()
-    tok.no_padding()
-    have = {t.content for t in tok.get_added_tokens_decoder().values()}
-    where = spec.config_file or src
-    for a in sorted(spec.added_tokens, key=lambda t: t["id"]):
-        if a["content"] in have:
-            continue
-        at = _added_token(a)
-        (tok.add_special_tokens if at.special else tok.add_tokens)([at])
-        if tok.token_to_id(a["content"]) != a["id"]:
-            raise DataError(f"{where}: added token {a['content']!r} is declared with id {a['id']} but gets id "
-                            f"{tok.token_to_id(a['content'])} in {os.path.basename(src)}; the added tokens do not fit "
-                            "the vocabulary")
-        have.add(a["content"])
-    names = spec.special_tokens
-    declared = f"declared in {os.path.basename(spec.config_file)}" if spec.config_file else "the default name"
-    missing = [f"{k}_token {names[k]!r}" for k in SPECIAL_KEYS if tok.token_to_id(names[k]) is None]
-    if missing:
-        raise DataError(f"{src}: no id for the special token(s) {', '.join(missing)} ({declared}); every one of "
-                        f"pad/unk/cls/sep/mask must be in the tokenizer (transformers would append a new, untrained id)")
-    tok.add_special_tokens([AddedToken(names[k], special=True) for k in SPECIAL_KEYS if names[k] not in have])
-    cls, sep = names["cls"], names["sep"]
-    cls_id, sep_id = tok.token_to_id(cls), tok.token_to_id(sep)
-    probe = "a b"
-    plain = tok.encode(probe, add_special_tokens=False).ids
-    framed = tok.encode(probe).ids
-    if framed != [cls_id, *plain, sep_id]:
-        pp = tok.post_processor
-        if pp is not None and pp.num_special_tokens_to_add(False) > 0:
-            raise DataError(f"{src}: post_processor frames a text as {tok.id_to_token(framed[0])!r} ... "
-                            f"{tok.id_to_token(framed[-1])!r}, not with the declared cls_token {cls!r} and sep_token "
-                            f"{sep!r}; expected [CLS] text [SEP] framing (the packed rows use it)")
-        ours = processors.TemplateProcessing(
-            single=[f"{cls}:0", "$A:0", f"{sep}:0"], pair=[f"{cls}:0", "$A:0", f"{sep}:0", "$B:1", f"{sep}:1"],
-            special_tokens=[(cls, cls_id), (sep, sep_id)])
-        tok.post_processor = ours if pp is None else processors.Sequence([pp, ours])
+        norm = json.loads(tok.to_str())["normalizer"]
+        tok.normalizer = normalizers.BertNormalizer(
+            clean_text=norm.get("clean_text", True), handle_chinese_chars=norm.get("handle_chinese_chars", True),
+            strip_accents=norm.get("strip_accents"), lowercase=bool(lowercase))
     return tok
 
 
 def load_tokenizer(path: str | os.PathLike, lowercase: bool | None = None) -> Tokenizer:
     """The one tokenizer-loading path: prepare, prepared data, fine-tuning and export all use it.
 
-    ``path``: a Hugging Face tokenizer/model directory, a prepared-data directory, or a
-    tokenizer.json / vocab.txt file (its directory's tokenizer_config.json and
-    special_tokens_map.json apply).  The ids are ``transformers.AutoTokenizer.from_pretrained``'s:
-    tokenizer.json is preferred over vocab.txt, tokenizer_config.json's ``do_lower_case``,
-    ``strip_accents``, ``tokenize_chinese_chars`` and special-token names are honoured, words over
-    100 characters become the unknown token.  A bare vocab.txt (no config) gets its casing guessed
-    from the vocabulary (no upper-case tokens -> uncased); ``lowercase`` overrides the casing.
+    ``path``: a Hugging Face tokenizer/model directory, a prepared-data directory, a tokendrop run,
+    or a tokenizer.json / vocab.txt file (its directory is loaded).  The tokenizer is
+    ``transformers.AutoTokenizer.from_pretrained(dir).backend_tokenizer`` (see
+    :func:`read_tokenizer_spec`); a bare vocab.txt (no config beside it) gets BERT's WordPiece with
+    the casing guessed from the vocabulary (no upper-case tokens -> uncased).  ``lowercase``
+    overrides a WordPiece tokenizer's casing.
 
-    The result adds ``[CLS]``/``[SEP]`` (and token-type ids for pairs) in ``encode``; use
+    The result adds ``cls A sep (B sep)`` (and token-type ids for pairs) in ``encode``; use
     ``add_special_tokens=False`` for raw pieces.  DataError (one line, naming the file) otherwise.
     """
     return tokenizer_from_spec(read_tokenizer_spec(path), lowercase=lowercase)

@@ -137,6 +137,24 @@ def test_ddp_checkpoint_resumes_under_fsdp(runs, tmp_path):
     assert ckpt_mod.is_sharded(ckpt_mod.read_meta(run / "checkpoints" / "step-00000010"))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel,nproc", [("ddp", 2), ("fsdp", 4)])
+def test_fsdp_checkpoint_resumes_under_ddp_and_at_four_ranks(runs, tmp_path, parallel, nproc):
+    """A 2-rank sharded checkpoint resumed by 2 DDP ranks (consolidated on load), or resharded onto 4
+    FSDP ranks: the same global batches, so the continuation equals the 2-rank FSDP run's to 1e-5."""
+    run = tmp_path / f"{parallel}-{nproc}"
+    shutil.copytree(runs / "fsdp", run)
+    shutil.rmtree(run / "checkpoints" / "step-00000010")
+    p = torchrun("pretrain", "--resume", str(run), "--quiet", "--set", f'train.parallel="{parallel}"', nproc=nproc,
+                 timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    a, b = losses(run), losses(runs / "fsdp")
+    assert len(a) == len(b) == 10 and a[:5] == b[:5]
+    assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)
+    meta = ckpt_mod.read_meta(run / "checkpoints" / "step-00000010")
+    assert (meta.get("sharded") or {}).get("world_size") == (nproc if parallel == "fsdp" else None)
+
+
 def test_fsdp_checkpoint_resumes_in_one_process(runs, tiny_data, tmp_path, capsys):
     run = tmp_path / "one"
     shutil.copytree(runs / "fsdp", run)

@@ -66,6 +66,9 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     pre = _part(out, "pretrain")
     names = {c["name"]: c["ok"] for c in pre["checks"]}
     assert names["torchrun --nproc-per-node 1 runs pretraining with gloo"] is True
+    assert names["torchrun --nproc-per-node 1 runs pretraining with gloo, train.parallel=fsdp (sharded checkpoint)"] is True
+    assert names["the FSDP run wrote a sharded checkpoint"] is True
+    assert pre["data"]["torchrun_fsdp"]["max_abs_loss_diff_vs_ddp"] <= 1e-5  # fp32 on CPU: FSDP equals DDP
     assert any(k.startswith("resumed losses equal") and v is True for k, v in names.items())
     assert pre["data"]["resume"]["max_abs_loss_diff"] == 0.0  # CPU: the resume is exact
     assert (out / "pretrain-dense-metrics.jsonl").is_file() and (out / "pretrain-compare" / "report.md").is_file()

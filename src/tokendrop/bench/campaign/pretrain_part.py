@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 from ... import rundir
+from ...checkpoint import is_sharded, latest, read_meta
+from ...metrics import read_metrics
 from ...config import to_dict
 from ...report import compare_runs
 from ...train import pretrain
@@ -139,29 +141,51 @@ def _resume_check(cfg: CampaignConfig, scratch: Path, budget: Budget, r: PartRes
 
 
 def _torchrun_check(cfg: CampaignConfig, scratch: Path, out: Path, budget: Budget, r: PartResult, log: Log) -> None:
+    """``torchrun --nproc-per-node 1`` twice, the same run with ``train.parallel`` = ddp and = fsdp
+    (FSDP2 with its bf16 policy on CUDA, a sharded checkpoint): both must train; their losses are
+    recorded side by side (fp32 on CPU: equal to 1e-5; bf16 on CUDA: the policies round differently)."""
     p = cfg.pretrain
-    pc = pretrain_config(cfg, p.config, p.overrides, p.torchrun_steps, p.batch_size, "cumulative",
-                         [f"train.eval_every={p.torchrun_steps}", "train.eval_batches=2", "train.log_every=1",
-                          f"train.ckpt_every={p.torchrun_steps}"])
-    job = scratch / "torchrun-job.json"
-    result = scratch / "torchrun-result.json"
-    job.write_text(json.dumps({"config": to_dict(pc), "run_dir": str(scratch / "torchrun"), "device": cfg.device,
-                               "result": str(result)}))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-           "-m", "tokendrop.bench.campaign.torchrun_worker", str(job)]
-    timeout = max(20.0, min(p.torchrun_timeout_s, budget.left() - RESERVE_S))
-    log(f"  torchrun --nproc-per-node 1 ({p.torchrun_steps} steps, timeout {timeout:.0f}s)")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
-    except subprocess.TimeoutExpired as e:
-        rc, tail = None, f"timed out after {timeout:.0f}s: {str(e.stderr or '')[-2000:]}"
-    rundir.atomic_write_text(out / "pretrain-torchrun.log", tail)
-    r.files.append("pretrain-torchrun.log")
-    res = json.loads(result.read_text()) if result.is_file() else {}
-    r.data["torchrun"] = {"command": " ".join(cmd[1:]), "returncode": rc, **res}
     want = "nccl" if cfg.device == "cuda" else "gloo"
-    r.check(f"torchrun --nproc-per-node 1 runs pretraining with {want}",
-            rc == 0 and res.get("backend") == want and res.get("all_reduce_ok") is True
-            and res.get("steps") == p.torchrun_steps,
-            f"exit {rc}, backend {res.get('backend')}, all_reduce {res.get('all_reduce_ok')}, steps {res.get('steps')}")
+    results: dict[str, dict] = {}
+    for parallel in ("ddp", "fsdp"):
+        if results and not budget.allows(RESERVE_S + 30):
+            r.skip(f"torchrun {parallel} run", log)
+            break
+        pc = pretrain_config(cfg, p.config, p.overrides, p.torchrun_steps, p.batch_size, "cumulative",
+                             [f"train.eval_every={p.torchrun_steps}", "train.eval_batches=2", "train.log_every=1",
+                              f"train.ckpt_every={p.torchrun_steps}", f'train.parallel="{parallel}"'])
+        run = scratch / f"torchrun-{parallel}"
+        job, result = scratch / f"torchrun-{parallel}-job.json", scratch / f"torchrun-{parallel}-result.json"
+        job.write_text(json.dumps({"config": to_dict(pc), "run_dir": str(run), "device": cfg.device,
+                                   "result": str(result)}))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+               "-m", "tokendrop.bench.campaign.torchrun_worker", str(job)]
+        timeout = max(20.0, min(p.torchrun_timeout_s, budget.left() - RESERVE_S))
+        log(f"  torchrun --nproc-per-node 1, train.parallel={parallel} ({p.torchrun_steps} steps, timeout {timeout:.0f}s)")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+        except subprocess.TimeoutExpired as e:
+            rc, tail = None, f"timed out after {timeout:.0f}s: {str(e.stderr or '')[-2000:]}"
+        name = "pretrain-torchrun.log" if parallel == "ddp" else f"pretrain-torchrun-{parallel}.log"
+        rundir.atomic_write_text(out / name, tail)
+        r.files.append(name)
+        res = json.loads(result.read_text()) if result.is_file() else {}
+        losses = [x["loss"] for x in read_metrics(run) if "loss" in x] if (run / "metrics.jsonl").is_file() else []
+        res = results[parallel] = {"command": " ".join(cmd[1:]), "returncode": rc, "losses": losses, **res}
+        what = "" if parallel == "ddp" else ", train.parallel=fsdp (sharded checkpoint)"
+        r.check(f"torchrun --nproc-per-node 1 runs pretraining with {want}{what}",
+                rc == 0 and res.get("backend") == want and res.get("all_reduce_ok") is True
+                and res.get("steps") == p.torchrun_steps,
+                f"exit {rc}, backend {res.get('backend')}, all_reduce {res.get('all_reduce_ok')}, steps {res.get('steps')}")
+    r.data["torchrun"] = results.get("ddp", {})
+    if "fsdp" in results:
+        r.data["torchrun_fsdp"] = results["fsdp"]
+        a, b = results["ddp"]["losses"], results["fsdp"]["losses"]
+        diff = max((abs(x - y) for x, y in zip(a, b)), default=None) if len(a) == len(b) and a else None
+        r.data["torchrun_fsdp"]["max_abs_loss_diff_vs_ddp"] = diff
+        last = latest(scratch / "torchrun-fsdp") if (scratch / "torchrun-fsdp").is_dir() else None
+        r.check("the FSDP run wrote a sharded checkpoint", last is not None and is_sharded(read_meta(last)),
+                str(last))
+        r.summary.append(f"torchrun 1 rank: DDP vs FSDP losses differ by at most {diff} over {len(a)} steps"
+                         if diff is not None else "torchrun 1 rank: DDP and FSDP losses not comparable")

@@ -13,6 +13,12 @@ schedules (``tokendrop.schedules``) are evaluated at, and whether the run is fin
   On CUDA the host's clock runs ahead of the device by what is queued (about a step); the final
   synchronisation before the last checkpoint is then counted.
 
+The clock is ``train.budget_clock``'s (``budget_clock``): "wall" (``time.perf_counter``) or "process"
+(``time.process_time``: the CPU seconds of the training process, its torch threads included, its
+data workers not), which a machine shared with other jobs slows down far less than wall time, so
+study arms run while the load changes get comparable budgets.  ``wall_time`` in the metrics and
+checkpoints is then that clock's seconds.
+
 Under DDP the ranks must agree on p (the learning rate) and on when to stop: rank 0's reading is
 broadcast every step in a time-budgeted run (``agree``); a fixed-length run needs nothing.
 """
@@ -20,6 +26,7 @@ broadcast every step in a time-budgeted run (``agree``); a fixed-length run need
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
@@ -81,4 +88,11 @@ class RunLength:
         return float(t.item())
 
 
-__all__ = ["parse_duration", "RunLength"]
+def budget_clock(train_cfg):
+    """The seconds clock of ``train.budget_clock``: ``time.perf_counter`` ("wall") or
+    ``time.process_time`` ("process": CPU seconds of this process, all its threads; forked data
+    workers are not counted), looked up when called so tests can substitute a fake one."""
+    return time.process_time if train_cfg.budget_clock == "process" else time.perf_counter
+
+
+__all__ = ["parse_duration", "RunLength", "budget_clock"]

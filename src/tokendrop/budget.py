@@ -14,6 +14,12 @@ schedules (``tokendrop.schedules``) are evaluated at, and whether the run is fin
   On CUDA the host's clock runs ahead of the device by what is queued (about a step); the final
   synchronisation before the last checkpoint is then counted.
 
+The clock is ``train.budget_clock``'s (``budget_clock``): "wall" (``time.perf_counter``) or "process"
+(``time.process_time``: the CPU seconds of the training process, its torch threads included, its
+data workers not), which a machine shared with other jobs slows down far less than wall time, so
+study arms run while the load changes get comparable budgets.  ``wall_time`` in the metrics and
+checkpoints is then that clock's seconds.
+
 Under DDP the ranks must agree on p (the learning rate) and on when to stop: rank 0's reading is
 broadcast every step in a time-budgeted run (``agree``); a fixed-length run needs nothing.
 
@@ -40,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import time
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -201,5 +208,12 @@ def resolved_train(train_cfg, num_sequences: int, seq_len: int, world: int = 1):
     return train_cfg if r is None else dataclasses.replace(train_cfg, **r.updates(train_cfg))
 
 
+def budget_clock(train_cfg):
+    """The seconds clock of ``train.budget_clock``: ``time.perf_counter`` ("wall") or
+    ``time.process_time`` ("process": CPU seconds of this process, all its threads; forked data
+    workers are not counted), looked up when called so tests can substitute a fake one."""
+    return time.process_time if train_cfg.budget_clock == "process" else time.perf_counter
+
+
 __all__ = ["parse_duration", "parse_tokens", "resolved_train", "steps_for_tokens", "steps_per_epoch", "resolve_length",
-           "ResolvedLength", "RunLength"]
+           "ResolvedLength", "RunLength", "budget_clock"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from .budget import parse_duration, parse_tokens
 from .errors import TokendropError
-from .schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS
+from .schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS, train_recipe_error
 
 
 class ConfigError(TokendropError, ValueError):
@@ -393,6 +393,11 @@ class DataConfig:
     mask_schedule: str = "linear"
     num_workers: int = 1  # background batch-building processes
     prefetch: int = 4  # batches buffered per worker
+    # sequence-length warm-up (tokendrop.schedules, docs/design.md "Schedules"): train at lengths
+    # from seq_len_start (a divisor of T; 0 = off) up to T over the first seq_len_warmup_share of the
+    # run; each packed sequence is cut into T/L framed pieces of length L (packed data only)
+    seq_len_start: int = 0
+    seq_len_warmup_share: float = 0.1
 
     @property
     def mask_prob_start(self) -> float:
@@ -427,6 +432,12 @@ class DataConfig:
             raise ConfigError(f"data.mask_schedule: expected one of {', '.join(DECAYS)}, got {self.mask_schedule!r}")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers: expected >= 0, got {self.num_workers}")
+        if self.seq_len_start < 0 or (self.seq_len and self.seq_len_start > self.seq_len):
+            raise ConfigError(f"data.seq_len_start: expected a length in (0, data.seq_len] (0 = no warm-up), "
+                              f"got {self.seq_len_start}")
+        if self.seq_len_start and not 0.0 < self.seq_len_warmup_share < 1.0:
+            raise ConfigError(f"data.seq_len_warmup_share: the warm-up's share of the run {self.seq_len_warmup_share} "
+                              "lies outside (0, 1); expected e.g. 0.1")
         self._validate_mixture()
 
     def _validate_mixture(self) -> None:
@@ -443,6 +454,9 @@ class DataConfig:
                 raise ConfigError(f"data.weights[{i}]: expected a positive weight, got {w}")
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(f"data.paths: a directory is listed twice ({self.paths}); give it a larger weight instead")
+        if self.paths and self.seq_len_start:
+            raise ConfigError("data.seq_len_start: the sequence-length warm-up is not available with a mixture "
+                              "(data.paths) yet; train on one directory (data.path) or set data.seq_len_start = 0")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -499,6 +513,15 @@ class TrainConfig:
     # a step whose gradient norm is not finite is skipped (no update; counted and logged); this many
     # in a row stop the run with an error (its weights are never saved as a checkpoint)
     max_nonfinite_steps: int = 3
+    # global batch warm-up (ModernBERT's; tokendrop.schedules): from batch_warmup_start sequences
+    # (0 = off) up to batch_size over batch_warmup_tokens tokens or the batch_warmup_share of the run,
+    # by the number of micro-batches accumulated per step
+    batch_warmup_start: int = 0
+    batch_warmup_tokens: int = 0
+    batch_warmup_share: float = 0.0
+    # the clock train.time_budget is measured with: "wall" (elapsed seconds) | "process" (CPU
+    # seconds of the training process: fair between runs on a machine whose load changes)
+    budget_clock: str = "wall"
 
     def __post_init__(self) -> None:
         if self.steps == 0 and not (self.time_budget or self.tokens or self.epochs):
@@ -574,6 +597,8 @@ class TrainConfig:
             raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
         if self.parallel not in ("ddp", "fsdp"):
             raise ConfigError(f"train.parallel: expected ddp or fsdp, got {self.parallel!r}")
+        if err := train_recipe_error(self):  # tokendrop.schedules: batch warm-up and budget clock
+            raise ConfigError(err)
 
 
 @dataclass

@@ -177,6 +177,32 @@ def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop:
             + (extra if k % drop.consistency_every == 0 else 0) for k in range(train_steps)]
 
 
+class RunFlops:
+    """The FLOPs a run has spent, step by step: each step at its own length L (a sequence-length
+    warm-up), number of sequences (a batch warm-up: batch T / L pieces), kept rows (random_ltd's
+    schedule relative to L) and ScTD's dense pass on its steps; stage-2 / dense steps at full cost.
+    ``total`` is the sum over the steps taken (``add``); checkpoints keep it for a resumed run."""
+
+    def __init__(self, model: ModelConfig, drop: DropConfig | None, total: int = 0):
+        self.model, self.drop, self.total = model, drop if drop is not None and drop.enabled else None, int(total)
+        self._cache: dict[tuple, int] = {}
+
+    def step(self, seq_len: int, rows: int, dropping: bool, kept: int | None = None, consistency: bool = False) -> int:
+        """FLOPs of one step over ``rows`` sequences of ``seq_len`` tokens."""
+        key = (seq_len, rows, dropping, kept, consistency)
+        if key not in self._cache:
+            f = step_flops(self.model, seq_len, rows, self.drop if dropping else None, kept=kept).total
+            if consistency:
+                f += consistency_flops(self.model, seq_len, rows)
+            self._cache[key] = f
+        return self._cache[key]
+
+    def add(self, seq_len: int, rows: int, dropping: bool, kept: int | None = None, consistency: bool = False) -> int:
+        f = self.step(seq_len, rows, dropping, kept, consistency)
+        self.total += f
+        return f
+
+
 def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only: bool = False,
                masked_dense_local: bool = False) -> float:
     """FLOPs with dropping / FLOPs of the dense model (1 / the best possible speedup)."""

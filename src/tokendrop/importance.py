@@ -72,6 +72,7 @@ class TokenSelector(nn.Module):
         self.beta = drop.beta
         self.keep_mlm_targets = drop.keep_mlm_targets
         self.seq_len = seq_len
+        self._drop = drop
         self.num_kept = drop.num_kept(seq_len)
         self.num_random = int(drop.half_random_frac * seq_len) if drop.method == "half_random" else 0
         if self.num_random > self.num_kept:  # DropConfig.validate refuses this for every T; a direct caller too
@@ -135,15 +136,16 @@ class TokenSelector(nn.Module):
     def select(self, input_ids: Tensor, mlm_positions: Tensor | None = None, mlm_weights: Tensor | None = None) -> Tensor:
         """input_ids (B, T) -> keep_idx (B, M), ascending."""
         b, t = input_ids.shape
-        m = self.num_kept
+        m, j = self.num_kept, self.num_random
+        if t != self.seq_len:  # a sequence-length warm-up's shorter pieces: the same rate of them
+            m, j = self._drop.num_kept(t), (int(self._drop.half_random_frac * t) if j else 0)
         s = self.position_scores(input_ids, mlm_positions, mlm_weights)
         if self.method == "random":
             u = torch.rand((b, t), generator=self._gen(input_ids.device), device=input_ids.device)
             s = torch.where(s >= PIN_HIGH, 2.0, torch.where(s <= PIN_LOW, -1.0, u))
             return stable_topk_positions(s, m)
-        if self.method != "half_random" or self.num_random == 0:
+        if self.method != "half_random" or j == 0:
             return stable_topk_positions(s, m)
-        j = self.num_random
         order = torch.sort(s, dim=1, descending=True, stable=True).indices  # (B, T)
         head = order[:, : m - j]  # deterministic part: ranks 1..M-J
         pool = order[:, m - j :]  # ranks M-J+1..T

@@ -15,6 +15,11 @@ depends on (k, p) only, so a resumed run and an uninterrupted one compute the sa
                     q = (p - (1 - d)) / d and s = 1 - sqrt(q) ("1-sqrt", Hägele et al. 2024, as
                     ModernBERT) or s = 1 - q ("linear")
     masking rate:   linear or cosine from data.mask_prob[0] to data.mask_prob[1]
+    sequence length (data.seq_len_start L0 > 0, share h): L(p) = the largest divisor d of T with
+                    L0 <= d <= L0 + (T - L0) min(1, p / h)   (L0 divides T; T from p >= h on)
+    global batch (train.batch_warmup_start B0 > 0): B = B0 + (B_T - B0) r, floored to a multiple
+                    of the unit u (micro-batch x ranks), r = min(1, p / h) (share h) or
+                    min(1, tokens_seen / N) (N = train.batch_warmup_tokens)
 (p is clamped to [0, 1] everywhere.)  docs/design.md "Schedules" has the same formulas.
 """
 
@@ -118,6 +123,91 @@ class ValueSchedule:
         return self.start if self.constant else decay(self.kind, p, self.start, self.end)
 
 
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def seq_len_at(p: float, start: int, share: float, seq_len: int) -> int:
+    """Sequence-length warm-up: the largest divisor of ``seq_len`` between ``start`` (which divides
+    it) and the linear ramp ``start + (seq_len - start) min(1, p / share)``; ``seq_len`` when off."""
+    if start <= 0 or start >= seq_len:
+        return seq_len
+    target = start + (seq_len - start) * min(1.0, _clamp(p) / share)
+    return max(d for d in divisors(seq_len) if start <= d <= target + 1e-9)
+
+
+def batch_at(ramp: float, start: int, final: int, unit: int) -> int:
+    """Batch-size warm-up: ``start + (final - start) ramp`` floored to a multiple of ``unit``, at
+    least ``start`` (``ramp`` in [0, 1]; ``start`` and ``final`` are multiples of ``unit``)."""
+    b = start + (final - start) * _clamp(ramp)
+    return max(start, min(final, int(b + 1e-9) // unit * unit))
+
+
+@dataclass(frozen=True)
+class SeqLenWarmup:
+    """``data.seq_len_start`` / ``data.seq_len_warmup_share`` resolved for a run of length ``seq_len``."""
+
+    start: int
+    share: float
+    seq_len: int
+
+    @property
+    def active(self) -> bool:
+        return 0 < self.start < self.seq_len
+
+    def at(self, p: float) -> int:
+        return seq_len_at(p, self.start, self.share, self.seq_len) if self.active else self.seq_len
+
+    def lengths(self) -> list[int]:
+        """Every length the run trains at (the compiled shapes)."""
+        return [d for d in divisors(self.seq_len) if self.start <= d] if self.active else [self.seq_len]
+
+
+@dataclass(frozen=True)
+class BatchWarmup:
+    """``train.batch_warmup_*`` resolved: the global batch grows from ``start`` to ``final`` over the
+    share ``share`` of the run, or over its first ``tokens`` tokens, in multiples of ``unit``."""
+
+    start: int
+    final: int
+    unit: int
+    share: float = 0.0
+    tokens: int = 0
+
+    @property
+    def active(self) -> bool:
+        return 0 < self.start < self.final
+
+    def ramp(self, p: float, tokens_seen: int) -> float:
+        if self.tokens:
+            return min(1.0, tokens_seen / self.tokens)
+        return min(1.0, _clamp(p) / self.share)
+
+    def at(self, p: float, tokens_seen: int = 0) -> int:
+        """The global batch (sequences) of the step taken at progress ``p`` after ``tokens_seen`` tokens."""
+        return batch_at(self.ramp(p, tokens_seen), self.start, self.final, self.unit) if self.active else self.final
+
+
+BUDGET_CLOCKS = ("wall", "process")
+
+
+def train_recipe_error(tc) -> str:
+    """The one-line error of a ``TrainConfig``'s batch warm-up / budget clock fields ("" if valid)."""
+    if tc.budget_clock not in BUDGET_CLOCKS:
+        return f"train.budget_clock: expected one of {', '.join(BUDGET_CLOCKS)}, got {tc.budget_clock!r}"
+    if not 0 <= tc.batch_warmup_start <= tc.batch_size:
+        return (f"train.batch_warmup_start: expected a global batch in (0, train.batch_size={tc.batch_size}] "
+                f"(0 = no warm-up), got {tc.batch_warmup_start}")
+    if tc.batch_warmup_tokens < 0:
+        return f"train.batch_warmup_tokens: expected a number of tokens >= 0, got {tc.batch_warmup_tokens}"
+    if not 0.0 <= tc.batch_warmup_share < 1.0:
+        return f"train.batch_warmup_share: the warm-up's share of the run {tc.batch_warmup_share} lies outside (0, 1)"
+    if tc.batch_warmup_start and (tc.batch_warmup_tokens > 0) == (tc.batch_warmup_share > 0):
+        return ("train.batch_warmup_tokens / train.batch_warmup_share: a batch warm-up lasts either a number of "
+                "tokens or a share of the run; set exactly one")
+    return ""
+
+
 def lr_schedule(train_cfg) -> LRSchedule:
     """The LR schedule of a ``TrainConfig``."""
     share = 0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)  # ratio of a time budget
@@ -131,4 +221,4 @@ def mask_schedule(data_cfg) -> ValueSchedule:
 
 
 __all__ = ["linear", "cosine", "decay", "warmup_ramp", "lr_linear_steps", "wsd_shape", "LRSchedule", "ValueSchedule",
-           "lr_schedule", "mask_schedule", "DECAYS", "LR_SCHEDULES", "WSD_DECAYS"]
+           "lr_schedule", "mask_schedule", "divisors", "seq_len_at", "batch_at", "SeqLenWarmup", "BatchWarmup", "train_recipe_error", "BUDGET_CLOCKS", "DECAYS", "LR_SCHEDULES", "WSD_DECAYS"]

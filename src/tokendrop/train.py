@@ -31,10 +31,10 @@ from torch import Tensor, nn
 from . import checkpoint as ckpt_mod
 from . import checkpoint_sharded as sharded_ckpt
 from . import rundir
-from .budget import RunLength, resolved_train
+from .budget import RunLength, budget_clock, resolved_train
 from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
-from .flops import step_flops
+from .flops import RunFlops, step_flops
 from .random_ltd import ltd_kept_at
 from .consistency import ClsTaps, consistency_term
 from .continued import warm_start
@@ -46,6 +46,7 @@ from .model import BertForMaskedLM, build_model, num_parameters
 from .parallel import Dist, Parallel, autocast_for, grad_norm, init_distributed, wrap
 from .runtime import adamw, autocast_dtype, resolve_device
 from .schedules import lr_linear_steps, lr_schedule, mask_schedule
+from .warmups import StepPlan, default_micro_batch
 
 
 class TrainingError(TokendropError, RuntimeError):
@@ -252,7 +253,9 @@ _RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.star
                  "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "drop.ltd_start_fraction",
                  "drop.ltd_schedule_share", "drop.ltd_schedule", "drop.ltd_step", "drop.consistency_weight",
                  "drop.consistency_every", "data.mask_prob", "data.mask_schedule",
-                 "train.batch_size", "train.seed")  # data.path: check_resume_data (the data may move)
+                 "train.batch_size", "train.seed", "data.seq_len_start", "data.seq_len_warmup_share",
+                 "train.batch_warmup_start", "train.batch_warmup_tokens", "train.batch_warmup_share",
+                 "train.budget_clock")  # data.path: check_resume_data (the data may move)
 _RESUME_FREE = ("model.attention_backend",)  # inside a fixed section, but execution only: may change
 
 
@@ -423,8 +426,9 @@ def pretrain(
     ``overwrite``: start over in an existing run directory (only one tokendrop marked as a run and
     that holds none of the run's inputs; ``tokendrop.rundir.prepare_output``).  The run directory is
     locked (rank 0) for the whole call: a second writer fails at once with "... in use by pid N".
-    ``clock``: the seconds clock training time is measured with (``time.perf_counter``; tests pass a
-    fake one to check ``train.time_budget`` without sleeping).
+    ``clock``: the seconds clock training time is measured with (default ``train.budget_clock``'s:
+    ``time.perf_counter`` or ``time.process_time``; tests pass a fake one to check
+    ``train.time_budget`` without sleeping).
     """
     cfg.validate()
     run_dir = Path(out_dir)
@@ -434,7 +438,7 @@ def pretrain(
     threads = torch.get_num_threads()
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
-            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or time.perf_counter)
+            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train))
     finally:
         torch.set_num_threads(threads)  # train.threads applies to this run only
         if dd.owns_group:
@@ -456,7 +460,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if tc.batch_size % dd.world:
         raise ConfigError(f"train.batch_size: {tc.batch_size} is not divisible by the {dd.world} ranks")
     per_rank = tc.batch_size // dd.world
-    micro_bs = tc.micro_batch_size or per_rank
+    micro_bs = tc.micro_batch_size or default_micro_batch(cfg, per_rank, dd.world)
     if per_rank % micro_bs:
         raise ConfigError(f"train.micro_batch_size: {micro_bs} does not divide the per-rank batch {per_rank}")
     accum = per_rank // micro_bs
@@ -557,6 +561,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                        shuffle=True, loop=True, variable_rate=not masks.constant)
     if loader_state is not None:
         loader.load_state_dict(loader_state)
+    shapes = StepPlan(cfg, T, data.packed, micro_bs, dd.world)  # sequence-length / batch warm-ups (tokendrop.warmups)
+    run_flops = RunFlops(cfg.model, cfg.drop, meta_in.get("flops", 0) if meta_in else 0)
 
     def eval_batches():
         return MLMLoader(data, split="eval", batch_size=micro_bs, seed=tc.seed, mask_prob=cfg.data.mask_prob_end,
@@ -610,7 +616,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             for r, t in enumerate(ranks):
                 tensors.update({f"{k}.rank{r}": v for k, v in t.items()})
         meta = {"config": to_dict(cfg), "data_position": loader.state_dict(), "optimizer_param_groups": groups,
-                "wall_time": wall, "data_fingerprint": data_fp}  # data_fp: what --resume accepts as the same data
+                "wall_time": wall, "data_fingerprint": data_fp, "flops": run_flops.total}  # data_fp: what --resume accepts as the same data
         try:
             if par.sharded:  # collective: every rank writes its shards
                 return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, tc.keep_checkpoints, dd)
@@ -622,6 +628,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
 
     wall = float(meta_in.get("wall_time", 0.0)) if meta_in else 0.0
     tokens_done = 0
+    tokens_pending = 0  # tokens of the steps since the last host wait (tokens_per_s)
     train_time = 0.0
     history: list[dict[str, Any]] = []
     # non-finite steps (skipped by MLMStep), counted on the device: the current streak, the longest
@@ -648,13 +655,18 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             p = length.progress(step, used)  # every schedule is a function of (step, p)
             if not masks.constant:
                 loader.set_mask_rate(masks.at(p))
+            shape = shapes.at(p, loader.sequences_consumed * T)
+            if shape.seq_len != loader.piece_len:
+                loader.set_seq_len(shape.seq_len)
             micro = []
-            for _ in range(accum):
+            for _ in range(shape.micro):
                 mb = next(it)
                 micro.append({k: v.to(device, non_blocking=True) for k, v in mb.items()})
             dropping = dropping_at(cfg, length, step, p)
             lr = lrs.at(step, p)
-            kept = _kept(cfg, T, step, p)  # rows kept in the drop span (random_ltd: its schedule)
+            kept = _kept(cfg, shape.seq_len, step, p)  # rows kept in the drop span (random_ltd: its schedule)
+            f_step = run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept,
+                                   dropping and cfg.drop.consistency_weight > 0 and step % cfg.drop.consistency_every == 0)
             out = step_fn(micro, lr, dropping, step, p)
             bad = (~out["finite"]).long()
             nf[0] = (nf[0] + 1) * bad
@@ -662,7 +674,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             nf[2] += bad
             step += 1
             pending += 1
-            tokens_done += tc.batch_size * T
+            tokens_done += shape.batch * T
+            tokens_pending += shape.batch * T
             used = length.agree(wall + clock() - t_mark, dd.world)  # DDP: rank 0's clock decides
             finished = length.finished(step, used)
             is_log = step % tc.log_every == 0 or finished
@@ -685,6 +698,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                     torch.cuda.synchronize()
                 elapsed = clock() - t_mark
                 dt = elapsed / pending
+                tok_s = tokens_pending / elapsed if elapsed > 0 else 0.0
+                tokens_pending = 0
                 train_time += elapsed
                 wall += elapsed
                 pending = 0
@@ -700,10 +715,11 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
             if is_log:
                 rec = {"step": step, "loss": out["loss"].item(), "acc": out["acc"].item(),
                        "lr": lr, "grad_norm": out["grad_norm"].item(),
-                       "kept_fraction": kept / T if dropping else 1.0, "dropping": dropping,
-                       "step_time": dt, "tokens_per_s": tc.batch_size * T / dt, "wall_time": wall,
-                       "flops_per_step": (step_flops(cfg.model, T, tc.batch_size, cfg.drop, kept=kept)
-                                          if dropping else flops_dense).total, "skipped_steps": skipped}
+                       "kept_fraction": kept / shape.seq_len if dropping else 1.0, "dropping": dropping,
+                       "step_time": dt, "tokens_per_s": tok_s, "wall_time": wall,
+                       "flops_per_step": f_step, "flops": run_flops.total, "skipped_steps": skipped}
+                if shapes.active:
+                    rec.update(seq_len=shape.seq_len, batch_size=shape.batch)
                 if not masks.constant:
                     rec["mask_prob"] = loader.mask_rate
                 rec.update(realised(loader.state_dict()))  # a mixture's shares drawn so far: mix_0, mix_1, ...
@@ -715,7 +731,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                     pbar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
             if is_eval and evaluates and has_eval:
                 last_eval = evaluate_mlm(model, eval_batches(), device, amp, tc.eval_batches)
-                rec = {"step": step, "wall_time": wall, **last_eval}
+                rec = {"step": step, "wall_time": wall, "flops": run_flops.total, **last_eval}
                 log.write(rec)
                 history.append(rec)
             if is_ckpt and streak:  # the weights are those before the streak; no checkpoint until it ends
@@ -738,7 +754,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     loader.close()
     if dd.main:
         log.write({"step": step, "event": "interrupted" if interrupted else "end", "wall_time": wall,
-                   "skipped_steps": int(nf[2])})
+                   "skipped_steps": int(nf[2]), "flops": run_flops.total,
+                   "tokens": loader.sequences_consumed * T})
     log.close()
     if dd.main and not interrupted:
         from .report import write_run_report

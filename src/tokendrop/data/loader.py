@@ -21,6 +21,9 @@ A ``variable_rate`` loader (a masking-rate schedule) draws every sequence at ``m
 largest rate, exactly as above, remembers each slot's rank in the draw and, when a batch is taken,
 cuts it to the rate last given to ``set_mask_rate`` (``cut_to_rate``: the k = round(rate * n)
 slots of lowest rank stay, the others get their ids back), so the rate is exact with workers.
+A sequence-length warm-up (``set_seq_len(L)``, L < T, packed data) cuts the batch taken next into
+framed pieces of length L and masks those (``tokendrop.data.pieces``); the consumer builds such a
+batch itself from the memory-mapped rows (the workers' full-length batch of that step is unused).
 
 Resume.  ``state_dict()`` describes the next batch to be *yielded* (prefetched batches are not
 counted); ``load_state_dict()`` makes iteration continue with exactly that batch, also with a
@@ -42,6 +45,7 @@ exhausted, closed or garbage-collected, on ``close()``, and at interpreter exit 
 
 from __future__ import annotations
 
+import copy
 import math
 import multiprocessing as mp
 import os
@@ -56,6 +60,7 @@ import numpy as np
 import torch
 
 from . import DataError
+from .pieces import MIN_PIECE, PIECE_DOMAIN, frame_pieces, piece_keys
 from .prepare import PreparedData
 
 _PERM_KEY = 0x5EED
@@ -156,10 +161,11 @@ def _rng(seed: int, epoch: int, index: int, domain: int) -> np.random.Generator:
 
 def build_batch(
     seqs: np.ndarray, indices: np.ndarray, masker: MLMMasker, seed: int, epoch: int, domain: int = 0,
-    ranked: bool = False,
+    ranked: bool = False, keys: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Compact numpy batch for ``indices`` (-1 = placeholder row with zero weights).  ``ranked``: also
-    ``mlm_rank`` (B,P; -1 for unused slots) and ``num_maskable`` (B,), for ``cut_to_rate``."""
+    ``mlm_rank`` (B,P; -1 for unused slots) and ``num_maskable`` (B,), for ``cut_to_rate``.  ``keys``:
+    the generator index of each row (default ``indices``; warm-up pieces, ``tokendrop.data.pieces``)."""
     B = len(indices)
     P = masker.num_slots
     valid = indices >= 0
@@ -182,7 +188,7 @@ def build_batch(
     for i in range(B):
         if not valid[i]:
             continue
-        rng = _rng(seed, epoch, int(indices[i]), domain)
+        rng = _rng(seed, epoch, int(indices[i] if keys is None else keys[i]), domain)
         if ranked:
             ids, p, l, r, num[i] = masker.mask_row_ranked(rows[i], rng, maskable[i])
             rank[i, : len(r)] = r
@@ -465,6 +471,8 @@ class MLMLoader:
         self.num_slots = self.masker.num_slots
         self.variable_rate = bool(variable_rate)
         self.mask_rate = self.masker.mask_prob
+        self.piece_len = self.seq_len  # < seq_len: a sequence-length warm-up's pieces (set_seq_len)
+        self._piece_maskers: dict[int, MLMMasker] = {}
         self._domain = _EVAL_DOMAIN if split == "eval" else 0
         N = self.data.num_sequences(split)
         make_plan = getattr(self.data, "make_plan", None)  # a data mixture (tokendrop.data.mixture) brings its own
@@ -552,6 +560,40 @@ class MLMLoader:
                             f"sizes the prediction slots), got {rate}")
         self.mask_rate = float(rate)
 
+    @property
+    def sequences_consumed(self) -> int:
+        """Sequences all ranks have taken since the start of the run (whole epochs included)."""
+        return (self._epoch * self._plan.steps_per_epoch + self._step) * self._plan.G
+
+    def set_seq_len(self, length: int) -> None:
+        """The length of the sequences taken from now on: T, or a divisor L of T (packed data only):
+        each sequence becomes T/L framed pieces of length L (``tokendrop.data.pieces``)."""
+        length = int(length)
+        if length != self.seq_len and (not self.data.packed or length < MIN_PIECE or self.seq_len % length):
+            raise DataError(f"set_seq_len: expected {self.seq_len} or a divisor of it >= {MIN_PIECE} of packed data, "
+                            f"got {length} ({'packed' if self.data.packed else 'unpacked'} data)")
+        self.piece_len = length
+
+    def _piece_batch(self, seqs, e: int, s: int) -> dict[str, torch.Tensor]:
+        """Batch (e, s) as framed pieces of length ``piece_len``, masked on the pieces."""
+        L = self.piece_len
+        if L not in self._piece_maskers:
+            m = copy.copy(self.masker)
+            m.seq_len, m.num_slots = L, num_prediction_slots(L, self.masker.mask_prob)
+            self._piece_maskers[L] = m
+        m = self._piece_maskers[L]
+        idx = self._plan.indices(e, s)  # training loops: no placeholder rows
+        rows = frame_pieces(np.asarray(seqs[idx]), L, self.data.special_ids["cls"], self.data.special_ids["sep"])
+        b = build_batch(rows, np.arange(len(rows)), m, self.seed, e, PIECE_DOMAIN + L, ranked=self.variable_rate,
+                        keys=piece_keys(idx, self.seq_len, L))
+        if self.variable_rate:
+            b = cut_to_rate(b, self.mask_rate, m.num_slots)
+        return self._to_torch(b["input_ids"], b["mlm_positions"], b["mlm_labels"], b["mlm_weights"])
+
+    def _take(self, v: dict[str, np.ndarray]) -> dict[str, torch.Tensor] | None:
+        """A worker's batch, or None while pieces are taken (built by the consumer instead)."""
+        return None if self.piece_len != self.seq_len else self._views_to_torch(v)
+
     # ---- iteration
     def _to_torch(self, inp, pos, lab, wts) -> dict[str, torch.Tensor]:
         """Tensors owning their memory (the inputs may be views of a shared slot that is reused)."""
@@ -608,17 +650,22 @@ class MLMLoader:
                     return
                 if self.num_workers == 0:
                     e, s = self._epoch, self._step
-                    b = self._plan.batch(seqs, e, s, self.masker, self._domain, self.variable_rate)
-                    out = self._views_to_torch(b)
+                    if self.piece_len != self.seq_len:
+                        out = self._piece_batch(seqs, e, s)
+                    else:
+                        b = self._plan.batch(seqs, e, s, self.masker, self._domain, self.variable_rate)
+                        out = self._views_to_torch(b)
                 else:
                     if self._workers is None:
                         self._workers = _Workers(self, self._epoch, self._step)
-                    item = self._workers.next(self._views_to_torch)
+                    item = self._workers.next(self._take)
                     if item is None:
                         return
                     e, s, out = item
                     if (e, s) != (self._epoch, self._step):  # guards the ordering invariant
                         raise RuntimeError(f"data workers out of sync: got batch {(e, s)}, expected {(self._epoch, self._step)}")
+                    if out is None:
+                        out = self._piece_batch(seqs, e, s)
                 self._advance()
                 yield out
         finally:

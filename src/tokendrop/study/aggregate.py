@@ -55,7 +55,11 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     if cfg.drop.enabled and (cfg.drop.per_layer or cfg.drop.consistency_weight > 0):
         cum = [0, *itertools.accumulate(dropping_step_flops(cfg.model, T, bs, cfg.drop, cfg.train.steps)[:s2])]
 
+    logged = {r["step"]: r["flops"] for r in train + evals + events if "flops" in r}  # the run's own count
+
     def cum_flops(step: float) -> float:
+        if step in logged:  # every step at its own length, batch and kept count (warm-ups, time budgets)
+            return logged[step]
         if cum is not None:
             return cum[min(int(step), s2)] + f_dense * max(0.0, step - s2)
         return f_drop * min(step, s2) + f_dense * max(0.0, step - s2)
@@ -73,7 +77,7 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     init_s = sum(float(e.get("seconds", 0.0)) for e in events if e.get("event") == "init_done")
     return RunResult(
         run_dir=str(run_dir), method=method, seed=seed, steps=steps, git_revision=trained_at, seq_len=T,
-        batch_size=bs, tokens=steps * bs * T, wall_time_s=wall, tokens_per_s=tps,
+        batch_size=bs, tokens=int(ends[-1].get("tokens", steps * bs * T)) if ends else steps * bs * T, wall_time_s=wall, tokens_per_s=tps,
         flops_per_step={"dropping": f_drop, "dense": f_dense}, stage2_start=s2, total_flops=cum_flops(steps),
         final_eval_loss=final.get("eval_loss", float("nan")), final_eval_acc=final.get("eval_acc", float("nan")),
         curve=curve, params=start.get("params"), drop=dataclasses.asdict(cfg.drop),

@@ -117,7 +117,7 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
     # every dropping method against the baseline: where did it not reach the baseline?
     rows = []
     for n in res.order:
-        if n == "baseline" or not M[n].group or M[n].group == "baseline":
+        if n == "baseline" or not M[n].group or M[n].group in ("baseline", "schedule"):  # schedule: dense arms
             continue
         ds, bs = dstat(n), dstat("baseline")
         if ds and bs:

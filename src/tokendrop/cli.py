@@ -86,7 +86,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from .hf import export_hf
+    from .pretrained import export_hf
 
     out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
     print(f"exported to {out} (load with transformers.BertForMaskedLM.from_pretrained)")

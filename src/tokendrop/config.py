@@ -58,6 +58,7 @@ MODEL_FAMILIES = ("bert", "modernbert")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 DOCUMENT_ATTENTION = ("auto", "on", "off")
 CLASSIFIER_POOLING = ("cls", "mean")
+ATTENTION_BACKENDS = ("auto", "sdpa", "flex")  # how attention runs (tokendrop.attention)
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
@@ -180,17 +181,10 @@ class ModelConfig:
         if self.family == "bert" and self.classifier_pooling != "cls":
             raise ConfigError(f"model.classifier_pooling: {self.classifier_pooling!r} is for family modernbert; BERT "
                               "classifies from its pooler ([CLS]): use \"cls\"")
-        from .attention import ATTENTION_BACKENDS, flex_available
-
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(f"model.attention_backend: expected one of {', '.join(ATTENTION_BACKENDS)}, "
                               f"got {self.attention_backend!r}")
-        if self.attention_backend == "flex":
-            if not flex_available():
-                import torch
-
-                raise ConfigError(f"model.attention_backend: flex needs FlexAttention (torch >= 2.5, this is "
-                                  f"{torch.__version__}); use auto or sdpa")
+        if self.attention_backend == "flex":  # FlexAttention's presence: tokendrop.attention.check_flex_available
             if self.attention_dropout:
                 raise ConfigError(f"model.attention_backend: flex has no attention dropout but model.attention_dropout "
                                   f"= {self.attention_dropout}; set it to 0 or use attention_backend = auto")

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from .config import LOSS_METHODS, Config, ConfigError
+from .schedules import lr_linear_steps
 
 # the loader seed offset of the warm-up streams (never equal to the training stream's)
 WARMUP_SEED_OFFSET = 7919
@@ -116,8 +117,6 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
     AdamW on the head's parameters, linear warm-up over the first 10% then linear decay to 0.
     -> the per-step MLM losses.  Every parameter's ``requires_grad`` is as before on return.
     """
-    from .train import lr_at
-
     params = model.head_parameters()
     head = {id(p) for p in params}
     frozen = [p for p in model.parameters() if id(p) not in head and p.requires_grad]
@@ -137,7 +136,7 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
         for step in range(steps):
             mb = {k: v.to(device) for k, v in next(batches).items()}
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, lr, warm, steps)
+                g["lr"] = lr_linear_steps(step, lr, warm, steps)
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 with torch.no_grad():
                     h = model.hidden(mb["input_ids"], mb["mlm_positions"], mb["attention_mask"],

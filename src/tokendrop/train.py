@@ -41,7 +41,8 @@ from .continued import warm_start
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
 from .attention import check_training_device
-from .model import BertForMaskedLM, build_model, num_parameters
+from .families import build_model
+from .model import BertForMaskedLM, num_parameters
 from .parallel import Dist, Parallel, autocast_for, grad_norm, init_distributed, wrap
 from .schedules import lr_linear_steps, lr_schedule, mask_schedule
 

@@ -14,33 +14,16 @@ import torch
 from torch import Tensor, nn
 
 from ..config import Config, DropConfig, ModelConfig, TrainConfig
+from ..families import build_model
 from ..flops import is_modern, layer_types, step_flops
 from ..importance import build_selector
 from ..random_ltd import ltd_kept
-from ..train import MLMStep, param_groups
+from ..train import MLMStep
 from .hf_baseline import HFModel, build_hf, hf_class_name, hf_flops, hf_step_fn
+from .optim import compile_model, make_optimizer
 from .presets import BenchConfig
 from .records import ModelInfo, StepExtras
 from .workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
-
-
-def make_optimizer(model: nn.Module, cfg: BenchConfig) -> torch.optim.Optimizer:
-    kw: dict[str, Any] = {"lr": 1e-4, "betas": (0.9, 0.999), "eps": 1e-6}
-    if cfg.fused_adamw:
-        kw["fused"] = True
-    return torch.optim.AdamW(param_groups(model, 0.01), **kw)
-
-
-def compile_model(model: nn.Module, backend: str = "inductor") -> nn.Module:
-    """``torch.compile(model, dynamic=False)`` with room for one graph per (shape, dropping) pair."""
-    import torch._dynamo
-
-    dc = torch._dynamo.config
-    if hasattr(dc, "recompile_limit"):
-        dc.recompile_limit = max(dc.recompile_limit, 64)
-    else:  # older torch
-        dc.cache_size_limit = max(dc.cache_size_limit, 64)
-    return torch.compile(model, dynamic=False, backend=backend)
 
 
 def state_bytes(*objs: Any) -> int:
@@ -87,9 +70,7 @@ class Runner:
 
 
 def build_ours(model_cfg: ModelConfig, drop: DropConfig | None = None) -> nn.Module:
-    """Our MLM model of either family (``tokendrop.model.build_model``)."""
-    from ..model import build_model
-
+    """Our MLM model of either family (``tokendrop.families.build_model``)."""
     return build_model(model_cfg, drop)
 
 

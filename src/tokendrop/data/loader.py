@@ -55,7 +55,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from . import DataError
+from ..errors import DataError
 from .prepare import PreparedData
 
 _PERM_KEY = 0x5EED

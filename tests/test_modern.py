@@ -21,7 +21,7 @@ from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
 from tokendrop.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
 from tokendrop.pretrained import load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.importance import build_selector  # noqa: E402
-from tokendrop.init_source import load_source_weights, resolve_init_source  # noqa: E402
+from tokendrop.init_source import load_source_weights, resolve_init_source, resolve_model_init  # noqa: E402
 from tokendrop.families import build_model  # noqa: E402
 from tokendrop.model import BertForMaskedLM, BertForSequenceClassification, document_ids  # noqa: E402
 from tokendrop.modern import ModernBertForMaskedLM  # noqa: E402
@@ -392,7 +392,8 @@ def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
                              "data": {"path": str(data), "num_workers": 0},
                              "train": {"steps": 2, "batch_size": 4, "warmup_steps": 0, "eval_every": 2,
                                        "eval_batches": 1, "ckpt_every": 2, "log_every": 1}})
-    assert cfg.model.family == "modernbert" and cfg.model.sep_token_id == SEP
+    m = resolve_model_init(cfg.model, resolve_init_source(str(hf_dir)))  # what pretrain does, once
+    assert m.family == "modernbert" and m.sep_token_id == SEP
     pretrain(cfg, tmp_path / "run", progress=False)
     out = export_hf(tmp_path / "run", tmp_path / "export")
     back, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)

@@ -138,3 +138,22 @@ def test_no_import_cycles_in_the_package():
     cycles = find_cycles(graph)
     assert not cycles, "import cycles, each among the modules named (move what both sides need to a lower " \
         "module): " + "; ".join(", ".join(c) for c in cycles)
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def test_config_parsing_and_the_trainer_stay_low():
+    """Parsing a config imports only the error base, the run-length and schedule vocabularies (no
+    model, no checkpoint reader: it reads no disk); the trainer never needs the benchmark."""
+    graph = import_graph()
+    assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.budget",
+                                                     "tokendrop.schedules"}
+    assert not {m for m in _reachable(graph, "tokendrop.train") if m.startswith("tokendrop.bench")}

@@ -129,10 +129,14 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         """Resolve the shape: explicit field > ``preset`` > bert-base; then ``preset`` is cleared
-        (the numbers are the truth from here on, e.g. in a run's config.toml)."""
+        (the numbers are the truth from here on, e.g. in a run's config.toml).  With ``init`` nothing
+        is filled in: the fields hold what was given, and the source's shape replaces the rest when
+        the command that runs resolves the source (``tokendrop.init_source.resolve_model_init``)."""
         name = self.preset or DEFAULT_MODEL_PRESET
         if name not in MODEL_PRESETS:
             raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")
+        if self.init:  # the shape comes from the source when the command resolves it (resolve_model_init)
+            return
         defaults = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
         for k, v in MODEL_PRESETS[name].items():
             if getattr(self, k) == defaults[k]:
@@ -150,6 +154,16 @@ class ModelConfig:
         return ["full_attention" if i % n == 0 else "sliding_attention" for i in range(self.num_layers)]
 
     @property
+    def shape_pending(self) -> bool:
+        """``init`` names a source whose shape has not been resolved into these fields yet."""
+        return bool(self.init) and 0 in (self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size)
+
+    @property
+    def resolved(self) -> bool:
+        """No source to resolve (``init`` empty), or resolved: its shape and sha256 filled in."""
+        return not self.init or (bool(self.init_sha256) and not self.shape_pending)
+
+    @property
     def uses_document_attention(self) -> bool:
         """Per-document attention in MLM pretraining (``document_attention`` with auto resolved)."""
         if self.document_attention == "auto":
@@ -159,14 +173,37 @@ class ModelConfig:
     def validate(self) -> None:
         if self.vocab_size < 0:
             raise ConfigError(f"model.vocab_size: expected a positive integer (or 0 = from the prepared data), got {self.vocab_size}")
+        pending = self.shape_pending  # model.init: a shape field left at 0 comes from the source
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) <= 0 and not (pending and getattr(self, name) == 0):
                 raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
+        if pending:
+            self._validate_settings()
+            return
         if self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"model.hidden_size: {self.hidden_size} is not divisible by model.num_heads={self.num_heads}"
             )
+        self._validate_settings()
+        for i, t in enumerate(self.layer_types):
+            if t not in LAYER_TYPES:
+                raise ConfigError(f"model.layer_types[{i}]: unknown layer type {t!r}; expected one of {', '.join(LAYER_TYPES)}")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ConfigError(f"model.layer_types: {len(self.layer_types)} entries for model.num_layers={self.num_layers}; "
+                              "expected one per layer (or [] for the global_attn_every_n_layers pattern)")
+        for name in ("local_attention", "global_attn_every_n_layers"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
+        for name in ("global_rope_theta", "local_rope_theta"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ConfigError(f"model.{name}: expected a positive rotary base, got {getattr(self, name)}")
+        if self.family == "modernbert" and (self.hidden_size // self.num_heads) % 2:
+            raise ConfigError(f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be even for "
+                              "rotary positions (family modernbert)")
+
+    def _validate_settings(self) -> None:
+        """The checks that do not need the shape (all of them run on a config whose shape is pending)."""
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name}: expected a probability in [0, 1), got {getattr(self, name)}")
@@ -188,21 +225,6 @@ class ModelConfig:
             if self.attention_dropout:
                 raise ConfigError(f"model.attention_backend: flex has no attention dropout but model.attention_dropout "
                                   f"= {self.attention_dropout}; set it to 0 or use attention_backend = auto")
-        for i, t in enumerate(self.layer_types):
-            if t not in LAYER_TYPES:
-                raise ConfigError(f"model.layer_types[{i}]: unknown layer type {t!r}; expected one of {', '.join(LAYER_TYPES)}")
-        if self.layer_types and len(self.layer_types) != self.num_layers:
-            raise ConfigError(f"model.layer_types: {len(self.layer_types)} entries for model.num_layers={self.num_layers}; "
-                              "expected one per layer (or [] for the global_attn_every_n_layers pattern)")
-        for name in ("local_attention", "global_attn_every_n_layers"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
-        for name in ("global_rope_theta", "local_rope_theta"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
-                raise ConfigError(f"model.{name}: expected a positive rotary base, got {getattr(self, name)}")
-        if self.family == "modernbert" and (self.hidden_size // self.num_heads) % 2:
-            raise ConfigError(f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be even for "
-                              "rotary positions (family modernbert)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -529,7 +551,8 @@ class Config:
 
     def validate(self) -> "Config":
         self.model.validate()
-        self.drop.validate(self.model.num_layers)
+        if not self.model.shape_pending:  # else when the command resolves model.init (the layer count)
+            self.drop.validate(self.model.num_layers)
         self.data.validate()
         self.train.validate()
         if self.train.parallel == "fsdp" and self.drop.enabled and self.drop.consistency_weight > 0:
@@ -740,14 +763,14 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
-def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
-              resolve_init: bool = True) -> Any:
-    """Build ``cls`` from a TOML-shaped dict plus ``section.key=value`` overrides.
+def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """Build ``cls`` from a TOML-shaped dict plus ``section.key=value`` overrides.  Pure: nothing is
+    read from disk.
 
-    With ``model.init`` set (continued pretraining) the model's shape comes from the source
-    checkpoint (``tokendrop.init_source.model_section_from_init``); an explicitly given shape field
-    that contradicts it is an error.  ``resolve_init=False`` keeps the [model] table as recorded
-    (a run's own config.toml on ``--resume``: the source need not exist any more).
+    With ``model.init`` set (continued pretraining) and no shape recorded, the [model] section keeps
+    what was given: the command that runs resolves the source once and takes the shape from it
+    (``tokendrop.init_source.resolve_model_init``; an explicitly given shape field that contradicts
+    the source is an error then).  A run's own config.toml records the resolved shape.
     """
     data = _deep_merge({}, data)
     for item in overrides:
@@ -758,11 +781,6 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {k!r} is not a section")
         node[keys[-1]] = value
-    model = data.get("model")
-    if resolve_init and cls is Config and isinstance(model, dict) and model.get("init"):
-        from .init_source import model_section_from_init
-
-        data["model"] = model_section_from_init(model)
     obj = _build(cls, data, "")
     if hasattr(obj, "validate"):
         obj.validate()

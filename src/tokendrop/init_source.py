@@ -53,6 +53,7 @@ __all__ = [
     "InitReport",
     "resolve_init_source",
     "model_section_from_init",
+    "resolve_model_init",
     "load_init_weights",
     "load_source_weights",
     "save_source_files",
@@ -237,16 +238,16 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def model_section_from_init(model: dict, where: str = "model") -> dict:
-    """The explicitly given ``[model]`` keys (with ``init``) -> the full ``[model]`` table: the source's
-    shape, ``init`` and ``init_sha256`` filled.  Architecture fields that contradict the source are a
-    ConfigError naming the field and both values (``vocab_size = 0``, "from the data", is allowed);
-    dropout and ``initializer_range`` (used for freshly initialised tensors) may be overridden."""
+def model_section_from_init(model: dict, src: InitSource, where: str = "model") -> dict:
+    """The explicitly given ``[model]`` keys (with ``init``) and the resolved source ``src`` -> the
+    full ``[model]`` table: the source's shape, ``init`` and ``init_sha256`` filled.  Architecture
+    fields that contradict the source are a ConfigError naming the field and both values
+    (``vocab_size = 0``, "from the data", is allowed); dropout and ``initializer_range`` (used for
+    freshly initialised tensors) may be overridden.  Pure: ``src`` was resolved by the caller."""
     init = model.get("init", "")
     if not isinstance(init, str) or not init.strip():
         raise ConfigError(f"{where}.init: expected a Hugging Face BERT directory, a tokendrop run/checkpoint "
                           f"directory or a Hub name, got {init!r}")
-    src = resolve_init_source(init)
     shape = {k: v for k, v in dataclasses.asdict(src.model).items() if k not in ("preset", "init", "init_sha256")}
     origin = f"the init source {init} ({src.weights_file.name if src.kind == 'huggingface' else src.path})"
     out = dict(shape)
@@ -291,6 +292,18 @@ def model_section_from_init(model: dict, where: str = "model") -> dict:
     out["init"] = init
     out["init_sha256"] = src.sha256
     return out
+
+
+def resolve_model_init(model: ModelConfig, src: InitSource) -> ModelConfig:
+    """A parsed ``[model]`` section with ``init`` (its shape pending, or already resolved) and the
+    source resolved from it -> the resolved section (a new object; ``model`` is not changed).
+
+    The given keys are the fields that differ from their defaults (the rule ``ModelConfig`` applies
+    to presets), plus ``preset``; :func:`model_section_from_init` checks them against the source."""
+    defaults = ModelConfig(init=model.init)
+    given = {f.name: getattr(model, f.name) for f in dataclasses.fields(ModelConfig)
+             if getattr(model, f.name) != getattr(defaults, f.name) or f.name == "init"}
+    return from_dict(ModelConfig, model_section_from_init(given, src))
 
 
 # ----------------------------------------------------------------------------------------------

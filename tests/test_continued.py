@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from tokendrop import checkpoint as ckpt_mod
 from tokendrop.cli import main as cli_main
 from tokendrop.config import ConfigError, load_config
+from tokendrop.init_source import resolve_init_source, resolve_model_init
 from tokendrop.train import pretrain, read_metrics
 
 SMALL = ["train.batch_size=8", "train.eval_batches=2", "train.eval_every=2", "train.log_every=1", "train.ckpt_every=2",
@@ -28,7 +29,7 @@ def events(run, name):
 @pytest.fixture(scope="module")
 def trained(tiny_data, tmp_path_factory):
     """The tiny preset trained for 40 steps, and its Hugging Face export."""
-    from tokendrop.hf import export_hf
+    from tokendrop.pretrained import export_hf
 
     root = tmp_path_factory.mktemp("trained")
     pretrain(load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=40"]), root / "run", progress=False)
@@ -46,7 +47,9 @@ def test_continued_run_starts_at_the_source_loss(trained, tiny_data, tmp_path, w
     run, hf = trained
     src = hf if which == "hf" else run
     cfg = cont(src, tiny_data, "train.steps=2", "train.batch_size=16", "train.eval_batches=4")  # tiny's eval batches
-    assert (cfg.model.num_layers, cfg.model.hidden_size) == (4, 64)  # the shape came from the source
+    assert cfg.model.shape_pending  # parsing reads nothing; pretrain resolves the source
+    m = resolve_model_init(cfg.model, resolve_init_source(str(src)))
+    assert (m.num_layers, m.hidden_size) == (4, 64)  # the shape came from the source
     pretrain(cfg, tmp_path / "c", progress=False)
     start = evals(tmp_path / "c")[0]
     assert start == pytest.approx(evals(run)[-1], abs=1e-4)  # same eval batches, same weights
@@ -54,7 +57,8 @@ def test_continued_run_starts_at_the_source_loss(trained, tiny_data, tmp_path, w
     pretrain(load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=1"]), tmp_path / "r", progress=False)
     assert evals(tmp_path / "r")[0] > start + 1.0
     recorded = (tmp_path / "c" / "config.toml").read_text()
-    assert json.dumps(str(src)) in recorded and cfg.model.init_sha256 in recorded and len(cfg.model.init_sha256) == 64
+    sha = resolve_init_source(str(src)).sha256
+    assert json.dumps(str(src)) in recorded and f'init_sha256 = "{sha}"' in recorded and len(sha) == 64
     assert (tmp_path / "c" / "source" / "init.json").is_file()
     assert (tmp_path / "c" / "source" / "config.json").is_file() == (which == "hf")
 
@@ -151,10 +155,13 @@ def test_importance_warm_start(tiny_data, tmp_path, how):
     assert s[data.special_ids["cls"]] == PIN_HIGH  # pins survive
 
 
-def test_contradicting_shape_is_an_error(trained, tiny_data):
+def test_contradicting_shape_is_an_error(trained, tiny_data, tmp_path):
+    """Parsing reads nothing; pretrain resolves the source and refuses before writing anything."""
     _, hf = trained
-    with pytest.raises(ConfigError, match="model.hidden_size"):
-        cont(hf, tiny_data, "model.hidden_size=128")
+    cfg = cont(hf, tiny_data, "model.hidden_size=128")
+    with pytest.raises(ConfigError, match="model.hidden_size: 128 contradicts the init source"):
+        pretrain(cfg, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
 
 
 def test_data_with_another_vocabulary_is_refused(trained, tiny_data, tmp_path, capsys):

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 import tokendrop.demo as demo
+import tokendrop.fetch as fetch
 from tokendrop.data.testing import write_corpus
 
 
@@ -14,8 +15,8 @@ def test_scratch_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
 
     corpus = write_corpus(tmp_path / "corpus.txt", docs=150)
     task = write_keyword_sentiment(tmp_path / "task", n_train=64, n_dev=32)
-    monkeypatch.setattr(demo, "fetch_wiki_sample", lambda cache: corpus)
-    monkeypatch.setattr(demo, "fetch_sentiment_task", lambda cache: Path(task))
+    monkeypatch.setattr(fetch, "fetch_wiki_sample", lambda cache: corpus)
+    monkeypatch.setattr(fetch, "fetch_sentiment_task", lambda cache: Path(task))
     summary = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", from_scratch=True)
     out = capsys.readouterr().out
     assert "drop / baseline" in out and "report:" in out
@@ -79,9 +80,9 @@ def test_continued_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
     task = write_keyword_sentiment(tmp_path / "task", n_train=64, n_dev=32)
     sdist = _fake_vader_sdist(tmp_path / "v.tar.gz", {n: [f"some {n[:5]} text {i} ." for i in range(200)]
                                                       for n in OTHER_SNIPPETS})
-    monkeypatch.setattr(demo, "fetch_minilm", lambda cache: source)
-    monkeypatch.setattr(demo, "fetch_sentiment_task", lambda cache: Path(task))
-    monkeypatch.setattr(demo, "fetch_review_corpus", lambda cache, t: build_review_corpus(cache, t, sdist=sdist))
+    monkeypatch.setattr(fetch, "fetch_minilm", lambda cache: source)
+    monkeypatch.setattr(fetch, "fetch_sentiment_task", lambda cache: Path(task))
+    monkeypatch.setattr(fetch, "fetch_review_corpus", lambda cache, t: build_review_corpus(cache, t, sdist=sdist))
     summary = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", seeds=2)
     out = capsys.readouterr().out
     assert "FLOP-bound speed-up" in out and "report:" in out

@@ -440,7 +440,7 @@ def test_save_model_keeps_the_source_config_and_reloads_identically(family, sst2
     transformers = pytest.importorskip("transformers")
     from tokendrop.config import FinetuneConfig
     from tokendrop.finetune import finetune
-    from tokendrop.hf import load_pretrained
+    from tokendrop.pretrained import load_pretrained
     from tokendrop.init_source import resolve_init_source
     from tokendrop.model import BertForSequenceClassification
 
@@ -497,7 +497,8 @@ def hf_dirs(tmp_path_factory):
                                           ("hidden_size", -64), ("num_hidden_layers", 2.5), ("hidden_size", "32"),
                                           ("hidden_size", "missing"), ("num_hidden_layers", "missing")])
 def test_config_json_shape_field_zero_or_missing_is_one_line(hf_dirs, tmp_path, capsys, family, field, value):
-    from tokendrop.hf import InteropError, read_hf_dir
+    from tokendrop.hf import InteropError
+    from tokendrop.pretrained import read_hf_dir
 
     d = tmp_path / "hf"
     shutil.copytree(hf_dirs[family], d)

@@ -140,7 +140,7 @@ def _modern_cfg(backend: str) -> ModelConfig:
 def test_flex_attention_matches_sdpa_on_cuda(variant):
     """FlexAttention block masks (documents + windows, compiled) give the loss and gradients of the
     SDPA path (biases and bands) in fp32 on CUDA, dense and with dropping."""
-    from tokendrop.model import build_model
+    from tokendrop.families import build_model
 
     torch.manual_seed(0)
     batch = synthetic_batch(B, 256, V, CUDA)
@@ -171,7 +171,7 @@ def test_flex_attention_matches_sdpa_on_cuda(variant):
 
 def test_flex_attention_compiled_bf16_training_steps():
     """The whole modern model compiled with FlexAttention inside, bf16: losses finite and falling."""
-    from tokendrop.model import build_model
+    from tokendrop.families import build_model
 
     torch.manual_seed(0)
     cfg = _modern_cfg("flex")

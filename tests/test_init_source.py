@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from tokendrop import checkpoint as ckpt_mod  # noqa: E402
 from tokendrop.config import ConfigError  # noqa: E402
-from tokendrop.hf import (InteropError, export_hf, find_checkpoint, load_pretrained, read_hf_dir,  # noqa: E402
-                          save_source_files)
+from tokendrop.hf import InteropError, save_source_files  # noqa: E402
+from tokendrop.pretrained import export_hf, find_checkpoint, load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.init_source import (InitError, load_init_weights, model_section_from_init,  # noqa: E402
                                    resolve_init_source)
 from tokendrop.model import BertForMaskedLM, BertForSequenceClassification  # noqa: E402
@@ -303,25 +303,46 @@ def test_file_changed_after_resolution_and_untied_decoder(tmp_path):
 
 def test_model_section_from_init(tmp_path):
     d, _ = make_source(tmp_path / "src", "BertModel (no bert. prefix)")
-    sha = resolve_init_source(str(d)).sha256
+    src = resolve_init_source(str(d))
+    sha = src.sha256
     m = model_section_from_init({"init": str(d), "vocab_size": 0, "hidden_dropout": 0.0, "num_layers": L,
-                                 "layer_norm_eps": 1e-12})
+                                 "layer_norm_eps": 1e-12}, src)
     assert (m["num_layers"], m["hidden_size"], m["num_heads"], m["intermediate_size"], m["vocab_size"]) == (L, D, H, FF, V)
     assert m["hidden_dropout"] == 0.0 and m["attention_dropout"] == 0.1 and m["max_position_embeddings"] == P
     assert m["init"] == str(d) and m["init_sha256"] == sha and "preset" not in m
     with pytest.raises(ConfigError, match=r"model.hidden_size: 128 contradicts the init source .* hidden_size = 64") as e:
-        model_section_from_init({"init": str(d), "hidden_size": 128})
+        model_section_from_init({"init": str(d), "hidden_size": 128}, src)
     one_line(e)
     with pytest.raises(ConfigError, match=r"model.preset: 'bert-base' means num_layers=12.* has num_layers=2") as e:
-        model_section_from_init({"init": str(d), "preset": "bert-base"})
+        model_section_from_init({"init": str(d), "preset": "bert-base"}, src)
     one_line(e)
     with pytest.raises(ConfigError, match="model.max_position_embeddings: 512 contradicts"):
-        model_section_from_init({"init": str(d), "max_position_embeddings": 512})
+        model_section_from_init({"init": str(d), "max_position_embeddings": 512}, src)
     with pytest.raises(ConfigError, match="model.init_sha256: 'abc' was given but .* now has sha256 '" + sha):
-        model_section_from_init({"init": str(d), "init_sha256": "abc"})
-    assert model_section_from_init({"init": str(d), "init_sha256": sha})["init_sha256"] == sha
+        model_section_from_init({"init": str(d), "init_sha256": "abc"}, src)
+    assert model_section_from_init({"init": str(d), "init_sha256": sha}, src)["init_sha256"] == sha
     with pytest.raises(ConfigError, match="model.init: expected"):
-        model_section_from_init({"init": ""})
+        model_section_from_init({"init": ""}, src)
+
+
+def test_parsing_a_config_with_init_is_pure_and_the_command_resolves_it(tmp_path):
+    """from_dict reads nothing (the source need not exist); resolve_model_init gives the section
+    model_section_from_init gives for the keys given, and reports a contradiction the same way."""
+    from tokendrop.config import Config, ModelConfig, from_dict
+    from tokendrop.init_source import resolve_model_init
+
+    cfg = from_dict(Config, {"model": {"init": str(tmp_path / "not-there"), "num_layers": 7}, "drop": {"end": 6}})
+    assert cfg.model.shape_pending and not cfg.model.resolved and cfg.model.num_layers == 7 and cfg.model.hidden_size == 0
+    d, _ = make_source(tmp_path / "src", "BertModel (no bert. prefix)")
+    src = resolve_init_source(str(d))
+    given = {"init": str(d), "vocab_size": 0, "hidden_dropout": 0.0, "num_layers": L}
+    parsed = from_dict(Config, {"model": given}).model
+    resolved = resolve_model_init(parsed, src)
+    assert dataclasses.asdict(resolved) == dataclasses.asdict(from_dict(ModelConfig, model_section_from_init(given, src)))
+    assert resolved.resolved and not parsed.resolved and parsed.hidden_size == 0  # the parsed section is unchanged
+    assert dataclasses.asdict(resolve_model_init(resolved, src)) == dataclasses.asdict(resolved)  # idempotent
+    with pytest.raises(ConfigError, match=r"model.hidden_size: 128 contradicts the init source"):
+        resolve_model_init(from_dict(Config, {"model": {"init": str(d), "hidden_size": 128}}).model, src)
 
 
 def test_hub_name_offline_or_without_huggingface_hub(tmp_path, monkeypatch):
@@ -382,7 +403,7 @@ def continued_run(tmp_path: Path):
     cfg.update(_name_or_path="org/tiny-bert", gradient_checkpointing=False, use_cache=True, my_field=[1, 2])
     (d / "config.json").write_text(json.dumps(cfg))
     tok = write_tokenizer_files(d)
-    model_d = model_section_from_init({"init": str(d), "vocab_size": 0, "hidden_dropout": 0.0})
+    model_d = model_section_from_init({"init": str(d), "vocab_size": 0, "hidden_dropout": 0.0}, resolve_init_source(str(d)))
     from tokendrop.config import ModelConfig, from_dict
 
     mcfg = from_dict(ModelConfig, model_d)

@@ -7,7 +7,8 @@ import torch
 import transformers
 
 from tokendrop.config import DropConfig, ModelConfig
-from tokendrop.hf import from_hf, hf_config_dict, load_pretrained, save_pretrained, to_hf
+from tokendrop.hf import from_hf, hf_config_dict, save_pretrained, to_hf
+from tokendrop.pretrained import load_pretrained
 from tokendrop.model import BertForMaskedLM, BertForSequenceClassification
 
 

@@ -18,10 +18,12 @@ from tokendrop import attention  # noqa: E402
 from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, from_dict  # noqa: E402
 from tokendrop.data.testing import task_vocab_tokens, write_keyword_sentiment, write_vocab  # noqa: E402
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
-from tokendrop.hf import InteropError, copy_tokenizer, load_pretrained, read_hf_dir, save_pretrained  # noqa: E402
+from tokendrop.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
+from tokendrop.pretrained import load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.importance import build_selector  # noqa: E402
-from tokendrop.init_source import load_source_weights, resolve_init_source  # noqa: E402
-from tokendrop.model import BertForMaskedLM, BertForSequenceClassification, build_model, document_ids  # noqa: E402
+from tokendrop.init_source import load_source_weights, resolve_init_source, resolve_model_init  # noqa: E402
+from tokendrop.families import build_model  # noqa: E402
+from tokendrop.model import BertForMaskedLM, BertForSequenceClassification, document_ids  # noqa: E402
 from tokendrop.modern import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.runtime import param_groups  # noqa: E402
 from tokendrop.train import MLMStep
@@ -383,7 +385,7 @@ def _task_data(tmp_path, model_dir):
 
 
 def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
-    from tokendrop.hf import export_hf
+    from tokendrop.pretrained import export_hf
     from tokendrop.train import pretrain
 
     data = _task_data(tmp_path, hf_dir)
@@ -391,7 +393,8 @@ def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
                              "data": {"path": str(data), "num_workers": 0},
                              "train": {"steps": 2, "batch_size": 4, "warmup_steps": 0, "eval_every": 2,
                                        "eval_batches": 1, "ckpt_every": 2, "log_every": 1}})
-    assert cfg.model.family == "modernbert" and cfg.model.sep_token_id == SEP
+    m = resolve_model_init(cfg.model, resolve_init_source(str(hf_dir)))  # what pretrain does, once
+    assert m.family == "modernbert" and m.sep_token_id == SEP
     pretrain(cfg, tmp_path / "run", progress=False)
     out = export_hf(tmp_path / "run", tmp_path / "export")
     back, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)

@@ -13,7 +13,7 @@ from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, Train
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.flops import layer_flops, step_flops
 from tokendrop.importance import build_selector
-from tokendrop.model import build_model
+from tokendrop.families import build_model
 from tokendrop.random_ltd import ltd_kept, ltd_kept_at
 from tokendrop.runtime import param_groups
 from tokendrop.train import MLMStep

@@ -33,12 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .config import ATTENTION_BACKENDS, ConfigError  # noqa: F401 -- ATTENTION_BACKENDS: re-exported
+
 try:  # torch >= 2.5
     from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 except ImportError:  # pragma: no cover - older torch: FlexAttention unavailable
     BlockMask = create_block_mask = flex_attention = None
 
-ATTENTION_BACKENDS = ("auto", "sdpa", "flex")
 BAND_BLOCK = 128  # query rows per block of a banded (sliding-window) SDPA call
 BAND_MAX_FRACTION = 0.75  # a band whose key slots exceed this share of n * N falls back to the dense bias
 BAND_DOCUMENTS = True  # per-document attention without a window as bands too (False: the bias; benchmarks)
@@ -51,19 +52,28 @@ def flex_available() -> bool:
     return flex_attention is not None
 
 
+def check_flex_available(backend: str) -> None:
+    """``flex`` needs FlexAttention (torch >= 2.5).  ConfigError otherwise (a property of the
+    installed torch, so checked where a model runs, not when the config is parsed)."""
+    if backend == "flex" and not flex_available():
+        raise ConfigError(f"model.attention_backend: flex needs FlexAttention (torch >= 2.5, this is "
+                          f"{torch.__version__}); use auto or sdpa")
+
+
 def use_flex(backend: str, device: torch.device, attention_dropout: float) -> bool:
     """Whether FlexAttention runs the masked layers: ``flex``; or ``auto`` on CUDA when the
     attention dropout in effect is 0 (FlexAttention has no dropout)."""
     if backend == "flex":
+        check_flex_available(backend)
         return True
     return backend == "auto" and device.type == "cuda" and attention_dropout == 0.0 and flex_available()
 
 
 def check_training_device(backend: str, device_type: str) -> None:
-    """``flex`` trains only on CUDA: FlexAttention has no CPU backward.  ConfigError otherwise."""
+    """``flex`` trains only on CUDA (FlexAttention has no CPU backward) and needs FlexAttention.
+    ConfigError otherwise."""
+    check_flex_available(backend)
     if backend == "flex" and device_type != "cuda":
-        from .config import ConfigError
-
         raise ConfigError(f"model.attention_backend: flex trains only on CUDA (FlexAttention has no {device_type} "
                           "backward); use auto or sdpa here")
 

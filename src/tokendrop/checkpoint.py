@@ -35,8 +35,7 @@ from torch import Tensor
 
 from . import __version__
 from .errors import TokendropError
-from .fsutil import atomic_directory, discard_dir, write_safetensors
-from .rundir import atomic_write_json, latest_checkpoint
+from .fsutil import atomic_directory, atomic_write_json, discard_dir, write_safetensors
 
 
 class CheckpointError(TokendropError, ValueError):
@@ -337,7 +336,27 @@ def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
                               f"{_fix(ckpt)}") from None
 
 
-latest = latest_checkpoint  # newest checkpoint that verifies (None if none): tokendrop.rundir
+def latest_checkpoint(path: str | os.PathLike) -> Path | None:
+    """The checkpoint to use for ``path``: a checkpoint dir itself (verified: a corrupt one raises
+    ``CheckpointError``), or a run dir's newest checkpoint that verifies (corrupt ones are skipped
+    with a warning on stderr); None when there is none."""
+    p = Path(path)
+    if (p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (p / "shards").is_dir()):
+        verify(p)
+        return p
+    root = p / "checkpoints"
+    if not root.is_dir():
+        return None
+    for cand in sorted((c for c in root.iterdir() if c.name.startswith("step-")), reverse=True):
+        try:
+            verify(cand)
+            return cand
+        except CheckpointError as e:
+            print(f"warning: skipping {e}", file=sys.stderr)
+    return None
+
+
+latest = latest_checkpoint  # newest checkpoint that verifies (None if none)
 
 
 def load(ckpt: str | os.PathLike, state: bool = True, consolidate: bool = True

@@ -48,7 +48,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
         if not a.config and a.overrides:
             from .config import Config, from_dict, to_dict
 
-            cfg = from_dict(Config, to_dict(cfg), a.overrides, resolve_init=False)
+            cfg = from_dict(Config, to_dict(cfg), a.overrides)
         if a.overwrite:
             raise SystemExit("error: --overwrite starts a new run (with --out); --resume continues one; not both")
         res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet)
@@ -90,7 +90,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from .hf import export_hf
+    from .pretrained import export_hf
 
     out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
     print(f"exported to {out} (load with transformers.BertForMaskedLM.from_pretrained)")

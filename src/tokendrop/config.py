@@ -58,6 +58,7 @@ MODEL_FAMILIES = ("bert", "modernbert")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 DOCUMENT_ATTENTION = ("auto", "on", "off")
 CLASSIFIER_POOLING = ("cls", "mean")
+ATTENTION_BACKENDS = ("auto", "sdpa", "flex")  # how attention runs (tokendrop.attention)
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
@@ -129,10 +130,14 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         """Resolve the shape: explicit field > ``preset`` > bert-base; then ``preset`` is cleared
-        (the numbers are the truth from here on, e.g. in a run's config.toml)."""
+        (the numbers are the truth from here on, e.g. in a run's config.toml).  With ``init`` nothing
+        is filled in: the fields hold what was given, and the source's shape replaces the rest when
+        the command that runs resolves the source (``tokendrop.init_source.resolve_model_init``)."""
         name = self.preset or DEFAULT_MODEL_PRESET
         if name not in MODEL_PRESETS:
             raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")
+        if self.init:  # the shape comes from the source when the command resolves it (resolve_model_init)
+            return
         defaults = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
         for k, v in MODEL_PRESETS[name].items():
             if getattr(self, k) == defaults[k]:
@@ -150,6 +155,16 @@ class ModelConfig:
         return ["full_attention" if i % n == 0 else "sliding_attention" for i in range(self.num_layers)]
 
     @property
+    def shape_pending(self) -> bool:
+        """``init`` names a source whose shape has not been resolved into these fields yet."""
+        return bool(self.init) and 0 in (self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size)
+
+    @property
+    def resolved(self) -> bool:
+        """No source to resolve (``init`` empty), or resolved: its shape and sha256 filled in."""
+        return not self.init or (bool(self.init_sha256) and not self.shape_pending)
+
+    @property
     def uses_document_attention(self) -> bool:
         """Per-document attention in MLM pretraining (``document_attention`` with auto resolved)."""
         if self.document_attention == "auto":
@@ -159,42 +174,19 @@ class ModelConfig:
     def validate(self) -> None:
         if self.vocab_size < 0:
             raise ConfigError(f"model.vocab_size: expected a positive integer (or 0 = from the prepared data), got {self.vocab_size}")
+        pending = self.shape_pending  # model.init: a shape field left at 0 comes from the source
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size"):
-            if getattr(self, name) <= 0:
+            if getattr(self, name) <= 0 and not (pending and getattr(self, name) == 0):
                 raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
+        if pending:
+            self._validate_settings()
+            return
         if self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"model.hidden_size: {self.hidden_size} is not divisible by model.num_heads={self.num_heads}"
             )
-        for name in ("hidden_dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"model.{name}: expected a probability in [0, 1), got {getattr(self, name)}")
-        if self.family not in MODEL_FAMILIES:
-            raise ConfigError(f"model.family: unknown family {self.family!r}; expected one of {', '.join(MODEL_FAMILIES)}")
-        if self.document_attention not in DOCUMENT_ATTENTION:
-            raise ConfigError(f"model.document_attention: expected one of {', '.join(DOCUMENT_ATTENTION)}, "
-                              f"got {self.document_attention!r}")
-        if self.classifier_pooling not in CLASSIFIER_POOLING:
-            raise ConfigError(f"model.classifier_pooling: expected one of {', '.join(CLASSIFIER_POOLING)}, "
-                              f"got {self.classifier_pooling!r}")
-        if self.family == "bert" and self.classifier_pooling != "cls":
-            raise ConfigError(f"model.classifier_pooling: {self.classifier_pooling!r} is for family modernbert; BERT "
-                              "classifies from its pooler ([CLS]): use \"cls\"")
-        from .attention import ATTENTION_BACKENDS, flex_available
-
-        if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ConfigError(f"model.attention_backend: expected one of {', '.join(ATTENTION_BACKENDS)}, "
-                              f"got {self.attention_backend!r}")
-        if self.attention_backend == "flex":
-            if not flex_available():
-                import torch
-
-                raise ConfigError(f"model.attention_backend: flex needs FlexAttention (torch >= 2.5, this is "
-                                  f"{torch.__version__}); use auto or sdpa")
-            if self.attention_dropout:
-                raise ConfigError(f"model.attention_backend: flex has no attention dropout but model.attention_dropout "
-                                  f"= {self.attention_dropout}; set it to 0 or use attention_backend = auto")
+        self._validate_settings()
         for i, t in enumerate(self.layer_types):
             if t not in LAYER_TYPES:
                 raise ConfigError(f"model.layer_types[{i}]: unknown layer type {t!r}; expected one of {', '.join(LAYER_TYPES)}")
@@ -210,6 +202,30 @@ class ModelConfig:
         if self.family == "modernbert" and (self.hidden_size // self.num_heads) % 2:
             raise ConfigError(f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be even for "
                               "rotary positions (family modernbert)")
+
+    def _validate_settings(self) -> None:
+        """The checks that do not need the shape (all of them run on a config whose shape is pending)."""
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name}: expected a probability in [0, 1), got {getattr(self, name)}")
+        if self.family not in MODEL_FAMILIES:
+            raise ConfigError(f"model.family: unknown family {self.family!r}; expected one of {', '.join(MODEL_FAMILIES)}")
+        if self.document_attention not in DOCUMENT_ATTENTION:
+            raise ConfigError(f"model.document_attention: expected one of {', '.join(DOCUMENT_ATTENTION)}, "
+                              f"got {self.document_attention!r}")
+        if self.classifier_pooling not in CLASSIFIER_POOLING:
+            raise ConfigError(f"model.classifier_pooling: expected one of {', '.join(CLASSIFIER_POOLING)}, "
+                              f"got {self.classifier_pooling!r}")
+        if self.family == "bert" and self.classifier_pooling != "cls":
+            raise ConfigError(f"model.classifier_pooling: {self.classifier_pooling!r} is for family modernbert; BERT "
+                              "classifies from its pooler ([CLS]): use \"cls\"")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(f"model.attention_backend: expected one of {', '.join(ATTENTION_BACKENDS)}, "
+                              f"got {self.attention_backend!r}")
+        if self.attention_backend == "flex":  # FlexAttention's presence: tokendrop.attention.check_flex_available
+            if self.attention_dropout:
+                raise ConfigError(f"model.attention_backend: flex has no attention dropout but model.attention_dropout "
+                                  f"= {self.attention_dropout}; set it to 0 or use attention_backend = auto")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -613,7 +629,8 @@ class Config:
 
     def validate(self) -> "Config":
         self.model.validate()
-        self.drop.validate(self.model.num_layers)
+        if not self.model.shape_pending:  # else when the command resolves model.init (the layer count)
+            self.drop.validate(self.model.num_layers)
         self.data.validate()
         self.train.validate()
         if self.train.parallel == "fsdp" and self.drop.enabled and self.drop.consistency_weight > 0:
@@ -824,14 +841,14 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
-def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
-              resolve_init: bool = True) -> Any:
-    """Build ``cls`` from a TOML-shaped dict plus ``section.key=value`` overrides.
+def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """Build ``cls`` from a TOML-shaped dict plus ``section.key=value`` overrides.  Pure: nothing is
+    read from disk.
 
-    With ``model.init`` set (continued pretraining) the model's shape comes from the source
-    checkpoint (``tokendrop.init_source.model_section_from_init``); an explicitly given shape field
-    that contradicts it is an error.  ``resolve_init=False`` keeps the [model] table as recorded
-    (a run's own config.toml on ``--resume``: the source need not exist any more).
+    With ``model.init`` set (continued pretraining) and no shape recorded, the [model] section keeps
+    what was given: the command that runs resolves the source once and takes the shape from it
+    (``tokendrop.init_source.resolve_model_init``; an explicitly given shape field that contradicts
+    the source is an error then).  A run's own config.toml records the resolved shape.
     """
     data = _deep_merge({}, data)
     for item in overrides:
@@ -842,11 +859,6 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {k!r} is not a section")
         node[keys[-1]] = value
-    model = data.get("model")
-    if resolve_init and cls is Config and isinstance(model, dict) and model.get("init"):
-        from .init_source import model_section_from_init
-
-        data["model"] = model_section_from_init(model)
     obj = _build(cls, data, "")
     if hasattr(obj, "validate"):
         obj.validate()

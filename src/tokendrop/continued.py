@@ -1,12 +1,12 @@
 """Continued pretraining: start a run from a published checkpoint (``model.init``).
 
 ``tokendrop pretrain --init SOURCE`` (or ``model.init = "SOURCE"`` in a preset) takes the model's
-shape from SOURCE's ``config.json`` (resolved when the config is loaded, see
-``tokendrop.init_source``) and, when a new run starts:
+shape from SOURCE's ``config.json``: ``pretrain`` resolves SOURCE once (``tokendrop.init_source``),
+builds the run's config from it (``tokendrop.run_config``, where ``check_vocabulary`` checks that
+the prepared data was tokenized with SOURCE's vocabulary) and, when a new run starts:
 
-1. ``start_from_source`` re-resolves SOURCE, checks that its weights file still has the sha256 the
-   run's config recorded and that the prepared data was tokenized with SOURCE's vocabulary, loads
-   the weights (a missing MLM head is initialised the way BERT does: tied decoder, zero bias) and
+1. ``start_from_source`` checks that the resolved weights have the sha256 the run's config
+   recorded, loads the weights (a missing MLM head is initialised the way BERT does: tied decoder, zero bias) and
    copies SOURCE's config.json and tokenizer files to ``RUN/source/`` (so ``export`` keeps them and
    ``--resume`` never needs SOURCE again);
 2. ``head_warmup`` trains a freshly initialised MLM head alone for ``train.head_warmup_steps``
@@ -32,16 +32,17 @@ import torch
 from torch import Tensor
 
 from .config import LOSS_METHODS, Config, ConfigError
+from .hf import save_source_files
+from .init_source import load_init_weights
+from .schedules import lr_linear_steps
 
 # the loader seed offset of the warm-up streams (never equal to the training stream's)
 WARMUP_SEED_OFFSET = 7919
 
 
-def start_from_source(cfg: Config, model, data, run_dir: Path, main: bool) -> dict[str, Any]:
-    """Load ``cfg.model.init`` into ``model`` (a BertForMaskedLM); -> a summary for the run log."""
-    from .init_source import load_init_weights, resolve_init_source, save_source_files
-
-    src = resolve_init_source(cfg.model.init)
+def start_from_source(cfg: Config, src, model, run_dir: Path, main: bool) -> dict[str, Any]:
+    """Load ``src`` (``cfg.model.init``, resolved once by the command that runs:
+    ``tokendrop.run_config.resolve_init``) into ``model``; -> a summary for the run log."""
     if cfg.model.init_sha256 and src.sha256 != cfg.model.init_sha256:
         raise ConfigError(
             f"model.init: {src.weights_file} has sha256 {src.sha256[:12]}... but the config recorded "
@@ -116,8 +117,6 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
     AdamW on the head's parameters, linear warm-up over the first 10% then linear decay to 0.
     -> the per-step MLM losses.  Every parameter's ``requires_grad`` is as before on return.
     """
-    from .train import lr_at
-
     params = model.head_parameters()
     head = {id(p) for p in params}
     frozen = [p for p in model.parameters() if id(p) not in head and p.requires_grad]
@@ -137,7 +136,7 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
         for step in range(steps):
             mb = {k: v.to(device) for k, v in next(batches).items()}
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, lr, warm, steps)
+                g["lr"] = lr_linear_steps(step, lr, warm, steps)
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 with torch.no_grad():
                     h = model.hidden(mb["input_ids"], mb["mlm_positions"], mb["attention_mask"],
@@ -213,9 +212,10 @@ def warm_start_importance(selector, model, batches: Iterator[dict[str, Tensor]],
 
 
 def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, amp, micro_bs: int,
-                progress: bool) -> list[dict]:
-    """A new run (``dd``: the trainer's rank info): with ``model.init`` load the source and warm up a fresh MLM head; fill the
-    importance vector per ``drop.importance_init`` (tokendrop.continued) -> events for the run log."""
+                progress: bool, src=None) -> list[dict]:
+    """A new run (``dd``: the trainer's rank info): with ``model.init`` load the source ``src`` (resolved
+    by the caller) and warm up a fresh MLM head; fill the importance vector per
+    ``drop.importance_init`` (tokendrop.continued) -> events for the run log."""
     how = cfg.drop.importance_init
     how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
     warm_importance = selector is not None and cfg.drop.method in LOSS_METHODS and how != "constant"
@@ -224,7 +224,7 @@ def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, am
     from .data import MLMLoader
 
     t0 = time.perf_counter()
-    events = [start_from_source(cfg, model, data, run_dir, dd.main)] if cfg.model.init else []
+    events = [start_from_source(cfg, src, model, run_dir, dd.main)] if cfg.model.init else []
     stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
                        world_size=dd.world, mask_prob=cfg.data.mask_prob_start, num_workers=0, shuffle=True, loop=True)
     it = iter(stream)

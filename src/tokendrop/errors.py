@@ -1,16 +1,21 @@
-"""The one base class of every error ``tokendrop`` reports to its user.
+"""The one base class of every error ``tokendrop`` reports to its user, and the subclasses that
+more than one layer raises.
 
 A ``TokendropError`` means bad input or a state the user can fix (a config field, a data
 directory, a model directory, a checkpoint, a download): its message is one line naming the file or
 field and the fix.  ``tokendrop.cli.main`` catches this class once, prints ``error: <message>`` and
 exits with status 2; anything else is a bug and keeps its traceback.
 
-Each module keeps its own subclass, defined beside the code that raises it (docs/design.md §4.5):
-``config.ConfigError`` (``study.StudyError``), ``data.DataError``, ``hf.InteropError``
-(``init_source.InitError``), ``train.TrainingError``, ``checkpoint.CheckpointError``
-(``inspect_run.InspectError``), ``finetune.FinetuneError`` and ``demo.FetchError``.  They also keep
-their historical built-in base (``ValueError`` or ``RuntimeError``), so ``except ValueError`` in
-callers' code still works.
+A subclass raised by one module is defined beside the code that raises it (docs/design.md §4.5):
+``config.ConfigError`` (``study.StudyError``), ``train.TrainingError``,
+``checkpoint.CheckpointError`` (``inspect_run.InspectError``), ``rundir.RunDirError``,
+``finetune.FinetuneError`` and ``fetch.FetchError``.  The ones raised across a package or by both
+sides of an import live here, below every module that raises them, and are re-exported where users
+look for them: ``DataError`` (every module of ``tokendrop.data``; ``tokendrop.data.DataError``),
+``InteropError`` (``tokendrop.hf``, ``tokendrop.hf_modern``) and its subclass ``InitError``
+(``tokendrop.init_source``, ``tokendrop.weights``).  Every subclass also keeps its historical
+built-in base (``ValueError`` or ``RuntimeError``), so ``except ValueError`` in callers' code still
+works.
 """
 
 from __future__ import annotations
@@ -18,3 +23,15 @@ from __future__ import annotations
 
 class TokendropError(Exception):
     """A user-facing error: one line, naming the file or field and the fix."""
+
+
+class DataError(TokendropError, ValueError):
+    """Bad data input or a bad prepared directory; the message names the file/field and what was expected."""
+
+
+class InteropError(TokendropError, ValueError):
+    """A model directory that cannot be read or written as asked."""
+
+
+class InitError(InteropError):
+    """A continued-pretraining source that cannot be used as asked (one line, naming the file/field)."""

@@ -14,13 +14,16 @@ is gone, so a writer killed hard (SIGKILL, OOM) does not leave its partial outpu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
+import json
 import os
 import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def replace_dir(tmp: Path, out: Path, prefix: str | None = None) -> None:
@@ -138,3 +141,68 @@ def write_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str
             raise
         code = int(m.group(1))
         raise OSError(code, os.strerror(code), str(path)) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# atomic files (tokendrop.rundir re-exports them as part of the run-directory API)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp path beside ``path`` (same suffix, so e.g. ``savefig`` infers the format); when
+    the block ends it is flushed to disk and renamed onto ``path``; when the block raises it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        # mkstemp makes 0600, and a writer may have replaced the temp file with its own (safetensors
+        # does): the published file gets the mode of an ordinary new file (0666 less the umask)
+        os.chmod(tmp, 0o666 & ~_umask())
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8, ``\\n`` line ends): a reader sees the old content or the new one, never half."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def json_default(o: Any) -> Any:
+    """What the package's JSON files hold for values ``json`` cannot write: a dataclass as its
+    ``asdict``, a path as its string, a numpy/torch scalar or array as ``tolist()``, anything else
+    as ``str``."""
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return dataclasses.asdict(o)
+    if isinstance(o, os.PathLike):
+        return os.fspath(o)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def json_text(obj: Any, indent: int = 1) -> str:
+    """``obj`` as the JSON text every file of the package uses (UTF-8 kept, :func:`json_default`)."""
+    return json.dumps(obj, indent=indent, default=json_default, ensure_ascii=False) + "\n"
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 1) -> Path:
+    return atomic_write_text(path, json_text(obj, indent))
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -9,9 +9,10 @@ pooler too, so a classifier starts from our pooler rather than a random one.  A 
 published checkpoint (``model.init``) keeps that checkpoint's ``config.json`` fields and tokenizer
 files, saved in ``RUN/source/`` when the run starts (:func:`save_source_files`).
 
-Reading goes through ``tokendrop.init_source`` (one loader for ``finetune --model`` and
-``pretrain --init``): safetensors (single or sharded) and ``pytorch_model.bin`` read with
-``torch.load(weights_only=True)``; a pickle holding anything but tensors is refused.
+Reading a model directory into our classes and ``tokendrop export`` are :mod:`tokendrop.pretrained`
+(through ``tokendrop.init_source``, one loader for ``finetune --model`` and ``pretrain --init``);
+this module is the mapping both directions use, and ``save_pretrained``.  ModernBERT's mapping is
+:mod:`tokendrop.hf_modern`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from .config import ModelConfig
-from .errors import TokendropError
+from .errors import InteropError
+from .families import task_of
 from .fsutil import atomic_directory, write_safetensors
-from .rundir import latest_checkpoint, lock, prepare_output, write_marker
+from .hf_modern import ARCHITECTURES, modern_config_from_hf, modern_hf_config_dict, to_hf_modern
+from .model import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
+from .rundir import write_marker
 
 _LAYER_MAP = [  # (ours, hf) inside bert.encoder.layer(s).{i}.
     ("attn.q", "attention.self.query"),
@@ -48,10 +52,6 @@ _TOP_MAP = [
     ("classifier.", "classifier."),
     ("qa_outputs.", "qa_outputs."),
 ]
-
-
-class InteropError(TokendropError, ValueError):
-    """A model directory that cannot be read or written as asked."""
 
 
 def to_hf(sd: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -178,8 +178,6 @@ def model_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Model
     mt = d.get("model_type", "bert")  # configs converted from Google's bert_config.json have none
     _check_shape_fields(d, where)
     if mt == "modernbert":  # the second family (tokendrop.modern)
-        from .hf_modern import modern_config_from_hf
-
         return modern_config_from_hf(d, where)
     if mt != "bert":
         what = _NOT_BERT.get(str(mt), f"model_type {mt!r}")
@@ -300,13 +298,8 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
     """Write ``model`` as a Hugging Face BERT directory (atomically).  ``base_config``: a source's
     config.json whose fields we do not set are kept (``_name_or_path``, ``use_cache``, ...).
     ``kind``: mark the directory as that kind of tokendrop output (``tokendrop.rundir``)."""
-    from .model import BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification
-
     cfg: ModelConfig = model.config
     if cfg.family == "modernbert":
-        from .hf_modern import ARCHITECTURES, modern_hf_config_dict, to_hf_modern
-        from .model import task_of
-
         arch = ARCHITECTURES[task_of(model)]
         sd = to_hf_modern({k: v.float().cpu() for k, v in model.state_dict().items()})
         d = modern_hf_config_dict(cfg, [arch])
@@ -362,77 +355,3 @@ def save_source_files(src: Any, run_dir: str | os.PathLike) -> Path:
             "sha256": src.sha256,
         }, indent=2))
     return run_dir / "source"
-
-
-def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]]:
-    """A ``transformers`` BERT dir -> (config, the file's tensors in our names), read by
-    ``tokendrop.init_source`` (any accepted layout; safetensors, sharded, or ``pytorch_model.bin``
-    via weights_only).  Tensors we have no name for (NSP head, position_ids) are left out."""
-    from .init_source import normalise_hf_names, read_source_tensors, resolve_init_source
-
-    p = Path(path)
-    if not p.is_dir():
-        raise InteropError(f"{p}: no such model directory")
-    if not (p / "config.json").is_file():
-        raise InteropError(f"{p}: not a model directory (no config.json)")
-    src = resolve_init_source(str(p))
-    raw = read_source_tensors(src)
-    if src.model.family == "modernbert":  # transformers' names are ours (tokendrop.hf_modern)
-        from .hf_modern import normalise_modern_names
-
-        return src.model, {c: raw[k] for c, k in normalise_modern_names(list(raw)).items() if c != "decoder.weight"}
-    return src.model, from_hf({c: raw[k] for c, k in normalise_hf_names(list(raw))[0].items()})
-
-
-find_checkpoint = latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
-
-
-def load_pretrained(path: str | os.PathLike, cls: type, **head_kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
-    """Build ``cls`` (one of our model classes) from a tokendrop run/checkpoint dir (its checkpoint
-    verified) or a Hugging Face BERT dir.  Encoder weights must all be there; heads missing from the
-    file are fresh.  -> (model, {"model_config", "tokenizer", "fresh", "source", "path", "hf_config"})."""
-    from .init_source import load_source_weights, resolve_init_source
-
-    p = Path(path)
-    if not p.exists():
-        raise InteropError(f"{p}: no such model directory")
-    src = resolve_init_source(str(p))
-    from .model import build_model, task_of
-
-    model = build_model(src.model, task=task_of(cls), **head_kwargs)  # the family's class for cls's task
-    report = load_source_weights(src, model)
-    from .data.tokenizer import has_tokenizer_files
-
-    tok = src.tokenizer_dir if src.tokenizer_dir is not None and has_tokenizer_files(src.tokenizer_dir) else None
-    return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh, "source": src.kind,
-                   "path": str(src.path), "hf_config": src.hf_config}
-
-
-def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
-    """``tokendrop export``: a run/checkpoint dir (verified) -> a ``transformers`` BertForMaskedLM dir.
-
-    A run continued from a published checkpoint (``RUN/source/``) keeps that checkpoint's config.json
-    fields (ours set the shape, ``architectures = ["BertForMaskedLM"]``) and its tokenizer files.
-    An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
-    export (``tokendrop.rundir.prepare_output``) -- never a file, or a directory holding the input."""
-    with lock(out_dir, InteropError):
-        prepare_output(out_dir, "export", overwrite, inputs=[checkpoint], error=InteropError)
-        return _export_hf(checkpoint, out_dir)
-
-
-def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    from .model import BertForMaskedLM
-
-    model, info = load_pretrained(checkpoint, BertForMaskedLM)
-    if any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
-        raise InteropError(f"{checkpoint}: no MLM head weights to export")
-    tok = info["tokenizer"]
-    if info["source"] == "tokendrop":  # a continued run: the source's tokenizer files, kept in RUN/source/
-        ck = Path(info["path"])
-        source = (ck.parent.parent if ck.parent.name == "checkpoints" else ck) / "source"
-        from .data.tokenizer import has_tokenizer_files
-
-        if has_tokenizer_files(source):
-            tok = source
-    base = info["hf_config"]  # the source's config.json (a continued run's RUN/source/config.json)
-    return save_pretrained(model, out_dir, tok, base_config=base, kind="export")

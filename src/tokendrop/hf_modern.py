@@ -7,7 +7,7 @@ written (``rope_parameters`` per layer type, or the older ``global_rope_theta`` 
 ``local_rope_theta`` / ``global_attn_every_n_layers``); whatever our model cannot reproduce exactly
 (biases in attention/MLP, RoPE scaling, another activation or pooling, an untied decoder, ...) is
 a one-line InteropError naming the field.  :func:`load_modern_weights` is
-``tokendrop.init_source.load_source_weights`` for this family.
+``tokendrop.init_source.load_source_weights`` for this family (the shared checks: ``tokendrop.weights``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from .config import CLASSIFIER_POOLING, LAYER_TYPES, ModelConfig
-from .hf import InteropError
+from .errors import InitError, InteropError
+from .families import build_model
+from .weights import (InitReport, check_encoder_shapes, check_tied_decoder, fresh_init, match_tensors,
+                      read_source_tensors, shape_name)
 
 ARCHITECTURES = {"mlm": "ModernBertForMaskedLM", "classification": "ModernBertForSequenceClassification",
                  "qa": "ModernBertForQuestionAnswering"}
@@ -201,8 +204,6 @@ def normalise_modern_names(keys: list[str]) -> dict[str, str]:
 
 
 def expected_shapes(cfg: ModelConfig, task: str = "mlm", **head_kwargs: Any) -> dict[str, tuple[int, ...]]:
-    from .model import build_model
-
     with torch.device("meta"):  # shapes only: document attention (and its [SEP] id) plays no part
         m = build_model(dataclasses.replace(cfg, document_attention="off"), task=task, **head_kwargs)
     return {k: tuple(v.shape) for k, v in to_hf_modern(m.state_dict()).items()}
@@ -210,8 +211,6 @@ def expected_shapes(cfg: ModelConfig, task: str = "mlm", **head_kwargs: Any) -> 
 
 def check_modern_tensors(where: Any, canon: dict[str, str], shapes: dict[str, tuple[int, ...]], cfg: ModelConfig) -> str:
     """Every encoder tensor present with the shape config.json implies -> the layout name."""
-    from .init_source import InitError, check_encoder_shapes
-
     if "model.embeddings.tok_embeddings.weight" not in canon:
         from pathlib import Path
 
@@ -230,16 +229,13 @@ def load_modern_weights(src: Any, model: nn.Module) -> Any:
     """Load ``src`` (a ``tokendrop.init_source.InitSource``: a ModernBERT HF dir or a tokendrop run of
     this family) into any of our ModernBERT classes.  Encoder tensors must all be there; the head,
     decoder bias and task heads missing from the file are initialised fresh and listed."""
-    from .init_source import (InitError, InitReport, _fresh_init, _shape_name, check_tied_decoder, match_tensors,
-                              read_source_tensors)
-
     where = src.weights_file
     sd = read_source_tensors(src)
     canon = {k: k for k in sd} if src.kind == "tokendrop" else normalise_modern_names(list(sd))
     values = {c: sd[k] for c, k in canon.items()}
     own = model.state_dict()
-    notes = [f"{src.source}: {src.layout} ({src.kind}), {_shape_name(src.model)}, sha256 {src.sha256[:12]}"]
-    take, fresh = match_tensors(own, values, canon, REQUIRED, _TASK_HEADS, where, _shape_name(src.model), notes)
+    notes = [f"{src.source}: {src.layout} ({src.kind}), {shape_name(src.model)}, sha256 {src.sha256[:12]}"]
+    take, fresh = match_tensors(own, values, canon, REQUIRED, _TASK_HEADS, where, shape_name(src.model), notes)
     ignored: list[str] = []
     unexpected: list[str] = []
     for c, k in canon.items():
@@ -251,12 +247,12 @@ def load_modern_weights(src: Any, model: nn.Module) -> Any:
         elif c.startswith(_HEADS + _TASK_HEADS) and c not in own:
             ignored.append(k)  # a head of another model class
         elif c.startswith(REQUIRED) or re.match(r"model\.", c):
-            raise InitError(f"{where}: encoder tensor {k} is not part of the model ({_shape_name(src.model)}): "
+            raise InitError(f"{where}: encoder tensor {k} is not part of the model ({shape_name(src.model)}): "
                             "the configuration and the weights disagree")
         else:
             unexpected.append(k)
     model.load_state_dict({**own, **take}, strict=True)
-    _fresh_init(model, fresh, model.config.initializer_range)
+    fresh_init(model, fresh, model.config.initializer_range)
     if fresh:
         notes.append(f"initialised fresh (not in the source): {', '.join(fresh)}")
     if unexpected:

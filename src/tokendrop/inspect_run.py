@@ -190,7 +190,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     run, ckpt = _find_checkpoint(Path(run_dir))
     meta = ckpt_mod.read_meta(ckpt)
     try:
-        cfg = from_dict(Config, meta["config"], resolve_init=False)
+        cfg = from_dict(Config, meta["config"])
     except (ValueError, KeyError) as e:
         raise InspectError(f"{ckpt}/meta.json: unreadable run config ({e})") from None
     reason = _no_selection_reason(cfg)

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .fsutil import atomic_write_text
+
 FILENAME = "metrics.jsonl"
 
 
@@ -114,8 +116,6 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 def truncate_metrics(run_dir: str | os.PathLike, step: int) -> int:
     """Drop the records with ``step`` greater than ``step`` (and a torn or unreadable line) from
     ``RUN_DIR/metrics.jsonl``, rewriting it atomically; -> the number of lines dropped."""
-    from .rundir import atomic_write_text
-
     p = _path(run_dir)
     if not p.is_file():
         return 0

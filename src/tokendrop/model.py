@@ -27,14 +27,13 @@ Shapes: B batch, T sequence, M kept rows, P prediction slots, d hidden, V vocabu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MaskCache, attend, use_flex
-from .config import DropConfig, ModelConfig
+from .config import ConfigError, DropConfig, ModelConfig
 
 
 # ----------------------------------------------------------------------------------------------
@@ -498,45 +497,11 @@ def check_document_attention(cfg: ModelConfig) -> bool:
     if not cfg.uses_document_attention:
         return False
     if cfg.sep_token_id < 0:
-        from .config import ConfigError
-
         raise ConfigError("model.sep_token_id: document attention (model.document_attention = "
                           f"{cfg.document_attention!r}, family {cfg.family!r}) needs the [SEP] id that separates "
                           "documents in packed rows; set model.sep_token_id (pretraining takes it from the prepared "
                           "data) or model.document_attention = \"off\"")
     return True
-
-
-TASKS = ("mlm", "classification", "qa")
-
-
-def build_model(cfg: ModelConfig, drop: DropConfig | None = None, task: str = "mlm", **head_kwargs) -> nn.Module:
-    """The one entry point for building a model: ``cfg.family`` (bert -> this module, modernbert ->
-    ``tokendrop.modern``) and ``task``: "mlm" (pretraining; ``drop`` applies), "classification"
-    (``num_labels``) or "qa".  Every family's classes share one interface (forward signature,
-    ``config``, ``mlm_nll``)."""
-    if task not in TASKS:
-        raise ValueError(f"build_model: unknown task {task!r}; expected one of {', '.join(TASKS)}")
-    if cfg.family == "modernbert":
-        from . import modern
-
-        classes = {"mlm": modern.ModernBertForMaskedLM, "classification": modern.ModernBertForSequenceClassification,
-                   "qa": modern.ModernBertForQuestionAnswering}
-    else:
-        classes = {"mlm": BertForMaskedLM, "classification": BertForSequenceClassification,
-                   "qa": BertForQuestionAnswering}
-    if task == "mlm":
-        return classes[task](cfg, drop)
-    return classes[task](cfg, **head_kwargs)
-
-
-def task_of(model_or_class: Any) -> str:
-    """"mlm" | "classification" | "qa" for any family's model class (or instance)."""
-    cls = model_or_class if isinstance(model_or_class, type) else type(model_or_class)
-    task = getattr(cls, "task", None)
-    if task not in TASKS:
-        raise ValueError(f"{cls.__name__}: not a tokendrop model class")
-    return task
 
 
 __all__ = [
@@ -546,7 +511,6 @@ __all__ = [
     "BertForQuestionAnswering",
     "DropSpan",
     "Rows",
-    "build_model",
     "document_ids",
     "gather_rows",
     "scatter_rows",

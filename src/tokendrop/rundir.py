@@ -26,21 +26,21 @@ The rules (docs/reliability.md checks each):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import json
 import os
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import TokendropError
-from .fsutil import atomic_directory, discard_dir  # noqa: F401 -- atomic_directory: the directory primitive
+from .fsutil import (  # noqa: F401 -- the file and directory primitives, re-exported as part of this API
+    atomic_directory, atomic_file, atomic_write_bytes, atomic_write_json, atomic_write_text, discard_dir, json_default,
+    json_text)
 
 MARKER = ".tokendrop.json"
 KINDS = ("prepared", "run", "finetune", "evaluate", "export", "inspect", "study", "demo", "campaign")
@@ -60,71 +60,6 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int = signal.SIGINT):
         super().__init__(signal.Signals(signum).name)
         self.signum = int(signum)
-
-
-# ----------------------------------------------------------------------------------------------
-# atomic files
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp path beside ``path`` (same suffix, so e.g. ``savefig`` infers the format); when
-    the block ends it is flushed to disk and renamed onto ``path``; when the block raises it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        # mkstemp makes 0600, and a writer may have replaced the temp file with its own (safetensors
-        # does): the published file gets the mode of an ordinary new file (0666 less the umask)
-        os.chmod(tmp, 0o666 & ~_umask())
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    with atomic_file(path) as tmp:
-        tmp.write_bytes(data)
-    return Path(path)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8, ``\\n`` line ends): a reader sees the old content or the new one, never half."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def json_default(o: Any) -> Any:
-    """What the package's JSON files hold for values ``json`` cannot write: a dataclass as its
-    ``asdict``, a path as its string, a numpy/torch scalar or array as ``tolist()``, anything else
-    as ``str``."""
-    if dataclasses.is_dataclass(o) and not isinstance(o, type):
-        return dataclasses.asdict(o)
-    if isinstance(o, os.PathLike):
-        return os.fspath(o)
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    return str(o)
-
-
-def json_text(obj: Any, indent: int = 1) -> str:
-    """``obj`` as the JSON text every file of the package uses (UTF-8 kept, :func:`json_default`)."""
-    return json.dumps(obj, indent=indent, default=json_default, ensure_ascii=False) + "\n"
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 1) -> Path:
-    return atomic_write_text(path, json_text(obj, indent))
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,31 +235,7 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
 
 
 # ----------------------------------------------------------------------------------------------
-# checkpoints and metrics
-
-
-def latest_checkpoint(path: str | os.PathLike) -> Path | None:
-    """The checkpoint to use for ``path``: a checkpoint dir itself (verified: a corrupt one raises
-    ``CheckpointError``), or a run dir's newest checkpoint that verifies (corrupt ones are skipped
-    with a warning on stderr); None when there is none."""
-    import sys
-
-    from .checkpoint import CheckpointError, verify
-
-    p = Path(path)
-    if (p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (p / "shards").is_dir()):
-        verify(p)
-        return p
-    root = p / "checkpoints"
-    if not root.is_dir():
-        return None
-    for cand in sorted((c for c in root.iterdir() if c.name.startswith("step-")), reverse=True):
-        try:
-            verify(cand)
-            return cand
-        except CheckpointError as e:
-            print(f"warning: skipping {e}", file=sys.stderr)
-    return None
+# metrics (the newest verified checkpoint of a run: tokendrop.checkpoint.latest_checkpoint)
 
 
 def hold(paths: Iterable[str | os.PathLike], seconds: float = 600.0) -> None:
@@ -349,4 +260,4 @@ from .metrics import append_record, read_metrics, truncate_metrics  # noqa: E402
 
 __all__ = ["MARKER", "KINDS", "RunDirError", "Interrupted", "atomic_file", "atomic_write_bytes", "atomic_write_text",
            "atomic_write_json", "read_marker", "write_marker", "create", "prepare_output", "discard", "abandon", "lock",
-           "lock_path", "latest_checkpoint", "read_metrics", "append_record", "truncate_metrics", "atomic_directory"]
+           "lock_path", "read_metrics", "append_record", "truncate_metrics", "atomic_directory"]

@@ -31,18 +31,20 @@ from torch import Tensor, nn
 from . import checkpoint as ckpt_mod
 from . import checkpoint_sharded as sharded_ckpt
 from . import rundir
-from .budget import RunLength, budget_clock, resolved_train
+from .budget import RunLength, budget_clock
 from .config import FROM_DATA, Config, ConfigError, from_dict, to_dict, to_toml
 from .errors import TokendropError
 from .flops import RunFlops, step_flops
 from .random_ltd import ltd_kept_at
+from .run_config import resolve_init, resolve_run_config
 from .consistency import ClsTaps, consistency_term
 from .continued import warm_start
 from .data.mixture import open_data, realised
 from .importance import TokenSelector, build_selector
 from .metrics import MetricsLog, read_metrics
 from .attention import check_training_device
-from .model import BertForMaskedLM, build_model, num_parameters
+from .families import build_model
+from .model import BertForMaskedLM, num_parameters
 from .parallel import Dist, Parallel, autocast_for, grad_norm, init_distributed, wrap
 from .runtime import adamw, autocast_dtype, resolve_device
 from .schedules import lr_linear_steps, lr_schedule, mask_schedule
@@ -319,41 +321,13 @@ def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:
                             + "; pass --set data.path=DIR naming the run's prepared data")
 
 
-def _open_data(cfg: Config, new_run: bool = True):
+def _open_data(cfg: Config, src, new_run: bool = True, world: int = 1):
+    """-> (the run's resolved config, the prepared data: one directory or a weighted mixture);
+    tokendrop.run_config builds the config."""
     if not (cfg.data.path or cfg.data.paths):
         raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
     data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture
-    if cfg.model.init and new_run:  # the source's vocabulary, before anything is written
-        from .continued import check_vocabulary
-        from .init_source import resolve_init_source
-
-        check_vocabulary(resolve_init_source(cfg.model.init), data)
-    if cfg.model.vocab_size == 0:
-        cfg.model.vocab_size = data.vocab_size
-    if cfg.model.sep_token_id < 0:  # document boundaries of the packed rows (model.document_attention)
-        cfg.model.sep_token_id = int(data.special_ids["sep"])
-    elif cfg.model.uses_document_attention and cfg.model.sep_token_id != int(data.special_ids["sep"]):
-        raise ConfigError(f"model.sep_token_id: {cfg.model.sep_token_id} but {cfg.data.path} separates documents with "
-                          f"[SEP] = {data.special_ids['sep']}; remove model.sep_token_id (it comes from the data)")
-    if data.vocab_size != cfg.model.vocab_size:
-        raise ConfigError(
-            f"data.path: {cfg.data.path} was prepared with a vocabulary of {data.vocab_size} ids but "
-            f"model.vocab_size is {cfg.model.vocab_size}"
-        )
-    if cfg.data.seq_len and data.seq_len != cfg.data.seq_len:
-        raise ConfigError(f"data.seq_len: expected T={cfg.data.seq_len} but {cfg.data.path} was prepared with T={data.seq_len}")
-    if data.seq_len > cfg.model.max_position_embeddings:
-        raise ConfigError(
-            f"data.path: T={data.seq_len} exceeds model.max_position_embeddings={cfg.model.max_position_embeddings}"
-        )
-    pad = data.special_ids.get("pad")
-    if new_run and pad is not None and cfg.model.pad_token_id != pad:
-        # the pad id comes from the data's vocabulary (the embedding's padding row, the export's config)
-        if cfg.model.pad_token_id != 0 and not cfg.model.init:
-            raise ConfigError(f"model.pad_token_id: {cfg.model.pad_token_id}, but [PAD] is id {pad} in the vocabulary of "
-                              f"{cfg.data.path}; leave model.pad_token_id unset (the data's id is used)")
-        cfg.model.pad_token_id = pad
-    return data
+    return resolve_run_config(cfg, data, src, new_run, world), data
 
 
 def _pinned_ids(cfg: Config, data) -> list[int]:
@@ -431,6 +405,7 @@ def pretrain(
     ``train.time_budget`` without sleeping).
     """
     cfg.validate()
+    src = resolve_init(cfg, resume)  # model.init: resolved once, here (tokendrop.run_config)
     run_dir = Path(out_dir)
     device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
     check_training_device(cfg.model.attention_backend, device_kind)
@@ -438,7 +413,7 @@ def pretrain(
     threads = torch.get_num_threads()
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
-            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train))
+            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train), src)
     finally:
         torch.set_num_threads(threads)  # train.threads applies to this run only
         if dd.owns_group:
@@ -446,7 +421,7 @@ def pretrain(
 
 
 def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
-              overwrite: bool = False, clock=time.perf_counter) -> PretrainResult:
+              overwrite: bool = False, clock=time.perf_counter, src=None) -> PretrainResult:
     from .data import MLMLoader
 
     tc = cfg.train
@@ -470,17 +445,10 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
                  if not os.path.isabs(cfg.data.path) else "is not there any more; if the data moved,")
         raise TrainingError(f"--resume: data.path {cfg.data.path!r} {where} pass --set data.path=DIR (accepted when "
                             "its fingerprint equals the one the run recorded)")
-    for sec, key in ((cfg.data, "path"), (cfg.drop, "counts_path")):  # recorded absolute: --resume from any cwd
-        if getattr(sec, key):
-            setattr(sec, key, os.path.abspath(getattr(sec, key)))
-    cfg.data.paths = [os.path.abspath(p) for p in cfg.data.paths]
-    data = _open_data(cfg, new_run=not resume)
+    cfg, data = _open_data(cfg, src, new_run=not resume, world=dd.world)  # the resolved config: not changed from here on
     data_fp = data.fingerprint()
     T = data.seq_len
-    try:  # train.tokens / epochs / warmup_ratio -> steps, recorded in config.toml (tokendrop.budget)
-        cfg.train = tc = resolved_train(tc, data.num_sequences("train"), T, dd.world)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    tc = cfg.train  # train.tokens / epochs / warmup_ratio resolved to steps (tokendrop.run_config)
     length, lrs = RunLength.of(tc), lr_schedule(tc)
 
     # -- run directory / resume ---------------------------------------------------------------------
@@ -529,7 +497,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if cfg.drop.enabled:
         selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, T, _pinned_ids(cfg, data), counts,
                                   seed=tc.seed + dd.rank, device=device)  # each rank its own random draws
-    init_events = warm_start(cfg, model, selector, data, run_dir, dd, device, amp, micro_bs, progress and dd.main) if (
+    init_events = warm_start(cfg, model, selector, data, run_dir, dd, device, amp, micro_bs, progress and dd.main, src) if (
         meta_in is None) else []
     if meta_in is not None and not ckpt_mod.is_sharded(meta_in):
         model.load_state_dict(model_sd)  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
@@ -820,7 +788,7 @@ def load_run_config(run_dir: str | os.PathLike) -> Config:
     p = Path(run_dir) / "config.toml"
     if not p.is_file():
         raise TrainingError(f"{run_dir}: not a run directory (no config.toml)")
-    return from_dict(Config, tomllib.loads(p.read_text()), resolve_init=False)  # the source may be gone
+    return from_dict(Config, tomllib.loads(p.read_text()))  # the source may be gone
 
 
 __all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from .budget import RunLength, parse_duration
 from .errors import TokendropError
-from .verify import VerifyReport, _line, _verify_export, _verify_prepared, _verify_run
+from .verify_runs import VerifyReport, _line, _verify_export, _verify_prepared, _verify_run
 
 
 def legacy_kind(p: Path) -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .records import optional
+from .fields import optional
 
 
 def cpu_model() -> str:

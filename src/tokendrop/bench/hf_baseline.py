@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..flops import is_modern, step_flops
+from .optim import compile_model, make_optimizer
 from .presets import BenchConfig
 from .workload import Setting
 
@@ -90,8 +91,6 @@ def modern_hf_config(model_cfg: ModelConfig, sparse_prediction: bool = False) ->
 
 def build_hf(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: torch.device) -> HFModel:
     import transformers
-
-    from .steps import compile_model, make_optimizer
 
     if is_modern(model_cfg):
         from ..hf_modern import to_hf_modern

@@ -7,38 +7,14 @@ field is always written, None included (``mfu`` is null on CPU).
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
+from .environment import Environment
+from .fields import optional, record_dict  # noqa: F401 -- record_dict: re-exported
 from .presets import BenchConfig
 
-if TYPE_CHECKING:
-    from .environment import Environment
-
 SCHEMA_VERSION = 1
-
-
-def optional(default: Any = None) -> Any:
-    """A dataclass field left out of ``to_dict`` while it is None."""
-    return field(default=default, metadata={"omit_none": True})
-
-
-def record_dict(obj: Any) -> Any:
-    """Dataclasses (recursively) -> plain JSON-ready values, dropping unset ``optional()`` fields."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(obj):
-            v = getattr(obj, f.name)
-            if v is None and f.metadata.get("omit_none"):
-                continue
-            out[f.name] = record_dict(v)
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [record_dict(x) for x in obj]
-    if isinstance(obj, dict):
-        return {k: record_dict(v) for k, v in obj.items()}
-    return obj
 
 
 @dataclass

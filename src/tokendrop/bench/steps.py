@@ -14,31 +14,17 @@ import torch
 from torch import Tensor, nn
 
 from ..config import Config, DropConfig, ModelConfig, TrainConfig
+from ..families import build_model
 from ..flops import is_modern, layer_types, step_flops
 from ..importance import build_selector
 from ..random_ltd import ltd_kept
-from ..runtime import adamw, autocast_dtype
+from ..runtime import autocast_dtype
 from ..train import MLMStep
 from .hf_baseline import HFModel, build_hf, hf_class_name, hf_flops, hf_step_fn
+from .optim import compile_model, make_optimizer
 from .presets import BenchConfig
 from .records import ModelInfo, StepExtras
 from .workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
-
-
-def make_optimizer(model: nn.Module, cfg: BenchConfig) -> torch.optim.Optimizer:
-    return adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True if cfg.fused_adamw else None)
-
-
-def compile_model(model: nn.Module, backend: str = "inductor") -> nn.Module:
-    """``torch.compile(model, dynamic=False)`` with room for one graph per (shape, dropping) pair."""
-    import torch._dynamo
-
-    dc = torch._dynamo.config
-    if hasattr(dc, "recompile_limit"):
-        dc.recompile_limit = max(dc.recompile_limit, 64)
-    else:  # older torch
-        dc.cache_size_limit = max(dc.cache_size_limit, 64)
-    return torch.compile(model, dynamic=False, backend=backend)
 
 
 def state_bytes(*objs: Any) -> int:
@@ -85,9 +71,7 @@ class Runner:
 
 
 def build_ours(model_cfg: ModelConfig, drop: DropConfig | None = None) -> nn.Module:
-    """Our MLM model of either family (``tokendrop.model.build_model``)."""
-    from ..model import build_model
-
+    """Our MLM model of either family (``tokendrop.families.build_model``)."""
     return build_model(model_cfg, drop)
 
 

@@ -24,15 +24,9 @@ naming the file or field and what was expected.
 
 from __future__ import annotations
 
-from ..errors import TokendropError
-
-
-class DataError(TokendropError, ValueError):
-    """Bad data input or a bad prepared directory; the message names the file/field and what was expected."""
-
-
-from .corpus import iter_documents, resolve_corpus, clean_wikitext  # noqa: E402
-from .tokenizer import (  # noqa: E402
+from ..errors import DataError  # noqa: F401 -- defined below every module of this package that raises it
+from .corpus import iter_documents, resolve_corpus, clean_wikitext
+from .tokenizer import (
     SPECIAL_TOKENS,
     build_tokenizer,
     load_tokenizer,
@@ -41,8 +35,8 @@ from .tokenizer import (  # noqa: E402
     train_tokenizer,
     vocab_sha256,
 )
-from .prepared import PreparedData  # noqa: E402
-from .prepare import prepare  # noqa: E402
+from .prepared import PreparedData
+from .prepare import prepare
 
 _LAZY = {"MLMLoader", "MLMMasker", "num_prediction_slots"}  # .loader imports torch: not needed to prepare data
 

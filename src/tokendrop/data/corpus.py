@@ -41,7 +41,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from . import DataError
+from ..errors import DataError
 from . import columnar
 from .columnar import ARROW, PARQUET
 from .wikitext import _REDIRECT, clean_wikitext

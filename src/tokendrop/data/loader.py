@@ -59,7 +59,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from . import DataError
+from ..errors import DataError
 from .pieces import MIN_PIECE, PIECE_DOMAIN, frame_pieces, piece_keys
 from .prepare import PreparedData
 

@@ -74,7 +74,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from .. import rundir
-from . import DataError
+from ..errors import DataError
 from .prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
 from .shards import _Counter, _PackedWriter, _Shard, _UnpackedWriter, choose_eval_docs, dtype_for
 from .corpus import HF, finish, iter_raw, resolve_corpus

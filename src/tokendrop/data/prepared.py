@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from . import DataError
+from ..errors import DataError
 from .tokenizer import SPECIAL_KEYS, read_vocab, vocab_sha256
 
 FORMAT = "tokendrop-prepared"

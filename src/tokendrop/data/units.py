@@ -44,7 +44,7 @@ import numpy as np
 
 from ..fsutil import atomic_directory, discard_dir
 from ..rundir import atomic_write_json
-from . import DataError
+from ..errors import DataError
 from . import columnar
 from .corpus import HF, JSONL, TEXT, WIKI, Source, is_compressed, split_points
 from .tokenize import IDS, INFO, LENGTHS, inline_encode, make_pool, pooled_encode, tokenize_unit, tokenizers_parallelism

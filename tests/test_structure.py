@@ -155,5 +155,34 @@ def test_config_parsing_and_the_trainer_stay_low():
     model, no checkpoint reader: it reads no disk); the trainer never needs the benchmark."""
     graph = import_graph()
     assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.budget",
-                                                     "tokendrop.schedules"}
+                                                     "tokendrop.schedules", "tokendrop.config_model", "tokendrop.methods"}
     assert not {m for m in _reachable(graph, "tokendrop.train") if m.startswith("tokendrop.bench")}
+
+
+MAX_LINES = 600
+
+
+def test_no_source_module_over_600_lines():
+    """A module a reader can hold: any module over 600 lines fails, named with its length."""
+    root = Path(__file__).resolve().parents[1] / "src" / "tokendrop"
+    long = {str(p.relative_to(root)): n for p in sorted(root.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them along the concepts of docs/design.md): {long}"
+
+
+def test_selection_methods_are_one_registry():
+    """Every drop.method is a row of tokendrop.methods.METHODS, and the method classes the code asks
+    about are read from it (a new method cannot silently count as dense or as learning from the loss)."""
+    from tokendrop import config, methods
+
+    assert config.DROP_METHODS == tuple(methods.METHODS) and config.METHODS is methods.METHODS
+    assert [n for n, m in methods.METHODS.items() if not m.drops] == ["none"]
+    assert set(config.LOSS_METHODS) == {"cumulative", "half_random"}
+    assert set(config.RANDOM_METHODS) == {"half_random", "random", "random_ltd"}
+    assert config.PER_LAYER_METHODS == ("random_ltd",)
+    assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
+    from tokendrop.study.plan import METHODS as ARMS
+
+    for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
+        method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")
+        assert arm.dropping == (methods.METHODS[method].drops or "drop.variant=avg" in arm.overrides), arm.name

@@ -18,7 +18,7 @@ from tokendrop.data.testing import toy_prepared
 from tokendrop.flops import consistency_flops, step_flops
 from tokendrop.random_ltd import ltd_kept
 from tokendrop.schedules import BatchWarmup, SeqLenWarmup, batch_at, seq_len_at
-from tokendrop.train import pretrain, read_metrics
+from tokendrop.train import load_run_config, pretrain, read_metrics
 from tokendrop.warmups import StepPlan, default_micro_batch
 
 
@@ -143,6 +143,7 @@ def test_warmups_in_pretraining_flops_and_exact_resume(tiny_data, tmp_path, extr
     ends with the same losses and weights, bit for bit."""
     cfg = tiny(tiny_data, *WARM, *extra)
     res = pretrain(cfg, tmp_path / "full", progress=False)
+    cfg = load_run_config(tmp_path / "full")  # as resolved (the vocabulary size from the data); the parsed cfg is unchanged
     rows = _rows(tmp_path / "full")
     T, total = 64, 0
     for r in rows:

@@ -7,11 +7,13 @@ field and the fix.  ``tokendrop.cli.main`` catches this class once, prints ``err
 exits with status 2; anything else is a bug and keeps its traceback.
 
 A subclass raised by one module is defined beside the code that raises it (docs/design.md §4.5):
-``config.ConfigError`` (``study.StudyError``), ``train.TrainingError``,
+``study.StudyError``,
 ``checkpoint.CheckpointError`` (``inspect_run.InspectError``), ``rundir.RunDirError``,
 ``finetune.FinetuneError`` and ``fetch.FetchError``.  The ones raised across a package or by both
 sides of an import live here, below every module that raises them, and are re-exported where users
-look for them: ``DataError`` (every module of ``tokendrop.data``; ``tokendrop.data.DataError``),
+look for them: ``TrainingError`` (the step, the loop and resume; ``tokendrop.train.TrainingError``),
+``ConfigError`` (every section of the configuration;
+``tokendrop.config.ConfigError``), ``DataError`` (every module of ``tokendrop.data``; ``tokendrop.data.DataError``),
 ``InteropError`` (``tokendrop.hf``, ``tokendrop.hf_modern``) and its subclass ``InitError``
 (``tokendrop.init_source``, ``tokendrop.weights``).  Every subclass also keeps its historical
 built-in base (``ValueError`` or ``RuntimeError``), so ``except ValueError`` in callers' code still
@@ -23,6 +25,14 @@ from __future__ import annotations
 
 class TokendropError(Exception):
     """A user-facing error: one line, naming the file or field and the fix."""
+
+
+class ConfigError(TokendropError, ValueError):
+    """A configuration problem; the message names the field and what was expected."""
+
+
+class TrainingError(TokendropError, RuntimeError):
+    """A run that cannot go on (non-finite loss, incompatible resume, bad data)."""
 
 
 class DataError(TokendropError, ValueError):

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .config import LOSS_METHODS, ConfigError, DropConfig
+from .config import LOSS_METHODS, METHODS, ConfigError, DropConfig
 from .random_ltd import sample_layers
 
 PIN_HIGH = 1e4
@@ -50,7 +50,7 @@ def build_selector(drop: DropConfig, vocab_size: int, special_ids: Mapping[str, 
     ``counts`` the per-id corpus counts (array or tensor; used by ``method = "frequency"`` only, which
     needs them), ``seed`` the random methods' generator seed; on ``device`` when given."""
     sel = TokenSelector(drop, vocab_size, dict(special_ids), seq_len, list(pinned_ids),
-                        counts if drop.method == "frequency" else None, seed=seed)
+                        counts if METHODS[drop.method].needs_counts else None, seed=seed)
     return sel if device is None else sel.to(device)
 
 

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from . import DataError
-from .loader import _PERM_KEY, _Plan, build_batch
+from .loader import _PERM_KEY, _Plan
+from .masking import build_batch
 from .prepared import PreparedData
 
 _MIX_KEY = 0x313C

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import DROP_METHODS, Config, ConfigError, load_config
+from ..config import METHODS as SELECTION_METHODS, Config, ConfigError, load_config
 from ..fetch import fetch_minilm
 from ..init_source import InitSource, resolve_init_source, resolve_model_init
 from .common import StudyError, pct, resolve_out, resolve_path
@@ -26,7 +26,7 @@ class MethodSpec:
 
     @property
     def dropping(self) -> bool:
-        selecting = [f"drop.method={m}" for m in DROP_METHODS if m != "none"]  # every method, random_ltd too
+        selecting = [f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops]  # random_ltd too
         return any(o in selecting or o == "drop.variant=avg" for o in self.overrides)
 
 

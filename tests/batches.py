@@ -1,6 +1,9 @@
-"""Hand-made MLM micro-batches for step-level tests (no loader, no data on disk)."""
+"""MLM batches in tests: hand-made micro-batches for step-level tests (no loader, no data on disk),
+and the helpers the loader tests share (take, same, unmask)."""
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -22,3 +25,26 @@ def mlm_batch(vocab_size: int, b: int, t: int, seed: int = 0, seps: tuple[int, .
     ids = ids.scatter(1, pos, SPECIAL_IDS["mask"])
     return {"input_ids": ids, "mlm_positions": pos, "mlm_labels": labels, "mlm_weights": torch.ones(b, p),
             "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+
+
+def take(loader, n: int) -> list:
+    """The next ``n`` batches of ``loader``."""
+    return list(itertools.islice(loader, n))
+
+
+def same(a: list, b: list) -> None:
+    """Two lists of batches equal, tensor for tensor."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert torch.equal(x[k], y[k]), k
+
+
+def unmask(b: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The original sequences of a batch (labels put back at the prediction slots)."""
+    ids = b["input_ids"].clone()
+    for i in range(ids.shape[0]):
+        w = b["mlm_weights"][i] > 0
+        ids[i, b["mlm_positions"][i][w]] = b["mlm_labels"][i][w]
+    return ids

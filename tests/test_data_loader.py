@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing as mp
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import torch
 
 from tokendrop.data import DataError, MLMLoader, PreparedData, num_prediction_slots
 from tokendrop.data.testing import toy_prepared
+from batches import same, take, unmask
 
 
 @pytest.fixture(scope="module")
@@ -28,25 +28,7 @@ def unpacked(tmp_path_factory):
     )
 
 
-def take(loader, n):
-    return list(itertools.islice(loader, n))
 
-
-def same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert torch.equal(x[k], y[k]), k
-
-
-def unmask(b):
-    """The original sequences of a batch (labels put back)."""
-    ids = b["input_ids"].clone()
-    for i in range(ids.shape[0]):
-        w = b["mlm_weights"][i] > 0
-        ids[i, b["mlm_positions"][i][w]] = b["mlm_labels"][i][w]
-    return ids
 
 
 def test_batch_shapes_and_contract(packed):

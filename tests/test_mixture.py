@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 
@@ -13,6 +12,7 @@ import torch
 from tokendrop.data import DataError, MLMLoader, PreparedData, prepare
 from tokendrop.data.mixture import Mixture, MixturePlan, realised
 from tokendrop.data.testing import toy_prepared, write_toy_corpus, write_toy_vocab
+from batches import same, take, unmask
 
 
 @pytest.fixture(scope="module")
@@ -23,24 +23,7 @@ def sources(tmp_path_factory):
     return root, a, b
 
 
-def take(loader, n):
-    return list(itertools.islice(loader, n))
 
-
-def same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert torch.equal(x[k], y[k]), k
-
-
-def unmask(b):
-    ids = b["input_ids"].clone()
-    for i in range(ids.shape[0]):
-        w = b["mlm_weights"][i] > 0
-        ids[i, b["mlm_positions"][i][w]] = b["mlm_labels"][i][w]
-    return ids
 
 
 def origin(mix: Mixture):

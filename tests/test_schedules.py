@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -24,6 +23,7 @@ from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots
 from tokendrop.data.testing import toy_prepared
 from tokendrop.schedules import LRSchedule, ValueSchedule, cosine, linear, wsd_shape
 from tokendrop.train import lr_at, pretrain, read_metrics
+from batches import unmask as _originals
 
 
 def _old_lr_at(step, peak, warmup, total):  # train.lr_at before tokendrop.schedules existed, verbatim
@@ -140,13 +140,6 @@ def test_defaults_and_round_trip():
 def packed(tmp_path_factory):
     return PreparedData.open(toy_prepared(tmp_path_factory.mktemp("d") / "packed", seq_len=64, num_docs=200))
 
-
-def _originals(b):
-    ids = b["input_ids"].clone()
-    for i in range(ids.shape[0]):
-        w = b["mlm_weights"][i] > 0
-        ids[i, b["mlm_positions"][i][w]] = b["mlm_labels"][i][w]
-    return ids
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -20,6 +20,7 @@ from tokendrop.random_ltd import ltd_kept
 from tokendrop.schedules import BatchWarmup, SeqLenWarmup, batch_at, seq_len_at
 from tokendrop.train import load_run_config, pretrain, read_metrics
 from tokendrop.warmups import StepPlan, default_micro_batch
+from batches import unmask as _originals
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,13 +69,6 @@ def test_step_plan_micro_batches():
 def packed(tmp_path_factory):
     return PreparedData.open(toy_prepared(tmp_path_factory.mktemp("d") / "packed", seq_len=64, num_docs=200))
 
-
-def _originals(b):
-    ids = b["input_ids"].clone()
-    for i in range(ids.shape[0]):
-        w = b["mlm_weights"][i] > 0
-        ids[i, b["mlm_positions"][i][w]] = b["mlm_labels"][i][w]
-    return ids
 
 
 @pytest.mark.parametrize("workers", [0, 2])

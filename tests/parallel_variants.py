@@ -1,5 +1,5 @@
 """Run under torchrun (2 ranks, gloo) by tests/test_parallel.py: every dropping method and variant,
-both encoder families, 2 optimizer steps of 2 micro-batches each, once with the model under DDP and
+random-LTD and ScTD's consistency term, both encoder families, 2 optimizer steps of 2 micro-batches each, once with the model under DDP and
 once under FSDP2; rank 0 writes the losses and gradient norms of both as JSON to argv[1]."""
 
 import json
@@ -19,7 +19,8 @@ from tokendrop.train import MLMStep
 
 V, T, P = 120, 32, 5
 COMBOS = [("cumulative", "drop"), ("half_random", "drop"), ("random", "drop"), ("frequency", "drop"),
-          ("cumulative", "pass"), ("cumulative", "layer_rearranged"), ("none", "avg")]
+          ("cumulative", "pass"), ("cumulative", "layer_rearranged"), ("none", "avg"), ("random_ltd", "drop"),
+          ("cumulative", "drop+sctd")]  # drop+sctd: ScTD's consistency term (its dense pass) on every step
 
 
 def batch(seed: int) -> dict[str, torch.Tensor]:
@@ -39,7 +40,10 @@ def run(family: str, method: str, variant: str, kind: str, dd) -> list[list[floa
     else:  # the preset sets the family
         kw.update(preset="modern-tiny", local_attention=16, max_position_embeddings=64)
     mc = ModelConfig(**kw)
-    drop = DropConfig(method=method, variant=variant, rate=0.5)
+    sctd = variant.endswith("+sctd")
+    extra = dict(consistency_weight=0.5, consistency_every=1) if sctd else {}
+    extra.update(ltd_step=4) if method == "random_ltd" else None
+    drop = DropConfig(method=method, variant=variant.removesuffix("+sctd"), rate=0.5, **extra)
     cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=2, batch_size=8, lr=1e-3, warmup_steps=0)).validate()
     torch.manual_seed(0)
     model = build_model(mc, drop)
@@ -53,7 +57,7 @@ def run(family: str, method: str, variant: str, kind: str, dd) -> list[list[floa
     out = []
     for s in range(2):
         micro = [batch(1000 * s + 10 * dd.rank + i) for i in range(2)]
-        r = step(micro, 1e-3, dropping=drop.enabled)
+        r = step(micro, 1e-3, dropping=drop.enabled, step=s)
         out.append([r["loss"].item(), float(r["grad_norm"])])
     return out
 

@@ -98,14 +98,15 @@ def test_fsdp_matches_ddp_with_dropping(runs):
 
 
 def test_every_method_and_variant_under_fsdp_matches_ddp(tmp_path):
-    """Both families, every dropping method and variant: 2 steps x 2 micro-batches per rank."""
+    """Both families, every dropping method and variant, random-LTD and ScTD (its dense pass through
+    the FSDP root's registered ``hidden`` method): 2 steps x 2 micro-batches per rank."""
     out = tmp_path / "variants.json"
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                         str(free_port()), str(Path(__file__).parent / "parallel_variants.py"), str(out)],
                        capture_output=True, text=True, env=ENV, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert len(res) == 14
+    assert len(res) == 18
     for key, r in res.items():
         for (loss_d, norm_d), (loss_f, norm_f) in zip(r["ddp"], r["fsdp"]):
             assert abs(loss_d - loss_f) <= 1e-5 and abs(norm_d - norm_f) <= 1e-5, (key, r)

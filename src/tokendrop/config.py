@@ -287,11 +287,6 @@ class Config:
             self.drop.validate(self.model.num_layers)
         self.data.validate()
         self.train.validate()
-        if self.train.parallel == "fsdp" and self.drop.enabled and self.drop.consistency_weight > 0:
-            # its dense pass calls the encoder outside the root module's forward, where FSDP2 gathers
-            # the root's parameters (embeddings): not supported yet
-            raise ConfigError("drop.consistency_weight: ScTD's dense pass is not supported under train.parallel = "
-                              "'fsdp'; use train.parallel = 'ddp' or drop.consistency_weight = 0")
         return self
 
 

@@ -165,7 +165,7 @@ def wrap(model: nn.Module, kind: str, dd: Dist, device: torch.device, amp: torch
     parameters in place: build the optimizer after this call."""
     if kind == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
         if not dd.grouped:
             raise ConfigError("train.parallel: 'fsdp' needs a process group (launch with torchrun)")
@@ -179,6 +179,8 @@ def wrap(model: nn.Module, kind: str, dd: Dist, device: torch.device, amp: torch
         for layer in encoder_layers(model):
             fully_shard(layer, **kw)
         fully_shard(model, **kw)  # the root: embeddings, head; the tied decoder weight is the embedding's
+        # ScTD's dense pass calls model.hidden, not forward: FSDP gathers the root's parameters for it too
+        register_fsdp_forward_method(model, "hidden")
         return Parallel(model, "fsdp", dd, model)
     if dd.world > 1:
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)

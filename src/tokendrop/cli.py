@@ -226,7 +226,13 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tokendrop", description="Token dropping for faster BERT pretraining")
     sub = p.add_subparsers(dest="cmd", required=True)
+    for add in (_add_prepare, _add_pretrain, _add_finetune, _add_evaluate, _add_export, _add_flops, _add_bench,
+                _add_demo, _add_study, _add_inspect, _add_verify):  # one per command, in the help's order
+        add(sub)
+    return p
 
+
+def _add_prepare(sub) -> None:
     s = sub.add_parser("prepare", help="tokenize a corpus into packed (or unpacked) memory-mapped shards",
                        description="Tokenize a corpus into packed (or unpacked) memory-mapped shards, in parallel "
                        "work units; an interrupted prepare, run again with the same command, continues from the "
@@ -264,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(func=cmd_prepare)
 
+
+def _add_pretrain(sub) -> None:
     s = sub.add_parser("pretrain", help="pretrain a BERT with or without token dropping")
     _add_config_args(s, required=False)
     s.add_argument("--out", help="new run directory")
@@ -279,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_pretrain)
 
+
+def _add_finetune(sub) -> None:
     s = sub.add_parser("finetune", help="fine-tune a pretrained model on a GLUE- or SQuAD-style task")
     s.add_argument("--model", required=True, help="a tokendrop run/checkpoint dir or a Hugging Face BERT dir")
     s.add_argument("--task", required=True)
@@ -288,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(s, required=False)
     s.set_defaults(func=cmd_finetune)
 
+
+def _add_evaluate(sub) -> None:
     s = sub.add_parser("evaluate", help="the paper's fine-tuning protocol over models x tasks x grid")
     s.add_argument("--models", nargs="+", required=True, help="run dirs (or model dirs)")
     s.add_argument("--suite", required=True, help="configs/suite-NAME.toml")
@@ -297,17 +309,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start over instead of continuing an existing --out (only tokendrop's evaluate output)")
     s.set_defaults(func=cmd_evaluate)
 
+
+def _add_export(sub) -> None:
     s = sub.add_parser("export", help="export a checkpoint as a Hugging Face BERT directory")
     s.add_argument("checkpoint", help="a run dir (latest checkpoint) or a checkpoint dir")
     s.add_argument("out_dir")
     s.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR (only tokendrop's export output)")
     s.set_defaults(func=cmd_export)
 
+
+def _add_flops(sub) -> None:
     s = sub.add_parser("flops", help="print the analytic FLOPs of a config, dense vs dropping")
     _add_config_args(s)
     s.add_argument("--seq-len", type=int, nargs="+", default=[128, 512])
     s.set_defaults(func=cmd_flops)
 
+
+def _add_bench(sub) -> None:
     s = sub.add_parser("bench", help="step-time benchmark: dense vs dropping vs transformers; the GPU campaign")
     s.add_argument("--device", default=None, choices=["cpu", "cuda"], help="override the preset's device")
     s.add_argument("--preset", default="", help="configs/bench-NAME.toml or a .toml path (default: cpu-quick, "
@@ -330,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.set_defaults(func=cmd_bench)
 
+
+def _add_demo(sub) -> None:
     s = sub.add_parser("demo", help="the README's main job: continue pretraining MiniLM dense vs token drop, "
                                     "fine-tune, compare")
     s.add_argument("--out", default="runs/demo")
@@ -343,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start over instead of continuing an existing --out (only tokendrop's demo output)")
     s.set_defaults(func=cmd_demo)
 
+
+def _add_study(sub) -> None:
     s = sub.add_parser("study", help="the paper's study at small scale: all methods, seeds, evaluation, report")
     _add_config_args(s)
     s.add_argument("--out", required=True)
@@ -351,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start over instead of continuing an existing --out (only tokendrop's study output)")
     s.set_defaults(func=cmd_study)
 
+
+def _add_inspect(sub) -> None:
     s = sub.add_parser("inspect", help="importance histogram, top/bottom tokens and example sentences of a run")
     s.add_argument("run_dir")
     s.add_argument("--out", help="output directory (default RUN_DIR/inspect)")
@@ -358,12 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true", help="replace an existing output directory (a previous inspect)")
     s.set_defaults(func=cmd_inspect)
 
+
+def _add_verify(sub) -> None:
     s = sub.add_parser("verify", help="check any directory tokendrop writes in full (sha256): run, checkpoint, prepared "
                                       "data, export, finetune, evaluate, study, bench campaign")
     s.add_argument("path", help="a run, checkpoint, prepared-data, exported (Hugging Face), finetune, evaluate, study or "
                                 "bench-campaign directory")
     s.set_defaults(func=cmd_verify)
-    return p
 
 
 def _check_outputs(a: argparse.Namespace) -> None:

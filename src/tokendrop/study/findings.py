@@ -61,92 +61,114 @@ def _downstream(res: StudyResults, n: str) -> Stat | None:
 
 def findings(res: StudyResults, study: StudyConfig) -> list[str]:
     """Sentences judging the results, each computed from the numbers in ``res``."""
-    M = res.methods
-    out: list[str] = []
-    b = M.get("baseline")
-    if not b:
+    if "baseline" not in res.methods:
         return ["No finished baseline run, so nothing can be compared with it."]
-
-    def mloss(n: str) -> float:
-        return M[n].final_eval_loss.mean
-
-    def dstat(n: str) -> Stat | None:
-        return _downstream(res, n)
-
+    out: list[str] = []
     for n in ("token-drop", "token-drop-stage2"):
-        if n not in M:
-            continue
-        d = M[n]
-        out.append(f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs the baseline's "
-                   f"{b.wall_time_s.mean:.0f} s: {100 * d.rel_wall:.1f}% of the baseline's wall time "
-                   f"({abs(100 * (1 - d.rel_wall)):.1f}% {'less' if d.rel_wall <= 1 else 'more'}) and "
-                   f"{100 * d.rel_flops:.1f}% of its analytic FLOPs "
-                   f"(the paper reports a 25% pretraining-time reduction for BERT-base/large).")
-        if d.init_s.mean > 0 or b.init_s.mean > 0:
-            tot = (d.wall_time_s.mean + d.init_s.mean) / (b.wall_time_s.mean + b.init_s.mean)
-            out.append(f"Before its first step {d.label} spent {d.init_s.mean:.0f} s (the baseline {b.init_s.mean:.0f} s) "
-                       "loading the source, warming up a new MLM head and filling the importance vector, outside the "
-                       f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of the baseline's time.")
-        diff = mloss(n) - mloss("baseline")
-        out.append(f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs baseline {mloss('baseline'):.4f}, a difference "
-                   f"of {diff:+.4f}; it is {judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label)}.")
-        if "baseline-75" in M:
-            d75 = mloss(n) - mloss("baseline-75")
-            out.append(f"Against the equal-compute control, baseline (75%) ({mloss('baseline-75'):.4f}, "
-                       f"{100 * M['baseline-75'].rel_wall:.1f}% of the baseline's wall time): {d.label} is "
-                       f"{'lower' if d75 < 0 else 'higher'} by {abs(d75):.4f}.")
-        ds, bs = dstat(n), dstat("baseline")
-        if ds and bs:
-            diff = ds.mean - bs.mean
-            out.append(f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs baseline "
-                       f"{bs.mean:.2f}, a difference of {diff:+.2f} points; it is "
-                       f"{judge(diff, ds, bs, True, ' points', d.label)}.")
-            if "baseline-75" in M and dstat("baseline-75"):
-                d75 = ds.mean - dstat("baseline-75").mean
-                out.append(f"Against baseline (75%) ({dstat('baseline-75').mean:.2f}) the difference is {d75:+.2f} points.")
-        hits = [res.runs[r].to_target for r in d.runs]
-        ok = [h for h in hits if h]
-        if ok:
-            out.append(f"{d.label} reached the baseline's final MLM loss ({res.target_eval_loss:.4f}) in "
-                       f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of the "
-                       f"baseline's wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs).")
-        else:
-            out.append(f"{d.label} did not reach the baseline's final MLM loss ({res.target_eval_loss:.4f}) "
-                       f"within its steps (its final: {mloss(n):.4f}).")
+        if n in res.methods:
+            out += _against_the_baseline(res, n)
+    out += _methods_that_fell_short(res)
+    out += _selection_ablation(res)
+    out += _stage2_and_variants(res)
+    out += _rate_sweep(res, study)
+    out += source_findings(res)
+    out += _timing_caveat(res)
+    return out
 
-    # every dropping method against the baseline: where did it not reach the baseline?
+
+def _mloss(res: StudyResults, n: str) -> float:
+    return res.methods[n].final_eval_loss.mean
+
+
+def _against_the_baseline(res: StudyResults, n: str) -> list[str]:
+    """Time, held-out MLM loss, downstream score and time to the baseline's loss of method ``n``."""
+    M, b, d = res.methods, res.methods["baseline"], res.methods[n]
+    mloss = lambda m: _mloss(res, m)  # noqa: E731
+    out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs the baseline's "
+           f"{b.wall_time_s.mean:.0f} s: {100 * d.rel_wall:.1f}% of the baseline's wall time "
+           f"({abs(100 * (1 - d.rel_wall)):.1f}% {'less' if d.rel_wall <= 1 else 'more'}) and "
+           f"{100 * d.rel_flops:.1f}% of its analytic FLOPs "
+           f"(the paper reports a 25% pretraining-time reduction for BERT-base/large)."]
+    if d.init_s.mean > 0 or b.init_s.mean > 0:
+        tot = (d.wall_time_s.mean + d.init_s.mean) / (b.wall_time_s.mean + b.init_s.mean)
+        out.append(f"Before its first step {d.label} spent {d.init_s.mean:.0f} s (the baseline {b.init_s.mean:.0f} s) "
+                   "loading the source, warming up a new MLM head and filling the importance vector, outside the "
+                   f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of the baseline's time.")
+    diff = mloss(n) - mloss("baseline")
+    out.append(f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs baseline {mloss('baseline'):.4f}, a difference "
+               f"of {diff:+.4f}; it is {judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label)}.")
+    if "baseline-75" in M:
+        d75 = mloss(n) - mloss("baseline-75")
+        out.append(f"Against the equal-compute control, baseline (75%) ({mloss('baseline-75'):.4f}, "
+                   f"{100 * M['baseline-75'].rel_wall:.1f}% of the baseline's wall time): {d.label} is "
+                   f"{'lower' if d75 < 0 else 'higher'} by {abs(d75):.4f}.")
+    ds, bs = _downstream(res, n), _downstream(res, "baseline")
+    if ds and bs:
+        diff = ds.mean - bs.mean
+        out.append(f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs baseline "
+                   f"{bs.mean:.2f}, a difference of {diff:+.2f} points; it is "
+                   f"{judge(diff, ds, bs, True, ' points', d.label)}.")
+        c = _downstream(res, "baseline-75") if "baseline-75" in M else None
+        if c:
+            out.append(f"Against baseline (75%) ({c.mean:.2f}) the difference is {ds.mean - c.mean:+.2f} points.")
+    hits = [res.runs[r].to_target for r in d.runs]
+    ok = [h for h in hits if h]
+    if ok:
+        out.append(f"{d.label} reached the baseline's final MLM loss ({res.target_eval_loss:.4f}) in "
+                   f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of the "
+                   f"baseline's wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs).")
+    else:
+        out.append(f"{d.label} did not reach the baseline's final MLM loss ({res.target_eval_loss:.4f}) "
+                   f"within its steps (its final: {mloss(n):.4f}).")
+    return out
+
+
+def _methods_that_fell_short(res: StudyResults) -> list[str]:
+    """Every dropping method against the baseline: which fell short by more than both seed spreads."""
+    M, b = res.methods, res.methods["baseline"]
     rows = []
     for n in res.order:
         if n == "baseline" or not M[n].group or M[n].group in ("baseline", "schedule"):  # schedule: dense arms
             continue
-        ds, bs = dstat(n), dstat("baseline")
+        ds, bs = _downstream(res, n), _downstream(res, "baseline")
         if ds and bs:
             diff, short, what = ds.mean - bs.mean, beyond_noise(ds.mean - bs.mean, ds, bs, True), "avg. downstream"
         else:
-            diff = mloss(n) - mloss("baseline")
+            diff = _mloss(res, n) - _mloss(res, "baseline")
             short, what = beyond_noise(diff, M[n].final_eval_loss, b.final_eval_loss, False), "MLM loss"
         rows.append((M[n].label, diff, short, what))
+    if not rows:
+        return []
     fell = [f"{lab} ({what} {diff:+.3g})" for lab, diff, short, what in rows if short]
-    if rows:
-        out.append(f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat the baseline "
-                   f"or were not distinguishable from it (within either seed spread, where there is one) and {len(fell)} "
-                   "fell short by more than both seed spreads"
-                   + (": " + "; ".join(fell) + "." if fell else "."))
+    return [f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat the baseline "
+            f"or were not distinguishable from it (within either seed spread, where there is one) and {len(fell)} "
+            "fell short by more than both seed spreads" + (": " + "; ".join(fell) + "." if fell else ".")]
 
-    # which tokens to drop: cumulative vs the alternatives (all + stage-2, as in the paper)
+
+def _selection_ablation(res: StudyResults) -> list[str]:
+    """Which tokens to drop: cumulative vs the alternatives (all + stage-2, as in the paper)."""
+    M = res.methods
     sel = [n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M]
-    if len(sel) >= 2:
-        by_loss = sorted(sel, key=mloss)
-        txt = ", ".join(f"{M[n].label} {mloss(n):.4f}" for n in by_loss)
-        out.append(f"Selection ablation (all with stage-2), ranked by held-out MLM loss: {txt}. Cumulative-loss "
-                   f"selection ranks {by_loss.index('token-drop-stage2') + 1 if 'token-drop-stage2' in sel else '–'} "
-                   f"of {len(sel)} (the paper found cumulative-loss selection better than frequency-based and random "
-                   "dropping, and adding randomness unhelpful).")
-        ev = [n for n in sel if dstat(n)]
-        if len(ev) >= 2 and "token-drop-stage2" in ev:
-            by_ds = sorted(ev, key=lambda n: -dstat(n).mean)
-            out.append("By average downstream score: " + ", ".join(f"{M[n].label} {dstat(n).mean:.2f}" for n in by_ds)
-                       + f"; cumulative-loss selection ranks {by_ds.index('token-drop-stage2') + 1} of {len(ev)}.")
+    if len(sel) < 2:
+        return []
+    by_loss = sorted(sel, key=lambda n: _mloss(res, n))
+    txt = ", ".join(f"{M[n].label} {_mloss(res, n):.4f}" for n in by_loss)
+    out = [f"Selection ablation (all with stage-2), ranked by held-out MLM loss: {txt}. Cumulative-loss "
+           f"selection ranks {by_loss.index('token-drop-stage2') + 1 if 'token-drop-stage2' in sel else '–'} "
+           f"of {len(sel)} (the paper found cumulative-loss selection better than frequency-based and random "
+           "dropping, and adding randomness unhelpful)."]
+    ev = [n for n in sel if _downstream(res, n)]
+    if len(ev) >= 2 and "token-drop-stage2" in ev:
+        by_ds = sorted(ev, key=lambda n: -_downstream(res, n).mean)
+        out.append("By average downstream score: " + ", ".join(f"{M[n].label} {_downstream(res, n).mean:.2f}"
+                                                               for n in by_ds)
+                   + f"; cumulative-loss selection ranks {by_ds.index('token-drop-stage2') + 1} of {len(ev)}.")
+    return out
+
+
+def _stage2_and_variants(res: StudyResults) -> list[str]:
+    M, out = res.methods, []
+    mloss = lambda m: _mloss(res, m)  # noqa: E731
     if "token-drop" in M and "token-drop-stage2" in M:
         diff = mloss("token-drop-stage2") - mloss("token-drop")
         out.append(f"Stage-2: token drop + stage-2 {mloss('token-drop-stage2'):.4f} vs token drop {mloss('token-drop'):.4f} "
@@ -158,17 +180,27 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
                    + "; ".join(f"{M[n].label} {mloss(n):.4f} ({mloss(n) - mloss('token-drop-stage2'):+.4f}), "
                                f"{100 * M[n].rel_wall:.1f}%" for n in var)
                    + f"; token drop + stage-2 {mloss('token-drop-stage2'):.4f}, {100 * M['token-drop-stage2'].rel_wall:.1f}%.")
+    return out
+
+
+def _rate_sweep(res: StudyResults, study: StudyConfig) -> list[str]:
+    M = res.methods
     sweep = [(r, sweep_method(r).name) for r in sorted(study.drop_rates) if sweep_method(r).name in M]
-    if len(sweep) >= 2:
-        best_l = min(sweep, key=lambda rn: mloss(rn[1]))
-        txt = ", ".join(f"{pct(r)}%: {mloss(n):.4f} at {100 * M[n].rel_wall:.0f}% time" for r, n in sweep)
-        out.append(f"Drop-rate sweep, held-out MLM loss: {txt}. Lowest loss at {pct(best_l[0])}%.")
-        ev2 = [(r, n) for r, n in sweep if dstat(n)]
-        if len(ev2) >= 2:
-            best_d = max(ev2, key=lambda rn: dstat(rn[1]).mean)
-            out.append("Average downstream score by rate: " + ", ".join(f"{pct(r)}%: {dstat(n).mean:.2f}" for r, n in ev2)
-                       + f"; best at {pct(best_d[0])}% (the paper: 50% best, more than 62.5% worse).")
-    out += source_findings(res)
+    if len(sweep) < 2:
+        return []
+    best_l = min(sweep, key=lambda rn: _mloss(res, rn[1]))
+    txt = ", ".join(f"{pct(r)}%: {_mloss(res, n):.4f} at {100 * M[n].rel_wall:.0f}% time" for r, n in sweep)
+    out = [f"Drop-rate sweep, held-out MLM loss: {txt}. Lowest loss at {pct(best_l[0])}%."]
+    ev2 = [(r, n) for r, n in sweep if _downstream(res, n)]
+    if len(ev2) >= 2:
+        best_d = max(ev2, key=lambda rn: _downstream(res, rn[1]).mean)
+        out.append("Average downstream score by rate: " + ", ".join(f"{pct(r)}%: {_downstream(res, n).mean:.2f}"
+                                                                    for r, n in ev2)
+                   + f"; best at {pct(best_d[0])}% (the paper: 50% best, more than 62.5% worse).")
+    return out
+
+
+def _timing_caveat(res: StudyResults) -> list[str]:
     loads = [r.loadavg for r in res.runs.values() if r.loadavg]
     cores = os.cpu_count() or 1
 
@@ -176,11 +208,11 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
         return max([x for x in ld if x is not None], default=0.0)
 
     busy = [ld for ld in loads if ld and peak(ld) > cores + 0.5]
-    if busy:
-        out.append(f"Timing caveat: for {len(busy)} of {len(loads)} runs the 1-minute load average exceeded the "
-                   f"{cores} cores (max {max(peak(ld) for ld in busy):.1f}) at the start or end of the run: other "
-                   "work shared the machine, so wall times are noisier than the FLOP ratios.")
-    return out
+    if not busy:
+        return []
+    return [f"Timing caveat: for {len(busy)} of {len(loads)} runs the 1-minute load average exceeded the "
+            f"{cores} cores (max {max(peak(ld) for ld in busy):.1f}) at the start or end of the run: other "
+            "work shared the machine, so wall times are noisier than the FLOP ratios."]
 
 
 def source_findings(res: StudyResults) -> list[str]:

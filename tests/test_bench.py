@@ -247,48 +247,33 @@ def test_modern_smoke_json(modern_smoke):
     assert "transformers.ModernBertForMaskedLM" in md and "attention `sdpa`" in md and "sliding window" in md
 
 
-def test_modern_baseline_is_the_same_network():
-    """transformers' ModernBERT built by the bench (config.json of our export, our initial weights)
-    computes our model's loss on the first step: the comparison times the same network."""
+@pytest.mark.parametrize("preset,T,hf_class,sparse_name", [
+    ("smoke", 64, "transformers.BertForMaskedLM", " (head on the masked slots)"),
+    ("modern-smoke", 96, "transformers.ModernBertForMaskedLM", " (sparse_prediction)")], ids=["bert", "modernbert"])
+def test_hf_baseline_is_the_same_network_with_either_head(preset, T, hf_class, sparse_name):
+    """transformers' model built by the bench (config.json of our export, our initial weights) computes
+    our model's first-step loss both as released (its head on all T positions) and like for like (the
+    head on the masked slots: ModernBERT's sparse_prediction; BERT's own head on the gathered slots):
+    the comparisons time the same network, and only the like-for-like one has our FLOPs."""
     from tokendrop.bench.steps import StepBuilder
     from tokendrop.bench.workload import Setting
 
     for sparse in (False, True):
-        cfg = make_preset("modern-smoke", overrides=["seq_lens=[96]", f"hf_sparse_prediction={str(sparse).lower()}"])
-        b = StepBuilder(cfg, torch.device("cpu"))
-        hf = b.hf()  # built from our dense model's initial weights, before either takes a step
-        assert hf.model.config.sparse_prediction is sparse
-        ours = b.runner(Setting("tokendrop", "dense", 0.0, 96, 2)).step()["loss"]
-        h = b.runner(Setting("hf", "dense", 0.0, 96, 2))
-        theirs = h.step()["loss"]
-        assert math.isfinite(float(ours)) and float(ours) > 1.0
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
-        dense_flops = b.runner(Setting("tokendrop", "dense", 0.0, 96, 2)).flops
-        assert (h.flops == dense_flops) is sparse  # the head on the P slots only when sparse
-        assert b.info().hf_model == "transformers.ModernBertForMaskedLM" + (" (sparse_prediction)" if sparse else "")
-
-
-def test_bert_baseline_is_the_same_network_with_either_head():
-    """transformers.BertForMaskedLM built by the bench computes our model's first-step loss both as
-    released (its head on all T positions) and like for like (its own head on the masked slots):
-    the two comparisons time the same network, and only the like-for-like one has our FLOPs."""
-    from tokendrop.bench.steps import StepBuilder
-    from tokendrop.bench.workload import Setting
-
-    for sparse in (False, True):
-        cfg = make_preset("smoke", overrides=["seq_lens=[64]", f"hf_sparse_prediction={str(sparse).lower()}"])
+        cfg = make_preset(preset, overrides=[f"seq_lens=[{T}]", f"hf_sparse_prediction={str(sparse).lower()}"])
         b = StepBuilder(cfg, torch.device("cpu"))
         # no dropout: the two models draw their dropout masks from the RNG in different orders
         b.model_cfg = dataclasses.replace(b.model_cfg, hidden_dropout=0.0, attention_dropout=0.0)
-        b.hf()
-        ours = b.runner(Setting("tokendrop", "dense", 0.0, 64, 2)).step()["loss"]
-        h = b.runner(Setting("hf", "dense", 0.0, 64, 2))
+        hf = b.hf()  # built from our dense model's initial weights, before either takes a step
+        if preset.startswith("modern"):
+            assert hf.model.config.sparse_prediction is sparse
+        ours = b.runner(Setting("tokendrop", "dense", 0.0, T, 2)).step()["loss"]
+        h = b.runner(Setting("hf", "dense", 0.0, T, 2))
         theirs = h.step()["loss"]
         assert math.isfinite(float(ours)) and float(ours) > 1.0
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
-        dense_flops = b.runner(Setting("tokendrop", "dense", 0.0, 64, 2)).flops
-        assert (h.flops == dense_flops) is sparse
-        assert b.info().hf_model == "transformers.BertForMaskedLM" + (" (head on the masked slots)" if sparse else "")
+        dense_flops = b.runner(Setting("tokendrop", "dense", 0.0, T, 2)).flops
+        assert (h.flops == dense_flops) is sparse  # the head on the P slots only when like for like
+        assert b.info().hf_model == hf_class + (sparse_name if sparse else "")
 
 
 def test_modern_presets_and_sequence_limits():

@@ -331,7 +331,8 @@ def _resolve_sources(corpus_paths, text_field: str, unit_bytes, out_dir: str, ov
 
 
 def _resolve_tokenizer(tokenizer, vocab, vocab_size, lowercase, min_frequency, seq_len, sources, text_field: str,
-                       work_path: str, overwrite: bool, progress: bool, warnings: list[str]) -> tuple[Any, dict, int, Any]:
+                       work_path: str, overwrite: bool, progress: bool,
+                       warnings: list[str]) -> tuple[Any, dict, int, Any]:
     """The tokenizer the corpus is cut with: a checkpoint's tokenizer directory, a vocab.txt, or one
     trained on the corpus -> (tokenizer, the ``tok_meta`` of :func:`_write_meta`, V: the size of the
     data's id space, the work key of a trained tokenizer or None).  Appends to ``warnings``."""

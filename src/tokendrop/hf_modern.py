@@ -34,11 +34,82 @@ _HF_DEFAULT_SEP = 50282  # transformers.ModernBertConfig's sep_token_id when con
 
 
 def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> ModelConfig:
-    """A ``model_type: modernbert`` config.json -> our ModelConfig (family "modernbert")."""
+    """A ``model_type: modernbert`` config.json -> our ModelConfig (family "modernbert").
 
-    def bad(field: str, why: str) -> InteropError:
-        return InteropError(f"{where}: {field} {why}")
+    Steps: refuse what the model cannot reproduce (:func:`_check_supported`), read the sizes, the
+    rotary bases (:func:`_rope_thetas`), the layer pattern (:func:`_layer_types`), the dropout, the
+    special ids and the pooling, then validate the ModelConfig; every error is an InteropError
+    naming ``where`` and the field."""
+    f = _Fields(d, where)
+    _check_supported(f)
+    hidden, heads = f.num("hidden_size", None, int), f.num("num_attention_heads", None, int)
+    if d.get("head_dim") is not None and heads > 0 and d["head_dim"] != hidden // heads:
+        raise f.bad("head_dim", f"{d['head_dim']!r} is not hidden_size / num_attention_heads = {hidden // max(heads, 1)}")
+    theta = _rope_thetas(f)
+    layers = f.num("num_hidden_layers", None, int)
+    every = f.num("global_attn_every_n_layers", 3, int)
+    types = _layer_types(f, layers, every)
+    drop = _hidden_dropout(f)
+    vocab = f.num("vocab_size", None, int)
+    pad = _pad_token_id(f, vocab)
+    sep = d.get("sep_token_id", _HF_DEFAULT_SEP)
+    pooling = d.get("classifier_pooling", "cls")
+    if pooling not in CLASSIFIER_POOLING:
+        raise f.bad("classifier_pooling", f"{pooling!r} is not supported: expected one of {', '.join(CLASSIFIER_POOLING)}")
+    cfg = ModelConfig(
+        family="modernbert",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        intermediate_size=f.num("intermediate_size", None, int),
+        max_position_embeddings=f.num("max_position_embeddings", 8192, int),
+        layer_norm_eps=f.num("norm_eps", 1e-5, float),
+        norm_bias=bool(d.get("norm_bias", False)),
+        hidden_dropout=drop,
+        attention_dropout=f.num("attention_dropout", 0.0, float),
+        initializer_range=f.num("initializer_range", 0.02, float),
+        pad_token_id=pad,
+        sep_token_id=int(sep) if isinstance(sep, int) and 0 <= sep < vocab else -1,
+        global_rope_theta=theta["full_attention"],
+        local_rope_theta=theta["sliding_attention"],
+        local_attention=f.num("local_attention", 128, int),
+        global_attn_every_n_layers=max(every, 1),
+        layer_types=list(types),
+        classifier_pooling=pooling,
+    )
+    if cfg.vocab_size <= 0:
+        raise f.bad("vocab_size", f"must be a positive integer, got {cfg.vocab_size}")
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise InteropError(f"{where}: {e}") from None
+    return cfg
 
+
+class _Fields:
+    """A config.json's fields ``d`` read with one-line errors that name the file ``where`` and the field."""
+
+    def __init__(self, d: dict[str, Any], where: str):
+        self.d, self.where = d, where
+
+    def bad(self, field: str, why: str) -> InteropError:
+        return InteropError(f"{self.where}: {field} {why}")
+
+    def num(self, key: str, default: Any, tp: type) -> Any:
+        """Field ``key`` as ``tp`` (int or float); absent or null -> ``default`` (transformers' default)."""
+        v = self.d.get(key)
+        v = default if v is None else v  # null = transformers' default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (tp is int and float(v) != int(v)):
+            raise self.bad(key, f"must be {'an integer' if tp is int else 'a number'}, got {v!r}")
+        return tp(v)
+
+
+def _check_supported(f: _Fields) -> None:
+    """Refuse what tokendrop's ModernBERT cannot reproduce exactly (another activation, biases in
+    attention/MLP/classifier, no decoder bias, an untied decoder, RoPE scaling, a decoder) and a
+    config.json without the required sizes."""
+    d, bad = f.d, f.bad
     for key, want in (("hidden_activation", "gelu"), ("classifier_activation", "gelu")):
         if d.get(key, want) != want:
             raise bad(key, f"{d.get(key)!r} is not supported: tokendrop's ModernBERT uses {want!r}")
@@ -59,93 +130,68 @@ def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Mode
     if missing:
         raise bad(repr(missing[0]), f"is missing (a ModernBERT config.json needs {', '.join(required)})")
 
-    def num(key: str, default: Any, tp: type) -> Any:
-        v = d.get(key)
-        v = default if v is None else v  # null = transformers' default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (tp is int and float(v) != int(v)):
-            raise bad(key, f"must be {'an integer' if tp is int else 'a number'}, got {v!r}")
-        return tp(v)
 
-    hidden, heads = num("hidden_size", None, int), num("num_attention_heads", None, int)
-    if d.get("head_dim") is not None and heads > 0 and d["head_dim"] != hidden // heads:
-        raise bad("head_dim", f"{d['head_dim']!r} is not hidden_size / num_attention_heads = {hidden // max(heads, 1)}")
-    # rotary bases: rope_parameters (transformers >= 5) or global_/local_rope_theta (older configs)
-    theta = {"full_attention": num("global_rope_theta", 160000.0, float),
-             "sliding_attention": num("local_rope_theta", 10000.0, float)}
-    rp = d.get("rope_parameters")
-    if rp is not None:
-        if not isinstance(rp, dict):
-            raise bad("rope_parameters", f"must be an object per layer type, got {rp!r}")
-        if "rope_type" in rp or "rope_theta" in rp:  # one set for every layer type
-            rp = {t: rp for t in LAYER_TYPES}
-        for t, params in rp.items():
-            if t not in LAYER_TYPES:
-                raise bad(f"rope_parameters.{t}", f"is not a layer type tokendrop knows ({', '.join(LAYER_TYPES)})")
-            if params is None:
-                continue
-            extra = sorted(k for k in params if k not in ("rope_type", "rope_theta"))
-            if params.get("rope_type", "default") != "default" or extra:
-                what = extra[0] if extra else "rope_type"
-                raise bad(f"rope_parameters.{t}.{what}", f"{params.get(what)!r} is not supported: tokendrop's rotary "
-                          "positions are the default (unscaled) RoPE")
-            if "rope_theta" in params:
-                theta[t] = float(params["rope_theta"])
-    layers = num("num_hidden_layers", None, int)
-    every = num("global_attn_every_n_layers", 3, int)
-    types = d.get("layer_types")
+def _rope_thetas(f: _Fields) -> dict[str, float]:
+    """The rotary base per layer type: rope_parameters (transformers >= 5; one set for every layer
+    type, or one per type) over global_/local_rope_theta (older configs); only the default RoPE."""
+    theta = {"full_attention": f.num("global_rope_theta", 160000.0, float),
+             "sliding_attention": f.num("local_rope_theta", 10000.0, float)}
+    rp = f.d.get("rope_parameters")
+    if rp is None:
+        return theta
+    if not isinstance(rp, dict):
+        raise f.bad("rope_parameters", f"must be an object per layer type, got {rp!r}")
+    if "rope_type" in rp or "rope_theta" in rp:  # one set for every layer type
+        rp = {t: rp for t in LAYER_TYPES}
+    for t, params in rp.items():
+        if t not in LAYER_TYPES:
+            raise f.bad(f"rope_parameters.{t}", f"is not a layer type tokendrop knows ({', '.join(LAYER_TYPES)})")
+        if params is None:
+            continue
+        extra = sorted(k for k in params if k not in ("rope_type", "rope_theta"))
+        if params.get("rope_type", "default") != "default" or extra:
+            what = extra[0] if extra else "rope_type"
+            raise f.bad(f"rope_parameters.{t}.{what}", f"{params.get(what)!r} is not supported: tokendrop's rotary "
+                        "positions are the default (unscaled) RoPE")
+        if "rope_theta" in params:
+            theta[t] = float(params["rope_theta"])
+    return theta
+
+
+def _layer_types(f: _Fields, layers: int, every: int) -> list:
+    """Each layer's attention type: layer_types, or (older configs) full attention every ``every``
+    layers from the first, sliding-window attention between."""
+    types = f.d.get("layer_types")
     if types is None:
         types = ["full_attention" if i % max(every, 1) == 0 else "sliding_attention" for i in range(layers)]
     if not isinstance(types, list):
-        raise bad("layer_types", f"must be a list, got {types!r}")
+        raise f.bad("layer_types", f"must be a list, got {types!r}")
     for i, t in enumerate(types):
         if t not in LAYER_TYPES:
-            raise bad(f"layer_types[{i}]", f"{t!r} is not supported: expected one of {', '.join(LAYER_TYPES)}")
+            raise f.bad(f"layer_types[{i}]", f"{t!r} is not supported: expected one of {', '.join(LAYER_TYPES)}")
     if len(types) != layers:
-        raise bad("layer_types", f"has {len(types)} entries for num_hidden_layers = {layers}")
-    drop = num("mlp_dropout", 0.0, float)
+        raise f.bad("layer_types", f"has {len(types)} entries for num_hidden_layers = {layers}")
+    return types
+
+
+def _hidden_dropout(f: _Fields) -> float:
+    """mlp_dropout, which embedding_dropout and classifier_dropout must equal (one hidden dropout)."""
+    drop = f.num("mlp_dropout", 0.0, float)
     for key in ("embedding_dropout", "classifier_dropout"):
-        if num(key, 0.0, float) != drop:
-            raise bad(key, f"{d.get(key)!r} differs from mlp_dropout {drop!r}: tokendrop's ModernBERT has one "
-                      "hidden dropout (model.hidden_dropout) for embeddings, MLP and classifier")
-    vocab = num("vocab_size", None, int)
-    pad = d.get("pad_token_id", 50283)
+        if f.num(key, 0.0, float) != drop:
+            raise f.bad(key, f"{f.d.get(key)!r} differs from mlp_dropout {drop!r}: tokendrop's ModernBERT has one "
+                        "hidden dropout (model.hidden_dropout) for embeddings, MLP and classifier")
+    return drop
+
+
+def _pad_token_id(f: _Fields, vocab: int) -> int:
+    """pad_token_id (transformers' default 50283; null -> 0), an id of the vocabulary."""
+    pad = f.d.get("pad_token_id", 50283)
     if pad is None:
         pad = 0
     if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < vocab:
-        raise bad("pad_token_id", f"{pad!r} is not an id of the vocabulary (vocab_size {vocab})")
-    sep = d.get("sep_token_id", _HF_DEFAULT_SEP)
-    pooling = d.get("classifier_pooling", "cls")
-    if pooling not in CLASSIFIER_POOLING:
-        raise bad("classifier_pooling", f"{pooling!r} is not supported: expected one of {', '.join(CLASSIFIER_POOLING)}")
-    cfg = ModelConfig(
-        family="modernbert",
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_layers=layers,
-        num_heads=heads,
-        intermediate_size=num("intermediate_size", None, int),
-        max_position_embeddings=num("max_position_embeddings", 8192, int),
-        layer_norm_eps=num("norm_eps", 1e-5, float),
-        norm_bias=bool(d.get("norm_bias", False)),
-        hidden_dropout=drop,
-        attention_dropout=num("attention_dropout", 0.0, float),
-        initializer_range=num("initializer_range", 0.02, float),
-        pad_token_id=pad,
-        sep_token_id=int(sep) if isinstance(sep, int) and 0 <= sep < vocab else -1,
-        global_rope_theta=theta["full_attention"],
-        local_rope_theta=theta["sliding_attention"],
-        local_attention=num("local_attention", 128, int),
-        global_attn_every_n_layers=max(every, 1),
-        layer_types=list(types),
-        classifier_pooling=pooling,
-    )
-    if cfg.vocab_size <= 0:
-        raise bad("vocab_size", f"must be a positive integer, got {cfg.vocab_size}")
-    try:
-        cfg.validate()
-    except ValueError as e:
-        raise InteropError(f"{where}: {e}") from None
-    return cfg
+        raise f.bad("pad_token_id", f"{pad!r} is not an id of the vocabulary (vocab_size {vocab})")
+    return pad
 
 
 def modern_hf_config_dict(cfg: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:

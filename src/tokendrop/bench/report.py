@@ -67,9 +67,25 @@ def format_text(res: BenchResult) -> str:
 
 
 def format_markdown(res: BenchResult) -> str:
+    """The result as a Markdown report: the setup, the speedups against the FLOP bound, our dense step
+    against transformers', peak memory, every setting, host-device synchronisations, and how memory
+    was measured.  ``cpu-time`` columns appear when the settings have CPU times."""
+    cpu_clock = any(row.cpu_time_s is not None for row in res.settings)
+    out = _md_setup(res, cpu_clock)
+    out += _md_speedups(res, cpu_clock)
+    out += _md_vs_hf(res, cpu_clock)
+    out += _md_memory(res)
+    out += _md_settings(res)
+    out += _md_host_syncs(res)
+    first = res.settings[0].memory if res.settings else None
+    out += ["", "Memory: " + (first.method if first is not None else "not measured") + ".", ""]
+    return "\n".join(out)
+
+
+def _md_setup(res: BenchResult, cpu_clock: bool) -> list[str]:
+    """The title and the bullet list: command, machine, software, model, protocol, noise."""
     env, cfg, info, n = res.env, res.config, res.info, res.noise
     m = info.model
-    cpu_clock = any(row.cpu_time_s is not None for row in res.settings)
     out = [f"# tokendrop bench: `{res.preset}` on {env.where}", ""]
     out += [
         f"- command: `{res.command}`",
@@ -98,10 +114,16 @@ def format_markdown(res: BenchResult) -> str:
     if cpu_clock:
         out.append("- `cpu-time` columns: process CPU seconds per step; with 1 thread on a shared machine this is the "
                    "step's compute time without the time spent waiting for a core (wall = cpu / cpu_util)")
-    out += ["", "## Speedup over our dense step vs the FLOP bound", "",
-            "| setting | wall speedup | paired min-max | of medians |" + (" CPU-time speedup | paired min-max |" if cpu_clock else "")
-            + " FLOP bound | achieved (wall) |" + (" achieved (CPU time) |" if cpu_clock else ""),
-            "|---|---:|---:|---:|" + ("---:|---:|" if cpu_clock else "") + "---:|---:|" + ("---:|" if cpu_clock else "")]
+    return out
+
+
+def _md_speedups(res: BenchResult, cpu_clock: bool) -> list[str]:
+    """Section: each setting's speedup over our dense step against its FLOP bound (and, for sliding-
+    window layers, the bound of the masked dense attention)."""
+    out = ["", "## Speedup over our dense step vs the FLOP bound", "",
+           "| setting | wall speedup | paired min-max | of medians |" + (" CPU-time speedup | paired min-max |" if cpu_clock else "")
+           + " FLOP bound | achieved (wall) |" + (" achieved (CPU time) |" if cpu_clock else ""),
+           "|---|---:|---:|---:|" + ("---:|---:|" if cpu_clock else "") + "---:|---:|" + ("---:|" if cpu_clock else "")]
     for x in res.speedups:
         line = f"| {x.setting} | {x.speedup:.3f}x | {x.speedup_paired_min:.3f}-{x.speedup_paired_max:.3f} | {x.speedup_of_medians:.3f}x |"
         if cpu_clock:
@@ -117,27 +139,45 @@ def format_markdown(res: BenchResult) -> str:
                 "with a mask executes (the table's bound counts only the keys inside the window): "
                 + ", ".join(f"{x.setting} {x.flop_bound_masked_dense:.3f}x (achieved {_pct(x.speedup / x.flop_bound_masked_dense)})"
                             for x in masked)]
-    if res.vs_hf:
-        out += ["", f"## Our dense step vs `{info.hf_model}` (attention `{info.hf_attn_implementation}`, same config, "
-                "batch, dtype, AdamW)", "",
-                "| T | ours tok/s | HF tok/s | ratio (wall) | paired min-max |" + (" ratio (CPU time) |" if cpu_clock else "")
-                + " peak memory ours/HF |",
-                "|---:|---:|---:|---:|---:|" + ("---:|" if cpu_clock else "") + "---:|"]
-        for v in res.vs_hf:
-            memr = v.memory_ratio_dense_over_hf
-            line = (f"| {v.seq_len} | {v.dense_tokens_per_s:.0f} | {v.hf_tokens_per_s:.0f} | {v.ratio:.2f}x | "
-                    f"{v.ratio_paired_min:.2f}-{v.ratio_paired_max:.2f} |")
-            if cpu_clock:
-                line += f" {v.ratio_cpu:.2f}x |" if v.ratio_cpu is not None else " - |"
-            out.append(line + f" {'-' if not memr else f'{memr:.2f}'} |")
-    if res.memory:
-        out += ["", "## Peak training memory, setting / dense", "",
-                "| setting | peak (state + step) | step peak only |", "|---|---:|---:|"]
-        out += [f"| {x.setting} | {x.peak_ratio:.3f} | {x.step_peak_ratio:.3f} |" for x in res.memory]
-    out += ["", "## All settings", "",
-            "| setting | B | M | wall ms median | q25-q75 | min-max | CPU ms median | tok/s | TFLOP/s | MFU | cpu_util "
-            "| peak MiB | step peak MiB | RSS delta MiB | SDPA |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    return out
+
+
+def _md_vs_hf(res: BenchResult, cpu_clock: bool) -> list[str]:
+    """Section (when measured): our dense step's throughput and memory against transformers' model."""
+    if not res.vs_hf:
+        return []
+    info = res.info
+    out = ["", f"## Our dense step vs `{info.hf_model}` (attention `{info.hf_attn_implementation}`, same config, "
+           "batch, dtype, AdamW)", "",
+           "| T | ours tok/s | HF tok/s | ratio (wall) | paired min-max |" + (" ratio (CPU time) |" if cpu_clock else "")
+           + " peak memory ours/HF |",
+           "|---:|---:|---:|---:|---:|" + ("---:|" if cpu_clock else "") + "---:|"]
+    for v in res.vs_hf:
+        memr = v.memory_ratio_dense_over_hf
+        line = (f"| {v.seq_len} | {v.dense_tokens_per_s:.0f} | {v.hf_tokens_per_s:.0f} | {v.ratio:.2f}x | "
+                f"{v.ratio_paired_min:.2f}-{v.ratio_paired_max:.2f} |")
+        if cpu_clock:
+            line += f" {v.ratio_cpu:.2f}x |" if v.ratio_cpu is not None else " - |"
+        out.append(line + f" {'-' if not memr else f'{memr:.2f}'} |")
+    return out
+
+
+def _md_memory(res: BenchResult) -> list[str]:
+    """Section (when measured): each setting's peak training memory relative to the dense step's."""
+    if not res.memory:
+        return []
+    out = ["", "## Peak training memory, setting / dense", "",
+           "| setting | peak (state + step) | step peak only |", "|---|---:|---:|"]
+    out += [f"| {x.setting} | {x.peak_ratio:.3f} | {x.step_peak_ratio:.3f} |" for x in res.memory]
+    return out
+
+
+def _md_settings(res: BenchResult) -> list[str]:
+    """Section: every setting's times, throughput, MFU, memory and attention kernels."""
+    out = ["", "## All settings", "",
+           "| setting | B | M | wall ms median | q25-q75 | min-max | CPU ms median | tok/s | TFLOP/s | MFU | cpu_util "
+           "| peak MiB | step peak MiB | RSS delta MiB | SDPA |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in res.settings:
         t, mem = row.time_s, row.memory
         out.append(
@@ -146,13 +186,17 @@ def format_markdown(res: BenchResult) -> str:
             f"{row.achieved_tflops:.3f} | {_pct(row.mfu)} | {row.cpu_util:.2f} | "
             f"{_mib(mem.peak_bytes if mem else None)} | {_mib(mem.peak_step_bytes if mem else None)} | "
             f"{_mib(mem.rss_peak_delta_bytes if mem else None)} | {', '.join(row.sdpa_backend or []) or '-'} |")
+    return out
+
+
+def _md_host_syncs(res: BenchResult) -> list[str]:
+    """Section (when counted): host-device synchronisations inside one step, per setting."""
     syncs = [(row.name, row.host_syncs) for row in res.settings if row.host_syncs is not None]
-    if syncs:
-        out += ["", "## Host-device synchronisations inside one step (`torch.cuda.set_sync_debug_mode`)", ""]
-        out += [f"- {name}: {h.count}" + (f" ({'; '.join(h.examples)})" if h.examples else "") for name, h in syncs]
-    first = res.settings[0].memory if res.settings else None
-    out += ["", "Memory: " + (first.method if first is not None else "not measured") + ".", ""]
-    return "\n".join(out)
+    if not syncs:
+        return []
+    out = ["", "## Host-device synchronisations inside one step (`torch.cuda.set_sync_debug_mode`)", ""]
+    out += [f"- {name}: {h.count}" + (f" ({'; '.join(h.examples)})" if h.examples else "") for name, h in syncs]
+    return out
 
 
 def check_results_path(path: str | os.PathLike) -> None:

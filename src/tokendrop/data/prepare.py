@@ -66,6 +66,7 @@ sequence writers :mod:`.shards`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any, Iterable
@@ -241,9 +242,50 @@ def prepare(
 def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packed, eval_fraction, workers,
              max_position_embeddings, progress, text_field, overflow, overwrite, seed, min_frequency, tokenizer,
              unit_bytes) -> dict:
+    """:func:`prepare` under the output's lock: check the arguments, resolve the inputs and the
+    tokenizer (all before anything is written), tokenize the work units, write the shards, the
+    tokenizer files, token counts and meta.json into a temporary directory that is then published,
+    remove the work units; -> the summary."""
     t_start = time.time()
     out_dir = os.path.abspath(os.fspath(out_dir))
-    # ---- arguments
+    seq_len, lowercase, workers = _check_arguments(seq_len, max_position_embeddings, vocab, vocab_size, lowercase,
+                                                   tokenizer, eval_fraction, overflow, workers)
+    # refused: a file or link, a non-empty directory without overwrite, with overwrite one that is not
+    # prepared data tokendrop wrote or that holds an input (checked again once the inputs are resolved)
+    rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[vocab, tokenizer], error=DataError)
+    sources = _resolve_sources(corpus_paths, text_field, unit_bytes, out_dir, overwrite)
+    warnings: list[str] = []
+    work_path = out_dir + ".partial"
+    tok, tok_meta, V, key = _resolve_tokenizer(tokenizer, vocab, vocab_size, lowercase, min_frequency, seq_len,
+                                               sources, text_field, work_path, overwrite, progress, warnings)
+    ids = special_ids(tok, tok_meta["names"])
+    dtype = dtype_for(V)
+    key = key or work_key(sources, text_field, tok=tok, dtype=dtype)
+    plan = lambda: plan_units(sources, text_field, unit_bytes)  # noqa: E731
+    with _work_units(work_path, key, plan, overwrite, dtype, tok, vocab_size is not None, out_dir) as work:
+        t0 = time.time()
+        infos = run_units(work, sources, tok, dtype, workers, text_field, progress)
+        t_tok = time.time() - t0
+        _check_some_text(infos, sources)
+        with rundir.atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
+            tmp = str(tmp_dir)
+            rundir.write_marker(tmp_dir, "prepared")
+            split_meta, counter = _write_shards(work, infos, tmp, seq_len, packed, overflow, ids, dtype, V,
+                                                float(eval_fraction), seed)
+            settings = {"seq_len": seq_len, "packed": bool(packed), "overflow": overflow, "dtype": dtype, "V": V,
+                        "ids": ids, "eval_fraction": float(eval_fraction), "seed": int(seed), "workers": workers,
+                        "max_position_embeddings": int(max_position_embeddings), "units": len(work.units),
+                        "unit_sources": [u.source for u in work.units],
+                        "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)}}
+            meta = _write_meta(tmp, tok, tok_meta, split_meta, counter, infos, sources, warnings, settings)
+    return _summary(out_dir, seq_len, packed, V, meta, warnings, time.time() - t_start)
+
+
+def _check_arguments(seq_len, max_position_embeddings, vocab, vocab_size, lowercase, tokenizer, eval_fraction,
+                     overflow, workers) -> tuple[int, bool | None, int]:
+    """:func:`prepare`'s arguments checked (DataError naming the first bad one) -> (seq_len as an
+    int, lowercase with its default: True unless a tokenizer directory decides, workers with its
+    default: the number of cores)."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
         raise DataError(f"seq_len: expected an integer, got {seq_len!r}")
     seq_len = int(seq_len)
@@ -273,18 +315,27 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
     if overflow not in ("split", "truncate"):
         raise DataError(f"overflow: expected 'split' or 'truncate', got {overflow!r}")
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
-    # refused: a file or link, a non-empty directory without overwrite, with overwrite one that is not
-    # prepared data tokendrop wrote or that holds an input (checked again once the inputs are resolved)
-    rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[vocab, tokenizer], error=DataError)
-    # ---- inputs (all checked before anything is written)
+    return seq_len, lowercase, workers
+
+
+def _resolve_sources(corpus_paths, text_field: str, unit_bytes, out_dir: str, overwrite: bool) -> list:
+    """The corpus's sources (:func:`.corpus.resolve_corpus`), after checking ``unit_bytes``; the
+    output is refused if it holds one of them."""
     if unit_bytes is not None and (isinstance(unit_bytes, bool) or not isinstance(unit_bytes, (int, np.integer))
                                    or unit_bytes < 1):
         raise DataError(f"unit_bytes: expected a positive number of bytes per work unit, got {unit_bytes!r}")
     sources = resolve_corpus(corpus_paths, text_field)
     rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[s.path for s in sources if s.fmt != HF],
                           error=DataError)
-    warnings: list[str] = []
-    work_path = out_dir + ".partial"
+    return sources
+
+
+def _resolve_tokenizer(tokenizer, vocab, vocab_size, lowercase, min_frequency, seq_len, sources, text_field: str,
+                       work_path: str, overwrite: bool, progress: bool,
+                       warnings: list[str]) -> tuple[Any, dict, int, Any]:
+    """The tokenizer the corpus is cut with: a checkpoint's tokenizer directory, a vocab.txt, or one
+    trained on the corpus -> (tokenizer, the ``tok_meta`` of :func:`_write_meta`, V: the size of the
+    data's id space, the work key of a trained tokenizer or None).  Appends to ``warnings``."""
     key = None
     spec: TokenizerSpec | None = None
     names = dict(SPECIAL_KEYS)
@@ -292,55 +343,60 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
         spec, tok, tok_source = _pretrained_tokenizer(tokenizer, seq_len)
         names = dict(spec.special_tokens)
     elif vocab is not None:
-        tok = build_tokenizer(vocab, lowercase=lowercase)
-        if _guess_lowercase(read_vocab(vocab)) != bool(lowercase):
-            warnings.append(
-                f"{vocab}: the vocabulary looks {'uncased' if lowercase is False else 'cased'} but lowercase={lowercase}; "
-                "check --lowercase/--no-lowercase"
-            )
-        tok_source = {"type": "vocab", "vocab_file": os.path.abspath(os.fspath(vocab)), "vocab_file_sha256": vocab_sha256(vocab)}
+        tok, tok_source = _vocab_tokenizer(vocab, lowercase, warnings)
     else:
-        tok_source = {"type": "trained", "vocab_size_requested": int(vocab_size), "min_frequency": min_frequency}
-        trained = {"vocab_size": int(vocab_size), "lowercase": bool(lowercase), "min_frequency": int(min_frequency)}
-        key = work_key(sources, text_field, trained=trained)
-        plan = WorkDir.check(work_path, key, overwrite)
-        saved = WorkDir.saved_tokenizer(work_path) if plan is not None else None
-        tok = Tokenizer.from_str(saved) if saved else _train(sources, text_field, vocab_size, lowercase, min_frequency,
-                                                             progress)
+        tok, tok_source, key = _trained_tokenizer(sources, text_field, vocab_size, lowercase, min_frequency,
+                                                  work_path, overwrite, progress)
     n_ids = num_ids(tok)
     V = n_ids if spec is None else _model_vocab_size(spec, tokenizer, n_ids)
     if spec is None and vocab is None and V < int(vocab_size):  # the corpus has fewer distinct pieces
         warnings.append(f"vocab_size: the corpus supports only {V} word pieces; trained a vocabulary of {V}, "
                         f"not the {int(vocab_size)} asked for (model.vocab_size comes from the data)")
-    ids = special_ids(tok, names)
-    dtype = dtype_for(V)
     backend = spec.backend if spec is not None else "bert"
     tok_meta = {"spec": spec, "source": tok_source, "backend": backend, "n_ids": n_ids, "names": names}
+    return tok, tok_meta, V, key
 
-    key = key or work_key(sources, text_field, tok=tok, dtype=dtype)
+
+def _vocab_tokenizer(vocab, lowercase, warnings: list[str]) -> tuple[Any, dict]:
+    """A BERT WordPiece tokenizer on ``vocab`` (a vocab.txt) -> (tokenizer, meta["tokenizer"] fields);
+    warns when the vocabulary's casing looks unlike ``lowercase``."""
+    tok = build_tokenizer(vocab, lowercase=lowercase)
+    if _guess_lowercase(read_vocab(vocab)) != bool(lowercase):
+        warnings.append(
+            f"{vocab}: the vocabulary looks {'uncased' if lowercase is False else 'cased'} but lowercase={lowercase}; "
+            "check --lowercase/--no-lowercase"
+        )
+    source = {"type": "vocab", "vocab_file": os.path.abspath(os.fspath(vocab)), "vocab_file_sha256": vocab_sha256(vocab)}
+    return tok, source
+
+
+def _trained_tokenizer(sources, text_field: str, vocab_size, lowercase, min_frequency, work_path: str,
+                       overwrite: bool, progress: bool) -> tuple[Any, dict, dict]:
+    """A WordPiece tokenizer trained on the corpus, or the one an interrupted run trained (kept in
+    its work directory) -> (tokenizer, meta["tokenizer"] fields, work key)."""
+    source = {"type": "trained", "vocab_size_requested": int(vocab_size), "min_frequency": min_frequency}
+    trained = {"vocab_size": int(vocab_size), "lowercase": bool(lowercase), "min_frequency": int(min_frequency)}
+    key = work_key(sources, text_field, trained=trained)
+    plan = WorkDir.check(work_path, key, overwrite)
+    saved = WorkDir.saved_tokenizer(work_path) if plan is not None else None
+    tok = Tokenizer.from_str(saved) if saved else _train(sources, text_field, vocab_size, lowercase, min_frequency,
+                                                         progress)
+    return tok, source, key
+
+
+@contextlib.contextmanager
+def _work_units(work_path: str, key: dict, make_plan, overwrite: bool, dtype: np.dtype, tok, keep_tokenizer: bool,
+                out_dir: str):
+    """The work directory (:meth:`.units.WorkDir.open`; a trained tokenizer kept beside the units
+    when ``keep_tokenizer``), removed once the block completes.  On bad input (DataError) or a disk
+    error (an OSError, raised as a DataError naming the file) inside the block it is removed if
+    this call created it; on Ctrl-C it is kept (the KeyboardInterrupt says where) to continue from."""
     work = None
     created = False
     try:
-        work, created = WorkDir.open(work_path, key, lambda: plan_units(sources, text_field, unit_bytes), overwrite,
-                                     dtype, tokenizer_json=tok.to_str() if vocab_size is not None else None)
-        t0 = time.time()
-        infos = run_units(work, sources, tok, dtype, workers, text_field, progress)
-        t_tok = time.time() - t0
-        n_docs = sum(i["documents"] for i in infos)
-        if n_docs == 0:
-            some = ", ".join(s.path for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
-            raise DataError(f"corpus: no text found in {some}; expected at least one non-empty document")
-        with rundir.atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
-            tmp = str(tmp_dir)
-            rundir.write_marker(tmp_dir, "prepared")
-            split_meta, counter = _write_shards(work, infos, tmp, seq_len, packed, overflow, ids, dtype, V,
-                                                float(eval_fraction), seed)
-            settings = {"seq_len": seq_len, "packed": bool(packed), "overflow": overflow, "dtype": dtype, "V": V,
-                        "ids": ids, "eval_fraction": float(eval_fraction), "seed": int(seed), "workers": workers,
-                        "max_position_embeddings": int(max_position_embeddings), "units": len(work.units),
-                        "unit_sources": [u.source for u in work.units],
-                        "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)}}
-            meta = _write_meta(tmp, tok, tok_meta, split_meta, counter, infos, sources, warnings, settings)
+        work, created = WorkDir.open(work_path, key, make_plan, overwrite, dtype,
+                                     tokenizer_json=tok.to_str() if keep_tokenizer else None)
+        yield work
     except DataError:
         if created:  # bad input found while tokenizing: nothing is left behind
             work.remove()
@@ -354,9 +410,19 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
             e.kept = f"the finished work units are kept in {work.path}: run the same command again to continue"
         raise
     work.remove()
+
+
+def _check_some_text(infos: list[dict], sources) -> None:
+    """DataError when the work units hold no document."""
+    if sum(i["documents"] for i in infos) == 0:
+        some = ", ".join(s.path for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
+        raise DataError(f"corpus: no text found in {some}; expected at least one non-empty document")
+
+
+def _summary(out_dir: str, seq_len: int, packed, V: int, meta: dict, warnings: list[str], seconds: float) -> dict:
+    """:func:`prepare`'s return value, from the written ``meta``."""
     split_meta = meta["splits"]
-    seconds = time.time() - t_start
-    summary = {
+    return {
         "out": out_dir,
         "seq_len": seq_len,
         "packed": bool(packed),
@@ -374,7 +440,6 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
         "mb_per_s": round(meta["counts"]["input_bytes"] / 1e6 / max(seconds, 1e-9), 3),
         "warnings": warnings,
     }
-    return summary
 
 
 def _train(sources, text_field: str, vocab_size: int, lowercase: bool, min_frequency: int, progress: bool):

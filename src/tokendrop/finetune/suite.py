@@ -492,86 +492,105 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
 
 def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Callable[[str], None],
                finetune_fn: Callable[..., dict]) -> dict[str, Any]:
-    cells = cells_for(cfg)
-    total = len(cells) * len(entries)
-    note = "\n\n".join(x for x in (_data_note(cfg), cfg.note) if x)
-    cfg_out = dataclasses.replace(cfg, note=note)
+    """Every model's cells in order (:class:`_SuiteRun`), results.json / results.md rewritten after
+    every computed cell and at the end.  -> the summary, with the suite's ``seconds``."""
+    run = _SuiteRun(cfg, entries, out, log, finetune_fn)
     atomic_write_text(out / "suite.toml", _suite_toml(cfg))
-    done: dict[str, dict[str, dict]] = {}
-    computed = skipped = reevaluated = 0
     t_start = time.perf_counter()
-    spent: dict[str, list[float]] = {}
-
-    def write_summary() -> dict[str, Any]:
-        summary = aggregate(cfg, entries, done)
-        md = render_markdown(cfg_out, summary, entries, total)
-        summary.update({"suite": to_dict(cfg), "computed": computed, "skipped": skipped, "total_cells": total,
-                        "reevaluated": reevaluated,
-                        "note": note, "markdown": md})
-        atomic_write_json(out / "results.json", {k: v for k, v in summary.items() if k != "markdown"})
-        atomic_write_text(out / "results.md", md)
-        return summary
-
     for m in entries:  # every model's weights verified before the first cell (cached: not hashed again below)
         model_weights(m.path)
-    i = 0
     for m in entries:
-        done[m.key] = {}
+        run.model(m)
+    summary = run.write_summary()
+    summary["seconds"] = time.perf_counter() - t_start
+    log(f"suite {cfg.name or '(unnamed)'}: {run.computed} cells computed"
+        + (f" ({run.reevaluated} because the model's weights changed)" if run.reevaluated else "")
+        + f", {run.skipped} reused -> {out / 'results.md'}")
+    return summary
+
+
+class _SuiteRun:
+    """One run of the suite into ``out``: its cells, the results so far (``done``: model key -> task/cell
+    -> result), the cell counts, the seconds per epoch each task took (for the time left)."""
+
+    def __init__(self, cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Callable[[str], None],
+                 finetune_fn: Callable[..., dict]):
+        self.cfg, self.entries, self.out, self.log, self.finetune_fn = cfg, entries, out, log, finetune_fn
+        self.cells = cells_for(cfg)
+        self.total = len(self.cells) * len(entries)
+        self.note = "\n\n".join(x for x in (_data_note(cfg), cfg.note) if x)
+        self.cfg_out = dataclasses.replace(cfg, note=self.note)
+        self.done: dict[str, dict[str, dict]] = {}
+        self.i = self.computed = self.skipped = self.reevaluated = 0  # i: the cell's number, as the log shows it
+        self.spent: dict[str, list[float]] = {}
+
+    def write_summary(self) -> dict[str, Any]:
+        """Aggregate what is done; write results.json and results.md; -> the summary."""
+        summary = aggregate(self.cfg, self.entries, self.done)
+        md = render_markdown(self.cfg_out, summary, self.entries, self.total)
+        summary.update({"suite": to_dict(self.cfg), "computed": self.computed, "skipped": self.skipped, "total_cells":
+                        self.total, "reevaluated": self.reevaluated, "note": self.note, "markdown": md})
+        atomic_write_json(self.out / "results.json", {k: v for k, v in summary.items() if k != "markdown"})
+        atomic_write_text(self.out / "results.md", md)
+        return summary
+
+    def model(self, m: ModelEntry) -> None:
+        """All cells of model ``m``: a finished cell is reused unless the model's weights changed since (then
+        it is re-evaluated); the summary rewritten after every computed cell (an interrupted suite keeps it)."""
+        self.done[m.key] = {}
         msha, mfile = model_weights(m.path)
         changed = 0
-        for cell in cells:
-            i += 1
-            fcfg = cell_config(cfg, cell)
-            cdir = out / "cells" / m.key / cell.task / cell.name
+        for cell in self.cells:
+            self.i += 1
+            fcfg = cell_config(self.cfg, cell)
+            cdir = self.out / "cells" / m.key / cell.task / cell.name
             r = _finished(cdir, fcfg)
             why = _same_weights(r, cdir, msha, mfile) if r is not None else ""
             if why:
                 if not changed:
-                    log(f"{m.label} ({m.path}): {why}: re-evaluating its cells")
+                    self.log(f"{m.label} ({m.path}): {why}: re-evaluating its cells")
                 changed += 1
-                reevaluated += 1
+                self.reevaluated += 1
                 r = None
-            if r is not None:
-                skipped += 1
-            else:
-                if cdir.exists() and rundir.read_marker(cdir) is not None:
-                    rundir.discard(cdir)  # a cell of other settings (or unreadable): this suite's own output
-                t0 = time.perf_counter()
-                log(f"[{i}/{total}] {m.label} ({m.path}) {cell.task} {cell.name} ...")
-                r = finetune_fn(fcfg, str(m.path), cdir, log=None)
-                # the weights the cell was computed from (not recorded if they changed meanwhile: recomputed next time)
-                after = model_weights(m.path)[0]
-                r = {**r, "model_sha256": msha if after == msha else None,
-                     "model_weights": str(mfile) if mfile else None}
-                if (cdir / "metrics.json").is_file():
-                    atomic_write_json(cdir / "metrics.json", {**read_json(cdir / "metrics.json"),
-                                                              "model_sha256": r["model_sha256"],
-                                                              "model_weights": r["model_weights"]})
-                dt = time.perf_counter() - t0
-                spent.setdefault(cell.task, []).append(dt / cell.epochs)
-                computed += 1
-                per_epoch = _mean([x for v in spent.values() for x in v])
-
-                def est(c: Cell) -> float:  # seconds per epoch of the task (else of any task) x epochs
-                    return _mean(spent.get(c.task, [per_epoch])) * c.epochs
-
-                left = sum(est(c) for c in cells[cells.index(cell) + 1:]) + \
-                    sum(est(c) for c in cells) * (len(entries) - entries.index(m) - 1)
-                log(f"[{i}/{total}] {cell.task} {cell.name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
-                    + f" ({dt:.0f}s; about {left / 60:.0f} min left)")
-                r = {**r, "_fresh": True}
-            r = dict(r)
-            r["_cell"] = cell
-            fresh = r.pop("_fresh", False)
-            done[m.key][f"{cell.task}/{cell.name}"] = r
+            fresh = r is None
             if fresh:
-                write_summary()  # after every computed cell: an interrupted suite still leaves its tables
-    summary = write_summary()
-    summary["seconds"] = time.perf_counter() - t_start
-    log(f"suite {cfg.name or '(unnamed)'}: {computed} cells computed"
-        + (f" ({reevaluated} because the model's weights changed)" if reevaluated else "")
-        + f", {skipped} reused -> {out / 'results.md'}")
-    return summary
+                r = self.compute(m, cell, fcfg, cdir, msha, mfile)
+            else:
+                self.skipped += 1
+            self.done[m.key][f"{cell.task}/{cell.name}"] = {**r, "_cell": cell}
+            if fresh:
+                self.write_summary()
+
+    def compute(self, m: ModelEntry, cell: Cell, fcfg: FinetuneConfig, cdir: Path, msha: str | None,
+                mfile: Path | None) -> dict:
+        """Fine-tune ``m`` on ``cell`` into ``cdir``; record the weights it used; log its scores, the time left."""
+        if cdir.exists() and rundir.read_marker(cdir) is not None:
+            rundir.discard(cdir)  # a cell of other settings (or unreadable): this suite's own output
+        t0 = time.perf_counter()
+        self.log(f"[{self.i}/{self.total}] {m.label} ({m.path}) {cell.task} {cell.name} ...")
+        r = self.finetune_fn(fcfg, str(m.path), cdir, log=None)
+        # the weights the cell was computed from (not recorded if they changed meanwhile: recomputed next time)
+        after = model_weights(m.path)[0]
+        used = {"model_sha256": msha if after == msha else None, "model_weights": str(mfile) if mfile else None}
+        r = {**r, **used}
+        if (cdir / "metrics.json").is_file():
+            atomic_write_json(cdir / "metrics.json", {**read_json(cdir / "metrics.json"), **used})
+        dt = time.perf_counter() - t0
+        self.spent.setdefault(cell.task, []).append(dt / cell.epochs)
+        self.computed += 1
+        left = self.seconds_left(m, cell)
+        scores = ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
+        self.log(f"[{self.i}/{self.total}] {cell.task} {cell.name}: {scores} ({dt:.0f}s; about {left / 60:.0f} min left)")
+        return r
+
+    def seconds_left(self, m: ModelEntry, cell: Cell) -> float:
+        """Estimated seconds for the cells after ``cell`` of model ``m`` and those of the models after it."""
+        per_epoch = _mean([x for v in self.spent.values() for x in v])
+
+        def est(c: Cell) -> float:  # seconds per epoch of the task (else of any task) x epochs
+            return _mean(self.spent.get(c.task, [per_epoch])) * c.epochs
+        return (sum(est(c) for c in self.cells[self.cells.index(cell) + 1:])
+                + sum(est(c) for c in self.cells) * (len(self.entries) - self.entries.index(m) - 1))
 
 
 def _suite_toml(cfg: SuiteConfig) -> str:

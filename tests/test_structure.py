@@ -186,3 +186,19 @@ def test_selection_methods_are_one_registry():
     for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
         method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")
         assert arm.dropping == (methods.METHODS[method].drops or "drop.variant=avg" in arm.overrides), arm.name
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines():
+    """A function a reader can follow: any function (or method) over 80 lines fails, named."""
+    root = Path(__file__).resolve().parents[1] / "src" / "tokendrop"
+    long = []
+    for p in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{p.relative_to(root)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {long}"

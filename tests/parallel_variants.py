@@ -7,13 +7,12 @@ import sys
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.importance import build_selector
 from tokendrop.families import build_model
-from tokendrop.parallel import init_distributed, wrap
+from tokendrop.parallel import close_distributed, init_distributed, wrap
 from tokendrop.runtime import param_groups
 from tokendrop.train import MLMStep
 
@@ -72,7 +71,7 @@ def main() -> None:
     if dd.main:
         with open(sys.argv[1], "w") as f:
             json.dump(res, f)
-    dist.destroy_process_group()
+    close_distributed(dd, clean=True)  # the models' DDP/FSDP state collected before the group goes
 
 
 if __name__ == "__main__":

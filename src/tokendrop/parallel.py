@@ -26,6 +26,7 @@ prediction slots times the world size (``MLMStep``); the losses of both agree to
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import warnings
 from dataclasses import dataclass
@@ -76,6 +77,21 @@ def init_distributed(device_kind: str, parallel: str = "ddp") -> Dist:
                           "has none (not launched by torchrun); launch with `torchrun --nproc-per-node N -m tokendrop "
                           "pretrain ...`, or set train.parallel = \"ddp\" to train in one process")
     return Dist()
+
+
+def close_distributed(dd: Dist, clean: bool) -> None:
+    """End the process group this process started (``dd.owns_group``; a caller's own group is left
+    alone).  First every Python object that may still hold collective work (DDP/FSDP state, whose
+    hooks make reference cycles) is collected while the interpreter is fully alive: a gloo work
+    object freed during interpreter shutdown takes the GIL and aborts the process ("terminate called
+    without an active exception").  ``clean``: the run ended normally on every rank, so the ranks
+    meet at a barrier before the group goes (after an error a peer may be gone: no barrier)."""
+    if not dd.owns_group or not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    if clean:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def _init_group(backend: str) -> None:
@@ -196,5 +212,5 @@ def autocast_for(par: Parallel | None, amp: torch.dtype | None, device: torch.de
     return amp
 
 
-__all__ = ["Dist", "Parallel", "PARALLEL_KINDS", "init_distributed", "wrap", "grad_norm", "encoder_layers",
+__all__ = ["Dist", "Parallel", "PARALLEL_KINDS", "init_distributed", "close_distributed", "wrap", "grad_norm", "encoder_layers",
            "autocast_for"]

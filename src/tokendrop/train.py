@@ -43,7 +43,7 @@ from .importance import build_selector
 from .metrics import MetricsLog, read_metrics
 from .mlm_step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
 from .model import num_parameters
-from .parallel import Dist, autocast_for, init_distributed, wrap
+from .parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from .resume import (check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401 -- re-exported
                      load_training_state, rank_rng)
 from .run_config import resolve_init, resolve_run_config
@@ -165,13 +165,16 @@ def pretrain(
     check_training_device(cfg.model.attention_backend, device_kind)
     dd = init_distributed(device_kind, cfg.train.parallel)
     threads = torch.get_num_threads()
+    clean = False
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
-            return _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train), src)
+            result = _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train),
+                               src)
+        clean = True
+        return result
     finally:
         torch.set_num_threads(threads)  # train.threads applies to this run only
-        if dd.owns_group:
-            dist.destroy_process_group()
+        close_distributed(dd, clean)
 
 
 def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,

@@ -11,6 +11,7 @@ all-reduces through it) and writes ``result``.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -43,6 +44,7 @@ def main(job_path: str) -> int:
                "final_eval": res.final_eval, "seconds": time.perf_counter() - t0,
                "torchelastic": "TORCHELASTIC_RUN_ID" in os.environ}
     finally:
+        gc.collect()  # the run's DDP/FSDP state before the group goes (tokendrop.parallel.close_distributed)
         dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0:
         Path(job["result"]).write_text(json.dumps(out, default=str))

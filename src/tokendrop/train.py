@@ -1,15 +1,13 @@
-"""Pretraining: the MLM step with token dropping, the training loop, checkpoints, DDP.
+"""Pretraining: ``pretrain(cfg, out_dir)`` runs (or resumes) a whole job and returns a ``PretrainResult``.
 
-``pretrain(cfg, out_dir)`` runs a whole job and returns a ``PretrainResult``.  It works in one
-process or under ``torchrun`` (DDP: gloo on CPU, NCCL on GPU); the global batch is
-``train.batch_size`` whatever the number of ranks, split into per-rank micro-batches with gradient
-accumulation.  The MLM loss is normalised by the *global* number of real prediction slots, so one
-process and N processes compute the same loss and gradients.
-
-Per step (``MLMStep``): select kept positions from the importance vector, forward with dropping
-(stage 1) or dense (stage 2), weighted MLM NLL, backward, clip, AdamW (decoupled weight decay, none
-on biases/LayerNorm), linear warm-up + linear decay to 0, then the importance update from the
-step's per-slot losses (all-reduced across ranks).  Nothing in the step waits on the host.
+It works in one process or under ``torchrun`` (DDP or FSDP2: gloo on CPU, NCCL on GPU); the global
+batch is ``train.batch_size`` whatever the number of ranks, split into per-rank micro-batches with
+gradient accumulation.  The run goes through named phases (``_Trainer``): set up (device, data, the
+resolved config), open the run directory (new, or the checkpoint to resume), build the model,
+selector and optimizer, restore a checkpoint's state, the loop (``train_step`` -> ``host_sync`` ->
+``log_step`` / ``evaluate`` / ``checkpoint``), finish.  One optimizer step is ``tokendrop.mlm_step``;
+what a resume refuses and loads is ``tokendrop.resume``.  SIGINT/SIGTERM stop after the current step
+with a checkpoint (every rank after the same step).
 """
 
 from __future__ import annotations

@@ -230,3 +230,23 @@ def test_pretrain_on_a_mixture_resumes_bit_identically(sources, full_run, tmp_pa
     full = [r["mix_0"] for r in read_metrics(full_run) if "mix_0" in r]
     split = {r["step"]: r["mix_0"] for r in read_metrics(tmp_path / "split") if "mix_0" in r}
     assert [split[s] for s in range(1, 8)] == full
+
+
+def test_resume_on_other_mixture_data_names_data_paths():
+    """A mixture resumed on data whose fingerprint differs: the one-line error names data.paths."""
+    from tokendrop.config import Config
+    from tokendrop.errors import TrainingError
+    from tokendrop.resume import check_resume_data
+
+    class Data:
+        def fingerprint(self):
+            return {"vocab_hash": "b" * 64}
+
+    cfg = Config()
+    cfg.data.paths = ["/d/domain", "/d/wiki"]
+    meta = {"config": {"data": {"path": "", "paths": ["/old/domain", "/old/wiki"]}},
+            "data_fingerprint": {"vocab_hash": "a" * 64}}
+    with pytest.raises(TrainingError, match=r"/d/domain, /d/wiki is not the data .*\(/old/domain, /old/wiki\).*"
+                                            r"--set data.paths=\[\.\.\.\]") as e:
+        check_resume_data(meta, cfg, Data())
+    assert "\n" not in str(e.value)

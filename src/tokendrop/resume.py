@@ -71,6 +71,10 @@ def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:
     (``PreparedData.fingerprint``, recorded in every checkpoint), wherever it lies now.  A checkpoint
     without a fingerprint (older versions) needs the same directory."""
     old_path, new_path = str(_get(meta["config"], "data.path")), str(cfg.data.path)
+    if cfg.data.paths:  # a mixture: its directories, in order
+        old_path, new_path = ", ".join(_get(meta["config"], "data.paths", [])), ", ".join(cfg.data.paths)
+    fix = ("pass --set data.paths=[...] naming the run's prepared directories, in the same order" if cfg.data.paths
+           else "pass --set data.path=DIR naming the run's prepared data")
     recorded = meta.get("data_fingerprint")
     if not isinstance(recorded, dict):
         if os.path.abspath(old_path) != os.path.abspath(new_path):
@@ -86,7 +90,7 @@ def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:
 
         raise TrainingError(f"--resume: {new_path} is not the data this run was trained on ({old_path}): "
                             + ", ".join(f"{k} {show(now.get(k))} here but {show(recorded[k])} recorded" for k in diff)
-                            + "; pass --set data.path=DIR naming the run's prepared data")
+                            + f"; {fix}")
 
 
 def load_training_state(ckpt: Path, meta: dict[str, Any], state_sd: dict[str, Tensor],

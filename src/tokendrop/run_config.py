@@ -54,29 +54,30 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
     except ValueError as e:
         raise ConfigError(str(e)) from None
     m = out.model
+    field, where = ("data.path", out.data.path) if out.data.path else ("data.paths", ", ".join(out.data.paths))
     if m.vocab_size == 0:
         m.vocab_size = data.vocab_size
     if m.sep_token_id < 0:  # document boundaries of the packed rows (model.document_attention)
         m.sep_token_id = int(data.special_ids["sep"])
     elif m.uses_document_attention and m.sep_token_id != int(data.special_ids["sep"]):
-        raise ConfigError(f"model.sep_token_id: {m.sep_token_id} but {out.data.path} separates documents with "
+        raise ConfigError(f"model.sep_token_id: {m.sep_token_id} but {where} separates documents with "
                           f"[SEP] = {data.special_ids['sep']}; remove model.sep_token_id (it comes from the data)")
     if data.vocab_size != m.vocab_size:
         raise ConfigError(
-            f"data.path: {out.data.path} was prepared with a vocabulary of {data.vocab_size} ids but "
+            f"{field}: {where} was prepared with a vocabulary of {data.vocab_size} ids but "
             f"model.vocab_size is {m.vocab_size}"
         )
     if out.data.seq_len and data.seq_len != out.data.seq_len:
-        raise ConfigError(f"data.seq_len: expected T={out.data.seq_len} but {out.data.path} was prepared with T={data.seq_len}")
+        raise ConfigError(f"data.seq_len: expected T={out.data.seq_len} but {where} was prepared with T={data.seq_len}")
     if data.seq_len > m.max_position_embeddings:
         raise ConfigError(
-            f"data.path: T={data.seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}"
+            f"{field}: T={data.seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}"
         )
     pad = data.special_ids.get("pad")
     if new_run and pad is not None and m.pad_token_id != pad:
         # the pad id comes from the data's vocabulary (the embedding's padding row, the export's config)
         if m.pad_token_id != 0 and not m.init:
             raise ConfigError(f"model.pad_token_id: {m.pad_token_id}, but [PAD] is id {pad} in the vocabulary of "
-                              f"{out.data.path}; leave model.pad_token_id unset (the data's id is used)")
+                              f"{where}; leave model.pad_token_id unset (the data's id is used)")
         m.pad_token_id = pad
     return out.validate()

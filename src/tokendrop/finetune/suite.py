@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 from ..config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict
 from .. import rundir
+from .columns import COLUMNS, GLUE_AVG, MAIN_COLUMN, SQUAD_AVG  # noqa: F401 -- COLUMNS: re-exported
 from .common import FinetuneError, atomic_write_json, atomic_write_text, read_json
 from .tasks import get_task
 
@@ -104,34 +105,6 @@ class SuiteConfig:
 
 def load_suite(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> SuiteConfig:
     return load_config(path, list(overrides), cls=SuiteConfig)
-
-
-# ----------------------------------------------------------------------------------------------
-# table layout
-
-@dataclass(frozen=True)
-class Column:
-    key: str
-    title: str
-    unit: str
-    task: str
-    group: str  # glue | squad | extra
-
-
-COLUMNS = [
-    Column("ax", "AX", "corr.", "mnli", "glue"),
-    Column("mnli_mm", "MNLI-mm", "acc.", "mnli", "glue"),
-    Column("mnli_m", "MNLI-m", "acc.", "mnli", "glue"),
-    Column("qnli", "QNLI", "acc.", "qnli", "glue"),
-    Column("qqp", "QQP", "F1", "qqp", "glue"),
-    Column("sst2", "SST", "acc.", "sst2", "glue"),
-    Column("rte", "RTE", "acc.", "rte", "extra"),  # not in the paper's table; never averaged
-    Column("squad1", "SQuAD v1", "F1", "squad1", "squad"),
-    Column("squad2", "SQuAD v2", "F1", "squad2", "squad"),
-]
-MAIN_COLUMN = {"mnli": "mnli_m", "qnli": "qnli", "qqp": "qqp", "sst2": "sst2", "rte": "rte",
-               "squad1": "squad1", "squad2": "squad2"}
-GLUE_AVG, SQUAD_AVG = "glue_avg", "squad_avg"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,20 +25,12 @@ import sys
 import tempfile
 import time
 
+from tokendrop.machine import cpu_model
+from tokendrop.machine import loadavg as machine_loadavg
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = "/work/shared/data/corpus/mixed-english.txt.gz"
 DEFAULT_VOCAB = "/work/shared/data/vocab/bert-base-uncased-vocab.txt"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def cpu_seconds() -> float:
@@ -48,10 +40,7 @@ def cpu_seconds() -> float:
 
 
 def loadavg() -> list[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []
+    return [round(x, 2) for x in machine_loadavg() or []]
 
 
 def busy(ms: float) -> None:

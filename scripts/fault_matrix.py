@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tokendrop.machine import cpu_model
 from tokendrop.metrics import scan_lines
 from tokendrop.rundir import HOLD_COMMAND
 
@@ -1149,14 +1150,7 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
 
 
 def machine_line() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for ln in Path("/proc/cpuinfo").read_text().splitlines():
-            if ln.startswith("model name"):
-                cpu = ln.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     try:
         import torch
 

@@ -6,28 +6,11 @@ import os
 import platform
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from ..machine import cpu_model, loadavg  # noqa: F401 -- loadavg: re-exported
 from .fields import optional
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def loadavg() -> list[float] | None:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return None
 
 
 def machine_slug(device: str) -> str:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, config_dir
+from ..machine import cpu_model
+from ..machine import loadavg as machine_loadavg
 from ..rundir import json_text
 
 
@@ -74,15 +76,7 @@ def resolve_out(p: str) -> Path:
 def hardware() -> dict[str, Any]:
     import torch
 
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    hw = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+    hw = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
           "python": platform.python_version(), "platform": platform.platform(),
           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     try:
@@ -106,7 +100,6 @@ def cpu_s() -> float:
 
 
 def loadavg() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
+    """The 1-minute load average (``tokendrop.machine.loadavg``), or None."""
+    la = machine_loadavg()
+    return la[0] if la else None

@@ -257,7 +257,7 @@ def run_cli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
 @dataclass
 class Case:
     name: str
-    row: str  # "13.1" ... "13.9", "12"
+    row: str  # the category: outputs, corrupt files, locks, signals, moved runs, reuse, logs, bad input, ...
     argv: list[str]  # after `python -m tokendrop`; {C} = the case dir, {B} = the base dir
     expect: str  # what should happen, in words (the report's "expected" column)
     rc: int | tuple[int, ...] = 2
@@ -659,274 +659,274 @@ def cases() -> list[Case]:
     add = C.append
 
     # ---- row 1: no deletion of what tokendrop did not write ------------------------------------------
-    add(Case("export-into-foreign-dir", "13.1", ["export", "{C}/run", "{C}/mine"], "refused; the dir untouched",
+    add(Case("export-into-foreign-dir", "outputs", ["export", "{C}/run", "{C}/mine"], "refused; the dir untouched",
              needs=("run",), setup=make_dir("mine", MINE), watch=("mine", "run"), says=("{C}/mine", "--overwrite")))
-    add(Case("export-overwrite-foreign-dir", "13.1", ["export", "{C}/run", "{C}/mine", "--overwrite"],
+    add(Case("export-overwrite-foreign-dir", "outputs", ["export", "{C}/run", "{C}/mine", "--overwrite"],
              "refused (not tokendrop's); untouched", needs=("run",), setup=make_dir("mine", MINE), watch=("mine",),
              says=("not written by tokendrop",)))
-    add(Case("export-to-a-file", "13.1", ["export", "{C}/run", "{C}/target"], "refused; file intact, no .old-*",
+    add(Case("export-to-a-file", "outputs", ["export", "{C}/run", "{C}/target"], "refused; file intact, no .old-*",
              needs=("run",), setup=make_file("target"), watch=("target",), says=("not a directory",)))
-    add(Case("export-overwrite-a-file", "13.1", ["export", "{C}/run", "{C}/target", "--overwrite"],
+    add(Case("export-overwrite-a-file", "outputs", ["export", "{C}/run", "{C}/target", "--overwrite"],
              "refused; file intact", needs=("run",), setup=make_file("target"), watch=("target",)))
-    add(Case("export-overwrite-its-own-input", "13.1", ["export", "{C}/run", "{C}/run", "--overwrite"],
+    add(Case("export-overwrite-its-own-input", "outputs", ["export", "{C}/run", "{C}/run", "--overwrite"],
              "refused; the run untouched", needs=("run",), watch=("run",)))
-    add(Case("export-overwrite-previous-export", "13.1", ["export", "{C}/run", "{C}/hf", "--overwrite"],
+    add(Case("export-overwrite-previous-export", "outputs", ["export", "{C}/run", "{C}/hf", "--overwrite"],
              "replaces only its own earlier export", rc=0, needs=("run", "hf"), watch=("run",)))
-    add(Case("inspect-out-a-file", "13.1", ["inspect", "{C}/run", "--out", "{C}/target", "--examples", "1"],
+    add(Case("inspect-out-a-file", "outputs", ["inspect", "{C}/run", "--out", "{C}/target", "--examples", "1"],
              "refused; file intact", needs=("run",), setup=make_file("target"), watch=("target", "run")))
-    add(Case("inspect-overwrite-a-file", "13.1", ["inspect", "{C}/run", "--out", "{C}/target", "--overwrite"],
+    add(Case("inspect-overwrite-a-file", "outputs", ["inspect", "{C}/run", "--out", "{C}/target", "--overwrite"],
              "refused; file intact", needs=("run",), setup=make_file("target"), watch=("target",)))
-    add(Case("inspect-into-foreign-dir", "13.1", ["inspect", "{C}/run", "--out", "{C}/mine", "--overwrite"],
+    add(Case("inspect-into-foreign-dir", "outputs", ["inspect", "{C}/run", "--out", "{C}/mine", "--overwrite"],
              "refused; untouched", needs=("run",), setup=make_dir("mine", MINE), watch=("mine",)))
-    add(Case("prepare-into-foreign-dir", "13.1", prepare("{C}/corpus.txt", "{C}/mine", "--vocab-size", "150"),
+    add(Case("prepare-into-foreign-dir", "outputs", prepare("{C}/corpus.txt", "{C}/mine", "--vocab-size", "150"),
              "refused; untouched", needs=("corpus.txt",), setup=make_dir("mine", MINE), watch=("mine",),
              says=("--overwrite",)))
-    add(Case("prepare-overwrite-foreign-dir", "13.1",
+    add(Case("prepare-overwrite-foreign-dir", "outputs",
              prepare("{C}/corpus.txt", "{C}/mine", "--vocab-size", "150", "--overwrite"),
              "refused (not tokendrop's); untouched", needs=("corpus.txt",), setup=make_dir("mine", MINE),
              watch=("mine",)))
-    add(Case("prepare-overwrite-dir-holding-its-corpus", "13.1",
+    add(Case("prepare-overwrite-dir-holding-its-corpus", "outputs",
              prepare("{C}/data/corpus.txt", "{C}/data", "--vocab-size", "150", "--overwrite"),
              "refused; corpus and data intact", needs=("data", "corpus.txt"),
              setup=lambda c: shutil.copy(c / "corpus.txt", c / "data" / "corpus.txt"), watch=("data",),
              says=("input",)))
-    add(Case("prepare-overwrite-dir-holding-its-vocab", "13.1",
+    add(Case("prepare-overwrite-dir-holding-its-vocab", "outputs",
              prepare("{C}/corpus.txt", "{C}/data", "--vocab", "{C}/data/vocab.txt", "--overwrite"),
              "refused; vocab and data intact", needs=("data", "corpus.txt"), watch=("data",), says=("input",)))
-    add(Case("pretrain-out-existing-run", "13.1", pretrain("{C}/run", "{B}/data"),
+    add(Case("pretrain-out-existing-run", "outputs", pretrain("{C}/run", "{B}/data"),
              "refused, suggests --resume/--overwrite", needs=("run",), watch=("run",), says=("--resume",)))
-    add(Case("pretrain-overwrite-foreign-dir", "13.1", pretrain("{C}/mine", "{B}/data", "--overwrite"),
+    add(Case("pretrain-overwrite-foreign-dir", "outputs", pretrain("{C}/mine", "{B}/data", "--overwrite"),
              "refused; untouched", setup=make_dir("mine", MINE), watch=("mine",)))
-    add(Case("pretrain-overwrite-an-export", "13.1", pretrain("{C}/hf", "{B}/data", "--overwrite"),
+    add(Case("pretrain-overwrite-an-export", "outputs", pretrain("{C}/hf", "{B}/data", "--overwrite"),
              "refused (another kind); untouched", needs=("hf",), watch=("hf",)))
-    add(Case("finetune-into-foreign-dir", "13.1", finetune("{C}/run", "{C}/mine"), "refused; untouched",
+    add(Case("finetune-into-foreign-dir", "outputs", finetune("{C}/run", "{C}/mine"), "refused; untouched",
              needs=("run", "sst2"), setup=make_dir("mine", MINE), watch=("mine",)))
-    add(Case("finetune-out-a-file", "13.1", finetune("{C}/run", "{C}/target", "--overwrite"), "refused; file intact",
+    add(Case("finetune-out-a-file", "outputs", finetune("{C}/run", "{C}/target", "--overwrite"), "refused; file intact",
              needs=("run", "sst2"), setup=make_file("target"), watch=("target",)))
-    add(Case("evaluate-into-foreign-dir", "13.1", ["evaluate", "--models", "{C}/run", "--out", "{C}/mine", *EV],
+    add(Case("evaluate-into-foreign-dir", "outputs", ["evaluate", "--models", "{C}/run", "--out", "{C}/mine", *EV],
              "refused; untouched", needs=("run", "glue", "squad"), setup=make_dir("mine", MINE), watch=("mine",)))
-    add(Case("study-into-foreign-dir", "13.1", ["study", "--config", "study-tiny", "--out", "{C}/mine"],
+    add(Case("study-into-foreign-dir", "outputs", ["study", "--config", "study-tiny", "--out", "{C}/mine"],
              "refused; untouched", setup=make_dir("mine", MINE), watch=("mine",)))
-    add(Case("demo-into-foreign-dir", "13.1", ["demo", "--out", "{C}/mine", "--cache", "{C}/cache", "--no-finetune"],
+    add(Case("demo-into-foreign-dir", "outputs", ["demo", "--out", "{C}/mine", "--cache", "{C}/cache", "--no-finetune"],
              "refused before any download; untouched", setup=make_dir("mine", MINE), watch=("mine",),
              absent=("cache",)))
 
     # ---- row 2: verify weights and data before using them ---------------------------------------------
     flip = lambda rel: (lambda c: flip_byte(c / rel))  # noqa: E731
-    add(Case("export-bit-flipped-checkpoint", "13.2", ["export", CKPT, "{C}/out"], "refused naming the file",
+    add(Case("export-bit-flipped-checkpoint", "corrupt files", ["export", CKPT, "{C}/out"], "refused naming the file",
              needs=("run",), setup=flip(CKPT[4:] + "/model.safetensors"), watch=("run",), absent=("out",),
              says=("model.safetensors",)))
-    add(Case("export-truncated-checkpoint", "13.2", ["export", CKPT, "{C}/out"], "refused naming the file",
+    add(Case("export-truncated-checkpoint", "corrupt files", ["export", CKPT, "{C}/out"], "refused naming the file",
              needs=("run",), setup=lambda c: truncate(c / CKPT[4:] / "model.safetensors"), watch=("run",),
              absent=("out",), says=("model.safetensors",)))
-    add(Case("finetune-bit-flipped-checkpoint", "13.2", finetune(CKPT, "{C}/ft"), "refused naming the file",
+    add(Case("finetune-bit-flipped-checkpoint", "corrupt files", finetune(CKPT, "{C}/ft"), "refused naming the file",
              needs=("run", "sst2"), setup=flip(CKPT[4:] + "/model.safetensors"), absent=("ft",),
              says=("model.safetensors",)))
-    add(Case("inspect-bit-flipped-state", "13.2", ["inspect", "{C}/run", "--out", "{C}/ins", "--examples", "1"],
+    add(Case("inspect-bit-flipped-state", "corrupt files", ["inspect", "{C}/run", "--out", "{C}/ins", "--examples", "1"],
              "refused naming the file (every checkpoint corrupt)", needs=("run",),
              setup=lambda c: [flip_byte(ck / "state.safetensors") for ck in checkpoints(c / "run")], absent=("ins",),
              says=("state.safetensors",)))
-    add(Case("evaluate-bit-flipped-checkpoint", "13.2", ["evaluate", "--models", CKPT, "--out", "{C}/ev", *EV],
+    add(Case("evaluate-bit-flipped-checkpoint", "corrupt files", ["evaluate", "--models", CKPT, "--out", "{C}/ev", *EV],
              "refused naming the file", needs=("run", "glue", "squad"), setup=flip(CKPT[4:] + "/model.safetensors"),
              absent=("ev",), says=("model.safetensors",)))
-    add(Case("init-from-bit-flipped-checkpoint", "13.2", [*pretrain("{C}/r", "{B}/data"), "--init", CKPT],
+    add(Case("init-from-bit-flipped-checkpoint", "corrupt files", [*pretrain("{C}/r", "{B}/data"), "--init", CKPT],
              "refused naming the file; no run dir", needs=("run",), setup=flip(CKPT[4:] + "/model.safetensors"),
              absent=("r",), says=("model.safetensors",)))
-    add(Case("resume-every-checkpoint-corrupt", "13.2", ["pretrain", "--resume", "{C}/run", "--quiet", "--set",
+    add(Case("resume-every-checkpoint-corrupt", "corrupt files", ["pretrain", "--resume", "{C}/run", "--quiet", "--set",
              "train.steps=6"], "refused: no valid checkpoint; run untouched", needs=("run",),
              setup=lambda c: [flip_byte(ck / "model.safetensors") for ck in checkpoints(c / "run")], watch=("run",),
              says=("checkpoint",)))
-    add(Case("data-meta-counts-vs-shard", "13.2", pretrain("{C}/r"), "refused naming meta.json/shard; no run dir",
+    add(Case("data-meta-counts-vs-shard", "corrupt files", pretrain("{C}/r"), "refused naming meta.json/shard; no run dir",
              needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d["splits"]["train"].update(
                  num_sequences=d["splits"]["train"]["num_sequences"] + 1)), absent=("r",), watch=("data",)))
-    add(Case("data-truncated-shard", "13.2", pretrain("{C}/r"), "refused naming the shard; no run dir",
+    add(Case("data-truncated-shard", "corrupt files", pretrain("{C}/r"), "refused naming the shard; no run dir",
              needs=("data",), setup=lambda c: truncate(shard_path(c / "data")), absent=("r",), watch=("data",)))
-    add(Case("data-token-id-out-of-vocab", "13.2", pretrain("{C}/r"),
+    add(Case("data-token-id-out-of-vocab", "corrupt files", pretrain("{C}/r"),
              "refused naming the shard (id >= vocab size, found at open or per batch); no checkpoint of it",
              needs=("data",), setup=oov_token, watch=("data",), says=("train.bin", "vocab"),
              check=lambda c, o: "a checkpoint was written from the bad data" if checkpoints(c / "r") else None))
-    add(Case("verify-good-run", "13.2", ["verify", "{C}/run"], "exit 0, run untouched", rc=0, needs=("run",),
+    add(Case("verify-good-run", "corrupt files", ["verify", "{C}/run"], "exit 0, run untouched", rc=0, needs=("run",),
              watch=("run",)))
-    add(Case("verify-good-data", "13.2", ["verify", "{C}/data"], "exit 0", rc=0, needs=("data",), watch=("data",)))
-    add(Case("verify-bit-flipped-checkpoint", "13.2", ["verify", CKPT], "non-zero, names the file", rc=(1, 2),
+    add(Case("verify-good-data", "corrupt files", ["verify", "{C}/data"], "exit 0", rc=0, needs=("data",), watch=("data",)))
+    add(Case("verify-bit-flipped-checkpoint", "corrupt files", ["verify", CKPT], "non-zero, names the file", rc=(1, 2),
              needs=("run",), setup=flip(CKPT[4:] + "/model.safetensors"), watch=("run",),
              says=("model.safetensors",)))
-    add(Case("verify-run-with-truncated-state", "13.2", ["verify", "{C}/run"], "non-zero, names the file", rc=(1, 2),
+    add(Case("verify-run-with-truncated-state", "corrupt files", ["verify", "{C}/run"], "non-zero, names the file", rc=(1, 2),
              needs=("run",), setup=lambda c: truncate(c / CKPT[4:] / "state.safetensors"), watch=("run",),
              says=("state.safetensors",)))
-    add(Case("verify-bit-flipped-shard", "13.2", ["verify", "{C}/data"], "non-zero, names the shard", rc=(1, 2),
+    add(Case("verify-bit-flipped-shard", "corrupt files", ["verify", "{C}/data"], "non-zero, names the shard", rc=(1, 2),
              needs=("data",), setup=lambda c: flip_byte(shard_path(c / "data"), 50), watch=("data",)))
 
     # ---- row 3: one writer per directory ----------------------------------------------------------------
-    add(Case("resume-locked-run", "13.3", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
+    add(Case("resume-locked-run", "locks", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
              "refused at once: in use by pid N; untouched", needs=("run",), hold=("run",), watch=("run",),
              says=("in use by pid",)))
-    add(Case("pretrain-locked-out", "13.3", pretrain("{C}/r", "{B}/data"), "refused: in use; nothing written",
+    add(Case("pretrain-locked-out", "locks", pretrain("{C}/r", "{B}/data"), "refused: in use; nothing written",
              hold=("r",), absent=("r",), says=("in use by pid",)))
-    add(Case("prepare-locked-out", "13.3", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150"),
+    add(Case("prepare-locked-out", "locks", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150"),
              "refused: in use; nothing written", needs=("corpus.txt",), hold=("out",), absent=("out",),
              says=("in use by pid",)))
-    add(Case("export-locked-out", "13.3", ["export", "{C}/run", "{C}/out"], "refused: in use; nothing written",
+    add(Case("export-locked-out", "locks", ["export", "{C}/run", "{C}/out"], "refused: in use; nothing written",
              needs=("run",), hold=("out",), absent=("out",), says=("in use by pid",)))
-    add(Case("finetune-locked-out", "13.3", finetune("{C}/run", "{C}/ft"), "refused: in use; nothing written",
+    add(Case("finetune-locked-out", "locks", finetune("{C}/run", "{C}/ft"), "refused: in use; nothing written",
              needs=("run", "sst2"), hold=("ft",), absent=("ft",), says=("in use by pid",)))
-    add(Case("export-stale-lock-taken-over", "13.3", ["export", "{C}/run", "{C}/out"],
+    add(Case("export-stale-lock-taken-over", "locks", ["export", "{C}/run", "{C}/out"],
              "a dead writer's lock is taken over: exit 0", rc=0, needs=("run",), setup=stale_lock("out"),
              watch=("run",)))
 
     # ---- row 4: honest exit codes on interruption --------------------------------------------------------
     long_pt = pretrain("{C}/r", "{B}/data", "--set", "train.steps=100000", "--set", "train.eval_every=100000",
                        "--set", "train.ckpt_every=100000")
-    add(Case("pretrain-sigint", "13.4", long_pt, "checkpoint saved, exit 130", rc=130,
+    add(Case("pretrain-sigint", "signals", long_pt, "checkpoint saved, exit 130", rc=130,
              drive=sig_after(signal.SIGINT, logged_step("r"), 0.3),
              check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
-    add(Case("pretrain-sigterm", "13.4", long_pt, "checkpoint saved, exit 143", rc=143,
+    add(Case("pretrain-sigterm", "signals", long_pt, "checkpoint saved, exit 143", rc=143,
              drive=sig_after(signal.SIGTERM, logged_step("r"), 0.3),
              check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
-    add(Case("prepare-sigint", "13.4", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "300"),
+    add(Case("prepare-sigint", "signals", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "300"),
              "exit 130, no output, no temp dir (finished work units kept in out.partial for a rerun)", rc=130,
              setup=lambda c: write_corpus(c / "big.txt", 6000),
              drive=sig_after(signal.SIGINT, exists(".out.tokendrop.lock"), 1.0), absent=("out",), watch=("big.txt",)))
-    add(Case("finetune-sigint", "13.4", finetune("{C}/run", "{C}/ft", "--set", "epochs=20", "--set",
+    add(Case("finetune-sigint", "signals", finetune("{C}/run", "{C}/ft", "--set", "epochs=20", "--set",
              "max_train_examples=0"), "exit 130, no output", rc=130, needs=("run", "sst2"),
              drive=sig_after(signal.SIGINT, exists(".ft.tokendrop.lock"), 2.0), absent=("ft",), watch=("run",)))
-    add(Case("evaluate-sigint", "13.4", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV, "--set",
+    add(Case("evaluate-sigint", "signals", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV, "--set",
              "glue.max_train_examples=0", "--set", "glue_epochs=[20.0]"], "exit 130, no output", rc=130,
              needs=("run", "glue", "squad"), drive=sig_after(signal.SIGINT, exists(".ev.tokendrop.lock"), 2.0),
              absent=("ev",), watch=("run",)))
-    add(Case("bench-sigint", "13.4", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--rounds", "100000",
+    add(Case("bench-sigint", "signals", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--rounds", "100000",
              "--json", "{C}/bench.json"], "exit 130, no results file", rc=130,
              drive=sig_after(signal.SIGINT, lambda c: True, 4.0), absent=("bench.json", "bench.md")))
 
     # ---- row 5: runs that move --------------------------------------------------------------------------
-    add(Case("resume-relative-data-path-from-elsewhere", "13.5",
+    add(Case("resume-relative-data-path-from-elsewhere", "moved runs",
              ["pretrain", "--resume", "{C}/relrun", "--quiet", "--set", "train.steps=3"],
              "works from any working directory", rc=0, needs=("relrun", "data"), cwd="elsewhere",
              setup=make_dir("elsewhere"), watch=("data",)))
-    add(Case("resume-with-absolute-data-path", "13.5",
+    add(Case("resume-with-absolute-data-path", "moved runs",
              ["pretrain", "--resume", "{C}/relrun", "--quiet", "--set", "train.steps=3", "--set",
               'data.path="{C}/data"'], "same data given absolutely: accepted", rc=0, needs=("relrun", "data"),
              watch=("data",)))
-    add(Case("resume-moved-data-via-set", "13.5",
+    add(Case("resume-moved-data-via-set", "moved runs",
              ["pretrain", "--resume", "{C}/run-moved", "--quiet", "--set", "train.steps=3", "--set",
               'data.path="{C}/data-moved"'], "moved data with the same fingerprint: accepted", rc=0,
              needs=("run-moved", "data-moved"), watch=("data-moved",)))
-    add(Case("resume-moved-data-not-given", "13.5",
+    add(Case("resume-moved-data-not-given", "moved runs",
              ["pretrain", "--resume", "{C}/run-moved", "--quiet", "--set", "train.steps=3"],
              "refused naming data.path and the fix; run untouched", needs=("run-moved",), watch=("run-moved",),
              says=("data.path",)))
-    add(Case("resume-other-data-via-set", "13.5",
+    add(Case("resume-other-data-via-set", "moved runs",
              ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6", "--set",
               'data.path="{C}/data-other"'], "another fingerprint: refused; run untouched",
              needs=("run", "data-other"), watch=("run",), says=("data.path",)))
 
     # ---- row 6: results keyed by content ----------------------------------------------------------------
-    add(Case("evaluate-same-model-reused", "13.6", ["evaluate", "--models", "{C}/r", "--out", "{C}/ev", *EV],
+    add(Case("evaluate-same-model-reused", "reuse", ["evaluate", "--models", "{C}/r", "--out", "{C}/ev", *EV],
              "the finished cell is reused", rc=0, needs=("data", "glue", "squad"),
              setup=chain(fresh_run("r"), evaluate_then_retrain(False)), check=eval_counts(0, 1), one_line=False))
-    add(Case("evaluate-retrained-model-recomputed", "13.6", ["evaluate", "--models", "{C}/r", "--out", "{C}/ev", *EV],
+    add(Case("evaluate-retrained-model-recomputed", "reuse", ["evaluate", "--models", "{C}/r", "--out", "{C}/ev", *EV],
              "a model retrained at the same path is evaluated again", rc=0, needs=("data", "glue", "squad"),
              setup=chain(fresh_run("r"), evaluate_then_retrain(True)), check=eval_counts(1, 0), one_line=False))
 
     # ---- row 7: logs that survive a kill ----------------------------------------------------------------
-    add(Case("resume-after-torn-metrics-line", "13.7",
+    add(Case("resume-after-torn-metrics-line", "logs",
              ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
              "resumes; no torn line, no step twice", rc=0, needs=("run",), setup=torn_metrics,
              check=lambda c, o: check_no_duplicate_steps(c / "run")))
-    add(Case("resume-drops-rows-past-checkpoint", "13.7",
+    add(Case("resume-drops-rows-past-checkpoint", "logs",
              ["pretrain", "--resume", "{C}/run", "--quiet"], "rows past step 2 dropped: no step twice", rc=0,
              needs=("run",), setup=resume_logged_past_checkpoint, check=lambda c, o: check_no_duplicate_steps(c / "run")))
-    add(Case("prepare-eval-fraction-0", "13.7",
+    add(Case("prepare-eval-fraction-0", "logs",
              prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150", "--eval-fraction", "0"),
              "error, or a warning; never an empty split reported as eval loss 0.0", rc=(0, 2),
              needs=("corpus.txt",), check=prepare_empty_eval, one_line=False))
-    add(Case("pretrain-empty-eval-split", "13.7", pretrain("{C}/r"),
+    add(Case("pretrain-empty-eval-split", "logs", pretrain("{C}/r"),
              "error (one line), or evaluation off with a warning; never eval loss 0.0", rc=(0, 2), needs=("data",),
              setup=empty_eval_split, check=eval_loss_not_zero, one_line=False))
 
     # ---- row 8: one-line errors instead of tracebacks -----------------------------------------------------
     for v in ("nan", "inf", "-0.001"):
-        add(Case(f"lr-{v}", "13.8", pretrain("{C}/r", "{B}/data", "--set", f"train.lr={v}"),
+        add(Case(f"lr-{v}", "bad input, full disk", pretrain("{C}/r", "{B}/data", "--set", f"train.lr={v}"),
                  "refused at config time naming train.lr; no run dir", absent=("r",), says=("train.lr",)))
-    add(Case("pretrain-out-a-file", "13.8", pretrain("{C}/target", "{B}/data"), "refused; file intact",
+    add(Case("pretrain-out-a-file", "bad input, full disk", pretrain("{C}/target", "{B}/data"), "refused; file intact",
              setup=make_file("target"), watch=("target",), says=("{C}/target",)))
-    add(Case("data-meta-missing", "13.8", pretrain("{C}/r"), "refused naming meta.json; no run dir",
+    add(Case("data-meta-missing", "bad input, full disk", pretrain("{C}/r"), "refused naming meta.json; no run dir",
              needs=("data",), setup=lambda c: (c / "data" / "meta.json").unlink(), absent=("r",), says=("meta.json",)))
-    add(Case("data-meta-invalid-json", "13.8", pretrain("{C}/r"), "refused naming meta.json; no run dir",
+    add(Case("data-meta-invalid-json", "bad input, full disk", pretrain("{C}/r"), "refused naming meta.json; no run dir",
              needs=("data",), setup=lambda c: (c / "data" / "meta.json").write_text('{"format": "tokendrop-prep'),
              absent=("r",), says=("meta.json",)))
-    add(Case("data-meta-seq-len-a-string", "13.8", pretrain("{C}/r"), "refused naming the field; no run dir",
+    add(Case("data-meta-seq-len-a-string", "bad input, full disk", pretrain("{C}/r"), "refused naming the field; no run dir",
              needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d.update(seq_len="sixty")),
              absent=("r",), says=("seq_len",)))
-    add(Case("data-meta-special-ids-a-list", "13.8", pretrain("{C}/r"), "refused naming the field; no run dir",
+    add(Case("data-meta-special-ids-a-list", "bad input, full disk", pretrain("{C}/r"), "refused naming the field; no run dir",
              needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d.update(special_ids=[0, 1])),
              absent=("r",), says=("special_ids",)))
-    add(Case("data-meta-splits-a-string", "13.8", pretrain("{C}/r"), "refused naming the field; no run dir",
+    add(Case("data-meta-splits-a-string", "bad input, full disk", pretrain("{C}/r"), "refused naming the field; no run dir",
              needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d.update(splits="train")),
              absent=("r",), says=("splits",)))
-    add(Case("disk-full-checkpoint", "13.8", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
+    add(Case("disk-full-checkpoint", "bad input, full disk", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
              "one-line error; earlier checkpoints intact, no temp dir", needs=("run",), fsize=300_000,
              watch=("run/checkpoints",), says=("checkpoint",),
              check=lambda c, o: None if any(r.get("step", 0) > 4 for r in metrics(c / "run") if "loss" in r)
              else "it never trained up to the checkpoint write"))
-    add(Case("disk-full-shards", "13.8", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "150"),
+    add(Case("disk-full-shards", "bad input, full disk", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "150"),
              "one-line error; no output", setup=lambda c: write_corpus(c / "big.txt", 3000), fsize=60_000,
              absent=("out",)))
-    add(Case("disk-full-export", "13.8", ["export", "{C}/run", "{C}/out"], "one-line error; no output",
+    add(Case("disk-full-export", "bad input, full disk", ["export", "{C}/run", "{C}/out"], "one-line error; no output",
              needs=("run",), fsize=300_000, absent=("out",), watch=("run",)))
     for v in ("0", "-2"):
-        add(Case(f"bench-threads-{v}", "13.8", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--threads", v],
+        add(Case(f"bench-threads-{v}", "bad input, full disk", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--threads", v],
                  "refused naming --threads", says=("threads",)))
     for v in ("0", "-5"):
-        add(Case(f"flops-seq-len-{v}", "13.8", ["flops", "--config", "tiny", "--seq-len", "128", v],
+        add(Case(f"flops-seq-len-{v}", "bad input, full disk", ["flops", "--config", "tiny", "--seq-len", "128", v],
                  "refused naming --seq-len", says=("seq-len",)))
     for v in ("0", "-1"):
-        add(Case(f"prepare-workers-{v}", "13.8", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150",
+        add(Case(f"prepare-workers-{v}", "bad input, full disk", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150",
                                                           "--workers", v),
                  "refused naming --workers; no output", needs=("corpus.txt",), absent=("out",), says=("workers",)))
-    add(Case("bench-json-unwritable", "13.8", ["bench", "--preset", "smoke", "--no-hf", "--json", "{C}/target/b.json"],
+    add(Case("bench-json-unwritable", "bad input, full disk", ["bench", "--preset", "smoke", "--no-hf", "--json", "{C}/target/b.json"],
              "refused before the run (no progress lines), file intact", setup=make_file("target"), watch=("target",),
              says=("{C}/target",)))
-    add(Case("prepare-vocab-size-too-large", "13.8", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "20000"),
+    add(Case("prepare-vocab-size-too-large", "bad input, full disk", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "20000"),
              "one-line error, or a warning saying the size actually trained", rc=(0, 2), needs=("corpus.txt",),
              one_line=False, check=vocab_size_check))
-    add(Case("squad-answer-start-mismatch", "13.8", finetune("{C}/run", "{C}/ft", task="squad1", data="{C}/squad"),
+    add(Case("squad-answer-start-mismatch", "bad input, full disk", finetune("{C}/run", "{C}/ft", task="squad1", data="{C}/squad"),
              "error naming the file, or the mismatch counted and reported; never relocated silently", rc=(0, 2),
              needs=("run", "squad"), setup=bad_squad, check=squad_check, watch=("squad",), one_line=False))
-    add(Case("finetune-max-seq-len-clamped", "13.8", finetune("{C}/run", "{C}/ft", "--set", "max_seq_len=1024"),
+    add(Case("finetune-max-seq-len-clamped", "bad input, full disk", finetune("{C}/run", "{C}/ft", "--set", "max_seq_len=1024"),
              "runs; reports the max_seq_len actually used (128)", rc=0, needs=("run", "sst2"),
              check=says_in_output("max_seq_len", "128"), one_line=False))
 
     # ---- row 9: numerical and distributed edge cases --------------------------------------------------------
-    add(Case("half-random-more-random-than-kept", "13.9",
+    add(Case("half-random-more-random-than-kept", "edge settings",
              pretrain("{C}/r", "{B}/data", "--set", "drop.method=half_random", "--set", "drop.rate=0.75",
                       "--set", "drop.half_random_frac=0.5"), "refused at config time; no run dir", absent=("r",),
              says=("half_random",)))
-    add(Case("grad-clip-0-is-off", "13.9", pretrain("{C}/r", "{C}/data", "--set", "train.grad_clip=0"),
+    add(Case("grad-clip-0-is-off", "edge settings", pretrain("{C}/r", "{C}/data", "--set", "train.grad_clip=0"),
              "runs; same weights as with clipping off (1e30)", rc=0, needs=("data",),
              setup=fresh_run("ref", "--set", "train.grad_clip=1e30"), check=same_weights_as("ref"), one_line=False))
-    add(Case("diverging-lr-no-nonfinite-checkpoint", "13.9",
+    add(Case("diverging-lr-no-nonfinite-checkpoint", "edge settings",
              pretrain("{C}/r", "{B}/data", "--set", "train.lr=1e30", "--set", "train.ckpt_every=1",
                       "--set", "train.steps=4", "--set", "train.warmup_steps=0"),
              "stops (one line) or skips; no checkpoint holds non-finite weights", rc=(0, 2), check=finite_checkpoints))
-    add(Case("bf16-cpu-unpacked-mask-fill", "13.9",
+    add(Case("bf16-cpu-unpacked-mask-fill", "edge settings",
              pretrain("{C}/r", "{C}/unpacked", "--set", "train.precision=bf16"), "runs with finite losses", rc=0,
              needs=("corpus.txt",), one_line=False,
              setup=lambda c: run_cli(prepare(str(c / "corpus.txt"), str(c / "unpacked"), "--vocab-size", "150",
                                              "--unpacked"), c),
              check=lambda c, o: None if all(r["loss"] == r["loss"] and abs(r["loss"]) != float("inf")
                                             for r in metrics(c / "r") if "loss" in r) else "non-finite loss"))
-    add(Case("pad-id-not-zero", "13.9", pretrain("{C}/r", "{C}/unpacked"), "runs on data whose [PAD] is id 7", rc=0,
+    add(Case("pad-id-not-zero", "edge settings", pretrain("{C}/r", "{C}/unpacked"), "runs on data whose [PAD] is id 7", rc=0,
              needs=("corpus.txt", "other-vocab.txt"), one_line=False,
              setup=chain(pad_not_zero_vocab, lambda c: run_cli(prepare(
                  str(c / "corpus.txt"), str(c / "unpacked"), "--vocab", str(c / "pad7-vocab.txt"), "--unpacked"), c))))
-    add(Case("packing-no-sep-sep", "13.9", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150", "--seq-len", "32"),
+    add(Case("packing-no-sep-sep", "edge settings", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150", "--seq-len", "32"),
              "packed shards hold no [SEP][SEP]", rc=0, needs=("corpus.txt",), check=no_sep_sep, one_line=False))
-    add(Case("export-file-permissions", "13.9", ["export", "{C}/run", "{C}/out"], "files 0644 under umask 022", rc=0,
+    add(Case("export-file-permissions", "edge settings", ["export", "{C}/run", "{C}/out"], "files 0644 under umask 022", rc=0,
              needs=("run",), check=normal_permissions("out"), one_line=False))
-    add(Case("checkpoint-file-permissions", "13.9", pretrain("{C}/r", "{B}/data"), "files 0644 under umask 022",
+    add(Case("checkpoint-file-permissions", "edge settings", pretrain("{C}/r", "{B}/data"), "files 0644 under umask 022",
              rc=0, check=normal_permissions("r/checkpoints"), one_line=False))
-    add(Case("warnings-on-stderr", "13.9", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
+    add(Case("warnings-on-stderr", "edge settings", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
              "a corrupt newest checkpoint: warning on stderr, resumes from the previous one", rc=0, needs=("run",),
              setup=flip(CKPT[4:] + "/model.safetensors"), one_line=False,
              check=lambda c, o: None if "warning" in o.stderr.lower()
@@ -936,84 +936,84 @@ def cases() -> list[Case]:
     # the `continue` preset has no model shape (it comes from the source); the tiny run settings on top
     init = lambda src, data="{B}/data": ["pretrain", "--config", "continue", "--out", "{C}/r", "--set",  # noqa: E731
                                          f'data.path="{data}"', *PT, "--init", src]
-    add(Case("init-dir-without-config-json", "12", init("{C}/hf"), "refused naming config.json; no run dir",
+    add(Case("init-dir-without-config-json", "--init", init("{C}/hf"), "refused naming config.json; no run dir",
              needs=("hf",), setup=lambda c: (c / "hf" / "config.json").unlink(), absent=("r",), watch=("hf",),
              says=("config.json",)))
-    add(Case("init-roberta-config", "12", init("{C}/hf"), "refused naming model_type; no run dir", needs=("hf",),
+    add(Case("init-roberta-config", "--init", init("{C}/hf"), "refused naming model_type; no run dir", needs=("hf",),
              setup=lambda c: hf_config(c, model_type="roberta", architectures=["RobertaForMaskedLM"]),
              absent=("r",), watch=("hf",), says=("model_type",)))
-    add(Case("init-modernbert-config", "12", init("{C}/hf"), "a ModernBERT config over BERT weights: refused; no run dir",
+    add(Case("init-modernbert-config", "--init", init("{C}/hf"), "a ModernBERT config over BERT weights: refused; no run dir",
              needs=("hf",),
              setup=lambda c: hf_config(c, model_type="modernbert", architectures=["ModernBertForMaskedLM"]),
              absent=("r",), watch=("hf",), says=("model_type",)))
-    add(Case("init-pickle-only-checkpoint", "12", init("{C}/hf"), "refused (weights_only); no run dir",
+    add(Case("init-pickle-only-checkpoint", "--init", init("{C}/hf"), "refused (weights_only); no run dir",
              needs=("hf",), setup=pickle_only, absent=("r",), watch=("hf",), says=("pytorch_model.bin",)))
-    add(Case("init-mismatched-tensor-shapes", "12", init("{C}/hf"), "refused naming the tensor; no run dir",
+    add(Case("init-mismatched-tensor-shapes", "--init", init("{C}/hf"), "refused naming the tensor; no run dir",
              needs=("hf",), setup=mismatched_shapes, absent=("r",), watch=("hf",), says=("intermediate",)))
-    add(Case("init-data-with-another-vocab", "12", init("{C}/hf", "{B}/data-other"),
+    add(Case("init-data-with-another-vocab", "--init", init("{C}/hf", "{B}/data-other"),
              "refused naming both vocabularies; no run dir", needs=("hf",), absent=("r",), watch=("hf",),
              says=("vocab",)))
-    add(Case("init-seq-len-above-max-positions", "12", init("{C}/hf"), "refused naming max_position_embeddings",
+    add(Case("init-seq-len-above-max-positions", "--init", init("{C}/hf"), "refused naming max_position_embeddings",
              needs=("hf",), setup=short_positions, absent=("r",), watch=("hf",), says=("max_position_embeddings", "64")))
-    add(Case("init-missing-directory", "12", init("{C}/nowhere"), "refused naming the path; no run dir",
+    add(Case("init-missing-directory", "--init", init("{C}/nowhere"), "refused naming the path; no run dir",
              absent=("r",), says=("{C}/nowhere",)))
 
     # ---- more faults: the campaign's output dir, verify of every output kind, config.json shapes -------
-    add(Case("bench-campaign-into-foreign-dir", "13.1", [*CAMPAIGN, "--out", "{C}/mine"], "refused; untouched",
+    add(Case("bench-campaign-into-foreign-dir", "outputs", [*CAMPAIGN, "--out", "{C}/mine"], "refused; untouched",
              setup=make_dir("mine", MINE), watch=("mine",), says=("{C}/mine", "no campaign output")))
-    add(Case("bench-campaign-into-a-run", "13.1", [*CAMPAIGN, "--out", "{C}/run"], "refused; the run untouched",
+    add(Case("bench-campaign-into-a-run", "outputs", [*CAMPAIGN, "--out", "{C}/run"], "refused; the run untouched",
              needs=("run",), watch=("run",), says=("{C}/run", "run output")))
-    add(Case("bench-campaign-locked-out", "13.3", [*CAMPAIGN, "--out", "{C}/out"], "refused: in use; nothing written",
+    add(Case("bench-campaign-locked-out", "locks", [*CAMPAIGN, "--out", "{C}/out"], "refused: in use; nothing written",
              hold=("out",), absent=("out",), says=("in use by pid",)))
-    add(Case("bench-campaign-sigint", "13.4", [*CAMPAIGN[:-2], "--out", "{C}/out", "--set", "pytest=true"],
+    add(Case("bench-campaign-sigint", "signals", [*CAMPAIGN[:-2], "--out", "{C}/out", "--set", "pytest=true"],
              "exit 130; env.json keeps what the part finished, marked complete: false", rc=130,
              drive=sig_after(signal.SIGINT, exists("out/env.md"), delay=0.2),
              check=chain_checks(part_record("out/env.json", False, "interrupted (SIGINT)"),
                                 says_in_output("env's partial result (complete: false) were kept")), one_line=False))
-    add(Case("bench-campaign-after-sigkill", "13.4", [*CAMPAIGN, "--out", "{C}/out"],
+    add(Case("bench-campaign-after-sigkill", "signals", [*CAMPAIGN, "--out", "{C}/out"],
              "a campaign killed during a part: the next one warns, takes the lock over, redoes the part", rc=0,
              setup=campaign_killed(), check=chain_checks(says_in_output("was killed before it finished"),
                                                          part_record("out/env.json", True)), one_line=False))
-    add(Case("verify-campaign-killed-part", "13.2", ["verify", "{C}/out"], "non-zero, names env.json", rc=(1, 2),
+    add(Case("verify-campaign-killed-part", "corrupt files", ["verify", "{C}/out"], "non-zero, names env.json", rc=(1, 2),
              setup=campaign_killed(drop_lock=True), watch=("out",), says=("{C}/out/env.json", "did not finish")))
-    add(Case("verify-good-finetune", "13.2", ["verify", "{C}/ft"], "exit 0", rc=0, needs=("run", "sst2"),
+    add(Case("verify-good-finetune", "corrupt files", ["verify", "{C}/ft"], "exit 0", rc=0, needs=("run", "sst2"),
              setup=ft_into("ft", "--set", "save_model=true"), watch=("ft",)))
-    add(Case("verify-finetune-flipped-saved-model", "13.2", ["verify", "{C}/ft"], "non-zero, names the weights file",
+    add(Case("verify-finetune-flipped-saved-model", "corrupt files", ["verify", "{C}/ft"], "non-zero, names the weights file",
              rc=(1, 2), needs=("run", "sst2"), watch=("ft",), says=("{C}/ft/model/model.safetensors", "sha256"),
              setup=chain(ft_into("ft", "--set", "save_model=true"), lambda c: flip_byte(c / "ft/model/model.safetensors"))))
-    add(Case("verify-finetune-torn-metrics", "13.2", ["verify", "{C}/ft"], "non-zero, names metrics.json", rc=(1, 2),
+    add(Case("verify-finetune-torn-metrics", "corrupt files", ["verify", "{C}/ft"], "non-zero, names metrics.json", rc=(1, 2),
              needs=("run", "sst2"), watch=("ft",), says=("{C}/ft/metrics.json", "invalid JSON"),
              setup=chain(ft_into("ft"), lambda c: truncate(c / "ft" / "metrics.json"))))
-    add(Case("verify-good-evaluate", "13.2", ["verify", "{C}/ev"], "exit 0", rc=0, needs=("run", "glue", "squad"),
+    add(Case("verify-good-evaluate", "corrupt files", ["verify", "{C}/ev"], "exit 0", rc=0, needs=("run", "glue", "squad"),
              setup=ev_into("ev"), watch=("ev",)))
-    add(Case("verify-evaluate-cell-predictions-gone", "13.2", ["verify", "{C}/ev"], "non-zero, names the file",
+    add(Case("verify-evaluate-cell-predictions-gone", "corrupt files", ["verify", "{C}/ev"], "non-zero, names the file",
              rc=(1, 2), needs=("run", "glue", "squad"), watch=("ev",), says=("dev.tsv", "recomputes the cell"),
              setup=chain(ev_into("ev"), lambda c: cell_file("ev", "predictions/dev.tsv")(c).unlink())))
-    add(Case("verify-good-study", "13.2", ["verify", "{C}/st"], "exit 0", rc=0, watch=("st",),
+    add(Case("verify-good-study", "corrupt files", ["verify", "{C}/st"], "exit 0", rc=0, watch=("st",),
              setup=run_into("st", lambda c: [*MINI_STUDY, "--out", str(c / "st")])))
-    add(Case("verify-study-flipped-run-checkpoint", "13.2", ["verify", "{C}/st"], "non-zero, names the file",
+    add(Case("verify-study-flipped-run-checkpoint", "corrupt files", ["verify", "{C}/st"], "non-zero, names the file",
              rc=(1, 2), watch=("st",), says=("{C}/st/runs/baseline-seed0/checkpoints/step-00000008/model.safetensors",),
              setup=chain(run_into("st", lambda c: [*MINI_STUDY, "--out", str(c / "st")]),
                          lambda c: flip_byte(c / "st/runs/baseline-seed0/checkpoints/step-00000008/model.safetensors"))))
-    add(Case("finetune-save-model-keeps-source-config", "12", finetune("{C}/hf", "{C}/ft", "--set", "save_model=true"),
+    add(Case("finetune-save-model-keeps-source-config", "--init", finetune("{C}/hf", "{C}/ft", "--set", "save_model=true"),
              "runs; the saved config.json keeps the source's sep_token_id; verify passes", rc=0, needs=("hf", "sst2"),
              setup=lambda c: hf_config(c, sep_token_id=3), check=saved_config_keeps("sep_token_id", 3), one_line=False))
     for key, val in (("num_hidden_layers", 0), ("hidden_size", 0), ("hidden_size", None)):
         what = "missing" if val is None else f"{val}"
-        add(Case(f"init-config-{key.replace('_', '-')}-{what}", "12", init("{C}/hf"),
+        add(Case(f"init-config-{key.replace('_', '-')}-{what}", "--init", init("{C}/hf"),
                  "refused naming config.json and the field (no preset shape); no run dir", needs=("hf",),
                  setup=(lambda f, v: (lambda c: edit_json(c / "hf" / "config.json",
                                                           lambda d: d.pop(f) if v is None else d.update({f: v}))))(key, val),
                  absent=("r",), watch=("hf",), says=("{C}/hf/config.json", key)))
-    add(Case("finetune-config-num-hidden-layers-0", "12", finetune("{C}/hf", "{C}/ft"),
+    add(Case("finetune-config-num-hidden-layers-0", "--init", finetune("{C}/hf", "{C}/ft"),
              "refused naming config.json and the field; no output", needs=("hf", "sst2"),
              setup=lambda c: hf_config(c, num_hidden_layers=0), absent=("ft",), watch=("hf",),
              says=("{C}/hf/config.json", "num_hidden_layers")))
     # model.attention_backend (tokendrop.attention), refused before anything is written
-    add(Case("pretrain-attention-backend-unknown", "16", pretrain("{C}/r", "{C}/data", "--set",
+    add(Case("pretrain-attention-backend-unknown", "attention", pretrain("{C}/r", "{C}/data", "--set",
                                                                   'model.attention_backend="fast"'),
              "refused naming the field; no run dir", absent=("r",), says=("model.attention_backend", "fast")))
-    add(Case("pretrain-flex-attention-on-cpu", "16", pretrain("{C}/r", "{C}/data", "--set", "model.family=modernbert",
+    add(Case("pretrain-flex-attention-on-cpu", "attention", pretrain("{C}/r", "{C}/data", "--set", "model.family=modernbert",
                                                               "--set", "model.attention_dropout=0.0",
                                                               "--set", 'model.attention_backend="flex"'),
              "refused (FlexAttention has no CPU backward); no run dir", absent=("r",),
@@ -1167,7 +1167,7 @@ def md_cell(s: Any) -> str:
 
 def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, only: str | None) -> None:
     n, ok = len(recs), sum(r["passed"] for r in recs)
-    rows = ["| # | row | case | command | exit (expected) | first line of stderr | traceback | disk | result |",
+    rows = ["| # | category | case | command | exit (expected) | first line of stderr | traceback | disk | result |",
             "|---:|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(recs, 1):
         exp = r["expected_rc"] if not isinstance(r["expected_rc"], list) else "/".join(map(str, r["expected_rc"]))
@@ -1179,7 +1179,7 @@ def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, o
     text = [
         "# Reliability: the fault matrix",
         "",
-        "Every bad input and fault we test (rows 1-9), the bad `--init` sources and the bad",
+        "Every bad input and fault we test, by category (the `category` column), the bad `--init` sources and the bad",
         "`model.attention_backend` settings, each run as",
         "a subprocess of the real CLI in its own directory built from small generated data.  A case passes",
         "when the exit code is the expected one, there is no traceback, an error is one line of stderr",
@@ -1223,7 +1223,7 @@ def main(argv: list[str] | None = None) -> int:
     sel = [(i, c) for i, c in enumerate(all_cases, 1) if not a.only or re.search(a.only, c.name)]
     if a.list:
         for i, c in sel:
-            print(f"{i:3d} {c.row:5s} {c.name}")
+            print(f"{i:3d} {c.row:20s} {c.name}")
         return 0
     if not sel:
         print(f"error: no case matches --only {a.only!r}", file=sys.stderr)

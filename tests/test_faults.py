@@ -1,4 +1,4 @@
-"""docs/reliability.md rows 7-9: logs that survive a kill, one-line errors for bad input and full disks, and the
+"""docs/reliability.md, categories "logs", "bad input, full disk" and "edge settings": logs that survive a kill, one-line errors for bad input and full disks, and the
 numerical / distributed edge cases.  Each test asserts the exit code, the one-line message and what
 is left on disk afterwards."""
 

@@ -154,7 +154,7 @@ def test_read_squad_and_answer_start_mismatch(tmp_path):
     p = _squad_file(tmp_path, [{"id": "a", "question": "capital?", "answers": [{"text": "France", "answer_start": 3}]}])
     with pytest.raises(FinetuneError, match=r"qas\[0\]\.answers\[0\] \(id 'a'\): answer_start 3 does not point at the "
                                             r"answer 'France'.*occurs at 24"):
-        read_squad(p)  # never silently moved to another occurrence (docs/reliability.md row 8)
+        read_squad(p)  # never silently moved to another occurrence (docs/reliability.md, category "bad input")
     p = _squad_file(tmp_path, [{"id": "a", "question": "q", "answers": [], "is_impossible": True,
                                 "plausible_answers": [{"text": "Paris", "answer_start": 0}]}], version="v2.0")
     ex, v = read_squad(p)

@@ -1,4 +1,4 @@
-"""Runs that move (docs/reliability.md row 5).  ``pretrain --resume RUN_DIR`` works from any working directory (the
+"""Runs that move (docs/reliability.md, category "moved runs").  ``pretrain --resume RUN_DIR`` works from any working directory (the
 data path is recorded absolute), and moved data is accepted via ``--set data.path=NEW`` exactly when its
 fingerprint (vocabulary hash, token count, T, packing, split sizes and shard hashes) equals the one the
 checkpoint recorded.  Each case asserts the exit code, the one-line message and the disk afterwards."""

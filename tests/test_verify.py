@@ -1,4 +1,4 @@
-"""docs/reliability.md rows 2 and 6: every load of a tokendrop checkpoint is verified (one shared loader), prepared
+"""docs/reliability.md, categories "corrupt files" and "reuse": every load of a tokendrop checkpoint is verified (one shared loader), prepared
 data is checked (meta.json types, shard sizes, token ids), ``tokendrop verify PATH`` checks a run,
 checkpoint, prepared or exported directory in full, and ``evaluate`` reuses a cell only for the same
 model weights.  Each case asserts the exit code, the one-line message and the disk afterwards."""

@@ -1,5 +1,5 @@
 """``tokendrop verify PATH``: check a run, a checkpoint, a prepared-data or an exported model directory
-in full and say what is wrong (docs/reliability.md, row 2).
+in full and say what is wrong (docs/reliability.md, category "corrupt files").
 
     rep = verify_path("runs/drop")
     rep.ok, rep.kind, rep.problems, rep.notes

@@ -1,7 +1,7 @@
 """Reading a prepared directory: :class:`PreparedData` (validated on open, shards memory-mapped).
 The layout is described in :mod:`.prepare`, which writes it.
 
-What is checked, and when (docs/reliability.md, row 2):
+What is checked, and when (docs/reliability.md, category "corrupt files"):
 
 * at :meth:`PreparedData.open` (cheap, every open): ``meta.json``'s field types and values (integers
   are integers, ``seq_len`` > 0, ``vocab_size`` > 0, ``dtype`` uint16/uint32 and wide enough for the

@@ -30,7 +30,8 @@ def resolve_device(name: str, local_rank: int = 0, field: str = "train.device",
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise error(f"{field}: {name!r} requested but CUDA is not available")
+            raise error(f"{field}: {name!r} requested but CUDA is not available on this machine; use {field} = cpu "
+                        "(or auto)")
         dev = torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
         torch.cuda.set_device(dev)
         return dev

@@ -22,8 +22,8 @@ from .timing import measure_extras, run_rounds, warm_up
 
 
 def bench_device(cfg: BenchConfig) -> torch.device:
-    return resolve_device(cfg.device, torch.cuda.current_device() if cfg.device == "cuda" and torch.cuda.is_available()
-                          else 0, "bench.device", ConfigError)
+    gpu = torch.cuda.current_device() if cfg.device == "cuda" and torch.cuda.is_available() else 0  # this process's GPU
+    return resolve_device(cfg.device, gpu, "bench.device", ConfigError)
 
 
 def run_bench(cfg: BenchConfig, *, profile_dir: str | os.PathLike | None = None,

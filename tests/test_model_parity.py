@@ -7,7 +7,8 @@ import torch
 import transformers
 
 from tokendrop.config import DropConfig, ModelConfig
-from tokendrop.hf import from_hf, hf_config_dict, save_pretrained, to_hf
+from tokendrop.hf import save_pretrained
+from tokendrop.hf_bert import from_hf, hf_config_dict, to_hf
 from tokendrop.pretrained import load_pretrained
 from tokendrop.model import BertForMaskedLM, BertForSequenceClassification
 
@@ -94,7 +95,8 @@ def test_export_loads_in_transformers(small_cfg, tmp_path):
 
 
 def test_refuses_pickles(tmp_path, small_cfg):
-    from tokendrop.hf import InteropError, hf_config_dict
+    from tokendrop.hf import InteropError
+    from tokendrop.hf_bert import hf_config_dict
     import json
 
     (tmp_path / "config.json").write_text(json.dumps(hf_config_dict(small_cfg)))

@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass
 
 from .config import DropConfig, ModelConfig
+from .families import spec_of
 from .random_ltd import ltd_kept
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -57,14 +58,10 @@ def layer_flops(n: int, kv_rows: int, d: int, f: int, keys: int | None = None, g
     return 4 * n * d * d + 4 * kv_rows * d * d + ffn + 4 * n * k * d
 
 
-def is_modern(model: ModelConfig) -> bool:
-    return model.family == "modernbert"
-
-
 def layer_types(model: ModelConfig) -> list[str]:
-    """Each layer's attention: ``full_attention`` or ``sliding_attention`` (BERT: all full;
-    ModernBERT: ``ModelConfig.resolved_layer_types``)."""
-    return model.resolved_layer_types() if is_modern(model) else [FULL] * model.num_layers
+    """Each layer's attention: ``full_attention`` or ``sliding_attention`` (a family with sliding
+    windows, ModernBERT: ``ModelConfig.resolved_layer_types``; else all full)."""
+    return model.resolved_layer_types() if spec_of(model).sliding_windows else [FULL] * model.num_layers
 
 
 def window_positions(model: ModelConfig) -> int:
@@ -83,12 +80,13 @@ def keys_per_query(model: ModelConfig, layer_type: str, kv_rows: int, seq_len: i
 def describe_model(model: ModelConfig) -> str:
     """One line naming what the FLOP model counts for ``model``, e.g. for ``tokendrop flops``."""
     d, f, layers = model.hidden_size, model.intermediate_size, model.num_layers
-    if not is_modern(model):
-        return f"bert: {layers} layers, d={d}, FFN f={f}"
-    types = layer_types(model)
-    local = types.count(SLIDING)
-    return (f"modernbert: {layers} layers ({layers - local} global, {local} sliding-window "
-            f"{model.local_attention}: <= {window_positions(model)} keys per query), d={d}, GeGLU f={f}")
+    spec = spec_of(model)
+    ffn = f"GeGLU f={f}" if spec.glu_ffn else f"FFN f={f}"
+    if not spec.sliding_windows:
+        return f"{spec.name}: {layers} layers, d={d}, {ffn}"
+    local = layer_types(model).count(SLIDING)
+    return (f"{spec.name}: {layers} layers ({layers - local} global, {local} sliding-window "
+            f"{model.local_attention}: <= {window_positions(model)} keys per query), d={d}, {ffn}")
 
 
 @dataclass
@@ -127,7 +125,7 @@ def step_flops(
     count sliding-window layers as full attention (module docstring); ``kept``: M, the rows kept
     in the span (default ``drop.num_kept(T)``; random_ltd: the schedule's first value)."""
     d, f, t, layers = model.hidden_size, model.intermediate_size, seq_len, model.num_layers
-    glu = is_modern(model)
+    glu = spec_of(model).glu_ffn
     types = layer_types(model)
     p = round(0.15 * t) if num_predictions is None else num_predictions
 

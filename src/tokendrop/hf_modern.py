@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from .config import CLASSIFIER_POOLING, LAYER_TYPES, ModelConfig
 from .errors import InitError, InteropError
-from .families import build_model
+from .modern import CLASSES
 from .weights import (InitReport, check_encoder_shapes, check_tied_decoder, fresh_init, match_tensors,
                       read_source_tensors, shape_name)
 
@@ -249,14 +249,21 @@ def normalise_modern_names(keys: list[str]) -> dict[str, str]:
     return out
 
 
+def modern_state_from_hf(raw: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A file's tensors (ModernBertForMaskedLM or a bare ModernBertModel) -> our names (the tied decoder left out)."""
+    return {c: raw[k] for c, k in normalise_modern_names(list(raw)).items() if c != "decoder.weight"}
+
+
 def expected_shapes(cfg: ModelConfig, task: str = "mlm", **head_kwargs: Any) -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):  # shapes only: document attention (and its [SEP] id) plays no part
-        m = build_model(dataclasses.replace(cfg, document_attention="off"), task=task, **head_kwargs)
+        m = CLASSES[task](dataclasses.replace(cfg, document_attention="off"), **head_kwargs)
     return {k: tuple(v.shape) for k, v in to_hf_modern(m.state_dict()).items()}
 
 
-def check_modern_tensors(where: Any, canon: dict[str, str], shapes: dict[str, tuple[int, ...]], cfg: ModelConfig) -> str:
-    """Every encoder tensor present with the shape config.json implies -> the layout name."""
+def check_modern_tensors(where: Any, shapes: dict[str, tuple[int, ...]], cfg: ModelConfig) -> str:
+    """A file's tensor shapes (by its names): every encoder tensor present with the shape config.json
+    implies (one-line InitError otherwise) -> the layout name."""
+    canon = normalise_modern_names(list(shapes))
     if "model.embeddings.tok_embeddings.weight" not in canon:
         from pathlib import Path
 

@@ -9,17 +9,18 @@
 * a Hub name (``org/name``) that is not a local path: fetched with ``huggingface_hub`` when that is
   installed and online, otherwise a one-line error asking for a local directory.
 
-Accepted weight layouts: ``BertForMaskedLM``, ``BertForPreTraining`` (the NSP head is ignored),
-``BertModel`` with or without the ``bert.`` prefix (sentence-transformers), old TF-converted names
-(``LayerNorm.gamma``/``beta``).  The source's ``config.json`` gives the model's shape; anything our
-model cannot reproduce exactly (another ``model_type``, relative positions, a tanh-GELU, a decoder,
-an untied MLM decoder) is a one-line error naming the field.
+The source's ``config.json`` names its family (``model_type``: bert or modernbert) and gives the
+model's shape; the family's adapter (``tokendrop.families``: :mod:`tokendrop.hf_bert`,
+:mod:`tokendrop.hf_modern`) says which weight layouts it accepts (for BERT: ``BertForMaskedLM``,
+``BertForPreTraining``, ``BertModel`` with or without the ``bert.`` prefix, TF-converted names) and
+refuses, in one line naming the field, anything our model cannot reproduce exactly (another
+``model_type``, relative positions, a tanh-GELU, a decoder, an untied MLM decoder).
 
 The weights' sha256 is recorded at resolution (``model.init_sha256``) and checked again, on the very
 bytes that are parsed, when they are loaded.  Several shards hash as ``sha256sum`` of their
 ``sha256sum`` lines (``sha256sum model-*.safetensors | sha256sum``).  Reading the files, hashing
-them and matching their tensors with a model's is :mod:`tokendrop.weights` (shared with the
-ModernBERT loader, :mod:`tokendrop.hf_modern`); this module resolves a source and loads BERT weights.
+them and matching their tensors with a model's is :mod:`tokendrop.weights` (shared by the families'
+loaders); this module resolves a source and hands its loading to the model's family.
 
     src = resolve_init_source("/models/bert-base-uncased")
     model = BertForMaskedLM(src.model)
@@ -34,18 +35,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from . import checkpoint as ckpt_mod
 from .config import MODEL_PRESETS, ConfigError, ModelConfig, from_dict
 from .data.tokenizer import has_tokenizer_files
 from .errors import InitError
-from .hf import TOKENIZER_FILES, from_hf, model_config_from_hf, save_source_files, to_hf
-from .hf_modern import check_modern_tensors, load_modern_weights, normalise_modern_names
-from .model import BertForMaskedLM
-from .weights import (InitReport, InitSource, check_encoder_shapes, check_tied_decoder, first_line, fresh_init,
-                      match_tensors, read_source_tensors, scan_tensors, shape_name, weight_files)
+from .families import spec_of
+from .hf import TOKENIZER_FILES, model_config_from_hf, save_source_files
+from .weights import InitReport, InitSource, first_line, read_source_tensors, scan_tensors, weight_files
 
 __all__ = [
     "InitError",
@@ -58,7 +56,6 @@ __all__ = [
     "load_source_weights",
     "save_source_files",
     "read_source_tensors",
-    "normalise_hf_names",
 ]
 
 
@@ -70,48 +67,6 @@ _HUB_PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.js
                  *TOKENIZER_FILES]
 _HUB_BIN_PATTERNS = ["config.json", "pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*.bin",
                      *TOKENIZER_FILES]
-
-
-def normalise_hf_names(keys: list[str]) -> tuple[dict[str, str], bool]:
-    """Source tensor names -> {canonical name (``bert.``-prefixed, LayerNorm.weight/bias): source name}."""
-    prefixed = any(k.startswith("bert.") for k in keys)
-    out: dict[str, str] = {}
-    for k in keys:
-        c = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k))
-        if not prefixed and c.split(".")[0] in ("embeddings", "encoder", "pooler"):
-            c = "bert." + c
-        out[c] = k
-    if "cls.predictions.bias" not in out and "cls.predictions.decoder.bias" in out:
-        out["cls.predictions.bias"] = out.pop("cls.predictions.decoder.bias")  # the same tensor, other name
-    return out, prefixed
-
-
-def _hf_layout(canon: dict[str, str], prefixed: bool) -> str:
-    if any(k.startswith("cls.seq_relationship.") for k in canon):
-        return "BertForPreTraining"
-    if any(k.startswith("cls.predictions.") for k in canon):
-        return "BertForMaskedLM"
-    return "BertModel" if prefixed else "BertModel (no bert. prefix)"
-
-
-def _expected_hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes a ``transformers`` BertForMaskedLM (+ pooler) of ``cfg`` has, by HF name."""
-    with torch.device("meta"):
-        m = BertForMaskedLM(cfg)
-    return {k: tuple(v.shape) for k, v in to_hf(m.state_dict()).items()}
-
-
-def _check_hf_tensors(where: Path, canon: dict[str, str], shapes: dict[str, tuple[int, ...]], prefixed: bool,
-                      cfg: ModelConfig) -> None:
-    """Every encoder tensor present with the shape config.json implies (one-line error otherwise)."""
-    expected = _expected_hf_shapes(cfg)
-    if "bert.embeddings.word_embeddings.weight" not in canon:
-        raise InitError(f"{where}: no BERT weights recognised (no bert.embeddings.word_embeddings.weight or "
-                        f"embeddings.word_embeddings.weight among {len(canon)} tensors); expected BertForMaskedLM, "
-                        "BertForPreTraining or BertModel weights")
-    check_encoder_shapes(where, canon, shapes, expected, _REQUIRED, cfg,
-                         show=lambda name: name if prefixed or not name.startswith("bert.") else name[5:],
-                         ignore=lambda c: c.endswith("position_ids"))
 
 
 def _looks_like_hub_name(source: str) -> bool:
@@ -157,12 +112,7 @@ def _resolve_hf(source: str, p: Path) -> InitSource:
     cfg = model_config_from_hf(d, str(cj))
     hashed, files, fmt, sharded = weight_files(p)
     sha, shapes = scan_tensors(files, fmt, sharded)
-    if cfg.family == "modernbert":  # transformers.ModernBertForMaskedLM / ModernBertModel (tokendrop.hf_modern)
-        layout = check_modern_tensors(hashed, normalise_modern_names(list(shapes)), shapes, cfg)
-    else:
-        canon, prefixed = normalise_hf_names(list(shapes))
-        _check_hf_tensors(hashed, canon, shapes, prefixed, cfg)
-        layout = _hf_layout(canon, prefixed)
+    layout = spec_of(cfg).check_hf_tensors(hashed, shapes, cfg)  # the family's layouts (tokendrop.families)
     tok = p if has_tokenizer_files(p) else None
     return InitSource(source=source, path=p, kind="huggingface", layout=layout, model=cfg,
                       weights_file=hashed, sha256=sha, tokenizer_dir=tok, hf_config=d, weights_files=files,
@@ -309,87 +259,12 @@ def resolve_model_init(model: ModelConfig, src: InitSource) -> ModelConfig:
 # ----------------------------------------------------------------------------------------------
 # loading
 
-_REQUIRED = ("bert.embeddings.", "bert.encoder.")
-_TASK_HEADS = ("classifier.", "qa_outputs.")  # another number of labels: start fresh
-
-
 def load_source_weights(src: InitSource, model: nn.Module) -> InitReport:
-    """Load ``src``'s weights into any of our model classes (BertForMaskedLM, -SequenceClassification,
-    -QuestionAnswering).  Encoder tensors must all be there with the right shape; the pooler and heads
-    missing from the file are initialised as BERT does and listed in ``fresh``."""
-    if model.config.family == "modernbert":  # transformers' own names (tokendrop.hf_modern)
-        return load_modern_weights(src, model)
-    where = src.weights_file
-    sd = read_source_tensors(src)
-    std = model.config.initializer_range
-    own_ours = model.state_dict()
-    ignored: list[str] = []
-    notes: list[str] = [f"{src.source}: {src.layout} ({src.kind}), {shape_name(src.model)}, sha256 {src.sha256[:12]}"]
-    if src.kind == "tokendrop":
-        canon = {k: k for k in sd}
-        values = sd
-        own = own_ours
-        to_ours = {k: k for k in own}
-    else:
-        canon, prefixed = normalise_hf_names(list(sd))
-        values = {c: sd[k] for c, k in canon.items()}
-        own = to_hf(own_ours)
-        to_ours = {k: next(iter(from_hf({k: v}))) for k, v in own.items()
-                   if not re.match(r"bert\.encoder\.layer\.\d+\.attention\.self\.(key|value)\.", k)}
-    # resolution checked the encoder tensors; the file may have changed since
-    take, fresh_src = match_tensors(own, values, canon, _REQUIRED, _TASK_HEADS, where, shape_name(src.model), notes)
-    # every tensor of the file: used, ignored on purpose, or unexpected
-    unexpected: list[str] = []
-    has_mlm = any(k.startswith(("mlm.", "cls.predictions.")) for k in own)
-    for c, k in canon.items():
-        if c in take:
-            continue
-        if c.endswith("position_ids"):
-            ignored.append(k)
-        elif c.startswith("cls.seq_relationship."):
-            ignored.append(k)
-        elif c == "cls.predictions.decoder.weight":
-            check_tied_decoder(values, c, "bert.embeddings.word_embeddings.weight", k, where, "word embeddings")
-            ignored.append(k)
-        elif c == "cls.predictions.decoder.bias" and "cls.predictions.bias" in take:
-            ignored.append(k)  # an alias of cls.predictions.bias
-        elif not has_mlm and c.startswith(("mlm.", "cls.predictions.")):
-            ignored.append(k)  # a classifier/QA model does not use the MLM head
-        elif c.startswith(("classifier.", "qa_outputs.")) and c not in own:
-            ignored.append(k)  # a task head of another model class
-        elif c.startswith(_REQUIRED):
-            raise InitError(f"{where}: encoder tensor {k} is not part of the model ({shape_name(src.model)}): "
-                            "the configuration and the weights disagree")
-        else:
-            unexpected.append(k)
-    if any(k.startswith(("cls.seq_relationship.",)) for k in canon):
-        notes.append("NSP head (cls.seq_relationship.*) ignored")
-    if any(canon[c] != c for c in canon if c.endswith("LayerNorm.weight") and canon[c].endswith("gamma")):
-        notes.append("TF-converted names LayerNorm.gamma/beta read as LayerNorm.weight/bias")
-    if "cls.predictions.decoder.weight" in canon:
-        notes.append("cls.predictions.decoder.weight equals the word embeddings (tied): ignored")
-    stored = sorted({str(v.dtype).replace("torch.", "") for k, v in take.items() if v.dtype != own[k].dtype})
-    if stored:
-        notes.append(f"weights stored as {', '.join(stored)}: loaded as {str(next(iter(own.values())).dtype).replace('torch.', '')}")
-    # assemble in our names, load, then initialise what was not in the file
-    merged = {k: (take[k].to(dtype=t.dtype) if k in take else t) for k, t in own.items()}
-    ours = merged if src.kind == "tokendrop" else from_hf(merged)
-    model.load_state_dict(ours, strict=True)
-    fresh = [n for n in own_ours if n in {to_ours[k] for k in fresh_src}]
-    fresh_init(model, fresh, std)
-    mlm_fresh = [n for n in fresh if n.startswith("mlm.")]
-    if mlm_fresh and len(mlm_fresh) == sum(1 for n in own_ours if n.startswith("mlm.")):
-        notes.append(f"no MLM head in the source: mlm.* initialised as BERT does (dense N(0, {std}), bias 0, "
-                     "LayerNorm 1/0, output bias 0; the decoder is tied to the word embeddings)")
-    elif mlm_fresh:
-        notes.append(f"MLM head partly in the source: {', '.join(mlm_fresh)} initialised fresh (e.g. the TF->HF "
-                     "converter drops cls.predictions.bias)")
-    if any(n.startswith("bert.pooler.") for n in fresh):
-        notes.append("no pooler in the source: bert.pooler.* initialised fresh (pretraining does not train it)")
-    if unexpected:
-        notes.append(f"{len(unexpected)} tensor(s) in the file used by nothing: {', '.join(unexpected[:4])}"
-                     + (" ..." if len(unexpected) > 4 else ""))
-    return InitReport(fresh=fresh, unexpected=unexpected, ignored=ignored, notes=notes)
+    """Load ``src``'s weights into any of our model classes, by the model's family
+    (``tokendrop.families``: ``hf_bert.load_bert_weights``, ``hf_modern.load_modern_weights``).
+    Encoder tensors must all be there with the right shape; the pooler and heads missing from the
+    file are initialised as the family does and listed in ``fresh``."""
+    return spec_of(model.config).load_weights(src, model)
 
 
 def load_init_weights(src: InitSource, model: nn.Module) -> InitReport:

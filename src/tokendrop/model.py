@@ -504,7 +504,12 @@ def check_document_attention(cfg: ModelConfig) -> bool:
     return True
 
 
+# task -> this family's class (``tokendrop.families.FAMILIES`` registers it)
+CLASSES: dict[str, type[nn.Module]] = {"mlm": BertForMaskedLM, "classification": BertForSequenceClassification,
+                                      "qa": BertForQuestionAnswering}
+
 __all__ = [
+    "CLASSES",
     "BertModel",
     "BertForMaskedLM",
     "BertForSequenceClassification",

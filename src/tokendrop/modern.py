@@ -42,6 +42,7 @@ from .attention import MaskCache, attend, use_flex
 from .model import MaskedLM, Rows, check_document_attention, encoder_span, run_layers
 
 __all__ = [
+    "CLASSES",
     "ModernBertModel",
     "ModernBertForMaskedLM",
     "ModernBertForSequenceClassification",
@@ -348,3 +349,8 @@ class ModernBertForQuestionAnswering(_ModernTaskModel):
         h = self.model(input_ids, attention_mask, token_type_ids)
         start, end = self.scores(h).unbind(-1)
         return start, end  # (B, T) each
+
+
+# task -> this family's class (``tokendrop.families.FAMILIES`` registers it)
+CLASSES: dict[str, type[nn.Module]] = {"mlm": ModernBertForMaskedLM, "classification": ModernBertForSequenceClassification,
+                                      "qa": ModernBertForQuestionAnswering}

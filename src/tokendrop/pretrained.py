@@ -22,10 +22,9 @@ from .checkpoint import latest_checkpoint
 from .config import ModelConfig
 from .data.tokenizer import has_tokenizer_files
 from .errors import InteropError
-from .families import build_model, task_of
-from .hf import from_hf, save_pretrained
-from .hf_modern import normalise_modern_names
-from .init_source import load_source_weights, normalise_hf_names, read_source_tensors, resolve_init_source
+from .families import build_model, spec_of, task_of
+from .hf import save_pretrained
+from .init_source import load_source_weights, read_source_tensors, resolve_init_source
 from .model import BertForMaskedLM
 from .rundir import lock, prepare_output
 
@@ -40,10 +39,7 @@ def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]
     if not (p / "config.json").is_file():
         raise InteropError(f"{p}: not a model directory (no config.json)")
     src = resolve_init_source(str(p))
-    raw = read_source_tensors(src)
-    if src.model.family == "modernbert":  # transformers' names are ours (tokendrop.hf_modern)
-        return src.model, {c: raw[k] for c, k in normalise_modern_names(list(raw)).items() if c != "decoder.weight"}
-    return src.model, from_hf({c: raw[k] for c, k in normalise_hf_names(list(raw))[0].items()})
+    return src.model, spec_of(src.model).from_hf(read_source_tensors(src))  # the family's names -> ours
 
 
 find_checkpoint = latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one

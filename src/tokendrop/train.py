@@ -35,7 +35,7 @@ from .config import METHODS, Config, ConfigError, to_dict, to_toml
 from .continued import warm_start
 from .data.mixture import open_data, realised
 from .errors import TrainingError
-from .families import build_model
+from .families import build_model, spec_of
 from .flops import RunFlops, step_flops
 from .importance import build_selector
 from .metrics import MetricsLog, read_metrics
@@ -276,8 +276,8 @@ class _Trainer:
         cfg, tc, dd, data, device = self.cfg, self.tc, self.dd, self.data, self.device
         torch.manual_seed(tc.seed)
         model = self.model = build_model(cfg.model, cfg.drop)  # the family's MLM model
-        if cfg.model.family == "bert":
-            model.bert.pooler.requires_grad_(False)  # no NSP: the pooler is not trained in pretraining
+        for name in spec_of(cfg.model).pretrain_frozen:  # BERT's pooler: no NSP, not trained in pretraining
+            model.get_submodule(name).requires_grad_(False)
         model.to(device)
         if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
             torch.manual_seed(tc.seed + dd.rank)

@@ -30,7 +30,8 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..flops import is_modern, step_flops
+from ..families import spec_of
+from ..flops import step_flops
 from .optim import compile_model, make_optimizer
 from .presets import BenchConfig
 from .workload import Setting
@@ -43,9 +44,9 @@ def hf_labels(mb: dict[str, Tensor]) -> Tensor:
 
 
 def hf_class_name(model_cfg: ModelConfig, sparse_prediction: bool = False) -> str:
-    if not is_modern(model_cfg):
-        return "transformers.BertForMaskedLM" + (" (head on the masked slots)" if sparse_prediction else "")
-    return "transformers.ModernBertForMaskedLM" + (" (sparse_prediction)" if sparse_prediction else "")
+    spec = spec_of(model_cfg)
+    how = " (sparse_prediction)" if spec.hf_sparse_prediction else " (head on the masked slots)"
+    return f"transformers.{spec.hf_architectures['mlm']}" + (how if sparse_prediction else "")
 
 
 class BertSparseMLM(nn.Module):
@@ -67,7 +68,7 @@ class HFModel:
     model: nn.Module  # transformers.BertForMaskedLM / ModernBertForMaskedLM
     run: nn.Module  # the model (BERT, sparse: BertSparseMLM of it), or its compiled wrapper
     opt: torch.optim.Optimizer
-    modern: bool = False
+    token_types: bool = True  # the model reads token_type_ids (BERT)
     sparse_bert: bool = False  # run(input_ids, token_type_ids, positions, labels) -> loss
 
     @property
@@ -75,54 +76,46 @@ class HFModel:
         return getattr(self.model.config, "_attn_implementation", None)
 
 
-def modern_hf_config(model_cfg: ModelConfig, sparse_prediction: bool = False) -> Any:
-    """``transformers.ModernBertConfig`` of ``model_cfg`` (the export's config.json,
-    ``tokendrop.hf_modern.modern_hf_config_dict``) and ``sparse_prediction``."""
+def hf_baseline_config(model_cfg: ModelConfig, sparse_prediction: bool = False) -> Any:
+    """The transformers config of ``model_cfg``: the export's config.json (the family's
+    ``hf_config``, ``tokendrop.families``), with ``sparse_prediction`` where the family's class has it."""
     import transformers
 
-    from ..hf_modern import modern_hf_config_dict
-
-    d = {k: v for k, v in modern_hf_config_dict(model_cfg).items() if k not in ("architectures", "model_type")}
+    d = {k: v for k, v in spec_of(model_cfg).hf_config(model_cfg, None).items() if k != "architectures"}
+    model_type = d.pop("model_type")
+    if not spec_of(model_cfg).hf_sparse_prediction:
+        return transformers.AutoConfig.for_model(model_type, **d)
     # special ids: the export's when it names them, else none (ModernBertConfig's defaults are
     # ModernBERT's tokenizer's, outside a small benchmark vocabulary)
     ids = {k: d.pop(k, None) for k in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")}
-    return transformers.ModernBertConfig(**d, **ids, sparse_prediction=sparse_prediction)
+    return transformers.AutoConfig.for_model(model_type, **d, **ids, sparse_prediction=sparse_prediction)
 
 
 def build_hf(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: torch.device) -> HFModel:
+    """transformers' MLM class of ``model_cfg``'s family with our initial weights (its decoder tied;
+    BERT's pooler: transformers' MLM class has none); BERT's sparse head runs as :class:`BertSparseMLM`."""
     import transformers
 
-    if is_modern(model_cfg):
-        from ..hf_modern import to_hf_modern
-
-        hcfg = modern_hf_config(model_cfg, cfg.hf_sparse_prediction)
-        hcfg._attn_implementation = "sdpa"
-        hf = transformers.ModernBertForMaskedLM(hcfg)
-        hf.load_state_dict(to_hf_modern(ours.state_dict()), strict=False)  # same initial weights (decoder: tied)
-        hf.tie_weights()
-    else:
-        from ..hf import hf_config_dict, to_hf
-
-        d = {k: v for k, v in hf_config_dict(model_cfg).items() if k != "architectures"}
-        hcfg = transformers.BertConfig(**d)
-        hcfg._attn_implementation = "sdpa"
-        hf = transformers.BertForMaskedLM(hcfg)
-        hf.load_state_dict(to_hf(ours.state_dict()), strict=False)  # same initial weights (pooler: HF has none)
-        hf.tie_weights()
+    spec = spec_of(model_cfg)
+    hcfg = hf_baseline_config(model_cfg, cfg.hf_sparse_prediction)
+    hcfg._attn_implementation = "sdpa"
+    hf = getattr(transformers, spec.hf_architectures["mlm"])(hcfg)
+    hf.load_state_dict(spec.to_hf(ours.state_dict()), strict=False)  # same initial weights
+    hf.tie_weights()
     hf.to(device).train()
     opt = make_optimizer(hf, cfg)
-    sparse_bert = not is_modern(model_cfg) and cfg.hf_sparse_prediction
+    sparse_bert = not spec.hf_sparse_prediction and cfg.hf_sparse_prediction
     run = BertSparseMLM(hf) if sparse_bert else hf
     run = compile_model(run, cfg.compile_backend) if cfg.compile else run
-    return HFModel(hf, run, opt, is_modern(model_cfg), sparse_bert)
+    return HFModel(hf, run, opt, spec.token_types, sparse_bert)
 
 
 def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, device: torch.device):
     """One HF training step on ``mb`` as a zero-argument callable."""
     labels = hf_labels(mb)
     params = [q for q in hf.model.parameters() if q.requires_grad]
-    inputs = {"input_ids": mb["input_ids"]} if hf.modern else \
-        {"input_ids": mb["input_ids"], "token_type_ids": mb["token_type_ids"]}
+    inputs = {"input_ids": mb["input_ids"], "token_type_ids": mb["token_type_ids"]} if hf.token_types else \
+        {"input_ids": mb["input_ids"]}
 
     def fn() -> dict[str, Any]:
         with torch.autocast(device.type, dtype=amp, enabled=amp is not None):

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import ConfigError, config_dir, from_dict, load_config
+from ..families import spec_of
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
 
 VARIANTS = ("drop", "pass", "avg", "random_ltd")  # random_ltd: kept share 1 - rate in every middle layer
-MAX_SEQ_LEN_BERT = 512  # BERT's learned positions (as published)
-MAX_SEQ_LEN_MODERN = 8192  # ModernBERT's rotary positions (its max_position_embeddings)
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 
@@ -80,7 +79,7 @@ class BenchConfig:
         from ..attention import check_training_device
 
         check_training_device(mc.attention_backend, self.device)
-        longest = MAX_SEQ_LEN_MODERN if getattr(mc, "family", "bert") == "modernbert" else MAX_SEQ_LEN_BERT
+        longest = spec_of(mc).max_seq_len
         if not self.seq_lens or any(t < 8 or t > longest for t in self.seq_lens):
             raise ConfigError(f"bench.seq_lens: expected lengths in [8, {longest}] for model {self.model!r}, got {self.seq_lens}")
         if len(set(self.seq_lens)) != len(self.seq_lens):

@@ -98,7 +98,7 @@ def _md_setup(res: BenchResult, cpu_clock: bool) -> list[str]:
         f"V={m['vocab_size']}, dropout {m['hidden_dropout']}/{m['attention_dropout']}, {info.num_parameters / 1e6:.1f}M params"
         + (f"; ModernBERT architecture: GeGLU width {m['intermediate_size']}, global attention in layers "
            f"{m['global_layers']}, the others a {m['local_attention']}-token sliding window, document attention "
-           f"{m['document_attention']}" if m.get("family") == "modernbert" else "") + "); "
+           f"{m['document_attention']}" if "local_attention" in m else "") + "); "
         f"{cfg.precision}; compile={cfg.compile}" + (f" ({cfg.compile_backend})" if cfg.compile else "")
         + f"; AdamW fused={cfg.fused_adamw}; drop method {cfg.method}",
         f"- protocol: warm-up {cfg.warmup} steps per setting, then {res.rounds_done} interleaved rounds x {cfg.reps} "

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from ..config import Config, DropConfig, ModelConfig, TrainConfig
-from ..families import build_model
-from ..flops import is_modern, layer_types, step_flops
+from ..families import build_model, spec_of
+from ..flops import layer_types, step_flops
 from ..importance import build_selector
 from ..random_ltd import ltd_kept
 from ..runtime import autocast_dtype
@@ -173,14 +173,14 @@ class StepBuilder:
         mc = self.model_cfg
         shape = {k: getattr(mc, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size",
                                               "hidden_dropout", "attention_dropout")}
-        if is_modern(mc):
+        if spec_of(mc).sliding_windows:
             types = layer_types(mc)
-            shape.update(family="modernbert", local_attention=mc.local_attention,
+            shape.update(family=mc.family, local_attention=mc.local_attention,
                          global_layers=[i for i, x in enumerate(types) if x == "full_attention"],
                          document_attention=mc.document_attention)
         first = next(iter(self._ours.values())).model if self._ours else build_ours(mc)
         custom = any(getattr(self.cfg, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size"))
-        name = f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}" if custom and is_modern(mc) else \
+        name = f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}" if custom and spec_of(mc).sliding_windows else \
             f"{mc.num_layers}x{mc.hidden_size}" if custom else self.cfg.model
         return ModelInfo(model={"preset": name, **shape},
                          num_parameters=sum(t.numel() for t in first.parameters()),

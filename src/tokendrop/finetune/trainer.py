@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from .. import rundir
 from ..checkpoint import sha256_file
 from ..config import ConfigError, FinetuneConfig
+from ..families import spec_for_hf_model_type
 from ..runtime import adamw, autocast_dtype, resolve_device, seed_everything
 from ..schedules import lr_linear_steps
 from .common import FinetuneError, atomic_write_json, atomic_write_text, finetune_tokenizer
@@ -416,7 +417,8 @@ def _saved_model_base(hf_config: dict | None) -> dict | None:
     left out, and for BERT its ``classifier_dropout`` (ours is ``hidden_dropout_prob``)."""
     if not hf_config:
         return None
-    drop = _HEAD_FIELDS + (("classifier_dropout",) if hf_config.get("model_type", "bert") == "bert" else ())
+    family = spec_for_hf_model_type(str(hf_config.get("model_type", "bert")))
+    drop = _HEAD_FIELDS + (family.hf_head_fields if family is not None else ())
     return {k: v for k, v in hf_config.items() if k not in drop}
 
 

@@ -93,3 +93,22 @@ def test_no_family_dispatch_outside_the_table():
     found = [f"{p.relative_to(SRC)}:{i}" for p in sorted(SRC.rglob("*.py")) if p.name not in allowed
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not found, f"family dispatch outside tokendrop.families: {found}"
+
+
+def test_a_new_family_is_one_registration(monkeypatch, tmp_path):
+    """Following docs/design.md's "new encoder family" row with a stand-in (BERT's modules under another
+    name): one FAMILIES entry plus its name in the schema, and building, the FLOP model, the trainer's
+    frozen modules and export all reach it with no other change."""
+    from tokendrop import config_model
+    from tokendrop.hf import save_pretrained
+
+    monkeypatch.setattr(config_model, "MODEL_FAMILIES", (*MODEL_FAMILIES, "bert-copy"))
+    monkeypatch.setitem(FAMILIES, "bert-copy", dataclasses.replace(FAMILIES["bert"], name="bert-copy"))
+    cfg = ModelConfig(**{**TINY["bert"], "family": "bert-copy"})
+    cfg.validate()
+    model = build_model(cfg)
+    assert type(model) is FAMILIES["bert"].classes["mlm"]
+    assert describe_model(cfg).startswith("bert-copy: ")
+    assert step_flops(cfg, 32).encoder == step_flops(tiny("bert"), 32).encoder
+    out = save_pretrained(model, tmp_path / "export")
+    assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()

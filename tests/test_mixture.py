@@ -250,3 +250,59 @@ def test_resume_on_other_mixture_data_names_data_paths():
                                             r"--set data.paths=\[\.\.\.\]") as e:
         check_resume_data(meta, cfg, Data())
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_seq_len_warmup_on_a_mixture_frames_the_drawn_sequences_and_resumes(sources, workers):
+    """At L < T a mixture's batch is the same slots' sequences, each cut into T/L framed pieces
+    (tokendrop.data.pieces); resumed mid-warm-up the pieces are bit-identical; back at L = T the
+    batches are the plain mixture loader's."""
+    from tokendrop.data.pieces import frame_pieces
+
+    mix = mixture(sources)
+    B, T, L = 8, mix.seq_len, 16
+    cls, sep = mix.special_ids["cls"], mix.special_ids["sep"]
+    plain = take(MLMLoader(mix, batch_size=B, num_workers=0, seed=1), 8)
+    loader = MLMLoader(mix, batch_size=B, num_workers=workers, seed=1)
+    loader.set_seq_len(L)
+    it = iter(loader)
+    head = take(it, 3)
+    state = json.loads(json.dumps(loader.state_dict()))
+    rest = take(it, 3)
+    for got, full in zip(head + rest, plain):
+        assert got["input_ids"].shape == (B * T // L, L)
+        want = torch.from_numpy(frame_pieces(unmask(full).numpy(), L, cls, sep))
+        assert torch.equal(unmask(got), want)
+        assert torch.all(got["mlm_weights"].sum(1) >= 1)  # every piece masked on its own
+    loader.set_seq_len(T)
+    same(take(it, 2), plain[6:8])
+    loader.close()
+    second = MLMLoader(mixture(sources), batch_size=B, num_workers=workers, seed=1)
+    second.load_state_dict(state)
+    second.set_seq_len(L)
+    same(take(second, 3), rest)
+    second.close()
+
+
+def test_pretrain_a_mixture_with_the_seq_len_warmup_resumes_bit_identically(sources, tmp_path):
+    """data.paths with data.seq_len_start: the logged lengths follow the warm-up, and a run stopped
+    mid-warm-up and resumed ends with the uninterrupted run's losses and weights."""
+    from safetensors.torch import load_file
+
+    from tokendrop import checkpoint as ckpt_mod
+    from tokendrop.config import load_config
+    from tokendrop.metrics import read_metrics
+    from tokendrop.train import pretrain
+
+    _, a, b = sources
+    ov = [*_mixture_overrides(a, b), "data.seq_len_start=8", "data.seq_len_warmup_share=0.5", "data.num_workers=0"]
+    pretrain(load_config("tiny", ov), tmp_path / "full", progress=False)
+    part = pretrain(load_config("tiny", ov), tmp_path / "split", progress=False, stop_at=2)
+    assert part.interrupted
+    pretrain(load_config("tiny", ov), tmp_path / "split", resume=True, progress=False)
+    rows = [[(r["step"], r["seq_len"], r["loss"], r["mix_0"]) for r in read_metrics(d) if "loss" in r]
+            for d in (tmp_path / "full", tmp_path / "split")]
+    assert rows[0] == rows[1] and len(rows[0]) == 7
+    assert [r[1] for r in rows[0]] == sorted(r[1] for r in rows[0]) and rows[0][0][1] < 32 == rows[0][-1][1]
+    wa, wb = (load_file(str(ckpt_mod.latest(d) / "model.safetensors")) for d in (tmp_path / "full", tmp_path / "split"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -124,9 +124,6 @@ class DataConfig:
                 raise ConfigError(f"data.weights[{i}]: expected a positive weight, got {w}")
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(f"data.paths: a directory is listed twice ({self.paths}); give it a larger weight instead")
-        if self.paths and self.seq_len_start:
-            raise ConfigError("data.seq_len_start: the sequence-length warm-up is not available with a mixture "
-                              "(data.paths) yet; train on one directory (data.path) or set data.seq_len_start = 0")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ import torch
 
 from ..errors import DataError
 from .masking import MLMMasker, build_batch, cut_to_rate, num_prediction_slots  # noqa: F401 -- re-exported
-from .pieces import MIN_PIECE, PIECE_DOMAIN, frame_pieces, piece_keys
+from .pieces import MIN_PIECE, PIECE_DOMAIN, piece_batch
 from .prepare import PreparedData
 
 _PERM_KEY = 0x5EED
@@ -99,6 +99,12 @@ class _Plan:
     def batch(self, seqs, epoch: int, step: int, masker: MLMMasker, domain: int, ranked: bool) -> dict[str, np.ndarray]:
         """The numpy batch (epoch, step) of this rank (a data mixture's plan, tokendrop.data.mixture, has its own)."""
         return build_batch(seqs, self.indices(epoch, step), masker, self.seed, epoch, domain, ranked=ranked)
+
+    def piece_batch(self, seqs, epoch: int, step: int, length: int, masker: MLMMasker, ranked: bool,
+                    cls_id: int, sep_id: int) -> dict[str, np.ndarray]:
+        """Batch (epoch, step) as framed pieces of ``length`` (``tokendrop.data.pieces``; training loops)."""
+        return piece_batch(seqs, self.indices(epoch, step), length, masker, self.seed, epoch, PIECE_DOMAIN + length,
+                           ranked, cls_id, sep_id)
 
     def extra_state(self, epoch: int, step: int) -> dict[str, Any]:
         return {}  # a mixture's plan records its sources' counts
@@ -423,10 +429,8 @@ class MLMLoader:
             m.seq_len, m.num_slots = L, num_prediction_slots(L, self.masker.mask_prob)
             self._piece_maskers[L] = m
         m = self._piece_maskers[L]
-        idx = self._plan.indices(e, s)  # training loops: no placeholder rows
-        rows = frame_pieces(np.asarray(seqs[idx]), L, self.data.special_ids["cls"], self.data.special_ids["sep"])
-        b = build_batch(rows, np.arange(len(rows)), m, self.seed, e, PIECE_DOMAIN + L, ranked=self.variable_rate,
-                        keys=piece_keys(idx, self.seq_len, L))
+        b = self._plan.piece_batch(seqs, e, s, L, m, self.variable_rate, self.data.special_ids["cls"],
+                                   self.data.special_ids["sep"])
         if self.variable_rate:
             b = cut_to_rate(b, self.mask_rate, m.num_slots)
         return self._to_torch(b["input_ids"], b["mlm_positions"], b["mlm_labels"], b["mlm_weights"])

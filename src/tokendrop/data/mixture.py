@@ -36,6 +36,7 @@ import numpy as np
 from . import DataError
 from .loader import _PERM_KEY, _Plan
 from .masking import build_batch
+from .pieces import PIECE_DOMAIN, piece_batch
 from .prepared import PreparedData
 
 _MIX_KEY = 0x313C
@@ -92,20 +93,43 @@ class MixturePlan(_Plan):
                                 if self.shuffle else np.arange(n, dtype=np.int64))
         return self._perms[key]
 
-    def batch(self, seqs: list, epoch: int, step: int, masker, domain: int, ranked: bool) -> dict[str, np.ndarray]:
+    def _draws(self, epoch: int, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This rank's B slots of batch (epoch, step): each slot's source, that source's epoch, and the
+        position in that epoch's permutation."""
         lo = (epoch * self.steps_per_epoch + step) * self.G + self.rank * self.B
         src = self.sources(lo, lo + self.B)
         onehot = src[:, None] == np.arange(len(self.sizes))
         within = (np.cumsum(onehot, axis=0) - onehot)[np.arange(self.B), src]  # earlier rows of the same source
         draw = self.consumed_at(lo)[src] + within
-        ep, pos = draw // self.sizes[src], draw % self.sizes[src]
-        out: dict[str, np.ndarray] = {}
+        return src, draw // self.sizes[src], draw % self.sizes[src]
+
+    def _groups(self, epoch: int, step: int):
+        """(source, its epoch, the batch rows it fills, their sequence indices in that source)."""
+        src, ep, pos = self._draws(epoch, step)
         for i, e in sorted({(int(a), int(b)) for a, b in zip(src, ep)}):
             rows = np.flatnonzero((src == i) & (ep == e))
-            b = build_batch(seqs[i], self.perm_of(i, e)[pos[rows]], masker, self.seed, e, _DOMAIN + 2 * i + domain,
-                            ranked=ranked)
+            yield i, e, rows, self.perm_of(i, e)[pos[rows]]
+
+    def batch(self, seqs: list, epoch: int, step: int, masker, domain: int, ranked: bool) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for i, e, rows, idx in self._groups(epoch, step):
+            b = build_batch(seqs[i], idx, masker, self.seed, e, _DOMAIN + 2 * i + domain, ranked=ranked)
             for k, v in b.items():
                 out.setdefault(k, np.zeros((self.B, *v.shape[1:]), v.dtype))[rows] = v
+        return out
+
+    def piece_batch(self, seqs: list, epoch: int, step: int, length: int, masker, ranked: bool,
+                    cls_id: int, sep_id: int) -> dict[str, np.ndarray]:
+        """Batch (epoch, step) as framed pieces of ``length``: each slot's sequence cut as a single
+        source's would be (``tokendrop.data.pieces``), its pieces masked in source i's own domain."""
+        n = seqs[0].shape[1] // length
+        out: dict[str, np.ndarray] = {}
+        for i, e, rows, idx in self._groups(epoch, step):
+            b = piece_batch(seqs[i], idx, length, masker, self.seed, e, PIECE_DOMAIN + length + ((1 + i) << 28),
+                            ranked, cls_id, sep_id)
+            at = (rows[:, None] * n + np.arange(n)).reshape(-1)  # slot r's pieces: rows r n ... r n + n - 1
+            for k, v in b.items():
+                out.setdefault(k, np.zeros((self.B * n, *v.shape[1:]), v.dtype))[at] = v
         return out
 
     def extra_state(self, epoch: int, step: int) -> dict[str, Any]:
@@ -133,6 +157,10 @@ class ConcatPlan(_Plan):
     def __init__(self, sizes: list[int], B: int, W: int, rank: int, seed: int, shuffle: bool):
         super().__init__(int(sum(sizes)), B, W, rank, seed, shuffle, False)
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def piece_batch(self, seqs: list, epoch: int, step: int, length: int, masker, ranked: bool,
+                    cls_id: int, sep_id: int) -> dict[str, np.ndarray]:
+        raise DataError("set_seq_len: the held-out pass over a mixture runs at full length (the warm-up is for training)")
 
     def batch(self, seqs: list, epoch: int, step: int, masker, domain: int, ranked: bool) -> dict[str, np.ndarray]:
         idx = self.indices(epoch, step)

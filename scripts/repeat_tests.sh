@@ -13,7 +13,7 @@ case "$what" in
                  tests/test_faults_more.py tests/test_data_scale.py tests/test_parallel.py
                  tests/test_train.py::test_sigkill_mid_checkpoint_leaves_previous_valid
                  tests/test_train.py::test_sigterm_saves_and_exits_143 tests/test_train.py::test_ddp_two_ranks_match_one
-                 tests/test_schedules.py::test_time_budget_ranks_agree_under_ddp
+                 tests/test_schedules.py::test_time_budget_ranks_agree_under_ddp tests/test_mixture.py::test_a_mixture_under_torchrun_matches_one_process
                  tests/test_data_loader.py::test_workers_shut_down tests/test_data_loader.py::test_interpreter_exit_does_not_hang) ;;
   suite) args=() ;;
   --) args=("$@") ;;

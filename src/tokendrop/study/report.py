@@ -174,7 +174,7 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
              "85.16 averaged over four settings), that cumulative-loss selection beats frequency-based and random "
              "dropping, that stage-2 is unnecessary and that about 50% is the best rate (Table 4 there: 62.5% and "
              "75% worse). The findings above state, number by number, where this study agrees.", ""]
-    comp = paper_comparison(res)
+    comp = paper_comparison(res, study)
     if comp:
         lines += [CLAIMS_HEADING, ""] + [f"- {s}" for s in comp] + [""]
     lines += ["Caveats, which limit what these numbers can say:", ""]
@@ -307,7 +307,7 @@ def refresh_findings(report_dir: Path) -> list[str]:
     Every other line is kept.  Returns the new findings."""
     d = json.loads((report_dir / "study.json").read_text(encoding="utf-8"))
     res, study = results_from_json(d), load_study(report_dir / "study.toml")
-    found, claims = findings(res, study), paper_comparison(res)
+    found, claims = findings(res, study), paper_comparison(res, study)
     lines = (report_dir / "study.md").read_text(encoding="utf-8").split("\n")
 
     def replace_list(heading: str, items: list[str]) -> None:

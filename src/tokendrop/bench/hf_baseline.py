@@ -81,9 +81,10 @@ def hf_baseline_config(model_cfg: ModelConfig, sparse_prediction: bool = False) 
     ``hf_config``, ``tokendrop.families``), with ``sparse_prediction`` where the family's class has it."""
     import transformers
 
-    d = {k: v for k, v in spec_of(model_cfg).hf_config(model_cfg, None).items() if k != "architectures"}
+    spec = spec_of(model_cfg)
+    d = {k: v for k, v in spec.hf_config(model_cfg, None).items() if k != "architectures"}
     model_type = d.pop("model_type")
-    if not spec_of(model_cfg).hf_sparse_prediction:
+    if not spec.hf_sparse_prediction:
         return transformers.AutoConfig.for_model(model_type, **d)
     # special ids: the export's when it names them, else none (ModernBertConfig's defaults are
     # ModernBERT's tokenizer's, outside a small benchmark vocabulary)

@@ -70,7 +70,8 @@ def step(model, batch) -> float:
 
 def key_share(batch, cfg: ModelConfig) -> float:
     """The band's key slots over n * N for these rows (the first layer's band, forced)."""
-    from tokendrop.models.bert.model import Rows, document_ids
+    from tokendrop.dropping.engine import Rows
+    from tokendrop.models.masked_lm import document_ids
 
     doc = document_ids(batch["input_ids"], cfg.sep_token_id, cfg.pad_token_id)
     rows = Rows(None, doc, None, None)

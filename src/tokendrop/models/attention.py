@@ -1,7 +1,7 @@
 """How attention runs: masks and kernels, for both families (docs/design.md §2.9).
 
 Every attention call of an encoder goes through :func:`attend` with the mask a :class:`MaskCache`
-built for its (query rows, key rows, window).  The rows are described by ``tokendrop.models.bert.model.Rows``:
+built for its (query rows, key rows, window).  The rows are described by ``tokendrop.dropping.engine.Rows``:
 key validity (padding), document ids (per-document attention), rotary positions and ``at``, the
 row's original index in the packed row (ascending in any set of kept rows).  Query row i may attend
 key row j iff j is valid, both are in the same document and, in a sliding-window layer,

@@ -112,7 +112,7 @@ def check_vocabulary(src, data) -> None:
 def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: float, device: torch.device,
                 amp: torch.dtype | None, progress: bool = False) -> list[float]:
     """Train the MLM head alone (``model.head_parameters()``: encoder and the tied decoder weight
-    frozen, no encoder backward) for ``steps`` steps; any family's ``model.MaskedLM``.
+    frozen, no encoder backward) for ``steps`` steps; any family's ``tokendrop.models.masked_lm.MaskedLM``.
 
     AdamW on the head's parameters, linear warm-up over the first 10% then linear decay to 0.
     -> the per-step MLM losses.  Every parameter's ``requires_grad`` is as before on return.

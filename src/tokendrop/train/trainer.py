@@ -40,7 +40,7 @@ from tokendrop.dropping.flops import RunFlops, step_flops
 from tokendrop.dropping.importance import build_selector
 from tokendrop.train.metrics import MetricsLog, read_metrics
 from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
-from tokendrop.models.bert.model import num_parameters
+from tokendrop.models.masked_lm import num_parameters
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.resume import (
     check_resume_compatible,

@@ -433,7 +433,7 @@ def test_attention_mask_fill_is_safe_under_autocast():
 
 
 def test_avg_variant_pools_the_mask_like_funnel_transformer():
-    from tokendrop.models.bert.model import avg_pool_mask
+    from tokendrop.dropping.engine import avg_pool_mask
 
     m = torch.tensor([[1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
     assert avg_pool_mask(m).tolist() == [[1, 0, 0, 0], [1, 1, 1, 1]]  # min pooling: (real, pad) is masked

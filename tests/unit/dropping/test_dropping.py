@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tokendrop.config import ConfigError, DropConfig, ModelConfig
-from tokendrop.models.bert.model import BertForMaskedLM, gather_rows, scatter_rows
+from tokendrop.models.bert.model import BertForMaskedLM
+from tokendrop.dropping.engine import gather_rows, scatter_rows
 
 VARIANTS = ["drop", "pass", "avg", "layer_rearranged"]
 

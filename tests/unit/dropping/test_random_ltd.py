@@ -199,7 +199,7 @@ def test_modern_positions_windows_and_documents_against_transformers():
     the rows not kept masked out as keys and reset to their input after the layer."""
     pytest.importorskip("transformers")
     from test_modern import HALF_WINDOW, PAD, SEP, _doc, _hf, _hf_model, _ours, _positions
-    from tokendrop.models.bert.model import document_ids
+    from tokendrop.models.masked_lm import document_ids
 
     import tempfile
 

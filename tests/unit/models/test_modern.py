@@ -23,7 +23,8 @@ from tokendrop.models.pretrained import load_pretrained, read_hf_dir  # noqa: E4
 from tokendrop.dropping.importance import build_selector  # noqa: E402
 from tokendrop.models.source import load_source_weights, resolve_init_source, resolve_model_init  # noqa: E402
 from tokendrop.models.families import build_model  # noqa: E402
-from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification, document_ids  # noqa: E402
+from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification
+from tokendrop.models.masked_lm import document_ids  # noqa: E402
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.train.runtime import param_groups  # noqa: E402
 from tokendrop.train.trainer import MLMStep
@@ -496,7 +497,7 @@ def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant, f
 
 
 def test_band_and_flex_forms_against_the_dense_bias():
-    from tokendrop.models.bert.model import Rows
+    from tokendrop.dropping.engine import Rows
 
     T = 512
     at = torch.arange(T)[None]
@@ -627,7 +628,7 @@ def test_compiled_flex_attention_masks_on_cpu(monkeypatch):
     (documents + window, documents alone, and a mask shared by the batch).  ~1 min."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    from tokendrop.models.bert.model import Rows
+    from tokendrop.dropping.engine import Rows
 
     compiled = (torch.compile(create_block_mask), torch.compile(flex_attention))
     monkeypatch.setattr(attention, "_flex_fns", lambda device: compiled)

@@ -14,80 +14,23 @@ every parameter 1:1 onto the Hugging Face key names.  Departures, all numericall
   ``BertForSequenceClassification`` finds it).
 
 Token dropping (docs/design.md §2.2) happens only in training mode and only when the caller passes
-``keep_idx`` (or ``drop_active=True`` for the ``avg`` variant): layers ``[start, end)`` are "half"
-layers.  Separation gathers the kept rows; the first half layer uses them as queries and all T
-rows as keys/values; the merge scatters the kept rows back, dropped rows keeping the state they
-had when entering the span.  ``pass``: every half layer sees kept rows (current) plus dropped rows
-(frozen at span entry) as keys/values.  ``avg``: 2:1 average pooling instead of selection and an
-upsample-and-add at the merge (Funnel-Transformer style).  ``layer_rearranged``: ``end = L``.
+``keep_idx`` (or ``drop_active=True`` for the ``avg`` variant): the encoder hands its layers to
+:func:`tokendrop.dropping.engine.run_layers`, which decides which rows each layer sees.
 
 Shapes: B batch, T sequence, M kept rows, P prediction slots, d hidden, V vocabulary.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tokendrop.config import DropConfig, ModelConfig
+from tokendrop.dropping.engine import DropSpan, Rows, run_layers
 from tokendrop.models.attention import MaskCache, attend, use_flex
-from tokendrop.config import ConfigError, DropConfig, ModelConfig
+from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
 
-
-# ----------------------------------------------------------------------------------------------
-# gather / scatter (index-based, as MosaicBERT's bert_padding.py)
-
-
-def flat_index(keep_idx: Tensor, seq_len: int) -> Tensor:
-    """(B, M) positions -> (B*M,) row indices into a (B*T, ...) flattened tensor."""
-    offsets = torch.arange(keep_idx.shape[0], device=keep_idx.device).unsqueeze(1) * seq_len
-    return (keep_idx + offsets).reshape(-1)
-
-
-def gather_rows(x: Tensor, keep_idx: Tensor) -> Tensor:
-    """x (B, T, ...) , keep_idx (B, M) -> (B, M, ...): x[b, keep_idx[b, j]]."""
-    b, t = x.shape[:2]
-    rows = x.reshape(b * t, *x.shape[2:]).index_select(0, flat_index(keep_idx, t))
-    return rows.reshape(b, keep_idx.shape[1], *x.shape[2:])
-
-
-def scatter_rows(base: Tensor, rows: Tensor, keep_idx: Tensor) -> Tensor:
-    """Out-of-place merge: a copy of base (B, T, ...) with base[b, keep_idx[b, j]] = rows[b, j].
-
-    Gradient w.r.t. ``base`` is zero on the overwritten rows; w.r.t. ``rows`` it is gathered.
-    """
-    b, t = base.shape[:2]
-    flat = base.reshape(b * t, *base.shape[2:])
-    src = rows.reshape(-1, *rows.shape[2:])
-    return flat.index_copy(0, flat_index(keep_idx, t), src).reshape(base.shape)
-
-
-def avg_pool_rows(x: Tensor) -> Tensor:
-    """(B, T, d) -> (B, ceil(T/2), d): mean of rows (2i, 2i+1); an odd last row stays as is."""
-    b, t, d = x.shape
-    if t % 2:
-        x = torch.cat([x, x[:, -1:]], dim=1)
-    return x.reshape(b, -1, 2, d).mean(dim=2)
-
-
-def avg_pool_mask(mask: Tensor) -> Tensor:
-    """(B, T) 1/0 attention mask -> (B, ceil(T/2)): a pooled row is valid only if both its rows are
-    (min pooling, as Funnel-Transformer pools its attention mask; docs/design.md §2.2)."""
-    b, t = mask.shape
-    if t % 2:
-        mask = torch.cat([mask, mask[:, -1:]], dim=1)
-    return mask.reshape(b, -1, 2).amin(dim=2)
-
-
-def upsample_rows(x: Tensor, seq_len: int) -> Tensor:
-    """(B, ceil(T/2), d) -> (B, T, d): each row repeated twice."""
-    return x.repeat_interleave(2, dim=1)[:, :seq_len]
-
-
-# ----------------------------------------------------------------------------------------------
-# modules
 
 
 class Embeddings(nn.Module):
@@ -156,110 +99,6 @@ class Layer(nn.Module):
         return self.ffn(self.attn(x, x if kv_in is None else kv_in, attn_bias))
 
 
-def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
-    """(B, T) packed rows -> (B, T) document index within each row; padding gets -1.
-
-    Prepared rows concatenate documents with exactly one [SEP] between consecutive ones and special
-    ids never occur inside documents (tokendrop.data.prepare), so a row's documents are the runs
-    ending at each [SEP]: the [SEP] belongs to the document it closes (a row's leading [CLS] to its
-    first document)."""
-    is_sep = (input_ids == sep_id).to(torch.long)
-    doc = torch.cumsum(is_sep, dim=1) - is_sep
-    return doc.masked_fill(input_ids == pad_id, -1)
-
-
-@dataclass
-class Rows:
-    """What travels with a set of rows through dropping: key validity (B, n) 1/0, document ids
-    (B, n), rotary positions (B or 1, n) and ``at``, the row's index in the packed row (B or 1, n;
-    ascending, what sliding windows and :class:`tokendrop.models.attention.Band` measure); None where
-    unused.  ``gather`` / ``pooled`` follow :func:`gather_rows` / :func:`avg_pool_rows`."""
-
-    valid: Tensor | None = None
-    doc: Tensor | None = None
-    pos: Tensor | None = None
-    at: Tensor | None = None
-
-    def gather(self, keep_idx: Tensor) -> "Rows":
-        b = keep_idx.shape[0]
-
-        def g(t: Tensor | None) -> Tensor | None:
-            return None if t is None else gather_rows(t.expand(b, -1), keep_idx)
-
-        return Rows(g(self.valid), g(self.doc), g(self.pos), g(self.at))
-
-    def pooled(self) -> "Rows":
-        """avg variant: a pooled row is valid if both its rows are; its document, position and
-        index are its first row's."""
-        def first(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t[:, ::2]
-
-        return Rows(None if self.valid is None else avg_pool_mask(self.valid), first(self.doc), first(self.pos),
-                    first(self.at))
-
-
-@dataclass(frozen=True)
-class DropSpan:
-    """The resolved dropping layout the encoder follows when dropping is active."""
-
-    start: int
-    end: int
-    variant: str  # drop | pass | avg | layer_rearranged
-    per_layer: bool = False  # random_ltd: keep_idx (S, B, M), a subset of its own per half layer
-
-    @classmethod
-    def from_config(cls, drop: DropConfig, num_layers: int) -> "DropSpan":
-        drop.validate(num_layers)
-        start, end = drop.span(num_layers)
-        return cls(start, end, drop.variant, drop.per_layer)
-
-
-def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: Tensor | None, call) -> Tensor:
-    """The layer schedule of docs/design.md §2.2, shared by both families.
-
-    ``call(layer, h, kv_in, q_rows, k_rows) -> h``: run one layer on query rows ``h`` (described by
-    ``q_rows``) with keys/values ``kv_in`` (None = ``h`` itself; described by ``k_rows``).
-    x: (B, T, d); keep_idx: (B, M) ascending positions (drop/pass/layer_rearranged), or (S, B, M)
-    with ``span.per_layer`` (random_ltd: half layer j runs on its own kept rows keep_idx[j] only, as
-    queries and keys/values, and scatters them back; the other rows pass it unchanged; None: the
-    schedule is at full length, a dense pass)."""
-    if span is None or (span.per_layer and keep_idx is None):
-        for layer in layers:
-            x = call(layer, x, None, rows, rows)
-        return x
-    for layer in layers[: span.start]:
-        x = call(layer, x, None, rows, rows)
-    x_in = x  # (B, T, d) span-entry states; dropped rows leave the span with these
-    half = layers[span.start : span.end]
-    if span.per_layer:
-        assert keep_idx is not None and keep_idx.dim() == 3 and keep_idx.shape[0] == len(half), \
-            "random_ltd: keep_idx (S, B, M), one (B, M) per half layer"
-        for layer, keep in zip(half, keep_idx):
-            kept = rows.gather(keep)
-            x = scatter_rows(x, call(layer, gather_rows(x, keep), None, kept, kept), keep)
-    elif span.variant == "avg":
-        h = avg_pool_rows(x_in)  # (B, T', d), T' = ceil(T/2)
-        pooled = rows.pooled()
-        h = call(half[0], h, x_in, pooled, rows)
-        for layer in half[1:]:
-            h = call(layer, h, None, pooled, pooled)
-        x = upsample_rows(h, x_in.shape[1]) + x_in
-    else:
-        assert keep_idx is not None, "keep_idx is required for the drop/pass/layer_rearranged variants"
-        h = gather_rows(x_in, keep_idx)  # (B, M, d)
-        kept = rows.gather(keep_idx)
-        h = call(half[0], h, x_in, kept, rows)  # first half layer: all T rows as keys/values
-        for layer in half[1:]:
-            if span.variant == "pass":  # K/V: kept rows now + dropped rows frozen at entry
-                h = call(layer, h, scatter_rows(x_in, h, keep_idx), kept, rows)
-            else:
-                h = call(layer, h, None, kept, kept)
-        x = scatter_rows(x_in, h, keep_idx)  # (B, T, d), order preserved
-    for layer in layers[span.end :]:
-        x = call(layer, x, None, rows, rows)
-    return x
-
-
 class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -289,15 +128,6 @@ class Pooler(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.tanh(self.dense(x[:, 0]))  # (B, d) from [CLS]
-
-
-def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
-    """Both families' encoders start here: ``cfg`` validated (its vocabulary resolved), and the
-    dropping span (None when ``drop`` is off)."""
-    cfg.validate()
-    if cfg.vocab_size <= 0:
-        raise ValueError("model.vocab_size: must be resolved (> 0) before the model is built")
-    return DropSpan.from_config(drop, cfg.num_layers) if drop is not None and drop.enabled else None
 
 
 class BertModel(nn.Module):
@@ -357,61 +187,6 @@ class MLMHead(nn.Module):
     def forward(self, h: Tensor) -> Tensor:
         h = self.norm(F.gelu(self.dense(h)))
         return F.linear(h, self.word_embeddings[0].weight, self.bias)  # (..., V)
-
-
-class MaskedLM(nn.Module):
-    """Both families' MLM models share this forward and loss.  A subclass sets ``encoder`` (a
-    property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids, keep_idx,
-    drop_active, doc_ids) -> (B, T, d)``), ``encoder_layers`` (its layers, in order),
-    ``document_attention`` and ``config``, and implements :meth:`head_logits`."""
-
-    task = "mlm"
-
-    def head_logits(self, h: Tensor) -> Tensor:
-        """(..., d) hidden states -> (..., V) logits."""
-        raise NotImplementedError
-
-    def head_parameters(self) -> list[nn.Parameter]:
-        """The MLM head's own parameters (the decoder weight is the tied word embedding: not
-        included); what ``continued.head_warmup`` trains."""
-        raise NotImplementedError
-
-    def hidden(
-        self,
-        input_ids: Tensor,
-        mlm_positions: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        keep_idx: Tensor | None = None,
-        drop_active: bool = False,
-    ) -> Tensor:
-        """The encoder's last hidden states (B, P, d) at ``mlm_positions`` (B, P), or (B, T, d)
-        when it is None.  With ``model.document_attention`` on, tokens attend only within their
-        document of the packed row."""
-        cfg = self.config
-        doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
-        h = self.encoder(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
-        if mlm_positions is not None:
-            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
-        return h
-
-    def forward(
-        self,
-        input_ids: Tensor,
-        mlm_positions: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        keep_idx: Tensor | None = None,
-        drop_active: bool = False,
-    ) -> Tensor:
-        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None (see
-        :meth:`hidden`)."""
-        return self.head_logits(self.hidden(input_ids, mlm_positions, attention_mask, token_type_ids, keep_idx,
-                                            drop_active))
-
-    def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
-        """Per-slot negative log-likelihood (B, P), computed in fp32."""
-        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
 
 
 class BertForMaskedLM(MaskedLM):
@@ -488,38 +263,8 @@ class BertForQuestionAnswering(nn.Module):
         return start, end  # (B, T) each
 
 
-def num_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def check_document_attention(cfg: ModelConfig) -> bool:
-    """Whether an MLM model of ``cfg`` uses per-document attention; it needs the [SEP] id."""
-    if not cfg.uses_document_attention:
-        return False
-    if cfg.sep_token_id < 0:
-        raise ConfigError("model.sep_token_id: document attention (model.document_attention = "
-                          f"{cfg.document_attention!r}, family {cfg.family!r}) needs the [SEP] id that separates "
-                          "documents in packed rows; set model.sep_token_id (pretraining takes it from the prepared "
-                          "data) or model.document_attention = \"off\"")
-    return True
-
-
 # task -> this family's class (``tokendrop.models.families.FAMILIES`` registers it)
 CLASSES: dict[str, type[nn.Module]] = {"mlm": BertForMaskedLM, "classification": BertForSequenceClassification,
                                       "qa": BertForQuestionAnswering}
 
-__all__ = [
-    "CLASSES",
-    "BertModel",
-    "BertForMaskedLM",
-    "BertForSequenceClassification",
-    "BertForQuestionAnswering",
-    "DropSpan",
-    "Rows",
-    "document_ids",
-    "gather_rows",
-    "scatter_rows",
-    "avg_pool_rows",
-    "upsample_rows",
-    "num_parameters",
-]
+__all__ = ["CLASSES", "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering"]

@@ -10,7 +10,7 @@ is tied to the token embeddings and has its own bias.  Parameter names are Huggi
 tied ``decoder.weight`` is implicit).
 
 The forward signature and outputs are :class:`tokendrop.models.bert.model.BertForMaskedLM`'s (``token_type_ids``
-is accepted and ignored), and dropping follows the same schedule (:func:`tokendrop.models.bert.model.run_layers`,
+is accepted and ignored), and dropping follows the same schedule (:func:`tokendrop.dropping.engine.run_layers`,
 docs/design.md §2.2) with positions respected:
 
 * a kept row keeps its original rotary position: positions (and the document ids) are gathered with
@@ -21,7 +21,7 @@ docs/design.md §2.2) with positions respected:
   layer ``end``.
 
 Per-document attention (``model.document_attention``, on by default for this family, MLM only):
-every token attends only within its own document of the packed row (:func:`tokendrop.models.bert.model.document_ids`),
+every token attends only within its own document of the packed row (:func:`tokendrop.models.masked_lm.document_ids`),
 and rotary positions restart at 0 in every document, as ModernBERT's unpadded training does
 (cu_seqlens); the task models (classification, QA) attend over the whole (padded) input as
 ``transformers`` does.  Attention runs through :func:`tokendrop.models.attention.attend` with the masks of
@@ -39,7 +39,8 @@ from torch import Tensor, nn
 
 from tokendrop.config import DropConfig, ModelConfig
 from tokendrop.models.attention import MaskCache, attend, use_flex
-from tokendrop.models.bert.model import MaskedLM, Rows, check_document_attention, encoder_span, run_layers
+from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
+from tokendrop.dropping.engine import Rows, run_layers
 
 __all__ = [
     "CLASSES",
@@ -260,7 +261,7 @@ class TiedDecoder(nn.Module):
 
 
 class ModernBertForMaskedLM(MaskedLM):
-    """ModernBERT + MLM head on the prediction slots only; forward and loss of ``model.MaskedLM``."""
+    """ModernBERT + MLM head on the prediction slots only; forward and loss of ``tokendrop.models.masked_lm.MaskedLM``."""
 
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
         super().__init__()

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from tokendrop.train.checkpoint import CheckpointError
+from tokendrop.runs.checkpoint import CheckpointError
 from tokendrop.config import LOSS_METHODS
 from tokendrop.lab.inspect_figures import PIN_ABS, render_examples_html, render_examples_png
 from tokendrop.runs.plotting import pyplot, save_figure
@@ -97,7 +97,7 @@ UNSCORED = ("random", "random_ltd")  # methods whose selection never reads the i
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     """-> (run dir, checkpoint dir) for a run dir or one of its ``checkpoints/step-*`` dirs."""
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
 
     if not path.exists():
         raise InspectError(f"{path}: no such directory")
@@ -191,7 +191,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
         vocab_tokens,
     )
 
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
 
     run, ckpt = _find_checkpoint(Path(run_dir))
     meta = ckpt_mod.read_meta(ckpt)
@@ -513,7 +513,8 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
 
 
 def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, seed: int) -> Path:
-    from tokendrop.runs.rundir import atomic_directory, write_marker
+    from tokendrop.runs.rundir import write_marker
+    from tokendrop.runs.files import atomic_directory
 
     with atomic_directory(out) as tmp:
         write_marker(tmp, "inspect")

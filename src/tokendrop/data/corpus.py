@@ -56,6 +56,7 @@ _WIKI_EXT = (".xml",)
 _COLUMNAR_EXT = {".parquet": PARQUET, ".arrow": ARROW}
 _COMPRESS_EXT = (".gz", ".bz2", ".zst", ".zstd")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+WORK_FORMAT = "tokendrop-prepare-work"  # the format of a prepare's ``<out>.partial/plan.json`` (:mod:`.units`)
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,7 @@ def own_output(d: str) -> str | None:
     """What tokendrop wrote ``d`` as (its output marker's kind, ``prepared`` for a prepared directory
     from before markers, ``prepare work`` for a ``<out>.partial`` work directory), or None: such a
     directory is never read as corpus (a prepared directory's vocab.txt, a run's metrics.jsonl ...)."""
-    from ..rundir import read_marker
-    from .units import WORK_FORMAT
+    from ..runs.rundir import read_marker
 
     marker = read_marker(d)
     if marker is not None:

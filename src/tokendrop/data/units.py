@@ -62,7 +62,6 @@ from tokendrop.data.tokenizer import plain_copy
 UNIT_BYTES = 32_000_000  # the largest default work unit (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
 MIN_UNIT_BYTES = 1_000_000
 UNITS_WANTED = 64  # the default unit size aims at this many units (the workers' load stays even)
-WORK_FORMAT = "tokendrop-prepare-work"
 WORK_VERSION = 1
 _MAIN_READ = (WIKI, HF)  # read by the main process, cleaned/tokenized by the workers chunk by chunk
 

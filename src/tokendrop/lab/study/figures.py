@@ -13,6 +13,8 @@ from tokendrop.lab.study.common import isnum, log
 from tokendrop.runs.files import read_json
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import StudyResults
+from tokendrop.lab.inspect import InspectError, inspect_run
+from tokendrop.runs.files import atomic_file
 
 
 def plot_curves(res: StudyResults, out: Path) -> list[Path]:
@@ -70,9 +72,6 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
 
 def inspect_figures(study: StudyConfig, res: StudyResults, out: Path) -> dict[str, Any] | None:
     """``inspect_run`` of the inspected method's first finished seed; Figures 1 and 3 copied to figures/."""
-    from tokendrop.lab.inspect import InspectError, inspect_run
-    from tokendrop.runs.files import atomic_file
-
     d = res.methods.get(study.inspect_method)
     if not d:
         return None

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from test_study import _tiny_hf_bert
 from tokendrop.config import ConfigError
-from tokendrop.study import plan as P
-from tokendrop.study.plan import METHODS, load_study, plan_runs
+from tokendrop.lab.study import plan as P
+from tokendrop.lab.study.plan import METHODS, load_study, plan_runs
 
 ARMS = ["strong-baseline", "strong-token-drop", "strong-random-ltd", "strong-token-drop-sctd", "baseline",
         "best-combination", "combination-no-seq-warmup", "combination-no-mask-decay"]
@@ -26,21 +27,6 @@ INTENDED = {
     "combination-no-seq-warmup": ("best-combination", [], [P.SEQ_WARMUP]),
     "combination-no-mask-decay": ("best-combination", [], [P.MASK_DECAY]),
 }
-
-
-def _tiny_hf_bert(out: Path) -> Path:
-    """A tiny randomly initialised BertForMaskedLM saved by ``transformers`` (no network)."""
-    transformers = pytest.importorskip("transformers")
-    from tokendrop.data.testing import write_vocab
-
-    out.mkdir(parents=True, exist_ok=True)
-    n = len(write_vocab(out / "vocab.txt").read_text().splitlines())
-    (out / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}))
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=n, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=128)
-    transformers.BertForMaskedLM(cfg).save_pretrained(out, safe_serialization=True)
-    return out
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -101,9 +87,9 @@ def test_baseline_arm_must_be_one_of_the_methods():
 def test_findings_judge_against_the_named_reference_arm():
     """The committed study-recipe results, read with another arm as the reference: the differences in
     the findings are taken from that arm's loss, and the plain baseline gets its own sentence."""
-    from tokendrop.study.findings import findings
-    from tokendrop.study.plan import StudyConfig
-    from tokendrop.study.records import results_from_json
+    from tokendrop.lab.study.findings import findings
+    from tokendrop.lab.study.plan import StudyConfig
+    from tokendrop.lab.study.records import results_from_json
 
     d = json.loads((Path(__file__).resolve().parents[3] / "docs" / "study-recipe" / "study.json").read_text())
     res = results_from_json({**d, "baseline": "wsd-batch-warmup"})
@@ -121,7 +107,7 @@ def test_findings_judge_against_the_named_reference_arm():
 
 @pytest.mark.slow
 def test_study_strong_tiny_runs_every_arm_against_the_strong_baseline(src, tmp_path):
-    from tokendrop.study import run_study
+    from tokendrop.lab.study import run_study
 
     out = tmp_path / "out"
     n = torch.get_num_threads()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.errors import TokendropError
-from tokendrop.runs.rundir import json_text
+from tokendrop.runs.files import json_text
 
 
 class FinetuneError(TokendropError, ValueError):
@@ -16,9 +16,9 @@ class FinetuneError(TokendropError, ValueError):
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` atomically (``tokendrop.runs.rundir.atomic_write_text``, the package's one helper):
+    """Write ``text`` atomically (``tokendrop.runs.atomic_write_text``, the package's one helper):
     a reader never sees a half-written file."""
-    from tokendrop.runs.rundir import atomic_write_text as _write
+    from tokendrop.runs.files import atomic_write_text as _write
 
     return _write(path, text)
 

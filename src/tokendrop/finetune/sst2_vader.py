@@ -218,7 +218,7 @@ def build_review_corpus(cache_dir: str | os.PathLike, task_dir: str | os.PathLik
     for name in OTHER_SNIPPETS:
         texts += [s for _, _, s in parse_snippets(extract_snippets(archive, name), name)]
     kept = [t for t in texts if normalize_sentence(t) not in dev]
-    from tokendrop.runs.rundir import atomic_write_text
+    from tokendrop.runs.files import atomic_write_text
 
     atomic_write_text(out, "\n\n".join(kept) + "\n")
     return out

@@ -1,5 +1,5 @@
 """Measurements of finished runs and their aggregation over seeds: per run, per method, the source
-checkpoint's row, and time to the baseline's quality."""
+checkpoint's row, and time to the reference arm's (study.baseline_arm) quality."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
             steps=stat("steps"), elapsed_s=stat("elapsed_s"), cpu_s=stat("cpu_s"),
             finetune_seconds=stat("finetune_seconds"), init_s=stat("init_s"),
             eval={k: Stat.of([r.eval.get(k) for r in rs]) for k in ecols})
-    base = methods.get("baseline")
+    base = methods.get(study.baseline_arm)
     target = base.final_eval_loss.mean if base else None
     if base:
         bw, bf = base.wall_time_s.mean, base.total_flops.mean
@@ -228,4 +228,5 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
                 r.to_target.rel_flops = hit["flops"] / bf if bf else float("nan")
     src = source_result(study, source, out, evaluation, packed, runs) if source is not None else None
     return StudyResults(runs=per_run, methods=methods, target_eval_loss=target,
-                        order=[m for m in study.all_methods() if m in methods], source=src)
+                        order=[m for m in study.all_methods() if m in methods], source=src,
+                        baseline=study.baseline_arm)

@@ -61,7 +61,7 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
         fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8,
                    bbox_to_anchor=(0.5, -0.02 - 0.035 * math.ceil(len(labels) / 4)))
         fig.suptitle("Held-out MLM loss vs " + ("wall-clock" if xkey == "wall_time" else "FLOPs")
-                     + " (seed 0 solid, other seeds dashed; dotted line: the baseline's final loss)", fontsize=11)
+                     + f" (seed 0 solid, other seeds dashed; dotted line: {res.reference()}'s final loss)", fontsize=11)
         fig.tight_layout()
         p = out / "figures" / fname
         p.parent.mkdir(parents=True, exist_ok=True)

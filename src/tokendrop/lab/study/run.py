@@ -251,7 +251,7 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
         "eval_s": info.eval_s, "source": res.source,
         "inspect": {k: v for k, v in (ins or {}).items() if k != "tokens"},
         "findings": findings(res, study), "methods": res.methods, "runs": res.runs,
-        "target_eval_loss": res.target_eval_loss})
+        "target_eval_loss": res.target_eval_loss, "baseline": res.baseline})
     atomic_write_json(state_path, state)
     if study.docs_dir:
         export_report(out, resolve_out(study.docs_dir))

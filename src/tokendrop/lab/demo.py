@@ -48,7 +48,7 @@ def _fmt_row(cols: list[str], widths: list[int]) -> str:
 
 def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = True, cache: str | Path = ".cache",
              from_scratch: bool = False, seeds: int = 3, overwrite: bool = False) -> dict[str, Any]:
-    """The main job (continued pretraining of MiniLM); ``from_scratch`` runs the older demo.
+    """The main job (continued pretraining of MiniLM); ``from_scratch`` runs the from-scratch demo (a 6x256 BERT from random weights).
 
     ``out`` is locked for the call.  An existing demo ``out`` is continued (finished runs and cells
     reused, unfinished ones -- directories the demo marked -- started again); ``overwrite`` starts

@@ -157,7 +157,7 @@ def own_output(d: str) -> str | None:
     """What tokendrop wrote ``d`` as (its output marker's kind, ``prepared`` for a prepared directory
     from before markers, ``prepare work`` for a ``<out>.partial`` work directory), or None: such a
     directory is never read as corpus (a prepared directory's vocab.txt, a run's metrics.jsonl ...)."""
-    from ..runs.rundir import read_marker
+    from tokendrop.runs.rundir import read_marker
 
     marker = read_marker(d)
     if marker is not None:

@@ -46,7 +46,7 @@ from tokendrop.runs.files import atomic_directory, discard_dir
 from tokendrop.runs.files import atomic_write_json
 from tokendrop.errors import DataError
 from tokendrop.data import columnar
-from tokendrop.data.corpus import HF, JSONL, TEXT, WIKI, Source, is_compressed, split_points
+from tokendrop.data.corpus import HF, JSONL, TEXT, WIKI, WORK_FORMAT, Source, is_compressed, split_points
 from tokendrop.data.tokenize import (
     IDS,
     INFO,

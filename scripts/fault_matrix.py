@@ -268,6 +268,7 @@ class Case:
     says: tuple[str, ...] = ()  # substrings the (one-line) message must contain ({C} expands)
     check: Callable[[Path, "Outcome"], str | None] | None = None  # -> why it fails, or None
     drive: Callable[[subprocess.Popen, Path], None] | None = None  # signals, while it runs
+    gate: str = ""  # the test gate (tokendrop.runs.gate) the command waits at, for ``drive``
     hold: tuple[str, ...] = ()  # paths another process holds the write lock of while the command runs
     cwd: str = ""  # relative to the case dir
     fsize: int = 0  # RLIMIT_FSIZE in bytes (a full disk, as far as one file is concerned)
@@ -283,28 +284,34 @@ class Outcome:
     seconds: float
 
 
-def sig_after(sig: int, wait_for: Callable[[Path], bool], delay: float = 0.0, limit: float = 120):
-    """A driver: wait until ``wait_for(case_dir)`` (the command is under way), sleep ``delay``, send ``sig``."""
+GATE_ENV = "TOKENDROP_TEST_GATE"  # tokendrop.runs.gate: the command waits at a named point (test-only)
+DRIVE_NOTES: dict[Path, str] = {}  # case dir -> why its driver could not do its part
+
+
+def gate_file(c: Path) -> Path:
+    """The file a case's command creates when it reaches its gate (beside the case dir, not in it)."""
+    return c.parent / f"{c.name}.gate"
+
+
+def gated_env(case: "Case", c: Path) -> dict[str, str]:
+    return dict(ENV, **{GATE_ENV: f"{case.gate}={gate_file(c)}"}) if case.gate else ENV
+
+
+def at_gate(sig: int, limit: float = 600):
+    """A driver: wait until the command is waiting at its gate (``Case.gate``: provably mid-work,
+    whatever the machine's speed), send ``sig``, release the gate.  A command that ends without
+    reaching its gate fails the case (noted), instead of being signalled at a moment it never had."""
     def drive(p: subprocess.Popen, c: Path) -> None:
+        g = gate_file(c)
         t0 = time.time()
-        while time.time() - t0 < limit and p.poll() is None and not wait_for(c):
-            time.sleep(0.05)
-        time.sleep(delay)
-        if p.poll() is None:
-            p.send_signal(sig)
+        while time.time() - t0 < limit and p.poll() is None and not g.exists():
+            time.sleep(0.02)
+        if not g.exists():
+            DRIVE_NOTES[c] = "the command ended (or took over the time limit) before it reached its gate"
+            return
+        p.send_signal(sig)
+        g.unlink()
     return drive
-
-
-def logged_step(run: str) -> Callable[[Path], bool]:
-    return lambda c: any("loss" in r for r in metrics(c / run))
-
-
-def exists(rel: str) -> Callable[[Path], bool]:
-    return lambda c: (c / rel).exists()
-
-
-def any_temp(rel_parent: str, prefix: str) -> Callable[[Path], bool]:
-    return lambda c: any(p.name.startswith(prefix) for p in (c / rel_parent).iterdir())
 
 
 def write_corpus(path: Path, docs: int) -> None:
@@ -584,22 +591,37 @@ CAMPAIGN = ["bench", "--campaign", "env", "--dry-run", "--quiet", "--set", "pyte
 
 def campaign_killed(rel: str = "out", drop_lock: bool = False) -> Callable[[Path], None]:
     """A campaign SIGKILLed during its part: OUT/env.json says complete: false, the in-progress record
-    and the lock file stay (the part runs pytest, so it is still under way when env.md first appears).
-    ``drop_lock``: remove the dead writer's lock file (for a case that does not write OUT again)."""
+    and the lock file stay (killed while it waits at its gate ``campaign-part``, after the part's first
+    save: provably mid-part).  ``drop_lock``: remove the dead writer's lock file (for a case that
+    does not write OUT again)."""
     def setup(c: Path) -> None:
-        argv = [PY, "-m", "tokendrop", *CAMPAIGN[:-2], "--out", str(c / rel), "--set", "pytest=true"]
-        p = subprocess.Popen(argv, cwd=c, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+        argv = [PY, "-m", "tokendrop", *CAMPAIGN, "--out", str(c / rel)]
+        g = c.parent / f"{c.name}.setup-gate"
+        p = subprocess.Popen(argv, cwd=c, env=dict(ENV, **{GATE_ENV: f"campaign-part={g}"}), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
         t0 = time.time()
-        while time.time() - t0 < 120 and p.poll() is None and not (c / rel / "env.md").exists():
+        while time.time() - t0 < 600 and p.poll() is None and not g.exists():
             time.sleep(0.02)
-        if p.poll() is not None:
-            raise RuntimeError(f"the campaign ended before it could be killed: {p.stderr.read()[-300:]}")
+        if not g.exists():
+            p.kill()
+            raise RuntimeError(f"the campaign ended before it reached its gate: {p.communicate()[1][-300:]}")
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+        p.stderr.close()
+        g.unlink()
         if drop_lock:
             (c / f".{rel}.tokendrop.lock").unlink()
     return setup
+
+
+def rerun_succeeds(argv: list[str], made: str) -> Callable[[Path, "Outcome"], str | None]:
+    """The same command run again (what the interrupted one's message says to do) exits 0 and makes ``made``."""
+    def check(c: Path, o: "Outcome") -> str | None:
+        r = cli([a.replace("{C}", str(c)) for a in argv], c, check=False)
+        if r.returncode != 0:
+            return f"the same command run again failed (exit {r.returncode}): {(r.stderr.strip().splitlines() or [''])[-1][:200]}"
+        return None if (c / made).exists() else f"the same command run again made no {made}"
+    return check
 
 
 def chain_checks(*checks: Callable[[Path, "Outcome"], str | None]) -> Callable[[Path, "Outcome"], str | None]:
@@ -778,25 +800,27 @@ def cases() -> list[Case]:
     long_pt = pretrain("{C}/r", "{B}/data", "--set", "train.steps=100000", "--set", "train.eval_every=100000",
                        "--set", "train.ckpt_every=100000")
     add(Case("pretrain-sigint", "signals", long_pt, "checkpoint saved, exit 130", rc=130,
-             drive=sig_after(signal.SIGINT, logged_step("r"), 0.3),
+             gate="pretrain-step", drive=at_gate(signal.SIGINT),
              check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
     add(Case("pretrain-sigterm", "signals", long_pt, "checkpoint saved, exit 143", rc=143,
-             drive=sig_after(signal.SIGTERM, logged_step("r"), 0.3),
+             gate="pretrain-step", drive=at_gate(signal.SIGTERM),
              check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
-    add(Case("prepare-sigint", "signals", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "300"),
-             "exit 130, no output, no temp dir (finished work units kept in out.partial for a rerun)", rc=130,
-             setup=lambda c: write_corpus(c / "big.txt", 6000),
-             drive=sig_after(signal.SIGINT, exists(".out.tokendrop.lock"), 1.0), absent=("out",), watch=("big.txt",)))
-    add(Case("finetune-sigint", "signals", finetune("{C}/run", "{C}/ft", "--set", "epochs=20", "--set",
-             "max_train_examples=0"), "exit 130, no output", rc=130, needs=("run", "sst2"),
-             drive=sig_after(signal.SIGINT, exists(".ft.tokendrop.lock"), 2.0), absent=("ft",), watch=("run",)))
-    add(Case("evaluate-sigint", "signals", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV, "--set",
-             "glue.max_train_examples=0", "--set", "glue_epochs=[20.0]"], "exit 130, no output", rc=130,
-             needs=("run", "glue", "squad"), drive=sig_after(signal.SIGINT, exists(".ev.tokendrop.lock"), 2.0),
-             absent=("ev",), watch=("run",)))
-    add(Case("bench-sigint", "signals", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--rounds", "100000",
-             "--json", "{C}/bench.json"], "exit 130, no results file", rc=130,
-             drive=sig_after(signal.SIGINT, lambda c: True, 4.0), absent=("bench.json", "bench.md")))
+    prep_big = prepare("{C}/big.txt", "{C}/out", "--vocab-size", "300")
+    add(Case("prepare-sigint", "signals", prep_big,
+             "exit 130, no output, no temp dir; the finished work units kept in out.partial, and the same command "
+             "run again (as the message says) finishes", rc=130, setup=lambda c: write_corpus(c / "big.txt", 600),
+             gate="prepare-units", drive=at_gate(signal.SIGINT), absent=("out",), watch=("big.txt",),
+             check=chain_checks(says_in_output("kept in", "run the same command again"),
+                                rerun_succeeds(prep_big, "out/meta.json"))))
+    add(Case("finetune-sigint", "signals", finetune("{C}/run", "{C}/ft", "--set", "epochs=2"), "exit 130, no output",
+             rc=130, needs=("run", "sst2"), gate="finetune-step", drive=at_gate(signal.SIGINT), absent=("ft",),
+             watch=("run",)))
+    add(Case("evaluate-sigint", "signals", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV],
+             "exit 130, no output", rc=130, needs=("run", "glue", "squad"), gate="finetune-step",
+             drive=at_gate(signal.SIGINT), absent=("ev",), watch=("run",)))
+    add(Case("bench-sigint", "signals", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--rounds", "3",
+             "--json", "{C}/bench.json"], "exit 130, no results file", rc=130, gate="bench-round",
+             drive=at_gate(signal.SIGINT), absent=("bench.json", "bench.md")))
 
     # ---- row 5: runs that move --------------------------------------------------------------------------
     add(Case("resume-relative-data-path-from-elsewhere", "moved runs",
@@ -967,7 +991,7 @@ def cases() -> list[Case]:
              hold=("out",), absent=("out",), says=("in use by pid",)))
     add(Case("bench-campaign-sigint", "signals", [*CAMPAIGN[:-2], "--out", "{C}/out", "--set", "pytest=true"],
              "exit 130; env.json keeps what the part finished, marked complete: false", rc=130,
-             drive=sig_after(signal.SIGINT, exists("out/env.md"), delay=0.2),
+             gate="campaign-part", drive=at_gate(signal.SIGINT),
              check=chain_checks(part_record("out/env.json", False, "interrupted (SIGINT)"),
                                 says_in_output("env's partial result (complete: false) were kept")), one_line=False))
     add(Case("bench-campaign-after-sigkill", "signals", [*CAMPAIGN, "--out", "{C}/out"],
@@ -1074,7 +1098,7 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
 
     cwd = c / case.cwd if case.cwd else c
     t0 = time.time()
-    p = subprocess.Popen([PY, "-m", "tokendrop", *argv], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
+    p = subprocess.Popen([PY, "-m", "tokendrop", *argv], cwd=cwd, env=gated_env(case, c), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, preexec_fn=limits, start_new_session=True)
     try:
         if case.drive is not None:
@@ -1089,7 +1113,10 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
             os.killpg(p.pid, signal.SIGKILL)
             out, err = p.communicate()
             rc = "timeout"
+        if case.drive is not None:
+            th.join(timeout=30)
     finally:
+        gate_file(c).unlink(missing_ok=True)
         if holder is not None:
             holder.terminate()
             holder.wait(timeout=30)
@@ -1098,7 +1125,7 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
     lines = _lines(err)
     tb = "Traceback (most recent call last)" in err
     exp = case.rc if isinstance(case.rc, tuple) else (case.rc,)
-    why: list[str] = []
+    why: list[str] = [DRIVE_NOTES.pop(c)] if c in DRIVE_NOTES else []
     if rc not in exp:
         why.append(f"exit {rc}, expected {' or '.join(map(str, exp))}")
     if tb:

@@ -44,6 +44,7 @@ import numpy as np
 
 from tokendrop.runs.files import atomic_directory, discard_dir
 from tokendrop.runs.files import atomic_write_json
+from tokendrop.runs.gate import gate
 from tokendrop.errors import DataError
 from tokendrop.data import columnar
 from tokendrop.data.corpus import HF, JSONL, TEXT, WIKI, WORK_FORMAT, Source, is_compressed, split_points
@@ -278,6 +279,7 @@ def run_units(work: WorkDir, sources: Sequence[Source], tok, dtype: np.dtype, wo
                     infos[i] = _inline(work, sources, i, plain, dtype, text_field, bar, on_docs)
         else:
             _pooled(work, sources, pending, infos, plain, dtype, workers, text_field, bar, on_docs)
+        gate("prepare-units")  # a test-only pause point (tokendrop.runs.gate): every unit kept, no output yet
     finally:
         bar.close()
         shutil.rmtree(work.tmp_dir, ignore_errors=True)  # whatever was in flight when an error stopped us

@@ -31,6 +31,7 @@ from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.runs import rundir
 from tokendrop.runs.metrics import truncate_metrics
 from tokendrop.runs.files import atomic_directory, atomic_write_text
+from tokendrop.runs.gate import gate
 from tokendrop.models.attention import check_training_device
 from tokendrop.train.budget import RunLength, budget_clock
 from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
@@ -413,6 +414,8 @@ class _Trainer:
                     self.host_sync()
                 if is_log:
                     self.log_step(out, record)
+                    if self.dd.main:
+                        gate("pretrain-step")  # a test-only pause point (tokendrop.runs.gate)
                 if is_eval and self.evaluates and self.has_eval:
                     self.evaluate()
                 if is_ckpt:

@@ -407,6 +407,8 @@ def resolve_preset(name_or_path: str | os.PathLike, relative_to: Path | None = N
     for c in candidates:
         if c.is_file():
             return c
+    if p.is_dir():
+        raise ConfigError(f"config: {p} is a directory; expected a preset name or a .toml file")
     raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in {config_dir()})")
 
 

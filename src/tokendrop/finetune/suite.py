@@ -451,6 +451,8 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
         existed = out.exists()
         mode = rundir.prepare_output(out, "evaluate", overwrite, error=FinetuneError,
                                      inputs=[*(e.path for e in entries), cfg.glue_data, cfg.squad_data])
+        if finetune_fn is _ft:  # before the first cell: a task that cannot be scored fails now, not hours later
+            check_dev_sets(cfg, _tasks_to_compute(cfg, entries, out if mode == "continue" else None))
         if mode == "replace":
             rundir.discard(out)
             existed = False
@@ -461,6 +463,45 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
             if mode != "continue" and not coordinated and not any(out.glob("cells/*/*/*/metrics.json")):
                 rundir.abandon(out, existed)  # nothing finished: leave no partial output
             raise
+
+
+def _tasks_to_compute(cfg: SuiteConfig, entries: list[ModelEntry], out: Path | None) -> list[str]:
+    """The suite's tasks with a cell not yet finished in ``out`` (all of them for a new output)."""
+    cells = cells_for(cfg)
+    if out is None:
+        return list(dict.fromkeys(c.task for c in cells))
+    return list(dict.fromkeys(c.task for m in entries for c in cells
+                              if _finished(out / "cells" / m.key / c.task / c.name, cell_config(cfg, c)) is None))
+
+
+def check_dev_sets(cfg: SuiteConfig, tasks: list[str] | None = None) -> dict[str, int]:
+    """The dev split(s) of the suite's ``tasks`` (default: all) read as fine-tuning reads them: ->
+    examples per task/split.  A split with no example (a file holding only its header, an empty
+    SQuAD ``data`` list) is a FinetuneError naming the file: a score over n = 0 examples is no score.
+    ``evaluate`` runs it (with its own fine-tuning) for the tasks it still has cells of, before the
+    first cell."""
+    from tokendrop.finetune.squad import read_squad
+    from tokendrop.finetune.tasks import load_classification, task_dir
+
+    counts: dict[str, int] = {}
+    for task in dict.fromkeys(cfg.tasks if tasks is None else tasks):
+        spec = get_task(task)
+        fcfg = cell_config(cfg, Cell(task, 1.0, 1.0, 0))
+        if spec.kind == "squad":
+            path = task_dir(spec, fcfg.data) / spec.dev["dev"]
+            splits = {"dev": (path, len(read_squad(path, spec.squad_version)[0]))}
+        else:
+            data = load_classification(spec, fcfg.data, text_a=fcfg.text_a, text_b=fcfg.text_b, label=fcfg.label,
+                                       labels=fcfg.labels or None, need_train=False,
+                                       skipped=[] if fcfg.skip_malformed else None)
+            splits = {k: (data.files[k], len(v)) for k, v in data.dev.items()}
+        for split, (path, n) in splits.items():
+            if n == 0:
+                raise FinetuneError(f"{path}: the {split} split of task {spec.name} holds no examples (n = 0), so "
+                                    "nothing could be scored; evaluate needs every task's dev set: give a data "
+                                    "directory whose dev file has examples")
+            counts[f"{spec.name}/{split}"] = n
+    return counts
 
 
 def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Callable[[str], None],

@@ -123,7 +123,8 @@ def load_run_config(run_dir: str | os.PathLike) -> Config:
     one-line error naming it and the fix (the newest checkpoint's meta.json holds the same config)."""
     p = Path(run_dir) / "config.toml"
     if not Path(run_dir).is_dir():
-        raise TrainingError(f"--resume: {run_dir}: no such run directory; give the --out of an earlier pretrain")
+        what = "a file, not a run directory" if Path(run_dir).exists() else "no such run directory"
+        raise TrainingError(f"--resume: {run_dir}: {what}; give the --out of an earlier pretrain")
     if not p.is_file():
         raise TrainingError(f"--resume: {run_dir}: not a run directory (no config.toml); give the --out of an earlier "
                             "pretrain")

@@ -190,6 +190,7 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src)
     t.set_up()
     t.check_memory()  # before anything is allocated or written
+    t.check_eval()
     done = t.open_run()
     if done is not None:  # resumed a run that had already finished: nothing to do
         return done
@@ -254,6 +255,22 @@ class _Trainer:
         if self.tc.memory_check:
             check_memory(self.cfg, self.T, self.micro_bs, self.device, self.dd.world,
                          int(os.environ.get("LOCAL_WORLD_SIZE", "1")), sharded=self.tc.parallel == "fsdp")
+
+    def check_eval(self) -> None:
+        """A held-out split that holds sequences but gives no prediction slot would be scored on n = 0
+        (an eval loss of 0.0): refused before the run starts.  (An empty split: the run is not
+        evaluated, and says so when it starts.)"""
+        if self.data.num_sequences("eval") == 0:
+            return
+        for i, mb in enumerate(self.eval_batches()):
+            if self.tc.eval_batches and i >= self.tc.eval_batches:
+                break
+            if float(mb["mlm_weights"].sum()) > 0:
+                return
+        raise TrainingError(f"{self.cfg.data.path or ', '.join(self.cfg.data.paths)}: the held-out split's "
+                            f"{self.data.num_sequences('eval')} sequences give no prediction slot (n = 0) in the "
+                            f"{self.tc.eval_batches or 'all'} batches an evaluation reads, so the run could not be "
+                            "evaluated; prepare the data with more text or a larger --eval-fraction")
 
     # -- the run directory ---------------------------------------------------------------------------
     def open_run(self) -> PretrainResult | None:

@@ -676,6 +676,152 @@ def saved_config_keeps(key: str, value: Any) -> Callable[[Path, "Outcome"], str 
     return check
 
 
+# ---- helpers of the rows for corrupt inputs, directory walks, bad paths, scores on n = 0, stuck runs
+
+
+def corpus_bytes(c: Path, docs: int = 200) -> bytes:
+    write_corpus(c / "src.txt", docs)
+    data = (c / "src.txt").read_bytes()
+    (c / "src.txt").unlink()
+    return data
+
+
+def truncated_input(name: str) -> Callable[[Path], None]:
+    """CASE/NAME: a corpus file of NAME's format cut short (the way a copy or download ends early)."""
+    def setup(c: Path) -> None:
+        import bz2
+        import gzip
+        import io
+
+        text = corpus_bytes(c)
+        docs = [d for d in text.decode().split("\n\n") if d.strip()]
+        if name.endswith(".zst"):  # a streaming writer's frame: blocks flushed every 4 KB, no content size
+            import zstandard
+
+            buf = io.BytesIO()
+            w = zstandard.ZstdCompressor(level=3).stream_writer(buf, closefd=False)
+            for i in range(0, len(text), 4096):
+                w.write(text[i:i + 4096])
+                w.flush(zstandard.FLUSH_BLOCK)
+            w.flush(zstandard.FLUSH_FRAME)
+            blob = buf.getvalue()
+        elif name.endswith(".gz"):
+            blob = gzip.compress(text)
+        elif name.endswith(".bz2"):
+            blob = bz2.compress(text)
+        elif name.endswith(".jsonl"):
+            blob = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()[:-20]  # inside the last object
+        elif name.endswith(".parquet"):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            sink = io.BytesIO()
+            pq.write_table(pa.table({"text": docs}), sink, row_group_size=20)
+            blob = sink.getvalue()[:-30]  # the footer cut
+        elif name.endswith(".arrow"):  # a stream of 3 of its batches whose writer never closed it
+            import pyarrow as pa
+
+            t = pa.table({"text": docs})
+            sink = pa.BufferOutputStream()
+            w = pa.ipc.new_stream(sink, t.schema)
+            for b in t.to_batches(max_chunksize=20)[:3]:
+                w.write_batch(b)
+            blob = sink.getvalue().to_pybytes()
+        else:
+            raise ValueError(name)
+        if name.endswith((".zst", ".gz", ".bz2")):
+            blob = blob[: len(blob) // 2]
+        (c / name).write_bytes(blob)
+    return setup
+
+
+def prepared_inside_corpus(c: Path) -> None:
+    """CASE/corpus/ holding its text and, beside it, an earlier prepare's output (CASE/corpus/prep)."""
+    (c / "corpus").mkdir()
+    shutil.copy(c / "corpus.txt", c / "corpus" / "corpus.txt")
+    run_cli(prepare(str(c / "corpus"), str(c / "corpus" / "prep"), "--vocab-size", "150"), c)
+
+
+def sources_are(*rel: str) -> Callable[[Path, "Outcome"], str | None]:
+    def check(c: Path, o: "Outcome") -> str | None:
+        got = [s["path"] for s in json.loads((c / "corpus" / "prep" / "meta.json").read_text())["sources"]]
+        want = [str(c / r) for r in rel]
+        return None if got == want else f"read as corpus: {', '.join(shorten(g, c, c) for g in got)}"
+    return check
+
+
+def link(rel: str, target: str) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        (c / "corpus").mkdir(exist_ok=True)
+        shutil.copy(c / "corpus.txt", c / "corpus" / "corpus.txt")
+        (c / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, c / rel)
+    return setup
+
+
+def broken_config(c: Path) -> None:
+    with open(c / "run" / "config.toml", "a") as f:
+        f.write("\n[train\nsteps = = 3\n")  # edited by hand
+
+
+def header_only(rel: str) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        p = c / rel
+        p.write_text(p.read_text().splitlines()[0] + "\n")
+    return setup
+
+
+def scored_on_nothing(c: Path) -> None:
+    """CASE/ft: a finetune output whose dev split was scored on n = 0 (what a header-only dev file gave)."""
+    run_cli([a.replace("{C}", str(c)) for a in finetune("{C}/run", "{C}/ft")], c)
+
+    def fn(m):
+        m["metrics"]["dev"].update(n=0, accuracy=0.0, score=0.0)
+        m["scores"] = {k: 0.0 for k in m["scores"]}
+    edit_json(c / "ft" / "metrics.json", fn)
+
+
+def eval_without_slots(c: Path) -> None:
+    """CASE/data whose held-out split holds sequences of [SEP] only (meta.json's hash updated)."""
+    import numpy as np
+
+    meta = json.loads((c / "data" / "meta.json").read_text())
+    f = shard_path(c / "data", "eval")
+    a = np.fromfile(f, dtype=meta["dtype"])
+    a[:] = meta["special_ids"]["sep"]
+    a.tofile(f)
+    set_shard_hash(c / "data", "eval")
+
+
+def failed_before_checkpoint(*extra: str, fsize: int = 0) -> Callable[[Path], None]:
+    """CASE/r: a run that failed before its first checkpoint (the command exits 2, leaving config.toml):
+    an impossible setting in ``extra``, or a disk that was full (``fsize``: RLIMIT_FSIZE) then."""
+    def limit() -> None:
+        if fsize:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    def setup(c: Path) -> None:
+        r = subprocess.run([PY, "-m", "tokendrop", *[a.replace("{C}", str(c)) for a in pretrain("{C}/r", "{C}/data",
+                                                                                                  *extra)]],
+                           cwd=c, env=ENV, capture_output=True, text=True, preexec_fn=limit)
+        if r.returncode != 2 or not (c / "r" / "config.toml").is_file():
+            raise RuntimeError(f"the failing run did not fail as planned (exit {r.returncode}): {r.stderr[-200:]}")
+    return setup
+
+
+def suggestion_works(made: str) -> Callable[[Path, "Outcome"], str | None]:
+    """The `tokendrop ...` command the (one-line) message ends with, run: exit 0 and ``made`` there."""
+    def check(c: Path, o: "Outcome") -> str | None:
+        line = _lines(o.stderr)[-1]
+        if "tokendrop " not in line:
+            return "the message suggests no command"
+        r = cli(shlex.split(line.rsplit("tokendrop ", 1)[1]), c, check=False)
+        if r.returncode != 0:
+            return f"the suggested command failed (exit {r.returncode}): {(_lines(r.stderr) or [''])[-1][:200]}"
+        return None if (c / made).exists() else f"the suggested command made no {made}"
+    return check
+
+
 def cases() -> list[Case]:
     C: list[Case] = []
     add = C.append
@@ -1042,6 +1188,84 @@ def cases() -> list[Case]:
                                                               "--set", 'model.attention_backend="flex"'),
              "refused (FlexAttention has no CPU backward); no run dir", absent=("r",),
              says=("model.attention_backend", "CUDA")))
+
+    # ---- corrupt inputs: every corpus format refuses a file cut short (never read quietly short) -------
+    for name, says in (("half.txt.zst", "zstandard frame 1 (from byte 0) is truncated"),
+                       ("half.txt.gz", "cannot decompress"), ("half.jsonl.bz2", "cannot decompress"),
+                       ("cut.jsonl", "invalid JSON"), ("cut.parquet", "cannot read as Parquet"),
+                       ("cut.arrow", "no end-of-stream marker")):
+        fmt = name.split(".", 1)[1]
+        add(Case(f"prepare-truncated-{fmt.replace('.', '-')}", "corrupt inputs",
+                 prepare("{C}/" + name, "{C}/out", "--vocab-size", "150"),
+                 "refused naming the file; no output, no work dir", setup=truncated_input(name),
+                 absent=("out", "out.partial"), watch=(name,), says=("{C}/" + name, says)))
+
+    # ---- directory walks: tokendrop's own outputs are skipped (and said), broken links refused --------
+    add(Case("prepare-corpus-dir-holding-an-earlier-prepare", "directory walks",
+             prepare("{C}/corpus", "{C}/corpus/prep", "--vocab-size", "150", "--overwrite"),
+             "the earlier output is skipped (a note says so), not read back as corpus; the re-run replaces it",
+             rc=0, needs=("corpus.txt",), setup=prepared_inside_corpus, one_line=False, watch=("corpus/corpus.txt",),
+             check=chain_checks(says_in_output("corpus/prep: skipped, tokendrop's own prepared output"),
+                                sources_are("corpus/corpus.txt"))))
+    add(Case("prepare-corpus-symlink-loop", "directory walks", prepare("{C}/corpus", "{C}/out", "--vocab-size", "150"),
+             "refused naming the link; no output", needs=("corpus.txt",), setup=link("corpus/loop.txt", "loop.txt"),
+             absent=("out",), says=("{C}/corpus/loop.txt", "symbolic link loop")))
+    add(Case("prepare-corpus-dangling-link", "directory walks", prepare("{C}/corpus", "{C}/out", "--vocab-size", "150"),
+             "refused naming the link; no output", needs=("corpus.txt",), setup=link("corpus/gone.txt", "nowhere.txt"),
+             absent=("out",), says=("{C}/corpus/gone.txt", "dangling symbolic link")))
+    add(Case("prepare-corpus-link-to-its-parent", "directory walks",
+             prepare("{C}/corpus", "{C}/out", "--vocab-size", "150"), "refused naming the link (a loop); no output",
+             needs=("corpus.txt",), setup=link("corpus/sub/up", ".."), absent=("out",),
+             says=("{C}/corpus/sub/up", "already in")))
+
+    # ---- bad paths: one line naming the path, before anything is read or written -------------------------
+    under = "{C}/target/out"
+    for cmd, argv, needs in (("export", ["export", "{C}/run", under], ("run",)),
+                             ("pretrain", pretrain(under, "{B}/data"), ()),
+                             ("prepare", prepare("{C}/corpus.txt", under, "--vocab-size", "150"), ("corpus.txt",)),
+                             ("finetune", finetune("{C}/run", under), ("run", "sst2"))):
+        add(Case(f"{cmd}-out-under-a-file", "bad paths", argv, "refused naming the file in the way; file intact",
+                 needs=needs, setup=make_file("target"), watch=("target",),
+                 says=("{C}/target/out", "{C}/target is a file, not a directory")))
+    add(Case("resume-config-toml-broken-by-hand", "bad paths", ["pretrain", "--resume", "{C}/run", "--quiet"],
+             "refused naming config.toml and the fix; the run untouched", needs=("run",), setup=broken_config,
+             watch=("run",), says=("{C}/run/config.toml", "invalid TOML", "meta.json")))
+    for setting, names in (("model.hidden_size=1000000", "model.hidden_size"),
+                           ("model.num_layers=100000", "model.num_layers"),
+                           ("train.batch_size=50000000", "train.batch_size")):
+        add(Case(f"pretrain-{setting.split('.', 1)[1].replace('_', '-').replace('=', '-')}", "bad paths",
+                 pretrain("{C}/r", "{B}/data", "--set", setting),
+                 "refused before allocating, with the numbers (GiB needed and available); no run dir", absent=("r",),
+                 says=("too large", "GiB", names, "train.memory_check"), timeout=120))
+
+    # ---- scores on n = 0: refused where they would be computed, rejected by verify ------------------------
+    add(Case("evaluate-header-only-dev-file", "empty scores", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV,
+                                                               "--set", "tasks=['sst2', 'qnli']"],
+             "refused before the first cell, naming the file; no output", needs=("run", "glue", "squad"),
+             setup=header_only("glue/QNLI/dev.tsv"), absent=("ev",), says=("{C}/glue/QNLI/dev.tsv", "n = 0")))
+    add(Case("pretrain-held-out-split-without-slots", "empty scores", pretrain("{C}/r"),
+             "refused before the run starts (no eval loss from n = 0); no run dir", needs=("data",),
+             setup=eval_without_slots, absent=("r",), watch=("data",), says=("held-out split", "n = 0")))
+    add(Case("verify-finetune-scored-on-n-0", "empty scores", ["verify", "{C}/ft"], "non-zero, names metrics.json",
+             rc=(1, 2), needs=("run", "sst2"), setup=scored_on_nothing, watch=("ft",),
+             says=("{C}/ft/metrics.json", "scored on n = 0")))
+
+    # ---- stuck runs: a run that failed before its first checkpoint never blocks the corrected command ------
+    add(Case("pretrain-after-an-impossible-batch", "stuck runs", pretrain("{C}/r", "{C}/data"),
+             "the corrected command takes the failed run over (a note says so) and finishes", rc=0, needs=("data",),
+             setup=failed_before_checkpoint("--set", "train.batch_size=4096"), one_line=False,
+             check=chain_checks(says_in_output("stopped before its first checkpoint", "starting it over"),
+                                lambda c, o: None if checkpoints(c / "r") else "no checkpoint")))
+    add(Case("resume-a-run-without-checkpoint", "stuck runs", ["pretrain", "--resume", "{C}/r", "--quiet"],
+             "refused: nothing to resume; the command it suggests works", needs=("data",),
+             setup=failed_before_checkpoint(fsize=300_000),
+             says=("{C}/r has no checkpoint", "nothing to resume"), check=suggestion_works("r/checkpoints")))
+    full_first = pretrain("{C}/r", "{C}/data")
+    add(Case("disk-full-first-checkpoint", "stuck runs", full_first,
+             "one-line error that suggests the same command (not --resume: there is no checkpoint); run again, "
+             "it finishes", needs=("data",), fsize=300_000, says=("run the same command again",),
+             check=chain_checks(lambda c, o: "suggests --resume" if "--resume" in o.stderr else None,
+                                rerun_succeeds(full_first, "r/checkpoints"))))
     return C
 
 
@@ -1208,7 +1432,15 @@ def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, o
         "",
         "Every bad input and fault we test, by category (the `category` column), the bad `--init` sources and the bad",
         "`model.attention_backend` settings, each run as",
-        "a subprocess of the real CLI in its own directory built from small generated data.  A case passes",
+        "a subprocess of the real CLI in its own directory built from small generated data.  The categories:",
+        "outputs (never deleting what tokendrop did not write), corrupt files (checkpoints, prepared data, every",
+        "output `verify` checks), corrupt inputs (each corpus format cut short), directory walks (tokendrop's own",
+        "outputs skipped, broken links), locks, signals, moved runs, reuse, logs, bad input / full disk, bad paths",
+        "(`--out` under a file, a hand-broken config, sizes that cannot fit in memory), empty scores (nothing scored",
+        "on n = 0), stuck runs (a run that failed before its first checkpoint never blocks the corrected command;",
+        "every suggested command is run), edge settings, `--init` and attention.  A case that signals or kills",
+        "its command does so only once the command waits at a test gate (`tokendrop.runs.gate`), so no case",
+        "depends on the machine's speed.  A case passes",
         "when the exit code is the expected one, there is no traceback, an error is one line of stderr",
         "(naming what the case says it must name), and the disk is intact: the watched files and directories",
         "have the same names, sizes and sha256 as before, what must not exist does not, no temp / `.old-*` /",

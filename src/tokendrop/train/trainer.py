@@ -269,7 +269,8 @@ class _Trainer:
                 return
         raise TrainingError(f"{self.cfg.data.path or ', '.join(self.cfg.data.paths)}: the held-out split's "
                             f"{self.data.num_sequences('eval')} sequences give no prediction slot (n = 0) in the "
-                            f"{self.tc.eval_batches or 'all'} batches an evaluation reads, so the run could not be "
+                            f"batches an evaluation reads (train.eval_batches = {self.tc.eval_batches}), so the run "
+                            "could not be "
                             "evaluated; prepare the data with more text or a larger --eval-fraction")
 
     # -- the run directory ---------------------------------------------------------------------------

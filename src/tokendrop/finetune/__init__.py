@@ -11,12 +11,12 @@ TSV readers; ``tasks/squad.py``: SQuAD reading, windows, post-processing; ``task
 SST-2-format task from the vaderSentiment sdist), ``metrics`` (accuracy, F1, MCC, Pearson/Spearman,
 SQuAD EM/F1), ``columns`` (the evaluation table's columns), ``trainer`` (``finetune``), ``suite``
 (``evaluate``), ``run`` (``finetune_config``: preset + overrides + task/data -> FinetuneConfig).
-Generated toy tasks: ``tokendrop.data.testing``.
+Generated toy tasks: ``tokendrop.lab.toydata``.
 """
 
-from .common import FinetuneError
-from .run import finetune_config
-from .suite import SuiteConfig, evaluate, load_suite
-from .trainer import finetune
+from tokendrop.finetune.common import FinetuneError
+from tokendrop.finetune.run import finetune_config
+from tokendrop.finetune.suite import SuiteConfig, evaluate, load_suite
+from tokendrop.finetune.trainer import finetune
 
 __all__ = ["FinetuneError", "finetune", "evaluate", "SuiteConfig", "load_suite", "finetune_config"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .tasks import TASKS
+from tokendrop.finetune.tasks import TASKS
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import TokendropError
+from tokendrop.errors import TokendropError
 
 
 class FinetuneError(TokendropError, ValueError):
@@ -46,8 +46,8 @@ def finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.PathLi
     adds ``[CLS] A [SEP] (B [SEP])`` with the tokenizer's declared special tokens (a tokenizer.json
     used as it is, e.g. ModernBERT's BPE: its own post-processor, which frames texts that way).
     """
-    from ..data import DataError
-    from ..data.tokenizer import read_tokenizer_spec, tokenizer_from_spec
+    from tokendrop.data import DataError
+    from tokendrop.data.tokenizer import read_tokenizer_spec, tokenizer_from_spec
 
     tried = [Path(p) for p in (path, fallback) if p]
     for p in tried:

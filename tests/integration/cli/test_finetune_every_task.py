@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tokendrop.cli import main
-from tokendrop.data.testing import keyword_sentence, write_checkpoint, write_toy_glue, write_toy_squad
+from tokendrop.lab.toydata import keyword_sentence, write_checkpoint, write_toy_glue, write_toy_squad
 from tokendrop.finetune.columns import columns_of
 from tokendrop.finetune.tasks import TASKS
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tokendrop.data.testing import write_toy_glue
+from tokendrop.lab.toydata import write_toy_glue
 from tokendrop.finetune import FinetuneError
 from tokendrop.finetune.columns import COLUMNS, MAIN_COLUMN
 from tokendrop.finetune.tasks import KINDS, TASKS, get_task

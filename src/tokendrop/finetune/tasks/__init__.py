@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ..common import FinetuneError
-from .base import KINDS, Columns, Example, TaskData, TaskSpec, refuse_empty, subsample, task_dir
+from tokendrop.finetune.common import FinetuneError
+from tokendrop.finetune.tasks.base import KINDS, Columns, Example, TaskData, TaskSpec, refuse_empty, subsample, task_dir
 
 
 def _collect() -> dict[str, TaskSpec]:

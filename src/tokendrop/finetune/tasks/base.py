@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common import FinetuneError
+from tokendrop.finetune.common import FinetuneError
 
 KINDS = ("classification", "regression", "span")
 

@@ -5,7 +5,7 @@ source (e.g. ``gj04``), the label (0/1), the original author's acceptability mar
 and the sentence.  ``test.tsv`` has a header: ``index  sentence``.
 """
 
-from .base import Columns, TaskSpec
+from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
 TASKS = [TaskSpec("cola", "classification", ("accuracy", "mcc"), "mcc", dirname="CoLA",
                   columns=Columns(3, label=1, width=4, layout="source, label, original mark, sentence"),

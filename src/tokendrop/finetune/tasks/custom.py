@@ -10,8 +10,8 @@ import json
 import os
 from pathlib import Path
 
-from ..common import FinetuneError
-from .base import Example, TaskData, TaskSpec, data_dir, parse_label, read_lines, read_tsv_table, refuse_empty
+from tokendrop.finetune.common import FinetuneError
+from tokendrop.finetune.tasks.base import Example, TaskData, TaskSpec, data_dir, parse_label, read_lines, read_tsv_table, refuse_empty
 
 
 def _find(d: Path, stem: str) -> Path:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..common import FinetuneError
-from .base import Columns, Example, TaskSpec, refuse_empty
+from tokendrop.finetune.common import FinetuneError
+from tokendrop.finetune.tasks.base import Columns, Example, TaskSpec, refuse_empty
 
 LABELS = ["contradiction", "entailment", "neutral"]  # the order of transformers' GLUE processors
 

@@ -6,7 +6,7 @@ Files: ``train.tsv`` / ``dev.tsv`` with header ``Quality  #1 ID  #2 ID  #1 Strin
 #1 ID  #2 ID  #1 String  #2 String``.
 """
 
-from .base import Columns, TaskSpec
+from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
 TASKS = [TaskSpec("mrpc", "classification", ("accuracy", "f1"), "f1", dirname="MRPC",
                   columns=Columns("#1 String", "#2 String", "Quality"),

@@ -4,7 +4,7 @@ Files: ``train.tsv`` / ``dev.tsv`` with header ``index  question  sentence  labe
 entailment / not_entailment); ``test.tsv``: ``index  question  sentence``.
 """
 
-from .base import Columns, TaskSpec
+from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
 TASKS = [TaskSpec("qnli", "classification", ("accuracy",), "accuracy", dirname="QNLI",
                   columns=Columns("question", "sentence", "label", guid="index"),

@@ -6,7 +6,7 @@ is_duplicate`` (0/1); ``test.tsv``: ``id  question1  question2``.  The download 
 the wrong width: refused, or left out and counted with ``skip_malformed = true``.
 """
 
-from .base import Columns, TaskSpec
+from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
 TASKS = [TaskSpec("qqp", "classification", ("accuracy", "f1"), "f1", dirname="QQP",
                   columns=Columns("question1", "question2", "is_duplicate", guid="id"), labels=["0", "1"])]

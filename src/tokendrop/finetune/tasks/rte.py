@@ -4,7 +4,7 @@ Files: ``train.tsv`` / ``dev.tsv`` with header ``index  sentence1  sentence2  la
 entailment / not_entailment); ``test.tsv``: ``index  sentence1  sentence2``.
 """
 
-from .base import Columns, TaskSpec
+from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
 TASKS = [TaskSpec("rte", "classification", ("accuracy",), "accuracy", dirname="RTE",
                   columns=Columns("sentence1", "sentence2", "label", guid="index"),

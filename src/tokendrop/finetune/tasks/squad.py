@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common import FinetuneError, read_json
-from ..metrics import apply_threshold, best_threshold, squad_evaluate
-from .base import TaskSpec
+from tokendrop.finetune.common import FinetuneError, read_json
+from tokendrop.finetune.metrics import apply_threshold, best_threshold, squad_evaluate
+from tokendrop.finetune.tasks.base import TaskSpec
 
 
 @dataclass

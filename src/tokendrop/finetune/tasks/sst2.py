@@ -4,7 +4,7 @@ Files: ``train.tsv`` / ``dev.tsv`` with header ``sentence  label`` (label 0/1); 
 header ``index  sentence``.
 """
 
-from .base import Columns, TaskSpec
+from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
 TASKS = [TaskSpec("sst2", "classification", ("accuracy",), "accuracy", dirname="SST-2",
                   columns=Columns("sentence", label="label"), test_columns=Columns("sentence", guid="index"),

@@ -5,7 +5,7 @@ Files: ``train.tsv`` / ``dev.tsv`` with the 10-column header ``index  genre  fil
 old_index  source1  source2  sentence1  sentence2  score``; ``test.tsv``: the first 9 of them.
 """
 
-from .base import Columns, TaskSpec
+from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
 TASKS = [TaskSpec("stsb", "regression", ("pearson", "spearman"), "spearman", dirname="STS-B",
                   columns=Columns("sentence1", "sentence2", "score", guid="index"), aliases=("sts-b", "sts"))]

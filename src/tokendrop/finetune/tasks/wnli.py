@@ -5,7 +5,7 @@ Files: ``train.tsv`` / ``dev.tsv`` with header ``index  sentence1  sentence2  la
 a model that learns the train set scores below the majority class on dev.)
 """
 
-from .base import Columns, TaskSpec
+from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
 TASKS = [TaskSpec("wnli", "classification", ("accuracy",), "accuracy", dirname="WNLI",
                   columns=Columns("sentence1", "sentence2", "label", guid="index"), labels=["0", "1"])]

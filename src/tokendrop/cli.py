@@ -31,7 +31,7 @@ def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:
-    from tokendrop.train.checkpoint import has_checkpoint
+    from tokendrop.runs.checkpoint import has_checkpoint
     from tokendrop.config import load_config
     from tokendrop.train.trainer import load_run_config, pretrain
 
@@ -202,9 +202,10 @@ def cmd_study(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from tokendrop.lab.verify import VERIFIERS as LAB_VERIFIERS
     from tokendrop.runs.verify import verify_path
 
-    rep = verify_path(a.path)
+    rep = verify_path(a.path, extra=LAB_VERIFIERS)
     for note in rep.notes:
         print(f"{rep.path}: {note}")
     for problem in rep.problems:

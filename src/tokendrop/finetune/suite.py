@@ -213,7 +213,7 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
     (or a checkpoint dir) -- the sha256 its meta.json records, checked against the file -- or a Hugging
     Face dir's weight files, hashed (several shards as ``sha256sum`` of their ``sha256sum`` lines),
     cached per process by size and mtime.  (None, None) for a directory with no weights at all."""
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.errors import InitError
     from tokendrop.models.weights import combined_sha, weight_files
 

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from tokendrop.runs import rundir
-from tokendrop.train.checkpoint import sha256_file
+from tokendrop.runs.files import atomic_directory
+from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.config import ConfigError, FinetuneConfig
 from tokendrop.models.families import spec_for_hf_model_type
 from tokendrop.runs.files import atomic_write_json, atomic_write_text
@@ -387,7 +388,7 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
     try:
         with rundir.lock(out, FinetuneError):
             rundir.prepare_output(out, "finetune", overwrite, inputs=[model_path, cfg.data], error=FinetuneError)
-            with rundir.atomic_directory(out) as tmp:
+            with atomic_directory(out) as tmp:
                 rundir.write_marker(tmp, "finetune")
                 return _finetune(cfg, spec, model_path, tmp, log, final=out)
     finally:

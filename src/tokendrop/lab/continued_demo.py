@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.lab import fetch
-from tokendrop.runs.rundir import atomic_write_json, atomic_write_text
+from tokendrop.runs.files import atomic_write_json, atomic_write_text
 
 METHODS = (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"]))
 SEQ_LEN = 128
@@ -100,7 +100,7 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
 
 
 def _init_time(run: Path) -> float:
-    from tokendrop.train.metrics import read_metrics
+    from tokendrop.runs.metrics import read_metrics
 
     recs = read_metrics(run)
     return sum(r.get("seconds", 0.0) for r in recs if r.get("event") == "init_done")

@@ -24,6 +24,7 @@ from typing import Any
 
 from tokendrop.lab import fetch
 from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.lab.continued_demo import run_continued_demo
 from tokendrop.lab.fetch import (
     FetchError,
@@ -100,12 +101,12 @@ def run_scratch_demo(out: str | Path = "runs/demo-scratch", steps: int = 0, fine
     report, rows = compare_runs(runs, out, title="tokendrop demo: baseline vs token dropping (CPU)")
     table = _summary_table(rows, ft)
     text = report.read_text() + "\n" + _notes(rows, ft)
-    rundir.atomic_write_text(report, text)
+    atomic_write_text(report, text)
     print()
     print(table)
     print(f"\nreport: {report}")
     summary = {"rows": rows, "finetune": ft}
-    rundir.atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(out / "summary.json", summary)
     return summary
 
 

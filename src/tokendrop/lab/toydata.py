@@ -52,7 +52,7 @@ LETTERS = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowerca
 
 def _write_text(path: str | os.PathLike, text: str) -> Path:
     """UTF-8, atomically (a reader never sees half a file); the parent directory is created."""
-    from tokendrop.runs.rundir import atomic_write_text
+    from tokendrop.runs.files import atomic_write_text
 
     return atomic_write_text(path, text)
 
@@ -290,7 +290,7 @@ def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_laye
     import torch
     from safetensors.torch import save_file
 
-    from tokendrop.train.checkpoint import _sha256
+    from tokendrop.runs.checkpoint import sha256_file
     from tokendrop.config import ModelConfig
     from tokendrop.models.bert.model import BertForMaskedLM
 
@@ -299,7 +299,7 @@ def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_laye
     if vocab is None:
         write_vocab(out / "tokenizer")
     else:
-        from tokendrop.runs.rundir import atomic_write_bytes
+        from tokendrop.runs.files import atomic_write_bytes
 
         atomic_write_bytes(out / "tokenizer" / "vocab.txt", Path(vocab).read_bytes())
     n_vocab = sum(1 for _ in open(out / "tokenizer" / "vocab.txt", encoding="utf-8"))
@@ -309,7 +309,7 @@ def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_laye
     model = BertForMaskedLM(cfg)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
     save_file({}, str(out / "state.safetensors"))  # no training state; hashed so the checkpoint verifies
-    files = {n: {"bytes": (out / n).stat().st_size, "sha256": _sha256(out / n)} for n in ("model.safetensors", "state.safetensors")}
+    files = {n: {"bytes": (out / n).stat().st_size, "sha256": sha256_file(out / n)} for n in ("model.safetensors", "state.safetensors")}
     _write_text(out / "meta.json", json.dumps({"config": {"model": asdict(cfg)}, "step": 0, "toy": True, "files": files}, indent=2))
     return out
 

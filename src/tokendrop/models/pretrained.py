@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from tokendrop.train.checkpoint import latest_checkpoint
+from tokendrop.runs.checkpoint import latest_checkpoint
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import has_tokenizer_files
 from tokendrop.errors import InteropError

@@ -1,5 +1,5 @@
 """Figures: matplotlib's pyplot on the Agg backend, and the one way a figure is written (atomically,
-through :func:`tokendrop.runs.rundir.atomic_file`, then closed).  Every plot of the package goes through
+through :func:`tokendrop.runs.atomic_file`, then closed).  Every plot of the package goes through
 these two functions."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tokendrop.runs.rundir import atomic_file
+from tokendrop.runs.files import atomic_file
 
 
 def pyplot() -> Any:

@@ -26,9 +26,11 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.runs import rundir
+from tokendrop.runs.metrics import truncate_metrics
+from tokendrop.runs.files import atomic_directory, atomic_write_text
 from tokendrop.models.attention import check_training_device
 from tokendrop.train.budget import RunLength, budget_clock
 from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
@@ -38,7 +40,7 @@ from tokendrop.errors import TrainingError
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.dropping.flops import RunFlops, step_flops
 from tokendrop.dropping.importance import build_selector
-from tokendrop.train.metrics import MetricsLog, read_metrics
+from tokendrop.runs.metrics import MetricsLog, read_metrics
 from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
 from tokendrop.models.masked_lm import num_parameters
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
@@ -265,12 +267,12 @@ class _Trainer:
             if mode == "replace":
                 rundir.discard(run_dir)
             rundir.create(run_dir, "run")
-            rundir.atomic_write_text(run_dir / "config.toml", to_toml(cfg))
+            atomic_write_text(run_dir / "config.toml", to_toml(cfg))
             tok_dst = run_dir / "tokenizer"
             if not tok_dst.exists():
                 from tokendrop.models.hf import copy_tokenizer
 
-                with rundir.atomic_directory(tok_dst) as tok_tmp:
+                with atomic_directory(tok_dst) as tok_tmp:
                     copy_tokenizer(self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
         if dd.world > 1:
             dist.barrier()
@@ -344,7 +346,7 @@ class _Trainer:
                 self.selector.set_rng_state(rng["rng.selector"], self.device)
             ckpt_mod.restore_rng(rng)
         if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
-            rundir.truncate_metrics(self.run_dir, self.start_step)
+            truncate_metrics(self.run_dir, self.start_step)
 
     # -- the metrics log and step 0 ----------------------------------------------------------------------
     def start(self) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.finetune.columns import DOWNSTREAM_KEYS
-from tokendrop.lab.study.common import atomic_json, isnum, mean, read_json
+from tokendrop.lab.study.common import isnum, mean
+from tokendrop.runs.files import atomic_write_json, read_json
 from tokendrop.lab.study.plan import RunSpec, StudyConfig
 from tokendrop.lab.study.records import (
     EvalSummary,
@@ -74,7 +75,7 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
               "eval_loss": r["eval_loss"], "eval_acc": r.get("eval_acc")} for r in evals]
     final = curve[-1] if curve else {}
     metas = sorted((run_dir / "checkpoints").glob("step-*/meta.json"))
-    trained_at = (read_json(metas[-1]) or {}).get("git_revision") if metas else None
+    trained_at = (read_json(metas[-1], expect=None, default=None) or {}).get("git_revision") if metas else None
     init_s = sum(float(e.get("seconds", 0.0)) for e in events if e.get("event") == "init_done")
     return RunResult(
         run_dir=str(run_dir), method=method, seed=seed, steps=steps, git_revision=trained_at, seq_len=T,
@@ -94,14 +95,14 @@ def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob
     ``cache`` (keyed by checkpoint and data); ``fresh_head``: the model had no MLM head."""
     import torch
 
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.data import MLMLoader, PreparedData
     from tokendrop.models.pretrained import load_pretrained
     from tokendrop.models.bert.model import BertForMaskedLM
     from tokendrop.train.trainer import evaluate_mlm
 
     last = ckpt_mod.latest(model_dir) if (model_dir / "checkpoints").is_dir() else None
-    old = read_json(cache) or {}
+    old = read_json(cache, expect=None, default=None) or {}
     if old.get("checkpoint") == (last.name if last else "") and old.get("data") == str(packed):
         return old
     model, info = load_pretrained(last or model_dir, BertForMaskedLM)
@@ -112,7 +113,7 @@ def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob
         r = evaluate_mlm(model, batches, torch.device("cpu"), None, eval_batches)
     r.update(checkpoint=last.name if last else "", data=str(packed),
              fresh_head=any(k.startswith("mlm.") for k in info.get("fresh", [])))
-    atomic_json(cache, r)
+    atomic_write_json(cache, r)
     return r
 
 

@@ -3,7 +3,6 @@ the machine's description."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -14,7 +13,6 @@ from typing import Any
 from tokendrop.config import ConfigError, config_dir
 from tokendrop.lab.machine import cpu_model
 from tokendrop.lab.machine import loadavg as machine_loadavg
-from tokendrop.runs.rundir import json_text
 
 
 class StudyError(ConfigError):
@@ -25,23 +23,6 @@ class StudyError(ConfigError):
 
 def log(msg: str) -> None:
     print(f"[study] {msg}", file=sys.stderr, flush=True)
-
-
-def atomic_text(path: Path, text: str) -> None:
-    from tokendrop.runs.rundir import atomic_write_text
-
-    atomic_write_text(path, text)
-
-
-def atomic_json(path: Path, obj: Any) -> None:
-    atomic_text(path, json_text(obj))
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def isnum(x: Any) -> bool:
@@ -83,7 +64,7 @@ def hardware() -> dict[str, Any]:
         from tokendrop import __version__
 
         hw["tokendrop"] = __version__
-        from tokendrop.train.checkpoint import git_revision
+        from tokendrop.runs.checkpoint import git_revision
 
         hw["git_revision"] = git_revision()
     except Exception:  # noqa: BLE001

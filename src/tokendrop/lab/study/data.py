@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tokendrop.lab.study.common import StudyError, atomic_json, log, read_json, resolve_path
+from tokendrop.lab.study.common import StudyError, log, resolve_path
+from tokendrop.runs.files import atomic_write_json, read_json
 from tokendrop.lab.study.plan import StudyConfig, resolve_source  # noqa: F401 -- resolve_source: re-exported
 
 
@@ -29,7 +30,7 @@ def _subset_corpus(sources: list[str], out: Path, max_bytes: int) -> dict[str, A
     """Whole documents in corpus order until ``max_bytes`` of UTF-8 text; deterministic."""
     from tokendrop.data import iter_documents
 
-    from tokendrop.runs.rundir import atomic_file
+    from tokendrop.runs.files import atomic_file
 
     n_docs = n_bytes = 0
     h = hashlib.sha256()
@@ -81,7 +82,7 @@ def prepare_data(study: StudyConfig, out: Path, need_unpacked: bool, source: Pat
     ddir.mkdir(parents=True, exist_ok=True)
     fp = data_fingerprint(study, source)
     stamp = ddir / "prepared.json"
-    old = read_json(stamp) or {}
+    old = read_json(stamp, expect=None, default=None) or {}
     if old.get("fingerprint") not in (None, fp):
         changed = [k for k in fp if old["fingerprint"].get(k) != fp[k]]
         raise StudyError(f"{ddir}: prepared for a different study config ({', '.join(changed)} changed); "
@@ -143,5 +144,5 @@ def prepare_data(study: StudyConfig, out: Path, need_unpacked: bool, source: Pat
                                                  "split_documents", "truncated_documents")}}
     if (unpacked / "meta.json").is_file():
         info.setdefault("unpacked", {"path": str(unpacked)})
-    atomic_json(stamp, info)
+    atomic_write_json(stamp, info)
     return info

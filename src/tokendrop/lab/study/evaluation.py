@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokendrop.config import from_dict, to_dict
-from tokendrop.lab.study.common import cpu_s, log, read_json
+from tokendrop.lab.study.common import cpu_s, log
+from tokendrop.runs.files import read_json
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import EvalSummary, ModelEval
 from tokendrop.lab.study.workers import run_parallel
@@ -98,7 +99,7 @@ def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any], mod
         p = str(Path(pm["path"]).resolve())
         secs = 0.0
         for mf in (out / "eval" / "cells" / key).glob("*/*/metrics.json"):
-            r = read_json(mf) or {}
+            r = read_json(mf, expect=None, default=None) or {}
             secs += float((r.get("timing") or {}).get("total_s", 0.0))
         per_path[p] = ModelEval(columns=pm.get("columns", {}), best_cell=pm.get("best_cell", {}), seconds=secs,
                                 cells_done=pm.get("cells_done"))

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.runs.plotting import pyplot, save_figure
-from tokendrop.lab.study.common import isnum, log, read_json
+from tokendrop.lab.study.common import isnum, log
+from tokendrop.runs.files import read_json
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import StudyResults
 
@@ -70,7 +71,7 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
 def inspect_figures(study: StudyConfig, res: StudyResults, out: Path) -> dict[str, Any] | None:
     """``inspect_run`` of the inspected method's first finished seed; Figures 1 and 3 copied to figures/."""
     from tokendrop.lab.inspect import InspectError, inspect_run
-    from tokendrop.runs.rundir import atomic_file
+    from tokendrop.runs.files import atomic_file
 
     d = res.methods.get(study.inspect_method)
     if not d:
@@ -87,5 +88,5 @@ def inspect_figures(study: StudyConfig, res: StudyResults, out: Path) -> dict[st
                      ("examples.html", "fig1-examples.html")):
         with atomic_file(figs / dst) as tmp:
             shutil.copyfile(ins / src, tmp)
-    return {"run": rname, "dir": str(ins), "summary": read_json(ins / "summary.json"),
-            "tokens": read_json(ins / "tokens.json")}
+    return {"run": rname, "dir": str(ins), "summary": read_json(ins / "summary.json", expect=None, default=None),
+            "tokens": read_json(ins / "tokens.json", expect=None, default=None)}

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokendrop.lab.study.common import atomic_json, atomic_text, isnum, pct
+from tokendrop.lab.study.common import isnum, pct
+from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.lab.study.findings import findings, paper_comparison, spread
 from tokendrop.lab.study.plan import StudyConfig, load_study
 from tokendrop.lab.study.records import EvalSummary, StudyResults, results_from_json
@@ -279,7 +280,7 @@ def write_report(study: StudyConfig, out: Path, res: StudyResults, info: ReportI
             lines += ["##" + body[0]] + body[1:] + [""]
     lines += _figures(out, info)
     p = out / "study.md"
-    atomic_text(p, "\n".join(lines))
+    atomic_write_text(p, "\n".join(lines))
     return p
 
 
@@ -320,6 +321,6 @@ def refresh_findings(report_dir: Path) -> list[str]:
     replace_list(FINDINGS_HEADING, found)
     if claims and CLAIMS_HEADING in lines:
         replace_list(CLAIMS_HEADING, claims)
-    atomic_text(report_dir / "study.md", "\n".join(lines))
-    atomic_json(report_dir / "study.json", {**d, "findings": found})
+    atomic_write_text(report_dir / "study.md", "\n".join(lines))
+    atomic_write_json(report_dir / "study.json", {**d, "findings": found})
     return found

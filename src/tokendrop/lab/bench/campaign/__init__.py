@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_write_json
 from tokendrop.config import ConfigError
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, write_part
 from tokendrop.lab.bench.campaign.config import (
@@ -108,7 +109,7 @@ def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: L
 
     say(f"[{name}] {TITLES[name]} (budget {cfg.budget_s:.0f}s)")
     _forget_earlier_result(out_dir, name, say)
-    rundir.atomic_write_json(out_dir / IN_PROGRESS, {"part": name, "pid": os.getpid(), "host": socket.gethostname(),
+    atomic_write_json(out_dir / IN_PROGRESS, {"part": name, "pid": os.getpid(), "host": socket.gethostname(),
                                                       "started": r.started})
     save()  # PART.json now says complete: false until the part ends
     try:

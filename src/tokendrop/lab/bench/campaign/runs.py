@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_write_bytes
 from tokendrop.config import Config, ConfigError, load_config
 from tokendrop.finetune.tasks import get_task
 from tokendrop.train.trainer import read_metrics
@@ -89,7 +89,7 @@ def summarize_run(name: str, run_dir: Path) -> RunSummary:
 def keep_log(run_dir: Path, out: Path, name: str) -> str:
     """Copy a run's metrics.jsonl under OUT (small); -> the file name."""
     dst = out / f"{name}-metrics.jsonl"
-    rundir.atomic_write_bytes(dst, (run_dir / "metrics.jsonl").read_bytes())
+    atomic_write_bytes(dst, (run_dir / "metrics.jsonl").read_bytes())
     return dst.name
 
 

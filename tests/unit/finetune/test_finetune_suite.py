@@ -8,6 +8,7 @@ import pytest
 from tokendrop.config import ConfigError
 from tokendrop.finetune import FinetuneError, evaluate, load_suite
 from tokendrop.finetune.columns import COLUMNS
+from tokendrop.finetune.tasks import TASKS
 from tokendrop.finetune.suite import SuiteConfig, cells_for, parse_models
 from tokendrop.lab.toydata import write_checkpoint, write_toy_glue, write_toy_squad
 
@@ -23,6 +24,9 @@ def test_presets_load():
     assert len(cells_for(paper)) == 6 * 4
     for name in ("suite-cpu", "suite-tiny"):
         load_suite(name)
+    glue = load_suite("suite-glue")  # every GLUE task
+    assert {t for t in glue.tasks} == {n for n, t in TASKS.items() if t.kind != "span" and t.train and n != "custom"}
+    assert len(cells_for(glue)) == 9 * 4
     with pytest.raises(ConfigError, match="did you mean 'glue_lrs'"):
         load_suite("suite-tiny", ["glue_lr=[1e-3]"])
     with pytest.raises(ConfigError, match="suite.tasks"):

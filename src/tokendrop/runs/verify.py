@@ -293,7 +293,7 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
     kind = _task_kind(r["task"])
     if kind == "span":
         want = [p / "predictions" / "dev.json"]
-    elif kind in ("classification", "regression"):
+    elif kind is not None:  # every other kind writes predictions/<split>.tsv
         want = [p / "predictions" / f"{split}.tsv" for split in metrics]
     else:
         want = []

@@ -1,25 +1,15 @@
-"""Shared helpers of the fine-tuning subpackage: the error type, reading JSON, the tokenizer."""
+"""Shared helpers of the fine-tuning subpackage: the error type and the tokenizer."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 from tokendrop.errors import TokendropError
 
 
 class FinetuneError(TokendropError, ValueError):
     """A fine-tuning / evaluation problem, with a one-line message (file and line where it applies)."""
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise FinetuneError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -42,9 +42,9 @@ from typing import Any, Callable
 
 from tokendrop.config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict
 from tokendrop.runs import rundir
-from tokendrop.runs.files import atomic_write_json, atomic_write_text
+from tokendrop.runs.files import atomic_write_json, atomic_write_text, read_json
 from tokendrop.finetune.columns import AVERAGES, COLUMNS, GLUE_AVG, MAIN_COLUMN, SQUAD_AVG, table_columns
-from tokendrop.finetune.common import FinetuneError, read_json
+from tokendrop.finetune.common import FinetuneError
 from tokendrop.finetune.tasks import get_task
 
 
@@ -262,7 +262,7 @@ def _finished(path: Path, fcfg: FinetuneConfig) -> dict | None:
     if not mp.is_file():
         return None
     try:
-        r = read_json(mp)
+        r = read_json(mp, FinetuneError)
     except FinetuneError:
         return None
     if not isinstance(r, dict) or "scores" not in r or not _same_settings(r.get("config", {}), to_dict(fcfg)):
@@ -548,7 +548,7 @@ class _SuiteRun:
         used = {"model_sha256": msha if after == msha else None, "model_weights": str(mfile) if mfile else None}
         r = {**r, **used}
         if (cdir / "metrics.json").is_file():
-            atomic_write_json(cdir / "metrics.json", {**read_json(cdir / "metrics.json"), **used}, indent=2)
+            atomic_write_json(cdir / "metrics.json", {**read_json(cdir / "metrics.json", FinetuneError), **used}, indent=2)
         dt = time.perf_counter() - t0
         self.spent.setdefault(cell.task, []).append(dt / cell.epochs)
         self.computed += 1

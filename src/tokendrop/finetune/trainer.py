@@ -29,11 +29,10 @@ import torch
 import torch.nn.functional as F
 
 from tokendrop.runs import rundir
-from tokendrop.runs.files import atomic_directory
 from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.config import ConfigError, FinetuneConfig
 from tokendrop.models.families import spec_for_hf_model_type
-from tokendrop.runs.files import atomic_write_json, atomic_write_text
+from tokendrop.runs.files import atomic_directory, atomic_write_json, atomic_write_text
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device, seed_everything
 from tokendrop.train.schedules import lr_linear_steps
 from tokendrop.finetune.columns import task_scores

@@ -113,7 +113,7 @@ def test_stsb_ten_columns_float_scores(tmp_path):
     assert data.dev["dev"][0].label == 0.0 and isinstance(data.dev["dev"][0].label, float)
     test = get_task("stsb").read(d / "test.tsv", labelled=False)
     assert test[0].text_b == "A girl is brushing her hair." and test[0].label is None
-    for bad, msg in (("high", "label 'high' in column 'score' is not a number"), ("nan", "not a finite number")):
+    for bad, msg in (("high", "label 'high' in column 'score' is not a number"), ("nan", "is not finite")):
         p = _write(tmp_path / f"bad-{bad}.tsv", [STSB_H, f"0\tg\tf\ty\t0\tn\tn\ta\tb\t{bad}"])
         with pytest.raises(FinetuneError, match=rf"bad-{bad}.tsv:2: .*{msg}"):
             get_task("stsb").read(p)

@@ -293,14 +293,19 @@ def parse_label(spec: TaskSpec, raw: str, where: str, column: str | int | None =
     if raw == "":
         raise FinetuneError(f"{where}: empty label in {col}")
     if spec.kind == "regression":
-        try:
-            v = float(raw)
-        except ValueError:
-            raise FinetuneError(f"{where}: label {raw!r} in {col} is not a number ({spec.name} is a regression task)") from None
-        if not math.isfinite(v):
-            raise FinetuneError(f"{where}: label {raw!r} in {col} is not a finite number")
-        return v
+        return finite_float(raw, f"{where}: label {raw!r} in {col}", f" ({spec.name} is a regression task)")
     try:
         return spec.labels.index(raw)
     except ValueError:
         raise FinetuneError(f"{where}: unknown label {raw!r} for {spec.name}; expected one of {', '.join(spec.labels)}") from None
+
+
+def finite_float(raw: str, what: str, why: str = "") -> float:
+    """``raw`` as a finite float, else ``FinetuneError("<what> is not a number<why>")`` (or "not finite")."""
+    try:
+        v = float(raw)
+    except ValueError:
+        raise FinetuneError(f"{what} is not a number{why}") from None
+    if not math.isfinite(v):
+        raise FinetuneError(f"{what} is not finite")
+    return v

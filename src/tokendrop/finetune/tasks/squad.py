@@ -31,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tokendrop.finetune.common import FinetuneError, read_json
+from tokendrop.finetune.common import FinetuneError
 from tokendrop.finetune.metrics import apply_threshold, best_threshold, squad_evaluate
 from tokendrop.finetune.tasks.base import TaskSpec
+from tokendrop.runs.files import read_json
 
 
 @dataclass
@@ -85,7 +86,7 @@ def read_squad(path: str | os.PathLike, version: int | None = None, check_answer
     path = Path(path)
     if not path.is_file():
         raise FinetuneError(f"{path}: no such file")
-    d = read_json(path)
+    d = read_json(path, FinetuneError, expect=None)
     if not isinstance(d, dict) or not isinstance(d.get("data"), list):
         raise FinetuneError(f"{path}: not a SQuAD file (expected an object with a 'data' list)")
     file_version = str(d.get("version", ""))

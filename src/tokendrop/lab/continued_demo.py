@@ -24,7 +24,7 @@ from tokendrop.train.trainer import load_run_config, pretrain
 from tokendrop.finetune import finetune as run_finetune
 from tokendrop.runs.metrics import read_metrics
 
-METHODS = (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"]))
+ARMS = (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"]))
 SEQ_LEN = 128
 
 
@@ -52,7 +52,7 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
                 overwrite=True)  # replaces only prepared data tokendrop wrote
     runs: dict[str, Path] = {}
     cfgs = {}
-    for name, overrides in METHODS:
+    for name, overrides in ARMS:
         print(f"[4/6] continued pretraining of MiniLM: {name} ...", flush=True)
         ov = [f"model.init={json.dumps(str(source))}", f"data.path={json.dumps(str(data_dir))}", *overrides]
         ov += [f"train.steps={steps}"] if steps else []

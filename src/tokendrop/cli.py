@@ -357,7 +357,7 @@ def _add_demo(sub) -> None:
     s.add_argument("--steps", type=int, default=0, help="override the demo preset's steps")
     s.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per model")
     s.add_argument("--from-scratch", action="store_true",
-                   help="the older demo: a 6x256 BERT from random weights on a Wikipedia sample (speed only)")
+                   help="the from-scratch demo: a 6x256 BERT from random weights on a Wikipedia sample (speed only)")
     s.add_argument("--cache", default=".cache", help="where downloaded packages are kept")
     s.add_argument("--no-finetune", action="store_true")
     s.add_argument("--overwrite", action="store_true",

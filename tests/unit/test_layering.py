@@ -178,7 +178,7 @@ def test_selection_methods_are_one_registry():
     assert set(config.RANDOM_METHODS) == {"half_random", "random", "random_ltd"}
     assert config.PER_LAYER_METHODS == ("random_ltd",)
     assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
-    from tokendrop.lab.study.plan import METHODS as ARMS
+    from tokendrop.lab.study.plan import ARMS
 
     for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
         method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")
@@ -237,6 +237,7 @@ def private_imports(src: Path = SRC) -> list[str]:
     out = []
     for mod, path in modules.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        aliases = _module_aliases(path, modules)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
                 if node.level:
@@ -251,7 +252,7 @@ def private_imports(src: Path = SRC) -> list[str]:
                     if a.name.startswith("_") and not a.name.startswith("__") and target != mod:
                         out.append(f"{mod}: from {target} import {a.name}")
             elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-                if isinstance(node.value, ast.Name) and node.value.id in _module_aliases(path, modules):
+                if isinstance(node.value, ast.Name) and node.value.id in aliases:
                     out.append(f"{mod}: {node.value.id}.{node.attr}")
     return sorted(out)
 

@@ -106,6 +106,8 @@ from tokendrop.data.tokenizer import (
     vocab_sha256,
     write_tokenizer_config,
 )
+import shutil
+from tqdm.auto import tqdm
 # ----------------------------------------------------------------------------------------------
 # prepare
 
@@ -173,8 +175,6 @@ def _copy_pretrained_tokenizer(spec: TokenizerSpec, tok, dst: str) -> tuple[list
     a tokenizer.json used as it is) when the source lacks them, so the directory exports and reloads
     as the same tokenizer.  A tokenizer.json used as it is takes no vocab.txt (a source's one, which
     nothing reads, is not copied).  -> (files present, files generated)."""
-    import shutil
-
     copied = [n for n in spec.files if spec.backend == "bert" or n != "vocab.txt"]
     for name in copied:
         shutil.copyfile(os.path.join(spec.directory, name), os.path.join(dst, name))
@@ -452,8 +452,6 @@ def _summary(out_dir: str, seq_len: int, packed, V: int, meta: dict, warnings: l
 
 def _train(sources, text_field: str, vocab_size: int, lowercase: bool, min_frequency: int, progress: bool):
     """A WordPiece vocabulary trained on the corpus (one pass over it, in this process)."""
-    from tqdm.auto import tqdm
-
     bar = tqdm(total=sum(s.size for s in sources) or None, unit="B", unit_scale=True, desc="train vocab",
                disable=not progress, dynamic_ncols=True)
     docs = (d for s in sources for r in iter_raw(s, text_field, bar.update) if (d := finish(s.fmt, r)))

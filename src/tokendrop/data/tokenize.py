@@ -20,6 +20,8 @@ import numpy as np
 from tokendrop.runs.files import replace_dir
 from tokendrop.runs.files import atomic_write_json
 from tokendrop.data.corpus import WIKI, Source, finish, iter_raw
+import signal
+from tokenizers import Tokenizer
 
 _CHUNK_CHARS = 1 << 20  # text per tokenization task
 _CHUNK_DOCS = 2048
@@ -104,10 +106,6 @@ WORKER_STATE: dict[str, Any] = {}
 
 
 def _worker_init(tok_json: str, dtype: str, context: dict | None = None) -> None:
-    import signal
-
-    from tokenizers import Tokenizer
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool, no worker tracebacks
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate() ends a worker quietly
 

@@ -33,6 +33,7 @@ from tokenizers.models import WordPiece
 
 from tokendrop.errors import DataError
 from tokendrop.runs.files import read_json
+from tokenizers.trainers import WordPieceTrainer
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -118,8 +119,6 @@ def train_tokenizer(
     length: int | None = None,
 ) -> Tokenizer:
     """Learn a WordPiece vocabulary of (at most) ``vocab_size`` tokens; specials get ids 0-4."""
-    from tokenizers.trainers import WordPieceTrainer
-
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise DataError(f"vocab_size: expected at least {len(SPECIAL_TOKENS) + 1}, got {vocab_size}")
     tok = Tokenizer(WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))

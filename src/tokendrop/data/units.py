@@ -58,6 +58,8 @@ from tokendrop.data.tokenize import (
     tokenizers_parallelism,
 )
 from tokendrop.data.tokenizer import plain_copy
+from tqdm.auto import tqdm
+from tokendrop.data.tokenize import WORKER_STATE
 
 UNIT_BYTES = 32_000_000  # the largest default work unit (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
 MIN_UNIT_BYTES = 1_000_000
@@ -254,8 +256,6 @@ def _key_difference(old: dict, new: dict) -> str:
 def run_units(work: WorkDir, sources: Sequence[Source], tok, dtype: np.dtype, workers: int, text_field: str,
               progress: bool) -> list[dict]:
     """Tokenize every unfinished unit of ``work``; -> every unit's info, in unit order."""
-    from tqdm.auto import tqdm
-
     units = work.units
     infos = [work.info(i) for i in range(len(units))]
     pending = [i for i, info in enumerate(infos) if info is None]
@@ -328,8 +328,6 @@ def _pooled(work: WorkDir, sources, pending: list[int], infos: list, plain, dtyp
 
 def _unit_task(i: int) -> dict:
     """A worker tokenizes unit ``i`` (reading it itself); progress through shared counters."""
-    from tokendrop.data.tokenize import WORKER_STATE
-
     work: WorkDir = WORKER_STATE["work"]
     u = work.units[i]
     seen = [0]

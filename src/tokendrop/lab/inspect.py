@@ -46,6 +46,16 @@ from tokendrop.runs.checkpoint import CheckpointError
 from tokendrop.config import LOSS_METHODS
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.config import Config, from_dict
+from tokendrop.data import DataError
+from tokendrop.data.tokenizer import SPECIAL_KEYS, has_tokenizer_files, read_tokenizer_spec, read_vocab, tokenizer_from_spec, vocab_tokens
+from tokendrop.data import PreparedData
+import torch
+from tokendrop.dropping.importance import build_selector
+from tokendrop.runs import rundir
+from tokendrop.runs.rundir import write_marker
+from tokendrop.runs.files import atomic_directory
 
 
 # Figure 1: held-out excerpts with the kept tokens in bold and each token's importance score, as HTML
@@ -167,8 +177,6 @@ class RunView:
     def seq_len(self) -> int:
         """T of the run's prepared data (or the config's, or 128 when neither is known)."""
         if self.data_path:
-            from tokendrop.data import PreparedData
-
             return PreparedData.open(self.data_path).seq_len
         return self.cfg.data.seq_len or 128
 
@@ -182,8 +190,6 @@ UNSCORED = ("random", "random_ltd")  # methods whose selection never reads the i
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     """-> (run dir, checkpoint dir) for a run dir or one of its ``checkpoints/step-*`` dirs."""
-    from tokendrop.runs import checkpoint as ckpt_mod
-
     if not path.exists():
         raise InspectError(f"{path}: no such directory")
     if not path.is_dir():
@@ -265,19 +271,6 @@ def _is_byte_level(tok) -> bool:
 
 def load_run(run_dir: str | os.PathLike) -> RunView:
     """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be inspected."""
-    from tokendrop.config import Config, from_dict
-    from tokendrop.data import DataError
-    from tokendrop.data.tokenizer import (
-        SPECIAL_KEYS,
-        has_tokenizer_files,
-        read_tokenizer_spec,
-        read_vocab,
-        tokenizer_from_spec,
-        vocab_tokens,
-    )
-
-    from tokendrop.runs import checkpoint as ckpt_mod
-
     run, ckpt = _find_checkpoint(Path(run_dir))
     meta = ckpt_mod.read_meta(ckpt)
     try:
@@ -324,8 +317,6 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     counts = None
     if data_path:
         try:
-            from tokendrop.data import PreparedData
-
             pd = PreparedData.open(data_path)
             if pd.vocab_size == len(scores):
                 counts = pd.token_counts()
@@ -428,10 +419,6 @@ def top_bottom(rv: RunView, k: int = 30) -> dict[str, list[dict[str, Any]]]:
 
 
 def _selector(rv: RunView):
-    import torch
-
-    from tokendrop.dropping.importance import build_selector
-
     T = rv.seq_len()
     index = {t: i for i, t in enumerate(rv.vocab)}
     extra = [index[t] for t in rv.cfg.drop.pinned_tokens if t in index]
@@ -449,10 +436,6 @@ def _ltd_layers(rv: RunView) -> int:
 def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed: int = 0) -> list[dict[str, Any]]:
     """``num_examples`` held-out excerpts: ``tokens``, ``scores``, ``kept`` (per token of the window),
     plus the sequence index, window offset and the kept fraction of the whole sequence."""
-    import torch
-
-    from tokendrop.data import PreparedData
-
     if not rv.data_path or num_examples <= 0:
         return []
     pd = PreparedData.open(rv.data_path)
@@ -588,8 +571,6 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
 
     An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
     inspection (never a file, or a directory holding the run); written atomically, under a lock."""
-    from tokendrop.runs import rundir
-
     rv = load_run(run_dir)
     out = Path(out_dir) if out_dir else rv.run_dir / "inspect"
     with rundir.lock(out, InspectError):
@@ -598,9 +579,6 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
 
 
 def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, seed: int) -> Path:
-    from tokendrop.runs.rundir import write_marker
-    from tokendrop.runs.files import atomic_directory
-
     with atomic_directory(out) as tmp:
         write_marker(tmp, "inspect")
         stats = score_stats(rv)

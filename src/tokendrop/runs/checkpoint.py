@@ -33,9 +33,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tokendrop import __version__
+from tokendrop.version import __version__
 from tokendrop.errors import TokendropError
 from tokendrop.runs.files import atomic_directory, atomic_write_json, discard_dir, write_safetensors
+from safetensors.torch import load as st_load
 
 
 class CheckpointError(TokendropError, ValueError):
@@ -316,8 +317,6 @@ def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
                  meta: dict[str, Any] | None = None) -> dict[str, Tensor]:
     """The tensors of ``ckpt/name``, read once and parsed only after the sha256 of exactly those bytes
     matched meta.json.  The one way a tokendrop checkpoint's tensors are read."""
-    from safetensors.torch import load as st_load
-
     ckpt = Path(ckpt)
     meta = read_meta(ckpt) if meta is None else meta
     f = ckpt / name

@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.errors import TokendropError
+import re
+from safetensors import SafetensorError
+from safetensors import torch as st
 
 
 def replace_dir(tmp: Path, out: Path, prefix: str | None = None) -> None:
@@ -130,11 +133,6 @@ def write_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str
     """``safetensors.torch.save_file``, whose I/O failures (disk full, quota, file too large) surface as
     an ``OSError`` with the errno (safetensors raises its own ``SafetensorError`` for them), so every
     writer's disk-full handling (``cli.main``, the checkpoint writer) sees them."""
-    import re
-
-    from safetensors import SafetensorError
-    from safetensors import torch as st  # looked up per call (tests patch safetensors.torch.save_file)
-
     try:
         st.save_file(tensors, str(path), metadata=metadata)
     except SafetensorError as e:

@@ -71,7 +71,7 @@ def read_marker(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def write_marker(directory: str | os.PathLike, kind: str) -> Path:
-    from tokendrop import __version__
+    from tokendrop.version import __version__
 
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")

@@ -1,5 +1,5 @@
 """Measurements of finished runs and their aggregation over seeds: per run, per method, the source
-checkpoint's row, and time to the baseline's quality."""
+checkpoint's row, and time to the reference arm's (study.baseline_arm) quality."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ from tokendrop.lab.study.records import (
     StudyResults,
     TargetHit,
 )
+from tokendrop.dropping.flops import dropping_step_flops, step_flops
+from tokendrop.train.trainer import load_run_config, read_metrics, stage2_start
+import torch
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.data import MLMLoader, PreparedData
+from tokendrop.models.pretrained import load_pretrained
+from tokendrop.models.bert.model import BertForMaskedLM
+from tokendrop.train.trainer import evaluate_mlm
 
 
 def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[dict]]:
@@ -42,9 +50,6 @@ def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[di
 
 def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResult:
     """Measured numbers of a finished run (metrics.jsonl + config; FLOPs from the analytic model)."""
-    from tokendrop.dropping.flops import dropping_step_flops, step_flops
-    from tokendrop.train.trainer import load_run_config, read_metrics, stage2_start
-
     cfg = load_run_config(run_dir)
     train, evals, events = _dedupe(read_metrics(run_dir))
     start = next((e for e in events if e.get("event") == "start"), {})
@@ -93,14 +98,6 @@ def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob
     """Held-out MLM loss of a model dir (a run's latest checkpoint, or a Hugging Face dir) on the
     *packed* split, with the batches and masks a packed run of ``seed`` evaluates on.  Cached in
     ``cache`` (keyed by checkpoint and data); ``fresh_head``: the model had no MLM head."""
-    import torch
-
-    from tokendrop.runs import checkpoint as ckpt_mod
-    from tokendrop.data import MLMLoader, PreparedData
-    from tokendrop.models.pretrained import load_pretrained
-    from tokendrop.models.bert.model import BertForMaskedLM
-    from tokendrop.train.trainer import evaluate_mlm
-
     last = ckpt_mod.latest(model_dir) if (model_dir / "checkpoints").is_dir() else None
     old = read_json(cache, expect=None, default=None) or {}
     if old.get("checkpoint") == (last.name if last else "") and old.get("data") == str(packed):
@@ -121,8 +118,6 @@ def packed_split_eval(run_dir: Path, packed: str) -> dict[str, Any]:
     """The final model's MLM loss on the *packed* held-out split, with the batches and masks a packed
     run of the same seed evaluates on (for runs trained on other data: the unpacked baseline).
     Cached in ``RUN_DIR/study-packed-eval.json`` (keyed by checkpoint and data)."""
-    from tokendrop.train.trainer import load_run_config
-
     cfg = load_run_config(run_dir)
     return mlm_eval(run_dir, packed, cfg.train.seed, cfg.train.micro_batch_size or cfg.train.batch_size,
                     cfg.data.mask_prob_end, cfg.train.eval_batches, run_dir / "study-packed-eval.json")
@@ -211,7 +206,7 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
             steps=stat("steps"), elapsed_s=stat("elapsed_s"), cpu_s=stat("cpu_s"),
             finetune_seconds=stat("finetune_seconds"), init_s=stat("init_s"),
             eval={k: Stat.of([r.eval.get(k) for r in rs]) for k in ecols})
-    base = methods.get("baseline")
+    base = methods.get(study.baseline_arm)
     target = base.final_eval_loss.mean if base else None
     if base:
         bw, bf = base.wall_time_s.mean, base.total_flops.mean
@@ -226,4 +221,5 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
                 r.to_target.rel_flops = hit["flops"] / bf if bf else float("nan")
     src = source_result(study, source, out, evaluation, packed, runs) if source is not None else None
     return StudyResults(runs=per_run, methods=methods, target_eval_loss=target,
-                        order=[m for m in study.all_methods() if m in methods], source=src)
+                        order=[m for m in study.all_methods() if m in methods], source=src,
+                        baseline=study.baseline_arm)

@@ -13,6 +13,8 @@ from typing import Any
 from tokendrop.config import ConfigError, config_dir
 from tokendrop.lab.machine import cpu_model
 from tokendrop.lab.machine import loadavg as machine_loadavg
+import torch
+from tokendrop.runs.checkpoint import git_revision
 
 
 class StudyError(ConfigError):
@@ -55,16 +57,13 @@ def resolve_out(p: str) -> Path:
 
 
 def hardware() -> dict[str, Any]:
-    import torch
-
     hw = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
           "python": platform.python_version(), "platform": platform.platform(),
           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     try:
-        from tokendrop import __version__
+        from tokendrop.version import __version__
 
         hw["tokendrop"] = __version__
-        from tokendrop.runs.checkpoint import git_revision
 
         hw["git_revision"] = git_revision()
     except Exception:  # noqa: BLE001

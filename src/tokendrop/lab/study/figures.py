@@ -13,6 +13,8 @@ from tokendrop.lab.study.common import isnum, log
 from tokendrop.runs.files import read_json
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import StudyResults
+from tokendrop.lab.inspect import InspectError, inspect_run
+from tokendrop.runs.files import atomic_file
 
 
 def plot_curves(res: StudyResults, out: Path) -> list[Path]:
@@ -59,7 +61,7 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
         fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8,
                    bbox_to_anchor=(0.5, -0.02 - 0.035 * math.ceil(len(labels) / 4)))
         fig.suptitle("Held-out MLM loss vs " + ("wall-clock" if xkey == "wall_time" else "FLOPs")
-                     + " (seed 0 solid, other seeds dashed; dotted line: the baseline's final loss)", fontsize=11)
+                     + f" (seed 0 solid, other seeds dashed; dotted line: {res.reference()}'s final loss)", fontsize=11)
         fig.tight_layout()
         p = out / "figures" / fname
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -70,9 +72,6 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
 
 def inspect_figures(study: StudyConfig, res: StudyResults, out: Path) -> dict[str, Any] | None:
     """``inspect_run`` of the inspected method's first finished seed; Figures 1 and 3 copied to figures/."""
-    from tokendrop.lab.inspect import InspectError, inspect_run
-    from tokendrop.runs.files import atomic_file
-
     d = res.methods.get(study.inspect_method)
     if not d:
         return None

@@ -28,7 +28,7 @@ from tokendrop.lab.study.evaluation import forget_cells, run_evaluation
 from tokendrop.lab.study.figures import inspect_figures, plot_curves
 from tokendrop.lab.study.findings import findings
 from tokendrop.lab.study.plan import (
-    METHODS,
+    ARMS,
     MethodSpec,
     RunSpec,
     StudyConfig,
@@ -39,6 +39,10 @@ from tokendrop.lab.study.plan import (
 from tokendrop.lab.study.report import ReportInfo, command_line, export_report, write_report
 from tokendrop.lab.study.tables import table1, table3, table4, table_time_to_quality
 from tokendrop.lab.study.workers import run_parallel
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs.report import write_run_report
+from tokendrop.train.trainer import pretrain
+import torch
 
 # settings that may differ between invocations without changing what a run computes
 _IGNORED = {"data.num_workers", "data.prefetch", "train.threads", "train.keep_checkpoints", "train.log_every",
@@ -75,8 +79,6 @@ def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
 
 def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
     """-> (state, step): 'new' (no dir), 'empty' (dir without a checkpoint), 'partial', 'finished'."""
-    from tokendrop.runs import checkpoint as ckpt_mod
-
     if not run_dir.exists():
         return "new", 0
     last = ckpt_mod.latest(run_dir)
@@ -95,9 +97,6 @@ def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
 
 def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
     """Skip, resume or start one run; -> {state, seconds, loadavg} (seconds: this call's elapsed time)."""
-    from tokendrop.runs.report import write_run_report
-    from tokendrop.train.trainer import pretrain
-
     la0, cpu0 = loadavg(), cpu_s()
     state, step = run_status(run_dir, spec.cfg)
     if state == "finished":
@@ -120,7 +119,7 @@ def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
 
 def _train_task(name: str, cfg: dict[str, Any], run_dir: str, method: str, seed: int) -> dict[str, Any]:
     """One run in a worker process."""
-    spec = RunSpec(METHODS.get(method) or MethodSpec(method, method, ()), seed, name,
+    spec = RunSpec(ARMS.get(method) or MethodSpec(method, method, ()), seed, name,
                    from_dict(Config, cfg))
     return train_run(spec, Path(run_dir), progress=False)
 
@@ -137,8 +136,6 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
     OUT is locked for the call; an existing OUT of a study is continued, and with ``overwrite``
     started over; any other non-empty directory is refused (``tokendrop.runs.rundir.prepare_output``).
     """
-    import torch
-
     threads = torch.get_num_threads()  # pretrain's train.threads sets it process-wide
     try:
         with rundir.lock(Path(out).resolve(), StudyError):
@@ -254,7 +251,7 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
         "eval_s": info.eval_s, "source": res.source,
         "inspect": {k: v for k, v in (ins or {}).items() if k != "tokens"},
         "findings": findings(res, study), "methods": res.methods, "runs": res.runs,
-        "target_eval_loss": res.target_eval_loss})
+        "target_eval_loss": res.target_eval_loss, "baseline": res.baseline})
     atomic_write_json(state_path, state)
     if study.docs_dir:
         export_report(out, resolve_out(study.docs_dir))

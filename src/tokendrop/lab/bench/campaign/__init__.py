@@ -34,6 +34,7 @@ from tokendrop.lab.bench.campaign.config import (
     QualityPart,
     campaign_config,
 )
+import torch
 
 TITLES = {
     "env": "environment, SDPA backends, GPU tests",
@@ -58,8 +59,6 @@ def _runner(part: str):
 
 
 def _device_name(cfg: CampaignConfig) -> str:
-    import torch
-
     if cfg.device == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("campaign.device: cuda, but CUDA is not available here (run with --dry-run on CPU)")

@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 from tokendrop.runs.files import atomic_write_text, json_text
 from tokendrop.lab.bench.records import record_dict
+import gc
+import torch
 
 Log = Callable[[str], None]
 
@@ -148,10 +150,6 @@ def write_part(r: PartResult, out: Path, title: str) -> tuple[Path, Path]:
 
 
 def free_device_memory() -> None:
-    import gc
-
-    import torch
-
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -17,6 +17,7 @@ from tokendrop.finetune.tasks import get_task
 from tokendrop.train.trainer import read_metrics
 from tokendrop.lab.bench.presets import BenchConfig, bench_config
 from tokendrop.lab.bench.campaign.config import CampaignConfig
+from tokendrop.data import PreparedData
 
 
 def check_inputs(cfg: CampaignConfig, glue_tasks: tuple[str, ...] = ()) -> None:
@@ -108,8 +109,6 @@ def model_bench_config(cfg: CampaignConfig, pc: Config, vocab_size: int, seq_len
 
 
 def data_info(path: str) -> dict[str, Any]:
-    from tokendrop.data import PreparedData
-
     d = PreparedData.open(path)
     return {"vocab_size": d.vocab_size, "seq_len": d.seq_len, "train_sequences": d.num_sequences("train"),
             "eval_sequences": d.num_sequences("eval")}

@@ -178,7 +178,7 @@ def test_selection_methods_are_one_registry():
     assert set(config.RANDOM_METHODS) == {"half_random", "random", "random_ltd"}
     assert config.PER_LAYER_METHODS == ("random_ltd",)
     assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
-    from tokendrop.lab.study.plan import METHODS as ARMS
+    from tokendrop.lab.study.plan import ARMS
 
     for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
         method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")

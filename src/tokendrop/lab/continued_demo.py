@@ -24,7 +24,7 @@ from tokendrop.train.trainer import load_run_config, pretrain
 from tokendrop.finetune import finetune as run_finetune
 from tokendrop.runs.metrics import read_metrics
 
-METHODS = (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"]))
+ARMS = (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"]))
 SEQ_LEN = 128
 
 
@@ -52,7 +52,7 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
                 overwrite=True)  # replaces only prepared data tokendrop wrote
     runs: dict[str, Path] = {}
     cfgs = {}
-    for name, overrides in METHODS:
+    for name, overrides in ARMS:
         print(f"[4/6] continued pretraining of MiniLM: {name} ...", flush=True)
         ov = [f"model.init={json.dumps(str(source))}", f"data.path={json.dumps(str(data_dir))}", *overrides]
         ov += [f"train.steps={steps}"] if steps else []
@@ -149,5 +149,5 @@ def _notes(s: dict[str, Any], table: str) -> str:
         "backward, MLM head included); '% of the bound' is the measured tokens/s speed-up over the bound's.",
         "Accuracy is on the dev split of the Rotten Tomatoes sentiment task (SST-2 format, from the",
         "vaderSentiment sdist; not the real SST-2); ± is half the range over fine-tuning seeds.",
-        "The pretraining text never contains a dev sentence (tokendrop.finetune.sst2_vader.build_review_corpus).",
+        "The pretraining text never contains a dev sentence (tokendrop.finetune.tasks.sst2_vader.build_review_corpus).",
         f"Whole job: {s.get('total_time_s', 0.0):.0f} s.", ""])

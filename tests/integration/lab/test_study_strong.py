@@ -13,7 +13,7 @@ import torch
 from test_study import _tiny_hf_bert
 from tokendrop.config import ConfigError
 from tokendrop.lab.study import plan as P
-from tokendrop.lab.study.plan import METHODS, load_study, plan_runs
+from tokendrop.lab.study.plan import ARMS as ARM_SPECS, load_study, plan_runs
 
 ARMS = ["strong-baseline", "strong-token-drop", "strong-random-ltd", "strong-token-drop-sctd", "baseline",
         "best-combination", "combination-no-seq-warmup", "combination-no-mask-decay"]
@@ -65,7 +65,7 @@ def test_arms_differ_from_their_reference_in_exactly_the_intended_settings(prese
     s = by["strong-baseline"]
     assert not s.drop.enabled and s.train.lr_schedule == "wsd" and s.data.mask_prob_start > s.data.mask_prob_end
     assert 0 < s.train.batch_warmup_start < s.train.batch_size
-    assert METHODS["best-combination"].overrides == TOKEN_DROP + P.MASK_DECAY + P.WSD + P.SEQ_WARMUP
+    assert ARM_SPECS["best-combination"].overrides == TOKEN_DROP + P.MASK_DECAY + P.WSD + P.SEQ_WARMUP
     for arm, (ref, add, remove) in INTENDED.items():
         diff = {k for k in flat[arm] if flat[arm][k] != flat[ref][k]}
         allowed = _keys(add + remove)

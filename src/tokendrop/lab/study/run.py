@@ -28,7 +28,7 @@ from tokendrop.lab.study.evaluation import forget_cells, run_evaluation
 from tokendrop.lab.study.figures import inspect_figures, plot_curves
 from tokendrop.lab.study.findings import findings
 from tokendrop.lab.study.plan import (
-    METHODS,
+    ARMS,
     MethodSpec,
     RunSpec,
     StudyConfig,
@@ -119,7 +119,7 @@ def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
 
 def _train_task(name: str, cfg: dict[str, Any], run_dir: str, method: str, seed: int) -> dict[str, Any]:
     """One run in a worker process."""
-    spec = RunSpec(METHODS.get(method) or MethodSpec(method, method, ()), seed, name,
+    spec = RunSpec(ARMS.get(method) or MethodSpec(method, method, ()), seed, name,
                    from_dict(Config, cfg))
     return train_run(spec, Path(run_dir), progress=False)
 

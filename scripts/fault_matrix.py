@@ -1242,7 +1242,7 @@ def cases() -> list[Case]:
     add(Case("evaluate-header-only-dev-file", "empty scores", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV,
                                                                "--set", "tasks=['sst2', 'qnli']"],
              "refused before the first cell, naming the file; no output", needs=("run", "glue", "squad"),
-             setup=header_only("glue/QNLI/dev.tsv"), absent=("ev",), says=("{C}/glue/QNLI/dev.tsv", "n = 0")))
+             setup=header_only("glue/QNLI/dev.tsv"), absent=("ev",), says=("{C}/glue/QNLI/dev.tsv", "no examples")))
     add(Case("pretrain-held-out-split-without-slots", "empty scores", pretrain("{C}/r"),
              "refused before the run starts (no eval loss from n = 0); no run dir", needs=("data",),
              setup=eval_without_slots, absent=("r",), watch=("data",), says=("held-out split", "n = 0")))

@@ -478,30 +478,24 @@ def _tasks_to_compute(cfg: SuiteConfig, entries: list[ModelEntry], out: Path | N
 def check_dev_sets(cfg: SuiteConfig, tasks: list[str] | None = None) -> dict[str, int]:
     """The dev split(s) of the suite's ``tasks`` (default: all) read as fine-tuning reads them: ->
     examples per task/split.  A split with no example (a file holding only its header, an empty
-    SQuAD ``data`` list) is a FinetuneError naming the file: a score over n = 0 examples is no score.
-    ``evaluate`` runs it (with its own fine-tuning) for the tasks it still has cells of, before the
-    first cell."""
-    from tokendrop.finetune.squad import read_squad
-    from tokendrop.finetune.tasks import load_classification, task_dir
+    SQuAD ``data`` list) is refused in one line naming the file (``tasks.refuse_empty``: a score over
+    n = 0 examples is no score).  ``evaluate`` runs it (with its own fine-tuning) for the tasks it
+    still has cells of, before the first cell: such a task fails at once, not after hours of others."""
+    from tokendrop.finetune.tasks import refuse_empty, task_dir
+    from tokendrop.finetune.tasks.squad import read_squad
 
     counts: dict[str, int] = {}
     for task in dict.fromkeys(cfg.tasks if tasks is None else tasks):
         spec = get_task(task)
         fcfg = cell_config(cfg, Cell(task, 1.0, 1.0, 0))
-        if spec.kind == "squad":
+        if spec.kind == "span":
             path = task_dir(spec, fcfg.data) / spec.dev["dev"]
-            splits = {"dev": (path, len(read_squad(path, spec.squad_version)[0]))}
+            splits = {"dev": refuse_empty(read_squad(path, spec.version)[0], path)}
         else:
-            data = load_classification(spec, fcfg.data, text_a=fcfg.text_a, text_b=fcfg.text_b, label=fcfg.label,
-                                       labels=fcfg.labels or None, need_train=False,
-                                       skipped=[] if fcfg.skip_malformed else None)
-            splits = {k: (data.files[k], len(v)) for k, v in data.dev.items()}
-        for split, (path, n) in splits.items():
-            if n == 0:
-                raise FinetuneError(f"{path}: the {split} split of task {spec.name} holds no examples (n = 0), so "
-                                    "nothing could be scored; evaluate needs every task's dev set: give a data "
-                                    "directory whose dev file has examples")
-            counts[f"{spec.name}/{split}"] = n
+            splits = spec.load(fcfg.data, text_a=fcfg.text_a, text_b=fcfg.text_b, label=fcfg.label,
+                               labels=fcfg.labels or None, need_train=False,
+                               skipped=[] if fcfg.skip_malformed else None).dev
+        counts.update({f"{spec.name}/{split}": len(v) for split, v in splits.items()})
     return counts
 
 

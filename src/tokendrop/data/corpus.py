@@ -202,6 +202,7 @@ def _walk(top: str) -> list[str]:
     if kind is not None:
         raise DataError(f"{top}: tokendrop's own {kind} output, not a corpus; give the directory of the text files")
     found: list[str] = []
+    chains = {top: frozenset([os.path.realpath(top)])}  # the real directories above each one walked
     for root, dirs, files in os.walk(top, followlinks=True, onerror=_walk_error):
         keep = []
         for d in sorted(x for x in dirs if not x.startswith(".")):
@@ -210,12 +211,11 @@ def _walk(top: str) -> list[str]:
             if kind is not None:
                 print(f"note: {p}: skipped, tokendrop's own {kind} output (not read as corpus)", file=sys.stderr)
                 continue
-            if os.path.islink(p):
-                real = os.path.realpath(p)
-                here = os.path.realpath(root)
-                if real == here or here.startswith(real + os.sep):
-                    raise DataError(f"{p}: a symbolic link to {real}, a directory this walk is already in (a loop); "
-                                    "remove the link")
+            real = os.path.realpath(p)
+            if real in chains[root]:
+                raise DataError(f"{p}: a symbolic link to {real}, a directory this walk is already in (a loop); "
+                                "remove the link")
+            chains[p] = chains[root] | {real}
             keep.append(d)
         dirs[:] = keep
         for f in files:

@@ -260,7 +260,7 @@ def test_walk_skips_tokendrop_outputs_and_says_so(tmp_path, capsys):
         read_all(corpus / "prep")
 
 
-@pytest.mark.parametrize("kind", ["loop", "dangling", "directory loop"])
+@pytest.mark.parametrize("kind", ["loop", "dangling", "directory loop", "two links in a loop"])
 def test_walk_refuses_broken_links_in_one_line(tmp_path, capsys, kind):
     corpus = tmp_path / "corpus"
     write_documents(corpus / "a.txt", DOCS)
@@ -270,13 +270,19 @@ def test_walk_refuses_broken_links_in_one_line(tmp_path, capsys, kind):
     elif kind == "dangling":
         os.symlink("gone.txt", corpus / "b.txt")
         says, link = "a dangling symbolic link", corpus / "b.txt"
-    else:
+    elif kind == "directory loop":
         (corpus / "sub").mkdir()
         os.symlink("..", corpus / "sub" / "up")
         says, link = "a directory this walk is already in", corpus / "sub" / "up"
+    else:  # x/to-y -> y, y/to-x -> x: no link points at its own ancestor, yet the walk would never end
+        (corpus / "x").mkdir()
+        (corpus / "y").mkdir()
+        os.symlink("../y", corpus / "x" / "to-y")
+        os.symlink("../x", corpus / "y" / "to-x")
+        says, link = "a directory this walk is already in", corpus / "x" / "to-y" / "to-x"
     vocab = write_toy_vocab(tmp_path / "vocab.txt")
     for given in (corpus, link):
-        if kind == "directory loop" and given == link:
+        if kind in ("directory loop", "two links in a loop") and given == link:
             continue  # the link itself is a fine directory to read
         rc = main(["prepare", "--corpus", str(given), "--out", str(tmp_path / "out"), "--seq-len", "32", "--vocab",
                    vocab, "--quiet", "--workers", "1"])

@@ -70,6 +70,9 @@ class TokenDroppingCallback(TrainerCallback):
     def on_step_begin(self, args, state, control, model=None, **kwargs):
         self._sync(state, model)
 
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self._sync(state, model)  # the step is done: what a checkpoint saved now records
+
     def _checkpoint_dir(self, args, state) -> Path:
         tried = []
         for c in (self.resume_from_checkpoint, getattr(args, "resume_from_checkpoint", None),
@@ -85,7 +88,7 @@ class TokenDroppingCallback(TrainerCallback):
     # -- logging and checkpoints ----------------------------------------------------------------
 
     def on_log(self, args, state, control, logs=None, model=None, **kwargs):
-        if logs is None or model is None:
+        if logs is None or model is None or "loss" not in logs:  # training records only
             return
         extra = state_of(model).summary()
         if self.collator is not None:

@@ -244,6 +244,9 @@ def apply_token_dropping(model: nn.Module, **options: Any) -> nn.Module:
                                      "remove_token_dropping(model) first to patch it with other options")
     _check_config(model.config, family)
     layers = _layers(base, family)
+    if any(isinstance(layer.__dict__.get("forward"), LayerForward) for layer in layers):
+        raise TokenDroppingError(f"apply_token_dropping: this {type(model).__name__} is already patched (its encoder "
+                                 "layers are, through the model that holds it); remove_token_dropping that model first")
     drop = drop_config({k: v for k, v in options.items() if k in DROP_OPTIONS}, len(layers))
     sparse = options.get("sparse_prediction", True)
     if not isinstance(sparse, bool):

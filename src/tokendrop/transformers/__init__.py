@@ -11,11 +11,12 @@ own layer modules in training mode and is exactly the unpatched model in eval mo
 options, resuming, what is saved, and when to use tokendrop's own trainer instead.
 """
 
-from .callback import TokenDroppingCallback
-from .collator import MaskingRateCollator
-from .options import OPTIONS, SUPPORTED_NAMES, TokenDroppingError
-from .patch import apply_token_dropping, remove_token_dropping, state_of as token_dropping_state
-from .state import TokenDroppingState, load_state, save_state
+from tokendrop.transformers.callback import TokenDroppingCallback
+from tokendrop.transformers.collator import MaskingRateCollator
+from tokendrop.transformers.options import OPTIONS, SUPPORTED_NAMES, TokenDroppingError
+from tokendrop.transformers.patch import apply_token_dropping, remove_token_dropping
+from tokendrop.transformers.patch import state_of as token_dropping_state
+from tokendrop.transformers.state import TokenDroppingState, load_state, save_state
 
 __all__ = ["MaskingRateCollator", "OPTIONS", "SUPPORTED_NAMES", "TokenDroppingCallback", "TokenDroppingError",
            "TokenDroppingState", "apply_token_dropping", "load_state", "remove_token_dropping", "save_state",

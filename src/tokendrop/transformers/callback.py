@@ -20,10 +20,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .collator import MaskingRateCollator
-from .options import TokenDroppingError
-from .patch import state_of
-from .state import STATE_JSON, load_state, save_state
+from tokendrop.transformers.collator import MaskingRateCollator
+from tokendrop.transformers.options import TokenDroppingError
+from tokendrop.transformers.patch import state_of
+from tokendrop.transformers.state import STATE_JSON, load_state, save_state
 
 
 def _find_collator(dataloader: Any) -> MaskingRateCollator | None:

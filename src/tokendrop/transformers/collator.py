@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .options import TokenDroppingError
+from tokendrop.transformers.options import TokenDroppingError
 
 MASK_SCHEDULES = ("linear", "cosine")
 

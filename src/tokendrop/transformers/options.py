@@ -8,8 +8,8 @@ import dataclasses
 import difflib
 from typing import Any
 
-from ..errors import ConfigError, TokendropError
-from ..methods import METHODS, DropConfig
+from tokendrop.errors import ConfigError, TokendropError
+from tokendrop.dropping.methods import METHODS, DropConfig
 
 # transformers' classes the patch knows, by family: (MLM model, bare encoder)
 SUPPORTED = {"bert": ("BertForMaskedLM", "BertModel"), "modernbert": ("ModernBertForMaskedLM", "ModernBertModel")}

@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..consistency import ClsTaps, consistency_term
-from .encoders import LayerForward, bert_encode, bert_layer, modern_encode, modern_layer
-from .options import (DROP_OPTIONS, OPTIONS, SUPPORTED, SUPPORTED_NAMES, TokenDroppingError, check_total_steps,
-                      drop_config, unknown_option_error)
-from .state import TokenDroppingState, resolve_pinned, resolve_special_ids
+from tokendrop.dropping.consistency import ClsTaps, consistency_term
+from tokendrop.transformers.encoders import LayerForward, bert_encode, bert_layer, modern_encode, modern_layer
+from tokendrop.transformers.options import (DROP_OPTIONS, OPTIONS, SUPPORTED, SUPPORTED_NAMES, TokenDroppingError,
+                                            check_total_steps, drop_config, unknown_option_error)
+from tokendrop.transformers.state import TokenDroppingState, resolve_pinned, resolve_special_ids
 
 STATE_ATTR = "_token_dropping"  # the model's __dict__ entry holding its TokenDroppingState
 MIN_TRANSFORMERS = (5, 0)

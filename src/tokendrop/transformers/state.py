@@ -12,7 +12,6 @@ model files (:class:`tokendrop.transformers.TokenDroppingCallback` does this).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,13 +20,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
-from ..fsutil import atomic_file, atomic_write_json, write_safetensors
-from ..importance import PIN_HIGH, PIN_LOW, TokenSelector, build_selector
-from ..methods import LOSS_METHODS, METHODS, DropConfig
-from ..model import DropSpan
-from ..random_ltd import ltd_kept
-from .options import TokenDroppingError
+from tokendrop.dropping.engine import DropSpan
+from tokendrop.dropping.importance import PIN_HIGH, PIN_LOW, TokenSelector, build_selector
+from tokendrop.dropping.methods import LOSS_METHODS, METHODS, DropConfig
+from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.errors import ConfigError
+from tokendrop.runs.files import atomic_file, atomic_write_json, read_json, write_safetensors
+from tokendrop.transformers.options import TokenDroppingError
 
 STATE_TENSORS = "token_dropping.safetensors"
 STATE_JSON = "token_dropping.json"
@@ -253,13 +252,9 @@ def load_state(state: TokenDroppingState, directory: str | Path) -> None:
         if not p.is_file():
             raise TokenDroppingError(f"{p}: no token-dropping state here (written by TokenDroppingCallback at every "
                                      "checkpoint); resume from a checkpoint of a run trained with it")
-    try:
-        meta = json.loads(jpath.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TokenDroppingError(f"{jpath}: unreadable ({e}); the checkpoint is damaged") from None
-    if not isinstance(meta, dict) or meta.get("format") != STATE_FORMAT:
-        raise TokenDroppingError(f"{jpath}: format {meta.get('format') if isinstance(meta, dict) else None!r}, "
-                                 f"expected {STATE_FORMAT!r}")
+    meta = read_json(jpath, TokenDroppingError, hint="the checkpoint is damaged")
+    if meta.get("format") != STATE_FORMAT:
+        raise TokenDroppingError(f"{jpath}: format {meta.get('format')!r}, expected {STATE_FORMAT!r}")
     mine = state.meta()
     for k in _MUST_MATCH:
         if meta.get(k) != mine[k]:

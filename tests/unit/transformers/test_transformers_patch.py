@@ -20,14 +20,13 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from tokendrop.config import DropConfig, ModelConfig  # noqa: E402
-from tokendrop.consistency import ClsTaps, consistency_term  # noqa: E402
+from tokendrop.dropping.consistency import ClsTaps, consistency_term  # noqa: E402
 from tokendrop.errors import ConfigError, TokendropError  # noqa: E402
-from tokendrop.hf_bert import hf_config_dict, to_hf  # noqa: E402
-from tokendrop.hf_modern import modern_config_from_hf, modern_state_from_hf  # noqa: E402
-from tokendrop.importance import build_selector  # noqa: E402
-from tokendrop.methods import DROP_VARIANTS, METHODS  # noqa: E402
-from tokendrop.model import BertForMaskedLM  # noqa: E402
-from tokendrop.modern import ModernBertForMaskedLM  # noqa: E402
+from tokendrop.models.bert.hf import hf_config_dict, to_hf  # noqa: E402
+from tokendrop.models.modernbert.hf import modern_config_from_hf, modern_state_from_hf  # noqa: E402
+from tokendrop.dropping.methods import DROP_VARIANTS, METHODS  # noqa: E402
+from tokendrop.models.bert.model import BertForMaskedLM  # noqa: E402
+from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.transformers import (OPTIONS, SUPPORTED_NAMES, TokenDroppingError, apply_token_dropping,  # noqa: E402
                                     remove_token_dropping, token_dropping_state)
 
@@ -380,7 +379,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 @pytest.mark.slow  # transformers builds FlexAttention block masks with torch.compile: minutes on CPU
 def test_flex_attention_where_it_runs():
     """flex_attention: the dropped forward equals sdpa's (skipped where FlexAttention cannot run)."""
-    from tokendrop.attention import flex_available
+    from tokendrop.models.attention import flex_available
 
     if not flex_available():
         pytest.skip("FlexAttention is not in this torch")

@@ -39,10 +39,10 @@ def resolve_special_ids(drop: DropConfig, config: Any, tokenizer: Any, special_i
     """The [CLS]/[SEP]/[MASK]/[PAD] ids: ``special_ids``, else the tokenizer's, else what the model's
     config knows.  A selecting method keeps [CLS]/[SEP]/[MASK] always, so it needs [CLS] and [MASK]."""
     if special_ids is not None:
-        if not isinstance(special_ids, Mapping) or any(k not in SPECIAL_KEYS for k in special_ids):
+        if not isinstance(special_ids, Mapping) or any(k not in SPECIAL_KEYS + ("unk",) for k in special_ids):
             raise TokenDroppingError(f"apply_token_dropping: special_ids must map some of {', '.join(SPECIAL_KEYS)} to "
                                      f"token ids, got {special_ids!r}")
-        ids = dict(special_ids)
+        ids = {k: v for k, v in special_ids.items() if k in SPECIAL_KEYS}  # [UNK] is an ordinary token here
     elif tokenizer is not None:
         ids = {k: getattr(tokenizer, f"{k}_token_id", None) for k in SPECIAL_KEYS}
     else:

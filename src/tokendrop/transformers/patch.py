@@ -86,6 +86,16 @@ def state_of(model: Any) -> TokenDroppingState:
     raise TokenDroppingError(f"{type(model).__name__} is not patched: call apply_token_dropping(model, ...) first")
 
 
+_SIGNATURES: dict[type, inspect.Signature] = {}
+
+
+def _signature(cls: type) -> inspect.Signature:
+    """The class forward's signature (self included), looked up once per class."""
+    if cls not in _SIGNATURES:
+        _SIGNATURES[cls] = inspect.signature(cls.forward)
+    return _SIGNATURES[cls]
+
+
 def _output(result, return_dict: bool | None):
     return result.to_tuple() if return_dict is False else result
 
@@ -103,7 +113,7 @@ class ModelForward:
 
     @property
     def __signature__(self) -> inspect.Signature:
-        sig = inspect.signature(type(self.model).forward)
+        sig = _signature(type(self.model))
         return sig.replace(parameters=list(sig.parameters.values())[1:])
 
     def original(self, *args, **kwargs):
@@ -116,7 +126,7 @@ class ModelForward:
         st = model.__dict__.get(STATE_ATTR)
         if not self.active or st is None or not model.training or not st.dropping_now():
             return self.original(*args, **kwargs)
-        a = inspect.signature(type(model).forward).bind(model, *args, **kwargs).arguments
+        a = _signature(type(model)).bind(model, *args, **kwargs).arguments
         extra = dict(a.pop("kwargs", {}))
         a.pop("self", None)
         for k in _NOT_IN_A_DROPPING_FORWARD:

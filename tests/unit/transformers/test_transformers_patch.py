@@ -366,7 +366,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     ids, mask, labels, _, _ = _batch(32)
     a = apply_token_dropping(_hf("bert"), special_ids=SPECIAL).train()
     b = copy.deepcopy(a)
-    b.gradient_checkpointing_enable()
+    b.activation_checkpointing_enable()
     la = a(input_ids=ids, attention_mask=mask, labels=labels).loss
     lb = b(input_ids=ids, attention_mask=mask, labels=labels).loss
     la.backward()

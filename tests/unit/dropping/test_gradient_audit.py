@@ -1,8 +1,8 @@
 """The gradient audit: autograd against a central finite difference of tokendrop's own loss, in
 float64, over every way a pretraining step can run (docs/design.md §7).
 
-The grid is derived, not listed: every family (``families.FAMILIES``) x every dropping layout a
-config accepts (``methods.METHODS`` x ``DROP_VARIANTS`` x ScTD's consistency term off/on, each
+The grid is derived, not listed: every family (``models.families.FAMILIES``) x every dropping layout a
+config accepts (``dropping.methods.METHODS`` x ``DROP_VARIANTS`` x ScTD's consistency term off/on, each
 checked by ``DropConfig.validate``; layouts that run the same computation -- method "none" under
 every non-avg variant, any method under ``avg`` -- audited once) x packed / padded rows with odd
 real lengths / padded rows with even real lengths x per-document attention on/off
@@ -33,15 +33,16 @@ from dataclasses import dataclass, fields, replace
 import pytest
 import torch
 
-from tokendrop import attention
-from tokendrop.attention import flex_available, use_flex
 from tokendrop.config import (ATTENTION_BACKENDS, DOCUMENT_ATTENTION, DROP_VARIANTS, METHODS, ConfigError, DropConfig,
                               ModelConfig)
-from tokendrop.consistency import ClsTaps, consistency_term
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.families import FAMILIES, build_model
-from tokendrop.importance import build_selector
-from tokendrop.random_ltd import ltd_kept_at
+from tokendrop.dropping import engine
+from tokendrop.dropping.consistency import ClsTaps, consistency_term
+from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.random_ltd import ltd_kept_at
+from tokendrop.models import attention
+from tokendrop.models.attention import flex_available, use_flex
+from tokendrop.models.families import FAMILIES, build_model
 
 V, T, B, LAYERS = 40, 13, 3, 4
 CLS, SEP, PAD, MASK = (SPECIAL_IDS[k] for k in ("cls", "sep", "pad", "mask"))
@@ -380,9 +381,8 @@ def test_the_audit_fails_on_a_wrong_gradient(monkeypatch):
         def backward(ctx, g):
             return g * 0.5
 
-    from tokendrop import model as bert_model
-    pool = bert_model.avg_pool_rows
-    monkeypatch.setattr(bert_model, "avg_pool_rows", lambda x, valid=None: Halved.apply(pool(x, valid)))
+    pool = engine.avg_pool_rows
+    monkeypatch.setattr(engine, "avg_pool_rows", lambda x, valid=None: Halved.apply(pool(x, valid)))
     with pytest.raises(AssertionError, match="autograd"):
         check(replace(case, sctd=False), monkeypatch)
 
@@ -394,7 +394,7 @@ def test_the_audit_fails_on_a_wrong_gradient(monkeypatch):
 def test_a_row_with_no_valid_key_gives_zero_in_every_form():
     """[PAD] rows under per-document attention have no valid key: 0 out (FlexAttention's own answer),
     and no gradient through a softmax whose scores the forward flattened; the other rows unchanged."""
-    from tokendrop.model import Rows
+    from tokendrop.dropping.engine import Rows
 
     n = 12
     doc = torch.tensor([[0] * 5 + [1] * 4 + [-1] * 3, [0] * 12])

@@ -22,6 +22,11 @@ allowed pairs, so the same result up to float summation order):
 
 Within one document the rotary positions and ``at`` differ by the same amount, so the window test
 may use either; across documents the pair is masked anyway.
+
+A query row with no allowed key (a [PAD] row under per-document attention) gives 0 in every form:
+FlexAttention does so by itself, SDPA would give the mean of V, so with padding among the keys the
+bias comes as a :class:`Bias` and a :class:`Band` carries ``live``, both zeroing those rows after
+the kernel.  Without padding every query row is one of its own keys: nothing extra is built.
 """
 
 from __future__ import annotations

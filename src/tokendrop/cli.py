@@ -93,7 +93,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     from .pretrained import export_hf
 
     out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
-    print(f"exported to {out} (load with transformers.BertForMaskedLM.from_pretrained)")
+    print(f"exported to {out} (load with transformers.AutoModelForMaskedLM.from_pretrained)")
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..config import FinetuneConfig, from_dict, load_config
+from tokendrop.config import FinetuneConfig, from_dict, load_config
 
 
 def finetune_config(config: str | None, overrides: list[str] | tuple[str, ...] = (), task: str = "",

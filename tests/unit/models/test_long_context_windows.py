@@ -21,10 +21,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tokendrop import attention
 from tokendrop.config import DropConfig, ModelConfig
-from tokendrop.families import build_model
-from tokendrop.model import document_ids
+from tokendrop.models import attention
+from tokendrop.models.families import build_model
+from tokendrop.models.masked_lm import document_ids
 
 T = 8192
 SEP, PAD = 3, 0

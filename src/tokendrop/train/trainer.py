@@ -1,0 +1,596 @@
+"""Pretraining: ``pretrain(cfg, out_dir)`` runs (or resumes) a whole job and returns a ``PretrainResult``.
+
+It works in one process or under ``torchrun`` (DDP or FSDP2: gloo on CPU, NCCL on GPU); the global
+batch is ``train.batch_size`` whatever the number of ranks, split into per-rank micro-batches with
+gradient accumulation.  The run goes through named phases (``_Trainer``): set up (device, data, the
+resolved config), open the run directory (new, or the checkpoint to resume), build the model,
+selector and optimizer, restore a checkpoint's state, the loop (``train_step`` -> ``host_sync`` ->
+``log_step`` / ``evaluate`` / ``checkpoint``), finish.  One optimizer step is ``tokendrop.train.step``;
+what a resume refuses and loads is ``tokendrop.train.resume``.  SIGINT/SIGTERM stop after the current step
+with a checkpoint (every rank after the same step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.train import checkpoint_sharded as sharded_ckpt
+from tokendrop.runs import rundir
+from tokendrop.runs.metrics import truncate_metrics
+from tokendrop.runs.files import atomic_directory, atomic_write_text
+from tokendrop.models.attention import check_training_device
+from tokendrop.train.budget import RunLength, budget_clock
+from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
+from tokendrop.train.continued import warm_start
+from tokendrop.data.mixture import open_data, realised
+from tokendrop.errors import TrainingError
+from tokendrop.models.families import build_model, spec_of
+from tokendrop.dropping.flops import RunFlops, step_flops
+from tokendrop.dropping.importance import build_selector
+from tokendrop.runs.metrics import MetricsLog, read_metrics
+from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
+from tokendrop.models.masked_lm import num_parameters
+from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
+from tokendrop.train.resume import (
+    check_resume_compatible,
+    check_resume_data,
+    load_run_config,
+    load_training_state,
+    rank_rng,
+)
+from tokendrop.train.run_config import resolve_init, resolve_run_config
+from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
+from tokendrop.train.schedules import lr_schedule, mask_schedule
+from tokendrop.train.warmups import StepPlan, default_micro_batch
+
+
+# ----------------------------------------------------------------------------------------------
+# logging
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop
+
+
+@dataclass
+class PretrainResult:
+    run_dir: Path
+    steps: int
+    interrupted: bool
+    wall_time: float  # seconds of training steps (excluding evaluation and checkpoints)
+    tokens_per_s: float
+    final_eval: dict[str, float]
+    flops_per_step: dict[str, float]
+    importance: Tensor | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stop_signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
+    already_finished: bool = False  # resumed a run that had already reached train.steps: nothing was trained
+
+
+def _open_data(cfg: Config, src, new_run: bool = True, world: int = 1):
+    """-> (the run's resolved config, the prepared data: one directory or a weighted mixture);
+    tokendrop.train.run_config builds the config."""
+    if not (cfg.data.path or cfg.data.paths):
+        raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
+    data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture
+    return resolve_run_config(cfg, data, src, new_run, world), data
+
+
+def _pinned_ids(cfg: Config, data) -> list[int]:
+    if not cfg.drop.pinned_tokens:
+        return []
+    index = {t: i for i, t in enumerate(data.vocab()) if t}
+    out = []
+    for tok in cfg.drop.pinned_tokens:
+        if tok not in index:
+            raise ConfigError(f"drop.pinned_tokens: {tok!r} is not in the vocabulary")
+        out.append(index[tok])
+    return out
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the step and exits.  A
+    second signal raises ``rundir.Interrupted`` at once (a checkpoint being written is then removed
+    whole by its atomic directory; the last complete one stays)."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.signum = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopFlag":
+        if _in_main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum:  # second signal: give up at once
+            raise rundir.Interrupted(signum)
+        self.stop = True
+        self.signum = signum
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _close_on_error(*things):
+    """Close the progress bar, the loader (its worker processes) and the log when the loop raises
+    (a second Ctrl-C, a non-finite loss); on success the loop's own ending closes them."""
+    try:
+        yield
+    except BaseException:
+        for t in things:
+            if t is not None:
+                with contextlib.suppress(Exception):
+                    t.close()
+        raise
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def pretrain(
+    cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None,
+    overwrite: bool = False, clock=None,
+) -> PretrainResult:
+    """Run (or resume) a pretraining job into ``out_dir``.
+
+    ``stop_at``: pause after that step (a checkpoint is written; ``--resume`` continues), as a
+    SIGINT/SIGTERM would; the schedule still runs to ``train.steps``.
+    ``overwrite``: start over in an existing run directory (only one tokendrop marked as a run and
+    that holds none of the run's inputs; ``tokendrop.runs.rundir.prepare_output``).  The run directory is
+    locked (rank 0) for the whole call: a second writer fails at once with "... in use by pid N".
+    ``clock``: the seconds clock training time is measured with (default ``train.budget_clock``'s:
+    ``time.perf_counter`` or ``time.process_time``; tests pass a fake one to check
+    ``train.time_budget`` without sleeping).
+    """
+    cfg.validate()
+    src = resolve_init(cfg, resume)  # model.init: resolved once, here (tokendrop.train.run_config)
+    run_dir = Path(out_dir)
+    device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
+    check_training_device(cfg.model.attention_backend, device_kind)
+    dd = init_distributed(device_kind, cfg.train.parallel)
+    threads = torch.get_num_threads()
+    clean = False
+    try:
+        with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
+            result = _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train),
+                               src)
+        clean = True
+        return result
+    finally:
+        torch.set_num_threads(threads)  # train.threads applies to this run only
+        close_distributed(dd, clean)
+
+
+def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
+              overwrite: bool = False, clock=time.perf_counter, src=None) -> PretrainResult:
+    t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src)
+    t.set_up()
+    done = t.open_run()
+    if done is not None:  # resumed a run that had already finished: nothing to do
+        return done
+    t.build()
+    t.restore()
+    t.make_step()
+    t.start()
+    return t.run()
+
+
+class _Trainer:
+    """One pretraining run as a sequence of phases, each a method:
+
+        set_up     device, precision, the batch geometry, the prepared data and the resolved config
+        open_run   the run directory: a new one (config.toml, tokenizer) or the checkpoint to resume
+        build      model, selector (+ warm start), DDP/FSDP wrapping, AdamW
+        restore    (resume) weights, AdamW state, importance, every rank's RNG
+        make_step  the step function and the loader (at the resumed position)
+        start      the metrics log, the start row and the step-0 evaluation of a new run
+        run        the loop: ``train_step`` -> ``host_sync`` -> ``log_step`` / ``evaluate`` /
+                   ``checkpoint`` -> ``finish``
+
+    The attributes are the run's state; nothing of the config is changed after ``set_up``."""
+
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
+                 overwrite: bool, clock, src):
+        self.cfg, self.run_dir, self.resume, self.progress, self.dd = cfg, run_dir, resume, progress, dd
+        self.stop_at, self.overwrite, self.clock, self.src = stop_at, overwrite, clock, src
+        self.meta_in: dict[str, Any] | None = None
+
+    # -- set up --------------------------------------------------------------------------------------
+    def set_up(self) -> None:
+        cfg, tc, dd = self.cfg, self.cfg.train, self.dd
+        self.masks = mask_schedule(cfg.data)  # tokendrop.train.schedules
+        self.device = resolve_device(tc.device, dd.local_rank, "train.device", ConfigError)
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        if tc.deterministic:
+            torch.use_deterministic_algorithms(True)
+        self.amp = autocast_dtype(tc.precision, self.device)
+        if tc.batch_size % dd.world:
+            raise ConfigError(f"train.batch_size: {tc.batch_size} is not divisible by the {dd.world} ranks")
+        per_rank = tc.batch_size // dd.world
+        self.micro_bs = tc.micro_batch_size or default_micro_batch(cfg, per_rank, dd.world)
+        if per_rank % self.micro_bs:
+            raise ConfigError(f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch {per_rank}")
+        self.accum = per_rank // self.micro_bs
+        if self.resume and cfg.data.path and not os.path.isdir(cfg.data.path):
+            where = (f"is relative and not found from {os.getcwd()}; resume from the directory the run was started "
+                     "in, or" if not os.path.isabs(cfg.data.path) else "is not there any more; if the data moved,")
+            raise TrainingError(f"--resume: data.path {cfg.data.path!r} {where} pass --set data.path=DIR (accepted "
+                                "when its fingerprint equals the one the run recorded)")
+        # the resolved config (train.tokens / epochs / warmup_ratio as steps): not changed from here on
+        self.cfg, self.data = _open_data(cfg, self.src, new_run=not self.resume, world=dd.world)
+        self.data_fp = self.data.fingerprint()
+        self.T = self.data.seq_len
+        self.tc = self.cfg.train
+        self.length, self.lrs = RunLength.of(self.tc), lr_schedule(self.tc)
+
+    # -- the run directory ---------------------------------------------------------------------------
+    def open_run(self) -> PretrainResult | None:
+        cfg, dd, run_dir = self.cfg, self.dd, self.run_dir
+        mode = "new"
+        if self.resume:
+            try:  # the shared verifying loader; a bad checkpoint is skipped with a warning naming its file
+                self.last, self.meta_in, self.model_sd, self.state_sd = ckpt_mod.load_verified(
+                    run_dir, state=True, fallback=True, consolidate=False)  # shards: in restore
+            except ckpt_mod.CheckpointError as e:
+                raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})") from None
+            check_resume_compatible(self.meta_in["config"], to_dict(cfg))
+            check_resume_data(self.meta_in, cfg, self.data)
+            step, used = int(self.meta_in["step"]), float(self.meta_in.get("wall_time", 0.0))
+            if self.length.finished(step, used):  # a requeued or repeated launch of a finished run
+                return _finished(run_dir, step, self.length, dd, self.meta_in)
+        elif dd.main:
+            mode = rundir.prepare_output(run_dir, "run", self.overwrite, error=TrainingError, resumable=False,
+                                         inputs=[cfg.data.path, *cfg.data.paths, cfg.model.init, cfg.drop.counts_path])
+        if dd.main:
+            if mode == "replace":
+                rundir.discard(run_dir)
+            rundir.create(run_dir, "run")
+            atomic_write_text(run_dir / "config.toml", to_toml(cfg))
+            tok_dst = run_dir / "tokenizer"
+            if not tok_dst.exists():
+                from tokendrop.models.hf import copy_tokenizer
+
+                with atomic_directory(tok_dst) as tok_tmp:
+                    copy_tokenizer(self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
+        if dd.world > 1:
+            dist.barrier()
+        return None
+
+    # -- model, selector, optimizer; the step and the loader ------------------------------------------
+    def build(self) -> None:
+        cfg, tc, dd, data, device = self.cfg, self.tc, self.dd, self.data, self.device
+        torch.manual_seed(tc.seed)
+        model = self.model = build_model(cfg.model, cfg.drop)  # the family's MLM model
+        for name in spec_of(cfg.model).pretrain_frozen:  # BERT's pooler: no NSP, not trained in pretraining
+            model.get_submodule(name).requires_grad_(False)
+        model.to(device)
+        if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
+            torch.manual_seed(tc.seed + dd.rank)
+        counts = None
+        if METHODS[cfg.drop.method].needs_counts:
+            counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
+        self.selector = None
+        if cfg.drop.enabled:  # each rank its own random draws
+            self.selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, self.T,
+                                           _pinned_ids(cfg, data), counts, seed=tc.seed + dd.rank, device=device)
+        self.init_events = [] if self.meta_in is not None else warm_start(
+            cfg, model, self.selector, data, self.run_dir, dd, device, self.amp, self.micro_bs,
+            self.progress and dd.main, self.src)
+        if self.meta_in is not None and not ckpt_mod.is_sharded(self.meta_in):
+            model.load_state_dict(self.model_sd)  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
+        self.par = wrap(model, tc.parallel if dd.grouped else "ddp", dd, device, self.amp)  # FSDP: before AdamW
+        self.amp = autocast_for(self.par, self.amp, device)
+        self.opt = adamw(model, tc.lr, tc.weight_decay, (tc.adam_beta1, tc.adam_beta2), tc.adam_eps,
+                         fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)
+
+    def make_step(self) -> None:
+        """The step function and the training batches (at the resumed position)."""
+        from tokendrop.data import MLMLoader
+
+        cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
+        self.step_fn = MLMStep(self.model, self.selector, self.opt, cfg, self.amp, self.par,
+                               use_attention_mask=not data.packed, compile=tc.compile)
+        self.loader = MLMLoader(data, split="train", batch_size=self.micro_bs, seed=tc.seed, rank=dd.rank,
+                                world_size=dd.world, mask_prob=self.masks.largest, num_workers=cfg.data.num_workers,
+                                prefetch=cfg.data.prefetch, shuffle=True, loop=True, variable_rate=not self.masks.constant)
+        if self.meta_in is not None:
+            self.loader.load_state_dict(self.meta_in["data_position"])
+        self.shapes = StepPlan(cfg, self.T, data.packed, self.micro_bs, dd.world)  # sequence-length / batch warm-ups
+        self.run_flops = RunFlops(cfg.model, cfg.drop, self.meta_in.get("flops", 0) if self.meta_in else 0)
+
+    def eval_batches(self):
+        from tokendrop.data import MLMLoader
+
+        return MLMLoader(self.data, split="eval", batch_size=self.micro_bs, seed=self.tc.seed,
+                         mask_prob=self.cfg.data.mask_prob_end, num_workers=0, shuffle=False, loop=False)
+
+    # -- resume ----------------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Weights, AdamW state, importance and RNG streams of the checkpoint resumed (nothing for a
+        new run)."""
+        self.start_step, meta = 0, self.meta_in
+        if meta is None:
+            return
+        tc, dd, state = self.tc, self.dd, self.state_sd
+        load_training_state(self.last, meta, state, self.model, self.opt, self.par)
+        if self.selector is not None and "importance" in state:
+            self.selector.scores.copy_(state["importance"].to(self.device))
+        self.start_step = int(meta["step"])
+        rng = rank_rng(state, dd.rank)
+        if rng is None:  # a checkpoint of fewer ranks: a fresh, reproducible stream for this rank
+            torch.manual_seed(tc.seed + dd.rank + 7919 * self.start_step)
+        else:
+            if self.selector is not None and "rng.selector" in rng:
+                self.selector.set_rng_state(rng["rng.selector"], self.device)
+            ckpt_mod.restore_rng(rng)
+        if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
+            truncate_metrics(self.run_dir, self.start_step)
+
+    # -- the metrics log and step 0 ----------------------------------------------------------------------
+    def start(self) -> None:
+        cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
+        resumed = self.meta_in is not None
+        self.log = MetricsLog(self.run_dir, dd.main, purge_step=self.start_step + 1 if resumed else None)
+        self.has_eval = data.num_sequences("eval") > 0
+        if not self.has_eval and dd.main:
+            print(f"warning: {cfg.data.path} has no held-out sequences (its eval split is empty); this run is not "
+                  "evaluated (prepare the data with more text or a larger --eval-fraction to evaluate it)",
+                  file=sys.stderr)
+        self.peak_flops = None
+        if self.device.type == "cuda":
+            from tokendrop.dropping.flops import gpu_peak_flops
+
+            self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(self.device))  # bf16 dense peak, per GPU
+        self.evaluates = dd.main or self.par.sharded  # FSDP's forward is collective: every rank evaluates
+        if dd.main and self.start_step == 0:
+            self.log.write({"step": 0, "event": "start", "params": num_parameters(self.model), "seq_len": self.T,
+                            "world_size": dd.world, "accum": self.accum,
+                            "stage2_start": None if self.length.timed else stage2_start(cfg),
+                            "device": str(self.device), "parallel": self.par.kind,
+                            **({"time_budget_s": self.length.budget_s} if self.length.timed else {}),
+                            **({"mixture": data.describe()} if cfg.data.paths else {})})
+            for ev in self.init_events:
+                self.log.write({"step": 0, **ev})
+        if self.evaluates and self.start_step == 0 and self.has_eval:
+            ev0 = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, tc.eval_batches)
+            self.log.write({"step": 0, "wall_time": 0.0, **ev0})  # MetricsLog writes on rank 0 only
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def run(self) -> PretrainResult:
+        self.wall = float(self.meta_in.get("wall_time", 0.0)) if self.meta_in else 0.0
+        self.used = self.wall  # training seconds so far (train.time_budget counts these)
+        self.tokens_done = self.tokens_pending = self.pending = 0  # pending: steps since the host last waited
+        self.train_time = 0.0
+        self.history: list[dict[str, Any]] = []
+        # non-finite steps (skipped by MLMStep), counted on the device: the current streak, the longest
+        # streak since the last check, and the total; read where the host waits anyway
+        self.nf = torch.zeros(3, dtype=torch.long, device=self.device)
+        self.streak = self.skipped = 0
+        self.last_eval: dict[str, float] = {}
+        self.pbar = None
+        if self.progress and self.dd.main:
+            from tqdm import tqdm
+
+            self.pbar = tqdm(total=self.length.steps or None, initial=self.start_step, desc="pretrain", unit="step",
+                             dynamic_ncols=True)
+        self.it = iter(self.loader)
+        self.step = self.start_step
+        interrupted = False
+        self.model.train()
+        self.t_mark = self.clock()
+        finished = self.length.finished(self.step, self.used)
+        with _StopFlag() as stop, _close_on_error(self.pbar, self.loader, self.log):
+            while not finished:
+                out, record = self.train_step()
+                finished = self.length.finished(self.step, self.used)
+                is_log = self.step % self.tc.log_every == 0 or finished
+                is_eval = self.step % self.tc.eval_every == 0 or finished
+                stopping = self.stop_requested(stop, is_log or is_eval)
+                is_ckpt = self.step % self.tc.ckpt_every == 0 or finished or stopping
+                if is_log or is_eval or is_ckpt:
+                    self.host_sync()
+                if is_log:
+                    self.log_step(out, record)
+                if is_eval and self.evaluates and self.has_eval:
+                    self.evaluate()
+                if is_ckpt:
+                    self.checkpoint()
+                if self.pbar is not None:
+                    self.pbar.update(1)
+                if is_log or is_eval or is_ckpt:
+                    self.t_mark = self.clock()  # evaluation and checkpoints are not training time
+                if stopping:
+                    interrupted = True
+                    break
+        return self.finish(interrupted, stop.signum if interrupted else 0)
+
+    def train_step(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """One optimizer step at progress p: every schedule is a function of (step, p)."""
+        cfg, T, loader = self.cfg, self.T, self.loader
+        p = self.length.progress(self.step, self.used)
+        if not self.masks.constant:
+            loader.set_mask_rate(self.masks.at(p))
+        shape = self.shapes.at(p, loader.sequences_consumed * T)
+        if shape.seq_len != loader.piece_len:
+            loader.set_seq_len(shape.seq_len)
+        micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
+        dropping = dropping_at(cfg, self.length, self.step, p)
+        lr = self.lrs.at(self.step, p)
+        kept = kept_rows(cfg, shape.seq_len, self.step, p)  # rows kept in the drop span (random_ltd: its schedule)
+        sctd = dropping and cfg.drop.consistency_weight > 0 and self.step % cfg.drop.consistency_every == 0
+        f_step = self.run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept, sctd)
+        out = self.step_fn(micro, lr, dropping, self.step, p)
+        bad = (~out["finite"]).long()
+        nf = self.nf
+        nf[0] = (nf[0] + 1) * bad
+        nf[1] = torch.maximum(nf[1], nf[0])
+        nf[2] += bad
+        self.step += 1
+        self.pending += 1
+        self.tokens_done += shape.batch * T
+        self.tokens_pending += shape.batch * T
+        self.used = self.length.agree(self.wall + self.clock() - self.t_mark, self.dd.world)  # DDP: rank 0's clock
+        return out, {"lr": lr, "kept": kept, "dropping": dropping, "shape": shape, "flops_per_step": f_step}
+
+    def stop_requested(self, stop: "_StopFlag", host_waits: bool) -> bool:
+        """Read once per step: a signal arriving after this point (while logging or evaluating) is
+        acted on after the next step, never by stopping without the checkpoint.  Under a process group
+        every rank must stop after the same step (the checkpoint is collective): the ranks agree at the
+        steps where the host waits anyway (log, eval, checkpoint), so a signal that reached some ranks
+        only, or at different steps, stops them all together."""
+        signalled = stop.stop
+        if self.dd.world > 1:
+            at_sync = host_waits or self.step % self.tc.ckpt_every == 0
+            signalled = at_sync and not self.par.all_true(not signalled)
+        return signalled or (self.stop_at is not None and self.step >= self.stop_at)
+
+    def host_sync(self) -> None:
+        """The host waits for the device only here, not every step: the time and tokens since the last
+        wait (step_time is their mean), and the non-finite-step counters."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = self.clock() - self.t_mark
+        self.dt = elapsed / self.pending
+        self.tok_s = self.tokens_pending / elapsed if elapsed > 0 else 0.0
+        self.tokens_pending = self.pending = 0
+        self.train_time += elapsed
+        self.wall += elapsed
+        self.streak, worst, self.skipped = self.nf.tolist()
+        self.nf[1] = self.nf[0]
+        if worst >= self.tc.max_nonfinite_steps:
+            raise TrainingError(
+                f"non-finite loss or gradient norm in {worst} consecutive steps at or before step {self.step} "
+                f"(train.max_nonfinite_steps={self.tc.max_nonfinite_steps}); stopped. Last good checkpoint: "
+                f"{ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr or check the data)")
+
+    def log_step(self, out: dict[str, Tensor], r: dict[str, Any]) -> None:
+        shape, kept, dropping = r["shape"], r["kept"], r["dropping"]
+        rec = {"step": self.step, "loss": out["loss"].item(), "acc": out["acc"].item(), "lr": r["lr"],
+               "grad_norm": out["grad_norm"].item(), "kept_fraction": kept / shape.seq_len if dropping else 1.0,
+               "dropping": dropping, "step_time": self.dt, "tokens_per_s": self.tok_s, "wall_time": self.wall,
+               "flops_per_step": r["flops_per_step"], "flops": self.run_flops.total, "skipped_steps": self.skipped}
+        if self.shapes.active:
+            rec.update(seq_len=shape.seq_len, batch_size=shape.batch)
+        if not self.masks.constant:
+            rec["mask_prob"] = self.loader.mask_rate
+        rec.update(realised(self.loader.state_dict()))  # a mixture's shares drawn so far: mix_0, mix_1, ...
+        if self.peak_flops:
+            rec["mfu"] = rec["flops_per_step"] / self.dt / (self.peak_flops * self.dd.world)
+        self.log.write(rec)
+        self.history.append(rec)
+        if self.pbar is not None:
+            self.pbar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+
+    def evaluate(self) -> None:
+        self.last_eval = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.tc.eval_batches)
+        rec = {"step": self.step, "wall_time": self.wall, "flops": self.run_flops.total, **self.last_eval}
+        self.log.write(rec)
+        self.history.append(rec)
+
+    def checkpoint(self) -> None:
+        if self.streak:  # the weights are those before the streak; no checkpoint until it ends
+            if self.dd.main:
+                print(f"warning: step {self.step}: the last {self.streak} step(s) had a non-finite gradient norm and "
+                      "were skipped; no checkpoint written here", file=sys.stderr)
+            return
+        self.save_checkpoint(self.step)
+        if self.dd.world > 1:
+            dist.barrier()
+
+    def save_checkpoint(self, step: int) -> Path | None:
+        dd, par, model, opt, selector, run_dir = self.dd, self.par, self.model, self.opt, self.selector, self.run_dir
+        rng = ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None)
+        ranks = [rng]
+        if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
+            ranks = [None] * dd.world
+            dist.all_gather_object(ranks, rng)
+        finite = bool(torch.stack([torch.isfinite(getattr(p, "_local_tensor", p)).all() for p in model.parameters()]).all()
+                      ) if par.sharded or dd.main else True  # under FSDP: this rank's shards
+        if par.sharded:
+            finite = par.all_true(finite)  # each rank checked its own shards
+        if not (dd.main or par.sharded):
+            return None
+        if not finite:
+            raise TrainingError(f"non-finite weights at step {step}; not saved. Last good checkpoint: "
+                                f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the data)")
+        tensors, groups = ({}, opt.state_dict()["param_groups"]) if par.sharded else ckpt_mod.optimizer_to_tensors(opt)
+        if selector is not None:
+            tensors["importance"] = selector.scores.detach().cpu().contiguous()
+        tensors.update(rng)
+        if dd.world > 1:
+            for r, t in enumerate(ranks):
+                tensors.update({f"{k}.rank{r}": v for k, v in t.items()})
+        meta = {"config": to_dict(self.cfg), "data_position": self.loader.state_dict(), "optimizer_param_groups": groups,
+                "wall_time": self.wall, "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
+                "flops": self.run_flops.total}
+        try:
+            if par.sharded:  # collective: every rank writes its shards
+                return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, self.tc.keep_checkpoints, dd)
+            return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, self.tc.keep_checkpoints)
+        except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+            raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
+                                f"checkpoint of step {step}; nothing of it was kept, the last checkpoint "
+                                f"({ckpt_mod.latest(run_dir) or 'none'}) is intact: free space, then --resume") from None
+
+    # -- the end ---------------------------------------------------------------------------------------------
+    def finish(self, interrupted: bool, signum: int) -> PretrainResult:
+        cfg, tc, dd, T = self.cfg, self.tc, self.dd, self.T
+        if self.pbar is not None:
+            self.pbar.close()
+        self.loader.close()
+        if dd.main:
+            self.log.write({"step": self.step, "event": "interrupted" if interrupted else "end", "wall_time": self.wall,
+                            "skipped_steps": int(self.nf[2]), "flops": self.run_flops.total,
+                            "tokens": self.loader.sequences_consumed * T})
+        self.log.close()
+        if dd.main and not interrupted:
+            from tokendrop.runs.report import write_run_report
+
+            write_run_report(self.run_dir)
+        flops_drop = step_flops(cfg.model, T, tc.batch_size, cfg.drop if cfg.drop.enabled else None)
+        flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
+        sel = self.selector
+        return PretrainResult(
+            run_dir=self.run_dir, steps=self.step, interrupted=interrupted, wall_time=self.wall,
+            tokens_per_s=self.tokens_done / self.train_time if self.train_time else 0.0, final_eval=self.last_eval,
+            flops_per_step={"dropping": flops_drop.total, "dense": flops_dense.total},
+            importance=sel.scores.detach().cpu().clone() if sel is not None else None, history=self.history,
+            stop_signal=signum,
+        )
+
+
+def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[str, Any]) -> PretrainResult:
+    """The result of resuming a run whose last checkpoint is at its end (``train.steps`` reached or
+    ``train.time_budget`` used): nothing to train (a requeued job, a restarted torchrun agent, a
+    repeated command); said once on stderr."""
+    if dd.main:
+        print(f"{run_dir}: already finished (its last checkpoint is step {step}, the end of {length.describe()}); "
+              "nothing to do", file=sys.stderr)
+    return PretrainResult(run_dir=run_dir, steps=step, interrupted=False, wall_time=float(meta.get("wall_time", 0.0)),
+                          tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
+
+
+__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics",
+           "load_run_config", "check_resume_compatible"]

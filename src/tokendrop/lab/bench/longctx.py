@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 import torch
 
-from tokendrop.config import ConfigError, config_dir, from_dict, load_config
-from tokendrop.dropping.flops import step_flops
+from tokendrop.config import ConfigError, ModelConfig, config_dir, from_dict, load_config
+from tokendrop.dropping.flops import describe_model, step_flops
 from tokendrop.lab.bench.environment import Environment, environment, loadavg
 from tokendrop.lab.bench.fields import optional, record_dict
 from tokendrop.lab.bench.presets import LONGCTX_PREFIX as PREFIX  # configs/bench-longctx-*.toml: LongContextConfig
@@ -61,6 +61,10 @@ class FamilyShape:
     intermediate_size: int = 0
     vocab_size: int = 30522
     enabled: bool = True
+
+    @property
+    def family(self) -> str:
+        return ModelConfig(preset=self.model).family
 
 
 def _bert() -> FamilyShape:
@@ -96,15 +100,15 @@ class LongContextConfig:
     bert: FamilyShape = field(default_factory=_bert)
     modern: FamilyShape = field(default_factory=_modern)
 
-    def families(self) -> list[tuple[str, FamilyShape]]:
-        return [(n, s) for n, s in (("bert", self.bert), ("modernbert", self.modern)) if s.enabled]
+    def shapes(self) -> list[FamilyShape]:
+        """The enabled tables, [bert] then [modern]."""
+        return [s for s in (self.bert, self.modern) if s.enabled]
 
-    def bench_config(self, family: str, seq_len: int, budget_s: float = 0.0) -> BenchConfig:
-        """The ``BenchConfig`` of one row: ``family``'s shape at ``seq_len``, dense and dropping only."""
-        shape = self.bert if family == "bert" else self.modern
+    def bench_config(self, shape: FamilyShape, seq_len: int, budget_s: float = 0.0) -> BenchConfig:
+        """The ``BenchConfig`` of one row: ``shape`` at ``seq_len``, dense and dropping only."""
         b = self.batch_sizes[self.seq_lens.index(seq_len)] if self.batch_sizes else max(1, self.tokens_per_step // seq_len)
         return bench_config({
-            "name": f"{self.name}-{family}-T{seq_len}", "device": self.device, "model": shape.model,
+            "name": f"{self.name}-{shape.family}-T{seq_len}", "device": self.device, "model": shape.model,
             "num_layers": shape.num_layers, "hidden_size": shape.hidden_size, "num_heads": shape.num_heads,
             "intermediate_size": shape.intermediate_size, "vocab_size": shape.vocab_size,
             "document_attention": self.document_attention, "document_tokens": self.document_tokens,
@@ -115,15 +119,15 @@ class LongContextConfig:
         })
 
     def validate(self) -> "LongContextConfig":
-        if not self.families():
-            raise ConfigError("longctx: both families disabled (bert.enabled and modern.enabled are false)")
+        if not self.shapes():
+            raise ConfigError("longctx: both tables disabled (bert.enabled and modern.enabled are false)")
         if self.batch_sizes and len(self.batch_sizes) != len(self.seq_lens):
             raise ConfigError(f"longctx.batch_sizes: one per seq_len ({len(self.seq_lens)}), got {self.batch_sizes}")
         if self.memory_limit_gib < 0 or self.time_budget_s < 0:
             raise ConfigError("longctx.memory_limit_gib/time_budget_s: expected >= 0")
-        for fam, _ in self.families():  # every row's BenchConfig is valid (shapes, T, rate, backend, ...)
+        for shape in self.shapes():  # every row's BenchConfig is valid (shapes, T, rate, backend, ...)
             for t in self.seq_lens:
-                self.bench_config(fam, t).validate()
+                self.bench_config(shape, t).validate()
         return self
 
 
@@ -220,7 +224,7 @@ class LongContextResult:
     schema: int = SCHEMA_VERSION
 
     def row(self, family: str, seq_len: int) -> Row:
-        return next(r for r in self.rows if r.family == family and r.seq_len == seq_len)
+        return next(r for r in self.rows if (r.family, r.seq_len) == (family, seq_len))
 
     def to_dict(self) -> dict[str, Any]:
         d = record_dict(self)
@@ -277,12 +281,19 @@ def _drop(bc: BenchConfig, cfg: LongContextConfig):
     return Setting("tokendrop", "drop", cfg.rate, bc.seq_lens[0], 1).drop_config(cfg.method)
 
 
+def by_family(rows: list[Row]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        out.setdefault(r.family, []).append(r)
+    return out
+
+
 def family_fit(family: str, setting: str, rows: list[Row], limit: int) -> FamilyFit:
     """The first T (doubling beyond the longest measured) at which state + one sequence's step peak,
-    from a quadratic fit of the per-sequence peak in T, exceeds ``limit``."""
+    from a quadratic fit of the per-sequence peak in T, exceeds ``limit``; ``rows``: the family's."""
     pts = [(r.seq_len, getattr(r, f"{setting}_fit")) for r in rows
-           if r.family == family and r.status == "measured" and getattr(r, f"{setting}_fit") is not None]
-    oom = [r.seq_len for r in rows if r.family == family and r.status == "out of memory"]
+           if r.status == "measured" and getattr(r, f"{setting}_fit") is not None]
+    oom = [r.seq_len for r in rows if r.status == "out of memory"]
     if oom:
         return FamilyFit(family, setting, limit, min(oom), f"measured: T={min(oom)} ran out of memory at its batch")
     if len(pts) < 3:
@@ -306,8 +317,8 @@ def goal(rows: list[Row]) -> dict[str, Any]:
     """The benchmark goal (not a test): dropping at >= GOAL_FRACTION of its FLOP bound at every T, and
     the speed-up at the longest T next to the shortest's, per family."""
     out: dict[str, Any] = {"fraction_of_bound_goal": GOAL_FRACTION}
-    for fam in sorted({r.family for r in rows}):
-        ok = [r for r in rows if r.family == fam and r.status == "measured"]
+    for fam, mine in by_family(rows).items():
+        ok = [r for r in mine if r.status == "measured"]
         if not ok:
             continue
         lo, hi = min(ok, key=lambda r: r.seq_len), max(ok, key=lambda r: r.seq_len)
@@ -328,16 +339,17 @@ def run_longctx(cfg: LongContextConfig, *, log: Callable[[str], None] | None = N
     cfg.validate()
     say = log or (lambda s: None)
     t_start = time.perf_counter()
-    dev = bench_device(cfg.bench_config(cfg.families()[0][0], cfg.seq_lens[0]))
+    dev = bench_device(cfg.bench_config(cfg.shapes()[0], cfg.seq_lens[0]))
     limit = int(cfg.memory_limit_gib * 2**30) if cfg.memory_limit_gib else machine_memory_bytes(dev)
     res = LongContextResult(preset=cfg.name, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                             env=environment(dev), config=cfg, rows=[], fits=[], memory_limit_bytes=limit, goal={},
                             runs={}, command=command or f"tokendrop bench --preset {cfg.name}")
     deadline = t_start + cfg.time_budget_s if cfg.time_budget_s else None
-    todo = [(fam, t) for fam, _ in cfg.families() for t in cfg.seq_lens]
-    for i, (fam, t) in enumerate(todo):
+    todo = [(shape, t) for shape in cfg.shapes() for t in cfg.seq_lens]
+    for i, (shape, t) in enumerate(todo):
+        fam = shape.family
         left = None if deadline is None else deadline - time.perf_counter()
-        bc = cfg.bench_config(fam, t, 0.0 if left is None else max(1.0, left / (len(todo) - i)))
+        bc = cfg.bench_config(shape, t, 0.0 if left is None else max(1.0, left / (len(todo) - i)))
         b = bc.batch_size(t)
         if left is not None and left <= 0:
             res.rows.append(Row(fam, t, b, "skipped (time budget)"))
@@ -368,8 +380,7 @@ def run_longctx(cfg: LongContextConfig, *, log: Callable[[str], None] | None = N
 
 def _finish(res: LongContextResult, limit: int, t_start: float) -> None:
     res.env.loadavg_end = loadavg()
-    res.fits = [family_fit(fam, s, res.rows, limit) for fam in dict.fromkeys(r.family for r in res.rows)
-                for s in ("dense", "drop")]
+    res.fits = [family_fit(fam, s, mine, limit) for fam, mine in by_family(res.rows).items() for s in ("dense", "drop")]
     res.goal = goal(res.rows)
     res.wall_s = time.perf_counter() - t_start
 
@@ -414,12 +425,9 @@ def format_markdown(res: LongContextResult) -> str:
              f"{cfg.reps} per setting; per-document attention {cfg.document_attention}, "
              + ("one document per row" if not cfg.document_tokens else f"documents of {cfg.document_tokens} tokens")
              + f"; {cfg.tokens_per_step} tokens per step (B = tokens / T)" if not cfg.batch_sizes else "", ""]
-    for fam, shape in cfg.families():
-        mc = cfg.bench_config(fam, cfg.seq_lens[0]).model_config()
-        lines.append(f"* {fam}: {mc.num_layers} layers x {mc.hidden_size} ({mc.num_heads} heads), FFN "
-                     f"{mc.intermediate_size}, vocab {mc.vocab_size}"
-                     + (f", window {mc.local_attention}, global every {mc.global_attn_every_n_layers} layers"
-                        if fam == "modernbert" else ""))
+    for shape in cfg.shapes():
+        mc = cfg.bench_config(shape, cfg.seq_lens[0]).model_config()
+        lines.append(f"* {shape.family}: {describe_model(mc)}, {mc.num_heads} heads, vocab {mc.vocab_size}")
     lines += ["", "Speed-up = the median over rounds of dense step time / dropping step time, measured seconds apart "
               "(paired); [min-max] over the rounds.  FLOP bound = dense FLOPs / dropping FLOPs (`tokendrop.flops`)."
               + (" CPU time = process time, robust to waiting for a core on a loaded machine." if cpu else ""), ""]

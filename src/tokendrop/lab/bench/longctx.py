@@ -28,6 +28,7 @@ import datetime as _dt
 import math
 import os
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -87,6 +88,9 @@ class LongContextConfig:
     method: str = "cumulative"
     document_attention: str = "on"
     document_tokens: int = 0  # 0 = one document per row (BenchConfig.document_tokens)
+    # both families without attention dropout (ModernBERT has none; BERT's 0.1 would put CPU attention
+    # on SDPA's math path, T x T scores materialised: > 10 GB at T = 8192): BenchConfig.attention_dropout
+    attention_dropout: float = 0.0
     attention_backend: str = "auto"
     precision: str = "fp32"
     compile: bool = False
@@ -112,6 +116,7 @@ class LongContextConfig:
             "num_layers": shape.num_layers, "hidden_size": shape.hidden_size, "num_heads": shape.num_heads,
             "intermediate_size": shape.intermediate_size, "vocab_size": shape.vocab_size,
             "document_attention": self.document_attention, "document_tokens": self.document_tokens,
+            "attention_dropout": self.attention_dropout,
             "attention_backend": self.attention_backend, "seq_lens": [seq_len], "batch_sizes": [b],
             "rates": [self.rate], "variants": ["drop"], "method": self.method, "hf": False,
             "precision": self.precision, "compile": self.compile, "threads": self.threads, "warmup": self.warmup,
@@ -132,8 +137,17 @@ class LongContextConfig:
 
 
 def is_longctx_preset(name: str) -> bool:
-    """``name`` (a preset name or a .toml path) is a long-context preset: ``longctx-*`` / ``bench-longctx-*.toml``."""
-    return Path(name).stem.startswith(("longctx", PREFIX))
+    """``name`` is a long-context preset: ``longctx-*`` (configs/bench-longctx-*.toml), or a .toml file
+    named so or holding a ``[bert]`` or ``[modern]`` table (a BenchConfig has no tables)."""
+    if Path(name).stem.startswith(("longctx", PREFIX)):
+        return True
+    if not name.endswith(".toml") or not Path(name).is_file():
+        return False
+    try:
+        d = tomllib.loads(Path(name).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # the BenchConfig loader reports it
+    return isinstance(d.get("bert"), dict) or isinstance(d.get("modern"), dict)
 
 
 def longctx_config(name: str, overrides: list[str] | tuple[str, ...] = (), device: str | None = None) -> LongContextConfig:
@@ -427,9 +441,9 @@ def format_markdown(res: LongContextResult) -> str:
              + f"; {cfg.tokens_per_step} tokens per step (B = tokens / T)" if not cfg.batch_sizes else "", ""]
     for shape in cfg.shapes():
         mc = cfg.bench_config(shape, cfg.seq_lens[0]).model_config()
-        lines.append(f"* {shape.family}: {describe_model(mc)}, {mc.num_heads} heads, vocab {mc.vocab_size}")
+        lines.append(f"* {describe_model(mc)}, {mc.num_heads} heads, vocab {mc.vocab_size}")
     lines += ["", "Speed-up = the median over rounds of dense step time / dropping step time, measured seconds apart "
-              "(paired); [min-max] over the rounds.  FLOP bound = dense FLOPs / dropping FLOPs (`tokendrop.flops`)."
+              "(paired); [min-max] over the rounds.  FLOP bound = dense FLOPs / dropping FLOPs (`tokendrop.dropping.flops`)."
               + (" CPU time = process time, robust to waiting for a core on a loaded machine." if cpu else ""), ""]
     head = ["family", "T", "B", "dense ms", "drop ms", "speed-up (wall)"]
     if cpu:
@@ -446,7 +460,7 @@ def format_markdown(res: LongContextResult) -> str:
         if cpu:
             cells.append(_f(r.speedup_cpu, ".2f") + "x")
         bound = f"{r.flop_bound:.2f}x" + (f" ({r.flop_bound_masked_dense:.2f}x masked)" if r.flop_bound_masked_dense else "")
-        frac = _f(r.fraction_of_bound, ".0f", 100) + ("" if not cpu else " / " + _f(r.fraction_of_bound_cpu, ".0f", 100))
+        frac = _f(r.fraction_of_bound, ".0f", 100) + "%" + ("" if not cpu else " / " + _f(r.fraction_of_bound_cpu, ".0f", 100) + "%")
         mem = (_f(r.dense_fit.peak_bytes if r.dense_fit else None, ".0f", 2**-20) + " / "
                + _f(r.drop_fit.peak_bytes if r.drop_fit else None, ".0f", 2**-20))
         fits = (str(r.dense_fit.largest_batch if r.dense_fit else "--") + " / "

@@ -74,8 +74,12 @@ class QualityPart:
     finetune_reserve_s: float = 150.0  # kept back from pretraining for the fine-tuning
     calibrate_rounds: int = 3
     plateau_margin: float = 1.0  # "far below the unigram plateau": at least this many nats below
-    # dotted Config overrides both runs get on top of ``overrides`` (part strong: the strong dense recipe)
-    recipe: list[str] = field(default_factory=list)
+    # both runs on top of the strongest dense recipe (part strong: :func:`strong_recipe` at batch_size)
+    strong_recipe: bool = False
+
+    def recipe(self) -> list[str]:
+        """The recipe's dotted Config overrides both runs get after ``overrides`` ([] without one)."""
+        return strong_recipe(self.batch_size) if self.strong_recipe else []
 
 
 def strong_recipe(batch_size: int) -> list[str]:
@@ -94,7 +98,7 @@ def _strong_part() -> QualityPart:
                                   "model.intermediate_size=1536", "train.lr=1e-3", "train.compile=false",
                                   "train.eval_batches=20", "data.num_workers=2"],
                        batch_size=256, train_budget_s=150.0, evals=15, tasks=[], finetune_reserve_s=0.0,
-                       recipe=strong_recipe(256))
+                       strong_recipe=True)
 
 
 def _longctx_gpu() -> LongContextConfig:

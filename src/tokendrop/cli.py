@@ -93,7 +93,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     from tokendrop.models.pretrained import export_hf
 
     out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
-    print(f"exported to {out} (load with transformers.BertForMaskedLM.from_pretrained)")
+    print(f"exported to {out} (load with transformers.AutoModelForMaskedLM.from_pretrained)")
     return 0
 
 
@@ -111,14 +111,16 @@ def cmd_flops(a: argparse.Namespace) -> int:
     for t in a.seq_len:
         dense = step_flops(cfg.model, t, cfg.train.batch_size, None)
         drop = step_flops(cfg.model, t, cfg.train.batch_size, cfg.drop)
-        rows.append((t, dense.total, drop.total, flop_ratio(cfg.model, t, cfg.drop), flop_ratio(cfg.model, t, cfg.drop, True)))
+        rows.append((t, dense.total, drop.total, flop_ratio(cfg.model, t, cfg.drop), flop_ratio(cfg.model, t, cfg.drop, True),
+                     dense.attention_share, drop.attention_share))
     kept = (f"kept {cfg.drop.ltd_start_fraction:g} of T per layer (the schedule's first step)" if cfg.drop.per_layer
             else f"rate {cfg.drop.rate}")
     print(f"model: {describe_model(cfg.model)}; drop: {cfg.drop.method}/{cfg.drop.variant} "
           f"{kept} span {cfg.drop.span(cfg.model.num_layers)}; batch {cfg.train.batch_size}")
-    print(f"{'T':>5} {'dense FLOPs/step':>18} {'drop FLOPs/step':>18} {'ratio':>7} {'encoder ratio':>14} {'bound speedup':>14}")
-    for t, d, x, r, re in rows:
-        print(f"{t:>5} {d:>18.4g} {x:>18.4g} {r:>7.3f} {re:>14.3f} {1 / r:>13.3f}x")
+    print(f"{'T':>5} {'dense FLOPs/step':>18} {'drop FLOPs/step':>18} {'ratio':>7} {'encoder ratio':>14} {'bound speedup':>14} "
+          f"{'attention share dense/drop':>27}")
+    for t, d, x, r, re, ad, ax in rows:
+        print(f"{t:>5} {d:>18.4g} {x:>18.4g} {r:>7.3f} {re:>14.3f} {1 / r:>13.3f}x {100 * ad:>12.1f}% / {100 * ax:>5.1f}%")
     return 0
 
 
@@ -162,6 +164,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from tokendrop.lab.bench import format_text, make_preset, run_bench, write_results
     from tokendrop.lab.bench.report import check_results_path
     from tokendrop.config import ConfigError
+    from tokendrop.lab.bench.longctx import is_longctx_preset
 
     if a.threads is not None and a.threads <= 0:
         raise ConfigError(f"--threads: expected a positive number of threads, got {a.threads}")
@@ -173,15 +176,36 @@ def cmd_bench(a: argparse.Namespace) -> int:
     for flag in ("threads", "rounds", "warmup"):
         if getattr(a, flag) is not None:
             overrides.append(f"{flag}={getattr(a, flag)}")
+    in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
+    if is_longctx_preset(a.preset):  # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.bench.longctx)
+        return _bench_longctx(a, overrides, say, in_cli)
     if a.no_hf:
         overrides.append("hf=false")
     cfg = make_preset(a.preset, a.device, overrides)
-    in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
     command = "tokendrop " + shlex.join(sys.argv[1:]) if in_cli else f"tokendrop bench --device {cfg.device} --preset {cfg.name}"
     res = run_bench(cfg, profile_dir=a.profile, log=say, command=command)
     print(format_text(res))
     if a.json:
         j, md = write_results(res, a.json)
+        print(f"wrote {j} and {md}")
+    return 0
+
+
+def _bench_longctx(a: argparse.Namespace, overrides: list[str], say, in_cli: bool) -> int:
+    import shlex
+
+    from tokendrop.lab.bench.longctx import format_text, longctx_config, run_longctx, write_longctx
+
+    if a.profile:
+        from tokendrop.config import ConfigError
+
+        raise ConfigError("bench --profile: not with a long-context preset (each row records its memory and kernels)")
+    cfg = longctx_config(a.preset, overrides, a.device)
+    command = "tokendrop " + shlex.join(sys.argv[1:]) if in_cli else f"tokendrop bench --preset {a.preset}"
+    res = run_longctx(cfg, log=say, command=command)
+    print(format_text(res))
+    if a.json:
+        j, md = write_longctx(res, a.json)
         print(f"wrote {j} and {md}")
     return 0
 

@@ -311,7 +311,7 @@ class Config:
 class FinetuneConfig:
     """One fine-tuning run on one task (GLUE-style classification or SQuAD-style span QA)."""
 
-    task: str = ""  # sst2 | mnli | qnli | qqp | rte | squad1 | squad2 | custom classification
+    task: str = ""  # a task of tokendrop.finetune.tasks.TASKS: cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1 squad2 custom
     data: str = ""  # directory holding the task's files
     epochs: float = 3.0
     lr: float = 2e-5

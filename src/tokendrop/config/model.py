@@ -38,6 +38,8 @@ DOCUMENT_ATTENTION = ("auto", "on", "off")
 CLASSIFIER_POOLING = ("cls", "mean")
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")  # how attention runs (tokendrop.models.attention)
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
+# the rotary bases a ModelConfig leaving them at 0 gets (answerdotai/ModernBERT's, and transformers')
+ROPE_THETAS = {"global_rope_theta": 160000.0, "local_rope_theta": 10000.0}
 
 
 @dataclass
@@ -90,8 +92,12 @@ class ModelConfig:
     # "sdpa"; "flex" = FlexAttention for every document / window mask (needs attention_dropout = 0;
     # off CUDA it runs unfused, for checks only)
     attention_backend: str = "auto"
-    global_rope_theta: float = 160000.0
-    local_rope_theta: float = 10000.0
+    # rotary bases: 0 = ModernBERT's (160000 global, 10000 local), or with ``init`` the source's.  With
+    # ``init`` (a modernbert source) a value given here, like a larger max_position_embeddings, is a
+    # position extension (docs/design.md §2.8): e.g. continued pretraining at T = 2048 from a
+    # 512-position checkpoint with global_rope_theta = 160000, as ModernBERT's own long-context phase
+    global_rope_theta: float = 0.0
+    local_rope_theta: float = 0.0
     local_attention: int = 128
     global_attn_every_n_layers: int = 3
     layer_types: list[str] = field(default_factory=list)
@@ -117,6 +123,9 @@ class ModelConfig:
                 setattr(self, k, v)
         if not self.intermediate_size:
             self.intermediate_size = 4 * self.hidden_size
+        for name, value in ROPE_THETAS.items():
+            if not getattr(self, name):
+                setattr(self, name, value)
         self.preset = ""
 
     def resolved_layer_types(self) -> list[str]:
@@ -129,8 +138,9 @@ class ModelConfig:
 
     @property
     def shape_pending(self) -> bool:
-        """``init`` names a source whose shape has not been resolved into these fields yet."""
-        return bool(self.init) and 0 in (self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size)
+        """``init`` names a source whose shape (or rotary bases) has not been resolved into these fields yet."""
+        return bool(self.init) and 0 in (self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size,
+                                         self.global_rope_theta, self.local_rope_theta)
 
     @property
     def resolved(self) -> bool:

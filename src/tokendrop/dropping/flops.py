@@ -94,6 +94,7 @@ class StepFlops:
     encoder: int  # forward, per sequence
     head: int  # forward, per sequence (MLM head on P slots)
     batch_size: int
+    attention: int = 0  # forward, per sequence: the encoder's score and weighted-value products (in ``encoder``)
 
     @property
     def forward(self) -> int:
@@ -107,6 +108,11 @@ class StepFlops:
     @property
     def encoder_total(self) -> int:
         return 3 * self.encoder * self.batch_size
+
+    @property
+    def attention_share(self) -> float:
+        """The attention products' share of the step's FLOPs (forward and backward alike)."""
+        return self.attention / (self.encoder + self.head)
 
 
 def step_flops(
@@ -129,8 +135,13 @@ def step_flops(
     types = layer_types(model)
     p = round(0.15 * t) if num_predictions is None else num_predictions
 
+    attn = 0
+
     def cost(i: int, n: int, kv: int) -> int:
-        return layer_flops(n, kv, d, f, keys_per_query(model, types[i], kv, t, masked_dense_local), glu)
+        nonlocal attn
+        k = keys_per_query(model, types[i], kv, t, masked_dense_local)
+        attn += 4 * n * k * d
+        return layer_flops(n, kv, d, f, k, glu)
 
     enc = 0
     if drop is None or not drop.enabled or not dropping:
@@ -148,7 +159,7 @@ def step_flops(
             else:
                 enc += cost(i, m, m)
     head = 2 * p * d * d + 2 * p * d * model.vocab_size  # dense d -> d, then the decoder d -> V
-    return StepFlops(encoder=enc, head=head, batch_size=batch_size)
+    return StepFlops(encoder=enc, head=head, batch_size=batch_size, attention=attn)
 
 
 def consistency_flops(model: ModelConfig, seq_len: int, batch_size: int = 1, masked_dense_local: bool = False) -> int:

@@ -87,8 +87,9 @@ class MaskedLM(nn.Module):
                                             drop_active))
 
     def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
-        """Per-slot negative log-likelihood (B, P), computed in fp32."""
-        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+        """Per-slot negative log-likelihood (B, P), computed in fp32 (in float64 for a float64 model)."""
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
 
 
 def num_parameters(model: nn.Module) -> int:

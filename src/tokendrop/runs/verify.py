@@ -291,9 +291,9 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
     bad = False
     metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
     kind = _task_kind(r["task"])
-    if kind == "squad":
+    if kind == "span":
         want = [p / "predictions" / "dev.json"]
-    elif kind == "classification":
+    elif kind is not None:  # every other kind writes predictions/<split>.tsv
         want = [p / "predictions" / f"{split}.tsv" for split in metrics]
     else:
         want = []

@@ -288,8 +288,9 @@ def test_modern_presets_and_sequence_limits():
     gpu = make_preset("modern-gpu")
     assert gpu.model_config().num_layers == 22 and gpu.model_config().intermediate_size == 1152
     assert gpu.seq_lens == [512, 1024] and gpu.precision == "bf16"
-    with pytest.raises(ConfigError, match=r"bench.seq_lens: expected lengths in \[8, 512\] for model 'cpu-12x256'"):
-        make_preset("cpu-quick", overrides=["seq_lens=[1024]"])
+    with pytest.raises(ConfigError, match=r"bench.seq_lens: expected lengths in \[8, 8192\] for model 'cpu-12x256'"):
+        make_preset("cpu-quick", overrides=["seq_lens=[16384]"])
+    assert make_preset("cpu-quick", overrides=["seq_lens=[8192]"]).model_config().max_position_embeddings == 8192
     with pytest.raises(ConfigError, match=r"model.document_attention"):
         make_preset("modern-smoke", overrides=['document_attention="sometimes"'])
     on = make_preset("modern-smoke", overrides=['document_attention="on"']).model_config()

@@ -141,7 +141,8 @@ class StepBuilder:
     def batch(self, batch_size: int, seq_len: int) -> dict[str, Tensor]:
         key = (batch_size, seq_len)
         if key not in self._batches:
-            self._batches[key] = synthetic_batch(batch_size, seq_len, self.cfg.vocab_size, self.device, self.cfg.seed)
+            self._batches[key] = synthetic_batch(batch_size, seq_len, self.cfg.vocab_size, self.device, self.cfg.seed,
+                                                     self.cfg.document_tokens)
         return self._batches[key]
 
     def forget_batch(self, batch_size: int, seq_len: int) -> None:

@@ -55,16 +55,19 @@ def build_settings(cfg: BenchConfig) -> list[Setting]:
     return out
 
 
-def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device, seed: int = 0) -> dict[str, Tensor]:
+def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device, seed: int = 0,
+                    document_tokens: int = 64) -> dict[str, Tensor]:
     """A packed MLM micro-batch of static shape, as ``tokendrop.data.MLMLoader`` yields it.
 
-    [CLS] at 0, a [SEP] every 64 tokens and at the end, random ids elsewhere; P = round(0.15 T)
-    prediction slots at distinct non-special positions, their inputs replaced by [MASK].
+    [CLS] at 0, a [SEP] every ``document_tokens`` tokens (0: one document per row) and at the end,
+    random ids elsewhere; P = round(0.15 T) prediction slots at distinct non-special positions, their
+    inputs replaced by [MASK].
     """
     g = torch.Generator().manual_seed(seed + 1000 * seq_len + batch_size)
     ids = torch.randint(len(SPECIAL_IDS), vocab_size, (batch_size, seq_len), generator=g)
     ids[:, 0] = SPECIAL_IDS["cls"]
-    ids[:, 63::64] = SPECIAL_IDS["sep"]
+    if document_tokens:
+        ids[:, document_tokens - 1::document_tokens] = SPECIAL_IDS["sep"]
     ids[:, -1] = SPECIAL_IDS["sep"]
     p = max(1, round(0.15 * seq_len))
     special = (ids == SPECIAL_IDS["cls"]) | (ids == SPECIAL_IDS["sep"])

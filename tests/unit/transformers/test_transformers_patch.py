@@ -400,6 +400,22 @@ def test_flex_attention_where_it_runs():
     torch.testing.assert_close(out["flex_attention"], out["sdpa"], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_flash_attention_where_installed(family):
+    """flash_attention_2 (CUDA + the flash_attn package; skipped elsewhere): the full-length layers run
+    FlashAttention, the calls on gathered rows sdpa; the dropped loss equals sdpa's within bf16."""
+    from transformers.utils import is_flash_attn_2_available
+
+    if not (torch.cuda.is_available() and is_flash_attn_2_available()):
+        pytest.skip("flash_attention_2 needs CUDA and the flash_attn package")
+    ids, mask, labels, _, _ = _batch(64)
+    out = {}
+    for impl in ("sdpa", "flash_attention_2"):
+        m = apply_token_dropping(_hf(family, impl=impl), special_ids=SPECIAL).to("cuda", torch.bfloat16).train()
+        out[impl] = m(input_ids=ids.cuda(), attention_mask=mask.cuda(), labels=labels.cuda()).loss.float()
+    torch.testing.assert_close(out["flash_attention_2"], out["sdpa"], atol=2e-2, rtol=2e-2)
+
+
 # ----------------------------------------------------------------------------------------------
 # schedules and state
 

@@ -540,5 +540,8 @@ def test_forward_refusals_are_one_line():
     with pytest.raises(TokenDroppingError, match="output_hidden_states") as e:
         m(input_ids=ids, labels=labels, output_hidden_states=True)
     _one_line(e)
+    with pytest.raises(TokenDroppingError, match="encoder_hidden_states"):
+        m(input_ids=ids, labels=labels, encoder_hidden_states=torch.randn(3, 16, 32))
+    m(input_ids=ids, labels=labels, output_hidden_states=False)  # an explicit "no" is fine
     with pytest.raises(TokenDroppingError, match="pass input_ids"):
         m(inputs_embeds=torch.randn(3, 16, 32), labels=labels)

@@ -31,7 +31,7 @@ from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.runs import rundir
 from tokendrop.models.attention import check_training_device
 from tokendrop.train.budget import RunLength, budget_clock
-from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
+from tokendrop.config import Config, ConfigError, to_dict, to_toml
 from tokendrop.train.continued import warm_start
 from tokendrop.data.mixture import open_data, realised
 from tokendrop.errors import TrainingError
@@ -287,7 +287,7 @@ class _Trainer:
         if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
             torch.manual_seed(tc.seed + dd.rank)
         counts = None
-        if METHODS[cfg.drop.method].needs_counts:
+        if cfg.drop.selection.needs_counts:
             counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
         self.selector = None
         if cfg.drop.enabled:  # each rank its own random draws

@@ -58,4 +58,14 @@ def ltd_kept_at(drop: DropConfig, seq_len: int, step: int, train_steps: int, pro
     return ltd_kept(drop, seq_len, int(min(max(progress, 0.0), 1.0) * LTD_BUDGET_GRID), LTD_BUDGET_GRID)
 
 
-__all__ = ["ltd_kept", "ltd_kept_at", "ltd_total_steps"]
+
+def kept_rows(drop: DropConfig, seq_len: int, step: int = 0, train_steps: int = 1, progress: float = 0.0) -> int:
+    """Rows kept in the drop span at optimizer step ``step`` (0-based) of a ``train_steps`` run,
+    ``progress`` of it done (a time-budgeted run: ``train_steps`` 0): a per-layer method's scheduled
+    count (:func:`ltd_kept_at`), else ``drop.num_kept(seq_len)``.  The defaults give the first step's."""
+    if drop.per_layer:
+        return ltd_kept_at(drop, seq_len, step, train_steps, progress)
+    return drop.num_kept(seq_len)
+
+
+__all__ = ["kept_rows", "ltd_kept", "ltd_kept_at", "ltd_total_steps"]

@@ -38,8 +38,9 @@ from tokendrop.errors import TrainingError
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.dropping.flops import RunFlops, step_flops
 from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.train.metrics import MetricsLog, read_metrics
-from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
+from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, lr_at, stage2_start
 from tokendrop.models.masked_lm import num_parameters
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.resume import (
@@ -436,7 +437,7 @@ class _Trainer:
         micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
         dropping = dropping_at(cfg, self.length, self.step, p)
         lr = self.lrs.at(self.step, p)
-        kept = kept_rows(cfg, shape.seq_len, self.step, p)  # rows kept in the drop span (random_ltd: its schedule)
+        kept = kept_rows(cfg.drop, shape.seq_len, self.step, cfg.train.steps, p)  # random_ltd: its schedule
         sctd = dropping and cfg.drop.consistency_weight > 0 and self.step % cfg.drop.consistency_every == 0
         f_step = self.run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept, sctd)
         out = self.step_fn(micro, lr, dropping, self.step, p)

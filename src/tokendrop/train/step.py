@@ -24,13 +24,6 @@ from tokendrop.dropping.importance import TokenSelector
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.train.parallel import Parallel, grad_norm
 from tokendrop.dropping.random_ltd import kept_rows
-from tokendrop.train.schedules import lr_linear_steps
-
-
-def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total``
-    (``train.lr_schedule = "linear"`` of a fixed-length run; tokendrop.train.schedules has them all)."""
-    return lr_linear_steps(step, peak, warmup, total)
 
 
 def stage2_start(cfg: Config) -> int:

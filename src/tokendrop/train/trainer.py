@@ -40,7 +40,7 @@ from tokendrop.dropping.flops import RunFlops, step_flops
 from tokendrop.dropping.importance import build_selector
 from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.train.metrics import MetricsLog, read_metrics
-from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, lr_at, stage2_start
+from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, stage2_start
 from tokendrop.models.masked_lm import num_parameters
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.resume import (
@@ -54,14 +54,6 @@ from tokendrop.train.run_config import resolve_init, resolve_run_config
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
 from tokendrop.train.warmups import StepPlan, default_micro_batch
-
-
-# ----------------------------------------------------------------------------------------------
-# logging
-
-
-# ----------------------------------------------------------------------------------------------
-# the loop
 
 
 @dataclass
@@ -591,5 +583,5 @@ def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[
                           tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
 
 
-__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics",
+__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "stage2_start", "evaluate_mlm", "read_metrics",
            "load_run_config", "check_resume_compatible"]

@@ -33,15 +33,16 @@ from tokendrop.runs.metrics import truncate_metrics
 from tokendrop.runs.files import atomic_directory, atomic_write_text
 from tokendrop.models.attention import check_training_device
 from tokendrop.train.budget import RunLength, budget_clock
-from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
+from tokendrop.config import Config, ConfigError, to_dict, to_toml
 from tokendrop.train.continued import warm_start
 from tokendrop.data.mixture import open_data, realised
 from tokendrop.errors import TrainingError
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.dropping.flops import RunFlops, step_flops
 from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.runs.metrics import MetricsLog, read_metrics
-from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
+from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, stage2_start
 from tokendrop.models.masked_lm import num_parameters
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.resume import (
@@ -55,14 +56,6 @@ from tokendrop.train.run_config import resolve_init, resolve_run_config
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
 from tokendrop.train.warmups import StepPlan, default_micro_batch
-
-
-# ----------------------------------------------------------------------------------------------
-# logging
-
-
-# ----------------------------------------------------------------------------------------------
-# the loop
 
 
 @dataclass
@@ -289,7 +282,7 @@ class _Trainer:
         if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
             torch.manual_seed(tc.seed + dd.rank)
         counts = None
-        if METHODS[cfg.drop.method].needs_counts:
+        if cfg.drop.selection.needs_counts:
             counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
         self.selector = None
         if cfg.drop.enabled:  # each rank its own random draws
@@ -438,7 +431,7 @@ class _Trainer:
         micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
         dropping = dropping_at(cfg, self.length, self.step, p)
         lr = self.lrs.at(self.step, p)
-        kept = kept_rows(cfg, shape.seq_len, self.step, p)  # rows kept in the drop span (random_ltd: its schedule)
+        kept = kept_rows(cfg.drop, shape.seq_len, self.step, cfg.train.steps, p)  # random_ltd: its schedule
         sctd = dropping and cfg.drop.consistency_weight > 0 and self.step % cfg.drop.consistency_every == 0
         f_step = self.run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept, sctd)
         out = self.step_fn(micro, lr, dropping, self.step, p)
@@ -592,5 +585,5 @@ def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[
                           tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
 
 
-__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics",
+__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "stage2_start", "evaluate_mlm", "read_metrics",
            "load_run_config", "check_resume_compatible"]

@@ -163,7 +163,7 @@ class StepBuilder:
 
             hf, drop = self.hf_patched(s), s.drop_config(self.cfg.method)
             selector = token_dropping_state(hf.model).selector
-            kept = ltd_kept(drop, s.seq_len, 0, 1) if drop.per_layer else drop.num_kept(s.seq_len)
+            kept = kept_rows(drop, s.seq_len)
             return Runner(s, hf_step_fn(hf, mb, self.amp, self.device),
                           (hf.model, hf.opt) if selector is None else (hf.model, hf.opt, selector),
                           hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction, drop), kept)

@@ -17,7 +17,7 @@ from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.dropping.flops import layer_types, step_flops
 from tokendrop.dropping.importance import build_selector
-from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.train.runtime import autocast_dtype
 from tokendrop.train.trainer import MLMStep
 from tokendrop.lab.bench.hf_baseline import HFModel, build_hf, build_hf_patched, hf_class_name, hf_flops, hf_step_fn
@@ -163,7 +163,7 @@ class StepBuilder:
 
             hf, drop = self.hf_patched(s), s.drop_config(self.cfg.method)
             selector = token_dropping_state(hf.model).selector
-            kept = ltd_kept(drop, s.seq_len, 0, 1) if drop.per_layer else drop.num_kept(s.seq_len)
+            kept = kept_rows(drop, s.seq_len)
             return Runner(s, hf_step_fn(hf, mb, self.amp, self.device),
                           (hf.model, hf.opt) if selector is None else (hf.model, hf.opt, selector),
                           hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction, drop), kept)
@@ -184,7 +184,7 @@ class StepBuilder:
         def fn() -> dict[str, Tensor]:
             return step(micro, 1e-4, dropping)
 
-        kept = s.seq_len if drop is None else ltd_kept(drop, s.seq_len, 0, 1) if drop.per_layer else drop.num_kept(s.seq_len)
+        kept = s.seq_len if drop is None else kept_rows(drop, s.seq_len)
         flops = step_flops(self.model_cfg, s.seq_len, s.batch_size, drop).total
         state = (ours.model, ours.opt, selector) if selector is not None else (ours.model, ours.opt)
         return Runner(s, fn, state, flops, kept)

@@ -417,18 +417,41 @@ def _add_verify(sub) -> None:
 
 
 def _check_outputs(a: argparse.Namespace) -> None:
-    """Every writing command's output directory (``--out``, ``export``'s OUT_DIR) must not be a file:
-    refused before anything is read or written."""
+    """Every writing command's output directory (``--out``, ``export``'s OUT_DIR) must not be a file,
+    and must be creatable: its nearest existing ancestor a directory this user may write into.
+    Refused before anything is read or written."""
     from tokendrop.runs.rundir import RunDirError
 
     for attr, flag in (("out", "--out"), ("out_dir", "OUT_DIR")):
         v = getattr(a, attr, None)
-        if v and os.path.lexists(v) and not os.path.isdir(v):
+        if not v:
+            continue
+        if os.path.lexists(v) and not os.path.isdir(v):
             raise RunDirError(f"{flag}: {v} exists and is not a directory; tokendrop never replaces a file with its "
                               "output: choose another output directory")
+        parent = os.path.dirname(os.path.abspath(v))
+        while not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise RunDirError(f"{flag}: {v} cannot be created: {parent} is a file, not a directory; choose an output "
+                              "directory whose parents are directories")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise RunDirError(f"{flag}: {v} cannot be created: {parent} is not writable by this user; choose an output "
+                              "directory you may write into")
 
 
 _DISK_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG") if hasattr(errno, n)}
+# an OSError naming a path the user gave (or one under it) that cannot be used as it is: a user error
+_PATH_ERRNOS = {errno.EACCES: "check its permissions", errno.EPERM: "check its permissions",
+                errno.ENOTDIR: "a part of the path is a file, not a directory",
+                errno.EISDIR: "a directory where a file was expected", errno.ELOOP: "a symbolic link loop",
+                errno.ENAMETOOLONG: "the path is too long", errno.EEXIST: "it is in the way: move it or choose another path"}
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """A failed allocation: Python's MemoryError, torch's OutOfMemoryError (CUDA), or the CPU
+    allocator's RuntimeError ("can't allocate memory")."""
+    return isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(e)
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -450,12 +473,22 @@ def main(argv: list[str] | None = None) -> int:
         print(_error_line(e), file=sys.stderr)
         return 2
     except OSError as e:
+        if e.errno in _PATH_ERRNOS and e.filename:  # a path that cannot be used as it is: say which and why
+            print(f"error: {e.filename}: {e.strerror or e} ({_PATH_ERRNOS[e.errno]})", file=sys.stderr)
+            return 2
         if e.errno not in _DISK_ERRNOS:  # anything else is a bug: keep its traceback
             raise
         # disk full / quota / read-only while writing: the atomic writers have removed their temp
         # files, every earlier output (the last checkpoint) is intact
         print(f"error: {e.filename or 'write'}: {e.strerror or e}; nothing partial was kept (free space and run "
               "the command again)", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as e:
+        if not _out_of_memory(e):  # anything else is a bug: keep its traceback
+            raise
+        print(f"error: out of memory ({_error_line(e)[7:][:300]}); lower the model size or the batch (pretrain: "
+              "train.micro_batch_size accumulates gradients over smaller micro-batches)",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # after the command's own clean-up: no traceback, no partial output
         signum = int(getattr(e, "signum", signal.SIGINT))

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from tokendrop.config import DropConfig, ModelConfig
 from tokendrop.models.families import spec_of
-from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.dropping.random_ltd import kept_rows
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -129,7 +129,7 @@ def step_flops(
 
     ``num_predictions``: P, the MLM head's rows (default round(0.15 T)); ``masked_dense_local``:
     count sliding-window layers as full attention (module docstring); ``kept``: M, the rows kept
-    in the span (default ``drop.num_kept(T)``; random_ltd: the schedule's first value)."""
+    in the span (default: the first step's, ``random_ltd.kept_rows``)."""
     d, f, t, layers = model.hidden_size, model.intermediate_size, seq_len, model.num_layers
     glu = spec_of(model).glu_ffn
     types = layer_types(model)
@@ -148,7 +148,7 @@ def step_flops(
         enc = sum(cost(i, t, t) for i in range(layers))
     else:
         start, end = drop.span(layers)
-        m = kept if kept is not None else ltd_kept(drop, t, 0, 1) if drop.per_layer else drop.num_kept(t)
+        m = kept if kept is not None else kept_rows(drop, t)
         for i in range(layers):
             if i < start or i >= end:
                 enc += cost(i, t, t)
@@ -181,9 +181,8 @@ def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop:
         return cache[m]
 
     extra = consistency_flops(model, seq_len, batch_size) if drop.consistency_weight > 0 else 0
-    fixed = None if drop.per_layer else at(drop.num_kept(seq_len))
-    return [(at(ltd_kept(drop, seq_len, k, train_steps)) if fixed is None else fixed)
-            + (extra if k % drop.consistency_every == 0 else 0) for k in range(train_steps)]
+    return [at(kept_rows(drop, seq_len, k, train_steps)) + (extra if k % drop.consistency_every == 0 else 0)
+            for k in range(train_steps)]
 
 
 class RunFlops:

@@ -149,5 +149,5 @@ def _notes(s: dict[str, Any], table: str) -> str:
         "backward, MLM head included); '% of the bound' is the measured tokens/s speed-up over the bound's.",
         "Accuracy is on the dev split of the Rotten Tomatoes sentiment task (SST-2 format, from the",
         "vaderSentiment sdist; not the real SST-2); ± is half the range over fine-tuning seeds.",
-        "The pretraining text never contains a dev sentence (tokendrop.finetune.sst2_vader.build_review_corpus).",
+        "The pretraining text never contains a dev sentence (tokendrop.finetune.tasks.sst2_vader.build_review_corpus).",
         f"Whole job: {s.get('total_time_s', 0.0):.0f} s.", ""])

@@ -9,10 +9,11 @@ by family asks this table (``spec_of(cfg)``): export and import (``tokendrop.mod
 trainer and ``bench``'s transformers baseline.  Tokenizers are not per family: a source's own files
 say what it is (a WordPiece vocab.txt, or a tokenizer.json used as it is; ``tokendrop.data.tokenizer``).
 
-Two families today: ``bert`` (:mod:`tokendrop.models.bert.model`, :mod:`tokendrop.models.bert.hf`) and ``modernbert``
+Two families: ``bert`` (:mod:`tokendrop.models.bert.model`, :mod:`tokendrop.models.bert.hf`) and ``modernbert``
 (:mod:`tokendrop.models.modernbert.model`, :mod:`tokendrop.models.modernbert.hf`).  A new family is one model module, one adapter
-module and one entry below (its name also goes into ``config.MODEL_FAMILIES``, the config schema's
-list, which a test keeps equal to this table's keys).
+module and one entry below, plus its entry in ``config.MODEL_FAMILIES`` (what the config schema knows
+of it as data: document attention by default, rotary positions, classifier pooling; a test keeps the
+two tables' names equal).
 """
 
 from __future__ import annotations

@@ -397,11 +397,6 @@ def load_verified(path: str | os.PathLike, state: bool = False, fallback: bool =
     raise CheckpointError(f"{path}: none of its {len(skipped)} checkpoint(s) verifies; the newest: {skipped[0]}")
 
 
-def weights_sha256(path: str | os.PathLike) -> str:
-    """The recorded sha256 of the model weights :func:`find` picks for ``path`` (not re-hashed)."""
-    return weights_sha256_of(read_meta(find(path)))
-
-
 def rng_tensors(selector_state: Tensor | None) -> dict[str, Tensor]:
     out = {"rng.torch": _rng_tensor(torch.get_rng_state())}
     if torch.cuda.is_available() and torch.cuda.is_initialized():

@@ -7,12 +7,21 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tokendrop.errors import TokendropError
 from tokendrop.runs.files import atomic_file
+
+
+class PlottingUnavailable(TokendropError, ImportError):
+    """matplotlib (the ``lab`` extra) is not installed."""
 
 
 def pyplot() -> Any:
     """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlottingUnavailable("figures need matplotlib, which is not installed; "
+                                  "pip install 'tokendrop[lab]' (or matplotlib)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
-from tokendrop.config import LOSS_METHODS, Config, ConfigError
+from tokendrop.config import Config, ConfigError
 from tokendrop.models.hf import save_source_files
 from tokendrop.models.source import load_init_weights
 from tokendrop.train.schedules import lr_linear_steps
@@ -218,7 +218,7 @@ def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, am
     ``drop.importance_init`` (tokendrop.train.continued) -> events for the run log."""
     how = cfg.drop.importance_init
     how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
-    warm_importance = selector is not None and cfg.drop.method in LOSS_METHODS and how != "constant"
+    warm_importance = selector is not None and cfg.drop.selection.learns_from_loss and how != "constant"
     if not cfg.model.init and not warm_importance:
         return []
     from tokendrop.data import MLMLoader

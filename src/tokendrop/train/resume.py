@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train import checkpoint_sharded as sharded_ckpt
-from tokendrop.config import FROM_DATA, Config, from_dict, to_dict
+from tokendrop.config import FROM_DATA, Config, ConfigError, load_config, to_dict
 from tokendrop.errors import TrainingError
 from tokendrop.train.parallel import Parallel
 
@@ -119,9 +119,17 @@ def rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:
 
 
 def load_run_config(run_dir: str | os.PathLike) -> Config:
-    import tomllib
-
+    """The config a run recorded (``RUN/config.toml``); a missing, unreadable or hand-broken file is a
+    one-line error naming it and the fix (the newest checkpoint's meta.json holds the same config)."""
     p = Path(run_dir) / "config.toml"
+    if not Path(run_dir).is_dir():
+        what = "a file, not a run directory" if Path(run_dir).exists() else "no such run directory"
+        raise TrainingError(f"--resume: {run_dir}: {what}; give the --out of an earlier pretrain")
     if not p.is_file():
-        raise TrainingError(f"{run_dir}: not a run directory (no config.toml)")
-    return from_dict(Config, tomllib.loads(p.read_text()))  # the source may be gone
+        raise TrainingError(f"--resume: {run_dir}: not a run directory (no config.toml); give the --out of an earlier "
+                            "pretrain")
+    try:
+        return load_config(p)  # the source may be gone: it is not resolved here
+    except ConfigError as e:
+        raise ConfigError(f"--resume: {e} (the run's config.toml was edited or damaged: repair it, or write the "
+                          "config recorded in its newest checkpoints/step-*/meta.json back into it)") from None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import time
@@ -31,17 +32,20 @@ from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.runs import rundir
 from tokendrop.runs.metrics import truncate_metrics
 from tokendrop.runs.files import atomic_directory, atomic_write_text
+from tokendrop.runs.gate import gate
 from tokendrop.models.attention import check_training_device
 from tokendrop.train.budget import RunLength, budget_clock
-from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
+from tokendrop.train.memory import check_memory
+from tokendrop.config import Config, ConfigError, to_dict, to_toml
 from tokendrop.train.continued import warm_start
 from tokendrop.data.mixture import open_data, realised
 from tokendrop.errors import TrainingError
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.dropping.flops import RunFlops, step_flops
 from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.runs.metrics import MetricsLog, read_metrics
-from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
+from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, stage2_start
 from tokendrop.models.masked_lm import num_parameters
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.resume import (
@@ -55,14 +59,6 @@ from tokendrop.train.run_config import resolve_init, resolve_run_config
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
 from tokendrop.train.warmups import StepPlan, default_micro_batch
-
-
-# ----------------------------------------------------------------------------------------------
-# logging
-
-
-# ----------------------------------------------------------------------------------------------
-# the loop
 
 
 @dataclass
@@ -186,6 +182,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
               overwrite: bool = False, clock=time.perf_counter, src=None) -> PretrainResult:
     t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src)
     t.set_up()
+    t.check_memory()  # before anything is allocated or written
+    t.check_eval()
     done = t.open_run()
     if done is not None:  # resumed a run that had already finished: nothing to do
         return done
@@ -245,11 +243,39 @@ class _Trainer:
         self.tc = self.cfg.train
         self.length, self.lrs = RunLength.of(self.tc), lr_schedule(self.tc)
 
+    def check_memory(self) -> None:
+        """Refuse a model and batch that cannot fit in the device's memory (tokendrop.train.memory)."""
+        if self.tc.memory_check:
+            check_memory(self.cfg, self.T, self.micro_bs, self.device, self.dd.world,
+                         int(os.environ.get("LOCAL_WORLD_SIZE", "1")), sharded=self.tc.parallel == "fsdp")
+
+    def check_eval(self) -> None:
+        """A held-out split that holds sequences but gives no prediction slot would be scored on n = 0
+        (an eval loss of 0.0): refused before the run starts.  (An empty split: the run is not
+        evaluated, and says so when it starts.)"""
+        if self.data.num_sequences("eval") == 0:
+            return
+        for i, mb in enumerate(self.eval_batches()):
+            if self.tc.eval_batches and i >= self.tc.eval_batches:
+                break
+            if float(mb["mlm_weights"].sum()) > 0:
+                return
+        raise TrainingError(f"{self.cfg.data.path or ', '.join(self.cfg.data.paths)}: the held-out split's "
+                            f"{self.data.num_sequences('eval')} sequences give no prediction slot (n = 0) in the "
+                            f"batches an evaluation reads (train.eval_batches = {self.tc.eval_batches}), so the run "
+                            "could not be "
+                            "evaluated; prepare the data with more text or a larger --eval-fraction")
+
     # -- the run directory ---------------------------------------------------------------------------
     def open_run(self) -> PretrainResult | None:
         cfg, dd, run_dir = self.cfg, self.dd, self.run_dir
         mode = "new"
         if self.resume:
+            if not rundir.has_checkpoint_dir(run_dir):
+                raise TrainingError(f"--resume: {run_dir} has no checkpoint (the run stopped before its first one): "
+                                    "nothing to resume; start it over with the command that started it (corrected, if "
+                                    "it failed), or as it was recorded: tokendrop pretrain --config "
+                                    f"{shlex.quote(str(run_dir / 'config.toml'))} --out {shlex.quote(str(run_dir))}")
             try:  # the shared verifying loader; a bad checkpoint is skipped with a warning naming its file
                 self.last, self.meta_in, self.model_sd, self.state_sd = ckpt_mod.load_verified(
                     run_dir, state=True, fallback=True, consolidate=False)  # shards: in restore
@@ -264,7 +290,10 @@ class _Trainer:
             mode = rundir.prepare_output(run_dir, "run", self.overwrite, error=TrainingError, resumable=False,
                                          inputs=[cfg.data.path, *cfg.data.paths, cfg.model.init, cfg.drop.counts_path])
         if dd.main:
-            if mode == "replace":
+            if mode == "restart":
+                print(f"note: {run_dir} holds a run that stopped before its first checkpoint (nothing to resume); "
+                      "starting it over", file=sys.stderr)
+            if mode in ("replace", "restart"):
                 rundir.discard(run_dir)
             rundir.create(run_dir, "run")
             atomic_write_text(run_dir / "config.toml", to_toml(cfg))
@@ -289,7 +318,7 @@ class _Trainer:
         if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
             torch.manual_seed(tc.seed + dd.rank)
         counts = None
-        if METHODS[cfg.drop.method].needs_counts:
+        if cfg.drop.selection.needs_counts:
             counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
         self.selector = None
         if cfg.drop.enabled:  # each rank its own random draws
@@ -413,6 +442,8 @@ class _Trainer:
                     self.host_sync()
                 if is_log:
                     self.log_step(out, record)
+                    if self.dd.main:
+                        gate("pretrain-step")  # a test-only pause point (tokendrop.runs.gate)
                 if is_eval and self.evaluates and self.has_eval:
                     self.evaluate()
                 if is_ckpt:
@@ -438,7 +469,7 @@ class _Trainer:
         micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
         dropping = dropping_at(cfg, self.length, self.step, p)
         lr = self.lrs.at(self.step, p)
-        kept = kept_rows(cfg, shape.seq_len, self.step, p)  # rows kept in the drop span (random_ltd: its schedule)
+        kept = kept_rows(cfg.drop, shape.seq_len, self.step, cfg.train.steps, p)  # random_ltd: its schedule
         sctd = dropping and cfg.drop.consistency_weight > 0 and self.step % cfg.drop.consistency_every == 0
         f_step = self.run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept, sctd)
         out = self.step_fn(micro, lr, dropping, self.step, p)
@@ -550,9 +581,12 @@ class _Trainer:
                 return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, self.tc.keep_checkpoints, dd)
             return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, self.tc.keep_checkpoints)
         except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+            last = ckpt_mod.latest(run_dir)
+            then = (f"the last checkpoint ({last}) is intact: free space, then tokendrop pretrain --resume "
+                    f"{shlex.quote(str(run_dir))}" if last else "there is no earlier checkpoint: free space, then run "
+                    "the same command again (a run without a checkpoint is started over)")
             raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
-                                f"checkpoint of step {step}; nothing of it was kept, the last checkpoint "
-                                f"({ckpt_mod.latest(run_dir) or 'none'}) is intact: free space, then --resume") from None
+                                f"checkpoint of step {step}; nothing of it was kept; {then}") from None
 
     # -- the end ---------------------------------------------------------------------------------------------
     def finish(self, interrupted: bool, signum: int) -> PretrainResult:
@@ -592,5 +626,5 @@ def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[
                           tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
 
 
-__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics",
+__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "stage2_start", "evaluate_mlm", "read_metrics",
            "load_run_config", "check_resume_compatible"]

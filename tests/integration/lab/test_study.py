@@ -143,7 +143,7 @@ def test_study_tiny_end_to_end(tiny_study):
     t3 = (out / "tables/table3.md").read_text()
     assert f"| baseline | " in t3 and f"{final:.3f}" in t3
     t1 = (out / "tables/table1.md").read_text()
-    assert "SST (acc.)" in t1 and "SQuAD-v1 (F1)" in t1 and "token drop (proposed)" in t1
+    assert "SST (acc.)" in t1 and "SQuAD v1 (F1)" in t1 and "token drop (proposed)" in t1
     sst = data["runs"]["baseline-seed0"]["eval"]["sst2"]
     assert f"{sst:.2f}" in t1
     t4 = (out / "tables/table4.md").read_text()

@@ -58,6 +58,9 @@ class BenchConfig:
     variants: list[str] = field(default_factory=lambda: ["drop"])  # drop | pass | avg (rate 0.5 only) | random_ltd
     method: str = "cumulative"  # importance method for drop/pass (the paper's)
     hf: bool = True  # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
+    # also time that model patched by tokendrop.transformers.apply_token_dropping at every variant x rate
+    # (its head as hf_sparse_prediction says), against the unpatched one and against ours
+    hf_token_dropping: bool = False
     precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights, both models)
     compile: bool = False  # torch.compile(model, dynamic=False), ours and HF's
     compile_backend: str = "inductor"  # inductor | aot_eager | eager (the last two: dry runs without codegen)
@@ -103,6 +106,9 @@ class BenchConfig:
         for r in self.rates:
             if not 0.0 < r < 1.0:
                 raise ConfigError(f"bench.rates: expected drop rates in (0, 1), got {r}")
+        if self.hf_token_dropping and not self.hf:
+            raise ConfigError("bench.hf_token_dropping: the patched transformers model is compared with the unpatched "
+                              "one; set hf = true")
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"bench.precision: expected fp32 or bf16, got {self.precision!r}")
         if self.compile_backend not in COMPILE_BACKENDS:

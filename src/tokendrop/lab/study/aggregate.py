@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from tokendrop.finetune.columns import DOWNSTREAM_KEYS
 from tokendrop.lab.study.common import isnum, mean
 from tokendrop.runs.files import atomic_write_json, read_json
 from tokendrop.lab.study.plan import RunSpec, StudyConfig
@@ -29,14 +30,6 @@ from tokendrop.data import MLMLoader, PreparedData
 from tokendrop.models.pretrained import load_pretrained
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.train.trainer import evaluate_mlm
-
-TASK_COLUMNS = [  # (key of the suite's summary, header): the paper's Table 1 columns (+ RTE if run)
-    ("ax", "AX (corr.)"), ("mnli_mm", "MNLI-mm (acc.)"), ("mnli_m", "MNLI-m (acc.)"), ("qnli", "QNLI (acc.)"),
-    ("qqp", "QQP (F1)"), ("sst2", "SST (acc.)"), ("rte", "RTE (acc.)"), ("glue_avg", "GLUE-avg"),
-    ("squad1", "SQuAD-v1 (F1)"), ("squad2", "SQuAD-v2 (F1)"), ("squad_avg", "SQuAD-avg"),
-]
-AVG_KEYS = {"glue_avg", "squad_avg"}
-DOWNSTREAM_KEYS = ["ax", "mnli_mm", "mnli_m", "qnli", "qqp", "sst2", "squad1", "squad2"]  # Table 3's average
 
 
 def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[dict]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tokendrop.lab.study.aggregate import DOWNSTREAM_KEYS, TASK_COLUMNS
+from tokendrop.finetune.columns import DOWNSTREAM_KEYS, table_columns
 from tokendrop.lab.study.common import isnum, mean, pct
 from tokendrop.lab.study.plan import StudyConfig, sweep_method
 from tokendrop.lab.study.records import MethodResult, SourceResult, Stat, StudyResults
@@ -57,15 +57,11 @@ def _source_note(src: SourceResult | None) -> list[str]:
             "pretraining in this study)" + (f"; {src.mlm_note}" if src.mlm_note else "") + "."]
 
 
-def _src_value(src: SourceResult, key: str) -> float | None:
-    return src.final_eval_loss if key == "final_eval_loss" else src.eval.get(key)
-
-
 def table1(res: StudyResults, study: StudyConfig) -> str:
     methods, src = res.methods, res.source
     names = [n for n in res.order if n in set(study.methods) or n in ("baseline", "token-drop")]
     names = [n for n in names if n in methods]
-    present = [(k, h) for k, h in TASK_COLUMNS if any(k in methods[n].eval for n in names) or (src and k in src.eval)]
+    present = [(k, h) for k, h in table_columns() if any(k in methods[n].eval for n in names) or (src and k in src.eval)]
     head = ["Methods"] + [h for _, h in present] + ["held-out MLM loss ↓"]
     lines = ["# Table 1 (ours): pretraining methods, fine-tuned on the stand-in tasks", "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]

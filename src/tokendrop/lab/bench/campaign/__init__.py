@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json
+from tokendrop.runs.gate import gate
 from tokendrop.config import ConfigError
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, write_part
 from tokendrop.lab.bench.campaign.config import (
@@ -118,6 +119,7 @@ def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: L
                                                       "started": r.started})
     save()  # PART.json now says complete: false until the part ends
     try:
+        gate("campaign-part")  # a test-only pause point (tokendrop.runs.gate): PART.json says complete: false
         _runner(name)(cfg, out_dir, budget, r, save, say)
     except Exception as e:  # recorded in PART.json; the next part still runs
         r.error = " ".join(f"{type(e).__name__}: {e}".split())[:2000]

@@ -23,7 +23,7 @@ from torch import Tensor
 from tokendrop.dropping.engine import DropSpan
 from tokendrop.dropping.importance import PIN_HIGH, PIN_LOW, TokenSelector, build_selector
 from tokendrop.dropping.methods import LOSS_METHODS, METHODS, DropConfig
-from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.errors import ConfigError
 from tokendrop.runs.files import atomic_file, atomic_write_json, read_json, write_safetensors
 from tokendrop.transformers.options import TokenDroppingError
@@ -148,7 +148,7 @@ class TokenDroppingState:
             self.kept_fraction = ((t + 1) // 2) / t
             return True, None
         if d.per_layer:
-            kept = ltd_kept(d, t, self.step, self._needs_total("random_ltd's kept-count ramp"))
+            kept = kept_rows(d, t, self.step, self._needs_total("random_ltd's kept-count ramp"))
             self.kept_fraction = kept / t
             if kept >= t:
                 return False, None

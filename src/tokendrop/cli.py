@@ -470,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         _check_outputs(args)
         return int(args.func(args) or 0)
     except (TokendropError, FileNotFoundError) as e:  # every user-facing error class (errors.py)
-        print(_error_line(e), file=sys.stderr)
+        missing = isinstance(e, FileNotFoundError) and e.filename
+        print(f"error: {e.filename}: {e.strerror}" if missing else _error_line(e), file=sys.stderr)
         return 2
     except OSError as e:
         if e.errno in _PATH_ERRNOS and e.filename:  # a path that cannot be used as it is: say which and why

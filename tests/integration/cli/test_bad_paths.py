@@ -143,6 +143,12 @@ def test_a_path_error_deep_inside_a_command_is_one_line(monkeypatch, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and err == f"error: {exc.filename}: {exc.strerror} ({hint})\n", err
 
+    def gone(a):
+        raise FileNotFoundError(2, "No such file or directory", "/data/gone.txt")
+
+    monkeypatch.setattr(cli, "cmd_verify", gone)
+    assert main(["verify", "x"]) == 2 and capsys.readouterr().err == "error: /data/gone.txt: No such file or directory\n"
+
 
 def test_out_of_memory_is_one_line(monkeypatch, capsys):
     def boom(a):

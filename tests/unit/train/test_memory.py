@@ -51,9 +51,11 @@ def _saved_bytes(cfg, batch: int, seq_len: int) -> int:
     return sum(n for ptr, n in seen.items() if ptr not in params)
 
 
-@pytest.mark.parametrize("overrides", [(), ('model.family="modernbert"',), ("drop.method=cumulative",),
+@pytest.mark.parametrize("overrides", [(), ('model.family="modernbert"',),
                                        ("model.hidden_size=96", "model.intermediate_size=384")])
 def test_the_activation_estimate_is_a_floor(overrides):
+    """Dense forwards (the estimate with dropping counts only the kept rows inside the span, the same
+    per-row floor)."""
     cfg = _cfg("model.hidden_dropout=0.0", "model.attention_dropout=0.0", *overrides)
     need = memory.estimate(cfg, 64, 4)
     real = _saved_bytes(cfg, 4, 64)

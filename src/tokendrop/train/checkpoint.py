@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load as st_load
 from torch import Tensor
 
 from tokendrop import __version__
@@ -317,8 +318,6 @@ def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
                  meta: dict[str, Any] | None = None) -> dict[str, Tensor]:
     """The tensors of ``ckpt/name``, read once and parsed only after the sha256 of exactly those bytes
     matched meta.json.  The one way a tokendrop checkpoint's tensors are read."""
-    from safetensors.torch import load as st_load
-
     ckpt = Path(ckpt)
     meta = read_meta(ckpt) if meta is None else meta
     f = ckpt / name

@@ -5,6 +5,7 @@ wrote the checkpoint (one process, DDP, FSDP at any world size)."""
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +120,6 @@ def rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:
 
 
 def load_run_config(run_dir: str | os.PathLike) -> Config:
-    import tomllib
-
     p = Path(run_dir) / "config.toml"
     if not p.is_file():
         raise TrainingError(f"{run_dir}: not a run directory (no config.toml)")

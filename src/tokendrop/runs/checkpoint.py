@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load as st_load
 from torch import Tensor
 
 from tokendrop.version import __version__

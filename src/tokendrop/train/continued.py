@@ -30,8 +30,12 @@ from typing import Any, Iterator
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from tokendrop.config import Config, ConfigError
+from tokendrop.data import MLMLoader
+from tokendrop.data.tokenizer import tokenizer_vocab_sha256
+from tokendrop.errors import DataError
 from tokendrop.models.hf import save_source_files
 from tokendrop.models.source import load_init_weights
 from tokendrop.train.schedules import lr_linear_steps
@@ -76,9 +80,6 @@ def check_vocabulary(src, data) -> None:
     pads its embedding); ``prepare --tokenizer MODEL_DIR`` then records that size, which the run
     needs (the model is built with the source's shape and the data's size must equal it).  A source
     with fewer embedding rows than the data has ids is an error."""
-    from tokendrop.data import DataError
-    from tokendrop.data.tokenizer import tokenizer_vocab_sha256
-
     if src.tokenizer_dir is not None:
         try:
             h = tokenizer_vocab_sha256(src.tokenizer_dir)
@@ -127,8 +128,6 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
     model.train()
     pbar = None
     if progress:
-        from tqdm import tqdm
-
         pbar = tqdm(total=steps, desc="MLM-head warm-up", unit="step", dynamic_ncols=True)
     try:
         for p in frozen:
@@ -221,8 +220,6 @@ def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, am
     warm_importance = selector is not None and cfg.drop.selection.learns_from_loss and how != "constant"
     if not cfg.model.init and not warm_importance:
         return []
-    from tokendrop.data import MLMLoader
-
     t0 = time.perf_counter()
     events = [start_from_source(cfg, src, model, run_dir, dd.main)] if cfg.model.init else []
     stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,

@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from tqdm import tqdm
 
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train import checkpoint_sharded as sharded_ckpt
@@ -33,6 +35,7 @@ from tokendrop.runs import rundir
 from tokendrop.runs.metrics import truncate_metrics
 from tokendrop.runs.files import atomic_directory, atomic_write_text
 from tokendrop.runs.gate import gate
+from tokendrop.runs.report import write_run_report
 from tokendrop.models.attention import check_training_device
 from tokendrop.train.budget import RunLength, budget_clock
 from tokendrop.train.memory import check_memory
@@ -41,7 +44,9 @@ from tokendrop.train.continued import warm_start
 from tokendrop.data.mixture import open_data, realised
 from tokendrop.errors import TrainingError
 from tokendrop.models.families import build_model, spec_of
-from tokendrop.dropping.flops import RunFlops, step_flops
+from tokendrop.models.hf import copy_tokenizer
+from tokendrop.data import MLMLoader
+from tokendrop.dropping.flops import RunFlops, gpu_peak_flops, step_flops
 from tokendrop.dropping.importance import build_selector
 from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.runs.metrics import MetricsLog, read_metrics
@@ -139,8 +144,6 @@ def _close_on_error(*things):
 
 
 def _in_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 
@@ -299,8 +302,6 @@ class _Trainer:
             atomic_write_text(run_dir / "config.toml", to_toml(cfg))
             tok_dst = run_dir / "tokenizer"
             if not tok_dst.exists():
-                from tokendrop.models.hf import copy_tokenizer
-
                 with atomic_directory(tok_dst) as tok_tmp:
                     copy_tokenizer(self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
         if dd.world > 1:
@@ -336,8 +337,6 @@ class _Trainer:
 
     def make_step(self) -> None:
         """The step function and the training batches (at the resumed position)."""
-        from tokendrop.data import MLMLoader
-
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
         self.step_fn = MLMStep(self.model, self.selector, self.opt, cfg, self.amp, self.par,
                                use_attention_mask=not data.packed, compile=tc.compile)
@@ -350,8 +349,6 @@ class _Trainer:
         self.run_flops = RunFlops(cfg.model, cfg.drop, self.meta_in.get("flops", 0) if self.meta_in else 0)
 
     def eval_batches(self):
-        from tokendrop.data import MLMLoader
-
         return MLMLoader(self.data, split="eval", batch_size=self.micro_bs, seed=self.tc.seed,
                          mask_prob=self.cfg.data.mask_prob_end, num_workers=0, shuffle=False, loop=False)
 
@@ -389,8 +386,6 @@ class _Trainer:
                   file=sys.stderr)
         self.peak_flops = None
         if self.device.type == "cuda":
-            from tokendrop.dropping.flops import gpu_peak_flops
-
             self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(self.device))  # bf16 dense peak, per GPU
         self.evaluates = dd.main or self.par.sharded  # FSDP's forward is collective: every rank evaluates
         if dd.main and self.start_step == 0:
@@ -420,8 +415,6 @@ class _Trainer:
         self.last_eval: dict[str, float] = {}
         self.pbar = None
         if self.progress and self.dd.main:
-            from tqdm import tqdm
-
             self.pbar = tqdm(total=self.length.steps or None, initial=self.start_step, desc="pretrain", unit="step",
                              dynamic_ncols=True)
         self.it = iter(self.loader)
@@ -600,8 +593,6 @@ class _Trainer:
                             "tokens": self.loader.sequences_consumed * T})
         self.log.close()
         if dd.main and not interrupted:
-            from tokendrop.runs.report import write_run_report
-
             write_run_report(self.run_dir)
         flops_drop = step_flops(cfg.model, T, tc.batch_size, cfg.drop if cfg.drop.enabled else None)
         flops_dense = step_flops(cfg.model, T, tc.batch_size, None)

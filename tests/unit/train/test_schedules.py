@@ -283,8 +283,8 @@ def test_time_budget_stage2_follows_the_budget(tiny_data, tmp_path, fake_clock):
 DDP_BUDGET_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
-    from tokendrop import train
     from tokendrop.config import load_config
+    from tokendrop.train import trainer as train
 
     rank = int(os.environ.get("RANK", "0"))
     clock = [0.0]

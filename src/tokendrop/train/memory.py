@@ -48,7 +48,8 @@ def _count(cfg: Config, layers: int) -> tuple[int, int]:
     the meta device (nothing allocated)."""
     from tokendrop.models.families import build_model, spec_of
 
-    model_cfg = dataclasses.replace(cfg.model, num_layers=layers)
+    model_cfg = dataclasses.replace(cfg.model, num_layers=layers,  # an explicit per-layer list cut to match
+                                    layer_types=list(cfg.model.layer_types[:layers]))
     with torch.device("meta"):
         model = build_model(model_cfg)
     frozen_names = tuple(spec_of(model_cfg).pretrain_frozen)

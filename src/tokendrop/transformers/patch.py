@@ -130,7 +130,7 @@ class ModelForward:
         extra = dict(a.pop("kwargs", {}))
         a.pop("self", None)
         for k in _NOT_IN_A_DROPPING_FORWARD:
-            if a.get(k) or extra.get(k):
+            if any(v is not None and v is not False for v in (a.get(k), extra.get(k))):
                 raise TokenDroppingError(f"token dropping: {k} is not available in a training forward that drops "
                                          "tokens (the half layers see fewer rows); run it in eval mode")
         if isinstance(a.get("attention_mask"), dict):

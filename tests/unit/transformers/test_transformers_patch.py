@@ -44,9 +44,15 @@ def _valid(method: str, variant: str) -> bool:
     return d.enabled
 
 
-# every (method, variant) the registries allow, plus ScTD's consistency term on the paper's setting
+# every (method, variant) the registries allow, plus ScTD's consistency term on the paper's setting;
+# with sdpa all in the default suite, with eager (another mask format and attention function) the
+# layer-call shapes -- separation, kept rows alone, pooled rows, per-layer subsets -- and the rest slow
 GRID = [(m, v, 0.0) for m, v in itertools.product(METHODS, DROP_VARIANTS) if _valid(m, v)]
 GRID.append(("cumulative", "drop", 0.5))
+EAGER_DEFAULT = {("cumulative", "drop"), ("cumulative", "pass"), ("cumulative", "avg"), ("random_ltd", "drop")}
+CASES = [pytest.param(m, v, c, impl, id=f"{m}-{v}{'-sctd' if c else ''}-{impl}",
+                      marks=() if impl == "sdpa" or ((m, v) in EAGER_DEFAULT and not c) else pytest.mark.slow)
+         for impl in ("sdpa", "eager") for m, v, c in GRID]
 
 
 def _hf_bert(impl: str = "sdpa", layers: int = 6, dropout: float = 0.0, seed: int = 0):
@@ -173,8 +179,7 @@ def _reference(ours, family, ids, mask, pos, orig, keep, sctd: float):
     return loss, nll
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "eager"])
-@pytest.mark.parametrize("method,variant,sctd", GRID, ids=[f"{m}-{v}{'-sctd' if c else ''}" for m, v, c in GRID])
+@pytest.mark.parametrize("method,variant,sctd,impl", CASES)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_same_loss_gradients_and_importance_as_tokendrop(family, method, variant, sctd, impl):
     drop = _drop(method, variant, sctd)
@@ -395,6 +400,22 @@ def test_flex_attention_where_it_runs():
     torch.testing.assert_close(out["flex_attention"], out["sdpa"], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_flash_attention_where_installed(family):
+    """flash_attention_2 (CUDA + the flash_attn package; skipped elsewhere): the full-length layers run
+    FlashAttention, the calls on gathered rows sdpa; the dropped loss equals sdpa's within bf16."""
+    from transformers.utils import is_flash_attn_2_available
+
+    if not (torch.cuda.is_available() and is_flash_attn_2_available()):
+        pytest.skip("flash_attention_2 needs CUDA and the flash_attn package")
+    ids, mask, labels, _, _ = _batch(64)
+    out = {}
+    for impl in ("sdpa", "flash_attention_2"):
+        m = apply_token_dropping(_hf(family, impl=impl), special_ids=SPECIAL).to("cuda", torch.bfloat16).train()
+        out[impl] = m(input_ids=ids.cuda(), attention_mask=mask.cuda(), labels=labels.cuda()).loss.float()
+    torch.testing.assert_close(out["flash_attention_2"], out["sdpa"], atol=2e-2, rtol=2e-2)
+
+
 # ----------------------------------------------------------------------------------------------
 # schedules and state
 
@@ -519,5 +540,8 @@ def test_forward_refusals_are_one_line():
     with pytest.raises(TokenDroppingError, match="output_hidden_states") as e:
         m(input_ids=ids, labels=labels, output_hidden_states=True)
     _one_line(e)
+    with pytest.raises(TokenDroppingError, match="encoder_hidden_states"):
+        m(input_ids=ids, labels=labels, encoder_hidden_states=torch.randn(3, 16, 32))
+    m(input_ids=ids, labels=labels, output_hidden_states=False)  # an explicit "no" is fine
     with pytest.raises(TokenDroppingError, match="pass input_ids"):
         m(inputs_embeds=torch.randn(3, 16, 32), labels=labels)

@@ -47,8 +47,8 @@ class MemoryNeed:
 def _count(cfg: Config, layers: int) -> tuple[int, int]:
     """(trainable, frozen) parameters of the MLM model of ``cfg`` with ``layers`` layers, built on
     the meta device (nothing allocated)."""
-    m = cfg.model  # explicit layer types cut to the first ``layers`` (both kinds have the same parameters)
-    model_cfg = dataclasses.replace(m, num_layers=layers, layer_types=type(m.layer_types)(m.layer_types[:layers]))
+    model_cfg = dataclasses.replace(cfg.model, num_layers=layers,  # an explicit per-layer list cut to match
+                                    layer_types=list(cfg.model.layer_types[:layers]))
     with torch.device("meta"):
         model = build_model(model_cfg)
     frozen_names = tuple(spec_of(model_cfg).pretrain_frozen)

@@ -11,8 +11,8 @@ import pytest
 from tokendrop.cli import main
 from tokendrop.config import ConfigError
 from tokendrop.lab.bench import PRESETS
-from tokendrop.lab.bench.longctx import (GOAL_FRACTION, LongContextConfig, family_fit, is_longctx_preset,
-                                         longctx_config, longctx_from_dict, run_longctx, write_longctx)
+from tokendrop.lab.bench.longctx import (GOAL_FRACTION, family_fit, is_longctx_preset, longctx_config,
+                                         longctx_from_dict, run_longctx, write_longctx)
 
 TINY = {"name": "longctx-tiny", "seq_lens": [32, 64, 128], "tokens_per_step": 128, "threads": 1, "warmup": 0,
         "rounds": 2, "memory_limit_gib": 0.004,
@@ -102,4 +102,3 @@ def test_the_cli_runs_a_long_context_preset(tmp_path, capsys):
     assert "Long context" in printed and f"wrote {out}" in printed
     d = json.loads(out.read_text())
     assert [r["family"] for r in d["rows"]] == ["bert", "bert"] and d["config"]["modern"]["enabled"] is False
-    assert isinstance(LongContextConfig(), LongContextConfig)

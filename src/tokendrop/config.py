@@ -14,6 +14,7 @@ Errors are ``ConfigError`` with a one-line message naming the field.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -40,6 +41,8 @@ from .schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS, train_recipe_error
 FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
 DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
 DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio
+# train.report_to: where metrics go (tokendrop.trackers); metrics.jsonl ("jsonl") is always written
+REPORT_TO = ("jsonl", "tensorboard", "wandb", "mlflow")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -174,8 +177,11 @@ class TrainConfig:
     # and AdamW state sharded over the ranks; sharded checkpoints).  tokendrop.parallel
     parallel: str = "ddp"
     # continued pretraining (model.init) from a source without an MLM head: train the freshly
-    # initialised head alone (encoder frozen) for this many steps before the schedule starts
+    # initialised head alone (encoder frozen) before the schedule starts, for head_warmup_steps
+    # steps but at most head_warmup_share of the run's train.steps (0 = not scaled; a time-budgeted
+    # run is not scaled); head_warmup_steps = 0: no warm-up (tokendrop.continued.head_warmup_plan)
     head_warmup_steps: int = 100
+    head_warmup_share: float = 0.5
     head_warmup_lr: float = 1e-3
     # a step whose gradient norm is not finite is skipped (no update; counted and logged); this many
     # in a row stop the run with an error (its weights are never saved as a checkpoint)
@@ -189,6 +195,10 @@ class TrainConfig:
     # the clock train.time_budget is measured with: "wall" (elapsed seconds) | "process" (CPU
     # seconds of the training process: fair between runs on a machine whose load changes)
     budget_clock: str = "wall"
+    # where metrics go besides metrics.jsonl (always written: resume, reports and verify read it;
+    # "jsonl" names it): "tensorboard" (RUN/tensorboard), "wandb", "mlflow" -- each tracker's own
+    # client, configured by its environment variables (tokendrop.trackers)
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
 
     def __post_init__(self) -> None:
         if self.steps == 0 and not (self.time_budget or self.tokens or self.epochs):
@@ -244,6 +254,9 @@ class TrainConfig:
             raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.head_warmup_steps < 0:
             raise ConfigError(f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}")
+        if not (math.isfinite(self.head_warmup_share) and 0.0 <= self.head_warmup_share <= 1.0):
+            raise ConfigError(f"train.head_warmup_share: expected a share of the run's steps in [0, 1] (0 = not "
+                              f"scaled), got {self.head_warmup_share}")
         if not (math.isfinite(self.head_warmup_lr) and self.head_warmup_lr > 0):
             raise ConfigError(f"train.head_warmup_lr: expected a positive learning rate, got {self.head_warmup_lr}")
         if not (math.isfinite(self.lr) and self.lr > 0):
@@ -264,6 +277,10 @@ class TrainConfig:
             raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
         if self.parallel not in ("ddp", "fsdp"):
             raise ConfigError(f"train.parallel: expected ddp or fsdp, got {self.parallel!r}")
+        bad = [t for t in self.report_to if t not in REPORT_TO]
+        if bad or len(set(self.report_to)) != len(self.report_to):
+            raise ConfigError(f"train.report_to: expected a list of distinct names among {', '.join(REPORT_TO)}, got "
+                              f"{self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else ""))
         if err := train_recipe_error(self):  # tokendrop.schedules: batch warm-up and budget clock
             raise ConfigError(err)
 
@@ -405,7 +422,44 @@ def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: 'extends' must be a string naming a preset or a .toml file")
     base = _read_toml(resolve_preset(parent, path.parent), seen + (path,))
-    return _deep_merge(base, data)
+    return merge_layer(base, data)
+
+
+# Settings that are one choice spelled by several fields: a layer (a preset over the one it extends,
+# the command line's overrides over the preset) that gives one of them replaces what earlier layers
+# gave for the others, as composer's max_duration or transformers' max_steps over num_train_epochs;
+# two of them in the same layer stay an error (``TrainConfig.validate``).  section -> (field -> "given")
+ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
+    "train": (
+        {"steps": bool, "tokens": bool, "epochs": bool, "time_budget": bool},  # the run's length
+        {"warmup_steps": lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and v >= 0,
+         "warmup_ratio": bool},  # the learning-rate warm-up
+    ),
+}
+
+
+def _given(test, value: Any) -> bool:
+    try:
+        return bool(test(value))
+    except (TypeError, ValueError):
+        return True  # a value of the wrong type: given (and refused by its field's check)
+
+
+def merge_layer(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged onto ``base`` (``_deep_merge``), where a choice ``over`` makes in one of the
+    ``ONE_CHOICE`` groups replaces the fields of that group ``base`` set (a run's length: a later
+    layer's ``train.time_budget`` replaces an earlier ``train.steps``, whatever the unit)."""
+    base = copy.deepcopy(base)
+    for section, groups in ONE_CHOICE.items():
+        b, o = base.get(section), over.get(section)
+        if not (isinstance(b, dict) and isinstance(o, dict)):
+            continue
+        for group in groups:
+            if any(k in o and _given(test, o[k]) for k, test in group.items()):
+                for k in group:
+                    if k not in o:
+                        b.pop(k, None)
+    return _deep_merge(base, over)
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -496,16 +550,19 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
     (``tokendrop.init_source.resolve_model_init``; an explicitly given shape field that contradicts
     the source is an error then).  A run's own config.toml records the resolved shape.
     """
-    data = _deep_merge({}, data)
+    layer: dict[str, Any] = {}  # the overrides: one layer over ``data`` (``merge_layer``)
     for item in overrides:
         keys, value = _parse_override(item)
-        node = data
+        node, above = layer, data
         for k in keys[:-1]:
+            above = above.get(k, {}) if isinstance(above, dict) else {}
+            if not isinstance(above, dict):
+                raise ConfigError(f"override {item!r}: {k!r} is not a section")
             node = node.setdefault(k, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {k!r} is not a section")
         node[keys[-1]] = value
-    obj = _build(cls, data, "")
+    obj = _build(cls, merge_layer(data, layer), "")
     if hasattr(obj, "validate"):
         obj.validate()
     return obj

@@ -1,8 +1,8 @@
 """The ``tokendrop`` command line: the only place that parses arguments.
 
 Every sub-command calls one library function.  Known user errors (bad config, bad data, bad model
-dir, an output directory in use or not tokendrop's, ...) print one line ``error: ...`` and exit
-with status 2.  SIGINT and SIGTERM exit with 128 + the signal (130, 143) after the command's own
+dir, an output directory in use or not tokendrop's, flags that do not go together, ...) print one
+line ``error: ...`` and exit with status 2, as argparse's own usage errors do.  SIGINT and SIGTERM exit with 128 + the signal (130, 143) after the command's own
 clean-up (atomic outputs leave nothing partial; ``pretrain`` saves a checkpoint first), without a
 traceback.
 """
@@ -19,15 +19,32 @@ import sys
 from .errors import TokendropError
 
 
+class UsageError(TokendropError, ValueError):
+    """Command-line flags that do not go together (exit 2, like argparse's own usage errors)."""
+
+
+def _version() -> str:
+    """The installed distribution's version (``tokendrop.__version__`` in a source checkout)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("tokendrop")
+    except (ImportError, PackageNotFoundError):
+        from . import __version__
+
+        return __version__
+
+
 def _error_line(e: BaseException) -> str:
     """``error: <message>`` on one line (a message with line breaks is joined)."""
     return "error: " + (" ".join(part.strip() for part in str(e).splitlines() if part.strip()) or type(e).__name__)
 
 
-def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+def _add_config_args(p: argparse.ArgumentParser, required: bool = True, example: str = "drop.rate=0.25",
+                     metavar: str = "SECTION.KEY=VALUE") -> None:
     p.add_argument("--config", required=required, help="a preset name (configs/NAME.toml) or a .toml path")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override one config value (repeatable), e.g. --set drop.rate=0.25")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar=metavar,
+                   help=f"override one config value (repeatable), e.g. --set {example}")
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:
@@ -38,7 +55,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     if a.resume_if_exists:  # the one command a requeued job or a restarted torchrun agent repeats unchanged
         if a.resume or a.overwrite or not a.config or not a.out:
-            raise SystemExit("error: --resume-if-exists goes with --config and --out (not --resume or --overwrite)")
+            raise UsageError("--resume-if-exists goes with --config and --out (not --resume or --overwrite)")
         if has_checkpoint(a.out):
             a.resume = a.out
         else:  # nothing to resume: start (over, when a run died before its first checkpoint)
@@ -50,15 +67,16 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
 
             cfg = from_dict(Config, to_dict(cfg), a.overrides)
         if a.overwrite:
-            raise SystemExit("error: --overwrite starts a new run (with --out); --resume continues one; not both")
-        res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet)
+            raise UsageError("--overwrite starts a new run (with --out); --resume continues one; not both")
+        res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet, banner=True)
         if res.already_finished:
             return 0
     else:
         if not a.config or not a.out:
-            raise SystemExit("error: pretrain needs --config and --out (or --resume RUN_DIR)")
+            raise UsageError("pretrain needs --config and --out (or --resume RUN_DIR); e.g. tokendrop pretrain "
+                             "--config tiny --out runs/tiny --set data.path=DATA")
         cfg = load_config(a.config, [*a.overrides, *init])
-        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite)
+        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite, banner=True)
     state = "interrupted (checkpoint saved)" if res.interrupted else "finished"
     ev = res.final_eval
     print(f"{state}: {res.steps} steps in {res.wall_time:.1f}s, {res.tokens_per_s:.0f} tokens/s"
@@ -93,7 +111,11 @@ def cmd_export(a: argparse.Namespace) -> int:
     from .pretrained import export_hf
 
     out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
-    print(f"exported to {out} (load with transformers.BertForMaskedLM.from_pretrained)")
+    conf = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    arch = ", ".join(conf.get("architectures") or ["?"])
+    print(f"exported {arch} ({conf.get('model_type')}, {conf.get('num_hidden_layers')} layers x "
+          f"{conf.get('hidden_size')}) to {out}; load it with transformers.AutoModelForMaskedLM.from_pretrained"
+          f"({str(out)!r}) (or {arch}); model card: {out / 'README.md'}")
     return 0
 
 
@@ -106,7 +128,13 @@ def cmd_flops(a: argparse.Namespace) -> int:
         from .config import ConfigError
 
         raise ConfigError(f"--seq-len: expected positive sequence lengths, got {bad[0]}")
-    cfg = load_config(a.config, a.overrides)
+    init = [f"model.init={json.dumps(a.init)}"] if a.init else []
+    cfg = load_config(a.config, [*a.overrides, *init])
+    if cfg.model.init:  # the model's shape is the source's (config.json), as pretrain --init takes it
+        from .init_source import resolve_init_source, resolve_model_init
+
+        cfg.model = resolve_model_init(cfg.model, resolve_init_source(cfg.model.init))
+        cfg.drop.validate(cfg.model.num_layers)
     rows = []
     for t in a.seq_len:
         dense = step_flops(cfg.model, t, cfg.train.batch_size, None)
@@ -152,7 +180,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from .bench.campaign import campaign_config, run_parts
 
         if not a.out:
-            raise SystemExit("error: bench --campaign needs --out DIR (where each part writes PART.json and PART.md)")
+            raise UsageError("bench --campaign needs --out DIR (where each part writes PART.json and PART.md)")
         ccfg = campaign_config(a.preset or ("dry" if a.dry_run else "gpu"), a.overrides, dry_run=a.dry_run)
         results = run_parts(ccfg, a.campaign, a.out, log=say)
         for r in results:

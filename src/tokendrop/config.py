@@ -432,17 +432,10 @@ def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
 ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
     "train": (
         {"steps": bool, "tokens": bool, "epochs": bool, "time_budget": bool},  # the run's length
-        {"warmup_steps": lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and v >= 0,
+        {"warmup_steps": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
          "warmup_ratio": bool},  # the learning-rate warm-up
     ),
 }
-
-
-def _given(test, value: Any) -> bool:
-    try:
-        return bool(test(value))
-    except (TypeError, ValueError):
-        return True  # a value of the wrong type: given (and refused by its field's check)
 
 
 def merge_layer(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -455,7 +448,7 @@ def merge_layer(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         if not (isinstance(b, dict) and isinstance(o, dict)):
             continue
         for group in groups:
-            if any(k in o and _given(test, o[k]) for k, test in group.items()):
+            if any(k in o and test(o[k]) for k, test in group.items()):
                 for k in group:
                     if k not in o:
                         b.pop(k, None)

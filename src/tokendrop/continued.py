@@ -143,6 +143,21 @@ def importance_plan(cfg, selector) -> tuple[str, int, str]:
     return how, n, f"dense pass over {n} batches before step 1 (drop.importance_init = {cfg.drop.importance_init})"
 
 
+def describe_warm_ups(cfg: Config, model, selector, events: list[dict], new: bool = True) -> tuple[str, str, str]:
+    """For the start-up banner: (the source, the MLM-head warm-up, the importance start) of a run
+    (``events``: ``load_source``'s; ``new``: not a resumed run)."""
+    fresh = bool(events) and head_is_fresh(model, events[0]["fresh"])
+    source = ""
+    if cfg.model.init:
+        source = (f"model.init = {cfg.model.init} (sha256 {cfg.model.init_sha256[:12]}...)"
+                  + (f"; {events[0]['layout']}" if events else "") + ("; no MLM head: warmed up first" if fresh else ""))
+    if not new:
+        return source, "done before the checkpoint resumed", "the checkpoint's"
+    head = (head_warmup_plan(cfg.train)[1] if fresh else
+            "none (the source has its MLM head)" if cfg.model.init else "none (no model.init)")
+    return source, head, importance_plan(cfg, selector)[2]
+
+
 def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: float, device: torch.device,
                 amp: torch.dtype | None, progress=None) -> list[float]:
     """Train the MLM head alone (``model.head_parameters()``: encoder and the tied decoder weight

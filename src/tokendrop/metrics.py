@@ -30,6 +30,8 @@ class MetricsLog:
     MLflow), rank 0 only.  ``tracker_args``: ``trackers.Trackers``'s keywords (a resumed run's
     ``purge_step`` makes TensorBoard discard the events a killed run had written from that step on)."""
 
+    closes_failed = True  # rundir.close_on_error closes it with ok=False: its trackers record a failed run
+
     def __init__(self, run_dir: Path, enabled: bool, report_to: list[str] | tuple[str, ...] = ("tensorboard",),
                  **tracker_args: Any):
         self.enabled = enabled

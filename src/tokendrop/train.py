@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,30 +26,29 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import checkpoint as ckpt_mod
-from . import checkpoint_sharded as sharded_ckpt
 from . import rundir
 from .attention import check_training_device
 from .budget import RunLength, budget_clock
 from .config import METHODS, Config, ConfigError, to_dict, to_toml
 from .console import (LOG_FILE, Progress, RunLog, eta, interval_line, is_terminal, pretrain_banner, pretrain_summary,
                       unigram_note)
-from .continued import head_is_fresh, head_warmup_plan, importance_plan, load_source, warm_start
+from .continued import describe_warm_ups, load_source, warm_start
 from .data.masking import unigram_entropy
-from .data.mixture import open_data, realised
+from .data.mixture import realised
 from .errors import TrainingError
 from .families import build_model, spec_of
 from .flops import RunFlops, step_flops
-from .importance import build_selector
+from .importance import build_selector, pinned_ids
 from .metrics import MetricsLog, read_metrics
-from .trackers import check_installed
 from .mlm_step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
 from .model import num_parameters
 from .parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from .resume import (check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401 -- re-exported
-                     load_training_state, rank_rng)
-from .run_config import resolve_init, resolve_run_config
+                     load_training_state, rank_rng, save_training_state)
+from .run_config import open_run_data, resolve_init
 from .runtime import adamw, autocast_dtype, resolve_device
 from .schedules import lr_schedule, mask_schedule
+from .trackers import check_installed
 from .warmups import StepPlan, default_micro_batch
 
 
@@ -75,74 +73,6 @@ class PretrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     stop_signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
     already_finished: bool = False  # resumed a run that had already reached train.steps: nothing was trained
-
-
-def _open_data(cfg: Config, src, new_run: bool = True, world: int = 1):
-    """-> (the run's resolved config, the prepared data: one directory or a weighted mixture);
-    tokendrop.run_config builds the config."""
-    if not (cfg.data.path or cfg.data.paths):
-        raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
-    data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture
-    return resolve_run_config(cfg, data, src, new_run, world), data
-
-
-def _pinned_ids(cfg: Config, data) -> list[int]:
-    if not cfg.drop.pinned_tokens:
-        return []
-    index = {t: i for i, t in enumerate(data.vocab()) if t}
-    out = []
-    for tok in cfg.drop.pinned_tokens:
-        if tok not in index:
-            raise ConfigError(f"drop.pinned_tokens: {tok!r} is not in the vocabulary")
-        out.append(index[tok])
-    return out
-
-
-class _StopFlag:
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the step and exits.  A
-    second signal raises ``rundir.Interrupted`` at once (a checkpoint being written is then removed
-    whole by its atomic directory; the last complete one stays)."""
-
-    def __init__(self) -> None:
-        self.stop = False
-        self.signum = 0
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> "_StopFlag":
-        if _in_main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
-                self._old[s] = signal.signal(s, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.signum:  # second signal: give up at once
-            raise rundir.Interrupted(signum)
-        self.stop = True
-        self.signum = signum
-
-    def __exit__(self, *exc) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def _close_on_error(*things):
-    """Close the progress bar, the loader (its worker processes) and the log when the loop raises
-    (a second Ctrl-C, a non-finite loss); on success the loop's own ending closes them."""
-    try:
-        yield
-    except BaseException:
-        for t in things:
-            if t is not None:
-                with contextlib.suppress(Exception):
-                    t.close(ok=False) if isinstance(t, MetricsLog) else t.close()
-        raise
-
-
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def pretrain(
@@ -257,7 +187,7 @@ class _Trainer:
             raise TrainingError(f"--resume: data.path {cfg.data.path!r} {where} pass --set data.path=DIR (accepted "
                                 "when its fingerprint equals the one the run recorded)")
         # the resolved config (train.tokens / epochs / warmup_ratio as steps): not changed from here on
-        self.cfg, self.data = _open_data(cfg, self.src, new_run=not self.resume, world=dd.world)
+        self.cfg, self.data = open_run_data(cfg, self.src, new_run=not self.resume, world=dd.world)
         self.data_fp = self.data.fingerprint()
         self.T = self.data.seq_len
         self.tc = self.cfg.train
@@ -313,34 +243,24 @@ class _Trainer:
             counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
         self.selector = None
         if cfg.drop.enabled:  # each rank its own random draws
-            self.selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, self.T,
-                                           _pinned_ids(cfg, data), counts, seed=tc.seed + dd.rank, device=device)
+            pinned = pinned_ids(cfg.drop, data.vocab() if cfg.drop.pinned_tokens else [])
+            self.selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, self.T, pinned, counts,
+                                           seed=tc.seed + dd.rank, device=device)
         self.init_events = [] if self.meta_in is not None else load_source(cfg, model, self.run_dir, dd, self.src)
         self._phase("set-up")
 
     def announce(self) -> None:
         """The start-up banner (rank 0): on stderr and at the top of this process's part of RUN/log.txt."""
         self.entropy = unigram_entropy(self.data.token_counts(), self.data.special_ids)
-        if not self.dd.main:
-            return
-        cfg, new = self.cfg, self.meta_in is None
-        fresh = bool(self.init_events) and head_is_fresh(self.model, self.init_events[0]["fresh"])
-        head = (head_warmup_plan(self.tc)[1] if fresh else
-                "none (the source has its MLM head)" if cfg.model.init else "none (no model.init)") if new else \
-            "done before the checkpoint resumed"
-        importance = importance_plan(cfg, self.selector)[2] if new else "the checkpoint's"
-        source = ""
-        if cfg.model.init:
-            ev = self.init_events[0] if self.init_events else {}
-            source = (f"model.init = {cfg.model.init} (sha256 {cfg.model.init_sha256[:12]}...)"
-                      + (f"; {ev['layout']}" if ev else "") + ("; no MLM head: warmed up first" if fresh else ""))
-        self.console.block(pretrain_banner(
-            cfg, run_dir=self.run_dir, start_step=int(self.meta_in["step"]) if self.meta_in else 0,
-            params=num_parameters(self.model), data=self.data, world=self.dd.world, device=str(self.device),
-            precision=str(self.amp).replace("torch.", "") if self.amp is not None else "fp32",
-            micro_bs=self.micro_bs, accum=self.accum, parallel=self.tc.parallel,
-            threads=torch.get_num_threads(), head_warmup=head, importance=importance, entropy=self.entropy,
-            source=source))
+        if self.dd.main:
+            source, head, importance = describe_warm_ups(self.cfg, self.model, self.selector, self.init_events,
+                                                         new=self.meta_in is None)
+            self.console.block(pretrain_banner(
+                self.cfg, run_dir=self.run_dir, start_step=int(self.meta_in["step"]) if self.meta_in else 0,
+                params=num_parameters(self.model), data=self.data, world=self.dd.world, device=str(self.device),
+                precision=str(self.amp).replace("torch.", "") if self.amp is not None else "fp32",
+                micro_bs=self.micro_bs, accum=self.accum, parallel=self.tc.parallel, threads=torch.get_num_threads(),
+                head_warmup=head, importance=importance, entropy=self.entropy, source=source))
 
     def warm_up(self) -> None:
         """A new run: the MLM-head warm-up and the importance warm start (tokendrop.continued)."""
@@ -476,7 +396,7 @@ class _Trainer:
         self.t_loop, self.before_loop = time.perf_counter(), dict(self.phases)
         self.mark()
         finished = self.length.finished(self.step, self.used)
-        with _StopFlag() as stop, _close_on_error(self.pbar, self.loader, self.log):
+        with rundir.StopFlag() as stop, rundir.close_on_error(self.pbar, self.loader, self.log):
             while not finished:
                 out, record = self.train_step()
                 finished = self.length.finished(self.step, self.used)
@@ -536,7 +456,7 @@ class _Trainer:
         self.used = self.length.agree(self.wall + self.clock() - self.t_mark, self.dd.world)  # DDP: rank 0's clock
         return out, {"lr": lr, "kept": kept, "dropping": dropping, "shape": shape, "flops_per_step": f_step}
 
-    def stop_requested(self, stop: "_StopFlag", host_waits: bool) -> bool:
+    def stop_requested(self, stop: rundir.StopFlag, host_waits: bool) -> bool:
         """Read once per step: a signal arriving after this point (while logging or evaluating) is
         acted on after the next step, never by stopping without the checkpoint.  Under a process group
         every rank must stop after the same step (the checkpoint is collective): the ranks agree at the
@@ -622,40 +542,11 @@ class _Trainer:
         self.phases["checkpoints"] += time.perf_counter() - t0
 
     def save_checkpoint(self, step: int) -> Path | None:
-        dd, par, model, opt, selector, run_dir = self.dd, self.par, self.model, self.opt, self.selector, self.run_dir
-        rng = ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None)
-        ranks = [rng]
-        if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
-            ranks = [None] * dd.world
-            dist.all_gather_object(ranks, rng)
-        finite = bool(torch.stack([torch.isfinite(getattr(p, "_local_tensor", p)).all() for p in model.parameters()]).all()
-                      ) if par.sharded or dd.main else True  # under FSDP: this rank's shards
-        if par.sharded:
-            finite = par.all_true(finite)  # each rank checked its own shards
-        if not (dd.main or par.sharded):
-            return None
-        if not finite:
-            raise TrainingError(f"non-finite weights at step {step}; not saved. Last good checkpoint: "
-                                f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the data)")
-        tensors, groups = ({}, opt.state_dict()["param_groups"]) if par.sharded else ckpt_mod.optimizer_to_tensors(opt)
-        if selector is not None:
-            tensors["importance"] = selector.scores.detach().cpu().contiguous()
-        tensors.update(rng)
-        if dd.world > 1:
-            for r, t in enumerate(ranks):
-                tensors.update({f"{k}.rank{r}": v for k, v in t.items()})
-        meta = {"config": to_dict(self.cfg), "data_position": self.loader.state_dict(), "optimizer_param_groups": groups,
-                "wall_time": self.wall, "cpu_time": self.cpu,
-                "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
+        meta = {"config": to_dict(self.cfg), "data_position": self.loader.state_dict(), "wall_time": self.wall,
+                "cpu_time": self.cpu, "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
                 "flops": self.run_flops.total}
-        try:
-            if par.sharded:  # collective: every rank writes its shards
-                return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, self.tc.keep_checkpoints, dd)
-            return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, self.tc.keep_checkpoints)
-        except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
-            raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
-                                f"checkpoint of step {step}; nothing of it was kept, the last checkpoint "
-                                f"({ckpt_mod.latest(run_dir) or 'none'}) is intact: free space, then --resume") from None
+        return save_training_state(self.run_dir, step, self.model, self.opt, self.par, self.dd, self.selector, meta,
+                                   self.tc.keep_checkpoints)
 
     # -- the end ---------------------------------------------------------------------------------------------
     def finish(self, interrupted: bool, signum: int) -> PretrainResult:

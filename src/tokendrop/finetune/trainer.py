@@ -413,8 +413,9 @@ _HEAD_FIELDS = ("id2label", "label2id", "num_labels", "problem_type", "finetunin
 def _saved_model_base(hf_config: dict | None) -> dict | None:
     """The source model's config.json as the base of ``--save-model``'s config.json, so the fine-tuned
     model keeps every field of its source that ours do not set (token ids such as ``sep_token_id`` /
-    ``cls_token_id``, ``sparse_prediction``, ``_name_or_path``, ...); the source's head fields are
-    left out, and for BERT its ``classifier_dropout`` (ours is ``hidden_dropout_prob``)."""
+    ``cls_token_id``, ``sparse_prediction``, ...; ``save_pretrained`` drops ``_name_or_path``); the
+    source's head fields are left out, and for BERT its ``classifier_dropout`` (ours is
+    ``hidden_dropout_prob``)."""
     if not hf_config:
         return None
     family = spec_for_hf_model_type(str(hf_config.get("model_type", "bert")))

@@ -1,4 +1,4 @@
-"""Measure the two start-up choices of continued pretraining (tokendrop.continued) on the demo's setting.
+"""Measure the two start-up choices of continued pretraining (tokendrop.train.continued) on the demo's setting.
 
 1. MLM-head warm-up: all-MiniLM-L6-v2 has no MLM head; continue it dense with the fresh head trained
    alone first (``train.head_warmup_steps`` > 0) or not (0), then fine-tune on the sentiment task.
@@ -52,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", help="also copy results.md/json here")
     a = ap.parse_args(argv)
 
-    from tokendrop import demo
+    from tokendrop.lab import demo
     from tokendrop.config import FinetuneConfig, load_config
     from tokendrop.finetune import finetune
-    from tokendrop.train import pretrain, read_metrics
+    from tokendrop.train.trainer import pretrain, read_metrics
 
     out, demo_dir, cache = Path(a.out), Path(a.demo), Path(a.cache)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,8 +25,8 @@ import sys
 import tempfile
 import time
 
-from tokendrop.machine import cpu_model
-from tokendrop.machine import loadavg as machine_loadavg
+from tokendrop.lab.machine import cpu_model
+from tokendrop.lab.machine import loadavg as machine_loadavg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = "/work/shared/data/corpus/mixed-english.txt.gz"

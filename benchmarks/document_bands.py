@@ -4,7 +4,7 @@
 
 Both families' dense training step (forward + backward, fp32, train mode, no dropping) on packed rows
 of equal-length documents, ``model.document_attention = "on"``, timed with documents as the
-(B, 1, T, T) additive bias (``tokendrop.attention.BAND_DOCUMENTS`` off: every layer attends all T
+(B, 1, T, T) additive bias (``tokendrop.models.attention.BAND_DOCUMENTS`` off: every layer attends all T
 keys) and as bands forced on (each block of 128 queries attends only the key rows of the documents
 it touches; ``BAND_MAX_FRACTION_DOCUMENTS`` lifted), interleaved round by round; speedup = median of
 the per-round paired ratios.  ``key share`` is the band's key slots over n * N; the default uses the
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from tokendrop import attention
-from tokendrop.bench.environment import environment, loadavg
+from tokendrop.models import attention
+from tokendrop.lab.bench.environment import environment, loadavg
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.families import build_model
+from tokendrop.models.families import build_model
 
 OUT = Path(__file__).resolve().parent / "results"
 BERT = dict(num_layers=12, hidden_size=256, num_heads=4, intermediate_size=1024, vocab_size=30522,
@@ -70,7 +70,8 @@ def step(model, batch) -> float:
 
 def key_share(batch, cfg: ModelConfig) -> float:
     """The band's key slots over n * N for these rows (the first layer's band, forced)."""
-    from tokendrop.model import Rows, document_ids
+    from tokendrop.dropping.engine import Rows
+    from tokendrop.models.masked_lm import document_ids
 
     doc = document_ids(batch["input_ids"], cfg.sep_token_id, cfg.pad_token_id)
     rows = Rows(None, doc, None, None)

@@ -7,7 +7,7 @@
 #   bash benchmarks/gpu_campaign.sh pretrain        # bert-base-128 runs from carried data, resume, torchrun (NCCL)
 #   bash benchmarks/gpu_campaign.sh quality         # time to quality, small BERT, dense vs token drop, SST-2/QNLI
 #   bash benchmarks/gpu_campaign.sh bench-modern    # ModernBERT family (modern-base) eager T=512/1024: dense, 50% drop, HF ModernBERT
-#   DRY_RUN=1 bash benchmarks/gpu_campaign.sh all   # every part with tiny sizes on CPU (tests/test_gpu_campaign.py)
+#   DRY_RUN=1 bash benchmarks/gpu_campaign.sh all   # every part with tiny sizes on CPU (tests/integration/lab/test_gpu_campaign.py)
 # Each part writes $OUT/PART.json + $OUT/PART.md (rewritten after every phase) and prints a summary.
 # It runs `tokendrop bench --campaign PART --out $OUT` (configs/bench-campaign-gpu.toml; dry run:
 # bench-campaign-dry.toml); arguments after `--` go to it (e.g. -- --set bench.seq_lens=[512]).

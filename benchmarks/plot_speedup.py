@@ -9,7 +9,7 @@ markers: measured speedup over our dense step (median of per-round paired ratios
 min-max); dashed lines/hollow markers: the FLOP bound (1 / analytic FLOP ratio) of the same setting.
 ``--clock auto`` (default) plots process-CPU-time speedups for CPU runs (the wall clock of a shared
 machine includes time spent waiting for a core) and wall-clock speedups for GPU runs.
-The plotting is ``tokendrop.bench.plot_speedup``; this script only picks the files.
+The plotting is ``tokendrop.lab.bench.plot_speedup``; this script only picks the files.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def default_inputs() -> list[Path]:
 
 
 def main() -> None:
-    from tokendrop.bench import plot_speedup
+    from tokendrop.lab.bench import plot_speedup
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="*", type=Path, help="results JSON files (default: benchmarks/results/*-full.json)")

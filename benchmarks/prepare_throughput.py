@@ -369,7 +369,7 @@ def main() -> None:
         notes.append(f"token counts differ: ours {sorted(ours_tokens)}, HF {sorted(hf_tokens)} (tokens/s uses ours)")
     elif hf_tokens:
         notes.append("both arms tokenize alike: the same document-token count")
-    from tokendrop.bench.environment import cpu_model  # the parent's report only: arms never import torch
+    from tokendrop.lab.bench.environment import cpu_model  # the parent's report only: arms never import torch
 
     meta = {"command": "python " + " ".join(shlex.quote(x) for x in [os.path.relpath(__file__, REPO), *sys.argv[1:]]),
             "nproc": os.cpu_count(), "cpu": cpu_model(), "load_before": load_before,

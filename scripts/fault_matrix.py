@@ -12,7 +12,7 @@ file or directory has the same names, sizes and sha256 as before, what must not 
 temp / ``.old-*`` / lock entry is left anywhere in the case's directory, and the case's own check
 (e.g. "no step twice in metrics.jsonl") holds.
 
-Everything is generated (``tokendrop.data.testing``): one prepared directory, one tiny pretraining
+Everything is generated (``tokendrop.lab.toydata``): one prepared directory, one tiny pretraining
 run, its export and a few variants are built once under the work directory ("BASE") and copied into
 each case's directory ("CASE").  Commands and messages in the report show those two as BASE and CASE.
 """
@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tokendrop.machine import cpu_model
-from tokendrop.metrics import scan_lines
-from tokendrop.rundir import HOLD_COMMAND
+from tokendrop.lab.machine import cpu_model
+from tokendrop.train.metrics import scan_lines
+from tokendrop.runs.rundir import HOLD_COMMAND
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -110,7 +110,7 @@ def base_items(selected: list["Case"]) -> set[str]:
 
 def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
     sys.path.insert(0, str(SRC))
-    from tokendrop.data import testing as T
+    from tokendrop.lab import toydata as T
 
     base.mkdir(parents=True, exist_ok=True)
     log(f"building the base in {base}: {', '.join(sorted(items)) or 'generated files only'}")
@@ -143,7 +143,7 @@ def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
 
 
 def sha256(p: Path) -> str:
-    from tokendrop.checkpoint import sha256_file  # the one file-hash helper
+    from tokendrop.train.checkpoint import sha256_file  # the one file-hash helper
 
     return sha256_file(p)
 
@@ -183,7 +183,7 @@ def edit_json(p: Path, fn: Callable[[dict], Any]) -> None:
 
 
 def metrics(run: Path) -> list[dict]:
-    """The records of run/metrics.jsonl that parse (tokendrop.metrics.scan_lines, the log's one parser;
+    """The records of run/metrics.jsonl that parse (tokendrop.train.metrics.scan_lines, the log's one parser;
     torn or bad lines are left out here: the checks look at steps)."""
     p = run / "metrics.jsonl"
     return [rec for _, rec in scan_lines(p.read_text())[0]] if p.is_file() else []
@@ -309,7 +309,7 @@ def any_temp(rel_parent: str, prefix: str) -> Callable[[Path], bool]:
 
 def write_corpus(path: Path, docs: int) -> None:
     sys.path.insert(0, str(SRC))
-    from tokendrop.data.testing import write_corpus as wc
+    from tokendrop.lab.toydata import write_corpus as wc
 
     wc(path, docs=docs)
 
@@ -1009,7 +1009,7 @@ def cases() -> list[Case]:
              "refused naming config.json and the field; no output", needs=("hf", "sst2"),
              setup=lambda c: hf_config(c, num_hidden_layers=0), absent=("ft",), watch=("hf",),
              says=("{C}/hf/config.json", "num_hidden_layers")))
-    # model.attention_backend (tokendrop.attention), refused before anything is written
+    # model.attention_backend (tokendrop.models.attention), refused before anything is written
     add(Case("pretrain-attention-backend-unknown", "attention", pretrain("{C}/r", "{C}/data", "--set",
                                                                   'model.attention_backend="fast"'),
              "refused naming the field; no run dir", absent=("r",), says=("model.attention_backend", "fast")))
@@ -1024,7 +1024,7 @@ def cases() -> list[Case]:
 # ----------------------------------------------------------------------------------------------
 # running one case
 
-HOLD = HOLD_COMMAND  # another process holding write locks (tokendrop.rundir.hold)
+HOLD = HOLD_COMMAND  # another process holding write locks (tokendrop.runs.rundir.hold)
 
 
 def _lines(s: str) -> list[str]:

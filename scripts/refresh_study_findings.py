@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tokendrop.study.report import refresh_findings
+from tokendrop.lab.study.report import refresh_findings
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:

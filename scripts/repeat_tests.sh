@@ -9,12 +9,12 @@ cd "$(dirname "$0")/.."
 n=${1:?rounds}; shift
 what=${1:-process}; shift || true
 case "$what" in
-  process) args=(-m "" tests/test_kill_soak.py tests/test_rundir.py tests/test_fsutil.py tests/test_faults.py
-                 tests/test_faults_more.py tests/test_data_scale.py tests/test_parallel.py
-                 tests/test_train.py::test_sigkill_mid_checkpoint_leaves_previous_valid
-                 tests/test_train.py::test_sigterm_saves_and_exits_143 tests/test_train.py::test_ddp_two_ranks_match_one
-                 tests/test_schedules.py::test_time_budget_ranks_agree_under_ddp tests/test_mixture.py::test_a_mixture_under_torchrun_matches_one_process
-                 tests/test_data_loader.py::test_workers_shut_down tests/test_data_loader.py::test_interpreter_exit_does_not_hang) ;;
+  process) args=(-m "" tests/integration/faults/test_kill_soak.py tests/unit/runs/test_rundir.py tests/unit/runs/test_fsutil.py tests/integration/faults/test_faults.py
+                 tests/integration/faults/test_faults_more.py tests/unit/data/test_data_scale.py tests/integration/parallel/test_parallel.py
+                 tests/unit/train/test_train.py::test_sigkill_mid_checkpoint_leaves_previous_valid
+                 tests/unit/train/test_train.py::test_sigterm_saves_and_exits_143 tests/unit/train/test_train.py::test_ddp_two_ranks_match_one
+                 tests/unit/train/test_schedules.py::test_time_budget_ranks_agree_under_ddp tests/unit/data/test_mixture.py::test_a_mixture_under_torchrun_matches_one_process
+                 tests/unit/data/test_data_loader.py::test_workers_shut_down tests/unit/data/test_data_loader.py::test_interpreter_exit_does_not_hang) ;;
   suite) args=() ;;
   --) args=("$@") ;;
   *) echo "usage: $0 N process|suite|-- PYTEST-ARGS" >&2; exit 2 ;;

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
@@ -20,7 +20,7 @@ def small_cfg():
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """A prepared packed dataset (T=64, WordPiece trained on a generated corpus)."""
-    from tokendrop.data.testing import write_corpus
+    from tokendrop.lab.toydata import write_corpus
     from tokendrop.data import prepare
 
     root = tmp_path_factory.mktemp("tinydata")
@@ -36,7 +36,7 @@ def tiny_run(tiny_data, tmp_path_factory):
     importance, checkpoints at steps 2 and 4 (both kept), evaluation at 2 and 4, a metrics row per
     step.  Read-only: a test that changes a run works on ``copy_run(tiny_run, ...)``."""
     from tokendrop.config import load_config
-    from tokendrop.train import pretrain
+    from tokendrop.train.trainer import pretrain
 
     run = tmp_path_factory.mktemp("tinyrun") / "run"
     cfg = load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=4", "train.ckpt_every=2",

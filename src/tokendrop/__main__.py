@@ -1,3 +1,3 @@
-from .cli import run
+from tokendrop.cli import run
 
 run()

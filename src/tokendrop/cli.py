@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-from .errors import TokendropError
+from tokendrop.errors import TokendropError
 
 
 class UsageError(TokendropError, ValueError):
@@ -30,7 +30,7 @@ def _version() -> str:
 
         return version("tokendrop")
     except (ImportError, PackageNotFoundError):
-        from . import __version__
+        from tokendrop import __version__
 
         return __version__
 
@@ -48,9 +48,9 @@ def _add_config_args(p: argparse.ArgumentParser, required: bool = True, example:
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:
-    from .checkpoint import has_checkpoint
-    from .config import load_config
-    from .train import load_run_config, pretrain
+    from tokendrop.train.checkpoint import has_checkpoint
+    from tokendrop.config import load_config
+    from tokendrop.train.trainer import load_run_config, pretrain
 
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     if a.resume_if_exists:  # the one command a requeued job or a restarted torchrun agent repeats unchanged
@@ -63,7 +63,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     if a.resume:
         cfg = load_config(a.config, [*a.overrides, *init]) if a.config else load_run_config(a.resume)
         if not a.config and a.overrides:
-            from .config import Config, from_dict, to_dict
+            from tokendrop.config import Config, from_dict, to_dict
 
             cfg = from_dict(Config, to_dict(cfg), a.overrides)
         if a.overwrite:
@@ -86,14 +86,14 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
 
 
 def cmd_prepare(a: argparse.Namespace) -> int:
-    from .data import DataError, prepare
+    from tokendrop.data import DataError, prepare
 
     if a.workers < 1:
         raise DataError(f"--workers: expected at least 1 worker process, got {a.workers}")
     if a.unit_mb is not None and not a.unit_mb > 0:
         raise DataError(f"--unit-mb: expected a positive size in MB, got {a.unit_mb}")
     if a.tokenizer is not None:  # the same sources as pretrain --init (hub names, checkpoint dirs, ...)
-        from .tokenizer_source import resolve_tokenizer_source
+        from tokendrop.models.tokenizer_source import resolve_tokenizer_source
 
         a.tokenizer = resolve_tokenizer_source(a.tokenizer)
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
@@ -108,7 +108,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from .pretrained import export_hf
+    from tokendrop.models.pretrained import export_hf
 
     out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
     conf = json.loads((out / "config.json").read_text(encoding="utf-8"))
@@ -120,18 +120,18 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 
 def cmd_flops(a: argparse.Namespace) -> int:
-    from .config import load_config
-    from .flops import describe_model, flop_ratio, step_flops
+    from tokendrop.config import load_config
+    from tokendrop.dropping.flops import describe_model, flop_ratio, step_flops
 
     bad = [t for t in a.seq_len if t <= 0]
     if bad:
-        from .config import ConfigError
+        from tokendrop.config import ConfigError
 
         raise ConfigError(f"--seq-len: expected positive sequence lengths, got {bad[0]}")
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     cfg = load_config(a.config, [*a.overrides, *init])
     if cfg.model.init:  # the model's shape is the source's (config.json), as pretrain --init takes it
-        from .init_source import resolve_init_source, resolve_model_init
+        from tokendrop.models.source import resolve_init_source, resolve_model_init
 
         cfg.model = resolve_model_init(cfg.model, resolve_init_source(cfg.model.init))
         cfg.drop.validate(cfg.model.num_layers)
@@ -151,7 +151,7 @@ def cmd_flops(a: argparse.Namespace) -> int:
 
 
 def cmd_finetune(a: argparse.Namespace) -> int:
-    from .finetune import finetune, finetune_config
+    from tokendrop.finetune import finetune, finetune_config
 
     cfg = finetune_config(a.config, a.overrides, task=a.task, data=a.data)
     r = finetune(cfg, a.model, a.out, overwrite=a.overwrite)
@@ -163,7 +163,7 @@ def cmd_finetune(a: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
-    from .finetune import evaluate
+    from tokendrop.finetune import evaluate
 
     s = evaluate(a.models, a.suite, a.out, overrides=a.overrides, overwrite=a.overwrite)
     print(s["markdown"])
@@ -177,7 +177,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
     say = None if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     if a.campaign:
-        from .bench.campaign import campaign_config, run_parts
+        from tokendrop.lab.bench.campaign import campaign_config, run_parts
 
         if not a.out:
             raise UsageError("bench --campaign needs --out DIR (where each part writes PART.json and PART.md)")
@@ -187,9 +187,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
             print(r.summary_text())
         # a dry run proves the code paths: only errors fail it; a GPU run also fails on a failed check
         return 1 if any(r.error or (not r.ok and not ccfg.dry_run) for r in results) else 0
-    from .bench import format_text, make_preset, run_bench, write_results
-    from .bench.report import check_results_path
-    from .config import ConfigError
+    from tokendrop.lab.bench import format_text, make_preset, run_bench, write_results
+    from tokendrop.lab.bench.report import check_results_path
+    from tokendrop.config import ConfigError
 
     if a.threads is not None and a.threads <= 0:
         raise ConfigError(f"--threads: expected a positive number of threads, got {a.threads}")
@@ -215,7 +215,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from tokendrop.lab.demo import run_demo
 
     run_demo(a.out, steps=a.steps, finetune=not a.no_finetune, cache=a.cache, from_scratch=a.from_scratch, seeds=a.seeds,
              overwrite=a.overwrite)
@@ -223,14 +223,14 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 def cmd_study(a: argparse.Namespace) -> int:
-    from .study import run_study
+    from tokendrop.lab.study import run_study
 
     run_study(a.config, a.out, a.overrides, only=a.only, overwrite=a.overwrite)
     return 0
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from .verify import verify_path
+    from tokendrop.runs.verify import verify_path
 
     rep = verify_path(a.path)
     for note in rep.notes:
@@ -244,7 +244,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
-    from .inspect_run import inspect_run
+    from tokendrop.lab.inspect import inspect_run
 
     out = inspect_run(a.run_dir, a.out, num_examples=a.examples, overwrite=a.overwrite)
     print(f"wrote {out}")
@@ -361,8 +361,8 @@ def _add_bench(sub) -> None:
                    "dry with --dry-run)")
     s.add_argument("--json", help="write results JSON here (and a Markdown table beside it)")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field (tokendrop.bench.BenchConfig; with --campaign "
-                        "tokendrop.bench.campaign.CampaignConfig), e.g. --set seq_lens=[128]")
+                   help="override a config field (tokendrop.lab.bench.BenchConfig; with --campaign "
+                        "tokendrop.lab.bench.campaign.CampaignConfig), e.g. --set seq_lens=[128]")
     s.add_argument("--campaign", nargs="+", metavar="PART",
                    help="run parts of the GPU campaign: env, bench, bench-compile, pretrain, quality (or all)")
     s.add_argument("--out", help="--campaign: the directory each part writes PART.json and PART.md into")
@@ -422,7 +422,7 @@ def _add_verify(sub) -> None:
 def _check_outputs(a: argparse.Namespace) -> None:
     """Every writing command's output directory (``--out``, ``export``'s OUT_DIR) must not be a file:
     refused before anything is read or written."""
-    from .rundir import RunDirError
+    from tokendrop.runs.rundir import RunDirError
 
     for attr, flag in (("out", "--out"), ("out_dir", "OUT_DIR")):
         v = getattr(a, attr, None)
@@ -435,7 +435,7 @@ _DISK_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG"
 
 
 def _on_sigterm(signum, frame) -> None:
-    from .rundir import Interrupted
+    from tokendrop.runs.rundir import Interrupted
 
     raise Interrupted(signum)
 

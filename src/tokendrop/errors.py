@@ -11,11 +11,11 @@ A subclass raised by one module is defined beside the code that raises it (docs/
 ``checkpoint.CheckpointError`` (``inspect_run.InspectError``), ``rundir.RunDirError``,
 ``finetune.FinetuneError`` and ``fetch.FetchError``.  The ones raised across a package or by both
 sides of an import live here, below every module that raises them, and are re-exported where users
-look for them: ``TrainingError`` (the step, the loop and resume; ``tokendrop.train.TrainingError``),
+look for them: ``TrainingError`` (the step, the loop and resume; ``tokendrop.train.trainer.TrainingError``),
 ``ConfigError`` (every section of the configuration;
 ``tokendrop.config.ConfigError``), ``DataError`` (every module of ``tokendrop.data``; ``tokendrop.data.DataError``),
-``InteropError`` (``tokendrop.hf``, ``tokendrop.hf_modern``) and its subclass ``InitError``
-(``tokendrop.init_source``, ``tokendrop.weights``).  Every subclass also keeps its historical
+``InteropError`` (``tokendrop.models.hf``, ``tokendrop.models.modernbert.hf``) and its subclass ``InitError``
+(``tokendrop.models.source``, ``tokendrop.models.weights``).  Every subclass also keeps its historical
 built-in base (``ValueError`` or ``RuntimeError``), so ``except ValueError`` in callers' code still
 works.
 """

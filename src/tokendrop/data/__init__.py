@@ -24,9 +24,9 @@ naming the file or field and what was expected.
 
 from __future__ import annotations
 
-from ..errors import DataError  # noqa: F401 -- defined below every module of this package that raises it
-from .corpus import iter_documents, resolve_corpus, clean_wikitext
-from .tokenizer import (
+from tokendrop.errors import DataError  # noqa: F401 -- defined below every module of this package that raises it
+from tokendrop.data.corpus import iter_documents, resolve_corpus, clean_wikitext
+from tokendrop.data.tokenizer import (
     SPECIAL_TOKENS,
     build_tokenizer,
     load_tokenizer,
@@ -35,15 +35,15 @@ from .tokenizer import (
     train_tokenizer,
     vocab_sha256,
 )
-from .prepared import PreparedData
-from .prepare import prepare
+from tokendrop.data.prepared import PreparedData
+from tokendrop.data.prepare import prepare
 
 _LAZY = {"MLMLoader", "MLMMasker", "num_prediction_slots"}  # .loader imports torch: not needed to prepare data
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        from . import loader
+        from tokendrop.data import loader
 
         return getattr(loader, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

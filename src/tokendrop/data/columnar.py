@@ -20,7 +20,7 @@ import json
 import os
 from typing import Callable, Iterator
 
-from ..errors import DataError
+from tokendrop.errors import DataError
 
 PARQUET, ARROW = "parquet", "arrow"
 _BATCH_ROWS = 1024  # rows per Parquet read batch

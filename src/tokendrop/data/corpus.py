@@ -41,10 +41,10 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from ..errors import DataError
-from . import columnar
-from .columnar import ARROW, PARQUET
-from .wikitext import _REDIRECT, clean_wikitext
+from tokendrop.errors import DataError
+from tokendrop.data import columnar
+from tokendrop.data.columnar import ARROW, PARQUET
+from tokendrop.data.wikitext import _REDIRECT, clean_wikitext
 
 TEXT, JSONL, WIKI, HF = "text", "jsonl", "wiki", "hf"
 

@@ -58,10 +58,10 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from ..errors import DataError
-from .masking import MLMMasker, build_batch, cut_to_rate, num_prediction_slots  # noqa: F401 -- re-exported
-from .pieces import MIN_PIECE, PIECE_DOMAIN, piece_batch
-from .prepare import PreparedData
+from tokendrop.errors import DataError
+from tokendrop.data.masking import MLMMasker, build_batch, cut_to_rate, num_prediction_slots  # noqa: F401 -- re-exported
+from tokendrop.data.pieces import MIN_PIECE, PIECE_DOMAIN, piece_batch
+from tokendrop.data.prepare import PreparedData
 
 _PERM_KEY = 0x5EED
 _EVAL_DOMAIN = 1

@@ -11,7 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..errors import DataError
+from tokendrop.errors import DataError
 
 
 def num_prediction_slots(seq_len: int, mask_prob: float = 0.15) -> int:

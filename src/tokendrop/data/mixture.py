@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from . import DataError
-from .loader import _PERM_KEY, _Plan
-from .masking import build_batch
-from .pieces import PIECE_DOMAIN, piece_batch
-from .prepared import PreparedData
+from tokendrop.data import DataError
+from tokendrop.data.loader import _PERM_KEY, _Plan
+from tokendrop.data.masking import build_batch
+from tokendrop.data.pieces import PIECE_DOMAIN, piece_batch
+from tokendrop.data.prepared import PreparedData
 
 _MIX_KEY = 0x313C
 _BLOCK = 4096  # slots per source draw

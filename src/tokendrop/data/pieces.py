@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .masking import MLMMasker, build_batch
+from tokendrop.data.masking import MLMMasker, build_batch
 
 PIECE_DOMAIN = 0x5E9 << 16  # + L: the masking generators of pieces of length L
 MIN_PIECE = 8  # the shortest warm-up length (a frame and a few body tokens)

@@ -56,9 +56,9 @@ directory, so memory does not grow with the corpus.  Disk: the units hold every 
 Writing is atomic: everything goes to ``<out>.tmp-XXXXXXXX`` beside the target, which is renamed to
 ``<out>`` only after meta.json is written; any error removes it.  A run killed hard leaves only the
 ``.tmp-`` directory, which :meth:`PreparedData.open` rejects (no meta.json) and the next
-``prepare`` into the same place removes (:func:`tokendrop.fsutil.atomic_directory`).  The output
+``prepare`` into the same place removes (:func:`tokendrop.runs.files.atomic_directory`).  The output
 is marked as tokendrop's (``.tokendrop.json``), written under a lock, and never replaces a file,
-a directory tokendrop did not write, or one holding an input (:mod:`tokendrop.rundir`).
+a directory tokendrop did not write, or one holding an input (:mod:`tokendrop.runs.rundir`).
 
 The reader is :mod:`.prepared` (:class:`PreparedData`), the tokenization :mod:`.tokenize`, the
 sequence writers :mod:`.shards`.
@@ -74,13 +74,20 @@ from typing import Any, Iterable
 import numpy as np
 from tokenizers import Tokenizer
 
-from .. import rundir
-from ..errors import DataError
-from .prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
-from .shards import _Counter, _PackedWriter, _Shard, _UnpackedWriter, choose_eval_docs, dtype_for
-from .corpus import HF, finish, iter_raw, resolve_corpus
-from .units import WorkDir, plan_units, run_units, work_key
-from .tokenizer import (
+from tokendrop.runs import rundir
+from tokendrop.errors import DataError
+from tokendrop.data.prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
+from tokendrop.data.shards import (
+    _Counter,
+    _PackedWriter,
+    _Shard,
+    _UnpackedWriter,
+    choose_eval_docs,
+    dtype_for,
+)
+from tokendrop.data.corpus import HF, finish, iter_raw, resolve_corpus
+from tokendrop.data.units import WorkDir, plan_units, run_units, work_key
+from tokendrop.data.tokenizer import (
     SPECIAL_KEYS,
     TokenizerSpec,
     _guess_lowercase,
@@ -146,7 +153,7 @@ def _model_vocab_size(spec: TokenizerSpec, directory: str | os.PathLike, n_ids: 
     mc_path = os.path.join(os.fspath(directory), "config.json")
     if spec.backend != "file" or not os.path.isfile(mc_path):
         return n_ids
-    from .tokenizer import _read_json_object
+    from tokendrop.data.tokenizer import _read_json_object
 
     v = _read_json_object(mc_path).get("vocab_size")
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:

@@ -23,8 +23,8 @@ import os
 
 import numpy as np
 
-from ..errors import DataError
-from .tokenizer import SPECIAL_KEYS, read_vocab, vocab_sha256
+from tokendrop.errors import DataError
+from tokendrop.data.tokenizer import SPECIAL_KEYS, read_vocab, vocab_sha256
 
 FORMAT = "tokendrop-prepared"
 FORMAT_VERSION = 1
@@ -232,7 +232,7 @@ class PreparedData:
 
     def tokenizer(self):
         """The ``tokenizers.Tokenizer`` the data was prepared with."""
-        from .tokenizer import load_tokenizer
+        from tokendrop.data.tokenizer import load_tokenizer
 
         return load_tokenizer(self.path)
 
@@ -240,7 +240,7 @@ class PreparedData:
         """Every token by id: vocab.txt's lines, or (a tokenizer used as it is) the tokenizer's tokens,
         ``""`` for an id nothing maps to.  Can be shorter than ``vocab_size`` (a padded embedding)."""
         if self.tokenizer_backend == "file":
-            from .tokenizer import vocab_tokens
+            from tokendrop.data.tokenizer import vocab_tokens
 
             return vocab_tokens(self.tokenizer())
         specials = (self.meta.get("special_tokens") or SPECIAL_KEYS).values()
@@ -253,7 +253,7 @@ class PreparedData:
         by name, as it always has (so the masking of existing data does not change)."""
         if self.tokenizer_backend != "file":
             return None
-        from .tokenizer import special_added_ids
+        from tokendrop.data.tokenizer import special_added_ids
 
         return special_added_ids(self.tokenizer())
 

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..fsutil import replace_dir
-from ..rundir import atomic_write_json
-from .corpus import WIKI, Source, finish, iter_raw
+from tokendrop.runs.files import replace_dir
+from tokendrop.runs.rundir import atomic_write_json
+from tokendrop.data.corpus import WIKI, Source, finish, iter_raw
 
 _CHUNK_CHARS = 1 << 20  # text per tokenization task
 _CHUNK_DOCS = 2048

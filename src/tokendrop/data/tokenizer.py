@@ -31,12 +31,12 @@ from typing import Iterable
 from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
 
-from ..errors import DataError
+from tokendrop.errors import DataError
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 SPECIAL_KEYS = {"pad": PAD, "unk": UNK, "cls": CLS, "sep": SEP, "mask": MASK}
-# their ids in a vocabulary that starts with SPECIAL_TOKENS (train_tokenizer's, tokendrop.data.testing's);
+# their ids in a vocabulary that starts with SPECIAL_TOKENS (train_tokenizer's, tokendrop.lab.toydata's);
 # a prepared directory's own ids are PreparedData.special_ids
 SPECIAL_IDS = {k: i for i, k in enumerate(SPECIAL_KEYS)}
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")

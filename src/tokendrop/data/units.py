@@ -42,13 +42,22 @@ from typing import Sequence
 
 import numpy as np
 
-from ..fsutil import atomic_directory, discard_dir
-from ..rundir import atomic_write_json
-from ..errors import DataError
-from . import columnar
-from .corpus import HF, JSONL, TEXT, WIKI, Source, is_compressed, split_points
-from .tokenize import IDS, INFO, LENGTHS, inline_encode, make_pool, pooled_encode, tokenize_unit, tokenizers_parallelism
-from .tokenizer import plain_copy
+from tokendrop.runs.files import atomic_directory, discard_dir
+from tokendrop.runs.rundir import atomic_write_json
+from tokendrop.errors import DataError
+from tokendrop.data import columnar
+from tokendrop.data.corpus import HF, JSONL, TEXT, WIKI, Source, is_compressed, split_points
+from tokendrop.data.tokenize import (
+    IDS,
+    INFO,
+    LENGTHS,
+    inline_encode,
+    make_pool,
+    pooled_encode,
+    tokenize_unit,
+    tokenizers_parallelism,
+)
+from tokendrop.data.tokenizer import plain_copy
 
 UNIT_BYTES = 32_000_000  # the largest default work unit (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
 MIN_UNIT_BYTES = 1_000_000
@@ -319,7 +328,7 @@ def _pooled(work: WorkDir, sources, pending: list[int], infos: list, plain, dtyp
 
 def _unit_task(i: int) -> dict:
     """A worker tokenizes unit ``i`` (reading it itself); progress through shared counters."""
-    from .tokenize import _W
+    from tokendrop.data.tokenize import _W
 
     work: WorkDir = _W["work"]
     u = work.units[i]

@@ -9,12 +9,12 @@ Public API::
 Modules: ``tasks`` (GLUE/JSONL/CSV readers), ``squad`` (SQuAD reading, windows, post-processing),
 ``metrics`` (accuracy, F1, MCC, SQuAD EM/F1), ``trainer`` (``finetune``), ``suite`` (``evaluate``),
 ``sst2_vader`` (an SST-2-format task from the vaderSentiment sdist), ``run`` (``finetune_config``:
-preset + overrides + task/data -> FinetuneConfig).  Generated toy tasks: ``tokendrop.data.testing``.
+preset + overrides + task/data -> FinetuneConfig).  Generated toy tasks: ``tokendrop.lab.toydata``.
 """
 
-from .common import FinetuneError
-from .run import finetune_config
-from .suite import SuiteConfig, evaluate, load_suite
-from .trainer import finetune
+from tokendrop.finetune.common import FinetuneError
+from tokendrop.finetune.run import finetune_config
+from tokendrop.finetune.suite import SuiteConfig, evaluate, load_suite
+from tokendrop.finetune.trainer import finetune
 
 __all__ = ["FinetuneError", "finetune", "evaluate", "SuiteConfig", "load_suite", "finetune_config"]

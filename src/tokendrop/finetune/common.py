@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import TokendropError
-from ..rundir import json_text
+from tokendrop.errors import TokendropError
+from tokendrop.runs.rundir import json_text
 
 
 class FinetuneError(TokendropError, ValueError):
@@ -16,9 +16,9 @@ class FinetuneError(TokendropError, ValueError):
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` atomically (``tokendrop.rundir.atomic_write_text``, the package's one helper):
+    """Write ``text`` atomically (``tokendrop.runs.rundir.atomic_write_text``, the package's one helper):
     a reader never sees a half-written file."""
-    from ..rundir import atomic_write_text as _write
+    from tokendrop.runs.rundir import atomic_write_text as _write
 
     return _write(path, text)
 
@@ -59,8 +59,8 @@ def finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.PathLi
     adds ``[CLS] A [SEP] (B [SEP])`` with the tokenizer's declared special tokens (a tokenizer.json
     used as it is, e.g. ModernBERT's BPE: its own post-processor, which frames texts that way).
     """
-    from ..data import DataError
-    from ..data.tokenizer import read_tokenizer_spec, tokenizer_from_spec
+    from tokendrop.data import DataError
+    from tokendrop.data.tokenizer import read_tokenizer_spec, tokenizer_from_spec
 
     tried = [Path(p) for p in (path, fallback) if p]
     for p in tried:

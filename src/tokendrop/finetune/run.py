@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..config import FinetuneConfig, from_dict, load_config
+from tokendrop.config import FinetuneConfig, from_dict, load_config
 
 
 PREFIX = "finetune."  # the section name the fields' messages use: --set finetune.epochs=1 is --set epochs=1

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import FinetuneError, read_json
+from tokendrop.finetune.common import FinetuneError, read_json
 
 
 @dataclass
@@ -302,7 +302,7 @@ def postprocess(examples: list[SquadExample], features: list[SquadFeature], star
 def squad_metrics(examples: list[SquadExample], preds: dict[str, SquadPrediction], version: int) -> tuple[dict, dict[str, str]]:
     """Official EM/F1.  v1: best span.  v2: the dev-optimal no-answer threshold on F1 (also reported:
     EM at that threshold, the best-EM threshold and the scores at threshold 0)."""
-    from .metrics import apply_threshold, best_threshold, squad_evaluate
+    from tokendrop.finetune.metrics import apply_threshold, best_threshold, squad_evaluate
 
     golds = {e.qid: list(e.answers) for e in examples}
     answer = {q: p.text for q, p in preds.items()}

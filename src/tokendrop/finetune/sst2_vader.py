@@ -27,7 +27,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from .common import FinetuneError
+from tokendrop.finetune.common import FinetuneError
 
 VADER_SPEC = "vaderSentiment==3.3.2"
 INNER_TAR = "additional_resources/hutto_ICWSM_2014.tar.gz"
@@ -147,7 +147,7 @@ def label_and_split(rows: list[tuple[str, float, str]], dev_fraction: float = 0.
 def write_sst2(out_dir: str | os.PathLike, train: list[tuple[str, int]], dev: list[tuple[str, int]],
                meta: dict | None = None) -> Path:
     """``train.tsv`` / ``dev.tsv`` (header ``sentence<TAB>label``), written into a temp dir and renamed."""
-    from ..fsutil import atomic_directory
+    from tokendrop.runs.files import atomic_directory
 
     with atomic_directory(out_dir) as tmp:
         for name, rows in (("train.tsv", train), ("dev.tsv", dev)):
@@ -218,7 +218,7 @@ def build_review_corpus(cache_dir: str | os.PathLike, task_dir: str | os.PathLik
     for name in OTHER_SNIPPETS:
         texts += [s for _, _, s in parse_snippets(extract_snippets(archive, name), name)]
     kept = [t for t in texts if normalize_sentence(t) not in dev]
-    from ..rundir import atomic_write_text
+    from tokendrop.runs.rundir import atomic_write_text
 
     atomic_write_text(out, "\n\n".join(kept) + "\n")
     return out

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict
-from .. import rundir
-from .columns import COLUMNS, GLUE_AVG, MAIN_COLUMN, SQUAD_AVG  # noqa: F401 -- COLUMNS: re-exported
-from .common import FinetuneError, atomic_write_json, atomic_write_text, read_json
-from .tasks import get_task
+from tokendrop.config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict
+from tokendrop.runs import rundir
+from tokendrop.finetune.columns import COLUMNS, GLUE_AVG, MAIN_COLUMN, SQUAD_AVG  # noqa: F401 -- COLUMNS: re-exported
+from tokendrop.finetune.common import FinetuneError, atomic_write_json, atomic_write_text, read_json
+from tokendrop.finetune.tasks import get_task
 
 
 def _glue_base() -> FinetuneConfig:
@@ -211,9 +211,9 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
     (or a checkpoint dir) -- the sha256 its meta.json records, checked against the file -- or a Hugging
     Face dir's weight files, hashed (several shards as ``sha256sum`` of their ``sha256sum`` lines),
     cached per process by size and mtime.  (None, None) for a directory with no weights at all."""
-    from .. import checkpoint as ckpt_mod
-    from ..errors import InitError
-    from ..weights import combined_sha, weight_files
+    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.errors import InitError
+    from tokendrop.models.weights import combined_sha, weight_files
 
     p = Path(path)
     if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (
@@ -426,7 +426,7 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
 
     ``OUT`` is locked for the call.  An existing ``OUT`` written by ``evaluate`` is continued (its
     finished cells reused); with ``overwrite`` it is started over; any other non-empty directory is
-    refused (``tokendrop.rundir.prepare_output``).  Interrupted before any cell finished, a new
+    refused (``tokendrop.runs.rundir.prepare_output``).  Interrupted before any cell finished, a new
     ``OUT`` is removed again.  ``coordinated``: the caller (the study's worker pool, which holds the
     study's lock) runs several calls on disjoint models into one ``OUT`` at once, so ``OUT`` itself is
     not locked.
@@ -435,7 +435,7 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
     (per model: best value per column and the cell it came from), ``computed`` / ``skipped`` cell
     counts and ``markdown``.
     """
-    from .trainer import finetune as _ft
+    from tokendrop.finetune.trainer import finetune as _ft
 
     if log is None:
         def log(msg: str) -> None:
@@ -567,6 +567,6 @@ class _SuiteRun:
 
 
 def _suite_toml(cfg: SuiteConfig) -> str:
-    from ..config import to_toml
+    from tokendrop.config import to_toml
 
     return to_toml(cfg)

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import FinetuneError
+from tokendrop.finetune.common import FinetuneError
 
 MNLI_LABELS = ["contradiction", "entailment", "neutral"]  # the order of transformers' GLUE processors
 

@@ -4,10 +4,10 @@ Classification (GLUE-style): pooler ([CLS], tanh) + dropout + linear classifier;
 start/end layer on every position.  Optimisation as BERT (docs/design.md §2.5, §2.7): AdamW (beta 0.9/0.999,
 eps 1e-6), weight decay on matrices only (none on biases and LayerNorm), linear warm-up over
 ``warmup_ratio`` of the steps then linear decay to 0, gradient clipping.  The model is the plain
-encoder of ``tokendrop.model`` (no token dropping at fine-tuning), with bf16 autocast on CUDA.
+encoder of ``tokendrop.models.bert.model`` (no token dropping at fine-tuning), with bf16 autocast on CUDA.
 Batches are padded to their longest sequence only (dynamic padding); dev batches are sorted by length.
 
-Outputs in ``out_dir`` (the directory written atomically, under a lock; ``tokendrop.rundir``): ``metrics.json`` and
+Outputs in ``out_dir`` (the directory written atomically, under a lock; ``tokendrop.runs.rundir``): ``metrics.json`` and
 ``predictions/<split>.tsv`` (classification) or ``predictions/dev.json`` + ``dev_nbest.json``
 (+ ``dev_null_odds.json`` for v2.0, the official evaluation script's inputs).
 """
@@ -26,15 +26,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import rundir
-from ..checkpoint import sha256_file
-from ..config import ConfigError, FinetuneConfig
-from ..families import spec_for_hf_model_type
-from ..runtime import adamw, autocast_dtype, resolve_device, seed_everything
-from ..schedules import lr_linear_steps
-from .common import FinetuneError, atomic_write_json, atomic_write_text, finetune_tokenizer
-from .metrics import classification_metrics
-from .tasks import Example, TaskSpec, find_ax_file, get_task, load_classification, read_glue_tsv, subsample, task_dir
+from tokendrop.runs import rundir
+from tokendrop.train.checkpoint import sha256_file
+from tokendrop.config import ConfigError, FinetuneConfig
+from tokendrop.models.families import spec_for_hf_model_type
+from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device, seed_everything
+from tokendrop.train.schedules import lr_linear_steps
+from tokendrop.finetune.common import FinetuneError, atomic_write_json, atomic_write_text, finetune_tokenizer
+from tokendrop.finetune.metrics import classification_metrics
+from tokendrop.finetune.tasks import (
+    Example,
+    TaskSpec,
+    find_ax_file,
+    get_task,
+    load_classification,
+    read_glue_tsv,
+    subsample,
+    task_dir,
+)
 
 LogFn = Callable[[str], None]
 
@@ -49,12 +58,12 @@ def _stderr(msg: str) -> None:
 
 def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
     """lr multiplier for optimizer step ``step`` (0-based): linear warm-up to 1, linear decay to 0
-    (pretraining's ``linear`` schedule, ``tokendrop.schedules.lr_linear_steps``, with peak 1)."""
+    (pretraining's ``linear`` schedule, ``tokendrop.train.schedules.lr_linear_steps``, with peak 1)."""
     return lambda step: lr_linear_steps(step, 1.0, warmup, total)
 
 
 def _load_model(model_path, cls, **kw):
-    from ..pretrained import load_pretrained
+    from tokendrop.models.pretrained import load_pretrained
 
     try:
         return load_pretrained(model_path, cls, **kw)
@@ -76,7 +85,7 @@ def _load_model_and_tokenizer(model_path, cls, max_seq_len: int, field: str = "m
     model, info = _load_model(model_path, cls, **kw)
     mcfg = info["model_config"]
     tok, specials = finetune_tokenizer(info.get("tokenizer"), model_path)
-    from ..data.tokenizer import num_ids
+    from tokendrop.data.tokenizer import num_ids
 
     if num_ids(tok) > mcfg.vocab_size:  # more rows than the tokenizer's ids is fine (ModernBERT pads its embedding)
         raise FinetuneError(f"tokenizer has {num_ids(tok)} token ids but model {model_path} only "
@@ -223,7 +232,7 @@ def _column_scores(spec: TaskSpec, metrics: dict[str, dict]) -> dict[str, float]
 
 
 def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log) -> dict:
-    from ..model import BertForSequenceClassification
+    from tokendrop.models.bert.model import BertForSequenceClassification
 
     skipped: list[str] | None = [] if cfg.skip_malformed else None
     data = load_classification(spec, cfg.data, text_a=cfg.text_a, text_b=cfg.text_b, label=cfg.label,
@@ -311,8 +320,8 @@ def _predict_spans(model, feats, pad_id, device, bf16, batch_size):
 
 
 def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict:
-    from ..model import BertForQuestionAnswering
-    from .squad import build_features, postprocess, read_squad, squad_metrics
+    from tokendrop.models.bert.model import BertForQuestionAnswering
+    from tokendrop.finetune.squad import build_features, postprocess, read_squad, squad_metrics
 
     d = task_dir(spec, cfg.data)
     train_path, dev_path = d / spec.train, d / spec.dev["dev"]
@@ -460,7 +469,7 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
     if r["spec"].kind == "classification":
         result["accuracy"] = next(iter(r["metrics"].values()))["accuracy"]  # first dev split, in %
     if cfg.save_model:
-        from ..hf import save_pretrained
+        from tokendrop.models.hf import save_pretrained
 
         save_pretrained(r["model"].cpu(), out / "model", tokenizer=r["info"].get("tokenizer"),
                         base_config=_saved_model_base(r["info"].get("hf_config")))

@@ -1,0 +1,612 @@
+"""Typed configuration: flat dataclasses per section, loaded from TOML presets with dotted overrides.
+
+A pretraining config is a ``Config`` with sections ``model`` (:mod:`tokendrop.config.model`),
+``drop`` (:mod:`tokendrop.dropping.methods`, with the registry of selection methods), ``data`` and ``train``
+(here); a fine-tuning config is a ``FinetuneConfig``.  TOML files may start with ``extends = "other.toml"``
+(path relative to the file, or the name of a preset in ``configs/``) to inherit and override.
+
+    cfg = load_config("configs/tiny.toml", ["drop.rate=0.25", "train.steps=40"])
+
+Every key is checked against the dataclass fields: unknown keys get a "did you mean" hint, values
+are converted/checked against the annotated type, and ``validate()`` checks the cross-field rules.
+Errors are ``ConfigError`` with a one-line message naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import math
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokendrop.train.budget import parse_duration, parse_tokens
+from tokendrop.config.model import (
+    ATTENTION_BACKENDS,
+    CLASSIFIER_POOLING,
+    DEFAULT_MODEL_PRESET,
+    DOCUMENT_ATTENTION,
+    LAYER_TYPES,
+    MODEL_FAMILIES,
+    MODEL_PRESETS,
+    ModelConfig,
+)
+from tokendrop.errors import ConfigError
+from tokendrop.dropping.methods import (
+    DROP_METHODS,
+    DROP_VARIANTS,
+    IMPORTANCE_INITS,
+    LOSS_METHODS,
+    LTD_SCHEDULES,
+    METHODS,
+    PER_LAYER_METHODS,
+    RANDOM_METHODS,
+    DropConfig,
+    SelectionMethod,
+)
+from tokendrop.train.schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS, train_recipe_error
+
+# fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
+# the data; the run's config.toml records the value used): dotted name -> that default
+FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
+DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
+DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio
+# train.report_to: where metrics go (tokendrop.train.trackers); metrics.jsonl ("jsonl") is always written
+REPORT_TO = ("jsonl", "tensorboard", "wandb", "mlflow")
+
+
+# ----------------------------------------------------------------------------------------------
+# data
+
+
+@dataclass
+class DataConfig:
+    """Prepared (pre-tokenized) pretraining data and the MLM batches made from it."""
+
+    path: str = ""  # a directory written by ``tokendrop prepare``
+    # a mixture instead of one path (tokendrop.data.mixture): prepared directories sharing the
+    # tokenizer and T, each sequence drawn from directory i with probability weights[i] / sum(weights)
+    # (weights [] = equal); e.g. a domain corpus and a general replay corpus, [0.7, 0.3]
+    paths: list[str] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    seq_len: int = 0  # expected T of the prepared data; 0 = whatever it was prepared with
+    # the MLM masking rate: a fraction, or a schedule [start, end] over the run (tokendrop.train.schedules;
+    # e.g. [0.3, 0.15], Ankner et al. 2024), decaying as mask_schedule says (linear | cosine)
+    mask_prob: float | list[float] = 0.15
+    mask_schedule: str = "linear"
+    num_workers: int = 1  # background batch-building processes
+    prefetch: int = 4  # batches buffered per worker
+    # sequence-length warm-up (tokendrop.train.schedules, docs/design.md "Schedules"): train at lengths
+    # from seq_len_start (a divisor of T; 0 = off) up to T over the first seq_len_warmup_share of the
+    # run; each packed sequence is cut into T/L framed pieces of length L (packed data only)
+    seq_len_start: int = 0
+    seq_len_warmup_share: float = 0.1
+
+    @property
+    def mask_prob_start(self) -> float:
+        return float(self.mask_prob[0]) if isinstance(self.mask_prob, list) else float(self.mask_prob)
+
+    @property
+    def mask_prob_end(self) -> float:
+        """The rate at the end of the run (held-out evaluation masks at this rate)."""
+        return float(self.mask_prob[-1]) if isinstance(self.mask_prob, list) else float(self.mask_prob)
+
+    @property
+    def mask_prob_max(self) -> float:
+        """The largest rate of the run (the number of prediction slots is sized for it)."""
+        return max(self.mask_prob_start, self.mask_prob_end)
+
+    @property
+    def mask_scheduled(self) -> bool:
+        return self.mask_prob_start != self.mask_prob_end
+
+    def validate(self) -> None:
+        if isinstance(self.mask_prob, list):
+            if len(self.mask_prob) != 2:
+                raise ConfigError(f"data.mask_prob: expected a fraction or a [start, end] pair such as [0.3, 0.15], "
+                                  f"got {self.mask_prob}")
+            for name, v in zip(("start", "end"), self.mask_prob):
+                if not 0.0 < v < 1.0:
+                    raise ConfigError(f"data.mask_prob: the schedule's {name} {v} lies outside (0, 1); expected "
+                                      "fractions such as [0.3, 0.15]")
+        elif not 0.0 < self.mask_prob < 1.0:
+            raise ConfigError(f"data.mask_prob: expected a fraction in (0, 1), got {self.mask_prob}")
+        if self.mask_schedule not in DECAYS:
+            raise ConfigError(f"data.mask_schedule: expected one of {', '.join(DECAYS)}, got {self.mask_schedule!r}")
+        if self.num_workers < 0:
+            raise ConfigError(f"data.num_workers: expected >= 0, got {self.num_workers}")
+        if self.seq_len_start < 0 or (self.seq_len and self.seq_len_start > self.seq_len):
+            raise ConfigError(f"data.seq_len_start: expected a length in (0, data.seq_len] (0 = no warm-up), "
+                              f"got {self.seq_len_start}")
+        if self.seq_len_start and not 0.0 < self.seq_len_warmup_share < 1.0:
+            raise ConfigError(f"data.seq_len_warmup_share: the warm-up's share of the run {self.seq_len_warmup_share} "
+                              "lies outside (0, 1); expected e.g. 0.1")
+        self._validate_mixture()
+
+    def _validate_mixture(self) -> None:
+        if self.path and self.paths:
+            raise ConfigError(f"data.path and data.paths: both set ({self.path!r}, {len(self.paths)} paths); a run "
+                              "reads one directory (data.path) or a mixture (data.paths): remove one")
+        if self.weights and not self.paths:
+            raise ConfigError("data.weights: set without data.paths; weights go with a mixture of data.paths")
+        if self.weights and len(self.weights) != len(self.paths):
+            raise ConfigError(f"data.weights: {len(self.weights)} weights for {len(self.paths)} data.paths; expected one "
+                              "per path (or [] for equal weights)")
+        for i, w in enumerate(self.weights):
+            if not (math.isfinite(w) and w > 0):
+                raise ConfigError(f"data.weights[{i}]: expected a positive weight, got {w}")
+        if len(set(self.paths)) != len(self.paths):
+            raise ConfigError(f"data.paths: a directory is listed twice ({self.paths}); give it a larger weight instead")
+
+
+# ----------------------------------------------------------------------------------------------
+# training
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and run-time settings (docs/design.md §2.5)."""
+
+    # how long the run lasts: steps (optimizer steps; 0 = unset, 1000 without a time budget) or
+    # time_budget ("20m", "6h", "1h30m": seconds of training time, tokendrop.train.budget) -- one of them
+    steps: int = 0
+    time_budget: str = ""
+    # or in tokens ("2B", "500M", "1.5e9", an integer: sequence slots, T per sequence) or in epochs
+    # (passes over the prepared training sequences); resolved to train.steps when the run starts
+    # (tokendrop.train.budget.resolve_length; the run's config.toml records the steps and resolved_from)
+    tokens: int | str = 0
+    epochs: float = 0.0
+    resolved_from: str = ""  # written by the run: how train.steps / warmup_steps were resolved
+    batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
+    micro_batch_size: int = 0  # per rank and forward pass; 0 -> batch_size // world_size
+    lr: float = 1e-4
+    warmup_steps: int = -1  # -1 = unset: 100, or from warmup_ratio
+    warmup_ratio: float = 0.0  # warm-up as a share of the run's steps (or of its time budget)
+    # linear (warm-up, linear decay to 0) | wsd (warm-up, stable, then decay over the last
+    # decay_share of the run, shape decay_shape: 1-sqrt | linear); tokendrop.train.schedules
+    lr_schedule: str = "linear"
+    decay_share: float = 0.2
+    decay_shape: str = "1-sqrt"
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    grad_clip: float = 1.0
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
+    compile: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    seed: int = 0
+    deterministic: bool = False
+    log_every: int = 10
+    eval_every: int = 200
+    eval_batches: int = 20
+    ckpt_every: int = 500
+    keep_checkpoints: int = 2
+    threads: int = 0  # torch CPU threads; 0 -> torch default
+    # data parallelism under torchrun: "ddp" (replicated model) | "fsdp" (FSDP2: parameters, gradients
+    # and AdamW state sharded over the ranks; sharded checkpoints).  tokendrop.train.parallel
+    parallel: str = "ddp"
+    # continued pretraining (model.init) from a source without an MLM head: train the freshly
+    # initialised head alone (encoder frozen) before the schedule starts, for head_warmup_steps
+    # steps but at most head_warmup_share of the run's train.steps (0 = not scaled; a time-budgeted
+    # run is not scaled); head_warmup_steps = 0: no warm-up (tokendrop.train.continued.head_warmup_plan)
+    head_warmup_steps: int = 100
+    head_warmup_share: float = 0.5
+    head_warmup_lr: float = 1e-3
+    # a step whose gradient norm is not finite is skipped (no update; counted and logged); this many
+    # in a row stop the run with an error (its weights are never saved as a checkpoint)
+    max_nonfinite_steps: int = 3
+    # global batch warm-up (ModernBERT's; tokendrop.train.schedules): from batch_warmup_start sequences
+    # (0 = off) up to batch_size over batch_warmup_tokens tokens or the batch_warmup_share of the run,
+    # by the number of micro-batches accumulated per step
+    batch_warmup_start: int = 0
+    batch_warmup_tokens: int = 0
+    batch_warmup_share: float = 0.0
+    # the clock train.time_budget is measured with: "wall" (elapsed seconds) | "process" (CPU
+    # seconds of the training process: fair between runs on a machine whose load changes)
+    budget_clock: str = "wall"
+    # where metrics go besides metrics.jsonl (always written: resume, reports and verify read it;
+    # "jsonl" names it): "tensorboard" (RUN/tensorboard), "wandb", "mlflow" -- each tracker's own
+    # client, configured by its environment variables (tokendrop.train.trackers)
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+
+    def __post_init__(self) -> None:
+        if self.steps == 0 and not (self.time_budget or self.tokens or self.epochs):
+            self.steps = DEFAULT_STEPS
+        if self.warmup_steps == -1 and not self.warmup_ratio:
+            self.warmup_steps = DEFAULT_WARMUP_STEPS
+
+    def _validate_length(self) -> None:
+        """At most one of steps/tokens/epochs/time_budget; the ratio or the steps of the warm-up."""
+        given = [n for n, v in (("train.steps", self.steps), ("train.tokens", self.tokens),
+                                ("train.epochs", self.epochs), ("train.time_budget", self.time_budget)) if v]
+        if len(given) > 1 and not given == ["train.steps", "train.time_budget"]:  # that pair: its own message below
+            raise ConfigError(f"{given[0]} and {given[1]}: both set; a run's length is one of train.steps, "
+                              f"train.tokens, train.epochs or train.time_budget (set {given[0]}=0 or remove it)")
+        if self.tokens:
+            try:
+                parse_tokens(self.tokens)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        if not (math.isfinite(self.epochs) and self.epochs >= 0):
+            raise ConfigError(f"train.epochs: expected a positive number of passes over the data, got {self.epochs}")
+        if not (math.isfinite(self.warmup_ratio) and 0.0 <= self.warmup_ratio < 1.0):
+            raise ConfigError(f"train.warmup_ratio: expected a share of the run in [0, 1), got {self.warmup_ratio}")
+        if self.warmup_ratio and self.warmup_steps >= 0:
+            raise ConfigError(f"train.warmup_steps and train.warmup_ratio: both set ({self.warmup_steps}, "
+                              f"{self.warmup_ratio}); set train.warmup_steps=-1 to use the ratio, or remove "
+                              "train.warmup_ratio")
+
+    def validate(self) -> None:
+        self._validate_length()
+        if self.time_budget:
+            if self.steps:
+                raise ConfigError(f"train.steps and train.time_budget: both set ({self.steps} steps, "
+                                  f"{self.time_budget!r}); a run lasts one or the other: set train.steps=0 to use "
+                                  "the time budget, or remove train.time_budget")
+            try:
+                parse_duration(self.time_budget)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        elif self.steps < 0:
+            raise ConfigError(f"train.steps: expected a positive integer, got {self.steps}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"train.lr_schedule: expected one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        if not 0.0 < self.decay_share < 1.0:
+            raise ConfigError(f"train.decay_share: the decay's share of the run {self.decay_share} lies outside (0, 1); "
+                              "expected a fraction such as 0.2")
+        if self.decay_shape not in WSD_DECAYS:
+            raise ConfigError(f"train.decay_shape: expected one of {', '.join(WSD_DECAYS)}, got {self.decay_shape!r}")
+        for name in ("batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name}: expected a positive integer, got {getattr(self, name)}")
+        if self.warmup_steps < -1 or (self.warmup_steps == -1 and not self.warmup_ratio):
+            raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
+        if self.head_warmup_steps < 0:
+            raise ConfigError(f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}")
+        if not (math.isfinite(self.head_warmup_share) and 0.0 <= self.head_warmup_share <= 1.0):
+            raise ConfigError(f"train.head_warmup_share: expected a share of the run's steps in [0, 1] (0 = not "
+                              f"scaled), got {self.head_warmup_share}")
+        if not (math.isfinite(self.head_warmup_lr) and self.head_warmup_lr > 0):
+            raise ConfigError(f"train.head_warmup_lr: expected a positive learning rate, got {self.head_warmup_lr}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"train.lr: expected a positive, finite learning rate, got {self.lr}")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            raise ConfigError(f"train.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got {self.grad_clip}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(f"train.weight_decay: expected a finite value >= 0, got {self.weight_decay}")
+        if not (0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0):
+            raise ConfigError(f"train.adam_beta1/adam_beta2: expected values in [0, 1), got {self.adam_beta1}, {self.adam_beta2}")
+        if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):
+            raise ConfigError(f"train.adam_eps: expected a positive, finite value, got {self.adam_eps}")
+        if self.max_nonfinite_steps < 1:
+            raise ConfigError(f"train.max_nonfinite_steps: expected a positive integer, got {self.max_nonfinite_steps}")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"train.precision: expected auto, fp32 or bf16, got {self.precision!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
+        if self.parallel not in ("ddp", "fsdp"):
+            raise ConfigError(f"train.parallel: expected ddp or fsdp, got {self.parallel!r}")
+        bad = [t for t in self.report_to if t not in REPORT_TO]
+        if bad or len(set(self.report_to)) != len(self.report_to):
+            raise ConfigError(f"train.report_to: expected a list of distinct names among {', '.join(REPORT_TO)}, got "
+                              f"{self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else ""))
+        if err := train_recipe_error(self):  # tokendrop.train.schedules: batch warm-up and budget clock
+            raise ConfigError(err)
+
+
+@dataclass
+class Config:
+    """A pretraining run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    drop: DropConfig = field(default_factory=DropConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name: str = ""
+
+    def validate(self) -> "Config":
+        self.model.validate()
+        if not self.model.shape_pending:  # else when the command resolves model.init (the layer count)
+            self.drop.validate(self.model.num_layers)
+        self.data.validate()
+        self.train.validate()
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# fine-tuning
+
+
+@dataclass
+class FinetuneConfig:
+    """One fine-tuning run on one task (GLUE-style classification or SQuAD-style span QA)."""
+
+    task: str = ""  # sst2 | mnli | qnli | qqp | rte | squad1 | squad2 | custom classification
+    data: str = ""  # directory holding the task's files
+    epochs: float = 3.0
+    lr: float = 2e-5
+    batch_size: int = 32
+    max_seq_len: int = 128  # classification; SQuAD uses max_seq_len_qa
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    max_train_examples: int = 0  # 0 = all
+    max_eval_examples: int = 0
+    eval_batch_size: int = 64
+    # SQuAD preprocessing / post-processing (the standard BERT settings)
+    max_seq_len_qa: int = 384
+    doc_stride: int = 128
+    max_query_len: int = 64
+    n_best: int = 20
+    max_answer_len: int = 30
+    # JSONL/CSV custom tasks
+    text_a: str = "sentence"
+    text_b: str = ""
+    label: str = "label"
+    labels: list[str] = field(default_factory=list)  # label names in index order ([] = sorted names seen)
+    threads: int = 0
+    # MNLI: also score GLUE's diagnostic set (AX, Matthews corr.) with the MNLI model.
+    # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path
+    ax_data: str = "auto"
+    save_model: bool = False  # write the fine-tuned model (HF layout) to <out>/model
+    skip_malformed: bool = False  # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
+    log_every: int = 50  # optimizer steps between progress lines (0 = silent)
+
+    def validate(self) -> "FinetuneConfig":
+        if not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ConfigError(f"finetune.epochs: expected a finite number > 0, got {self.epochs}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"finetune.lr: expected a positive, finite learning rate, got {self.lr}")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            raise ConfigError(f"finetune.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got {self.grad_clip}")
+        if self.batch_size <= 0:
+            raise ConfigError(f"finetune.batch_size: expected > 0, got {self.batch_size}")
+        if self.eval_batch_size <= 0:
+            raise ConfigError(f"finetune.eval_batch_size: expected > 0, got {self.eval_batch_size}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"finetune.warmup_ratio: expected a fraction in [0, 1), got {self.warmup_ratio}")
+        if self.max_seq_len < 8:
+            raise ConfigError(f"finetune.max_seq_len: expected >= 8, got {self.max_seq_len}")
+        if self.max_seq_len_qa < self.max_query_len + 4:
+            raise ConfigError(f"finetune.max_seq_len_qa: {self.max_seq_len_qa} leaves no room for context "
+                              f"after finetune.max_query_len={self.max_query_len}")
+        if self.doc_stride <= 0 or self.n_best <= 0 or self.max_answer_len <= 0:
+            raise ConfigError("finetune.doc_stride, n_best and max_answer_len must be positive")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"finetune.precision: expected auto, fp32 or bf16, got {self.precision!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"finetune.device: expected auto, cpu or cuda, got {self.device!r}")
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+
+CONFIG_DIR_ENV = "TOKENDROP_CONFIG_DIR"
+
+
+def config_dir() -> Path:
+    """The presets folder: $TOKENDROP_CONFIG_DIR, else ``configs/`` at the repository root (an
+    editable install), else the copy a regular install puts under ``<prefix>/share/tokendrop``."""
+    import sys
+
+    env = os.environ.get(CONFIG_DIR_ENV)
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[3] / "configs"
+    installed = Path(sys.prefix) / "share" / "tokendrop" / "configs"
+    return repo if repo.is_dir() or not installed.is_dir() else installed
+
+
+def resolve_preset(name_or_path: str | os.PathLike, relative_to: Path | None = None) -> Path:
+    p = Path(name_or_path)
+    candidates = []
+    if relative_to is not None and not p.is_absolute():
+        candidates.append(relative_to / p)
+    candidates.append(p)
+    if p.suffix != ".toml":
+        candidates.append(config_dir() / f"{p}.toml")
+    candidates.append(config_dir() / p)
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in {config_dir()})")
+
+
+def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: 'extends' forms a cycle")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: 'extends' must be a string naming a preset or a .toml file")
+    base = _read_toml(resolve_preset(parent, path.parent), seen + (path,))
+    return merge_layer(base, data)
+
+
+# Settings that are one choice spelled by several fields: a layer (a preset over the one it extends,
+# the command line's overrides over the preset) that gives one of them replaces what earlier layers
+# gave for the others, as composer's max_duration or transformers' max_steps over num_train_epochs;
+# two of them in the same layer stay an error (``TrainConfig.validate``).  section -> (field -> "given")
+ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
+    "train": (
+        {"steps": bool, "tokens": bool, "epochs": bool, "time_budget": bool},  # the run's length
+        {"warmup_steps": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
+         "warmup_ratio": bool},  # the learning-rate warm-up
+    ),
+}
+
+
+def merge_layer(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` merged onto ``base`` (``_deep_merge``), where a choice ``over`` makes in one of the
+    ``ONE_CHOICE`` groups replaces the fields of that group ``base`` set (a run's length: a later
+    layer's ``train.time_budget`` replaces an earlier ``train.steps``, whatever the unit)."""
+    base = copy.deepcopy(base)
+    for section, groups in ONE_CHOICE.items():
+        b, o = base.get(section), over.get(section)
+        if not (isinstance(b, dict) and isinstance(o, dict)):
+            continue
+        for group in groups:
+            if any(k in o and test(o[k]) for k, test in group.items()):
+                for k in group:
+                    if k not in o:
+                        b.pop(k, None)
+    return _deep_merge(base, over)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected section.key=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare string such as drop.method=cumulative
+    return key.split("."), value
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):  # float | list[float]: the first type that fits
+        options = typing.get_args(tp)
+        for option in options:
+            try:
+                return _coerce(value, option, where)
+            except ConfigError:
+                pass
+        names = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+        raise ConfigError(f"{where}: expected {' or '.join(names.get(o, 'a list') for o in options)}, got {value!r}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+    raise ConfigError(f"{where}: unsupported type {tp}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        where = f"{prefix}{key}"
+        if key not in fields:
+            hint = difflib.get_close_matches(key, list(fields), n=1)
+            extra = f"; did you mean '{prefix}{hint[0]}'?" if hint else f"; expected one of {', '.join(fields)}"
+            raise ConfigError(f"unknown config key {where!r}{extra}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected a [{where}] table, got {value!r}")
+            kwargs[key] = _build(tp, value, f"{where}.")
+        else:
+            kwargs[key] = _coerce(value, tp, where)
+    return cls(**kwargs)
+
+
+def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """Build ``cls`` from a TOML-shaped dict plus ``section.key=value`` overrides.  Pure: nothing is
+    read from disk.
+
+    With ``model.init`` set (continued pretraining) and no shape recorded, the [model] section keeps
+    what was given: the command that runs resolves the source once and takes the shape from it
+    (``tokendrop.models.source.resolve_model_init``; an explicitly given shape field that contradicts
+    the source is an error then).  A run's own config.toml records the resolved shape.
+    """
+    layer: dict[str, Any] = {}  # the overrides: one layer over ``data`` (``merge_layer``)
+    for item in overrides:
+        keys, value = _parse_override(item)
+        node, above = layer, data
+        for k in keys[:-1]:
+            above = above.get(k, {}) if isinstance(above, dict) else {}
+            if not isinstance(above, dict):
+                raise ConfigError(f"override {item!r}: {k!r} is not a section")
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {k!r} is not a section")
+        node[keys[-1]] = value
+    obj = _build(cls, merge_layer(data, layer), "")
+    if hasattr(obj, "validate"):
+        obj.validate()
+    return obj
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (), cls: type = Config) -> Any:
+    """Load a preset (name or .toml path) into ``cls`` and apply ``section.key=value`` overrides."""
+    data = _read_toml(resolve_preset(path)) if path else {}
+    return from_dict(cls, data, overrides)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def to_toml(cfg: Any) -> str:
+    """Serialise a config dataclass as TOML (scalars and flat lists only, which is all we use)."""
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, float):
+            return repr(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        return str(v)
+
+    d = to_dict(cfg)
+    top = [f"{k} = {fmt(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    out = top + ([""] if top else [])
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.append(f"[{k}]")
+            out += [f"{kk} = {fmt(vv)}" for kk, vv in v.items()]
+            out.append("")
+    return "\n".join(out)

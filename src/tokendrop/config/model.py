@@ -1,0 +1,201 @@
+"""The ``[model]`` section of a config: the encoder's shape and family (names as
+``transformers.BertConfig`` / ``ModernBertConfig``), the model presets, attention settings.
+
+``tokendrop.config`` assembles the sections into a ``Config`` and loads them from TOML; this module
+holds only the section (docs/design.md §1, §2.9)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokendrop.errors import ConfigError
+
+
+_MODERN = dict(family="modernbert", layer_norm_eps=1e-5, hidden_dropout=0.0, attention_dropout=0.0)
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    # BERT: (layers, hidden, heads); intermediate = 4 * hidden
+    "bert-large": dict(num_layers=24, hidden_size=1024, num_heads=16),
+    "bert-base": dict(num_layers=12, hidden_size=768, num_heads=12),
+    "bert-small": dict(num_layers=4, hidden_size=512, num_heads=8),
+    "cpu-12x256": dict(num_layers=12, hidden_size=256, num_heads=4),
+    "cpu-6x256": dict(num_layers=6, hidden_size=256, num_heads=4),
+    "cpu-4x128": dict(num_layers=4, hidden_size=128, num_heads=2),
+    "debug-4x64": dict(num_layers=4, hidden_size=64, num_heads=2),
+    # ModernBERT (answerdotai/ModernBERT-base / -large shapes; GeGLU intermediate as in their configs)
+    "modern-large": dict(num_layers=28, hidden_size=1024, num_heads=16, intermediate_size=2624,
+                         max_position_embeddings=8192, **_MODERN),
+    "modern-base": dict(num_layers=22, hidden_size=768, num_heads=12, intermediate_size=1152,
+                        max_position_embeddings=8192, **_MODERN),
+    "modern-tiny": dict(num_layers=4, hidden_size=64, num_heads=2, intermediate_size=96, local_attention=64,
+                        max_position_embeddings=512, **_MODERN),  # tests and the golden curve
+}
+MODEL_FAMILIES = ("bert", "modernbert")
+LAYER_TYPES = ("full_attention", "sliding_attention")
+DOCUMENT_ATTENTION = ("auto", "on", "off")
+CLASSIFIER_POOLING = ("cls", "mean")
+ATTENTION_BACKENDS = ("auto", "sdpa", "flex")  # how attention runs (tokendrop.models.attention)
+DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
+
+
+@dataclass
+class ModelConfig:
+    """Encoder hyper-parameters, named as in ``transformers.BertConfig`` / ``ModernBertConfig``
+    where one exists.
+
+    The shape (num_layers, hidden_size, num_heads, intermediate_size) and everything else a preset
+    names (a modern-* preset also sets family, max_position_embeddings, layer_norm_eps, dropout): a
+    field given explicitly (different from its default) always wins; a field left at its default
+    comes from ``preset`` (bert-base without one), and intermediate_size from 4 * hidden_size.  One
+    rule, on every path (``ModelConfig(...)``, TOML, ``--set``): ``ModelConfig(preset="bert-base",
+    num_layers=6)`` has 6 layers.
+    """
+
+    preset: str = ""
+    # continued pretraining: a Hugging Face BERT dir, a tokendrop run/checkpoint dir or a hub name.
+    # The shape then comes from the source's config.json (tokendrop.models.source); init_sha256 is
+    # the sha256 of the weights file the run started from (filled in when the source is resolved).
+    init: str = ""
+    init_sha256: str = ""
+    vocab_size: int = 30522  # 0 = take it from the prepared data (pretraining)
+    hidden_size: int = 0  # 0 -> the preset's
+    num_layers: int = 0  # 0 -> the preset's
+    num_heads: int = 0  # 0 -> the preset's
+    intermediate_size: int = 0  # 0 -> 4 * hidden_size
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    # [SEP]: packed rows hold one [SEP] between consecutive documents (document attention);
+    # -1 = take it from the prepared data (pretraining), from config.json (a Hugging Face source)
+    sep_token_id: int = -1
+    # the encoder family: "bert" (tokendrop.models.bert.model, post-LN BERT) | "modernbert" (tokendrop.models.modernbert.model:
+    # pre-LN without biases, GeGLU, rotary positions, alternating global / sliding-window attention)
+    family: str = "bert"
+    # packed rows: each token attends only within its own document (its [SEP] included);
+    # auto = on for modernbert (as ModernBERT trains), off for bert.  MLM pretraining/eval only.
+    document_attention: str = "auto"
+    # modernbert only (transformers.ModernBertConfig names): rotary bases of the global and the
+    # sliding-window layers; the window (a token sees keys within local_attention // 2 positions on
+    # each side); layer i is global if i % global_attn_every_n_layers == 0 unless layer_types lists
+    # "full_attention" / "sliding_attention" per layer; LayerNorm biases (norm_bias; BERT has them)
+    # how attention runs (execution only: the same allowed pairs, the same results up to float
+    # summation order; tokendrop.models.attention): "auto" = FlexAttention on CUDA for document / window
+    # masks when no attention dropout is in effect, else SDPA (sliding windows block by block);
+    # "sdpa"; "flex" = FlexAttention for every document / window mask (needs attention_dropout = 0;
+    # off CUDA it runs unfused, for checks only)
+    attention_backend: str = "auto"
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
+    layer_types: list[str] = field(default_factory=list)
+    norm_bias: bool = False
+    # modernbert sequence classification: the [CLS] state ("cls") or the mean over the non-padding
+    # tokens ("mean", answerdotai/ModernBERT's published configs), as transformers'
+    # ModernBertForSequenceClassification; BERT classifies from its pooler ("cls" only)
+    classifier_pooling: str = "cls"
+
+    def __post_init__(self) -> None:
+        """Resolve the shape: explicit field > ``preset`` > bert-base; then ``preset`` is cleared
+        (the numbers are the truth from here on, e.g. in a run's config.toml).  With ``init`` nothing
+        is filled in: the fields hold what was given, and the source's shape replaces the rest when
+        the command that runs resolves the source (``tokendrop.models.source.resolve_model_init``)."""
+        name = self.preset or DEFAULT_MODEL_PRESET
+        if name not in MODEL_PRESETS:
+            raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")
+        if self.init:  # the shape comes from the source when the command resolves it (resolve_model_init)
+            return
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
+        for k, v in MODEL_PRESETS[name].items():
+            if getattr(self, k) == defaults[k]:
+                setattr(self, k, v)
+        if not self.intermediate_size:
+            self.intermediate_size = 4 * self.hidden_size
+        self.preset = ""
+
+    def resolved_layer_types(self) -> list[str]:
+        """Per layer "full_attention" | "sliding_attention" (modernbert): ``layer_types`` or the
+        pattern from ``global_attn_every_n_layers``."""
+        if self.layer_types:
+            return list(self.layer_types)
+        n = max(1, self.global_attn_every_n_layers)
+        return ["full_attention" if i % n == 0 else "sliding_attention" for i in range(self.num_layers)]
+
+    @property
+    def shape_pending(self) -> bool:
+        """``init`` names a source whose shape has not been resolved into these fields yet."""
+        return bool(self.init) and 0 in (self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size)
+
+    @property
+    def resolved(self) -> bool:
+        """No source to resolve (``init`` empty), or resolved: its shape and sha256 filled in."""
+        return not self.init or (bool(self.init_sha256) and not self.shape_pending)
+
+    @property
+    def uses_document_attention(self) -> bool:
+        """Per-document attention in MLM pretraining (``document_attention`` with auto resolved)."""
+        if self.document_attention == "auto":
+            return self.family == "modernbert"
+        return self.document_attention == "on"
+
+    def validate(self) -> None:
+        if self.vocab_size < 0:
+            raise ConfigError(f"model.vocab_size: expected a positive integer (or 0 = from the prepared data), got {self.vocab_size}")
+        pending = self.shape_pending  # model.init: a shape field left at 0 comes from the source
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            if getattr(self, name) <= 0 and not (pending and getattr(self, name) == 0):
+                raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
+        if pending:
+            self._validate_settings()
+            return
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"model.hidden_size: {self.hidden_size} is not divisible by model.num_heads={self.num_heads}"
+            )
+        self._validate_settings()
+        for i, t in enumerate(self.layer_types):
+            if t not in LAYER_TYPES:
+                raise ConfigError(f"model.layer_types[{i}]: unknown layer type {t!r}; expected one of {', '.join(LAYER_TYPES)}")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ConfigError(f"model.layer_types: {len(self.layer_types)} entries for model.num_layers={self.num_layers}; "
+                              "expected one per layer (or [] for the global_attn_every_n_layers pattern)")
+        for name in ("local_attention", "global_attn_every_n_layers"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
+        for name in ("global_rope_theta", "local_rope_theta"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ConfigError(f"model.{name}: expected a positive rotary base, got {getattr(self, name)}")
+        if self.family == "modernbert" and (self.hidden_size // self.num_heads) % 2:
+            raise ConfigError(f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be even for "
+                              "rotary positions (family modernbert)")
+
+    def _validate_settings(self) -> None:
+        """The checks that do not need the shape (all of them run on a config whose shape is pending)."""
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name}: expected a probability in [0, 1), got {getattr(self, name)}")
+        if self.family not in MODEL_FAMILIES:
+            raise ConfigError(f"model.family: unknown family {self.family!r}; expected one of {', '.join(MODEL_FAMILIES)}")
+        if self.document_attention not in DOCUMENT_ATTENTION:
+            raise ConfigError(f"model.document_attention: expected one of {', '.join(DOCUMENT_ATTENTION)}, "
+                              f"got {self.document_attention!r}")
+        if self.classifier_pooling not in CLASSIFIER_POOLING:
+            raise ConfigError(f"model.classifier_pooling: expected one of {', '.join(CLASSIFIER_POOLING)}, "
+                              f"got {self.classifier_pooling!r}")
+        if self.family == "bert" and self.classifier_pooling != "cls":
+            raise ConfigError(f"model.classifier_pooling: {self.classifier_pooling!r} is for family modernbert; BERT "
+                              "classifies from its pooler ([CLS]): use \"cls\"")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(f"model.attention_backend: expected one of {', '.join(ATTENTION_BACKENDS)}, "
+                              f"got {self.attention_backend!r}")
+        if self.attention_backend == "flex":  # FlexAttention's presence: tokendrop.models.attention.check_flex_available
+            if self.attention_dropout:
+                raise ConfigError(f"model.attention_backend: flex has no attention dropout but model.attention_dropout "
+                                  f"= {self.attention_dropout}; set it to 0 or use attention_backend = auto")

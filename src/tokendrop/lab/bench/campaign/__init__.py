@@ -1,0 +1,216 @@
+"""The GPU campaign: parts that each fit one ~9-minute call on a lent GPU machine.
+
+    tokendrop bench --campaign env --out $OUT                  # one part per call
+    tokendrop bench --campaign all --out /tmp/dry --dry-run     # every part, tiny sizes, on CPU
+
+Parts (``PARTS``): ``env`` (versions, usable SDPA backends at bf16, ``pytest -m gpu``), ``bench``
+(bert-base eager: ours dense / 50% drop / transformers', MFU, memory, the largest batch that fits),
+``bench-compile`` (the same compiled), ``pretrain`` (real runs from carried data, resume, torchrun),
+``quality`` (time-to-quality of a small BERT, dense vs token drop, then fine-tuning),
+``bench-modern`` (the ModernBERT-architecture family, modern-base eager at T=512 and 1024: ours
+dense / 50% drop / ``transformers.ModernBertForMaskedLM``).  Each writes
+``OUT/PART.json`` + ``OUT/PART.md`` (after every phase) and stops itself within ``budget_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import traceback
+from pathlib import Path
+
+from tokendrop.runs import rundir
+from tokendrop.config import ConfigError
+from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, write_part
+from tokendrop.lab.bench.campaign.config import (
+    PARTS,
+    BenchPart,
+    CampaignConfig,
+    PretrainPart,
+    QualityPart,
+    campaign_config,
+)
+
+TITLES = {
+    "env": "environment, SDPA backends, GPU tests",
+    "bench": "bert-base step time, eager (ours dense / token drop / transformers), largest batch",
+    "bench-compile": "bert-base step time, torch.compile",
+    "pretrain": "bert-base-128 pretraining runs, resume, torchrun",
+    "quality": "time to quality: dense vs token dropping, then fine-tuning",
+    "bench-modern": "ModernBERT-architecture step time, eager (ours dense / token drop / transformers.ModernBertForMaskedLM)",
+}
+
+
+def _runner(part: str):
+    if part == "env":
+        from tokendrop.lab.bench.campaign.env_part import run_env as fn
+    elif part in ("bench", "bench-compile", "bench-modern"):
+        from tokendrop.lab.bench.campaign.bench_part import run_bench_part as fn
+    elif part == "pretrain":
+        from tokendrop.lab.bench.campaign.pretrain_part import run_pretrain_part as fn
+    else:
+        from tokendrop.lab.bench.campaign.quality_part import run_quality_part as fn
+    return fn
+
+
+def _device_name(cfg: CampaignConfig) -> str:
+    import torch
+
+    if cfg.device == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("campaign.device: cuda, but CUDA is not available here (run with --dry-run on CPU)")
+        return torch.cuda.get_device_name(0)
+    return f"cpu ({os.cpu_count()} cores)"
+
+
+IN_PROGRESS = ".campaign-in-progress.json"  # OUT/: the part under way (pid, host, start); gone when it ends
+
+
+def run_parts(cfg: CampaignConfig, parts: list[str] | tuple[str, ...], out: str | os.PathLike,
+              log: Log | None = None) -> list[PartResult]:
+    """Run the named parts (``all`` = every part) in order, each within ``cfg.budget_s``.
+
+    ``out`` is locked for the call (a second campaign into it fails at once: "in use by pid N") and
+    marked as campaign output (``tokendrop.runs.rundir``): it must be empty, absent or an earlier
+    campaign's (continued: the parts run now replace their own earlier results, other parts' stay).
+    While a part runs, ``OUT/.campaign-in-progress.json`` names it and its ``PART.json`` says
+    ``complete: false``; a campaign killed during a part leaves both, and the next one says so."""
+    names: list[str] = []
+    for p in parts:
+        for name in (PARTS if p == "all" else [p]):
+            if name not in PARTS:
+                raise ConfigError(f"bench --campaign: unknown part {name!r}; expected {', '.join(PARTS)} or all")
+            if name not in names:
+                names.append(name)
+    cfg.validate()
+    device = _device_name(cfg)
+    out_dir = Path(out)
+    say = log or (lambda s: None)
+    with rundir.lock(out_dir):
+        claim_output(out_dir)
+        _report_killed(out_dir)
+        results = []
+        for name in names:
+            results.append(_run_part(cfg, name, device, out_dir, say))
+    return results
+
+
+def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: Log) -> PartResult:
+    budget = Budget(cfg.budget_s)
+    r = PartResult(part=name, dry_run=cfg.dry_run, device=device, budget_s=cfg.budget_s)
+
+    def save(r: PartResult = r, budget: Budget = budget, name: str = name) -> None:
+        r.wall_s = budget.elapsed()
+        write_part(r, out_dir, TITLES[name])
+
+    say(f"[{name}] {TITLES[name]} (budget {cfg.budget_s:.0f}s)")
+    _forget_earlier_result(out_dir, name, say)
+    rundir.atomic_write_json(out_dir / IN_PROGRESS, {"part": name, "pid": os.getpid(), "host": socket.gethostname(),
+                                                      "started": r.started})
+    save()  # PART.json now says complete: false until the part ends
+    try:
+        _runner(name)(cfg, out_dir, budget, r, save, say)
+    except Exception as e:  # recorded in PART.json; the next part still runs
+        r.error = " ".join(f"{type(e).__name__}: {e}".split())[:2000]
+        r.data["traceback"] = traceback.format_exc()[-4000:]
+        say(f"[{name}] stopped: {r.error}")
+    except BaseException as e:  # Ctrl-C / SIGTERM: PART.json keeps what the part finished, marked incomplete
+        sig = getattr(e, "signum", signal.SIGINT if isinstance(e, KeyboardInterrupt) else None)
+        r.error = f"interrupted ({signal.Signals(sig).name if sig else type(e).__name__}) before the part finished"
+        save()
+        (out_dir / IN_PROGRESS).unlink(missing_ok=True)
+        print(f"[{name}] interrupted: {out_dir / (name + '.json')} holds what it finished (complete: false)",
+              file=sys.stderr, flush=True)
+        if isinstance(e, KeyboardInterrupt):  # the CLI's last line says so instead of "nothing partial was kept"
+            e.kept = f"the finished parts and {name}'s partial result (complete: false) were kept in {out_dir}"
+        raise
+    r.complete = True
+    save()
+    (out_dir / IN_PROGRESS).unlink(missing_ok=True)
+    return r
+
+
+def _is_campaign_result(out: Path) -> bool:
+    """``out`` holds a part's result (PART.json naming its part): campaign output from before markers."""
+    for name in PARTS:
+        try:
+            d = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("part") == name:
+            return True
+    return False
+
+
+def claim_output(out: str | os.PathLike) -> Path:
+    """Check that ``out`` may take campaign output and mark it (the caller holds ``rundir.lock(out)``):
+    absent or empty, or an earlier campaign's; anything else is refused (``RunDirError``, one line)."""
+    p = Path(out)
+    if p.is_dir() and not p.is_symlink() and any(p.iterdir()):
+        have = (rundir.read_marker(p) or {}).get("kind")
+        if have is None and _is_campaign_result(p):  # written before campaign output was marked
+            rundir.write_marker(p, "campaign")
+            have = "campaign"
+        if have is None:
+            raise rundir.RunDirError(f"--out: {p} already exists, is not empty and holds no campaign output (no "
+                                     f"{rundir.MARKER}); the campaign writes only into an empty directory or an earlier "
+                                     "campaign's: choose another --out")
+        if have != "campaign":
+            raise rundir.RunDirError(f"--out: {p} holds tokendrop {have} output, not a campaign's: choose another --out")
+    rundir.prepare_output(p, "campaign")  # a file or a link at OUT: refused
+    rundir.create(p, "campaign")
+    for f in p.iterdir():  # temp files of a writer killed mid-write (we hold the lock: none is live)
+        if f.name.startswith(".") and ".tmp-" in f.name and f.is_file() and not f.is_symlink():
+            f.unlink()
+    return p
+
+
+def _report_killed(out: Path) -> None:
+    """A campaign killed during a part (SIGKILL, a time limit) left OUT/.campaign-in-progress.json: say so."""
+    f = out / IN_PROGRESS
+    if not f.is_file():
+        return
+    try:
+        d = json.loads(f.read_text(encoding="utf-8"))
+        what = f"part {d['part']} of an earlier campaign (pid {d['pid']}, started {d['started']})"
+        part = str(d["part"])
+    except (OSError, ValueError, KeyError, TypeError):
+        what, part = "a part of an earlier campaign", "PART"
+    print(f"warning: {out}: {what} was killed before it finished; {part}.json holds only what it finished "
+          "(complete: false) until that part runs again", file=sys.stderr, flush=True)
+    f.unlink(missing_ok=True)
+
+
+def _forget_earlier_result(out: Path, name: str, say: Log) -> None:
+    """Before part ``name`` runs again: remove the files its earlier result listed (PART.json's
+    ``files``), so OUT never mixes an old run's files with the new run's.  Only plain files inside
+    OUT, named relative to it, are removed; PART.json and PART.md are replaced by the new run."""
+    try:
+        old = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    files = old.get("files") if isinstance(old, dict) else None
+    if not isinstance(files, list):
+        return
+    root = out.resolve()
+    gone = 0
+    for rel in files:
+        if not isinstance(rel, str) or not rel or Path(rel).is_absolute():
+            continue
+        f = out / rel
+        if f.is_symlink() or not f.is_file() or root not in f.resolve().parents:
+            continue
+        f.unlink()
+        gone += 1
+        parent = f.parent
+        while parent != out and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+    say(f"[{name}] replacing its earlier result (started {old.get('started', '?')}; {gone} file(s) removed)")
+
+
+__all__ = ["PARTS", "TITLES", "CampaignConfig", "BenchPart", "PretrainPart", "QualityPart", "PartResult", "Budget",
+           "campaign_config", "run_parts", "claim_output", "IN_PROGRESS"]

@@ -1,0 +1,123 @@
+"""``CampaignConfig``: what each part of the GPU campaign runs (configs/bench-campaign-NAME.toml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokendrop.config import ConfigError, load_config, resolve_preset
+
+PARTS = ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern")
+
+
+@dataclass
+class BenchPart:
+    """``bench`` / ``bench-compile`` (bert-base) and ``bench-modern`` (the ModernBERT-architecture
+    family, the [modern] table): ours dense, ours with dropping, transformers', per T."""
+
+    model: str = "bert-base"
+    vocab_size: int = 30522
+    seq_lens: list[int] = field(default_factory=lambda: [128, 512])
+    batch_sizes: list[int] = field(default_factory=lambda: [128, 32])
+    rate: float = 0.5
+    precision: str = "bf16"
+    warmup: int = 10  # bench-compile: compilation happens here
+    rounds: int = 10
+    reps: int = 5
+    compile_backend: str = "inductor"  # dry runs: eager (dynamo only, no code generation)
+    memory: bool = True
+    max_batch: bool = True  # bench (eager): the largest batch that fits, per T and implementation
+    max_batch_caps: list[int] = field(default_factory=lambda: [4096, 1024])  # per T: where the search stops
+    max_batch_memory_bytes: int = 0  # > 0: a batch fits only under this peak (how a CPU dry run "runs out")
+    threads: int = 0
+    document_attention: str = "off"  # modern-*: per-document attention (BenchConfig.document_attention)
+    # model.attention_backend of our rows (BenchConfig.attention_backend): auto = FlexAttention on CUDA
+    # for window / document masks; sdpa = the SDPA path (windows in bands) for a side-by-side call
+    attention_backend: str = "auto"
+
+
+def _modern_part() -> BenchPart:
+    return BenchPart(model="modern-base", vocab_size=50368, seq_lens=[512, 1024], batch_sizes=[64, 32],
+                     max_batch=False, max_batch_caps=[2048, 1024])
+
+
+@dataclass
+class PretrainPart:
+    """``pretrain``: real ``tokendrop pretrain`` runs, dense and token drop, on the carried data."""
+
+    config: str = "bert-base-128"
+    steps: int = 300
+    batch_size: int = 256
+    overrides: list[str] = field(default_factory=list)  # dotted Config overrides for every run of the part
+    resume_steps: int = 20  # checkpoint/resume check: pause at half, resume, compare with an uninterrupted run
+    torchrun_steps: int = 10  # the torchrun --nproc-per-node 1 run
+    torchrun_timeout_s: float = 240.0
+    bench_rounds: int = 3  # the short bench the log's tokens/s and MFU are compared with
+    bench_reps: int = 3
+    min_loss_drop: float = 1.0  # "loss falls": the final eval loss at least this far below step 0's
+
+
+@dataclass
+class QualityPart:
+    """``quality``: a small BERT pretrained dense and with token dropping for the same wall-clock
+    budget, then fine-tuned; eval MLM loss vs wall-clock and time-to-loss."""
+
+    config: str = "bert-base-128"
+    overrides: list[str] = field(default_factory=list)  # the small model, lr, ... (dotted Config overrides)
+    batch_size: int = 256
+    train_budget_s: float = 110.0  # training seconds per method (evaluation excluded)
+    max_steps: int = 100000
+    evals: int = 12  # evaluation points per run
+    tasks: list[str] = field(default_factory=lambda: ["sst2", "qnli"])
+    finetune_overrides: list[str] = field(default_factory=list)  # dotted FinetuneConfig overrides
+    finetune_reserve_s: float = 150.0  # kept back from pretraining for the fine-tuning
+    calibrate_rounds: int = 3
+    plateau_margin: float = 1.0  # "far below the unigram plateau": at least this many nats below
+
+
+@dataclass
+class CampaignConfig:
+    name: str = "gpu"
+    dry_run: bool = False
+    device: str = "cuda"
+    data: str = "runs/gpu-carry/data-128"  # `tokendrop prepare` output (benchmarks/gpu_campaign_prepare.sh)
+    glue: str = "runs/gpu-carry/glue"  # holds SST-2/ and QNLI/ (GLUE TSV layout)
+    budget_s: float = 480.0  # each part stops itself before this many seconds
+    pytest: bool = True  # env: run `pytest -m gpu tests/integration/parallel/test_gpu.py`
+    bench: BenchPart = field(default_factory=BenchPart)
+    modern: BenchPart = field(default_factory=_modern_part)  # part bench-modern
+    pretrain: PretrainPart = field(default_factory=PretrainPart)
+    quality: QualityPart = field(default_factory=QualityPart)
+
+    def validate(self) -> "CampaignConfig":
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"campaign.device: expected cpu or cuda, got {self.device!r}")
+        if self.budget_s <= 0:
+            raise ConfigError(f"campaign.budget_s: expected > 0, got {self.budget_s}")
+        for sec, b in (("bench", self.bench), ("modern", self.modern)):
+            if len(b.batch_sizes) != len(b.seq_lens) or len(b.max_batch_caps) != len(b.seq_lens):
+                raise ConfigError(f"{sec}.batch_sizes/{sec}.max_batch_caps: one per {sec}.seq_lens entry ({len(b.seq_lens)})")
+            if not 0.0 < b.rate < 1.0:
+                raise ConfigError(f"{sec}.rate: expected a drop rate in (0, 1), got {b.rate}")
+        p = self.pretrain
+        if p.steps < 2 or p.resume_steps < 2 or p.torchrun_steps < 1:
+            raise ConfigError("pretrain.steps/resume_steps/torchrun_steps: expected >= 2, >= 2, >= 1")
+        q = self.quality
+        if q.train_budget_s <= 0 or q.evals < 2:
+            raise ConfigError("quality.train_budget_s/evals: expected > 0 and >= 2")
+        return self
+
+
+CAMPAIGN_PREFIX = "bench-campaign-"
+
+
+def campaign_config(preset: str = "gpu", overrides: list[str] | tuple[str, ...] = (), dry_run: bool = False) -> CampaignConfig:
+    """``configs/bench-campaign-PRESET.toml`` (or a .toml path) with dotted overrides; ``dry_run``
+    forces ``dry_run=true`` and the CPU."""
+    name = preset if preset.endswith(".toml") else f"{CAMPAIGN_PREFIX}{preset}"
+    try:
+        path = resolve_preset(name)
+    except ConfigError:
+        raise ConfigError(f"bench --campaign --preset: no campaign preset {preset!r} (configs/{CAMPAIGN_PREFIX}NAME.toml "
+                          "or a .toml path)") from None
+    extra = ["dry_run=true", 'device="cpu"'] if dry_run else []
+    return load_config(path, list(overrides) + extra, cls=CampaignConfig)

@@ -1,0 +1,176 @@
+"""What to measure: ``BenchConfig`` and the presets ``configs/bench-NAME.toml``.
+
+Presets load through the project's one config mechanism (``tokendrop.config.load_config``): TOML,
+``extends = "bench-other"`` inheritance, and dotted ``key=value`` overrides checked against the
+dataclass fields (``--set rounds=3 --set seq_lens=[128]``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tokendrop.config import ConfigError, config_dir, from_dict, load_config
+from tokendrop.models.families import spec_of
+
+if TYPE_CHECKING:
+    from tokendrop.config import ModelConfig
+
+VARIANTS = ("drop", "pass", "avg", "random_ltd")  # random_ltd: kept share 1 - rate in every middle layer
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+
+
+@dataclass
+class BenchConfig:
+    """One benchmark: the model, the settings (sequence lengths x variants x drop rates) and the protocol."""
+
+    name: str = "custom"
+    device: str = "cpu"  # cpu | cuda
+    model: str = "cpu-12x256"  # a tokendrop.config.MODEL_PRESETS name (bert-* / cpu-* / modern-*)
+    num_layers: int = 0  # > 0: overrides the model preset's shape (intermediate = 4 x hidden, unless given)
+    hidden_size: int = 0
+    num_heads: int = 0
+    intermediate_size: int = 0  # > 0: overrides the FFN width (a modern-* preset's GeGLU width otherwise stays)
+    # modern-*: per-document attention in the packed rows (model.document_attention); off by default,
+    # as transformers' ModernBertForMaskedLM without the flash_attn package attends across documents
+    document_attention: str = "off"
+    # the HF baseline's head on the masked positions only, as ours (modern-*: transformers'
+    # sparse_prediction; bert: BertForMaskedLM's own head applied to the gathered slots); false = the
+    # models as released (the head on all T positions)
+    hf_sparse_prediction: bool = False
+    # model.attention_backend (tokendrop.models.attention): auto = FlexAttention for window / document masks
+    # on CUDA without attention dropout, SDPA (windows block by block) otherwise; sdpa; flex (CUDA)
+    attention_backend: str = "auto"
+    vocab_size: int = 30522  # BERT's WordPiece vocabulary
+    seq_lens: list[int] = field(default_factory=lambda: [128, 512])
+    tokens_per_step: int = 2048  # B = tokens_per_step // T (unless batch_sizes gives it)
+    batch_sizes: list[int] = field(default_factory=list)  # per seq_len, overrides tokens_per_step
+    rates: list[float] = field(default_factory=lambda: [0.5])
+    variants: list[str] = field(default_factory=lambda: ["drop"])  # drop | pass | avg (rate 0.5 only) | random_ltd
+    method: str = "cumulative"  # importance method for drop/pass (the paper's)
+    hf: bool = True  # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
+    precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights, both models)
+    compile: bool = False  # torch.compile(model, dynamic=False), ours and HF's
+    compile_backend: str = "inductor"  # inductor | aot_eager | eager (the last two: dry runs without codegen)
+    fused_adamw: bool = True  # AdamW(fused=True), ours and HF's (CUDA and, since torch 2.4, CPU)
+    threads: int = 0  # torch CPU threads, 0 = torch's default
+    warmup: int = 2  # untimed steps per setting before the rounds (compile: more)
+    rounds: int = 5
+    reps: int = 1  # timed steps per setting per round
+    memory: bool = True  # the extra untimed, profiled step per setting
+    sync_check: bool = True  # CUDA: count host-device syncs in one step per setting
+    peak_tflops: float = 0.0  # override the peak used for MFU (0 = the GPU table; none on CPU)
+    time_budget_s: float = 0.0  # > 0: stop the rounds early rather than run past this many seconds
+    seed: int = 0
+
+    def validate(self) -> "BenchConfig":
+        from tokendrop.config import MODEL_PRESETS
+
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"bench.device: expected cpu or cuda, got {self.device!r}")
+        if self.model not in MODEL_PRESETS:
+            raise ConfigError(f"bench.model: unknown model preset {self.model!r}; expected one of {', '.join(MODEL_PRESETS)}")
+        if min(self.num_layers, self.hidden_size, self.num_heads, self.intermediate_size) < 0:
+            raise ConfigError("bench.num_layers/hidden_size/num_heads/intermediate_size: expected >= 0 (0 = the model preset's)")
+        mc = self.model_config()  # the shape overrides are consistent
+        from tokendrop.models.attention import check_training_device
+
+        check_training_device(mc.attention_backend, self.device)
+        longest = spec_of(mc).max_seq_len
+        if not self.seq_lens or any(t < 8 or t > longest for t in self.seq_lens):
+            raise ConfigError(f"bench.seq_lens: expected lengths in [8, {longest}] for model {self.model!r}, got {self.seq_lens}")
+        if len(set(self.seq_lens)) != len(self.seq_lens):
+            raise ConfigError(f"bench.seq_lens: each length once, got {self.seq_lens}")
+        if self.batch_sizes and len(self.batch_sizes) != len(self.seq_lens):
+            raise ConfigError(f"bench.batch_sizes: one batch size per seq_len expected ({len(self.seq_lens)}), got {self.batch_sizes}")
+        if any(b <= 0 for b in self.batch_sizes) or self.tokens_per_step <= 0:
+            raise ConfigError("bench.batch_sizes/tokens_per_step: expected positive sizes")
+        for v in self.variants:
+            if v not in VARIANTS:
+                raise ConfigError(f"bench.variants: unknown variant {v!r}; expected one of {', '.join(VARIANTS)}")
+        for r in self.rates:
+            if not 0.0 < r < 1.0:
+                raise ConfigError(f"bench.rates: expected drop rates in (0, 1), got {r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"bench.precision: expected fp32 or bf16, got {self.precision!r}")
+        if self.compile_backend not in COMPILE_BACKENDS:
+            raise ConfigError(f"bench.compile_backend: expected one of {', '.join(COMPILE_BACKENDS)}, got {self.compile_backend!r}")
+        if self.threads < 0:
+            raise ConfigError(f"bench.threads: expected a positive number of threads (0 = torch's default), got {self.threads}")
+        if self.warmup < 0 or self.rounds < 1 or self.reps < 1:
+            raise ConfigError("bench.warmup/rounds/reps: expected warmup >= 0, rounds >= 1, reps >= 1")
+        if self.time_budget_s < 0 or self.peak_tflops < 0:
+            raise ConfigError("bench.time_budget_s/peak_tflops: expected >= 0")
+        return self
+
+    def model_config(self) -> "ModelConfig":
+        """The model preset with the shape overrides applied (dropout etc. as in pretraining)."""
+        from tokendrop.config import ModelConfig
+
+        mc = ModelConfig(preset=self.model, vocab_size=self.vocab_size, num_layers=self.num_layers,
+                         hidden_size=self.hidden_size, num_heads=self.num_heads, intermediate_size=self.intermediate_size,
+                         max_position_embeddings=max(512, max(self.seq_lens or [0])),  # 0 = the preset's (config.py's rule)
+                         document_attention=self.document_attention, attention_backend=self.attention_backend)
+        if mc.uses_document_attention:
+            from tokendrop.data.tokenizer import SPECIAL_IDS
+
+            mc.sep_token_id = SPECIAL_IDS["sep"]  # the synthetic batch's documents: a [SEP] every 64 tokens
+        mc.validate()
+        return mc
+
+    def batch_size(self, seq_len: int) -> int:
+        if self.batch_sizes:
+            return self.batch_sizes[self.seq_lens.index(seq_len)]
+        return max(1, self.tokens_per_step // seq_len)
+
+
+PRESET_PREFIX = "bench-"
+CAMPAIGN_PREFIX = "bench-campaign-"  # configs/bench-campaign-*.toml are CampaignConfig presets
+
+
+def _preset_files() -> dict[str, Path]:
+    d = config_dir()
+    files = sorted(d.glob(f"{PRESET_PREFIX}*.toml")) if d.is_dir() else []
+    return {p.stem[len(PRESET_PREFIX):]: p for p in files if not p.stem.startswith(CAMPAIGN_PREFIX)}
+
+
+class _PresetIndex(Mapping[str, Path]):
+    """The bench presets by name (``configs/bench-NAME.toml``), read when asked (honours $TOKENDROP_CONFIG_DIR)."""
+
+    def __getitem__(self, name: str) -> Path:
+        return _preset_files()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_preset_files())
+
+    def __len__(self) -> int:
+        return len(_preset_files())
+
+
+PRESETS: Mapping[str, Path] = _PresetIndex()
+
+
+def default_preset(device: str | None) -> str:
+    return "gpu-full" if device == "cuda" else "cpu-quick"
+
+
+def make_preset(name: str = "", device: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> BenchConfig:
+    """A preset by name (default: ``cpu-quick``, or ``gpu-full`` for ``device="cuda"``) or a ``.toml``
+    path, with ``key=value`` overrides; ``device`` (when given) overrides the preset's device."""
+    name = name or default_preset(device)
+    is_path = name.endswith(".toml") or os.sep in name
+    if not is_path and name not in PRESETS:
+        raise ConfigError(f"bench --preset: unknown preset {name!r}; expected one of {', '.join(PRESETS)} or a .toml file")
+    extra = [f'device="{device}"'] if device else []
+    cfg = load_config(name if is_path else PRESETS[name], list(overrides) + extra, cls=BenchConfig)
+    if cfg.name == "custom":  # a file without a name: its stem
+        cfg.name = Path(name).stem
+    return cfg
+
+
+def bench_config(values: dict, overrides: list[str] | tuple[str, ...] = ()) -> BenchConfig:
+    """A BenchConfig from plain values (a TOML table) with dotted overrides, validated."""
+    return from_dict(BenchConfig, values, overrides)

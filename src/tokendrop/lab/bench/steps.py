@@ -1,0 +1,195 @@
+"""Building the timed steps: one model + optimizer per variant, one ``Runner`` per setting.
+
+Our step is the real training step (``tokendrop.train.trainer.MLMStep``): importance-based selection,
+forward with or without dropping, weighted MLM NLL, backward, clipping, AdamW, importance update.
+The dense baseline is the ``drop`` model's step with dropping off, so dense and drop share weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
+from tokendrop.models.families import build_model, spec_of
+from tokendrop.dropping.flops import layer_types, step_flops
+from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.train.runtime import autocast_dtype
+from tokendrop.train.trainer import MLMStep
+from tokendrop.lab.bench.hf_baseline import HFModel, build_hf, hf_class_name, hf_flops, hf_step_fn
+from tokendrop.lab.bench.optim import compile_model, make_optimizer
+from tokendrop.lab.bench.presets import BenchConfig
+from tokendrop.lab.bench.records import ModelInfo, StepExtras
+from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
+
+
+def state_bytes(*objs: Any) -> int:
+    """Bytes of the distinct storages held by modules (parameters + buffers) and optimizers."""
+    seen: set[int] = set()
+    total = 0
+
+    def add(t: Tensor) -> None:
+        nonlocal total
+        if not isinstance(t, Tensor) or t.device.type == "meta":
+            return
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if key in seen or st.nbytes() == 0:
+            return
+        seen.add(key)
+        total += st.nbytes()
+
+    for o in objs:
+        if isinstance(o, nn.Module):
+            for t in list(o.parameters()) + list(o.buffers()):
+                add(t)
+        elif isinstance(o, torch.optim.Optimizer):
+            for s in o.state.values():
+                for t in s.values():
+                    add(t)
+    return total
+
+
+@dataclass
+class Runner:
+    """One setting's step and what was measured on it."""
+
+    setting: Setting
+    step: Callable[[], Any]
+    state: tuple[Any, ...]  # objects whose tensors are the persistent training state
+    flops: int
+    kept: int  # rows kept inside the span (T when dense)
+    samples: list[float] = field(default_factory=list)  # wall seconds per timed step
+    cpu: list[float] = field(default_factory=list)  # process CPU seconds per timed step
+    round_median: list[float] = field(default_factory=list)
+    round_median_cpu: list[float] = field(default_factory=list)
+    extras: StepExtras | None = None
+
+
+def build_ours(model_cfg: ModelConfig, drop: DropConfig | None = None) -> nn.Module:
+    """Our MLM model of either family (``tokendrop.models.families.build_model``)."""
+    return build_model(model_cfg, drop)
+
+
+@dataclass
+class _Ours:
+    model: nn.Module  # model.BertForMaskedLM or the ModernBERT-architecture model (same forward)
+    run: nn.Module  # the model, or its compiled wrapper (shared by the variant's settings)
+    opt: torch.optim.Optimizer
+
+
+class StepBuilder:
+    """Models, optimizers and batches for a BenchConfig; ``runner(setting)`` makes a setting's step.
+
+    Models are built once per variant (dense shares the ``drop`` model) and reused for any batch
+    size, which is what the largest-batch search needs.
+    """
+
+    def __init__(self, cfg: BenchConfig, device: torch.device):
+        self.cfg = cfg
+        self.device = device
+        self.model_cfg: ModelConfig = cfg.model_config()
+        self.amp = autocast_dtype(cfg.precision, device)  # fp32 | bf16
+        self._ours: dict[str, _Ours] = {}
+        self._init_sd: dict[str, Tensor] | None = None
+        self._hf: HFModel | None = None
+        self._batches: dict[tuple[int, int], dict[str, Tensor]] = {}
+
+    def ours(self, variant: str) -> _Ours:
+        key = "drop" if variant in ("dense", "drop") else variant
+        if key not in self._ours:
+            torch.manual_seed(self.cfg.seed)
+            drop = DropConfig(method="none", variant="avg", rate=0.5) if key == "avg" else \
+                DropConfig(method="random_ltd") if key == "random_ltd" else DropConfig(method=self.cfg.method, variant=key)
+            m = build_ours(self.model_cfg, drop)
+            if self._init_sd is None:
+                self._init_sd = {k: v.clone() for k, v in m.state_dict().items()}
+            else:
+                m.load_state_dict(self._init_sd)
+            pooler = getattr(getattr(m, "bert", None), "pooler", None)
+            if pooler is not None:
+                pooler.requires_grad_(False)  # as in pretraining (no NSP)
+            m.to(self.device).train()
+            run = compile_model(m, self.cfg.compile_backend) if self.cfg.compile else m
+            self._ours[key] = _Ours(m, run, make_optimizer(m, self.cfg))
+        return self._ours[key]
+
+    def hf(self) -> HFModel:
+        if self._hf is None:
+            self._hf = build_hf(self.model_cfg, self.ours("dense").model, self.cfg, self.device)
+        return self._hf
+
+    def keep_only(self, impl: str) -> None:
+        """Free the models of the other implementation (``tokendrop`` or ``hf``): the largest-batch
+        search measures one implementation with the device to itself."""
+        if impl == "hf":
+            self._ours.clear()
+        else:
+            self._hf = None
+        import gc
+
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def batch(self, batch_size: int, seq_len: int) -> dict[str, Tensor]:
+        key = (batch_size, seq_len)
+        if key not in self._batches:
+            self._batches[key] = synthetic_batch(batch_size, seq_len, self.cfg.vocab_size, self.device, self.cfg.seed)
+        return self._batches[key]
+
+    def forget_batch(self, batch_size: int, seq_len: int) -> None:
+        self._batches.pop((batch_size, seq_len), None)
+
+    def runner(self, s: Setting) -> Runner:
+        mb = self.batch(s.batch_size, s.seq_len)
+        if s.impl == "hf":
+            hf = self.hf()
+            return Runner(s, hf_step_fn(hf, mb, self.amp, self.device), (hf.model, hf.opt),
+                          hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction), s.seq_len)
+        ours = self.ours(s.variant)
+        drop = s.drop_config(self.cfg.method)
+        cfg = Config(model=self.model_cfg, drop=drop or DropConfig(), train=TrainConfig(grad_clip=1.0))
+        selector = None
+        if drop is not None and drop.variant != "avg":
+            selector = build_selector(drop, self.cfg.vocab_size, SPECIAL_IDS, s.seq_len, seed=self.cfg.seed, device=self.device)
+        step = MLMStep(ours.model, selector, ours.opt, cfg, self.amp, use_attention_mask=False, run_model=ours.run)
+        dropping = drop is not None
+        micro = [mb]
+
+        def fn() -> dict[str, Tensor]:
+            return step(micro, 1e-4, dropping)
+
+        kept = s.seq_len if drop is None else ltd_kept(drop, s.seq_len, 0, 1) if drop.per_layer else drop.num_kept(s.seq_len)
+        flops = step_flops(self.model_cfg, s.seq_len, s.batch_size, drop).total
+        state = (ours.model, ours.opt, selector) if selector is not None else (ours.model, ours.opt)
+        return Runner(s, fn, state, flops, kept)
+
+    def info(self) -> ModelInfo:
+        mc = self.model_cfg
+        shape = {k: getattr(mc, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size",
+                                              "hidden_dropout", "attention_dropout")}
+        if spec_of(mc).sliding_windows:
+            types = layer_types(mc)
+            shape.update(family=mc.family, local_attention=mc.local_attention,
+                         global_layers=[i for i, x in enumerate(types) if x == "full_attention"],
+                         document_attention=mc.document_attention)
+        first = next(iter(self._ours.values())).model if self._ours else build_ours(mc)
+        custom = any(getattr(self.cfg, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size"))
+        name = f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}" if custom and spec_of(mc).sliding_windows else \
+            f"{mc.num_layers}x{mc.hidden_size}" if custom else self.cfg.model
+        return ModelInfo(model={"preset": name, **shape},
+                         num_parameters=sum(t.numel() for t in first.parameters()),
+                         hf_attn_implementation=self._hf.attn_implementation if self._hf is not None else None,
+                         hf_model=hf_class_name(mc, self.cfg.hf_sparse_prediction))
+
+
+def build_runners(cfg: BenchConfig, device: torch.device) -> tuple[list[Runner], ModelInfo]:
+    """Every setting of ``cfg`` built (models, optimizers, batches) before anything is timed."""
+    b = StepBuilder(cfg, device)
+    runners = [b.runner(s) for s in build_settings(cfg)]
+    return runners, b.info()

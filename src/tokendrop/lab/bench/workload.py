@@ -1,0 +1,83 @@
+"""The settings a benchmark times and the synthetic packed MLM batch they run on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from tokendrop.config import DropConfig
+from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.lab.bench.presets import BenchConfig
+
+
+@dataclass
+class Setting:
+    impl: str  # tokendrop | hf
+    variant: str  # dense | drop | pass | avg | random_ltd
+    rate: float
+    seq_len: int
+    batch_size: int
+
+    @property
+    def name(self) -> str:
+        if self.impl == "hf":
+            return f"T{self.seq_len}/hf"
+        if self.variant == "dense":
+            return f"T{self.seq_len}/dense"
+        return f"T{self.seq_len}/{self.variant}-{self.rate:g}"
+
+    def drop_config(self, method: str) -> DropConfig | None:
+        if self.variant == "dense" or self.impl == "hf":
+            return None
+        if self.variant == "avg":
+            return DropConfig(method="none", variant="avg", rate=0.5)
+        if self.variant == "random_ltd":  # the step at the schedule's start: M_0 = (1 - rate) T, every middle layer
+            return DropConfig(method="random_ltd", ltd_start_fraction=1.0 - self.rate)
+        return DropConfig(method=method, variant=self.variant, rate=self.rate)
+
+
+def build_settings(cfg: BenchConfig) -> list[Setting]:
+    """Per T: our dense step, every variant x rate, then (``hf``) transformers' step."""
+    out = []
+    for t in cfg.seq_lens:
+        b = cfg.batch_size(t)
+        out.append(Setting("tokendrop", "dense", 0.0, t, b))
+        for v in cfg.variants:
+            if v == "avg":
+                out.append(Setting("tokendrop", "avg", 0.5, t, b))
+                continue
+            for r in cfg.rates:
+                out.append(Setting("tokendrop", v, r, t, b))
+        if cfg.hf:
+            out.append(Setting("hf", "dense", 0.0, t, b))
+    return out
+
+
+def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device, seed: int = 0) -> dict[str, Tensor]:
+    """A packed MLM micro-batch of static shape, as ``tokendrop.data.MLMLoader`` yields it.
+
+    [CLS] at 0, a [SEP] every 64 tokens and at the end, random ids elsewhere; P = round(0.15 T)
+    prediction slots at distinct non-special positions, their inputs replaced by [MASK].
+    """
+    g = torch.Generator().manual_seed(seed + 1000 * seq_len + batch_size)
+    ids = torch.randint(len(SPECIAL_IDS), vocab_size, (batch_size, seq_len), generator=g)
+    ids[:, 0] = SPECIAL_IDS["cls"]
+    ids[:, 63::64] = SPECIAL_IDS["sep"]
+    ids[:, -1] = SPECIAL_IDS["sep"]
+    p = max(1, round(0.15 * seq_len))
+    special = (ids == SPECIAL_IDS["cls"]) | (ids == SPECIAL_IDS["sep"])
+    noise = torch.rand(batch_size, seq_len, generator=g).masked_fill(special, 2.0)
+    pos = noise.argsort(dim=1)[:, :p].sort(dim=1).values  # (B, P)
+    labels = ids.gather(1, pos)
+    ids = ids.scatter(1, pos, SPECIAL_IDS["mask"])
+    mb = {
+        "input_ids": ids,
+        "attention_mask": torch.ones(batch_size, seq_len, dtype=torch.long),
+        "token_type_ids": torch.zeros(batch_size, seq_len, dtype=torch.long),
+        "mlm_positions": pos,
+        "mlm_labels": labels,
+        "mlm_weights": torch.ones(batch_size, p),
+    }
+    return {k: v.to(device) for k, v in mb.items()}

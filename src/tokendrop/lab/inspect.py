@@ -1,0 +1,580 @@
+"""What a token-dropping run drops: ``tokendrop inspect RUN_DIR`` (the paper's Figures 1 and 3).
+
+``inspect_run(run_dir, out_dir=None, num_examples=6)`` reads the run's latest checkpoint (its
+importance vector ``m``, key ``importance`` of ``state.safetensors``), the run's tokenizer and, when
+it is still where the run found it, the prepared data (held-out split and token counts), and writes
+into ``RUN_DIR/inspect`` (or ``out_dir``), atomically (a temp dir renamed into place):
+
+    importance-hist.png   Figure 3: the distribution of the importance scores (cumulative MLM
+                          losses) over the vocabulary; ids never seen as a prediction target keep
+                          the initial score (10.0 by default) and are drawn apart.  A second panel
+                          weights every id by how often it occurs in the training split, i.e. the
+                          distribution the selector actually cuts, with the cut of the run's drop
+                          rate marked.
+    tokens.md, tokens.json   top and bottom tokens by score among the ids seen in training (score
+                          moved away from the initial value, pinned ids excluded), with counts.
+    examples.html, examples.png   Figure 1: excerpts of held-out sequences; tokens kept by the
+                          selector at the run's drop rate in bold, each with its score.
+    summary.json, README.md   what was inspected and the numbers above.
+
+Selection follows training exactly: the selector sees the whole sequence of T tokens and keeps its
+top M = round(T (1 - rate)) positions ([CLS]/[SEP]/[MASK] and configured extras pinned); the
+excerpt shown is a window of that sequence.  The sequences are shown unmasked, so no position is
+pinned as [MASK] here.  ``random``/``half_random`` selections are a seeded draw.  ``random_ltd``
+draws a subset of its own per middle layer at the count its schedule has at the checkpoint's step:
+the examples mark the first middle layer's draw in bold and give, after each token, how many of the
+middle layers keep it (the importance vector is unused and not shown as a ranking).
+
+Runs that select nothing raise :class:`InspectError` with the reason: a dense baseline
+(``drop.method = none``) has no importance vector; token averaging (``variant = avg``) pools
+adjacent pairs instead of selecting tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokendrop.train.checkpoint import CheckpointError
+from tokendrop.config import LOSS_METHODS
+from tokendrop.lab.inspect_figures import PIN_ABS, render_examples_html, render_examples_png
+from tokendrop.runs.plotting import pyplot, save_figure
+from tokendrop.dropping.random_ltd import ltd_kept
+
+
+class InspectError(CheckpointError):
+    """A directory that cannot be inspected (not a run, no checkpoint, or nothing is selected).
+
+    A ``CheckpointError`` subclass so that the command line reports it as a one-line error."""
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+
+
+@dataclass
+class RunView:
+    """Everything the inspection needs from one run."""
+
+    run_dir: Path
+    ckpt: Path
+    step: int
+    cfg: Any  # tokendrop.config.Config
+    scores: np.ndarray  # (V,) float32, the importance vector m
+    vocab: list[str]
+    special_ids: dict[str, int]
+    pinned: np.ndarray  # (V,) bool: ids pinned high or low
+    seen: np.ndarray  # (V,) bool: ids whose score carries information (see ``seen_mask``)
+    counts: np.ndarray | None  # (V,) train-split occurrences, when the prepared data is reachable
+    data_path: str | None  # the prepared data directory, when reachable
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    def seq_len(self) -> int:
+        """T of the run's prepared data (or the config's, or 128 when neither is known)."""
+        if self.data_path:
+            from tokendrop.data import PreparedData
+
+            return PreparedData.open(self.data_path).seq_len
+        return self.cfg.data.seq_len or 128
+
+    def ltd_kept(self, seq_len: int) -> int:
+        """random_ltd: the rows each middle layer kept in the checkpoint's last step."""
+        return ltd_kept(self.cfg.drop, seq_len, max(self.step - 1, 0), self.cfg.train.steps)
+
+
+UNSCORED = ("random", "random_ltd")  # methods whose selection never reads the importance vector
+
+
+def _find_checkpoint(path: Path) -> tuple[Path, Path]:
+    """-> (run dir, checkpoint dir) for a run dir or one of its ``checkpoints/step-*`` dirs."""
+    from tokendrop.train import checkpoint as ckpt_mod
+
+    if not path.exists():
+        raise InspectError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise InspectError(f"{path}: not a directory; expected a run directory written by `tokendrop pretrain`")
+    if (path / "meta.json").is_file() and path.parent.name == "checkpoints":
+        ckpt_mod.verify(path, files=ckpt_mod.model_files(ckpt_mod.read_meta(path)))  # the shared verifying loader (state: when read)
+        return path.parent.parent, path
+    if not (path / "checkpoints").is_dir() and not (path / "config.toml").is_file():
+        raise InspectError(f"{path}: not a tokendrop run directory (no config.toml, no checkpoints/); "
+                           "expected the --out directory of `tokendrop pretrain` or `tokendrop study`'s runs/NAME")
+    if not (path / "checkpoints").is_dir() or not any(c.name.startswith("step-") for c in (path / "checkpoints").iterdir()):
+        raise InspectError(f"{path}: the run has no complete checkpoint yet (checkpoints/step-*/ missing); "
+                           "inspect it after its first checkpoint (train.ckpt_every)")
+    last = ckpt_mod.find(path)  # its newest checkpoint; a corrupt one is an error naming the file, never skipped
+    ckpt_mod.verify(last, files=ckpt_mod.model_files(ckpt_mod.read_meta(last)))  # state.safetensors: verified when read
+    return path, last
+
+
+def _no_selection_reason(cfg) -> str | None:
+    d = cfg.drop
+    if d.variant == "avg":
+        return ("token averaging (drop.variant = avg) pools adjacent token pairs 2:1 instead of selecting tokens, "
+                "so there is no importance vector and nothing is dropped by score")
+    if d.method == "none":
+        return ("this is a dense run (drop.method = none, e.g. a baseline): it trains every token in every layer, "
+                "so it keeps no importance vector and drops nothing. Inspect a run trained with "
+                "drop.method = cumulative (the paper's method), half_random, frequency or random")
+    return None
+
+
+def seen_mask(scores: np.ndarray, pinned: np.ndarray, method: str, init_score: float,
+              counts: np.ndarray | None) -> np.ndarray:
+    """Ids whose score says something: cumulative/half-random -- the score moved away from its
+    initial value (the id was a real prediction target at least once); frequency -- the id occurs
+    in the training split; random -- none (scores are never used)."""
+    if method in LOSS_METHODS:
+        m = scores != np.float32(init_score)
+    elif method == "frequency":
+        m = counts > 0 if counts is not None else scores != 0.0
+    else:
+        m = np.zeros_like(pinned)
+    return m & ~pinned
+
+
+@functools.cache
+def _byte_level_chars() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in character -> the byte it encodes (GPT-2's table)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), 256)]
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[chr(b)] = b
+        else:
+            out[chr(256 + n)] = b
+            n += 1
+    return out
+
+
+def readable_token(token: str, byte_level: bool) -> str:
+    """``token`` as a reader would write it: a byte-level BPE piece as its text ("Ġthe" -> "▁the",
+    "Ã©" -> "é"; a piece that is part of a character as its bytes, "<0xC3>"), spaces shown as "▁"
+    and newlines/tabs escaped.  Other vocabularies (WordPiece, SentencePiece's "▁") are readable as they are."""
+    if byte_level and token:
+        table = _byte_level_chars()
+        if all(c in table for c in token):
+            raw = bytes(table[c] for c in token)
+            try:
+                token = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return "".join(f"<0x{b:02X}>" for b in raw)
+    return token.replace(" ", "\u2581").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def _is_byte_level(tok) -> bool:
+    dec = json.loads(tok.to_str()).get("decoder") or {}
+    parts = dec.get("decoders") or [] if dec.get("type") == "Sequence" else [dec]
+    return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
+
+
+def load_run(run_dir: str | os.PathLike) -> RunView:
+    """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be inspected."""
+    from tokendrop.config import Config, from_dict
+    from tokendrop.data import DataError
+    from tokendrop.data.tokenizer import (
+        SPECIAL_KEYS,
+        has_tokenizer_files,
+        read_tokenizer_spec,
+        read_vocab,
+        tokenizer_from_spec,
+        vocab_tokens,
+    )
+
+    from tokendrop.train import checkpoint as ckpt_mod
+
+    run, ckpt = _find_checkpoint(Path(run_dir))
+    meta = ckpt_mod.read_meta(ckpt)
+    try:
+        cfg = from_dict(Config, meta["config"])
+    except (ValueError, KeyError) as e:
+        raise InspectError(f"{ckpt}/meta.json: unreadable run config ({e})") from None
+    reason = _no_selection_reason(cfg)
+    if reason:
+        raise InspectError(f"{run}: {reason}")
+    state = ckpt_mod.read_tensors(ckpt, "state.safetensors", meta)  # hashed against meta.json, then parsed
+    if "importance" not in state:
+        raise InspectError(f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
+                           f"drop.method = {cfg.drop.method} should have one -- was the checkpoint written by tokendrop?")
+    scores = state["importance"].float().numpy()
+    data_path = cfg.data.path if cfg.data.path and (Path(cfg.data.path) / "meta.json").is_file() else None
+    notes: list[str] = []
+    tok_dir = run / "tokenizer"
+    if not has_tokenizer_files(tok_dir) and data_path:
+        tok_dir = Path(data_path)
+    if not has_tokenizer_files(tok_dir):
+        raise InspectError(f"{run}: no tokenizer/vocab.txt or tokenizer/tokenizer.json in the run directory; "
+                           "cannot name the token ids")
+    names, tok = dict(SPECIAL_KEYS), None
+    try:
+        if (tok_dir / "vocab.txt").is_file():  # BERT WordPiece
+            vocab_file = tok_dir / "vocab.txt"
+            vocab = read_vocab(vocab_file)
+        else:  # a tokenizer.json used as it is (BPE, ...): its tokens by id; "" where no token maps
+            vocab_file = tok_dir / "tokenizer.json"
+            spec = read_tokenizer_spec(tok_dir)
+            tok = tokenizer_from_spec(spec)
+            vocab, names = vocab_tokens(tok), dict(spec.special_tokens)
+    except DataError as e:
+        raise InspectError(f"{tok_dir}: the tokenizer does not load ({e})") from None
+    if len(vocab) > len(scores):
+        raise InspectError(f"{vocab_file}: {len(vocab)} tokens but the importance vector has {len(scores)} entries")
+    index = {t: i for i, t in enumerate(vocab) if t}
+    special = {k: index[v] for k, v in names.items() if v in index}
+    if tok is not None:
+        byte_level = _is_byte_level(tok)
+        vocab = [readable_token(t, byte_level) for t in vocab]
+    # an embedding padded past the tokenizer (ModernBERT) and holes in a vocabulary: placeholder names
+    vocab = [t or f"<unused id {i}>" for i, t in enumerate(vocab + [""] * (len(scores) - len(vocab)))]
+    counts = None
+    if data_path:
+        try:
+            from tokendrop.data import PreparedData
+
+            pd = PreparedData.open(data_path)
+            if pd.vocab_size == len(scores):
+                counts = pd.token_counts()
+                special = dict(pd.special_ids)
+            else:
+                notes.append(f"prepared data {data_path} has a different vocabulary; counts and examples skipped")
+                data_path = None
+        except Exception as e:  # noqa: BLE001 -- data moved/corrupt: inspect what we can
+            notes.append(f"prepared data {data_path} unreadable ({e}); counts and examples skipped")
+            data_path = None
+    else:
+        notes.append(f"the run's prepared data ({cfg.data.path or 'none'}) is not available here: "
+                     "no token counts and no held-out examples")
+    pinned = np.abs(scores) >= PIN_ABS * 0.999
+    seen = seen_mask(scores, pinned, cfg.drop.method, cfg.drop.init_score, counts)
+    if cfg.drop.method in UNSCORED:
+        notes.append(f"drop.method = {cfg.drop.method}: the selector ignores the scores (a uniform draw); "
+                     "the histogram shows the untouched initial vector")
+    return RunView(run, ckpt, int(meta.get("step", 0)), cfg, scores, vocab, special, pinned, seen, counts, data_path, notes)
+
+
+# ----------------------------------------------------------------------------------------------
+# numbers
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    if len(a) < 3:
+        return float("nan")
+    ra = np.argsort(np.argsort(a, kind="stable"), kind="stable").astype(np.float64)
+    rb = np.argsort(np.argsort(b, kind="stable"), kind="stable").astype(np.float64)
+    ra -= ra.mean()
+    rb -= rb.mean()
+    den = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
+    return float((ra * rb).sum() / den) if den else float("nan")
+
+
+def score_stats(rv: RunView) -> dict[str, Any]:
+    """Counts of the vocabulary by state, score quantiles of the seen ids, frequency correlation."""
+    free = ~rv.pinned
+    s = rv.scores[rv.seen]
+    out: dict[str, Any] = {
+        "vocab_size": int(len(rv.scores)),
+        "pinned": int(rv.pinned.sum()),
+        "seen": int(rv.seen.sum()),
+        "unseen_at_init": int((free & ~rv.seen).sum()),
+        "init_score": float(rv.cfg.drop.init_score),
+    }
+    if len(s):
+        q = np.quantile(s, [0.0, 0.1, 0.5, 0.9, 1.0])
+        out["seen_score_quantiles"] = {k: float(v) for k, v in zip(("min", "p10", "median", "p90", "max"), q)}
+        out["seen_score_mean"] = float(s.mean())
+    if rv.counts is not None:
+        c = rv.counts.astype(np.float64)
+        occ = c[free].sum()
+        out["train_token_occurrences"] = int(c.sum())
+        out["occurrences_of_seen_ids"] = float(c[rv.seen].sum() / occ) if occ else float("nan")
+        if rv.cfg.drop.method in LOSS_METHODS and rv.seen.sum() >= 3:
+            # > 0: rarer ids score higher, as frequency-based dropping would rank them
+            out["spearman_score_vs_rarity"] = _spearman(rv.scores[rv.seen], -c[rv.seen])
+        cut = occurrence_cut(rv)
+        if cut is not None:
+            out["score_cut_at_drop_rate"] = cut
+    return out
+
+
+def occurrence_cut(rv: RunView) -> float | None:
+    """The score below which ``drop.rate`` of the (non-pinned) token occurrences of the training split
+    fall: roughly the selector's threshold on an average sequence."""
+    if rv.counts is None or rv.cfg.drop.method in UNSCORED:
+        return None
+    free = ~rv.pinned & (rv.counts > 0)
+    if not free.any():
+        return None
+    s, w = rv.scores[free].astype(np.float64), rv.counts[free].astype(np.float64)
+    order = np.argsort(s, kind="stable")
+    cw = np.cumsum(w[order]) / w.sum()
+    i = int(np.searchsorted(cw, rv.cfg.drop.rate, side="left"))
+    return float(s[order][min(i, len(s) - 1)])
+
+
+def top_bottom(rv: RunView, k: int = 30) -> dict[str, list[dict[str, Any]]]:
+    """Top and bottom ``k`` seen ids by score (ties by id)."""
+    ids = np.flatnonzero(rv.seen)
+    order = ids[np.lexsort((ids, -rv.scores[ids]))]
+
+    def row(rank: int, i: int) -> dict[str, Any]:
+        r = {"rank": rank, "id": int(i), "token": rv.vocab[i], "score": float(rv.scores[i])}
+        if rv.counts is not None:
+            r["train_count"] = int(rv.counts[i])
+        return r
+
+    top = [row(n + 1, i) for n, i in enumerate(order[:k])]
+    bottom_ids = order[::-1][:k]
+    bottom = [row(len(order) - n, i) for n, i in enumerate(bottom_ids)]
+    return {"top": top, "bottom": bottom}
+
+
+# ----------------------------------------------------------------------------------------------
+# examples (Figure 1)
+
+
+def _selector(rv: RunView):
+    import torch
+
+    from tokendrop.dropping.importance import build_selector
+
+    T = rv.seq_len()
+    index = {t: i for i, t in enumerate(rv.vocab)}
+    extra = [index[t] for t in rv.cfg.drop.pinned_tokens if t in index]
+    counts = rv.counts if rv.counts is not None else np.zeros(len(rv.scores), np.int64)
+    sel = build_selector(rv.cfg.drop, len(rv.scores), rv.special_ids, T, extra, counts, seed=rv.cfg.train.seed)
+    sel.scores.copy_(torch.from_numpy(rv.scores.copy()))
+    return sel, T
+
+
+def _ltd_layers(rv: RunView) -> int:
+    start, end = rv.cfg.drop.span(rv.cfg.model.num_layers)
+    return end - start
+
+
+def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed: int = 0) -> list[dict[str, Any]]:
+    """``num_examples`` held-out excerpts: ``tokens``, ``scores``, ``kept`` (per token of the window),
+    plus the sequence index, window offset and the kept fraction of the whole sequence."""
+    import torch
+
+    from tokendrop.data import PreparedData
+
+    if not rv.data_path or num_examples <= 0:
+        return []
+    pd = PreparedData.open(rv.data_path)
+    seqs = pd.sequences("eval")
+    if len(seqs) == 0:
+        seqs = pd.sequences("train")
+        split = "train"
+    else:
+        split = "eval"
+    if len(seqs) == 0:
+        return []
+    sel, T = _selector(rv)
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(len(seqs), size=min(num_examples, len(seqs)), replace=False))
+    ids = torch.from_numpy(np.asarray(seqs[pick], dtype=np.int64))
+    if rv.cfg.drop.per_layer:  # random_ltd: the draws of every middle layer at the checkpoint's count
+        layers = _ltd_layers(rv)
+        draws = sel.select_layers(ids, rv.ltd_kept(T), layers)  # (S, n, M)
+        keep = draws[0]  # the first middle layer's draw in bold
+        per_layer = torch.zeros(layers, *ids.shape).scatter_(2, draws, 1.0)
+        pos_scores = per_layer.sum(0)  # how many middle layers keep each position
+    else:
+        keep = sel.select(ids)  # (n, M) ascending
+        pos_scores = sel.position_scores(ids)
+    vocab = rv.vocab
+    stop = {i for i, t in enumerate(vocab) if t in (".", "!", "?", ";")}
+    pad = rv.special_ids.get("pad", -1)
+    out = []
+    for j, si in enumerate(pick):
+        row = ids[j].tolist()
+        kept = np.zeros(len(row), bool)
+        kept[keep[j].numpy()] = True
+        n_real = sum(1 for t in row if t != pad)
+        # start just after a sentence end near a random point, so the excerpt reads as a sentence
+        lo = int(rng.integers(1, max(2, n_real - window)))
+        for k in range(lo, min(lo + window // 2, n_real)):
+            if row[k - 1] in stop:
+                lo = k
+                break
+        hi = min(n_real, lo + window)
+        for k in range(lo + window // 3, hi):
+            if row[k] in stop:
+                hi = k + 1
+                break
+        toks = [vocab[t] for t in row[lo:hi]]
+        sc = [float(x) for x in pos_scores[j, lo:hi].tolist()]
+        out.append({"split": split, "sequence": int(si), "start": lo, "end": hi, "tokens": toks, "scores": sc,
+                    "kept": kept[lo:hi].tolist(), "kept_fraction_sequence": float(kept[:n_real].mean()),
+                    "kept_fraction_window": float(kept[lo:hi].mean()) if hi > lo else 0.0})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# histogram (Figure 3)
+
+
+def plot_histogram(rv: RunView, path: Path, title: str | None = None) -> None:
+    plt = pyplot()
+    free = ~rv.pinned
+    seen_s = rv.scores[rv.seen]
+    unseen = free & ~rv.seen
+    two = rv.counts is not None and rv.cfg.drop.method not in UNSCORED
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(13 if two else 7, 4.2), squeeze=False)
+    ax = axes[0][0]
+    vals = rv.scores[free]
+    lo, hi = (float(vals.min()), float(vals.max())) if len(vals) else (0.0, 1.0)
+    if hi - lo < 1e-6:
+        lo, hi = lo - 0.5, hi + 0.5
+    bins = np.linspace(lo, hi, 61)
+    if len(seen_s):
+        ax.hist(seen_s, bins=bins, color="#1f77b4", label=f"seen in training ({len(seen_s)} ids)")
+    if unseen.any():
+        ax.hist(rv.scores[unseen], bins=bins, color="#ff7f0e",
+                label=f"never a prediction target: initial {rv.cfg.drop.init_score:g} ({int(unseen.sum())} ids)")
+    ax.set_xlabel("importance score (cumulative MLM loss)" if rv.cfg.drop.method != "frequency"
+                  else "importance score (-log(1 + count))")
+    ax.set_ylabel("vocabulary ids")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("per vocabulary id", fontsize=10)
+    if two:
+        ax2 = axes[0][1]
+        occ = free & (rv.counts > 0)
+        ax2.hist(rv.scores[occ], bins=bins, weights=rv.counts[occ].astype(np.float64), color="#2ca02c")
+        cut = occurrence_cut(rv)
+        if cut is not None:
+            ax2.axvline(cut, color="k", ls="--", lw=1)
+            ax2.text(cut, ax2.get_ylim()[1] * 0.95, f" drop-rate cut {rv.cfg.drop.rate:g}\n score {cut:.2f}",
+                     va="top", fontsize=8)
+        ax2.set_xlabel("importance score")
+        ax2.set_ylabel("token occurrences in the training split")
+        ax2.set_title("weighted by occurrences (what the selector cuts)", fontsize=10)
+    fig.suptitle(title or f"Importance scores of {rv.name} at step {rv.step} ({rv.cfg.drop.method}, rate {rv.cfg.drop.rate:g})",
+                 fontsize=11)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# entry point
+
+
+def _tokens_markdown(rv: RunView, tb: dict[str, list[dict[str, Any]]], stats: dict[str, Any]) -> str:
+    has_counts = rv.counts is not None
+
+    def table(rows: list[dict[str, Any]]) -> list[str]:
+        head = "| rank | token | id | score |" + (" train count |" if has_counts else "")
+        sep = "|---:|---|---:|---:|" + ("---:|" if has_counts else "")
+        lines = [head, sep]
+        for r in rows:
+            tok = r["token"].replace("|", "\\|").replace("`", "'")
+            lines.append(f"| {r['rank']} | `{tok}` | {r['id']} | {r['score']:.3f} |"
+                         + (f" {r['train_count']} |" if has_counts else ""))
+        return lines
+
+    lines = [f"# Tokens by importance score — `{rv.name}` (step {rv.step})", "",
+             f"drop.method = {rv.cfg.drop.method}, variant = {rv.cfg.drop.variant}, rate = {rv.cfg.drop.rate:g}. "
+             f"Only ids seen in training are ranked ({stats['seen']} of {stats['vocab_size']}; "
+             f"{stats['unseen_at_init']} never seen keep the initial score, {stats['pinned']} pinned ids excluded). "
+             "High score = hard to predict = kept.", ""]
+    if not tb["top"]:
+        lines += ["No id has a score that moved away from its initial value (e.g. a random-selection run, or "
+                  "a checkpoint before any update).", ""]
+    else:
+        lines += ["## Top (most important, kept first)", ""] + table(tb["top"]) + [""]
+        lines += ["## Bottom (least important, dropped first)", ""] + table(tb["bottom"]) + [""]
+    return "\n".join(lines)
+
+
+def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, num_examples: int = 6,
+                top_k: int = 30, seed: int = 0, overwrite: bool = False) -> Path:
+    """Write the inspection of ``run_dir`` into ``out_dir`` (default ``RUN_DIR/inspect``); -> out dir.
+
+    An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
+    inspection (never a file, or a directory holding the run); written atomically, under a lock."""
+    from tokendrop.runs import rundir
+
+    rv = load_run(run_dir)
+    out = Path(out_dir) if out_dir else rv.run_dir / "inspect"
+    with rundir.lock(out, InspectError):
+        rundir.prepare_output(out, "inspect", overwrite, inputs=[run_dir], error=InspectError)
+        return _write_inspection(rv, out, num_examples, top_k, seed)
+
+
+def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, seed: int) -> Path:
+    from tokendrop.runs.rundir import atomic_directory, write_marker
+
+    with atomic_directory(out) as tmp:
+        write_marker(tmp, "inspect")
+        stats = score_stats(rv)
+        tb = top_bottom(rv, top_k)
+        examples = example_sequences(rv, num_examples, seed=seed)
+        title = f"Kept tokens (bold) and importance scores — {rv.name}, step {rv.step}"
+        caption = _ltd_caption(rv) if rv.cfg.drop.per_layer else (f"Held-out excerpts. The selector ({rv.cfg.drop.method}, drop rate {rv.cfg.drop.rate:g}) ranks "
+                   "all T positions of the sequence by the score of their token id and keeps the top "
+                   f"{100 * (1 - rv.cfg.drop.rate):g}%; kept tokens (bold) pass through every layer, the others skip "
+                   "the middle layers. The number after each token is its score; 'pin' = always kept "
+                   "([CLS]/[SEP]/[MASK]). Sequences are shown unmasked.")
+        plot_histogram(rv, tmp / "importance-hist.png")
+        (tmp / "tokens.md").write_text(_tokens_markdown(rv, tb, stats), encoding="utf-8")
+        (tmp / "tokens.json").write_text(json.dumps({"run": str(rv.run_dir), "step": rv.step, **tb}, indent=1),
+                                         encoding="utf-8")
+        (tmp / "examples.html").write_text(render_examples_html(examples, title, caption), encoding="utf-8")
+        (tmp / "examples.json").write_text(json.dumps(examples, indent=1), encoding="utf-8")
+        render_examples_png(examples, tmp / "examples.png", title)
+        summary = {"run": str(rv.run_dir), "checkpoint": str(rv.ckpt), "step": rv.step,
+                   "drop": {"method": rv.cfg.drop.method, "variant": rv.cfg.drop.variant, "rate": rv.cfg.drop.rate,
+                            "beta": rv.cfg.drop.beta},
+                   "stats": stats, "examples": len(examples), "notes": rv.notes}
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+        (tmp / "README.md").write_text(_readme(rv, stats), encoding="utf-8")
+    return out
+
+
+def _ltd_caption(rv: RunView) -> str:
+    t = rv.seq_len()
+    layers = _ltd_layers(rv)
+    return (f"Held-out excerpts. random-LTD: each of the {layers} middle layers draws its own "
+            f"{rv.ltd_kept(t)} of the T = {t} positions uniformly at random (the schedule's count at step "
+            f"{rv.step} of {rv.cfg.train.steps}); the first and last layers see every token. Bold: kept by the "
+            "first middle layer; the number after each token: how many middle layers keep it. "
+            "Sequences are shown unmasked.")
+
+
+def _readme(rv: RunView, st: dict[str, Any]) -> str:
+    lines = [f"# Inspection of `{rv.name}` (step {rv.step})", "",
+             f"Checkpoint: `{rv.ckpt}`; drop.method = {rv.cfg.drop.method}, variant = {rv.cfg.drop.variant}, "
+             f"rate = {rv.cfg.drop.rate:g}, beta = {rv.cfg.drop.beta:g}.", "",
+             f"- vocabulary: {st['vocab_size']} ids; pinned {st['pinned']}; seen in training {st['seen']}; "
+             f"still at the initial score {st['init_score']:g}: {st['unseen_at_init']}"]
+    if "seen_score_quantiles" in st:
+        q = st["seen_score_quantiles"]
+        lines.append(f"- scores of seen ids: min {q['min']:.3f}, median {q['median']:.3f}, max {q['max']:.3f}")
+    if "occurrences_of_seen_ids" in st:
+        lines.append(f"- seen ids cover {100 * st['occurrences_of_seen_ids']:.1f}% of the token occurrences of the training split")
+    if "spearman_score_vs_rarity" in st:
+        lines.append(f"- Spearman correlation of score with rarity (seen ids): {st['spearman_score_vs_rarity']:.3f} "
+                     "(1 = the same ranking as frequency-based dropping)")
+    if "score_cut_at_drop_rate" in st:
+        lines.append(f"- {100 * rv.cfg.drop.rate:g}% of the training token occurrences score below "
+                     f"{st['score_cut_at_drop_rate']:.3f}")
+    lines += [f"- note: {n}" for n in rv.notes]
+    lines += ["", "![importance scores](importance-hist.png)", "",
+              "Top/bottom tokens: [tokens.md](tokens.md). Examples: [examples.html](examples.html)", "",
+              "![examples](examples.png)", ""]
+    return "\n".join(lines)
+
+
+__all__ = ["inspect_run", "InspectError", "load_run", "RunView", "top_bottom", "score_stats", "example_sequences",
+           "render_examples_html", "render_examples_png", "plot_histogram", "occurrence_cut", "seen_mask"]

@@ -1,0 +1,321 @@
+"""Sentences judging a study's results, each computed from the numbers (no hard-coded outcome):
+time saved, quality against the baseline judged by the seed-to-seed spread, the equal-compute
+control, the selection / stage-2 / variant / drop-rate ablations, the source checkpoint's row,
+and where the result agrees or departs from the paper."""
+
+from __future__ import annotations
+
+import os
+
+from tokendrop.lab.study.common import isnum, mean, pct
+from tokendrop.lab.study.plan import StudyConfig, sweep_method
+from tokendrop.lab.study.records import Stat, StudyResults
+
+PAPER_TIME_SAVING = 0.25  # the paper: ~25% less pretraining time at 50% dropping
+
+
+def verdict(diff: float, base: float | None, other: float | None = None, higher_better: bool = True,
+            unit: str = "", label: str = "the method") -> str:
+    """Words for a difference (method - baseline), judged against each side's own seed-to-seed spread
+    (max - min over seeds): ``base`` the baseline's, ``other`` the method's (None: one seed).
+
+    Within both spreads: not distinguishable; beyond both: better/worse; beyond one only: the two
+    seeds of each cannot tell them apart, and the sentence says whose spread is which."""
+    good = diff if higher_better else -diff
+    side = "better" if good > 0 else "worse" if good < 0 else "equal"
+    spreads = [(w, x) for w, x in (("the baseline's", base), (f"{label}'s", other)) if x is not None]
+    if not spreads:
+        return ("better than" if good > 0 else "worse than" if good < 0 else "equal to") + \
+            " the baseline (one seed: no seed-to-seed spread to judge the difference against)"
+    named = ", ".join(f"{w} {x:.3g}{unit}" for w, x in spreads)
+    inside = [abs(diff) <= x for _, x in spreads]
+    if all(inside):
+        return f"within the seed-to-seed spread of each ({named}): not distinguishable from the baseline"
+    if not any(inside):
+        return f"{side} than the baseline by more than either seed-to-seed spread ({named})"
+    return (f"{side} than the baseline beyond one seed-to-seed spread but within the other ({named}): "
+            "these seeds cannot tell the two apart")
+
+
+def spread(stat: Stat | None) -> float | None:
+    return stat.spread() if stat is not None else None
+
+
+def judge(diff: float, method: Stat | None, base: Stat | None, higher_better: bool, unit: str = "",
+          label: str = "the method") -> str:
+    """:func:`verdict` with the spreads of the method's and the baseline's per-seed values."""
+    return verdict(diff, spread(base), spread(method), higher_better, unit, label)
+
+
+def beyond_noise(diff: float, method: Stat | None, base: Stat | None, higher_better: bool) -> bool:
+    """Worse than the baseline by more than both seed spreads (with no spread: merely worse)."""
+    bad = -diff if higher_better else diff
+    sp = [x for x in (spread(method), spread(base)) if x is not None]
+    return bad > max(sp, default=0.0)
+
+
+def _downstream(res: StudyResults, n: str) -> Stat | None:
+    st = res.methods[n].eval.get("downstream_avg")
+    return st if st is not None and isnum(st.mean) else None
+
+
+def equal_time(study: StudyConfig | None) -> bool:
+    """Every run trained for the same time budget (``train.time_budget`` among the base overrides):
+    the study compares quality at equal time, and time is saved only on the way to a loss."""
+    for o in (study.base_overrides if study is not None else []):
+        key, _, value = o.partition("=")
+        if key.strip() == "train.time_budget" and value.strip().strip("'\"") not in ("", "0"):
+            return True
+    return False
+
+
+def findings(res: StudyResults, study: StudyConfig) -> list[str]:
+    """Sentences judging the results, each computed from the numbers in ``res``."""
+    if "baseline" not in res.methods:
+        return ["No finished baseline run, so nothing can be compared with it."]
+    out: list[str] = []
+    for n in ("token-drop", "token-drop-stage2"):
+        if n in res.methods:
+            out += _against_the_baseline(res, n, equal_time(study))
+    out += [_arm(res, n) for n in res.order if res.methods[n].group in ("recipe", "schedule")]
+    out += _methods_that_fell_short(res)
+    out += _selection_ablation(res)
+    out += _stage2_and_variants(res)
+    out += _rate_sweep(res, study)
+    out += source_findings(res)
+    out += _timing_caveat(res)
+    return out
+
+
+def _mloss(res: StudyResults, n: str) -> float:
+    return res.methods[n].final_eval_loss.mean
+
+
+def _against_the_baseline(res: StudyResults, n: str, same_time: bool = False) -> list[str]:
+    """Time, held-out MLM loss, downstream score and time to the baseline's loss of method ``n``."""
+    M, b, d = res.methods, res.methods["baseline"], res.methods[n]
+    mloss = lambda m: _mloss(res, m)  # noqa: E731
+    if same_time:
+        out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs the baseline's {b.wall_time_s.mean:.0f} s: "
+               f"the same time budget, so this study compares quality at equal time (time saved is the time to "
+               f"the baseline's loss, below); in it {d.label} took {d.steps.mean:g} steps to the baseline's "
+               f"{b.steps.mean:g} ({100 * d.rel_flops:.1f}% of its analytic FLOPs)."]
+    else:
+        out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs the baseline's "
+               f"{b.wall_time_s.mean:.0f} s: {100 * d.rel_wall:.1f}% of the baseline's wall time "
+               f"({abs(100 * (1 - d.rel_wall)):.1f}% {'less' if d.rel_wall <= 1 else 'more'}) and "
+               f"{100 * d.rel_flops:.1f}% of its analytic FLOPs "
+               f"(the paper reports a 25% pretraining-time reduction for BERT-base/large)."]
+    if d.init_s.mean > 0 or b.init_s.mean > 0:
+        tot = (d.wall_time_s.mean + d.init_s.mean) / (b.wall_time_s.mean + b.init_s.mean)
+        out.append(f"Before its first step {d.label} spent {d.init_s.mean:.0f} s (the baseline {b.init_s.mean:.0f} s) "
+                   "loading the source, warming up a new MLM head and filling the importance vector, outside the "
+                   f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of the baseline's time.")
+    diff = mloss(n) - mloss("baseline")
+    out.append(f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs baseline {mloss('baseline'):.4f}, a difference "
+               f"of {diff:+.4f}; it is {judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label)}.")
+    if "baseline-75" in M:
+        d75 = mloss(n) - mloss("baseline-75")
+        out.append(f"Against the equal-compute control, baseline (75%) ({mloss('baseline-75'):.4f}, "
+                   f"{100 * M['baseline-75'].rel_wall:.1f}% of the baseline's wall time): {d.label} is "
+                   f"{'lower' if d75 < 0 else 'higher'} by {abs(d75):.4f}.")
+    ds, bs = _downstream(res, n), _downstream(res, "baseline")
+    if ds and bs:
+        diff = ds.mean - bs.mean
+        out.append(f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs baseline "
+                   f"{bs.mean:.2f}, a difference of {diff:+.2f} points; it is "
+                   f"{judge(diff, ds, bs, True, ' points', d.label)}.")
+        c = _downstream(res, "baseline-75") if "baseline-75" in M else None
+        if c:
+            out.append(f"Against baseline (75%) ({c.mean:.2f}) the difference is {ds.mean - c.mean:+.2f} points.")
+    hits = [res.runs[r].to_target for r in d.runs]
+    ok = [h for h in hits if h]
+    if ok:
+        out.append(f"{d.label} reached the baseline's final MLM loss ({res.target_eval_loss:.4f}) in "
+                   f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of the "
+                   f"baseline's wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs).")
+    else:
+        out.append(f"{d.label} did not reach the baseline's final MLM loss ({res.target_eval_loss:.4f}) "
+                   f"within its steps (its final: {mloss(n):.4f}).")
+    return out
+
+
+def _arm(res: StudyResults, n: str) -> str:
+    """One arm of an ablation against the baseline: held-out MLM loss, downstream, time to its loss."""
+    b, d = res.methods["baseline"], res.methods[n]
+    diff = _mloss(res, n) - _mloss(res, "baseline")
+    s = (f"**{d.label}** ({d.steps.mean:g} steps, {100 * d.rel_flops:.1f}% of the baseline's FLOPs): held-out MLM "
+         f"loss {_mloss(res, n):.4f}, {diff:+.4f}: "
+         f"{judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label)}")
+    ds, bs = _downstream(res, n), _downstream(res, "baseline")
+    if ds and bs:
+        s += (f"; average downstream {ds.mean:.2f}, {ds.mean - bs.mean:+.2f} points: "
+              f"{judge(ds.mean - bs.mean, ds, bs, True, ' points', d.label)}")
+    ok = [h for h in (res.runs[r].to_target for r in d.runs) if h]
+    s += (f"; reached the baseline's final MLM loss in {len(ok)} of {len(d.runs)} seeds, after "
+          f"{100 * mean([h.rel_wall for h in ok]):.1f}% of the baseline's wall time." if ok else
+          "; did not reach the baseline's final MLM loss.")
+    return s
+
+
+def _methods_that_fell_short(res: StudyResults) -> list[str]:
+    """Every dropping method against the baseline: which fell short by more than both seed spreads."""
+    M, b = res.methods, res.methods["baseline"]
+    rows = []
+    for n in res.order:
+        if n == "baseline" or not M[n].group or M[n].group in ("baseline", "schedule"):  # schedule: dense arms
+            continue
+        ds, bs = _downstream(res, n), _downstream(res, "baseline")
+        if ds and bs:
+            diff, short, what = ds.mean - bs.mean, beyond_noise(ds.mean - bs.mean, ds, bs, True), "avg. downstream"
+        else:
+            diff = _mloss(res, n) - _mloss(res, "baseline")
+            short, what = beyond_noise(diff, M[n].final_eval_loss, b.final_eval_loss, False), "MLM loss"
+        rows.append((M[n].label, diff, short, what))
+    if not rows:
+        return []
+    fell = [f"{lab} ({what} {diff:+.3g})" for lab, diff, short, what in rows if short]
+    return [f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat the baseline "
+            f"or were not distinguishable from it (within either seed spread, where there is one) and {len(fell)} "
+            "fell short by more than both seed spreads" + (": " + "; ".join(fell) + "." if fell else ".")]
+
+
+def _selection_ablation(res: StudyResults) -> list[str]:
+    """Which tokens to drop: cumulative vs the alternatives (all + stage-2, as in the paper)."""
+    M = res.methods
+    sel = [n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M]
+    if len(sel) < 2:
+        return []
+    by_loss = sorted(sel, key=lambda n: _mloss(res, n))
+    txt = ", ".join(f"{M[n].label} {_mloss(res, n):.4f}" for n in by_loss)
+    out = [f"Selection ablation (all with stage-2), ranked by held-out MLM loss: {txt}. Cumulative-loss "
+           f"selection ranks {by_loss.index('token-drop-stage2') + 1 if 'token-drop-stage2' in sel else '–'} "
+           f"of {len(sel)} (the paper found cumulative-loss selection better than frequency-based and random "
+           "dropping, and adding randomness unhelpful)."]
+    ev = [n for n in sel if _downstream(res, n)]
+    if len(ev) >= 2 and "token-drop-stage2" in ev:
+        by_ds = sorted(ev, key=lambda n: -_downstream(res, n).mean)
+        out.append("By average downstream score: " + ", ".join(f"{M[n].label} {_downstream(res, n).mean:.2f}"
+                                                               for n in by_ds)
+                   + f"; cumulative-loss selection ranks {by_ds.index('token-drop-stage2') + 1} of {len(ev)}.")
+    return out
+
+
+def _stage2_and_variants(res: StudyResults) -> list[str]:
+    M, out = res.methods, []
+    mloss = lambda m: _mloss(res, m)  # noqa: E731
+    if "token-drop" in M and "token-drop-stage2" in M:
+        diff = mloss("token-drop-stage2") - mloss("token-drop")
+        out.append(f"Stage-2: token drop + stage-2 {mloss('token-drop-stage2'):.4f} vs token drop {mloss('token-drop'):.4f} "
+                   f"held-out MLM loss ({diff:+.4f}; the full-model evaluation favours stage-2, which ends with dense "
+                   "steps). The paper found stage-2 unnecessary downstream.")
+    var = [n for n in ("pass-stage2", "avg-stage2", "layer-rearranged-stage2") if n in M]
+    if var and "token-drop-stage2" in M:
+        out.append("Variants vs token drop + stage-2 (held-out MLM loss, wall time rel. to baseline): "
+                   + "; ".join(f"{M[n].label} {mloss(n):.4f} ({mloss(n) - mloss('token-drop-stage2'):+.4f}), "
+                               f"{100 * M[n].rel_wall:.1f}%" for n in var)
+                   + f"; token drop + stage-2 {mloss('token-drop-stage2'):.4f}, {100 * M['token-drop-stage2'].rel_wall:.1f}%.")
+    return out
+
+
+def _rate_sweep(res: StudyResults, study: StudyConfig) -> list[str]:
+    M = res.methods
+    sweep = [(r, sweep_method(r).name) for r in sorted(study.drop_rates) if sweep_method(r).name in M]
+    if len(sweep) < 2:
+        return []
+    best_l = min(sweep, key=lambda rn: _mloss(res, rn[1]))
+    txt = ", ".join(f"{pct(r)}%: {_mloss(res, n):.4f} at {100 * M[n].rel_wall:.0f}% time" for r, n in sweep)
+    out = [f"Drop-rate sweep, held-out MLM loss: {txt}. Lowest loss at {pct(best_l[0])}%."]
+    ev2 = [(r, n) for r, n in sweep if _downstream(res, n)]
+    if len(ev2) >= 2:
+        best_d = max(ev2, key=lambda rn: _downstream(res, rn[1]).mean)
+        out.append("Average downstream score by rate: " + ", ".join(f"{pct(r)}%: {_downstream(res, n).mean:.2f}"
+                                                                    for r, n in ev2)
+                   + f"; best at {pct(best_d[0])}% (the paper: 50% best, more than 62.5% worse).")
+    return out
+
+
+def _timing_caveat(res: StudyResults) -> list[str]:
+    loads = [r.loadavg for r in res.runs.values() if r.loadavg]
+    cores = os.cpu_count() or 1
+
+    def peak(ld: list) -> float:
+        return max([x for x in ld if x is not None], default=0.0)
+
+    busy = [ld for ld in loads if ld and peak(ld) > cores + 0.5]
+    if not busy:
+        return []
+    return [f"Timing caveat: for {len(busy)} of {len(loads)} runs the 1-minute load average exceeded the "
+            f"{cores} cores (max {max(peak(ld) for ld in busy):.1f}) at the start or end of the run: other "
+            "work shared the machine, so wall times are noisier than the FLOP ratios."]
+
+
+def source_findings(res: StudyResults) -> list[str]:
+    """Continued pretraining: what continuing bought over the starting checkpoint itself."""
+    src = res.source
+    if src is None:
+        return []
+    out = []
+    sd = src.eval.get("downstream_avg")
+    for n in ("baseline", "token-drop"):
+        if n not in res.methods:
+            continue
+        d = res.methods[n]
+        ds = _downstream(res, n)
+        if ds and isnum(sd):
+            diff = ds.mean - sd
+            sp = spread(ds)
+            judged = ("within the seeds' spread" if sp is not None and abs(diff) <= sp
+                      else "above it" if diff > 0 else "below it" if diff < 0 else "equal to it")
+            out.append(f"Continuing the source ({src.label}, average downstream {sd:.2f}): {d.label} scores "
+                       f"{ds.mean:.2f}, {diff:+.2f} points" + (f" (its seeds spread {sp:.2f}), {judged}" if sp is not None
+                                                               else f", {judged}") + ".")
+    if src.final_eval_loss is not None and "baseline" in res.methods:
+        out.append(f"Held-out MLM loss of the source itself: {src.final_eval_loss:.4f}; after continued pretraining "
+                   f"the baseline's is {res.methods['baseline'].final_eval_loss.mean:.4f}.")
+    elif src.mlm_note:
+        out.append(f"The source's held-out MLM loss is not reported: {src.mlm_note}.")
+    return out
+
+
+def paper_comparison(res: StudyResults, study: StudyConfig | None = None) -> list[str]:
+    """Agrees / departs, claim by claim, computed from the numbers."""
+    M = res.methods
+    out: list[str] = []
+    td, b = M.get("token-drop"), M.get("baseline")
+    if not td or not b or not isnum(td.rel_wall):
+        return out
+    if equal_time(study):  # every arm had the same budget: time saved on the way to the baseline's loss
+        ok = [h for h in (res.runs[r].to_target for r in td.runs) if h]
+        if ok:
+            rel = mean([h.rel_wall for h in ok])
+            close = abs(1 - rel - PAPER_TIME_SAVING) <= 0.05
+            out.append(f"Time saved by token drop (equal time budgets): it reached the baseline's final MLM loss in "
+                       f"{len(ok)} of {len(td.runs)} seeds after {100 * rel:.1f}% of the baseline's wall time, i.e. "
+                       f"{100 * (1 - rel):.1f}% saved vs the paper's ~25%: "
+                       + ("agrees (within 5 points)." if close else "departs (more than 5 points away)."))
+        else:
+            out.append("Time saved by token drop (equal time budgets): it did not reach the baseline's final MLM "
+                       "loss within the budget: departs from the paper's ~25% saving.")
+    else:
+        saved = 1 - td.rel_wall
+        close = abs(saved - PAPER_TIME_SAVING) <= 0.05
+        out.append(f"Time saved by token drop: its training steps took {100 * td.rel_wall:.1f}% of the baseline's "
+                   f"wall time ({100 * td.rel_flops:.1f}% of its FLOPs), i.e. {100 * saved:.1f}% saved vs the "
+                   "paper's ~25%: " + ("agrees (within 5 points)." if close else "departs (more than 5 points away)."))
+    ds, bs = _downstream(res, "token-drop"), _downstream(res, "baseline")
+    if ds and bs:
+        diff = ds.mean - bs.mean
+        worse = beyond_noise(diff, ds, bs, True)
+        sps = ", ".join(f"{w} {x:.2f}" for w, x in (("baseline", spread(bs)), ("token drop", spread(ds))) if x is not None)
+        out.append("Quality: the paper finds token drop equal to or better than the baseline downstream; here "
+                   f"{diff:+.2f} points ({f'seed spreads: {sps}' if sps else 'one seed'}): "
+                   + ("departs (worse by more than both seed spreads)." if worse else "agrees."))
+    sel = [n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M]
+    ev = [n for n in sel if _downstream(res, n)]
+    if "token-drop-stage2" in ev and len(ev) >= 2:
+        best = max(ev, key=lambda n: _downstream(res, n).mean)
+        out.append("Selection: the paper finds cumulative-loss selection best; here the best average downstream "
+                   f"score among the stage-2 selection methods is {M[best].label}'s: "
+                   + ("agrees." if best == "token-drop-stage2" else "departs."))
+    return out

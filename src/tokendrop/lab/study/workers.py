@@ -1,0 +1,71 @@
+"""Worker processes (``study.parallel > 1``): a forkserver pool, one torch thread per worker by
+default, failures and Ctrl-C turned into a resumable StudyError, SIGTERM passed on to the workers."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from tokendrop.lab.study.common import StudyError
+
+
+def _worker_init(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+
+
+def _pool(parallel: int):
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    # forkserver: workers fork from a clean server process (no OpenMP state inherited from this one,
+    # unlike fork) that has imported tokendrop once (unlike spawn, which re-imports torch per worker)
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["tokendrop.lab.study", "tokendrop.train.trainer", "tokendrop.finetune"])
+    else:
+        ctx = mp.get_context("spawn")
+    return ProcessPoolExecutor(parallel, mp_context=ctx, initializer=_worker_init, initargs=(threads,))
+
+
+def run_parallel(parallel: int, fn: Callable, tasks: list[tuple], on_done: Callable[[tuple, Any], None]) -> None:
+    """``fn(*task)`` for every task in ``parallel`` spawned processes; ``on_done(task, result)`` in this
+    process as each finishes.  A failure or Ctrl-C cancels what has not started; started runs
+    checkpoint on the SIGINT they receive too (same process group).  SIGTERM to this process is
+    passed on to the workers, so none outlives it."""
+    import signal
+    import threading
+    from concurrent.futures import as_completed
+
+    ex = _pool(parallel)
+
+    def on_sigterm(signum, frame):  # pass SIGTERM on: a training worker checkpoints and stops
+        for proc in list(getattr(ex, "_processes", {}).values()):
+            try:
+                proc.terminate()
+            except (OSError, ValueError):
+                pass
+        raise KeyboardInterrupt
+
+    old_handler = None
+    if threading.current_thread() is threading.main_thread():
+        old_handler = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        futs = {ex.submit(fn, *t): t for t in tasks}
+        for f in as_completed(futs):
+            on_done(futs[f], f.result())
+    except BaseException as e:
+        ex.shutdown(wait=True, cancel_futures=True)
+        if isinstance(e, KeyboardInterrupt):
+            raise StudyError("interrupted (running runs saved a checkpoint); run the same command again to resume") from None
+        if type(e).__name__ == "BrokenProcessPool":
+            raise StudyError(f"a worker process died ({e}); finished runs and cells are kept, run the same command "
+                             "again to resume (from a Python script, call run_study under "
+                             "`if __name__ == '__main__':`, which worker processes need; or set parallel = 1)") from None
+        raise
+    finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGTERM, old_handler)
+    ex.shutdown(wait=True)

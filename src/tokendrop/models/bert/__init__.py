@@ -1,0 +1,1 @@
+"""tokendrop.models.bert."""

@@ -1,0 +1,107 @@
+"""What both encoder families' masked-language models share: the MLM forward and loss
+(:class:`MaskedLM`), the encoder's start (:func:`encoder_span`), document ids of packed rows and
+the document-attention check.
+
+Shapes: B batch, T sequence, P prediction slots, d hidden, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tokendrop.config import ConfigError, DropConfig, ModelConfig
+from tokendrop.dropping.engine import DropSpan
+
+
+def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
+    """(B, T) packed rows -> (B, T) document index within each row; padding gets -1.
+
+    Prepared rows concatenate documents with exactly one [SEP] between consecutive ones and special
+    ids never occur inside documents (tokendrop.data.prepare), so a row's documents are the runs
+    ending at each [SEP]: the [SEP] belongs to the document it closes (a row's leading [CLS] to its
+    first document)."""
+    is_sep = (input_ids == sep_id).to(torch.long)
+    doc = torch.cumsum(is_sep, dim=1) - is_sep
+    return doc.masked_fill(input_ids == pad_id, -1)
+
+
+def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
+    """Both families' encoders start here: ``cfg`` validated (its vocabulary resolved), and the
+    dropping span (None when ``drop`` is off)."""
+    cfg.validate()
+    if cfg.vocab_size <= 0:
+        raise ValueError("model.vocab_size: must be resolved (> 0) before the model is built")
+    return DropSpan.from_config(drop, cfg.num_layers) if drop is not None and drop.enabled else None
+
+
+class MaskedLM(nn.Module):
+    """Both families' MLM models share this forward and loss.  A subclass sets ``encoder`` (a
+    property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids, keep_idx,
+    drop_active, doc_ids) -> (B, T, d)``), ``encoder_layers`` (its layers, in order),
+    ``document_attention`` and ``config``, and implements :meth:`head_logits`."""
+
+    task = "mlm"
+
+    def head_logits(self, h: Tensor) -> Tensor:
+        """(..., d) hidden states -> (..., V) logits."""
+        raise NotImplementedError
+
+    def head_parameters(self) -> list[nn.Parameter]:
+        """The MLM head's own parameters (the decoder weight is the tied word embedding: not
+        included); what ``continued.head_warmup`` trains."""
+        raise NotImplementedError
+
+    def hidden(
+        self,
+        input_ids: Tensor,
+        mlm_positions: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        keep_idx: Tensor | None = None,
+        drop_active: bool = False,
+    ) -> Tensor:
+        """The encoder's last hidden states (B, P, d) at ``mlm_positions`` (B, P), or (B, T, d)
+        when it is None.  With ``model.document_attention`` on, tokens attend only within their
+        document of the packed row."""
+        cfg = self.config
+        doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
+        h = self.encoder(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
+        if mlm_positions is not None:
+            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
+        return h
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        mlm_positions: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        keep_idx: Tensor | None = None,
+        drop_active: bool = False,
+    ) -> Tensor:
+        """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None (see
+        :meth:`hidden`)."""
+        return self.head_logits(self.hidden(input_ids, mlm_positions, attention_mask, token_type_ids, keep_idx,
+                                            drop_active))
+
+    def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """Per-slot negative log-likelihood (B, P), computed in fp32."""
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+
+
+def num_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def check_document_attention(cfg: ModelConfig) -> bool:
+    """Whether an MLM model of ``cfg`` uses per-document attention; it needs the [SEP] id."""
+    if not cfg.uses_document_attention:
+        return False
+    if cfg.sep_token_id < 0:
+        raise ConfigError("model.sep_token_id: document attention (model.document_attention = "
+                          f"{cfg.document_attention!r}, family {cfg.family!r}) needs the [SEP] id that separates "
+                          "documents in packed rows; set model.sep_token_id (pretraining takes it from the prepared "
+                          "data) or model.document_attention = \"off\"")
+    return True

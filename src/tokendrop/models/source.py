@@ -1,0 +1,291 @@
+"""Continued pretraining from a published BERT checkpoint: resolve ``model.init`` and load its weights.
+
+``model.init`` (``tokendrop pretrain --init SOURCE``) names one of
+
+* a Hugging Face BERT directory: ``config.json`` + ``model.safetensors``, sharded safetensors
+  (``model.safetensors.index.json``), or ``pytorch_model.bin`` (read with
+  ``torch.load(weights_only=True)``: a pickle holding anything but tensors is refused);
+* a tokendrop run directory (its newest checkpoint that verifies) or checkpoint directory;
+* a Hub name (``org/name``) that is not a local path: fetched with ``huggingface_hub`` when that is
+  installed and online, otherwise a one-line error asking for a local directory.
+
+The source's ``config.json`` names its family (``model_type``: bert or modernbert) and gives the
+model's shape; the family's adapter (``tokendrop.models.families``: :mod:`tokendrop.models.bert.hf`,
+:mod:`tokendrop.models.modernbert.hf`) says which weight layouts it accepts (for BERT: ``BertForMaskedLM``,
+``BertForPreTraining``, ``BertModel`` with or without the ``bert.`` prefix, TF-converted names) and
+refuses, in one line naming the field, anything our model cannot reproduce exactly (another
+``model_type``, relative positions, a tanh-GELU, a decoder, an untied MLM decoder).
+
+The weights' sha256 is recorded at resolution (``model.init_sha256``) and checked again, on the very
+bytes that are parsed, when they are loaded.  Several shards hash as ``sha256sum`` of their
+``sha256sum`` lines (``sha256sum model-*.safetensors | sha256sum``).  Reading the files, hashing
+them and matching their tensors with a model's is :mod:`tokendrop.models.weights` (shared by the families'
+loaders); this module resolves a source and hands its loading to the model's family.
+
+    src = resolve_init_source("/models/bert-base-uncased")
+    model = BertForMaskedLM(src.model)
+    report = load_init_weights(src, model)   # fresh / unexpected / ignored tensors + notes
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.config import MODEL_PRESETS, ConfigError, ModelConfig, from_dict
+from tokendrop.data.tokenizer import has_tokenizer_files
+from tokendrop.errors import InitError
+from tokendrop.models.families import spec_of
+from tokendrop.models.hf import TOKENIZER_FILES, model_config_from_hf, save_source_files
+from tokendrop.models.weights import (
+    InitReport,
+    InitSource,
+    first_line,
+    read_source_tensors,
+    scan_tensors,
+    weight_files,
+)
+
+__all__ = [
+    "InitError",
+    "InitSource",
+    "InitReport",
+    "resolve_init_source",
+    "model_section_from_init",
+    "resolve_model_init",
+    "load_init_weights",
+    "load_source_weights",
+    "save_source_files",
+    "read_source_tensors",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# resolution
+
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_HUB_PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
+                 *TOKENIZER_FILES]
+_HUB_BIN_PATTERNS = ["config.json", "pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*.bin",
+                     *TOKENIZER_FILES]
+
+
+def _looks_like_hub_name(source: str) -> bool:
+    return bool(_HUB_NAME.match(source)) and not source.startswith((".", "~"))
+
+
+def _download(name: str) -> Path:
+    """A Hub name -> a local snapshot dir (only when huggingface_hub is installed and can reach it)."""
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise InitError(f"{name}: no such local directory, and huggingface_hub is not installed to fetch it from the "
+                        "Hugging Face Hub; pass a local directory (a saved BERT model or a tokendrop run)") from None
+    try:
+        path = Path(huggingface_hub.snapshot_download(repo_id=name, allow_patterns=_HUB_PATTERNS))
+        if not any(path.glob("*.safetensors")):
+            path = Path(huggingface_hub.snapshot_download(repo_id=name, allow_patterns=_HUB_BIN_PATTERNS))
+    except Exception as e:  # noqa: BLE001 - offline, unknown repo, gated repo, network errors
+        raise InitError(f"{name}: no such local directory, and it could not be fetched from the Hugging Face Hub "
+                        f"({type(e).__name__}: {first_line(e)}); pass a local directory "
+                        "(a saved BERT model or a tokendrop run)") from None
+    return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise InitError(f"{path}: invalid JSON ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InitError(f"{path}: unreadable ({first_line(e)})") from None
+    if not isinstance(d, dict):
+        raise InitError(f"{path}: expected a JSON object")
+    return d
+
+
+def _resolve_hf(source: str, p: Path) -> InitSource:
+    cj = p / "config.json"
+    if not cj.is_file():
+        raise InitError(f"{p}: not a model directory (no config.json) and not a tokendrop run (no checkpoints/); "
+                        "expected a Hugging Face BERT directory or a `tokendrop pretrain` output")
+    d = _read_json(cj)
+    cfg = model_config_from_hf(d, str(cj))
+    hashed, files, fmt, sharded = weight_files(p)
+    sha, shapes = scan_tensors(files, fmt, sharded)
+    layout = spec_of(cfg).check_hf_tensors(hashed, shapes, cfg)  # the family's layouts (tokendrop.models.families)
+    tok = p if has_tokenizer_files(p) else None
+    return InitSource(source=source, path=p, kind="huggingface", layout=layout, model=cfg,
+                      weights_file=hashed, sha256=sha, tokenizer_dir=tok, hf_config=d, weights_files=files,
+                      weights_format=fmt)
+
+
+def _resolve_tokendrop(source: str, p: Path) -> InitSource:
+    try:
+        ck = ckpt_mod.find(p)  # the shared verifying loader (tokendrop.train.checkpoint): a run's newest checkpoint
+    except ckpt_mod.CheckpointError as e:
+        raise InitError(str(e)) from None
+    run = p if ck != p else (p.parent.parent if p.parent.name == "checkpoints" else p)
+    try:
+        meta = ckpt_mod.read_meta(ck)
+        meta = ckpt_mod.verify(ck, files=ckpt_mod.model_files(meta))  # model.safetensors, or an FSDP run's shards
+        model_d = meta["config"]["model"]
+        cfg = from_dict(ModelConfig, {k: v for k, v in model_d.items() if k != "preset"})
+        sha = ckpt_mod.weights_sha256_of(meta)
+    except ckpt_mod.CheckpointError as e:
+        raise InitError(str(e)) from None
+    except (KeyError, TypeError) as e:
+        raise InitError(f"{ck / 'meta.json'}: no {e.args[0] if e.args else 'config'!r} entry") from None
+    except ConfigError as e:
+        raise InitError(f"{ck / 'meta.json'}: {e}") from None
+    if cfg.vocab_size <= 0:
+        raise InitError(f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size}, expected the resolved size")
+    for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):  # 0 would mean "the preset's"
+        if key in model_d and model_d[key] != getattr(cfg, key):
+            raise InitError(f"{ck / 'meta.json'}: model.{key} is {model_d.get(key)!r}, expected the resolved size "
+                            f"(a checkpoint records its shape; the file was edited: restore it or use another checkpoint)")
+    tok = next((c for c in (ck / "tokenizer", run / "tokenizer", p / "tokenizer", run / "source")
+                if has_tokenizer_files(c)), None)
+    hf_cfg = _read_json(run / "source" / "config.json") if (run / "source" / "config.json").is_file() else None
+    return InitSource(source=source, path=ck, kind="tokendrop", layout="tokendrop", model=cfg,
+                      weights_file=ck / "model.safetensors", sha256=sha, tokenizer_dir=tok, hf_config=hf_cfg,
+                      weights_files=[ck / "model.safetensors"], weights_format="safetensors")
+
+
+def resolve_init_source(source: str) -> InitSource:
+    """``model.init`` -> an :class:`InitSource` (directory, layout, shape, weights hash, tokenizer).
+
+    Reads config.json and the tensor headers (a ``.bin`` is read whole, with weights_only) and checks
+    that every encoder tensor is there with the shape config.json implies; raises :class:`InitError`."""
+    s = str(source).strip()
+    if not s:
+        raise InitError("model.init: empty; expected a Hugging Face BERT directory, a tokendrop run or checkpoint "
+                        "directory, or a Hub name")
+    p = Path(s).expanduser()
+    if not p.exists():
+        if not _looks_like_hub_name(s):
+            raise InitError(f"{s}: no such directory; expected a Hugging Face BERT directory, a tokendrop run or "
+                            "checkpoint directory, or a Hub name (org/name)")
+        p = _download(s)
+    if not p.is_dir():
+        raise InitError(f"{p}: expected a directory (a Hugging Face BERT directory holding config.json, or a "
+                        "tokendrop run/checkpoint directory), not a file")
+    if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (
+            p / "shards").is_dir()) and not (p / "config.json").is_file()):
+        return _resolve_tokendrop(s, p)
+    return _resolve_hf(s, p)
+
+
+# ----------------------------------------------------------------------------------------------
+# the [model] section
+
+_ARCH_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size",
+                "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id",
+                "family", "global_rope_theta", "local_rope_theta", "local_attention", "layer_types", "norm_bias")
+_TRAINING_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range")
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def model_section_from_init(model: dict, src: InitSource, where: str = "model") -> dict:
+    """The explicitly given ``[model]`` keys (with ``init``) and the resolved source ``src`` -> the
+    full ``[model]`` table: the source's shape, ``init`` and ``init_sha256`` filled.  Architecture
+    fields that contradict the source are a ConfigError naming the field and both values
+    (``vocab_size = 0``, "from the data", is allowed); dropout and ``initializer_range`` (used for
+    freshly initialised tensors) may be overridden.  Pure: ``src`` was resolved by the caller."""
+    init = model.get("init", "")
+    if not isinstance(init, str) or not init.strip():
+        raise ConfigError(f"{where}.init: expected a Hugging Face BERT directory, a tokendrop run/checkpoint "
+                          f"directory or a Hub name, got {init!r}")
+    shape = {k: v for k, v in dataclasses.asdict(src.model).items() if k not in ("preset", "init", "init_sha256")}
+    origin = f"the init source {init} ({src.weights_file.name if src.kind == 'huggingface' else src.path})"
+    out = dict(shape)
+    for key, val in model.items():
+        if key in ("init",):
+            continue
+        if key == "init_sha256":
+            if val and val != src.sha256:
+                raise ConfigError(f"{where}.init_sha256: {val!r} was given but {src.weights_file} now has sha256 "
+                                  f"{src.sha256!r}; the source changed (remove {where}.init_sha256 to accept it)")
+            continue
+        if key == "preset":
+            if val in MODEL_PRESETS:
+                want = dict(MODEL_PRESETS[val])
+                if "intermediate_size" not in model:
+                    want["intermediate_size"] = 4 * want["hidden_size"]
+                if any(want[k] != shape[k] for k in want):
+                    mine = ", ".join(f"{k}={want[k]}" for k in want)
+                    theirs = ", ".join(f"{k}={shape[k]}" for k in want)
+                    raise ConfigError(f"{where}.preset: {val!r} means {mine} but {origin} has {theirs}; remove "
+                                      f"{where}.preset (the shape comes from the init source)")
+                continue
+            out[key] = val  # not a preset name: ModelConfig reports it
+            continue
+        if key in _ARCH_FIELDS:
+            if key == "vocab_size" and val == 0:
+                continue
+            if isinstance(shape[key], (str, list, bool)):  # family, layer_types, norm_bias
+                if val != shape[key]:
+                    raise ConfigError(f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = {shape[key]!r}; "
+                                      f"remove {where}.{key} (the architecture comes from the init source)")
+                continue
+            a, b = _num(val), _num(shape[key])
+            if a is None:
+                out[key] = val  # wrong type: the config loader reports it
+                continue
+            if a != b:
+                raise ConfigError(f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = {shape[key]!r}; "
+                                  f"remove {where}.{key} (the shape comes from the init source)")
+            continue
+        out[key] = val  # training settings (dropout, initializer_range) and unknown keys (the loader reports them)
+    out["init"] = init
+    out["init_sha256"] = src.sha256
+    return out
+
+
+def resolve_model_init(model: ModelConfig, src: InitSource) -> ModelConfig:
+    """A parsed ``[model]`` section with ``init`` (its shape pending, or already resolved) and the
+    source resolved from it -> the resolved section (a new object; ``model`` is not changed).
+
+    The given keys are the fields that differ from their defaults (the rule ``ModelConfig`` applies
+    to presets), plus ``preset``; :func:`model_section_from_init` checks them against the source."""
+    defaults = ModelConfig(init=model.init)
+    given = {f.name: getattr(model, f.name) for f in dataclasses.fields(ModelConfig)
+             if getattr(model, f.name) != getattr(defaults, f.name) or f.name == "init"}
+    return from_dict(ModelConfig, model_section_from_init(given, src))
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+
+def load_source_weights(src: InitSource, model: nn.Module) -> InitReport:
+    """Load ``src``'s weights into any of our model classes, by the model's family
+    (``tokendrop.models.families``: ``hf_bert.load_bert_weights``, ``hf_modern.load_modern_weights``).
+    Encoder tensors must all be there with the right shape; the pooler and heads missing from the
+    file are initialised as the family does and listed in ``fresh``."""
+    return spec_of(model.config).load_weights(src, model)
+
+
+def load_init_weights(src: InitSource, model: nn.Module) -> InitReport:
+    """Continued pretraining: load ``src`` into our ``BertForMaskedLM`` (see :func:`load_source_weights`).
+
+    Verifies the weights' sha256 again (on the bytes parsed), requires every encoder tensor, starts a
+    missing MLM head as BERT does (decoder tied to the word embeddings) and reports what was fresh,
+    unexpected and ignored."""
+    if getattr(type(model), "task", None) != "mlm":
+        raise TypeError(f"load_init_weights: expected an MLM model (tokendrop.models.families.build_model), got {type(model).__name__}")
+    want = dataclasses.asdict(src.model)
+    have = dataclasses.asdict(model.config)
+    for k in _ARCH_FIELDS:
+        if want[k] != have[k]:
+            raise InitError(f"{src.weights_file}: the model was built with {k} = {have[k]!r} but the source has "
+                            f"{want[k]!r}; build it from the [model] section model_section_from_init returns")
+    return load_source_weights(src, model)

@@ -1,0 +1,30 @@
+"""Figures: matplotlib's pyplot on the Agg backend, and the one way a figure is written (atomically,
+through :func:`tokendrop.runs.rundir.atomic_file`, then closed).  Every plot of the package goes through
+these two functions."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tokendrop.runs.rundir import atomic_file
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 110, tight: bool = True) -> None:
+    """Write ``fig`` to ``path`` (format from the suffix) atomically, then close it."""
+    plt = pyplot()
+    try:
+        with atomic_file(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, **({"bbox_inches": "tight"} if tight else {}))
+    finally:
+        plt.close(fig)

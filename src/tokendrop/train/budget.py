@@ -1,0 +1,219 @@
+"""How long a run lasts: ``train.steps`` optimizer steps, or ``train.time_budget`` of training time;
+``train.tokens`` and ``train.epochs`` resolved to steps against the prepared data (``resolve_length``).
+
+``RunLength`` answers the two questions the training loop asks: the progress p in [0, 1] that the
+schedules (``tokendrop.train.schedules``) are evaluated at, and whether the run is finished.
+
+* Fixed length: p = step / steps; finished when step >= steps.
+* Time budget: p = used / budget, finished when used >= budget, where ``used`` is the run's
+  *training* time in seconds -- the clock the loop keeps as ``wall_time`` (the steps, the host
+  waiting for the device included; evaluation and checkpoint writing excluded, so how often a run
+  evaluates does not change how much it trains).  The loop reads it after every step, so a run stops
+  at the first step boundary at or past its budget: within one step of it.  Checkpoints record
+  ``wall_time``; a resumed run starts from the time it had used and so keeps the budget it had left.
+  On CUDA the host's clock runs ahead of the device by what is queued (about a step); the final
+  synchronisation before the last checkpoint is then counted.
+
+The clock is ``train.budget_clock``'s (``budget_clock``): "wall" (``time.perf_counter``) or "process"
+(``time.process_time``: the CPU seconds of the training process, its torch threads included, its
+data workers not), which a machine shared with other jobs slows down far less than wall time, so
+study arms run while the load changes get comparable budgets.  ``wall_time`` in the metrics and
+checkpoints is then that clock's seconds.
+
+Under DDP the ranks must agree on p (the learning rate) and on when to stop: rank 0's reading is
+broadcast every step in a time-budgeted run (``agree``); a fixed-length run needs nothing.
+
+Resolution (``resolve_length``, called once by ``pretrain`` after it opens the data; docs/design.md
+§2.5.2).  A *token* is a sequence slot: T per sequence, [CLS]/[SEP] and any [PAD] included (packed
+data has no [PAD]), i.e. what the model processes and what ``tokens_per_s`` counts.
+
+* ``train.tokens = X``: S = ceil(X / (train.batch_size * T)).
+* ``train.epochs = E``: one epoch is one pass of the loader over the N training sequences: floor(N /
+  G) micro-batches per rank, G = micro_batch_size * world (the tail that fills no global micro-batch
+  is left out, as the loader leaves it out), i.e. floor(N / G) / A optimizer steps with A micro-
+  batches per step (gradient accumulation); S = ceil(E * floor(N / G) / A).
+* ``train.warmup_ratio = r``: W = ceil(r * S) warm-up steps in a run of S steps; in a time-budgeted
+  run the ramp is over the first share r of the budget (``schedules.LRSchedule.warmup_share``).
+
+The resolved S and W replace the fields they came from in the run's config (``train.steps``,
+``train.warmup_steps``; ``train.tokens``/``epochs``/``warmup_ratio`` are cleared and
+``train.resolved_from`` says how), so ``--resume`` and ``inspect`` read plain steps.  Numbers are
+exact (decimal fractions, no float rounding): ``epochs = 1.1`` is 11/10.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_FORM = 'a duration such as "90s", "20m", "6h" or "1h30m" (hours h, minutes m, seconds s, in that order)'
+
+
+def parse_duration(text: str, where: str = "train.time_budget") -> float:
+    """Seconds in ``"1h30m"``, ``"20m"``, ``"90s"``, ``"2.5h"``; ValueError naming ``where`` otherwise."""
+    s = str(text).strip().lower().replace(" ", "")
+    parts = _PART.findall(s)
+    units = [u for _, u in parts]
+    if not s or "".join(f"{n}{u}" for n, u in parts) != s or units != sorted(set(units), key="hms".index):
+        raise ValueError(f"{where}: cannot parse {text!r}; expected {_FORM}")
+    seconds = sum(float(n) * {"h": 3600.0, "m": 60.0, "s": 1.0}[u] for n, u in parts)
+    if seconds <= 0:
+        raise ValueError(f"{where}: {text!r} is no time at all; expected a positive {_FORM}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class RunLength:
+    """``steps`` > 0: a fixed number of optimizer steps; else ``budget_s`` seconds of training time."""
+
+    steps: int = 0
+    budget_s: float = 0.0
+
+    @classmethod
+    def of(cls, train_cfg) -> "RunLength":
+        if train_cfg.time_budget:
+            return cls(0, parse_duration(train_cfg.time_budget))
+        return cls(int(train_cfg.steps), 0.0)
+
+    @property
+    def timed(self) -> bool:
+        return self.steps == 0
+
+    def progress(self, step: int, used: float) -> float:
+        """p in [0, 1] at the start of step ``step`` (0-based) after ``used`` seconds of training."""
+        p = used / self.budget_s if self.timed else step / self.steps
+        return min(1.0, max(0.0, p))
+
+    def finished(self, step: int, used: float) -> bool:
+        """Whether the run ends after ``step`` steps and ``used`` seconds of training time."""
+        return used >= self.budget_s if self.timed else step >= self.steps
+
+    def describe(self) -> str:
+        return f"train.time_budget={self.budget_s:g}s" if self.timed else f"train.steps={self.steps}"
+
+    def agree(self, used: float, world: int) -> float:
+        """Rank 0's ``used`` on every rank (a time-budgeted run under DDP); else ``used`` as it is."""
+        if not self.timed or world <= 1:
+            return used
+        import torch
+        import torch.distributed as dist
+
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        t = torch.tensor([used], dtype=torch.float64, device=device)
+        dist.broadcast(t, src=0)
+        return float(t.item())
+
+
+_TOKENS = re.compile(r"(\d+(?:\.\d*)?(?:e\+?\d+)?)([kmbgt]?)")
+_SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+_TOKENS_FORM = 'a token count such as "2B", "500M", "1.5e9", "750k" or an integer (k/M/B/T: 1e3/1e6/1e9/1e12)'
+
+
+def parse_tokens(value, where: str = "train.tokens") -> int:
+    """Tokens in ``"2B"``, ``"500M"``, ``"1.5e9"``, ``"750k"``, ``2_000_000`` or an int; ValueError
+    naming ``where`` otherwise.  Exact (decimal arithmetic); a fractional count is rounded up."""
+    if isinstance(value, bool):
+        raise ValueError(f"{where}: cannot parse {value!r}; expected {_TOKENS_FORM}")
+    s = str(value).strip().lower().replace("_", "").replace(",", "").replace(" ", "")
+    m = _TOKENS.fullmatch(s)
+    try:
+        n = Decimal(m[1]) * _SCALE[m[2]] if m else None
+    except InvalidOperation:
+        n = None
+    if n is None:
+        raise ValueError(f"{where}: cannot parse {value!r}; expected {_TOKENS_FORM}")
+    if n <= 0:
+        raise ValueError(f"{where}: {value!r} is no tokens at all; expected a positive count ({_TOKENS_FORM})")
+    return int(math.ceil(n))
+
+
+def _exact(x: float) -> Fraction:
+    """A config float as the decimal the user wrote (1.1 -> 11/10), not its binary approximation."""
+    return Fraction(repr(float(x)))
+
+
+def steps_for_tokens(tokens: int, batch_size: int, seq_len: int) -> int:
+    """ceil(tokens / (batch_size * T)): optimizer steps that process at least ``tokens`` sequence slots."""
+    return max(1, -(-int(tokens) // (int(batch_size) * int(seq_len))))
+
+
+def steps_per_epoch(num_sequences: int, batch_size: int, world: int = 1, micro_batch_size: int = 0) -> Fraction:
+    """Optimizer steps in one pass of the loader over ``num_sequences``: floor(N / G) / A with G =
+    micro * world the loader's global micro-batch and A = per-rank batch / micro the accumulation."""
+    per_rank = batch_size // world
+    micro = micro_batch_size or per_rank
+    accum = per_rank // micro
+    return Fraction(num_sequences // (micro * world), accum)
+
+
+@dataclass(frozen=True)
+class ResolvedLength:
+    """``train.steps``/``train.warmup_steps`` as resolved, and ``note``: how (for ``train.resolved_from``)."""
+
+    steps: int
+    warmup_steps: int
+    note: str
+
+    def updates(self, train_cfg) -> dict:
+        """The TrainConfig fields to replace (``dataclasses.replace(train_cfg, **updates)``)."""
+        out = {"steps": self.steps, "tokens": 0, "epochs": 0.0, "resolved_from": self.note}
+        if train_cfg.warmup_ratio and self.steps:  # a time-budgeted run keeps its ratio (a share of the budget)
+            out.update(warmup_steps=self.warmup_steps, warmup_ratio=0.0)
+        return out
+
+
+def resolve_length(train_cfg, num_sequences: int, seq_len: int, world: int = 1) -> ResolvedLength | None:
+    """Steps and warm-up steps of ``train_cfg`` (``train.tokens``/``epochs``/``warmup_ratio``) on data of
+    ``num_sequences`` training sequences of T = ``seq_len`` with ``world`` ranks; None when nothing
+    needs resolving (plain steps and warmup_steps, or a time budget without a warm-up ratio).
+    ValueError (one line) when the data holds less than one global batch."""
+    tc = train_cfg
+    if not (tc.tokens or tc.epochs or tc.warmup_ratio):
+        return None
+    steps, notes = tc.steps, []
+    per_step = f"{tc.batch_size} sequences x {seq_len} token slots"
+    if tc.tokens:
+        tokens = parse_tokens(tc.tokens)
+        steps = steps_for_tokens(tokens, tc.batch_size, seq_len)
+        notes.append(f"train.tokens = {tokens}: ceil({tokens} / ({per_step} per step)) = {steps} steps "
+                     "(a token is a sequence slot, [CLS]/[SEP]/[PAD] included)")
+    elif tc.epochs:
+        per_epoch = steps_per_epoch(num_sequences, tc.batch_size, world, tc.micro_batch_size)
+        if per_epoch == 0:
+            raise ValueError(f"train.epochs: the training split has {num_sequences} sequences, fewer than one global "
+                             f"batch of {tc.batch_size}; expected more data or a smaller train.batch_size")
+        steps = max(1, math.ceil(_exact(tc.epochs) * per_epoch))
+        notes.append(f"train.epochs = {tc.epochs:g}: ceil({tc.epochs:g} x {per_epoch} steps per pass over "
+                     f"{num_sequences} training sequences with {world} rank(s)) = {steps} steps")
+    warmup = tc.warmup_steps
+    if tc.warmup_ratio and steps:
+        warmup = math.ceil(_exact(tc.warmup_ratio) * steps)
+        notes.append(f"train.warmup_ratio = {tc.warmup_ratio:g}: ceil({tc.warmup_ratio:g} x {steps}) = {warmup} "
+                     "warm-up steps")
+    elif tc.warmup_ratio:
+        notes.append(f"train.warmup_ratio = {tc.warmup_ratio:g} of the time budget")
+    return ResolvedLength(int(steps), int(warmup), "; ".join(notes))
+
+
+def resolved_train(train_cfg, num_sequences: int, seq_len: int, world: int = 1):
+    """``train_cfg`` with ``train.tokens``/``epochs``/``warmup_ratio`` resolved (``resolve_length``), as a
+    new TrainConfig; ``train_cfg`` itself when there is nothing to resolve."""
+    r = resolve_length(train_cfg, num_sequences, seq_len, world)
+    return train_cfg if r is None else dataclasses.replace(train_cfg, **r.updates(train_cfg))
+
+
+def budget_clock(train_cfg):
+    """The seconds clock of ``train.budget_clock``: ``time.perf_counter`` ("wall") or
+    ``time.process_time`` ("process": CPU seconds of this process, all its threads; forked data
+    workers are not counted), looked up when called so tests can substitute a fake one."""
+    return time.process_time if train_cfg.budget_clock == "process" else time.perf_counter
+
+
+__all__ = ["parse_duration", "parse_tokens", "resolved_train", "steps_for_tokens", "steps_per_epoch", "resolve_length",
+           "ResolvedLength", "RunLength", "budget_clock"]

@@ -1,0 +1,168 @@
+"""A run's training state in its checkpoints: saving it (``save_training_state``: weights, AdamW
+state, importance, every rank's RNG streams) and resuming it: which config changes a resume refuses,
+the data it must find, and loading a checkpoint into a (wrapped) model, whatever wrote the
+checkpoint (one process, DDP, FSDP at any world size)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.train import checkpoint_sharded as sharded_ckpt
+from tokendrop.config import FROM_DATA, Config, from_dict, to_dict
+from tokendrop.errors import TrainingError
+from tokendrop.train.parallel import Parallel
+
+
+# keys whose change makes a resume meaningless
+_RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.start", "drop.end", "drop.beta",
+                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "drop.ltd_start_fraction",
+                 "drop.ltd_schedule_share", "drop.ltd_schedule", "drop.ltd_step", "drop.consistency_weight",
+                 "drop.consistency_every", "data.mask_prob", "data.mask_schedule",
+                 "train.batch_size", "train.seed", "data.seq_len_start", "data.seq_len_warmup_share",
+                 "train.batch_warmup_start", "train.batch_warmup_tokens", "train.batch_warmup_share",
+                 "train.budget_clock")  # data.path: check_resume_data (the data may move)
+_RESUME_FREE = ("model.attention_backend",)  # inside a fixed section, but execution only: may change
+
+
+_REQUIRED_KEY = object()
+
+
+def _get(d: dict, dotted: str, fallback: Any = _REQUIRED_KEY) -> Any:
+    """``d["a"]["b"]`` for ``"a.b"``; ``fallback`` where a key is missing (a KeyError without one)."""
+    for k in dotted.split("."):
+        if not isinstance(d, dict) or k not in d:
+            if fallback is _REQUIRED_KEY:
+                raise KeyError(dotted)
+            return fallback
+        d = d[k]
+    return d
+
+
+def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Refuse a resume whose config changes a field of ``_RESUME_FIXED``.  A field the run's recorded
+    config does not have (written by a version before the field existed) counts as its default --
+    what that version did -- so runs started by an older tokendrop resume; a field taken from the
+    data (``config.FROM_DATA``) is not compared then."""
+    defaults = to_dict(Config())
+    for key in _RESUME_FIXED:
+        b = _get(new, key, None)
+        a = _get(old, key, _get(defaults, key, None))
+        if isinstance(a, dict) and isinstance(b, dict):
+            a = {**{k: _get(defaults, f"{key}.{k}", None) for k in b if k not in a}, **a}
+            free = [f.split(".", 1)[1] for f in _RESUME_FREE if f.startswith(key + ".")]
+            a, b = ({k: v for k, v in d.items() if k not in free} for d in (a, b))
+            for k in (f.split(".", 1)[1] for f in FROM_DATA if f.startswith(key + ".")):
+                if k not in _get(old, key, {}):
+                    a[k] = b.get(k)
+        if a != b:
+            if isinstance(a, dict) and isinstance(b, dict):
+                diff = [k for k in {**a, **b} if a.get(k) != b.get(k)]
+                key, a, b = f"{key}.{diff[0]}", a.get(diff[0]), b.get(diff[0])
+            raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
+
+
+def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:
+    """The data a run resumes on must be the data it was trained on: equal fingerprints
+    (``PreparedData.fingerprint``, recorded in every checkpoint), wherever it lies now.  A checkpoint
+    without a fingerprint (older versions) needs the same directory."""
+    old_path, new_path = str(_get(meta["config"], "data.path")), str(cfg.data.path)
+    if cfg.data.paths:  # a mixture: its directories, in order
+        old_path, new_path = ", ".join(_get(meta["config"], "data.paths", [])), ", ".join(cfg.data.paths)
+    fix = ("pass --set data.paths=[...] naming the run's prepared directories, in the same order" if cfg.data.paths
+           else "pass --set data.path=DIR naming the run's prepared data")
+    recorded = meta.get("data_fingerprint")
+    if not isinstance(recorded, dict):
+        if os.path.abspath(old_path) != os.path.abspath(new_path):
+            raise TrainingError(f"--resume: data.path changed from {old_path!r} to {new_path!r} and the checkpoint "
+                                "records no data fingerprint to check the moved data against (written by an older "
+                                "version); resume with the original data.path")
+        return
+    now = data.fingerprint()
+    diff = [k for k in recorded if recorded[k] != now.get(k)]
+    if diff:
+        def show(v: Any) -> str:
+            return f"{v[:12]}..." if isinstance(v, str) and len(v) > 16 else repr(v)
+
+        raise TrainingError(f"--resume: {new_path} is not the data this run was trained on ({old_path}): "
+                            + ", ".join(f"{k} {show(now.get(k))} here but {show(recorded[k])} recorded" for k in diff)
+                            + f"; {fix}")
+
+
+def load_training_state(ckpt: Path, meta: dict[str, Any], state_sd: dict[str, Tensor],
+                         model: nn.Module, opt: torch.optim.Optimizer, par: Parallel) -> None:
+    """Weights and AdamW state of checkpoint ``ckpt`` into the (wrapped) model and its optimizer,
+    whatever wrote it and however the ranks share the model now: a sharded checkpoint (FSDP, any
+    world size) is resharded by DCP, collectively under FSDP, else read whole by each process; an
+    unsharded one's AdamW state is loaded as it is, or split into this rank's shards under FSDP (its
+    weights were loaded before the model was wrapped)."""
+    groups = meta["optimizer_param_groups"]
+    if ckpt_mod.is_sharded(meta):
+        sharded_ckpt.load_into(ckpt, model, opt, groups, distributed=par.sharded)
+    elif par.sharded:
+        sharded_ckpt.load_full_into(opt, state_sd, groups)
+    else:
+        ckpt_mod.optimizer_from_tensors(opt, state_sd, groups)
+
+
+def rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:
+    """The RNG states of ``rank`` in a checkpoint's tensors: ``rng.*.rankN`` (written under DDP), else
+    the plain ``rng.*`` for rank 0 (a single process); None for a rank the checkpoint has none for."""
+    mine = {k[: -len(f".rank{rank}")]: v for k, v in state.items() if k.startswith("rng.") and k.endswith(f".rank{rank}")}
+    if mine:
+        return mine
+    return {k: v for k, v in state.items() if k.startswith("rng.") and ".rank" not in k} if rank == 0 else None
+
+
+def load_run_config(run_dir: str | os.PathLike) -> Config:
+    import tomllib
+
+    p = Path(run_dir) / "config.toml"
+    if not p.is_file():
+        raise TrainingError(f"{run_dir}: not a run directory (no config.toml)")
+    return from_dict(Config, tomllib.loads(p.read_text()))  # the source may be gone
+
+
+def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Parallel, dd, selector,
+                        meta: dict[str, Any], keep: int) -> Path | None:
+    """Write the checkpoint of ``step`` (``meta``: the trainer's config, data position, clocks, ...;
+    the optimizer's param groups are added): rank 0 writes it, or every rank its shards under FSDP.
+    Every rank's RNG streams are gathered; non-finite weights are refused (the last good checkpoint
+    named); a failed write (disk full) leaves nothing and names the intact last checkpoint."""
+    import torch.distributed as dist
+
+    rng = ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None)
+    ranks = [rng]
+    if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
+        ranks = [None] * dd.world
+        dist.all_gather_object(ranks, rng)
+    finite = bool(torch.stack([torch.isfinite(getattr(p, "_local_tensor", p)).all() for p in model.parameters()]).all()
+                  ) if par.sharded or dd.main else True  # under FSDP: this rank's shards
+    if par.sharded:
+        finite = par.all_true(finite)  # each rank checked its own shards
+    if not (dd.main or par.sharded):
+        return None
+    if not finite:
+        raise TrainingError(f"non-finite weights at step {step}; not saved. Last good checkpoint: "
+                            f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the data)")
+    tensors, groups = ({}, opt.state_dict()["param_groups"]) if par.sharded else ckpt_mod.optimizer_to_tensors(opt)
+    if selector is not None:
+        tensors["importance"] = selector.scores.detach().cpu().contiguous()
+    tensors.update(rng)
+    if dd.world > 1:
+        for r, t in enumerate(ranks):
+            tensors.update({f"{k}.rank{r}": v for k, v in t.items()})
+    meta = {**meta, "optimizer_param_groups": groups}
+    try:
+        if par.sharded:  # collective: every rank writes its shards
+            return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, keep, dd)
+        return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, keep)
+    except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+        raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
+                            f"checkpoint of step {step}; nothing of it was kept, the last checkpoint "
+                            f"({ckpt_mod.latest(run_dir) or 'none'}) is intact: free space, then --resume") from None

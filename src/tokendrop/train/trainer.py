@@ -1,0 +1,606 @@
+"""Pretraining: ``pretrain(cfg, out_dir)`` runs (or resumes) a whole job and returns a ``PretrainResult``.
+
+It works in one process or under ``torchrun`` (DDP or FSDP2: gloo on CPU, NCCL on GPU); the global
+batch is ``train.batch_size`` whatever the number of ranks, split into per-rank micro-batches with
+gradient accumulation.  The run goes through named phases (``_Trainer``): set up (device, data, the
+resolved config), open the run directory (new, or the checkpoint to resume), build the model,
+selector and optimizer, restore a checkpoint's state, the loop (``train_step`` -> ``host_sync`` ->
+``log_step`` / ``evaluate`` / ``checkpoint``), finish.  One optimizer step is ``tokendrop.train.step``;
+what a resume refuses and loads is ``tokendrop.train.resume``.  SIGINT/SIGTERM stop after the current step
+with a checkpoint (every rank after the same step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
+from tokendrop.data.masking import unigram_entropy
+from tokendrop.data.mixture import realised
+from tokendrop.dropping.flops import RunFlops, step_flops
+from tokendrop.dropping.importance import build_selector, pinned_ids
+from tokendrop.errors import TrainingError
+from tokendrop.models.attention import check_training_device
+from tokendrop.models.families import build_model, spec_of
+from tokendrop.models.masked_lm import num_parameters
+from tokendrop.runs import rundir
+from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.train.budget import RunLength, budget_clock
+from tokendrop.train.console import (LOG_FILE, Progress, RunLog, eta, interval_line, is_terminal, pretrain_banner,
+                                     pretrain_summary, unigram_note)
+from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
+from tokendrop.train.metrics import MetricsLog, read_metrics
+from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
+from tokendrop.train.resume import (  # noqa: F401 -- re-exported
+    check_resume_compatible,
+    check_resume_data,
+    load_run_config,
+    load_training_state,
+    rank_rng,
+    save_training_state,
+)
+from tokendrop.train.run_config import open_run_data, resolve_init
+from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
+from tokendrop.train.schedules import lr_schedule, mask_schedule
+from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
+from tokendrop.train.trackers import check_installed
+from tokendrop.train.warmups import StepPlan, default_micro_batch
+
+
+# ----------------------------------------------------------------------------------------------
+# logging
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop
+
+
+@dataclass
+class PretrainResult:
+    run_dir: Path
+    steps: int
+    interrupted: bool
+    wall_time: float  # seconds of training steps (excluding evaluation and checkpoints)
+    tokens_per_s: float
+    final_eval: dict[str, float]
+    flops_per_step: dict[str, float]
+    importance: Tensor | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stop_signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
+    already_finished: bool = False  # resumed a run that had already reached train.steps: nothing was trained
+
+
+def pretrain(
+    cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None,
+    overwrite: bool = False, clock=None, banner: bool | None = None,
+) -> PretrainResult:
+    """Run (or resume) a pretraining job into ``out_dir``.
+
+    ``stop_at``: pause after that step (a checkpoint is written; ``--resume`` continues), as a
+    SIGINT/SIGTERM would; the schedule still runs to ``train.steps``.
+    ``overwrite``: start over in an existing run directory (only one tokendrop marked as a run and
+    that holds none of the run's inputs; ``tokendrop.runs.rundir.prepare_output``).  The run directory is
+    locked (rank 0) for the whole call: a second writer fails at once with "... in use by pid N".
+    ``clock``: the seconds clock training time is measured with (default ``train.budget_clock``'s:
+    ``time.perf_counter`` or ``time.process_time``; tests pass a fake one to check
+    ``train.time_budget`` without sleeping).
+    ``progress``: a progress bar on a terminal, one line per log interval anywhere else (a batch
+    job's log); ``banner`` (default: ``progress``): the start-up block (what the run will do) and the
+    end summary (the time of each phase) on stderr.  Both always go to ``RUN/log.txt``.
+    """
+    cfg.validate()
+    check_installed(cfg.train.report_to)  # a tracker asked for and not installed: before anything is written
+    src = resolve_init(cfg, resume)  # model.init: resolved once, here (tokendrop.train.run_config)
+    run_dir = Path(out_dir)
+    device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
+    check_training_device(cfg.model.attention_backend, device_kind)
+    dd = init_distributed(device_kind, cfg.train.parallel)
+    threads = torch.get_num_threads()
+    clean = False
+    try:
+        with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
+            result = _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train),
+                               src, progress if banner is None else banner)
+        clean = True
+        return result
+    finally:
+        torch.set_num_threads(threads)  # train.threads applies to this run only
+        close_distributed(dd, clean)
+
+
+def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
+              overwrite: bool = False, clock=time.perf_counter, src=None, banner: bool = True) -> PretrainResult:
+    t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src, banner)
+    t.set_up()
+    done = t.open_run()
+    if done is not None:  # resumed a run that had already finished: nothing to do
+        return done
+    t.build()
+    t.announce()
+    t.warm_up()
+    t.wrap()
+    t.restore()
+    t.make_step()
+    t.start()
+    return t.run()
+
+
+class _Trainer:
+    """One pretraining run as a sequence of phases, each a method:
+
+        set_up     device, precision, the batch geometry, the prepared data and the resolved config
+        open_run   the run directory: a new one (config.toml, tokenizer) or the checkpoint to resume
+        build      model, selector, the source's weights (``model.init``)
+        announce   the start-up banner (console and RUN/log.txt): what the run will do
+        warm_up    a new run: the MLM-head warm-up and the importance warm start (tokendrop.train.continued)
+        wrap       DDP/FSDP wrapping, AdamW
+        restore    (resume) weights, AdamW state, importance, every rank's RNG
+        make_step  the step function and the loader (at the resumed position)
+        start      the metrics log, the start row and the step-0 evaluation of a new run
+        run        the loop: ``train_step`` -> ``host_sync`` -> ``log_step`` / ``evaluate`` /
+                   ``checkpoint`` -> ``finish``
+
+    The attributes are the run's state; nothing of the config is changed after ``set_up``.  Each
+    phase's wall time is added to ``phases`` (the end summary's)."""
+
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
+                 overwrite: bool, clock, src, banner: bool = True):
+        self.cfg, self.run_dir, self.resume, self.progress, self.dd = cfg, run_dir, resume, progress, dd
+        self.stop_at, self.overwrite, self.clock, self.src, self.banner = stop_at, overwrite, clock, src, banner
+        self.meta_in: dict[str, Any] | None = None
+        self.t_begin = self.t_phase = time.perf_counter()
+        self.phases = {"set-up": 0.0, "MLM-head warm-up": 0.0, "importance pass": 0.0, "training": 0.0,
+                       "evaluation": 0.0, "checkpoints": 0.0}
+        self.console = RunLog(None, banner and dd.main)  # RUN/log.txt once the run directory exists
+
+    def _phase(self, name: str) -> None:
+        """Add the wall time since the last mark to phase ``name``."""
+        now = time.perf_counter()
+        self.phases[name] += now - self.t_phase
+        self.t_phase = now
+
+    # -- set up --------------------------------------------------------------------------------------
+    def set_up(self) -> None:
+        cfg, tc, dd = self.cfg, self.cfg.train, self.dd
+        self.masks = mask_schedule(cfg.data)  # tokendrop.train.schedules
+        self.device = resolve_device(tc.device, dd.local_rank, "train.device", ConfigError)
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        if tc.deterministic:
+            torch.use_deterministic_algorithms(True)
+        self.amp = autocast_dtype(tc.precision, self.device)
+        if tc.batch_size % dd.world:
+            raise ConfigError(f"train.batch_size: {tc.batch_size} is not divisible by the {dd.world} ranks")
+        per_rank = tc.batch_size // dd.world
+        self.micro_bs = tc.micro_batch_size or default_micro_batch(cfg, per_rank, dd.world)
+        if per_rank % self.micro_bs:
+            raise ConfigError(f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch {per_rank}")
+        self.accum = per_rank // self.micro_bs
+        if self.resume and cfg.data.path and not os.path.isdir(cfg.data.path):
+            where = (f"is relative and not found from {os.getcwd()}; resume from the directory the run was started "
+                     "in, or" if not os.path.isabs(cfg.data.path) else "is not there any more; if the data moved,")
+            raise TrainingError(f"--resume: data.path {cfg.data.path!r} {where} pass --set data.path=DIR (accepted "
+                                "when its fingerprint equals the one the run recorded)")
+        # the resolved config (train.tokens / epochs / warmup_ratio as steps): not changed from here on
+        self.cfg, self.data = open_run_data(cfg, self.src, new_run=not self.resume, world=dd.world)
+        self.data_fp = self.data.fingerprint()
+        self.T = self.data.seq_len
+        self.tc = self.cfg.train
+        self.length, self.lrs = RunLength.of(self.tc), lr_schedule(self.tc)
+
+    # -- the run directory ---------------------------------------------------------------------------
+    def open_run(self) -> PretrainResult | None:
+        cfg, dd, run_dir = self.cfg, self.dd, self.run_dir
+        mode = "new"
+        if self.resume:
+            try:  # the shared verifying loader; a bad checkpoint is skipped with a warning naming its file
+                self.last, self.meta_in, self.model_sd, self.state_sd = ckpt_mod.load_verified(
+                    run_dir, state=True, fallback=True, consolidate=False)  # shards: in restore
+            except ckpt_mod.CheckpointError as e:
+                raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})") from None
+            check_resume_compatible(self.meta_in["config"], to_dict(cfg))
+            check_resume_data(self.meta_in, cfg, self.data)
+            step, used = int(self.meta_in["step"]), float(self.meta_in.get("wall_time", 0.0))
+            if self.length.finished(step, used):  # a requeued or repeated launch of a finished run
+                return _finished(run_dir, step, self.length, dd, self.meta_in)
+        elif dd.main:
+            mode = rundir.prepare_output(run_dir, "run", self.overwrite, error=TrainingError, resumable=False,
+                                         inputs=[cfg.data.path, *cfg.data.paths, cfg.model.init, cfg.drop.counts_path])
+        if dd.main:
+            if mode == "replace":
+                rundir.discard(run_dir)
+            rundir.create(run_dir, "run")
+            rundir.atomic_write_text(run_dir / "config.toml", to_toml(cfg))
+            tok_dst = run_dir / "tokenizer"
+            if not tok_dst.exists():
+                from tokendrop.models.hf import copy_tokenizer
+
+                with rundir.atomic_directory(tok_dst) as tok_tmp:
+                    copy_tokenizer(self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
+            self.console.path = run_dir / LOG_FILE
+        if dd.world > 1:
+            dist.barrier()
+        return None
+
+    # -- model, selector, optimizer; the step and the loader ------------------------------------------
+    def build(self) -> None:
+        """The model (the family's MLM model), the selector, and a new run's source weights."""
+        cfg, tc, dd, data, device = self.cfg, self.tc, self.dd, self.data, self.device
+        torch.manual_seed(tc.seed)
+        model = self.model = build_model(cfg.model, cfg.drop)  # the family's MLM model
+        for name in spec_of(cfg.model).pretrain_frozen:  # BERT's pooler: no NSP, not trained in pretraining
+            model.get_submodule(name).requires_grad_(False)
+        model.to(device)
+        if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
+            torch.manual_seed(tc.seed + dd.rank)
+        counts = None
+        if METHODS[cfg.drop.method].needs_counts:
+            counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
+        self.selector = None
+        if cfg.drop.enabled:  # each rank its own random draws
+            pinned = pinned_ids(cfg.drop, data.vocab() if cfg.drop.pinned_tokens else [])
+            self.selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, self.T, pinned, counts,
+                                           seed=tc.seed + dd.rank, device=device)
+        self.init_events = [] if self.meta_in is not None else load_source(cfg, model, self.run_dir, dd, self.src)
+        self._phase("set-up")
+
+    def announce(self) -> None:
+        """The start-up banner (rank 0): on stderr and at the top of this process's part of RUN/log.txt."""
+        self.entropy = unigram_entropy(self.data.token_counts(), self.data.special_ids)
+        if self.dd.main:
+            source, head, importance = describe_warm_ups(self.cfg, self.model, self.selector, self.init_events,
+                                                         new=self.meta_in is None)
+            self.console.block(pretrain_banner(
+                self.cfg, run_dir=self.run_dir, start_step=int(self.meta_in["step"]) if self.meta_in else 0,
+                params=num_parameters(self.model), data=self.data, world=self.dd.world, device=str(self.device),
+                precision=str(self.amp).replace("torch.", "") if self.amp is not None else "fp32",
+                micro_bs=self.micro_bs, accum=self.accum, parallel=self.tc.parallel, threads=torch.get_num_threads(),
+                head_warmup=head, importance=importance, entropy=self.entropy, source=source))
+
+    def warm_up(self) -> None:
+        """A new run: the MLM-head warm-up and the importance warm start (tokendrop.train.continued)."""
+        self.t_phase = time.perf_counter()
+        if self.meta_in is None:
+            self.init_events = warm_start(self.cfg, self.model, self.selector, self.data, self.init_events, self.dd,
+                                          self.device, self.amp, self.micro_bs, self.console if self.dd.main else None)
+        for ev in self.init_events:
+            if ev.get("event") == "head_warmup":
+                self.phases["MLM-head warm-up"] += ev["seconds"]
+            elif ev.get("event") == "importance_init":
+                self.phases["importance pass"] += ev["seconds"]
+        self.t_phase = time.perf_counter()
+
+    def wrap(self) -> None:
+        """DDP/FSDP wrapping (a checkpoint's unsharded weights first) and AdamW."""
+        model, tc, dd, device = self.model, self.tc, self.dd, self.device
+        if self.meta_in is not None and not ckpt_mod.is_sharded(self.meta_in):
+            model.load_state_dict(self.model_sd)  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
+        self.par = wrap(model, tc.parallel if dd.grouped else "ddp", dd, device, self.amp)  # FSDP: before AdamW
+        self.amp = autocast_for(self.par, self.amp, device)
+        self.opt = adamw(model, tc.lr, tc.weight_decay, (tc.adam_beta1, tc.adam_beta2), tc.adam_eps,
+                         fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)
+
+    def make_step(self) -> None:
+        """The step function and the training batches (at the resumed position)."""
+        from tokendrop.data import MLMLoader
+
+        cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
+        self.step_fn = MLMStep(self.model, self.selector, self.opt, cfg, self.amp, self.par,
+                               use_attention_mask=not data.packed, compile=tc.compile)
+        self.loader = MLMLoader(data, split="train", batch_size=self.micro_bs, seed=tc.seed, rank=dd.rank,
+                                world_size=dd.world, mask_prob=self.masks.largest, num_workers=cfg.data.num_workers,
+                                prefetch=cfg.data.prefetch, shuffle=True, loop=True, variable_rate=not self.masks.constant)
+        if self.meta_in is not None:
+            self.loader.load_state_dict(self.meta_in["data_position"])
+        self.shapes = StepPlan(cfg, self.T, data.packed, self.micro_bs, dd.world)  # sequence-length / batch warm-ups
+        self.run_flops = RunFlops(cfg.model, cfg.drop, self.meta_in.get("flops", 0) if self.meta_in else 0)
+
+    def eval_batches(self):
+        from tokendrop.data import MLMLoader
+
+        return MLMLoader(self.data, split="eval", batch_size=self.micro_bs, seed=self.tc.seed,
+                         mask_prob=self.cfg.data.mask_prob_end, num_workers=0, shuffle=False, loop=False)
+
+    # -- resume ----------------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Weights, AdamW state, importance and RNG streams of the checkpoint resumed (nothing for a
+        new run)."""
+        self.start_step, meta = 0, self.meta_in
+        if meta is None:
+            return
+        tc, dd, state = self.tc, self.dd, self.state_sd
+        load_training_state(self.last, meta, state, self.model, self.opt, self.par)
+        if self.selector is not None and "importance" in state:
+            self.selector.scores.copy_(state["importance"].to(self.device))
+        self.start_step = int(meta["step"])
+        rng = rank_rng(state, dd.rank)
+        if rng is None:  # a checkpoint of fewer ranks: a fresh, reproducible stream for this rank
+            torch.manual_seed(tc.seed + dd.rank + 7919 * self.start_step)
+        else:
+            if self.selector is not None and "rng.selector" in rng:
+                self.selector.set_rng_state(rng["rng.selector"], self.device)
+            ckpt_mod.restore_rng(rng)
+        if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
+            rundir.truncate_metrics(self.run_dir, self.start_step)
+
+    # -- the metrics log and step 0 ----------------------------------------------------------------------
+    def start(self) -> None:
+        self._phase("set-up")
+        cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
+        resumed = self.meta_in is not None
+        ids = {}
+        if resumed and dd.main:  # the W&B / MLflow runs this run started: continued, not new ones
+            ids = next((r.get("tracker_ids", {}) for r in read_metrics(self.run_dir) if r.get("event") == "start"), {})
+        self.log = MetricsLog(self.run_dir, dd.main, tc.report_to, name=cfg.name and f"{cfg.name}-{self.run_dir.name}",
+                              resumed=resumed, purge_step=self.start_step + 1 if resumed else None, ids=ids,
+                              config=to_dict(cfg), config_toml=to_toml(cfg))
+        self.has_eval = data.num_sequences("eval") > 0
+        if not self.has_eval and dd.main:
+            print(f"warning: {cfg.data.path} has no held-out sequences (its eval split is empty); this run is not "
+                  "evaluated (prepare the data with more text or a larger --eval-fraction to evaluate it)",
+                  file=sys.stderr)
+        self.peak_flops = None
+        if self.device.type == "cuda":
+            from tokendrop.dropping.flops import gpu_peak_flops
+
+            self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(self.device))  # bf16 dense peak, per GPU
+        self.evaluates = dd.main or self.par.sharded  # FSDP's forward is collective: every rank evaluates
+        if dd.main and self.start_step == 0:
+            self.log.write({"step": 0, "event": "start", "params": num_parameters(self.model), "seq_len": self.T,
+                            "world_size": dd.world, "accum": self.accum,
+                            "stage2_start": None if self.length.timed else stage2_start(cfg),
+                            "device": str(self.device), "parallel": self.par.kind,
+                            **({"time_budget_s": self.length.budget_s} if self.length.timed else {}),
+                            **({"mixture": data.describe()} if cfg.data.paths else {}),
+                            "unigram_entropy": self.entropy, "tracker_ids": self.log.tracker_ids})
+            for ev in self.init_events:
+                self.log.write({"step": 0, **ev})
+        if self.evaluates and self.start_step == 0 and self.has_eval:
+            ev0 = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, tc.eval_batches)
+            self.log.write({"step": 0, "wall_time": 0.0, **ev0, **self._entropy()})  # MetricsLog: rank 0 only
+            self.console.say(f"step 0 (before training): eval loss {ev0['eval_loss']:.4f}"
+                             + (f"; {unigram_note(ev0['eval_loss'], self.entropy)}" if self.entropy else ""))
+            self._phase("evaluation")
+
+    def _entropy(self) -> dict[str, float]:
+        return {"unigram_entropy": self.entropy} if self.entropy is not None else {}
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def run(self) -> PretrainResult:
+        self.wall = float(self.meta_in.get("wall_time", 0.0)) if self.meta_in else 0.0
+        self.cpu = float(self.meta_in.get("cpu_time", 0.0)) if self.meta_in else 0.0  # process CPU s of the steps
+        self.used = self.wall  # training seconds so far (train.time_budget counts these)
+        self.tokens_done = self.tokens_pending = self.pending = 0  # pending: steps since the host last waited
+        self.train_time = 0.0
+        self.history: list[dict[str, Any]] = []
+        # non-finite steps (skipped by MLMStep), counted on the device: the current streak, the longest
+        # streak since the last check, and the total; read where the host waits anyway
+        self.nf = torch.zeros(3, dtype=torch.long, device=self.device)
+        self.streak = self.skipped = 0
+        self.last_eval: dict[str, float] = {}
+        self.last_rec: dict[str, Any] | None = None
+        # a bar on a terminal, else a line per log interval (always into RUN/log.txt)
+        self.pbar = Progress(self.console, self.length.steps or None, self.start_step, "pretrain",
+                             bar=self.progress and self.banner and is_terminal(), console=self.progress) \
+            if self.dd.main else None
+        self.p0 = self.length.progress(self.start_step, self.used)
+        self.it = iter(self.loader)
+        self.step = self.start_step
+        interrupted = False
+        self.model.train()
+        self.t_loop, self.before_loop = time.perf_counter(), dict(self.phases)
+        self.mark()
+        finished = self.length.finished(self.step, self.used)
+        with rundir.StopFlag() as stop, rundir.close_on_error(self.pbar, self.loader, self.log):
+            while not finished:
+                out, record = self.train_step()
+                finished = self.length.finished(self.step, self.used)
+                is_log = self.step % self.tc.log_every == 0 or finished
+                is_eval = self.step % self.tc.eval_every == 0 or finished
+                stopping = self.stop_requested(stop, is_log or is_eval)
+                is_ckpt = self.step % self.tc.ckpt_every == 0 or finished or stopping
+                if is_log or is_eval or is_ckpt:
+                    self.host_sync()
+                if is_log:
+                    self.log_step(out, record)
+                evaluated = is_eval and self.evaluates and self.has_eval
+                if evaluated:
+                    self.evaluate()
+                if is_log or evaluated:
+                    self.say_progress(is_log, evaluated)
+                if is_ckpt:
+                    self.checkpoint()
+                if self.pbar is not None:
+                    self.pbar.update(1)
+                if is_log or is_eval or is_ckpt:
+                    self.mark()  # evaluation and checkpoints are not training time
+                if stopping:
+                    interrupted = True
+                    break
+        return self.finish(interrupted, stop.signum if interrupted else 0)
+
+    def mark(self) -> None:
+        """Training time is counted from here (the run's clock, and the process's CPU time)."""
+        self.t_mark, self.cpu_mark = self.clock(), time.process_time()
+
+    def train_step(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """One optimizer step at progress p: every schedule is a function of (step, p)."""
+        cfg, T, loader = self.cfg, self.T, self.loader
+        p = self.length.progress(self.step, self.used)
+        if not self.masks.constant:
+            loader.set_mask_rate(self.masks.at(p))
+        shape = self.shapes.at(p, loader.sequences_consumed * T)
+        if shape.seq_len != loader.piece_len:
+            loader.set_seq_len(shape.seq_len)
+        micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
+        dropping = dropping_at(cfg, self.length, self.step, p)
+        lr = self.lrs.at(self.step, p)
+        kept = kept_rows(cfg, shape.seq_len, self.step, p)  # rows kept in the drop span (random_ltd: its schedule)
+        sctd = dropping and cfg.drop.consistency_weight > 0 and self.step % cfg.drop.consistency_every == 0
+        f_step = self.run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept, sctd)
+        out = self.step_fn(micro, lr, dropping, self.step, p)
+        bad = (~out["finite"]).long()
+        nf = self.nf
+        nf[0] = (nf[0] + 1) * bad
+        nf[1] = torch.maximum(nf[1], nf[0])
+        nf[2] += bad
+        self.step += 1
+        self.pending += 1
+        self.tokens_done += shape.batch * T
+        self.tokens_pending += shape.batch * T
+        self.used = self.length.agree(self.wall + self.clock() - self.t_mark, self.dd.world)  # DDP: rank 0's clock
+        return out, {"lr": lr, "kept": kept, "dropping": dropping, "shape": shape, "flops_per_step": f_step}
+
+    def stop_requested(self, stop: rundir.StopFlag, host_waits: bool) -> bool:
+        """Read once per step: a signal arriving after this point (while logging or evaluating) is
+        acted on after the next step, never by stopping without the checkpoint.  Under a process group
+        every rank must stop after the same step (the checkpoint is collective): the ranks agree at the
+        steps where the host waits anyway (log, eval, checkpoint), so a signal that reached some ranks
+        only, or at different steps, stops them all together."""
+        signalled = stop.stop
+        if self.dd.world > 1:
+            at_sync = host_waits or self.step % self.tc.ckpt_every == 0
+            signalled = at_sync and not self.par.all_true(not signalled)
+        return signalled or (self.stop_at is not None and self.step >= self.stop_at)
+
+    def host_sync(self) -> None:
+        """The host waits for the device only here, not every step: the time and tokens since the last
+        wait (step_time is their mean), and the non-finite-step counters."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = self.clock() - self.t_mark
+        self.cpu += time.process_time() - self.cpu_mark
+        self.dt = elapsed / self.pending
+        self.tok_s = self.tokens_pending / elapsed if elapsed > 0 else 0.0
+        self.tokens_pending = self.pending = 0
+        self.train_time += elapsed
+        self.wall += elapsed
+        self.streak, worst, self.skipped = self.nf.tolist()
+        self.nf[1] = self.nf[0]
+        if worst >= self.tc.max_nonfinite_steps:
+            raise TrainingError(
+                f"non-finite loss or gradient norm in {worst} consecutive steps at or before step {self.step} "
+                f"(train.max_nonfinite_steps={self.tc.max_nonfinite_steps}); stopped. Last good checkpoint: "
+                f"{ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr or check the data)")
+
+    def log_step(self, out: dict[str, Tensor], r: dict[str, Any]) -> None:
+        shape, kept, dropping = r["shape"], r["kept"], r["dropping"]
+        rec = {"step": self.step, "loss": out["loss"].item(), "acc": out["acc"].item(), "lr": r["lr"],
+               "grad_norm": out["grad_norm"].item(), "kept_fraction": kept / shape.seq_len if dropping else 1.0,
+               "dropping": dropping, "step_time": self.dt, "tokens_per_s": self.tok_s, "wall_time": self.wall,
+               "cpu_time": self.cpu,
+               "flops_per_step": r["flops_per_step"], "flops": self.run_flops.total, "skipped_steps": self.skipped}
+        if self.shapes.active:
+            rec.update(seq_len=shape.seq_len, batch_size=shape.batch)
+        if not self.masks.constant:
+            rec["mask_prob"] = self.loader.mask_rate
+        rec.update(realised(self.loader.state_dict()))  # a mixture's shares drawn so far: mix_0, mix_1, ...
+        if self.peak_flops:
+            rec["mfu"] = rec["flops_per_step"] / self.dt / (self.peak_flops * self.dd.world)
+        self.log.write(rec)
+        self.history.append(rec)
+        self.last_rec = rec
+
+    def say_progress(self, logged: bool, evaluated: bool) -> None:
+        """The bar's figures on a terminal; elsewhere one line (and always one in RUN/log.txt)."""
+        if self.pbar is None:
+            return
+        rec, ev = (self.last_rec if logged else None), (self.last_eval if evaluated else None)
+        post = {}
+        if self.last_rec is not None:
+            post.update(loss=f"{self.last_rec['loss']:.3f}", tok_s=f"{self.last_rec['tokens_per_s']:.0f}")
+        if self.last_eval:
+            post["eval"] = f"{self.last_eval['eval_loss']:.3f}"
+        self.pbar.update(0, **post)
+        left = eta(self.pbar.elapsed(), self.p0, self.length.progress(self.step, self.used))
+        self.pbar.line(interval_line(self.step, self.length.steps or None, rec, ev, self.pbar.elapsed(), left))
+
+    def evaluate(self) -> None:
+        t0 = time.perf_counter()
+        self.last_eval = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.tc.eval_batches)
+        rec = {"step": self.step, "wall_time": self.wall, "flops": self.run_flops.total, **self.last_eval,
+               **self._entropy()}
+        self.log.write(rec)
+        self.history.append(rec)
+        self.phases["evaluation"] += time.perf_counter() - t0
+
+    def checkpoint(self) -> None:
+        if self.streak:  # the weights are those before the streak; no checkpoint until it ends
+            if self.dd.main:
+                print(f"warning: step {self.step}: the last {self.streak} step(s) had a non-finite gradient norm and "
+                      "were skipped; no checkpoint written here", file=sys.stderr)
+            return
+        t0 = time.perf_counter()
+        self.save_checkpoint(self.step)
+        if self.dd.world > 1:
+            dist.barrier()
+        self.phases["checkpoints"] += time.perf_counter() - t0
+
+    def save_checkpoint(self, step: int) -> Path | None:
+        meta = {"config": to_dict(self.cfg), "data_position": self.loader.state_dict(), "wall_time": self.wall,
+                "cpu_time": self.cpu, "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
+                "flops": self.run_flops.total}
+        return save_training_state(self.run_dir, step, self.model, self.opt, self.par, self.dd, self.selector, meta,
+                                   self.tc.keep_checkpoints)
+
+    # -- the end ---------------------------------------------------------------------------------------------
+    def finish(self, interrupted: bool, signum: int) -> PretrainResult:
+        cfg, tc, dd, T = self.cfg, self.tc, self.dd, self.T
+        if self.pbar is not None:
+            self.pbar.close()
+        self.loader.close()
+        loop = time.perf_counter() - self.t_loop  # the loop's wall time less its evaluations and checkpoints
+        self.phases["training"] = loop - sum(self.phases[k] - self.before_loop[k] for k in ("evaluation", "checkpoints"))
+        if dd.main:
+            self.log.write({"step": self.step, "event": "interrupted" if interrupted else "end", "wall_time": self.wall,
+                            "cpu_time": self.cpu, "skipped_steps": int(self.nf[2]), "flops": self.run_flops.total,
+                            "tokens": self.loader.sequences_consumed * T,
+                            "phases_s": {k: round(v, 3) for k, v in self.phases.items()}})
+        self.log.close()
+        if dd.main and not interrupted:
+            from tokendrop.runs.report import write_run_report
+
+            t0 = time.perf_counter()
+            write_run_report(self.run_dir)
+            self.phases["report"] = time.perf_counter() - t0
+        tokens_per_s = self.tokens_done / self.train_time if self.train_time else 0.0
+        self.console.block(pretrain_summary(
+            run_dir=self.run_dir, interrupted=interrupted, step=self.step, total=self.length.steps or None,
+            tokens=self.tokens_done, seconds=time.perf_counter() - self.t_begin, phases=self.phases,
+            tokens_per_s=tokens_per_s, last=self.last_rec, ev=self.last_eval, entropy=self.entropy))
+        flops_drop = step_flops(cfg.model, T, tc.batch_size, cfg.drop if cfg.drop.enabled else None)
+        flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
+        sel = self.selector
+        return PretrainResult(
+            run_dir=self.run_dir, steps=self.step, interrupted=interrupted, wall_time=self.wall,
+            tokens_per_s=tokens_per_s, final_eval=self.last_eval,
+            flops_per_step={"dropping": flops_drop.total, "dense": flops_dense.total},
+            importance=sel.scores.detach().cpu().clone() if sel is not None else None, history=self.history,
+            stop_signal=signum,
+        )
+
+
+def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[str, Any]) -> PretrainResult:
+    """The result of resuming a run whose last checkpoint is at its end (``train.steps`` reached or
+    ``train.time_budget`` used): nothing to train (a requeued job, a restarted torchrun agent, a
+    repeated command); said once on stderr."""
+    if dd.main:
+        print(f"{run_dir}: already finished (its last checkpoint is step {step}, the end of {length.describe()}); "
+              "nothing to do", file=sys.stderr)
+    return PretrainResult(run_dir=run_dir, steps=step, interrupted=False, wall_time=float(meta.get("wall_time", 0.0)),
+                          tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
+
+
+__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics",
+           "load_run_config", "check_resume_compatible"]

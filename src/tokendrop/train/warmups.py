@@ -1,0 +1,78 @@
+"""Sequence-length and batch-size warm-ups of a run: the shape of each optimizer step.
+
+``data.seq_len_start`` (with ``data.seq_len_warmup_share``) and ``train.batch_warmup_*`` resolved
+against the prepared data (T, packed or not) and the ranks (``tokendrop.train.schedules`` has the
+formulas; docs/design.md "Schedules").  ``StepPlan.at(p, tokens_seen)`` is the length L the loader
+cuts the step's sequences to and the number of micro-batches each rank accumulates: a pure
+function of the progress p and the tokens taken so far (which the loader's position determines),
+so a resumed run takes the same shapes as an uninterrupted one.
+
+The batch grows by accumulating more micro-batches per step (the loader yields micro-batches of a
+fixed size in a fixed order and never learns the batch), so the data order is the same as without
+the warm-up and a checkpoint's loader position is exact whatever the step's batch was.  The
+micro-batch must therefore divide the starting batch per rank: without ``train.micro_batch_size``
+it is the largest common divisor of both per-rank batches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tokendrop.config import Config, ConfigError
+from tokendrop.data.pieces import MIN_PIECE
+from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup
+
+
+def default_micro_batch(cfg: Config, per_rank: int, world: int) -> int:
+    """The per-rank micro-batch when ``train.micro_batch_size`` is 0: the per-rank batch, or with a
+    batch warm-up the largest divisor of it and of the warm-up's starting batch per rank."""
+    start = cfg.train.batch_warmup_start
+    if not start or start >= cfg.train.batch_size:
+        return per_rank
+    if start % world:
+        raise ConfigError(f"train.batch_warmup_start: {start} is not divisible by the {world} ranks")
+    return math.gcd(per_rank, start // world)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    seq_len: int  # L: the length of this step's sequences (T outside a sequence-length warm-up)
+    micro: int  # micro-batches this rank accumulates
+    batch: int  # global sequences of length T (the step holds batch T / L pieces of length L)
+
+
+class StepPlan:
+    """The shape of every step of a run (see the module doc)."""
+
+    def __init__(self, cfg: Config, seq_len: int, packed: bool, micro_bs: int, world: int):
+        tc, dc = cfg.train, cfg.data
+        T = seq_len
+        if dc.seq_len_start:
+            if not packed:
+                raise ConfigError(f"data.seq_len_start: the sequence-length warm-up cuts packed sequences into pieces; "
+                                  f"{dc.path} is unpacked (prepare it packed, or set data.seq_len_start = 0)")
+            if dc.seq_len_start > T or T % dc.seq_len_start or dc.seq_len_start < MIN_PIECE:
+                raise ConfigError(f"data.seq_len_start: {dc.seq_len_start} is not a divisor >= {MIN_PIECE} of the "
+                                  f"prepared sequence length {T}; expected e.g. {max(MIN_PIECE, T // 4)}")
+        self.seq = SeqLenWarmup(dc.seq_len_start, dc.seq_len_warmup_share, T)
+        unit = micro_bs * world
+        start = tc.batch_warmup_start
+        if start and start % unit:
+            raise ConfigError(f"train.batch_warmup_start: {start} is not a multiple of the micro-batch {micro_bs} x "
+                              f"{world} ranks; set train.micro_batch_size to a divisor of it")
+        self.batch = BatchWarmup(start, tc.batch_size, unit, tc.batch_warmup_share, tc.batch_warmup_tokens)
+        self.T, self.micro_bs, self.world = T, micro_bs, world
+        self.accum = tc.batch_size // unit
+
+    @property
+    def active(self) -> bool:
+        return self.seq.active or self.batch.active
+
+    def at(self, p: float, tokens_seen: int = 0) -> StepShape:
+        """The shape of the step taken at progress ``p`` after ``tokens_seen`` tokens of the run."""
+        b = self.batch.at(p, tokens_seen)
+        return StepShape(self.seq.at(p), b // (self.micro_bs * self.world), b)
+
+
+__all__ = ["default_micro_batch", "StepShape", "StepPlan"]

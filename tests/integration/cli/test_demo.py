@@ -1,0 +1,103 @@
+"""The main job's wiring, with the two PyPI downloads replaced by generated local files."""
+
+from pathlib import Path
+
+import pytest
+
+import tokendrop.lab.demo as demo
+import tokendrop.lab.fetch as fetch
+from tokendrop.lab.toydata import write_corpus
+
+
+@pytest.mark.slow  # ~18 s CPU; the same wiring (prepare, pretrain x2, fine-tune, report) runs in the continued demo test
+def test_scratch_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
+    from tokendrop.lab.toydata import write_keyword_sentiment
+
+    corpus = write_corpus(tmp_path / "corpus.txt", docs=150)
+    task = write_keyword_sentiment(tmp_path / "task", n_train=64, n_dev=32)
+    monkeypatch.setattr(fetch, "fetch_wiki_sample", lambda cache: corpus)
+    monkeypatch.setattr(fetch, "fetch_sentiment_task", lambda cache: Path(task))
+    summary = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", from_scratch=True)
+    out = capsys.readouterr().out
+    assert "drop / baseline" in out and "report:" in out
+    names = [r["name"] for r in summary["rows"]]
+    assert names == ["baseline", "token-drop"]
+    assert all(r["steps"] == 2 for r in summary["rows"])
+    assert summary["rows"][1]["total_flops"] < summary["rows"][0]["total_flops"]
+    assert set(summary["finetune"]) == {"baseline", "token-drop"}
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "SST-2 acc" in report and (tmp_path / "out" / "comparison.png").is_file()
+
+
+def _fake_vader_sdist(path: Path, lines_by_file: dict[str, list[str]]) -> Path:
+    """A stand-in for the vaderSentiment sdist: ground-truth files of id<TAB>score<TAB>text lines."""
+    from tokendrop.lab.toydata import write_vader_sdist
+
+    return write_vader_sdist(path, {name: "".join(f"{i}\t{1.5 if i % 2 else -1.5}\t{s}\n" for i, s in enumerate(lines))
+                                    for name, lines in lines_by_file.items()})
+
+
+def test_review_corpus_never_contains_a_dev_sentence(tmp_path):
+    from tokendrop.finetune.sst2_vader import (
+        OTHER_SNIPPETS,
+        build_review_corpus,
+        normalize_sentence,
+        read_sst2_sentences,
+    )
+    from tokendrop.lab.toydata import write_keyword_sentiment
+
+    task = write_keyword_sentiment(tmp_path / "task", n_train=80, n_dev=40)
+    dev = read_sst2_sentences(task / "dev.tsv")
+    others = {name: [f"an {name[:4]} snippet number {i} ." for i in range(30)] for name in OTHER_SNIPPETS}
+    others[OTHER_SNIPPETS[0]] += [dev[0].upper(), "  " + dev[1]]  # the same sentences, other case/spacing
+    sdist = _fake_vader_sdist(tmp_path / "vaderSentiment-3.3.2.tar.gz", others)
+    corpus = build_review_corpus(tmp_path / "cache", task, sdist=sdist)
+    docs = [normalize_sentence(d) for d in corpus.read_text().split("\n\n") if d.strip()]
+    assert not set(docs) & {normalize_sentence(s) for s in dev}
+    assert len(docs) == 80 + 90  # every train sentence and every other snippet, minus the two dev copies
+    assert set(normalize_sentence(s) for s in read_sst2_sentences(task / "train.tsv")) <= set(docs)
+
+
+def _fake_minilm(d: Path) -> Path:
+    """A randomly initialised transformers BertModel with an uncased WordPiece vocabulary (no MLM head)."""
+    import json
+
+    import torch
+    import transformers
+
+    from tokendrop.lab.toydata import write_vocab
+
+    vocab = write_vocab(d)
+    n = len(vocab.read_text().splitlines())
+    (d / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer", "do_lower_case": True}))
+    torch.manual_seed(0)
+    conf = transformers.BertConfig(vocab_size=n, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                   intermediate_size=64, max_position_embeddings=512)
+    transformers.BertModel(conf).save_pretrained(d)
+    return d
+
+
+def test_continued_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
+    from tokendrop.finetune.sst2_vader import OTHER_SNIPPETS, build_review_corpus
+    from tokendrop.lab.toydata import write_keyword_sentiment
+
+    source = _fake_minilm(tmp_path / "minilm")
+    task = write_keyword_sentiment(tmp_path / "task", n_train=64, n_dev=32)
+    sdist = _fake_vader_sdist(tmp_path / "v.tar.gz", {n: [f"some {n[:5]} text {i} ." for i in range(200)]
+                                                      for n in OTHER_SNIPPETS})
+    monkeypatch.setattr(fetch, "fetch_minilm", lambda cache: source)
+    monkeypatch.setattr(fetch, "fetch_sentiment_task", lambda cache: Path(task))
+    monkeypatch.setattr(fetch, "fetch_review_corpus", lambda cache, t: build_review_corpus(cache, t, sdist=sdist))
+    summary = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", seeds=2)
+    out = capsys.readouterr().out
+    assert "FLOP-bound speed-up" in out and "report:" in out
+    names = [r["name"] for r in summary["rows"]]
+    assert names == ["MiniLM (not continued)", "baseline", "token-drop"]
+    assert all(len(r["accuracy"]) == 2 for r in summary["rows"])
+    assert summary["rows"][1]["steps"] == 2 and summary["flop_bound_speedup"] > 1.1
+    assert "sentiment acc" in (tmp_path / "out" / "report.md").read_text()
+    # the run records its source; a second call reuses every finished piece
+    cfg = (tmp_path / "out" / "token-drop" / "config.toml").read_text()
+    assert str(source) in cfg and "init_sha256" in cfg
+    again = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", seeds=2)
+    assert [r["accuracy"] for r in again["rows"]] == [r["accuracy"] for r in summary["rows"]]

@@ -1,0 +1,540 @@
+"""More reliability cases: the GPU campaign's output directory (lock, marker, parts
+marked incomplete until they end), ``tokendrop verify`` for finetune / evaluate / study / campaign
+directories, ``finetune --save-model`` keeping its source's config, and a config.json whose shape
+fields are 0 or missing.  Each case asserts the exit code, the one-line message and the disk."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokendrop.runs import rundir
+from test_faults import _one_line_error, _run  # noqa: E402  (the one CLI-call and one-line-error helpers)
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _errors(err: str) -> list[str]:
+    assert "Traceback" not in err, err
+    return [ln for ln in err.splitlines() if ln.startswith("error: ")]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(root.rglob("*"))}
+
+
+def _flip(f: Path, at: int = -30) -> None:
+    b = bytearray(f.read_bytes())
+    b[at] ^= 0x01
+    f.write_bytes(bytes(b))
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. bench --campaign --out: lock, marker, incomplete parts
+
+
+def _campaign_cfg():
+    from tokendrop.lab.bench.campaign import campaign_config
+
+    return campaign_config("dry", ["pytest=false"], dry_run=True)
+
+
+def _fake_runner(monkeypatch, fn):
+    import tokendrop.lab.bench.campaign as camp
+
+    monkeypatch.setattr(camp, "_runner", lambda name: fn)
+
+
+def _writes_files(*names):
+    def fn(cfg, out, budget, r, save, log):
+        for n in names:
+            rundir.atomic_write_text(out / n, f"{r.part} {n}\n")
+            r.files.append(n)
+        r.check("fake", True)
+        save()
+
+    return fn
+
+
+def test_campaign_marks_and_locks_its_output(tmp_path, monkeypatch):
+    from tokendrop.lab.bench.campaign import IN_PROGRESS, run_parts
+
+    _fake_runner(monkeypatch, _writes_files("env-extra.txt"))
+    out = tmp_path / "out"
+    (r,) = run_parts(_campaign_cfg(), ["env"], out)
+    assert r.ok and r.complete
+    assert rundir.read_marker(out)["kind"] == "campaign"
+    d = json.loads((out / "env.json").read_text())
+    assert d["complete"] is True and d["ok"] is True and d["files"] == ["env-extra.txt"]
+    assert not (out / IN_PROGRESS).exists() and not rundir.lock_path(out).exists()
+    assert not [p for p in out.iterdir() if ".tmp" in p.name]
+    # a second campaign while one holds the lock: refused at once, nothing touched
+    before = _tree(out)
+    fd = os.open(rundir.lock_path(out), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, b"4242\n")
+        with pytest.raises(rundir.RunDirError, match=r"in use by pid 4242"):
+            run_parts(_campaign_cfg(), ["env"], out)
+    finally:
+        os.close(fd)
+        rundir.lock_path(out).unlink()
+    assert _tree(out) == before
+
+
+def test_campaign_refuses_a_foreign_or_other_kind_directory(tmp_path, monkeypatch, capsys):
+    _fake_runner(monkeypatch, _writes_files())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes\n")
+    rc, _, err = _run(capsys, "bench", "--campaign", "env", "--dry-run", "--out", mine, "--quiet", "--set", "pytest=false")
+    _one_line_error(rc, err, str(mine), "no campaign output")
+    assert _tree(mine) == {"notes.txt": b"my notes\n"}
+    ft = tmp_path / "ft"
+    rundir.create(ft, "finetune")
+    (ft / "metrics.json").write_text("{}")
+    before = _tree(ft)
+    rc, _, err = _run(capsys, "bench", "--campaign", "env", "--dry-run", "--out", ft, "--quiet", "--set", "pytest=false")
+    _one_line_error(rc, err, str(ft), "finetune output, not a campaign's")
+    assert _tree(ft) == before
+
+
+def test_campaign_continues_an_unmarked_earlier_campaign(tmp_path, monkeypatch):
+    """Campaign output written before markers (a PART.json naming its part) is continued and marked."""
+    from tokendrop.lab.bench.campaign import run_parts
+
+    _fake_runner(monkeypatch, _writes_files())
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "bench.json").write_text(json.dumps({"part": "bench", "ok": True, "files": []}))
+    (out / "bench.md").write_text("# GPU campaign, part `bench`\n")
+    run_parts(_campaign_cfg(), ["env"], out)
+    assert rundir.read_marker(out)["kind"] == "campaign"
+    assert json.loads((out / "bench.json").read_text())["part"] == "bench"  # the other part's result is kept
+    assert json.loads((out / "env.json").read_text())["complete"] is True
+
+
+def test_rerunning_a_part_replaces_its_earlier_files(tmp_path, monkeypatch):
+    from tokendrop.lab.bench.campaign import run_parts
+
+    out = tmp_path / "out"
+    _fake_runner(monkeypatch, _writes_files("env-a.txt", "sub/env-b.txt"))
+    run_parts(_campaign_cfg(), ["env"], out)
+    assert (out / "sub" / "env-b.txt").is_file()
+    (out / "keep.txt").write_text("not the part's\n")
+    _fake_runner(monkeypatch, _writes_files("env-c.txt"))
+    logs = []
+    run_parts(_campaign_cfg(), ["env"], out, log=logs.append)
+    assert not (out / "env-a.txt").exists() and not (out / "sub").exists()  # no mix of the two runs
+    assert (out / "env-c.txt").is_file() and (out / "keep.txt").read_text() == "not the part's\n"
+    assert json.loads((out / "env.json").read_text())["files"] == ["env-c.txt"]
+    assert any("replacing its earlier result" in x and "2 file(s) removed" in x for x in logs)
+
+
+def test_an_interrupted_part_is_recorded_incomplete(tmp_path, monkeypatch, capsys):
+    from tokendrop.lab.bench.campaign import IN_PROGRESS, run_parts
+
+    def interrupted(cfg, out, budget, r, save, log):
+        r.summary.append("phase 1 done")
+        save()
+        raise KeyboardInterrupt
+
+    _fake_runner(monkeypatch, interrupted)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_parts(_campaign_cfg(), ["env", "bench"], out)
+    d = json.loads((out / "env.json").read_text())
+    assert d["complete"] is False and d["ok"] is False and d["summary"] == ["phase 1 done"]
+    assert d["error"] == "interrupted (SIGINT) before the part finished"
+    assert "result: **INCOMPLETE**" in (out / "env.md").read_text()
+    assert not (out / "bench.json").exists()  # the next part never started
+    assert not (out / IN_PROGRESS).exists() and not rundir.lock_path(out).exists()
+    assert "holds what it finished (complete: false)" in capsys.readouterr().err
+    rc, _, err = _run(capsys, "verify", out)
+    assert rc == 2 and any("part env did not finish" in e and str(out / "env.json") in e for e in _errors(err))
+
+
+KILLED = textwrap.dedent("""
+    import os, signal, sys
+    import tokendrop.lab.bench.campaign as camp
+    from tokendrop.lab.bench.campaign import campaign_config, run_parts
+
+    def killed(cfg, out, budget, r, save, log):
+        r.summary.append("phase 1 done")
+        save()
+        os.kill(os.getpid(), signal.SIGKILL)  # a hard kill: no clean-up runs
+
+    camp._runner = lambda name: killed
+    run_parts(campaign_config("dry", ["pytest=false"], dry_run=True), ["env"], sys.argv[1])
+""")
+
+
+def test_a_campaign_killed_during_a_part_is_reported_by_the_next_one(tmp_path, monkeypatch, capsys):
+    from tokendrop.lab.bench.campaign import IN_PROGRESS, run_parts
+
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-c", KILLED, str(out)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr
+    d = json.loads((out / "env.json").read_text())
+    assert d["complete"] is False and d["summary"] == ["phase 1 done"] and not d["error"]
+    rec = json.loads((out / IN_PROGRESS).read_text())
+    assert rec["part"] == "env" and isinstance(rec["pid"], int)
+    rc, _, err = _run(capsys, "verify", out)
+    assert rc == 2 and any("part env did not finish" in e for e in _errors(err))
+    # the lock died with the process: the next campaign runs, says what it found, and finishes the part
+    _fake_runner(monkeypatch, _writes_files())
+    (r,) = run_parts(_campaign_cfg(), ["env"], out)
+    err = capsys.readouterr().err
+    assert "warning:" in err and "part env of an earlier campaign" in err and "was killed before it finished" in err
+    assert r.complete and json.loads((out / "env.json").read_text())["complete"] is True
+    assert not (out / IN_PROGRESS).exists()
+    rc, _, err = _run(capsys, "verify", out)
+    assert rc == 0 and not _errors(err)
+
+
+def test_campaign_part_files_are_written_atomically(tmp_path, monkeypatch):
+    """write_part goes through rundir's atomic write: a failing write leaves the old PART.json whole."""
+    from tokendrop.lab.bench.campaign.common import PartResult, write_part
+
+    r = PartResult(part="env", dry_run=True, device="cpu")
+    write_part(r, tmp_path, "t")
+    before = (tmp_path / "env.json").read_bytes()
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", boom)
+    r.summary.append("more")
+    with pytest.raises(OSError):
+        write_part(r, tmp_path, "t")
+    assert (tmp_path / "env.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env.json", "env.md"]
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. tokendrop verify: finetune, evaluate, study directories
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    from tokendrop.lab.toydata import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "m-seed0", hidden_size=32, max_position_embeddings=64)
+
+
+@pytest.fixture(scope="module")
+def sst2(tmp_path_factory):
+    from tokendrop.lab.toydata import write_keyword_sentiment
+
+    return write_keyword_sentiment(tmp_path_factory.mktemp("sst") / "SST-2", n_train=32, n_dev=16)
+
+
+@pytest.fixture(scope="module")
+def ft_dir(ckpt, sst2, tmp_path_factory):
+    from tokendrop.config import FinetuneConfig
+    from tokendrop.finetune import finetune
+
+    out = tmp_path_factory.mktemp("ft") / "ft"
+    cfg = FinetuneConfig(task="sst2", data=str(sst2), epochs=1, batch_size=16, max_seq_len=32, device="cpu", threads=1,
+                         log_every=0, save_model=True)
+    finetune(cfg, ckpt, out, log=None)
+    return out
+
+
+def test_verify_a_finetune_output(ft_dir, tmp_path, capsys):
+    before = _tree(ft_dir)
+    rc, out, err = _run(capsys, "verify", ft_dir)
+    assert rc == 0 and not _errors(err), err
+    assert f"{ft_dir}: finetune: task sst2" in out and "sha256 as recorded in metrics.json" in out
+    assert out.strip().endswith("ok (finetune)")
+    assert _tree(ft_dir) == before  # verify writes nothing
+    m = json.loads((ft_dir / "metrics.json").read_text())
+    from tokendrop.train.checkpoint import sha256_file
+
+    assert m["saved_model_sha256"] == sha256_file(ft_dir / "model" / "model.safetensors")
+
+
+@pytest.mark.parametrize("fault, names", [
+    ("flip-saved-model", "model/model.safetensors"),
+    ("torn-metrics", "metrics.json"),
+    ("no-predictions", "predictions/dev.tsv"),
+    ("scores-edited", "metrics.json"),
+    ("saved-model-gone", "model"),
+])
+def test_verify_finds_a_damaged_finetune_output(ft_dir, tmp_path, capsys, fault, names):
+    d = tmp_path / "ft"
+    shutil.copytree(ft_dir, d)
+    if fault == "flip-saved-model":
+        _flip(d / "model" / "model.safetensors")
+    elif fault == "torn-metrics":
+        (d / "metrics.json").write_bytes((d / "metrics.json").read_bytes()[:40])
+    elif fault == "no-predictions":
+        (d / "predictions" / "dev.tsv").unlink()
+    elif fault == "scores-edited":
+        m = json.loads((d / "metrics.json").read_text())
+        m["scores"] = {"sst2": "high"}
+        (d / "metrics.json").write_text(json.dumps(m))
+    else:
+        shutil.rmtree(d / "model")
+    rc, _, err = _run(capsys, "verify", d)
+    errs = _errors(err)
+    assert rc == 2 and len(errs) == 1 and f"{d / names}:" in errs[0], err
+    assert "finetune" in errs[0]  # the fix: fine-tune again
+
+
+def _fake_finetune(calls):
+    def fn(cfg, model_path, out_dir, log=None):
+        calls.append(cfg.lr)
+        r = {"task": cfg.task, "scores": {cfg.task: 50.0 + len(calls)}, "config": __import__("dataclasses").asdict(cfg)}
+        rundir.create(out_dir, "finetune")
+        rundir.atomic_write_json(out_dir / "metrics.json", r)
+        return r
+
+    return fn
+
+
+def test_verify_an_evaluation(ckpt, tmp_path, capsys):
+    from tokendrop.lab.toydata import write_checkpoint
+    from tokendrop.finetune import evaluate
+    from tokendrop.finetune.suite import SuiteConfig
+
+    model = tmp_path / "m-seed0"
+    shutil.copytree(ckpt, model)
+    cfg = SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4, 2e-4, 3e-4], glue_data=str(tmp_path / "glue"))
+    ev = tmp_path / "ev"
+    evaluate([str(model)], cfg, ev, finetune_fn=_fake_finetune([]), log=lambda m: None)
+    rc, out, err = _run(capsys, "verify", ev)
+    assert rc == 0 and not _errors(err), err
+    assert "evaluate: 1 model(s), 3 cell(s) checked; 3 of 3 cells of results.json's models finished" in out
+    assert "stale" not in out and "incomplete" not in out
+    cells = sorted(ev.glob("cells/*/sst2/*"))
+    # a torn cell: named once, with the fix
+    (cells[0] / "metrics.json").write_text('{"task": "sst2", "sco')
+    rc, out, err = _run(capsys, "verify", ev)
+    errs = _errors(err)
+    assert rc == 2 and len(errs) == 1, err
+    assert f"{cells[0] / 'metrics.json'}: invalid JSON" in errs[0] and f"remove {cells[0]}" in errs[0]
+    assert "2 of 3 cells of results.json's models finished" in out
+    # a cell gone: results.json's tables cite a result that is not there any more
+    gone = tmp_path / "gone"
+    shutil.move(cells[1], gone)
+    rc, _, err = _run(capsys, "verify", ev)
+    errs = _errors(err)
+    assert rc == 2 and len(errs) == 2, err
+    assert f"{ev / 'results.json'}: counts 3 finished cell(s) of model m but only 2 are under" in errs[1]
+    shutil.move(gone, cells[1])
+    # evaluate recomputes it; then the model is retrained at the same path: its cells are stale (a note)
+    evaluate([str(model)], cfg, ev, finetune_fn=_fake_finetune([]), log=lambda m: None)
+    write_checkpoint(model, hidden_size=32, max_position_embeddings=64, seed=1)
+    rc, out, err = _run(capsys, "verify", ev)
+    assert rc == 0 and "stale: 3 cell(s) of model m" in out, out + err
+    # a suite.toml that does not load
+    (ev / "suite.toml").write_text("tasks = [\n")
+    rc, _, err = _run(capsys, "verify", ev)
+    assert rc == 2 and any(f"{ev / 'suite.toml'}: does not load as a suite" in e for e in _errors(err))
+
+
+def test_verify_an_unfinished_evaluation_notes_the_cells_left(ckpt, tmp_path, capsys):
+    from tokendrop.finetune import evaluate
+    from tokendrop.finetune.suite import SuiteConfig
+
+    cfg = SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4, 2e-4], glue_data=str(tmp_path / "glue"))
+    calls = []
+    inner = _fake_finetune(calls)
+
+    def stops(cfg, model_path, out_dir, log=None):  # Ctrl-C during the second cell
+        if calls:
+            raise KeyboardInterrupt
+        return inner(cfg, model_path, out_dir, log)
+
+    ev = tmp_path / "ev"
+    with pytest.raises(KeyboardInterrupt):
+        evaluate([str(ckpt)], cfg, ev, finetune_fn=stops, log=lambda m: None)
+    rc, out, err = _run(capsys, "verify", ev)
+    assert rc == 0 and not _errors(err), err
+    assert "1 of 2 cells of results.json's models finished" in out and "incomplete: 1 cell(s) still to compute" in out
+
+
+def test_verify_a_study_directory(tiny_data, tmp_path, capsys):
+    """A study's layout (runs/, data/, eval/, study-state.json, study.json), each part checked."""
+    from tokendrop.config import load_config
+    from tokendrop.finetune import evaluate
+    from tokendrop.finetune.suite import SuiteConfig
+    from tokendrop.train.trainer import pretrain
+
+    st = tmp_path / "st"
+    rundir.create(st, "study")
+    shutil.copytree(tiny_data, st / "data" / "packed-64")
+    run = st / "runs" / "baseline-seed0"
+    pretrain(load_config("tiny", [f'data.path="{st / "data" / "packed-64"}"', "train.steps=2", "train.ckpt_every=2",
+                                  "train.eval_every=2", "train.eval_batches=1", "train.log_every=1"]), run, progress=False)
+    evaluate([str(run)], SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4], glue_data=str(tmp_path)),
+             st / "eval", finetune_fn=_fake_finetune([]), log=lambda m: None)
+    rundir.atomic_write_json(st / "study-state.json", {"runs": {"baseline-seed0": {}}, "invocations": []})
+    rc, out, err = _run(capsys, "verify", st)
+    assert rc == 0 and not _errors(err), err
+    assert "study: 1 run(s) (1 finished), 1 prepared dataset(s), an evaluation" in out
+    assert "runs/baseline-seed0: run: 1 checkpoint(s), 1 intact, finished" in out
+    assert "the study has not finished" in out  # no study.json yet
+    assert "eval: evaluate: 1 model(s), 1 cell(s) checked" in out
+    # a study.json naming a run that is gone, a corrupt checkpoint of another, a torn state file
+    rundir.atomic_write_json(st / "study.json", {"runs": {"baseline-seed0": {}, "token-drop-seed0": {}}})
+    _flip(run / "checkpoints" / "step-00000002" / "model.safetensors")
+    (st / "study-state.json").write_text('{"runs": ')
+    rc, _, err = _run(capsys, "verify", st)
+    errs = _errors(err)
+    assert rc == 2 and len(errs) == 3, err
+    assert any(f"{st / 'study-state.json'}: invalid JSON" in e for e in errs)
+    assert any(f"{run / 'checkpoints' / 'step-00000002' / 'model.safetensors'}: corrupt" in e for e in errs)
+    assert any(f"{st / 'runs' / 'token-drop-seed0'}: missing, but study.json reports it" in e for e in errs)
+
+
+def test_verify_says_what_an_unknown_directory_would_need(tmp_path, capsys):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "notes.txt").write_text("n\n")
+    rc, _, err = _run(capsys, "verify", tmp_path / "x")
+    line = _one_line_error(rc, err, str(tmp_path / "x"))
+    assert all(k in line for k in ("finetune", "evaluate", "study", "campaign"))
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. finetune --save-model keeps the source's config
+
+
+def _tiny_hf(family: str, d: Path) -> Path:
+    transformers = pytest.importorskip("transformers")
+    from tokendrop.lab.toydata import task_vocab_tokens, write_vocab
+    from tokendrop.data.tokenizer import SPECIAL_IDS
+    from tokendrop.models.hf import copy_tokenizer
+
+    V, CLS, SEP, PAD = len(task_vocab_tokens()), SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["pad"]
+    torch.manual_seed(0)
+    if family == "modernbert":  # every field our ModelConfig carries away from its default
+        m = transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=2,
+            max_position_embeddings=128, local_attention=8, pad_token_id=PAD, sep_token_id=SEP, eos_token_id=SEP,
+            cls_token_id=CLS, bos_token_id=CLS, global_rope_theta=5000.0, local_rope_theta=777.0, norm_bias=True,
+            norm_eps=1e-6, layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"]))
+    else:
+        m = transformers.BertForMaskedLM(transformers.BertConfig(
+            vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+            max_position_embeddings=128, layer_norm_eps=1e-7, pad_token_id=PAD, sep_token_id=SEP,
+            classifier_dropout=0.3, id2label={0: "a", 1: "b", 2: "c"}))
+    m.save_pretrained(d)
+    copy_tokenizer(write_vocab(d.parent / f"vocab-{family}"), d)
+    return d
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_save_model_keeps_the_source_config_and_reloads_identically(family, sst2, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from tokendrop.config import FinetuneConfig
+    from tokendrop.finetune import finetune
+    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import resolve_init_source
+    from tokendrop.models.bert.model import BertForSequenceClassification
+
+    src = _tiny_hf(family, tmp_path / "src")
+    cfg = FinetuneConfig(task="sst2", data=str(sst2), epochs=1, batch_size=16, max_seq_len=32, device="cpu", threads=1,
+                         log_every=0, save_model=True)
+    finetune(cfg, src, tmp_path / "ft", log=None)
+    saved = tmp_path / "ft" / "model"
+    a, b = json.loads((src / "config.json").read_text()), json.loads((saved / "config.json").read_text())
+    head = {"architectures", "id2label", "label2id", "num_labels", "classifier_dropout"}
+    assert {k: a[k] for k in a if k not in head} == {k: b[k] for k in a if k not in head}
+    assert b["num_labels"] == 2 and len(b["id2label"]) == 2
+    assert b["architectures"] == ["ModernBertForSequenceClassification" if family == "modernbert"
+                                  else "BertForSequenceClassification"]
+    if family == "bert":
+        assert "classifier_dropout" not in b and b["sep_token_id"] == a["sep_token_id"]
+    else:
+        assert (b["cls_token_id"], b["bos_token_id"], b["sep_token_id"]) == (a["cls_token_id"], a["bos_token_id"],
+                                                                              a["sep_token_id"])
+    # our loader reads the same model config back; transformers and ours compute the same logits
+    assert resolve_init_source(str(saved)).model == resolve_init_source(str(src)).model
+    ours, _ = load_pretrained(saved, BertForSequenceClassification, num_labels=2)
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(saved, attn_implementation="eager").eval()
+    ids = torch.randint(5, a["vocab_size"], (2, 20))
+    ids[:, 0] = 2
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(ids), hf(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_saved_model_base_leaves_out_the_source_head():
+    from tokendrop.finetune.trainer import _saved_model_base
+
+    base = {"model_type": "bert", "id2label": {"0": "x"}, "label2id": {"x": 0}, "num_labels": 1,
+            "problem_type": "regression", "classifier_dropout": 0.3, "sep_token_id": 102, "_name_or_path": "m"}
+    assert _saved_model_base(base) == {"model_type": "bert", "sep_token_id": 102, "_name_or_path": "m"}
+    mb = dict(base, model_type="modernbert")
+    assert _saved_model_base(mb)["classifier_dropout"] == 0.3  # ModernBERT's is an architecture field (ours written)
+    assert _saved_model_base(None) is None
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. config.json shape fields 0 / missing: one line naming config.json and the field
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hfsrc")
+    return {f: _tiny_hf(f, root / f) for f in ("bert", "modernbert")}
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", 0), ("hidden_size", 0), ("num_attention_heads", 0),
+                                          ("intermediate_size", 0), ("num_hidden_layers", None),
+                                          ("hidden_size", -64), ("num_hidden_layers", 2.5), ("hidden_size", "32"),
+                                          ("hidden_size", "missing"), ("num_hidden_layers", "missing")])
+def test_config_json_shape_field_zero_or_missing_is_one_line(hf_dirs, tmp_path, capsys, family, field, value):
+    from tokendrop.models.hf import InteropError
+    from tokendrop.models.pretrained import read_hf_dir
+
+    d = tmp_path / "hf"
+    shutil.copytree(hf_dirs[family], d)
+    cj = d / "config.json"
+    c = json.loads(cj.read_text())
+    if value == "missing":
+        del c[field]
+    else:
+        c[field] = value
+    cj.write_text(json.dumps(c))
+    before = _tree(d)
+    with pytest.raises(InteropError, match=field):
+        read_hf_dir(d)
+    # every consumer: one line naming config.json and the field; nothing written
+    data = tmp_path / "SST-2"
+    from tokendrop.lab.toydata import write_keyword_sentiment
+
+    write_keyword_sentiment(data, n_train=8, n_dev=4)
+    rc, _, err = _run(capsys, "finetune", "--model", d, "--task", "sst2", "--data", data, "--out", tmp_path / "ft",
+                      "--set", "epochs=1", "--set", "device=cpu")
+    line = _one_line_error(rc, err, str(cj), field)
+    assert ("must be an integer > 0" in line) if value != "missing" else ("missing" in line)
+    assert not (tmp_path / "ft").exists()
+    rc, _, err = _run(capsys, "verify", d)
+    assert rc == 2 and any(str(cj) in e and field in e for e in _errors(err))
+    assert _tree(d) == before
+
+
+def test_checkpoint_meta_with_a_zeroed_shape_is_refused(ckpt, tmp_path):
+    """A tokendrop checkpoint records its resolved shape: 0 (the preset's) there means an edited meta.json."""
+    from tokendrop.models.source import InitError, resolve_init_source
+
+    ck = tmp_path / "ck"
+    shutil.copytree(ckpt, ck)
+    meta = json.loads((ck / "meta.json").read_text())
+    meta["config"]["model"]["num_layers"] = 0
+    (ck / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(InitError, match=r"meta.json: model.num_layers is 0, expected the resolved size"):
+        resolve_init_source(str(ck))

@@ -1,0 +1,171 @@
+"""The GPU campaign's CPU dry run: ``benchmarks/gpu_campaign.sh`` with tiny sizes, so the script and
+every part's code path cannot rot between GPU runs.  The whole campaign (all five parts) takes
+~1-1.5 min on 2 cores and is ``slow``; the default run checks the script's plumbing, the config,
+the largest-batch search and the time-to-loss arithmetic."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokendrop.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "benchmarks" / "gpu_campaign.sh"
+
+
+def _run_script(out: Path, parts: list[str], extra: list[str] = (), **env) -> subprocess.CompletedProcess:
+    e = {**os.environ, "PY": sys.executable, "OUT": str(out), "DRY_RUN": "1", "OMP_NUM_THREADS": "1", **env}
+    return subprocess.run(["bash", str(SCRIPT), *parts, "--", "--quiet", *extra], capture_output=True, text=True,
+                          env=e, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def toy_glue(tmp_path_factory):
+    from tokendrop.lab.toydata import write_toy_glue
+
+    return write_toy_glue(tmp_path_factory.mktemp("glue"), n_train=32, n_dev=16)
+
+
+def _part(out: Path, name: str) -> dict:
+    d = json.loads((out / f"{name}.json").read_text())
+    assert (out / f"{name}.md").read_text().startswith(f"# GPU campaign, part `{name}`")
+    return d
+
+
+@pytest.mark.slow
+def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
+    out = tmp_path / "out"
+    p = _run_script(out, ["all"], DATA=str(tiny_data), GLUE=str(toy_glue))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for name in ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern"):
+        d = _part(out, name)
+        assert d["ok"] and not d["error"] and not d["skipped"], (name, d["error"], d["skipped"], d["checks"])
+        assert d["dry_run"] and d["wall_s"] < d["budget_s"]
+        assert f"[{name}] ok" in p.stdout
+    env = _part(out, "env")
+    assert any(x["backend"] == "math" and x["usable"] for x in env["data"]["sdpa_probes"])
+    assert env["data"]["pytest"]["ran"] and env["data"]["pytest"]["counts"]["skipped"] >= 4  # no CUDA: they skip
+    bench = _part(out, "bench")
+    res = json.loads((out / "bench-T32.json").read_text())
+    assert [s["name"] for s in res["settings"]] == ["T32/dense", "T32/drop-0.5", "T32/hf"]
+    tries = [t for m in bench["data"]["max_batch"] for t in m["tries"]]
+    assert {t["fits"] for t in tries} == {True, False}  # the memory limit stopped the search somewhere
+    assert all(m["largest_fit"] >= 4 for m in bench["data"]["max_batch"])
+    modern = json.loads((out / "bench-modern-T128.json").read_text())
+    assert [s["name"] for s in modern["settings"]] == ["T128/dense", "T128/drop-0.5", "T128/hf"]
+    assert modern["info"]["hf_model"] == "transformers.ModernBertForMaskedLM"
+    assert modern["info"]["model"]["family"] == "modernbert"
+    assert "T128/drop-0.5" in (out / "bench-modern.md").read_text()
+    comp = json.loads((out / "bench-compile-T32.json").read_text())
+    assert comp["config"]["compile"] is True and comp["config"]["compile_backend"] == "eager"
+    pre = _part(out, "pretrain")
+    names = {c["name"]: c["ok"] for c in pre["checks"]}
+    assert names["torchrun --nproc-per-node 1 runs pretraining with gloo"] is True
+    assert names["torchrun --nproc-per-node 1 runs pretraining with gloo, train.parallel=fsdp (sharded checkpoint)"] is True
+    assert names["the FSDP run wrote a sharded checkpoint"] is True
+    assert pre["data"]["torchrun_fsdp"]["max_abs_loss_diff_vs_ddp"] <= 1e-5  # fp32 on CPU: FSDP equals DDP
+    assert any(k.startswith("resumed losses equal") and v is True for k, v in names.items())
+    assert pre["data"]["resume"]["max_abs_loss_diff"] == 0.0  # CPU: the resume is exact
+    assert (out / "pretrain-dense-metrics.jsonl").is_file() and (out / "pretrain-compare" / "report.md").is_file()
+    q = _part(out, "quality")
+    assert set(q["data"]["finetune"]) == {"dense", "token-drop"}
+    assert all(set(v) == {"sst2", "qnli"} for v in q["data"]["finetune"].values())
+    assert q["data"]["unigram_plateau"] > 0 and (out / "quality.png").is_file()
+    curves = q["data"]["runs"]
+    assert all(len(r["eval_curve"]) >= 2 for r in curves.values())
+    assert not [f for f in out.rglob("*") if f.name.endswith(".tmp")]
+    assert not [f for f in out.rglob("*.safetensors")]  # checkpoints stay out of OUT
+
+
+def test_script_plumbing_env_part(tmp_path):
+    out = tmp_path / "out"
+    p = _run_script(out, ["env"], ["--set", "pytest=false"])
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    d = _part(out, "env")
+    assert d["ok"] and d["data"]["versions"]["torch"] == torch.__version__
+    assert "[env] ok" in p.stdout and "(dry run)" in p.stdout
+    # a part that cannot find its data records a one-line error and the script exits non-zero
+    p = _run_script(out, ["pretrain"], DATA=str(tmp_path / "nowhere"))
+    assert p.returncode == 1
+    d = _part(out, "pretrain")
+    assert not d["ok"] and "campaign.data: no prepared data at" in d["error"]
+    p = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True)
+    assert p.returncode == 2 and "usage" in p.stderr
+
+
+def test_campaign_config_and_errors():
+    from tokendrop.lab.bench.campaign import PARTS, campaign_config, run_parts
+
+    gpu = campaign_config("gpu")
+    assert gpu.device == "cuda" and not gpu.dry_run and gpu.bench.model == "bert-base"
+    assert gpu.bench.seq_lens == [128, 512] and gpu.pretrain.config == "bert-base-128" and gpu.budget_s <= 540
+    dry = campaign_config("gpu", ["budget_s=100", "bench.rate=0.25"], dry_run=True)
+    assert dry.device == "cpu" and dry.dry_run and dry.budget_s == 100 and dry.bench.rate == 0.25
+    with pytest.raises(ConfigError, match="did you mean 'bench.rounds'"):
+        campaign_config("dry", ["bench.round=3"])
+    with pytest.raises(ConfigError, match="no campaign preset 'nope'"):
+        campaign_config("nope")
+    with pytest.raises(ConfigError, match="one per bench.seq_lens"):
+        campaign_config("dry", ["bench.seq_lens=[32, 64]"])
+    with pytest.raises(ConfigError, match="unknown part 'benchmark'"):
+        run_parts(campaign_config("dry"), ["benchmark"], "/nonexistent")
+    assert PARTS == ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern")
+    m = gpu.modern
+    assert m.model == "modern-base" and m.seq_lens == [512, 1024] and m.vocab_size == 50368 and m.precision == "bf16"
+    dm = campaign_config("dry").modern
+    assert dm.model == "modern-tiny" and dm.seq_lens == [128] and dm.precision == "fp32"
+    with pytest.raises(ConfigError, match="modern.batch_sizes/modern.max_batch_caps: one per modern.seq_lens"):
+        campaign_config("dry", ["modern.seq_lens=[64, 128]"])
+
+
+def test_largest_batch_search_with_a_memory_limit():
+    from tokendrop.lab.bench import bench_config
+    from tokendrop.lab.bench.max_batch import largest_batch
+    from tokendrop.lab.bench.steps import StepBuilder
+    from tokendrop.lab.bench.workload import Setting
+
+    cfg = bench_config({"model": "debug-4x64", "vocab_size": 128, "seq_lens": [16], "batch_sizes": [2], "threads": 1})
+    b = StepBuilder(cfg, torch.device("cpu"))
+    free = largest_batch(b, Setting("tokendrop", "dense", 0.0, 16, 2), cap=8)
+    assert free.largest_fit == 8 and free.first_fail is None and free.stopped == "cap"
+    assert [t.batch_size for t in free.tries] == [2, 4, 8]
+    peaks = {t.batch_size: t.peak_bytes for t in free.tries}
+    assert peaks[2] < peaks[4] < peaks[8]
+    limit = (peaks[4] + peaks[8]) // 2  # 4 fits, 8 does not: bisection between them
+    m = largest_batch(b, Setting("tokendrop", "drop", 0.5, 16, 2), cap=64, memory_limit=limit, resolution=1)
+    assert 4 <= m.largest_fit < m.first_fail <= 8 and m.first_fail - m.largest_fit == 1
+    assert all(t.fits == (t.batch_size <= m.largest_fit) for t in m.tries)
+    none = largest_batch(b, Setting("tokendrop", "dense", 0.0, 16, 2), cap=8, memory_limit=1)
+    assert none.largest_fit == 0 and none.first_fail == 2 and "does not fit" in none.describe()
+
+
+def test_time_to_loss_and_plateau(tiny_data):
+    from tokendrop.lab.bench.campaign.quality_part import time_to_loss, unigram_plateau
+
+    curve = [(0.0, 6.0), (10.0, 4.0), (20.0, 3.0)]
+    assert time_to_loss(curve, 4.0) == 10.0
+    assert time_to_loss(curve, 3.5) == pytest.approx(15.0)
+    assert time_to_loss(curve, 7.0) == 0.0 and time_to_loss(curve, 2.0) is None
+    h = unigram_plateau(str(tiny_data))
+    assert 0 < h < torch.log(torch.tensor(200.0)).item()  # below the uniform distribution's entropy
+
+
+def test_bench_modern_part_dry_run(tmp_path):
+    """The ModernBERT rows alone through the script (seconds): ours dense, 50% drop, transformers'."""
+    out = tmp_path / "out"
+    p = _run_script(out, ["bench-modern"])
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    d = _part(out, "bench-modern")
+    assert d["ok"] and not d["error"] and not d["skipped"], (d["error"], d["skipped"], d["checks"])
+    assert "[bench-modern] ok" in p.stdout
+    res = json.loads((out / "bench-modern-T128.json").read_text())
+    assert [s["name"] for s in res["settings"]] == ["T128/dense", "T128/drop-0.5", "T128/hf"]
+    assert res["info"]["hf_model"] == "transformers.ModernBertForMaskedLM"
+    assert res["config"]["model"] == "modern-tiny" and res["config"]["document_attention"] == "off"
+    assert "max_batch" not in d["data"]  # the [modern] table turns the largest-batch search off
+    assert any(c["name"].startswith("T=128: 50% drop faster") and c["ok"] is None for c in d["checks"])  # GPU-only

@@ -1,0 +1,227 @@
+"""Corpus readers and the wiki-markup cleaner."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import os
+import re
+
+import pytest
+
+from tokendrop.data import DataError, clean_wikitext, iter_documents, resolve_corpus
+from tokendrop.data.corpus import read_wiki_pages
+from synthetic import SHARED_DATA
+
+SHARED = str(SHARED_DATA / "corpus")
+WIKI_DUMP = os.path.join(SHARED, "enwiki-sample-pages-articles.xml.bz2")
+
+
+# ---------------------------------------------------------------------------------------------
+# BERT text, JSONL, directories, globs
+
+
+def test_bert_text_blocks_and_gzip(tmp_path):
+    text = "First line.\nSecond line.\n\n\nDoc two, only line.\n  \nDoc three.\r\nwith CRLF\n"
+    (tmp_path / "a.txt").write_text(text, encoding="utf-8")
+    with gzip.open(tmp_path / "b.txt.gz", "wt", encoding="utf-8") as f:
+        f.write(text)
+    # a gzip file without .gz is recognised by its magic bytes
+    (tmp_path / "c.txt").write_bytes(gzip.compress(text.encode()))
+    want = ["First line.\nSecond line.", "Doc two, only line.", "Doc three.\nwith CRLF"]
+    for name in ("a.txt", "b.txt.gz", "c.txt"):
+        assert list(iter_documents(tmp_path / name)) == want
+
+
+def test_jsonl_text_field(tmp_path):
+    rows = [{"id": 1, "body": "Alpha beta.\n\nGamma."}, {"id": 2, "body": "Delta."}]
+    p = tmp_path / "x.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
+    assert list(iter_documents(p, text_field="body")) == ["Alpha beta.\nGamma.", "Delta."]
+    with pytest.raises(DataError, match=r"x\.jsonl: line 1: no field 'text'"):
+        list(iter_documents(p))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"text": 3}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.jsonl: line 2: field 'text' is int; expected a string"):
+        list(iter_documents(bad))
+    bad.write_text('{"text": "ok"}\nnot json\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.jsonl: line 2: invalid JSON"):
+        list(iter_documents(bad))
+
+
+def test_directories_and_globs(tmp_path):
+    d = tmp_path / "corpus"
+    (d / "sub").mkdir(parents=True)
+    (d / "b.txt").write_text("B doc.\n", encoding="utf-8")
+    (d / "a.txt").write_text("A doc.\n", encoding="utf-8")
+    (d / "sub" / "c.jsonl").write_text('{"text": "C doc."}\n', encoding="utf-8")
+    (d / "notes.md").write_text("ignored\n", encoding="utf-8")
+    (d / ".hidden.txt").write_text("ignored\n", encoding="utf-8")
+    assert list(iter_documents(d)) == ["A doc.", "B doc.", "C doc."]
+    assert [os.path.basename(s.path) for s in resolve_corpus([str(d / "*.txt")])] == ["a.txt", "b.txt"]
+    assert [os.path.basename(s.path) for s in resolve_corpus([str(d / "**" / "*.jsonl")])] == ["c.jsonl"]
+    # the same file twice is read once
+    assert len(resolve_corpus([d / "a.txt", str(d / "a.txt")])) == 1
+    with pytest.raises(DataError, match="glob pattern matches no files"):
+        resolve_corpus([str(d / "*.nothing")])
+    (tmp_path / "empty_dir").mkdir()
+    with pytest.raises(DataError, match="directory contains no corpus files"):
+        resolve_corpus([tmp_path / "empty_dir"])
+
+
+def test_reader_errors(tmp_path):
+    with pytest.raises(DataError, match=r"nope\.txt: no such file or directory"):
+        resolve_corpus([tmp_path / "nope.txt"])
+    binary = tmp_path / "image.txt"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 4)
+    with pytest.raises(DataError, match="binary file"):
+        resolve_corpus([binary])
+    # invalid UTF-8 late in the file (beyond the sniffed head): reported with its line number
+    late = tmp_path / "late.txt"
+    late.write_bytes(("ok line\n" * 10000).encode() + b"caf\xe9 latin-1\n")
+    resolve_corpus([late])
+    with pytest.raises(DataError, match=r"late\.txt: line 10001: invalid UTF-8"):
+        list(iter_documents(late))
+    early = tmp_path / "early.txt"
+    early.write_bytes(b"caf\xe9 au lait\n" * 10)
+    with pytest.raises(DataError, match=r"early\.txt: invalid UTF-8"):
+        resolve_corpus([early])
+    broken = tmp_path / "broken.txt.gz"
+    broken.write_bytes(gzip.compress(b"some text\n" * 1000)[:-30])
+    with pytest.raises(DataError, match=r"broken\.txt\.gz"):
+        list(iter_documents(broken))
+
+
+def test_hf_local_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from datasets.table import InMemoryTable
+
+    # an explicit fingerprint skips datasets' dill hashing (fragile across pyarrow versions)
+    ds = datasets.Dataset(InMemoryTable.from_pydict({"content": ["One doc.\n\nParagraph two.", "Two."]}), fingerprint="t")
+    ds.save_to_disk(str(tmp_path / "ds"))
+    want = ["One doc.\nParagraph two.", "Two."]
+    assert list(iter_documents([f"hf:{tmp_path / 'ds'}"], text_field="content")) == want
+    datasets.DatasetDict({"train": ds, "validation": ds}).save_to_disk(str(tmp_path / "dd"))
+    assert list(iter_documents([f"hf:{tmp_path / 'dd'}@validation"], text_field="content")) == want
+    with pytest.raises(DataError, match="no split 'test'"):
+        list(iter_documents([f"hf:{tmp_path / 'dd'}@test"], text_field="content"))
+    with pytest.raises(DataError, match="no column 'text'"):
+        list(iter_documents([f"hf:{tmp_path / 'ds'}"]))
+    from tokendrop.data import PreparedData, prepare
+    from tokendrop.lab.toydata import write_toy_vocab
+
+    prepare([f"hf:{tmp_path / 'ds'}"], tmp_path / "o", 8, vocab=write_toy_vocab(tmp_path / "v.txt"),
+            text_field="content", eval_fraction=0, workers=1, progress=False)
+    assert PreparedData.open(tmp_path / "o").meta["sources"][0]["format"] == "hf"
+
+
+def test_hf_without_datasets_is_a_clear_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *a, **kw):
+        if name == "datasets":
+            raise ImportError("no datasets")
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(DataError, match="'datasets' package is not installed"):
+        list(iter_documents(["hf:wikitext:wikitext-2-raw-v1@train"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# wiki markup (crafted snippets in real dump syntax)
+
+
+@pytest.mark.parametrize(
+    "wikitext, expected",
+    [
+        # nested templates, including a multi-line infobox with templates inside its parameters
+        ("{{Infobox person\n| name = {{nowrap|A B}}\n| born = {{birth date|1900|1|1}}\n}}\nFoo {{a|{{b|{{c}}}}}} bar.",
+         "Foo bar."),
+        # references: paired (containing templates), self-closing, and with attributes
+        ('Text.<ref name="x">{{cite web |url=http://x.org |title=T}}</ref> More<ref name="x" /> end.<ref>plain</ref>',
+         "Text. More end."),
+        # links: piped, plain, pipe trick, suffixes, section links
+        ("[[political philosophy|Political]] [[anarchy]] [[Paris, Texas|]] [[cat]]s [[History of France#Middle Ages|medieval]]",
+         "Political anarchy Paris cats medieval"),
+        # files with nested links and external links in the caption; categories; interlanguage links
+        ("[[File:Flag.svg|thumb|right|A [[flag]] with [http://x.org a link] [1900]]]Prose starts.\n"
+         "[[Image:X.png|200px]]\n[[Category:Anarchism| ]]\n[[de:Anarchismus]]\n[[:Category:Visible|visible]] text.",
+         "Prose starts.\nvisible text."),
+        # tables (nested), table debris
+        ('Before.\n{| class="wikitable"\n|-\n! H1 !! H2\n|-\n| a || b\n|-\n|\n{|\n| inner\n|}\n|}\nAfter.',
+         "Before.\nAfter."),
+        # comments, tags, bold/italic, entities, magic words
+        ("A <!-- hidden\nover lines --> B. '''Bold''' and ''italic'' H<sub>2</sub>O&nbsp;&amp;&ndash;x<br/>y __NOTOC__",
+         "A B. Bold and italic H2O &–x y"),
+        # headings removed, list markers removed (text kept), non-prose sections dropped
+        ("Intro.\n== History ==\n* item one\n# item two\n: indented\n; term\nText.\n== See also ==\n* [[Other]]\n"
+         "=== Sub ===\nstill skipped\n== References ==\n{{reflist}}\n== Legacy ==\nKept.",
+         "Intro.\nitem one\nitem two\nindented\nterm\nText.\nKept."),
+        # inline templates that carry text, and empty parentheses left by removed ones
+        ("It is {{convert|5|km|mi}} long and {{lang|fr|très}} fine ({{IPA|x}}) here{{citation needed}}.",
+         "It is 5 km long and très fine here."),
+        # external links: labelled, bare
+        ("See [http://example.com Example site] and [https://x.org] or http://bare.url/x now.", "See Example site and or now."),
+        # unclosed template / stray closers do not eat the article
+        ("A {{unclosed B.\nNext line ok.", "A unclosed B.\nNext line ok."),
+        ("Stray }} closer and {{tpl}}.", "Stray closer and."),
+        ("#REDIRECT [[Elsewhere]]", ""),
+        ("<math>x^2</math> Equation.<gallery>\nFile:A.jpg|cap\n</gallery>", "Equation."),
+    ],
+)
+def test_clean_wikitext(wikitext, expected):
+    assert clean_wikitext(wikitext) == expected
+
+
+_DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">
+  <siteinfo><sitename>Wikipedia</sitename></siteinfo>
+  <page><title>Article</title><ns>0</ns><id>1</id>
+    <revision><id>1</id><text xml:space="preserve">'''Article''' is a [[thing|Thing]].&lt;ref&gt;{{cite}}&lt;/ref&gt;
+
+Second &amp;nbsp;paragraph.</text></revision></page>
+  <page><title>Redirect</title><ns>0</ns><id>2</id><redirect title="Article" />
+    <revision><id>2</id><text xml:space="preserve">#REDIRECT [[Article]]</text></revision></page>
+  <page><title>Wikipedia:Policy</title><ns>4</ns><id>3</id>
+    <revision><id>3</id><text xml:space="preserve">Project page.</text></revision></page>
+  <page><title>Sneaky</title><ns>0</ns><id>4</id>
+    <revision><id>4</id><text xml:space="preserve">#redirect [[Article]]</text></revision></page>
+  <page><title>Talk:Article</title><ns>1</ns><id>5</id>
+    <revision><id>5</id><text xml:space="preserve">Talk.</text></revision></page>
+  <page><title>Second</title><ns>0</ns><id>6</id>
+    <revision><id>6</id><text xml:space="preserve">Another [[article]].</text></revision></page>
+</mediawiki>
+"""
+
+
+def test_wiki_dump_reader_skips_redirects_and_namespaces(tmp_path):
+    p = tmp_path / "dump.xml.bz2"
+    p.write_bytes(bz2.compress(_DUMP.encode()))
+    assert [t for t, _ in read_wiki_pages(str(p))] == ["Article", "Second"]
+    assert list(iter_documents(p)) == ["Article is a Thing.\nSecond paragraph.", "Another article."]
+    bad = tmp_path / "bad.xml"
+    bad.write_text(_DUMP[: len(_DUMP) // 2], encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.xml: invalid XML"):
+        list(iter_documents(bad))
+
+
+@pytest.mark.skipif(not os.path.exists(WIKI_DUMP), reason="real dump sample not present")
+def test_real_wikipedia_dump_sample():
+    docs = list(iter_documents(WIKI_DUMP))
+    # 206 pages = 106 articles + 100 redirects
+    assert 100 <= len(docs) <= 106
+    text = "\n".join(docs)
+    for residue in ("{{", "}}", "[[", "]]", "<ref", "</", "{|", "|}", "&nbsp;", "&amp;", "'''", "==", "http://", "[http"):
+        assert residue not in text, residue
+    assert not re.search(r"(?m)^\s*[*#|!]", text)  # no list markers / table rows
+    assert not re.search(r"(?mi)^(?:File|Image|Category):", text)
+    words = text.split()
+    assert len(words) > 300_000  # prose survives
+    # mostly real sentences: >90% of the text is in lines that end like a sentence (the rest: list items)
+    lines = [ln for d in docs for ln in d.split("\n")]
+    prose = sum(len(ln) for ln in lines if ln.endswith((".", '"', ")", ":", "!", "?")))
+    assert prose / sum(len(ln) for ln in lines) > 0.9
+    assert docs[0].startswith("Anarchism is a political philosophy that advocates self-governed societies")

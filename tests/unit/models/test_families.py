@@ -1,0 +1,114 @@
+"""The encoder-family table (tokendrop.models.families.FAMILIES): complete, consistent with the config schema,
+each family's HF adapter a round trip, and no family dispatch outside the table."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokendrop.config import MODEL_FAMILIES, ConfigError, ModelConfig
+from tokendrop.models.families import FAMILIES, TASKS, build_model, spec_for_hf_model_type, spec_of, task_of
+from tokendrop.dropping.flops import describe_model, step_flops
+from tokendrop.models.hf import model_config_from_hf
+
+SRC = Path(__file__).resolve().parents[3] / "src" / "tokendrop"
+TINY = {"bert": dict(family="bert", vocab_size=120, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                     max_position_embeddings=64),
+        "modernbert": dict(preset="modern-tiny", vocab_size=128, sep_token_id=3)}
+
+
+def tiny(family: str) -> ModelConfig:
+    cfg = ModelConfig(**TINY[family])
+    cfg.validate()
+    return cfg
+
+
+def test_table_matches_the_config_schema_and_covers_every_task():
+    assert set(FAMILIES) == set(MODEL_FAMILIES)
+    for name, spec in FAMILIES.items():
+        assert spec.name == name
+        assert set(spec.classes) == set(TASKS) == set(spec.hf_architectures)
+        for task, cls in spec.classes.items():
+            assert task_of(cls) == task
+        assert spec_for_hf_model_type(spec.hf_model_type) is spec
+    assert spec_for_hf_model_type("roberta") is None
+    with pytest.raises(ConfigError, match="model.family: unknown family 'gpt'"):
+        spec_of("gpt")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_adapter_round_trips_config_and_weights(family):
+    """config.json and tensor names, ours -> transformers -> ours, are the identity; the export's
+    layout is recognised as the family's MLM class; pretraining's frozen modules exist."""
+    spec = spec_of(family)
+    cfg = tiny(family)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    back = spec.config_from_hf(spec.hf_config(cfg, [spec.hf_architectures["mlm"]]), "config.json")
+    arch = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
+            "family", "layer_norm_eps")
+    assert {k: getattr(back, k) for k in arch} == {k: getattr(cfg, k) for k in arch}
+    assert model_config_from_hf(spec.hf_config(cfg, None)).family == family  # dispatch by model_type
+    sd = model.state_dict()
+    hf = spec.to_hf(sd)
+    ours = spec.from_hf(hf)
+    tied = {k for k in sd if k not in ours}  # the decoder tied to the word embeddings
+    assert all(sd[k].data_ptr() == model.state_dict()[k].data_ptr() for k in tied)
+    assert len(tied) <= 1
+    for k, v in ours.items():
+        assert torch.equal(v, sd[k]), k
+    layout = spec.check_hf_tensors(Path("model.safetensors"), {k: tuple(v.shape) for k, v in hf.items()}, cfg)
+    assert layout == spec.hf_architectures["mlm"]
+    for name in spec.pretrain_frozen:
+        model.get_submodule(name)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_flop_model_reads_the_family(family):
+    """GeGLU counts 3 d f matrices per row where a plain FFN counts 2: the difference between the
+    family's count and the same shape counted as the other FFN is exactly one d x f matrix per row."""
+    spec = spec_of(family)
+    cfg = tiny(family)
+    T = 32
+    dense = step_flops(cfg, T).encoder
+    other = dataclasses.replace(spec, glu_ffn=not spec.glu_ffn)
+    FAMILIES[family] = other
+    try:
+        flipped = step_flops(cfg, T).encoder
+    finally:
+        FAMILIES[family] = spec
+    one_matrix = 2 * T * cfg.hidden_size * cfg.intermediate_size * cfg.num_layers
+    assert dense - flipped == (one_matrix if spec.glu_ffn else -one_matrix)
+    assert describe_model(cfg).startswith(f"{family}: ")
+
+
+def test_no_family_dispatch_outside_the_table():
+    """Comparisons of ``.family`` live in the config schema and the table only: everything else asks
+    ``spec_of``, so a new family is one registration, not a hunt through if/else chains."""
+    allowed = {"config_model.py", "families.py"}
+    pattern = re.compile(r"family[\"')]*\s*(==|!=|\bnot in\b|\bin\b)|(==|!=)\s*[\"']modernbert[\"']"
+                         r"|[\"']model_type[\"'][^)]*\)\s*(==|!=)")
+    found = [f"{p.relative_to(SRC)}:{i}" for p in sorted(SRC.rglob("*.py")) if p.name not in allowed
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, f"family dispatch outside tokendrop.models.families: {found}"
+
+
+def test_a_new_family_is_one_registration(monkeypatch, tmp_path):
+    """Following docs/design.md's "new encoder family" row with a stand-in (BERT's modules under another
+    name): one FAMILIES entry plus its name in the schema, and building, the FLOP model, the trainer's
+    frozen modules and export all reach it with no other change."""
+    from tokendrop.config import model as config_model
+    from tokendrop.models.hf import save_pretrained
+
+    monkeypatch.setattr(config_model, "MODEL_FAMILIES", (*MODEL_FAMILIES, "bert-copy"))
+    monkeypatch.setitem(FAMILIES, "bert-copy", dataclasses.replace(FAMILIES["bert"], name="bert-copy"))
+    cfg = ModelConfig(**{**TINY["bert"], "family": "bert-copy"})
+    cfg.validate()
+    model = build_model(cfg)
+    assert type(model) is FAMILIES["bert"].classes["mlm"]
+    assert describe_model(cfg).startswith("bert-copy: ")
+    assert step_flops(cfg, 32).encoder == step_flops(tiny("bert"), 32).encoder
+    out = save_pretrained(model, tmp_path / "export")
+    assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()

@@ -1,0 +1,205 @@
+"""The package's import structure: no import cycle anywhere in ``src/tokendrop``.
+
+Every module is parsed with ``ast`` and every ``import`` / ``from ... import`` counts -- at the top
+of the module, inside a function, under ``if TYPE_CHECKING:`` alike -- so a cycle cannot hide behind
+an import deferred into a function.  Relative imports are resolved against the importing module's
+package; ``from pkg import name`` is an edge to the submodule ``pkg.name`` when there is one, else
+to ``pkg``.  A module's implicit import of its parent package is not an edge (every submodule has
+it).  The cycle finder itself is checked on small hand-made graphs, so this test can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def module_files(src: Path = SRC, package: str = "tokendrop") -> dict[str, Path]:
+    """Dotted module name -> file, for every module of ``package`` under ``src``."""
+    out = {}
+    for p in sorted((src / package).rglob("*.py")):
+        parts = p.relative_to(src).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _known(name: str, modules: dict[str, Path]) -> str:
+    """The longest prefix of dotted ``name`` that is one of ``modules`` ("" for none: another package)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that ``module`` imports anywhere in its source."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(_known(a.name, modules) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                out.add(sub if sub in modules else _known(target, modules))
+    out.discard("")
+    out.discard(module)
+    return out
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    modules = module_files(src)
+    return {m: imports_of(m, p, modules) for m, p in modules.items()}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (or a module importing itself),
+    each sorted; Tarjan's algorithm, iterative."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in graph:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1 or v in graph[v]:
+                    cycles.append(sorted(comp))
+    return sorted(cycles)
+
+
+def test_the_cycle_finder_finds_cycles_and_only_cycles():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert find_cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d", "a"}}) == [["a", "b", "c"],
+                                                                                               ["d", "e"]]
+    assert find_cycles({"a": {"a"}}) == [["a"]]
+
+
+def test_imports_are_read_everywhere_in_a_module(tmp_path):
+    """In-function and TYPE_CHECKING imports count; relative imports resolve; ``from pkg import sub``
+    is an edge to the submodule."""
+    pkg = tmp_path / "tokendrop"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low.py").write_text("def f():\n    from .high import g\n")
+    (pkg / "high.py").write_text("from . import low\nfrom .sub import leaf\n")
+    (pkg / "sub" / "__init__.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..low import f\n")
+    (pkg / "sub" / "leaf.py").write_text("import os\nfrom .. import not_a_module\nimport tokendrop.sub.leaf\n")
+    graph = import_graph(tmp_path)
+    assert graph == {"tokendrop": set(), "tokendrop.low": {"tokendrop.high"},
+                     "tokendrop.high": {"tokendrop.low", "tokendrop.sub.leaf"},
+                     "tokendrop.sub": {"tokendrop.low"},
+                     "tokendrop.sub.leaf": {"tokendrop"}}
+    assert find_cycles(graph) == [["tokendrop.high", "tokendrop.low"]]
+
+
+def test_no_import_cycles_in_the_package():
+    graph = import_graph()
+    assert len(graph) > 50 and "tokendrop.config" in graph  # the package was found
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles, each among the modules named (move what both sides need to a lower " \
+        "module): " + "; ".join(", ".join(c) for c in cycles)
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def test_config_parsing_and_the_trainer_stay_low():
+    """Parsing a config imports only the error base, the run-length and schedule vocabularies (no
+    model, no checkpoint reader: it reads no disk); the trainer never needs the benchmark."""
+    graph = import_graph()
+    assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.train.budget",
+                                                     "tokendrop.train.schedules", "tokendrop.config.model", "tokendrop.dropping.methods"}
+    assert not {m for m in _reachable(graph, "tokendrop.train.trainer") if m.startswith("tokendrop.lab.bench")}
+
+
+MAX_LINES = 600
+
+
+def test_no_source_module_over_600_lines():
+    """A module a reader can hold: any module over 600 lines fails, named with its length."""
+    root = Path(__file__).resolve().parents[2] / "src" / "tokendrop"
+    long = {str(p.relative_to(root)): n for p in sorted(root.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them along the concepts of docs/design.md): {long}"
+
+
+def test_selection_methods_are_one_registry():
+    """Every drop.method is a row of tokendrop.dropping.methods.METHODS, and the method classes the code asks
+    about are read from it (a new method cannot silently count as dense or as learning from the loss)."""
+    from tokendrop import config
+    from tokendrop.dropping import methods
+
+    assert config.DROP_METHODS == tuple(methods.METHODS) and config.METHODS is methods.METHODS
+    assert [n for n, m in methods.METHODS.items() if not m.drops] == ["none"]
+    assert set(config.LOSS_METHODS) == {"cumulative", "half_random"}
+    assert set(config.RANDOM_METHODS) == {"half_random", "random", "random_ltd"}
+    assert config.PER_LAYER_METHODS == ("random_ltd",)
+    assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
+    from tokendrop.lab.study.plan import METHODS as ARMS
+
+    for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
+        method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")
+        assert arm.dropping == (methods.METHODS[method].drops or "drop.variant=avg" in arm.overrides), arm.name
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines():
+    """A function a reader can follow: any function (or method) over 80 lines fails, named."""
+    root = Path(__file__).resolve().parents[2] / "src" / "tokendrop"
+    long = []
+    for p in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{p.relative_to(root)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {long}"

@@ -1,0 +1,256 @@
+"""Sequence-length and batch-size warm-ups (tokendrop.train.schedules, tokendrop.train.warmups, the loader's
+framed pieces), the per-step FLOP count and the process budget clock: values against the
+formulas, pieces against a hand-made framing, exact resume, one-line errors, a fake clock."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tokendrop.train import budget
+from tokendrop.train import trainer as train_mod
+from tokendrop.config import ConfigError, load_config
+from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots
+from tokendrop.data.pieces import frame_pieces
+from tokendrop.lab.toydata import toy_prepared
+from tokendrop.dropping.flops import consistency_flops, step_flops
+from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_at, seq_len_at
+from tokendrop.train.trainer import load_run_config, pretrain, read_metrics
+from tokendrop.train.warmups import StepPlan, default_micro_batch
+from batches import unmask as _originals
+
+
+# ---------------------------------------------------------------------------------------------
+# pure functions
+
+
+def test_seq_len_at_follows_its_formula():
+    T = 128
+    for k in range(21):
+        p = k / 20
+        target = 16 + (T - 16) * min(1.0, p / 0.4)
+        want = max(d for d in (16, 32, 64, 128) if d <= target + 1e-9)
+        assert seq_len_at(p, 16, 0.4, T) == want
+        assert SeqLenWarmup(16, 0.4, T).at(p) == want
+    assert seq_len_at(0.0, 16, 0.4, T) == 16 and seq_len_at(0.4, 16, 0.4, T) == T
+    assert seq_len_at(0.3, 0, 0.4, T) == T  # off
+    assert SeqLenWarmup(16, 0.4, T).lengths() == [16, 32, 64, 128]
+    assert SeqLenWarmup(48, 0.5, 96).lengths() == [48, 96]
+
+
+def test_batch_at_follows_its_formula():
+    for k in range(21):
+        r = k / 20
+        want = max(8, int(8 + (64 - 8) * r) // 8 * 8)
+        assert batch_at(r, 8, 64, 8) == want
+    w = BatchWarmup(8, 64, 8, share=0.25)
+    assert [w.at(p) for p in (0.0, 0.125, 0.25, 0.9)] == [8, batch_at(0.5, 8, 64, 8), 64, 64]
+    t = BatchWarmup(8, 64, 4, tokens=1000)
+    assert [t.at(0.9, n) for n in (0, 500, 999, 1000, 5000)] == [8, 36, 60, 64, 64]
+    assert BatchWarmup(0, 64, 8, share=0.2).at(0.0) == 64  # off
+
+
+def test_step_plan_micro_batches():
+    cfg = load_config("tiny", ["train.batch_size=12", "train.batch_warmup_start=4", "train.batch_warmup_share=0.5"])
+    micro = default_micro_batch(cfg, 6, 2)  # 2 ranks: per-rank batches 6 and 2 -> micro-batch 2
+    assert micro == 2
+    plan = StepPlan(cfg, 64, True, micro, 2)
+    assert [(s.micro, s.batch) for s in (plan.at(0.0), plan.at(0.25), plan.at(0.5))] == [(1, 4), (2, 8), (3, 12)]
+
+
+# ---------------------------------------------------------------------------------------------
+# pieces in the loader
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    return PreparedData.open(toy_prepared(tmp_path_factory.mktemp("d") / "packed", seq_len=64, num_docs=200))
+
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pieces_are_framed_and_masked_on_their_own(packed, workers):
+    """At L < T each sequence becomes T/L pieces [CLS] body [SEP] (the body tokens in order), masked
+    with round(rate * n) slots of each piece's own n maskable positions; P_L slots; the batch at
+    L = T afterwards is the plain loader's batch; the same with workers."""
+    B, T = 4, packed.seq_len
+    cls, sep = packed.special_ids["cls"], packed.special_ids["sep"]
+    plain = list(itertools.islice(MLMLoader(packed, batch_size=B, mask_prob=0.3, num_workers=0, variable_rate=True), 4))
+    loader = MLMLoader(packed, batch_size=B, mask_prob=0.3, num_workers=workers, variable_rate=True)
+    it = iter(loader)
+    special = torch.tensor(sorted(packed.special_ids[k] for k in ("pad", "cls", "sep", "mask")))
+    for step, (L, rate) in enumerate([(16, 0.3), (32, 0.2), (16, 0.15), (64, 0.3)]):
+        loader.set_seq_len(L)
+        loader.set_mask_rate(rate)
+        b = next(it)
+        if L == T:
+            assert all(torch.equal(b[k], plain[step][k]) for k in b)
+            continue
+        rows = packed.sequences("train")[loader.batch_indices(0, step)]
+        want = torch.from_numpy(frame_pieces(np.asarray(rows), L, cls, sep)).long()
+        assert b["input_ids"].shape == (B * T // L, L)
+        assert b["mlm_positions"].shape == (B * T // L, num_prediction_slots(L, 0.3))
+        orig = _originals(b)
+        assert torch.equal(orig, want)
+        assert torch.all(orig[:, 0] == cls) and torch.all(orig[:, -1] == sep)
+        assert torch.equal(orig[0, 1:L - 1], torch.from_numpy(np.asarray(rows[0, 1:L - 1])).long())
+        n = (~torch.isin(orig, special)).sum(1)
+        k = torch.clamp(torch.floor(rate * n.double() + 0.5).long(), 1, num_prediction_slots(L, 0.3))
+        assert torch.equal(b["mlm_weights"].sum(1).long(), k)
+    loader.close()
+    with pytest.raises(Exception, match="set_seq_len: expected 64 or a divisor of it"):
+        loader.set_seq_len(24)
+
+
+def test_frame_pieces_by_hand():
+    rows = np.array([[1, 10, 11, 12, 13, 14, 15, 2]])  # [CLS] 6 body tokens [SEP], T = 8
+    assert frame_pieces(rows, 4, 1, 2).tolist() == [[1, 10, 11, 2], [1, 12, 13, 2]]  # 14, 15 do not fit
+
+
+# ---------------------------------------------------------------------------------------------
+# in pretraining
+
+
+def tiny(data, *overrides):
+    return load_config("tiny", [f'data.path="{data}"', "train.log_every=1", "train.deterministic=true",
+                                "train.batch_size=8", "train.eval_batches=1", "train.threads=1", *overrides])
+
+
+def _rows(run):
+    return [r for r in read_metrics(run) if "loss" in r]
+
+
+WARM = ["train.steps=8", "train.ckpt_every=100", "train.eval_every=100", "train.warmup_steps=2",
+        "data.seq_len_start=16", "data.seq_len_warmup_share=0.5", "train.batch_warmup_start=2",
+        "train.batch_warmup_share=0.5", "data.mask_prob=[0.3, 0.15]"]
+
+
+@pytest.mark.parametrize("extra", [["drop.method=cumulative", "drop.consistency_weight=0.1", "drop.consistency_every=2"],
+                                   ["drop.method=random_ltd", "drop.ltd_step=4"]], ids=["sctd", "random_ltd"])
+def test_warmups_in_pretraining_flops_and_exact_resume(tiny_data, tmp_path, extra):
+    """Each step's length and batch are the formulas at p = k / steps; the run's FLOPs are the sum
+    of the per-step counts computed here by hand (shorter sequences, smaller batches, the kept
+    rows relative to the current length, ScTD's dense pass); a run stopped mid-warm-up and resumed
+    ends with the same losses and weights, bit for bit."""
+    cfg = tiny(tiny_data, *WARM, *extra)
+    res = pretrain(cfg, tmp_path / "full", progress=False)
+    cfg = load_run_config(tmp_path / "full")  # as resolved (the vocabulary size from the data); the parsed cfg is unchanged
+    rows = _rows(tmp_path / "full")
+    T, total = 64, 0
+    for r in rows:
+        k = r["step"] - 1
+        L, batch = seq_len_at(k / 8, 16, 0.5, T), batch_at(min(1.0, (k / 8) / 0.5), 2, 8, 2)
+        assert (r["seq_len"], r["batch_size"]) == (L, batch)
+        if cfg.drop.per_layer:
+            kept = ltd_kept(cfg.drop, L, k, 8)
+            f = step_flops(cfg.model, L, batch * T // L, cfg.drop, kept=kept).total
+        else:
+            f = step_flops(cfg.model, L, batch * T // L, cfg.drop, kept=max(1, round(L * 0.5))).total
+            f += consistency_flops(cfg.model, L, batch * T // L) if k % 2 == 0 else 0
+        assert r["flops_per_step"] == f
+        total += f
+        assert r["flops"] == total
+    assert sorted({r["seq_len"] for r in rows}) == [16, 32, 64]
+    end = [r for r in read_metrics(tmp_path / "full") if r.get("event") == "end"][0]
+    assert end["flops"] == total
+    part = pretrain(tiny(tiny_data, *WARM, *extra), tmp_path / "split", progress=False, stop_at=3)
+    assert part.interrupted
+    pretrain(tiny(tiny_data, *WARM, *extra), tmp_path / "split", resume=True, progress=False)
+    assert [(r["loss"], r["flops"]) for r in _rows(tmp_path / "split")] == [(r["loss"], r["flops"]) for r in rows]
+    from safetensors.torch import load_file
+    from tokendrop.train import checkpoint as ckpt_mod
+
+    wa, wb = (load_file(str(ckpt_mod.latest(d) / "model.safetensors")) for d in (tmp_path / "full", tmp_path / "split"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert res.steps == 8
+
+
+def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
+    ov = ["train.steps=5", "train.ckpt_every=100", "train.eval_every=100", "train.batch_warmup_start=2",
+          "train.batch_warmup_tokens=512", "model.family='modernbert'"]
+    pretrain(tiny(tiny_data, *ov), tmp_path / "r", progress=False)
+    seen, got = 0, []
+    for r in _rows(tmp_path / "r"):
+        want = batch_at(min(1.0, seen / 512), 2, 8, 2)
+        got.append(r["batch_size"])
+        assert r["batch_size"] == want
+        seen += want * 64
+    assert got == [2, 2, 4, 8, 8]
+
+
+@pytest.mark.parametrize("overrides, msg", [
+    (["data.seq_len_start=-4"], r"data.seq_len_start: expected a length in \(0, data.seq_len\]"),
+    (["data.seq_len_start=16", "data.seq_len_warmup_share=0"], r"data.seq_len_warmup_share: .* lies outside \(0, 1\)"),
+    (["data.seq_len_start=16", "data.seq_len_warmup_share=1.5"], r"data.seq_len_warmup_share: .* lies outside \(0, 1\)"),
+    (["data.seq_len=64", "data.seq_len_start=128"], r"data.seq_len_start: expected a length in \(0, data.seq_len\]"),
+    (["train.batch_warmup_start=64"], r"train.batch_warmup_start: expected a global batch in \(0, train.batch_size=16\]"),
+    (["train.batch_warmup_start=4"], "set exactly one"),
+    (["train.batch_warmup_start=4", "train.batch_warmup_share=0.1", "train.batch_warmup_tokens=100"], "set exactly one"),
+    (["train.batch_warmup_start=4", "train.batch_warmup_share=1.0"], r"lies outside \(0, 1\)"),
+    (["train.budget_clock='cpu'"], "train.budget_clock: expected one of wall, process"),
+])
+def test_bad_warmup_config(overrides, msg):
+    with pytest.raises(ConfigError, match=msg) as e:
+        load_config("tiny", overrides).validate()
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("overrides, msg", [
+    (["data.seq_len_start=24"], "data.seq_len_start: 24 is not a divisor >= 8 of the prepared sequence length 64"),
+    (["data.seq_len_start=4"], "data.seq_len_start: 4 is not a divisor >= 8"),
+    (["train.batch_warmup_start=3", "train.batch_warmup_share=0.5", "train.micro_batch_size=2"],
+     "train.batch_warmup_start: 3 is not a multiple of the micro-batch 2"),
+])
+def test_warmup_errors_against_the_data(tiny_data, tmp_path, overrides, msg):
+    with pytest.raises(ConfigError, match=msg) as e:
+        pretrain(tiny(tiny_data, "train.steps=2", *overrides), tmp_path / "r", progress=False)
+    assert "\n" not in str(e.value)
+
+
+def test_seq_len_warmup_refuses_unpacked_data(tiny_data_unpacked, tmp_path):
+    with pytest.raises(ConfigError, match="data.seq_len_start: the sequence-length warm-up cuts packed sequences"):
+        pretrain(tiny(tiny_data_unpacked, "train.steps=2", "data.seq_len_start=16"), tmp_path / "r", progress=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the process budget clock
+
+
+def test_budget_clock_picks_the_process_clock(monkeypatch):
+    cfg = load_config("tiny", [])
+    assert budget.budget_clock(cfg.train) is __import__("time").perf_counter
+    cfg = load_config("tiny", ["train.budget_clock='process'"])
+    fake = lambda: 0.0  # noqa: E731
+    monkeypatch.setattr("time.process_time", fake)
+    assert budget.budget_clock(cfg.train) is fake
+
+
+def test_process_clock_budget_stops_within_one_step(tiny_data, tmp_path, monkeypatch):
+    """With train.budget_clock = "process" the run reads time.process_time (here a fake advancing
+    one second per step, not during evaluation) and stops at the first step at or past its budget;
+    the wall clock is never consulted for the budget."""
+    t = [50.0]
+    step_call, eval_call = train_mod.MLMStep.__call__, train_mod.evaluate_mlm
+
+    def step(self, *a, **k):
+        t[0] += 1.0
+        return step_call(self, *a, **k)
+
+    def evaluate(*a, **k):
+        t[0] += 7.0
+        return eval_call(*a, **k)
+
+    monkeypatch.setattr(train_mod.MLMStep, "__call__", step)
+    monkeypatch.setattr(train_mod, "evaluate_mlm", evaluate)
+    monkeypatch.setattr("time.process_time", lambda: t[0])
+    monkeypatch.setattr("time.perf_counter", lambda: 0.0)  # a wall clock that never moves
+    ov = ["train.steps=0", "train.time_budget=5.5s", "train.budget_clock='process'", "train.eval_every=2",
+          "train.ckpt_every=100", "data.seq_len_start=16", "data.seq_len_warmup_share=0.5"]
+    res = pretrain(tiny(tiny_data, *ov), tmp_path / "r", progress=False)
+    assert res.steps == 6 and math.isclose(res.wall_time, 6.0)  # 5 s < 5.5 s <= 6 s
+    rows = _rows(tmp_path / "r")
+    for r in rows:  # the length follows the budget fraction used before the step
+        assert r["seq_len"] == seq_len_at((r["step"] - 1) / 5.5, 16, 0.5, 64)

@@ -14,7 +14,6 @@ Errors are ``ConfigError`` with a one-line message naming the field.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import math
@@ -38,6 +37,7 @@ from tokendrop.config.model import (
     ModelConfig,
 )
 from tokendrop.errors import ConfigError
+from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
 from tokendrop.dropping.methods import (
     DROP_METHODS,
     DROP_VARIANTS,
@@ -439,46 +439,6 @@ def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: 'extends' must be a string naming a preset or a .toml file")
     base = _read_toml(resolve_preset(parent, path.parent), seen + (path,))
     return merge_layer(base, data)
-
-
-# Settings that are one choice spelled by several fields: a layer (a preset over the one it extends,
-# the command line's overrides over the preset) that gives one of them replaces what earlier layers
-# gave for the others, as composer's max_duration or transformers' max_steps over num_train_epochs;
-# two of them in the same layer stay an error (``TrainConfig.validate``).  section -> (field -> "given")
-ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
-    "train": (
-        {"steps": bool, "tokens": bool, "epochs": bool, "time_budget": bool},  # the run's length
-        {"warmup_steps": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
-         "warmup_ratio": bool},  # the learning-rate warm-up
-    ),
-}
-
-
-def merge_layer(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` merged onto ``base`` (``_deep_merge``), where a choice ``over`` makes in one of the
-    ``ONE_CHOICE`` groups replaces the fields of that group ``base`` set (a run's length: a later
-    layer's ``train.time_budget`` replaces an earlier ``train.steps``, whatever the unit)."""
-    base = copy.deepcopy(base)
-    for section, groups in ONE_CHOICE.items():
-        b, o = base.get(section), over.get(section)
-        if not (isinstance(b, dict) and isinstance(o, dict)):
-            continue
-        for group in groups:
-            if any(k in o and test(o[k]) for k, test in group.items()):
-                for k in group:
-                    if k not in o:
-                        b.pop(k, None)
-    return _deep_merge(base, over)
-
-
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:

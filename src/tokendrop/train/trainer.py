@@ -42,24 +42,14 @@ from tokendrop.train.console import (LOG_FILE, Progress, RunLog, eta, interval_l
 from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
 from tokendrop.train.metrics import MetricsLog, read_metrics
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
-from tokendrop.train.resume import (  # noqa: F401 -- re-exported
-    check_resume_compatible,
-    check_resume_data,
-    load_run_config,
-    load_training_state,
-    rank_rng,
-    save_training_state,
-)
+from tokendrop.train.resume import (check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401
+                                    load_training_state, rank_rng, save_training_state)
 from tokendrop.train.run_config import open_run_data, resolve_init
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
 from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
 from tokendrop.train.trackers import check_installed
 from tokendrop.train.warmups import StepPlan, default_micro_batch
-
-
-# ----------------------------------------------------------------------------------------------
-# logging
 
 
 # ----------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
             cfg = from_dict(Config, to_dict(cfg), a.overrides)
         if a.overwrite:
             raise UsageError("--overwrite starts a new run (with --out); --resume continues one; not both")
-        res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet, banner=True)
+        res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet, banner=True, command=a.command_line)
         if res.already_finished:
             return 0
     else:
@@ -76,7 +76,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
             raise UsageError("pretrain needs --config and --out (or --resume RUN_DIR); e.g. tokendrop pretrain "
                              "--config tiny --out runs/tiny --set data.path=DATA")
         cfg = load_config(a.config, [*a.overrides, *init])
-        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite, banner=True)
+        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite, banner=True, command=a.command_line)
     state = "interrupted (checkpoint saved)" if res.interrupted else "finished"
     ev = res.final_eval
     print(f"{state}: {res.steps} steps in {res.wall_time:.1f}s, {res.tokens_per_s:.0f} tokens/s"
@@ -110,7 +110,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 def cmd_export(a: argparse.Namespace) -> int:
     from tokendrop.models.pretrained import export_hf
 
-    out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
+    out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite, command=a.command_line)
     conf = json.loads((out / "config.json").read_text(encoding="utf-8"))
     arch = ", ".join(conf.get("architectures") or ["?"])
     print(f"exported {arch} ({conf.get('model_type')}, {conf.get('num_hidden_layers')} layers x "
@@ -549,7 +549,11 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import shlex
+
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command_line = "tokendrop " + shlex.join(argv)  # what a run's record and an export's model card keep
     import threading
 
     # SIGTERM unwinds like Ctrl-C (atomic outputs clean up); pretrain's own handler checkpoints first

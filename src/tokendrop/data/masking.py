@@ -187,3 +187,14 @@ def unigram_entropy(counts: np.ndarray, special_ids: dict[str, int] | Iterable[i
         return None
     p = c[c > 0] / total
     return float(-(p * np.log(p)).sum())
+
+
+def unigram_note(loss: float, entropy: float | None) -> str:
+    """What an MLM loss means beside the unigram entropy of the data (the loss of predicting every
+    masked token by its corpus frequency alone)."""
+    if entropy is None or not math.isfinite(loss):
+        return ""
+    if loss < entropy:
+        return f"unigram entropy {entropy:.3f} nats: {entropy - loss:.3f} below it"
+    return (f"unigram entropy {entropy:.3f} nats: NOT below it yet -- the model predicts masked tokens no better "
+            "than their corpus frequencies")

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from tokendrop.data.masking import unigram_note  # noqa: F401 -- used by the trainer's lines
+
 LOG_FILE = "log.txt"
 
 
@@ -133,17 +135,6 @@ def eta(elapsed: float, p0: float, p: float) -> float | None:
     if p <= p0 or p >= 1.0:
         return 0.0 if p >= 1.0 else None
     return elapsed * (1.0 - p) / (p - p0)
-
-
-def unigram_note(loss: float, entropy: float | None) -> str:
-    """What an MLM loss means beside the unigram entropy of the data (the loss of predicting every
-    masked token by its corpus frequency alone)."""
-    if entropy is None or not math.isfinite(loss):
-        return ""
-    if loss < entropy:
-        return f"unigram entropy {entropy:.3f} nats: {entropy - loss:.3f} below it"
-    return (f"unigram entropy {entropy:.3f} nats: NOT below it yet -- the model predicts masked tokens no better "
-            "than their corpus frequencies")
 
 
 def phases_line(phases: dict[str, float], total: float) -> str:

@@ -7,8 +7,8 @@ asked for (a one-line error when it is not installed, before anything is written
 * ``"tensorboard"``: ``RUN/tensorboard`` (torch's SummaryWriter);
 * ``"wandb"``: Weights & Biases, ``wandb.init`` with the run's config; project ``$WANDB_PROJECT``
   (default "tokendrop"), ``WANDB_MODE=offline`` works without an account (files under ``RUN/wandb``);
-* ``"mlflow"``: MLflow's tracking client; ``$MLFLOW_TRACKING_URI`` (default: a file store in
-  ``RUN/mlruns``), experiment ``$MLFLOW_EXPERIMENT_NAME`` (default "tokendrop").
+* ``"mlflow"``: MLflow's tracking client; ``$MLFLOW_TRACKING_URI`` (a server, ``sqlite:///mlflow.db``;
+  unset: MLflow's default), experiment ``$MLFLOW_EXPERIMENT_NAME`` (default "tokendrop").
 
 Names are namespaced as transformers' and composer's loggers write them: ``train/loss``,
 ``train/lr``, ``eval/loss``, ``eval/acc``, ``perf/tokens_per_s`` ...  (``tag_of``); the config is
@@ -22,12 +22,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 from tokendrop.config import REPORT_TO, ConfigError
+from tokendrop.errors import TrainingError
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+SETTINGS = {"tensorboard": "RUN/tensorboard must be writable", "wandb": "WANDB_MODE, WANDB_API_KEY, WANDB_PROJECT",
+            "mlflow": "MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME"}
 PERF = {"step_time", "tokens_per_s", "wall_time", "cpu_time", "flops_per_step", "flops", "mfu"}
 
 
@@ -95,7 +99,7 @@ class _WandB:
         import wandb
 
         self.wandb = wandb
-        self.id = run_id or wandb.util.generate_id()
+        self.id = run_id or uuid.uuid4().hex[:8]  # kept in the start record: a resume continues this run
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "tokendrop"), name=name, id=self.id,
                               resume="allow", dir=str(run_dir), config=cfg, reinit="create_new")
 
@@ -117,8 +121,7 @@ class _MLflow:
     def __init__(self, run_dir: Path, name: str, run_id: str | None):
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (run_dir / "mlruns").resolve().as_uri()
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = MlflowClient()  # $MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db here)
         if run_id:
             self.id = run_id
             self.client.update_run(run_id, status="RUNNING")
@@ -167,18 +170,21 @@ class Trackers:
         name = name or run_dir.name
         self.open: list[Any] = []
         self.ids: dict[str, str] = {}
+        kinds = {"tensorboard": lambda: _TensorBoard(run_dir, purge_step),
+                 "wandb": lambda: _WandB(run_dir, name, ids.get("wandb"), config or {}),
+                 "mlflow": lambda: _MLflow(run_dir, name, ids.get("mlflow"))}
         for t in report_to:
             assert t in REPORT_TO, t
-            if t == "tensorboard":
-                self.open.append(_TensorBoard(run_dir, purge_step))
-            elif t == "wandb":
-                w = _WandB(run_dir, name, ids.get("wandb"), config or {})
-                self.ids["wandb"] = w.id
-                self.open.append(w)
-            elif t == "mlflow":
-                m = _MLflow(run_dir, name, ids.get("mlflow"))
-                self.ids["mlflow"] = m.id
-                self.open.append(m)
+            try:
+                tr = kinds[t]()
+            except Exception as e:  # the tracker's own client refused (no server, no login, ...): one line
+                self.close(ok=False)
+                raise TrainingError(f"train.report_to: {t} did not start ({type(e).__name__}: "
+                                    f"{' '.join(str(e).split())[:300]}); fix its settings ({SETTINGS[t]}) or remove "
+                                    f"{t!r} from train.report_to, then --resume") from None
+            if hasattr(tr, "id"):
+                self.ids[t] = tr.id
+            self.open.append(tr)
         if config is not None and not resumed:  # a new run: its config, once
             for tr in self.open:
                 tr.config(config, config_toml)

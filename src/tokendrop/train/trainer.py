@@ -73,7 +73,7 @@ class PretrainResult:
 
 def pretrain(
     cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None,
-    overwrite: bool = False, clock=None, banner: bool | None = None,
+    overwrite: bool = False, clock=None, banner: bool | None = None, command: str = "",
 ) -> PretrainResult:
     """Run (or resume) a pretraining job into ``out_dir``.
 
@@ -87,7 +87,8 @@ def pretrain(
     ``train.time_budget`` without sleeping).
     ``progress``: a progress bar on a terminal, one line per log interval anywhere else (a batch
     job's log); ``banner`` (default: ``progress``): the start-up block (what the run will do) and the
-    end summary (the time of each phase) on stderr.  Both always go to ``RUN/log.txt``.
+    end summary (the time of each phase) on stderr.  Both always go to ``RUN/log.txt``.  ``command``:
+    the command line that started it (the run's start record and its export's model card keep it).
     """
     cfg.validate()
     check_installed(cfg.train.report_to)  # a tracker asked for and not installed: before anything is written
@@ -101,7 +102,7 @@ def pretrain(
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
             result = _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train),
-                               src, progress if banner is None else banner)
+                               src, progress if banner is None else banner, command)
         clean = True
         return result
     finally:
@@ -110,8 +111,10 @@ def pretrain(
 
 
 def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
-              overwrite: bool = False, clock=time.perf_counter, src=None, banner: bool = True) -> PretrainResult:
+              overwrite: bool = False, clock=time.perf_counter, src=None, banner: bool = True,
+              command: str = "") -> PretrainResult:
     t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src, banner)
+    t.command = command
     t.set_up()
     done = t.open_run()
     if done is not None:  # resumed a run that had already finished: nothing to do
@@ -353,7 +356,8 @@ class _Trainer:
                             "device": str(self.device), "parallel": self.par.kind,
                             **({"time_budget_s": self.length.budget_s} if self.length.timed else {}),
                             **({"mixture": data.describe()} if cfg.data.paths else {}),
-                            "unigram_entropy": self.entropy, "tracker_ids": self.log.tracker_ids})
+                            "unigram_entropy": self.entropy, "tracker_ids": self.log.tracker_ids,
+                            **({"command": self.command} if self.command else {})})
             for ev in self.init_events:
                 self.log.write({"step": 0, **ev})
         if self.evaluates and self.start_step == 0 and self.has_eval:

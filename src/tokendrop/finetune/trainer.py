@@ -276,7 +276,8 @@ def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log
         return F.cross_entropy(logits.float(), y)
 
     if log:
-        log(f"{spec.name}: {len(train)} train examples, dev {', '.join(f'{k} {len(v)}' for k, v in dev.items())}; "
+        sizes = ", ".join(f"{k} {len(v)}" for k, v in dev.items()) if list(dev) != ["dev"] else str(len(dev["dev"]))
+        log(f"{spec.name}: {len(train)} train examples, dev {sizes}; "
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}{' bf16' if bf16 else ''}")
     stats = _train(model, cfg, len(train), batch_fn, loss_fn, device, bf16, log)
 
@@ -440,6 +441,9 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
     bf16 = autocast_dtype(cfg.precision, device) is not None
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
+    if log:
+        for line in _banner(cfg, spec, model_path, final, device, bf16):
+            log(line)
     if spec.kind == "squad":
         r = _finetune_squad(cfg, spec, model_path, out, device, bf16, log)
     else:
@@ -478,6 +482,35 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
         result["saved_model_sha256"] = sha256_file(out / "model" / "model.safetensors")
     atomic_write_json(out / "metrics.json", result)
     if log:
-        log(f"{r['spec'].name}: " + ", ".join(f"{k} {v:.2f}" for k, v in result["scores"].items())
-            + f" ({st.examples_per_s:.1f} train ex/s, {result['timing']['total_s']:.1f}s) -> {final / 'metrics.json'}")
+        for line in _summary(result, final):
+            log(line)
     return result
+
+
+def _banner(cfg: FinetuneConfig, spec: TaskSpec, model_path, final: Path, device, bf16: bool) -> list[str]:
+    """What a fine-tuning run will do, before it does it."""
+    kept = "kept in OUT/model" if cfg.save_model else "not kept (--set save_model=true keeps it)"
+    cap = f", at most {cfg.max_train_examples} train examples" if cfg.max_train_examples else ""
+    seq = cfg.max_seq_len_qa if spec.kind == "squad" else cfg.max_seq_len
+    return [f"tokendrop finetune: {spec.name} from {model_path} -> {final}",
+            f"  task      {spec.name} ({spec.kind}, metric {spec.metric}); data {cfg.data}{cap}",
+            f"  length    {cfg.epochs:g} epochs of batch {cfg.batch_size}, max length {seq}",
+            f"  lr        peak {cfg.lr:g}, warm-up {cfg.warmup_ratio:g} of the steps, linear decay to 0; AdamW "
+            f"(weight decay {cfg.weight_decay:g}, grad clip {cfg.grad_clip:g})",
+            f"  device    {device}, {'bf16' if bf16 else 'fp32'}, seed {cfg.seed}, {torch.get_num_threads()} CPU thread(s)",
+            f"  outputs   metrics.json, predictions/; the fine-tuned model: {kept}"]
+
+
+def _summary(result: dict, final: Path) -> list[str]:
+    """The end of a fine-tuning run: its scores, the time of each phase, where the outputs are."""
+    t = result["timing"]
+    phases = {"encoding": t["encode_s"], "training": t["train_s"], "evaluation": t["eval_s"]}
+    other = t["total_s"] - sum(phases.values())
+    st = result["train"]
+    return [f"tokendrop finetune: {result['task']} finished in {t['total_s']:.1f} s",
+            "  scores    " + ", ".join(f"{k} {v:.2f}" for k, v in result["scores"].items()),
+            "  phases    " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+            + (f", other {other:.1f} s" if other >= 0.05 else "")
+            + f"; {st['steps']} steps, {st['examples_per_s']:.1f} train examples/s",
+            f"  outputs   {final / 'metrics.json'}, {final / 'predictions'}"
+            + (f", {final / 'model'}" if result.get("saved_model") else " (the model is not kept)")]

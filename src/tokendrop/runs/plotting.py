@@ -7,12 +7,22 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tokendrop.errors import TokendropError
 from tokendrop.runs.rundir import atomic_file
 
 
+class MissingPlotting(TokendropError, ImportError):
+    """matplotlib is not installed (an extra: ``pip install 'tokendrop[lab]'``)."""
+
+
 def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed)."""
-    import matplotlib
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed); a one-line
+    ``MissingPlotting`` (an ImportError) where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingPlotting("matplotlib is not installed; the figures need it: pip install 'tokendrop[lab]' "
+                              "(or pip install matplotlib)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -49,9 +49,14 @@ def summarize(run_dir: Path) -> dict[str, Any]:
     step_t = sorted(r["step_time"] for r in train[len(train) // 10:]) if train else []
     end = [r for r in recs if r.get("event") in ("end", "interrupted")]
     flops = sum(r.get("flops_per_step", 0) for r in train) / max(1, len(train))
+    start = next((r for r in recs if r.get("event") == "start"), {})
+    cpu = end[-1].get("cpu_time") if end else (train[-1].get("cpu_time") if train else None)
     return {
         "steps": train[-1]["step"] if train else 0,
         "wall_time_s": end[-1]["wall_time"] if end else (train[-1]["wall_time"] if train else 0.0),
+        # CPU seconds of the training process over the same steps (runs written before it was recorded: None)
+        "cpu_time_s": cpu,
+        "unigram_entropy": start.get("unigram_entropy"),
         "tokens_per_s": tps[len(tps) // 2] if tps else 0.0,
         "step_time_s": step_t[len(step_t) // 2] if step_t else 0.0,
         "final_train_loss": train[-1]["loss"] if train else float("nan"),

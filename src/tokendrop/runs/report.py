@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.train.metrics import read_metrics
+from tokendrop.data.masking import unigram_note
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.runs.rundir import atomic_write_text
 
@@ -95,6 +96,9 @@ def write_run_report(run_dir: str | os.PathLike) -> Path:
         f"| {s['steps']} | {s['wall_time_s']:.1f} | {s['tokens_per_s']:.0f} | {s['step_time_s']:.3f} | "
         f"{s['final_train_loss']:.4f} | {s['final_eval_loss']:.4f} | {s['final_eval_acc']:.4f} | {s['total_flops']:.3g} |",
         "",
+        *([f"Unigram entropy of the data: {s['unigram_entropy']:.3f} nats ("
+           + unigram_note(s["final_eval_loss"], s["unigram_entropy"]).split(": ", 1)[1] + ").", ""]
+          if s.get("unigram_entropy") and s["final_eval_loss"] == s["final_eval_loss"] else []),
         "![curves](curves.png)" if plt is not None else "(no plots: matplotlib is not installed)",
         "",
         "Training loss vs step and vs wall-clock, eval MLM loss (full model, held-out split), throughput.",

@@ -238,7 +238,7 @@ def pretrain_summary(*, run_dir, interrupted: bool, step: int, total: int | None
         note = unigram_note(ev["eval_loss"], entropy)
         lines.append(f"  eval      loss {ev['eval_loss']:.4f}, acc {ev['eval_acc']:.4f}" + (f"; {note}" if note else ""))
     lines.append(f"  outputs   {run_dir}: checkpoints/, metrics.jsonl, {LOG_FILE}"
-                 + ("" if interrupted else ", report.md") + "; export: tokendrop export RUN_DIR OUT_DIR")
+                 + ("" if interrupted else ", report.md") + f"; export: tokendrop export {run_dir} OUT_DIR")
     return lines
 
 

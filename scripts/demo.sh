@@ -4,7 +4,7 @@
 # MiniLM dense and with token dropping on the in-domain review text, fine-tune the source and both
 # continued models (3 seeds), print the comparison and write runs/demo/report.md (~14 min on 2 CPU
 # cores).  Extra arguments go to `tokendrop demo` (e.g. --out DIR --steps N; --from-scratch for the
-# older from-random-weights demo on gensim's Wikipedia sample).
+# from-random-weights demo on gensim's Wikipedia sample).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

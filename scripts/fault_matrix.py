@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokendrop.lab.machine import cpu_model
-from tokendrop.train.metrics import scan_lines
+from tokendrop.runs.metrics import scan_lines
 from tokendrop.runs.rundir import HOLD_COMMAND
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
 
 
 def sha256(p: Path) -> str:
-    from tokendrop.train.checkpoint import sha256_file  # the one file-hash helper
+    from tokendrop.runs.checkpoint import sha256_file  # the one file-hash helper
 
     return sha256_file(p)
 
@@ -183,7 +183,7 @@ def edit_json(p: Path, fn: Callable[[dict], Any]) -> None:
 
 
 def metrics(run: Path) -> list[dict]:
-    """The records of run/metrics.jsonl that parse (tokendrop.train.metrics.scan_lines, the log's one parser;
+    """The records of run/metrics.jsonl that parse (tokendrop.runs.metrics.scan_lines, the log's one parser;
     torn or bad lines are left out here: the checks look at steps)."""
     p = run / "metrics.jsonl"
     return [rec for _, rec in scan_lines(p.read_text())[0]] if p.is_file() else []

@@ -48,7 +48,7 @@ def _add_config_args(p: argparse.ArgumentParser, required: bool = True, example:
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:
-    from tokendrop.train.checkpoint import has_checkpoint
+    from tokendrop.runs.checkpoint import has_checkpoint
     from tokendrop.config import load_config
     from tokendrop.train.trainer import load_run_config, pretrain
 
@@ -232,9 +232,10 @@ def cmd_study(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from tokendrop.lab.verify import VERIFIERS as LAB_VERIFIERS
     from tokendrop.runs.verify import verify_path
 
-    rep = verify_path(a.path)
+    rep = verify_path(a.path, extra=LAB_VERIFIERS)
     for note in rep.notes:
         print(f"{rep.path}: {note}")
     for problem in rep.problems:
@@ -484,7 +485,7 @@ def _add_demo(sub) -> None:
     s.add_argument("--steps", type=int, default=0, help="override the demo preset's steps")
     s.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per model")
     s.add_argument("--from-scratch", action="store_true",
-                   help="the older demo: a 6x256 BERT from random weights on a Wikipedia sample (speed only)")
+                   help="the from-scratch demo: a 6x256 BERT from random weights on a Wikipedia sample (speed only)")
     s.add_argument("--cache", default=".cache", help="where downloaded packages are kept")
     s.add_argument("--no-finetune", action="store_true")
     s.add_argument("--overwrite", action="store_true",

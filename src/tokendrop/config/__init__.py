@@ -57,7 +57,7 @@ from tokendrop.train.schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS, train_re
 FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
 DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
 DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio
-# train.report_to: where metrics go (tokendrop.train.trackers); metrics.jsonl ("jsonl") is always written
+# train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always written
 REPORT_TO = ("jsonl", "tensorboard", "wandb", "mlflow")
 
 
@@ -213,7 +213,7 @@ class TrainConfig:
     budget_clock: str = "wall"
     # where metrics go besides metrics.jsonl (always written: resume, reports and verify read it;
     # "jsonl" names it): "tensorboard" (RUN/tensorboard), "wandb", "mlflow" -- each tracker's own
-    # client, configured by its environment variables (tokendrop.train.trackers)
+    # client, configured by its environment variables (tokendrop.runs.trackers)
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
 
     def __post_init__(self) -> None:
@@ -328,7 +328,7 @@ class Config:
 class FinetuneConfig:
     """One fine-tuning run on one task (GLUE-style classification or SQuAD-style span QA)."""
 
-    task: str = ""  # sst2 | mnli | qnli | qqp | rte | squad1 | squad2 | custom classification
+    task: str = ""  # a task of tokendrop.finetune.tasks.TASKS: cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1 squad2 custom
     data: str = ""  # directory holding the task's files
     epochs: float = 3.0
     lr: float = 2e-5

@@ -16,11 +16,11 @@ these files can be prepared by several workers; every reader streams one batch a
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Callable, Iterator
 
 from tokendrop.errors import DataError
+from tokendrop.runs.files import read_json
 
 PARQUET, ARROW = "parquet", "arrow"
 _BATCH_ROWS = 1024  # rows per Parquet read batch
@@ -41,15 +41,8 @@ def is_datasets_dir(path: str) -> bool:
         os.path.isfile(os.path.join(path, "state.json")) and os.path.isfile(os.path.join(path, "dataset_info.json")))
 
 
-def _read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path}: unreadable or invalid JSON ({e}); expected the file datasets' save_to_disk writes") from None
-    if not isinstance(obj, dict):
-        raise DataError(f"{path}: expected a JSON object as datasets' save_to_disk writes it")
-    return obj
+def _read_datasets_json(path: str) -> dict:
+    return read_json(path, DataError, hint="expected the file datasets' save_to_disk writes")
 
 
 def datasets_files(path: str, split: str | None) -> list[str]:
@@ -57,7 +50,7 @@ def datasets_files(path: str, split: str | None) -> list[str]:
     spec = f"{path}@{split}" if split is not None else path
     dd = os.path.join(path, "dataset_dict.json")
     if os.path.isfile(dd):
-        splits = _read_json(dd).get("splits")
+        splits = _read_datasets_json(dd).get("splits")
         if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits) or not splits:
             raise DataError(f"{dd}: no list of splits; expected the dataset_dict.json datasets' save_to_disk writes")
         if split is None:
@@ -74,7 +67,7 @@ def datasets_files(path: str, split: str | None) -> list[str]:
     if not (os.path.isfile(state_p) and os.path.isfile(os.path.join(path, "dataset_info.json"))):
         raise DataError(f"{path}: not a datasets save_to_disk directory (no state.json + dataset_info.json); expected "
                         "the output of Dataset.save_to_disk")
-    state = _read_json(state_p)
+    state = _read_datasets_json(state_p)
     if state.get("_indices_filename"):
         raise DataError(f"{state_p}: the dataset has an indices mapping (select/shuffle not flattened); save it again "
                         "after dataset.flatten_indices()")

@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Iterator
 from tokendrop.errors import DataError
 from tokendrop.data import columnar
 from tokendrop.data.columnar import ARROW, PARQUET
-from tokendrop.data.wikitext import _REDIRECT, clean_wikitext
+from tokendrop.data.wikitext import REDIRECT, clean_wikitext
 
 TEXT, JSONL, WIKI, HF = "text", "jsonl", "wiki", "hf"
 
@@ -413,7 +413,7 @@ def read_wiki_pages(
             elif tag == "text":
                 text = elem.text or ""
             elif tag == "page":
-                if ns in (None, "0") and not redirect and text is not None and not _REDIRECT.match(text):
+                if ns in (None, "0") and not redirect and text is not None and not REDIRECT.match(text):
                     yield title or "", text
                 title = ns = text = None
                 redirect = False

@@ -63,11 +63,11 @@ from tokendrop.data.masking import MLMMasker, build_batch, cut_to_rate, num_pred
 from tokendrop.data.pieces import MIN_PIECE, PIECE_DOMAIN, piece_batch
 from tokendrop.data.prepare import PreparedData
 
-_PERM_KEY = 0x5EED
+PERM_KEY = 0x5EED
 _EVAL_DOMAIN = 1
 
 
-class _Plan:
+class EpochPlan:
     """Which global sequence indices batch (epoch, step) holds for this rank."""
 
     def __init__(self, N: int, B: int, W: int, rank: int, seed: int, shuffle: bool, loop: bool):
@@ -80,7 +80,7 @@ class _Plan:
     def perm(self, epoch: int) -> np.ndarray:
         if self._perm_epoch != epoch:
             if self.shuffle:
-                self._perm = np.random.default_rng([self.seed, epoch, _PERM_KEY]).permutation(self.N)
+                self._perm = np.random.default_rng([self.seed, epoch, PERM_KEY]).permutation(self.N)
             else:
                 self._perm = np.arange(self.N, dtype=np.int64)
             self._perm_epoch = epoch
@@ -145,7 +145,7 @@ class _SlotLayout:
                 for name, shape, dt, off in self.fields}
 
 
-def _worker_main(pd: PreparedData, split: str, plan: _Plan, masker: MLMMasker, domain: int, epoch0: int,
+def _worker_main(pd: PreparedData, split: str, plan: EpochPlan, masker: MLMMasker, domain: int, epoch0: int,
                  step0: int, wid: int, nw: int, raw, layout: _SlotLayout, nslots: int, free, q, stop,
                  ranked: bool = False) -> None:
     """Build batches wid, wid+nw, ... into shared-memory slots (round-robin); announce them on ``q``."""
@@ -324,7 +324,7 @@ class MLMLoader:
         N = self.data.num_sequences(split)
         make_plan = getattr(self.data, "make_plan", None)  # a data mixture (tokendrop.data.mixture) brings its own
         self._plan = (make_plan(split, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop)
-                      if make_plan else _Plan(N, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop))
+                      if make_plan else EpochPlan(N, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop))
         if self.loop and self._plan.steps_per_epoch == 0:
             raise DataError(
                 f"{self.data.path}: the {split} split has {N} sequences, fewer than one global batch of "

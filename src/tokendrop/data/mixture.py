@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from tokendrop.data import DataError
-from tokendrop.data.loader import _PERM_KEY, _Plan
+from tokendrop.data.loader import PERM_KEY, EpochPlan
 from tokendrop.data.masking import build_batch
 from tokendrop.data.pieces import PIECE_DOMAIN, piece_batch
 from tokendrop.data.prepared import PreparedData
@@ -49,7 +49,7 @@ def _normalised(weights: list[float], k: int) -> np.ndarray:
     return w / w.sum()
 
 
-class MixturePlan(_Plan):
+class MixturePlan(EpochPlan):
     """Which sequences of which source each batch holds (training: weighted i.i.d. draws per slot)."""
 
     def __init__(self, sizes: list[int], weights: np.ndarray, B: int, W: int, rank: int, seed: int,
@@ -89,7 +89,7 @@ class MixturePlan(_Plan):
         if key not in self._perms:
             n = int(self.sizes[source])
             self._perms = {k: v for k, v in self._perms.items() if k[0] != source or k[1] == epoch - 1}
-            self._perms[key] = (np.random.default_rng([self.seed, epoch, _PERM_KEY, 1 + source]).permutation(n)
+            self._perms[key] = (np.random.default_rng([self.seed, epoch, PERM_KEY, 1 + source]).permutation(n)
                                 if self.shuffle else np.arange(n, dtype=np.int64))
         return self._perms[key]
 
@@ -151,7 +151,7 @@ class MixturePlan(_Plan):
         self._base = self._cursor = (int(state["consumed"]), counts)
 
 
-class ConcatPlan(_Plan):
+class ConcatPlan(EpochPlan):
     """Held-out pass over every source's split in turn (``loop=False``)."""
 
     def __init__(self, sizes: list[int], B: int, W: int, rank: int, seed: int, shuffle: bool):
@@ -228,7 +228,7 @@ class Mixture:
     def fingerprint(self) -> dict[str, Any]:
         return {"sources": [s.fingerprint() for s in self.sources], "weights": self.weights.tolist()}
 
-    def make_plan(self, split: str, B: int, W: int, rank: int, seed: int, shuffle: bool, loop: bool) -> _Plan:
+    def make_plan(self, split: str, B: int, W: int, rank: int, seed: int, shuffle: bool, loop: bool) -> EpochPlan:
         sizes = [s.num_sequences(split) for s in self.sources]
         if loop:
             return MixturePlan(sizes, self.weights, B, W, rank, seed, shuffle)

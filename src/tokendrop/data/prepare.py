@@ -75,13 +75,15 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_directory, atomic_write_json
 from tokendrop.errors import DataError
+from tokendrop.runs.files import read_json
 from tokendrop.data.prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
 from tokendrop.data.shards import (
-    _Counter,
-    _PackedWriter,
-    _Shard,
-    _UnpackedWriter,
+    TokenCounter,
+    PackedWriter,
+    ShardWriter,
+    UnpackedWriter,
     choose_eval_docs,
     dtype_for,
 )
@@ -90,7 +92,7 @@ from tokendrop.data.units import WorkDir, plan_units, run_units, work_key
 from tokendrop.data.tokenizer import (
     SPECIAL_KEYS,
     TokenizerSpec,
-    _guess_lowercase,
+    guess_lowercase,
     build_tokenizer,
     is_lowercase,
     num_ids,
@@ -104,6 +106,8 @@ from tokendrop.data.tokenizer import (
     vocab_sha256,
     write_tokenizer_config,
 )
+import shutil
+from tqdm.auto import tqdm
 # ----------------------------------------------------------------------------------------------
 # prepare
 
@@ -153,9 +157,8 @@ def _model_vocab_size(spec: TokenizerSpec, directory: str | os.PathLike, n_ids: 
     mc_path = os.path.join(os.fspath(directory), "config.json")
     if spec.backend != "file" or not os.path.isfile(mc_path):
         return n_ids
-    from tokendrop.data.tokenizer import _read_json_object
 
-    v = _read_json_object(mc_path).get("vocab_size")
+    v = read_json(mc_path, DataError).get("vocab_size")
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         return n_ids
     if v < n_ids:
@@ -172,8 +175,6 @@ def _copy_pretrained_tokenizer(spec: TokenizerSpec, tok, dst: str) -> tuple[list
     a tokenizer.json used as it is) when the source lacks them, so the directory exports and reloads
     as the same tokenizer.  A tokenizer.json used as it is takes no vocab.txt (a source's one, which
     nothing reads, is not copied).  -> (files present, files generated)."""
-    import shutil
-
     copied = [n for n in spec.files if spec.backend == "bert" or n != "vocab.txt"]
     for name in copied:
         shutil.copyfile(os.path.join(spec.directory, name), os.path.join(dst, name))
@@ -274,7 +275,7 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
         infos = run_units(work, sources, tok, dtype, workers, text_field, progress)
         t_tok = time.time() - t0
         _check_some_text(infos, sources)
-        with rundir.atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
+        with atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
             tmp = str(tmp_dir)
             rundir.write_marker(tmp_dir, "prepared")
             split_meta, counter = _write_shards(work, infos, tmp, seq_len, packed, overflow, ids, dtype, V,
@@ -368,7 +369,7 @@ def _vocab_tokenizer(vocab, lowercase, warnings: list[str]) -> tuple[Any, dict]:
     """A BERT WordPiece tokenizer on ``vocab`` (a vocab.txt) -> (tokenizer, meta["tokenizer"] fields);
     warns when the vocabulary's casing looks unlike ``lowercase``."""
     tok = build_tokenizer(vocab, lowercase=lowercase)
-    if _guess_lowercase(read_vocab(vocab)) != bool(lowercase):
+    if guess_lowercase(read_vocab(vocab)) != bool(lowercase):
         warnings.append(
             f"{vocab}: the vocabulary looks {'uncased' if lowercase is False else 'cased'} but lowercase={lowercase}; "
             "check --lowercase/--no-lowercase"
@@ -451,8 +452,6 @@ def _summary(out_dir: str, seq_len: int, packed, V: int, meta: dict, warnings: l
 
 def _train(sources, text_field: str, vocab_size: int, lowercase: bool, min_frequency: int, progress: bool):
     """A WordPiece vocabulary trained on the corpus (one pass over it, in this process)."""
-    from tqdm.auto import tqdm
-
     bar = tqdm(total=sum(s.size for s in sources) or None, unit="B", unit_scale=True, desc="train vocab",
                disable=not progress, dynamic_ncols=True)
     docs = (d for s in sources for r in iter_raw(s, text_field, bar.update) if (d := finish(s.fmt, r)))
@@ -463,7 +462,7 @@ def _train(sources, text_field: str, vocab_size: int, lowercase: bool, min_frequ
 
 
 def _write_shards(work: WorkDir, infos: list[dict], tmp: str, seq_len: int, packed: bool, overflow: str, ids: dict,
-                  dtype: np.dtype, V: int, eval_fraction: float, seed: int) -> tuple[dict, _Counter]:
+                  dtype: np.dtype, V: int, eval_fraction: float, seed: int) -> tuple[dict, TokenCounter]:
     """The split + pack pass: the held-out documents chosen over all units' lengths (memory maps in
     the work dir), then each split's documents streamed unit by unit, in corpus order, into
     ``tmp/{split}.bin``.  -> (``meta["splits"]``, the train split's token counts)."""
@@ -475,14 +474,14 @@ def _write_shards(work: WorkDir, infos: list[dict], tmp: str, seq_len: int, pack
     lengths = np.memmap(lengths_path, dtype=np.int64, mode="r", shape=(n_docs,))
     body = seq_len - 2
     is_eval = choose_eval_docs(lengths, eval_fraction, body, packed, seed, scratch=work.path)
-    counter = _Counter(V)
+    counter = TokenCounter(V)
     split_meta = {}
     for split in SPLITS:
-        shard = _Shard(os.path.join(tmp, f"{split}.bin"), seq_len, dtype)
+        shard = ShardWriter(os.path.join(tmp, f"{split}.bin"), seq_len, dtype)
         if packed:
-            w = _PackedWriter(shard, ids["cls"], ids["sep"])
+            w = PackedWriter(shard, ids["cls"], ids["sep"])
         else:
-            w = _UnpackedWriter(shard, ids["cls"], ids["sep"], ids["pad"], overflow)
+            w = UnpackedWriter(shard, ids["cls"], ids["sep"], ids["pad"], overflow)
         first = 0
         for i in range(len(infos)):
             flat, lens = work.unit_arrays(i)
@@ -509,7 +508,7 @@ def _write_shards(work: WorkDir, infos: list[dict], tmp: str, seq_len: int, pack
     return split_meta, counter
 
 
-def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: _Counter, infos: list[dict], sources,
+def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: TokenCounter, infos: list[dict], sources,
                 warnings: list[str], st: dict) -> dict:
     """The tokenizer files, token_counts.npy and (last: it marks the directory complete) meta.json."""
     spec, tok_source, backend, ids = tok_meta["spec"], tok_meta["source"], tok_meta["backend"], st["ids"]
@@ -580,7 +579,7 @@ def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: _Count
         "parallelism": {"workers": st["workers"], "mode": "processes" if st["workers"] > 1 else "inline",
                         "units": st["units"]},
     }
-    rundir.atomic_write_json(os.path.join(tmp, "meta.json"), meta, indent=2)  # last: marks it complete
+    atomic_write_json(os.path.join(tmp, "meta.json"), meta, indent=2)  # last: marks it complete
     return meta
 
 

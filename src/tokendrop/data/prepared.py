@@ -25,6 +25,8 @@ import numpy as np
 
 from tokendrop.errors import DataError
 from tokendrop.data.tokenizer import SPECIAL_KEYS, read_vocab, vocab_sha256
+from tokendrop.data.tokenizer import load_tokenizer
+from tokendrop.data.tokenizer import special_added_ids
 
 FORMAT = "tokendrop-prepared"
 FORMAT_VERSION = 1
@@ -232,8 +234,6 @@ class PreparedData:
 
     def tokenizer(self):
         """The ``tokenizers.Tokenizer`` the data was prepared with."""
-        from tokendrop.data.tokenizer import load_tokenizer
-
         return load_tokenizer(self.path)
 
     def vocab(self) -> list[str]:
@@ -253,7 +253,6 @@ class PreparedData:
         by name, as it always has (so the masking of existing data does not change)."""
         if self.tokenizer_backend != "file":
             return None
-        from tokendrop.data.tokenizer import special_added_ids
 
         return special_added_ids(self.tokenizer())
 

@@ -13,7 +13,7 @@ def dtype_for(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.uint32)
 
 
-class _Shard:
+class ShardWriter:
     def __init__(self, path: str, seq_len: int, dtype: np.dtype):
         self.path = path
         self.f = open(path, "wb")
@@ -33,7 +33,7 @@ class _Shard:
         self.f.close()
 
 
-class _Counter:
+class TokenCounter:
     """Token-frequency counts, accumulated in blocks."""
 
     def __init__(self, vocab_size: int):
@@ -53,14 +53,14 @@ class _Counter:
             self.parts, self.pending = [], 0
 
 
-class _PackedWriter:
+class PackedWriter:
     """Documents joined by one [SEP] into a stream cut into bodies of T-2 tokens, each written as
     ``[CLS] body [SEP]``.  Never ``[SEP][SEP]``: an empty document adds no separator, a separator
     opening a body is skipped, and a body that would end in a separator (its document ended one
     token before the row's own [SEP]) starts one token later instead (that token is dropped and
     counted in ``dropped_boundary_tokens``)."""
 
-    def __init__(self, shard: _Shard, cls: int, sep: int):
+    def __init__(self, shard: ShardWriter, cls: int, sep: int):
         self.shard, self.cls, self.sep = shard, cls, sep
         self.L = shard.T - 2
         self.sep_arr = np.array([sep], dtype=shard.dtype)
@@ -128,8 +128,8 @@ class _PackedWriter:
                 "dropped_boundary_tokens": self.dropped_boundary_tokens, "empty_documents": self.empty_documents}
 
 
-class _UnpackedWriter:
-    def __init__(self, shard: _Shard, cls: int, sep: int, pad: int, overflow: str):
+class UnpackedWriter:
+    def __init__(self, shard: ShardWriter, cls: int, sep: int, pad: int, overflow: str):
         self.shard, self.cls, self.sep, self.pad, self.overflow = shard, cls, sep, pad, overflow
         self.T = shard.T
         self.L = shard.T - 2

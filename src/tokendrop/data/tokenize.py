@@ -18,8 +18,10 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from tokendrop.runs.files import replace_dir
-from tokendrop.runs.rundir import atomic_write_json
+from tokendrop.runs.files import atomic_write_json
 from tokendrop.data.corpus import WIKI, Source, finish, iter_raw
+import signal
+from tokenizers import Tokenizer
 
 _CHUNK_CHARS = 1 << 20  # text per tokenization task
 _CHUNK_DOCS = 2048
@@ -100,30 +102,26 @@ def tokenize_unit(src: Source, span: tuple[int, int] | None, dest: str, tmp_pare
 # ----------------------------------------------------------------------------------------------
 # worker processes
 
-_W: dict[str, Any] = {}
+WORKER_STATE: dict[str, Any] = {}
 
 
 def _worker_init(tok_json: str, dtype: str, context: dict | None = None) -> None:
-    import signal
-
-    from tokenizers import Tokenizer
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool, no worker tracebacks
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate() ends a worker quietly
 
-    _W["tok"] = Tokenizer.from_str(tok_json)
-    _W["dtype"] = np.dtype(dtype)
-    _W.update(context or {})
+    WORKER_STATE["tok"] = Tokenizer.from_str(tok_json)
+    WORKER_STATE["dtype"] = np.dtype(dtype)
+    WORKER_STATE.update(context or {})
 
 
 def _encode_task(args: tuple[str, list[str]]) -> tuple[np.ndarray, np.ndarray, int]:
     fmt, raws = args
-    return _encode(_W["tok"], _W["dtype"], fmt, raws)
+    return _encode(WORKER_STATE["tok"], WORKER_STATE["dtype"], fmt, raws)
 
 
 def make_pool(workers: int, tok_json: str, dtype: np.dtype, context: dict | None = None):
     """``workers`` processes, each with its own single-threaded copy of the tokenizer and ``context``
-    (read by the tasks from ``_W``)."""
+    (read by the tasks from ``WORKER_STATE``)."""
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     # Children tokenize single-threaded (the pool is the parallelism); setting the variable while
     # forking also silences tokenizers' fork warning.

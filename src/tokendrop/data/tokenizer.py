@@ -32,6 +32,8 @@ from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokeniz
 from tokenizers.models import WordPiece
 
 from tokendrop.errors import DataError
+from tokendrop.runs.files import read_json
+from tokenizers.trainers import WordPieceTrainer
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -117,8 +119,6 @@ def train_tokenizer(
     length: int | None = None,
 ) -> Tokenizer:
     """Learn a WordPiece vocabulary of (at most) ``vocab_size`` tokens; specials get ids 0-4."""
-    from tokenizers.trainers import WordPieceTrainer
-
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise DataError(f"vocab_size: expected at least {len(SPECIAL_TOKENS) + 1}, got {vocab_size}")
     tok = Tokenizer(WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=100))
@@ -193,7 +193,7 @@ def save_tokenizer(tok: Tokenizer, directory: str | os.PathLike, model_max_lengt
     return vocab_path
 
 
-def _guess_lowercase(tokens: list[str]) -> bool:
+def guess_lowercase(tokens: list[str]) -> bool:
     """An uncased vocab has (almost) no upper-case letters outside the bracketed special tokens."""
     upper = sum(1 for t in tokens if not (t.startswith("[") and t.endswith("]")) and any(c.isupper() for c in t))
     return upper < max(10, len(tokens) // 1000)
@@ -254,21 +254,6 @@ class TokenizerSpec:
         }
 
 
-def _read_json_object(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: invalid UTF-8 at byte {e.start}; expected a JSON file") from None
-    except ValueError as e:
-        raise DataError(f"{path}: invalid JSON ({e})") from None
-    except OSError as e:
-        raise DataError(f"{path}: cannot read ({e.strerror})") from None
-    if not isinstance(d, dict):
-        raise DataError(f"{path}: expected a JSON object, got {type(d).__name__}")
-    return d
-
-
 def _normalizer_lowercases(norm) -> bool:
     if not isinstance(norm, dict):
         return False
@@ -308,7 +293,7 @@ def _check_wordpiece_class(d: str, cfg: dict | None, cfg_path: str) -> str | Non
     (BertTokenizer when only a BERT model_type or nothing in a config says), None for a bare vocab.txt."""
     declared = [(cfg.get("tokenizer_class"), cfg_path)] if cfg is not None else []
     mc_path = os.path.join(d, "config.json")
-    mc = _read_json_object(mc_path) if os.path.isfile(mc_path) else None
+    mc = read_json(mc_path, DataError) if os.path.isfile(mc_path) else None
     if cfg is None and mc is not None:
         declared.append((mc.get("tokenizer_class"), mc_path))
         if mc.get("tokenizer_class") is None and mc.get("model_type") and mc["model_type"] not in BERT_MODEL_TYPES:
@@ -427,7 +412,7 @@ def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
     d, source = _tokenizer_dir(path)
     files = tuple(n for n in HF_TOKENIZER_FILES if os.path.isfile(os.path.join(d, n)))
     cfg_path = os.path.join(d, "tokenizer_config.json")
-    cfg = _read_json_object(cfg_path) if "tokenizer_config.json" in files else None
+    cfg = read_json(cfg_path, DataError) if "tokenizer_config.json" in files else None
     config_file = cfg_path if cfg is not None else None
     wordpiece_class = None if source.endswith(".json") else _check_wordpiece_class(d, cfg, cfg_path)
     if not source.endswith(".json") and wordpiece_class is None:
@@ -464,7 +449,7 @@ def tokenizer_from_spec(spec: TokenizerSpec, lowercase: bool | None = None) -> T
     """A fresh copy of the spec's tokenizer (``lowercase`` overrides a BERT tokenizer's casing); for a
     bare vocab.txt, BERT's WordPiece built from it (:func:`build_tokenizer`), casing guessed unless given."""
     if spec.tokenizer is None:
-        lc = _guess_lowercase(read_vocab(spec.vocab_source)) if lowercase is None else bool(lowercase)
+        lc = guess_lowercase(read_vocab(spec.vocab_source)) if lowercase is None else bool(lowercase)
         return build_tokenizer(spec.vocab_source, lowercase=lc)
     tok = Tokenizer.from_str(spec.tokenizer.to_str())
     if lowercase is not None:

@@ -43,7 +43,7 @@ from typing import Sequence
 import numpy as np
 
 from tokendrop.runs.files import atomic_directory, discard_dir
-from tokendrop.runs.rundir import atomic_write_json
+from tokendrop.runs.files import atomic_write_json
 from tokendrop.errors import DataError
 from tokendrop.data import columnar
 from tokendrop.data.corpus import HF, JSONL, TEXT, WIKI, Source, is_compressed, split_points
@@ -58,6 +58,8 @@ from tokendrop.data.tokenize import (
     tokenizers_parallelism,
 )
 from tokendrop.data.tokenizer import plain_copy
+from tqdm.auto import tqdm
+from tokendrop.data.tokenize import WORKER_STATE
 
 UNIT_BYTES = 32_000_000  # the largest default work unit (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
 MIN_UNIT_BYTES = 1_000_000
@@ -254,8 +256,6 @@ def _key_difference(old: dict, new: dict) -> str:
 def run_units(work: WorkDir, sources: Sequence[Source], tok, dtype: np.dtype, workers: int, text_field: str,
               progress: bool) -> list[dict]:
     """Tokenize every unfinished unit of ``work``; -> every unit's info, in unit order."""
-    from tqdm.auto import tqdm
-
     units = work.units
     infos = [work.info(i) for i in range(len(units))]
     pending = [i for i, info in enumerate(infos) if info is None]
@@ -328,9 +328,7 @@ def _pooled(work: WorkDir, sources, pending: list[int], infos: list, plain, dtyp
 
 def _unit_task(i: int) -> dict:
     """A worker tokenizes unit ``i`` (reading it itself); progress through shared counters."""
-    from tokendrop.data.tokenize import _W
-
-    work: WorkDir = _W["work"]
+    work: WorkDir = WORKER_STATE["work"]
     u = work.units[i]
     seen = [0]
 
@@ -340,9 +338,9 @@ def _unit_task(i: int) -> dict:
 
     def prog(n: int) -> None:
         seen[0] += n
-        add(_W["bytes"], n)
+        add(WORKER_STATE["bytes"], n)
 
-    info = tokenize_unit(_W["sources"][u.source], u.span, work.unit_path(i), work.tmp_dir, _W["text_field"],
-                         inline_encode(_W["tok"], _W["dtype"]), prog, lambda n: add(_W["docs"], n))
-    add(_W["bytes"], u.weight - seen[0])
+    info = tokenize_unit(WORKER_STATE["sources"][u.source], u.span, work.unit_path(i), work.tmp_dir, WORKER_STATE["text_field"],
+                         inline_encode(WORKER_STATE["tok"], WORKER_STATE["dtype"]), prog, lambda n: add(WORKER_STATE["docs"], n))
+    add(WORKER_STATE["bytes"], u.weight - seen[0])
     return info

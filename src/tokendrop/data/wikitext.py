@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 
-_REDIRECT = re.compile(r"\s*#\s*redirect", re.I)
+REDIRECT = re.compile(r"\s*#\s*redirect", re.I)
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 # elements dropped with their content (references, math, code listings, galleries, ...)
 _DROP_ELEMS = (
@@ -178,7 +178,7 @@ def clean_wikitext(text: str) -> str:
     "See also"/"References"/"External links"/... sections; ``[[a|b]]`` -> ``b``, ``[[a]]`` -> ``a``;
     HTML entities decoded.
     """
-    if _REDIRECT.match(text):
+    if REDIRECT.match(text):
         return ""
     text = _COMMENT.sub("", text)
     text = _SELF_CLOSING.sub("", text)

@@ -1,4 +1,4 @@
-"""Fine-tuning and evaluation: GLUE-style classification and SQuAD v1.1/v2.0 with the paper's protocol.
+"""Fine-tuning and evaluation: every GLUE task and SQuAD v1.1/v2.0, with the paper's protocol.
 
 Public API::
 
@@ -6,10 +6,12 @@ Public API::
     result = finetune(cfg: FinetuneConfig, model_path, out_dir)        # one task, one setting
     summary = evaluate(["runs/a-seed0", "runs/a-seed1"], "configs/suite-cpu.toml", "runs/eval")
 
-Modules: ``tasks`` (GLUE/JSONL/CSV readers), ``squad`` (SQuAD reading, windows, post-processing),
-``metrics`` (accuracy, F1, MCC, SQuAD EM/F1), ``trainer`` (``finetune``), ``suite`` (``evaluate``),
-``sst2_vader`` (an SST-2-format task from the vaderSentiment sdist), ``run`` (``finetune_config``:
-preset + overrides + task/data -> FinetuneConfig).  Generated toy tasks: ``tokendrop.lab.toydata``.
+Modules: ``tasks/`` (one file per task on ``tasks/base.py``: the ``TaskSpec`` interface and the GLUE
+TSV readers; ``tasks/squad.py``: SQuAD reading, windows, post-processing; ``tasks/sst2_vader.py``: an
+SST-2-format task from the vaderSentiment sdist), ``metrics`` (accuracy, F1, MCC, Pearson/Spearman,
+SQuAD EM/F1), ``columns`` (the evaluation table's columns), ``trainer`` (``finetune``), ``suite``
+(``evaluate``), ``run`` (``finetune_config``: preset + overrides + task/data -> FinetuneConfig).
+Generated toy tasks: ``tokendrop.lab.toydata``.
 """
 
 from tokendrop.finetune.common import FinetuneError

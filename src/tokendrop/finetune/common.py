@@ -1,38 +1,15 @@
-"""Shared helpers of the fine-tuning subpackage: the error type, atomic file writes, tokenizers."""
+"""Shared helpers of the fine-tuning subpackage: the error type and the tokenizer."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 from tokendrop.errors import TokendropError
-from tokendrop.runs.rundir import json_text
 
 
 class FinetuneError(TokendropError, ValueError):
     """A fine-tuning / evaluation problem, with a one-line message (file and line where it applies)."""
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` atomically (``tokendrop.runs.rundir.atomic_write_text``, the package's one helper):
-    a reader never sees a half-written file."""
-    from tokendrop.runs.rundir import atomic_write_text as _write
-
-    return _write(path, text)
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write_text(path, json_text(obj, indent=2))
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise FinetuneError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,16 +1,20 @@
-"""Metrics exactly as the paper reports them.
+"""Metrics exactly as the paper (and GLUE, through transformers' ``glue_compute_metrics``) reports them.
 
-* accuracy — SST-2, MNLI-m/mm, QNLI, RTE (``sklearn.metrics.accuracy_score``);
-* F1 of the positive class (label 1, "duplicate") — QQP (``sklearn.metrics.f1_score``, binary);
-* Matthews correlation — AX, scored with the MNLI model over its 3 classes: GLUE's diagnostic uses the
-  multi-class generalisation (Gorodkin's R_K), which is what ``sklearn.metrics.matthews_corrcoef``
-  computes; for 2 classes it is the usual phi coefficient;
+* accuracy -- every classification task (the number for SST-2, MNLI-m/mm, QNLI, RTE, WNLI);
+* F1 of the positive class (label 1: "duplicate", "paraphrase") -- QQP, MRPC;
+* Matthews correlation -- CoLA (2 classes: the phi coefficient) and AX, scored with the MNLI model
+  over its 3 classes: GLUE's diagnostic uses the K-class generalisation (Gorodkin's R_K), which
+  this computes for any number of classes (as ``sklearn.metrics.matthews_corrcoef``);
+* Pearson and Spearman correlation -- STS-B (regression); Spearman is Pearson's on the ranks, tied
+  values sharing their average rank (as ``scipy.stats.spearmanr``);
 * SQuAD exact match / F1 with the official answer normalisation (lower-case, strip punctuation, the
   articles a/an/the, collapse white space), max over the gold answers, as in the official v1.1 and
   v2.0 evaluation scripts; for v2.0 an unanswerable question's only gold answer is the empty string,
   and the no-answer threshold is the one that maximises the score on dev (``best_threshold``).
 
-All scores are returned as percentages (0-100), like the paper's tables.
+All scores are percentages (0-100), like the paper's tables (correlations too: 100 x r).  A
+correlation that is undefined because one side is constant (a model predicting one class or one
+value) is 0, the convention of ``matthews_corrcoef``.  Scoring zero examples is an error.
 """
 
 from __future__ import annotations
@@ -18,48 +22,81 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 
-def accuracy(labels: Sequence[int], preds: Sequence[int]) -> float:
-    from sklearn.metrics import accuracy_score
+def _pair(labels: Sequence, preds: Sequence, dtype=None) -> tuple[np.ndarray, np.ndarray]:
+    y, p = np.asarray(labels, dtype=dtype), np.asarray(preds, dtype=dtype)
+    if y.shape != p.shape or y.ndim != 1:
+        raise ValueError(f"labels and predictions must be two equally long lists, got shapes {y.shape} and {p.shape}")
+    if len(y) == 0:
+        raise ValueError("no examples to score")
+    return y, p
 
-    if len(labels) == 0:
-        return 0.0
-    return 100.0 * float(accuracy_score(labels, preds))
+
+def accuracy(labels: Sequence[int], preds: Sequence[int]) -> float:
+    y, p = _pair(labels, preds)
+    return 100.0 * float(np.mean(y == p))
 
 
 def f1_binary(labels: Sequence[int], preds: Sequence[int], positive: int = 1) -> float:
     """F1 of the positive class (GLUE's QQP/MRPC F1); 0 when there are no true or predicted positives."""
-    from sklearn.metrics import f1_score
-
-    if len(labels) == 0:
-        return 0.0
-    return 100.0 * float(f1_score(labels, preds, pos_label=positive, average="binary", zero_division=0.0))
+    y, p = _pair(labels, preds)
+    tp = int(np.sum((y == positive) & (p == positive)))
+    fp = int(np.sum((y != positive) & (p == positive)))
+    fn = int(np.sum((y == positive) & (p != positive)))
+    return 100.0 * 2 * tp / (2 * tp + fp + fn) if tp else 0.0
 
 
 def matthews(labels: Sequence[int], preds: Sequence[int]) -> float:
-    """Matthews correlation (multi-class R_K for more than 2 classes); 0 for a constant prediction."""
-    from sklearn.metrics import matthews_corrcoef
+    """Matthews correlation, K-class R_K: ``(c*s - sum_k p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2))``
+    (c correct, s examples, t_k / p_k how often class k is true / predicted); 0 when a side is constant."""
+    y, p = _pair(labels, preds)
+    classes, idx = np.unique(np.concatenate([y, p]), return_inverse=True)
+    k = len(classes)
+    conf = np.bincount(idx[: len(y)] * k + idx[len(y):], minlength=k * k).reshape(k, k).astype(np.float64)
+    t, q = conf.sum(1), conf.sum(0)
+    c, s = np.trace(conf), conf.sum()
+    den = np.sqrt((s * s - q @ q) * (s * s - t @ t))
+    return 100.0 * float((c * s - t @ q) / den) if den > 0 else 0.0
 
-    if len(labels) == 0:
-        return 0.0
-    return 100.0 * float(matthews_corrcoef(labels, preds))
+
+def pearson(labels: Sequence[float], preds: Sequence[float]) -> float:
+    """Pearson correlation x 100; 0 when either side is constant (undefined there)."""
+    y, p = _pair(labels, preds, np.float64)
+    y, p = y - y.mean(), p - p.mean()
+    den = np.sqrt((y @ y) * (p @ p))
+    return 100.0 * float(np.clip((y @ p) / den, -1.0, 1.0)) if den > 0 else 0.0
 
 
-METRICS = {"accuracy": accuracy, "f1": f1_binary, "mcc": matthews}
+def average_ranks(x: Sequence[float]) -> np.ndarray:
+    """Ranks 1..n, tied values sharing the mean of the ranks they span."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])  # first index of each run of equal values
+    ends = np.r_[starts[1:], len(xs)]
+    ranks = np.empty(len(x))
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
 
 
-def classification_metrics(metric: str, labels: Sequence[int], preds: Sequence[int]) -> dict[str, float]:
-    """The task's reported metric under the key ``score`` plus accuracy (and F1 for binary tasks)."""
-    out = {"accuracy": accuracy(labels, preds)}
-    if metric == "f1":
-        out["f1"] = f1_binary(labels, preds)
-    if metric == "mcc":
-        out["mcc"] = matthews(labels, preds)
-    out["score"] = out[metric]
+def spearman(labels: Sequence[float], preds: Sequence[float]) -> float:
+    """Spearman rank correlation x 100: Pearson's on average ranks (ties handled)."""
+    y, p = _pair(labels, preds, np.float64)
+    return pearson(average_ranks(y), average_ranks(p))
+
+
+METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
+    "accuracy": accuracy, "f1": f1_binary, "mcc": matthews, "pearson": pearson, "spearman": spearman}
+
+
+def split_metrics(names: Sequence[str], main: str, labels: Sequence, preds: Sequence) -> dict[str, float]:
+    """One dev split's metrics ``names`` (keys of ``METRICS``), ``score`` = the ``main`` one, ``n``."""
+    out = {k: METRICS[k](labels, preds) for k in names}
+    out["score"] = out[main]
     out["n"] = len(labels)
     return out
 

@@ -6,9 +6,10 @@ each cell optionally repeated over fine-tuning seeds (cell score = their mean). 
 a table column is the best dev score over its grid; the method's number is the mean over its
 pretraining seeds (the models grouped under one label), reported with per-seed values and spread.
 
-Columns (the paper's Table 1): AX (Matthews corr., the MNLI model on the diagnostic set), MNLI-mm,
-MNLI-m, QNLI (acc.), QQP (F1), SST (acc.), GLUE-avg (mean of those six) | SQuAD v1 (F1), SQuAD v2
-(F1), SQuAD-avg.  ``selection = "column"`` (default) takes each column's best cell on its own, the
+Columns (``finetune/columns.py``; the paper's Table 1): AX (Matthews corr., the MNLI model on the
+diagnostic set), MNLI-mm, MNLI-m, QNLI (acc.), QQP (F1), SST (acc.), GLUE-avg (mean of those six) |
+SQuAD v1 (F1), SQuAD v2 (F1), SQuAD-avg; the other GLUE tasks' columns (CoLA MCC, MRPC F1/acc.,
+STS-B Spearman/Pearson, RTE, WNLI) when the suite runs them, never averaged.  ``selection = "column"`` (default) takes each column's best cell on its own, the
 "best validation score" of the paper; ``"task"`` picks one cell per task by the task's main column
 (MNLI-m for MNLI, F1 for SQuAD) and reports that cell's other columns (MNLI-mm, AX) too.
 
@@ -41,8 +42,9 @@ from typing import Any, Callable
 
 from tokendrop.config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict
 from tokendrop.runs import rundir
-from tokendrop.finetune.columns import COLUMNS, GLUE_AVG, MAIN_COLUMN, SQUAD_AVG  # noqa: F401 -- COLUMNS: re-exported
-from tokendrop.finetune.common import FinetuneError, atomic_write_json, atomic_write_text, read_json
+from tokendrop.runs.files import atomic_write_json, atomic_write_text, read_json
+from tokendrop.finetune.columns import AVERAGES, COLUMNS, GLUE_AVG, MAIN_COLUMN, SQUAD_AVG, table_columns
+from tokendrop.finetune.common import FinetuneError
 from tokendrop.finetune.tasks import get_task
 
 
@@ -94,7 +96,7 @@ class SuiteConfig:
         if self.selection not in ("column", "task"):
             raise ConfigError(f"suite.selection: expected 'column' or 'task', got {self.selection!r}")
         for t in self.tasks:
-            key = "squad_data" if get_task(t).kind == "squad" else "glue_data"
+            key = "squad_data" if get_task(t).kind == "span" else "glue_data"
             if not getattr(self, key):
                 raise ConfigError(f"suite.{key}: no data directory given for task {t!r}; "
                                   f"set {key} in the suite file or pass --set {key}=DIR")
@@ -177,7 +179,7 @@ def cells_for(cfg: SuiteConfig) -> list[Cell]:
     cells = []
     for t in cfg.tasks:
         spec = get_task(t)
-        epochs, lrs = (cfg.squad_epochs, cfg.squad_lrs) if spec.kind == "squad" else (cfg.glue_epochs, cfg.glue_lrs)
+        epochs, lrs = (cfg.squad_epochs, cfg.squad_lrs) if spec.kind == "span" else (cfg.glue_epochs, cfg.glue_lrs)
         for e in epochs:
             for lr in lrs:
                 for s in cfg.finetune_seeds:
@@ -190,8 +192,8 @@ _IGNORED_KEYS = {"log_every", "threads", "device", "eval_batch_size", "save_mode
 
 def cell_config(cfg: SuiteConfig, cell: Cell) -> FinetuneConfig:
     spec = get_task(cell.task)
-    base = cfg.squad if spec.kind == "squad" else cfg.glue
-    data = _resolve_data(cfg.squad_data if spec.kind == "squad" else cfg.glue_data)
+    base = cfg.squad if spec.kind == "span" else cfg.glue
+    data = _resolve_data(cfg.squad_data if spec.kind == "span" else cfg.glue_data)
     return dataclasses.replace(base, task=spec.name, data=data, epochs=cell.epochs, lr=cell.lr, seed=cell.seed)
 
 
@@ -211,7 +213,7 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
     (or a checkpoint dir) -- the sha256 its meta.json records, checked against the file -- or a Hugging
     Face dir's weight files, hashed (several shards as ``sha256sum`` of their ``sha256sum`` lines),
     cached per process by size and mtime.  (None, None) for a directory with no weights at all."""
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.errors import InitError
     from tokendrop.models.weights import combined_sha, weight_files
 
@@ -260,7 +262,7 @@ def _finished(path: Path, fcfg: FinetuneConfig) -> dict | None:
     if not mp.is_file():
         return None
     try:
-        r = read_json(mp)
+        r = read_json(mp, FinetuneError)
     except FinetuneError:
         return None
     if not isinstance(r, dict) or "scores" not in r or not _same_settings(r.get("config", {}), to_dict(fcfg)):
@@ -337,12 +339,11 @@ def aggregate(cfg: SuiteConfig, models: list[ModelEntry], done: dict[str, dict[s
 
 def render_markdown(cfg: SuiteConfig, summary: dict[str, Any], models: list[ModelEntry], total_cells: int) -> str:
     used_tasks = {get_task(t).name for t in cfg.tasks}
-    cols = [c for c in COLUMNS if c.group != "extra" or c.task in used_tasks]
-    glue_cols = [c for c in cols if c.group in ("glue", "extra")]
-    squad_cols = [c for c in cols if c.group == "squad"]
-    head = ["Methods"] + [f"{c.title} ({c.unit})" for c in glue_cols] + ["GLUE-avg"] + \
-        [f"{c.title} ({c.unit})" for c in squad_cols] + ["SQuAD-avg"]
-    keys = [c.key for c in glue_cols] + [GLUE_AVG] + [c.key for c in squad_cols] + [SQUAD_AVG]
+    shown = {c.key for c in COLUMNS if c.group != "extra" or c.task in used_tasks} | set(AVERAGES)
+    extra = list(dict.fromkeys(c.title for c in COLUMNS if c.group == "extra" and c.task in used_tasks))
+    layout = table_columns(shown)
+    keys = [k for k, _ in layout]
+    head = ["Methods"] + [h for _, h in layout]
     methods = summary["methods"]
     best = {}
     for k in keys:
@@ -370,7 +371,7 @@ def render_markdown(cfg: SuiteConfig, summary: dict[str, Any], models: list[Mode
                  f"selection by {'column' if cfg.selection == 'column' else 'task (main column)'}; "
                  "mean over the pretraining seeds (n models per row). AX: Matthews corr. of the MNLI model; "
                  "GLUE-avg: mean of the GLUE columns shown"
-                 + (" (RTE excluded, as in the paper)" if "rte" in used_tasks else "") + "; SQuAD: F1.")
+                 + (f" ({', '.join(extra)} excluded: not in the paper's table)" if extra else "") + "; SQuAD: F1.")
     glue_present = summary.get("glue_avg_columns", [])
     n_glue = len([c for c in COLUMNS if c.group == "glue"])
     if 0 < len(glue_present) < n_glue:
@@ -503,7 +504,7 @@ class _SuiteRun:
         md = render_markdown(self.cfg_out, summary, self.entries, self.total)
         summary.update({"suite": to_dict(self.cfg), "computed": self.computed, "skipped": self.skipped, "total_cells":
                         self.total, "reevaluated": self.reevaluated, "note": self.note, "markdown": md})
-        atomic_write_json(self.out / "results.json", {k: v for k, v in summary.items() if k != "markdown"})
+        atomic_write_json(self.out / "results.json", {k: v for k, v in summary.items() if k != "markdown"}, indent=2)
         atomic_write_text(self.out / "results.md", md)
         return summary
 
@@ -547,7 +548,7 @@ class _SuiteRun:
         used = {"model_sha256": msha if after == msha else None, "model_weights": str(mfile) if mfile else None}
         r = {**r, **used}
         if (cdir / "metrics.json").is_file():
-            atomic_write_json(cdir / "metrics.json", {**read_json(cdir / "metrics.json"), **used})
+            atomic_write_json(cdir / "metrics.json", {**read_json(cdir / "metrics.json", FinetuneError), **used}, indent=2)
         dt = time.perf_counter() - t0
         self.spent.setdefault(cell.task, []).append(dt / cell.epochs)
         self.computed += 1

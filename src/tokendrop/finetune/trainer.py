@@ -1,14 +1,16 @@
 """``finetune(cfg, model_path, out_dir)``: one fine-tuning run on one task, then dev evaluation.
 
-Classification (GLUE-style): pooler ([CLS], tanh) + dropout + linear classifier; SQuAD: a linear
-start/end layer on every position.  Optimisation as BERT (docs/design.md §2.5, §2.7): AdamW (beta 0.9/0.999,
+The task's kind (``finetune/tasks/``) picks the head and the loss.  Classification (GLUE-style):
+pooler ([CLS], tanh) + dropout + linear classifier, cross-entropy, the argmax is the prediction;
+regression (STS-B): the same head with one output, mean squared error, the output is the
+prediction; span (SQuAD): a linear start/end layer on every position.  Optimisation as BERT (docs/design.md §2.5, §2.7): AdamW (beta 0.9/0.999,
 eps 1e-6), weight decay on matrices only (none on biases and LayerNorm), linear warm-up over
 ``warmup_ratio`` of the steps then linear decay to 0, gradient clipping.  The model is the plain
 encoder of ``tokendrop.models.bert.model`` (no token dropping at fine-tuning), with bf16 autocast on CUDA.
 Batches are padded to their longest sequence only (dynamic padding); dev batches are sorted by length.
 
 Outputs in ``out_dir`` (the directory written atomically, under a lock; ``tokendrop.runs.rundir``): ``metrics.json`` and
-``predictions/<split>.tsv`` (classification) or ``predictions/dev.json`` + ``dev_nbest.json``
+``predictions/<split>.tsv`` (classification, regression) or ``predictions/dev.json`` + ``dev_nbest.json``
 (+ ``dev_null_odds.json`` for v2.0, the official evaluation script's inputs).
 """
 
@@ -27,23 +29,17 @@ import torch
 import torch.nn.functional as F
 
 from tokendrop.runs import rundir
-from tokendrop.train.checkpoint import sha256_file
+from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.config import ConfigError, FinetuneConfig
 from tokendrop.models.families import spec_for_hf_model_type
+from tokendrop.runs.files import atomic_directory, atomic_write_json, atomic_write_text
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device, seed_everything
 from tokendrop.train.schedules import lr_linear_steps
-from tokendrop.finetune.common import FinetuneError, atomic_write_json, atomic_write_text, finetune_tokenizer
-from tokendrop.finetune.metrics import classification_metrics
-from tokendrop.finetune.tasks import (
-    Example,
-    TaskSpec,
-    find_ax_file,
-    get_task,
-    load_classification,
-    read_glue_tsv,
-    subsample,
-    task_dir,
-)
+from tokendrop.finetune.columns import task_scores
+from tokendrop.finetune.common import FinetuneError, finetune_tokenizer
+from tokendrop.finetune.metrics import split_metrics
+from tokendrop.finetune.tasks import TASKS, Example, TaskSpec, get_task, subsample, task_dir
+from tokendrop.finetune.tasks.squad import build_features, postprocess, read_squad, squad_metrics
 
 LogFn = Callable[[str], None]
 
@@ -182,7 +178,7 @@ def _train(model, cfg: FinetuneConfig, n: int, batch_fn, loss_fn, device, bf16: 
 
 
 # ----------------------------------------------------------------------------------------------
-# classification
+# sequence tasks: classification and regression
 
 
 def _encode_pairs(tok, examples: list[Example], max_len: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -198,98 +194,84 @@ def _encode_pairs(tok, examples: list[Example], max_len: int) -> tuple[list[list
 
 
 @torch.no_grad()
-def _predict_classes(model, ids, types, pad_id, device, bf16, batch_size) -> np.ndarray:
+def _predict(model, kind: str, ids, types, pad_id, device, bf16, batch_size) -> np.ndarray:
+    """Class indices (classification: the argmax) or floats (regression: the one output)."""
     model.eval()
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    preds = np.zeros(len(ids), dtype=np.int64)
+    preds = np.zeros(len(ids), dtype=np.float64 if kind == "regression" else np.int64)
     for b in range(0, len(order), batch_size):
         idx = order[b : b + batch_size]
         x, m, t = _batch([ids[i] for i in idx], [types[i] for i in idx], pad_id, device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(x, m, t)
-        preds[idx] = logits.float().argmax(-1).cpu().numpy()
+            out = model(x, m, t).float()
+        preds[idx] = (out[:, 0] if kind == "regression" else out.argmax(-1)).cpu().numpy()
     return preds
 
 
-def _write_class_predictions(path: Path, examples: list[Example], preds: np.ndarray, labels: list[str]) -> None:
-    lines = ["index\tprediction\tlabel"]
-    for e, p in zip(examples, preds):
-        gold = labels[e.label] if e.label is not None else ""
-        lines.append(f"{e.guid}\t{labels[int(p)]}\t{gold}")
+def _loss(kind: str):
+    if kind == "regression":
+        return lambda out, y: F.mse_loss(out.float()[:, 0], y)
+    return lambda out, y: F.cross_entropy(out.float(), y)
+
+
+def _write_predictions(path: Path, spec: TaskSpec, examples: list[Example], preds: np.ndarray) -> None:
+    """``index  prediction  label`` per example: label names (classification) or numbers (regression)."""
+    def show(v) -> str:
+        if v is None:
+            return ""
+        return f"{float(v):.6g}" if spec.kind == "regression" else spec.labels[int(v)]
+
+    lines = ["index\tprediction\tlabel"] + [f"{e.guid}\t{show(p)}\t{show(e.label)}" for e, p in zip(examples, preds)]
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
-def _column_scores(spec: TaskSpec, metrics: dict[str, dict]) -> dict[str, float]:
-    """Numbers under the paper's table columns (see ``suite.COLUMNS``)."""
-    if spec.name == "mnli":
-        s = {"mnli_m": metrics["dev_matched"]["accuracy"], "mnli_mm": metrics["dev_mismatched"]["accuracy"]}
-        if "ax" in metrics:
-            s["ax"] = metrics["ax"]["mcc"]
-        return s
-    if spec.kind == "squad":
-        return {spec.name: metrics["dev"]["f1"], f"{spec.name}_em": metrics["dev"]["exact"]}
-    return {spec.name: next(iter(metrics.values()))["score"]}
-
-
-def _finetune_classification(cfg, spec, model_path, out: Path, device, bf16, log) -> dict:
+def _finetune_sequence(cfg, spec: TaskSpec, model_path, out: Path, device, bf16, log) -> dict:
+    """Classification or regression on (pairs of) sentences: train, then score every dev split."""
     from tokendrop.models.bert.model import BertForSequenceClassification
 
     skipped: list[str] | None = [] if cfg.skip_malformed else None
-    data = load_classification(spec, cfg.data, text_a=cfg.text_a, text_b=cfg.text_b, label=cfg.label,
-                               labels=cfg.labels or None, skipped=skipped)
+    data = spec.load(cfg.data, text_a=cfg.text_a, text_b=cfg.text_b, label=cfg.label, labels=cfg.labels or None,
+                     skipped=skipped)
     spec = data.spec
-    dev = dict(data.dev)
-    dev_specs = {k: spec for k in dev}
+    dev = {k: (spec, v) for k, v in data.dev.items()}
     files = dict(data.files)
-    if spec.name == "mnli" and cfg.ax_data:
-        ax_file = find_ax_file(cfg.data, task_dir(spec, cfg.data)) if cfg.ax_data == "auto" else Path(cfg.ax_data)
-        if ax_file is not None:
-            if ax_file.is_dir():
-                ax_file = ax_file / "diagnostic-full.tsv"
-            ax_spec = get_task("ax")
-            dev["ax"] = read_glue_tsv(ax_spec, ax_file, skipped=skipped)
-            dev_specs["ax"] = ax_spec
-            files["ax"] = str(ax_file)
-        elif cfg.ax_data != "auto":
-            raise FinetuneError(f"ax_data: no such file {cfg.ax_data}")
+    for split, (sp, exs, f) in spec.extra_dev(Path(cfg.data), data.dir, cfg.ax_data, skipped).items():
+        dev[split] = (sp, exs)
+        files[split] = str(f)
     train = subsample(data.train, cfg.max_train_examples)
-    dev = {k: subsample(v, cfg.max_eval_examples) for k, v in dev.items()}
+    dev = {k: (sp, subsample(v, cfg.max_eval_examples)) for k, (sp, v) in dev.items()}
     if not train:
         raise FinetuneError(f"task {spec.name}: no training examples in {cfg.data}")
 
     model, info, tok, max_len, specials = _load_model_and_tokenizer(
-        model_path, BertForSequenceClassification, cfg.max_seq_len, "max_seq_len", log, num_labels=len(spec.labels))
+        model_path, BertForSequenceClassification, cfg.max_seq_len, "max_seq_len", log, num_labels=spec.num_outputs)
     pad_id = specials["pad"]
     model.to(device)
 
     t_enc = time.perf_counter()
     tr_ids, tr_types = _encode_pairs(tok, train, max_len)
-    dev_enc = {k: _encode_pairs(tok, v, max_len) for k, v in dev.items()}
+    dev_enc = {k: _encode_pairs(tok, v, max_len) for k, (_, v) in dev.items()}
     enc_s = time.perf_counter() - t_enc
-    labels_t = torch.tensor([e.label for e in train], dtype=torch.long)
+    targets = torch.tensor([e.label for e in train], dtype=torch.float32 if spec.kind == "regression" else torch.long)
 
     def batch_fn(idx):
         x, m, t = _batch([tr_ids[i] for i in idx], [tr_types[i] for i in idx], pad_id, device)
-        return (x, m, t), labels_t[idx].to(device, non_blocking=True), int(x.numel())
-
-    def loss_fn(logits, y):
-        return F.cross_entropy(logits.float(), y)
+        return (x, m, t), targets[idx].to(device, non_blocking=True), int(x.numel())
 
     if log:
-        sizes = ", ".join(f"{k} {len(v)}" for k, v in dev.items()) if list(dev) != ["dev"] else str(len(dev["dev"]))
+        sizes = (", ".join(f"{k} {len(v)}" for k, (_, v) in dev.items()) if list(dev) != ["dev"]
+                 else str(len(dev["dev"][1])))
         log(f"{spec.name}: {len(train)} train examples, dev {sizes}; "
             f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}{' bf16' if bf16 else ''}")
-    stats = _train(model, cfg, len(train), batch_fn, loss_fn, device, bf16, log)
+    stats = _train(model, cfg, len(train), batch_fn, _loss(spec.kind), device, bf16, log)
 
     metrics: dict[str, dict] = {}
     t_ev = time.perf_counter()
-    for split, exs in dev.items():
+    for split, (sp, exs) in dev.items():
         ids, types = dev_enc[split]
-        preds = _predict_classes(model, ids, types, pad_id, device, bf16, cfg.eval_batch_size)
-        sp = dev_specs[split]
-        gold = [e.label for e in exs]
-        metrics[split] = classification_metrics(sp.metric, gold, preds.tolist())
-        _write_class_predictions(out / "predictions" / f"{split}.tsv", exs, preds, sp.labels)
+        preds = _predict(model, sp.kind, ids, types, pad_id, device, bf16, cfg.eval_batch_size)
+        metrics[split] = split_metrics(sp.metrics, sp.main, [e.label for e in exs], preds.tolist())
+        _write_predictions(out / "predictions" / f"{split}.tsv", sp, exs, preds)
     eval_s = time.perf_counter() - t_ev
     if skipped and log:
         log(f"{spec.name}: left out {len(skipped)} malformed row(s), first: {skipped[0]}")
@@ -322,12 +304,11 @@ def _predict_spans(model, feats, pad_id, device, bf16, batch_size):
 
 def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict:
     from tokendrop.models.bert.model import BertForQuestionAnswering
-    from tokendrop.finetune.squad import build_features, postprocess, read_squad, squad_metrics
 
     d = task_dir(spec, cfg.data)
     train_path, dev_path = d / spec.train, d / spec.dev["dev"]
-    train_ex, _ = read_squad(train_path, spec.squad_version)
-    dev_ex, _ = read_squad(dev_path, spec.squad_version)
+    train_ex, _ = read_squad(train_path, spec.version)
+    dev_ex, _ = read_squad(dev_path, spec.version)
     train_ex = subsample(train_ex, cfg.max_train_examples)
     dev_ex = subsample(dev_ex, cfg.max_eval_examples)
 
@@ -361,13 +342,13 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
     t_ev = time.perf_counter()
     starts, ends = _predict_spans(model, dev_feats, pad_id, device, bf16, cfg.eval_batch_size)
     preds = postprocess(dev_ex, dev_feats, starts, ends, cfg.n_best, cfg.max_answer_len)
-    m, final = squad_metrics(dev_ex, preds, spec.squad_version)
+    m, final = squad_metrics(dev_ex, preds, spec.version)
     eval_s = time.perf_counter() - t_ev
     pdir = out / "predictions"
-    atomic_write_json(pdir / "dev.json", final)
-    atomic_write_json(pdir / "dev_nbest.json", {q: p.nbest for q, p in preds.items()})
-    if spec.squad_version == 2:
-        atomic_write_json(pdir / "dev_null_odds.json", {q: p.na_score for q, p in preds.items()})
+    atomic_write_json(pdir / "dev.json", final, indent=2)
+    atomic_write_json(pdir / "dev_nbest.json", {q: p.nbest for q, p in preds.items()}, indent=2)
+    if spec.version == 2:
+        atomic_write_json(pdir / "dev_null_odds.json", {q: p.na_score for q, p in preds.items()}, indent=2)
     return {"spec": spec, "model": model, "info": info, "metrics": {"dev": m}, "stats": stats,
             "files": {"train": str(train_path), "dev": str(dev_path)}, "n_train": len(train_ex),
             "n_train_features": len(tr_feats), "encode_s": enc_s, "eval_s": eval_s,
@@ -395,7 +376,7 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
     except ConfigError as e:
         raise FinetuneError(str(e)) from None
     if not cfg.task:
-        raise FinetuneError("no task given (set task=sst2|mnli|qnli|qqp|rte|squad1|squad2|custom)")
+        raise FinetuneError(f"no task given (set task={'|'.join(n for n, t in TASKS.items() if t.train)})")
     if not cfg.data:
         raise FinetuneError("no data directory given (--data DIR)")
     spec = get_task(cfg.task)
@@ -408,7 +389,7 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
     try:
         with rundir.lock(out, FinetuneError):
             rundir.prepare_output(out, "finetune", overwrite, inputs=[model_path, cfg.data], error=FinetuneError)
-            with rundir.atomic_directory(out) as tmp:
+            with atomic_directory(out) as tmp:
                 rundir.write_marker(tmp, "finetune")
                 return _finetune(cfg, spec, model_path, tmp, log, final=out)
     finally:
@@ -433,6 +414,14 @@ def _saved_model_base(hf_config: dict | None) -> dict | None:
     return {k: v for k, v in hf_config.items() if k not in drop}
 
 
+def _scores(spec: TaskSpec, metrics: dict[str, dict]) -> dict[str, float]:
+    """The numbers under the task's table columns (``finetune/columns.py``); SQuAD: + exact match."""
+    s = task_scores(spec.name, metrics)
+    if spec.kind == "span":
+        s[f"{spec.name}_em"] = metrics["dev"]["exact"]
+    return s
+
+
 def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: LogFn | None,
               final: Path | None = None) -> dict:
     """Write into ``out`` (the temp dir that becomes ``final``); paths in the result name ``final``."""
@@ -444,17 +433,17 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
     if log:
         for line in _banner(cfg, spec, model_path, final, device, bf16):
             log(line)
-    if spec.kind == "squad":
+    if spec.kind == "span":
         r = _finetune_squad(cfg, spec, model_path, out, device, bf16, log)
     else:
-        r = _finetune_classification(cfg, spec, model_path, out, device, bf16, log)
+        r = _finetune_sequence(cfg, spec, model_path, out, device, bf16, log)
     st: TrainStats = r["stats"]
     result = {
         "task": r["spec"].name,
         "model": str(model_path),
         "model_source": r["info"].get("source", ""),
-        "scores": _column_scores(r["spec"], r["metrics"]),
-        # the task's main dev number (%, as the paper's tables): accuracy / F1 (QQP, SQuAD) / MNLI-m acc.
+        "scores": _scores(r["spec"], r["metrics"]),
+        # the task's main dev number (%, as the paper's tables): its main metric on its first dev split
         "score": next(iter(r["metrics"].values()))["score"],
         "metrics": r["metrics"],
         "train": {**dataclasses.asdict(st), "train_examples": r["n_train"],
@@ -480,7 +469,7 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
         result["saved_model"] = str(final / "model")
         # `tokendrop verify OUT` checks the saved weights against this (a Hugging Face dir records no hash)
         result["saved_model_sha256"] = sha256_file(out / "model" / "model.safetensors")
-    atomic_write_json(out / "metrics.json", result)
+    atomic_write_json(out / "metrics.json", result, indent=2)
     if log:
         for line in _summary(result, final):
             log(line)

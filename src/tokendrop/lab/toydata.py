@@ -26,8 +26,8 @@ special_tokens_map.json), the layout of answerdotai/ModernBERT-base.
 ``write_checkpoint`` (a randomly initialised tokendrop checkpoint dir, the layout
 ``tokendrop.models.pretrained.load_pretrained`` reads), ``write_keyword_sentiment`` (SST-2 layout; the label is one
 sentiment keyword among filler words -- learnable in seconds by a tiny encoder), ``write_toy_glue`` /
-``write_toy_squad`` (every suite task in its original layout, for tests of the evaluation protocol,
-not for meaningful scores).
+``write_toy_squad`` (every GLUE task and SQuAD v1.1/v2.0 in its layout as distributed, for tests of
+the readers and the evaluation protocol, not for meaningful scores).
 
     vocab = write_toy_vocab(tmp_path / "vocab.txt")
     corpus = write_toy_corpus(tmp_path / "corpus.txt", num_docs=40)
@@ -52,7 +52,7 @@ LETTERS = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowerca
 
 def _write_text(path: str | os.PathLike, text: str) -> Path:
     """UTF-8, atomically (a reader never sees half a file); the parent directory is created."""
-    from tokendrop.runs.rundir import atomic_write_text
+    from tokendrop.runs.files import atomic_write_text
 
     return atomic_write_text(path, text)
 
@@ -290,7 +290,7 @@ def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_laye
     import torch
     from safetensors.torch import save_file
 
-    from tokendrop.train.checkpoint import _sha256
+    from tokendrop.runs.checkpoint import sha256_file
     from tokendrop.config import ModelConfig
     from tokendrop.models.bert.model import BertForMaskedLM
 
@@ -299,7 +299,7 @@ def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_laye
     if vocab is None:
         write_vocab(out / "tokenizer")
     else:
-        from tokendrop.runs.rundir import atomic_write_bytes
+        from tokendrop.runs.files import atomic_write_bytes
 
         atomic_write_bytes(out / "tokenizer" / "vocab.txt", Path(vocab).read_bytes())
     n_vocab = sum(1 for _ in open(out / "tokenizer" / "vocab.txt", encoding="utf-8"))
@@ -309,7 +309,7 @@ def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_laye
     model = BertForMaskedLM(cfg)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
     save_file({}, str(out / "state.safetensors"))  # no training state; hashed so the checkpoint verifies
-    files = {n: {"bytes": (out / n).stat().st_size, "sha256": _sha256(out / n)} for n in ("model.safetensors", "state.safetensors")}
+    files = {n: {"bytes": (out / n).stat().st_size, "sha256": sha256_file(out / n)} for n in ("model.safetensors", "state.safetensors")}
     _write_text(out / "meta.json", json.dumps({"config": {"model": asdict(cfg)}, "step": 0, "toy": True, "files": files}, indent=2))
     return out
 
@@ -341,7 +341,9 @@ def _pair(rng: random.Random) -> tuple[str, str, int]:
 
 
 def write_toy_glue(root: str | os.PathLike, n_train: int = 64, n_dev: int = 32, seed: int = 0) -> Path:
-    """SST-2, MNLI (12/16 columns), QNLI, QQP, RTE and AX in the GLUE layouts under ``root``."""
+    """Every GLUE task in its layout as distributed, under ``root``: CoLA (header-less train/dev),
+    SST-2, MRPC, STS-B (10 columns, float scores), QQP, MNLI (12/16 columns, matched/mismatched),
+    QNLI, RTE, WNLI, AX (``diagnostic-full.tsv``), and each task's unlabelled test file(s)."""
     root = Path(root)
     rng = random.Random(seed)
     write_keyword_sentiment(root / "SST-2", n_train, n_dev, seed)
@@ -376,7 +378,67 @@ def write_toy_glue(root: str | os.PathLike, n_train: int = 64, n_dev: int = 32, 
         a, b, same = _pair(rng)
         rows.append(["", "", "", "", "toy", a, b, nli[1] if same else nli[0]])
     _write_tsv(root / "AX" / "diagnostic-full.tsv", ax_header, rows)
+    _write_more_glue(root, n_train, n_dev, random.Random(f"{seed}-more"))
     return root
+
+
+def _write_more_glue(root: Path, n_train: int, n_dev: int, rng: random.Random) -> None:
+    """CoLA, MRPC, STS-B and WNLI, and every task's test files (a random stream of their own, so the
+    tasks above are the same for a seed as before these were added)."""
+    splits = (("train.tsv", n_train), ("dev.tsv", n_dev))
+    for name, n in splits:  # CoLA: no header; source, label, original mark ("*" = unacceptable), sentence
+        rows = []
+        for i in range(n):
+            lab = rng.randint(0, 1)
+            rows.append([f"toy{i % 7:02d}", str(lab), "" if lab else "*", keyword_sentence(rng, lab)])
+        _write_text(root / "CoLA" / name, "\n".join("\t".join(r) for r in rows) + "\n")
+    mrpc_h = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
+    stsb_h = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2", "score"]
+    for name, n in splits:
+        rows = []
+        for i in range(n):
+            a, b, same = _pair(rng)
+            rows.append([str(same), str(1000 + 2 * i), str(1001 + 2 * i), a, b])
+        _write_text(root / "MRPC" / name, "\ufeff" * (name == "train.tsv")  # the download's train file has a BOM
+                    + "\n".join("\t".join(r) for r in [mrpc_h, *rows]) + "\n")
+        rows = []
+        for i in range(n):  # similarity 0-5: high when both sentences carry the same sentiment polarity, plus noise
+            la, lb = rng.randint(0, 1), rng.randint(0, 1)
+            score = min(5.0, max(0.0, (4.0 if la == lb else 1.0) + rng.choice([-1.0, -0.5, 0.0, 0.25, 0.5, 1.0])))
+            rows.append([str(i), "main-toy", "toy", "2012", f"{i:04d}", "none", "none", keyword_sentence(rng, la),
+                         keyword_sentence(rng, lb), f"{score:.3f}"])
+        _write_tsv(root / "STS-B" / name, stsb_h, rows)
+        rows = []
+        for i in range(n):
+            a, b, same = _pair(rng)
+            rows.append([str(i), a, b, str(same)])
+        _write_tsv(root / "WNLI" / name, ["index", "sentence1", "sentence2", "label"], rows)
+    # the unlabelled test files: the labelled layout without its label (STS-B: 9 of its 10 columns,
+    # MNLI: 10), except CoLA (a header, index + sentence), MRPC (index for Quality), QQP (id + the questions)
+    n = max(1, n_dev // 2)
+
+    def pair_rows(k: int):
+        return [_pair(rng)[:2] for _ in range(k)]
+
+    tests = {
+        "CoLA/test.tsv": (["index", "sentence"], [[str(i), keyword_sentence(rng, i % 2)] for i in range(n)]),
+        "SST-2/test.tsv": (["index", "sentence"], [[str(i), keyword_sentence(rng, i % 2)] for i in range(n)]),
+        "MRPC/test.tsv": (["index"] + mrpc_h[1:], [[str(i), str(i), str(i + 1), a, b] for i, (a, b) in enumerate(pair_rows(n))]),
+        "STS-B/test.tsv": (stsb_h[:-1], [[str(i), "main-toy", "toy", "2012", f"{i:04d}", "none", "none", a, b]
+                                         for i, (a, b) in enumerate(pair_rows(n))]),
+        "QQP/test.tsv": (["id", "question1", "question2"], [[str(i), a, b] for i, (a, b) in enumerate(pair_rows(n))]),
+        "QNLI/test.tsv": (["index", "question", "sentence"], [[str(i), a, b] for i, (a, b) in enumerate(pair_rows(n))]),
+        "AX/AX.tsv": (["index", "sentence1", "sentence2"], [[str(i), a, b] for i, (a, b) in enumerate(pair_rows(n))]),
+    }
+    for t in ("RTE", "WNLI"):
+        tests[f"{t}/test.tsv"] = (["index", "sentence1", "sentence2"], [[str(i), a, b] for i, (a, b) in enumerate(pair_rows(n))])
+    mnli_test_h = ("index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse "
+                   "sentence2_parse sentence1 sentence2").split()
+    for f in ("test_matched.tsv", "test_mismatched.tsv"):
+        tests[f"MNLI/{f}"] = (mnli_test_h, [[str(i), str(i), f"{i}n", "toy", a, b, a, b, a, b]
+                                            for i, (a, b) in enumerate(pair_rows(n))])
+    for rel, (header, rows) in tests.items():
+        _write_tsv(root / rel, header, rows)
 
 
 def write_toy_squad(root: str | os.PathLike, n_train: int = 48, n_dev: int = 24, seed: int = 0) -> Path:
@@ -407,7 +469,7 @@ def write_toy_squad(root: str | os.PathLike, n_train: int = 48, n_dev: int = 24,
 
 
 def write_vader_sdist(path: str | os.PathLike, files: dict[str, str]) -> Path:
-    """A stand-in for the ``vaderSentiment`` sdist (tokendrop.finetune.sst2_vader): a tar.gz holding
+    """A stand-in for the ``vaderSentiment`` sdist (tokendrop.finetune.tasks.sst2_vader): a tar.gz holding
     ``additional_resources/hutto_ICWSM_2014.tar.gz`` with ``files`` (name -> text, written as UTF-8
     under ``hutto_ICWSM_2014/``)."""
     import io

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from tokendrop.train.checkpoint import latest_checkpoint
+from tokendrop.runs.checkpoint import latest_checkpoint
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import has_tokenizer_files
 from tokendrop.errors import InteropError
@@ -102,7 +102,7 @@ def _run_facts(ck: Path) -> dict[str, Any]:
     and its metrics (final losses, the unigram entropy, the pretrain command)."""
     import json
 
-    from tokendrop.runs.rundir import read_metrics
+    from tokendrop.runs.metrics import read_metrics
 
     meta = json.loads((ck / "meta.json").read_text(encoding="utf-8"))
     run = ck.parent.parent if ck.parent.name == "checkpoints" else ck

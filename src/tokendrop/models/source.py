@@ -30,17 +30,17 @@ loaders); this module resolves a source and hands its loading to the model's fam
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.config import MODEL_PRESETS, ConfigError, ModelConfig, from_dict
 from tokendrop.data.tokenizer import has_tokenizer_files
 from tokendrop.errors import InitError
+from tokendrop.runs.files import read_json
 from tokendrop.models.families import spec_of
 from tokendrop.models.hf import TOKENIZER_FILES, model_config_from_hf, save_source_files
 from tokendrop.models.weights import (
@@ -98,24 +98,12 @@ def _download(name: str) -> Path:
     return path
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        d = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise InitError(f"{path}: invalid JSON ({e})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InitError(f"{path}: unreadable ({first_line(e)})") from None
-    if not isinstance(d, dict):
-        raise InitError(f"{path}: expected a JSON object")
-    return d
-
-
 def _resolve_hf(source: str, p: Path) -> InitSource:
     cj = p / "config.json"
     if not cj.is_file():
         raise InitError(f"{p}: not a model directory (no config.json) and not a tokendrop run (no checkpoints/); "
                         "expected a Hugging Face BERT directory or a `tokendrop pretrain` output")
-    d = _read_json(cj)
+    d = read_json(cj, InitError)
     cfg = model_config_from_hf(d, str(cj))
     hashed, files, fmt, sharded = weight_files(p)
     sha, shapes = scan_tensors(files, fmt, sharded)
@@ -128,7 +116,7 @@ def _resolve_hf(source: str, p: Path) -> InitSource:
 
 def _resolve_tokendrop(source: str, p: Path) -> InitSource:
     try:
-        ck = ckpt_mod.find(p)  # the shared verifying loader (tokendrop.train.checkpoint): a run's newest checkpoint
+        ck = ckpt_mod.find(p)  # the shared verifying loader (tokendrop.runs.checkpoint): a run's newest checkpoint
     except ckpt_mod.CheckpointError as e:
         raise InitError(str(e)) from None
     run = p if ck != p else (p.parent.parent if p.parent.name == "checkpoints" else p)
@@ -152,7 +140,7 @@ def _resolve_tokendrop(source: str, p: Path) -> InitSource:
                             f"(a checkpoint records its shape; the file was edited: restore it or use another checkpoint)")
     tok = next((c for c in (ck / "tokenizer", run / "tokenizer", p / "tokenizer", run / "source")
                 if has_tokenizer_files(c)), None)
-    hf_cfg = _read_json(run / "source" / "config.json") if (run / "source" / "config.json").is_file() else None
+    hf_cfg = read_json(run / "source" / "config.json", InitError) if (run / "source" / "config.json").is_file() else None
     return InitSource(source=source, path=ck, kind="tokendrop", layout="tokendrop", model=cfg,
                       weights_file=ck / "model.safetensors", sha256=sha, tokenizer_dir=tok, hf_config=hf_cfg,
                       weights_files=[ck / "model.safetensors"], weights_format="safetensors")

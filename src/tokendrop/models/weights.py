@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tokendrop.train import checkpoint as ckpt_mod
-from tokendrop.train.checkpoint import sha256_file
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.config import ModelConfig
 from tokendrop.errors import InitError
 

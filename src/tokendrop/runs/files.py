@@ -25,6 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tokendrop.errors import TokendropError
+import re
+from safetensors import SafetensorError
+from safetensors import torch as st
+
 
 def replace_dir(tmp: Path, out: Path, prefix: str | None = None) -> None:
     """Rename ``tmp`` to ``out``, replacing an existing ``out`` directory (never a file or a link)."""
@@ -128,11 +133,6 @@ def write_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str
     """``safetensors.torch.save_file``, whose I/O failures (disk full, quota, file too large) surface as
     an ``OSError`` with the errno (safetensors raises its own ``SafetensorError`` for them), so every
     writer's disk-full handling (``cli.main``, the checkpoint writer) sees them."""
-    import re
-
-    from safetensors import SafetensorError
-    from safetensors import torch as st  # looked up per call (tests patch safetensors.torch.save_file)
-
     try:
         st.save_file(tensors, str(path), metadata=metadata)
     except SafetensorError as e:
@@ -200,6 +200,38 @@ def json_text(obj: Any, indent: int = 1) -> str:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 1) -> Path:
     return atomic_write_text(path, json_text(obj, indent))
+
+
+_RAISE = object()
+
+
+def read_json(path: str | os.PathLike, error: type[Exception] = TokendropError, expect: type | None = dict,
+              hint: str = "", default: Any = _RAISE) -> Any:
+    """The one JSON reader: ``path`` parsed, or ``error`` with one line naming the file and what is wrong
+    (missing, unreadable, not UTF-8, invalid JSON with its line and column, not a ``expect``) and
+    ``hint`` (the fix) appended; with ``default`` given, that instead of any error (for state files
+    whose absence or damage only means "start over")."""
+    if default is not _RAISE:
+        try:
+            return read_json(path, error, expect, hint)
+        except error:
+            return default
+    tail = f"; {hint}" if hint else ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except FileNotFoundError:
+        raise error(f"{path}: not found{tail}") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text (invalid byte at {e.start}){tail}") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: invalid JSON (line {e.lineno} column {e.colno}: {e.msg}){tail}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror or e}){tail}") from None
+    if expect is not None and not isinstance(obj, expect):
+        raise error(f"{path}: expected a JSON {'object' if expect is dict else expect.__name__}, got "
+                    f"{type(obj).__name__}{tail}")
+    return obj
 
 
 def _umask() -> int:

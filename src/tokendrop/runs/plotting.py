@@ -1,5 +1,5 @@
 """Figures: matplotlib's pyplot on the Agg backend, and the one way a figure is written (atomically,
-through :func:`tokendrop.runs.rundir.atomic_file`, then closed).  Every plot of the package goes through
+through :func:`tokendrop.runs.atomic_file`, then closed).  Every plot of the package goes through
 these two functions."""
 
 from __future__ import annotations
@@ -8,21 +8,20 @@ import os
 from typing import Any
 
 from tokendrop.errors import TokendropError
-from tokendrop.runs.rundir import atomic_file
+from tokendrop.runs.files import atomic_file
 
 
-class MissingPlotting(TokendropError, ImportError):
-    """matplotlib is not installed (an extra: ``pip install 'tokendrop[lab]'``)."""
+class PlottingUnavailable(TokendropError, ImportError):
+    """matplotlib (the ``lab`` extra) is not installed."""
 
 
 def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed); a one-line
-    ``MissingPlotting`` (an ImportError) where matplotlib is not installed."""
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (no display needed)."""
     try:
         import matplotlib
     except ImportError:
-        raise MissingPlotting("matplotlib is not installed; the figures need it: pip install 'tokendrop[lab]' "
-                              "(or pip install matplotlib)") from None
+        raise PlottingUnavailable("figures need matplotlib, which is not installed; "
+                                  "pip install 'tokendrop[lab]' (or matplotlib)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

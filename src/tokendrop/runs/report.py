@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tokendrop.train.metrics import read_metrics
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.data.masking import unigram_note
 from tokendrop.runs.plotting import pyplot, save_figure
-from tokendrop.runs.rundir import atomic_write_text
+from tokendrop.runs.files import atomic_write_text
 
 
 
@@ -35,7 +35,6 @@ def _series(recs: list[dict[str, Any]], key: str, x: str = "step") -> tuple[list
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-_atomic_text = atomic_write_text  # the package's one atomic file write (tokendrop.runs.rundir)
 
 
 _save = save_figure
@@ -111,7 +110,7 @@ def write_run_report(run_dir: str | os.PathLike) -> Path:
         "",
     ]
     out = run_dir / "report.md"
-    _atomic_text(out, "\n".join(lines))
+    atomic_write_text(out, "\n".join(lines))
     return out
 
 
@@ -151,5 +150,5 @@ def compare_runs(runs: dict[str, Path], out_dir: str | os.PathLike, title: str =
                      f"{r['final_eval_loss']:.4f} | {r['final_eval_acc']:.4f} | {r['total_flops']:.3g} |")
     lines += ["", "![comparison](comparison.png)" if plt is not None else "(no plots: matplotlib is not installed)", ""]
     out = out_dir / "report.md"
-    _atomic_text(out, "\n".join(lines))
+    atomic_write_text(out, "\n".join(lines))
     return out, rows

@@ -38,23 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.errors import TokendropError
-from tokendrop.runs.files import (
-    atomic_directory,
-    atomic_file,
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_write_text,
-    discard_dir,
-    json_default,
-    json_text,
-)
+from tokendrop.runs.files import atomic_write_json, discard_dir
 
 MARKER = ".tokendrop.json"
 KINDS = ("prepared", "run", "finetune", "evaluate", "export", "inspect", "study", "demo", "campaign")
 RESUMABLE = ("study", "demo", "evaluate", "campaign")  # a marked dir of the same kind is continued without --overwrite
-# what a resumable command's output held before markers existed: such a directory is continued (and
-# marked), never replaced
-_LEGACY = {"study": "study-state.json", "evaluate": "suite.toml", "demo": "data-T128"}
 
 
 class RunDirError(TokendropError, ValueError):
@@ -132,7 +120,7 @@ def read_marker(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def write_marker(directory: str | os.PathLike, kind: str) -> Path:
-    from tokendrop import __version__
+    from tokendrop.version import __version__
 
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
@@ -174,7 +162,7 @@ def prepare_output(path: str | os.PathLike, kind: str, overwrite: bool = False,
         return "new"
     marker = read_marker(p)
     have = marker["kind"] if marker else None
-    if resumable and not overwrite and (have == kind or (have is None and (p / _LEGACY.get(kind, MARKER)).exists())):
+    if resumable and not overwrite and have == kind:
         return "continue"
     if not overwrite:
         if kind == "run" and (have == "run" or (p / "checkpoints").exists() or (p / "metrics.jsonl").exists()):
@@ -291,7 +279,7 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
 
 
 # ----------------------------------------------------------------------------------------------
-# metrics (the newest verified checkpoint of a run: tokendrop.train.checkpoint.latest_checkpoint)
+# metrics (the newest verified checkpoint of a run: tokendrop.runs.checkpoint.latest_checkpoint)
 
 
 def hold(paths: Iterable[str | os.PathLike], seconds: float = 600.0) -> None:
@@ -309,11 +297,6 @@ def hold(paths: Iterable[str | os.PathLike], seconds: float = 600.0) -> None:
 HOLD_COMMAND = "import sys; from tokendrop.runs.rundir import hold; hold(sys.argv[1:])"  # python -c HOLD_COMMAND PATH...
 
 
-# the one reader/writer of metrics.jsonl lives in tokendrop.train.metrics; re-exported here as part of
-# the run-directory API
-from tokendrop.train.metrics import append_record, read_metrics, truncate_metrics  # noqa: E402
 
-
-__all__ = ["MARKER", "KINDS", "RunDirError", "Interrupted", "atomic_file", "atomic_write_bytes", "atomic_write_text",
-           "atomic_write_json", "read_marker", "write_marker", "create", "prepare_output", "discard", "abandon", "lock",
-           "lock_path", "read_metrics", "append_record", "truncate_metrics", "atomic_directory"]
+__all__ = ["MARKER", "KINDS", "RunDirError", "Interrupted", "read_marker", "write_marker", "create", "prepare_output",
+           "discard", "abandon", "lock", "lock_path"]

@@ -19,7 +19,7 @@ Loading reshards: the pieces a rank needs are read from whichever files hold the
 written by N ranks resumes on M ranks under FSDP, or in one process without a process group (DCP
 with ``no_dist``), or is consolidated into a full state dict (``export``, ``verify``,
 ``finetune --model RUN``).  Every file is hashed against meta.json before it is read
-(:func:`tokendrop.train.checkpoint.verify`).
+(:func:`tokendrop.runs.checkpoint.verify`).
 
 The shared directory contract holds: the checkpoint is built in a hidden temp dir (created by rank
 0, all ranks write into it; the file system must be shared by all nodes) and renamed when meta.json
@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train.parallel import Dist
 
 SHARD_DIR = ckpt_mod.SHARD_DIR

@@ -164,7 +164,7 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
     frozen, no encoder backward) for ``steps`` steps; any family's ``tokendrop.models.masked_lm.MaskedLM``.
 
     AdamW on the head's parameters, linear warm-up over the first 10% then linear decay to 0.
-    -> the per-step MLM losses.  Every parameter's ``requires_grad`` is as before on return.
+    -> the per-step MLM losses.  Every parameter's ``requires_grad`` is restored on return.
     """
     params = model.head_parameters()
     head = {id(p) for p in params}

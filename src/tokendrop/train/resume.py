@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.config import FROM_DATA, Config, from_dict, to_dict
 from tokendrop.errors import TrainingError

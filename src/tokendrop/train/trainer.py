@@ -34,13 +34,15 @@ from tokendrop.errors import TrainingError
 from tokendrop.models.attention import check_training_device
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.models.masked_lm import num_parameters
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs import rundir
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs.files import atomic_directory, atomic_write_text
+from tokendrop.runs.metrics import MetricsLog, read_metrics, truncate_metrics
+from tokendrop.runs.trackers import check_installed
 from tokendrop.train.budget import RunLength, budget_clock
 from tokendrop.train.console import (LOG_FILE, Progress, RunLog, eta, interval_line, is_terminal, pretrain_banner,
                                      pretrain_summary, unigram_note)
 from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
-from tokendrop.train.metrics import MetricsLog, read_metrics
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.resume import (check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401
                                     load_training_state, rank_rng, save_training_state)
@@ -48,7 +50,6 @@ from tokendrop.train.run_config import open_run_data, resolve_init
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
 from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
-from tokendrop.train.trackers import check_installed
 from tokendrop.train.warmups import StepPlan, default_micro_batch
 
 
@@ -214,12 +215,12 @@ class _Trainer:
             if mode == "replace":
                 rundir.discard(run_dir)
             rundir.create(run_dir, "run")
-            rundir.atomic_write_text(run_dir / "config.toml", to_toml(cfg))
+            atomic_write_text(run_dir / "config.toml", to_toml(cfg))
             tok_dst = run_dir / "tokenizer"
             if not tok_dst.exists():
                 from tokendrop.models.hf import copy_tokenizer
 
-                with rundir.atomic_directory(tok_dst) as tok_tmp:
+                with atomic_directory(tok_dst) as tok_tmp:
                     copy_tokenizer(self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
             self.console.path = run_dir / LOG_FILE
         if dd.world > 1:
@@ -325,7 +326,7 @@ class _Trainer:
                 self.selector.set_rng_state(rng["rng.selector"], self.device)
             ckpt_mod.restore_rng(rng)
         if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
-            rundir.truncate_metrics(self.run_dir, self.start_step)
+            truncate_metrics(self.run_dir, self.start_step)
 
     # -- the metrics log and step 0 ----------------------------------------------------------------------
     def start(self) -> None:

@@ -38,12 +38,7 @@ def _fake_vader_sdist(path: Path, lines_by_file: dict[str, list[str]]) -> Path:
 
 
 def test_review_corpus_never_contains_a_dev_sentence(tmp_path):
-    from tokendrop.finetune.sst2_vader import (
-        OTHER_SNIPPETS,
-        build_review_corpus,
-        normalize_sentence,
-        read_sst2_sentences,
-    )
+    from tokendrop.finetune.tasks.sst2_vader import OTHER_SNIPPETS, build_review_corpus, normalize_sentence, read_sst2_sentences
     from tokendrop.lab.toydata import write_keyword_sentiment
 
     task = write_keyword_sentiment(tmp_path / "task", n_train=80, n_dev=40)
@@ -78,7 +73,7 @@ def _fake_minilm(d: Path) -> Path:
 
 
 def test_continued_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
-    from tokendrop.finetune.sst2_vader import OTHER_SNIPPETS, build_review_corpus
+    from tokendrop.finetune.tasks.sst2_vader import OTHER_SNIPPETS, build_review_corpus
     from tokendrop.lab.toydata import write_keyword_sentiment
 
     source = _fake_minilm(tmp_path / "minilm")

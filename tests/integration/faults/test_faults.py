@@ -16,9 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.cli import main as cli
-from tokendrop.train.metrics import append_record, read_metrics, truncate_metrics
+from tokendrop.runs.metrics import append_record, read_metrics, truncate_metrics
 
 
 def _run(capsys, *argv):
@@ -214,7 +214,7 @@ def test_disk_full_while_writing_shards(tmp_path, capsys, monkeypatch):
     from tokendrop.lab.toydata import write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.txt", docs=30)
-    monkeypatch.setattr(shards._Shard, "write", lambda self, rows: _enospc(self, self.path))
+    monkeypatch.setattr(shards.ShardWriter, "write", lambda self, rows: _enospc(self, self.path))
     before = _tree(tmp_path)
     rc, _, err = _run(capsys, "prepare", "--corpus", corpus, "--out", tmp_path / "data", "--seq-len", "32",
                       "--vocab-size", "150", "--workers", "1", "--quiet")
@@ -466,12 +466,12 @@ def test_pad_id_comes_from_the_prepared_vocabulary(tmp_path, capsys):
 
 def test_packing_never_emits_sep_sep(tmp_path):
     from tokendrop.data.prepare import prepare
-    from tokendrop.data.shards import _PackedWriter, _Shard
+    from tokendrop.data.shards import PackedWriter, ShardWriter
 
     rng = np.random.default_rng(0)
     for T in (6, 7, 8, 12):
-        shard = _Shard(str(tmp_path / f"s{T}.bin"), T, np.dtype(np.uint16))
-        w = _PackedWriter(shard, 2, 3)
+        shard = ShardWriter(str(tmp_path / f"s{T}.bin"), T, np.dtype(np.uint16))
+        w = PackedWriter(shard, 2, 3)
         total = 0
         for _ in range(200):
             n = int(rng.choice([0, 0, 1, 1, 2, T - 3, T - 2, T - 1]))

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from test_faults import _one_line_error, _run  # noqa: E402  (the one CLI-call and one-line-error helpers)
 
 REPO = Path(__file__).resolve().parents[3]
@@ -57,7 +58,7 @@ def _fake_runner(monkeypatch, fn):
 def _writes_files(*names):
     def fn(cfg, out, budget, r, save, log):
         for n in names:
-            rundir.atomic_write_text(out / n, f"{r.part} {n}\n")
+            atomic_write_text(out / n, f"{r.part} {n}\n")
             r.files.append(n)
         r.check("fake", True)
         save()
@@ -259,7 +260,7 @@ def test_verify_a_finetune_output(ft_dir, tmp_path, capsys):
     assert out.strip().endswith("ok (finetune)")
     assert _tree(ft_dir) == before  # verify writes nothing
     m = json.loads((ft_dir / "metrics.json").read_text())
-    from tokendrop.train.checkpoint import sha256_file
+    from tokendrop.runs.checkpoint import sha256_file
 
     assert m["saved_model_sha256"] == sha256_file(ft_dir / "model" / "model.safetensors")
 
@@ -297,7 +298,7 @@ def _fake_finetune(calls):
         calls.append(cfg.lr)
         r = {"task": cfg.task, "scores": {cfg.task: 50.0 + len(calls)}, "config": __import__("dataclasses").asdict(cfg)}
         rundir.create(out_dir, "finetune")
-        rundir.atomic_write_json(out_dir / "metrics.json", r)
+        atomic_write_json(out_dir / "metrics.json", r)
         return r
 
     return fn
@@ -380,7 +381,7 @@ def test_verify_a_study_directory(tiny_data, tmp_path, capsys):
                                   "train.eval_every=2", "train.eval_batches=1", "train.log_every=1"]), run, progress=False)
     evaluate([str(run)], SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4], glue_data=str(tmp_path)),
              st / "eval", finetune_fn=_fake_finetune([]), log=lambda m: None)
-    rundir.atomic_write_json(st / "study-state.json", {"runs": {"baseline-seed0": {}}, "invocations": []})
+    atomic_write_json(st / "study-state.json", {"runs": {"baseline-seed0": {}}, "invocations": []})
     rc, out, err = _run(capsys, "verify", st)
     assert rc == 0 and not _errors(err), err
     assert "study: 1 run(s) (1 finished), 1 prepared dataset(s), an evaluation" in out
@@ -388,7 +389,7 @@ def test_verify_a_study_directory(tiny_data, tmp_path, capsys):
     assert "the study has not finished" in out  # no study.json yet
     assert "eval: evaluate: 1 model(s), 1 cell(s) checked" in out
     # a study.json naming a run that is gone, a corrupt checkpoint of another, a torn state file
-    rundir.atomic_write_json(st / "study.json", {"runs": {"baseline-seed0": {}, "token-drop-seed0": {}}})
+    atomic_write_json(st / "study.json", {"runs": {"baseline-seed0": {}, "token-drop-seed0": {}}})
     _flip(run / "checkpoints" / "step-00000002" / "model.safetensors")
     (st / "study-state.json").write_text('{"runs": ')
     rc, _, err = _run(capsys, "verify", st)

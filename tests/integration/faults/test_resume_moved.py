@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.cli import main
 
 

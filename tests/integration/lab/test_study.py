@@ -10,7 +10,7 @@ import torch
 
 from tokendrop.config import ConfigError
 from tokendrop.lab.study import (
-    METHODS,
+    ARMS,
     StudyError,
     _verdict,
     load_study,
@@ -60,7 +60,7 @@ def test_method_table_is_the_papers():
     assert TABLE1 == ["baseline-unpacked", "baseline", "baseline-75", "token-drop", "token-drop-stage2",
                       "half-rand", "half-rand-stage2", "rand-stage2", "freq-stage2", "avg-stage2",
                       "pass-stage2", "layer-rearranged-stage2"]
-    assert list(METHODS)[:len(TABLE1)] == TABLE1  # then the recipe study's arms (tests/integration/lab/test_study_recipe.py)
+    assert list(ARMS)[:len(TABLE1)] == TABLE1  # then the recipe study's arms (tests/integration/lab/test_study_recipe.py)
     study = load_study("study-cpu")
     runs = plan_runs(study, None, Path("/x"))
     assert {r.method.name for r in runs} >= set(TABLE1) | {"drop-25", "drop-62.5", "drop-75"}
@@ -143,7 +143,7 @@ def test_study_tiny_end_to_end(tiny_study):
     t3 = (out / "tables/table3.md").read_text()
     assert f"| baseline | " in t3 and f"{final:.3f}" in t3
     t1 = (out / "tables/table1.md").read_text()
-    assert "SST (acc.)" in t1 and "SQuAD-v1 (F1)" in t1 and "token drop (proposed)" in t1
+    assert "SST (acc.)" in t1 and "SQuAD v1 (F1)" in t1 and "token drop (proposed)" in t1
     sst = data["runs"]["baseline-seed0"]["eval"]["sst2"]
     assert f"{sst:.2f}" in t1
     t4 = (out / "tables/table4.md").read_text()
@@ -256,7 +256,7 @@ def test_study_continue_preset_plans_continued_runs(tmp_path):
     assert study.source == "minilm" and study.base == "continue" and len(study.seeds) == 2
     # the paper's study's methods: baseline, baseline at 75% of the steps, token drop (+ stage 2), >= 2 other selections
     assert {"baseline", "baseline-75", "token-drop", "token-drop-stage2"} <= set(study.methods)
-    assert len({METHODS[m].overrides[0] for m in study.methods if METHODS[m].group == "selection"}) >= 2
+    assert len({ARMS[m].overrides[0] for m in study.methods if ARMS[m].group == "selection"}) >= 2
     assert study.drop_rates == []
     # the tasks and every data path come from the preset
     assert any("tasks=['sst2', 'qnli', 'squad1']" in o for o in study.suite_overrides)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.cli import main as cli_main
 from tokendrop.config import ConfigError, load_config
 from tokendrop.train.trainer import pretrain, read_metrics

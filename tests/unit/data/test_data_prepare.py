@@ -264,7 +264,7 @@ def test_interrupted_run_leaves_nothing_that_opens(tmp_path, toy, monkeypatch):
     def boom(self):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(prepare_mod._PackedWriter, "finish", boom)
+    monkeypatch.setattr(prepare_mod.PackedWriter, "finish", boom)
     with pytest.raises(KeyboardInterrupt):
         prepare([corpus], tmp_path / "o", 16, vocab=vocab, workers=1, progress=False)
     assert not (tmp_path / "o").exists() and leftovers(tmp_path) == []

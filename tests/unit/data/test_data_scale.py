@@ -21,7 +21,7 @@ import pytest
 from tokendrop.cli import main
 from tokendrop.data import DataError, prepare
 from tokendrop.data.corpus import JSONL, TEXT, iter_documents, read_jsonl, read_text, split_points
-from tokendrop.data.shards import _PackedWriter, _Shard, _UnpackedWriter, choose_eval_docs
+from tokendrop.data.shards import PackedWriter, ShardWriter, UnpackedWriter, choose_eval_docs
 from tokendrop.lab.toydata import toy_documents, write_documents, write_toy_vocab
 from tokendrop.data.tokenizer import build_tokenizer
 
@@ -77,8 +77,8 @@ def _reference_shards(tmp: Path, vocab: str, paths: list[str], T: int, packed: b
     is_eval = _reference_eval(np.array([len(d) for d in docs], np.int64), eval_fraction, T - 2, packed, seed)
     out = {}
     for split, sel in (("train", ~is_eval), ("eval", is_eval)):
-        shard = _Shard(str(tmp / f"ref-{split}.bin"), T, np.dtype(np.uint16))
-        w = _PackedWriter(shard, sp["cls"], sp["sep"]) if packed else _UnpackedWriter(shard, sp["cls"], sp["sep"], sp["pad"], "split")
+        shard = ShardWriter(str(tmp / f"ref-{split}.bin"), T, np.dtype(np.uint16))
+        w = PackedWriter(shard, sp["cls"], sp["sep"]) if packed else UnpackedWriter(shard, sp["cls"], sp["sep"], sp["pad"], "split")
         for i in np.flatnonzero(sel):
             w.add(docs[i])
         w.finish()

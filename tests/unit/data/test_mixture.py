@@ -191,7 +191,7 @@ def test_pretrain_a_mixture_for_a_token_count_through_the_cli(sources, full_run)
     """The run's config records the resolved steps and warm-up; metrics the realised shares."""
     import tomllib
 
-    from tokendrop.train.metrics import read_metrics
+    from tokendrop.runs.metrics import read_metrics
 
     _, a, b = sources
     rec = tomllib.loads((full_run / "config.toml").read_text())
@@ -212,10 +212,10 @@ def test_pretrain_on_a_mixture_resumes_bit_identically(sources, full_run, tmp_pa
     the weights and the logged shares of the uninterrupted run."""
     from safetensors.torch import load_file
 
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.cli import main as cli_main
     from tokendrop.config import load_config
-    from tokendrop.train.metrics import read_metrics
+    from tokendrop.runs.metrics import read_metrics
     from tokendrop.train.trainer import pretrain
 
     _, a, b = sources
@@ -289,9 +289,9 @@ def test_pretrain_a_mixture_with_the_seq_len_warmup_resumes_bit_identically(sour
     mid-warm-up and resumed ends with the uninterrupted run's losses and weights."""
     from safetensors.torch import load_file
 
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.config import load_config
-    from tokendrop.train.metrics import read_metrics
+    from tokendrop.runs.metrics import read_metrics
     from tokendrop.train.trainer import pretrain
 
     _, a, b = sources
@@ -328,7 +328,7 @@ def test_a_mixture_under_torchrun_matches_one_process(sources, tmp_path):
     import subprocess
     import sys
 
-    from tokendrop.train.metrics import read_metrics
+    from tokendrop.runs.metrics import read_metrics
 
     _, a, b = sources
     script = tmp_path / "mix_ddp.py"

@@ -268,7 +268,7 @@ def test_finetune_uses_the_declared_special_tokens(tmp_path):
     tokenizers declare them): fine-tuning pads with ``<pad>`` and frames SQuAD windows with ``<cls>``/``<sep>``."""
     from tokendrop.config import FinetuneConfig
     from tokendrop.finetune import finetune
-    from tokendrop.finetune.squad import build_features, read_squad
+    from tokendrop.finetune.tasks.squad import build_features, read_squad
     from tokendrop.finetune.trainer import _load_model_and_tokenizer
     from tokendrop.models.bert.model import BertForQuestionAnswering
 

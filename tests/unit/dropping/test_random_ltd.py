@@ -293,7 +293,7 @@ def test_default_span_is_every_middle_layer():
 def test_resume_mid_schedule_is_bit_identical(tiny_data, tmp_path):
     from safetensors.torch import load_file
 
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.cli import main
     from tokendrop.train.trainer import pretrain, read_metrics
 

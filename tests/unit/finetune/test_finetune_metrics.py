@@ -5,19 +5,9 @@ import random
 
 import pytest
 
-from tokendrop.finetune.metrics import (
-    accuracy,
-    apply_threshold,
-    best_threshold,
-    classification_metrics,
-    exact_match,
-    f1,
-    f1_binary,
-    gold_answers,
-    matthews,
-    normalize_answer,
-    squad_evaluate,
-)
+from tokendrop.finetune.metrics import (accuracy, apply_threshold, best_threshold, split_metrics,
+                                        exact_match, f1, f1_binary, gold_answers, matthews, normalize_answer,
+                                        squad_evaluate)
 
 
 def _mcc_binary(tp, tn, fp, fn):
@@ -56,10 +46,12 @@ def test_f1_and_accuracy_known_values():
     # TP=1 FP=3 FN=0 -> P=1/4 R=1 -> F1=0.4
     assert f1_binary([1, 0, 0, 0], [1, 1, 1, 1]) == pytest.approx(40.0)
     assert f1_binary([0, 0], [0, 0]) == 0.0  # no positives anywhere
+    with pytest.raises(ValueError, match="no examples"):
+        accuracy([], [])
     assert accuracy([1, 0, 1, 1], [1, 1, 1, 0]) == pytest.approx(50.0)
-    m = classification_metrics("f1", [1, 0, 1, 1], [1, 1, 1, 0])
+    m = split_metrics(("accuracy", "f1"), "f1", [1, 0, 1, 1], [1, 1, 1, 0])
     assert m["score"] == m["f1"] == pytest.approx(200 / 3) and m["accuracy"] == 50.0 and m["n"] == 4
-    m = classification_metrics("mcc", [0, 1], [0, 1])
+    m = split_metrics(("accuracy", "mcc"), "mcc", [0, 1], [0, 1])
     assert m["score"] == m["mcc"] == pytest.approx(100.0)
 
 

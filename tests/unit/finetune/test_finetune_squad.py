@@ -7,15 +7,8 @@ import pytest
 
 from tokendrop.finetune import FinetuneError
 from tokendrop.finetune.common import load_finetune_tokenizer
-from tokendrop.finetune.squad import (
-    SquadExample,
-    _is_max_context,
-    _windows,
-    build_features,
-    postprocess,
-    read_squad,
-    squad_metrics,
-)
+from tokendrop.finetune.tasks.squad import (SquadExample, _is_max_context, _windows, build_features, postprocess,
+                                      read_squad, squad_metrics)
 from tokendrop.lab.toydata import write_vocab
 
 
@@ -187,7 +180,7 @@ def test_malformed_squad(tmp_path, qas, msg):
 def test_squad_not_json_or_wrong_shape(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"data": [\n  {"title": 1,}\n]}')
-    with pytest.raises(FinetuneError, match=r"x.json:2: invalid JSON"):
+    with pytest.raises(FinetuneError, match=r"x.json: invalid JSON \(line 2 "):
         read_squad(p)
     p.write_text('{"version": "1.1"}')
     with pytest.raises(FinetuneError, match="not a SQuAD file"):

@@ -5,16 +5,10 @@ import tarfile
 import pytest
 
 from tokendrop.finetune import FinetuneError
-from tokendrop.finetune.sst2_vader import (
-    build_sst2_from_vader,
-    convert_snippets,
-    extract_snippets,
-    fetch_vader_sdist,
-    label_and_split,
-    parse_snippets,
-)
+from tokendrop.finetune.tasks.sst2_vader import (build_sst2_from_vader, convert_snippets, extract_snippets,
+                                           fetch_vader_sdist, label_and_split, parse_snippets)
 from tokendrop.lab.toydata import write_vader_sdist
-from tokendrop.finetune.tasks import get_task, load_classification
+from tokendrop.finetune.tasks import get_task
 
 
 def _snippets(n_pos=20, n_neg=10, n_zero=3) -> str:
@@ -69,7 +63,7 @@ def test_build_from_crafted_sdist_without_network(tmp_path):
     assert out == cache / "sst2-vader"
     train = (out / "train.tsv").read_text(encoding="utf-8").splitlines()
     assert train[0] == "sentence\tlabel" and len(train) == 1 + 27
-    data = load_classification(get_task("sst2"), out)  # the SST-2 reader takes it as is
+    data = get_task("sst2").load(out)  # the SST-2 reader takes it as is
     assert len(data.train) == 27 and len(data.dev["dev"]) == 3
     mtime = (out / "train.tsv").stat().st_mtime_ns
     assert build_sst2_from_vader(cache) == out and (out / "train.tsv").stat().st_mtime_ns == mtime  # reused

@@ -7,7 +7,9 @@ import pytest
 
 from tokendrop.config import ConfigError
 from tokendrop.finetune import FinetuneError, evaluate, load_suite
-from tokendrop.finetune.suite import COLUMNS, SuiteConfig, cells_for, parse_models
+from tokendrop.finetune.columns import COLUMNS
+from tokendrop.finetune.tasks import TASKS
+from tokendrop.finetune.suite import SuiteConfig, cells_for, parse_models
 from tokendrop.lab.toydata import write_checkpoint, write_toy_glue, write_toy_squad
 
 TABLE_HEAD = ("| Methods | AX (corr.) | MNLI-mm (acc.) | MNLI-m (acc.) | QNLI (acc.) | QQP (F1) | SST (acc.) | GLUE-avg "
@@ -22,10 +24,13 @@ def test_presets_load():
     assert len(cells_for(paper)) == 6 * 4
     for name in ("suite-cpu", "suite-tiny"):
         load_suite(name)
+    glue = load_suite("suite-glue")  # every GLUE task
+    assert {t for t in glue.tasks} == {n for n, t in TASKS.items() if t.kind != "span" and t.train and n != "custom"}
+    assert len(cells_for(glue)) == 9 * 4
     with pytest.raises(ConfigError, match="did you mean 'glue_lrs'"):
         load_suite("suite-tiny", ["glue_lr=[1e-3]"])
     with pytest.raises(ConfigError, match="suite.tasks"):
-        load_suite("suite-tiny", ['tasks=["cola"]'])
+        load_suite("suite-tiny", ['tasks=["colab"]'])
 
 
 
@@ -114,7 +119,7 @@ def test_real_tiny_suite_and_resume(tmp_path):
     n = len(cells_for(load_suite("suite-tiny", ov)))
     assert s["computed"] == n and s["skipped"] == 0
     cols = s["models"][next(iter(s["models"]))]["columns"]
-    assert {c.key for c in COLUMNS if c.key != "rte"} <= set(cols) and {"glue_avg", "squad_avg"} <= set(cols)
+    assert {c.key for c in COLUMNS if c.group != "extra"} <= set(cols) and {"glue_avg", "squad_avg"} <= set(cols)
     md = (tmp_path / "eval" / "results.md").read_text()
     assert TABLE_HEAD in md and "| tiny (n=1) |" in md
     assert "stand-in" not in md  # generated data, no README saying so

@@ -5,15 +5,10 @@ from pathlib import Path
 import pytest
 
 from tokendrop.finetune import FinetuneError
-from tokendrop.finetune.tasks import (
-    MNLI_LABELS,
-    find_ax_file,
-    get_task,
-    load_classification,
-    read_glue_tsv,
-    read_named_columns,
-    subsample,
-)
+from tokendrop.finetune.tasks import get_task, subsample
+from tokendrop.finetune.tasks.custom import read_named_columns
+from tokendrop.finetune.tasks.mnli import LABELS as MNLI_LABELS
+from tokendrop.finetune.tasks.mnli import find_ax_file
 
 # Header lines copied from the GLUE files (identical in ../shared/data/glue, checked below when present).
 HEADERS = {
@@ -71,22 +66,22 @@ def make_glue(root: Path) -> Path:
 
 def test_each_glue_reader(tmp_path):
     root = make_glue(tmp_path / "glue")
-    sst = load_classification(get_task("sst2"), root)  # the GLUE root: finds SST-2/
+    sst = get_task("sst2").load(root)  # the GLUE root: finds SST-2/
     assert [(e.text_a, e.text_b, e.label) for e in sst.train] == [("a fine film", None, 1), ("dull , tedious", None, 0)]
     assert sst.dev["dev"][0].text_a == 'it \'s "great"'  # no quote processing (QUOTE_NONE)
-    mnli = load_classification(get_task("mnli"), root / "MNLI")  # or the task dir itself
+    mnli = get_task("mnli").load(root / "MNLI")  # or the task dir itself
     assert set(mnli.dev) == {"dev_matched", "dev_mismatched"}
     assert [e.label for e in mnli.train] == [MNLI_LABELS.index("entailment"), MNLI_LABELS.index("contradiction")]
     assert mnli.train[0].text_a == "A man sleeps." and mnli.train[0].text_b == "A man rests."
     assert len(mnli.dev["dev_matched"]) == 1  # the "-" (no gold label) pair is skipped
     assert mnli.dev["dev_matched"][0].label == MNLI_LABELS.index("neutral")
-    qnli = load_classification(get_task("qnli"), root)
+    qnli = get_task("qnli").load(root)
     assert qnli.train[0].text_a == "what ?" and qnli.train[0].label == 0
-    rte = load_classification(get_task("rte"), root)
+    rte = get_task("rte").load(root)
     assert rte.dev["dev"][1].label == 1
-    qqp = load_classification(get_task("qqp"), root)
+    qqp = get_task("qqp").load(root)
     assert [e.label for e in qqp.train] == [1, 0] and qqp.train[1].text_a == "."
-    ax = read_glue_tsv(get_task("ax"), find_ax_file(root))
+    ax = get_task("ax").read(find_ax_file(root))
     assert ax[0].text_a == "The cat sat." and ax[0].label == MNLI_LABELS.index("contradiction")
     assert find_ax_file(root / "MNLI") == root / "AX" / "diagnostic-full.tsv"
 
@@ -95,7 +90,7 @@ def test_crlf_and_bom_are_tolerated(tmp_path):
     p = tmp_path / "SST-2" / "train.tsv"
     p.parent.mkdir()
     p.write_bytes("\ufeffsentence\tlabel\r\ngood\t1\r\nbad\t0\r\n".encode("utf-8"))
-    ex = read_glue_tsv(get_task("sst2"), p)
+    ex = get_task("sst2").read(p)
     assert [(e.text_a, e.label) for e in ex] == [("good", 1), ("bad", 0)]
 
 
@@ -111,7 +106,7 @@ def test_malformed_tsv_gives_file_and_line(tmp_path, content, msg):
     p = tmp_path / "train.tsv"
     p.write_text(content, encoding="utf-8")
     with pytest.raises(FinetuneError) as e:
-        read_glue_tsv(get_task("sst2"), p)
+        get_task("sst2").read(p)
     assert str(p) in str(e.value) and msg in str(e.value)
     assert "\n" not in str(e.value)
 
@@ -120,30 +115,30 @@ def test_non_utf8_and_missing_files(tmp_path):
     p = tmp_path / "train.tsv"
     p.write_bytes(b"sentence\tlabel\ncaf\xe9\t1\n")
     with pytest.raises(FinetuneError, match=r"train.tsv:2: not UTF-8"):
-        read_glue_tsv(get_task("sst2"), p)
+        get_task("sst2").read(p)
     (tmp_path / "empty").mkdir()
     with pytest.raises(FinetuneError, match="no train.tsv"):
-        load_classification(get_task("qnli"), tmp_path / "empty")
+        get_task("qnli").load(tmp_path / "empty")
     with pytest.raises(FinetuneError, match="does not exist"):
-        load_classification(get_task("qnli"), tmp_path / "nope")
-    with pytest.raises(FinetuneError, match="unknown task 'cola'"):
-        get_task("cola")
+        get_task("qnli").load(tmp_path / "nope")
+    with pytest.raises(FinetuneError, match="unknown task 'colab'"):
+        get_task("colab")
 
 
 def test_mnli_wrong_column_count_in_16_column_dev(tmp_path):
     p = _write(tmp_path / "dev_matched.tsv", HEADERS["MNLI-dev"], [_mnli_row(0, "p", "h", "neutral", False)])
     with pytest.raises(FinetuneError, match=r"dev_matched.tsv:2: expected 16 tab-separated fields as in the header, got 12"):
-        read_glue_tsv(get_task("mnli"), p)
+        get_task("mnli").read(p)
 
 
 def test_custom_jsonl_and_csv(tmp_path):
     (tmp_path / "train.jsonl").write_text('{"q": "is it?", "a": "yes", "y": "pos"}\n\n{"q": "no?", "a": "no", "y": "neg"}\n')
     (tmp_path / "dev.csv").write_text('q,a,y\n"is it, really?",yes,pos\n')
-    d = load_classification(get_task("custom"), tmp_path, text_a="q", text_b="a", label="y")
+    d = get_task("custom").load(tmp_path, text_a="q", text_b="a", label="y")
     assert d.spec.labels == ["neg", "pos"]
     assert [(e.text_a, e.text_b, e.label) for e in d.train] == [("is it?", "yes", 1), ("no?", "no", 0)]
     assert d.dev["dev"][0].text_a == "is it, really?"
-    d2 = load_classification(get_task("custom"), tmp_path, text_a="q", text_b="a", label="y", labels=["pos", "neg"])
+    d2 = get_task("custom").load(tmp_path, text_a="q", text_b="a", label="y", labels=["pos", "neg"])
     assert d2.train[0].label == 0
 
 
@@ -174,8 +169,8 @@ def test_skip_malformed_rows_when_asked(tmp_path):
     p = tmp_path / "train.tsv"
     p.write_text("sentence\tlabel\ngood\t1\nbroken line\nbad\t0\nodd\tx\n")
     with pytest.raises(FinetuneError, match=r"train.tsv:3: .* set skip_malformed=true"):
-        read_glue_tsv(get_task("sst2"), p)
+        get_task("sst2").read(p)
     skipped = []
-    ex = read_glue_tsv(get_task("sst2"), p, skipped=skipped)
+    ex = get_task("sst2").read(p, skipped=skipped)
     assert [e.text_a for e in ex] == ["good", "bad"]
     assert len(skipped) == 2 and ":3:" in skipped[0] and ":5: unknown label 'x'" in skipped[1]

@@ -119,7 +119,7 @@ def test_optimizer_groups_and_schedule(ckpt):
 def test_errors_are_one_line(ckpt, sentiment, tmp_path):
     cases = [
         (dict(task="ax"), "evaluation-only"),
-        (dict(task="cola"), "unknown task 'cola'"),
+        (dict(task="colab"), "unknown task 'colab'"),
         (dict(data_dir=str(tmp_path / "missing")), "does not exist"),
         (dict(epochs=0), "finetune.epochs"),
     ]

@@ -15,7 +15,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from tokendrop.train import checkpoint as ckpt_mod  # noqa: E402
+from tokendrop.runs import checkpoint as ckpt_mod  # noqa: E402
 from tokendrop.config import ConfigError  # noqa: E402
 from tokendrop.models.hf import InteropError, save_source_files  # noqa: E402
 from tokendrop.models.pretrained import export_hf, find_checkpoint, load_pretrained, read_hf_dir  # noqa: E402

@@ -68,7 +68,7 @@ def test_prepare_killed_hard_is_cleaned_by_the_next_prepare(tmp_path):
         prepare_mod = importlib.import_module("tokendrop.data.prepare")
         def die(self):
             os.kill(os.getpid(), signal.SIGKILL)  # mid-write: shards written, no meta.json
-        prepare_mod._PackedWriter.finish = die
+        prepare_mod.PackedWriter.finish = die
         prepare([{str(corpus)!r}], {str(out)!r}, 32, vocab_size=120, workers=1, progress=False)
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

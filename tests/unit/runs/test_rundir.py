@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from tokendrop.lab.toydata import write_corpus
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs import rundir
+from tokendrop.runs.files import json_text
 from tokendrop.cli import main as cli_main
 
 from processes import wait_for_training
@@ -353,7 +354,7 @@ INTERRUPT_PREPARE = textwrap.dedent("""
     def stop(self):  # mid-write: shards written, no meta.json yet
         signal.raise_signal(getattr(signal, sys.argv[1]))  # handled before it returns (os.kill may reach another thread)
         raise AssertionError("the signal did not interrupt")
-    prep._PackedWriter.finish = stop
+    prep.PackedWriter.finish = stop
     raise SystemExit(main(sys.argv[2:]))
 """)
 
@@ -418,7 +419,7 @@ def test_json_text_writes_what_the_package_records():
 
     obj = {"rec": Rec(1, Path("/x/y")), "np": np.float32(0.5), "arr": np.arange(3), "t": torch.tensor([1.5, 2.0]),
            "t0": torch.tensor(3), "dtype": torch.float32, "naïve": "é"}
-    text = rundir.json_text(obj)
+    text = json_text(obj)
     assert "naïve" in text  # UTF-8 kept
     assert _json.loads(text) == {"rec": {"a": 1, "p": "/x/y"}, "np": 0.5, "arr": [0, 1, 2], "t": [1.5, 2.0],
                                  "t0": 3, "dtype": "torch.float32", "naïve": "é"}

@@ -18,7 +18,7 @@ from tokendrop.config import ConfigError, TrainConfig, load_config
 from tokendrop.data.masking import unigram_entropy
 from tokendrop.train.console import LOG_FILE, eta, interval_line
 from tokendrop.train.continued import head_warmup_plan
-from tokendrop.train.trackers import scalars, tag_of
+from tokendrop.runs.trackers import scalars, tag_of
 from tokendrop.train.trainer import load_run_config, pretrain, read_metrics
 
 SMALL = ["train.steps=4", "train.batch_size=8", "train.log_every=2", "train.eval_every=4", "train.eval_batches=1",

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train import trainer as train_mod
 from tokendrop.train.budget import RunLength, parse_duration
 from tokendrop.cli import main as cli_main

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tokendrop.train import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.cli import main as cli_main
 from tokendrop.config import ConfigError, load_config
 from tokendrop.train.trainer import TrainingError, pretrain, read_metrics

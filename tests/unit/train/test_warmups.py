@@ -161,7 +161,7 @@ def test_warmups_in_pretraining_flops_and_exact_resume(tiny_data, tmp_path, extr
     pretrain(tiny(tiny_data, *WARM, *extra), tmp_path / "split", resume=True, progress=False)
     assert [(r["loss"], r["flops"]) for r in _rows(tmp_path / "split")] == [(r["loss"], r["flops"]) for r in rows]
     from safetensors.torch import load_file
-    from tokendrop.train import checkpoint as ckpt_mod
+    from tokendrop.runs import checkpoint as ckpt_mod
 
     wa, wb = (load_file(str(ckpt_mod.latest(d) / "model.safetensors")) for d in (tmp_path / "full", tmp_path / "split"))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -11,13 +11,13 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tokendrop.config import ConfigError, config_dir, from_dict, load_config
 from tokendrop.models.families import spec_of
-
-if TYPE_CHECKING:
-    from tokendrop.config import ModelConfig
+from tokendrop.config import MODEL_PRESETS
+from tokendrop.models.attention import check_training_device
+from tokendrop.config import ModelConfig
+from tokendrop.data.tokenizer import SPECIAL_IDS
 
 VARIANTS = ("drop", "pass", "avg", "random_ltd")  # random_ltd: kept share 1 - rate in every middle layer
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
@@ -67,8 +67,6 @@ class BenchConfig:
     seed: int = 0
 
     def validate(self) -> "BenchConfig":
-        from tokendrop.config import MODEL_PRESETS
-
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"bench.device: expected cpu or cuda, got {self.device!r}")
         if self.model not in MODEL_PRESETS:
@@ -76,7 +74,6 @@ class BenchConfig:
         if min(self.num_layers, self.hidden_size, self.num_heads, self.intermediate_size) < 0:
             raise ConfigError("bench.num_layers/hidden_size/num_heads/intermediate_size: expected >= 0 (0 = the model preset's)")
         mc = self.model_config()  # the shape overrides are consistent
-        from tokendrop.models.attention import check_training_device
 
         check_training_device(mc.attention_backend, self.device)
         longest = spec_of(mc).max_seq_len
@@ -108,15 +105,11 @@ class BenchConfig:
 
     def model_config(self) -> "ModelConfig":
         """The model preset with the shape overrides applied (dropout etc. as in pretraining)."""
-        from tokendrop.config import ModelConfig
-
         mc = ModelConfig(preset=self.model, vocab_size=self.vocab_size, num_layers=self.num_layers,
                          hidden_size=self.hidden_size, num_heads=self.num_heads, intermediate_size=self.intermediate_size,
                          max_position_embeddings=max(512, max(self.seq_lens or [0])),  # 0 = the preset's (config.py's rule)
                          document_attention=self.document_attention, attention_backend=self.attention_backend)
         if mc.uses_document_attention:
-            from tokendrop.data.tokenizer import SPECIAL_IDS
-
             mc.sep_token_id = SPECIAL_IDS["sep"]  # the synthetic batch's documents: a [SEP] every 64 tokens
         mc.validate()
         return mc

@@ -13,6 +13,7 @@ from typing import Any
 from tokendrop.lab.bench.environment import Environment
 from tokendrop.lab.bench.fields import optional, record_dict  # noqa: F401 -- record_dict: re-exported
 from tokendrop.lab.bench.presets import BenchConfig
+import statistics
 
 SCHEMA_VERSION = 1
 
@@ -30,8 +31,6 @@ class TimeStats:
 
     @classmethod
     def of(cls, xs: list[float]) -> "TimeStats":
-        import statistics
-
         if not xs:
             raise ValueError("no samples")
         xs = sorted(xs)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from tokendrop.config import ConfigError
 from tokendrop.runs.plotting import pyplot, save_figure
-from tokendrop.runs.rundir import json_text
+from tokendrop.runs.files import json_text
 from tokendrop.lab.bench.records import BenchResult, TimeStats
+from tokendrop.runs.files import atomic_write_text
 
 
 def _pct(x: float | None) -> str:
@@ -220,8 +221,6 @@ def check_results_path(path: str | os.PathLike) -> None:
 
 def write_results(res: BenchResult, path: str | os.PathLike) -> tuple[Path, Path]:
     """Write ``path`` (.json) and the Markdown table beside it.  A directory -> <machine>-<preset>.json in it."""
-    from tokendrop.runs.rundir import atomic_write_text
-
     p = Path(path)
     if p.is_dir() or str(path).endswith(("/", os.sep)):
         p = p / f"{res.env.machine}-{res.preset}.json"

@@ -25,6 +25,7 @@ from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import BenchConfig
 from tokendrop.lab.bench.records import ModelInfo, StepExtras
 from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
+import gc
 
 
 def state_bytes(*objs: Any) -> int:
@@ -130,7 +131,6 @@ class StepBuilder:
             self._ours.clear()
         else:
             self._hf = None
-        import gc
 
         gc.collect()
         if self.device.type == "cuda":

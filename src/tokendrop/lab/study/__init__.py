@@ -48,7 +48,7 @@ from tokendrop.lab.study.data import prepare_data, resolve_source
 from tokendrop.lab.study.findings import findings, paper_comparison
 from tokendrop.lab.study.findings import verdict as _verdict  # noqa: F401 -- tests import the old private name
 from tokendrop.lab.study.plan import (
-    METHODS,
+    ARMS,
     PAPER_DROP_RATES,
     TABLE1,
     MethodSpec,
@@ -73,7 +73,7 @@ from tokendrop.lab.study.report import export_report, write_report
 from tokendrop.lab.study.run import config_changes, run_status, run_study
 from tokendrop.lab.study.tables import table1, table3, table4, table_time_to_quality
 
-__all__ = ["StudyConfig", "StudyError", "MethodSpec", "METHODS", "TABLE1", "PAPER_DROP_RATES", "sweep_method",
+__all__ = ["StudyConfig", "StudyError", "MethodSpec", "ARMS", "TABLE1", "PAPER_DROP_RATES", "sweep_method",
            "load_study", "run_config", "plan_runs", "run_study", "prepare_data", "run_status", "run_measurements",
            "aggregate", "findings", "table1", "table3", "table4", "export_report",
            "resolve_source", "paper_comparison", "RunSpec", "Stat", "TargetHit", "RunResult", "MethodResult",

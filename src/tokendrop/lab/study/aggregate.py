@@ -1,5 +1,5 @@
 """Measurements of finished runs and their aggregation over seeds: per run, per method, the source
-checkpoint's row, and time to the baseline's quality."""
+checkpoint's row, and time to the reference arm's (study.baseline_arm) quality."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from tokendrop.lab.study.common import atomic_json, isnum, mean, read_json
+from tokendrop.finetune.columns import DOWNSTREAM_KEYS
+from tokendrop.lab.study.common import isnum, mean
+from tokendrop.runs.files import atomic_write_json, read_json
 from tokendrop.lab.study.plan import RunSpec, StudyConfig
 from tokendrop.lab.study.records import (
     EvalSummary,
@@ -20,14 +22,14 @@ from tokendrop.lab.study.records import (
     StudyResults,
     TargetHit,
 )
-
-TASK_COLUMNS = [  # (key of the suite's summary, header): the paper's Table 1 columns (+ RTE if run)
-    ("ax", "AX (corr.)"), ("mnli_mm", "MNLI-mm (acc.)"), ("mnli_m", "MNLI-m (acc.)"), ("qnli", "QNLI (acc.)"),
-    ("qqp", "QQP (F1)"), ("sst2", "SST (acc.)"), ("rte", "RTE (acc.)"), ("glue_avg", "GLUE-avg"),
-    ("squad1", "SQuAD-v1 (F1)"), ("squad2", "SQuAD-v2 (F1)"), ("squad_avg", "SQuAD-avg"),
-]
-AVG_KEYS = {"glue_avg", "squad_avg"}
-DOWNSTREAM_KEYS = ["ax", "mnli_mm", "mnli_m", "qnli", "qqp", "sst2", "squad1", "squad2"]  # Table 3's average
+from tokendrop.dropping.flops import dropping_step_flops, step_flops
+from tokendrop.train.trainer import load_run_config, read_metrics, stage2_start
+import torch
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.data import MLMLoader, PreparedData
+from tokendrop.models.pretrained import load_pretrained
+from tokendrop.models.bert.model import BertForMaskedLM
+from tokendrop.train.trainer import evaluate_mlm
 
 
 def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[dict]]:
@@ -48,9 +50,6 @@ def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[di
 
 def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResult:
     """Measured numbers of a finished run (metrics.jsonl + config; FLOPs from the analytic model)."""
-    from tokendrop.dropping.flops import dropping_step_flops, step_flops
-    from tokendrop.train.trainer import load_run_config, read_metrics, stage2_start
-
     cfg = load_run_config(run_dir)
     train, evals, events = _dedupe(read_metrics(run_dir))
     start = next((e for e in events if e.get("event") == "start"), {})
@@ -81,7 +80,7 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
               "eval_loss": r["eval_loss"], "eval_acc": r.get("eval_acc")} for r in evals]
     final = curve[-1] if curve else {}
     metas = sorted((run_dir / "checkpoints").glob("step-*/meta.json"))
-    trained_at = (read_json(metas[-1]) or {}).get("git_revision") if metas else None
+    trained_at = (read_json(metas[-1], expect=None, default=None) or {}).get("git_revision") if metas else None
     init_s = sum(float(e.get("seconds", 0.0)) for e in events if e.get("event") == "init_done")
     return RunResult(
         run_dir=str(run_dir), method=method, seed=seed, steps=steps, git_revision=trained_at, seq_len=T,
@@ -99,16 +98,8 @@ def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob
     """Held-out MLM loss of a model dir (a run's latest checkpoint, or a Hugging Face dir) on the
     *packed* split, with the batches and masks a packed run of ``seed`` evaluates on.  Cached in
     ``cache`` (keyed by checkpoint and data); ``fresh_head``: the model had no MLM head."""
-    import torch
-
-    from tokendrop.train import checkpoint as ckpt_mod
-    from tokendrop.data import MLMLoader, PreparedData
-    from tokendrop.models.pretrained import load_pretrained
-    from tokendrop.models.bert.model import BertForMaskedLM
-    from tokendrop.train.trainer import evaluate_mlm
-
     last = ckpt_mod.latest(model_dir) if (model_dir / "checkpoints").is_dir() else None
-    old = read_json(cache) or {}
+    old = read_json(cache, expect=None, default=None) or {}
     if old.get("checkpoint") == (last.name if last else "") and old.get("data") == str(packed):
         return old
     model, info = load_pretrained(last or model_dir, BertForMaskedLM)
@@ -119,7 +110,7 @@ def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob
         r = evaluate_mlm(model, batches, torch.device("cpu"), None, eval_batches)
     r.update(checkpoint=last.name if last else "", data=str(packed),
              fresh_head=any(k.startswith("mlm.") for k in info.get("fresh", [])))
-    atomic_json(cache, r)
+    atomic_write_json(cache, r)
     return r
 
 
@@ -127,8 +118,6 @@ def packed_split_eval(run_dir: Path, packed: str) -> dict[str, Any]:
     """The final model's MLM loss on the *packed* held-out split, with the batches and masks a packed
     run of the same seed evaluates on (for runs trained on other data: the unpacked baseline).
     Cached in ``RUN_DIR/study-packed-eval.json`` (keyed by checkpoint and data)."""
-    from tokendrop.train.trainer import load_run_config
-
     cfg = load_run_config(run_dir)
     return mlm_eval(run_dir, packed, cfg.train.seed, cfg.train.micro_batch_size or cfg.train.batch_size,
                     cfg.data.mask_prob_end, cfg.train.eval_batches, run_dir / "study-packed-eval.json")
@@ -217,7 +206,7 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
             steps=stat("steps"), elapsed_s=stat("elapsed_s"), cpu_s=stat("cpu_s"),
             finetune_seconds=stat("finetune_seconds"), init_s=stat("init_s"),
             eval={k: Stat.of([r.eval.get(k) for r in rs]) for k in ecols})
-    base = methods.get("baseline")
+    base = methods.get(study.baseline_arm)
     target = base.final_eval_loss.mean if base else None
     if base:
         bw, bf = base.wall_time_s.mean, base.total_flops.mean
@@ -232,4 +221,5 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
                 r.to_target.rel_flops = hit["flops"] / bf if bf else float("nan")
     src = source_result(study, source, out, evaluation, packed, runs) if source is not None else None
     return StudyResults(runs=per_run, methods=methods, target_eval_loss=target,
-                        order=[m for m in study.all_methods() if m in methods], source=src)
+                        order=[m for m in study.all_methods() if m in methods], source=src,
+                        baseline=study.baseline_arm)

@@ -3,7 +3,6 @@ the machine's description."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -14,7 +13,8 @@ from typing import Any
 from tokendrop.config import ConfigError, config_dir
 from tokendrop.lab.machine import cpu_model
 from tokendrop.lab.machine import loadavg as machine_loadavg
-from tokendrop.runs.rundir import json_text
+import torch
+from tokendrop.runs.checkpoint import git_revision
 
 
 class StudyError(ConfigError):
@@ -25,23 +25,6 @@ class StudyError(ConfigError):
 
 def log(msg: str) -> None:
     print(f"[study] {msg}", file=sys.stderr, flush=True)
-
-
-def atomic_text(path: Path, text: str) -> None:
-    from tokendrop.runs.rundir import atomic_write_text
-
-    atomic_write_text(path, text)
-
-
-def atomic_json(path: Path, obj: Any) -> None:
-    atomic_text(path, json_text(obj))
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def isnum(x: Any) -> bool:
@@ -74,16 +57,13 @@ def resolve_out(p: str) -> Path:
 
 
 def hardware() -> dict[str, Any]:
-    import torch
-
     hw = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
           "python": platform.python_version(), "platform": platform.platform(),
           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     try:
-        from tokendrop import __version__
+        from tokendrop.version import __version__
 
         hw["tokendrop"] = __version__
-        from tokendrop.train.checkpoint import git_revision
 
         hw["git_revision"] = git_revision()
     except Exception:  # noqa: BLE001

@@ -10,14 +10,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tokendrop.lab.study.common import StudyError, atomic_json, log, read_json, resolve_path
+from tokendrop.lab.study.common import StudyError, log, resolve_path
+from tokendrop.runs.files import atomic_write_json, read_json
 from tokendrop.lab.study.plan import StudyConfig, resolve_source  # noqa: F401 -- resolve_source: re-exported
+from tokendrop.models.source import resolve_init_source
+from tokendrop.data import iter_documents
+from tokendrop.runs.files import atomic_file
+from tokendrop.data import vocab_sha256
+from tokendrop.data import prepare
+from tokendrop.lab.toydata import write_task_corpus
+from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
 
 
 def source_tokenizer(source: Path) -> Path:
     """The source's tokenizer dir (vocab.txt / tokenizer.json)."""
-    from tokendrop.models.source import resolve_init_source
-
     tok = resolve_init_source(str(source)).tokenizer_dir
     if tok is not None:
         return Path(tok)
@@ -27,10 +33,6 @@ def source_tokenizer(source: Path) -> Path:
 
 def _subset_corpus(sources: list[str], out: Path, max_bytes: int) -> dict[str, Any]:
     """Whole documents in corpus order until ``max_bytes`` of UTF-8 text; deterministic."""
-    from tokendrop.data import iter_documents
-
-    from tokendrop.runs.rundir import atomic_file
-
     n_docs = n_bytes = 0
     h = hashlib.sha256()
     with atomic_file(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
@@ -51,8 +53,6 @@ def _subset_corpus(sources: list[str], out: Path, max_bytes: int) -> dict[str, A
 
 def data_fingerprint(study: StudyConfig, source: Path | None = None) -> dict[str, Any]:
     """What the prepared data depends on.  With a source, ``vocab_sha256`` hashes its tokenizer files."""
-    from tokendrop.data import vocab_sha256
-
     vocab = ""
     if source is not None:
         tok = source_tokenizer(source)
@@ -75,13 +75,11 @@ def data_fingerprint(study: StudyConfig, source: Path | None = None) -> dict[str
 def prepare_data(study: StudyConfig, out: Path, need_unpacked: bool, source: Path | None = None) -> dict[str, Any]:
     """Corpus (subset) -> OUT/data/packed-T (+ unpacked-T); reused when the fingerprint matches.
     With a ``source`` the data is tokenized with the source's tokenizer."""
-    from tokendrop.data import prepare
-
     ddir = out / "data"
     ddir.mkdir(parents=True, exist_ok=True)
     fp = data_fingerprint(study, source)
     stamp = ddir / "prepared.json"
-    old = read_json(stamp) or {}
+    old = read_json(stamp, expect=None, default=None) or {}
     if old.get("fingerprint") not in (None, fp):
         changed = [k for k in fp if old["fingerprint"].get(k) != fp[k]]
         raise StudyError(f"{ddir}: prepared for a different study config ({', '.join(changed)} changed); "
@@ -92,14 +90,10 @@ def prepare_data(study: StudyConfig, out: Path, need_unpacked: bool, source: Pat
     if study.toy_data:
         cpath = ddir / "corpus.txt"
         if not cpath.is_file():
-            from tokendrop.lab.toydata import write_task_corpus
-
             write_task_corpus(cpath)  # the toy tasks' words, so they are in the vocabulary
         corpus = [str(cpath)]
         glue, squad = ddir / "toy-glue", ddir / "toy-squad"
         if not (glue / "SST-2" / "dev.tsv").is_file() or not (squad / "dev-v2.0.json").is_file():
-            from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
-
             write_toy_glue(glue)
             write_toy_squad(squad)
         info["toy_tasks"] = {"glue": str(glue), "squad": str(squad)}
@@ -143,5 +137,5 @@ def prepare_data(study: StudyConfig, out: Path, need_unpacked: bool, source: Pat
                                                  "split_documents", "truncated_documents")}}
     if (unpacked / "meta.json").is_file():
         info.setdefault("unpacked", {"path": str(unpacked)})
-    atomic_json(stamp, info)
+    atomic_write_json(stamp, info)
     return info

@@ -11,15 +11,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokendrop.config import from_dict, to_dict
-from tokendrop.lab.study.common import cpu_s, log, read_json
+from tokendrop.lab.study.common import cpu_s, log
+from tokendrop.runs.files import read_json
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import EvalSummary, ModelEval
 from tokendrop.lab.study.workers import run_parallel
+from tokendrop.finetune import SuiteConfig, load_suite
+from tokendrop.finetune import evaluate
+from tokendrop.finetune import evaluate as _default_evaluate
 
 
 def suite_config(study: StudyConfig, data_info: dict[str, Any]):
-    from tokendrop.finetune import SuiteConfig, load_suite
-
     ov = []
     toy = data_info.get("toy_tasks")
     if toy:
@@ -51,8 +53,6 @@ def _print_eval(m: str) -> None:
 
 def _eval_task(study: dict[str, Any], out: str, data_info: dict[str, Any], models: list[tuple[str, str]]) -> dict:
     """A worker's share of the models (runs in the worker process)."""
-    from tokendrop.finetune import evaluate
-
     sc = from_dict(StudyConfig, study)
     cpu0 = cpu_s()
     r = evaluate([f"{label}={path}" for label, path in models], suite_config(sc, data_info), Path(out) / "eval",
@@ -89,7 +89,6 @@ def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any], mod
 
         run_parallel(study.parallel, _eval_task,
                      [(to_dict(study), str(out), data_info, [(lab, str(p)) for lab, p in g]) for g in groups if g], add)
-    from tokendrop.finetune import evaluate as _default_evaluate
 
     evaluate_fn = evaluate_fn or _default_evaluate
     summary = evaluate_fn([f"{label}={path}" for label, path in models], scfg, out / "eval", log=_print_eval)
@@ -98,7 +97,7 @@ def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any], mod
         p = str(Path(pm["path"]).resolve())
         secs = 0.0
         for mf in (out / "eval" / "cells" / key).glob("*/*/metrics.json"):
-            r = read_json(mf) or {}
+            r = read_json(mf, expect=None, default=None) or {}
             secs += float((r.get("timing") or {}).get("total_s", 0.0))
         per_path[p] = ModelEval(columns=pm.get("columns", {}), best_cell=pm.get("best_cell", {}), seconds=secs,
                                 cells_done=pm.get("cells_done"))

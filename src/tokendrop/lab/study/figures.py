@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.runs.plotting import pyplot, save_figure
-from tokendrop.lab.study.common import isnum, log, read_json
+from tokendrop.lab.study.common import isnum, log
+from tokendrop.runs.files import read_json
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import StudyResults
+from tokendrop.lab.inspect import InspectError, inspect_run
+from tokendrop.runs.files import atomic_file
 
 
 def plot_curves(res: StudyResults, out: Path) -> list[Path]:
@@ -58,7 +61,7 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
         fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8,
                    bbox_to_anchor=(0.5, -0.02 - 0.035 * math.ceil(len(labels) / 4)))
         fig.suptitle("Held-out MLM loss vs " + ("wall-clock" if xkey == "wall_time" else "FLOPs")
-                     + " (seed 0 solid, other seeds dashed; dotted line: the baseline's final loss)", fontsize=11)
+                     + f" (seed 0 solid, other seeds dashed; dotted line: {res.reference()}'s final loss)", fontsize=11)
         fig.tight_layout()
         p = out / "figures" / fname
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -69,9 +72,6 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
 
 def inspect_figures(study: StudyConfig, res: StudyResults, out: Path) -> dict[str, Any] | None:
     """``inspect_run`` of the inspected method's first finished seed; Figures 1 and 3 copied to figures/."""
-    from tokendrop.lab.inspect import InspectError, inspect_run
-    from tokendrop.runs.rundir import atomic_file
-
     d = res.methods.get(study.inspect_method)
     if not d:
         return None
@@ -87,5 +87,5 @@ def inspect_figures(study: StudyConfig, res: StudyResults, out: Path) -> dict[st
                      ("examples.html", "fig1-examples.html")):
         with atomic_file(figs / dst) as tmp:
             shutil.copyfile(ins / src, tmp)
-    return {"run": rname, "dir": str(ins), "summary": read_json(ins / "summary.json"),
-            "tokens": read_json(ins / "tokens.json")}
+    return {"run": rname, "dir": str(ins), "summary": read_json(ins / "summary.json", expect=None, default=None),
+            "tokens": read_json(ins / "tokens.json", expect=None, default=None)}

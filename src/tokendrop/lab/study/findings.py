@@ -15,25 +15,26 @@ PAPER_TIME_SAVING = 0.25  # the paper: ~25% less pretraining time at 50% droppin
 
 
 def verdict(diff: float, base: float | None, other: float | None = None, higher_better: bool = True,
-            unit: str = "", label: str = "the method") -> str:
+            unit: str = "", label: str = "the method", ref: str = "the baseline") -> str:
     """Words for a difference (method - baseline), judged against each side's own seed-to-seed spread
-    (max - min over seeds): ``base`` the baseline's, ``other`` the method's (None: one seed).
+    (max - min over seeds): ``base`` the baseline's, ``other`` the method's (None: one seed); ``ref``
+    names the baseline (the study's reference arm).
 
     Within both spreads: not distinguishable; beyond both: better/worse; beyond one only: the two
     seeds of each cannot tell them apart, and the sentence says whose spread is which."""
     good = diff if higher_better else -diff
     side = "better" if good > 0 else "worse" if good < 0 else "equal"
-    spreads = [(w, x) for w, x in (("the baseline's", base), (f"{label}'s", other)) if x is not None]
+    spreads = [(w, x) for w, x in ((f"{ref}'s", base), (f"{label}'s", other)) if x is not None]
     if not spreads:
         return ("better than" if good > 0 else "worse than" if good < 0 else "equal to") + \
-            " the baseline (one seed: no seed-to-seed spread to judge the difference against)"
+            f" {ref} (one seed: no seed-to-seed spread to judge the difference against)"
     named = ", ".join(f"{w} {x:.3g}{unit}" for w, x in spreads)
     inside = [abs(diff) <= x for _, x in spreads]
     if all(inside):
-        return f"within the seed-to-seed spread of each ({named}): not distinguishable from the baseline"
+        return f"within the seed-to-seed spread of each ({named}): not distinguishable from {ref}"
     if not any(inside):
-        return f"{side} than the baseline by more than either seed-to-seed spread ({named})"
-    return (f"{side} than the baseline beyond one seed-to-seed spread but within the other ({named}): "
+        return f"{side} than {ref} by more than either seed-to-seed spread ({named})"
+    return (f"{side} than {ref} beyond one seed-to-seed spread but within the other ({named}): "
             "these seeds cannot tell the two apart")
 
 
@@ -42,9 +43,9 @@ def spread(stat: Stat | None) -> float | None:
 
 
 def judge(diff: float, method: Stat | None, base: Stat | None, higher_better: bool, unit: str = "",
-          label: str = "the method") -> str:
+          label: str = "the method", ref: str = "the baseline") -> str:
     """:func:`verdict` with the spreads of the method's and the baseline's per-seed values."""
-    return verdict(diff, spread(base), spread(method), higher_better, unit, label)
+    return verdict(diff, spread(base), spread(method), higher_better, unit, label, ref)
 
 
 def beyond_noise(diff: float, method: Stat | None, base: Stat | None, higher_better: bool) -> bool:
@@ -71,13 +72,17 @@ def equal_time(study: StudyConfig | None) -> bool:
 
 def findings(res: StudyResults, study: StudyConfig) -> list[str]:
     """Sentences judging the results, each computed from the numbers in ``res``."""
-    if "baseline" not in res.methods:
-        return ["No finished baseline run, so nothing can be compared with it."]
+    if res.baseline not in res.methods:
+        return [f"No finished {res.baseline} run, so nothing can be compared with it."]
     out: list[str] = []
-    for n in ("token-drop", "token-drop-stage2"):
-        if n in res.methods:
-            out += _against_the_baseline(res, n, equal_time(study))
-    out += [_arm(res, n) for n in res.order if res.methods[n].group in ("recipe", "schedule")]
+    full = [n for n in ("token-drop", "token-drop-stage2") if n in res.methods and n != res.baseline]
+    for n in full:
+        out += _against_the_baseline(res, n, equal_time(study))
+    out += _reference_to_target(res)
+    # every other arm in a sentence: the recipe/schedule arms, and with another reference arm than
+    # the plain baseline, every arm but that reference (the plain baseline included)
+    out += [_arm(res, n) for n in res.order if n != res.baseline and n not in full
+            and (res.methods[n].group in ("recipe", "schedule") or res.baseline != "baseline")]
     out += _methods_that_fell_short(res)
     out += _selection_ablation(res)
     out += _stage2_and_variants(res)
@@ -91,91 +96,116 @@ def _mloss(res: StudyResults, n: str) -> float:
     return res.methods[n].final_eval_loss.mean
 
 
+def _per_seed_to_target(res: StudyResults, n: str) -> str:
+    """Each seed's time to the reference's final loss, relative to the reference's mean wall time."""
+    hits = [res.runs[r].to_target for r in res.methods[n].runs]
+    return "per seed: " + ", ".join(f"{100 * h.rel_wall:.1f}%" if h else "not reached" for h in hits)
+
+
+def _reference_to_target(res: StudyResults) -> list[str]:
+    """How early the reference arm's own seeds reach the mean of their final losses: the seed-to-seed
+    spread that the other arms' times to that loss are judged against."""
+    b = res.methods[res.baseline]
+    hits = [res.runs[r].to_target for r in b.runs]
+    if len(hits) < 2 or not isnum(res.target_eval_loss):
+        return []
+    ref = res.reference()
+    return [f"Time to {ref}'s final MLM loss ({res.target_eval_loss:.4f}, the mean over its seeds): its own seeds "
+            f"reach it in {sum(1 for h in hits if h)} of {len(hits)} ({_per_seed_to_target(res, res.baseline)} of "
+            "its mean wall time), which is how far the time to that loss varies from seed to seed; an arm saves "
+            "time beyond that only where it reaches the loss earlier than these."]
+
+
 def _against_the_baseline(res: StudyResults, n: str, same_time: bool = False) -> list[str]:
-    """Time, held-out MLM loss, downstream score and time to the baseline's loss of method ``n``."""
-    M, b, d = res.methods, res.methods["baseline"], res.methods[n]
+    """Time, held-out MLM loss, downstream score and time to the reference arm's loss of method ``n``."""
+    ref, R = res.baseline, res.reference()
+    M, b, d = res.methods, res.methods[ref], res.methods[n]
+    bn = "baseline" if ref == "baseline" else b.label
     mloss = lambda m: _mloss(res, m)  # noqa: E731
     if same_time:
-        out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs the baseline's {b.wall_time_s.mean:.0f} s: "
+        out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs {R}'s {b.wall_time_s.mean:.0f} s: "
                f"the same time budget, so this study compares quality at equal time (time saved is the time to "
-               f"the baseline's loss, below); in it {d.label} took {d.steps.mean:g} steps to the baseline's "
+               f"{R}'s loss, below); in it {d.label} took {d.steps.mean:g} steps to {R}'s "
                f"{b.steps.mean:g} ({100 * d.rel_flops:.1f}% of its analytic FLOPs)."]
     else:
-        out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs the baseline's "
-               f"{b.wall_time_s.mean:.0f} s: {100 * d.rel_wall:.1f}% of the baseline's wall time "
+        out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs {R}'s "
+               f"{b.wall_time_s.mean:.0f} s: {100 * d.rel_wall:.1f}% of {R}'s wall time "
                f"({abs(100 * (1 - d.rel_wall)):.1f}% {'less' if d.rel_wall <= 1 else 'more'}) and "
                f"{100 * d.rel_flops:.1f}% of its analytic FLOPs "
                f"(the paper reports a 25% pretraining-time reduction for BERT-base/large)."]
     if d.init_s.mean > 0 or b.init_s.mean > 0:
         tot = (d.wall_time_s.mean + d.init_s.mean) / (b.wall_time_s.mean + b.init_s.mean)
-        out.append(f"Before its first step {d.label} spent {d.init_s.mean:.0f} s (the baseline {b.init_s.mean:.0f} s) "
+        out.append(f"Before its first step {d.label} spent {d.init_s.mean:.0f} s ({R} {b.init_s.mean:.0f} s) "
                    "loading the source, warming up a new MLM head and filling the importance vector, outside the "
-                   f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of the baseline's time.")
-    diff = mloss(n) - mloss("baseline")
-    out.append(f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs baseline {mloss('baseline'):.4f}, a difference "
-               f"of {diff:+.4f}; it is {judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label)}.")
+                   f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of {R}'s time.")
+    diff = mloss(n) - mloss(ref)
+    out.append(f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs {bn} {mloss(ref):.4f}, a difference "
+               f"of {diff:+.4f}; it is {judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label, ref=R)}.")
     if "baseline-75" in M:
         d75 = mloss(n) - mloss("baseline-75")
         out.append(f"Against the equal-compute control, baseline (75%) ({mloss('baseline-75'):.4f}, "
-                   f"{100 * M['baseline-75'].rel_wall:.1f}% of the baseline's wall time): {d.label} is "
+                   f"{100 * M['baseline-75'].rel_wall:.1f}% of {R}'s wall time): {d.label} is "
                    f"{'lower' if d75 < 0 else 'higher'} by {abs(d75):.4f}.")
-    ds, bs = _downstream(res, n), _downstream(res, "baseline")
+    ds, bs = _downstream(res, n), _downstream(res, ref)
     if ds and bs:
         diff = ds.mean - bs.mean
-        out.append(f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs baseline "
+        out.append(f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs {bn} "
                    f"{bs.mean:.2f}, a difference of {diff:+.2f} points; it is "
-                   f"{judge(diff, ds, bs, True, ' points', d.label)}.")
+                   f"{judge(diff, ds, bs, True, ' points', d.label, R)}.")
         c = _downstream(res, "baseline-75") if "baseline-75" in M else None
         if c:
             out.append(f"Against baseline (75%) ({c.mean:.2f}) the difference is {ds.mean - c.mean:+.2f} points.")
     hits = [res.runs[r].to_target for r in d.runs]
     ok = [h for h in hits if h]
     if ok:
-        out.append(f"{d.label} reached the baseline's final MLM loss ({res.target_eval_loss:.4f}) in "
-                   f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of the "
-                   f"baseline's wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs).")
+        out.append(f"{d.label} reached {R}'s final MLM loss ({res.target_eval_loss:.4f}) in "
+                   f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of {R}'s "
+                   f"wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs; "
+                   f"{_per_seed_to_target(res, n)}).")
     else:
-        out.append(f"{d.label} did not reach the baseline's final MLM loss ({res.target_eval_loss:.4f}) "
+        out.append(f"{d.label} did not reach {R}'s final MLM loss ({res.target_eval_loss:.4f}) "
                    f"within its steps (its final: {mloss(n):.4f}).")
     return out
 
 
 def _arm(res: StudyResults, n: str) -> str:
-    """One arm of an ablation against the baseline: held-out MLM loss, downstream, time to its loss."""
-    b, d = res.methods["baseline"], res.methods[n]
-    diff = _mloss(res, n) - _mloss(res, "baseline")
-    s = (f"**{d.label}** ({d.steps.mean:g} steps, {100 * d.rel_flops:.1f}% of the baseline's FLOPs): held-out MLM "
+    """One arm against the reference arm: held-out MLM loss, downstream, time to its loss (per seed)."""
+    ref, R = res.baseline, res.reference()
+    b, d = res.methods[ref], res.methods[n]
+    diff = _mloss(res, n) - _mloss(res, ref)
+    s = (f"**{d.label}** ({d.steps.mean:g} steps, {100 * d.rel_flops:.1f}% of {R}'s FLOPs): held-out MLM "
          f"loss {_mloss(res, n):.4f}, {diff:+.4f}: "
-         f"{judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label)}")
-    ds, bs = _downstream(res, n), _downstream(res, "baseline")
+         f"{judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label, ref=R)}")
+    ds, bs = _downstream(res, n), _downstream(res, ref)
     if ds and bs:
         s += (f"; average downstream {ds.mean:.2f}, {ds.mean - bs.mean:+.2f} points: "
-              f"{judge(ds.mean - bs.mean, ds, bs, True, ' points', d.label)}")
+              f"{judge(ds.mean - bs.mean, ds, bs, True, ' points', d.label, R)}")
     ok = [h for h in (res.runs[r].to_target for r in d.runs) if h]
-    s += (f"; reached the baseline's final MLM loss in {len(ok)} of {len(d.runs)} seeds, after "
-          f"{100 * mean([h.rel_wall for h in ok]):.1f}% of the baseline's wall time." if ok else
-          "; did not reach the baseline's final MLM loss.")
+    s += (f"; reached {R}'s final MLM loss in {len(ok)} of {len(d.runs)} seeds, after "
+          f"{100 * mean([h.rel_wall for h in ok]):.1f}% of {R}'s wall time ({_per_seed_to_target(res, n)})." if ok
+          else f"; did not reach {R}'s final MLM loss.")
     return s
 
 
 def _methods_that_fell_short(res: StudyResults) -> list[str]:
     """Every dropping method against the baseline: which fell short by more than both seed spreads."""
-    M, b = res.methods, res.methods["baseline"]
+    ref, M = res.baseline, res.methods
+    b = M[ref]
     rows = []
     for n in res.order:
-        if n == "baseline" or not M[n].group or M[n].group in ("baseline", "schedule"):  # schedule: dense arms
+        if n == ref or not M[n].group or M[n].group in ("baseline", "schedule"):  # schedule: dense arms
             continue
-        ds, bs = _downstream(res, n), _downstream(res, "baseline")
+        ds, bs = _downstream(res, n), _downstream(res, ref)
         if ds and bs:
             diff, short, what = ds.mean - bs.mean, beyond_noise(ds.mean - bs.mean, ds, bs, True), "avg. downstream"
         else:
-            diff = _mloss(res, n) - _mloss(res, "baseline")
+            diff = _mloss(res, n) - _mloss(res, ref)
             short, what = beyond_noise(diff, M[n].final_eval_loss, b.final_eval_loss, False), "MLM loss"
         rows.append((M[n].label, diff, short, what))
     if not rows:
         return []
     fell = [f"{lab} ({what} {diff:+.3g})" for lab, diff, short, what in rows if short]
-    return [f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat the baseline "
+    return [f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat {res.reference()} "
             f"or were not distinguishable from it (within either seed spread, where there is one) and {len(fell)} "
             "fell short by more than both seed spreads" + (": " + "; ".join(fell) + "." if fell else ".")]
 
@@ -257,7 +287,7 @@ def source_findings(res: StudyResults) -> list[str]:
         return []
     out = []
     sd = src.eval.get("downstream_avg")
-    for n in ("baseline", "token-drop"):
+    for n in dict.fromkeys((res.baseline, "token-drop")):
         if n not in res.methods:
             continue
         d = res.methods[n]
@@ -270,9 +300,9 @@ def source_findings(res: StudyResults) -> list[str]:
             out.append(f"Continuing the source ({src.label}, average downstream {sd:.2f}): {d.label} scores "
                        f"{ds.mean:.2f}, {diff:+.2f} points" + (f" (its seeds spread {sp:.2f}), {judged}" if sp is not None
                                                                else f", {judged}") + ".")
-    if src.final_eval_loss is not None and "baseline" in res.methods:
+    if src.final_eval_loss is not None and res.baseline in res.methods:
         out.append(f"Held-out MLM loss of the source itself: {src.final_eval_loss:.4f}; after continued pretraining "
-                   f"the baseline's is {res.methods['baseline'].final_eval_loss.mean:.4f}.")
+                   f"{res.reference()}'s is {res.methods[res.baseline].final_eval_loss.mean:.4f}.")
     elif src.mlm_note:
         out.append(f"The source's held-out MLM loss is not reported: {src.mlm_note}.")
     return out
@@ -283,7 +313,7 @@ def paper_comparison(res: StudyResults, study: StudyConfig | None = None) -> lis
     M = res.methods
     out: list[str] = []
     td, b = M.get("token-drop"), M.get("baseline")
-    if not td or not b or not isnum(td.rel_wall):
+    if not td or not b or not isnum(td.rel_wall) or res.baseline != "baseline":  # the paper's own comparison only
         return out
     if equal_time(study):  # every arm had the same budget: time saved on the way to the baseline's loss
         ok = [h for h in (res.runs[r].to_target for r in td.runs) if h]

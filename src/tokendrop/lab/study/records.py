@@ -29,7 +29,7 @@ class Stat:
 
 @dataclass
 class TargetHit:
-    """When a run's held-out MLM loss first reached the baseline's final loss (interpolated)."""
+    """When a run's held-out MLM loss first reached the reference arm's final loss (interpolated)."""
 
     wall_time: float
     flops: float
@@ -77,7 +77,7 @@ class RunResult:
 
 @dataclass
 class MethodResult:
-    """A method's runs over seeds; ``rel_*`` relative to the baseline's mean (None without a baseline)."""
+    """A method's runs over seeds; ``rel_*`` relative to the reference arm's mean (None without one)."""
 
     name: str
     label: str
@@ -146,6 +146,12 @@ class StudyResults:
     target_eval_loss: float | None
     order: list[str]  # methods with finished runs, in the study's order
     source: SourceResult | None = None
+    baseline: str = "baseline"  # the reference arm (study.baseline_arm): target, rel_* and findings
+
+    def reference(self) -> str:
+        """How the findings name the reference arm: "the baseline", or "the <its label>"."""
+        m = self.methods.get(self.baseline)
+        return "the baseline" if self.baseline == "baseline" or m is None else f"the {m.label}"
 
     def seeds(self) -> list[int]:
         return sorted({r.seed for r in self.runs.values()})
@@ -157,9 +163,10 @@ def _stat(d: dict[str, Any] | None) -> Stat | None:
 
 def results_from_json(d: dict[str, Any]) -> StudyResults:
     """The :class:`StudyResults` a ``study.json`` was written from (its ``methods``, ``runs``,
-    ``source`` and ``target_eval_loss``; methods in the study's order, as written).  Files from
+    ``source``, ``target_eval_loss`` and ``baseline``; methods in the study's order, as written).  Files from
     older versions lack some fields: a method's ``name`` is its key, a missing per-seed quantity
-    (``init_s``: nothing ran before step 1 then) is 0 for every seed."""
+    (``init_s``: nothing ran before step 1 then) is 0 for every seed, and the reference arm is
+    "baseline"."""
     runs = {}
     for k, r in d["runs"].items():
         hit = r.get("to_target")
@@ -173,4 +180,5 @@ def results_from_json(d: dict[str, Any]) -> StudyResults:
         methods[k] = MethodResult(**vals)
     src = d.get("source")
     return StudyResults(runs=runs, methods=methods, target_eval_loss=d.get("target_eval_loss"),
-                        order=list(methods), source=SourceResult(**src) if src else None)
+                        order=list(methods), source=SourceResult(**src) if src else None,
+                        baseline=d.get("baseline", "baseline"))

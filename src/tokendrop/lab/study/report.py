@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokendrop.lab.study.common import atomic_json, atomic_text, isnum, pct
+from tokendrop.lab.study.common import isnum, pct
+from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.lab.study.findings import findings, paper_comparison, spread
 from tokendrop.lab.study.plan import StudyConfig, load_study
 from tokendrop.lab.study.records import EvalSummary, StudyResults, results_from_json
@@ -104,7 +105,7 @@ def _what_was_run(study: StudyConfig, res: StudyResults, info: ReportInfo) -> li
         m = first.model
         lines.append(f"- model: {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_heads']} heads, "
                      f"{first.params or '?'} parameters; batch {first.batch_size} x T {first.seq_len}; "
-                     f"baseline steps {int(M['baseline'].steps.mean) if 'baseline' in M else '?'}")
+                     f"{res.baseline} steps {int(M[res.baseline].steps.mean) if res.baseline in M else '?'}")
     lines.append(f"- methods: {', '.join(res.order)}; seeds {study.seeds}; drop-rate sweep "
                  f"{[pct(r) + '%' for r in study.drop_rates]}")
     ev = info.evaluation
@@ -186,7 +187,7 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
                      "run's log).")
     if first:
         paper_tokens = 512 * 512 * 1_000_000
-        bsteps = int(M["baseline"].steps.mean) if "baseline" in M else first.steps
+        bsteps = int(M[res.baseline].steps.mean) if res.baseline in M else first.steps
         beta = first.drop.get("beta", 0.995) if first.drop else 0.995
         for r in res.runs.values():
             if r.drop.get("method") == "cumulative":
@@ -205,10 +206,10 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
                          f"prediction target in every step still carries {100 * beta ** bsteps:.1f}% of its initial score "
                          "at the end, rarer ids more, so the ranking mixes loss with how rarely an id was a target (see "
                          "the Spearman correlation with rarity under Figure 3).")
-        sp = spread(M["baseline"].final_eval_loss) if "baseline" in M else None
+        sp = spread(M[res.baseline].final_eval_loss) if res.baseline in M else None
         if sp is not None:
-            dsp = spread(M["baseline"].eval.get("downstream_avg"))
-            lines.append(f"- **Noise**: the baseline's final held-out MLM loss differs by {sp:.4f} between its seeds"
+            dsp = spread(M[res.baseline].eval.get("downstream_avg"))
+            lines.append(f"- **Noise**: {res.reference()}'s final held-out MLM loss differs by {sp:.4f} between its seeds"
                          + (f", its average downstream score by {dsp:.2f} points ({_ft_noise(ev)})"
                             if dsp is not None else "")
                          + "; smaller differences between methods are not distinguishable from seed noise here.")
@@ -279,7 +280,7 @@ def write_report(study: StudyConfig, out: Path, res: StudyResults, info: ReportI
             lines += ["##" + body[0]] + body[1:] + [""]
     lines += _figures(out, info)
     p = out / "study.md"
-    atomic_text(p, "\n".join(lines))
+    atomic_write_text(p, "\n".join(lines))
     return p
 
 
@@ -320,6 +321,6 @@ def refresh_findings(report_dir: Path) -> list[str]:
     replace_list(FINDINGS_HEADING, found)
     if claims and CLAIMS_HEADING in lines:
         replace_list(CLAIMS_HEADING, claims)
-    atomic_text(report_dir / "study.md", "\n".join(lines))
-    atomic_json(report_dir / "study.json", {**d, "findings": found})
+    atomic_write_text(report_dir / "study.md", "\n".join(lines))
+    atomic_write_json(report_dir / "study.json", {**d, "findings": found})
     return found

@@ -14,15 +14,13 @@ from tokendrop.runs import rundir
 from tokendrop.train.budget import RunLength
 from tokendrop.config import FROM_DATA, Config, from_dict, to_dict, to_toml
 from tokendrop.lab.study.aggregate import aggregate
+from tokendrop.runs.files import atomic_write_json, atomic_write_text, read_json
 from tokendrop.lab.study.common import (
     StudyError,
-    atomic_json,
-    atomic_text,
     cpu_s,
     hardware,
     loadavg,
     log,
-    read_json,
     resolve_out,
 )
 from tokendrop.lab.study.data import prepare_data, resolve_source
@@ -30,7 +28,7 @@ from tokendrop.lab.study.evaluation import forget_cells, run_evaluation
 from tokendrop.lab.study.figures import inspect_figures, plot_curves
 from tokendrop.lab.study.findings import findings
 from tokendrop.lab.study.plan import (
-    METHODS,
+    ARMS,
     MethodSpec,
     RunSpec,
     StudyConfig,
@@ -41,6 +39,10 @@ from tokendrop.lab.study.plan import (
 from tokendrop.lab.study.report import ReportInfo, command_line, export_report, write_report
 from tokendrop.lab.study.tables import table1, table3, table4, table_time_to_quality
 from tokendrop.lab.study.workers import run_parallel
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs.report import write_run_report
+from tokendrop.train.trainer import pretrain
+import torch
 
 # settings that may differ between invocations without changing what a run computes
 _IGNORED = {"data.num_workers", "data.prefetch", "train.threads", "train.keep_checkpoints", "train.log_every",
@@ -77,14 +79,12 @@ def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
 
 def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
     """-> (state, step): 'new' (no dir), 'empty' (dir without a checkpoint), 'partial', 'finished'."""
-    from tokendrop.train import checkpoint as ckpt_mod
-
     if not run_dir.exists():
         return "new", 0
     last = ckpt_mod.latest(run_dir)
     if last is None:
         return "empty", 0
-    meta = read_json(last / "meta.json") or {}
+    meta = read_json(last / "meta.json", expect=None, default=None) or {}
     changes = config_changes(cfg, meta.get("config", {}))
     if changes:
         raise StudyError(f"{run_dir} was trained with a different config ({'; '.join(changes[:3])}); "
@@ -97,9 +97,6 @@ def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
 
 def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
     """Skip, resume or start one run; -> {state, seconds, loadavg} (seconds: this call's elapsed time)."""
-    from tokendrop.runs.report import write_run_report
-    from tokendrop.train.trainer import pretrain
-
     la0, cpu0 = loadavg(), cpu_s()
     state, step = run_status(run_dir, spec.cfg)
     if state == "finished":
@@ -122,7 +119,7 @@ def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
 
 def _train_task(name: str, cfg: dict[str, Any], run_dir: str, method: str, seed: int) -> dict[str, Any]:
     """One run in a worker process."""
-    spec = RunSpec(METHODS.get(method) or MethodSpec(method, method, ()), seed, name,
+    spec = RunSpec(ARMS.get(method) or MethodSpec(method, method, ()), seed, name,
                    from_dict(Config, cfg))
     return train_run(spec, Path(run_dir), progress=False)
 
@@ -139,8 +136,6 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
     OUT is locked for the call; an existing OUT of a study is continued, and with ``overwrite``
     started over; any other non-empty directory is refused (``tokendrop.runs.rundir.prepare_output``).
     """
-    import torch
-
     threads = torch.get_num_threads()  # pretrain's train.threads sets it process-wide
     try:
         with rundir.lock(Path(out).resolve(), StudyError):
@@ -168,7 +163,7 @@ def _pretrain_all(study: StudyConfig, out: Path, runs: list[RunSpec], selected: 
             log(f"[{done[0]}/{len(todo)}] {spec.name}: {res['state']} in {res['seconds']:.0f} s")
         else:
             log(f"[{done[0]}/{len(todo)}] {spec.name}: finished earlier, skipped")
-        atomic_json(state_path, state)
+        atomic_write_json(state_path, state)
 
     pending = [r for r in todo if run_status(out / "runs" / r.name, r.cfg)[0] != "finished"]
     pending_names = {r.name for r in pending}
@@ -206,7 +201,7 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
             raise StudyError(f"--only: {', '.join(bad)} not in this study's methods ({', '.join(names)})")
     selected = [n for n in names if not only or n in only]
     state_path = out / "study-state.json"
-    state = read_json(state_path) or {}
+    state = read_json(state_path, expect=None, default=None) or {}
     state.setdefault("runs", {})
     state.setdefault("invocations", [])
     cmd = command_line(config if not isinstance(config, StudyConfig) else "<StudyConfig>", out, list(overrides), only)
@@ -219,7 +214,7 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
     t0 = time.perf_counter()
     data_info = prepare_data(study, out, need_unpacked, source)
     state["prepare_s"] = state.get("prepare_s", 0.0) + (time.perf_counter() - t0)
-    atomic_json(state_path, state)
+    atomic_write_json(state_path, state)
     runs = plan_runs(study, data_info, out, source)
     _pretrain_all(study, out, runs, selected, state, state_path, progress)
 
@@ -236,10 +231,10 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
     packed = data_info.get("packed", {}).get("path")
     res = aggregate(study, runs, out, evaluation, state, packed, source)
     tables = out / "tables"
-    atomic_text(tables / "table1.md", table1(res, study))
-    atomic_text(tables / "table3.md", table3(res))
-    atomic_text(tables / "table4.md", table4(res, study))
-    atomic_text(tables / "time-to-quality.md", table_time_to_quality(res))
+    atomic_write_text(tables / "table1.md", table1(res, study))
+    atomic_write_text(tables / "table3.md", table3(res))
+    atomic_write_text(tables / "table4.md", table4(res, study))
+    atomic_write_text(tables / "time-to-quality.md", table_time_to_quality(res))
     if res.runs:
         plot_curves(res, out)
     ins = inspect_figures(study, res, out)
@@ -248,16 +243,16 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
                       data=data_info, evaluation=evaluation, inspect=ins, total_elapsed_s=state["total_elapsed_s"],
                       prepare_s=state.get("prepare_s", 0.0), eval_s=state.get("eval_s", 0.0),
                       source=str(source) if source is not None else None)
-    atomic_text(out / "study.toml", to_toml(study))
+    atomic_write_text(out / "study.toml", to_toml(study))
     report = write_report(study, out, res, info)
-    atomic_json(out / "study.json", {
+    atomic_write_json(out / "study.json", {
         "study": to_dict(study), "command": cmd, "hardware": hw, "generated": info.generated, "data": data_info,
         "evaluation": evaluation, "total_elapsed_s": info.total_elapsed_s, "prepare_s": info.prepare_s,
         "eval_s": info.eval_s, "source": res.source,
         "inspect": {k: v for k, v in (ins or {}).items() if k != "tokens"},
         "findings": findings(res, study), "methods": res.methods, "runs": res.runs,
-        "target_eval_loss": res.target_eval_loss})
-    atomic_json(state_path, state)
+        "target_eval_loss": res.target_eval_loss, "baseline": res.baseline})
+    atomic_write_json(state_path, state)
     if study.docs_dir:
         export_report(out, resolve_out(study.docs_dir))
     log(f"done: {len(res.runs)} finished runs; report {report}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tokendrop.lab.study.aggregate import DOWNSTREAM_KEYS, TASK_COLUMNS
+from tokendrop.finetune.columns import DOWNSTREAM_KEYS, table_columns
 from tokendrop.lab.study.common import isnum, mean, pct
 from tokendrop.lab.study.plan import StudyConfig, sweep_method
 from tokendrop.lab.study.records import MethodResult, SourceResult, Stat, StudyResults
@@ -65,7 +65,7 @@ def table1(res: StudyResults, study: StudyConfig) -> str:
     methods, src = res.methods, res.source
     names = [n for n in res.order if n in set(study.methods) or n in ("baseline", "token-drop")]
     names = [n for n in names if n in methods]
-    present = [(k, h) for k, h in TASK_COLUMNS if any(k in methods[n].eval for n in names) or (src and k in src.eval)]
+    present = [(k, h) for k, h in table_columns() if any(k in methods[n].eval for n in names) or (src and k in src.eval)]
     head = ["Methods"] + [h for _, h in present] + ["held-out MLM loss ↓"]
     lines = ["# Table 1 (ours): pretraining methods, fine-tuned on the stand-in tasks", "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
@@ -128,7 +128,7 @@ def table3(res: StudyResults) -> str:
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", seed_note(res) + " Wall time: the training steps only (evaluation and checkpoints excluded), "
               "as logged by the trainer. FLOPs: the analytic count of tokendrop.dropping.flops (forward + backward, "
-              "stage-2 steps counted dense). 'rel.' = relative to the baseline's mean."
+              f"stage-2 steps counted dense). 'rel.' = relative to {res.reference()}'s mean."
               + (" Average across downstream tasks: mean of a model's task columns (" +
                  ", ".join(k for k in DOWNSTREAM_KEYS) + "; those evaluated), then over seeds." if has_eval else "")]
     lines += _source_note(src)
@@ -170,13 +170,15 @@ def table4(res: StudyResults, study: StudyConfig) -> str:
 def table_time_to_quality(res: StudyResults) -> str:
     methods, runs = res.methods, res.runs
     t = res.target_eval_loss
-    lines = ["# Time to quality: reaching the baseline's final held-out MLM loss", ""]
+    R, ref = res.reference(), res.baseline
+    short = "baseline" if ref == "baseline" else methods[ref].label if ref in methods else ref
+    lines = [f"# Time to quality: reaching {R}'s final held-out MLM loss", ""]
     if not isnum(t):
-        return "\n".join(lines + ["No finished baseline run: no target.", ""])
-    lines += [f"Target: {t:.4f} (the baseline's final held-out MLM loss, mean over its seeds). Interpolated "
+        return "\n".join(lines + [f"No finished {ref} run: no target.", ""])
+    lines += [f"Target: {t:.4f} ({R}'s final held-out MLM loss, mean over its seeds). Interpolated "
               "linearly between evaluations.", "",
-              "| Methods | seeds reaching it | wall time to target (s) | rel. to baseline wall | FLOPs to target | "
-              "rel. to baseline FLOPs |", "|---|---:|---:|---:|---:|---:|"]
+              f"| Methods | seeds reaching it | wall time to target (s) | rel. to {short} wall | FLOPs to target | "
+              f"rel. to {short} FLOPs |", "|---|---:|---:|---:|---:|---:|"]
     for n in res.order:
         d = methods[n]
         hits = [runs[r].to_target for r in d.runs]
@@ -186,12 +188,13 @@ def table_time_to_quality(res: StudyResults) -> str:
             row = [d.label, "n/a", "n/a (own eval split)", "–", "–", "–"]
         elif ok:
             row += [cell(Stat(mean([h.wall_time for h in ok]), [h.wall_time if h else None for h in hits]), 1),
-                    fmt(mean([h.rel_wall for h in ok]), 3), sci(mean([h.flops for h in ok])),
+                    cell(Stat(mean([h.rel_wall for h in ok]), [h.rel_wall if h else None for h in hits]), 3),
+                    sci(mean([h.flops for h in ok])),
                     fmt(mean([h.rel_flops for h in ok]), 3)]
         else:
             row += ["not reached", "–", "–", "–"]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "Means over the seeds that reached the target; per-seed wall times in parentheses ('–' = not "
-              "reached). The baseline's own seeds reach the mean of their finals at different times. The unpacked "
+    lines += ["", "Means over the seeds that reached the target; per-seed values in parentheses ('–' = not "
+              f"reached). {R[0].upper() + R[1:]}'s own seeds reach the mean of their finals at different times. The unpacked "
               "baseline's curve is measured on its own (unpacked) eval split, so it is not compared here."]
     return "\n".join(lines) + "\n"

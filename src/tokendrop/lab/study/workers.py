@@ -7,18 +7,19 @@ import os
 from typing import Any, Callable
 
 from tokendrop.lab.study.common import StudyError
+import torch
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+import signal
+import threading
+from concurrent.futures import as_completed
 
 
 def _worker_init(threads: int) -> None:
-    import torch
-
     torch.set_num_threads(max(1, threads))
 
 
 def _pool(parallel: int):
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     threads = max(1, (os.cpu_count() or 1) // parallel)
     # forkserver: workers fork from a clean server process (no OpenMP state inherited from this one,
     # unlike fork) that has imported tokendrop once (unlike spawn, which re-imports torch per worker)
@@ -35,10 +36,6 @@ def run_parallel(parallel: int, fn: Callable, tasks: list[tuple], on_done: Calla
     process as each finishes.  A failure or Ctrl-C cancels what has not started; started runs
     checkpoint on the SIGINT they receive too (same process group).  SIGTERM to this process is
     passed on to the workers, so none outlives it."""
-    import signal
-    import threading
-    from concurrent.futures import as_completed
-
     ex = _pool(parallel)
 
     def on_sigterm(signum, frame):  # pass SIGTERM on: a training worker checkpoints and stops

@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_write_json
 from tokendrop.config import ConfigError
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, write_part
 from tokendrop.lab.bench.campaign.config import (
@@ -33,6 +34,7 @@ from tokendrop.lab.bench.campaign.config import (
     QualityPart,
     campaign_config,
 )
+import torch
 
 TITLES = {
     "env": "environment, SDPA backends, GPU tests",
@@ -57,8 +59,6 @@ def _runner(part: str):
 
 
 def _device_name(cfg: CampaignConfig) -> str:
-    import torch
-
     if cfg.device == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("campaign.device: cuda, but CUDA is not available here (run with --dry-run on CPU)")
@@ -108,7 +108,7 @@ def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: L
 
     say(f"[{name}] {TITLES[name]} (budget {cfg.budget_s:.0f}s)")
     _forget_earlier_result(out_dir, name, say)
-    rundir.atomic_write_json(out_dir / IN_PROGRESS, {"part": name, "pid": os.getpid(), "host": socket.gethostname(),
+    atomic_write_json(out_dir / IN_PROGRESS, {"part": name, "pid": os.getpid(), "host": socket.gethostname(),
                                                       "started": r.started})
     save()  # PART.json now says complete: false until the part ends
     try:

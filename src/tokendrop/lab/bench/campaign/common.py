@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_write_text, json_text
 from tokendrop.lab.bench.records import record_dict
+import gc
+import torch
 
 Log = Callable[[str], None]
 
@@ -141,17 +143,13 @@ def write_part(r: PartResult, out: Path, title: str) -> tuple[Path, Path]:
     rewrite them after every phase, so a part stopped from outside still leaves what it finished,
     marked ``complete: false``)."""
     paths = (out / f"{r.part}.json", out / f"{r.part}.md")
-    texts = (rundir.json_text(r.to_dict()), markdown(r, title))
+    texts = (json_text(r.to_dict()), markdown(r, title))
     for p, text in zip(paths, texts):
-        rundir.atomic_write_text(p, text)
+        atomic_write_text(p, text)
     return paths
 
 
 def free_device_memory() -> None:
-    import gc
-
-    import torch
-
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -16,6 +16,9 @@ import torch
 from tokendrop.lab.bench.profiling import sdpa_backends
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult
 from tokendrop.lab.bench.campaign.config import CampaignConfig
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import importlib.util
 
 BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 TEST_FILE = Path(__file__).resolve().parents[5] / "tests" / "integration" / "parallel" / "test_gpu.py"
@@ -75,9 +78,6 @@ def _qkv(device: torch.device, dtype: torch.dtype, seq_len: int = 128, heads: in
 
 def probe_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> list[SdpaProbe]:
     """Each SDPA backend forced alone: does forward + backward run at ``dtype`` (bert-base head shape)?"""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     out = []
     for name in BACKENDS:
         for p in (0.0, 0.1):
@@ -102,7 +102,6 @@ def probe_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> lis
 
 def default_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16, dropout: float = 0.1) -> list[str]:
     """The backend(s) SDPA picks by itself for a training-shaped call (profiled op names)."""
-    import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile
 
     q, k, v = _qkv(device, dtype)
@@ -116,8 +115,6 @@ def default_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16, drop
 
 def run_pytest(out: Path, timeout: float) -> dict[str, object]:
     """``python -m pytest -m gpu tests/integration/parallel/test_gpu.py`` in a subprocess; counts from its JUnit XML."""
-    import importlib.util
-
     if importlib.util.find_spec("pytest") is None:
         return {"ran": False, "reason": "pytest is not installed (gpu_campaign_prepare.sh carries it in runs/gpu-carry/pylib)"}
     if not TEST_FILE.is_file():

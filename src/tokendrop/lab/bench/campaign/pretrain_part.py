@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from tokendrop.runs import rundir
-from tokendrop.train.checkpoint import is_sharded, latest, read_meta
-from tokendrop.train.metrics import read_metrics
+from tokendrop.runs.files import atomic_write_text
+from tokendrop.runs.checkpoint import is_sharded, latest, read_meta
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.config import to_dict
 from tokendrop.runs.report import compare_runs
 from tokendrop.train.trainer import pretrain
@@ -177,7 +177,7 @@ def _torchrun_check(cfg: CampaignConfig, scratch: Path, out: Path, budget: Budge
         except subprocess.TimeoutExpired as e:
             rc, tail = None, f"timed out after {timeout:.0f}s: {str(e.stderr or '')[-2000:]}"
         name = "pretrain-torchrun.log" if parallel == "ddp" else f"pretrain-torchrun-{parallel}.log"
-        rundir.atomic_write_text(out / name, tail)
+        atomic_write_text(out / name, tail)
         r.files.append(name)
         res = json.loads(result.read_text()) if result.is_file() else {}
         losses = [x["loss"] for x in read_metrics(run) if "loss" in x] if (run / "metrics.jsonl").is_file() else []

@@ -33,6 +33,9 @@ from tokendrop.lab.bench.campaign.runs import (
     pretrain_config,
     summarize_run,
 )
+from tokendrop.data import PreparedData
+from tokendrop.train.trainer import pretrain
+from tokendrop.finetune import finetune
 
 RUN_OVERHEAD = 1.35  # wall time of a run / its training time (evaluation, start-up, the final checkpoint)
 END_RESERVE_S = 15.0
@@ -41,8 +44,6 @@ END_RESERVE_S = 15.0
 def unigram_plateau(data_dir: str) -> float:
     """Entropy (nats) of the corpus' token distribution, special tokens excluded: the MLM loss of a
     model that predicts every masked token from frequencies alone."""
-    from tokendrop.data import PreparedData
-
     d = PreparedData.open(data_dir)
     counts = np.load(Path(data_dir) / "token_counts.npy").astype(np.float64)
     counts[list(set(d.special_ids.values()))] = 0
@@ -128,7 +129,6 @@ def run_quality_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResu
                      f"train.ckpt_every={steps}", f"train.warmup_steps={max(1, round(0.06 * steps))}", "train.keep_checkpoints=1"]
             pc = pretrain_config(cfg, q.config, q.overrides, steps, q.batch_size, method, extra)
             log(f"  pretrain {name}: {steps} steps ({pc.model.num_layers}x{pc.model.hidden_size}, batch {q.batch_size})")
-            from tokendrop.train.trainer import pretrain
 
             t0 = time.perf_counter()
             pretrain(pc, scratch / name, progress=False)
@@ -164,8 +164,6 @@ def run_quality_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResu
 
 def _finetune_all(cfg: CampaignConfig, runs: dict[str, RunSummary], scratch: Path, out: Path, budget: Budget,
                   r: PartResult, save, log: Log) -> None:
-    from tokendrop.finetune import finetune
-
     q = cfg.quality
     acc: dict[str, dict[str, float]] = {}
     took = 0.0

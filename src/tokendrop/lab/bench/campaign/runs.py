@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_write_bytes
 from tokendrop.config import Config, ConfigError, load_config
 from tokendrop.finetune.tasks import get_task
 from tokendrop.train.trainer import read_metrics
 from tokendrop.lab.bench.presets import BenchConfig, bench_config
 from tokendrop.lab.bench.campaign.config import CampaignConfig
+from tokendrop.data import PreparedData
 
 
 def check_inputs(cfg: CampaignConfig, glue_tasks: tuple[str, ...] = ()) -> None:
@@ -89,7 +90,7 @@ def summarize_run(name: str, run_dir: Path) -> RunSummary:
 def keep_log(run_dir: Path, out: Path, name: str) -> str:
     """Copy a run's metrics.jsonl under OUT (small); -> the file name."""
     dst = out / f"{name}-metrics.jsonl"
-    rundir.atomic_write_bytes(dst, (run_dir / "metrics.jsonl").read_bytes())
+    atomic_write_bytes(dst, (run_dir / "metrics.jsonl").read_bytes())
     return dst.name
 
 
@@ -108,8 +109,6 @@ def model_bench_config(cfg: CampaignConfig, pc: Config, vocab_size: int, seq_len
 
 
 def data_info(path: str) -> dict[str, Any]:
-    from tokendrop.data import PreparedData
-
     d = PreparedData.open(path)
     return {"vocab_size": d.vocab_size, "seq_len": d.seq_len, "train_sequences": d.num_sequences("train"),
             "eval_sequences": d.num_sequences("eval")}

@@ -17,15 +17,13 @@ import os
 import sys
 import time
 from pathlib import Path
+import torch
+import torch.distributed as dist
+from tokendrop.config import Config, from_dict
+from tokendrop.train.trainer import pretrain
 
 
 def main(job_path: str) -> int:
-    import torch
-    import torch.distributed as dist
-
-    from tokendrop.config import Config, from_dict
-    from tokendrop.train.trainer import pretrain
-
     job = json.loads(Path(job_path).read_text())
     cuda = job["device"] == "cuda"
     backend = "nccl" if cuda else "gloo"

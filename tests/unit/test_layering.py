@@ -1,4 +1,11 @@
-"""The package's import structure: no import cycle anywhere in ``src/tokendrop``.
+"""The package's import structure: the layering rules of docs/design.md §4 and no import cycle.
+
+The rules: nothing outside ``lab/`` imports ``lab/`` (the command line, ``cli.py``, is the
+application on top of both and dispatches to the harnesses); the method (``dropping/``) imports
+nothing of ``train/``, ``finetune/``, ``data/``, ``runs/``; the models (``models/``) import nothing of
+``train/`` or ``finetune/`` (a source's tokenizer comes from ``data/``); run I/O (``runs/``) imports
+no training, fine-tuning or harness code; configuration parsing stays low; no module imports another
+module's private (``_``) names.
 
 Every module is parsed with ``ast`` and every ``import`` / ``from ... import`` counts -- at the top
 of the module, inside a function, under ``if TYPE_CHECKING:`` alike -- so a cycle cannot hide behind
@@ -160,17 +167,6 @@ def test_config_parsing_and_the_trainer_stay_low():
     assert not {m for m in _reachable(graph, "tokendrop.train.trainer") if m.startswith("tokendrop.lab.bench")}
 
 
-MAX_LINES = 600
-
-
-def test_no_source_module_over_600_lines():
-    """A module a reader can hold: any module over 600 lines fails, named with its length."""
-    root = Path(__file__).resolve().parents[2] / "src" / "tokendrop"
-    long = {str(p.relative_to(root)): n for p in sorted(root.rglob("*.py"))
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, f"modules over {MAX_LINES} lines (split them along the concepts of docs/design.md): {long}"
-
-
 def test_selection_methods_are_one_registry():
     """Every drop.method is a row of tokendrop.dropping.methods.METHODS, and the method classes the code asks
     about are read from it (a new method cannot silently count as dense or as learning from the loss)."""
@@ -183,24 +179,110 @@ def test_selection_methods_are_one_registry():
     assert set(config.RANDOM_METHODS) == {"half_random", "random", "random_ltd"}
     assert config.PER_LAYER_METHODS == ("random_ltd",)
     assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
-    from tokendrop.lab.study.plan import METHODS as ARMS
+    from tokendrop.lab.study.plan import ARMS
 
     for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
         method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")
         assert arm.dropping == (methods.METHODS[method].drops or "drop.variant=avg" in arm.overrides), arm.name
 
 
-MAX_FUNCTION_LINES = 80
+LAYERS = {
+    # package -> packages it must never import (anywhere in its modules, in-function imports included)
+    "tokendrop.dropping": ("tokendrop.train", "tokendrop.finetune", "tokendrop.data", "tokendrop.runs", "tokendrop.lab",
+                           "tokendrop.transformers"),
+    "tokendrop.models": ("tokendrop.train", "tokendrop.finetune", "tokendrop.lab", "tokendrop.transformers"),
+    "tokendrop.config": ("tokendrop.models", "tokendrop.finetune", "tokendrop.data", "tokendrop.runs", "tokendrop.lab"),
+    "tokendrop.data": ("tokendrop.models", "tokendrop.train", "tokendrop.finetune", "tokendrop.lab"),
+    "tokendrop.train": ("tokendrop.finetune", "tokendrop.lab"),
+    "tokendrop.finetune": ("tokendrop.lab",),
+    "tokendrop.runs": ("tokendrop.train", "tokendrop.lab"),  # verify checks fine-tuning outputs too
+    "tokendrop.transformers": ("tokendrop.train", "tokendrop.finetune", "tokendrop.data", "tokendrop.lab"),
+}
+APPLICATION = {"tokendrop.cli", "tokendrop.__main__"}  # above the library and the harnesses
 
 
-def test_no_function_over_80_lines():
-    """A function a reader can follow: any function (or method) over 80 lines fails, named."""
-    root = Path(__file__).resolve().parents[2] / "src" / "tokendrop"
-    long = []
-    for p in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES:
-                    long.append(f"{p.relative_to(root)}:{node.lineno} {node.name} ({n} lines)")
-    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {long}"
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for mod, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if _inside(dep, "tokendrop.lab") and not _inside(mod, "tokendrop.lab") and mod not in APPLICATION:
+                out.append(f"{mod} -> {dep} (only lab/ and the command line import lab/)")
+            for pkg, banned in LAYERS.items():
+                if _inside(mod, pkg):
+                    out += [f"{mod} -> {dep} ({pkg} never imports {b})" for b in banned if _inside(dep, b)]
+    return sorted(set(out))
+
+
+def test_the_layering_check_finds_violations():
+    graph = {"tokendrop.dropping.engine": {"tokendrop.train.step"}, "tokendrop.train.step": {"tokendrop.dropping.engine"},
+             "tokendrop.models.bert.model": {"tokendrop.lab.bench"}, "tokendrop.cli": {"tokendrop.lab.bench"},
+             "tokendrop.lab.bench": {"tokendrop.train.step"}}
+    assert layering_violations(graph) == [
+        "tokendrop.dropping.engine -> tokendrop.train.step (tokendrop.dropping never imports tokendrop.train)",
+        "tokendrop.models.bert.model -> tokendrop.lab.bench (only lab/ and the command line import lab/)",
+        "tokendrop.models.bert.model -> tokendrop.lab.bench (tokendrop.models never imports tokendrop.lab)"]
+
+
+def test_the_library_keeps_its_layers():
+    bad = layering_violations(import_graph())
+    assert not bad, "layering violations (docs/design.md §4.1):\n" + "\n".join(bad)
+
+
+def private_imports(src: Path = SRC) -> list[str]:
+    """``from tokendrop.X import _name`` (or relative) anywhere in a module other than X itself."""
+    modules = module_files(src)
+    out = []
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        aliases = _module_aliases(path, modules)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[:len(base) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if not _inside(target, "tokendrop"):
+                    continue
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__") and target != mod:
+                        out.append(f"{mod}: from {target} import {a.name}")
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                if isinstance(node.value, ast.Name) and node.value.id in aliases:
+                    out.append(f"{mod}: {node.value.id}.{node.attr}")
+    return sorted(out)
+
+
+def _module_aliases(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Local names bound to tokendrop modules by ``import`` / ``from tokendrop.x import module``."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tokendrop") or \
+                isinstance(node, ast.ImportFrom) and node.level:
+            base = node.module or ""
+            if node.level:
+                base = ".".join(["tokendrop"] + ([base] if base else []))  # a relative import: within the package
+            names |= {a.asname or a.name for a in node.names if f"{base}.{a.name}" in modules}
+        elif isinstance(node, ast.Import):
+            names |= {a.asname for a in node.names if a.asname and a.name in modules}
+    return names
+
+
+def test_the_private_name_check_finds_private_imports(tmp_path):
+    pkg = tmp_path / "tokendrop"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("_x = 1\ndef _f():\n    return _x\n")
+    (pkg / "b.py").write_text("from .a import _x\nfrom tokendrop import a\ny = a._f()\n")
+    assert private_imports(tmp_path) == ["tokendrop.b: a._f", "tokendrop.b: from tokendrop.a import _x"]
+
+
+def test_no_module_imports_another_modules_private_names():
+    bad = private_imports()
+    assert not bad, "private names used outside their module (make the name public or move the code):\n" + \
+        "\n".join(bad)

@@ -1,4 +1,8 @@
-"""SQuAD v1.1 / v2.0: reading, the standard BERT preprocessing and post-processing.
+"""SQuAD v1.1 / v2.0 (tasks ``squad1``, ``squad2``; span QA): reading, the standard BERT
+preprocessing and post-processing; exact match and F1 (the main number) of the official scripts.
+
+Files: ``train-v1.1.json`` / ``dev-v1.1.json`` and ``train-v2.0.json`` / ``dev-v2.0.json`` as
+distributed, in the data directory or its ``squad/``.
 
 Preprocessing (as Google's ``run_squad.py`` / ``transformers``' ``run_qa.py``): the question is cut to
 ``max_query_len`` word pieces; the context is tokenized once with character offsets from the
@@ -27,7 +31,22 @@ from pathlib import Path
 
 import numpy as np
 
-from tokendrop.finetune.common import FinetuneError, read_json
+from tokendrop.finetune.common import FinetuneError
+from tokendrop.finetune.metrics import apply_threshold, best_threshold, squad_evaluate
+from tokendrop.finetune.tasks.base import TaskSpec
+from tokendrop.runs.files import read_json
+
+
+@dataclass
+class SquadTask(TaskSpec):
+    version: int = 1  # 1: SQuAD v1.1 (every question answerable), 2: v2.0 (unanswerable ones too)
+
+
+TASKS = [SquadTask("squad1", "span", ("exact", "f1"), "f1", dirname="squad", train="train-v1.1.json",
+                   dev={"dev": "dev-v1.1.json"}, test={}, version=1,
+                   aliases=("squad", "squad-v1", "squad_v1", "squad1.1")),
+         SquadTask("squad2", "span", ("exact", "f1"), "f1", dirname="squad", train="train-v2.0.json",
+                   dev={"dev": "dev-v2.0.json"}, test={}, version=2, aliases=("squad-v2", "squad_v2", "squad2.0"))]
 
 
 @dataclass
@@ -67,7 +86,7 @@ def read_squad(path: str | os.PathLike, version: int | None = None, check_answer
     path = Path(path)
     if not path.is_file():
         raise FinetuneError(f"{path}: no such file")
-    d = read_json(path)
+    d = read_json(path, FinetuneError, expect=None)
     if not isinstance(d, dict) or not isinstance(d.get("data"), list):
         raise FinetuneError(f"{path}: not a SQuAD file (expected an object with a 'data' list)")
     file_version = str(d.get("version", ""))
@@ -302,8 +321,6 @@ def postprocess(examples: list[SquadExample], features: list[SquadFeature], star
 def squad_metrics(examples: list[SquadExample], preds: dict[str, SquadPrediction], version: int) -> tuple[dict, dict[str, str]]:
     """Official EM/F1.  v1: best span.  v2: the dev-optimal no-answer threshold on F1 (also reported:
     EM at that threshold, the best-EM threshold and the scores at threshold 0)."""
-    from tokendrop.finetune.metrics import apply_threshold, best_threshold, squad_evaluate
-
     golds = {e.qid: list(e.answers) for e in examples}
     answer = {q: p.text for q, p in preds.items()}
     if version == 1:

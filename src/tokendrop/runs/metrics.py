@@ -26,7 +26,7 @@ FILENAME = "metrics.jsonl"
 
 
 class MetricsLog:
-    """metrics.jsonl + the trackers of ``report_to`` (``tokendrop.train.trackers``: TensorBoard, W&B,
+    """metrics.jsonl + the trackers of ``report_to`` (``tokendrop.runs.trackers``: TensorBoard, W&B,
     MLflow), rank 0 only.  ``tracker_args``: ``trackers.Trackers``'s keywords (a resumed run's
     ``purge_step`` makes TensorBoard discard the events a killed run had written from that step on)."""
 
@@ -38,7 +38,7 @@ class MetricsLog:
         self.path = Path(run_dir) / FILENAME
         self.trackers = None
         if enabled:
-            from tokendrop.train.trackers import Trackers
+            from tokendrop.runs.trackers import Trackers
 
             self.trackers = Trackers(run_dir, [t for t in report_to if t != "jsonl"], **tracker_args)
 

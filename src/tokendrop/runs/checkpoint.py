@@ -33,9 +33,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tokendrop import __version__
+from tokendrop.version import __version__
 from tokendrop.errors import TokendropError
 from tokendrop.runs.files import atomic_directory, atomic_write_json, discard_dir, write_safetensors
+from safetensors.torch import load as st_load
 
 
 class CheckpointError(TokendropError, ValueError):
@@ -51,7 +52,6 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-_sha256 = sha256_file
 
 
 def git_revision() -> str:
@@ -104,7 +104,7 @@ def finish(tmp: Path, step: int, state_tensors: dict[str, Tensor], meta: dict[st
     write_safetensors(state_tensors, tmp / "state.safetensors")
     files = {}
     for name in [*weight_files, "state.safetensors"]:
-        files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
+        files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": sha256_file(tmp / name)}
     meta = dict(meta, step=step, files=files, version=__version__, git_revision=git_revision())
     atomic_write_json(tmp / "meta.json", meta)
 
@@ -185,7 +185,7 @@ def read_model(ckpt: str | os.PathLike, meta: dict[str, Any] | None = None) -> d
     if not is_sharded(meta):
         return read_tensors(ckpt, "model.safetensors", meta)
     for name in model_files(meta):
-        _check_file(ckpt, name, meta)
+        check_file(ckpt, name, meta)
     try:
         return consolidate_model(ckpt)
     except Exception as e:  # noqa: BLE001 -- hashes matched: meta.json was edited too
@@ -243,7 +243,7 @@ def read_meta(ckpt: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def _check_file(ckpt: Path, name: str, meta: dict[str, Any], data: bytes | None = None) -> None:
+def check_file(ckpt: Path, name: str, meta: dict[str, Any], data: bytes | None = None) -> None:
     info = meta["files"][name]
     f = ckpt / name
     if data is None and not f.is_file():
@@ -252,7 +252,7 @@ def _check_file(ckpt: Path, name: str, meta: dict[str, Any], data: bytes | None 
     if size != info["bytes"]:
         raise CheckpointError(f"{f}: {size} bytes but meta.json records {info['bytes']} (truncated or corrupt); "
                               f"{_fix(ckpt)}")
-    sha = hashlib.sha256(data).hexdigest() if data is not None else _sha256(f)
+    sha = hashlib.sha256(data).hexdigest() if data is not None else sha256_file(f)
     if sha != info["sha256"]:
         raise CheckpointError(f"{f}: corrupt (sha256 {sha[:12]}... differs from {info['sha256'][:12]}... recorded in "
                               f"meta.json); {_fix(ckpt)}")
@@ -264,7 +264,7 @@ def verify(ckpt: str | os.PathLike, files: tuple[str, ...] | None = None) -> dic
     ckpt = Path(ckpt)
     meta = read_meta(ckpt)
     for name in (tensor_files(meta) if files is None else files):
-        _check_file(ckpt, name, meta)
+        check_file(ckpt, name, meta)
     return meta
 
 
@@ -317,8 +317,6 @@ def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
                  meta: dict[str, Any] | None = None) -> dict[str, Tensor]:
     """The tensors of ``ckpt/name``, read once and parsed only after the sha256 of exactly those bytes
     matched meta.json.  The one way a tokendrop checkpoint's tensors are read."""
-    from safetensors.torch import load as st_load
-
     ckpt = Path(ckpt)
     meta = read_meta(ckpt) if meta is None else meta
     f = ckpt / name
@@ -328,7 +326,7 @@ def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
         raise CheckpointError(f"{f}: missing (meta.json records it); {_fix(ckpt)}") from None
     except OSError as e:
         raise CheckpointError(f"{f}: unreadable ({e.strerror or e}); check its permissions") from None
-    _check_file(ckpt, name, meta, data)
+    check_file(ckpt, name, meta, data)
     try:
         return st_load(data)
     except Exception as e:  # noqa: BLE001 -- SafetensorError and friends: hash matched, so meta.json was edited too
@@ -369,7 +367,7 @@ def load(ckpt: str | os.PathLike, state: bool = True, consolidate: bool = True
     meta = read_meta(ckpt)
     if is_sharded(meta) and not consolidate:
         for name in model_files(meta):
-            _check_file(ckpt, name, meta)
+            check_file(ckpt, name, meta)
         model = {}
     else:
         model = read_model(ckpt, meta)

@@ -10,6 +10,8 @@ with a fixed seed (stratified, deterministic), writing GLUE SST-2's layout: ``tr
 same Rotten Tomatoes reviews, but its labels are phrase-tree annotations); it is an obtainable
 sentiment task for machines that can reach PyPI only.
 
+It defines no task of its own: its output is task ``sst2`` (``tasks/sst2.py`` reads it as it is).
+
 The download is ``pip download --no-deps --no-binary :all: vaderSentiment==3.3.2`` into a cache dir;
 nothing is installed.
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import random
 import subprocess
@@ -28,6 +29,8 @@ import zipfile
 from pathlib import Path
 
 from tokendrop.finetune.common import FinetuneError
+from tokendrop.finetune.tasks.base import finite_float
+from tokendrop.runs.files import atomic_directory, atomic_write_text
 
 VADER_SPEC = "vaderSentiment==3.3.2"
 INNER_TAR = "additional_resources/hutto_ICWSM_2014.tar.gz"
@@ -110,12 +113,7 @@ def parse_snippets(text: str, where: str = SNIPPETS) -> list[tuple[str, float, s
         if len(parts) < 3:
             raise FinetuneError(f"{where}:{i}: expected id<TAB>score<TAB>text, got {len(parts)} field(s)")
         sid, score, sent = parts[0].strip(), parts[1].strip(), "\t".join(parts[2:])
-        try:
-            val = float(score)
-        except ValueError:
-            raise FinetuneError(f"{where}:{i}: score {score!r} is not a number") from None
-        if not math.isfinite(val):
-            raise FinetuneError(f"{where}:{i}: score {score!r} is not finite")
+        val = finite_float(score, f"{where}:{i}: score {score!r}")
         sent = " ".join(sent.split())  # tabs / newlines / runs of spaces -> one space (TSV-safe)
         if not sent:
             raise FinetuneError(f"{where}:{i}: empty text")
@@ -147,8 +145,6 @@ def label_and_split(rows: list[tuple[str, float, str]], dev_fraction: float = 0.
 def write_sst2(out_dir: str | os.PathLike, train: list[tuple[str, int]], dev: list[tuple[str, int]],
                meta: dict | None = None) -> Path:
     """``train.tsv`` / ``dev.tsv`` (header ``sentence<TAB>label``), written into a temp dir and renamed."""
-    from tokendrop.runs.files import atomic_directory
-
     with atomic_directory(out_dir) as tmp:
         for name, rows in (("train.tsv", train), ("dev.tsv", dev)):
             with open(tmp / name, "w", encoding="utf-8", newline="\n") as f:
@@ -218,7 +214,5 @@ def build_review_corpus(cache_dir: str | os.PathLike, task_dir: str | os.PathLik
     for name in OTHER_SNIPPETS:
         texts += [s for _, _, s in parse_snippets(extract_snippets(archive, name), name)]
     kept = [t for t in texts if normalize_sentence(t) not in dev]
-    from tokendrop.runs.rundir import atomic_write_text
-
     atomic_write_text(out, "\n\n".join(kept) + "\n")
     return out

@@ -30,7 +30,7 @@ def _version() -> str:
 
         return version("tokendrop")
     except (ImportError, PackageNotFoundError):
-        from tokendrop import __version__
+        from tokendrop.version import __version__
 
         return __version__
 

@@ -122,7 +122,7 @@ def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str =
     """README.md of an export: the architecture and how to load it; for a tokendrop checkpoint its
     source, data, length, dropping method, final losses beside the data's unigram entropy, and the
     commands that made it (``facts``: ``_run_facts`` of the checkpoint)."""
-    from tokendrop import __version__
+    from tokendrop.version import __version__
     from tokendrop.data.masking import unigram_note
 
     spec = spec_of(cfg)

@@ -252,6 +252,7 @@ class _Trainer:
     def announce(self) -> None:
         """The start-up banner (rank 0): on stderr and at the top of this process's part of RUN/log.txt."""
         self.entropy = unigram_entropy(self.data.token_counts(), self.data.special_ids)
+        self.entropy_rec = {"unigram_entropy": self.entropy} if self.entropy is not None else {}  # eval records
         if self.dd.main:
             source, head, importance = describe_warm_ups(self.cfg, self.model, self.selector, self.init_events,
                                                          new=self.meta_in is None)
@@ -363,13 +364,10 @@ class _Trainer:
                 self.log.write({"step": 0, **ev})
         if self.evaluates and self.start_step == 0 and self.has_eval:
             ev0 = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, tc.eval_batches)
-            self.log.write({"step": 0, "wall_time": 0.0, **ev0, **self._entropy()})  # MetricsLog: rank 0 only
+            self.log.write({"step": 0, "wall_time": 0.0, **ev0, **self.entropy_rec})  # MetricsLog: rank 0 only
             self.console.say(f"step 0 (before training): eval loss {ev0['eval_loss']:.4f}"
                              + (f"; {unigram_note(ev0['eval_loss'], self.entropy)}" if self.entropy else ""))
             self._phase("evaluation")
-
-    def _entropy(self) -> dict[str, float]:
-        return {"unigram_entropy": self.entropy} if self.entropy is not None else {}
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> PretrainResult:
@@ -525,7 +523,7 @@ class _Trainer:
         t0 = time.perf_counter()
         self.last_eval = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.tc.eval_batches)
         rec = {"step": self.step, "wall_time": self.wall, "flops": self.run_flops.total, **self.last_eval,
-               **self._entropy()}
+               **self.entropy_rec}
         self.log.write(rec)
         self.history.append(rec)
         self.phases["evaluation"] += time.perf_counter() - t0

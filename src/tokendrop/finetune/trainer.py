@@ -480,9 +480,9 @@ def _banner(cfg: FinetuneConfig, spec: TaskSpec, model_path, final: Path, device
     """What a fine-tuning run will do, before it does it."""
     kept = "kept in OUT/model" if cfg.save_model else "not kept (--set save_model=true keeps it)"
     cap = f", at most {cfg.max_train_examples} train examples" if cfg.max_train_examples else ""
-    seq = cfg.max_seq_len_qa if spec.kind == "squad" else cfg.max_seq_len
+    seq = cfg.max_seq_len_qa if spec.kind == "span" else cfg.max_seq_len
     return [f"tokendrop finetune: {spec.name} from {model_path} -> {final}",
-            f"  task      {spec.name} ({spec.kind}, metric {spec.metric}); data {cfg.data}{cap}",
+            f"  task      {spec.name} ({spec.kind}, {'/'.join(spec.metrics)}); data {cfg.data}{cap}",
             f"  length    {cfg.epochs:g} epochs of batch {cfg.batch_size}, max length {seq}",
             f"  lr        peak {cfg.lr:g}, warm-up {cfg.warmup_ratio:g} of the steps, linear decay to 0; AdamW "
             f"(weight decay {cfg.weight_decay:g}, grad clip {cfg.grad_clip:g})",

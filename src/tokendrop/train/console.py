@@ -116,10 +116,9 @@ class Progress:
                 self.pbar.set_postfix(**postfix)
 
     def line(self, text: str) -> None:
-        if self.pbar is not None:
-            self.log.write(text)  # the bar shows it on the terminal
-        else:
-            self.log.say(text, console=self.console)
+        self.log.write(text)  # the log file always; the console unless a bar shows the figures
+        if self.pbar is None and self.console:
+            print(text, file=sys.stderr, flush=True)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0

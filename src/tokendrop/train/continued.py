@@ -266,11 +266,11 @@ def load_source(cfg: Config, model, run_dir: Path, dd, src) -> list[dict]:
 
 
 def warm_start(cfg: Config, model, selector, data, events: list[dict], dd, device, amp, micro_bs: int,
-               log=None) -> list[dict]:
+               log=None, progress: bool = True) -> list[dict]:
     """A new run, after ``load_source`` (its ``events``): warm up a fresh MLM head
     (``head_warmup_plan``) and fill the importance vector (``importance_plan``) -> events for the run
     log (each phase's seconds in its event).  ``log``: a ``tokendrop.train.console.RunLog`` (rank 0) that
-    says what each pass does while it runs."""
+    says what each pass does while it runs; ``progress``: the head warm-up's bar (a terminal) or lines."""
     from tokendrop.train.console import Progress, is_terminal
 
     how, n_batches, _ = importance_plan(cfg, selector)
@@ -288,7 +288,7 @@ def warm_start(cfg: Config, model, selector, data, events: list[dict], dd, devic
     if fresh_head:
         bar = None
         if log is not None:
-            bar = Progress(log, head_steps, desc="MLM-head warm-up", bar=log.echo and is_terminal(), console=log.echo)
+            bar = Progress(log, head_steps, desc="MLM-head warm-up", bar=progress and is_terminal(), console=progress)
         losses = head_warmup(model, it, head_steps, cfg.train.head_warmup_lr, device, amp, bar)
         events.append({"event": "head_warmup", "steps": len(losses), "first_loss": losses[0], "last_loss": losses[-1],
                        "seconds": time.perf_counter() - t0})

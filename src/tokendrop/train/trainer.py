@@ -268,7 +268,8 @@ class _Trainer:
         self.t_phase = time.perf_counter()
         if self.meta_in is None:
             self.init_events = warm_start(self.cfg, self.model, self.selector, self.data, self.init_events, self.dd,
-                                          self.device, self.amp, self.micro_bs, self.console if self.dd.main else None)
+                                          self.device, self.amp, self.micro_bs, self.console if self.dd.main else None,
+                                          self.progress)
         for ev in self.init_events:
             if ev.get("event") == "head_warmup":
                 self.phases["MLM-head warm-up"] += ev["seconds"]
@@ -385,7 +386,7 @@ class _Trainer:
         self.last_rec: dict[str, Any] | None = None
         # a bar on a terminal, else a line per log interval (always into RUN/log.txt)
         self.pbar = Progress(self.console, self.length.steps or None, self.start_step, "pretrain",
-                             bar=self.progress and self.banner and is_terminal(), console=self.progress) \
+                             bar=self.progress and is_terminal(), console=self.progress) \
             if self.dd.main else None
         self.p0 = self.length.progress(self.start_step, self.used)
         self.it = iter(self.loader)

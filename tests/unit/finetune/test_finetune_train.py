@@ -179,7 +179,7 @@ def test_tokendrop_cli_finetune_and_error_exit(ckpt, sentiment, tmp_path, capsys
     io = capsys.readouterr()
     # the banner before any work (from the resolved config), the summary with each phase's time
     banner = io.err[io.err.index("tokendrop finetune: sst2 from"):].splitlines()
-    assert banner[1].startswith("  task      sst2 (classification, metric accuracy); data ")
+    assert banner[1].startswith("  task      sst2 (classification, accuracy); data ")
     assert "at most 32 train examples" in banner[1] and banner[2].startswith("  length    1 epochs of batch 32")
     assert "the fine-tuned model: not kept (--set save_model=true keeps it)" in banner[5]
     assert ", dev 100;" in io.err  # one dev split: named once

@@ -102,7 +102,7 @@ def test_banner_lines_and_summary_of_a_dropping_run(tiny_data, tmp_path, capsys)
     rec = read_metrics(tmp_path / "run")
     end_rec = next(r for r in rec if r.get("event") == "end")
     assert set(end_rec["phases_s"]) == {"set-up", "MLM-head warm-up", "importance pass", "training", "evaluation",
-                                        "checkpoints", "report"}
+                                        "checkpoints"}  # the report is written after this record
     assert end_rec["phases_s"]["training"] > 0 and end_rec["cpu_time"] > 0
     assert next(r for r in rec if r.get("event") == "start")["command"].startswith("tokendrop pretrain --config tiny")
     entropy = next(r for r in rec if r.get("event") == "start")["unigram_entropy"]
@@ -200,3 +200,14 @@ def test_export_model_card_and_config(tiny_data, tmp_path, capsys):
     if ev["eval_loss"] >= ev["unigram_entropy"]:  # 4 steps: a head this young says so on export
         assert "is not below the unigram entropy" in out.err
     assert transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf").__class__.__name__ == "BertForMaskedLM"
+
+
+def test_on_a_terminal_a_bar_and_the_log_file_keeps_the_lines(tiny_data, tmp_path, capsys, monkeypatch):
+    import tokendrop.train.trainer as trainer_mod
+
+    monkeypatch.setattr(trainer_mod, "is_terminal", lambda stream=None: True)
+    assert run_cli(tmp_path, tiny_data) == 0
+    err = capsys.readouterr().err
+    assert "pretrain: 100%" in err and "eval=" in err  # tqdm's bar, the eval loss in its figures
+    assert not [line for line in err.splitlines() if line.startswith("step 2/4 |")]
+    assert "step 2/4 | loss" in (tmp_path / "run" / LOG_FILE).read_text()

@@ -68,7 +68,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
             cfg = from_dict(Config, to_dict(cfg), a.overrides)
         if a.overwrite:
             raise UsageError("--overwrite starts a new run (with --out); --resume continues one; not both")
-        res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet, banner=True, command=a.command_line)
+        res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet, banner=not a.quiet, command=a.command_line)
         if res.already_finished:
             return 0
     else:
@@ -76,7 +76,8 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
             raise UsageError("pretrain needs --config and --out (or --resume RUN_DIR); e.g. tokendrop pretrain "
                              "--config tiny --out runs/tiny --set data.path=DATA")
         cfg = load_config(a.config, [*a.overrides, *init])
-        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite, banner=True, command=a.command_line)
+        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite, banner=not a.quiet,
+                       command=a.command_line)
     state = "interrupted (checkpoint saved)" if res.interrupted else "finished"
     ev = res.final_eval
     print(f"{state}: {res.steps} steps in {res.wall_time:.1f}s, {res.tokens_per_s:.0f} tokens/s"
@@ -373,8 +374,8 @@ trackers: train.report_to lists where metrics go besides RUN/metrics.jsonl: tens
     s.add_argument("--resume-if-exists", action="store_true",
                    help="with --config and --out: resume --out if it has a checkpoint, else start it (over); a run "
                         "already finished exits 0. The launch a requeued job or torchrun --max-restarts repeats")
-    s.add_argument("--quiet", action="store_true", help="no progress bar or per-interval lines on the console (the "
-                   "banner, warnings and the end summary stay; RUN/log.txt has everything)")
+    s.add_argument("--quiet", action="store_true", help="only warnings, errors and the result line on the console "
+                   "(for scripts); RUN/log.txt still has the banner, the interval lines and the summary")
     s.set_defaults(func=cmd_pretrain)
 
 

@@ -258,11 +258,12 @@ def _finetune_sequence(cfg, spec: TaskSpec, model_path, out: Path, device, bf16,
         x, m, t = _batch([tr_ids[i] for i in idx], [tr_types[i] for i in idx], pad_id, device)
         return (x, m, t), targets[idx].to(device, non_blocking=True), int(x.numel())
 
-    if log:
+    if log:  # the banner once the data and the model have loaded (their errors come first, alone)
         sizes = (", ".join(f"{k} {len(v)}" for k, (_, v) in dev.items()) if list(dev) != ["dev"]
                  else str(len(dev["dev"][1])))
-        log(f"{spec.name}: {len(train)} train examples, dev {sizes}; "
-            f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}{' bf16' if bf16 else ''}")
+        for line in _banner(cfg, spec, model_path, model, device, bf16,
+                            f"{len(train)} train examples, dev {sizes}"):
+            log(line)
     stats = _train(model, cfg, len(train), batch_fn, _loss(spec.kind), device, bf16, log)
 
     metrics: dict[str, dict] = {}
@@ -333,10 +334,11 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
         s, e = out
         return 0.5 * (F.cross_entropy(s.float(), y[:, 0]) + F.cross_entropy(e.float(), y[:, 1]))
 
-    if log:
-        log(f"{spec.name}: {len(train_ex)} train questions -> {len(tr_feats)} windows, dev {len(dev_ex)} -> "
-            f"{len(dev_feats)}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}"
-            f"{' bf16' if bf16 else ''}")
+    if log:  # the banner once the data and the model have loaded (their errors come first, alone)
+        for line in _banner(cfg, spec, model_path, model, device, bf16,
+                            f"{len(train_ex)} train questions -> {len(tr_feats)} windows, dev {len(dev_ex)} -> "
+                            f"{len(dev_feats)} windows"):
+            log(line)
     stats = _train(model, cfg, len(tr_feats), batch_fn, loss_fn, device, bf16, log)
 
     t_ev = time.perf_counter()
@@ -430,9 +432,6 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
     bf16 = autocast_dtype(cfg.precision, device) is not None
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
-    if log:
-        for line in _banner(cfg, spec, model_path, final, device, bf16):
-            log(line)
     if spec.kind == "span":
         r = _finetune_squad(cfg, spec, model_path, out, device, bf16, log)
     else:
@@ -476,13 +475,15 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
     return result
 
 
-def _banner(cfg: FinetuneConfig, spec: TaskSpec, model_path, final: Path, device, bf16: bool) -> list[str]:
-    """What a fine-tuning run will do, before it does it."""
+def _banner(cfg: FinetuneConfig, spec: TaskSpec, model_path, model, device, bf16: bool, sizes: str) -> list[str]:
+    """What a fine-tuning run will do, before its first step (``sizes``: the examples it has)."""
     kept = "kept in OUT/model" if cfg.save_model else "not kept (--set save_model=true keeps it)"
-    cap = f", at most {cfg.max_train_examples} train examples" if cfg.max_train_examples else ""
+    cap = f" (at most {cfg.max_train_examples} train examples)" if cfg.max_train_examples else ""
     seq = cfg.max_seq_len_qa if spec.kind == "span" else cfg.max_seq_len
-    return [f"tokendrop finetune: {spec.name} from {model_path} -> {final}",
-            f"  task      {spec.name} ({spec.kind}, {'/'.join(spec.metrics)}); data {cfg.data}{cap}",
+    return [f"tokendrop finetune: {spec.name} from {model_path} "
+            f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)",
+            f"  task      {spec.name} ({spec.kind}, {'/'.join(spec.metrics)})",
+            f"  data      {cfg.data}: {sizes}{cap}",
             f"  length    {cfg.epochs:g} epochs of batch {cfg.batch_size}, max length {seq}",
             f"  lr        peak {cfg.lr:g}, warm-up {cfg.warmup_ratio:g} of the steps, linear decay to 0; AdamW "
             f"(weight decay {cfg.weight_decay:g}, grad clip {cfg.grad_clip:g})",

@@ -86,15 +86,16 @@ def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, comman
             tok = source
     base = info["hf_config"]  # the source's config.json (a continued run's RUN/source/config.json)
     facts = _run_facts(Path(info["path"])) if info["source"] == "tokendrop" else None
+    card = model_card(model.config, info, Path(out_dir).name, command, facts)
+    out = save_pretrained(model, out_dir, tok, base_config=base, kind="export", card=card)
     ev, h = (facts or {}).get("eval"), (facts or {}).get("entropy")
-    if ev and h is not None and ev["eval_loss"] >= h:
+    if ev and h is not None and ev["eval_loss"] >= h:  # said once the export is written (a failed one: its error only)
         import sys
 
         print(f"warning: {checkpoint}: its last eval MLM loss {ev['eval_loss']:.3f} is not below the unigram entropy of "
               f"its data ({h:.3f} nats): the model predicts masked tokens no better than their frequencies (fill-mask "
               "answers frequent tokens); train longer before using the MLM head", file=sys.stderr)
-    card = model_card(model.config, info, Path(out_dir).name, command, facts)
-    return save_pretrained(model, out_dir, tok, base_config=base, kind="export", card=card)
+    return out
 
 
 def _run_facts(ck: Path) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tokendrop.lab.machine import cpu_model
+from tokendrop.lab.machine import cpu_model, loadavg
 from tokendrop.runs.metrics import scan_lines
 from tokendrop.runs.rundir import HOLD_COMMAND
 
@@ -268,6 +268,7 @@ class Case:
     says: tuple[str, ...] = ()  # substrings the (one-line) message must contain ({C} expands)
     check: Callable[[Path, "Outcome"], str | None] | None = None  # -> why it fails, or None
     drive: Callable[[subprocess.Popen, Path], None] | None = None  # signals, while it runs
+    gate: str = ""  # the test gate (tokendrop.runs.gate) the command waits at, for ``drive``
     hold: tuple[str, ...] = ()  # paths another process holds the write lock of while the command runs
     cwd: str = ""  # relative to the case dir
     fsize: int = 0  # RLIMIT_FSIZE in bytes (a full disk, as far as one file is concerned)
@@ -283,28 +284,34 @@ class Outcome:
     seconds: float
 
 
-def sig_after(sig: int, wait_for: Callable[[Path], bool], delay: float = 0.0, limit: float = 120):
-    """A driver: wait until ``wait_for(case_dir)`` (the command is under way), sleep ``delay``, send ``sig``."""
+GATE_ENV = "TOKENDROP_TEST_GATE"  # tokendrop.runs.gate: the command waits at a named point (test-only)
+DRIVE_NOTES: dict[Path, str] = {}  # case dir -> why its driver could not do its part
+
+
+def gate_file(c: Path) -> Path:
+    """The file a case's command creates when it reaches its gate (beside the case dir, not in it)."""
+    return c.parent / f"{c.name}.gate"
+
+
+def gated_env(case: "Case", c: Path) -> dict[str, str]:
+    return dict(ENV, **{GATE_ENV: f"{case.gate}={gate_file(c)}"}) if case.gate else ENV
+
+
+def at_gate(sig: int, limit: float = 600):
+    """A driver: wait until the command is waiting at its gate (``Case.gate``: provably mid-work,
+    whatever the machine's speed), send ``sig``, release the gate.  A command that ends without
+    reaching its gate fails the case (noted), instead of being signalled at a moment it never had."""
     def drive(p: subprocess.Popen, c: Path) -> None:
+        g = gate_file(c)
         t0 = time.time()
-        while time.time() - t0 < limit and p.poll() is None and not wait_for(c):
-            time.sleep(0.05)
-        time.sleep(delay)
-        if p.poll() is None:
-            p.send_signal(sig)
+        while time.time() - t0 < limit and p.poll() is None and not g.exists():
+            time.sleep(0.02)
+        if not g.exists():
+            DRIVE_NOTES[c] = "the command ended (or took over the time limit) before it reached its gate"
+            return
+        p.send_signal(sig)
+        g.unlink()
     return drive
-
-
-def logged_step(run: str) -> Callable[[Path], bool]:
-    return lambda c: any("loss" in r for r in metrics(c / run))
-
-
-def exists(rel: str) -> Callable[[Path], bool]:
-    return lambda c: (c / rel).exists()
-
-
-def any_temp(rel_parent: str, prefix: str) -> Callable[[Path], bool]:
-    return lambda c: any(p.name.startswith(prefix) for p in (c / rel_parent).iterdir())
 
 
 def write_corpus(path: Path, docs: int) -> None:
@@ -584,22 +591,37 @@ CAMPAIGN = ["bench", "--campaign", "env", "--dry-run", "--quiet", "--set", "pyte
 
 def campaign_killed(rel: str = "out", drop_lock: bool = False) -> Callable[[Path], None]:
     """A campaign SIGKILLed during its part: OUT/env.json says complete: false, the in-progress record
-    and the lock file stay (the part runs pytest, so it is still under way when env.md first appears).
-    ``drop_lock``: remove the dead writer's lock file (for a case that does not write OUT again)."""
+    and the lock file stay (killed while it waits at its gate ``campaign-part``, after the part's first
+    save: provably mid-part).  ``drop_lock``: remove the dead writer's lock file (for a case that
+    does not write OUT again)."""
     def setup(c: Path) -> None:
-        argv = [PY, "-m", "tokendrop", *CAMPAIGN[:-2], "--out", str(c / rel), "--set", "pytest=true"]
-        p = subprocess.Popen(argv, cwd=c, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+        argv = [PY, "-m", "tokendrop", *CAMPAIGN, "--out", str(c / rel)]
+        g = c.parent / f"{c.name}.setup-gate"
+        p = subprocess.Popen(argv, cwd=c, env=dict(ENV, **{GATE_ENV: f"campaign-part={g}"}), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
         t0 = time.time()
-        while time.time() - t0 < 120 and p.poll() is None and not (c / rel / "env.md").exists():
+        while time.time() - t0 < 600 and p.poll() is None and not g.exists():
             time.sleep(0.02)
-        if p.poll() is not None:
-            raise RuntimeError(f"the campaign ended before it could be killed: {p.stderr.read()[-300:]}")
+        if not g.exists():
+            p.kill()
+            raise RuntimeError(f"the campaign ended before it reached its gate: {p.communicate()[1][-300:]}")
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+        p.stderr.close()
+        g.unlink()
         if drop_lock:
             (c / f".{rel}.tokendrop.lock").unlink()
     return setup
+
+
+def rerun_succeeds(argv: list[str], made: str) -> Callable[[Path, "Outcome"], str | None]:
+    """The same command run again (what the interrupted one's message says to do) exits 0 and makes ``made``."""
+    def check(c: Path, o: "Outcome") -> str | None:
+        r = cli([a.replace("{C}", str(c)) for a in argv], c, check=False)
+        if r.returncode != 0:
+            return f"the same command run again failed (exit {r.returncode}): {(r.stderr.strip().splitlines() or [''])[-1][:200]}"
+        return None if (c / made).exists() else f"the same command run again made no {made}"
+    return check
 
 
 def chain_checks(*checks: Callable[[Path, "Outcome"], str | None]) -> Callable[[Path, "Outcome"], str | None]:
@@ -651,6 +673,152 @@ def saved_config_keeps(key: str, value: Any) -> Callable[[Path, "Outcome"], str 
             return f"ft/model/config.json has {key} = {d.get(key)!r}, the source {value!r}"
         r = subprocess.run([PY, "-m", "tokendrop", "verify", str(c / "ft")], env=ENV, capture_output=True, text=True)
         return None if r.returncode == 0 else f"verify ft failed: {r.stderr.strip()[:200]}"
+    return check
+
+
+# ---- helpers of the rows for corrupt inputs, directory walks, bad paths, scores on n = 0, stuck runs
+
+
+def corpus_bytes(c: Path, docs: int = 200) -> bytes:
+    write_corpus(c / "src.txt", docs)
+    data = (c / "src.txt").read_bytes()
+    (c / "src.txt").unlink()
+    return data
+
+
+def truncated_input(name: str) -> Callable[[Path], None]:
+    """CASE/NAME: a corpus file of NAME's format cut short (the way a copy or download ends early)."""
+    def setup(c: Path) -> None:
+        import bz2
+        import gzip
+        import io
+
+        text = corpus_bytes(c)
+        docs = [d for d in text.decode().split("\n\n") if d.strip()]
+        if name.endswith(".zst"):  # a streaming writer's frame: blocks flushed every 4 KB, no content size
+            import zstandard
+
+            buf = io.BytesIO()
+            w = zstandard.ZstdCompressor(level=3).stream_writer(buf, closefd=False)
+            for i in range(0, len(text), 4096):
+                w.write(text[i:i + 4096])
+                w.flush(zstandard.FLUSH_BLOCK)
+            w.flush(zstandard.FLUSH_FRAME)
+            blob = buf.getvalue()
+        elif name.endswith(".gz"):
+            blob = gzip.compress(text)
+        elif name.endswith(".bz2"):
+            blob = bz2.compress(text)
+        elif name.endswith(".jsonl"):
+            blob = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()[:-20]  # inside the last object
+        elif name.endswith(".parquet"):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            sink = io.BytesIO()
+            pq.write_table(pa.table({"text": docs}), sink, row_group_size=20)
+            blob = sink.getvalue()[:-30]  # the footer cut
+        elif name.endswith(".arrow"):  # a stream of 3 of its batches whose writer never closed it
+            import pyarrow as pa
+
+            t = pa.table({"text": docs})
+            sink = pa.BufferOutputStream()
+            w = pa.ipc.new_stream(sink, t.schema)
+            for b in t.to_batches(max_chunksize=20)[:3]:
+                w.write_batch(b)
+            blob = sink.getvalue().to_pybytes()
+        else:
+            raise ValueError(name)
+        if name.endswith((".zst", ".gz", ".bz2")):
+            blob = blob[: len(blob) // 2]
+        (c / name).write_bytes(blob)
+    return setup
+
+
+def prepared_inside_corpus(c: Path) -> None:
+    """CASE/corpus/ holding its text and, beside it, an earlier prepare's output (CASE/corpus/prep)."""
+    (c / "corpus").mkdir()
+    shutil.copy(c / "corpus.txt", c / "corpus" / "corpus.txt")
+    run_cli(prepare(str(c / "corpus"), str(c / "corpus" / "prep"), "--vocab-size", "150"), c)
+
+
+def sources_are(*rel: str) -> Callable[[Path, "Outcome"], str | None]:
+    def check(c: Path, o: "Outcome") -> str | None:
+        got = [s["path"] for s in json.loads((c / "corpus" / "prep" / "meta.json").read_text())["sources"]]
+        want = [str(c / r) for r in rel]
+        return None if got == want else f"read as corpus: {', '.join(shorten(g, c, c) for g in got)}"
+    return check
+
+
+def link(rel: str, target: str) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        (c / "corpus").mkdir(exist_ok=True)
+        shutil.copy(c / "corpus.txt", c / "corpus" / "corpus.txt")
+        (c / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, c / rel)
+    return setup
+
+
+def broken_config(c: Path) -> None:
+    with open(c / "run" / "config.toml", "a") as f:
+        f.write("\n[train\nsteps = = 3\n")  # edited by hand
+
+
+def header_only(rel: str) -> Callable[[Path], None]:
+    def setup(c: Path) -> None:
+        p = c / rel
+        p.write_text(p.read_text().splitlines()[0] + "\n")
+    return setup
+
+
+def scored_on_nothing(c: Path) -> None:
+    """CASE/ft: a finetune output whose dev split was scored on n = 0 (what a header-only dev file gave)."""
+    run_cli([a.replace("{C}", str(c)) for a in finetune("{C}/run", "{C}/ft")], c)
+
+    def fn(m):
+        m["metrics"]["dev"].update(n=0, accuracy=0.0, score=0.0)
+        m["scores"] = {k: 0.0 for k in m["scores"]}
+    edit_json(c / "ft" / "metrics.json", fn)
+
+
+def eval_without_slots(c: Path) -> None:
+    """CASE/data whose held-out split holds sequences of [SEP] only (meta.json's hash updated)."""
+    import numpy as np
+
+    meta = json.loads((c / "data" / "meta.json").read_text())
+    f = shard_path(c / "data", "eval")
+    a = np.fromfile(f, dtype=meta["dtype"])
+    a[:] = meta["special_ids"]["sep"]
+    a.tofile(f)
+    set_shard_hash(c / "data", "eval")
+
+
+def failed_before_checkpoint(*extra: str, fsize: int = 0) -> Callable[[Path], None]:
+    """CASE/r: a run that failed before its first checkpoint (the command exits 2, leaving config.toml):
+    an impossible setting in ``extra``, or a disk that was full (``fsize``: RLIMIT_FSIZE) then."""
+    def limit() -> None:
+        if fsize:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    def setup(c: Path) -> None:
+        r = subprocess.run([PY, "-m", "tokendrop", *[a.replace("{C}", str(c)) for a in pretrain("{C}/r", "{C}/data",
+                                                                                                  *extra)]],
+                           cwd=c, env=ENV, capture_output=True, text=True, preexec_fn=limit)
+        if r.returncode != 2 or not (c / "r" / "config.toml").is_file():
+            raise RuntimeError(f"the failing run did not fail as planned (exit {r.returncode}): {r.stderr[-200:]}")
+    return setup
+
+
+def suggestion_works(made: str) -> Callable[[Path, "Outcome"], str | None]:
+    """The `tokendrop ...` command the (one-line) message ends with, run: exit 0 and ``made`` there."""
+    def check(c: Path, o: "Outcome") -> str | None:
+        line = _lines(o.stderr)[-1]
+        if "tokendrop " not in line:
+            return "the message suggests no command"
+        r = cli(shlex.split(line.rsplit("tokendrop ", 1)[1]), c, check=False)
+        if r.returncode != 0:
+            return f"the suggested command failed (exit {r.returncode}): {(_lines(r.stderr) or [''])[-1][:200]}"
+        return None if (c / made).exists() else f"the suggested command made no {made}"
     return check
 
 
@@ -778,25 +946,27 @@ def cases() -> list[Case]:
     long_pt = pretrain("{C}/r", "{B}/data", "--set", "train.steps=100000", "--set", "train.eval_every=100000",
                        "--set", "train.ckpt_every=100000")
     add(Case("pretrain-sigint", "signals", long_pt, "checkpoint saved, exit 130", rc=130,
-             drive=sig_after(signal.SIGINT, logged_step("r"), 0.3),
+             gate="pretrain-step", drive=at_gate(signal.SIGINT),
              check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
     add(Case("pretrain-sigterm", "signals", long_pt, "checkpoint saved, exit 143", rc=143,
-             drive=sig_after(signal.SIGTERM, logged_step("r"), 0.3),
+             gate="pretrain-step", drive=at_gate(signal.SIGTERM),
              check=lambda c, o: None if checkpoints(c / "r") and ckpt_ok(checkpoints(c / "r")[-1]) else "no valid checkpoint"))
-    add(Case("prepare-sigint", "signals", prepare("{C}/big.txt", "{C}/out", "--vocab-size", "300"),
-             "exit 130, no output, no temp dir (finished work units kept in out.partial for a rerun)", rc=130,
-             setup=lambda c: write_corpus(c / "big.txt", 6000),
-             drive=sig_after(signal.SIGINT, exists(".out.tokendrop.lock"), 1.0), absent=("out",), watch=("big.txt",)))
-    add(Case("finetune-sigint", "signals", finetune("{C}/run", "{C}/ft", "--set", "epochs=20", "--set",
-             "max_train_examples=0"), "exit 130, no output", rc=130, needs=("run", "sst2"),
-             drive=sig_after(signal.SIGINT, exists(".ft.tokendrop.lock"), 2.0), absent=("ft",), watch=("run",)))
-    add(Case("evaluate-sigint", "signals", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV, "--set",
-             "glue.max_train_examples=0", "--set", "glue_epochs=[20.0]"], "exit 130, no output", rc=130,
-             needs=("run", "glue", "squad"), drive=sig_after(signal.SIGINT, exists(".ev.tokendrop.lock"), 2.0),
-             absent=("ev",), watch=("run",)))
-    add(Case("bench-sigint", "signals", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--rounds", "100000",
-             "--json", "{C}/bench.json"], "exit 130, no results file", rc=130,
-             drive=sig_after(signal.SIGINT, lambda c: True, 4.0), absent=("bench.json", "bench.md")))
+    prep_big = prepare("{C}/big.txt", "{C}/out", "--vocab-size", "300")
+    add(Case("prepare-sigint", "signals", prep_big,
+             "exit 130, no output, no temp dir; the finished work units kept in out.partial, and the same command "
+             "run again (as the message says) finishes", rc=130, setup=lambda c: write_corpus(c / "big.txt", 600),
+             gate="prepare-units", drive=at_gate(signal.SIGINT), absent=("out",), watch=("big.txt",),
+             check=chain_checks(says_in_output("kept in", "run the same command again"),
+                                rerun_succeeds(prep_big, "out/meta.json"))))
+    add(Case("finetune-sigint", "signals", finetune("{C}/run", "{C}/ft", "--set", "epochs=2"), "exit 130, no output",
+             rc=130, needs=("run", "sst2"), gate="finetune-step", drive=at_gate(signal.SIGINT), absent=("ft",),
+             watch=("run",)))
+    add(Case("evaluate-sigint", "signals", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV],
+             "exit 130, no output", rc=130, needs=("run", "glue", "squad"), gate="finetune-step",
+             drive=at_gate(signal.SIGINT), absent=("ev",), watch=("run",)))
+    add(Case("bench-sigint", "signals", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--rounds", "3",
+             "--json", "{C}/bench.json"], "exit 130, no results file", rc=130, gate="bench-round",
+             drive=at_gate(signal.SIGINT), absent=("bench.json", "bench.md")))
 
     # ---- row 5: runs that move --------------------------------------------------------------------------
     add(Case("resume-relative-data-path-from-elsewhere", "moved runs",
@@ -967,7 +1137,7 @@ def cases() -> list[Case]:
              hold=("out",), absent=("out",), says=("in use by pid",)))
     add(Case("bench-campaign-sigint", "signals", [*CAMPAIGN[:-2], "--out", "{C}/out", "--set", "pytest=true"],
              "exit 130; env.json keeps what the part finished, marked complete: false", rc=130,
-             drive=sig_after(signal.SIGINT, exists("out/env.md"), delay=0.2),
+             gate="campaign-part", drive=at_gate(signal.SIGINT),
              check=chain_checks(part_record("out/env.json", False, "interrupted (SIGINT)"),
                                 says_in_output("env's partial result (complete: false) were kept")), one_line=False))
     add(Case("bench-campaign-after-sigkill", "signals", [*CAMPAIGN, "--out", "{C}/out"],
@@ -1018,6 +1188,84 @@ def cases() -> list[Case]:
                                                               "--set", 'model.attention_backend="flex"'),
              "refused (FlexAttention has no CPU backward); no run dir", absent=("r",),
              says=("model.attention_backend", "CUDA")))
+
+    # ---- corrupt inputs: every corpus format refuses a file cut short (never read quietly short) -------
+    for name, says in (("half.txt.zst", "zstandard frame 1 (from byte 0) is truncated"),
+                       ("half.txt.gz", "cannot decompress"), ("half.jsonl.bz2", "cannot decompress"),
+                       ("cut.jsonl", "invalid JSON"), ("cut.parquet", "cannot read as Parquet"),
+                       ("cut.arrow", "no end-of-stream marker")):
+        fmt = name.split(".", 1)[1]
+        add(Case(f"prepare-truncated-{fmt.replace('.', '-')}", "corrupt inputs",
+                 prepare("{C}/" + name, "{C}/out", "--vocab-size", "150"),
+                 "refused naming the file; no output, no work dir", setup=truncated_input(name),
+                 absent=("out", "out.partial"), watch=(name,), says=("{C}/" + name, says)))
+
+    # ---- directory walks: tokendrop's own outputs are skipped (and said), broken links refused --------
+    add(Case("prepare-corpus-dir-holding-an-earlier-prepare", "directory walks",
+             prepare("{C}/corpus", "{C}/corpus/prep", "--vocab-size", "150", "--overwrite"),
+             "the earlier output is skipped (a note says so), not read back as corpus; the re-run replaces it",
+             rc=0, needs=("corpus.txt",), setup=prepared_inside_corpus, one_line=False, watch=("corpus/corpus.txt",),
+             check=chain_checks(says_in_output("corpus/prep: skipped, tokendrop's own prepared output"),
+                                sources_are("corpus/corpus.txt"))))
+    add(Case("prepare-corpus-symlink-loop", "directory walks", prepare("{C}/corpus", "{C}/out", "--vocab-size", "150"),
+             "refused naming the link; no output", needs=("corpus.txt",), setup=link("corpus/loop.txt", "loop.txt"),
+             absent=("out",), says=("{C}/corpus/loop.txt", "symbolic link loop")))
+    add(Case("prepare-corpus-dangling-link", "directory walks", prepare("{C}/corpus", "{C}/out", "--vocab-size", "150"),
+             "refused naming the link; no output", needs=("corpus.txt",), setup=link("corpus/gone.txt", "nowhere.txt"),
+             absent=("out",), says=("{C}/corpus/gone.txt", "dangling symbolic link")))
+    add(Case("prepare-corpus-link-to-its-parent", "directory walks",
+             prepare("{C}/corpus", "{C}/out", "--vocab-size", "150"), "refused naming the link (a loop); no output",
+             needs=("corpus.txt",), setup=link("corpus/sub/up", ".."), absent=("out",),
+             says=("{C}/corpus/sub/up", "already in")))
+
+    # ---- bad paths: one line naming the path, before anything is read or written -------------------------
+    under = "{C}/target/out"
+    for cmd, argv, needs in (("export", ["export", "{C}/run", under], ("run",)),
+                             ("pretrain", pretrain(under, "{B}/data"), ()),
+                             ("prepare", prepare("{C}/corpus.txt", under, "--vocab-size", "150"), ("corpus.txt",)),
+                             ("finetune", finetune("{C}/run", under), ("run", "sst2"))):
+        add(Case(f"{cmd}-out-under-a-file", "bad paths", argv, "refused naming the file in the way; file intact",
+                 needs=needs, setup=make_file("target"), watch=("target",),
+                 says=("{C}/target/out", "{C}/target is a file, not a directory")))
+    add(Case("resume-config-toml-broken-by-hand", "bad paths", ["pretrain", "--resume", "{C}/run", "--quiet"],
+             "refused naming config.toml and the fix; the run untouched", needs=("run",), setup=broken_config,
+             watch=("run",), says=("{C}/run/config.toml", "invalid TOML", "meta.json")))
+    for setting, names in (("model.hidden_size=1000000", "model.hidden_size"),
+                           ("model.num_layers=100000", "model.num_layers"),
+                           ("train.batch_size=50000000", "train.batch_size")):
+        add(Case(f"pretrain-{setting.split('.', 1)[1].replace('_', '-').replace('=', '-')}", "bad paths",
+                 pretrain("{C}/r", "{B}/data", "--set", setting),
+                 "refused before allocating, with the numbers (GiB needed and available); no run dir", absent=("r",),
+                 says=("too large", "GiB", names, "train.memory_check"), timeout=120))
+
+    # ---- scores on n = 0: refused where they would be computed, rejected by verify ------------------------
+    add(Case("evaluate-header-only-dev-file", "empty scores", ["evaluate", "--models", "{C}/run", "--out", "{C}/ev", *EV,
+                                                               "--set", "tasks=['sst2', 'qnli']"],
+             "refused before the first cell, naming the file; no output", needs=("run", "glue", "squad"),
+             setup=header_only("glue/QNLI/dev.tsv"), absent=("ev",), says=("{C}/glue/QNLI/dev.tsv", "no examples")))
+    add(Case("pretrain-held-out-split-without-slots", "empty scores", pretrain("{C}/r"),
+             "refused before the run starts (no eval loss from n = 0); no run dir", needs=("data",),
+             setup=eval_without_slots, absent=("r",), watch=("data",), says=("held-out split", "n = 0")))
+    add(Case("verify-finetune-scored-on-n-0", "empty scores", ["verify", "{C}/ft"], "non-zero, names metrics.json",
+             rc=(1, 2), needs=("run", "sst2"), setup=scored_on_nothing, watch=("ft",),
+             says=("{C}/ft/metrics.json", "scored on n = 0")))
+
+    # ---- stuck runs: a run that failed before its first checkpoint never blocks the corrected command ------
+    add(Case("pretrain-after-an-impossible-batch", "stuck runs", pretrain("{C}/r", "{C}/data"),
+             "the corrected command takes the failed run over (a note says so) and finishes", rc=0, needs=("data",),
+             setup=failed_before_checkpoint("--set", "train.batch_size=4096"), one_line=False,
+             check=chain_checks(says_in_output("stopped before its first checkpoint", "starting it over"),
+                                lambda c, o: None if checkpoints(c / "r") else "no checkpoint")))
+    add(Case("resume-a-run-without-checkpoint", "stuck runs", ["pretrain", "--resume", "{C}/r", "--quiet"],
+             "refused: nothing to resume; the command it suggests works", needs=("data",),
+             setup=failed_before_checkpoint(fsize=300_000),
+             says=("{C}/r has no checkpoint", "nothing to resume"), check=suggestion_works("r/checkpoints")))
+    full_first = pretrain("{C}/r", "{C}/data")
+    add(Case("disk-full-first-checkpoint", "stuck runs", full_first,
+             "one-line error that suggests the same command (not --resume: there is no checkpoint); run again, "
+             "it finishes", needs=("data",), fsize=300_000, says=("run the same command again",),
+             check=chain_checks(lambda c, o: "suggests --resume" if "--resume" in o.stderr else None,
+                                rerun_succeeds(full_first, "r/checkpoints"))))
     return C
 
 
@@ -1074,7 +1322,7 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
 
     cwd = c / case.cwd if case.cwd else c
     t0 = time.time()
-    p = subprocess.Popen([PY, "-m", "tokendrop", *argv], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
+    p = subprocess.Popen([PY, "-m", "tokendrop", *argv], cwd=cwd, env=gated_env(case, c), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, preexec_fn=limits, start_new_session=True)
     try:
         if case.drive is not None:
@@ -1089,7 +1337,10 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
             os.killpg(p.pid, signal.SIGKILL)
             out, err = p.communicate()
             rc = "timeout"
+        if case.drive is not None:
+            th.join(timeout=30)
     finally:
+        gate_file(c).unlink(missing_ok=True)
         if holder is not None:
             holder.terminate()
             holder.wait(timeout=30)
@@ -1098,7 +1349,7 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
     lines = _lines(err)
     tb = "Traceback (most recent call last)" in err
     exp = case.rc if isinstance(case.rc, tuple) else (case.rc,)
-    why: list[str] = []
+    why: list[str] = [DRIVE_NOTES.pop(c)] if c in DRIVE_NOTES else []
     if rc not in exp:
         why.append(f"exit {rc}, expected {' or '.join(map(str, exp))}")
     if tb:
@@ -1165,7 +1416,16 @@ def md_cell(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, only: str | None) -> None:
+def load_line(start: list[float] | None) -> str:
+    """The load average when the matrix started and when it ended (the cases' timing and any race
+    they had depend on it; none should)."""
+    end = loadavg()
+    fmt = lambda la: "/".join(f"{x:.1f}" for x in la) if la else "?"  # noqa: E731
+    return f"load average (1/5/15 min) {fmt(start)} at the start, {fmt(end)} at the end"
+
+
+def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, only: str | None,
+                   load: str = "") -> None:
     n, ok = len(recs), sum(r["passed"] for r in recs)
     rows = ["| # | category | case | command | exit (expected) | first line of stderr | traceback | disk | result |",
             "|---:|---|---|---|---|---|---|---|---|"]
@@ -1181,7 +1441,15 @@ def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, o
         "",
         "Every bad input and fault we test, by category (the `category` column), the bad `--init` sources and the bad",
         "`model.attention_backend` settings, each run as",
-        "a subprocess of the real CLI in its own directory built from small generated data.  A case passes",
+        "a subprocess of the real CLI in its own directory built from small generated data.  The categories:",
+        "outputs (never deleting what tokendrop did not write), corrupt files (checkpoints, prepared data, every",
+        "output `verify` checks), corrupt inputs (each corpus format cut short), directory walks (tokendrop's own",
+        "outputs skipped, broken links), locks, signals, moved runs, reuse, logs, bad input / full disk, bad paths",
+        "(`--out` under a file, a hand-broken config, sizes that cannot fit in memory), empty scores (nothing scored",
+        "on n = 0), stuck runs (a run that failed before its first checkpoint never blocks the corrected command;",
+        "every suggested command is run), edge settings, `--init` and attention.  A case that signals or kills",
+        "its command does so only once the command waits at a test gate (`tokendrop.runs.gate`), so no case",
+        "depends on the machine's speed.  A case passes",
         "when the exit code is the expected one, there is no traceback, an error is one line of stderr",
         "(naming what the case says it must name), and the disk is intact: the watched files and directories",
         "have the same names, sizes and sha256 as before, what must not exist does not, no temp / `.old-*` /",
@@ -1190,7 +1458,7 @@ def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, o
         "",
         f"Generated by: `{command}`" + (f" (subset: `--only {only}`)" if only else ""),
         "",
-        f"Machine: {machine_line()}; {seconds:.0f} s in all.",
+        f"Machine: {machine_line()}; {seconds:.0f} s in all" + (f"; {load}." if load else "."),
         "",
         f"**{n} cases: {ok} pass, {n - ok} fail.**",
         "",
@@ -1231,6 +1499,7 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     work = Path(a.work).resolve() if a.work else Path(tempfile.mkdtemp(prefix="fault-matrix-"))
     t0 = time.time()
+    load0 = loadavg()
     try:
         base = work / "base"
         build_base(base, base_items([c for _, c in sel]), log)
@@ -1251,11 +1520,13 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.time() - t0
         cmd = "python scripts/fault_matrix.py" + (f" --jobs {a.jobs}" if a.jobs != 1 else "") + (
             f" --only {shlex.quote(a.only)}" if a.only else "")
+        load = load_line(load0)
         if a.md:
-            write_markdown(Path(a.md), ordered, cmd, seconds, a.only)
+            write_markdown(Path(a.md), ordered, cmd, seconds, a.only, load)
         if a.json:
             Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.json).write_text(json.dumps({"command": cmd, "machine": machine_line(), "seconds": round(seconds, 1),
+            Path(a.json).write_text(json.dumps({"command": cmd, "machine": machine_line(), "load": load,
+                                                "seconds": round(seconds, 1),
                                                 "cases": len(ordered), "passed": sum(r["passed"] for r in ordered),
                                                 "results": ordered}, indent=1) + "\n")
         n_ok = sum(r["passed"] for r in ordered)

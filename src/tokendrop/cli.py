@@ -140,14 +140,16 @@ def cmd_flops(a: argparse.Namespace) -> int:
     for t in a.seq_len:
         dense = step_flops(cfg.model, t, cfg.train.batch_size, None)
         drop = step_flops(cfg.model, t, cfg.train.batch_size, cfg.drop)
-        rows.append((t, dense.total, drop.total, flop_ratio(cfg.model, t, cfg.drop), flop_ratio(cfg.model, t, cfg.drop, True)))
+        rows.append((t, dense.total, drop.total, flop_ratio(cfg.model, t, cfg.drop), flop_ratio(cfg.model, t, cfg.drop, True),
+                     dense.attention_share, drop.attention_share))
     kept = (f"kept {cfg.drop.ltd_start_fraction:g} of T per layer (the schedule's first step)" if cfg.drop.per_layer
             else f"rate {cfg.drop.rate}")
     print(f"model: {describe_model(cfg.model)}; drop: {cfg.drop.method}/{cfg.drop.variant} "
           f"{kept} span {cfg.drop.span(cfg.model.num_layers)}; batch {cfg.train.batch_size}")
-    print(f"{'T':>5} {'dense FLOPs/step':>18} {'drop FLOPs/step':>18} {'ratio':>7} {'encoder ratio':>14} {'bound speedup':>14}")
-    for t, d, x, r, re in rows:
-        print(f"{t:>5} {d:>18.4g} {x:>18.4g} {r:>7.3f} {re:>14.3f} {1 / r:>13.3f}x")
+    print(f"{'T':>5} {'dense FLOPs/step':>18} {'drop FLOPs/step':>18} {'ratio':>7} {'encoder ratio':>14} {'bound speedup':>14} "
+          f"{'attention share dense/drop':>27}")
+    for t, d, x, r, re, ad, ax in rows:
+        print(f"{t:>5} {d:>18.4g} {x:>18.4g} {r:>7.3f} {re:>14.3f} {1 / r:>13.3f}x {100 * ad:>12.1f}% / {100 * ax:>5.1f}%")
     return 0
 
 
@@ -193,6 +195,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from tokendrop.lab.bench import format_text, make_preset, run_bench, write_results
     from tokendrop.lab.bench.report import check_results_path
     from tokendrop.config import ConfigError
+    from tokendrop.lab.bench.longctx import is_longctx_preset
 
     if a.threads is not None and a.threads <= 0:
         raise ConfigError(f"--threads: expected a positive number of threads, got {a.threads}")
@@ -204,15 +207,36 @@ def cmd_bench(a: argparse.Namespace) -> int:
     for flag in ("threads", "rounds", "warmup"):
         if getattr(a, flag) is not None:
             overrides.append(f"{flag}={getattr(a, flag)}")
+    in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
+    if is_longctx_preset(a.preset):  # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.bench.longctx)
+        return _bench_longctx(a, overrides, say, in_cli)
     if a.no_hf:
         overrides.append("hf=false")
     cfg = make_preset(a.preset, a.device, overrides)
-    in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
     command = "tokendrop " + shlex.join(sys.argv[1:]) if in_cli else f"tokendrop bench --device {cfg.device} --preset {cfg.name}"
     res = run_bench(cfg, profile_dir=a.profile, log=say, command=command)
     print(format_text(res))
     if a.json:
         j, md = write_results(res, a.json)
+        print(f"wrote {j} and {md}")
+    return 0
+
+
+def _bench_longctx(a: argparse.Namespace, overrides: list[str], say, in_cli: bool) -> int:
+    import shlex
+
+    from tokendrop.lab.bench.longctx import format_text, longctx_config, run_longctx, write_longctx
+
+    if a.profile:
+        from tokendrop.config import ConfigError
+
+        raise ConfigError("bench --profile: not with a long-context preset (each row records its memory and kernels)")
+    cfg = longctx_config(a.preset, overrides, a.device)
+    command = "tokendrop " + shlex.join(sys.argv[1:]) if in_cli else f"tokendrop bench --preset {a.preset}"
+    res = run_longctx(cfg, log=say, command=command)
+    print(format_text(res))
+    if a.json:
+        j, md = write_longctx(res, a.json)
         print(f"wrote {j} and {md}")
     return 0
 
@@ -530,18 +554,41 @@ def _add_verify(sub) -> None:
 
 
 def _check_outputs(a: argparse.Namespace) -> None:
-    """Every writing command's output directory (``--out``, ``export``'s OUT_DIR) must not be a file:
-    refused before anything is read or written."""
+    """Every writing command's output directory (``--out``, ``export``'s OUT_DIR) must not be a file,
+    and must be creatable: its nearest existing ancestor a directory this user may write into.
+    Refused before anything is read or written."""
     from tokendrop.runs.rundir import RunDirError
 
     for attr, flag in (("out", "--out"), ("out_dir", "OUT_DIR")):
         v = getattr(a, attr, None)
-        if v and os.path.lexists(v) and not os.path.isdir(v):
+        if not v:
+            continue
+        if os.path.lexists(v) and not os.path.isdir(v):
             raise RunDirError(f"{flag}: {v} exists and is not a directory; tokendrop never replaces a file with its "
                               "output: choose another output directory")
+        parent = os.path.dirname(os.path.abspath(v))
+        while not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise RunDirError(f"{flag}: {v} cannot be created: {parent} is a file, not a directory; choose an output "
+                              "directory whose parents are directories")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise RunDirError(f"{flag}: {v} cannot be created: {parent} is not writable by this user; choose an output "
+                              "directory you may write into")
 
 
 _DISK_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG") if hasattr(errno, n)}
+# an OSError naming a path the user gave (or one under it) that cannot be used as it is: a user error
+_PATH_ERRNOS = {errno.EACCES: "check its permissions", errno.EPERM: "check its permissions",
+                errno.ENOTDIR: "a part of the path is a file, not a directory",
+                errno.EISDIR: "a directory where a file was expected", errno.ELOOP: "a symbolic link loop",
+                errno.ENAMETOOLONG: "the path is too long", errno.EEXIST: "it is in the way: move it or choose another path"}
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """A failed allocation: Python's MemoryError, torch's OutOfMemoryError (CUDA), or the CPU
+    allocator's RuntimeError ("can't allocate memory")."""
+    return isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(e)
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -564,15 +611,26 @@ def main(argv: list[str] | None = None) -> int:
         _check_outputs(args)
         return int(args.func(args) or 0)
     except (TokendropError, FileNotFoundError) as e:  # every user-facing error class (errors.py)
-        print(_error_line(e), file=sys.stderr)
+        missing = isinstance(e, FileNotFoundError) and e.filename
+        print(f"error: {e.filename}: {e.strerror}" if missing else _error_line(e), file=sys.stderr)
         return 2
     except OSError as e:
+        if e.errno in _PATH_ERRNOS and e.filename:  # a path that cannot be used as it is: say which and why
+            print(f"error: {e.filename}: {e.strerror or e} ({_PATH_ERRNOS[e.errno]})", file=sys.stderr)
+            return 2
         if e.errno not in _DISK_ERRNOS:  # anything else is a bug: keep its traceback
             raise
         # disk full / quota / read-only while writing: the atomic writers have removed their temp
         # files, every earlier output (the last checkpoint) is intact
         print(f"error: {e.filename or 'write'}: {e.strerror or e}; nothing partial was kept (free space and run "
               "the command again)", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as e:
+        if not _out_of_memory(e):  # anything else is a bug: keep its traceback
+            raise
+        print(f"error: out of memory ({_error_line(e)[7:][:300]}); lower the model size or the batch (pretrain: "
+              "train.micro_batch_size accumulates gradients over smaller micro-batches)",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # after the command's own clean-up: no traceback, no partial output
         signum = int(getattr(e, "signum", signal.SIGINT))

@@ -215,6 +215,10 @@ class TrainConfig:
     # "jsonl" names it): "tensorboard" (RUN/tensorboard), "wandb", "mlflow" -- each tracker's own
     # client, configured by its environment variables (tokendrop.runs.trackers)
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    # refuse, before anything is allocated or written, a model and batch whose parameters, AdamW
+    # state and one micro-batch's activations cannot fit in the device's free memory
+    # (tokendrop.train.memory: a floor estimate); false starts the run anyway
+    memory_check: bool = True
 
     def __post_init__(self) -> None:
         if self.steps == 0 and not (self.time_budget or self.tokens or self.epochs):
@@ -420,6 +424,8 @@ def resolve_preset(name_or_path: str | os.PathLike, relative_to: Path | None = N
     for c in candidates:
         if c.is_file():
             return c
+    if p.is_dir():
+        raise ConfigError(f"config: {p} is a directory; expected a preset name or a .toml file")
     raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in {config_dir()})")
 
 
@@ -432,6 +438,10 @@ def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (invalid byte at {e.start}); expected a TOML file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e}); expected a readable TOML file") from None
     parent = data.pop("extends", None)
     if parent is None:
         return data

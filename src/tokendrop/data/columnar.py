@@ -93,10 +93,24 @@ def _is_stream(path: str) -> bool:
         return f.read(6) != b"ARROW1"
 
 
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # the Arrow IPC stream's end-of-stream marker
+
+
 def _open_arrow(path: str):
+    """A reader of the Arrow IPC file at ``path`` (stream or file format).  A stream must end with
+    the end-of-stream marker its writer's ``close()`` writes: pyarrow's reader takes a stream cut
+    at a record batch boundary for a complete one, so a truncated file would be read quietly short.
+    (The file format's footer is checked by pyarrow itself.)"""
     pa = _pa()
-    src = pa.memory_map(path, "r")
-    return pa.ipc.open_stream(src) if _is_stream(path) else pa.ipc.open_file(src)
+    if _is_stream(path):
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - len(_EOS)))
+            if f.read() != _EOS:
+                raise DataError(f"{path}: cannot read as Arrow IPC stream (no end-of-stream marker at its end): the file "
+                                "is truncated or its writer was not closed; re-export it")
+        return pa.ipc.open_stream(pa.memory_map(path, "r"))
+    return pa.ipc.open_file(pa.memory_map(path, "r"))
 
 
 def _arrow_batches(reader) -> Iterator:
@@ -111,6 +125,12 @@ def _bad_file(path: str, fmt: str, e: Exception) -> DataError:
     what = "Parquet" if fmt == PARQUET else "Arrow IPC (stream or file)"
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     return DataError(f"{path}: cannot read as {what} ({msg}); the file is corrupt or not {what}: re-export it")
+
+
+def _parquet(path: str):
+    """The Parquet file at ``path``, its pages' CRC checksums verified where the writer stored them
+    (``write_page_checksum``): a flipped byte in such a page is an error, not changed text."""
+    return _pa().parquet.ParquetFile(path, page_checksum_verification=True)
 
 
 def _check_schema(path: str, schema, text_field: str) -> int:
@@ -141,7 +161,7 @@ def plan(path: str, fmt: str, text_field: str, unit_bytes: int) -> list[tuple[in
     sizes: list[tuple[int, int]] = []  # (bytes, rows) per row group / batch
     try:
         if fmt == PARQUET:
-            pf = pa.parquet.ParquetFile(path)
+            pf = _parquet(path)
             _check_schema(path, pf.schema_arrow, text_field)
             md = pf.metadata
             sizes = [(md.row_group(i).total_byte_size, md.row_group(i).num_rows) for i in range(md.num_row_groups)]
@@ -180,7 +200,7 @@ def read_texts(path: str, fmt: str, text_field: str, span: tuple[int, int] | Non
 
     try:
         if fmt == PARQUET:
-            pf = pa.parquet.ParquetFile(path)
+            pf = _parquet(path)
             md = pf.metadata
             first, end = span if span is not None else (0, md.num_row_groups)
             row0 = sum(md.row_group(i).num_rows for i in range(first))

@@ -32,11 +32,13 @@ byte range of an uncompressed text/JSONL file that starts and ends at a document
 from __future__ import annotations
 
 import bz2
+import errno
 import glob
 import gzip
 import io
 import json
 import os
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
@@ -54,6 +56,7 @@ _WIKI_EXT = (".xml",)
 _COLUMNAR_EXT = {".parquet": PARQUET, ".arrow": ARROW}
 _COMPRESS_EXT = (".gz", ".bz2", ".zst", ".zstd")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+WORK_FORMAT = "tokendrop-prepare-work"  # the format of a prepare's ``<out>.partial/plan.json`` (:mod:`.units`)
 
 
 @dataclass(frozen=True)
@@ -137,9 +140,9 @@ def resolve_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike], text_
             matches = sorted(m for m in glob.glob(p, recursive=True) if os.path.isfile(m))
             if not matches:
                 raise DataError(f"{p}: glob pattern matches no files")
-            add_files(matches)
+            add_files(_outside_own_outputs(p, matches))
         elif os.path.lexists(p):
-            raise DataError(f"{p}: not a regular file or directory")
+            raise _bad_link(p) or DataError(f"{p}: not a regular file or directory")
         else:
             raise DataError(f"{p}: no such file or directory")
     for s in out:
@@ -150,14 +153,80 @@ def resolve_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike], text_
     return out
 
 
+def own_output(d: str) -> str | None:
+    """What tokendrop wrote ``d`` as (its output marker's kind, ``prepared`` for a prepared directory
+    from before markers, ``prepare work`` for a ``<out>.partial`` work directory), or None: such a
+    directory is never read as corpus (a prepared directory's vocab.txt, a run's metrics.jsonl ...)."""
+    from tokendrop.runs.rundir import read_marker
+
+    marker = read_marker(d)
+    if marker is not None:
+        return str(marker["kind"])
+    for name, fmt, kind in (("meta.json", "tokendrop-prepared", "prepared"), ("plan.json", WORK_FORMAT, "prepare work")):
+        f = os.path.join(d, name)
+        if os.path.isfile(f):
+            try:
+                with open(f, encoding="utf-8") as fh:
+                    if json.load(fh).get("format") == fmt:
+                        return kind
+            except (OSError, ValueError, AttributeError):
+                pass
+    return None
+
+
+def _bad_link(p: str) -> DataError | None:
+    """A DataError for ``p`` when it is a symbolic link that cannot be followed (a loop, or a target
+    that does not exist), else None."""
+    try:
+        os.stat(p)
+        return None
+    except OSError as e:
+        if not os.path.islink(p):
+            return DataError(f"{p}: cannot read ({e.strerror}); check its permissions")
+        target = os.readlink(p)
+        if e.errno == errno.ELOOP:
+            return DataError(f"{p}: a symbolic link loop (-> {target}); remove the link or point it at a file")
+        return DataError(f"{p}: a dangling symbolic link (-> {target}, which does not exist); remove the link or "
+                         "restore its target")
+
+
 def _walk(top: str) -> list[str]:
-    """Corpus files under ``top``, sorted; a ``save_to_disk`` directory gives its Arrow files."""
+    """Corpus files under ``top``, sorted; a ``save_to_disk`` directory gives its Arrow files.
+
+    Hidden entries are skipped; so are directories tokendrop wrote (:func:`own_output`), each said
+    on stderr in one line.  Linked directories are followed; a link back into a directory the walk
+    is already in (a loop), a link loop and a dangling link are DataErrors naming the link."""
     if columnar.is_datasets_dir(top):
         return columnar.datasets_files(top, None)
+    kind = own_output(top)
+    if kind is not None:
+        raise DataError(f"{top}: tokendrop's own {kind} output, not a corpus; give the directory of the text files")
     found: list[str] = []
-    for root, dirs, files in os.walk(top):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [os.path.join(root, f) for f in files if not f.startswith(".") and _known_ext(f)]
+    chains = {top: frozenset([os.path.realpath(top)])}  # the real directories above each one walked
+    for root, dirs, files in os.walk(top, followlinks=True, onerror=_walk_error):
+        keep = []
+        for d in sorted(x for x in dirs if not x.startswith(".")):
+            p = os.path.join(root, d)
+            kind = own_output(p)
+            if kind is not None:
+                print(f"note: {p}: skipped, tokendrop's own {kind} output (not read as corpus)", file=sys.stderr)
+                continue
+            real = os.path.realpath(p)
+            if real in chains[root]:
+                raise DataError(f"{p}: a symbolic link to {real}, a directory this walk is already in (a loop); "
+                                "remove the link")
+            chains[p] = chains[root] | {real}
+            keep.append(d)
+        dirs[:] = keep
+        for f in files:
+            if f.startswith("."):
+                continue
+            p = os.path.join(root, f)
+            bad = _bad_link(p) if os.path.islink(p) else None
+            if bad is not None:  # an unreadable link is an error whatever its name: it may be meant as corpus
+                raise bad
+            if _known_ext(f):
+                found.append(p)
     parents = {os.path.dirname(f) for f in found}
     datasets_dirs = sorted({r for r in parents if columnar.is_datasets_dir(r)}
                            | {r for r in map(os.path.dirname, parents) if os.path.isfile(os.path.join(r, "dataset_dict.json"))})
@@ -171,6 +240,39 @@ def _walk(top: str) -> list[str]:
             "*.xml[.bz2], *.parquet, *.arrow or a datasets save_to_disk directory"
         )
     return found
+
+
+def _outside_own_outputs(pattern: str, matches: list[str]) -> list[str]:
+    """The glob's matches less those inside a directory tokendrop wrote below the pattern's fixed
+    leading directories (a ``**`` walks like a directory does; each skipped directory said once)."""
+    parts = pattern.split(os.sep)
+    fixed = os.sep.join(parts[: next(i for i, x in enumerate(parts) if _has_glob(x))])
+    kinds: dict[str, str | None] = {}
+    keep = []
+    for m in matches:
+        d, skip = os.path.dirname(m), None
+        chain = []
+        while d and d != fixed and len(d) > len(fixed) and d not in chain:
+            chain.append(d)
+            d = os.path.dirname(d)
+        for d in reversed(chain):  # outermost first
+            if d not in kinds:
+                kinds[d] = own_output(d)
+                if kinds[d] is not None:
+                    print(f"note: {d}: skipped, tokendrop's own {kinds[d]} output (not read as corpus)", file=sys.stderr)
+            if kinds[d] is not None:
+                skip = d
+                break
+        if skip is None:
+            keep.append(m)
+    if not keep:
+        raise DataError(f"{pattern}: glob pattern matches only files inside tokendrop's own outputs; give the corpus "
+                        "files")
+    return keep
+
+
+def _walk_error(e: OSError) -> None:
+    raise DataError(f"{e.filename}: cannot list the directory ({e.strerror}); check its permissions") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,9 +298,76 @@ def _open_raw(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
             raw.close()
             raise DataError(f"{path}: zstandard-compressed, and the zstandard package is not installed: "
                             "pip install zstandard") from None
+        try:
+            check_zstd_frames(raw, path)  # the stream reader ends quietly at a truncated frame: refuse it first
+        except BaseException:
+            raw.close()
+            raise
+        raw.seek(0)
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
         return io.BufferedReader(_ZstdErrors(reader), 1 << 20), raw
     return raw, raw
+
+
+_ZSTD_SKIPPABLE = 0x184D2A50  # ..0x184D2A5F: skippable frames (a 4-byte size, then that many bytes)
+
+
+def check_zstd_frames(f, path: str) -> int:
+    """Walk the zstandard frames of the seekable binary file ``f`` by their headers (no decompression):
+    every frame must be complete -- its blocks up to the one marked last, and the content checksum
+    when the frame declares one.  -> the number of frames.  DataError naming the frame and its byte
+    offset for a file cut short (``zstandard``'s stream reader ends such a file quietly, as if it
+    were complete) or bytes between frames that are not a frame.  A file cut exactly between two
+    frames is a valid shorter file and cannot be told apart (docs/design.md)."""
+    size = f.seek(0, io.SEEK_END)
+    pos = frames = at = 0
+
+    def cut(what: str) -> DataError:
+        return DataError(f"{path}: cannot decompress: zstandard frame {frames + 1} (from byte {at}) is truncated: the file ends at byte "
+                         f"{size}, inside its {what}; the file is cut short: copy or compress it again")
+
+    def read(n: int, what: str) -> int:
+        f.seek(pos)
+        b = f.read(n)
+        if len(b) < n:
+            raise cut(what)
+        return int.from_bytes(b, "little")
+
+    while pos < size:
+        at = pos
+        magic = read(4, "magic number")
+        pos += 4
+        if magic & 0xFFFFFFF0 == _ZSTD_SKIPPABLE:
+            pos += 4 + read(4, "size")
+            if pos > size:
+                raise cut("skippable content")
+            frames += 1
+            continue
+        if magic != int.from_bytes(_ZSTD_MAGIC, "little"):
+            raise DataError(f"{path}: cannot decompress: the bytes at {at} are not a zstandard frame (frame {frames + 1}); the file is "
+                            "corrupt or has other data appended: compress it again")
+        fhd = read(1, "frame header")
+        fcs_flag, single, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
+        pos += 1 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag] + ((1 if single else 0), 2, 4, 8)[fcs_flag]
+        while True:  # blocks, up to the one marked last
+            hdr = read(3, "headers")
+            last, btype, bsize = hdr & 1, (hdr >> 1) & 3, hdr >> 3
+            if btype == 3:
+                raise DataError(f"{path}: cannot decompress: zstandard frame {frames + 1} (at byte {at}) has a block of reserved type at "
+                                f"byte {pos}; the file is corrupt: compress it again")
+            pos += 3 + (1 if btype == 1 else bsize)  # an RLE block stores its one byte
+            if pos > size:
+                raise cut(f"block that ends at byte {pos}")
+            if last:
+                break
+        if checksum:
+            pos += 4
+            if pos > size:
+                raise cut("content checksum")
+        frames += 1
+    if frames == 0:
+        raise DataError(f"{path}: cannot decompress: an empty zstandard file (no frame); expected compressed text")
+    return frames
 
 
 class _ZstdErrors(io.RawIOBase):
@@ -234,7 +403,8 @@ def _sniff(src: Source) -> None:
     try:
         head = f.read(65536)
     except (OSError, EOFError) as e:
-        raise DataError(f"{src.path}: cannot decompress ({e}); expected a valid gzip/bz2/zstd file or plain text") from None
+        raise DataError(f"{src.path}: cannot decompress ({e}); the file is truncated or corrupt: copy or compress it "
+                        "again") from None
     finally:
         raw.close()
     if b"\x00" in head:

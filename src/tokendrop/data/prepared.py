@@ -113,7 +113,8 @@ class PreparedData:
         """Open and check a prepared directory (sizes, vocab hash; with ``verify`` also shard sha256)."""
         p = os.path.abspath(os.fspath(path))
         if not os.path.isdir(p):
-            raise DataError(f"{p}: no such prepared-data directory; expected the output of `tokendrop prepare`")
+            what = "a file, not a directory" if os.path.exists(p) else "no such prepared-data directory"
+            raise DataError(f"{p}: {what}; expected the output of `tokendrop prepare`")
         mp_ = os.path.join(p, "meta.json")
         if not os.path.isfile(mp_):
             raise DataError(f"{p}: no meta.json; not a prepared-data directory, or its preparation did not finish")

@@ -44,9 +44,10 @@ import numpy as np
 
 from tokendrop.runs.files import atomic_directory, discard_dir
 from tokendrop.runs.files import atomic_write_json
+from tokendrop.runs.gate import gate
 from tokendrop.errors import DataError
 from tokendrop.data import columnar
-from tokendrop.data.corpus import HF, JSONL, TEXT, WIKI, Source, is_compressed, split_points
+from tokendrop.data.corpus import HF, JSONL, TEXT, WIKI, WORK_FORMAT, Source, is_compressed, split_points
 from tokendrop.data.tokenize import (
     IDS,
     INFO,
@@ -64,7 +65,6 @@ from tokendrop.data.tokenize import WORKER_STATE
 UNIT_BYTES = 32_000_000  # the largest default work unit (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
 MIN_UNIT_BYTES = 1_000_000
 UNITS_WANTED = 64  # the default unit size aims at this many units (the workers' load stays even)
-WORK_FORMAT = "tokendrop-prepare-work"
 WORK_VERSION = 1
 _MAIN_READ = (WIKI, HF)  # read by the main process, cleaned/tokenized by the workers chunk by chunk
 
@@ -279,6 +279,7 @@ def run_units(work: WorkDir, sources: Sequence[Source], tok, dtype: np.dtype, wo
                     infos[i] = _inline(work, sources, i, plain, dtype, text_field, bar, on_docs)
         else:
             _pooled(work, sources, pending, infos, plain, dtype, workers, text_field, bar, on_docs)
+        gate("prepare-units")  # a test-only pause point (tokendrop.runs.gate): every unit kept, no output yet
     finally:
         bar.close()
         shutil.rmtree(work.tmp_dir, ignore_errors=True)  # whatever was in flight when an error stopped us

@@ -452,6 +452,8 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
         existed = out.exists()
         mode = rundir.prepare_output(out, "evaluate", overwrite, error=FinetuneError,
                                      inputs=[*(e.path for e in entries), cfg.glue_data, cfg.squad_data])
+        if finetune_fn is _ft:  # before the first cell: a task that cannot be scored fails now, not hours later
+            check_dev_sets(cfg, _tasks_to_compute(cfg, entries, out if mode == "continue" else None))
         if mode == "replace":
             rundir.discard(out)
             existed = False
@@ -462,6 +464,39 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
             if mode != "continue" and not coordinated and not any(out.glob("cells/*/*/*/metrics.json")):
                 rundir.abandon(out, existed)  # nothing finished: leave no partial output
             raise
+
+
+def _tasks_to_compute(cfg: SuiteConfig, entries: list[ModelEntry], out: Path | None) -> list[str]:
+    """The suite's tasks with a cell not yet finished in ``out`` (all of them for a new output)."""
+    cells = cells_for(cfg)
+    if out is None:
+        return list(dict.fromkeys(c.task for c in cells))
+    return list(dict.fromkeys(c.task for m in entries for c in cells
+                              if _finished(out / "cells" / m.key / c.task / c.name, cell_config(cfg, c)) is None))
+
+
+def check_dev_sets(cfg: SuiteConfig, tasks: list[str] | None = None) -> dict[str, int]:
+    """The dev split(s) of the suite's ``tasks`` (default: all) read as fine-tuning reads them: ->
+    examples per task/split.  A split with no example (a file holding only its header, an empty
+    SQuAD ``data`` list) is refused in one line naming the file (``tasks.refuse_empty``: a score over
+    n = 0 examples is no score).  ``evaluate`` runs it (with its own fine-tuning) for the tasks it
+    still has cells of, before the first cell: such a task fails at once, not after hours of others."""
+    from tokendrop.finetune.tasks import refuse_empty, task_dir
+    from tokendrop.finetune.tasks.squad import read_squad
+
+    counts: dict[str, int] = {}
+    for task in dict.fromkeys(cfg.tasks if tasks is None else tasks):
+        spec = get_task(task)
+        fcfg = cell_config(cfg, Cell(task, 1.0, 1.0, 0))
+        if spec.kind == "span":
+            path = task_dir(spec, fcfg.data) / spec.dev["dev"]
+            splits = {"dev": refuse_empty(read_squad(path, spec.version)[0], path)}
+        else:
+            splits = spec.load(fcfg.data, text_a=fcfg.text_a, text_b=fcfg.text_b, label=fcfg.label,
+                               labels=fcfg.labels or None, need_train=False,
+                               skipped=[] if fcfg.skip_malformed else None).dev
+        counts.update({f"{spec.name}/{split}": len(v) for split, v in splits.items()})
+    return counts
 
 
 def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Callable[[str], None],

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from tokendrop.runs import rundir
 from tokendrop.runs.checkpoint import sha256_file
+from tokendrop.runs.gate import gate
 from tokendrop.config import ConfigError, FinetuneConfig
 from tokendrop.models.families import spec_for_hf_model_type
 from tokendrop.runs.files import atomic_directory, atomic_write_json, atomic_write_text
@@ -159,6 +160,7 @@ def _train(model, cfg: FinetuneConfig, n: int, batch_fn, loss_fn, device, bf16: 
             opt.step()
             sched.step()
             step += 1
+            gate("finetune-step")  # a test-only pause point (tokendrop.runs.gate)
             seen += len(idx)
             toks += ntok
             if log is not None and cfg.log_every > 0 and (step % cfg.log_every == 0 or step == total):

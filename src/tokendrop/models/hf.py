@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from tokendrop.config import ModelConfig
+from tokendrop.data.tokenizer import read_tokenizer_spec, write_tokenizer_config
 from tokendrop.errors import InteropError
 from tokendrop.models.families import spec_for_hf_model_type, spec_of, task_of
 from tokendrop.runs.files import atomic_directory, write_safetensors
@@ -96,10 +98,6 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
         if not (src / "vocab.txt").is_file():
             if not (src / "tokenizer.json").is_file():
                 return False
-            from dataclasses import replace
-
-            from tokendrop.data.tokenizer import read_tokenizer_spec, write_tokenizer_config
-
             spec = read_tokenizer_spec(src)  # checked before anything is copied
             for name in TOKENIZER_FILES:
                 if (src / name).is_file():

@@ -177,6 +177,25 @@ _ARCH_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "
                 "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id",
                 "family", "global_rope_theta", "local_rope_theta", "local_attention", "layer_types", "norm_bias")
 _TRAINING_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range")
+# a family whose positions extend (``FamilySpec.extends_positions``: rotary, no weights) takes these from
+# the config when they differ from the source's: a position extension (docs/design.md §2.8)
+POSITION_FIELDS = ("max_position_embeddings", "global_rope_theta", "local_rope_theta")
+
+
+def positions_error(where: str, t: int, cfg: ModelConfig, origin: str = "") -> str:
+    """The one line for a T longer than ``cfg.max_position_embeddings``: how to extend the positions
+    (rotary) or why they cannot be (learned), naming ``where`` (the field that asked for T)."""
+    n = cfg.max_position_embeddings
+    src = f" ({origin})" if origin else ""
+    if spec_of(cfg).extends_positions and cfg.init:
+        return (f"{where}: T={t} exceeds model.max_position_embeddings={n}{src}; to extend the rotary positions set "
+                f"model.max_position_embeddings = {t} (and a larger model.global_rope_theta, e.g. 160000 as "
+                "ModernBERT's long-context phase)")
+    if cfg.init:
+        return (f"{where}: T={t} exceeds the {n} learned position embeddings of the BERT init source{src}; tokendrop "
+                f"does not extend learned positions: use data prepared with T <= {n}, or continue a ModernBERT "
+                "(rotary positions extend)")
+    return f"{where}: T={t} exceeds model.max_position_embeddings={n}; set model.max_position_embeddings = {t}"
 
 
 def _num(v: Any) -> float | None:
@@ -188,13 +207,17 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
     full ``[model]`` table: the source's shape, ``init`` and ``init_sha256`` filled.  Architecture
     fields that contradict the source are a ConfigError naming the field and both values
     (``vocab_size = 0``, "from the data", is allowed); dropout and ``initializer_range`` (used for
-    freshly initialised tensors) may be overridden.  Pure: ``src`` was resolved by the caller."""
+    freshly initialised tensors) may be overridden, and for a family whose positions extend
+    (ModernBERT's rotary positions) the :data:`POSITION_FIELDS` too: a position extension.  More
+    positions than a BERT source learned is refused in one line.  Pure: ``src`` was resolved by the
+    caller."""
     init = model.get("init", "")
     if not isinstance(init, str) or not init.strip():
         raise ConfigError(f"{where}.init: expected a Hugging Face BERT directory, a tokendrop run/checkpoint "
                           f"directory or a Hub name, got {init!r}")
     shape = {k: v for k, v in dataclasses.asdict(src.model).items() if k not in ("preset", "init", "init_sha256")}
     origin = f"the init source {init} ({src.weights_file.name if src.kind == 'huggingface' else src.path})"
+    extends = spec_of(src.model).extends_positions
     out = dict(shape)
     for key, val in model.items():
         if key in ("init",):
@@ -226,9 +249,13 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
                                       f"remove {where}.{key} (the architecture comes from the init source)")
                 continue
             a, b = _num(val), _num(shape[key])
-            if a is None:
-                out[key] = val  # wrong type: the config loader reports it
+            if a is None or (extends and key in POSITION_FIELDS):
+                out[key] = val  # wrong type: the config loader reports it; or a position extension
                 continue
+            if key == "max_position_embeddings" and a > b:
+                raise ConfigError(f"{where}.max_position_embeddings: {val!r}, but {origin} is a {src.model.family} with "
+                                  f"{shape[key]} learned position embeddings; tokendrop does not extend learned "
+                                  f"positions: remove {where}.max_position_embeddings and use T <= {shape[key]}")
             if a != b:
                 raise ConfigError(f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = {shape[key]!r}; "
                                   f"remove {where}.{key} (the shape comes from the init source)")
@@ -272,8 +299,9 @@ def load_init_weights(src: InitSource, model: nn.Module) -> InitReport:
         raise TypeError(f"load_init_weights: expected an MLM model (tokendrop.models.families.build_model), got {type(model).__name__}")
     want = dataclasses.asdict(src.model)
     have = dataclasses.asdict(model.config)
+    extends = spec_of(src.model).extends_positions
     for k in _ARCH_FIELDS:
-        if want[k] != have[k]:
+        if want[k] != have[k] and not (extends and k in POSITION_FIELDS):
             raise InitError(f"{src.weights_file}: the model was built with {k} = {have[k]!r} but the source has "
                             f"{want[k]!r}; build it from the [model] section model_section_from_init returns")
     return load_source_weights(src, model)

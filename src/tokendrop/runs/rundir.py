@@ -14,7 +14,9 @@ The rules (docs/reliability.md checks each):
 * an existing non-empty target is refused unless ``overwrite``; even then only a directory whose
   marker names the same kind of output is replaced -- never a regular file, a link, a directory
   tokendrop did not write, or one that contains an input of the command.  Resumable commands
-  (``study``, ``demo``, ``evaluate``) continue a marked directory of their own kind;
+  (``study``, ``demo``, ``evaluate``) continue a marked directory of their own kind; a run that
+  never reached its first checkpoint is started over by the next ``pretrain --out`` into it (there
+  is nothing to resume, and the corrected command must not be blocked by the failed one);
 * ``lock`` holds ``fcntl.flock`` on ``.NAME.tokendrop.lock`` beside the target for the command's
   lifetime; a second writer fails at once with "PATH is in use by pid N"; the kernel releases the
   lock of a process that dies, so a dead holder's lock is simply taken over.  The lock file is
@@ -148,8 +150,10 @@ def prepare_output(path: str | os.PathLike, kind: str, overwrite: bool = False,
 
     -> ``"new"`` (absent or empty), ``"continue"`` (a resumable kind's own marked dir, no
     ``overwrite``), ``"replace"`` (``overwrite`` of a marked dir of the same kind that contains
-    none of ``inputs``).  Anything else raises ``error`` with a one-line message naming the path
-    and the fix."""
+    none of ``inputs``), ``"restart"`` (a run that stopped before its first checkpoint -- an
+    impossible setting, a full disk, a kill -- holds nothing to resume: it is started over without
+    ``overwrite``, so the corrected command is never blocked by it).  Anything else raises
+    ``error`` with a one-line message naming the path and the fix."""
     p = Path(path)
     resumable = kind in RESUMABLE if resumable is None else resumable
     if p.is_symlink():
@@ -164,7 +168,8 @@ def prepare_output(path: str | os.PathLike, kind: str, overwrite: bool = False,
     have = marker["kind"] if marker else None
     if resumable and not overwrite and have == kind:
         return "continue"
-    if not overwrite:
+    restart = kind == "run" and have == "run" and not overwrite and not has_checkpoint_dir(p)
+    if not overwrite and not restart:
         if kind == "run" and (have == "run" or (p / "checkpoints").exists() or (p / "metrics.jsonl").exists()):
             raise error(f"--out: {p} already holds a run; use --resume to continue it, --overwrite to start it over, "
                         "or choose a new directory")
@@ -184,7 +189,15 @@ def prepare_output(path: str | os.PathLike, kind: str, overwrite: bool = False,
         if ip.exists() and _inside(ip.resolve(), real):
             raise error(f"{p}: contains {ip}, an input of this command; --overwrite would delete it: "
                         "choose another output directory")
-    return "replace"
+    return "restart" if restart else "replace"
+
+
+def has_checkpoint_dir(run: str | os.PathLike) -> bool:
+    """``run/checkpoints`` holds a finished checkpoint directory (``step-*``; verified only when used)."""
+    try:
+        return any(c.name.startswith("step-") and c.is_dir() for c in (Path(run) / "checkpoints").iterdir())
+    except OSError:
+        return False
 
 
 def discard(path: str | os.PathLike) -> None:
@@ -248,7 +261,11 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
         finally:
             _HELD[key] -= 1
         return
-    lf.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        lf.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a parent is a file, not writable, ...: the output cannot be created there
+        raise error(f"{path}: cannot be created ({e.filename}: {e.strerror or e}); choose an output directory whose "
+                    "parents are directories you may write into") from None
     while True:
         fd = os.open(lf, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:

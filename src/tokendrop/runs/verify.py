@@ -167,6 +167,11 @@ def _verify_metrics(f: Path, rep: VerifyReport, required: bool) -> None:
         return
     if torn:
         rep.notes.append(f"{f}: torn last line (a killed writer); tolerated, dropped on --resume")
+    empty = [rec["step"] for _, rec in records if isinstance(rec, dict) and rec.get("eval_slots") == 0]
+    if empty:
+        rep.problems.append(f"{f}: the evaluation of step {empty[0]} was scored on 0 prediction slots (an empty "
+                            "held-out split): its eval loss means nothing; prepare the data with a held-out split "
+                            "and train again")
     rep.notes.append(f"metrics.jsonl: {len(records)} records")
 
 
@@ -290,6 +295,11 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
         return None
     bad = False
     metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
+    empty = [s for s, m in metrics.items() if isinstance(m, dict) and any(m.get(k) == 0 for k in ("n", "total"))]
+    if empty:  # an accuracy of 0.00 over no example is no score
+        rep.problems.append(f"{mf}: split {empty[0]} was scored on n = 0 examples (an empty dev set), so its scores "
+                            f"mean nothing; give a dev file with examples and {fix}")
+        bad = True
     kind = _task_kind(r["task"])
     if kind == "span":
         want = [p / "predictions" / "dev.json"]

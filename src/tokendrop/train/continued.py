@@ -32,7 +32,10 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
-from tokendrop.config import LOSS_METHODS, Config, ConfigError
+from tokendrop.config import Config, ConfigError
+from tokendrop.data import MLMLoader
+from tokendrop.data.tokenizer import tokenizer_vocab_sha256
+from tokendrop.errors import DataError
 from tokendrop.models.hf import save_source_files
 from tokendrop.models.source import load_init_weights
 from tokendrop.train.schedules import lr_linear_steps
@@ -77,9 +80,6 @@ def check_vocabulary(src, data) -> None:
     pads its embedding); ``prepare --tokenizer MODEL_DIR`` then records that size, which the run
     needs (the model is built with the source's shape and the data's size must equal it).  A source
     with fewer embedding rows than the data has ids is an error."""
-    from tokendrop.data import DataError
-    from tokendrop.data.tokenizer import tokenizer_vocab_sha256
-
     if src.tokenizer_dir is not None:
         try:
             h = tokenizer_vocab_sha256(src.tokenizer_dir)
@@ -132,9 +132,10 @@ def importance_plan(cfg, selector) -> tuple[str, int, str]:
     batches it costs before step 1, a description)."""
     how = cfg.drop.importance_init
     how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
-    if selector is None or cfg.drop.method not in LOSS_METHODS or how == "constant":
+    learns = cfg.drop.selection.learns_from_loss
+    if selector is None or not learns or how == "constant":
         what = "no dropping" if selector is None else (
-            f"{cfg.drop.method} keeps no loss record" if cfg.drop.method not in LOSS_METHODS else
+            f"{cfg.drop.method} keeps no loss record" if not learns else
             f"constant (init_score {cfg.drop.init_score:g})")
         return "constant", 0, f"none ({what})"
     if how == "frequency":
@@ -279,8 +280,6 @@ def warm_start(cfg: Config, model, selector, data, events: list[dict], dd, devic
     fresh_head = bool(events) and head_steps > 0 and head_is_fresh(model, events[0]["fresh"])
     if not fresh_head and not warm_importance:
         return events
-    from tokendrop.data import MLMLoader
-
     t0 = time.perf_counter()
     stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
                        world_size=dd.world, mask_prob=cfg.data.mask_prob_start, num_workers=0, shuffle=True, loop=True)

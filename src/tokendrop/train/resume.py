@@ -6,6 +6,7 @@ checkpoint (one process, DDP, FSDP at any world size)."""
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from torch import Tensor, nn
 
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train import checkpoint_sharded as sharded_ckpt
-from tokendrop.config import FROM_DATA, Config, from_dict, to_dict
+from tokendrop.config import FROM_DATA, Config, ConfigError, load_config, to_dict
 from tokendrop.errors import TrainingError
 from tokendrop.train.parallel import Parallel
 
@@ -120,12 +121,20 @@ def rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:
 
 
 def load_run_config(run_dir: str | os.PathLike) -> Config:
-    import tomllib
-
+    """The config a run recorded (``RUN/config.toml``); a missing, unreadable or hand-broken file is a
+    one-line error naming it and the fix (the newest checkpoint's meta.json holds the same config)."""
     p = Path(run_dir) / "config.toml"
+    if not Path(run_dir).is_dir():
+        what = "a file, not a run directory" if Path(run_dir).exists() else "no such run directory"
+        raise TrainingError(f"--resume: {run_dir}: {what}; give the --out of an earlier pretrain")
     if not p.is_file():
-        raise TrainingError(f"{run_dir}: not a run directory (no config.toml)")
-    return from_dict(Config, tomllib.loads(p.read_text()))  # the source may be gone
+        raise TrainingError(f"--resume: {run_dir}: not a run directory (no config.toml); give the --out of an earlier "
+                            "pretrain")
+    try:
+        return load_config(p)  # the source may be gone: it is not resolved here
+    except ConfigError as e:
+        raise ConfigError(f"--resume: {e} (the run's config.toml was edited or damaged: repair it, or write the "
+                          "config recorded in its newest checkpoints/step-*/meta.json back into it)") from None
 
 
 def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Parallel, dd, selector,
@@ -163,6 +172,11 @@ def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Pa
             return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, keep, dd)
         return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, keep)
     except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+        import shlex
+
+        last = ckpt_mod.latest(run_dir)
+        then = (f"the last checkpoint ({last}) is intact: free space, then tokendrop pretrain --resume "
+                f"{shlex.quote(str(run_dir))}" if last else "there is no earlier checkpoint: free space, then run "
+                "the same command again (a run without a checkpoint is started over)")
         raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
-                            f"checkpoint of step {step}; nothing of it was kept, the last checkpoint "
-                            f"({ckpt_mod.latest(run_dir) or 'none'}) is intact: free space, then --resume") from None
+                            f"checkpoint of step {step}; nothing of it was kept; {then}") from None

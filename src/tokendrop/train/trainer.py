@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,36 +26,38 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
+from tokendrop.config import Config, ConfigError, to_dict, to_toml
+from tokendrop.data import MLMLoader
 from tokendrop.data.masking import unigram_entropy
 from tokendrop.data.mixture import realised
-from tokendrop.dropping.flops import RunFlops, step_flops
+from tokendrop.dropping.flops import RunFlops, gpu_peak_flops, step_flops
 from tokendrop.dropping.importance import build_selector, pinned_ids
+from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.errors import TrainingError
 from tokendrop.models.attention import check_training_device
 from tokendrop.models.families import build_model, spec_of
+from tokendrop.models.hf import copy_tokenizer
 from tokendrop.models.masked_lm import num_parameters
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_directory, atomic_write_text
+from tokendrop.runs.gate import gate
 from tokendrop.runs.metrics import MetricsLog, read_metrics, truncate_metrics
+from tokendrop.runs.report import write_run_report
 from tokendrop.runs.trackers import check_installed
 from tokendrop.train.budget import RunLength, budget_clock
 from tokendrop.train.console import (LOG_FILE, Progress, RunLog, eta, interval_line, is_terminal, pretrain_banner,
                                      pretrain_summary, unigram_note)
 from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
+from tokendrop.train.memory import check_memory
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.resume import (check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401
                                     load_training_state, rank_rng, save_training_state)
 from tokendrop.train.run_config import open_run_data, resolve_init
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
-from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
+from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, stage2_start
 from tokendrop.train.warmups import StepPlan, default_micro_batch
-
-
-# ----------------------------------------------------------------------------------------------
-# the loop
 
 
 @dataclass
@@ -117,6 +120,8 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src, banner)
     t.command = command
     t.set_up()
+    t.check_memory()  # before anything is allocated or written
+    t.check_eval()
     done = t.open_run()
     if done is not None:  # resumed a run that had already finished: nothing to do
         return done
@@ -193,11 +198,39 @@ class _Trainer:
         self.tc = self.cfg.train
         self.length, self.lrs = RunLength.of(self.tc), lr_schedule(self.tc)
 
+    def check_memory(self) -> None:
+        """Refuse a model and batch that cannot fit in the device's memory (tokendrop.train.memory)."""
+        if self.tc.memory_check:
+            check_memory(self.cfg, self.T, self.micro_bs, self.device, self.dd.world,
+                         int(os.environ.get("LOCAL_WORLD_SIZE", "1")), sharded=self.tc.parallel == "fsdp")
+
+    def check_eval(self) -> None:
+        """A held-out split that holds sequences but gives no prediction slot would be scored on n = 0
+        (an eval loss of 0.0): refused before the run starts.  (An empty split: the run is not
+        evaluated, and says so when it starts.)"""
+        if self.data.num_sequences("eval") == 0:
+            return
+        for i, mb in enumerate(self.eval_batches()):
+            if self.tc.eval_batches and i >= self.tc.eval_batches:
+                break
+            if float(mb["mlm_weights"].sum()) > 0:
+                return
+        raise TrainingError(f"{self.cfg.data.path or ', '.join(self.cfg.data.paths)}: the held-out split's "
+                            f"{self.data.num_sequences('eval')} sequences give no prediction slot (n = 0) in the "
+                            f"batches an evaluation reads (train.eval_batches = {self.tc.eval_batches}), so the run "
+                            "could not be "
+                            "evaluated; prepare the data with more text or a larger --eval-fraction")
+
     # -- the run directory ---------------------------------------------------------------------------
     def open_run(self) -> PretrainResult | None:
         cfg, dd, run_dir = self.cfg, self.dd, self.run_dir
         mode = "new"
         if self.resume:
+            if not rundir.has_checkpoint_dir(run_dir):
+                raise TrainingError(f"--resume: {run_dir} has no checkpoint (the run stopped before its first one): "
+                                    "nothing to resume; start it over with the command that started it (corrected, if "
+                                    "it failed), or as it was recorded: tokendrop pretrain --config "
+                                    f"{shlex.quote(str(run_dir / 'config.toml'))} --out {shlex.quote(str(run_dir))}")
             try:  # the shared verifying loader; a bad checkpoint is skipped with a warning naming its file
                 self.last, self.meta_in, self.model_sd, self.state_sd = ckpt_mod.load_verified(
                     run_dir, state=True, fallback=True, consolidate=False)  # shards: in restore
@@ -212,14 +245,15 @@ class _Trainer:
             mode = rundir.prepare_output(run_dir, "run", self.overwrite, error=TrainingError, resumable=False,
                                          inputs=[cfg.data.path, *cfg.data.paths, cfg.model.init, cfg.drop.counts_path])
         if dd.main:
-            if mode == "replace":
+            if mode == "restart":
+                print(f"note: {run_dir} holds a run that stopped before its first checkpoint (nothing to resume); "
+                      "starting it over", file=sys.stderr)
+            if mode in ("replace", "restart"):
                 rundir.discard(run_dir)
             rundir.create(run_dir, "run")
             atomic_write_text(run_dir / "config.toml", to_toml(cfg))
             tok_dst = run_dir / "tokenizer"
             if not tok_dst.exists():
-                from tokendrop.models.hf import copy_tokenizer
-
                 with atomic_directory(tok_dst) as tok_tmp:
                     copy_tokenizer(self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
             self.console.path = run_dir / LOG_FILE
@@ -239,7 +273,7 @@ class _Trainer:
         if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
             torch.manual_seed(tc.seed + dd.rank)
         counts = None
-        if METHODS[cfg.drop.method].needs_counts:
+        if cfg.drop.selection.needs_counts:
             counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
         self.selector = None
         if cfg.drop.enabled:  # each rank its own random draws
@@ -289,8 +323,6 @@ class _Trainer:
 
     def make_step(self) -> None:
         """The step function and the training batches (at the resumed position)."""
-        from tokendrop.data import MLMLoader
-
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
         self.step_fn = MLMStep(self.model, self.selector, self.opt, cfg, self.amp, self.par,
                                use_attention_mask=not data.packed, compile=tc.compile)
@@ -303,8 +335,6 @@ class _Trainer:
         self.run_flops = RunFlops(cfg.model, cfg.drop, self.meta_in.get("flops", 0) if self.meta_in else 0)
 
     def eval_batches(self):
-        from tokendrop.data import MLMLoader
-
         return MLMLoader(self.data, split="eval", batch_size=self.micro_bs, seed=self.tc.seed,
                          mask_prob=self.cfg.data.mask_prob_end, num_workers=0, shuffle=False, loop=False)
 
@@ -348,8 +378,6 @@ class _Trainer:
                   file=sys.stderr)
         self.peak_flops = None
         if self.device.type == "cuda":
-            from tokendrop.dropping.flops import gpu_peak_flops
-
             self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(self.device))  # bf16 dense peak, per GPU
         self.evaluates = dd.main or self.par.sharded  # FSDP's forward is collective: every rank evaluates
         if dd.main and self.start_step == 0:
@@ -408,6 +436,8 @@ class _Trainer:
                     self.host_sync()
                 if is_log:
                     self.log_step(out, record)
+                    if self.dd.main:
+                        gate("pretrain-step")  # a test-only pause point (tokendrop.runs.gate)
                 evaluated = is_eval and self.evaluates and self.has_eval
                 if evaluated:
                     self.evaluate()
@@ -440,7 +470,7 @@ class _Trainer:
         micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
         dropping = dropping_at(cfg, self.length, self.step, p)
         lr = self.lrs.at(self.step, p)
-        kept = kept_rows(cfg, shape.seq_len, self.step, p)  # rows kept in the drop span (random_ltd: its schedule)
+        kept = kept_rows(cfg.drop, shape.seq_len, self.step, cfg.train.steps, p)  # random_ltd: its schedule
         sctd = dropping and cfg.drop.consistency_weight > 0 and self.step % cfg.drop.consistency_every == 0
         f_step = self.run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept, sctd)
         out = self.step_fn(micro, lr, dropping, self.step, p)
@@ -563,8 +593,6 @@ class _Trainer:
                             "phases_s": {k: round(v, 3) for k, v in self.phases.items()}})
         self.log.close()
         if dd.main and not interrupted:
-            from tokendrop.runs.report import write_run_report
-
             t0 = time.perf_counter()
             write_run_report(self.run_dir)
             self.phases["report"] = time.perf_counter() - t0
@@ -596,5 +624,5 @@ def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[
                           tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
 
 
-__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics",
+__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "stage2_start", "evaluate_mlm", "read_metrics",
            "load_run_config", "check_resume_compatible"]

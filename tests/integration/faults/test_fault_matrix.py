@@ -50,3 +50,22 @@ def test_fault_matrix_refuses_a_pattern_that_matches_nothing(tmp_path):
                        env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == "error: no case matches --only 'no-such-case'"
     assert not (tmp_path / "r.md").exists()
+
+
+def test_every_signalled_case_waits_for_its_gate_first():
+    """No case signals or kills a command at a moment guessed from the clock: each one that drives its
+    command does so at a test gate (tokendrop.runs.gate) the command reached, so a fast machine cannot
+    finish the work before the signal (prepare-sigint once did: exit 0, expected 130)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import fault_matrix as fm
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    from tokendrop.runs.gate import GATES
+
+    driven = [c for c in fm.cases() if c.drive is not None]
+    assert len(driven) >= 8
+    for c in driven:
+        assert c.gate in GATES, (c.name, c.gate)
+    source = SCRIPT.read_text()
+    assert "time.sleep(delay)" not in source and "sig_after" not in source

@@ -315,8 +315,12 @@ def test_model_section_from_init(tmp_path):
     with pytest.raises(ConfigError, match=r"model.preset: 'bert-base' means num_layers=12.* has num_layers=2") as e:
         model_section_from_init({"init": str(d), "preset": "bert-base"}, src)
     one_line(e)
-    with pytest.raises(ConfigError, match="model.max_position_embeddings: 512 contradicts"):
+    with pytest.raises(ConfigError, match="model.max_position_embeddings: 512, but .* is a bert with 64 learned position "
+                                          "embeddings; tokendrop does not extend learned positions") as e:
         model_section_from_init({"init": str(d), "max_position_embeddings": 512}, src)
+    one_line(e)
+    with pytest.raises(ConfigError, match="model.max_position_embeddings: 32 contradicts"):  # fewer: not the source
+        model_section_from_init({"init": str(d), "max_position_embeddings": 32}, src)
     with pytest.raises(ConfigError, match="model.init_sha256: 'abc' was given but .* now has sha256 '" + sha):
         model_section_from_init({"init": str(d), "init_sha256": "abc"}, src)
     assert model_section_from_init({"init": str(d), "init_sha256": sha}, src)["init_sha256"] == sha

@@ -21,6 +21,7 @@ from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
 from tokendrop.models.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
 from tokendrop.models.pretrained import load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.dropping.importance import build_selector  # noqa: E402
+from tokendrop.dropping.methods import PAPER_METHOD  # noqa: E402
 from tokendrop.models.source import load_source_weights, resolve_init_source, resolve_model_init  # noqa: E402
 from tokendrop.models.families import build_model  # noqa: E402
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification
@@ -28,6 +29,7 @@ from tokendrop.models.masked_lm import document_ids  # noqa: E402
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.train.runtime import param_groups  # noqa: E402
 from tokendrop.train.trainer import MLMStep
+from combos import method_variant_combos  # noqa: E402
 
 V = len(task_vocab_tokens())
 CLS, SEP, PAD = SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["pad"]
@@ -246,8 +248,7 @@ def test_kept_tokens_see_their_positions_and_window(hf_dir, variant, documents, 
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
 
-COMBOS = [("cumulative", "drop"), ("half_random", "drop"), ("random", "drop"), ("frequency", "drop"),
-          ("cumulative", "pass"), ("cumulative", "layer_rearranged"), ("none", "avg"), ("cumulative", "avg")]
+COMBOS = [*method_variant_combos(), (PAPER_METHOD, "avg")]  # avg also tolerates the paper's method
 
 
 def _batch(b: int = 2, t: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:

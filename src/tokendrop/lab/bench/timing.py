@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from tokendrop.lab.bench.presets import BenchConfig
+from tokendrop.runs.gate import gate
 from tokendrop.lab.bench.profiling import (
     cpu_peak_from_events,
     kineto_events,
@@ -81,6 +82,7 @@ def run_rounds(runners: list[Runner], cfg: BenchConfig, device: torch.device, sa
         last = time.perf_counter() - t0
         done += 1
         say(f"  round {k + 1}/{cfg.rounds} done ({time.perf_counter() - t_start:.0f}s)")
+        gate("bench-round")  # a test-only pause point (tokendrop.runs.gate)
     return done
 
 

@@ -8,7 +8,9 @@ Parts (``PARTS``): ``env`` (versions, usable SDPA backends at bf16, ``pytest -m 
 ``bench-compile`` (the same compiled), ``pretrain`` (real runs from carried data, resume, torchrun),
 ``quality`` (time-to-quality of a small BERT, dense vs token drop, then fine-tuning),
 ``bench-modern`` (the ModernBERT-architecture family, modern-base eager at T=512 and 1024: ours
-dense / 50% drop / ``transformers.ModernBertForMaskedLM``).  Each writes
+dense / 50% drop / ``transformers.ModernBertForMaskedLM``), ``strong`` (time to loss from scratch on
+top of the strongest dense recipe: dense vs + token drop, a 6 x 384 BERT), ``bench-longctx`` (both
+families at T = 512 ... 8192, dense vs 50% drop, FLOP bound, attention share, memory).  Each writes
 ``OUT/PART.json`` + ``OUT/PART.md`` (after every phase) and stops itself within ``budget_s``.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json
+from tokendrop.runs.gate import gate
 from tokendrop.config import ConfigError
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, write_part
 from tokendrop.lab.bench.campaign.config import (
@@ -43,6 +46,8 @@ TITLES = {
     "pretrain": "bert-base-128 pretraining runs, resume, torchrun",
     "quality": "time to quality: dense vs token dropping, then fine-tuning",
     "bench-modern": "ModernBERT-architecture step time, eager (ours dense / token drop / transformers.ModernBertForMaskedLM)",
+    "strong": "time to loss on top of the strong dense recipe: dense vs + token dropping, from scratch",
+    "bench-longctx": "long context: dense vs token drop at T = 512 ... 8192, both families",
 }
 
 
@@ -53,7 +58,9 @@ def _runner(part: str):
         from tokendrop.lab.bench.campaign.bench_part import run_bench_part as fn
     elif part == "pretrain":
         from tokendrop.lab.bench.campaign.pretrain_part import run_pretrain_part as fn
-    else:
+    elif part == "bench-longctx":
+        from tokendrop.lab.bench.campaign.longctx_part import run_longctx_part as fn
+    else:  # quality, strong
         from tokendrop.lab.bench.campaign.quality_part import run_quality_part as fn
     return fn
 
@@ -112,6 +119,7 @@ def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: L
                                                       "started": r.started})
     save()  # PART.json now says complete: false until the part ends
     try:
+        gate("campaign-part")  # a test-only pause point (tokendrop.runs.gate): PART.json says complete: false
         _runner(name)(cfg, out_dir, budget, r, save, say)
     except Exception as e:  # recorded in PART.json; the next part still runs
         r.error = " ".join(f"{type(e).__name__}: {e}".split())[:2000]

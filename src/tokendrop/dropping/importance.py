@@ -30,6 +30,19 @@ from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig, Uniform
 from tokendrop.errors import ConfigError
 
 
+def pinned_ids(drop, vocab: list[str]) -> list[int]:
+    """The ids of ``drop.pinned_tokens`` in ``vocab`` (the tokens by id); ConfigError for one not in it."""
+    if not drop.pinned_tokens:
+        return []
+    index = {t: i for i, t in enumerate(vocab) if t}
+    out = []
+    for tok in drop.pinned_tokens:
+        if tok not in index:
+            raise ConfigError(f"drop.pinned_tokens: {tok!r} is not in the vocabulary")
+        out.append(index[tok])
+    return out
+
+
 def build_selector(drop: DropConfig, vocab_size: int, special_ids: Mapping[str, int], seq_len: int,
                    pinned_ids: Iterable[int] = (), counts: Any = None, seed: int = 0,
                    device: torch.device | str | None = None) -> "TokenSelector":

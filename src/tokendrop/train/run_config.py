@@ -79,3 +79,13 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
                               f"{where}; leave model.pad_token_id unset (the data's id is used)")
         m.pad_token_id = pad
     return out.validate()
+
+
+def open_run_data(cfg: Config, src: InitSource | None, new_run: bool = True, world: int = 1):
+    """-> (the run's resolved config, the prepared data: one directory or a weighted mixture)."""
+    from tokendrop.data.mixture import open_data
+
+    if not (cfg.data.path or cfg.data.paths):
+        raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
+    data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture
+    return resolve_run_config(cfg, data, src, new_run, world), data

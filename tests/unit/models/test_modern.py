@@ -448,7 +448,7 @@ def test_pretrain_init_warms_up_a_fresh_modern_head(headless_dir, tmp_path):
                              "data": {"path": str(data), "num_workers": 0},
                              "train": {"steps": 1, "batch_size": 4, "warmup_steps": 0, "eval_every": 1,
                                        "eval_batches": 1, "ckpt_every": 1, "log_every": 1,
-                                       "head_warmup_steps": 3}})
+                                       "head_warmup_steps": 3, "head_warmup_share": 0.0}})
     pretrain(cfg, tmp_path / "run", progress=False)
     ev = [r for r in read_metrics(tmp_path / "run") if r.get("event") == "head_warmup"]
     assert len(ev) == 1 and ev[0]["steps"] == 3

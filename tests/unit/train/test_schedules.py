@@ -104,7 +104,8 @@ def test_parse_duration_refuses(text):
         (["train.lr_schedule=cosine"], "train.lr_schedule: expected one of linear, wsd"),
         (["train.steps=0", "train.time_budget=20 minutes"], "train.time_budget: cannot parse '20 minutes'; expected a "
                                                             'duration such as "90s", "20m", "6h" or "1h30m"'),
-        (["train.time_budget=20m"], "train.steps and train.time_budget: both set \\(40 steps, '20m'\\).*set train.steps=0"),
+        (["train.time_budget=20m", "train.steps=5"],  # one layer (the preset's steps are replaced: test_cli_operator)
+         "train.steps and train.time_budget: both set \\(5 steps, '20m'\\).*set train.steps=0"),
         (["train.steps=-3"], "train.steps: expected a positive integer"),
     ],
 )

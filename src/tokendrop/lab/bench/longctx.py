@@ -44,7 +44,7 @@ from tokendrop.lab.bench.presets import BenchConfig, bench_config
 from tokendrop.lab.bench.records import BenchResult
 from tokendrop.lab.bench.run import bench_device, run_bench
 from tokendrop.lab.bench.workload import Setting
-from tokendrop.runs.files import atomic_write_text, json_text
+from tokendrop.lab.bench.report import write_json_and_markdown
 
 GOAL_FRACTION = 0.95  # the goal: dropping at >= this fraction of its FLOP bound at every T
 SCHEMA_VERSION = 1
@@ -493,12 +493,4 @@ def format_text(res: LongContextResult) -> str:
 
 def write_longctx(res: LongContextResult, path: str | os.PathLike) -> tuple[Path, Path]:
     """``path`` (.json) and the Markdown beside it (a directory: ``<machine>-<preset>.json`` in it)."""
-
-    p = Path(path)
-    if p.is_dir() or str(path).endswith(("/", os.sep)):
-        p = p / f"{res.env.machine}-{res.preset}.json"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    md = p.with_suffix(".md")
-    atomic_write_text(p, json_text(res.to_dict()))
-    atomic_write_text(md, format_markdown(res))
-    return p, md
+    return write_json_and_markdown(path, res.env.machine, res.preset, res.to_dict(), format_markdown(res))

@@ -251,17 +251,23 @@ def check_results_path(path: str | os.PathLike) -> None:
         raise ConfigError(f"bench --json: cannot write {p}: {parent} is not writable; choose another path")
 
 
-def write_results(res: BenchResult, path: str | os.PathLike) -> tuple[Path, Path]:
-    """Write ``path`` (.json) and the Markdown table beside it.  A directory -> <machine>-<preset>.json in it."""
+def write_json_and_markdown(path: str | os.PathLike, machine: str, preset: str, data: dict, markdown: str
+                            ) -> tuple[Path, Path]:
+    """Write ``path`` (.json) and the Markdown beside it, each atomically; a directory ``path``: the
+    files are ``<machine>-<preset>.json`` / ``.md`` in it.  Every benchmark result goes through here."""
     p = Path(path)
     if p.is_dir() or str(path).endswith(("/", os.sep)):
-        p = p / f"{res.env.machine}-{res.preset}.json"
+        p = p / f"{machine}-{preset}.json"
     p.parent.mkdir(parents=True, exist_ok=True)
     md = p.with_suffix(".md")
-    for target, text in ((p, json_text(res.to_dict())),
-                         (md, format_markdown(res))):
-        atomic_write_text(target, text)  # tokendrop.runs.rundir: the package's one atomic file write
+    atomic_write_text(p, json_text(data))
+    atomic_write_text(md, markdown)
     return p, md
+
+
+def write_results(res: BenchResult, path: str | os.PathLike) -> tuple[Path, Path]:
+    """Write ``path`` (.json) and the Markdown table beside it.  A directory -> <machine>-<preset>.json in it."""
+    return write_json_and_markdown(path, res.env.machine, res.preset, res.to_dict(), format_markdown(res))
 
 
 COLORS = {"drop": "tab:blue", "pass": "tab:orange", "avg": "tab:green", "random_ltd": "tab:red"}

@@ -94,7 +94,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
     if a.unit_mb is not None and not a.unit_mb > 0:
         raise DataError(f"--unit-mb: expected a positive size in MB, got {a.unit_mb}")
     if a.tokenizer is not None:  # the same sources as pretrain --init (hub names, checkpoint dirs, ...)
-        from tokendrop.models.tokenizer_source import resolve_tokenizer_source
+        from tokendrop.models.source import resolve_tokenizer_source
 
         a.tokenizer = resolve_tokenizer_source(a.tokenizer)
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
@@ -109,7 +109,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from tokendrop.models.pretrained import export_hf
+    from tokendrop.models.source import export_hf
 
     out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite, command=a.command_line)
     conf = json.loads((out / "config.json").read_text(encoding="utf-8"))

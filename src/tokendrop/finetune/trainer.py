@@ -60,7 +60,7 @@ def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def _load_model(model_path, cls, **kw):
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
 
     try:
         return load_pretrained(model_path, cls, **kw)

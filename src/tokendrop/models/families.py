@@ -5,7 +5,7 @@ A family is a :class:`FamilySpec`: its model classes (one per task), its Hugging
 ways (config.json, tensor names, layout checks, weight loading), what the FLOP model needs to know
 (GeGLU FFN, sliding-window layers) and what pretraining leaves untrained.  Everything that differs
 by family asks this table (``spec_of(cfg)``): export and import (``tokendrop.models.hf``,
-``tokendrop.models.source``, ``tokendrop.models.pretrained``), the FLOP model (``tokendrop.dropping.flops``), the
+``tokendrop.models.source``, ``tokendrop.models.source``), the FLOP model (``tokendrop.dropping.flops``), the
 trainer and ``bench``'s transformers baseline.  Tokenizers are not per family: a source's own files
 say what it is (a WordPiece vocab.txt, or a tokenizer.json used as it is; ``tokendrop.data.tokenizer``).
 

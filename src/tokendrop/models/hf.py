@@ -10,7 +10,7 @@ rather than a random one.  A run continued from a published checkpoint (``model.
 checkpoint's ``config.json`` fields and tokenizer files, saved in ``RUN/source/`` when the run starts
 (:func:`save_source_files`).
 
-Reading a model directory into our classes and ``tokendrop export`` are :mod:`tokendrop.models.pretrained`
+Reading a model directory into our classes and ``tokendrop export`` are :mod:`tokendrop.models.source`
 (through ``tokendrop.models.source``, one loader for ``finetune --model`` and ``pretrain --init``).
 """
 

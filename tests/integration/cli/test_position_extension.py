@@ -23,7 +23,7 @@ from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
 from tokendrop.lab.toydata import task_vocab_tokens, write_checkpoint, write_task_corpus, write_vocab  # noqa: E402
 from tokendrop.models.hf import copy_tokenizer  # noqa: E402
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
-from tokendrop.models.pretrained import load_pretrained  # noqa: E402
+from tokendrop.models.source import load_pretrained  # noqa: E402
 
 T = 2048
 V = len(task_vocab_tokens())

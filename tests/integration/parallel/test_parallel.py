@@ -181,7 +181,7 @@ def test_fsdp_checkpoint_resumes_in_one_process(runs, tiny_data, tmp_path, capsy
 def test_sharded_checkpoint_exports_and_verifies(runs, tmp_path, capsys):
     import transformers
 
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
     from tokendrop.models.bert.model import BertForMaskedLM
 
     run = runs / "fsdp"

@@ -51,7 +51,7 @@ def test_keyword_sentiment_from_our_checkpoint(ckpt, sentiment, tmp_path):
 
 def test_keyword_sentiment_from_exported_and_reimported_hf_dir(ckpt, sentiment, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from tokendrop.models.pretrained import export_hf
+    from tokendrop.models.source import export_hf
 
     exported = export_hf(ckpt, tmp_path / "hf")
     # re-import with transformers itself and save again: a genuine Hugging Face directory
@@ -100,7 +100,7 @@ def test_mnli_scores_ax_with_the_mnli_model(ckpt, tmp_path):
 
 
 def test_optimizer_groups_and_schedule(ckpt):
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
     from tokendrop.models.bert.model import BertForSequenceClassification
 
     model, _ = load_pretrained(ckpt, BertForSequenceClassification, num_labels=2)

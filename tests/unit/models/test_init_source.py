@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from tokendrop.runs import checkpoint as ckpt_mod  # noqa: E402
 from tokendrop.config import ConfigError  # noqa: E402
 from tokendrop.models.hf import InteropError, save_source_files  # noqa: E402
-from tokendrop.models.pretrained import export_hf, find_checkpoint, load_pretrained, read_hf_dir  # noqa: E402
+from tokendrop.models.source import export_hf, find_checkpoint, load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.models.source import InitError, load_init_weights, model_section_from_init, resolve_init_source
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification  # noqa: E402
 

@@ -19,7 +19,7 @@ from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, Train
 from tokendrop.lab.toydata import task_vocab_tokens, write_keyword_sentiment, write_vocab  # noqa: E402
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
 from tokendrop.models.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
-from tokendrop.models.pretrained import load_pretrained, read_hf_dir  # noqa: E402
+from tokendrop.models.source import load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.dropping.importance import build_selector  # noqa: E402
 from tokendrop.dropping.methods import PAPER_METHOD  # noqa: E402
 from tokendrop.models.source import load_source_weights, resolve_init_source, resolve_model_init  # noqa: E402
@@ -387,7 +387,7 @@ def _task_data(tmp_path, model_dir):
 
 
 def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
-    from tokendrop.models.pretrained import export_hf
+    from tokendrop.models.source import export_hf
     from tokendrop.train.trainer import pretrain
 
     data = _task_data(tmp_path, hf_dir)

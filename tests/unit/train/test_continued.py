@@ -29,7 +29,7 @@ def events(run, name):
 @pytest.fixture(scope="module")
 def trained(tiny_data, tmp_path_factory):
     """The tiny preset trained for 40 steps, and its Hugging Face export."""
-    from tokendrop.models.pretrained import export_hf
+    from tokendrop.models.source import export_hf
 
     root = tmp_path_factory.mktemp("trained")
     pretrain(load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=40"]), root / "run", progress=False)

@@ -51,7 +51,7 @@ def test_tiny_learns(tiny_data, tmp_path):
 
     assert cli_main(["export", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
     hf = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
     from tokendrop.models.bert.model import BertForMaskedLM
 
     ours, _ = load_pretrained(tmp_path / "run", BertForMaskedLM)

@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu_campaign.sh pretrain        # bert-base-128 runs from carried data, resume, torchrun (NCCL)
 #   bash benchmarks/gpu_campaign.sh quality         # time to quality, small BERT, dense vs token drop, SST-2/QNLI
 #   bash benchmarks/gpu_campaign.sh bench-modern    # ModernBERT family (modern-base) eager T=512/1024: dense, 50% drop, HF ModernBERT
+#   bash benchmarks/gpu_campaign.sh strong          # time to loss on top of the strong dense recipe, 6x384 BERT, dense vs + token drop
+#   bash benchmarks/gpu_campaign.sh bench-longctx   # long context: bert-base and modern-base at T=512..8192, dense vs 50% drop
 #   DRY_RUN=1 bash benchmarks/gpu_campaign.sh all   # every part with tiny sizes on CPU (tests/integration/lab/test_gpu_campaign.py)
 # Each part writes $OUT/PART.json + $OUT/PART.md (rewritten after every phase) and prints a summary.
 # It runs `tokendrop bench --campaign PART --out $OUT` (configs/bench-campaign-gpu.toml; dry run:
@@ -30,11 +32,11 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 if [ ${#parts[@]} -eq 0 ]; then
   echo "usage: [DRY_RUN=1] [OUT=DIR] bash benchmarks/gpu_campaign.sh PART... [-- tokendrop bench args]" >&2
-  echo "       PART: env bench bench-compile pretrain quality bench-modern all" >&2
+  echo "       PART: env bench bench-compile pretrain quality bench-modern strong bench-longctx all" >&2
   exit 2
 fi
 n=${#parts[@]}
-for p in "${parts[@]}"; do [ "$p" = "all" ] && n=$((n + 5)); done  # all = the 6 parts
+for p in "${parts[@]}"; do [ "$p" = "all" ] && n=$((n + 7)); done  # all = the 8 parts
 OUT=${OUT:-runs/gpu-campaign}
 args=(--out "$OUT")
 [ "${DRY_RUN:-0}" = "1" ] && args+=(--dry-run)

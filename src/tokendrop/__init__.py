@@ -39,8 +39,8 @@ _API: dict[str, tuple[str, str]] = {
     # models
     "FAMILIES": ("tokendrop.models.families", "FAMILIES"),
     "build_model": ("tokendrop.models.families", "build_model"),
-    "load_pretrained": ("tokendrop.models.pretrained", "load_pretrained"),
-    "export": ("tokendrop.models.pretrained", "export_hf"),
+    "load_pretrained": ("tokendrop.models.source", "load_pretrained"),
+    "export": ("tokendrop.models.source", "export_hf"),
     # jobs
     "prepare": ("tokendrop.data.prepare", "prepare"),
     "pretrain": ("tokendrop.train.trainer", "pretrain"),
@@ -83,5 +83,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from tokendrop.finetune.suite import evaluate  # noqa: F401
     from tokendrop.finetune.trainer import finetune  # noqa: F401
     from tokendrop.models.families import FAMILIES, build_model  # noqa: F401
-    from tokendrop.models.pretrained import export_hf as export, load_pretrained  # noqa: F401
+    from tokendrop.models.source import export_hf as export, load_pretrained  # noqa: F401
     from tokendrop.runs.verify import verify_path as verify  # noqa: F401

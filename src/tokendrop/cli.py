@@ -1,8 +1,8 @@
 """The ``tokendrop`` command line: the only place that parses arguments.
 
 Every sub-command calls one library function.  Known user errors (bad config, bad data, bad model
-dir, an output directory in use or not tokendrop's, ...) print one line ``error: ...`` and exit
-with status 2.  SIGINT and SIGTERM exit with 128 + the signal (130, 143) after the command's own
+dir, an output directory in use or not tokendrop's, flags that do not go together, ...) print one
+line ``error: ...`` and exit with status 2, as argparse's own usage errors do.  SIGINT and SIGTERM exit with 128 + the signal (130, 143) after the command's own
 clean-up (atomic outputs leave nothing partial; ``pretrain`` saves a checkpoint first), without a
 traceback.
 """
@@ -19,15 +19,32 @@ import sys
 from tokendrop.errors import TokendropError
 
 
+class UsageError(TokendropError, ValueError):
+    """Command-line flags that do not go together (exit 2, like argparse's own usage errors)."""
+
+
+def _version() -> str:
+    """The installed distribution's version (``tokendrop.__version__`` in a source checkout)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("tokendrop")
+    except (ImportError, PackageNotFoundError):
+        from tokendrop.version import __version__
+
+        return __version__
+
+
 def _error_line(e: BaseException) -> str:
     """``error: <message>`` on one line (a message with line breaks is joined)."""
     return "error: " + (" ".join(part.strip() for part in str(e).splitlines() if part.strip()) or type(e).__name__)
 
 
-def _add_config_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+def _add_config_args(p: argparse.ArgumentParser, required: bool = True, example: str = "drop.rate=0.25",
+                     metavar: str = "SECTION.KEY=VALUE") -> None:
     p.add_argument("--config", required=required, help="a preset name (configs/NAME.toml) or a .toml path")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override one config value (repeatable), e.g. --set drop.rate=0.25")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar=metavar,
+                   help=f"override one config value (repeatable), e.g. --set {example}")
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:
@@ -38,7 +55,7 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     if a.resume_if_exists:  # the one command a requeued job or a restarted torchrun agent repeats unchanged
         if a.resume or a.overwrite or not a.config or not a.out:
-            raise SystemExit("error: --resume-if-exists goes with --config and --out (not --resume or --overwrite)")
+            raise UsageError("--resume-if-exists goes with --config and --out (not --resume or --overwrite)")
         if has_checkpoint(a.out):
             a.resume = a.out
         else:  # nothing to resume: start (over, when a run died before its first checkpoint)
@@ -50,15 +67,17 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
 
             cfg = from_dict(Config, to_dict(cfg), a.overrides)
         if a.overwrite:
-            raise SystemExit("error: --overwrite starts a new run (with --out); --resume continues one; not both")
-        res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet)
+            raise UsageError("--overwrite starts a new run (with --out); --resume continues one; not both")
+        res = pretrain(cfg, a.resume, resume=True, progress=not a.quiet, banner=not a.quiet, command=a.command_line)
         if res.already_finished:
             return 0
     else:
         if not a.config or not a.out:
-            raise SystemExit("error: pretrain needs --config and --out (or --resume RUN_DIR)")
+            raise UsageError("pretrain needs --config and --out (or --resume RUN_DIR); e.g. tokendrop pretrain "
+                             "--config tiny --out runs/tiny --set data.path=DATA")
         cfg = load_config(a.config, [*a.overrides, *init])
-        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite)
+        res = pretrain(cfg, a.out, progress=not a.quiet, overwrite=a.overwrite, banner=not a.quiet,
+                       command=a.command_line)
     state = "interrupted (checkpoint saved)" if res.interrupted else "finished"
     ev = res.final_eval
     print(f"{state}: {res.steps} steps in {res.wall_time:.1f}s, {res.tokens_per_s:.0f} tokens/s"
@@ -75,7 +94,7 @@ def cmd_prepare(a: argparse.Namespace) -> int:
     if a.unit_mb is not None and not a.unit_mb > 0:
         raise DataError(f"--unit-mb: expected a positive size in MB, got {a.unit_mb}")
     if a.tokenizer is not None:  # the same sources as pretrain --init (hub names, checkpoint dirs, ...)
-        from tokendrop.models.tokenizer_source import resolve_tokenizer_source
+        from tokendrop.models.source import resolve_tokenizer_source
 
         a.tokenizer = resolve_tokenizer_source(a.tokenizer)
     summary = prepare(a.corpus, a.out, seq_len=a.seq_len, vocab=a.vocab, vocab_size=a.vocab_size,
@@ -90,10 +109,14 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from tokendrop.models.pretrained import export_hf
+    from tokendrop.models.source import export_hf
 
-    out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite)
-    print(f"exported to {out} (load with transformers.BertForMaskedLM.from_pretrained)")
+    out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite, command=a.command_line)
+    conf = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    arch = ", ".join(conf.get("architectures") or ["?"])
+    print(f"exported {arch} ({conf.get('model_type')}, {conf.get('num_hidden_layers')} layers x "
+          f"{conf.get('hidden_size')}) to {out}; load it with transformers.AutoModelForMaskedLM.from_pretrained"
+          f"({str(out)!r}) (or {arch}); model card: {out / 'README.md'}")
     return 0
 
 
@@ -106,19 +129,27 @@ def cmd_flops(a: argparse.Namespace) -> int:
         from tokendrop.config import ConfigError
 
         raise ConfigError(f"--seq-len: expected positive sequence lengths, got {bad[0]}")
-    cfg = load_config(a.config, a.overrides)
+    init = [f"model.init={json.dumps(a.init)}"] if a.init else []
+    cfg = load_config(a.config, [*a.overrides, *init])
+    if cfg.model.init:  # the model's shape is the source's (config.json), as pretrain --init takes it
+        from tokendrop.models.source import resolve_init_source, resolve_model_init
+
+        cfg.model = resolve_model_init(cfg.model, resolve_init_source(cfg.model.init))
+        cfg.drop.validate(cfg.model.num_layers)
     rows = []
     for t in a.seq_len:
         dense = step_flops(cfg.model, t, cfg.train.batch_size, None)
         drop = step_flops(cfg.model, t, cfg.train.batch_size, cfg.drop)
-        rows.append((t, dense.total, drop.total, flop_ratio(cfg.model, t, cfg.drop), flop_ratio(cfg.model, t, cfg.drop, True)))
+        rows.append((t, dense.total, drop.total, flop_ratio(cfg.model, t, cfg.drop), flop_ratio(cfg.model, t, cfg.drop, True),
+                     dense.attention_share, drop.attention_share))
     kept = (f"kept {cfg.drop.ltd_start_fraction:g} of T per layer (the schedule's first step)" if cfg.drop.per_layer
             else f"rate {cfg.drop.rate}")
     print(f"model: {describe_model(cfg.model)}; drop: {cfg.drop.method}/{cfg.drop.variant} "
           f"{kept} span {cfg.drop.span(cfg.model.num_layers)}; batch {cfg.train.batch_size}")
-    print(f"{'T':>5} {'dense FLOPs/step':>18} {'drop FLOPs/step':>18} {'ratio':>7} {'encoder ratio':>14} {'bound speedup':>14}")
-    for t, d, x, r, re in rows:
-        print(f"{t:>5} {d:>18.4g} {x:>18.4g} {r:>7.3f} {re:>14.3f} {1 / r:>13.3f}x")
+    print(f"{'T':>5} {'dense FLOPs/step':>18} {'drop FLOPs/step':>18} {'ratio':>7} {'encoder ratio':>14} {'bound speedup':>14} "
+          f"{'attention share dense/drop':>27}")
+    for t, d, x, r, re, ad, ax in rows:
+        print(f"{t:>5} {d:>18.4g} {x:>18.4g} {r:>7.3f} {re:>14.3f} {1 / r:>13.3f}x {100 * ad:>12.1f}% / {100 * ax:>5.1f}%")
     return 0
 
 
@@ -128,9 +159,11 @@ def cmd_finetune(a: argparse.Namespace) -> int:
     cfg = finetune_config(a.config, a.overrides, task=a.task, data=a.data)
     r = finetune(cfg, a.model, a.out, overwrite=a.overwrite)
     tr = r["train"]
+    saved = (f"model: {r['saved_model']}" if r.get("saved_model") else
+             "the fine-tuned model is not kept (--set save_model=true keeps it)")
     print(f"{r['task']}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
           + f"; {tr['steps']} steps, {tr['examples_per_s']:.1f} train examples/s on {r['device']} ({r['precision']})"
-          + f"; metrics: {a.out}/metrics.json")
+          + f"; metrics: {a.out}/metrics.json; {saved}")
     return 0
 
 
@@ -152,7 +185,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         from tokendrop.lab.bench.campaign import campaign_config, run_parts
 
         if not a.out:
-            raise SystemExit("error: bench --campaign needs --out DIR (where each part writes PART.json and PART.md)")
+            raise UsageError("bench --campaign needs --out DIR (where each part writes PART.json and PART.md)")
         ccfg = campaign_config(a.preset or ("dry" if a.dry_run else "gpu"), a.overrides, dry_run=a.dry_run)
         results = run_parts(ccfg, a.campaign, a.out, log=say)
         for r in results:
@@ -162,6 +195,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from tokendrop.lab.bench import format_text, make_preset, run_bench, write_results
     from tokendrop.lab.bench.report import check_results_path
     from tokendrop.config import ConfigError
+    from tokendrop.lab.bench.longctx import is_longctx_preset
 
     if a.threads is not None and a.threads <= 0:
         raise ConfigError(f"--threads: expected a positive number of threads, got {a.threads}")
@@ -173,15 +207,36 @@ def cmd_bench(a: argparse.Namespace) -> int:
     for flag in ("threads", "rounds", "warmup"):
         if getattr(a, flag) is not None:
             overrides.append(f"{flag}={getattr(a, flag)}")
+    in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
+    if is_longctx_preset(a.preset):  # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.bench.longctx)
+        return _bench_longctx(a, overrides, say, in_cli)
     if a.no_hf:
         overrides.append("hf=false")
     cfg = make_preset(a.preset, a.device, overrides)
-    in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
     command = "tokendrop " + shlex.join(sys.argv[1:]) if in_cli else f"tokendrop bench --device {cfg.device} --preset {cfg.name}"
     res = run_bench(cfg, profile_dir=a.profile, log=say, command=command)
     print(format_text(res))
     if a.json:
         j, md = write_results(res, a.json)
+        print(f"wrote {j} and {md}")
+    return 0
+
+
+def _bench_longctx(a: argparse.Namespace, overrides: list[str], say, in_cli: bool) -> int:
+    import shlex
+
+    from tokendrop.lab.bench.longctx import format_text, longctx_config, run_longctx, write_longctx
+
+    if a.profile:
+        from tokendrop.config import ConfigError
+
+        raise ConfigError("bench --profile: not with a long-context preset (each row records its memory and kernels)")
+    cfg = longctx_config(a.preset, overrides, a.device)
+    command = "tokendrop " + shlex.join(sys.argv[1:]) if in_cli else f"tokendrop bench --preset {a.preset}"
+    res = run_longctx(cfg, log=say, command=command)
+    print(format_text(res))
+    if a.json:
+        j, md = write_longctx(res, a.json)
         print(f"wrote {j} and {md}")
     return 0
 
@@ -224,8 +279,39 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     return 0
 
 
+class _Help(argparse.HelpFormatter):
+    """Descriptions wrapped to the terminal; epilogs (examples, notes: text with line breaks) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _examples(*lines: str, notes: str = "") -> str:
+    """An epilog: ``examples:`` and one command per line (tests/integration/cli parse each), then notes."""
+    return "examples:\n" + "".join(f"  {line}\n" for line in lines) + (f"\n{notes.strip()}\n" if notes else "")
+
+
+class _TaskList:
+    """The fine-tuning tasks, read from the task registry when ``--help`` is printed (not at every parse)."""
+
+    def __str__(self) -> str:
+        from tokendrop.finetune.tasks import TASK_ALIASES, TASKS
+
+        return ", ".join(TASKS) + " (aliases: " + ", ".join(f"{k}={v}" for k, v in TASK_ALIASES.items()) + ")"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tokendrop", description="Token dropping for faster BERT pretraining")
+    p = argparse.ArgumentParser(
+        prog="tokendrop", formatter_class=_Help,
+        description="Token dropping for faster BERT pretraining (Hou et al., ACL 2022): prepare data, pretrain or "
+                    "continue a checkpoint with or without token dropping, export to transformers, fine-tune.",
+        epilog=_examples("tokendrop prepare --corpus corpus.txt --out data/tiny --seq-len 64 --vocab-size 4000",
+                         "tokendrop pretrain --config tiny --out runs/tiny --set data.path=data/tiny",
+                         "tokendrop export runs/tiny models/tiny",
+                         notes="tokendrop COMMAND --help has each command's own examples; user errors exit 2."))
+    p.add_argument("--version", action="version", version=f"tokendrop {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
     for add in (_add_prepare, _add_pretrain, _add_finetune, _add_evaluate, _add_export, _add_flops, _add_bench,
                 _add_demo, _add_study, _add_inspect, _add_verify):  # one per command, in the help's order
@@ -237,7 +323,12 @@ def _add_prepare(sub) -> None:
     s = sub.add_parser("prepare", help="tokenize a corpus into packed (or unpacked) memory-mapped shards",
                        description="Tokenize a corpus into packed (or unpacked) memory-mapped shards, in parallel "
                        "work units; an interrupted prepare, run again with the same command, continues from the "
-                       "units it finished (kept in OUT.partial). The output is the same for any --workers.")
+                       "units it finished (kept in OUT.partial). The output is the same for any --workers.",
+                       formatter_class=_Help, epilog=_examples(
+                           "tokendrop prepare --corpus corpus.txt --out data/tiny --seq-len 64 --vocab-size 4000",
+                           "tokendrop prepare --corpus texts/ --out data/minilm-128 --seq-len 128 --tokenizer models/MiniLM",
+                           "tokendrop prepare --corpus docs.jsonl.gz --out data/bert-128 --seq-len 128 --vocab vocab.txt "
+                           "--text-field body"))
     s.add_argument("--corpus", nargs="+", required=True,
                    help="files, directories or globs: text (.txt) and JSONL (.jsonl), plain or compressed "
                         "(.gz, .bz2, .zst); Wikipedia dumps (.xml, .xml.bz2); Parquet (.parquet) and Arrow (.arrow) "
@@ -273,7 +364,29 @@ def _add_prepare(sub) -> None:
 
 
 def _add_pretrain(sub) -> None:
-    s = sub.add_parser("pretrain", help="pretrain a BERT with or without token dropping")
+    s = sub.add_parser(
+        "pretrain", help="pretrain a BERT with or without token dropping", formatter_class=_Help,
+        description="Pretrain (or continue pretraining, --init) a BERT or ModernBERT with or without token dropping. "
+                    "It first prints what it will do (model, source, whether tokens are dropped and the FLOP bound, "
+                    "data, length, warm-ups, batch, lr, device), then a progress bar on a terminal or one line per "
+                    "train.log_every steps anywhere else, and ends with the time of each phase; all of it also in "
+                    "RUN/log.txt.",
+        epilog=_examples(
+            "tokendrop pretrain --config tiny --out runs/tiny --set data.path=data/tiny",
+            "tokendrop pretrain --config tiny --out runs/tiny-drop --set data.path=data/tiny --set drop.method=cumulative",
+            "tokendrop pretrain --config tiny --out runs/tiny-20s --set data.path=data/tiny --set train.time_budget=20s",
+            "tokendrop pretrain --config continue --init models/MiniLM --out runs/minilm --set data.path=data/minilm-128 "
+            "--set train.steps=40 --set drop.method=cumulative",
+            "tokendrop pretrain --resume runs/tiny",
+            notes="""\
+run length: one of train.steps=40, train.tokens=2B, train.epochs=3 or train.time_budget=6h. A length
+  given on the command line replaces the preset's whatever its unit (a preset's replaces the one it
+  extends); two lengths on the command line are an error.
+MLM-head warm-up: a --init source without an MLM head (e.g. a sentence-transformers model) gets its
+  fresh head trained alone first, for train.head_warmup_share (0.5) of the run's steps but at most
+  train.head_warmup_steps (100); --set train.head_warmup_steps=0 skips it.
+trackers: train.report_to lists where metrics go besides RUN/metrics.jsonl: tensorboard (default),
+  wandb, mlflow (pip install 'tokendrop[trackers]'), e.g. --set 'train.report_to=["tensorboard","wandb"]'."""))
     _add_config_args(s, required=False)
     s.add_argument("--out", help="new run directory")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
@@ -285,34 +398,64 @@ def _add_pretrain(sub) -> None:
     s.add_argument("--resume-if-exists", action="store_true",
                    help="with --config and --out: resume --out if it has a checkpoint, else start it (over); a run "
                         "already finished exits 0. The launch a requeued job or torchrun --max-restarts repeats")
-    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--quiet", action="store_true", help="only warnings, errors and the result line on the console "
+                   "(for scripts); RUN/log.txt still has the banner, the interval lines and the summary")
     s.set_defaults(func=cmd_pretrain)
 
 
 def _add_finetune(sub) -> None:
-    s = sub.add_parser("finetune", help="fine-tune a pretrained model on a GLUE- or SQuAD-style task")
+    s = sub.add_parser(
+        "finetune", help="fine-tune a pretrained model on a GLUE- or SQuAD-style task", formatter_class=_Help,
+        description="Fine-tune a model on one task and score it on the task's dev split(s); OUT gets metrics.json "
+                    "and the dev predictions (and the model with --set save_model=true).",
+        epilog=_examples(
+            "tokendrop finetune --model runs/tiny --task sst2 --data glue/SST-2 --out runs/tiny-sst2",
+            "tokendrop finetune --model models/MiniLM --task squad1 --data squad --out runs/minilm-squad "
+            "--set epochs=2 --set lr=5e-5",
+            "tokendrop finetune --model runs/tiny --task mnli --data glue --out runs/tiny-mnli --config finetune-demo "
+            "--set finetune.save_model=true --set finetune.max_train_examples=2000",
+            notes="--set takes the fields of [finetune] (tokendrop.config.FinetuneConfig) as KEY=VALUE or "
+                  "finetune.KEY=VALUE:\n  epochs, lr, batch_size, max_seq_len, warmup_ratio, seed, save_model, "
+                  "max_train_examples, ... (docs/configuration.md)"))
     s.add_argument("--model", required=True, help="a tokendrop run/checkpoint dir or a Hugging Face BERT dir")
-    s.add_argument("--task", required=True)
-    s.add_argument("--data", required=True, help="the task's data directory")
+    task = s.add_argument("--task", required=True, metavar="TASK", help="one of %(tasks)s; custom: JSONL/CSV "
+                          "with named columns (text_a, text_b, label)")
+    task.tasks = _TaskList()  # argparse fills %(tasks)s from the action's attributes when help is printed
+    s.add_argument("--data", required=True, help="the task's data directory (GLUE: the task's folder or the GLUE "
+                   "root; SQuAD: the folder of train-v1.1.json / dev-v1.1.json)")
     s.add_argument("--out", required=True)
     s.add_argument("--overwrite", action="store_true", help="replace an existing --out (only tokendrop's finetune output)")
-    _add_config_args(s, required=False)
+    _add_config_args(s, required=False, example="epochs=2 (or finetune.epochs=2)", metavar="[finetune.]KEY=VALUE")
     s.set_defaults(func=cmd_finetune)
 
 
 def _add_evaluate(sub) -> None:
-    s = sub.add_parser("evaluate", help="the paper's fine-tuning protocol over models x tasks x grid")
+    s = sub.add_parser("evaluate", help="the paper's fine-tuning protocol over models x tasks x grid",
+                       formatter_class=_Help, epilog=_examples(
+                           "tokendrop evaluate --models runs/a runs/b --suite suite-tiny --out runs/eval "
+                           "--set glue_data=glue --set squad_data=squad",
+                           notes="--set takes the suite's fields (tokendrop.finetune.SuiteConfig): glue_data, "
+                                 "squad_data, tasks, glue_epochs, glue_lrs, finetune_seeds, glue.batch_size, ..."))
     s.add_argument("--models", nargs="+", required=True, help="run dirs (or model dirs)")
-    s.add_argument("--suite", required=True, help="configs/suite-NAME.toml")
+    s.add_argument("--suite", required=True, help="a suite preset (configs/suite-NAME.toml) or a .toml path")
     s.add_argument("--out", required=True)
-    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a suite field (repeatable), e.g. --set glue_data=glue")
     s.add_argument("--overwrite", action="store_true",
                    help="start over instead of continuing an existing --out (only tokendrop's evaluate output)")
     s.set_defaults(func=cmd_evaluate)
 
 
 def _add_export(sub) -> None:
-    s = sub.add_parser("export", help="export a checkpoint as a Hugging Face BERT directory")
+    s = sub.add_parser(
+        "export", help="export a checkpoint as a Hugging Face model directory (with a model card)", formatter_class=_Help,
+        description="Write a run's checkpoint as a transformers MLM directory of its family (BertForMaskedLM or "
+                    "ModernBertForMaskedLM): config.json, model.safetensors, the tokenizer and a model card "
+                    "(README.md: source, data, steps, method, final losses beside the data's unigram entropy).",
+        epilog=_examples("tokendrop export runs/tiny models/tiny",
+                         "tokendrop export runs/tiny/checkpoints/step-000020 models/tiny-20",
+                         notes="then: transformers.AutoModelForMaskedLM.from_pretrained('models/tiny'), or "
+                               "pipeline('fill-mask', model='models/tiny')"))
     s.add_argument("checkpoint", help="a run dir (latest checkpoint) or a checkpoint dir")
     s.add_argument("out_dir")
     s.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR (only tokendrop's export output)")
@@ -320,14 +463,22 @@ def _add_export(sub) -> None:
 
 
 def _add_flops(sub) -> None:
-    s = sub.add_parser("flops", help="print the analytic FLOPs of a config, dense vs dropping")
+    s = sub.add_parser("flops", help="print the analytic FLOPs of a config, dense vs dropping", formatter_class=_Help,
+                       epilog=_examples("tokendrop flops --config tiny --set drop.method=cumulative --seq-len 128",
+                                        "tokendrop flops --config continue --init models/MiniLM --set drop.method=cumulative"
+                                        " --seq-len 128 512"))
     _add_config_args(s)
+    s.add_argument("--init", metavar="SOURCE", help="the model's shape from this checkpoint (as pretrain --init); "
+                   "= --set model.init=SOURCE")
     s.add_argument("--seq-len", type=int, nargs="+", default=[128, 512])
     s.set_defaults(func=cmd_flops)
 
 
 def _add_bench(sub) -> None:
-    s = sub.add_parser("bench", help="step-time benchmark: dense vs dropping vs transformers; the GPU campaign")
+    s = sub.add_parser("bench", help="step-time benchmark: dense vs dropping vs transformers; the GPU campaign",
+                       formatter_class=_Help, epilog=_examples(
+                           "tokendrop bench --preset cpu-quick --json runs/bench/cpu-quick.json",
+                           "tokendrop bench --campaign all --dry-run --out runs/campaign-dry"))
     s.add_argument("--device", default=None, choices=["cpu", "cuda"], help="override the preset's device")
     s.add_argument("--preset", default="", help="configs/bench-NAME.toml or a .toml path (default: cpu-quick, "
                    "gpu-full with --device cuda); with --campaign configs/bench-campaign-NAME.toml (default: gpu, "
@@ -352,7 +503,9 @@ def _add_bench(sub) -> None:
 
 def _add_demo(sub) -> None:
     s = sub.add_parser("demo", help="the README's main job: continue pretraining MiniLM dense vs token drop, "
-                                    "fine-tune, compare")
+                                    "fine-tune, compare", formatter_class=_Help,
+                       epilog=_examples("tokendrop demo --out runs/demo", "tokendrop demo --out runs/demo-short --steps 16 "
+                                        "--seeds 1 --no-finetune"))
     s.add_argument("--out", default="runs/demo")
     s.add_argument("--steps", type=int, default=0, help="override the demo preset's steps")
     s.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per model")
@@ -366,8 +519,14 @@ def _add_demo(sub) -> None:
 
 
 def _add_study(sub) -> None:
-    s = sub.add_parser("study", help="the paper's study at small scale: all methods, seeds, evaluation, report")
-    _add_config_args(s)
+    s = sub.add_parser("study", help="the paper's study at small scale: all methods, seeds, evaluation, report",
+                       formatter_class=_Help, epilog=_examples(
+                           "tokendrop study --config study-tiny --out runs/study-tiny",
+                           "tokendrop study --config study-cpu --out runs/study-cpu --set 'corpus=[\"corpus.txt\"]' "
+                           "--set seeds=[0]",
+                           notes="--set takes the study's fields (tokendrop.lab.study.StudyConfig): corpus, seeds, "
+                                 "methods, base_overrides, suite, suite_overrides, ..."))
+    _add_config_args(s, example="seeds=[0]", metavar="KEY=VALUE")
     s.add_argument("--out", required=True)
     s.add_argument("--only", nargs="*", help="run only these methods")
     s.add_argument("--overwrite", action="store_true",
@@ -376,7 +535,8 @@ def _add_study(sub) -> None:
 
 
 def _add_inspect(sub) -> None:
-    s = sub.add_parser("inspect", help="importance histogram, top/bottom tokens and example sentences of a run")
+    s = sub.add_parser("inspect", help="importance histogram, top/bottom tokens and example sentences of a run",
+                       formatter_class=_Help, epilog=_examples("tokendrop inspect runs/tiny-drop --examples 4"))
     s.add_argument("run_dir")
     s.add_argument("--out", help="output directory (default RUN_DIR/inspect)")
     s.add_argument("--examples", type=int, default=6)
@@ -386,7 +546,8 @@ def _add_inspect(sub) -> None:
 
 def _add_verify(sub) -> None:
     s = sub.add_parser("verify", help="check any directory tokendrop writes in full (sha256): run, checkpoint, prepared "
-                                      "data, export, finetune, evaluate, study, bench campaign")
+                                      "data, export, finetune, evaluate, study, bench campaign", formatter_class=_Help,
+                       epilog=_examples("tokendrop verify runs/tiny", "tokendrop verify models/tiny"))
     s.add_argument("path", help="a run, checkpoint, prepared-data, exported (Hugging Face), finetune, evaluate, study or "
                                 "bench-campaign directory")
     s.set_defaults(func=cmd_verify)
@@ -437,7 +598,11 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import shlex
+
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command_line = "tokendrop " + shlex.join(argv)  # what a run's record and an export's model card keep
     import threading
 
     # SIGTERM unwinds like Ctrl-C (atomic outputs clean up); pretrain's own handler checkpoints first

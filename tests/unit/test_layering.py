@@ -162,7 +162,8 @@ def test_config_parsing_and_the_trainer_stay_low():
     model, no checkpoint reader: it reads no disk); the trainer never needs the benchmark."""
     graph = import_graph()
     assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.train.budget",
-                                                     "tokendrop.train.schedules", "tokendrop.config.model", "tokendrop.dropping.methods"}
+                                                     "tokendrop.train.schedules", "tokendrop.config.model", "tokendrop.config.layers",
+                                                     "tokendrop.dropping.methods"}
     assert not {m for m in _reachable(graph, "tokendrop.train.trainer") if m.startswith("tokendrop.lab.bench")}
 
 

@@ -37,6 +37,7 @@ from tokendrop.config.model import (
     ModelConfig,
 )
 from tokendrop.errors import ConfigError
+from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
 from tokendrop.dropping.methods import (
     DROP_METHODS,
     DROP_VARIANTS,
@@ -56,6 +57,8 @@ from tokendrop.train.schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS, train_re
 FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
 DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
 DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio
+# train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always written
+REPORT_TO = ("jsonl", "tensorboard", "wandb", "mlflow")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,8 +193,11 @@ class TrainConfig:
     # and AdamW state sharded over the ranks; sharded checkpoints).  tokendrop.train.parallel
     parallel: str = "ddp"
     # continued pretraining (model.init) from a source without an MLM head: train the freshly
-    # initialised head alone (encoder frozen) for this many steps before the schedule starts
+    # initialised head alone (encoder frozen) before the schedule starts, for head_warmup_steps
+    # steps but at most head_warmup_share of the run's train.steps (0 = not scaled; a time-budgeted
+    # run is not scaled); head_warmup_steps = 0: no warm-up (tokendrop.train.continued.head_warmup_plan)
     head_warmup_steps: int = 100
+    head_warmup_share: float = 0.5
     head_warmup_lr: float = 1e-3
     # a step whose gradient norm is not finite is skipped (no update; counted and logged); this many
     # in a row stop the run with an error (its weights are never saved as a checkpoint)
@@ -205,6 +211,10 @@ class TrainConfig:
     # the clock train.time_budget is measured with: "wall" (elapsed seconds) | "process" (CPU
     # seconds of the training process: fair between runs on a machine whose load changes)
     budget_clock: str = "wall"
+    # where metrics go besides metrics.jsonl (always written: resume, reports and verify read it;
+    # "jsonl" names it): "tensorboard" (RUN/tensorboard), "wandb", "mlflow" -- each tracker's own
+    # client, configured by its environment variables (tokendrop.runs.trackers)
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     # refuse, before anything is allocated or written, a model and batch whose parameters, AdamW
     # state and one micro-batch's activations cannot fit in the device's free memory
     # (tokendrop.train.memory: a floor estimate); false starts the run anyway
@@ -264,6 +274,9 @@ class TrainConfig:
             raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.head_warmup_steps < 0:
             raise ConfigError(f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}")
+        if not (math.isfinite(self.head_warmup_share) and 0.0 <= self.head_warmup_share <= 1.0):
+            raise ConfigError(f"train.head_warmup_share: expected a share of the run's steps in [0, 1] (0 = not "
+                              f"scaled), got {self.head_warmup_share}")
         if not (math.isfinite(self.head_warmup_lr) and self.head_warmup_lr > 0):
             raise ConfigError(f"train.head_warmup_lr: expected a positive learning rate, got {self.head_warmup_lr}")
         if not (math.isfinite(self.lr) and self.lr > 0):
@@ -284,6 +297,10 @@ class TrainConfig:
             raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
         if self.parallel not in ("ddp", "fsdp"):
             raise ConfigError(f"train.parallel: expected ddp or fsdp, got {self.parallel!r}")
+        bad = [t for t in self.report_to if t not in REPORT_TO]
+        if bad or len(set(self.report_to)) != len(self.report_to):
+            raise ConfigError(f"train.report_to: expected a list of distinct names among {', '.join(REPORT_TO)}, got "
+                              f"{self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else ""))
         if err := train_recipe_error(self):  # tokendrop.train.schedules: batch warm-up and budget clock
             raise ConfigError(err)
 
@@ -431,17 +448,7 @@ def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: 'extends' must be a string naming a preset or a .toml file")
     base = _read_toml(resolve_preset(parent, path.parent), seen + (path,))
-    return _deep_merge(base, data)
-
-
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = v
-    return out
+    return merge_layer(base, data)
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:
@@ -522,16 +529,19 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
     (``tokendrop.models.source.resolve_model_init``; an explicitly given shape field that contradicts
     the source is an error then).  A run's own config.toml records the resolved shape.
     """
-    data = _deep_merge({}, data)
+    layer: dict[str, Any] = {}  # the overrides: one layer over ``data`` (``merge_layer``)
     for item in overrides:
         keys, value = _parse_override(item)
-        node = data
+        node, above = layer, data
         for k in keys[:-1]:
+            above = above.get(k, {}) if isinstance(above, dict) else {}
+            if not isinstance(above, dict):
+                raise ConfigError(f"override {item!r}: {k!r} is not a section")
             node = node.setdefault(k, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {k!r} is not a section")
         node[keys[-1]] = value
-    obj = _build(cls, data, "")
+    obj = _build(cls, merge_layer(data, layer), "")
     if hasattr(obj, "validate"):
         obj.validate()
     return obj

@@ -32,12 +32,30 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "modern-tiny": dict(num_layers=4, hidden_size=64, num_heads=2, intermediate_size=96, local_attention=64,
                         max_position_embeddings=512, **_MODERN),  # tests and the golden curve
 }
-MODEL_FAMILIES = ("bert", "modernbert")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 DOCUMENT_ATTENTION = ("auto", "on", "off")
 CLASSIFIER_POOLING = ("cls", "mean")
+
+
+@dataclass(frozen=True)
+class FamilySchema:
+    """What the ``[model]`` section knows of an encoder family, as data (a config is parsed without
+    the models; the family itself -- classes, HF adapter, FLOP facts -- is its ``FamilySpec`` in
+    ``tokendrop.models.families``, whose table a test keeps equal to this one's names)."""
+
+    document_attention: bool  # model.document_attention = "auto" means per-document attention (MLM)
+    rotary: bool  # rotary positions: the head size must be even
+    classifier_pooling: tuple[str, ...]  # what its sequence classifier may pool
+
+
+MODEL_FAMILIES: dict[str, FamilySchema] = {
+    "bert": FamilySchema(document_attention=False, rotary=False, classifier_pooling=("cls",)),  # its pooler reads [CLS]
+    "modernbert": FamilySchema(document_attention=True, rotary=True, classifier_pooling=CLASSIFIER_POOLING),
+}
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")  # how attention runs (tokendrop.models.attention)
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
+# the rotary bases a ModelConfig leaving them at 0 gets (answerdotai/ModernBERT's, and transformers')
+ROPE_THETAS = {"global_rope_theta": 160000.0, "local_rope_theta": 10000.0}
 
 
 @dataclass
@@ -78,7 +96,8 @@ class ModelConfig:
     # pre-LN without biases, GeGLU, rotary positions, alternating global / sliding-window attention)
     family: str = "bert"
     # packed rows: each token attends only within its own document (its [SEP] included);
-    # auto = on for modernbert (as ModernBERT trains), off for bert.  MLM pretraining/eval only.
+    # auto = the family's default (MODEL_FAMILIES: on for modernbert, as ModernBERT trains; off for
+    # bert).  MLM pretraining/eval only.
     document_attention: str = "auto"
     # modernbert only (transformers.ModernBertConfig names): rotary bases of the global and the
     # sliding-window layers; the window (a token sees keys within local_attention // 2 positions on
@@ -90,8 +109,12 @@ class ModelConfig:
     # "sdpa"; "flex" = FlexAttention for every document / window mask (needs attention_dropout = 0;
     # off CUDA it runs unfused, for checks only)
     attention_backend: str = "auto"
-    global_rope_theta: float = 160000.0
-    local_rope_theta: float = 10000.0
+    # rotary bases: 0 = ModernBERT's (160000 global, 10000 local), or with ``init`` the source's.  With
+    # ``init`` (a modernbert source) a value given here, like a larger max_position_embeddings, is a
+    # position extension (docs/design.md §2.8): e.g. continued pretraining at T = 2048 from a
+    # 512-position checkpoint with global_rope_theta = 160000, as ModernBERT's own long-context phase
+    global_rope_theta: float = 0.0
+    local_rope_theta: float = 0.0
     local_attention: int = 128
     global_attn_every_n_layers: int = 3
     layer_types: list[str] = field(default_factory=list)
@@ -117,6 +140,9 @@ class ModelConfig:
                 setattr(self, k, v)
         if not self.intermediate_size:
             self.intermediate_size = 4 * self.hidden_size
+        for name, value in ROPE_THETAS.items():
+            if not getattr(self, name):
+                setattr(self, name, value)
         self.preset = ""
 
     def resolved_layer_types(self) -> list[str]:
@@ -129,8 +155,9 @@ class ModelConfig:
 
     @property
     def shape_pending(self) -> bool:
-        """``init`` names a source whose shape has not been resolved into these fields yet."""
-        return bool(self.init) and 0 in (self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size)
+        """``init`` names a source whose shape (or rotary bases) has not been resolved into these fields yet."""
+        return bool(self.init) and 0 in (self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size,
+                                         self.global_rope_theta, self.local_rope_theta)
 
     @property
     def resolved(self) -> bool:
@@ -139,10 +166,18 @@ class ModelConfig:
 
     @property
     def uses_document_attention(self) -> bool:
-        """Per-document attention in MLM pretraining (``document_attention`` with auto resolved)."""
+        """Per-document attention in MLM pretraining (``document_attention`` with auto resolved: the
+        family's default)."""
         if self.document_attention == "auto":
-            return self.family == "modernbert"
+            return self.schema.document_attention
         return self.document_attention == "on"
+
+    @property
+    def schema(self) -> FamilySchema:
+        """The family's entry of :data:`MODEL_FAMILIES` (an unknown family: the one-line ConfigError)."""
+        if self.family not in MODEL_FAMILIES:
+            raise ConfigError(f"model.family: unknown family {self.family!r}; expected one of {', '.join(MODEL_FAMILIES)}")
+        return MODEL_FAMILIES[self.family]
 
     def validate(self) -> None:
         if self.vocab_size < 0:
@@ -172,26 +207,25 @@ class ModelConfig:
         for name in ("global_rope_theta", "local_rope_theta"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ConfigError(f"model.{name}: expected a positive rotary base, got {getattr(self, name)}")
-        if self.family == "modernbert" and (self.hidden_size // self.num_heads) % 2:
+        if self.schema.rotary and (self.hidden_size // self.num_heads) % 2:
             raise ConfigError(f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be even for "
-                              "rotary positions (family modernbert)")
+                              f"rotary positions (family {self.family})")
 
     def _validate_settings(self) -> None:
         """The checks that do not need the shape (all of them run on a config whose shape is pending)."""
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name}: expected a probability in [0, 1), got {getattr(self, name)}")
-        if self.family not in MODEL_FAMILIES:
-            raise ConfigError(f"model.family: unknown family {self.family!r}; expected one of {', '.join(MODEL_FAMILIES)}")
+        schema = self.schema
         if self.document_attention not in DOCUMENT_ATTENTION:
             raise ConfigError(f"model.document_attention: expected one of {', '.join(DOCUMENT_ATTENTION)}, "
                               f"got {self.document_attention!r}")
         if self.classifier_pooling not in CLASSIFIER_POOLING:
             raise ConfigError(f"model.classifier_pooling: expected one of {', '.join(CLASSIFIER_POOLING)}, "
                               f"got {self.classifier_pooling!r}")
-        if self.family == "bert" and self.classifier_pooling != "cls":
-            raise ConfigError(f"model.classifier_pooling: {self.classifier_pooling!r} is for family modernbert; BERT "
-                              "classifies from its pooler ([CLS]): use \"cls\"")
+        if self.classifier_pooling not in schema.classifier_pooling:
+            raise ConfigError(f"model.classifier_pooling: family {self.family} classifies with "
+                              f"{' or '.join(map(repr, schema.classifier_pooling))} only, not {self.classifier_pooling!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(f"model.attention_backend: expected one of {', '.join(ATTENTION_BACKENDS)}, "
                               f"got {self.attention_backend!r}")

@@ -171,3 +171,30 @@ def cut_to_rate(b: dict[str, np.ndarray], rate: float, num_slots: int) -> dict[s
     kept = np.take_along_axis(keep, order, axis=1)
     return {"input_ids": inp, "mlm_positions": np.take_along_axis(pos, order, axis=1) * kept,
             "mlm_labels": np.take_along_axis(lab, order, axis=1) * kept, "mlm_weights": kept.astype(np.float32)}
+
+
+def unigram_entropy(counts: np.ndarray, special_ids: dict[str, int] | Iterable[int] = ()) -> float | None:
+    """The entropy (nats) of the corpus's token frequencies, special ids left out: the MLM loss of a
+    model that predicts every masked token by its frequency alone, the level a trained MLM must get
+    below.  ``counts``: per-id counts (``PreparedData.token_counts``); None when they are all zero."""
+    c = np.asarray(counts, dtype=np.float64).copy()
+    ids = special_ids.values() if isinstance(special_ids, dict) else special_ids
+    for i in ids:
+        if 0 <= int(i) < len(c):
+            c[int(i)] = 0.0
+    total = c.sum()
+    if total <= 0:
+        return None
+    p = c[c > 0] / total
+    return float(-(p * np.log(p)).sum())
+
+
+def unigram_note(loss: float, entropy: float | None) -> str:
+    """What an MLM loss means beside the unigram entropy of the data (the loss of predicting every
+    masked token by its corpus frequency alone)."""
+    if entropy is None or not math.isfinite(loss):
+        return ""
+    if loss < entropy:
+        return f"unigram entropy {entropy:.3f} nats: {entropy - loss:.3f} below it"
+    return (f"unigram entropy {entropy:.3f} nats: NOT below it yet -- the model predicts masked tokens no better "
+            "than their corpus frequencies")

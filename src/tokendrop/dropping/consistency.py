@@ -20,16 +20,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 
 def cls_kl(dense: Tensor, dropped: Tensor) -> Tensor:
-    """sum_b KL(softmax(dense_b) || softmax(dropped_b)) over the last dimension, in fp32 (a 0-dim
-    tensor); dense/dropped: (B, d) [CLS] states.  The ScTD code's ``F.kl_div(log q, p, "sum")``, with p
-    passed as log-probabilities (the same value; a probability that underflows to 0 then gives no
-    NaN gradient through the target)."""
-    return F.kl_div(F.log_softmax(dropped.float(), dim=-1), F.log_softmax(dense.float(), dim=-1), reduction="sum",
+    """sum_b KL(softmax(dense_b) || softmax(dropped_b)) over the last dimension, in fp32 (float64
+    stays float64; a 0-dim tensor); dense/dropped: (B, d) [CLS] states.  The ScTD code's
+    ``F.kl_div(log q, p, "sum")``, with p passed as log-probabilities (the same value; a probability
+    that underflows to 0 then gives no NaN gradient through the target)."""
+    dtype = torch.promote_types(dropped.dtype, torch.float32)
+    return F.kl_div(F.log_softmax(dropped.to(dtype), dim=-1), F.log_softmax(dense.to(dtype), dim=-1), reduction="sum",
                     log_target=True)
 
 

@@ -46,21 +46,43 @@ def scatter_rows(base: Tensor, rows: Tensor, keep_idx: Tensor) -> Tensor:
     return flat.index_copy(0, flat_index(keep_idx, t), src).reshape(base.shape)
 
 
-def avg_pool_rows(x: Tensor) -> Tensor:
-    """(B, T, d) -> (B, ceil(T/2), d): mean of rows (2i, 2i+1); an odd last row stays as is."""
-    b, t, d = x.shape
-    if t % 2:
-        x = torch.cat([x, x[:, -1:]], dim=1)
-    return x.reshape(b, -1, 2, d).mean(dim=2)
+def _pairs(t: Tensor) -> Tensor:
+    """(B, T, ...) -> (B, ceil(T/2), 2, ...): rows (2i, 2i+1); an odd last row paired with itself."""
+    if t.shape[1] % 2:
+        t = torch.cat([t, t[:, -1:]], dim=1)
+    return t.reshape(t.shape[0], -1, 2, *t.shape[2:])
+
+
+def avg_pool_rows(x: Tensor, valid: Tensor | None = None) -> Tensor:
+    """(B, T, d) -> (B, ceil(T/2), d): mean of rows (2i, 2i+1); an odd last row stays as is.
+
+    ``valid`` (B, T) 1/0 (padding): the mean of a pair's *valid* rows -- a (real, [PAD]) pair pools
+    to its real row alone, exactly as that row would pool at the end of an unpadded odd-length row,
+    so padding never enters a real row (docs/design.md §2.2); a pair of two [PAD] rows is their mean."""
+    pairs = _pairs(x)  # (B, T', 2, d)
+    mean = pairs.mean(dim=2)
+    if valid is None:
+        return mean
+    v = _pairs(valid).to(torch.bool)  # (B, T', 2)
+    one = torch.where(v[:, :, :1], pairs[:, :, 0], pairs[:, :, 1])  # the pair's valid row (when one is)
+    return torch.where((v[:, :, 0] == v[:, :, 1])[:, :, None], mean, one)
 
 
 def avg_pool_mask(mask: Tensor) -> Tensor:
-    """(B, T) 1/0 attention mask -> (B, ceil(T/2)): a pooled row is valid only if both its rows are
-    (min pooling, as Funnel-Transformer pools its attention mask; docs/design.md §2.2)."""
-    b, t = mask.shape
-    if t % 2:
-        mask = torch.cat([mask, mask[:, -1:]], dim=1)
-    return mask.reshape(b, -1, 2).amin(dim=2)
+    """(B, T) 1/0 attention mask -> (B, ceil(T/2)): a pooled row is valid if either of its rows is
+    (max pooling: with :func:`avg_pool_rows`'s validity weights such a row is a real row's state;
+    docs/design.md §2.2)."""
+    return _pairs(mask).amax(dim=2)
+
+
+def first_valid_row(t: Tensor, valid: Tensor | None) -> Tensor:
+    """(B or 1, T) per-row values -> (B or 1, ceil(T/2)): each pair's first row's value, or its
+    second's when only that one is valid (``valid`` (B, T) 1/0 or None)."""
+    if valid is None:
+        return t[:, ::2]
+    v = _pairs(valid).to(torch.bool)
+    p = _pairs(t.expand(valid.shape[0], -1))
+    return torch.where(v[:, :, 0] | ~v[:, :, 1], p[:, :, 0], p[:, :, 1])
 
 
 def upsample_rows(x: Tensor, seq_len: int) -> Tensor:
@@ -89,10 +111,10 @@ class Rows:
         return Rows(g(self.valid), g(self.doc), g(self.pos), g(self.at))
 
     def pooled(self) -> "Rows":
-        """avg variant: a pooled row is valid if both its rows are; its document, position and
-        index are its first row's."""
+        """avg variant (:func:`avg_pool_rows`): a pooled row is valid if either of its rows is; its
+        document, position and index are its first valid row's (its first row's when none is)."""
         def first(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t[:, ::2]
+            return None if t is None else first_valid_row(t, self.valid)
 
         return Rows(None if self.valid is None else avg_pool_mask(self.valid), first(self.doc), first(self.pos),
                     first(self.at))
@@ -138,7 +160,7 @@ def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: T
             kept = rows.gather(keep)
             x = scatter_rows(x, call(layer, gather_rows(x, keep), None, kept, kept), keep)
     elif span.variant == "avg":
-        h = avg_pool_rows(x_in)  # (B, T', d), T' = ceil(T/2)
+        h = avg_pool_rows(x_in, rows.valid)  # (B, T', d), T' = ceil(T/2); padding never pooled into a real row
         pooled = rows.pooled()
         h = call(half[0], h, x_in, pooled, rows)
         for layer in half[1:]:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from tokendrop.config import DropConfig, ModelConfig
 from tokendrop.models.families import spec_of
-from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.dropping.random_ltd import kept_rows
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -94,6 +94,7 @@ class StepFlops:
     encoder: int  # forward, per sequence
     head: int  # forward, per sequence (MLM head on P slots)
     batch_size: int
+    attention: int = 0  # forward, per sequence: the encoder's score and weighted-value products (in ``encoder``)
 
     @property
     def forward(self) -> int:
@@ -107,6 +108,11 @@ class StepFlops:
     @property
     def encoder_total(self) -> int:
         return 3 * self.encoder * self.batch_size
+
+    @property
+    def attention_share(self) -> float:
+        """The attention products' share of the step's FLOPs (forward and backward alike)."""
+        return self.attention / (self.encoder + self.head)
 
 
 def step_flops(
@@ -123,21 +129,26 @@ def step_flops(
 
     ``num_predictions``: P, the MLM head's rows (default round(0.15 T)); ``masked_dense_local``:
     count sliding-window layers as full attention (module docstring); ``kept``: M, the rows kept
-    in the span (default ``drop.num_kept(T)``; random_ltd: the schedule's first value)."""
+    in the span (default: the first step's, ``random_ltd.kept_rows``)."""
     d, f, t, layers = model.hidden_size, model.intermediate_size, seq_len, model.num_layers
     glu = spec_of(model).glu_ffn
     types = layer_types(model)
     p = round(0.15 * t) if num_predictions is None else num_predictions
 
+    attn = 0
+
     def cost(i: int, n: int, kv: int) -> int:
-        return layer_flops(n, kv, d, f, keys_per_query(model, types[i], kv, t, masked_dense_local), glu)
+        nonlocal attn
+        k = keys_per_query(model, types[i], kv, t, masked_dense_local)
+        attn += 4 * n * k * d
+        return layer_flops(n, kv, d, f, k, glu)
 
     enc = 0
     if drop is None or not drop.enabled or not dropping:
         enc = sum(cost(i, t, t) for i in range(layers))
     else:
         start, end = drop.span(layers)
-        m = kept if kept is not None else ltd_kept(drop, t, 0, 1) if drop.per_layer else drop.num_kept(t)
+        m = kept if kept is not None else kept_rows(drop, t)
         for i in range(layers):
             if i < start or i >= end:
                 enc += cost(i, t, t)
@@ -148,7 +159,7 @@ def step_flops(
             else:
                 enc += cost(i, m, m)
     head = 2 * p * d * d + 2 * p * d * model.vocab_size  # dense d -> d, then the decoder d -> V
-    return StepFlops(encoder=enc, head=head, batch_size=batch_size)
+    return StepFlops(encoder=enc, head=head, batch_size=batch_size, attention=attn)
 
 
 def consistency_flops(model: ModelConfig, seq_len: int, batch_size: int = 1, masked_dense_local: bool = False) -> int:
@@ -170,9 +181,8 @@ def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop:
         return cache[m]
 
     extra = consistency_flops(model, seq_len, batch_size) if drop.consistency_weight > 0 else 0
-    fixed = None if drop.per_layer else at(drop.num_kept(seq_len))
-    return [(at(ltd_kept(drop, seq_len, k, train_steps)) if fixed is None else fixed)
-            + (extra if k % drop.consistency_every == 0 else 0) for k in range(train_steps)]
+    return [at(kept_rows(drop, seq_len, k, train_steps)) + (extra if k % drop.consistency_every == 0 else 0)
+            for k in range(train_steps)]
 
 
 class RunFlops:

@@ -11,10 +11,9 @@ Corrections to the public reference implementation (docs/design.md §3), all del
   every update;
 * under ``torch.distributed`` the sums and counts are all-reduced so every rank holds the same ``m``.
 
-Methods: ``cumulative`` (the paper's), ``half_random`` (last J = int(0.05 T) of the top-M replaced
-by J positions drawn from ranks M-J+1..T; [PAD] drawn last, pinned ids always drawn), ``random`` (M uniform among non-pinned positions,
-pinned always kept, [PAD] dropped first), ``frequency`` (static: rarer ids first), ``random_ltd``
-(:meth:`TokenSelector.select_layers`: a uniform draw per half layer, nothing pinned, [PAD] last).
+How each ``drop.method`` selects is its row of ``tokendrop.dropping.methods.METHODS``
+(:class:`~tokendrop.dropping.methods.SelectionMethod`); the selector computes the position scores,
+the kept count for the batch's length and the random source, and dispatches through the row.
 Everything stays on the device: no host synchronisation in ``select`` or ``update``.
 """
 
@@ -27,18 +26,21 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from tokendrop.config import LOSS_METHODS, METHODS, ConfigError, DropConfig
-from tokendrop.dropping.random_ltd import sample_layers
-
-PIN_HIGH = 1e4
-PIN_LOW = -1e4
+from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig, Uniform
+from tokendrop.errors import ConfigError
 
 
-def stable_topk_positions(scores: Tensor, m: int) -> Tensor:
-    """(B, T) scores -> (B, M) positions of the M highest scores, ties to the earlier position,
-    returned in ascending position order."""
-    order = torch.sort(scores, dim=1, descending=True, stable=True).indices  # (B, T) rank -> position
-    return order[:, :m].sort(dim=1).values
+def pinned_ids(drop, vocab: list[str]) -> list[int]:
+    """The ids of ``drop.pinned_tokens`` in ``vocab`` (the tokens by id); ConfigError for one not in it."""
+    if not drop.pinned_tokens:
+        return []
+    index = {t: i for i, t in enumerate(vocab) if t}
+    out = []
+    for tok in drop.pinned_tokens:
+        if tok not in index:
+            raise ConfigError(f"drop.pinned_tokens: {tok!r} is not in the vocabulary")
+        out.append(index[tok])
+    return out
 
 
 def build_selector(drop: DropConfig, vocab_size: int, special_ids: Mapping[str, int], seq_len: int,
@@ -50,7 +52,7 @@ def build_selector(drop: DropConfig, vocab_size: int, special_ids: Mapping[str, 
     ``counts`` the per-id corpus counts (array or tensor; used by ``method = "frequency"`` only, which
     needs them), ``seed`` the random methods' generator seed; on ``device`` when given."""
     sel = TokenSelector(drop, vocab_size, dict(special_ids), seq_len, list(pinned_ids),
-                        counts if METHODS[drop.method].needs_counts else None, seed=seed)
+                        counts if drop.selection.needs_counts else None, seed=seed)
     return sel if device is None else sel.to(device)
 
 
@@ -69,12 +71,13 @@ class TokenSelector(nn.Module):
     ):
         super().__init__()
         self.method = drop.method
+        self.selection = drop.selection  # the registry row: what the method is and how it selects
         self.beta = drop.beta
         self.keep_mlm_targets = drop.keep_mlm_targets
         self.seq_len = seq_len
         self._drop = drop
         self.num_kept = drop.num_kept(seq_len)
-        self.num_random = int(drop.half_random_frac * seq_len) if drop.method == "half_random" else 0
+        self.num_random = self.selection.random_slots(drop, seq_len)
         if self.num_random > self.num_kept:  # DropConfig.validate refuses this for every T; a direct caller too
             raise ConfigError(f"drop.half_random_frac: {self.num_random} random slots exceed the {self.num_kept} kept "
                               f"positions of T={seq_len} at drop.rate={drop.rate}; lower half_random_frac or drop.rate")
@@ -82,14 +85,7 @@ class TokenSelector(nn.Module):
         pinned += list(extra_pinned_ids or [])
         self.register_buffer("pinned_ids", torch.tensor(sorted(set(pinned)), dtype=torch.long), persistent=False)
         self.pad_id = special_ids.get("pad", -1)
-        m = torch.full((vocab_size,), float(drop.init_score), dtype=torch.float32)
-        if drop.method == "frequency":
-            if counts is None:
-                raise ConfigError("drop.method: 'frequency' needs token counts (drop.counts_path or the prepared data's counts)")
-            counts = torch.as_tensor(counts, dtype=torch.float64)
-            if counts.shape != (vocab_size,):
-                raise ConfigError(f"drop.counts_path: expected {vocab_size} counts, got shape {tuple(counts.shape)}")
-            m = (-torch.log1p(counts)).float()  # rarer -> higher score
+        m = self.selection.initial_scores(drop, vocab_size, counts)
         self.register_buffer("scores", m)  # the vector m
         self._repin()
         self.generator: torch.Generator | None = None
@@ -132,37 +128,28 @@ class TokenSelector(nn.Module):
             s = s.scatter(1, mlm_positions, pin)
         return s
 
+    def _uniform(self, device: torch.device) -> Uniform:
+        """U[0, 1) draws of a given shape from the selector's generator on ``device`` (made on first use)."""
+        def draw(shape: tuple[int, ...]) -> Tensor:
+            return torch.rand(shape, generator=self._gen(device), device=device)
+
+        return draw
+
     @torch.no_grad()
     def select(self, input_ids: Tensor, mlm_positions: Tensor | None = None, mlm_weights: Tensor | None = None) -> Tensor:
-        """input_ids (B, T) -> keep_idx (B, M), ascending."""
-        b, t = input_ids.shape
-        m, j = self.num_kept, self.num_random
-        if t != self.seq_len:  # a sequence-length warm-up's shorter pieces: the same rate of them
-            m, j = self._drop.num_kept(t), (int(self._drop.half_random_frac * t) if j else 0)
+        """input_ids (B, T) -> keep_idx (B, M), ascending (the method's ``select``)."""
+        t = input_ids.shape[1]
+        kept = self.num_kept if t == self.seq_len else self._drop.num_kept(t)  # a warm-up's shorter pieces: the same rate
         s = self.position_scores(input_ids, mlm_positions, mlm_weights)
-        if self.method == "random":
-            u = torch.rand((b, t), generator=self._gen(input_ids.device), device=input_ids.device)
-            s = torch.where(s >= PIN_HIGH, 2.0, torch.where(s <= PIN_LOW, -1.0, u))
-            return stable_topk_positions(s, m)
-        if self.method != "half_random" or j == 0:
-            return stable_topk_positions(s, m)
-        order = torch.sort(s, dim=1, descending=True, stable=True).indices  # (B, T)
-        head = order[:, : m - j]  # deterministic part: ranks 1..M-J
-        pool = order[:, m - j :]  # ranks M-J+1..T
-        u = torch.rand(pool.shape, generator=self._gen(input_ids.device), device=input_ids.device)
-        pool_s = s.gather(1, pool)
-        u = torch.where(pool_s >= PIN_HIGH, -1.0, u)  # pinned rows in the pool stay kept
-        u = torch.where(pool_s <= PIN_LOW, 2.0, u)  # [PAD] is drawn last
-        pick = torch.argsort(u, dim=1)[:, :j]  # J distinct draws from the pool
-        return torch.cat([head, pool.gather(1, pick)], dim=1).sort(dim=1).values
+        return self.selection.select(s, kept, self._drop, self._uniform(input_ids.device))
 
     @torch.no_grad()
     def select_layers(self, input_ids: Tensor, kept: int, num_layers: int) -> Tensor:
-        """random_ltd: input_ids (B, T) -> keep_idx (S, B, M), one ascending uniform draw of ``kept``
-        positions per half layer and sequence (``tokendrop.dropping.random_ltd.sample_layers``)."""
-        b, t = input_ids.shape
+        """A per-layer method (random_ltd): input_ids (B, T) -> keep_idx (S, B, M), ``kept`` ascending
+        positions per half layer and sequence (the method's ``select_layers``)."""
         pad = input_ids == self.pad_id if self.pad_id >= 0 else None
-        return sample_layers(num_layers, b, t, kept, self._gen(input_ids.device), input_ids.device, pad)
+        return self.selection.select_layers(tuple(input_ids.shape), pad, kept, num_layers,
+                                            self._uniform(input_ids.device))
 
     # -- update -----------------------------------------------------------------------------------
 
@@ -174,7 +161,7 @@ class TokenSelector(nn.Module):
         valid: a 0-dim bool tensor (same on every rank); False leaves ``m`` unchanged (a skipped,
         non-finite step), decided on the device without a host synchronisation.
         """
-        if self.method not in LOSS_METHODS:
+        if not self.selection.learns_from_loss:
             return
         v = self.scores.numel()
         ids = labels.reshape(-1)

@@ -1,20 +1,49 @@
-"""Token dropping's configuration: the registry of selection methods (:data:`METHODS`, what each
-method is) and the ``[drop]`` section of a config (docs/design.md §2.2-2.3, §2.10, §2.11).
+"""Token dropping's selection methods and its configuration: the registry :data:`METHODS` (what each
+``drop.method`` is and how it chooses the kept rows) and the ``[drop]`` section of a config
+(docs/design.md §2.2-2.3, §2.10, §2.11).
+
+Each row of :data:`METHODS` is a :class:`SelectionMethod`: the facts other code asks (drops, learns
+from the loss, random, per layer, needs counts) and the method's behaviour (its importance vector's
+start, any check of its own on ``[drop]``, and :meth:`~SelectionMethod.select` /
+:meth:`~SelectionMethod.select_layers`).  ``tokendrop.dropping.importance.TokenSelector`` holds the
+vector and the random generator and dispatches through the row; a new method is one row.
+
+Selection works on (B, T) position scores (``m[input_id]``, pinned ids at +/-1e4) and returns the
+kept positions in ascending order; random draws come from a ``uniform(shape)`` the selector passes
+in (its seeded generator, on the batch's device).  Nothing here waits on the host.
 
 ``tokendrop.config`` assembles the sections into a ``Config`` and loads them from TOML."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor
 
 from tokendrop.errors import ConfigError
+
+PIN_HIGH = 1e4  # the score of an id that is always kept ([CLS], [SEP], [MASK], drop.pinned_tokens)
+PIN_LOW = -1e4  # the score of [PAD]: dropped first
+
+Uniform = Callable[[tuple[int, ...]], Tensor]  # shape -> U[0, 1) draws from the selector's generator
+
+
+def stable_topk_positions(scores: Tensor, m: int) -> Tensor:
+    """(B, T) scores -> (B, M) positions of the M highest scores, ties to the earlier position,
+    returned in ascending position order."""
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices  # (B, T) rank -> position
+    return order[:, :m].sort(dim=1).values
 
 
 @dataclass(frozen=True)
 class SelectionMethod:
-    """What a ``drop.method`` is, asked here rather than by comparing names: a new method is one row
-    of :data:`METHODS` (plus its selection code in ``tokendrop.dropping.importance`` / ``tokendrop.dropping.random_ltd``)."""
+    """A ``drop.method``: the facts other code asks (rather than comparing names) and the behaviour
+    ``TokenSelector`` dispatches to.  This base keeps the top-M scores of an importance vector that
+    starts at ``drop.init_score`` everywhere; a method that differs overrides what differs."""
 
     name: str
     drops: bool = True  # keeps fewer than T tokens in the middle layers ("none": the dense baseline)
@@ -22,20 +51,120 @@ class SelectionMethod:
     random: bool = False  # draws from the selector's seeded generator
     per_layer: bool = False  # a kept subset of its own in every middle layer (docs/design.md §2.10)
     needs_counts: bool = False  # reads the corpus token counts (drop.counts_path or the prepared data's)
+    reads_scores: ClassVar[bool] = True  # the selection ranks by the importance vector (False: a uniform draw)
 
+    def check(self, drop: DropConfig) -> None:
+        """The method's own checks of the ``[drop]`` section (``DropConfig.validate`` calls them)."""
+
+    def random_slots(self, drop: DropConfig, seq_len: int) -> int:
+        """J: how many of the M kept positions of a length-``seq_len`` sequence are drawn at random."""
+        return 0
+
+    def initial_scores(self, drop: DropConfig, vocab_size: int, counts: Tensor | None) -> Tensor:
+        """The importance vector m (V,) fp32 before any update (pins are the selector's)."""
+        return torch.full((vocab_size,), float(drop.init_score), dtype=torch.float32)
+
+    def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
+        """(B, T) position scores -> (B, M = ``kept``) ascending positions: the top-M scores, ties to
+        the earlier position (the paper's selection)."""
+        return stable_topk_positions(scores, kept)
+
+    def select_layers(self, shape: tuple[int, int], pad_mask: Tensor | None, kept: int, num_layers: int,
+                      uniform: Uniform) -> Tensor:
+        """A per-layer method: (S = ``num_layers``, B, M = ``kept``) ascending positions, a subset of
+        its own for every half layer of a (B, T) = ``shape`` batch; ``pad_mask`` (B, T) True at [PAD]."""
+        raise TypeError(f"drop.method {self.name!r} keeps one subset for the whole span (select), not one per layer")
+
+
+class HalfRandom(SelectionMethod):
+    """``half_random``: the last J = int(half_random_frac T) of the top-M replaced by J positions drawn
+    uniformly without replacement from ranks M-J+1..T; pinned ids in that pool are always drawn,
+    [PAD] is drawn last."""
+
+    def check(self, drop: DropConfig) -> None:
+        if drop.half_random_frac > 1.0 - drop.rate:
+            # J = int(frac T) random slots must fit in the M = round((1 - rate) T) kept ones, for every T
+            raise ConfigError(
+                f"drop.half_random_frac: {drop.half_random_frac} random slots per token is more than the kept share "
+                f"1 - drop.rate = {1.0 - drop.rate:g}; expected half_random_frac <= {1.0 - drop.rate:g} "
+                "(lower drop.half_random_frac or drop.rate)")
+
+    def random_slots(self, drop: DropConfig, seq_len: int) -> int:
+        return int(drop.half_random_frac * seq_len)
+
+    def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
+        m, j = kept, self.random_slots(drop, scores.shape[1])
+        if j == 0:
+            return stable_topk_positions(scores, m)
+        order = torch.sort(scores, dim=1, descending=True, stable=True).indices  # (B, T)
+        head = order[:, : m - j]  # deterministic part: ranks 1..M-J
+        pool = order[:, m - j :]  # ranks M-J+1..T
+        u = uniform(pool.shape)
+        pool_s = scores.gather(1, pool)
+        u = torch.where(pool_s >= PIN_HIGH, -1.0, u)  # pinned rows in the pool stay kept
+        u = torch.where(pool_s <= PIN_LOW, 2.0, u)  # [PAD] is drawn last
+        pick = torch.argsort(u, dim=1)[:, :j]  # J distinct draws from the pool
+        return torch.cat([head, pool.gather(1, pick)], dim=1).sort(dim=1).values
+
+
+class UniformRandom(SelectionMethod):
+    """``random``: M positions uniformly among the non-pinned ones; pinned positions always kept,
+    [PAD] dropped first."""
+
+    reads_scores = False
+
+    def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
+        u = uniform(tuple(scores.shape))
+        s = torch.where(scores >= PIN_HIGH, 2.0, torch.where(scores <= PIN_LOW, -1.0, u))
+        return stable_topk_positions(s, kept)
+
+
+class Frequency(SelectionMethod):
+    """``frequency`` (static): m_i = -log(1 + count_i) over the corpus counts, so rarer ids are kept first."""
+
+    def initial_scores(self, drop: DropConfig, vocab_size: int, counts: Tensor | None) -> Tensor:
+        if counts is None:
+            raise ConfigError(f"drop.method: {self.name!r} needs token counts (drop.counts_path or the prepared "
+                              "data's counts)")
+        counts = torch.as_tensor(counts, dtype=torch.float64)
+        if counts.shape != (vocab_size,):
+            raise ConfigError(f"drop.counts_path: expected {vocab_size} counts, got shape {tuple(counts.shape)}")
+        return (-torch.log1p(counts)).float()  # rarer -> higher score
+
+
+class PerLayerRandom(SelectionMethod):
+    """``random_ltd`` (DeepSpeed's random-LTD, docs/design.md §2.10): every half layer draws its own
+    uniform subset per sequence (DeepSpeed's ``bert_sample_tokens``: multinomial over equal weights,
+    then sorted); nothing is pinned, [PAD] is drawn last (packed data has none)."""
+
+    reads_scores = False
+
+    def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
+        raise TypeError(f"drop.method {self.name!r} draws a subset per half layer (select_layers)")
+
+    def select_layers(self, shape: tuple[int, int], pad_mask: Tensor | None, kept: int, num_layers: int,
+                      uniform: Uniform) -> Tensor:
+        u = uniform((num_layers, *shape))
+        if pad_mask is not None:
+            u = u + pad_mask.to(u.dtype).unsqueeze(0)  # [PAD] ranks after every real token
+        return torch.topk(u, kept, dim=-1, largest=False, sorted=False).indices.sort(dim=-1).values
+
+
+PAPER_METHOD = "cumulative"  # the paper's method; variant avg, which selects nothing, tolerates it beside "none"
 
 METHODS: dict[str, SelectionMethod] = {m.name: m for m in (
     SelectionMethod("none", drops=False),
-    SelectionMethod("cumulative", learns_from_loss=True),  # the paper's
-    SelectionMethod("half_random", learns_from_loss=True, random=True),
-    SelectionMethod("random", random=True),
-    SelectionMethod("frequency", needs_counts=True),
-    SelectionMethod("random_ltd", random=True, per_layer=True),
+    SelectionMethod(PAPER_METHOD, learns_from_loss=True),  # the paper's: the running MLM loss per token id
+    HalfRandom("half_random", learns_from_loss=True, random=True),
+    UniformRandom("random", random=True),
+    Frequency("frequency", needs_counts=True),
+    PerLayerRandom("random_ltd", random=True, per_layer=True),
 )}
 DROP_METHODS = tuple(METHODS)
 LOSS_METHODS = tuple(n for n, m in METHODS.items() if m.learns_from_loss)
 RANDOM_METHODS = tuple(n for n, m in METHODS.items() if m.random)
 PER_LAYER_METHODS = tuple(n for n, m in METHODS.items() if m.per_layer)
+UNSCORED_METHODS = tuple(n for n, m in METHODS.items() if m.drops and not m.reads_scores)
 DROP_VARIANTS = ("drop", "pass", "avg", "layer_rearranged")
 LTD_SCHEDULES = ("fixed_linear", "linear")
 IMPORTANCE_INITS = ("auto", "constant", "dense_pass", "frequency")
@@ -88,13 +217,22 @@ class DropConfig:
     consistency_every: int = 10
 
     @property
+    def selection(self) -> SelectionMethod:
+        """The registry row of ``method`` (a one-line error for a name that is none)."""
+        if self.method not in METHODS:
+            raise ConfigError(f"drop.method: unknown method {self.method!r}; expected one of {', '.join(DROP_METHODS)}")
+        return METHODS[self.method]
+
+    @property
     def per_layer(self) -> bool:
         """Every half layer draws its own kept subset (random_ltd)."""
-        return self.method in PER_LAYER_METHODS
+        return self.method in METHODS and METHODS[self.method].per_layer
 
     @property
     def enabled(self) -> bool:
-        return self.method != "none" or self.variant == "avg"
+        """Dropping (or pooling) changes the middle layers: a method that drops (an unknown one is
+        refused by :meth:`validate`), or the ``avg`` variant."""
+        return self.method not in METHODS or METHODS[self.method].drops or self.variant == "avg"
 
     def span(self, num_layers: int) -> tuple[int, int]:
         """The resolved half-layer span ``[start, end)``."""
@@ -115,15 +253,14 @@ class DropConfig:
         return max(1, int(round(seq_len * (1.0 - self.rate))))
 
     def validate(self, num_layers: int) -> None:
-        if self.method not in DROP_METHODS:
-            raise ConfigError(f"drop.method: unknown method {self.method!r}; expected one of {', '.join(DROP_METHODS)}")
+        selection = self.selection
         if self.variant not in DROP_VARIANTS:
             raise ConfigError(f"drop.variant: unknown variant {self.variant!r}; expected one of {', '.join(DROP_VARIANTS)}")
         if not 0.0 <= self.rate < 1.0:
             raise ConfigError(f"drop.rate: expected a fraction in [0, 1), got {self.rate}")
         if self.variant == "avg" and self.rate != 0.5:
             raise ConfigError("drop.rate: variant 'avg' pools 2:1 (window 2, stride 2), so the rate must be 0.5")
-        if self.variant == "avg" and self.method not in ("none", "cumulative"):
+        if self.variant == "avg" and selection.drops and self.method != PAPER_METHOD:
             raise ConfigError(f"drop.method: variant 'avg' selects no tokens; method {self.method!r} has no effect there (use 'none')")
         start, end = self.span(num_layers)
         if not 0 <= start < end <= num_layers:
@@ -136,12 +273,7 @@ class DropConfig:
             raise ConfigError(f"drop.beta: expected a value in (0, 1), got {self.beta}")
         if not 0.0 <= self.half_random_frac < 1.0:
             raise ConfigError(f"drop.half_random_frac: expected a fraction in [0, 1), got {self.half_random_frac}")
-        if self.method == "half_random" and self.half_random_frac > 1.0 - self.rate:
-            # J = int(frac T) random slots must fit in the M = round((1 - rate) T) kept ones, for every T
-            raise ConfigError(
-                f"drop.half_random_frac: {self.half_random_frac} random slots per token is more than the kept share "
-                f"1 - drop.rate = {1.0 - self.rate:g}; expected half_random_frac <= {1.0 - self.rate:g} "
-                "(lower drop.half_random_frac or drop.rate)")
+        selection.check(self)
         if self.importance_init not in IMPORTANCE_INITS:
             raise ConfigError(f"drop.importance_init: unknown {self.importance_init!r}; expected one of {', '.join(IMPORTANCE_INITS)}")
         if self.importance_init_batches <= 0:
@@ -181,8 +313,9 @@ class DropConfig:
             raise ConfigError(f"drop.consistency_weight: expected a weight >= 0, got {self.consistency_weight}")
         if self.consistency_every < 1:
             raise ConfigError(f"drop.consistency_every: expected a positive number of steps, got {self.consistency_every}")
-        if self.consistency_weight > 0 and (self.method == "none" or self.per_layer or self.variant == "avg"):
+        if self.consistency_weight > 0 and (not self.selection.drops or self.per_layer or self.variant == "avg"):
+            one_subset = ", ".join(n for n, m in METHODS.items() if m.drops and not m.per_layer)
             raise ConfigError(f"drop.consistency_weight: ScTD's consistency term compares the [CLS] state of a "
-                              f"token-dropping pass with a dense pass; it needs a selecting method (cumulative, "
-                              f"half_random, random, frequency) with variant drop, pass or layer_rearranged, not "
+                              f"token-dropping pass with a dense pass; it needs a selecting method ({one_subset}) "
+                              f"with variant drop, pass or layer_rearranged, not "
                               f"method {self.method!r} / variant {self.variant!r}")

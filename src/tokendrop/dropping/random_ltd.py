@@ -1,6 +1,7 @@
 """random-LTD (Yao et al. 2022, "Random-LTD: Random and Layerwise Token Dropping Brings Efficient
-Training for Large-scale Transformers"; DeepSpeed's ``data_routing``): the kept-count schedule and
-the per-layer random draw (docs/design.md §2.10).
+Training for Large-scale Transformers"; DeepSpeed's ``data_routing``): the kept-count schedule
+(docs/design.md §2.10).  The per-layer draw is the ``random_ltd`` row of
+``tokendrop.dropping.methods.METHODS``.
 
 Every half layer (default: all but the first and the last layer) draws its own uniformly random
 subset of ``M_k`` positions per sequence; the tokens not drawn skip that layer (their hidden state
@@ -21,9 +22,6 @@ about (T - M_0) / s + 1 shapes over the whole run.
 from __future__ import annotations
 
 import math
-
-import torch
-from torch import Tensor
 
 from tokendrop.config import DropConfig
 
@@ -60,16 +58,14 @@ def ltd_kept_at(drop: DropConfig, seq_len: int, step: int, train_steps: int, pro
     return ltd_kept(drop, seq_len, int(min(max(progress, 0.0), 1.0) * LTD_BUDGET_GRID), LTD_BUDGET_GRID)
 
 
-def sample_layers(num_layers: int, batch_size: int, seq_len: int, kept: int, generator: torch.Generator,
-                  device: torch.device, pad_mask: Tensor | None = None) -> Tensor:
-    """(S, B, M) positions, ascending in each row: an independent uniform draw of ``kept`` of the
-    ``seq_len`` positions for every one of ``num_layers`` layers and every sequence (DeepSpeed's
-    ``bert_sample_tokens``: multinomial over equal weights, then sorted).  ``pad_mask`` (B, T), True
-    at [PAD]: those positions are drawn last (packed data has none)."""
-    u = torch.rand((num_layers, batch_size, seq_len), generator=generator, device=device)
-    if pad_mask is not None:
-        u = u + pad_mask.to(u.dtype).unsqueeze(0)  # [PAD] ranks after every real token
-    return torch.topk(u, kept, dim=-1, largest=False, sorted=False).indices.sort(dim=-1).values
+
+def kept_rows(drop: DropConfig, seq_len: int, step: int = 0, train_steps: int = 1, progress: float = 0.0) -> int:
+    """Rows kept in the drop span at optimizer step ``step`` (0-based) of a ``train_steps`` run,
+    ``progress`` of it done (a time-budgeted run: ``train_steps`` 0): a per-layer method's scheduled
+    count (:func:`ltd_kept_at`), else ``drop.num_kept(seq_len)``.  The defaults give the first step's."""
+    if drop.per_layer:
+        return ltd_kept_at(drop, seq_len, step, train_steps, progress)
+    return drop.num_kept(seq_len)
 
 
-__all__ = ["ltd_kept", "ltd_total_steps", "sample_layers"]
+__all__ = ["kept_rows", "ltd_kept", "ltd_kept_at", "ltd_total_steps"]

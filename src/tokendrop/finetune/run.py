@@ -12,11 +12,20 @@ from typing import Any
 from tokendrop.config import FinetuneConfig, from_dict, load_config
 
 
+PREFIX = "finetune."  # the section name the fields' messages use: --set finetune.epochs=1 is --set epochs=1
+
+
+def finetune_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """``KEY=VALUE`` or ``finetune.KEY=VALUE`` (the name messages give a field) -> ``KEY=VALUE``."""
+    return [o[len(PREFIX):] if o.strip().startswith(PREFIX) else o for o in (x.strip() for x in overrides)]
+
+
 def finetune_config(config: str | None, overrides: list[str] | tuple[str, ...] = (), task: str = "",
                     data: str = "") -> FinetuneConfig:
-    """``config`` preset/file (optional) + ``overrides``; ``task``/``data`` (when given) win over both."""
-    cfg = load_config(config, list(overrides), cls=FinetuneConfig) if config else \
-        from_dict(FinetuneConfig, {}, list(overrides))
+    """``config`` preset/file (optional) + ``overrides`` (``KEY=VALUE`` or ``finetune.KEY=VALUE``);
+    ``task``/``data`` (when given) win over both."""
+    overrides = finetune_overrides(overrides)
+    cfg = load_config(config, overrides, cls=FinetuneConfig) if config else from_dict(FinetuneConfig, {}, overrides)
     repl: dict[str, Any] = {}
     if task:
         repl["task"] = task

@@ -60,7 +60,7 @@ def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def _load_model(model_path, cls, **kw):
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
 
     try:
         return load_pretrained(model_path, cls, **kw)
@@ -260,9 +260,12 @@ def _finetune_sequence(cfg, spec: TaskSpec, model_path, out: Path, device, bf16,
         x, m, t = _batch([tr_ids[i] for i in idx], [tr_types[i] for i in idx], pad_id, device)
         return (x, m, t), targets[idx].to(device, non_blocking=True), int(x.numel())
 
-    if log:
-        log(f"{spec.name}: {len(train)} train examples, dev {', '.join(f'{k} {len(v)}' for k, (_, v) in dev.items())}; "
-            f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}{' bf16' if bf16 else ''}")
+    if log:  # the banner once the data and the model have loaded (their errors come first, alone)
+        sizes = (", ".join(f"{k} {len(v)}" for k, (_, v) in dev.items()) if list(dev) != ["dev"]
+                 else str(len(dev["dev"][1])))
+        for line in _banner(cfg, spec, model_path, model, device, bf16,
+                            f"{len(train)} train examples, dev {sizes}"):
+            log(line)
     stats = _train(model, cfg, len(train), batch_fn, _loss(spec.kind), device, bf16, log)
 
     metrics: dict[str, dict] = {}
@@ -333,10 +336,11 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
         s, e = out
         return 0.5 * (F.cross_entropy(s.float(), y[:, 0]) + F.cross_entropy(e.float(), y[:, 1]))
 
-    if log:
-        log(f"{spec.name}: {len(train_ex)} train questions -> {len(tr_feats)} windows, dev {len(dev_ex)} -> "
-            f"{len(dev_feats)}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}"
-            f"{' bf16' if bf16 else ''}")
+    if log:  # the banner once the data and the model have loaded (their errors come first, alone)
+        for line in _banner(cfg, spec, model_path, model, device, bf16,
+                            f"{len(train_ex)} train questions -> {len(tr_feats)} windows, dev {len(dev_ex)} -> "
+                            f"{len(dev_feats)} windows"):
+            log(line)
     stats = _train(model, cfg, len(tr_feats), batch_fn, loss_fn, device, bf16, log)
 
     t_ev = time.perf_counter()
@@ -404,8 +408,9 @@ _HEAD_FIELDS = ("id2label", "label2id", "num_labels", "problem_type", "finetunin
 def _saved_model_base(hf_config: dict | None) -> dict | None:
     """The source model's config.json as the base of ``--save-model``'s config.json, so the fine-tuned
     model keeps every field of its source that ours do not set (token ids such as ``sep_token_id`` /
-    ``cls_token_id``, ``sparse_prediction``, ``_name_or_path``, ...); the source's head fields are
-    left out, and for BERT its ``classifier_dropout`` (ours is ``hidden_dropout_prob``)."""
+    ``cls_token_id``, ``sparse_prediction``, ...; ``save_pretrained`` drops ``_name_or_path``); the
+    source's head fields are left out, and for BERT its ``classifier_dropout`` (ours is
+    ``hidden_dropout_prob``)."""
     if not hf_config:
         return None
     family = spec_for_hf_model_type(str(hf_config.get("model_type", "bert")))
@@ -467,6 +472,37 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
         result["saved_model_sha256"] = sha256_file(out / "model" / "model.safetensors")
     atomic_write_json(out / "metrics.json", result, indent=2)
     if log:
-        log(f"{r['spec'].name}: " + ", ".join(f"{k} {v:.2f}" for k, v in result["scores"].items())
-            + f" ({st.examples_per_s:.1f} train ex/s, {result['timing']['total_s']:.1f}s) -> {final / 'metrics.json'}")
+        for line in _summary(result, final):
+            log(line)
     return result
+
+
+def _banner(cfg: FinetuneConfig, spec: TaskSpec, model_path, model, device, bf16: bool, sizes: str) -> list[str]:
+    """What a fine-tuning run will do, before its first step (``sizes``: the examples it has)."""
+    kept = "kept in OUT/model" if cfg.save_model else "not kept (--set save_model=true keeps it)"
+    cap = f" (at most {cfg.max_train_examples} train examples)" if cfg.max_train_examples else ""
+    seq = cfg.max_seq_len_qa if spec.kind == "span" else cfg.max_seq_len
+    return [f"tokendrop finetune: {spec.name} from {model_path} "
+            f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)",
+            f"  task      {spec.name} ({spec.kind}, {'/'.join(spec.metrics)})",
+            f"  data      {cfg.data}: {sizes}{cap}",
+            f"  length    {cfg.epochs:g} epochs of batch {cfg.batch_size}, max length {seq}",
+            f"  lr        peak {cfg.lr:g}, warm-up {cfg.warmup_ratio:g} of the steps, linear decay to 0; AdamW "
+            f"(weight decay {cfg.weight_decay:g}, grad clip {cfg.grad_clip:g})",
+            f"  device    {device}, {'bf16' if bf16 else 'fp32'}, seed {cfg.seed}, {torch.get_num_threads()} CPU thread(s)",
+            f"  outputs   metrics.json, predictions/; the fine-tuned model: {kept}"]
+
+
+def _summary(result: dict, final: Path) -> list[str]:
+    """The end of a fine-tuning run: its scores, the time of each phase, where the outputs are."""
+    t = result["timing"]
+    phases = {"encoding": t["encode_s"], "training": t["train_s"], "evaluation": t["eval_s"]}
+    other = t["total_s"] - sum(phases.values())
+    st = result["train"]
+    return [f"tokendrop finetune: {result['task']} finished in {t['total_s']:.1f} s",
+            "  scores    " + ", ".join(f"{k} {v:.2f}" for k, v in result["scores"].items()),
+            "  phases    " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+            + (f", other {other:.1f} s" if other >= 0.05 else "")
+            + f"; {st['steps']} steps, {st['examples_per_s']:.1f} train examples/s",
+            f"  outputs   {final / 'metrics.json'}, {final / 'predictions'}"
+            + (f", {final / 'model'}" if result.get("saved_model") else " (the model is not kept)")]

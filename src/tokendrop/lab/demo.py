@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.lab import fetch
+from tokendrop.lab.machine import loadavg
 from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.lab.continued_demo import run_continued_demo
@@ -110,19 +111,32 @@ def run_scratch_demo(out: str | Path = "runs/demo-scratch", steps: int = 0, fine
 
 
 def _summary_table(rows: list[dict[str, Any]], ft: dict[str, dict[str, Any]]) -> str:
-    head = ["method", "steps", "wall time (s)", "tokens/s", "eval MLM loss", "train FLOPs", "SST-2 acc"]
+    head = ["method", "steps", "CPU time (s)", "wall time (s)", "tokens/s (wall)", "eval MLM loss", "train FLOPs",
+            "SST-2 acc"]
     body = []
     for r in rows:
         scores = ft.get(r["name"], {}).get("scores", {})
         acc = next(iter(scores.values())) if scores else None
-        body.append([r["name"], str(r["steps"]), f"{r['wall_time_s']:.1f}", f"{r['tokens_per_s']:.0f}",
-                     f"{r['final_eval_loss']:.4f}", f"{r['total_flops']:.3g}", "-" if acc is None else f"{acc:.2f}%"])
+        cpu = r.get("cpu_time_s")
+        body.append([r["name"], str(r["steps"]), f"{cpu:.1f}" if cpu else "-", f"{r['wall_time_s']:.1f}",
+                     f"{r['tokens_per_s']:.0f}", f"{r['final_eval_loss']:.4f}", f"{r['total_flops']:.3g}",
+                     "-" if acc is None else f"{acc:.2f}%"])
     if len(rows) == 2 and rows[0]["wall_time_s"] and rows[1]["wall_time_s"]:
-        body.append(["drop / baseline", "", f"{rows[1]['wall_time_s'] / rows[0]['wall_time_s']:.3f}",
+        c0, c1 = rows[0].get("cpu_time_s"), rows[1].get("cpu_time_s")
+        body.append(["drop / baseline", "", f"{c1 / c0:.3f}" if c0 and c1 else "-",
+                     f"{rows[1]['wall_time_s'] / rows[0]['wall_time_s']:.3f}",
                      f"{rows[1]['tokens_per_s'] / max(rows[0]['tokens_per_s'], 1e-9):.3f}", "",
                      f"{rows[1]['total_flops'] / max(rows[0]['total_flops'], 1e-9):.3f}", ""])
     widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
-    return "\n".join(_fmt_row(x, widths) for x in [head] + body)
+    lines = [_fmt_row(x, widths) for x in [head] + body]
+    if rows and rows[0].get("unigram_entropy"):
+        lines.append(f"unigram entropy of the data: {rows[0]['unigram_entropy']:.3f} nats (an eval MLM loss below it "
+                     "beats predicting each masked word by its frequency)")
+    load = loadavg()
+    lines.append("compared by process CPU time (each arm ran once, one after the other; CPU time is what other jobs "
+                 "on the machine change least); wall time beside it"
+                 + (f"; load average now {load[0]:.1f}" if load else ""))
+    return "\n".join(lines)
 
 
 def _notes(rows: list[dict[str, Any]], ft: dict[str, dict[str, Any]]) -> str:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from tokendrop.runs.checkpoint import CheckpointError
-from tokendrop.config import LOSS_METHODS
+from tokendrop.dropping.methods import METHODS, UNSCORED_METHODS
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.dropping.random_ltd import ltd_kept
 from tokendrop.runs import checkpoint as ckpt_mod
@@ -185,9 +185,6 @@ class RunView:
         return ltd_kept(self.cfg.drop, seq_len, max(self.step - 1, 0), self.cfg.train.steps)
 
 
-UNSCORED = ("random", "random_ltd")  # methods whose selection never reads the importance vector
-
-
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     """-> (run dir, checkpoint dir) for a run dir or one of its ``checkpoints/step-*`` dirs."""
     if not path.exists():
@@ -213,7 +210,7 @@ def _no_selection_reason(cfg) -> str | None:
     if d.variant == "avg":
         return ("token averaging (drop.variant = avg) pools adjacent token pairs 2:1 instead of selecting tokens, "
                 "so there is no importance vector and nothing is dropped by score")
-    if d.method == "none":
+    if not d.selection.drops:
         return ("this is a dense run (drop.method = none, e.g. a baseline): it trains every token in every layer, "
                 "so it keeps no importance vector and drops nothing. Inspect a run trained with "
                 "drop.method = cumulative (the paper's method), half_random, frequency or random")
@@ -225,9 +222,9 @@ def seen_mask(scores: np.ndarray, pinned: np.ndarray, method: str, init_score: f
     """Ids whose score says something: cumulative/half-random -- the score moved away from its
     initial value (the id was a real prediction target at least once); frequency -- the id occurs
     in the training split; random -- none (scores are never used)."""
-    if method in LOSS_METHODS:
+    if METHODS[method].learns_from_loss:
         m = scores != np.float32(init_score)
-    elif method == "frequency":
+    elif METHODS[method].needs_counts:
         m = counts > 0 if counts is not None else scores != 0.0
     else:
         m = np.zeros_like(pinned)
@@ -332,7 +329,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
                      "no token counts and no held-out examples")
     pinned = np.abs(scores) >= PIN_ABS * 0.999
     seen = seen_mask(scores, pinned, cfg.drop.method, cfg.drop.init_score, counts)
-    if cfg.drop.method in UNSCORED:
+    if cfg.drop.method in UNSCORED_METHODS:
         notes.append(f"drop.method = {cfg.drop.method}: the selector ignores the scores (a uniform draw); "
                      "the histogram shows the untouched initial vector")
     return RunView(run, ckpt, int(meta.get("step", 0)), cfg, scores, vocab, special, pinned, seen, counts, data_path, notes)
@@ -373,7 +370,7 @@ def score_stats(rv: RunView) -> dict[str, Any]:
         occ = c[free].sum()
         out["train_token_occurrences"] = int(c.sum())
         out["occurrences_of_seen_ids"] = float(c[rv.seen].sum() / occ) if occ else float("nan")
-        if rv.cfg.drop.method in LOSS_METHODS and rv.seen.sum() >= 3:
+        if rv.cfg.drop.selection.learns_from_loss and rv.seen.sum() >= 3:
             # > 0: rarer ids score higher, as frequency-based dropping would rank them
             out["spearman_score_vs_rarity"] = _spearman(rv.scores[rv.seen], -c[rv.seen])
         cut = occurrence_cut(rv)
@@ -385,7 +382,7 @@ def score_stats(rv: RunView) -> dict[str, Any]:
 def occurrence_cut(rv: RunView) -> float | None:
     """The score below which ``drop.rate`` of the (non-pinned) token occurrences of the training split
     fall: roughly the selector's threshold on an average sequence."""
-    if rv.counts is None or rv.cfg.drop.method in UNSCORED:
+    if rv.counts is None or rv.cfg.drop.method in UNSCORED_METHODS:
         return None
     free = ~rv.pinned & (rv.counts > 0)
     if not free.any():
@@ -497,7 +494,7 @@ def plot_histogram(rv: RunView, path: Path, title: str | None = None) -> None:
     free = ~rv.pinned
     seen_s = rv.scores[rv.seen]
     unseen = free & ~rv.seen
-    two = rv.counts is not None and rv.cfg.drop.method not in UNSCORED
+    two = rv.counts is not None and rv.cfg.drop.method not in UNSCORED_METHODS
     fig, axes = plt.subplots(1, 2 if two else 1, figsize=(13 if two else 7, 4.2), squeeze=False)
     ax = axes[0][0]
     vals = rv.scores[free]
@@ -510,7 +507,7 @@ def plot_histogram(rv: RunView, path: Path, title: str | None = None) -> None:
     if unseen.any():
         ax.hist(rv.scores[unseen], bins=bins, color="#ff7f0e",
                 label=f"never a prediction target: initial {rv.cfg.drop.init_score:g} ({int(unseen.sum())} ids)")
-    ax.set_xlabel("importance score (cumulative MLM loss)" if rv.cfg.drop.method != "frequency"
+    ax.set_xlabel("importance score (cumulative MLM loss)" if not rv.cfg.drop.selection.needs_counts
                   else "importance score (-log(1 + count))")
     ax.set_ylabel("vocabulary ids")
     ax.set_yscale("log")

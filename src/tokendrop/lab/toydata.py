@@ -24,7 +24,7 @@ special_tokens_map.json), the layout of answerdotai/ModernBERT-base.
 
 ``toy_prepared`` prepares a toy corpus with the toy vocabulary.  Models and tasks:
 ``write_checkpoint`` (a randomly initialised tokendrop checkpoint dir, the layout
-``tokendrop.models.pretrained.load_pretrained`` reads), ``write_keyword_sentiment`` (SST-2 layout; the label is one
+``tokendrop.models.source.load_pretrained`` reads), ``write_keyword_sentiment`` (SST-2 layout; the label is one
 sentiment keyword among filler words -- learnable in seconds by a tiny encoder), ``write_toy_glue`` /
 ``write_toy_squad`` (every GLUE task and SQuAD v1.1/v2.0 in its layout as distributed, for tests of
 the readers and the evaluation protocol, not for meaningful scores).

@@ -22,6 +22,11 @@ allowed pairs, so the same result up to float summation order):
 
 Within one document the rotary positions and ``at`` differ by the same amount, so the window test
 may use either; across documents the pair is masked anyway.
+
+A query row with no allowed key (a [PAD] row under per-document attention) gives 0 in every form:
+FlexAttention does so by itself, SDPA would give the mean of V, so with padding among the keys the
+bias comes as a :class:`Bias` and a :class:`Band` carries ``live``, both zeroing those rows after
+the kernel.  Without padding every query row is one of its own keys: nothing extra is built.
 """
 
 from __future__ import annotations
@@ -86,6 +91,29 @@ def _neg(dtype: torch.dtype, device: torch.device) -> tuple[torch.dtype, float]:
     return dtype, torch.finfo(dtype).min
 
 
+def allowed_pairs(
+    mask: Tensor | None,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    q_doc: Tensor | None = None,
+    k_doc: Tensor | None = None,
+    window: int | None = None,
+) -> Tensor | None:
+    """The mask rule as booleans (True = may attend): None when nothing is masked, (B, 1, 1, N) for
+    padding only, else (B or 1, 1, n, N).  Arguments as :func:`attention_bias`."""
+    allowed = None
+    if q_doc is not None and k_doc is not None:
+        allowed = q_doc[:, :, None] == k_doc[:, None, :]  # (B, n, N)
+    if window is not None:
+        near = (q_pos[:, :, None] - k_pos[:, None, :]).abs() <= window
+        allowed = near if allowed is None else allowed & near
+    if allowed is None:
+        return None if mask is None else mask[:, None, None, :].to(torch.bool)  # (B, 1, 1, N)
+    if mask is not None:
+        allowed = allowed & mask[:, None, :].to(torch.bool)
+    return allowed[:, None]  # (B, 1, n, N)
+
+
 def attention_bias(
     mask: Tensor | None,
     dtype: torch.dtype,
@@ -105,23 +133,35 @@ def attention_bias(
     0 where attended and the most negative finite value of the dtype the attention runs in -- the
     autocast dtype when autocast is on (bf16/fp16), else ``dtype`` -- where masked.  Built with
     ``masked_fill`` (no ``0 * min`` products) and in that dtype, so autocast's cast of the mask never
-    turns it into -inf (a fully masked row would then give NaN) and no value overflows."""
-    allowed = None
-    if q_doc is not None and k_doc is not None:
-        allowed = q_doc[:, :, None] == k_doc[:, None, :]  # (B, n, N)
-    if window is not None:
-        near = (q_pos[:, :, None] - k_pos[:, None, :]).abs() <= window
-        allowed = near if allowed is None else allowed & near
-    if allowed is None:
-        if mask is None:
-            return None
-        keep = mask[:, None, None, :].to(torch.bool)  # (B, 1, 1, N)
-    else:
-        if mask is not None:
-            allowed = allowed & mask[:, None, :].to(torch.bool)
-        keep = allowed[:, None]  # (B, 1, n, N)
+    turns it into -inf (a fully masked row would then give NaN) and no value overflows.  A query row
+    with no allowed key at all comes out of SDPA as the plain mean of V: :class:`Bias` (what
+    :class:`MaskCache` builds) sets such rows to 0."""
+    keep = allowed_pairs(mask, q_pos, k_pos, q_doc, k_doc, window)
+    return None if keep is None else _bias(keep, dtype)
+
+
+def _bias(keep: Tensor, dtype: torch.dtype) -> Tensor:
     dtype, neg = _neg(dtype, keep.device)
     return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, neg)
+
+
+@dataclass
+class Bias:
+    """An additive bias whose query rows may have no allowed key (there is padding among the keys):
+    ``live`` (B, 1, n or 1, 1) marks the rows with at least one; the others' output is 0, as
+    FlexAttention gives for a fully masked row (SDPA would give the mean of V, a value that no
+    score moves while autograd differentiates its softmax)."""
+
+    bias: Tensor
+    live: Tensor
+
+    @classmethod
+    def build(cls, keep: Tensor, dtype: torch.dtype) -> "Bias":
+        return cls(_bias(keep, dtype), keep.any(dim=-1, keepdim=True))
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias, dropout_p=dropout_p)
+        return y.masked_fill(~self.live, 0.0)
 
 
 def _batched(t: Tensor | None, b: int) -> Tensor | None:
@@ -143,6 +183,7 @@ class Band:
     slot: Tensor  # (B, nb, L) key row per slot
     bias: Tensor  # (B * nb, 1, C, L) additive
     block: int
+    live: Tensor | None = None  # (B, 1, n, 1): query rows with an allowed key (None: all; else the rest give 0)
 
     @classmethod
     def build(cls, q, k, window: int | None, dtype: torch.dtype, block: int = 0) -> "Band | None":
@@ -194,9 +235,8 @@ class Band:
         if documents:
             allowed = allowed & (qd[:, :, :, None] == at_slots(kd))
         allowed = allowed.expand(b, nb, block, span)
-        dtype, neg = _neg(dtype, allowed.device)
-        bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, neg)
-        return cls(slot=slot, bias=bias.view(b * nb, 1, block, span), block=block)
+        live = None if k.valid is None else allowed.any(dim=-1).view(b, 1, nb * block, 1)[:, :, :n]
+        return cls(slot=slot, bias=_bias(allowed, dtype).view(b * nb, 1, block, span), block=block, live=live)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
         # q: (B, h, n, dh); k, v: (B, h, N, dh) -> (B, h, n, dh).  The band may be built for one
@@ -214,7 +254,8 @@ class Band:
             return torch.gather(t, 2, idx).view(b, h, nb, span, dh).transpose(1, 2).reshape(b * nb, h, span, dh)
 
         y = F.scaled_dot_product_attention(q, slots(k), slots(v), attn_mask=bias, dropout_p=dropout_p)
-        return y.view(b, nb, h, c, dh).transpose(1, 2).reshape(b, h, nb * c, dh)[:, :, :n]
+        y = y.view(b, nb, h, c, dh).transpose(1, 2).reshape(b, h, nb * c, dh)[:, :, :n]
+        return y if self.live is None else y.masked_fill(~self.live, 0.0)
 
 
 _compiled: dict[str, object] = {}
@@ -261,8 +302,9 @@ def flex_block_mask(q, k, window: int | None):
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask, dropout_p: float = 0.0) -> Tensor:
     """Attention of (B, h, n, dh) queries over (B, h, N, dh) keys/values with a :class:`MaskCache`
-    mask (None, an additive bias, a :class:`Band` or a ``BlockMask``) -> (B, h, n, dh)."""
-    if isinstance(mask, Band):
+    mask (None, an additive bias, a :class:`Bias`, a :class:`Band` or a ``BlockMask``) -> (B, h, n, dh).
+    A query row with no allowed key gives 0 under a :class:`Bias`, a :class:`Band` and a ``BlockMask``."""
+    if isinstance(mask, (Band, Bias)):
         return mask.attend(q, k, v, dropout_p)
     if BlockMask is not None and isinstance(mask, BlockMask):
         if dropout_p:
@@ -299,5 +341,10 @@ class MaskCache:
             band = Band.build(q, k, window, self.dtype, self.band)
             if band is not None:
                 return band
-        return attention_bias(k.valid, self.dtype, q.at if window is not None else None,
-                              k.at if window is not None else None, q.doc, k.doc, window)
+        keep = allowed_pairs(k.valid, q.at if window is not None else None, k.at if window is not None else None,
+                             q.doc, k.doc, window)
+        if keep is None:
+            return None
+        # without padding every query row is one of its own keys (kept rows, pooled rows: their
+        # first row); with padding a row may have none (a [PAD] row under per-document attention)
+        return _bias(keep, self.dtype) if k.valid is None else Bias.build(keep, self.dtype)

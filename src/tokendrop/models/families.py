@@ -5,14 +5,15 @@ A family is a :class:`FamilySpec`: its model classes (one per task), its Hugging
 ways (config.json, tensor names, layout checks, weight loading), what the FLOP model needs to know
 (GeGLU FFN, sliding-window layers) and what pretraining leaves untrained.  Everything that differs
 by family asks this table (``spec_of(cfg)``): export and import (``tokendrop.models.hf``,
-``tokendrop.models.source``, ``tokendrop.models.pretrained``), the FLOP model (``tokendrop.dropping.flops``), the
+``tokendrop.models.source``, ``tokendrop.models.source``), the FLOP model (``tokendrop.dropping.flops``), the
 trainer and ``bench``'s transformers baseline.  Tokenizers are not per family: a source's own files
 say what it is (a WordPiece vocab.txt, or a tokenizer.json used as it is; ``tokendrop.data.tokenizer``).
 
-Two families today: ``bert`` (:mod:`tokendrop.models.bert.model`, :mod:`tokendrop.models.bert.hf`) and ``modernbert``
+Two families: ``bert`` (:mod:`tokendrop.models.bert.model`, :mod:`tokendrop.models.bert.hf`) and ``modernbert``
 (:mod:`tokendrop.models.modernbert.model`, :mod:`tokendrop.models.modernbert.hf`).  A new family is one model module, one adapter
-module and one entry below (its name also goes into ``config.MODEL_FAMILIES``, the config schema's
-list, which a test keeps equal to this table's keys).
+module and one entry below, plus its entry in ``config.MODEL_FAMILIES`` (what the config schema knows
+of it as data: document attention by default, rotary positions, classifier pooling; a test keeps the
+two tables' names equal).
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ class FamilySpec:
     token_types: bool  # the model reads token_type_ids
     glu_ffn: bool  # FLOP model: GeGLU FFN (d -> 2f, f -> d) rather than d -> f -> d
     sliding_windows: bool  # FLOP model: layers may attend within a window (model.layer_types)
-    max_seq_len: int  # the longest sequence the family's positions take (bench refuses longer)
+    max_seq_len: int  # the longest sequence bench builds the family for (it refuses longer)
+    # continued pretraining may extend the positions (a longer T than the source's max_position_embeddings,
+    # other rotary bases): rotary positions have no weights; learned positions do (docs/design.md §2.8)
+    extends_positions: bool
     hf_head_fields: tuple[str, ...] = ()  # config.json fields about the source's task head (not kept on fine-tuning)
     pretrain_frozen: tuple[str, ...] = ()  # submodules pretraining does not train
 
@@ -60,7 +64,9 @@ FAMILIES: dict[str, FamilySpec] = {
         config_from_hf=hf_bert.bert_config_from_hf, hf_config=hf_bert.hf_config_dict, hf_config_defaults={},
         to_hf=hf_bert.to_hf, from_hf=hf_bert.state_from_hf, check_hf_tensors=hf_bert.check_bert_tensors,
         load_weights=hf_bert.load_bert_weights, hf_sparse_prediction=False, token_types=True, glu_ffn=False,
-        sliding_windows=False, max_seq_len=512,  # learned absolute positions, as published
+        # published BERTs learn 512 positions; one built from scratch (bench) learns max_position_embeddings
+        sliding_windows=False, max_seq_len=8192,
+        extends_positions=False,
         hf_head_fields=("classifier_dropout",),  # ours is hidden_dropout_prob
         pretrain_frozen=("bert.pooler",)),  # no NSP: the pooler is not trained
     "modernbert": FamilySpec(
@@ -72,7 +78,8 @@ FAMILIES: dict[str, FamilySpec] = {
         to_hf=hf_modern.to_hf_modern, from_hf=hf_modern.modern_state_from_hf,
         check_hf_tensors=hf_modern.check_modern_tensors, load_weights=hf_modern.load_modern_weights,
         hf_sparse_prediction=True, token_types=False, glu_ffn=True, sliding_windows=True,
-        max_seq_len=8192),  # rotary positions (ModernBERT's max_position_embeddings)
+        max_seq_len=8192,  # rotary positions (ModernBERT's max_position_embeddings)
+        extends_positions=True),
 }
 
 

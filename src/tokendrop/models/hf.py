@@ -10,7 +10,7 @@ rather than a random one.  A run continued from a published checkpoint (``model.
 checkpoint's ``config.json`` fields and tokenizer files, saved in ``RUN/source/`` when the run starts
 (:func:`save_source_files`).
 
-Reading a model directory into our classes and ``tokendrop export`` are :mod:`tokendrop.models.pretrained`
+Reading a model directory into our classes and ``tokendrop export`` are :mod:`tokendrop.models.source`
 (through ``tokendrop.models.source``, one loader for ``finetune --model`` and ``pretrain --init``).
 """
 
@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from tokendrop.config import ModelConfig
+from tokendrop.data.tokenizer import read_tokenizer_spec, write_tokenizer_config
 from tokendrop.errors import InteropError
 from tokendrop.models.families import spec_for_hf_model_type, spec_of, task_of
 from tokendrop.runs.files import atomic_directory, write_safetensors
@@ -96,10 +98,6 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
         if not (src / "vocab.txt").is_file():
             if not (src / "tokenizer.json").is_file():
                 return False
-            from dataclasses import replace
-
-            from tokendrop.data.tokenizer import read_tokenizer_spec, write_tokenizer_config
-
             spec = read_tokenizer_spec(src)  # checked before anything is copied
             for name in TOKENIZER_FILES:
                 if (src / name).is_file():
@@ -124,23 +122,38 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
     return True
 
 
+def transformers_version() -> str | None:
+    """The installed transformers' version (what its own save_pretrained writes), or None."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("transformers")
+    except (ImportError, PackageNotFoundError):
+        return None
+
+
 def _export_config(base: dict[str, Any] | None, ours: dict[str, Any]) -> dict[str, Any]:
-    """Our config fields over the source's config.json (fields we do not set are kept as they were)."""
-    if not base:
-        return ours
-    d = {k: v for k, v in base.items() if k not in ("architectures",)}
+    """Our config fields over the source's config.json (fields we do not set are kept as they were),
+    less what names the source rather than this model: its ``_name_or_path``, and its
+    ``transformers_version`` (the installed one is written, as transformers' own save_pretrained does)."""
+    d = {k: v for k, v in (base or {}).items() if k not in ("architectures", "_name_or_path", "transformers_version")}
     d.update(ours)
     for k in ("torch_dtype", "dtype"):  # we write fp32 tensors
         if k in d:
             d[k] = "float32"
+    version = transformers_version()
+    if version:
+        d["transformers_version"] = version
     return d
 
 
 def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str | os.PathLike | None = None,
-                    base_config: dict[str, Any] | None = None, kind: str | None = None) -> Path:
+                    base_config: dict[str, Any] | None = None, kind: str | None = None,
+                    card: str | None = None) -> Path:
     """Write ``model`` as a Hugging Face directory of its family (atomically).  ``base_config``: a source's
-    config.json whose fields we do not set are kept (``_name_or_path``, ``use_cache``, ...).
-    ``kind``: mark the directory as that kind of tokendrop output (``tokendrop.runs.rundir``)."""
+    config.json whose fields we do not set are kept (``use_cache``, token ids, ...; not its
+    ``_name_or_path``).  ``kind``: mark the directory as that kind of tokendrop output
+    (``tokendrop.runs.rundir``).  ``card``: the model card, written as README.md."""
     cfg: ModelConfig = model.config
     spec = spec_of(cfg)
     arch = spec.hf_architectures[task_of(model)]
@@ -157,6 +170,8 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
         write_safetensors(sd, tmp / "model.safetensors", metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(d, indent=2))
         copy_tokenizer(tokenizer, tmp, cfg.max_position_embeddings)
+        if card is not None:
+            (tmp / "README.md").write_text(card, encoding="utf-8")
         if kind:
             write_marker(tmp, kind)
     return Path(out_dir)

@@ -39,10 +39,16 @@ def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
 class MaskedLM(nn.Module):
     """Both families' MLM models share this forward and loss.  A subclass sets ``encoder`` (a
     property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids, keep_idx,
-    drop_active, doc_ids) -> (B, T, d)``), ``encoder_layers`` (its layers, in order),
-    ``document_attention`` and ``config``, and implements :meth:`head_logits`."""
+    drop_active, doc_ids) -> (B, T, d)``), ``document_attention`` and ``config``, and implements
+    :attr:`encoder_layers` and :meth:`head_logits`."""
 
     task = "mlm"
+
+    @property
+    def encoder_layers(self) -> nn.ModuleList:
+        """The encoder's layers, in order: what FSDP shards one by one (``tokendrop.train.parallel``)
+        and ScTD taps (``tokendrop.dropping.consistency``)."""
+        raise NotImplementedError
 
     def head_logits(self, h: Tensor) -> Tensor:
         """(..., d) hidden states -> (..., V) logits."""
@@ -87,8 +93,9 @@ class MaskedLM(nn.Module):
                                             drop_active))
 
     def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
-        """Per-slot negative log-likelihood (B, P), computed in fp32."""
-        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+        """Per-slot negative log-likelihood (B, P), computed in fp32 (in float64 for a float64 model)."""
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -1,48 +1,30 @@
-"""Continued pretraining from a published BERT checkpoint: resolve ``model.init`` and load its weights.
+"""A model source, one module: what ``--init`` / ``finetune --model`` / ``export`` / ``prepare
+--tokenizer`` name (a tokendrop run or checkpoint, a transformers directory in any layout people
+have, or a hub name when ``huggingface_hub`` is installed and online), resolved to a directory, its
+``[model]`` section and its weights (sha256 of the bytes parsed), loaded into our classes, exported
+back, and its tokenizer (docs/design.md §5.2).
 
-``model.init`` (``tokendrop pretrain --init SOURCE``) names one of
-
-* a Hugging Face BERT directory: ``config.json`` + ``model.safetensors``, sharded safetensors
-  (``model.safetensors.index.json``), or ``pytorch_model.bin`` (read with
-  ``torch.load(weights_only=True)``: a pickle holding anything but tensors is refused);
-* a tokendrop run directory (its newest checkpoint that verifies) or checkpoint directory;
-* a Hub name (``org/name``) that is not a local path: fetched with ``huggingface_hub`` when that is
-  installed and online, otherwise a one-line error asking for a local directory.
-
-The source's ``config.json`` names its family (``model_type``: bert or modernbert) and gives the
-model's shape; the family's adapter (``tokendrop.models.families``: :mod:`tokendrop.models.bert.hf`,
-:mod:`tokendrop.models.modernbert.hf`) says which weight layouts it accepts (for BERT: ``BertForMaskedLM``,
-``BertForPreTraining``, ``BertModel`` with or without the ``bert.`` prefix, TF-converted names) and
-refuses, in one line naming the field, anything our model cannot reproduce exactly (another
-``model_type``, relative positions, a tanh-GELU, a decoder, an untied MLM decoder).
-
-The weights' sha256 is recorded at resolution (``model.init_sha256``) and checked again, on the very
-bytes that are parsed, when they are loaded.  Several shards hash as ``sha256sum`` of their
-``sha256sum`` lines (``sha256sum model-*.safetensors | sha256sum``).  Reading the files, hashing
-them and matching their tensors with a model's is :mod:`tokendrop.models.weights` (shared by the families'
-loaders); this module resolves a source and hands its loading to the model's family.
-
-    src = resolve_init_source("/models/bert-base-uncased")
-    model = BertForMaskedLM(src.model)
-    report = load_init_weights(src, model)   # fresh / unexpected / ignored tensors + notes
+Sections: resolving a source and its [model] section (its weight files are read by models/weights.py,
+which the families' loaders share); loading and exporting; a source's tokenizer for ``prepare``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
-from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.config import MODEL_PRESETS, ConfigError, ModelConfig, from_dict
+from tokendrop.data import DataError
 from tokendrop.data.tokenizer import has_tokenizer_files
-from tokendrop.errors import InitError
-from tokendrop.runs.files import read_json
-from tokendrop.models.families import spec_of
-from tokendrop.models.hf import TOKENIZER_FILES, model_config_from_hf, save_source_files
+from tokendrop.errors import InitError, InteropError
+from tokendrop.models.bert.model import BertForMaskedLM
+from tokendrop.models.families import build_model, spec_of, task_of
+from tokendrop.models.hf import TOKENIZER_FILES, model_config_from_hf, save_pretrained, save_source_files
 from tokendrop.models.weights import (
     InitReport,
     InitSource,
@@ -51,6 +33,15 @@ from tokendrop.models.weights import (
     scan_tensors,
     weight_files,
 )
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs.checkpoint import latest_checkpoint
+from tokendrop.runs.files import read_json
+from tokendrop.runs.rundir import lock, prepare_output
+
+
+# ----------------------------------------------------------------------------------------------
+# resolving a source and its [model] section
+
 
 __all__ = [
     "InitError",
@@ -177,6 +168,25 @@ _ARCH_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "
                 "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id",
                 "family", "global_rope_theta", "local_rope_theta", "local_attention", "layer_types", "norm_bias")
 _TRAINING_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range")
+# a family whose positions extend (``FamilySpec.extends_positions``: rotary, no weights) takes these from
+# the config when they differ from the source's: a position extension (docs/design.md §2.8)
+POSITION_FIELDS = ("max_position_embeddings", "global_rope_theta", "local_rope_theta")
+
+
+def positions_error(where: str, t: int, cfg: ModelConfig, origin: str = "") -> str:
+    """The one line for a T longer than ``cfg.max_position_embeddings``: how to extend the positions
+    (rotary) or why they cannot be (learned), naming ``where`` (the field that asked for T)."""
+    n = cfg.max_position_embeddings
+    src = f" ({origin})" if origin else ""
+    if spec_of(cfg).extends_positions and cfg.init:
+        return (f"{where}: T={t} exceeds model.max_position_embeddings={n}{src}; to extend the rotary positions set "
+                f"model.max_position_embeddings = {t} (and a larger model.global_rope_theta, e.g. 160000 as "
+                "ModernBERT's long-context phase)")
+    if cfg.init:
+        return (f"{where}: T={t} exceeds the {n} learned position embeddings of the BERT init source{src}; tokendrop "
+                f"does not extend learned positions: use data prepared with T <= {n}, or continue a ModernBERT "
+                "(rotary positions extend)")
+    return f"{where}: T={t} exceeds model.max_position_embeddings={n}; set model.max_position_embeddings = {t}"
 
 
 def _num(v: Any) -> float | None:
@@ -188,13 +198,17 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
     full ``[model]`` table: the source's shape, ``init`` and ``init_sha256`` filled.  Architecture
     fields that contradict the source are a ConfigError naming the field and both values
     (``vocab_size = 0``, "from the data", is allowed); dropout and ``initializer_range`` (used for
-    freshly initialised tensors) may be overridden.  Pure: ``src`` was resolved by the caller."""
+    freshly initialised tensors) may be overridden, and for a family whose positions extend
+    (ModernBERT's rotary positions) the :data:`POSITION_FIELDS` too: a position extension.  More
+    positions than a BERT source learned is refused in one line.  Pure: ``src`` was resolved by the
+    caller."""
     init = model.get("init", "")
     if not isinstance(init, str) or not init.strip():
         raise ConfigError(f"{where}.init: expected a Hugging Face BERT directory, a tokendrop run/checkpoint "
                           f"directory or a Hub name, got {init!r}")
     shape = {k: v for k, v in dataclasses.asdict(src.model).items() if k not in ("preset", "init", "init_sha256")}
     origin = f"the init source {init} ({src.weights_file.name if src.kind == 'huggingface' else src.path})"
+    extends = spec_of(src.model).extends_positions
     out = dict(shape)
     for key, val in model.items():
         if key in ("init",):
@@ -226,9 +240,13 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
                                       f"remove {where}.{key} (the architecture comes from the init source)")
                 continue
             a, b = _num(val), _num(shape[key])
-            if a is None:
-                out[key] = val  # wrong type: the config loader reports it
+            if a is None or (extends and key in POSITION_FIELDS):
+                out[key] = val  # wrong type: the config loader reports it; or a position extension
                 continue
+            if key == "max_position_embeddings" and a > b:
+                raise ConfigError(f"{where}.max_position_embeddings: {val!r}, but {origin} is a {src.model.family} with "
+                                  f"{shape[key]} learned position embeddings; tokendrop does not extend learned "
+                                  f"positions: remove {where}.max_position_embeddings and use T <= {shape[key]}")
             if a != b:
                 raise ConfigError(f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = {shape[key]!r}; "
                                   f"remove {where}.{key} (the shape comes from the init source)")
@@ -272,8 +290,193 @@ def load_init_weights(src: InitSource, model: nn.Module) -> InitReport:
         raise TypeError(f"load_init_weights: expected an MLM model (tokendrop.models.families.build_model), got {type(model).__name__}")
     want = dataclasses.asdict(src.model)
     have = dataclasses.asdict(model.config)
+    extends = spec_of(src.model).extends_positions
     for k in _ARCH_FIELDS:
-        if want[k] != have[k]:
+        if want[k] != have[k] and not (extends and k in POSITION_FIELDS):
             raise InitError(f"{src.weights_file}: the model was built with {k} = {have[k]!r} but the source has "
                             f"{want[k]!r}; build it from the [model] section model_section_from_init returns")
     return load_source_weights(src, model)
+
+
+# ----------------------------------------------------------------------------------------------
+# loading into our classes (load_pretrained / read_hf_dir) and exporting (export_hf)
+
+
+def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]]:
+    """A ``transformers`` BERT dir -> (config, the file's tensors in our names), read by
+    ``tokendrop.models.source`` (any accepted layout; safetensors, sharded, or ``pytorch_model.bin``
+    via weights_only).  Tensors we have no name for (NSP head, position_ids) are left out."""
+    p = Path(path)
+    if not p.is_dir():
+        raise InteropError(f"{p}: no such model directory")
+    if not (p / "config.json").is_file():
+        raise InteropError(f"{p}: not a model directory (no config.json)")
+    src = resolve_init_source(str(p))
+    return src.model, spec_of(src.model).from_hf(read_source_tensors(src))  # the family's names -> ours
+
+
+find_checkpoint = latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
+
+
+def load_pretrained(path: str | os.PathLike, cls: type, **head_kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """Build ``cls`` (one of our model classes) from a tokendrop run/checkpoint dir (its checkpoint
+    verified) or a Hugging Face BERT dir.  Encoder weights must all be there; heads missing from the
+    file are fresh.  -> (model, {"model_config", "tokenizer", "fresh", "source", "path", "hf_config"})."""
+    p = Path(path)
+    if not p.exists():
+        raise InteropError(f"{p}: no such model directory")
+    src = resolve_init_source(str(p))
+    model = build_model(src.model, task=task_of(cls), **head_kwargs)  # the family's class for cls's task
+    report = load_source_weights(src, model)
+    tok = src.tokenizer_dir if src.tokenizer_dir is not None and has_tokenizer_files(src.tokenizer_dir) else None
+    return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh, "source": src.kind,
+                   "path": str(src.path), "hf_config": src.hf_config}
+
+
+def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
+              command: str = "") -> Path:
+    """``tokendrop export``: a run/checkpoint dir (verified) -> a ``transformers`` BertForMaskedLM dir.
+
+    A run continued from a published checkpoint (``RUN/source/``) keeps that checkpoint's config.json
+    fields (ours set the shape, ``architectures = ["BertForMaskedLM"]``) and its tokenizer files.
+    An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
+    export (``tokendrop.runs.rundir.prepare_output``) -- never a file, or a directory holding the input.
+    The export holds a model card (README.md, ``model_card``; ``command``: the export's own command line)."""
+    with lock(out_dir, InteropError):
+        prepare_output(out_dir, "export", overwrite, inputs=[checkpoint], error=InteropError)
+        return _export_hf(checkpoint, out_dir, command)
+
+
+def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, command: str = "") -> Path:
+    model, info = load_pretrained(checkpoint, BertForMaskedLM)
+    if any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
+        raise InteropError(f"{checkpoint}: no MLM head weights to export")
+    tok = info["tokenizer"]
+    if info["source"] == "tokendrop":  # a continued run: the source's tokenizer files, kept in RUN/source/
+        ck = Path(info["path"])
+        source = (ck.parent.parent if ck.parent.name == "checkpoints" else ck) / "source"
+        if has_tokenizer_files(source):
+            tok = source
+    base = info["hf_config"]  # the source's config.json (a continued run's RUN/source/config.json)
+    facts = _run_facts(Path(info["path"])) if info["source"] == "tokendrop" else None
+    card = model_card(model.config, info, Path(out_dir).name, command, facts)
+    out = save_pretrained(model, out_dir, tok, base_config=base, kind="export", card=card)
+    ev, h = (facts or {}).get("eval"), (facts or {}).get("entropy")
+    if ev and h is not None and ev["eval_loss"] >= h:  # said once the export is written (a failed one: its error only)
+        import sys
+
+        print(f"warning: {checkpoint}: its last eval MLM loss {ev['eval_loss']:.3f} is not below the unigram entropy of "
+              f"its data ({h:.3f} nats): the model predicts masked tokens no better than their frequencies (fill-mask "
+              "answers frequent tokens); train longer before using the MLM head", file=sys.stderr)
+    return out
+
+
+def _run_facts(ck: Path) -> dict[str, Any]:
+    """What the model card says about the run a checkpoint belongs to: its meta.json (config, step)
+    and its metrics (final losses, the unigram entropy, the pretrain command)."""
+    import json
+
+    from tokendrop.runs.metrics import read_metrics
+
+    meta = json.loads((ck / "meta.json").read_text(encoding="utf-8"))
+    run = ck.parent.parent if ck.parent.name == "checkpoints" else ck
+    step = int(meta.get("step", 0))
+    recs = [r for r in read_metrics(run) if not isinstance(r.get("step"), (int, float)) or r["step"] <= step]
+    start = next((r for r in recs if r.get("event") == "start"), {})
+    train = [r for r in recs if "loss" in r]
+    evals = [r for r in recs if "eval_loss" in r]
+    entropy = start.get("unigram_entropy") or next((r["unigram_entropy"] for r in evals if "unigram_entropy" in r), None)
+    return {"config": meta.get("config", {}), "step": step, "train": train[-1] if train else None,
+            "eval": evals[-1] if evals else None, "entropy": entropy, "command": start.get("command", ""),
+            "seq_len": start.get("seq_len")}
+
+
+def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str = "",
+               facts: dict[str, Any] | None = None) -> str:
+    """README.md of an export: the architecture and how to load it; for a tokendrop checkpoint its
+    source, data, length, dropping method, final losses beside the data's unigram entropy, and the
+    commands that made it (``facts``: ``_run_facts`` of the checkpoint)."""
+    from tokendrop.version import __version__
+    from tokendrop.data.masking import unigram_note
+
+    spec = spec_of(cfg)
+    arch = spec.hf_architectures["mlm"]
+    rows = [("architecture", f"{arch} ({cfg.family}: {cfg.num_layers} layers x {cfg.hidden_size}, {cfg.num_heads} "
+                             f"heads, FFN {cfg.intermediate_size}, vocab {cfg.vocab_size}); load with "
+                             "`AutoModelForMaskedLM`")]
+    if facts is not None:
+        f = facts
+        c, tc, d = f["config"], f["config"].get("train", {}), f["config"].get("drop", {})
+        data = c.get("data", {})
+        T = f["seq_len"]
+        rows += [("source", f"continued from `{c['model']['init']}` (sha256 {c['model'].get('init_sha256', '')[:12]})"
+                  if c.get("model", {}).get("init") else "random initialisation (pretrained from scratch)"),
+                 ("data", f"`{data.get('path') or ', '.join(data.get('paths', []))}`"),
+                 ("length", f"step {f['step']} of {tc.get('steps') or tc.get('time_budget')}, "
+                            f"{tc.get('batch_size')} sequences per step" + (f" of {T} tokens" if T else "")),
+                 ("method", "dense MLM (no token dropping)" if d.get("method", "none") == "none" and d.get("variant") != "avg"
+                  else f"token dropping: {d.get('method')}/{d.get('variant')}, rate {d.get('rate')}")]
+        if f["train"]:
+            rows.append(("final train MLM loss", f"{f['train']['loss']:.4f} (step {f['train']['step']})"))
+        if f["eval"]:
+            note = unigram_note(f["eval"]["eval_loss"], f["entropy"])
+            rows.append(("final eval MLM loss", f"{f['eval']['eval_loss']:.4f}, accuracy {f['eval']['eval_acc']:.4f} "
+                                                f"(step {f['eval']['step']})" + (f"; {note}" if note else "")))
+        if f["command"]:
+            rows.append(("trained with", f"`{f['command']}`"))
+    else:
+        rows.append(("source", f"`{info['path']}` ({info['source']})"))
+    if command:
+        rows.append(("exported with", f"`{command}`"))
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return f"""---
+library_name: transformers
+pipeline_tag: fill-mask
+tags:
+- tokendrop
+- fill-mask
+- {cfg.family}
+---
+
+# {name}
+
+A {cfg.family} masked language model exported by tokendrop {__version__}.
+
+| | |
+|---|---|
+{table}
+
+## Use
+
+```python
+from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+model = AutoModelForMaskedLM.from_pretrained("{name}")
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
+print(fill(f"Paris is the {{tokenizer.mask_token}} of France."))
+```
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# prepare --tokenizer SOURCE: a local tokenizer path
+
+
+def resolve_tokenizer_source(source: str) -> str:
+    """A ``--tokenizer`` / ``--init`` source -> the local path of its tokenizer (file or directory).
+
+    A local file, or a directory with tokenizer files (at its top or in ``tokenizer/``), is returned
+    as it is; a missing absolute path too (prepare then names it).  Anything else goes through the
+    ``--init`` resolver (checkpoint directories, Hub names; its InitError otherwise); a source
+    without a tokenizer is a DataError."""
+    p = Path(source).expanduser()
+    if p.is_file() or (p.is_dir() and (has_tokenizer_files(p) or has_tokenizer_files(p / "tokenizer"))):
+        return str(p)
+    if p.is_absolute() and not p.exists():
+        return str(p)
+    src = resolve_init_source(source)
+    if src.tokenizer_dir is None:
+        raise DataError(f"{source}: {src.path} has no tokenizer (tokenizer.json or vocab.txt, nor in its run's "
+                        "tokenizer/); pass the tokenizer's directory or file to --tokenizer")
+    return str(src.tokenizer_dir)

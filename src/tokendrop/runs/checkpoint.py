@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load as st_load
 from torch import Tensor
 
 from tokendrop.version import __version__
 from tokendrop.errors import TokendropError
 from tokendrop.runs.files import atomic_directory, atomic_write_json, discard_dir, write_safetensors
-from safetensors.torch import load as st_load
 
 
 class CheckpointError(TokendropError, ValueError):
@@ -395,11 +395,6 @@ def load_verified(path: str | os.PathLike, state: bool = False, fallback: bool =
             print(f"warning: skipping {e}", file=sys.stderr)
         return found
     raise CheckpointError(f"{path}: none of its {len(skipped)} checkpoint(s) verifies; the newest: {skipped[0]}")
-
-
-def weights_sha256(path: str | os.PathLike) -> str:
-    """The recorded sha256 of the model weights :func:`find` picks for ``path`` (not re-hashed)."""
-    return weights_sha256_of(read_meta(find(path)))
 
 
 def rng_tensors(selector_state: Tensor | None) -> dict[str, Tensor]:

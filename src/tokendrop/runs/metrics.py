@@ -1,4 +1,4 @@
-"""A run's metrics: ``metrics.jsonl`` (one JSON object per line) plus TensorBoard scalars.
+"""A run's metrics: ``metrics.jsonl`` (one JSON object per line) plus the trackers of ``train.report_to``.
 
 The one reader and writer of ``metrics.jsonl`` (``tokendrop.runs.rundir`` re-exports them):
 
@@ -26,33 +26,37 @@ FILENAME = "metrics.jsonl"
 
 
 class MetricsLog:
-    """JSONL + TensorBoard, rank 0 only.  ``purge_step`` (a resumed run: the checkpoint's step + 1)
-    makes TensorBoard discard the events a killed run had written from that step on."""
+    """metrics.jsonl + the trackers of ``report_to`` (``tokendrop.runs.trackers``: TensorBoard, W&B,
+    MLflow), rank 0 only.  ``tracker_args``: ``trackers.Trackers``'s keywords (a resumed run's
+    ``purge_step`` makes TensorBoard discard the events a killed run had written from that step on)."""
 
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool = True, purge_step: int | None = None):
+    closes_failed = True  # rundir.close_on_error closes it with ok=False: its trackers record a failed run
+
+    def __init__(self, run_dir: Path, enabled: bool, report_to: list[str] | tuple[str, ...] = ("tensorboard",),
+                 **tracker_args: Any):
         self.enabled = enabled
         self.path = Path(run_dir) / FILENAME
-        self.tb = None
-        if enabled and tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
+        self.trackers = None
+        if enabled:
+            from tokendrop.runs.trackers import Trackers
 
-                self.tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge_step)
-            except ImportError:  # tensorboard not installed: JSONL only
-                self.tb = None
+            self.trackers = Trackers(run_dir, [t for t in report_to if t != "jsonl"], **tracker_args)
+
+    @property
+    def tracker_ids(self) -> dict[str, str]:
+        return self.trackers.ids if self.trackers is not None else {}
 
     def write(self, rec: dict[str, Any]) -> None:
         if not self.enabled:
             return
         append_record(self.path, rec)
-        if self.tb is not None:
-            for k, v in rec.items():
-                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.tb.add_scalar(k, v, rec["step"])
+        if self.trackers is not None:
+            self.trackers.write(rec)
 
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+    def close(self, ok: bool = True) -> None:
+        if self.trackers is not None:
+            self.trackers.close(ok)
+            self.trackers = None
 
 
 def _path(run_dir_or_file: str | os.PathLike) -> Path:

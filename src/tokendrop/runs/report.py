@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.runs.metrics import read_metrics
+from tokendrop.data.masking import unigram_note
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.runs.files import atomic_write_text
 
@@ -48,9 +49,14 @@ def summarize(run_dir: Path) -> dict[str, Any]:
     step_t = sorted(r["step_time"] for r in train[len(train) // 10:]) if train else []
     end = [r for r in recs if r.get("event") in ("end", "interrupted")]
     flops = sum(r.get("flops_per_step", 0) for r in train) / max(1, len(train))
+    start = next((r for r in recs if r.get("event") == "start"), {})
+    cpu = end[-1].get("cpu_time") if end else (train[-1].get("cpu_time") if train else None)
     return {
         "steps": train[-1]["step"] if train else 0,
         "wall_time_s": end[-1]["wall_time"] if end else (train[-1]["wall_time"] if train else 0.0),
+        # CPU seconds of the training process over the same steps (runs written before it was recorded: None)
+        "cpu_time_s": cpu,
+        "unigram_entropy": start.get("unigram_entropy"),
         "tokens_per_s": tps[len(tps) // 2] if tps else 0.0,
         "step_time_s": step_t[len(step_t) // 2] if step_t else 0.0,
         "final_train_loss": train[-1]["loss"] if train else float("nan"),
@@ -89,6 +95,9 @@ def write_run_report(run_dir: str | os.PathLike) -> Path:
         f"| {s['steps']} | {s['wall_time_s']:.1f} | {s['tokens_per_s']:.0f} | {s['step_time_s']:.3f} | "
         f"{s['final_train_loss']:.4f} | {s['final_eval_loss']:.4f} | {s['final_eval_acc']:.4f} | {s['total_flops']:.3g} |",
         "",
+        *([f"Unigram entropy of the data: {s['unigram_entropy']:.3f} nats ("
+           + unigram_note(s["final_eval_loss"], s["unigram_entropy"]).split(": ", 1)[1] + ").", ""]
+          if s.get("unigram_entropy") and s["final_eval_loss"] == s["final_eval_loss"] else []),
         "![curves](curves.png)" if plt is not None else "(no plots: matplotlib is not installed)",
         "",
         "Training loss vs step and vs wall-clock, eval MLM loss (full model, held-out split), throughput.",

@@ -59,6 +59,55 @@ class Interrupted(KeyboardInterrupt):
         self.signum = int(signum)
 
 
+class StopFlag:
+    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the step and exits.  A
+    second signal raises ``rundir.Interrupted`` at once (a checkpoint being written is then removed
+    whole by its atomic directory; the last complete one stays)."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.signum = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopFlag":
+        if in_main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum:  # second signal: give up at once
+            raise Interrupted(signum)
+        self.stop = True
+        self.signum = signum
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def close_on_error(*things):
+    """Close the progress bar, the loader (its worker processes) and the log when the loop raises
+    (a second Ctrl-C, a non-finite loss); on success the loop's own ending closes them.  A thing with
+    ``closes_failed`` set is closed with ``close(ok=False)`` (the metrics log: its trackers record a
+    failed run)."""
+    try:
+        yield
+    except BaseException:
+        for t in things:
+            if t is not None:
+                with contextlib.suppress(Exception):
+                    t.close(ok=False) if getattr(t, "closes_failed", False) else t.close()
+        raise
+
+
+def in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
 # ----------------------------------------------------------------------------------------------
 # markers and the refusal rules
 

@@ -23,6 +23,7 @@ seed), so the main loader's position, and with it exact resume, is unaffected.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,10 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
-from tokendrop.config import LOSS_METHODS, Config, ConfigError
+from tokendrop.config import Config, ConfigError
+from tokendrop.data import MLMLoader
+from tokendrop.data.tokenizer import tokenizer_vocab_sha256
+from tokendrop.errors import DataError
 from tokendrop.models.hf import save_source_files
 from tokendrop.models.source import load_init_weights
 from tokendrop.train.schedules import lr_linear_steps
@@ -76,9 +80,6 @@ def check_vocabulary(src, data) -> None:
     pads its embedding); ``prepare --tokenizer MODEL_DIR`` then records that size, which the run
     needs (the model is built with the source's shape and the data's size must equal it).  A source
     with fewer embedding rows than the data has ids is an error."""
-    from tokendrop.data import DataError
-    from tokendrop.data.tokenizer import tokenizer_vocab_sha256
-
     if src.tokenizer_dir is not None:
         try:
             h = tokenizer_vocab_sha256(src.tokenizer_dir)
@@ -109,8 +110,57 @@ def check_vocabulary(src, data) -> None:
         )
 
 
+def head_warmup_plan(tc) -> tuple[int, str]:
+    """The MLM-head warm-up of a run whose source has no MLM head (``train.head_warmup_*``): -> (steps,
+    how they were chosen).  ``head_warmup_steps`` steps, but at most ``head_warmup_share`` of the
+    run's ``train.steps`` (0: not scaled); a time-budgeted run is not scaled."""
+    cap = tc.head_warmup_steps
+    if cap <= 0:
+        return 0, "none (train.head_warmup_steps = 0)"
+    if not tc.head_warmup_share or tc.time_budget or not tc.steps:
+        why = "a time-budgeted run: not scaled" if tc.time_budget else "train.head_warmup_share = 0: not scaled"
+        return cap, f"{cap} steps (train.head_warmup_steps; {why})"
+    scaled = max(1, math.ceil(tc.head_warmup_share * tc.steps))
+    if scaled < cap:
+        return scaled, (f"{scaled} steps ({tc.head_warmup_share:g} of the run's {tc.steps} steps; "
+                        f"train.head_warmup_share, at most train.head_warmup_steps = {cap})")
+    return cap, f"{cap} steps (train.head_warmup_steps; {tc.head_warmup_share:g} of the run would be {scaled})"
+
+
+def importance_plan(cfg, selector) -> tuple[str, int, str]:
+    """How the importance vector starts (``drop.importance_init``, auto resolved) -> (how, dense
+    batches it costs before step 1, a description)."""
+    how = cfg.drop.importance_init
+    how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
+    learns = cfg.drop.selection.learns_from_loss
+    if selector is None or not learns or how == "constant":
+        what = "no dropping" if selector is None else (
+            f"{cfg.drop.method} keeps no loss record" if not learns else
+            f"constant (init_score {cfg.drop.init_score:g})")
+        return "constant", 0, f"none ({what})"
+    if how == "frequency":
+        return how, 0, "frequency (unigram surprisal of the data's counts; no extra pass)"
+    n = cfg.drop.importance_init_batches
+    return how, n, f"dense pass over {n} batches before step 1 (drop.importance_init = {cfg.drop.importance_init})"
+
+
+def describe_warm_ups(cfg: Config, model, selector, events: list[dict], new: bool = True) -> tuple[str, str, str]:
+    """For the start-up banner: (the source, the MLM-head warm-up, the importance start) of a run
+    (``events``: ``load_source``'s; ``new``: not a resumed run)."""
+    fresh = bool(events) and head_is_fresh(model, events[0]["fresh"])
+    source = ""
+    if cfg.model.init:
+        source = (f"model.init = {cfg.model.init} (sha256 {cfg.model.init_sha256[:12]}...)"
+                  + (f"; {events[0]['layout']}" if events else "") + ("; no MLM head: warmed up first" if fresh else ""))
+    if not new:
+        return source, "done before the checkpoint resumed", "the checkpoint's"
+    head = (head_warmup_plan(cfg.train)[1] if fresh else
+            "none (the source has its MLM head)" if cfg.model.init else "none (no model.init)")
+    return source, head, importance_plan(cfg, selector)[2]
+
+
 def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: float, device: torch.device,
-                amp: torch.dtype | None, progress: bool = False) -> list[float]:
+                amp: torch.dtype | None, progress=None) -> list[float]:
     """Train the MLM head alone (``model.head_parameters()``: encoder and the tied decoder weight
     frozen, no encoder backward) for ``steps`` steps; any family's ``tokendrop.models.masked_lm.MaskedLM``.
 
@@ -125,11 +175,8 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
     losses: list[float] = []
     was_training = model.training
     model.train()
-    pbar = None
-    if progress:
-        from tqdm import tqdm
-
-        pbar = tqdm(total=steps, desc="MLM-head warm-up", unit="step", dynamic_ncols=True)
+    pbar = progress  # a tokendrop.train.console.Progress (a bar on a terminal, else a line every ~10%), or None
+    every = max(1, steps // 10)
     try:
         for p in frozen:
             p.requires_grad_(False)
@@ -150,8 +197,10 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
             opt.zero_grad(set_to_none=True)
             losses.append(float(loss.detach()))
             if pbar is not None:
-                pbar.update(1)
-                pbar.set_postfix(loss=f"{losses[-1]:.3f}")
+                pbar.update(1, loss=f"{losses[-1]:.3f}")
+                if (step + 1) % every == 0 or step + 1 == steps:
+                    pbar.line(f"MLM-head warm-up: step {step + 1}/{steps} | loss {losses[-1]:.4f} | "
+                              f"{pbar.elapsed():.1f} s")
     finally:
         for p in frozen:
             p.requires_grad_(True)
@@ -211,32 +260,47 @@ def warm_start_importance(selector, model, batches: Iterator[dict[str, Tensor]],
     return {"importance_init": how, "ids_scored": int(seen.sum()), "mean_score": float(stats[0].sum() / stats[1].sum().clamp(min=1.0))}
 
 
-def warm_start(cfg: Config, model, selector, data, run_dir: Path, dd, device, amp, micro_bs: int,
-                progress: bool, src=None) -> list[dict]:
-    """A new run (``dd``: the trainer's rank info): with ``model.init`` load the source ``src`` (resolved
-    by the caller) and warm up a fresh MLM head; fill the importance vector per
-    ``drop.importance_init`` (tokendrop.train.continued) -> events for the run log."""
-    how = cfg.drop.importance_init
-    how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
-    warm_importance = selector is not None and cfg.drop.method in LOSS_METHODS and how != "constant"
-    if not cfg.model.init and not warm_importance:
-        return []
-    from tokendrop.data import MLMLoader
+def load_source(cfg: Config, model, run_dir: Path, dd, src) -> list[dict]:
+    """A new run with ``model.init``: load the source ``src`` (resolved by the caller) -> the run log's
+    events ([] without ``model.init``)."""
+    return [start_from_source(cfg, src, model, run_dir, dd.main)] if cfg.model.init else []
 
+
+def warm_start(cfg: Config, model, selector, data, events: list[dict], dd, device, amp, micro_bs: int,
+               log=None, progress: bool = True) -> list[dict]:
+    """A new run, after ``load_source`` (its ``events``): warm up a fresh MLM head
+    (``head_warmup_plan``) and fill the importance vector (``importance_plan``) -> events for the run
+    log (each phase's seconds in its event).  ``log``: a ``tokendrop.train.console.RunLog`` (rank 0) that
+    says what each pass does while it runs; ``progress``: the head warm-up's bar (a terminal) or lines."""
+    from tokendrop.train.console import Progress, is_terminal
+
+    how, n_batches, _ = importance_plan(cfg, selector)
+    warm_importance = how != "constant"
+    head_steps, _ = head_warmup_plan(cfg.train)
+    fresh_head = bool(events) and head_steps > 0 and head_is_fresh(model, events[0]["fresh"])
+    if not fresh_head and not warm_importance:
+        return events
     t0 = time.perf_counter()
-    events = [start_from_source(cfg, src, model, run_dir, dd.main)] if cfg.model.init else []
     stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
                        world_size=dd.world, mask_prob=cfg.data.mask_prob_start, num_workers=0, shuffle=True, loop=True)
     it = iter(stream)
-    if events and cfg.train.head_warmup_steps and head_is_fresh(model, events[0]["fresh"]):
-        losses = head_warmup(model, it, cfg.train.head_warmup_steps, cfg.train.head_warmup_lr, device, amp, progress)
+    if fresh_head:
+        bar = None
+        if log is not None:
+            bar = Progress(log, head_steps, desc="MLM-head warm-up", bar=progress and is_terminal(), console=progress)
+        losses = head_warmup(model, it, head_steps, cfg.train.head_warmup_lr, device, amp, bar)
         events.append({"event": "head_warmup", "steps": len(losses), "first_loss": losses[0], "last_loss": losses[-1],
                        "seconds": time.perf_counter() - t0})
     if warm_importance:
         t1 = time.perf_counter()
+        if log is not None and n_batches:
+            log.say(f"importance warm start: {how} over {n_batches} batches (no update) ...")
         counts = data.token_counts() if how == "frequency" else None
-        ev = warm_start_importance(selector, model, it, how, cfg.drop.importance_init_batches, device, amp, counts)
+        ev = warm_start_importance(selector, model, it, how, n_batches, device, amp, counts)
         events.append({"event": "importance_init", **ev, "seconds": time.perf_counter() - t1})
+        if log is not None and n_batches:
+            log.say(f"importance warm start: done in {events[-1]['seconds']:.1f} s"
+                    + (f", {ev['ids_scored']} ids scored" if "ids_scored" in ev else ""))
     stream.close()
     events.append({"event": "init_done", "seconds": time.perf_counter() - t0})
     return events

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from tokendrop.config import Config, ConfigError
+from tokendrop.models.families import build_model, spec_of
 
 _GIB = 1 << 30
 
@@ -46,9 +47,8 @@ class MemoryNeed:
 def _count(cfg: Config, layers: int) -> tuple[int, int]:
     """(trainable, frozen) parameters of the MLM model of ``cfg`` with ``layers`` layers, built on
     the meta device (nothing allocated)."""
-    from tokendrop.models.families import build_model, spec_of
-
-    model_cfg = dataclasses.replace(cfg.model, num_layers=layers)
+    model_cfg = dataclasses.replace(cfg.model, num_layers=layers,  # an explicit per-layer list cut to match
+                                    layer_types=list(cfg.model.layer_types[:layers]))
     with torch.device("meta"):
         model = build_model(model_cfg)
     frozen_names = tuple(spec_of(model_cfg).pretrain_frozen)

@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from tokendrop.config import ConfigError
+from tokendrop.models.masked_lm import MaskedLM
 
 PARALLEL_KINDS = ("ddp", "fsdp")
 
@@ -166,19 +167,10 @@ def grad_norm(params: list[nn.Parameter], max_norm: float) -> Tensor:
     return _local(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
 
 
-def encoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The encoder's layer list of either family's MLM model (``model.encoder.encoder.layers`` for
-    BERT, ``model.encoder.layers`` for ModernBERT)."""
-    enc = model.encoder
-    layers = getattr(enc, "layers", None)
-    if layers is None:
-        layers = enc.encoder.layers
-    return layers
-
-
-def wrap(model: nn.Module, kind: str, dd: Dist, device: torch.device, amp: torch.dtype | None) -> Parallel:
-    """Wrap ``model`` (already on ``device``) for ``kind`` ("ddp" | "fsdp").  FSDP shards the
-    parameters in place: build the optimizer after this call."""
+def wrap(model: MaskedLM, kind: str, dd: Dist, device: torch.device, amp: torch.dtype | None) -> Parallel:
+    """Wrap ``model`` (either family's MLM model, already on ``device``) for ``kind`` ("ddp" | "fsdp").
+    FSDP shards each of ``model.encoder_layers``, then the root, in place: build the optimizer after
+    this call."""
     if kind == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
@@ -192,7 +184,7 @@ def wrap(model: nn.Module, kind: str, dd: Dist, device: torch.device, amp: torch
         # the logits are a view (of F.linear's 2-D product); the step never changes them in place, so
         # FSDP2's per-forward warning about in-place ops on a returned view does not apply
         warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-        for layer in encoder_layers(model):
+        for layer in model.encoder_layers:
             fully_shard(layer, **kw)
         fully_shard(model, **kw)  # the root: embeddings, head; the tied decoder weight is the embedding's
         # ScTD's dense pass calls model.hidden, not forward: FSDP gathers the root's parameters for it too
@@ -212,5 +204,4 @@ def autocast_for(par: Parallel | None, amp: torch.dtype | None, device: torch.de
     return amp
 
 
-__all__ = ["Dist", "Parallel", "PARALLEL_KINDS", "init_distributed", "close_distributed", "wrap", "grad_norm", "encoder_layers",
-           "autocast_for"]
+__all__ = ["Dist", "Parallel", "PARALLEL_KINDS", "init_distributed", "close_distributed", "wrap", "grad_norm", "autocast_for"]

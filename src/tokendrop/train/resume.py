@@ -1,10 +1,12 @@
-"""Resuming a run: which config changes a resume refuses, the data it must find, and loading a
-checkpoint's weights, AdamW state and every rank's RNG streams into a (wrapped) model, whatever
-wrote the checkpoint (one process, DDP, FSDP at any world size)."""
+"""A run's training state in its checkpoints: saving it (``save_training_state``: weights, AdamW
+state, importance, every rank's RNG streams) and resuming it: which config changes a resume refuses,
+the data it must find, and loading a checkpoint into a (wrapped) model, whatever wrote the
+checkpoint (one process, DDP, FSDP at any world size)."""
 
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,48 @@ def load_run_config(run_dir: str | os.PathLike) -> Config:
     except ConfigError as e:
         raise ConfigError(f"--resume: {e} (the run's config.toml was edited or damaged: repair it, or write the "
                           "config recorded in its newest checkpoints/step-*/meta.json back into it)") from None
+
+
+def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Parallel, dd, selector,
+                        meta: dict[str, Any], keep: int) -> Path | None:
+    """Write the checkpoint of ``step`` (``meta``: the trainer's config, data position, clocks, ...;
+    the optimizer's param groups are added): rank 0 writes it, or every rank its shards under FSDP.
+    Every rank's RNG streams are gathered; non-finite weights are refused (the last good checkpoint
+    named); a failed write (disk full) leaves nothing and names the intact last checkpoint."""
+    import torch.distributed as dist
+
+    rng = ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None)
+    ranks = [rng]
+    if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
+        ranks = [None] * dd.world
+        dist.all_gather_object(ranks, rng)
+    finite = bool(torch.stack([torch.isfinite(getattr(p, "_local_tensor", p)).all() for p in model.parameters()]).all()
+                  ) if par.sharded or dd.main else True  # under FSDP: this rank's shards
+    if par.sharded:
+        finite = par.all_true(finite)  # each rank checked its own shards
+    if not (dd.main or par.sharded):
+        return None
+    if not finite:
+        raise TrainingError(f"non-finite weights at step {step}; not saved. Last good checkpoint: "
+                            f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the data)")
+    tensors, groups = ({}, opt.state_dict()["param_groups"]) if par.sharded else ckpt_mod.optimizer_to_tensors(opt)
+    if selector is not None:
+        tensors["importance"] = selector.scores.detach().cpu().contiguous()
+    tensors.update(rng)
+    if dd.world > 1:
+        for r, t in enumerate(ranks):
+            tensors.update({f"{k}.rank{r}": v for k, v in t.items()})
+    meta = {**meta, "optimizer_param_groups": groups}
+    try:
+        if par.sharded:  # collective: every rank writes its shards
+            return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, keep, dd)
+        return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, keep)
+    except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+        import shlex
+
+        last = ckpt_mod.latest(run_dir)
+        then = (f"the last checkpoint ({last}) is intact: free space, then tokendrop pretrain --resume "
+                f"{shlex.quote(str(run_dir))}" if last else "there is no earlier checkpoint: free space, then run "
+                "the same command again (a run without a checkpoint is started over)")
+        raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
+                            f"checkpoint of step {step}; nothing of it was kept; {then}") from None

@@ -24,7 +24,7 @@ import os
 from tokendrop.train.budget import resolved_train
 from tokendrop.config import Config, ConfigError
 from tokendrop.train.continued import check_vocabulary
-from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
+from tokendrop.models.source import InitSource, positions_error, resolve_init_source, resolve_model_init
 
 
 def resolve_init(cfg: Config, resume: bool = False) -> InitSource | None:
@@ -69,10 +69,8 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
         )
     if out.data.seq_len and data.seq_len != out.data.seq_len:
         raise ConfigError(f"data.seq_len: expected T={out.data.seq_len} but {where} was prepared with T={data.seq_len}")
-    if data.seq_len > m.max_position_embeddings:
-        raise ConfigError(
-            f"{field}: T={data.seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}"
-        )
+    if data.seq_len > m.max_position_embeddings:  # how to extend the positions, or why they cannot be
+        raise ConfigError(positions_error(field, data.seq_len, m, m.init))
     pad = data.special_ids.get("pad")
     if new_run and pad is not None and m.pad_token_id != pad:
         # the pad id comes from the data's vocabulary (the embedding's padding row, the export's config)
@@ -81,3 +79,13 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
                               f"{where}; leave model.pad_token_id unset (the data's id is used)")
         m.pad_token_id = pad
     return out.validate()
+
+
+def open_run_data(cfg: Config, src: InitSource | None, new_run: bool = True, world: int = 1):
+    """-> (the run's resolved config, the prepared data: one directory or a weighted mixture)."""
+    from tokendrop.data.mixture import open_data
+
+    if not (cfg.data.path or cfg.data.paths):
+        raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
+    data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture
+    return resolve_run_config(cfg, data, src, new_run, world), data

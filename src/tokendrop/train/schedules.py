@@ -8,8 +8,7 @@ depends on (k, p) only, so a resumed run and an uninterrupted one compute the sa
     cosine(p, a, b)   = b + (a - b) (1 + cos(pi p)) / 2
     warm-up ramp w(k) = (k + 1) / W for k < W, else 1            (W = train.warmup_steps)
                     time budget with train.warmup_ratio r: w(p) = min(1, p / r)
-    LR "linear", fixed length: w(k) peak for k < W, then peak (S - k) / (S - W)   (the original
-                    schedule, bit for bit: ``lr_at``)
+    LR "linear", fixed length: w(k) peak for k < W, then peak max(0, (S - k) / max(1, S - W))
     LR "linear", time budget:  peak w(k) (1 - p)
     LR "wsd":       peak w(k) s(p), s(p) = 1 for p < 1 - d, then over the last share d of the run
                     q = (p - (1 - d)) / d and s = 1 - sqrt(q) ("1-sqrt", Hägele et al. 2024, as
@@ -61,8 +60,8 @@ def warmup_ramp(step: int, warmup: int) -> float:
 
 
 def lr_linear_steps(step: int, peak: float, warmup: int, total: int) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total`` (the
-    original schedule; the expression is kept as it was so the values are bit-identical)."""
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total`` (0 after
+    it; a warm-up longer than the run ramps until the run ends)."""
     if warmup > 0 and step < warmup:
         return peak * (step + 1) / warmup
     return peak * max(0.0, (total - step) / max(1, total - warmup))

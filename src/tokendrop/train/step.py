@@ -23,14 +23,7 @@ from tokendrop.errors import TrainingError
 from tokendrop.dropping.importance import TokenSelector
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.train.parallel import Parallel, grad_norm
-from tokendrop.dropping.random_ltd import ltd_kept_at
-from tokendrop.train.schedules import lr_linear_steps
-
-
-def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total``
-    (``train.lr_schedule = "linear"`` of a fixed-length run; tokendrop.train.schedules has them all)."""
-    return lr_linear_steps(step, peak, warmup, total)
+from tokendrop.dropping.random_ltd import kept_rows
 
 
 def stage2_start(cfg: Config) -> int:
@@ -91,7 +84,7 @@ class MLMStep:
         if not drop.per_layer:
             return self.selector.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
         t = mb["input_ids"].shape[1]
-        kept = ltd_kept_at(drop, t, step, self.cfg.train.steps, progress)
+        kept = kept_rows(drop, t, step, self.cfg.train.steps, progress)
         if kept >= t:
             return None
         start, end = drop.span(self.cfg.model.num_layers)
@@ -194,10 +187,3 @@ def evaluate_mlm(model: BertForMaskedLM, batches, device: torch.device, amp_dtyp
                             "prepare the data with a larger --eval-fraction or more text")
     return {"eval_loss": tot[0].item() / n, "eval_acc": tot[1].item() / n, "eval_slots": int(n)}
 
-
-def kept_rows(cfg: Config, seq_len: int, step: int, progress: float) -> int:
-    """Rows kept in the drop span at optimizer step ``step`` (0-based), ``progress`` of the run done
-    (random_ltd: its schedule, over the steps or over the time budget)."""
-    if not cfg.drop.per_layer:
-        return cfg.drop.num_kept(seq_len)
-    return ltd_kept_at(cfg.drop, seq_len, step, cfg.train.steps, progress)

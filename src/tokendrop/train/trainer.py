@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,45 +26,38 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from tokendrop.config import Config, ConfigError, to_dict, to_toml
+from tokendrop.data import MLMLoader
+from tokendrop.data.masking import unigram_entropy
+from tokendrop.data.mixture import realised
+from tokendrop.dropping.flops import RunFlops, gpu_peak_flops, step_flops
+from tokendrop.dropping.importance import build_selector, pinned_ids
+from tokendrop.dropping.random_ltd import kept_rows
+from tokendrop.errors import TrainingError
+from tokendrop.models.attention import check_training_device
+from tokendrop.models.families import build_model, spec_of
+from tokendrop.models.hf import copy_tokenizer
+from tokendrop.models.masked_lm import num_parameters
 from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.runs import rundir
-from tokendrop.runs.metrics import truncate_metrics
 from tokendrop.runs.files import atomic_directory, atomic_write_text
 from tokendrop.runs.gate import gate
-from tokendrop.models.attention import check_training_device
+from tokendrop.runs.metrics import MetricsLog, read_metrics, truncate_metrics
+from tokendrop.runs.report import write_run_report
+from tokendrop.runs.trackers import check_installed
 from tokendrop.train.budget import RunLength, budget_clock
+from tokendrop.train.console import (LOG_FILE, Progress, RunLog, eta, interval_line, is_terminal, pretrain_banner,
+                                     pretrain_summary, unigram_note)
+from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
 from tokendrop.train.memory import check_memory
-from tokendrop.config import METHODS, Config, ConfigError, to_dict, to_toml
-from tokendrop.train.continued import warm_start
-from tokendrop.data.mixture import open_data, realised
-from tokendrop.errors import TrainingError
-from tokendrop.models.families import build_model, spec_of
-from tokendrop.dropping.flops import RunFlops, step_flops
-from tokendrop.dropping.importance import build_selector
-from tokendrop.runs.metrics import MetricsLog, read_metrics
-from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, kept_rows, lr_at, stage2_start
-from tokendrop.models.masked_lm import num_parameters
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
-from tokendrop.train.resume import (
-    check_resume_compatible,
-    check_resume_data,
-    load_run_config,
-    load_training_state,
-    rank_rng,
-)
-from tokendrop.train.run_config import resolve_init, resolve_run_config
+from tokendrop.train.resume import (check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401
+                                    load_training_state, rank_rng, save_training_state)
+from tokendrop.train.run_config import open_run_data, resolve_init
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
+from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, stage2_start
 from tokendrop.train.warmups import StepPlan, default_micro_batch
-
-
-# ----------------------------------------------------------------------------------------------
-# logging
-
-
-# ----------------------------------------------------------------------------------------------
-# the loop
 
 
 @dataclass
@@ -83,77 +75,9 @@ class PretrainResult:
     already_finished: bool = False  # resumed a run that had already reached train.steps: nothing was trained
 
 
-def _open_data(cfg: Config, src, new_run: bool = True, world: int = 1):
-    """-> (the run's resolved config, the prepared data: one directory or a weighted mixture);
-    tokendrop.train.run_config builds the config."""
-    if not (cfg.data.path or cfg.data.paths):
-        raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
-    data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture
-    return resolve_run_config(cfg, data, src, new_run, world), data
-
-
-def _pinned_ids(cfg: Config, data) -> list[int]:
-    if not cfg.drop.pinned_tokens:
-        return []
-    index = {t: i for i, t in enumerate(data.vocab()) if t}
-    out = []
-    for tok in cfg.drop.pinned_tokens:
-        if tok not in index:
-            raise ConfigError(f"drop.pinned_tokens: {tok!r} is not in the vocabulary")
-        out.append(index[tok])
-    return out
-
-
-class _StopFlag:
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint at the end of the step and exits.  A
-    second signal raises ``rundir.Interrupted`` at once (a checkpoint being written is then removed
-    whole by its atomic directory; the last complete one stays)."""
-
-    def __init__(self) -> None:
-        self.stop = False
-        self.signum = 0
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> "_StopFlag":
-        if _in_main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
-                self._old[s] = signal.signal(s, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.signum:  # second signal: give up at once
-            raise rundir.Interrupted(signum)
-        self.stop = True
-        self.signum = signum
-
-    def __exit__(self, *exc) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def _close_on_error(*things):
-    """Close the progress bar, the loader (its worker processes) and the log when the loop raises
-    (a second Ctrl-C, a non-finite loss); on success the loop's own ending closes them."""
-    try:
-        yield
-    except BaseException:
-        for t in things:
-            if t is not None:
-                with contextlib.suppress(Exception):
-                    t.close()
-        raise
-
-
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
 def pretrain(
     cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None,
-    overwrite: bool = False, clock=None,
+    overwrite: bool = False, clock=None, banner: bool | None = None, command: str = "",
 ) -> PretrainResult:
     """Run (or resume) a pretraining job into ``out_dir``.
 
@@ -165,8 +89,13 @@ def pretrain(
     ``clock``: the seconds clock training time is measured with (default ``train.budget_clock``'s:
     ``time.perf_counter`` or ``time.process_time``; tests pass a fake one to check
     ``train.time_budget`` without sleeping).
+    ``progress``: a progress bar on a terminal, one line per log interval anywhere else (a batch
+    job's log); ``banner`` (default: ``progress``): the start-up block (what the run will do) and the
+    end summary (the time of each phase) on stderr.  Both always go to ``RUN/log.txt``.  ``command``:
+    the command line that started it (the run's start record and its export's model card keep it).
     """
     cfg.validate()
+    check_installed(cfg.train.report_to)  # a tracker asked for and not installed: before anything is written
     src = resolve_init(cfg, resume)  # model.init: resolved once, here (tokendrop.train.run_config)
     run_dir = Path(out_dir)
     device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
@@ -177,7 +106,7 @@ def pretrain(
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
             result = _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train),
-                               src)
+                               src, progress if banner is None else banner, command)
         clean = True
         return result
     finally:
@@ -186,8 +115,10 @@ def pretrain(
 
 
 def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
-              overwrite: bool = False, clock=time.perf_counter, src=None) -> PretrainResult:
-    t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src)
+              overwrite: bool = False, clock=time.perf_counter, src=None, banner: bool = True,
+              command: str = "") -> PretrainResult:
+    t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src, banner)
+    t.command = command
     t.set_up()
     t.check_memory()  # before anything is allocated or written
     t.check_eval()
@@ -195,6 +126,9 @@ def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist
     if done is not None:  # resumed a run that had already finished: nothing to do
         return done
     t.build()
+    t.announce()
+    t.warm_up()
+    t.wrap()
     t.restore()
     t.make_step()
     t.start()
@@ -206,20 +140,34 @@ class _Trainer:
 
         set_up     device, precision, the batch geometry, the prepared data and the resolved config
         open_run   the run directory: a new one (config.toml, tokenizer) or the checkpoint to resume
-        build      model, selector (+ warm start), DDP/FSDP wrapping, AdamW
+        build      model, selector, the source's weights (``model.init``)
+        announce   the start-up banner (console and RUN/log.txt): what the run will do
+        warm_up    a new run: the MLM-head warm-up and the importance warm start (tokendrop.train.continued)
+        wrap       DDP/FSDP wrapping, AdamW
         restore    (resume) weights, AdamW state, importance, every rank's RNG
         make_step  the step function and the loader (at the resumed position)
         start      the metrics log, the start row and the step-0 evaluation of a new run
         run        the loop: ``train_step`` -> ``host_sync`` -> ``log_step`` / ``evaluate`` /
                    ``checkpoint`` -> ``finish``
 
-    The attributes are the run's state; nothing of the config is changed after ``set_up``."""
+    The attributes are the run's state; nothing of the config is changed after ``set_up``.  Each
+    phase's wall time is added to ``phases`` (the end summary's)."""
 
     def __init__(self, cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
-                 overwrite: bool, clock, src):
+                 overwrite: bool, clock, src, banner: bool = True):
         self.cfg, self.run_dir, self.resume, self.progress, self.dd = cfg, run_dir, resume, progress, dd
-        self.stop_at, self.overwrite, self.clock, self.src = stop_at, overwrite, clock, src
+        self.stop_at, self.overwrite, self.clock, self.src, self.banner = stop_at, overwrite, clock, src, banner
         self.meta_in: dict[str, Any] | None = None
+        self.t_begin = self.t_phase = time.perf_counter()
+        self.phases = {"set-up": 0.0, "MLM-head warm-up": 0.0, "importance pass": 0.0, "training": 0.0,
+                       "evaluation": 0.0, "checkpoints": 0.0}
+        self.console = RunLog(None, banner and dd.main)  # RUN/log.txt once the run directory exists
+
+    def _phase(self, name: str) -> None:
+        """Add the wall time since the last mark to phase ``name``."""
+        now = time.perf_counter()
+        self.phases[name] += now - self.t_phase
+        self.t_phase = now
 
     # -- set up --------------------------------------------------------------------------------------
     def set_up(self) -> None:
@@ -244,7 +192,7 @@ class _Trainer:
             raise TrainingError(f"--resume: data.path {cfg.data.path!r} {where} pass --set data.path=DIR (accepted "
                                 "when its fingerprint equals the one the run recorded)")
         # the resolved config (train.tokens / epochs / warmup_ratio as steps): not changed from here on
-        self.cfg, self.data = _open_data(cfg, self.src, new_run=not self.resume, world=dd.world)
+        self.cfg, self.data = open_run_data(cfg, self.src, new_run=not self.resume, world=dd.world)
         self.data_fp = self.data.fingerprint()
         self.T = self.data.seq_len
         self.tc = self.cfg.train
@@ -306,16 +254,16 @@ class _Trainer:
             atomic_write_text(run_dir / "config.toml", to_toml(cfg))
             tok_dst = run_dir / "tokenizer"
             if not tok_dst.exists():
-                from tokendrop.models.hf import copy_tokenizer
-
                 with atomic_directory(tok_dst) as tok_tmp:
                     copy_tokenizer(self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
+            self.console.path = run_dir / LOG_FILE
         if dd.world > 1:
             dist.barrier()
         return None
 
     # -- model, selector, optimizer; the step and the loader ------------------------------------------
     def build(self) -> None:
+        """The model (the family's MLM model), the selector, and a new run's source weights."""
         cfg, tc, dd, data, device = self.cfg, self.tc, self.dd, self.data, self.device
         torch.manual_seed(tc.seed)
         model = self.model = build_model(cfg.model, cfg.drop)  # the family's MLM model
@@ -325,15 +273,47 @@ class _Trainer:
         if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
             torch.manual_seed(tc.seed + dd.rank)
         counts = None
-        if METHODS[cfg.drop.method].needs_counts:
+        if cfg.drop.selection.needs_counts:
             counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
         self.selector = None
         if cfg.drop.enabled:  # each rank its own random draws
-            self.selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, self.T,
-                                           _pinned_ids(cfg, data), counts, seed=tc.seed + dd.rank, device=device)
-        self.init_events = [] if self.meta_in is not None else warm_start(
-            cfg, model, self.selector, data, self.run_dir, dd, device, self.amp, self.micro_bs,
-            self.progress and dd.main, self.src)
+            pinned = pinned_ids(cfg.drop, data.vocab() if cfg.drop.pinned_tokens else [])
+            self.selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, self.T, pinned, counts,
+                                           seed=tc.seed + dd.rank, device=device)
+        self.init_events = [] if self.meta_in is not None else load_source(cfg, model, self.run_dir, dd, self.src)
+        self._phase("set-up")
+
+    def announce(self) -> None:
+        """The start-up banner (rank 0): on stderr and at the top of this process's part of RUN/log.txt."""
+        self.entropy = unigram_entropy(self.data.token_counts(), self.data.special_ids)
+        self.entropy_rec = {"unigram_entropy": self.entropy} if self.entropy is not None else {}  # eval records
+        if self.dd.main:
+            source, head, importance = describe_warm_ups(self.cfg, self.model, self.selector, self.init_events,
+                                                         new=self.meta_in is None)
+            self.console.block(pretrain_banner(
+                self.cfg, run_dir=self.run_dir, start_step=int(self.meta_in["step"]) if self.meta_in else 0,
+                params=num_parameters(self.model), data=self.data, world=self.dd.world, device=str(self.device),
+                precision=str(self.amp).replace("torch.", "") if self.amp is not None else "fp32",
+                micro_bs=self.micro_bs, accum=self.accum, parallel=self.tc.parallel, threads=torch.get_num_threads(),
+                head_warmup=head, importance=importance, entropy=self.entropy, source=source))
+
+    def warm_up(self) -> None:
+        """A new run: the MLM-head warm-up and the importance warm start (tokendrop.train.continued)."""
+        self.t_phase = time.perf_counter()
+        if self.meta_in is None:
+            self.init_events = warm_start(self.cfg, self.model, self.selector, self.data, self.init_events, self.dd,
+                                          self.device, self.amp, self.micro_bs, self.console if self.dd.main else None,
+                                          self.progress)
+        for ev in self.init_events:
+            if ev.get("event") == "head_warmup":
+                self.phases["MLM-head warm-up"] += ev["seconds"]
+            elif ev.get("event") == "importance_init":
+                self.phases["importance pass"] += ev["seconds"]
+        self.t_phase = time.perf_counter()
+
+    def wrap(self) -> None:
+        """DDP/FSDP wrapping (a checkpoint's unsharded weights first) and AdamW."""
+        model, tc, dd, device = self.model, self.tc, self.dd, self.device
         if self.meta_in is not None and not ckpt_mod.is_sharded(self.meta_in):
             model.load_state_dict(self.model_sd)  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
         self.par = wrap(model, tc.parallel if dd.grouped else "ddp", dd, device, self.amp)  # FSDP: before AdamW
@@ -343,8 +323,6 @@ class _Trainer:
 
     def make_step(self) -> None:
         """The step function and the training batches (at the resumed position)."""
-        from tokendrop.data import MLMLoader
-
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
         self.step_fn = MLMStep(self.model, self.selector, self.opt, cfg, self.amp, self.par,
                                use_attention_mask=not data.packed, compile=tc.compile)
@@ -357,8 +335,6 @@ class _Trainer:
         self.run_flops = RunFlops(cfg.model, cfg.drop, self.meta_in.get("flops", 0) if self.meta_in else 0)
 
     def eval_batches(self):
-        from tokendrop.data import MLMLoader
-
         return MLMLoader(self.data, split="eval", batch_size=self.micro_bs, seed=self.tc.seed,
                          mask_prob=self.cfg.data.mask_prob_end, num_workers=0, shuffle=False, loop=False)
 
@@ -386,9 +362,15 @@ class _Trainer:
 
     # -- the metrics log and step 0 ----------------------------------------------------------------------
     def start(self) -> None:
+        self._phase("set-up")
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
         resumed = self.meta_in is not None
-        self.log = MetricsLog(self.run_dir, dd.main, purge_step=self.start_step + 1 if resumed else None)
+        ids = {}
+        if resumed and dd.main:  # the W&B / MLflow runs this run started: continued, not new ones
+            ids = next((r.get("tracker_ids", {}) for r in read_metrics(self.run_dir) if r.get("event") == "start"), {})
+        self.log = MetricsLog(self.run_dir, dd.main, tc.report_to, name=cfg.name and f"{cfg.name}-{self.run_dir.name}",
+                              resumed=resumed, purge_step=self.start_step + 1 if resumed else None, ids=ids,
+                              config=to_dict(cfg), config_toml=to_toml(cfg))
         self.has_eval = data.num_sequences("eval") > 0
         if not self.has_eval and dd.main:
             print(f"warning: {cfg.data.path} has no held-out sequences (its eval split is empty); this run is not "
@@ -396,8 +378,6 @@ class _Trainer:
                   file=sys.stderr)
         self.peak_flops = None
         if self.device.type == "cuda":
-            from tokendrop.dropping.flops import gpu_peak_flops
-
             self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(self.device))  # bf16 dense peak, per GPU
         self.evaluates = dd.main or self.par.sharded  # FSDP's forward is collective: every rank evaluates
         if dd.main and self.start_step == 0:
@@ -406,16 +386,22 @@ class _Trainer:
                             "stage2_start": None if self.length.timed else stage2_start(cfg),
                             "device": str(self.device), "parallel": self.par.kind,
                             **({"time_budget_s": self.length.budget_s} if self.length.timed else {}),
-                            **({"mixture": data.describe()} if cfg.data.paths else {})})
+                            **({"mixture": data.describe()} if cfg.data.paths else {}),
+                            "unigram_entropy": self.entropy, "tracker_ids": self.log.tracker_ids,
+                            **({"command": self.command} if self.command else {})})
             for ev in self.init_events:
                 self.log.write({"step": 0, **ev})
         if self.evaluates and self.start_step == 0 and self.has_eval:
             ev0 = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, tc.eval_batches)
-            self.log.write({"step": 0, "wall_time": 0.0, **ev0})  # MetricsLog writes on rank 0 only
+            self.log.write({"step": 0, "wall_time": 0.0, **ev0, **self.entropy_rec})  # MetricsLog: rank 0 only
+            self.console.say(f"step 0 (before training): eval loss {ev0['eval_loss']:.4f}"
+                             + (f"; {unigram_note(ev0['eval_loss'], self.entropy)}" if self.entropy else ""))
+            self._phase("evaluation")
 
     # -- the loop ------------------------------------------------------------------------------------------
     def run(self) -> PretrainResult:
         self.wall = float(self.meta_in.get("wall_time", 0.0)) if self.meta_in else 0.0
+        self.cpu = float(self.meta_in.get("cpu_time", 0.0)) if self.meta_in else 0.0  # process CPU s of the steps
         self.used = self.wall  # training seconds so far (train.time_budget counts these)
         self.tokens_done = self.tokens_pending = self.pending = 0  # pending: steps since the host last waited
         self.train_time = 0.0
@@ -425,19 +411,20 @@ class _Trainer:
         self.nf = torch.zeros(3, dtype=torch.long, device=self.device)
         self.streak = self.skipped = 0
         self.last_eval: dict[str, float] = {}
-        self.pbar = None
-        if self.progress and self.dd.main:
-            from tqdm import tqdm
-
-            self.pbar = tqdm(total=self.length.steps or None, initial=self.start_step, desc="pretrain", unit="step",
-                             dynamic_ncols=True)
+        self.last_rec: dict[str, Any] | None = None
+        # a bar on a terminal, else a line per log interval (always into RUN/log.txt)
+        self.pbar = Progress(self.console, self.length.steps or None, self.start_step, "pretrain",
+                             bar=self.progress and is_terminal(), console=self.progress) \
+            if self.dd.main else None
+        self.p0 = self.length.progress(self.start_step, self.used)
         self.it = iter(self.loader)
         self.step = self.start_step
         interrupted = False
         self.model.train()
-        self.t_mark = self.clock()
+        self.t_loop, self.before_loop = time.perf_counter(), dict(self.phases)
+        self.mark()
         finished = self.length.finished(self.step, self.used)
-        with _StopFlag() as stop, _close_on_error(self.pbar, self.loader, self.log):
+        with rundir.StopFlag() as stop, rundir.close_on_error(self.pbar, self.loader, self.log):
             while not finished:
                 out, record = self.train_step()
                 finished = self.length.finished(self.step, self.used)
@@ -451,18 +438,25 @@ class _Trainer:
                     self.log_step(out, record)
                     if self.dd.main:
                         gate("pretrain-step")  # a test-only pause point (tokendrop.runs.gate)
-                if is_eval and self.evaluates and self.has_eval:
+                evaluated = is_eval and self.evaluates and self.has_eval
+                if evaluated:
                     self.evaluate()
+                if is_log or evaluated:
+                    self.say_progress(is_log, evaluated)
                 if is_ckpt:
                     self.checkpoint()
                 if self.pbar is not None:
                     self.pbar.update(1)
                 if is_log or is_eval or is_ckpt:
-                    self.t_mark = self.clock()  # evaluation and checkpoints are not training time
+                    self.mark()  # evaluation and checkpoints are not training time
                 if stopping:
                     interrupted = True
                     break
         return self.finish(interrupted, stop.signum if interrupted else 0)
+
+    def mark(self) -> None:
+        """Training time is counted from here (the run's clock, and the process's CPU time)."""
+        self.t_mark, self.cpu_mark = self.clock(), time.process_time()
 
     def train_step(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """One optimizer step at progress p: every schedule is a function of (step, p)."""
@@ -476,7 +470,7 @@ class _Trainer:
         micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
         dropping = dropping_at(cfg, self.length, self.step, p)
         lr = self.lrs.at(self.step, p)
-        kept = kept_rows(cfg, shape.seq_len, self.step, p)  # rows kept in the drop span (random_ltd: its schedule)
+        kept = kept_rows(cfg.drop, shape.seq_len, self.step, cfg.train.steps, p)  # random_ltd: its schedule
         sctd = dropping and cfg.drop.consistency_weight > 0 and self.step % cfg.drop.consistency_every == 0
         f_step = self.run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept, sctd)
         out = self.step_fn(micro, lr, dropping, self.step, p)
@@ -492,7 +486,7 @@ class _Trainer:
         self.used = self.length.agree(self.wall + self.clock() - self.t_mark, self.dd.world)  # DDP: rank 0's clock
         return out, {"lr": lr, "kept": kept, "dropping": dropping, "shape": shape, "flops_per_step": f_step}
 
-    def stop_requested(self, stop: "_StopFlag", host_waits: bool) -> bool:
+    def stop_requested(self, stop: rundir.StopFlag, host_waits: bool) -> bool:
         """Read once per step: a signal arriving after this point (while logging or evaluating) is
         acted on after the next step, never by stopping without the checkpoint.  Under a process group
         every rank must stop after the same step (the checkpoint is collective): the ranks agree at the
@@ -510,6 +504,7 @@ class _Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         elapsed = self.clock() - self.t_mark
+        self.cpu += time.process_time() - self.cpu_mark
         self.dt = elapsed / self.pending
         self.tok_s = self.tokens_pending / elapsed if elapsed > 0 else 0.0
         self.tokens_pending = self.pending = 0
@@ -528,6 +523,7 @@ class _Trainer:
         rec = {"step": self.step, "loss": out["loss"].item(), "acc": out["acc"].item(), "lr": r["lr"],
                "grad_norm": out["grad_norm"].item(), "kept_fraction": kept / shape.seq_len if dropping else 1.0,
                "dropping": dropping, "step_time": self.dt, "tokens_per_s": self.tok_s, "wall_time": self.wall,
+               "cpu_time": self.cpu,
                "flops_per_step": r["flops_per_step"], "flops": self.run_flops.total, "skipped_steps": self.skipped}
         if self.shapes.active:
             rec.update(seq_len=shape.seq_len, batch_size=shape.batch)
@@ -538,14 +534,30 @@ class _Trainer:
             rec["mfu"] = rec["flops_per_step"] / self.dt / (self.peak_flops * self.dd.world)
         self.log.write(rec)
         self.history.append(rec)
-        if self.pbar is not None:
-            self.pbar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+        self.last_rec = rec
+
+    def say_progress(self, logged: bool, evaluated: bool) -> None:
+        """The bar's figures on a terminal; elsewhere one line (and always one in RUN/log.txt)."""
+        if self.pbar is None:
+            return
+        rec, ev = (self.last_rec if logged else None), (self.last_eval if evaluated else None)
+        post = {}
+        if self.last_rec is not None:
+            post.update(loss=f"{self.last_rec['loss']:.3f}", tok_s=f"{self.last_rec['tokens_per_s']:.0f}")
+        if self.last_eval:
+            post["eval"] = f"{self.last_eval['eval_loss']:.3f}"
+        self.pbar.update(0, **post)
+        left = eta(self.pbar.elapsed(), self.p0, self.length.progress(self.step, self.used))
+        self.pbar.line(interval_line(self.step, self.length.steps or None, rec, ev, self.pbar.elapsed(), left))
 
     def evaluate(self) -> None:
+        t0 = time.perf_counter()
         self.last_eval = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.tc.eval_batches)
-        rec = {"step": self.step, "wall_time": self.wall, "flops": self.run_flops.total, **self.last_eval}
+        rec = {"step": self.step, "wall_time": self.wall, "flops": self.run_flops.total, **self.last_eval,
+               **self.entropy_rec}
         self.log.write(rec)
         self.history.append(rec)
+        self.phases["evaluation"] += time.perf_counter() - t0
 
     def checkpoint(self) -> None:
         if self.streak:  # the weights are those before the streak; no checkpoint until it ends
@@ -553,47 +565,18 @@ class _Trainer:
                 print(f"warning: step {self.step}: the last {self.streak} step(s) had a non-finite gradient norm and "
                       "were skipped; no checkpoint written here", file=sys.stderr)
             return
+        t0 = time.perf_counter()
         self.save_checkpoint(self.step)
         if self.dd.world > 1:
             dist.barrier()
+        self.phases["checkpoints"] += time.perf_counter() - t0
 
     def save_checkpoint(self, step: int) -> Path | None:
-        dd, par, model, opt, selector, run_dir = self.dd, self.par, self.model, self.opt, self.selector, self.run_dir
-        rng = ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None)
-        ranks = [rng]
-        if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
-            ranks = [None] * dd.world
-            dist.all_gather_object(ranks, rng)
-        finite = bool(torch.stack([torch.isfinite(getattr(p, "_local_tensor", p)).all() for p in model.parameters()]).all()
-                      ) if par.sharded or dd.main else True  # under FSDP: this rank's shards
-        if par.sharded:
-            finite = par.all_true(finite)  # each rank checked its own shards
-        if not (dd.main or par.sharded):
-            return None
-        if not finite:
-            raise TrainingError(f"non-finite weights at step {step}; not saved. Last good checkpoint: "
-                                f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the data)")
-        tensors, groups = ({}, opt.state_dict()["param_groups"]) if par.sharded else ckpt_mod.optimizer_to_tensors(opt)
-        if selector is not None:
-            tensors["importance"] = selector.scores.detach().cpu().contiguous()
-        tensors.update(rng)
-        if dd.world > 1:
-            for r, t in enumerate(ranks):
-                tensors.update({f"{k}.rank{r}": v for k, v in t.items()})
-        meta = {"config": to_dict(self.cfg), "data_position": self.loader.state_dict(), "optimizer_param_groups": groups,
-                "wall_time": self.wall, "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
+        meta = {"config": to_dict(self.cfg), "data_position": self.loader.state_dict(), "wall_time": self.wall,
+                "cpu_time": self.cpu, "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
                 "flops": self.run_flops.total}
-        try:
-            if par.sharded:  # collective: every rank writes its shards
-                return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, self.tc.keep_checkpoints, dd)
-            return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, self.tc.keep_checkpoints)
-        except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
-            last = ckpt_mod.latest(run_dir)
-            then = (f"the last checkpoint ({last}) is intact: free space, then tokendrop pretrain --resume "
-                    f"{shlex.quote(str(run_dir))}" if last else "there is no earlier checkpoint: free space, then run "
-                    "the same command again (a run without a checkpoint is started over)")
-            raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
-                                f"checkpoint of step {step}; nothing of it was kept; {then}") from None
+        return save_training_state(self.run_dir, step, self.model, self.opt, self.par, self.dd, self.selector, meta,
+                                   self.tc.keep_checkpoints)
 
     # -- the end ---------------------------------------------------------------------------------------------
     def finish(self, interrupted: bool, signum: int) -> PretrainResult:
@@ -601,21 +584,29 @@ class _Trainer:
         if self.pbar is not None:
             self.pbar.close()
         self.loader.close()
+        loop = time.perf_counter() - self.t_loop  # the loop's wall time less its evaluations and checkpoints
+        self.phases["training"] = loop - sum(self.phases[k] - self.before_loop[k] for k in ("evaluation", "checkpoints"))
         if dd.main:
             self.log.write({"step": self.step, "event": "interrupted" if interrupted else "end", "wall_time": self.wall,
-                            "skipped_steps": int(self.nf[2]), "flops": self.run_flops.total,
-                            "tokens": self.loader.sequences_consumed * T})
+                            "cpu_time": self.cpu, "skipped_steps": int(self.nf[2]), "flops": self.run_flops.total,
+                            "tokens": self.loader.sequences_consumed * T,
+                            "phases_s": {k: round(v, 3) for k, v in self.phases.items()}})
         self.log.close()
         if dd.main and not interrupted:
-            from tokendrop.runs.report import write_run_report
-
+            t0 = time.perf_counter()
             write_run_report(self.run_dir)
+            self.phases["report"] = time.perf_counter() - t0
+        tokens_per_s = self.tokens_done / self.train_time if self.train_time else 0.0
+        self.console.block(pretrain_summary(
+            run_dir=self.run_dir, interrupted=interrupted, step=self.step, total=self.length.steps or None,
+            tokens=self.tokens_done, seconds=time.perf_counter() - self.t_begin, phases=self.phases,
+            tokens_per_s=tokens_per_s, last=self.last_rec, ev=self.last_eval, entropy=self.entropy))
         flops_drop = step_flops(cfg.model, T, tc.batch_size, cfg.drop if cfg.drop.enabled else None)
         flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
         sel = self.selector
         return PretrainResult(
             run_dir=self.run_dir, steps=self.step, interrupted=interrupted, wall_time=self.wall,
-            tokens_per_s=self.tokens_done / self.train_time if self.train_time else 0.0, final_eval=self.last_eval,
+            tokens_per_s=tokens_per_s, final_eval=self.last_eval,
             flops_per_step={"dropping": flops_drop.total, "dense": flops_dense.total},
             importance=sel.scores.detach().cpu().clone() if sel is not None else None, history=self.history,
             stop_signal=signum,
@@ -633,5 +624,5 @@ def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[
                           tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
 
 
-__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "lr_at", "stage2_start", "evaluate_mlm", "read_metrics",
+__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "stage2_start", "evaluate_mlm", "read_metrics",
            "load_run_config", "check_resume_compatible"]

@@ -19,7 +19,7 @@ def test_scratch_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(fetch, "fetch_sentiment_task", lambda cache: Path(task))
     summary = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", from_scratch=True)
     out = capsys.readouterr().out
-    assert "drop / baseline" in out and "report:" in out
+    assert "drop / baseline" in out and "report:" in out and "compared by process CPU time" in out
     names = [r["name"] for r in summary["rows"]]
     assert names == ["baseline", "token-drop"]
     assert all(r["steps"] == 2 for r in summary["rows"])
@@ -86,6 +86,13 @@ def test_continued_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
     summary = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", seeds=2)
     out = capsys.readouterr().out
     assert "FLOP-bound speed-up" in out and "report:" in out
+    # the arms are compared by their processes' CPU time, the wall clock and the load beside it
+    assert "compared by process CPU time" in out and "by wall clock" in out and "load average (1 min)" in out
+    assert all(r["cpu_time_s"] > 0 for r in summary["rows"][1:]) and summary["cpu_time_ratio"] > 0
+    assert set(summary["load_average"]) == {"baseline", "token-drop"}
+    assert f"unigram entropy of the data: {summary['unigram_entropy']:.3f} nats" in out
+    report_text = (tmp_path / "out" / "report.md").read_text()
+    assert "which only the token-drop run" in report_text and "alike" not in report_text
     names = [r["name"] for r in summary["rows"]]
     assert names == ["MiniLM (not continued)", "baseline", "token-drop"]
     assert all(len(r["accuracy"]) == 2 for r in summary["rows"])

@@ -432,13 +432,21 @@ def test_attention_mask_fill_is_safe_under_autocast():
     torch.testing.assert_close(h[1, 0].float(), h2[1, 0].float(), rtol=0, atol=0)
 
 
-def test_avg_variant_pools_the_mask_like_funnel_transformer():
-    from tokendrop.dropping.engine import avg_pool_mask
+def test_avg_variant_pools_real_rows_only():
+    from tokendrop.dropping.engine import Rows, avg_pool_mask, avg_pool_rows
 
     m = torch.tensor([[1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
-    assert avg_pool_mask(m).tolist() == [[1, 0, 0, 0], [1, 1, 1, 1]]  # min pooling: (real, pad) is masked
+    assert avg_pool_mask(m).tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]  # (real, pad) holds a real row: valid
+    x = torch.arange(14.0).view(2, 7, 1) + 1
+    x[0, 3:] = float("nan")  # a [PAD] state never enters a real row, whatever it is
+    pooled = avg_pool_rows(x, m)
+    assert pooled[0, :2].flatten().tolist() == [1.5, 3.0]  # (real, real) -> mean; (real, pad) -> the real row
+    assert pooled[1].flatten().tolist() == [8.5, 10.5, 12.5, 14.0]  # an odd last row pools alone
+    assert torch.equal(avg_pool_rows(x[1:]), pooled[1:])  # no mask: the same means
+    doc = torch.tensor([[0, 0, 1, -1, -1, -1, -1]])
+    assert Rows(m[:1], doc).pooled().doc.tolist() == [[0, 1, -1, -1]]  # the real row's document
     design = (Path(__file__).resolve().parents[3] / "docs" / "design.md").read_text()
-    assert "Masking in `avg`" in design and 'mode="min"' in design
+    assert "Masking in `avg`" in design and "validity weights" in design
 
 
 def test_pad_id_comes_from_the_prepared_vocabulary(tmp_path, capsys):

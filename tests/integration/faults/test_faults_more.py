@@ -441,7 +441,7 @@ def test_save_model_keeps_the_source_config_and_reloads_identically(family, sst2
     transformers = pytest.importorskip("transformers")
     from tokendrop.config import FinetuneConfig
     from tokendrop.finetune import finetune
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
     from tokendrop.models.source import resolve_init_source
     from tokendrop.models.bert.model import BertForSequenceClassification
 
@@ -499,7 +499,7 @@ def hf_dirs(tmp_path_factory):
                                           ("hidden_size", "missing"), ("num_hidden_layers", "missing")])
 def test_config_json_shape_field_zero_or_missing_is_one_line(hf_dirs, tmp_path, capsys, family, field, value):
     from tokendrop.models.hf import InteropError
-    from tokendrop.models.pretrained import read_hf_dir
+    from tokendrop.models.source import read_hf_dir
 
     d = tmp_path / "hf"
     shutil.copytree(hf_dirs[family], d)

@@ -288,9 +288,41 @@ def test_modern_presets_and_sequence_limits():
     gpu = make_preset("modern-gpu")
     assert gpu.model_config().num_layers == 22 and gpu.model_config().intermediate_size == 1152
     assert gpu.seq_lens == [512, 1024] and gpu.precision == "bf16"
-    with pytest.raises(ConfigError, match=r"bench.seq_lens: expected lengths in \[8, 512\] for model 'cpu-12x256'"):
-        make_preset("cpu-quick", overrides=["seq_lens=[1024]"])
+    with pytest.raises(ConfigError, match=r"bench.seq_lens: expected lengths in \[8, 8192\] for model 'cpu-12x256'"):
+        make_preset("cpu-quick", overrides=["seq_lens=[16384]"])
+    assert make_preset("cpu-quick", overrides=["seq_lens=[8192]"]).model_config().max_position_embeddings == 8192
     with pytest.raises(ConfigError, match=r"model.document_attention"):
         make_preset("modern-smoke", overrides=['document_attention="sometimes"'])
     on = make_preset("modern-smoke", overrides=['document_attention="on"']).model_config()
     assert on.uses_document_attention and on.sep_token_id == 3  # the synthetic batch's [SEP]
+
+
+def test_transformers_integration_arm(tmp_path):
+    """hf_token_dropping: transformers' model patched by tokendrop.transformers at every variant x rate,
+    next to the unpatched model and ours, with its comparisons in the JSON, the headline and the report."""
+    out = tmp_path / "td.json"
+    assert main(["bench", "--preset", "smoke", "--set", "hf_token_dropping=true", "--set", 'variants=["drop", "random_ltd"]',
+                 "--set", "hf_sparse_prediction=true", "--set", "memory=false", "--json", str(out), "--quiet"]) == 0
+    res = json.loads(out.read_text())
+    names = [s["name"] for s in res["settings"]]
+    assert names == ["T32/dense", "T32/drop-0.5", "T32/random_ltd-0.5", "T32/hf", "T32/hf-drop-0.5",
+                     "T32/hf-random_ltd-0.5"]
+    rows = {s["name"]: s for s in res["settings"]}
+    assert rows["T32/hf-drop-0.5"]["kept"] == rows["T32/drop-0.5"]["kept"] == 16
+    assert rows["T32/hf-drop-0.5"]["flops_per_step"] == rows["T32/drop-0.5"]["flops_per_step"]  # both heads sparse
+    assert rows["T32/hf-drop-0.5"]["impl"] == "hf_td"
+    by = {p["setting"]: p for p in res["hf_patched"]}
+    assert set(by) == {"T32/hf-drop-0.5", "T32/hf-random_ltd-0.5"} and by["T32/hf-drop-0.5"]["ours"] == "T32/drop-0.5"
+    for p in by.values():
+        for k in ("speedup_over_hf", "speedup_over_hf_paired_min", "time_over_ours", "flop_bound", "speedup_over_hf_cpu"):
+            assert _positive(p[k]), k
+    assert {"T32_hf_drop50_speedup_over_hf", "T32_hf_drop50_time_over_ours",
+            "T32_hf_random_ltd50_speedup_over_hf"} <= set(res["headline"])
+    assert "patched by `tokendrop.transformers`" in out.with_suffix(".md").read_text()
+    with pytest.raises(ConfigError, match="hf_token_dropping"):
+        make_preset("smoke", overrides=["hf_token_dropping=true", "hf=false"]).validate()
+    quick = make_preset("transformers-cpu")
+    assert [s.name for s in build_settings(quick)] == ["T128/dense", "T128/drop-0.5", "T128/hf", "T128/hf-drop-0.5",
+                                                        "T512/dense", "T512/drop-0.5", "T512/hf", "T512/hf-drop-0.5"]
+    modern = make_preset("transformers-modern-cpu")
+    assert modern.model == "modern-base" and modern.seq_lens == [1024] and modern.hf_token_dropping

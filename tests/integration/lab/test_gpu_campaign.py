@@ -42,7 +42,7 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     out = tmp_path / "out"
     p = _run_script(out, ["all"], DATA=str(tiny_data), GLUE=str(toy_glue))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    for name in ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern"):
+    for name in ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx"):
         d = _part(out, name)
         assert d["ok"] and not d["error"] and not d["skipped"], (name, d["error"], d["skipped"], d["checks"])
         assert d["dry_run"] and d["wall_s"] < d["budget_s"]
@@ -78,8 +78,37 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     assert q["data"]["unigram_plateau"] > 0 and (out / "quality.png").is_file()
     curves = q["data"]["runs"]
     assert all(len(r["eval_curve"]) >= 2 for r in curves.values())
+    _check_strong(out)
+    _check_longctx(out)
     assert not [f for f in out.rglob("*") if f.name.endswith(".tmp")]
     assert not [f for f in out.rglob("*.safetensors")]  # checkpoints stay out of OUT
+
+
+def _check_strong(out: Path) -> None:
+    s = _part(out, "strong")
+    assert set(s["data"]["runs"]) == {"dense", "token-drop"} and "finetune" not in s["data"]
+    assert "train.lr_schedule='wsd'" in s["data"]["recipe"] and "data.mask_prob=[0.3, 0.15]" in s["data"]["recipe"]
+    assert "train.batch_warmup_start=4" in s["data"]["recipe"]  # half of the dry run's batch of 8
+    assert "time_to_dense_final_loss" in s["data"] and (out / "strong.png").is_file()
+    for name in ("dense", "token-drop"):  # both runs trained with the recipe: masking decay and batch warm-up logged
+        recs = [json.loads(x) for x in (out / f"strong-{name}-metrics.jsonl").read_text().splitlines()]
+        steps = [x for x in recs if "loss" in x and "lr" in x]
+        assert steps[0]["mask_prob"] > steps[-1]["mask_prob"] and steps[0]["batch_size"] == 4
+        assert any(x["dropping"] for x in steps) == (name == "token-drop")
+    assert any(c["name"].startswith("dense: final eval loss at least") and c["ok"] is None for c in s["checks"])
+
+
+def _check_longctx(out: Path, ts: tuple[int, ...] = (32, 64, 128)) -> None:
+    d = _part(out, "bench-longctx")
+    res = json.loads((out / "bench-longctx-rows.json").read_text())
+    assert res["kind"] == "longctx" and res["config"]["device"] == "cpu"
+    rows = [(r["family"], r["seq_len"], r["status"]) for r in res["rows"]]
+    assert rows == [(f, t, "measured") for f in ("bert", "modernbert") for t in ts]
+    assert all(0 < r["attention_share_dense"] < 1 and r["flop_bound"] > 1 for r in res["rows"])
+    assert {(f["family"], f["setting"]) for f in d["data"]["fits"]} == {(f, s) for f in ("bert", "modernbert")
+                                                                          for s in ("dense", "drop")}
+    assert (out / "bench-longctx-rows.md").read_text().startswith("# Long context")
+    assert any(c["name"] == f"bert T={ts[-1]}: 50% drop faster than dense" and c["ok"] is None for c in d["checks"])
 
 
 def test_script_plumbing_env_part(tmp_path):
@@ -114,7 +143,14 @@ def test_campaign_config_and_errors():
         campaign_config("dry", ["bench.seq_lens=[32, 64]"])
     with pytest.raises(ConfigError, match="unknown part 'benchmark'"):
         run_parts(campaign_config("dry"), ["benchmark"], "/nonexistent")
-    assert PARTS == ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern")
+    assert PARTS == ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx")
+    st = gpu.strong
+    assert st.strong_recipe and not st.tasks and st.batch_size == 256 and "train.batch_warmup_start=128" in st.recipe()
+    assert "model.hidden_size=384" in st.overrides and 2 * st.train_budget_s * 1.35 < gpu.budget_s
+    lc = gpu.longctx
+    assert lc.seq_lens == [512, 1024, 2048, 4096, 8192] and lc.precision == "bf16" and lc.document_attention == "on"
+    assert [s.model for s in lc.shapes()] == ["bert-base", "modern-base"]
+    assert campaign_config("dry").longctx.seq_lens == [32, 64, 128]
     m = gpu.modern
     assert m.model == "modern-base" and m.seq_lens == [512, 1024] and m.vocab_size == 50368 and m.precision == "bf16"
     dm = campaign_config("dry").modern
@@ -169,3 +205,18 @@ def test_bench_modern_part_dry_run(tmp_path):
     assert res["config"]["model"] == "modern-tiny" and res["config"]["document_attention"] == "off"
     assert "max_batch" not in d["data"]  # the [modern] table turns the largest-batch search off
     assert any(c["name"].startswith("T=128: 50% drop faster") and c["ok"] is None for c in d["checks"])  # GPU-only
+
+
+def test_new_parts_dry_run(tmp_path, tiny_data):
+    """The parts strong and bench-longctx through the script on CPU: the strong-recipe pair from scratch
+    and the long-context rows of both families."""
+    out = tmp_path / "out"
+    p = _run_script(out, ["strong", "bench-longctx"], ["--set", "longctx.seq_lens=[32, 64]", "--set", "strong.max_steps=8"],
+                    DATA=str(tiny_data))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for name in ("strong", "bench-longctx"):
+        d = _part(out, name)
+        assert d["ok"] and not d["error"] and not d["skipped"], (name, d["error"], d["skipped"], d["checks"])
+        assert f"[{name}] ok" in p.stdout and d["wall_s"] < d["budget_s"]
+    _check_strong(out)
+    _check_longctx(out, (32, 64))

@@ -20,7 +20,9 @@ import torch
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.cli import main as cli_main
 from tokendrop.config import ConfigError, load_config
+from tokendrop.models.families import FAMILIES
 from tokendrop.train.trainer import pretrain, read_metrics
+from parallel_variants import COMBOS
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 # dropout off: the world-size-1 resume compares with the 2-rank run (each rank has its own dropout stream)
@@ -98,7 +100,7 @@ def test_fsdp_matches_ddp_with_dropping(runs):
 
 
 def test_every_method_and_variant_under_fsdp_matches_ddp(tmp_path):
-    """Both families, every dropping method and variant, random-LTD and ScTD (its dense pass through
+    """Every family, every dropping method and variant, random-LTD and ScTD (its dense pass through
     the FSDP root's registered ``hidden`` method): 2 steps x 2 micro-batches per rank."""
     out = tmp_path / "variants.json"
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
@@ -106,7 +108,7 @@ def test_every_method_and_variant_under_fsdp_matches_ddp(tmp_path):
                        capture_output=True, text=True, env=ENV, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert len(res) == 18
+    assert len(res) == len(FAMILIES) * len(COMBOS)
     for key, r in res.items():
         for (loss_d, norm_d), (loss_f, norm_f) in zip(r["ddp"], r["fsdp"]):
             assert abs(loss_d - loss_f) <= 1e-5 and abs(norm_d - norm_f) <= 1e-5, (key, r)
@@ -179,7 +181,7 @@ def test_fsdp_checkpoint_resumes_in_one_process(runs, tiny_data, tmp_path, capsy
 def test_sharded_checkpoint_exports_and_verifies(runs, tmp_path, capsys):
     import transformers
 
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
     from tokendrop.models.bert.model import BertForMaskedLM
 
     run = runs / "fsdp"

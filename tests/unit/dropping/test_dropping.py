@@ -51,8 +51,10 @@ def ref_forward(model, ids, keep, mask, start, end, variant):
         h_in = h
         if variant == "avg":
             pairs = [list(range(i, min(i + 2, T))) for i in range(0, T, 2)]
-            pooled = torch.stack([h_in[p].mean(0) if len(p) == 2 else h_in[p[0]] for p in pairs])
-            pvalid = [all(valid[j] for j in p) for p in pairs]  # Funnel-Transformer: the mask is min-pooled
+            # a pair pools its real rows only ((real, [PAD]) -> the real row) and is valid if it holds one
+            real = [[j for j in p if valid[j]] or p for p in pairs]
+            pooled = torch.stack([h_in[r].mean(0) for r in real])
+            pvalid = [any(valid[j] for j in p) for p in pairs]
             pooled = ref_layer(layers[start], pooled, h_in, valid)
             for l in range(start + 1, end):
                 pooled = ref_layer(layers[l], pooled, pooled, pvalid)

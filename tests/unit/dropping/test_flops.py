@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from tokendrop.config import DropConfig, ModelConfig
@@ -20,6 +22,25 @@ def test_bert_base_hand_calculation():
     assert 0.74 <= r <= 0.75, r
     head = 2 * 77 * d * d + 2 * 77 * d * 30522
     assert step_flops(cfg, T, 8, drop).total == 3 * 8 * (expected + head)
+
+
+def test_attention_share_by_hand():
+    """The attention products (4 n k d per layer) split out of the count: BERT's grow with T^2, a
+    ModernBERT sliding-window layer's with T * W, kept rows' windows over original positions."""
+    cfg = ModelConfig(num_layers=12, hidden_size=768, num_heads=12)
+    d, T, M = 768, 8192, 4096
+    drop = DropConfig(method="cumulative", rate=0.5)
+    dense, dropped = step_flops(cfg, T, 1, None), step_flops(cfg, T, 1, drop)
+    assert dense.attention == 12 * 4 * T * T * d
+    assert dropped.attention == 6 * 4 * T * T * d + 4 * M * T * d + 5 * 4 * M * M * d
+    assert dense.attention_share == dense.attention / (dense.encoder + dense.head)
+    short = step_flops(cfg, 512, 1, None)
+    assert short.attention_share < 0.15 < 0.5 < dense.attention_share  # where long context pays
+    m = _modern(num_layers=3, local_attention=128, global_attn_every_n_layers=3)  # global, sliding, sliding
+    w = 2 * 64 + 1
+    assert step_flops(m, T, 1, None).attention == 4 * T * T * 64 + 2 * 4 * T * w * 64
+    kept = step_flops(m, T, 1, DropConfig(method="cumulative", rate=0.5))  # span [0, 2): layers 0 and 1 half
+    assert kept.attention == 4 * M * T * 64 + 4 * M * math.ceil(w * M / T) * 64 + 4 * T * w * 64
 
 
 def test_variants_order():

@@ -149,3 +149,28 @@ def test_build_selector_is_the_one_factory():
         build_selector(DropConfig(method="frequency"), V, SPECIAL, 8)
     with pytest.raises(ConfigError, match=f"drop.counts_path: expected {V} counts"):
         build_selector(DropConfig(method="frequency"), V, SPECIAL, 8, counts=np.arange(V + 1))
+
+
+def test_a_new_method_is_one_registry_row(monkeypatch):
+    """A selection method is its row of METHODS: registering a row (here: keep the lowest scores,
+    pinned ids aside) is enough for the config to accept it and the selector to dispatch to it, and
+    its flags decide the rest (this one learns nothing from the loss, so updates leave m alone)."""
+    from tokendrop.dropping.methods import METHODS, SelectionMethod, stable_topk_positions
+
+    class Lowest(SelectionMethod):
+        def select(self, scores, kept, drop, uniform):
+            return stable_topk_positions(torch.where(scores.abs() >= PIN_HIGH, scores, -scores), kept)
+
+    monkeypatch.setitem(METHODS, "lowest", Lowest("lowest"))
+    drop = DropConfig(method="lowest")
+    drop.validate(4)
+    assert drop.enabled and not drop.per_layer and drop.span(4) == (1, 3)
+    s = TokenSelector(drop, V, SPECIAL, 6)
+    s.scores[5:9] = torch.tensor([4.0, 3.0, 2.0, 1.0])
+    ids = torch.tensor([[2, 5, 6, 7, 8, 3]])  # [CLS] ... [SEP] (pinned)
+    assert s.select(ids)[0].tolist() == [0, 4, 5]  # M = 3: pinned [CLS]/[SEP] + the lowest score (id 8)
+    before = s.scores.clone()
+    s.update(torch.tensor([[5, 6]]), torch.tensor([[9.0, 9.0]]), torch.ones(1, 2))
+    assert torch.equal(s.scores, before)
+    with pytest.raises(TypeError, match="one subset for the whole span"):
+        s.select_layers(ids, 2, 2)

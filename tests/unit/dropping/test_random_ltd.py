@@ -14,7 +14,7 @@ from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import layer_flops, step_flops
 from tokendrop.dropping.importance import build_selector
 from tokendrop.models.families import build_model
-from tokendrop.dropping.random_ltd import ltd_kept, ltd_kept_at
+from tokendrop.dropping.random_ltd import kept_rows, ltd_kept, ltd_kept_at
 from tokendrop.train.runtime import param_groups
 from tokendrop.train.trainer import MLMStep
 
@@ -56,6 +56,17 @@ def test_time_budgeted_schedule_follows_the_budget_fraction():
     for p, want in [(0.0, 32), (0.08, 32), (0.085, 48), (0.25, 80), (0.495, 112), (0.5, 128), (0.9, 128)]:
         assert ltd_kept_at(fixed, 128, 0, 0, p) == want, p  # v = 32 + 96 p / 0.5, floored to the grid
     assert ltd_kept_at(fixed, 128, 50, 200, 0.99) == ltd_kept(fixed, 128, 50, 200) == 80  # steps given: the step
+
+
+def test_kept_rows_is_the_schedule_or_the_static_count():
+    """kept_rows, the one count the step, the log and the FLOP model use: random_ltd's scheduled count
+    at (step, progress) (default: the first step's), every other method's static M at any step."""
+    fixed = ltd(ltd_start_fraction=0.25, ltd_schedule_share=0.5, ltd_step=16)
+    assert kept_rows(fixed, 128) == ltd_kept(fixed, 128, 0, 1) == 32
+    assert kept_rows(fixed, 128, 50, 200) == 80 and kept_rows(fixed, 128, 0, 0, 0.25) == 80
+    for method in ("cumulative", "random"):
+        drop = DropConfig(method=method, rate=0.25)
+        assert {kept_rows(drop, 128, k, 200, k / 200) for k in (0, 50, 199)} == {drop.num_kept(128)} == {96}
 
 
 @pytest.mark.parametrize("t,start,share,steps,grid", [(128, 0.25, 0.5, 200, 16), (512, 0.25, 0.8, 1000, 16),

@@ -51,7 +51,7 @@ def test_keyword_sentiment_from_our_checkpoint(ckpt, sentiment, tmp_path):
 
 def test_keyword_sentiment_from_exported_and_reimported_hf_dir(ckpt, sentiment, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from tokendrop.models.pretrained import export_hf
+    from tokendrop.models.source import export_hf
 
     exported = export_hf(ckpt, tmp_path / "hf")
     # re-import with transformers itself and save again: a genuine Hugging Face directory
@@ -100,7 +100,7 @@ def test_mnli_scores_ax_with_the_mnli_model(ckpt, tmp_path):
 
 
 def test_optimizer_groups_and_schedule(ckpt):
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
     from tokendrop.models.bert.model import BertForSequenceClassification
 
     model, _ = load_pretrained(ckpt, BertForSequenceClassification, num_labels=2)
@@ -176,6 +176,16 @@ def test_tokendrop_cli_finetune_and_error_exit(ckpt, sentiment, tmp_path, capsys
                str(tmp_path / "o"), "--set", "epochs=1", "--set", "max_train_examples=32", "--set", "threads=1",
                "--set", "log_every=0"])
     assert rc == 0 and (tmp_path / "o" / "metrics.json").is_file()
+    io = capsys.readouterr()
+    # the banner before any work (from the resolved config), the summary with each phase's time
+    banner = io.err[io.err.index("tokendrop finetune: sst2 from"):].splitlines()
+    assert banner[1] == "  task      sst2 (classification, accuracy)"
+    assert banner[2].endswith(": 32 train examples, dev 100 (at most 32 train examples)")  # one dev split: named once
+    assert banner[3].startswith("  length    1 epochs of batch 32")
+    assert "the fine-tuned model: not kept (--set save_model=true keeps it)" in banner[6]
+    summary = io.err[io.err.index("tokendrop finetune: sst2 finished"):]
+    assert "  phases    encoding" in summary and "training" in summary and "evaluation" in summary
+    assert "the model is not kept" in summary and "the fine-tuned model is not kept" in io.out
     rc = main(["finetune", "--model", str(ckpt), "--task", "sst2", "--data", str(tmp_path / "none"), "--out",
                str(tmp_path / "o2")])
     err = capsys.readouterr().err

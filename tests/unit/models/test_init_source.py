@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from tokendrop.runs import checkpoint as ckpt_mod  # noqa: E402
 from tokendrop.config import ConfigError  # noqa: E402
 from tokendrop.models.hf import InteropError, save_source_files  # noqa: E402
-from tokendrop.models.pretrained import export_hf, find_checkpoint, load_pretrained, read_hf_dir  # noqa: E402
+from tokendrop.models.source import export_hf, find_checkpoint, load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.models.source import InitError, load_init_weights, model_section_from_init, resolve_init_source
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification  # noqa: E402
 
@@ -315,8 +315,12 @@ def test_model_section_from_init(tmp_path):
     with pytest.raises(ConfigError, match=r"model.preset: 'bert-base' means num_layers=12.* has num_layers=2") as e:
         model_section_from_init({"init": str(d), "preset": "bert-base"}, src)
     one_line(e)
-    with pytest.raises(ConfigError, match="model.max_position_embeddings: 512 contradicts"):
+    with pytest.raises(ConfigError, match="model.max_position_embeddings: 512, but .* is a bert with 64 learned position "
+                                          "embeddings; tokendrop does not extend learned positions") as e:
         model_section_from_init({"init": str(d), "max_position_embeddings": 512}, src)
+    one_line(e)
+    with pytest.raises(ConfigError, match="model.max_position_embeddings: 32 contradicts"):  # fewer: not the source
+        model_section_from_init({"init": str(d), "max_position_embeddings": 32}, src)
     with pytest.raises(ConfigError, match="model.init_sha256: 'abc' was given but .* now has sha256 '" + sha):
         model_section_from_init({"init": str(d), "init_sha256": "abc"}, src)
     assert model_section_from_init({"init": str(d), "init_sha256": sha}, src)["init_sha256"] == sha
@@ -438,7 +442,8 @@ def test_export_of_a_continued_run_loads_in_transformers(tmp_path):
                                    model(ids, attention_mask=mask, token_type_ids=tt), atol=1e-5, rtol=1e-5)
     written = json.loads((out / "config.json").read_text())
     assert written["architectures"] == ["BertForMaskedLM"]
-    assert written["_name_or_path"] == "org/tiny-bert" and written["my_field"] == [1, 2]
+    assert "_name_or_path" not in written and written["my_field"] == [1, 2]  # the source's name is not this model's
+    assert written["transformers_version"] == transformers.__version__  # the installed one, as save_pretrained writes
     assert written["gradient_checkpointing"] is False and written["use_cache"] is True
     assert written["hidden_dropout_prob"] == 0.0 and written["hidden_size"] == D
     for name, data in tok.items():

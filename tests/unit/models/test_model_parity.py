@@ -9,7 +9,7 @@ import transformers
 from tokendrop.config import DropConfig, ModelConfig
 from tokendrop.models.hf import save_pretrained
 from tokendrop.models.bert.hf import from_hf, hf_config_dict, to_hf
-from tokendrop.models.pretrained import load_pretrained
+from tokendrop.models.source import load_pretrained
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification
 
 

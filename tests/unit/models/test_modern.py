@@ -19,8 +19,9 @@ from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, Train
 from tokendrop.lab.toydata import task_vocab_tokens, write_keyword_sentiment, write_vocab  # noqa: E402
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
 from tokendrop.models.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
-from tokendrop.models.pretrained import load_pretrained, read_hf_dir  # noqa: E402
+from tokendrop.models.source import load_pretrained, read_hf_dir  # noqa: E402
 from tokendrop.dropping.importance import build_selector  # noqa: E402
+from tokendrop.dropping.methods import PAPER_METHOD  # noqa: E402
 from tokendrop.models.source import load_source_weights, resolve_init_source, resolve_model_init  # noqa: E402
 from tokendrop.models.families import build_model  # noqa: E402
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification
@@ -28,6 +29,7 @@ from tokendrop.models.masked_lm import document_ids  # noqa: E402
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.train.runtime import param_groups  # noqa: E402
 from tokendrop.train.trainer import MLMStep
+from combos import method_variant_combos  # noqa: E402
 
 V = len(task_vocab_tokens())
 CLS, SEP, PAD = SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["pad"]
@@ -246,8 +248,7 @@ def test_kept_tokens_see_their_positions_and_window(hf_dir, variant, documents, 
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
 
-COMBOS = [("cumulative", "drop"), ("half_random", "drop"), ("random", "drop"), ("frequency", "drop"),
-          ("cumulative", "pass"), ("cumulative", "layer_rearranged"), ("none", "avg"), ("cumulative", "avg")]
+COMBOS = [*method_variant_combos(), (PAPER_METHOD, "avg")]  # avg also tolerates the paper's method
 
 
 def _batch(b: int = 2, t: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -386,7 +387,7 @@ def _task_data(tmp_path, model_dir):
 
 
 def test_pretrain_init_from_a_modernbert_dir_and_export(hf_dir, tmp_path):
-    from tokendrop.models.pretrained import export_hf
+    from tokendrop.models.source import export_hf
     from tokendrop.train.trainer import pretrain
 
     data = _task_data(tmp_path, hf_dir)
@@ -447,7 +448,7 @@ def test_pretrain_init_warms_up_a_fresh_modern_head(headless_dir, tmp_path):
                              "data": {"path": str(data), "num_workers": 0},
                              "train": {"steps": 1, "batch_size": 4, "warmup_steps": 0, "eval_every": 1,
                                        "eval_batches": 1, "ckpt_every": 1, "log_every": 1,
-                                       "head_warmup_steps": 3}})
+                                       "head_warmup_steps": 3, "head_warmup_share": 0.0}})
     pretrain(cfg, tmp_path / "run", progress=False)
     ev = [r for r in read_metrics(tmp_path / "run") if r.get("event") == "head_warmup"]
     assert len(ev) == 1 and ev[0]["steps"] == 3

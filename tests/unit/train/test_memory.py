@@ -27,6 +27,13 @@ def test_the_parameter_count_is_exact_without_allocating(family):
     assert memory.estimate(big, 64, 4).params > 100000 * need.params // 10
 
 
+def test_an_explicit_layer_list_is_counted_too():
+    """A ModernBERT whose config lists its layer types (every Hugging Face one continued with --init)."""
+    types = ["full_attention", "sliding_attention", "sliding_attention"]
+    cfg = _cfg('model.family="modernbert"', "model.num_layers=3", f"model.layer_types={types}")
+    assert memory.estimate(cfg, 64, 4).params == sum(p.numel() for p in build_model(cfg.model).parameters())
+
+
 def _saved_bytes(cfg, batch: int, seq_len: int) -> int:
     """Bytes of the tensors autograd saves for one forward of the MLM loss (distinct storages)."""
     torch.manual_seed(0)

@@ -22,14 +22,8 @@ from tokendrop.config import ConfigError, load_config
 from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots
 from tokendrop.lab.toydata import toy_prepared
 from tokendrop.train.schedules import LRSchedule, ValueSchedule, cosine, linear, wsd_shape
-from tokendrop.train.trainer import lr_at, pretrain, read_metrics
+from tokendrop.train.trainer import pretrain, read_metrics
 from batches import unmask as _originals
-
-
-def _old_lr_at(step, peak, warmup, total):  # train.lr_at before tokendrop.train.schedules existed, verbatim
-    if warmup > 0 and step < warmup:
-        return peak * (step + 1) / warmup
-    return peak * max(0.0, (total - step) / max(1, total - warmup))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,11 +42,17 @@ def test_value_schedules_follow_their_formulas():
     assert ValueSchedule(0.3, 0.15, "cosine").largest == 0.3
 
 
-def test_linear_lr_is_bit_identical_to_the_old_lr_at():
-    for total, warmup in ((40, 4), (24, 0), (7, 7), (1000, 100), (5, 9)):
-        sched = LRSchedule("linear", 2e-3, warmup, total)
-        for k in range(total + 2):
-            assert sched.at(k, k / total) == _old_lr_at(k, 2e-3, warmup, total) == lr_at(k, 2e-3, warmup, total)
+def test_linear_lr_follows_its_formula():
+    """Fixed length: warm-up peak (k + 1) / W, then peak (S - k) / (S - W) down to 0 at S and after;
+    no warm-up starts at the peak; a warm-up longer than the run ramps to its end."""
+    peak = 2e-3
+    cases = {(40, 4): {0: peak / 4, 3: peak, 4: peak, 22: peak / 2, 40: 0.0, 41: 0.0},
+             (24, 0): {0: peak, 12: peak / 2, 23: peak / 24, 24: 0.0},
+             (5, 9): {0: peak / 9, 4: peak * 5 / 9}}
+    for (total, warmup), want in cases.items():
+        sched = LRSchedule("linear", peak, warmup, total)
+        for k, v in want.items():
+            assert sched.at(k, k / total) == pytest.approx(v, rel=1e-12, abs=0.0), (total, warmup, k)
 
 
 def test_wsd_lr_follows_its_formula():
@@ -104,7 +104,8 @@ def test_parse_duration_refuses(text):
         (["train.lr_schedule=cosine"], "train.lr_schedule: expected one of linear, wsd"),
         (["train.steps=0", "train.time_budget=20 minutes"], "train.time_budget: cannot parse '20 minutes'; expected a "
                                                             'duration such as "90s", "20m", "6h" or "1h30m"'),
-        (["train.time_budget=20m"], "train.steps and train.time_budget: both set \\(40 steps, '20m'\\).*set train.steps=0"),
+        (["train.time_budget=20m", "train.steps=5"],  # one layer (the preset's steps are replaced: test_cli_operator)
+         "train.steps and train.time_budget: both set \\(5 steps, '20m'\\).*set train.steps=0"),
         (["train.steps=-3"], "train.steps: expected a positive integer"),
     ],
 )
@@ -283,8 +284,8 @@ def test_time_budget_stage2_follows_the_budget(tiny_data, tmp_path, fake_clock):
 DDP_BUDGET_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
-    from tokendrop import train
     from tokendrop.config import load_config
+    from tokendrop.train import trainer as train
 
     rank = int(os.environ.get("RANK", "0"))
     clock = [0.0]

@@ -14,8 +14,10 @@ from safetensors.torch import load_file
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.cli import main as cli_main
 from tokendrop.config import ConfigError, load_config
+from tokendrop.dropping.methods import PAPER_METHOD
 from tokendrop.train.trainer import TrainingError, pretrain, read_metrics
 
+from combos import method_variant_combos
 from processes import wait_for_training
 
 REPO = Path(__file__).resolve().parents[3]
@@ -49,7 +51,7 @@ def test_tiny_learns(tiny_data, tmp_path):
 
     assert cli_main(["export", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
     hf = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
-    from tokendrop.models.pretrained import load_pretrained
+    from tokendrop.models.source import load_pretrained
     from tokendrop.models.bert.model import BertForMaskedLM
 
     ours, _ = load_pretrained(tmp_path / "run", BertForMaskedLM)
@@ -62,15 +64,11 @@ def test_tiny_learns(tiny_data, tmp_path):
 
 @pytest.mark.parametrize(
     "overrides",
-    [
-        ["drop.method=half_random"],
-        ["drop.method=random"],
-        ["drop.method=frequency"],
-        ["drop.method=cumulative", "drop.variant=pass"],
-        ["drop.method=none", "drop.variant=avg"],
-        ["drop.method=cumulative", "drop.variant=layer_rearranged"],
-        ["drop.method=cumulative", "drop.rate=0.75", "drop.keep_mlm_targets=true"],
-        ["drop.method=cumulative", "drop.rate=0.25", "drop.stage2_fraction=0.5", "train.micro_batch_size=8"],
+    # every method that keeps one subset for the span, every variant (from the registry; random_ltd's
+    # per-layer subsets: tests/unit/dropping/test_random_ltd.py), and two options
+    [[f"drop.method={m}", f"drop.variant={v}"] for m, v in method_variant_combos(per_layer=False)] + [
+        [f"drop.method={PAPER_METHOD}", "drop.rate=0.75", "drop.keep_mlm_targets=true"],
+        [f"drop.method={PAPER_METHOD}", "drop.rate=0.25", "drop.stage2_fraction=0.5", "train.micro_batch_size=8"],
     ],
     ids=lambda o: "+".join(x.split("=")[1] for x in o),
 )

@@ -19,22 +19,29 @@ as ours).
 
 Both: bf16 autocast when the bench is bf16, gradient clipping and the same AdamW.  The batch is
 packed with no padding, so like our step it passes no attention mask.
+
+The token-dropping arm (``BenchConfig.hf_token_dropping``, :func:`build_hf_patched`): the same
+transformers model, its own copy of the initial weights and its own AdamW, patched in place by
+``tokendrop.transformers.apply_token_dropping`` with the setting's method, variant and rate -- its
+training forward selects, drops, computes the loss and updates the importance vector itself -- and
+its head on the masked positions only exactly when ``hf_sparse_prediction`` is on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from tokendrop.config import ModelConfig
+from tokendrop.config import DropConfig, ModelConfig
 from tokendrop.models.families import spec_of
 from tokendrop.dropping.flops import step_flops
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import BenchConfig
-from tokendrop.lab.bench.workload import Setting
+from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting
 
 
 def hf_labels(mb: dict[str, Tensor]) -> Tensor:
@@ -111,6 +118,21 @@ def build_hf(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: 
     return HFModel(hf, run, opt, spec.token_types, sparse_bert)
 
 
+def build_hf_patched(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: torch.device,
+                     drop: DropConfig) -> HFModel:
+    """transformers' MLM model as :func:`build_hf` builds it, patched by ``apply_token_dropping`` with
+    ``drop`` (random-LTD: its schedule's first step, as ours)."""
+    from tokendrop.transformers import apply_token_dropping
+
+    hf = build_hf(model_cfg, ours, dataclasses.replace(cfg, compile=False, hf_sparse_prediction=False), device)
+    opts = {k: getattr(drop, k) for k in ("method", "variant", "rate", "ltd_start_fraction")}
+    if drop.per_layer:
+        opts["total_steps"] = 1 << 30  # the step timed is the ramp's first, every time
+    apply_token_dropping(hf.model, special_ids=SPECIAL_IDS, sparse_prediction=cfg.hf_sparse_prediction, **opts)
+    run = compile_model(hf.model, cfg.compile_backend) if cfg.compile else hf.model
+    return HFModel(hf.model, run, hf.opt, hf.token_types, sparse_bert=False)
+
+
 def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, device: torch.device):
     """One HF training step on ``mb`` as a zero-argument callable."""
     labels = hf_labels(mb)
@@ -133,8 +155,10 @@ def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, devi
     return fn
 
 
-def hf_flops(model_cfg: ModelConfig, s: Setting, sparse_prediction: bool = False) -> int:
+def hf_flops(model_cfg: ModelConfig, s: Setting, sparse_prediction: bool = False,
+             drop: DropConfig | None = None) -> int:
     """HF's head runs on all T positions, so its FLOPs use P = T; with ``sparse_prediction``
-    (ModernBERT's own switch, BERT's like-for-like head): on the prediction slots, as ours."""
+    (ModernBERT's own switch, BERT's like-for-like head): on the prediction slots, as ours.  ``drop``:
+    the patched model's dropping."""
     p = None if sparse_prediction else s.seq_len
-    return step_flops(model_cfg, s.seq_len, s.batch_size, None, num_predictions=p).total
+    return step_flops(model_cfg, s.seq_len, s.batch_size, drop, num_predictions=p).total

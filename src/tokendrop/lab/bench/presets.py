@@ -37,6 +37,12 @@ class BenchConfig:
     # modern-*: per-document attention in the packed rows (model.document_attention); off by default,
     # as transformers' ModernBertForMaskedLM without the flash_attn package attends across documents
     document_attention: str = "off"
+    # the synthetic batch's documents: a [SEP] every document_tokens tokens (0 = one document per row,
+    # as long-context data whose documents fill the row: attention over all T, what the FLOP model counts)
+    document_tokens: int = 64
+    # >= 0: the attention dropout instead of the model preset's (BERT's 0.1): 0 lets SDPA run a fused
+    # kernel; with dropout CPU runs its math path, T x T scores materialised (quadratic memory at long T)
+    attention_dropout: float = -1.0
     # the HF baseline's head on the masked positions only, as ours (modern-*: transformers'
     # sparse_prediction; bert: BertForMaskedLM's own head applied to the gathered slots); false = the
     # models as released (the head on all T positions)
@@ -52,6 +58,9 @@ class BenchConfig:
     variants: list[str] = field(default_factory=lambda: ["drop"])  # drop | pass | avg (rate 0.5 only) | random_ltd
     method: str = "cumulative"  # importance method for drop/pass (the paper's)
     hf: bool = True  # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
+    # also time that model patched by tokendrop.transformers.apply_token_dropping at every variant x rate
+    # (its head as hf_sparse_prediction says), against the unpatched one and against ours
+    hf_token_dropping: bool = False
     precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights, both models)
     compile: bool = False  # torch.compile(model, dynamic=False), ours and HF's
     compile_backend: str = "inductor"  # inductor | aot_eager | eager (the last two: dry runs without codegen)
@@ -81,6 +90,12 @@ class BenchConfig:
             raise ConfigError(f"bench.seq_lens: expected lengths in [8, {longest}] for model {self.model!r}, got {self.seq_lens}")
         if len(set(self.seq_lens)) != len(self.seq_lens):
             raise ConfigError(f"bench.seq_lens: each length once, got {self.seq_lens}")
+        if not (self.attention_dropout == -1.0 or 0.0 <= self.attention_dropout < 1.0):
+            raise ConfigError(f"bench.attention_dropout: expected a probability in [0, 1) (-1 = the model preset's), "
+                              f"got {self.attention_dropout}")
+        if self.document_tokens < 0 or self.document_tokens == 1:
+            raise ConfigError(f"bench.document_tokens: expected a document length >= 2 (0 = one document per row), "
+                              f"got {self.document_tokens}")
         if self.batch_sizes and len(self.batch_sizes) != len(self.seq_lens):
             raise ConfigError(f"bench.batch_sizes: one batch size per seq_len expected ({len(self.seq_lens)}), got {self.batch_sizes}")
         if any(b <= 0 for b in self.batch_sizes) or self.tokens_per_step <= 0:
@@ -91,6 +106,9 @@ class BenchConfig:
         for r in self.rates:
             if not 0.0 < r < 1.0:
                 raise ConfigError(f"bench.rates: expected drop rates in (0, 1), got {r}")
+        if self.hf_token_dropping and not self.hf:
+            raise ConfigError("bench.hf_token_dropping: the patched transformers model is compared with the unpatched "
+                              "one; set hf = true")
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"bench.precision: expected fp32 or bf16, got {self.precision!r}")
         if self.compile_backend not in COMPILE_BACKENDS:
@@ -109,8 +127,10 @@ class BenchConfig:
                          hidden_size=self.hidden_size, num_heads=self.num_heads, intermediate_size=self.intermediate_size,
                          max_position_embeddings=max(512, max(self.seq_lens or [0])),  # 0 = the preset's (config.py's rule)
                          document_attention=self.document_attention, attention_backend=self.attention_backend)
+        if self.attention_dropout >= 0:
+            mc.attention_dropout = self.attention_dropout
         if mc.uses_document_attention:
-            mc.sep_token_id = SPECIAL_IDS["sep"]  # the synthetic batch's documents: a [SEP] every 64 tokens
+            mc.sep_token_id = SPECIAL_IDS["sep"]  # the synthetic batch's documents: document_tokens
         mc.validate()
         return mc
 
@@ -122,12 +142,13 @@ class BenchConfig:
 
 PRESET_PREFIX = "bench-"
 CAMPAIGN_PREFIX = "bench-campaign-"  # configs/bench-campaign-*.toml are CampaignConfig presets
+LONGCTX_PREFIX = "bench-longctx-"  # configs/bench-longctx-*.toml are LongContextConfig presets (bench.longctx)
 
 
 def _preset_files() -> dict[str, Path]:
     d = config_dir()
     files = sorted(d.glob(f"{PRESET_PREFIX}*.toml")) if d.is_dir() else []
-    return {p.stem[len(PRESET_PREFIX):]: p for p in files if not p.stem.startswith(CAMPAIGN_PREFIX)}
+    return {p.stem[len(PRESET_PREFIX):]: p for p in files if not p.stem.startswith((CAMPAIGN_PREFIX, LONGCTX_PREFIX))}
 
 
 class _PresetIndex(Mapping[str, Path]):

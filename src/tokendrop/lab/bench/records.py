@@ -7,7 +7,7 @@ field is always written, None included (``mfu`` is null on CPU).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tokendrop.lab.bench.environment import Environment
@@ -142,6 +142,29 @@ class VsHF:
 
 
 @dataclass
+class HFPatched:
+    """transformers' model patched by ``tokendrop.transformers`` at one setting, against the unpatched
+    model (speedup = unpatched step time / patched step time) and against our model at the same
+    setting (time ratio = patched / ours: 1.1 is 10% slower); medians of per-round paired ratios."""
+
+    seq_len: int
+    setting: str  # the patched setting, e.g. T512/hf-drop-0.5
+    ours: str  # our setting at the same variant and rate, e.g. T512/drop-0.5
+    variant: str
+    rate: float
+    speedup_over_hf: float
+    speedup_over_hf_paired_min: float
+    speedup_over_hf_paired_max: float
+    speedup_over_hf_of_medians: float
+    flop_bound: float  # the unpatched step's FLOPs / the patched step's
+    time_over_ours: float
+    time_over_ours_paired_min: float
+    time_over_ours_paired_max: float
+    speedup_over_hf_cpu: float | None = optional()
+    time_over_ours_cpu: float | None = optional()
+
+
+@dataclass
 class MemoryRatio:
     seq_len: int
     setting: str
@@ -186,6 +209,7 @@ class BenchResult:
     wall_s: float = 0.0
     command: str = ""
     rounds_done: int = 0  # < config.rounds when the time budget stopped the rounds early
+    hf_patched: list[HFPatched] = field(default_factory=list)  # config.hf_token_dropping
     schema: int = SCHEMA_VERSION
 
     def setting(self, name: str) -> SettingResult:

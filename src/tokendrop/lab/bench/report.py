@@ -58,6 +58,14 @@ def format_text(res: BenchResult) -> str:
                          f"{v.ratio:.2f}x ({v.ratio_paired_min:.2f}-{v.ratio_paired_max:.2f})"
                          + (f"; cpu-time {v.ratio_cpu:.2f}x" if v.ratio_cpu is not None else "")
                          + (f"; memory ours/HF {memr:.2f}" if memr else ""))
+    if res.hf_patched:
+        lines += ["", f"{res.info.hf_model} patched by tokendrop.transformers: speedup over the unpatched model "
+                      "(wall, paired min-max; cpu-time), FLOP bound, step time / ours at the same setting"]
+        for p in res.hf_patched:
+            cpu = f"; cpu-time {p.speedup_over_hf_cpu:.3f}x, {p.time_over_ours_cpu:.3f}" if p.speedup_over_hf_cpu else ""
+            lines.append(f"  {p.setting:<20} {p.speedup_over_hf:.3f}x ({p.speedup_over_hf_paired_min:.3f}-"
+                         f"{p.speedup_over_hf_paired_max:.3f}), bound {p.flop_bound:.3f}x; / {p.ours} "
+                         f"{p.time_over_ours:.3f} ({p.time_over_ours_paired_min:.3f}-{p.time_over_ours_paired_max:.3f}){cpu}")
     if res.memory:
         lines += ["", "peak training memory, setting / dense: state + step peak (step peak only)"]
         lines += [f"  {m.setting:<20} {m.peak_ratio:.3f}  ({m.step_peak_ratio:.3f})" for m in res.memory]
@@ -75,6 +83,7 @@ def format_markdown(res: BenchResult) -> str:
     out = _md_setup(res, cpu_clock)
     out += _md_speedups(res, cpu_clock)
     out += _md_vs_hf(res, cpu_clock)
+    out += _md_hf_patched(res, cpu_clock)
     out += _md_memory(res)
     out += _md_settings(res)
     out += _md_host_syncs(res)
@@ -163,6 +172,29 @@ def _md_vs_hf(res: BenchResult, cpu_clock: bool) -> list[str]:
     return out
 
 
+def _md_hf_patched(res: BenchResult, cpu_clock: bool) -> list[str]:
+    """Section (when measured): transformers' model patched by tokendrop.transformers against the
+    unpatched one and against our model at the same setting."""
+    if not res.hf_patched:
+        return []
+    head = "on the masked positions only" if res.config.hf_sparse_prediction else "on all T positions"
+    out = ["", f"## `{res.info.hf_model}` patched by `tokendrop.transformers` (its MLM head {head})", "",
+           "Speedup = the unpatched model's step time / the patched model's; time / ours = the patched model's "
+           "step time / our model's at the same setting (1.10 = 10% slower); medians of per-round paired ratios.", "",
+           "| setting | speedup over unpatched | paired min-max | FLOP bound | time / ours | paired min-max |"
+           + (" speedup (CPU time) | time / ours (CPU time) |" if cpu_clock else ""),
+           "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if cpu_clock else "")]
+    for p in res.hf_patched:
+        line = (f"| {p.setting} | {p.speedup_over_hf:.3f}x | {p.speedup_over_hf_paired_min:.3f}-"
+                f"{p.speedup_over_hf_paired_max:.3f} | {p.flop_bound:.3f}x | {p.time_over_ours:.3f} | "
+                f"{p.time_over_ours_paired_min:.3f}-{p.time_over_ours_paired_max:.3f} |")
+        if cpu_clock:
+            line += (f" {p.speedup_over_hf_cpu:.3f}x | {p.time_over_ours_cpu:.3f} |" if p.speedup_over_hf_cpu
+                     else " - | - |")
+        out.append(line)
+    return out
+
+
 def _md_memory(res: BenchResult) -> list[str]:
     """Section (when measured): each setting's peak training memory relative to the dense step's."""
     if not res.memory:
@@ -219,17 +251,23 @@ def check_results_path(path: str | os.PathLike) -> None:
         raise ConfigError(f"bench --json: cannot write {p}: {parent} is not writable; choose another path")
 
 
-def write_results(res: BenchResult, path: str | os.PathLike) -> tuple[Path, Path]:
-    """Write ``path`` (.json) and the Markdown table beside it.  A directory -> <machine>-<preset>.json in it."""
+def write_json_and_markdown(path: str | os.PathLike, machine: str, preset: str, data: dict, markdown: str
+                            ) -> tuple[Path, Path]:
+    """Write ``path`` (.json) and the Markdown beside it, each atomically; a directory ``path``: the
+    files are ``<machine>-<preset>.json`` / ``.md`` in it.  Every benchmark result goes through here."""
     p = Path(path)
     if p.is_dir() or str(path).endswith(("/", os.sep)):
-        p = p / f"{res.env.machine}-{res.preset}.json"
+        p = p / f"{machine}-{preset}.json"
     p.parent.mkdir(parents=True, exist_ok=True)
     md = p.with_suffix(".md")
-    for target, text in ((p, json_text(res.to_dict())),
-                         (md, format_markdown(res))):
-        atomic_write_text(target, text)  # tokendrop.runs.rundir: the package's one atomic file write
+    atomic_write_text(p, json_text(data))
+    atomic_write_text(md, markdown)
     return p, md
+
+
+def write_results(res: BenchResult, path: str | os.PathLike) -> tuple[Path, Path]:
+    """Write ``path`` (.json) and the Markdown table beside it.  A directory -> <machine>-<preset>.json in it."""
+    return write_json_and_markdown(path, res.env.machine, res.preset, res.to_dict(), format_markdown(res))
 
 
 COLORS = {"drop": "tab:blue", "pass": "tab:orange", "avg": "tab:green", "random_ltd": "tab:red"}

@@ -17,10 +17,10 @@ from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.dropping.flops import layer_types, step_flops
 from tokendrop.dropping.importance import build_selector
-from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.train.runtime import autocast_dtype
 from tokendrop.train.trainer import MLMStep
-from tokendrop.lab.bench.hf_baseline import HFModel, build_hf, hf_class_name, hf_flops, hf_step_fn
+from tokendrop.lab.bench.hf_baseline import HFModel, build_hf, build_hf_patched, hf_class_name, hf_flops, hf_step_fn
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import BenchConfig
 from tokendrop.lab.bench.records import ModelInfo, StepExtras
@@ -98,6 +98,7 @@ class StepBuilder:
         self._ours: dict[str, _Ours] = {}
         self._init_sd: dict[str, Tensor] | None = None
         self._hf: HFModel | None = None
+        self._hf_patched: dict[tuple[str, float], HFModel] = {}
         self._batches: dict[tuple[int, int], dict[str, Tensor]] = {}
 
     def ours(self, variant: str) -> _Ours:
@@ -131,6 +132,7 @@ class StepBuilder:
             self._ours.clear()
         else:
             self._hf = None
+        self._hf_patched.clear()
 
         gc.collect()
         if self.device.type == "cuda":
@@ -139,14 +141,32 @@ class StepBuilder:
     def batch(self, batch_size: int, seq_len: int) -> dict[str, Tensor]:
         key = (batch_size, seq_len)
         if key not in self._batches:
-            self._batches[key] = synthetic_batch(batch_size, seq_len, self.cfg.vocab_size, self.device, self.cfg.seed)
+            self._batches[key] = synthetic_batch(batch_size, seq_len, self.cfg.vocab_size, self.device, self.cfg.seed,
+                                                     self.cfg.document_tokens)
         return self._batches[key]
 
     def forget_batch(self, batch_size: int, seq_len: int) -> None:
         self._batches.pop((batch_size, seq_len), None)
 
+    def hf_patched(self, s: Setting) -> HFModel:
+        """transformers' model patched for the setting's variant and rate (one per pair, shared by its Ts)."""
+        key = (s.variant, s.rate)
+        if key not in self._hf_patched:
+            self._hf_patched[key] = build_hf_patched(self.model_cfg, self.ours("dense").model, self.cfg, self.device,
+                                                     s.drop_config(self.cfg.method))
+        return self._hf_patched[key]
+
     def runner(self, s: Setting) -> Runner:
         mb = self.batch(s.batch_size, s.seq_len)
+        if s.impl == "hf_td":
+            from tokendrop.transformers import token_dropping_state
+
+            hf, drop = self.hf_patched(s), s.drop_config(self.cfg.method)
+            selector = token_dropping_state(hf.model).selector
+            kept = kept_rows(drop, s.seq_len)
+            return Runner(s, hf_step_fn(hf, mb, self.amp, self.device),
+                          (hf.model, hf.opt) if selector is None else (hf.model, hf.opt, selector),
+                          hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction, drop), kept)
         if s.impl == "hf":
             hf = self.hf()
             return Runner(s, hf_step_fn(hf, mb, self.amp, self.device), (hf.model, hf.opt),
@@ -164,7 +184,7 @@ class StepBuilder:
         def fn() -> dict[str, Tensor]:
             return step(micro, 1e-4, dropping)
 
-        kept = s.seq_len if drop is None else ltd_kept(drop, s.seq_len, 0, 1) if drop.per_layer else drop.num_kept(s.seq_len)
+        kept = s.seq_len if drop is None else kept_rows(drop, s.seq_len)
         flops = step_flops(self.model_cfg, s.seq_len, s.batch_size, drop).total
         state = (ours.model, ours.opt, selector) if selector is not None else (ours.model, ours.opt)
         return Runner(s, fn, state, flops, kept)

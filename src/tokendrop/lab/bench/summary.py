@@ -13,6 +13,7 @@ from tokendrop.lab.bench.environment import Environment
 from tokendrop.lab.bench.presets import BenchConfig
 from tokendrop.lab.bench.records import (
     BenchResult,
+    HFPatched,
     MemoryRatio,
     ModelInfo,
     Noise,
@@ -110,6 +111,7 @@ def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Env
             if h_row.memory is not None and h_row.memory.peak_bytes and d_row.memory is not None and d_row.memory.peak_bytes:
                 v.memory_ratio_dense_over_hf = d_row.memory.peak_bytes / h_row.memory.peak_bytes
             vs_hf.append(v)
+    hf_patched = patched_vs_hf(cfg, runners, rows, cpu_clock)
     settings = list(rows.values())
     noise = Noise(
         median_rel_iqr=statistics.median(s.rel_iqr for s in settings),
@@ -121,12 +123,39 @@ def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Env
     return BenchResult(
         preset=cfg.name, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), env=env, config=cfg,
         info=info, peak_flops=peak, settings=settings, speedups=speedups, vs_hf=vs_hf, memory=memory,
-        headline=headline(speedups, vs_hf, memory), noise=noise,
+        headline=headline(speedups, vs_hf, memory, hf_patched), noise=noise, hf_patched=hf_patched,
     )
 
 
-def headline(speedups: list[Speedup], vs_hf: list[VsHF], memory: list[MemoryRatio]) -> dict[str, float]:
-    """The numbers a README quotes: 50% drop speedup / bound / memory, dense over HF, per T."""
+def patched_vs_hf(cfg: BenchConfig, runners: list[Runner], rows: dict, cpu_clock: bool) -> list[HFPatched]:
+    """Every patched transformers setting against the unpatched model and against ours at the same
+    variant and rate (per-round paired ratios, as the other comparisons)."""
+    by_name = {r.setting.name: r for r in runners}
+    out = []
+    for r in runners:
+        s = r.setting
+        if s.impl != "hf_td":
+            continue
+        hf, mine = by_name[f"T{s.seq_len}/hf"], by_name[s.name.replace("/hf-", "/")]
+        over_hf, over_ours = paired(hf.round_median, r.round_median), paired(r.round_median, mine.round_median)
+        row, h_row = rows[s.name], rows[hf.setting.name]
+        x = HFPatched(seq_len=s.seq_len, setting=s.name, ours=mine.setting.name, variant=s.variant, rate=s.rate,
+                      speedup_over_hf=_med(over_hf), speedup_over_hf_paired_min=min(over_hf),
+                      speedup_over_hf_paired_max=max(over_hf),
+                      speedup_over_hf_of_medians=h_row.time_s.median / row.time_s.median,
+                      flop_bound=h_row.flops_per_step / row.flops_per_step, time_over_ours=_med(over_ours),
+                      time_over_ours_paired_min=min(over_ours), time_over_ours_paired_max=max(over_ours))
+        if cpu_clock and row.cpu_time_s is not None and h_row.cpu_time_s is not None:
+            x.speedup_over_hf_cpu = _med(paired(hf.round_median_cpu, r.round_median_cpu))
+            x.time_over_ours_cpu = _med(paired(r.round_median_cpu, mine.round_median_cpu))
+        out.append(x)
+    return out
+
+
+def headline(speedups: list[Speedup], vs_hf: list[VsHF], memory: list[MemoryRatio],
+             hf_patched: list[HFPatched] = ()) -> dict[str, float]:
+    """The numbers a README quotes: 50% drop speedup / bound / memory, dense over HF, the patched
+    transformers model over the unpatched one and against ours, per T."""
     out: dict[str, float] = {}
     for x in speedups:
         if x.variant in ("drop", "random_ltd") and x.rate == 0.5:
@@ -145,4 +174,12 @@ def headline(speedups: list[Speedup], vs_hf: list[VsHF], memory: list[MemoryRati
     for m in memory:
         if m.setting.endswith("/drop-0.5"):
             out[f"T{m.seq_len}_drop50_memory_ratio"] = m.peak_ratio
+    for p in hf_patched:
+        if p.variant in ("drop", "random_ltd") and p.rate == 0.5:
+            k = f"T{p.seq_len}_hf_{p.variant}50"
+            out[f"{k}_speedup_over_hf"] = p.speedup_over_hf
+            out[f"{k}_time_over_ours"] = p.time_over_ours
+            if p.speedup_over_hf_cpu is not None:
+                out[f"{k}_speedup_over_hf_cpu_time"] = p.speedup_over_hf_cpu
+                out[f"{k}_time_over_ours_cpu_time"] = p.time_over_ours_cpu
     return out

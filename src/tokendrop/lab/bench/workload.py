@@ -14,7 +14,7 @@ from tokendrop.lab.bench.presets import BenchConfig
 
 @dataclass
 class Setting:
-    impl: str  # tokendrop | hf
+    impl: str  # tokendrop | hf | hf_td (transformers' model patched by tokendrop.transformers)
     variant: str  # dense | drop | pass | avg | random_ltd
     rate: float
     seq_len: int
@@ -26,7 +26,8 @@ class Setting:
             return f"T{self.seq_len}/hf"
         if self.variant == "dense":
             return f"T{self.seq_len}/dense"
-        return f"T{self.seq_len}/{self.variant}-{self.rate:g}"
+        prefix = "hf-" if self.impl == "hf_td" else ""
+        return f"T{self.seq_len}/{prefix}{self.variant}-{self.rate:g}"
 
     def drop_config(self, method: str) -> DropConfig | None:
         if self.variant == "dense" or self.impl == "hf":
@@ -39,32 +40,34 @@ class Setting:
 
 
 def build_settings(cfg: BenchConfig) -> list[Setting]:
-    """Per T: our dense step, every variant x rate, then (``hf``) transformers' step."""
+    """Per T: our dense step, every variant x rate, then (``hf``) transformers' step and
+    (``hf_token_dropping``) transformers' model patched at every variant x rate."""
     out = []
     for t in cfg.seq_lens:
         b = cfg.batch_size(t)
         out.append(Setting("tokendrop", "dense", 0.0, t, b))
-        for v in cfg.variants:
-            if v == "avg":
-                out.append(Setting("tokendrop", "avg", 0.5, t, b))
-                continue
-            for r in cfg.rates:
-                out.append(Setting("tokendrop", v, r, t, b))
+        dropping = [(v, r) for v in cfg.variants for r in ([0.5] if v == "avg" else cfg.rates)]
+        out += [Setting("tokendrop", v, r, t, b) for v, r in dropping]
         if cfg.hf:
             out.append(Setting("hf", "dense", 0.0, t, b))
+        if cfg.hf_token_dropping:
+            out += [Setting("hf_td", v, r, t, b) for v, r in dropping]
     return out
 
 
-def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device, seed: int = 0) -> dict[str, Tensor]:
+def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device, seed: int = 0,
+                    document_tokens: int = 64) -> dict[str, Tensor]:
     """A packed MLM micro-batch of static shape, as ``tokendrop.data.MLMLoader`` yields it.
 
-    [CLS] at 0, a [SEP] every 64 tokens and at the end, random ids elsewhere; P = round(0.15 T)
-    prediction slots at distinct non-special positions, their inputs replaced by [MASK].
+    [CLS] at 0, a [SEP] every ``document_tokens`` tokens (0: one document per row) and at the end,
+    random ids elsewhere; P = round(0.15 T) prediction slots at distinct non-special positions, their
+    inputs replaced by [MASK].
     """
     g = torch.Generator().manual_seed(seed + 1000 * seq_len + batch_size)
     ids = torch.randint(len(SPECIAL_IDS), vocab_size, (batch_size, seq_len), generator=g)
     ids[:, 0] = SPECIAL_IDS["cls"]
-    ids[:, 63::64] = SPECIAL_IDS["sep"]
+    if document_tokens:
+        ids[:, document_tokens - 1::document_tokens] = SPECIAL_IDS["sep"]
     ids[:, -1] = SPECIAL_IDS["sep"]
     p = max(1, round(0.15 * seq_len))
     special = (ids == SPECIAL_IDS["cls"]) | (ids == SPECIAL_IDS["sep"])

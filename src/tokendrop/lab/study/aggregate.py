@@ -27,7 +27,7 @@ from tokendrop.train.trainer import load_run_config, read_metrics, stage2_start
 import torch
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.data import MLMLoader, PreparedData
-from tokendrop.models.pretrained import load_pretrained
+from tokendrop.models.source import load_pretrained
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.train.trainer import evaluate_mlm
 

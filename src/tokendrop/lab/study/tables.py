@@ -57,10 +57,6 @@ def _source_note(src: SourceResult | None) -> list[str]:
             "pretraining in this study)" + (f"; {src.mlm_note}" if src.mlm_note else "") + "."]
 
 
-def _src_value(src: SourceResult, key: str) -> float | None:
-    return src.final_eval_loss if key == "final_eval_loss" else src.eval.get(key)
-
-
 def table1(res: StudyResults, study: StudyConfig) -> str:
     methods, src = res.methods, res.source
     names = [n for n in res.order if n in set(study.methods) or n in ("baseline", "token-drop")]

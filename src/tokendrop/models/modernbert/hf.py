@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -272,8 +273,6 @@ def check_modern_tensors(where: Any, shapes: dict[str, tuple[int, ...]], cfg: Mo
     implies (one-line InitError otherwise) -> the layout name."""
     canon = normalise_modern_names(list(shapes))
     if "model.embeddings.tok_embeddings.weight" not in canon:
-        from pathlib import Path
-
         raise InitError(f"{Path(where).parent / 'config.json'}: model_type 'modernbert' but {Path(where).name} holds no "
                         f"ModernBERT weights (no model.embeddings.tok_embeddings.weight among {len(canon)} tensors); "
                         "expected ModernBertForMaskedLM or ModernBertModel weights")

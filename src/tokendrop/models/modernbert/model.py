@@ -82,8 +82,9 @@ class Rotary(nn.Module):
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """(B, h, n, dh) rotated in fp32 and cast back (as transformers' apply_rotary_pos_emb)."""
-    xf = x.float()
+    """(B, h, n, dh) rotated in fp32 (float64 stays float64) and cast back (as transformers'
+    apply_rotary_pos_emb)."""
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
     return ((xf * cos) + (rotate_half(xf) * sin)).to(x.dtype)
 
 

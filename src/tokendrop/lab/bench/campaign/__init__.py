@@ -8,7 +8,9 @@ Parts (``PARTS``): ``env`` (versions, usable SDPA backends at bf16, ``pytest -m 
 ``bench-compile`` (the same compiled), ``pretrain`` (real runs from carried data, resume, torchrun),
 ``quality`` (time-to-quality of a small BERT, dense vs token drop, then fine-tuning),
 ``bench-modern`` (the ModernBERT-architecture family, modern-base eager at T=512 and 1024: ours
-dense / 50% drop / ``transformers.ModernBertForMaskedLM``).  Each writes
+dense / 50% drop / ``transformers.ModernBertForMaskedLM``), ``strong`` (time to loss from scratch on
+top of the strongest dense recipe: dense vs + token drop, a 6 x 384 BERT), ``bench-longctx`` (both
+families at T = 512 ... 8192, dense vs 50% drop, FLOP bound, attention share, memory).  Each writes
 ``OUT/PART.json`` + ``OUT/PART.md`` (after every phase) and stops itself within ``budget_s``.
 """
 
@@ -44,6 +46,8 @@ TITLES = {
     "pretrain": "bert-base-128 pretraining runs, resume, torchrun",
     "quality": "time to quality: dense vs token dropping, then fine-tuning",
     "bench-modern": "ModernBERT-architecture step time, eager (ours dense / token drop / transformers.ModernBertForMaskedLM)",
+    "strong": "time to loss on top of the strong dense recipe: dense vs + token dropping, from scratch",
+    "bench-longctx": "long context: dense vs token drop at T = 512 ... 8192, both families",
 }
 
 
@@ -54,7 +58,9 @@ def _runner(part: str):
         from tokendrop.lab.bench.campaign.bench_part import run_bench_part as fn
     elif part == "pretrain":
         from tokendrop.lab.bench.campaign.pretrain_part import run_pretrain_part as fn
-    else:
+    elif part == "bench-longctx":
+        from tokendrop.lab.bench.campaign.longctx_part import run_longctx_part as fn
+    else:  # quality, strong
         from tokendrop.lab.bench.campaign.quality_part import run_quality_part as fn
     return fn
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tokendrop.config import ConfigError, load_config, resolve_preset
+from tokendrop.lab.bench.longctx import FamilyShape, LongContextConfig
+from tokendrop.lab.study.plan import STRONG
 
-PARTS = ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern")
+PARTS = ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx")
 
 
 @dataclass
@@ -72,6 +74,40 @@ class QualityPart:
     finetune_reserve_s: float = 150.0  # kept back from pretraining for the fine-tuning
     calibrate_rounds: int = 3
     plateau_margin: float = 1.0  # "far below the unigram plateau": at least this many nats below
+    # both runs on top of the strongest dense recipe (part strong: :func:`strong_recipe` at batch_size)
+    strong_recipe: bool = False
+
+    def recipe(self) -> list[str]:
+        """The recipe's dotted Config overrides both runs get after ``overrides`` ([] without one)."""
+        return strong_recipe(self.batch_size) if self.strong_recipe else []
+
+
+def strong_recipe(batch_size: int) -> list[str]:
+    """The strong dense recipe of study-strong (``tokendrop.lab.study.plan.STRONG``: WSD with a full
+    1-sqrt decay over the last 20%, batch warm-up over the first quarter, masking 30% -> 15%), its batch
+    warm-up starting from half of ``batch_size``.  The MLM head runs on the masked slots only in every
+    tokendrop model (no option)."""
+    return [o for o in STRONG if not o.startswith("train.batch_warmup_start=")] + \
+        [f"train.batch_warmup_start={max(1, batch_size // 2)}"]
+
+
+def _strong_part() -> QualityPart:
+    """Part ``strong``: a 6 x 384 BERT from scratch, dense with the strong recipe vs + 50% token drop,
+    the same training wall-clock each (150 s on the GPU), no fine-tuning: time to the dense run's loss."""
+    return QualityPart(overrides=["model.num_layers=6", "model.hidden_size=384", "model.num_heads=6",
+                                  "model.intermediate_size=1536", "train.lr=1e-3", "train.compile=false",
+                                  "train.eval_batches=20", "data.num_workers=2"],
+                       batch_size=256, train_budget_s=150.0, evals=15, tasks=[], finetune_reserve_s=0.0,
+                       strong_recipe=True)
+
+
+def _longctx_gpu() -> LongContextConfig:
+    """Part ``bench-longctx``: the long-context rows on the GPU -- bert-base and modern-base shapes,
+    T = 512 ... 8192, 64k tokens per step, bf16, per-document attention (one document per row)."""
+    return LongContextConfig(name="campaign-longctx", device="cuda", tokens_per_step=65536, precision="bf16",
+                             warmup=3, rounds=5, reps=3,
+                             bert=FamilyShape(model="bert-base", vocab_size=30522),
+                             modern=FamilyShape(model="modern-base", vocab_size=50368))
 
 
 @dataclass
@@ -87,6 +123,8 @@ class CampaignConfig:
     modern: BenchPart = field(default_factory=_modern_part)  # part bench-modern
     pretrain: PretrainPart = field(default_factory=PretrainPart)
     quality: QualityPart = field(default_factory=QualityPart)
+    strong: QualityPart = field(default_factory=_strong_part)  # part strong
+    longctx: LongContextConfig = field(default_factory=_longctx_gpu)  # part bench-longctx
 
     def validate(self) -> "CampaignConfig":
         if self.device not in ("cpu", "cuda"):
@@ -101,9 +139,10 @@ class CampaignConfig:
         p = self.pretrain
         if p.steps < 2 or p.resume_steps < 2 or p.torchrun_steps < 1:
             raise ConfigError("pretrain.steps/resume_steps/torchrun_steps: expected >= 2, >= 2, >= 1")
-        q = self.quality
-        if q.train_budget_s <= 0 or q.evals < 2:
-            raise ConfigError("quality.train_budget_s/evals: expected > 0 and >= 2")
+        for sec, q in (("quality", self.quality), ("strong", self.strong)):
+            if q.train_budget_s <= 0 or q.evals < 2:
+                raise ConfigError(f"{sec}.train_budget_s/evals: expected > 0 and >= 2")
+        self.longctx.validate()
         return self
 
 

@@ -1,11 +1,15 @@
-"""Part ``quality``: time to quality from scratch, sized for one call.
+"""Parts ``quality`` and ``strong``: time to quality from scratch, sized for one call.
 
-A small BERT (the preset's ``quality.overrides``: 8 layers x 512 on the GPU) is pretrained dense
-and with token dropping for the *same training wall-clock* on the carried mixed corpus -- each
-run's step count comes from a short bench of both steps, and each has its own warm-up/decay
-schedule over its steps -- then both are fine-tuned on the SST-2- and QNLI-format stand-ins.
-Reported: eval MLM loss vs training wall-clock for both, the unigram plateau they must get well
-below, the time token dropping needs to reach the dense run's final loss, downstream accuracy.
+``quality``: a small BERT (the preset's ``quality.overrides``: 8 layers x 512 on the GPU) is
+pretrained dense and with token dropping for the *same training wall-clock* on the carried mixed
+corpus -- each run's step count comes from a short bench of both steps, and each has its own
+warm-up/decay schedule over its steps -- then both are fine-tuned on the SST-2- and QNLI-format
+stand-ins.  ``strong`` (the [strong] table): the same pair on top of the strongest dense recipe
+(``strong.strong_recipe``: study-strong's WSD with a full decay + batch warm-up + masking 30% -> 15%; the
+MLM head on the masked slots only, as every tokendrop model), a 6 x 384 BERT that leaves the
+unigram plateau within its minutes on one GPU, no fine-tuning.  Reported: eval MLM loss vs
+training wall-clock for both, the unigram plateau they must get well below, the time token
+dropping needs to reach the dense run's final loss, downstream accuracy (quality).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from tokendrop.config import FinetuneConfig, from_dict
 from tokendrop.finetune.tasks import get_task
 from tokendrop.lab.bench.run import run_bench
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory
-from tokendrop.lab.bench.campaign.config import CampaignConfig
+from tokendrop.lab.bench.campaign.config import CampaignConfig, QualityPart
 from tokendrop.lab.bench.campaign.runs import (
     RunSummary,
     Scratch,
@@ -71,12 +75,16 @@ class Calibration:
     drop_steps: int
 
 
-def _calibrate(cfg: CampaignConfig, info: dict, budget: Budget, log: Log) -> Calibration:
-    q = cfg.quality
-    base = pretrain_config(cfg, q.config, q.overrides, 10, q.batch_size, "cumulative")
+def section(cfg: CampaignConfig, part: str) -> QualityPart:
+    """The [quality] table for part ``quality``, the [strong] table for part ``strong``."""
+    return cfg.strong if part == "strong" else cfg.quality
+
+
+def _calibrate(cfg: CampaignConfig, q: QualityPart, info: dict, budget: Budget, log: Log) -> Calibration:
+    base = pretrain_config(cfg, q.config, q.overrides + q.recipe(), 10, q.batch_size, "cumulative")
     bc = model_bench_config(cfg, base, info["vocab_size"], info["seq_len"], q.batch_size, q.calibrate_rounds, 3, 60.0)
     log(f"  calibration: step times of the {base.model.num_layers}x{base.model.hidden_size} model")
-    res = run_bench(bc, log=log, command="tokendrop bench --campaign quality (calibration)")
+    res = run_bench(bc, log=log, command="tokendrop bench --campaign quality/strong (calibration)")
     free_device_memory()
     t = info["seq_len"]
     dense = res.setting(f"T{t}/dense").time_s.median
@@ -87,7 +95,7 @@ def _calibrate(cfg: CampaignConfig, info: dict, budget: Budget, log: Log) -> Cal
                        max(2, min(q.max_steps, int(per / drop))))
 
 
-def _plot(runs: dict[str, RunSummary], plateau: float, target_t: float | None, path: Path) -> bool:
+def _plot(runs: dict[str, RunSummary], plateau: float, target_t: float | None, path: Path, title: str = "") -> bool:
     try:
         plt = pyplot()
     except ImportError:
@@ -100,6 +108,8 @@ def _plot(runs: dict[str, RunSummary], plateau: float, target_t: float | None, p
         ax.axvline(target_t, color="tab:orange", ls=":", lw=0.9, label="token drop reaches dense's final loss")
     ax.set_xlabel("training wall-clock (s; evaluation excluded)")
     ax.set_ylabel("eval MLM loss")
+    if title:
+        ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -108,18 +118,21 @@ def _plot(runs: dict[str, RunSummary], plateau: float, target_t: float | None, p
 
 
 def run_quality_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save, log: Log) -> None:
-    q = cfg.quality
+    q = section(cfg, r.part)
     check_inputs(cfg, tuple(q.tasks))
     info = data_info(cfg.data)
     plateau = unigram_plateau(cfg.data)
     r.data.update({"data": info, "unigram_plateau": plateau})
-    cal = _calibrate(cfg, info, budget, log)
+    if q.recipe():
+        r.data["recipe"] = q.recipe()
+        r.summary.append(f"recipe of both runs: {' '.join(q.recipe())}")
+    cal = _calibrate(cfg, q, info, budget, log)
     r.data["calibration"] = cal
     r.summary.append(f"calibration: dense {1e3 * cal.dense_step_s:.1f} ms/step, drop {1e3 * cal.drop_step_s:.1f} ms/step "
                      f"-> {cal.per_run_budget_s:.0f}s each: {cal.dense_steps} vs {cal.drop_steps} steps")
     save()
     gpu = cfg.device == "cuda" and not cfg.dry_run
-    with Scratch("td-campaign-quality-") as scratch:
+    with Scratch(f"td-campaign-{r.part}-") as scratch:
         runs: dict[str, RunSummary] = {}
         for method, name, steps in (("none", "dense", cal.dense_steps), ("cumulative", "token-drop", cal.drop_steps)):
             if runs and not budget.allows(cal.per_run_budget_s * RUN_OVERHEAD + END_RESERVE_S):
@@ -127,12 +140,12 @@ def run_quality_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResu
                 continue
             extra = [f"train.eval_every={max(1, steps // q.evals)}", f"train.log_every={max(1, steps // 50)}",
                      f"train.ckpt_every={steps}", f"train.warmup_steps={max(1, round(0.06 * steps))}", "train.keep_checkpoints=1"]
-            pc = pretrain_config(cfg, q.config, q.overrides, steps, q.batch_size, method, extra)
+            pc = pretrain_config(cfg, q.config, q.overrides + q.recipe(), steps, q.batch_size, method, extra)
             log(f"  pretrain {name}: {steps} steps ({pc.model.num_layers}x{pc.model.hidden_size}, batch {q.batch_size})")
 
             t0 = time.perf_counter()
             pretrain(pc, scratch / name, progress=False)
-            r.files.append(keep_log(scratch / name, out, f"quality-{name}"))
+            r.files.append(keep_log(scratch / name, out, f"{r.part}-{name}"))
             s = runs[name] = summarize_run(name, scratch / name)
             r.summary.append(f"{name}: {s.steps} steps, {s.train_seconds:.0f}s training ({time.perf_counter() - t0:.0f}s "
                              f"wall), final eval loss {s.final_eval_loss:.3f}")
@@ -156,15 +169,16 @@ def run_quality_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResu
         for s in runs.values():
             rows += [[s.name, round(t, 1), v] for t, v in s.eval_curve]
         r.tables = [("eval MLM loss vs training wall-clock", ["run", "training s", "eval loss"], rows)]
-        if runs and _plot(runs, plateau, target_t, out / "quality.png"):
-            r.files.append("quality.png")
+        title = "strong dense recipe vs + token drop" if q.strong_recipe else ""
+        if runs and _plot(runs, plateau, target_t, out / f"{r.part}.png", title):
+            r.files.append(f"{r.part}.png")
         save()
-        _finetune_all(cfg, runs, scratch, out, budget, r, save, log)
+        if q.tasks:
+            _finetune_all(cfg, q, runs, scratch, out, budget, r, save, log)
 
 
-def _finetune_all(cfg: CampaignConfig, runs: dict[str, RunSummary], scratch: Path, out: Path, budget: Budget,
-                  r: PartResult, save, log: Log) -> None:
-    q = cfg.quality
+def _finetune_all(cfg: CampaignConfig, q: QualityPart, runs: dict[str, RunSummary], scratch: Path, out: Path,
+                  budget: Budget, r: PartResult, save, log: Log) -> None:
     acc: dict[str, dict[str, float]] = {}
     took = 0.0
     for task in q.tasks:

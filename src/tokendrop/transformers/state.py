@@ -1,0 +1,290 @@
+"""The training state a patched model carries beside its weights: the dropping layout, the token
+selector (importance vector + random generator), the optimizer step the schedules read.
+
+It lives in the model's ``__dict__`` (not as a submodule or buffer), so ``state_dict`` and
+``save_pretrained`` see exactly the unpatched model's tensors; the selector follows the input's
+device at the first forward.  :func:`save_state` / :func:`load_state` write and read it as
+``token_dropping.safetensors`` (the importance vector and the generator state) plus
+``token_dropping.json`` (options, step, shapes) -- inside a Trainer checkpoint folder, next to the
+model files (:class:`tokendrop.transformers.TokenDroppingCallback` does this).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tokendrop.dropping.engine import DropSpan
+from tokendrop.dropping.importance import PIN_HIGH, PIN_LOW, TokenSelector, build_selector
+from tokendrop.dropping.methods import LOSS_METHODS, METHODS, DropConfig
+from tokendrop.dropping.random_ltd import kept_rows
+from tokendrop.errors import ConfigError
+from tokendrop.runs.files import atomic_file, atomic_write_json, read_json, write_safetensors
+from tokendrop.transformers.options import TokenDroppingError
+
+STATE_TENSORS = "token_dropping.safetensors"
+STATE_JSON = "token_dropping.json"
+STATE_FORMAT = "tokendrop.transformers.state/1"
+SPECIAL_KEYS = ("cls", "sep", "mask", "pad")
+
+
+def resolve_special_ids(drop: DropConfig, config: Any, tokenizer: Any, special_ids: Mapping[str, int] | None,
+                        vocab_size: int) -> dict[str, int]:
+    """The [CLS]/[SEP]/[MASK]/[PAD] ids: ``special_ids``, else the tokenizer's, else what the model's
+    config knows.  A selecting method keeps [CLS]/[SEP]/[MASK] always, so it needs [CLS] and [MASK]."""
+    if special_ids is not None:
+        if not isinstance(special_ids, Mapping) or any(k not in SPECIAL_KEYS + ("unk",) for k in special_ids):
+            raise TokenDroppingError(f"apply_token_dropping: special_ids must map some of {', '.join(SPECIAL_KEYS)} to "
+                                     f"token ids, got {special_ids!r}")
+        ids = {k: v for k, v in special_ids.items() if k in SPECIAL_KEYS}  # [UNK] is an ordinary token here
+    elif tokenizer is not None:
+        ids = {k: getattr(tokenizer, f"{k}_token_id", None) for k in SPECIAL_KEYS}
+    else:
+        ids = {k: getattr(config, f"{k}_token_id", None) for k in SPECIAL_KEYS}
+    ids = {k: v for k, v in ids.items() if v is not None}
+    for k, v in ids.items():
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < vocab_size:
+            raise TokenDroppingError(f"apply_token_dropping: the {k} id {v!r} is not a token id of the model "
+                                     f"(vocab_size {vocab_size})")
+    pins = not METHODS[drop.method].per_layer and drop.variant != "avg"
+    missing = [k for k in ("cls", "mask") if k not in ids]
+    if pins and missing:
+        raise TokenDroppingError(f"apply_token_dropping: method {drop.method!r} always keeps [CLS], [SEP] and [MASK], "
+                                 f"but the {'/'.join(missing)} id is unknown; pass tokenizer=<the tokenizer> or "
+                                 "special_ids={'cls': ..., 'sep': ..., 'mask': ..., 'pad': ...}")
+    return ids
+
+
+def resolve_pinned(drop: DropConfig, tokenizer: Any) -> list[int]:
+    """``pinned_tokens`` (token strings) -> ids, through the tokenizer."""
+    if not drop.pinned_tokens:
+        return []
+    if tokenizer is None:
+        raise TokenDroppingError("apply_token_dropping: pinned_tokens needs tokenizer= to turn the tokens into ids")
+    out = []
+    for t in drop.pinned_tokens:
+        i = tokenizer.convert_tokens_to_ids(t)
+        unk = getattr(tokenizer, "unk_token_id", None)
+        if i is None or (i == unk and t != getattr(tokenizer, "unk_token", None)):
+            raise TokenDroppingError(f"apply_token_dropping: pinned_tokens: {t!r} is not a token of the tokenizer")
+        out.append(int(i))
+    return out
+
+
+class TokenDroppingState:
+    """Everything a patched model needs beyond its weights (module docstring)."""
+
+    def __init__(self, drop: DropConfig, family: str, num_layers: int, vocab_size: int, max_len: int,
+                 special_ids: dict[str, int], pinned_ids: list[int], counts: Any = None, seed: int = 0,
+                 total_steps: int | None = None, sparse_prediction: bool = True):
+        self.drop = drop
+        self.family = family
+        self.num_layers = num_layers
+        self.vocab_size = vocab_size
+        self.span = DropSpan.from_config(drop, num_layers)
+        self.special_ids = dict(special_ids)
+        self.pinned_ids = list(pinned_ids)
+        self.seed = int(seed)
+        self.total_steps = total_steps
+        self.sparse_prediction = bool(sparse_prediction)
+        self.step = 0  # optimizer steps done (TokenDroppingCallback sets it; custom loops call advance())
+        self.enabled = True
+        self.kept_fraction: float | None = None  # of the last dropping forward (logged)
+        self.selector: TokenSelector | None = None
+        if drop.variant != "avg":  # avg pools 2:1 and selects nothing
+            try:
+                self.selector = build_selector(drop, vocab_size, self.special_ids, max_len, self.pinned_ids,
+                                               counts, seed=self.seed)
+            except ConfigError as e:
+                raise TokenDroppingError(f"apply_token_dropping: {str(e).replace('drop.counts_path', 'counts')}") from None
+        self.initial = None if self.selector is None else self.selector.scores.clone()
+
+    # -- schedule -------------------------------------------------------------------------------
+
+    def advance(self, steps: int = 1) -> None:
+        """Count ``steps`` optimizer steps (for a loop without TokenDroppingCallback)."""
+        self.step += int(steps)
+
+    def _needs_total(self, what: str) -> int:
+        if self.total_steps is None:
+            raise TokenDroppingError(f"token dropping: {what} needs the run's length; train with TokenDroppingCallback "
+                                     "(it reads max_steps) or pass total_steps= to apply_token_dropping")
+        return self.total_steps
+
+    def dropping_now(self) -> bool:
+        """Whether this step drops tokens (stage 2, the last ``stage2_fraction`` of the run, does not)."""
+        if not self.enabled:
+            return False
+        if self.drop.stage2_fraction > 0:
+            total = self._needs_total("stage2_fraction")
+            return self.step < total - int(round(self.drop.stage2_fraction * total))
+        return True
+
+    def consistency_now(self) -> bool:
+        d = self.drop
+        return d.consistency_weight > 0 and self.step % d.consistency_every == 0
+
+    # -- selection and update -------------------------------------------------------------------
+
+    def _follow(self, device: torch.device) -> None:
+        if self.selector is not None and self.selector.scores.device != device:
+            self.selector.to(device)
+            self.initial = self.initial.to(device)
+
+    def select(self, input_ids: Tensor, labels: Tensor | None) -> tuple[bool, Tensor | None]:
+        """-> (active, keep_idx): keep_idx (B, M) ascending, (S, B, M) for random_ltd, or None (avg
+        pools).  Not active (the unpatched forward runs): random_ltd at full length, a rate that keeps
+        every row (rate 0, or a short sequence)."""
+        self._follow(input_ids.device)
+        b, t = input_ids.shape
+        d = self.drop
+        if d.variant == "avg":
+            self.kept_fraction = ((t + 1) // 2) / t
+            return True, None
+        if d.per_layer:
+            kept = kept_rows(d, t, self.step, self._needs_total("random_ltd's kept-count ramp"))
+            self.kept_fraction = kept / t
+            if kept >= t:
+                return False, None
+            return True, self.selector.select_layers(input_ids, kept, self.span.end - self.span.start)
+        if d.num_kept(t) >= t:  # rate 0: nothing to drop, the unpatched forward
+            self.kept_fraction = 1.0
+            return False, None
+        pos = weights = None
+        if d.keep_mlm_targets and labels is not None:
+            pos = torch.arange(t, device=input_ids.device).expand(b, -1)
+            weights = (labels != -100).to(torch.float32)
+        keep = self.selector.select(input_ids, pos, weights)
+        self.kept_fraction = keep.shape[1] / t
+        return True, keep
+
+    def learns(self) -> bool:
+        return self.selector is not None and self.drop.method in LOSS_METHODS
+
+    @torch.no_grad()
+    def update(self, labels: Tensor, nll: Tensor) -> None:
+        """The cumulative-loss update from this forward's per-token NLL at the labelled positions
+        (``labels`` -100 elsewhere); skipped (on the device) when any of it is not finite."""
+        if not self.learns():
+            return
+        self._follow(labels.device)
+        w = (labels != -100).to(torch.float32)
+        nll = torch.where(w > 0, nll.float(), torch.zeros_like(nll, dtype=torch.float32))
+        self.selector.update(labels.clamp(min=0), nll, w, valid=torch.isfinite(nll).all())
+
+    # -- importance -----------------------------------------------------------------------------
+
+    @property
+    def importance(self) -> Tensor | None:
+        """The importance vector m (one score per token id; pinned ids at +/-1e4), or None (avg)."""
+        return None if self.selector is None else self.selector.scores
+
+    def set_importance(self, values: Tensor, where: Tensor | None = None) -> None:
+        """m_i <- values_i (where ``where``); pinned ids stay pinned (a warm start)."""
+        if self.selector is None:
+            raise TokenDroppingError("token dropping: variant 'avg' has no importance vector")
+        where = torch.ones(self.vocab_size, dtype=torch.bool) if where is None else where
+        self.selector.set_scores(torch.as_tensor(values, dtype=torch.float32), where)
+
+    @torch.no_grad()
+    def summary(self) -> dict[str, float]:
+        """What the callback logs: the kept fraction of the last dropping forward, and the importance
+        over the ids that have moved from their initial score (count, mean, min, max)."""
+        out: dict[str, float] = {}
+        if self.kept_fraction is not None:
+            out["token_dropping/kept_fraction"] = float(self.kept_fraction)
+        if self.learns():
+            s = self.selector.scores
+            moved = (s != self.initial.to(s.device)) & (s.abs() < PIN_HIGH) & (s > PIN_LOW)
+            n = int(moved.sum())
+            out["token_dropping/importance_ids"] = float(n)
+            if n:
+                v = s[moved]
+                out["token_dropping/importance_mean"] = float(v.mean())
+                out["token_dropping/importance_min"] = float(v.min())
+                out["token_dropping/importance_max"] = float(v.max())
+        return out
+
+    # -- saving ---------------------------------------------------------------------------------
+
+    def meta(self) -> dict[str, Any]:
+        return {"format": STATE_FORMAT, "family": self.family, "vocab_size": self.vocab_size,
+                "num_layers": self.num_layers, "options": dataclasses.asdict(self.drop), "seed": self.seed,
+                "special_ids": self.special_ids, "pinned_ids": self.pinned_ids, "step": self.step,
+                "total_steps": self.total_steps}
+
+
+def save_state(state: TokenDroppingState, directory: str | Path) -> None:
+    """``token_dropping.safetensors`` + ``token_dropping.json`` into ``directory`` (each written atomically)."""
+    directory = Path(directory)
+    tensors: dict[str, Tensor] = {}
+    meta = state.meta()
+    if state.selector is not None:
+        tensors["importance"] = state.selector.scores.detach().cpu().contiguous()
+        rng = state.selector.rng_state()
+        if rng is not None:
+            tensors["rng_state"] = rng.cpu().contiguous()
+            meta["rng_device"] = str(state.selector.generator.device)
+    if not tensors:
+        tensors["step"] = torch.tensor([state.step], dtype=torch.int64)  # safetensors needs one tensor
+    with atomic_file(directory / STATE_TENSORS) as tmp:
+        write_safetensors(tensors, tmp)
+    atomic_write_json(directory / STATE_JSON, meta)
+
+
+_MUST_MATCH = ("family", "vocab_size", "num_layers")
+
+
+def load_state(state: TokenDroppingState, directory: str | Path) -> None:
+    """Restore what :func:`save_state` wrote into ``state``; one-line errors for a missing or
+    unreadable file and for a state saved with other options or another model."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    jpath, tpath = directory / STATE_JSON, directory / STATE_TENSORS
+    for p in (jpath, tpath):
+        if not p.is_file():
+            raise TokenDroppingError(f"{p}: no token-dropping state here (written by TokenDroppingCallback at every "
+                                     "checkpoint); resume from a checkpoint of a run trained with it")
+    meta = read_json(jpath, TokenDroppingError, hint="the checkpoint is damaged")
+    if meta.get("format") != STATE_FORMAT:
+        raise TokenDroppingError(f"{jpath}: format {meta.get('format')!r}, expected {STATE_FORMAT!r}")
+    mine = state.meta()
+    for k in _MUST_MATCH:
+        if meta.get(k) != mine[k]:
+            raise TokenDroppingError(f"{jpath}: {k} {meta.get(k)!r} differs from this model's {mine[k]!r}")
+    saved = meta.get("options", {})
+    for k, v in mine["options"].items():
+        if k in ("stage2_fraction",) or saved.get(k) == v:
+            continue
+        if isinstance(v, float) and isinstance(saved.get(k), (int, float)) and math.isclose(saved[k], v):
+            continue
+        raise TokenDroppingError(f"{jpath}: the run was trained with {k}={saved.get(k)!r}, this model is patched with "
+                                 f"{k}={v!r}; apply_token_dropping with the run's options to resume it")
+    try:
+        tensors = load_file(str(tpath))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise TokenDroppingError(f"{tpath}: unreadable ({e}); the checkpoint is damaged") from None
+    if state.selector is not None:
+        m = tensors.get("importance")
+        if m is None or tuple(m.shape) != (state.vocab_size,):
+            raise TokenDroppingError(f"{tpath}: expected an importance vector of {state.vocab_size} scores, got "
+                                     f"{None if m is None else tuple(m.shape)}")
+        with torch.no_grad():
+            state.selector.scores.copy_(m.to(state.selector.scores))
+        if "rng_state" in tensors:
+            state.selector.set_rng_state(tensors["rng_state"], torch.device(meta.get("rng_device", "cpu")))
+        else:
+            state.selector.generator = None
+    state.step = int(meta.get("step", 0))
+    if meta.get("total_steps") is not None and state.total_steps is None:
+        state.total_steps = int(meta["total_steps"])
+
+
+__all__ = ["STATE_JSON", "STATE_TENSORS", "TokenDroppingState", "load_state", "save_state"]

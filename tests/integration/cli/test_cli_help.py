@@ -1,0 +1,159 @@
+"""One CLI convention: every command's --help runs and every example in it parses (arguments and the
+config overrides they name), --version, user errors exit 2, a run's length given on the command
+line replaces the preset's, finetune --set takes KEY and finetune.KEY, the task list comes from the
+task registry."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+import pytest
+
+from tokendrop.cli import build_parser, main
+from tokendrop.config import Config, ConfigError, FinetuneConfig, from_dict, load_config
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    p = build_parser()
+    (sub,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    return {"": p, **sub.choices}
+
+
+def _examples(text: str) -> list[str]:
+    """The lines of the help's "examples:" block (up to the first blank line)."""
+    lines = text.splitlines()
+    if "examples:" not in lines:
+        return []
+    out = []
+    for line in lines[lines.index("examples:") + 1:]:
+        if not line.strip():
+            break
+        out.append(line.strip())
+    return out
+
+
+def _check_example(argv: list[str]) -> None:
+    """The parsed command's config (with its overrides) loads: keys exist, values have their types."""
+    a = build_parser().parse_args(argv)
+    if a.cmd in ("pretrain", "flops") and getattr(a, "config", None):
+        init = [f'model.init="{a.init}"'] if getattr(a, "init", None) else []
+        load_config(a.config, [*a.overrides, *init])
+    elif a.cmd == "finetune":
+        from tokendrop.finetune import finetune_config
+        from tokendrop.finetune.tasks import get_task
+
+        get_task(a.task)
+        finetune_config(a.config, a.overrides, task=a.task, data=a.data)
+    elif a.cmd == "evaluate":
+        from tokendrop.finetune import load_suite
+
+        load_suite(a.suite, a.overrides)
+    elif a.cmd == "study":
+        from tokendrop.lab.study.plan import load_study
+
+        load_study(a.config, a.overrides)
+
+
+@pytest.mark.parametrize("name", list(_commands()), ids=lambda n: n or "tokendrop")
+def test_help_runs_and_each_example_parses(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([name, "--help"] if name else ["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    examples = _examples(text)
+    assert examples, f"tokendrop {name} --help shows no example"
+    for ex in examples:
+        argv = shlex.split(ex)[1:]
+        assert argv[0] in _commands(), ex
+        _check_example(argv)
+
+
+def test_a_wrong_example_would_fail():
+    """The check above is not vacuous: the old finetune example's section key is refused."""
+    with pytest.raises(ConfigError, match="unknown config key 'drop'"):
+        _check_example(shlex.split("finetune --model m --task sst2 --data d --out o --set drop.rate=0.25"))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(shlex.split("pretrain --config tiny --no-such-flag"))
+
+
+def test_version(capsys):
+    from tokendrop import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"tokendrop {__version__}"
+
+
+def test_finetune_task_list_is_the_registry(capsys):
+    from tokendrop.finetune.tasks import TASKS
+
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(t in text for t in TASKS)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["pretrain", "--out", "r"], "pretrain needs --config and --out"),
+    (["pretrain", "--config", "tiny", "--out", "r", "--resume", "r", "--resume-if-exists"], "--resume-if-exists goes"),
+    (["pretrain", "--config", "tiny", "--resume", "r", "--overwrite"], "--overwrite starts a new run"),
+    (["bench", "--campaign", "env"], "bench --campaign needs --out"),
+    (["finetune", "--model", "m", "--task", "sst2", "--data", "d", "--out", "o", "--set", "drop.rate=0.25"],
+     "unknown config key 'drop'"),
+    (["flops", "--config", "tiny", "--set", "train.steps=5", "--set", "train.tokens=2M"],
+     "train.steps and train.tokens: both set"),
+])
+def test_user_errors_exit_2_with_one_line(argv, fragment, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], err
+
+
+@pytest.mark.parametrize("preset_len,cli_len,field,value", [
+    ("steps", "train.time_budget='20s'", "time_budget", "20s"),
+    ("steps", "train.tokens='2M'", "tokens", "2M"),
+    ("steps", "train.epochs=1.5", "epochs", 1.5),
+])
+def test_a_length_on_the_command_line_replaces_the_presets(preset_len, cli_len, field, value):
+    cfg = load_config("tiny", [cli_len])  # tiny sets train.steps = 40
+    assert getattr(cfg.train, field) == value and cfg.train.steps == 0
+    # steps given again on the command line replace the budget of a preset that has one
+    base = {"train": {"time_budget": "1h"}}
+    assert from_dict(Config, base, ["train.steps=7"]).train.steps == 7
+    assert from_dict(Config, base, ["train.steps=7"]).train.time_budget == ""
+    with pytest.raises(ConfigError, match="both set"):  # two in the same layer stay an error
+        from_dict(Config, {}, ["train.steps=7", "train.tokens='2M'"])
+
+
+def test_a_presets_length_replaces_the_one_it_extends(tmp_path):
+    (tmp_path / "short.toml").write_text('extends = "tiny"\n[train]\ntime_budget = "30s"\n')
+    cfg = load_config(tmp_path / "short.toml")
+    assert (cfg.train.steps, cfg.train.time_budget) == (0, "30s")
+    (tmp_path / "both.toml").write_text('extends = "tiny"\n[train]\ntime_budget = "30s"\ntokens = "1M"\n')
+    with pytest.raises(ConfigError, match="both set"):
+        load_config(tmp_path / "both.toml")
+    (tmp_path / "ratio.toml").write_text('extends = "tiny"\n[train]\nwarmup_ratio = 0.1\n')  # tiny: warmup_steps = 4
+    assert load_config(tmp_path / "ratio.toml").train.warmup_ratio == 0.1
+
+
+def test_finetune_set_takes_key_and_finetune_key():
+    from tokendrop.finetune import finetune_config
+
+    a = finetune_config(None, ["epochs=1", "finetune.lr=3e-5", " finetune.save_model=true"], task="sst2", data="d")
+    assert (a.epochs, a.lr, a.save_model) == (1.0, 3e-5, True)
+    with pytest.raises(ConfigError, match="finetune.epochs"):
+        finetune_config(None, ["finetune.epochs=0"], task="sst2", data="d")
+    assert isinstance(a, FinetuneConfig)
+
+
+def test_flops_takes_init(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    conf = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                                   intermediate_size=48, max_position_embeddings=64)
+    transformers.BertModel(conf).save_pretrained(tmp_path / "src")
+    capsys.readouterr()
+    assert main(["flops", "--config", "continue", "--init", str(tmp_path / "src"), "--seq-len", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "bert: 3 layers, d=32" in out, out

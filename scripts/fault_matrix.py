@@ -1123,8 +1123,9 @@ def cases() -> list[Case]:
     add(Case("init-data-with-another-vocab", "--init", init("{C}/hf", "{B}/data-other"),
              "refused naming both vocabularies; no run dir", needs=("hf",), absent=("r",), watch=("hf",),
              says=("vocab",)))
-    add(Case("init-seq-len-above-max-positions", "--init", init("{C}/hf"), "refused naming max_position_embeddings",
-             needs=("hf",), setup=short_positions, absent=("r",), watch=("hf",), says=("max_position_embeddings", "64")))
+    add(Case("init-seq-len-above-max-positions", "--init", init("{C}/hf"),
+             "refused naming T, the source's learned positions and the source", needs=("hf",), setup=short_positions,
+             absent=("r",), watch=("hf",), says=("T=64", "32 learned position embeddings", "{C}/hf")))
     add(Case("init-missing-directory", "--init", init("{C}/nowhere"), "refused naming the path; no run dir",
              absent=("r",), says=("{C}/nowhere",)))
 

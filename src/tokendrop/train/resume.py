@@ -6,7 +6,6 @@ checkpoint (one process, DDP, FSDP at any world size)."""
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 

@@ -9,7 +9,7 @@ import torch
 
 from test_study import _tiny_hf_bert
 from tokendrop.lab.study import run_study
-from tokendrop.lab.study.plan import ARMS, load_study, plan_runs
+from tokendrop.lab.study.plan import ARMS as ARM_SPECS, load_study, plan_runs
 
 ARMS = ["baseline", "token-drop", "random-ltd", "token-drop-sctd", "mask-schedule", "wsd-batch-warmup",
         "best-combination"]
@@ -27,9 +27,9 @@ def test_study_recipe_plans_every_arm_at_equal_time(tmp_path):
         assert (tc.steps, tc.time_budget, tc.budget_clock) == (0, "3m", "process")
         assert r.cfg.model.init == str(src)
     by = {r.method.name: r.cfg for r in runs}
-    assert by["random-ltd"].drop.method == "random_ltd" and ARMS["random-ltd"].dropping
-    assert ARMS["best-combination"].dropping and not ARMS["mask-schedule"].dropping
-    assert not ARMS["wsd-batch-warmup"].dropping
+    assert by["random-ltd"].drop.method == "random_ltd" and ARM_SPECS["random-ltd"].dropping
+    assert ARM_SPECS["best-combination"].dropping and not ARM_SPECS["mask-schedule"].dropping
+    assert not ARM_SPECS["wsd-batch-warmup"].dropping
     assert by["token-drop-sctd"].drop.consistency_weight > 0
     assert by["mask-schedule"].data.mask_prob == [0.3, 0.15] and not by["mask-schedule"].drop.enabled
     w = by["wsd-batch-warmup"].train

@@ -236,8 +236,8 @@ def test_resume_if_exists_starts_resumes_and_finishes(tiny_data, tmp_path, capsy
     capsys.readouterr()
     assert cli_main(cmd) == 0  # finished: exit 0, nothing written
     assert "already finished" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--resume-if-exists goes with --config and --out"):
-        cli_main(["pretrain", "--resume", str(run), "--resume-if-exists"])
+    assert cli_main(["pretrain", "--resume", str(run), "--resume-if-exists"]) == 2  # a user error: one line, exit 2
+    assert "--resume-if-exists goes with --config and --out" in capsys.readouterr().err
 
 
 TWO_NODE_ARGS = ("--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-id", "tokendrop-test")

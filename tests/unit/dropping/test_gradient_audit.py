@@ -54,6 +54,15 @@ EPS = 1e-6
 RTOL, ATOL = 1e-6, 1e-8
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: a second intra-op thread only adds synchronisation (3x the time here)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 # ----------------------------------------------------------------------------------------------
 # the grid
 

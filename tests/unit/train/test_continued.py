@@ -194,4 +194,4 @@ def test_seq_len_above_the_checkpoints_positions_is_refused(tiny_data, tmp_path,
     code = cli_main(["pretrain", "--config", "continue", "--init", str(d), "--out", str(tmp_path / "run"),
                      "--set", f"data.path={json.dumps(str(tiny_data))}", *sum((["--set", s] for s in SMALL), [])])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "max_position_embeddings" in err[0], err
+    assert code == 2 and len(err) == 1 and "learned position embeddings" in err[0] and "T <= 32" in err[0], err

@@ -147,6 +147,9 @@ def test_campaign_config_and_errors():
     st = gpu.strong
     assert st.strong_recipe and not st.tasks and st.batch_size == 256 and "train.batch_warmup_start=128" in st.recipe()
     assert "model.hidden_size=384" in st.overrides and 2 * st.train_budget_s * 1.35 < gpu.budget_s
+    assert gpu.strong.run_length == gpu.quality.run_length == "time"  # equal wall-clock per run on the GPU
+    with pytest.raises(ConfigError, match='strong.run_length: expected "time" or "steps"'):
+        campaign_config("dry", ["strong.run_length='tokens'"])
     lc = gpu.longctx
     assert lc.seq_lens == [512, 1024, 2048, 4096, 8192] and lc.precision == "bf16" and lc.document_attention == "on"
     assert [s.model for s in lc.shapes()] == ["bert-base", "modern-base"]

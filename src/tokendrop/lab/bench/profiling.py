@@ -15,6 +15,9 @@ _SDPA_KERNELS = [  # (substring of the aten op name, backend)
     ("_scaled_dot_product_attention_math", "math"),
     ("flex_attention", "flex"),  # FlexAttention (model.attention_backend; tokendrop.models.attention)
 ]
+# the fused CUDA kernels (no T x T score matrix in memory); on an H100 with torch 2.11 and cuDNN 9.19,
+# SDPA picks cuDNN's by itself for a bf16 training call with dropout (benchmarks/results/gpu-h100-2026-11-28)
+FUSED_SDPA = frozenset({"flash", "mem-efficient", "cudnn"})
 
 
 def sdpa_backends(names: set[str]) -> list[str]:

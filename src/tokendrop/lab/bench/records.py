@@ -57,6 +57,7 @@ class MemoryStats:
 class HostSyncs:
     count: int
     examples: list[str]
+    locations: list[str] = field(default_factory=list)  # "dir/file.py:line" of the Python calls that synced
 
 
 @dataclass

@@ -228,7 +228,8 @@ def _md_host_syncs(res: BenchResult) -> list[str]:
     if not syncs:
         return []
     out = ["", "## Host-device synchronisations inside one step (`torch.cuda.set_sync_debug_mode`)", ""]
-    out += [f"- {name}: {h.count}" + (f" ({'; '.join(h.examples)})" if h.examples else "") for name, h in syncs]
+    out += [f"- {name}: {h.count}" + (f" at {', '.join(h.locations)}" if h.locations else "")
+            + (f" ({'; '.join(h.examples)})" if h.examples else "") for name, h in syncs]
     return out
 
 

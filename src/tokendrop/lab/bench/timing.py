@@ -178,5 +178,8 @@ def count_host_syncs(step: Callable[[], Any], device: torch.device) -> HostSyncs
         finally:
             torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize(device)
-    msgs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
-    return HostSyncs(count=len(msgs), examples=sorted(set(msgs))[:5])
+    hits = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    # where each sync was called from: the Python line that triggered the warning (file:line)
+    where = [f"{'/'.join(Path(w.filename).parts[-2:])}:{w.lineno}" for w in hits]
+    return HostSyncs(count=len(hits), examples=sorted({str(w.message).splitlines()[0] for w in hits})[:5],
+                     locations=sorted(set(where))[:10])

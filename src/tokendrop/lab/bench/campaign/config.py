@@ -67,6 +67,12 @@ class QualityPart:
     overrides: list[str] = field(default_factory=list)  # the small model, lr, ... (dotted Config overrides)
     batch_size: int = 256
     train_budget_s: float = 110.0  # training seconds per method (evaluation excluded)
+    # "time": each run trains for the same wall-clock seconds (train.time_budget, the per-run budget
+    # the calibration allows); "steps": for the step counts the calibration predicts, capped by
+    # max_steps (the dry run's: a machine's speed must not decide how many steps a test takes).  On
+    # the H100 the trainer's steps took 1.5-1.7x the calibrating bench step, so "steps" overran the
+    # part's budget (benchmarks/results/gpu-h100-2026-11-28/strong-call1.md).
+    run_length: str = "time"
     max_steps: int = 100000
     evals: int = 12  # evaluation points per run
     tasks: list[str] = field(default_factory=lambda: ["sst2", "qnli"])
@@ -76,6 +82,10 @@ class QualityPart:
     plateau_margin: float = 1.0  # "far below the unigram plateau": at least this many nats below
     # both runs on top of the strongest dense recipe (part strong: :func:`strong_recipe` at batch_size)
     strong_recipe: bool = False
+
+    def validate(self, where: str) -> None:
+        if self.run_length not in ("time", "steps"):
+            raise ConfigError(f"{where}.run_length: expected \"time\" or \"steps\", got {self.run_length!r}")
 
     def recipe(self) -> list[str]:
         """The recipe's dotted Config overrides both runs get after ``overrides`` ([] without one)."""
@@ -142,6 +152,7 @@ class CampaignConfig:
         for sec, q in (("quality", self.quality), ("strong", self.strong)):
             if q.train_budget_s <= 0 or q.evals < 2:
                 raise ConfigError(f"{sec}.train_budget_s/evals: expected > 0 and >= 2")
+            q.validate(sec)
         self.longctx.validate()
         return self
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from tokendrop.lab.bench.profiling import sdpa_backends
+from tokendrop.lab.bench.profiling import FUSED_SDPA, sdpa_backends
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult
 from tokendrop.lab.bench.campaign.config import CampaignConfig
 import torch.nn.functional as F
@@ -165,11 +165,11 @@ def run_env(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save,
     r.data["sdpa_default_with_dropout"] = picked
     r.summary.append(f"SDPA usable at bf16 with dropout: {', '.join(usable) or 'none'}; picked by default: "
                      f"{', '.join(picked) or '?'}")
-    fast = {"flash_attention", "efficient_attention"}
-    r.check("flash or memory-efficient SDPA usable at bf16 with dropout", bool(fast & set(usable)) if cuda else None,
-            ", ".join(usable))
-    r.check("SDPA picks flash or memory-efficient by itself (training shape)",
-            bool(set(picked) & {"flash", "mem-efficient"}) if cuda else None, ", ".join(picked))
+    fast = {"flash_attention", "efficient_attention", "cudnn_attention"}
+    r.check("a fused SDPA kernel (flash, memory-efficient or cuDNN) usable at bf16 with dropout",
+            bool(fast & set(usable)) if cuda else None, ", ".join(usable))
+    r.check("SDPA picks a fused kernel by itself (training shape)",
+            bool(set(picked) & FUSED_SDPA) if cuda else None, ", ".join(picked))
     save()
     if not cfg.pytest:
         return

@@ -138,10 +138,15 @@ def run_quality_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResu
             if runs and not budget.allows(cal.per_run_budget_s * RUN_OVERHEAD + END_RESERVE_S):
                 r.skip(f"{name} pretraining", log)
                 continue
+            # the cadences from the calibrated step count; the run's length from q.run_length
             extra = [f"train.eval_every={max(1, steps // q.evals)}", f"train.log_every={max(1, steps // 50)}",
                      f"train.ckpt_every={steps}", f"train.warmup_steps={max(1, round(0.06 * steps))}", "train.keep_checkpoints=1"]
-            pc = pretrain_config(cfg, q.config, q.overrides + q.recipe(), steps, q.batch_size, method, extra)
-            log(f"  pretrain {name}: {steps} steps ({pc.model.num_layers}x{pc.model.hidden_size}, batch {q.batch_size})")
+            timed = q.run_length == "time"
+            if timed:
+                extra += [f"train.time_budget='{cal.per_run_budget_s:.1f}s'", "train.budget_clock='wall'"]
+            pc = pretrain_config(cfg, q.config, q.overrides + q.recipe(), 0 if timed else steps, q.batch_size, method, extra)
+            log(f"  pretrain {name}: " + (f"{cal.per_run_budget_s:.0f}s of training (~{steps} steps)" if timed else f"{steps} steps")
+                + f" ({pc.model.num_layers}x{pc.model.hidden_size}, batch {q.batch_size})")
 
             t0 = time.perf_counter()
             pretrain(pc, scratch / name, progress=False)

@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import math
 import os
+import sys
 import tomllib
 import types
 import typing
@@ -402,8 +403,6 @@ CONFIG_DIR_ENV = "TOKENDROP_CONFIG_DIR"
 def config_dir() -> Path:
     """The presets folder: $TOKENDROP_CONFIG_DIR, else ``configs/`` at the repository root (an
     editable install), else the copy a regular install puts under ``<prefix>/share/tokendrop``."""
-    import sys
-
     env = os.environ.get(CONFIG_DIR_ENV)
     if env:
         return Path(env)

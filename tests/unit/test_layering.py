@@ -190,6 +190,69 @@ def test_selection_methods_are_one_registry():
         assert arm.dropping == (methods.METHODS[method].drops or "drop.variant=avg" in arm.overrides), arm.name
 
 
+METHOD_MODULES = ("tokendrop.dropping", "tokendrop.config")  # the registry and the [drop] section that names methods
+OTHER_VOCABULARIES = {
+    # a value compared with a string that is also a drop.method name, but that holds another vocabulary
+    "kind": "how train.parallel wraps the model (Parallel.kind: none | ddp | fsdp)",
+    "how": "how the importance vector starts (drop.importance_init: constant | dense_pass | frequency)",
+}
+
+
+def _names_a_method(node: ast.AST, names: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in names
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_names_a_method(e, names) for e in node.elts)
+
+
+def _held_name(node: ast.AST) -> str | None:
+    """The name a compared value is read from: ``how`` -> how, ``self.kind`` -> kind."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def method_name_comparisons(src: Path = SRC, names: set[str] | None = None) -> list[str]:
+    """``module:line: comparison`` for every ``==``/``!=``/``in`` against a selection method's name (a
+    string literal, or a tuple/list/set holding one) outside :data:`METHOD_MODULES`, unless every other
+    side is a value of one of :data:`OTHER_VOCABULARIES`."""
+    if names is None:
+        from tokendrop.dropping.methods import METHODS
+
+        names = set(METHODS)
+    out = []
+    for mod, path in module_files(src).items():
+        if any(_inside(mod, m) for m in METHOD_MODULES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            others = [x for x in sides if not _names_a_method(x, names)]
+            if len(others) < len(sides) and not (others and all(_held_name(x) in OTHER_VOCABULARIES for x in others)):
+                out.append(f"{mod}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(out)
+
+
+def test_the_method_name_check_finds_comparisons(tmp_path):
+    pkg = tmp_path / "tokendrop"
+    (pkg / "dropping").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "dropping" / "__init__.py").write_text("def f(m):\n    return m == 'cumulative'\n")
+    (pkg / "a.py").write_text("def f(d, par, how, variant):\n    if d.get('method') == 'cumulative':\n        pass\n"
+                              "    x = variant in ('drop', 'random_ltd')\n    y = par.kind != 'none' or how == 'frequency'\n"
+                              "    z = d.method == 'other' or 'none' != d.method\n")
+    assert method_name_comparisons(tmp_path, {"none", "cumulative", "random_ltd", "frequency"}) == [
+        "tokendrop.a:2: d.get('method') == 'cumulative'", "tokendrop.a:4: variant in ('drop', 'random_ltd')",
+        "tokendrop.a:6: 'none' != d.method"]
+
+
+def test_no_method_is_named_outside_its_registry():
+    """What a ``drop.method`` does is a fact of its row in ``METHODS`` (drops, learns from the loss,
+    random, per layer, ...), or ``PAPER_METHOD``: code elsewhere asks the row, so a new method is one
+    row, never a hunt through string comparisons (as ``test_families`` does for families)."""
+    bad = method_name_comparisons()
+    assert not bad, "drop.method names compared outside tokendrop.dropping / tokendrop.config (ask the METHODS " \
+        "row for the fact instead; a value of another vocabulary goes into OTHER_VOCABULARIES):\n" + "\n".join(bad)
+
+
 LAYERS = {
     # package -> packages it must never import (anywhere in its modules, in-function imports included)
     "tokendrop.dropping": ("tokendrop.train", "tokendrop.finetune", "tokendrop.data", "tokendrop.runs", "tokendrop.lab",

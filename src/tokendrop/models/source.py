@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from tokendrop.config import MODEL_PRESETS, ConfigError, ModelConfig, from_dict
+from tokendrop.config import MODEL_PRESETS, ConfigError, DropConfig, ModelConfig, from_dict
 from tokendrop.data import DataError
 from tokendrop.data.masking import unigram_note
 from tokendrop.data.tokenizer import has_tokenizer_files
@@ -405,12 +405,13 @@ def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str =
         c, tc, d = f["config"], f["config"].get("train", {}), f["config"].get("drop", {})
         data = c.get("data", {})
         T = f["seq_len"]
+        dense = not DropConfig(method=d.get("method", "none"), variant=d.get("variant", "drop")).enabled
         rows += [("source", f"continued from `{c['model']['init']}` (sha256 {c['model'].get('init_sha256', '')[:12]})"
                   if c.get("model", {}).get("init") else "random initialisation (pretrained from scratch)"),
                  ("data", f"`{data.get('path') or ', '.join(data.get('paths', []))}`"),
                  ("length", f"step {f['step']} of {tc.get('steps') or tc.get('time_budget')}, "
                             f"{tc.get('batch_size')} sequences per step" + (f" of {T} tokens" if T else "")),
-                 ("method", "dense MLM (no token dropping)" if d.get("method", "none") == "none" and d.get("variant") != "avg"
+                 ("method", "dense MLM (no token dropping)" if dense
                   else f"token dropping: {d.get('method')}/{d.get('variant')}, rate {d.get('rate')}")]
         if f["train"]:
             rows.append(("final train MLM loss", f"{f['train']['loss']:.4f} (step {f['train']['step']})"))

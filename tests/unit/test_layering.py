@@ -166,7 +166,7 @@ def test_config_parsing_and_the_trainer_stay_low():
     graph = import_graph()
     assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.train.budget",
                                                      "tokendrop.train.schedules", "tokendrop.config.model", "tokendrop.config.layers",
-                                                     "tokendrop.config.checks",
+                                                     "tokendrop.config.checks", "tokendrop.value_schedule",
                                                      "tokendrop.dropping.methods"}
     assert not {m for m in _reachable(graph, "tokendrop.train.trainer") if m.startswith("tokendrop.lab.bench")}
 

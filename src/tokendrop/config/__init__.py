@@ -52,7 +52,8 @@ from tokendrop.dropping.methods import (
     DropConfig,
     SelectionMethod,
 )
-from tokendrop.train.schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS, train_recipe_error
+from tokendrop.train.schedules import LR_SCHEDULES, WSD_DECAYS, train_recipe_error
+from tokendrop.value_schedule import DECAYS
 
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default

@@ -18,6 +18,9 @@ it).  The cycle finder itself is checked on small hand-made graphs, so this test
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -163,6 +166,7 @@ def test_config_parsing_and_the_trainer_stay_low():
     graph = import_graph()
     assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.train.budget",
                                                      "tokendrop.train.schedules", "tokendrop.config.model", "tokendrop.config.layers",
+                                                     "tokendrop.config.checks", "tokendrop.value_schedule",
                                                      "tokendrop.dropping.methods"}
     assert not {m for m in _reachable(graph, "tokendrop.train.trainer") if m.startswith("tokendrop.lab.bench")}
 
@@ -184,6 +188,69 @@ def test_selection_methods_are_one_registry():
     for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
         method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")
         assert arm.dropping == (methods.METHODS[method].drops or "drop.variant=avg" in arm.overrides), arm.name
+
+
+METHOD_MODULES = ("tokendrop.dropping", "tokendrop.config")  # the registry and the [drop] section that names methods
+OTHER_VOCABULARIES = {
+    # a value compared with a string that is also a drop.method name, but that holds another vocabulary
+    "kind": "how train.parallel wraps the model (Parallel.kind: none | ddp | fsdp)",
+    "how": "how the importance vector starts (drop.importance_init: constant | dense_pass | frequency)",
+}
+
+
+def _names_a_method(node: ast.AST, names: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in names
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_names_a_method(e, names) for e in node.elts)
+
+
+def _held_name(node: ast.AST) -> str | None:
+    """The name a compared value is read from: ``how`` -> how, ``self.kind`` -> kind."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def method_name_comparisons(src: Path = SRC, names: set[str] | None = None) -> list[str]:
+    """``module:line: comparison`` for every ``==``/``!=``/``in`` against a selection method's name (a
+    string literal, or a tuple/list/set holding one) outside :data:`METHOD_MODULES`, unless every other
+    side is a value of one of :data:`OTHER_VOCABULARIES`."""
+    if names is None:
+        from tokendrop.dropping.methods import METHODS
+
+        names = set(METHODS)
+    out = []
+    for mod, path in module_files(src).items():
+        if any(_inside(mod, m) for m in METHOD_MODULES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            others = [x for x in sides if not _names_a_method(x, names)]
+            if len(others) < len(sides) and not (others and all(_held_name(x) in OTHER_VOCABULARIES for x in others)):
+                out.append(f"{mod}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(out)
+
+
+def test_the_method_name_check_finds_comparisons(tmp_path):
+    pkg = tmp_path / "tokendrop"
+    (pkg / "dropping").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "dropping" / "__init__.py").write_text("def f(m):\n    return m == 'cumulative'\n")
+    (pkg / "a.py").write_text("def f(d, par, how, variant):\n    if d.get('method') == 'cumulative':\n        pass\n"
+                              "    x = variant in ('drop', 'random_ltd')\n    y = par.kind != 'none' or how == 'frequency'\n"
+                              "    z = d.method == 'other' or 'none' != d.method\n")
+    assert method_name_comparisons(tmp_path, {"none", "cumulative", "random_ltd", "frequency"}) == [
+        "tokendrop.a:2: d.get('method') == 'cumulative'", "tokendrop.a:4: variant in ('drop', 'random_ltd')",
+        "tokendrop.a:6: 'none' != d.method"]
+
+
+def test_no_method_is_named_outside_its_registry():
+    """What a ``drop.method`` does is a fact of its row in ``METHODS`` (drops, learns from the loss,
+    random, per layer, ...), or ``PAPER_METHOD``: code elsewhere asks the row, so a new method is one
+    row, never a hunt through string comparisons (as ``test_families`` does for families)."""
+    bad = method_name_comparisons()
+    assert not bad, "drop.method names compared outside tokendrop.dropping / tokendrop.config (ask the METHODS " \
+        "row for the fact instead; a value of another vocabulary goes into OTHER_VOCABULARIES):\n" + "\n".join(bad)
 
 
 LAYERS = {
@@ -286,3 +353,93 @@ def test_no_module_imports_another_modules_private_names():
     bad = private_imports()
     assert not bad, "private names used outside their module (make the name public or move the code):\n" + \
         "\n".join(bad)
+
+
+# An import inside a function hides a module's dependencies and, run once per call, the cost of a
+# first import at an unpredictable moment; it is kept only for a dependency that is optional (an extra
+# that may be missing) or slow to import and needed by few calls.  The command line defers
+# everything (``import tokendrop.cli`` loads no torch: ``tokendrop --help`` answers at once).
+DEFERRABLE = {
+    # imported module (or package) -> why an import of it may sit inside a function
+    "matplotlib": "the optional [lab] extra: figures and report plots",
+    "pyarrow": "slow to import; only Parquet / Arrow / save_to_disk inputs need it",
+    "zstandard": "only .zst inputs need it",
+    "datasets": "the optional [online] extra: hf: corpora",
+    "huggingface_hub": "optional (comes with transformers): fetching a Hub name",
+    "transformers": "slow to import; the integration needs the optional [transformers] extra (>= 5)",
+    "tokendrop.transformers": "imports transformers (the optional [transformers] extra, >= 5)",
+    "torch.utils.tensorboard": "slow to import: TensorBoard, only when train.report_to has it",
+    "wandb": "an optional tracker client ([wandb])",
+    "mlflow": "an optional tracker client ([mlflow])",
+    "torch.profiler": "the profiler: only --profile and the campaign's env part",
+    "torch._dynamo": "dynamo: only compiled benchmarks",
+    "torch.distributed.checkpoint": "distributed checkpointing: only sharded (FSDP) runs",
+    "torch.distributed.fsdp": "FSDP: only sharded runs",
+    "torch.distributed.tensor": "DTensor: only sharded runs",
+    "torch.distributed.device_mesh": "the device mesh: only sharded runs",
+}
+DEFERRING_MODULES = {"tokendrop.cli"}  # the application: imports its commands when they run
+
+
+def deferred_imports(src: Path = SRC, allowed: dict[str, str] = DEFERRABLE) -> list[str]:
+    """``module:line: import X`` for every import inside a function (a lambda, a method) of a module
+    other than :data:`DEFERRING_MODULES` whose imported module is not in (or under) ``allowed``."""
+    modules = module_files(src)
+    out = []
+    for mod, path in modules.items():
+        if mod in DEFERRING_MODULES:
+            continue
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        todo = [(n, False) for n in ast.iter_child_nodes(ast.parse(path.read_text(encoding="utf-8")))]
+        while todo:
+            node, in_function = todo.pop()
+            if in_function and isinstance(node, (ast.Import, ast.ImportFrom)):
+                if isinstance(node, ast.Import):
+                    names = [(a.name, a.name) for a in node.names]  # (what is imported, what may allow it)
+                else:
+                    target = node.module or ""
+                    if node.level:
+                        base = package.split(".")
+                        base = base[:len(base) - (node.level - 1)]
+                        target = ".".join(base + ([node.module] if node.module else []))
+                    # ``from pkg import sub``: the submodule ``pkg.sub`` when it is one (or allowed)
+                    names = [(target, f"{target}.{a.name}") for a in node.names]
+                    names = [(sub if sub in modules or any(_inside(sub, k) for k in allowed) else t, sub)
+                             for t, sub in names]
+                out += sorted({f"{mod}:{node.lineno}: import {t}" for t, sub in names
+                               if not any(_inside(t, k) or _inside(sub, k) for k in allowed)})
+            inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            todo += [(n, inner) for n in ast.iter_child_nodes(node)]
+    return sorted(out)
+
+
+def test_the_deferred_import_check_finds_deferred_imports(tmp_path):
+    pkg = tmp_path / "tokendrop"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import json\n")
+    (pkg / "a.py").write_text("import os\n\ndef f():\n    import json\n    import matplotlib.pyplot\n\n"
+                              "class C:\n    def m(self):\n        from . import b\n        from torch.profiler import profile\n"
+                              "        from torch import profiler\n        g = lambda: __import__('json')\n")
+    (pkg / "b.py").write_text("try:\n    import pyarrow\nexcept ImportError:\n    pyarrow = None\n")
+    (pkg / "cli.py").write_text("def main():\n    import json\n")
+    assert deferred_imports(tmp_path) == ["tokendrop.a:4: import json", "tokendrop.a:9: import tokendrop.b"]
+    assert deferred_imports(tmp_path, {}) == ["tokendrop.a:10: import torch.profiler", "tokendrop.a:11: import torch",
+                                              "tokendrop.a:4: import json", "tokendrop.a:5: import matplotlib.pyplot",
+                                              "tokendrop.a:9: import tokendrop.b"]
+
+
+def test_imports_sit_at_the_top_of_their_modules():
+    bad = deferred_imports()
+    assert not bad, "imports inside functions (move them to the top of the module; a cycle is resolved by " \
+        "moving what both sides need to the module it belongs to; an optional or slow dependency goes into " \
+        "DEFERRABLE with its reason):\n" + "\n".join(bad)
+
+
+def test_the_command_line_module_loads_no_torch():
+    """``import tokendrop.cli`` (what ``tokendrop --help`` runs) imports neither torch nor the library."""
+    code = "import sys, tokendrop.cli; print(' '.join(sorted(m for m in sys.modules if m == 'torch' or m.startswith(" \
+        "('tokendrop.config', 'tokendrop.data', 'tokendrop.train')))))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [], f"import tokendrop.cli loads {r.stdout.strip()}"

@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import math
 import os
+import sys
 import tomllib
 import types
 import typing
@@ -36,6 +37,7 @@ from tokendrop.config.model import (
     MODEL_PRESETS,
     ModelConfig,
 )
+from tokendrop.config.checks import check_positive
 from tokendrop.errors import ConfigError
 from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
 from tokendrop.dropping.methods import (
@@ -50,7 +52,8 @@ from tokendrop.dropping.methods import (
     DropConfig,
     SelectionMethod,
 )
-from tokendrop.train.schedules import DECAYS, LR_SCHEDULES, WSD_DECAYS, train_recipe_error
+from tokendrop.train.schedules import LR_SCHEDULES, WSD_DECAYS, train_recipe_error
+from tokendrop.value_schedule import DECAYS
 
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
@@ -139,14 +142,17 @@ class DataConfig:
             raise ConfigError(f"data.weights: {len(self.weights)} weights for {len(self.paths)} data.paths; expected one "
                               "per path (or [] for equal weights)")
         for i, w in enumerate(self.weights):
-            if not (math.isfinite(w) and w > 0):
-                raise ConfigError(f"data.weights[{i}]: expected a positive weight, got {w}")
+            check_positive(f"data.weights[{i}]", w, "a positive weight")
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(f"data.paths: a directory is listed twice ({self.paths}); give it a larger weight instead")
 
 
 # ----------------------------------------------------------------------------------------------
 # training
+
+# what train.* and finetune.* say of a bad learning rate / gradient clip (config.checks.check_positive)
+LR_EXPECTED = "a positive, finite learning rate"
+GRAD_CLIP_EXPECTED = "a finite max gradient norm >= 0 (0 = no clipping)"
 
 
 @dataclass
@@ -238,8 +244,7 @@ class TrainConfig:
                 parse_tokens(self.tokens)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        if not (math.isfinite(self.epochs) and self.epochs >= 0):
-            raise ConfigError(f"train.epochs: expected a positive number of passes over the data, got {self.epochs}")
+        check_positive("train.epochs", self.epochs, "a positive number of passes over the data", zero=True)
         if not (math.isfinite(self.warmup_ratio) and 0.0 <= self.warmup_ratio < 1.0):
             raise ConfigError(f"train.warmup_ratio: expected a share of the run in [0, 1), got {self.warmup_ratio}")
         if self.warmup_ratio and self.warmup_steps >= 0:
@@ -268,8 +273,7 @@ class TrainConfig:
         if self.decay_shape not in WSD_DECAYS:
             raise ConfigError(f"train.decay_shape: expected one of {', '.join(WSD_DECAYS)}, got {self.decay_shape!r}")
         for name in ("batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"train.{name}: expected a positive integer, got {getattr(self, name)}")
+            check_positive(f"train.{name}", getattr(self, name), "a positive integer")
         if self.warmup_steps < -1 or (self.warmup_steps == -1 and not self.warmup_ratio):
             raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.head_warmup_steps < 0:
@@ -277,18 +281,13 @@ class TrainConfig:
         if not (math.isfinite(self.head_warmup_share) and 0.0 <= self.head_warmup_share <= 1.0):
             raise ConfigError(f"train.head_warmup_share: expected a share of the run's steps in [0, 1] (0 = not "
                               f"scaled), got {self.head_warmup_share}")
-        if not (math.isfinite(self.head_warmup_lr) and self.head_warmup_lr > 0):
-            raise ConfigError(f"train.head_warmup_lr: expected a positive learning rate, got {self.head_warmup_lr}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"train.lr: expected a positive, finite learning rate, got {self.lr}")
-        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
-            raise ConfigError(f"train.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got {self.grad_clip}")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ConfigError(f"train.weight_decay: expected a finite value >= 0, got {self.weight_decay}")
+        check_positive("train.head_warmup_lr", self.head_warmup_lr, "a positive learning rate")
+        check_positive("train.lr", self.lr, LR_EXPECTED)
+        check_positive("train.grad_clip", self.grad_clip, GRAD_CLIP_EXPECTED, zero=True)
+        check_positive("train.weight_decay", self.weight_decay, "a finite value >= 0", zero=True)
         if not (0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0):
             raise ConfigError(f"train.adam_beta1/adam_beta2: expected values in [0, 1), got {self.adam_beta1}, {self.adam_beta2}")
-        if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):
-            raise ConfigError(f"train.adam_eps: expected a positive, finite value, got {self.adam_eps}")
+        check_positive("train.adam_eps", self.adam_eps, "a positive, finite value")
         if self.max_nonfinite_steps < 1:
             raise ConfigError(f"train.max_nonfinite_steps: expected a positive integer, got {self.max_nonfinite_steps}")
         if self.precision not in ("auto", "fp32", "bf16"):
@@ -367,16 +366,11 @@ class FinetuneConfig:
     log_every: int = 50  # optimizer steps between progress lines (0 = silent)
 
     def validate(self) -> "FinetuneConfig":
-        if not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise ConfigError(f"finetune.epochs: expected a finite number > 0, got {self.epochs}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"finetune.lr: expected a positive, finite learning rate, got {self.lr}")
-        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
-            raise ConfigError(f"finetune.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got {self.grad_clip}")
-        if self.batch_size <= 0:
-            raise ConfigError(f"finetune.batch_size: expected > 0, got {self.batch_size}")
-        if self.eval_batch_size <= 0:
-            raise ConfigError(f"finetune.eval_batch_size: expected > 0, got {self.eval_batch_size}")
+        check_positive("finetune.epochs", self.epochs, "a finite number > 0")
+        check_positive("finetune.lr", self.lr, LR_EXPECTED)
+        check_positive("finetune.grad_clip", self.grad_clip, GRAD_CLIP_EXPECTED, zero=True)
+        check_positive("finetune.batch_size", self.batch_size, "> 0")
+        check_positive("finetune.eval_batch_size", self.eval_batch_size, "> 0")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError(f"finetune.warmup_ratio: expected a fraction in [0, 1), got {self.warmup_ratio}")
         if self.max_seq_len < 8:
@@ -402,8 +396,6 @@ CONFIG_DIR_ENV = "TOKENDROP_CONFIG_DIR"
 def config_dir() -> Path:
     """The presets folder: $TOKENDROP_CONFIG_DIR, else ``configs/`` at the repository root (an
     editable install), else the copy a regular install puts under ``<prefix>/share/tokendrop``."""
-    import sys
-
     env = os.environ.get(CONFIG_DIR_ENV)
     if env:
         return Path(env)

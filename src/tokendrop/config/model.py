@@ -7,10 +7,10 @@ holds only the section (docs/design.md §1, §2.9)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokendrop.config.checks import check_positive
 from tokendrop.errors import ConfigError
 
 
@@ -202,11 +202,9 @@ class ModelConfig:
             raise ConfigError(f"model.layer_types: {len(self.layer_types)} entries for model.num_layers={self.num_layers}; "
                               "expected one per layer (or [] for the global_attn_every_n_layers pattern)")
         for name in ("local_attention", "global_attn_every_n_layers"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"model.{name}: expected a positive integer, got {getattr(self, name)}")
+            check_positive(f"model.{name}", getattr(self, name), "a positive integer")
         for name in ("global_rope_theta", "local_rope_theta"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
-                raise ConfigError(f"model.{name}: expected a positive rotary base, got {getattr(self, name)}")
+            check_positive(f"model.{name}", getattr(self, name), "a positive rotary base")
         if self.schema.rotary and (self.hidden_size // self.num_heads) % 2:
             raise ConfigError(f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be even for "
                               f"rotary positions (family {self.family})")

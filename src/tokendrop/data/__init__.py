@@ -37,16 +37,8 @@ from tokendrop.data.tokenizer import (
 )
 from tokendrop.data.prepared import PreparedData
 from tokendrop.data.prepare import prepare
-
-_LAZY = {"MLMLoader", "MLMMasker", "num_prediction_slots"}  # .loader imports torch: not needed to prepare data
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        from tokendrop.data import loader
-
-        return getattr(loader, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+from tokendrop.data.loader import MLMLoader
+from tokendrop.data.masking import MLMMasker, num_prediction_slots
 
 __all__ = [
     "DataError",

@@ -47,6 +47,7 @@ from tokendrop.errors import DataError
 from tokendrop.data import columnar
 from tokendrop.data.columnar import ARROW, PARQUET
 from tokendrop.data.wikitext import REDIRECT, clean_wikitext
+from tokendrop.runs.rundir import read_marker
 
 TEXT, JSONL, WIKI, HF = "text", "jsonl", "wiki", "hf"
 
@@ -157,8 +158,6 @@ def own_output(d: str) -> str | None:
     """What tokendrop wrote ``d`` as (its output marker's kind, ``prepared`` for a prepared directory
     from before markers, ``prepare work`` for a ``<out>.partial`` work directory), or None: such a
     directory is never read as corpus (a prepared directory's vocab.txt, a run's metrics.jsonl ...)."""
-    from tokendrop.runs.rundir import read_marker
-
     marker = read_marker(d)
     if marker is not None:
         return str(marker["kind"])

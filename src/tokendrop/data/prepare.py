@@ -69,6 +69,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from importlib.metadata import version
 from typing import Any, Iterable
 
 import numpy as np
@@ -585,8 +586,6 @@ def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: TokenC
 
 def _version(pkg: str) -> str:
     try:
-        from importlib.metadata import version
-
         return version(pkg)
     except Exception:
         return "unknown"

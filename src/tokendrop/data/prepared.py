@@ -26,7 +26,7 @@ import numpy as np
 from tokendrop.errors import DataError
 from tokendrop.data.tokenizer import SPECIAL_KEYS, read_vocab, vocab_sha256
 from tokendrop.data.tokenizer import load_tokenizer
-from tokendrop.data.tokenizer import special_added_ids
+from tokendrop.data.tokenizer import special_added_ids, vocab_tokens
 
 FORMAT = "tokendrop-prepared"
 FORMAT_VERSION = 1
@@ -241,8 +241,6 @@ class PreparedData:
         """Every token by id: vocab.txt's lines, or (a tokenizer used as it is) the tokenizer's tokens,
         ``""`` for an id nothing maps to.  Can be shorter than ``vocab_size`` (a padded embedding)."""
         if self.tokenizer_backend == "file":
-            from tokendrop.data.tokenizer import vocab_tokens
-
             return vocab_tokens(self.tokenizer())
         specials = (self.meta.get("special_tokens") or SPECIAL_KEYS).values()
         return read_vocab(os.path.join(self.path, "vocab.txt"), specials=specials)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tokendrop.data import DataError
+from tokendrop.data.tokenizer import read_tokenizer_spec, tokenizer_from_spec
 from tokendrop.errors import TokendropError
 
 
@@ -36,9 +38,6 @@ def finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.PathLi
     adds ``[CLS] A [SEP] (B [SEP])`` with the tokenizer's declared special tokens (a tokenizer.json
     used as it is, e.g. ModernBERT's BPE: its own post-processor, which frames texts that way).
     """
-    from tokendrop.data import DataError
-    from tokendrop.data.tokenizer import read_tokenizer_spec, tokenizer_from_spec
-
     tried = [Path(p) for p in (path, fallback) if p]
     for p in tried:
         if p.exists():

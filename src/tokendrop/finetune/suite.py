@@ -40,12 +40,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tokendrop.config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict
+from tokendrop.config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict, to_toml
+from tokendrop.errors import InitError
+from tokendrop.models.weights import combined_sha, weight_files
+from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json, atomic_write_text, read_json
 from tokendrop.finetune.columns import AVERAGES, COLUMNS, GLUE_AVG, MAIN_COLUMN, SQUAD_AVG, table_columns
 from tokendrop.finetune.common import FinetuneError
-from tokendrop.finetune.tasks import get_task
+from tokendrop.finetune.tasks import get_task, refuse_empty, task_dir
+from tokendrop.finetune.tasks.squad import read_squad
+from tokendrop.finetune.trainer import finetune
 
 
 def _glue_base() -> FinetuneConfig:
@@ -213,10 +218,6 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
     (or a checkpoint dir) -- the sha256 its meta.json records, checked against the file -- or a Hugging
     Face dir's weight files, hashed (several shards as ``sha256sum`` of their ``sha256sum`` lines),
     cached per process by size and mtime.  (None, None) for a directory with no weights at all."""
-    from tokendrop.runs import checkpoint as ckpt_mod
-    from tokendrop.errors import InitError
-    from tokendrop.models.weights import combined_sha, weight_files
-
     p = Path(path)
     if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (
             p / "shards").is_dir()) and not (p / "config.json").is_file()):
@@ -436,12 +437,10 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
     (per model: best value per column and the cell it came from), ``computed`` / ``skipped`` cell
     counts and ``markdown``.
     """
-    from tokendrop.finetune.trainer import finetune as _ft
-
     if log is None:
         def log(msg: str) -> None:
             print(msg, file=sys.stderr, flush=True)
-    finetune_fn = finetune_fn or _ft
+    finetune_fn = finetune_fn or finetune
     cfg = suite_cfg if isinstance(suite_cfg, SuiteConfig) else load_suite(suite_cfg, overrides)
     if isinstance(suite_cfg, SuiteConfig) and overrides:
         cfg = from_dict(SuiteConfig, to_dict(cfg), list(overrides))
@@ -452,7 +451,7 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
         existed = out.exists()
         mode = rundir.prepare_output(out, "evaluate", overwrite, error=FinetuneError,
                                      inputs=[*(e.path for e in entries), cfg.glue_data, cfg.squad_data])
-        if finetune_fn is _ft:  # before the first cell: a task that cannot be scored fails now, not hours later
+        if finetune_fn is finetune:  # before the first cell: a task that cannot be scored fails now, not hours later
             check_dev_sets(cfg, _tasks_to_compute(cfg, entries, out if mode == "continue" else None))
         if mode == "replace":
             rundir.discard(out)
@@ -481,9 +480,6 @@ def check_dev_sets(cfg: SuiteConfig, tasks: list[str] | None = None) -> dict[str
     SQuAD ``data`` list) is refused in one line naming the file (``tasks.refuse_empty``: a score over
     n = 0 examples is no score).  ``evaluate`` runs it (with its own fine-tuning) for the tasks it
     still has cells of, before the first cell: such a task fails at once, not after hours of others."""
-    from tokendrop.finetune.tasks import refuse_empty, task_dir
-    from tokendrop.finetune.tasks.squad import read_squad
-
     counts: dict[str, int] = {}
     for task in dict.fromkeys(cfg.tasks if tasks is None else tasks):
         spec = get_task(task)
@@ -504,7 +500,7 @@ def _run_suite(cfg: SuiteConfig, entries: list[ModelEntry], out: Path, log: Call
     """Every model's cells in order (:class:`_SuiteRun`), results.json / results.md rewritten after
     every computed cell and at the end.  -> the summary, with the suite's ``seconds``."""
     run = _SuiteRun(cfg, entries, out, log, finetune_fn)
-    atomic_write_text(out / "suite.toml", _suite_toml(cfg))
+    atomic_write_text(out / "suite.toml", to_toml(cfg))
     t_start = time.perf_counter()
     for m in entries:  # every model's weights verified before the first cell (cached: not hashed again below)
         model_weights(m.path)
@@ -600,9 +596,3 @@ class _SuiteRun:
             return _mean(self.spent.get(c.task, [per_epoch])) * c.epochs
         return (sum(est(c) for c in self.cells[self.cells.index(cell) + 1:])
                 + sum(est(c) for c in self.cells) * (len(self.entries) - self.entries.index(m) - 1))
-
-
-def _suite_toml(cfg: SuiteConfig) -> str:
-    from tokendrop.config import to_toml
-
-    return to_toml(cfg)

@@ -32,7 +32,11 @@ from tokendrop.runs import rundir
 from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.runs.gate import gate
 from tokendrop.config import ConfigError, FinetuneConfig
+from tokendrop.data.tokenizer import num_ids
+from tokendrop.models.bert.model import BertForQuestionAnswering, BertForSequenceClassification
 from tokendrop.models.families import spec_for_hf_model_type
+from tokendrop.models.hf import save_pretrained
+from tokendrop.models.source import load_pretrained
 from tokendrop.runs.files import atomic_directory, atomic_write_json, atomic_write_text
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device, seed_everything
 from tokendrop.train.schedules import lr_linear_steps
@@ -60,8 +64,6 @@ def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def _load_model(model_path, cls, **kw):
-    from tokendrop.models.source import load_pretrained
-
     try:
         return load_pretrained(model_path, cls, **kw)
     except FinetuneError:
@@ -82,8 +84,6 @@ def _load_model_and_tokenizer(model_path, cls, max_seq_len: int, field: str = "m
     model, info = _load_model(model_path, cls, **kw)
     mcfg = info["model_config"]
     tok, specials = finetune_tokenizer(info.get("tokenizer"), model_path)
-    from tokendrop.data.tokenizer import num_ids
-
     if num_ids(tok) > mcfg.vocab_size:  # more rows than the tokenizer's ids is fine (ModernBERT pads its embedding)
         raise FinetuneError(f"tokenizer has {num_ids(tok)} token ids but model {model_path} only "
                             f"{mcfg.vocab_size} embeddings: wrong vocab.txt for this model (or wrong tokenizer.json)")
@@ -229,8 +229,6 @@ def _write_predictions(path: Path, spec: TaskSpec, examples: list[Example], pred
 
 def _finetune_sequence(cfg, spec: TaskSpec, model_path, out: Path, device, bf16, log) -> dict:
     """Classification or regression on (pairs of) sentences: train, then score every dev split."""
-    from tokendrop.models.bert.model import BertForSequenceClassification
-
     skipped: list[str] | None = [] if cfg.skip_malformed else None
     data = spec.load(cfg.data, text_a=cfg.text_a, text_b=cfg.text_b, label=cfg.label, labels=cfg.labels or None,
                      skipped=skipped)
@@ -306,8 +304,6 @@ def _predict_spans(model, feats, pad_id, device, bf16, batch_size):
 
 
 def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict:
-    from tokendrop.models.bert.model import BertForQuestionAnswering
-
     d = task_dir(spec, cfg.data)
     train_path, dev_path = d / spec.train, d / spec.dev["dev"]
     train_ex, _ = read_squad(train_path, spec.version)
@@ -463,8 +459,6 @@ def _finetune(cfg: FinetuneConfig, spec: TaskSpec, model_path, out: Path, log: L
     if r["spec"].kind == "classification":
         result["accuracy"] = next(iter(r["metrics"].values()))["accuracy"]  # first dev split, in %
     if cfg.save_model:
-        from tokendrop.models.hf import save_pretrained
-
         save_pretrained(r["model"].cpu(), out / "model", tokenizer=r["info"].get("tokenizer"),
                         base_config=_saved_model_base(r["info"].get("hf_config")))
         result["saved_model"] = str(final / "model")

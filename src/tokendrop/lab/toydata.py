@@ -36,34 +36,37 @@ the readers and the evaluation protocol, not for meaningful scores).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
 import string
+import tarfile
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import torch
+from safetensors.torch import save_file
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from tokendrop.config import ModelConfig
+from tokendrop.data.prepare import prepare
 from tokendrop.data.tokenizer import SPECIAL_TOKENS
+from tokendrop.models.bert.model import BertForMaskedLM
+from tokendrop.runs.checkpoint import sha256_file
+from tokendrop.runs.files import atomic_write_bytes, atomic_write_text
 
 LETTERS = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowercase]
 
 
-def _write_text(path: str | os.PathLike, text: str) -> Path:
-    """UTF-8, atomically (a reader never sees half a file); the parent directory is created."""
-    from tokendrop.runs.files import atomic_write_text
-
-    return atomic_write_text(path, text)
-
-
 def write_documents(path: str | os.PathLike, documents: list[str]) -> Path:
     """A BERT-format text file: the documents (lines = sentences) separated by one blank line."""
-    return _write_text(path, "\n\n".join(documents) + "\n")
+    return atomic_write_text(path, "\n\n".join(documents) + "\n")
 
 
 def _write_vocab_file(path: str | os.PathLike, tokens: list[str]) -> Path:
-    return _write_text(path, "\n".join(tokens) + "\n")
+    return atomic_write_text(path, "\n".join(tokens) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -123,8 +126,6 @@ def write_toy_corpus(path: str | os.PathLike, num_docs: int = 40, seed: int = 1,
 def toy_prepared(out_dir: str | os.PathLike, seq_len: int = 32, num_docs: int = 60, packed: bool = True,
                  eval_fraction: float = 0.1, seed: int = 1, **prepare_kw) -> str:
     """Write a toy vocab + corpus beside ``out_dir`` and prepare it; returns ``out_dir``."""
-    from tokendrop.data.prepare import prepare
-
     out_dir = os.path.abspath(os.fspath(out_dir))
     base = out_dir + ".src"
     os.makedirs(base, exist_ok=True)
@@ -217,8 +218,6 @@ def write_bpe_tokenizer_dir(out_dir: str | os.PathLike, vocab_size: int = 400, n
     ``special_tokens_map.json`` the five names.  ``specials``: other names for the unk, cls, sep,
     pad and mask tokens (e.g. ``<unk> <cls> <sep> <pad> <mask>``), in that order.  Deterministic for
     a seed.  -> the directory."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     docs = task_corpus_documents(num_docs=num_docs, seed=seed) + [
@@ -244,11 +243,11 @@ def write_bpe_tokenizer_dir(out_dir: str | os.PathLike, vocab_size: int = 400, n
                       "single_word": t.single_word, "special": t.special}
              for i, t in sorted(tok.get_added_tokens_decoder().items())}
     names = {"unk_token": unk_t, "cls_token": cls_t, "sep_token": sep_t, "pad_token": pad_t, "mask_token": mask_t}
-    _write_text(out / "tokenizer_config.json", json.dumps({
+    atomic_write_text(out / "tokenizer_config.json", json.dumps({
         "added_tokens_decoder": added, "clean_up_tokenization_spaces": True, **names,
         "model_input_names": ["input_ids", "attention_mask"], "model_max_length": 8192,
         "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
-    _write_text(out / "special_tokens_map.json", json.dumps(
+    atomic_write_text(out / "special_tokens_map.json", json.dumps(
         {k: {"content": v, "lstrip": v == mask_t, "normalized": False, "rstrip": False, "single_word": False}
          for k, v in names.items()}, indent=2))
     return out
@@ -287,20 +286,11 @@ def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_laye
                      vocab: str | os.PathLike | None = None) -> Path:
     """A randomly initialised ``BertForMaskedLM`` saved as a tokendrop checkpoint dir (``meta.json``,
     ``model.safetensors`` in our parameter names, ``tokenizer/vocab.txt``: ``vocab`` or ``write_vocab``'s)."""
-    import torch
-    from safetensors.torch import save_file
-
-    from tokendrop.runs.checkpoint import sha256_file
-    from tokendrop.config import ModelConfig
-    from tokendrop.models.bert.model import BertForMaskedLM
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if vocab is None:
         write_vocab(out / "tokenizer")
     else:
-        from tokendrop.runs.files import atomic_write_bytes
-
         atomic_write_bytes(out / "tokenizer" / "vocab.txt", Path(vocab).read_bytes())
     n_vocab = sum(1 for _ in open(out / "tokenizer" / "vocab.txt", encoding="utf-8"))
     cfg = ModelConfig(vocab_size=n_vocab, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
@@ -310,7 +300,7 @@ def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_laye
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
     save_file({}, str(out / "state.safetensors"))  # no training state; hashed so the checkpoint verifies
     files = {n: {"bytes": (out / n).stat().st_size, "sha256": sha256_file(out / n)} for n in ("model.safetensors", "state.safetensors")}
-    _write_text(out / "meta.json", json.dumps({"config": {"model": asdict(cfg)}, "step": 0, "toy": True, "files": files}, indent=2))
+    atomic_write_text(out / "meta.json", json.dumps({"config": {"model": asdict(cfg)}, "step": 0, "toy": True, "files": files}, indent=2))
     return out
 
 
@@ -322,7 +312,7 @@ def keyword_sentence(rng: random.Random, label: int) -> str:
 
 
 def _write_tsv(path: Path, header: list[str], rows: list[list[str]]) -> None:
-    _write_text(path, "\n".join("\t".join(r) for r in [header, *rows]) + "\n")
+    atomic_write_text(path, "\n".join("\t".join(r) for r in [header, *rows]) + "\n")
 
 
 def write_keyword_sentiment(out_dir: str | os.PathLike, n_train: int = 400, n_dev: int = 100, seed: int = 0) -> Path:
@@ -391,7 +381,7 @@ def _write_more_glue(root: Path, n_train: int, n_dev: int, rng: random.Random) -
         for i in range(n):
             lab = rng.randint(0, 1)
             rows.append([f"toy{i % 7:02d}", str(lab), "" if lab else "*", keyword_sentence(rng, lab)])
-        _write_text(root / "CoLA" / name, "\n".join("\t".join(r) for r in rows) + "\n")
+        atomic_write_text(root / "CoLA" / name, "\n".join("\t".join(r) for r in rows) + "\n")
     mrpc_h = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
     stsb_h = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2", "score"]
     for name, n in splits:
@@ -399,7 +389,7 @@ def _write_more_glue(root: Path, n_train: int, n_dev: int, rng: random.Random) -
         for i in range(n):
             a, b, same = _pair(rng)
             rows.append([str(same), str(1000 + 2 * i), str(1001 + 2 * i), a, b])
-        _write_text(root / "MRPC" / name, "\ufeff" * (name == "train.tsv")  # the download's train file has a BOM
+        atomic_write_text(root / "MRPC" / name, "\ufeff" * (name == "train.tsv")  # the download's train file has a BOM
                     + "\n".join("\t".join(r) for r in [mrpc_h, *rows]) + "\n")
         rows = []
         for i in range(n):  # similarity 0-5: high when both sentences carry the same sentiment polarity, plus noise
@@ -464,7 +454,7 @@ def write_toy_squad(root: str | os.PathLike, n_train: int = 48, n_dev: int = 24,
 
     for v2, tag in ((False, "v1.1"), (True, "v2.0")):
         for split, n in (("train", n_train), ("dev", n_dev)):
-            _write_text(root / f"{split}-{tag}.json", json.dumps(make(n, v2, f"{split}{tag}")))
+            atomic_write_text(root / f"{split}-{tag}.json", json.dumps(make(n, v2, f"{split}{tag}")))
     return root
 
 
@@ -472,9 +462,6 @@ def write_vader_sdist(path: str | os.PathLike, files: dict[str, str]) -> Path:
     """A stand-in for the ``vaderSentiment`` sdist (tokendrop.finetune.tasks.sst2_vader): a tar.gz holding
     ``additional_resources/hutto_ICWSM_2014.tar.gz`` with ``files`` (name -> text, written as UTF-8
     under ``hutto_ICWSM_2014/``)."""
-    import io
-    import tarfile
-
     def add(t: tarfile.TarFile, name: str, data: bytes) -> None:
         info = tarfile.TarInfo(name)
         info.size = len(data)

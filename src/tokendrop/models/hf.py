@@ -16,6 +16,7 @@ Reading a model directory into our classes and ``tokendrop export`` are :mod:`to
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -125,10 +126,8 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
 def transformers_version() -> str | None:
     """The installed transformers' version (what its own save_pretrained writes), or None."""
     try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        return version("transformers")
-    except (ImportError, PackageNotFoundError):
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
         return None
 
 

@@ -11,15 +11,18 @@ which the families' loaders share); loading and exporting; a source's tokenizer 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor, nn
 
-from tokendrop.config import MODEL_PRESETS, ConfigError, ModelConfig, from_dict
+from tokendrop.config import MODEL_PRESETS, ConfigError, DropConfig, ModelConfig, from_dict
 from tokendrop.data import DataError
+from tokendrop.data.masking import unigram_note
 from tokendrop.data.tokenizer import has_tokenizer_files
 from tokendrop.errors import InitError, InteropError
 from tokendrop.models.bert.model import BertForMaskedLM
@@ -36,7 +39,9 @@ from tokendrop.models.weights import (
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.checkpoint import latest_checkpoint
 from tokendrop.runs.files import read_json
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.runs.rundir import lock, prepare_output
+from tokendrop.version import __version__
 
 
 # ----------------------------------------------------------------------------------------------
@@ -363,8 +368,6 @@ def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, comman
     out = save_pretrained(model, out_dir, tok, base_config=base, kind="export", card=card)
     ev, h = (facts or {}).get("eval"), (facts or {}).get("entropy")
     if ev and h is not None and ev["eval_loss"] >= h:  # said once the export is written (a failed one: its error only)
-        import sys
-
         print(f"warning: {checkpoint}: its last eval MLM loss {ev['eval_loss']:.3f} is not below the unigram entropy of "
               f"its data ({h:.3f} nats): the model predicts masked tokens no better than their frequencies (fill-mask "
               "answers frequent tokens); train longer before using the MLM head", file=sys.stderr)
@@ -374,10 +377,6 @@ def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, comman
 def _run_facts(ck: Path) -> dict[str, Any]:
     """What the model card says about the run a checkpoint belongs to: its meta.json (config, step)
     and its metrics (final losses, the unigram entropy, the pretrain command)."""
-    import json
-
-    from tokendrop.runs.metrics import read_metrics
-
     meta = json.loads((ck / "meta.json").read_text(encoding="utf-8"))
     run = ck.parent.parent if ck.parent.name == "checkpoints" else ck
     step = int(meta.get("step", 0))
@@ -396,9 +395,6 @@ def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str =
     """README.md of an export: the architecture and how to load it; for a tokendrop checkpoint its
     source, data, length, dropping method, final losses beside the data's unigram entropy, and the
     commands that made it (``facts``: ``_run_facts`` of the checkpoint)."""
-    from tokendrop.version import __version__
-    from tokendrop.data.masking import unigram_note
-
     spec = spec_of(cfg)
     arch = spec.hf_architectures["mlm"]
     rows = [("architecture", f"{arch} ({cfg.family}: {cfg.num_layers} layers x {cfg.hidden_size}, {cfg.num_heads} "
@@ -409,12 +405,13 @@ def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str =
         c, tc, d = f["config"], f["config"].get("train", {}), f["config"].get("drop", {})
         data = c.get("data", {})
         T = f["seq_len"]
+        dense = not DropConfig(method=d.get("method", "none"), variant=d.get("variant", "drop")).enabled
         rows += [("source", f"continued from `{c['model']['init']}` (sha256 {c['model'].get('init_sha256', '')[:12]})"
                   if c.get("model", {}).get("init") else "random initialisation (pretrained from scratch)"),
                  ("data", f"`{data.get('path') or ', '.join(data.get('paths', []))}`"),
                  ("length", f"step {f['step']} of {tc.get('steps') or tc.get('time_budget')}, "
                             f"{tc.get('batch_size')} sequences per step" + (f" of {T} tokens" if T else "")),
-                 ("method", "dense MLM (no token dropping)" if d.get("method", "none") == "none" and d.get("variant") != "avg"
+                 ("method", "dense MLM (no token dropping)" if dense
                   else f"token dropping: {d.get('method')}/{d.get('variant')}, rate {d.get('rate')}")]
         if f["train"]:
             rows.append(("final train MLM loss", f"{f['train']['loss']:.4f} (step {f['train']['step']})"))

@@ -14,12 +14,15 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load as st_load
 from torch import Tensor, nn
 
 from tokendrop.runs import checkpoint as ckpt_mod
@@ -94,8 +97,6 @@ def weight_files(p: Path) -> tuple[Path, list[Path], str, bool]:
 
 
 def _torch_load(data: bytes, where: Path) -> dict[str, Tensor]:
-    import pickle
-
     try:
         obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -114,8 +115,6 @@ def _torch_load(data: bytes, where: Path) -> dict[str, Tensor]:
 
 def read_tensors(files: list[Path], fmt: str, sharded: bool) -> tuple[dict[str, Tensor], str]:
     """Read every tensor file once -> (tensors, sha256 of exactly the bytes parsed)."""
-    from safetensors.torch import load as st_load
-
     sd: dict[str, Tensor] = {}
     hashes = []
     for f in files:
@@ -143,8 +142,6 @@ def scan_tensors(files: list[Path], fmt: str, sharded: bool) -> tuple[str, dict[
         sd, sha = read_tensors(files, fmt, sharded)
         shapes = {k: tuple(v.shape) for k, v in sd.items()}
     else:
-        from safetensors import safe_open
-
         shapes = {}
         hashes = []
         for f in files:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.runs.files import atomic_write_text
+from tokendrop.runs.trackers import Trackers
 
 FILENAME = "metrics.jsonl"
 
@@ -38,8 +39,6 @@ class MetricsLog:
         self.path = Path(run_dir) / FILENAME
         self.trackers = None
         if enabled:
-            from tokendrop.runs.trackers import Trackers
-
             self.trackers = Trackers(run_dir, [t for t in report_to if t != "jsonl"], **tracker_args)
 
     @property

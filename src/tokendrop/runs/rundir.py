@@ -34,6 +34,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -41,6 +42,7 @@ from typing import Any
 
 from tokendrop.errors import TokendropError
 from tokendrop.runs.files import atomic_write_json, discard_dir
+from tokendrop.version import __version__
 
 MARKER = ".tokendrop.json"
 KINDS = ("prepared", "run", "finetune", "evaluate", "export", "inspect", "study", "demo", "campaign")
@@ -103,8 +105,6 @@ def close_on_error(*things):
 
 
 def in_main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 
@@ -122,8 +122,6 @@ def read_marker(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def write_marker(directory: str | os.PathLike, kind: str) -> Path:
-    from tokendrop.version import __version__
-
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
     return atomic_write_json(Path(directory) / MARKER, {"kind": kind, "writer": "tokendrop", "version": __version__,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -143,8 +144,6 @@ class _MLflow:
         self.client.log_text(self.id, toml, "config.toml")
 
     def log(self, values: dict[str, float], step: int) -> None:
-        import time
-
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)

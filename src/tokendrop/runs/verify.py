@@ -245,9 +245,6 @@ def verify_export(p: Path, rep: VerifyReport) -> None:
             rep.problems.append(f"{src.weights_file}: tensor {name} holds NaN or inf values; the file is corrupt "
                                 "(export the model again)")
     if src.tokenizer_dir is not None:
-        from tokendrop.data import DataError
-        from tokendrop.data.tokenizer import load_tokenizer
-
         try:
             load_tokenizer(p)
         except DataError as e:

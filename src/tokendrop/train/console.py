@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from tqdm import tqdm
+
 from tokendrop.data.masking import unigram_note  # noqa: F401 -- used by the trainer's lines
+from tokendrop.dropping.flops import flop_ratio
 
 LOG_FILE = "log.txt"
 
@@ -105,8 +108,6 @@ class Progress:
         self.t0 = time.perf_counter()
         self.pbar = None
         if bar:
-            from tqdm import tqdm
-
             self.pbar = tqdm(total=total or None, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
 
     def update(self, n: int = 1, **postfix: str) -> None:
@@ -153,8 +154,6 @@ def phases_line(phases: dict[str, float], total: float) -> str:
 def dropping_line(cfg, seq_len: int) -> str:
     """Whether the run drops tokens and how, with the analytic FLOP bound against the dense model
     (``tokendrop.flops``); a dense run says how to turn dropping on."""
-    from tokendrop.dropping.flops import flop_ratio
-
     d, layers = cfg.drop, cfg.model.num_layers
     if not d.enabled:
         return "OFF: a dense run (drop.method = none; token dropping: --set drop.method=cumulative)"

@@ -38,6 +38,7 @@ from tokendrop.data.tokenizer import tokenizer_vocab_sha256
 from tokendrop.errors import DataError
 from tokendrop.models.hf import save_source_files
 from tokendrop.models.source import load_init_weights
+from tokendrop.train.console import Progress, is_terminal
 from tokendrop.train.schedules import lr_linear_steps
 
 # the loader seed offset of the warm-up streams (never equal to the training stream's)
@@ -272,8 +273,6 @@ def warm_start(cfg: Config, model, selector, data, events: list[dict], dd, devic
     (``head_warmup_plan``) and fill the importance vector (``importance_plan``) -> events for the run
     log (each phase's seconds in its event).  ``log``: a ``tokendrop.train.console.RunLog`` (rank 0) that
     says what each pass does while it runs; ``progress``: the head warm-up's bar (a terminal) or lines."""
-    from tokendrop.train.console import Progress, is_terminal
-
     how, n_batches, _ = importance_plan(cfg, selector)
     warm_importance = how != "constant"
     head_steps, _ = head_warmup_plan(cfg.train)

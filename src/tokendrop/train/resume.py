@@ -6,10 +6,12 @@ checkpoint (one process, DDP, FSDP at any world size)."""
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from tokendrop.runs import checkpoint as ckpt_mod
@@ -142,8 +144,6 @@ def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Pa
     the optimizer's param groups are added): rank 0 writes it, or every rank its shards under FSDP.
     Every rank's RNG streams are gathered; non-finite weights are refused (the last good checkpoint
     named); a failed write (disk full) leaves nothing and names the intact last checkpoint."""
-    import torch.distributed as dist
-
     rng = ckpt_mod.rng_tensors(selector.rng_state() if selector is not None else None)
     ranks = [rng]
     if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
@@ -171,8 +171,6 @@ def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Pa
             return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, keep, dd)
         return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, keep)
     except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
-        import shlex
-
         last = ckpt_mod.latest(run_dir)
         then = (f"the last checkpoint ({last}) is intact: free space, then tokendrop pretrain --resume "
                 f"{shlex.quote(str(run_dir))}" if last else "there is no earlier checkpoint: free space, then run "

@@ -23,6 +23,7 @@ import os
 
 from tokendrop.train.budget import resolved_train
 from tokendrop.config import Config, ConfigError
+from tokendrop.data.mixture import open_data
 from tokendrop.train.continued import check_vocabulary
 from tokendrop.models.source import InitSource, positions_error, resolve_init_source, resolve_model_init
 
@@ -83,8 +84,6 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
 
 def open_run_data(cfg: Config, src: InitSource | None, new_run: bool = True, world: int = 1):
     """-> (the run's resolved config, the prepared data: one directory or a weighted mixture)."""
-    from tokendrop.data.mixture import open_data
-
     if not (cfg.data.path or cfg.data.paths):
         raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
     data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture

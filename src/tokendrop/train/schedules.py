@@ -13,7 +13,7 @@ depends on (k, p) only, so a resumed run and an uninterrupted one compute the sa
     LR "wsd":       peak w(k) s(p), s(p) = 1 for p < 1 - d, then over the last share d of the run
                     q = (p - (1 - d)) / d and s = 1 - sqrt(q) ("1-sqrt", Hägele et al. 2024, as
                     ModernBERT) or s = 1 - q ("linear")
-    masking rate:   linear or cosine from data.mask_prob[0] to data.mask_prob[1]
+    masking rate:   linear or cosine from data.mask_prob[0] to data.mask_prob[1] (tokendrop.value_schedule)
     sequence length (data.seq_len_start L0 > 0, share h): L(p) = the largest divisor d of T with
                     L0 <= d <= L0 + (T - L0) min(1, p / h)   (L0 divides T; T from p >= h on)
     global batch (train.batch_warmup_start B0 > 0): B = B0 + (B_T - B0) r, floored to a multiple
@@ -27,31 +27,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-DECAYS = ("linear", "cosine")  # value schedules between a start and an end (masking rate)
+from tokendrop.value_schedule import ValueSchedule, clamp
+
 LR_SCHEDULES = ("linear", "wsd")
 WSD_DECAYS = ("1-sqrt", "linear")
-
-
-def _clamp(p: float) -> float:
-    return 0.0 if p < 0.0 else 1.0 if p > 1.0 else p
-
-
-def linear(p: float, start: float, end: float) -> float:
-    """Linear from ``start`` (p = 0) to ``end`` (p = 1)."""
-    return start + (end - start) * _clamp(p)
-
-
-def cosine(p: float, start: float, end: float) -> float:
-    """Half-cosine from ``start`` (p = 0) to ``end`` (p = 1): flat at both ends."""
-    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * _clamp(p)))
-
-
-def decay(kind: str, p: float, start: float, end: float) -> float:
-    if kind == "linear":
-        return linear(p, start, end)
-    if kind == "cosine":
-        return cosine(p, start, end)
-    raise ValueError(f"unknown schedule {kind!r}; expected one of {', '.join(DECAYS)}")
 
 
 def warmup_ramp(step: int, warmup: int) -> float:
@@ -69,7 +48,7 @@ def lr_linear_steps(step: int, peak: float, warmup: int, total: int) -> float:
 
 def wsd_shape(p: float, decay_share: float, shape: str = "1-sqrt") -> float:
     """Warmup-stable-decay without the warm-up: 1 until ``1 - decay_share``, then down to 0 at p = 1."""
-    q = (_clamp(p) - (1.0 - decay_share)) / decay_share
+    q = (clamp(p) - (1.0 - decay_share)) / decay_share
     if q <= 0.0:
         return 1.0
     q = min(q, 1.0)
@@ -91,35 +70,15 @@ class LRSchedule:
 
     def ramp(self, step: int, p: float) -> float:
         if self.warmup_share > 0:
-            return min(1.0, _clamp(p) / self.warmup_share)
+            return min(1.0, clamp(p) / self.warmup_share)
         return warmup_ramp(step, self.warmup)
 
     def at(self, step: int, p: float) -> float:
         if self.kind == "linear":
             if self.total:
                 return lr_linear_steps(step, self.peak, self.warmup, self.total)
-            return self.peak * self.ramp(step, p) * (1.0 - _clamp(p))
+            return self.peak * self.ramp(step, p) * (1.0 - clamp(p))
         return self.peak * self.ramp(step, p) * wsd_shape(p, self.decay_share, self.decay_shape)
-
-
-@dataclass(frozen=True)
-class ValueSchedule:
-    """A value from ``start`` to ``end`` over the run (``kind``: linear | cosine); constant when equal."""
-
-    start: float
-    end: float
-    kind: str = "linear"
-
-    @property
-    def constant(self) -> bool:
-        return self.start == self.end
-
-    @property
-    def largest(self) -> float:
-        return max(self.start, self.end)
-
-    def at(self, p: float) -> float:
-        return self.start if self.constant else decay(self.kind, p, self.start, self.end)
 
 
 def divisors(n: int) -> list[int]:
@@ -131,14 +90,14 @@ def seq_len_at(p: float, start: int, share: float, seq_len: int) -> int:
     it) and the linear ramp ``start + (seq_len - start) min(1, p / share)``; ``seq_len`` when off."""
     if start <= 0 or start >= seq_len:
         return seq_len
-    target = start + (seq_len - start) * min(1.0, _clamp(p) / share)
+    target = start + (seq_len - start) * min(1.0, clamp(p) / share)
     return max(d for d in divisors(seq_len) if start <= d <= target + 1e-9)
 
 
 def batch_at(ramp: float, start: int, final: int, unit: int) -> int:
     """Batch-size warm-up: ``start + (final - start) ramp`` floored to a multiple of ``unit``, at
     least ``start`` (``ramp`` in [0, 1]; ``start`` and ``final`` are multiples of ``unit``)."""
-    b = start + (final - start) * _clamp(ramp)
+    b = start + (final - start) * clamp(ramp)
     return max(start, min(final, int(b + 1e-9) // unit * unit))
 
 
@@ -180,7 +139,7 @@ class BatchWarmup:
     def ramp(self, p: float, tokens_seen: int) -> float:
         if self.tokens:
             return min(1.0, tokens_seen / self.tokens)
-        return min(1.0, _clamp(p) / self.share)
+        return min(1.0, clamp(p) / self.share)
 
     def at(self, p: float, tokens_seen: int = 0) -> int:
         """The global batch (sequences) of the step taken at progress ``p`` after ``tokens_seen`` tokens."""
@@ -219,5 +178,6 @@ def mask_schedule(data_cfg) -> ValueSchedule:
     return ValueSchedule(data_cfg.mask_prob_start, data_cfg.mask_prob_end, data_cfg.mask_schedule)
 
 
-__all__ = ["linear", "cosine", "decay", "warmup_ramp", "lr_linear_steps", "wsd_shape", "LRSchedule", "ValueSchedule",
-           "lr_schedule", "mask_schedule", "divisors", "seq_len_at", "batch_at", "SeqLenWarmup", "BatchWarmup", "train_recipe_error", "BUDGET_CLOCKS", "DECAYS", "LR_SCHEDULES", "WSD_DECAYS"]
+__all__ = ["warmup_ramp", "lr_linear_steps", "wsd_shape", "LRSchedule", "lr_schedule", "mask_schedule", "divisors",
+           "seq_len_at", "batch_at", "SeqLenWarmup", "BatchWarmup", "train_recipe_error", "BUDGET_CLOCKS", "LR_SCHEDULES",
+           "WSD_DECAYS"]

@@ -13,28 +13,18 @@ batches after a resume can differ from the uninterrupted run's (a constant rate 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from tokendrop.transformers.options import TokenDroppingError
-
-MASK_SCHEDULES = ("linear", "cosine")
-
-
-def rate_at(p: float, start: float, end: float, kind: str) -> float:
-    """The rate at progress ``p`` in [0, 1]: linear, or half-cosine (flat at both ends) -- the
-    formulas of tokendrop's own masking-rate schedule (docs/design.md, "Schedules")."""
-    p = min(max(p, 0.0), 1.0)
-    if kind == "linear":
-        return start + (end - start) * p
-    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * p))
+from tokendrop.value_schedule import DECAYS, ValueSchedule
 
 
 class MaskingRateCollator:
     """``collator`` (a DataCollatorForLanguageModeling with ``mlm=True``) with its masking rate going
-    from ``start`` to ``end`` over the run (``schedule``: linear | cosine)."""
+    from ``start`` to ``end`` over the run (``schedule``: linear | cosine, the formulas of tokendrop's own
+    ``data.mask_schedule``: :class:`tokendrop.value_schedule.ValueSchedule`)."""
 
     def __init__(self, collator: Any, start: float, end: float, schedule: str = "linear"):
         from transformers import DataCollatorForLanguageModeling
@@ -45,11 +35,12 @@ class MaskingRateCollator:
         for name, v in (("start", start), ("end", end)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v < 1.0:
                 raise TokenDroppingError(f"MaskingRateCollator: {name} must be a masking rate in (0, 1), got {v!r}")
-        if schedule not in MASK_SCHEDULES:
-            raise TokenDroppingError(f"MaskingRateCollator: schedule must be one of {', '.join(MASK_SCHEDULES)}, "
+        if schedule not in DECAYS:
+            raise TokenDroppingError(f"MaskingRateCollator: schedule must be one of {', '.join(DECAYS)}, "
                                      f"got {schedule!r}")
         self.collator = collator
         self.start, self.end, self.schedule = float(start), float(end), schedule
+        self._rates = ValueSchedule(self.start, self.end, schedule)
         self._progress = torch.zeros(1, dtype=torch.float64).share_memory_()
 
     @property
@@ -62,11 +53,11 @@ class MaskingRateCollator:
 
     @property
     def rate(self) -> float:
-        return rate_at(self.progress, self.start, self.end, self.schedule)
+        return self._rates.at(self.progress)
 
     def __call__(self, examples):
         self.collator.mlm_probability = self.rate
         return self.collator(examples)
 
 
-__all__ = ["MASK_SCHEDULES", "MaskingRateCollator", "rate_at"]
+__all__ = ["MaskingRateCollator"]

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokendrop.dropping.engine import DropSpan, Rows, run_layers
+from tokendrop.transformers.options import TokenDroppingError
 
 LAYER_KW = "_token_dropping_call"  # the private keyword a patched layer forward recognises
 ROW_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention")  # run as they are on gathered rows
@@ -135,8 +136,6 @@ def _valid_rows(attention_mask: Tensor | None) -> Tensor | None:
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2:
-        from tokendrop.transformers.options import TokenDroppingError
-
         raise TokenDroppingError(f"token dropping: attention_mask must be the 2D (batch, length) padding mask, got "
                                  f"shape {tuple(attention_mask.shape)}")
     return attention_mask.to(torch.long)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch import Tensor
 
 from tokendrop.dropping.engine import DropSpan
@@ -244,8 +245,6 @@ _MUST_MATCH = ("family", "vocab_size", "num_layers")
 def load_state(state: TokenDroppingState, directory: str | Path) -> None:
     """Restore what :func:`save_state` wrote into ``state``; one-line errors for a missing or
     unreadable file and for a state saved with other options or another model."""
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     jpath, tpath = directory / STATE_JSON, directory / STATE_TENSORS
     for p in (jpath, tpath):

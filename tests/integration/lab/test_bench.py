@@ -113,6 +113,26 @@ def test_preset_overrides_and_errors():
         make_preset("cpu-quick", overrides=["hf=1"])
 
 
+def test_bench_variants_run_their_registry_rows():
+    """Each bench variant's [drop] section: drop/pass with bench.method at the rate; avg pools at 0.5
+    with method none; random_ltd (a per-layer METHODS row) keeps 1 - rate at its schedule's first step.
+    The headline rows (the 50% speedups a README quotes) are the dropping ones."""
+    from tokendrop.config import DropConfig
+    from tokendrop.lab.bench.presets import VARIANTS
+    from tokendrop.lab.bench.workload import Setting
+
+    def setting(variant, rate=0.625):
+        return Setting("tokendrop", variant, rate, 128, 2).drop_config("half_random")
+
+    assert setting("drop") == DropConfig(method="half_random", variant="drop", rate=0.625)
+    assert setting("pass") == DropConfig(method="half_random", variant="pass", rate=0.625)
+    assert setting("avg", 0.5) == DropConfig(method="none", variant="avg", rate=0.5)
+    assert setting("random_ltd", 0.25) == DropConfig(method="random_ltd", ltd_start_fraction=0.75)
+    assert setting("dense") is None and Setting("hf", "drop", 0.5, 128, 2).drop_config("cumulative") is None
+    assert VARIANTS["random_ltd"].drop_config("cumulative") == DropConfig(method="random_ltd")  # the model built once
+    assert [v for v, row in VARIANTS.items() if row.headline] == ["drop", "random_ltd"]
+
+
 def test_synthetic_batch_is_a_valid_packed_mlm_batch():
     mb = synthetic_batch(3, 128, 1000, torch.device("cpu"))
     b, t = mb["input_ids"].shape

@@ -128,7 +128,7 @@ def test_script_plumbing_env_part(tmp_path):
 
 
 def test_campaign_config_and_errors():
-    from tokendrop.lab.bench.campaign import PARTS, campaign_config, run_parts
+    from tokendrop.lab.bench.campaign import PARTS, RUNNERS, TITLES, campaign_config, run_parts
 
     gpu = campaign_config("gpu")
     assert gpu.device == "cuda" and not gpu.dry_run and gpu.bench.model == "bert-base"
@@ -144,6 +144,7 @@ def test_campaign_config_and_errors():
     with pytest.raises(ConfigError, match="unknown part 'benchmark'"):
         run_parts(campaign_config("dry"), ["benchmark"], "/nonexistent")
     assert PARTS == ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx")
+    assert set(RUNNERS) == set(TITLES) == set(PARTS)  # every part has its runner and its title
     st = gpu.strong
     assert st.strong_recipe and not st.tasks and st.batch_size == 256 and "train.batch_warmup_start=128" in st.recipe()
     assert "model.hidden_size=384" in st.overrides and 2 * st.train_budget_s * 1.35 < gpu.budget_s

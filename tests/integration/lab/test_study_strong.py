@@ -14,6 +14,7 @@ from test_study import _tiny_hf_bert
 from tokendrop.config import ConfigError
 from tokendrop.lab.study import plan as P
 from tokendrop.lab.study.plan import ARMS as ARM_SPECS, load_study, plan_runs
+from tokendrop.runs.trackers import flat as dotted
 
 ARMS = ["strong-baseline", "strong-token-drop", "strong-random-ltd", "strong-token-drop-sctd", "baseline",
         "best-combination", "combination-no-seq-warmup", "combination-no-mask-decay"]
@@ -27,16 +28,6 @@ INTENDED = {
     "combination-no-seq-warmup": ("best-combination", [], [P.SEQ_WARMUP]),
     "combination-no-mask-decay": ("best-combination", [], [P.MASK_DECAY]),
 }
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _keys(parts: list[tuple[str, ...]]) -> set[str]:
@@ -57,7 +48,7 @@ def test_arms_differ_from_their_reference_in_exactly_the_intended_settings(prese
     if preset == "study-strong":
         assert len(study.seeds) >= 3 and "finetune_seeds=[0, 1, 2]" in study.suite_overrides
     by = {r.method.name: r.cfg for r in runs if r.seed == study.seeds[0]}
-    flat = {n: {k: v for k, v in _flat(asdict(c)).items() if k != "name"} for n, c in by.items()}
+    flat = {n: {k: v for k, v in dotted(asdict(c)).items() if k != "name"} for n, c in by.items()}
     for r in runs:
         tc = r.cfg.train
         assert tc.steps == 0 and tc.time_budget and tc.budget_clock == "process" and r.cfg.model.init == str(src)

@@ -502,3 +502,19 @@ def test_half_precision_source_is_upcast_and_noted(tmp_path):
     assert "weights stored as float16: loaded as float32" in rep.notes
     assert ours.mlm.dense.weight.dtype == torch.float32
     torch.testing.assert_close(ours.mlm.dense.weight, sd["cls.predictions.transform.dense.weight"].half().float(), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("drop,row", [
+    ({}, "| method | dense MLM (no token dropping) |"),
+    ({"method": "none", "variant": "drop", "rate": 0.5}, "| method | dense MLM (no token dropping) |"),
+    ({"method": "none", "variant": "avg", "rate": 0.5}, "| method | token dropping: none/avg, rate 0.5 |"),
+    ({"method": "random_ltd", "variant": "drop", "rate": 0.5}, "| method | token dropping: random_ltd/drop, rate 0.5 |"),
+])
+def test_model_card_says_whether_the_run_dropped_tokens(drop, row):
+    """A run that neither drops (its METHODS row) nor pools (variant avg) is the dense baseline."""
+    from tokendrop.config import ModelConfig
+    from tokendrop.models.source import model_card
+
+    facts = {"config": {"drop": drop, "train": {"steps": 4, "batch_size": 8}, "data": {"path": "d"}}, "seq_len": 64,
+             "step": 4, "train": None, "eval": None, "entropy": None, "command": ""}
+    assert row in model_card(ModelConfig(vocab_size=100), {}, "m", facts=facts)

@@ -81,6 +81,40 @@ def test_bad_values(override, msg):
         load_config("tiny", [override])
 
 
+@pytest.mark.parametrize("section,field,value,message", [
+    ("train", "lr", float("nan"), "train.lr: expected a positive, finite learning rate, got nan"),
+    ("train", "lr", 0.0, "train.lr: expected a positive, finite learning rate, got 0.0"),
+    ("train", "head_warmup_lr", -1.0, "train.head_warmup_lr: expected a positive learning rate, got -1.0"),
+    ("train", "grad_clip", float("inf"),
+     "train.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got inf"),
+    ("train", "weight_decay", -0.1, "train.weight_decay: expected a finite value >= 0, got -0.1"),
+    ("train", "adam_eps", 0.0, "train.adam_eps: expected a positive, finite value, got 0.0"),
+    ("train", "epochs", -0.5, "train.epochs: expected a positive number of passes over the data, got -0.5"),
+    ("train", "batch_size", 0, "train.batch_size: expected a positive integer, got 0"),
+    ("finetune", "lr", -2e-5, "finetune.lr: expected a positive, finite learning rate, got -2e-05"),
+    ("finetune", "grad_clip", -1.0,
+     "finetune.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got -1.0"),
+    ("finetune", "epochs", 0.0, "finetune.epochs: expected a finite number > 0, got 0.0"),
+    ("finetune", "eval_batch_size", 0, "finetune.eval_batch_size: expected > 0, got 0"),
+    ("model", "local_attention", 0, "model.local_attention: expected a positive integer, got 0"),
+    ("model", "global_rope_theta", float("nan"), "model.global_rope_theta: expected a positive rotary base, got nan"),
+])
+def test_finite_positive_fields_say_what_they_expect(section, field, value, message):
+    """Every finite-and-positive field of train, finetune and model is refused in one message shape:
+    FIELD: expected WHAT, got VALUE (0 allowed where the field means "off")."""
+    import dataclasses
+
+    from tokendrop.config import FinetuneConfig, ModelConfig
+
+    obj = {"train": load_config("tiny").train, "finetune": FinetuneConfig(), "model": ModelConfig()}[section]
+    length = {"steps": 0} if field == "epochs" and section == "train" else {}  # epochs is the run's one length
+    with pytest.raises(ConfigError) as e:
+        dataclasses.replace(obj, **length, **{field: value}).validate()
+    assert str(e.value) == message
+    for off in ("grad_clip", "weight_decay"):  # 0 = off
+        dataclasses.replace(obj, **{off: 0.0}).validate() if section == "train" else None
+
+
 def test_bad_files(tmp_path):
     p = tmp_path / "x.toml"
     p.write_text("[train\nsteps=1")

@@ -545,3 +545,21 @@ def test_forward_refusals_are_one_line():
     m(input_ids=ids, labels=labels, output_hidden_states=False)  # an explicit "no" is fine
     with pytest.raises(TokenDroppingError, match="pass input_ids"):
         m(inputs_embeds=torch.randn(3, 16, 32), labels=labels)
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_masking_rate_collator_follows_tokendrops_own_mask_schedule(tmp_path, kind):
+    """MaskingRateCollator's rate at every progress is what tokendrop's trainer uses at that progress
+    (train.schedules.mask_schedule of data.mask_prob / data.mask_schedule): one formula."""
+    from tokendrop.config import DataConfig
+    from tokendrop.lab.toydata import write_toy_vocab
+    from tokendrop.train.schedules import mask_schedule
+    from tokendrop.transformers import MaskingRateCollator
+
+    write_toy_vocab(tmp_path / "vocab.txt")
+    tok = transformers.BertTokenizerFast.from_pretrained(str(tmp_path))
+    collator = MaskingRateCollator(transformers.DataCollatorForLanguageModeling(tok), 0.3, 0.15, kind)
+    ours = mask_schedule(DataConfig(mask_prob=[0.3, 0.15], mask_schedule=kind))
+    for p in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
+        collator.set_progress(p)
+        assert collator.rate == ours.at(p)

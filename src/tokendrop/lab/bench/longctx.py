@@ -25,6 +25,7 @@ FLOP bound at every T.
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import math
 import os
 import time
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from tokendrop.config import ConfigError, ModelConfig, config_dir, from_dict, load_config
@@ -312,8 +314,6 @@ def family_fit(family: str, setting: str, rows: list[Row], limit: int) -> Family
         return FamilyFit(family, setting, limit, min(oom), f"measured: T={min(oom)} ran out of memory at its batch")
     if len(pts) < 3:
         return FamilyFit(family, setting, limit, None, "too few measured T for the extrapolation")
-    import numpy as np
-
     ts = np.array([t for t, _ in pts], dtype=np.float64)
     ys = np.array([f.per_sequence_bytes for _, f in pts], dtype=np.float64)
     coef = np.polyfit(ts, ys, 2)
@@ -400,8 +400,6 @@ def _finish(res: LongContextResult, limit: int, t_start: float) -> None:
 
 
 def _free(dev: torch.device) -> None:
-    import gc
-
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache()

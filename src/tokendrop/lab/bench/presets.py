@@ -16,10 +16,40 @@ from tokendrop.config import ConfigError, config_dir, from_dict, load_config
 from tokendrop.models.families import spec_of
 from tokendrop.config import MODEL_PRESETS
 from tokendrop.models.attention import check_training_device
-from tokendrop.config import ModelConfig
+from tokendrop.config import DropConfig, ModelConfig
+from tokendrop.dropping.methods import METHODS
 from tokendrop.data.tokenizer import SPECIAL_IDS
 
-VARIANTS = ("drop", "pass", "avg", "random_ltd")  # random_ltd: kept share 1 - rate in every middle layer
+
+
+@dataclass(frozen=True)
+class BenchVariant:
+    """A dropping setting the benchmark times (``bench.variants``): which ``drop.method`` runs (None:
+    the benchmark's importance method, ``bench.method``) with which ``drop.variant``."""
+
+    method: str | None
+    variant: str = "drop"
+
+    @property
+    def headline(self) -> bool:
+        """Its rows drop tokens (``drop.variant = drop``): the speedups a README quotes at rate 0.5."""
+        return self.variant == "drop"
+
+    def drop_config(self, method: str, rate: float = 0.5) -> DropConfig:
+        """The ``[drop]`` section of this setting at drop rate ``rate`` (``method``: ``bench.method``).
+        A per-layer method of its own (random-LTD) keeps 1 - rate of T in every middle layer, its
+        schedule's first step; ``avg`` pools 2:1 (rate 0.5, whatever ``rate`` says)."""
+        if self.method is not None and METHODS[self.method].per_layer:
+            return DropConfig(method=self.method, ltd_start_fraction=1.0 - rate)
+        return DropConfig(method=self.method or method, variant=self.variant, rate=0.5 if self.variant == "avg" else rate)
+
+
+VARIANTS = {  # bench.variants -> what each runs
+    "drop": BenchVariant(None),
+    "pass": BenchVariant(None, "pass"),
+    "avg": BenchVariant("none", "avg"),
+    "random_ltd": BenchVariant("random_ltd"),
+}
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
 

@@ -22,7 +22,7 @@ from tokendrop.train.runtime import autocast_dtype
 from tokendrop.train.trainer import MLMStep
 from tokendrop.lab.bench.hf_baseline import HFModel, build_hf, build_hf_patched, hf_class_name, hf_flops, hf_step_fn
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
-from tokendrop.lab.bench.presets import BenchConfig
+from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 from tokendrop.lab.bench.records import ModelInfo, StepExtras
 from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
 import gc
@@ -105,8 +105,7 @@ class StepBuilder:
         key = "drop" if variant in ("dense", "drop") else variant
         if key not in self._ours:
             torch.manual_seed(self.cfg.seed)
-            drop = DropConfig(method="none", variant="avg", rate=0.5) if key == "avg" else \
-                DropConfig(method="random_ltd") if key == "random_ltd" else DropConfig(method=self.cfg.method, variant=key)
+            drop = VARIANTS[key].drop_config(self.cfg.method)  # builds the model; each step brings its rate
             m = build_ours(self.model_cfg, drop)
             if self._init_sd is None:
                 self._init_sd = {k: v.clone() for k, v in m.state_dict().items()}

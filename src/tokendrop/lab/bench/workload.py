@@ -9,7 +9,7 @@ from torch import Tensor
 
 from tokendrop.config import DropConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.lab.bench.presets import BenchConfig
+from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 
 
 @dataclass
@@ -32,11 +32,7 @@ class Setting:
     def drop_config(self, method: str) -> DropConfig | None:
         if self.variant == "dense" or self.impl == "hf":
             return None
-        if self.variant == "avg":
-            return DropConfig(method="none", variant="avg", rate=0.5)
-        if self.variant == "random_ltd":  # the step at the schedule's start: M_0 = (1 - rate) T, every middle layer
-            return DropConfig(method="random_ltd", ltd_start_fraction=1.0 - self.rate)
-        return DropConfig(method=method, variant=self.variant, rate=self.rate)
+        return VARIANTS[self.variant].drop_config(method, self.rate)
 
 
 def build_settings(cfg: BenchConfig) -> list[Setting]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from tokendrop.lab.machine import cpu_model
 from tokendrop.lab.machine import loadavg as machine_loadavg
 import torch
 from tokendrop.runs.checkpoint import git_revision
+from tokendrop.version import __version__
 
 
 class StudyError(ConfigError):
@@ -59,12 +61,8 @@ def resolve_out(p: str) -> Path:
 def hardware() -> dict[str, Any]:
     hw = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
           "python": platform.python_version(), "platform": platform.platform(),
-          "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+          "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "tokendrop": __version__}
     try:
-        from tokendrop.version import __version__
-
-        hw["tokendrop"] = __version__
-
         hw["git_revision"] = git_revision()
     except Exception:  # noqa: BLE001
         pass
@@ -73,8 +71,6 @@ def hardware() -> dict[str, Any]:
 
 def cpu_s() -> float:
     """CPU seconds (user + system, all threads) of this process so far."""
-    import resource
-
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 

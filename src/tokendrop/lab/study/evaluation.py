@@ -18,7 +18,7 @@ from tokendrop.lab.study.records import EvalSummary, ModelEval
 from tokendrop.lab.study.workers import run_parallel
 from tokendrop.finetune import SuiteConfig, load_suite
 from tokendrop.finetune import evaluate
-from tokendrop.finetune import evaluate as _default_evaluate
+from tokendrop.finetune.suite import parse_models
 
 
 def suite_config(study: StudyConfig, data_info: dict[str, Any]):
@@ -38,8 +38,6 @@ def forget_cells(out: Path, run_dir: Path) -> None:
     if not cells.is_dir():
         return
     try:
-        from tokendrop.finetune.suite import parse_models
-
         key = parse_models([str(run_dir)])[0].key
     except Exception:  # noqa: BLE001 -- no suite: nothing cached
         return
@@ -68,12 +66,6 @@ def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any], mod
     ``evaluate_fn`` defaults to ``tokendrop.finetune.evaluate`` (resumable per cell)."""
     if not study.evaluate or not models:
         return None
-    try:
-        from tokendrop.finetune import evaluate as _check  # noqa: F401
-    except ImportError as e:
-        if evaluate_fn is None:
-            log(f"evaluation skipped: tokendrop.finetune is not available ({e})")
-            return None
     scfg = suite_config(study, data_info)
     t0 = time.perf_counter()
     workers = {"computed": 0, "cpu_s": 0.0}
@@ -90,7 +82,7 @@ def run_evaluation(study: StudyConfig, out: Path, data_info: dict[str, Any], mod
         run_parallel(study.parallel, _eval_task,
                      [(to_dict(study), str(out), data_info, [(lab, str(p)) for lab, p in g]) for g in groups if g], add)
 
-    evaluate_fn = evaluate_fn or _default_evaluate
+    evaluate_fn = evaluate_fn or evaluate
     summary = evaluate_fn([f"{label}={path}" for label, path in models], scfg, out / "eval", log=_print_eval)
     per_path: dict[str, ModelEval] = {}
     for key, pm in summary.get("models", {}).items():

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokendrop.dropping.methods import PAPER_METHOD
 from tokendrop.lab.study.common import isnum, pct
 from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.lab.study.findings import findings, paper_comparison, spread
@@ -190,14 +191,14 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
         bsteps = int(M[res.baseline].steps.mean) if res.baseline in M else first.steps
         beta = first.drop.get("beta", 0.995) if first.drop else 0.995
         for r in res.runs.values():
-            if r.drop.get("method") == "cumulative":
+            if r.drop.get("method") == PAPER_METHOD:
                 beta = r.drop["beta"]
                 break
         scale = (f"- **Scale**: each baseline run here saw {first.tokens:.3g} tokens, "
                  f"{first.tokens / paper_tokens:.1e} of the paper's {paper_tokens:.2g}; the model has "
                  f"{first.model['num_layers']} layers of width {first.model['hidden_size']} (BERT-base: 12 x 768).")
         if info.source:
-            imp = next((r.drop.get("importance_init") for r in res.runs.values() if r.drop.get("method") == "cumulative"), None)
+            imp = next((r.drop.get("importance_init") for r in res.runs.values() if r.drop.get("method") == PAPER_METHOD), None)
             lines.append(scale + (f" The importance vector starts from drop.importance_init = {imp!r} (with a source, "
                                   "'auto' = the mean loss of each id over a dense pass of the source) and gets "
                                   f"{bsteps} updates (beta = {beta:g})." if imp else ""))

@@ -41,6 +41,7 @@ from tokendrop.lab.study.tables import table1, table3, table4, table_time_to_qua
 from tokendrop.lab.study.workers import run_parallel
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.report import write_run_report
+from tokendrop.runs.trackers import flat
 from tokendrop.train.trainer import pretrain
 import torch
 
@@ -49,20 +50,10 @@ _IGNORED = {"data.num_workers", "data.prefetch", "train.threads", "train.keep_ch
             "train.ckpt_every", "train.compile", "train.device", "name"}
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
     """Fields (dotted) whose value in the run's saved config differs from ``want``.  Paths (data,
     the source) compare resolved; the source not at all when the weights' sha256 is the same."""
-    a, b = _flat(to_dict(want)), _flat(have)
+    a, b = flat(to_dict(want)), flat(have)
     same_weights = bool(a.get("model.init_sha256")) and a.get("model.init_sha256") == b.get("model.init_sha256")
     out = []
     for k, v in a.items():

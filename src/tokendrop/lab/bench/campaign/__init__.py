@@ -28,6 +28,7 @@ from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json
 from tokendrop.runs.gate import gate
 from tokendrop.config import ConfigError
+from tokendrop.lab.bench.campaign.bench_part import run_bench_part
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, write_part
 from tokendrop.lab.bench.campaign.config import (
     PARTS,
@@ -37,6 +38,10 @@ from tokendrop.lab.bench.campaign.config import (
     QualityPart,
     campaign_config,
 )
+from tokendrop.lab.bench.campaign.env_part import run_env
+from tokendrop.lab.bench.campaign.longctx_part import run_longctx_part
+from tokendrop.lab.bench.campaign.pretrain_part import run_pretrain_part
+from tokendrop.lab.bench.campaign.quality_part import run_quality_part
 import torch
 
 TITLES = {
@@ -51,18 +56,13 @@ TITLES = {
 }
 
 
+RUNNERS = {"env": run_env, "bench": run_bench_part, "bench-compile": run_bench_part, "bench-modern": run_bench_part,
+           "pretrain": run_pretrain_part, "bench-longctx": run_longctx_part, "quality": run_quality_part,
+           "strong": run_quality_part}
+
+
 def _runner(part: str):
-    if part == "env":
-        from tokendrop.lab.bench.campaign.env_part import run_env as fn
-    elif part in ("bench", "bench-compile", "bench-modern"):
-        from tokendrop.lab.bench.campaign.bench_part import run_bench_part as fn
-    elif part == "pretrain":
-        from tokendrop.lab.bench.campaign.pretrain_part import run_pretrain_part as fn
-    elif part == "bench-longctx":
-        from tokendrop.lab.bench.campaign.longctx_part import run_longctx_part as fn
-    else:  # quality, strong
-        from tokendrop.lab.bench.campaign.quality_part import run_quality_part as fn
-    return fn
+    return RUNNERS[part]
 
 
 def _device_name(cfg: CampaignConfig) -> str:
@@ -220,5 +220,5 @@ def _forget_earlier_result(out: Path, name: str, say: Log) -> None:
     say(f"[{name}] replacing its earlier result (started {old.get('started', '?')}; {gone} file(s) removed)")
 
 
-__all__ = ["PARTS", "TITLES", "CampaignConfig", "BenchPart", "PretrainPart", "QualityPart", "PartResult", "Budget",
+__all__ = ["PARTS", "RUNNERS", "TITLES", "CampaignConfig", "BenchPart", "PretrainPart", "QualityPart", "PartResult", "Budget",
            "campaign_config", "run_parts", "claim_output", "IN_PROGRESS"]

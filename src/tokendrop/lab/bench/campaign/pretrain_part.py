@@ -15,6 +15,7 @@ from tokendrop.runs.files import atomic_write_text
 from tokendrop.runs.checkpoint import is_sharded, latest, read_meta
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.config import to_dict
+from tokendrop.dropping.methods import PAPER_METHOD
 from tokendrop.runs.report import compare_runs
 from tokendrop.train.trainer import pretrain
 from tokendrop.lab.bench.run import run_bench
@@ -43,8 +44,7 @@ def run_pretrain_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartRes
     with Scratch("td-campaign-pretrain-") as scratch:
         runs: dict[str, RunSummary] = {}
         took = 0.0
-        for method in ("none", "cumulative"):
-            name = "dense" if method == "none" else "token-drop"
+        for name, method in (("dense", "none"), ("token-drop", PAPER_METHOD)):
             if runs and not budget.allows(took + RESERVE_S):
                 r.skip(f"{name} run ({p.steps} steps; the dense run took {took:.0f}s)", log)
                 continue

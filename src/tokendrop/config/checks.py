@@ -1,0 +1,16 @@
+"""The check of a numeric config field that must be finite and positive, with the one message shape
+of a config error: ``FIELD: expected WHAT, got VALUE``."""
+
+from __future__ import annotations
+
+import math
+
+from tokendrop.errors import ConfigError
+
+
+def check_positive(field: str, value: float, expected: str, *, zero: bool = False) -> None:
+    """Raise ConfigError ``"{field}: expected {expected}, got {value}"`` unless ``value`` is finite and
+    > 0 (>= 0 with ``zero``).  ``expected`` says what the field holds ("a positive, finite learning
+    rate"), in the words its error has always used."""
+    if not (math.isfinite(value) and (value > 0 or zero and value == 0)):
+        raise ConfigError(f"{field}: expected {expected}, got {value}")

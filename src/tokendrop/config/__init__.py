@@ -546,7 +546,15 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """``cfg`` as a TOML-shaped dict (``from_dict`` reads it back).  A [model] section that waits for
+    its ``init`` source keeps only the fields it was given (``ModelConfig.given``): read back, it
+    still takes the others from the source."""
+    d = dataclasses.asdict(cfg)
+    model = cfg if isinstance(cfg, ModelConfig) else getattr(cfg, "model", None)
+    if isinstance(model, ModelConfig) and model.init and not model.resolved:
+        given = {k: v for k, v in (d if model is cfg else d["model"]).items() if k in model.given() or k == "init"}
+        return given if model is cfg else {**d, "model": given}
+    return d
 
 
 def to_toml(cfg: Any) -> str:

@@ -1,7 +1,9 @@
 """How config layers combine: a preset over the preset it ``extends``, the command line's
 ``--set`` overrides over the preset.  A later layer's value replaces an earlier one's, key by key
 (``deep_merge``), except for settings spelled by several fields, where a choice made in a later
-layer replaces the other fields of an earlier one (``merge_layer``)."""
+layer replaces the other fields of an earlier one (``merge_layer``).  A key counts because the layer
+holds it, whatever its value (its field's default too), never by comparison with a default; the
+[model] section's keys over its ``model.preset`` follow the same rule (``ModelConfig.given``)."""
 
 from __future__ import annotations
 

@@ -56,6 +56,10 @@ ATTENTION_BACKENDS = ("auto", "sdpa", "flex")  # how attention runs (tokendrop.m
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 # the rotary bases a ModelConfig leaving them at 0 gets (answerdotai/ModernBERT's, and transformers')
 ROPE_THETAS = {"global_rope_theta": 160000.0, "local_rope_theta": 10000.0}
+# the [model] fields whose default means "not set" (the preset's / ModernBERT's, with ``init`` the
+# source's, sep_token_id the data's): given that value, a field still counts as not given
+UNSET = {"hidden_size": 0, "num_layers": 0, "num_heads": 0, "intermediate_size": 0,
+         "global_rope_theta": 0.0, "local_rope_theta": 0.0, "sep_token_id": -1}
 
 
 @dataclass
@@ -65,10 +69,11 @@ class ModelConfig:
 
     The shape (num_layers, hidden_size, num_heads, intermediate_size) and everything else a preset
     names (a modern-* preset also sets family, max_position_embeddings, layer_norm_eps, dropout): a
-    field given explicitly (different from its default) always wins; a field left at its default
+    field given (:meth:`given`) always wins, whatever its value -- its default too; a field not given
     comes from ``preset`` (bert-base without one), and intermediate_size from 4 * hidden_size.  One
     rule, on every path (``ModelConfig(...)``, TOML, ``--set``): ``ModelConfig(preset="bert-base",
-    num_layers=6)`` has 6 layers.
+    num_layers=6)`` has 6 layers, ``ModelConfig(preset="modern-tiny", local_attention=128)`` a
+    128-token window (the field's default; the preset's is 64).
     """
 
     preset: str = ""
@@ -124,6 +129,20 @@ class ModelConfig:
     # ModernBertForSequenceClassification; BERT classifies from its pooler ("cls" only)
     classifier_pooling: str = "cls"
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "ModelConfig":
+        self = super().__new__(cls)
+        # the fields the caller gave: a TOML [model] table's keys (the layers merged), --set keys,
+        # keyword arguments.  ``copy`` and ``pickle`` keep the original's, ``dataclasses.replace`` gives
+        # every field, ``to_dict`` of a section waiting for its source only those given
+        self._given = frozenset(kwargs) | {f.name for f in dataclasses.fields(cls)[:len(args)]}
+        return self
+
+    def given(self) -> dict[str, Any]:
+        """The fields given to the constructor, at their values now: what wins over ``preset`` and,
+        with ``init``, over the source, whatever the value (the field's default too).  A field given
+        its "not set" value (:data:`UNSET`: 0 for a shape field) counts as not given."""
+        return {k: getattr(self, k) for k in sorted(self._given) if not (k in UNSET and getattr(self, k) == UNSET[k])}
+
     def __post_init__(self) -> None:
         """Resolve the shape: explicit field > ``preset`` > bert-base; then ``preset`` is cleared
         (the numbers are the truth from here on, e.g. in a run's config.toml).  With ``init`` nothing
@@ -134,9 +153,9 @@ class ModelConfig:
             raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")
         if self.init:  # the shape comes from the source when the command resolves it (resolve_model_init)
             return
-        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.default is not dataclasses.MISSING}
+        given = self.given()
         for k, v in MODEL_PRESETS[name].items():
-            if getattr(self, k) == defaults[k]:
+            if k not in given:
                 setattr(self, k, v)
         if not self.intermediate_size:
             self.intermediate_size = 4 * self.hidden_size

@@ -12,29 +12,33 @@ Selection works on (B, T) position scores (``m[input_id]``, pinned ids at +/-1e4
 kept positions in ascending order; random draws come from a ``uniform(shape)`` the selector passes
 in (its seeded generator, on the batch's device).  Nothing here waits on the host.
 
-``tokendrop.config`` assembles the sections into a ``Config`` and loads them from TOML."""
+``tokendrop.config`` assembles the sections into a ``Config`` and loads them from TOML.  It reads the
+registry's facts to validate ``[drop]``, so this module imports torch only inside the behaviour
+(``import torch`` in each method that computes): parsing and validating a config loads no torch
+(``tests/unit/config/test_config_imports.py``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, ClassVar
 
 from tokendrop.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 PIN_HIGH = 1e4  # the score of an id that is always kept ([CLS], [SEP], [MASK], drop.pinned_tokens)
 PIN_LOW = -1e4  # the score of [PAD]: dropped first
 
-Uniform = Callable[[tuple[int, ...]], Tensor]  # shape -> U[0, 1) draws from the selector's generator
+Uniform = Callable[[tuple[int, ...]], "Tensor"]  # shape -> U[0, 1) draws from the selector's generator
 
 
 def stable_topk_positions(scores: Tensor, m: int) -> Tensor:
     """(B, T) scores -> (B, M) positions of the M highest scores, ties to the earlier position,
     returned in ascending position order."""
+    import torch
     order = torch.sort(scores, dim=1, descending=True, stable=True).indices  # (B, T) rank -> position
     return order[:, :m].sort(dim=1).values
 
@@ -62,6 +66,7 @@ class SelectionMethod:
 
     def initial_scores(self, drop: DropConfig, vocab_size: int, counts: Tensor | None) -> Tensor:
         """The importance vector m (V,) fp32 before any update (pins are the selector's)."""
+        import torch
         return torch.full((vocab_size,), float(drop.init_score), dtype=torch.float32)
 
     def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
@@ -93,6 +98,7 @@ class HalfRandom(SelectionMethod):
         return int(drop.half_random_frac * seq_len)
 
     def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
+        import torch
         m, j = kept, self.random_slots(drop, scores.shape[1])
         if j == 0:
             return stable_topk_positions(scores, m)
@@ -114,6 +120,7 @@ class UniformRandom(SelectionMethod):
     reads_scores = False
 
     def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
+        import torch
         u = uniform(tuple(scores.shape))
         s = torch.where(scores >= PIN_HIGH, 2.0, torch.where(scores <= PIN_LOW, -1.0, u))
         return stable_topk_positions(s, kept)
@@ -123,6 +130,7 @@ class Frequency(SelectionMethod):
     """``frequency`` (static): m_i = -log(1 + count_i) over the corpus counts, so rarer ids are kept first."""
 
     def initial_scores(self, drop: DropConfig, vocab_size: int, counts: Tensor | None) -> Tensor:
+        import torch
         if counts is None:
             raise ConfigError(f"drop.method: {self.name!r} needs token counts (drop.counts_path or the prepared "
                               "data's counts)")
@@ -144,6 +152,7 @@ class PerLayerRandom(SelectionMethod):
 
     def select_layers(self, shape: tuple[int, int], pad_mask: Tensor | None, kept: int, num_layers: int,
                       uniform: Uniform) -> Tensor:
+        import torch
         u = uniform((num_layers, *shape))
         if pad_mask is not None:
             u = u + pad_mask.to(u.dtype).unsqueeze(0)  # [PAD] ranks after every real token

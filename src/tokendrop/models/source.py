@@ -266,12 +266,10 @@ def resolve_model_init(model: ModelConfig, src: InitSource) -> ModelConfig:
     """A parsed ``[model]`` section with ``init`` (its shape pending, or already resolved) and the
     source resolved from it -> the resolved section (a new object; ``model`` is not changed).
 
-    The given keys are the fields that differ from their defaults (the rule ``ModelConfig`` applies
-    to presets), plus ``preset``; :func:`model_section_from_init` checks them against the source."""
-    defaults = ModelConfig(init=model.init)
-    given = {f.name: getattr(model, f.name) for f in dataclasses.fields(ModelConfig)
-             if getattr(model, f.name) != getattr(defaults, f.name) or f.name == "init"}
-    return from_dict(ModelConfig, model_section_from_init(given, src))
+    The given keys are the fields the section was given (``ModelConfig.given``: the rule it applies
+    to presets; a value equal to the field's default counts), plus ``init``;
+    :func:`model_section_from_init` checks them against the source."""
+    return from_dict(ModelConfig, model_section_from_init({**model.given(), "init": model.init}, src))
 
 
 # ----------------------------------------------------------------------------------------------

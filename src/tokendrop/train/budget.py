@@ -51,9 +51,6 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
-import torch
-import torch.distributed as dist
-
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _FORM = 'a duration such as "90s", "20m", "6h" or "1h30m" (hours h, minutes m, seconds s, in that order)'
 
@@ -104,6 +101,9 @@ class RunLength:
         """Rank 0's ``used`` on every rank (a time-budgeted run under DDP); else ``used`` as it is."""
         if not self.timed or world <= 1:
             return used
+        import torch  # here, not at the top: tokendrop.config reads this module and parses without torch
+        import torch.distributed as dist
+
         device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         t = torch.tensor([used], dtype=torch.float64, device=device)
         dist.broadcast(t, src=0)

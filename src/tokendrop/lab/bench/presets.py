@@ -153,10 +153,12 @@ class BenchConfig:
 
     def model_config(self) -> "ModelConfig":
         """The model preset with the shape overrides applied (dropout etc. as in pretraining)."""
-        mc = ModelConfig(preset=self.model, vocab_size=self.vocab_size, num_layers=self.num_layers,
+        longest = max(self.seq_lens or [0])
+        # more positions than BERT's 512 when a length needs them, else the preset's (a field given wins over it)
+        positions = {"max_position_embeddings": longest} if longest > 512 else {}
+        mc = ModelConfig(preset=self.model, vocab_size=self.vocab_size, num_layers=self.num_layers,  # shape 0 = the preset's
                          hidden_size=self.hidden_size, num_heads=self.num_heads, intermediate_size=self.intermediate_size,
-                         max_position_embeddings=max(512, max(self.seq_lens or [0])),  # 0 = the preset's (config.py's rule)
-                         document_attention=self.document_attention, attention_backend=self.attention_backend)
+                         document_attention=self.document_attention, attention_backend=self.attention_backend, **positions)
         if self.attention_dropout >= 0:
             mc.attention_dropout = self.attention_dropout
         if mc.uses_document_attention:

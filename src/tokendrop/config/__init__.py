@@ -14,6 +14,7 @@ Errors are ``ConfigError`` with a one-line message naming the field.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -492,6 +493,20 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported type {tp}")
 
 
+def _factory_table(f: dataclasses.Field, tp: type) -> dict[str, Any]:
+    """The fields a dataclass field's ``default_factory`` sets differently from ``tp()``, as a TOML
+    table (a nested dataclass whole); {} for a plain ``default_factory=tp``."""
+    if f.default_factory is dataclasses.MISSING or f.default_factory is tp:
+        return {}
+    made, plain = f.default_factory(), tp()
+    out: dict[str, Any] = {}
+    for g in dataclasses.fields(tp):
+        v = getattr(made, g.name)
+        if v != getattr(plain, g.name):
+            out[g.name] = dataclasses.asdict(v) if dataclasses.is_dataclass(v) else copy.deepcopy(v)
+    return out
+
+
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -506,7 +521,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: expected a [{where}] table, got {value!r}")
-            kwargs[key] = _build(tp, value, f"{where}.")
+            # a table layers over what its field's default_factory sets (a suite's [glue] over
+            # _glue_base), as a preset layers over the one it extends
+            kwargs[key] = _build(tp, deep_merge(_factory_table(fields[key], tp), value), f"{where}.")
         else:
             kwargs[key] = _coerce(value, tp, where)
     return cls(**kwargs)

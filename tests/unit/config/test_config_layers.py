@@ -148,3 +148,33 @@ def test_a_section_waiting_for_its_source_round_trips_with_what_it_was_given(tmp
         assert resolve_model_init(again.model, src) == resolve_model_init(cfg.model, src)
     resolved = resolve_model_init(cfg.model, src)
     assert to_dict(resolved) == dataclasses.asdict(resolved)  # resolved: every field
+
+
+@dataclasses.dataclass
+class _Inner:
+    a: int = 1
+    b: int = 2
+
+
+@dataclasses.dataclass
+class _Outer:
+    plain: _Inner = dataclasses.field(default_factory=_Inner)
+    tuned: _Inner = dataclasses.field(default_factory=lambda: _Inner(b=20))
+
+
+def test_a_table_layers_over_its_fields_default_factory():
+    """A [section] table given for a field whose default_factory tunes it (a suite's [glue] over
+    ``_glue_base``) keeps what the factory set for the keys the table leaves out."""
+    o = from_dict(_Outer, {"tuned": {"a": 5}, "plain": {"a": 7}})
+    assert o.tuned == _Inner(a=5, b=20) and o.plain == _Inner(a=7, b=2)
+    assert from_dict(_Outer, {"tuned": {"b": 2}}).tuned == _Inner(a=1, b=2)  # the default value, given, counts
+    assert from_dict(_Outer, {}, ["tuned.a=3"]).tuned == _Inner(a=3, b=20)
+
+    from tokendrop.finetune.suite import SuiteConfig
+
+    s = from_dict(SuiteConfig, {"glue_data": "glue", "squad_data": "squad", "glue": {"batch_size": 16}})
+    assert (s.glue.batch_size, s.glue.log_every, s.glue.max_seq_len) == (16, 0, 128)
+    from tokendrop.lab.bench.campaign.config import campaign_config
+
+    lc = campaign_config("gpu", ["longctx.bert.num_layers=4"]).longctx
+    assert (lc.bert.model, lc.bert.num_layers, lc.bert.vocab_size, lc.device) == ("bert-base", 4, 30522, "cuda")

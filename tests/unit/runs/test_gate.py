@@ -22,8 +22,11 @@ def _start(name: str, spec: str | None) -> subprocess.Popen:
     env.pop(gate_mod.ENV, None)
     if spec is not None:
         env[gate_mod.ENV] = spec
+    # SIGINT back to its default in the child: a test run started in the background of a shell
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     return subprocess.Popen([sys.executable, "-c", CODE, name], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(p: subprocess.Popen, f: Path) -> None:

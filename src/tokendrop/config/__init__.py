@@ -192,7 +192,7 @@ class TrainConfig:
     deterministic: bool = False
     log_every: int = 10
     eval_every: int = 200
-    eval_batches: int = 20
+    eval_batches: int = 20  # batches of batch_size held-out sequences (per rank) an evaluation reads; 0 = all
     ckpt_every: int = 500
     keep_checkpoints: int = 2
     threads: int = 0  # torch CPU threads; 0 -> torch default

@@ -186,6 +186,9 @@ class _Trainer:
         if per_rank % self.micro_bs:
             raise ConfigError(f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch {per_rank}")
         self.accum = per_rank // self.micro_bs
+        # an evaluation reads train.eval_batches per-rank batches of train.batch_size sequences, in
+        # micro-batches: the same held-out sequences whatever the micro-batch (a batch warm-up's too)
+        self.eval_micro = tc.eval_batches * self.accum
         if self.resume and cfg.data.path and not os.path.isdir(cfg.data.path):
             where = (f"is relative and not found from {os.getcwd()}; resume from the directory the run was started "
                      "in, or" if not os.path.isabs(cfg.data.path) else "is not there any more; if the data moved,")
@@ -211,7 +214,7 @@ class _Trainer:
         if self.data.num_sequences("eval") == 0:
             return
         for i, mb in enumerate(self.eval_batches()):
-            if self.tc.eval_batches and i >= self.tc.eval_batches:
+            if self.eval_micro and i >= self.eval_micro:
                 break
             if float(mb["mlm_weights"].sum()) > 0:
                 return
@@ -392,7 +395,7 @@ class _Trainer:
             for ev in self.init_events:
                 self.log.write({"step": 0, **ev})
         if self.evaluates and self.start_step == 0 and self.has_eval:
-            ev0 = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, tc.eval_batches)
+            ev0 = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.eval_micro)
             self.log.write({"step": 0, "wall_time": 0.0, **ev0, **self.entropy_rec})  # MetricsLog: rank 0 only
             self.console.say(f"step 0 (before training): eval loss {ev0['eval_loss']:.4f}"
                              + (f"; {unigram_note(ev0['eval_loss'], self.entropy)}" if self.entropy else ""))
@@ -552,7 +555,7 @@ class _Trainer:
 
     def evaluate(self) -> None:
         t0 = time.perf_counter()
-        self.last_eval = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.tc.eval_batches)
+        self.last_eval = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.eval_micro)
         rec = {"step": self.step, "wall_time": self.wall, "flops": self.run_flops.total, **self.last_eval,
                **self.entropy_rec}
         self.log.write(rec)

@@ -253,7 +253,7 @@ def _sha256(p: Path) -> str:
 
 def test_study_continue_preset_plans_continued_runs(tmp_path):
     study = load_study("study-continue")
-    assert study.source == "minilm" and study.base == "continue" and len(study.seeds) == 2
+    assert study.source == "minilm" and study.base == "continue-plain" and len(study.seeds) == 2
     # the paper's study's methods: baseline, baseline at 75% of the steps, token drop (+ stage 2), >= 2 other selections
     assert {"baseline", "baseline-75", "token-drop", "token-drop-stage2"} <= set(study.methods)
     assert len({ARMS[m].overrides[0] for m in study.methods if ARMS[m].group == "selection"}) >= 2

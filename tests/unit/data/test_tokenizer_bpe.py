@@ -40,7 +40,7 @@ PAD_ROWS = 3  # the models' embeddings are this many rows larger than the tokeni
 TEXTS = ["hello world", " leading space", "trailing space ", "tabs\tand  double  spaces\n\nand newlines\r\n",
          "Café naïve Zürich — 東京 😀 déjà", "cafe\u0301 vs café", "a [MASK] b [SEP] c", "[CLS]x[PAD]", "", "   ",
          "|||IP_ADDRESS||| and    four spaces", "<|endoftext|>x", "UPPER lower MiXeD 123 4.5 !?", "\u200b\ufeff\x07"]
-SMALL = ["train.batch_size=4", "train.eval_batches=1", "train.eval_every=2", "train.log_every=1", "train.ckpt_every=2",
+SMALL = ["train.batch_size=4", "train.batch_warmup_start=2", "train.eval_batches=1", "train.eval_every=2", "train.log_every=1", "train.ckpt_every=2",
          "train.warmup_steps=0", "train.device=cpu", "train.precision=fp32", "data.num_workers=0",
          "train.head_warmup_steps=0", "drop.importance_init_batches=1"]
 

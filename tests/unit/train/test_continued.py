@@ -14,7 +14,7 @@ from tokendrop.config import ConfigError, load_config
 from tokendrop.models.source import resolve_init_source, resolve_model_init
 from tokendrop.train.trainer import pretrain, read_metrics
 
-SMALL = ["train.batch_size=8", "train.eval_batches=2", "train.eval_every=2", "train.log_every=1", "train.ckpt_every=2",
+SMALL = ["train.batch_size=8", "train.batch_warmup_start=4", "train.eval_batches=2", "train.eval_every=2", "train.log_every=1", "train.ckpt_every=2",
          "train.warmup_steps=1", "train.device=cpu", "train.precision=fp32", "data.num_workers=0"]
 
 

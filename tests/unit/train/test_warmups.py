@@ -254,3 +254,22 @@ def test_process_clock_budget_stops_within_one_step(tiny_data, tmp_path, monkeyp
     rows = _rows(tmp_path / "r")
     for r in rows:  # the length follows the budget fraction used before the step
         assert r["seq_len"] == seq_len_at((r["step"] - 1) / 5.5, 16, 0.5, 64)
+
+
+def test_an_evaluation_reads_the_same_sequences_with_a_batch_warm_up(tiny_data, tmp_path):
+    """train.eval_batches counts batches of train.batch_size: a batch warm-up's smaller micro-batches
+    (or a micro_batch_size) do not shrink the held-out set an arm is scored on."""
+    import json
+
+    from tokendrop.config import load_config
+    from tokendrop.train.trainer import pretrain
+
+    slots = {}
+    for name, extra in (("plain", []), ("warm", ["train.batch_warmup_start=4", "train.batch_warmup_share=0.5"]),
+                        ("micro", ["train.micro_batch_size=2"])):
+        cfg = load_config("tiny", [f"data.path={json.dumps(str(tiny_data))}", "train.steps=2", "train.batch_size=8",
+                                   "train.eval_batches=2", "train.eval_every=2", "train.device='cpu'", *extra])
+        pretrain(cfg, tmp_path / name, progress=False)
+        recs = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        slots[name] = [(r["eval_slots"], round(r["eval_loss"], 6)) for r in recs if "eval_loss" in r][0]
+    assert slots["plain"] == slots["warm"] == slots["micro"], slots

@@ -10,7 +10,8 @@ import pytest
 
 from tokendrop.config import load_config
 
-CPU = ["train.device=cpu", "train.precision=fp32", "train.compile=false", "train.batch_size=4", "train.steps=2",
+CPU = ["train.device=cpu", "train.precision=fp32", "train.compile=false", "train.batch_size=4",
+       "train.batch_warmup_start=2", "train.steps=2",
        "train.warmup_steps=0", "train.log_every=1", "train.eval_every=1", "train.eval_batches=1", "train.ckpt_every=2",
        "train.head_warmup_steps=0", "data.num_workers=0", "data.seq_len=64", "drop.importance_init_batches=1"]
 
@@ -21,8 +22,11 @@ def test_presets_load_and_validate():
         assert (cfg.drop.method, cfg.drop.variant, cfg.drop.rate) == ("cumulative", "drop", 0.5)
         assert (cfg.train.batch_size, cfg.train.precision, cfg.train.compile, cfg.train.device) == (256, "auto", True, "auto")
         assert cfg.train.steps > cfg.train.warmup_steps > 0 and cfg.train.ckpt_every <= cfg.train.steps
-    assert (bert.data.seq_len, bert.data.mask_prob) == (512, 0.15)
-    assert (modern.data.seq_len, modern.data.mask_prob) == (1024, 0.3)
+    for cfg in (bert, modern):  # the strong dense recipe beneath the dropping (docs/results.md)
+        assert (cfg.data.mask_prob, cfg.data.mask_schedule) == ([0.3, 0.15], "linear")
+        assert (cfg.train.lr_schedule, cfg.train.decay_share, cfg.train.decay_shape) == ("wsd", 0.2, "1-sqrt")
+        assert (cfg.train.batch_warmup_start, cfg.train.batch_warmup_share) == (128, 0.25)
+    assert (bert.data.seq_len, modern.data.seq_len) == (512, 1024)
     assert (modern.model.document_attention, modern.model.attention_backend) == ("auto", "auto")
 
 
@@ -67,4 +71,4 @@ def test_modern_continue_gpu_runs_on_cpu_from_a_modernbert_checkpoint(tmp_path):
             workers=1, progress=False)
     _pretrain("modern-continue-gpu", hf, data, tmp_path / "run")
     cfg = load_config(tmp_path / "run" / "config.toml")
-    assert cfg.model.family == "modernbert" and cfg.data.mask_prob == 0.3 and cfg.model.uses_document_attention
+    assert cfg.model.family == "modernbert" and cfg.data.mask_prob == [0.3, 0.15] and cfg.model.uses_document_attention

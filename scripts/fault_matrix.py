@@ -1103,8 +1103,8 @@ def cases() -> list[Case]:
              and "warning" not in o.stdout.replace(str(c), "CASE").lower() else "the warning is not on stderr (only)"))
 
     # ---- bad --init sources -----------------------------------------------------------------------
-    # the `continue` preset has no model shape (it comes from the source); the tiny run settings on top
-    init = lambda src, data="{B}/data": ["pretrain", "--config", "continue", "--out", "{C}/r", "--set",  # noqa: E731
+    # the `continue-plain` preset has no model shape (it comes from the source); the tiny run settings on top
+    init = lambda src, data="{B}/data": ["pretrain", "--config", "continue-plain", "--out", "{C}/r", "--set",  # noqa: E731
                                          f'data.path="{data}"', *PT, "--init", src]
     add(Case("init-dir-without-config-json", "--init", init("{C}/hf"), "refused naming config.json; no run dir",
              needs=("hf",), setup=lambda c: (c / "hf" / "config.json").unlink(), absent=("r",), watch=("hf",),

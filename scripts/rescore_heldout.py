@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 
 from tokendrop.config import load_config
-from tokendrop.data.loader import MLMLoader
 from tokendrop.data.prepared import PreparedData
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.models.source import load_pretrained
 from tokendrop.runs.files import atomic_write_json
 from tokendrop.train.step import evaluate_mlm
+from tokendrop.train.trainer import heldout_batches
 
 
 def rescore(run: Path) -> dict:
@@ -35,9 +35,7 @@ def rescore(run: Path) -> dict:
     model, _ = load_pretrained(run, BertForMaskedLM)
     data = PreparedData.open(cfg.data.path)
     tc = cfg.train
-    batches = MLMLoader(data, split="eval", batch_size=tc.batch_size, seed=tc.seed, mask_prob=cfg.data.mask_prob_end,
-                        num_workers=0, shuffle=False, loop=False)
-    ev = evaluate_mlm(model, batches, torch.device("cpu"), None, tc.eval_batches)
+    ev = evaluate_mlm(model, heldout_batches(data, cfg, tc.batch_size), torch.device("cpu"), None, tc.eval_batches)
     logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"eval_loss"' in x]
     return {"run": run.name, "eval_loss": ev["eval_loss"], "eval_slots": ev["eval_slots"],
             "logged_eval_loss": logged[-1]["eval_loss"], "logged_eval_slots": logged[-1]["eval_slots"]}

@@ -60,6 +60,14 @@ from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, stage2_star
 from tokendrop.train.warmups import StepPlan, default_micro_batch
 
 
+def heldout_batches(data, cfg: Config, batch_size: int) -> MLMLoader:
+    """The held-out batches a run is evaluated on: the eval split in order, masked at the run's final
+    masking rate with its seed (the first ``train.eval_batches x train.batch_size`` sequences per rank
+    are what an evaluation reads)."""
+    return MLMLoader(data, split="eval", batch_size=batch_size, seed=cfg.train.seed,
+                     mask_prob=cfg.data.mask_prob_end, num_workers=0, shuffle=False, loop=False)
+
+
 @dataclass
 class PretrainResult:
     run_dir: Path
@@ -338,8 +346,7 @@ class _Trainer:
         self.run_flops = RunFlops(cfg.model, cfg.drop, self.meta_in.get("flops", 0) if self.meta_in else 0)
 
     def eval_batches(self):
-        return MLMLoader(self.data, split="eval", batch_size=self.micro_bs, seed=self.tc.seed,
-                         mask_prob=self.cfg.data.mask_prob_end, num_workers=0, shuffle=False, loop=False)
+        return heldout_batches(self.data, self.cfg, self.micro_bs)
 
     # -- resume ----------------------------------------------------------------------------------------
     def restore(self) -> None:

@@ -634,5 +634,5 @@ def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[
                           tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
 
 
-__all__ = ["pretrain", "PretrainResult", "MLMStep", "TrainingError", "stage2_start", "evaluate_mlm", "read_metrics",
+__all__ = ["pretrain", "heldout_batches", "PretrainResult", "MLMStep", "TrainingError", "stage2_start", "evaluate_mlm", "read_metrics",
            "load_run_config", "check_resume_compatible"]

@@ -325,6 +325,18 @@ class MaskCache:
         self.band = BAND_BLOCK if band is None else band
         self._cache: dict[tuple, tuple] = {}
 
+    def documents(self, doc: Tensor | None) -> Tensor | None:
+        """The document ids (B, T) a forward's rows carry, or None when they would mask nothing:
+        every row one document without padding (long documents, one per row), where the all-True
+        document mask would only cost its construction and a masked kernel (at T = 8,192 a 256 MiB
+        bias per distinct (query rows, key rows) pair; the dropping span has three such pairs).
+        Decided once per forward (one host read, the same count with and without dropping); not
+        with FlexAttention (it skips full blocks by itself) nor under ``torch.compile`` (data-
+        dependent)."""
+        if doc is None or self.flex or torch.compiler.is_compiling():
+            return doc
+        return None if bool((doc == doc[:, :1]).all()) else doc
+
     def __call__(self, q, k, window: int | None = None):
         key = (id(q), id(k), window)
         if key not in self._cache:  # the Rows are kept alive with their mask, so ids stay unique

@@ -117,7 +117,7 @@ class Encoder(nn.Module):
         # doc_ids: (B, T) per-document attention (document_ids) or None
         masks = MaskCache(x.dtype, flex=use_flex(self.cfg.attention_backend, x.device,
                                                  self.cfg.attention_dropout if self.training else 0.0))
-        return run_layers(self.layers, x, Rows(attention_mask, doc_ids), span, keep_idx,
+        return run_layers(self.layers, x, Rows(attention_mask, masks.documents(doc_ids)), span, keep_idx,
                           lambda layer, h, kv, q, k: layer(h, kv_in=kv, attn_bias=masks(q, k)))
 
 

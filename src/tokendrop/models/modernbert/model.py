@@ -205,7 +205,7 @@ class ModernBertModel(nn.Module):
             bias = masks(q, k, self.half_window if local else None)
             return layer(h, kv, rope(q, local), rope(k, local), bias)
 
-        rows = Rows(attention_mask, doc_ids, pos, at)
+        rows = Rows(attention_mask, masks.documents(doc_ids), pos, at)
         x = run_layers(self.layers, x, rows, self.span if active else None, keep_idx if active else None, call)
         return self.final_norm(x)
 

@@ -1425,8 +1425,16 @@ def load_line(start: list[float] | None) -> str:
     return f"load average (1/5/15 min) {fmt(start)} at the start, {fmt(end)} at the end"
 
 
+def other_run_line(path: Path) -> str:
+    """One line summarising another run of the matrix from its JSON records (``--also``)."""
+    d = json.loads(path.read_text())
+    failing = [r["case"] for r in d["results"] if not r["passed"]]
+    return (f"* `{d['command']}` on {d['machine']}; {d['load']}; {d['seconds']:.0f} s: **{d['passed']} of "
+            f"{d['cases']} pass**" + (f" (failing: {', '.join(failing)})" if failing else "") + f" -- records: `{path.name}`")
+
+
 def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, only: str | None,
-                   load: str = "") -> None:
+                   load: str = "", also: tuple[Path, ...] = ()) -> None:
     n, ok = len(recs), sum(r["passed"] for r in recs)
     rows = ["| # | category | case | command | exit (expected) | first line of stderr | traceback | disk | result |",
             "|---:|---|---|---|---|---|---|---|---|"]
@@ -1463,6 +1471,7 @@ def write_markdown(path: Path, recs: list[dict], command: str, seconds: float, o
         "",
         f"**{n} cases: {ok} pass, {n - ok} fail.**",
         "",
+        *(["The same matrix, run again on another machine state:", "", *map(other_run_line, also), ""] if also else []),
         *rows,
         "",
     ]
@@ -1483,7 +1492,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", help="work directory (default: a temp dir, removed at the end)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--also", action="append", default=[], type=Path,
+                    help="another run's JSON records (e.g. on a loaded machine), summarised in the report")
+    ap.add_argument("--render", type=Path,
+                    help="run nothing: write the Markdown report (--md) from this run's JSON records")
     a = ap.parse_args(argv)
+    if a.render:
+        d = json.loads(a.render.read_text())
+        write_markdown(Path(a.md), d["results"], d["command"], d["seconds"], None, d["load"], tuple(a.also))
+        return 0
     if a.jobs < 1:
         ap.error("--jobs must be >= 1")
     all_cases = cases()
@@ -1523,7 +1540,7 @@ def main(argv: list[str] | None = None) -> int:
             f" --only {shlex.quote(a.only)}" if a.only else "")
         load = load_line(load0)
         if a.md:
-            write_markdown(Path(a.md), ordered, cmd, seconds, a.only, load)
+            write_markdown(Path(a.md), ordered, cmd, seconds, a.only, load, tuple(a.also))
         if a.json:
             Path(a.json).parent.mkdir(parents=True, exist_ok=True)
             Path(a.json).write_text(json.dumps({"command": cmd, "machine": machine_line(), "load": load,

@@ -174,16 +174,26 @@ def _batch(*ts: Tensor | None) -> int:
 
 @dataclass
 class Band:
-    """A window and/or document mask computed block by block.  Query block j (rows ``[jC, (j+1)C)``,
-    C = ``block``) attends the key rows ``slot[:, j]`` (B, nb, L): the contiguous run of key rows its
-    window (``at`` within ``window``) and its documents (from the first row's to the last row's) can
-    reach, L the longest run any block needs; ``bias`` (B * nb, 1, C, L) masks the slots outside the
-    window, document, validity or run."""
+    """A window and/or document mask computed block by block.  Query block j attends the key rows
+    ``slot[:, j]`` (B, nb, L): the contiguous run of key rows its window (``at`` within ``window``)
+    and its documents (from the first query row's to the last one's) can reach, L the longest run any
+    block needs; ``bias`` (B * nb, 1, C, L) masks the slots outside the window, document, validity or
+    run.  The query blocks are either C = ``block`` consecutive query rows (``rows`` None: block j is
+    rows ``[jC, (j+1)C)``), or, when the query rows are sparser than the key rows under a window
+    (kept rows over all rows: the first half layer; pooled rows), the query rows whose ``at`` lies in
+    ``[j * block, (j+1) * block)``, padded to C, the most any block holds (``rows`` (B, nb, C) the
+    query row of each slot, ``back`` (B, n) each query row's slot): blocks of a fixed number of kept
+    rows would span as many positions as the sparsest stretch of the selection, and every block's
+    run would be as long as that one's (1,039 key slots instead of ~385 for 128 kept rows at
+    T = 4,096 with an importance-based selection); blocks of fixed positions bound the run by
+    ``block + 2 * window + 1``."""
 
     slot: Tensor  # (B, nb, L) key row per slot
     bias: Tensor  # (B * nb, 1, C, L) additive
-    block: int
+    block: int  # C: query slots per block
     live: Tensor | None = None  # (B, 1, n, 1): query rows with an allowed key (None: all; else the rest give 0)
+    rows: Tensor | None = None  # (B, nb, C) query row per query slot (None: consecutive rows)
+    back: Tensor | None = None  # (B, n) each query row's slot among the nb * C
 
     @classmethod
     def build(cls, q, k, window: int | None, dtype: torch.dtype, block: int = 0) -> "Band | None":
@@ -198,29 +208,57 @@ class Band:
         if n <= block:
             return None
         b = _batch(q.at, k.at, q.doc, k.doc, k.valid)
-        nb = math.ceil(n / block)
+        device = (q.at if window is not None else q.doc).device
+        qa = _batched(q.at, b).contiguous() if window is not None else None  # (B, n)
+        rows = back = filled = None
+        if window is not None and n < N:  # sparser queries than keys: blocks of fixed positions
+            nb = math.ceil((int(qa[:, -1].max()) + 1) / block)
+            edges = (torch.arange(nb + 1, device=device) * block).expand(b, -1).contiguous()
+            starts = torch.searchsorted(qa, edges)  # (B, nb + 1) first query row at or after each edge
+            counts = starts[:, 1:] - starts[:, :-1]  # (B, nb) query rows per block
+            c = max(int(counts.max()), 1)
+            offset = torch.arange(c, device=device)
+            filled = offset < counts[:, :, None]  # (B, nb, C) slots holding a query row
+            rows = (starts[:, :-1, None] + offset).clamp(max=n - 1)  # (B, nb, C)
+            home = qa // block  # (B, n) each query row's block
+            back = home * c + torch.arange(n, device=device) - torch.gather(starts, 1, home)
+            first, last = starts[:, :-1].clamp(max=n - 1), (starts[:, 1:] - 1).clamp(min=0)  # (B, nb) rows
+        else:
+            c, nb = block, math.ceil(n / block)
+            first = torch.arange(nb, device=device).expand(b, -1) * block
+            last = (first + block - 1).clamp(max=n - 1)
 
-        def blocks(t: Tensor) -> Tensor:  # (B or 1, n) -> (B, nb, C); the last block padded with its last row
+        def blocks(t: Tensor) -> Tensor:  # (B or 1, n) -> (B, nb, C); padding slots repeat a real row
             t = _batched(t, b)
-            if nb * block > n:  # (the padded rows are sliced off the output)
-                t = torch.cat([t, t[:, -1:].expand(b, nb * block - n)], 1)
-            return t.reshape(b, nb, block)
+            if rows is not None:
+                return torch.gather(t, 1, rows.view(b, nb * c)).view(b, nb, c)
+            if nb * c > n:  # (the padded rows are sliced off the output)
+                t = torch.cat([t, t[:, -1:].expand(b, nb * c - n)], 1)
+            return t.reshape(b, nb, c)
 
-        lo = torch.zeros(b, nb, dtype=torch.long, device=(q.at if window is not None else q.doc).device)
+        def ends(t: Tensor) -> tuple[Tensor, Tensor]:  # (B or 1, n) -> the first and last query row's value (B, nb)
+            t = _batched(t, b)
+            return torch.gather(t, 1, first), torch.gather(t, 1, last)
+
+        lo = torch.zeros(b, nb, dtype=torch.long, device=device)
         hi = torch.full_like(lo, N)
         if window is not None:
-            qa, ka = blocks(q.at), _batched(k.at, b).contiguous()
-            lo = torch.searchsorted(ka, (qa[:, :, 0] - window).contiguous())  # (B, nb)
-            hi = torch.searchsorted(ka, (qa[:, :, -1] + window).contiguous(), right=True)
+            ka = _batched(k.at, b).contiguous()
+            a0, a1 = ends(qa)
+            lo = torch.searchsorted(ka, (a0 - window).contiguous())  # (B, nb)
+            hi = torch.searchsorted(ka, (a1 + window).contiguous(), right=True)
         if documents:  # padding (-1) as a last document, so the ids ascend along every row
-            qd, kd = blocks(q.doc.masked_fill(q.doc < 0, N)), _batched(k.doc.masked_fill(k.doc < 0, N), b).contiguous()
-            lo = torch.maximum(lo, torch.searchsorted(kd, qd[:, :, 0].contiguous()))
-            hi = torch.minimum(hi, torch.searchsorted(kd, qd[:, :, -1].contiguous(), right=True))
+            qdoc, kd = q.doc.masked_fill(q.doc < 0, N), _batched(k.doc.masked_fill(k.doc < 0, N), b).contiguous()
+            d0, d1 = ends(qdoc)
+            lo = torch.maximum(lo, torch.searchsorted(kd, d0.contiguous()))
+            hi = torch.minimum(hi, torch.searchsorted(kd, d1.contiguous(), right=True))
+        if filled is not None:
+            hi = torch.where(counts > 0, hi, lo)  # an empty block attends nothing
         span = int((hi - lo).max())
         limit = BAND_MAX_FRACTION if window is not None else BAND_MAX_FRACTION_DOCUMENTS
-        if span <= 0 or nb * block * span > limit * n * N:
+        if span <= 0 or nb * c * span > limit * n * N:
             return None
-        slot = lo[:, :, None] + torch.arange(span, device=lo.device)  # (B, nb, L)
+        slot = lo[:, :, None] + torch.arange(span, device=device)  # (B, nb, L)
         allowed = (slot < hi[:, :, None])[:, :, None, :]  # (B, nb, 1, L)
         slot = slot.clamp(max=N - 1)
         flat = slot.view(b, nb * span)
@@ -229,14 +267,19 @@ class Band:
             return torch.gather(_batched(t, b), 1, flat).view(b, nb, 1, span)
 
         if window is not None:
-            allowed = allowed & ((qa[:, :, :, None] - at_slots(k.at)).abs() <= window)  # (B, nb, C, L)
+            allowed = allowed & ((blocks(qa)[:, :, :, None] - at_slots(k.at)).abs() <= window)  # (B, nb, C, L)
         if k.valid is not None:
             allowed = allowed & at_slots(k.valid).to(torch.bool)
         if documents:
-            allowed = allowed & (qd[:, :, :, None] == at_slots(kd))
-        allowed = allowed.expand(b, nb, block, span)
-        live = None if k.valid is None else allowed.any(dim=-1).view(b, 1, nb * block, 1)[:, :, :n]
-        return cls(slot=slot, bias=_bias(allowed, dtype).view(b * nb, 1, block, span), block=block, live=live)
+            allowed = allowed & (blocks(qdoc)[:, :, :, None] == at_slots(kd))
+        allowed = allowed.expand(b, nb, c, span)
+        live = None
+        if k.valid is not None:
+            any_key = allowed.any(dim=-1).view(b, nb * c)
+            any_key = any_key[:, :n] if back is None else torch.gather(any_key, 1, back)
+            live = any_key.view(b, 1, n, 1)
+        return cls(slot=slot, bias=_bias(allowed, dtype).view(b * nb, 1, c, span), block=c, live=live,
+                   rows=rows, back=back)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
         # q: (B, h, n, dh); k, v: (B, h, N, dh) -> (B, h, n, dh).  The band may be built for one
@@ -244,7 +287,11 @@ class Band:
         b, h, n, dh = q.shape
         nb, span = self.slot.shape[1], self.slot.shape[2]
         c = self.block
-        q = F.pad(q, (0, 0, 0, nb * c - n)).view(b, h, nb, c, dh).transpose(1, 2).reshape(b * nb, h, c, dh)
+        if self.rows is None:
+            q = F.pad(q, (0, 0, 0, nb * c - n)).view(b, h, nb, c, dh)
+        else:
+            q = torch.gather(q, 2, self.rows.reshape(b, 1, nb * c, 1).expand(b, h, nb * c, dh)).view(b, h, nb, c, dh)
+        q = q.transpose(1, 2).reshape(b * nb, h, c, dh)
         idx = self.slot.expand(b, -1, -1).reshape(b, 1, nb * span, 1).expand(b, h, nb * span, dh)
         bias = self.bias
         if bias.shape[0] != b * nb:  # (nb, 1, C, L) for every row
@@ -254,7 +301,11 @@ class Band:
             return torch.gather(t, 2, idx).view(b, h, nb, span, dh).transpose(1, 2).reshape(b * nb, h, span, dh)
 
         y = F.scaled_dot_product_attention(q, slots(k), slots(v), attn_mask=bias, dropout_p=dropout_p)
-        y = y.view(b, nb, h, c, dh).transpose(1, 2).reshape(b, h, nb * c, dh)[:, :, :n]
+        y = y.view(b, nb, h, c, dh).transpose(1, 2).reshape(b, h, nb * c, dh)
+        if self.rows is None:
+            y = y[:, :, :n]
+        else:
+            y = torch.gather(y, 2, self.back.view(b, 1, n, 1).expand(b, h, n, dh))
         return y if self.live is None else y.masked_fill(~self.live, 0.0)
 
 

@@ -27,6 +27,34 @@ def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
     return doc.masked_fill(input_ids == pad_id, -1)
 
 
+IGNORE_INDEX = -100  # a slot whose label is this has no loss and no gradient (F.cross_entropy's default)
+
+
+class _NLL(torch.autograd.Function):
+    """Per-row negative log-likelihood of ``logits`` (N, V) at ``labels`` (N,), the same values as
+    ``F.cross_entropy(..., reduction="none")`` with half its memory traffic: the backward writes
+    ``softmax * g`` into the log-probabilities the forward saved (``exp_`` in place) and subtracts
+    ``g`` at the labels, where ``cross_entropy`` zero-fills a fresh (N, V) gradient, scatters into
+    it and runs ``log_softmax``'s backward into another one.  On CPU at P = 1,229 slots over
+    ModernBERT's 50,368 tokens, 0.24 s instead of 0.46 s per forward and backward.  The saved
+    log-probabilities are consumed, so a second backward through the same graph is refused by
+    autograd (they were modified in place)."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, labels: Tensor) -> Tensor:
+        lp = torch.log_softmax(logits, dim=-1)
+        ignored = labels == IGNORE_INDEX
+        safe = labels.masked_fill(ignored, 0)
+        ctx.save_for_backward(lp, safe, ignored)
+        return -lp.gather(1, safe[:, None]).squeeze(1).masked_fill(ignored, 0.0)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        lp, safe, ignored = ctx.saved_tensors
+        g = g.masked_fill(ignored, 0.0)[:, None]
+        return lp.exp_().mul_(g).scatter_add_(1, safe[:, None], -g), None
+
+
 def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
     """Both families' encoders start here: ``cfg`` validated (its vocabulary resolved), and the
     dropping span (None when ``drop`` is off)."""
@@ -94,8 +122,10 @@ class MaskedLM(nn.Module):
 
     def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
         """Per-slot negative log-likelihood (B, P), computed in fp32 (in float64 for a float64 model)."""
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).flatten(0, 1)
+        if torch.compiler.is_compiling():  # the compiler fuses cross_entropy itself
+            return F.cross_entropy(logits, labels.flatten(), reduction="none").view(labels.shape)
+        return _NLL.apply(logits, labels.flatten()).view(labels.shape)
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -355,8 +355,11 @@ def run_longctx(cfg: LongContextConfig, *, log: Callable[[str], None] | None = N
     t_start = time.perf_counter()
     dev = bench_device(cfg.bench_config(cfg.shapes()[0], cfg.seq_lens[0]))
     limit = int(cfg.memory_limit_gib * 2**30) if cfg.memory_limit_gib else machine_memory_bytes(dev)
+    env = environment(dev)
+    if cfg.threads:  # every row runs with these (run_bench sets them for its run), not the process's default
+        env.torch_threads = cfg.threads
     res = LongContextResult(preset=cfg.name, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                            env=environment(dev), config=cfg, rows=[], fits=[], memory_limit_bytes=limit, goal={},
+                            env=env, config=cfg, rows=[], fits=[], memory_limit_bytes=limit, goal={},
                             runs={}, command=command or f"tokendrop bench --preset {cfg.name}")
     deadline = t_start + cfg.time_budget_s if cfg.time_budget_s else None
     todo = [(shape, t) for shape in cfg.shapes() for t in cfg.seq_lens]

@@ -290,7 +290,8 @@ class Band:
         if self.rows is None:
             q = F.pad(q, (0, 0, 0, nb * c - n)).view(b, h, nb, c, dh)
         else:
-            q = torch.gather(q, 2, self.rows.reshape(b, 1, nb * c, 1).expand(b, h, nb * c, dh)).view(b, h, nb, c, dh)
+            rows = self.rows.expand(b, -1, -1).reshape(b, 1, nb * c, 1)
+            q = torch.gather(q, 2, rows.expand(b, h, nb * c, dh)).view(b, h, nb, c, dh)
         q = q.transpose(1, 2).reshape(b * nb, h, c, dh)
         idx = self.slot.expand(b, -1, -1).reshape(b, 1, nb * span, 1).expand(b, h, nb * span, dh)
         bias = self.bias
@@ -305,7 +306,7 @@ class Band:
         if self.rows is None:
             y = y[:, :, :n]
         else:
-            y = torch.gather(y, 2, self.back.view(b, 1, n, 1).expand(b, h, n, dh))
+            y = torch.gather(y, 2, self.back.expand(b, -1).reshape(b, 1, n, 1).expand(b, h, n, dh))
         return y if self.live is None else y.masked_fill(~self.live, 0.0)
 
 

@@ -518,8 +518,17 @@ def test_band_and_flex_forms_against_the_dense_bias():
     # FlexAttention's block mask, built once for the batch (unfused reference on CPU)
     flex = attention.attend(q, k, v, attention.flex_block_mask(rows, rows, 64))
     torch.testing.assert_close(flex, ref, atol=1e-5, rtol=1e-5)
-    got = attention.attend(qk, k, v, attention.Band.build(kept, rows, 30, torch.float32, block=16))
+    band = attention.Band.build(kept, rows, 30, torch.float32, block=16)
+    assert band.rows is not None and band.slot.shape[2] <= 16 + 2 * 30  # kept over all rows: blocks of positions
+    got = attention.attend(qk, k, v, band)
     ref = attention.attend(qk, k, v, attention.attention_bias(None, torch.float32, kept.at, at, window=30))
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    # sparse queries shared by the batch (avg's pooled rows without padding or documents): broadcast
+    pooled = Rows(None, None, at[:, ::2], at[:, ::2])
+    band = attention.Band.build(pooled, rows, 30, torch.float32, block=16)
+    assert band.rows is not None and band.rows.shape[0] == 1
+    got = attention.attend(q[:, :, ::2], k, v, band)
+    ref = attention.attend(q[:, :, ::2], k, v, attention.attention_bias(None, torch.float32, pooled.at, at, window=30))
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
     # documents without a window (global layers, BERT): 40-token documents and padding in one row
     doc = (torch.arange(T) // 40)[None].repeat(2, 1)

@@ -210,16 +210,14 @@ class Band:
         b = _batch(q.at, k.at, q.doc, k.doc, k.valid)
         device = (q.at if window is not None else q.doc).device
         qa = _batched(q.at, b).contiguous() if window is not None else None  # (B, n)
-        rows = back = filled = None
+        rows = back = counts = None
         if window is not None and n < N:  # sparser queries than keys: blocks of fixed positions
             nb = math.ceil((int(qa[:, -1].max()) + 1) / block)
             edges = (torch.arange(nb + 1, device=device) * block).expand(b, -1).contiguous()
             starts = torch.searchsorted(qa, edges)  # (B, nb + 1) first query row at or after each edge
             counts = starts[:, 1:] - starts[:, :-1]  # (B, nb) query rows per block
             c = max(int(counts.max()), 1)
-            offset = torch.arange(c, device=device)
-            filled = offset < counts[:, :, None]  # (B, nb, C) slots holding a query row
-            rows = (starts[:, :-1, None] + offset).clamp(max=n - 1)  # (B, nb, C)
+            rows = (starts[:, :-1, None] + torch.arange(c, device=device)).clamp(max=n - 1)  # (B, nb, C)
             home = qa // block  # (B, n) each query row's block
             back = home * c + torch.arange(n, device=device) - torch.gather(starts, 1, home)
             first, last = starts[:, :-1].clamp(max=n - 1), (starts[:, 1:] - 1).clamp(min=0)  # (B, nb) rows
@@ -228,7 +226,7 @@ class Band:
             first = torch.arange(nb, device=device).expand(b, -1) * block
             last = (first + block - 1).clamp(max=n - 1)
 
-        def blocks(t: Tensor) -> Tensor:  # (B or 1, n) -> (B, nb, C); padding slots repeat a real row
+        def blocks(t: Tensor) -> Tensor:  # (B or 1, n) -> (B, nb, C); a block's unused slots repeat other rows
             t = _batched(t, b)
             if rows is not None:
                 return torch.gather(t, 1, rows.view(b, nb * c)).view(b, nb, c)
@@ -252,7 +250,7 @@ class Band:
             d0, d1 = ends(qdoc)
             lo = torch.maximum(lo, torch.searchsorted(kd, d0.contiguous()))
             hi = torch.minimum(hi, torch.searchsorted(kd, d1.contiguous(), right=True))
-        if filled is not None:
+        if counts is not None:
             hi = torch.where(counts > 0, hi, lo)  # an empty block attends nothing
         span = int((hi - lo).max())
         limit = BAND_MAX_FRACTION if window is not None else BAND_MAX_FRACTION_DOCUMENTS

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import importlib.util
 
-BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
+# SDPBackend name -> its label in a profile (tokendrop.lab.bench.profiling: FUSED_SDPA)
+BACKENDS = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "mem-efficient", "CUDNN_ATTENTION": "cudnn", "MATH": "math"}
 TEST_FILE = Path(__file__).resolve().parents[5] / "tests" / "integration" / "parallel" / "test_gpu.py"
 
 
@@ -165,9 +166,8 @@ def run_env(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save,
     r.data["sdpa_default_with_dropout"] = picked
     r.summary.append(f"SDPA usable at bf16 with dropout: {', '.join(usable) or 'none'}; picked by default: "
                      f"{', '.join(picked) or '?'}")
-    fast = {"flash_attention", "efficient_attention", "cudnn_attention"}
     r.check("a fused SDPA kernel (flash, memory-efficient or cuDNN) usable at bf16 with dropout",
-            bool(fast & set(usable)) if cuda else None, ", ".join(usable))
+            bool({BACKENDS[b.upper()] for b in usable} & FUSED_SDPA) if cuda else None, ", ".join(usable))
     r.check("SDPA picks a fused kernel by itself (training shape)",
             bool(set(picked) & FUSED_SDPA) if cuda else None, ", ".join(picked))
     save()

@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokendrop.lab.machine import cpu_model, loadavg
+from tokendrop.errors import TokendropError
+from tokendrop.runs.files import read_json
 from tokendrop.runs.metrics import scan_lines
 from tokendrop.runs.rundir import HOLD_COMMAND
 
@@ -1425,9 +1427,23 @@ def load_line(start: list[float] | None) -> str:
     return f"load average (1/5/15 min) {fmt(start)} at the start, {fmt(end)} at the end"
 
 
+RECORD_KEYS = ("command", "machine", "load", "seconds", "cases", "passed", "results")
+
+
+def read_records(path: Path) -> dict:
+    """A run's JSON records (what ``--json`` wrote), for ``--also`` and ``--render``; TokendropError
+    with one line naming the file otherwise."""
+    d = read_json(path, hint="expected the --json records of a fault-matrix run")
+    missing = [k for k in RECORD_KEYS if k not in d]
+    if missing:
+        raise TokendropError(f"{path}: not the records of a fault-matrix run (no {', '.join(missing)}); "
+                             "give the file its --json wrote")
+    return d
+
+
 def other_run_line(path: Path) -> str:
     """One line summarising another run of the matrix from its JSON records (``--also``)."""
-    d = json.loads(path.read_text())
+    d = read_records(path)
     failing = [r["case"] for r in d["results"] if not r["passed"]]
     return (f"* `{d['command']}` on {d['machine']}; {d['load']}; {d['seconds']:.0f} s: **{d['passed']} of "
             f"{d['cases']} pass**" + (f" (failing: {', '.join(failing)})" if failing else "") + f" -- records: `{path.name}`")
@@ -1497,9 +1513,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--render", type=Path,
                     help="run nothing: write the Markdown report (--md) from this run's JSON records")
     a = ap.parse_args(argv)
-    if a.render:
-        d = json.loads(a.render.read_text())
-        write_markdown(Path(a.md), d["results"], d["command"], d["seconds"], None, d["load"], tuple(a.also))
+    try:  # the records --also and --render name, read before any case runs
+        rendered = read_records(a.render) if a.render else None
+        for p in a.also:
+            read_records(p)
+    except TokendropError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if rendered is not None:
+        write_markdown(Path(a.md), rendered["results"], rendered["command"], rendered["seconds"], None,
+                       rendered["load"], tuple(a.also))
         return 0
     if a.jobs < 1:
         ap.error("--jobs must be >= 1")

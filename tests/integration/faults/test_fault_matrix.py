@@ -52,6 +52,30 @@ def test_fault_matrix_refuses_a_pattern_that_matches_nothing(tmp_path):
     assert not (tmp_path / "r.md").exists()
 
 
+def test_render_rewrites_the_report_from_records_and_also_lists_another_run(tmp_path):
+    """--render: the committed report again from its records; --also: the other run's line; a file that
+    is not records is one line, exit 2, nothing written."""
+    docs = REPO / "docs"
+    alone, both = tmp_path / "alone.md", tmp_path / "both.md"
+    for md, also in ((alone, []), (both, ["--also", str(docs / "reliability-loaded.json")])):
+        r = subprocess.run([sys.executable, str(SCRIPT), "--render", str(docs / "reliability.json"), *also,
+                            "--md", str(md)], env=ENV, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    rows = lambda text: [ln for ln in text.splitlines() if ln.startswith("| ")]  # noqa: E731
+    assert rows(alone.read_text()) == rows((docs / "reliability.md").read_text())  # the committed report's table
+    line = "-- records: `reliability-loaded.json`"
+    assert line not in alone.read_text() and line in both.read_text()
+    assert both.read_text().count("The same matrix, run again") == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"results": []}')
+    for args in (["--render", str(bad)], ["--render", str(docs / "reliability.json"), "--also", str(tmp_path / "none.json")]):
+        out = tmp_path / "out.md"
+        r = subprocess.run([sys.executable, str(SCRIPT), *args, "--md", str(out)], env=ENV, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2 and not out.exists(), r.stdout + r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
 def test_every_signalled_case_waits_for_its_gate_first():
     """No case signals or kills a command at a moment guessed from the clock: each one that drives its
     command does so at a test gate (tokendrop.runs.gate) the command reached, so a fast machine cannot

@@ -51,6 +51,8 @@ from tokendrop.config import Config, from_dict
 from tokendrop.data import DataError
 from tokendrop.data.tokenizer import SPECIAL_KEYS, has_tokenizer_files, read_tokenizer_spec, read_vocab, tokenizer_from_spec, vocab_tokens
 from tokendrop.data import PreparedData
+from tokendrop.data.masking import MLMMasker, build_batch
+from tokendrop.runs.metrics import read_metrics
 import torch
 from tokendrop.dropping.importance import build_selector
 from tokendrop.runs import rundir
@@ -637,5 +639,74 @@ def _readme(rv: RunView, st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------------------------
+# what the selector keeps, over training
+
+
+def selection_diagnostics(rv: RunView, mask_prob: float, num_batches: int = 4, batch_size: int = 32,
+                          seed: int = 0) -> dict[str, Any]:
+    """What the checkpoint's selector keeps of held-out sequences masked at ``mask_prob`` (BERT's
+    80/10/10, the run's own masker): the share of the kept rows that are [MASK] tokens
+    (``kept_mask_share``), that are prediction targets of any kind (``kept_target_share``), and the
+    ordinary tokens left per sequence (kept rows that are neither a target nor a special token);
+    plus ``spearman_score_vs_rarity`` where the scores learn from the loss (``score_stats``)."""
+    out: dict[str, Any] = {"step": rv.step, "mask_prob": float(mask_prob)}
+    st = score_stats(rv)
+    if "spearman_score_vs_rarity" in st:
+        out["spearman_score_vs_rarity"] = st["spearman_score_vs_rarity"]
+    if not rv.data_path or rv.cfg.drop.per_layer:
+        return out
+    pd = PreparedData.open(rv.data_path)
+    seqs = pd.sequences("eval")
+    if len(seqs) == 0:
+        seqs = pd.sequences("train")
+    if len(seqs) == 0:
+        return out
+    sel, T = _selector(rv)
+    masker = MLMMasker(rv.special_ids, rv.vocab, T, mask_prob)
+    rng = np.random.default_rng(seed)
+    n = min(len(seqs), num_batches * batch_size)
+    idx = np.sort(rng.choice(len(seqs), size=n, replace=False))
+    b = build_batch(seqs, idx, masker, seed, 0)
+    ids = torch.from_numpy(b["input_ids"])
+    pos, w = torch.from_numpy(b["mlm_positions"]), torch.from_numpy(b["mlm_weights"])
+    with torch.no_grad():
+        keep = sel.select(ids, pos, w)  # (n, M)
+    target = torch.zeros_like(ids, dtype=torch.bool)
+    target.scatter_(1, pos, w > 0)
+    specials = torch.tensor(sorted(set(rv.special_ids.values())), dtype=ids.dtype)
+    kept_ids = ids.gather(1, keep)
+    kept_target = target.gather(1, keep)
+    ordinary = ~kept_target & ~torch.isin(kept_ids, specials)
+    rows = kept_ids.numel()
+    out.update(kept_rows=int(keep.shape[1]), seq_len=int(T), sequences=int(n),
+               kept_mask_share=float((kept_ids == rv.special_ids["mask"]).sum()) / rows,
+               kept_target_share=float(kept_target.sum()) / rows,
+               ordinary_kept_per_sequence=float(ordinary.sum()) / n)
+    return out
+
+
+def selection_trace(run_dir: str | os.PathLike, num_batches: int = 4,
+                    batch_size: int = 32) -> list[dict[str, Any]]:
+    """``selection_diagnostics`` at every checkpoint the run kept (``checkpoints/step-*``), in step
+    order, each at the masking rate the run trained with at that step (its metrics log; the
+    config's final rate where the log says nothing)."""
+    run = Path(run_dir)
+    ck = run / "checkpoints"
+    kept = [d for d in ck.iterdir() if d.name.startswith("step-") and (d / "meta.json").is_file()] \
+        if ck.is_dir() else []
+    dirs = sorted(kept, key=lambda d: int(d.name.split("-", 1)[1]))
+    logged = [(int(r["step"]), float(r["mask_prob"])) for r in read_metrics(run)
+              if "mask_prob" in r and "step" in r]
+    out = []
+    for d in dirs:
+        rv = load_run(d)
+        before = [m for s, m in logged if s <= rv.step]
+        out.append(selection_diagnostics(rv, before[-1] if before else rv.cfg.data.mask_prob_end,
+                                         num_batches, batch_size))
+    return out
+
+
 __all__ = ["inspect_run", "InspectError", "load_run", "RunView", "top_bottom", "score_stats", "example_sequences",
-           "render_examples_html", "render_examples_png", "plot_histogram", "occurrence_cut", "seen_mask"]
+           "render_examples_html", "render_examples_png", "plot_histogram", "occurrence_cut", "seen_mask",
+           "selection_diagnostics", "selection_trace"]

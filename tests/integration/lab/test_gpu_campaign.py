@@ -86,16 +86,36 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
 
 def _check_strong(out: Path) -> None:
     s = _part(out, "strong")
-    assert set(s["data"]["runs"]) == {"dense", "token-drop"} and "finetune" not in s["data"]
+    runs = [f"{a}-seed{k}" for k in (0, 1) for a in ("dense", "token-drop-rate0", "token-drop")]
+    assert list(s["data"]["runs"]) == runs and "finetune" not in s["data"]  # seed by seed
     assert "train.lr_schedule='wsd'" in s["data"]["recipe"] and "data.mask_prob=[0.3, 0.15]" in s["data"]["recipe"]
     assert "train.batch_warmup_start=4" in s["data"]["recipe"]  # half of the dry run's batch of 8
-    assert "time_to_dense_final_loss" in s["data"] and (out / "strong.png").is_file()
-    for name in ("dense", "token-drop"):  # both runs trained with the recipe: masking decay and batch warm-up logged
+    ttl = s["data"]["time_to_dense_final_loss"]
+    assert set(ttl["seconds"]) == set(runs) and len(ttl["dense_final_eval_losses"]) == 2
+    assert (out / "strong.png").is_file()
+    for name in runs:  # every run trained with the recipe: masking decay and batch warm-up logged
         recs = [json.loads(x) for x in (out / f"strong-{name}-metrics.jsonl").read_text().splitlines()]
         steps = [x for x in recs if "loss" in x and "lr" in x]
         assert steps[0]["mask_prob"] > steps[-1]["mask_prob"] and steps[0]["batch_size"] == 4
-        assert any(x["dropping"] for x in steps) == (name == "token-drop")
-    assert any(c["name"].startswith("dense: final eval loss at least") and c["ok"] is None for c in s["checks"])
+        assert any(x["dropping"] for x in steps) == name.startswith("token-drop")
+        full = all(x["kept_fraction"] == 1.0 for x in steps)
+        assert full == (not name.startswith("token-drop-seed"))
+    assert any(c["name"].startswith("dense-seed0: final eval loss at least") and c["ok"] is None
+               for c in s["checks"])
+    checks = {c["name"].split(" (")[0]: c["ok"] for c in s["checks"]}
+    assert checks["token drop at rate 0 tracks dense step for step"] is True  # fp32 CPU: to 1e-4
+    assert s["data"]["rate0"]["max_diff"] <= 1e-4 and len(s["data"]["rate0"]["steps"]) == 6
+    assert checks["token drop: CPU fp32 and cpu bf16 agree over the first 3 steps"] is True
+    # the selector's diagnostics at the dropping runs' kept checkpoints, none for rate 0
+    sel = s["data"]["selection"]
+    assert set(sel) == {"token-drop-seed0", "token-drop-seed1"}
+    for trace in sel.values():
+        assert len(trace) >= 2 and [d["step"] for d in trace] == sorted(d["step"] for d in trace)
+        for d in trace:  # [MASK] is pinned: its share of the kept rows ~ 0.8 x masking rate / 0.5
+            assert 0 < d["kept_mask_share"] <= d["kept_target_share"] <= 1
+            assert -1 <= d["spearman_score_vs_rarity"] <= 1
+            assert abs(d["kept_mask_share"] - 0.8 * d["mask_prob"] / 0.5) < 0.15
+    assert "what the selector keeps" in (out / "strong.md").read_text()
 
 
 def _check_longctx(out: Path, ts: tuple[int, ...] = (32, 64, 128)) -> None:
@@ -147,7 +167,14 @@ def test_campaign_config_and_errors():
     assert set(RUNNERS) == set(TITLES) == set(PARTS)  # every part has its runner and its title
     st = gpu.strong
     assert st.strong_recipe and not st.tasks and st.batch_size == 256 and "train.batch_warmup_start=128" in st.recipe()
-    assert "model.hidden_size=384" in st.overrides and 2 * st.train_budget_s * 1.35 < gpu.budget_s
+    assert "model.hidden_size=384" in st.overrides
+    assert st.arms == ["dense", "token-drop-rate0", "token-drop"] and st.seeds == [0, 1]
+    assert st.rate0_steps > 0 and st.agreement_steps > 0 and st.diagnostics > 0
+    assert gpu.quality.arms == ["dense", "token-drop"] and gpu.quality.seeds == [0]  # one pair
+    with pytest.raises(ConfigError, match="strong.arms: expected distinct names of dense, token"):
+        campaign_config("dry", ["strong.arms=['token-drop']"])
+    with pytest.raises(ConfigError, match="strong.seeds: expected a non-empty list"):
+        campaign_config("dry", ["strong.seeds=[0, 0]"])
     assert gpu.strong.run_length == gpu.quality.run_length == "time"  # equal wall-clock per run on the GPU
     with pytest.raises(ConfigError, match='strong.run_length: expected "time" or "steps"'):
         campaign_config("dry", ["strong.run_length='tokens'"])

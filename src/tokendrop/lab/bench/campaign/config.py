@@ -82,14 +82,55 @@ class QualityPart:
     plateau_margin: float = 1.0  # "far below the unigram plateau": at least this many nats below
     # both runs on top of the strongest dense recipe (part strong: :func:`strong_recipe` at batch_size)
     strong_recipe: bool = False
+    # the pretraining runs: every arm (QUALITY_ARMS) with every seed, seed by seed (a part cut short
+    # keeps whole seeds); one seed names a run by its arm, several as ARM-seedN
+    arms: list[str] = field(default_factory=lambda: ["dense", "token-drop"])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    # > 0: dense and token drop at rate 0 for this many steps each (same seed, a schedule over these
+    # steps, log every step): the two per-step training losses must agree within rate0_tolerance
+    rate0_steps: int = 0
+    rate0_tolerance: float = 0.1
+    # > 0: the first steps of a token-drop run (dropout off, batch agreement_batch) on the CPU in
+    # fp32 and on the part's device in bf16: per-step training losses within agreement_tolerance
+    # (relative)
+    agreement_steps: int = 0
+    agreement_batch: int = 8
+    agreement_tolerance: float = 0.02
+    # > 0: each dropping run keeps this many checkpoints through training; the kept-row composition
+    # and the importance-vs-rarity correlation at each (tokendrop.lab.inspect.selection_trace)
+    diagnostics: int = 0
 
     def validate(self, where: str) -> None:
         if self.run_length not in ("time", "steps"):
             raise ConfigError(f"{where}.run_length: expected \"time\" or \"steps\", got {self.run_length!r}")
+        arms = self.arms
+        known = all(a in QUALITY_ARMS for a in arms)
+        if not known or len(set(arms)) != len(arms) or "dense" not in arms:
+            raise ConfigError(f"{where}.arms: expected distinct names of {', '.join(QUALITY_ARMS)} "
+                              f"including dense, got {arms}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"{where}.seeds: expected a non-empty list of distinct integers, "
+                              f"got {self.seeds}")
+        counts = (self.rate0_steps, self.agreement_steps, self.diagnostics)
+        if min(counts) < 0 or self.agreement_batch < 1:
+            raise ConfigError(f"{where}.rate0_steps/agreement_steps/diagnostics: expected >= 0; "
+                              "agreement_batch: expected >= 1")
+
+    def run_name(self, arm: str, seed: int) -> str:
+        """A run's name in the part's files: its arm with one seed, ``ARM-seedN`` with several."""
+        return arm if len(self.seeds) == 1 else f"{arm}-seed{seed}"
 
     def recipe(self) -> list[str]:
         """The recipe's dotted Config overrides both runs get after ``overrides`` ([] without one)."""
         return strong_recipe(self.batch_size) if self.strong_recipe else []
+
+
+# the pretraining arms of parts quality and strong: drop.method and extra dotted Config overrides
+QUALITY_ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "dense": ("none", ()),
+    "token-drop": ("cumulative", ()),
+    "token-drop-rate0": ("cumulative", ("drop.rate=0.0",)),  # the dropping path, every row kept
+}
 
 
 def strong_recipe(batch_size: int) -> list[str]:
@@ -108,7 +149,8 @@ def _strong_part() -> QualityPart:
                                   "model.intermediate_size=1536", "train.lr=1e-3", "train.compile=false",
                                   "train.eval_batches=20", "data.num_workers=2"],
                        batch_size=256, train_budget_s=150.0, evals=15, tasks=[], finetune_reserve_s=0.0,
-                       strong_recipe=True)
+                       strong_recipe=True, arms=["dense", "token-drop-rate0", "token-drop"],
+                       seeds=[0, 1], rate0_steps=100, agreement_steps=8, diagnostics=4)
 
 
 def _longctx_gpu() -> LongContextConfig:

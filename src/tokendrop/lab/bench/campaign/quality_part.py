@@ -15,6 +15,7 @@ dropping needs to reach the dense run's final loss, downstream accuracy (quality
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,14 @@ from tokendrop.config import FinetuneConfig, from_dict
 from tokendrop.finetune.tasks import get_task
 from tokendrop.lab.bench.run import run_bench
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory
-from tokendrop.lab.bench.campaign.config import CampaignConfig, QualityPart
+from tokendrop.lab.bench.campaign.config import (
+    QUALITY_ARMS,
+    CampaignConfig,
+    QualityPart,
+    strong_recipe,
+)
+from tokendrop.lab.inspect import selection_trace
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.lab.bench.campaign.runs import (
     RunSummary,
     Scratch,
@@ -89,7 +97,9 @@ def _calibrate(cfg: CampaignConfig, q: QualityPart, info: dict, budget: Budget, 
     t = info["seq_len"]
     dense = res.setting(f"T{t}/dense").time_s.median
     drop = res.setting(f"T{t}/drop-{bc.rates[0]:g}").time_s.median
-    per = min(q.train_budget_s, (budget.left() - q.finetune_reserve_s - END_RESERVE_S) / (2 * RUN_OVERHEAD))
+    runs = len(q.arms) * len(q.seeds)
+    left = budget.left() - q.finetune_reserve_s - END_RESERVE_S
+    per = min(q.train_budget_s, left / (runs * RUN_OVERHEAD))
     per = max(per, 1.0)
     return Calibration(dense, drop, per, max(2, min(q.max_steps, int(per / dense))),
                        max(2, min(q.max_steps, int(per / drop))))
@@ -117,69 +127,193 @@ def _plot(runs: dict[str, RunSummary], plateau: float, target_t: float | None, p
     return True
 
 
-def run_quality_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save, log: Log) -> None:
+def run_quality_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save,
+                     log: Log) -> None:
     q = section(cfg, r.part)
     check_inputs(cfg, tuple(q.tasks))
     info = data_info(cfg.data)
     plateau = unigram_plateau(cfg.data)
-    r.data.update({"data": info, "unigram_plateau": plateau})
+    r.data.update({"data": info, "unigram_plateau": plateau, "arms": q.arms, "seeds": q.seeds})
     if q.recipe():
         r.data["recipe"] = q.recipe()
-        r.summary.append(f"recipe of both runs: {' '.join(q.recipe())}")
-    cal = _calibrate(cfg, q, info, budget, log)
-    r.data["calibration"] = cal
-    r.summary.append(f"calibration: dense {1e3 * cal.dense_step_s:.1f} ms/step, drop {1e3 * cal.drop_step_s:.1f} ms/step "
-                     f"-> {cal.per_run_budget_s:.0f}s each: {cal.dense_steps} vs {cal.drop_steps} steps")
-    save()
+        r.summary.append(f"recipe of every run: {' '.join(q.recipe())}")
     gpu = cfg.device == "cuda" and not cfg.dry_run
     with Scratch(f"td-campaign-{r.part}-") as scratch:
-        runs: dict[str, RunSummary] = {}
-        for method, name, steps in (("none", "dense", cal.dense_steps), ("cumulative", "token-drop", cal.drop_steps)):
-            if runs and not budget.allows(cal.per_run_budget_s * RUN_OVERHEAD + END_RESERVE_S):
-                r.skip(f"{name} pretraining", log)
-                continue
-            # the cadences from the calibrated step count; the run's length from q.run_length
-            extra = [f"train.eval_every={max(1, steps // q.evals)}", f"train.log_every={max(1, steps // 50)}",
-                     f"train.ckpt_every={steps}", f"train.warmup_steps={max(1, round(0.06 * steps))}", "train.keep_checkpoints=1"]
-            timed = q.run_length == "time"
-            if timed:
-                extra += [f"train.time_budget='{cal.per_run_budget_s:.1f}s'", "train.budget_clock='wall'"]
-            pc = pretrain_config(cfg, q.config, q.overrides + q.recipe(), 0 if timed else steps, q.batch_size, method, extra)
-            log(f"  pretrain {name}: " + (f"{cal.per_run_budget_s:.0f}s of training (~{steps} steps)" if timed else f"{steps} steps")
-                + f" ({pc.model.num_layers}x{pc.model.hidden_size}, batch {q.batch_size})")
-
-            t0 = time.perf_counter()
-            pretrain(pc, scratch / name, progress=False)
-            r.files.append(keep_log(scratch / name, out, f"{r.part}-{name}"))
-            s = runs[name] = summarize_run(name, scratch / name)
-            r.summary.append(f"{name}: {s.steps} steps, {s.train_seconds:.0f}s training ({time.perf_counter() - t0:.0f}s "
-                             f"wall), final eval loss {s.final_eval_loss:.3f}")
-            r.check(f"{name}: final eval loss at least {q.plateau_margin:g} nats below the unigram plateau "
-                    f"({plateau:.2f})", (s.final_eval_loss is not None and s.final_eval_loss <= plateau - q.plateau_margin)
-                    if gpu else None, f"{s.final_eval_loss}")
-            free_device_memory()
-            r.data["runs"] = runs
+        if q.rate0_steps:
+            _rate0_check(cfg, q, scratch, r, log)
             save()
-        target_t = None
-        if len(runs) == 2:
-            d, x = runs["dense"], runs["token-drop"]
-            target_t = time_to_loss(x.eval_curve, d.final_eval_loss) if d.final_eval_loss is not None else None
-            r.data["time_to_dense_final_loss"] = {"dense_final_eval_loss": d.final_eval_loss, "token_drop_seconds": target_t,
-                                                  "dense_seconds": d.train_seconds,
-                                                  "fraction": None if target_t is None else target_t / d.train_seconds}
-            r.summary.append(f"token drop reaches the dense run's final eval loss {d.final_eval_loss:.3f} "
-                             + (f"after {target_t:.0f}s of training = {100 * target_t / d.train_seconds:.0f}% of dense's "
-                                f"{d.train_seconds:.0f}s" if target_t is not None else "not within its budget"))
-        rows = []
-        for s in runs.values():
-            rows += [[s.name, round(t, 1), v] for t, v in s.eval_curve]
-        r.tables = [("eval MLM loss vs training wall-clock", ["run", "training s", "eval loss"], rows)]
+        if q.agreement_steps:
+            _agreement_check(cfg, q, scratch, r, log)
+            save()
+        cal = _calibrate(cfg, q, info, budget, log)
+        r.data["calibration"] = cal
+        r.summary.append(f"calibration: dense {1e3 * cal.dense_step_s:.1f} ms/step, drop "
+                         f"{1e3 * cal.drop_step_s:.1f} ms/step -> {cal.per_run_budget_s:.0f}s "
+                         f"each: {cal.dense_steps} vs {cal.drop_steps} steps")
+        save()
+        runs: dict[str, RunSummary] = {}
+        for seed in q.seeds:  # seed by seed: a part cut short keeps every arm of its finished seeds
+            for arm in q.arms:
+                name = q.run_name(arm, seed)
+                if runs and not budget.allows(cal.per_run_budget_s * RUN_OVERHEAD + END_RESERVE_S):
+                    r.skip(f"{name} pretraining", log)
+                    continue
+                runs[name] = _arm_run(cfg, q, cal, scratch, out, r, arm, seed, log)
+                s = runs[name]
+                r.check(f"{name}: final eval loss at least {q.plateau_margin:g} nats below the "
+                        f"unigram plateau ({plateau:.2f})",
+                        (s.final_eval_loss is not None
+                         and s.final_eval_loss <= plateau - q.plateau_margin) if gpu else None,
+                        f"{s.final_eval_loss}")
+                free_device_memory()
+                r.data["runs"] = runs
+                save()
+        target_t = _time_to_dense(q, runs, r)
+        _tables(r, runs)
         title = "strong dense recipe vs + token drop" if q.strong_recipe else ""
         if runs and _plot(runs, plateau, target_t, out / f"{r.part}.png", title):
             r.files.append(f"{r.part}.png")
         save()
         if q.tasks:
             _finetune_all(cfg, q, runs, scratch, out, budget, r, save, log)
+
+
+def _arm_run(cfg: CampaignConfig, q: QualityPart, cal: Calibration, scratch: Path, out: Path,
+             r: PartResult, arm: str, seed: int, log: Log) -> RunSummary:
+    """One pretraining run of ``arm`` with ``seed``; its metrics log kept under OUT and, for a
+    dropping run with ``q.diagnostics``, its selection trace in ``r.data["selection"]``."""
+    name = q.run_name(arm, seed)
+    method, arm_overrides = QUALITY_ARMS[arm]
+    steps = cal.dense_steps if method == "none" else cal.drop_steps
+    rate0 = "drop.rate=0.0" in arm_overrides
+    trace = q.diagnostics if method != "none" and not rate0 else 0
+    # the cadences from the calibrated step count; the run's length from q.run_length
+    extra = [f"train.eval_every={max(1, steps // q.evals)}",
+             f"train.log_every={max(1, steps // 50)}",
+             f"train.ckpt_every={max(1, steps // trace) if trace else steps}",
+             f"train.keep_checkpoints={trace + 1 if trace else 1}",
+             f"train.warmup_steps={max(1, round(0.06 * steps))}", f"train.seed={seed}",
+             *arm_overrides]
+    timed = q.run_length == "time"
+    if timed:
+        extra += [f"train.time_budget='{cal.per_run_budget_s:.1f}s'", "train.budget_clock='wall'"]
+    pc = pretrain_config(cfg, q.config, q.overrides + q.recipe(), 0 if timed else steps,
+                         q.batch_size, method, extra)
+    length = (f"{cal.per_run_budget_s:.0f}s of training (~{steps} steps)" if timed
+              else f"{steps} steps")
+    log(f"  pretrain {name}: {length} ({pc.model.num_layers}x{pc.model.hidden_size}, "
+        f"batch {q.batch_size})")
+    t0 = time.perf_counter()
+    pretrain(pc, scratch / name, progress=False)
+    r.files.append(keep_log(scratch / name, out, f"{r.part}-{name}"))
+    s = summarize_run(name, scratch / name)
+    r.summary.append(f"{name}: {s.steps} steps, {s.train_seconds:.0f}s training "
+                     f"({time.perf_counter() - t0:.0f}s wall), final eval loss "
+                     f"{s.final_eval_loss:.3f}")
+    if trace:
+        r.data.setdefault("selection", {})[name] = selection_trace(scratch / name)
+        shutil.rmtree(scratch / name / "checkpoints", ignore_errors=True)
+    return s
+
+
+def _tables(r: PartResult, runs: dict[str, RunSummary]) -> None:
+    rows = [[s.name, round(t, 1), v] for s in runs.values() for t, v in s.eval_curve]
+    r.tables = [("eval MLM loss vs training wall-clock", ["run", "training s", "eval loss"], rows)]
+    if r.data.get("selection"):
+        r.tables.append((
+            "what the selector keeps, through training (held-out sequences masked at the run's "
+            "rate at that step; tokendrop.lab.inspect.selection_trace)",
+            ["run", "step", "masking rate", "[MASK] share of kept rows",
+             "target share of kept rows", "ordinary tokens kept per sequence",
+             "Spearman importance vs rarity"],
+            [[n, d["step"], d["mask_prob"], d.get("kept_mask_share"), d.get("kept_target_share"),
+              d.get("ordinary_kept_per_sequence"), d.get("spearman_score_vs_rarity")]
+             for n, tr in r.data["selection"].items() for d in tr]))
+    for title, t in (("rate 0 vs dense, step by step", r.data.get("rate0")),
+                     ("CPU fp32 vs device bf16, first steps of a token-drop run",
+                      r.data.get("agreement"))):
+        if t:
+            r.tables.append((title, ["step", *t["columns"]],
+                             [[k, *v] for k, v in zip(t["steps"], t["losses"])]))
+
+
+def _time_to_dense(q: QualityPart, runs: dict[str, RunSummary], r: PartResult) -> float | None:
+    """Every run's training time to the dense runs' mean final eval loss (r.data); -> the first
+    token-drop run's (the plot's marker)."""
+    dense = [runs[q.run_name("dense", s)] for s in q.seeds if q.run_name("dense", s) in runs]
+    finals = [d.final_eval_loss for d in dense if d.final_eval_loss is not None]
+    if not finals or len(runs) < 2:
+        return None
+    target = sum(finals) / len(finals)
+    times = {n: time_to_loss(s.eval_curve, target) for n, s in runs.items()}
+    seconds = {n: s.train_seconds for n, s in runs.items()}
+    r.data["time_to_dense_final_loss"] = {"dense_final_eval_loss": target,
+                                          "dense_final_eval_losses": finals,
+                                          "seconds": times, "train_seconds": seconds}
+    drops = [n for n in runs if n.startswith("token-drop") and not n.startswith("token-drop-rate0")]
+    for n in drops:
+        t = times[n]
+        r.summary.append(f"{n} reaches the dense runs' mean final eval loss {target:.3f} " + (
+            f"after {t:.0f}s of training = {100 * t / seconds[n]:.0f}% of its {seconds[n]:.0f}s"
+            if t is not None else "not within its budget"))
+    return times[drops[0]] if drops else None
+
+
+def _short_run(cfg: CampaignConfig, q: QualityPart, scratch: Path, name: str, method: str,
+               steps: int, batch: int, extra: list[str]) -> list[tuple[int, float]]:
+    """A short run logged every step: -> (step, training loss) pairs."""
+    recipe = strong_recipe(batch) if q.strong_recipe else []
+    cadence = ["train.log_every=1", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
+               "train.keep_checkpoints=1", f"train.warmup_steps={max(1, steps // 10)}"]
+    pc = pretrain_config(cfg, q.config, q.overrides + recipe, steps, batch, method, cadence + extra)
+    pretrain(pc, scratch / name, progress=False)
+    return [(int(x["step"]), float(x["loss"])) for x in read_metrics(scratch / name)
+            if "loss" in x and "lr" in x]
+
+
+def _rate0_check(cfg: CampaignConfig, q: QualityPart, scratch: Path, r: PartResult,
+                 log: Log) -> None:
+    """Dense and token drop at rate 0 (the dropping path, every row kept), same seed and data, for
+    ``rate0_steps`` steps: the per-step training losses must agree (a check of the device's
+    dropping path)."""
+    n = q.rate0_steps
+    log(f"  rate 0 vs dense: {n} steps each, batch {q.batch_size}")
+    a = _short_run(cfg, q, scratch, "rate0-dense", "none", n, q.batch_size, [])
+    b = _short_run(cfg, q, scratch, "rate0-drop", "cumulative", n, q.batch_size, ["drop.rate=0.0"])
+    _compare(r, "rate0", a, b, ["dense", "token drop, rate 0"], q.rate0_tolerance, relative=False,
+             name=f"token drop at rate 0 tracks dense step for step ({n} steps, max |loss "
+                  f"difference| <= {q.rate0_tolerance:g})")
+
+
+def _agreement_check(cfg: CampaignConfig, q: QualityPart, scratch: Path, r: PartResult,
+                     log: Log) -> None:
+    """The first ``agreement_steps`` of a token-drop run, dropout off: on the CPU in fp32 and on
+    the part's device in bf16 (on a CPU dry run: the CPU in bf16), per-step losses compared."""
+    n, batch, dev = q.agreement_steps, q.agreement_batch, cfg.device
+    log(f"  CPU fp32 vs {dev} bf16: {n} token-drop steps, batch {batch}")
+    quiet = ["model.hidden_dropout=0.0", "model.attention_dropout=0.0", "data.num_workers=0"]
+    a = _short_run(cfg, q, scratch, "agree-cpu", "cumulative", n, batch,
+                   quiet + ['train.device="cpu"', 'train.precision="fp32"'])
+    b = _short_run(cfg, q, scratch, "agree-device", "cumulative", n, batch,
+                   quiet + [f'train.device="{dev}"', 'train.precision="bf16"'])
+    _compare(r, "agreement", a, b, ["CPU fp32", f"{dev} bf16"], q.agreement_tolerance,
+             relative=True, name=f"token drop: CPU fp32 and {dev} bf16 agree over the first {n} "
+                                 "steps (max relative loss difference <= "
+                                 f"{q.agreement_tolerance:g})")
+
+
+def _compare(r: PartResult, key: str, a: list[tuple[int, float]], b: list[tuple[int, float]],
+             columns: list[str], tol: float, relative: bool, name: str) -> None:
+    bs = dict(b)
+    common = [(s, la, bs[s]) for s, la in a if s in bs]
+    diffs = [abs(la - lb) / (abs(la) if relative else 1.0) for _, la, lb in common]
+    worst = max(diffs) if diffs else None
+    avg = sum(diffs) / len(diffs) if diffs else None
+    r.data[key] = {"columns": columns, "steps": [s for s, _, _ in common],
+                   "losses": [[la, lb] for _, la, lb in common], "max_diff": worst,
+                   "mean_diff": avg, "relative": relative}
+    r.check(name, worst is not None and len(common) == len(a) and worst <= tol,
+            f"{len(common)} steps, max {worst:.3g}, mean {avg:.3g}" if diffs else "no common steps")
 
 
 def _finetune_all(cfg: CampaignConfig, q: QualityPart, runs: dict[str, RunSummary], scratch: Path, out: Path,

@@ -30,6 +30,7 @@ from tokendrop.data import MLMLoader, PreparedData
 from tokendrop.models.source import load_pretrained
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.train.trainer import evaluate_mlm
+from tokendrop.lab.inspect import selection_trace
 
 
 def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[dict]]:
@@ -90,7 +91,22 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
         curve=curve, params=start.get("params"), drop=dataclasses.asdict(cfg.drop),
         model={"num_layers": cfg.model.num_layers, "hidden_size": cfg.model.hidden_size,
                "num_heads": cfg.model.num_heads, "vocab_size": cfg.model.vocab_size},
-        init=cfg.model.init, init_sha256=cfg.model.init_sha256, init_s=init_s)
+        init=cfg.model.init, init_sha256=cfg.model.init_sha256, init_s=init_s,
+        clock=cfg.train.budget_clock)
+
+
+def run_selection(run_dir: Path) -> list[dict[str, Any]]:
+    """``selection_trace`` of a run's kept checkpoints, cached in ``RUN_DIR/study-selection.json``
+    (keyed by the checkpoints' names)."""
+    ck = run_dir / "checkpoints"
+    names = sorted(d.name for d in ck.glob("step-*") if (d / "meta.json").is_file())
+    cache = run_dir / "study-selection.json"
+    old = read_json(cache, expect=None, default=None) or {}
+    if old.get("checkpoints") == names:
+        return old.get("trace", [])
+    trace = selection_trace(run_dir)
+    atomic_write_json(cache, {"checkpoints": names, "trace": trace})
+    return trace
 
 
 def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob: float, eval_batches: int,
@@ -186,6 +202,9 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
         ev = _eval_columns(evaluation, rd)
         if ev:
             m.eval, m.finetune_seconds = ev
+        tc, drop = spec.cfg.train, spec.cfg.drop
+        if study.selection_checkpoints and tc.keep_checkpoints > 1 and drop.selection.drops:
+            m.selection = run_selection(rd)
         per_run[spec.name] = m
     methods: dict[str, MethodResult] = {}
     grouped: dict[str, list[RunSpec]] = {}

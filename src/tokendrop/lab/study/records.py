@@ -73,6 +73,10 @@ class RunResult:
     eval: dict[str, float] = field(default_factory=dict)  # suite columns + downstream_avg
     finetune_seconds: float | None = None
     to_target: TargetHit | None = None
+    clock: str = "wall"  # train.budget_clock: what wall_time_s and the curve's wall_time count
+    # what the selector kept at each checkpoint the run kept (study.selection_checkpoints;
+    # tokendrop.lab.inspect.selection_diagnostics), in step order
+    selection: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

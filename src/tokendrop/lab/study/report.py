@@ -17,7 +17,7 @@ from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.lab.study.findings import findings, paper_comparison, spread
 from tokendrop.lab.study.plan import StudyConfig, load_study
 from tokendrop.lab.study.records import EvalSummary, StudyResults, results_from_json
-from tokendrop.lab.study.tables import cell, fmt
+from tokendrop.lab.study.tables import cell, fmt, time_word
 
 FINDINGS_HEADING = "## Findings (computed from the tables below)"
 CLAIMS_HEADING = "Claim by claim (computed from the tables):"
@@ -225,10 +225,17 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
               + ("; the QQP stand-in (same speaker or not) is not a paraphrase task." if "qqp" in tasks else "."),
               "- **Protocol**: the fine-tuning grid, task subset and training-set sizes are reduced to fit the budget "
               "(listed above); the paper takes the best of 4 grid cells on full datasets.",
-              "- **Timing**: wall times are measured on the machine above; FLOPs are analytic. On CPU the kept-row "
-              "gathers, the MLM head and the optimizer are a larger share of a step than on a TPU, so the measured "
+              (_CPU_TIMING if time_word(res) == "CPU time" else
+               "- **Timing**: wall times are measured on the machine above; FLOPs are analytic. On CPU the kept-row ")
+              + "gathers, the MLM head and the optimizer are a larger share of a step than on a TPU, so the measured "
               "time ratio can differ from the FLOP ratio.", ""]
     return lines
+
+
+_CPU_TIMING = ("- **Timing**: every run's training time is the CPU time of its own process "
+               "(train.budget_clock = process; the columns and figures named 'wall' count these "
+               "CPU seconds), so other jobs on a shared machine do not enter it; FLOPs are "
+               "analytic. On CPU the kept-row ")
 
 
 def _figures(out: Path, info: ReportInfo) -> list[str]:
@@ -274,7 +281,7 @@ def write_report(study: StudyConfig, out: Path, res: StudyResults, info: ReportI
     lines += [f"- {s}" for s in findings(res, study)]
     lines += [""] + _paper_section(study, res, info)
     lines += ["## Tables", ""]
-    for f in ("table1.md", "table3.md", "table4.md", "time-to-quality.md"):
+    for f in ("table1.md", "table3.md", "table4.md", "time-to-quality.md", "selection.md"):
         p = out / "tables" / f
         if p.is_file():
             body = p.read_text(encoding="utf-8").splitlines()

@@ -37,7 +37,13 @@ from tokendrop.lab.study.plan import (
     plan_runs,
 )
 from tokendrop.lab.study.report import ReportInfo, command_line, export_report, write_report
-from tokendrop.lab.study.tables import table1, table3, table4, table_time_to_quality
+from tokendrop.lab.study.tables import (
+    table1,
+    table3,
+    table4,
+    table_selection,
+    table_time_to_quality,
+)
 from tokendrop.lab.study.workers import run_parallel
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.report import write_run_report
@@ -226,6 +232,8 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
     atomic_write_text(tables / "table3.md", table3(res))
     atomic_write_text(tables / "table4.md", table4(res, study))
     atomic_write_text(tables / "time-to-quality.md", table_time_to_quality(res))
+    if study.selection_checkpoints:
+        atomic_write_text(tables / "selection.md", table_selection(res))
     if res.runs:
         plot_curves(res, out)
     ins = inspect_figures(study, res, out)

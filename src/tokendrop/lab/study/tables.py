@@ -163,6 +163,56 @@ def table4(res: StudyResults, study: StudyConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _sci(x: Any, nd: int = 3) -> str:
+    return f"{x:.{nd}g}" if isnum(x) else "–"
+
+
+def time_word(res: StudyResults) -> str:
+    """What the runs' training times count: "CPU time" (train.budget_clock = process: the CPU
+    seconds of the run's own process, unaffected by other jobs on a shared machine) or
+    "wall time"."""
+    cpu = res.runs and all(r.clock == "process" for r in res.runs.values())
+    return "CPU time" if cpu else "wall time"
+
+
+def table_selection(res: StudyResults) -> str:
+    """What each selecting arm's selector kept through training: at each kept checkpoint, the [MASK]
+    share of the kept rows, the ordinary tokens kept per sequence and the Spearman correlation of
+    importance with rarity, mean over seeds (each seed's value in parentheses)."""
+    lines = ["# What the selector keeps, through training", ""]
+    rows = []
+    for n in res.order:
+        d = res.methods[n]
+        traces = [res.runs[r].selection for r in d.runs]
+        if not any(traces):
+            continue
+        for i in range(max(len(t) for t in traces)):
+            pts = [t[i] if i < len(t) else {} for t in traces]
+
+            def st(key: str) -> Stat:
+                return Stat.of([p.get(key) for p in pts])
+            row = [d.label, fmt(st("step").mean, 0), fmt(st("mask_prob").mean, 3),
+                   cell(st("kept_mask_share"), 3), cell(st("ordinary_kept_per_sequence"), 1),
+                   cell(st("spearman_score_vs_rarity"), 3)]
+            rows.append("| " + " | ".join(row) + " |")
+    if not rows:
+        return "\n".join(lines + ["No run kept checkpoints to follow "
+                                  "(study.selection_checkpoints = 0).", ""])
+    lines += ["| Methods | step | masking rate | [MASK] share of kept rows | ordinary tokens "
+              "kept per sequence | Spearman importance vs rarity |",
+              "|---|---:|---:|---:|---:|---:|", *rows, "",
+              "At each checkpoint a run kept (study.selection_checkpoints spread over its steps): "
+              "held-out sequences masked at the run's rate at that step (BERT's 80/10/10), "
+              "selected by the checkpoint's selector "
+              "(tokendrop.lab.inspect.selection_diagnostics). [MASK] is always kept, so at "
+              "masking rate r and drop rate 0.5 about 1.6 r of the kept rows are [MASK]; "
+              "ordinary tokens are kept rows that are neither a prediction target nor a special "
+              "token. Spearman: the importance scores of the ids seen as targets against their "
+              "rarity in the training split (1 = frequency selection's ranking); the "
+              "loss-learning methods only."]
+    return "\n".join(lines) + "\n"
+
+
 def table_time_to_quality(res: StudyResults) -> str:
     methods, runs = res.methods, res.runs
     t = res.target_eval_loss
@@ -173,8 +223,9 @@ def table_time_to_quality(res: StudyResults) -> str:
         return "\n".join(lines + [f"No finished {ref} run: no target.", ""])
     lines += [f"Target: {t:.4f} ({R}'s final held-out MLM loss, mean over its seeds). Interpolated "
               "linearly between evaluations.", "",
-              f"| Methods | seeds reaching it | wall time to target (s) | rel. to {short} wall | FLOPs to target | "
-              f"rel. to {short} FLOPs |", "|---|---:|---:|---:|---:|---:|"]
+              f"| Methods | seeds reaching it | {time_word(res)} to target (s) | "
+              f"rel. to {short} time | FLOPs to target | rel. to {short} FLOPs |",
+              "|---|---:|---:|---:|---:|---:|"]
     for n in res.order:
         d = methods[n]
         hits = [runs[r].to_target for r in d.runs]
@@ -185,8 +236,10 @@ def table_time_to_quality(res: StudyResults) -> str:
         elif ok:
             row += [cell(Stat(mean([h.wall_time for h in ok]), [h.wall_time if h else None for h in hits]), 1),
                     cell(Stat(mean([h.rel_wall for h in ok]), [h.rel_wall if h else None for h in hits]), 3),
-                    sci(mean([h.flops for h in ok])),
-                    fmt(mean([h.rel_flops for h in ok]), 3)]
+                    cell(Stat(mean([h.flops for h in ok]),
+                              [h.flops if h else None for h in hits]), 3, _sci),
+                    cell(Stat(mean([h.rel_flops for h in ok]),
+                              [h.rel_flops if h else None for h in hits]), 3)]
         else:
             row += ["not reached", "–", "–", "–"]
         lines.append("| " + " | ".join(row) + " |")

@@ -1,0 +1,132 @@
+"""The from-scratch study (configs/study-scratch.toml): its arms, the equal-compute control's steps,
+the seed-by-seed run order, the selection trace through training and the CPU-time clock; a small
+study with those settings end to end, rerun (everything skipped) and resumed after an
+interruption."""
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+import torch
+
+from tokendrop.config import ConfigError
+from tokendrop.dropping.flops import flop_ratio
+from tokendrop.lab.study import load_study, plan_runs, run_study
+from tokendrop.lab.study.plan import ARMS, flops_fraction
+
+SELECTING = {"token-drop", "freq", "rand", "strong-token-drop"}
+
+
+@pytest.fixture(autouse=True)
+def _keep_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_study_scratch_preset_plans_its_arms(tmp_path):
+    study = load_study("study-scratch")
+    assert study.source == "" and study.seeds == [0, 1, 2] and study.baseline_arm == "baseline"
+    assert not study.evaluate and study.run_order == "seed" and study.selection_checkpoints == 4
+    runs = plan_runs(study, None, tmp_path)
+    n = len(study.methods)
+    assert len(runs) == 3 * n
+    # seed by seed: every arm's seed 0 before any seed 1
+    assert [r.seed for r in runs] == [s for s in (0, 1, 2) for _ in range(n)]
+    assert [r.method.name for r in runs[:n]] == study.methods
+    by = {r.name: r.cfg for r in runs}
+    base, td = by["baseline-seed0"], by["token-drop-seed0"]
+    assert base.drop.method == "none" and base.train.lr_schedule == "wsd"
+    assert base.train.budget_clock == "process"
+    # the equal-compute control: dense for the steps that spend token drop's FLOPs, its own schedule
+    model = dataclasses.replace(base.model, vocab_size=study.vocab_size)
+    ratio = flop_ratio(model, study.seq_len, td.drop)
+    eq = by["baseline-equal-flops-seed0"]
+    assert 0.7 < ratio < 0.9
+    assert eq.train.steps == round(ratio * base.train.steps) < base.train.steps
+    assert eq.drop.method == "none" and eq.train.lr_schedule == "wsd"
+    assert flops_fraction(study, ARMS["token-drop"]) == pytest.approx(ratio)
+    assert (by["freq-seed0"].drop.method, by["rand-seed0"].drop.method) == ("frequency", "random")
+    assert by["freq-seed0"].drop.stage2_fraction == 0.0 and by["rand-seed0"].drop.rate == 0.5
+    strong, strong_td = by["strong-baseline-seed0"], by["strong-token-drop-seed0"]
+    assert strong.train.batch_warmup_start == strong.train.batch_size // 2
+    assert strong.data.mask_prob_start == 0.3
+    assert strong_td.drop.method == "cumulative" and strong_td.train.batch_warmup_start == 8
+    # the selecting arms keep 4 checkpoints through training for the trace; the dense ones one
+    for name, cfg in by.items():
+        arm = name.rsplit("-seed", 1)[0]
+        if arm in SELECTING:
+            tc = cfg.train
+            assert (tc.keep_checkpoints, tc.ckpt_every) == (5, tc.steps // 4), name
+        else:
+            assert cfg.train.keep_checkpoints == 1, name
+
+
+def test_study_run_order_and_selection_checkpoints_are_checked():
+    with pytest.raises(ConfigError, match="study.run_order: expected one of method, seed"):
+        load_study("study-scratch", ["run_order='arm'"])
+    with pytest.raises(ConfigError, match="study.selection_checkpoints: expected >= 0"):
+        load_study("study-scratch", ["selection_checkpoints=-1"])
+
+
+SMALL = ["methods=['baseline', 'baseline-equal-flops', 'token-drop', 'rand']", "drop_rates=[]",
+         "seeds=[0, 1]", "run_order='seed'", "selection_checkpoints=2", "evaluate=false",
+         "inspect_method='token-drop'"]
+CHECKPOINTS = "*/checkpoints/step-*/model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def small_study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study-scratch") / "out"
+    base = load_study("study-tiny").base_overrides + ["train.budget_clock='process'"]
+    n = torch.get_num_threads()
+    try:
+        run_study("study-tiny", out, overrides=SMALL + [f"base_overrides={json.dumps(base)}"],
+                  progress=False)
+    finally:
+        torch.set_num_threads(n)
+    return out, base
+
+
+def test_small_scratch_study_end_to_end(small_study):
+    out, _ = small_study
+    state = json.loads((out / "study-state.json").read_text())
+    arms = ("baseline", "baseline-equal-flops", "token-drop", "rand")
+    assert list(state["runs"]) == [f"{m}-seed{s}" for s in (0, 1) for m in arms]
+    data = json.loads((out / "study.json").read_text())
+    runs = data["runs"]
+    assert runs["baseline-equal-flops-seed0"]["steps"] < runs["baseline-seed0"]["steps"]
+    eq, td = data["methods"]["baseline-equal-flops"], data["methods"]["token-drop"]
+    assert eq["rel_flops"] == pytest.approx(td["rel_flops"], rel=0.05)  # equal compute, to a step
+    assert all(r["clock"] == "process" for r in runs.values())
+    for name in ("token-drop-seed0", "token-drop-seed1", "rand-seed0"):
+        trace = runs[name]["selection"]
+        assert [d["step"] for d in trace] == [4, 8]
+        for d in trace:
+            assert 0 < d["kept_mask_share"] <= d["kept_target_share"] <= 1
+            assert d["ordinary_kept_per_sequence"] >= 0
+        assert ("spearman_score_vs_rarity" in trace[-1]) == name.startswith("token-drop")
+    assert runs["baseline-seed0"]["selection"] == []
+    sel = (out / "tables" / "selection.md").read_text()
+    assert "| token drop (proposed) | 4 |" in sel and "| token drop (rand) | 8 |" in sel
+    ttq = (out / "tables" / "time-to-quality.md").read_text()
+    assert "CPU time to target (s)" in ttq
+    md = (out / "study.md").read_text()
+    assert "What the selector keeps, through training" in md and "CPU time of its own process" in md
+
+
+def test_small_scratch_study_reruns_and_resumes(small_study):
+    out, base = small_study
+    overrides = SMALL + [f"base_overrides={json.dumps(base)}"]
+    stamp = {p: p.stat().st_mtime_ns for p in (out / "runs").glob(CHECKPOINTS)}
+    run_study("study-tiny", out, overrides=overrides, progress=False)  # none retrained
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob(CHECKPOINTS)} == stamp
+    rd = out / "runs" / "token-drop-seed1"  # killed after its step-4 checkpoint
+    shutil.rmtree(rd / "checkpoints" / "step-00000008")
+    (rd / "report.md").unlink()
+    run_study("study-tiny", out, overrides=overrides, progress=False)
+    recs = [json.loads(x) for x in (rd / "metrics.jsonl").read_text().splitlines()]
+    assert sum(1 for r in recs if r.get("event") == "start") == 1  # resumed, not restarted
+    runs = json.loads((out / "study.json").read_text())["runs"]
+    assert [d["step"] for d in runs["token-drop-seed1"]["selection"]] == [4, 8]

@@ -30,6 +30,7 @@ from tokendrop.config import DropConfig, ModelConfig
 from tokendrop.dropping.engine import DropSpan, Rows, run_layers
 from tokendrop.models.attention import MaskCache, attend, use_flex
 from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
+from tokendrop.models.norm import LayerNorm
 
 
 
@@ -39,7 +40,7 @@ class Embeddings(nn.Module):
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None) -> Tensor:
@@ -62,16 +63,21 @@ class Attention(nn.Module):
         self.q = nn.Linear(d, d)
         self.kv = nn.Linear(d, 2 * d)
         self.o = nn.Linear(d, d)
-        self.norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.norm = LayerNorm(d, eps=cfg.layer_norm_eps)
         self.attn_dropout = cfg.attention_dropout
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
-    def forward(self, x: Tensor, kv_in: Tensor, attn_bias: Tensor | None) -> Tensor:
-        # x: (B, n, d) query rows; kv_in: (B, N, d) key/value rows; attn_bias: (B, 1, 1, N) or None
+    def forward(self, x: Tensor, kv_in: Tensor | None, attn_bias: Tensor | None) -> Tensor:
+        # x: (B, n, d) query rows; kv_in: (B, N, d) key/value rows, None = x; attn_bias: a MaskCache mask
         b, n, d = x.shape
         h = self.num_heads
-        q = self.q(x).view(b, n, h, d // h).transpose(1, 2)  # (B, h, n, dh)
-        k, v = self.kv(kv_in).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)  # 2 x (B, h, N, dh)
+        if kv_in is None:  # one projection: q and kv weights concatenated (3 launches less per layer)
+            w = torch.cat([self.q.weight, self.kv.weight])
+            bias = torch.cat([self.q.bias, self.kv.bias])
+            q, k, v = F.linear(x, w, bias).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)  # 3 x (B, h, n, dh)
+        else:
+            q = self.q(x).view(b, n, h, d // h).transpose(1, 2)  # (B, h, n, dh)
+            k, v = self.kv(kv_in).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)  # 2 x (B, h, N, dh)
         y = attend(q, k, v, attn_bias, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(b, n, d)
         return self.norm(x + self.dropout(self.o(y)))
@@ -82,7 +88,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -96,7 +102,7 @@ class Layer(nn.Module):
         self.ffn = FeedForward(cfg)
 
     def forward(self, x: Tensor, kv_in: Tensor | None = None, attn_bias: Tensor | None = None) -> Tensor:
-        return self.ffn(self.attn(x, x if kv_in is None else kv_in, attn_bias))
+        return self.ffn(self.attn(x, kv_in, attn_bias))
 
 
 class Encoder(nn.Module):
@@ -180,7 +186,7 @@ class MLMHead(nn.Module):
     def __init__(self, cfg: ModelConfig, word_embeddings: nn.Embedding):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.word_embeddings = [word_embeddings]  # a list: tied, not a second registered copy
 

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from tokendrop.config import DropConfig, ModelConfig
 from tokendrop.models.attention import MaskCache, attend, use_flex
 from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
+from tokendrop.models.norm import LayerNorm
 from tokendrop.dropping.engine import Rows, run_layers
 
 __all__ = [
@@ -92,7 +93,7 @@ class ModernEmbeddings(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         self.drop = nn.Dropout(cfg.hidden_dropout)
 
     def forward(self, input_ids: Tensor) -> Tensor:
@@ -147,9 +148,9 @@ class ModernLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int, layer_type: str):
         super().__init__()
         d = cfg.hidden_size
-        self.attn_norm = nn.Identity() if index == 0 else nn.LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.attn_norm = nn.Identity() if index == 0 else LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         self.attn = ModernAttention(cfg)
-        self.mlp_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.mlp_norm = LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         self.mlp = ModernMLP(cfg)
         self.sliding = layer_type == "sliding_attention"
 
@@ -169,7 +170,7 @@ class ModernBertModel(nn.Module):
         self.embeddings = ModernEmbeddings(cfg)
         types = cfg.resolved_layer_types()
         self.layers = nn.ModuleList([ModernLayer(cfg, i, t) for i, t in enumerate(types)])
-        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.final_norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         dh = cfg.hidden_size // cfg.num_heads
         self.rope_global = Rotary(dh, cfg.global_rope_theta)
         self.rope_local = Rotary(dh, cfg.local_rope_theta)
@@ -193,11 +194,12 @@ class ModernBertModel(nn.Module):
         masks = MaskCache(x.dtype, flex=use_flex(self.config.attention_backend, x.device,
                                                  self.config.attention_dropout if self.training else 0.0))
         ropes: dict[tuple[int, bool], tuple] = {}
+        rope_dtype = self.final_norm.weight.dtype  # cos/sin in the parameters' dtype, not autocast's
 
         def rope(rows: Rows, local: bool):
             key = (id(rows), local)
             if key not in ropes:  # rows kept alive with their cos/sin, so ids stay unique
-                ropes[key] = (rows, (self.rope_local if local else self.rope_global)(rows.pos, x.dtype))
+                ropes[key] = (rows, (self.rope_local if local else self.rope_global)(rows.pos, rope_dtype))
             return ropes[key][1]
 
         def call(layer: ModernLayer, h: Tensor, kv: Tensor | None, q: Rows, k: Rows) -> Tensor:
@@ -239,7 +241,7 @@ class PredictionHead(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
 
     def forward(self, h: Tensor) -> Tensor:
         return self.norm(F.gelu(self.dense(h)))

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The GPU campaign, one part per call of a lent GPU machine (each stops itself within
+# The GPU campaign on a lent GPU machine.  In priority order, within the device time (one call of at
+# most 10 minutes; a second call into the same OUT continues with the parts the first did not finish):
+#   bash benchmarks/gpu_campaign.sh priority -- --set total_s=540   # step, strong, pretrain, env, ...
+# Or one part per call (each stops itself within
 # budget_s = 8 min; the `timeout` below is the hard stop):
+#   bash benchmarks/gpu_campaign.sh step            # the trainer's step: eager / compiled / CUDA graphs, dense vs drop, both families
 #   bash benchmarks/gpu_campaign.sh env             # GPU, driver, versions, SDPA backends at bf16, pytest -m gpu
 #   bash benchmarks/gpu_campaign.sh bench           # bert-base eager T=128/512: dense, 50% drop, HF; MFU, memory, largest batch
 #   bash benchmarks/gpu_campaign.sh bench-compile   # the same with torch.compile
@@ -32,11 +36,12 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 if [ ${#parts[@]} -eq 0 ]; then
   echo "usage: [DRY_RUN=1] [OUT=DIR] bash benchmarks/gpu_campaign.sh PART... [-- tokendrop bench args]" >&2
-  echo "       PART: env bench bench-compile pretrain quality bench-modern strong bench-longctx all" >&2
+  echo "       PART: step env bench bench-compile pretrain quality bench-modern strong bench-longctx all priority" >&2
   exit 2
 fi
 n=${#parts[@]}
-for p in "${parts[@]}"; do [ "$p" = "all" ] && n=$((n + 7)); done  # all = the 8 parts
+for p in "${parts[@]}"; do [ "$p" = "all" ] && n=$((n + 8)); done  # all = the 9 parts
+for p in "${parts[@]}"; do [ "$p" = "priority" ] && n=$((n + 8)); done  # bounded by total_s inside
 OUT=${OUT:-runs/gpu-campaign}
 args=(--out "$OUT")
 [ "${DRY_RUN:-0}" = "1" ] && args+=(--dry-run)

@@ -488,7 +488,8 @@ def _add_bench(sub) -> None:
                    help="override a config field (tokendrop.lab.bench.BenchConfig; with --campaign "
                         "tokendrop.lab.bench.campaign.CampaignConfig), e.g. --set seq_lens=[128]")
     s.add_argument("--campaign", nargs="+", metavar="PART",
-                   help="run parts of the GPU campaign: env, bench, bench-compile, pretrain, quality (or all)")
+                   help="run parts of the GPU campaign: step, env, bench, ... (or all, or priority: in priority order "
+                        "within campaign.total_s)")
     s.add_argument("--out", help="--campaign: the directory each part writes PART.json and PART.md into")
     s.add_argument("--dry-run", action="store_true", help="--campaign: tiny sizes on CPU (every code path, minutes)")
     s.add_argument("--compile", action="store_true", help="torch.compile both our model and the HF baseline")

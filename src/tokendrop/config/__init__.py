@@ -152,6 +152,7 @@ class DataConfig:
 # training
 
 # what train.* and finetune.* say of a bad learning rate / gradient clip (config.checks.check_positive)
+COMPILE_MODES = ("auto", "off", "forward", "step", "graphs")  # train.compile (tokendrop.train.compiled)
 LR_EXPECTED = "a positive, finite learning rate"
 GRAD_CLIP_EXPECTED = "a finite max gradient norm >= 0 (0 = no clipping)"
 
@@ -186,7 +187,11 @@ class TrainConfig:
     adam_eps: float = 1e-6
     grad_clip: float = 1.0
     precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
-    compile: bool = False
+    # torch.compile of the training step (tokendrop.train.compiled): off | forward (the model's
+    # forward) | step (forward + MLM loss as one graph, its backward compiled with it) | graphs (step,
+    # captured as CUDA graphs: mode="reduce-overhead") | auto (step on CUDA, off elsewhere);
+    # true = step, false = off
+    compile: bool | str = "auto"
     device: str = "auto"  # auto | cpu | cuda
     seed: int = 0
     deterministic: bool = False
@@ -295,6 +300,9 @@ class TrainConfig:
             raise ConfigError(f"train.precision: expected auto, fp32 or bf16, got {self.precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+            raise ConfigError(f"train.compile: expected true, false or one of {', '.join(COMPILE_MODES)}, "
+                              f"got {self.compile!r}")
         if self.parallel not in ("ddp", "fsdp"):
             raise ConfigError(f"train.parallel: expected ddp or fsdp, got {self.parallel!r}")
         bad = [t for t in self.report_to if t not in REPORT_TO]

@@ -12,11 +12,13 @@ Nothing in the step waits on the host.  The loop around it is ``tokendrop.train.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from tokendrop.train.budget import RunLength
+from tokendrop.train.compiled import loss_fn
 from tokendrop.config import Config
 from tokendrop.dropping.consistency import ClsTaps, consistency_term
 from tokendrop.errors import TrainingError
@@ -57,16 +59,19 @@ class MLMStep:
         amp_dtype: torch.dtype | None,
         par: Parallel | None = None,
         use_attention_mask: bool = True,
-        compile: bool = False,
+        compile: str = "off",
         run_model: nn.Module | None = None,
+        compile_backend: Any = "inductor",
+        shapes: int = 2,
     ):
         self.use_attention_mask = use_attention_mask  # packed data has no [PAD]: mask-free SDPA
         self.model = model
         # run_model: what the forward runs through (default: the DDP/FSDP-wrapped model, else model),
         # e.g. an already compiled model shared by several steps (the benchmark's settings)
         self.run_model = run_model if run_model is not None else (par.run_model if par is not None else model)
-        if compile:
-            self.run_model = torch.compile(self.run_model)
+        # compile: a tokendrop.train.compiled mode (what is compiled: the forward, or forward + loss);
+        # shapes: how many graphs the run compiles (compiled_shapes)
+        self.loss = loss_fn(model, self.run_model, compile, compile_backend, shapes)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.selector = selector
         self.opt = optimizer
@@ -76,6 +81,8 @@ class MLMStep:
         self.select = cfg.drop.enabled and cfg.drop.variant != "avg"
         # ScTD (tokendrop.dropping.consistency): [CLS] taps on the last two layers, only when its weight is > 0
         self.taps = ClsTaps(model.encoder_layers) if cfg.drop.enabled and cfg.drop.consistency_weight > 0 else None
+        if self.taps is not None:
+            self._eager_loss = loss_fn(model, self.run_model, "off")
 
     def keep_idx(self, mb: dict[str, Tensor], step: int, progress: float = 0.0) -> Tensor | None:
         """The kept positions of one micro-batch: (B, M) from the selector, or (S, B, M) per half
@@ -109,25 +116,23 @@ class MLMStep:
             if dropping and self.select:
                 keep = self.keep_idx(mb, step, progress)
             sync = i == len(micro) - 1
+            w = mb["mlm_weights"]
             with self.par.grad_sync(sync) if self.par is not None else contextlib.nullcontext():
                 with self.taps.record() if sctd else contextlib.nullcontext() as dropped, \
                         torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-                    logits = self.run_model(
+                    # ScTD's taps are forward hooks: its steps run the eager forward
+                    nll_sum, nll, correct = (self._eager_loss if sctd else self.loss)(
                         mb["input_ids"], mb["mlm_positions"], mb["attention_mask"] if self.use_attention_mask else None,
-                        mb["token_type_ids"], keep_idx=keep, drop_active=dropping,
-                    )
-                nll = self.model.mlm_nll(logits, mb["mlm_labels"])  # (B, P) fp32
-                w = mb["mlm_weights"]
-                loss = (nll * w).sum()
+                        mb["token_type_ids"], keep, dropping, mb["mlm_labels"], w,
+                    )  # weighted NLL sum, per-slot NLL (B, P) fp32, weighted correct predictions
+                loss = nll_sum
                 if sctd:
                     kl = self._consistency(mb, dropped)
                     kl_sum += kl.detach()
                     loss = loss + self.cfg.drop.consistency_weight * kl
                 loss = loss / norm * scale
                 loss.backward()
-            with torch.no_grad():
-                correct = ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum()
-                sums += torch.stack([(nll.detach() * w).sum(), correct])
+            sums += torch.stack([nll_sum.detach(), correct.detach()])
             all_nll.append(nll.detach())
         # train.grad_clip = 0: no clipping (as in fine-tuning); the norm is still measured.  Over all
         # shards under FSDP (DTensor gradients), so the same value on every rank

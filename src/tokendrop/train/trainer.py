@@ -56,6 +56,7 @@ from tokendrop.train.resume import (check_resume_compatible, check_resume_data, 
 from tokendrop.train.run_config import open_run_data, resolve_init
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
+from tokendrop.train.compiled import compiled_shapes, resolve_mode
 from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, stage2_start
 from tokendrop.train.warmups import StepPlan, default_micro_batch
 
@@ -335,14 +336,20 @@ class _Trainer:
     def make_step(self) -> None:
         """The step function and the training batches (at the resumed position)."""
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
+        self.shapes = StepPlan(cfg, self.T, data.packed, self.micro_bs, dd.world)  # sequence-length / batch warm-ups
+        # one compiled graph per length and kind of step (stage 2, or no dropping: dense)
+        self.compile_mode = resolve_mode(tc.compile, self.device)
+        graphs = compiled_shapes(cfg, self.shapes.seq.lengths())
         self.step_fn = MLMStep(self.model, self.selector, self.opt, cfg, self.amp, self.par,
-                               use_attention_mask=not data.packed, compile=tc.compile)
+                               use_attention_mask=not data.packed, compile=self.compile_mode, shapes=graphs)
+        if self.compile_mode != "off" and dd.main:
+            self.console.say(f"train.compile: {self.compile_mode}, at most {graphs} graph(s) to compile "
+                             f"(sequence lengths {self.shapes.seq.lengths()} x kinds of step)")
         self.loader = MLMLoader(data, split="train", batch_size=self.micro_bs, seed=tc.seed, rank=dd.rank,
                                 world_size=dd.world, mask_prob=self.masks.largest, num_workers=cfg.data.num_workers,
                                 prefetch=cfg.data.prefetch, shuffle=True, loop=True, variable_rate=not self.masks.constant)
         if self.meta_in is not None:
             self.loader.load_state_dict(self.meta_in["data_position"])
-        self.shapes = StepPlan(cfg, self.T, data.packed, self.micro_bs, dd.world)  # sequence-length / batch warm-ups
         self.run_flops = RunFlops(cfg.model, cfg.drop, self.meta_in.get("flops", 0) if self.meta_in else 0)
 
     def eval_batches(self):

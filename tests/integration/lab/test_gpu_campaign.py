@@ -149,6 +149,7 @@ def test_script_plumbing_env_part(tmp_path):
 
 def test_campaign_config_and_errors():
     from tokendrop.lab.bench.campaign import PARTS, RUNNERS, TITLES, campaign_config, run_parts
+    from tokendrop.lab.bench.campaign.config import PRIORITY
 
     gpu = campaign_config("gpu")
     assert gpu.device == "cuda" and not gpu.dry_run and gpu.bench.model == "bert-base"
@@ -163,7 +164,12 @@ def test_campaign_config_and_errors():
         campaign_config("dry", ["bench.seq_lens=[32, 64]"])
     with pytest.raises(ConfigError, match="unknown part 'benchmark'"):
         run_parts(campaign_config("dry"), ["benchmark"], "/nonexistent")
-    assert PARTS == ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx")
+    assert PARTS == ("step", "env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong",
+                     "bench-longctx")
+    assert set(PRIORITY) == set(PARTS) and PRIORITY[:2] == ("step", "strong")  # issue 40's step first
+    assert gpu.step.rows()[0] == ("bert", 128, 16384) and gpu.step.modes == ["off", "step", "graphs"]
+    with pytest.raises(ConfigError, match="step.settings: 'bert:128' is not"):
+        campaign_config("dry", ["step.settings=['bert:128']"])
     assert set(RUNNERS) == set(TITLES) == set(PARTS)  # every part has its runner and its title
     st = gpu.strong
     assert st.strong_recipe and not st.tasks and st.batch_size == 256 and "train.batch_warmup_start=128" in st.recipe()
@@ -251,3 +257,23 @@ def test_new_parts_dry_run(tmp_path, tiny_data):
         assert f"[{name}] ok" in p.stdout and d["wall_s"] < d["budget_s"]
     _check_strong(out)
     _check_longctx(out, (32, 64))
+
+
+@pytest.mark.slow
+def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path):
+    """``priority``: the step part (eager and compiled, dense and drop) first; a part that would start
+    with less than ``min_part_s`` of ``total_s`` left is not started; a second call into the same OUT
+    skips what the first finished."""
+    out = tmp_path / "out"
+    few = ["--set", "step.settings=['bert:32:128']", "--set", "total_s=600", "--set", "min_part_s=590"]
+    p = _run_script(out, ["priority"], few)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    d = _part(out, "step")
+    assert d["ok"] and not d["skipped"], (d["error"], d["checks"])
+    rows = d["data"]["rows"]
+    assert [r["mode"] for r in rows] == ["off", "step"] and all(r["flop_bound"] > 1 for r in rows)
+    assert all(r["dense_ms"] > 0 and r["drop_ms"] > 0 for r in rows)
+    assert "[step] ok" in p.stdout and not (out / "strong.json").exists()  # the next part: not started
+    again = _run_script(out, ["priority"], [*few, "--set", "total_s=100"])  # too little left to start a part
+    assert again.returncode == 0 and "[step]" not in again.stdout  # finished by the first call: not rerun
+    assert _part(out, "step")["started"] == d["started"] and not (out / "strong.json").exists()

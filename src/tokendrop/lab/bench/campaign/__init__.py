@@ -1,9 +1,14 @@
 """The GPU campaign: parts that each fit one ~9-minute call on a lent GPU machine.
 
+    tokendrop bench --campaign priority --out $OUT             # the parts in PRIORITY order
     tokendrop bench --campaign env --out $OUT                  # one part per call
     tokendrop bench --campaign all --out /tmp/dry --dry-run     # every part, tiny sizes, on CPU
 
-Parts (``PARTS``): ``env`` (versions, usable SDPA backends at bf16, ``pytest -m gpu``), ``bench``
+``priority`` runs the parts in ``PRIORITY`` order within ``total_s`` seconds in all (each part within
+``min(budget_s, what is left)``), skipping parts an earlier call into the same OUT finished, so a
+second call continues where the first stopped.  Parts (``PARTS``): ``step`` (the trainer's step per
+``train.compile`` mode -- eager, compiled, CUDA graphs -- dense vs 50% drop, both families, T=128 at
+16k and 64k tokens per step and T=512: ms/step, MFU, FLOP bound, GPU-busy fraction), ``env`` (versions, usable SDPA backends at bf16, ``pytest -m gpu``), ``bench``
 (bert-base eager: ours dense / 50% drop / transformers', MFU, memory, the largest batch that fits),
 ``bench-compile`` (the same compiled), ``pretrain`` (real runs from carried data, resume, torchrun),
 ``quality`` (time-to-quality of a small BERT, dense vs token drop, then fine-tuning),
@@ -16,6 +21,7 @@ families at T = 512 ... 8192, dense vs 50% drop, FLOP bound, attention share, me
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -32,6 +38,7 @@ from tokendrop.lab.bench.campaign.bench_part import run_bench_part
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, write_part
 from tokendrop.lab.bench.campaign.config import (
     PARTS,
+    PRIORITY,
     BenchPart,
     CampaignConfig,
     PretrainPart,
@@ -42,9 +49,11 @@ from tokendrop.lab.bench.campaign.env_part import run_env
 from tokendrop.lab.bench.campaign.longctx_part import run_longctx_part
 from tokendrop.lab.bench.campaign.pretrain_part import run_pretrain_part
 from tokendrop.lab.bench.campaign.quality_part import run_quality_part
+from tokendrop.lab.bench.campaign.step_part import run_step_part
 import torch
 
 TITLES = {
+    "step": "the trainer's step per train.compile mode (eager / compiled / CUDA graphs), dense vs 50% drop, both families",
     "env": "environment, SDPA backends, GPU tests",
     "bench": "bert-base step time, eager (ours dense / token drop / transformers), largest batch",
     "bench-compile": "bert-base step time, torch.compile",
@@ -56,7 +65,7 @@ TITLES = {
 }
 
 
-RUNNERS = {"env": run_env, "bench": run_bench_part, "bench-compile": run_bench_part, "bench-modern": run_bench_part,
+RUNNERS = {"step": run_step_part, "env": run_env, "bench": run_bench_part, "bench-compile": run_bench_part, "bench-modern": run_bench_part,
            "pretrain": run_pretrain_part, "bench-longctx": run_longctx_part, "quality": run_quality_part,
            "strong": run_quality_part}
 
@@ -86,10 +95,12 @@ def run_parts(cfg: CampaignConfig, parts: list[str] | tuple[str, ...], out: str 
     While a part runs, ``OUT/.campaign-in-progress.json`` names it and its ``PART.json`` says
     ``complete: false``; a campaign killed during a part leaves both, and the next one says so."""
     names: list[str] = []
+    priority = "priority" in parts
     for p in parts:
-        for name in (PARTS if p == "all" else [p]):
+        for name in (PARTS if p == "all" else PRIORITY if p == "priority" else [p]):
             if name not in PARTS:
-                raise ConfigError(f"bench --campaign: unknown part {name!r}; expected {', '.join(PARTS)} or all")
+                raise ConfigError(f"bench --campaign: unknown part {name!r}; expected {', '.join(PARTS)}, all or "
+                                  "priority")
             if name not in names:
                 names.append(name)
     cfg.validate()
@@ -100,9 +111,27 @@ def run_parts(cfg: CampaignConfig, parts: list[str] | tuple[str, ...], out: str 
         claim_output(out_dir)
         _report_killed(out_dir)
         results = []
+        total = Budget(cfg.total_s)
         for name in names:
-            results.append(_run_part(cfg, name, device, out_dir, say))
+            if priority and _finished(out_dir, name):  # an earlier call of the same campaign ran it
+                say(f"[{name}] done by an earlier call ({out_dir / (name + '.json')}); next part")
+                continue
+            if priority and not total.allows(cfg.min_part_s):
+                say(f"[{name}] not started: {total.left():.0f} s of campaign.total_s left (the next call "
+                    "continues here)")
+                continue
+            part_cfg = dataclasses.replace(cfg, budget_s=min(cfg.budget_s, total.left())) if priority else cfg
+            results.append(_run_part(part_cfg, name, device, out_dir, say))
     return results
+
+
+def _finished(out: Path, name: str) -> bool:
+    """``OUT/NAME.json`` holds a part that ran to its end (``complete``)."""
+    try:
+        d = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and d.get("part") == name and d.get("complete") is True
 
 
 def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: Log) -> PartResult:

@@ -8,7 +8,10 @@ from tokendrop.config import ConfigError, load_config, resolve_preset
 from tokendrop.lab.bench.longctx import FamilyShape, LongContextConfig
 from tokendrop.lab.study.plan import STRONG
 
-PARTS = ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx")
+PARTS = ("step", "env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx")
+# ``--campaign priority``: the order a lent GPU's time is spent in (part step first: issue 40's step
+# measurements; then the from-scratch pairs; then the rest), each part within what is left
+PRIORITY = ("step", "strong", "pretrain", "env", "bench-longctx", "bench", "bench-modern", "quality", "bench-compile")
 
 
 @dataclass
@@ -40,6 +43,39 @@ class BenchPart:
 def _modern_part() -> BenchPart:
     return BenchPart(model="modern-base", vocab_size=50368, seq_lens=[512, 1024], batch_sizes=[64, 32],
                      max_batch=False, max_batch_caps=[2048, 1024])
+
+
+@dataclass
+class StepPart:
+    """``step``: the trainer's step per ``train.compile`` mode, dense vs drop (step_part.py)."""
+
+    # "family:T:tokens per step", in the order they run
+    settings: list[str] = field(default_factory=lambda: ["bert:128:16384", "modernbert:128:16384", "bert:512:16384",
+                                                         "modernbert:512:16384", "bert:128:65536",
+                                                         "modernbert:128:65536"])
+    modes: list[str] = field(default_factory=lambda: ["off", "step", "graphs"])
+    bert_model: str = "bert-base"
+    bert_vocab_size: int = 30522
+    modern_model: str = "modern-base"
+    modern_vocab_size: int = 50368
+    rate: float = 0.5
+    precision: str = "bf16"
+    warmup: int = 3  # untimed steps: compilation and graph capture happen here
+    rounds: int = 5
+    reps: int = 5
+    compile_backend: str = "inductor"  # dry runs: aot_eager (no code generation)
+    row_reserve_s: float = 75.0  # a row (one mode, dense + drop) starts only with this much budget left
+
+    def rows(self) -> list[tuple[str, int, int]]:
+        """``settings`` parsed: (family, T, tokens per step)."""
+        out = []
+        for s in self.settings:
+            parts = s.split(":")
+            if len(parts) != 3 or parts[0] not in ("bert", "modernbert") or not all(x.isdigit() for x in parts[1:]):
+                raise ConfigError(f"step.settings: {s!r} is not \"FAMILY:T:TOKENS\" (FAMILY bert or modernbert), "
+                                  "e.g. \"bert:128:16384\"")
+            out.append((parts[0], int(parts[1]), int(parts[2])))
+        return out
 
 
 @dataclass
@@ -171,6 +207,11 @@ class CampaignConfig:
     glue: str = "runs/gpu-carry/glue"  # holds SST-2/ and QNLI/ (GLUE TSV layout)
     budget_s: float = 480.0  # each part stops itself before this many seconds
     pytest: bool = True  # env: run `pytest -m gpu tests/integration/parallel/test_gpu.py`
+    # --campaign priority: the device time all its parts share (a lent GPU: 15 minutes including the
+    # machine's start; one call at most 10); each part gets min(budget_s, what is left)
+    total_s: float = 540.0
+    min_part_s: float = 60.0  # a part starts only with this much of total_s left
+    step: StepPart = field(default_factory=StepPart)
     bench: BenchPart = field(default_factory=BenchPart)
     modern: BenchPart = field(default_factory=_modern_part)  # part bench-modern
     pretrain: PretrainPart = field(default_factory=PretrainPart)
@@ -196,6 +237,12 @@ class CampaignConfig:
                 raise ConfigError(f"{sec}.train_budget_s/evals: expected > 0 and >= 2")
             q.validate(sec)
         self.longctx.validate()
+        self.step.rows()
+        bad = [m for m in self.step.modes if m not in ("off", "forward", "step", "graphs")]
+        if bad:
+            raise ConfigError(f"step.modes: {bad[0]!r} is not a train.compile mode (off, forward, step, graphs)")
+        if self.total_s <= 0:
+            raise ConfigError(f"campaign.total_s: expected > 0, got {self.total_s}")
         return self
 
 

@@ -1,0 +1,148 @@
+"""train.compile: the compiled step (forward + MLM loss as one graph, its backward compiled with it)
+equals the eager step -- loss, accuracy, the gradients AdamW is given, the importance update -- for
+both families, dropping and dense; after its first step of each kind it never recompiles.  The
+default run checks the graphs with AOTAutograd on the eager backend (dynamo's capture and the
+autograd split, no code generation: seconds); the inductor check (minutes of C++ compilation on CPU)
+is slow.  CUDA graphs (``graphs``): ``@pytest.mark.gpu``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, load_config
+from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.importance import build_selector
+from tokendrop.models.families import build_model
+from tokendrop.train.compiled import compiled_shapes, resolve_mode
+from tokendrop.train.runtime import param_groups
+from tokendrop.train.trainer import MLMStep
+
+from batches import mlm_batch
+
+V, T, B = 97, 32, 2
+
+
+class RecordingAdamW(torch.optim.AdamW):
+    """AdamW that keeps a copy of the gradients it was given."""
+
+    def step(self, closure=None):
+        self.grads = [None if p.grad is None else p.grad.clone() for g in self.param_groups for p in g["params"]]
+        return super().step(closure)
+
+
+def _cfg(family: str) -> ModelConfig:
+    if family == "bert":
+        return ModelConfig(vocab_size=V, hidden_size=32, num_layers=4, num_heads=4, intermediate_size=64,
+                           max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+    return ModelConfig(preset="modern-tiny", vocab_size=V, sep_token_id=SPECIAL_IDS["sep"], local_attention=16,
+                       hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def _step(family: str, mode: str, backend, device: str = "cpu", amp=None):
+    mc = _cfg(family)
+    drop = DropConfig(method="cumulative")
+    cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=20, batch_size=B, lr=1e-3, warmup_steps=0)).validate()
+    torch.manual_seed(0)
+    model = build_model(mc, drop).train().to(device)
+    selector = build_selector(drop, V, SPECIAL_IDS, T, seed=0).to(device)
+    opt = RecordingAdamW(param_groups(model, 0.01), lr=1e-3)
+    step = MLMStep(model, selector, opt, cfg, amp, use_attention_mask=False, compile=mode, compile_backend=backend,
+                   shapes=compiled_shapes(cfg, [T]))
+    return step, model, selector
+
+
+def _run(step, device: str = "cpu"):
+    """Three dropping steps, then two dense ones (stage 2); what each step returned and was given."""
+    out = []
+    for i in range(5):
+        mb = {k: v.to(device) for k, v in mlm_batch(V, B, T, seed=i).items()}
+        r = step([mb], 1e-3, dropping=i < 3, step=i)
+        out.append(({k: v.detach().clone() for k, v in r.items()}, step.opt.grads,
+                    {k: v.clone() for k, v in step.selector.state_dict().items()}))
+    return out
+
+
+def _assert_same(a, b, atol: float, rtol: float):
+    for (ra, ga, sa), (rb, gb, sb) in zip(a, b):
+        for k in ("loss", "acc", "grad_norm"):
+            torch.testing.assert_close(ra[k], rb[k], atol=atol, rtol=rtol)
+        for x, y in zip(ga, gb):
+            assert (x is None) == (y is None)
+            if x is not None:
+                torch.testing.assert_close(x, y, atol=atol, rtol=rtol)
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            torch.testing.assert_close(sa[k], sb[k], atol=atol, rtol=rtol)
+
+
+def _check(family: str, mode: str, backend: str, atol: float, rtol: float):
+    torch._dynamo.reset()
+    eager = _run(_step(family, "off", None)[0])
+    counter = CompileCounterWithBackend(backend)
+    step = _step(family, mode, counter)[0]
+    compiled = _run(step)
+    _assert_same(compiled, eager, atol, rtol)
+    # one graph for the dropping steps, one for the dense ones; a further step of each: no recompile
+    assert counter.frame_count == 2, counter.frame_count
+    for i, dropping in ((5, True), (6, False)):
+        step([mlm_batch(V, B, T, seed=i)], 1e-3, dropping=dropping, step=i)
+    assert counter.frame_count == 2, counter.frame_count
+
+
+def test_compiled_step_equals_eager_aot():
+    _check("bert", "step", "aot_eager", atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,mode", [("modernbert", "step"), ("bert", "forward"), ("modernbert", "forward")])
+def test_compiled_step_equals_eager_aot_slow(family, mode):
+    _check(family, mode, "aot_eager", atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_compiled_step_equals_eager_inductor(family):
+    _check(family, "step", "inductor", atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_graph_captured_step_matches_eager_on_cuda(family):
+    """``graphs``: the step captured as CUDA graphs gives the eager step's losses and gradients
+    within bf16 tolerance, and replays without recompiling."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    eager = _run(_step(family, "off", None, "cuda", torch.bfloat16)[0], "cuda")
+    step = _step(family, "graphs", "inductor", "cuda", torch.bfloat16)[0]
+    graphs = _run(step, "cuda")
+    for (ra, ga, _), (rb, gb, _) in zip(graphs, eager):
+        torch.testing.assert_close(ra["loss"], rb["loss"], atol=2e-2, rtol=2e-2)
+        for x, y in zip(ga, gb):
+            if x is not None:
+                assert torch.nn.functional.cosine_similarity(x.flatten().float(), y.flatten().float(), dim=0) > 0.99
+    seen = counters["stats"]["unique_graphs"]
+    for i, dropping in ((5, True), (6, False)):
+        step([{k: v.cuda() for k, v in mlm_batch(V, B, T, seed=i).items()}], 1e-3, dropping=dropping, step=i)
+    assert counters["stats"]["unique_graphs"] == seen
+
+
+def test_modes():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert [resolve_mode(v, cpu) for v in (True, False, "auto", "graphs")] == ["step", "off", "off", "graphs"]
+    assert resolve_mode("auto", cuda) == "step"
+    with pytest.raises(ConfigError, match="train.compile: expected true, false or one of"):
+        load_config("tiny", ["train.compile=\"fast\""])
+
+
+def test_compiled_shapes_count_lengths_and_kinds():
+    cfg = Config(model=_cfg("bert"), drop=DropConfig(method="cumulative"), train=TrainConfig(steps=20)).validate()
+    assert compiled_shapes(cfg, [T]) == 1  # every step drops
+    assert compiled_shapes(cfg, [8, 16, 32]) == 3  # a sequence-length warm-up: one per length
+    cfg.drop.stage2_fraction = 0.1
+    assert compiled_shapes(cfg, [T]) == 2  # + stage 2
+    ltd = Config(model=_cfg("bert"), drop=DropConfig(method="random_ltd", ltd_step=8), train=TrainConfig(steps=20))
+    assert compiled_shapes(ltd.validate(), [T]) == 1 + 3  # kept counts 16, 24, 32 (= dense) + dense

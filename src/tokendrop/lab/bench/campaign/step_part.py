@@ -28,6 +28,7 @@ from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_de
 from tokendrop.lab.bench.campaign.config import CampaignConfig
 from tokendrop.lab.bench.profiling import kineto_events
 from tokendrop.lab.bench.workload import synthetic_batch
+from tokendrop.lab.machine import loadavg
 from tokendrop.models.families import build_model
 from tokendrop.train.compiled import compiled_shapes
 from tokendrop.train.runtime import adamw
@@ -101,6 +102,8 @@ def run_step_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult,
     rows: list[list[object]] = []
     r.tables = [(f"the trainer's step per train.compile mode ({sp.precision}, {sp.rate:.0%} drop)", HEADER, rows)]
     r.data["rows"] = []
+    r.data["loadavg_start"] = loadavg()
+    r.summary.append(f"load average at the start: {r.data['loadavg_start']}; torch threads {torch.get_num_threads()}")
     for family, t, tokens in sp.rows():
         b = max(1, tokens // t)
         mc = _model_config(family, sp, t)
@@ -130,6 +133,8 @@ def run_step_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult,
                                    "dense_flops": dense_f, "drop_flops": drop_f, "dense_mfu": mfu[0],
                                    "drop_mfu": mfu[1], "dense_busy": dense_busy, "drop_busy": drop_busy})
             save()
+    r.data["loadavg_end"] = loadavg()
+    r.summary.append(f"load average at the end: {r.data['loadavg_end']}")
     r.check("every mode of the first setting measured", len(rows) >= min(len(sp.modes), 1) and
             {x[4] for x in rows if (x[0], x[1], x[2]) == sp.rows()[0]} == set(sp.modes))
     save()

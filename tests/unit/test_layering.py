@@ -1,18 +1,20 @@
-"""The package's import structure: the layering rules of docs/design.md §4 and no import cycle.
+"""The package's import structure: the folders form a layered graph (docs/design.md §4.1).
 
-The rules: nothing outside ``lab/`` imports ``lab/`` (the command line, ``cli.py``, is the
-application on top of both and dispatches to the harnesses); the method (``dropping/``) imports
-nothing of ``train/``, ``finetune/``, ``data/``, ``runs/``; the models (``models/``) import nothing of
-``train/`` or ``finetune/`` (a source's tokenizer comes from ``data/``); run I/O (``runs/``) imports
-no training, fine-tuning or harness code; configuration parsing stays low; no module imports another
-module's private (``_``) names.
+Every folder of ``src/tokendrop`` (and every module at its top, and the package's ``__init__.py``)
+has a place in :data:`LAYER_ORDER`; an import between folders goes from a higher one to a lower
+one, so the folder graph has no cycle.  The test names each edge that goes up, with the
+``file:line`` of every import that makes it, and docs/design.md §4.1 prints the graph this test
+computes.  Besides: nothing outside ``lab/`` imports ``lab/`` but the command line (``cli.py``,
+above both, dispatches to the harnesses); no module cycle either; parsing a config stays low; no
+module imports another module's private (``_``) names; imports sit at the top of their modules;
+a selection method is asked about through its registry row, never by its name.
 
 Every module is parsed with ``ast`` and every ``import`` / ``from ... import`` counts -- at the top
 of the module, inside a function, under ``if TYPE_CHECKING:`` alike -- so a cycle cannot hide behind
 an import deferred into a function.  Relative imports are resolved against the importing module's
 package; ``from pkg import name`` is an edge to the submodule ``pkg.name`` when there is one, else
 to ``pkg``.  A module's implicit import of its parent package is not an edge (every submodule has
-it).  The cycle finder itself is checked on small hand-made graphs, so this test can fail.
+it).  Each checker is itself checked on small hand-made graphs or packages, so this test can fail.
 """
 
 from __future__ import annotations
@@ -44,13 +46,13 @@ def _known(name: str, modules: dict[str, Path]) -> str:
     return name
 
 
-def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of ``modules`` that ``module`` imports anywhere in its source."""
+def import_sites(module: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, int]]:
+    """(imported module of ``modules``, line) for every import anywhere in ``module``'s source."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    out: set[str] = set()
+    out: list[tuple[str, int]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
-            out.update(_known(a.name, modules) for a in node.names)
+            out += [(_known(a.name, modules), node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -60,10 +62,13 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 target = node.module or ""
             for a in node.names:
                 sub = f"{target}.{a.name}"
-                out.add(sub if sub in modules else _known(target, modules))
-    out.discard("")
-    out.discard(module)
-    return out
+                out.append((sub if sub in modules else _known(target, modules), node.lineno))
+    return sorted((m, line) for m, line in out if m and m != module)
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules of ``modules`` that ``module`` imports anywhere in its source."""
+    return {m for m, _ in import_sites(module, path, modules)}
 
 
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
@@ -161,11 +166,11 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 def test_config_parsing_and_the_trainer_stay_low():
-    """Parsing a config imports only the error base, the run-length and schedule vocabularies (no
-    model, no checkpoint reader: it reads no disk); the trainer never needs the benchmark."""
+    """Parsing a config imports only the error base, its own sections and the method registry (no
+    model, no trainer, no checkpoint reader: it reads no disk); the trainer never needs the benchmark."""
     graph = import_graph()
-    assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.train.budget",
-                                                     "tokendrop.train.schedules", "tokendrop.config.model", "tokendrop.config.layers",
+    assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.config.quantities",
+                                                     "tokendrop.config.model", "tokendrop.config.layers",
                                                      "tokendrop.config.checks", "tokendrop.value_schedule",
                                                      "tokendrop.dropping.methods"}
     assert not {m for m in _reachable(graph, "tokendrop.train.trainer") if m.startswith("tokendrop.lab.bench")}
@@ -253,50 +258,136 @@ def test_no_method_is_named_outside_its_registry():
         "row for the fact instead; a value of another vocabulary goes into OTHER_VOCABULARIES):\n" + "\n".join(bad)
 
 
-LAYERS = {
-    # package -> packages it must never import (anywhere in its modules, in-function imports included)
-    "tokendrop.dropping": ("tokendrop.train", "tokendrop.finetune", "tokendrop.data", "tokendrop.runs", "tokendrop.lab",
-                           "tokendrop.transformers"),
-    "tokendrop.models": ("tokendrop.train", "tokendrop.finetune", "tokendrop.lab", "tokendrop.transformers"),
-    "tokendrop.config": ("tokendrop.models", "tokendrop.finetune", "tokendrop.data", "tokendrop.runs", "tokendrop.lab"),
-    "tokendrop.data": ("tokendrop.models", "tokendrop.train", "tokendrop.finetune", "tokendrop.lab"),
-    "tokendrop.train": ("tokendrop.finetune", "tokendrop.lab"),
-    "tokendrop.finetune": ("tokendrop.lab",),
-    "tokendrop.runs": ("tokendrop.train", "tokendrop.lab"),  # verify checks fine-tuning outputs too
-    "tokendrop.transformers": ("tokendrop.train", "tokendrop.finetune", "tokendrop.data", "tokendrop.lab"),
-}
-APPLICATION = {"tokendrop.cli", "tokendrop.__main__"}  # above the library and the harnesses
+# The folders (a module at the package's top counts as its own folder; the package's __init__.py,
+# the public API, as "tokendrop"), lowest first.  An import goes down this list, never up or
+# sideways into a cycle: a folder imports only folders listed before it.  docs/design.md §4.1
+# prints the graph this order allows (FOLDER_GRAPH_DOC).
+LAYER_ORDER = (
+    "version",         # __version__
+    "errors",          # TokendropError and the errors raised across layers
+    "value_schedule",  # a value from a start to an end over the run
+    "runs",            # run I/O: files, run directories, checkpoints, metrics, trackers, plots
+    "data",            # corpus -> prepared directory -> MLM batches
+    "dropping",        # the method
+    "config",          # the typed configuration
+    "models",          # the encoder families
+    "train",           # pretraining
+    "finetune",        # GLUE and SQuAD
+    "transformers",    # token dropping inside transformers' models
+    "tokendrop",       # the public API (tokendrop/__init__.py)
+    "lab",             # the harnesses: bench, study, demo, inspect, verify of lab directories
+    "cli",             # the command line, above the library and the harnesses
+    "__main__",        # python -m tokendrop
+)
+
+
+def folder_of(module: str) -> str:
+    """``tokendrop.models.bert.hf`` -> models; ``tokendrop.errors`` -> errors; ``tokendrop`` -> tokendrop."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def folder_edges(src: Path = SRC) -> dict[tuple[str, str], list[str]]:
+    """(folder, imported folder) -> the ``path:line`` of every import that makes the edge."""
+    modules = module_files(src)
+    out: dict[tuple[str, str], list[str]] = {}
+    for mod, path in modules.items():
+        here = folder_of(mod)
+        for dep, line in import_sites(mod, path, modules):
+            if folder_of(dep) != here:
+                where = f"{path.relative_to(src).as_posix()}:{line}"
+                out.setdefault((here, folder_of(dep)), []).append(where)
+    return out
+
+
+def layer_violations(edges: dict[tuple[str, str], list[str]], order: tuple[str, ...] = LAYER_ORDER) -> list[str]:
+    """One line per folder edge that leaves the layering: a folder missing from ``order``, an import
+    of a folder at the same or a higher layer (every cycle has one), an import of lab/ from the library."""
+    rank = {f: i for i, f in enumerate(order)}
+    out = []
+    for (a, b), lines in sorted(edges.items()):
+        sites = sorted(set(lines))
+        missing = [f for f in (a, b) if f not in rank]
+        if missing:
+            out.append(f"{a} -> {b} ({', '.join(sites)}): {' and '.join(missing)} has no layer; add it to LAYER_ORDER")
+        elif rank[b] >= rank[a]:
+            out.append(f"{a} -> {b} ({', '.join(sites)}): {b} is not below {a} in LAYER_ORDER")
+        if b == "lab" and a not in ("lab", "cli", "__main__"):
+            out.append(f"{a} -> lab ({', '.join(sites)}): only lab/ and the command line import lab/")
+    return out
+
+
+def folder_cycles(edges: dict[tuple[str, str], list[str]]) -> list[list[str]]:
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    return find_cycles(graph)
+
+
+def test_the_layer_check_names_the_edge_and_the_line():
+    edges = {("dropping", "models"): ["tokendrop/dropping/flops.py:47"], ("models", "dropping"): ["m.py:3"],
+             ("models", "lab"): ["tokendrop/models/x.py:9"], ("cli", "lab"): ["tokendrop/cli.py:5"],
+             ("newdir", "errors"): ["tokendrop/newdir/a.py:1"]}
+    order = ("errors", "dropping", "models", "lab", "cli")
+    assert layer_violations(edges, order) == [
+        "dropping -> models (tokendrop/dropping/flops.py:47): models is not below dropping in LAYER_ORDER",
+        "models -> lab (tokendrop/models/x.py:9): lab is not below models in LAYER_ORDER",
+        "models -> lab (tokendrop/models/x.py:9): only lab/ and the command line import lab/",
+        "newdir -> errors (tokendrop/newdir/a.py:1): newdir has no layer; add it to LAYER_ORDER"]
+    assert folder_cycles(edges) == [["dropping", "models"]]
+
+
+def test_folder_edges_count_imports_inside_functions(tmp_path):
+    pkg = tmp_path / "tokendrop"
+    for d in ("low", "high"):
+        (pkg / d).mkdir(parents=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("import os\n\n\ndef f():\n    from tokendrop.high import b\n")
+    (pkg / "high" / "b.py").write_text("from ..low import a\n")
+    assert folder_edges(tmp_path) == {("low", "high"): ["tokendrop/low/a.py:5"],
+                                      ("high", "low"): ["tokendrop/high/b.py:1"]}
+
+
+def test_the_folders_form_a_layered_graph():
+    """Every import between folders points down :data:`LAYER_ORDER` (so the folder graph has no
+    cycle), and only lab/ and the command line import lab/."""
+    edges = folder_edges()
+    assert {"config", "runs", "models", "lab"} <= {a for a, _ in edges}  # the package was found
+    bad = layer_violations(edges)
+    cycles = folder_cycles(edges)
+    assert not bad and not cycles, "folder imports against the layers (docs/design.md §4.1; move the code to the " \
+        "layer that owns it, or what both sides need below both):\n" + "\n".join(bad) + \
+        "".join(f"\nfolder cycle: {' <-> '.join(c)}" for c in cycles)
+
+
+DESIGN = SRC.parent / "docs" / "design.md"
+FOLDER_GRAPH_DOC = "<!-- the folder graph: tests/unit/test_layering.py writes it (printed_folder_graph) -->"
+
+
+def printed_folder_graph(edges: dict[tuple[str, str], list[str]], order: tuple[str, ...] = LAYER_ORDER) -> str:
+    """The folder graph as docs/design.md prints it: one line per folder, highest layer first, with
+    the folders it imports (each line's imports are among the lines below it).  Edges against the
+    order are left out: test_the_folders_form_a_layered_graph names them."""
+    rank = {f: i for i, f in enumerate(order)}
+    lines = []
+    for f in reversed(order):
+        deps = sorted({b for a, b in edges if a == f and b in rank and rank[b] < rank[f]}, key=rank.get, reverse=True)
+        lines.append(f"{f:<15} -> {' '.join(deps) if deps else '(nothing of the package)'}")
+    return "\n".join(lines)
+
+
+def test_design_md_prints_the_folder_graph():
+    text = DESIGN.read_text(encoding="utf-8")
+    assert FOLDER_GRAPH_DOC in text, f"docs/design.md §4.1 lost the line {FOLDER_GRAPH_DOC}"
+    block = text.split(FOLDER_GRAPH_DOC, 1)[1].split("```", 2)[1].strip("\n")
+    want = printed_folder_graph(folder_edges())
+    assert block == want, "docs/design.md §4.1's folder graph is not the package's; paste this in its place:\n" + want
 
 
 def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
-
-
-def layering_violations(graph: dict[str, set[str]]) -> list[str]:
-    out = []
-    for mod, deps in sorted(graph.items()):
-        for dep in sorted(deps):
-            if _inside(dep, "tokendrop.lab") and not _inside(mod, "tokendrop.lab") and mod not in APPLICATION:
-                out.append(f"{mod} -> {dep} (only lab/ and the command line import lab/)")
-            for pkg, banned in LAYERS.items():
-                if _inside(mod, pkg):
-                    out += [f"{mod} -> {dep} ({pkg} never imports {b})" for b in banned if _inside(dep, b)]
-    return sorted(set(out))
-
-
-def test_the_layering_check_finds_violations():
-    graph = {"tokendrop.dropping.engine": {"tokendrop.train.step"}, "tokendrop.train.step": {"tokendrop.dropping.engine"},
-             "tokendrop.models.bert.model": {"tokendrop.lab.bench"}, "tokendrop.cli": {"tokendrop.lab.bench"},
-             "tokendrop.lab.bench": {"tokendrop.train.step"}}
-    assert layering_violations(graph) == [
-        "tokendrop.dropping.engine -> tokendrop.train.step (tokendrop.dropping never imports tokendrop.train)",
-        "tokendrop.models.bert.model -> tokendrop.lab.bench (only lab/ and the command line import lab/)",
-        "tokendrop.models.bert.model -> tokendrop.lab.bench (tokendrop.models never imports tokendrop.lab)"]
-
-
-def test_the_library_keeps_its_layers():
-    bad = layering_violations(import_graph())
-    assert not bad, "layering violations (docs/design.md §4.1):\n" + "\n".join(bad)
 
 
 def private_imports(src: Path = SRC) -> list[str]:
@@ -384,7 +475,6 @@ DEFERRING_MODULES = {"tokendrop.cli"}  # the application: imports its commands w
 # (tests/unit/config/test_config_imports.py)
 DEFERRED_HERE = {
     ("tokendrop.dropping.methods", "torch"): "the method registry: config validation reads its rows",
-    ("tokendrop.train.budget", "torch"): "run lengths: config validation parses time budgets",
 }
 
 

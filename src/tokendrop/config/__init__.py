@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.train.budget import parse_duration, parse_tokens
 from tokendrop.config.model import (
     ATTENTION_BACKENDS,
     CLASSIFIER_POOLING,
@@ -39,6 +38,7 @@ from tokendrop.config.model import (
     ModelConfig,
 )
 from tokendrop.config.checks import check_positive
+from tokendrop.config.quantities import parse_duration, parse_tokens
 from tokendrop.errors import ConfigError
 from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
 from tokendrop.dropping.methods import (
@@ -53,7 +53,6 @@ from tokendrop.dropping.methods import (
     DropConfig,
     SelectionMethod,
 )
-from tokendrop.train.schedules import LR_SCHEDULES, WSD_DECAYS, train_recipe_error
 from tokendrop.value_schedule import DECAYS
 
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
@@ -63,6 +62,8 @@ DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, e
 DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio
 # train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always written
 REPORT_TO = ("jsonl", "tensorboard", "wandb", "mlflow")
+LR_SCHEDULES = ("linear", "wsd")  # train.lr_schedule (tokendrop.train.schedules.LRSchedule)
+WSD_DECAYS = ("1-sqrt", "linear")  # train.decay_shape
 
 
 # ----------------------------------------------------------------------------------------------
@@ -309,8 +310,29 @@ class TrainConfig:
         if bad or len(set(self.report_to)) != len(self.report_to):
             raise ConfigError(f"train.report_to: expected a list of distinct names among {', '.join(REPORT_TO)}, got "
                               f"{self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else ""))
-        if err := train_recipe_error(self):  # tokendrop.train.schedules: batch warm-up and budget clock
+        if err := _recipe_error(self):  # batch warm-up and budget clock
             raise ConfigError(err)
+
+
+BUDGET_CLOCKS = ("wall", "process")
+
+
+def _recipe_error(tc) -> str:
+    """The one-line error of a ``TrainConfig``'s batch warm-up / budget clock fields ("" if valid)."""
+    if tc.budget_clock not in BUDGET_CLOCKS:
+        return f"train.budget_clock: expected one of {', '.join(BUDGET_CLOCKS)}, got {tc.budget_clock!r}"
+    if not 0 <= tc.batch_warmup_start <= tc.batch_size:
+        return (f"train.batch_warmup_start: expected a global batch in (0, train.batch_size={tc.batch_size}] "
+                f"(0 = no warm-up), got {tc.batch_warmup_start}")
+    if tc.batch_warmup_tokens < 0:
+        return f"train.batch_warmup_tokens: expected a number of tokens >= 0, got {tc.batch_warmup_tokens}"
+    if not 0.0 <= tc.batch_warmup_share < 1.0:
+        return f"train.batch_warmup_share: the warm-up's share of the run {tc.batch_warmup_share} lies outside (0, 1)"
+    if tc.batch_warmup_start and (tc.batch_warmup_tokens > 0) == (tc.batch_warmup_share > 0):
+        return ("train.batch_warmup_tokens / train.batch_warmup_share: a batch warm-up lasts either a number of "
+                "tokens or a share of the run; set exactly one")
+    return ""
+
 
 
 @dataclass

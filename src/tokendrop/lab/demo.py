@@ -41,7 +41,7 @@ from tokendrop.lab.fetch import (
 )
 from tokendrop.config import load_config
 from tokendrop.data import DataError, PreparedData, prepare
-from tokendrop.runs.report import compare_runs
+from tokendrop.train.report import compare_runs
 from tokendrop.train.trainer import load_run_config, pretrain
 from tokendrop.config import FinetuneConfig
 from tokendrop.finetune import finetune as run_finetune

@@ -27,8 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config import REPORT_TO, ConfigError
-from tokendrop.errors import TrainingError
+from tokendrop.errors import ConfigError, TrainingError
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 SETTINGS = {"tensorboard": "RUN/tensorboard must be writable", "wandb": "WANDB_MODE, WANDB_API_KEY, WANDB_PROJECT",
@@ -173,7 +172,7 @@ class Trackers:
                  "wandb": lambda: _WandB(run_dir, name, ids.get("wandb"), config or {}),
                  "mlflow": lambda: _MLflow(run_dir, name, ids.get("mlflow"))}
         for t in report_to:
-            assert t in REPORT_TO, t
+            assert t in kinds, t  # train.report_to's names (tokendrop.config.REPORT_TO) bar jsonl
             try:
                 tr = kinds[t]()
             except Exception as e:  # the tracker's own client refused (no server, no login, ...): one line

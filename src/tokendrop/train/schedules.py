@@ -29,8 +29,6 @@ from dataclasses import dataclass
 
 from tokendrop.value_schedule import ValueSchedule, clamp
 
-LR_SCHEDULES = ("linear", "wsd")
-WSD_DECAYS = ("1-sqrt", "linear")
 
 
 def warmup_ramp(step: int, warmup: int) -> float:
@@ -146,26 +144,6 @@ class BatchWarmup:
         return batch_at(self.ramp(p, tokens_seen), self.start, self.final, self.unit) if self.active else self.final
 
 
-BUDGET_CLOCKS = ("wall", "process")
-
-
-def train_recipe_error(tc) -> str:
-    """The one-line error of a ``TrainConfig``'s batch warm-up / budget clock fields ("" if valid)."""
-    if tc.budget_clock not in BUDGET_CLOCKS:
-        return f"train.budget_clock: expected one of {', '.join(BUDGET_CLOCKS)}, got {tc.budget_clock!r}"
-    if not 0 <= tc.batch_warmup_start <= tc.batch_size:
-        return (f"train.batch_warmup_start: expected a global batch in (0, train.batch_size={tc.batch_size}] "
-                f"(0 = no warm-up), got {tc.batch_warmup_start}")
-    if tc.batch_warmup_tokens < 0:
-        return f"train.batch_warmup_tokens: expected a number of tokens >= 0, got {tc.batch_warmup_tokens}"
-    if not 0.0 <= tc.batch_warmup_share < 1.0:
-        return f"train.batch_warmup_share: the warm-up's share of the run {tc.batch_warmup_share} lies outside (0, 1)"
-    if tc.batch_warmup_start and (tc.batch_warmup_tokens > 0) == (tc.batch_warmup_share > 0):
-        return ("train.batch_warmup_tokens / train.batch_warmup_share: a batch warm-up lasts either a number of "
-                "tokens or a share of the run; set exactly one")
-    return ""
-
-
 def lr_schedule(train_cfg) -> LRSchedule:
     """The LR schedule of a ``TrainConfig``."""
     share = 0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)  # ratio of a time budget
@@ -179,5 +157,4 @@ def mask_schedule(data_cfg) -> ValueSchedule:
 
 
 __all__ = ["warmup_ramp", "lr_linear_steps", "wsd_shape", "LRSchedule", "lr_schedule", "mask_schedule", "divisors",
-           "seq_len_at", "batch_at", "SeqLenWarmup", "BatchWarmup", "train_recipe_error", "BUDGET_CLOCKS", "LR_SCHEDULES",
-           "WSD_DECAYS"]
+           "seq_len_at", "batch_at", "SeqLenWarmup", "BatchWarmup"]

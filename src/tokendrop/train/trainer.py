@@ -43,7 +43,6 @@ from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_directory, atomic_write_text
 from tokendrop.runs.gate import gate
 from tokendrop.runs.metrics import MetricsLog, read_metrics, truncate_metrics
-from tokendrop.runs.report import write_run_report
 from tokendrop.runs.trackers import check_installed
 from tokendrop.train.budget import RunLength, budget_clock
 from tokendrop.train.console import (LOG_FILE, Progress, RunLog, eta, interval_line, is_terminal, pretrain_banner,
@@ -51,6 +50,7 @@ from tokendrop.train.console import (LOG_FILE, Progress, RunLog, eta, interval_l
 from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
 from tokendrop.train.memory import check_memory
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
+from tokendrop.train.report import write_run_report
 from tokendrop.train.resume import (check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401
                                     load_training_state, rank_rng, save_training_state)
 from tokendrop.train.run_config import open_run_data, resolve_init

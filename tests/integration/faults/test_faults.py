@@ -52,7 +52,7 @@ def _pretrain_args(data, out, *sets):
 
 
 def test_torn_last_metrics_line_is_tolerated_by_reader_report_and_appender(tmp_path, capsys):
-    from tokendrop.runs.report import write_run_report
+    from tokendrop.train.report import write_run_report
 
     run = tmp_path / "run"
     run.mkdir()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tokendrop.config.quantities import parse_tokens
 from tokendrop.train.budget import (
-    parse_tokens,
     resolve_length,
     resolved_train,
     steps_for_tokens,

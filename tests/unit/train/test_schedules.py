@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train import trainer as train_mod
-from tokendrop.train.budget import RunLength, parse_duration
+from tokendrop.config.quantities import parse_duration
+from tokendrop.train.budget import RunLength
 from tokendrop.cli import main as cli_main
 from tokendrop.config import ConfigError, load_config
 from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots

@@ -46,7 +46,7 @@ from tokendrop.lab.study.tables import (
 )
 from tokendrop.lab.study.workers import run_parallel
 from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.runs.report import write_run_report
+from tokendrop.train.report import write_run_report
 from tokendrop.runs.trackers import flat
 from tokendrop.train.trainer import pretrain
 import torch

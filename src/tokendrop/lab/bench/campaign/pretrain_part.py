@@ -16,7 +16,7 @@ from tokendrop.runs.checkpoint import is_sharded, latest, read_meta
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.config import to_dict
 from tokendrop.dropping.methods import PAPER_METHOD
-from tokendrop.runs.report import compare_runs
+from tokendrop.train.report import compare_runs
 from tokendrop.train.trainer import pretrain
 from tokendrop.lab.bench.run import run_bench
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory

@@ -1,0 +1,164 @@
+"""The docs stay true to the code: every module path, folder and dotted module name that
+``docs/*.md`` and the README name exists, and docs/design.md §4.5's error table is the package's
+error classes (``errors.TokendropError`` and every subclass, read from the source with ``ast``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+PACKAGE = SRC / "tokendrop"
+DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+# files of other projects that the docs name (the reference implementations, transformers' examples)
+EXTERNAL = {
+    "scheduler.py": "DeepSpeed's random-LTD (data_routing/scheduler.py)",
+    "basic_layer.py": "DeepSpeed's random-LTD (data_routing/basic_layer.py)",
+    "helper.py": "DeepSpeed's random-LTD (data_routing/helper.py)",
+    "fairseq-sctd/criterions/cross_entropy.py": "ScTD's reference code",
+    "tasks/fairseq_task.py": "ScTD's reference code (fairseq)",
+    "run_mlm.py": "transformers' MLM example script",
+}
+# a Python file (``a/b.py``), a folder of the source or tests (``src/x/``, ``tests/unit/``, ``lab/bench/``)
+PY = re.compile(r"(?<![\w./-])((?:\.\./)*(?:[\w.-]+/)*[\w-]+\.py)\b")
+FOLDER = re.compile(r"`((?:[\w.-]+/)+)`")
+DOTTED = re.compile(r"\btokendrop(?:\.[A-Za-z_]\w*)+")
+NOT_MODULES = {"json", "toml", "md", "txt"}  # tokendrop.json is a file name
+
+
+def _repo_files() -> tuple[list[str], set[str]]:
+    files, folders = [], set()
+    for p in ROOT.rglob("*"):
+        rel = p.relative_to(ROOT)
+        if rel.parts and rel.parts[0] in (".git", ".venv", "build", "dist") or "__pycache__" in rel.parts:
+            continue
+        (files.append if p.is_file() else folders.add)(rel.as_posix())
+    return files, folders
+
+
+def _module_names() -> dict[str, Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(SRC).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def stale_names(docs: list[Path] = DOCS) -> list[str]:
+    """``doc:line: name`` for every module path, source folder or dotted module name that names
+    nothing in the checkout (a file path may be given from any folder: ``bert/model.py``)."""
+    files, folders = _repo_files()
+    modules = _module_names()
+    package_folders = {p.name for p in PACKAGE.iterdir() if p.is_dir()}
+    out = []
+    for doc in docs:
+        here = doc.parent if doc.parent.is_relative_to(ROOT) else ROOT / "docs"
+        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for m in PY.finditer(line):
+                path = m.group(1)
+                if path.startswith("../"):
+                    target = (here / path).resolve()
+                    path = target.relative_to(ROOT).as_posix() if target.is_relative_to(ROOT) else path
+                if path not in EXTERNAL and not any(f == path or f.endswith("/" + path) for f in files):
+                    out.append(f"{doc.name}:{n}: {m.group(1)}")
+            for m in FOLDER.finditer(line):
+                path = m.group(1).rstrip("/")
+                if path.split("/")[0] not in {"src", "tests", *package_folders}:
+                    continue  # a run directory's or a data directory's layout
+                if not any(f == path or f.endswith("/" + path) for f in folders):
+                    out.append(f"{doc.name}:{n}: {m.group(1)}")
+            for m in DOTTED.finditer(line):
+                parts = m.group(0).split(".")
+                if parts[-1] in NOT_MODULES:
+                    continue
+                known = list(parts)
+                while known and ".".join(known) not in modules:
+                    known.pop()
+                rest = parts[len(known):]
+                if len(known) < 2 or rest and not re.search(rf"\b{re.escape(rest[0])}\b",
+                                                             modules[".".join(known)].read_text(encoding="utf-8")):
+                    out.append(f"{doc.name}:{n}: {m.group(0)}")
+    return out
+
+
+def test_the_stale_name_check_finds_stale_names(tmp_path):
+    doc = ROOT / "docs" / "design.md"
+    fake = tmp_path / "design.md"
+    fake.write_text("`models/bert/model.py` and `dropping/engine.py`; `hf_bert.py`, `train.py`\n"
+                    "`src/tokendrop/bench/` `lab/bench/` `checkpoints/step-N/`\n"
+                    "tokendrop.models.families.FAMILIES tokendrop.model tokendrop.json tokendrop.errors.NoSuchError\n"
+                    "DeepSpeed's scheduler.py\n")
+    bad = stale_names([fake])
+    assert bad == ["design.md:1: hf_bert.py", "design.md:1: train.py", "design.md:2: src/tokendrop/bench/",
+                   "design.md:3: tokendrop.model", "design.md:3: tokendrop.errors.NoSuchError"], bad
+    assert doc.exists()
+
+
+def test_every_name_the_docs_give_exists():
+    bad = stale_names()
+    assert not bad, "the docs name modules, folders or names that do not exist (correct the doc; a file of " \
+        "another project goes into EXTERNAL):\n" + "\n".join(bad)
+
+
+# --- docs/design.md §4.5: the error classes ---------------------------------------------------
+
+BUILTINS = {"Exception", "ValueError", "RuntimeError", "OSError", "KeyError", "TypeError"}
+ERROR_TABLE = "<!-- the error classes: tests/unit/test_docs.py writes this table (error_table) -->"
+
+
+def error_classes(package: Path = PACKAGE) -> list[tuple[str, str, list[str]]]:
+    """(class, module path under the package, its bases) for ``TokendropError`` and every class of
+    the package that derives from it, in the order of the modules' paths and lines."""
+    found: dict[str, tuple[str, int, list[str]]] = {}
+    for p in sorted(package.rglob("*.py")):
+        for node in ast.parse(p.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                bases = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases]
+                found[node.name] = (p.relative_to(package).as_posix(), node.lineno, bases)
+
+    def derives(name: str) -> bool:
+        return name == "TokendropError" or name in found and any(derives(b) for b in found[name][2])
+
+    rows = [(name, path, line, bases) for name, (path, line, bases) in found.items() if derives(name)]
+    return [(name, path, bases) for name, path, _, bases in sorted(rows, key=lambda r: (r[1] != "errors.py", r[1], r[2]))]
+
+
+def error_table(classes: list[tuple[str, str, list[str]]]) -> str:
+    """§4.5's table: each class, its module, the package class it refines and its built-in base."""
+    known = {name: bases for name, _, bases in classes}
+
+    def builtin(name: str) -> str:
+        bases = known.get(name, [])
+        direct = [b for b in bases if b in BUILTINS]
+        return direct[0] if direct else next((builtin(b) for b in bases if b in known), "Exception")
+
+    lines = ["| class | module | derives from | built-in base |", "|---|---|---|---|"]
+    for name, path, bases in classes:
+        parent = ", ".join(f"`{b}`" for b in bases if b in known) or "(the root)"
+        lines.append(f"| `{name}` | `{path}` | {parent} | `{builtin(name)}` |")
+    return "\n".join(lines)
+
+
+def test_the_error_table_reads_the_classes(tmp_path):
+    (tmp_path / "errors.py").write_text("class TokendropError(Exception):\n    pass\n\n\n"
+                                        "class ConfigError(TokendropError, ValueError):\n    pass\n")
+    (tmp_path / "a.py").write_text("from errors import ConfigError\n\n\nclass StudyError(ConfigError):\n    pass\n\n\n"
+                                   "class Other(ValueError):\n    pass\n")
+    classes = error_classes(tmp_path)
+    assert classes == [("TokendropError", "errors.py", ["Exception"]),
+                       ("ConfigError", "errors.py", ["TokendropError", "ValueError"]),
+                       ("StudyError", "a.py", ["ConfigError"])]
+    assert error_table(classes).splitlines()[2:] == [
+        "| `TokendropError` | `errors.py` | (the root) | `Exception` |",
+        "| `ConfigError` | `errors.py` | `TokendropError` | `ValueError` |",
+        "| `StudyError` | `a.py` | `ConfigError` | `ValueError` |"]
+
+
+def test_design_md_lists_every_error_class():
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    assert ERROR_TABLE in text, f"docs/design.md §4.5 lost the line {ERROR_TABLE}"
+    table = text.split(ERROR_TABLE, 1)[1].strip("\n").split("\n\n", 1)[0]
+    want = error_table(error_classes())
+    assert table == want, "docs/design.md §4.5's error table is not the package's; paste this in its place:\n" + want

@@ -1,37 +1,23 @@
 """The ``[model]`` section of a config: the encoder's shape and family (names as
 ``transformers.BertConfig`` / ``ModernBertConfig``), the model presets, attention settings.
 
-``tokendrop.config`` assembles the sections into a ``Config`` and loads them from TOML; this module
-holds only the section (docs/design.md §1, §2.9)."""
+What the section knows of each family -- its schema and its presets -- is data in the family's own
+folder (``models/<family>/family.toml``), read here without importing the models, so a config
+parses without torch.  ``tokendrop.config`` assembles the sections into a ``Config`` and loads them
+from TOML; this module holds only the section (docs/design.md §1, §2.9)."""
 
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tokendrop.config.checks import check_positive
 from tokendrop.errors import ConfigError
 
 
-_MODERN = dict(family="modernbert", layer_norm_eps=1e-5, hidden_dropout=0.0, attention_dropout=0.0)
-MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    # BERT: (layers, hidden, heads); intermediate = 4 * hidden
-    "bert-large": dict(num_layers=24, hidden_size=1024, num_heads=16),
-    "bert-base": dict(num_layers=12, hidden_size=768, num_heads=12),
-    "bert-small": dict(num_layers=4, hidden_size=512, num_heads=8),
-    "cpu-12x256": dict(num_layers=12, hidden_size=256, num_heads=4),
-    "cpu-6x256": dict(num_layers=6, hidden_size=256, num_heads=4),
-    "cpu-4x128": dict(num_layers=4, hidden_size=128, num_heads=2),
-    "debug-4x64": dict(num_layers=4, hidden_size=64, num_heads=2),
-    # ModernBERT (answerdotai/ModernBERT-base / -large shapes; GeGLU intermediate as in their configs)
-    "modern-large": dict(num_layers=28, hidden_size=1024, num_heads=16, intermediate_size=2624,
-                         max_position_embeddings=8192, **_MODERN),
-    "modern-base": dict(num_layers=22, hidden_size=768, num_heads=12, intermediate_size=1152,
-                        max_position_embeddings=8192, **_MODERN),
-    "modern-tiny": dict(num_layers=4, hidden_size=64, num_heads=2, intermediate_size=96, local_attention=64,
-                        max_position_embeddings=512, **_MODERN),  # tests and the golden curve
-}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 DOCUMENT_ATTENTION = ("auto", "on", "off")
 CLASSIFIER_POOLING = ("cls", "mean")
@@ -39,19 +25,47 @@ CLASSIFIER_POOLING = ("cls", "mean")
 
 @dataclass(frozen=True)
 class FamilySchema:
-    """What the ``[model]`` section knows of an encoder family, as data (a config is parsed without
-    the models; the family itself -- classes, HF adapter, FLOP facts -- is its ``FamilySpec`` in
-    ``tokendrop.models.families``, whose table a test keeps equal to this one's names)."""
+    """What the ``[model]`` section knows of an encoder family, as data: the family folder's
+    ``family.toml`` (:func:`read_families`).  The family itself -- classes, HF adapter, FLOP facts,
+    the transformers integration -- is its ``FamilySpec`` in ``models/<family>/__init__.py``, which
+    carries this schema too."""
 
     document_attention: bool  # model.document_attention = "auto" means per-document attention (MLM)
     rotary: bool  # rotary positions: the head size must be even
     classifier_pooling: tuple[str, ...]  # what its sequence classifier may pool
 
 
-MODEL_FAMILIES: dict[str, FamilySchema] = {
-    "bert": FamilySchema(document_attention=False, rotary=False, classifier_pooling=("cls",)),  # its pooler reads [CLS]
-    "modernbert": FamilySchema(document_attention=True, rotary=True, classifier_pooling=CLASSIFIER_POOLING),
-}
+FAMILY_FILE = "family.toml"
+MODELS_DIR = Path(__file__).resolve().parents[1] / "models"  # one folder per family, each with its FAMILY_FILE
+
+
+def read_families(models_dir: Path = MODELS_DIR) -> tuple[dict[str, FamilySchema], dict[str, dict[str, Any]],
+                                                           dict[str, str]]:
+    """The families' schemas, the model presets and each preset's family, read from every
+    ``<family>/family.toml`` under ``models_dir`` (folders in name order, presets in file order): its
+    ``document_attention``, ``rotary`` and ``classifier_pooling``, its ``[presets]`` (``model.preset``
+    name -> fields), and ``[preset_defaults]``, fields every preset of the family sets."""
+    schemas: dict[str, FamilySchema] = {}
+    presets: dict[str, dict[str, Any]] = {}
+    owners: dict[str, str] = {}
+    for path in sorted(models_dir.glob(f"*/{FAMILY_FILE}")):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            schemas[path.parent.name] = FamilySchema(bool(data["document_attention"]), bool(data["rotary"]),
+                                                     tuple(data["classifier_pooling"]))
+            defaults = data.get("preset_defaults", {})
+            for name, fields in data.get("presets", {}).items():
+                if name in presets:
+                    raise ConfigError(f"{path}: preset {name!r} is also another family's; give it another name")
+                presets[name] = {**fields, **defaults}
+                owners[name] = path.parent.name
+        except (KeyError, TypeError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"{path}: not a family file ({type(e).__name__}: {e}); it needs document_attention, "
+                              "rotary, classifier_pooling and a [presets] table") from None
+    return schemas, presets, owners
+
+
+MODEL_FAMILIES, MODEL_PRESETS, PRESET_FAMILY = read_families()
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")  # how attention runs (tokendrop.models.attention)
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
 # the rotary bases a ModelConfig leaving them at 0 gets (answerdotai/ModernBERT's, and transformers')

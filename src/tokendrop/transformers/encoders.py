@@ -272,4 +272,12 @@ def modern_encode(base: nn.Module, span: DropSpan, keep: Tensor | None, input_id
     return base.final_norm(x)
 
 
-__all__ = ["LAYER_KW", "LayerCall", "LayerForward", "bert_encode", "bert_layer", "modern_encode", "modern_layer"]
+# how a family's transformers layers run with dropping, by its HFIntegration.layout: (encode, layer).
+# ``encode(base, span, keep, input_ids=, attention_mask=, position_ids=, inputs_embeds=)`` (and
+# ``token_type_ids=`` for a family with token types) -> the last hidden states (B, T, d)
+LAYOUTS: dict[str, tuple[Callable, Callable]] = {"bert": (bert_encode, bert_layer),
+                                                 "modernbert": (modern_encode, modern_layer)}
+
+
+__all__ = ["LAYER_KW", "LAYOUTS", "LayerCall", "LayerForward", "bert_encode", "bert_layer", "modern_encode",
+           "modern_layer"]

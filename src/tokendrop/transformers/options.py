@@ -8,12 +8,13 @@ import dataclasses
 import difflib
 from typing import Any
 
-from tokendrop.errors import ConfigError, TokendropError
 from tokendrop.dropping.methods import METHODS, DropConfig
+from tokendrop.errors import ConfigError, TokendropError
+from tokendrop.models.families import FAMILIES
 
-# transformers' classes the patch knows, by family: (MLM model, bare encoder)
-SUPPORTED = {"bert": ("BertForMaskedLM", "BertModel"), "modernbert": ("ModernBertForMaskedLM", "ModernBertModel")}
-SUPPORTED_NAMES = tuple(n for names in SUPPORTED.values() for n in names)
+# transformers' classes the patch knows: (MLM model, bare encoder) of each family's HFIntegration
+SUPPORTED_NAMES = tuple(n for f in FAMILIES.values() if f.integration for n in (f.integration.mlm_class,
+                                                                                 f.integration.bare_class))
 
 # [drop] fields that need tokendrop's own trainer or data directory
 _TRAINER_ONLY = {
@@ -94,5 +95,5 @@ def check_total_steps(value: Any) -> int | None:
     return value
 
 
-__all__ = ["DROP_OPTIONS", "EXTRA_OPTIONS", "OPTIONS", "SUPPORTED", "SUPPORTED_NAMES", "TokenDroppingError",
+__all__ = ["DROP_OPTIONS", "EXTRA_OPTIONS", "OPTIONS", "SUPPORTED_NAMES", "TokenDroppingError",
            "drop_config"]

@@ -21,8 +21,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokendrop.dropping.consistency import ClsTaps, consistency_term
-from tokendrop.transformers.encoders import LayerForward, bert_encode, bert_layer, modern_encode, modern_layer
-from tokendrop.transformers.options import (DROP_OPTIONS, OPTIONS, SUPPORTED, SUPPORTED_NAMES, TokenDroppingError,
+from tokendrop.models.families import FAMILIES
+from tokendrop.models.family import FamilySpec
+from tokendrop.transformers.encoders import LAYOUTS, LayerForward
+from tokendrop.transformers.options import (DROP_OPTIONS, OPTIONS, SUPPORTED_NAMES, TokenDroppingError,
                                             check_total_steps, drop_config, unknown_option_error)
 from tokendrop.transformers.state import TokenDroppingState, resolve_pinned, resolve_special_ids
 
@@ -32,43 +34,43 @@ _NOT_IN_A_DROPPING_FORWARD = ("output_attentions", "output_hidden_states", "enco
                               "encoder_attention_mask", "past_key_values", "cache")
 
 
-def _classify(model: Any) -> tuple[str, bool]:
-    """-> (family, is_mlm) of a supported transformers model; one-line error otherwise."""
+def _classify(model: Any) -> tuple[FamilySpec, bool]:
+    """-> (family, is_mlm) of a supported transformers model (a family with an ``integration``);
+    one-line error otherwise."""
     import transformers
 
     version = tuple(int(p) for p in transformers.__version__.split(".")[:2] if p.isdigit())
     if version < MIN_TRANSFORMERS:
         raise TokenDroppingError(f"apply_token_dropping: needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}, "
                                  f"this is {transformers.__version__}")
-    for family, (mlm, bare) in SUPPORTED.items():
-        if isinstance(model, getattr(transformers, mlm)):
-            return family, True
-        if isinstance(model, getattr(transformers, bare)):
-            return family, False
+    for spec in FAMILIES.values():
+        if spec.integration is None:
+            continue
+        if isinstance(model, getattr(transformers, spec.integration.mlm_class)):
+            return spec, True
+        if isinstance(model, getattr(transformers, spec.integration.bare_class)):
+            return spec, False
     raise TokenDroppingError(f"apply_token_dropping: {type(model).__name__} is not supported; supported: "
                              f"{', '.join(SUPPORTED_NAMES)}")
 
 
-def _base(model: nn.Module, family: str, mlm: bool) -> nn.Module:
-    if not mlm:
-        return model
-    return model.bert if family == "bert" else model.model
+def _base(model: nn.Module, family: FamilySpec, mlm: bool) -> nn.Module:
+    return getattr(model, family.integration.base) if mlm else model
 
 
-def _layers(base: nn.Module, family: str) -> nn.ModuleList:
-    return base.encoder.layer if family == "bert" else base.layers
+def _layers(base: nn.Module, family: FamilySpec) -> nn.ModuleList:
+    return base.get_submodule(family.integration.layers)
 
 
-def _check_config(config: Any, family: str) -> None:
-    if family == "bert":
-        for flag in ("is_decoder", "add_cross_attention"):
-            if getattr(config, flag, False):
-                raise TokenDroppingError(f"apply_token_dropping: config.{flag} is true; token dropping needs a "
-                                         "bidirectional encoder without cross-attention")
-        kind = getattr(config, "position_embedding_type", "absolute")
-        if kind not in (None, "absolute"):
-            raise TokenDroppingError(f"apply_token_dropping: position_embedding_type {kind!r} is not supported "
-                                     "(absolute positions only)")
+def _check_config(config: Any, family: FamilySpec) -> None:
+    for flag in family.integration.refused_flags:
+        if getattr(config, flag, False):
+            raise TokenDroppingError(f"apply_token_dropping: config.{flag} is true; token dropping needs a "
+                                     "bidirectional encoder without cross-attention")
+    kind = getattr(config, "position_embedding_type", "absolute")
+    if family.integration.absolute_positions and kind not in (None, "absolute"):
+        raise TokenDroppingError(f"apply_token_dropping: position_embedding_type {kind!r} is not supported "
+                                 "(absolute positions only)")
 
 
 def state_of(model: Any) -> TokenDroppingState:
@@ -104,7 +106,7 @@ class ModelForward:
     """The patched model's instance ``forward`` (module docstring).  Its signature is the class
     forward's (Trainer reads it to keep dataset columns and to pass loss kwargs)."""
 
-    def __init__(self, model: nn.Module, family: str, mlm: bool, previous: Any):
+    def __init__(self, model: nn.Module, family: FamilySpec, mlm: bool, previous: Any):
         self.model = model
         self.family = family
         self.mlm = mlm
@@ -151,17 +153,16 @@ class ModelForward:
 
     def _encode(self, st: TokenDroppingState, keep: Tensor | None, a: dict[str, Any]) -> Tensor:
         base = _base(self.model, self.family, self.mlm)
-        if self.family == "bert":
-            return bert_encode(base, st.span, keep, a.get("input_ids"), a.get("attention_mask"),
-                               a.get("token_type_ids"), a.get("position_ids"), a.get("inputs_embeds"))
-        return modern_encode(base, st.span, keep, a.get("input_ids"), a.get("attention_mask"),
-                             a.get("position_ids"), a.get("inputs_embeds"))
+        names = ("input_ids", "attention_mask", "position_ids", "inputs_embeds")
+        kw = {k: a.get(k) for k in names + (("token_type_ids",) if self.family.token_types else ())}
+        encode, _ = LAYOUTS[self.family.integration.layout]
+        return encode(base, st.span, keep, **kw)
 
     def _bare(self, st: TokenDroppingState, keep: Tensor | None, a: dict[str, Any]):
         from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPoolingAndCrossAttentions
 
         h = self._encode(st, keep, a)
-        if self.family == "bert":
+        if self.family.integration.pooler:
             pooled = self.model.pooler(h) if self.model.pooler is not None else None
             return BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=h, pooler_output=pooled)
         return BaseModelOutput(last_hidden_state=h)
@@ -169,15 +170,16 @@ class ModelForward:
     # -- the MLM model --------------------------------------------------------------------------
 
     def _head(self, h: Tensor) -> Tensor:
-        m = self.model
-        return m.cls(h) if self.family == "bert" else m.decoder(m.head(h))
+        for name in self.family.integration.head:
+            h = getattr(self.model, name)(h)
+        return h
 
     def _loss(self, logits: Tensor, labels: Tensor, extra: dict[str, Any]) -> Tensor:
         """The unpatched model's MLM loss (BERT: mean cross-entropy over labelled positions;
         ModernBERT: its ``loss_function``, which honours ``num_items_in_batch``)."""
         m = self.model
         v = m.config.vocab_size
-        if self.family == "bert":
+        if not self.family.integration.model_loss:
             return F.cross_entropy(logits.view(-1, v), labels.view(-1))
         return m.loss_function(logits, labels, vocab_size=v, **extra)
 
@@ -220,11 +222,11 @@ class ModelForward:
         gradients flowing, no head), the [CLS] KL of the last two layers, normalised as the loss is."""
         base = _base(self.model, self.family, True)
         kw = {k: a.get(k) for k in ("attention_mask", "position_ids", "inputs_embeds") if a.get(k) is not None}
-        if self.family == "bert" and a.get("token_type_ids") is not None:
+        if self.family.token_types and a.get("token_type_ids") is not None:
             kw["token_type_ids"] = a["token_type_ids"]
         with taps.record() as dense:
             base(a.get("input_ids"), **kw)
-        n = extra.get("num_items_in_batch") if self.family == "modernbert" else None
+        n = extra.get("num_items_in_batch") if self.family.integration.model_loss else None
         if n is None:
             n = (labels != -100).sum()
         return consistency_term(dropped, dense) / n
@@ -267,10 +269,10 @@ def apply_token_dropping(model: nn.Module, **options: Any) -> nn.Module:
     cfg = model.config
     tokenizer = options.get("tokenizer")
     special = resolve_special_ids(drop, cfg, tokenizer, options.get("special_ids"), cfg.vocab_size)
-    state = TokenDroppingState(drop, family, len(layers), cfg.vocab_size, cfg.max_position_embeddings, special,
+    state = TokenDroppingState(drop, family.name, len(layers), cfg.vocab_size, cfg.max_position_embeddings, special,
                                resolve_pinned(drop, tokenizer), options.get("counts"), seed,
                                check_total_steps(options.get("total_steps")), sparse)
-    runner = bert_layer if family == "bert" else modern_layer
+    _, runner = LAYOUTS[family.integration.layout]
     for layer in layers:
         layer.__dict__["forward"] = LayerForward(layer, runner, layer.__dict__.get("forward"))
     model.__dict__["forward"] = ModelForward(model, family, mlm, model.__dict__.get("forward"))

@@ -2,25 +2,33 @@
 each family's HF adapter a round trip, and no family dispatch outside the table."""
 
 import dataclasses
+import importlib
 import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from tokendrop.config import MODEL_FAMILIES, ConfigError, ModelConfig
+from tokendrop.config import MODEL_FAMILIES, MODEL_PRESETS, ConfigError, ModelConfig
+from tokendrop.config.model import read_families
 from tokendrop.models.families import FAMILIES, TASKS, build_model, spec_for_hf_model_type, spec_of, task_of
 from tokendrop.dropping.flops import describe_model, step_flops
 from tokendrop.models.hf import model_config_from_hf
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "tokendrop"
-TINY = {"bert": dict(family="bert", vocab_size=120, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                     max_position_embeddings=64),
-        "modernbert": dict(preset="modern-tiny", vocab_size=128, sep_token_id=3)}
+
+
+def tiny_fields(family: str) -> dict:
+    """A small model of ``family``: its preset with the fewest layer weights, a 128-token vocabulary
+    (derived from the family's row, so a new family is covered without an entry here)."""
+    def size(name: str) -> int:
+        return MODEL_PRESETS[name]["num_layers"] * MODEL_PRESETS[name]["hidden_size"] ** 2
+
+    return dict(preset=min(FAMILIES[family].presets, key=size), vocab_size=128, sep_token_id=3)
 
 
 def tiny(family: str) -> ModelConfig:
-    cfg = ModelConfig(**TINY[family])
+    cfg = ModelConfig(**tiny_fields(family))
     cfg.validate()
     return cfg
 
@@ -29,7 +37,7 @@ def test_table_matches_the_config_schema_and_covers_every_task():
     assert set(FAMILIES) == set(MODEL_FAMILIES)
     for name, schema in MODEL_FAMILIES.items():  # the schema's facts are what a config of the family resolves
         assert tiny(name).uses_document_attention == schema.document_attention
-        assert ModelConfig(**TINY[name], document_attention="off").uses_document_attention is False
+        assert ModelConfig(**tiny_fields(name), document_attention="off").uses_document_attention is False
     for name, spec in FAMILIES.items():
         assert spec.name == name
         assert set(spec.classes) == set(TASKS) == set(spec.hf_architectures)
@@ -39,6 +47,36 @@ def test_table_matches_the_config_schema_and_covers_every_task():
     assert spec_for_hf_model_type("roberta") is None
     with pytest.raises(ConfigError, match="model.family: unknown family 'gpt'"):
         spec_of("gpt")
+
+
+def test_a_family_is_one_folder_and_one_registration():
+    """Every folder of models/ with a family.toml is a registered family whose row is that folder's
+    FAMILY; the row carries the folder's [model] schema and presets, and the transformers integration's
+    layout names one of tokendrop.transformers.encoders.LAYOUTS."""
+    from tokendrop.transformers.encoders import LAYOUTS
+
+    assert {p.parent.name for p in (SRC / "models").glob("*/family.toml")} == set(FAMILIES)
+    for name, spec in FAMILIES.items():
+        assert importlib.import_module(f"tokendrop.models.{name}").FAMILY is spec
+        assert spec.schema is MODEL_FAMILIES[name]
+        for preset in spec.presets:
+            assert ModelConfig(preset=preset).family == name
+        assert spec.integration is None or spec.integration.layout in LAYOUTS
+    assert list(MODEL_PRESETS) == [p for spec in FAMILIES.values() for p in spec.presets]
+
+
+def test_a_broken_family_file_is_one_line(tmp_path):
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "family.toml").write_text('document_attention = false\nrotary = true\n'
+                                                   'classifier_pooling = ["cls"]\n[preset_defaults]\nfamily = "good"\n'
+                                                   '[presets]\ngood-tiny = { num_layers = 2 }\n')
+    schemas, presets, owners = read_families(tmp_path)
+    assert presets == {"good-tiny": {"num_layers": 2, "family": "good"}} and owners == {"good-tiny": "good"}
+    assert schemas["good"].rotary and schemas["good"].classifier_pooling == ("cls",)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "family.toml").write_text("rotary = true\n")
+    with pytest.raises(ConfigError, match=r"bad/family.toml: not a family file .*document_attention"):
+        read_families(tmp_path)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -90,9 +128,8 @@ def test_flop_model_reads_the_family(family):
 def test_no_family_dispatch_outside_the_table():
     """Comparisons of ``.family`` live in the config schema and the table only: everything else asks
     ``spec_of``, so a new family is one registration, not a hunt through if/else chains."""
-    # transformers/patch.py dispatches on transformers' own classes (BertForMaskedLM / ModernBertForMaskedLM module
-    # trees), not on a tokendrop config family; its per-family branches are listed as debt in docs/design.md §5.3
-    allowed = {"config/model.py", "models/families.py", "transformers/patch.py"}
+    # transformers/patch.py reads each family's HFIntegration (where the encoder, its layers and the head sit)
+    allowed = {"config/model.py", "models/families.py"}
     pattern = re.compile(r"family[\"')]*\s*(==|!=|\bnot in\b|\bin\b)|(==|!=)\s*[\"']modernbert[\"']"
                          r"|[\"']model_type[\"'][^)]*\)\s*(==|!=)")
     found = [f"{p.relative_to(SRC)}:{i}" for p in sorted(SRC.rglob("*.py")) if p.relative_to(SRC).as_posix() not in allowed
@@ -109,7 +146,7 @@ def test_a_new_family_is_one_registration(monkeypatch, tmp_path):
 
     monkeypatch.setitem(config_model.MODEL_FAMILIES, "bert-copy", MODEL_FAMILIES["bert"])
     monkeypatch.setitem(FAMILIES, "bert-copy", dataclasses.replace(FAMILIES["bert"], name="bert-copy"))
-    cfg = ModelConfig(**{**TINY["bert"], "family": "bert-copy"})
+    cfg = ModelConfig(**{**tiny_fields("bert"), "family": "bert-copy"})
     cfg.validate()
     model = build_model(cfg)
     assert type(model) is FAMILIES["bert"].classes["mlm"]

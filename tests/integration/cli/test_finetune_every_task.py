@@ -1,7 +1,8 @@
-"""A 2-step fine-tune through the CLI for every task of the registry, on a tiny model and the toy
-data in each task's official layout: exit 0, 2 optimizer steps, the task's columns scored, its
-predictions written (floats for regression), the output verified; one run as a real
-``python -m tokendrop finetune`` process; a header-only dev file refused in one line, exit 2."""
+"""A 2-step fine-tune through the CLI for every task of the registry, on a tiny model and the
+examples each task writes in its own layout (``TaskSpec.write_examples``: a new task file needs no
+generator elsewhere): exit 0, 2 optimizer steps, the task's columns scored, its predictions written
+(floats for regression), the output verified; one run as a real ``python -m tokendrop finetune``
+process; a header-only dev file refused in one line, exit 2."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tokendrop.cli import main
-from tokendrop.lab.toydata import keyword_sentence, write_checkpoint, write_toy_glue, write_toy_squad
 from tokendrop.finetune.columns import columns_of
 from tokendrop.finetune.tasks import TASKS
+from tokendrop.lab.toydata import write_checkpoint
 
 TRAINABLE = [n for n, t in TASKS.items() if t.train]
 FAST = ["--set", "epochs=1", "--set", "batch_size=4", "--set", "max_train_examples=8", "--set", "threads=1",
@@ -29,21 +30,12 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("ft-every-task")
     ck = write_checkpoint(root / "model", hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                           max_position_embeddings=128)
-    custom = root / "custom"
-    custom.mkdir()
-    import random
-
-    rng = random.Random(0)
-    for name, n in (("train.jsonl", 8), ("dev.jsonl", 4)):
-        (custom / name).write_text("".join(json.dumps({"sentence": keyword_sentence(rng, i % 2), "label": "pos" if i % 2
-                                                       else "neg"}) + "\n" for i in range(n)))
-    return {"model": ck, "glue": write_toy_glue(root / "glue", n_train=8, n_dev=4),
-            "squad": write_toy_squad(root / "squad", n_train=8, n_dev=4), "custom": custom}
+    tasks = root / "tasks"  # every task under one root, as GLUE is distributed (MNLI finds AX beside it)
+    return {"model": ck, "tasks": {name: spec.write_examples(tasks) for name, spec in TASKS.items()}}
 
 
 def _data(world, task: str) -> Path:
-    spec = TASKS[task]
-    return world["squad"] if spec.kind == "span" else world["custom"] if task == "custom" else world["glue"]
+    return world["tasks"][task]
 
 
 @pytest.mark.parametrize("task", TRAINABLE)
@@ -78,7 +70,7 @@ def test_two_step_finetune_through_the_cli(task, world, tmp_path, capsys):
 
 
 def test_evaluation_only_task_is_refused(world, tmp_path, capsys):
-    rc = main(["finetune", "--model", str(world["model"]), "--task", "ax", "--data", str(world["glue"]),
+    rc = main(["finetune", "--model", str(world["model"]), "--task", "ax", "--data", str(_data(world, "ax")),
                "--out", str(tmp_path / "o"), *FAST])
     err = capsys.readouterr().err
     assert rc == 2 and "evaluation-only" in err and not (tmp_path / "o").exists()
@@ -88,7 +80,7 @@ def test_stsb_as_a_process(world, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[3] / "src"),
                                                         os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "tokendrop", "finetune", "--model", str(world["model"]), "--task", "stsb", "--out",
-           str(tmp_path / "ok"), "--data", str(world["glue"] / "STS-B"), *FAST, "--set", "save_model=true"]
+           str(tmp_path / "ok"), "--data", str(_data(world, "stsb")), *FAST, "--set", "save_model=true"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("stsb: stsb ") and "stsb_pearson" in p.stdout and "2 steps" in p.stdout
@@ -99,8 +91,8 @@ def test_stsb_as_a_process(world, tmp_path):
 def test_header_only_dev_file_is_refused_in_one_line(world, tmp_path, capsys):
     bad = tmp_path / "STS-B"
     bad.mkdir()
-    (bad / "train.tsv").write_bytes((world["glue"] / "STS-B" / "train.tsv").read_bytes())
-    header = (world["glue"] / "STS-B" / "dev.tsv").read_text().splitlines()[0]
+    (bad / "train.tsv").write_bytes((_data(world, "stsb") / "train.tsv").read_bytes())
+    header = (_data(world, "stsb") / "dev.tsv").read_text().splitlines()[0]
     (bad / "dev.tsv").write_text(header + "\n")
     rc = main(["finetune", "--model", str(world["model"]), "--task", "stsb", "--data", str(bad), "--out",
                str(tmp_path / "no"), *FAST])

@@ -23,8 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokendrop.finetune.common import FinetuneError
+from tokendrop.runs.files import atomic_write_text
 
 KINDS = ("classification", "regression", "span")
+# the words of generated examples (TaskSpec.write_examples): filler, and one word per label index
+FILLER = "the a movie story scene music cast plot film it was is this of and with".split()
+LABEL_WORDS = "good bad fine odd new old big small".split()
 
 
 @dataclass
@@ -131,6 +135,50 @@ class TaskSpec:
             dev[split] = refuse_empty(self.read(p, skipped=skipped), p)
             files[split] = str(p)
         return TaskData(self, train, dev, files, d)
+
+
+    # -- generated examples ------------------------------------------------------------------
+
+    def write_examples(self, root: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
+        """Generated examples of the task in its own layout (for tests): its train, dev and test
+        files under ``root/<dirname>`` (``root/<name>`` without one), with the columns it reads and
+        its label values; each text carries a word of its label (a regression score: as many
+        "good"s), so a model can learn the task.  Returns the directory, which :meth:`load` reads."""
+        d = Path(root) / (self.dirname or self.name)
+        rng = random.Random(f"{self.name}:{seed}")
+        files = [(self.train, n_train, True)] if self.train else []
+        files += [(f, n_dev, True) for f in self.dev.values()]
+        files += [(f, max(1, n_dev // 2), False) for f in self.test.values()]
+        for fname, n, labelled in files:
+            cols = self.columns if labelled else (self.test_columns or dataclasses.replace(self.columns, label=None))
+            rows = [self._example_fields(cols, i, rng, labelled) for i in range(n)]
+            if cols.has_header:
+                names = [c for c in (cols.guid, cols.text_a, cols.text_b, cols.label if labelled else None) if c]
+                table = [names] + [[r[c] for c in names] for r in rows]
+            else:
+                table = [[r.get(k, "x") for k in range(cols.width)] for r in rows]
+            atomic_write_text(d / fname, "".join("\t".join(row) + "\n" for row in table))
+        return d
+
+    def _example_fields(self, cols: Columns, i: int, rng: random.Random, labelled: bool) -> dict:
+        """One generated row: column -> value."""
+        if self.kind == "regression":
+            score = float(i % 6)
+            label, cue = f"{score:.3f}", ["good"] * int(score)
+        else:
+            k = i % len(self.labels)
+            label, cue = self.labels[k], [LABEL_WORDS[k % len(LABEL_WORDS)]]
+        text = [rng.choice(FILLER) for _ in range(rng.randint(3, 8))]
+        for w in cue:
+            text.insert(rng.randint(0, len(text)), w)
+        out = {cols.text_a: " ".join(text)}
+        if cols.text_b is not None:
+            out[cols.text_b] = " ".join(rng.choice(FILLER) for _ in range(rng.randint(3, 8)))
+        if cols.guid is not None:
+            out[cols.guid] = str(i)
+        if labelled and cols.label is not None:
+            out[cols.label] = label
+        return out
 
 
 @dataclass

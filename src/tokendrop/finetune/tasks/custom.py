@@ -8,10 +8,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 from pathlib import Path
 
 from tokendrop.finetune.common import FinetuneError
-from tokendrop.finetune.tasks.base import Example, TaskData, TaskSpec, data_dir, parse_label, read_lines, read_tsv_table, refuse_empty
+from tokendrop.finetune.tasks.base import (FILLER, Example, TaskData, TaskSpec, data_dir, parse_label, read_lines,
+                                           read_tsv_table, refuse_empty)
+from tokendrop.runs.files import atomic_write_text
 
 
 def _find(d: Path, stem: str) -> Path:
@@ -87,6 +90,20 @@ def read_named_columns(path: str | os.PathLike, text_a: str, text_b: str = "", l
 
 
 class CustomTask(TaskSpec):
+    def write_examples(self, root: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
+        """Generated examples (for tests): ``train.jsonl`` / ``dev.jsonl`` under ``root/custom`` with
+        the default fields (``sentence``, ``label``: "neg" or "pos", the sentence holding "bad" or "good")."""
+        d = Path(root) / self.name
+        rng = random.Random(f"{self.name}:{seed}")
+        for fname, n in (("train.jsonl", n_train), ("dev.jsonl", n_dev)):
+            rows = []
+            for i in range(n):
+                words = [rng.choice(FILLER) for _ in range(rng.randint(3, 8))]
+                words.insert(rng.randint(0, len(words)), "good" if i % 2 else "bad")
+                rows.append(json.dumps({"sentence": " ".join(words), "label": "pos" if i % 2 else "neg"}) + "\n")
+            atomic_write_text(d / fname, "".join(rows))
+        return d
+
     def load(self, data, *, text_a: str = "sentence", text_b: str = "", label: str = "label",
              labels: list[str] | None = None, need_train: bool = True, skipped: list[str] | None = None) -> TaskData:
         d = data_dir(data)

@@ -12,7 +12,7 @@ file or directory has the same names, sizes and sha256 as before, what must not 
 temp / ``.old-*`` / lock entry is left anywhere in the case's directory, and the case's own check
 (e.g. "no step twice in metrics.jsonl") holds.
 
-Everything is generated (``tokendrop.lab.toydata``): one prepared directory, one tiny pretraining
+Everything is generated (``tests/fixtures/toydata.py``, ``tokendrop.lab.toydata``): one prepared directory, one tiny pretraining
 run, its export and a few variants are built once under the work directory ("BASE") and copied into
 each case's directory ("CASE").  Commands and messages in the report show those two as BASE and CASE.
 """
@@ -47,6 +47,7 @@ from tokendrop.runs.rundir import HOLD_COMMAND
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
+FIXTURES = SRC.parent / "tests" / "fixtures"  # the tests' generated corpora and vocabularies
 PY = sys.executable
 ENV = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
            PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -111,13 +112,14 @@ def base_items(selected: list["Case"]) -> set[str]:
 
 
 def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
-    sys.path.insert(0, str(SRC))
+    sys.path[:0] = [str(SRC), str(FIXTURES)]
+    import toydata as F
     from tokendrop.lab import toydata as T
 
     base.mkdir(parents=True, exist_ok=True)
     log(f"building the base in {base}: {', '.join(sorted(items)) or 'generated files only'}")
-    T.write_corpus(base / "corpus.txt", docs=150)
-    T.write_toy_vocab(base / "other-vocab.txt")
+    F.write_corpus(base / "corpus.txt", docs=150)
+    F.write_toy_vocab(base / "other-vocab.txt")
     T.write_keyword_sentiment(base / "sst2", n_train=32, n_dev=16)
     T.write_toy_glue(base / "glue", n_train=16, n_dev=8)
     T.write_toy_squad(base / "squad", n_train=16, n_dev=8)
@@ -317,8 +319,8 @@ def at_gate(sig: int, limit: float = 600):
 
 
 def write_corpus(path: Path, docs: int) -> None:
-    sys.path.insert(0, str(SRC))
-    from tokendrop.lab.toydata import write_corpus as wc
+    sys.path[:0] = [str(SRC), str(FIXTURES)]
+    from toydata import write_corpus as wc
 
     wc(path, docs=docs)
 

@@ -20,7 +20,7 @@ def small_cfg():
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """A prepared packed dataset (T=64, WordPiece trained on a generated corpus)."""
-    from tokendrop.lab.toydata import write_corpus
+    from toydata import write_corpus
     from tokendrop.data import prepare
 
     root = tmp_path_factory.mktemp("tinydata")

@@ -38,7 +38,7 @@ from tokenizers.trainers import WordPieceTrainer
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 SPECIAL_KEYS = {"pad": PAD, "unk": UNK, "cls": CLS, "sep": SEP, "mask": MASK}
-# their ids in a vocabulary that starts with SPECIAL_TOKENS (train_tokenizer's, tokendrop.lab.toydata's);
+# their ids in a vocabulary that starts with SPECIAL_TOKENS (train_tokenizer's, the tests' toy vocabularies);
 # a prepared directory's own ids are PreparedData.special_ids
 SPECIAL_IDS = {k: i for i, k in enumerate(SPECIAL_KEYS)}
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")

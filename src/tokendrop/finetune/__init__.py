@@ -11,7 +11,7 @@ TSV readers; ``tasks/squad.py``: SQuAD reading, windows, post-processing; ``task
 SST-2-format task from the vaderSentiment sdist), ``metrics`` (accuracy, F1, MCC, Pearson/Spearman,
 SQuAD EM/F1), ``columns`` (the evaluation table's columns), ``trainer`` (``finetune``), ``suite``
 (``evaluate``), ``run`` (``finetune_config``: preset + overrides + task/data -> FinetuneConfig).
-Generated toy tasks: ``tokendrop.lab.toydata``.
+A task's generated examples (for tests): ``TaskSpec.write_examples``.
 """
 
 from tokendrop.finetune.common import FinetuneError

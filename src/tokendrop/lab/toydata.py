@@ -1,256 +1,35 @@
-"""Generated data for tests, smoke runs, the study's ``toy_data`` preset and ``configs/suite-tiny.toml``:
-the one source of toy data in the project (no external files, deterministic for a seed).
+"""The study's generated toy tasks (``study-tiny``, the study's ``toy_data`` preset,
+``configs/suite-tiny.toml``): a pretraining corpus made of the tasks' words, and every GLUE task and
+SQuAD v1.1/v2.0 in its layout as distributed, learnable from a keyword (deterministic for a seed).
+Tests make their own data: each task's examples from its definition
+(``tokendrop.finetune.tasks.TaskSpec.write_examples``), corpora, vocabularies and checkpoints from
+``tests/fixtures/toydata.py``.
 
-Vocabularies (the special tokens ``tokendrop.data.tokenizer.SPECIAL_TOKENS`` at ids 0-4):
+* ``write_task_corpus`` / ``task_corpus_documents``: sentences of the tasks' words, so a vocabulary
+  trained on it covers them;
+* ``write_keyword_sentiment`` (SST-2 layout; the label is one sentiment keyword among filler words --
+  learnable in seconds by a tiny encoder), ``write_toy_glue`` / ``write_toy_squad`` (every GLUE task
+  and SQuAD v1.1/v2.0 in its layout as distributed).
 
-* ``write_toy_vocab`` / ``toy_vocab_tokens``: ten ``[unusedN]``, punctuation, the letters with their
-  ``##`` continuations and ``num_words`` syllable pseudo-words (``toy_words``), each one token;
-* ``write_vocab`` / ``task_vocab_tokens``: letters, digits (both with ``##`` continuations),
-  punctuation and the words of the toy fine-tuning tasks (``task_words``): it spells any lower-case text.
-
-Corpora (BERT-format text: one sentence a line, documents separated by a blank line):
-
-* ``write_toy_corpus`` / ``toy_documents``: sentences of the syllable pseudo-words, lengths varying;
-* ``write_corpus`` / ``structured_documents``: "NAME VERB the ADJ NOUN near the NOUN ." (adjective and
-  noun paired), counting runs, ...: enough structure that an MLM learns it in seconds (the golden
-  curves are made from it);
-* ``write_task_corpus`` / ``task_corpus_documents``: the words of the toy fine-tuning tasks, so a
-  vocabulary trained on it covers them (the study's ``toy_data``).
-
-``write_bpe_tokenizer_dir`` writes a ModernBERT-style tokenizer directory (byte-level BPE trained
-on the task corpus, the five specials as added tokens after the BPE vocabulary, a ``[CLS] $A [SEP]``
-post-processor, tokenizer_config.json with ``PreTrainedTokenizerFast`` and ``added_tokens_decoder``,
-special_tokens_map.json), the layout of answerdotai/ModernBERT-base.
-
-``toy_prepared`` prepares a toy corpus with the toy vocabulary.  Models and tasks:
-``write_checkpoint`` (a randomly initialised tokendrop checkpoint dir, the layout
-``tokendrop.models.source.load_pretrained`` reads), ``write_keyword_sentiment`` (SST-2 layout; the label is one
-sentiment keyword among filler words -- learnable in seconds by a tiny encoder), ``write_toy_glue`` /
-``write_toy_squad`` (every GLUE task and SQuAD v1.1/v2.0 in its layout as distributed, for tests of
-the readers and the evaluation protocol, not for meaningful scores).
-
-    vocab = write_toy_vocab(tmp_path / "vocab.txt")
-    corpus = write_toy_corpus(tmp_path / "corpus.txt", num_docs=40)
-    pd_path = toy_prepared(tmp_path / "prep", seq_len=32)      # -> PreparedData.open(pd_path)
+The words are the fine-tuning tasks' example words (``tokendrop.finetune.tasks.base``, ``.squad``).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
-import string
-import tarfile
-from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-import torch
-from safetensors.torch import save_file
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-
-from tokendrop.config import ModelConfig
-from tokendrop.data.prepare import prepare
-from tokendrop.data.tokenizer import SPECIAL_TOKENS
-from tokendrop.models.bert.model import BertForMaskedLM
-from tokendrop.runs.checkpoint import sha256_file
-from tokendrop.runs.files import atomic_write_bytes, atomic_write_text
-
-LETTERS = list(string.ascii_lowercase) + ["##" + c for c in string.ascii_lowercase]
+from tokendrop.finetune.tasks.base import FILLER, NEGATIVE, POSITIVE
+from tokendrop.finetune.tasks.squad import NAMES as TASK_NAMES, THINGS as TASK_THINGS, VERBS as TASK_VERBS
+from tokendrop.runs.files import atomic_write_text
 
 
 def write_documents(path: str | os.PathLike, documents: list[str]) -> Path:
     """A BERT-format text file: the documents (lines = sentences) separated by one blank line."""
     return atomic_write_text(path, "\n\n".join(documents) + "\n")
 
-
-def _write_vocab_file(path: str | os.PathLike, tokens: list[str]) -> Path:
-    return atomic_write_text(path, "\n".join(tokens) + "\n")
-
-
-# ----------------------------------------------------------------------------------------------
-# syllable pseudo-words: vocabulary and corpus
-
-_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
-
-
-def toy_words(num_words: int = 300, seed: int = 0) -> list[str]:
-    rng = np.random.default_rng(seed)
-    words: list[str] = []
-    seen = set(string.ascii_lowercase)
-    while len(words) < num_words:
-        w = "".join(rng.choice(_SYLLABLES, size=int(rng.integers(2, 4))))
-        if w not in seen:
-            seen.add(w)
-            words.append(w)
-    return words
-
-
-def toy_vocab_tokens(num_words: int = 300, seed: int = 0) -> list[str]:
-    tokens = list(SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(10)]
-    tokens += list(".,;:!?'\"()-")
-    tokens += LETTERS
-    tokens += toy_words(num_words, seed)
-    return tokens
-
-
-def write_toy_vocab(path: str | os.PathLike, num_words: int = 300, seed: int = 0) -> str:
-    return os.fspath(_write_vocab_file(path, toy_vocab_tokens(num_words, seed)))
-
-
-def toy_documents(num_docs: int = 40, seed: int = 1, min_words: int = 1, max_words: int = 120,
-                  num_words: int = 300) -> list[str]:
-    """Documents (lines = sentences) of toy words; lengths vary from ``min_words`` to ``max_words``."""
-    rng = np.random.default_rng(seed)
-    words = toy_words(num_words)
-    docs = []
-    for _ in range(num_docs):
-        n = int(rng.integers(min_words, max_words + 1))
-        toks = list(rng.choice(words, size=n))
-        lines, i = [], 0
-        while i < n:
-            k = int(rng.integers(3, 15))
-            sent = " ".join(toks[i : i + k])
-            lines.append(sent[0].upper() + sent[1:] + ".")
-            i += k
-        docs.append("\n".join(lines))
-    return docs
-
-
-def write_toy_corpus(path: str | os.PathLike, num_docs: int = 40, seed: int = 1, **kw) -> str:
-    """``toy_documents`` as a BERT-format text file."""
-    return os.fspath(write_documents(path, toy_documents(num_docs, seed, **kw)))
-
-
-def toy_prepared(out_dir: str | os.PathLike, seq_len: int = 32, num_docs: int = 60, packed: bool = True,
-                 eval_fraction: float = 0.1, seed: int = 1, **prepare_kw) -> str:
-    """Write a toy vocab + corpus beside ``out_dir`` and prepare it; returns ``out_dir``."""
-    out_dir = os.path.abspath(os.fspath(out_dir))
-    base = out_dir + ".src"
-    os.makedirs(base, exist_ok=True)
-    vocab = write_toy_vocab(os.path.join(base, "vocab.txt"))
-    corpus = write_toy_corpus(os.path.join(base, "corpus.txt"), num_docs=num_docs, seed=seed)
-    prepare_kw.setdefault("workers", 1)
-    prepare_kw.setdefault("progress", False)
-    prepare([corpus], out_dir, seq_len, vocab=vocab, packed=packed, eval_fraction=eval_fraction, **prepare_kw)
-    return out_dir
-
-
-# ----------------------------------------------------------------------------------------------
-# the structured corpus (an MLM learns it in seconds)
-
-NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
-VERBS = ["sees", "likes", "finds", "paints", "buys", "sells", "moves", "keeps"]
-ADJS = ["red", "blue", "green", "small", "large", "old", "new", "bright"]
-NOUNS = ["house", "river", "garden", "window", "table", "boat", "lamp", "book"]
-NUMBERS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-
-
-def structured_sentence(rng: random.Random) -> str:
-    kind = rng.random()
-    if kind < 0.6:
-        a = rng.randrange(len(ADJS))
-        return f"{rng.choice(NAMES)} {rng.choice(VERBS)} the {ADJS[a]} {NOUNS[a]} near the {rng.choice(NOUNS)} ."
-    if kind < 0.85:
-        i = rng.randrange(len(NUMBERS) - 3)
-        return "counting " + " ".join(NUMBERS[i : i + 4]) + " and then stop ."
-    return f"the {rng.choice(NOUNS)} is {rng.choice(ADJS)} today ."
-
-
-def structured_documents(docs: int = 120, seed: int = 0, sentences: tuple[int, int] = (3, 9)) -> list[str]:
-    """``docs`` documents of ``sentences[0]..sentences[1]`` structured sentences (Python's ``random``)."""
-    rng = random.Random(seed)
-    return ["\n".join(structured_sentence(rng) for _ in range(rng.randint(*sentences))) for _ in range(docs)]
-
-
-def write_corpus(path: str | os.PathLike, docs: int = 120, seed: int = 0, sentences: tuple[int, int] = (3, 9)) -> Path:
-    """``structured_documents`` as a BERT-format text file."""
-    return write_documents(path, structured_documents(docs, seed, sentences))
-
-
-# ----------------------------------------------------------------------------------------------
-# the toy fine-tuning tasks' words: vocabulary and corpus
-
-FILLER = ("the movie film story plot actor scene music script cast it was is this a an of and with "
-          "to in very quite really rather truly simply just so").split()
-POSITIVE = "good great excellent wonderful fun brilliant".split()
-NEGATIVE = "bad awful boring dull terrible poor".split()
-TASK_NAMES = "alice bob carol dave".split()  # the toy SQuAD facts: "NAME VERB the THING play."
-TASK_VERBS = "wrote built founded".split()
-TASK_THINGS = "paris london rome".split()
-EXTRA = ("who what where when which name city river person year play wrote built founded "
-         "paris london rome alice bob carol dave same different yes no maybe").split()
-
-
-def task_words() -> list[str]:
-    return sorted(set(FILLER + POSITIVE + NEGATIVE + EXTRA))
-
-
-def task_vocab_tokens() -> list[str]:
-    """A WordPiece vocab that can spell anything lower-case (letters, ``##`` letters, digits, punctuation)."""
-    toks = list(SPECIAL_TOKENS) + LETTERS
-    toks += list(string.digits) + ["##" + c for c in string.digits] + list(".,!?'\"-:;()")
-    toks += [w for w in task_words() if w not in toks]
-    return toks
-
-
-def write_vocab(path: str | os.PathLike) -> Path:
-    """``task_vocab_tokens`` as ``path`` (a ``.txt`` file) or ``path/vocab.txt`` (a directory)."""
-    p = Path(path)
-    if p.suffix != ".txt":
-        p = p / "vocab.txt"
-    return _write_vocab_file(p, task_vocab_tokens())
-
-
-MODERNBERT_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")  # in ModernBERT's order, after the BPE vocab
-
-
-def write_bpe_tokenizer_dir(out_dir: str | os.PathLike, vocab_size: int = 400, num_docs: int = 200, seed: int = 0,
-                            post_processor: bool = True, specials: tuple[str, ...] = MODERNBERT_SPECIALS) -> Path:
-    """A tokenizer directory laid out like answerdotai/ModernBERT-base's, built offline: a byte-level
-    BPE (GPT-NeoX style: NFC, ByteLevel pre-tokenizer and decoder, no unknown token) trained on
-    ``task_corpus_documents`` plus a few unicode/whitespace lines, then added tokens as ModernBERT
-    has them: a non-special whitespace run and ``|||IP_ADDRESS|||``, special ``<|endoftext|>``, then
-    ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (``[MASK]`` with ``lstrip``); the post-processor is
-    ``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B [SEP]`` (left out with ``post_processor=False``);
-    ``tokenizer_config.json`` declares ``PreTrainedTokenizerFast`` with ``added_tokens_decoder`` and
-    ``special_tokens_map.json`` the five names.  ``specials``: other names for the unk, cls, sep,
-    pad and mask tokens (e.g. ``<unk> <cls> <sep> <pad> <mask>``), in that order.  Deterministic for
-    a seed.  -> the directory."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    docs = task_corpus_documents(num_docs=num_docs, seed=seed) + [
-        "Café naïve Zürich — 東京 😀 déjà vu", "tabs\tand  double  spaces", "UPPER lower MiXeD 123 4.5"]
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(docs, trainer=trainer)
-    tok.add_tokens([AddedToken("    ", normalized=True), AddedToken("|||IP_ADDRESS|||", normalized=True)])
-    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
-    unk_t, cls_t, sep_t, pad_t, mask_t = specials
-    tok.add_special_tokens([AddedToken(t, special=True, lstrip=t == mask_t) for t in specials])
-    if post_processor:
-        cls, sep = tok.token_to_id(cls_t), tok.token_to_id(sep_t)
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{cls_t}:0 $A:0 {sep_t}:0", pair=f"{cls_t}:0 $A:0 {sep_t}:0 $B:1 {sep_t}:1",
-            special_tokens=[(cls_t, cls), (sep_t, sep)])
-    tok.save(str(out / "tokenizer.json"))
-    added = {str(i): {"content": t.content, "lstrip": t.lstrip, "normalized": t.normalized, "rstrip": t.rstrip,
-                      "single_word": t.single_word, "special": t.special}
-             for i, t in sorted(tok.get_added_tokens_decoder().items())}
-    names = {"unk_token": unk_t, "cls_token": cls_t, "sep_token": sep_t, "pad_token": pad_t, "mask_token": mask_t}
-    atomic_write_text(out / "tokenizer_config.json", json.dumps({
-        "added_tokens_decoder": added, "clean_up_tokenization_spaces": True, **names,
-        "model_input_names": ["input_ids", "attention_mask"], "model_max_length": 8192,
-        "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
-    atomic_write_text(out / "special_tokens_map.json", json.dumps(
-        {k: {"content": v, "lstrip": v == mask_t, "normalized": False, "rstrip": False, "single_word": False}
-         for k, v in names.items()}, indent=2))
-    return out
 
 
 def task_corpus_documents(filler: list[str] = FILLER, positive: list[str] = POSITIVE, negative: list[str] = NEGATIVE,
@@ -276,32 +55,6 @@ def write_task_corpus(path: str | os.PathLike, num_docs: int = 300, seed: int = 
     """``task_corpus_documents`` as a BERT-format text file (the study's generated corpus)."""
     return write_documents(path, task_corpus_documents(num_docs=num_docs, seed=seed))
 
-
-# ----------------------------------------------------------------------------------------------
-# a model and the toy fine-tuning tasks
-
-
-def write_checkpoint(out_dir: str | os.PathLike, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 2,
-                     intermediate_size: int = 128, max_position_embeddings: int = 512, seed: int = 0,
-                     vocab: str | os.PathLike | None = None) -> Path:
-    """A randomly initialised ``BertForMaskedLM`` saved as a tokendrop checkpoint dir (``meta.json``,
-    ``model.safetensors`` in our parameter names, ``tokenizer/vocab.txt``: ``vocab`` or ``write_vocab``'s)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if vocab is None:
-        write_vocab(out / "tokenizer")
-    else:
-        atomic_write_bytes(out / "tokenizer" / "vocab.txt", Path(vocab).read_bytes())
-    n_vocab = sum(1 for _ in open(out / "tokenizer" / "vocab.txt", encoding="utf-8"))
-    cfg = ModelConfig(vocab_size=n_vocab, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
-                      intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings)
-    torch.manual_seed(seed)
-    model = BertForMaskedLM(cfg)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
-    save_file({}, str(out / "state.safetensors"))  # no training state; hashed so the checkpoint verifies
-    files = {n: {"bytes": (out / n).stat().st_size, "sha256": sha256_file(out / n)} for n in ("model.safetensors", "state.safetensors")}
-    atomic_write_text(out / "meta.json", json.dumps({"config": {"model": asdict(cfg)}, "step": 0, "toy": True, "files": files}, indent=2))
-    return out
 
 
 def keyword_sentence(rng: random.Random, label: int) -> str:
@@ -456,21 +209,3 @@ def write_toy_squad(root: str | os.PathLike, n_train: int = 48, n_dev: int = 24,
         for split, n in (("train", n_train), ("dev", n_dev)):
             atomic_write_text(root / f"{split}-{tag}.json", json.dumps(make(n, v2, f"{split}{tag}")))
     return root
-
-
-def write_vader_sdist(path: str | os.PathLike, files: dict[str, str]) -> Path:
-    """A stand-in for the ``vaderSentiment`` sdist (tokendrop.finetune.tasks.sst2_vader): a tar.gz holding
-    ``additional_resources/hutto_ICWSM_2014.tar.gz`` with ``files`` (name -> text, written as UTF-8
-    under ``hutto_ICWSM_2014/``)."""
-    def add(t: tarfile.TarFile, name: str, data: bytes) -> None:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-
-    inner = io.BytesIO()
-    with tarfile.open(fileobj=inner, mode="w:gz") as t:
-        for name, text in files.items():
-            add(t, f"hutto_ICWSM_2014/{name}", text.encode("utf-8"))
-    with tarfile.open(path, "w:gz") as t:
-        add(t, "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz", inner.getvalue())
-    return Path(path)

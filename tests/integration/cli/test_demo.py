@@ -6,7 +6,7 @@ import pytest
 
 import tokendrop.lab.demo as demo
 import tokendrop.lab.fetch as fetch
-from tokendrop.lab.toydata import write_corpus
+from toydata import write_corpus
 
 
 @pytest.mark.slow  # ~18 s CPU; the same wiring (prepare, pretrain x2, fine-tune, report) runs in the continued demo test
@@ -31,7 +31,7 @@ def test_scratch_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
 
 def _fake_vader_sdist(path: Path, lines_by_file: dict[str, list[str]]) -> Path:
     """A stand-in for the vaderSentiment sdist: ground-truth files of id<TAB>score<TAB>text lines."""
-    from tokendrop.lab.toydata import write_vader_sdist
+    from toydata import write_vader_sdist
 
     return write_vader_sdist(path, {name: "".join(f"{i}\t{1.5 if i % 2 else -1.5}\t{s}\n" for i, s in enumerate(lines))
                                     for name, lines in lines_by_file.items()})
@@ -60,7 +60,7 @@ def _fake_minilm(d: Path) -> Path:
     import torch
     import transformers
 
-    from tokendrop.lab.toydata import write_vocab
+    from toydata import write_vocab
 
     vocab = write_vocab(d)
     n = len(vocab.read_text().splitlines())

@@ -17,7 +17,7 @@ import pytest
 from tokendrop.cli import main
 from tokendrop.finetune.columns import columns_of
 from tokendrop.finetune.tasks import TASKS
-from tokendrop.lab.toydata import write_checkpoint
+from toydata import write_checkpoint
 
 TRAINABLE = [n for n, t in TASKS.items() if t.train]
 FAST = ["--set", "epochs=1", "--set", "batch_size=4", "--set", "max_train_examples=8", "--set", "threads=1",
@@ -30,8 +30,9 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("ft-every-task")
     ck = write_checkpoint(root / "model", hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                           max_position_embeddings=128)
-    tasks = root / "tasks"  # every task under one root, as GLUE is distributed (MNLI finds AX beside it)
-    return {"model": ck, "tasks": {name: spec.write_examples(tasks) for name, spec in TASKS.items()}}
+    tasks = root / "tasks"  # every task in its directory under one root, as GLUE is distributed (MNLI finds AX)
+    return {"model": ck, "tasks": {name: spec.write_examples(tasks / (spec.dirname or name))
+                                   for name, spec in TASKS.items()}}
 
 
 def _data(world, task: str) -> Path:

@@ -55,7 +55,7 @@ def test_wheel_installs_and_runs(tmp_path):
 
     exe = venv / "bin" / "tokendrop"
     assert _run([str(exe), "--version"], env=env, cwd=tmp_path).stdout.strip() == f"tokendrop {__version__}"
-    _run([str(py), "-c", "from tokendrop.lab.toydata import write_corpus; write_corpus('corpus.txt', docs=120)"],
+    _run([str(py), "-c", "from tokendrop.lab.toydata import write_task_corpus; write_task_corpus('corpus.txt', num_docs=120)"],
          env=env, cwd=tmp_path)
     _run([str(exe), "prepare", "--corpus", "corpus.txt", "--out", "data", "--seq-len", "64", "--vocab-size", "200",
           "--workers", "1", "--quiet"], env=env, cwd=tmp_path)

@@ -94,7 +94,7 @@ def test_resume_drops_rows_past_the_checkpoint(tiny_data, tmp_path, capsys):
 
 
 def test_empty_eval_split_turns_evaluation_off_with_a_warning(tmp_path, capsys):
-    from tokendrop.lab.toydata import toy_prepared
+    from toydata import toy_prepared
     from tokendrop.train.trainer import TrainingError, evaluate_mlm
 
     data = toy_prepared(tmp_path / "data", seq_len=32, eval_fraction=0.0)
@@ -211,7 +211,7 @@ def test_safetensors_io_errors_are_os_errors(tmp_path, monkeypatch):
 
 def test_disk_full_while_writing_shards(tmp_path, capsys, monkeypatch):
     from tokendrop.data import shards
-    from tokendrop.lab.toydata import write_corpus
+    from toydata import write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.txt", docs=30)
     monkeypatch.setattr(shards.ShardWriter, "write", lambda self, rows: _enospc(self, self.path))
@@ -276,7 +276,7 @@ def test_bench_json_unwritable_is_refused_before_the_run(tmp_path, capsys, monke
 
 
 def test_vocab_size_larger_than_the_corpus_supports_is_reported(tmp_path, capsys):
-    from tokendrop.lab.toydata import write_corpus
+    from toydata import write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.txt", docs=40)
     rc, out, err = _run(capsys, "prepare", "--corpus", corpus, "--out", tmp_path / "d", "--seq-len", "32",
@@ -305,7 +305,8 @@ def test_squad_answer_start_mismatch_names_file_and_id(tmp_path, capsys):
 
 
 def test_finetune_max_seq_len_clamp_is_reported_with_the_value_used(tmp_path, capsys):
-    from tokendrop.lab.toydata import write_checkpoint, write_keyword_sentiment
+    from toydata import write_checkpoint
+    from tokendrop.lab.toydata import write_keyword_sentiment
 
     model = write_checkpoint(tmp_path / "model", hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
                              max_position_embeddings=24)
@@ -450,7 +451,7 @@ def test_avg_variant_pools_real_rows_only():
 
 
 def test_pad_id_comes_from_the_prepared_vocabulary(tmp_path, capsys):
-    from tokendrop.lab.toydata import toy_vocab_tokens, write_toy_corpus
+    from toydata import toy_vocab_tokens, write_toy_corpus
 
     tokens = toy_vocab_tokens()
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -228,7 +228,7 @@ def test_campaign_part_files_are_written_atomically(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    from tokendrop.lab.toydata import write_checkpoint
+    from toydata import write_checkpoint
 
     return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "m-seed0", hidden_size=32, max_position_embeddings=64)
 
@@ -305,7 +305,7 @@ def _fake_finetune(calls):
 
 
 def test_verify_an_evaluation(ckpt, tmp_path, capsys):
-    from tokendrop.lab.toydata import write_checkpoint
+    from toydata import write_checkpoint
     from tokendrop.finetune import evaluate
     from tokendrop.finetune.suite import SuiteConfig
 
@@ -414,7 +414,7 @@ def test_verify_says_what_an_unknown_directory_would_need(tmp_path, capsys):
 
 def _tiny_hf(family: str, d: Path) -> Path:
     transformers = pytest.importorskip("transformers")
-    from tokendrop.lab.toydata import task_vocab_tokens, write_vocab
+    from toydata import task_vocab_tokens, write_vocab
     from tokendrop.data.tokenizer import SPECIAL_IDS
     from tokendrop.models.hf import copy_tokenizer
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokendrop.lab.toydata import ADJS, NAMES, NOUNS, NUMBERS, VERBS, write_corpus
+from toydata import ADJS, NAMES, NOUNS, NUMBERS, VERBS, write_corpus
 from tokendrop.config import load_config
 from tokendrop.train.trainer import pretrain, read_metrics
 

@@ -233,7 +233,7 @@ def _tiny_hf_bert(out: Path, seed: int = 0) -> Path:
     """A tiny randomly initialised BertForMaskedLM saved by ``transformers`` (no network), with a
     vocabulary that spells the toy tasks' words."""
     transformers = pytest.importorskip("transformers")
-    from tokendrop.lab.toydata import write_vocab
+    from toydata import write_vocab
 
     out.mkdir(parents=True, exist_ok=True)
     n = len(write_vocab(out / "vocab.txt").read_text().splitlines())

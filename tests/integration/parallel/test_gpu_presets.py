@@ -51,7 +51,8 @@ def test_modern_continue_gpu_runs_on_cpu_from_a_modernbert_checkpoint(tmp_path):
     import torch
 
     from tokendrop.data import prepare
-    from tokendrop.lab.toydata import write_bpe_tokenizer_dir, write_task_corpus
+    from toydata import write_bpe_tokenizer_dir
+    from tokendrop.lab.toydata import write_task_corpus
     from tokendrop.data.tokenizer import load_tokenizer, num_ids
 
     tok_dir = write_bpe_tokenizer_dir(tmp_path / "tok")

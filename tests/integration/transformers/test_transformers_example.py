@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from tokendrop.errors import TokendropError  # noqa: E402
-from tokendrop.lab.toydata import toy_documents, write_toy_vocab  # noqa: E402
+from toydata import toy_documents, write_toy_vocab# noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "transformers_mlm.py"
 

@@ -13,7 +13,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from tokendrop.lab.toydata import toy_documents, write_toy_vocab  # noqa: E402
+from toydata import toy_documents, write_toy_vocab# noqa: E402
 from tokendrop.transformers import (MaskingRateCollator, TokenDroppingCallback, TokenDroppingError,  # noqa: E402
                                     apply_token_dropping, token_dropping_state)
 from tokendrop.transformers.state import STATE_JSON, STATE_TENSORS  # noqa: E402

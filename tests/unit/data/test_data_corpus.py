@@ -109,7 +109,7 @@ def test_hf_local_dataset(tmp_path):
     with pytest.raises(DataError, match="no column 'text'"):
         list(iter_documents([f"hf:{tmp_path / 'ds'}"]))
     from tokendrop.data import PreparedData, prepare
-    from tokendrop.lab.toydata import write_toy_vocab
+    from toydata import write_toy_vocab
 
     prepare([f"hf:{tmp_path / 'ds'}"], tmp_path / "o", 8, vocab=write_toy_vocab(tmp_path / "v.txt"),
             text_field="content", eval_fraction=0, workers=1, progress=False)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tokendrop.data import DataError, MLMLoader, PreparedData, num_prediction_slots
-from tokendrop.lab.toydata import toy_prepared
+from toydata import toy_prepared
 from batches import same, take, unmask
 
 

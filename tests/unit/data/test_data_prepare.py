@@ -12,7 +12,7 @@ from tokendrop.data import DataError, MLMLoader, PreparedData, load_tokenizer, p
 import importlib
 
 prepare_mod = importlib.import_module("tokendrop.data.prepare")
-from tokendrop.lab.toydata import toy_documents, toy_vocab_tokens, write_toy_corpus, write_toy_vocab
+from toydata import toy_documents, toy_vocab_tokens, write_toy_corpus, write_toy_vocab
 from tokendrop.data.tokenizer import build_tokenizer
 from synthetic import SHARED_DATA
 

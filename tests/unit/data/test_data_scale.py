@@ -22,7 +22,7 @@ from tokendrop.cli import main
 from tokendrop.data import DataError, prepare
 from tokendrop.data.corpus import JSONL, TEXT, iter_documents, read_jsonl, read_text, split_points
 from tokendrop.data.shards import PackedWriter, ShardWriter, UnpackedWriter, choose_eval_docs
-from tokendrop.lab.toydata import toy_documents, write_documents, write_toy_vocab
+from toydata import toy_documents, write_documents, write_toy_vocab
 from tokendrop.data.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[3]

@@ -15,7 +15,7 @@ from tokendrop.data import (
     save_tokenizer,
     train_tokenizer,
 )
-from tokendrop.lab.toydata import toy_documents, toy_vocab_tokens, write_toy_vocab
+from toydata import toy_documents, toy_vocab_tokens, write_toy_vocab
 from tokendrop.data.tokenizer import plain_copy, special_ids
 from synthetic import SHARED_DATA
 

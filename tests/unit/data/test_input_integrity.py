@@ -18,7 +18,7 @@ import zstandard
 from tokendrop.cli import main
 from tokendrop.data import DataError
 from tokendrop.data.corpus import check_zstd_frames, iter_documents
-from tokendrop.lab.toydata import toy_documents, write_documents, write_toy_vocab
+from toydata import toy_documents, write_documents, write_toy_vocab
 
 DOCS = toy_documents(60, seed=3, min_words=20, max_words=80)
 TEXT = ("\n\n".join(DOCS) + "\n").encode()

@@ -11,7 +11,7 @@ import torch
 
 from tokendrop.data import DataError, MLMLoader, PreparedData, prepare
 from tokendrop.data.mixture import Mixture, MixturePlan, realised
-from tokendrop.lab.toydata import toy_prepared, write_toy_corpus, write_toy_vocab
+from toydata import toy_prepared, write_toy_corpus, write_toy_vocab
 from batches import same, take, unmask
 
 

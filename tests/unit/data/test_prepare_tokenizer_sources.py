@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 from tokendrop.cli import main  # noqa: E402
 from tokendrop.data import prepare  # noqa: E402
-from tokendrop.lab.toydata import write_bpe_tokenizer_dir, write_corpus  # noqa: E402
+from toydata import write_bpe_tokenizer_dir, write_corpus# noqa: E402
 
 T = 32
 COMMON = ["--seq-len", str(T), "--eval-fraction", "0", "--workers", "1", "--quiet"]

@@ -2,7 +2,7 @@
 --init``, ``finetune --model``, ``export`` and ``inspect`` work with a ``tokenizer.json`` that is not
 BERT WordPiece, with ``transformers.AutoTokenizer``'s ids.  Everything is built here, offline: a
 byte-level BPE trained on generated text, laid out like answerdotai/ModernBERT-base's tokenizer
-directory (``tokendrop.lab.toydata.write_bpe_tokenizer_dir``), and tiny random
+directory (``toydata.write_bpe_tokenizer_dir`` of tests/fixtures), and tiny random
 ``transformers.ModernBertForMaskedLM`` models whose embedding is padded past the tokenizer."""
 
 from __future__ import annotations
@@ -19,13 +19,8 @@ import torch  # noqa: E402
 
 from tokendrop.cli import main as cli_main  # noqa: E402
 from tokendrop.data import DataError, MLMLoader, MLMMasker, PreparedData, prepare  # noqa: E402
-from tokendrop.lab.toydata import (
-    write_bpe_tokenizer_dir,
-    write_documents,
-    write_keyword_sentiment,
-    task_corpus_documents,
-    write_toy_squad,
-)
+from toydata import write_bpe_tokenizer_dir, write_documents
+from tokendrop.lab.toydata import write_keyword_sentiment, task_corpus_documents, write_toy_squad
 from tokendrop.data.tokenizer import (
     load_tokenizer,
     num_ids,

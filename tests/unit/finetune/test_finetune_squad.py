@@ -9,7 +9,7 @@ from tokendrop.finetune import FinetuneError
 from tokendrop.finetune.common import load_finetune_tokenizer
 from tokendrop.finetune.tasks.squad import (SquadExample, _is_max_context, _windows, build_features, postprocess,
                                       read_squad, squad_metrics)
-from tokendrop.lab.toydata import write_vocab
+from toydata import write_vocab
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from tokendrop.finetune import FinetuneError
 from tokendrop.finetune.tasks.sst2_vader import (build_sst2_from_vader, convert_snippets, extract_snippets,
                                            fetch_vader_sdist, label_and_split, parse_snippets)
-from tokendrop.lab.toydata import write_vader_sdist
+from toydata import write_vader_sdist
 from tokendrop.finetune.tasks import get_task
 
 

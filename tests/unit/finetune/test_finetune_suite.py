@@ -10,7 +10,8 @@ from tokendrop.finetune import FinetuneError, evaluate, load_suite
 from tokendrop.finetune.columns import COLUMNS, MAIN_COLUMN
 from tokendrop.finetune.tasks import TASKS
 from tokendrop.finetune.suite import SuiteConfig, cells_for, parse_models
-from tokendrop.lab.toydata import write_checkpoint, write_toy_glue, write_toy_squad
+from toydata import write_checkpoint
+from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
 
 TABLE_HEAD = ("| Methods | AX (corr.) | MNLI-mm (acc.) | MNLI-m (acc.) | QNLI (acc.) | QQP (F1) | SST (acc.) | GLUE-avg "
               "| SQuAD v1 (F1) | SQuAD v2 (F1) | SQuAD-avg |")

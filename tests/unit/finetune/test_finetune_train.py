@@ -12,7 +12,8 @@ import torch
 from tokendrop.config import FinetuneConfig
 from tokendrop.cli import cmd_finetune
 from tokendrop.finetune import FinetuneError, finetune, finetune_config
-from tokendrop.lab.toydata import write_checkpoint, write_keyword_sentiment, write_toy_squad
+from toydata import write_checkpoint
+from tokendrop.lab.toydata import write_keyword_sentiment, write_toy_squad
 from tokendrop.finetune.trainer import linear_schedule
 from tokendrop.train.runtime import param_groups
 

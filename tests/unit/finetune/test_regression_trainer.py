@@ -8,7 +8,8 @@ import random
 import pytest
 
 from tokendrop.config import FinetuneConfig
-from tokendrop.lab.toydata import keyword_sentence, write_checkpoint
+from toydata import write_checkpoint
+from tokendrop.lab.toydata import keyword_sentence
 from tokendrop.finetune import finetune
 
 HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"

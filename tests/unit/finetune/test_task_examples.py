@@ -13,7 +13,7 @@ from tokendrop.finetune.tasks.squad import read_squad
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_a_task_reads_the_examples_it_writes(name, tmp_path):
     spec = get_task(name)
-    d = spec.write_examples(tmp_path, n_train=6, n_dev=5)
+    d = spec.write_examples(tmp_path / name, n_train=6, n_dev=5)
     if spec.kind == "span":  # SQuAD's JSON, read as the fine-tuning reads it
         for fname, n in ((spec.train, 6), *((f, 5) for f in spec.dev.values())):
             examples, version = read_squad(d / fname, spec.version)

@@ -16,7 +16,8 @@ from safetensors.torch import load_file  # noqa: E402
 
 from tokendrop.models import attention  # noqa: E402
 from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, from_dict  # noqa: E402
-from tokendrop.lab.toydata import task_vocab_tokens, write_keyword_sentiment, write_vocab  # noqa: E402
+from toydata import task_vocab_tokens, write_vocab# noqa: E402
+from tokendrop.lab.toydata import write_keyword_sentiment
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
 from tokendrop.models.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
 from tokendrop.models.source import load_pretrained, read_hf_dir  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tokendrop.lab.toydata import write_corpus
+from toydata import write_corpus
 from tokendrop.runs.files import atomic_directory, remove_stale_temp_dirs
 
 SRC = Path(__file__).resolve().parents[3] / "src"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tokendrop.lab.toydata import write_corpus
+from toydata import write_corpus
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs import rundir
 from tokendrop.runs.files import json_text

@@ -283,7 +283,7 @@ def _fake_finetune(calls):
 
 
 def test_evaluate_reruns_cells_after_weights_change(tmp_path):
-    from tokendrop.lab.toydata import write_checkpoint
+    from toydata import write_checkpoint
     from tokendrop.finetune import evaluate
     from tokendrop.finetune.suite import SuiteConfig, model_weights
 

@@ -166,7 +166,7 @@ def test_contradicting_shape_is_an_error(trained, tiny_data, tmp_path):
 
 
 def test_data_with_another_vocabulary_is_refused(trained, tiny_data, tmp_path, capsys):
-    from tokendrop.lab.toydata import write_corpus
+    from toydata import write_corpus
     from tokendrop.data import prepare
 
     _, hf = trained

@@ -21,7 +21,7 @@ from tokendrop.train.budget import RunLength
 from tokendrop.cli import main as cli_main
 from tokendrop.config import ConfigError, load_config
 from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots
-from tokendrop.lab.toydata import toy_prepared
+from toydata import toy_prepared
 from tokendrop.train.schedules import LRSchedule, wsd_shape
 from tokendrop.value_schedule import ValueSchedule, cosine, linear
 from tokendrop.train.trainer import pretrain, read_metrics

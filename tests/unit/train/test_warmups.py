@@ -14,7 +14,7 @@ from tokendrop.train import trainer as train_mod
 from tokendrop.config import ConfigError, load_config
 from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots
 from tokendrop.data.pieces import frame_pieces
-from tokendrop.lab.toydata import toy_prepared
+from toydata import toy_prepared
 from tokendrop.dropping.flops import consistency_flops, step_flops
 from tokendrop.dropping.random_ltd import ltd_kept
 from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_at, seq_len_at

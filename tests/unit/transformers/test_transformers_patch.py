@@ -552,7 +552,7 @@ def test_masking_rate_collator_follows_tokendrops_own_mask_schedule(tmp_path, ki
     """MaskingRateCollator's rate at every progress is what tokendrop's trainer uses at that progress
     (train.schedules.mask_schedule of data.mask_prob / data.mask_schedule): one formula."""
     from tokendrop.config import DataConfig
-    from tokendrop.lab.toydata import write_toy_vocab
+    from toydata import write_toy_vocab
     from tokendrop.train.schedules import mask_schedule
     from tokendrop.transformers import MaskingRateCollator
 

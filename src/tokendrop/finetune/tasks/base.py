@@ -26,9 +26,13 @@ from tokendrop.finetune.common import FinetuneError
 from tokendrop.runs.files import atomic_write_text
 
 KINDS = ("classification", "regression", "span")
-# the words of generated examples (TaskSpec.write_examples): filler, and one word per label index
-FILLER = "the a movie story scene music cast plot film it was is this of and with".split()
-LABEL_WORDS = "good bad fine odd new old big small".split()
+# the words of generated examples (TaskSpec.write_examples, and lab's toy tasks): filler, sentiment
+# keywords, and one keyword per label index (label 0 "bad", label 1 "good", ...)
+FILLER = ("the movie film story plot actor scene music script cast it was is this a an of and with "
+          "to in very quite really rather truly simply just so").split()
+POSITIVE = "good great excellent wonderful fun brilliant".split()
+NEGATIVE = "bad awful boring dull terrible poor".split()
+LABEL_WORDS = [w for pair in zip(NEGATIVE, POSITIVE) for w in pair]
 
 
 @dataclass
@@ -139,12 +143,12 @@ class TaskSpec:
 
     # -- generated examples ------------------------------------------------------------------
 
-    def write_examples(self, root: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
+    def write_examples(self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
         """Generated examples of the task in its own layout (for tests): its train, dev and test
-        files under ``root/<dirname>`` (``root/<name>`` without one), with the columns it reads and
-        its label values; each text carries a word of its label (a regression score: as many
-        "good"s), so a model can learn the task.  Returns the directory, which :meth:`load` reads."""
-        d = Path(root) / (self.dirname or self.name)
+        files in ``directory``, with the columns it reads and its label values; each text carries a
+        word of its label (a regression score: as many "good"s), so a model can learn the task.
+        Returns the directory, which :meth:`load` reads."""
+        d = Path(directory)
         rng = random.Random(f"{self.name}:{seed}")
         files = [(self.train, n_train, True)] if self.train else []
         files += [(f, n_dev, True) for f in self.dev.values()]

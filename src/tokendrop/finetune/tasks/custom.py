@@ -90,10 +90,10 @@ def read_named_columns(path: str | os.PathLike, text_a: str, text_b: str = "", l
 
 
 class CustomTask(TaskSpec):
-    def write_examples(self, root: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
-        """Generated examples (for tests): ``train.jsonl`` / ``dev.jsonl`` under ``root/custom`` with
-        the default fields (``sentence``, ``label``: "neg" or "pos", the sentence holding "bad" or "good")."""
-        d = Path(root) / self.name
+    def write_examples(self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
+        """Generated examples (for tests): ``train.jsonl`` / ``dev.jsonl`` in ``directory`` with the
+        default fields (``sentence``, ``label``: "neg" or "pos", the sentence holding "bad" or "good")."""
+        d = Path(directory)
         rng = random.Random(f"{self.name}:{seed}")
         for fname, n in (("train.jsonl", n_train), ("dev.jsonl", n_dev)):
             rows = []

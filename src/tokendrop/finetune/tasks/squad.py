@@ -38,7 +38,8 @@ from tokendrop.finetune.metrics import apply_threshold, best_threshold, squad_ev
 from tokendrop.finetune.tasks.base import FILLER, TaskSpec
 from tokendrop.runs.files import atomic_write_text, read_json
 
-NAMES = "alice bob carol dave".split()  # generated examples: "NAME wrote the THING play."
+NAMES = "alice bob carol dave".split()  # generated examples' facts: "NAME VERB the THING play."
+VERBS = "wrote built founded".split()
 THINGS = "paris london rome".split()
 
 
@@ -46,22 +47,21 @@ THINGS = "paris london rome".split()
 class SquadTask(TaskSpec):
     version: int = 1  # 1: SQuAD v1.1 (every question answerable), 2: v2.0 (unanswerable ones too)
 
-    def write_examples(self, root: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
-        """Generated examples (for tests) in the task's files under ``root/<dirname>``: "who wrote
-        the X play?" over short paragraphs, every other one followed by an unanswerable question in
-        v2.0."""
-        d = Path(root) / self.dirname
+    def write_examples(self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
+        """Generated examples (for tests) in the task's files in ``directory``: "who wrote (built,
+        founded) the X play?" over short paragraphs, every other one followed by an unanswerable question in v2.0."""
+        d = Path(directory)
         rng = random.Random(f"{self.name}:{seed}")
         for fname, n in ((self.train, n_train), *((f, n_dev) for f in self.dev.values())):
             data = []
             for i in range(n):
-                who, what = rng.choice(NAMES), rng.choice(THINGS)
+                who, what, verb = rng.choice(NAMES), rng.choice(THINGS), rng.choice(VERBS)
                 filler = " ".join(rng.choice(FILLER) for _ in range(rng.randint(5, 15)))
-                ctx = f"{filler}. {who.title()} wrote the {what} play. {filler}."
-                qas = [{"id": f"{fname}-{i}", "question": f"Who wrote the {what} play?", "is_impossible": False,
+                ctx = f"{filler}. {who.title()} {verb} the {what} play. {filler}."
+                qas = [{"id": f"{fname}-{i}", "question": f"Who {verb} the {what} play?", "is_impossible": False,
                         "answers": [{"text": who.title(), "answer_start": ctx.index(who.title())}]}]
                 if self.version == 2 and i % 2 == 0:
-                    qas.append({"id": f"{fname}-{i}n", "question": f"Who wrote the {what} river?",
+                    qas.append({"id": f"{fname}-{i}n", "question": f"Who {verb} the {what} river?",
                                 "answers": [], "is_impossible": True})
                 data.append({"title": f"example-{i}", "paragraphs": [{"context": ctx, "qas": qas}]})
             version = "v2.0" if self.version == 2 else "1.1"

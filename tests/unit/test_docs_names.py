@@ -105,7 +105,7 @@ def test_every_name_the_docs_give_exists():
 # --- docs/design.md §4.5: the error classes ---------------------------------------------------
 
 BUILTINS = {"Exception", "ValueError", "RuntimeError", "OSError", "KeyError", "TypeError"}
-ERROR_TABLE = "<!-- the error classes: tests/unit/test_docs.py writes this table (error_table) -->"
+ERROR_TABLE = "<!-- the error classes: tests/unit/test_docs_names.py writes this table (error_table) -->"
 
 
 def error_classes(package: Path = PACKAGE) -> list[tuple[str, str, list[str]]]:

@@ -27,12 +27,14 @@ _API: dict[str, tuple[str, str]] = {
     # configuration
     "Config": ("tokendrop.config", "Config"),
     "ModelConfig": ("tokendrop.config", "ModelConfig"),
-    "DropConfig": ("tokendrop.config", "DropConfig"),
+    "DropConfig": ("tokendrop.dropping.methods", "DropConfig"),
     "FinetuneConfig": ("tokendrop.config", "FinetuneConfig"),
     "load_config": ("tokendrop.config", "load_config"),
     "finetune_config": ("tokendrop.finetune.run", "finetune_config"),
     # the method
     "METHODS": ("tokendrop.dropping.methods", "METHODS"),
+    "DropPlan": ("tokendrop.dropping.plan", "DropPlan"),
+    "DropStep": ("tokendrop.dropping.plan", "DropStep"),
     "TokenSelector": ("tokendrop.dropping.importance", "TokenSelector"),
     "step_flops": ("tokendrop.dropping.flops", "step_flops"),
     "flop_ratio": ("tokendrop.dropping.flops", "flop_ratio"),
@@ -73,11 +75,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from tokendrop.config import Config, DropConfig, FinetuneConfig, ModelConfig, load_config  # noqa: F401
+    from tokendrop.config import Config, FinetuneConfig, ModelConfig, load_config  # noqa: F401
     from tokendrop.data.prepare import prepare  # noqa: F401
     from tokendrop.dropping.flops import flop_ratio, step_flops  # noqa: F401
     from tokendrop.dropping.importance import TokenSelector  # noqa: F401
-    from tokendrop.dropping.methods import METHODS  # noqa: F401
+    from tokendrop.dropping.plan import DropPlan, DropStep  # noqa: F401
+    from tokendrop.dropping.methods import METHODS, DropConfig  # noqa: F401
     from tokendrop.errors import ConfigError, DataError, InitError, InteropError, TokendropError, TrainingError  # noqa: F401
     from tokendrop.finetune.run import finetune_config  # noqa: F401
     from tokendrop.finetune.suite import evaluate  # noqa: F401

@@ -179,20 +179,20 @@ def test_config_parsing_and_the_trainer_stay_low():
 def test_selection_methods_are_one_registry():
     """Every drop.method is a row of tokendrop.dropping.methods.METHODS, and the method classes the code asks
     about are read from it (a new method cannot silently count as dense or as learning from the loss)."""
-    from tokendrop import config
     from tokendrop.dropping import methods
 
-    assert config.DROP_METHODS == tuple(methods.METHODS) and config.METHODS is methods.METHODS
+    assert methods.DROP_METHODS == tuple(methods.METHODS)
     assert [n for n, m in methods.METHODS.items() if not m.drops] == ["none"]
-    assert set(config.LOSS_METHODS) == {"cumulative", "half_random"}
-    assert set(config.RANDOM_METHODS) == {"half_random", "random", "random_ltd"}
-    assert config.PER_LAYER_METHODS == ("random_ltd",)
+    assert set(methods.LOSS_METHODS) == {"cumulative", "half_random"}
+    assert set(methods.RANDOM_METHODS) == {"half_random", "random", "random_ltd"}
+    assert methods.PER_LAYER_METHODS == ("random_ltd",)
     assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
     from tokendrop.lab.study.plan import ARMS
 
     for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
         method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")
-        assert arm.dropping == (methods.METHODS[method].drops or "drop.variant=avg" in arm.overrides), arm.name
+        variant = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.variant=")), "drop")
+        assert arm.dropping == (methods.METHODS[method].drops or methods.VARIANTS[variant].pools), arm.name
 
 
 METHOD_MODULES = ("tokendrop.dropping", "tokendrop.config")  # the registry and the [drop] section that names methods
@@ -256,6 +256,22 @@ def test_no_method_is_named_outside_its_registry():
     bad = method_name_comparisons()
     assert not bad, "drop.method names compared outside tokendrop.dropping / tokendrop.config (ask the METHODS " \
         "row for the fact instead; a value of another vocabulary goes into OTHER_VOCABULARIES):\n" + "\n".join(bad)
+
+
+# bench.variants (tokendrop.lab.bench.presets.VARIANTS, its own registry: dense, drop, pass, avg,
+# random_ltd) shares names with drop.variant but is another vocabulary
+VARIANT_VOCABULARIES = ("tokendrop.lab.bench",)
+
+
+def test_no_variant_is_named_outside_its_registry():
+    """What a ``drop.variant`` does is a fact of its row in ``VARIANTS`` (pools, frozen keys/values,
+    merges after the last layer): code elsewhere asks the row, so a new variant is one row."""
+    from tokendrop.dropping.methods import VARIANTS
+
+    bad = [line for line in method_name_comparisons(names=set(VARIANTS))
+           if not any(line.split(":")[0] == m or line.startswith(m + ".") for m in VARIANT_VOCABULARIES)]
+    assert not bad, "drop.variant names compared outside tokendrop.dropping / tokendrop.config (ask the " \
+        "VARIANTS row for the fact instead):\n" + "\n".join(bad)
 
 
 # The folders (a module at the package's top counts as its own folder; the package's __init__.py,

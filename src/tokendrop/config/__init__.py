@@ -1,8 +1,9 @@
 """Typed configuration: flat dataclasses per section, loaded from TOML presets with dotted overrides.
 
 A pretraining config is a ``Config`` with sections ``model`` (:mod:`tokendrop.config.model`),
-``drop`` (:mod:`tokendrop.dropping.methods`, with the registry of selection methods), ``data`` and ``train``
-(here); a fine-tuning config is a ``FinetuneConfig``.  TOML files may start with ``extends = "other.toml"``
+``drop`` (:class:`tokendrop.dropping.methods.DropConfig`, beside the registries of selection methods
+and variants it is validated against; imported from there), ``data`` and ``train`` (here); a
+fine-tuning config is a ``FinetuneConfig``.  TOML files may start with ``extends = "other.toml"``
 (path relative to the file, or the name of a preset in ``configs/``) to inherit and override.
 
     cfg = load_config("configs/tiny.toml", ["drop.rate=0.25", "train.steps=40"])
@@ -41,18 +42,7 @@ from tokendrop.config.checks import check_positive
 from tokendrop.config.quantities import parse_duration, parse_tokens
 from tokendrop.errors import ConfigError
 from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
-from tokendrop.dropping.methods import (
-    DROP_METHODS,
-    DROP_VARIANTS,
-    IMPORTANCE_INITS,
-    LOSS_METHODS,
-    LTD_SCHEDULES,
-    METHODS,
-    PER_LAYER_METHODS,
-    RANDOM_METHODS,
-    DropConfig,
-    SelectionMethod,
-)
+from tokendrop.dropping.methods import DropConfig  # the [drop] section lives with the method
 from tokendrop.value_schedule import DECAYS
 
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens

@@ -26,13 +26,16 @@ CLASSIFIER_POOLING = ("cls", "mean")
 @dataclass(frozen=True)
 class FamilySchema:
     """What the ``[model]`` section knows of an encoder family, as data: the family folder's
-    ``family.toml`` (:func:`read_families`).  The family itself -- classes, HF adapter, FLOP facts,
+    ``family.toml`` (:func:`read_families`), the FLOP model's facts among it (``tokendrop.dropping.flops``
+    reads them off a ``ModelConfig`` without the models).  The family itself -- classes, HF adapter,
     the transformers integration -- is its ``FamilySpec`` in ``models/<family>/__init__.py``, which
     carries this schema too."""
 
     document_attention: bool  # model.document_attention = "auto" means per-document attention (MLM)
     rotary: bool  # rotary positions: the head size must be even
     classifier_pooling: tuple[str, ...]  # what its sequence classifier may pool
+    glu_ffn: bool  # FLOP model: GeGLU FFN (d -> 2f, f -> d) rather than d -> f -> d
+    sliding_windows: bool  # FLOP model: layers may attend within a window (model.layer_types)
 
 
 FAMILY_FILE = "family.toml"
@@ -43,7 +46,7 @@ def read_families(models_dir: Path = MODELS_DIR) -> tuple[dict[str, FamilySchema
                                                            dict[str, str]]:
     """The families' schemas, the model presets and each preset's family, read from every
     ``<family>/family.toml`` under ``models_dir`` (folders in name order, presets in file order): its
-    ``document_attention``, ``rotary`` and ``classifier_pooling``, its ``[presets]`` (``model.preset``
+    ``document_attention``, ``rotary``, ``classifier_pooling``, ``glu_ffn`` and ``sliding_windows``, its ``[presets]`` (``model.preset``
     name -> fields), and ``[preset_defaults]``, fields every preset of the family sets."""
     schemas: dict[str, FamilySchema] = {}
     presets: dict[str, dict[str, Any]] = {}
@@ -52,7 +55,8 @@ def read_families(models_dir: Path = MODELS_DIR) -> tuple[dict[str, FamilySchema
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
             schemas[path.parent.name] = FamilySchema(bool(data["document_attention"]), bool(data["rotary"]),
-                                                     tuple(data["classifier_pooling"]))
+                                                     tuple(data["classifier_pooling"]), bool(data["glu_ffn"]),
+                                                     bool(data["sliding_windows"]))
             defaults = data.get("preset_defaults", {})
             for name, fields in data.get("presets", {}).items():
                 if name in presets:
@@ -61,7 +65,7 @@ def read_families(models_dir: Path = MODELS_DIR) -> tuple[dict[str, FamilySchema
                 owners[name] = path.parent.name
         except (KeyError, TypeError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"{path}: not a family file ({type(e).__name__}: {e}); it needs document_attention, "
-                              "rotary, classifier_pooling and a [presets] table") from None
+                              "rotary, classifier_pooling, glu_ffn, sliding_windows and a [presets] table") from None
     return schemas, presets, owners
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.methods import DropConfig, DropVariant
 
 
 def flat_index(keep_idx: Tensor, seq_len: int) -> Tensor:
@@ -126,14 +126,14 @@ class DropSpan:
 
     start: int
     end: int
-    variant: str  # drop | pass | avg | layer_rearranged
+    variant: DropVariant  # the ``drop.variant``'s row (tokendrop.dropping.methods.VARIANTS)
     per_layer: bool = False  # random_ltd: keep_idx (S, B, M), a subset of its own per half layer
 
     @classmethod
     def from_config(cls, drop: DropConfig, num_layers: int) -> "DropSpan":
         drop.validate(num_layers)
         start, end = drop.span(num_layers)
-        return cls(start, end, drop.variant, drop.per_layer)
+        return cls(start, end, drop.variant_row, drop.per_layer)
 
 
 def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: Tensor | None, call) -> Tensor:
@@ -159,7 +159,7 @@ def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: T
         for layer, keep in zip(half, keep_idx):
             kept = rows.gather(keep)
             x = scatter_rows(x, call(layer, gather_rows(x, keep), None, kept, kept), keep)
-    elif span.variant == "avg":
+    elif span.variant.pools:
         h = avg_pool_rows(x_in, rows.valid)  # (B, T', d), T' = ceil(T/2); padding never pooled into a real row
         pooled = rows.pooled()
         h = call(half[0], h, x_in, pooled, rows)
@@ -167,12 +167,12 @@ def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: T
             h = call(layer, h, None, pooled, pooled)
         x = upsample_rows(h, x_in.shape[1]) + x_in
     else:
-        assert keep_idx is not None, "keep_idx is required for the drop/pass/layer_rearranged variants"
+        assert keep_idx is not None, f"variant {span.variant.name!r} selects rows: keep_idx needed"
         h = gather_rows(x_in, keep_idx)  # (B, M, d)
         kept = rows.gather(keep_idx)
         h = call(half[0], h, x_in, kept, rows)  # first half layer: all T rows as keys/values
         for layer in half[1:]:
-            if span.variant == "pass":  # K/V: kept rows now + dropped rows frozen at entry
+            if span.variant.frozen_kv:  # K/V: kept rows now + dropped rows frozen at entry (pass)
                 h = call(layer, h, scatter_rows(x_in, h, keep_idx), kept, rows)
             else:
                 h = call(layer, h, None, kept, kept)

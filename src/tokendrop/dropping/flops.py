@@ -43,11 +43,31 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tokendrop.config import DropConfig, ModelConfig
-from tokendrop.models.families import spec_of
-from tokendrop.dropping.random_ltd import kept_rows
+from typing import Any, Protocol
+
+from tokendrop.dropping.methods import DropConfig
 
 FULL, SLIDING = "full_attention", "sliding_attention"
+
+
+class ModelConfig(Protocol):
+    """What the FLOP model reads of an encoder's configuration: ``tokendrop.config.ModelConfig``
+    (this module imports no config or model code: ``dropping`` sits below both).  ``schema`` is the
+    family's row of ``tokendrop.config.model.MODEL_FAMILIES``: ``glu_ffn`` (GeGLU FFN, d -> 2f,
+    f -> d, rather than d -> f -> d) and ``sliding_windows`` (layers may attend within a window,
+    ``layer_types``)."""
+
+    family: str
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    local_attention: int
+
+    @property
+    def schema(self) -> Any: ...
+
+    def resolved_layer_types(self) -> list[str]: ...
 
 
 def layer_flops(n: int, kv_rows: int, d: int, f: int, keys: int | None = None, glu: bool = False) -> int:
@@ -61,7 +81,9 @@ def layer_flops(n: int, kv_rows: int, d: int, f: int, keys: int | None = None, g
 def layer_types(model: ModelConfig) -> list[str]:
     """Each layer's attention: ``full_attention`` or ``sliding_attention`` (a family with sliding
     windows, ModernBERT: ``ModelConfig.resolved_layer_types``; else all full)."""
-    return model.resolved_layer_types() if spec_of(model).sliding_windows else [FULL] * model.num_layers
+    if not model.schema.sliding_windows:
+        return [FULL] * model.num_layers
+    return model.resolved_layer_types()
 
 
 def window_positions(model: ModelConfig) -> int:
@@ -80,12 +102,12 @@ def keys_per_query(model: ModelConfig, layer_type: str, kv_rows: int, seq_len: i
 def describe_model(model: ModelConfig) -> str:
     """One line naming what the FLOP model counts for ``model``, e.g. for ``tokendrop flops``."""
     d, f, layers = model.hidden_size, model.intermediate_size, model.num_layers
-    spec = spec_of(model)
-    ffn = f"GeGLU f={f}" if spec.glu_ffn else f"FFN f={f}"
-    if not spec.sliding_windows:
-        return f"{spec.name}: {layers} layers, d={d}, {ffn}"
+    schema = model.schema
+    ffn = f"GeGLU f={f}" if schema.glu_ffn else f"FFN f={f}"
+    if not schema.sliding_windows:
+        return f"{model.family}: {layers} layers, d={d}, {ffn}"
     local = layer_types(model).count(SLIDING)
-    return (f"{spec.name}: {layers} layers ({layers - local} global, {local} sliding-window "
+    return (f"{model.family}: {layers} layers ({layers - local} global, {local} sliding-window "
             f"{model.local_attention}: <= {window_positions(model)} keys per query), d={d}, {ffn}")
 
 
@@ -129,9 +151,9 @@ def step_flops(
 
     ``num_predictions``: P, the MLM head's rows (default round(0.15 T)); ``masked_dense_local``:
     count sliding-window layers as full attention (module docstring); ``kept``: M, the rows kept
-    in the span (default: the first step's, ``random_ltd.kept_rows``)."""
+    in the span (default: the first step's, ``DropConfig.kept_rows``)."""
     d, f, t, layers = model.hidden_size, model.intermediate_size, seq_len, model.num_layers
-    glu = spec_of(model).glu_ffn
+    glu = model.schema.glu_ffn
     types = layer_types(model)
     p = round(0.15 * t) if num_predictions is None else num_predictions
 
@@ -148,13 +170,13 @@ def step_flops(
         enc = sum(cost(i, t, t) for i in range(layers))
     else:
         start, end = drop.span(layers)
-        m = kept if kept is not None else kept_rows(drop, t)
+        m = kept if kept is not None else drop.kept_rows(t)
         for i in range(layers):
             if i < start or i >= end:
                 enc += cost(i, t, t)
             elif drop.per_layer:  # random_ltd: its own M rows as queries and keys/values
                 enc += cost(i, m, m)
-            elif i == start or drop.variant == "pass":
+            elif i == start or drop.variant_row.frozen_kv:
                 enc += cost(i, m, t)
             else:
                 enc += cost(i, m, m)
@@ -181,34 +203,8 @@ def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop:
         return cache[m]
 
     extra = consistency_flops(model, seq_len, batch_size) if drop.consistency_weight > 0 else 0
-    return [at(kept_rows(drop, seq_len, k, train_steps)) + (extra if k % drop.consistency_every == 0 else 0)
+    return [at(drop.kept_rows(seq_len, k, train_steps)) + (extra if drop.consistency_at(k) else 0)
             for k in range(train_steps)]
-
-
-class RunFlops:
-    """The FLOPs a run has spent, step by step: each step at its own length L (a sequence-length
-    warm-up), number of sequences (a batch warm-up: batch T / L pieces), kept rows (random_ltd's
-    schedule relative to L) and ScTD's dense pass on its steps; stage-2 / dense steps at full cost.
-    ``total`` is the sum over the steps taken (``add``); checkpoints keep it for a resumed run."""
-
-    def __init__(self, model: ModelConfig, drop: DropConfig | None, total: int = 0):
-        self.model, self.drop, self.total = model, drop if drop is not None and drop.enabled else None, int(total)
-        self._cache: dict[tuple, int] = {}
-
-    def step(self, seq_len: int, rows: int, dropping: bool, kept: int | None = None, consistency: bool = False) -> int:
-        """FLOPs of one step over ``rows`` sequences of ``seq_len`` tokens."""
-        key = (seq_len, rows, dropping, kept, consistency)
-        if key not in self._cache:
-            f = step_flops(self.model, seq_len, rows, self.drop if dropping else None, kept=kept).total
-            if consistency:
-                f += consistency_flops(self.model, seq_len, rows)
-            self._cache[key] = f
-        return self._cache[key]
-
-    def add(self, seq_len: int, rows: int, dropping: bool, kept: int | None = None, consistency: bool = False) -> int:
-        f = self.step(seq_len, rows, dropping, kept, consistency)
-        self.total += f
-        return f
 
 
 def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only: bool = False,

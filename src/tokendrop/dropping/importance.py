@@ -46,9 +46,10 @@ def pinned_ids(drop, vocab: list[str]) -> list[int]:
 def build_selector(drop: DropConfig, vocab_size: int, special_ids: Mapping[str, int], seq_len: int,
                    pinned_ids: Iterable[int] = (), counts: Any = None, seed: int = 0,
                    device: torch.device | str | None = None) -> "TokenSelector":
-    """The one way the library makes a ``TokenSelector`` (pretraining, ``tokendrop inspect``, the
-    benchmark): ``special_ids`` are the data's ids ([CLS]/[SEP]/[MASK] pinned high, [PAD] low),
-    ``pinned_ids`` the extra ids kept always (``drop.pinned_tokens``, resolved by the caller),
+    """The one way the library makes a ``TokenSelector`` (``tokendrop.dropping.plan.DropPlan`` calls
+    it for pretraining, the ``transformers`` integration, ``tokendrop inspect`` and the benchmark):
+    ``special_ids`` are the data's ids ([CLS]/[SEP]/[MASK] pinned high, [PAD] low), ``pinned_ids``
+    the extra ids kept always (``drop.pinned_tokens``, resolved by the caller),
     ``counts`` the per-id corpus counts (array or tensor; used by ``method = "frequency"`` only, which
     needs them), ``seed`` the random methods' generator seed; on ``device`` when given."""
     sel = TokenSelector(drop, vocab_size, dict(special_ids), seq_len, list(pinned_ids),

@@ -1,21 +1,41 @@
-"""Token dropping's selection methods and its configuration: the registry :data:`METHODS` (what each
-``drop.method`` is and how it chooses the kept rows) and the ``[drop]`` section of a config
-(docs/design.md §2.2-2.3, §2.10, §2.11).
+"""Token dropping's selection methods, its variants and its configuration: the registries
+:data:`METHODS` (what each ``drop.method`` is, how it chooses the kept rows and how many it keeps
+at a step) and :data:`VARIANTS` (what each ``drop.variant`` does with the rows inside the span),
+and the ``[drop]`` section of a config (docs/design.md §2.2-2.3, §2.10, §2.11).
 
 Each row of :data:`METHODS` is a :class:`SelectionMethod`: the facts other code asks (drops, learns
 from the loss, random, per layer, needs counts) and the method's behaviour (its importance vector's
-start, any check of its own on ``[drop]``, and :meth:`~SelectionMethod.select` /
-:meth:`~SelectionMethod.select_layers`).  ``tokendrop.dropping.importance.TokenSelector`` holds the
-vector and the random generator and dispatches through the row; a new method is one row.
+start, any check of its own on ``[drop]``, its kept count at a step --
+:meth:`~SelectionMethod.kept_rows`: the variant's static count, or random-LTD's ramp -- and
+:meth:`~SelectionMethod.select` / :meth:`~SelectionMethod.select_layers`).  Each row of
+:data:`VARIANTS` is a :class:`DropVariant`: whether it pools instead of selecting, whether dropped
+rows stay keys/values, where it merges, its default span and its kept count; the engine and every
+consumer ask these facts rather than comparing names.
+``tokendrop.dropping.importance.TokenSelector`` holds the vector and the random generator and
+dispatches through the row; a new method or variant is one row.
 
 Selection works on (B, T) position scores (``m[input_id]``, pinned ids at +/-1e4) and returns the
 kept positions in ascending order; random draws come from a ``uniform(shape)`` the selector passes
 in (its seeded generator, on the batch's device).  Nothing here waits on the host.
 
-``tokendrop.config`` assembles the sections into a ``Config`` and loads them from TOML.  It reads the
-registry's facts to validate ``[drop]``, so this module imports torch only inside the behaviour
-(``import torch`` in each method that computes): parsing and validating a config loads no torch
-(``tests/unit/config/test_config_imports.py``)."""
+``tokendrop.config`` assembles the sections into a ``Config`` and loads them from TOML: it imports
+:class:`DropConfig` from here (``config`` sits above ``dropping``; nothing in ``dropping`` imports
+``config``, ``models`` or ``train``).  Validating ``[drop]`` reads the registries' facts, so this
+module imports torch only inside the behaviour (``import torch`` in each method that computes):
+parsing and validating a config loads no torch (``tests/unit/config/test_config_imports.py``).
+
+random-LTD's kept count (Yao et al. 2022; DeepSpeed's ``data_routing``; docs/design.md §2.10) is a
+pure function of the optimizer step k (:func:`ltd_kept`): every half layer keeps M_k rows,
+
+    M_0 = round(ltd_start_fraction * T),  K = max(1, round(ltd_schedule_share * train.steps))
+    v_k = M_0 + (T - M_0) * min(k, K) / K                       (the linear ramp)
+    fixed_linear (DeepSpeed's ``fixed_linear``, seq_per_step = s):  M_k = floor(v_k) - floor(v_k) % s
+    linear (nearest grid point):                                    M_k = s * round(v_k / s)
+    then M_k = min(T, max(M_k, min(s, T)))          (never 0 rows, never more than T)
+    and M_k = T for k >= K                           (full length even when s does not divide T)
+
+Kept counts are multiples of ``s = drop.ltd_step`` (or T itself), so a compiled step sees at most
+about (T - M_0) / s + 1 shapes over the whole run."""
 
 from __future__ import annotations
 
@@ -63,6 +83,12 @@ class SelectionMethod:
     def random_slots(self, drop: DropConfig, seq_len: int) -> int:
         """J: how many of the M kept positions of a length-``seq_len`` sequence are drawn at random."""
         return 0
+
+    def kept_rows(self, drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float) -> int:
+        """M: rows kept in the span at optimizer step ``step`` (0-based) of a ``train_steps`` run
+        (``progress`` of it done; a time-budgeted run has ``train_steps`` 0): the variant's static
+        count (``drop.num_kept``)."""
+        return drop.num_kept(seq_len)
 
     def initial_scores(self, drop: DropConfig, vocab_size: int, counts: Tensor | None) -> Tensor:
         """The importance vector m (V,) fp32 before any update (pins are the selector's)."""
@@ -147,6 +173,10 @@ class PerLayerRandom(SelectionMethod):
 
     reads_scores = False
 
+    def kept_rows(self, drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float) -> int:
+        """The ramp's count M_k (:func:`ltd_kept_at`; module docstring)."""
+        return ltd_kept_at(drop, seq_len, step, train_steps, progress)
+
     def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
         raise TypeError(f"drop.method {self.name!r} draws a subset per half layer (select_layers)")
 
@@ -157,6 +187,39 @@ class PerLayerRandom(SelectionMethod):
         if pad_mask is not None:
             u = u + pad_mask.to(u.dtype).unsqueeze(0)  # [PAD] ranks after every real token
         return torch.topk(u, kept, dim=-1, largest=False, sorted=False).indices.sort(dim=-1).values
+
+
+def ltd_total_steps(drop: DropConfig, train_steps: int) -> int:
+    """K: the steps over which random-LTD's kept count ramps up to T."""
+    return max(1, int(round(drop.ltd_schedule_share * train_steps)))
+
+
+def ltd_kept(drop: DropConfig, seq_len: int, step: int, train_steps: int) -> int:
+    """M_k: rows each half layer keeps at optimizer step ``step`` (0-based) of a ``train_steps`` run
+    (module docstring)."""
+    t, s = seq_len, drop.ltd_step
+    m0 = max(1, int(round(drop.ltd_start_fraction * t)))
+    k_total = ltd_total_steps(drop, train_steps)
+    if step >= k_total:
+        return t
+    v = m0 + (t - m0) * min(max(step, 0), k_total) / k_total
+    if drop.ltd_schedule == "fixed_linear":
+        m = math.floor(v)
+        m -= m % s
+    else:
+        m = s * int(round(v / s))
+    return min(t, max(m, min(s, t)))
+
+
+LTD_BUDGET_GRID = 1_000_000  # a time-budgeted run's ramp, in steps of 1e-6 of the budget
+
+
+def ltd_kept_at(drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float) -> int:
+    """:func:`ltd_kept` for a run of ``train_steps`` steps; in a time-budgeted run (``train_steps`` 0)
+    the ramp runs over ``progress``, the fraction of the budget used (docs/design.md §2.10)."""
+    if train_steps > 0:
+        return ltd_kept(drop, seq_len, step, train_steps)
+    return ltd_kept(drop, seq_len, int(min(max(progress, 0.0), 1.0) * LTD_BUDGET_GRID), LTD_BUDGET_GRID)
 
 
 PAPER_METHOD = "cumulative"  # the paper's method; variant avg, which selects nothing, tolerates it beside "none"
@@ -174,7 +237,47 @@ LOSS_METHODS = tuple(n for n, m in METHODS.items() if m.learns_from_loss)
 RANDOM_METHODS = tuple(n for n, m in METHODS.items() if m.random)
 PER_LAYER_METHODS = tuple(n for n, m in METHODS.items() if m.per_layer)
 UNSCORED_METHODS = tuple(n for n, m in METHODS.items() if m.drops and not m.reads_scores)
-DROP_VARIANTS = ("drop", "pass", "avg", "layer_rearranged")
+
+
+@dataclass(frozen=True)
+class DropVariant:
+    """A ``drop.variant``: what the half layers of the span ``[start, end)`` do with the sequence's
+    rows (docs/design.md §2.2).  The engine (``tokendrop.dropping.engine.run_layers``), the FLOP model
+    and every consumer ask these facts rather than comparing names; a new variant is one row (and, if
+    it needs one, a branch of the engine)."""
+
+    name: str
+    pools: bool = False  # 2:1 average pooling of adjacent rows instead of a selection (selects nothing)
+    frozen_kv: bool = False  # dropped rows stay keys/values in every half layer, frozen at span entry
+    merges_last: bool = False  # the span runs to the last layer: the kept rows merge after it
+
+    @property
+    def selects(self) -> bool:
+        """The span keeps a selected subset of positions (a selection method chooses them)."""
+        return not self.pools
+
+    def default_span(self, num_layers: int) -> tuple[int, int]:
+        """The paper's span for ``num_layers`` layers: ``[L//2 - 1, L - 1)``, or ``[L//2, L)`` when
+        the variant merges after the last layer."""
+        if self.merges_last:
+            return num_layers // 2, num_layers
+        return num_layers // 2 - 1, num_layers - 1
+
+    def num_kept(self, rate: float, seq_len: int) -> int:
+        """M: rows inside the span at ``rate``: ceil(T/2) pooled rows, else round((1 - rate) T), >= 1."""
+        if self.pools:
+            return (seq_len + 1) // 2
+        return max(1, int(round(seq_len * (1.0 - rate))))
+
+
+DEFAULT_VARIANT = "drop"  # the paper's; the only one a per-layer method (random_ltd) runs with
+VARIANTS: dict[str, DropVariant] = {v.name: v for v in (
+    DropVariant(DEFAULT_VARIANT),
+    DropVariant("pass", frozen_kv=True),  # token passing: dropped rows frozen as keys/values
+    DropVariant("avg", pools=True),  # token averaging (Funnel-style 2:1 pooling)
+    DropVariant("layer_rearranged", merges_last=True),  # no full layer after the span
+)}
+DROP_VARIANTS = tuple(VARIANTS)
 LTD_SCHEDULES = ("fixed_linear", "linear")
 IMPORTANCE_INITS = ("auto", "constant", "dense_pass", "frequency")
 
@@ -233,51 +336,91 @@ class DropConfig:
         return METHODS[self.method]
 
     @property
+    def variant_row(self) -> DropVariant:
+        """The registry row of ``variant`` (a one-line error for a name that is none)."""
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"drop.variant: unknown variant {self.variant!r}; expected one of {', '.join(DROP_VARIANTS)}")
+        return VARIANTS[self.variant]
+
+    @property
     def per_layer(self) -> bool:
         """Every half layer draws its own kept subset (random_ltd)."""
         return self.method in METHODS and METHODS[self.method].per_layer
 
     @property
+    def pools(self) -> bool:
+        """The variant pools rows 2:1 instead of selecting them (avg): no selection, no importance."""
+        return self.variant in VARIANTS and VARIANTS[self.variant].pools
+
+    @property
     def enabled(self) -> bool:
         """Dropping (or pooling) changes the middle layers: a method that drops (an unknown one is
-        refused by :meth:`validate`), or the ``avg`` variant."""
-        return self.method not in METHODS or METHODS[self.method].drops or self.variant == "avg"
+        refused by :meth:`validate`), or a pooling variant."""
+        return self.method not in METHODS or METHODS[self.method].drops or self.pools
 
     def span(self, num_layers: int) -> tuple[int, int]:
-        """The resolved half-layer span ``[start, end)``."""
-        if self.variant == "layer_rearranged":
-            start_d, end_d = num_layers // 2, num_layers
-        elif self.per_layer:
+        """The resolved half-layer span ``[start, end)``: ``drop.start``/``drop.end``, or the defaults
+        (the variant's :meth:`~DropVariant.default_span`; a per-layer method's ``[1, L - 1)``)."""
+        if self.per_layer and not self.variant_row.merges_last:
             start_d, end_d = 1, num_layers - 1
         else:
-            start_d, end_d = num_layers // 2 - 1, num_layers - 1
+            start_d, end_d = self.variant_row.default_span(num_layers)
         start = start_d if self.start < 0 else self.start
         end = end_d if self.end < 0 else self.end
         return start, end
 
     def num_kept(self, seq_len: int) -> int:
-        """M: rows kept inside the span (static for every sequence)."""
-        if self.variant == "avg":
-            return (seq_len + 1) // 2
-        return max(1, int(round(seq_len * (1.0 - self.rate))))
+        """M: rows kept inside the span by the variant's static rule (:meth:`DropVariant.num_kept`)."""
+        return self.variant_row.num_kept(self.rate, seq_len)
+
+    def kept_rows(self, seq_len: int, step: int = 0, train_steps: int = 1, progress: float = 0.0) -> int:
+        """Rows kept in the span at optimizer step ``step`` (0-based) of a ``train_steps`` run,
+        ``progress`` of it done (a time-budgeted run: ``train_steps`` 0): the method's count rule
+        (:meth:`SelectionMethod.kept_rows`: random_ltd's ramp, else :meth:`num_kept`).  The defaults
+        give the first step's."""
+        return self.selection.kept_rows(self, seq_len, step, train_steps, progress)
+
+    def stage2_start(self, train_steps: int) -> int:
+        """The first step of a ``train_steps``-step run trained without dropping (stage 2 is its last
+        ``stage2_fraction``; ``train_steps`` when there is none); 0 when nothing drops."""
+        if not self.enabled:
+            return 0
+        return train_steps - int(round(self.stage2_fraction * train_steps))
+
+    def dropping_at(self, step: int, train_steps: int, progress: float = 0.0) -> bool:
+        """Whether optimizer step ``step`` (0-based) drops tokens: every step of a run without stage 2;
+        before :meth:`stage2_start` in a run of ``train_steps`` steps; while less than ``1 -
+        stage2_fraction`` of a time budget is used (``train_steps`` 0, ``progress`` the share used)."""
+        if not self.enabled:
+            return False
+        if self.stage2_fraction <= 0:
+            return True
+        if train_steps > 0:
+            return step < self.stage2_start(train_steps)
+        return progress < 1.0 - self.stage2_fraction
+
+    def consistency_at(self, step: int) -> bool:
+        """ScTD's cadence: whether a dropping step ``step`` also runs the dense pass and the [CLS] KL
+        term (every ``consistency_every``-th step, from step 0; never with weight 0)."""
+        return self.consistency_weight > 0 and step % self.consistency_every == 0
 
     def validate(self, num_layers: int) -> None:
         selection = self.selection
-        if self.variant not in DROP_VARIANTS:
-            raise ConfigError(f"drop.variant: unknown variant {self.variant!r}; expected one of {', '.join(DROP_VARIANTS)}")
+        variant = self.variant_row
         if not 0.0 <= self.rate < 1.0:
             raise ConfigError(f"drop.rate: expected a fraction in [0, 1), got {self.rate}")
-        if self.variant == "avg" and self.rate != 0.5:
-            raise ConfigError("drop.rate: variant 'avg' pools 2:1 (window 2, stride 2), so the rate must be 0.5")
-        if self.variant == "avg" and selection.drops and self.method != PAPER_METHOD:
-            raise ConfigError(f"drop.method: variant 'avg' selects no tokens; method {self.method!r} has no effect there (use 'none')")
+        if variant.pools and self.rate != 0.5:
+            raise ConfigError(f"drop.rate: variant {self.variant!r} pools 2:1 (window 2, stride 2), so the rate must be 0.5")
+        if variant.pools and selection.drops and self.method != PAPER_METHOD:
+            raise ConfigError(f"drop.method: variant {self.variant!r} selects no tokens; method {self.method!r} has no "
+                              "effect there (use 'none')")
         start, end = self.span(num_layers)
         if not 0 <= start < end <= num_layers:
             raise ConfigError(
                 f"drop.start/drop.end: span [{start}, {end}) must satisfy 0 <= start < end <= num_layers={num_layers}"
             )
-        if self.variant == "layer_rearranged" and end != num_layers:
-            raise ConfigError(f"drop.end: variant 'layer_rearranged' merges after the last layer, so end must be {num_layers}")
+        if variant.merges_last and end != num_layers:
+            raise ConfigError(f"drop.end: variant {self.variant!r} merges after the last layer, so end must be {num_layers}")
         if not 0.0 < self.beta < 1.0:
             raise ConfigError(f"drop.beta: expected a value in (0, 1), got {self.beta}")
         if not 0.0 <= self.half_random_frac < 1.0:
@@ -306,9 +449,9 @@ class DropConfig:
             raise ConfigError(f"drop.ltd_step: expected a positive number of rows, got {self.ltd_step}")
         if not self.per_layer:
             return
-        if self.variant != "drop":
+        if self.variant != DEFAULT_VARIANT:
             raise ConfigError(f"drop.variant: random_ltd skips a layer entirely for the tokens it does not keep, so "
-                              f"variant {self.variant!r} has no meaning there; use variant 'drop'")
+                              f"variant {self.variant!r} has no meaning there; use variant {DEFAULT_VARIANT!r}")
         if self.keep_mlm_targets or self.pinned_tokens:
             raise ConfigError("drop.keep_mlm_targets/drop.pinned_tokens: random_ltd keeps a uniform random subset and "
                               "pins nothing (as DeepSpeed); unset them or use method 'random'")
@@ -322,9 +465,9 @@ class DropConfig:
             raise ConfigError(f"drop.consistency_weight: expected a weight >= 0, got {self.consistency_weight}")
         if self.consistency_every < 1:
             raise ConfigError(f"drop.consistency_every: expected a positive number of steps, got {self.consistency_every}")
-        if self.consistency_weight > 0 and (not self.selection.drops or self.per_layer or self.variant == "avg"):
+        if self.consistency_weight > 0 and (not self.selection.drops or self.per_layer or self.pools):
             one_subset = ", ".join(n for n, m in METHODS.items() if m.drops and not m.per_layer)
             raise ConfigError(f"drop.consistency_weight: ScTD's consistency term compares the [CLS] state of a "
                               f"token-dropping pass with a dense pass; it needs a selecting method ({one_subset}) "
-                              f"with variant drop, pass or layer_rearranged, not "
+                              f"with variant {', '.join(n for n, v in VARIANTS.items() if v.selects)}, not "
                               f"method {self.method!r} / variant {self.variant!r}")

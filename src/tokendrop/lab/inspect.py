@@ -45,7 +45,6 @@ import numpy as np
 from tokendrop.runs.checkpoint import CheckpointError
 from tokendrop.dropping.methods import METHODS, UNSCORED_METHODS
 from tokendrop.runs.plotting import pyplot, save_figure
-from tokendrop.dropping.random_ltd import ltd_kept
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.config import Config, from_dict
 from tokendrop.data import DataError
@@ -54,7 +53,7 @@ from tokendrop.data import PreparedData
 from tokendrop.data.masking import MLMMasker, build_batch
 from tokendrop.runs.metrics import read_metrics
 import torch
-from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.plan import DropPlan
 from tokendrop.runs import rundir
 from tokendrop.runs.rundir import write_marker
 from tokendrop.runs.files import atomic_directory
@@ -182,9 +181,22 @@ class RunView:
             return PreparedData.open(self.data_path).seq_len
         return self.cfg.data.seq_len or 128
 
+    def plan(self, seq_len: int) -> DropPlan:
+        """The run's method (``tokendrop.dropping.plan``) with the checkpoint's importance vector: the
+        extra pinned tokens that are in the vocabulary, the data's counts (zeros when unreachable)."""
+        index = {t: i for i, t in enumerate(self.vocab)}
+        extra = [index[t] for t in self.cfg.drop.pinned_tokens if t in index]
+        counts = self.counts if self.counts is not None else np.zeros(len(self.scores), np.int64)
+        plan = DropPlan(self.cfg.drop, self.special_ids, num_layers=self.cfg.model.num_layers,
+                        vocab_size=len(self.scores), seq_len=seq_len, pinned_ids=extra, counts=counts,
+                        seed=self.cfg.train.seed, total_steps=self.cfg.train.steps)
+        if plan.selector is not None:
+            plan.selector.scores.copy_(torch.from_numpy(self.scores.copy()))
+        return plan
+
     def ltd_kept(self, seq_len: int) -> int:
         """random_ltd: the rows each middle layer kept in the checkpoint's last step."""
-        return ltd_kept(self.cfg.drop, seq_len, max(self.step - 1, 0), self.cfg.train.steps)
+        return self.cfg.drop.kept_rows(seq_len, max(self.step - 1, 0), self.cfg.train.steps)
 
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path]:
@@ -209,9 +221,9 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
 
 def _no_selection_reason(cfg) -> str | None:
     d = cfg.drop
-    if d.variant == "avg":
-        return ("token averaging (drop.variant = avg) pools adjacent token pairs 2:1 instead of selecting tokens, "
-                "so there is no importance vector and nothing is dropped by score")
+    if d.pools:
+        return (f"token averaging (drop.variant = {d.variant}) pools adjacent token pairs 2:1 instead of selecting "
+                "tokens, so there is no importance vector and nothing is dropped by score")
     if not d.selection.drops:
         return ("this is a dense run (drop.method = none, e.g. a baseline): it trains every token in every layer, "
                 "so it keeps no importance vector and drops nothing. Inspect a run trained with "
@@ -417,19 +429,6 @@ def top_bottom(rv: RunView, k: int = 30) -> dict[str, list[dict[str, Any]]]:
 # examples (Figure 1)
 
 
-def _selector(rv: RunView):
-    T = rv.seq_len()
-    index = {t: i for i, t in enumerate(rv.vocab)}
-    extra = [index[t] for t in rv.cfg.drop.pinned_tokens if t in index]
-    counts = rv.counts if rv.counts is not None else np.zeros(len(rv.scores), np.int64)
-    sel = build_selector(rv.cfg.drop, len(rv.scores), rv.special_ids, T, extra, counts, seed=rv.cfg.train.seed)
-    sel.scores.copy_(torch.from_numpy(rv.scores.copy()))
-    return sel, T
-
-
-def _ltd_layers(rv: RunView) -> int:
-    start, end = rv.cfg.drop.span(rv.cfg.model.num_layers)
-    return end - start
 
 
 def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed: int = 0) -> list[dict[str, Any]]:
@@ -446,19 +445,20 @@ def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed
         split = "eval"
     if len(seqs) == 0:
         return []
-    sel, T = _selector(rv)
+    T = rv.seq_len()
+    plan = rv.plan(T)
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.choice(len(seqs), size=min(num_examples, len(seqs)), replace=False))
     ids = torch.from_numpy(np.asarray(seqs[pick], dtype=np.int64))
     if rv.cfg.drop.per_layer:  # random_ltd: the draws of every middle layer at the checkpoint's count
-        layers = _ltd_layers(rv)
-        draws = sel.select_layers(ids, rv.ltd_kept(T), layers)  # (S, n, M)
+        layers = plan.half_layers
+        draws = plan.selector.select_layers(ids, rv.ltd_kept(T), layers)  # (S, n, M), at full length too
         keep = draws[0]  # the first middle layer's draw in bold
         per_layer = torch.zeros(layers, *ids.shape).scatter_(2, draws, 1.0)
         pos_scores = per_layer.sum(0)  # how many middle layers keep each position
     else:
-        keep = sel.select(ids)  # (n, M) ascending
-        pos_scores = sel.position_scores(ids)
+        keep = plan.select(ids, plan.kept(T))  # (n, M) ascending
+        pos_scores = plan.selector.position_scores(ids)
     vocab = rv.vocab
     stop = {i for i, t in enumerate(vocab) if t in (".", "!", "?", ";")}
     pad = rv.special_ids.get("pad", -1)
@@ -607,7 +607,8 @@ def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, s
 
 def _ltd_caption(rv: RunView) -> str:
     t = rv.seq_len()
-    layers = _ltd_layers(rv)
+    start, end = rv.cfg.drop.span(rv.cfg.model.num_layers)
+    layers = end - start
     return (f"Held-out excerpts. random-LTD: each of the {layers} middle layers draws its own "
             f"{rv.ltd_kept(t)} of the T = {t} positions uniformly at random (the schedule's count at step "
             f"{rv.step} of {rv.cfg.train.steps}); the first and last layers see every token. Bold: kept by the "

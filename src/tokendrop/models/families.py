@@ -3,11 +3,12 @@ model of any of them: ``build_model``.
 
 A family is one folder, ``models/<family>/``: its model, its Hugging Face adapter, its ``[model]``
 schema and presets (``family.toml``) and its row, ``FAMILY``, a :class:`~tokendrop.models.family.FamilySpec`
-(classes per task, the adapter both ways, the FLOP model's facts, what pretraining leaves untrained,
-how the transformers integration patches it).  The row is registered once, below.  Everything that
-differs by family asks this table (``spec_of(cfg)``): export and import (``tokendrop.models.hf``,
-``tokendrop.models.source``), the FLOP model (``tokendrop.dropping.flops``), the trainer, ``bench``'s
-transformers baseline and ``tokendrop.transformers``.  Tokenizers are not per family: a source's
+(classes per task, the adapter both ways, what pretraining leaves untrained, how the transformers
+integration patches it).  The row is registered once, below.  Everything that differs by family
+asks this table (``spec_of(cfg)``): export and import (``tokendrop.models.hf``,
+``tokendrop.models.source``), the trainer, ``bench``'s transformers baseline and
+``tokendrop.transformers``; the FLOP model (``tokendrop.dropping.flops``) reads the family's FLOP
+facts from its ``family.toml`` schema (``ModelConfig.schema``).  Tokenizers are not per family: a source's
 own files say what it is (a WordPiece vocab.txt, or a tokenizer.json used as it is;
 ``tokendrop.data.tokenizer``).
 """
@@ -18,7 +19,8 @@ from typing import Any
 
 from torch import nn
 
-from tokendrop.config import ConfigError, DropConfig, ModelConfig
+from tokendrop.config import ConfigError, ModelConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.models import bert, modernbert
 from tokendrop.models.family import FamilySpec
 

@@ -3,10 +3,10 @@ own folder (``models/<family>/__init__.py``) and registered once in ``tokendrop.
 
 The row carries everything that differs by family, as data or as the family's own functions: its
 model classes (one per task), its Hugging Face adapter both ways (config.json, tensor names, layout
-checks, weight loading), what the FLOP model needs to know, what pretraining leaves untrained, how
-the transformers integration patches its transformers classes (:class:`HFIntegration`), and -- read
-from the folder's ``family.toml``, which the config parses without the models -- its ``[model]``
-schema and presets."""
+checks, weight loading), what pretraining leaves untrained, how the transformers integration
+patches its transformers classes (:class:`HFIntegration`), and -- read from the folder's
+``family.toml``, which the config parses without the models -- its ``[model]`` schema and presets
+(the FLOP model's facts among them: ``tokendrop.dropping.flops`` reads them without the models)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,6 @@ class FamilySpec:
     load_weights: Callable[[InitSource, nn.Module], InitReport]  # an HF dir or our run -> any of our classes
     hf_sparse_prediction: bool  # transformers' MLM class can run its head on the masked slots only
     token_types: bool  # the model reads token_type_ids
-    glu_ffn: bool  # FLOP model: GeGLU FFN (d -> 2f, f -> d) rather than d -> f -> d
-    sliding_windows: bool  # FLOP model: layers may attend within a window (model.layer_types)
     max_seq_len: int  # the longest sequence bench builds the family for (it refuses longer)
     # continued pretraining may extend the positions (a longer T than the source's max_position_embeddings,
     # other rotary bases): rotary positions have no weights; learned positions do (docs/design.md §2.8)

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tokendrop.config import ConfigError, DropConfig, ModelConfig
+from tokendrop.config import ConfigError, ModelConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.engine import DropSpan
 
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from tokendrop.config import MODEL_PRESETS, ConfigError, DropConfig, ModelConfig, from_dict
+from tokendrop.config import MODEL_PRESETS, ConfigError, ModelConfig, from_dict
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.data import DataError
 from tokendrop.data.masking import unigram_note
 from tokendrop.data.tokenizer import has_tokenizer_files

@@ -160,7 +160,7 @@ def dropping_line(cfg, seq_len: int) -> str:
     start, end = d.span(layers)
     if d.per_layer:
         kept = f"kept rows ramped from {d.ltd_start_fraction:g} of T to T over {d.ltd_schedule_share:g} of the run"
-    elif d.variant == "avg":
+    elif d.pools:
         kept = "2:1 average pooling"
     else:
         kept = f"rate {d.rate:g} ({d.num_kept(seq_len)} of {seq_len} tokens kept)"

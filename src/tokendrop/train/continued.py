@@ -134,10 +134,11 @@ def importance_plan(cfg, selector) -> tuple[str, int, str]:
     how = cfg.drop.importance_init
     how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
     learns = cfg.drop.selection.learns_from_loss
-    if selector is None or not learns or how == "constant":
-        what = "no dropping" if selector is None else (
-            f"{cfg.drop.method} keeps no loss record" if not learns else
-            f"constant (init_score {cfg.drop.init_score:g})")
+    if selector is None:  # nothing selects: no importance vector
+        what = "no dropping" if not cfg.drop.enabled else f"variant {cfg.drop.variant} selects nothing"
+        return "constant", 0, f"none ({what})"
+    if not learns or how == "constant":
+        what = f"{cfg.drop.method} keeps no loss record" if not learns else f"constant (init_score {cfg.drop.init_score:g})"
         return "constant", 0, f"none ({what})"
     if how == "frequency":
         return how, 0, "frequency (unigram surprisal of the data's counts; no extra pass)"

@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 
 from tokendrop.config import Config, ConfigError
-from tokendrop.dropping.random_ltd import kept_rows
 from tokendrop.models.families import build_model, spec_of
 
 _GIB = 1 << 30
@@ -68,7 +67,7 @@ def estimate(cfg: Config, seq_len: int, micro_batch: int, world: int = 1, sharde
         state //= world
     half = (5 * m.hidden_size + m.intermediate_size) * 4 // 2  # bytes per token and half layer
     start, end = cfg.drop.span(m.num_layers) if cfg.drop.enabled else (0, 0)
-    kept = kept_rows(cfg.drop, seq_len) if cfg.drop.enabled else seq_len  # random_ltd: its first (smallest) count
+    kept = cfg.drop.kept_rows(seq_len) if cfg.drop.enabled else seq_len  # random_ltd: its first (smallest) count
     rows = sum(kept if start <= h < end else seq_len for h in range(2 * m.num_layers))
     mask = cfg.data.mask_prob
     slots = round(max(mask) * seq_len) if isinstance(mask, (list, tuple)) else round(mask * seq_len)

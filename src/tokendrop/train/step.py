@@ -1,12 +1,15 @@
 """One optimizer step of MLM pretraining with token dropping (``MLMStep``), and the held-out
-evaluation (``evaluate_mlm``); which steps drop tokens (``dropping_at``).
+evaluation (``evaluate_mlm``).
 
-Per step: select kept positions from the importance vector, forward with dropping (stage 1) or dense
-(stage 2), weighted MLM NLL normalised by the *global* number of real prediction slots (so one
-process and N processes compute the same loss and gradients), backward (gradient accumulation over
-the micro-batches, synchronised on the last), clip, AdamW (a non-finite gradient norm skips the
-update), then the importance update from the step's per-slot losses (all-reduced across ranks).
-Nothing in the step waits on the host.  The loop around it is ``tokendrop.train.trainer``.
+Per step: the method's plan for the step (``tokendrop.dropping.plan.DropStep``: whether it drops,
+the kept count, ScTD's cadence) comes in; per micro-batch the plan selects the kept positions, then
+one function (``MLMStep.forward_backward``; its forward + loss compiled as ``train.compile`` says,
+``tokendrop.train.compiled``) runs the forward with dropping (stage 1) or dense (stage 2), the weighted MLM NLL
+normalised by the *global* number of real prediction slots (so one process and N processes compute
+the same loss and gradients) and the backward (gradient accumulation over the micro-batches,
+synchronised on the last); then clip, AdamW (a non-finite gradient norm skips the update), and the
+plan's importance update from the step's per-slot losses (all-reduced across ranks).  Nothing in the
+step waits on the host.  The loop around it is ``tokendrop.train.trainer``.
 """
 
 from __future__ import annotations
@@ -17,34 +20,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tokendrop.train.budget import RunLength
-from tokendrop.train.compiled import loss_fn
 from tokendrop.config import Config
 from tokendrop.dropping.consistency import ClsTaps, consistency_term
+from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import TrainingError
-from tokendrop.dropping.importance import TokenSelector
 from tokendrop.models.bert.model import BertForMaskedLM
+from tokendrop.train.compiled import loss_fn
 from tokendrop.train.parallel import Parallel, grad_norm
-from tokendrop.dropping.random_ltd import kept_rows
-
-
-def stage2_start(cfg: Config) -> int:
-    """First step trained without dropping (= steps when there is no stage 2; a fixed-length run)."""
-    if not cfg.drop.enabled:
-        return 0
-    return cfg.train.steps - int(round(cfg.drop.stage2_fraction * cfg.train.steps))
-
-
-def dropping_at(cfg: Config, length: RunLength, step: int, p: float) -> bool:
-    """Whether step ``step`` (at progress ``p``) drops tokens: before ``stage2_start`` in a
-    fixed-length run; while less than ``1 - drop.stage2_fraction`` of a time budget is used."""
-    if not cfg.drop.enabled:
-        return False
-    return p < 1.0 - cfg.drop.stage2_fraction if length.timed else step < stage2_start(cfg)
-
-
-# ----------------------------------------------------------------------------------------------
-# the step
 
 
 class MLMStep:
@@ -53,7 +35,7 @@ class MLMStep:
     def __init__(
         self,
         model: BertForMaskedLM,
-        selector: TokenSelector | None,
+        plan: DropPlan,
         optimizer: torch.optim.Optimizer,
         cfg: Config,
         amp_dtype: torch.dtype | None,
@@ -73,32 +55,17 @@ class MLMStep:
         # shapes: how many graphs the run compiles (compiled_shapes)
         self.loss = loss_fn(model, self.run_model, compile, compile_backend, shapes)
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.selector = selector
+        self.plan = plan
         self.opt = optimizer
         self.cfg = cfg
         self.amp_dtype = amp_dtype
         self.par = par if par is not None and par.kind != "none" else None
-        self.select = cfg.drop.enabled and cfg.drop.variant != "avg"
         # ScTD (tokendrop.dropping.consistency): [CLS] taps on the last two layers, only when its weight is > 0
-        self.taps = ClsTaps(model.encoder_layers) if cfg.drop.enabled and cfg.drop.consistency_weight > 0 else None
-        if self.taps is not None:
+        self.taps = ClsTaps(model.encoder_layers) if plan.consistency else None
+        if self.taps is not None:  # ScTD's taps are forward hooks: its steps run the eager forward
             self._eager_loss = loss_fn(model, self.run_model, "off")
 
-    def keep_idx(self, mb: dict[str, Tensor], step: int, progress: float = 0.0) -> Tensor | None:
-        """The kept positions of one micro-batch: (B, M) from the selector, or (S, B, M) per half
-        layer for random_ltd at its scheduled count (None once that count is T: a dense step)."""
-        drop = self.cfg.drop
-        if not drop.per_layer:
-            return self.selector.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
-        t = mb["input_ids"].shape[1]
-        kept = kept_rows(drop, t, step, self.cfg.train.steps, progress)
-        if kept >= t:
-            return None
-        start, end = drop.span(self.cfg.model.num_layers)
-        return self.selector.select_layers(mb["input_ids"], kept, end - start)
-
-    def __call__(self, micro: list[dict[str, Tensor]], lr: float, dropping: bool, step: int = 0,
-                 progress: float = 0.0) -> dict[str, Tensor]:
+    def __call__(self, micro: list[dict[str, Tensor]], lr: float, at: DropStep) -> dict[str, Tensor]:
         for g in self.opt.param_groups:
             g["lr"] = lr
         device = micro[0]["input_ids"].device
@@ -106,34 +73,18 @@ class MLMStep:
         if self.par is not None:
             self.par.all_reduce(count)
         norm = count.clamp(min=1.0)
-        scale = float(self.par.world) if self.par is not None else 1.0  # DDP and FSDP average the gradients
         sums = torch.zeros(2, device=device)  # weighted nll, correct predictions
         all_nll = []
-        sctd = dropping and self.taps is not None and step % self.cfg.drop.consistency_every == 0
         kl_sum = torch.zeros((), device=device)
         for i, mb in enumerate(micro):
-            keep = None
-            if dropping and self.select:
-                keep = self.keep_idx(mb, step, progress)
+            keep = self.plan.keep_idx(mb["input_ids"], at, mb["mlm_positions"], mb["mlm_weights"])
             sync = i == len(micro) - 1
-            w = mb["mlm_weights"]
             with self.par.grad_sync(sync) if self.par is not None else contextlib.nullcontext():
-                with self.taps.record() if sctd else contextlib.nullcontext() as dropped, \
-                        torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-                    # ScTD's taps are forward hooks: its steps run the eager forward
-                    nll_sum, nll, correct = (self._eager_loss if sctd else self.loss)(
-                        mb["input_ids"], mb["mlm_positions"], mb["attention_mask"] if self.use_attention_mask else None,
-                        mb["token_type_ids"], keep, dropping, mb["mlm_labels"], w,
-                    )  # weighted NLL sum, per-slot NLL (B, P) fp32, weighted correct predictions
-                loss = nll_sum
-                if sctd:
-                    kl = self._consistency(mb, dropped)
-                    kl_sum += kl.detach()
-                    loss = loss + self.cfg.drop.consistency_weight * kl
-                loss = loss / norm * scale
-                loss.backward()
-            sums += torch.stack([nll_sum.detach(), correct.detach()])
-            all_nll.append(nll.detach())
+                nll_sum, nll, correct, kl = self.forward_backward(mb, keep, at, norm)
+            sums += torch.stack([nll_sum, correct])
+            if kl is not None:
+                kl_sum += kl
+            all_nll.append(nll)
         # train.grad_clip = 0: no clipping (as in fine-tuning); the norm is still measured.  Over all
         # shards under FSDP (DTensor gradients), so the same value on every rank
         gnorm = grad_norm(self.params, self.cfg.train.grad_clip)
@@ -147,17 +98,38 @@ class MLMStep:
         elif bool(finite):
             self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        if dropping and self.select and self.selector is not None:
-            self.selector.update(
-                torch.cat([mb["mlm_labels"] for mb in micro]), torch.cat(all_nll), torch.cat([mb["mlm_weights"] for mb in micro]),
-                valid=finite,
-            )
+        if at.dropping:
+            self.plan.update(torch.cat([mb["mlm_labels"] for mb in micro]), torch.cat(all_nll),
+                             torch.cat([mb["mlm_weights"] for mb in micro]), valid=finite)
         if self.par is not None:
             self.par.all_reduce(sums)
         out = {"loss": sums[0] / norm, "acc": sums[1] / norm, "grad_norm": gnorm, "finite": finite}
-        if sctd:  # this rank's summed [CLS] KL over its micro-batches, per real slot
+        if at.consistency:  # this rank's summed [CLS] KL over its micro-batches, per real slot
             out["consistency"] = kl_sum / norm
         return out
+
+    def forward_backward(self, mb: dict[str, Tensor], keep: Tensor | None, at: DropStep,
+                         norm: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """One micro-batch: the forward + MLM loss at the step's dropping (kept positions ``keep``;
+        ``self.loss``, compiled as ``train.compile`` says), ScTD's term on its steps, over the global
+        slot count ``norm``, and the backward -> (weighted NLL sum, per-slot NLL (B, P) fp32, weighted
+        correct predictions, the unweighted [CLS] KL or None), detached."""
+        device = mb["input_ids"].device
+        scale = float(self.par.world) if self.par is not None else 1.0  # DDP and FSDP average the gradients
+        sctd = at.consistency and self.taps is not None
+        with self.taps.record() if sctd else contextlib.nullcontext() as dropped, \
+                torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            nll_sum, nll, correct = (self._eager_loss if sctd else self.loss)(
+                mb["input_ids"], mb["mlm_positions"], mb["attention_mask"] if self.use_attention_mask else None,
+                mb["token_type_ids"], keep, at.dropping, mb["mlm_labels"], mb["mlm_weights"],
+            )
+        loss, kl = nll_sum, None
+        if sctd:
+            kl = self._consistency(mb, dropped)
+            loss = loss + self.cfg.drop.consistency_weight * kl
+        loss = loss / norm * scale
+        loss.backward()
+        return nll_sum.detach(), nll.detach(), correct.detach(), None if kl is None else kl.detach()
 
     def _consistency(self, mb: dict[str, Tensor], dropped: list[Tensor]) -> Tensor:
         """ScTD: the dense pass of the same micro-batch (no MLM head; through the unwrapped model, so

@@ -30,9 +30,9 @@ from tokendrop.config import Config, ConfigError, to_dict, to_toml
 from tokendrop.data import MLMLoader
 from tokendrop.data.masking import unigram_entropy
 from tokendrop.data.mixture import realised
-from tokendrop.dropping.flops import RunFlops, gpu_peak_flops, step_flops
-from tokendrop.dropping.importance import build_selector, pinned_ids
-from tokendrop.dropping.random_ltd import kept_rows
+from tokendrop.dropping.flops import gpu_peak_flops
+from tokendrop.dropping.importance import pinned_ids
+from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import TrainingError
 from tokendrop.models.attention import check_training_device
 from tokendrop.models.families import build_model, spec_of
@@ -57,7 +57,7 @@ from tokendrop.train.run_config import open_run_data, resolve_init
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
 from tokendrop.train.compiled import compiled_shapes, resolve_mode
-from tokendrop.train.step import MLMStep, dropping_at, evaluate_mlm, stage2_start
+from tokendrop.train.step import MLMStep, evaluate_mlm
 from tokendrop.train.warmups import StepPlan, default_micro_batch
 
 
@@ -287,11 +287,11 @@ class _Trainer:
         counts = None
         if cfg.drop.selection.needs_counts:
             counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
-        self.selector = None
-        if cfg.drop.enabled:  # each rank its own random draws
-            pinned = pinned_ids(cfg.drop, data.vocab() if cfg.drop.pinned_tokens else [])
-            self.selector = build_selector(cfg.drop, cfg.model.vocab_size, data.special_ids, self.T, pinned, counts,
-                                           seed=tc.seed + dd.rank, device=device)
+        pinned = pinned_ids(cfg.drop, data.vocab() if cfg.drop.pinned_tokens else [])
+        # the method (tokendrop.dropping.plan): its rules, its selector (each rank its own random draws)
+        self.plan = DropPlan.for_model(cfg.drop, cfg.model, self.T, data.special_ids, pinned_ids=pinned,
+                                       counts=counts, seed=tc.seed + dd.rank, total_steps=tc.steps, device=device)
+        self.selector = self.plan.selector
         self.init_events = [] if self.meta_in is not None else load_source(cfg, model, self.run_dir, dd, self.src)
         self._phase("set-up")
 
@@ -340,7 +340,7 @@ class _Trainer:
         # one compiled graph per length and kind of step (stage 2, or no dropping: dense)
         self.compile_mode = resolve_mode(tc.compile, self.device)
         graphs = compiled_shapes(cfg, self.shapes.seq.lengths())
-        self.step_fn = MLMStep(self.model, self.selector, self.opt, cfg, self.amp, self.par,
+        self.step_fn = MLMStep(self.model, self.plan, self.opt, cfg, self.amp, self.par,
                                use_attention_mask=not data.packed, compile=self.compile_mode, shapes=graphs)
         if self.compile_mode != "off" and dd.main:
             self.console.say(f"train.compile: {self.compile_mode}, at most {graphs} graph(s) to compile "
@@ -350,7 +350,7 @@ class _Trainer:
                                 prefetch=cfg.data.prefetch, shuffle=True, loop=True, variable_rate=not self.masks.constant)
         if self.meta_in is not None:
             self.loader.load_state_dict(self.meta_in["data_position"])
-        self.run_flops = RunFlops(cfg.model, cfg.drop, self.meta_in.get("flops", 0) if self.meta_in else 0)
+        self.flops_total = int(self.meta_in.get("flops", 0)) if self.meta_in else 0  # the run's FLOPs so far
 
     def eval_batches(self):
         return heldout_batches(self.data, self.cfg, self.micro_bs)
@@ -400,7 +400,7 @@ class _Trainer:
         if dd.main and self.start_step == 0:
             self.log.write({"step": 0, "event": "start", "params": num_parameters(self.model), "seq_len": self.T,
                             "world_size": dd.world, "accum": self.accum,
-                            "stage2_start": None if self.length.timed else stage2_start(cfg),
+                            "stage2_start": None if self.length.timed else self.plan.stage2_start,
                             "device": str(self.device), "parallel": self.par.kind,
                             **({"time_budget_s": self.length.budget_s} if self.length.timed else {}),
                             **({"mixture": data.describe()} if cfg.data.paths else {}),
@@ -485,12 +485,11 @@ class _Trainer:
         if shape.seq_len != loader.piece_len:
             loader.set_seq_len(shape.seq_len)
         micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
-        dropping = dropping_at(cfg, self.length, self.step, p)
+        at = self.plan.at(self.step, shape.seq_len, p)  # stage 2, the kept count, ScTD's cadence
         lr = self.lrs.at(self.step, p)
-        kept = kept_rows(cfg.drop, shape.seq_len, self.step, cfg.train.steps, p)  # random_ltd: its schedule
-        sctd = dropping and cfg.drop.consistency_weight > 0 and self.step % cfg.drop.consistency_every == 0
-        f_step = self.run_flops.add(shape.seq_len, shape.batch * T // shape.seq_len, dropping, kept, sctd)
-        out = self.step_fn(micro, lr, dropping, self.step, p)
+        f_step = self.plan.flops(at, shape.batch * T // shape.seq_len)
+        self.flops_total += f_step
+        out = self.step_fn(micro, lr, at)
         bad = (~out["finite"]).long()
         nf = self.nf
         nf[0] = (nf[0] + 1) * bad
@@ -501,7 +500,7 @@ class _Trainer:
         self.tokens_done += shape.batch * T
         self.tokens_pending += shape.batch * T
         self.used = self.length.agree(self.wall + self.clock() - self.t_mark, self.dd.world)  # DDP: rank 0's clock
-        return out, {"lr": lr, "kept": kept, "dropping": dropping, "shape": shape, "flops_per_step": f_step}
+        return out, {"lr": lr, "at": at, "shape": shape, "flops_per_step": f_step}
 
     def stop_requested(self, stop: rundir.StopFlag, host_waits: bool) -> bool:
         """Read once per step: a signal arriving after this point (while logging or evaluating) is
@@ -536,12 +535,12 @@ class _Trainer:
                 f"{ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr or check the data)")
 
     def log_step(self, out: dict[str, Tensor], r: dict[str, Any]) -> None:
-        shape, kept, dropping = r["shape"], r["kept"], r["dropping"]
+        shape, at = r["shape"], r["at"]
         rec = {"step": self.step, "loss": out["loss"].item(), "acc": out["acc"].item(), "lr": r["lr"],
-               "grad_norm": out["grad_norm"].item(), "kept_fraction": kept / shape.seq_len if dropping else 1.0,
-               "dropping": dropping, "step_time": self.dt, "tokens_per_s": self.tok_s, "wall_time": self.wall,
+               "grad_norm": out["grad_norm"].item(), "kept_fraction": at.kept_fraction,
+               "dropping": at.dropping, "step_time": self.dt, "tokens_per_s": self.tok_s, "wall_time": self.wall,
                "cpu_time": self.cpu,
-               "flops_per_step": r["flops_per_step"], "flops": self.run_flops.total, "skipped_steps": self.skipped}
+               "flops_per_step": r["flops_per_step"], "flops": self.flops_total, "skipped_steps": self.skipped}
         if self.shapes.active:
             rec.update(seq_len=shape.seq_len, batch_size=shape.batch)
         if not self.masks.constant:
@@ -570,7 +569,7 @@ class _Trainer:
     def evaluate(self) -> None:
         t0 = time.perf_counter()
         self.last_eval = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.eval_micro)
-        rec = {"step": self.step, "wall_time": self.wall, "flops": self.run_flops.total, **self.last_eval,
+        rec = {"step": self.step, "wall_time": self.wall, "flops": self.flops_total, **self.last_eval,
                **self.entropy_rec}
         self.log.write(rec)
         self.history.append(rec)
@@ -591,7 +590,7 @@ class _Trainer:
     def save_checkpoint(self, step: int) -> Path | None:
         meta = {"config": to_dict(self.cfg), "data_position": self.loader.state_dict(), "wall_time": self.wall,
                 "cpu_time": self.cpu, "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
-                "flops": self.run_flops.total}
+                "flops": self.flops_total}
         return save_training_state(self.run_dir, step, self.model, self.opt, self.par, self.dd, self.selector, meta,
                                    self.tc.keep_checkpoints)
 
@@ -605,7 +604,7 @@ class _Trainer:
         self.phases["training"] = loop - sum(self.phases[k] - self.before_loop[k] for k in ("evaluation", "checkpoints"))
         if dd.main:
             self.log.write({"step": self.step, "event": "interrupted" if interrupted else "end", "wall_time": self.wall,
-                            "cpu_time": self.cpu, "skipped_steps": int(self.nf[2]), "flops": self.run_flops.total,
+                            "cpu_time": self.cpu, "skipped_steps": int(self.nf[2]), "flops": self.flops_total,
                             "tokens": self.loader.sequences_consumed * T,
                             "phases_s": {k: round(v, 3) for k, v in self.phases.items()}})
         self.log.close()
@@ -618,13 +617,11 @@ class _Trainer:
             run_dir=self.run_dir, interrupted=interrupted, step=self.step, total=self.length.steps or None,
             tokens=self.tokens_done, seconds=time.perf_counter() - self.t_begin, phases=self.phases,
             tokens_per_s=tokens_per_s, last=self.last_rec, ev=self.last_eval, entropy=self.entropy))
-        flops_drop = step_flops(cfg.model, T, tc.batch_size, cfg.drop if cfg.drop.enabled else None)
-        flops_dense = step_flops(cfg.model, T, tc.batch_size, None)
         sel = self.selector
         return PretrainResult(
             run_dir=self.run_dir, steps=self.step, interrupted=interrupted, wall_time=self.wall,
             tokens_per_s=tokens_per_s, final_eval=self.last_eval,
-            flops_per_step={"dropping": flops_drop.total, "dense": flops_dense.total},
+            flops_per_step=self.plan.nominal_flops(T, tc.batch_size),
             importance=sel.scores.detach().cpu().clone() if sel is not None else None, history=self.history,
             stop_signal=signum,
         )
@@ -641,5 +638,5 @@ def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[
                           tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
 
 
-__all__ = ["pretrain", "heldout_batches", "PretrainResult", "MLMStep", "TrainingError", "stage2_start", "evaluate_mlm", "read_metrics",
+__all__ = ["pretrain", "heldout_batches", "PretrainResult", "MLMStep", "TrainingError", "evaluate_mlm", "read_metrics",
            "load_run_config", "check_resume_compatible"]

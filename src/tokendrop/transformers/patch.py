@@ -138,7 +138,7 @@ class ModelForward:
         if isinstance(a.get("attention_mask"), dict):
             raise TokenDroppingError("token dropping: attention_mask must be the 2D padding mask, not a per-layer dict")
         input_ids = a.get("input_ids")
-        if input_ids is None and st.drop.variant != "avg":
+        if input_ids is None and st.drop.variant_row.selects:
             raise TokenDroppingError("token dropping selects positions by token id: pass input_ids (not inputs_embeds)")
         labels = a.get("labels")
         active, keep = st.select(input_ids, labels) if input_ids is not None else (True, None)

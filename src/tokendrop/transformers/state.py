@@ -1,5 +1,6 @@
-"""The training state a patched model carries beside its weights: the dropping layout, the token
-selector (importance vector + random generator), the optimizer step the schedules read.
+"""The training state a patched model carries beside its weights: the method's plan
+(``tokendrop.dropping.plan.DropPlan``: the dropping layout, the per-step rules and the token selector
+-- importance vector + random generator), the optimizer step the rules read.
 
 It lives in the model's ``__dict__`` (not as a submodule or buffer), so ``state_dict`` and
 ``save_pretrained`` see exactly the unpatched model's tensors; the selector follows the input's
@@ -22,9 +23,9 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from tokendrop.dropping.engine import DropSpan
-from tokendrop.dropping.importance import PIN_HIGH, PIN_LOW, TokenSelector, build_selector
-from tokendrop.dropping.methods import LOSS_METHODS, METHODS, DropConfig
-from tokendrop.dropping.random_ltd import kept_rows
+from tokendrop.dropping.importance import TokenSelector
+from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig
+from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import ConfigError
 from tokendrop.runs.files import atomic_file, atomic_write_json, read_json, write_safetensors
 from tokendrop.transformers.options import TokenDroppingError
@@ -53,7 +54,7 @@ def resolve_special_ids(drop: DropConfig, config: Any, tokenizer: Any, special_i
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < vocab_size:
             raise TokenDroppingError(f"apply_token_dropping: the {k} id {v!r} is not a token id of the model "
                                      f"(vocab_size {vocab_size})")
-    pins = not METHODS[drop.method].per_layer and drop.variant != "avg"
+    pins = not drop.per_layer and drop.variant_row.selects
     missing = [k for k in ("cls", "mask") if k not in ids]
     if pins and missing:
         raise TokenDroppingError(f"apply_token_dropping: method {drop.method!r} always keeps [CLS], [SEP] and [MASK], "
@@ -88,23 +89,37 @@ class TokenDroppingState:
         self.family = family
         self.num_layers = num_layers
         self.vocab_size = vocab_size
-        self.span = DropSpan.from_config(drop, num_layers)
         self.special_ids = dict(special_ids)
         self.pinned_ids = list(pinned_ids)
         self.seed = int(seed)
-        self.total_steps = total_steps
         self.sparse_prediction = bool(sparse_prediction)
         self.step = 0  # optimizer steps done (TokenDroppingCallback sets it; custom loops call advance())
         self.enabled = True
         self.kept_fraction: float | None = None  # of the last dropping forward (logged)
-        self.selector: TokenSelector | None = None
-        if drop.variant != "avg":  # avg pools 2:1 and selects nothing
-            try:
-                self.selector = build_selector(drop, vocab_size, self.special_ids, max_len, self.pinned_ids,
-                                               counts, seed=self.seed)
-            except ConfigError as e:
-                raise TokenDroppingError(f"apply_token_dropping: {str(e).replace('drop.counts_path', 'counts')}") from None
+        try:  # the method: its rules and its selector (none when the variant pools: avg)
+            self.plan = DropPlan(drop, self.special_ids, num_layers=num_layers, vocab_size=vocab_size,
+                                 seq_len=max_len, pinned_ids=self.pinned_ids, counts=counts, seed=self.seed,
+                                 total_steps=total_steps)
+        except ConfigError as e:
+            raise TokenDroppingError(f"apply_token_dropping: {str(e).replace('drop.counts_path', 'counts')}") from None
         self.initial = None if self.selector is None else self.selector.scores.clone()
+
+    @property
+    def span(self) -> DropSpan:
+        return self.plan.span
+
+    @property
+    def selector(self) -> TokenSelector | None:
+        return self.plan.selector
+
+    @property
+    def total_steps(self) -> int | None:
+        """The run's optimizer steps (TokenDroppingCallback sets ``max_steps``), or None."""
+        return self.plan.total_steps
+
+    @total_steps.setter
+    def total_steps(self, steps: int | None) -> None:
+        self.plan.total_steps = steps
 
     # -- schedule -------------------------------------------------------------------------------
 
@@ -112,61 +127,55 @@ class TokenDroppingState:
         """Count ``steps`` optimizer steps (for a loop without TokenDroppingCallback)."""
         self.step += int(steps)
 
-    def _needs_total(self, what: str) -> int:
-        if self.total_steps is None:
+    def _check_length(self) -> None:
+        if self.total_steps is None and (what := self.plan.needs_length):
             raise TokenDroppingError(f"token dropping: {what} needs the run's length; train with TokenDroppingCallback "
                                      "(it reads max_steps) or pass total_steps= to apply_token_dropping")
-        return self.total_steps
+
+    def now(self, seq_len: int) -> DropStep:
+        """The plan of this step over sequences of ``seq_len`` tokens (``DropPlan.at``)."""
+        self._check_length()
+        return self.plan.at(self.step, seq_len)
 
     def dropping_now(self) -> bool:
         """Whether this step drops tokens (stage 2, the last ``stage2_fraction`` of the run, does not)."""
         if not self.enabled:
             return False
-        if self.drop.stage2_fraction > 0:
-            total = self._needs_total("stage2_fraction")
-            return self.step < total - int(round(self.drop.stage2_fraction * total))
-        return True
+        self._check_length()
+        return self.plan.dropping(self.step)
 
     def consistency_now(self) -> bool:
-        d = self.drop
-        return d.consistency_weight > 0 and self.step % d.consistency_every == 0
+        """Whether this (dropping) step runs ScTD's consistency term (``consistency_every``)."""
+        return self.drop.consistency_at(self.step)
 
     # -- selection and update -------------------------------------------------------------------
 
     def _follow(self, device: torch.device) -> None:
         if self.selector is not None and self.selector.scores.device != device:
-            self.selector.to(device)
+            self.plan.to(device)
             self.initial = self.initial.to(device)
 
     def select(self, input_ids: Tensor, labels: Tensor | None) -> tuple[bool, Tensor | None]:
         """-> (active, keep_idx): keep_idx (B, M) ascending, (S, B, M) for random_ltd, or None (avg
-        pools).  Not active (the unpatched forward runs): random_ltd at full length, a rate that keeps
-        every row (rate 0, or a short sequence)."""
+        pools).  Not active (the unpatched forward runs): a selection that keeps every row (random_ltd
+        at full length, rate 0, or a short sequence)."""
         self._follow(input_ids.device)
         b, t = input_ids.shape
-        d = self.drop
-        if d.variant == "avg":
-            self.kept_fraction = ((t + 1) // 2) / t
+        at = self.now(t)
+        self.kept_fraction = at.kept_fraction
+        if self.selector is None:  # the variant pools: nothing to select
             return True, None
-        if d.per_layer:
-            kept = kept_rows(d, t, self.step, self._needs_total("random_ltd's kept-count ramp"))
-            self.kept_fraction = kept / t
-            if kept >= t:
-                return False, None
-            return True, self.selector.select_layers(input_ids, kept, self.span.end - self.span.start)
-        if d.num_kept(t) >= t:  # rate 0: nothing to drop, the unpatched forward
+        if at.kept >= t:  # nothing to drop: the unpatched forward
             self.kept_fraction = 1.0
             return False, None
         pos = weights = None
-        if d.keep_mlm_targets and labels is not None:
+        if self.drop.keep_mlm_targets and labels is not None:
             pos = torch.arange(t, device=input_ids.device).expand(b, -1)
             weights = (labels != -100).to(torch.float32)
-        keep = self.selector.select(input_ids, pos, weights)
-        self.kept_fraction = keep.shape[1] / t
-        return True, keep
+        return True, self.plan.keep_idx(input_ids, at, pos, weights)
 
     def learns(self) -> bool:
-        return self.selector is not None and self.drop.method in LOSS_METHODS
+        return self.plan.learns
 
     @torch.no_grad()
     def update(self, labels: Tensor, nll: Tensor) -> None:
@@ -177,7 +186,7 @@ class TokenDroppingState:
         self._follow(labels.device)
         w = (labels != -100).to(torch.float32)
         nll = torch.where(w > 0, nll.float(), torch.zeros_like(nll, dtype=torch.float32))
-        self.selector.update(labels.clamp(min=0), nll, w, valid=torch.isfinite(nll).all())
+        self.plan.update(labels.clamp(min=0), nll, w, valid=torch.isfinite(nll).all())
 
     # -- importance -----------------------------------------------------------------------------
 
@@ -189,7 +198,8 @@ class TokenDroppingState:
     def set_importance(self, values: Tensor, where: Tensor | None = None) -> None:
         """m_i <- values_i (where ``where``); pinned ids stay pinned (a warm start)."""
         if self.selector is None:
-            raise TokenDroppingError("token dropping: variant 'avg' has no importance vector")
+            raise TokenDroppingError(f"token dropping: variant {self.drop.variant!r} selects nothing, so it has no "
+                                     "importance vector")
         where = torch.ones(self.vocab_size, dtype=torch.bool) if where is None else where
         self.selector.set_scores(torch.as_tensor(values, dtype=torch.float32), where)
 

@@ -327,7 +327,7 @@ def test_half_random_with_more_random_than_kept_slots_is_a_config_error(tiny_dat
     rc, _, err = _run(capsys, *_pretrain_args(tiny_data, tmp_path / "run", "drop.method=half_random", "drop.rate=0.97"))
     _one_line_error(rc, err, "drop.half_random_frac", "0.03")
     assert not (tmp_path / "run").exists()
-    from tokendrop.config import DropConfig
+    from tokendrop.dropping.methods import DropConfig
     from tokendrop.dropping.importance import TokenSelector
 
     ok = DropConfig(method="half_random", rate=0.95)

@@ -7,8 +7,10 @@ import torch
 
 from tokendrop.lab.bench import SPECIAL_IDS, sdpa_backends, synthetic_batch
 from tokendrop.lab.bench.profiling import FUSED_SDPA
-from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
+from tokendrop.config import Config, ModelConfig, TrainConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.importance import TokenSelector
+from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.train.runtime import param_groups
 from tokendrop.train.trainer import MLMStep
@@ -32,10 +34,15 @@ def _drop() -> DropConfig:
 
 def _step(model, drop, device, compile_=False):
     cfg = Config(model=model.config, drop=drop, train=TrainConfig(grad_clip=1.0))
-    sel = TokenSelector(drop, V, SPECIAL_IDS, T).to(device) if drop.enabled else None
+    plan = DropPlan.for_model(drop, model.config, T, SPECIAL_IDS, total_steps=1, device=device)
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, fused=True)
     run = torch.compile(model, dynamic=False) if compile_ else None
-    return MLMStep(model, sel, opt, cfg, torch.bfloat16, use_attention_mask=False, run_model=run)
+    return MLMStep(model, plan, opt, cfg, torch.bfloat16, use_attention_mask=False, run_model=run)
+
+
+def _at(step: MLMStep, dropping: bool) -> DropStep:
+    """The first step's plan, or a dense step."""
+    return step.plan.at(0, T) if dropping else DropStep(0, T, False, T, False)
 
 
 def test_bf16_training_step_updates_weights_and_importance():
@@ -45,13 +52,13 @@ def test_bf16_training_step_updates_weights_and_importance():
     step = _step(model, _drop(), CUDA)
     mb = synthetic_batch(B, T, V, CUDA)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-    scores0 = step.selector.scores.clone()
-    losses = [step([mb], 1e-3, True)["loss"].item() for _ in range(5)]
+    scores0 = step.plan.importance.clone()
+    losses = [step([mb], 1e-3, _at(step, True))["loss"].item() for _ in range(5)]
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0]  # the same batch five times: the loss must fall
     changed = {n for n, p in model.named_parameters() if n in before and not torch.equal(before[n], p.detach())}
     assert changed == set(before), sorted(set(before) - changed)  # every trained weight moved, half layers included
-    assert not torch.equal(scores0, step.selector.scores)  # the importance vector was updated
+    assert not torch.equal(scores0, step.plan.importance)  # the importance vector was updated
     with torch.autocast(CUDA.type, dtype=torch.bfloat16):
         logits = model(mb["input_ids"], mb["mlm_positions"])
     assert logits.dtype == torch.bfloat16
@@ -64,10 +71,10 @@ def test_sdpa_runs_a_fused_kernel():
     model = BertForMaskedLM(_model_cfg(), _drop()).to(CUDA).train()
     step = _step(model, _drop(), CUDA)
     mb = synthetic_batch(B, T, V, CUDA)
-    step([mb], 1e-3, True)
+    step([mb], 1e-3, _at(step, True))
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step([mb], 1e-3, True)  # with dropping: the half layers attend with fewer query rows
-        step([mb], 1e-3, False)
+        step([mb], 1e-3, _at(step, True))  # with dropping: the half layers attend with fewer query rows
+        step([mb], 1e-3, _at(step, False))
         torch.cuda.synchronize()
     found = sdpa_backends({e.name for e in prof.events()})
     assert found and set(found) <= FUSED_SDPA, found  # never the math fallback (cuDNN's on an H100, torch 2.11)
@@ -75,7 +82,7 @@ def test_sdpa_runs_a_fused_kernel():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-        out = step([mb], 1e-3, True)
+        out = step([mb], 1e-3, _at(step, True))
     assert torch.isfinite(out["loss"])
 
 
@@ -88,11 +95,11 @@ def test_compile_does_not_recompile_every_step():
     step = _step(model, _drop(), CUDA, compile_=True)
     mb = synthetic_batch(B, T, V, CUDA)
     for dropping in (True, False):  # one graph per (shape, dropping): compile both first
-        step([mb], 1e-3, dropping)
+        step([mb], 1e-3, _at(step, dropping))
     old = torch._dynamo.config.error_on_recompile
     torch._dynamo.config.error_on_recompile = True
     try:
-        losses = [step([mb], 1e-3, d)["loss"].item() for d in (True, True, False, True, False)]
+        losses = [step([mb], 1e-3, _at(step, d))["loss"].item() for d in (True, True, False, True, False)]
     finally:
         torch._dynamo.config.error_on_recompile = old
     assert all(torch.isfinite(torch.tensor(losses)))
@@ -179,7 +186,7 @@ def test_flex_attention_compiled_bf16_training_steps():
     m = build_model(cfg, _drop()).to(CUDA)
     step = _step(m, _drop(), CUDA, compile_=True)
     batch = synthetic_batch(B, T, V, CUDA)
-    losses = [float(step([batch], 1e-3, dropping=True)["loss"]) for _ in range(6)]
+    losses = [float(step([batch], 1e-3, _at(step, True))["loss"]) for _ in range(6)]
     assert all(map(lambda x: x == x and abs(x) < 1e4, losses)) and losses[-1] < losses[0]
 
 
@@ -193,10 +200,10 @@ def test_dropping_adds_no_host_sync():
     model = BertForMaskedLM(_model_cfg(), _drop()).to(CUDA).train()
     step = _step(model, _drop(), CUDA)
     mb = synthetic_batch(B, T, V, CUDA)
-    step([mb], 1e-3, True)  # first calls: generator, allocator, kernels chosen
-    step([mb], 1e-3, False)
-    dense = count_host_syncs(lambda: step([mb], 1e-3, False), CUDA)
-    drop = count_host_syncs(lambda: step([mb], 1e-3, True), CUDA)
+    step([mb], 1e-3, _at(step, True))  # first calls: generator, allocator, kernels chosen
+    step([mb], 1e-3, _at(step, False))
+    dense = count_host_syncs(lambda: step([mb], 1e-3, _at(step, False)), CUDA)
+    drop = count_host_syncs(lambda: step([mb], 1e-3, _at(step, True)), CUDA)
     assert drop.count <= dense.count, (f"drop {drop.count} syncs at {drop.locations}; "
                                        f"dense {dense.count} at {dense.locations}")
 

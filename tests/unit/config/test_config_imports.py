@@ -13,7 +13,8 @@ SRC = Path(__file__).resolve().parents[3] / "src"
 
 SCRIPT = """
 import sys
-from tokendrop.config import METHODS, Config, FinetuneConfig, from_dict, load_config, to_toml
+from tokendrop.config import Config, FinetuneConfig, from_dict, load_config, to_toml
+from tokendrop.dropping.methods import METHODS
 import tomllib
 assert 'torch' not in sys.modules, 'import tokendrop.config loaded torch'
 for m in METHODS:  # every method's [drop] checks (DropConfig.validate asks the registry's rows)

@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 
-from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig
+from tokendrop.config import Config, ConfigError, ModelConfig, TrainConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.consistency import cls_kl
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import consistency_flops, step_flops
-from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.plan import DropPlan
 from tokendrop.models.families import build_model
 from tokendrop.train.runtime import param_groups
 from tokendrop.train.trainer import MLMStep
@@ -53,9 +54,9 @@ def _step(mc, drop, opt_cls=RecordingSGD):
                                                                   grad_clip=0.0)).validate()
     torch.manual_seed(0)
     model = build_model(mc, drop).train()
-    selector = build_selector(drop, V, SPECIAL_IDS, 32, seed=0)
+    plan = DropPlan.for_model(drop, mc, 32, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps)
     opt = opt_cls(param_groups(model, 0.0), lr=0.1)
-    return MLMStep(model, selector, opt, cfg, None, use_attention_mask=False), model
+    return MLMStep(model, plan, opt, cfg, None, use_attention_mask=False), model
 
 
 def test_kl_hand_computed():
@@ -79,7 +80,7 @@ def test_weight_zero_is_plain_dropping_bit_for_bit(family):
     calls = []
     mz.encoder_layers[-1].register_forward_hook(lambda *a: calls.append(1))
     for k in range(3):
-        a, b = plain([_batch(seed=k)], 1e-3, True, step=k), zero([_batch(seed=k)], 1e-3, True, step=k)
+        a, b = plain([_batch(seed=k)], 1e-3, plain.plan.at(k, 32)), zero([_batch(seed=k)], 1e-3, zero.plan.at(k, 32))
         assert torch.equal(a["loss"], b["loss"]) and "consistency" not in b
     assert len(calls) == 3  # one pass per step
     for (n, p), (_, q) in zip(mp.named_parameters(), mz.named_parameters()):
@@ -103,7 +104,7 @@ def test_positive_weight_adds_the_cls_kl_of_the_last_two_layers(family):
     mb = _batch()
     # the reference loss, written out: MLM NLL of the dropping pass + lam * sum over the last two
     # layers of sum_b KL(softmax(h_dense[b, 0]) || softmax(h_drop[b, 0])), over the real slots
-    keep = step_fn.selector.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
+    keep = step_fn.plan.selector.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
     states: list[torch.Tensor] = []
     hooks = [layer.register_forward_hook(lambda m, a, out: states.append(out[:, 0])) for layer in ref.encoder_layers[-2:]]
     logits = ref(mb["input_ids"], mb["mlm_positions"], keep_idx=keep)
@@ -118,7 +119,7 @@ def test_positive_weight_adds_the_cls_kl_of_the_last_two_layers(family):
     nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), mb["mlm_labels"].flatten(), reduction="sum")
     n = mb["mlm_weights"].sum()
     ((nll + lam * kl) / n).backward()
-    out = step_fn([mb], 0.1, True, step=0)  # 0 % 2 == 0: a consistency step
+    out = step_fn([mb], 0.1, step_fn.plan.at(0, 32))  # 0 % 2 == 0: a consistency step
     assert out["consistency"].item() == pytest.approx(kl.item() / n.item(), rel=1e-3) and kl.item() > 1e-6
     assert out["loss"].item() == pytest.approx(nll.item() / n.item(), rel=1e-6)  # the MLM loss as reported
     got = grads(step_fn, model)
@@ -129,13 +130,13 @@ def test_positive_weight_adds_the_cls_kl_of_the_last_two_layers(family):
             continue
         torch.testing.assert_close(g, p.grad, atol=1e-6, rtol=1e-5, msg=name)
     # the dense pass changes the gradient (the term is not zero), and step 1 is a plain dropping step
-    plain_fn([mb], 0.1, True, step=0)
+    plain_fn([mb], 0.1, plain_fn.plan.at(0, 32))
     pairs = [(a, b) for a, b in zip(grads(plain_fn, plain_model), grads(step_fn, model)) if a is not None]
     assert any(not torch.allclose(a, b, atol=1e-7) for a, b in pairs)
     plain_model.load_state_dict(model.state_dict())  # from equal weights (plain SGD keeps no state)
-    assert torch.equal(plain_fn.selector.scores, step_fn.selector.scores)
+    assert torch.equal(plain_fn.plan.importance, step_fn.plan.importance)
     mb2 = _batch(seed=1)
-    o1, o2 = step_fn([mb2], 0.1, True, step=1), plain_fn([mb2], 0.1, True, step=1)
+    o1, o2 = step_fn([mb2], 0.1, step_fn.plan.at(1, 32)), plain_fn([mb2], 0.1, plain_fn.plan.at(1, 32))
     assert "consistency" not in o1 and torch.equal(o1["loss"], o2["loss"])
     for a, b in zip(grads(plain_fn, plain_model), grads(step_fn, model)):
         assert (a is None and b is None) or torch.equal(a, b)
@@ -160,7 +161,7 @@ def test_bad_consistency_config(kw):
 
 def test_per_step_flops_of_a_run():
     from tokendrop.dropping.flops import dropping_step_flops
-    from tokendrop.dropping.random_ltd import ltd_kept
+    from tokendrop.dropping.methods import ltd_kept
 
     mc = ModelConfig(preset="cpu-12x256", vocab_size=30522)
     sctd = DropConfig(method="cumulative", consistency_weight=0.05, consistency_every=10)

@@ -5,11 +5,12 @@ import math
 import pytest
 import torch
 
-from tokendrop.config import ConfigError, DropConfig, ModelConfig
+from tokendrop.config import ConfigError, ModelConfig
+from tokendrop.dropping.methods import DROP_VARIANTS, VARIANTS, DropConfig
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.dropping.engine import gather_rows, scatter_rows
 
-VARIANTS = ["drop", "pass", "avg", "layer_rearranged"]
+SELECTING = [n for n, v in VARIANTS.items() if v.selects]  # the variants that keep a selected subset
 
 
 def ref_layer(layer, q_rows, kv_rows, kv_valid):
@@ -38,7 +39,9 @@ def ref_layer(layer, q_rows, kv_rows, kv_valid):
 
 
 def ref_forward(model, ids, keep, mask, start, end, variant):
-    """Per-sequence reference: returns final hidden states (B, T, d)."""
+    """Per-sequence reference: returns final hidden states (B, T, d); ``variant`` a registry row's name
+    (its facts: pooling, or dropped rows frozen as keys/values)."""
+    row = VARIANTS[variant]
     outs = []
     emb = model.bert.embeddings(ids, None)
     layers = model.bert.encoder.layers
@@ -49,7 +52,7 @@ def ref_forward(model, ids, keep, mask, start, end, variant):
         for l in range(start):
             h = ref_layer(layers[l], h, h, valid)
         h_in = h
-        if variant == "avg":
+        if row.pools:
             pairs = [list(range(i, min(i + 2, T))) for i in range(0, T, 2)]
             # a pair pools its real rows only ((real, [PAD]) -> the real row) and is valid if it holds one
             real = [[j for j in p if valid[j]] or p for p in pairs]
@@ -65,7 +68,7 @@ def ref_forward(model, ids, keep, mask, start, end, variant):
             kvalid = [valid[i] for i in K]
             kept = ref_layer(layers[start], kept, h_in, valid)
             for l in range(start + 1, end):
-                if variant == "pass":
+                if row.frozen_kv:
                     kv = torch.stack([kept[K.index(i)] if i in K else h_in[i] for i in range(T)])
                     kept = ref_layer(layers[l], kept, kv, valid)
                 else:
@@ -84,11 +87,11 @@ def random_keep(b, t, m, gen):
 
 def make(small_cfg, variant, rate=0.5, **kw):
     torch.manual_seed(0)
-    drop = DropConfig(method="none" if variant == "avg" else "cumulative", variant=variant, rate=rate, **kw)
+    drop = DropConfig(method="cumulative" if VARIANTS[variant].selects else "none", variant=variant, rate=rate, **kw)
     return BertForMaskedLM(small_cfg, drop).train(), drop
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", DROP_VARIANTS)
 @pytest.mark.parametrize("padded", [False, True])
 def test_variant_matches_reference(small_cfg, variant, padded):
     model, drop = make(small_cfg, variant)
@@ -108,11 +111,10 @@ def test_variant_matches_reference(small_cfg, variant, padded):
     torch.testing.assert_close(fast[rows], ref[rows], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", SELECTING)
 def test_dropped_rows_leave_span_unchanged(small_cfg, variant):
-    """With the span ending at the last layer, a dropped row's output is its span-entry state."""
-    if variant == "avg":
-        pytest.skip("avg pools every row; no row is dropped")
+    """With the span ending at the last layer, a dropped row's output is its span-entry state (a
+    pooling variant drops no row)."""
     model, drop = make(small_cfg, variant, start=2, end=small_cfg.num_layers)
     T = 10
     ids = torch.randint(5, 97, (2, T))
@@ -130,7 +132,7 @@ def test_dropped_rows_leave_span_unchanged(small_cfg, variant):
         torch.testing.assert_close(out[b, dropped], entry["kv"][b, dropped], atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("variant", ["drop", "pass", "layer_rearranged"])
+@pytest.mark.parametrize("variant", SELECTING)
 def test_rate_zero_is_dense(small_cfg, variant):
     model, drop = make(small_cfg, variant, rate=0.0)
     T = 12
@@ -172,7 +174,7 @@ def test_gradients_reach_every_parameter(small_cfg, variant):
         assert p.grad is not None and p.grad.abs().sum() > 0, f"{variant}: no gradient for {name}"
 
 
-@pytest.mark.parametrize("variant", ["drop", "pass", "layer_rearranged"])
+@pytest.mark.parametrize("variant", SELECTING)
 def test_no_gradient_into_dropped_rows_through_half_layers(small_cfg, variant):
     """Loss on the dropped rows only, span up to the last layer: half-layer weights get nothing,
     and the gradient w.r.t. a dropped row's span-entry state is exactly the identity path."""
@@ -188,7 +190,7 @@ def test_no_gradient_into_dropped_rows_through_half_layers(small_cfg, variant):
     entry = h.detach().requires_grad_(True)
     y = enc.layers[2](gather_rows(entry, keep), kv_in=entry)
     for layer in enc.layers[3:]:
-        kv = scatter_rows(entry, y, keep) if variant == "pass" else None
+        kv = scatter_rows(entry, y, keep) if VARIANTS[variant].frozen_kv else None
         y = layer(y, kv_in=kv)
     out = scatter_rows(entry, y, keep)
     w = torch.randn(len(dropped), small_cfg.hidden_size)

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from tokendrop.config import DropConfig, ModelConfig
+from tokendrop.config import ModelConfig
+from tokendrop.dropping.methods import VARIANTS, DropConfig
 from tokendrop.dropping.flops import flop_ratio, layer_flops, step_flops
 
 
@@ -46,8 +47,8 @@ def test_attention_share_by_hand():
 def test_variants_order():
     cfg = ModelConfig(num_layers=12, hidden_size=768, num_heads=12)
     T = 128
-    r = {v: flop_ratio(cfg, T, DropConfig(method="cumulative" if v != "avg" else "none", variant=v)) for v in
-         ("drop", "pass", "avg", "layer_rearranged")}
+    r = {n: flop_ratio(cfg, T, DropConfig(method="cumulative" if v.selects else "none", variant=n))
+         for n, v in VARIANTS.items()}
     assert r["drop"] < r["pass"] < 1
     assert r["avg"] == pytest.approx(r["drop"])
     assert flop_ratio(cfg, T, DropConfig(method="cumulative", rate=0.0)) == 1.0

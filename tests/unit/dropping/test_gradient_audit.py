@@ -33,13 +33,13 @@ from dataclasses import dataclass, fields
 import pytest
 import torch
 
-from tokendrop.config import (ATTENTION_BACKENDS, DOCUMENT_ATTENTION, DROP_VARIANTS, METHODS, ConfigError, DropConfig,
-                              ModelConfig)
+from tokendrop.config import ATTENTION_BACKENDS, DOCUMENT_ATTENTION, MODEL_FAMILIES, ConfigError, ModelConfig
+from tokendrop.dropping.methods import DROP_VARIANTS, METHODS, DropConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping import engine
 from tokendrop.dropping.consistency import ClsTaps, consistency_term
 from tokendrop.dropping.importance import build_selector
-from tokendrop.dropping.random_ltd import ltd_kept_at
+from tokendrop.dropping.methods import ltd_kept_at
 from tokendrop.models import attention
 from tokendrop.models.attention import flex_available, use_flex
 from tokendrop.models.families import FAMILIES, build_model
@@ -91,8 +91,8 @@ def drop_config(method: str, variant: str, sctd: bool) -> DropConfig:
 
 
 def selects(drop: DropConfig) -> bool:
-    """The step draws kept positions (``MLMStep.select``): avg pools instead."""
-    return drop.enabled and drop.variant != "avg"
+    """The step draws kept positions (``DropPlan.select``): a pooling variant (avg) selects nothing."""
+    return drop.enabled and drop.variant_row.selects
 
 
 def layouts() -> list[tuple[str, str, bool]]:
@@ -126,7 +126,7 @@ class Case:
 def forms_differ(family: str, documents: str) -> bool:
     """Bands and FlexAttention take document and window masks only; without either, every form is
     the same additive padding bias."""
-    return documents == "on" or FAMILIES[family].sliding_windows
+    return documents == "on" or MODEL_FAMILIES[family].sliding_windows
 
 
 def full_grid() -> list[Case]:

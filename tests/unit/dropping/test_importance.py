@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tokendrop.config import DropConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS as SPECIAL
 from tokendrop.dropping.importance import PIN_HIGH, PIN_LOW, TokenSelector
 

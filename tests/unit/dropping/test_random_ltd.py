@@ -9,12 +9,12 @@ import math
 import pytest
 import torch
 
-from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, load_config
+from tokendrop.config import Config, ConfigError, ModelConfig, TrainConfig, load_config
+from tokendrop.dropping.methods import DropConfig, ltd_kept, ltd_kept_at
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import layer_flops, step_flops
-from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.plan import DropPlan
 from tokendrop.models.families import build_model
-from tokendrop.dropping.random_ltd import kept_rows, ltd_kept, ltd_kept_at
 from tokendrop.train.runtime import param_groups
 from tokendrop.train.trainer import MLMStep
 
@@ -59,14 +59,15 @@ def test_time_budgeted_schedule_follows_the_budget_fraction():
 
 
 def test_kept_rows_is_the_schedule_or_the_static_count():
-    """kept_rows, the one count the step, the log and the FLOP model use: random_ltd's scheduled count
-    at (step, progress) (default: the first step's), every other method's static M at any step."""
+    """DropConfig.kept_rows, the one count the step, the log and the FLOP model use (each method row's
+    count rule): random_ltd's scheduled count at (step, progress) (default: the first step's), every
+    other method's static M at any step."""
     fixed = ltd(ltd_start_fraction=0.25, ltd_schedule_share=0.5, ltd_step=16)
-    assert kept_rows(fixed, 128) == ltd_kept(fixed, 128, 0, 1) == 32
-    assert kept_rows(fixed, 128, 50, 200) == 80 and kept_rows(fixed, 128, 0, 0, 0.25) == 80
+    assert fixed.kept_rows(128) == ltd_kept(fixed, 128, 0, 1) == 32
+    assert fixed.kept_rows(128, 50, 200) == 80 and fixed.kept_rows(128, 0, 0, 0.25) == 80
     for method in ("cumulative", "random"):
         drop = DropConfig(method=method, rate=0.25)
-        assert {kept_rows(drop, 128, k, 200, k / 200) for k in (0, 50, 199)} == {drop.num_kept(128)} == {96}
+        assert {drop.kept_rows(128, k, 200, k / 200) for k in (0, 50, 199)} == {drop.num_kept(128)} == {96}
 
 
 @pytest.mark.parametrize("t,start,share,steps,grid", [(128, 0.25, 0.5, 200, 16), (512, 0.25, 0.8, 1000, 16),
@@ -116,9 +117,9 @@ def _step(mc, drop, steps=20, seed=0):
     cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=steps, batch_size=3, lr=1e-3, warmup_steps=0)).validate()
     torch.manual_seed(seed)
     model = build_model(mc, drop).train()
-    selector = build_selector(drop, V, SPECIAL_IDS, 48, seed=seed) if drop.enabled else None
+    plan = DropPlan.for_model(drop, mc, 48, SPECIAL_IDS, seed=seed, total_steps=steps)
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3)
-    return MLMStep(model, selector, opt, cfg, None, use_attention_mask=False), model
+    return MLMStep(model, plan, opt, cfg, None, use_attention_mask=False), model
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -133,14 +134,14 @@ def test_each_half_layer_keeps_the_scheduled_count_of_its_own(family):
     mb = _batch()
     draws = {}
     for k in (0, 1, 6):
-        keep = step_fn.keep_idx(mb, k)
+        keep = step_fn.plan.keep_idx(mb["input_ids"], step_fn.plan.at(k, T))
         m = ltd_kept(drop, T, k, 20)
         assert m < T and keep.shape == (L - 2, 3, m)  # every middle layer, each row M_k distinct positions
         assert torch.equal(keep, keep.sort(-1).values) and (keep[..., 1:] > keep[..., :-1]).all()
         assert all(not torch.equal(keep[0], keep[j]) for j in range(1, L - 2))  # a draw of its own per layer
         draws[k] = keep
         seen.clear()
-        step_fn([mb], 1e-3, dropping=True, step=k)
+        step_fn([mb], 1e-3, step_fn.plan.at(k, 48))
         assert seen == [(0, T)] + [(i, m) for i in range(1, L - 1)] + [(L - 1, T)]  # first and last: all T rows
     assert ltd_kept(drop, T, 0, 20) == ltd_kept(drop, T, 1, 20)
     assert not torch.equal(draws[0], draws[1])  # and per step (the same count)
@@ -158,7 +159,7 @@ def test_full_length_equals_dense(family):
     b, mb_ = _step(mc, dense_drop)
     batch = _batch()
     for k in range(2):
-        oa, ob = a([batch], 1e-3, dropping=True, step=k), b([batch], 1e-3, dropping=False, step=k)
+        oa, ob = a([batch], 1e-3, a.plan.at(k, 48)), b([batch], 1e-3, b.plan.at(k, 48))
         torch.testing.assert_close(oa["loss"], ob["loss"], atol=1e-6, rtol=0)
     for (n, p), (_, q) in zip(ma.named_parameters(), mb_.named_parameters()):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=0, msg=n)

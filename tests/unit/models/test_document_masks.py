@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tokendrop.config import DropConfig, ModelConfig
+from tokendrop.config import ModelConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.models import attention
 from tokendrop.models.attention import MaskCache

@@ -6,7 +6,8 @@ import pytest
 import torch
 import transformers
 
-from tokendrop.config import DropConfig, ModelConfig
+from tokendrop.config import ModelConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.models.hf import save_pretrained
 from tokendrop.models.bert.hf import from_hf, hf_config_dict, to_hf
 from tokendrop.models.source import load_pretrained

@@ -15,14 +15,15 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from tokendrop.models import attention  # noqa: E402
-from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, from_dict  # noqa: E402
+from tokendrop.config import Config, ConfigError, ModelConfig, TrainConfig, from_dict  # noqa: E402
+from tokendrop.dropping.methods import DropConfig  # noqa: E402
 from toydata import task_vocab_tokens, write_vocab# noqa: E402
 from tokendrop.lab.toydata import write_keyword_sentiment
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
 from tokendrop.models.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
 from tokendrop.models.source import load_pretrained, read_hf_dir  # noqa: E402
-from tokendrop.dropping.importance import build_selector  # noqa: E402
-from tokendrop.dropping.methods import PAPER_METHOD  # noqa: E402
+from tokendrop.dropping.plan import DropPlan  # noqa: E402
+from tokendrop.dropping.methods import PAPER_METHOD, VARIANTS  # noqa: E402
 from tokendrop.models.source import load_source_weights, resolve_init_source, resolve_model_init  # noqa: E402
 from tokendrop.models.families import build_model  # noqa: E402
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification
@@ -181,7 +182,7 @@ def _train_mode(m):
     return m
 
 
-@pytest.mark.parametrize("variant", ["drop", "pass", "layer_rearranged"])
+@pytest.mark.parametrize("variant", [n for n, v in VARIANTS.items() if v.selects])
 def test_rate_zero_equals_dense(hf_dir, variant):
     ours = _train_mode(_ours(hf_dir, DropConfig(method="cumulative", variant=variant, rate=0.0)))
     row = torch.cat([_doc([20, 25], seed=1), _doc([7, 38], seed=2)])
@@ -272,11 +273,11 @@ def test_every_method_and_variant_trains(method, variant):
     model = build_model(mc, drop)
     assert isinstance(model, ModernBertForMaskedLM)
     counts = torch.arange(V, dtype=torch.float64).numpy()
-    selector = build_selector(drop, V, SPECIAL_IDS, 64, counts=counts) if drop.enabled else None
+    plan = DropPlan.for_model(drop, mc, 64, SPECIAL_IDS, counts=counts, total_steps=cfg.train.steps)
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3)
-    step = MLMStep(model, selector, opt, cfg, None, use_attention_mask=False)
+    step = MLMStep(model, plan, opt, cfg, None, use_attention_mask=False)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    out = step([_batch()], 1e-3, dropping=True)
+    out = step([_batch()], 1e-3, plan.at(0, 64))
     assert torch.isfinite(out["loss"]) and out["loss"] > 0
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
     assert "model.layers.1.attn.Wqkv.weight" in changed and "decoder.bias" in changed
@@ -468,7 +469,7 @@ def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant, f
     """A dropping training step's loss and gradients agree across the mask forms (padding, documents
     and -- modernbert -- windows in one batch; bands for windows and documents).  FlexAttention has
     no CPU backward: its gradients are a GPU test (tests/integration/parallel/test_gpu.py), its forward is compared here."""
-    drop = DropConfig(method="none" if variant == "avg" else "random", variant=variant, rate=0.5)
+    drop = DropConfig(method="random" if VARIANTS[variant].selects else "none", variant=variant, rate=0.5)
     b = _batch(b=3, t=64, seed=4)
     b["attention_mask"][1, 50:] = 0  # padding in one row (a padded row's own output is not compared)
     w = torch.gather(b["attention_mask"], 1, b["mlm_positions"]).float()
@@ -482,7 +483,7 @@ def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant, f
         m = _backend(_train_mode(_ours(hf_dir, drop) if family == "modernbert" else _bert_with_documents(drop)), mode)
         torch.set_grad_enabled(mode != "flex")
         logits = m(b["input_ids"], b["mlm_positions"], b["attention_mask"], None,
-                   None if variant == "avg" else keep, drop_active=True)
+                   keep if VARIANTS[variant].selects else None, drop_active=True)
         loss = (m.mlm_nll(logits, b["mlm_labels"]) * w).sum() / w.sum()
         torch.set_grad_enabled(True)
         if mode == "flex":

@@ -1,6 +1,7 @@
 import pytest
 
-from tokendrop.config import Config, ConfigError, DropConfig, load_config, to_toml, from_dict
+from tokendrop.config import Config, ConfigError, load_config, to_toml, from_dict
+from tokendrop.dropping.methods import DropConfig
 import tomllib
 
 

@@ -110,7 +110,7 @@ def test_every_method_runs(tiny_data, tmp_path, overrides, monkeypatch):
         for i in range(L):
             half = dropping and start <= i < end
             q = m if half else T
-            kv = T if not half or i == start or d.variant == "pass" else m
+            kv = T if not half or i == start or d.variant_row.frozen_kv else m
             expected.append((i, micro, q, kv))
     assert calls == expected
     assert any(q < T for _, _, q, _ in calls)

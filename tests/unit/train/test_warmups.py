@@ -16,7 +16,7 @@ from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots
 from tokendrop.data.pieces import frame_pieces
 from toydata import toy_prepared
 from tokendrop.dropping.flops import consistency_flops, step_flops
-from tokendrop.dropping.random_ltd import ltd_kept
+from tokendrop.dropping.methods import ltd_kept
 from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_at, seq_len_at
 from tokendrop.train.trainer import load_run_config, pretrain, read_metrics
 from tokendrop.train.warmups import StepPlan, default_micro_batch

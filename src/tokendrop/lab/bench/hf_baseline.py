@@ -36,7 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tokendrop.config import DropConfig, ModelConfig
+from tokendrop.config import ModelConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.models.families import spec_of
 from tokendrop.dropping.flops import step_flops
 from tokendrop.lab.bench.optim import compile_model, make_optimizer

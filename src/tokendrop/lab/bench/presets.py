@@ -16,8 +16,9 @@ from tokendrop.config import ConfigError, config_dir, from_dict, load_config
 from tokendrop.models.families import spec_of
 from tokendrop.config import MODEL_PRESETS
 from tokendrop.models.attention import check_training_device
-from tokendrop.config import DropConfig, ModelConfig
-from tokendrop.dropping.methods import METHODS
+from tokendrop.config import ModelConfig
+from tokendrop.dropping.methods import DEFAULT_VARIANT, METHODS, DropConfig
+from tokendrop.dropping.methods import VARIANTS as DROP_VARIANTS
 from tokendrop.data.tokenizer import SPECIAL_IDS
 
 
@@ -32,8 +33,13 @@ class BenchVariant:
 
     @property
     def headline(self) -> bool:
-        """Its rows drop tokens (``drop.variant = drop``): the speedups a README quotes at rate 0.5."""
-        return self.variant == "drop"
+        """Its rows drop tokens (the default ``drop.variant``): the speedups a README quotes at rate 0.5."""
+        return self.variant == DEFAULT_VARIANT
+
+    @property
+    def pools(self) -> bool:
+        """Its ``drop.variant`` pools 2:1 (avg): timed at rate 0.5 only."""
+        return DROP_VARIANTS[self.variant].pools
 
     def drop_config(self, method: str, rate: float = 0.5) -> DropConfig:
         """The ``[drop]`` section of this setting at drop rate ``rate`` (``method``: ``bench.method``).
@@ -41,7 +47,7 @@ class BenchVariant:
         schedule's first step; ``avg`` pools 2:1 (rate 0.5, whatever ``rate`` says)."""
         if self.method is not None and METHODS[self.method].per_layer:
             return DropConfig(method=self.method, ltd_start_fraction=1.0 - rate)
-        return DropConfig(method=self.method or method, variant=self.variant, rate=0.5 if self.variant == "avg" else rate)
+        return DropConfig(method=self.method or method, variant=self.variant, rate=0.5 if self.pools else rate)
 
 
 VARIANTS = {  # bench.variants -> what each runs

@@ -13,11 +13,11 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
-from tokendrop.models.families import build_model, spec_of
-from tokendrop.dropping.flops import layer_types, step_flops
-from tokendrop.dropping.importance import build_selector
-from tokendrop.dropping.random_ltd import kept_rows
+from tokendrop.config import Config, ModelConfig, TrainConfig
+from tokendrop.dropping.methods import DropConfig
+from tokendrop.models.families import build_model
+from tokendrop.dropping.flops import layer_types
+from tokendrop.dropping.plan import DropPlan
 from tokendrop.train.runtime import autocast_dtype
 from tokendrop.train.trainer import MLMStep
 from tokendrop.lab.bench.hf_baseline import HFModel, build_hf, build_hf_patched, hf_class_name, hf_flops, hf_step_fn
@@ -161,8 +161,9 @@ class StepBuilder:
             from tokendrop.transformers import token_dropping_state
 
             hf, drop = self.hf_patched(s), s.drop_config(self.cfg.method)
-            selector = token_dropping_state(hf.model).selector
-            kept = kept_rows(drop, s.seq_len)
+            st = token_dropping_state(hf.model)
+            selector = st.selector
+            kept = st.plan.kept(s.seq_len)  # the first step's count
             return Runner(s, hf_step_fn(hf, mb, self.amp, self.device),
                           (hf.model, hf.opt) if selector is None else (hf.model, hf.opt, selector),
                           hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction, drop), kept)
@@ -173,33 +174,33 @@ class StepBuilder:
         ours = self.ours(s.variant)
         drop = s.drop_config(self.cfg.method)
         cfg = Config(model=self.model_cfg, drop=drop or DropConfig(), train=TrainConfig(grad_clip=1.0))
-        selector = None
-        if drop is not None and drop.variant != "avg":
-            selector = build_selector(drop, self.cfg.vocab_size, SPECIAL_IDS, s.seq_len, seed=self.cfg.seed, device=self.device)
-        step = MLMStep(ours.model, selector, ours.opt, cfg, self.amp, use_attention_mask=False, run_model=ours.run)
-        dropping = drop is not None
+        # every timed step is the run's first: random_ltd's first count, no stage 2
+        plan = DropPlan.for_model(cfg.drop, self.model_cfg, s.seq_len, SPECIAL_IDS, seed=self.cfg.seed, total_steps=1,
+                                  device=self.device)
+        step = MLMStep(ours.model, plan, ours.opt, cfg, self.amp, use_attention_mask=False, run_model=ours.run)
+        at = plan.at(0, s.seq_len)
         micro = [mb]
 
         def fn() -> dict[str, Tensor]:
-            return step(micro, 1e-4, dropping)
+            return step(micro, 1e-4, at)
 
-        kept = s.seq_len if drop is None else kept_rows(drop, s.seq_len)
-        flops = step_flops(self.model_cfg, s.seq_len, s.batch_size, drop).total
+        flops = plan.nominal_flops(s.seq_len, s.batch_size)["dropping"]
+        selector = plan.selector
         state = (ours.model, ours.opt, selector) if selector is not None else (ours.model, ours.opt)
-        return Runner(s, fn, state, flops, kept)
+        return Runner(s, fn, state, flops, at.kept)
 
     def info(self) -> ModelInfo:
         mc = self.model_cfg
         shape = {k: getattr(mc, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size",
                                               "hidden_dropout", "attention_dropout")}
-        if spec_of(mc).sliding_windows:
+        if mc.schema.sliding_windows:
             types = layer_types(mc)
             shape.update(family=mc.family, local_attention=mc.local_attention,
                          global_layers=[i for i, x in enumerate(types) if x == "full_attention"],
                          document_attention=mc.document_attention)
         first = next(iter(self._ours.values())).model if self._ours else build_ours(mc)
         custom = any(getattr(self.cfg, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size"))
-        name = f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}" if custom and spec_of(mc).sliding_windows else \
+        name = f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}" if custom and mc.schema.sliding_windows else \
             f"{mc.num_layers}x{mc.hidden_size}" if custom else self.cfg.model
         return ModelInfo(model={"preset": name, **shape},
                          num_parameters=sum(t.numel() for t in first.parameters()),

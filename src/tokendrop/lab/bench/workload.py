@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokendrop.config import DropConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 
@@ -42,7 +42,7 @@ def build_settings(cfg: BenchConfig) -> list[Setting]:
     for t in cfg.seq_lens:
         b = cfg.batch_size(t)
         out.append(Setting("tokendrop", "dense", 0.0, t, b))
-        dropping = [(v, r) for v in cfg.variants for r in ([0.5] if v == "avg" else cfg.rates)]
+        dropping = [(v, r) for v in cfg.variants for r in ([0.5] if VARIANTS[v].pools else cfg.rates)]
         out += [Setting("tokendrop", v, r, t, b) for v, r in dropping]
         if cfg.hf:
             out.append(Setting("hf", "dense", 0.0, t, b))

@@ -23,7 +23,7 @@ from tokendrop.lab.study.records import (
     TargetHit,
 )
 from tokendrop.dropping.flops import dropping_step_flops, step_flops
-from tokendrop.train.trainer import load_run_config, read_metrics, stage2_start
+from tokendrop.train.trainer import load_run_config, read_metrics
 import torch
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.data import MLMLoader, PreparedData
@@ -58,7 +58,7 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     bs = cfg.train.batch_size
     f_drop = step_flops(cfg.model, T, bs, cfg.drop if cfg.drop.enabled else None).total
     f_dense = step_flops(cfg.model, T, bs, None).total
-    s2 = stage2_start(cfg) if cfg.drop.enabled else 0
+    s2 = cfg.drop.stage2_start(cfg.train.steps)  # 0 when nothing drops
     cum = None  # random_ltd's schedule / ScTD's dense passes: per-step FLOPs, summed
     if cfg.drop.enabled and (cfg.drop.per_layer or cfg.drop.consistency_weight > 0):
         cum = [0, *itertools.accumulate(dropping_step_flops(cfg.model, T, bs, cfg.drop, cfg.train.steps)[:s2])]

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config import METHODS as SELECTION_METHODS, Config, ConfigError, load_config
+from tokendrop.config import Config, ConfigError, load_config
 from tokendrop.dropping.flops import flop_ratio
+from tokendrop.dropping.methods import METHODS as SELECTION_METHODS, VARIANTS
 from tokendrop.lab.fetch import fetch_minilm
 from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
 from tokendrop.lab.study.common import StudyError, pct, resolve_out, resolve_path
@@ -32,7 +33,8 @@ class MethodSpec:
     @property
     def dropping(self) -> bool:
         selecting = [f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops]  # random_ltd too
-        return any(o in selecting or o == "drop.variant=avg" for o in self.overrides)
+        pooling = [f"drop.variant={n}" for n, v in VARIANTS.items() if v.pools]
+        return any(o in selecting or o in pooling for o in self.overrides)
 
 
 def _drop(method: str, variant: str = "drop", rate: float = 0.5, stage2: float = 0.0) -> tuple[str, ...]:
@@ -287,10 +289,10 @@ def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, u
 
 def _traced(method: MethodSpec) -> bool:
     """The arm selects one subset per step by score (a selection_trace can follow it)."""
-    selecting = {f"drop.method={n}" for n, m in SELECTION_METHODS.items()
-                 if m.drops and n != "random_ltd"}
+    selecting = {f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops and not m.per_layer}
+    pooling = {f"drop.variant={n}" for n, v in VARIANTS.items() if v.pools}
     ov = method.overrides
-    return any(o in selecting for o in ov) and "drop.variant=avg" not in ov
+    return any(o in selecting for o in ov) and not any(o in pooling for o in ov)
 
 
 def flops_fraction(study: StudyConfig, method: MethodSpec) -> float:

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tokendrop.config import DropConfig, ModelConfig
+from tokendrop.config import ModelConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.engine import DropSpan, Rows, run_layers
 from tokendrop.models.attention import MaskCache, attend, use_flex
 from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span

@@ -14,7 +14,7 @@ FAMILY = FamilySpec(
     hf_config_defaults={"bos_token_id": None, "cls_token_id": None},
     to_hf=hf.to_hf_modern, from_hf=hf.modern_state_from_hf,
     check_hf_tensors=hf.check_modern_tensors, load_weights=hf.load_modern_weights,
-    hf_sparse_prediction=True, token_types=False, glu_ffn=True, sliding_windows=True,
+    hf_sparse_prediction=True, token_types=False,
     max_seq_len=8192,  # rotary positions (ModernBERT's max_position_embeddings)
     extends_positions=True,
     integration=HFIntegration(

@@ -58,6 +58,11 @@ class DropStep:
     def kept_fraction(self) -> float:
         return self.kept / self.seq_len
 
+    @classmethod
+    def dense(cls, step: int, seq_len: int) -> "DropStep":
+        """A step that drops nothing (what :meth:`DropPlan.at` gives in stage 2)."""
+        return cls(step, seq_len, False, seq_len, False)
+
 
 class DropPlan:
     """Token dropping for one run (module docstring).
@@ -161,8 +166,10 @@ class DropPlan:
         [0, 1]) of a time budget used: whether it drops, M, and ScTD's cadence."""
         total = self._length()
         dropping = self.drop.dropping_at(step, total, progress)
-        kept = self.drop.kept_rows(seq_len, step, total, progress) if dropping else seq_len
-        return DropStep(step, seq_len, dropping, kept, dropping and self.drop.consistency_at(step))
+        if not dropping:
+            return DropStep.dense(step, seq_len)
+        return DropStep(step, seq_len, True, self.drop.kept_rows(seq_len, step, total, progress),
+                        self.drop.consistency_at(step))
 
     # -- selection and update -------------------------------------------------------------------
 

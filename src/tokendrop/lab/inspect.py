@@ -663,7 +663,10 @@ def selection_diagnostics(rv: RunView, mask_prob: float, num_batches: int = 4, b
         seqs = pd.sequences("train")
     if len(seqs) == 0:
         return out
-    sel, T = _selector(rv)
+    T = rv.seq_len()
+    plan = rv.plan(T)
+    if plan.selector is None:  # the variant pools: nothing is selected
+        return out
     masker = MLMMasker(rv.special_ids, rv.vocab, T, mask_prob)
     rng = np.random.default_rng(seed)
     n = min(len(seqs), num_batches * batch_size)
@@ -672,7 +675,7 @@ def selection_diagnostics(rv: RunView, mask_prob: float, num_batches: int = 4, b
     ids = torch.from_numpy(b["input_ids"])
     pos, w = torch.from_numpy(b["mlm_positions"]), torch.from_numpy(b["mlm_weights"])
     with torch.no_grad():
-        keep = sel.select(ids, pos, w)  # (n, M)
+        keep = plan.select(ids, plan.kept(T), pos, w)  # (n, M)
     target = torch.zeros_like(ids, dtype=torch.bool)
     target.scatter_(1, pos, w > 0)
     specials = torch.tensor(sorted(set(rv.special_ids.values())), dtype=ids.dtype)

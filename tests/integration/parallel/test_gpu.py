@@ -42,7 +42,12 @@ def _step(model, drop, device, compile_=False):
 
 def _at(step: MLMStep, dropping: bool) -> DropStep:
     """The first step's plan, or a dense step."""
-    return step.plan.at(0, T) if dropping else DropStep(0, T, False, T, False)
+    return _at_step(step, 0, dropping)
+
+
+def _at_step(step: MLMStep, i: int, dropping: bool) -> DropStep:
+    """Step ``i``'s plan, or a dense step."""
+    return step.plan.at(i, T) if dropping else DropStep.dense(i, T)
 
 
 def test_bf16_training_step_updates_weights_and_importance():
@@ -221,12 +226,12 @@ def test_compiled_and_graph_captured_steps_match_eager(mode):
         torch.manual_seed(0)
         model = BertForMaskedLM(_model_cfg(0.0), _drop()).to(CUDA).train()
         cfg = Config(model=model.config, drop=_drop(), train=TrainConfig(grad_clip=1.0, steps=20))
-        sel = TokenSelector(_drop(), V, SPECIAL_IDS, T).to(CUDA)
+        plan = DropPlan.for_model(_drop(), model.config, T, SPECIAL_IDS, total_steps=20, device=CUDA)
         opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, fused=True)
-        step = MLMStep(model, sel, opt, cfg, torch.bfloat16, use_attention_mask=False, compile=compile_mode,
+        step = MLMStep(model, plan, opt, cfg, torch.bfloat16, use_attention_mask=False, compile=compile_mode,
                        shapes=compiled_shapes(cfg, [T]))
         batches = [{k: v.to(CUDA) for k, v in synthetic_batch(B, T, V, CUDA, seed=i).items()} for i in range(7)]
-        losses = [float(step([batches[i]], 1e-3, dropping=i < 3, step=i)["loss"]) for i in range(5)]
+        losses = [float(step([batches[i]], 1e-3, _at_step(step, i, i < 3))["loss"]) for i in range(5)]
         return step, batches, losses
 
     torch._dynamo.reset()
@@ -235,5 +240,5 @@ def test_compiled_and_graph_captured_steps_match_eager(mode):
     assert compiled == pytest.approx(eager, rel=2e-2, abs=2e-2)
     seen = counters["stats"]["unique_graphs"]
     for i, dropping in ((5, True), (6, False)):
-        step([batches[i]], 1e-3, dropping=dropping, step=i)
+        step([batches[i]], 1e-3, _at_step(step, i, dropping))
     assert counters["stats"]["unique_graphs"] == seen

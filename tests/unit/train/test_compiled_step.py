@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from tokendrop.config import Config, ConfigError, DropConfig, ModelConfig, TrainConfig, load_config
+from tokendrop.config import Config, ConfigError, ModelConfig, TrainConfig, load_config
+from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.dropping.importance import build_selector
 from tokendrop.models.families import build_model
 from tokendrop.train.compiled import compiled_shapes, resolve_mode
 from tokendrop.train.runtime import param_groups
@@ -46,11 +47,11 @@ def _step(family: str, mode: str, backend, device: str = "cpu", amp=None):
     cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=20, batch_size=B, lr=1e-3, warmup_steps=0)).validate()
     torch.manual_seed(0)
     model = build_model(mc, drop).train().to(device)
-    selector = build_selector(drop, V, SPECIAL_IDS, T, seed=0).to(device)
+    plan = DropPlan.for_model(drop, mc, T, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps, device=device)
     opt = RecordingAdamW(param_groups(model, 0.01), lr=1e-3)
-    step = MLMStep(model, selector, opt, cfg, amp, use_attention_mask=False, compile=mode, compile_backend=backend,
+    step = MLMStep(model, plan, opt, cfg, amp, use_attention_mask=False, compile=mode, compile_backend=backend,
                    shapes=compiled_shapes(cfg, [T]))
-    return step, model, selector
+    return step, model, plan.selector
 
 
 def _run(step, device: str = "cpu"):
@@ -58,9 +59,9 @@ def _run(step, device: str = "cpu"):
     out = []
     for i in range(5):
         mb = {k: v.to(device) for k, v in mlm_batch(V, B, T, seed=i).items()}
-        r = step([mb], 1e-3, dropping=i < 3, step=i)
+        r = step([mb], 1e-3, step.plan.at(i, T) if i < 3 else DropStep.dense(i, T))
         out.append(({k: v.detach().clone() for k, v in r.items()}, step.opt.grads,
-                    {k: v.clone() for k, v in step.selector.state_dict().items()}))
+                    {k: v.clone() for k, v in step.plan.selector.state_dict().items()}))
     return out
 
 
@@ -87,7 +88,7 @@ def _check(family: str, mode: str, backend: str, atol: float, rtol: float):
     # one graph for the dropping steps, one for the dense ones; a further step of each: no recompile
     assert counter.frame_count == 2, counter.frame_count
     for i, dropping in ((5, True), (6, False)):
-        step([mlm_batch(V, B, T, seed=i)], 1e-3, dropping=dropping, step=i)
+        step([mlm_batch(V, B, T, seed=i)], 1e-3, step.plan.at(i, T) if dropping else DropStep.dense(i, T))
     assert counter.frame_count == 2, counter.frame_count
 
 

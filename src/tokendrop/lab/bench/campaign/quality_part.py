@@ -46,6 +46,7 @@ from tokendrop.lab.bench.campaign.runs import (
     summarize_run,
 )
 from tokendrop.data import PreparedData
+from tokendrop.dropping.methods import METHODS
 from tokendrop.train.trainer import pretrain
 from tokendrop.finetune import finetune
 
@@ -184,9 +185,10 @@ def _arm_run(cfg: CampaignConfig, q: QualityPart, cal: Calibration, scratch: Pat
     dropping run with ``q.diagnostics``, its selection trace in ``r.data["selection"]``."""
     name = q.run_name(arm, seed)
     method, arm_overrides = QUALITY_ARMS[arm]
-    steps = cal.dense_steps if method == "none" else cal.drop_steps
+    drops = METHODS[method].drops
+    steps = cal.drop_steps if drops else cal.dense_steps
     rate0 = "drop.rate=0.0" in arm_overrides
-    trace = q.diagnostics if method != "none" and not rate0 else 0
+    trace = q.diagnostics if drops and not rate0 else 0
     # the cadences from the calibrated step count; the run's length from q.run_length
     extra = [f"train.eval_every={max(1, steps // q.evals)}",
              f"train.log_every={max(1, steps // 50)}",

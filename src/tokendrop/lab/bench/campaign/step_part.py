@@ -20,10 +20,11 @@ from pathlib import Path
 
 import torch
 
-from tokendrop.config import Config, DropConfig, ModelConfig, TrainConfig
+from tokendrop.config import Config, ModelConfig, TrainConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import gpu_peak_flops, step_flops
-from tokendrop.dropping.importance import build_selector
+from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory
 from tokendrop.lab.bench.campaign.config import CampaignConfig
 from tokendrop.lab.bench.profiling import kineto_events
@@ -60,15 +61,15 @@ def _measure(mc: ModelConfig, t: int, b: int, mode: str, dropping: bool, sp, dev
     cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=1000, batch_size=b, lr=1e-4, warmup_steps=0)).validate()
     torch.manual_seed(0)
     model = build_model(mc, drop).to(device).train()
-    selector = build_selector(drop, mc.vocab_size, SPECIAL_IDS, t, seed=0).to(device)
+    plan = DropPlan.for_model(drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps, device=device)
     opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
-    step = MLMStep(model, selector, opt, cfg, amp, use_attention_mask=False, compile=mode,
+    step = MLMStep(model, plan, opt, cfg, amp, use_attention_mask=False, compile=mode,
                    compile_backend=sp.compile_backend, shapes=compiled_shapes(cfg, [t]))
     mb = {k: v.to(device) for k, v in synthetic_batch(b, t, mc.vocab_size, device, document_tokens=0).items()}
 
     def run(n: int) -> None:
         for i in range(n):
-            step([mb], 1e-4, dropping, step=i)
+            step([mb], 1e-4, plan.at(i, t) if dropping else DropStep.dense(i, t))
 
     run(sp.warmup)  # compilation (and CUDA graph capture) happens here
     _sync(device)
@@ -89,7 +90,7 @@ def _measure(mc: ModelConfig, t: int, b: int, mode: str, dropping: bool, sp, dev
         kernels = sum(e.duration_ns() for e in kineto_events(prof)
                       if str(e.device_type()).upper().endswith("CUDA") and e.name() != "[memory]")
         busy = min(1.0, kernels / 1e9 / wall)
-    del step, opt, model, selector
+    del step, opt, model, plan
     free_device_memory()
     return statistics.median(times), busy
 

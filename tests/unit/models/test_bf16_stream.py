@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tokendrop.config import DropConfig, ModelConfig
+from tokendrop.config import ModelConfig
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.lab.bench.casts import CastCensus
 from tokendrop.models import norm
 from tokendrop.models.bert.model import BertForMaskedLM

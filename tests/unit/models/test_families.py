@@ -68,7 +68,8 @@ def test_a_family_is_one_folder_and_one_registration():
 def test_a_broken_family_file_is_one_line(tmp_path):
     (tmp_path / "good").mkdir()
     (tmp_path / "good" / "family.toml").write_text('document_attention = false\nrotary = true\n'
-                                                   'classifier_pooling = ["cls"]\n[preset_defaults]\nfamily = "good"\n'
+                                                   'classifier_pooling = ["cls"]\nglu_ffn = false\nsliding_windows = false\n'
+                                                   '[preset_defaults]\nfamily = "good"\n'
                                                    '[presets]\ngood-tiny = { num_layers = 2 }\n')
     schemas, presets, owners = read_families(tmp_path)
     assert presets == {"good-tiny": {"num_layers": 2, "family": "good"}} and owners == {"good-tiny": "good"}

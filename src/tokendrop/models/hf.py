@@ -4,9 +4,11 @@ tokenizer files and ``RUN/source/``.
 Export writes ``config.json`` + ``model.safetensors`` (+ the tokenizer files) in the names and
 config of the model's family (``tokendrop.models.families.FAMILIES``: BERT's mapping is
 :mod:`tokendrop.models.bert.hf`, ModernBERT's :mod:`tokendrop.models.modernbert.hf`), loadable by the transformers
-class the export names with no missing MLM keys: BERT's ``cls.predictions.bias`` is written (the
-reference TF->HF converter forgets it), and the pooler too, so a classifier starts from our pooler
-rather than a random one.  A run continued from a published checkpoint (``model.init``) keeps that
+class the export names with no missing MLM keys and nothing it does not expect: BERT's
+``cls.predictions.bias`` is written (the reference TF->HF converter forgets it), and an MLM export
+leaves out what pretraining does not train and transformers' MLM class does not have (BERT's pooler:
+``FamilySpec.pretrain_frozen``), so ``AutoModelForMaskedLM`` and ``pipeline("fill-mask")`` load it with
+no report at all; a classifier built from it starts its pooler fresh, as transformers says.  A run continued from a published checkpoint (``model.init``) keeps that
 checkpoint's ``config.json`` fields and tokenizer files, saved in ``RUN/source/`` when the run starts
 (:func:`save_source_files`).
 
@@ -151,12 +153,17 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
                     card: str | None = None) -> Path:
     """Write ``model`` as a Hugging Face directory of its family (atomically).  ``base_config``: a source's
     config.json whose fields we do not set are kept (``use_cache``, token ids, ...; not its
-    ``_name_or_path``).  ``kind``: mark the directory as that kind of tokendrop output
+    ``_name_or_path``).  An MLM model is written without the modules pretraining leaves untrained
+    (``FamilySpec.pretrain_frozen``: BERT's pooler), which transformers' MLM class does not have.
+    ``kind``: mark the directory as that kind of tokendrop output
     (``tokendrop.runs.rundir``).  ``card``: the model card, written as README.md."""
     cfg: ModelConfig = model.config
     spec = spec_of(cfg)
-    arch = spec.hf_architectures[task_of(model)]
-    sd = spec.to_hf({k: v.float().cpu() for k, v in model.state_dict().items()})
+    task = task_of(model)
+    arch = spec.hf_architectures[task]
+    frozen = spec.pretrain_frozen if task == "mlm" else ()  # not in transformers' MLM class (BERT's pooler)
+    sd = spec.to_hf({k: v.float().cpu() for k, v in model.state_dict().items()
+                     if not any(k.startswith(f + ".") for f in frozen)})
     d = spec.hf_config(cfg, [arch])
     if arch.endswith("ForSequenceClassification"):
         d["num_labels"] = model.num_labels

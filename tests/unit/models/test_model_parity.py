@@ -83,13 +83,15 @@ def test_export_loads_in_transformers(small_cfg, tmp_path):
     ids = torch.randint(5, 97, (2, 16))
     with torch.no_grad():
         torch.testing.assert_close(ours(ids), hf(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+    assert not info["unexpected_keys"], info  # the MLM export leaves the (untrained) pooler out
     clf, info2 = transformers.BertForSequenceClassification.from_pretrained(out, num_labels=3, output_loading_info=True)
-    assert not [k for k in info2["missing_keys"] if not k.startswith("classifier")], info2
-    # and back into ours, as classifier: encoder identical, pooler kept
+    assert not [k for k in info2["missing_keys"] if not k.startswith(("classifier", "bert.pooler"))], info2
+    # and back into ours, as classifier: encoder identical, the classifier and pooler fresh
     mine, meta = load_pretrained(out, BertForSequenceClassification, num_labels=3)
     assert meta["source"] == "huggingface"
-    assert set(meta["fresh"]) == {"classifier.weight", "classifier.bias"}
-    torch.testing.assert_close(mine.bert.pooler.dense.weight, ours.bert.pooler.dense.weight)
+    assert set(meta["fresh"]) == {"classifier.weight", "classifier.bias", "bert.pooler.dense.weight",
+                                  "bert.pooler.dense.bias"}
+    torch.testing.assert_close(mine.bert.embeddings.word_embeddings.weight, ours.bert.embeddings.word_embeddings.weight)
     re_mlm, _ = load_pretrained(out, BertForMaskedLM)
     with torch.no_grad():
         torch.testing.assert_close(re_mlm.eval()(ids), ours(ids), atol=0, rtol=0)

@@ -40,3 +40,51 @@ def test_the_run_example_runs(tmp_path):
     code = _blocks()[1].replace("/tmp/td-api", str(tmp_path))
     exec(compile(code, "docs/api.md", "exec"), {})
     assert (tmp_path / "export" / "config.json").is_file()
+
+
+def _minilm_like(tiny_data, root):
+    """A small checkpoint in MiniLM's layout (sentence-transformers: a bare ``BertModel``, no MLM head,
+    no ``bert.`` prefix), with tiny_data's tokenizer, and a text file to continue it on."""
+    import shutil
+
+    import torch
+    import transformers
+
+    d = root / "all-MiniLM-L6-v2"
+    vocab = len((tiny_data / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    conf = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=64, max_position_embeddings=128)
+    torch.manual_seed(0)
+    transformers.BertModel(conf).save_pretrained(d)
+    for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
+        shutil.copyfile(tiny_data / n, d / n)
+    return d
+
+
+def test_the_notebook_example_continues_a_checkpoint_without_a_head_and_fills_a_mask(tiny_data, tmp_path, capsys):
+    source = _minilm_like(tiny_data, tmp_path)
+    code = (_blocks()[2].replace(".cache/all-MiniLM-L6-v2", str(source)).replace("/tmp/td-nb", str(tmp_path))
+            .replace('["my-text.txt"]', repr([str(tiny_data.parent / "corpus.txt")])))
+    exec(compile(code, "docs/api.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "2 32 MLM head fresh: True", out
+    filled = eval(out[-1])  # the five best tokens for the mask
+    assert len(filled) == 5 and all(isinstance(t, str) for t in filled)
+    assert (tmp_path / "run" / "source" / "config.json").is_file()
+
+
+def test_build_model_of_an_unresolved_source_says_how_in_one_line(tiny_data, tmp_path):
+    import pytest
+
+    source = _minilm_like(tiny_data, tmp_path)
+    cfg = tokendrop.load_config("continue", [f"model.init={str(source)!r}"])
+    with pytest.raises(tokendrop.ConfigError, match=r"model.init: the shape of .* is not resolved yet; "
+                                                    r"build_model\(resolve_model\(cfg.model\)") as e:
+        tokendrop.build_model(cfg.model, cfg.drop)
+    assert "\n" not in str(e.value)
+    model = tokendrop.build_model(tokendrop.resolve_model(cfg.model), cfg.drop)
+    assert model.config.num_layers == 2 and model.config.init == str(source)
+    with pytest.raises(tokendrop.InteropError, match="task 'mlmx' is not one of mlm, classification, qa"):
+        tokendrop.load_pretrained(source, "mlmx")
+    clf, info = tokendrop.load_pretrained(source, "classification", num_labels=3)
+    assert info["head_fresh"] is False and "classifier.weight" in info["fresh"]

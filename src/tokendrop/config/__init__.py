@@ -49,7 +49,7 @@ from tokendrop.value_schedule import DECAYS
 # the data; the run's config.toml records the value used): dotted name -> that default
 FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
 DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
-DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio
+DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio (at most its steps)
 # train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always written
 REPORT_TO = ("jsonl", "tensorboard", "wandb", "mlflow")
 LR_SCHEDULES = ("linear", "wsd")  # train.lr_schedule (tokendrop.train.schedules.LRSchedule)
@@ -165,7 +165,7 @@ class TrainConfig:
     batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
     micro_batch_size: int = 0  # per rank and forward pass; 0 -> batch_size // world_size
     lr: float = 1e-4
-    warmup_steps: int = -1  # -1 = unset: 100, or from warmup_ratio
+    warmup_steps: int = -1  # -1 = unset: 100 (at most train.steps), or from warmup_ratio
     warmup_ratio: float = 0.0  # warm-up as a share of the run's steps (or of its time budget)
     # linear (warm-up, linear decay to 0) | wsd (warm-up, stable, then decay over the last
     # decay_share of the run, shape decay_shape: 1-sqrt | linear); tokendrop.train.schedules
@@ -206,9 +206,10 @@ class TrainConfig:
     # in a row stop the run with an error (its weights are never saved as a checkpoint)
     max_nonfinite_steps: int = 3
     # global batch warm-up (ModernBERT's; tokendrop.train.schedules): from batch_warmup_start sequences
-    # (0 = off) up to batch_size over batch_warmup_tokens tokens or the batch_warmup_share of the run,
-    # by the number of micro-batches accumulated per step
-    batch_warmup_start: int = 0
+    # (0 = off; a number in (0, 1) is a share of batch_size: 0.5 = half, whatever the batch) up to
+    # batch_size over batch_warmup_tokens tokens or the batch_warmup_share of the run, by the number of
+    # micro-batches accumulated per step
+    batch_warmup_start: int | float = 0
     batch_warmup_tokens: int = 0
     batch_warmup_share: float = 0.0
     # the clock train.time_budget is measured with: "wall" (elapsed seconds) | "process" (CPU
@@ -226,8 +227,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps == 0 and not (self.time_budget or self.tokens or self.epochs):
             self.steps = DEFAULT_STEPS
-        if self.warmup_steps == -1 and not self.warmup_ratio:
-            self.warmup_steps = DEFAULT_WARMUP_STEPS
+        if self.warmup_steps == -1 and not self.warmup_ratio:  # the default, never longer than the run
+            self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps) if self.steps > 0 else DEFAULT_WARMUP_STEPS
 
     def _validate_length(self) -> None:
         """At most one of steps/tokens/epochs/time_budget; the ratio or the steps of the warm-up."""
@@ -311,9 +312,16 @@ def _recipe_error(tc) -> str:
     """The one-line error of a ``TrainConfig``'s batch warm-up / budget clock fields ("" if valid)."""
     if tc.budget_clock not in BUDGET_CLOCKS:
         return f"train.budget_clock: expected one of {', '.join(BUDGET_CLOCKS)}, got {tc.budget_clock!r}"
-    if not 0 <= tc.batch_warmup_start <= tc.batch_size:
-        return (f"train.batch_warmup_start: expected a global batch in (0, train.batch_size={tc.batch_size}] "
-                f"(0 = no warm-up), got {tc.batch_warmup_start}")
+    v = tc.batch_warmup_start
+    if isinstance(v, float) and not (0.0 < v < 1.0):
+        return (f"train.batch_warmup_start: expected a number of sequences (an integer) or a share of "
+                f"train.batch_size in (0, 1), got {v!r}")
+    if v < 0:
+        return f"train.batch_warmup_start: expected a global batch > 0 (0 = no warm-up), got {v}"
+    if v > tc.batch_size:
+        return (f"train.batch_warmup_start: {v} sequences is more than the batch itself "
+                f"(train.batch_size = {tc.batch_size}); set train.batch_warmup_start <= "
+                f"{tc.batch_size}, or a share of the batch such as 0.5")
     if tc.batch_warmup_tokens < 0:
         return f"train.batch_warmup_tokens: expected a number of tokens >= 0, got {tc.batch_warmup_tokens}"
     if not 0.0 <= tc.batch_warmup_share < 1.0:

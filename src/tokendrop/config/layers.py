@@ -20,6 +20,7 @@ ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
         {"steps": bool, "tokens": bool, "epochs": bool, "time_budget": bool},  # the run's length
         {"warmup_steps": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
          "warmup_ratio": bool},  # the learning-rate warm-up
+        {"batch_warmup_tokens": bool, "batch_warmup_share": bool},  # the batch warm-up's length
     ),
 }
 

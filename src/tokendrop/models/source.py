@@ -27,7 +27,7 @@ from tokendrop.data.masking import unigram_note
 from tokendrop.data.tokenizer import has_tokenizer_files
 from tokendrop.errors import InitError, InteropError
 from tokendrop.models.bert.model import BertForMaskedLM
-from tokendrop.models.families import build_model, spec_of, task_of
+from tokendrop.models.families import TASKS, build_model, spec_of, task_of
 from tokendrop.models.hf import TOKENIZER_FILES, model_config_from_hf, save_pretrained, save_source_files
 from tokendrop.models.weights import (
     InitReport,
@@ -58,6 +58,8 @@ __all__ = [
     "resolve_model_init",
     "load_init_weights",
     "load_source_weights",
+    "load_pretrained",
+    "resolve_model",
     "save_source_files",
     "read_source_tensors",
 ]
@@ -322,19 +324,47 @@ def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]
 find_checkpoint = latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
 
 
-def load_pretrained(path: str | os.PathLike, cls: type, **head_kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
-    """Build ``cls`` (one of our model classes) from a tokendrop run/checkpoint dir (its checkpoint
-    verified) or a Hugging Face BERT dir.  Encoder weights must all be there; heads missing from the
-    file are fresh.  -> (model, {"model_config", "tokenizer", "fresh", "source", "path", "hf_config"})."""
+def load_pretrained(path: str | os.PathLike, task: str | type = "mlm", drop: DropConfig | None = None,
+                    **head_kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
+    """A model shaped and loaded from a source: a tokendrop run or checkpoint dir (its checkpoint
+    verified) or a Hugging Face BERT / ModernBERT dir (a published checkpoint such as MiniLM).
+
+    ``task``: "mlm" (``drop``: its token dropping, on in training mode), "classification"
+    (``num_labels=``) or "qa", or one of our model classes.  Encoder weights must all be there;
+    heads missing from the file are fresh (``info["fresh"]``; an MLM head among them needs the
+    warm-up ``pretrain`` gives it, ``info["head_fresh"]``).  -> (model, {"model_config",
+    "tokenizer", "fresh", "head_fresh", "source", "path", "hf_config", "notes"})."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InteropError(f"load_pretrained: path must be a directory path (str or Path), got {type(path).__name__}")
     p = Path(path)
     if not p.exists():
         raise InteropError(f"{p}: no such model directory")
+    if isinstance(task, str) and task not in TASKS:
+        raise InteropError(f"load_pretrained: task {task!r} is not one of {', '.join(TASKS)}")
+    task = task if isinstance(task, str) else task_of(task)
+    if drop is not None and task != "mlm":
+        raise InteropError(f"load_pretrained: drop= applies to task 'mlm' only, not {task!r}")
     src = resolve_init_source(str(p))
-    model = build_model(src.model, task=task_of(cls), **head_kwargs)  # the family's class for cls's task
+    model = build_model(src.model, drop, task=task, **head_kwargs)  # the family's class for the task
     report = load_source_weights(src, model)
     tok = src.tokenizer_dir if src.tokenizer_dir is not None and has_tokenizer_files(src.tokenizer_dir) else None
-    return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh, "source": src.kind,
-                   "path": str(src.path), "hf_config": src.hf_config}
+    head = {id(q) for q in model.head_parameters()} if task == "mlm" else set()
+    head_fresh = any(id(q) in head for n, q in model.named_parameters() if n in set(report.fresh))
+    return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh, "head_fresh": head_fresh,
+                   "source": src.kind, "path": str(src.path), "hf_config": src.hf_config, "notes": report.notes}
+
+
+def resolve_model(cfg: ModelConfig) -> ModelConfig:
+    """A ``[model]`` section whose shape comes from ``model.init`` -> the section with the source's
+    shape filled in (the source is read: config.json and a hash of its weights), ready for
+    ``build_model``; fields given that contradict the source are a ConfigError naming them.  A section
+    without ``init`` is returned as it is.  (``pretrain`` does this itself; the weights are loaded by
+    ``load_pretrained``.)"""
+    if not isinstance(cfg, ModelConfig):
+        raise ConfigError(f"resolve_model: expected a ModelConfig (cfg.model of load_config), got {type(cfg).__name__}")
+    if not cfg.init or cfg.resolved:
+        return cfg
+    return resolve_model_init(cfg, resolve_init_source(cfg.init))
 
 
 def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from tokendrop.data.masking import unigram_note  # noqa: F401 -- used by the trainer's lines
 from tokendrop.dropping.flops import flop_ratio
+from tokendrop.train.schedules import batch_warmup_line
 
 LOG_FILE = "log.txt"
 
@@ -211,7 +212,9 @@ def pretrain_banner(cfg, *, run_dir, start_step: int, params: int, data, world: 
              f"  length    {length_line(tc, n_train, T)}",
              f"  warm-ups  MLM-head: {head_warmup}; importance: {importance}",
              f"  batch     {tc.batch_size} sequences per step = {micro_bs} per micro-batch x {accum} accumulated"
-             + (f" x {world} ranks" if world > 1 else ""),
+             + (f" x {world} ranks" if world > 1 else "") + batch_warmup_line(tc)
+             + (f"; length warm-up from {cfg.data.seq_len_start} tokens over the first {cfg.data.seq_len_warmup_share:g} "
+                "of the run" if cfg.data.seq_len_start else ""),
              f"  lr        {lr_line(tc)}",
              f"  device    {device}, {precision}, "
              + (f"{world} processes ({parallel})" if world > 1 else "1 process") + f", {threads} CPU thread(s)"

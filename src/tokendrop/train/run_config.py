@@ -25,6 +25,7 @@ from tokendrop.train.budget import resolved_train
 from tokendrop.config import Config, ConfigError
 from tokendrop.data.mixture import open_data
 from tokendrop.train.continued import check_vocabulary
+from tokendrop.train.schedules import batch_warmup_start
 from tokendrop.models.source import InitSource, positions_error, resolve_init_source, resolve_model_init
 
 
@@ -54,6 +55,7 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
         out.train = resolved_train(out.train, data.num_sequences("train"), data.seq_len, world)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    check_warmups_fit(out.train, data.seq_len)
     m = out.model
     field, where = ("data.path", out.data.path) if out.data.path else ("data.paths", ", ".join(out.data.paths))
     if m.vocab_size == 0:
@@ -80,6 +82,24 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
                               f"{where}; leave model.pad_token_id unset (the data's id is used)")
         m.pad_token_id = pad
     return out.validate()
+
+
+def check_warmups_fit(tc, seq_len: int) -> None:
+    """Every warm-up counted in steps or tokens fits in the run it belongs to (one that is longer
+    would never end: the learning rate never reaches its peak, the batch never its size); shares are
+    checked by the config.  A time-budgeted run's length in steps is not known in advance: its
+    warm-ups are not checked.  ConfigError naming both settings."""
+    if not tc.steps or tc.time_budget:
+        return
+    if tc.warmup_steps > tc.steps:
+        raise ConfigError(f"train.warmup_steps: the learning-rate warm-up ({tc.warmup_steps} steps) is longer than "
+                          f"the run (train.steps = {tc.steps}); set train.warmup_steps <= {tc.steps}, or a share "
+                          "of the run: train.warmup_ratio = 0.1")
+    tokens = tc.steps * tc.batch_size * seq_len
+    if batch_warmup_start(tc) and tc.batch_warmup_tokens > tokens:
+        raise ConfigError(f"train.batch_warmup_tokens: the batch warm-up ({tc.batch_warmup_tokens:,} tokens) is longer "
+                          f"than the run ({tc.steps} steps x {tc.batch_size} x {seq_len} = {tokens:,} tokens); set "
+                          f"train.batch_warmup_tokens <= {tokens}, or a share of the run: train.batch_warmup_share")
 
 
 def open_run_data(cfg: Config, src: InitSource | None, new_run: bool = True, world: int = 1):

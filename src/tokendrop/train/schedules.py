@@ -144,6 +144,25 @@ class BatchWarmup:
         return batch_at(self.ramp(p, tokens_seen), self.start, self.final, self.unit) if self.active else self.final
 
 
+def batch_warmup_start(tc) -> int:
+    """``train.batch_warmup_start`` in sequences: a share of ``train.batch_size`` (a number in (0, 1))
+    floored, at least 1; an integer as it is (0: no warm-up)."""
+    v = tc.batch_warmup_start
+    return max(1, int(v * tc.batch_size)) if isinstance(v, float) and 0.0 < v < 1.0 else int(v)
+
+
+def batch_warmup_line(tc, world: int = 1) -> str:
+    """The banner's words for the batch warm-up ("" when there is none)."""
+    start = batch_warmup_start(tc)
+    if not 0 < start < tc.batch_size:
+        return ""
+    share = isinstance(tc.batch_warmup_start, float)
+    how = f" ({tc.batch_warmup_start:g} of it)" if share else ""
+    over = (f"the first {tc.batch_warmup_tokens:,} tokens" if tc.batch_warmup_tokens
+            else f"the first {tc.batch_warmup_share:g} of the run")
+    return f"; warm-up from {start}{how} over {over}"
+
+
 def lr_schedule(train_cfg) -> LRSchedule:
     """The LR schedule of a ``TrainConfig``."""
     share = 0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)  # ratio of a time budget
@@ -157,4 +176,5 @@ def mask_schedule(data_cfg) -> ValueSchedule:
 
 
 __all__ = ["warmup_ramp", "lr_linear_steps", "wsd_shape", "LRSchedule", "lr_schedule", "mask_schedule", "divisors",
-           "seq_len_at", "batch_at", "SeqLenWarmup", "BatchWarmup"]
+           "seq_len_at", "batch_at", "SeqLenWarmup", "BatchWarmup", "batch_warmup_start",
+           "batch_warmup_line"]

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 from tokendrop.config import Config, ConfigError
 from tokendrop.data.pieces import MIN_PIECE
-from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup
+from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_warmup_start
 
 
 def default_micro_batch(cfg: Config, per_rank: int, world: int) -> int:
     """The per-rank micro-batch when ``train.micro_batch_size`` is 0: the per-rank batch, or with a
     batch warm-up the largest divisor of it and of the warm-up's starting batch per rank."""
-    start = cfg.train.batch_warmup_start
+    start = batch_warmup_start(cfg.train)
     if not start or start >= cfg.train.batch_size:
         return per_rank
     if start % world:
@@ -57,7 +57,7 @@ class StepPlan:
                                   f"prepared sequence length {T}; expected e.g. {max(MIN_PIECE, T // 4)}")
         self.seq = SeqLenWarmup(dc.seq_len_start, dc.seq_len_warmup_share, T)
         unit = micro_bs * world
-        start = tc.batch_warmup_start
+        start = batch_warmup_start(tc)
         if start and start % unit:
             raise ConfigError(f"train.batch_warmup_start: {start} is not a multiple of the micro-batch {micro_bs} x "
                               f"{world} ranks; set train.micro_batch_size to a divisor of it")

@@ -447,7 +447,10 @@ def resolve_preset(name_or_path: str | os.PathLike, relative_to: Path | None = N
             return c
     if p.is_dir():
         raise ConfigError(f"config: {p} is a directory; expected a preset name or a .toml file")
-    raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in {config_dir()})")
+    names = sorted(c.stem for c in config_dir().glob("*.toml")) if config_dir().is_dir() else []
+    hint = difflib.get_close_matches(p.stem if p.suffix == ".toml" else str(name_or_path), names, n=1)
+    extra = f"; did you mean {hint[0]!r}?" if hint and os.sep not in str(name_or_path) else ""
+    raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in {config_dir()}){extra}")
 
 
 def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -535,6 +538,21 @@ def _factory_table(f: dataclasses.Field, tp: type) -> dict[str, Any]:
     return out
 
 
+def _close_key(key: str, cls: type, fields: dict[str, dataclasses.Field]) -> str:
+    """The key of ``cls`` closest to an unknown ``key``: its own fields, and the dotted keys of its
+    sections (``datapath`` -> ``data.path``, ``batch_size`` at the top -> ``train.batch_size``)."""
+    hints = typing.get_type_hints(cls)
+    keys = {name: name for name in fields}
+    for name in fields:
+        if dataclasses.is_dataclass(hints[name]):
+            for f in dataclasses.fields(hints[name]):
+                keys.setdefault(f"{name}.{f.name}", f"{name}.{f.name}")
+                keys.setdefault(f"{name}{f.name}", f"{name}.{f.name}")  # the dot left out
+                keys.setdefault(f.name, f"{name}.{f.name}")  # the section left out
+    best = difflib.get_close_matches(key, list(keys), n=1)
+    return keys[best[0]] if best else ""
+
+
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -542,8 +560,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     for key, value in data.items():
         where = f"{prefix}{key}"
         if key not in fields:
-            hint = difflib.get_close_matches(key, list(fields), n=1)
-            extra = f"; did you mean '{prefix}{hint[0]}'?" if hint else f"; expected one of {', '.join(fields)}"
+            sub = next(iter(value), "") if isinstance(value, dict) and len(value) == 1 else ""
+            hint = _close_key(f"{key}.{sub}" if sub else key, cls, fields)  # trian.steps -> train.steps
+            extra = f"; did you mean '{prefix}{hint}'?" if hint else f"; expected one of {', '.join(fields)}"
             raise ConfigError(f"unknown config key {where!r}{extra}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):

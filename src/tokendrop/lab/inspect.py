@@ -569,7 +569,9 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
     """Write the inspection of ``run_dir`` into ``out_dir`` (default ``RUN_DIR/inspect``); -> out dir.
 
     An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
-    inspection (never a file, or a directory holding the run); written atomically, under a lock."""
+    inspection (never a file, or a directory holding the run); written atomically, under a lock.
+    Its figures need matplotlib: checked before the run is read."""
+    pyplot()
     rv = load_run(run_dir)
     out = Path(out_dir) if out_dir else rv.run_dir / "inspect"
     with rundir.lock(out, InspectError):

@@ -41,7 +41,9 @@ _save = save_figure
 
 
 def summarize(run_dir: Path) -> dict[str, Any]:
-    """Final numbers of a run from its metrics (median throughput excludes the first 10% of logs)."""
+    """Final numbers of a run from its metrics: throughput is the run's tokens over its training
+    wall time (runs written before the tokens were logged: the median of the logged intervals' rates,
+    the first 10% left out)."""
     recs = _read(run_dir)
     train = [r for r in recs if "loss" in r]
     evals = [r for r in recs if "eval_loss" in r]
@@ -57,7 +59,8 @@ def summarize(run_dir: Path) -> dict[str, Any]:
         # CPU seconds of the training process over the same steps (runs written before it was recorded: None)
         "cpu_time_s": cpu,
         "unigram_entropy": start.get("unigram_entropy"),
-        "tokens_per_s": tps[len(tps) // 2] if tps else 0.0,
+        "tokens_per_s": (train[-1]["tokens"] / train[-1]["wall_time"] if train and train[-1].get("tokens")
+                         and train[-1].get("wall_time") else tps[len(tps) // 2] if tps else 0.0),
         "step_time_s": step_t[len(step_t) // 2] if step_t else 0.0,
         "final_train_loss": train[-1]["loss"] if train else float("nan"),
         "final_eval_loss": evals[-1]["eval_loss"] if evals else float("nan"),
@@ -90,7 +93,7 @@ def write_run_report(run_dir: str | os.PathLike) -> Path:
     lines = [
         f"# Pretraining run `{run_dir.name}`",
         "",
-        "| steps | wall time (s) | tokens/s (median) | step time (s) | final train loss | final eval loss | eval acc | FLOPs |",
+        "| steps | wall time (s) | tokens/s | step time (s) | final train loss | final eval loss | eval acc | FLOPs |",
         "|---|---|---|---|---|---|---|---|",
         f"| {s['steps']} | {s['wall_time_s']:.1f} | {s['tokens_per_s']:.0f} | {s['step_time_s']:.3f} | "
         f"{s['final_train_loss']:.4f} | {s['final_eval_loss']:.4f} | {s['final_eval_acc']:.4f} | {s['total_flops']:.3g} |",

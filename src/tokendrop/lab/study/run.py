@@ -46,6 +46,7 @@ from tokendrop.lab.study.tables import (
 )
 from tokendrop.lab.study.workers import run_parallel
 from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs.plotting import pyplot
 from tokendrop.train.report import write_run_report
 from tokendrop.runs.trackers import flat
 from tokendrop.train.trainer import pretrain
@@ -133,6 +134,7 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
     OUT is locked for the call; an existing OUT of a study is continued, and with ``overwrite``
     started over; any other non-empty directory is refused (``tokendrop.runs.rundir.prepare_output``).
     """
+    pyplot()  # the report's figures need matplotlib: refused before any run, not after the last
     threads = torch.get_num_threads()  # pretrain's train.threads sets it process-wide
     try:
         with rundir.lock(Path(out).resolve(), StudyError):

@@ -7,6 +7,8 @@
 * logging: the kept fraction and a summary of the importance vector join every log record
   (``trainer.state.log_history`` and the callbacks after this one; see docs/transformers.md for the
   reporting integrations);
+* a model whose MLM head is untrained while its encoder is (a checkpoint without the head): one
+  line on stderr at the start naming the remedy (``tokendrop.transformers.head``);
 * checkpoints: ``token_dropping.safetensors`` + ``token_dropping.json`` in every
   ``checkpoint-N`` folder (rank 0), restored when ``trainer.train(resume_from_checkpoint=...)``
   resumes, so the run continues exactly.
@@ -15,12 +17,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from tokendrop.transformers.collator import MaskingRateCollator
+from tokendrop.transformers.head import FRESH_HEAD_NOTE, mlm_head_is_fresh
 from tokendrop.transformers.options import TokenDroppingError
 from tokendrop.transformers.patch import state_of
 from tokendrop.transformers.state import STATE_JSON, load_state, save_state
@@ -60,6 +64,8 @@ class TokenDroppingCallback(TrainerCallback):
             self.collator = _find_collator(train_dataloader)
         if state.max_steps > 0:
             st.total_steps = state.max_steps
+        if state.global_step == 0 and args.should_log and mlm_head_is_fresh(model):  # a checkpoint without its head
+            print(FRESH_HEAD_NOTE, file=sys.stderr, flush=True)
         if state.global_step > 0:  # resuming: the state saved with the checkpoint Trainer resumed from
             load_state(st, self._checkpoint_dir(args, state))
             if st.step != state.global_step:

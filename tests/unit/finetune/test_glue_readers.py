@@ -188,3 +188,21 @@ def test_ax_and_squad_dev_without_examples_are_refused(tmp_path):
     sq.write_text(json.dumps({"version": "1.1", "data": []}))
     with pytest.raises(FinetuneError, match=rf"^{sq}: no questions"):
         read_squad(sq, 1)
+
+
+def test_a_task_given_another_tasks_data_says_they_do_not_match(tmp_path):
+    import pytest
+
+    from tokendrop.finetune.common import FinetuneError
+    from tokendrop.finetune.tasks import TASKS
+
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / name).write_text("sentence\tlabel\na fine film\t1\na dull film\t0\n", encoding="utf-8")
+    with pytest.raises(FinetuneError, match=r"train.tsv:1: header lacks column\(s\) #1 String, #2 String, Quality "
+                                            r"\(found: sentence, label\); the task and the data do not match: this is "
+                                            r"sst2 data, not mrpc's \(pass --task sst2, or mrpc's own files\)$") as e:
+        TASKS["mrpc"].load(tmp_path)
+    assert "\n" not in str(e.value)
+    (tmp_path / "train.tsv").write_text("text\tlabel\nx\t1\n", encoding="utf-8")  # no task's layout: no hint
+    with pytest.raises(FinetuneError, match=r"\(found: text, label\)$"):
+        TASKS["mrpc"].load(tmp_path)

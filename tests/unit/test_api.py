@@ -71,6 +71,14 @@ def test_the_notebook_example_continues_a_checkpoint_without_a_head_and_fills_a_
     filled = eval(out[-1])  # the five best tokens for the mask
     assert len(filled) == 5 and all(isinstance(t, str) for t in filled)
     assert (tmp_path / "run" / "source" / "config.json").is_file()
+    # its export's model card: the source by its name, how it was trained, the measured eval loss
+    tokendrop.export(tmp_path / "run", tmp_path / "export")
+    card = (tmp_path / "export" / "README.md").read_text(encoding="utf-8")
+    (source,) = [line for line in card.splitlines() if line.startswith("| source |")]
+    assert source.startswith("| source | continued from `all-MiniLM-L6-v2` (weights sha256 ") and str(tmp_path) not in source
+    assert "| trained with | `tokendrop.pretrain` from Python (its settings: the run's `config.toml`, preset " \
+           "`continue`) |" in card
+    assert "| final eval MLM loss | " in card
 
 
 def test_build_model_of_an_unresolved_source_says_how_in_one_line(tiny_data, tmp_path):

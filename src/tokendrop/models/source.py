@@ -419,6 +419,16 @@ def _run_facts(ck: Path) -> dict[str, Any]:
             "seq_len": start.get("seq_len")}
 
 
+def source_name(init: str) -> str:
+    """How a model card names a ``model.init``: a Hub name as it is, a local directory by its own name
+    (a relative or cache path means nothing where the export goes; the sha256 beside it identifies it)."""
+    p = Path(init)
+    if not p.exists() and _looks_like_hub_name(init):
+        return init
+    p = p.resolve() if p.exists() else p
+    return p.parent.parent.name if p.parent.name == "checkpoints" else p.name or init
+
+
 def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str = "",
                facts: dict[str, Any] | None = None) -> str:
     """README.md of an export: the architecture and how to load it; for a tokendrop checkpoint its
@@ -435,7 +445,8 @@ def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str =
         data = c.get("data", {})
         T = f["seq_len"]
         dense = not DropConfig(method=d.get("method", "none"), variant=d.get("variant", "drop")).enabled
-        rows += [("source", f"continued from `{c['model']['init']}` (sha256 {c['model'].get('init_sha256', '')[:12]})"
+        rows += [("source", f"continued from `{source_name(c['model']['init'])}` (weights sha256 "
+                            f"{c['model'].get('init_sha256', '')[:12]})"
                   if c.get("model", {}).get("init") else "random initialisation (pretrained from scratch)"),
                  ("data", f"`{data.get('path') or ', '.join(data.get('paths', []))}`"),
                  ("length", f"step {f['step']} of {tc.get('steps') or tc.get('time_budget')}, "
@@ -448,8 +459,9 @@ def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str =
             note = unigram_note(f["eval"]["eval_loss"], f["entropy"])
             rows.append(("final eval MLM loss", f"{f['eval']['eval_loss']:.4f}, accuracy {f['eval']['eval_acc']:.4f} "
                                                 f"(step {f['eval']['step']})" + (f"; {note}" if note else "")))
-        if f["command"]:
-            rows.append(("trained with", f"`{f['command']}`"))
+        rows.append(("trained with", f"`{f['command']}`" if f["command"] else
+                     "`tokendrop.pretrain` from Python (its settings: the run's `config.toml`"
+                     + (f", preset `{c['name']}`" if c.get("name") else "") + ")"))
     else:
         rows.append(("source", f"`{info['path']}` ({info['source']})"))
     if command:

@@ -178,7 +178,8 @@ def length_line(tc, num_train: int, seq_len: int) -> str:
                 f"{tc.budget_clock}); steps as many as fit")
     tokens = tc.steps * tc.batch_size * seq_len
     epochs = tc.steps * tc.batch_size / num_train if num_train else float("nan")
-    how = tc.resolved_from.split(";")[0].split(":")[0] if tc.resolved_from else "train.steps"
+    how = next((part.split(":")[0].strip() for part in tc.resolved_from.split(";")
+                if part.strip().startswith(("train.tokens", "train.epochs"))), "train.steps")
     return f"{tc.steps:,} steps ({how}) = {fmt_count(tokens)} tokens, {epochs:.2f} epochs of the training split"
 
 

@@ -22,21 +22,22 @@ def _head_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     shared tensor once, under the embeddings)."""
     prefix = getattr(model, "base_model_prefix", "")
     if not prefix or not hasattr(model, prefix):
-        raise TokenDroppingError(f"warm_up_mlm_head: expected a transformers MLM model (BertForMaskedLM, "
-                                 f"ModernBertForMaskedLM), got {type(model).__name__}")
+        what = type(model).__name__
+        raise TokenDroppingError("warm_up_mlm_head: expected a transformers MLM model "
+                                 f"(BertForMaskedLM, ModernBertForMaskedLM), got {what}")
     return [(n, p) for n, p in model.named_parameters() if not n.startswith(prefix + ".")]
 
 
 def _untouched(norms: list[nn.Module]) -> bool:
-    return bool(norms) and all(bool((m.weight == 1).all()) and (m.bias is None or bool((m.bias == 0).all()))
-                               for m in norms)
+    return bool(norms) and all(bool((m.weight == 1).all())
+                               and (m.bias is None or bool((m.bias == 0).all())) for m in norms)
 
 
 def mlm_head_is_fresh(model: nn.Module) -> bool:
-    """Whether ``model``'s MLM head is as transformers initialises a missing one (every LayerNorm of
-    the head exactly 1 and 0, which training never leaves exactly) while its encoder is trained (some
-    encoder LayerNorm is not): a checkpoint loaded without its MLM head.  A model built from scratch
-    is fresh everywhere: False."""
+    """Whether ``model``'s MLM head is as transformers initialises a missing one (every LayerNorm
+    of the head exactly 1 and 0, which training never leaves exactly) while its encoder is trained
+    (some encoder LayerNorm is not): a checkpoint loaded without its MLM head.  A model built from
+    scratch is fresh everywhere: False."""
     prefix = getattr(model, "base_model_prefix", "") + "."
     norms = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.LayerNorm) and n]
     head = [m for n, m in norms if not n.startswith(prefix)]
@@ -44,21 +45,25 @@ def mlm_head_is_fresh(model: nn.Module) -> bool:
     return _untouched(head) and bool(encoder) and not _untouched(encoder)
 
 
-FRESH_HEAD_NOTE = ("tokendrop: this model's MLM head is untrained (its checkpoint had none, e.g. a sentence-transformers "
-                   "model; transformers' 'MISSING' keys above are that head) and its random gradients reach the encoder "
-                   "in the first steps: warm it up alone first with tokendrop.transformers.warm_up_mlm_head(model, "
-                   "trainer.get_train_dataloader(), steps=100), as tokendrop pretrain does (docs/transformers.md)")
+FRESH_HEAD_NOTE = ("tokendrop: this model's MLM head is untrained (its checkpoint had none, e.g. "
+                   "a sentence-transformers model; transformers' MISSING keys are that head) and "
+                   "its random gradients reach the encoder in the first steps: warm it up alone "
+                   "first with tokendrop.transformers.warm_up_mlm_head(model, "
+                   "trainer.get_train_dataloader(), steps=100), as tokendrop pretrain does "
+                   "(docs/transformers.md)")
 
 
-def warm_up_mlm_head(model: nn.Module, batches: Iterable[Mapping[str, Any]], steps: int = 100, lr: float = 1e-3,
-                     ) -> list[float]:
-    """Train ``model``'s MLM head alone (the encoder and the tied decoder weight frozen) for ``steps``
-    batches of ``batches`` (dicts a data collator yields: ``input_ids``, ``labels``, ...; cycled when
-    shorter); AdamW, a linear warm-up over the first 10% then linear decay to 0, as ``pretrain``'s
-    MLM-head warm-up.  -> the per-step losses.  ``requires_grad`` and the training mode are restored.
-    Call it before ``apply_token_dropping`` (or on the unpatched model): the warm-up does not drop."""
+def warm_up_mlm_head(model: nn.Module, batches: Iterable[Mapping[str, Any]], steps: int = 100,
+                     lr: float = 1e-3) -> list[float]:
+    """Train ``model``'s MLM head alone (the encoder and the tied decoder weight frozen) for
+    ``steps`` batches of ``batches`` (dicts a data collator yields: ``input_ids``, ``labels``, ...;
+    cycled when shorter); AdamW, a linear warm-up over the first 10% then linear decay to 0, as
+    ``pretrain``'s MLM-head warm-up.  -> the per-step losses.  ``requires_grad`` and the training
+    mode are restored.  Call it before ``apply_token_dropping``: a patched model in training mode
+    drops tokens in the warm-up too."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise TokenDroppingError(f"warm_up_mlm_head: steps must be a positive integer, got {steps!r}")
+        raise TokenDroppingError(f"warm_up_mlm_head: steps must be a positive integer, "
+                                 f"got {steps!r}")
     head = [p for _, p in _head_parameters(model)]
     head_ids = {id(p) for p in head}
     frozen = [p for p in model.parameters() if id(p) not in head_ids and p.requires_grad]
@@ -80,7 +85,8 @@ def warm_up_mlm_head(model: nn.Module, batches: Iterable[Mapping[str, Any]], ste
                 batch = next(it)
             for g in opt.param_groups:
                 g["lr"] = lr_linear_steps(len(losses), lr, warm, steps)
-            out = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+            out = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v
+                           for k, v in batch.items()})
             out.loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)

@@ -121,6 +121,17 @@ class TokenDroppingState:
     def total_steps(self, steps: int | None) -> None:
         self.plan.total_steps = steps
 
+    def __repr__(self) -> str:
+        """One line: the method and where it drops, the step, whether it is on; the importance
+        vector by its size (``.selector.scores`` holds it)."""
+        d = self.drop
+        n = None if self.selector is None else self.selector.scores.numel()
+        scores = "" if n is None else f", importance=<{n} scores>"
+        total = f"/{self.total_steps}" if self.total_steps else ""
+        return (f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in layers "
+                f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step {self.step}{total}, "
+                f"{'on' if self.enabled else 'off'}, sparse_prediction={self.sparse_prediction}{scores})")
+
     # -- schedule -------------------------------------------------------------------------------
 
     def advance(self, steps: int = 1) -> None:

@@ -68,3 +68,13 @@ def test_the_callback_names_a_fresh_head_and_the_remedy_in_one_line(tmp_path, ca
     warm_up_mlm_head(model.eval(), _batches(), steps=2)  # eval mode: the patch does not drop; the head moves
     TokenDroppingCallback().on_train_begin(args, state, None, model=model, train_dataloader=None)
     assert capsys.readouterr().err == ""
+
+
+def test_the_token_dropping_state_prints_in_one_readable_line(tmp_path):
+    from tokendrop.transformers import token_dropping_state
+
+    model, _ = _headless(tmp_path)
+    apply_token_dropping(model, special_ids={"pad": 0, "cls": 1, "sep": 2, "mask": 3}, total_steps=10)
+    text = repr(token_dropping_state(model))
+    assert text == ("TokenDroppingState(bert, cumulative/drop rate 0.5 in layers [0, 1) of 2, step 0/10, on, "
+                    "sparse_prediction=True, importance=<60 scores>)"), text

@@ -6,7 +6,7 @@ The public API (docs/api.md); every other module is internal and may change betw
 
     cfg = td.load_config("tiny", ["drop.method=cumulative", "drop.rate=0.5"])
     model = td.build_model(cfg.model, cfg.drop)        # any family's MLM model, dropping on in training
-    model, info = td.load_pretrained("all-MiniLM-L6-v2", "mlm", drop=cfg.drop)  # a source's shape + weights
+    model, info = td.load_pretrained("all-MiniLM-L6-v2", "mlm", drop=cfg.drop)  # shape + weights
     td.prepare(["corpus.txt"], "data/t128", seq_len=128, vocab_size=8000)
     td.pretrain(cfg, "runs/drop")                      # the trainer: packed data, exact resume, DDP/FSDP2
     td.export("runs/drop", "export/drop")              # a transformers directory
@@ -88,5 +88,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from tokendrop.finetune.suite import evaluate  # noqa: F401
     from tokendrop.finetune.trainer import finetune  # noqa: F401
     from tokendrop.models.families import FAMILIES, build_model  # noqa: F401
-    from tokendrop.models.source import export_hf as export, load_pretrained, resolve_model  # noqa: F401
+    from tokendrop.models.source import (  # noqa: F401
+        export_hf as export,
+        load_pretrained,
+        resolve_model,
+    )
     from tokendrop.runs.verify import verify_path as verify  # noqa: F401

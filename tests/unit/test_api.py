@@ -75,7 +75,8 @@ def test_the_notebook_example_continues_a_checkpoint_without_a_head_and_fills_a_
     tokendrop.export(tmp_path / "run", tmp_path / "export")
     card = (tmp_path / "export" / "README.md").read_text(encoding="utf-8")
     (source,) = [line for line in card.splitlines() if line.startswith("| source |")]
-    assert source.startswith("| source | continued from `all-MiniLM-L6-v2` (weights sha256 ") and str(tmp_path) not in source
+    assert source.startswith("| source | continued from `all-MiniLM-L6-v2` (weights sha256 "
+                             "") and str(tmp_path) not in source
     assert "| trained with | `tokendrop.pretrain` from Python (its settings: the run's `config.toml`, preset " \
            "`continue`) |" in card
     assert "| final eval MLM loss | " in card
@@ -86,13 +87,15 @@ def test_build_model_of_an_unresolved_source_says_how_in_one_line(tiny_data, tmp
 
     source = _minilm_like(tiny_data, tmp_path)
     cfg = tokendrop.load_config("continue", [f"model.init={str(source)!r}"])
-    with pytest.raises(tokendrop.ConfigError, match=r"model.init: the shape of .* is not resolved yet; "
+    with pytest.raises(tokendrop.ConfigError, match=r"model.init: the shape of .* is not resolved "
+                                                    r"yet; "
                                                     r"build_model\(resolve_model\(cfg.model\)") as e:
         tokendrop.build_model(cfg.model, cfg.drop)
     assert "\n" not in str(e.value)
     model = tokendrop.build_model(tokendrop.resolve_model(cfg.model), cfg.drop)
     assert model.config.num_layers == 2 and model.config.init == str(source)
-    with pytest.raises(tokendrop.InteropError, match="task 'mlmx' is not one of mlm, classification, qa"):
+    with pytest.raises(tokendrop.InteropError, match="task 'mlmx' is not one of mlm, "
+                                                     "classification, qa"):
         tokendrop.load_pretrained(source, "mlmx")
     clf, info = tokendrop.load_pretrained(source, "classification", num_labels=3)
     assert info["head_fresh"] is False and "classifier.weight" in info["fresh"]

@@ -49,7 +49,8 @@ from tokendrop.value_schedule import DECAYS
 # the data; the run's config.toml records the value used): dotted name -> that default
 FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
 DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
-DEFAULT_WARMUP_STEPS = 100  # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio (at most its steps)
+# train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio (at most its steps)
+DEFAULT_WARMUP_STEPS = 100
 # train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always written
 REPORT_TO = ("jsonl", "tensorboard", "wandb", "mlflow")
 LR_SCHEDULES = ("linear", "wsd")  # train.lr_schedule (tokendrop.train.schedules.LRSchedule)
@@ -205,10 +206,10 @@ class TrainConfig:
     # a step whose gradient norm is not finite is skipped (no update; counted and logged); this many
     # in a row stop the run with an error (its weights are never saved as a checkpoint)
     max_nonfinite_steps: int = 3
-    # global batch warm-up (ModernBERT's; tokendrop.train.schedules): from batch_warmup_start sequences
-    # (0 = off; a number in (0, 1) is a share of batch_size: 0.5 = half, whatever the batch) up to
-    # batch_size over batch_warmup_tokens tokens or the batch_warmup_share of the run, by the number of
-    # micro-batches accumulated per step
+    # global batch warm-up (ModernBERT's; tokendrop.train.schedules): from batch_warmup_start
+    # sequences (0 = off; a number in (0, 1) is a share of batch_size: 0.5 = half, whatever the
+    # batch) up to batch_size over batch_warmup_tokens tokens or the batch_warmup_share of the run,
+    # by the number of micro-batches accumulated per step
     batch_warmup_start: int | float = 0
     batch_warmup_tokens: int = 0
     batch_warmup_share: float = 0.0
@@ -227,8 +228,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps == 0 and not (self.time_budget or self.tokens or self.epochs):
             self.steps = DEFAULT_STEPS
-        if self.warmup_steps == -1 and not self.warmup_ratio:  # the default, never longer than the run
-            self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps) if self.steps > 0 else DEFAULT_WARMUP_STEPS
+        if self.warmup_steps == -1 and not self.warmup_ratio:  # the default: at most the run
+            self.warmup_steps = DEFAULT_WARMUP_STEPS
+            if self.steps > 0:
+                self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps)
 
     def _validate_length(self) -> None:
         """At most one of steps/tokens/epochs/time_budget; the ratio or the steps of the warm-up."""
@@ -448,9 +451,11 @@ def resolve_preset(name_or_path: str | os.PathLike, relative_to: Path | None = N
     if p.is_dir():
         raise ConfigError(f"config: {p} is a directory; expected a preset name or a .toml file")
     names = sorted(c.stem for c in config_dir().glob("*.toml")) if config_dir().is_dir() else []
-    hint = difflib.get_close_matches(p.stem if p.suffix == ".toml" else str(name_or_path), names, n=1)
+    typed = p.stem if p.suffix == ".toml" else str(name_or_path)
+    hint = difflib.get_close_matches(typed, names, n=1)
     extra = f"; did you mean {hint[0]!r}?" if hint and os.sep not in str(name_or_path) else ""
-    raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in {config_dir()}){extra}")
+    raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in "
+                      f"{config_dir()}){extra}")
 
 
 def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -561,8 +566,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         where = f"{prefix}{key}"
         if key not in fields:
             sub = next(iter(value), "") if isinstance(value, dict) and len(value) == 1 else ""
-            hint = _close_key(f"{key}.{sub}" if sub else key, cls, fields)  # trian.steps -> train.steps
-            extra = f"; did you mean '{prefix}{hint}'?" if hint else f"; expected one of {', '.join(fields)}"
+            hint = _close_key(f"{key}.{sub}" if sub else key, cls, fields)  # trian.steps
+            extra = (f"; did you mean '{prefix}{hint}'?" if hint
+                     else f"; expected one of {', '.join(fields)}")
             raise ConfigError(f"unknown config key {where!r}{extra}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):

@@ -166,11 +166,14 @@ class ModelConfig:
         (the numbers are the truth from here on, e.g. in a run's config.toml).  With ``init`` nothing
         is filled in: the fields hold what was given, and the source's shape replaces the rest when
         the command that runs resolves the source (``tokendrop.models.source.resolve_model_init``)."""
-        for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):  # a size given is a size
+        for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):  # given: a size
             v = getattr(self, key)
-            if key in self._given and not isinstance(v, bool) and isinstance(v, (int, float)) and v <= 0:
-                raise ConfigError(f"model.{key}: expected a positive integer, got {v}; a size is given, or comes "
-                                  "from model.preset (e.g. \"bert-base\") or model.init (a checkpoint's shape)")
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if key in self._given and number and v <= 0:
+                raise ConfigError(f"model.{key}: expected a positive integer, got {v}; a size is "
+                                  f"given, or comes "
+                                  "from model.preset (e.g. \"bert-base\") or model.init (a "
+                                  "checkpoint's shape)")
         name = self.preset or DEFAULT_MODEL_PRESET
         if name not in MODEL_PRESETS:
             raise ConfigError(f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}")

@@ -48,7 +48,7 @@ from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json, atomic_write_text, read_json
 from tokendrop.finetune.columns import AVERAGES, COLUMNS, GLUE_AVG, MAIN_COLUMN, SQUAD_AVG, table_columns
 from tokendrop.finetune.common import FinetuneError
-from tokendrop.finetune.tasks import get_task, refuse_empty, task_dir
+from tokendrop.finetune.tasks import get_task, load_task, refuse_empty, task_dir
 from tokendrop.finetune.tasks.squad import read_squad
 from tokendrop.finetune.trainer import finetune
 
@@ -488,7 +488,7 @@ def check_dev_sets(cfg: SuiteConfig, tasks: list[str] | None = None) -> dict[str
             path = task_dir(spec, fcfg.data) / spec.dev["dev"]
             splits = {"dev": refuse_empty(read_squad(path, spec.version)[0], path)}
         else:
-            splits = spec.load(fcfg.data, text_a=fcfg.text_a, text_b=fcfg.text_b, label=fcfg.label,
+            splits = load_task(spec, fcfg.data, text_a=fcfg.text_a, text_b=fcfg.text_b, label=fcfg.label,
                                labels=fcfg.labels or None, need_train=False,
                                skipped=[] if fcfg.skip_malformed else None).dev
         counts.update({f"{spec.name}/{split}": len(v) for split, v in splits.items()})

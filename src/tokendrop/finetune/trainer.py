@@ -43,7 +43,7 @@ from tokendrop.train.schedules import lr_linear_steps
 from tokendrop.finetune.columns import task_scores
 from tokendrop.finetune.common import FinetuneError, finetune_tokenizer
 from tokendrop.finetune.metrics import split_metrics
-from tokendrop.finetune.tasks import TASKS, Example, TaskSpec, get_task, subsample, task_dir
+from tokendrop.finetune.tasks import TASKS, Example, TaskSpec, get_task, load_task, subsample, task_dir
 from tokendrop.finetune.tasks.squad import build_features, postprocess, read_squad, squad_metrics
 
 LogFn = Callable[[str], None]
@@ -230,8 +230,8 @@ def _write_predictions(path: Path, spec: TaskSpec, examples: list[Example], pred
 def _finetune_sequence(cfg, spec: TaskSpec, model_path, out: Path, device, bf16, log) -> dict:
     """Classification or regression on (pairs of) sentences: train, then score every dev split."""
     skipped: list[str] | None = [] if cfg.skip_malformed else None
-    data = spec.load(cfg.data, text_a=cfg.text_a, text_b=cfg.text_b, label=cfg.label, labels=cfg.labels or None,
-                     skipped=skipped)
+    data = load_task(spec, cfg.data, text_a=cfg.text_a, text_b=cfg.text_b, label=cfg.label,
+                     labels=cfg.labels or None, skipped=skipped)
     spec = data.spec
     dev = {k: (spec, v) for k, v in data.dev.items()}
     files = dict(data.files)

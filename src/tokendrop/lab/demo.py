@@ -51,17 +51,21 @@ def _fmt_row(cols: list[str], widths: list[int]) -> str:
     return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths)))
 
 
-# ``tokendrop demo --quick``: the same job, shorter (a few minutes on 2 cores): fewer steps, a shorter
-# head warm-up and importance pass, one fine-tuning seed on fewer examples; its numbers are not the README's
-QUICK_PRETRAIN = ["train.steps=16", "train.warmup_steps=2", "train.eval_every=16", "train.ckpt_every=16",
-                  "train.eval_batches=4", "train.head_warmup_steps=8", "drop.importance_init_batches=4"]
+# ``tokendrop demo --quick``: the same job, shorter (a few minutes on 2 cores): fewer steps, a
+# shorter head warm-up and importance pass, one fine-tuning seed on fewer examples; its numbers are
+# not the README's
+QUICK_PRETRAIN = ["train.steps=16", "train.warmup_steps=2", "train.eval_every=16",
+                  "train.ckpt_every=16", "train.eval_batches=4", "train.head_warmup_steps=8",
+                  "drop.importance_init_batches=4"]
 QUICK_FINETUNE = ["max_train_examples=400"]
-# the 1-minute load average moving more than this between the arms makes their wall-clock ratio unreliable
+# the 1-minute load average moving more than this between the arms: their wall-clock ratio is
+# unreliable
 LOAD_CHANGE = 0.5
 
 
 def run_demo(out: str | Path = "runs/demo", steps: int = 0, finetune: bool = True, cache: str | Path = ".cache",
-             from_scratch: bool = False, seeds: int = 3, overwrite: bool = False, quick: bool = False) -> dict[str, Any]:
+             from_scratch: bool = False, seeds: int = 3, overwrite: bool = False,
+             quick: bool = False) -> dict[str, Any]:
     """The main job (continued pretraining of MiniLM); ``from_scratch`` runs the from-scratch demo (a 6x256 BERT from random weights).
     ``quick``: the continued demo shortened to a few minutes (``QUICK_PRETRAIN``, one seed on
     ``QUICK_FINETUNE``; ``steps`` and ``seeds`` still override).
@@ -227,8 +231,9 @@ def run_continued_demo(out: Path, steps: int = 0, finetune: bool = True, cache: 
                 if (cell / "metrics.json").is_file():
                     ft[name].append(json.loads((cell / "metrics.json").read_text()))
                     continue
-                fcfg = load_config("finetune-demo-continue", [f"data={json.dumps(str(task_dir))}", f"seed={seed}",
-                                                              *(QUICK_FINETUNE if quick else [])], cls=FinetuneConfig)
+                ov = [f"data={json.dumps(str(task_dir))}", f"seed={seed}",
+                      *(QUICK_FINETUNE if quick else [])]
+                fcfg = load_config("finetune-demo-continue", ov, cls=FinetuneConfig)
                 ft[name].append(run_finetune(fcfg, model, cell, overwrite=True))  # only a marked finetune dir
     print("[6/6] writing the report ...", flush=True)
     report, rows = compare_runs(runs, out, title="tokendrop demo: continued pretraining of all-MiniLM-L6-v2, "
@@ -308,24 +313,28 @@ def format_table(s: dict[str, Any]) -> str:
                      f"FLOP-bound speed-up {s['flop_bound_speedup']:.3f}x")
     loads = s.get("load_average") or {}
     moved = load_moved(loads)
-    wall = (f"by wall clock (each arm ran once, one after the other): wall time {s['wall_time_ratio']:.3f}x, tokens/s "
+    wall = (f"by wall clock (each arm ran once, one after the other): wall time "
+            f"{s['wall_time_ratio']:.3f}x, tokens/s "
             f"(tokens / training wall time) {s['measured_speedup']:.3f}x")
     if moved:
-        lines.append(f"{wall}: UNRELIABLE, the machine's load changed between the arms ({moved}); compare by CPU time")
+        lines.append(f"{wall}: UNRELIABLE, the machine's load changed between the arms ({moved}); "
+                     f"compare by CPU time")
     else:
         lines.append(f"{wall} = {100 * s['fraction_of_bound']:.0f}% of the bound")
     if loads:
         lines.append("load average (1 min) before/after each arm: " + "; ".join(
             f"{k} {v[0]:.1f}/{v[1]:.1f}" for k, v in loads.items()))
     if s.get("quick"):
-        lines.append("a quick run (tokendrop demo --quick: 16 steps, 1 fine-tuning seed on 400 examples): its numbers "
+        lines.append("a quick run (tokendrop demo --quick: 16 steps, 1 fine-tuning seed on 400 "
+                     "examples): its numbers "
                      "are not the README's; `tokendrop demo` runs the full job")
     return "\n".join(lines)
 
 
 def load_moved(loads: dict[str, list[float]]) -> str:
-    """"" when the arms ran at about the same load (the 1-minute load average before and after each
-    within ``LOAD_CHANGE`` of each other), else the spread that makes their wall-clock ratio unreliable."""
+    """"" when the arms ran at about the same load (the 1-minute load average before and after
+    each within ``LOAD_CHANGE`` of each other), else the spread that makes their wall-clock ratio
+    unreliable."""
     seen = [x for v in loads.values() for x in v if x == x]
     if len(loads) < 2 or not seen or max(seen) - min(seen) <= LOAD_CHANGE:
         return ""

@@ -48,9 +48,11 @@ def build_model(cfg: ModelConfig, drop: DropConfig | None = None, task: str = "m
     classes share one interface (forward signature, ``config``, ``mlm_nll``)."""
     if task not in TASKS:
         raise ValueError(f"build_model: unknown task {task!r}; expected one of {', '.join(TASKS)}")
-    if getattr(cfg, "shape_pending", False):  # model.init named a source whose shape is not read yet
-        raise ConfigError(f"model.init: the shape of {cfg.init} is not resolved yet; build_model(resolve_model(cfg.model), "
-                          "...) for its shape, or load_pretrained(SOURCE) for its shape and weights (tokendrop's API)")
+    if getattr(cfg, "shape_pending", False):  # model.init: a source whose shape is not read yet
+        raise ConfigError(f"model.init: the shape of {cfg.init} is not resolved yet; "
+                          f"build_model(resolve_model(cfg.model), "
+                          "...) for its shape, or load_pretrained(SOURCE) for its shape and "
+                          "weights (tokendrop's API)")
     cls = spec_of(cfg).classes[task]
     if task == "mlm":
         return cls(cfg, drop)

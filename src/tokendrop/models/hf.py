@@ -7,8 +7,9 @@ config of the model's family (``tokendrop.models.families.FAMILIES``: BERT's map
 class the export names with no missing MLM keys and nothing it does not expect: BERT's
 ``cls.predictions.bias`` is written (the reference TF->HF converter forgets it), and an MLM export
 leaves out what pretraining does not train and transformers' MLM class does not have (BERT's pooler:
-``FamilySpec.pretrain_frozen``), so ``AutoModelForMaskedLM`` and ``pipeline("fill-mask")`` load it with
-no report at all; a classifier built from it starts its pooler fresh, as transformers says.  A run continued from a published checkpoint (``model.init``) keeps that
+``FamilySpec.pretrain_frozen``), so ``AutoModelForMaskedLM`` and ``pipeline("fill-mask")`` load it
+with no report at all; a classifier built from it starts its pooler fresh, as transformers says.
+A run continued from a published checkpoint (``model.init``) keeps that
 checkpoint's ``config.json`` fields and tokenizer files, saved in ``RUN/source/`` when the run starts
 (:func:`save_source_files`).
 
@@ -161,7 +162,7 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
     spec = spec_of(cfg)
     task = task_of(model)
     arch = spec.hf_architectures[task]
-    frozen = spec.pretrain_frozen if task == "mlm" else ()  # not in transformers' MLM class (BERT's pooler)
+    frozen = spec.pretrain_frozen if task == "mlm" else ()  # not in transformers' MLM class
     sd = spec.to_hf({k: v.float().cpu() for k, v in model.state_dict().items()
                      if not any(k.startswith(f + ".") for f in frozen)})
     d = spec.hf_config(cfg, [arch])

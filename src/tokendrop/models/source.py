@@ -324,7 +324,8 @@ def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]
 find_checkpoint = latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
 
 
-def load_pretrained(path: str | os.PathLike, task: str | type = "mlm", drop: DropConfig | None = None,
+def load_pretrained(path: str | os.PathLike, task: str | type = "mlm",
+                    drop: DropConfig | None = None,
                     **head_kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
     """A model shaped and loaded from a source: a tokendrop run or checkpoint dir (its checkpoint
     verified) or a Hugging Face BERT / ModernBERT dir (a published checkpoint such as MiniLM).
@@ -335,7 +336,8 @@ def load_pretrained(path: str | os.PathLike, task: str | type = "mlm", drop: Dro
     warm-up ``pretrain`` gives it, ``info["head_fresh"]``).  -> (model, {"model_config",
     "tokenizer", "fresh", "head_fresh", "source", "path", "hf_config", "notes"})."""
     if not isinstance(path, (str, os.PathLike)):
-        raise InteropError(f"load_pretrained: path must be a directory path (str or Path), got {type(path).__name__}")
+        raise InteropError(f"load_pretrained: path must be a directory path (str or Path), got "
+                           f"{type(path).__name__}")
     p = Path(path)
     if not p.exists():
         raise InteropError(f"{p}: no such model directory")
@@ -345,23 +347,25 @@ def load_pretrained(path: str | os.PathLike, task: str | type = "mlm", drop: Dro
     if drop is not None and task != "mlm":
         raise InteropError(f"load_pretrained: drop= applies to task 'mlm' only, not {task!r}")
     src = resolve_init_source(str(p))
-    model = build_model(src.model, drop, task=task, **head_kwargs)  # the family's class for the task
+    model = build_model(src.model, drop, task=task, **head_kwargs)  # the family's class
     report = load_source_weights(src, model)
     tok = src.tokenizer_dir if src.tokenizer_dir is not None and has_tokenizer_files(src.tokenizer_dir) else None
     head = {id(q) for q in model.head_parameters()} if task == "mlm" else set()
     head_fresh = any(id(q) in head for n, q in model.named_parameters() if n in set(report.fresh))
-    return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh, "head_fresh": head_fresh,
-                   "source": src.kind, "path": str(src.path), "hf_config": src.hf_config, "notes": report.notes}
+    return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh,
+                   "head_fresh": head_fresh, "source": src.kind, "path": str(src.path),
+                   "hf_config": src.hf_config, "notes": report.notes}
 
 
 def resolve_model(cfg: ModelConfig) -> ModelConfig:
     """A ``[model]`` section whose shape comes from ``model.init`` -> the section with the source's
     shape filled in (the source is read: config.json and a hash of its weights), ready for
-    ``build_model``; fields given that contradict the source are a ConfigError naming them.  A section
-    without ``init`` is returned as it is.  (``pretrain`` does this itself; the weights are loaded by
-    ``load_pretrained``.)"""
+    ``build_model``; fields given that contradict the source are a ConfigError naming them.  A
+    section without ``init`` is returned as it is.  (``pretrain`` does this itself; the weights are
+    loaded by ``load_pretrained``.)"""
     if not isinstance(cfg, ModelConfig):
-        raise ConfigError(f"resolve_model: expected a ModelConfig (cfg.model of load_config), got {type(cfg).__name__}")
+        raise ConfigError(f"resolve_model: expected a ModelConfig (cfg.model of load_config), got "
+                          f"{type(cfg).__name__}")
     if not cfg.init or cfg.resolved:
         return cfg
     return resolve_model_init(cfg, resolve_init_source(cfg.init))
@@ -420,8 +424,9 @@ def _run_facts(ck: Path) -> dict[str, Any]:
 
 
 def source_name(init: str) -> str:
-    """How a model card names a ``model.init``: a Hub name as it is, a local directory by its own name
-    (a relative or cache path means nothing where the export goes; the sha256 beside it identifies it)."""
+    """How a model card names a ``model.init``: a Hub name as it is, a local directory by its own
+    name (a relative or cache path means nothing where the export goes; the sha256 beside it
+    identifies it)."""
     p = Path(init)
     if not p.exists() and _looks_like_hub_name(init):
         return init

@@ -214,7 +214,8 @@ def pretrain_banner(cfg, *, run_dir, start_step: int, params: int, data, world: 
              f"  warm-ups  MLM-head: {head_warmup}; importance: {importance}",
              f"  batch     {tc.batch_size} sequences per step = {micro_bs} per micro-batch x {accum} accumulated"
              + (f" x {world} ranks" if world > 1 else "") + batch_warmup_line(tc)
-             + (f"; length warm-up from {cfg.data.seq_len_start} tokens over the first {cfg.data.seq_len_warmup_share:g} "
+             + (f"; length warm-up from {cfg.data.seq_len_start} tokens over the first "
+                f"{cfg.data.seq_len_warmup_share:g} "
                 "of the run" if cfg.data.seq_len_start else ""),
              f"  lr        {lr_line(tc)}",
              f"  device    {device}, {precision}, "

@@ -42,8 +42,8 @@ _save = save_figure
 
 def summarize(run_dir: Path) -> dict[str, Any]:
     """Final numbers of a run from its metrics: throughput is the run's tokens over its training
-    wall time (runs written before the tokens were logged: the median of the logged intervals' rates,
-    the first 10% left out)."""
+    wall time (runs written before the tokens were logged: the median of the logged intervals'
+    rates, the first 10% left out)."""
     recs = _read(run_dir)
     train = [r for r in recs if "loss" in r]
     evals = [r for r in recs if "eval_loss" in r]
@@ -53,14 +53,18 @@ def summarize(run_dir: Path) -> dict[str, Any]:
     flops = sum(r.get("flops_per_step", 0) for r in train) / max(1, len(train))
     start = next((r for r in recs if r.get("event") == "start"), {})
     cpu = end[-1].get("cpu_time") if end else (train[-1].get("cpu_time") if train else None)
+    last = train[-1] if train else {}
+    if last.get("tokens") and last.get("wall_time"):
+        tokens_per_s = last["tokens"] / last["wall_time"]
+    else:
+        tokens_per_s = tps[len(tps) // 2] if tps else 0.0
     return {
         "steps": train[-1]["step"] if train else 0,
         "wall_time_s": end[-1]["wall_time"] if end else (train[-1]["wall_time"] if train else 0.0),
         # CPU seconds of the training process over the same steps (runs written before it was recorded: None)
         "cpu_time_s": cpu,
         "unigram_entropy": start.get("unigram_entropy"),
-        "tokens_per_s": (train[-1]["tokens"] / train[-1]["wall_time"] if train and train[-1].get("tokens")
-                         and train[-1].get("wall_time") else tps[len(tps) // 2] if tps else 0.0),
+        "tokens_per_s": tokens_per_s,
         "step_time_s": step_t[len(step_t) // 2] if step_t else 0.0,
         "final_train_loss": train[-1]["loss"] if train else float("nan"),
         "final_eval_loss": evals[-1]["eval_loss"] if evals else float("nan"),
@@ -93,7 +97,8 @@ def write_run_report(run_dir: str | os.PathLike) -> Path:
     lines = [
         f"# Pretraining run `{run_dir.name}`",
         "",
-        "| steps | wall time (s) | tokens/s | step time (s) | final train loss | final eval loss | eval acc | FLOPs |",
+        "| steps | wall time (s) | tokens/s | step time (s) | final train loss | final eval loss "
+        "| eval acc | FLOPs |",
         "|---|---|---|---|---|---|---|---|",
         f"| {s['steps']} | {s['wall_time_s']:.1f} | {s['tokens_per_s']:.0f} | {s['step_time_s']:.3f} | "
         f"{s['final_train_loss']:.4f} | {s['final_eval_loss']:.4f} | {s['final_eval_acc']:.4f} | {s['total_flops']:.3g} |",

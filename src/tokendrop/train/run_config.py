@@ -92,14 +92,19 @@ def check_warmups_fit(tc, seq_len: int) -> None:
     if not tc.steps or tc.time_budget:
         return
     if tc.warmup_steps > tc.steps:
-        raise ConfigError(f"train.warmup_steps: the learning-rate warm-up ({tc.warmup_steps} steps) is longer than "
-                          f"the run (train.steps = {tc.steps}); set train.warmup_steps <= {tc.steps}, or a share "
+        raise ConfigError(f"train.warmup_steps: the learning-rate warm-up ({tc.warmup_steps} "
+                          f"steps) is longer than "
+                          f"the run (train.steps = {tc.steps}); set train.warmup_steps <= "
+                          f"{tc.steps}, or a share "
                           "of the run: train.warmup_ratio = 0.1")
     tokens = tc.steps * tc.batch_size * seq_len
     if batch_warmup_start(tc) and tc.batch_warmup_tokens > tokens:
-        raise ConfigError(f"train.batch_warmup_tokens: the batch warm-up ({tc.batch_warmup_tokens:,} tokens) is longer "
-                          f"than the run ({tc.steps} steps x {tc.batch_size} x {seq_len} = {tokens:,} tokens); set "
-                          f"train.batch_warmup_tokens <= {tokens}, or a share of the run: train.batch_warmup_share")
+        raise ConfigError(f"train.batch_warmup_tokens: the batch warm-up "
+                          f"({tc.batch_warmup_tokens:,} tokens) is longer "
+                          f"than the run ({tc.steps} steps x {tc.batch_size} x {seq_len} = "
+                          f"{tokens:,} tokens); set "
+                          f"train.batch_warmup_tokens <= {tokens}, or a share of the run: "
+                          f"train.batch_warmup_share")
 
 
 def open_run_data(cfg: Config, src: InitSource | None, new_run: bool = True, world: int = 1):

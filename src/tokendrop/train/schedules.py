@@ -145,8 +145,8 @@ class BatchWarmup:
 
 
 def batch_warmup_start(tc) -> int:
-    """``train.batch_warmup_start`` in sequences: a share of ``train.batch_size`` (a number in (0, 1))
-    floored, at least 1; an integer as it is (0: no warm-up)."""
+    """``train.batch_warmup_start`` in sequences: a share of ``train.batch_size`` (a number in
+    (0, 1)) floored, at least 1; an integer as it is (0: no warm-up)."""
     v = tc.batch_warmup_start
     return max(1, int(v * tc.batch_size)) if isinstance(v, float) and 0.0 < v < 1.0 else int(v)
 

@@ -86,10 +86,12 @@ class PretrainResult:
     def __repr__(self) -> str:
         """One line: where, how far, how fast, the last evaluation; the importance vector and the
         history by their sizes (``.importance``, ``.history`` hold them)."""
-        state = "interrupted" if self.interrupted else "already finished" if self.already_finished else "finished"
+        state = ("interrupted" if self.interrupted else "already finished" if self.already_finished
+                 else "finished")
         ev = ", ".join(f"{k}={v:.4f}" for k, v in self.final_eval.items() if isinstance(v, float))
         imp = "None" if self.importance is None else f"<{self.importance.numel()} scores>"
-        return (f"PretrainResult({str(self.run_dir)!r}, {state} at step {self.steps}, {self.wall_time:.1f} s, "
+        return (f"PretrainResult({str(self.run_dir)!r}, {state} at step {self.steps}, "
+                f"{self.wall_time:.1f} s, "
                 f"{self.tokens_per_s:,.0f} tokens/s, final_eval: {{{ev}}}, importance={imp}, "
                 f"history=<{len(self.history)} records>)")
 
@@ -431,7 +433,8 @@ class _Trainer:
         self.cpu = float(self.meta_in.get("cpu_time", 0.0)) if self.meta_in else 0.0  # process CPU s of the steps
         self.used = self.wall  # training seconds so far (train.time_budget counts these)
         self.tokens_done = self.tokens_pending = self.pending = 0  # pending: steps since the host last waited
-        self.tokens_before = int(self.meta_in.get("tokens", 0)) if self.meta_in else 0  # the run's, before a resume
+        # the run's tokens before a resume
+        self.tokens_before = int(self.meta_in.get("tokens", 0)) if self.meta_in else 0
         self.train_time = 0.0
         self.history: list[dict[str, Any]] = []
         # non-finite steps (skipped by MLMStep), counted on the device: the current streak, the longest
@@ -550,7 +553,8 @@ class _Trainer:
         rec = {"step": self.step, "loss": out["loss"].item(), "acc": out["acc"].item(), "lr": r["lr"],
                "grad_norm": out["grad_norm"].item(), "kept_fraction": at.kept_fraction,
                "dropping": at.dropping, "step_time": self.dt, "tokens_per_s": self.tok_s, "wall_time": self.wall,
-               "cpu_time": self.cpu, "tokens": self.tokens_before + self.tokens_done,  # the run's, so far
+               "cpu_time": self.cpu,
+               "tokens": self.tokens_before + self.tokens_done,  # the run's, so far
                "flops_per_step": r["flops_per_step"], "flops": self.flops_total, "skipped_steps": self.skipped}
         if self.shapes.active:
             rec.update(seq_len=shape.seq_len, batch_size=shape.batch)

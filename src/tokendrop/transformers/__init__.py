@@ -7,8 +7,9 @@
 
 The patched model runs tokendrop's schedule (docs/design.md §2.2-2.3, §2.10-2.11) on transformers'
 own layer modules in training mode and is exactly the unpatched model in eval mode and in
-``save_pretrained``; ``remove_token_dropping`` undoes the patch.  A checkpoint without an MLM head
-(sentence-transformers models) gets its head trained alone first by ``warm_up_mlm_head``.  docs/transformers.md has the
+``save_pretrained``; ``remove_token_dropping`` undoes the patch.  A checkpoint without an MLM
+head (sentence-transformers models) gets its head trained alone first by ``warm_up_mlm_head``.
+docs/transformers.md has the
 options, resuming, what is saved, and when to use tokendrop's own trainer instead.
 """
 
@@ -21,5 +22,5 @@ from tokendrop.transformers.patch import state_of as token_dropping_state
 from tokendrop.transformers.state import TokenDroppingState, load_state, save_state
 
 __all__ = ["MaskingRateCollator", "OPTIONS", "SUPPORTED_NAMES", "TokenDroppingCallback", "TokenDroppingError",
-           "TokenDroppingState", "apply_token_dropping", "load_state", "mlm_head_is_fresh", "remove_token_dropping",
-           "save_state", "token_dropping_state", "warm_up_mlm_head"]
+           "TokenDroppingState", "apply_token_dropping", "load_state", "mlm_head_is_fresh",
+           "remove_token_dropping", "save_state", "token_dropping_state", "warm_up_mlm_head"]

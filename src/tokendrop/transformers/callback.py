@@ -64,7 +64,7 @@ class TokenDroppingCallback(TrainerCallback):
             self.collator = _find_collator(train_dataloader)
         if state.max_steps > 0:
             st.total_steps = state.max_steps
-        if state.global_step == 0 and args.should_log and mlm_head_is_fresh(model):  # a checkpoint without its head
+        if state.global_step == 0 and args.should_log and mlm_head_is_fresh(model):  # no head
             print(FRESH_HEAD_NOTE, file=sys.stderr, flush=True)
         if state.global_step > 0:  # resuming: the state saved with the checkpoint Trainer resumed from
             load_state(st, self._checkpoint_dir(args, state))

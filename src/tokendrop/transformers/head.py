@@ -12,7 +12,6 @@ from typing import Any, Iterable, Mapping
 import torch
 from torch import nn
 
-from tokendrop.train.schedules import lr_linear_steps
 from tokendrop.transformers.options import TokenDroppingError
 
 
@@ -83,8 +82,10 @@ def warm_up_mlm_head(model: nn.Module, batches: Iterable[Mapping[str, Any]], ste
             except StopIteration:
                 it = iter(batches)
                 batch = next(it)
+            k = len(losses)  # linear warm-up to lr over ``warm`` steps, then linear decay to 0
+            rate = (k + 1) / warm if k < warm else max(0.0, (steps - k) / max(1, steps - warm))
             for g in opt.param_groups:
-                g["lr"] = lr_linear_steps(len(losses), lr, warm, steps)
+                g["lr"] = lr * rate
             out = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v
                            for k, v in batch.items()})
             out.loss.backward()

@@ -128,9 +128,12 @@ class TokenDroppingState:
         n = None if self.selector is None else self.selector.scores.numel()
         scores = "" if n is None else f", importance=<{n} scores>"
         total = f"/{self.total_steps}" if self.total_steps else ""
-        return (f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in layers "
-                f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step {self.step}{total}, "
-                f"{'on' if self.enabled else 'off'}, sparse_prediction={self.sparse_prediction}{scores})")
+        return (f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in "
+                f"layers "
+                f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step "
+                f"{self.step}{total}, "
+                f"{'on' if self.enabled else 'off'}, "
+                f"sparse_prediction={self.sparse_prediction}{scores})")
 
     # -- schedule -------------------------------------------------------------------------------
 

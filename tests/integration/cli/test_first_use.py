@@ -30,7 +30,8 @@ def test_every_subcommand_help_has_a_description(name, capsys):
 
 @pytest.mark.parametrize("given, meant", [("contineu", "continue"), ("tinny", "tiny"), ("moden-tiny", "modern-tiny")])
 def test_a_misspelt_preset_gets_a_did_you_mean(given, meant, capsys):
-    with pytest.raises(ConfigError, match=rf"no such file or preset '{given}' .*; did you mean '{meant}'\?$"):
+    with pytest.raises(ConfigError, match=rf"no such file or preset '{given}' .*; did you mean "
+                                          rf"'{meant}'\?$"):
         load_config(given)
     assert main(["pretrain", "--config", given, "--out", "/nonexistent/never"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -76,5 +76,6 @@ def test_the_token_dropping_state_prints_in_one_readable_line(tmp_path):
     model, _ = _headless(tmp_path)
     apply_token_dropping(model, special_ids={"pad": 0, "cls": 1, "sep": 2, "mask": 3}, total_steps=10)
     text = repr(token_dropping_state(model))
-    assert text == ("TokenDroppingState(bert, cumulative/drop rate 0.5 in layers [0, 1) of 2, step 0/10, on, "
+    assert text == ("TokenDroppingState(bert, cumulative/drop rate 0.5 in layers [0, 1) of 2, "
+                    "step 0/10, on, "
                     "sparse_prediction=True, importance=<60 scores>)"), text

@@ -194,15 +194,19 @@ def test_a_task_given_another_tasks_data_says_they_do_not_match(tmp_path):
     import pytest
 
     from tokendrop.finetune.common import FinetuneError
-    from tokendrop.finetune.tasks import TASKS
+    from tokendrop.finetune.tasks import TASKS, load_task
 
     for name in ("train.tsv", "dev.tsv"):
-        (tmp_path / name).write_text("sentence\tlabel\na fine film\t1\na dull film\t0\n", encoding="utf-8")
-    with pytest.raises(FinetuneError, match=r"train.tsv:1: header lacks column\(s\) #1 String, #2 String, Quality "
-                                            r"\(found: sentence, label\); the task and the data do not match: this is "
-                                            r"sst2 data, not mrpc's \(pass --task sst2, or mrpc's own files\)$") as e:
-        TASKS["mrpc"].load(tmp_path)
+        (tmp_path / name).write_text("sentence\tlabel\na fine film\t1\na dull "
+                                     "film\t0\n", encoding="utf-8")
+    with pytest.raises(FinetuneError, match=r"train.tsv:1: header lacks column\(s\) #1 String, #2 "
+                                            r"String, Quality "
+                                            r"\(found: sentence, label\); the task and the data "
+                                            r"do not match: this is "
+                                            r"sst2 data, not mrpc's \(pass --task sst2, or mrpc's "
+                                            r"own files\)$") as e:
+        load_task(TASKS["mrpc"], tmp_path)
     assert "\n" not in str(e.value)
     (tmp_path / "train.tsv").write_text("text\tlabel\nx\t1\n", encoding="utf-8")  # no task's layout: no hint
     with pytest.raises(FinetuneError, match=r"\(found: text, label\)$"):
-        TASKS["mrpc"].load(tmp_path)
+        load_task(TASKS["mrpc"], tmp_path)

@@ -299,7 +299,8 @@ DDP_BUDGET_SCRIPT = textwrap.dedent(
 
     train.MLMStep.__call__ = step
     cfg = load_config("tiny", [f'data.path="{sys.argv[1]}"', "train.steps=0", "train.time_budget=4s", "train.log_every=1",
-                               "train.batch_size=8", "train.eval_every=100", "train.threads=1", "train.lr_schedule=wsd"])
+                               "train.batch_size=8", "train.eval_every=100", "train.threads=1", "train.lr_schedule=wsd",
+                               "train.warmup_steps=4"])  # in steps: tiny's warmup_ratio is a share of the budget
     res = train.pretrain(cfg, sys.argv[2], progress=False, clock=lambda: clock[0])
     lrs = [r["lr"] for r in res.history if "lr" in r]
     with open(os.path.join(os.path.dirname(sys.argv[2]), f"rank{rank}.json"), "w") as f:

@@ -31,13 +31,17 @@ def test_the_tiny_presets_lr_warm_up_follows_the_users_length(tiny_data):
 
 @pytest.mark.parametrize("overrides, msg", [
     (["train.steps=4", "train.warmup_steps=100"],
-     r"^train.warmup_steps: the learning-rate warm-up \(100 steps\) is longer than the run \(train.steps = 4\); "
+     r"^train.warmup_steps: the learning-rate warm-up \(100 steps\) is longer than the run "
+     r"\(train.steps = 4\); "
      r"set train.warmup_steps <= 4, or a share of the run: train.warmup_ratio = 0.1$"),
     (["train.tokens=2048", "train.batch_size=8", "train.warmup_steps=20"],  # 2048 tokens = 4 steps of 8 x 64
-     r"^train.warmup_steps: the learning-rate warm-up \(20 steps\) is longer than the run \(train.steps = 4\)"),
+     r"^train.warmup_steps: the learning-rate warm-up \(20 steps\) is longer than the run "
+     r"\(train.steps = 4\)"),
     (["train.steps=4", "train.batch_size=8", "train.batch_warmup_start=4", "train.batch_warmup_tokens=100000"],
-     r"^train.batch_warmup_tokens: the batch warm-up \(100,000 tokens\) is longer than the run \(4 steps x 8 x 64 = "
-     r"2,048 tokens\); set train.batch_warmup_tokens <= 2048, or a share of the run: train.batch_warmup_share$"),
+     r"^train.batch_warmup_tokens: the batch warm-up \(100,000 tokens\) is longer than the run "
+     r"\(4 steps x 8 x 64 = "
+     r"2,048 tokens\); set train.batch_warmup_tokens <= 2048, or a share of the run: "
+     r"train.batch_warmup_share$"),
 ])
 def test_a_warm_up_longer_than_its_run_is_refused_in_one_line(tiny_data, overrides, msg):
     with pytest.raises(ConfigError, match=msg) as e:
@@ -48,8 +52,10 @@ def test_a_warm_up_longer_than_its_run_is_refused_in_one_line(tiny_data, overrid
 @pytest.mark.parametrize("key", ["num_layers", "hidden_size", "num_heads", "intermediate_size"])
 @pytest.mark.parametrize("value", [0, -2])
 def test_a_model_size_of_zero_or_less_is_refused(key, value, tiny_data, tmp_path, capsys):
-    with pytest.raises(ConfigError, match=rf"^model.{key}: expected a positive integer, got {value}; a size is given, "
-                                          r"or comes from model.preset \(e.g. \"bert-base\"\) or model.init") as e:
+    with pytest.raises(ConfigError, match=rf"^model.{key}: expected a positive integer, got "
+                                          rf"{value}; a size is given, "
+                                          r"or comes from model.preset \(e.g. \"bert-base\"\) or "
+                                          r"model.init") as e:
         load_config("tiny", [f"model.{key}={value}"])
     assert "\n" not in str(e.value)
     if value == 0 and key == "num_layers":  # the command line: exit 2, one line, nothing written

@@ -186,10 +186,13 @@ def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
     (["data.seq_len_start=16", "data.seq_len_warmup_share=0"], r"data.seq_len_warmup_share: .* lies outside \(0, 1\)"),
     (["data.seq_len_start=16", "data.seq_len_warmup_share=1.5"], r"data.seq_len_warmup_share: .* lies outside \(0, 1\)"),
     (["data.seq_len=64", "data.seq_len_start=128"], r"data.seq_len_start: expected a length in \(0, data.seq_len\]"),
-    (["train.batch_warmup_start=64"], r"train.batch_warmup_start: 64 sequences is more than the batch itself "
-                                      r"\(train.batch_size = 16\); set train.batch_warmup_start <= 16, or a share"),
+    (["train.batch_warmup_start=64"], r"train.batch_warmup_start: 64 sequences is more than the "
+                                      r"batch itself "
+                                      r"\(train.batch_size = 16\); set train.batch_warmup_start "
+                                      r"<= 16, or a share"),
     (["train.batch_warmup_start=1.5", "train.batch_warmup_share=0.25"], r"train.batch_warmup_start: expected a number "
-                                                                         r"of sequences .* or a share .* got 1.5"),
+                                                                         r"of sequences .* or a "
+                                                                         r"share .* got 1.5"),
     (["train.batch_warmup_start=4"], "set exactly one"),
     (["train.batch_warmup_start=4", "train.batch_warmup_share=0.1", "train.batch_warmup_tokens=100"], "set exactly one"),
     (["train.batch_warmup_start=4", "train.batch_warmup_share=1.0"], r"lies outside \(0, 1\)"),

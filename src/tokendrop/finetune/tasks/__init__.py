@@ -26,6 +26,33 @@ def _collect() -> dict[str, TaskSpec]:
 
 
 TASKS: dict[str, TaskSpec] = _collect()
+
+
+def load_task(spec: TaskSpec, data, **kwargs) -> TaskData:
+    """``spec.load(data, **kwargs)``; a file whose header lacks the task's columns but has another
+    task's is named as that task's data (the task and the data do not match)."""
+    try:
+        return spec.load(data, **kwargs)
+    except FinetuneError as e:
+        if "header lacks column(s)" not in str(e):
+            raise
+        path = str(e).split(":", 1)[0]
+        raise FinetuneError(f"{e}{_other_task(spec, path)}") from None
+
+
+def _other_task(spec: TaskSpec, path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            header = next((line.rstrip("\r\n").split("\t") for line in f if line.strip()), [])
+    except OSError:
+        return ""
+    fits = [t.name for t in TASKS.values()
+            if t.name != spec.name and t.columns is not None and t.columns.has_header
+            and set(t.columns.required(True)) <= set(header)]
+    if not fits:
+        return ""
+    return (f"; the task and the data do not match: this is {' or '.join(fits)} data, not "
+            f"{spec.name}'s (pass --task {fits[0]}, or {spec.name}'s own files)")
 TASK_ALIASES = {a: spec.name for spec in TASKS.values() for a in spec.aliases}
 
 
@@ -38,5 +65,6 @@ def get_task(name: str) -> TaskSpec:
     return TASKS[key].copy()
 
 
-__all__ = ["TASKS", "TASK_ALIASES", "KINDS", "Columns", "Example", "TaskData", "TaskSpec", "get_task", "refuse_empty",
+__all__ = ["TASKS", "TASK_ALIASES", "KINDS", "Columns", "Example", "TaskData", "TaskSpec", "get_task", "load_task",
+           "refuse_empty",
            "subsample", "task_dir"]

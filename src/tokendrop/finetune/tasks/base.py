@@ -304,32 +304,12 @@ def _rows(path: Path, it, width: int, why: str, skipped: list[str] | None) -> li
     return rows
 
 
-def _other_task_hint(spec: TaskSpec, path: Path, labelled: bool) -> str:
-    """When ``path``'s header lacks ``spec``'s columns but has another task's: the task and the data
-    do not match -- say which task the file is for ("" otherwise)."""
-    from tokendrop.finetune.tasks import TASKS  # the registry (this module is below it)
-
-    try:
-        header = next((line.split("\t") for _, line in read_lines(path) if line.strip()), [])
-    except FinetuneError:
-        return ""
-    fits = [t.name for t in TASKS.values() if t.name != spec.name and t.columns is not None and t.columns.has_header
-            and set(t.columns.required(labelled)) <= set(header)]
-    if not fits:
-        return ""
-    return (f"; the task and the data do not match: this is {' or '.join(fits)} data, not {spec.name}'s (pass "
-            f"--task {fits[0]}, or {spec.name}'s own files)")
-
-
 def read_glue_tsv(spec: TaskSpec, path: str | os.PathLike, cols: Columns, labelled: bool = True,
                   skipped: list[str] | None = None) -> list[Example]:
     """The examples of one GLUE TSV file of ``spec`` in layout ``cols``; ``skipped``: see ``read_tsv_table``."""
     path = Path(path)
     if cols.has_header:
-        try:
-            header, rows = read_tsv_table(path, cols.required(labelled), skipped)
-        except FinetuneError as e:
-            raise FinetuneError(f"{e}{_other_task_hint(spec, path, labelled)}") from None
+        header, rows = read_tsv_table(path, cols.required(labelled), skipped)
         at = {c: header.index(c) for c in (cols.text_a, cols.text_b, cols.label, cols.guid) if c in header}
     else:
         why = f"({cols.layout}; {spec.name}'s file has no header row)" if cols.layout else "(a header-less layout)"

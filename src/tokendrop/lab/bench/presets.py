@@ -162,9 +162,10 @@ class BenchConfig:
         longest = max(self.seq_lens or [0])
         # more positions than BERT's 512 when a length needs them, else the preset's (a field given wins over it)
         positions = {"max_position_embeddings": longest} if longest > 512 else {}
-        shape = {k: getattr(self, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size")
-                 if getattr(self, k)}  # bench's 0 = the preset's (ModelConfig refuses a size of 0)
-        mc = ModelConfig(preset=self.model, vocab_size=self.vocab_size, document_attention=self.document_attention,
+        sizes = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
+        shape = {k: getattr(self, k) for k in sizes if getattr(self, k)}  # bench's 0: the preset's
+        mc = ModelConfig(preset=self.model, vocab_size=self.vocab_size,
+                         document_attention=self.document_attention,
                          attention_backend=self.attention_backend, **shape, **positions)
         if self.attention_dropout >= 0:
             mc.attention_dropout = self.attention_dropout

@@ -166,7 +166,7 @@ def test_campaign_config_and_errors():
         run_parts(campaign_config("dry"), ["benchmark"], "/nonexistent")
     assert PARTS == ("step", "env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong",
                      "bench-longctx")
-    assert set(PRIORITY) == set(PARTS) and PRIORITY[:2] == ("step", "strong")  # issue 40's step first
+    assert set(PRIORITY) == set(PARTS) and PRIORITY[:2] == ("step", "strong")  # the step's measurements first
     assert gpu.step.rows()[0] == ("bert", 128, 16384) and gpu.step.modes == ["off", "step", "graphs"]
     with pytest.raises(ConfigError, match="step.settings: 'bert:128' is not"):
         campaign_config("dry", ["step.settings=['bert:128']"])

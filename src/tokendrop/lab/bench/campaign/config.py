@@ -9,7 +9,7 @@ from tokendrop.lab.bench.longctx import FamilyShape, LongContextConfig
 from tokendrop.lab.study.plan import STRONG
 
 PARTS = ("step", "env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx")
-# ``--campaign priority``: the order a lent GPU's time is spent in (part step first: issue 40's step
+# ``--campaign priority``: the order a lent GPU's time is spent in (part step first: the training step's
 # measurements; then the from-scratch pairs; then the rest), each part within what is left
 PRIORITY = ("step", "strong", "pretrain", "env", "bench-longctx", "bench", "bench-modern", "quality", "bench-compile")
 

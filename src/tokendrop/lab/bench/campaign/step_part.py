@@ -1,4 +1,5 @@
-"""Part ``step``: issue 40's step measurements, the campaign's first priority.
+"""Part ``step``: the training step measured eager, compiled and graph-captured; the campaign's
+first priority.
 
 The trainer's own step (``tokendrop.train.step.MLMStep``: selection, forward, loss, backward, clip,
 fused AdamW, importance update) under each ``train.compile`` mode (``step.modes``: eager ``off``,

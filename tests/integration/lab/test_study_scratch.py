@@ -114,6 +114,9 @@ def test_small_scratch_study_end_to_end(small_study):
     assert "CPU time to target (s)" in ttq
     md = (out / "study.md").read_text()
     assert "What the selector keeps, through training" in md and "CPU time of its own process" in md
+    h = runs["baseline-seed0"]["unigram_entropy"]
+    below = h - runs["baseline-seed0"]["final_eval_loss"]
+    assert f"unigram entropy under the study's tokenizer is {h:.3f} nats" in md and f"{below:.2f}, " in md
 
 
 def test_small_scratch_study_reruns_and_resumes(small_study):

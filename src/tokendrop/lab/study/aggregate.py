@@ -92,7 +92,7 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
         model={"num_layers": cfg.model.num_layers, "hidden_size": cfg.model.hidden_size,
                "num_heads": cfg.model.num_heads, "vocab_size": cfg.model.vocab_size},
         init=cfg.model.init, init_sha256=cfg.model.init_sha256, init_s=init_s,
-        clock=cfg.train.budget_clock)
+        clock=cfg.train.budget_clock, unigram_entropy=start.get("unigram_entropy"))
 
 
 def run_selection(run_dir: Path) -> list[dict[str, Any]]:

@@ -74,6 +74,7 @@ class RunResult:
     finetune_seconds: float | None = None
     to_target: TargetHit | None = None
     clock: str = "wall"  # train.budget_clock: what wall_time_s and the curve's wall_time count
+    unigram_entropy: float | None = None  # of the training split's tokens (its metrics log), nats
     # what the selector kept at each checkpoint the run kept (study.selection_checkpoints;
     # tokendrop.lab.inspect.selection_diagnostics), in step order
     selection: list[dict[str, Any]] = field(default_factory=list)

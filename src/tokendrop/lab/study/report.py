@@ -217,6 +217,7 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
         else:
             lines.append("- **Noise**: one seed per method, so seed-to-seed noise is not measured; small differences "
                          "between methods may be noise.")
+        lines += _plateau(res)
     tasks = (ev.suite if ev else {}).get("tasks") or []
     lines += ["- **Domain**: the pretraining text is the offline stand-in corpus (dictionaries, software "
               "documentation, literature, speeches; not BooksCorpus + Wikipedia), and the fine-tuning tasks are "
@@ -230,6 +231,19 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
               + "gathers, the MLM head and the optimizer are a larger share of a step than on a TPU, so the measured "
               "time ratio can differ from the FLOP ratio.", ""]
     return lines
+
+
+def _plateau(res: StudyResults) -> list[str]:
+    """How far below the unigram entropy (the loss of predicting every masked token from its
+    frequency alone) the reference arm's seeds ended: the regime the comparison is made in."""
+    b = res.methods.get(res.baseline)
+    h = next((r.unigram_entropy for r in res.runs.values() if isnum(r.unigram_entropy)), None)
+    if b is None or h is None:
+        return []
+    below = [h - v for v in b.final_eval_loss.per_seed if isnum(v)]
+    return [f"- **Regime**: the training split's unigram entropy under the study's tokenizer is {h:.3f} "
+            f"nats; {res.reference()}'s final held-out MLM loss is "
+            + ", ".join(f"{x:.2f}" for x in below) + " nats below it (per seed)."]
 
 
 _CPU_TIMING = ("- **Timing**: every run's training time is the CPU time of its own process "

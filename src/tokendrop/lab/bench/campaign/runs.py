@@ -14,10 +14,12 @@ from typing import Any
 from tokendrop.runs.files import atomic_write_bytes
 from tokendrop.config import Config, ConfigError, load_config
 from tokendrop.finetune.tasks import get_task
+from tokendrop.train.compiled import resolve_mode
 from tokendrop.train.trainer import read_metrics
 from tokendrop.lab.bench.presets import BenchConfig, bench_config
 from tokendrop.lab.bench.campaign.config import CampaignConfig
 from tokendrop.data import PreparedData
+import torch
 
 
 def check_inputs(cfg: CampaignConfig, glue_tasks: tuple[str, ...] = ()) -> None:
@@ -103,7 +105,7 @@ def model_bench_config(cfg: CampaignConfig, pc: Config, vocab_size: int, seq_len
         "hidden_size": m.hidden_size, "num_heads": m.num_heads, "vocab_size": vocab_size, "seq_lens": [seq_len],
         "batch_sizes": [batch_size], "rates": [pc.drop.rate if pc.drop.enabled else 0.5], "variants": ["drop"],
         "hf": False, "memory": False, "precision": "bf16" if cfg.device == "cuda" else "fp32",
-        "compile": pc.train.compile, "warmup": 3, "rounds": rounds, "reps": reps, "time_budget_s": max(1.0, budget_s),
+        "compile": resolve_mode(pc.train.compile, torch.device(cfg.device)) != "off", "warmup": 3, "rounds": rounds, "reps": reps, "time_budget_s": max(1.0, budget_s),
         "threads": pc.train.threads,
     })
 

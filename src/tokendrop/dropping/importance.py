@@ -95,9 +95,11 @@ class TokenSelector(nn.Module):
     # -- state ------------------------------------------------------------------------------------
 
     def _repin(self) -> None:
-        self.scores[self.pinned_ids] = PIN_HIGH
+        # scalar fills (a kernel argument), not a Python scalar written through an index: on CUDA
+        # that is a blocking host-to-device copy of the value
+        self.scores.index_fill_(0, self.pinned_ids, PIN_HIGH)
         if self.pad_id >= 0:
-            self.scores[self.pad_id] = PIN_LOW
+            self.scores.narrow(0, self.pad_id, 1).fill_(PIN_LOW)
 
     def _gen(self, device: torch.device) -> torch.Generator:
         if self.generator is None or self.generator.device != device:

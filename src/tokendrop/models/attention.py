@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tokendrop.config import ATTENTION_BACKENDS, ConfigError  # noqa: F401 -- ATTENTION_BACKENDS: re-exported
+from tokendrop.host import host_reads_free
 
 try:  # torch >= 2.5
     from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
@@ -196,10 +197,20 @@ class Band:
     back: Tensor | None = None  # (B, n) each query row's slot among the nb * C
 
     @classmethod
-    def build(cls, q, k, window: int | None, dtype: torch.dtype, block: int = 0) -> "Band | None":
+    def build(cls, q, k, window: int | None, dtype: torch.dtype, block: int = 0,
+              extent: int | None = None) -> "Band | None":
         """-> the band of query rows ``q`` over key rows ``k`` (``Rows``: ``at`` for a window, ``doc``
         for documents; both ascending along a row, padding's document -1 at the end), or None when
-        it would save too little (short rows, windows or documents about as long as the row)."""
+        it would save too little (short rows, windows or documents about as long as the row).
+        ``extent``: a bound on ``at`` (the forward's sequence length; default: the key rows' count).
+
+        With a window every size is bounded from the shapes, the window and the block, never read
+        from the data (no host synchronisation): blocks of C = min(block, n) query rows, runs of
+        L = min(N, C + 2 window) key rows (a block of positions, or the same rows as queries and
+        keys, reaches at most that many distinct key positions); other key rows as queries: L = N.
+        Documents alone bound nothing shorter than the row, so their band reads its run length
+        from the data, and is built only where that read is free (``tokendrop.host``: CPU); an
+        accelerator takes the bias or FlexAttention."""
         block = block or BAND_BLOCK
         documents = q.doc is not None and k.doc is not None
         if window is None and not documents:
@@ -207,16 +218,18 @@ class Band:
         n, N = (q.at.shape[1], k.at.shape[1]) if window is not None else (q.doc.shape[1], k.doc.shape[1])
         if n <= block:
             return None
-        b = _batch(q.at, k.at, q.doc, k.doc, k.valid)
         device = (q.at if window is not None else q.doc).device
+        if window is None and not host_reads_free(device):
+            return None
+        b = _batch(q.at, k.at, q.doc, k.doc, k.valid)
         qa = _batched(q.at, b).contiguous() if window is not None else None  # (B, n)
         rows = back = counts = None
         if window is not None and n < N:  # sparser queries than keys: blocks of fixed positions
-            nb = math.ceil((int(qa[:, -1].max()) + 1) / block)
+            nb = math.ceil((extent or N) / block)
             edges = (torch.arange(nb + 1, device=device) * block).expand(b, -1).contiguous()
             starts = torch.searchsorted(qa, edges)  # (B, nb + 1) first query row at or after each edge
             counts = starts[:, 1:] - starts[:, :-1]  # (B, nb) query rows per block
-            c = max(int(counts.max()), 1)
+            c = min(block, n)  # distinct positions: at most a block's worth of rows
             rows = (starts[:, :-1, None] + torch.arange(c, device=device)).clamp(max=n - 1)  # (B, nb, C)
             home = qa // block  # (B, n) each query row's block
             back = home * c + torch.arange(n, device=device) - torch.gather(starts, 1, home)
@@ -252,7 +265,12 @@ class Band:
             hi = torch.minimum(hi, torch.searchsorted(kd, d1.contiguous(), right=True))
         if counts is not None:
             hi = torch.where(counts > 0, hi, lo)  # an empty block attends nothing
-        span = int((hi - lo).max())
+        if window is None:
+            span = int((hi - lo).max())  # a host read: CPU only (above)
+        elif rows is not None or q is k or q.at is k.at:
+            span = min(N, c + 2 * window)  # a block of positions, or of the keys' own rows
+        else:
+            span = N
         limit = BAND_MAX_FRACTION if window is not None else BAND_MAX_FRACTION_DOCUMENTS
         if span <= 0 or nb * c * span > limit * n * N:
             return None
@@ -367,12 +385,14 @@ class MaskCache:
     """The masks of one forward pass, built once per (query rows, key rows, window) and reused by
     every layer that needs the same one.  ``flex``: document / window masks as FlexAttention block
     masks; otherwise window / document masks as a :class:`Band` where that saves work (``band``:
-    its block size, None = ``BAND_BLOCK``, 0 = never) and additive biases for the rest."""
+    its block size, None = ``BAND_BLOCK``, 0 = never) and additive biases for the rest.
+    ``extent``: the forward's sequence length (what bounds a band's blocks of positions)."""
 
-    def __init__(self, dtype: torch.dtype, flex: bool = False, band: int | None = None):
+    def __init__(self, dtype: torch.dtype, flex: bool = False, band: int | None = None, extent: int | None = None):
         self.dtype = dtype
         self.flex = flex
         self.band = BAND_BLOCK if band is None else band
+        self.extent = extent
         self._cache: dict[tuple, tuple] = {}
 
     def documents(self, doc: Tensor | None) -> Tensor | None:
@@ -380,10 +400,11 @@ class MaskCache:
         every row one document without padding (long documents, one per row), where the all-True
         document mask would only cost its construction and a masked kernel (at T = 8,192 a 256 MiB
         bias per distinct (query rows, key rows) pair; the dropping span has three such pairs).
-        Decided once per forward (one host read, the same count with and without dropping); not
-        with FlexAttention (it skips full blocks by itself) nor under ``torch.compile`` (data-
-        dependent)."""
-        if doc is None or self.flex or torch.compiler.is_compiling():
+        Decided once per forward by a host read, only where that read is free (``tokendrop.host``:
+        CPU); on an accelerator the ids are always kept (no synchronisation: the masked path, exact
+        either way), as with FlexAttention (it skips full blocks by itself) and under
+        ``torch.compile`` (data-dependent)."""
+        if doc is None or self.flex or torch.compiler.is_compiling() or not host_reads_free(doc.device):
             return doc
         return None if bool((doc == doc[:, :1]).all()) else doc
 
@@ -400,7 +421,7 @@ class MaskCache:
         # not under torch.compile: a band's length is data-dependent (a graph break, and a recompile
         # whenever it changes); the compiled graph takes the bias (or FlexAttention) with static shapes
         if (window is not None or (documents and BAND_DOCUMENTS)) and self.band and not torch.compiler.is_compiling():
-            band = Band.build(q, k, window, self.dtype, self.band)
+            band = Band.build(q, k, window, self.dtype, self.band, self.extent)
             if band is not None:
                 return band
         keep = allowed_pairs(k.valid, q.at if window is not None else None, k.at if window is not None else None,

@@ -21,7 +21,8 @@ study arms run while the load changes get comparable budgets.  ``wall_time`` in 
 checkpoints is then that clock's seconds.
 
 Under DDP the ranks must agree on p (the learning rate) and on when to stop: rank 0's reading is
-broadcast every step in a time-budgeted run (``agree``); a fixed-length run needs nothing.
+broadcast every step in a time-budgeted run (``agree``, over a CPU group: no device sync); a
+fixed-length run needs nothing.
 
 Resolution (``resolve_length``, called once by ``pretrain`` after it opens the data; docs/design.md
 §2.5.2).  A *token* is a sequence slot: T per sequence, [CLS]/[SEP] and any [PAD] included (packed
@@ -84,13 +85,28 @@ class RunLength:
         return f"train.time_budget={self.budget_s:g}s" if self.timed else f"train.steps={self.steps}"
 
     def agree(self, used: float, world: int) -> float:
-        """Rank 0's ``used`` on every rank (a time-budgeted run under DDP); else ``used`` as it is."""
+        """Rank 0's ``used`` on every rank (a time-budgeted run under DDP); else ``used`` as it is.
+        A host value over a CPU (gloo) group, every step: the ranks agree without waiting for their
+        devices (a CUDA tensor read back each step would be a host synchronisation)."""
         if not self.timed or world <= 1:
             return used
-        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-        t = torch.tensor([used], dtype=torch.float64, device=device)
-        dist.broadcast(t, src=0)
+        t = torch.tensor([used], dtype=torch.float64)
+        dist.broadcast(t, src=0, group=_host_group())
         return float(t.item())
+
+
+_HOST_GROUPS: dict[int, object] = {}
+
+
+def _host_group():
+    """A gloo group of every rank (the default group when it is gloo already), made once per
+    default group: every rank makes it at its first agreement, the same step."""
+    if dist.get_backend() == "gloo":
+        return None
+    key = id(dist.group.WORLD)
+    if key not in _HOST_GROUPS:
+        _HOST_GROUPS[key] = dist.new_group(backend="gloo")
+    return _HOST_GROUPS[key]
 
 
 def _exact(x: float) -> Fraction:

@@ -147,20 +147,22 @@ def evaluate_mlm(model: BertForMaskedLM, batches, device: torch.device, amp_dtyp
     """Full model (no dropping) on held-out batches: MLM loss and accuracy over real slots."""
     was_training = model.training
     model.eval()
-    tot = torch.zeros(3, dtype=torch.float64)
+    # summed on the device and read once at the end (no host synchronisation per batch)
+    tot = torch.zeros(3, dtype=torch.float64 if device.type != "mps" else torch.float32, device=device)
     for i, mb in enumerate(batches):
         if max_batches and i >= max_batches:
             break
-        mb = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in mb.items()}
+        mb = {k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in mb.items()}
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             logits = model(mb["input_ids"], mb["mlm_positions"], mb["attention_mask"], mb["token_type_ids"])
         nll = model.mlm_nll(logits, mb["mlm_labels"])
         w = mb["mlm_weights"]
-        tot += torch.stack([(nll * w).sum(), ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum(), w.sum()]).double().cpu()
+        tot += torch.stack([(nll * w).sum(), ((logits.argmax(-1) == mb["mlm_labels"]).float() * w).sum(),
+                            w.sum()]).to(tot.dtype)
     model.train(was_training)
-    n = tot[2].item()
+    loss_sum, correct, n = tot.tolist()
     if n <= 0:  # never report a loss of 0.0 for an evaluation that saw nothing
         raise TrainingError("evaluation: the held-out split gave no prediction slots (empty eval split?); "
                             "prepare the data with a larger --eval-fraction or more text")
-    return {"eval_loss": tot[0].item() / n, "eval_acc": tot[1].item() / n, "eval_slots": int(n)}
+    return {"eval_loss": loss_sum / n, "eval_acc": correct / n, "eval_slots": int(n)}
 

@@ -34,6 +34,7 @@ from tokendrop.dropping.flops import gpu_peak_flops
 from tokendrop.dropping.importance import pinned_ids
 from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import TrainingError
+from tokendrop.host import host_side
 from tokendrop.models.attention import check_training_device
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.models.hf import copy_tokenizer
@@ -498,7 +499,9 @@ class _Trainer:
         shape = self.shapes.at(p, loader.sequences_consumed * T)
         if shape.seq_len != loader.piece_len:
             loader.set_seq_len(shape.seq_len)
-        micro = [{k: v.to(self.device, non_blocking=True) for k, v in next(self.it).items()} for _ in range(shape.micro)]
+        with host_side():  # the loader's batches are host tensors; the copies below are the step's
+            batches = [next(self.it) for _ in range(shape.micro)]
+        micro = [{k: v.to(self.device, non_blocking=True) for k, v in mb.items()} for mb in batches]
         at = self.plan.at(self.step, shape.seq_len, p)  # stage 2, the kept count, ScTD's cadence
         lr = self.lrs.at(self.step, p)
         f_step = self.plan.flops(at, shape.batch * T // shape.seq_len)

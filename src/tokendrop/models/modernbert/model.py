@@ -193,7 +193,8 @@ class ModernBertModel(nn.Module):
         pos = at if doc_ids is None else document_positions(doc_ids)  # rotary positions
         active = self.training and self.span is not None and (keep_idx is not None or drop_active)
         masks = MaskCache(x.dtype, flex=use_flex(self.config.attention_backend, x.device,
-                                                 self.config.attention_dropout if self.training else 0.0))
+                                                 self.config.attention_dropout if self.training else 0.0),
+                          extent=input_ids.shape[1])
         ropes: dict[tuple[int, bool], tuple] = {}
         rope_dtype = self.final_norm.weight.dtype  # cos/sin in the parameters' dtype, not autocast's
 

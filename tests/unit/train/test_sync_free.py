@@ -1,0 +1,224 @@
+"""The training step is sync-free: a census (``tokendrop.train.census``, CUDA's sync-debug rules
+applied on CPU) of every loop iteration of real ``pretrain`` runs finds no op that would make a
+CUDA host wait, in every iteration that does not log, evaluate or checkpoint.
+
+The grid is derived from the registries: every method x variant (``combos.method_variant_combos``),
+ScTD on/off where it applies, both families (``FAMILIES``), packed and padded rows, per-document
+attention and sliding windows (as bands: the band block is lowered so T = 64 rows use them), no
+warm-up / a length warm-up / a batch warm-up, a step count or a time budget.  The default run takes a
+covering subset (every value of every factor at least once); the full grid is ``slow``.  DDP (gloo,
+two processes) is ``slow`` too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from combos import method_variant_combos
+from tokendrop.config import load_config
+from tokendrop.dropping.methods import METHODS
+from tokendrop.models import attention
+from tokendrop.models.families import FAMILIES
+from tokendrop.train import trainer as trainer_mod
+from tokendrop.train.census import Census
+
+PRESET = {"bert": "tiny", "modernbert": "modern-tiny"}
+STEPS = 4  # the last one logs, evaluates and checkpoints (the intervals below are longer)
+
+
+def _sctd_applies(method: str, variant: str) -> bool:
+    m = METHODS[method]
+    return m.drops and not m.per_layer and variant != "avg"
+
+
+def full_grid() -> list[tuple]:
+    cases = []
+    for (method, variant), family, rows, warm, budget in itertools.product(
+            method_variant_combos(), sorted(FAMILIES), ("packed", "padded"), ("none", "length", "batch"),
+            ("steps", "budget")):
+        if warm == "length" and rows == "padded":
+            continue  # a length warm-up cuts packed rows only (refused otherwise)
+        for sctd in ((False, True) if _sctd_applies(method, variant) else (False,)):
+            cases.append((method, variant, sctd, family, rows, warm, budget))
+    return cases
+
+
+def covering_subset(grid: list[tuple]) -> list[tuple]:
+    """Greedy: cases until every value of every factor (and every method/variant pair) is in one."""
+    want = {(i, v) for case in grid for i, v in enumerate(case)} | {("mv", c[:2]) for c in grid}
+    out = []
+    for case in grid:
+        keys = {(i, v) for i, v in enumerate(case)} | {("mv", case[:2])}
+        if keys & want:
+            out.append(case)
+            want -= keys
+    return out
+
+
+GRID = full_grid()
+DEFAULT = covering_subset(GRID)
+SLOW = [c for c in GRID if c not in DEFAULT]
+
+
+def _overrides(case, data) -> list[str]:
+    method, variant, sctd, family, rows, warm, budget = case
+    ov = [f'data.path="{data}"', f"drop.method={method}", f'drop.variant="{variant}"', "train.batch_size=8",
+          "train.log_every=1000", "train.eval_every=1000", "train.ckpt_every=1000", "train.eval_batches=1",
+          "train.threads=1", "train.warmup_steps=1"]
+    if sctd:
+        ov += ["drop.consistency_weight=0.05", "drop.consistency_every=1"]
+    if family == "bert":
+        ov += ['model.document_attention="on"']  # documents in BERT too (packed rows)
+    if warm == "length":
+        ov += ["data.seq_len_start=32", "data.seq_len_warmup_share=0.5"]
+    elif warm == "batch":
+        ov += ["train.batch_warmup_start=4", "train.batch_warmup_share=0.5"]
+    if budget == "budget":
+        ov += ["train.steps=0", "train.time_budget='4s'"]
+    else:
+        ov += [f"train.steps={STEPS}"]
+    return ov
+
+
+class FakeClock:
+    """One second per reading: a 4 s budget is a few steps whatever the machine's speed."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 0.5
+        return self.t
+
+
+def census_of_run(cfg, out: Path, monkeypatch, clock=None) -> list[tuple[int, Census]]:
+    """(step, census of its loop iteration: from its train_step to the next one's) for every step of
+    ``pretrain(cfg)``; the last iteration (it logs, evaluates and checkpoints) is left out."""
+    per_step: list[tuple[int, Census]] = []
+    real = trainer_mod._Trainer.train_step
+    open_census: list[Census] = []
+
+    def spy(self):
+        if open_census:
+            open_census.pop().__exit__(None, None, None)
+        c = Census()
+        c.__enter__()
+        open_census.append(c)
+        per_step.append((self.step + 1, c))
+        return real(self)
+
+    monkeypatch.setattr(trainer_mod._Trainer, "train_step", spy)
+    monkeypatch.setattr(attention, "BAND_BLOCK", 16)  # T = 64 rows take bands (windows, documents)
+    try:
+        trainer_mod.pretrain(cfg, out, progress=False, clock=clock)
+    finally:
+        if open_census:
+            open_census.pop().__exit__(None, None, None)
+    assert len(per_step) >= 2
+    return per_step[:-1]
+
+
+def _check(case, request, tmp_path, monkeypatch):
+    rows = case[4]
+    data = request.getfixturevalue("tiny_data" if rows == "packed" else "tiny_data_unpacked")
+    cfg = load_config(PRESET[case[3]], _overrides(case, data))
+    n = torch.get_num_threads()
+    try:
+        steps = census_of_run(cfg, tmp_path / "run", monkeypatch, FakeClock() if case[6] == "budget" else None)
+    finally:
+        torch.set_num_threads(n)
+    bad = [(s, c) for s, c in steps if c.syncs]
+    assert not bad, "host syncs in a training step:\n" + "\n".join(f"step {s}:\n{c.report()}" for s, c in bad)
+    assert all(c.ops > 50 for _, c in steps)  # the census saw the step
+
+
+def _id(case) -> str:
+    method, variant, sctd, family, rows, warm, budget = case
+    return f"{method}-{variant}{'-sctd' if sctd else ''}-{family}-{rows}-{warm}-{budget}"
+
+
+def test_grid_is_derived_and_covered():
+    assert len(GRID) > len(DEFAULT) > 0
+    for i in range(7):
+        assert {c[i] for c in DEFAULT} == {c[i] for c in GRID}
+    assert {c[:2] for c in DEFAULT} == {c[:2] for c in GRID}
+    print(f"census grid: {len(GRID)} cases, {len(DEFAULT)} in the default run")
+
+
+@pytest.mark.parametrize("case", DEFAULT, ids=_id)
+def test_training_step_is_sync_free(case, request, tmp_path, monkeypatch):
+    _check(case, request, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SLOW, ids=_id)
+def test_training_step_is_sync_free_full_grid(case, request, tmp_path, monkeypatch):
+    _check(case, request, tmp_path, monkeypatch)
+
+
+def test_census_names_the_syncs_it_finds():
+    """The census can fail: each rule it applies, on a known sync, named at this file's caller."""
+    from tokendrop.dropping.importance import TokenSelector
+    from tokendrop.dropping.methods import DropConfig
+
+    x, idx = torch.arange(6.0), torch.tensor([1, 2])
+    cases = {"read": lambda: bool(x.sum()), "item": lambda: x.sum().item(), "tolist": lambda: x.tolist(),
+             "mask": lambda: x[x > 2], "scalar write": lambda: x.__setitem__(idx, 1.0),
+             "int write": lambda: x.__setitem__(0, 1.0), "nonzero": lambda: torch.nonzero(x),
+             "unique": lambda: torch.unique(x), "repeat": lambda: idx.repeat_interleave(idx),
+             "h2d": lambda: torch.tensor([1.0], device=x.device), "cpu": lambda: x.cpu()}
+    for name, fn in cases.items():
+        with Census() as c:
+            fn()
+        assert len(c.syncs) >= 1, name
+    with Census() as c:
+        x.mul_(2).add_(idx.sum())
+        x[:2] = 0.0  # a fill of a slice: no copy of the value
+    assert c.syncs == [] and c.ops >= 3
+    # a sync inside tokendrop is named by its file:line: the importance vector's pins as they were
+    sel = TokenSelector(DropConfig(method="cumulative"), 50, {"cls": 1, "sep": 2, "mask": 3, "pad": 0}, 16)
+
+    def old_repin():
+        sel.scores[sel.pinned_ids] = 1e4
+
+    with Census() as c:
+        sel._repin()  # noqa: SLF001 - the fixed form: scalar fills
+    assert c.syncs == []
+    with Census() as c:
+        old_repin()
+    assert c.syncs and c.syncs[0].kind == "h2d"
+    assert c.syncs[0].where == "?"  # called from a test, not from inside tokendrop
+
+
+@pytest.mark.slow
+def test_ddp_training_step_is_sync_free(tiny_data, tmp_path):
+    """Two gloo ranks, a time budget (its clock agreed every step), token dropping with ScTD: every
+    rank's non-logging iterations are sync-free."""
+    script = tmp_path / "ddp_census.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "fixtures")!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        import pytest
+        from test_sync_free import FakeClock, census_of_run, _overrides
+        from tokendrop.config import load_config
+        mp = pytest.MonkeyPatch()
+        case = ("cumulative", "drop", True, "modernbert", "packed", "batch", "budget")
+        cfg = load_config("modern-tiny", _overrides(case, {str(tiny_data)!r}))
+        steps = census_of_run(cfg, {str(tmp_path / "run")!r}, mp, FakeClock())
+        bad = [(s, c.report()) for s, c in steps if c.syncs]
+        print("steps", len(steps), "bad", bad)
+        sys.exit(1 if bad else 0)
+    """))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                        "0", str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -290,9 +290,12 @@ class MLMLoader:
         shuffle: bool = True,
         loop: bool = True,
         variable_rate: bool = False,
+        pin_memory: bool = False,
     ):
         """``variable_rate``: ``mask_prob`` is the largest rate; each batch is masked at the rate
-        ``set_mask_rate`` last set when it is taken (the consumer's side: exact with workers)."""
+        ``set_mask_rate`` last set when it is taken (the consumer's side: exact with workers).
+        ``pin_memory``: the batches' tensors in page-locked memory (CUDA is available), so the
+        consumer's ``non_blocking`` copies to the GPU are asynchronous."""
         self.data = PreparedData.open(data) if isinstance(data, (str, os.PathLike)) else data  # or a data mixture
         if split not in ("train", "eval"):
             raise DataError(f"split: expected 'train' or 'eval', got {split!r}")
@@ -317,6 +320,7 @@ class MLMLoader:
         self.masker.vocab_size = self.data.vocab_size  # meta.json's: every batch's ids are checked against it
         self.num_slots = self.masker.num_slots
         self.variable_rate = bool(variable_rate)
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.mask_rate = self.masker.mask_prob
         self.piece_len = self.seq_len  # < seq_len: a sequence-length warm-up's pieces (set_seq_len)
         self._piece_maskers: dict[int, MLMMasker] = {}
@@ -442,19 +446,31 @@ class MLMLoader:
     # ---- iteration
     def _to_torch(self, inp, pos, lab, wts) -> dict[str, torch.Tensor]:
         """Tensors owning their memory (the inputs may be views of a shared slot that is reused)."""
-        input_ids = torch.from_numpy(np.array(inp, dtype=np.int64))
+        input_ids = self._tensor(inp, np.int64)
         if self.data.packed:
             attn = torch.ones_like(input_ids)
         else:
             attn = (input_ids != self._pad).long()
-        return {
+        out = {
             "input_ids": input_ids,
             "attention_mask": attn,
             "token_type_ids": torch.zeros_like(input_ids),
-            "mlm_positions": torch.from_numpy(np.array(pos, dtype=np.int64)),
-            "mlm_labels": torch.from_numpy(np.array(lab, dtype=np.int64)),
-            "mlm_weights": torch.from_numpy(np.array(wts, dtype=np.float32)),
+            "mlm_positions": self._tensor(pos, np.int64),
+            "mlm_labels": self._tensor(lab, np.int64),
+            "mlm_weights": self._tensor(wts, np.float32),
         }
+        if self.pin_memory:
+            out["attention_mask"], out["token_type_ids"] = attn.pin_memory(), out["token_type_ids"].pin_memory()
+        return out
+
+    def _tensor(self, a, dtype) -> torch.Tensor:
+        """A copy of array ``a`` as a tensor (page-locked when the loader pins)."""
+        a = np.asarray(a, dtype=dtype)
+        if not self.pin_memory:
+            return torch.from_numpy(np.array(a))
+        t = torch.empty(a.shape, dtype=torch.from_numpy(a[:0]).dtype, pin_memory=True)
+        t.numpy()[...] = a
+        return t
 
     def _views_to_torch(self, v: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         if self.variable_rate:

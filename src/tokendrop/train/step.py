@@ -121,7 +121,7 @@ class MLMStep:
                 torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             nll_sum, nll, correct = (self._eager_loss if sctd else self.loss)(
                 mb["input_ids"], mb["mlm_positions"], mb["attention_mask"] if self.use_attention_mask else None,
-                mb["token_type_ids"], keep, at.dropping, mb["mlm_labels"], mb["mlm_weights"],
+                mb.get("token_type_ids"), keep, at.dropping, mb["mlm_labels"], mb["mlm_weights"],
             )
         loss, kl = nll_sum, None
         if sctd:
@@ -138,7 +138,7 @@ class MLMStep:
         with self.taps.record() as dense, \
                 torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             self.model.hidden(mb["input_ids"], None, mb["attention_mask"] if self.use_attention_mask else None,
-                              mb["token_type_ids"])
+                              mb.get("token_type_ids"))
         return consistency_term(dropped, dense)
 
 

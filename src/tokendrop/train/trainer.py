@@ -62,6 +62,17 @@ from tokendrop.train.step import MLMStep, evaluate_mlm
 from tokendrop.train.warmups import StepPlan, default_micro_batch
 
 
+STEP_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mlm_positions", "mlm_labels", "mlm_weights")
+
+
+def _cat(ts: list[Tensor], pin: bool) -> Tensor:
+    """Loader batches joined along the batch (into pinned memory when the loader pins)."""
+    if not pin:
+        return torch.cat(ts)
+    out = torch.empty((sum(t.shape[0] for t in ts), *ts[0].shape[1:]), dtype=ts[0].dtype, pin_memory=True)
+    return torch.cat(ts, out=out)
+
+
 def heldout_batches(data, cfg: Config, batch_size: int) -> MLMLoader:
     """The held-out batches a run is evaluated on: the eval split in order, masked at the run's final
     masking rate with its seed (the first ``train.eval_batches x train.batch_size`` sequences per rank
@@ -203,8 +214,12 @@ class _Trainer:
         self.amp = autocast_dtype(tc.precision, self.device)
         if tc.batch_size % dd.world:
             raise ConfigError(f"train.batch_size: {tc.batch_size} is not divisible by the {dd.world} ranks")
-        per_rank = tc.batch_size // dd.world
+        per_rank = self.per_rank = tc.batch_size // dd.world
+        # micro_bs: the loader's batch.  Without train.micro_batch_size a step runs one micro-batch of
+        # all its loader batches (a batch warm-up's current batch), unless the memory pre-flight says
+        # the whole batch does not fit (check_memory): then it accumulates loader batches
         self.micro_bs = tc.micro_batch_size or default_micro_batch(cfg, per_rank, dd.world)
+        self.merge = not tc.micro_batch_size
         if per_rank % self.micro_bs:
             raise ConfigError(f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch {per_rank}")
         self.accum = per_rank // self.micro_bs
@@ -225,9 +240,19 @@ class _Trainer:
 
     def check_memory(self) -> None:
         """Refuse a model and batch that cannot fit in the device's memory (tokendrop.train.memory)."""
-        if self.tc.memory_check:
-            check_memory(self.cfg, self.T, self.micro_bs, self.device, self.dd.world,
-                         int(os.environ.get("LOCAL_WORLD_SIZE", "1")), sharded=self.tc.parallel == "fsdp")
+        if not self.tc.memory_check:
+            return
+        args = (self.device, self.dd.world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        sharded = self.tc.parallel == "fsdp"
+        if self.merge and self.per_rank > self.micro_bs:
+            try:
+                check_memory(self.cfg, self.T, self.per_rank, *args, sharded=sharded)
+                return
+            except ConfigError:  # the whole batch does not fit in one pass: accumulate loader batches
+                self.merge = False
+                self.console.say(f"note: a batch of {self.per_rank} sequences per rank does not fit in one pass; "
+                                 f"accumulating micro-batches of {self.micro_bs}")
+        check_memory(self.cfg, self.T, self.micro_bs, *args, sharded=sharded)
 
     def check_eval(self) -> None:
         """A held-out split that holds sequences but gives no prediction slot would be scored on n = 0
@@ -319,7 +344,8 @@ class _Trainer:
                 self.cfg, run_dir=self.run_dir, start_step=int(self.meta_in["step"]) if self.meta_in else 0,
                 params=num_parameters(self.model), data=self.data, world=self.dd.world, device=str(self.device),
                 precision=str(self.amp).replace("torch.", "") if self.amp is not None else "fp32",
-                micro_bs=self.micro_bs, accum=self.accum, parallel=self.tc.parallel, threads=torch.get_num_threads(),
+                micro_bs=self.per_rank if self.merge else self.micro_bs, accum=1 if self.merge else self.accum,
+                parallel=self.tc.parallel, threads=torch.get_num_threads(),
                 head_warmup=head, importance=importance, entropy=self.entropy, source=source))
 
     def warm_up(self) -> None:
@@ -350,17 +376,25 @@ class _Trainer:
         """The step function and the training batches (at the resumed position)."""
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
         self.shapes = StepPlan(cfg, self.T, data.packed, self.micro_bs, dd.world)  # sequence-length / batch warm-ups
-        # one compiled graph per length and kind of step (stage 2, or no dropping: dense)
+        # one compiled graph per length and kind of step (stage 2, or no dropping: dense), and per
+        # batch of a batch warm-up when its steps run one micro-batch of the current batch
         self.compile_mode = resolve_mode(tc.compile, self.device)
-        graphs = compiled_shapes(cfg, self.shapes.seq.lengths())
+        bw = self.shapes.batch
+        batches = (bw.final - bw.start) // bw.unit + 1 if self.merge and bw.active else 1
+        graphs = compiled_shapes(cfg, self.shapes.seq.lengths()) * batches
         self.step_fn = MLMStep(self.model, self.plan, self.opt, cfg, self.amp, self.par,
                                use_attention_mask=not data.packed, compile=self.compile_mode, shapes=graphs)
         if self.compile_mode != "off" and dd.main:
             self.console.say(f"train.compile: {self.compile_mode}, at most {graphs} graph(s) to compile "
-                             f"(sequence lengths {self.shapes.seq.lengths()} x kinds of step)")
+                             f"(sequence lengths {self.shapes.seq.lengths()} x kinds of step"
+                             + (f" x {batches} batch sizes of the warm-up" if batches > 1 else "") + ")")
+        # what the step reads: packed rows have no [PAD] (no attention mask) and one segment (token
+        # type 0, which the model adds without ids); copied from pinned buffers on CUDA
+        self.step_keys = set(STEP_KEYS) - ({"attention_mask", "token_type_ids"} if data.packed else set())
         self.loader = MLMLoader(data, split="train", batch_size=self.micro_bs, seed=tc.seed, rank=dd.rank,
                                 world_size=dd.world, mask_prob=self.masks.largest, num_workers=cfg.data.num_workers,
-                                prefetch=cfg.data.prefetch, shuffle=True, loop=True, variable_rate=not self.masks.constant)
+                                prefetch=cfg.data.prefetch, shuffle=True, loop=True, variable_rate=not self.masks.constant,
+                                pin_memory=self.device.type == "cuda")
         if self.meta_in is not None:
             self.loader.load_state_dict(self.meta_in["data_position"])
         self.flops_total = int(self.meta_in.get("flops", 0)) if self.meta_in else 0  # the run's FLOPs so far
@@ -412,7 +446,7 @@ class _Trainer:
         self.evaluates = dd.main or self.par.sharded  # FSDP's forward is collective: every rank evaluates
         if dd.main and self.start_step == 0:
             self.log.write({"step": 0, "event": "start", "params": num_parameters(self.model), "seq_len": self.T,
-                            "world_size": dd.world, "accum": self.accum,
+                            "world_size": dd.world, "accum": 1 if self.merge else self.accum,
                             "stage2_start": None if self.length.timed else self.plan.stage2_start,
                             "device": str(self.device), "parallel": self.par.kind,
                             **({"time_budget_s": self.length.budget_s} if self.length.timed else {}),
@@ -500,7 +534,9 @@ class _Trainer:
         if shape.seq_len != loader.piece_len:
             loader.set_seq_len(shape.seq_len)
         with host_side():  # the loader's batches are host tensors; the copies below are the step's
-            batches = [next(self.it) for _ in range(shape.micro)]
+            batches = [{k: v for k, v in next(self.it).items() if k in self.step_keys} for _ in range(shape.micro)]
+            if self.merge and len(batches) > 1:  # one micro-batch of the step's batch
+                batches = [{k: _cat([b[k] for b in batches], self.loader.pin_memory) for k in batches[0]}]
         micro = [{k: v.to(self.device, non_blocking=True) for k, v in mb.items()} for mb in batches]
         at = self.plan.at(self.step, shape.seq_len, p)  # stage 2, the kept count, ScTD's cadence
         lr = self.lrs.at(self.step, p)

@@ -552,7 +552,8 @@ class _Trainer:
         self.pending += 1
         self.tokens_done += shape.batch * T
         self.tokens_pending += shape.batch * T
-        self.used = self.length.agree(self.wall + self.clock() - self.t_mark, self.dd.world)  # DDP: rank 0's clock
+        with host_side():  # DDP: rank 0's clock, a host value over a CPU group
+            self.used = self.length.agree(self.wall + self.clock() - self.t_mark, self.dd.world)
         return out, {"lr": lr, "at": at, "shape": shape, "flops_per_step": f_step}
 
     def stop_requested(self, stop: rundir.StopFlag, host_waits: bool) -> bool:

@@ -106,7 +106,7 @@ class BenchConfig:
     rounds: int = 5
     reps: int = 1  # timed steps per setting per round
     memory: bool = True  # the extra untimed, profiled step per setting
-    sync_check: bool = True  # CUDA: count host-device syncs in one step per setting
+    sync_check: bool = True  # the census (ops, would-be syncs) of one step per setting; CUDA: its sync debug mode too
     peak_tflops: float = 0.0  # override the peak used for MFU (0 = the GPU table; none on CPU)
     time_budget_s: float = 0.0  # > 0: stop the rounds early rather than run past this many seconds
     seed: int = 0

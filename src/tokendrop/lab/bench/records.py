@@ -61,6 +61,15 @@ class HostSyncs:
 
 
 @dataclass
+class StepCensus:
+    """One untimed step under ``tokendrop.train.census.Census`` (CUDA's sync rules, on any device)."""
+
+    ops: int  # aten ops dispatched (forward, backward, optimizer, importance update)
+    syncs: int  # ops that would make a CUDA host wait
+    locations: list[str] = field(default_factory=list)  # "tokendrop/...py:line" of each distinct sync
+
+
+@dataclass
 class StepExtras:
     """What the untimed, profiled step of a setting recorded."""
 
@@ -100,6 +109,7 @@ class SettingResult:
     sdpa_backend: list[str] | None = optional()
     profile: dict[str, float] | None = optional()
     host_syncs: HostSyncs | None = optional()
+    census: StepCensus | None = optional()
 
 
 @dataclass

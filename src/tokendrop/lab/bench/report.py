@@ -25,6 +25,10 @@ def _ms(x: TimeStats | None, key: str = "median") -> str:
     return "-" if x is None else f"{getattr(x, key) * 1e3:.0f}"
 
 
+def _census(row, key: str) -> str:
+    return "-" if row.census is None else str(getattr(row.census, key))
+
+
 def _noise_line(res: BenchResult) -> str:
     n = res.noise
     return (f"wall IQR/median median {100 * n.median_rel_iqr:.1f}% (max {100 * n.max_rel_iqr:.1f}%)"
@@ -36,13 +40,13 @@ def format_text(res: BenchResult) -> str:
     env, cfg = res.env, res.config
     lines = [f"{res.preset} on {env.where} ({env.torch_threads} threads), torch {env.torch}, "
              f"transformers {env.transformers}, {cfg.precision}" + (", compiled" if cfg.compile else ""),
-             f"{'setting':<16} {'B':>4} {'M':>4} {'wall ms':>9} {'IQR %':>6} {'cpu ms':>8} {'tok/s':>9} {'TFLOP/s':>8} "
-             f"{'MFU':>6} {'util':>5} {'peak MiB':>9} {'sdpa':>10}"]
+             f"{'setting':<16} {'B':>4} {'M':>4} {'wall ms':>9} {'IQR %':>6} {'cpu ms':>8} {'syncs':>5} {'ops':>6} "
+             f"{'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'util':>5} {'peak MiB':>9} {'sdpa':>10}"]
     for row in res.settings:
         peak = row.memory.peak_bytes if row.memory is not None else None
         lines.append(
             f"{row.name:<16} {row.batch_size:>4} {row.kept:>4} {_ms(row.time_s):>9} {100 * row.rel_iqr:>6.1f} "
-            f"{_ms(row.cpu_time_s):>8} {row.tokens_per_s:>9.0f} {row.achieved_tflops:>8.3f} {_pct(row.mfu):>6} "
+            f"{_ms(row.cpu_time_s):>8} {_census(row, 'syncs'):>5} {_census(row, 'ops'):>6} {row.tokens_per_s:>9.0f} {row.achieved_tflops:>8.3f} {_pct(row.mfu):>6} "
             f"{row.cpu_util:>5.2f} {_mib(peak):>9} {','.join(row.sdpa_backend or []) or '-':>10}")
     lines += ["", f"{'speedup over our dense':<22} {'wall':>7} {'(paired min-max)':>16} {'cpu-time':>9} "
                   f"{'FLOP bound':>11} {'achieved wall / cpu':>20}"]
@@ -208,14 +212,15 @@ def _md_memory(res: BenchResult) -> list[str]:
 def _md_settings(res: BenchResult) -> list[str]:
     """Section: every setting's times, throughput, MFU, memory and attention kernels."""
     out = ["", "## All settings", "",
-           "| setting | B | M | wall ms median | q25-q75 | min-max | CPU ms median | tok/s | TFLOP/s | MFU | cpu_util "
-           "| peak MiB | step peak MiB | RSS delta MiB | SDPA |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "| setting | B | M | wall ms median | q25-q75 | min-max | CPU ms median | host syncs | aten ops | tok/s "
+           "| TFLOP/s | MFU | cpu_util | peak MiB | step peak MiB | RSS delta MiB | SDPA |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in res.settings:
         t, mem = row.time_s, row.memory
         out.append(
             f"| {row.name} | {row.batch_size} | {row.kept} | {_ms(t)} | {_ms(t, 'q25')}-{_ms(t, 'q75')} | "
-            f"{_ms(t, 'min')}-{_ms(t, 'max')} | {_ms(row.cpu_time_s)} | {row.tokens_per_s:.0f} | "
+            f"{_ms(t, 'min')}-{_ms(t, 'max')} | {_ms(row.cpu_time_s)} | {_census(row, 'syncs')} | "
+            f"{_census(row, 'ops')} | {row.tokens_per_s:.0f} | "
             f"{row.achieved_tflops:.3f} | {_pct(row.mfu)} | {row.cpu_util:.2f} | "
             f"{_mib(mem.peak_bytes if mem else None)} | {_mib(mem.peak_step_bytes if mem else None)} | "
             f"{_mib(mem.rss_peak_delta_bytes if mem else None)} | {', '.join(row.sdpa_backend or []) or '-'} |")
@@ -223,11 +228,19 @@ def _md_settings(res: BenchResult) -> list[str]:
 
 
 def _md_host_syncs(res: BenchResult) -> list[str]:
-    """Section (when counted): host-device synchronisations inside one step, per setting."""
+    """Section (when counted): host-device synchronisations inside one step, per setting: where the
+    census found them, and CUDA's own count."""
+    out = []
+    found = [(row.name, row.census) for row in res.settings if row.census is not None and row.census.syncs]
+    if any(row.census is not None for row in res.settings):
+        out += ["", "Host syncs and aten ops per step: one untimed step under `tokendrop.train.census` (CUDA's "
+                "sync-debug rules applied to the ops on any device)"
+                + (": " + "; ".join(f"{n} at {', '.join(c.locations)}" for n, c in found) if found else
+                   "; no setting has a sync.")]
     syncs = [(row.name, row.host_syncs) for row in res.settings if row.host_syncs is not None]
     if not syncs:
-        return []
-    out = ["", "## Host-device synchronisations inside one step (`torch.cuda.set_sync_debug_mode`)", ""]
+        return out
+    out += ["", "## Host-device synchronisations inside one step (`torch.cuda.set_sync_debug_mode`)", ""]
     out += [f"- {name}: {h.count}" + (f" at {', '.join(h.locations)}" if h.locations else "")
             + (f" ({'; '.join(h.examples)})" if h.examples else "") for name, h in syncs]
     return out

@@ -18,7 +18,7 @@ from tokendrop.lab.bench.presets import BenchConfig
 from tokendrop.lab.bench.records import BenchResult
 from tokendrop.lab.bench.steps import build_runners
 from tokendrop.lab.bench.summary import summarise
-from tokendrop.lab.bench.timing import measure_extras, run_rounds, warm_up
+from tokendrop.lab.bench.timing import measure_extras, run_rounds, step_census, warm_up
 
 
 def bench_device(cfg: BenchConfig) -> torch.device:
@@ -61,6 +61,9 @@ def _run(cfg: BenchConfig, dev: torch.device, profile_dir: Path | None, say: Cal
         gc.collect()  # once: with transformers imported a collection costs ~0.5 s
         for r in runners:
             r.extras = measure_extras(r, dev, cfg, profile_dir)
+    if cfg.sync_check:
+        for r in runners:
+            r.census = step_census(r.step, dev)
     env.loadavg_end = loadavg()
     res = summarise(cfg, runners, info, env, dev)
     res.rounds_done = rounds

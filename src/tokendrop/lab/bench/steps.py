@@ -23,7 +23,7 @@ from tokendrop.train.trainer import MLMStep
 from tokendrop.lab.bench.hf_baseline import HFModel, build_hf, build_hf_patched, hf_class_name, hf_flops, hf_step_fn
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
-from tokendrop.lab.bench.records import ModelInfo, StepExtras
+from tokendrop.lab.bench.records import ModelInfo, StepCensus, StepExtras
 from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
 import gc
 
@@ -69,6 +69,7 @@ class Runner:
     round_median: list[float] = field(default_factory=list)
     round_median_cpu: list[float] = field(default_factory=list)
     extras: StepExtras | None = None
+    census: StepCensus | None = None
 
 
 def build_ours(model_cfg: ModelConfig, drop: DropConfig | None = None) -> nn.Module:

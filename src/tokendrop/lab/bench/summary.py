@@ -58,6 +58,7 @@ def setting_result(r: Runner, peak: float | None, cpu_clock: bool) -> SettingRes
     if cpu_clock and c.median > 0:
         row.cpu_time_s, row.cpu_samples_s, row.round_median_cpu_s = c, r.cpu, r.round_median_cpu
         row.tokens_per_cpu_s, row.rel_iqr_cpu = tok / c.median, c.rel_iqr
+    row.census = r.census
     if r.extras is not None:
         x = r.extras
         row.memory, row.sdpa_ops, row.sdpa_backend, row.profile, row.host_syncs = (

@@ -10,6 +10,8 @@
   cross-check.  Peak training memory = persistent state + that step peak.
 * The same step is profiled for the SDPA kernel that ran and a time breakdown; on CUDA one more
   step runs under ``torch.cuda.set_sync_debug_mode("warn")`` to count host-device syncs.
+* One more untimed step per setting runs under the census (``tokendrop.train.census``, any device):
+  the aten ops it dispatches and the ops that would make a CUDA host wait (``step_census``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from tokendrop.lab.bench.profiling import (
     sdpa_backends,
     sdpa_op_names,
 )
-from tokendrop.lab.bench.records import HostSyncs, MemoryStats, StepExtras
+from tokendrop.lab.bench.records import HostSyncs, MemoryStats, StepCensus, StepExtras
 from tokendrop.lab.bench.steps import Runner, state_bytes
+from tokendrop.train.census import Census
 
 
 def sync(device: torch.device) -> None:
@@ -166,6 +169,14 @@ def measure_extras(r: Runner, device: torch.device, cfg: BenchConfig, profile_di
     if device.type == "cuda" and cfg.sync_check:
         extras.host_syncs = count_host_syncs(r.step, device)
     return extras
+
+
+def step_census(step: Callable[[], Any], device: torch.device) -> StepCensus:
+    """Aten ops and would-be host syncs of one untimed call of ``step`` (``tokendrop.train.census``)."""
+    with Census() as c:
+        step()
+    sync(device)
+    return StepCensus(ops=c.ops, syncs=len(c.syncs), locations=sorted({s.where for s in c.syncs}))
 
 
 def count_host_syncs(step: Callable[[], Any], device: torch.device) -> HostSyncs:

@@ -61,6 +61,9 @@ def test_smoke_json_is_well_formed(smoke):
         assert mem["peak_bytes"] == mem["state_bytes"] + mem["peak_step_bytes"]
         assert isinstance(s["sdpa_backend"], list) and s["sdpa_backend"], s["sdpa_backend"]
         assert _positive(s["profile"]["total"])
+        assert s["census"]["ops"] > 100, s["census"]  # one step's aten ops, beside the times
+        if s["impl"] == "tokendrop":  # our step never waits for the device (docs/design.md §4.7)
+            assert s["census"]["syncs"] == 0 and s["census"]["locations"] == [], s["census"]
     drop = res["settings"][1]
     assert drop["kept"] == 16 and drop["flops_per_step"] < res["settings"][0]["flops_per_step"]
     (sp,) = res["speedups"]
@@ -77,6 +80,7 @@ def test_smoke_json_is_well_formed(smoke):
     assert res["info"]["hf_attn_implementation"] == "sdpa"
     md = smoke.with_suffix(".md").read_text()
     assert "FLOP bound" in md and "transformers.BertForMaskedLM" in md and res["env"]["torch"] in md
+    assert "| host syncs | aten ops |" in md
 
 
 def test_plot_from_results(smoke, tmp_path):

@@ -279,3 +279,70 @@ def test_an_evaluation_reads_the_same_sequences_with_a_batch_warm_up(tiny_data, 
         recs = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         slots[name] = [(r["eval_slots"], round(r["eval_loss"], 4)) for r in recs if "eval_loss" in r][0]
     assert slots["plain"] == slots["warm"] == slots["micro"], slots
+
+
+def _step_batches(cfg, out, monkeypatch, fits: bool = True):
+    """The micro-batches (their key -> shape) of every step of ``pretrain(cfg)``; ``fits`` False: the
+    memory pre-flight refuses any batch larger than the loader's."""
+    seen = []
+    real_step = train_mod.MLMStep.__call__
+
+    def spy(self, micro, *a, **k):
+        seen.append([{key: tuple(v.shape) for key, v in mb.items()} for mb in micro])
+        return real_step(self, micro, *a, **k)
+
+    monkeypatch.setattr(train_mod.MLMStep, "__call__", spy)
+    if not fits:
+        real_check = train_mod.check_memory
+
+        def check(cfg, T, micro_batch, *a, **k):
+            if micro_batch > 2:
+                raise ConfigError("model/batch too large (a test)")
+            return real_check(cfg, T, micro_batch, *a, **k)
+
+        monkeypatch.setattr(train_mod, "check_memory", check)
+    pretrain(cfg, out, progress=False)
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["one pass", "asked", "does not fit"])
+def test_batch_warmup_runs_one_micro_batch_unless_asked_or_too_large(tiny_data, tmp_path, monkeypatch, mode):
+    """Without train.micro_batch_size a batch warm-up's step is one micro-batch of its current batch
+    (2 -> 8 over half of 6 steps), not the gcd's accumulated ones; train.micro_batch_size, or a batch
+    the memory pre-flight refuses, accumulates loader batches of 2.  The same data either way."""
+    ov = ["train.steps=6", "train.ckpt_every=100", "train.eval_every=100", "train.batch_warmup_start=2",
+          "train.batch_warmup_share=0.5", "train.memory_check=true"]
+    if mode == "asked":
+        ov.append("train.micro_batch_size=2")
+    seen = _step_batches(tiny(tiny_data, *ov), tmp_path / "run", monkeypatch, fits=mode != "does not fit")
+    batches = [sum(mb["input_ids"][0] for mb in step) for step in seen]
+    assert batches[0] == 2 and batches[-1] == 8 and batches == sorted(batches)
+    if mode == "one pass":
+        assert all(len(step) == 1 for step in seen)
+    else:
+        assert all(len(step) == b // 2 and all(mb["input_ids"][0] == 2 for mb in step)
+                   for step, b in zip(seen, batches, strict=True))
+
+
+def test_one_pass_equals_accumulation(tiny_data, tmp_path):
+    """The joined micro-batch and the accumulated ones: the same data, the same losses up to the
+    float order of the sums (without dropout, whose draws differ with the micro-batch's shape)."""
+    ov = ["train.steps=6", "train.ckpt_every=100", "train.eval_every=100", "train.batch_warmup_start=2",
+          "train.batch_warmup_share=0.5", "drop.method=cumulative", "model.hidden_dropout=0.0",
+          "model.attention_dropout=0.0"]
+    pretrain(tiny(tiny_data, *ov), tmp_path / "one", progress=False)
+    pretrain(tiny(tiny_data, *ov, "train.micro_batch_size=2"), tmp_path / "acc", progress=False)
+    one, acc = _rows(tmp_path / "one"), _rows(tmp_path / "acc")
+    assert [r["batch_size"] for r in one] == [r["batch_size"] for r in acc]
+    np.testing.assert_allclose([r["loss"] for r in one], [r["loss"] for r in acc], rtol=1e-4)
+
+
+@pytest.mark.parametrize("rows", ["packed", "padded"])
+def test_the_step_gets_only_what_the_model_reads(tiny_data, tiny_data_unpacked, tmp_path, monkeypatch, rows):
+    """Packed rows: no attention mask (no [PAD]) and no token type ids (all 0); padded rows keep the mask."""
+    data = tiny_data if rows == "packed" else tiny_data_unpacked
+    seen = _step_batches(tiny(data, "train.steps=2", "train.ckpt_every=100", "train.eval_every=100"),
+                         tmp_path / "run", monkeypatch)
+    keys = {k for step in seen for mb in step for k in mb}
+    base = {"input_ids", "mlm_positions", "mlm_labels", "mlm_weights"}
+    assert keys == (base if rows == "packed" else base | {"attention_mask", "token_type_ids"})

@@ -122,21 +122,20 @@ def render(results: dict) -> str:
            "the ops); ops: aten ops dispatched (forward, backward, AdamW, importance update)", ""]
     head = "| part | setting | " + " | ".join(f"{x} syncs | {x} ops" for x in labels) + " |"
     out += [head, "|---|---|" + "---:|---:|" * len(labels)]
-    keys = [(r["part"], r["setting"]) for r in first["rows"]]
-    for part, setting in keys:
+    keys = [(r["part"], r["model"], r["setting"]) for r in first["rows"]]
+    for key in keys:
         cells = []
         for x in labels:
-            r = next((r for r in results[x]["rows"] if (r["part"], r["setting"]) == (part, setting)), None)
+            r = next((r for r in results[x]["rows"] if (r["part"], r["model"], r["setting"]) == key), None)
             cells.append("- | -" if r is None else f"{r['syncs']} | {r['ops']}")
-        name = setting if part == "trainer" else f"{next(r['model'] for r in first['rows'] if r['setting'] == setting and r['part'] == part)} {setting}"
-        out.append(f"| {part} | {name} | " + " | ".join(cells) + " |")
+        out.append(f"| {key[0]} | {key[1]} {key[2]} | " + " | ".join(cells) + " |")
     for x in labels:
         tr = {r["setting"]: r["ops"] for r in results[x]["rows"] if r["part"] == "trainer"}
         ratios = [f"{m}: {tr[f'strong/{m}'] / tr[f'plain/{m}']:.2f}x" for m in ("none", "cumulative")
                   if f"strong/{m}" in tr and f"plain/{m}" in tr]
         if ratios:
             out.append(f"\n{x}: strong / plain aten ops per step at batch 16 -- " + ", ".join(ratios))
-        where = {f"{r['part']} {r['setting']}": r["where"] for r in results[x]["rows"] if r["where"]}
+        where = {f"{r['part']} {r['model']} {r['setting']}": r["where"] for r in results[x]["rows"] if r["where"]}
         if where:
             out.append(f"\n{x}: where the syncs are -- " + "; ".join(
                 f"{k}: " + ", ".join(f"{n} x {w}" for w, n in v) for k, v in where.items()))

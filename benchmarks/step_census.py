@@ -6,7 +6,8 @@ Two parts, each one untimed step per setting under ``tokendrop.train.census.Cens
 sync-debug rules applied to the ops; a step after one warm-up step):
 
 * ``bench``: the step ``tokendrop bench`` times (``MLMStep`` on one micro-batch of B = 2 synthetic
-  packed rows, T = 128, fp32): bert-base and modern-base, dense and 50% token dropping (cumulative).
+  packed rows, T = 128, fp32): bert-base and modern-base, dense and 50% token dropping (cumulative);
+  and modern-base with per-document attention at T = 512, B = 1 (64-token documents: bands).
 * ``trainer``: real ``pretrain`` steps (the trainer's loop: the loader's batches copied to the
   device, the step, its counters) of a 6 x 384 BERT (study-strong's MiniLM shape, from scratch) on
   the stand-in corpus at T = 128 and batch 16: the plain recipe (batch 16, masking 15%, linear LR) and
@@ -48,10 +49,11 @@ def bench_part() -> list[dict]:
     from tokendrop.train.census import Census
 
     rows = []
-    for model in ("bert-base", "modern-base"):
-        cfg = BenchConfig(model=model, seq_lens=[128], batch_sizes=[2], variants=["drop"], rates=[0.5], hf=False,
-                          method="cumulative", threads=1)
+    for model, t, docs in (("bert-base", 128, "off"), ("modern-base", 128, "off"), ("modern-base", 512, "on")):
+        cfg = BenchConfig(model=model, seq_lens=[t], batch_sizes=[2 if t == 128 else 1], variants=["drop"],
+                          rates=[0.5], hf=False, method="cumulative", threads=1, document_attention=docs)
         cfg.validate()
+        model = model + (" documents" if docs == "on" else "")
         builder = StepBuilder(cfg, torch.device("cpu"))
         for s in build_settings(cfg):
             r = builder.runner(s)
@@ -116,8 +118,9 @@ def render(results: dict) -> str:
     labels = [k for k in ("before", "after") if k in results] + [k for k in results if k not in ("before", "after")]
     first = results[labels[0]]
     out = ["# Host syncs and aten ops per training step (census on CPU)", "",
-           f"- command: `{first['command']}` (the before/after recipe: the script's docstring)",
-           f"- machine: {first['machine']}; torch {first['torch']}; fp32, 1 thread",
+           "- commands (the script's docstring has the recipe for the tree before the change): "
+           + "; ".join(f"{x}: `{results[x]['command']}`" for x in labels),
+           f"- machine: {first['machine']}; torch {first['torch']}; fp32",
            "- syncs: ops that would make a CUDA host wait (`tokendrop.train.census`: CUDA's sync-debug rules on "
            "the ops); ops: aten ops dispatched (forward, backward, AdamW, importance update)", ""]
     head = "| part | setting | " + " | ".join(f"{x} syncs | {x} ops" for x in labels) + " |"

@@ -226,3 +226,27 @@ def test_ddp_training_step_is_sync_free(tiny_data, tmp_path):
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                         str(port), str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_window_bands_are_sized_without_a_host_read():
+    """Every form of a window band (blocks of query rows; blocks of positions for kept rows over all
+    rows) is built with 0 syncs; a document-only band reads its run length, so under the census (an
+    accelerator's view) it is not built and the masked bias is used."""
+    from tokendrop.dropping.engine import Rows
+
+    T, g = 256, torch.Generator().manual_seed(0)
+    at = torch.arange(T)[None]
+    rows = Rows(None, None, at, at)
+    keep = torch.stack([torch.randperm(T, generator=g)[:100].sort().values for _ in range(2)])
+    kept = rows.gather(keep)
+    doc = (torch.arange(T) // 40)[None].repeat(2, 1)
+    drows = Rows(None, doc, None, None)
+    with Census() as c:
+        same = attention.Band.build(rows, rows, 8, torch.float32, block=32)
+        sparse = attention.Band.build(kept, rows, 8, torch.float32, block=32, extent=T)
+        documents = attention.Band.build(drows, drows, None, torch.float32, block=32)
+    assert c.syncs == [], c.report()
+    assert same is not None and same.rows is None and same.slot.shape[2] == 32 + 2 * 8
+    assert sparse is not None and sparse.rows is not None and sparse.slot.shape[1:] == (T // 32, 32 + 2 * 8)
+    assert documents is None
+    assert attention.Band.build(drows, drows, None, torch.float32, block=32) is not None  # on CPU: free to read

@@ -31,7 +31,8 @@ Method (docs/design.md §2.6 gives the bound the speedups are compared with):
   means the process was waiting for a core (a busy machine);
 * memory, the SDPA kernel that ran (flash / memory-efficient / cuDNN / math / CPU flash), a
   profile breakdown and (CUDA) host-device syncs come from extra untimed steps (``timing``,
-  ``profiling``);
+  ``profiling``); one more untimed step per setting runs under the census
+  (``tokendrop.train.census``): its aten ops and would-be host syncs, on any device;
 * FLOPs are analytic (``tokendrop.dropping.flops.step_flops``; HF's head runs on all T positions, so its
   FLOPs use P = T; sliding-window layers count the keys inside the window, and each speedup also
   records the bound with them counted as the masked dense attention SDPA executes); MFU = FLOPs / step time / the device's dense bf16 peak

@@ -200,9 +200,10 @@ def test_census_names_the_syncs_it_finds():
 
 
 @pytest.mark.slow
-def test_ddp_training_step_is_sync_free(tiny_data, tmp_path):
-    """Two gloo ranks, a time budget (its clock agreed every step), token dropping with ScTD: every
-    rank's non-logging iterations are sync-free."""
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_ddp_training_step_is_sync_free(tiny_data, tmp_path, parallel):
+    """Two gloo ranks (DDP or FSDP2), a time budget (its clock agreed every step), token dropping with
+    ScTD: every rank's non-logging iterations are sync-free."""
     script = tmp_path / "ddp_census.py"
     script.write_text(textwrap.dedent(f"""
         import sys
@@ -213,7 +214,7 @@ def test_ddp_training_step_is_sync_free(tiny_data, tmp_path):
         from tokendrop.config import load_config
         mp = pytest.MonkeyPatch()
         case = ("cumulative", "drop", True, "modernbert", "packed", "batch", "budget")
-        cfg = load_config("modern-tiny", _overrides(case, {str(tiny_data)!r}))
+        cfg = load_config("modern-tiny", _overrides(case, {str(tiny_data)!r}) + ["train.parallel={parallel}"])
         steps = census_of_run(cfg, {str(tmp_path / "run")!r}, mp, FakeClock())
         bad = [(s, c.report()) for s, c in steps if c.syncs]
         print("steps", len(steps), "bad", bad)

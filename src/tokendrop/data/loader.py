@@ -459,7 +459,7 @@ class MLMLoader:
             "mlm_labels": self._tensor(lab, np.int64),
             "mlm_weights": self._tensor(wts, np.float32),
         }
-        if self.pin_memory:
+        if self.pin_memory and not self.data.packed:  # (packed rows: the trainer does not send them)
             out["attention_mask"], out["token_type_ids"] = attn.pin_memory(), out["token_type_ids"].pin_memory()
         return out
 

@@ -282,6 +282,7 @@ LAYER_ORDER = (
     "version",         # __version__
     "errors",          # TokendropError and the errors raised across layers
     "value_schedule",  # a value from a start to an end over the run
+    "host",            # whether host reads of device data are free; host-side regions (the census)
     "runs",            # run I/O: files, run directories, checkpoints, metrics, trackers, plots
     "data",            # corpus -> prepared directory -> MLM batches
     "dropping",        # the method

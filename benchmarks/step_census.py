@@ -125,7 +125,10 @@ def render(results: dict) -> str:
            "the ops); ops: aten ops dispatched (forward, backward, AdamW, importance update)",
            "- modern-base documents: per-document attention over 64-token documents at T = 512 (bands); under the "
            "census (an accelerator's view) the document-only masks are the bias where the CPU builds bands from a "
-           "host read (on CUDA without attention dropout: FlexAttention), hence the fewer ops", ""]
+           "host read (on CUDA without attention dropout: FlexAttention), hence the fewer ops",
+           "- before: the tree at 2307504 (main before the sync-free step); after: this branch rebased onto main, "
+           "which also carries other work (e.g. BERT's fused QKV projection where Q and K/V read the same rows): "
+           "the ops columns compare trees, the syncs and the strong/plain ratio are this change's", ""]
     head = "| part | setting | " + " | ".join(f"{x} syncs | {x} ops" for x in labels) + " |"
     out += [head, "|---|---|" + "---:|---:|" * len(labels)]
     keys = [(r["part"], r["model"], r["setting"]) for r in first["rows"]]

@@ -609,13 +609,22 @@ def _check_outputs(a: argparse.Namespace) -> None:
         if not os.path.isdir(parent):
             raise RunDirError(f"{flag}: {v} cannot be created: {parent} is a file, not a directory; choose an output "
                               "directory whose parents are directories")
+        if _read_only(parent):
+            raise RunDirError(f"{flag}: {v} cannot be created: {parent} is on a read-only file system; remount it "
+                              "read-write or choose an output directory on a writable one")
         if not os.access(parent, os.W_OK | os.X_OK):
             raise RunDirError(f"{flag}: {v} cannot be created: {parent} is not writable by this user; choose an output "
                               "directory you may write into")
 
 
-_DISK_ERRNOS = {getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG") if hasattr(errno, n)}
 # an OSError naming a path the user gave (or one under it) that cannot be used as it is: a user error
+def _read_only(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 _PATH_ERRNOS = {errno.EACCES: "check its permissions", errno.EPERM: "check its permissions",
                 errno.ENOTDIR: "a part of the path is a file, not a directory",
                 errno.EISDIR: "a directory where a file was expected", errno.ELOOP: "a symbolic link loop",
@@ -652,15 +661,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e.filename}: {e.strerror}" if missing else _error_line(e), file=sys.stderr)
         return 2
     except OSError as e:
+        from tokendrop.runs.files import DISK_ERRNOS, os_error_fix
+
         if e.errno in _PATH_ERRNOS and e.filename:  # a path that cannot be used as it is: say which and why
             print(f"error: {e.filename}: {e.strerror or e} ({_PATH_ERRNOS[e.errno]})", file=sys.stderr)
             return 2
-        if e.errno not in _DISK_ERRNOS:  # anything else is a bug: keep its traceback
+        if e.errno not in DISK_ERRNOS:  # anything else is a bug: keep its traceback
             raise
         # disk full / quota / read-only while writing: the atomic writers have removed their temp
         # files, every earlier output (the last checkpoint) is intact
-        print(f"error: {e.filename or 'write'}: {e.strerror or e}; nothing partial was kept (free space and run "
-              "the command again)", file=sys.stderr)
+        print(f"error: {e.filename or 'write'}: {e.strerror or e}; nothing partial was kept ({os_error_fix(e)}, "
+              "then run the command again)", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as e:
         if not _out_of_memory(e):  # anything else is a bug: keep its traceback

@@ -76,7 +76,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from tokendrop.runs import rundir
-from tokendrop.runs.files import atomic_directory, atomic_write_json
+from tokendrop.runs.files import atomic_directory, atomic_write_json, os_error_fix
 from tokendrop.errors import DataError
 from tokendrop.runs.files import read_json
 from tokendrop.data.prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
@@ -413,7 +413,8 @@ def _work_units(work_path: str, key: dict, make_plan, overwrite: bool, dtype: np
     except OSError as e:  # disk full, permissions, ...: a data problem for the user, not a crash
         if created:
             work.remove()
-        raise DataError(f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was written") from e
+        raise DataError(f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was written "
+                        f"({os_error_fix(e)})") from e
     except KeyboardInterrupt as e:
         if work is not None and os.path.isdir(work.path):
             e.kept = f"the finished work units are kept in {work.path}: run the same command again to continue"

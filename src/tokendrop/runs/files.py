@@ -129,6 +129,26 @@ def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> I
         raise
 
 
+# what to do about an OSError, by its errno: the one mapping every refusal of a failed read or write
+# uses (cli.main, the checkpoint writer, prepare, locks), so each names its real cause
+_OS_ERROR_FIXES = {
+    errno.EROFS: "the file system is read-only: remount it read-write or choose a directory on a writable one",
+    errno.EACCES: "permission denied: check its permissions or choose a directory you may write into",
+    errno.EPERM: "not permitted: check its permissions or choose a directory you may write into",
+    errno.ENOSPC: "the disk is full: free space",
+    errno.EFBIG: "the file is larger than the file system allows: choose a directory on another file system",
+}
+if hasattr(errno, "EDQUOT"):
+    _OS_ERROR_FIXES[errno.EDQUOT] = "the disk quota is used up: free space within your quota or raise it"
+DISK_ERRNOS = frozenset(e for e in (errno.EROFS, errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None)) if e)
+
+
+def os_error_fix(e: OSError) -> str:
+    """What to do about ``e``, named by its cause (read-only, permissions, disk full, quota, file
+    size); for another errno: "check the file system (STRERROR)"."""
+    return _OS_ERROR_FIXES.get(e.errno, f"check the file system ({e.strerror or e})")
+
+
 def write_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
     """``safetensors.torch.save_file``, whose I/O failures (disk full, quota, file too large) surface as
     an ``OSError`` with the errno (safetensors raises its own ``SafetensorError`` for them), so every

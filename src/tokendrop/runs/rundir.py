@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.errors import TokendropError
-from tokendrop.runs.files import atomic_write_json, discard_dir
+from tokendrop.runs.files import atomic_write_json, discard_dir, os_error_fix
 from tokendrop.version import __version__
 
 MARKER = ".tokendrop.json"
@@ -262,8 +262,9 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
     try:
         lf.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a parent is a file, not writable, ...: the output cannot be created there
-        raise error(f"{path}: cannot be created ({e.filename}: {e.strerror or e}); choose an output directory whose "
-                    "parents are directories you may write into") from None
+        fix = ("choose an output directory whose parents are directories" if e.errno in (errno.ENOTDIR, errno.EEXIST)
+               else os_error_fix(e))
+        raise error(f"{path}: cannot be created ({e.filename}: {e.strerror or e}); {fix}") from None
     while True:
         fd = os.open(lf, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:

@@ -18,6 +18,7 @@ from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.config import FROM_DATA, Config, ConfigError, load_config, to_dict
 from tokendrop.errors import TrainingError
+from tokendrop.runs.files import os_error_fix
 from tokendrop.train.parallel import Parallel
 
 
@@ -172,8 +173,9 @@ def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Pa
         return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, keep)
     except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
         last = ckpt_mod.latest(run_dir)
-        then = (f"the last checkpoint ({last}) is intact: free space, then tokendrop pretrain --resume "
-                f"{shlex.quote(str(run_dir))}" if last else "there is no earlier checkpoint: free space, then run "
+        fix = os_error_fix(e)
+        then = (f"the last checkpoint ({last}) is intact: {fix}, then tokendrop pretrain --resume "
+                f"{shlex.quote(str(run_dir))}" if last else f"there is no earlier checkpoint: {fix}, then run "
                 "the same command again (a run without a checkpoint is started over)")
         raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
                             f"checkpoint of step {step}; nothing of it was kept; {then}") from None

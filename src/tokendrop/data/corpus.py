@@ -27,11 +27,20 @@ Documents are returned as one string, lines joined with ``"\\n"``; they never co
 Every reader streams.  :func:`iter_raw` reads a whole source or one work unit of it (``span``): a
 byte range of an uncompressed text/JSONL file that starts and ends at a document boundary (see
 :func:`split_points`), or a range of row groups / record batches of a Parquet/Arrow file.
+
+Memory does not grow with the longest line or document: a text file is read in parts of at most
+``PIECE_CHARS`` bytes, and a document longer than ``PIECE_CHARS`` characters (from any format) is
+handed on in pieces of at most that many characters, each but the last a :class:`Piece` (the next
+item continues the same document).  A piece ends before a single space between two non-space
+characters, so WordPiece (BERT's normaliser and pre-tokeniser) gives the pieces exactly the ids of
+the whole; a text with no such space in ``PIECE_CHARS`` characters is refused, naming the line.  A
+JSONL line is parsed whole: one longer than ``LINE_CHARS`` characters is refused, naming the line.
 """
 
 from __future__ import annotations
 
 import bz2
+import codecs
 import errno
 import glob
 import gzip
@@ -57,7 +66,16 @@ _WIKI_EXT = (".xml",)
 _COLUMNAR_EXT = {".parquet": PARQUET, ".arrow": ARROW}
 _COMPRESS_EXT = (".gz", ".bz2", ".zst", ".zstd")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+PIECE_CHARS = 1 << 20  # the longest part of a line read, and of a document handed to the tokenizer
+LINE_CHARS = 1 << 26  # the longest JSONL line (parsed whole)
 WORK_FORMAT = "tokendrop-prepare-work"  # the format of a prepare's ``<out>.partial/plan.json`` (:mod:`.units`)
+
+
+class Piece(str):
+    """A part of a document longer than ``PIECE_CHARS``: the next item a reader yields continues
+    the same document (the last part is a plain ``str``)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)
@@ -418,25 +436,18 @@ def _sniff(src: Source) -> None:
             raise DataError(f"{src.path}: {what}; expected UTF-8 text") from None
 
 
-def _decode(bline: bytes, path: str, where: str) -> str:
-    if b"\x00" in bline:
-        raise DataError(f"{path}: {where}: contains NUL bytes, looks like a binary file; expected UTF-8 text")
-    try:
-        return bline.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: {where}: invalid UTF-8 at column {e.start + 1}; expected UTF-8 text") from None
-
-
 def _where(span: tuple[int, int] | None, lineno: int, offset: int) -> str:
     """A line's place for a message: its number when reading from the start, else its byte offset."""
     return f"line {lineno}" if not span or span[0] == 0 else f"byte {offset}"
 
 
-def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None = None,
-           span: tuple[int, int] | None = None) -> Iterator[tuple[int, int, str]]:
-    """(line number, byte offset, decoded line without trailing newline) with progress in raw
-    (on-disk) bytes; ``span`` = ``[start, end)``: only the lines of that byte range of an uncompressed
-    file (both ends at line starts, :func:`split_points`); line numbers then count from the range.
+def _line_parts(path: str, progress: Callable[[int], None] | None, stats: dict | None = None,
+                span: tuple[int, int] | None = None) -> Iterator[tuple[int, int, str, bool]]:
+    """(line number, byte offset of the line, text, last) for every line, in parts of at most
+    ``PIECE_CHARS`` bytes (``last``: the part ends its line; the newline is not included), with
+    progress in raw (on-disk) bytes; ``span`` = ``[start, end)``: only the lines of that byte range
+    of an uncompressed file (both ends at line starts, :func:`split_points`); line numbers then count
+    from the range.
 
     ``stats["input_bytes"]`` is increased by the decompressed size read.
     """
@@ -444,30 +455,42 @@ def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None
     start, end = span if span is not None else (0, None)
     if start:
         raw.seek(start)
+    seg = max(PIECE_CHARS, 4)
     last = start
     nbytes = 0
     next_report = 1 << 18  # progress every 1024 lines or 256 KiB
     try:
         lineno = 0
+        offset = column = 0
+        decoder = None  # the line being read continues (its decoder keeps a character cut between parts)
         while end is None or start + nbytes < end:
             try:
-                bline = f.readline()
+                bline = f.readline(seg)
             except (OSError, EOFError) as e:
                 raise DataError(f"{path}: cannot decompress after line {lineno} ({e}); the file is truncated or corrupt") from None
             if not bline:
+                if decoder is not None:  # the file ended right after a full part
+                    yield lineno, offset, _decode_part(decoder, b"", True, path, _where(span, lineno, offset), column), True
                 break
-            lineno += 1
-            offset = start + nbytes
+            if decoder is None:
+                lineno += 1
+                offset, column = start + nbytes, 0
+                decoder = codecs.getincrementaldecoder("utf-8")()
             nbytes += len(bline)
-            line = _decode(bline, path, _where(span, lineno, offset))
-            if offset == 0 and line.startswith("\ufeff"):
-                line = line[1:]
+            ends = bline.endswith(b"\n") or len(bline) < seg  # a newline, or the end of the file
+            text = _decode_part(decoder, bline, ends, path, _where(span, lineno, offset), column)
+            if offset == 0 and column == 0 and text.startswith("\ufeff"):
+                text = text[1:]
+            column += len(bline)
+            if ends:
+                text = text.rstrip("\r\n")
+                decoder = None
             if progress is not None and ((lineno & 1023) == 0 or nbytes >= next_report):
                 pos = raw.tell()
                 progress(pos - last)
                 last = pos
                 next_report = nbytes + (1 << 18)
-            yield lineno, offset, line.rstrip("\r\n")
+            yield lineno, offset, text, ends
         if progress is not None:
             progress((os.path.getsize(path) if end is None else end) - last)
     finally:
@@ -475,6 +498,95 @@ def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None
             stats["input_bytes"] = stats.get("input_bytes", 0) + nbytes
         f.close()
         raw.close()
+
+
+def _decode_part(decoder, b: bytes, final: bool, path: str, where: str, column: int) -> str:
+    if b"\x00" in b:
+        raise DataError(f"{path}: {where}: contains NUL bytes, looks like a binary file; expected UTF-8 text")
+    try:
+        return decoder.decode(b, final)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: {where}: invalid UTF-8 at column {column + e.start + 1}; expected UTF-8 text") from None
+
+
+def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None = None,
+           span: tuple[int, int] | None = None) -> Iterator[tuple[int, int, str]]:
+    """(line number, byte offset, decoded line without trailing newline), as :func:`_line_parts`
+    reads them; a line longer than ``LINE_CHARS`` characters is refused (DataError naming it)."""
+    parts: list[str] = []
+    size = 0
+    for lineno, offset, text, last in _line_parts(path, progress, stats, span):
+        parts.append(text)
+        size += len(text)
+        if size > LINE_CHARS:
+            raise DataError(f"{path}: {_where(span, lineno, offset)}: longer than {LINE_CHARS:,} characters, the "
+                            "limit for a line that is parsed whole; split its document over several lines")
+        if last:
+            yield lineno, offset, "".join(parts)
+            parts, size = [], 0
+
+
+def _cut(buf: str, limit: int) -> int:
+    """The index of the last single space between two non-space characters of ``buf`` at or before
+    ``limit`` (the first character of the next piece), or 0 when there is none."""
+    i = buf.rfind(" ", 1, min(limit, len(buf) - 2) + 1)
+    while i > 0 and (buf[i - 1].isspace() or buf[i + 1].isspace()):
+        i = buf.rfind(" ", 1, i)
+    return max(i, 0)
+
+
+class _Pieces:
+    """The document being read, handed on in pieces of at most ``PIECE_CHARS`` characters."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.parts: list[str] = []
+        self.size = 0
+
+    def add(self, text: str, where: str) -> Iterator[str]:
+        """Append ``text``; yield the pieces (:class:`Piece`) that are complete."""
+        self.parts.append(text)
+        self.size += len(text)
+        while self.size > PIECE_CHARS:
+            buf = "".join(self.parts)
+            cut = _cut(buf, PIECE_CHARS)
+            if not cut:
+                raise DataError(f"{self.path}: {where}: {PIECE_CHARS:,} characters without a single space between two "
+                                f"words; a document is tokenized in pieces of at most {PIECE_CHARS:,} characters cut "
+                                "at such spaces: break the text with spaces or newlines")
+            yield Piece(buf[:cut])
+            self.parts, self.size = [buf[cut:]], len(buf) - cut
+
+    def end(self) -> Iterator[str]:
+        """Yield the rest of the document (a plain ``str``), if any; start the next one."""
+        if self.parts:
+            yield "".join(self.parts)
+        self.parts, self.size = [], 0
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+
+def _in_pieces(doc: str, path: str, where: str) -> Iterator[str]:
+    """``doc`` itself, or its pieces when it is longer than ``PIECE_CHARS`` characters."""
+    if len(doc) <= PIECE_CHARS:
+        yield doc
+        return
+    pieces = _Pieces(path)
+    yield from pieces.add(doc, where)
+    yield from pieces.end()
+
+
+def _line_end(f) -> tuple[int, bool]:
+    """Read to the end of the current line of the binary file ``f`` in bounded parts: (bytes read,
+    the line is blank: ASCII whitespace only)."""
+    n, blank = 0, True
+    while True:
+        b = f.readline(max(PIECE_CHARS, 4))
+        n += len(b)
+        blank = blank and not b.strip()
+        if not b or b.endswith(b"\n"):
+            return n, blank
 
 
 def split_points(path: str, fmt: str, unit_bytes: int) -> list[int]:
@@ -489,11 +601,11 @@ def split_points(path: str, fmt: str, unit_bytes: int) -> list[int]:
     with open(path, "rb") as f:
         while target < size:
             f.seek(target - 1)
-            pos = target - 1 + len(f.readline())  # the start of the first line beginning at or after target
+            pos = target - 1 + _line_end(f)[0]  # the start of the first line beginning at or after target
             while fmt == TEXT and pos < size:
-                line = f.readline()
-                pos += len(line)
-                if not line.strip():  # a blank line ends a document
+                n, blank = _line_end(f)
+                pos += n
+                if blank:  # a blank line ends a document
                     break
             if pos >= size:
                 break
@@ -508,17 +620,31 @@ def split_points(path: str, fmt: str, unit_bytes: int) -> list[int]:
 
 def read_text(path: str, progress: Callable[[int], None] | None = None, stats: dict | None = None,
               span: tuple[int, int] | None = None) -> Iterator[str]:
-    """BERT format: one document per block of non-blank lines."""
-    lines: list[str] = []
-    for _, _, line in _lines(path, progress, stats, span):
-        line = line.strip()
-        if line:
-            lines.append(line)
-        elif lines:
-            yield "\n".join(lines)
-            lines = []
-    if lines:
-        yield "\n".join(lines)
+    """BERT format: one document per block of non-blank lines (each line stripped, joined with
+    ``"\\n"``); a document longer than ``PIECE_CHARS`` in pieces (module doc)."""
+    doc = _Pieces(path)
+    started = False  # the current line has text (else it is blank so far)
+    ws = ""  # whitespace after the current line's text so far: kept only if more text follows
+    for lineno, offset, text, last in _line_parts(path, progress, stats, span):
+        core = text.rstrip()
+        tail = text[len(core):]
+        if not started:
+            core = core.lstrip()
+        if core:
+            where = _where(span, lineno, offset)
+            if started:
+                yield from doc.add(ws + core, where)
+            else:
+                yield from doc.add("\n" + core if doc else core, where)
+                started = True
+            ws = tail
+        elif started:
+            ws = (ws + tail)[:PIECE_CHARS]
+        if last:
+            if not started:  # a blank line ends a document
+                yield from doc.end()
+            started, ws = False, ""
+    yield from doc.end()
 
 
 def read_jsonl(
@@ -543,7 +669,7 @@ def read_jsonl(
         if not isinstance(text, str):
             raise DataError(f"{path}: {_where(span, lineno, offset)}: field {text_field!r} is {type(text).__name__}; "
                             "expected a string")
-        yield _normalise_block(text)
+        yield from _in_pieces(_normalise_block(text), path, _where(span, lineno, offset))
 
 
 def _normalise_block(text: str) -> str:
@@ -639,7 +765,7 @@ def read_hf(spec: str, text_field: str = "text") -> Iterator[str]:
         text = ex.get(text_field)
         if not isinstance(text, str):
             raise DataError(f"{spec}: row {i}: field {text_field!r} is {type(text).__name__}; expected a string")
-        yield _normalise_block(text)
+        yield from _in_pieces(_normalise_block(text), spec, f"row {i}")
 
 
 def iter_raw(
@@ -648,7 +774,8 @@ def iter_raw(
 ) -> Iterator[str]:
     """Raw documents of one source (wiki pages still in wikitext: pass them through :func:`finish`);
     with ``span``, only those of that work unit (a byte range of a text/JSONL file, a range of row
-    groups or record batches of a Parquet/Arrow file)."""
+    groups or record batches of a Parquet/Arrow file).  A long document comes in pieces: each
+    :class:`Piece` is continued by the next item (module doc)."""
     if src.fmt == TEXT:
         return read_text(src.path, progress, stats, span)
     if src.fmt == JSONL:
@@ -675,8 +802,8 @@ def _read_columnar(src: Source, text_field: str, progress: Callable[[int], None]
             progress(now - last)
         last = now
 
-    for text in columnar.read_texts(src.path, src.fmt, text_field, span, rows, stats):
-        yield _normalise_block(text)
+    for i, text in enumerate(columnar.read_texts(src.path, src.fmt, text_field, span, rows, stats)):
+        yield from _in_pieces(_normalise_block(text), src.path, f"row {i + 1}{' of its work unit' if span else ''}")
 
 
 def finish(fmt: str, raw: str) -> str:
@@ -689,9 +816,15 @@ def iter_documents(
     text_field: str = "text",
     skip_empty: bool = True,
 ) -> Iterator[str]:
-    """Clean documents of all inputs, in order (files, directories, globs, ``hf:`` specs)."""
+    """Clean documents of all inputs, in order (files, directories, globs, ``hf:`` specs); each
+    document whole (its pieces joined)."""
     for src in resolve_corpus(paths, text_field):
+        pieces: list[str] = []
         for raw in iter_raw(src, text_field):
-            doc = finish(src.fmt, raw)
+            if isinstance(raw, Piece):
+                pieces.append(str(raw))
+                continue
+            doc = finish(src.fmt, "".join(pieces) + raw if pieces else raw)
+            pieces = []
             if doc or not skip_empty:
                 yield doc

@@ -492,7 +492,7 @@ def _write_shards(work: WorkDir, infos: list[dict], tmp: str, seq_len: int, pack
             mask = np.asarray(is_eval[first : first + len(lens)])
             first += len(lens)
             for d in np.flatnonzero(mask if split == "eval" else ~mask):
-                doc = np.asarray(flat[offsets[d] : offsets[d + 1]])
+                doc = flat[offsets[d] : offsets[d + 1]]  # memory-mapped: a long document is read block by block
                 w.add(doc)
                 if split == "train":
                     counter.add(doc)

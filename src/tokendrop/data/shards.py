@@ -42,10 +42,12 @@ class TokenCounter:
         self.pending = 0
 
     def add(self, ids: np.ndarray) -> None:
-        self.parts.append(ids)
-        self.pending += len(ids)
-        if self.pending >= 1 << 22:
-            self.flush()
+        for a in range(0, len(ids), 1 << 22):  # a long document in bounded blocks
+            part = ids[a : a + (1 << 22)]
+            self.parts.append(part)
+            self.pending += len(part)
+            if self.pending >= 1 << 22:
+                self.flush()
 
     def flush(self) -> None:
         if self.parts:
@@ -59,6 +61,8 @@ class PackedWriter:
     opening a body is skipped, and a body that would end in a separator (its document ended one
     token before the row's own [SEP]) starts one token later instead (that token is dropped and
     counted in ``dropped_boundary_tokens``)."""
+
+    BLOCK_ROWS = 256  # rows' worth of tokens cut at a time (memory: not a document's length)
 
     def __init__(self, shard: ShardWriter, cls: int, sep: int):
         self.shard, self.cls, self.sep = shard, cls, sep
@@ -80,12 +84,15 @@ class PackedWriter:
         if self.pending:
             self.parts.append(self.sep_arr)
             self.pending += 1
-        self.parts.append(ids)
-        self.pending += len(ids)
         self.documents += 1
         self.doc_tokens += len(ids)
-        if self.pending >= 256 * self.L:
-            self._flush()
+        block = self.BLOCK_ROWS * self.L
+        for a in range(0, len(ids), block):  # a long document in bounded blocks (memory: not its length)
+            part = ids[a : a + block]
+            self.parts.append(part)
+            self.pending += len(part)
+            if self.pending >= block:
+                self._flush()
 
     def _flush(self) -> None:
         if not self.parts:

@@ -19,7 +19,7 @@ import numpy as np
 
 from tokendrop.runs.files import replace_dir
 from tokendrop.runs.files import atomic_write_json
-from tokendrop.data.corpus import WIKI, Source, finish, iter_raw
+from tokendrop.data.corpus import WIKI, Piece, Source, finish, iter_raw
 import signal
 from tokenizers import Tokenizer
 
@@ -32,26 +32,49 @@ IDS, LENGTHS, INFO = "ids.bin", "lengths.bin", "info.json"
 # encoding
 
 
-def _encode(tok, dtype: np.dtype, fmt: str, raws: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
-    """Clean (wiki) + tokenize a chunk: (concatenated ids, per-document lengths, empty docs skipped)."""
+def _encode(tok, dtype: np.dtype, fmt: str, raws: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Clean (wiki) + tokenize a chunk: (concatenated ids, the length of each item, whether each
+    item is a :class:`~.corpus.Piece` that the next item continues)."""
     docs = [finish(fmt, r) for r in raws] if fmt == WIKI else raws
-    docs = [d for d in docs if d]
-    encs = tok.encode_batch_fast(docs, add_special_tokens=False) if docs else []
+    full = [i for i, d in enumerate(docs) if d]
+    encs = tok.encode_batch_fast([docs[i] for i in full], add_special_tokens=False) if full else []
     id_lists = [e.ids for e in encs]
-    lens = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
-    keep = lens > 0
+    lens = np.zeros(len(raws), np.int64)
+    lens[full] = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
     total = int(lens.sum())
     ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=dtype, count=total) if total else np.zeros(0, dtype)
-    n_empty = len(raws) - int(keep.sum())
-    return ids, lens[keep], n_empty
+    cont = np.fromiter((isinstance(r, Piece) for r in raws), dtype=bool, count=len(raws))
+    return ids, lens, cont
+
+
+def join_pieces(lens: np.ndarray, cont: np.ndarray, carry: int) -> tuple[np.ndarray, int, int]:
+    """Per-item lengths (and continuation flags, :func:`_encode`) -> (the lengths of the non-empty
+    documents that end in this chunk, the empty ones, the tokens of a document that the next chunk
+    continues); ``carry``: those tokens from the previous chunk."""
+    if not carry and not cont.any():
+        keep = lens > 0
+        return lens[keep], int(len(lens) - keep.sum()), 0
+    out: list[int] = []
+    empty = 0
+    for n, c in zip(lens.tolist(), cont.tolist()):
+        carry += n
+        if c:
+            continue
+        if carry:
+            out.append(carry)
+        else:
+            empty += 1
+        carry = 0
+    return np.array(out, dtype=np.int64), empty, carry
 
 
 def _chunks(raws: Iterable[str], fmt: str, counted: list[int]) -> Iterator[tuple[str, list[str]]]:
-    """Raw documents in chunks of about ``_CHUNK_CHARS`` characters; ``counted[0]``: documents read."""
+    """Raw documents (and pieces) in chunks of about ``_CHUNK_CHARS`` characters; ``counted[0]``:
+    documents read."""
     buf: list[str] = []
     size = 0
     for raw in raws:
-        counted[0] += 1
+        counted[0] += not isinstance(raw, Piece)
         buf.append(raw)
         size += len(raw)
         if size >= _CHUNK_CHARS or len(buf) >= _CHUNK_DOCS:
@@ -67,16 +90,18 @@ def tokenize_unit(src: Source, span: tuple[int, int] | None, dest: str, tmp_pare
     """Tokenize the documents of ``src`` (the work unit ``span`` of it; all when None) into the
     directory ``dest``: ``ids.bin`` (the ids of the non-empty documents, concatenated), ``lengths.bin``
     (int64 per document), ``info.json`` (counts).  It is built in a temp dir under ``tmp_parent`` and
-    renamed to ``dest`` only when complete.  ``encode`` maps chunks to ``(ids, lengths, empty)`` in
-    order (inline or through worker processes).  -> the info dict."""
+    renamed to ``dest`` only when complete.  ``encode`` maps chunks to ``(ids, lengths, continued)``
+    (:func:`_encode`) in order (inline or through worker processes); a document read in pieces is
+    one document here.  -> the info dict."""
     tmp = tempfile.mkdtemp(prefix=os.path.basename(dest) + ".", dir=tmp_parent)
     try:
         stats: dict = {}
         counted = [0]
         lengths: list[np.ndarray] = []
-        n_empty = n_tokens = 0
+        n_empty = n_tokens = carry = 0
         with open(os.path.join(tmp, IDS), "wb") as out:
-            for ids, lens, empty in encode(_chunks(iter_raw(src, text_field, progress, stats, span), src.fmt, counted)):
+            for ids, lens, cont in encode(_chunks(iter_raw(src, text_field, progress, stats, span), src.fmt, counted)):
+                lens, empty, carry = join_pieces(lens, cont, carry)
                 out.write(ids.tobytes())
                 lengths.append(lens)
                 n_empty += empty

@@ -1,0 +1,145 @@
+"""Bounded memory for every corpus reader (docs/reliability.md, "bad input, full disk"): a line or
+document longer than ``corpus.PIECE_CHARS`` is read and tokenized in pieces, with exactly the ids
+of the whole; text that cannot be cut and a JSONL line over ``corpus.LINE_CHARS`` are refused in one
+line naming the file, the line and the limit.  The limits are set to a few dozen characters here,
+so kilobytes stand for the megabytes of a real corpus."""
+
+import bz2
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokendrop.data import corpus, prepare
+from tokendrop.errors import DataError
+from tokendrop.lab.toydata import toy_documents, write_toy_vocab
+
+PIECE = 64
+
+
+def _long_docs() -> list[str]:
+    """A normal document, one long single-line document, a long document of many lines (one with
+    multi-byte characters and runs of spaces), and normal ones after."""
+    docs = toy_documents(6, seed=3, min_words=5, max_words=30)
+    one_line = " ".join(d.replace("\n", " ") for d in toy_documents(40, seed=4))
+    many = "\n".join(f"é{i} {d.replace(chr(10), '  ')} ünï" for i, d in enumerate(toy_documents(30, seed=5)))
+    return [docs[0], one_line, docs[1], many, *docs[2:]]
+
+
+def _write(path: Path, docs: list[str]) -> Path:
+    name = path.name
+    if ".jsonl" in name:
+        text = "".join(json.dumps({"text": d}) + "\n" for d in docs)
+    else:
+        text = "\n\n".join(docs) + "\n"
+    data = text.encode("utf-8")
+    if name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif name.endswith(".bz2"):
+        data = bz2.compress(data)
+    elif name.endswith(".zst"):
+        zstandard = pytest.importorskip("zstandard")
+        data = zstandard.ZstdCompressor().compress(data)
+    elif name.endswith((".parquet", ".arrow")):
+        pa = pytest.importorskip("pyarrow")
+        table = pa.table({"text": docs})
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, path, row_group_size=3)
+        else:
+            with pa.ipc.new_file(path, table.schema) as w:
+                w.write_table(table, max_chunksize=3)
+        return path
+    path.write_bytes(data)
+    return path
+
+
+def _prepare(src: Path, out: Path, vocab: str, workers: int = 1) -> dict:
+    prepare([src], out, seq_len=32, vocab=vocab, eval_fraction=0.2, workers=workers, progress=False)
+    return {f: (out / f).read_bytes() for f in ("train.bin", "eval.bin", "token_counts.npy")}
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.txt.bz2", "c.txt.zst", "c.jsonl", "c.jsonl.gz",
+                                  "c.parquet", "c.arrow"])
+def test_long_documents_in_pieces_give_the_ids_of_the_whole(name, tmp_path, monkeypatch):
+    vocab = write_toy_vocab(tmp_path / "vocab.txt")
+    src = _write(tmp_path / name, _long_docs())
+    whole = _prepare(src, tmp_path / "whole", vocab)
+    monkeypatch.setattr(corpus, "PIECE_CHARS", PIECE)
+    raws = list(corpus.iter_raw(corpus.resolve_corpus([src])[0]))
+    assert max(map(len, raws)) <= PIECE and sum(isinstance(r, corpus.Piece) for r in raws) > 40
+    assert list(corpus.iter_documents([src])) == [d for d in _long_docs()]  # the pieces join to the documents
+    assert _prepare(src, tmp_path / "pieces", vocab) == whole
+
+
+def test_pieces_with_worker_processes_and_work_units(tmp_path, monkeypatch):
+    from tokendrop.data import units
+
+    vocab = write_toy_vocab(tmp_path / "vocab.txt")
+    src = _write(tmp_path / "c.txt", _long_docs() * 4)
+    whole = _prepare(src, tmp_path / "whole", vocab)
+    monkeypatch.setattr(corpus, "PIECE_CHARS", PIECE)
+    monkeypatch.setattr(units, "MIN_UNIT_BYTES", 2000)  # work units cut inside long lines' files
+    monkeypatch.setattr(units, "UNIT_BYTES", 2000)
+    assert len(units.plan_units(corpus.resolve_corpus([src]), "text")) > 2
+    assert _prepare(src, tmp_path / "pieces", vocab, workers=2) == whole
+
+
+def test_a_line_longer_than_the_part_size_keeps_its_characters(tmp_path, monkeypatch):
+    """Parts of a line are cut by bytes: a multi-byte character cut between two parts, a \\r\\n cut
+    between them, and blank lines made of more spaces than a part are read as in one piece."""
+    monkeypatch.setattr(corpus, "PIECE_CHARS", 8)
+    text = "aé " * 9 + "ü\r\n" + " " * 30 + "\n" + "x" + " y" * 5 + "\r\n"
+    p = tmp_path / "c.txt"
+    p.write_bytes(text.encode())
+    monkeypatch.setattr(corpus, "PIECE_CHARS", 8)
+    assert list(corpus.iter_documents([p])) == [("aé " * 9).strip() + " ü", "x" + " y" * 5]
+    assert corpus.split_points(str(p), corpus.TEXT, 4) == [len(("aé " * 9 + "ü\r\n" + " " * 30 + "\n").encode())]
+
+
+@pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.parquet"])
+def test_text_without_a_place_to_cut_is_refused_naming_the_line_and_limit(name, tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "PIECE_CHARS", PIECE)
+    src = _write(tmp_path / name, ["a b c", "word " * 5 + "x" * 200])
+    with pytest.raises(DataError) as e:
+        list(corpus.iter_documents([src]))
+    msg = str(e.value)
+    where = "row 2" if name.endswith(".parquet") else ("line 2" if ".jsonl" in name else "line 3")
+    assert "\n" not in msg and msg.startswith(str(src)) and where in msg and f"{PIECE:,} characters" in msg, msg
+
+
+def test_a_jsonl_line_over_the_limit_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus, "LINE_CHARS", 100)
+    src = _write(tmp_path / "c.jsonl", ["short", "long " * 40])
+    with pytest.raises(DataError) as e:
+        list(corpus.iter_documents([src]))
+    msg = str(e.value)
+    assert "\n" not in msg and "c.jsonl: line 2: longer than 100 characters" in msg, msg
+
+
+def test_packing_a_long_document_in_blocks_is_the_same(tmp_path):
+    """The writer cuts a long document block by block; one block of the whole stream (the
+    reference) gives the same rows and counts."""
+    from tokendrop.data.shards import PackedWriter, ShardWriter, TokenCounter
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(5, 100, n).astype(np.uint16) for n in (7, 40_000, 3, 0, 9_000, 13)]
+    docs[1][3583::3584] = 3  # separators where a block ends: the boundary rule across blocks
+    out = []
+    for rows in (PackedWriter.BLOCK_ROWS, 10**9):
+        shard = ShardWriter(str(tmp_path / f"s{rows}.bin"), 16, np.dtype(np.uint16))
+        w = PackedWriter(shard, 2, 3)
+        w.BLOCK_ROWS = rows
+        for d in docs:
+            w.add(d)
+        info = w.finish()
+        shard.close()
+        out.append(((tmp_path / f"s{rows}.bin").read_bytes(), info))
+    assert out[0] == out[1] and out[0][1]["document_tokens"] == sum(map(len, docs))
+    counter = TokenCounter(100)
+    counter.add(np.concatenate(docs * 60))  # over the counter's block
+    counter.flush()
+    assert counter.counts.tolist() == np.bincount(np.concatenate(docs * 60), minlength=100).tolist()

@@ -50,7 +50,7 @@ _API: dict[str, tuple[str, str]] = {
     "pretrain": ("tokendrop.train.trainer", "pretrain"),
     "finetune": ("tokendrop.finetune.trainer", "finetune"),
     "evaluate": ("tokendrop.finetune.suite", "evaluate"),
-    "verify": ("tokendrop.runs.verify", "verify_path"),
+    "verify": ("tokendrop.verify", "verify_path"),
     # errors
     "TokendropError": ("tokendrop.errors", "TokendropError"),
     "ConfigError": ("tokendrop.errors", "ConfigError"),
@@ -58,6 +58,7 @@ _API: dict[str, tuple[str, str]] = {
     "TrainingError": ("tokendrop.errors", "TrainingError"),
     "InteropError": ("tokendrop.errors", "InteropError"),
     "InitError": ("tokendrop.errors", "InitError"),
+    "ArgumentError": ("tokendrop.errors", "ArgumentError"),
 }
 
 __all__ = ["__version__", *_API]
@@ -83,7 +84,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from tokendrop.dropping.importance import TokenSelector  # noqa: F401
     from tokendrop.dropping.plan import DropPlan, DropStep  # noqa: F401
     from tokendrop.dropping.methods import METHODS, DropConfig  # noqa: F401
-    from tokendrop.errors import ConfigError, DataError, InitError, InteropError, TokendropError, TrainingError  # noqa: F401
+    from tokendrop.errors import (ArgumentError, ConfigError, DataError, InitError, InteropError,  # noqa: F401
+                                  TokendropError, TrainingError)
     from tokendrop.finetune.run import finetune_config  # noqa: F401
     from tokendrop.finetune.suite import evaluate  # noqa: F401
     from tokendrop.finetune.trainer import finetune  # noqa: F401
@@ -93,4 +95,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         load_pretrained,
         resolve_model,
     )
-    from tokendrop.runs.verify import verify_path as verify  # noqa: F401
+    from tokendrop.verify import verify_path as verify  # noqa: F401

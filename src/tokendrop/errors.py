@@ -22,6 +22,8 @@ works.
 
 from __future__ import annotations
 
+import os
+
 
 class TokendropError(Exception):
     """A user-facing error: one line, naming the file or field and the fix."""
@@ -45,3 +47,39 @@ class InteropError(TokendropError, ValueError):
 
 class InitError(InteropError):
     """A continued-pretraining source that cannot be used as asked (one line, naming the file/field)."""
+
+
+class ArgumentError(TokendropError, TypeError):
+    """A public function called with an argument of a type it does not take (the Python API; the
+    command line parses its own arguments)."""
+
+
+def _got(value: object) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, type):
+        return f"the class {value.__name__}"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}" + ("..." if len(value) > 40 else "")
+    name = type(value).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+
+
+def check_arg(func: str, name: str, value: object, types: type | tuple[type, ...], takes: str, hint: str = "",
+              valid: bool | None = None) -> None:
+    """Refuse ``value`` as argument ``name`` of ``func`` unless it is an instance of ``types`` (a
+    ``bool`` is no ``int``; ``valid``, when given, decides instead): :class:`ArgumentError`, one line
+    naming the argument, what it got and what it takes (and ``hint``: how to make one)."""
+    types = types if isinstance(types, tuple) else (types,)
+    if valid is None:
+        valid = isinstance(value, types) and not (isinstance(value, bool) and bool not in types and int in types)
+    if valid:
+        return
+    raise ArgumentError(f"{func}(): argument {name}: got {_got(value)}; expected {takes}" + (f" ({hint})" if hint else ""))
+
+
+def check_path_arg(func: str, name: str, value: object, optional: bool = False) -> None:
+    """:func:`check_arg` for a path (``str`` or ``os.PathLike``; None too when ``optional``)."""
+    if optional and value is None:
+        return
+    check_arg(func, name, value, (str, os.PathLike), "a path (str or os.PathLike)" + (" or None" if optional else ""))

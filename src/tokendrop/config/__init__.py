@@ -41,6 +41,7 @@ from tokendrop.config.model import (
 from tokendrop.config.checks import check_positive
 from tokendrop.config.quantities import parse_duration, parse_tokens
 from tokendrop.errors import ConfigError
+from tokendrop.errors import check_arg, check_path_arg
 from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
 from tokendrop.dropping.methods import DropConfig  # the [drop] section lives with the method
 from tokendrop.value_schedule import DECAYS
@@ -59,6 +60,21 @@ WSD_DECAYS = ("1-sqrt", "linear")  # train.decay_shape
 
 # ----------------------------------------------------------------------------------------------
 # data
+
+
+_SIMPLE_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
+
+
+def check_field_types(section_cfg: Any, section: str) -> None:
+    """Refuse a field of a config dataclass built in Python (``from_dict`` checks TOML's) whose
+    value is not of its declared simple type (str, int, float, bool; a bool is no number):
+    :class:`ConfigError` naming ``section.field``, what it holds and what it takes."""
+    for f in dataclasses.fields(section_cfg):
+        want = _SIMPLE_TYPES.get(f.type) if isinstance(f.type, str) else None
+        v = getattr(section_cfg, f.name)
+        if want is None or (isinstance(v, want) and (f.type == "bool" or not isinstance(v, bool))):
+            continue
+        raise ConfigError(f"{section}.{f.name}: holds {type(v).__name__} {v!r:.40}; expected {f.type}")
 
 
 @dataclass
@@ -347,6 +363,9 @@ class Config:
     name: str = ""
 
     def validate(self) -> "Config":
+        for section, cls in (("model", ModelConfig), ("drop", DropConfig), ("data", DataConfig), ("train", TrainConfig)):
+            check_arg("Config", section, getattr(self, section), cls, f"a {cls.__name__}")
+            check_field_types(getattr(self, section), section)
         self.model.validate()
         if not self.model.shape_pending:  # else when the command resolves model.init (the layer count)
             self.drop.validate(self.model.num_layers)
@@ -398,6 +417,7 @@ class FinetuneConfig:
     log_every: int = 50  # optimizer steps between progress lines (0 = silent)
 
     def validate(self) -> "FinetuneConfig":
+        check_field_types(self, "finetune")
         check_positive("finetune.epochs", self.epochs, "a finite number > 0")
         check_positive("finetune.lr", self.lr, LR_EXPECTED)
         check_positive("finetune.grad_clip", self.grad_clip, GRAD_CLIP_EXPECTED, zero=True)
@@ -611,6 +631,10 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
 
 def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (), cls: type = Config) -> Any:
     """Load a preset (name or .toml path) into ``cls`` and apply ``section.key=value`` overrides."""
+    check_path_arg("load_config", "path", path, optional=True)
+    check_arg("load_config", "overrides", overrides, (list, tuple), "a list of 'section.key=value' strings")
+    for o in overrides:
+        check_arg("load_config", "overrides", o, str, "a list of 'section.key=value' strings")
     data = _read_toml(resolve_preset(path)) if path else {}
     return from_dict(cls, data, overrides)
 

@@ -90,6 +90,7 @@ from tokendrop.data.shards import (
 )
 from tokendrop.data.corpus import HF, finish, iter_raw, resolve_corpus
 from tokendrop.data.units import WorkDir, plan_units, run_units, work_key
+from tokendrop.errors import check_arg, check_path_arg
 from tokendrop.data.tokenizer import (
     SPECIAL_KEYS,
     TokenizerSpec,
@@ -243,7 +244,16 @@ def prepare(
     Raises DataError (nothing is left behind) for a missing path, empty corpus, binary or non-UTF-8
     input, a vocab without [PAD]/[UNK]/[CLS]/[SEP]/[MASK], or T outside [8, max_position_embeddings].
     """
+    check_arg("prepare", "corpus_paths", corpus_paths, (), "a path or a list of paths (files, directories, globs, "
+              "hf: specs)", valid=isinstance(corpus_paths, (str, os.PathLike)) or (
+                  isinstance(corpus_paths, (list, tuple)) and all(isinstance(c, (str, os.PathLike)) for c in corpus_paths)))
+    check_path_arg("prepare", "out_dir", out_dir)
+    check_arg("prepare", "seq_len", seq_len, int, "an int (the sequence length T)")
+    for name, v in (("vocab", vocab), ("tokenizer", tokenizer)):
+        check_path_arg("prepare", name, v, optional=True)
+    check_arg("prepare", "vocab_size", vocab_size, (int, type(None)), "an int or None")
     args = dict(locals())
+    del args["name"], args["v"]
     with rundir.lock(out_dir, DataError):  # one writer: a second prepare into out_dir fails at once
         return _prepare(**args)
 

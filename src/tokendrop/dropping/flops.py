@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tokendrop.dropping.methods import DropConfig
+from tokendrop.errors import check_arg
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -137,6 +138,11 @@ class StepFlops:
         return self.attention / (self.encoder + self.head)
 
 
+def _is_model(model: object) -> bool:
+    """``model`` reads as a :class:`ModelConfig` (the protocol is structural: checked by its fields)."""
+    return all(hasattr(model, a) for a in ("hidden_size", "intermediate_size", "num_layers", "num_heads"))
+
+
 def step_flops(
     model: ModelConfig,
     seq_len: int,
@@ -152,6 +158,9 @@ def step_flops(
     ``num_predictions``: P, the MLM head's rows (default round(0.15 T)); ``masked_dense_local``:
     count sliding-window layers as full attention (module docstring); ``kept``: M, the rows kept
     in the span (default: the first step's, ``DropConfig.kept_rows``)."""
+    check_arg("step_flops", "model", model, (), "a tokendrop.ModelConfig", "a Config's .model", valid=_is_model(model))
+    check_arg("step_flops", "seq_len", seq_len, int, "an int")
+    check_arg("step_flops", "drop", drop, (DropConfig, type(None)), "a tokendrop.DropConfig or None")
     d, f, t, layers = model.hidden_size, model.intermediate_size, seq_len, model.num_layers
     glu = model.schema.glu_ffn
     types = layer_types(model)
@@ -210,6 +219,8 @@ def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop:
 def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only: bool = False,
                masked_dense_local: bool = False) -> float:
     """FLOPs with dropping / FLOPs of the dense model (1 / the best possible speedup)."""
+    check_arg("flop_ratio", "model", model, (), "a tokendrop.ModelConfig", "a Config's .model", valid=_is_model(model))
+    check_arg("flop_ratio", "drop", drop, DropConfig, "a tokendrop.DropConfig", "a Config's .drop")
     a = step_flops(model, seq_len, 1, drop, masked_dense_local=masked_dense_local)
     b = step_flops(model, seq_len, 1, None, masked_dense_local=masked_dense_local)
     if encoder_only:

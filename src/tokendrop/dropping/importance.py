@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig, Uniform
 from tokendrop.errors import ConfigError
+from tokendrop.errors import check_arg
 
 
 def pinned_ids(drop, vocab: list[str]) -> list[int]:
@@ -70,6 +71,9 @@ class TokenSelector(nn.Module):
         counts: Tensor | None = None,
         seed: int = 0,
     ):
+        check_arg("TokenSelector", "drop", drop, DropConfig, "a tokendrop.DropConfig", "a Config's .drop")
+        check_arg("TokenSelector", "vocab_size", vocab_size, int, "an int")
+        check_arg("TokenSelector", "seq_len", seq_len, int, "an int")
         super().__init__()
         self.method = drop.method
         self.selection = drop.selection  # the registry row: what the method is and how it selects

@@ -14,9 +14,24 @@ SQuAD EM/F1), ``columns`` (the evaluation table's columns), ``trainer`` (``finet
 A task's generated examples (for tests): ``TaskSpec.write_examples``.
 """
 
+import sys
+import types
+
 from tokendrop.finetune.common import FinetuneError
 from tokendrop.finetune.run import finetune_config
 from tokendrop.finetune.suite import SuiteConfig, evaluate, load_suite
 from tokendrop.finetune.trainer import finetune
 
 __all__ = ["FinetuneError", "finetune", "evaluate", "SuiteConfig", "load_suite", "finetune_config"]
+
+
+class _Package(types.ModuleType):
+    """``tokendrop.finetune`` is both this package and the public function ``tokendrop.finetune()``:
+    importing any module of the package binds the package as the attribute ``finetune`` of
+    ``tokendrop``, so calling the package calls the function."""
+
+    def __call__(self, *args, **kwargs):
+        return finetune(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tokendrop.config import ConfigError, FinetuneConfig, config_dir, from_dict, load_config, to_dict, to_toml
-from tokendrop.errors import InitError
+from tokendrop.errors import InitError, check_arg, check_path_arg
 from tokendrop.models.weights import combined_sha, weight_files
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs import rundir
@@ -222,15 +222,16 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
     if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (
             p / "shards").is_dir()) and not (p / "config.json").is_file()):
         try:  # verified (hashed) here, before any cell starts: a corrupt checkpoint is one error line
-            ck = ckpt_mod.find(p)
-            f = ck / "model.safetensors" if (ck / "model.safetensors").is_file() else ck / "meta.json"  # or FSDP shards
-            key = (str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else None
-            if key not in _SHA_CACHE:
-                meta = ckpt_mod.read_meta(ck)
-                ckpt_mod.verify(ck, files=ckpt_mod.model_files(meta))
-                if key is not None:
-                    _SHA_CACHE[key] = (ckpt_mod.weights_sha256_of(meta), f)
-            return _SHA_CACHE[key]
+            with ckpt_mod.reading(p) as ck:  # held while hashed: a training run's rotation waits
+                ckpt_mod.read_meta(ck)
+                f = ck / "model.safetensors" if (ck / "model.safetensors").is_file() else ck / "meta.json"  # or shards
+                key = (str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) if f.is_file() else None
+                if key not in _SHA_CACHE:
+                    meta = ckpt_mod.read_meta(ck)
+                    ckpt_mod.verify(ck, files=ckpt_mod.model_files(meta))
+                    if key is not None:
+                        _SHA_CACHE[key] = (ckpt_mod.weights_sha256_of(meta), f)
+                return _SHA_CACHE[key]
         except ckpt_mod.CheckpointError as e:
             raise FinetuneError(f"cannot evaluate model {p}: {e}") from None
     try:
@@ -437,6 +438,11 @@ def evaluate(models: list[str | os.PathLike], suite_cfg: SuiteConfig | str | os.
     (per model: best value per column and the cell it came from), ``computed`` / ``skipped`` cell
     counts and ``markdown``.
     """
+    check_arg("evaluate", "models", models, (list, tuple), "a list of model paths")
+    for m in models:
+        check_path_arg("evaluate", "models", m)
+    check_arg("evaluate", "suite_cfg", suite_cfg, (SuiteConfig, str, os.PathLike), "a SuiteConfig or a suite preset/path")
+    check_path_arg("evaluate", "out_dir", out_dir)
     if log is None:
         def log(msg: str) -> None:
             print(msg, file=sys.stderr, flush=True)

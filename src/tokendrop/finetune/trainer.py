@@ -45,6 +45,7 @@ from tokendrop.finetune.common import FinetuneError, finetune_tokenizer
 from tokendrop.finetune.metrics import split_metrics
 from tokendrop.finetune.tasks import TASKS, Example, TaskSpec, get_task, load_task, subsample, task_dir
 from tokendrop.finetune.tasks.squad import build_features, postprocess, read_squad, squad_metrics
+from tokendrop.errors import check_arg, check_path_arg
 
 LogFn = Callable[[str], None]
 
@@ -371,6 +372,10 @@ def finetune(cfg: FinetuneConfig, model_path: str | os.PathLike, out_dir: str | 
     Returns the content of ``metrics.json``: ``{"task", "model", "scores": {column: value},
     "metrics": {split: {...}}, "train": {"examples_per_s", ...}, "config": {...}, ...}``.
     """
+    check_arg("finetune", "cfg", cfg, FinetuneConfig, "a tokendrop.FinetuneConfig",
+              "tokendrop.finetune_config(None, task='sst2', data='DIR')")
+    check_path_arg("finetune", "model_path", model_path)
+    check_path_arg("finetune", "out_dir", out_dir)
     try:
         cfg.validate()
     except ConfigError as e:

@@ -23,6 +23,7 @@ from tokendrop.config import ConfigError, ModelConfig
 from tokendrop.dropping.methods import DropConfig
 from tokendrop.models import bert, modernbert
 from tokendrop.models.family import FamilySpec
+from tokendrop.errors import check_arg
 
 TASKS = ("mlm", "classification", "qa")
 # the registration: one FAMILY per family folder
@@ -46,6 +47,9 @@ def build_model(cfg: ModelConfig, drop: DropConfig | None = None, task: str = "m
     """The one entry point for building a model: ``cfg.family``'s class for ``task``: "mlm"
     (pretraining; ``drop`` applies), "classification" (``num_labels``) or "qa".  Every family's
     classes share one interface (forward signature, ``config``, ``mlm_nll``)."""
+    check_arg("build_model", "cfg", cfg, ModelConfig, "a tokendrop.ModelConfig", "a Config's .model, or ModelConfig(...)")
+    check_arg("build_model", "drop", drop, (DropConfig, type(None)), "a tokendrop.DropConfig or None")
+    check_arg("build_model", "task", task, str, f"one of {', '.join(TASKS)}")
     if task not in TASKS:
         raise ValueError(f"build_model: unknown task {task!r}; expected one of {', '.join(TASKS)}")
     if getattr(cfg, "shape_pending", False):  # model.init: a source whose shape is not read yet

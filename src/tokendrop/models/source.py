@@ -25,7 +25,7 @@ from tokendrop.dropping.methods import DropConfig
 from tokendrop.data import DataError
 from tokendrop.data.masking import unigram_note
 from tokendrop.data.tokenizer import has_tokenizer_files
-from tokendrop.errors import InitError, InteropError
+from tokendrop.errors import InitError, InteropError, check_arg, check_path_arg
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.models.families import TASKS, build_model, spec_of, task_of
 from tokendrop.models.hf import TOKENIZER_FILES, model_config_from_hf, save_pretrained, save_source_files
@@ -335,9 +335,8 @@ def load_pretrained(path: str | os.PathLike, task: str | type = "mlm",
     heads missing from the file are fresh (``info["fresh"]``; an MLM head among them needs the
     warm-up ``pretrain`` gives it, ``info["head_fresh"]``).  -> (model, {"model_config",
     "tokenizer", "fresh", "head_fresh", "source", "path", "hf_config", "notes"})."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise InteropError(f"load_pretrained: path must be a directory path (str or Path), got "
-                           f"{type(path).__name__}")
+    check_path_arg("load_pretrained", "path", path)
+    check_arg("load_pretrained", "task", task, (str, type), f"one of {', '.join(TASKS)} or a model class")
     p = Path(path)
     if not p.exists():
         raise InteropError(f"{p}: no such model directory")
@@ -346,9 +345,13 @@ def load_pretrained(path: str | os.PathLike, task: str | type = "mlm",
     task = task if isinstance(task, str) else task_of(task)
     if drop is not None and task != "mlm":
         raise InteropError(f"load_pretrained: drop= applies to task 'mlm' only, not {task!r}")
-    src = resolve_init_source(str(p))
-    model = build_model(src.model, drop, task=task, **head_kwargs)  # the family's class
-    report = load_source_weights(src, model)
+    try:
+        with ckpt_mod.reading(p) as ck:  # a run that is training: its checkpoint is not rotated away meanwhile
+            src = resolve_init_source(str(ck) if ck != p else str(path))
+            model = build_model(src.model, drop, task=task, **head_kwargs)  # the family's class
+            report = load_source_weights(src, model)
+    except ckpt_mod.CheckpointError as e:
+        raise InitError(str(e)) from None
     tok = src.tokenizer_dir if src.tokenizer_dir is not None and has_tokenizer_files(src.tokenizer_dir) else None
     head = {id(q) for q in model.head_parameters()} if task == "mlm" else set()
     head_fresh = any(id(q) in head for n, q in model.named_parameters() if n in set(report.fresh))
@@ -380,13 +383,23 @@ def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, overwri
     An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
     export (``tokendrop.runs.rundir.prepare_output``) -- never a file, or a directory holding the input.
     The export holds a model card (README.md, ``model_card``; ``command``: the export's own command line)."""
+    check_path_arg("export", "checkpoint", checkpoint)
+    check_path_arg("export", "out_dir", out_dir)
+    check_arg("export", "overwrite", overwrite, bool, "True or False")
     with lock(out_dir, InteropError):
         prepare_output(out_dir, "export", overwrite, inputs=[checkpoint], error=InteropError)
-        return _export_hf(checkpoint, out_dir, command)
+        if not Path(checkpoint).exists():
+            raise InteropError(f"{checkpoint}: no such model directory")
+        try:
+            with ckpt_mod.reading(checkpoint) as ck:  # held while it is read: rotation by a training run waits
+                return _export_hf(ck, out_dir, command, checkpoint)
+        except ckpt_mod.CheckpointError as e:
+            raise InitError(str(e)) from None
 
 
-def _export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, command: str = "") -> Path:
-    model, info = load_pretrained(checkpoint, BertForMaskedLM)
+def _export_hf(ck: Path, out_dir: str | os.PathLike, command: str, checkpoint: str | os.PathLike) -> Path:
+    """Export the checkpoint (or Hugging Face directory) ``ck`` that the user named as ``checkpoint``."""
+    model, info = load_pretrained(ck, BertForMaskedLM)
     if any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
         raise InteropError(f"{checkpoint}: no MLM head weights to export")
     tok = info["tokenizer"]

@@ -15,11 +15,14 @@ Every load of a tokendrop checkpoint goes through this module (:func:`load_verif
 :func:`read_tensors`): a tensor file is read once and parsed only after the sha256 of exactly those
 bytes matched ``meta.json``; a missing, truncated or corrupt file or ``meta.json`` is a one-line
 :class:`CheckpointError` naming the file and the fix (an older checkpoint of the run that verifies,
-when there is one).  ``tokendrop verify PATH`` (:mod:`tokendrop.runs.verify`) checks whole runs.
+when there is one).  ``tokendrop verify PATH`` (:mod:`tokendrop.verify`) checks whole runs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -27,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +114,82 @@ def finish(tmp: Path, step: int, state_tensors: dict[str, Tensor], meta: dict[st
 
 
 def prune(ck_root: Path, keep: int) -> None:
-    """Keep only the newest ``keep`` checkpoints."""
+    """Keep only the newest ``keep`` checkpoints; one that a reader holds (:func:`reading`) stays
+    until a later prune finds it free."""
     existing = sorted(p for p in ck_root.iterdir() if p.name.startswith("step-"))
     for old in existing[:-keep]:
-        discard_dir(old)  # renamed to .step-*.tmp-* first: an interrupted removal leaves no half checkpoint
+        with _lease(old, fcntl.LOCK_EX) as free:
+            if free:
+                discard_dir(old)  # renamed to .step-*.tmp-* first: an interrupted removal leaves no half checkpoint
+
+
+def _lease_path(ckpt: Path) -> Path:
+    return ckpt.parent / f".{ckpt.name}.reading"
+
+
+@contextlib.contextmanager
+def _lease(ckpt: Path, how: int) -> Iterator[bool]:
+    """Hold ``ckpt``'s lease file locked ``how`` (``LOCK_SH``: a reader, ``LOCK_EX``: the pruner), never
+    waiting: yields whether it is held (False: another process holds it the other way).  A lease
+    file that cannot be created (a read-only file system, no permission: then no prune runs there
+    either) counts as held.  The file is removed when no one else holds it."""
+    lf = _lease_path(ckpt)
+    while True:
+        try:
+            fd = os.open(lf, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            yield True
+            return
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            yield False
+            return
+        try:
+            same = os.stat(lf).st_ino == os.fstat(fd).st_ino  # not removed by another holder meanwhile
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield True
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other reader: the file goes
+            with contextlib.suppress(OSError):
+                os.unlink(lf)
+        except OSError:
+            pass
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike) -> Iterator[Path]:
+    """The checkpoint to read for ``path``, held for the block so that rotation (:func:`prune`) cannot
+    remove it meanwhile: a checkpoint dir itself, or a run dir's newest checkpoint (one removed
+    between the listing and the lease is passed over for the next newest).  Any other
+    directory (a Hugging Face model) is yielded as it is.  Raises :class:`CheckpointError` as
+    :func:`find` does."""
+    p = Path(path)
+    if not (p / "checkpoints").is_dir():
+        if (p / "meta.json").is_file() and p.parent.name == "checkpoints":
+            with _lease(p, fcntl.LOCK_SH):
+                yield p
+        else:
+            yield p
+        return
+    for _ in range(100):  # a training run rotating faster than this loop lists is retried
+        cands = _candidates(p)
+        for cand in cands:
+            with _lease(cand, fcntl.LOCK_SH) as held:
+                if held and cand.is_dir():  # else removed by rotation meanwhile (a damaged one is read, and refused)
+                    yield cand
+                    return
+    raise CheckpointError(f"{p}: its checkpoints were all removed while being opened; run the command again")
 
 
 def save(

@@ -6,7 +6,9 @@ checkpoint (one process, DDP, FSDP at any world size)."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +49,67 @@ def _get(d: dict, dotted: str, fallback: Any = _REQUIRED_KEY) -> Any:
     return d
 
 
+def check_checkpoint(ck: Path, meta: dict[str, Any], state: Mapping[str, Tensor], run_config: dict[str, Any] | None,
+                     resuming: bool = False) -> None:
+    """The checks a checkpoint must pass against itself and its run -- made by ``--resume`` and by
+    ``tokendrop verify``, here only: the step in meta.json is the one in the directory's name
+    (``step-NNNNNNNN``), the optimizer's step counters (``state``: its ``optim.*.step`` tensors;
+    a sharded checkpoint keeps them in its shards: not checked) and the data position (when every
+    step takes one batch: no batch-size warm-up, no mixture) count the same steps, and the config it
+    recorded has the run's values for every field a resume must not change (``_RESUME_FIXED``: the
+    model's shape, the seed, the method ...; ``run_config``: the run's config, the one resuming
+    now with ``resuming``; None: not compared).  Raises :class:`TrainingError` (one line)."""
+    mf = ck / "meta.json"
+    step = int(meta["step"])
+    fix = ("the file was edited, or the checkpoint copied from another run: restore it from a backup, or move it "
+           "away to use the run's checkpoint before it")
+    name = re.fullmatch(r"step-(\d+)", ck.name)
+    if name is not None and int(name.group(1)) != step:
+        raise TrainingError(f"{mf}: records step {step} but its directory is {ck.name}; {fix}")
+    counts = sorted({int(float(t)) for k, t in state.items() if k.startswith("optim.") and k.endswith(".step")})
+    if counts and counts[-1] != step:
+        raise TrainingError(f"{ck / 'state.safetensors'}: the optimizer made {counts[-1]} update(s) but meta.json "
+                            f"records step {step}; {fix}")
+    config = meta.get("config") or {}
+    pos = meta.get("data_position")
+    warm = any(_get(config, k, 0) for k in ("train.batch_warmup_start", "train.batch_warmup_tokens",
+                                            "train.batch_warmup_share")) or _get(config, "data.paths", [])
+    if isinstance(pos, dict) and not warm:
+        try:
+            per_epoch = int(pos["num_sequences"]) // int(pos["global_batch"])
+            batches = int(pos["epoch"]) * per_epoch + int(pos["position"])
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            raise TrainingError(f"{mf}: data_position {pos!r} is not a loader position (epoch, position, "
+                                f"global_batch, num_sequences); {fix}") from None
+        if batches != step:
+            raise TrainingError(f"{mf}: data_position is {batches} batch(es) into the data but the checkpoint records "
+                                f"step {step}; {fix}")
+    if run_config is None:
+        return
+    diff = config_difference(config, run_config)
+    if diff is None:
+        return
+    key, a, b = diff
+    if resuming:
+        raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
+    raise TrainingError(f"{mf}: its {key} is {a!r} but the run's config.toml has {b!r}: not a checkpoint of this run "
+                        "(copied from another?); move it away, or restore this run's own")
+
+
 def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Refuse a resume whose config changes a field of ``_RESUME_FIXED``.  A field the run's recorded
-    config does not have (written by a version before the field existed) counts as its default --
-    what that version did -- so runs started by an older tokendrop resume; a field taken from the
-    data (``config.FROM_DATA``) is not compared then."""
+    """Refuse a resume whose config changes a field of ``_RESUME_FIXED`` (:func:`config_difference`)."""
+    diff = config_difference(old, new)
+    if diff is not None:
+        key, a, b = diff
+        raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
+
+
+def config_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first field of ``_RESUME_FIXED`` that ``new`` changes from ``old``: (dotted key, old
+    value, new value), or None.  A field the run's recorded config does not have (written by a
+    version before the field existed) counts as its default -- what that version did -- so runs
+    started by an older tokendrop resume; a field taken from the data (``config.FROM_DATA``) is not
+    compared then."""
     defaults = to_dict(Config())
     for key in _RESUME_FIXED:
         b = _get(new, key, None)
@@ -67,7 +125,8 @@ def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
             if isinstance(a, dict) and isinstance(b, dict):
                 diff = [k for k in {**a, **b} if a.get(k) != b.get(k)]
                 key, a, b = f"{key}.{diff[0]}", a.get(diff[0]), b.get(diff[0])
-            raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
+            return key, a, b
+    return None
 
 
 def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:

@@ -34,6 +34,7 @@ from tokendrop.dropping.flops import gpu_peak_flops
 from tokendrop.dropping.importance import pinned_ids
 from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import TrainingError
+from tokendrop.errors import check_arg, check_path_arg
 from tokendrop.host import host_side
 from tokendrop.models.attention import check_training_device
 from tokendrop.models.families import build_model, spec_of
@@ -52,7 +53,7 @@ from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
 from tokendrop.train.memory import check_memory
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.report import write_run_report
-from tokendrop.train.resume import (check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401
+from tokendrop.train.resume import (check_checkpoint, check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401
                                     load_training_state, rank_rng, save_training_state)
 from tokendrop.train.run_config import open_run_data, resolve_init
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
@@ -127,6 +128,11 @@ def pretrain(
     end summary (the time of each phase) on stderr.  Both always go to ``RUN/log.txt``.  ``command``:
     the command line that started it (the run's start record and its export's model card keep it).
     """
+    check_arg("pretrain", "cfg", cfg, Config, "a tokendrop.Config",
+              "a preset by name: tokendrop.load_config('tiny', ['data.path=\"DIR\"'])")
+    check_path_arg("pretrain", "out_dir", out_dir)
+    for name, v in (("resume", resume), ("progress", progress), ("overwrite", overwrite)):
+        check_arg("pretrain", name, v, bool, "True or False")
     cfg.validate()
     check_installed(cfg.train.report_to)  # a tracker asked for and not installed: before anything is written
     src = resolve_init(cfg, resume)  # model.init: resolved once, here (tokendrop.train.run_config)
@@ -286,7 +292,7 @@ class _Trainer:
                     run_dir, state=True, fallback=True, consolidate=False)  # shards: in restore
             except ckpt_mod.CheckpointError as e:
                 raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})") from None
-            check_resume_compatible(self.meta_in["config"], to_dict(cfg))
+            check_checkpoint(self.last, self.meta_in, self.state_sd, to_dict(cfg), resuming=True)
             check_resume_data(self.meta_in, cfg, self.data)
             step, used = int(self.meta_in["step"]), float(self.meta_in.get("wall_time", 0.0))
             if self.length.finished(step, used):  # a requeued or repeated launch of a finished run

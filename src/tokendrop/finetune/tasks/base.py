@@ -87,6 +87,7 @@ class TaskSpec:
     test: dict[str, str] = field(default_factory=lambda: {"test": "test.tsv"})  # unlabelled splits
     skip_labels: tuple[str, ...] = ()  # label values whose rows are left out (MNLI's "-": no gold label)
     aliases: tuple[str, ...] = ()
+    value_range: tuple[float, float] | None = None  # regression: the closed range of a valid label
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -339,13 +340,19 @@ def read_glue_tsv(spec: TaskSpec, path: str | os.PathLike, cols: Columns, labell
 
 
 def parse_label(spec: TaskSpec, raw: str, where: str, column: str | int | None = None) -> int | float:
-    """A label field -> its index in ``spec.labels`` (classification) or a finite float (regression)."""
+    """A label field -> its index in ``spec.labels`` (classification) or a finite float within
+    ``spec.value_range`` (regression)."""
     raw = raw.strip()
     col = f"column {column!r}" if isinstance(column, str) else f"field {column + 1}" if column is not None else "label"
     if raw == "":
         raise FinetuneError(f"{where}: empty label in {col}")
     if spec.kind == "regression":
-        return finite_float(raw, f"{where}: label {raw!r} in {col}", f" ({spec.name} is a regression task)")
+        v = finite_float(raw, f"{where}: label {raw!r} in {col}", f" ({spec.name} is a regression task)")
+        lo, hi = spec.value_range or (-math.inf, math.inf)
+        if not lo <= v <= hi:
+            raise FinetuneError(f"{where}: label {raw} in {col} is outside {spec.name}'s range [{lo:g}, {hi:g}]; "
+                                "fix the score or use the task's own data")
+        return v
     try:
         return spec.labels.index(raw)
     except ValueError:

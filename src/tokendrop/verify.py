@@ -11,7 +11,10 @@ What each kind gets:
   checkpoint; when the run's prepared data is reachable, its fingerprint equals the one the newest
   checkpoint recorded;
 * **checkpoint** (``RUN/checkpoints/step-*``): ``meta.json`` holds the fields a checkpoint needs and
-  its config parses; both tensor files have the recorded size and sha256 and a readable header;
+  its config parses; both tensor files have the recorded size and sha256 and a readable header; then
+  the checks ``--resume`` makes (:func:`tokendrop.train.resume.check_checkpoint`, the one place):
+  the step in meta.json, the directory name, the optimizer's step counters and the data position
+  agree, and the model shape, seed and method are the run's (``RUN/config.toml``);
 * **prepared** (``prepare --out``): ``meta.json`` against the shard sizes (:meth:`PreparedData.open`),
   each shard's sha256 against the recorded one and every token id below the vocabulary size
   (:meth:`PreparedData.scan`), the token counts and the tokenizer;
@@ -47,11 +50,11 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from tokendrop.config import Config, from_dict
+from tokendrop.config import Config, from_dict, to_dict
 from tokendrop.data import DataError, PreparedData
 from tokendrop.data.prepared import SPLITS
 from tokendrop.data.tokenizer import has_tokenizer_files, load_tokenizer
-from tokendrop.errors import TokendropError
+from tokendrop.errors import TokendropError, TrainingError, check_path_arg
 from tokendrop.finetune.suite import SuiteConfig, cells_for, load_suite, model_weights
 from tokendrop.finetune.tasks import get_task
 from tokendrop.models.hf import InteropError
@@ -61,6 +64,7 @@ from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.runs.files import read_json
 from tokendrop.runs.metrics import scan_lines
 from tokendrop.runs.rundir import read_marker
+from tokendrop.train.resume import check_checkpoint
 
 __all__ = ["VerifyReport", "verify_path", "detect_kind", "VERIFIERS"]
 
@@ -81,10 +85,13 @@ def error_line(e: BaseException) -> str:
     return " ".join(part.strip() for part in str(e).splitlines() if part.strip()) or type(e).__name__
 
 
-def verify_checkpoint(ck: Path, rep: VerifyReport) -> dict | None:
-    """Problems of one checkpoint into ``rep``; -> its meta when meta.json is usable."""
-
-
+def verify_checkpoint(ck: Path, rep: VerifyReport, run_config: dict | None = None) -> dict | None:
+    """Problems of one checkpoint into ``rep``; -> its meta when meta.json is usable.  Its files are
+    hashed, then it is checked against itself and its run as ``--resume`` checks it
+    (:func:`tokendrop.train.resume.check_checkpoint`; ``run_config``: the run's config as a dict,
+    read from ``RUN/config.toml`` for a checkpoint of a run when not given)."""
+    if run_config is None and ck.parent.name == "checkpoints":
+        run_config = _run_config(ck.parent.parent)
     try:
         meta = ckpt_mod.read_meta(ck)
     except ckpt_mod.CheckpointError as e:
@@ -110,10 +117,31 @@ def verify_checkpoint(ck: Path, rep: VerifyReport) -> dict | None:
         rep.problems.append(f"{ck / 'meta.json'}: its config does not load ({error_line(e)})")
         bad = True
     if not bad:
+        try:
+            check_checkpoint(ck, meta, _step_counters(ck / "state.safetensors"), run_config)
+        except TrainingError as e:
+            rep.problems.append(error_line(e))
+            bad = True
+    if not bad:
         what = (f"sharded by {meta['sharded'].get('world_size')} ranks, sha256 of all {len(meta['files'])} tensor files"
                 if ckpt_mod.is_sharded(meta) else "sha256 of both tensor files")
-        rep.notes.append(f"{ck.name}: step {meta['step']}, {what} as recorded")
+        rep.notes.append(f"{ck.name}: step {meta['step']}, {what} as recorded, consistent with itself"
+                         + (" and the run's config" if run_config is not None else ""))
     return None if bad else meta
+
+
+def _step_counters(f: Path) -> dict[str, torch.Tensor]:
+    """The optimizer's step counters (``optim.*.step``) of a state file whose hash matched."""
+    with safe_open(str(f), framework="pt") as st:
+        return {k: st.get_tensor(k) for k in st.keys() if k.startswith("optim.") and k.endswith(".step")}
+
+
+def _run_config(run: Path) -> dict | None:
+    """The run's ``config.toml`` as a dict, or None when it does not load (verify_run says why)."""
+    try:
+        return to_dict(from_dict(Config, tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, TokendropError, ValueError, KeyError, TypeError):
+        return None
 
 
 def verify_run(run: Path, rep: VerifyReport) -> None:
@@ -134,7 +162,16 @@ def verify_run(run: Path, rep: VerifyReport) -> None:
     cks = sorted(c for c in root.iterdir() if c.is_dir() and c.name.startswith("step-")) if root.is_dir() else []
     stale = sorted(c.name for c in root.iterdir() if c.name.startswith(".step-")) if root.is_dir() else []
     _verify_metrics(run / "metrics.jsonl", rep, required=bool(cks))
-    good = [(ck, m) for ck in cks if (m := verify_checkpoint(ck, rep)) is not None]
+    run_config = to_dict(cfg) if cfg is not None else None
+    good = []
+    for ck in cks:
+        with ckpt_mod.reading(ck):  # held while checked: a training run's rotation waits
+            if not ck.is_dir():
+                rep.notes.append(f"{ck.name}: removed by the run's checkpoint rotation before it was checked")
+                continue
+            m = verify_checkpoint(ck, rep, run_config)
+        if m is not None:
+            good.append((ck, m))
     if not cks:
         rep.notes.append("no checkpoint yet (checkpoints/step-*/): nothing to resume or export")
     if stale:
@@ -494,6 +531,7 @@ def verify_path(path: str | os.PathLike, extra: Mapping[str, Callable[[Path, Ver
     """Check ``path`` in full (nothing is written); see the module doc for what each kind gets.
     ``extra``: checks for the kinds the harnesses write (``study``, ``campaign``;
     ``tokendrop.lab.verify.VERIFIERS``), by kind."""
+    check_path_arg("verify", "path", path)
     verifiers = {**VERIFIERS, **(extra or {})}
     p = Path(path)
     if not p.exists():

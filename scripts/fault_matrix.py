@@ -276,6 +276,7 @@ class Case:
     hold: tuple[str, ...] = ()  # paths another process holds the write lock of while the command runs
     cwd: str = ""  # relative to the case dir
     fsize: int = 0  # RLIMIT_FSIZE in bytes (a full disk, as far as one file is concerned)
+    read_only: bool = False  # the case dir is a read-only mount for the command (unshare -m: root, or user namespaces)
     one_line: bool | None = None  # default: required for non-zero exits
     timeout: int = 240
 
@@ -626,6 +627,34 @@ def rerun_succeeds(argv: list[str], made: str) -> Callable[[Path, "Outcome"], st
             return f"the same command run again failed (exit {r.returncode}): {(r.stderr.strip().splitlines() or [''])[-1][:200]}"
         return None if (c / made).exists() else f"the same command run again made no {made}"
     return check
+
+
+def one_long_line(c: Path) -> None:
+    """A 3 MB corpus on one line: words of the toy vocabulary, no newline inside."""
+    words = [w for w in (c / "other-vocab.txt").read_text().split() if w.isalpha()][:50] or ["a"]
+    line = " ".join(words[i % len(words)] for i in range(600_000))
+    (c / "x.txt").write_text(line[:3_000_000] + "\n")
+
+
+def stsb_score(score: float) -> Callable[[Path], None]:
+    """Set the score of the first STS-B training example (line 2) to ``score``."""
+    def setup(c: Path) -> None:
+        p = c / "glue" / "STS-B" / "train.tsv"
+        lines = p.read_text(encoding="utf-8").splitlines()
+        at = lines[0].lstrip("\ufeff").split("\t").index("score")
+        f = lines[1].split("\t")
+        f[at] = str(score)
+        lines[1] = "\t".join(f)
+        p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return setup
+
+
+def foreign_checkpoint(c: Path) -> None:
+    """Replace the run's step-2 checkpoint by the step-2 checkpoint of a 2-layer run on the same data."""
+    cli(pretrain(str(c / "other"), str(c / "data"), "--set", "model.num_layers=2"), c)
+    shutil.rmtree(c / "run" / "checkpoints" / "step-00000002")
+    shutil.copytree(c / "other" / "checkpoints" / "step-00000002", c / "run" / "checkpoints" / "step-00000002")
+    shutil.rmtree(c / "other")
 
 
 def chain_checks(*checks: Callable[[Path, "Outcome"], str | None]) -> Callable[[Path, "Outcome"], str | None]:
@@ -1038,6 +1067,16 @@ def cases() -> list[Case]:
     add(Case("data-meta-splits-a-string", "bad input, full disk", pretrain("{C}/r"), "refused naming the field; no run dir",
              needs=("data",), setup=lambda c: edit_json(c / "data" / "meta.json", lambda d: d.update(splits="train")),
              absent=("r",), says=("splits",)))
+    step3 = lambda c: edit_json(c / CKPT.replace("{C}/", "") / "meta.json", lambda d: d.update(step=3))  # noqa: E731
+    add(Case("verify-meta-step-vs-directory", "corrupt files", ["verify", "{C}/run"],
+             "fails naming the step and the directory", rc=(1, 2), needs=("run",), setup=step3, watch=("run",),
+             says=("records step 3 but its directory is step-00000004",)))
+    add(Case("resume-meta-step-vs-directory", "corrupt files", ["pretrain", "--resume", "{C}/run", "--quiet", "--set",
+             "train.steps=6"], "refused naming the step and the directory; run untouched", needs=("run",),
+             setup=step3, watch=("run",), says=("records step 3 but its directory is step-00000004",)))
+    add(Case("verify-checkpoint-of-another-run", "corrupt files", ["verify", "{C}/run"],
+             "fails naming the field that differs from the run's config", rc=(1, 2), needs=("run", "data"),
+             setup=foreign_checkpoint, says=("model.num_layers is 2 but the run's config.toml has 4",)))
     add(Case("disk-full-checkpoint", "bad input, full disk", ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
              "one-line error; earlier checkpoints intact, no temp dir", needs=("run",), fsize=300_000,
              watch=("run/checkpoints",), says=("checkpoint",),
@@ -1048,6 +1087,30 @@ def cases() -> list[Case]:
              absent=("out",)))
     add(Case("disk-full-export", "bad input, full disk", ["export", "{C}/run", "{C}/out"], "one-line error; no output",
              needs=("run",), fsize=300_000, absent=("out",), watch=("run",)))
+    # a read-only file system is named as such (never "free space")
+    not_free_space = lambda c, o: "says 'free space'" if "free space" in o.stderr else None  # noqa: E731
+    add(Case("resume-on-read-only-fs", "bad input, full disk", ["pretrain", "--resume", "{C}/run", "--quiet", "--set",
+             "train.steps=6"], "one-line error naming the read-only file system; run untouched", needs=("run",),
+             read_only=True, watch=("run",), says=("read-only",), check=not_free_space))
+    add(Case("export-onto-read-only-fs", "bad input, full disk", ["export", "{C}/run", "{C}/out"],
+             "one-line error naming the read-only file system; no output", needs=("run",), read_only=True,
+             absent=("out",), says=("read-only",), check=not_free_space))
+    add(Case("prepare-onto-read-only-fs", "bad input, full disk", prepare("{C}/corpus.txt", "{C}/out", "--vocab-size", "150"),
+             "one-line error naming the read-only file system; no output", needs=("corpus.txt",), read_only=True,
+             absent=("out",), says=("read-only",), check=not_free_space))
+    # a line longer than the reader's part size: tokenized in pieces, or refused when it cannot be cut
+    add(Case("prepare-long-line-no-spaces", "bad input, full disk", prepare("{C}/x.txt", "{C}/out", "--vocab-size", "150"),
+             "refused naming the file, the line and the limit; no output", absent=("out",),
+             setup=lambda c: (c / "x.txt").write_text("a b c\n\n" + "x" * 2_100_000 + "\n"),
+             says=("{C}/x.txt", "line 3", "1,048,576 characters")))
+    add(Case("prepare-long-line-in-pieces", "bad input, full disk", prepare("{C}/x.txt", "{C}/out", "--vocab",
+             "{C}/other-vocab.txt"), "prepared (one document of 3 MB, tokenized in pieces)", rc=0,
+             needs=("other-vocab.txt",), setup=one_long_line,
+             check=lambda c, o: None if json.loads(o.stdout)["documents"] == 1 else "not one document"))
+    # a task's value ranges (STS-B scores in [0, 5])
+    add(Case("stsb-score-out-of-range", "bad input, full disk", finetune("{C}/run", "{C}/ft", task="stsb", data="{C}/glue"),
+             "refused naming file:line and the range; no output", needs=("run", "glue"), absent=("ft",),
+             setup=stsb_score(7.5), says=("STS-B/train.tsv:2", "[0, 5]")))
     for v in ("0", "-2"):
         add(Case(f"bench-threads-{v}", "bad input, full disk", ["bench", "--preset", "smoke", "--no-hf", "--quiet", "--threads", v],
                  "refused naming --threads", says=("threads",)))
@@ -1326,8 +1389,12 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
             resource.setrlimit(resource.RLIMIT_FSIZE, (case.fsize, case.fsize))
 
     cwd = c / case.cwd if case.cwd else c
+    cmd = [PY, "-m", "tokendrop", *argv]
+    if case.read_only:  # a private mount namespace in which the case dir is mounted read-only
+        cmd = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" || exit 99; '
+               'exec "$@"', str(c), *cmd]
     t0 = time.time()
-    p = subprocess.Popen([PY, "-m", "tokendrop", *argv], cwd=cwd, env=gated_env(case, c), stdout=subprocess.PIPE,
+    p = subprocess.Popen(cmd, cwd=cwd, env=gated_env(case, c), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, preexec_fn=limits, start_new_session=True)
     try:
         if case.drive is not None:
@@ -1355,6 +1422,8 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
     tb = "Traceback (most recent call last)" in err
     exp = case.rc if isinstance(case.rc, tuple) else (case.rc,)
     why: list[str] = [DRIVE_NOTES.pop(c)] if c in DRIVE_NOTES else []
+    if case.read_only and rc == 99:
+        why.append("no read-only mount on this machine (needs `unshare -m` and `mount`: root or user namespaces)")
     if rc not in exp:
         why.append(f"exit {rc}, expected {' or '.join(map(str, exp))}")
     if tb:

@@ -21,6 +21,8 @@ BAD_CALLS = {  # public name -> (a call with one argument of the wrong type, the
     "load_config": (lambda: td.load_config("tiny", "train.steps=3"), "overrides"),
     "finetune_config": (lambda: td.finetune_config(None, "epochs=1"), "overrides"),
     "TokenSelector": (lambda: td.TokenSelector({"method": "cumulative"}, 100, {}, 64), "drop"),
+    "DropPlan": (lambda: td.DropPlan({"method": "cumulative"}, {}, num_layers=4, vocab_size=100, seq_len=64), "drop"),
+    "DropStep": (lambda: td.DropStep("3", 64, True, 32, False), "step"),
     "step_flops": (lambda: td.step_flops({"hidden_size": 64}, 128), "model"),
     "flop_ratio": (lambda: td.flop_ratio(_tiny().model, 128, None), "drop"),
     "build_model": (lambda: td.build_model(dict), "cfg"),

@@ -41,7 +41,7 @@ from tokendrop.dropping.engine import DropSpan
 from tokendrop.dropping.flops import ModelConfig, consistency_flops, step_flops
 from tokendrop.dropping.importance import TokenSelector, build_selector
 from tokendrop.dropping.methods import DropConfig
-from tokendrop.errors import ConfigError
+from tokendrop.errors import ConfigError, check_arg
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,10 @@ class DropStep:
     dropping: bool  # the span keeps ``kept`` rows (False: a dense step -- stage 2, or no dropping)
     kept: int  # M: rows kept in the span (``seq_len`` on a dense step)
     consistency: bool  # ScTD's dense pass and [CLS] KL term run on this step
+
+    def __post_init__(self):
+        for name in ("step", "seq_len", "kept"):
+            check_arg("DropStep", name, getattr(self, name), int, "an int")
 
     @property
     def kept_fraction(self) -> float:
@@ -79,6 +83,8 @@ class DropPlan:
                  seq_len: int, pinned_ids: Iterable[int] = (), counts: Any = None, seed: int = 0,
                  total_steps: int | None = None, flop_model: ModelConfig | None = None,
                  device: torch.device | str | None = None):
+        check_arg("DropPlan", "drop", drop, DropConfig, "a tokendrop.DropConfig", "a Config's .drop")
+        check_arg("DropPlan", "num_layers", num_layers, int, "an int")
         drop.validate(num_layers)
         self.drop = drop
         self.num_layers = num_layers

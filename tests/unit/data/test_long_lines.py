@@ -14,7 +14,7 @@ import pytest
 
 from tokendrop.data import corpus, prepare
 from tokendrop.errors import DataError
-from tokendrop.lab.toydata import toy_documents, write_toy_vocab
+from toydata import toy_documents, write_toy_vocab
 
 PIECE = 64
 

@@ -27,6 +27,7 @@ BAD_CALLS = {  # public name -> (a call with one argument of the wrong type, the
     "flop_ratio": (lambda: td.flop_ratio(_tiny().model, 128, None), "drop"),
     "build_model": (lambda: td.build_model(dict), "cfg"),
     "load_pretrained": (lambda: td.load_pretrained(None, object), "path"),
+    "resolve_model": (lambda: td.resolve_model({"init": "x"}), "cfg"),
     "export": (lambda: td.export(None, "out"), "checkpoint"),
     "prepare": (lambda: td.prepare(5, "out", 64), "corpus_paths"),
     "pretrain": (lambda: td.pretrain(dict, "out"), "cfg"),

@@ -366,9 +366,7 @@ def resolve_model(cfg: ModelConfig) -> ModelConfig:
     ``build_model``; fields given that contradict the source are a ConfigError naming them.  A
     section without ``init`` is returned as it is.  (``pretrain`` does this itself; the weights are
     loaded by ``load_pretrained``.)"""
-    if not isinstance(cfg, ModelConfig):
-        raise ConfigError(f"resolve_model: expected a ModelConfig (cfg.model of load_config), got "
-                          f"{type(cfg).__name__}")
+    check_arg("resolve_model", "cfg", cfg, ModelConfig, "a tokendrop.ModelConfig", "cfg.model of load_config")
     if not cfg.init or cfg.resolved:
         return cfg
     return resolve_model_init(cfg, resolve_init_source(cfg.init))

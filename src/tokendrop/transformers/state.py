@@ -179,8 +179,7 @@ class TokenDroppingState:
         self.kept_fraction = at.kept_fraction
         if self.selector is None:  # the variant pools: nothing to select
             return True, None
-        if at.kept >= t:  # nothing to drop: the unpatched forward
-            self.kept_fraction = 1.0
+        if at.kept >= t:  # nothing to drop (kept_fraction 1): the unpatched forward
             return False, None
         pos = weights = None
         if self.drop.keep_mlm_targets and labels is not None:

@@ -25,7 +25,7 @@ EXTERNAL = {
 PY = re.compile(r"(?<![\w./-])((?:\.\./)*(?:[\w.-]+/)*[\w-]+\.py)\b")
 FOLDER = re.compile(r"`((?:[\w.-]+/)+)`")
 DOTTED = re.compile(r"\btokendrop(?:\.[A-Za-z_]\w*)+")
-NOT_MODULES = {"json", "toml", "md", "txt"}  # tokendrop.json is a file name
+NOT_MODULES = {"json", "toml", "md", "txt", "lock"}  # tokendrop.json, RUN.tokendrop.lock are file names
 
 
 def _repo_files() -> tuple[list[str], set[str]]:

@@ -50,7 +50,7 @@ _API: dict[str, tuple[str, str]] = {
     "pretrain": ("tokendrop.train.trainer", "pretrain"),
     "finetune": ("tokendrop.finetune.trainer", "finetune"),
     "evaluate": ("tokendrop.finetune.suite", "evaluate"),
-    "verify": ("tokendrop.verify", "verify_path"),
+    "verify": ("tokendrop.verification", "verify_path"),
     # errors
     "TokendropError": ("tokendrop.errors", "TokendropError"),
     "ConfigError": ("tokendrop.errors", "ConfigError"),
@@ -95,4 +95,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         load_pretrained,
         resolve_model,
     )
-    from tokendrop.verify import verify_path as verify  # noqa: F401
+    from tokendrop.verification import verify_path as verify  # noqa: F401

@@ -18,6 +18,21 @@ def test_every_public_name_loads_and_is_documented():
     assert sorted(dir(tokendrop)) == sorted(tokendrop.__all__)
 
 
+def test_no_public_name_is_shadowed_by_a_module():
+    """Importing a submodule binds it on its package: a public name that is also a module's name
+    (``tokendrop.verify``) would turn into that module once anything imported it."""
+    import importlib
+    import pkgutil
+    import types
+
+    for info in pkgutil.walk_packages(tokendrop.__path__, "tokendrop."):
+        if ".lab" not in info.name and not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    for name in tokendrop.__all__:
+        value = getattr(tokendrop, name)
+        assert not isinstance(value, types.ModuleType) or callable(value), name
+
+
 def test_an_unknown_name_is_an_attribute_error():
     try:
         tokendrop.no_such_name

@@ -291,7 +291,7 @@ LAYER_ORDER = (
     "train",           # pretraining
     "finetune",        # GLUE and SQuAD
     "transformers",    # token dropping inside transformers' models
-    "verify",          # tokendrop verify: every output, checked with the layers that write it
+    "verification",    # tokendrop verify: every output, checked with the layers that write it
     "tokendrop",       # the public API (tokendrop/__init__.py)
     "lab",             # the harnesses: bench, study, demo, inspect, verify of lab directories
     "cli",             # the command line, above the library and the harnesses

@@ -1,6 +1,6 @@
 """``tokendrop verify`` for the directories the harnesses write: a study (``study --out``) and a GPU
-campaign (``bench --campaign --out``).  What each gets is in :mod:`tokendrop.verify`'s module
-doc; the command passes :data:`VERIFIERS` to :func:`tokendrop.verify.verify_path`.  Nothing is
+campaign (``bench --campaign --out``).  What each gets is in :mod:`tokendrop.verification`'s module
+doc; the command passes :data:`VERIFIERS` to :func:`tokendrop.verification.verify_path`.  Nothing is
 written.
 """
 
@@ -18,7 +18,7 @@ from tokendrop.lab.bench.campaign import IN_PROGRESS
 from tokendrop.lab.bench.campaign.config import PARTS
 from tokendrop.lab.study.plan import load_study
 from tokendrop.runs.files import read_json
-from tokendrop.verify import (
+from tokendrop.verification import (
     VerifyReport,
     error_line,
     merge_report,

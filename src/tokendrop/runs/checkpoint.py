@@ -15,7 +15,7 @@ Every load of a tokendrop checkpoint goes through this module (:func:`load_verif
 :func:`read_tensors`): a tensor file is read once and parsed only after the sha256 of exactly those
 bytes matched ``meta.json``; a missing, truncated or corrupt file or ``meta.json`` is a one-line
 :class:`CheckpointError` naming the file and the fix (an older checkpoint of the run that verifies,
-when there is one).  ``tokendrop verify PATH`` (:mod:`tokendrop.verify`) checks whole runs.
+when there is one).  ``tokendrop verify PATH`` (:mod:`tokendrop.verification`) checks whole runs.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import numpy as np
 
 from tokendrop.cli import main
 from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
-from tokendrop.verify import verify_path
+from tokendrop.verification import verify_path
 
 EV = ["--suite", "suite-tiny", "--set", "glue_lrs=[1e-3]", "--set", "glue_epochs=[1.0]", "--set",
       "glue.max_train_examples=16", "--set", "glue.max_eval_examples=8", "--set", "squad_lrs=[1e-3]",

@@ -25,6 +25,19 @@ def test_bert_base_hand_calculation():
     assert step_flops(cfg, T, 8, drop).total == 3 * 8 * (expected + head)
 
 
+def test_released_head_on_all_positions_by_hand():
+    """transformers' BertForMaskedLM as released runs its head (d -> d transform, then the d -> V
+    decoder) on all T positions: P = T in the count; the sparse head on round(0.15 T) slots.  The
+    encoder is the same, so the released/sparse gap is the head's rows alone."""
+    cfg = ModelConfig(num_layers=12, hidden_size=256, num_heads=4, intermediate_size=1024)
+    d, V, T, B = 256, cfg.vocab_size, 128, 16
+    released, sparse = step_flops(cfg, T, B, None, num_predictions=T), step_flops(cfg, T, B, None)
+    assert released.head == 2 * T * d * d + 2 * T * d * V
+    assert sparse.head == 2 * 19 * d * d + 2 * 19 * d * V  # round(0.15 * 128) = 19
+    assert released.encoder == sparse.encoder
+    assert released.total - sparse.total == 3 * B * (T - 19) * (2 * d * d + 2 * d * V)
+
+
 def test_attention_share_by_hand():
     """The attention products (4 n k d per layer) split out of the count: BERT's grow with T^2, a
     ModernBERT sliding-window layer's with T * W, kept rows' windows over original positions."""

@@ -13,7 +13,9 @@ config and initial weights, SDPA attention, the same dtype/autocast, batch, clip
 the standard full-sequence MLM loss.  For the ModernBERT-architecture family (``model = "modern-*"``,
 configs/bench-modern-*.toml) our model is ``tokendrop.models.modernbert.model`` and the baseline
 ``transformers.ModernBertForMaskedLM`` with our export's config.json and our initial weights (SDPA;
-``hf_sparse_prediction`` switches its head to the masked positions only); ``document_attention``
+``hf_sparse_prediction`` switches its head to the masked positions only; ``hf_released`` also times
+the model as released beside that baseline and the patched one, for the integration's three numbers:
+patched vs released, the sparse head alone, dropping alone); ``document_attention``
 is off unless asked for, as transformers' ModernBERT without flash_attn attends across documents.
 
 Variants: ``drop``, ``pass``, ``avg`` (token dropping, §2.2) and ``random_ltd`` (§2.10: every

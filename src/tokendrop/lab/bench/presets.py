@@ -97,6 +97,11 @@ class BenchConfig:
     # also time that model patched by tokendrop.transformers.apply_token_dropping at every variant x rate
     # (its head as hf_sparse_prediction says), against the unpatched one and against ours
     hf_token_dropping: bool = False
+    # with hf_sparse_prediction and hf_token_dropping: also time transformers' MLM class as released
+    # (its head on all T positions, labels -100 elsewhere) as T<n>/hf-released, interleaved with the
+    # rest, and report the integration's three numbers: patched vs released, the sparse head alone
+    # (the sparse-head baseline vs released), dropping alone (patched vs the sparse-head baseline)
+    hf_released: bool = False
     precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights, both models)
     compile: bool = False  # torch.compile(model, dynamic=False), ours and HF's
     compile_backend: str = "inductor"  # inductor | aot_eager | eager (the last two: dry runs without codegen)
@@ -145,6 +150,10 @@ class BenchConfig:
         if self.hf_token_dropping and not self.hf:
             raise ConfigError("bench.hf_token_dropping: the patched transformers model is compared with the unpatched "
                               "one; set hf = true")
+        if self.hf_released and not (self.hf_token_dropping and self.hf_sparse_prediction):
+            raise ConfigError("bench.hf_released: the released model is the third arm beside the sparse-head "
+                              "baseline and the patched model; set hf_sparse_prediction = true and "
+                              "hf_token_dropping = true")
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"bench.precision: expected fp32 or bf16, got {self.precision!r}")
         if self.compile_backend not in COMPILE_BACKENDS:

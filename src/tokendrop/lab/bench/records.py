@@ -202,6 +202,38 @@ class ModelInfo:
 
 
 @dataclass
+class ArmRatio:
+    """One arm's step time over another's: ``base``'s time / ``arm``'s (1.5 = the arm takes 2/3 of the
+    time), medians of per-round paired ratios, next to the FLOP bound (``base``'s FLOPs / ``arm``'s)."""
+
+    arm: str  # a setting name, e.g. T128/hf-drop-0.5
+    base: str  # e.g. T128/hf-released
+    speedup: float
+    speedup_paired_min: float
+    speedup_paired_max: float
+    flop_bound: float
+    speedup_cpu: float | None = optional()
+    speedup_cpu_paired_min: float | None = optional()
+    speedup_cpu_paired_max: float | None = optional()
+
+
+@dataclass
+class HFThree:
+    """The integration's three numbers at one patched setting (``BenchConfig.hf_released``): the
+    patched model over transformers' model as released, the sparse head alone (the unpatched model with
+    its head on the masked positions over the released one) and dropping alone (the patched model over
+    the sparse-head one).  The first is the product of the other two, per round."""
+
+    seq_len: int
+    setting: str  # the patched setting
+    variant: str
+    rate: float
+    patched_vs_released: ArmRatio
+    sparse_head_alone: ArmRatio
+    dropping_alone: ArmRatio
+
+
+@dataclass
 class BenchResult:
     """Everything one ``run_bench`` measured; ``to_dict()`` is the JSON written by ``write_results``."""
 
@@ -221,6 +253,7 @@ class BenchResult:
     command: str = ""
     rounds_done: int = 0  # < config.rounds when the time budget stopped the rounds early
     hf_patched: list[HFPatched] = field(default_factory=list)  # config.hf_token_dropping
+    hf_three: list[HFThree] = field(default_factory=list)  # config.hf_released
     schema: int = SCHEMA_VERSION
 
     def setting(self, name: str) -> SettingResult:

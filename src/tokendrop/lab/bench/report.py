@@ -9,7 +9,7 @@ from pathlib import Path
 from tokendrop.config import ConfigError
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.runs.files import json_text
-from tokendrop.lab.bench.records import BenchResult, TimeStats
+from tokendrop.lab.bench.records import ArmRatio, BenchResult, HFThree, TimeStats
 from tokendrop.runs.files import atomic_write_text
 
 
@@ -70,6 +70,13 @@ def format_text(res: BenchResult) -> str:
             lines.append(f"  {p.setting:<20} {p.speedup_over_hf:.3f}x ({p.speedup_over_hf_paired_min:.3f}-"
                          f"{p.speedup_over_hf_paired_max:.3f}), bound {p.flop_bound:.3f}x; / {p.ours} "
                          f"{p.time_over_ours:.3f} ({p.time_over_ours_paired_min:.3f}-{p.time_over_ours_paired_max:.3f}){cpu}")
+    if res.hf_three:
+        lines += ["", "the integration's three numbers: step-time ratio (wall, paired min-max; cpu-time), FLOP bound"]
+        for h in res.hf_three:
+            for label, x in _three(h):
+                cpu = f"; cpu-time {x.speedup_cpu:.3f}x" if x.speedup_cpu is not None else ""
+                lines.append(f"  {label:<38} {x.speedup:.3f}x ({x.speedup_paired_min:.3f}-"
+                             f"{x.speedup_paired_max:.3f}){cpu}, bound {x.flop_bound:.3f}x")
     if res.memory:
         lines += ["", "peak training memory, setting / dense: state + step peak (step peak only)"]
         lines += [f"  {m.setting:<20} {m.peak_ratio:.3f}  ({m.step_peak_ratio:.3f})" for m in res.memory]
@@ -88,6 +95,7 @@ def format_markdown(res: BenchResult) -> str:
     out += _md_speedups(res, cpu_clock)
     out += _md_vs_hf(res, cpu_clock)
     out += _md_hf_patched(res, cpu_clock)
+    out += _md_hf_three(res, cpu_clock)
     out += _md_memory(res)
     out += _md_settings(res)
     out += _md_host_syncs(res)
@@ -196,6 +204,38 @@ def _md_hf_patched(res: BenchResult, cpu_clock: bool) -> list[str]:
             line += (f" {p.speedup_over_hf_cpu:.3f}x | {p.time_over_ours_cpu:.3f} |" if p.speedup_over_hf_cpu
                      else " - | - |")
         out.append(line)
+    return out
+
+
+def _three(h: HFThree) -> list[tuple[str, ArmRatio]]:
+    """The three comparisons of ``h``, each labelled with its arms."""
+    return [(f"{h.setting} vs released", h.patched_vs_released),
+            (f"T{h.seq_len} sparse head alone", h.sparse_head_alone),
+            (f"{h.setting} dropping alone", h.dropping_alone)]
+
+
+def _md_hf_three(res: BenchResult, cpu_clock: bool) -> list[str]:
+    """Section (when the released model was timed): the patched model against transformers' model as
+    released, split into the sparse head alone and dropping alone, each next to its FLOP bound."""
+    if not res.hf_three:
+        return []
+    out = ["", "## The integration's three numbers: patched vs released, the sparse head alone, dropping alone", "",
+           "`hf-released` is transformers' MLM class as released (its head on all T positions, labels -100 "
+           "elsewhere); `hf` is the same model with its head on the masked positions only; `hf-<variant>` is "
+           "it patched by `apply_token_dropping`. Speedup = the base's step time / the arm's, medians of "
+           "per-round paired ratios; FLOP bound = the base's FLOPs / the arm's.", "",
+           "| comparison | arm | base | speedup (wall) | paired min-max |"
+           + (" speedup (CPU time) | paired min-max |" if cpu_clock else "") + " FLOP bound |",
+           "|---|---|---|---:|---:|" + ("---:|---:|" if cpu_clock else "") + "---:|"]
+    names = ("patched vs released", "the sparse head alone", "dropping alone")
+    for h in res.hf_three:
+        for name, (_, x) in zip(names, _three(h)):
+            line = (f"| {name} | {x.arm} | {x.base} | {x.speedup:.3f}x | {x.speedup_paired_min:.3f}-"
+                    f"{x.speedup_paired_max:.3f} |")
+            if cpu_clock:
+                line += (f" {x.speedup_cpu:.3f}x | {x.speedup_cpu_paired_min:.3f}-{x.speedup_cpu_paired_max:.3f} |"
+                         if x.speedup_cpu is not None else " - | - |")
+            out.append(line + f" {x.flop_bound:.3f}x |")
     return out
 
 

@@ -7,6 +7,7 @@ The dense baseline is the ``drop`` model's step with dropping off, so dense and 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -99,6 +100,7 @@ class StepBuilder:
         self._ours: dict[str, _Ours] = {}
         self._init_sd: dict[str, Tensor] | None = None
         self._hf: HFModel | None = None
+        self._hf_released: HFModel | None = None
         self._hf_patched: dict[tuple[str, float], HFModel] = {}
         self._batches: dict[tuple[int, int], dict[str, Tensor]] = {}
 
@@ -125,6 +127,13 @@ class StepBuilder:
             self._hf = build_hf(self.model_cfg, self.ours("dense").model, self.cfg, self.device)
         return self._hf
 
+    def hf_released(self) -> HFModel:
+        """transformers' MLM class as released: the same initial weights, its head on all T positions."""
+        if self._hf_released is None:
+            cfg = dataclasses.replace(self.cfg, hf_sparse_prediction=False)
+            self._hf_released = build_hf(self.model_cfg, self.ours("dense").model, cfg, self.device)
+        return self._hf_released
+
     def keep_only(self, impl: str) -> None:
         """Free the models of the other implementation (``tokendrop`` or ``hf``): the largest-batch
         search measures one implementation with the device to itself."""
@@ -132,6 +141,7 @@ class StepBuilder:
             self._ours.clear()
         else:
             self._hf = None
+        self._hf_released = None
         self._hf_patched.clear()
 
         gc.collect()
@@ -168,6 +178,10 @@ class StepBuilder:
             return Runner(s, hf_step_fn(hf, mb, self.amp, self.device),
                           (hf.model, hf.opt) if selector is None else (hf.model, hf.opt, selector),
                           hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction, drop), kept)
+        if s.impl == "hf_released":
+            hf = self.hf_released()
+            return Runner(s, hf_step_fn(hf, mb, self.amp, self.device), (hf.model, hf.opt),
+                          hf_flops(self.model_cfg, s), s.seq_len)
         if s.impl == "hf":
             hf = self.hf()
             return Runner(s, hf_step_fn(hf, mb, self.amp, self.device), (hf.model, hf.opt),

@@ -12,8 +12,10 @@ from tokendrop.dropping.flops import SLIDING, flop_ratio, gpu_peak_flops, layer_
 from tokendrop.lab.bench.environment import Environment
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 from tokendrop.lab.bench.records import (
+    ArmRatio,
     BenchResult,
     HFPatched,
+    HFThree,
     MemoryRatio,
     ModelInfo,
     Noise,
@@ -113,6 +115,7 @@ def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Env
                 v.memory_ratio_dense_over_hf = d_row.memory.peak_bytes / h_row.memory.peak_bytes
             vs_hf.append(v)
     hf_patched = patched_vs_hf(cfg, runners, rows, cpu_clock)
+    hf_three = three_numbers(runners, rows, cpu_clock)
     settings = list(rows.values())
     noise = Noise(
         median_rel_iqr=statistics.median(s.rel_iqr for s in settings),
@@ -124,7 +127,8 @@ def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Env
     return BenchResult(
         preset=cfg.name, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), env=env, config=cfg,
         info=info, peak_flops=peak, settings=settings, speedups=speedups, vs_hf=vs_hf, memory=memory,
-        headline=headline(speedups, vs_hf, memory, hf_patched), noise=noise, hf_patched=hf_patched,
+        headline=headline(speedups, vs_hf, memory, hf_patched, hf_three), noise=noise, hf_patched=hf_patched,
+        hf_three=hf_three,
     )
 
 
@@ -153,10 +157,42 @@ def patched_vs_hf(cfg: BenchConfig, runners: list[Runner], rows: dict, cpu_clock
     return out
 
 
+def arm_ratio(arm: Runner, base: Runner, rows: dict, cpu_clock: bool) -> ArmRatio:
+    """``base``'s step time over ``arm``'s (medians of per-round paired ratios, wall and CPU time)
+    next to ``base``'s FLOPs over ``arm``'s."""
+    a, b = rows[arm.setting.name], rows[base.setting.name]
+    pr = paired(base.round_median, arm.round_median)
+    x = ArmRatio(arm=arm.setting.name, base=base.setting.name, speedup=_med(pr), speedup_paired_min=min(pr),
+                 speedup_paired_max=max(pr), flop_bound=b.flops_per_step / a.flops_per_step)
+    if cpu_clock and a.cpu_time_s is not None and b.cpu_time_s is not None:
+        pc = paired(base.round_median_cpu, arm.round_median_cpu)
+        x.speedup_cpu, x.speedup_cpu_paired_min, x.speedup_cpu_paired_max = _med(pc), min(pc), max(pc)
+    return x
+
+
+def three_numbers(runners: list[Runner], rows: dict, cpu_clock: bool) -> list[HFThree]:
+    """Per patched setting, when the released model was timed: patched over released, the sparse
+    head alone (sparse-head baseline over released), dropping alone (patched over the baseline)."""
+    by_name = {r.setting.name: r for r in runners}
+    out = []
+    for r in runners:
+        s = r.setting
+        released = by_name.get(f"T{s.seq_len}/hf-released")
+        if s.impl != "hf_td" or released is None:
+            continue
+        sparse = by_name[f"T{s.seq_len}/hf"]
+        out.append(HFThree(seq_len=s.seq_len, setting=s.name, variant=s.variant, rate=s.rate,
+                           patched_vs_released=arm_ratio(r, released, rows, cpu_clock),
+                           sparse_head_alone=arm_ratio(sparse, released, rows, cpu_clock),
+                           dropping_alone=arm_ratio(r, sparse, rows, cpu_clock)))
+    return out
+
+
 def headline(speedups: list[Speedup], vs_hf: list[VsHF], memory: list[MemoryRatio],
-             hf_patched: list[HFPatched] = ()) -> dict[str, float]:
+             hf_patched: list[HFPatched] = (), hf_three: list[HFThree] = ()) -> dict[str, float]:
     """The numbers a README quotes: 50% drop speedup / bound / memory, dense over HF, the patched
-    transformers model over the unpatched one and against ours, per T."""
+    transformers model over the unpatched one and against ours, and the integration's three numbers
+    (patched vs released, the sparse head alone, dropping alone) with their bounds, per T."""
     out: dict[str, float] = {}
     for x in speedups:
         if VARIANTS[x.variant].headline and x.rate == 0.5:
@@ -183,4 +219,12 @@ def headline(speedups: list[Speedup], vs_hf: list[VsHF], memory: list[MemoryRati
             if p.speedup_over_hf_cpu is not None:
                 out[f"{k}_speedup_over_hf_cpu_time"] = p.speedup_over_hf_cpu
                 out[f"{k}_time_over_ours_cpu_time"] = p.time_over_ours_cpu
+    for h in hf_three:
+        k = f"hf_{h.variant}{round(100 * h.rate)}"
+        for part in ("patched_vs_released", "sparse_head_alone", "dropping_alone"):
+            x: ArmRatio = getattr(h, part)
+            out[f"T{h.seq_len}_{k}_{part}"] = x.speedup
+            out[f"T{h.seq_len}_{k}_{part}_flop_bound"] = x.flop_bound
+            if x.speedup_cpu is not None:
+                out[f"T{h.seq_len}_{k}_{part}_cpu_time"] = x.speedup_cpu
     return out

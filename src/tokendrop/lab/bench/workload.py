@@ -14,7 +14,9 @@ from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 
 @dataclass
 class Setting:
-    impl: str  # tokendrop | hf | hf_td (transformers' model patched by tokendrop.transformers)
+    # tokendrop | hf | hf_td (transformers' model patched by tokendrop.transformers) | hf_released
+    # (transformers' model as released: its head on all T positions)
+    impl: str
     variant: str  # dense | drop | pass | avg | random_ltd
     rate: float
     seq_len: int
@@ -24,20 +26,23 @@ class Setting:
     def name(self) -> str:
         if self.impl == "hf":
             return f"T{self.seq_len}/hf"
+        if self.impl == "hf_released":
+            return f"T{self.seq_len}/hf-released"
         if self.variant == "dense":
             return f"T{self.seq_len}/dense"
         prefix = "hf-" if self.impl == "hf_td" else ""
         return f"T{self.seq_len}/{prefix}{self.variant}-{self.rate:g}"
 
     def drop_config(self, method: str) -> DropConfig | None:
-        if self.variant == "dense" or self.impl == "hf":
+        if self.variant == "dense" or self.impl in ("hf", "hf_released"):
             return None
         return VARIANTS[self.variant].drop_config(method, self.rate)
 
 
 def build_settings(cfg: BenchConfig) -> list[Setting]:
     """Per T: our dense step, every variant x rate, then (``hf``) transformers' step and
-    (``hf_token_dropping``) transformers' model patched at every variant x rate."""
+    (``hf_released``) transformers' model as released, (``hf_token_dropping``) transformers' model
+    patched at every variant x rate."""
     out = []
     for t in cfg.seq_lens:
         b = cfg.batch_size(t)
@@ -46,6 +51,8 @@ def build_settings(cfg: BenchConfig) -> list[Setting]:
         out += [Setting("tokendrop", v, r, t, b) for v, r in dropping]
         if cfg.hf:
             out.append(Setting("hf", "dense", 0.0, t, b))
+        if cfg.hf_released:
+            out.append(Setting("hf_released", "dense", 0.0, t, b))
         if cfg.hf_token_dropping:
             out += [Setting("hf_td", v, r, t, b) for v, r in dropping]
     return out

@@ -356,18 +356,23 @@ def test_transformers_integration_arm(tmp_path):
 
 def test_transformers_integration_three_numbers(tmp_path):
     """hf_released: transformers' model as released (head on all T positions) timed beside the
-    sparse-head baseline and the patched model; the three ratios are the arms' paired per-round times,
-    each next to its FLOP bound."""
+    sparse-head baseline and the patched model; the three ratios are the arms' paired per-round
+    times, each next to its FLOP bound."""
     out = tmp_path / "three.json"
-    assert main(["bench", "--preset", "smoke", "--set", "hf_token_dropping=true", "--set", "hf_sparse_prediction=true",
-                 "--set", "hf_released=true", "--set", "memory=false", "--json", str(out), "--quiet"]) == 0
+    opts = ["hf_token_dropping=true", "hf_sparse_prediction=true", "hf_released=true",
+            "memory=false"]
+    sets = [x for o in opts for x in ("--set", o)]
+    assert main(["bench", "--preset", "smoke", *sets, "--json", str(out), "--quiet"]) == 0
     res = json.loads(out.read_text())
     rows = {s["name"]: s for s in res["settings"]}
-    assert list(rows) == ["T32/dense", "T32/drop-0.5", "T32/hf", "T32/hf-released", "T32/hf-drop-0.5"]
-    assert rows["T32/hf-released"]["impl"] == "hf_released" and rows["T32/hf-released"]["kept"] == 32
+    assert list(rows) == ["T32/dense", "T32/drop-0.5", "T32/hf", "T32/hf-released",
+                          "T32/hf-drop-0.5"]
+    released = rows["T32/hf-released"]
+    assert released["impl"] == "hf_released" and released["kept"] == 32
     cfg = make_preset("smoke").model_config()
-    assert rows["T32/hf-released"]["flops_per_step"] == step_flops(cfg, 32, 2, num_predictions=32).total
-    assert rows["T32/hf"]["flops_per_step"] == step_flops(cfg, 32, 2).total  # the head on round(0.15 T) slots
+    assert released["flops_per_step"] == step_flops(cfg, 32, 2, num_predictions=32).total
+    # the sparse head: round(0.15 T) slots
+    assert rows["T32/hf"]["flops_per_step"] == step_flops(cfg, 32, 2).total
 
     def ratio(base, arm, key="round_median_s"):
         return statistics.median(b / a for b, a in zip(rows[base][key], rows[arm][key]))
@@ -378,17 +383,19 @@ def test_transformers_integration_three_numbers(tmp_path):
             "sparse_head_alone": ("T32/hf", "T32/hf-released"),
             "dropping_alone": ("T32/hf-drop-0.5", "T32/hf")}
     for part, (arm, base) in arms.items():
-        x = three[part]
+        x, head = three[part], res["headline"]
         assert (x["arm"], x["base"]) == (arm, base)
         assert math.isclose(x["speedup"], ratio(base, arm))
         assert math.isclose(x["speedup_cpu"], ratio(base, arm, "round_median_cpu_s"))
-        assert math.isclose(x["flop_bound"], rows[base]["flops_per_step"] / rows[arm]["flops_per_step"])
-        assert math.isclose(res["headline"][f"T32_hf_drop50_{part}"], x["speedup"])
-        assert math.isclose(res["headline"][f"T32_hf_drop50_{part}_flop_bound"], x["flop_bound"])
-    assert three["sparse_head_alone"]["flop_bound"] > 1 and three["dropping_alone"]["flop_bound"] > 1
+        bound = rows[base]["flops_per_step"] / rows[arm]["flops_per_step"]
+        assert math.isclose(x["flop_bound"], bound)
+        assert math.isclose(head[f"T32_hf_drop50_{part}"], x["speedup"])
+        assert math.isclose(head[f"T32_hf_drop50_{part}_flop_bound"], bound)
+    assert three["sparse_head_alone"]["flop_bound"] > 1
+    assert three["dropping_alone"]["flop_bound"] > 1
     assert "## The integration's three numbers" in out.with_suffix(".md").read_text()
     with pytest.raises(ConfigError, match="hf_released"):
         make_preset("smoke", overrides=["hf_released=true", "hf_token_dropping=true"]).validate()
-    released = make_preset("transformers-released-cpu")
-    assert [s.name for s in build_settings(released)] == ["T128/dense", "T128/drop-0.5", "T128/hf", "T128/hf-released",
-                                                           "T128/hf-drop-0.5"]
+    preset = make_preset("transformers-released-cpu")
+    assert [s.name for s in build_settings(preset)] == [
+        "T128/dense", "T128/drop-0.5", "T128/hf", "T128/hf-released", "T128/hf-drop-0.5"]

@@ -26,10 +26,10 @@ transformers model, its own copy of the initial weights and its own AdamW, patch
 training forward selects, drops, computes the loss and updates the importance vector itself -- and
 its head on the masked positions only exactly when ``hf_sparse_prediction`` is on.
 
-The released arm (``BenchConfig.hf_released``, next to a sparse-head baseline and the patched model):
-:func:`build_hf` with ``hf_sparse_prediction`` off -- transformers' MLM class exactly as released,
-its head on all T positions, labels -100 elsewhere -- so one run splits the patched model's gain over
-it into the sparse head's and dropping's.
+The released arm (``BenchConfig.hf_released``, beside a sparse-head baseline and the patched
+model): :func:`build_hf` with ``hf_sparse_prediction`` off -- transformers' MLM class exactly as
+released, its head on all T positions, labels -100 elsewhere -- so one run splits the patched
+model's gain over it into the sparse head's and dropping's.
 """
 
 from __future__ import annotations

@@ -151,9 +151,9 @@ class BenchConfig:
             raise ConfigError("bench.hf_token_dropping: the patched transformers model is compared with the unpatched "
                               "one; set hf = true")
         if self.hf_released and not (self.hf_token_dropping and self.hf_sparse_prediction):
-            raise ConfigError("bench.hf_released: the released model is the third arm beside the sparse-head "
-                              "baseline and the patched model; set hf_sparse_prediction = true and "
-                              "hf_token_dropping = true")
+            raise ConfigError("bench.hf_released: the released model is the third arm beside the "
+                              "sparse-head baseline and the patched model; set "
+                              "hf_sparse_prediction = true and hf_token_dropping = true")
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"bench.precision: expected fp32 or bf16, got {self.precision!r}")
         if self.compile_backend not in COMPILE_BACKENDS:

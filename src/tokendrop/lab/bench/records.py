@@ -203,8 +203,9 @@ class ModelInfo:
 
 @dataclass
 class ArmRatio:
-    """One arm's step time over another's: ``base``'s time / ``arm``'s (1.5 = the arm takes 2/3 of the
-    time), medians of per-round paired ratios, next to the FLOP bound (``base``'s FLOPs / ``arm``'s)."""
+    """One arm against another: ``base``'s step time / ``arm``'s (1.5 = the arm takes 2/3 of the
+    time), medians of per-round paired ratios, next to the FLOP bound (``base``'s FLOPs /
+    ``arm``'s)."""
 
     arm: str  # a setting name, e.g. T128/hf-drop-0.5
     base: str  # e.g. T128/hf-released
@@ -220,9 +221,9 @@ class ArmRatio:
 @dataclass
 class HFThree:
     """The integration's three numbers at one patched setting (``BenchConfig.hf_released``): the
-    patched model over transformers' model as released, the sparse head alone (the unpatched model with
-    its head on the masked positions over the released one) and dropping alone (the patched model over
-    the sparse-head one).  The first is the product of the other two, per round."""
+    patched model over transformers' model as released, the sparse head alone (the unpatched model
+    with its head on the masked positions over the released one) and dropping alone (the patched
+    model over the sparse-head one).  The first is the product of the other two, per round."""
 
     seq_len: int
     setting: str  # the patched setting

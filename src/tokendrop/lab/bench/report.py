@@ -71,7 +71,8 @@ def format_text(res: BenchResult) -> str:
                          f"{p.speedup_over_hf_paired_max:.3f}), bound {p.flop_bound:.3f}x; / {p.ours} "
                          f"{p.time_over_ours:.3f} ({p.time_over_ours_paired_min:.3f}-{p.time_over_ours_paired_max:.3f}){cpu}")
     if res.hf_three:
-        lines += ["", "the integration's three numbers: step-time ratio (wall, paired min-max; cpu-time), FLOP bound"]
+        lines += ["", "the integration's three numbers: step-time ratio (wall, paired min-max; "
+                      "cpu-time), FLOP bound"]
         for h in res.hf_three:
             for label, x in _three(h):
                 cpu = f"; cpu-time {x.speedup_cpu:.3f}x" if x.speedup_cpu is not None else ""
@@ -219,22 +220,26 @@ def _md_hf_three(res: BenchResult, cpu_clock: bool) -> list[str]:
     released, split into the sparse head alone and dropping alone, each next to its FLOP bound."""
     if not res.hf_three:
         return []
-    out = ["", "## The integration's three numbers: patched vs released, the sparse head alone, dropping alone", "",
-           "`hf-released` is transformers' MLM class as released (its head on all T positions, labels -100 "
-           "elsewhere); `hf` is the same model with its head on the masked positions only; `hf-<variant>` is "
-           "it patched by `apply_token_dropping`. Speedup = the base's step time / the arm's, medians of "
-           "per-round paired ratios; FLOP bound = the base's FLOPs / the arm's.", "",
+    out = ["", "## The integration's three numbers: patched vs released, the sparse head alone, "
+           "dropping alone", "",
+           "`hf-released` is transformers' MLM class as released (its head on all T positions, "
+           "labels -100 elsewhere); `hf` is the same model with its head on the masked positions "
+           "only; `hf-<variant>` is it patched by `apply_token_dropping`. Speedup = the base's "
+           "step time / the arm's, medians of per-round paired ratios; FLOP bound = the base's "
+           "FLOPs / the arm's.", "",
            "| comparison | arm | base | speedup (wall) | paired min-max |"
            + (" speedup (CPU time) | paired min-max |" if cpu_clock else "") + " FLOP bound |",
            "|---|---|---|---:|---:|" + ("---:|---:|" if cpu_clock else "") + "---:|"]
     names = ("patched vs released", "the sparse head alone", "dropping alone")
     for h in res.hf_three:
         for name, (_, x) in zip(names, _three(h)):
-            line = (f"| {name} | {x.arm} | {x.base} | {x.speedup:.3f}x | {x.speedup_paired_min:.3f}-"
-                    f"{x.speedup_paired_max:.3f} |")
-            if cpu_clock:
-                line += (f" {x.speedup_cpu:.3f}x | {x.speedup_cpu_paired_min:.3f}-{x.speedup_cpu_paired_max:.3f} |"
-                         if x.speedup_cpu is not None else " - | - |")
+            line = (f"| {name} | {x.arm} | {x.base} | {x.speedup:.3f}x | "
+                    f"{x.speedup_paired_min:.3f}-{x.speedup_paired_max:.3f} |")
+            if cpu_clock and x.speedup_cpu is not None:
+                line += (f" {x.speedup_cpu:.3f}x | "
+                         f"{x.speedup_cpu_paired_min:.3f}-{x.speedup_cpu_paired_max:.3f} |")
+            elif cpu_clock:
+                line += " - | - |"
             out.append(line + f" {x.flop_bound:.3f}x |")
     return out
 

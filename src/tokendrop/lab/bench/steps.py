@@ -128,7 +128,8 @@ class StepBuilder:
         return self._hf
 
     def hf_released(self) -> HFModel:
-        """transformers' MLM class as released: the same initial weights, its head on all T positions."""
+        """transformers' MLM class as released: the same initial weights, its head on all T
+        positions."""
         if self._hf_released is None:
             cfg = dataclasses.replace(self.cfg, hf_sparse_prediction=False)
             self._hf_released = build_hf(self.model_cfg, self.ours("dense").model, cfg, self.device)

@@ -127,8 +127,8 @@ def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Env
     return BenchResult(
         preset=cfg.name, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), env=env, config=cfg,
         info=info, peak_flops=peak, settings=settings, speedups=speedups, vs_hf=vs_hf, memory=memory,
-        headline=headline(speedups, vs_hf, memory, hf_patched, hf_three), noise=noise, hf_patched=hf_patched,
-        hf_three=hf_three,
+        headline=headline(speedups, vs_hf, memory, hf_patched, hf_three), noise=noise,
+        hf_patched=hf_patched, hf_three=hf_three,
     )
 
 
@@ -162,11 +162,13 @@ def arm_ratio(arm: Runner, base: Runner, rows: dict, cpu_clock: bool) -> ArmRati
     next to ``base``'s FLOPs over ``arm``'s."""
     a, b = rows[arm.setting.name], rows[base.setting.name]
     pr = paired(base.round_median, arm.round_median)
-    x = ArmRatio(arm=arm.setting.name, base=base.setting.name, speedup=_med(pr), speedup_paired_min=min(pr),
-                 speedup_paired_max=max(pr), flop_bound=b.flops_per_step / a.flops_per_step)
+    x = ArmRatio(arm=arm.setting.name, base=base.setting.name, speedup=_med(pr),
+                 speedup_paired_min=min(pr), speedup_paired_max=max(pr),
+                 flop_bound=b.flops_per_step / a.flops_per_step)
     if cpu_clock and a.cpu_time_s is not None and b.cpu_time_s is not None:
         pc = paired(base.round_median_cpu, arm.round_median_cpu)
-        x.speedup_cpu, x.speedup_cpu_paired_min, x.speedup_cpu_paired_max = _med(pc), min(pc), max(pc)
+        x.speedup_cpu, x.speedup_cpu_paired_min = _med(pc), min(pc)
+        x.speedup_cpu_paired_max = max(pc)
     return x
 
 

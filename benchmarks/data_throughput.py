@@ -25,8 +25,7 @@ import sys
 import tempfile
 import time
 
-from tokendrop.lab.machine import cpu_model
-from tokendrop.lab.machine import loadavg as machine_loadavg
+from tokendrop.lab.machine import cpu_model, loadavg as machine_loadavg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = "/work/shared/data/corpus/mixed-english.txt.gz"
@@ -53,7 +52,9 @@ def busy(ms: float) -> None:
         a = torch.tanh(a @ a)
 
 
-def bench_loader(pd, batch_size: int, workers: int, batches: int, warmup: int = 5, consumer_ms: float = 0.0) -> dict:
+def bench_loader(
+    pd, batch_size: int, workers: int, batches: int, warmup: int = 5, consumer_ms: float = 0.0
+) -> dict:
     from tokendrop.data import MLMLoader
 
     loader = MLMLoader(pd, batch_size=batch_size, num_workers=workers, prefetch=4, seed=0)
@@ -89,7 +90,9 @@ def bench_loader(pd, batch_size: int, workers: int, batches: int, warmup: int = 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--corpus", nargs="+", default=[DEFAULT_CORPUS])
     ap.add_argument("--vocab", default=DEFAULT_VOCAB)
     ap.add_argument("--seq-len", type=int, default=512)
@@ -97,10 +100,17 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--loader-batches", type=int, default=300)
     ap.add_argument("--loader-workers", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--consumer-ms", type=float, default=100.0,
-                    help="also measure the wait per batch behind a simulated model step of this many ms (0: skip)")
+    ap.add_argument(
+        "--consumer-ms",
+        type=float,
+        default=100.0,
+        help="also measure the wait per batch behind a simulated model step of this many ms (0: "
+        "skip)",
+    )
     ap.add_argument("--consumer-batches", type=int, default=50)
-    ap.add_argument("--prepared", default="", help="reuse this prepared directory (skips the prepare benchmark)")
+    ap.add_argument(
+        "--prepared", default="", help="reuse this prepared directory (skips the prepare benchmark)"
+    )
     ap.add_argument("--keep", default="", help="write the prepared data here and keep it")
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     ap.add_argument("--name", default="data_throughput")
@@ -132,8 +142,15 @@ def main(argv: list[str] | None = None) -> dict:
         out = args.keep or os.path.join(tempfile.mkdtemp(prefix="td-bench-"), "prepared")
         tmp = None if args.keep else os.path.dirname(out)
         c0, t0 = cpu_seconds(), time.perf_counter()
-        s = prepare(args.corpus, out, args.seq_len, vocab=args.vocab, workers=args.workers, progress=True,
-                    overwrite=bool(args.keep))
+        s = prepare(
+            args.corpus,
+            out,
+            args.seq_len,
+            vocab=args.vocab,
+            workers=args.workers,
+            progress=True,
+            overwrite=bool(args.keep),
+        )
         wall = time.perf_counter() - t0
         cpu = cpu_seconds() - c0
         pd = PreparedData.open(out)
@@ -164,7 +181,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(r), flush=True)
     result["loader_behind_model"] = []
     for w in args.loader_workers if args.consumer_ms > 0 else []:
-        r = bench_loader(pd, args.batch_size, w, args.consumer_batches, consumer_ms=args.consumer_ms)
+        r = bench_loader(
+            pd, args.batch_size, w, args.consumer_batches, consumer_ms=args.consumer_ms
+        )
         r.update(seq_len=pd.seq_len, batch_size=args.batch_size)
         result["loader_behind_model"].append(r)
         print(json.dumps(r), flush=True)
@@ -176,30 +195,62 @@ def main(argv: list[str] | None = None) -> dict:
     jpath = os.path.join(args.results, f"{args.name}.json")
     with open(jpath, "w") as f:
         json.dump(result, f, indent=2)
-    md = ["# Data pipeline throughput", "", f"Command: `{env['command']}`", "",
-          f"Hardware: {env['cpu']}, {env['cpu_count']} cores; Python {env['python']}, torch {env['torch']}, "
-          f"numpy {env['numpy']}, tokenizers {env['tokenizers']}; {env['date']}.",
-          f"Load average at start / end: {env['loadavg_start']} / {env['loadavg_end']} (the machine may be shared; "
-          "CPU seconds are less sensitive to that than wall time).", ""]
+    md = [
+        "# Data pipeline throughput",
+        "",
+        f"Command: `{env['command']}`",
+        "",
+        f"Hardware: {env['cpu']}, {env['cpu_count']} cores; Python {env['python']}, torch "
+        f"{env['torch']}, "
+        f"numpy {env['numpy']}, tokenizers {env['tokenizers']}; {env['date']}.",
+        f"Load average at start / end: {env['loadavg_start']} / {env['loadavg_end']} (the machine "
+        "may be shared; "
+        "CPU seconds are less sensitive to that than wall time).",
+        "",
+    ]
     if "prepare" in result:
         p = result["prepare"]
-        md += ["## prepare", "",
-               "| corpus | input (uncompressed) | T | workers / mode | documents | tokens | wall s | CPU s | MB/s | MB per CPU-s |",
-               "|---|---|---|---|---|---|---|---|---|---|",
-               f"| {', '.join(os.path.basename(c) for c in p['corpus'])} | {p['input_bytes'] / 1e6:.1f} MB | {p['seq_len']} | "
-               f"{p['workers']} / {p['mode']} | {p['documents']} | {p['tokens']} | {p['wall_s']} | {p['cpu_s']} | "
-               f"{p['mb_per_s']} | {p['mb_per_cpu_s']} |", ""]
-    md += ["## MLMLoader", "", "Consumer doing nothing else (the loader's own throughput):", "",
-           "| workers | T | batch | sequences/s | tokens/s | ms/batch |", "|---|---|---|---|---|---|"]
+        md += [
+            "## prepare",
+            "",
+            "| corpus | input (uncompressed) | T | workers / mode | documents | tokens | wall s | "
+            "CPU s | MB/s | MB per CPU-s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            f"| {', '.join(os.path.basename(c) for c in p['corpus'])} | "
+            f"{p['input_bytes'] / 1e6:.1f} MB | {p['seq_len']} | "
+            f"{p['workers']} / {p['mode']} | {p['documents']} | {p['tokens']} | {p['wall_s']} | "
+            f"{p['cpu_s']} | "
+            f"{p['mb_per_s']} | {p['mb_per_cpu_s']} |",
+            "",
+        ]
+    md += [
+        "## MLMLoader",
+        "",
+        "Consumer doing nothing else (the loader's own throughput):",
+        "",
+        "| workers | T | batch | sequences/s | tokens/s | ms/batch |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in result["loader"]:
-        md.append(f"| {r['num_workers']} | {r['seq_len']} | {r['batch_size']} | {r['sequences_per_s']} | "
-                  f"{r['tokens_per_s']:.0f} | {r['ms_per_batch']} |")
+        md.append(
+            f"| {r['num_workers']} | {r['seq_len']} | {r['batch_size']} | {r['sequences_per_s']} | "
+            f"{r['tokens_per_s']:.0f} | {r['ms_per_batch']} |"
+        )
     if result["loader_behind_model"]:
-        md += ["", f"Behind a simulated model step ({args.consumer_ms:.0f} ms of torch matmuls on all cores per batch): "
-               "time the training loop waits for each batch.", "",
-               "| workers | wait per batch: median ms | mean ms | p90 ms |", "|---|---|---|---|"]
-        md += [f"| {r['num_workers']} | {r['blocked_ms_median']} | {r['blocked_ms_per_batch']} | {r['blocked_ms_p90']} |"
-               for r in result["loader_behind_model"]]
+        md += [
+            "",
+            f"Behind a simulated model step ({args.consumer_ms:.0f} ms of torch matmuls on all "
+            "cores per batch): "
+            "time the training loop waits for each batch.",
+            "",
+            "| workers | wait per batch: median ms | mean ms | p90 ms |",
+            "|---|---|---|---|",
+        ]
+        md += [
+            f"| {r['num_workers']} | {r['blocked_ms_median']} | {r['blocked_ms_per_batch']} | "
+            f"{r['blocked_ms_p90']} |"
+            for r in result["loader_behind_model"]
+        ]
     md.append("")
     with open(os.path.join(args.results, f"{args.name}.md"), "w") as f:
         f.write("\n".join(md))

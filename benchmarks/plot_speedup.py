@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Plot measured step-time speedup vs drop rate, per variant, with the FLOP bound drawn.
 
-    python benchmarks/plot_speedup.py                       # every *-full.json (else *-quick.json) in results/
-    python benchmarks/plot_speedup.py A.json B.json --out benchmarks/results/speedup.png
+    python benchmarks/plot_speedup.py                       # every *-full.json (else *-quick.json)
+    in results/ python benchmarks/plot_speedup.py A.json B.json --out benchmarks/results/speedup.png
 
 One row of panels per results file (machine/preset), one panel per sequence length T.  Solid
 markers: measured speedup over our dense step (median of per-round paired ratios, bars = paired
@@ -29,14 +29,25 @@ def main() -> None:
     from tokendrop.lab.bench import plot_speedup
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", nargs="*", type=Path, help="results JSON files (default: benchmarks/results/*-full.json)")
+    ap.add_argument(
+        "results",
+        nargs="*",
+        type=Path,
+        help="results JSON files (default: benchmarks/results/*-full.json)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS / "speedup.png")
-    ap.add_argument("--clock", choices=["auto", "wall", "cpu"], default="auto",
-                    help="auto: CPU-time speedups for CPU runs, wall-clock for GPU runs")
+    ap.add_argument(
+        "--clock",
+        choices=["auto", "wall", "cpu"],
+        default="auto",
+        help="auto: CPU-time speedups for CPU runs, wall-clock for GPU runs",
+    )
     a = ap.parse_args()
     paths = a.results or default_inputs()
     if not paths:
-        raise SystemExit("no results JSON found (run `tokendrop bench --json benchmarks/results/` first)")
+        raise SystemExit(
+            "no results JSON found (run `tokendrop bench --json benchmarks/results/` first)"
+        )
     print(f"wrote {plot_speedup(paths, a.out, a.clock)}")
 
 

@@ -1,7 +1,9 @@
-"""`tokendrop prepare` next to the recipe users would otherwise run, on the same corpus, side by side.
+"""`tokendrop prepare` next to the recipe users would otherwise run, on the same corpus, side by
+side.
 
-    python benchmarks/prepare_throughput.py                         # >= 1 GB generated JSONL corpus, N = 1, 2
-    python benchmarks/prepare_throughput.py --size-mb 40 --out /tmp/pt   # a quick check of the script
+    python benchmarks/prepare_throughput.py                         # >= 1 GB generated JSONL
+    corpus, N = 1, 2 python benchmarks/prepare_throughput.py --size-mb 40 --out /tmp/pt   # a quick
+    check of the script
 
 The recipe: Hugging Face ``datasets`` ``load_dataset("json")`` + ``map(tokenize, batched=True,
 num_proc=N)`` with ``BertTokenizerFast`` built from the same ``vocab.txt`` (lower-cased, as ours),
@@ -21,8 +23,9 @@ file pages a process touched count in its PSS, for both arms.
 The corpus (``--corpus-dir``, reused when present): JSONL, one document per line.  Documents come
 from ``/work/shared/data/corpus/mixed-english.txt.gz`` (real English: documentation, dictionaries,
 literature, speeches, Wikipedia), repeated in a new shuffled order each pass until ``--size-mb``;
-without that file, Zipf-distributed pseudo-English words in sentences of 5-30 words.  The vocabulary:
-``/work/shared/data/vocab/bert-base-uncased-vocab.txt``, or one trained on the corpus (30522 pieces).
+without that file, Zipf-distributed pseudo-English words in sentences of 5-30 words.  The
+vocabulary: ``/work/shared/data/vocab/bert-base-uncased-vocab.txt``, or one trained on the corpus
+(30522 pieces).
 
 Writes ``--out``.json and .md (default ``benchmarks/results/prepare_throughput``): command, hardware
 (nproc, CPU model), load average before and after, versions, one row per arm, and the ratios ours/HF
@@ -66,8 +69,12 @@ def _shared_documents() -> list[str]:
 
 def _pseudo_english(rng: random.Random, n_docs: int) -> list[str]:
     syll = [c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ea", "ou")]
-    words = list(dict.fromkeys("".join(rng.choice(syll) for _ in range(rng.choice((1, 1, 2, 2, 3, 4))))
-                               for _ in range(60000)))
+    words = list(
+        dict.fromkeys(
+            "".join(rng.choice(syll) for _ in range(rng.choice((1, 1, 2, 2, 3, 4))))
+            for _ in range(60000)
+        )
+    )
     weights = [1.0 / (i + 1) for i in range(len(words))]  # Zipf
     docs = []
     for _ in range(n_docs):
@@ -119,10 +126,21 @@ def ours(corpus: str, vocab: str, workers: int, work: str) -> dict:
     from tokendrop.data import prepare
 
     t0 = time.perf_counter()
-    s = prepare([corpus], os.path.join(work, "prepared"), SEQ_LEN, vocab=vocab, workers=workers, progress=False)
+    s = prepare(
+        [corpus],
+        os.path.join(work, "prepared"),
+        SEQ_LEN,
+        vocab=vocab,
+        workers=workers,
+        progress=False,
+    )
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "document_tokens": s["tokens"], "documents": s["documents"],
-            "sequences": s["train_sequences"] + s["eval_sequences"]}
+    return {
+        "wall_s": wall,
+        "document_tokens": s["tokens"],
+        "documents": s["documents"],
+        "sequences": s["train_sequences"] + s["eval_sequences"],
+    }
 
 
 def hf_recipe(corpus: str, vocab: str, workers: int, work: str, done) -> dict:
@@ -132,8 +150,8 @@ def hf_recipe(corpus: str, vocab: str, workers: int, work: str, done) -> dict:
     from datasets import load_dataset
     from transformers import BertTokenizerFast
 
-    # from a directory holding the vocab.txt (BertTokenizerFast(vocab_file=...) silently builds an empty
-    # vocabulary in transformers 5, every token [UNK]; from_pretrained works in 4.x and 5.x)
+    # from a directory holding the vocab.txt (BertTokenizerFast(vocab_file=...) silently builds an
+    # empty vocabulary in transformers 5, every token [UNK]; from_pretrained works in 4.x and 5.x)
     tok_dir = os.path.join(work, "tokenizer")
     os.makedirs(tok_dir)
     shutil.copyfile(vocab, os.path.join(tok_dir, "vocab.txt"))
@@ -142,18 +160,26 @@ def hf_recipe(corpus: str, vocab: str, workers: int, work: str, done) -> dict:
     tokenizer = BertTokenizerFast.from_pretrained(tok_dir)
     max_seq_length = SEQ_LEN
     t0 = time.perf_counter()
-    raw_datasets = load_dataset("json", data_files={"train": corpus}, cache_dir=os.path.join(work, "cache"))
+    raw_datasets = load_dataset(
+        "json", data_files={"train": corpus}, cache_dir=os.path.join(work, "cache")
+    )
     column_names = raw_datasets["train"].column_names
     text_column_name = "text" if "text" in column_names else column_names[0]
 
     # run_mlm.py: "we tokenize every text, then concatenate them together before splitting them in
-    # smaller parts. We use `return_special_tokens_mask=True` because DataCollatorForLanguageModeling
-    # (see below) is more efficient when it receives the `special_tokens_mask`."
+    # smaller parts. We use `return_special_tokens_mask=True` because
+    # DataCollatorForLanguageModeling (see below) is more efficient when it receives the
+    # `special_tokens_mask`."
     def tokenize_function(examples):
         return tokenizer(examples[text_column_name], return_special_tokens_mask=True)
 
-    tokenized_datasets = raw_datasets.map(tokenize_function, batched=True, num_proc=workers,
-                                          remove_columns=column_names, desc="Running tokenizer on every text in dataset")
+    tokenized_datasets = raw_datasets.map(
+        tokenize_function,
+        batched=True,
+        num_proc=workers,
+        remove_columns=column_names,
+        desc="Running tokenizer on every text in dataset",
+    )
 
     # run_mlm.py: "Main data processing function that will concatenate all texts from our dataset
     # and generate chunks of max_seq_length."
@@ -161,9 +187,9 @@ def hf_recipe(corpus: str, vocab: str, workers: int, work: str, done) -> dict:
         # Concatenate all texts.
         concatenated_examples = {k: list(chain(*examples[k])) for k in examples.keys()}
         total_length = len(concatenated_examples[list(examples.keys())[0]])
-        # We drop the small remainder, and if the total_length < max_seq_length  we exclude this batch and return
-        # an empty dict. We could add padding if the model supported it instead of this drop, you can customize
-        # this part to your needs.
+        # We drop the small remainder, and if the total_length < max_seq_length  we exclude this
+        # batch and return an empty dict. We could add padding if the model supported it instead of
+        # this drop, you can customize this part to your needs.
         total_length = (total_length // max_seq_length) * max_seq_length
         # Split by chunks of max_len.
         result = {
@@ -172,20 +198,31 @@ def hf_recipe(corpus: str, vocab: str, workers: int, work: str, done) -> dict:
         }
         return result
 
-    per_document = tokenized_datasets  # kept for the token count below (run_mlm.py reassigns the name)
-    tokenized_datasets = tokenized_datasets.map(group_texts, batched=True, num_proc=workers,
-                                                desc=f"Grouping texts in chunks of {max_seq_length}")
+    per_document = (
+        tokenized_datasets  # kept for the token count below (run_mlm.py reassigns the name)
+    )
+    tokenized_datasets = tokenized_datasets.map(
+        group_texts,
+        batched=True,
+        num_proc=workers,
+        desc=f"Grouping texts in chunks of {max_seq_length}",
+    )
     wall = time.perf_counter() - t0
     done()
     import pyarrow.compute as pc
 
-    # the same token count as ours (a check that both tokenize alike): input_ids minus [CLS]/[SEP] per document
+    # the same token count as ours (a check that both tokenize alike): input_ids minus [CLS]/[SEP]
+    # per document
     with_special = 0
     for batch in per_document["train"].data.column("input_ids").chunks:
         with_special += int(pc.sum(pc.list_value_length(batch)).as_py() or 0)
     n_docs = raw_datasets["train"].num_rows
-    return {"wall_s": wall, "document_tokens": with_special - 2 * n_docs, "documents": n_docs,
-            "sequences": tokenized_datasets["train"].num_rows}
+    return {
+        "wall_s": wall,
+        "document_tokens": with_special - 2 * n_docs,
+        "documents": n_docs,
+        "sequences": tokenized_datasets["train"].num_rows,
+    }
 
 
 def _arm_main(a: argparse.Namespace) -> None:
@@ -195,7 +232,11 @@ def _arm_main(a: argparse.Namespace) -> None:
     work = tempfile.mkdtemp(prefix=f"prepare-bench-{a.arm}-", dir=a.tmp)
     n = a.workers[0]
     try:
-        res = ours(a.corpus, a.vocab, n, work) if a.arm == "ours" else hf_recipe(a.corpus, a.vocab, n, work, done)
+        res = (
+            ours(a.corpus, a.vocab, n, work)
+            if a.arm == "ours"
+            else hf_recipe(a.corpus, a.vocab, n, work, done)
+        )
     finally:
         done()
         shutil.rmtree(work, ignore_errors=True)
@@ -253,10 +294,29 @@ def run_arm(arm: str, workers: int, corpus: str, vocab: str, tmp: str) -> dict:
     done_file = os.path.join(tmp, f"{arm}-{workers}.done")
     if os.path.exists(done_file):
         os.remove(done_file)
-    cmd = [sys.executable, os.path.abspath(__file__), "--arm", arm, "--workers", str(workers), "--corpus", corpus,
-           "--vocab", vocab, "--tmp", tmp, "--done-file", done_file]
-    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONPATH=os.path.join(REPO, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--arm",
+        arm,
+        "--workers",
+        str(workers),
+        "--corpus",
+        corpus,
+        "--vocab",
+        vocab,
+        "--tmp",
+        tmp,
+        "--done-file",
+        done_file,
+    ]
+    env = dict(
+        os.environ,
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONPATH=os.path.join(REPO, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak, kind = 0.0, "pss"
@@ -269,9 +329,14 @@ def run_arm(arm: str, workers: int, corpus: str, vocab: str, tmp: str) -> dict:
     line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
     if p.returncode != 0 or line is None:
         raise SystemExit(f"{arm} N={workers} failed (exit {p.returncode}):\n{err[-3000:]}")
-    res = json.loads(line[len("RESULT "):])
-    res.update(arm=arm, workers=workers, peak_memory_mb=round(peak, 1), memory_measure=kind,
-               process_wall_s=round(total, 2))
+    res = json.loads(line[len("RESULT ") :])
+    res.update(
+        arm=arm,
+        workers=workers,
+        peak_memory_mb=round(peak, 1),
+        memory_measure=kind,
+        process_wall_s=round(total, 2),
+    )
     return res
 
 
@@ -302,27 +367,56 @@ def report(rows: list[dict], meta: dict) -> tuple[dict, str]:
         if arm == "ours" and ("hf", n) in by:
             h = by[("hf", n)]
             ratios[f"N={n} ours/HF tokens/s"] = round(r["tokens_per_s"] / h["tokens_per_s"], 3)
-            ratios[f"N={n} ours/HF peak memory"] = round(r["peak_memory_mb"] / h["peak_memory_mb"], 3)
+            ratios[f"N={n} ours/HF peak memory"] = round(
+                r["peak_memory_mb"] / h["peak_memory_mb"], 3
+            )
     ns = sorted(n for a, n in by if a == "ours")
     if len(ns) > 1:
-        ratios[f"ours N={ns[-1]} / N={ns[0]} tokens/s"] = round(by[("ours", ns[-1])]["tokens_per_s"]
-                                                               / by[("ours", ns[0])]["tokens_per_s"], 3)
-    data = {**meta, "rows": rows, "ratios": ratios,
-            "goals": {"ours/HF tokens/s at the same N": ">= 1.0", "ours/HF peak memory": "<= 0.5",
-                      "ours N=2 / N=1 tokens/s": ">= 1.7"}}
-    md = [f"# prepare throughput: tokendrop vs the datasets + run_mlm.py recipe", "",
-          f"Command: `{meta['command']}`", "",
-          f"Machine: {meta['nproc']} CPUs ({meta['cpu']}), load average before {meta['load_before']}, after "
-          f"{meta['load_after']}. Corpus: {meta['corpus_mb']:.0f} MB JSONL ({meta['corpus_source']}), "
-          f"{tokens:,} document tokens; T={SEQ_LEN}.", "",
-          "| arm | N | wall s | tokens/s | peak memory MB (" + rows[0]["memory_measure"].upper() + ", process tree) "
-          "| sequences |", "|---|---:|---:|---:|---:|---:|"]
+        ratios[f"ours N={ns[-1]} / N={ns[0]} tokens/s"] = round(
+            by[("ours", ns[-1])]["tokens_per_s"] / by[("ours", ns[0])]["tokens_per_s"], 3
+        )
+    data = {
+        **meta,
+        "rows": rows,
+        "ratios": ratios,
+        "goals": {
+            "ours/HF tokens/s at the same N": ">= 1.0",
+            "ours/HF peak memory": "<= 0.5",
+            "ours N=2 / N=1 tokens/s": ">= 1.7",
+        },
+    }
+    md = [
+        "# prepare throughput: tokendrop vs the datasets + run_mlm.py recipe",
+        "",
+        f"Command: `{meta['command']}`",
+        "",
+        f"Machine: {meta['nproc']} CPUs ({meta['cpu']}), load average before "
+        f"{meta['load_before']}, after "
+        f"{meta['load_after']}. Corpus: {meta['corpus_mb']:.0f} MB JSONL "
+        f"({meta['corpus_source']}), "
+        f"{tokens:,} document tokens; T={SEQ_LEN}.",
+        "",
+        "| arm | N | wall s | tokens/s | peak memory MB ("
+        + rows[0]["memory_measure"].upper()
+        + ", process tree) "
+        "| sequences |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        md.append(f"| {r['arm']} | {r['workers']} | {r['wall_s']} | {r['tokens_per_s']:,} | {r['peak_memory_mb']:,} "
-                  f"| {r['sequences']:,} |")
+        md.append(
+            f"| {r['arm']} | {r['workers']} | {r['wall_s']} | {r['tokens_per_s']:,} | "
+            f"{r['peak_memory_mb']:,} "
+            f"| {r['sequences']:,} |"
+        )
     md += ["", "| ratio | value | goal |", "|---|---:|---:|"]
     for k, v in ratios.items():
-        goal = ">= 1.0" if "tokens/s" in k and "ours/HF" in k else "<= 0.5" if "memory" in k else ">= 1.7"
+        goal = (
+            ">= 1.0"
+            if "tokens/s" in k and "ours/HF" in k
+            else "<= 0.5"
+            if "memory" in k
+            else ">= 1.7"
+        )
         md.append(f"| {k} | {v} | {goal} |")
     md += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), ""]
     for note in meta.get("notes", []):
@@ -332,10 +426,18 @@ def report(rows: list[dict], meta: dict) -> tuple[dict, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=float, default=1000.0, help="corpus size (MB of JSONL); default 1000")
+    ap.add_argument(
+        "--size-mb", type=float, default=1000.0, help="corpus size (MB of JSONL); default 1000"
+    )
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--corpus-dir", default=os.path.join(tempfile.gettempdir(), "tokendrop-prepare-bench"))
-    ap.add_argument("--tmp", default=None, help="scratch space for outputs and HF caches (default: beside the corpus)")
+    ap.add_argument(
+        "--corpus-dir", default=os.path.join(tempfile.gettempdir(), "tokendrop-prepare-bench")
+    )
+    ap.add_argument(
+        "--tmp",
+        default=None,
+        help="scratch space for outputs and HF caches (default: beside the corpus)",
+    )
     ap.add_argument("--out", default=os.path.join(HERE, "results", "prepare_throughput"))
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--arm", help=argparse.SUPPRESS)
@@ -354,7 +456,10 @@ def main() -> None:
             import datasets  # noqa: F401
         except ImportError:
             hf_ok = False
-            notes.append("the Hugging Face arm was skipped: `datasets` is not installed (pip install datasets)")
+            notes.append(
+                "the Hugging Face arm was skipped: `datasets` is not installed (pip install "
+                "datasets)"
+            )
             print(notes[-1], file=sys.stderr)
     load_before = [round(x, 2) for x in os.getloadavg()]
     rows = []
@@ -366,17 +471,34 @@ def main() -> None:
     hf_tokens = {r["document_tokens"] for r in rows if r["arm"] == "hf"}
     ours_tokens = {r["document_tokens"] for r in rows if r["arm"] == "ours"}
     if hf_tokens and hf_tokens != ours_tokens:
-        notes.append(f"token counts differ: ours {sorted(ours_tokens)}, HF {sorted(hf_tokens)} (tokens/s uses ours)")
+        notes.append(
+            f"token counts differ: ours {sorted(ours_tokens)}, HF {sorted(hf_tokens)} (tokens/s "
+            "uses ours)"
+        )
     elif hf_tokens:
         notes.append("both arms tokenize alike: the same document-token count")
-    from tokendrop.lab.bench.environment import cpu_model  # the parent's report only: arms never import torch
+    from tokendrop.lab.bench.environment import (
+        cpu_model,  # the parent's report only: arms never import torch
+    )
 
-    meta = {"command": "python " + " ".join(shlex.quote(x) for x in [os.path.relpath(__file__, REPO), *sys.argv[1:]]),
-            "nproc": os.cpu_count(), "cpu": cpu_model(), "load_before": load_before,
-            "load_after": [round(x, 2) for x in os.getloadavg()], "corpus": corpus, "corpus_mb": nbytes / 1e6,
-            "corpus_source": "mixed-english.txt.gz documents, repeated" if os.path.isfile(SHARED_CORPUS)
-            else "generated pseudo-English", "vocab": vocab, "seq_len": SEQ_LEN, "versions": _versions(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "notes": notes}
+    meta = {
+        "command": "python "
+        + " ".join(shlex.quote(x) for x in [os.path.relpath(__file__, REPO), *sys.argv[1:]]),
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model(),
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "corpus": corpus,
+        "corpus_mb": nbytes / 1e6,
+        "corpus_source": "mixed-english.txt.gz documents, repeated"
+        if os.path.isfile(SHARED_CORPUS)
+        else "generated pseudo-English",
+        "vocab": vocab,
+        "seq_len": SEQ_LEN,
+        "versions": _versions(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "notes": notes,
+    }
     data, md = report(rows, meta)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out + ".json", "w") as f:

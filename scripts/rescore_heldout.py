@@ -2,12 +2,13 @@
 ``train.eval_batches x train.batch_size`` held-out sequences of each run's prepared data, masked at
 its final masking rate, the full model (no dropping).
 
-Before the fix of 2026-11-28 an evaluation read ``train.eval_batches`` *micro*-batches, and a run with
-a batch warm-up had micro-batches of the warm-up's starting batch: its held-out loss was taken over
-half the sequences of a run without one.  This script puts every run of a study on the same sequences,
-from the checkpoints, without re-training:
+Before the fix of 2026-11-28 an evaluation read ``train.eval_batches`` *micro*-batches, and a run
+with a batch warm-up had micro-batches of the warm-up's starting batch: its held-out loss was taken
+over half the sequences of a run without one.  This script puts every run of a study on the same
+sequences, from the checkpoints, without re-training:
 
-    python scripts/rescore_heldout.py runs/study-strong/runs/* --json docs/study-strong/heldout-rescored.json
+    python scripts/rescore_heldout.py runs/study-strong/runs/* --json
+    docs/study-strong/heldout-rescored.json
 """
 
 from __future__ import annotations
@@ -35,10 +36,21 @@ def rescore(run: Path) -> dict:
     model, _ = load_pretrained(run, BertForMaskedLM)
     data = PreparedData.open(cfg.data.path)
     tc = cfg.train
-    ev = evaluate_mlm(model, heldout_batches(data, cfg, tc.batch_size), torch.device("cpu"), None, tc.eval_batches)
-    logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"eval_loss"' in x]
-    return {"run": run.name, "eval_loss": ev["eval_loss"], "eval_slots": ev["eval_slots"],
-            "logged_eval_loss": logged[-1]["eval_loss"], "logged_eval_slots": logged[-1]["eval_slots"]}
+    ev = evaluate_mlm(
+        model, heldout_batches(data, cfg, tc.batch_size), torch.device("cpu"), None, tc.eval_batches
+    )
+    logged = [
+        json.loads(x)
+        for x in (run / "metrics.jsonl").read_text().splitlines()
+        if '"eval_loss"' in x
+    ]
+    return {
+        "run": run.name,
+        "eval_loss": ev["eval_loss"],
+        "eval_slots": ev["eval_slots"],
+        "logged_eval_loss": logged[-1]["eval_loss"],
+        "logged_eval_slots": logged[-1]["eval_slots"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,14 +63,26 @@ def main(argv: list[str] | None = None) -> int:
     arms: dict[str, list[float]] = {}
     for r in rows:
         arms.setdefault(re.sub(r"-seed\d+$", "", r["run"]), []).append(r["eval_loss"])
-        print(f"{r['run']:36s} {r['eval_loss']:.4f} on {r['eval_slots']} slots (logged {r['logged_eval_loss']:.4f} "
-              f"on {r['logged_eval_slots']})")
-    summary = {k: {"mean": statistics.fmean(v), "spread": max(v) - min(v), "seeds": v} for k, v in arms.items()}
+        print(
+            f"{r['run']:36s} {r['eval_loss']:.4f} on {r['eval_slots']} slots (logged "
+            f"{r['logged_eval_loss']:.4f} "
+            f"on {r['logged_eval_slots']})"
+        )
+    summary = {
+        k: {"mean": statistics.fmean(v), "spread": max(v) - min(v), "seeds": v}
+        for k, v in arms.items()
+    }
     for k, s in summary.items():
         print(f"{k:30s} mean {s['mean']:.4f}  spread {s['spread']:.4f}")
     if a.json:
-        atomic_write_json(a.json, {"command": " ".join(["python", "scripts/rescore_heldout.py", *sys.argv[1:]]),
-                                   "rows": rows, "arms": summary})
+        atomic_write_json(
+            a.json,
+            {
+                "command": " ".join(["python", "scripts/rescore_heldout.py", *sys.argv[1:]]),
+                "rows": rows,
+                "arms": summary,
+            },
+        )
     return 0
 
 

@@ -13,14 +13,23 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 def small_cfg():
     from tokendrop.config import ModelConfig
 
-    return ModelConfig(vocab_size=97, hidden_size=32, num_layers=6, num_heads=4, intermediate_size=64,
-                       max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+    return ModelConfig(
+        vocab_size=97,
+        hidden_size=32,
+        num_layers=6,
+        num_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
 
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """A prepared packed dataset (T=64, WordPiece trained on a generated corpus)."""
     from toydata import write_corpus
+
     from tokendrop.data import prepare
 
     root = tmp_path_factory.mktemp("tinydata")
@@ -39,10 +48,21 @@ def tiny_run(tiny_data, tmp_path_factory):
     from tokendrop.train.trainer import pretrain
 
     run = tmp_path_factory.mktemp("tinyrun") / "run"
-    cfg = load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=4", "train.ckpt_every=2",
-                               "train.eval_every=2", "train.log_every=1", "train.keep_checkpoints=3",
-                               "train.eval_batches=1", "train.batch_size=8", "train.threads=1",
-                               "drop.method=cumulative"])
+    cfg = load_config(
+        "tiny",
+        [
+            f'data.path="{tiny_data}"',
+            "train.steps=4",
+            "train.ckpt_every=2",
+            "train.eval_every=2",
+            "train.log_every=1",
+            "train.keep_checkpoints=3",
+            "train.eval_batches=1",
+            "train.batch_size=8",
+            "train.threads=1",
+            "drop.method=cumulative",
+        ],
+    )
     n = torch.get_num_threads()
     try:
         pretrain(cfg, run, progress=False)
@@ -57,21 +77,36 @@ def tiny_data_unpacked(tmp_path_factory, tiny_data):
 
     root = tiny_data.parent
     out = root / "unpacked-64"
-    prepare([root / "corpus.txt"], out, seq_len=64, vocab=tiny_data / "vocab.txt", packed=False, eval_fraction=0.1,
-            workers=1, progress=False)
+    prepare(
+        [root / "corpus.txt"],
+        out,
+        seq_len=64,
+        vocab=tiny_data / "vocab.txt",
+        packed=False,
+        eval_fraction=0.1,
+        workers=1,
+        progress=False,
+    )
     return out
 
 
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory, tiny_data):
-    """A small BertForMaskedLM saved by transformers (a Hugging Face checkpoint dir), with tiny_data's tokenizer."""
+    """A small BertForMaskedLM saved by transformers (a Hugging Face checkpoint dir), with
+    tiny_data's tokenizer."""
     import shutil
 
     transformers = pytest.importorskip("transformers")
     d = tmp_path_factory.mktemp("hf") / "bert"
     vocab = len((tiny_data / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    conf = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                   intermediate_size=64, max_position_embeddings=64)
+    conf = transformers.BertConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     transformers.BertForMaskedLM(conf).save_pretrained(d)
     for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):

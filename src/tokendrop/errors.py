@@ -11,13 +11,13 @@ A subclass raised by one module is defined beside the code that raises it (docs/
 ``checkpoint.CheckpointError`` (``inspect_run.InspectError``), ``rundir.RunDirError``,
 ``finetune.FinetuneError`` and ``fetch.FetchError``.  The ones raised across a package or by both
 sides of an import live here, below every module that raises them, and are re-exported where users
-look for them: ``TrainingError`` (the step, the loop and resume; ``tokendrop.train.trainer.TrainingError``),
-``ConfigError`` (every section of the configuration;
-``tokendrop.config.ConfigError``), ``DataError`` (every module of ``tokendrop.data``; ``tokendrop.data.DataError``),
-``InteropError`` (``tokendrop.models.hf``, ``tokendrop.models.modernbert.hf``) and its subclass ``InitError``
-(``tokendrop.models.source``, ``tokendrop.models.weights``).  Every subclass also keeps its historical
-built-in base (``ValueError`` or ``RuntimeError``), so ``except ValueError`` in callers' code still
-works.
+look for them: ``TrainingError`` (the step, the loop and resume;
+``tokendrop.train.trainer.TrainingError``), ``ConfigError`` (every section of the configuration;
+``tokendrop.config.ConfigError``), ``DataError`` (every module of ``tokendrop.data``;
+``tokendrop.data.DataError``), ``InteropError`` (``tokendrop.models.hf``,
+``tokendrop.models.modernbert.hf``) and its subclass ``InitError`` (``tokendrop.models.source``,
+``tokendrop.models.weights``).  Every subclass also keeps its historical built-in base
+(``ValueError`` or ``RuntimeError``), so ``except ValueError`` in callers' code still works.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class TrainingError(TokendropError, RuntimeError):
 
 
 class DataError(TokendropError, ValueError):
-    """Bad data input or a bad prepared directory; the message names the file/field and what was expected."""
+    """Bad data input or a bad prepared directory; the message names the file/field and what was
+    expected."""
 
 
 class InteropError(TokendropError, ValueError):
@@ -46,7 +47,8 @@ class InteropError(TokendropError, ValueError):
 
 
 class InitError(InteropError):
-    """A continued-pretraining source that cannot be used as asked (one line, naming the file/field)."""
+    """A continued-pretraining source that cannot be used as asked (one line, naming the
+    file/field)."""
 
 
 class ArgumentError(TokendropError, TypeError):
@@ -65,21 +67,39 @@ def _got(value: object) -> str:
     return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
 
 
-def check_arg(func: str, name: str, value: object, types: type | tuple[type, ...], takes: str, hint: str = "",
-              valid: bool | None = None) -> None:
+def check_arg(
+    func: str,
+    name: str,
+    value: object,
+    types: type | tuple[type, ...],
+    takes: str,
+    hint: str = "",
+    valid: bool | None = None,
+) -> None:
     """Refuse ``value`` as argument ``name`` of ``func`` unless it is an instance of ``types`` (a
-    ``bool`` is no ``int``; ``valid``, when given, decides instead): :class:`ArgumentError`, one line
-    naming the argument, what it got and what it takes (and ``hint``: how to make one)."""
+    ``bool`` is no ``int``; ``valid``, when given, decides instead): :class:`ArgumentError`, one
+    line naming the argument, what it got and what it takes (and ``hint``: how to make one)."""
     types = types if isinstance(types, tuple) else (types,)
     if valid is None:
-        valid = isinstance(value, types) and not (isinstance(value, bool) and bool not in types and int in types)
+        valid = isinstance(value, types) and not (
+            isinstance(value, bool) and bool not in types and int in types
+        )
     if valid:
         return
-    raise ArgumentError(f"{func}(): argument {name}: got {_got(value)}; expected {takes}" + (f" ({hint})" if hint else ""))
+    raise ArgumentError(
+        f"{func}(): argument {name}: got {_got(value)}; expected {takes}"
+        + (f" ({hint})" if hint else "")
+    )
 
 
 def check_path_arg(func: str, name: str, value: object, optional: bool = False) -> None:
     """:func:`check_arg` for a path (``str`` or ``os.PathLike``; None too when ``optional``)."""
     if optional and value is None:
         return
-    check_arg(func, name, value, (str, os.PathLike), "a path (str or os.PathLike)" + (" or None" if optional else ""))
+    check_arg(
+        func,
+        name,
+        value,
+        (str, os.PathLike),
+        "a path (str or os.PathLike)" + (" or None" if optional else ""),
+    )

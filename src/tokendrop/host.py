@@ -2,8 +2,8 @@
 
 On an accelerator a host read of device data (``.item()``, ``bool(t)``, a size taken from the
 data) makes the host wait for the device.  On CPU the "device" is the host and such a read costs
-nothing, so a few CPU-only paths take a data-dependent shortcut (``host_reads_free``).  The census of
-host syncs (``tokendrop.train.census``) runs on CPU but counts as CUDA would: while it runs,
+nothing, so a few CPU-only paths take a data-dependent shortcut (``host_reads_free``).  The census
+of host syncs (``tokendrop.train.census``) runs on CPU but counts as CUDA would: while it runs,
 ``host_reads_free`` says False, so the step takes its accelerator path, and work on tensors that
 stay on the host even on an accelerator (a loader's collation, a clock agreed over a CPU process
 group) is marked with :func:`host_side` and not counted.

@@ -42,7 +42,8 @@ def decay(kind: str, p: float, start: float, end: float) -> float:
 
 @dataclass(frozen=True)
 class ValueSchedule:
-    """A value from ``start`` to ``end`` over the run (``kind``: linear | cosine); constant when equal."""
+    """A value from ``start`` to ``end`` over the run (``kind``: linear | cosine); constant when
+    equal."""
 
     start: float
     end: float

@@ -1,5 +1,5 @@
-"""``tokendrop verify PATH``: check a run, a checkpoint, a prepared-data or an exported model directory
-in full and say what is wrong (docs/reliability.md, category "corrupt files").
+"""``tokendrop verify PATH``: check a run, a checkpoint, a prepared-data or an exported model
+directory in full and say what is wrong (docs/reliability.md, category "corrupt files").
 
     rep = verify_path("runs/drop")
     rep.ok, rep.kind, rep.problems, rep.notes
@@ -15,9 +15,9 @@ What each kind gets:
   the checks ``--resume`` makes (:func:`tokendrop.train.resume.check_checkpoint`, the one place):
   the step in meta.json, the directory name, the optimizer's step counters and the data position
   agree, and the model shape, seed and method are the run's (``RUN/config.toml``);
-* **prepared** (``prepare --out``): ``meta.json`` against the shard sizes (:meth:`PreparedData.open`),
-  each shard's sha256 against the recorded one and every token id below the vocabulary size
-  (:meth:`PreparedData.scan`), the token counts and the tokenizer;
+* **prepared** (``prepare --out``): ``meta.json`` against the shard sizes
+  (:meth:`PreparedData.open`), each shard's sha256 against the recorded one and every token id below
+  the vocabulary size (:meth:`PreparedData.scan`), the token counts and the tokenizer;
 * **export** (``export``'s output, or any Hugging Face BERT directory): config.json, every tensor
   parsed with the shapes config.json implies and finite, the tokenizer.  Such a directory records
   no hashes, so bit flips that leave the values finite cannot be detected (a note says so);
@@ -74,7 +74,9 @@ class VerifyReport:
     path: Path
     kind: str  # one of KINDS, or unknown
     problems: list[str] = field(default_factory=list)  # one line each; empty: all good
-    notes: list[str] = field(default_factory=list)  # what was checked, and findings that are not problems
+    notes: list[str] = field(
+        default_factory=list
+    )  # what was checked, and findings that are not problems
 
     @property
     def ok(self) -> bool:
@@ -82,7 +84,9 @@ class VerifyReport:
 
 
 def error_line(e: BaseException) -> str:
-    return " ".join(part.strip() for part in str(e).splitlines() if part.strip()) or type(e).__name__
+    return (
+        " ".join(part.strip() for part in str(e).splitlines() if part.strip()) or type(e).__name__
+    )
 
 
 def verify_checkpoint(ck: Path, rep: VerifyReport, run_config: dict | None = None) -> dict | None:
@@ -123,24 +127,42 @@ def verify_checkpoint(ck: Path, rep: VerifyReport, run_config: dict | None = Non
             rep.problems.append(error_line(e))
             bad = True
     if not bad:
-        what = (f"sharded by {meta['sharded'].get('world_size')} ranks, sha256 of all {len(meta['files'])} tensor files"
-                if ckpt_mod.is_sharded(meta) else "sha256 of both tensor files")
-        rep.notes.append(f"{ck.name}: step {meta['step']}, {what} as recorded, consistent with itself"
-                         + (" and the run's config" if run_config is not None else ""))
+        what = (
+            f"sharded by {meta['sharded'].get('world_size')} ranks, sha256 of all "
+            f"{len(meta['files'])} tensor files"
+            if ckpt_mod.is_sharded(meta)
+            else "sha256 of both tensor files"
+        )
+        rep.notes.append(
+            f"{ck.name}: step {meta['step']}, {what} as recorded, consistent with itself"
+            + (" and the run's config" if run_config is not None else "")
+        )
     return None if bad else meta
 
 
 def _step_counters(f: Path) -> dict[str, torch.Tensor]:
     """The optimizer's step counters (``optim.*.step``) of a state file whose hash matched."""
     with safe_open(str(f), framework="pt") as st:
-        return {k: st.get_tensor(k) for k in st.keys() if k.startswith("optim.") and k.endswith(".step")}
+        return {
+            k: st.get_tensor(k) for k in st.keys() if k.startswith("optim.") and k.endswith(".step")
+        }
 
 
 def _run_config(run: Path) -> dict | None:
     """The run's ``config.toml`` as a dict, or None when it does not load (verify_run says why)."""
     try:
-        return to_dict(from_dict(Config, tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))))
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, TokendropError, ValueError, KeyError, TypeError):
+        return to_dict(
+            from_dict(Config, tomllib.loads((run / "config.toml").read_text(encoding="utf-8")))
+        )
+    except (
+        OSError,
+        tomllib.TOMLDecodeError,
+        UnicodeDecodeError,
+        TokendropError,
+        ValueError,
+        KeyError,
+        TypeError,
+    ):
         return None
 
 
@@ -149,8 +171,11 @@ def verify_run(run: Path, rep: VerifyReport) -> None:
     cfg = None
     ct = run / "config.toml"
     if not ct.is_file():
-        rep.problems.append(f"{ct}: missing; a run directory holds the resolved config (restore it from a checkpoint's "
-                            "meta.json or start the run again)")
+        rep.problems.append(
+            f"{ct}: missing; a run directory holds the resolved config (restore it from a "
+            "checkpoint's "
+            "meta.json or start the run again)"
+        )
     else:
         try:
             cfg = from_dict(Config, tomllib.loads(ct.read_text(encoding="utf-8")))
@@ -159,15 +184,25 @@ def verify_run(run: Path, rep: VerifyReport) -> None:
         except (TokendropError, ValueError, KeyError, TypeError) as e:
             rep.problems.append(f"{ct}: does not load as a config ({error_line(e)})")
     root = run / "checkpoints"
-    cks = sorted(c for c in root.iterdir() if c.is_dir() and c.name.startswith("step-")) if root.is_dir() else []
-    stale = sorted(c.name for c in root.iterdir() if c.name.startswith(".step-")) if root.is_dir() else []
+    cks = (
+        sorted(c for c in root.iterdir() if c.is_dir() and c.name.startswith("step-"))
+        if root.is_dir()
+        else []
+    )
+    stale = (
+        sorted(c.name for c in root.iterdir() if c.name.startswith(".step-"))
+        if root.is_dir()
+        else []
+    )
     _verify_metrics(run / "metrics.jsonl", rep, required=bool(cks))
     run_config = to_dict(cfg) if cfg is not None else None
     good = []
     for ck in cks:
         with ckpt_mod.reading(ck):  # held while checked: a training run's rotation waits
             if not ck.is_dir():
-                rep.notes.append(f"{ck.name}: removed by the run's checkpoint rotation before it was checked")
+                rep.notes.append(
+                    f"{ck.name}: removed by the run's checkpoint rotation before it was checked"
+                )
                 continue
             m = verify_checkpoint(ck, rep, run_config)
         if m is not None:
@@ -175,12 +210,18 @@ def verify_run(run: Path, rep: VerifyReport) -> None:
     if not cks:
         rep.notes.append("no checkpoint yet (checkpoints/step-*/): nothing to resume or export")
     if stale:
-        rep.notes.append(f"{len(stale)} unfinished checkpoint temp dir(s) ({stale[0]}, ...) from a killed writer: "
-                         "ignored, and removed by the next checkpoint")
+        rep.notes.append(
+            f"{len(stale)} unfinished checkpoint temp dir(s) ({stale[0]}, ...) from a killed "
+            "writer: "
+            "ignored, and removed by the next checkpoint"
+        )
 
     if not has_tokenizer_files(run / "tokenizer"):
-        rep.notes.append(f"{run / 'tokenizer'}: no vocab.txt or tokenizer.json (export and inspect fall back to the "
-                         "prepared data's)")
+        rep.notes.append(
+            f"{run / 'tokenizer'}: no vocab.txt or tokenizer.json (export and inspect fall back to "
+            "the "
+            "prepared data's)"
+        )
     if good and cfg is not None:
         _check_run_data(cfg, good[-1][1], rep)
     rep.notes.insert(0, f"run: {len(cks)} checkpoint(s), {len(good)} intact")
@@ -189,7 +230,9 @@ def verify_run(run: Path, rep: VerifyReport) -> None:
 def _verify_metrics(f: Path, rep: VerifyReport, required: bool) -> None:
     if not f.is_file():
         if required:
-            rep.problems.append(f"{f}: missing; the run's log is gone (its checkpoints are still usable)")
+            rep.problems.append(
+                f"{f}: missing; the run's log is gone (its checkpoints are still usable)"
+            )
         return
 
     try:
@@ -204,11 +247,15 @@ def _verify_metrics(f: Path, rep: VerifyReport, required: bool) -> None:
         return
     if torn:
         rep.notes.append(f"{f}: torn last line (a killed writer); tolerated, dropped on --resume")
-    empty = [rec["step"] for _, rec in records if isinstance(rec, dict) and rec.get("eval_slots") == 0]
+    empty = [
+        rec["step"] for _, rec in records if isinstance(rec, dict) and rec.get("eval_slots") == 0
+    ]
     if empty:
-        rep.problems.append(f"{f}: the evaluation of step {empty[0]} was scored on 0 prediction slots (an empty "
-                            "held-out split): its eval loss means nothing; prepare the data with a held-out split "
-                            "and train again")
+        rep.problems.append(
+            f"{f}: the evaluation of step {empty[0]} was scored on 0 prediction slots (an empty "
+            "held-out split): its eval loss means nothing; prepare the data with a held-out split "
+            "and train again"
+        )
     rep.notes.append(f"metrics.jsonl: {len(records)} records")
 
 
@@ -217,8 +264,10 @@ def _check_run_data(cfg, meta: dict, rep: VerifyReport) -> None:
     recorded = meta.get("data_fingerprint")
     path = cfg.data.path
     if not path or not Path(path).is_dir():
-        rep.notes.append(f"data.path {path or '(none)'}: not reachable from here; the data was not checked "
-                         "(--resume needs it, or moved data with the same fingerprint: --set data.path=DIR)")
+        rep.notes.append(
+            f"data.path {path or '(none)'}: not reachable from here; the data was not checked "
+            "(--resume needs it, or moved data with the same fingerprint: --set data.path=DIR)"
+        )
         return
     try:
         now = PreparedData.open(path).fingerprint()
@@ -228,10 +277,16 @@ def _check_run_data(cfg, meta: dict, rep: VerifyReport) -> None:
     if isinstance(recorded, dict):
         diff = [k for k in recorded if recorded[k] != now.get(k)]
         if diff:
-            rep.problems.append(f"{path}: not the data the run was trained on (its {', '.join(diff)} differ from the "
-                                "fingerprint the newest checkpoint recorded); point data.path at the run's data")
+            rep.problems.append(
+                f"{path}: not the data the run was trained on (its {', '.join(diff)} differ from "
+                "the "
+                "fingerprint the newest checkpoint recorded); point data.path at the run's data"
+            )
             return
-    rep.notes.append(f"data.path {path}: opens" + (", fingerprint as recorded" if isinstance(recorded, dict) else ""))
+    rep.notes.append(
+        f"data.path {path}: opens"
+        + (", fingerprint as recorded" if isinstance(recorded, dict) else "")
+    )
 
 
 def verify_prepared(p: Path, rep: VerifyReport) -> None:
@@ -248,15 +303,22 @@ def verify_prepared(p: Path, rep: VerifyReport) -> None:
         try:
             s = pd.scan(split)
         except OSError as e:
-            rep.problems.append(f"{p / pd.meta['splits'][split]['file']}: unreadable ({e.strerror or e})")
+            rep.problems.append(
+                f"{p / pd.meta['splits'][split]['file']}: unreadable ({e.strerror or e})"
+            )
             continue
         if s["problem"]:
             rep.problems.append(s["problem"])
         elif s["recorded_sha256"] is None:
-            rep.notes.append(f"{split}: no sha256 recorded; size and token ids checked (max id {s['max_id']})")
+            rep.notes.append(
+                f"{split}: no sha256 recorded; size and token ids checked (max id {s['max_id']})"
+            )
         else:
-            rep.notes.append(f"{split}: {pd.num_sequences(split)} sequences, sha256 as recorded, max id {s['max_id']} "
-                             f"< {pd.vocab_size}")
+            rep.notes.append(
+                f"{split}: {pd.num_sequences(split)} sequences, sha256 as recorded, max id "
+                f"{s['max_id']} "
+                f"< {pd.vocab_size}"
+            )
     try:
         pd.token_counts()
     except DataError as e:
@@ -265,11 +327,14 @@ def verify_prepared(p: Path, rep: VerifyReport) -> None:
         load_tokenizer(p)
     except DataError as e:
         rep.problems.append(f"{p}: the tokenizer does not load ({error_line(e)})")
-    rep.notes.insert(0, f"prepared: T={pd.seq_len}, {'packed' if pd.packed else 'unpacked'}, vocabulary {pd.vocab_size}")
+    rep.notes.insert(
+        0,
+        f"prepared: T={pd.seq_len}, {'packed' if pd.packed else 'unpacked'}, vocabulary "
+        f"{pd.vocab_size}",
+    )
 
 
 def verify_export(p: Path, rep: VerifyReport) -> None:
-
 
     try:
         src = resolve_init_source(str(p))
@@ -279,8 +344,10 @@ def verify_export(p: Path, rep: VerifyReport) -> None:
         return
     for name, t in tensors.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            rep.problems.append(f"{src.weights_file}: tensor {name} holds NaN or inf values; the file is corrupt "
-                                "(export the model again)")
+            rep.problems.append(
+                f"{src.weights_file}: tensor {name} holds NaN or inf values; the file is corrupt "
+                "(export the model again)"
+            )
     if src.tokenizer_dir is not None:
         try:
             load_tokenizer(p)
@@ -288,9 +355,12 @@ def verify_export(p: Path, rep: VerifyReport) -> None:
             rep.problems.append(f"{p}: the tokenizer does not load ({error_line(e)})")
     else:
         rep.notes.append(f"{p}: no tokenizer files (vocab.txt / tokenizer.json)")
-    rep.notes.insert(0, f"export: {src.layout}, {len(tensors)} tensors parsed, sha256 {src.sha256[:12]}... "
-                        "(a Hugging Face directory records no hashes: corruption that leaves values finite "
-                        "cannot be detected)")
+    rep.notes.insert(
+        0,
+        f"export: {src.layout}, {len(tensors)} tensors parsed, sha256 {src.sha256[:12]}... "
+        "(a Hugging Face directory records no hashes: corruption that leaves values finite "
+        "cannot be detected)",
+    )
 
 
 def read_checked_json(f: Path, rep: VerifyReport, what: str, fix: str) -> Any:
@@ -303,7 +373,9 @@ def read_checked_json(f: Path, rep: VerifyReport, what: str, fix: str) -> Any:
     except UnicodeDecodeError:
         rep.problems.append(f"{f}: not UTF-8 text (corrupt); {fix}")
     except ValueError as e:
-        rep.problems.append(f"{f}: invalid JSON ({error_line(e)}); the file is torn or was edited; {fix}")
+        rep.problems.append(
+            f"{f}: invalid JSON ({error_line(e)}); the file is torn or was edited; {fix}"
+        )
     except OSError as e:
         rep.problems.append(f"{f}: unreadable ({e.strerror or e}); {fix}")
     return None
@@ -319,20 +391,41 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
     """A ``finetune`` output (or an evaluation cell: ``fix`` says how to recompute it); -> its
     metrics.json when that and everything it implies is intact."""
     fix = fix or f"fine-tune again (`tokendrop finetune ... --out {p} --overwrite`)"
-    r = read_checked_json(p / "metrics.json", rep, "a finetune output holds metrics.json, written when it finished", fix)
+    r = read_checked_json(
+        p / "metrics.json",
+        rep,
+        "a finetune output holds metrics.json, written when it finished",
+        fix,
+    )
     if r is None:
         return None
     mf = p / "metrics.json"
-    if not isinstance(r, dict) or not isinstance(r.get("task"), str) or not isinstance(r.get("scores"), dict) \
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r["scores"].values()):
-        rep.problems.append(f"{mf}: not a finetune record (needs 'task' and numeric 'scores'); the file was edited; {fix}")
+    if (
+        not isinstance(r, dict)
+        or not isinstance(r.get("task"), str)
+        or not isinstance(r.get("scores"), dict)
+        or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in r["scores"].values()
+        )
+    ):
+        rep.problems.append(
+            f"{mf}: not a finetune record (needs 'task' and numeric 'scores'); the file was "
+            f"edited; {fix}"
+        )
         return None
     bad = False
     metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
-    empty = [s for s, m in metrics.items() if isinstance(m, dict) and any(m.get(k) == 0 for k in ("n", "total"))]
+    empty = [
+        s
+        for s, m in metrics.items()
+        if isinstance(m, dict) and any(m.get(k) == 0 for k in ("n", "total"))
+    ]
     if empty:  # an accuracy of 0.00 over no example is no score
-        rep.problems.append(f"{mf}: split {empty[0]} was scored on n = 0 examples (an empty dev set), so its scores "
-                            f"mean nothing; give a dev file with examples and {fix}")
+        rep.problems.append(
+            f"{mf}: split {empty[0]} was scored on n = 0 examples (an empty dev set), so its "
+            "scores "
+            f"mean nothing; give a dev file with examples and {fix}"
+        )
         bad = True
     kind = _task_kind(r["task"])
     if kind == "span":
@@ -349,7 +442,9 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
             rep.problems.append(f"{f}: invalid JSON; the file is torn or was edited; {fix}")
             bad = True
         elif f.suffix == ".tsv" and not _tsv_ok(f):
-            rep.problems.append(f"{f}: not a predictions table (first line 'index<TAB>prediction<TAB>label'); {fix}")
+            rep.problems.append(
+                f"{f}: not a predictions table (first line 'index<TAB>prediction<TAB>label'); {fix}"
+            )
             bad = True
     saved = p / "model"
     if "saved_model" in r or saved.is_dir():
@@ -363,21 +458,30 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
             if isinstance(recorded, str) and wf.is_file():
                 now = sha256_file(wf)
                 if now != recorded:
-                    sub.problems.append(f"{wf}: corrupt (sha256 {now[:12]}... differs from {recorded[:12]}... recorded "
-                                        f"in {mf}); {fix}")
+                    sub.problems.append(
+                        f"{wf}: corrupt (sha256 {now[:12]}... differs from {recorded[:12]}... "
+                        "recorded "
+                        f"in {mf}); {fix}"
+                    )
                 else:
                     sub.notes.append("sha256 as recorded in metrics.json")
             elif not isinstance(recorded, str):
-                sub.notes.append("metrics.json records no sha256 of the saved model (written by an older tokendrop): "
-                                 "only its structure is checked")
+                sub.notes.append(
+                    "metrics.json records no sha256 of the saved model (written by an older "
+                    "tokendrop): "
+                    "only its structure is checked"
+                )
             if not sub.problems:
                 verify_export(saved, sub)
             bad = bad or bool(sub.problems)
             merge_report(rep, sub, "model")
     scores = ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
-    rep.notes.insert(0, f"finetune: task {r['task']} ({scores}); checked metrics.json"
-                        + (f", {len(want)} prediction file(s)" if want else "")
-                        + (", the saved model" if saved.is_dir() else ""))
+    rep.notes.insert(
+        0,
+        f"finetune: task {r['task']} ({scores}); checked metrics.json"
+        + (f", {len(want)} prediction file(s)" if want else "")
+        + (", the saved model" if saved.is_dir() else ""),
+    )
     return None if bad else r
 
 
@@ -428,15 +532,25 @@ def verify_evaluate(p: Path, rep: VerifyReport) -> None:
                         temps += 1
                         continue
                     sub = VerifyReport(cdir, "finetune")
-                    r = verify_finetune(cdir, sub, fix=f"remove {cdir} and run the same `tokendrop evaluate` command "
-                                                       "again (it recomputes the cell)")
+                    r = verify_finetune(
+                        cdir,
+                        sub,
+                        fix=f"remove {cdir} and run the same `tokendrop evaluate` command "
+                        "again (it recomputes the cell)",
+                    )
                     rep.problems.extend(sub.problems)
                     found.setdefault(mdir.name, {})[f"{tdir.name}/{cdir.name}"] = r
     res = None
     if (p / "results.json").is_file() or found:
-        res = read_checked_json(p / "results.json", rep, "an evaluation rewrites it after every cell", fix)
-        if res is not None and (not isinstance(res, dict) or not isinstance(res.get("models"), dict)):
-            rep.problems.append(f"{p / 'results.json'}: not an evaluation summary (no 'models'); {fix}")
+        res = read_checked_json(
+            p / "results.json", rep, "an evaluation rewrites it after every cell", fix
+        )
+        if res is not None and (
+            not isinstance(res, dict) or not isinstance(res.get("models"), dict)
+        ):
+            rep.problems.append(
+                f"{p / 'results.json'}: not an evaluation summary (no 'models'); {fix}"
+            )
             res = None
     models = res["models"] if res else {}
     per_model = len(cells_for(suite)) if suite is not None else None
@@ -448,18 +562,26 @@ def verify_evaluate(p: Path, rep: VerifyReport) -> None:
         intact = {c: r for c, r in present.items() if r is not None}
         recorded = info.get("cells_done", 0)
         if isinstance(recorded, int) and recorded > len(present):
-            rep.problems.append(f"{p / 'results.json'}: counts {recorded} finished cell(s) of model {label} but only "
-                                f"{len(present)} are under {cells_root / key}; its tables cite lost results; {fix}")
+            rep.problems.append(
+                f"{p / 'results.json'}: counts {recorded} finished cell(s) of model {label} but "
+                "only "
+                f"{len(present)} are under {cells_root / key}; its tables cite lost results; {fix}"
+            )
         done_all += len(intact)
         total += per_model if per_model is not None else len(intact)
         _check_weights(p, key, info, intact, rep)
     others = sorted(set(found) - set(models))
     if others:
-        rep.notes.append(f"{len(others)} model(s) with cells not in results.json ({others[0]}, ...): an earlier "
-                         "evaluate call on other models; checked, not tabled")
+        rep.notes.append(
+            f"{len(others)} model(s) with cells not in results.json ({others[0]}, ...): an earlier "
+            "evaluate call on other models; checked, not tabled"
+        )
     if temps:
-        rep.notes.append(f"{temps} unfinished cell temp dir(s) from a killed fine-tuning: ignored, removed by the next "
-                         "evaluate")
+        rep.notes.append(
+            f"{temps} unfinished cell temp dir(s) from a killed fine-tuning: ignored, removed by "
+            "the next "
+            "evaluate"
+        )
     n_cells = sum(len(v) for v in found.values())
     head = f"evaluate: {len(models)} model(s), {n_cells} cell(s) checked"
     if res is None and not found:
@@ -467,33 +589,50 @@ def verify_evaluate(p: Path, rep: VerifyReport) -> None:
     elif total:
         head += f"; {done_all} of {total} cells of results.json's models finished"
         if done_all < total:
-            rep.notes.append(f"incomplete: {total - done_all} cell(s) still to compute; run the same `tokendrop "
-                             "evaluate` command again to compute them")
+            rep.notes.append(
+                f"incomplete: {total - done_all} cell(s) still to compute; run the same `tokendrop "
+                "evaluate` command again to compute them"
+            )
     rep.notes.insert(0, head)
 
 
-def _check_weights(p: Path, key: str, info: dict, cells: dict[str, dict], rep: VerifyReport) -> None:
-    """Note cells computed from weights other than those the model has now (``evaluate`` recomputes them)."""
+def _check_weights(
+    p: Path, key: str, info: dict, cells: dict[str, dict], rep: VerifyReport
+) -> None:
+    """Note cells computed from weights other than those the model has now (``evaluate`` recomputes
+    them)."""
 
     path = info.get("path")
     if not isinstance(path, str) or not Path(path).exists():
-        rep.notes.append(f"model {info.get('label', key)}: {path} not reachable from here; the weights its cells "
-                         "record were not compared")
+        rep.notes.append(
+            f"model {info.get('label', key)}: {path} not reachable from here; the weights its "
+            "cells "
+            "record were not compared"
+        )
         return
     try:
         sha, _ = model_weights(path)
     except (TokendropError, OSError) as e:
-        rep.notes.append(f"model {info.get('label', key)}: its weights do not verify ({error_line(e)})")
+        rep.notes.append(
+            f"model {info.get('label', key)}: its weights do not verify ({error_line(e)})"
+        )
         return
     stale = [c for c, r in cells.items() if "model_sha256" in r and r["model_sha256"] != sha]
     unhashed = [c for c, r in cells.items() if "model_sha256" not in r]
     if stale:
-        rep.notes.append(f"stale: {len(stale)} cell(s) of model {info.get('label', key)} ({stale[0]}, ...) were computed "
-                         f"from other weights than {path} holds now (sha256 {(sha or 'none')[:12]}...); `tokendrop "
-                         "evaluate` recomputes them")
+        rep.notes.append(
+            f"stale: {len(stale)} cell(s) of model {info.get('label', key)} ({stale[0]}, ...) were "
+            "computed "
+            f"from other weights than {path} holds now (sha256 {(sha or 'none')[:12]}...); "
+            "`tokendrop "
+            "evaluate` recomputes them"
+        )
     if unhashed:
-        rep.notes.append(f"{len(unhashed)} cell(s) of model {info.get('label', key)} record no weights hash (older "
-                         "tokendrop): not compared")
+        rep.notes.append(
+            f"{len(unhashed)} cell(s) of model {info.get('label', key)} record no weights hash "
+            "(older "
+            "tokendrop): not compared"
+        )
 
 
 KINDS = ("run", "checkpoint", "prepared", "export", "finetune", "evaluate", "study", "campaign")
@@ -515,19 +654,29 @@ def detect_kind(path: str | os.PathLike) -> str:
             fmt = None
         if fmt == "tokendrop-prepared":
             return "prepared"
-        if (p / "model.safetensors").exists() or (p / "state.safetensors").exists() or p.parent.name == "checkpoints":  # or shards/
+        if (
+            (p / "model.safetensors").exists()
+            or (p / "state.safetensors").exists()
+            or p.parent.name == "checkpoints"
+        ):  # or shards/
             return "checkpoint"
         if any((p / n).exists() for n in ("train.bin", "eval.bin", "token_counts.npy")):
             return "prepared"
-    if (p / "checkpoints").is_dir() or (p / "config.toml").is_file() or (p / "metrics.jsonl").is_file():
+    if (
+        (p / "checkpoints").is_dir()
+        or (p / "config.toml").is_file()
+        or (p / "metrics.jsonl").is_file()
+    ):
         return "run"
     if (p / "config.json").is_file():
         return "export"
     return "unknown"
 
 
-def verify_path(path: str | os.PathLike, extra: Mapping[str, Callable[[Path, VerifyReport], object]] | None = None
-                ) -> VerifyReport:
+def verify_path(
+    path: str | os.PathLike,
+    extra: Mapping[str, Callable[[Path, VerifyReport], object]] | None = None,
+) -> VerifyReport:
     """Check ``path`` in full (nothing is written); see the module doc for what each kind gets.
     ``extra``: checks for the kinds the harnesses write (``study``, ``campaign``;
     ``tokendrop.lab.verify.VERIFIERS``), by kind."""
@@ -537,26 +686,41 @@ def verify_path(path: str | os.PathLike, extra: Mapping[str, Callable[[Path, Ver
     if not p.exists():
         return VerifyReport(p, "unknown", [f"{p}: no such file or directory"])
     if not p.is_dir():
-        return VerifyReport(p, "unknown", [f"{p}: not a directory; expected a tokendrop run, checkpoint, prepared-data "
-                                           "or exported model directory"])
+        return VerifyReport(
+            p,
+            "unknown",
+            [
+                f"{p}: not a directory; expected a tokendrop run, checkpoint, prepared-data "
+                "or exported model directory"
+            ],
+        )
     kind = detect_kind(p)
     rep = VerifyReport(p, kind)
     if kind in verifiers:
         verifiers[kind](p, rep)
     elif kind in KINDS:
-        rep.problems.append(f"{p}: a {kind} directory; `tokendrop verify` checks it (the library alone has no "
-                            f"check for this kind)")
+        rep.problems.append(
+            f"{p}: a {kind} directory; `tokendrop verify` checks it (the library alone has no "
+            f"check for this kind)"
+        )
     else:
-        rep.problems.append(f"{p}: not a tokendrop run (config.toml, checkpoints/), checkpoint (meta.json + "
-                            "model.safetensors), prepared-data (meta.json + shards), exported model (config.json), "
-                            "finetune (metrics.json), evaluate (suite.toml), study (study-state.json) or campaign "
-                            "(PART.json) directory; nothing to verify")
+        rep.problems.append(
+            f"{p}: not a tokendrop run (config.toml, checkpoints/), checkpoint (meta.json + "
+            "model.safetensors), prepared-data (meta.json + shards), exported model (config.json), "
+            "finetune (metrics.json), evaluate (suite.toml), study (study-state.json) or campaign "
+            "(PART.json) directory; nothing to verify"
+        )
     return rep
 
 
 VERIFIERS: dict[str, Callable[[Path, VerifyReport], object]] = {
-    "run": verify_run, "checkpoint": verify_checkpoint, "prepared": verify_prepared, "export": verify_export,
-    "finetune": verify_finetune, "evaluate": verify_evaluate}
+    "run": verify_run,
+    "checkpoint": verify_checkpoint,
+    "prepared": verify_prepared,
+    "export": verify_export,
+    "finetune": verify_finetune,
+    "evaluate": verify_evaluate,
+}
 
 
 def _json_or_none(f: Path) -> Any:

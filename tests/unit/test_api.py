@@ -35,7 +35,7 @@ def test_no_public_name_is_shadowed_by_a_module():
 
 def test_an_unknown_name_is_an_attribute_error():
     try:
-        tokendrop.no_such_name
+        _ = tokendrop.no_such_name
     except AttributeError as e:
         assert "no_such_name" in str(e)
     else:
@@ -58,8 +58,8 @@ def test_the_run_example_runs(tmp_path):
 
 
 def _minilm_like(tiny_data, root):
-    """A small checkpoint in MiniLM's layout (sentence-transformers: a bare ``BertModel``, no MLM head,
-    no ``bert.`` prefix), with tiny_data's tokenizer, and a text file to continue it on."""
+    """A small checkpoint in MiniLM's layout (sentence-transformers: a bare ``BertModel``, no MLM
+    head, no ``bert.`` prefix), with tiny_data's tokenizer, and a text file to continue it on."""
     import shutil
 
     import torch
@@ -67,8 +67,14 @@ def _minilm_like(tiny_data, root):
 
     d = root / "all-MiniLM-L6-v2"
     vocab = len((tiny_data / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    conf = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                   intermediate_size=64, max_position_embeddings=128)
+    conf = transformers.BertConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     torch.manual_seed(0)
     transformers.BertModel(conf).save_pretrained(d)
     for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
@@ -76,10 +82,16 @@ def _minilm_like(tiny_data, root):
     return d
 
 
-def test_the_notebook_example_continues_a_checkpoint_without_a_head_and_fills_a_mask(tiny_data, tmp_path, capsys):
+def test_the_notebook_example_continues_a_checkpoint_without_a_head_and_fills_a_mask(
+    tiny_data, tmp_path, capsys
+):
     source = _minilm_like(tiny_data, tmp_path)
-    code = (_blocks()[2].replace(".cache/all-MiniLM-L6-v2", str(source)).replace("/tmp/td-nb", str(tmp_path))
-            .replace('["my-text.txt"]', repr([str(tiny_data.parent / "corpus.txt")])))
+    code = (
+        _blocks()[2]
+        .replace(".cache/all-MiniLM-L6-v2", str(source))
+        .replace("/tmp/td-nb", str(tmp_path))
+        .replace('["my-text.txt"]', repr([str(tiny_data.parent / "corpus.txt")]))
+    )
     exec(compile(code, "docs/api.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "2 32 MLM head fresh: True", out
@@ -90,10 +102,15 @@ def test_the_notebook_example_continues_a_checkpoint_without_a_head_and_fills_a_
     tokendrop.export(tmp_path / "run", tmp_path / "export")
     card = (tmp_path / "export" / "README.md").read_text(encoding="utf-8")
     (source,) = [line for line in card.splitlines() if line.startswith("| source |")]
-    assert source.startswith("| source | continued from `all-MiniLM-L6-v2` (weights sha256 "
-                             "") and str(tmp_path) not in source
-    assert "| trained with | `tokendrop.pretrain` from Python (its settings: the run's `config.toml`, preset " \
-           "`continue`) |" in card
+    assert (
+        source.startswith("| source | continued from `all-MiniLM-L6-v2` (weights sha256 ")
+        and str(tmp_path) not in source
+    )
+    assert (
+        "| trained with | `tokendrop.pretrain` from Python (its settings: the run's `config.toml`, "
+        "preset "
+        "`continue`) |" in card
+    )
     assert "| final eval MLM loss | " in card
 
 
@@ -102,15 +119,19 @@ def test_build_model_of_an_unresolved_source_says_how_in_one_line(tiny_data, tmp
 
     source = _minilm_like(tiny_data, tmp_path)
     cfg = tokendrop.load_config("continue", [f"model.init={str(source)!r}"])
-    with pytest.raises(tokendrop.ConfigError, match=r"model.init: the shape of .* is not resolved "
-                                                    r"yet; "
-                                                    r"build_model\(resolve_model\(cfg.model\)") as e:
+    with pytest.raises(
+        tokendrop.ConfigError,
+        match=r"model.init: the shape of .* is not resolved "
+        r"yet; "
+        r"build_model\(resolve_model\(cfg.model\)",
+    ) as e:
         tokendrop.build_model(cfg.model, cfg.drop)
     assert "\n" not in str(e.value)
     model = tokendrop.build_model(tokendrop.resolve_model(cfg.model), cfg.drop)
     assert model.config.num_layers == 2 and model.config.init == str(source)
-    with pytest.raises(tokendrop.InteropError, match="task 'mlmx' is not one of mlm, "
-                                                     "classification, qa"):
+    with pytest.raises(
+        tokendrop.InteropError, match="task 'mlmx' is not one of mlm, classification, qa"
+    ):
         tokendrop.load_pretrained(source, "mlmx")
     clf, info = tokendrop.load_pretrained(source, "classification", num_labels=3)
     assert info["head_fresh"] is False and "classifier.weight" in info["fresh"]

@@ -15,13 +15,22 @@ def _tiny():
 
 BAD_CALLS = {  # public name -> (a call with one argument of the wrong type, the argument it names)
     "Config": (lambda: td.Config(model={}).validate(), "model"),
-    "ModelConfig": (lambda: td.Config(model=td.ModelConfig(hidden_size="big")).validate(), "model.hidden_size"),
+    "ModelConfig": (
+        lambda: td.Config(model=td.ModelConfig(hidden_size="big")).validate(),
+        "model.hidden_size",
+    ),
     "DropConfig": (lambda: td.Config(drop=td.DropConfig(rate="half")).validate(), "drop.rate"),
-    "FinetuneConfig": (lambda: td.FinetuneConfig(task="sst2", epochs="3").validate(), "finetune.epochs"),
+    "FinetuneConfig": (
+        lambda: td.FinetuneConfig(task="sst2", epochs="3").validate(),
+        "finetune.epochs",
+    ),
     "load_config": (lambda: td.load_config("tiny", "train.steps=3"), "overrides"),
     "finetune_config": (lambda: td.finetune_config(None, "epochs=1"), "overrides"),
     "TokenSelector": (lambda: td.TokenSelector({"method": "cumulative"}, 100, {}, 64), "drop"),
-    "DropPlan": (lambda: td.DropPlan({"method": "cumulative"}, {}, num_layers=4, vocab_size=100, seq_len=64), "drop"),
+    "DropPlan": (
+        lambda: td.DropPlan({"method": "cumulative"}, {}, num_layers=4, vocab_size=100, seq_len=64),
+        "drop",
+    ),
     "DropStep": (lambda: td.DropStep("3", 64, True, 32, False), "step"),
     "step_flops": (lambda: td.step_flops({"hidden_size": 64}, 128), "model"),
     "flop_ratio": (lambda: td.flop_ratio(_tiny().model, 128, None), "drop"),
@@ -46,7 +55,9 @@ def _callables() -> set[str]:
         elif callable(v):
             out.add(name)
         else:
-            assert isinstance(v, dict), f"{name}: neither callable nor a registry; give it a row in BAD_CALLS"
+            assert isinstance(v, dict), (
+                f"{name}: neither callable nor a registry; give it a row in BAD_CALLS"
+            )
     return out
 
 
@@ -69,7 +80,9 @@ def test_a_wrong_type_is_refused_in_one_line_naming_the_argument(name, tmp_path,
 def test_a_preset_name_for_pretrain_is_refused_with_the_way_to_load_it(tmp_path):
     with pytest.raises(td.ArgumentError) as e:
         td.pretrain("tiny", tmp_path / "run")
-    assert "got the string 'tiny'" in str(e.value) and "tokendrop.load_config('tiny'" in str(e.value)
+    assert "got the string 'tiny'" in str(e.value) and "tokendrop.load_config('tiny'" in str(
+        e.value
+    )
     assert isinstance(e.value, TypeError)  # callers' `except TypeError` still catches it
     assert not (tmp_path / "run").exists()
 

@@ -21,18 +21,29 @@ EXTERNAL = {
     "tasks/fairseq_task.py": "ScTD's reference code (fairseq)",
     "run_mlm.py": "transformers' MLM example script",
 }
-# a Python file (``a/b.py``), a folder of the source or tests (``src/x/``, ``tests/unit/``, ``lab/bench/``)
+# a Python file (``a/b.py``), a folder of the source or tests (``src/x/``, ``tests/unit/``,
+# ``lab/bench/``)
 PY = re.compile(r"(?<![\w./-])((?:\.\./)*(?:[\w.-]+/)*[\w-]+\.py)\b")
 FOLDER = re.compile(r"`((?:[\w.-]+/)+)`")
 DOTTED = re.compile(r"\btokendrop(?:\.[A-Za-z_]\w*)+")
-NOT_MODULES = {"json", "toml", "md", "txt", "lock"}  # tokendrop.json, RUN.tokendrop.lock are file names
+NOT_MODULES = {
+    "json",
+    "toml",
+    "md",
+    "txt",
+    "lock",
+}  # tokendrop.json, RUN.tokendrop.lock are file names
 
 
 def _repo_files() -> tuple[list[str], set[str]]:
     files, folders = [], set()
     for p in ROOT.rglob("*"):
         rel = p.relative_to(ROOT)
-        if rel.parts and rel.parts[0] in (".git", ".venv", "build", "dist") or "__pycache__" in rel.parts:
+        if (
+            rel.parts
+            and rel.parts[0] in (".git", ".venv", "build", "dist")
+            or "__pycache__" in rel.parts
+        ):
             continue
         (files.append if p.is_file() else folders.add)(rel.as_posix())
     return files, folders
@@ -60,8 +71,12 @@ def stale_names(docs: list[Path] = DOCS) -> list[str]:
                 path = m.group(1)
                 if path.startswith("../"):
                     target = (here / path).resolve()
-                    path = target.relative_to(ROOT).as_posix() if target.is_relative_to(ROOT) else path
-                if path not in EXTERNAL and not any(f == path or f.endswith("/" + path) for f in files):
+                    path = (
+                        target.relative_to(ROOT).as_posix() if target.is_relative_to(ROOT) else path
+                    )
+                if path not in EXTERNAL and not any(
+                    f == path or f.endswith("/" + path) for f in files
+                ):
                     out.append(f"{doc.name}:{n}: {m.group(1)}")
             for m in FOLDER.finditer(line):
                 path = m.group(1).rstrip("/")
@@ -76,9 +91,15 @@ def stale_names(docs: list[Path] = DOCS) -> list[str]:
                 known = list(parts)
                 while known and ".".join(known) not in modules:
                     known.pop()
-                rest = parts[len(known):]
-                if len(known) < 2 or rest and not re.search(rf"\b{re.escape(rest[0])}\b",
-                                                             modules[".".join(known)].read_text(encoding="utf-8")):
+                rest = parts[len(known) :]
+                if (
+                    len(known) < 2
+                    or rest
+                    and not re.search(
+                        rf"\b{re.escape(rest[0])}\b",
+                        modules[".".join(known)].read_text(encoding="utf-8"),
+                    )
+                ):
                     out.append(f"{doc.name}:{n}: {m.group(0)}")
     return out
 
@@ -86,26 +107,38 @@ def stale_names(docs: list[Path] = DOCS) -> list[str]:
 def test_the_stale_name_check_finds_stale_names(tmp_path):
     doc = ROOT / "docs" / "design.md"
     fake = tmp_path / "design.md"
-    fake.write_text("`models/bert/model.py` and `dropping/engine.py`; `hf_bert.py`, `train.py`\n"
-                    "`src/tokendrop/bench/` `lab/bench/` `checkpoints/step-N/`\n"
-                    "tokendrop.models.families.FAMILIES tokendrop.model tokendrop.json tokendrop.errors.NoSuchError\n"
-                    "DeepSpeed's scheduler.py\n")
+    fake.write_text(
+        "`models/bert/model.py` and `dropping/engine.py`; `hf_bert.py`, `train.py`\n"
+        "`src/tokendrop/bench/` `lab/bench/` `checkpoints/step-N/`\n"
+        "tokendrop.models.families.FAMILIES tokendrop.model tokendrop.json "
+        "tokendrop.errors.NoSuchError\n"
+        "DeepSpeed's scheduler.py\n"
+    )
     bad = stale_names([fake])
-    assert bad == ["design.md:1: hf_bert.py", "design.md:1: train.py", "design.md:2: src/tokendrop/bench/",
-                   "design.md:3: tokendrop.model", "design.md:3: tokendrop.errors.NoSuchError"], bad
+    assert bad == [
+        "design.md:1: hf_bert.py",
+        "design.md:1: train.py",
+        "design.md:2: src/tokendrop/bench/",
+        "design.md:3: tokendrop.model",
+        "design.md:3: tokendrop.errors.NoSuchError",
+    ], bad
     assert doc.exists()
 
 
 def test_every_name_the_docs_give_exists():
     bad = stale_names()
-    assert not bad, "the docs name modules, folders or names that do not exist (correct the doc; a file of " \
+    assert not bad, (
+        "the docs name modules, folders or names that do not exist (correct the doc; a file of "
         "another project goes into EXTERNAL):\n" + "\n".join(bad)
+    )
 
 
 # --- docs/design.md §4.5: the error classes ---------------------------------------------------
 
 BUILTINS = {"Exception", "ValueError", "RuntimeError", "OSError", "KeyError", "TypeError"}
-ERROR_TABLE = "<!-- the error classes: tests/unit/test_docs_names.py writes this table (error_table) -->"
+ERROR_TABLE = (
+    "<!-- the error classes: tests/unit/test_docs_names.py writes this table (error_table) -->"
+)
 
 
 def error_classes(package: Path = PACKAGE) -> list[tuple[str, str, list[str]]]:
@@ -121,8 +154,13 @@ def error_classes(package: Path = PACKAGE) -> list[tuple[str, str, list[str]]]:
     def derives(name: str) -> bool:
         return name == "TokendropError" or name in found and any(derives(b) for b in found[name][2])
 
-    rows = [(name, path, line, bases) for name, (path, line, bases) in found.items() if derives(name)]
-    return [(name, path, bases) for name, path, _, bases in sorted(rows, key=lambda r: (r[1] != "errors.py", r[1], r[2]))]
+    rows = [
+        (name, path, line, bases) for name, (path, line, bases) in found.items() if derives(name)
+    ]
+    return [
+        (name, path, bases)
+        for name, path, _, bases in sorted(rows, key=lambda r: (r[1] != "errors.py", r[1], r[2]))
+    ]
 
 
 def error_table(classes: list[tuple[str, str, list[str]]]) -> str:
@@ -142,18 +180,25 @@ def error_table(classes: list[tuple[str, str, list[str]]]) -> str:
 
 
 def test_the_error_table_reads_the_classes(tmp_path):
-    (tmp_path / "errors.py").write_text("class TokendropError(Exception):\n    pass\n\n\n"
-                                        "class ConfigError(TokendropError, ValueError):\n    pass\n")
-    (tmp_path / "a.py").write_text("from errors import ConfigError\n\n\nclass StudyError(ConfigError):\n    pass\n\n\n"
-                                   "class Other(ValueError):\n    pass\n")
+    (tmp_path / "errors.py").write_text(
+        "class TokendropError(Exception):\n    pass\n\n\n"
+        "class ConfigError(TokendropError, ValueError):\n    pass\n"
+    )
+    (tmp_path / "a.py").write_text(
+        "from errors import ConfigError\n\n\nclass StudyError(ConfigError):\n    pass\n\n\n"
+        "class Other(ValueError):\n    pass\n"
+    )
     classes = error_classes(tmp_path)
-    assert classes == [("TokendropError", "errors.py", ["Exception"]),
-                       ("ConfigError", "errors.py", ["TokendropError", "ValueError"]),
-                       ("StudyError", "a.py", ["ConfigError"])]
+    assert classes == [
+        ("TokendropError", "errors.py", ["Exception"]),
+        ("ConfigError", "errors.py", ["TokendropError", "ValueError"]),
+        ("StudyError", "a.py", ["ConfigError"]),
+    ]
     assert error_table(classes).splitlines()[2:] == [
         "| `TokendropError` | `errors.py` | (the root) | `Exception` |",
         "| `ConfigError` | `errors.py` | `TokendropError` | `ValueError` |",
-        "| `StudyError` | `a.py` | `ConfigError` | `ValueError` |"]
+        "| `StudyError` | `a.py` | `ConfigError` | `ValueError` |",
+    ]
 
 
 def test_design_md_lists_every_error_class():
@@ -161,4 +206,6 @@ def test_design_md_lists_every_error_class():
     assert ERROR_TABLE in text, f"docs/design.md §4.5 lost the line {ERROR_TABLE}"
     table = text.split(ERROR_TABLE, 1)[1].strip("\n").split("\n\n", 1)[0]
     want = error_table(error_classes())
-    assert table == want, "docs/design.md §4.5's error table is not the package's; paste this in its place:\n" + want
+    assert table == want, (
+        "docs/design.md §4.5's error table is not the package's; paste this in its place:\n" + want
+    )

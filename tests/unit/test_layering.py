@@ -40,7 +40,8 @@ def module_files(src: Path = SRC, package: str = "tokendrop") -> dict[str, Path]
 
 
 def _known(name: str, modules: dict[str, Path]) -> str:
-    """The longest prefix of dotted ``name`` that is one of ``modules`` ("" for none: another package)."""
+    """The longest prefix of dotted ``name`` that is one of ``modules`` ("" for none: another
+    package)."""
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name
@@ -56,7 +57,7 @@ def import_sites(module: str, path: Path, modules: dict[str, Path]) -> list[tupl
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -124,26 +125,35 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_cycle_finder_finds_cycles_and_only_cycles():
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     assert find_cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d", "a"}}) == [["a", "b", "c"],
-                                                                                               ["d", "e"]]
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d", "a"}}) == [
+        ["a", "b", "c"],
+        ["d", "e"],
+    ]
     assert find_cycles({"a": {"a"}}) == [["a"]]
 
 
 def test_imports_are_read_everywhere_in_a_module(tmp_path):
-    """In-function and TYPE_CHECKING imports count; relative imports resolve; ``from pkg import sub``
-    is an edge to the submodule."""
+    """In-function and TYPE_CHECKING imports count; relative imports resolve; ``from pkg import
+    sub`` is an edge to the submodule."""
     pkg = tmp_path / "tokendrop"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "low.py").write_text("def f():\n    from .high import g\n")
     (pkg / "high.py").write_text("from . import low\nfrom .sub import leaf\n")
-    (pkg / "sub" / "__init__.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..low import f\n")
-    (pkg / "sub" / "leaf.py").write_text("import os\nfrom .. import not_a_module\nimport tokendrop.sub.leaf\n")
+    (pkg / "sub" / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..low import f\n"
+    )
+    (pkg / "sub" / "leaf.py").write_text(
+        "import os\nfrom .. import not_a_module\nimport tokendrop.sub.leaf\n"
+    )
     graph = import_graph(tmp_path)
-    assert graph == {"tokendrop": set(), "tokendrop.low": {"tokendrop.high"},
-                     "tokendrop.high": {"tokendrop.low", "tokendrop.sub.leaf"},
-                     "tokendrop.sub": {"tokendrop.low"},
-                     "tokendrop.sub.leaf": {"tokendrop"}}
+    assert graph == {
+        "tokendrop": set(),
+        "tokendrop.low": {"tokendrop.high"},
+        "tokendrop.high": {"tokendrop.low", "tokendrop.sub.leaf"},
+        "tokendrop.sub": {"tokendrop.low"},
+        "tokendrop.sub.leaf": {"tokendrop"},
+    }
     assert find_cycles(graph) == [["tokendrop.high", "tokendrop.low"]]
 
 
@@ -151,8 +161,10 @@ def test_no_import_cycles_in_the_package():
     graph = import_graph()
     assert len(graph) > 50 and "tokendrop.config" in graph  # the package was found
     cycles = find_cycles(graph)
-    assert not cycles, "import cycles, each among the modules named (move what both sides need to a lower " \
+    assert not cycles, (
+        "import cycles, each among the modules named (move what both sides need to a lower "
         "module): " + "; ".join(", ".join(c) for c in cycles)
+    )
 
 
 def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -167,18 +179,30 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_config_parsing_and_the_trainer_stay_low():
     """Parsing a config imports only the error base, its own sections and the method registry (no
-    model, no trainer, no checkpoint reader: it reads no disk); the trainer never needs the benchmark."""
+    model, no trainer, no checkpoint reader: it reads no disk); the trainer never needs the
+    benchmark."""
     graph = import_graph()
-    assert _reachable(graph, "tokendrop.config") <= {"tokendrop", "tokendrop.errors", "tokendrop.config.quantities",
-                                                     "tokendrop.config.model", "tokendrop.config.layers",
-                                                     "tokendrop.config.checks", "tokendrop.value_schedule",
-                                                     "tokendrop.dropping.methods"}
-    assert not {m for m in _reachable(graph, "tokendrop.train.trainer") if m.startswith("tokendrop.lab.bench")}
+    assert _reachable(graph, "tokendrop.config") <= {
+        "tokendrop",
+        "tokendrop.errors",
+        "tokendrop.config.quantities",
+        "tokendrop.config.model",
+        "tokendrop.config.layers",
+        "tokendrop.config.checks",
+        "tokendrop.value_schedule",
+        "tokendrop.dropping.methods",
+    }
+    assert not {
+        m
+        for m in _reachable(graph, "tokendrop.train.trainer")
+        if m.startswith("tokendrop.lab.bench")
+    }
 
 
 def test_selection_methods_are_one_registry():
-    """Every drop.method is a row of tokendrop.dropping.methods.METHODS, and the method classes the code asks
-    about are read from it (a new method cannot silently count as dense or as learning from the loss)."""
+    """Every drop.method is a row of tokendrop.dropping.methods.METHODS, and the method classes the
+    code asks about are read from it (a new method cannot silently count as dense or as learning
+    from the loss)."""
     from tokendrop.dropping import methods
 
     assert methods.DROP_METHODS == tuple(methods.METHODS)
@@ -189,35 +213,56 @@ def test_selection_methods_are_one_registry():
     assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
     from tokendrop.lab.study.plan import ARMS
 
-    for arm in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
-        method = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none")
-        variant = next((o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.variant=")), "drop")
-        assert arm.dropping == (methods.METHODS[method].drops or methods.VARIANTS[variant].pools), arm.name
+    for (
+        arm
+    ) in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
+        method = next(
+            (o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none"
+        )
+        variant = next(
+            (o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.variant=")), "drop"
+        )
+        assert arm.dropping == (methods.METHODS[method].drops or methods.VARIANTS[variant].pools), (
+            arm.name
+        )
 
 
-METHOD_MODULES = ("tokendrop.dropping", "tokendrop.config")  # the registry and the [drop] section that names methods
+METHOD_MODULES = (
+    "tokendrop.dropping",
+    "tokendrop.config",
+)  # the registry and the [drop] section that names methods
 OTHER_VOCABULARIES = {
-    # a value compared with a string that is also a drop.method name, but that holds another vocabulary
+    # a value compared with a string that is also a drop.method name, but that holds another
+    # vocabulary
     "kind": "how train.parallel wraps the model (Parallel.kind: none | ddp | fsdp)",
-    "how": "how the importance vector starts (drop.importance_init: constant | dense_pass | frequency)",
+    "how": "how the importance vector starts (drop.importance_init: constant | dense_pass | "
+    "frequency)",
 }
 
 
 def _names_a_method(node: ast.AST, names: set[str]) -> bool:
     if isinstance(node, ast.Constant):
         return isinstance(node.value, str) and node.value in names
-    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_names_a_method(e, names) for e in node.elts)
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(
+        _names_a_method(e, names) for e in node.elts
+    )
 
 
 def _held_name(node: ast.AST) -> str | None:
     """The name a compared value is read from: ``how`` -> how, ``self.kind`` -> kind."""
-    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return (
+        node.id
+        if isinstance(node, ast.Name)
+        else node.attr
+        if isinstance(node, ast.Attribute)
+        else None
+    )
 
 
 def method_name_comparisons(src: Path = SRC, names: set[str] | None = None) -> list[str]:
-    """``module:line: comparison`` for every ``==``/``!=``/``in`` against a selection method's name (a
-    string literal, or a tuple/list/set holding one) outside :data:`METHOD_MODULES`, unless every other
-    side is a value of one of :data:`OTHER_VOCABULARIES`."""
+    """``module:line: comparison`` for every ``==``/``!=``/``in`` against a selection method's name
+    (a string literal, or a tuple/list/set holding one) outside :data:`METHOD_MODULES`, unless every
+    other side is a value of one of :data:`OTHER_VOCABULARIES`."""
     if names is None:
         from tokendrop.dropping.methods import METHODS
 
@@ -231,7 +276,9 @@ def method_name_comparisons(src: Path = SRC, names: set[str] | None = None) -> l
                 continue
             sides = [node.left, *node.comparators]
             others = [x for x in sides if not _names_a_method(x, names)]
-            if len(others) < len(sides) and not (others and all(_held_name(x) in OTHER_VOCABULARIES for x in others)):
+            if len(others) < len(sides) and not (
+                others and all(_held_name(x) in OTHER_VOCABULARIES for x in others)
+            ):
                 out.append(f"{mod}:{node.lineno}: {ast.unparse(node)}")
     return sorted(out)
 
@@ -241,21 +288,29 @@ def test_the_method_name_check_finds_comparisons(tmp_path):
     (pkg / "dropping").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "dropping" / "__init__.py").write_text("def f(m):\n    return m == 'cumulative'\n")
-    (pkg / "a.py").write_text("def f(d, par, how, variant):\n    if d.get('method') == 'cumulative':\n        pass\n"
-                              "    x = variant in ('drop', 'random_ltd')\n    y = par.kind != 'none' or how == 'frequency'\n"
-                              "    z = d.method == 'other' or 'none' != d.method\n")
+    (pkg / "a.py").write_text(
+        "def f(d, par, how, variant):\n    if d.get('method') == 'cumulative':\n        pass\n"
+        "    x = variant in ('drop', 'random_ltd')\n    y = par.kind != 'none' or how == "
+        "'frequency'\n"
+        "    z = d.method == 'other' or 'none' != d.method\n"
+    )
     assert method_name_comparisons(tmp_path, {"none", "cumulative", "random_ltd", "frequency"}) == [
-        "tokendrop.a:2: d.get('method') == 'cumulative'", "tokendrop.a:4: variant in ('drop', 'random_ltd')",
-        "tokendrop.a:6: 'none' != d.method"]
+        "tokendrop.a:2: d.get('method') == 'cumulative'",
+        "tokendrop.a:4: variant in ('drop', 'random_ltd')",
+        "tokendrop.a:6: 'none' != d.method",
+    ]
 
 
 def test_no_method_is_named_outside_its_registry():
     """What a ``drop.method`` does is a fact of its row in ``METHODS`` (drops, learns from the loss,
-    random, per layer, ...), or ``PAPER_METHOD``: code elsewhere asks the row, so a new method is one
-    row, never a hunt through string comparisons (as ``test_families`` does for families)."""
+    random, per layer, ...), or ``PAPER_METHOD``: code elsewhere asks the row, so a new method is
+    one row, never a hunt through string comparisons (as ``test_families`` does for families)."""
     bad = method_name_comparisons()
-    assert not bad, "drop.method names compared outside tokendrop.dropping / tokendrop.config (ask the METHODS " \
-        "row for the fact instead; a value of another vocabulary goes into OTHER_VOCABULARIES):\n" + "\n".join(bad)
+    assert not bad, (
+        "drop.method names compared outside tokendrop.dropping / tokendrop.config (ask the METHODS "
+        "row for the fact instead; a value of another vocabulary goes into OTHER_VOCABULARIES):\n"
+        + "\n".join(bad)
+    )
 
 
 # bench.variants (tokendrop.lab.bench.presets.VARIANTS, its own registry: dense, drop, pass, avg,
@@ -268,10 +323,17 @@ def test_no_variant_is_named_outside_its_registry():
     merges after the last layer): code elsewhere asks the row, so a new variant is one row."""
     from tokendrop.dropping.methods import VARIANTS
 
-    bad = [line for line in method_name_comparisons(names=set(VARIANTS))
-           if not any(line.split(":")[0] == m or line.startswith(m + ".") for m in VARIANT_VOCABULARIES)]
-    assert not bad, "drop.variant names compared outside tokendrop.dropping / tokendrop.config (ask the " \
+    bad = [
+        line
+        for line in method_name_comparisons(names=set(VARIANTS))
+        if not any(
+            line.split(":")[0] == m or line.startswith(m + ".") for m in VARIANT_VOCABULARIES
+        )
+    ]
+    assert not bad, (
+        "drop.variant names compared outside tokendrop.dropping / tokendrop.config (ask the "
         "VARIANTS row for the fact instead):\n" + "\n".join(bad)
+    )
 
 
 # The folders (a module at the package's top counts as its own folder; the package's __init__.py,
@@ -279,28 +341,29 @@ def test_no_variant_is_named_outside_its_registry():
 # sideways into a cycle: a folder imports only folders listed before it.  docs/design.md §4.1
 # prints the graph this order allows (FOLDER_GRAPH_DOC).
 LAYER_ORDER = (
-    "version",         # __version__
-    "errors",          # TokendropError and the errors raised across layers
+    "version",  # __version__
+    "errors",  # TokendropError and the errors raised across layers
     "value_schedule",  # a value from a start to an end over the run
-    "host",            # whether host reads of device data are free; host-side regions (the census)
-    "runs",            # run I/O: files, run directories, checkpoints, metrics, trackers, plots
-    "data",            # corpus -> prepared directory -> MLM batches
-    "dropping",        # the method
-    "config",          # the typed configuration
-    "models",          # the encoder families
-    "train",           # pretraining
-    "finetune",        # GLUE and SQuAD
-    "transformers",    # token dropping inside transformers' models
-    "verification",    # tokendrop verify: every output, checked with the layers that write it
-    "tokendrop",       # the public API (tokendrop/__init__.py)
-    "lab",             # the harnesses: bench, study, demo, inspect, verify of lab directories
-    "cli",             # the command line, above the library and the harnesses
-    "__main__",        # python -m tokendrop
+    "host",  # whether host reads of device data are free; host-side regions (the census)
+    "runs",  # run I/O: files, run directories, checkpoints, metrics, trackers, plots
+    "data",  # corpus -> prepared directory -> MLM batches
+    "dropping",  # the method
+    "config",  # the typed configuration
+    "models",  # the encoder families
+    "train",  # pretraining
+    "finetune",  # GLUE and SQuAD
+    "transformers",  # token dropping inside transformers' models
+    "verification",  # tokendrop verify: every output, checked with the layers that write it
+    "tokendrop",  # the public API (tokendrop/__init__.py)
+    "lab",  # the harnesses: bench, study, demo, inspect, verify of lab directories
+    "cli",  # the command line, above the library and the harnesses
+    "__main__",  # python -m tokendrop
 )
 
 
 def folder_of(module: str) -> str:
-    """``tokendrop.models.bert.hf`` -> models; ``tokendrop.errors`` -> errors; ``tokendrop`` -> tokendrop."""
+    """``tokendrop.models.bert.hf`` -> models; ``tokendrop.errors`` -> errors; ``tokendrop`` ->
+    tokendrop."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -318,20 +381,28 @@ def folder_edges(src: Path = SRC) -> dict[tuple[str, str], list[str]]:
     return out
 
 
-def layer_violations(edges: dict[tuple[str, str], list[str]], order: tuple[str, ...] = LAYER_ORDER) -> list[str]:
+def layer_violations(
+    edges: dict[tuple[str, str], list[str]], order: tuple[str, ...] = LAYER_ORDER
+) -> list[str]:
     """One line per folder edge that leaves the layering: a folder missing from ``order``, an import
-    of a folder at the same or a higher layer (every cycle has one), an import of lab/ from the library."""
+    of a folder at the same or a higher layer (every cycle has one), an import of lab/ from the
+    library."""
     rank = {f: i for i, f in enumerate(order)}
     out = []
     for (a, b), lines in sorted(edges.items()):
         sites = sorted(set(lines))
         missing = [f for f in (a, b) if f not in rank]
         if missing:
-            out.append(f"{a} -> {b} ({', '.join(sites)}): {' and '.join(missing)} has no layer; add it to LAYER_ORDER")
+            out.append(
+                f"{a} -> {b} ({', '.join(sites)}): {' and '.join(missing)} has no layer; add it to "
+                "LAYER_ORDER"
+            )
         elif rank[b] >= rank[a]:
             out.append(f"{a} -> {b} ({', '.join(sites)}): {b} is not below {a} in LAYER_ORDER")
         if b == "lab" and a not in ("lab", "cli", "__main__"):
-            out.append(f"{a} -> lab ({', '.join(sites)}): only lab/ and the command line import lab/")
+            out.append(
+                f"{a} -> lab ({', '.join(sites)}): only lab/ and the command line import lab/"
+            )
     return out
 
 
@@ -344,15 +415,21 @@ def folder_cycles(edges: dict[tuple[str, str], list[str]]) -> list[list[str]]:
 
 
 def test_the_layer_check_names_the_edge_and_the_line():
-    edges = {("dropping", "models"): ["tokendrop/dropping/flops.py:47"], ("models", "dropping"): ["m.py:3"],
-             ("models", "lab"): ["tokendrop/models/x.py:9"], ("cli", "lab"): ["tokendrop/cli.py:5"],
-             ("newdir", "errors"): ["tokendrop/newdir/a.py:1"]}
+    edges = {
+        ("dropping", "models"): ["tokendrop/dropping/flops.py:47"],
+        ("models", "dropping"): ["m.py:3"],
+        ("models", "lab"): ["tokendrop/models/x.py:9"],
+        ("cli", "lab"): ["tokendrop/cli.py:5"],
+        ("newdir", "errors"): ["tokendrop/newdir/a.py:1"],
+    }
     order = ("errors", "dropping", "models", "lab", "cli")
     assert layer_violations(edges, order) == [
-        "dropping -> models (tokendrop/dropping/flops.py:47): models is not below dropping in LAYER_ORDER",
+        "dropping -> models (tokendrop/dropping/flops.py:47): models is not below dropping in "
+        "LAYER_ORDER",
         "models -> lab (tokendrop/models/x.py:9): lab is not below models in LAYER_ORDER",
         "models -> lab (tokendrop/models/x.py:9): only lab/ and the command line import lab/",
-        "newdir -> errors (tokendrop/newdir/a.py:1): newdir has no layer; add it to LAYER_ORDER"]
+        "newdir -> errors (tokendrop/newdir/a.py:1): newdir has no layer; add it to LAYER_ORDER",
+    ]
     assert folder_cycles(edges) == [["dropping", "models"]]
 
 
@@ -364,8 +441,10 @@ def test_folder_edges_count_imports_inside_functions(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "low" / "a.py").write_text("import os\n\n\ndef f():\n    from tokendrop.high import b\n")
     (pkg / "high" / "b.py").write_text("from ..low import a\n")
-    assert folder_edges(tmp_path) == {("low", "high"): ["tokendrop/low/a.py:5"],
-                                      ("high", "low"): ["tokendrop/high/b.py:1"]}
+    assert folder_edges(tmp_path) == {
+        ("low", "high"): ["tokendrop/low/a.py:5"],
+        ("high", "low"): ["tokendrop/high/b.py:1"],
+    }
 
 
 def test_the_folders_form_a_layered_graph():
@@ -375,23 +454,34 @@ def test_the_folders_form_a_layered_graph():
     assert {"config", "runs", "models", "lab"} <= {a for a, _ in edges}  # the package was found
     bad = layer_violations(edges)
     cycles = folder_cycles(edges)
-    assert not bad and not cycles, "folder imports against the layers (docs/design.md §4.1; move the code to the " \
-        "layer that owns it, or what both sides need below both):\n" + "\n".join(bad) + \
-        "".join(f"\nfolder cycle: {' <-> '.join(c)}" for c in cycles)
+    assert not bad and not cycles, (
+        "folder imports against the layers (docs/design.md §4.1; move the code to the "
+        "layer that owns it, or what both sides need below both):\n"
+        + "\n".join(bad)
+        + "".join(f"\nfolder cycle: {' <-> '.join(c)}" for c in cycles)
+    )
 
 
 DESIGN = SRC.parent / "docs" / "design.md"
-FOLDER_GRAPH_DOC = "<!-- the folder graph: tests/unit/test_layering.py writes it (printed_folder_graph) -->"
+FOLDER_GRAPH_DOC = (
+    "<!-- the folder graph: tests/unit/test_layering.py writes it (printed_folder_graph) -->"
+)
 
 
-def printed_folder_graph(edges: dict[tuple[str, str], list[str]], order: tuple[str, ...] = LAYER_ORDER) -> str:
+def printed_folder_graph(
+    edges: dict[tuple[str, str], list[str]], order: tuple[str, ...] = LAYER_ORDER
+) -> str:
     """The folder graph as docs/design.md prints it: one line per folder, highest layer first, with
     the folders it imports (each line's imports are among the lines below it).  Edges against the
     order are left out: test_the_folders_form_a_layered_graph names them."""
     rank = {f: i for i, f in enumerate(order)}
     lines = []
     for f in reversed(order):
-        deps = sorted({b for a, b in edges if a == f and b in rank and rank[b] < rank[f]}, key=rank.get, reverse=True)
+        deps = sorted(
+            {b for a, b in edges if a == f and b in rank and rank[b] < rank[f]},
+            key=rank.get,
+            reverse=True,
+        )
         lines.append(f"{f:<15} -> {' '.join(deps) if deps else '(nothing of the package)'}")
     return "\n".join(lines)
 
@@ -401,7 +491,9 @@ def test_design_md_prints_the_folder_graph():
     assert FOLDER_GRAPH_DOC in text, f"docs/design.md §4.1 lost the line {FOLDER_GRAPH_DOC}"
     block = text.split(FOLDER_GRAPH_DOC, 1)[1].split("```", 2)[1].strip("\n")
     want = printed_folder_graph(folder_edges())
-    assert block == want, "docs/design.md §4.1's folder graph is not the package's; paste this in its place:\n" + want
+    assert block == want, (
+        "docs/design.md §4.1's folder graph is not the package's; paste this in its place:\n" + want
+    )
 
 
 def _inside(module: str, package: str) -> bool:
@@ -419,7 +511,7 @@ def private_imports(src: Path = SRC) -> list[str]:
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.split(".")
-                    base = base[:len(base) - (node.level - 1)]
+                    base = base[: len(base) - (node.level - 1)]
                     target = ".".join(base + ([node.module] if node.module else []))
                 else:
                     target = node.module or ""
@@ -428,7 +520,11 @@ def private_imports(src: Path = SRC) -> list[str]:
                 for a in node.names:
                     if a.name.startswith("_") and not a.name.startswith("__") and target != mod:
                         out.append(f"{mod}: from {target} import {a.name}")
-            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 if isinstance(node.value, ast.Name) and node.value.id in aliases:
                     out.append(f"{mod}: {node.value.id}.{node.attr}")
     return sorted(out)
@@ -438,11 +534,17 @@ def _module_aliases(path: Path, modules: dict[str, Path]) -> set[str]:
     """Local names bound to tokendrop modules by ``import`` / ``from tokendrop.x import module``."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tokendrop") or \
-                isinstance(node, ast.ImportFrom) and node.level:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("tokendrop")
+            or isinstance(node, ast.ImportFrom)
+            and node.level
+        ):
             base = node.module or ""
             if node.level:
-                base = ".".join(["tokendrop"] + ([base] if base else []))  # a relative import: within the package
+                base = ".".join(
+                    ["tokendrop"] + ([base] if base else [])
+                )  # a relative import: within the package
             names |= {a.asname or a.name for a in node.names if f"{base}.{a.name}" in modules}
         elif isinstance(node, ast.Import):
             names |= {a.asname for a in node.names if a.asname and a.name in modules}
@@ -455,18 +557,23 @@ def test_the_private_name_check_finds_private_imports(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("_x = 1\ndef _f():\n    return _x\n")
     (pkg / "b.py").write_text("from .a import _x\nfrom tokendrop import a\ny = a._f()\n")
-    assert private_imports(tmp_path) == ["tokendrop.b: a._f", "tokendrop.b: from tokendrop.a import _x"]
+    assert private_imports(tmp_path) == [
+        "tokendrop.b: a._f",
+        "tokendrop.b: from tokendrop.a import _x",
+    ]
 
 
 def test_no_module_imports_another_modules_private_names():
     bad = private_imports()
-    assert not bad, "private names used outside their module (make the name public or move the code):\n" + \
-        "\n".join(bad)
+    assert not bad, (
+        "private names used outside their module (make the name public or move the code):\n"
+        + "\n".join(bad)
+    )
 
 
 # An import inside a function hides a module's dependencies and, run once per call, the cost of a
-# first import at an unpredictable moment; it is kept only for a dependency that is optional (an extra
-# that may be missing) or slow to import and needed by few calls.  The command line defers
+# first import at an unpredictable moment; it is kept only for a dependency that is optional (an
+# extra that may be missing) or slow to import and needed by few calls.  The command line defers
 # everything (``import tokendrop.cli`` loads no torch: ``tokendrop --help`` answers at once).
 DEFERRABLE = {
     # imported module (or package) -> why an import of it may sit inside a function
@@ -475,7 +582,8 @@ DEFERRABLE = {
     "zstandard": "only .zst inputs need it",
     "datasets": "the optional [online] extra: hf: corpora",
     "huggingface_hub": "optional (comes with transformers): fetching a Hub name",
-    "transformers": "slow to import; the integration needs the optional [transformers] extra (>= 5)",
+    "transformers": "slow to import; the integration needs the optional [transformers] extra (>= "
+    "5)",
     "tokendrop.transformers": "imports transformers (the optional [transformers] extra, >= 5)",
     "torch.utils.tensorboard": "slow to import: TensorBoard, only when train.report_to has it",
     "wandb": "an optional tracker client ([wandb])",
@@ -492,7 +600,10 @@ DEFERRING_MODULES = {"tokendrop.cli"}  # the application: imports its commands w
 # itself import torch where they compute, so that parsing a config loads no torch
 # (tests/unit/config/test_config_imports.py)
 DEFERRED_HERE = {
-    ("tokendrop.dropping.methods", "torch"): "the method registry: config validation reads its rows",
+    (
+        "tokendrop.dropping.methods",
+        "torch",
+    ): "the method registry: config validation reads its rows",
 }
 
 
@@ -505,26 +616,39 @@ def deferred_imports(src: Path = SRC, allowed: dict[str, str] = DEFERRABLE) -> l
         if mod in DEFERRING_MODULES:
             continue
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        todo = [(n, False) for n in ast.iter_child_nodes(ast.parse(path.read_text(encoding="utf-8")))]
+        todo = [
+            (n, False) for n in ast.iter_child_nodes(ast.parse(path.read_text(encoding="utf-8")))
+        ]
         while todo:
             node, in_function = todo.pop()
             if in_function and isinstance(node, (ast.Import, ast.ImportFrom)):
                 if isinstance(node, ast.Import):
-                    names = [(a.name, a.name) for a in node.names]  # (what is imported, what may allow it)
+                    names = [
+                        (a.name, a.name) for a in node.names
+                    ]  # (what is imported, what may allow it)
                 else:
                     target = node.module or ""
                     if node.level:
                         base = package.split(".")
-                        base = base[:len(base) - (node.level - 1)]
+                        base = base[: len(base) - (node.level - 1)]
                         target = ".".join(base + ([node.module] if node.module else []))
                     # ``from pkg import sub``: the submodule ``pkg.sub`` when it is one (or allowed)
                     names = [(target, f"{target}.{a.name}") for a in node.names]
-                    names = [(sub if sub in modules or any(_inside(sub, k) for k in allowed) else t, sub)
-                             for t, sub in names]
+                    names = [
+                        (sub if sub in modules or any(_inside(sub, k) for k in allowed) else t, sub)
+                        for t, sub in names
+                    ]
                 here = [k for (m, k) in DEFERRED_HERE if m == mod and allowed is DEFERRABLE]
-                out += sorted({f"{mod}:{node.lineno}: import {t}" for t, sub in names
-                               if not any(_inside(t, k) or _inside(sub, k) for k in [*allowed, *here])})
-            inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                out += sorted(
+                    {
+                        f"{mod}:{node.lineno}: import {t}"
+                        for t, sub in names
+                        if not any(_inside(t, k) or _inside(sub, k) for k in [*allowed, *here])
+                    }
+                )
+            inner = in_function or isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            )
             todo += [(n, inner) for n in ast.iter_child_nodes(node)]
     return sorted(out)
 
@@ -532,30 +656,54 @@ def deferred_imports(src: Path = SRC, allowed: dict[str, str] = DEFERRABLE) -> l
 def test_the_deferred_import_check_finds_deferred_imports(tmp_path):
     pkg = tmp_path / "tokendrop"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import json\n")
-    (pkg / "a.py").write_text("import os\n\ndef f():\n    import json\n    import matplotlib.pyplot\n\n"
-                              "class C:\n    def m(self):\n        from . import b\n        from torch.profiler import profile\n"
-                              "        from torch import profiler\n        g = lambda: __import__('json')\n")
+    (pkg / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import json\n"
+    )
+    (pkg / "a.py").write_text(
+        "import os\n\ndef f():\n    import json\n    import matplotlib.pyplot\n\n"
+        "class C:\n    def m(self):\n        from . import b\n        from torch.profiler import "
+        "profile\n"
+        "        from torch import profiler\n        g = lambda: __import__('json')\n"
+    )
     (pkg / "b.py").write_text("try:\n    import pyarrow\nexcept ImportError:\n    pyarrow = None\n")
     (pkg / "cli.py").write_text("def main():\n    import json\n")
-    assert deferred_imports(tmp_path) == ["tokendrop.a:4: import json", "tokendrop.a:9: import tokendrop.b"]
-    assert deferred_imports(tmp_path, {}) == ["tokendrop.a:10: import torch.profiler", "tokendrop.a:11: import torch",
-                                              "tokendrop.a:4: import json", "tokendrop.a:5: import matplotlib.pyplot",
-                                              "tokendrop.a:9: import tokendrop.b"]
+    assert deferred_imports(tmp_path) == [
+        "tokendrop.a:4: import json",
+        "tokendrop.a:9: import tokendrop.b",
+    ]
+    assert deferred_imports(tmp_path, {}) == [
+        "tokendrop.a:10: import torch.profiler",
+        "tokendrop.a:11: import torch",
+        "tokendrop.a:4: import json",
+        "tokendrop.a:5: import matplotlib.pyplot",
+        "tokendrop.a:9: import tokendrop.b",
+    ]
 
 
 def test_imports_sit_at_the_top_of_their_modules():
     bad = deferred_imports()
-    assert not bad, "imports inside functions (move them to the top of the module; a cycle is resolved by " \
-        "moving what both sides need to the module it belongs to; an optional or slow dependency goes into " \
+    assert not bad, (
+        "imports inside functions (move them to the top of the module; a cycle is resolved by "
+        "moving what both sides need to the module it belongs to; an optional or slow dependency "
+        "goes into "
         "DEFERRABLE with its reason):\n" + "\n".join(bad)
+    )
 
 
 def test_the_command_line_module_loads_no_torch():
-    """``import tokendrop.cli`` (what ``tokendrop --help`` runs) imports neither torch nor the library."""
-    code = "import sys, tokendrop.cli; print(' '.join(sorted(m for m in sys.modules if m == 'torch' or m.startswith(" \
+    """``import tokendrop.cli`` (what ``tokendrop --help`` runs) imports neither torch nor the
+    library."""
+    code = (
+        "import sys, tokendrop.cli; print(' '.join(sorted(m for m in sys.modules if m == 'torch' "
+        "or m.startswith("
         "('tokendrop.config', 'tokendrop.data', 'tokendrop.train')))))"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [], f"import tokendrop.cli loads {r.stdout.strip()}"

@@ -1,4 +1,5 @@
-"""Typed configuration: flat dataclasses per section, loaded from TOML presets with dotted overrides.
+"""Typed configuration: flat dataclasses per section, loaded from TOML presets with dotted
+overrides.
 
 A pretraining config is a ``Config`` with sections ``model`` (:mod:`tokendrop.config.model`),
 ``drop`` (:class:`tokendrop.dropping.methods.DropConfig`, beside the registries of selection methods
@@ -28,31 +29,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config.model import (
-    ATTENTION_BACKENDS,
-    CLASSIFIER_POOLING,
-    DEFAULT_MODEL_PRESET,
-    DOCUMENT_ATTENTION,
-    LAYER_TYPES,
-    MODEL_FAMILIES,
-    MODEL_PRESETS,
-    ModelConfig,
-)
 from tokendrop.config.checks import check_positive
-from tokendrop.config.quantities import parse_duration, parse_tokens
-from tokendrop.errors import ConfigError
-from tokendrop.errors import check_arg, check_path_arg
 from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
+from tokendrop.config.model import ModelConfig
+from tokendrop.config.quantities import parse_duration, parse_tokens
 from tokendrop.dropping.methods import DropConfig  # the [drop] section lives with the method
+from tokendrop.errors import ConfigError, check_arg, check_path_arg
 from tokendrop.value_schedule import DECAYS
 
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
 FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
-DEFAULT_STEPS = 1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
+DEFAULT_STEPS = (
+    1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
+)
 # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio (at most its steps)
 DEFAULT_WARMUP_STEPS = 100
-# train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always written
+# train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always
+# written
 REPORT_TO = ("jsonl", "tensorboard", "wandb", "mlflow")
 LR_SCHEDULES = ("linear", "wsd")  # train.lr_schedule (tokendrop.train.schedules.LRSchedule)
 WSD_DECAYS = ("1-sqrt", "linear")  # train.decay_shape
@@ -74,7 +68,9 @@ def check_field_types(section_cfg: Any, section: str) -> None:
         v = getattr(section_cfg, f.name)
         if want is None or (isinstance(v, want) and (f.type == "bool" or not isinstance(v, bool))):
             continue
-        raise ConfigError(f"{section}.{f.name}: holds {type(v).__name__} {v!r:.40}; expected {f.type}")
+        raise ConfigError(
+            f"{section}.{f.name}: holds {type(v).__name__} {v!r:.40}; expected {f.type}"
+        )
 
 
 @dataclass
@@ -83,31 +79,38 @@ class DataConfig:
 
     path: str = ""  # a directory written by ``tokendrop prepare``
     # a mixture instead of one path (tokendrop.data.mixture): prepared directories sharing the
-    # tokenizer and T, each sequence drawn from directory i with probability weights[i] / sum(weights)
-    # (weights [] = equal); e.g. a domain corpus and a general replay corpus, [0.7, 0.3]
+    # tokenizer and T, each sequence drawn from directory i with probability weights[i] /
+    # sum(weights) (weights [] = equal); e.g. a domain corpus and a general replay corpus, [0.7,
+    # 0.3]
     paths: list[str] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
     seq_len: int = 0  # expected T of the prepared data; 0 = whatever it was prepared with
-    # the MLM masking rate: a fraction, or a schedule [start, end] over the run (tokendrop.train.schedules;
-    # e.g. [0.3, 0.15], Ankner et al. 2024), decaying as mask_schedule says (linear | cosine)
+    # the MLM masking rate: a fraction, or a schedule [start, end] over the run
+    # (tokendrop.train.schedules; e.g. [0.3, 0.15], Ankner et al. 2024), decaying as mask_schedule
+    # says (linear | cosine)
     mask_prob: float | list[float] = 0.15
     mask_schedule: str = "linear"
     num_workers: int = 1  # background batch-building processes
     prefetch: int = 4  # batches buffered per worker
-    # sequence-length warm-up (tokendrop.train.schedules, docs/design.md "Schedules"): train at lengths
-    # from seq_len_start (a divisor of T; 0 = off) up to T over the first seq_len_warmup_share of the
-    # run; each packed sequence is cut into T/L framed pieces of length L (packed data only)
+    # sequence-length warm-up (tokendrop.train.schedules, docs/design.md "Schedules"): train at
+    # lengths from seq_len_start (a divisor of T; 0 = off) up to T over the first
+    # seq_len_warmup_share of the run; each packed sequence is cut into T/L framed pieces of length
+    # L (packed data only)
     seq_len_start: int = 0
     seq_len_warmup_share: float = 0.1
 
     @property
     def mask_prob_start(self) -> float:
-        return float(self.mask_prob[0]) if isinstance(self.mask_prob, list) else float(self.mask_prob)
+        return (
+            float(self.mask_prob[0]) if isinstance(self.mask_prob, list) else float(self.mask_prob)
+        )
 
     @property
     def mask_prob_end(self) -> float:
         """The rate at the end of the run (held-out evaluation masks at this rate)."""
-        return float(self.mask_prob[-1]) if isinstance(self.mask_prob, list) else float(self.mask_prob)
+        return (
+            float(self.mask_prob[-1]) if isinstance(self.mask_prob, list) else float(self.mask_prob)
+        )
 
     @property
     def mask_prob_max(self) -> float:
@@ -121,46 +124,79 @@ class DataConfig:
     def validate(self) -> None:
         if isinstance(self.mask_prob, list):
             if len(self.mask_prob) != 2:
-                raise ConfigError(f"data.mask_prob: expected a fraction or a [start, end] pair such as [0.3, 0.15], "
-                                  f"got {self.mask_prob}")
+                raise ConfigError(
+                    "data.mask_prob: expected a fraction or a [start, end] pair such as [0.3, "
+                    "0.15], "
+                    f"got {self.mask_prob}"
+                )
             for name, v in zip(("start", "end"), self.mask_prob):
                 if not 0.0 < v < 1.0:
-                    raise ConfigError(f"data.mask_prob: the schedule's {name} {v} lies outside (0, 1); expected "
-                                      "fractions such as [0.3, 0.15]")
+                    raise ConfigError(
+                        f"data.mask_prob: the schedule's {name} {v} lies outside (0, 1); expected "
+                        "fractions such as [0.3, 0.15]"
+                    )
         elif not 0.0 < self.mask_prob < 1.0:
-            raise ConfigError(f"data.mask_prob: expected a fraction in (0, 1), got {self.mask_prob}")
+            raise ConfigError(
+                f"data.mask_prob: expected a fraction in (0, 1), got {self.mask_prob}"
+            )
         if self.mask_schedule not in DECAYS:
-            raise ConfigError(f"data.mask_schedule: expected one of {', '.join(DECAYS)}, got {self.mask_schedule!r}")
+            raise ConfigError(
+                f"data.mask_schedule: expected one of {', '.join(DECAYS)}, got "
+                f"{self.mask_schedule!r}"
+            )
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers: expected >= 0, got {self.num_workers}")
         if self.seq_len_start < 0 or (self.seq_len and self.seq_len_start > self.seq_len):
-            raise ConfigError(f"data.seq_len_start: expected a length in (0, data.seq_len] (0 = no warm-up), "
-                              f"got {self.seq_len_start}")
+            raise ConfigError(
+                f"data.seq_len_start: expected a length in (0, data.seq_len] (0 = no warm-up), "
+                f"got {self.seq_len_start}"
+            )
         if self.seq_len_start and not 0.0 < self.seq_len_warmup_share < 1.0:
-            raise ConfigError(f"data.seq_len_warmup_share: the warm-up's share of the run {self.seq_len_warmup_share} "
-                              "lies outside (0, 1); expected e.g. 0.1")
+            raise ConfigError(
+                "data.seq_len_warmup_share: the warm-up's share of the run "
+                f"{self.seq_len_warmup_share} "
+                "lies outside (0, 1); expected e.g. 0.1"
+            )
         self._validate_mixture()
 
     def _validate_mixture(self) -> None:
         if self.path and self.paths:
-            raise ConfigError(f"data.path and data.paths: both set ({self.path!r}, {len(self.paths)} paths); a run "
-                              "reads one directory (data.path) or a mixture (data.paths): remove one")
+            raise ConfigError(
+                f"data.path and data.paths: both set ({self.path!r}, {len(self.paths)} paths); a "
+                "run "
+                "reads one directory (data.path) or a mixture (data.paths): remove one"
+            )
         if self.weights and not self.paths:
-            raise ConfigError("data.weights: set without data.paths; weights go with a mixture of data.paths")
+            raise ConfigError(
+                "data.weights: set without data.paths; weights go with a mixture of data.paths"
+            )
         if self.weights and len(self.weights) != len(self.paths):
-            raise ConfigError(f"data.weights: {len(self.weights)} weights for {len(self.paths)} data.paths; expected one "
-                              "per path (or [] for equal weights)")
+            raise ConfigError(
+                f"data.weights: {len(self.weights)} weights for {len(self.paths)} data.paths; "
+                "expected one "
+                "per path (or [] for equal weights)"
+            )
         for i, w in enumerate(self.weights):
             check_positive(f"data.weights[{i}]", w, "a positive weight")
         if len(set(self.paths)) != len(self.paths):
-            raise ConfigError(f"data.paths: a directory is listed twice ({self.paths}); give it a larger weight instead")
+            raise ConfigError(
+                f"data.paths: a directory is listed twice ({self.paths}); give it a larger weight "
+                "instead"
+            )
 
 
 # ----------------------------------------------------------------------------------------------
 # training
 
-# what train.* and finetune.* say of a bad learning rate / gradient clip (config.checks.check_positive)
-COMPILE_MODES = ("auto", "off", "forward", "step", "graphs")  # train.compile (tokendrop.train.compiled)
+# what train.* and finetune.* say of a bad learning rate / gradient clip
+# (config.checks.check_positive)
+COMPILE_MODES = (
+    "auto",
+    "off",
+    "forward",
+    "step",
+    "graphs",
+)  # train.compile (tokendrop.train.compiled)
 LR_EXPECTED = "a positive, finite learning rate"
 GRAD_CLIP_EXPECTED = "a finite max gradient norm >= 0 (0 = no clipping)"
 
@@ -170,12 +206,14 @@ class TrainConfig:
     """Optimisation and run-time settings (docs/design.md §2.5)."""
 
     # how long the run lasts: steps (optimizer steps; 0 = unset, 1000 without a time budget) or
-    # time_budget ("20m", "6h", "1h30m": seconds of training time, tokendrop.train.budget) -- one of them
+    # time_budget ("20m", "6h", "1h30m": seconds of training time, tokendrop.train.budget) -- one of
+    # them
     steps: int = 0
     time_budget: str = ""
     # or in tokens ("2B", "500M", "1.5e9", an integer: sequence slots, T per sequence) or in epochs
     # (passes over the prepared training sequences); resolved to train.steps when the run starts
-    # (tokendrop.train.budget.resolve_length; the run's config.toml records the steps and resolved_from)
+    # (tokendrop.train.budget.resolve_length; the run's config.toml records the steps and
+    # resolved_from)
     tokens: int | str = 0
     epochs: float = 0.0
     resolved_from: str = ""  # written by the run: how train.steps / warmup_steps were resolved
@@ -196,8 +234,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
     # torch.compile of the training step (tokendrop.train.compiled): off | forward (the model's
-    # forward) | step (forward + MLM loss as one graph, its backward compiled with it) | graphs (step,
-    # captured as CUDA graphs: mode="reduce-overhead") | auto (step on CUDA, off elsewhere);
+    # forward) | step (forward + MLM loss as one graph, its backward compiled with it) | graphs
+    # (step, captured as CUDA graphs: mode="reduce-overhead") | auto (step on CUDA, off elsewhere);
     # true = step, false = off
     compile: bool | str = "auto"
     device: str = "auto"  # auto | cpu | cuda
@@ -205,17 +243,21 @@ class TrainConfig:
     deterministic: bool = False
     log_every: int = 10
     eval_every: int = 200
-    eval_batches: int = 20  # batches of batch_size held-out sequences (per rank) an evaluation reads; 0 = all
+    eval_batches: int = (
+        20  # batches of batch_size held-out sequences (per rank) an evaluation reads; 0 = all
+    )
     ckpt_every: int = 500
     keep_checkpoints: int = 2
     threads: int = 0  # torch CPU threads; 0 -> torch default
-    # data parallelism under torchrun: "ddp" (replicated model) | "fsdp" (FSDP2: parameters, gradients
-    # and AdamW state sharded over the ranks; sharded checkpoints).  tokendrop.train.parallel
+    # data parallelism under torchrun: "ddp" (replicated model) | "fsdp" (FSDP2: parameters,
+    # gradients and AdamW state sharded over the ranks; sharded checkpoints).
+    # tokendrop.train.parallel
     parallel: str = "ddp"
     # continued pretraining (model.init) from a source without an MLM head: train the freshly
     # initialised head alone (encoder frozen) before the schedule starts, for head_warmup_steps
     # steps but at most head_warmup_share of the run's train.steps (0 = not scaled; a time-budgeted
-    # run is not scaled); head_warmup_steps = 0: no warm-up (tokendrop.train.continued.head_warmup_plan)
+    # run is not scaled); head_warmup_steps = 0: no warm-up
+    # (tokendrop.train.continued.head_warmup_plan)
     head_warmup_steps: int = 100
     head_warmup_share: float = 0.5
     head_warmup_lr: float = 1e-3
@@ -251,31 +293,54 @@ class TrainConfig:
 
     def _validate_length(self) -> None:
         """At most one of steps/tokens/epochs/time_budget; the ratio or the steps of the warm-up."""
-        given = [n for n, v in (("train.steps", self.steps), ("train.tokens", self.tokens),
-                                ("train.epochs", self.epochs), ("train.time_budget", self.time_budget)) if v]
-        if len(given) > 1 and not given == ["train.steps", "train.time_budget"]:  # that pair: its own message below
-            raise ConfigError(f"{given[0]} and {given[1]}: both set; a run's length is one of train.steps, "
-                              f"train.tokens, train.epochs or train.time_budget (set {given[0]}=0 or remove it)")
+        given = [
+            n
+            for n, v in (
+                ("train.steps", self.steps),
+                ("train.tokens", self.tokens),
+                ("train.epochs", self.epochs),
+                ("train.time_budget", self.time_budget),
+            )
+            if v
+        ]
+        if len(given) > 1 and not given == [
+            "train.steps",
+            "train.time_budget",
+        ]:  # that pair: its own message below
+            raise ConfigError(
+                f"{given[0]} and {given[1]}: both set; a run's length is one of train.steps, "
+                f"train.tokens, train.epochs or train.time_budget (set {given[0]}=0 or remove it)"
+            )
         if self.tokens:
             try:
                 parse_tokens(self.tokens)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        check_positive("train.epochs", self.epochs, "a positive number of passes over the data", zero=True)
+        check_positive(
+            "train.epochs", self.epochs, "a positive number of passes over the data", zero=True
+        )
         if not (math.isfinite(self.warmup_ratio) and 0.0 <= self.warmup_ratio < 1.0):
-            raise ConfigError(f"train.warmup_ratio: expected a share of the run in [0, 1), got {self.warmup_ratio}")
+            raise ConfigError(
+                "train.warmup_ratio: expected a share of the run in [0, 1), got "
+                f"{self.warmup_ratio}"
+            )
         if self.warmup_ratio and self.warmup_steps >= 0:
-            raise ConfigError(f"train.warmup_steps and train.warmup_ratio: both set ({self.warmup_steps}, "
-                              f"{self.warmup_ratio}); set train.warmup_steps=-1 to use the ratio, or remove "
-                              "train.warmup_ratio")
+            raise ConfigError(
+                f"train.warmup_steps and train.warmup_ratio: both set ({self.warmup_steps}, "
+                f"{self.warmup_ratio}); set train.warmup_steps=-1 to use the ratio, or remove "
+                "train.warmup_ratio"
+            )
 
     def validate(self) -> None:
         self._validate_length()
         if self.time_budget:
             if self.steps:
-                raise ConfigError(f"train.steps and train.time_budget: both set ({self.steps} steps, "
-                                  f"{self.time_budget!r}); a run lasts one or the other: set train.steps=0 to use "
-                                  "the time budget, or remove train.time_budget")
+                raise ConfigError(
+                    f"train.steps and train.time_budget: both set ({self.steps} steps, "
+                    f"{self.time_budget!r}); a run lasts one or the other: set train.steps=0 to "
+                    "use "
+                    "the time budget, or remove train.time_budget"
+                )
             try:
                 parse_duration(self.time_budget)
             except ValueError as e:
@@ -283,43 +348,69 @@ class TrainConfig:
         elif self.steps < 0:
             raise ConfigError(f"train.steps: expected a positive integer, got {self.steps}")
         if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"train.lr_schedule: expected one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+            raise ConfigError(
+                f"train.lr_schedule: expected one of {', '.join(LR_SCHEDULES)}, got "
+                f"{self.lr_schedule!r}"
+            )
         if not 0.0 < self.decay_share < 1.0:
-            raise ConfigError(f"train.decay_share: the decay's share of the run {self.decay_share} lies outside (0, 1); "
-                              "expected a fraction such as 0.2")
+            raise ConfigError(
+                f"train.decay_share: the decay's share of the run {self.decay_share} lies outside "
+                "(0, 1); "
+                "expected a fraction such as 0.2"
+            )
         if self.decay_shape not in WSD_DECAYS:
-            raise ConfigError(f"train.decay_shape: expected one of {', '.join(WSD_DECAYS)}, got {self.decay_shape!r}")
+            raise ConfigError(
+                f"train.decay_shape: expected one of {', '.join(WSD_DECAYS)}, got "
+                f"{self.decay_shape!r}"
+            )
         for name in ("batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
             check_positive(f"train.{name}", getattr(self, name), "a positive integer")
         if self.warmup_steps < -1 or (self.warmup_steps == -1 and not self.warmup_ratio):
             raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.head_warmup_steps < 0:
-            raise ConfigError(f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}")
+            raise ConfigError(
+                f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}"
+            )
         if not (math.isfinite(self.head_warmup_share) and 0.0 <= self.head_warmup_share <= 1.0):
-            raise ConfigError(f"train.head_warmup_share: expected a share of the run's steps in [0, 1] (0 = not "
-                              f"scaled), got {self.head_warmup_share}")
+            raise ConfigError(
+                f"train.head_warmup_share: expected a share of the run's steps in [0, 1] (0 = not "
+                f"scaled), got {self.head_warmup_share}"
+            )
         check_positive("train.head_warmup_lr", self.head_warmup_lr, "a positive learning rate")
         check_positive("train.lr", self.lr, LR_EXPECTED)
         check_positive("train.grad_clip", self.grad_clip, GRAD_CLIP_EXPECTED, zero=True)
         check_positive("train.weight_decay", self.weight_decay, "a finite value >= 0", zero=True)
         if not (0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0):
-            raise ConfigError(f"train.adam_beta1/adam_beta2: expected values in [0, 1), got {self.adam_beta1}, {self.adam_beta2}")
+            raise ConfigError(
+                f"train.adam_beta1/adam_beta2: expected values in [0, 1), got {self.adam_beta1}, "
+                f"{self.adam_beta2}"
+            )
         check_positive("train.adam_eps", self.adam_eps, "a positive, finite value")
         if self.max_nonfinite_steps < 1:
-            raise ConfigError(f"train.max_nonfinite_steps: expected a positive integer, got {self.max_nonfinite_steps}")
+            raise ConfigError(
+                "train.max_nonfinite_steps: expected a positive integer, got "
+                f"{self.max_nonfinite_steps}"
+            )
         if self.precision not in ("auto", "fp32", "bf16"):
-            raise ConfigError(f"train.precision: expected auto, fp32 or bf16, got {self.precision!r}")
+            raise ConfigError(
+                f"train.precision: expected auto, fp32 or bf16, got {self.precision!r}"
+            )
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"train.device: expected auto, cpu or cuda, got {self.device!r}")
         if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
-            raise ConfigError(f"train.compile: expected true, false or one of {', '.join(COMPILE_MODES)}, "
-                              f"got {self.compile!r}")
+            raise ConfigError(
+                f"train.compile: expected true, false or one of {', '.join(COMPILE_MODES)}, "
+                f"got {self.compile!r}"
+            )
         if self.parallel not in ("ddp", "fsdp"):
             raise ConfigError(f"train.parallel: expected ddp or fsdp, got {self.parallel!r}")
         bad = [t for t in self.report_to if t not in REPORT_TO]
         if bad or len(set(self.report_to)) != len(self.report_to):
-            raise ConfigError(f"train.report_to: expected a list of distinct names among {', '.join(REPORT_TO)}, got "
-                              f"{self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else ""))
+            raise ConfigError(
+                f"train.report_to: expected a list of distinct names among {', '.join(REPORT_TO)}, "
+                "got "
+                f"{self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else "")
+            )
         if err := _recipe_error(self):  # batch warm-up and budget clock
             raise ConfigError(err)
 
@@ -328,28 +419,44 @@ BUDGET_CLOCKS = ("wall", "process")
 
 
 def _recipe_error(tc) -> str:
-    """The one-line error of a ``TrainConfig``'s batch warm-up / budget clock fields ("" if valid)."""
+    """The one-line error of a ``TrainConfig``'s batch warm-up / budget clock fields ("" if
+    valid)."""
     if tc.budget_clock not in BUDGET_CLOCKS:
-        return f"train.budget_clock: expected one of {', '.join(BUDGET_CLOCKS)}, got {tc.budget_clock!r}"
+        return (
+            f"train.budget_clock: expected one of {', '.join(BUDGET_CLOCKS)}, got "
+            f"{tc.budget_clock!r}"
+        )
     v = tc.batch_warmup_start
     if isinstance(v, float) and not (0.0 < v < 1.0):
-        return (f"train.batch_warmup_start: expected a number of sequences (an integer) or a share of "
-                f"train.batch_size in (0, 1), got {v!r}")
+        return (
+            f"train.batch_warmup_start: expected a number of sequences (an integer) or a share of "
+            f"train.batch_size in (0, 1), got {v!r}"
+        )
     if v < 0:
         return f"train.batch_warmup_start: expected a global batch > 0 (0 = no warm-up), got {v}"
     if v > tc.batch_size:
-        return (f"train.batch_warmup_start: {v} sequences is more than the batch itself "
-                f"(train.batch_size = {tc.batch_size}); set train.batch_warmup_start <= "
-                f"{tc.batch_size}, or a share of the batch such as 0.5")
+        return (
+            f"train.batch_warmup_start: {v} sequences is more than the batch itself "
+            f"(train.batch_size = {tc.batch_size}); set train.batch_warmup_start <= "
+            f"{tc.batch_size}, or a share of the batch such as 0.5"
+        )
     if tc.batch_warmup_tokens < 0:
-        return f"train.batch_warmup_tokens: expected a number of tokens >= 0, got {tc.batch_warmup_tokens}"
+        return (
+            "train.batch_warmup_tokens: expected a number of tokens >= 0, got "
+            f"{tc.batch_warmup_tokens}"
+        )
     if not 0.0 <= tc.batch_warmup_share < 1.0:
-        return f"train.batch_warmup_share: the warm-up's share of the run {tc.batch_warmup_share} lies outside (0, 1)"
+        return (
+            f"train.batch_warmup_share: the warm-up's share of the run {tc.batch_warmup_share} "
+            "lies outside (0, 1)"
+        )
     if tc.batch_warmup_start and (tc.batch_warmup_tokens > 0) == (tc.batch_warmup_share > 0):
-        return ("train.batch_warmup_tokens / train.batch_warmup_share: a batch warm-up lasts either a number of "
-                "tokens or a share of the run; set exactly one")
+        return (
+            "train.batch_warmup_tokens / train.batch_warmup_share: a batch warm-up lasts either a "
+            "number of "
+            "tokens or a share of the run; set exactly one"
+        )
     return ""
-
 
 
 @dataclass
@@ -362,12 +469,19 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     name: str = ""
 
-    def validate(self) -> "Config":
-        for section, cls in (("model", ModelConfig), ("drop", DropConfig), ("data", DataConfig), ("train", TrainConfig)):
+    def validate(self) -> Config:
+        for section, cls in (
+            ("model", ModelConfig),
+            ("drop", DropConfig),
+            ("data", DataConfig),
+            ("train", TrainConfig),
+        ):
             check_arg("Config", section, getattr(self, section), cls, f"a {cls.__name__}")
             check_field_types(getattr(self, section), section)
         self.model.validate()
-        if not self.model.shape_pending:  # else when the command resolves model.init (the layer count)
+        if (
+            not self.model.shape_pending
+        ):  # else when the command resolves model.init (the layer count)
             self.drop.validate(self.model.num_layers)
         self.data.validate()
         self.train.validate()
@@ -382,7 +496,9 @@ class Config:
 class FinetuneConfig:
     """One fine-tuning run on one task (GLUE-style classification or SQuAD-style span QA)."""
 
-    task: str = ""  # a task of tokendrop.finetune.tasks.TASKS: cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1 squad2 custom
+    # a task of tokendrop.finetune.tasks.TASKS: cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1
+    # squad2 custom
+    task: str = ""
     data: str = ""  # directory holding the task's files
     epochs: float = 3.0
     lr: float = 2e-5
@@ -407,16 +523,20 @@ class FinetuneConfig:
     text_a: str = "sentence"
     text_b: str = ""
     label: str = "label"
-    labels: list[str] = field(default_factory=list)  # label names in index order ([] = sorted names seen)
+    labels: list[str] = field(
+        default_factory=list
+    )  # label names in index order ([] = sorted names seen)
     threads: int = 0
     # MNLI: also score GLUE's diagnostic set (AX, Matthews corr.) with the MNLI model.
     # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path
     ax_data: str = "auto"
     save_model: bool = False  # write the fine-tuned model (HF layout) to <out>/model
-    skip_malformed: bool = False  # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
+    skip_malformed: bool = (
+        False  # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
+    )
     log_every: int = 50  # optimizer steps between progress lines (0 = silent)
 
-    def validate(self) -> "FinetuneConfig":
+    def validate(self) -> FinetuneConfig:
         check_field_types(self, "finetune")
         check_positive("finetune.epochs", self.epochs, "a finite number > 0")
         check_positive("finetune.lr", self.lr, LR_EXPECTED)
@@ -424,16 +544,22 @@ class FinetuneConfig:
         check_positive("finetune.batch_size", self.batch_size, "> 0")
         check_positive("finetune.eval_batch_size", self.eval_batch_size, "> 0")
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ConfigError(f"finetune.warmup_ratio: expected a fraction in [0, 1), got {self.warmup_ratio}")
+            raise ConfigError(
+                f"finetune.warmup_ratio: expected a fraction in [0, 1), got {self.warmup_ratio}"
+            )
         if self.max_seq_len < 8:
             raise ConfigError(f"finetune.max_seq_len: expected >= 8, got {self.max_seq_len}")
         if self.max_seq_len_qa < self.max_query_len + 4:
-            raise ConfigError(f"finetune.max_seq_len_qa: {self.max_seq_len_qa} leaves no room for context "
-                              f"after finetune.max_query_len={self.max_query_len}")
+            raise ConfigError(
+                f"finetune.max_seq_len_qa: {self.max_seq_len_qa} leaves no room for context "
+                f"after finetune.max_query_len={self.max_query_len}"
+            )
         if self.doc_stride <= 0 or self.n_best <= 0 or self.max_answer_len <= 0:
             raise ConfigError("finetune.doc_stride, n_best and max_answer_len must be positive")
         if self.precision not in ("auto", "fp32", "bf16"):
-            raise ConfigError(f"finetune.precision: expected auto, fp32 or bf16, got {self.precision!r}")
+            raise ConfigError(
+                f"finetune.precision: expected auto, fp32 or bf16, got {self.precision!r}"
+            )
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"finetune.device: expected auto, cpu or cuda, got {self.device!r}")
         return self
@@ -474,8 +600,9 @@ def resolve_preset(name_or_path: str | os.PathLike, relative_to: Path | None = N
     typed = p.stem if p.suffix == ".toml" else str(name_or_path)
     hint = difflib.get_close_matches(typed, names, n=1)
     extra = f"; did you mean {hint[0]!r}?" if hint and os.sep not in str(name_or_path) else ""
-    raise ConfigError(f"config: no such file or preset {str(name_or_path)!r} (looked in "
-                      f"{config_dir()}){extra}")
+    raise ConfigError(
+        f"config: no such file or preset {str(name_or_path)!r} (looked in {config_dir()}){extra}"
+    )
 
 
 def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -488,9 +615,13 @@ def _read_toml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (invalid byte at {e.start}); expected a TOML file") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text (invalid byte at {e.start}); expected a TOML file"
+        ) from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror or e}); expected a readable TOML file") from None
+        raise ConfigError(
+            f"{path}: cannot read ({e.strerror or e}); expected a readable TOML file"
+        ) from None
     parent = data.pop("extends", None)
     if parent is None:
         return data
@@ -522,7 +653,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             except ConfigError:
                 pass
         names = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
-        raise ConfigError(f"{where}: expected {' or '.join(names.get(o, 'a list') for o in options)}, got {value!r}")
+        raise ConfigError(
+            f"{where}: expected {' or '.join(names.get(o, 'a list') for o in options)}, got "
+            f"{value!r}"
+        )
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -587,8 +721,11 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         if key not in fields:
             sub = next(iter(value), "") if isinstance(value, dict) and len(value) == 1 else ""
             hint = _close_key(f"{key}.{sub}" if sub else key, cls, fields)  # trian.steps
-            extra = (f"; did you mean '{prefix}{hint}'?" if hint
-                     else f"; expected one of {', '.join(fields)}")
+            extra = (
+                f"; did you mean '{prefix}{hint}'?"
+                if hint
+                else f"; expected one of {', '.join(fields)}"
+            )
             raise ConfigError(f"unknown config key {where!r}{extra}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
@@ -596,7 +733,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
                 raise ConfigError(f"{where}: expected a [{where}] table, got {value!r}")
             # a table layers over what its field's default_factory sets (a suite's [glue] over
             # _glue_base), as a preset layers over the one it extends
-            kwargs[key] = _build(tp, deep_merge(_factory_table(fields[key], tp), value), f"{where}.")
+            kwargs[key] = _build(
+                tp, deep_merge(_factory_table(fields[key], tp), value), f"{where}."
+            )
         else:
             kwargs[key] = _coerce(value, tp, where)
     return cls(**kwargs)
@@ -608,8 +747,8 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
 
     With ``model.init`` set (continued pretraining) and no shape recorded, the [model] section keeps
     what was given: the command that runs resolves the source once and takes the shape from it
-    (``tokendrop.models.source.resolve_model_init``; an explicitly given shape field that contradicts
-    the source is an error then).  A run's own config.toml records the resolved shape.
+    (``tokendrop.models.source.resolve_model_init``; an explicitly given shape field that
+    contradicts the source is an error then).  A run's own config.toml records the resolved shape.
     """
     layer: dict[str, Any] = {}  # the overrides: one layer over ``data`` (``merge_layer``)
     for item in overrides:
@@ -629,10 +768,18 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
     return obj
 
 
-def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (), cls: type = Config) -> Any:
+def load_config(
+    path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (), cls: type = Config
+) -> Any:
     """Load a preset (name or .toml path) into ``cls`` and apply ``section.key=value`` overrides."""
     check_path_arg("load_config", "path", path, optional=True)
-    check_arg("load_config", "overrides", overrides, (list, tuple), "a list of 'section.key=value' strings")
+    check_arg(
+        "load_config",
+        "overrides",
+        overrides,
+        (list, tuple),
+        "a list of 'section.key=value' strings",
+    )
     for o in overrides:
         check_arg("load_config", "overrides", o, str, "a list of 'section.key=value' strings")
     data = _read_toml(resolve_preset(path)) if path else {}
@@ -640,13 +787,17 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] | tuple[str
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """``cfg`` as a TOML-shaped dict (``from_dict`` reads it back).  A [model] section that waits for
-    its ``init`` source keeps only the fields it was given (``ModelConfig.given``): read back, it
-    still takes the others from the source."""
+    """``cfg`` as a TOML-shaped dict (``from_dict`` reads it back).  A [model] section that waits
+    for its ``init`` source keeps only the fields it was given (``ModelConfig.given``): read back,
+    it still takes the others from the source."""
     d = dataclasses.asdict(cfg)
     model = cfg if isinstance(cfg, ModelConfig) else getattr(cfg, "model", None)
     if isinstance(model, ModelConfig) and model.init and not model.resolved:
-        given = {k: v for k, v in (d if model is cfg else d["model"]).items() if k in model.given() or k == "init"}
+        given = {
+            k: v
+            for k, v in (d if model is cfg else d["model"]).items()
+            if k in model.given() or k == "init"
+        }
         return given if model is cfg else {**d, "model": given}
     return d
 

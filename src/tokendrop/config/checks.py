@@ -9,8 +9,8 @@ from tokendrop.errors import ConfigError
 
 
 def check_positive(field: str, value: float, expected: str, *, zero: bool = False) -> None:
-    """Raise ConfigError ``"{field}: expected {expected}, got {value}"`` unless ``value`` is finite and
-    > 0 (>= 0 with ``zero``).  ``expected`` says what the field holds ("a positive, finite learning
-    rate"), in the words its error has always used."""
+    """Raise ConfigError ``"{field}: expected {expected}, got {value}"`` unless ``value`` is finite
+    and > 0 (>= 0 with ``zero``).  ``expected`` says what the field holds ("a positive, finite
+    learning rate"), in the words its error has always used."""
     if not (math.isfinite(value) and (value > 0 or zero and value == 0)):
         raise ConfigError(f"{field}: expected {expected}, got {value}")

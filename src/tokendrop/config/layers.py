@@ -10,16 +10,20 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-
 # Settings that are one choice spelled by several fields: a layer (a preset over the one it extends,
 # the command line's overrides over the preset) that gives one of them replaces what earlier layers
 # gave for the others, as composer's max_duration or transformers' max_steps over num_train_epochs;
-# two of them in the same layer stay an error (``TrainConfig.validate``).  section -> (field -> "given")
+# two of them in the same layer stay an error (``TrainConfig.validate``).  section -> (field ->
+# "given")
 ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
     "train": (
         {"steps": bool, "tokens": bool, "epochs": bool, "time_budget": bool},  # the run's length
-        {"warmup_steps": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
-         "warmup_ratio": bool},  # the learning-rate warm-up
+        {
+            "warmup_steps": lambda v: (
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            ),
+            "warmup_ratio": bool,
+        },  # the learning-rate warm-up
         {"batch_warmup_tokens": bool, "batch_warmup_share": bool},  # the batch warm-up's length
     ),
 }

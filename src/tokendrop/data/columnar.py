@@ -17,7 +17,7 @@ these files can be prepared by several workers; every reader streams one batch a
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from tokendrop.errors import DataError
 from tokendrop.runs.files import read_json
@@ -31,14 +31,18 @@ def _pa():
         import pyarrow as pa  # type: ignore
         import pyarrow.parquet  # noqa: F401  (registers pa.parquet)
     except ImportError:
-        raise DataError("pyarrow is not installed; it reads Parquet/Arrow inputs: pip install pyarrow") from None
+        raise DataError(
+            "pyarrow is not installed; it reads Parquet/Arrow inputs: pip install pyarrow"
+        ) from None
     return pa
 
 
 def is_datasets_dir(path: str) -> bool:
     """A directory ``datasets``' ``save_to_disk`` wrote (a Dataset or a DatasetDict)."""
     return os.path.isfile(os.path.join(path, "dataset_dict.json")) or (
-        os.path.isfile(os.path.join(path, "state.json")) and os.path.isfile(os.path.join(path, "dataset_info.json")))
+        os.path.isfile(os.path.join(path, "state.json"))
+        and os.path.isfile(os.path.join(path, "dataset_info.json"))
+    )
 
 
 def _read_datasets_json(path: str) -> dict:
@@ -46,40 +50,65 @@ def _read_datasets_json(path: str) -> dict:
 
 
 def datasets_files(path: str, split: str | None) -> list[str]:
-    """The Arrow files of a ``save_to_disk`` directory (of ``split`` for a DatasetDict), in order."""
+    """The Arrow files of a ``save_to_disk`` directory (of ``split`` for a DatasetDict), in
+    order."""
     spec = f"{path}@{split}" if split is not None else path
     dd = os.path.join(path, "dataset_dict.json")
     if os.path.isfile(dd):
         splits = _read_datasets_json(dd).get("splits")
-        if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits) or not splits:
-            raise DataError(f"{dd}: no list of splits; expected the dataset_dict.json datasets' save_to_disk writes")
+        if (
+            not isinstance(splits, list)
+            or not all(isinstance(s, str) for s in splits)
+            or not splits
+        ):
+            raise DataError(
+                f"{dd}: no list of splits; expected the dataset_dict.json datasets' save_to_disk "
+                "writes"
+            )
         if split is None:
             if len(splits) > 1:
-                raise DataError(f"{path}: a datasets DatasetDict with splits {', '.join(splits)}; name one as "
-                                f"{path}@SPLIT")
+                raise DataError(
+                    f"{path}: a datasets DatasetDict with splits {', '.join(splits)}; name one as "
+                    f"{path}@SPLIT"
+                )
             split = splits[0]
         if split not in splits:
             raise DataError(f"{spec}: no split {split!r}; expected one of {', '.join(splits)}")
         path = os.path.join(path, split)
     elif split is not None:
-        raise DataError(f"{spec}: {path} is a datasets Dataset, not a DatasetDict with splits; drop @{split}")
+        raise DataError(
+            f"{spec}: {path} is a datasets Dataset, not a DatasetDict with splits; drop @{split}"
+        )
     state_p = os.path.join(path, "state.json")
     if not (os.path.isfile(state_p) and os.path.isfile(os.path.join(path, "dataset_info.json"))):
-        raise DataError(f"{path}: not a datasets save_to_disk directory (no state.json + dataset_info.json); expected "
-                        "the output of Dataset.save_to_disk")
+        raise DataError(
+            f"{path}: not a datasets save_to_disk directory (no state.json + dataset_info.json); "
+            "expected "
+            "the output of Dataset.save_to_disk"
+        )
     state = _read_datasets_json(state_p)
     if state.get("_indices_filename"):
-        raise DataError(f"{state_p}: the dataset has an indices mapping (select/shuffle not flattened); save it again "
-                        "after dataset.flatten_indices()")
+        raise DataError(
+            f"{state_p}: the dataset has an indices mapping (select/shuffle not flattened); save "
+            "it again "
+            "after dataset.flatten_indices()"
+        )
     files = state.get("_data_files")
-    if not isinstance(files, list) or not files or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
-                                                           for f in files):
-        raise DataError(f"{state_p}: no _data_files list; expected the state.json datasets' save_to_disk writes")
+    if (
+        not isinstance(files, list)
+        or not files
+        or not all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files)
+    ):
+        raise DataError(
+            f"{state_p}: no _data_files list; expected the state.json datasets' save_to_disk writes"
+        )
     out = []
     for f in files:
         p = os.path.join(path, f["filename"])
         if not os.path.isfile(p):
-            raise DataError(f"{p}: missing, but {state_p} lists it; the datasets directory is incomplete")
+            raise DataError(
+                f"{p}: missing, but {state_p} lists it; the datasets directory is incomplete"
+            )
         out.append(p)
     return out
 
@@ -107,8 +136,11 @@ def _open_arrow(path: str):
             size = os.fstat(f.fileno()).st_size
             f.seek(max(0, size - len(_EOS)))
             if f.read() != _EOS:
-                raise DataError(f"{path}: cannot read as Arrow IPC stream (no end-of-stream marker at its end): the file "
-                                "is truncated or its writer was not closed; re-export it")
+                raise DataError(
+                    f"{path}: cannot read as Arrow IPC stream (no end-of-stream marker at its "
+                    "end): the file "
+                    "is truncated or its writer was not closed; re-export it"
+                )
         return pa.ipc.open_stream(pa.memory_map(path, "r"))
     return pa.ipc.open_file(pa.memory_map(path, "r"))
 
@@ -124,7 +156,9 @@ def _arrow_batches(reader) -> Iterator:
 def _bad_file(path: str, fmt: str, e: Exception) -> DataError:
     what = "Parquet" if fmt == PARQUET else "Arrow IPC (stream or file)"
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return DataError(f"{path}: cannot read as {what} ({msg}); the file is corrupt or not {what}: re-export it")
+    return DataError(
+        f"{path}: cannot read as {what} ({msg}); the file is corrupt or not {what}: re-export it"
+    )
 
 
 def _parquet(path: str):
@@ -137,18 +171,28 @@ def _check_schema(path: str, schema, text_field: str) -> int:
     pa = _pa()
     names = list(schema.names)
     if text_field not in names:
-        raise DataError(f"{path}: no column {text_field!r}; its columns are {', '.join(names) or '(none)'}; "
-                        "set --text-field to the column holding the text")
+        raise DataError(
+            f"{path}: no column {text_field!r}; its columns are {', '.join(names) or '(none)'}; "
+            "set --text-field to the column holding the text"
+        )
     t = schema.field(text_field).type
-    ok = pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
+    ok = (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or getattr(pa.types, "is_string_view", lambda _: False)(t)
+    )
     if not ok:
-        raise DataError(f"{path}: column {text_field!r} is {t}, not a string column; set --text-field to the column "
-                        "holding the text")
+        raise DataError(
+            f"{path}: column {text_field!r} is {t}, not a string column; set --text-field to the "
+            "column "
+            "holding the text"
+        )
     return names.index(text_field)
 
 
 def byte_share(size: int, rows_before: int, total_rows: int) -> int:
-    """The on-disk bytes counted as read once ``rows_before`` of ``total_rows`` rows are (progress)."""
+    """The on-disk bytes counted as read once ``rows_before`` of ``total_rows`` rows are
+    (progress)."""
     return size * rows_before // total_rows if total_rows else size
 
 
@@ -164,7 +208,10 @@ def plan(path: str, fmt: str, text_field: str, unit_bytes: int) -> list[tuple[in
             pf = _parquet(path)
             _check_schema(path, pf.schema_arrow, text_field)
             md = pf.metadata
-            sizes = [(md.row_group(i).total_byte_size, md.row_group(i).num_rows) for i in range(md.num_row_groups)]
+            sizes = [
+                (md.row_group(i).total_byte_size, md.row_group(i).num_rows)
+                for i in range(md.num_row_groups)
+            ]
         else:
             reader = _open_arrow(path)
             _check_schema(path, reader.schema, text_field)
@@ -181,7 +228,9 @@ def plan(path: str, fmt: str, text_field: str, unit_bytes: int) -> list[tuple[in
         acc += nb
         rows += nr
         if acc >= unit_bytes or i == len(sizes) - 1:
-            units.append((first, i + 1, byte_share(size, rows, total) - byte_share(size, rows0, total)))
+            units.append(
+                (first, i + 1, byte_share(size, rows, total) - byte_share(size, rows0, total))
+            )
             first, acc, rows0 = i + 1, 0, rows
     return units or [(0, 0, size)]
 
@@ -190,11 +239,17 @@ def plan(path: str, fmt: str, text_field: str, unit_bytes: int) -> list[tuple[in
 # reading
 
 
-def read_texts(path: str, fmt: str, text_field: str, span: tuple[int, int] | None = None,
-               progress: Callable[[float], None] | None = None, stats: dict | None = None) -> Iterator[str]:
-    """The text column's strings of row groups / record batches ``span`` = ``[first, end)`` (all when
-    None), in order.  ``progress(rows_before, total_rows)``: the file's rows up to the reading position
-    (called once at the start of the span and after every batch)."""
+def read_texts(
+    path: str,
+    fmt: str,
+    text_field: str,
+    span: tuple[int, int] | None = None,
+    progress: Callable[[float], None] | None = None,
+    stats: dict | None = None,
+) -> Iterator[str]:
+    """The text column's strings of row groups / record batches ``span`` = ``[first, end)`` (all
+    when None), in order.  ``progress(rows_before, total_rows)``: the file's rows up to the reading
+    position (called once at the start of the span and after every batch)."""
     pa = _pa()
     import pyarrow.compute as pc  # type: ignore
 
@@ -206,7 +261,11 @@ def read_texts(path: str, fmt: str, text_field: str, span: tuple[int, int] | Non
             row0 = sum(md.row_group(i).num_rows for i in range(first))
             total = md.num_rows
             groups = list(range(first, end))
-            batches = pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=groups, columns=[text_field]) if groups else []
+            batches = (
+                pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=groups, columns=[text_field])
+                if groups
+                else []
+            )
             col = 0
         else:
             reader = _open_arrow(path)
@@ -220,10 +279,15 @@ def read_texts(path: str, fmt: str, text_field: str, span: tuple[int, int] | Non
             arr = b.column(col)
             if arr.null_count:
                 i = row0 + done + arr.to_pylist().index(None)
-                raise DataError(f"{path}: row {i}: column {text_field!r} is null; expected a string in every row "
-                                "(drop or fill the empty rows)")
+                raise DataError(
+                    f"{path}: row {i}: column {text_field!r} is null; expected a string in every "
+                    "row "
+                    "(drop or fill the empty rows)"
+                )
             if stats is not None:
-                stats["input_bytes"] = stats.get("input_bytes", 0) + int(pc.sum(pc.binary_length(arr)).as_py() or 0)
+                stats["input_bytes"] = stats.get("input_bytes", 0) + int(
+                    pc.sum(pc.binary_length(arr)).as_py() or 0
+                )
             yield from arr.to_pylist()
             done += len(arr)
             if progress is not None:

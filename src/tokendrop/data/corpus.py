@@ -5,7 +5,8 @@ Formats (picked by file name; compression by magic bytes, so a gzip file named `
 gzip, bzip2 and zstandard (``.zst``, needs ``zstandard``)):
 
 * BERT text (``.txt``, ``.txt.gz``, ``.txt.bz2``, ``.txt.zst``, anything else given explicitly):
-  UTF-8, one sentence or paragraph per line, one document per block, blocks separated by blank lines.
+  UTF-8, one sentence or paragraph per line, one document per block, blocks separated by blank
+  lines.
 * JSONL (``.jsonl``, ``.ndjson``, optionally compressed): one JSON object per line, the document
   text in ``text_field`` (default ``"text"``).
 * Parquet (``.parquet``), Arrow IPC (``.arrow``) and ``datasets`` ``save_to_disk`` directories
@@ -49,13 +50,13 @@ import json
 import os
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
 
-from tokendrop.errors import DataError
 from tokendrop.data import columnar
 from tokendrop.data.columnar import ARROW, PARQUET
 from tokendrop.data.wikitext import REDIRECT, clean_wikitext
+from tokendrop.errors import DataError
 from tokendrop.runs.rundir import read_marker
 
 TEXT, JSONL, WIKI, HF = "text", "jsonl", "wiki", "hf"
@@ -68,7 +69,8 @@ _COMPRESS_EXT = (".gz", ".bz2", ".zst", ".zstd")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 PIECE_CHARS = 1 << 20  # the longest part of a line read, and of a document handed to the tokenizer
 LINE_CHARS = 1 << 26  # the longest JSONL line (parsed whole)
-WORK_FORMAT = "tokendrop-prepare-work"  # the format of a prepare's ``<out>.partial/plan.json`` (:mod:`.units`)
+# the format of a prepare's ``<out>.partial/plan.json`` (:mod:`.units`)
+WORK_FORMAT = "tokendrop-prepare-work"
 
 
 class Piece(str):
@@ -119,19 +121,24 @@ def _has_glob(p: str) -> bool:
     return any(c in p for c in "*?[")
 
 
-def resolve_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text") -> list[Source]:
+def resolve_corpus(
+    paths: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text"
+) -> list[Source]:
     """Expand files, directories, globs and ``datasets`` directories (``DIR[@SPLIT]``) into an
-    ordered list of :class:`Source` (no duplicates; a ``datasets`` directory becomes its Arrow files).
+    ordered list of :class:`Source` (no duplicates; a ``datasets`` directory becomes its Arrow
+    files).
 
     Raises DataError for a missing path, a glob or directory without corpus files, a file that is
-    unreadable, not valid gzip/bz2/zstd, or binary (checked on its first 64 KiB), and a Parquet/Arrow
-    file without a string column ``text_field`` or that pyarrow cannot read.
+    unreadable, not valid gzip/bz2/zstd, or binary (checked on its first 64 KiB), and a
+    Parquet/Arrow file without a string column ``text_field`` or that pyarrow cannot read.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
     if not paths:
-        raise DataError("corpus: no input paths given; expected one or more files, directories or globs")
+        raise DataError(
+            "corpus: no input paths given; expected one or more files, directories or globs"
+        )
     out: list[Source] = []
     seen: set[str] = set()
 
@@ -173,13 +180,17 @@ def resolve_corpus(paths: str | os.PathLike | Iterable[str | os.PathLike], text_
 
 
 def own_output(d: str) -> str | None:
-    """What tokendrop wrote ``d`` as (its output marker's kind, ``prepared`` for a prepared directory
-    from before markers, ``prepare work`` for a ``<out>.partial`` work directory), or None: such a
-    directory is never read as corpus (a prepared directory's vocab.txt, a run's metrics.jsonl ...)."""
+    """What tokendrop wrote ``d`` as (its output marker's kind, ``prepared`` for a prepared
+    directory from before markers, ``prepare work`` for a ``<out>.partial`` work directory), or
+    None: such a directory is never read as corpus (a prepared directory's vocab.txt, a run's
+    metrics.jsonl ...)."""
     marker = read_marker(d)
     if marker is not None:
         return str(marker["kind"])
-    for name, fmt, kind in (("meta.json", "tokendrop-prepared", "prepared"), ("plan.json", WORK_FORMAT, "prepare work")):
+    for name, fmt, kind in (
+        ("meta.json", "tokendrop-prepared", "prepared"),
+        ("plan.json", WORK_FORMAT, "prepare work"),
+    ):
         f = os.path.join(d, name)
         if os.path.isfile(f):
             try:
@@ -202,9 +213,14 @@ def _bad_link(p: str) -> DataError | None:
             return DataError(f"{p}: cannot read ({e.strerror}); check its permissions")
         target = os.readlink(p)
         if e.errno == errno.ELOOP:
-            return DataError(f"{p}: a symbolic link loop (-> {target}); remove the link or point it at a file")
-        return DataError(f"{p}: a dangling symbolic link (-> {target}, which does not exist); remove the link or "
-                         "restore its target")
+            return DataError(
+                f"{p}: a symbolic link loop (-> {target}); remove the link or point it at a file"
+            )
+        return DataError(
+            f"{p}: a dangling symbolic link (-> {target}, which does not exist); remove the link "
+            "or "
+            "restore its target"
+        )
 
 
 def _walk(top: str) -> list[str]:
@@ -217,7 +233,10 @@ def _walk(top: str) -> list[str]:
         return columnar.datasets_files(top, None)
     kind = own_output(top)
     if kind is not None:
-        raise DataError(f"{top}: tokendrop's own {kind} output, not a corpus; give the directory of the text files")
+        raise DataError(
+            f"{top}: tokendrop's own {kind} output, not a corpus; give the directory of the text "
+            "files"
+        )
     found: list[str] = []
     chains = {top: frozenset([os.path.realpath(top)])}  # the real directories above each one walked
     for root, dirs, files in os.walk(top, followlinks=True, onerror=_walk_error):
@@ -226,12 +245,18 @@ def _walk(top: str) -> list[str]:
             p = os.path.join(root, d)
             kind = own_output(p)
             if kind is not None:
-                print(f"note: {p}: skipped, tokendrop's own {kind} output (not read as corpus)", file=sys.stderr)
+                print(
+                    f"note: {p}: skipped, tokendrop's own {kind} output (not read as corpus)",
+                    file=sys.stderr,
+                )
                 continue
             real = os.path.realpath(p)
             if real in chains[root]:
-                raise DataError(f"{p}: a symbolic link to {real}, a directory this walk is already in (a loop); "
-                                "remove the link")
+                raise DataError(
+                    f"{p}: a symbolic link to {real}, a directory this walk is already in (a "
+                    "loop); "
+                    "remove the link"
+                )
             chains[p] = chains[root] | {real}
             keep.append(d)
         dirs[:] = keep
@@ -240,20 +265,30 @@ def _walk(top: str) -> list[str]:
                 continue
             p = os.path.join(root, f)
             bad = _bad_link(p) if os.path.islink(p) else None
-            if bad is not None:  # an unreadable link is an error whatever its name: it may be meant as corpus
+            if (
+                bad is not None
+            ):  # an unreadable link is an error whatever its name: it may be meant as corpus
                 raise bad
             if _known_ext(f):
                 found.append(p)
     parents = {os.path.dirname(f) for f in found}
-    datasets_dirs = sorted({r for r in parents if columnar.is_datasets_dir(r)}
-                           | {r for r in map(os.path.dirname, parents) if os.path.isfile(os.path.join(r, "dataset_dict.json"))})
+    datasets_dirs = sorted(
+        {r for r in parents if columnar.is_datasets_dir(r)}
+        | {
+            r
+            for r in map(os.path.dirname, parents)
+            if os.path.isfile(os.path.join(r, "dataset_dict.json"))
+        }
+    )
     inside = tuple(d + os.sep for d in datasets_dirs)
-    # a datasets directory is read as a dataset (its files in state.json's order), not as loose Arrow files
+    # a datasets directory is read as a dataset (its files in state.json's order), not as loose
+    # Arrow files
     found = sorted(f for f in found if not f.startswith(inside))
     found += [f for d in datasets_dirs for f in columnar.datasets_files(d, None)]
     if not found:
         raise DataError(
-            f"{top}: directory contains no corpus files; expected *.txt, *.jsonl (optionally .gz/.bz2/.zst), "
+            f"{top}: directory contains no corpus files; expected *.txt, *.jsonl (optionally "
+            ".gz/.bz2/.zst), "
             "*.xml[.bz2], *.parquet, *.arrow or a datasets save_to_disk directory"
         )
     return found
@@ -276,20 +311,29 @@ def _outside_own_outputs(pattern: str, matches: list[str]) -> list[str]:
             if d not in kinds:
                 kinds[d] = own_output(d)
                 if kinds[d] is not None:
-                    print(f"note: {d}: skipped, tokendrop's own {kinds[d]} output (not read as corpus)", file=sys.stderr)
+                    print(
+                        f"note: {d}: skipped, tokendrop's own {kinds[d]} output (not read as "
+                        "corpus)",
+                        file=sys.stderr,
+                    )
             if kinds[d] is not None:
                 skip = d
                 break
         if skip is None:
             keep.append(m)
     if not keep:
-        raise DataError(f"{pattern}: glob pattern matches only files inside tokendrop's own outputs; give the corpus "
-                        "files")
+        raise DataError(
+            f"{pattern}: glob pattern matches only files inside tokendrop's own outputs; give the "
+            "corpus "
+            "files"
+        )
     return keep
 
 
 def _walk_error(e: OSError) -> None:
-    raise DataError(f"{e.filename}: cannot list the directory ({e.strerror}); check its permissions") from None
+    raise DataError(
+        f"{e.filename}: cannot list the directory ({e.strerror}); check its permissions"
+    ) from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,15 +357,21 @@ def _open_raw(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
             import zstandard  # type: ignore
         except ImportError:
             raw.close()
-            raise DataError(f"{path}: zstandard-compressed, and the zstandard package is not installed: "
-                            "pip install zstandard") from None
+            raise DataError(
+                f"{path}: zstandard-compressed, and the zstandard package is not installed: "
+                "pip install zstandard"
+            ) from None
         try:
-            check_zstd_frames(raw, path)  # the stream reader ends quietly at a truncated frame: refuse it first
+            check_zstd_frames(
+                raw, path
+            )  # the stream reader ends quietly at a truncated frame: refuse it first
         except BaseException:
             raw.close()
             raise
         raw.seek(0)
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            raw, read_across_frames=True, closefd=False
+        )
         return io.BufferedReader(_ZstdErrors(reader), 1 << 20), raw
     return raw, raw
 
@@ -330,18 +380,21 @@ _ZSTD_SKIPPABLE = 0x184D2A50  # ..0x184D2A5F: skippable frames (a 4-byte size, t
 
 
 def check_zstd_frames(f, path: str) -> int:
-    """Walk the zstandard frames of the seekable binary file ``f`` by their headers (no decompression):
-    every frame must be complete -- its blocks up to the one marked last, and the content checksum
-    when the frame declares one.  -> the number of frames.  DataError naming the frame and its byte
-    offset for a file cut short (``zstandard``'s stream reader ends such a file quietly, as if it
-    were complete) or bytes between frames that are not a frame.  A file cut exactly between two
-    frames is a valid shorter file and cannot be told apart (docs/design.md)."""
+    """Walk the zstandard frames of the seekable binary file ``f`` by their headers (no
+    decompression): every frame must be complete -- its blocks up to the one marked last, and the
+    content checksum when the frame declares one.  -> the number of frames.  DataError naming the
+    frame and its byte offset for a file cut short (``zstandard``'s stream reader ends such a file
+    quietly, as if it were complete) or bytes between frames that are not a frame.  A file cut
+    exactly between two frames is a valid shorter file and cannot be told apart (docs/design.md)."""
     size = f.seek(0, io.SEEK_END)
     pos = frames = at = 0
 
     def cut(what: str) -> DataError:
-        return DataError(f"{path}: cannot decompress: zstandard frame {frames + 1} (from byte {at}) is truncated: the file ends at byte "
-                         f"{size}, inside its {what}; the file is cut short: copy or compress it again")
+        return DataError(
+            f"{path}: cannot decompress: zstandard frame {frames + 1} (from byte {at}) is "
+            "truncated: the file ends at byte "
+            f"{size}, inside its {what}; the file is cut short: copy or compress it again"
+        )
 
     def read(n: int, what: str) -> int:
         f.seek(pos)
@@ -361,17 +414,28 @@ def check_zstd_frames(f, path: str) -> int:
             frames += 1
             continue
         if magic != int.from_bytes(_ZSTD_MAGIC, "little"):
-            raise DataError(f"{path}: cannot decompress: the bytes at {at} are not a zstandard frame (frame {frames + 1}); the file is "
-                            "corrupt or has other data appended: compress it again")
+            raise DataError(
+                f"{path}: cannot decompress: the bytes at {at} are not a zstandard frame (frame "
+                f"{frames + 1}); the file is "
+                "corrupt or has other data appended: compress it again"
+            )
         fhd = read(1, "frame header")
         fcs_flag, single, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
-        pos += 1 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag] + ((1 if single else 0), 2, 4, 8)[fcs_flag]
+        pos += (
+            1
+            + (0 if single else 1)
+            + (0, 1, 2, 4)[dict_flag]
+            + ((1 if single else 0), 2, 4, 8)[fcs_flag]
+        )
         while True:  # blocks, up to the one marked last
             hdr = read(3, "headers")
             last, btype, bsize = hdr & 1, (hdr >> 1) & 3, hdr >> 3
             if btype == 3:
-                raise DataError(f"{path}: cannot decompress: zstandard frame {frames + 1} (at byte {at}) has a block of reserved type at "
-                                f"byte {pos}; the file is corrupt: compress it again")
+                raise DataError(
+                    f"{path}: cannot decompress: zstandard frame {frames + 1} (at byte {at}) has a "
+                    "block of reserved type at "
+                    f"byte {pos}; the file is corrupt: compress it again"
+                )
             pos += 3 + (1 if btype == 1 else bsize)  # an RLE block stores its one byte
             if pos > size:
                 raise cut(f"block that ends at byte {pos}")
@@ -383,12 +447,16 @@ def check_zstd_frames(f, path: str) -> int:
                 raise cut("content checksum")
         frames += 1
     if frames == 0:
-        raise DataError(f"{path}: cannot decompress: an empty zstandard file (no frame); expected compressed text")
+        raise DataError(
+            f"{path}: cannot decompress: an empty zstandard file (no frame); expected compressed "
+            "text"
+        )
     return frames
 
 
 class _ZstdErrors(io.RawIOBase):
-    """A zstandard stream reader whose decompression errors are OSErrors, as gzip's and bz2's are."""
+    """A zstandard stream reader whose decompression errors are OSErrors, as gzip's and bz2's
+    are."""
 
     def __init__(self, reader):
         self.reader = reader
@@ -420,13 +488,19 @@ def _sniff(src: Source) -> None:
     try:
         head = f.read(65536)
     except (OSError, EOFError) as e:
-        raise DataError(f"{src.path}: cannot decompress ({e}); the file is truncated or corrupt: copy or compress it "
-                        "again") from None
+        raise DataError(
+            f"{src.path}: cannot decompress ({e}); the file is truncated or corrupt: copy or "
+            "compress it "
+            "again"
+        ) from None
     finally:
         raw.close()
     if b"\x00" in head:
-        raise DataError(f"{src.path}: contains NUL bytes, looks like a binary file; expected UTF-8 text")
-    # invalid UTF-8 at the very start is reported here; later errors during reading (with a line number)
+        raise DataError(
+            f"{src.path}: contains NUL bytes, looks like a binary file; expected UTF-8 text"
+        )
+    # invalid UTF-8 at the very start is reported here; later errors during reading (with a line
+    # number)
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -437,17 +511,22 @@ def _sniff(src: Source) -> None:
 
 
 def _where(span: tuple[int, int] | None, lineno: int, offset: int) -> str:
-    """A line's place for a message: its number when reading from the start, else its byte offset."""
+    """A line's place for a message: its number when reading from the start, else its byte
+    offset."""
     return f"line {lineno}" if not span or span[0] == 0 else f"byte {offset}"
 
 
-def _line_parts(path: str, progress: Callable[[int], None] | None, stats: dict | None = None,
-                span: tuple[int, int] | None = None) -> Iterator[tuple[int, int, str, bool]]:
+def _line_parts(
+    path: str,
+    progress: Callable[[int], None] | None,
+    stats: dict | None = None,
+    span: tuple[int, int] | None = None,
+) -> Iterator[tuple[int, int, str, bool]]:
     """(line number, byte offset of the line, text, last) for every line, in parts of at most
     ``PIECE_CHARS`` bytes (``last``: the part ends its line; the newline is not included), with
     progress in raw (on-disk) bytes; ``span`` = ``[start, end)``: only the lines of that byte range
-    of an uncompressed file (both ends at line starts, :func:`split_points`); line numbers then count
-    from the range.
+    of an uncompressed file (both ends at line starts, :func:`split_points`); line numbers then
+    count from the range.
 
     ``stats["input_bytes"]`` is increased by the decompressed size read.
     """
@@ -462,15 +541,27 @@ def _line_parts(path: str, progress: Callable[[int], None] | None, stats: dict |
     try:
         lineno = 0
         offset = column = 0
-        decoder = None  # the line being read continues (its decoder keeps a character cut between parts)
+        decoder = (
+            None  # the line being read continues (its decoder keeps a character cut between parts)
+        )
         while end is None or start + nbytes < end:
             try:
                 bline = f.readline(seg)
             except (OSError, EOFError) as e:
-                raise DataError(f"{path}: cannot decompress after line {lineno} ({e}); the file is truncated or corrupt") from None
+                raise DataError(
+                    f"{path}: cannot decompress after line {lineno} ({e}); the file is truncated "
+                    "or corrupt"
+                ) from None
             if not bline:
                 if decoder is not None:  # the file ended right after a full part
-                    yield lineno, offset, _decode_part(decoder, b"", True, path, _where(span, lineno, offset), column), True
+                    yield (
+                        lineno,
+                        offset,
+                        _decode_part(
+                            decoder, b"", True, path, _where(span, lineno, offset), column
+                        ),
+                        True,
+                    )
                 break
             if decoder is None:
                 lineno += 1
@@ -502,15 +593,23 @@ def _line_parts(path: str, progress: Callable[[int], None] | None, stats: dict |
 
 def _decode_part(decoder, b: bytes, final: bool, path: str, where: str, column: int) -> str:
     if b"\x00" in b:
-        raise DataError(f"{path}: {where}: contains NUL bytes, looks like a binary file; expected UTF-8 text")
+        raise DataError(
+            f"{path}: {where}: contains NUL bytes, looks like a binary file; expected UTF-8 text"
+        )
     try:
         return decoder.decode(b, final)
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: {where}: invalid UTF-8 at column {column + e.start + 1}; expected UTF-8 text") from None
+        raise DataError(
+            f"{path}: {where}: invalid UTF-8 at column {column + e.start + 1}; expected UTF-8 text"
+        ) from None
 
 
-def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None = None,
-           span: tuple[int, int] | None = None) -> Iterator[tuple[int, int, str]]:
+def _lines(
+    path: str,
+    progress: Callable[[int], None] | None,
+    stats: dict | None = None,
+    span: tuple[int, int] | None = None,
+) -> Iterator[tuple[int, int, str]]:
     """(line number, byte offset, decoded line without trailing newline), as :func:`_line_parts`
     reads them; a line longer than ``LINE_CHARS`` characters is refused (DataError naming it)."""
     parts: list[str] = []
@@ -519,8 +618,11 @@ def _lines(path: str, progress: Callable[[int], None] | None, stats: dict | None
         parts.append(text)
         size += len(text)
         if size > LINE_CHARS:
-            raise DataError(f"{path}: {_where(span, lineno, offset)}: longer than {LINE_CHARS:,} characters, the "
-                            "limit for a line that is parsed whole; split its document over several lines")
+            raise DataError(
+                f"{path}: {_where(span, lineno, offset)}: longer than {LINE_CHARS:,} characters, "
+                "the "
+                "limit for a line that is parsed whole; split its document over several lines"
+            )
         if last:
             yield lineno, offset, "".join(parts)
             parts, size = [], 0
@@ -551,9 +653,13 @@ class _Pieces:
             buf = "".join(self.parts)
             cut = _cut(buf, PIECE_CHARS)
             if not cut:
-                raise DataError(f"{self.path}: {where}: {PIECE_CHARS:,} characters without a single space between two "
-                                f"words; a document is tokenized in pieces of at most {PIECE_CHARS:,} characters cut "
-                                "at such spaces: break the text with spaces or newlines")
+                raise DataError(
+                    f"{self.path}: {where}: {PIECE_CHARS:,} characters without a single space "
+                    "between two "
+                    f"words; a document is tokenized in pieces of at most {PIECE_CHARS:,} "
+                    "characters cut "
+                    "at such spaces: break the text with spaces or newlines"
+                )
             yield Piece(buf[:cut])
             self.parts, self.size = [buf[cut:]], len(buf) - cut
 
@@ -590,18 +696,20 @@ def _line_end(f) -> tuple[int, bool]:
 
 
 def split_points(path: str, fmt: str, unit_bytes: int) -> list[int]:
-    """Byte offsets that cut an uncompressed text/JSONL file into work units of about ``unit_bytes``,
-    each at a document boundary, so the units read one after the other give exactly the documents of
-    the whole file: for JSONL the start of a line, for text the start of the line after a blank line
-    (one of ASCII whitespace only; a line blank only by Unicode whitespace is not taken as a cut).
-    Reads only from each target offset to the next boundary."""
+    """Byte offsets that cut an uncompressed text/JSONL file into work units of about
+    ``unit_bytes``, each at a document boundary, so the units read one after the other give exactly
+    the documents of the whole file: for JSONL the start of a line, for text the start of the line
+    after a blank line (one of ASCII whitespace only; a line blank only by Unicode whitespace is not
+    taken as a cut). Reads only from each target offset to the next boundary."""
     size = os.path.getsize(path)
     cuts: list[int] = []
     target = unit_bytes
     with open(path, "rb") as f:
         while target < size:
             f.seek(target - 1)
-            pos = target - 1 + _line_end(f)[0]  # the start of the first line beginning at or after target
+            pos = (
+                target - 1 + _line_end(f)[0]
+            )  # the start of the first line beginning at or after target
             while fmt == TEXT and pos < size:
                 n, blank = _line_end(f)
                 pos += n
@@ -618,8 +726,12 @@ def split_points(path: str, fmt: str, unit_bytes: int) -> list[int]:
 # readers (raw documents; wiki pages still need clean_wikitext)
 
 
-def read_text(path: str, progress: Callable[[int], None] | None = None, stats: dict | None = None,
-              span: tuple[int, int] | None = None) -> Iterator[str]:
+def read_text(
+    path: str,
+    progress: Callable[[int], None] | None = None,
+    stats: dict | None = None,
+    span: tuple[int, int] | None = None,
+) -> Iterator[str]:
     """BERT format: one document per block of non-blank lines (each line stripped, joined with
     ``"\\n"``); a document longer than ``PIECE_CHARS`` in pieces (module doc)."""
     doc = _Pieces(path)
@@ -627,7 +739,7 @@ def read_text(path: str, progress: Callable[[int], None] | None = None, stats: d
     ws = ""  # whitespace after the current line's text so far: kept only if more text follows
     for lineno, offset, text, last in _line_parts(path, progress, stats, span):
         core = text.rstrip()
-        tail = text[len(core):]
+        tail = text[len(core) :]
         if not started:
             core = core.lstrip()
         if core:
@@ -648,27 +760,43 @@ def read_text(path: str, progress: Callable[[int], None] | None = None, stats: d
 
 
 def read_jsonl(
-    path: str, text_field: str = "text", progress: Callable[[int], None] | None = None, stats: dict | None = None,
+    path: str,
+    text_field: str = "text",
+    progress: Callable[[int], None] | None = None,
+    stats: dict | None = None,
     span: tuple[int, int] | None = None,
 ) -> Iterator[str]:
-    """One JSON object per line; the document is ``obj[text_field]`` (blank lines inside collapsed)."""
+    """One JSON object per line; the document is ``obj[text_field]`` (blank lines inside
+    collapsed)."""
     for lineno, offset, line in _lines(path, progress, stats, span):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}: {_where(span, lineno, offset)}: invalid JSON ({e.msg}); expected one JSON object "
-                            "per line") from None
+            raise DataError(
+                f"{path}: {_where(span, lineno, offset)}: invalid JSON ({e.msg}); expected one "
+                "JSON object "
+                "per line"
+            ) from None
         if not isinstance(obj, dict):
-            raise DataError(f"{path}: {_where(span, lineno, offset)}: expected a JSON object, got {type(obj).__name__}")
+            raise DataError(
+                f"{path}: {_where(span, lineno, offset)}: expected a JSON object, got "
+                f"{type(obj).__name__}"
+            )
         if text_field not in obj:
-            raise DataError(f"{path}: {_where(span, lineno, offset)}: no field {text_field!r}; expected the text field "
-                            f"{text_field!r} (set text_field)")
+            raise DataError(
+                f"{path}: {_where(span, lineno, offset)}: no field {text_field!r}; expected the "
+                "text field "
+                f"{text_field!r} (set text_field)"
+            )
         text = obj[text_field]
         if not isinstance(text, str):
-            raise DataError(f"{path}: {_where(span, lineno, offset)}: field {text_field!r} is {type(text).__name__}; "
-                            "expected a string")
+            raise DataError(
+                f"{path}: {_where(span, lineno, offset)}: field {text_field!r} is "
+                f"{type(text).__name__}; "
+                "expected a string"
+            )
         yield from _in_pieces(_normalise_block(text), path, _where(span, lineno, offset))
 
 
@@ -683,7 +811,8 @@ def _local(tag: str) -> str:
 def read_wiki_pages(
     path: str, progress: Callable[[int], None] | None = None, stats: dict | None = None
 ) -> Iterator[tuple[str, str]]:
-    """(title, raw wikitext) of every article: namespace 0, not a redirect.  Streamed, constant memory."""
+    """(title, raw wikitext) of every article: namespace 0, not a redirect.  Streamed, constant
+    memory."""
     f, raw = _open_raw(path)
     last = 0
     try:
@@ -696,7 +825,10 @@ def read_wiki_pages(
                 if root is None:
                     root = elem
                     if _local(elem.tag) != "mediawiki":
-                        raise DataError(f"{path}: root element <{_local(elem.tag)}>; expected a MediaWiki XML export (<mediawiki>)")
+                        raise DataError(
+                            f"{path}: root element <{_local(elem.tag)}>; expected a MediaWiki XML "
+                            "export (<mediawiki>)"
+                        )
                 continue
             tag = _local(elem.tag)
             if tag == "title":
@@ -708,7 +840,12 @@ def read_wiki_pages(
             elif tag == "text":
                 text = elem.text or ""
             elif tag == "page":
-                if ns in (None, "0") and not redirect and text is not None and not REDIRECT.match(text):
+                if (
+                    ns in (None, "0")
+                    and not redirect
+                    and text is not None
+                    and not REDIRECT.match(text)
+                ):
                     yield title or "", text
                 title = ns = text = None
                 redirect = False
@@ -722,9 +859,13 @@ def read_wiki_pages(
     except ET.ParseError as e:
         raise DataError(f"{path}: invalid XML ({e}); expected a MediaWiki XML dump") from None
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: invalid UTF-8 ({e.reason}); expected a UTF-8 MediaWiki XML dump") from None
+        raise DataError(
+            f"{path}: invalid UTF-8 ({e.reason}); expected a UTF-8 MediaWiki XML dump"
+        ) from None
     except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot decompress ({e}); the file is truncated or corrupt") from None
+        raise DataError(
+            f"{path}: cannot decompress ({e}); the file is truncated or corrupt"
+        ) from None
     finally:
         if stats is not None:
             try:
@@ -736,11 +877,15 @@ def read_wiki_pages(
 
 
 def read_hf(spec: str, text_field: str = "text") -> Iterator[str]:
-    """``hf:NAME[:CONFIG][@SPLIT]`` (streamed from the Hub) or ``hf:LOCAL_DIR[@SPLIT]`` (load_from_disk)."""
+    """``hf:NAME[:CONFIG][@SPLIT]`` (streamed from the Hub) or ``hf:LOCAL_DIR[@SPLIT]``
+    (load_from_disk)."""
     try:
         import datasets  # type: ignore
     except ImportError:
-        raise DataError(f"{spec}: the Hugging Face 'datasets' package is not installed; pip install 'tokendrop[online]'") from None
+        raise DataError(
+            f"{spec}: the Hugging Face 'datasets' package is not installed; pip install "
+            "'tokendrop[online]'"
+        ) from None
     body = spec[3:]
     split = None
     if "@" in body:
@@ -760,16 +905,24 @@ def read_hf(spec: str, text_field: str = "text") -> Iterator[str]:
             raise DataError(f"{spec}: cannot load the dataset ({type(e).__name__}: {e})") from None
     cols = getattr(ds, "column_names", None)
     if cols is not None and text_field not in cols:
-        raise DataError(f"{spec}: no column {text_field!r}; expected the text field among {', '.join(cols)} (set text_field)")
+        raise DataError(
+            f"{spec}: no column {text_field!r}; expected the text field among {', '.join(cols)} "
+            "(set text_field)"
+        )
     for i, ex in enumerate(ds):
         text = ex.get(text_field)
         if not isinstance(text, str):
-            raise DataError(f"{spec}: row {i}: field {text_field!r} is {type(text).__name__}; expected a string")
+            raise DataError(
+                f"{spec}: row {i}: field {text_field!r} is {type(text).__name__}; expected a string"
+            )
         yield from _in_pieces(_normalise_block(text), spec, f"row {i}")
 
 
 def iter_raw(
-    src: Source, text_field: str = "text", progress: Callable[[int], None] | None = None, stats: dict | None = None,
+    src: Source,
+    text_field: str = "text",
+    progress: Callable[[int], None] | None = None,
+    stats: dict | None = None,
     span: tuple[int, int] | None = None,
 ) -> Iterator[str]:
     """Raw documents of one source (wiki pages still in wikitext: pass them through :func:`finish`);
@@ -789,8 +942,13 @@ def iter_raw(
     raise DataError(f"{src.path}: unknown format {src.fmt!r}")
 
 
-def _read_columnar(src: Source, text_field: str, progress: Callable[[int], None] | None, stats: dict | None,
-                   span: tuple[int, int] | None) -> Iterator[str]:
+def _read_columnar(
+    src: Source,
+    text_field: str,
+    progress: Callable[[int], None] | None,
+    stats: dict | None,
+    span: tuple[int, int] | None,
+) -> Iterator[str]:
     """Parquet/Arrow documents; progress in on-disk bytes: the file's size shared out by rows
     (:func:`columnar.byte_share`)."""
     last = None
@@ -803,7 +961,9 @@ def _read_columnar(src: Source, text_field: str, progress: Callable[[int], None]
         last = now
 
     for i, text in enumerate(columnar.read_texts(src.path, src.fmt, text_field, span, rows, stats)):
-        yield from _in_pieces(_normalise_block(text), src.path, f"row {i + 1}{' of its work unit' if span else ''}")
+        yield from _in_pieces(
+            _normalise_block(text), src.path, f"row {i + 1}{' of its work unit' if span else ''}"
+        )
 
 
 def finish(fmt: str, raw: str) -> str:

@@ -39,9 +39,9 @@ embedding lookup out of range.  (``PreparedData.open`` checks meta.json against 
 
 Workers.  ``num_workers`` forked processes build batches (worker w builds batches w, w+nw, ...
 into ``prefetch`` shared-memory slots of its own and announces each on a small queue; the consumer
-reads the workers round-robin, so the order is fixed, and copies each batch out of its slot).  ``num_workers=0`` builds them synchronously.  Workers stop when the iterator is
-exhausted, closed or garbage-collected, on ``close()``, and at interpreter exit (daemon processes).
-"""
+reads the workers round-robin, so the order is fixed, and copies each batch out of its slot).
+``num_workers=0`` builds them synchronously.  Workers stop when the iterator is exhausted, closed or
+garbage-collected, on ``close()``, and at interpreter exit (daemon processes)."""
 
 from __future__ import annotations
 
@@ -53,15 +53,16 @@ import sys
 import time
 import traceback
 import weakref
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
-from tokendrop.errors import DataError
 from tokendrop.data.masking import MLMMasker, build_batch, cut_to_rate, num_prediction_slots  # noqa: F401 -- re-exported
 from tokendrop.data.pieces import MIN_PIECE, PIECE_DOMAIN, piece_batch
 from tokendrop.data.prepare import PreparedData
+from tokendrop.errors import DataError
 
 PERM_KEY = 0x5EED
 _EVAL_DOMAIN = 1
@@ -71,7 +72,15 @@ class EpochPlan:
     """Which global sequence indices batch (epoch, step) holds for this rank."""
 
     def __init__(self, N: int, B: int, W: int, rank: int, seed: int, shuffle: bool, loop: bool):
-        self.N, self.B, self.W, self.rank, self.seed, self.shuffle, self.loop = N, B, W, rank, seed, shuffle, loop
+        self.N, self.B, self.W, self.rank, self.seed, self.shuffle, self.loop = (
+            N,
+            B,
+            W,
+            rank,
+            seed,
+            shuffle,
+            loop,
+        )
         self.G = B * W
         self.steps_per_epoch = N // self.G if loop else -(-N // self.G)
         self._perm_epoch = None
@@ -96,15 +105,40 @@ class EpochPlan:
         out[: len(chunk)] = chunk
         return out
 
-    def batch(self, seqs, epoch: int, step: int, masker: MLMMasker, domain: int, ranked: bool) -> dict[str, np.ndarray]:
-        """The numpy batch (epoch, step) of this rank (a data mixture's plan, tokendrop.data.mixture, has its own)."""
-        return build_batch(seqs, self.indices(epoch, step), masker, self.seed, epoch, domain, ranked=ranked)
+    def batch(
+        self, seqs, epoch: int, step: int, masker: MLMMasker, domain: int, ranked: bool
+    ) -> dict[str, np.ndarray]:
+        """The numpy batch (epoch, step) of this rank (a data mixture's plan,
+        tokendrop.data.mixture, has its own)."""
+        return build_batch(
+            seqs, self.indices(epoch, step), masker, self.seed, epoch, domain, ranked=ranked
+        )
 
-    def piece_batch(self, seqs, epoch: int, step: int, length: int, masker: MLMMasker, ranked: bool,
-                    cls_id: int, sep_id: int) -> dict[str, np.ndarray]:
-        """Batch (epoch, step) as framed pieces of ``length`` (``tokendrop.data.pieces``; training loops)."""
-        return piece_batch(seqs, self.indices(epoch, step), length, masker, self.seed, epoch, PIECE_DOMAIN + length,
-                           ranked, cls_id, sep_id)
+    def piece_batch(
+        self,
+        seqs,
+        epoch: int,
+        step: int,
+        length: int,
+        masker: MLMMasker,
+        ranked: bool,
+        cls_id: int,
+        sep_id: int,
+    ) -> dict[str, np.ndarray]:
+        """Batch (epoch, step) as framed pieces of ``length`` (``tokendrop.data.pieces``; training
+        loops)."""
+        return piece_batch(
+            seqs,
+            self.indices(epoch, step),
+            length,
+            masker,
+            self.seed,
+            epoch,
+            PIECE_DOMAIN + length,
+            ranked,
+            cls_id,
+            sep_id,
+        )
 
     def extra_state(self, epoch: int, step: int) -> dict[str, Any]:
         return {}  # a mixture's plan records its sources' counts
@@ -113,7 +147,8 @@ class EpochPlan:
         pass
 
     def at(self, epoch0: int, step0: int, ordinal: int) -> tuple[int, int] | None:
-        """(epoch, step) of the ordinal-th batch after (epoch0, step0); None past the end (loop=False)."""
+        """(epoch, step) of the ordinal-th batch after (epoch0, step0); None past the end
+        (loop=False)."""
         s = step0 + ordinal
         if self.loop:
             return epoch0 + s // self.steps_per_epoch, s % self.steps_per_epoch
@@ -127,28 +162,58 @@ _ERR = "__error__"
 
 
 class _SlotLayout:
-    """Byte layout of one batch in a shared-memory slot: ids (B,T), positions, labels, weights (B,P)."""
+    """Byte layout of one batch in a shared-memory slot: ids (B,T), positions, labels, weights
+    (B,P)."""
 
     def __init__(self, B: int, T: int, P: int, dtype: np.dtype, ranked: bool = False):
         self.fields = []
         off = 0
-        extra = (("mlm_rank", (B, P), np.dtype(np.int32)), ("num_maskable", (B,), np.dtype(np.int32))) if ranked else ()
-        for name, shape, dt in (("input_ids", (B, T), dtype), ("mlm_positions", (B, P), np.dtype(np.int32)),
-                                ("mlm_labels", (B, P), dtype), ("mlm_weights", (B, P), np.dtype(np.uint8)), *extra):
+        extra = (
+            (("mlm_rank", (B, P), np.dtype(np.int32)), ("num_maskable", (B,), np.dtype(np.int32)))
+            if ranked
+            else ()
+        )
+        for name, shape, dt in (
+            ("input_ids", (B, T), dtype),
+            ("mlm_positions", (B, P), np.dtype(np.int32)),
+            ("mlm_labels", (B, P), dtype),
+            ("mlm_weights", (B, P), np.dtype(np.uint8)),
+            *extra,
+        ):
             self.fields.append((name, shape, dt, off))
             off += -(-int(np.prod(shape)) * dt.itemsize // 64) * 64  # 64-byte aligned
         self.nbytes = off
 
     def views(self, buf: np.ndarray, slot: int) -> dict[str, np.ndarray]:
         base = slot * self.nbytes
-        return {name: buf[base + off : base + off + int(np.prod(shape)) * dt.itemsize].view(dt).reshape(shape)
-                for name, shape, dt, off in self.fields}
+        return {
+            name: buf[base + off : base + off + int(np.prod(shape)) * dt.itemsize]
+            .view(dt)
+            .reshape(shape)
+            for name, shape, dt, off in self.fields
+        }
 
 
-def _worker_main(pd: PreparedData, split: str, plan: EpochPlan, masker: MLMMasker, domain: int, epoch0: int,
-                 step0: int, wid: int, nw: int, raw, layout: _SlotLayout, nslots: int, free, q, stop,
-                 ranked: bool = False) -> None:
-    """Build batches wid, wid+nw, ... into shared-memory slots (round-robin); announce them on ``q``."""
+def _worker_main(
+    pd: PreparedData,
+    split: str,
+    plan: EpochPlan,
+    masker: MLMMasker,
+    domain: int,
+    epoch0: int,
+    step0: int,
+    wid: int,
+    nw: int,
+    raw,
+    layout: _SlotLayout,
+    nslots: int,
+    free,
+    q,
+    stop,
+    ranked: bool = False,
+) -> None:
+    """Build batches wid, wid+nw, ... into shared-memory slots (round-robin); announce them on
+    ``q``."""
     try:  # numpy only: nothing here touches torch (the process is forked from a torch program)
         buf = np.frombuffer(raw, dtype=np.uint8)
         seqs = pd.sequences(split)
@@ -209,12 +274,17 @@ class _Workers:
     consumer one small read and a copy.
     """
 
-    def __init__(self, loader: "MLMLoader", epoch0: int, step0: int):
+    def __init__(self, loader: MLMLoader, epoch0: int, step0: int):
         ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.nw = loader.num_workers
         self.nslots = max(1, loader.prefetch)
-        self.layout = _SlotLayout(loader.batch_size, loader.seq_len, loader.num_slots, loader.data.dtype,
-                                  loader.variable_rate)
+        self.layout = _SlotLayout(
+            loader.batch_size,
+            loader.seq_len,
+            loader.num_slots,
+            loader.data.dtype,
+            loader.variable_rate,
+        )
         self.stop = ctx.Event()
         self.queues = [ctx.Queue() for _ in range(self.nw)]
         self.free = [ctx.Semaphore(self.nslots) for _ in range(self.nw)]
@@ -224,9 +294,24 @@ class _Workers:
         for w in range(self.nw):
             p = ctx.Process(
                 target=_worker_main,
-                args=(loader.data, loader.split, loader._plan, loader.masker, loader._domain, epoch0, step0, w,
-                      self.nw, self.raws[w], self.layout, self.nslots, self.free[w], self.queues[w], self.stop,
-                      loader.variable_rate),
+                args=(
+                    loader.data,
+                    loader.split,
+                    loader._plan,
+                    loader.masker,
+                    loader._domain,
+                    epoch0,
+                    step0,
+                    w,
+                    self.nw,
+                    self.raws[w],
+                    self.layout,
+                    self.nslots,
+                    self.free[w],
+                    self.queues[w],
+                    self.stop,
+                    loader.variable_rate,
+                ),
                 name=f"tokendrop-data-{w}",
                 daemon=True,
             )
@@ -236,7 +321,8 @@ class _Workers:
         self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.queues, self.stop)
 
     def next(self, convert):
-        """``convert(views)`` of the next batch (views are valid only during the call), or None at the end."""
+        """``convert(views)`` of the next batch (views are valid only during the call), or None at
+        the end."""
         w = self.ordinal % self.nw
         q, p = self.queues[w], self.procs[w]
         while True:
@@ -249,7 +335,9 @@ class _Workers:
                         item = q.get(timeout=0.5)
                         break
                     except queue.Empty:
-                        raise RuntimeError(f"data worker {w} exited unexpectedly (exit code {p.exitcode})") from None
+                        raise RuntimeError(
+                            f"data worker {w} exited unexpectedly (exit code {p.exitcode})"
+                        ) from None
         if isinstance(item, tuple) and item and item[0] == _ERR:
             _, kind, msg, tb = item
             if kind == "DataError":
@@ -296,13 +384,18 @@ class MLMLoader:
         ``set_mask_rate`` last set when it is taken (the consumer's side: exact with workers).
         ``pin_memory``: the batches' tensors in page-locked memory (CUDA is available), so the
         consumer's ``non_blocking`` copies to the GPU are asynchronous."""
-        self.data = PreparedData.open(data) if isinstance(data, (str, os.PathLike)) else data  # or a data mixture
+        self.data = (
+            PreparedData.open(data) if isinstance(data, (str, os.PathLike)) else data
+        )  # or a data mixture
         if split not in ("train", "eval"):
             raise DataError(f"split: expected 'train' or 'eval', got {split!r}")
         if batch_size <= 0:
             raise DataError(f"batch_size: expected a positive integer, got {batch_size}")
         if world_size <= 0 or not 0 <= rank < world_size:
-            raise DataError(f"rank/world_size: expected 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+            raise DataError(
+                f"rank/world_size: expected 0 <= rank < world_size, got rank={rank}, "
+                f"world_size={world_size}"
+            )
         if num_workers < 0:
             raise DataError(f"num_workers: expected >= 0, got {num_workers}")
         self.split = split
@@ -315,9 +408,16 @@ class MLMLoader:
         self.shuffle = bool(shuffle)
         self.loop = bool(loop)
         self.seq_len = self.data.seq_len
-        self.masker = MLMMasker(self.data.special_ids, self.data.vocab(), self.seq_len, mask_prob,
-                                exclude_ids=self.data.special_token_ids())
-        self.masker.vocab_size = self.data.vocab_size  # meta.json's: every batch's ids are checked against it
+        self.masker = MLMMasker(
+            self.data.special_ids,
+            self.data.vocab(),
+            self.seq_len,
+            mask_prob,
+            exclude_ids=self.data.special_token_ids(),
+        )
+        self.masker.vocab_size = (
+            self.data.vocab_size
+        )  # meta.json's: every batch's ids are checked against it
         self.num_slots = self.masker.num_slots
         self.variable_rate = bool(variable_rate)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
@@ -326,13 +426,30 @@ class MLMLoader:
         self._piece_maskers: dict[int, MLMMasker] = {}
         self._domain = _EVAL_DOMAIN if split == "eval" else 0
         N = self.data.num_sequences(split)
-        make_plan = getattr(self.data, "make_plan", None)  # a data mixture (tokendrop.data.mixture) brings its own
-        self._plan = (make_plan(split, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop)
-                      if make_plan else EpochPlan(N, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop))
+        make_plan = getattr(
+            self.data, "make_plan", None
+        )  # a data mixture (tokendrop.data.mixture) brings its own
+        self._plan = (
+            make_plan(
+                split,
+                self.batch_size,
+                self.world_size,
+                self.rank,
+                self.seed,
+                self.shuffle,
+                self.loop,
+            )
+            if make_plan
+            else EpochPlan(
+                N, self.batch_size, self.world_size, self.rank, self.seed, self.shuffle, self.loop
+            )
+        )
         if self.loop and self._plan.steps_per_epoch == 0:
             raise DataError(
-                f"{self.data.path}: the {split} split has {N} sequences, fewer than one global batch of "
-                f"{self._plan.G} ({self.batch_size} per rank x {self.world_size} ranks); expected more data or a smaller batch"
+                f"{self.data.path}: the {split} split has {N} sequences, fewer than one global "
+                "batch of "
+                f"{self._plan.G} ({self.batch_size} per rank x {self.world_size} ranks); expected "
+                "more data or a smaller batch"
             )
         self._epoch = 0
         self._step = 0
@@ -349,7 +466,8 @@ class MLMLoader:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Batches per epoch (loop=True: full global batches; loop=False: the one pass, tail included)."""
+        """Batches per epoch (loop=True: full global batches; loop=False: the one pass, tail
+        included)."""
         return self._plan.steps_per_epoch
 
     def __len__(self) -> int:
@@ -377,7 +495,12 @@ class MLMLoader:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        mine = {"split": self.split, "seed": self.seed, "shuffle": self.shuffle, "num_sequences": self._plan.N}
+        mine = {
+            "split": self.split,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "num_sequences": self._plan.N,
+        }
         for key, value in mine.items():
             if key in state and state[key] != value:
                 raise DataError(
@@ -387,17 +510,27 @@ class MLMLoader:
         self._plan.load_extra_state(state)
         try:
             epoch = int(state["epoch"])
-            consumed = int(state["consumed"]) if "consumed" in state else int(state["position"]) * self._plan.G
+            consumed = (
+                int(state["consumed"])
+                if "consumed" in state
+                else int(state["position"]) * self._plan.G
+            )
         except (KeyError, TypeError, ValueError):
-            raise DataError(f"loader state: expected 'epoch' and 'position' integers, got {state!r}") from None
+            raise DataError(
+                f"loader state: expected 'epoch' and 'position' integers, got {state!r}"
+            ) from None
         if consumed % self._plan.G:
             raise DataError(
-                f"loader state: {consumed} sequences of epoch {epoch} consumed, not a multiple of the global batch "
+                f"loader state: {consumed} sequences of epoch {epoch} consumed, not a multiple of "
+                "the global batch "
                 f"{self._plan.G}; resume with a global batch that divides it"
             )
         step = consumed // self._plan.G
         if self.loop and step >= self._plan.steps_per_epoch:
-            epoch, step = epoch + step // self._plan.steps_per_epoch, step % self._plan.steps_per_epoch
+            epoch, step = (
+                epoch + step // self._plan.steps_per_epoch,
+                step % self._plan.steps_per_epoch,
+            )
         self._epoch, self._step = epoch, step
         self._state_version += 1  # an active iterator restarts its workers from here
         self._resume_pending = True  # loop=False: the next iter() continues from here
@@ -405,10 +538,16 @@ class MLMLoader:
     def set_mask_rate(self, rate: float) -> None:
         """The masking rate of the batches taken from now on (``variable_rate`` loaders only)."""
         if not self.variable_rate:
-            raise DataError("set_mask_rate: this loader masks at a fixed rate (construct it with variable_rate=True)")
+            raise DataError(
+                "set_mask_rate: this loader masks at a fixed rate (construct it with "
+                "variable_rate=True)"
+            )
         if not 0.0 < rate <= self.masker.mask_prob:
-            raise DataError(f"set_mask_rate: expected a rate in (0, {self.masker.mask_prob}] (the loader's mask_prob "
-                            f"sizes the prediction slots), got {rate}")
+            raise DataError(
+                f"set_mask_rate: expected a rate in (0, {self.masker.mask_prob}] (the loader's "
+                "mask_prob "
+                f"sizes the prediction slots), got {rate}"
+            )
         self.mask_rate = float(rate)
 
     @property
@@ -420,9 +559,14 @@ class MLMLoader:
         """The length of the sequences taken from now on: T, or a divisor L of T (packed data only):
         each sequence becomes T/L framed pieces of length L (``tokendrop.data.pieces``)."""
         length = int(length)
-        if length != self.seq_len and (not self.data.packed or length < MIN_PIECE or self.seq_len % length):
-            raise DataError(f"set_seq_len: expected {self.seq_len} or a divisor of it >= {MIN_PIECE} of packed data, "
-                            f"got {length} ({'packed' if self.data.packed else 'unpacked'} data)")
+        if length != self.seq_len and (
+            not self.data.packed or length < MIN_PIECE or self.seq_len % length
+        ):
+            raise DataError(
+                f"set_seq_len: expected {self.seq_len} or a divisor of it >= {MIN_PIECE} of packed "
+                "data, "
+                f"got {length} ({'packed' if self.data.packed else 'unpacked'} data)"
+            )
         self.piece_len = length
 
     def _piece_batch(self, seqs, e: int, s: int) -> dict[str, torch.Tensor]:
@@ -433,8 +577,16 @@ class MLMLoader:
             m.seq_len, m.num_slots = L, num_prediction_slots(L, self.masker.mask_prob)
             self._piece_maskers[L] = m
         m = self._piece_maskers[L]
-        b = self._plan.piece_batch(seqs, e, s, L, m, self.variable_rate, self.data.special_ids["cls"],
-                                   self.data.special_ids["sep"])
+        b = self._plan.piece_batch(
+            seqs,
+            e,
+            s,
+            L,
+            m,
+            self.variable_rate,
+            self.data.special_ids["cls"],
+            self.data.special_ids["sep"],
+        )
         if self.variable_rate:
             b = cut_to_rate(b, self.mask_rate, m.num_slots)
         return self._to_torch(b["input_ids"], b["mlm_positions"], b["mlm_labels"], b["mlm_weights"])
@@ -459,8 +611,13 @@ class MLMLoader:
             "mlm_labels": self._tensor(lab, np.int64),
             "mlm_weights": self._tensor(wts, np.float32),
         }
-        if self.pin_memory and not self.data.packed:  # (packed rows: the trainer does not send them)
-            out["attention_mask"], out["token_type_ids"] = attn.pin_memory(), out["token_type_ids"].pin_memory()
+        if (
+            self.pin_memory and not self.data.packed
+        ):  # (packed rows: the trainer does not send them)
+            out["attention_mask"], out["token_type_ids"] = (
+                attn.pin_memory(),
+                out["token_type_ids"].pin_memory(),
+            )
         return out
 
     def _tensor(self, a, dtype) -> torch.Tensor:
@@ -514,7 +671,9 @@ class MLMLoader:
                     if self.piece_len != self.seq_len:
                         out = self._piece_batch(seqs, e, s)
                     else:
-                        b = self._plan.batch(seqs, e, s, self.masker, self._domain, self.variable_rate)
+                        b = self._plan.batch(
+                            seqs, e, s, self.masker, self._domain, self.variable_rate
+                        )
                         out = self._views_to_torch(b)
                 else:
                     if self._workers is None:
@@ -524,7 +683,10 @@ class MLMLoader:
                         return
                     e, s, out = item
                     if (e, s) != (self._epoch, self._step):  # guards the ordering invariant
-                        raise RuntimeError(f"data workers out of sync: got batch {(e, s)}, expected {(self._epoch, self._step)}")
+                        raise RuntimeError(
+                            f"data workers out of sync: got batch {(e, s)}, expected "
+                            f"{(self._epoch, self._step)}"
+                        )
                     if out is None:
                         out = self._piece_batch(seqs, e, s)
                 self._advance()

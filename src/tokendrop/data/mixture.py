@@ -1,4 +1,5 @@
-"""Data mixtures: several prepared directories sampled with weights (``data.paths`` / ``data.weights``).
+"""Data mixtures: several prepared directories sampled with weights (``data.paths`` /
+``data.weights``).
 
 The standard guard against forgetting in continued pretraining: a domain corpus mixed with a general
 "replay" corpus, e.g. 70/30.  :class:`Mixture` stands in for a :class:`PreparedData` (the loader,
@@ -50,11 +51,21 @@ def _normalised(weights: list[float], k: int) -> np.ndarray:
 
 
 class MixturePlan(EpochPlan):
-    """Which sequences of which source each batch holds (training: weighted i.i.d. draws per slot)."""
+    """Which sequences of which source each batch holds (training: weighted i.i.d. draws per
+    slot)."""
 
-    def __init__(self, sizes: list[int], weights: np.ndarray, B: int, W: int, rank: int, seed: int,
-                 shuffle: bool = True):
-        # N = all sources' sequences: steps_per_epoch is a nominal epoch of the mixture (N // G batches)
+    def __init__(
+        self,
+        sizes: list[int],
+        weights: np.ndarray,
+        B: int,
+        W: int,
+        rank: int,
+        seed: int,
+        shuffle: bool = True,
+    ):
+        # N = all sources' sequences: steps_per_epoch is a nominal epoch of the mixture (N // G
+        # batches)
         super().__init__(int(sum(sizes)), B, W, rank, seed, shuffle, True)
         self.sizes = np.asarray(sizes, np.int64)
         self.weights = weights
@@ -67,8 +78,10 @@ class MixturePlan(EpochPlan):
     def sources(self, lo: int, hi: int) -> np.ndarray:
         """The source of every slot in [lo, hi)."""
         b0, b1 = lo // _BLOCK, (hi - 1) // _BLOCK + 1
-        u = np.concatenate([np.random.default_rng([self.seed, b, _MIX_KEY]).random(_BLOCK) for b in range(b0, b1)])
-        return np.searchsorted(self.cum, u[lo - b0 * _BLOCK: hi - b0 * _BLOCK], side="right")
+        u = np.concatenate(
+            [np.random.default_rng([self.seed, b, _MIX_KEY]).random(_BLOCK) for b in range(b0, b1)]
+        )
+        return np.searchsorted(self.cum, u[lo - b0 * _BLOCK : hi - b0 * _BLOCK], side="right")
 
     def consumed_at(self, n: int) -> np.ndarray:
         """Slots of each source among slots [0, n): counted forward from the last such count (or the
@@ -88,18 +101,25 @@ class MixturePlan(EpochPlan):
         key = (source, epoch)
         if key not in self._perms:
             n = int(self.sizes[source])
-            self._perms = {k: v for k, v in self._perms.items() if k[0] != source or k[1] == epoch - 1}
-            self._perms[key] = (np.random.default_rng([self.seed, epoch, PERM_KEY, 1 + source]).permutation(n)
-                                if self.shuffle else np.arange(n, dtype=np.int64))
+            self._perms = {
+                k: v for k, v in self._perms.items() if k[0] != source or k[1] == epoch - 1
+            }
+            self._perms[key] = (
+                np.random.default_rng([self.seed, epoch, PERM_KEY, 1 + source]).permutation(n)
+                if self.shuffle
+                else np.arange(n, dtype=np.int64)
+            )
         return self._perms[key]
 
     def _draws(self, epoch: int, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """This rank's B slots of batch (epoch, step): each slot's source, that source's epoch, and the
-        position in that epoch's permutation."""
+        """This rank's B slots of batch (epoch, step): each slot's source, that source's epoch, and
+        the position in that epoch's permutation."""
         lo = (epoch * self.steps_per_epoch + step) * self.G + self.rank * self.B
         src = self.sources(lo, lo + self.B)
         onehot = src[:, None] == np.arange(len(self.sizes))
-        within = (np.cumsum(onehot, axis=0) - onehot)[np.arange(self.B), src]  # earlier rows of the same source
+        within = (np.cumsum(onehot, axis=0) - onehot)[
+            np.arange(self.B), src
+        ]  # earlier rows of the same source
         draw = self.consumed_at(lo)[src] + within
         return src, draw // self.sizes[src], draw % self.sizes[src]
 
@@ -110,44 +130,86 @@ class MixturePlan(EpochPlan):
             rows = np.flatnonzero((src == i) & (ep == e))
             yield i, e, rows, self.perm_of(i, e)[pos[rows]]
 
-    def batch(self, seqs: list, epoch: int, step: int, masker, domain: int, ranked: bool) -> dict[str, np.ndarray]:
+    def batch(
+        self, seqs: list, epoch: int, step: int, masker, domain: int, ranked: bool
+    ) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for i, e, rows, idx in self._groups(epoch, step):
-            b = build_batch(seqs[i], idx, masker, self.seed, e, _DOMAIN + 2 * i + domain, ranked=ranked)
+            b = build_batch(
+                seqs[i], idx, masker, self.seed, e, _DOMAIN + 2 * i + domain, ranked=ranked
+            )
             for k, v in b.items():
                 out.setdefault(k, np.zeros((self.B, *v.shape[1:]), v.dtype))[rows] = v
         return out
 
-    def piece_batch(self, seqs: list, epoch: int, step: int, length: int, masker, ranked: bool,
-                    cls_id: int, sep_id: int) -> dict[str, np.ndarray]:
+    def piece_batch(
+        self,
+        seqs: list,
+        epoch: int,
+        step: int,
+        length: int,
+        masker,
+        ranked: bool,
+        cls_id: int,
+        sep_id: int,
+    ) -> dict[str, np.ndarray]:
         """Batch (epoch, step) as framed pieces of ``length``: each slot's sequence cut as a single
-        source's would be (``tokendrop.data.pieces``), its pieces masked in source i's own domain."""
+        source's would be (``tokendrop.data.pieces``), its pieces masked in source i's own
+        domain."""
         n = seqs[0].shape[1] // length
         out: dict[str, np.ndarray] = {}
         for i, e, rows, idx in self._groups(epoch, step):
-            b = piece_batch(seqs[i], idx, length, masker, self.seed, e, PIECE_DOMAIN + length + ((1 + i) << 28),
-                            ranked, cls_id, sep_id)
-            at = (rows[:, None] * n + np.arange(n)).reshape(-1)  # slot r's pieces: rows r n ... r n + n - 1
+            b = piece_batch(
+                seqs[i],
+                idx,
+                length,
+                masker,
+                self.seed,
+                e,
+                PIECE_DOMAIN + length + ((1 + i) << 28),
+                ranked,
+                cls_id,
+                sep_id,
+            )
+            at = (rows[:, None] * n + np.arange(n)).reshape(
+                -1
+            )  # slot r's pieces: rows r n ... r n + n - 1
             for k, v in b.items():
                 out.setdefault(k, np.zeros((self.B * n, *v.shape[1:]), v.dtype))[at] = v
         return out
 
     def extra_state(self, epoch: int, step: int) -> dict[str, Any]:
         n = (epoch * self.steps_per_epoch + step) * self.G
-        return {"epoch": 0, "position": n // self.G, "consumed": n, "mixture_consumed": self.consumed_at(n).tolist(),
-                "mixture_weights": self.weights.tolist(), "mixture_sizes": self.sizes.tolist()}
+        return {
+            "epoch": 0,
+            "position": n // self.G,
+            "consumed": n,
+            "mixture_consumed": self.consumed_at(n).tolist(),
+            "mixture_weights": self.weights.tolist(),
+            "mixture_sizes": self.sizes.tolist(),
+        }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         mine = {"mixture_weights": self.weights.tolist(), "mixture_sizes": self.sizes.tolist()}
         for key, value in mine.items():
             got = state.get(key)
-            if not isinstance(got, list) or len(got) != len(value) or not np.allclose(got, value, rtol=0, atol=1e-12):
-                raise DataError(f"loader state: {key}={state.get(key)!r} does not match this mixture's {value!r}; "
-                                "cannot resume a different mixture (data.paths / data.weights changed)")
+            if (
+                not isinstance(got, list)
+                or len(got) != len(value)
+                or not np.allclose(got, value, rtol=0, atol=1e-12)
+            ):
+                raise DataError(
+                    f"loader state: {key}={state.get(key)!r} does not match this mixture's "
+                    f"{value!r}; "
+                    "cannot resume a different mixture (data.paths / data.weights changed)"
+                )
         counts = np.asarray(state["mixture_consumed"], np.int64)
         if counts.shape != self.sizes.shape or int(counts.sum()) != int(state["consumed"]):
-            raise DataError(f"loader state: mixture_consumed {state['mixture_consumed']!r} does not add up to the "
-                            f"{state['consumed']} slots consumed; the checkpoint is corrupt")
+            raise DataError(
+                f"loader state: mixture_consumed {state['mixture_consumed']!r} does not add up to "
+                "the "
+                f"{state['consumed']} slots consumed; the checkpoint is corrupt"
+            )
         self._base = self._cursor = (int(state["consumed"]), counts)
 
 
@@ -158,19 +220,48 @@ class ConcatPlan(EpochPlan):
         super().__init__(int(sum(sizes)), B, W, rank, seed, shuffle, False)
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
-    def piece_batch(self, seqs: list, epoch: int, step: int, length: int, masker, ranked: bool,
-                    cls_id: int, sep_id: int) -> dict[str, np.ndarray]:
-        raise DataError("set_seq_len: the held-out pass over a mixture runs at full length (the warm-up is for training)")
+    def piece_batch(
+        self,
+        seqs: list,
+        epoch: int,
+        step: int,
+        length: int,
+        masker,
+        ranked: bool,
+        cls_id: int,
+        sep_id: int,
+    ) -> dict[str, np.ndarray]:
+        raise DataError(
+            "set_seq_len: the held-out pass over a mixture runs at full length (the warm-up is for "
+            "training)"
+        )
 
-    def batch(self, seqs: list, epoch: int, step: int, masker, domain: int, ranked: bool) -> dict[str, np.ndarray]:
+    def batch(
+        self, seqs: list, epoch: int, step: int, masker, domain: int, ranked: bool
+    ) -> dict[str, np.ndarray]:
         idx = self.indices(epoch, step)
         home = int(np.argmax(np.diff(self.offsets) > 0)) if self.N else 0
-        out = build_batch(seqs[home], np.full(self.B, -1, np.int64), masker, self.seed, epoch, _DOMAIN, ranked=ranked)
+        out = build_batch(
+            seqs[home],
+            np.full(self.B, -1, np.int64),
+            masker,
+            self.seed,
+            epoch,
+            _DOMAIN,
+            ranked=ranked,
+        )
         for i in range(len(seqs)):
             rows = np.flatnonzero((idx >= self.offsets[i]) & (idx < self.offsets[i + 1]))
             if len(rows):
-                b = build_batch(seqs[i], idx[rows] - self.offsets[i], masker, self.seed, epoch,
-                                _DOMAIN + 2 * i + 1, ranked=ranked)
+                b = build_batch(
+                    seqs[i],
+                    idx[rows] - self.offsets[i],
+                    masker,
+                    self.seed,
+                    epoch,
+                    _DOMAIN + 2 * i + 1,
+                    ranked=ranked,
+                )
                 for k, v in b.items():
                     out[k][rows] = v
         return out
@@ -185,21 +276,28 @@ class Mixture:
         self.weights = _normalised(list(weights or []), len(self.sources))
 
     @classmethod
-    def open(cls, paths: list[str | os.PathLike], weights: list[float] | None = None) -> "Mixture":
-        """Open every directory and check they share the vocabulary, T and packing (one-line DataError
-        naming the directory that differs)."""
+    def open(cls, paths: list[str | os.PathLike], weights: list[float] | None = None) -> Mixture:
+        """Open every directory and check they share the vocabulary, T and packing (one-line
+        DataError naming the directory that differs)."""
         if not paths:
             raise DataError("data.paths: no prepared data directories given")
         sources = [PreparedData.open(p) for p in paths]
         first = sources[0]
         for i, s in enumerate(sources[1:], 1):
-            for what, a, b in (("vocabulary (vocab_hash)", s.vocab_hash, first.vocab_hash),
-                               ("sequence length T", s.seq_len, first.seq_len), ("packing", s.packed, first.packed)):
+            for what, a, b in (
+                ("vocabulary (vocab_hash)", s.vocab_hash, first.vocab_hash),
+                ("sequence length T", s.seq_len, first.seq_len),
+                ("packing", s.packed, first.packed),
+            ):
                 if a != b:
                     show = (lambda v: f"{v[:12]}...") if isinstance(a, str) else repr
-                    raise DataError(f"data.paths[{i}]: {s.path} has another {what} ({show(a)}) than data.paths[0] "
-                                    f"{first.path} ({show(b)}); every source of a mixture must be prepared with the "
-                                    "same tokenizer, --seq-len and packing")
+                    raise DataError(
+                        f"data.paths[{i}]: {s.path} has another {what} ({show(a)}) than "
+                        "data.paths[0] "
+                        f"{first.path} ({show(b)}); every source of a mixture must be prepared "
+                        "with the "
+                        "same tokenizer, --seq-len and packing"
+                    )
             if s.num_sequences("train") == 0:
                 raise DataError(f"data.paths[{i}]: {s.path} has no training sequences")
         if first.num_sequences("train") == 0:
@@ -226,20 +324,31 @@ class Mixture:
         return np.rint(mixed).astype(np.int64)
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"sources": [s.fingerprint() for s in self.sources], "weights": self.weights.tolist()}
+        return {
+            "sources": [s.fingerprint() for s in self.sources],
+            "weights": self.weights.tolist(),
+        }
 
-    def make_plan(self, split: str, B: int, W: int, rank: int, seed: int, shuffle: bool, loop: bool) -> EpochPlan:
+    def make_plan(
+        self, split: str, B: int, W: int, rank: int, seed: int, shuffle: bool, loop: bool
+    ) -> EpochPlan:
         sizes = [s.num_sequences(split) for s in self.sources]
         if loop:
             return MixturePlan(sizes, self.weights, B, W, rank, seed, shuffle)
         return ConcatPlan(sizes, B, W, rank, seed, shuffle)
 
     def describe(self) -> list[dict[str, Any]]:
-        return [{"path": s.path, "weight": float(w), "train_sequences": s.num_sequences("train")}
-                for s, w in zip(self.sources, self.weights)]
+        return [
+            {"path": s.path, "weight": float(w), "train_sequences": s.num_sequences("train")}
+            for s, w in zip(self.sources, self.weights)
+        ]
 
     def __repr__(self) -> str:
-        return "Mixture(" + ", ".join(f"{s.path!r}: {w:.3g}" for s, w in zip(self.sources, self.weights)) + ")"
+        return (
+            "Mixture("
+            + ", ".join(f"{s.path!r}: {w:.3g}" for s, w in zip(self.sources, self.weights))
+            + ")"
+        )
 
 
 def realised(state: dict[str, Any]) -> dict[str, float]:

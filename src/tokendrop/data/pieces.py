@@ -40,17 +40,37 @@ def piece_keys(indices: np.ndarray, seq_len: int, length: int) -> np.ndarray:
     """The generator index of each piece: sequence index x T/L + piece number (row order of
     ``frame_pieces``)."""
     n = seq_len // length
-    return (np.asarray(indices, np.int64)[:, None] * n + np.arange(n, dtype=np.int64)[None, :]).reshape(-1)
+    return (
+        np.asarray(indices, np.int64)[:, None] * n + np.arange(n, dtype=np.int64)[None, :]
+    ).reshape(-1)
 
 
-def piece_batch(seqs: np.ndarray, indices: np.ndarray, length: int, masker: MLMMasker, seed: int, epoch: int,
-                domain: int, ranked: bool, cls_id: int, sep_id: int) -> dict[str, np.ndarray]:
+def piece_batch(
+    seqs: np.ndarray,
+    indices: np.ndarray,
+    length: int,
+    masker: MLMMasker,
+    seed: int,
+    epoch: int,
+    domain: int,
+    ranked: bool,
+    cls_id: int,
+    sep_id: int,
+) -> dict[str, np.ndarray]:
     """The numpy batch of the sequences ``seqs[indices]`` (N, T) as framed pieces of ``length``
     (B T/L rows, sequence r's pieces in rows r T/L ...), masked on the pieces by ``masker`` (sized
     for ``length``), piece j of sequence i with the generator key i T/L + j in ``domain``."""
     rows = frame_pieces(np.asarray(seqs[indices]), length, cls_id, sep_id)
-    return build_batch(rows, np.arange(len(rows)), masker, seed, epoch, domain, ranked=ranked,
-                       keys=piece_keys(indices, seqs.shape[1], length))
+    return build_batch(
+        rows,
+        np.arange(len(rows)),
+        masker,
+        seed,
+        epoch,
+        domain,
+        ranked=ranked,
+        keys=piece_keys(indices, seqs.shape[1], length),
+    )
 
 
 __all__ = ["frame_pieces", "piece_keys", "piece_batch", "PIECE_DOMAIN", "MIN_PIECE"]

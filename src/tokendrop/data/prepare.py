@@ -5,8 +5,9 @@ A prepared directory (written by :func:`prepare`, read by :class:`PreparedData`)
     meta.json            metadata (written last; its presence marks the directory complete)
     train.bin, eval.bin  token ids, shape (num_sequences, T), uint16 (vocab <= 65536) else uint32,
                          C order, no header -- open with np.memmap
-    token_counts.npy     int64 (vocab_size,): how often each id occurs in the train split's documents
-    tokenizer.json, vocab.txt, tokenizer_config.json   the tokenizer (see tokenizer.py); with
+    token_counts.npy     int64 (vocab_size,): how often each id occurs in the train split's
+    documents tokenizer.json, vocab.txt, tokenizer_config.json   the tokenizer (see tokenizer.py);
+    with
                          ``tokenizer=DIR`` the source's own files, byte for byte (tokenizer.json,
                          vocab.txt, tokenizer_config.json, special_tokens_map.json, those present),
                          plus vocab.txt / tokenizer_config.json derived from tokenizer.json when the
@@ -19,8 +20,8 @@ sha256 of vocab.txt for BERT WordPiece, of tokenizer.json for a tokenizer used a
 ``meta["vocab_size"]`` is the size of the id space the data is for: the tokenizer's ids, or, when
 ``tokenizer=DIR`` is a tokenizer.json used as it is in a model directory whose config.json declares
 a larger ``vocab_size`` (ModernBERT pads its embedding to a multiple of 64: 50368 rows for 50285
-tokenizer ids), that size, so the data matches the model's embedding (``meta["tokenizer"]["num_ids"]``
-keeps the tokenizer's count).
+tokenizer ids), that size, so the data matches the model's embedding
+(``meta["tokenizer"]["num_ids"]`` keeps the tokenizer's count).
 
 Sequences (docs/design.md §2.4):
 
@@ -68,34 +69,31 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
+from collections.abc import Iterable
 from importlib.metadata import version
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
+from tqdm.auto import tqdm
 
-from tokendrop.runs import rundir
-from tokendrop.runs.files import atomic_directory, atomic_write_json, os_error_fix
-from tokendrop.errors import DataError
-from tokendrop.runs.files import read_json
+from tokendrop.data.corpus import HF, finish, iter_raw, resolve_corpus
 from tokendrop.data.prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
 from tokendrop.data.shards import (
-    TokenCounter,
     PackedWriter,
     ShardWriter,
+    TokenCounter,
     UnpackedWriter,
     choose_eval_docs,
     dtype_for,
 )
-from tokendrop.data.corpus import HF, finish, iter_raw, resolve_corpus
-from tokendrop.data.units import WorkDir, plan_units, run_units, work_key
-from tokendrop.errors import check_arg, check_path_arg
 from tokendrop.data.tokenizer import (
     SPECIAL_KEYS,
     TokenizerSpec,
-    guess_lowercase,
     build_tokenizer,
+    guess_lowercase,
     is_lowercase,
     num_ids,
     read_tokenizer_spec,
@@ -108,39 +106,62 @@ from tokendrop.data.tokenizer import (
     vocab_sha256,
     write_tokenizer_config,
 )
-import shutil
-from tqdm.auto import tqdm
+from tokendrop.data.units import WorkDir, plan_units, run_units, work_key
+from tokendrop.errors import DataError, check_arg, check_path_arg
+from tokendrop.runs import rundir
+from tokendrop.runs.files import atomic_directory, atomic_write_json, os_error_fix, read_json
+
 # ----------------------------------------------------------------------------------------------
 # prepare
 
 
-def _pretrained_tokenizer(directory: str | os.PathLike, seq_len: int) -> tuple[TokenizerSpec, Any, dict]:
-    """A checkpoint's tokenizer directory (or a tokenizer.json / vocab.txt in one) -> (spec, tokenizer,
-    meta["tokenizer"] fields); all checks up front."""
+def _pretrained_tokenizer(
+    directory: str | os.PathLike, seq_len: int
+) -> tuple[TokenizerSpec, Any, dict]:
+    """A checkpoint's tokenizer directory (or a tokenizer.json / vocab.txt in one) -> (spec,
+    tokenizer, meta["tokenizer"] fields); all checks up front."""
     d = os.fspath(directory)
     if not os.path.exists(d):
-        raise DataError(f"{d}: no such directory; --tokenizer expects a tokenizer directory (tokenizer.json, or "
-                        "vocab.txt + tokenizer_config.json)")
+        raise DataError(
+            f"{d}: no such directory; --tokenizer expects a tokenizer directory (tokenizer.json, "
+            "or "
+            "vocab.txt + tokenizer_config.json)"
+        )
     spec = read_tokenizer_spec(d)
     if spec.lowercase is None:  # a bare vocab.txt: the casing would be a guess
-        raise DataError(f"{spec.vocab_source}: no tokenizer_config.json beside it, so the casing (do_lower_case) is "
-                        "unknown; add one, or use --vocab FILE with --lowercase/--no-lowercase")
+        raise DataError(
+            f"{spec.vocab_source}: no tokenizer_config.json beside it, so the casing "
+            "(do_lower_case) is "
+            "unknown; add one, or use --vocab FILE with --lowercase/--no-lowercase"
+        )
     tok = tokenizer_from_spec(spec)
     if spec.model_max_length is not None and seq_len > spec.model_max_length:
-        raise DataError(f"seq_len: T={seq_len} is longer than {spec.config_file}'s model_max_length="
-                        f"{spec.model_max_length}; expected T <= {spec.model_max_length}")
+        raise DataError(
+            f"seq_len: T={seq_len} is longer than {spec.config_file}'s model_max_length="
+            f"{spec.model_max_length}; expected T <= {spec.model_max_length}"
+        )
     src_vocab = os.path.join(spec.directory, "vocab.txt")
     if spec.backend == "bert" and os.path.isfile(src_vocab):
-        # the prepared directory's vocab_hash, the masker's vocabulary and an export all take vocab.txt:
-        # it must list exactly the tokenizer's ids (AutoTokenizer itself reads tokenizer.json when present)
+        # the prepared directory's vocab_hash, the masker's vocabulary and an export all take
+        # vocab.txt: it must list exactly the tokenizer's ids (AutoTokenizer itself reads
+        # tokenizer.json when present)
         have, want = read_vocab(src_vocab, specials=spec.special_tokens.values()), vocab_list(tok)
         if have != want:
-            i = next((i for i, (a, b) in enumerate(zip(have, want)) if a != b), min(len(have), len(want)))
+            i = next(
+                (i for i, (a, b) in enumerate(zip(have, want)) if a != b), min(len(have), len(want))
+            )
             got = repr(have[i]) if i < len(have) else "end of file"
             exp = repr(want[i]) if i < len(want) else "end of vocabulary"
-            what = "tokenizer.json" if spec.vocab_source.endswith(".json") else "the tokenizer (with its added tokens)"
-            raise DataError(f"{src_vocab}: differs from {what} at id {i} ({got} vs {exp}); remove or regenerate "
-                            "vocab.txt so that both list the same tokens")
+            what = (
+                "tokenizer.json"
+                if spec.vocab_source.endswith(".json")
+                else "the tokenizer (with its added tokens)"
+            )
+            raise DataError(
+                f"{src_vocab}: differs from {what} at id {i} ({got} vs {exp}); remove or "
+                "regenerate "
+                "vocab.txt so that both list the same tokens"
+            )
     source = {
         "type": "pretrained",
         **spec.describe(),
@@ -151,8 +172,8 @@ def _pretrained_tokenizer(directory: str | os.PathLike, seq_len: int) -> tuple[T
 
 
 def _model_vocab_size(spec: TokenizerSpec, directory: str | os.PathLike, n_ids: int) -> int:
-    """The id space prepared data is for: the tokenizer's ``n_ids``, or, for a tokenizer.json used as
-    it is, a larger ``vocab_size`` that the model directory's config.json declares (an embedding
+    """The id space prepared data is for: the tokenizer's ``n_ids``, or, for a tokenizer.json used
+    as it is, a larger ``vocab_size`` that the model directory's config.json declares (an embedding
     padded past the tokenizer, as ModernBERT's); a config.json declaring fewer rows than that
     tokenizer has ids is a DataError.  BERT WordPiece data keeps the tokenizer's size, as always
     (``pretrain --init`` compares it with the model's)."""
@@ -164,19 +185,21 @@ def _model_vocab_size(spec: TokenizerSpec, directory: str | os.PathLike, n_ids: 
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         return n_ids
     if v < n_ids:
-        raise DataError(f"{mc_path}: vocab_size {v} is smaller than the {n_ids} ids of the tokenizer "
-                        f"({spec.vocab_source}); the model cannot embed every token, expected a tokenizer and "
-                        "a model that belong together")
+        raise DataError(
+            f"{mc_path}: vocab_size {v} is smaller than the {n_ids} ids of the tokenizer "
+            f"({spec.vocab_source}); the model cannot embed every token, expected a tokenizer and "
+            "a model that belong together"
+        )
     return v
 
 
 def _copy_pretrained_tokenizer(spec: TokenizerSpec, tok, dst: str) -> tuple[list[str], list[str]]:
     """Copy the source's tokenizer files unchanged into ``dst``; write vocab.txt (from the
     tokenizer; BERT WordPiece only) and tokenizer_config.json (the settings the source declares
-    elsewhere: tokenizer.json's normalizer, config.json's BERT defaults, or the special-token names of
-    a tokenizer.json used as it is) when the source lacks them, so the directory exports and reloads
-    as the same tokenizer.  A tokenizer.json used as it is takes no vocab.txt (a source's one, which
-    nothing reads, is not copied).  -> (files present, files generated)."""
+    elsewhere: tokenizer.json's normalizer, config.json's BERT defaults, or the special-token names
+    of a tokenizer.json used as it is) when the source lacks them, so the directory exports and
+    reloads as the same tokenizer.  A tokenizer.json used as it is takes no vocab.txt (a source's
+    one, which nothing reads, is not copied).  -> (files present, files generated)."""
     copied = [n for n in spec.files if spec.backend == "bert" or n != "vocab.txt"]
     for name in copied:
         shutil.copyfile(os.path.join(spec.directory, name), os.path.join(dst, name))
@@ -188,8 +211,11 @@ def _copy_pretrained_tokenizer(spec: TokenizerSpec, tok, dst: str) -> tuple[list
     if "tokenizer_config.json" not in spec.files:
         write_tokenizer_config(spec, dst)
         generated.append("tokenizer_config.json")
-    files = [n for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-             if n in copied or n in generated]
+    files = [
+        n
+        for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+        if n in copied or n in generated
+    ]
     return files, generated
 
 
@@ -228,10 +254,11 @@ def prepare(
     packed: pack documents into full sequences (default) or one padded segment per sequence.
     eval_fraction: share of the tokens held out as the eval split (whole documents).
     workers: parallelism (default: the number of cores).  1: everything in this process.  More:
-        ``workers`` processes tokenize the corpus's work units (:mod:`.units`), each reading its own;
-        the output is the same byte for byte for any number.
+        ``workers`` processes tokenize the corpus's work units (:mod:`.units`), each reading its
+        own; the output is the same byte for byte for any number.
     overflow: unpacked only -- ``split`` long documents over several sequences or ``truncate`` them.
-    overwrite: replace an existing ``out_dir`` (only once the new one is complete), and only prepared
+    overwrite: replace an existing ``out_dir`` (only once the new one is complete), and only
+    prepared
         data tokendrop wrote (its ``.tokendrop.json`` marker) that holds none of the inputs; without
         it a non-empty ``out_dir`` is refused.  A file is never replaced.
     seed: seed of the eval-document selection.
@@ -242,11 +269,20 @@ def prepare(
     complete; an interrupted call, repeated, continues from them (:mod:`.units`).
 
     Raises DataError (nothing is left behind) for a missing path, empty corpus, binary or non-UTF-8
-    input, a vocab without [PAD]/[UNK]/[CLS]/[SEP]/[MASK], or T outside [8, max_position_embeddings].
-    """
-    check_arg("prepare", "corpus_paths", corpus_paths, (), "a path or a list of paths (files, directories, globs, "
-              "hf: specs)", valid=isinstance(corpus_paths, (str, os.PathLike)) or (
-                  isinstance(corpus_paths, (list, tuple)) and all(isinstance(c, (str, os.PathLike)) for c in corpus_paths)))
+    input, a vocab without [PAD]/[UNK]/[CLS]/[SEP]/[MASK], or T outside [8,
+    max_position_embeddings]."""
+    check_arg(
+        "prepare",
+        "corpus_paths",
+        corpus_paths,
+        (),
+        "a path or a list of paths (files, directories, globs, hf: specs)",
+        valid=isinstance(corpus_paths, (str, os.PathLike))
+        or (
+            isinstance(corpus_paths, (list, tuple))
+            and all(isinstance(c, (str, os.PathLike)) for c in corpus_paths)
+        ),
+    )
     check_path_arg("prepare", "out_dir", out_dir)
     check_arg("prepare", "seq_len", seq_len, int, "an int (the sequence length T)")
     for name, v in (("vocab", vocab), ("tokenizer", tokenizer)):
@@ -258,30 +294,73 @@ def prepare(
         return _prepare(**args)
 
 
-def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packed, eval_fraction, workers,
-             max_position_embeddings, progress, text_field, overflow, overwrite, seed, min_frequency, tokenizer,
-             unit_bytes) -> dict:
+def _prepare(
+    corpus_paths,
+    out_dir,
+    seq_len,
+    vocab,
+    vocab_size,
+    lowercase,
+    packed,
+    eval_fraction,
+    workers,
+    max_position_embeddings,
+    progress,
+    text_field,
+    overflow,
+    overwrite,
+    seed,
+    min_frequency,
+    tokenizer,
+    unit_bytes,
+) -> dict:
     """:func:`prepare` under the output's lock: check the arguments, resolve the inputs and the
     tokenizer (all before anything is written), tokenize the work units, write the shards, the
     tokenizer files, token counts and meta.json into a temporary directory that is then published,
     remove the work units; -> the summary."""
     t_start = time.time()
     out_dir = os.path.abspath(os.fspath(out_dir))
-    seq_len, lowercase, workers = _check_arguments(seq_len, max_position_embeddings, vocab, vocab_size, lowercase,
-                                                   tokenizer, eval_fraction, overflow, workers)
-    # refused: a file or link, a non-empty directory without overwrite, with overwrite one that is not
-    # prepared data tokendrop wrote or that holds an input (checked again once the inputs are resolved)
-    rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[vocab, tokenizer], error=DataError)
+    seq_len, lowercase, workers = _check_arguments(
+        seq_len,
+        max_position_embeddings,
+        vocab,
+        vocab_size,
+        lowercase,
+        tokenizer,
+        eval_fraction,
+        overflow,
+        workers,
+    )
+    # refused: a file or link, a non-empty directory without overwrite, with overwrite one that is
+    # not prepared data tokendrop wrote or that holds an input (checked again once the inputs are
+    # resolved)
+    rundir.prepare_output(
+        out_dir, "prepared", overwrite, inputs=[vocab, tokenizer], error=DataError
+    )
     sources = _resolve_sources(corpus_paths, text_field, unit_bytes, out_dir, overwrite)
     warnings: list[str] = []
     work_path = out_dir + ".partial"
-    tok, tok_meta, V, key = _resolve_tokenizer(tokenizer, vocab, vocab_size, lowercase, min_frequency, seq_len,
-                                               sources, text_field, work_path, overwrite, progress, warnings)
+    tok, tok_meta, V, key = _resolve_tokenizer(
+        tokenizer,
+        vocab,
+        vocab_size,
+        lowercase,
+        min_frequency,
+        seq_len,
+        sources,
+        text_field,
+        work_path,
+        overwrite,
+        progress,
+        warnings,
+    )
     ids = special_ids(tok, tok_meta["names"])
     dtype = dtype_for(V)
     key = key or work_key(sources, text_field, tok=tok, dtype=dtype)
     plan = lambda: plan_units(sources, text_field, unit_bytes)  # noqa: E731
-    with _work_units(work_path, key, plan, overwrite, dtype, tok, vocab_size is not None, out_dir) as work:
+    with _work_units(
+        work_path, key, plan, overwrite, dtype, tok, vocab_size is not None, out_dir
+    ) as work:
         t0 = time.time()
         infos = run_units(work, sources, tok, dtype, workers, text_field, progress)
         t_tok = time.time() - t0
@@ -289,19 +368,51 @@ def _prepare(corpus_paths, out_dir, seq_len, vocab, vocab_size, lowercase, packe
         with atomic_directory(out_dir, prefix=os.path.basename(out_dir) + ".tmp-") as tmp_dir:
             tmp = str(tmp_dir)
             rundir.write_marker(tmp_dir, "prepared")
-            split_meta, counter = _write_shards(work, infos, tmp, seq_len, packed, overflow, ids, dtype, V,
-                                                float(eval_fraction), seed)
-            settings = {"seq_len": seq_len, "packed": bool(packed), "overflow": overflow, "dtype": dtype, "V": V,
-                        "ids": ids, "eval_fraction": float(eval_fraction), "seed": int(seed), "workers": workers,
-                        "max_position_embeddings": int(max_position_embeddings), "units": len(work.units),
-                        "unit_sources": [u.source for u in work.units],
-                        "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)}}
-            meta = _write_meta(tmp, tok, tok_meta, split_meta, counter, infos, sources, warnings, settings)
+            split_meta, counter = _write_shards(
+                work,
+                infos,
+                tmp,
+                seq_len,
+                packed,
+                overflow,
+                ids,
+                dtype,
+                V,
+                float(eval_fraction),
+                seed,
+            )
+            settings = {
+                "seq_len": seq_len,
+                "packed": bool(packed),
+                "overflow": overflow,
+                "dtype": dtype,
+                "V": V,
+                "ids": ids,
+                "eval_fraction": float(eval_fraction),
+                "seed": int(seed),
+                "workers": workers,
+                "max_position_embeddings": int(max_position_embeddings),
+                "units": len(work.units),
+                "unit_sources": [u.source for u in work.units],
+                "seconds": {"tokenize": round(t_tok, 3), "total": round(time.time() - t_start, 3)},
+            }
+            meta = _write_meta(
+                tmp, tok, tok_meta, split_meta, counter, infos, sources, warnings, settings
+            )
     return _summary(out_dir, seq_len, packed, V, meta, warnings, time.time() - t_start)
 
 
-def _check_arguments(seq_len, max_position_embeddings, vocab, vocab_size, lowercase, tokenizer, eval_fraction,
-                     overflow, workers) -> tuple[int, bool | None, int]:
+def _check_arguments(
+    seq_len,
+    max_position_embeddings,
+    vocab,
+    vocab_size,
+    lowercase,
+    tokenizer,
+    eval_fraction,
+    overflow,
+    workers,
+) -> tuple[int, bool | None, int]:
     """:func:`prepare`'s arguments checked (DataError naming the first bad one) -> (seq_len as an
     int, lowercase with its default: True unless a tokenizer directory decides, workers with its
     default: the number of cores)."""
@@ -310,22 +421,35 @@ def _check_arguments(seq_len, max_position_embeddings, vocab, vocab_size, lowerc
     seq_len = int(seq_len)
     if seq_len > max_position_embeddings:
         raise DataError(
-            f"seq_len: T={seq_len} is larger than the model's max_position_embeddings={max_position_embeddings}; "
+            f"seq_len: T={seq_len} is larger than the model's "
+            f"max_position_embeddings={max_position_embeddings}; "
             f"expected T <= {max_position_embeddings}"
         )
     if seq_len < 8:
         raise DataError(f"seq_len: expected T >= 8, got {seq_len}")
     if tokenizer is not None and (vocab is not None or vocab_size is not None):
-        raise DataError("tokenizer: give a tokenizer directory (--tokenizer) or a vocab.txt (--vocab) or a size to train "
-                        "one (--vocab-size), only one of them")
+        raise DataError(
+            "tokenizer: give a tokenizer directory (--tokenizer) or a vocab.txt (--vocab) or a "
+            "size to train "
+            "one (--vocab-size), only one of them"
+        )
     if tokenizer is not None and lowercase is not None:
-        raise DataError(f"lowercase: with a tokenizer directory ({os.fspath(tokenizer)}) its tokenizer_config.json "
-                        "decides the casing (do_lower_case); drop --lowercase/--no-lowercase")
+        raise DataError(
+            f"lowercase: with a tokenizer directory ({os.fspath(tokenizer)}) its "
+            "tokenizer_config.json "
+            "decides the casing (do_lower_case); drop --lowercase/--no-lowercase"
+        )
     if vocab is not None and vocab_size is not None:
-        raise DataError("vocab/vocab_size: give either a vocab.txt (--vocab) or a size to train one (--vocab-size), not both")
+        raise DataError(
+            "vocab/vocab_size: give either a vocab.txt (--vocab) or a size to train one "
+            "(--vocab-size), not both"
+        )
     if tokenizer is None and vocab is None and vocab_size is None:
-        raise DataError("vocab/vocab_size: expected a vocab.txt (--vocab FILE), a vocabulary size to train (--vocab-size N) "
-                        "or a checkpoint's tokenizer directory (--tokenizer DIR)")
+        raise DataError(
+            "vocab/vocab_size: expected a vocab.txt (--vocab FILE), a vocabulary size to train "
+            "(--vocab-size N) "
+            "or a checkpoint's tokenizer directory (--tokenizer DIR)"
+        )
     lowercase = True if lowercase is None and tokenizer is None else lowercase
     if vocab_size is not None and (isinstance(vocab_size, bool) or int(vocab_size) < 100):
         raise DataError(f"vocab_size: expected an integer >= 100, got {vocab_size!r}")
@@ -337,21 +461,44 @@ def _check_arguments(seq_len, max_position_embeddings, vocab, vocab_size, lowerc
     return seq_len, lowercase, workers
 
 
-def _resolve_sources(corpus_paths, text_field: str, unit_bytes, out_dir: str, overwrite: bool) -> list:
+def _resolve_sources(
+    corpus_paths, text_field: str, unit_bytes, out_dir: str, overwrite: bool
+) -> list:
     """The corpus's sources (:func:`.corpus.resolve_corpus`), after checking ``unit_bytes``; the
     output is refused if it holds one of them."""
-    if unit_bytes is not None and (isinstance(unit_bytes, bool) or not isinstance(unit_bytes, (int, np.integer))
-                                   or unit_bytes < 1):
-        raise DataError(f"unit_bytes: expected a positive number of bytes per work unit, got {unit_bytes!r}")
+    if unit_bytes is not None and (
+        isinstance(unit_bytes, bool)
+        or not isinstance(unit_bytes, (int, np.integer))
+        or unit_bytes < 1
+    ):
+        raise DataError(
+            f"unit_bytes: expected a positive number of bytes per work unit, got {unit_bytes!r}"
+        )
     sources = resolve_corpus(corpus_paths, text_field)
-    rundir.prepare_output(out_dir, "prepared", overwrite, inputs=[s.path for s in sources if s.fmt != HF],
-                          error=DataError)
+    rundir.prepare_output(
+        out_dir,
+        "prepared",
+        overwrite,
+        inputs=[s.path for s in sources if s.fmt != HF],
+        error=DataError,
+    )
     return sources
 
 
-def _resolve_tokenizer(tokenizer, vocab, vocab_size, lowercase, min_frequency, seq_len, sources, text_field: str,
-                       work_path: str, overwrite: bool, progress: bool,
-                       warnings: list[str]) -> tuple[Any, dict, int, Any]:
+def _resolve_tokenizer(
+    tokenizer,
+    vocab,
+    vocab_size,
+    lowercase,
+    min_frequency,
+    seq_len,
+    sources,
+    text_field: str,
+    work_path: str,
+    overwrite: bool,
+    progress: bool,
+    warnings: list[str],
+) -> tuple[Any, dict, int, Any]:
     """The tokenizer the corpus is cut with: a checkpoint's tokenizer directory, a vocab.txt, or one
     trained on the corpus -> (tokenizer, the ``tok_meta`` of :func:`_write_meta`, V: the size of the
     data's id space, the work key of a trained tokenizer or None).  Appends to ``warnings``."""
@@ -364,57 +511,114 @@ def _resolve_tokenizer(tokenizer, vocab, vocab_size, lowercase, min_frequency, s
     elif vocab is not None:
         tok, tok_source = _vocab_tokenizer(vocab, lowercase, warnings)
     else:
-        tok, tok_source, key = _trained_tokenizer(sources, text_field, vocab_size, lowercase, min_frequency,
-                                                  work_path, overwrite, progress)
+        tok, tok_source, key = _trained_tokenizer(
+            sources,
+            text_field,
+            vocab_size,
+            lowercase,
+            min_frequency,
+            work_path,
+            overwrite,
+            progress,
+        )
     n_ids = num_ids(tok)
     V = n_ids if spec is None else _model_vocab_size(spec, tokenizer, n_ids)
-    if spec is None and vocab is None and V < int(vocab_size):  # the corpus has fewer distinct pieces
-        warnings.append(f"vocab_size: the corpus supports only {V} word pieces; trained a vocabulary of {V}, "
-                        f"not the {int(vocab_size)} asked for (model.vocab_size comes from the data)")
+    if (
+        spec is None and vocab is None and V < int(vocab_size)
+    ):  # the corpus has fewer distinct pieces
+        warnings.append(
+            f"vocab_size: the corpus supports only {V} word pieces; trained a vocabulary of {V}, "
+            f"not the {int(vocab_size)} asked for (model.vocab_size comes from the data)"
+        )
     backend = spec.backend if spec is not None else "bert"
-    tok_meta = {"spec": spec, "source": tok_source, "backend": backend, "n_ids": n_ids, "names": names}
+    tok_meta = {
+        "spec": spec,
+        "source": tok_source,
+        "backend": backend,
+        "n_ids": n_ids,
+        "names": names,
+    }
     return tok, tok_meta, V, key
 
 
 def _vocab_tokenizer(vocab, lowercase, warnings: list[str]) -> tuple[Any, dict]:
-    """A BERT WordPiece tokenizer on ``vocab`` (a vocab.txt) -> (tokenizer, meta["tokenizer"] fields);
-    warns when the vocabulary's casing looks unlike ``lowercase``."""
+    """A BERT WordPiece tokenizer on ``vocab`` (a vocab.txt) -> (tokenizer, meta["tokenizer"]
+    fields); warns when the vocabulary's casing looks unlike ``lowercase``."""
     tok = build_tokenizer(vocab, lowercase=lowercase)
     if guess_lowercase(read_vocab(vocab)) != bool(lowercase):
         warnings.append(
-            f"{vocab}: the vocabulary looks {'uncased' if lowercase is False else 'cased'} but lowercase={lowercase}; "
+            f"{vocab}: the vocabulary looks {'uncased' if lowercase is False else 'cased'} but "
+            f"lowercase={lowercase}; "
             "check --lowercase/--no-lowercase"
         )
-    source = {"type": "vocab", "vocab_file": os.path.abspath(os.fspath(vocab)), "vocab_file_sha256": vocab_sha256(vocab)}
+    source = {
+        "type": "vocab",
+        "vocab_file": os.path.abspath(os.fspath(vocab)),
+        "vocab_file_sha256": vocab_sha256(vocab),
+    }
     return tok, source
 
 
-def _trained_tokenizer(sources, text_field: str, vocab_size, lowercase, min_frequency, work_path: str,
-                       overwrite: bool, progress: bool) -> tuple[Any, dict, dict]:
+def _trained_tokenizer(
+    sources,
+    text_field: str,
+    vocab_size,
+    lowercase,
+    min_frequency,
+    work_path: str,
+    overwrite: bool,
+    progress: bool,
+) -> tuple[Any, dict, dict]:
     """A WordPiece tokenizer trained on the corpus, or the one an interrupted run trained (kept in
     its work directory) -> (tokenizer, meta["tokenizer"] fields, work key)."""
-    source = {"type": "trained", "vocab_size_requested": int(vocab_size), "min_frequency": min_frequency}
-    trained = {"vocab_size": int(vocab_size), "lowercase": bool(lowercase), "min_frequency": int(min_frequency)}
+    source = {
+        "type": "trained",
+        "vocab_size_requested": int(vocab_size),
+        "min_frequency": min_frequency,
+    }
+    trained = {
+        "vocab_size": int(vocab_size),
+        "lowercase": bool(lowercase),
+        "min_frequency": int(min_frequency),
+    }
     key = work_key(sources, text_field, trained=trained)
     plan = WorkDir.check(work_path, key, overwrite)
     saved = WorkDir.saved_tokenizer(work_path) if plan is not None else None
-    tok = Tokenizer.from_str(saved) if saved else _train(sources, text_field, vocab_size, lowercase, min_frequency,
-                                                         progress)
+    tok = (
+        Tokenizer.from_str(saved)
+        if saved
+        else _train(sources, text_field, vocab_size, lowercase, min_frequency, progress)
+    )
     return tok, source, key
 
 
 @contextlib.contextmanager
-def _work_units(work_path: str, key: dict, make_plan, overwrite: bool, dtype: np.dtype, tok, keep_tokenizer: bool,
-                out_dir: str):
+def _work_units(
+    work_path: str,
+    key: dict,
+    make_plan,
+    overwrite: bool,
+    dtype: np.dtype,
+    tok,
+    keep_tokenizer: bool,
+    out_dir: str,
+):
     """The work directory (:meth:`.units.WorkDir.open`; a trained tokenizer kept beside the units
     when ``keep_tokenizer``), removed once the block completes.  On bad input (DataError) or a disk
     error (an OSError, raised as a DataError naming the file) inside the block it is removed if
-    this call created it; on Ctrl-C it is kept (the KeyboardInterrupt says where) to continue from."""
+    this call created it; on Ctrl-C it is kept (the KeyboardInterrupt says where) to continue
+    from."""
     work = None
     created = False
     try:
-        work, created = WorkDir.open(work_path, key, make_plan, overwrite, dtype,
-                                     tokenizer_json=tok.to_str() if keep_tokenizer else None)
+        work, created = WorkDir.open(
+            work_path,
+            key,
+            make_plan,
+            overwrite,
+            dtype,
+            tokenizer_json=tok.to_str() if keep_tokenizer else None,
+        )
         yield work
     except DataError:
         if created:  # bad input found while tokenizing: nothing is left behind
@@ -423,11 +627,17 @@ def _work_units(work_path: str, key: dict, make_plan, overwrite: bool, dtype: np
     except OSError as e:  # disk full, permissions, ...: a data problem for the user, not a crash
         if created:
             work.remove()
-        raise DataError(f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was written "
-                        f"({os_error_fix(e)})") from e
+        raise DataError(
+            f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was "
+            "written "
+            f"({os_error_fix(e)})"
+        ) from e
     except KeyboardInterrupt as e:
         if work is not None and os.path.isdir(work.path):
-            e.kept = f"the finished work units are kept in {work.path}: run the same command again to continue"
+            e.kept = (
+                f"the finished work units are kept in {work.path}: run the same command again "
+                "to continue"
+            )
         raise
     work.remove()
 
@@ -436,10 +646,14 @@ def _check_some_text(infos: list[dict], sources) -> None:
     """DataError when the work units hold no document."""
     if sum(i["documents"] for i in infos) == 0:
         some = ", ".join(s.path for s in sources[:3]) + (" ..." if len(sources) > 3 else "")
-        raise DataError(f"corpus: no text found in {some}; expected at least one non-empty document")
+        raise DataError(
+            f"corpus: no text found in {some}; expected at least one non-empty document"
+        )
 
 
-def _summary(out_dir: str, seq_len: int, packed, V: int, meta: dict, warnings: list[str], seconds: float) -> dict:
+def _summary(
+    out_dir: str, seq_len: int, packed, V: int, meta: dict, warnings: list[str], seconds: float
+) -> dict:
     """:func:`prepare`'s return value, from the written ``meta``."""
     split_meta = meta["splits"]
     return {
@@ -462,19 +676,42 @@ def _summary(out_dir: str, seq_len: int, packed, V: int, meta: dict, warnings: l
     }
 
 
-def _train(sources, text_field: str, vocab_size: int, lowercase: bool, min_frequency: int, progress: bool):
+def _train(
+    sources, text_field: str, vocab_size: int, lowercase: bool, min_frequency: int, progress: bool
+):
     """A WordPiece vocabulary trained on the corpus (one pass over it, in this process)."""
-    bar = tqdm(total=sum(s.size for s in sources) or None, unit="B", unit_scale=True, desc="train vocab",
-               disable=not progress, dynamic_ncols=True)
-    docs = (d for s in sources for r in iter_raw(s, text_field, bar.update) if (d := finish(s.fmt, r)))
+    bar = tqdm(
+        total=sum(s.size for s in sources) or None,
+        unit="B",
+        unit_scale=True,
+        desc="train vocab",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    docs = (
+        d for s in sources for r in iter_raw(s, text_field, bar.update) if (d := finish(s.fmt, r))
+    )
     try:
-        return train_tokenizer(docs, int(vocab_size), lowercase=lowercase, min_frequency=min_frequency)
+        return train_tokenizer(
+            docs, int(vocab_size), lowercase=lowercase, min_frequency=min_frequency
+        )
     finally:
         bar.close()
 
 
-def _write_shards(work: WorkDir, infos: list[dict], tmp: str, seq_len: int, packed: bool, overflow: str, ids: dict,
-                  dtype: np.dtype, V: int, eval_fraction: float, seed: int) -> tuple[dict, TokenCounter]:
+def _write_shards(
+    work: WorkDir,
+    infos: list[dict],
+    tmp: str,
+    seq_len: int,
+    packed: bool,
+    overflow: str,
+    ids: dict,
+    dtype: np.dtype,
+    V: int,
+    eval_fraction: float,
+    seed: int,
+) -> tuple[dict, TokenCounter]:
     """The split + pack pass: the held-out documents chosen over all units' lengths (memory maps in
     the work dir), then each split's documents streamed unit by unit, in corpus order, into
     ``tmp/{split}.bin``.  -> (``meta["splits"]``, the train split's token counts)."""
@@ -502,28 +739,49 @@ def _write_shards(work: WorkDir, infos: list[dict], tmp: str, seq_len: int, pack
             mask = np.asarray(is_eval[first : first + len(lens)])
             first += len(lens)
             for d in np.flatnonzero(mask if split == "eval" else ~mask):
-                doc = flat[offsets[d] : offsets[d + 1]]  # memory-mapped: a long document is read block by block
+                doc = flat[
+                    offsets[d] : offsets[d + 1]
+                ]  # memory-mapped: a long document is read block by block
                 w.add(doc)
                 if split == "train":
                     counter.add(doc)
         info = w.finish()
         shard.close()
-        info.update({"file": f"{split}.bin", "num_sequences": shard.n, "sha256": shard.sha.hexdigest()})
+        info.update(
+            {"file": f"{split}.bin", "num_sequences": shard.n, "sha256": shard.sha.hexdigest()}
+        )
         split_meta[split] = info
     counter.flush()
     if split_meta["train"]["num_sequences"] == 0:
         raise DataError(
-            f"corpus: too small for one training sequence of T={seq_len}: {int(sum(i['tokens'] for i in infos))} "
-            f"tokens in {n_docs} documents ({split_meta['eval']['document_tokens']} held out for eval); "
+            f"corpus: too small for one training sequence of T={seq_len}: "
+            f"{int(sum(i['tokens'] for i in infos))} "
+            f"tokens in {n_docs} documents ({split_meta['eval']['document_tokens']} held out for "
+            "eval); "
             "expected more text, a smaller --seq-len or --eval-fraction 0"
         )
     return split_meta, counter
 
 
-def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: TokenCounter, infos: list[dict], sources,
-                warnings: list[str], st: dict) -> dict:
-    """The tokenizer files, token_counts.npy and (last: it marks the directory complete) meta.json."""
-    spec, tok_source, backend, ids = tok_meta["spec"], tok_meta["source"], tok_meta["backend"], st["ids"]
+def _write_meta(
+    tmp: str,
+    tok,
+    tok_meta: dict,
+    split_meta: dict,
+    counter: TokenCounter,
+    infos: list[dict],
+    sources,
+    warnings: list[str],
+    st: dict,
+) -> dict:
+    """The tokenizer files, token_counts.npy and (last: it marks the directory complete)
+    meta.json."""
+    spec, tok_source, backend, ids = (
+        tok_meta["spec"],
+        tok_meta["source"],
+        tok_meta["backend"],
+        st["ids"],
+    )
     if spec is None:
         save_tokenizer(tok, tmp, model_max_length=st["max_position_embeddings"])
         tok_files, generated = ["tokenizer.json", "vocab.txt", "tokenizer_config.json"], []
@@ -532,17 +790,30 @@ def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: TokenC
         if spec.backend == "bert":
             tok_source["vocab_file_sha256"] = vocab_sha256(os.path.join(tmp, "vocab.txt"))
     np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
-    if split_meta["eval"]["num_sequences"] == 0:  # pretrain then runs without evaluation (and says so)
-        warnings.append("eval split is empty (--eval-fraction 0): pretraining on this data is not evaluated"
-                        if st["eval_fraction"] == 0 else "eval split is empty: the corpus is too small to hold out "
-                        "a full sequence; pretraining on this data is not evaluated (use more text or a larger "
-                        "--eval-fraction)")
-    trunc = {k: v for k, v in split_meta["train"].items() if k in ("truncated_documents", "truncated_tokens")}
-    if trunc.get("truncated_documents") or (not st["packed"] and split_meta["eval"].get("truncated_documents")):
+    if (
+        split_meta["eval"]["num_sequences"] == 0
+    ):  # pretrain then runs without evaluation (and says so)
         warnings.append(
-            f"{split_meta['train']['truncated_documents'] + split_meta['eval']['truncated_documents']} documents "
+            "eval split is empty (--eval-fraction 0): pretraining on this data is not evaluated"
+            if st["eval_fraction"] == 0
+            else "eval split is empty: the corpus is too small to hold out "
+            "a full sequence; pretraining on this data is not evaluated (use more text or a larger "
+            "--eval-fraction)"
+        )
+    trunc = {
+        k: v
+        for k, v in split_meta["train"].items()
+        if k in ("truncated_documents", "truncated_tokens")
+    }
+    if trunc.get("truncated_documents") or (
+        not st["packed"] and split_meta["eval"].get("truncated_documents")
+    ):
+        cut_docs = sum(split_meta[s]["truncated_documents"] for s in ("train", "eval"))
+        warnings.append(
+            f"{cut_docs} documents "
             f"longer than T-2={st['seq_len'] - 2} tokens were truncated "
-            f"({split_meta['train']['truncated_tokens'] + split_meta['eval']['truncated_tokens']} tokens dropped)"
+            f"({split_meta['train']['truncated_tokens'] + split_meta['eval']['truncated_tokens']} "
+            "tokens dropped)"
         )
     raw_docs: dict[int, int] = {}
     for info, src_i in zip(infos, st["unit_sources"]):
@@ -556,7 +827,9 @@ def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: TokenC
         "overflow": None if st["packed"] else st["overflow"],
         "dtype": st["dtype"].name,
         "vocab_size": st["V"],
-        "vocab_hash": vocab_sha256(os.path.join(tmp, "tokenizer.json" if backend == "file" else "vocab.txt")),
+        "vocab_hash": vocab_sha256(
+            os.path.join(tmp, "tokenizer.json" if backend == "file" else "vocab.txt")
+        ),
         "lowercase": is_lowercase(tok),
         "special_ids": ids,
         "special_tokens": tok_meta["names"],
@@ -582,14 +855,21 @@ def _write_meta(tmp: str, tok, tok_meta: dict, split_meta: dict, counter: TokenC
         },
         "token_counts_file": "token_counts.npy",
         "sources": [
-            {"path": os.path.abspath(s.path) if s.fmt != HF else s.path, "format": s.fmt, "bytes": s.size,
-             "documents": raw_docs.get(k, 0)}
+            {
+                "path": os.path.abspath(s.path) if s.fmt != HF else s.path,
+                "format": s.fmt,
+                "bytes": s.size,
+                "documents": raw_docs.get(k, 0),
+            }
             for k, s in enumerate(sources)
         ],
         "warnings": warnings,
         "seconds": st["seconds"],
-        "parallelism": {"workers": st["workers"], "mode": "processes" if st["workers"] > 1 else "inline",
-                        "units": st["units"]},
+        "parallelism": {
+            "workers": st["workers"],
+            "mode": "processes" if st["workers"] > 1 else "inline",
+            "units": st["units"],
+        },
     }
     atomic_write_json(os.path.join(tmp, "meta.json"), meta, indent=2)  # last: marks it complete
     return meta

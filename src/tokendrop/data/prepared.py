@@ -7,7 +7,8 @@ What is checked, and when (docs/reliability.md, category "corrupt files"):
   are integers, ``seq_len`` > 0, ``vocab_size`` > 0, ``dtype`` uint16/uint32 and wide enough for the
   vocabulary, special ids inside it, each split's ``num_sequences`` x T x itemsize equal to its
   shard's size on disk), the vocabulary's sha256 (of vocab.txt; of tokenizer.json for a tokenizer
-  used as it is, ``meta["tokenizer"]["backend"] == "file"``), and that the tokenizer and count files exist;
+  used as it is, ``meta["tokenizer"]["backend"] == "file"``), and that the tokenizer and count files
+  exist;
 * token ids below ``vocab_size``: per batch, in :func:`tokendrop.data.loader.build_batch` (a max
   over the B x T ids of the batch, negligible next to the masking), so every sequence that is
   trained or evaluated on is checked without reading whole shards at open;
@@ -23,16 +24,28 @@ import os
 
 import numpy as np
 
+from tokendrop.data.tokenizer import (
+    SPECIAL_KEYS,
+    load_tokenizer,
+    read_vocab,
+    special_added_ids,
+    vocab_sha256,
+    vocab_tokens,
+)
 from tokendrop.errors import DataError
-from tokendrop.data.tokenizer import SPECIAL_KEYS, read_vocab, vocab_sha256
-from tokendrop.data.tokenizer import load_tokenizer
-from tokendrop.data.tokenizer import special_added_ids, vocab_tokens
 
 FORMAT = "tokendrop-prepared"
 FORMAT_VERSION = 1
 SPLITS = ("train", "eval")
 DTYPES = ("uint16", "uint32")
-FINGERPRINT_KEYS = ("vocab_hash", "tokens", "seq_len", "packed", "train_sequences", "eval_sequences")
+FINGERPRINT_KEYS = (
+    "vocab_hash",
+    "tokens",
+    "seq_len",
+    "packed",
+    "train_sequences",
+    "eval_sequences",
+)
 
 
 def _is_int(v) -> bool:
@@ -40,10 +53,15 @@ def _is_int(v) -> bool:
 
 
 def check_meta(meta: dict, where: str) -> None:
-    """Field types and values of a prepared directory's meta.json (one-line DataError naming the field)."""
+    """Field types and values of a prepared directory's meta.json (one-line DataError naming the
+    field)."""
+
     def bad(field: str, want: str) -> DataError:
-        return DataError(f"{where}: {field} must be {want}, got {_get(field)!r}; the prepared directory is corrupt "
-                         "or was edited (re-run `tokendrop prepare`)")
+        return DataError(
+            f"{where}: {field} must be {want}, got {_get(field)!r}; the prepared directory is "
+            "corrupt "
+            "or was edited (re-run `tokendrop prepare`)"
+        )
 
     def _get(field: str):
         d = meta
@@ -83,8 +101,11 @@ def check_meta(meta: dict, where: str) -> None:
         if "sha256" in info and not isinstance(info["sha256"], str):
             raise bad(f"splits.{split}.sha256", "a sha256 hex string")
     counts = meta.get("counts")
-    if counts is not None and (not isinstance(counts, dict) or not _is_int(counts.get("tokens", 0))
-                               or counts.get("tokens", 0) < 0):
+    if counts is not None and (
+        not isinstance(counts, dict)
+        or not _is_int(counts.get("tokens", 0))
+        or counts.get("tokens", 0) < 0
+    ):
         raise bad("counts.tokens", "an integer >= 0")
 
 
@@ -101,7 +122,8 @@ class PreparedData:
         self.dtype = np.dtype(meta["dtype"])
         self.special_ids: dict[str, int] = {k: int(v) for k, v in meta["special_ids"].items()}
         self.tokenizer_path: str = path
-        # "bert": WordPiece with vocab.txt (every directory before BPE support); "file": tokenizer.json as it is
+        # "bert": WordPiece with vocab.txt (every directory before BPE support); "file":
+        # tokenizer.json as it is
         self.tokenizer_backend: str = (meta.get("tokenizer") or {}).get("backend", "bert")
         self.vocab_file: str = "tokenizer.json" if self.tokenizer_backend == "file" else "vocab.txt"
         self._maps: dict[str, np.ndarray] = {}
@@ -109,43 +131,77 @@ class PreparedData:
         self._scans: dict[str, dict] = {}
 
     @classmethod
-    def open(cls, path: str | os.PathLike, verify: bool = False) -> "PreparedData":
-        """Open and check a prepared directory (sizes, vocab hash; with ``verify`` also shard sha256)."""
+    def open(cls, path: str | os.PathLike, verify: bool = False) -> PreparedData:
+        """Open and check a prepared directory (sizes, vocab hash; with ``verify`` also shard
+        sha256)."""
         p = os.path.abspath(os.fspath(path))
         if not os.path.isdir(p):
-            what = "a file, not a directory" if os.path.exists(p) else "no such prepared-data directory"
+            what = (
+                "a file, not a directory"
+                if os.path.exists(p)
+                else "no such prepared-data directory"
+            )
             raise DataError(f"{p}: {what}; expected the output of `tokendrop prepare`")
         mp_ = os.path.join(p, "meta.json")
         if not os.path.isfile(mp_):
-            raise DataError(f"{p}: no meta.json; not a prepared-data directory, or its preparation did not finish")
+            raise DataError(
+                f"{p}: no meta.json; not a prepared-data directory, or its preparation did not "
+                "finish"
+            )
         try:
             with open(mp_, encoding="utf-8") as f:
                 meta = json.load(f)
         except (OSError, ValueError) as e:
-            raise DataError(f"{mp_}: unreadable or invalid JSON ({e}); the prepared directory is corrupt") from None
+            raise DataError(
+                f"{mp_}: unreadable or invalid JSON ({e}); the prepared directory is corrupt"
+            ) from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise DataError(f"{mp_}: not a tokendrop prepared-data meta file (format {meta.get('format') if isinstance(meta, dict) else None!r})")
+            raise DataError(
+                f"{mp_}: not a tokendrop prepared-data meta file (format "
+                f"{meta.get('format') if isinstance(meta, dict) else None!r})"
+            )
         if meta.get("version") != FORMAT_VERSION:
-            raise DataError(f"{mp_}: format version {meta.get('version')!r}; expected {FORMAT_VERSION} (re-run `tokendrop prepare`)")
-        for key in ("seq_len", "vocab_size", "packed", "vocab_hash", "dtype", "special_ids", "splits"):
+            raise DataError(
+                f"{mp_}: format version {meta.get('version')!r}; expected {FORMAT_VERSION} (re-run "
+                "`tokendrop prepare`)"
+            )
+        for key in (
+            "seq_len",
+            "vocab_size",
+            "packed",
+            "vocab_hash",
+            "dtype",
+            "special_ids",
+            "splits",
+        ):
             if key not in meta:
                 raise DataError(f"{mp_}: missing field {key!r}; the prepared directory is corrupt")
         check_meta(meta, mp_)
         missing = [k for k in ("pad", "unk", "cls", "sep", "mask") if k not in meta["special_ids"]]
         if missing:
-            raise DataError(f"{mp_}: special_ids lacks {', '.join(missing)}; the prepared directory is corrupt")
+            raise DataError(
+                f"{mp_}: special_ids lacks {', '.join(missing)}; the prepared directory is corrupt"
+            )
         self = cls(p, meta)
         if self.tokenizer_backend not in ("bert", "file"):
-            raise DataError(f"{mp_}: tokenizer.backend must be 'bert' or 'file', got {self.tokenizer_backend!r}; "
-                            "the prepared directory is corrupt or was edited (re-run `tokendrop prepare`)")
+            raise DataError(
+                f"{mp_}: tokenizer.backend must be 'bert' or 'file', got "
+                f"{self.tokenizer_backend!r}; "
+                "the prepared directory is corrupt or was edited (re-run `tokendrop prepare`)"
+            )
         tok_files = (meta.get("tokenizer") or {}).get("files") or ["tokenizer.json"]
         for name in dict.fromkeys([self.vocab_file, *tok_files, "token_counts.npy"]):
             if not os.path.isfile(os.path.join(p, name)):
-                raise DataError(f"{os.path.join(p, name)}: missing; the prepared directory is incomplete")
+                raise DataError(
+                    f"{os.path.join(p, name)}: missing; the prepared directory is incomplete"
+                )
         vf = os.path.join(p, self.vocab_file)
         vh = vocab_sha256(vf)
         if vh != self.vocab_hash:
-            raise DataError(f"{vf}: sha256 {vh[:12]}... does not match meta.json's vocab_hash {self.vocab_hash[:12]}...")
+            raise DataError(
+                f"{vf}: sha256 {vh[:12]}... does not match meta.json's vocab_hash "
+                f"{self.vocab_hash[:12]}..."
+            )
         for split in SPLITS:
             info = meta["splits"][split]
             f = os.path.join(p, info["file"])
@@ -154,7 +210,10 @@ class PreparedData:
             want = info["num_sequences"] * self.seq_len * self.dtype.itemsize
             got = os.path.getsize(f)
             if got != want:
-                raise DataError(f"{f}: {got} bytes, expected {want} ({info['num_sequences']} x {self.seq_len} {self.dtype.name}); the file is truncated or corrupt")
+                raise DataError(
+                    f"{f}: {got} bytes, expected {want} ({info['num_sequences']} x {self.seq_len} "
+                    f"{self.dtype.name}); the file is truncated or corrupt"
+                )
         if verify:
             for split in SPLITS:
                 problem = self.scan(split)["problem"]
@@ -163,9 +222,10 @@ class PreparedData:
         return self
 
     def scan(self, split: str) -> dict:
-        """Read a split's shard once (16 MiB chunks): its sha256 and largest token id.  -> ``{"file",
-        "sha256", "recorded_sha256", "max_id", "problem"}``; ``problem`` is a one-line message (sha256 not
-        the recorded one, or an id >= vocab_size) or "".  Cached per instance."""
+        """Read a split's shard once (16 MiB chunks): its sha256 and largest token id.  ->
+        ``{"file", "sha256", "recorded_sha256", "max_id", "problem"}``; ``problem`` is a one-line
+        message (sha256 not the recorded one, or an id >= vocab_size) or "".  Cached per
+        instance."""
         if split in self._scans:
             return self._scans[split]
         info = self._info(split)
@@ -177,25 +237,50 @@ class PreparedData:
             for block in iter(lambda: fh.read(step), b""):
                 h.update(block)
                 if len(block) >= self.dtype.itemsize:
-                    hi = max(hi, int(np.frombuffer(block, self.dtype, len(block) // self.dtype.itemsize).max()))
+                    hi = max(
+                        hi,
+                        int(
+                            np.frombuffer(
+                                block, self.dtype, len(block) // self.dtype.itemsize
+                            ).max()
+                        ),
+                    )
         sha = h.hexdigest()
         rec = info.get("sha256")
         problem = ""
         if rec is not None and sha != rec:
-            problem = f"{f}: sha256 does not match meta.json; the file is corrupt (re-run `tokendrop prepare`)"
+            problem = (
+                f"{f}: sha256 does not match meta.json; the file is corrupt (re-run "
+                "`tokendrop prepare`)"
+            )
         elif hi >= self.vocab_size:
-            problem = (f"{f}: holds token id {hi}, outside the vocabulary of {self.vocab_size} ids; the file was edited "
-                       "or is corrupt (re-run `tokendrop prepare`)")
-        self._scans[split] = {"file": f, "sha256": sha, "recorded_sha256": rec, "max_id": hi, "problem": problem}
+            problem = (
+                f"{f}: holds token id {hi}, outside the vocabulary of {self.vocab_size} ids; the "
+                "file was edited "
+                "or is corrupt (re-run `tokendrop prepare`)"
+            )
+        self._scans[split] = {
+            "file": f,
+            "sha256": sha,
+            "recorded_sha256": rec,
+            "max_id": hi,
+            "problem": problem,
+        }
         return self._scans[split]
 
     def fingerprint(self) -> dict:
-        """What identifies the data a run trains on, wherever it lies: vocabulary hash, token count, T,
-        packing and the splits' sequence counts (plus the shards' recorded sha256 when meta.json has them).
-        ``pretrain`` records it in every checkpoint; ``--resume`` accepts moved data only if it is equal."""
-        fp = {"vocab_hash": self.vocab_hash, "tokens": int((self.meta.get("counts") or {}).get("tokens", 0)),
-              "seq_len": self.seq_len, "packed": self.packed,
-              "train_sequences": self.num_sequences("train"), "eval_sequences": self.num_sequences("eval")}
+        """What identifies the data a run trains on, wherever it lies: vocabulary hash, token count,
+        T, packing and the splits' sequence counts (plus the shards' recorded sha256 when meta.json
+        has them). ``pretrain`` records it in every checkpoint; ``--resume`` accepts moved data only
+        if it is equal."""
+        fp = {
+            "vocab_hash": self.vocab_hash,
+            "tokens": int((self.meta.get("counts") or {}).get("tokens", 0)),
+            "seq_len": self.seq_len,
+            "packed": self.packed,
+            "train_sequences": self.num_sequences("train"),
+            "eval_sequences": self.num_sequences("eval"),
+        }
         for split in SPLITS:
             if isinstance(self._info(split).get("sha256"), str):
                 fp[f"{split}_sha256"] = self._info(split)["sha256"]
@@ -217,7 +302,9 @@ class PreparedData:
                 self._maps[split] = np.zeros((0, self.seq_len), self.dtype)
             else:
                 f = os.path.join(self.path, self._info(split)["file"])
-                self._maps[split] = np.memmap(f, dtype=self.dtype, mode="r", shape=(n, self.seq_len))
+                self._maps[split] = np.memmap(
+                    f, dtype=self.dtype, mode="r", shape=(n, self.seq_len)
+                )
         return self._maps[split]
 
     def token_counts(self) -> np.ndarray:
@@ -227,7 +314,9 @@ class PreparedData:
             try:
                 c = np.load(f, allow_pickle=False)
             except (OSError, ValueError) as e:
-                raise DataError(f"{f}: unreadable ({e}); the prepared directory is corrupt") from None
+                raise DataError(
+                    f"{f}: unreadable ({e}); the prepared directory is corrupt"
+                ) from None
             if c.shape != (self.vocab_size,):
                 raise DataError(f"{f}: shape {c.shape}, expected ({self.vocab_size},)")
             self._counts = c.astype(np.int64, copy=False)
@@ -238,8 +327,9 @@ class PreparedData:
         return load_tokenizer(self.path)
 
     def vocab(self) -> list[str]:
-        """Every token by id: vocab.txt's lines, or (a tokenizer used as it is) the tokenizer's tokens,
-        ``""`` for an id nothing maps to.  Can be shorter than ``vocab_size`` (a padded embedding)."""
+        """Every token by id: vocab.txt's lines, or (a tokenizer used as it is) the tokenizer's
+        tokens, ``""`` for an id nothing maps to.  Can be shorter than ``vocab_size`` (a padded
+        embedding)."""
         if self.tokenizer_backend == "file":
             return vocab_tokens(self.tokenizer())
         specials = (self.meta.get("special_tokens") or SPECIAL_KEYS).values()
@@ -261,5 +351,8 @@ class PreparedData:
         return d
 
     def __repr__(self) -> str:
-        return (f"PreparedData({self.path!r}, T={self.seq_len}, packed={self.packed}, vocab={self.vocab_size}, "
-                f"train={self.num_sequences('train')}, eval={self.num_sequences('eval')})")
+        return (
+            f"PreparedData({self.path!r}, T={self.seq_len}, packed={self.packed}, "
+            f"vocab={self.vocab_size}, "
+            f"train={self.num_sequences('train')}, eval={self.num_sequences('eval')})"
+        )

@@ -51,7 +51,9 @@ class TokenCounter:
 
     def flush(self) -> None:
         if self.parts:
-            self.counts += np.bincount(np.concatenate(self.parts), minlength=len(self.counts))[: len(self.counts)]
+            self.counts += np.bincount(np.concatenate(self.parts), minlength=len(self.counts))[
+                : len(self.counts)
+            ]
             self.parts, self.pending = [], 0
 
 
@@ -87,7 +89,9 @@ class PackedWriter:
         self.documents += 1
         self.doc_tokens += len(ids)
         block = self.BLOCK_ROWS * self.L
-        for a in range(0, len(ids), block):  # a long document in bounded blocks (memory: not its length)
+        for a in range(
+            0, len(ids), block
+        ):  # a long document in bounded blocks (memory: not its length)
             part = ids[a : a + block]
             self.parts.append(part)
             self.pending += len(part)
@@ -106,7 +110,9 @@ class PackedWriter:
                 pos += 1
             if n - pos < L:
                 break
-            if flat[pos + L - 1] == sep:  # the body would end "[SEP]" + the row's [SEP]: start later
+            if (
+                flat[pos + L - 1] == sep
+            ):  # the body would end "[SEP]" + the row's [SEP]: start later
                 k = pos
                 while k + L <= n and flat[k + L - 1] == sep:
                     k += 1
@@ -131,8 +137,13 @@ class PackedWriter:
         self._flush()
         tail = self.parts[0] if self.parts else np.zeros(0, self.shard.dtype)
         self.dropped_tail_tokens = int(np.count_nonzero(tail != self.sep))
-        return {"documents": self.documents, "document_tokens": self.doc_tokens, "dropped_tail_tokens": self.dropped_tail_tokens,
-                "dropped_boundary_tokens": self.dropped_boundary_tokens, "empty_documents": self.empty_documents}
+        return {
+            "documents": self.documents,
+            "document_tokens": self.doc_tokens,
+            "dropped_tail_tokens": self.dropped_tail_tokens,
+            "dropped_boundary_tokens": self.dropped_boundary_tokens,
+            "empty_documents": self.empty_documents,
+        }
 
 
 class UnpackedWriter:
@@ -190,8 +201,15 @@ class UnpackedWriter:
         }
 
 
-def choose_eval_docs(lengths: np.ndarray, eval_fraction: float, body: int, packed: bool, seed: int,
-                     scratch: str | None = None, chunk: int = 1 << 20) -> np.ndarray:
+def choose_eval_docs(
+    lengths: np.ndarray,
+    eval_fraction: float,
+    body: int,
+    packed: bool,
+    seed: int,
+    scratch: str | None = None,
+    chunk: int = 1 << 20,
+) -> np.ndarray:
     """Boolean mask over documents: the held-out ones.
 
     A seeded random order of the documents is taken until it holds ``eval_fraction`` of the tokens
@@ -223,7 +241,11 @@ def choose_eval_docs(lengths: np.ndarray, eval_fraction: float, body: int, packe
             j = int(np.searchsorted(cum, target, side="left"))
             k_frac = a + j if j < len(cum) else None
         if k_seq is None:
-            need = cum + np.arange(a, a + len(cum)) if packed else np.arange(a + 1, a + len(cum) + 1) * body
+            need = (
+                cum + np.arange(a, a + len(cum))
+                if packed
+                else np.arange(a + 1, a + len(cum) + 1) * body
+            )
             j = int(np.searchsorted(need, body, side="left"))
             k_seq = a + j if j < len(need) else None
         cum0 = cum[-1]

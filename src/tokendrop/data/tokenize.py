@@ -9,19 +9,19 @@ import itertools
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
-
-from tokendrop.runs.files import replace_dir
-from tokendrop.runs.files import atomic_write_json
-from tokendrop.data.corpus import WIKI, Piece, Source, finish, iter_raw
-import signal
 from tokenizers import Tokenizer
+
+from tokendrop.data.corpus import WIKI, Piece, Source, finish, iter_raw
+from tokendrop.runs.files import atomic_write_json, replace_dir
 
 _CHUNK_CHARS = 1 << 20  # text per tokenization task
 _CHUNK_DOCS = 2048
@@ -32,7 +32,9 @@ IDS, LENGTHS, INFO = "ids.bin", "lengths.bin", "info.json"
 # encoding
 
 
-def _encode(tok, dtype: np.dtype, fmt: str, raws: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _encode(
+    tok, dtype: np.dtype, fmt: str, raws: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Clean (wiki) + tokenize a chunk: (concatenated ids, the length of each item, whether each
     item is a :class:`~.corpus.Piece` that the next item continues)."""
     docs = [finish(fmt, r) for r in raws] if fmt == WIKI else raws
@@ -42,7 +44,11 @@ def _encode(tok, dtype: np.dtype, fmt: str, raws: list[str]) -> tuple[np.ndarray
     lens = np.zeros(len(raws), np.int64)
     lens[full] = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
     total = int(lens.sum())
-    ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=dtype, count=total) if total else np.zeros(0, dtype)
+    ids = (
+        np.fromiter(itertools.chain.from_iterable(id_lists), dtype=dtype, count=total)
+        if total
+        else np.zeros(0, dtype)
+    )
     cont = np.fromiter((isinstance(r, Piece) for r in raws), dtype=bool, count=len(raws))
     return ids, lens, cont
 
@@ -84,15 +90,24 @@ def _chunks(raws: Iterable[str], fmt: str, counted: list[int]) -> Iterator[tuple
         yield fmt, buf
 
 
-def tokenize_unit(src: Source, span: tuple[int, int] | None, dest: str, tmp_parent: str, text_field: str,
-                  encode: Callable[[Iterator[tuple[str, list[str]]]], Iterable[tuple[np.ndarray, np.ndarray, int]]],
-                  progress: Callable[[int], None] | None = None, on_docs: Callable[[int], None] | None = None) -> dict:
+def tokenize_unit(
+    src: Source,
+    span: tuple[int, int] | None,
+    dest: str,
+    tmp_parent: str,
+    text_field: str,
+    encode: Callable[
+        [Iterator[tuple[str, list[str]]]], Iterable[tuple[np.ndarray, np.ndarray, int]]
+    ],
+    progress: Callable[[int], None] | None = None,
+    on_docs: Callable[[int], None] | None = None,
+) -> dict:
     """Tokenize the documents of ``src`` (the work unit ``span`` of it; all when None) into the
-    directory ``dest``: ``ids.bin`` (the ids of the non-empty documents, concatenated), ``lengths.bin``
-    (int64 per document), ``info.json`` (counts).  It is built in a temp dir under ``tmp_parent`` and
-    renamed to ``dest`` only when complete.  ``encode`` maps chunks to ``(ids, lengths, continued)``
-    (:func:`_encode`) in order (inline or through worker processes); a document read in pieces is
-    one document here.  -> the info dict."""
+    directory ``dest``: ``ids.bin`` (the ids of the non-empty documents, concatenated),
+    ``lengths.bin`` (int64 per document), ``info.json`` (counts).  It is built in a temp dir under
+    ``tmp_parent`` and renamed to ``dest`` only when complete.  ``encode`` maps chunks to ``(ids,
+    lengths, continued)`` (:func:`_encode`) in order (inline or through worker processes); a
+    document read in pieces is one document here.  -> the info dict."""
     tmp = tempfile.mkdtemp(prefix=os.path.basename(dest) + ".", dir=tmp_parent)
     try:
         stats: dict = {}
@@ -100,7 +115,9 @@ def tokenize_unit(src: Source, span: tuple[int, int] | None, dest: str, tmp_pare
         lengths: list[np.ndarray] = []
         n_empty = n_tokens = carry = 0
         with open(os.path.join(tmp, IDS), "wb") as out:
-            for ids, lens, cont in encode(_chunks(iter_raw(src, text_field, progress, stats, span), src.fmt, counted)):
+            for ids, lens, cont in encode(
+                _chunks(iter_raw(src, text_field, progress, stats, span), src.fmt, counted)
+            ):
                 lens, empty, carry = join_pieces(lens, cont, carry)
                 out.write(ids.tobytes())
                 lengths.append(lens)
@@ -114,8 +131,13 @@ def tokenize_unit(src: Source, span: tuple[int, int] | None, dest: str, tmp_pare
         with open(os.path.join(tmp, LENGTHS), "wb") as f:
             f.write(lens.astype(np.int64).tobytes())
             os.fsync(f.fileno())
-        info = {"documents": int(len(lens)), "tokens": n_tokens, "empty_documents": n_empty,
-                "raw_documents": counted[0], "input_bytes": int(stats.get("input_bytes", 0))}
+        info = {
+            "documents": int(len(lens)),
+            "tokens": n_tokens,
+            "empty_documents": n_empty,
+            "raw_documents": counted[0],
+            "input_bytes": int(stats.get("input_bytes", 0)),
+        }
         atomic_write_json(os.path.join(tmp, INFO), info)
         replace_dir(Path(tmp), Path(dest))
         return info
@@ -131,7 +153,9 @@ WORKER_STATE: dict[str, Any] = {}
 
 
 def _worker_init(tok_json: str, dtype: str, context: dict | None = None) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops the pool, no worker tracebacks
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # Ctrl-C is the parent's: it stops the pool, no worker tracebacks
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate() ends a worker quietly
 
     WORKER_STATE["tok"] = Tokenizer.from_str(tok_json)
@@ -145,8 +169,8 @@ def _encode_task(args: tuple[str, list[str]]) -> tuple[np.ndarray, np.ndarray, i
 
 
 def make_pool(workers: int, tok_json: str, dtype: np.dtype, context: dict | None = None):
-    """``workers`` processes, each with its own single-threaded copy of the tokenizer and ``context``
-    (read by the tasks from ``WORKER_STATE``)."""
+    """``workers`` processes, each with its own single-threaded copy of the tokenizer and
+    ``context`` (read by the tasks from ``WORKER_STATE``)."""
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     # Children tokenize single-threaded (the pool is the parallelism); setting the variable while
     # forking also silences tokenizers' fork warning.
@@ -184,7 +208,8 @@ def inline_encode(tok, dtype: np.dtype) -> Callable[[Iterator], Iterator]:
 
 @contextlib.contextmanager
 def tokenizers_parallelism(enabled: bool):
-    """tokenizers reads TOKENIZERS_PARALLELISM at every batch call; respect a user's explicit setting."""
+    """tokenizers reads TOKENIZERS_PARALLELISM at every batch call; respect a user's explicit
+    setting."""
     old = os.environ.get("TOKENIZERS_PARALLELISM")
     if old is None:
         os.environ["TOKENIZERS_PARALLELISM"] = "true" if enabled else "false"

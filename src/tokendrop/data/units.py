@@ -36,22 +36,29 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from tokendrop.runs.files import atomic_directory, discard_dir
-from tokendrop.runs.files import atomic_write_json
-from tokendrop.runs.gate import gate
-from tokendrop.errors import DataError
 from tokendrop.data import columnar
-from tokendrop.data.corpus import HF, JSONL, TEXT, WIKI, WORK_FORMAT, Source, is_compressed, split_points
+from tokendrop.data.corpus import (
+    HF,
+    JSONL,
+    TEXT,
+    WIKI,
+    WORK_FORMAT,
+    Source,
+    is_compressed,
+    split_points,
+)
 from tokendrop.data.tokenize import (
     IDS,
     INFO,
     LENGTHS,
+    WORKER_STATE,
     inline_encode,
     make_pool,
     pooled_encode,
@@ -59,10 +66,12 @@ from tokendrop.data.tokenize import (
     tokenizers_parallelism,
 )
 from tokendrop.data.tokenizer import plain_copy
-from tqdm.auto import tqdm
-from tokendrop.data.tokenize import WORKER_STATE
+from tokendrop.errors import DataError
+from tokendrop.runs.files import atomic_directory, atomic_write_json, discard_dir
+from tokendrop.runs.gate import gate
 
-UNIT_BYTES = 32_000_000  # the largest default work unit (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
+# the largest default work unit (uncompressed text/JSONL bytes, Parquet/Arrow data bytes)
+UNIT_BYTES = 32_000_000
 MIN_UNIT_BYTES = 1_000_000
 UNITS_WANTED = 64  # the default unit size aims at this many units (the workers' load stays even)
 WORK_VERSION = 1
@@ -90,7 +99,9 @@ def default_unit_bytes(sources: Sequence[Source]) -> int:
     return max(MIN_UNIT_BYTES, min(UNIT_BYTES, sum(s.size for s in sources) // UNITS_WANTED))
 
 
-def plan_units(sources: Sequence[Source], text_field: str, unit_bytes: int | None = None) -> list[Unit]:
+def plan_units(
+    sources: Sequence[Source], text_field: str, unit_bytes: int | None = None
+) -> list[Unit]:
     """The work units of ``sources``, in corpus order (independent of the number of workers);
     ``unit_bytes`` default: :func:`default_unit_bytes`."""
     unit_bytes = unit_bytes or default_unit_bytes(sources)
@@ -110,8 +121,13 @@ def plan_units(sources: Sequence[Source], text_field: str, unit_bytes: int | Non
     return units
 
 
-def work_key(sources: Sequence[Source], text_field: str, tok=None, dtype: np.dtype | None = None,
-             trained: dict | None = None) -> dict:
+def work_key(
+    sources: Sequence[Source],
+    text_field: str,
+    tok=None,
+    dtype: np.dtype | None = None,
+    trained: dict | None = None,
+) -> dict:
     """What the finished units depend on: the inputs (path, format, size, mtime), the text field and
     the tokenizer: the sha256 of its JSON and the id width, or, for a vocabulary trained on the
     corpus (``trained``: its settings), those settings (the tokenizer trained first is kept in the
@@ -126,13 +142,16 @@ def work_key(sources: Sequence[Source], text_field: str, tok=None, dtype: np.dty
     if trained is not None:
         tokenizer = {"trained": trained}
     else:
-        tokenizer = {"sha256": hashlib.sha256(plain_copy(tok).to_str().encode("utf-8")).hexdigest(),
-                     "dtype": np.dtype(dtype).name}
+        tokenizer = {
+            "sha256": hashlib.sha256(plain_copy(tok).to_str().encode("utf-8")).hexdigest(),
+            "dtype": np.dtype(dtype).name,
+        }
     return {"inputs": inputs, "text_field": text_field, "tokenizer": tokenizer}
 
 
 class WorkDir:
-    """``<out>.partial``: the plan and the finished units of one preparation (see the module doc)."""
+    """``<out>.partial``: the plan and the finished units of one preparation (see the module
+    doc)."""
 
     def __init__(self, path: str, units: list[Unit], dtype: np.dtype):
         self.path = path
@@ -154,19 +173,30 @@ class WorkDir:
             return plan
         if not overwrite:
             what = _key_difference(plan["key"], key)
-            raise DataError(f"{path}: holds the unfinished preparation of other inputs ({what}); run the command "
-                            "that started it to finish it, or add --overwrite to start over")
+            raise DataError(
+                f"{path}: holds the unfinished preparation of other inputs ({what}); run the "
+                "command "
+                "that started it to finish it, or add --overwrite to start over"
+            )
         return None
 
     @staticmethod
     def saved_tokenizer(path: str) -> str | None:
-        """The JSON of the tokenizer trained for the work dir ``path`` (``--vocab-size``), if any."""
+        """The JSON of the tokenizer trained for the work dir ``path`` (``--vocab-size``), if
+        any."""
         p = os.path.join(path, "tokenizer.json")
         return Path(p).read_text(encoding="utf-8") if os.path.isfile(p) else None
 
     @classmethod
-    def open(cls, path: str, key: dict, make_plan, overwrite: bool, dtype: np.dtype,
-             tokenizer_json: str | None = None) -> tuple["WorkDir", bool]:
+    def open(
+        cls,
+        path: str,
+        key: dict,
+        make_plan,
+        overwrite: bool,
+        dtype: np.dtype,
+        tokenizer_json: str | None = None,
+    ) -> tuple[WorkDir, bool]:
         """Continue ``path`` if it holds the same key, else create it (``make_plan()`` -> units; a
         trained tokenizer's ``tokenizer_json`` kept beside them).  -> (work dir, created by this
         call).  Refused as :meth:`check` says."""
@@ -183,9 +213,16 @@ class WorkDir:
             (tmp / "tmp").mkdir()
             if tokenizer_json is not None:
                 (tmp / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
-            atomic_write_json(tmp / "plan.json", {"format": WORK_FORMAT, "version": WORK_VERSION, "key": key,
-                                                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                                  "units": [[u.source, u.start, u.end, u.weight] for u in units]})
+            atomic_write_json(
+                tmp / "plan.json",
+                {
+                    "format": WORK_FORMAT,
+                    "version": WORK_VERSION,
+                    "key": key,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "units": [[u.source, u.start, u.end, u.weight] for u in units],
+                },
+            )
         return cls(path, units, dtype), True
 
     @staticmethod
@@ -196,11 +233,20 @@ class WorkDir:
                 plan = json.load(f)
         except (OSError, ValueError):
             plan = None
-        if not isinstance(plan, dict) or plan.get("format") != WORK_FORMAT or not os.path.isdir(path):
-            raise DataError(f"{path}: exists and is not tokendrop's work directory of a prepare (no valid plan.json); "
-                            "move it away or choose another --out")
+        if (
+            not isinstance(plan, dict)
+            or plan.get("format") != WORK_FORMAT
+            or not os.path.isdir(path)
+        ):
+            raise DataError(
+                f"{path}: exists and is not tokendrop's work directory of a prepare (no valid "
+                "plan.json); "
+                "move it away or choose another --out"
+            )
         if plan.get("version") != WORK_VERSION or not isinstance(plan.get("units"), list):
-            raise DataError(f"{p}: written by another version of tokendrop; add --overwrite to start over")
+            raise DataError(
+                f"{p}: written by another version of tokendrop; add --overwrite to start over"
+            )
         return plan
 
     def _reset_tmp(self) -> None:
@@ -218,8 +264,10 @@ class WorkDir:
         try:
             with open(os.path.join(d, INFO), encoding="utf-8") as f:
                 info = json.load(f)
-            ok = (os.path.getsize(os.path.join(d, LENGTHS)) == 8 * info["documents"]
-                  and os.path.getsize(os.path.join(d, IDS)) == self.dtype.itemsize * info["tokens"])
+            ok = (
+                os.path.getsize(os.path.join(d, LENGTHS)) == 8 * info["documents"]
+                and os.path.getsize(os.path.join(d, IDS)) == self.dtype.itemsize * info["tokens"]
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return info if ok else None
@@ -230,7 +278,11 @@ class WorkDir:
         dtype = self.dtype
         lengths = np.fromfile(os.path.join(d, LENGTHS), dtype=np.int64)
         ids_path = os.path.join(d, IDS)
-        ids = np.memmap(ids_path, dtype=dtype, mode="r") if os.path.getsize(ids_path) else np.zeros(0, dtype)
+        ids = (
+            np.memmap(ids_path, dtype=dtype, mode="r")
+            if os.path.getsize(ids_path)
+            else np.zeros(0, dtype)
+        )
         return ids, lengths
 
     def remove(self) -> None:
@@ -253,8 +305,15 @@ def _key_difference(old: dict, new: dict) -> str:
 # running the units
 
 
-def run_units(work: WorkDir, sources: Sequence[Source], tok, dtype: np.dtype, workers: int, text_field: str,
-              progress: bool) -> list[dict]:
+def run_units(
+    work: WorkDir,
+    sources: Sequence[Source],
+    tok,
+    dtype: np.dtype,
+    workers: int,
+    text_field: str,
+    progress: bool,
+) -> list[dict]:
     """Tokenize every unfinished unit of ``work``; -> every unit's info, in unit order."""
     units = work.units
     infos = [work.info(i) for i in range(len(units))]
@@ -263,8 +322,16 @@ def run_units(work: WorkDir, sources: Sequence[Source], tok, dtype: np.dtype, wo
         if os.path.lexists(work.unit_path(i)):
             discard_dir(Path(work.unit_path(i)))
     total = sum(u.weight for u in units)
-    bar = tqdm(total=total or None, initial=total - sum(units[i].weight for i in pending), unit="B", unit_scale=True,
-               desc="tokenize", disable=not progress, dynamic_ncols=True, smoothing=0.1)
+    bar = tqdm(
+        total=total or None,
+        initial=total - sum(units[i].weight for i in pending),
+        unit="B",
+        unit_scale=True,
+        desc="tokenize",
+        disable=not progress,
+        dynamic_ncols=True,
+        smoothing=0.1,
+    )
     docs = [sum(info["documents"] for info in infos if info is not None)]
 
     def on_docs(n: int) -> None:
@@ -273,21 +340,30 @@ def run_units(work: WorkDir, sources: Sequence[Source], tok, dtype: np.dtype, wo
 
     plain = plain_copy(tok)
     try:
-        if workers <= 1 or (len(pending) <= 1 and all(sources[units[i].source].fmt not in _MAIN_READ for i in pending)):
+        if workers <= 1 or (
+            len(pending) <= 1
+            and all(sources[units[i].source].fmt not in _MAIN_READ for i in pending)
+        ):
             with tokenizers_parallelism(workers > 1):
                 for i in pending:
                     infos[i] = _inline(work, sources, i, plain, dtype, text_field, bar, on_docs)
         else:
             _pooled(work, sources, pending, infos, plain, dtype, workers, text_field, bar, on_docs)
-        gate("prepare-units")  # a test-only pause point (tokendrop.runs.gate): every unit kept, no output yet
+        gate(
+            "prepare-units"
+        )  # a test-only pause point (tokendrop.runs.gate): every unit kept, no output yet
     finally:
         bar.close()
-        shutil.rmtree(work.tmp_dir, ignore_errors=True)  # whatever was in flight when an error stopped us
+        shutil.rmtree(
+            work.tmp_dir, ignore_errors=True
+        )  # whatever was in flight when an error stopped us
         os.makedirs(work.tmp_dir, exist_ok=True)
     return infos
 
 
-def _inline(work: WorkDir, sources, i: int, plain, dtype, text_field: str, bar, on_docs, encode=None) -> dict:
+def _inline(
+    work: WorkDir, sources, i: int, plain, dtype, text_field: str, bar, on_docs, encode=None
+) -> dict:
     u = work.units[i]
     seen = [0]
 
@@ -295,22 +371,60 @@ def _inline(work: WorkDir, sources, i: int, plain, dtype, text_field: str, bar, 
         seen[0] += n
         bar.update(n)
 
-    info = tokenize_unit(sources[u.source], u.span, work.unit_path(i), work.tmp_dir, text_field,
-                         encode or inline_encode(plain, dtype), prog, on_docs)
+    info = tokenize_unit(
+        sources[u.source],
+        u.span,
+        work.unit_path(i),
+        work.tmp_dir,
+        text_field,
+        encode or inline_encode(plain, dtype),
+        prog,
+        on_docs,
+    )
     bar.update(u.weight - seen[0])  # the unit's share exactly, whatever the reader reported
     return info
 
 
-def _pooled(work: WorkDir, sources, pending: list[int], infos: list, plain, dtype, workers: int, text_field: str,
-            bar, on_docs) -> None:
+def _pooled(
+    work: WorkDir,
+    sources,
+    pending: list[int],
+    infos: list,
+    plain,
+    dtype,
+    workers: int,
+    text_field: str,
+    bar,
+    on_docs,
+) -> None:
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     read_bytes, read_docs = ctx.Value("q", 0), ctx.Value("q", 0)
-    context = {"work": work, "sources": list(sources), "text_field": text_field, "bytes": read_bytes, "docs": read_docs}
+    context = {
+        "work": work,
+        "sources": list(sources),
+        "text_field": text_field,
+        "bytes": read_bytes,
+        "docs": read_docs,
+    }
     pool = make_pool(workers, plain.to_str(), dtype, context)
     try:
-        main_read = [i for i in pending if sources[work.units[i].source].fmt in _MAIN_READ or len(pending) < workers]
+        main_read = [
+            i
+            for i in pending
+            if sources[work.units[i].source].fmt in _MAIN_READ or len(pending) < workers
+        ]
         for i in main_read:  # this process reads; the workers clean and tokenize chunk by chunk
-            infos[i] = _inline(work, sources, i, plain, dtype, text_field, bar, on_docs, pooled_encode(pool, workers))
+            infos[i] = _inline(
+                work,
+                sources,
+                i,
+                plain,
+                dtype,
+                text_field,
+                bar,
+                on_docs,
+                pooled_encode(pool, workers),
+            )
         running = {i: pool.apply_async(_unit_task, (i,)) for i in pending if i not in main_read}
         seen_b = seen_d = 0
         while running:
@@ -341,7 +455,15 @@ def _unit_task(i: int) -> dict:
         seen[0] += n
         add(WORKER_STATE["bytes"], n)
 
-    info = tokenize_unit(WORKER_STATE["sources"][u.source], u.span, work.unit_path(i), work.tmp_dir, WORKER_STATE["text_field"],
-                         inline_encode(WORKER_STATE["tok"], WORKER_STATE["dtype"]), prog, lambda n: add(WORKER_STATE["docs"], n))
+    info = tokenize_unit(
+        WORKER_STATE["sources"][u.source],
+        u.span,
+        work.unit_path(i),
+        work.tmp_dir,
+        WORKER_STATE["text_field"],
+        inline_encode(WORKER_STATE["tok"], WORKER_STATE["dtype"]),
+        prog,
+        lambda n: add(WORKER_STATE["docs"], n),
+    )
     add(WORKER_STATE["bytes"], u.weight - seen[0])
     return info

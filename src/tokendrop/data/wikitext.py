@@ -15,13 +15,16 @@ _DROP_ELEMS = (
 )
 _SELF_CLOSING = re.compile(rf"<\s*(?:{_DROP_ELEMS})\b[^<>]*/\s*>", re.I)
 _PAIRED = re.compile(rf"<\s*({_DROP_ELEMS})\b[^<>]*>.*?<\s*/\s*\1\s*>", re.I | re.S)
-_BR = re.compile(r"<\s*br\s*/?\s*>|<\s*/?\s*(?:p|div|li|ul|ol|hr|blockquote|center|poem)\b[^<>]*>", re.I)
+_BR = re.compile(
+    r"<\s*br\s*/?\s*>|<\s*/?\s*(?:p|div|li|ul|ol|hr|blockquote|center|poem)\b[^<>]*>", re.I
+)
 _ANY_TAG = re.compile(r"<\s*/?\s*[a-zA-Z][a-zA-Z0-9]*(?:\s[^<>]*)?/?\s*>")
 _INNER_TEMPLATE = re.compile(r"\{\{([^{}]*)\}\}", re.S)
 _EXT_LINK = re.compile(r"\[(?:https?:|ftp:|mailto:|news:|irc:|//)[^\s\]]*(?:\s+([^\]]*))?\]", re.I)
 _BARE_URL = re.compile(r"\b(?:https?|ftp)://\S+", re.I)
 # innermost [[...]]: content without "[[" / "]]"; single-bracket groups such as "[1900]" are atoms,
-# so "[[File:x|caption [1900]]]" closes at the right place (alternatives are disjoint: no backtracking blow-up)
+# so "[[File:x|caption [1900]]]" closes at the right place (alternatives are disjoint: no
+# backtracking blow-up)
 _INNER_LINK = re.compile(r"\[\[((?:[^\[\]]|\[[^\[\]]*\]|\[(?!\[|[^\[\]]*\])|\](?!\]))*)\]\]")
 _BOLD_ITALIC = re.compile(r"'{2,5}")
 _MAGIC = re.compile(r"__[A-Z]+__")
@@ -35,23 +38,93 @@ _DUP_PUNCT = re.compile(r"([,;])(?:\s*[,;])+")
 _LANG_PREFIX = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]+)*:")
 _DROP_NS = ("file", "image", "media", "category")
 _VISIBLE_INTERWIKI = {
-    "w", "wikipedia", "wikt", "wiktionary", "s", "wikisource", "b", "wikibooks", "q", "wikiquote",
-    "n", "wikinews", "v", "wikiversity", "voy", "wikivoyage", "species", "wikispecies", "commons",
-    "c", "meta", "m", "mw", "d", "wikidata",
+    "w",
+    "wikipedia",
+    "wikt",
+    "wiktionary",
+    "s",
+    "wikisource",
+    "b",
+    "wikibooks",
+    "q",
+    "wikiquote",
+    "n",
+    "wikinews",
+    "v",
+    "wikiversity",
+    "voy",
+    "wikivoyage",
+    "species",
+    "wikispecies",
+    "commons",
+    "c",
+    "meta",
+    "m",
+    "mw",
+    "d",
+    "wikidata",
 }
 _SKIP_SECTIONS = {
-    "see also", "references", "external links", "further reading", "notes", "bibliography", "sources",
-    "citations", "notes and references", "references and notes", "footnotes", "works cited",
-    "literature", "external link", "reference", "note", "general references", "cited sources",
+    "see also",
+    "references",
+    "external links",
+    "further reading",
+    "notes",
+    "bibliography",
+    "sources",
+    "citations",
+    "notes and references",
+    "references and notes",
+    "footnotes",
+    "works cited",
+    "literature",
+    "external link",
+    "reference",
+    "note",
+    "general references",
+    "cited sources",
 }
 # inline templates whose text is part of the sentence; every other template is removed
 _INLINE_TEMPLATES = {
-    "nowrap", "nobr", "small", "smaller", "big", "larger", "sic", "lang", "transl", "transliteration",
-    "nihongo", "ill", "interlanguage link", "interlanguage link multi", "not a typo", "abbr", "em",
-    "strong", "mvar", "math", "var", "keypress", "samp", "as written",
+    "nowrap",
+    "nobr",
+    "small",
+    "smaller",
+    "big",
+    "larger",
+    "sic",
+    "lang",
+    "transl",
+    "transliteration",
+    "nihongo",
+    "ill",
+    "interlanguage link",
+    "interlanguage link multi",
+    "not a typo",
+    "abbr",
+    "em",
+    "strong",
+    "mvar",
+    "math",
+    "var",
+    "keypress",
+    "samp",
+    "as written",
 }
-_DASH_TEMPLATES = {"ndash": "–", "mdash": "—", "snd": " – ", "spaced ndash": " – ", "spnd": " – ",
-                   "'": "'", "\"'": "\"'", "'\"": "'\"", "`": "'", "!": "|", "=": "=", "nbsp": " "}
+_DASH_TEMPLATES = {
+    "ndash": "–",
+    "mdash": "—",
+    "snd": " – ",
+    "spaced ndash": " – ",
+    "spnd": " – ",
+    "'": "'",
+    "\"'": "\"'",
+    "'\"": "'\"",
+    "`": "'",
+    "!": "|",
+    "=": "=",
+    "nbsp": " ",
+}
 
 
 def _expand_template(m: re.Match) -> str:
@@ -147,7 +220,8 @@ def _link(m: re.Match) -> str:
     if sep:
         label = label.strip()
         if label:
-            # file-style options never reach here (files are dropped); a label with more pipes keeps the last part
+            # file-style options never reach here (files are dropped); a label with more pipes keeps
+            # the last part
             return label.rsplit("|", 1)[-1] if prefix in _DROP_NS else label
         # pipe trick: [[Paris, Texas|]] -> Paris; [[Help:Foo (bar)|]] -> Foo
         t = t.split(":", 1)[1] if prefix else t

@@ -2,18 +2,19 @@
 Token Dropping Strategy in Efficient BERT Pretraining"; docs/design.md §2.11).
 
 What is computed follows the authors' released code (github.com/WHU-ZQH/ScTD: the ``align`` branch
-of ``criterions/cross_entropy.py``, switched on by ``tasks/fairseq_task.py`` every 10th update): on a
-consistency step the batch also runs through the dense model (training mode, gradients flowing),
+of ``criterions/cross_entropy.py``, switched on by ``tasks/fairseq_task.py`` every 10th update): on
+a consistency step the batch also runs through the dense model (training mode, gradients flowing),
 and the loss gains, for the [CLS] state h (row 0) at the output of each of the last two layers,
 
-    KL(softmax(h_dense) || softmax(h_drop)) = sum_j p_j (log p_j - log q_j),   p = softmax(h_dense), q = softmax(h_drop)
+    KL(softmax(h_dense) || softmax(h_drop)) = sum_j p_j (log p_j - log q_j),   p = softmax(h_dense),
+    q = softmax(h_drop)
 
 taken over the d hidden features, summed over the sequences and the two layers, times
-``drop.consistency_weight`` (the code's 0.05), and normalised like the MLM loss (by the number of real
-prediction slots, as fairseq divides the summed loss by its sample size).  Neither side is detached.
-The MLM loss stays the token-dropping pass's: the code's second MLM term (``loss_ref``) is computed
-from the token-dropping output again, so 0.5 loss + 0.5 loss_ref is the dropping loss itself.
-"""
+``drop.consistency_weight`` (the code's 0.05), and normalised like the MLM loss (by the number of
+real prediction slots, as fairseq divides the summed loss by its sample size).  Neither side is
+detached. The MLM loss stays the token-dropping pass's: the code's second MLM term (``loss_ref``) is
+computed from the token-dropping output again, so 0.5 loss + 0.5 loss_ref is the dropping loss
+itself."""
 
 from __future__ import annotations
 
@@ -31,8 +32,12 @@ def cls_kl(dense: Tensor, dropped: Tensor) -> Tensor:
     ``F.kl_div(log q, p, "sum")``, with p passed as log-probabilities (the same value; a probability
     that underflows to 0 then gives no NaN gradient through the target)."""
     dtype = torch.promote_types(dropped.dtype, torch.float32)
-    return F.kl_div(F.log_softmax(dropped.to(dtype), dim=-1), F.log_softmax(dense.to(dtype), dim=-1), reduction="sum",
-                    log_target=True)
+    return F.kl_div(
+        F.log_softmax(dropped.to(dtype), dim=-1),
+        F.log_softmax(dense.to(dtype), dim=-1),
+        reduction="sum",
+        log_target=True,
+    )
 
 
 class ClsTaps:
@@ -63,8 +68,10 @@ class ClsTaps:
 def consistency_term(dropped: list[Tensor], dense: list[Tensor]) -> Tensor:
     """The summed KL over the tapped layers (module docstring), unweighted."""
     if len(dropped) != 2 or len(dense) != 2:
-        raise RuntimeError(f"ScTD: expected the [CLS] state of the last two layers from each pass, got "
-                           f"{len(dropped)} and {len(dense)}")
+        raise RuntimeError(
+            f"ScTD: expected the [CLS] state of the last two layers from each pass, got "
+            f"{len(dropped)} and {len(dense)}"
+        )
     return sum(cls_kl(b, a) for a, b in zip(dropped, dense))
 
 

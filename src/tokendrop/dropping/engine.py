@@ -1,4 +1,5 @@
-"""The dropping engine: which rows each layer sees (docs/design.md §2.2), shared by every encoder family.
+"""The dropping engine: which rows each layer sees (docs/design.md §2.2), shared by every encoder
+family.
 
 A family's encoder hands :func:`run_layers` its layers and a ``call(layer, h, kv_in, q_rows,
 k_rows)`` that runs one of them; the engine decides, per layer, which rows are queries and which
@@ -47,7 +48,8 @@ def scatter_rows(base: Tensor, rows: Tensor, keep_idx: Tensor) -> Tensor:
 
 
 def _pairs(t: Tensor) -> Tensor:
-    """(B, T, ...) -> (B, ceil(T/2), 2, ...): rows (2i, 2i+1); an odd last row paired with itself."""
+    """(B, T, ...) -> (B, ceil(T/2), 2, ...): rows (2i, 2i+1); an odd last row paired with
+    itself."""
     if t.shape[1] % 2:
         t = torch.cat([t, t[:, -1:]], dim=1)
     return t.reshape(t.shape[0], -1, 2, *t.shape[2:])
@@ -58,13 +60,16 @@ def avg_pool_rows(x: Tensor, valid: Tensor | None = None) -> Tensor:
 
     ``valid`` (B, T) 1/0 (padding): the mean of a pair's *valid* rows -- a (real, [PAD]) pair pools
     to its real row alone, exactly as that row would pool at the end of an unpadded odd-length row,
-    so padding never enters a real row (docs/design.md §2.2); a pair of two [PAD] rows is their mean."""
+    so padding never enters a real row (docs/design.md §2.2); a pair of two [PAD] rows is their
+    mean."""
     pairs = _pairs(x)  # (B, T', 2, d)
     mean = pairs.mean(dim=2)
     if valid is None:
         return mean
     v = _pairs(valid).to(torch.bool)  # (B, T', 2)
-    one = torch.where(v[:, :, :1], pairs[:, :, 0], pairs[:, :, 1])  # the pair's valid row (when one is)
+    one = torch.where(
+        v[:, :, :1], pairs[:, :, 0], pairs[:, :, 1]
+    )  # the pair's valid row (when one is)
     return torch.where((v[:, :, 0] == v[:, :, 1])[:, :, None], mean, one)
 
 
@@ -102,7 +107,7 @@ class Rows:
     pos: Tensor | None = None
     at: Tensor | None = None
 
-    def gather(self, keep_idx: Tensor) -> "Rows":
+    def gather(self, keep_idx: Tensor) -> Rows:
         b = keep_idx.shape[0]
 
         def g(t: Tensor | None) -> Tensor | None:
@@ -110,14 +115,19 @@ class Rows:
 
         return Rows(g(self.valid), g(self.doc), g(self.pos), g(self.at))
 
-    def pooled(self) -> "Rows":
+    def pooled(self) -> Rows:
         """avg variant (:func:`avg_pool_rows`): a pooled row is valid if either of its rows is; its
         document, position and index are its first valid row's (its first row's when none is)."""
+
         def first(t: Tensor | None) -> Tensor | None:
             return None if t is None else first_valid_row(t, self.valid)
 
-        return Rows(None if self.valid is None else avg_pool_mask(self.valid), first(self.doc), first(self.pos),
-                    first(self.at))
+        return Rows(
+            None if self.valid is None else avg_pool_mask(self.valid),
+            first(self.doc),
+            first(self.pos),
+            first(self.at),
+        )
 
 
 @dataclass(frozen=True)
@@ -130,13 +140,15 @@ class DropSpan:
     per_layer: bool = False  # random_ltd: keep_idx (S, B, M), a subset of its own per half layer
 
     @classmethod
-    def from_config(cls, drop: DropConfig, num_layers: int) -> "DropSpan":
+    def from_config(cls, drop: DropConfig, num_layers: int) -> DropSpan:
         drop.validate(num_layers)
         start, end = drop.span(num_layers)
         return cls(start, end, drop.variant_row, drop.per_layer)
 
 
-def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: Tensor | None, call) -> Tensor:
+def run_layers(
+    layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: Tensor | None, call
+) -> Tensor:
     """The layer schedule of docs/design.md §2.2, shared by both families.
 
     ``call(layer, h, kv_in, q_rows, k_rows) -> h``: run one layer on query rows ``h`` (described by
@@ -154,13 +166,16 @@ def run_layers(layers, x: Tensor, rows: Rows, span: DropSpan | None, keep_idx: T
     x_in = x  # (B, T, d) span-entry states; dropped rows leave the span with these
     half = layers[span.start : span.end]
     if span.per_layer:
-        assert keep_idx is not None and keep_idx.dim() == 3 and keep_idx.shape[0] == len(half), \
+        assert keep_idx is not None and keep_idx.dim() == 3 and keep_idx.shape[0] == len(half), (
             "random_ltd: keep_idx (S, B, M), one (B, M) per half layer"
+        )
         for layer, keep in zip(half, keep_idx):
             kept = rows.gather(keep)
             x = scatter_rows(x, call(layer, gather_rows(x, keep), None, kept, kept), keep)
     elif span.variant.pools:
-        h = avg_pool_rows(x_in, rows.valid)  # (B, T', d), T' = ceil(T/2); padding never pooled into a real row
+        h = avg_pool_rows(
+            x_in, rows.valid
+        )  # (B, T', d), T' = ceil(T/2); padding never pooled into a real row
         pooled = rows.pooled()
         h = call(half[0], h, x_in, pooled, rows)
         for layer in half[1:]:

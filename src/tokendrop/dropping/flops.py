@@ -17,10 +17,10 @@ A layer with n query rows, N key/value rows and k keys per query costs, per sequ
 which for BERT with n = N = k = T and f = 4d is the familiar 24 T d^2 + 4 T^2 d.
 
 Keys per query: a full-attention layer attends to all N rows (k = N).  A ModernBERT sliding-window
-layer (``local_attention`` = w: keys within w//2 positions on each side, as Hugging Face's mask) lets
-a query see at most W = 2 (w//2) + 1 positions; when the N rows are N of the sequence's T positions
-(kept rows inside the drop span; the window is measured in original positions) a query sees on
-average W N / T of them, so k = min(N, ceil(W N / T)) -- min(T, W) for a dense layer.  The
+layer (``local_attention`` = w: keys within w//2 positions on each side, as Hugging Face's mask)
+lets a query see at most W = 2 (w//2) + 1 positions; when the N rows are N of the sequence's T
+positions (kept rows inside the drop span; the window is measured in original positions) a query
+sees on average W N / T of them, so k = min(N, ceil(W N / T)) -- min(T, W) for a dense layer.  The
 sequence's ends (where a window is cut short) and per-document attention in packed rows (which
 depends on the data) are not subtracted: the count is per full window.  ``masked_dense_local=True``
 counts sliding-window layers as full attention instead: what a kernel that applies the window as a
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
 from typing import Any, Protocol
 
 from tokendrop.dropping.methods import DropConfig
@@ -71,9 +70,12 @@ class ModelConfig(Protocol):
     def resolved_layer_types(self) -> list[str]: ...
 
 
-def layer_flops(n: int, kv_rows: int, d: int, f: int, keys: int | None = None, glu: bool = False) -> int:
+def layer_flops(
+    n: int, kv_rows: int, d: int, f: int, keys: int | None = None, glu: bool = False
+) -> int:
     """Forward FLOPs of one encoder layer for one sequence: ``n`` query rows, ``kv_rows`` key/value
-    rows, ``keys`` keys per query (default: all ``kv_rows``), FFN width ``f`` (GeGLU when ``glu``)."""
+    rows, ``keys`` keys per query (default: all ``kv_rows``), FFN width ``f`` (GeGLU when
+    ``glu``)."""
     k = kv_rows if keys is None else keys
     ffn = (6 if glu else 4) * n * d * f
     return 4 * n * d * d + 4 * kv_rows * d * d + ffn + 4 * n * k * d
@@ -88,13 +90,20 @@ def layer_types(model: ModelConfig) -> list[str]:
 
 
 def window_positions(model: ModelConfig) -> int:
-    """W: the positions a sliding-window query may see (itself and local_attention//2 on each side)."""
+    """W: the positions a sliding-window query may see (itself and local_attention//2 on each
+    side)."""
     return 2 * (model.local_attention // 2) + 1
 
 
-def keys_per_query(model: ModelConfig, layer_type: str, kv_rows: int, seq_len: int,
-                   masked_dense_local: bool = False) -> int:
-    """k for one layer whose ``kv_rows`` key/value rows are that many of the ``seq_len`` positions."""
+def keys_per_query(
+    model: ModelConfig,
+    layer_type: str,
+    kv_rows: int,
+    seq_len: int,
+    masked_dense_local: bool = False,
+) -> int:
+    """k for one layer whose ``kv_rows`` key/value rows are that many of the ``seq_len``
+    positions."""
     if layer_type != SLIDING or masked_dense_local:
         return kv_rows
     return min(kv_rows, math.ceil(window_positions(model) * kv_rows / seq_len))
@@ -108,8 +117,10 @@ def describe_model(model: ModelConfig) -> str:
     if not schema.sliding_windows:
         return f"{model.family}: {layers} layers, d={d}, {ffn}"
     local = layer_types(model).count(SLIDING)
-    return (f"{model.family}: {layers} layers ({layers - local} global, {local} sliding-window "
-            f"{model.local_attention}: <= {window_positions(model)} keys per query), d={d}, {ffn}")
+    return (
+        f"{model.family}: {layers} layers ({layers - local} global, {local} sliding-window "
+        f"{model.local_attention}: <= {window_positions(model)} keys per query), d={d}, {ffn}"
+    )
 
 
 @dataclass
@@ -117,7 +128,9 @@ class StepFlops:
     encoder: int  # forward, per sequence
     head: int  # forward, per sequence (MLM head on P slots)
     batch_size: int
-    attention: int = 0  # forward, per sequence: the encoder's score and weighted-value products (in ``encoder``)
+    attention: int = (
+        0  # forward, per sequence: the encoder's score and weighted-value products (in ``encoder``)
+    )
 
     @property
     def forward(self) -> int:
@@ -139,8 +152,11 @@ class StepFlops:
 
 
 def _is_model(model: object) -> bool:
-    """``model`` reads as a :class:`ModelConfig` (the protocol is structural: checked by its fields)."""
-    return all(hasattr(model, a) for a in ("hidden_size", "intermediate_size", "num_layers", "num_heads"))
+    """``model`` reads as a :class:`ModelConfig` (the protocol is structural: checked by its
+    fields)."""
+    return all(
+        hasattr(model, a) for a in ("hidden_size", "intermediate_size", "num_layers", "num_heads")
+    )
 
 
 def step_flops(
@@ -158,9 +174,19 @@ def step_flops(
     ``num_predictions``: P, the MLM head's rows (default round(0.15 T)); ``masked_dense_local``:
     count sliding-window layers as full attention (module docstring); ``kept``: M, the rows kept
     in the span (default: the first step's, ``DropConfig.kept_rows``)."""
-    check_arg("step_flops", "model", model, (), "a tokendrop.ModelConfig", "a Config's .model", valid=_is_model(model))
+    check_arg(
+        "step_flops",
+        "model",
+        model,
+        (),
+        "a tokendrop.ModelConfig",
+        "a Config's .model",
+        valid=_is_model(model),
+    )
     check_arg("step_flops", "seq_len", seq_len, int, "an int")
-    check_arg("step_flops", "drop", drop, (DropConfig, type(None)), "a tokendrop.DropConfig or None")
+    check_arg(
+        "step_flops", "drop", drop, (DropConfig, type(None)), "a tokendrop.DropConfig or None"
+    )
     d, f, t, layers = model.hidden_size, model.intermediate_size, seq_len, model.num_layers
     glu = model.schema.glu_ffn
     types = layer_types(model)
@@ -193,17 +219,22 @@ def step_flops(
     return StepFlops(encoder=enc, head=head, batch_size=batch_size, attention=attn)
 
 
-def consistency_flops(model: ModelConfig, seq_len: int, batch_size: int = 1, masked_dense_local: bool = False) -> int:
+def consistency_flops(
+    model: ModelConfig, seq_len: int, batch_size: int = 1, masked_dense_local: bool = False
+) -> int:
     """ScTD's extra dense pass on a consistency step: the encoder forward + backward, no MLM head
     (module docstring)."""
-    return step_flops(model, seq_len, batch_size, None, masked_dense_local=masked_dense_local).encoder_total
+    return step_flops(
+        model, seq_len, batch_size, None, masked_dense_local=masked_dense_local
+    ).encoder_total
 
 
-def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop: DropConfig,
-                        train_steps: int) -> list[int]:
+def dropping_step_flops(
+    model: ModelConfig, seq_len: int, batch_size: int, drop: DropConfig, train_steps: int
+) -> list[int]:
     """FLOPs of each optimizer step 0..train_steps-1 of a run with dropping on: random_ltd at the
-    count its schedule gives that step, plus ScTD's dense pass on every ``consistency_every``-th step
-    (stage 2 is the caller's: those steps cost ``step_flops(..., None)``)."""
+    count its schedule gives that step, plus ScTD's dense pass on every ``consistency_every``-th
+    step (stage 2 is the caller's: those steps cost ``step_flops(..., None)``)."""
     cache: dict[int, int] = {}
 
     def at(m: int) -> int:
@@ -212,14 +243,29 @@ def dropping_step_flops(model: ModelConfig, seq_len: int, batch_size: int, drop:
         return cache[m]
 
     extra = consistency_flops(model, seq_len, batch_size) if drop.consistency_weight > 0 else 0
-    return [at(drop.kept_rows(seq_len, k, train_steps)) + (extra if drop.consistency_at(k) else 0)
-            for k in range(train_steps)]
+    return [
+        at(drop.kept_rows(seq_len, k, train_steps)) + (extra if drop.consistency_at(k) else 0)
+        for k in range(train_steps)
+    ]
 
 
-def flop_ratio(model: ModelConfig, seq_len: int, drop: DropConfig, encoder_only: bool = False,
-               masked_dense_local: bool = False) -> float:
+def flop_ratio(
+    model: ModelConfig,
+    seq_len: int,
+    drop: DropConfig,
+    encoder_only: bool = False,
+    masked_dense_local: bool = False,
+) -> float:
     """FLOPs with dropping / FLOPs of the dense model (1 / the best possible speedup)."""
-    check_arg("flop_ratio", "model", model, (), "a tokendrop.ModelConfig", "a Config's .model", valid=_is_model(model))
+    check_arg(
+        "flop_ratio",
+        "model",
+        model,
+        (),
+        "a tokendrop.ModelConfig",
+        "a Config's .model",
+        valid=_is_model(model),
+    )
     check_arg("flop_ratio", "drop", drop, DropConfig, "a tokendrop.DropConfig", "a Config's .drop")
     a = step_flops(model, seq_len, 1, drop, masked_dense_local=masked_dense_local)
     b = step_flops(model, seq_len, 1, None, masked_dense_local=masked_dense_local)

@@ -1,4 +1,5 @@
-"""Which tokens are important: the paper's cumulative-loss vector and its alternatives (docs/design.md §2.3).
+"""Which tokens are important: the paper's cumulative-loss vector and its alternatives
+(docs/design.md §2.3).
 
 ``TokenSelector`` owns a length-|V| fp32 vector ``m`` (training state, not part of the exported
 model).  The score of a position is ``m[input_id]``; each sequence keeps its top-M positions, ties
@@ -9,7 +10,8 @@ Corrections to the public reference implementation (docs/design.md §3), all del
 * repeated ids in a batch are averaged (scatter_add of sums and counts), not one arbitrary write;
 * pinned ids ([CLS], [SEP], [MASK], configured extras = +1e4; [PAD] = -1e4) are re-pinned after
   every update;
-* under ``torch.distributed`` the sums and counts are all-reduced so every rank holds the same ``m``.
+* under ``torch.distributed`` the sums and counts are all-reduced so every rank holds the same
+  ``m``.
 
 How each ``drop.method`` selects is its row of ``tokendrop.dropping.methods.METHODS``
 (:class:`~tokendrop.dropping.methods.SelectionMethod`); the selector computes the position scores,
@@ -27,12 +29,12 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig, Uniform
-from tokendrop.errors import ConfigError
-from tokendrop.errors import check_arg
+from tokendrop.errors import ConfigError, check_arg
 
 
 def pinned_ids(drop, vocab: list[str]) -> list[int]:
-    """The ids of ``drop.pinned_tokens`` in ``vocab`` (the tokens by id); ConfigError for one not in it."""
+    """The ids of ``drop.pinned_tokens`` in ``vocab`` (the tokens by id); ConfigError for one not in
+    it."""
     if not drop.pinned_tokens:
         return []
     index = {t: i for i, t in enumerate(vocab) if t}
@@ -44,17 +46,31 @@ def pinned_ids(drop, vocab: list[str]) -> list[int]:
     return out
 
 
-def build_selector(drop: DropConfig, vocab_size: int, special_ids: Mapping[str, int], seq_len: int,
-                   pinned_ids: Iterable[int] = (), counts: Any = None, seed: int = 0,
-                   device: torch.device | str | None = None) -> "TokenSelector":
+def build_selector(
+    drop: DropConfig,
+    vocab_size: int,
+    special_ids: Mapping[str, int],
+    seq_len: int,
+    pinned_ids: Iterable[int] = (),
+    counts: Any = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+) -> TokenSelector:
     """The one way the library makes a ``TokenSelector`` (``tokendrop.dropping.plan.DropPlan`` calls
     it for pretraining, the ``transformers`` integration, ``tokendrop inspect`` and the benchmark):
     ``special_ids`` are the data's ids ([CLS]/[SEP]/[MASK] pinned high, [PAD] low), ``pinned_ids``
     the extra ids kept always (``drop.pinned_tokens``, resolved by the caller),
-    ``counts`` the per-id corpus counts (array or tensor; used by ``method = "frequency"`` only, which
-    needs them), ``seed`` the random methods' generator seed; on ``device`` when given."""
-    sel = TokenSelector(drop, vocab_size, dict(special_ids), seq_len, list(pinned_ids),
-                        counts if drop.selection.needs_counts else None, seed=seed)
+    ``counts`` the per-id corpus counts (array or tensor; used by ``method = "frequency"`` only,
+    which needs them), ``seed`` the random methods' generator seed; on ``device`` when given."""
+    sel = TokenSelector(
+        drop,
+        vocab_size,
+        dict(special_ids),
+        seq_len,
+        list(pinned_ids),
+        counts if drop.selection.needs_counts else None,
+        seed=seed,
+    )
     return sel if device is None else sel.to(device)
 
 
@@ -71,7 +87,9 @@ class TokenSelector(nn.Module):
         counts: Tensor | None = None,
         seed: int = 0,
     ):
-        check_arg("TokenSelector", "drop", drop, DropConfig, "a tokendrop.DropConfig", "a Config's .drop")
+        check_arg(
+            "TokenSelector", "drop", drop, DropConfig, "a tokendrop.DropConfig", "a Config's .drop"
+        )
         check_arg("TokenSelector", "vocab_size", vocab_size, int, "an int")
         check_arg("TokenSelector", "seq_len", seq_len, int, "an int")
         super().__init__()
@@ -83,12 +101,20 @@ class TokenSelector(nn.Module):
         self._drop = drop
         self.num_kept = drop.num_kept(seq_len)
         self.num_random = self.selection.random_slots(drop, seq_len)
-        if self.num_random > self.num_kept:  # DropConfig.validate refuses this for every T; a direct caller too
-            raise ConfigError(f"drop.half_random_frac: {self.num_random} random slots exceed the {self.num_kept} kept "
-                              f"positions of T={seq_len} at drop.rate={drop.rate}; lower half_random_frac or drop.rate")
+        if (
+            self.num_random > self.num_kept
+        ):  # DropConfig.validate refuses this for every T; a direct caller too
+            raise ConfigError(
+                f"drop.half_random_frac: {self.num_random} random slots exceed the {self.num_kept} "
+                "kept "
+                f"positions of T={seq_len} at drop.rate={drop.rate}; lower half_random_frac or "
+                "drop.rate"
+            )
         pinned = [special_ids[k] for k in ("cls", "sep", "mask") if k in special_ids]
         pinned += list(extra_pinned_ids or [])
-        self.register_buffer("pinned_ids", torch.tensor(sorted(set(pinned)), dtype=torch.long), persistent=False)
+        self.register_buffer(
+            "pinned_ids", torch.tensor(sorted(set(pinned)), dtype=torch.long), persistent=False
+        )
         self.pad_id = special_ids.get("pad", -1)
         m = self.selection.initial_scores(drop, vocab_size, counts)
         self.register_buffer("scores", m)  # the vector m
@@ -119,13 +145,21 @@ class TokenSelector(nn.Module):
 
     @torch.no_grad()
     def set_scores(self, values: Tensor, where: Tensor) -> None:
-        """m_i <- values_i where ``where`` (a warm start, tokendrop.train.continued); pinned ids stay pinned."""
-        self.scores.copy_(torch.where(where.to(self.scores.device), values.to(self.scores), self.scores))
+        """m_i <- values_i where ``where`` (a warm start, tokendrop.train.continued); pinned ids
+        stay pinned."""
+        self.scores.copy_(
+            torch.where(where.to(self.scores.device), values.to(self.scores), self.scores)
+        )
         self._repin()
 
     # -- selection --------------------------------------------------------------------------------
 
-    def position_scores(self, input_ids: Tensor, mlm_positions: Tensor | None = None, mlm_weights: Tensor | None = None) -> Tensor:
+    def position_scores(
+        self,
+        input_ids: Tensor,
+        mlm_positions: Tensor | None = None,
+        mlm_weights: Tensor | None = None,
+    ) -> Tensor:
         """(B, T) importance of each position (pinned positions at +/-1e4)."""
         s = self.scores[input_ids]
         if self.keep_mlm_targets and mlm_positions is not None:
@@ -136,32 +170,44 @@ class TokenSelector(nn.Module):
         return s
 
     def _uniform(self, device: torch.device) -> Uniform:
-        """U[0, 1) draws of a given shape from the selector's generator on ``device`` (made on first use)."""
+        """U[0, 1) draws of a given shape from the selector's generator on ``device`` (made on first
+        use)."""
+
         def draw(shape: tuple[int, ...]) -> Tensor:
             return torch.rand(shape, generator=self._gen(device), device=device)
 
         return draw
 
     @torch.no_grad()
-    def select(self, input_ids: Tensor, mlm_positions: Tensor | None = None, mlm_weights: Tensor | None = None) -> Tensor:
+    def select(
+        self,
+        input_ids: Tensor,
+        mlm_positions: Tensor | None = None,
+        mlm_weights: Tensor | None = None,
+    ) -> Tensor:
         """input_ids (B, T) -> keep_idx (B, M), ascending (the method's ``select``)."""
         t = input_ids.shape[1]
-        kept = self.num_kept if t == self.seq_len else self._drop.num_kept(t)  # a warm-up's shorter pieces: the same rate
+        kept = (
+            self.num_kept if t == self.seq_len else self._drop.num_kept(t)
+        )  # a warm-up's shorter pieces: the same rate
         s = self.position_scores(input_ids, mlm_positions, mlm_weights)
         return self.selection.select(s, kept, self._drop, self._uniform(input_ids.device))
 
     @torch.no_grad()
     def select_layers(self, input_ids: Tensor, kept: int, num_layers: int) -> Tensor:
-        """A per-layer method (random_ltd): input_ids (B, T) -> keep_idx (S, B, M), ``kept`` ascending
-        positions per half layer and sequence (the method's ``select_layers``)."""
+        """A per-layer method (random_ltd): input_ids (B, T) -> keep_idx (S, B, M), ``kept``
+        ascending positions per half layer and sequence (the method's ``select_layers``)."""
         pad = input_ids == self.pad_id if self.pad_id >= 0 else None
-        return self.selection.select_layers(tuple(input_ids.shape), pad, kept, num_layers,
-                                            self._uniform(input_ids.device))
+        return self.selection.select_layers(
+            tuple(input_ids.shape), pad, kept, num_layers, self._uniform(input_ids.device)
+        )
 
     # -- update -----------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def update(self, labels: Tensor, nll: Tensor, weights: Tensor, valid: Tensor | None = None) -> None:
+    def update(
+        self, labels: Tensor, nll: Tensor, weights: Tensor, valid: Tensor | None = None
+    ) -> None:
         """m_i <- beta m_i + (1 - beta) mean(loss of id i in this step), for ids seen in real slots.
 
         labels/nll/weights: (B, P) original ids, per-slot NLL, 1/0 slot weights (any leading shape).
@@ -183,5 +229,7 @@ class TokenSelector(nn.Module):
         if valid is not None:
             seen = seen & valid
         mean = sums / counts.clamp(min=1.0)
-        self.scores.copy_(torch.where(seen, self.beta * self.scores + (1.0 - self.beta) * mean, self.scores))
+        self.scores.copy_(
+            torch.where(seen, self.beta * self.scores + (1.0 - self.beta) * mean, self.scores)
+        )
         self._repin()

@@ -29,8 +29,8 @@ pure function of the optimizer step k (:func:`ltd_kept`): every half layer keeps
 
     M_0 = round(ltd_start_fraction * T),  K = max(1, round(ltd_schedule_share * train.steps))
     v_k = M_0 + (T - M_0) * min(k, K) / K                       (the linear ramp)
-    fixed_linear (DeepSpeed's ``fixed_linear``, seq_per_step = s):  M_k = floor(v_k) - floor(v_k) % s
-    linear (nearest grid point):                                    M_k = s * round(v_k / s)
+    fixed_linear (DeepSpeed's ``fixed_linear``, seq_per_step = s):  M_k = floor(v_k) - floor(v_k) %
+    s linear (nearest grid point):                                    M_k = s * round(v_k / s)
     then M_k = min(T, max(M_k, min(s, T)))          (never 0 rows, never more than T)
     and M_k = T for k >= K                           (full length even when s does not divide T)
 
@@ -52,14 +52,19 @@ if TYPE_CHECKING:
 PIN_HIGH = 1e4  # the score of an id that is always kept ([CLS], [SEP], [MASK], drop.pinned_tokens)
 PIN_LOW = -1e4  # the score of [PAD]: dropped first
 
-Uniform = Callable[[tuple[int, ...]], "Tensor"]  # shape -> U[0, 1) draws from the selector's generator
+Uniform = Callable[
+    [tuple[int, ...]], "Tensor"
+]  # shape -> U[0, 1) draws from the selector's generator
 
 
 def stable_topk_positions(scores: Tensor, m: int) -> Tensor:
     """(B, T) scores -> (B, M) positions of the M highest scores, ties to the earlier position,
     returned in ascending position order."""
     import torch
-    order = torch.sort(scores, dim=1, descending=True, stable=True).indices  # (B, T) rank -> position
+
+    order = torch.sort(
+        scores, dim=1, descending=True, stable=True
+    ).indices  # (B, T) rank -> position
     return order[:, :m].sort(dim=1).values
 
 
@@ -70,21 +75,31 @@ class SelectionMethod:
     starts at ``drop.init_score`` everywhere; a method that differs overrides what differs."""
 
     name: str
-    drops: bool = True  # keeps fewer than T tokens in the middle layers ("none": the dense baseline)
+    drops: bool = (
+        True  # keeps fewer than T tokens in the middle layers ("none": the dense baseline)
+    )
     learns_from_loss: bool = False  # the importance vector is updated from the per-token MLM loss
     random: bool = False  # draws from the selector's seeded generator
     per_layer: bool = False  # a kept subset of its own in every middle layer (docs/design.md §2.10)
-    needs_counts: bool = False  # reads the corpus token counts (drop.counts_path or the prepared data's)
-    reads_scores: ClassVar[bool] = True  # the selection ranks by the importance vector (False: a uniform draw)
+    needs_counts: bool = (
+        False  # reads the corpus token counts (drop.counts_path or the prepared data's)
+    )
+    reads_scores: ClassVar[bool] = (
+        True  # the selection ranks by the importance vector (False: a uniform draw)
+    )
 
     def check(self, drop: DropConfig) -> None:
-        """The method's own checks of the ``[drop]`` section (``DropConfig.validate`` calls them)."""
+        """The method's own checks of the ``[drop]`` section (``DropConfig.validate`` calls
+        them)."""
 
     def random_slots(self, drop: DropConfig, seq_len: int) -> int:
-        """J: how many of the M kept positions of a length-``seq_len`` sequence are drawn at random."""
+        """J: how many of the M kept positions of a length-``seq_len`` sequence are drawn at
+        random."""
         return 0
 
-    def kept_rows(self, drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float) -> int:
+    def kept_rows(
+        self, drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float
+    ) -> int:
         """M: rows kept in the span at optimizer step ``step`` (0-based) of a ``train_steps`` run
         (``progress`` of it done; a time-budgeted run has ``train_steps`` 0): the variant's static
         count (``drop.num_kept``)."""
@@ -93,38 +108,54 @@ class SelectionMethod:
     def initial_scores(self, drop: DropConfig, vocab_size: int, counts: Tensor | None) -> Tensor:
         """The importance vector m (V,) fp32 before any update (pins are the selector's)."""
         import torch
+
         return torch.full((vocab_size,), float(drop.init_score), dtype=torch.float32)
 
     def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
-        """(B, T) position scores -> (B, M = ``kept``) ascending positions: the top-M scores, ties to
-        the earlier position (the paper's selection)."""
+        """(B, T) position scores -> (B, M = ``kept``) ascending positions: the top-M scores, ties
+        to the earlier position (the paper's selection)."""
         return stable_topk_positions(scores, kept)
 
-    def select_layers(self, shape: tuple[int, int], pad_mask: Tensor | None, kept: int, num_layers: int,
-                      uniform: Uniform) -> Tensor:
-        """A per-layer method: (S = ``num_layers``, B, M = ``kept``) ascending positions, a subset of
-        its own for every half layer of a (B, T) = ``shape`` batch; ``pad_mask`` (B, T) True at [PAD]."""
-        raise TypeError(f"drop.method {self.name!r} keeps one subset for the whole span (select), not one per layer")
+    def select_layers(
+        self,
+        shape: tuple[int, int],
+        pad_mask: Tensor | None,
+        kept: int,
+        num_layers: int,
+        uniform: Uniform,
+    ) -> Tensor:
+        """A per-layer method: (S = ``num_layers``, B, M = ``kept``) ascending positions, a subset
+        of its own for every half layer of a (B, T) = ``shape`` batch; ``pad_mask`` (B, T) True at
+        [PAD]."""
+        raise TypeError(
+            f"drop.method {self.name!r} keeps one subset for the whole span (select), not one per "
+            "layer"
+        )
 
 
 class HalfRandom(SelectionMethod):
-    """``half_random``: the last J = int(half_random_frac T) of the top-M replaced by J positions drawn
-    uniformly without replacement from ranks M-J+1..T; pinned ids in that pool are always drawn,
-    [PAD] is drawn last."""
+    """``half_random``: the last J = int(half_random_frac T) of the top-M replaced by J positions
+    drawn uniformly without replacement from ranks M-J+1..T; pinned ids in that pool are always
+    drawn, [PAD] is drawn last."""
 
     def check(self, drop: DropConfig) -> None:
         if drop.half_random_frac > 1.0 - drop.rate:
-            # J = int(frac T) random slots must fit in the M = round((1 - rate) T) kept ones, for every T
+            # J = int(frac T) random slots must fit in the M = round((1 - rate) T) kept ones, for
+            # every T
             raise ConfigError(
-                f"drop.half_random_frac: {drop.half_random_frac} random slots per token is more than the kept share "
-                f"1 - drop.rate = {1.0 - drop.rate:g}; expected half_random_frac <= {1.0 - drop.rate:g} "
-                "(lower drop.half_random_frac or drop.rate)")
+                f"drop.half_random_frac: {drop.half_random_frac} random slots per token is more "
+                "than the kept share "
+                f"1 - drop.rate = {1.0 - drop.rate:g}; expected half_random_frac <= "
+                f"{1.0 - drop.rate:g} "
+                "(lower drop.half_random_frac or drop.rate)"
+            )
 
     def random_slots(self, drop: DropConfig, seq_len: int) -> int:
         return int(drop.half_random_frac * seq_len)
 
     def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
         import torch
+
         m, j = kept, self.random_slots(drop, scores.shape[1])
         if j == 0:
             return stable_topk_positions(scores, m)
@@ -147,22 +178,29 @@ class UniformRandom(SelectionMethod):
 
     def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
         import torch
+
         u = uniform(tuple(scores.shape))
         s = torch.where(scores >= PIN_HIGH, 2.0, torch.where(scores <= PIN_LOW, -1.0, u))
         return stable_topk_positions(s, kept)
 
 
 class Frequency(SelectionMethod):
-    """``frequency`` (static): m_i = -log(1 + count_i) over the corpus counts, so rarer ids are kept first."""
+    """``frequency`` (static): m_i = -log(1 + count_i) over the corpus counts, so rarer ids are kept
+    first."""
 
     def initial_scores(self, drop: DropConfig, vocab_size: int, counts: Tensor | None) -> Tensor:
         import torch
+
         if counts is None:
-            raise ConfigError(f"drop.method: {self.name!r} needs token counts (drop.counts_path or the prepared "
-                              "data's counts)")
+            raise ConfigError(
+                f"drop.method: {self.name!r} needs token counts (drop.counts_path or the prepared "
+                "data's counts)"
+            )
         counts = torch.as_tensor(counts, dtype=torch.float64)
         if counts.shape != (vocab_size,):
-            raise ConfigError(f"drop.counts_path: expected {vocab_size} counts, got shape {tuple(counts.shape)}")
+            raise ConfigError(
+                f"drop.counts_path: expected {vocab_size} counts, got shape {tuple(counts.shape)}"
+            )
         return (-torch.log1p(counts)).float()  # rarer -> higher score
 
 
@@ -173,16 +211,25 @@ class PerLayerRandom(SelectionMethod):
 
     reads_scores = False
 
-    def kept_rows(self, drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float) -> int:
+    def kept_rows(
+        self, drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float
+    ) -> int:
         """The ramp's count M_k (:func:`ltd_kept_at`; module docstring)."""
         return ltd_kept_at(drop, seq_len, step, train_steps, progress)
 
     def select(self, scores: Tensor, kept: int, drop: DropConfig, uniform: Uniform) -> Tensor:
         raise TypeError(f"drop.method {self.name!r} draws a subset per half layer (select_layers)")
 
-    def select_layers(self, shape: tuple[int, int], pad_mask: Tensor | None, kept: int, num_layers: int,
-                      uniform: Uniform) -> Tensor:
+    def select_layers(
+        self,
+        shape: tuple[int, int],
+        pad_mask: Tensor | None,
+        kept: int,
+        num_layers: int,
+        uniform: Uniform,
+    ) -> Tensor:
         import torch
+
         u = uniform((num_layers, *shape))
         if pad_mask is not None:
             u = u + pad_mask.to(u.dtype).unsqueeze(0)  # [PAD] ranks after every real token
@@ -214,24 +261,34 @@ def ltd_kept(drop: DropConfig, seq_len: int, step: int, train_steps: int) -> int
 LTD_BUDGET_GRID = 1_000_000  # a time-budgeted run's ramp, in steps of 1e-6 of the budget
 
 
-def ltd_kept_at(drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float) -> int:
-    """:func:`ltd_kept` for a run of ``train_steps`` steps; in a time-budgeted run (``train_steps`` 0)
-    the ramp runs over ``progress``, the fraction of the budget used (docs/design.md §2.10)."""
+def ltd_kept_at(
+    drop: DropConfig, seq_len: int, step: int, train_steps: int, progress: float
+) -> int:
+    """:func:`ltd_kept` for a run of ``train_steps`` steps; in a time-budgeted run (``train_steps``
+    0) the ramp runs over ``progress``, the fraction of the budget used (docs/design.md §2.10)."""
     if train_steps > 0:
         return ltd_kept(drop, seq_len, step, train_steps)
-    return ltd_kept(drop, seq_len, int(min(max(progress, 0.0), 1.0) * LTD_BUDGET_GRID), LTD_BUDGET_GRID)
+    return ltd_kept(
+        drop, seq_len, int(min(max(progress, 0.0), 1.0) * LTD_BUDGET_GRID), LTD_BUDGET_GRID
+    )
 
 
-PAPER_METHOD = "cumulative"  # the paper's method; variant avg, which selects nothing, tolerates it beside "none"
+# the paper's method; variant avg, which selects nothing, tolerates it beside "none"
+PAPER_METHOD = "cumulative"
 
-METHODS: dict[str, SelectionMethod] = {m.name: m for m in (
-    SelectionMethod("none", drops=False),
-    SelectionMethod(PAPER_METHOD, learns_from_loss=True),  # the paper's: the running MLM loss per token id
-    HalfRandom("half_random", learns_from_loss=True, random=True),
-    UniformRandom("random", random=True),
-    Frequency("frequency", needs_counts=True),
-    PerLayerRandom("random_ltd", random=True, per_layer=True),
-)}
+METHODS: dict[str, SelectionMethod] = {
+    m.name: m
+    for m in (
+        SelectionMethod("none", drops=False),
+        SelectionMethod(
+            PAPER_METHOD, learns_from_loss=True
+        ),  # the paper's: the running MLM loss per token id
+        HalfRandom("half_random", learns_from_loss=True, random=True),
+        UniformRandom("random", random=True),
+        Frequency("frequency", needs_counts=True),
+        PerLayerRandom("random_ltd", random=True, per_layer=True),
+    )
+}
 DROP_METHODS = tuple(METHODS)
 LOSS_METHODS = tuple(n for n, m in METHODS.items() if m.learns_from_loss)
 RANDOM_METHODS = tuple(n for n, m in METHODS.items() if m.random)
@@ -242,13 +299,17 @@ UNSCORED_METHODS = tuple(n for n, m in METHODS.items() if m.drops and not m.read
 @dataclass(frozen=True)
 class DropVariant:
     """A ``drop.variant``: what the half layers of the span ``[start, end)`` do with the sequence's
-    rows (docs/design.md §2.2).  The engine (``tokendrop.dropping.engine.run_layers``), the FLOP model
-    and every consumer ask these facts rather than comparing names; a new variant is one row (and, if
-    it needs one, a branch of the engine)."""
+    rows (docs/design.md §2.2).  The engine (``tokendrop.dropping.engine.run_layers``), the FLOP
+    model and every consumer ask these facts rather than comparing names; a new variant is one row
+    (and, if it needs one, a branch of the engine)."""
 
     name: str
-    pools: bool = False  # 2:1 average pooling of adjacent rows instead of a selection (selects nothing)
-    frozen_kv: bool = False  # dropped rows stay keys/values in every half layer, frozen at span entry
+    pools: bool = (
+        False  # 2:1 average pooling of adjacent rows instead of a selection (selects nothing)
+    )
+    frozen_kv: bool = (
+        False  # dropped rows stay keys/values in every half layer, frozen at span entry
+    )
     merges_last: bool = False  # the span runs to the last layer: the kept rows merge after it
 
     @property
@@ -264,19 +325,23 @@ class DropVariant:
         return num_layers // 2 - 1, num_layers - 1
 
     def num_kept(self, rate: float, seq_len: int) -> int:
-        """M: rows inside the span at ``rate``: ceil(T/2) pooled rows, else round((1 - rate) T), >= 1."""
+        """M: rows inside the span at ``rate``: ceil(T/2) pooled rows, else round((1 - rate) T), >=
+        1."""
         if self.pools:
             return (seq_len + 1) // 2
         return max(1, int(round(seq_len * (1.0 - rate))))
 
 
 DEFAULT_VARIANT = "drop"  # the paper's; the only one a per-layer method (random_ltd) runs with
-VARIANTS: dict[str, DropVariant] = {v.name: v for v in (
-    DropVariant(DEFAULT_VARIANT),
-    DropVariant("pass", frozen_kv=True),  # token passing: dropped rows frozen as keys/values
-    DropVariant("avg", pools=True),  # token averaging (Funnel-style 2:1 pooling)
-    DropVariant("layer_rearranged", merges_last=True),  # no full layer after the span
-)}
+VARIANTS: dict[str, DropVariant] = {
+    v.name: v
+    for v in (
+        DropVariant(DEFAULT_VARIANT),
+        DropVariant("pass", frozen_kv=True),  # token passing: dropped rows frozen as keys/values
+        DropVariant("avg", pools=True),  # token averaging (Funnel-style 2:1 pooling)
+        DropVariant("layer_rearranged", merges_last=True),  # no full layer after the span
+    )
+}
 DROP_VARIANTS = tuple(VARIANTS)
 LTD_SCHEDULES = ("fixed_linear", "linear")
 IMPORTANCE_INITS = ("auto", "constant", "dense_pass", "frequency")
@@ -288,9 +353,9 @@ class DropConfig:
 
     method:  which tokens are kept -- ``none`` (dense BERT), ``cumulative`` (the paper's running MLM
              loss per token id), ``half_random``, ``random``, ``frequency`` (rarer ids kept first),
-             ``random_ltd`` (DeepSpeed's random-LTD: every half layer draws its own random subset, its
-             size ramped up from ``ltd_start_fraction`` of T to T over ``ltd_schedule_share`` of the
-             steps; docs/design.md §2.10).
+             ``random_ltd`` (DeepSpeed's random-LTD: every half layer draws its own random subset,
+             its size ramped up from ``ltd_start_fraction`` of T to T over ``ltd_schedule_share`` of
+             the steps; docs/design.md §2.10).
     variant: what happens to them -- ``drop`` (paper default), ``pass`` (dropped rows stay as
              frozen keys/values), ``avg`` (Funnel-style 2:1 average pooling; ignores ``method``),
              ``layer_rearranged`` (no full layer after the span).
@@ -311,20 +376,27 @@ class DropConfig:
     keep_mlm_targets: bool = False  # beyond the paper: never drop a prediction slot's position
     pinned_tokens: list[str] = field(default_factory=list)  # extra tokens always kept
     stage2_fraction: float = 0.0  # last fraction of the steps trained without dropping
-    counts_path: str = ""  # frequency method: .npy of per-id corpus counts ("" = from prepared data)
+    counts_path: str = (
+        ""  # frequency method: .npy of per-id corpus counts ("" = from prepared data)
+    )
     # How the cumulative-loss vector starts (tokendrop.train.continued.warm_start_importance):
     # constant (init_score everywhere, the paper from scratch) | dense_pass (mean loss of each id
     # over importance_init_batches dense no-update batches) | frequency (unigram surprisal) |
     # auto (= constant from scratch, dense_pass with model.init; docs/design.md says why)
     importance_init: str = "auto"
     importance_init_batches: int = 16
-    # random_ltd (docs/design.md §2.10): kept rows per half layer ramp from round(ltd_start_fraction T)
-    # to T over the first ltd_schedule_share of train.steps, on a grid of ltd_step rows
+    # random_ltd (docs/design.md §2.10): kept rows per half layer ramp from round(ltd_start_fraction
+    # T) to T over the first ltd_schedule_share of train.steps, on a grid of ltd_step rows
     ltd_start_fraction: float = 0.5
     ltd_schedule_share: float = 0.5
-    ltd_schedule: str = "fixed_linear"  # fixed_linear (DeepSpeed's, floor to the grid) | linear (nearest)
-    ltd_step: int = 16  # DeepSpeed's seq_per_step: kept counts are multiples of it (few compiled shapes)
-    # ScTD (docs/design.md §2.11): weight of the [CLS] KL term, applied every consistency_every steps
+    ltd_schedule: str = (
+        "fixed_linear"  # fixed_linear (DeepSpeed's, floor to the grid) | linear (nearest)
+    )
+    ltd_step: int = (
+        16  # DeepSpeed's seq_per_step: kept counts are multiples of it (few compiled shapes)
+    )
+    # ScTD (docs/design.md §2.11): weight of the [CLS] KL term, applied every consistency_every
+    # steps
     consistency_weight: float = 0.0
     consistency_every: int = 10
 
@@ -332,14 +404,20 @@ class DropConfig:
     def selection(self) -> SelectionMethod:
         """The registry row of ``method`` (a one-line error for a name that is none)."""
         if self.method not in METHODS:
-            raise ConfigError(f"drop.method: unknown method {self.method!r}; expected one of {', '.join(DROP_METHODS)}")
+            raise ConfigError(
+                f"drop.method: unknown method {self.method!r}; expected one of "
+                f"{', '.join(DROP_METHODS)}"
+            )
         return METHODS[self.method]
 
     @property
     def variant_row(self) -> DropVariant:
         """The registry row of ``variant`` (a one-line error for a name that is none)."""
         if self.variant not in VARIANTS:
-            raise ConfigError(f"drop.variant: unknown variant {self.variant!r}; expected one of {', '.join(DROP_VARIANTS)}")
+            raise ConfigError(
+                f"drop.variant: unknown variant {self.variant!r}; expected one of "
+                f"{', '.join(DROP_VARIANTS)}"
+            )
         return VARIANTS[self.variant]
 
     @property
@@ -349,7 +427,8 @@ class DropConfig:
 
     @property
     def pools(self) -> bool:
-        """The variant pools rows 2:1 instead of selecting them (avg): no selection, no importance."""
+        """The variant pools rows 2:1 instead of selecting them (avg): no selection, no
+        importance."""
         return self.variant in VARIANTS and VARIANTS[self.variant].pools
 
     @property
@@ -359,8 +438,9 @@ class DropConfig:
         return self.method not in METHODS or METHODS[self.method].drops or self.pools
 
     def span(self, num_layers: int) -> tuple[int, int]:
-        """The resolved half-layer span ``[start, end)``: ``drop.start``/``drop.end``, or the defaults
-        (the variant's :meth:`~DropVariant.default_span`; a per-layer method's ``[1, L - 1)``)."""
+        """The resolved half-layer span ``[start, end)``: ``drop.start``/``drop.end``, or the
+        defaults (the variant's :meth:`~DropVariant.default_span`; a per-layer method's ``[1, L -
+        1)``)."""
         if self.per_layer and not self.variant_row.merges_last:
             start_d, end_d = 1, num_layers - 1
         else:
@@ -370,10 +450,13 @@ class DropConfig:
         return start, end
 
     def num_kept(self, seq_len: int) -> int:
-        """M: rows kept inside the span by the variant's static rule (:meth:`DropVariant.num_kept`)."""
+        """M: rows kept inside the span by the variant's static rule
+        (:meth:`DropVariant.num_kept`)."""
         return self.variant_row.num_kept(self.rate, seq_len)
 
-    def kept_rows(self, seq_len: int, step: int = 0, train_steps: int = 1, progress: float = 0.0) -> int:
+    def kept_rows(
+        self, seq_len: int, step: int = 0, train_steps: int = 1, progress: float = 0.0
+    ) -> int:
         """Rows kept in the span at optimizer step ``step`` (0-based) of a ``train_steps`` run,
         ``progress`` of it done (a time-budgeted run: ``train_steps`` 0): the method's count rule
         (:meth:`SelectionMethod.kept_rows`: random_ltd's ramp, else :meth:`num_kept`).  The defaults
@@ -381,16 +464,17 @@ class DropConfig:
         return self.selection.kept_rows(self, seq_len, step, train_steps, progress)
 
     def stage2_start(self, train_steps: int) -> int:
-        """The first step of a ``train_steps``-step run trained without dropping (stage 2 is its last
-        ``stage2_fraction``; ``train_steps`` when there is none); 0 when nothing drops."""
+        """The first step of a ``train_steps``-step run trained without dropping (stage 2 is its
+        last ``stage2_fraction``; ``train_steps`` when there is none); 0 when nothing drops."""
         if not self.enabled:
             return 0
         return train_steps - int(round(self.stage2_fraction * train_steps))
 
     def dropping_at(self, step: int, train_steps: int, progress: float = 0.0) -> bool:
-        """Whether optimizer step ``step`` (0-based) drops tokens: every step of a run without stage 2;
-        before :meth:`stage2_start` in a run of ``train_steps`` steps; while less than ``1 -
-        stage2_fraction`` of a time budget is used (``train_steps`` 0, ``progress`` the share used)."""
+        """Whether optimizer step ``step`` (0-based) drops tokens: every step of a run without stage
+        2; before :meth:`stage2_start` in a run of ``train_steps`` steps; while less than ``1 -
+        stage2_fraction`` of a time budget is used (``train_steps`` 0, ``progress`` the share
+        used)."""
         if not self.enabled:
             return False
         if self.stage2_fraction <= 0:
@@ -400,8 +484,8 @@ class DropConfig:
         return progress < 1.0 - self.stage2_fraction
 
     def consistency_at(self, step: int) -> bool:
-        """ScTD's cadence: whether a dropping step ``step`` also runs the dense pass and the [CLS] KL
-        term (every ``consistency_every``-th step, from step 0; never with weight 0)."""
+        """ScTD's cadence: whether a dropping step ``step`` also runs the dense pass and the [CLS]
+        KL term (every ``consistency_every``-th step, from step 0; never with weight 0)."""
         return self.consistency_weight > 0 and step % self.consistency_every == 0
 
     def validate(self, num_layers: int) -> None:
@@ -410,64 +494,112 @@ class DropConfig:
         if not 0.0 <= self.rate < 1.0:
             raise ConfigError(f"drop.rate: expected a fraction in [0, 1), got {self.rate}")
         if variant.pools and self.rate != 0.5:
-            raise ConfigError(f"drop.rate: variant {self.variant!r} pools 2:1 (window 2, stride 2), so the rate must be 0.5")
+            raise ConfigError(
+                f"drop.rate: variant {self.variant!r} pools 2:1 (window 2, stride 2), so the rate "
+                "must be 0.5"
+            )
         if variant.pools and selection.drops and self.method != PAPER_METHOD:
-            raise ConfigError(f"drop.method: variant {self.variant!r} selects no tokens; method {self.method!r} has no "
-                              "effect there (use 'none')")
+            raise ConfigError(
+                f"drop.method: variant {self.variant!r} selects no tokens; method {self.method!r} "
+                "has no "
+                "effect there (use 'none')"
+            )
         start, end = self.span(num_layers)
         if not 0 <= start < end <= num_layers:
             raise ConfigError(
-                f"drop.start/drop.end: span [{start}, {end}) must satisfy 0 <= start < end <= num_layers={num_layers}"
+                f"drop.start/drop.end: span [{start}, {end}) must satisfy 0 <= start < end <= "
+                f"num_layers={num_layers}"
             )
         if variant.merges_last and end != num_layers:
-            raise ConfigError(f"drop.end: variant {self.variant!r} merges after the last layer, so end must be {num_layers}")
+            raise ConfigError(
+                f"drop.end: variant {self.variant!r} merges after the last layer, so end must be "
+                f"{num_layers}"
+            )
         if not 0.0 < self.beta < 1.0:
             raise ConfigError(f"drop.beta: expected a value in (0, 1), got {self.beta}")
         if not 0.0 <= self.half_random_frac < 1.0:
-            raise ConfigError(f"drop.half_random_frac: expected a fraction in [0, 1), got {self.half_random_frac}")
+            raise ConfigError(
+                f"drop.half_random_frac: expected a fraction in [0, 1), got {self.half_random_frac}"
+            )
         selection.check(self)
         if self.importance_init not in IMPORTANCE_INITS:
-            raise ConfigError(f"drop.importance_init: unknown {self.importance_init!r}; expected one of {', '.join(IMPORTANCE_INITS)}")
+            raise ConfigError(
+                f"drop.importance_init: unknown {self.importance_init!r}; expected one of "
+                f"{', '.join(IMPORTANCE_INITS)}"
+            )
         if self.importance_init_batches <= 0:
-            raise ConfigError(f"drop.importance_init_batches: expected a positive integer, got {self.importance_init_batches}")
+            raise ConfigError(
+                "drop.importance_init_batches: expected a positive integer, got "
+                f"{self.importance_init_batches}"
+            )
         if not 0.0 <= self.stage2_fraction <= 1.0:
-            raise ConfigError(f"drop.stage2_fraction: expected a fraction in [0, 1], got {self.stage2_fraction}")
+            raise ConfigError(
+                f"drop.stage2_fraction: expected a fraction in [0, 1], got {self.stage2_fraction}"
+            )
         self._validate_ltd(num_layers)
         self._validate_consistency()
 
     def _validate_ltd(self, num_layers: int) -> None:
         if not 0.0 < self.ltd_start_fraction <= 1.0:
-            raise ConfigError(f"drop.ltd_start_fraction: expected a fraction in (0, 1] of the sequence (the kept share "
-                              f"random_ltd starts from), got {self.ltd_start_fraction}")
+            raise ConfigError(
+                "drop.ltd_start_fraction: expected a fraction in (0, 1] of the sequence (the kept "
+                "share "
+                f"random_ltd starts from), got {self.ltd_start_fraction}"
+            )
         if not 0.0 < self.ltd_schedule_share <= 1.0:
-            raise ConfigError(f"drop.ltd_schedule_share: expected a fraction in (0, 1] of train.steps, got "
-                              f"{self.ltd_schedule_share}")
+            raise ConfigError(
+                f"drop.ltd_schedule_share: expected a fraction in (0, 1] of train.steps, got "
+                f"{self.ltd_schedule_share}"
+            )
         if self.ltd_schedule not in LTD_SCHEDULES:
-            raise ConfigError(f"drop.ltd_schedule: unknown schedule {self.ltd_schedule!r}; expected one of "
-                              f"{', '.join(LTD_SCHEDULES)}")
+            raise ConfigError(
+                f"drop.ltd_schedule: unknown schedule {self.ltd_schedule!r}; expected one of "
+                f"{', '.join(LTD_SCHEDULES)}"
+            )
         if self.ltd_step < 1:
-            raise ConfigError(f"drop.ltd_step: expected a positive number of rows, got {self.ltd_step}")
+            raise ConfigError(
+                f"drop.ltd_step: expected a positive number of rows, got {self.ltd_step}"
+            )
         if not self.per_layer:
             return
         if self.variant != DEFAULT_VARIANT:
-            raise ConfigError(f"drop.variant: random_ltd skips a layer entirely for the tokens it does not keep, so "
-                              f"variant {self.variant!r} has no meaning there; use variant {DEFAULT_VARIANT!r}")
+            raise ConfigError(
+                "drop.variant: random_ltd skips a layer entirely for the tokens it does not keep, "
+                "so "
+                f"variant {self.variant!r} has no meaning there; use variant {DEFAULT_VARIANT!r}"
+            )
         if self.keep_mlm_targets or self.pinned_tokens:
-            raise ConfigError("drop.keep_mlm_targets/drop.pinned_tokens: random_ltd keeps a uniform random subset and "
-                              "pins nothing (as DeepSpeed); unset them or use method 'random'")
+            raise ConfigError(
+                "drop.keep_mlm_targets/drop.pinned_tokens: random_ltd keeps a uniform random "
+                "subset and "
+                "pins nothing (as DeepSpeed); unset them or use method 'random'"
+            )
         start, end = self.span(num_layers)
         if start < 1 or end > num_layers - 1:
-            raise ConfigError(f"drop.start/drop.end: random_ltd keeps every token in the first and last layers, so "
-                              f"the span [{start}, {end}) must lie within [1, {num_layers - 1})")
+            raise ConfigError(
+                "drop.start/drop.end: random_ltd keeps every token in the first and last layers, "
+                "so "
+                f"the span [{start}, {end}) must lie within [1, {num_layers - 1})"
+            )
 
     def _validate_consistency(self) -> None:
         if not (math.isfinite(self.consistency_weight) and self.consistency_weight >= 0.0):
-            raise ConfigError(f"drop.consistency_weight: expected a weight >= 0, got {self.consistency_weight}")
+            raise ConfigError(
+                f"drop.consistency_weight: expected a weight >= 0, got {self.consistency_weight}"
+            )
         if self.consistency_every < 1:
-            raise ConfigError(f"drop.consistency_every: expected a positive number of steps, got {self.consistency_every}")
-        if self.consistency_weight > 0 and (not self.selection.drops or self.per_layer or self.pools):
+            raise ConfigError(
+                "drop.consistency_every: expected a positive number of steps, got "
+                f"{self.consistency_every}"
+            )
+        if self.consistency_weight > 0 and (
+            not self.selection.drops or self.per_layer or self.pools
+        ):
             one_subset = ", ".join(n for n, m in METHODS.items() if m.drops and not m.per_layer)
-            raise ConfigError(f"drop.consistency_weight: ScTD's consistency term compares the [CLS] state of a "
-                              f"token-dropping pass with a dense pass; it needs a selecting method ({one_subset}) "
-                              f"with variant {', '.join(n for n, v in VARIANTS.items() if v.selects)}, not "
-                              f"method {self.method!r} / variant {self.variant!r}")
+            raise ConfigError(
+                f"drop.consistency_weight: ScTD's consistency term compares the [CLS] state of a "
+                "token-dropping pass with a dense pass; it needs a selecting method "
+                f"({one_subset}) "
+                f"with variant {', '.join(n for n, v in VARIANTS.items() if v.selects)}, not "
+                f"method {self.method!r} / variant {self.variant!r}"
+            )

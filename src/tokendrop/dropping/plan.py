@@ -7,11 +7,12 @@ Per optimizer step a loop asks, in this order:
 * :meth:`DropPlan.at` -> :class:`DropStep`: whether the step drops (stage 2, the last
   ``stage2_fraction`` of the run, is dense), the kept count M (the variant's rate, or random-LTD's
   ramp at this step) and whether ScTD's consistency term runs (its every-k cadence);
-* :meth:`DropPlan.keep_idx`: the kept positions of a batch -- (B, M) from the selection method (top-M
-  importance, frequency, random, half-random), (S, B, M) for a per-layer method, None when the variant
-  pools (avg) or a per-layer method is at full length;
+* :meth:`DropPlan.keep_idx`: the kept positions of a batch -- (B, M) from the selection method
+  (top-M importance, frequency, random, half-random), (S, B, M) for a per-layer method, None when
+  the variant pools (avg) or a per-layer method is at full length;
 * :meth:`DropPlan.update`, after the optimizer step: the importance update from the step's per-slot
-  losses (all-reduced across ranks under ``torch.distributed``; a method that learns nothing: no-op);
+  losses (all-reduced across ranks under ``torch.distributed``; a method that learns nothing:
+  no-op);
 * :meth:`DropPlan.flops`: the step's analytic FLOPs (``tokendrop.dropping.flops``).
 
 The rules themselves are ``DropConfig``'s and its registries' (``tokendrop.dropping.methods``); the
@@ -63,7 +64,7 @@ class DropStep:
         return self.kept / self.seq_len
 
     @classmethod
-    def dense(cls, step: int, seq_len: int) -> "DropStep":
+    def dense(cls, step: int, seq_len: int) -> DropStep:
         """A step that drops nothing (what :meth:`DropPlan.at` gives in stage 2)."""
         return cls(step, seq_len, False, seq_len, False)
 
@@ -75,34 +76,63 @@ class DropPlan:
     ``pinned_ids``: further ids always kept (``drop.pinned_tokens``, resolved by the caller);
     ``counts``: per-id corpus counts (``method = "frequency"`` only); ``seed``: the random methods'
     generator; ``total_steps``: the run's optimizer steps (0: a time budget, the schedules run over
-    the progress; None: not known yet, refused by a rule that needs it); ``flop_model``: the encoder's
-    ``ModelConfig``, for :meth:`flops`.  Nothing selects (no selector) when the method drops nothing
-    or the variant pools."""
+    the progress; None: not known yet, refused by a rule that needs it); ``flop_model``: the
+    encoder's ``ModelConfig``, for :meth:`flops`.  Nothing selects (no selector) when the method
+    drops nothing or the variant pools."""
 
-    def __init__(self, drop: DropConfig, special_ids: Mapping[str, int], *, num_layers: int, vocab_size: int,
-                 seq_len: int, pinned_ids: Iterable[int] = (), counts: Any = None, seed: int = 0,
-                 total_steps: int | None = None, flop_model: ModelConfig | None = None,
-                 device: torch.device | str | None = None):
-        check_arg("DropPlan", "drop", drop, DropConfig, "a tokendrop.DropConfig", "a Config's .drop")
+    def __init__(
+        self,
+        drop: DropConfig,
+        special_ids: Mapping[str, int],
+        *,
+        num_layers: int,
+        vocab_size: int,
+        seq_len: int,
+        pinned_ids: Iterable[int] = (),
+        counts: Any = None,
+        seed: int = 0,
+        total_steps: int | None = None,
+        flop_model: ModelConfig | None = None,
+        device: torch.device | str | None = None,
+    ):
+        check_arg(
+            "DropPlan", "drop", drop, DropConfig, "a tokendrop.DropConfig", "a Config's .drop"
+        )
         check_arg("DropPlan", "num_layers", num_layers, int, "an int")
         drop.validate(num_layers)
         self.drop = drop
         self.num_layers = num_layers
         self.total_steps = total_steps
         self.flop_model = flop_model
-        self.span: DropSpan | None = DropSpan.from_config(drop, num_layers) if drop.enabled else None
+        self.span: DropSpan | None = (
+            DropSpan.from_config(drop, num_layers) if drop.enabled else None
+        )
         self.selector: TokenSelector | None = None
         if drop.enabled and drop.variant_row.selects:
-            self.selector = build_selector(drop, vocab_size, special_ids, seq_len, pinned_ids, counts, seed=seed,
-                                           device=device)
+            self.selector = build_selector(
+                drop, vocab_size, special_ids, seq_len, pinned_ids, counts, seed=seed, device=device
+            )
         self._flops: dict[tuple, int] = {}
 
     @classmethod
-    def for_model(cls, drop: DropConfig, model: ModelConfig, seq_len: int, special_ids: Mapping[str, int],
-                  **kwargs: Any) -> "DropPlan":
+    def for_model(
+        cls,
+        drop: DropConfig,
+        model: ModelConfig,
+        seq_len: int,
+        special_ids: Mapping[str, int],
+        **kwargs: Any,
+    ) -> DropPlan:
         """The plan of a run of ``model`` (a ``ModelConfig``: its layers, vocabulary and FLOPs)."""
-        return cls(drop, special_ids, num_layers=model.num_layers, vocab_size=model.vocab_size, seq_len=seq_len,
-                   flop_model=model, **kwargs)
+        return cls(
+            drop,
+            special_ids,
+            num_layers=model.num_layers,
+            vocab_size=model.vocab_size,
+            seq_len=seq_len,
+            flop_model=model,
+            **kwargs,
+        )
 
     # -- what the method is ---------------------------------------------------------------------
 
@@ -128,14 +158,15 @@ class DropPlan:
 
     @property
     def needs_length(self) -> str | None:
-        """What needs the run's length (``total_steps``), if anything: stage 2, random-LTD's ramp."""
+        """What needs the run's length (``total_steps``), if anything: stage 2, random-LTD's
+        ramp."""
         if self.drop.enabled and self.drop.stage2_fraction > 0:
             return "stage2_fraction"
         if self.drop.per_layer:
             return f"{self.drop.method}'s kept-count ramp"
         return None
 
-    def to(self, device: torch.device | str) -> "DropPlan":
+    def to(self, device: torch.device | str) -> DropPlan:
         """The selector's state on ``device``."""
         if self.selector is not None:
             self.selector.to(device)
@@ -174,17 +205,28 @@ class DropPlan:
         dropping = self.drop.dropping_at(step, total, progress)
         if not dropping:
             return DropStep.dense(step, seq_len)
-        return DropStep(step, seq_len, True, self.drop.kept_rows(seq_len, step, total, progress),
-                        self.drop.consistency_at(step))
+        return DropStep(
+            step,
+            seq_len,
+            True,
+            self.drop.kept_rows(seq_len, step, total, progress),
+            self.drop.consistency_at(step),
+        )
 
     # -- selection and update -------------------------------------------------------------------
 
     @torch.no_grad()
-    def select(self, input_ids: Tensor, kept: int, mlm_positions: Tensor | None = None,
-               mlm_weights: Tensor | None = None) -> Tensor | None:
-        """The kept positions of ``input_ids`` (B, T) at M = ``kept``: (B, M) ascending (the method's
-        selection; ``mlm_positions``/``mlm_weights`` for ``keep_mlm_targets``), (S, B, M) for a
-        per-layer method (None when M = T: a dense pass), None when nothing selects (avg pools)."""
+    def select(
+        self,
+        input_ids: Tensor,
+        kept: int,
+        mlm_positions: Tensor | None = None,
+        mlm_weights: Tensor | None = None,
+    ) -> Tensor | None:
+        """The kept positions of ``input_ids`` (B, T) at M = ``kept``: (B, M) ascending (the
+        method's selection; ``mlm_positions``/``mlm_weights`` for ``keep_mlm_targets``), (S, B, M)
+        for a per-layer method (None when M = T: a dense pass), None when nothing selects (avg
+        pools)."""
         if self.selector is None:
             return None
         if self.drop.per_layer:
@@ -193,17 +235,25 @@ class DropPlan:
             return self.selector.select_layers(input_ids, kept, self.half_layers)
         return self.selector.select(input_ids, mlm_positions, mlm_weights)
 
-    def keep_idx(self, input_ids: Tensor, at: DropStep, mlm_positions: Tensor | None = None,
-                 mlm_weights: Tensor | None = None) -> Tensor | None:
+    def keep_idx(
+        self,
+        input_ids: Tensor,
+        at: DropStep,
+        mlm_positions: Tensor | None = None,
+        mlm_weights: Tensor | None = None,
+    ) -> Tensor | None:
         """:meth:`select` at step ``at`` (None on a dense step)."""
         if not at.dropping:
             return None
         return self.select(input_ids, at.kept, mlm_positions, mlm_weights)
 
-    def update(self, labels: Tensor, nll: Tensor, weights: Tensor, valid: Tensor | None = None) -> None:
-        """After the optimizer step of a dropping step: the importance vector learns the step's per-slot
-        losses (``TokenSelector.update``: labels/nll/weights (..., P); ``valid`` a 0-dim bool, False
-        for a skipped step; all-reduced across ranks); nothing for a method that learns nothing."""
+    def update(
+        self, labels: Tensor, nll: Tensor, weights: Tensor, valid: Tensor | None = None
+    ) -> None:
+        """After the optimizer step of a dropping step: the importance vector learns the step's
+        per-slot losses (``TokenSelector.update``: labels/nll/weights (..., P); ``valid`` a 0-dim
+        bool, False for a skipped step; all-reduced across ranks); nothing for a method that learns
+        nothing."""
         if self.learns:
             self.selector.update(labels, nll, weights, valid=valid)
 
@@ -215,12 +265,14 @@ class DropPlan:
     # -- FLOPs ----------------------------------------------------------------------------------
 
     def flops(self, at: DropStep, rows: int) -> int:
-        """Forward + backward FLOPs of step ``at`` over ``rows`` sequences: the dense model on a dense
-        step, else the span at M = ``at.kept``, plus ScTD's dense pass on its steps."""
+        """Forward + backward FLOPs of step ``at`` over ``rows`` sequences: the dense model on a
+        dense step, else the span at M = ``at.kept``, plus ScTD's dense pass on its steps."""
         key = (at.seq_len, rows, at.dropping, at.kept, at.consistency)
         if key not in self._flops:
             model = self._flop_model()
-            f = step_flops(model, at.seq_len, rows, self.drop if at.dropping else None, kept=at.kept).total
+            f = step_flops(
+                model, at.seq_len, rows, self.drop if at.dropping else None, kept=at.kept
+            ).total
             if at.consistency:
                 f += consistency_flops(model, at.seq_len, rows)
             self._flops[key] = f
@@ -230,8 +282,12 @@ class DropPlan:
         """{"dropping": a dropping step at the first step's M, "dense": a dense step} over ``rows``
         sequences of ``seq_len`` tokens (no ScTD pass), the run's summary."""
         model = self._flop_model()
-        return {"dropping": step_flops(model, seq_len, rows, self.drop if self.drop.enabled else None).total,
-                "dense": step_flops(model, seq_len, rows, None).total}
+        return {
+            "dropping": step_flops(
+                model, seq_len, rows, self.drop if self.drop.enabled else None
+            ).total,
+            "dense": step_flops(model, seq_len, rows, None).total,
+        }
 
     def _flop_model(self) -> ModelConfig:
         if self.flop_model is None:

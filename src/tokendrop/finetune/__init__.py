@@ -7,11 +7,11 @@ Public API::
     summary = evaluate(["runs/a-seed0", "runs/a-seed1"], "configs/suite-cpu.toml", "runs/eval")
 
 Modules: ``tasks/`` (one file per task on ``tasks/base.py``: the ``TaskSpec`` interface and the GLUE
-TSV readers; ``tasks/squad.py``: SQuAD reading, windows, post-processing; ``tasks/sst2_vader.py``: an
-SST-2-format task from the vaderSentiment sdist), ``metrics`` (accuracy, F1, MCC, Pearson/Spearman,
-SQuAD EM/F1), ``columns`` (the evaluation table's columns), ``trainer`` (``finetune``), ``suite``
-(``evaluate``), ``run`` (``finetune_config``: preset + overrides + task/data -> FinetuneConfig).
-A task's generated examples (for tests): ``TaskSpec.write_examples``.
+TSV readers; ``tasks/squad.py``: SQuAD reading, windows, post-processing; ``tasks/sst2_vader.py``:
+an SST-2-format task from the vaderSentiment sdist), ``metrics`` (accuracy, F1, MCC,
+Pearson/Spearman, SQuAD EM/F1), ``columns`` (the evaluation table's columns), ``trainer``
+(``finetune``), ``suite`` (``evaluate``), ``run`` (``finetune_config``: preset + overrides +
+task/data -> FinetuneConfig). A task's generated examples (for tests): ``TaskSpec.write_examples``.
 """
 
 import sys

@@ -45,10 +45,16 @@ COLUMNS = [
     Column("squad2", "SQuAD v2", "F1", "squad2", "squad", "f1"),
 ]
 GLUE_AVG, SQUAD_AVG = "glue_avg", "squad_avg"
-AVERAGES = {GLUE_AVG: ("GLUE-avg", "glue"), SQUAD_AVG: ("SQuAD-avg", "squad")}  # key -> (header, group averaged)
+AVERAGES = {
+    GLUE_AVG: ("GLUE-avg", "glue"),
+    SQUAD_AVG: ("SQuAD-avg", "squad"),
+}  # key -> (header, group averaged)
 # a task's main column: its main metric on its first dev split (MNLI-m for MNLI, F1 for SQuAD)
-MAIN_COLUMN = {c.task: c.key for c in COLUMNS
-               if c.metric == TASKS[c.task].main and c.split == next(iter(TASKS[c.task].dev))}
+MAIN_COLUMN = {
+    c.task: c.key
+    for c in COLUMNS
+    if c.metric == TASKS[c.task].main and c.split == next(iter(TASKS[c.task].dev))
+}
 # the average across downstream tasks (the paper's Table 3): the columns of its Table 1
 DOWNSTREAM_KEYS = [c.key for c in COLUMNS if c.group != "extra"]
 
@@ -69,6 +75,10 @@ def task_scores(task: str, metrics: dict[str, dict]) -> dict[str, float]:
 def table_columns(keys: set[str] | None = None) -> list[tuple[str, str]]:
     """``(key, header)`` in table order: the GLUE and extra columns, GLUE-avg, the SQuAD columns,
     SQuAD-avg; only those in ``keys`` when given."""
-    out = [(c.key, c.header) for c in COLUMNS if c.group != "squad"] + [(GLUE_AVG, AVERAGES[GLUE_AVG][0])]
-    out += [(c.key, c.header) for c in COLUMNS if c.group == "squad"] + [(SQUAD_AVG, AVERAGES[SQUAD_AVG][0])]
+    out = [(c.key, c.header) for c in COLUMNS if c.group != "squad"] + [
+        (GLUE_AVG, AVERAGES[GLUE_AVG][0])
+    ]
+    out += [(c.key, c.header) for c in COLUMNS if c.group == "squad"] + [
+        (SQUAD_AVG, AVERAGES[SQUAD_AVG][0])
+    ]
     return [kh for kh in out if keys is None or kh[0] in keys]

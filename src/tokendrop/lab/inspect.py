@@ -41,26 +41,30 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from tokendrop.runs.checkpoint import CheckpointError
-from tokendrop.dropping.methods import METHODS, UNSCORED_METHODS
-from tokendrop.runs.plotting import pyplot, save_figure
-from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.config import Config, from_dict
-from tokendrop.data import DataError
-from tokendrop.data.tokenizer import SPECIAL_KEYS, has_tokenizer_files, read_tokenizer_spec, read_vocab, tokenizer_from_spec, vocab_tokens
-from tokendrop.data import PreparedData
-from tokendrop.data.masking import MLMMasker, build_batch
-from tokendrop.runs.metrics import read_metrics
 import torch
+
+from tokendrop.config import Config, from_dict
+from tokendrop.data import DataError, PreparedData
+from tokendrop.data.masking import MLMMasker, build_batch
+from tokendrop.data.tokenizer import (
+    SPECIAL_KEYS,
+    has_tokenizer_files,
+    read_tokenizer_spec,
+    read_vocab,
+    tokenizer_from_spec,
+    vocab_tokens,
+)
+from tokendrop.dropping.methods import METHODS, UNSCORED_METHODS
 from tokendrop.dropping.plan import DropPlan
-from tokendrop.runs import rundir
-from tokendrop.runs.rundir import write_marker
+from tokendrop.runs import checkpoint as ckpt_mod, rundir
+from tokendrop.runs.checkpoint import CheckpointError
 from tokendrop.runs.files import atomic_directory
+from tokendrop.runs.metrics import read_metrics
+from tokendrop.runs.plotting import pyplot, save_figure
+from tokendrop.runs.rundir import write_marker
 
-
-# Figure 1: held-out excerpts with the kept tokens in bold and each token's importance score, as HTML
-# and as a PNG (wrapped text drawn with matplotlib)
+# Figure 1: held-out excerpts with the kept tokens in bold and each token's importance score, as
+# HTML and as a PNG (wrapped text drawn with matplotlib)
 
 PIN_ABS = 1e4  # tokendrop.dropping.importance.PIN_HIGH / -PIN_LOW: a pinned id's score
 
@@ -74,22 +78,38 @@ def _fmt_score(s: float) -> str:
 
 
 def render_examples_html(examples: list[dict[str, Any]], title: str, caption: str) -> str:
-    parts = ["<!doctype html>", "<html><head><meta charset='utf-8'>", f"<title>{html.escape(title)}</title>",
-             "<style>body{font-family:Georgia,serif;max-width:60em;margin:2em auto;line-height:2.1}"
-             ".ex{margin:1.2em 0;padding:.6em 1em;border-left:3px solid #bbb}"
-             ".tok{white-space:nowrap;margin-right:.35em}.kept{font-weight:bold}.drop{color:#777}"
-             "sub{font-size:.65em;color:#555;font-weight:normal}.meta{font-size:.8em;color:#666}</style>",
-             "</head><body>", f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(caption)}</p>"]
+    parts = [
+        "<!doctype html>",
+        "<html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title>",
+        "<style>body{font-family:Georgia,serif;max-width:60em;margin:2em auto;line-height:2.1}"
+        ".ex{margin:1.2em 0;padding:.6em 1em;border-left:3px solid #bbb}"
+        ".tok{white-space:nowrap;margin-right:.35em}.kept{font-weight:bold}.drop{color:#777}"
+        "sub{font-size:.65em;color:#555;font-weight:normal}.meta{font-size:.8em;color:#666}</style>",
+        "</head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{html.escape(caption)}</p>",
+    ]
     if not examples:
-        parts.append("<p><em>No held-out examples: the run's prepared data is not available.</em></p>")
+        parts.append(
+            "<p><em>No held-out examples: the run's prepared data is not available.</em></p>"
+        )
     for n, ex in enumerate(examples, 1):
         toks = []
         for t, s, k in zip(ex["tokens"], ex["scores"], ex["kept"]):
             tag, cls = ("b", "kept") if k else ("span", "drop")
-            toks.append(f"<{tag} class='tok {cls}'>{html.escape(t)}<sub>({_fmt_score(s)})</sub></{tag}>")
-        parts.append(f"<div class='ex'><div class='meta'>example {n}: {ex['split']} sequence {ex['sequence']}, "
-                     f"tokens {ex['start']}-{ex['end'] - 1}; kept {100 * ex['kept_fraction_window']:.0f}% of this excerpt, "
-                     f"{100 * ex['kept_fraction_sequence']:.0f}% of the sequence</div>" + " ".join(toks) + "</div>")
+            toks.append(
+                f"<{tag} class='tok {cls}'>{html.escape(t)}<sub>({_fmt_score(s)})</sub></{tag}>"
+            )
+        parts.append(
+            f"<div class='ex'><div class='meta'>example {n}: {ex['split']} sequence "
+            f"{ex['sequence']}, "
+            f"tokens {ex['start']}-{ex['end'] - 1}; kept {100 * ex['kept_fraction_window']:.0f}% "
+            "of this excerpt, "
+            f"{100 * ex['kept_fraction_sequence']:.0f}% of the sequence</div>"
+            + " ".join(toks)
+            + "</div>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -107,7 +127,14 @@ def render_examples_png(examples: list[dict[str, Any]], path: Path, title: str) 
     placed.append((margin, line, title, dict(fontsize=fs + 2, fontweight="bold")))
     line += 1.6
     if not examples:
-        placed.append((margin, line, "No held-out examples: the run's prepared data is not available.", dict(fontsize=fs)))
+        placed.append(
+            (
+                margin,
+                line,
+                "No held-out examples: the run's prepared data is not available.",
+                dict(fontsize=fs),
+            )
+        )
         line += 1
 
     cache: dict[tuple, float] = {}
@@ -124,9 +151,15 @@ def render_examples_png(examples: list[dict[str, Any]], path: Path, title: str) 
         placed.append((margin, line, f"({n})", dict(fontsize=fs, color="#444")))
         x = margin + 0.45
         for t, s, k in zip(ex["tokens"], ex["scores"], ex["kept"]):
-            kw_t = dict(fontsize=fs, fontweight="bold" if k else "normal", color="black" if k else "#808080",
-                        family="DejaVu Sans")
-            kw_s = dict(fontsize=fs * 0.68, color="#1f5fa8" if k else "#a0a0a0", family="DejaVu Sans")
+            kw_t = dict(
+                fontsize=fs,
+                fontweight="bold" if k else "normal",
+                color="black" if k else "#808080",
+                family="DejaVu Sans",
+            )
+            kw_s = dict(
+                fontsize=fs * 0.68, color="#1f5fa8" if k else "#a0a0a0", family="DejaVu Sans"
+            )
             st = f"({_fmt_score(s)})"
             wt = width(t, **kw_t)
             w = wt + width(st, **kw_s) + 0.09
@@ -182,14 +215,23 @@ class RunView:
         return self.cfg.data.seq_len or 128
 
     def plan(self, seq_len: int) -> DropPlan:
-        """The run's method (``tokendrop.dropping.plan``) with the checkpoint's importance vector: the
-        extra pinned tokens that are in the vocabulary, the data's counts (zeros when unreachable)."""
+        """The run's method (``tokendrop.dropping.plan``) with the checkpoint's importance vector:
+        the extra pinned tokens that are in the vocabulary, the data's counts (zeros when
+        unreachable)."""
         index = {t: i for i, t in enumerate(self.vocab)}
         extra = [index[t] for t in self.cfg.drop.pinned_tokens if t in index]
         counts = self.counts if self.counts is not None else np.zeros(len(self.scores), np.int64)
-        plan = DropPlan(self.cfg.drop, self.special_ids, num_layers=self.cfg.model.num_layers,
-                        vocab_size=len(self.scores), seq_len=seq_len, pinned_ids=extra, counts=counts,
-                        seed=self.cfg.train.seed, total_steps=self.cfg.train.steps)
+        plan = DropPlan(
+            self.cfg.drop,
+            self.special_ids,
+            num_layers=self.cfg.model.num_layers,
+            vocab_size=len(self.scores),
+            seq_len=seq_len,
+            pinned_ids=extra,
+            counts=counts,
+            seed=self.cfg.train.seed,
+            total_steps=self.cfg.train.steps,
+        )
         if plan.selector is not None:
             plan.selector.scores.copy_(torch.from_numpy(self.scores.copy()))
         return plan
@@ -204,35 +246,60 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
     if not path.exists():
         raise InspectError(f"{path}: no such directory")
     if not path.is_dir():
-        raise InspectError(f"{path}: not a directory; expected a run directory written by `tokendrop pretrain`")
+        raise InspectError(
+            f"{path}: not a directory; expected a run directory written by `tokendrop pretrain`"
+        )
     if (path / "meta.json").is_file() and path.parent.name == "checkpoints":
-        ckpt_mod.verify(path, files=ckpt_mod.model_files(ckpt_mod.read_meta(path)))  # the shared verifying loader (state: when read)
+        ckpt_mod.verify(
+            path, files=ckpt_mod.model_files(ckpt_mod.read_meta(path))
+        )  # the shared verifying loader (state: when read)
         return path.parent.parent, path
     if not (path / "checkpoints").is_dir() and not (path / "config.toml").is_file():
-        raise InspectError(f"{path}: not a tokendrop run directory (no config.toml, no checkpoints/); "
-                           "expected the --out directory of `tokendrop pretrain` or `tokendrop study`'s runs/NAME")
-    if not (path / "checkpoints").is_dir() or not any(c.name.startswith("step-") for c in (path / "checkpoints").iterdir()):
-        raise InspectError(f"{path}: the run has no complete checkpoint yet (checkpoints/step-*/ missing); "
-                           "inspect it after its first checkpoint (train.ckpt_every)")
-    last = ckpt_mod.find(path)  # its newest checkpoint; a corrupt one is an error naming the file, never skipped
-    ckpt_mod.verify(last, files=ckpt_mod.model_files(ckpt_mod.read_meta(last)))  # state.safetensors: verified when read
+        raise InspectError(
+            f"{path}: not a tokendrop run directory (no config.toml, no checkpoints/); "
+            "expected the --out directory of `tokendrop pretrain` or `tokendrop study`'s runs/NAME"
+        )
+    if not (path / "checkpoints").is_dir() or not any(
+        c.name.startswith("step-") for c in (path / "checkpoints").iterdir()
+    ):
+        raise InspectError(
+            f"{path}: the run has no complete checkpoint yet (checkpoints/step-*/ missing); "
+            "inspect it after its first checkpoint (train.ckpt_every)"
+        )
+    last = ckpt_mod.find(
+        path
+    )  # its newest checkpoint; a corrupt one is an error naming the file, never skipped
+    ckpt_mod.verify(
+        last, files=ckpt_mod.model_files(ckpt_mod.read_meta(last))
+    )  # state.safetensors: verified when read
     return path, last
 
 
 def _no_selection_reason(cfg) -> str | None:
     d = cfg.drop
     if d.pools:
-        return (f"token averaging (drop.variant = {d.variant}) pools adjacent token pairs 2:1 instead of selecting "
-                "tokens, so there is no importance vector and nothing is dropped by score")
+        return (
+            f"token averaging (drop.variant = {d.variant}) pools adjacent token pairs 2:1 instead "
+            "of selecting "
+            "tokens, so there is no importance vector and nothing is dropped by score"
+        )
     if not d.selection.drops:
-        return ("this is a dense run (drop.method = none, e.g. a baseline): it trains every token in every layer, "
-                "so it keeps no importance vector and drops nothing. Inspect a run trained with "
-                "drop.method = cumulative (the paper's method), half_random, frequency or random")
+        return (
+            "this is a dense run (drop.method = none, e.g. a baseline): it trains every token in "
+            "every layer, "
+            "so it keeps no importance vector and drops nothing. Inspect a run trained with "
+            "drop.method = cumulative (the paper's method), half_random, frequency or random"
+        )
     return None
 
 
-def seen_mask(scores: np.ndarray, pinned: np.ndarray, method: str, init_score: float,
-              counts: np.ndarray | None) -> np.ndarray:
+def seen_mask(
+    scores: np.ndarray,
+    pinned: np.ndarray,
+    method: str,
+    init_score: float,
+    counts: np.ndarray | None,
+) -> np.ndarray:
     """Ids whose score says something: cumulative/half-random -- the score moved away from its
     initial value (the id was a real prediction target at least once); frequency -- the id occurs
     in the training split; random -- none (scores are never used)."""
@@ -248,7 +315,11 @@ def seen_mask(scores: np.ndarray, pinned: np.ndarray, method: str, init_score: f
 @functools.cache
 def _byte_level_chars() -> dict[str, int]:
     """Byte-level BPE's printable stand-in character -> the byte it encodes (GPT-2's table)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), 256)]
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\u00a1"), ord("\u00ac") + 1),
+        *range(ord("\u00ae"), 256),
+    ]
     out, n = {}, 0
     for b in range(256):
         if b in keep:
@@ -262,7 +333,8 @@ def _byte_level_chars() -> dict[str, int]:
 def readable_token(token: str, byte_level: bool) -> str:
     """``token`` as a reader would write it: a byte-level BPE piece as its text ("Ġthe" -> "▁the",
     "Ã©" -> "é"; a piece that is part of a character as its bytes, "<0xC3>"), spaces shown as "▁"
-    and newlines/tabs escaped.  Other vocabularies (WordPiece, SentencePiece's "▁") are readable as they are."""
+    and newlines/tabs escaped.  Other vocabularies (WordPiece, SentencePiece's "▁") are readable as
+    they are."""
     if byte_level and token:
         table = _byte_level_chars()
         if all(c in table for c in token):
@@ -271,7 +343,9 @@ def readable_token(token: str, byte_level: bool) -> str:
                 token = raw.decode("utf-8")
             except UnicodeDecodeError:
                 return "".join(f"<0x{b:02X}>" for b in raw)
-    return token.replace(" ", "\u2581").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    return (
+        token.replace(" ", "\u2581").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    )
 
 
 def _is_byte_level(tok) -> bool:
@@ -281,7 +355,8 @@ def _is_byte_level(tok) -> bool:
 
 
 def load_run(run_dir: str | os.PathLike) -> RunView:
-    """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be inspected."""
+    """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be
+    inspected."""
     run, ckpt = _find_checkpoint(Path(run_dir))
     meta = ckpt_mod.read_meta(ckpt)
     try:
@@ -291,19 +366,28 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     reason = _no_selection_reason(cfg)
     if reason:
         raise InspectError(f"{run}: {reason}")
-    state = ckpt_mod.read_tensors(ckpt, "state.safetensors", meta)  # hashed against meta.json, then parsed
+    state = ckpt_mod.read_tensors(
+        ckpt, "state.safetensors", meta
+    )  # hashed against meta.json, then parsed
     if "importance" not in state:
-        raise InspectError(f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
-                           f"drop.method = {cfg.drop.method} should have one -- was the checkpoint written by tokendrop?")
+        raise InspectError(
+            f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
+            f"drop.method = {cfg.drop.method} should have one -- was the checkpoint written by "
+            "tokendrop?"
+        )
     scores = state["importance"].float().numpy()
-    data_path = cfg.data.path if cfg.data.path and (Path(cfg.data.path) / "meta.json").is_file() else None
+    data_path = (
+        cfg.data.path if cfg.data.path and (Path(cfg.data.path) / "meta.json").is_file() else None
+    )
     notes: list[str] = []
     tok_dir = run / "tokenizer"
     if not has_tokenizer_files(tok_dir) and data_path:
         tok_dir = Path(data_path)
     if not has_tokenizer_files(tok_dir):
-        raise InspectError(f"{run}: no tokenizer/vocab.txt or tokenizer/tokenizer.json in the run directory; "
-                           "cannot name the token ids")
+        raise InspectError(
+            f"{run}: no tokenizer/vocab.txt or tokenizer/tokenizer.json in the run directory; "
+            "cannot name the token ids"
+        )
     names, tok = dict(SPECIAL_KEYS), None
     try:
         if (tok_dir / "vocab.txt").is_file():  # BERT WordPiece
@@ -317,14 +401,19 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     except DataError as e:
         raise InspectError(f"{tok_dir}: the tokenizer does not load ({e})") from None
     if len(vocab) > len(scores):
-        raise InspectError(f"{vocab_file}: {len(vocab)} tokens but the importance vector has {len(scores)} entries")
+        raise InspectError(
+            f"{vocab_file}: {len(vocab)} tokens but the importance vector has {len(scores)} entries"
+        )
     index = {t: i for i, t in enumerate(vocab) if t}
     special = {k: index[v] for k, v in names.items() if v in index}
     if tok is not None:
         byte_level = _is_byte_level(tok)
         vocab = [readable_token(t, byte_level) for t in vocab]
-    # an embedding padded past the tokenizer (ModernBERT) and holes in a vocabulary: placeholder names
-    vocab = [t or f"<unused id {i}>" for i, t in enumerate(vocab + [""] * (len(scores) - len(vocab)))]
+    # an embedding padded past the tokenizer (ModernBERT) and holes in a vocabulary: placeholder
+    # names
+    vocab = [
+        t or f"<unused id {i}>" for i, t in enumerate(vocab + [""] * (len(scores) - len(vocab)))
+    ]
     counts = None
     if data_path:
         try:
@@ -333,20 +422,40 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
                 counts = pd.token_counts()
                 special = dict(pd.special_ids)
             else:
-                notes.append(f"prepared data {data_path} has a different vocabulary; counts and examples skipped")
+                notes.append(
+                    f"prepared data {data_path} has a different vocabulary; counts and examples "
+                    "skipped"
+                )
                 data_path = None
         except Exception as e:  # noqa: BLE001 -- data moved/corrupt: inspect what we can
             notes.append(f"prepared data {data_path} unreadable ({e}); counts and examples skipped")
             data_path = None
     else:
-        notes.append(f"the run's prepared data ({cfg.data.path or 'none'}) is not available here: "
-                     "no token counts and no held-out examples")
+        notes.append(
+            f"the run's prepared data ({cfg.data.path or 'none'}) is not available here: "
+            "no token counts and no held-out examples"
+        )
     pinned = np.abs(scores) >= PIN_ABS * 0.999
     seen = seen_mask(scores, pinned, cfg.drop.method, cfg.drop.init_score, counts)
     if cfg.drop.method in UNSCORED_METHODS:
-        notes.append(f"drop.method = {cfg.drop.method}: the selector ignores the scores (a uniform draw); "
-                     "the histogram shows the untouched initial vector")
-    return RunView(run, ckpt, int(meta.get("step", 0)), cfg, scores, vocab, special, pinned, seen, counts, data_path, notes)
+        notes.append(
+            f"drop.method = {cfg.drop.method}: the selector ignores the scores (a uniform draw); "
+            "the histogram shows the untouched initial vector"
+        )
+    return RunView(
+        run,
+        ckpt,
+        int(meta.get("step", 0)),
+        cfg,
+        scores,
+        vocab,
+        special,
+        pinned,
+        seen,
+        counts,
+        data_path,
+        notes,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -377,7 +486,9 @@ def score_stats(rv: RunView) -> dict[str, Any]:
     }
     if len(s):
         q = np.quantile(s, [0.0, 0.1, 0.5, 0.9, 1.0])
-        out["seen_score_quantiles"] = {k: float(v) for k, v in zip(("min", "p10", "median", "p90", "max"), q)}
+        out["seen_score_quantiles"] = {
+            k: float(v) for k, v in zip(("min", "p10", "median", "p90", "max"), q)
+        }
         out["seen_score_mean"] = float(s.mean())
     if rv.counts is not None:
         c = rv.counts.astype(np.float64)
@@ -394,8 +505,8 @@ def score_stats(rv: RunView) -> dict[str, Any]:
 
 
 def occurrence_cut(rv: RunView) -> float | None:
-    """The score below which ``drop.rate`` of the (non-pinned) token occurrences of the training split
-    fall: roughly the selector's threshold on an average sequence."""
+    """The score below which ``drop.rate`` of the (non-pinned) token occurrences of the training
+    split fall: roughly the selector's threshold on an average sequence."""
     if rv.counts is None or rv.cfg.drop.method in UNSCORED_METHODS:
         return None
     free = ~rv.pinned & (rv.counts > 0)
@@ -429,11 +540,11 @@ def top_bottom(rv: RunView, k: int = 30) -> dict[str, list[dict[str, Any]]]:
 # examples (Figure 1)
 
 
-
-
-def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed: int = 0) -> list[dict[str, Any]]:
-    """``num_examples`` held-out excerpts: ``tokens``, ``scores``, ``kept`` (per token of the window),
-    plus the sequence index, window offset and the kept fraction of the whole sequence."""
+def example_sequences(
+    rv: RunView, num_examples: int = 6, window: int = 48, seed: int = 0
+) -> list[dict[str, Any]]:
+    """``num_examples`` held-out excerpts: ``tokens``, ``scores``, ``kept`` (per token of the
+    window), plus the sequence index, window offset and the kept fraction of the whole sequence."""
     if not rv.data_path or num_examples <= 0:
         return []
     pd = PreparedData.open(rv.data_path)
@@ -450,9 +561,13 @@ def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.choice(len(seqs), size=min(num_examples, len(seqs)), replace=False))
     ids = torch.from_numpy(np.asarray(seqs[pick], dtype=np.int64))
-    if rv.cfg.drop.per_layer:  # random_ltd: the draws of every middle layer at the checkpoint's count
+    if (
+        rv.cfg.drop.per_layer
+    ):  # random_ltd: the draws of every middle layer at the checkpoint's count
         layers = plan.half_layers
-        draws = plan.selector.select_layers(ids, rv.ltd_kept(T), layers)  # (S, n, M), at full length too
+        draws = plan.selector.select_layers(
+            ids, rv.ltd_kept(T), layers
+        )  # (S, n, M), at full length too
         keep = draws[0]  # the first middle layer's draw in bold
         per_layer = torch.zeros(layers, *ids.shape).scatter_(2, draws, 1.0)
         pos_scores = per_layer.sum(0)  # how many middle layers keep each position
@@ -481,9 +596,19 @@ def example_sequences(rv: RunView, num_examples: int = 6, window: int = 48, seed
                 break
         toks = [vocab[t] for t in row[lo:hi]]
         sc = [float(x) for x in pos_scores[j, lo:hi].tolist()]
-        out.append({"split": split, "sequence": int(si), "start": lo, "end": hi, "tokens": toks, "scores": sc,
-                    "kept": kept[lo:hi].tolist(), "kept_fraction_sequence": float(kept[:n_real].mean()),
-                    "kept_fraction_window": float(kept[lo:hi].mean()) if hi > lo else 0.0})
+        out.append(
+            {
+                "split": split,
+                "sequence": int(si),
+                "start": lo,
+                "end": hi,
+                "tokens": toks,
+                "scores": sc,
+                "kept": kept[lo:hi].tolist(),
+                "kept_fraction_sequence": float(kept[:n_real].mean()),
+                "kept_fraction_window": float(kept[lo:hi].mean()) if hi > lo else 0.0,
+            }
+        )
     return out
 
 
@@ -507,10 +632,18 @@ def plot_histogram(rv: RunView, path: Path, title: str | None = None) -> None:
     if len(seen_s):
         ax.hist(seen_s, bins=bins, color="#1f77b4", label=f"seen in training ({len(seen_s)} ids)")
     if unseen.any():
-        ax.hist(rv.scores[unseen], bins=bins, color="#ff7f0e",
-                label=f"never a prediction target: initial {rv.cfg.drop.init_score:g} ({int(unseen.sum())} ids)")
-    ax.set_xlabel("importance score (cumulative MLM loss)" if not rv.cfg.drop.selection.needs_counts
-                  else "importance score (-log(1 + count))")
+        ax.hist(
+            rv.scores[unseen],
+            bins=bins,
+            color="#ff7f0e",
+            label=f"never a prediction target: initial {rv.cfg.drop.init_score:g} "
+            f"({int(unseen.sum())} ids)",
+        )
+    ax.set_xlabel(
+        "importance score (cumulative MLM loss)"
+        if not rv.cfg.drop.selection.needs_counts
+        else "importance score (-log(1 + count))"
+    )
     ax.set_ylabel("vocabulary ids")
     ax.set_yscale("log")
     ax.legend(fontsize=8)
@@ -518,17 +651,28 @@ def plot_histogram(rv: RunView, path: Path, title: str | None = None) -> None:
     if two:
         ax2 = axes[0][1]
         occ = free & (rv.counts > 0)
-        ax2.hist(rv.scores[occ], bins=bins, weights=rv.counts[occ].astype(np.float64), color="#2ca02c")
+        ax2.hist(
+            rv.scores[occ], bins=bins, weights=rv.counts[occ].astype(np.float64), color="#2ca02c"
+        )
         cut = occurrence_cut(rv)
         if cut is not None:
             ax2.axvline(cut, color="k", ls="--", lw=1)
-            ax2.text(cut, ax2.get_ylim()[1] * 0.95, f" drop-rate cut {rv.cfg.drop.rate:g}\n score {cut:.2f}",
-                     va="top", fontsize=8)
+            ax2.text(
+                cut,
+                ax2.get_ylim()[1] * 0.95,
+                f" drop-rate cut {rv.cfg.drop.rate:g}\n score {cut:.2f}",
+                va="top",
+                fontsize=8,
+            )
         ax2.set_xlabel("importance score")
         ax2.set_ylabel("token occurrences in the training split")
         ax2.set_title("weighted by occurrences (what the selector cuts)", fontsize=10)
-    fig.suptitle(title or f"Importance scores of {rv.name} at step {rv.step} ({rv.cfg.drop.method}, rate {rv.cfg.drop.rate:g})",
-                 fontsize=11)
+    fig.suptitle(
+        title
+        or f"Importance scores of {rv.name} at step {rv.step} ({rv.cfg.drop.method}, rate "
+        f"{rv.cfg.drop.rate:g})",
+        fontsize=11,
+    )
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -537,7 +681,9 @@ def plot_histogram(rv: RunView, path: Path, title: str | None = None) -> None:
 # entry point
 
 
-def _tokens_markdown(rv: RunView, tb: dict[str, list[dict[str, Any]]], stats: dict[str, Any]) -> str:
+def _tokens_markdown(
+    rv: RunView, tb: dict[str, list[dict[str, Any]]], stats: dict[str, Any]
+) -> str:
     has_counts = rv.counts is not None
 
     def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -546,31 +692,50 @@ def _tokens_markdown(rv: RunView, tb: dict[str, list[dict[str, Any]]], stats: di
         lines = [head, sep]
         for r in rows:
             tok = r["token"].replace("|", "\\|").replace("`", "'")
-            lines.append(f"| {r['rank']} | `{tok}` | {r['id']} | {r['score']:.3f} |"
-                         + (f" {r['train_count']} |" if has_counts else ""))
+            lines.append(
+                f"| {r['rank']} | `{tok}` | {r['id']} | {r['score']:.3f} |"
+                + (f" {r['train_count']} |" if has_counts else "")
+            )
         return lines
 
-    lines = [f"# Tokens by importance score — `{rv.name}` (step {rv.step})", "",
-             f"drop.method = {rv.cfg.drop.method}, variant = {rv.cfg.drop.variant}, rate = {rv.cfg.drop.rate:g}. "
-             f"Only ids seen in training are ranked ({stats['seen']} of {stats['vocab_size']}; "
-             f"{stats['unseen_at_init']} never seen keep the initial score, {stats['pinned']} pinned ids excluded). "
-             "High score = hard to predict = kept.", ""]
+    lines = [
+        f"# Tokens by importance score — `{rv.name}` (step {rv.step})",
+        "",
+        f"drop.method = {rv.cfg.drop.method}, variant = {rv.cfg.drop.variant}, rate = "
+        f"{rv.cfg.drop.rate:g}. "
+        f"Only ids seen in training are ranked ({stats['seen']} of {stats['vocab_size']}; "
+        f"{stats['unseen_at_init']} never seen keep the initial score, {stats['pinned']} pinned "
+        "ids excluded). "
+        "High score = hard to predict = kept.",
+        "",
+    ]
     if not tb["top"]:
-        lines += ["No id has a score that moved away from its initial value (e.g. a random-selection run, or "
-                  "a checkpoint before any update).", ""]
+        lines += [
+            "No id has a score that moved away from its initial value (e.g. a random-selection "
+            "run, or "
+            "a checkpoint before any update).",
+            "",
+        ]
     else:
         lines += ["## Top (most important, kept first)", ""] + table(tb["top"]) + [""]
         lines += ["## Bottom (least important, dropped first)", ""] + table(tb["bottom"]) + [""]
     return "\n".join(lines)
 
 
-def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, num_examples: int = 6,
-                top_k: int = 30, seed: int = 0, overwrite: bool = False) -> Path:
-    """Write the inspection of ``run_dir`` into ``out_dir`` (default ``RUN_DIR/inspect``); -> out dir.
+def inspect_run(
+    run_dir: str | os.PathLike,
+    out_dir: str | os.PathLike | None = None,
+    num_examples: int = 6,
+    top_k: int = 30,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> Path:
+    """Write the inspection of ``run_dir`` into ``out_dir`` (default ``RUN_DIR/inspect``); -> out
+    dir.
 
-    An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
-    inspection (never a file, or a directory holding the run); written atomically, under a lock.
-    Its figures need matplotlib: checked before the run is read."""
+    An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an
+    earlier inspection (never a file, or a directory holding the run); written atomically, under a
+    lock. Its figures need matplotlib: checked before the run is read."""
     pyplot()
     rv = load_run(run_dir)
     out = Path(out_dir) if out_dir else rv.run_dir / "inspect"
@@ -579,29 +744,50 @@ def inspect_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
         return _write_inspection(rv, out, num_examples, top_k, seed)
 
 
-def _write_inspection(rv: "RunView", out: Path, num_examples: int, top_k: int, seed: int) -> Path:
+def _write_inspection(rv: RunView, out: Path, num_examples: int, top_k: int, seed: int) -> Path:
     with atomic_directory(out) as tmp:
         write_marker(tmp, "inspect")
         stats = score_stats(rv)
         tb = top_bottom(rv, top_k)
         examples = example_sequences(rv, num_examples, seed=seed)
         title = f"Kept tokens (bold) and importance scores — {rv.name}, step {rv.step}"
-        caption = _ltd_caption(rv) if rv.cfg.drop.per_layer else (f"Held-out excerpts. The selector ({rv.cfg.drop.method}, drop rate {rv.cfg.drop.rate:g}) ranks "
-                   "all T positions of the sequence by the score of their token id and keeps the top "
-                   f"{100 * (1 - rv.cfg.drop.rate):g}%; kept tokens (bold) pass through every layer, the others skip "
-                   "the middle layers. The number after each token is its score; 'pin' = always kept "
-                   "([CLS]/[SEP]/[MASK]). Sequences are shown unmasked.")
+        caption = (
+            _ltd_caption(rv)
+            if rv.cfg.drop.per_layer
+            else (
+                f"Held-out excerpts. The selector ({rv.cfg.drop.method}, drop rate "
+                f"{rv.cfg.drop.rate:g}) ranks "
+                "all T positions of the sequence by the score of their token id and keeps the top "
+                f"{100 * (1 - rv.cfg.drop.rate):g}%; kept tokens (bold) pass through every layer, "
+                "the others skip "
+                "the middle layers. The number after each token is its score; 'pin' = always kept "
+                "([CLS]/[SEP]/[MASK]). Sequences are shown unmasked."
+            )
+        )
         plot_histogram(rv, tmp / "importance-hist.png")
         (tmp / "tokens.md").write_text(_tokens_markdown(rv, tb, stats), encoding="utf-8")
-        (tmp / "tokens.json").write_text(json.dumps({"run": str(rv.run_dir), "step": rv.step, **tb}, indent=1),
-                                         encoding="utf-8")
-        (tmp / "examples.html").write_text(render_examples_html(examples, title, caption), encoding="utf-8")
+        (tmp / "tokens.json").write_text(
+            json.dumps({"run": str(rv.run_dir), "step": rv.step, **tb}, indent=1), encoding="utf-8"
+        )
+        (tmp / "examples.html").write_text(
+            render_examples_html(examples, title, caption), encoding="utf-8"
+        )
         (tmp / "examples.json").write_text(json.dumps(examples, indent=1), encoding="utf-8")
         render_examples_png(examples, tmp / "examples.png", title)
-        summary = {"run": str(rv.run_dir), "checkpoint": str(rv.ckpt), "step": rv.step,
-                   "drop": {"method": rv.cfg.drop.method, "variant": rv.cfg.drop.variant, "rate": rv.cfg.drop.rate,
-                            "beta": rv.cfg.drop.beta},
-                   "stats": stats, "examples": len(examples), "notes": rv.notes}
+        summary = {
+            "run": str(rv.run_dir),
+            "checkpoint": str(rv.ckpt),
+            "step": rv.step,
+            "drop": {
+                "method": rv.cfg.drop.method,
+                "variant": rv.cfg.drop.variant,
+                "rate": rv.cfg.drop.rate,
+                "beta": rv.cfg.drop.beta,
+            },
+            "stats": stats,
+            "examples": len(examples),
+            "notes": rv.notes,
+        }
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
         (tmp / "README.md").write_text(_readme(rv, stats), encoding="utf-8")
     return out
@@ -611,34 +797,61 @@ def _ltd_caption(rv: RunView) -> str:
     t = rv.seq_len()
     start, end = rv.cfg.drop.span(rv.cfg.model.num_layers)
     layers = end - start
-    return (f"Held-out excerpts. random-LTD: each of the {layers} middle layers draws its own "
-            f"{rv.ltd_kept(t)} of the T = {t} positions uniformly at random (the schedule's count at step "
-            f"{rv.step} of {rv.cfg.train.steps}); the first and last layers see every token. Bold: kept by the "
-            "first middle layer; the number after each token: how many middle layers keep it. "
-            "Sequences are shown unmasked.")
+    return (
+        f"Held-out excerpts. random-LTD: each of the {layers} middle layers draws its own "
+        f"{rv.ltd_kept(t)} of the T = {t} positions uniformly at random (the schedule's count at "
+        "step "
+        f"{rv.step} of {rv.cfg.train.steps}); the first and last layers see every token. Bold: "
+        "kept by the "
+        "first middle layer; the number after each token: how many middle layers keep it. "
+        "Sequences are shown unmasked."
+    )
 
 
 def _readme(rv: RunView, st: dict[str, Any]) -> str:
-    lines = [f"# Inspection of `{rv.name}` (step {rv.step})", "",
-             f"Checkpoint: `{rv.ckpt}`; drop.method = {rv.cfg.drop.method}, variant = {rv.cfg.drop.variant}, "
-             f"rate = {rv.cfg.drop.rate:g}, beta = {rv.cfg.drop.beta:g}.", "",
-             f"- vocabulary: {st['vocab_size']} ids; pinned {st['pinned']}; seen in training {st['seen']}; "
-             f"still at the initial score {st['init_score']:g}: {st['unseen_at_init']}"]
+    lines = [
+        f"# Inspection of `{rv.name}` (step {rv.step})",
+        "",
+        f"Checkpoint: `{rv.ckpt}`; drop.method = {rv.cfg.drop.method}, variant = "
+        f"{rv.cfg.drop.variant}, "
+        f"rate = {rv.cfg.drop.rate:g}, beta = {rv.cfg.drop.beta:g}.",
+        "",
+        f"- vocabulary: {st['vocab_size']} ids; pinned {st['pinned']}; seen in training "
+        f"{st['seen']}; "
+        f"still at the initial score {st['init_score']:g}: {st['unseen_at_init']}",
+    ]
     if "seen_score_quantiles" in st:
         q = st["seen_score_quantiles"]
-        lines.append(f"- scores of seen ids: min {q['min']:.3f}, median {q['median']:.3f}, max {q['max']:.3f}")
+        lines.append(
+            f"- scores of seen ids: min {q['min']:.3f}, median {q['median']:.3f}, max "
+            f"{q['max']:.3f}"
+        )
     if "occurrences_of_seen_ids" in st:
-        lines.append(f"- seen ids cover {100 * st['occurrences_of_seen_ids']:.1f}% of the token occurrences of the training split")
+        lines.append(
+            f"- seen ids cover {100 * st['occurrences_of_seen_ids']:.1f}% of the token occurrences "
+            "of the training split"
+        )
     if "spearman_score_vs_rarity" in st:
-        lines.append(f"- Spearman correlation of score with rarity (seen ids): {st['spearman_score_vs_rarity']:.3f} "
-                     "(1 = the same ranking as frequency-based dropping)")
+        lines.append(
+            "- Spearman correlation of score with rarity (seen ids): "
+            f"{st['spearman_score_vs_rarity']:.3f} "
+            "(1 = the same ranking as frequency-based dropping)"
+        )
     if "score_cut_at_drop_rate" in st:
-        lines.append(f"- {100 * rv.cfg.drop.rate:g}% of the training token occurrences score below "
-                     f"{st['score_cut_at_drop_rate']:.3f}")
+        lines.append(
+            f"- {100 * rv.cfg.drop.rate:g}% of the training token occurrences score below "
+            f"{st['score_cut_at_drop_rate']:.3f}"
+        )
     lines += [f"- note: {n}" for n in rv.notes]
-    lines += ["", "![importance scores](importance-hist.png)", "",
-              "Top/bottom tokens: [tokens.md](tokens.md). Examples: [examples.html](examples.html)", "",
-              "![examples](examples.png)", ""]
+    lines += [
+        "",
+        "![importance scores](importance-hist.png)",
+        "",
+        "Top/bottom tokens: [tokens.md](tokens.md). Examples: [examples.html](examples.html)",
+        "",
+        "![examples](examples.png)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -646,8 +859,9 @@ def _readme(rv: RunView, st: dict[str, Any]) -> str:
 # what the selector keeps, over training
 
 
-def selection_diagnostics(rv: RunView, mask_prob: float, num_batches: int = 4, batch_size: int = 32,
-                          seed: int = 0) -> dict[str, Any]:
+def selection_diagnostics(
+    rv: RunView, mask_prob: float, num_batches: int = 4, batch_size: int = 32, seed: int = 0
+) -> dict[str, Any]:
     """What the checkpoint's selector keeps of held-out sequences masked at ``mask_prob`` (BERT's
     80/10/10, the run's own masker): the share of the kept rows that are [MASK] tokens
     (``kept_mask_share``), that are prediction targets of any kind (``kept_target_share``), and the
@@ -685,34 +899,61 @@ def selection_diagnostics(rv: RunView, mask_prob: float, num_batches: int = 4, b
     kept_target = target.gather(1, keep)
     ordinary = ~kept_target & ~torch.isin(kept_ids, specials)
     rows = kept_ids.numel()
-    out.update(kept_rows=int(keep.shape[1]), seq_len=int(T), sequences=int(n),
-               kept_mask_share=float((kept_ids == rv.special_ids["mask"]).sum()) / rows,
-               kept_target_share=float(kept_target.sum()) / rows,
-               ordinary_kept_per_sequence=float(ordinary.sum()) / n)
+    out.update(
+        kept_rows=int(keep.shape[1]),
+        seq_len=int(T),
+        sequences=int(n),
+        kept_mask_share=float((kept_ids == rv.special_ids["mask"]).sum()) / rows,
+        kept_target_share=float(kept_target.sum()) / rows,
+        ordinary_kept_per_sequence=float(ordinary.sum()) / n,
+    )
     return out
 
 
-def selection_trace(run_dir: str | os.PathLike, num_batches: int = 4,
-                    batch_size: int = 32) -> list[dict[str, Any]]:
+def selection_trace(
+    run_dir: str | os.PathLike, num_batches: int = 4, batch_size: int = 32
+) -> list[dict[str, Any]]:
     """``selection_diagnostics`` at every checkpoint the run kept (``checkpoints/step-*``), in step
     order, each at the masking rate the run trained with at that step (its metrics log; the
     config's final rate where the log says nothing)."""
     run = Path(run_dir)
     ck = run / "checkpoints"
-    kept = [d for d in ck.iterdir() if d.name.startswith("step-") and (d / "meta.json").is_file()] \
-        if ck.is_dir() else []
+    kept = (
+        [d for d in ck.iterdir() if d.name.startswith("step-") and (d / "meta.json").is_file()]
+        if ck.is_dir()
+        else []
+    )
     dirs = sorted(kept, key=lambda d: int(d.name.split("-", 1)[1]))
-    logged = [(int(r["step"]), float(r["mask_prob"])) for r in read_metrics(run)
-              if "mask_prob" in r and "step" in r]
+    logged = [
+        (int(r["step"]), float(r["mask_prob"]))
+        for r in read_metrics(run)
+        if "mask_prob" in r and "step" in r
+    ]
     out = []
     for d in dirs:
         rv = load_run(d)
         before = [m for s, m in logged if s <= rv.step]
-        out.append(selection_diagnostics(rv, before[-1] if before else rv.cfg.data.mask_prob_end,
-                                         num_batches, batch_size))
+        out.append(
+            selection_diagnostics(
+                rv, before[-1] if before else rv.cfg.data.mask_prob_end, num_batches, batch_size
+            )
+        )
     return out
 
 
-__all__ = ["inspect_run", "InspectError", "load_run", "RunView", "top_bottom", "score_stats", "example_sequences",
-           "render_examples_html", "render_examples_png", "plot_histogram", "occurrence_cut", "seen_mask",
-           "selection_diagnostics", "selection_trace"]
+__all__ = [
+    "inspect_run",
+    "InspectError",
+    "load_run",
+    "RunView",
+    "top_bottom",
+    "score_stats",
+    "example_sequences",
+    "render_examples_html",
+    "render_examples_png",
+    "plot_histogram",
+    "occurrence_cut",
+    "seen_mask",
+    "selection_diagnostics",
+    "selection_trace",
+]

@@ -1,6 +1,6 @@
 """The machine a measurement ran on: the CPU's model name and the load average (stdlib only, so
-benchmarks, studies and scripts all describe a host the same way; ``tokendrop.lab.bench.environment``
-adds versions and the GPU)."""
+benchmarks, studies and scripts all describe a host the same way;
+``tokendrop.lab.bench.environment`` adds versions and the GPU)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from tokendrop.lab.bench.campaign import IN_PROGRESS
 from tokendrop.lab.bench.campaign.config import PARTS
 from tokendrop.lab.study.plan import load_study
 from tokendrop.runs.files import read_json
+from tokendrop.train.budget import RunLength, parse_duration
 from tokendrop.verification import (
     VerifyReport,
     error_line,
@@ -27,28 +28,41 @@ from tokendrop.verification import (
     verify_prepared,
     verify_run,
 )
-from tokendrop.train.budget import RunLength, parse_duration
 
 
 def verify_study(p: Path, rep: VerifyReport) -> None:
     fix = "run the same `tokendrop study` command again"
-    state = read_checked_json(p / "study-state.json", rep, "a study records its state there from the start", fix)
+    state = read_checked_json(
+        p / "study-state.json", rep, "a study records its state there from the start", fix
+    )
     if state is not None and not isinstance(state, dict):
         rep.problems.append(f"{p / 'study-state.json'}: not a JSON object; {fix}")
     st = p / "study.toml"
     if st.is_file():
         try:
             load_study(st)
-        except (TokendropError, ValueError, KeyError, TypeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        except (
+            TokendropError,
+            ValueError,
+            KeyError,
+            TypeError,
+            tomllib.TOMLDecodeError,
+            UnicodeDecodeError,
+        ) as e:
             rep.problems.append(f"{st}: does not load as a study config ({error_line(e)}); {fix}")
     report = None
     if (p / "study.json").is_file():
         report = read_checked_json(p / "study.json", rep, "", fix)
     else:
-        rep.notes.append("no study.json / study.md yet: the study has not finished (run it again to finish it)")
+        rep.notes.append(
+            "no study.json / study.md yet: the study has not finished (run it again to finish it)"
+        )
     # runs
-    runs = sorted(d for d in (p / "runs").iterdir() if d.is_dir() and not d.name.startswith(".")) \
-        if (p / "runs").is_dir() else []
+    runs = (
+        sorted(d for d in (p / "runs").iterdir() if d.is_dir() and not d.name.startswith("."))
+        if (p / "runs").is_dir()
+        else []
+    )
     finished = 0
     for run in runs:
         sub = VerifyReport(run, "run")
@@ -56,16 +70,24 @@ def verify_study(p: Path, rep: VerifyReport) -> None:
         merge_report(rep, sub, f"runs/{run.name}", notes=False)
         state_ = _run_finished(run)
         finished += state_ is True
-        rep.notes.append(f"runs/{run.name}: {sub.notes[0] if sub.notes else 'checked'}"
-                         + ("" if state_ is None else ", finished" if state_ else ", not finished"))
+        rep.notes.append(
+            f"runs/{run.name}: {sub.notes[0] if sub.notes else 'checked'}"
+            + ("" if state_ is None else ", finished" if state_ else ", not finished")
+        )
     if isinstance(report, dict) and isinstance(report.get("runs"), dict):
         missing = [n for n in report["runs"] if not (p / "runs" / n).is_dir()]
         if missing:
-            rep.problems.append(f"{p / 'runs' / missing[0]}: missing, but study.json reports it ({len(missing)} such "
-                                f"run(s)); {fix} (it retrains what is missing)")
+            rep.problems.append(
+                f"{p / 'runs' / missing[0]}: missing, but study.json reports it ({len(missing)} "
+                "such "
+                f"run(s)); {fix} (it retrains what is missing)"
+            )
     # prepared data
-    datasets = [d for d in sorted((p / "data").iterdir()) if d.is_dir() and (d / "meta.json").is_file()] \
-        if (p / "data").is_dir() else []
+    datasets = (
+        [d for d in sorted((p / "data").iterdir()) if d.is_dir() and (d / "meta.json").is_file()]
+        if (p / "data").is_dir()
+        else []
+    )
     for d in datasets:
         sub = VerifyReport(d, "prepared")
         verify_prepared(d, sub)
@@ -77,9 +99,12 @@ def verify_study(p: Path, rep: VerifyReport) -> None:
         sub = VerifyReport(ev, "evaluate")
         verify_evaluate(ev, sub)
         merge_report(rep, sub, "eval")
-    rep.notes.insert(0, f"study: {len(runs)} run(s) ({finished} finished), {len(datasets)} prepared dataset(s)"
-                        + (", an evaluation" if ev.is_dir() else ", no evaluation yet")
-                        + ("; report study.md" if (p / "study.md").is_file() else ""))
+    rep.notes.insert(
+        0,
+        f"study: {len(runs)} run(s) ({finished} finished), {len(datasets)} prepared dataset(s)"
+        + (", an evaluation" if ev.is_dir() else ", no evaluation yet")
+        + ("; report study.md" if (p / "study.md").is_file() else ""),
+    )
 
 
 def _run_finished(run: Path) -> bool | None:
@@ -89,8 +114,16 @@ def _run_finished(run: Path) -> bool | None:
     try:
         cfg = tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))
         budget = str(cfg["train"].get("time_budget", ""))
-        length = RunLength(0, parse_duration(budget)) if budget else RunLength(int(cfg["train"]["steps"]))
-        cks = sorted(c for c in (run / "checkpoints").glob("step-*") if c.is_dir()) if (run / "checkpoints").is_dir() else []
+        length = (
+            RunLength(0, parse_duration(budget))
+            if budget
+            else RunLength(int(cfg["train"]["steps"]))
+        )
+        cks = (
+            sorted(c for c in (run / "checkpoints").glob("step-*") if c.is_dir())
+            if (run / "checkpoints").is_dir()
+            else []
+        )
         if not cks:
             return False
         meta = json.loads((cks[-1] / "meta.json").read_text(encoding="utf-8"))
@@ -111,25 +144,42 @@ def verify_campaign(p: Path, rep: VerifyReport) -> None:
         if d is None:
             continue
         if not isinstance(d, dict) or d.get("part") != name:
-            rep.problems.append(f"{f}: not the result of part {name}; the file was edited; {fix.replace('PART', name)}")
+            rep.problems.append(
+                f"{f}: not the result of part {name}; the file was edited; "
+                f"{fix.replace('PART', name)}"
+            )
             continue
         parts.append(name)
         if not d.get("complete", False):
             if running == name:
-                rep.notes.append(f"{name}: running now (pid {_pid(p / IN_PROGRESS)}); {name}.json holds what it finished so far")
+                rep.notes.append(
+                    f"{name}: running now (pid {_pid(p / IN_PROGRESS)}); {name}.json holds what it "
+                    "finished so far"
+                )
             else:
-                rep.problems.append(f"{f}: part {name} did not finish (complete: false: the campaign was killed or "
-                                    f"interrupted during it); it holds only what it finished; {fix.replace('PART', name)}")
+                rep.problems.append(
+                    f"{f}: part {name} did not finish (complete: false: the campaign was killed or "
+                    "interrupted during it); it holds only what it finished; "
+                    f"{fix.replace('PART', name)}"
+                )
         elif not d.get("ok", False):
-            rep.notes.append(f"{name}: finished, FAILED ({(d.get('error') or 'a check failed')[:160]})")
+            rep.notes.append(
+                f"{name}: finished, FAILED ({(d.get('error') or 'a check failed')[:160]})"
+            )
         for rel in d.get("files") or []:
             if isinstance(rel, str) and not (p / rel).is_file():
-                rep.problems.append(f"{p / rel}: missing, but {name}.json lists it; {fix.replace('PART', name)}")
+                rep.problems.append(
+                    f"{p / rel}: missing, but {name}.json lists it; {fix.replace('PART', name)}"
+                )
         if not (p / f"{name}.md").is_file():
-            rep.problems.append(f"{p / (name + '.md')}: missing ({name}.json is there); {fix.replace('PART', name)}")
+            rep.problems.append(
+                f"{p / (name + '.md')}: missing ({name}.json is there); {fix.replace('PART', name)}"
+            )
     if (p / IN_PROGRESS).is_file() and running is None:
-        rep.notes.append(f"{IN_PROGRESS}: left by a campaign killed during a part (the next campaign into this "
-                         "directory reports and removes it)")
+        rep.notes.append(
+            f"{IN_PROGRESS}: left by a campaign killed during a part (the next campaign into this "
+            "directory reports and removes it)"
+        )
     rep.notes.insert(0, f"campaign: {len(parts)} part(s) ({', '.join(parts) or 'none yet'})")
 
 
@@ -141,7 +191,11 @@ def _pid(f: Path) -> Any:
 def _running_part(f: Path) -> str | None:
     """The part a live campaign on this host is running (its in-progress record), else None."""
     d = _json_or_none(f)
-    if not isinstance(d, dict) or d.get("host") != socket.gethostname() or not isinstance(d.get("pid"), int):
+    if (
+        not isinstance(d, dict)
+        or d.get("host") != socket.gethostname()
+        or not isinstance(d.get("pid"), int)
+    ):
         return None
     try:
         os.kill(d["pid"], 0)

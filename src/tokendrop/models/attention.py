@@ -1,12 +1,12 @@
 """How attention runs: masks and kernels, for both families (docs/design.md §2.9).
 
 Every attention call of an encoder goes through :func:`attend` with the mask a :class:`MaskCache`
-built for its (query rows, key rows, window).  The rows are described by ``tokendrop.dropping.engine.Rows``:
-key validity (padding), document ids (per-document attention), rotary positions and ``at``, the
-row's original index in the packed row (ascending in any set of kept rows).  Query row i may attend
-key row j iff j is valid, both are in the same document and, in a sliding-window layer,
-``|pos_i - pos_j| <= window``.  The mask takes one of three forms, all exact (the same set of
-allowed pairs, so the same result up to float summation order):
+built for its (query rows, key rows, window).  The rows are described by
+``tokendrop.dropping.engine.Rows``: key validity (padding), document ids (per-document attention),
+rotary positions and ``at``, the row's original index in the packed row (ascending in any set of
+kept rows).  Query row i may attend key row j iff j is valid, both are in the same document and, in
+a sliding-window layer, ``|pos_i - pos_j| <= window``.  The mask takes one of three forms, all exact
+(the same set of allowed pairs, so the same result up to float summation order):
 
 * an additive bias for ``F.scaled_dot_product_attention`` (:func:`attention_bias`) -- None when
   nothing is masked (flash kernels on GPU), (B, 1, 1, N) for padding only, (B, 1, n, N) otherwise;
@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tokendrop.config import ATTENTION_BACKENDS, ConfigError  # noqa: F401 -- ATTENTION_BACKENDS: re-exported
+from tokendrop.errors import ConfigError
 from tokendrop.host import host_reads_free
 
 try:  # torch >= 2.5
@@ -47,10 +47,15 @@ except ImportError:  # pragma: no cover - older torch: FlexAttention unavailable
     BlockMask = create_block_mask = flex_attention = None
 
 BAND_BLOCK = 128  # query rows per block of a banded (sliding-window) SDPA call
-BAND_MAX_FRACTION = 0.75  # a band whose key slots exceed this share of n * N falls back to the dense bias
-BAND_DOCUMENTS = True  # per-document attention without a window as bands too (False: the bias; benchmarks)
-# documents alone need a smaller share to pay for the band's K/V gather (benchmarks/document_bands.py,
-# CPU: a key share <= 0.38 gained 1.06-1.39x, 0.5 about even, a band as long as the row 0.78x)
+BAND_MAX_FRACTION = (
+    0.75  # a band whose key slots exceed this share of n * N falls back to the dense bias
+)
+BAND_DOCUMENTS = (
+    True  # per-document attention without a window as bands too (False: the bias; benchmarks)
+)
+# documents alone need a smaller share to pay for the band's K/V gather
+# (benchmarks/document_bands.py, CPU: a key share <= 0.38 gained 1.06-1.39x, 0.5 about even, a band
+# as long as the row 0.78x)
 BAND_MAX_FRACTION_DOCUMENTS = 0.4
 
 
@@ -62,8 +67,10 @@ def check_flex_available(backend: str) -> None:
     """``flex`` needs FlexAttention (torch >= 2.5).  ConfigError otherwise (a property of the
     installed torch, so checked where a model runs, not when the config is parsed)."""
     if backend == "flex" and not flex_available():
-        raise ConfigError(f"model.attention_backend: flex needs FlexAttention (torch >= 2.5, this is "
-                          f"{torch.__version__}); use auto or sdpa")
+        raise ConfigError(
+            f"model.attention_backend: flex needs FlexAttention (torch >= 2.5, this is "
+            f"{torch.__version__}); use auto or sdpa"
+        )
 
 
 def use_flex(backend: str, device: torch.device, attention_dropout: float) -> bool:
@@ -72,7 +79,12 @@ def use_flex(backend: str, device: torch.device, attention_dropout: float) -> bo
     if backend == "flex":
         check_flex_available(backend)
         return True
-    return backend == "auto" and device.type == "cuda" and attention_dropout == 0.0 and flex_available()
+    return (
+        backend == "auto"
+        and device.type == "cuda"
+        and attention_dropout == 0.0
+        and flex_available()
+    )
 
 
 def check_training_device(backend: str, device_type: str) -> None:
@@ -80,8 +92,11 @@ def check_training_device(backend: str, device_type: str) -> None:
     ConfigError otherwise."""
     check_flex_available(backend)
     if backend == "flex" and device_type != "cuda":
-        raise ConfigError(f"model.attention_backend: flex trains only on CUDA (FlexAttention has no {device_type} "
-                          "backward); use auto or sdpa here")
+        raise ConfigError(
+            "model.attention_backend: flex trains only on CUDA (FlexAttention has no "
+            f"{device_type} "
+            "backward); use auto or sdpa here"
+        )
 
 
 def _neg(dtype: torch.dtype, device: torch.device) -> tuple[torch.dtype, float]:
@@ -133,9 +148,10 @@ def attention_bias(
 
     0 where attended and the most negative finite value of the dtype the attention runs in -- the
     autocast dtype when autocast is on (bf16/fp16), else ``dtype`` -- where masked.  Built with
-    ``masked_fill`` (no ``0 * min`` products) and in that dtype, so autocast's cast of the mask never
-    turns it into -inf (a fully masked row would then give NaN) and no value overflows.  A query row
-    with no allowed key at all comes out of SDPA as the plain mean of V: :class:`Bias` (what
+    ``masked_fill`` (no ``0 * min`` products) and in that dtype, so autocast's cast of the mask
+    never turns it into -inf (a fully masked row would then give NaN) and no value overflows.  A
+    query row with no allowed key at all comes out of SDPA as the plain mean of V: :class:`Bias`
+    (what
     :class:`MaskCache` builds) sets such rows to 0."""
     keep = allowed_pairs(mask, q_pos, k_pos, q_doc, k_doc, window)
     return None if keep is None else _bias(keep, dtype)
@@ -157,7 +173,7 @@ class Bias:
     live: Tensor
 
     @classmethod
-    def build(cls, keep: Tensor, dtype: torch.dtype) -> "Bias":
+    def build(cls, keep: Tensor, dtype: torch.dtype) -> Bias:
         return cls(_bias(keep, dtype), keep.any(dim=-1, keepdim=True))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
@@ -177,32 +193,36 @@ def _batch(*ts: Tensor | None) -> int:
 class Band:
     """A window and/or document mask computed block by block.  Query block j attends the key rows
     ``slot[:, j]`` (B, nb, L): the contiguous run of key rows its window (``at`` within ``window``)
-    and its documents (from the first query row's to the last one's) can reach, L the longest run any
-    block needs; ``bias`` (B * nb, 1, C, L) masks the slots outside the window, document, validity or
-    run.  The query blocks are either C = ``block`` consecutive query rows (``rows`` None: block j is
-    rows ``[jC, (j+1)C)``), or, when the query rows are sparser than the key rows under a window
-    (kept rows over all rows: the first half layer; pooled rows), the query rows whose ``at`` lies in
-    ``[j * block, (j+1) * block)``, padded to C, the most any block holds (``rows`` (B, nb, C) the
-    query row of each slot, ``back`` (B, n) each query row's slot): blocks of a fixed number of kept
-    rows would span as many positions as the sparsest stretch of the selection, and every block's
-    run would be as long as that one's (1,039 key slots instead of ~385 for 128 kept rows at
-    T = 4,096 with an importance-based selection); blocks of fixed positions bound the run by
-    ``block + 2 * window + 1``."""
+    and its documents (from the first query row's to the last one's) can reach, L the longest run
+    any block needs; ``bias`` (B * nb, 1, C, L) masks the slots outside the window, document,
+    validity or run.  The query blocks are either C = ``block`` consecutive query rows (``rows``
+    None: block j is rows ``[jC, (j+1)C)``), or, when the query rows are sparser than the key rows
+    under a window (kept rows over all rows: the first half layer; pooled rows), the query rows
+    whose ``at`` lies in ``[j * block, (j+1) * block)``, padded to C, the most any block holds
+    (``rows`` (B, nb, C) the query row of each slot, ``back`` (B, n) each query row's slot): blocks
+    of a fixed number of kept rows would span as many positions as the sparsest stretch of the
+    selection, and every block's run would be as long as that one's (1,039 key slots instead of ~385
+    for 128 kept rows at T = 4,096 with an importance-based selection); blocks of fixed positions
+    bound the run by ``block + 2 * window + 1``."""
 
     slot: Tensor  # (B, nb, L) key row per slot
     bias: Tensor  # (B * nb, 1, C, L) additive
     block: int  # C: query slots per block
-    live: Tensor | None = None  # (B, 1, n, 1): query rows with an allowed key (None: all; else the rest give 0)
+    live: Tensor | None = (
+        None  # (B, 1, n, 1): query rows with an allowed key (None: all; else the rest give 0)
+    )
     rows: Tensor | None = None  # (B, nb, C) query row per query slot (None: consecutive rows)
     back: Tensor | None = None  # (B, n) each query row's slot among the nb * C
 
     @classmethod
-    def build(cls, q, k, window: int | None, dtype: torch.dtype, block: int = 0,
-              extent: int | None = None) -> "Band | None":
-        """-> the band of query rows ``q`` over key rows ``k`` (``Rows``: ``at`` for a window, ``doc``
-        for documents; both ascending along a row, padding's document -1 at the end), or None when
-        it would save too little (short rows, windows or documents about as long as the row).
-        ``extent``: a bound on ``at`` (the forward's sequence length; default: the key rows' count).
+    def build(
+        cls, q, k, window: int | None, dtype: torch.dtype, block: int = 0, extent: int | None = None
+    ) -> Band | None:
+        """-> the band of query rows ``q`` over key rows ``k`` (``Rows``: ``at`` for a window,
+        ``doc`` for documents; both ascending along a row, padding's document -1 at the end), or
+        None when it would save too little (short rows, windows or documents about as long as the
+        row). ``extent``: a bound on ``at`` (the forward's sequence length; default: the key rows'
+        count).
 
         With a window every size is bounded from the shapes, the window and the block, never read
         from the data (no host synchronisation): blocks of C = min(block, n) query rows, runs of
@@ -215,7 +235,11 @@ class Band:
         documents = q.doc is not None and k.doc is not None
         if window is None and not documents:
             return None
-        n, N = (q.at.shape[1], k.at.shape[1]) if window is not None else (q.doc.shape[1], k.doc.shape[1])
+        n, N = (
+            (q.at.shape[1], k.at.shape[1])
+            if window is not None
+            else (q.doc.shape[1], k.doc.shape[1])
+        )
         if n <= block:
             return None
         device = (q.at if window is not None else q.doc).device
@@ -227,19 +251,28 @@ class Band:
         if window is not None and n < N:  # sparser queries than keys: blocks of fixed positions
             nb = math.ceil((extent or N) / block)
             edges = (torch.arange(nb + 1, device=device) * block).expand(b, -1).contiguous()
-            starts = torch.searchsorted(qa, edges)  # (B, nb + 1) first query row at or after each edge
+            starts = torch.searchsorted(
+                qa, edges
+            )  # (B, nb + 1) first query row at or after each edge
             counts = starts[:, 1:] - starts[:, :-1]  # (B, nb) query rows per block
             c = min(block, n)  # distinct positions: at most a block's worth of rows
-            rows = (starts[:, :-1, None] + torch.arange(c, device=device)).clamp(max=n - 1)  # (B, nb, C)
+            rows = (starts[:, :-1, None] + torch.arange(c, device=device)).clamp(
+                max=n - 1
+            )  # (B, nb, C)
             home = qa // block  # (B, n) each query row's block
             back = home * c + torch.arange(n, device=device) - torch.gather(starts, 1, home)
-            first, last = starts[:, :-1].clamp(max=n - 1), (starts[:, 1:] - 1).clamp(min=0)  # (B, nb) rows
+            first, last = (
+                starts[:, :-1].clamp(max=n - 1),
+                (starts[:, 1:] - 1).clamp(min=0),
+            )  # (B, nb) rows
         else:
             c, nb = block, math.ceil(n / block)
             first = torch.arange(nb, device=device).expand(b, -1) * block
             last = (first + block - 1).clamp(max=n - 1)
 
-        def blocks(t: Tensor) -> Tensor:  # (B or 1, n) -> (B, nb, C); a block's unused slots repeat other rows
+        def blocks(
+            t: Tensor,
+        ) -> Tensor:  # (B or 1, n) -> (B, nb, C); a block's unused slots repeat other rows
             t = _batched(t, b)
             if rows is not None:
                 return torch.gather(t, 1, rows.view(b, nb * c)).view(b, nb, c)
@@ -247,7 +280,9 @@ class Band:
                 t = torch.cat([t, t[:, -1:].expand(b, nb * c - n)], 1)
             return t.reshape(b, nb, c)
 
-        def ends(t: Tensor) -> tuple[Tensor, Tensor]:  # (B or 1, n) -> the first and last query row's value (B, nb)
+        def ends(
+            t: Tensor,
+        ) -> tuple[Tensor, Tensor]:  # (B or 1, n) -> the first and last query row's value (B, nb)
             t = _batched(t, b)
             return torch.gather(t, 1, first), torch.gather(t, 1, last)
 
@@ -259,7 +294,10 @@ class Band:
             lo = torch.searchsorted(ka, (a0 - window).contiguous())  # (B, nb)
             hi = torch.searchsorted(ka, (a1 + window).contiguous(), right=True)
         if documents:  # padding (-1) as a last document, so the ids ascend along every row
-            qdoc, kd = q.doc.masked_fill(q.doc < 0, N), _batched(k.doc.masked_fill(k.doc < 0, N), b).contiguous()
+            qdoc, kd = (
+                q.doc.masked_fill(q.doc < 0, N),
+                _batched(k.doc.masked_fill(k.doc < 0, N), b).contiguous(),
+            )
             d0, d1 = ends(qdoc)
             lo = torch.maximum(lo, torch.searchsorted(kd, d0.contiguous()))
             hi = torch.minimum(hi, torch.searchsorted(kd, d1.contiguous(), right=True))
@@ -283,7 +321,9 @@ class Band:
             return torch.gather(_batched(t, b), 1, flat).view(b, nb, 1, span)
 
         if window is not None:
-            allowed = allowed & ((blocks(qa)[:, :, :, None] - at_slots(k.at)).abs() <= window)  # (B, nb, C, L)
+            allowed = allowed & (
+                (blocks(qa)[:, :, :, None] - at_slots(k.at)).abs() <= window
+            )  # (B, nb, C, L)
         if k.valid is not None:
             allowed = allowed & at_slots(k.valid).to(torch.bool)
         if documents:
@@ -294,8 +334,14 @@ class Band:
             any_key = allowed.any(dim=-1).view(b, nb * c)
             any_key = any_key[:, :n] if back is None else torch.gather(any_key, 1, back)
             live = any_key.view(b, 1, n, 1)
-        return cls(slot=slot, bias=_bias(allowed, dtype).view(b * nb, 1, c, span), block=c, live=live,
-                   rows=rows, back=back)
+        return cls(
+            slot=slot,
+            bias=_bias(allowed, dtype).view(b * nb, 1, c, span),
+            block=c,
+            live=live,
+            rows=rows,
+            back=back,
+        )
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> Tensor:
         # q: (B, h, n, dh); k, v: (B, h, N, dh) -> (B, h, n, dh).  The band may be built for one
@@ -312,12 +358,21 @@ class Band:
         idx = self.slot.expand(b, -1, -1).reshape(b, 1, nb * span, 1).expand(b, h, nb * span, dh)
         bias = self.bias
         if bias.shape[0] != b * nb:  # (nb, 1, C, L) for every row
-            bias = bias.view(1, nb, 1, c, span).expand(b, -1, -1, -1, -1).reshape(b * nb, 1, c, span)
+            bias = (
+                bias.view(1, nb, 1, c, span).expand(b, -1, -1, -1, -1).reshape(b * nb, 1, c, span)
+            )
 
         def slots(t: Tensor) -> Tensor:  # (B, h, N, dh) -> (B * nb, h, L, dh)
-            return torch.gather(t, 2, idx).view(b, h, nb, span, dh).transpose(1, 2).reshape(b * nb, h, span, dh)
+            return (
+                torch.gather(t, 2, idx)
+                .view(b, h, nb, span, dh)
+                .transpose(1, 2)
+                .reshape(b * nb, h, span, dh)
+            )
 
-        y = F.scaled_dot_product_attention(q, slots(k), slots(v), attn_mask=bias, dropout_p=dropout_p)
+        y = F.scaled_dot_product_attention(
+            q, slots(k), slots(v), attn_mask=bias, dropout_p=dropout_p
+        )
         y = y.view(b, nb, h, c, dh).transpose(1, 2).reshape(b, h, nb * c, dh)
         if self.rows is None:
             y = y[:, :, :n]
@@ -333,7 +388,9 @@ def _flex_fns(device: torch.device):
     """(create_block_mask, flex_attention): compiled on CUDA (the fused kernel; as they are when the
     model itself is being compiled); eager elsewhere (an unfused reference that materialises the
     scores: for parity checks on CPU)."""
-    if device.type != "cuda" or torch.compiler.is_compiling():  # inside torch.compile: traced with the model
+    if (
+        device.type != "cuda" or torch.compiler.is_compiling()
+    ):  # inside torch.compile: traced with the model
         return create_block_mask, flex_attention
     if not _compiled:
         _compiled["mask"] = torch.compile(create_block_mask)
@@ -347,7 +404,11 @@ def flex_block_mask(q, k, window: int | None):
     b = _batch(q.at, k.at, q.doc, k.doc, k.valid)
     n = (q.doc if q.doc is not None else q.at).shape[1]
     N = (k.doc if k.doc is not None else k.at).shape[1]
-    qd, kd = (_batched(q.doc, b), _batched(k.doc, b)) if q.doc is not None and k.doc is not None else (None, None)
+    qd, kd = (
+        (_batched(q.doc, b), _batched(k.doc, b))
+        if q.doc is not None and k.doc is not None
+        else (None, None)
+    )
     qa, ka = (_batched(q.at, b), _batched(k.at, b)) if window is not None else (None, None)
     kv = None if k.valid is None else _batched(k.valid, b).to(torch.bool)
 
@@ -370,8 +431,9 @@ def flex_block_mask(q, k, window: int | None):
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask, dropout_p: float = 0.0) -> Tensor:
     """Attention of (B, h, n, dh) queries over (B, h, N, dh) keys/values with a :class:`MaskCache`
-    mask (None, an additive bias, a :class:`Bias`, a :class:`Band` or a ``BlockMask``) -> (B, h, n, dh).
-    A query row with no allowed key gives 0 under a :class:`Bias`, a :class:`Band` and a ``BlockMask``."""
+    mask (None, an additive bias, a :class:`Bias`, a :class:`Band` or a ``BlockMask``) -> (B, h, n,
+    dh). A query row with no allowed key gives 0 under a :class:`Bias`, a :class:`Band` and a
+    ``BlockMask``."""
     if isinstance(mask, (Band, Bias)):
         return mask.attend(q, k, v, dropout_p)
     if BlockMask is not None and isinstance(mask, BlockMask):
@@ -388,7 +450,13 @@ class MaskCache:
     its block size, None = ``BAND_BLOCK``, 0 = never) and additive biases for the rest.
     ``extent``: the forward's sequence length (what bounds a band's blocks of positions)."""
 
-    def __init__(self, dtype: torch.dtype, flex: bool = False, band: int | None = None, extent: int | None = None):
+    def __init__(
+        self,
+        dtype: torch.dtype,
+        flex: bool = False,
+        band: int | None = None,
+        extent: int | None = None,
+    ):
         self.dtype = dtype
         self.flex = flex
         self.band = BAND_BLOCK if band is None else band
@@ -404,7 +472,12 @@ class MaskCache:
         CPU); on an accelerator the ids are always kept (no synchronisation: the masked path, exact
         either way), as with FlexAttention (it skips full blocks by itself) and under
         ``torch.compile`` (data-dependent)."""
-        if doc is None or self.flex or torch.compiler.is_compiling() or not host_reads_free(doc.device):
+        if (
+            doc is None
+            or self.flex
+            or torch.compiler.is_compiling()
+            or not host_reads_free(doc.device)
+        ):
             return doc
         return None if bool((doc == doc[:, :1]).all()) else doc
 
@@ -419,13 +492,24 @@ class MaskCache:
         if self.flex and (documents or window is not None):
             return flex_block_mask(q, k, window)
         # not under torch.compile: a band's length is data-dependent (a graph break, and a recompile
-        # whenever it changes); the compiled graph takes the bias (or FlexAttention) with static shapes
-        if (window is not None or (documents and BAND_DOCUMENTS)) and self.band and not torch.compiler.is_compiling():
+        # whenever it changes); the compiled graph takes the bias (or FlexAttention) with static
+        # shapes
+        if (
+            (window is not None or (documents and BAND_DOCUMENTS))
+            and self.band
+            and not torch.compiler.is_compiling()
+        ):
             band = Band.build(q, k, window, self.dtype, self.band, self.extent)
             if band is not None:
                 return band
-        keep = allowed_pairs(k.valid, q.at if window is not None else None, k.at if window is not None else None,
-                             q.doc, k.doc, window)
+        keep = allowed_pairs(
+            k.valid,
+            q.at if window is not None else None,
+            k.at if window is not None else None,
+            q.doc,
+            k.doc,
+            window,
+        )
         if keep is None:
             return None
         # without padding every query row is one of its own keys (kept rows, pooled rows: their

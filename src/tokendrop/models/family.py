@@ -10,14 +10,21 @@ patches its transformers classes (:class:`HFIntegration`), and -- read from the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from torch import Tensor, nn
 
-from tokendrop.config.model import (FAMILY_FILE, MODEL_FAMILIES, MODEL_PRESETS, PRESET_FAMILY, FamilySchema,
-                                    ModelConfig)
+from tokendrop.config.model import (
+    FAMILY_FILE,
+    MODEL_FAMILIES,
+    MODEL_PRESETS,
+    PRESET_FAMILY,
+    FamilySchema,
+    ModelConfig,
+)
 from tokendrop.errors import ConfigError
 from tokendrop.models.weights import InitReport, InitSource
 
@@ -30,11 +37,18 @@ class HFIntegration:
     bare_class: str  # its bare encoder class (e.g. "BertModel")
     base: str  # the MLM model's attribute holding the bare encoder
     layers: str  # the dotted path of the layer list in the bare encoder
-    head: tuple[str, ...]  # the MLM model's head modules, applied in this order to the hidden states
-    layout: str  # how its layers run with dropping: a key of tokendrop.transformers.encoders.LAYOUTS
+    head: tuple[
+        str, ...
+    ]  # the MLM model's head modules, applied in this order to the hidden states
+    layout: (
+        str  # how its layers run with dropping: a key of tokendrop.transformers.encoders.LAYOUTS
+    )
     pooler: bool  # the bare encoder's output carries its pooler's output
-    model_loss: bool  # the MLM loss is the model's own loss_function (num_items_in_batch honoured); else mean CE
-    refused_flags: tuple[str, ...] = ()  # config flags that must be off (a decoder, cross-attention)
+    # the MLM loss is the model's own loss_function (num_items_in_batch honoured); else mean CE
+    model_loss: bool
+    refused_flags: tuple[
+        str, ...
+    ] = ()  # config flags that must be off (a decoder, cross-attention)
     absolute_positions: bool = False  # config.position_embedding_type must be "absolute"
 
 
@@ -44,27 +58,46 @@ class FamilySpec:
     classes: Mapping[str, type[nn.Module]]  # task -> our class
     hf_model_type: str  # config.json's model_type
     hf_architectures: Mapping[str, str]  # task -> the transformers class an export names
-    config_from_hf: Callable[[dict[str, Any], str], ModelConfig]  # config.json -> ModelConfig (one-line errors)
-    hf_config: Callable[[ModelConfig, list[str] | None], dict[str, Any]]  # ModelConfig -> config.json
-    hf_config_defaults: Mapping[str, Any]  # export: fields set when the source's config.json has none
+    config_from_hf: Callable[
+        [dict[str, Any], str], ModelConfig
+    ]  # config.json -> ModelConfig (one-line errors)
+    hf_config: Callable[
+        [ModelConfig, list[str] | None], dict[str, Any]
+    ]  # ModelConfig -> config.json
+    hf_config_defaults: Mapping[
+        str, Any
+    ]  # export: fields set when the source's config.json has none
     to_hf: Callable[[dict[str, Tensor]], dict[str, Tensor]]  # our state dict -> transformers names
-    from_hf: Callable[[dict[str, Tensor]], dict[str, Tensor]]  # a file's tensors (any accepted layout) -> ours
-    check_hf_tensors: Callable[[Path, dict[str, tuple[int, ...]], ModelConfig], str]  # shapes -> layout name
-    load_weights: Callable[[InitSource, nn.Module], InitReport]  # an HF dir or our run -> any of our classes
+    from_hf: Callable[
+        [dict[str, Tensor]], dict[str, Tensor]
+    ]  # a file's tensors (any accepted layout) -> ours
+    check_hf_tensors: Callable[
+        [Path, dict[str, tuple[int, ...]], ModelConfig], str
+    ]  # shapes -> layout name
+    load_weights: Callable[
+        [InitSource, nn.Module], InitReport
+    ]  # an HF dir or our run -> any of our classes
     hf_sparse_prediction: bool  # transformers' MLM class can run its head on the masked slots only
     token_types: bool  # the model reads token_type_ids
     max_seq_len: int  # the longest sequence bench builds the family for (it refuses longer)
-    # continued pretraining may extend the positions (a longer T than the source's max_position_embeddings,
-    # other rotary bases): rotary positions have no weights; learned positions do (docs/design.md §2.8)
+    # continued pretraining may extend the positions (a longer T than the source's
+    # max_position_embeddings, other rotary bases): rotary positions have no weights; learned
+    # positions do (docs/design.md §2.8)
     extends_positions: bool
-    hf_head_fields: tuple[str, ...] = ()  # config.json fields about the source's task head (not kept on fine-tuning)
+    hf_head_fields: tuple[
+        str, ...
+    ] = ()  # config.json fields about the source's task head (not kept on fine-tuning)
     pretrain_frozen: tuple[str, ...] = ()  # submodules pretraining does not train
-    integration: HFIntegration | None = None  # None: tokendrop.transformers does not patch this family
+    integration: HFIntegration | None = (
+        None  # None: tokendrop.transformers does not patch this family
+    )
 
     def __post_init__(self) -> None:
         if self.name not in MODEL_FAMILIES:
-            raise ConfigError(f"models/{self.name}/{FAMILY_FILE}: missing; a family's folder holds its [model] "
-                              "schema and presets there (docs/design.md §6)")
+            raise ConfigError(
+                f"models/{self.name}/{FAMILY_FILE}: missing; a family's folder holds its [model] "
+                "schema and presets there (docs/design.md §6)"
+            )
 
     @property
     def schema(self) -> FamilySchema:

@@ -3,19 +3,19 @@ tokenizer files and ``RUN/source/``.
 
 Export writes ``config.json`` + ``model.safetensors`` (+ the tokenizer files) in the names and
 config of the model's family (``tokendrop.models.families.FAMILIES``: BERT's mapping is
-:mod:`tokendrop.models.bert.hf`, ModernBERT's :mod:`tokendrop.models.modernbert.hf`), loadable by the transformers
-class the export names with no missing MLM keys and nothing it does not expect: BERT's
-``cls.predictions.bias`` is written (the reference TF->HF converter forgets it), and an MLM export
-leaves out what pretraining does not train and transformers' MLM class does not have (BERT's pooler:
-``FamilySpec.pretrain_frozen``), so ``AutoModelForMaskedLM`` and ``pipeline("fill-mask")`` load it
-with no report at all; a classifier built from it starts its pooler fresh, as transformers says.
-A run continued from a published checkpoint (``model.init``) keeps that
-checkpoint's ``config.json`` fields and tokenizer files, saved in ``RUN/source/`` when the run starts
-(:func:`save_source_files`).
+:mod:`tokendrop.models.bert.hf`, ModernBERT's :mod:`tokendrop.models.modernbert.hf`), loadable by
+the transformers class the export names with no missing MLM keys and nothing it does not expect:
+BERT's ``cls.predictions.bias`` is written (the reference TF->HF converter forgets it), and an MLM
+export leaves out what pretraining does not train and transformers' MLM class does not have (BERT's
+pooler: ``FamilySpec.pretrain_frozen``), so ``AutoModelForMaskedLM`` and ``pipeline("fill-mask")``
+load it with no report at all; a classifier built from it starts its pooler fresh, as transformers
+says. A run continued from a published checkpoint (``model.init``) keeps that
+checkpoint's ``config.json`` fields and tokenizer files, saved in ``RUN/source/`` when the run
+starts (:func:`save_source_files`).
 
-Reading a model directory into our classes and ``tokendrop export`` are :mod:`tokendrop.models.source`
-(through ``tokendrop.models.source``, one loader for ``finetune --model`` and ``pretrain --init``).
-"""
+Reading a model directory into our classes and ``tokendrop export`` are
+:mod:`tokendrop.models.source` (through ``tokendrop.models.source``, one loader for ``finetune
+--model`` and ``pretrain --init``)."""
 
 from __future__ import annotations
 
@@ -32,11 +32,10 @@ from torch import nn
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import read_tokenizer_spec, write_tokenizer_config
 from tokendrop.errors import InteropError
+from tokendrop.models.bert.hf import REQUIRED_FIELDS
 from tokendrop.models.families import spec_for_hf_model_type, spec_of, task_of
 from tokendrop.runs.files import atomic_directory, write_safetensors
-from tokendrop.models.bert.hf import REQUIRED_FIELDS
 from tokendrop.runs.rundir import write_marker
-
 
 _NOT_BERT = {
     "roberta": "RoBERTa (no token types, positions offset by the padding index, a BPE tokenizer)",
@@ -60,23 +59,31 @@ def _check_shape_fields(d: dict[str, Any], where: str) -> None:
         if key not in d:
             continue  # each family names its missing fields itself
         v = d[key]
-        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())) or v <= 0:
-            raise InteropError(f"{where}: {key} must be an integer > 0, got {json.dumps(v)}; fix {key} in "
-                               "config.json (it gives the model's shape; tokendrop never fills it from a preset)")
+        if (
+            isinstance(v, bool)
+            or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
+            or v <= 0
+        ):
+            raise InteropError(
+                f"{where}: {key} must be an integer > 0, got {json.dumps(v)}; fix {key} in "
+                "config.json (it gives the model's shape; tokendrop never fills it from a preset)"
+            )
 
 
 def model_config_from_hf(d: dict[str, Any], where: str = "config.json") -> ModelConfig:
     """A ``config.json`` -> our ModelConfig, read by the family its ``model_type`` names
-    (``tokendrop.models.families``; none means BERT, as configs converted from Google's bert_config.json
-    have none).  Whatever our model cannot reproduce exactly is a one-line InteropError naming the
-    field (never silently ignored)."""
+    (``tokendrop.models.families``; none means BERT, as configs converted from Google's
+    bert_config.json have none).  Whatever our model cannot reproduce exactly is a one-line
+    InteropError naming the field (never silently ignored)."""
     mt = d.get("model_type", "bert")
     _check_shape_fields(d, where)
     spec = spec_for_hf_model_type(str(mt))
     if spec is None:
         what = _NOT_BERT.get(str(mt), f"model_type {mt!r}")
-        raise InteropError(f"{where}: model_type {mt!r} is not BERT: {what} cannot be loaded into tokendrop's "
-                           "BERT; use a model_type 'bert' checkpoint")
+        raise InteropError(
+            f"{where}: model_type {mt!r} is not BERT: {what} cannot be loaded into tokendrop's "
+            "BERT; use a model_type 'bert' checkpoint"
+        )
     return spec.config_from_hf(d, where)
 
 
@@ -84,7 +91,12 @@ def model_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Model
 # files
 
 
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = (
+    "vocab.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
 
 
 def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512) -> bool:
@@ -107,7 +119,9 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
                 if (src / name).is_file():
                     shutil.copyfile(src / name, dst / name)
             if not (dst / "tokenizer_config.json").is_file():
-                write_tokenizer_config(replace(spec, model_max_length=spec.model_max_length or max_len), dst)
+                write_tokenizer_config(
+                    replace(spec, model_max_length=spec.model_max_length or max_len), dst
+                )
             return True
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
@@ -118,11 +132,21 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
         lower = bool(json.loads(info.read_text()).get("lowercase", True))
     tc = dst / "tokenizer_config.json"
     if not tc.is_file():
-        tc.write_text(json.dumps({
-            "tokenizer_class": "BertTokenizer", "do_lower_case": lower, "model_max_length": max_len,
-            "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-            "mask_token": "[MASK]",
-        }, indent=2))
+        tc.write_text(
+            json.dumps(
+                {
+                    "tokenizer_class": "BertTokenizer",
+                    "do_lower_case": lower,
+                    "model_max_length": max_len,
+                    "unk_token": "[UNK]",
+                    "sep_token": "[SEP]",
+                    "pad_token": "[PAD]",
+                    "cls_token": "[CLS]",
+                    "mask_token": "[MASK]",
+                },
+                indent=2,
+            )
+        )
     return True
 
 
@@ -137,8 +161,13 @@ def transformers_version() -> str | None:
 def _export_config(base: dict[str, Any] | None, ours: dict[str, Any]) -> dict[str, Any]:
     """Our config fields over the source's config.json (fields we do not set are kept as they were),
     less what names the source rather than this model: its ``_name_or_path``, and its
-    ``transformers_version`` (the installed one is written, as transformers' own save_pretrained does)."""
-    d = {k: v for k, v in (base or {}).items() if k not in ("architectures", "_name_or_path", "transformers_version")}
+    ``transformers_version`` (the installed one is written, as transformers' own save_pretrained
+    does)."""
+    d = {
+        k: v
+        for k, v in (base or {}).items()
+        if k not in ("architectures", "_name_or_path", "transformers_version")
+    }
     d.update(ours)
     for k in ("torch_dtype", "dtype"):  # we write fp32 tensors
         if k in d:
@@ -149,11 +178,16 @@ def _export_config(base: dict[str, Any] | None, ours: dict[str, Any]) -> dict[st
     return d
 
 
-def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str | os.PathLike | None = None,
-                    base_config: dict[str, Any] | None = None, kind: str | None = None,
-                    card: str | None = None) -> Path:
-    """Write ``model`` as a Hugging Face directory of its family (atomically).  ``base_config``: a source's
-    config.json whose fields we do not set are kept (``use_cache``, token ids, ...; not its
+def save_pretrained(
+    model: nn.Module,
+    out_dir: str | os.PathLike,
+    tokenizer: str | os.PathLike | None = None,
+    base_config: dict[str, Any] | None = None,
+    kind: str | None = None,
+    card: str | None = None,
+) -> Path:
+    """Write ``model`` as a Hugging Face directory of its family (atomically).  ``base_config``: a
+    source's config.json whose fields we do not set are kept (``use_cache``, token ids, ...; not its
     ``_name_or_path``).  An MLM model is written without the modules pretraining leaves untrained
     (``FamilySpec.pretrain_frozen``: BERT's pooler), which transformers' MLM class does not have.
     ``kind``: mark the directory as that kind of tokendrop output
@@ -163,8 +197,13 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
     task = task_of(model)
     arch = spec.hf_architectures[task]
     frozen = spec.pretrain_frozen if task == "mlm" else ()  # not in transformers' MLM class
-    sd = spec.to_hf({k: v.float().cpu() for k, v in model.state_dict().items()
-                     if not any(k.startswith(f + ".") for f in frozen)})
+    sd = spec.to_hf(
+        {
+            k: v.float().cpu()
+            for k, v in model.state_dict().items()
+            if not any(k.startswith(f + ".") for f in frozen)
+        }
+    )
     d = spec.hf_config(cfg, [arch])
     if arch.endswith("ForSequenceClassification"):
         d["num_labels"] = model.num_labels
@@ -185,10 +224,11 @@ def save_pretrained(model: nn.Module, out_dir: str | os.PathLike, tokenizer: str
 
 
 def save_source_files(src: Any, run_dir: str | os.PathLike) -> Path:
-    """Write ``RUN/source/`` for a run continued from ``src`` (a ``tokendrop.models.source.InitSource``):
-    the source's config.json, its tokenizer files and ``init.json`` (source, layout, sha256), so that
-    ``export_hf`` keeps the source's config fields and tokenizer and ``--resume`` never needs the source.
-    Written atomically; a source that is itself a continued run passes its own ``source/`` on."""
+    """Write ``RUN/source/`` for a run continued from ``src`` (a
+    ``tokendrop.models.source.InitSource``): the source's config.json, its tokenizer files and
+    ``init.json`` (source, layout, sha256), so that ``export_hf`` keeps the source's config fields
+    and tokenizer and ``--resume`` never needs the source. Written atomically; a source that is
+    itself a continued run passes its own ``source/`` on."""
     run_dir = Path(run_dir)
     tok_dirs: list[Path] = []
     if src.kind == "tokendrop":  # a continued run: its source/ holds the original tokenizer files
@@ -205,9 +245,18 @@ def save_source_files(src: Any, run_dir: str | os.PathLike) -> Path:
             for name in (*TOKENIZER_FILES, "tokenizer_info.json"):
                 if (tok / name).is_file():
                     shutil.copyfile(tok / name, tmp / name)
-        (tmp / "init.json").write_text(json.dumps({
-            "source": src.source, "kind": src.kind, "layout": src.layout, "path": str(src.path),
-            "weights_file": str(src.weights_file), "weights_files": [str(f) for f in src.weights_files],
-            "sha256": src.sha256,
-        }, indent=2))
+        (tmp / "init.json").write_text(
+            json.dumps(
+                {
+                    "source": src.source,
+                    "kind": src.kind,
+                    "layout": src.layout,
+                    "path": str(src.path),
+                    "weights_file": str(src.weights_file),
+                    "weights_files": [str(f) for f in src.weights_files],
+                    "sha256": src.sha256,
+                },
+                indent=2,
+            )
+        )
     return run_dir / "source"

@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tokendrop.config import ConfigError, ModelConfig
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.config import ModelConfig
 from tokendrop.dropping.engine import DropSpan
+from tokendrop.dropping.methods import DropConfig
+from tokendrop.errors import ConfigError
 
 
 def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
@@ -28,7 +29,9 @@ def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
     return doc.masked_fill(input_ids == pad_id, -1)
 
 
-IGNORE_INDEX = -100  # a slot whose label is this has no loss and no gradient (F.cross_entropy's default)
+IGNORE_INDEX = (
+    -100
+)  # a slot whose label is this has no loss and no gradient (F.cross_entropy's default)
 
 
 class _NLL(torch.autograd.Function):
@@ -67,16 +70,17 @@ def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
 
 class MaskedLM(nn.Module):
     """Both families' MLM models share this forward and loss.  A subclass sets ``encoder`` (a
-    property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids, keep_idx,
-    drop_active, doc_ids) -> (B, T, d)``), ``document_attention`` and ``config``, and implements
+    property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids,
+    keep_idx, drop_active, doc_ids) -> (B, T, d)``), ``document_attention`` and ``config``, and
+    implements
     :attr:`encoder_layers` and :meth:`head_logits`."""
 
     task = "mlm"
 
     @property
     def encoder_layers(self) -> nn.ModuleList:
-        """The encoder's layers, in order: what FSDP shards one by one (``tokendrop.train.parallel``)
-        and ScTD taps (``tokendrop.dropping.consistency``)."""
+        """The encoder's layers, in order: what FSDP shards one by one
+        (``tokendrop.train.parallel``) and ScTD taps (``tokendrop.dropping.consistency``)."""
         raise NotImplementedError
 
     def head_logits(self, h: Tensor) -> Tensor:
@@ -101,10 +105,16 @@ class MaskedLM(nn.Module):
         when it is None.  With ``model.document_attention`` on, tokens attend only within their
         document of the packed row."""
         cfg = self.config
-        doc = document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id) if self.document_attention else None
+        doc = (
+            document_ids(input_ids, cfg.sep_token_id, cfg.pad_token_id)
+            if self.document_attention
+            else None
+        )
         h = self.encoder(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
         if mlm_positions is not None:
-            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, d)
+            h = torch.gather(
+                h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1])
+            )  # (B, P, d)
         return h
 
     def forward(
@@ -118,11 +128,15 @@ class MaskedLM(nn.Module):
     ) -> Tensor:
         """-> logits (B, P, V) at ``mlm_positions`` (B, P), or (B, T, V) when it is None (see
         :meth:`hidden`)."""
-        return self.head_logits(self.hidden(input_ids, mlm_positions, attention_mask, token_type_ids, keep_idx,
-                                            drop_active))
+        return self.head_logits(
+            self.hidden(
+                input_ids, mlm_positions, attention_mask, token_type_ids, keep_idx, drop_active
+            )
+        )
 
     def mlm_nll(self, logits: Tensor, labels: Tensor) -> Tensor:
-        """Per-slot negative log-likelihood (B, P), computed in fp32 (in float64 for a float64 model)."""
+        """Per-slot negative log-likelihood (B, P), computed in fp32 (in float64 for a float64
+        model)."""
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).flatten(0, 1)
         if torch.compiler.is_compiling():  # the compiler fuses cross_entropy itself
             return F.cross_entropy(logits, labels.flatten(), reduction="none").view(labels.shape)
@@ -138,8 +152,11 @@ def check_document_attention(cfg: ModelConfig) -> bool:
     if not cfg.uses_document_attention:
         return False
     if cfg.sep_token_id < 0:
-        raise ConfigError("model.sep_token_id: document attention (model.document_attention = "
-                          f"{cfg.document_attention!r}, family {cfg.family!r}) needs the [SEP] id that separates "
-                          "documents in packed rows; set model.sep_token_id (pretraining takes it from the prepared "
-                          "data) or model.document_attention = \"off\"")
+        raise ConfigError(
+            "model.sep_token_id: document attention (model.document_attention = "
+            f"{cfg.document_attention!r}, family {cfg.family!r}) needs the [SEP] id that separates "
+            "documents in packed rows; set model.sep_token_id (pretraining takes it from the "
+            "prepared "
+            'data) or model.document_attention = "off"'
+        )
     return True

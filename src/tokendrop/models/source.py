@@ -4,9 +4,9 @@ have, or a hub name when ``huggingface_hub`` is installed and online), resolved 
 ``[model]`` section and its weights (sha256 of the bytes parsed), loaded into our classes, exported
 back, and its tokenizer (docs/design.md §5.2).
 
-Sections: resolving a source and its [model] section (its weight files are read by models/weights.py,
-which the families' loaders share); loading and exporting; a source's tokenizer for ``prepare``.
-"""
+Sections: resolving a source and its [model] section (its weight files are read by
+models/weights.py, which the families' loaders share); loading and exporting; a source's tokenizer
+for ``prepare``."""
 
 from __future__ import annotations
 
@@ -20,15 +20,21 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from tokendrop.config import MODEL_PRESETS, ConfigError, ModelConfig, from_dict
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.config import ModelConfig, from_dict
+from tokendrop.config.model import MODEL_PRESETS
 from tokendrop.data import DataError
 from tokendrop.data.masking import unigram_note
 from tokendrop.data.tokenizer import has_tokenizer_files
-from tokendrop.errors import InitError, InteropError, check_arg, check_path_arg
+from tokendrop.dropping.methods import DropConfig
+from tokendrop.errors import ConfigError, InitError, InteropError, check_arg, check_path_arg
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.models.families import TASKS, build_model, spec_of, task_of
-from tokendrop.models.hf import TOKENIZER_FILES, model_config_from_hf, save_pretrained, save_source_files
+from tokendrop.models.hf import (
+    TOKENIZER_FILES,
+    model_config_from_hf,
+    save_pretrained,
+    save_source_files,
+)
 from tokendrop.models.weights import (
     InitReport,
     InitSource,
@@ -43,7 +49,6 @@ from tokendrop.runs.files import read_json
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.runs.rundir import lock, prepare_output
 from tokendrop.version import __version__
-
 
 # ----------------------------------------------------------------------------------------------
 # resolving a source and its [model] section
@@ -69,10 +74,20 @@ __all__ = [
 # resolution
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-_HUB_PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*.safetensors",
-                 *TOKENIZER_FILES]
-_HUB_BIN_PATTERNS = ["config.json", "pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*.bin",
-                     *TOKENIZER_FILES]
+_HUB_PATTERNS = [
+    "config.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "model-*.safetensors",
+    *TOKENIZER_FILES,
+]
+_HUB_BIN_PATTERNS = [
+    "config.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "pytorch_model-*.bin",
+    *TOKENIZER_FILES,
+]
 
 
 def _looks_like_hub_name(source: str) -> bool:
@@ -80,91 +95,164 @@ def _looks_like_hub_name(source: str) -> bool:
 
 
 def _download(name: str) -> Path:
-    """A Hub name -> a local snapshot dir (only when huggingface_hub is installed and can reach it)."""
+    """A Hub name -> a local snapshot dir (only when huggingface_hub is installed and can reach
+    it)."""
     try:
         import huggingface_hub
     except ImportError:
-        raise InitError(f"{name}: no such local directory, and huggingface_hub is not installed to fetch it from the "
-                        "Hugging Face Hub; pass a local directory (a saved BERT model or a tokendrop run)") from None
+        raise InitError(
+            f"{name}: no such local directory, and huggingface_hub is not installed to fetch it "
+            "from the "
+            "Hugging Face Hub; pass a local directory (a saved BERT model or a tokendrop run)"
+        ) from None
     try:
         path = Path(huggingface_hub.snapshot_download(repo_id=name, allow_patterns=_HUB_PATTERNS))
         if not any(path.glob("*.safetensors")):
-            path = Path(huggingface_hub.snapshot_download(repo_id=name, allow_patterns=_HUB_BIN_PATTERNS))
+            path = Path(
+                huggingface_hub.snapshot_download(repo_id=name, allow_patterns=_HUB_BIN_PATTERNS)
+            )
     except Exception as e:  # noqa: BLE001 - offline, unknown repo, gated repo, network errors
-        raise InitError(f"{name}: no such local directory, and it could not be fetched from the Hugging Face Hub "
-                        f"({type(e).__name__}: {first_line(e)}); pass a local directory "
-                        "(a saved BERT model or a tokendrop run)") from None
+        raise InitError(
+            f"{name}: no such local directory, and it could not be fetched from the Hugging Face "
+            "Hub "
+            f"({type(e).__name__}: {first_line(e)}); pass a local directory "
+            "(a saved BERT model or a tokendrop run)"
+        ) from None
     return path
 
 
 def _resolve_hf(source: str, p: Path) -> InitSource:
     cj = p / "config.json"
     if not cj.is_file():
-        raise InitError(f"{p}: not a model directory (no config.json) and not a tokendrop run (no checkpoints/); "
-                        "expected a Hugging Face BERT directory or a `tokendrop pretrain` output")
+        raise InitError(
+            f"{p}: not a model directory (no config.json) and not a tokendrop run (no "
+            "checkpoints/); "
+            "expected a Hugging Face BERT directory or a `tokendrop pretrain` output"
+        )
     d = read_json(cj, InitError)
     cfg = model_config_from_hf(d, str(cj))
     hashed, files, fmt, sharded = weight_files(p)
     sha, shapes = scan_tensors(files, fmt, sharded)
-    layout = spec_of(cfg).check_hf_tensors(hashed, shapes, cfg)  # the family's layouts (tokendrop.models.families)
+    layout = spec_of(cfg).check_hf_tensors(
+        hashed, shapes, cfg
+    )  # the family's layouts (tokendrop.models.families)
     tok = p if has_tokenizer_files(p) else None
-    return InitSource(source=source, path=p, kind="huggingface", layout=layout, model=cfg,
-                      weights_file=hashed, sha256=sha, tokenizer_dir=tok, hf_config=d, weights_files=files,
-                      weights_format=fmt)
+    return InitSource(
+        source=source,
+        path=p,
+        kind="huggingface",
+        layout=layout,
+        model=cfg,
+        weights_file=hashed,
+        sha256=sha,
+        tokenizer_dir=tok,
+        hf_config=d,
+        weights_files=files,
+        weights_format=fmt,
+    )
 
 
 def _resolve_tokendrop(source: str, p: Path) -> InitSource:
     try:
-        ck = ckpt_mod.find(p)  # the shared verifying loader (tokendrop.runs.checkpoint): a run's newest checkpoint
+        ck = ckpt_mod.find(
+            p
+        )  # the shared verifying loader (tokendrop.runs.checkpoint): a run's newest checkpoint
     except ckpt_mod.CheckpointError as e:
         raise InitError(str(e)) from None
     run = p if ck != p else (p.parent.parent if p.parent.name == "checkpoints" else p)
     try:
         meta = ckpt_mod.read_meta(ck)
-        meta = ckpt_mod.verify(ck, files=ckpt_mod.model_files(meta))  # model.safetensors, or an FSDP run's shards
+        meta = ckpt_mod.verify(
+            ck, files=ckpt_mod.model_files(meta)
+        )  # model.safetensors, or an FSDP run's shards
         model_d = meta["config"]["model"]
         cfg = from_dict(ModelConfig, {k: v for k, v in model_d.items() if k != "preset"})
         sha = ckpt_mod.weights_sha256_of(meta)
     except ckpt_mod.CheckpointError as e:
         raise InitError(str(e)) from None
     except (KeyError, TypeError) as e:
-        raise InitError(f"{ck / 'meta.json'}: no {e.args[0] if e.args else 'config'!r} entry") from None
+        raise InitError(
+            f"{ck / 'meta.json'}: no {e.args[0] if e.args else 'config'!r} entry"
+        ) from None
     except ConfigError as e:
         raise InitError(f"{ck / 'meta.json'}: {e}") from None
     if cfg.vocab_size <= 0:
-        raise InitError(f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size}, expected the resolved size")
-    for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):  # 0 would mean "the preset's"
+        raise InitError(
+            f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size}, expected the resolved size"
+        )
+    for key in (
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "intermediate_size",
+    ):  # 0 would mean "the preset's"
         if key in model_d and model_d[key] != getattr(cfg, key):
-            raise InitError(f"{ck / 'meta.json'}: model.{key} is {model_d.get(key)!r}, expected the resolved size "
-                            f"(a checkpoint records its shape; the file was edited: restore it or use another checkpoint)")
-    tok = next((c for c in (ck / "tokenizer", run / "tokenizer", p / "tokenizer", run / "source")
-                if has_tokenizer_files(c)), None)
-    hf_cfg = read_json(run / "source" / "config.json", InitError) if (run / "source" / "config.json").is_file() else None
-    return InitSource(source=source, path=ck, kind="tokendrop", layout="tokendrop", model=cfg,
-                      weights_file=ck / "model.safetensors", sha256=sha, tokenizer_dir=tok, hf_config=hf_cfg,
-                      weights_files=[ck / "model.safetensors"], weights_format="safetensors")
+            raise InitError(
+                f"{ck / 'meta.json'}: model.{key} is {model_d.get(key)!r}, expected the resolved "
+                "size "
+                "(a checkpoint records its shape; the file was edited: restore it or use another "
+                "checkpoint)"
+            )
+    tok = next(
+        (
+            c
+            for c in (ck / "tokenizer", run / "tokenizer", p / "tokenizer", run / "source")
+            if has_tokenizer_files(c)
+        ),
+        None,
+    )
+    hf_cfg = (
+        read_json(run / "source" / "config.json", InitError)
+        if (run / "source" / "config.json").is_file()
+        else None
+    )
+    return InitSource(
+        source=source,
+        path=ck,
+        kind="tokendrop",
+        layout="tokendrop",
+        model=cfg,
+        weights_file=ck / "model.safetensors",
+        sha256=sha,
+        tokenizer_dir=tok,
+        hf_config=hf_cfg,
+        weights_files=[ck / "model.safetensors"],
+        weights_format="safetensors",
+    )
 
 
 def resolve_init_source(source: str) -> InitSource:
     """``model.init`` -> an :class:`InitSource` (directory, layout, shape, weights hash, tokenizer).
 
-    Reads config.json and the tensor headers (a ``.bin`` is read whole, with weights_only) and checks
-    that every encoder tensor is there with the shape config.json implies; raises :class:`InitError`."""
+    Reads config.json and the tensor headers (a ``.bin`` is read whole, with weights_only) and
+    checks that every encoder tensor is there with the shape config.json implies; raises
+    :class:`InitError`."""
     s = str(source).strip()
     if not s:
-        raise InitError("model.init: empty; expected a Hugging Face BERT directory, a tokendrop run or checkpoint "
-                        "directory, or a Hub name")
+        raise InitError(
+            "model.init: empty; expected a Hugging Face BERT directory, a tokendrop run or "
+            "checkpoint "
+            "directory, or a Hub name"
+        )
     p = Path(s).expanduser()
     if not p.exists():
         if not _looks_like_hub_name(s):
-            raise InitError(f"{s}: no such directory; expected a Hugging Face BERT directory, a tokendrop run or "
-                            "checkpoint directory, or a Hub name (org/name)")
+            raise InitError(
+                f"{s}: no such directory; expected a Hugging Face BERT directory, a tokendrop run "
+                "or "
+                "checkpoint directory, or a Hub name (org/name)"
+            )
         p = _download(s)
     if not p.is_dir():
-        raise InitError(f"{p}: expected a directory (a Hugging Face BERT directory holding config.json, or a "
-                        "tokendrop run/checkpoint directory), not a file")
-    if (p / "checkpoints").is_dir() or ((p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (
-            p / "shards").is_dir()) and not (p / "config.json").is_file()):
+        raise InitError(
+            f"{p}: expected a directory (a Hugging Face BERT directory holding config.json, or a "
+            "tokendrop run/checkpoint directory), not a file"
+        )
+    if (p / "checkpoints").is_dir() or (
+        (p / "meta.json").is_file()
+        and ((p / "model.safetensors").is_file() or (p / "shards").is_dir())
+        and not (p / "config.json").is_file()
+    ):
         return _resolve_tokendrop(s, p)
     return _resolve_hf(s, p)
 
@@ -172,12 +260,26 @@ def resolve_init_source(source: str) -> InitSource:
 # ----------------------------------------------------------------------------------------------
 # the [model] section
 
-_ARCH_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size",
-                "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "pad_token_id",
-                "family", "global_rope_theta", "local_rope_theta", "local_attention", "layer_types", "norm_bias")
+_ARCH_FIELDS = (
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "pad_token_id",
+    "family",
+    "global_rope_theta",
+    "local_rope_theta",
+    "local_attention",
+    "layer_types",
+    "norm_bias",
+)
 _TRAINING_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range")
-# a family whose positions extend (``FamilySpec.extends_positions``: rotary, no weights) takes these from
-# the config when they differ from the source's: a position extension (docs/design.md §2.8)
+# a family whose positions extend (``FamilySpec.extends_positions``: rotary, no weights) takes these
+# from the config when they differ from the source's: a position extension (docs/design.md §2.8)
 POSITION_FIELDS = ("max_position_embeddings", "global_rope_theta", "local_rope_theta")
 
 
@@ -187,14 +289,25 @@ def positions_error(where: str, t: int, cfg: ModelConfig, origin: str = "") -> s
     n = cfg.max_position_embeddings
     src = f" ({origin})" if origin else ""
     if spec_of(cfg).extends_positions and cfg.init:
-        return (f"{where}: T={t} exceeds model.max_position_embeddings={n}{src}; to extend the rotary positions set "
-                f"model.max_position_embeddings = {t} (and a larger model.global_rope_theta, e.g. 160000 as "
-                "ModernBERT's long-context phase)")
+        return (
+            f"{where}: T={t} exceeds model.max_position_embeddings={n}{src}; to extend the rotary "
+            "positions set "
+            f"model.max_position_embeddings = {t} (and a larger model.global_rope_theta, e.g. "
+            "160000 as "
+            "ModernBERT's long-context phase)"
+        )
     if cfg.init:
-        return (f"{where}: T={t} exceeds the {n} learned position embeddings of the BERT init source{src}; tokendrop "
-                f"does not extend learned positions: use data prepared with T <= {n}, or continue a ModernBERT "
-                "(rotary positions extend)")
-    return f"{where}: T={t} exceeds model.max_position_embeddings={n}; set model.max_position_embeddings = {t}"
+        return (
+            f"{where}: T={t} exceeds the {n} learned position embeddings of the BERT init "
+            f"source{src}; tokendrop "
+            f"does not extend learned positions: use data prepared with T <= {n}, or continue a "
+            "ModernBERT "
+            "(rotary positions extend)"
+        )
+    return (
+        f"{where}: T={t} exceeds model.max_position_embeddings={n}; set "
+        f"model.max_position_embeddings = {t}"
+    )
 
 
 def _num(v: Any) -> float | None:
@@ -212,10 +325,19 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
     caller."""
     init = model.get("init", "")
     if not isinstance(init, str) or not init.strip():
-        raise ConfigError(f"{where}.init: expected a Hugging Face BERT directory, a tokendrop run/checkpoint "
-                          f"directory or a Hub name, got {init!r}")
-    shape = {k: v for k, v in dataclasses.asdict(src.model).items() if k not in ("preset", "init", "init_sha256")}
-    origin = f"the init source {init} ({src.weights_file.name if src.kind == 'huggingface' else src.path})"
+        raise ConfigError(
+            f"{where}.init: expected a Hugging Face BERT directory, a tokendrop run/checkpoint "
+            f"directory or a Hub name, got {init!r}"
+        )
+    shape = {
+        k: v
+        for k, v in dataclasses.asdict(src.model).items()
+        if k not in ("preset", "init", "init_sha256")
+    }
+    origin = (
+        f"the init source {init} "
+        f"({src.weights_file.name if src.kind == 'huggingface' else src.path})"
+    )
     extends = spec_of(src.model).extends_positions
     out = dict(shape)
     for key, val in model.items():
@@ -223,8 +345,10 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
             continue
         if key == "init_sha256":
             if val and val != src.sha256:
-                raise ConfigError(f"{where}.init_sha256: {val!r} was given but {src.weights_file} now has sha256 "
-                                  f"{src.sha256!r}; the source changed (remove {where}.init_sha256 to accept it)")
+                raise ConfigError(
+                    f"{where}.init_sha256: {val!r} was given but {src.weights_file} now has sha256 "
+                    f"{src.sha256!r}; the source changed (remove {where}.init_sha256 to accept it)"
+                )
             continue
         if key == "preset":
             if val in MODEL_PRESETS:
@@ -234,8 +358,10 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
                 if any(want[k] != shape[k] for k in want):
                     mine = ", ".join(f"{k}={want[k]}" for k in want)
                     theirs = ", ".join(f"{k}={shape[k]}" for k in want)
-                    raise ConfigError(f"{where}.preset: {val!r} means {mine} but {origin} has {theirs}; remove "
-                                      f"{where}.preset (the shape comes from the init source)")
+                    raise ConfigError(
+                        f"{where}.preset: {val!r} means {mine} but {origin} has {theirs}; remove "
+                        f"{where}.preset (the shape comes from the init source)"
+                    )
                 continue
             out[key] = val  # not a preset name: ModelConfig reports it
             continue
@@ -244,22 +370,35 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
                 continue
             if isinstance(shape[key], (str, list, bool)):  # family, layer_types, norm_bias
                 if val != shape[key]:
-                    raise ConfigError(f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = {shape[key]!r}; "
-                                      f"remove {where}.{key} (the architecture comes from the init source)")
+                    raise ConfigError(
+                        f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = "
+                        f"{shape[key]!r}; "
+                        f"remove {where}.{key} (the architecture comes from the init source)"
+                    )
                 continue
             a, b = _num(val), _num(shape[key])
             if a is None or (extends and key in POSITION_FIELDS):
                 out[key] = val  # wrong type: the config loader reports it; or a position extension
                 continue
             if key == "max_position_embeddings" and a > b:
-                raise ConfigError(f"{where}.max_position_embeddings: {val!r}, but {origin} is a {src.model.family} with "
-                                  f"{shape[key]} learned position embeddings; tokendrop does not extend learned "
-                                  f"positions: remove {where}.max_position_embeddings and use T <= {shape[key]}")
+                raise ConfigError(
+                    f"{where}.max_position_embeddings: {val!r}, but {origin} is a "
+                    f"{src.model.family} with "
+                    f"{shape[key]} learned position embeddings; tokendrop does not extend learned "
+                    f"positions: remove {where}.max_position_embeddings and use T <= {shape[key]}"
+                )
             if a != b:
-                raise ConfigError(f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = {shape[key]!r}; "
-                                  f"remove {where}.{key} (the shape comes from the init source)")
+                raise ConfigError(
+                    f"{where}.{key}: {val!r} contradicts {origin}, which has {key} = "
+                    f"{shape[key]!r}; "
+                    f"remove {where}.{key} (the shape comes from the init source)"
+                )
             continue
-        out[key] = val  # training settings (dropout, initializer_range) and unknown keys (the loader reports them)
+        out[key] = (
+            # training settings (dropout, initializer_range) and unknown keys (the loader reports
+            # them)
+            val
+        )
     out["init"] = init
     out["init_sha256"] = src.sha256
     return out
@@ -272,35 +411,46 @@ def resolve_model_init(model: ModelConfig, src: InitSource) -> ModelConfig:
     The given keys are the fields the section was given (``ModelConfig.given``: the rule it applies
     to presets; a value equal to the field's default counts), plus ``init``;
     :func:`model_section_from_init` checks them against the source."""
-    return from_dict(ModelConfig, model_section_from_init({**model.given(), "init": model.init}, src))
+    return from_dict(
+        ModelConfig, model_section_from_init({**model.given(), "init": model.init}, src)
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # loading
 
+
 def load_source_weights(src: InitSource, model: nn.Module) -> InitReport:
     """Load ``src``'s weights into any of our model classes, by the model's family
-    (``tokendrop.models.families``: ``hf_bert.load_bert_weights``, ``hf_modern.load_modern_weights``).
-    Encoder tensors must all be there with the right shape; the pooler and heads missing from the
-    file are initialised as the family does and listed in ``fresh``."""
+    (``tokendrop.models.families``: ``hf_bert.load_bert_weights``,
+    ``hf_modern.load_modern_weights``). Encoder tensors must all be there with the right shape; the
+    pooler and heads missing from the file are initialised as the family does and listed in
+    ``fresh``."""
     return spec_of(model.config).load_weights(src, model)
 
 
 def load_init_weights(src: InitSource, model: nn.Module) -> InitReport:
-    """Continued pretraining: load ``src`` into our ``BertForMaskedLM`` (see :func:`load_source_weights`).
+    """Continued pretraining: load ``src`` into our ``BertForMaskedLM`` (see
+    :func:`load_source_weights`).
 
-    Verifies the weights' sha256 again (on the bytes parsed), requires every encoder tensor, starts a
-    missing MLM head as BERT does (decoder tied to the word embeddings) and reports what was fresh,
-    unexpected and ignored."""
+    Verifies the weights' sha256 again (on the bytes parsed), requires every encoder tensor, starts
+    a missing MLM head as BERT does (decoder tied to the word embeddings) and reports what was
+    fresh, unexpected and ignored."""
     if getattr(type(model), "task", None) != "mlm":
-        raise TypeError(f"load_init_weights: expected an MLM model (tokendrop.models.families.build_model), got {type(model).__name__}")
+        raise TypeError(
+            "load_init_weights: expected an MLM model (tokendrop.models.families.build_model), "
+            f"got {type(model).__name__}"
+        )
     want = dataclasses.asdict(src.model)
     have = dataclasses.asdict(model.config)
     extends = spec_of(src.model).extends_positions
     for k in _ARCH_FIELDS:
         if want[k] != have[k] and not (extends and k in POSITION_FIELDS):
-            raise InitError(f"{src.weights_file}: the model was built with {k} = {have[k]!r} but the source has "
-                            f"{want[k]!r}; build it from the [model] section model_section_from_init returns")
+            raise InitError(
+                f"{src.weights_file}: the model was built with {k} = {have[k]!r} but the source "
+                "has "
+                f"{want[k]!r}; build it from the [model] section model_section_from_init returns"
+            )
     return load_source_weights(src, model)
 
 
@@ -318,15 +468,22 @@ def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]
     if not (p / "config.json").is_file():
         raise InteropError(f"{p}: not a model directory (no config.json)")
     src = resolve_init_source(str(p))
-    return src.model, spec_of(src.model).from_hf(read_source_tensors(src))  # the family's names -> ours
+    return src.model, spec_of(src.model).from_hf(
+        read_source_tensors(src)
+    )  # the family's names -> ours
 
 
-find_checkpoint = latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
+find_checkpoint = (
+    latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
+)
 
 
-def load_pretrained(path: str | os.PathLike, task: str | type = "mlm",
-                    drop: DropConfig | None = None,
-                    **head_kwargs: Any) -> tuple[nn.Module, dict[str, Any]]:
+def load_pretrained(
+    path: str | os.PathLike,
+    task: str | type = "mlm",
+    drop: DropConfig | None = None,
+    **head_kwargs: Any,
+) -> tuple[nn.Module, dict[str, Any]]:
     """A model shaped and loaded from a source: a tokendrop run or checkpoint dir (its checkpoint
     verified) or a Hugging Face BERT / ModernBERT dir (a published checkpoint such as MiniLM).
 
@@ -336,7 +493,9 @@ def load_pretrained(path: str | os.PathLike, task: str | type = "mlm",
     warm-up ``pretrain`` gives it, ``info["head_fresh"]``).  -> (model, {"model_config",
     "tokenizer", "fresh", "head_fresh", "source", "path", "hf_config", "notes"})."""
     check_path_arg("load_pretrained", "path", path)
-    check_arg("load_pretrained", "task", task, (str, type), f"one of {', '.join(TASKS)} or a model class")
+    check_arg(
+        "load_pretrained", "task", task, (str, type), f"one of {', '.join(TASKS)} or a model class"
+    )
     p = Path(path)
     if not p.exists():
         raise InteropError(f"{p}: no such model directory")
@@ -346,18 +505,31 @@ def load_pretrained(path: str | os.PathLike, task: str | type = "mlm",
     if drop is not None and task != "mlm":
         raise InteropError(f"load_pretrained: drop= applies to task 'mlm' only, not {task!r}")
     try:
-        with ckpt_mod.reading(p) as ck:  # a run that is training: its checkpoint is not rotated away meanwhile
+        with ckpt_mod.reading(
+            p
+        ) as ck:  # a run that is training: its checkpoint is not rotated away meanwhile
             src = resolve_init_source(str(ck) if ck != p else str(path))
             model = build_model(src.model, drop, task=task, **head_kwargs)  # the family's class
             report = load_source_weights(src, model)
     except ckpt_mod.CheckpointError as e:
         raise InitError(str(e)) from None
-    tok = src.tokenizer_dir if src.tokenizer_dir is not None and has_tokenizer_files(src.tokenizer_dir) else None
+    tok = (
+        src.tokenizer_dir
+        if src.tokenizer_dir is not None and has_tokenizer_files(src.tokenizer_dir)
+        else None
+    )
     head = {id(q) for q in model.head_parameters()} if task == "mlm" else set()
     head_fresh = any(id(q) in head for n, q in model.named_parameters() if n in set(report.fresh))
-    return model, {"model_config": src.model, "tokenizer": tok, "fresh": report.fresh,
-                   "head_fresh": head_fresh, "source": src.kind, "path": str(src.path),
-                   "hf_config": src.hf_config, "notes": report.notes}
+    return model, {
+        "model_config": src.model,
+        "tokenizer": tok,
+        "fresh": report.fresh,
+        "head_fresh": head_fresh,
+        "source": src.kind,
+        "path": str(src.path),
+        "hf_config": src.hf_config,
+        "notes": report.notes,
+    }
 
 
 def resolve_model(cfg: ModelConfig) -> ModelConfig:
@@ -366,21 +538,34 @@ def resolve_model(cfg: ModelConfig) -> ModelConfig:
     ``build_model``; fields given that contradict the source are a ConfigError naming them.  A
     section without ``init`` is returned as it is.  (``pretrain`` does this itself; the weights are
     loaded by ``load_pretrained``.)"""
-    check_arg("resolve_model", "cfg", cfg, ModelConfig, "a tokendrop.ModelConfig", "cfg.model of load_config")
+    check_arg(
+        "resolve_model",
+        "cfg",
+        cfg,
+        ModelConfig,
+        "a tokendrop.ModelConfig",
+        "cfg.model of load_config",
+    )
     if not cfg.init or cfg.resolved:
         return cfg
     return resolve_model_init(cfg, resolve_init_source(cfg.init))
 
 
-def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False,
-              command: str = "") -> Path:
-    """``tokendrop export``: a run/checkpoint dir (verified) -> a ``transformers`` BertForMaskedLM dir.
+def export_hf(
+    checkpoint: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    overwrite: bool = False,
+    command: str = "",
+) -> Path:
+    """``tokendrop export``: a run/checkpoint dir (verified) -> a ``transformers`` BertForMaskedLM
+    dir.
 
-    A run continued from a published checkpoint (``RUN/source/``) keeps that checkpoint's config.json
-    fields (ours set the shape, ``architectures = ["BertForMaskedLM"]``) and its tokenizer files.
-    An existing non-empty ``out_dir`` is refused unless ``overwrite``, which replaces only an earlier
-    export (``tokendrop.runs.rundir.prepare_output``) -- never a file, or a directory holding the input.
-    The export holds a model card (README.md, ``model_card``; ``command``: the export's own command line)."""
+    A run continued from a published checkpoint (``RUN/source/``) keeps that checkpoint's
+    config.json fields (ours set the shape, ``architectures = ["BertForMaskedLM"]``) and its
+    tokenizer files. An existing non-empty ``out_dir`` is refused unless ``overwrite``, which
+    replaces only an earlier export (``tokendrop.runs.rundir.prepare_output``) -- never a file, or a
+    directory holding the input. The export holds a model card (README.md, ``model_card``;
+    ``command``: the export's own command line)."""
     check_path_arg("export", "checkpoint", checkpoint)
     check_path_arg("export", "out_dir", out_dir)
     check_arg("export", "overwrite", overwrite, bool, "True or False")
@@ -389,19 +574,26 @@ def export_hf(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, overwri
         if not Path(checkpoint).exists():
             raise InteropError(f"{checkpoint}: no such model directory")
         try:
-            with ckpt_mod.reading(checkpoint) as ck:  # held while it is read: rotation by a training run waits
+            with ckpt_mod.reading(
+                checkpoint
+            ) as ck:  # held while it is read: rotation by a training run waits
                 return _export_hf(ck, out_dir, command, checkpoint)
         except ckpt_mod.CheckpointError as e:
             raise InitError(str(e)) from None
 
 
-def _export_hf(ck: Path, out_dir: str | os.PathLike, command: str, checkpoint: str | os.PathLike) -> Path:
-    """Export the checkpoint (or Hugging Face directory) ``ck`` that the user named as ``checkpoint``."""
+def _export_hf(
+    ck: Path, out_dir: str | os.PathLike, command: str, checkpoint: str | os.PathLike
+) -> Path:
+    """Export the checkpoint (or Hugging Face directory) ``ck`` that the user named as
+    ``checkpoint``."""
     model, info = load_pretrained(ck, BertForMaskedLM)
     if any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
         raise InteropError(f"{checkpoint}: no MLM head weights to export")
     tok = info["tokenizer"]
-    if info["source"] == "tokendrop":  # a continued run: the source's tokenizer files, kept in RUN/source/
+    if (
+        info["source"] == "tokendrop"
+    ):  # a continued run: the source's tokenizer files, kept in RUN/source/
         ck = Path(info["path"])
         source = (ck.parent.parent if ck.parent.name == "checkpoints" else ck) / "source"
         if has_tokenizer_files(source):
@@ -411,10 +603,17 @@ def _export_hf(ck: Path, out_dir: str | os.PathLike, command: str, checkpoint: s
     card = model_card(model.config, info, Path(out_dir).name, command, facts)
     out = save_pretrained(model, out_dir, tok, base_config=base, kind="export", card=card)
     ev, h = (facts or {}).get("eval"), (facts or {}).get("entropy")
-    if ev and h is not None and ev["eval_loss"] >= h:  # said once the export is written (a failed one: its error only)
-        print(f"warning: {checkpoint}: its last eval MLM loss {ev['eval_loss']:.3f} is not below the unigram entropy of "
-              f"its data ({h:.3f} nats): the model predicts masked tokens no better than their frequencies (fill-mask "
-              "answers frequent tokens); train longer before using the MLM head", file=sys.stderr)
+    if (
+        ev and h is not None and ev["eval_loss"] >= h
+    ):  # said once the export is written (a failed one: its error only)
+        print(
+            f"warning: {checkpoint}: its last eval MLM loss {ev['eval_loss']:.3f} is not below the "
+            "unigram entropy of "
+            f"its data ({h:.3f} nats): the model predicts masked tokens no better than their "
+            "frequencies (fill-mask "
+            "answers frequent tokens); train longer before using the MLM head",
+            file=sys.stderr,
+        )
     return out
 
 
@@ -424,14 +623,26 @@ def _run_facts(ck: Path) -> dict[str, Any]:
     meta = json.loads((ck / "meta.json").read_text(encoding="utf-8"))
     run = ck.parent.parent if ck.parent.name == "checkpoints" else ck
     step = int(meta.get("step", 0))
-    recs = [r for r in read_metrics(run) if not isinstance(r.get("step"), (int, float)) or r["step"] <= step]
+    recs = [
+        r
+        for r in read_metrics(run)
+        if not isinstance(r.get("step"), (int, float)) or r["step"] <= step
+    ]
     start = next((r for r in recs if r.get("event") == "start"), {})
     train = [r for r in recs if "loss" in r]
     evals = [r for r in recs if "eval_loss" in r]
-    entropy = start.get("unigram_entropy") or next((r["unigram_entropy"] for r in evals if "unigram_entropy" in r), None)
-    return {"config": meta.get("config", {}), "step": step, "train": train[-1] if train else None,
-            "eval": evals[-1] if evals else None, "entropy": entropy, "command": start.get("command", ""),
-            "seq_len": start.get("seq_len")}
+    entropy = start.get("unigram_entropy") or next(
+        (r["unigram_entropy"] for r in evals if "unigram_entropy" in r), None
+    )
+    return {
+        "config": meta.get("config", {}),
+        "step": step,
+        "train": train[-1] if train else None,
+        "eval": evals[-1] if evals else None,
+        "entropy": entropy,
+        "command": start.get("command", ""),
+        "seq_len": start.get("seq_len"),
+    }
 
 
 def source_name(init: str) -> str:
@@ -445,39 +656,78 @@ def source_name(init: str) -> str:
     return p.parent.parent.name if p.parent.name == "checkpoints" else p.name or init
 
 
-def model_card(cfg: ModelConfig, info: dict[str, Any], name: str, command: str = "",
-               facts: dict[str, Any] | None = None) -> str:
+def model_card(
+    cfg: ModelConfig,
+    info: dict[str, Any],
+    name: str,
+    command: str = "",
+    facts: dict[str, Any] | None = None,
+) -> str:
     """README.md of an export: the architecture and how to load it; for a tokendrop checkpoint its
     source, data, length, dropping method, final losses beside the data's unigram entropy, and the
     commands that made it (``facts``: ``_run_facts`` of the checkpoint)."""
     spec = spec_of(cfg)
     arch = spec.hf_architectures["mlm"]
-    rows = [("architecture", f"{arch} ({cfg.family}: {cfg.num_layers} layers x {cfg.hidden_size}, {cfg.num_heads} "
-                             f"heads, FFN {cfg.intermediate_size}, vocab {cfg.vocab_size}); load with "
-                             "`AutoModelForMaskedLM`")]
+    rows = [
+        (
+            "architecture",
+            f"{arch} ({cfg.family}: {cfg.num_layers} layers x {cfg.hidden_size}, {cfg.num_heads} "
+            f"heads, FFN {cfg.intermediate_size}, vocab {cfg.vocab_size}); load with "
+            "`AutoModelForMaskedLM`",
+        )
+    ]
     if facts is not None:
         f = facts
         c, tc, d = f["config"], f["config"].get("train", {}), f["config"].get("drop", {})
         data = c.get("data", {})
         T = f["seq_len"]
-        dense = not DropConfig(method=d.get("method", "none"), variant=d.get("variant", "drop")).enabled
-        rows += [("source", f"continued from `{source_name(c['model']['init'])}` (weights sha256 "
-                            f"{c['model'].get('init_sha256', '')[:12]})"
-                  if c.get("model", {}).get("init") else "random initialisation (pretrained from scratch)"),
-                 ("data", f"`{data.get('path') or ', '.join(data.get('paths', []))}`"),
-                 ("length", f"step {f['step']} of {tc.get('steps') or tc.get('time_budget')}, "
-                            f"{tc.get('batch_size')} sequences per step" + (f" of {T} tokens" if T else "")),
-                 ("method", "dense MLM (no token dropping)" if dense
-                  else f"token dropping: {d.get('method')}/{d.get('variant')}, rate {d.get('rate')}")]
+        dense = not DropConfig(
+            method=d.get("method", "none"), variant=d.get("variant", "drop")
+        ).enabled
+        rows += [
+            (
+                "source",
+                f"continued from `{source_name(c['model']['init'])}` (weights sha256 "
+                f"{c['model'].get('init_sha256', '')[:12]})"
+                if c.get("model", {}).get("init")
+                else "random initialisation (pretrained from scratch)",
+            ),
+            ("data", f"`{data.get('path') or ', '.join(data.get('paths', []))}`"),
+            (
+                "length",
+                f"step {f['step']} of {tc.get('steps') or tc.get('time_budget')}, "
+                f"{tc.get('batch_size')} sequences per step" + (f" of {T} tokens" if T else ""),
+            ),
+            (
+                "method",
+                "dense MLM (no token dropping)"
+                if dense
+                else f"token dropping: {d.get('method')}/{d.get('variant')}, rate {d.get('rate')}",
+            ),
+        ]
         if f["train"]:
-            rows.append(("final train MLM loss", f"{f['train']['loss']:.4f} (step {f['train']['step']})"))
+            rows.append(
+                ("final train MLM loss", f"{f['train']['loss']:.4f} (step {f['train']['step']})")
+            )
         if f["eval"]:
             note = unigram_note(f["eval"]["eval_loss"], f["entropy"])
-            rows.append(("final eval MLM loss", f"{f['eval']['eval_loss']:.4f}, accuracy {f['eval']['eval_acc']:.4f} "
-                                                f"(step {f['eval']['step']})" + (f"; {note}" if note else "")))
-        rows.append(("trained with", f"`{f['command']}`" if f["command"] else
-                     "`tokendrop.pretrain` from Python (its settings: the run's `config.toml`"
-                     + (f", preset `{c['name']}`" if c.get("name") else "") + ")"))
+            rows.append(
+                (
+                    "final eval MLM loss",
+                    f"{f['eval']['eval_loss']:.4f}, accuracy {f['eval']['eval_acc']:.4f} "
+                    f"(step {f['eval']['step']})" + (f"; {note}" if note else ""),
+                )
+            )
+        rows.append(
+            (
+                "trained with",
+                f"`{f['command']}`"
+                if f["command"]
+                else "`tokendrop.pretrain` from Python (its settings: the run's `config.toml`"
+                + (f", preset `{c['name']}`" if c.get("name") else "")
+                + ")",
+            )
+        )
     else:
         rows.append(("source", f"`{info['path']}` ({info['source']})"))
     if command:
@@ -525,12 +775,16 @@ def resolve_tokenizer_source(source: str) -> str:
     ``--init`` resolver (checkpoint directories, Hub names; its InitError otherwise); a source
     without a tokenizer is a DataError."""
     p = Path(source).expanduser()
-    if p.is_file() or (p.is_dir() and (has_tokenizer_files(p) or has_tokenizer_files(p / "tokenizer"))):
+    if p.is_file() or (
+        p.is_dir() and (has_tokenizer_files(p) or has_tokenizer_files(p / "tokenizer"))
+    ):
         return str(p)
     if p.is_absolute() and not p.exists():
         return str(p)
     src = resolve_init_source(source)
     if src.tokenizer_dir is None:
-        raise DataError(f"{source}: {src.path} has no tokenizer (tokenizer.json or vocab.txt, nor in its run's "
-                        "tokenizer/); pass the tokenizer's directory or file to --tokenizer")
+        raise DataError(
+            f"{source}: {src.path} has no tokenizer (tokenizer.json or vocab.txt, nor in its run's "
+            "tokenizer/); pass the tokenizer's directory or file to --tokenizer"
+        )
     return str(src.tokenizer_dir)

@@ -25,10 +25,10 @@ from safetensors import safe_open
 from safetensors.torch import load as st_load
 from torch import Tensor, nn
 
-from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.config import ModelConfig
 from tokendrop.errors import InitError
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs.checkpoint import sha256_file
 
 
 @dataclass
@@ -36,7 +36,9 @@ class InitSource:
     source: str  # what the user passed
     path: Path  # resolved local directory: the HF dir, or the tokendrop checkpoint dir
     kind: str  # "huggingface" | "tokendrop"
-    layout: str  # "BertForMaskedLM" | "BertForPreTraining" | "BertModel" | "BertModel (no bert. prefix)" | "tokendrop"
+    # "BertForMaskedLM" | "BertForPreTraining" | "BertModel" | "BertModel (no bert. prefix)" |
+    # "tokendrop"
+    layout: str
     model: ModelConfig  # the shape, from config.json (or the checkpoint's meta.json)
     weights_file: Path  # the hashed file; the index file for shards (all shards in weights_files)
     sha256: str  # of the weights file; for shards: of the shards' `sha256sum` lines, in name order
@@ -50,7 +52,9 @@ class InitSource:
 class InitReport:
     fresh: list[str]  # our parameter names initialised here (not in the file)
     unexpected: list[str]  # tensors in the file (their names there) that nothing uses
-    ignored: list[str]  # tensors in the file left out on purpose (NSP head, position_ids, tied aliases)
+    ignored: list[
+        str
+    ]  # tensors in the file left out on purpose (NSP head, position_ids, tied aliases)
     notes: list[str]  # human-readable lines
 
 
@@ -70,7 +74,10 @@ def weight_files(p: Path) -> tuple[Path, list[Path], str, bool]:
     """-> (hashed file, tensor files in order, "safetensors" | "bin", sharded)."""
     if (p / "model.safetensors").is_file():
         return p / "model.safetensors", [p / "model.safetensors"], "safetensors", False
-    for idx_name, fmt in (("model.safetensors.index.json", "safetensors"), ("pytorch_model.bin.index.json", "bin")):
+    for idx_name, fmt in (
+        ("model.safetensors.index.json", "safetensors"),
+        ("pytorch_model.bin.index.json", "bin"),
+    ):
         idx = p / idx_name
         if not idx.is_file():
             continue
@@ -90,10 +97,20 @@ def weight_files(p: Path) -> tuple[Path, list[Path], str, bool]:
         return idx, files, fmt, True
     if (p / "pytorch_model.bin").is_file():
         return p / "pytorch_model.bin", [p / "pytorch_model.bin"], "bin", False
-    other = [n for n in ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index", "model.onnx") if (p / n).exists()]
-    hint = (f" (found {other[0]}: only PyTorch weights are read; convert it with transformers' save_pretrained)"
-            if other else "")
-    raise InitError(f"{p}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin{hint}")
+    other = [
+        n
+        for n in ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index", "model.onnx")
+        if (p / n).exists()
+    ]
+    hint = (
+        f" (found {other[0]}: only PyTorch weights are read; convert it with transformers' "
+        "save_pretrained)"
+        if other
+        else ""
+    )
+    raise InitError(
+        f"{p}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin{hint}"
+    )
 
 
 def _torch_load(data: bytes, where: Path) -> dict[str, Tensor]:
@@ -102,14 +119,24 @@ def _torch_load(data: bytes, where: Path) -> dict[str, Tensor]:
     except pickle.UnpicklingError as e:
         m = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\.\s|\n\n|$)", str(e), re.S)
         why = " ".join(m.group(1).split()) if m else first_line(e)
-        raise InitError(f"{where}: refused by torch.load(weights_only=True) ({why}): it is a pickle holding more than "
-                        "tensors, and tokendrop never unpickles arbitrary objects; re-save the weights as "
-                        "model.safetensors where they were made") from None
+        raise InitError(
+            f"{where}: refused by torch.load(weights_only=True) ({why}): it is a pickle holding "
+            "more than "
+            "tensors, and tokendrop never unpickles arbitrary objects; re-save the weights as "
+            "model.safetensors where they were made"
+        ) from None
     except Exception as e:  # noqa: BLE001 - truncated/corrupt files raise RuntimeError, EOFError, ...
-        raise InitError(f"{where}: not a readable PyTorch weights file for torch.load(weights_only=True) "
-                        f"({first_line(e)}); tokendrop never unpickles arbitrary objects: provide model.safetensors") from None
-    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items()):
-        raise InitError(f"{where}: not a state dict (expected a flat mapping of tensor names to tensors)")
+        raise InitError(
+            f"{where}: not a readable PyTorch weights file for torch.load(weights_only=True) "
+            f"({first_line(e)}); tokendrop never unpickles arbitrary objects: provide "
+            "model.safetensors"
+        ) from None
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items()
+    ):
+        raise InitError(
+            f"{where}: not a state dict (expected a flat mapping of tensor names to tensors)"
+        )
     return obj
 
 
@@ -135,7 +162,9 @@ def read_tensors(files: list[Path], fmt: str, sharded: bool) -> tuple[dict[str, 
     return sd, combined_sha(hashes, sharded)
 
 
-def scan_tensors(files: list[Path], fmt: str, sharded: bool) -> tuple[str, dict[str, tuple[int, ...]]]:
+def scan_tensors(
+    files: list[Path], fmt: str, sharded: bool
+) -> tuple[str, dict[str, tuple[int, ...]]]:
     """-> (sha256, {tensor name: shape}) without keeping the tensors (safetensors: header only).
     Resolution calls it once per source; loading re-hashes the bytes it parses."""
     if fmt == "bin":
@@ -157,36 +186,58 @@ def scan_tensors(files: list[Path], fmt: str, sharded: bool) -> tuple[str, dict[
 
 
 def shape_name(cfg: ModelConfig) -> str:
-    return (f"{cfg.num_layers} layers x {cfg.hidden_size} ({cfg.num_heads} heads, ffn {cfg.intermediate_size}, "
-            f"vocab {cfg.vocab_size}, {cfg.max_position_embeddings} positions)")
+    return (
+        f"{cfg.num_layers} layers x {cfg.hidden_size} ({cfg.num_heads} heads, ffn "
+        f"{cfg.intermediate_size}, "
+        f"vocab {cfg.vocab_size}, {cfg.max_position_embeddings} positions)"
+    )
 
 
-def check_encoder_shapes(where: Any, canon: dict[str, str], shapes: dict[str, tuple[int, ...]],
-                         expected: dict[str, tuple[int, ...]], required: tuple[str, ...], cfg: ModelConfig,
-                         show=lambda name: name, ignore=lambda name: False) -> None:
+def check_encoder_shapes(
+    where: Any,
+    canon: dict[str, str],
+    shapes: dict[str, tuple[int, ...]],
+    expected: dict[str, tuple[int, ...]],
+    required: tuple[str, ...],
+    cfg: ModelConfig,
+    show=lambda name: name,
+    ignore=lambda name: False,
+) -> None:
     """Both families' check of a source's tensors against the model its config.json describes
     (``expected``: name -> shape; ``canon``: our naming -> the file's): no encoder tensor (prefix in
-    ``required``) beyond the expected ones (``ignore`` aside), every expected encoder tensor present,
-    every present expected tensor with its shape.  One-line InitError otherwise."""
-    extra = sorted(c for c in canon if c.startswith(required) and c not in expected and not ignore(c))
+    ``required``) beyond the expected ones (``ignore`` aside), every expected encoder tensor
+    present, every present expected tensor with its shape.  One-line InitError otherwise."""
+    extra = sorted(
+        c for c in canon if c.startswith(required) and c not in expected and not ignore(c)
+    )
     if extra:
-        raise InitError(f"{where}: tensor {canon[extra[0]]} is not part of the model config.json describes "
-                        f"({shape_name(cfg)}); {len(extra)} such encoder tensor(s): config.json and weights disagree")
+        raise InitError(
+            f"{where}: tensor {canon[extra[0]]} is not part of the model config.json describes "
+            f"({shape_name(cfg)}); {len(extra)} such encoder tensor(s): config.json and weights "
+            "disagree"
+        )
     for name, shape in expected.items():
         if name not in canon:
             if name.startswith(required):
                 n = sum(1 for k in expected if k.startswith(required) and k not in canon)
-                raise InitError(f"{where}: encoder tensor {show(name)} is missing ({n} encoder tensor(s) missing; "
-                                f"config.json says {shape_name(cfg)})")
+                raise InitError(
+                    f"{where}: encoder tensor {show(name)} is missing ({n} encoder tensor(s) "
+                    "missing; "
+                    f"config.json says {shape_name(cfg)})"
+                )
             continue
         got = shapes[canon[name]]
         if got != shape:
-            raise InitError(f"{where}: tensor {canon[name]} has shape {list(got)} in the file but {list(shape)} "
-                            f"for the model config.json describes ({shape_name(cfg)})")
+            raise InitError(
+                f"{where}: tensor {canon[name]} has shape {list(got)} in the file but "
+                f"{list(shape)} "
+                f"for the model config.json describes ({shape_name(cfg)})"
+            )
 
 
 def fresh_init(model: nn.Module, names: list[str], std: float) -> None:
-    """BERT's initialisation for the named parameters: LayerNorm 1/0, biases 0, weights N(0, std)."""
+    """BERT's initialisation for the named parameters: LayerNorm 1/0, biases 0, weights N(0,
+    std)."""
     params = dict(model.named_parameters())
     with torch.no_grad():
         for n in names:
@@ -200,8 +251,11 @@ def fresh_init(model: nn.Module, names: list[str], std: float) -> None:
 
 
 def read_source_tensors(src: InitSource) -> dict[str, Tensor]:
-    """Every tensor of the source, as named in its file, after checking the sha256 of the bytes parsed."""
-    if src.kind == "tokendrop":  # through the shared verifying loader: hashed against meta.json, then parsed
+    """Every tensor of the source, as named in its file, after checking the sha256 of the bytes
+    parsed."""
+    if (
+        src.kind == "tokendrop"
+    ):  # through the shared verifying loader: hashed against meta.json, then parsed
         try:
             meta = ckpt_mod.read_meta(src.path)
             sd = ckpt_mod.read_model(src.path, meta)  # a sharded checkpoint: consolidated here
@@ -212,25 +266,42 @@ def read_source_tensors(src: InitSource) -> dict[str, Tensor]:
         files = src.weights_files or [src.weights_file]
         sd, sha = read_tensors(files, src.weights_format, sharded=src.weights_file not in files)
     if sha != src.sha256:
-        raise InitError(f"{src.weights_file}: sha256 is now {sha}, not {src.sha256} as when {src.source!r} was "
-                        "resolved (model.init_sha256); the file changed: check it, then start again")
+        raise InitError(
+            f"{src.weights_file}: sha256 is now {sha}, not {src.sha256} as when {src.source!r} was "
+            "resolved (model.init_sha256); the file changed: check it, then start again"
+        )
     return sd
 
 
-def check_tied_decoder(values: dict[str, Tensor], decoder: str, embeddings: str, name: str, where: str,
-                       noun: str = "token embeddings") -> None:
-    """Both families' loaders: a source's MLM decoder weight ``values[decoder]`` (file name ``name``)
-    must equal its embeddings ``values[embeddings]`` (tokendrop ties them; ``noun``: what the family
-    calls them); InitError otherwise."""
+def check_tied_decoder(
+    values: dict[str, Tensor],
+    decoder: str,
+    embeddings: str,
+    name: str,
+    where: str,
+    noun: str = "token embeddings",
+) -> None:
+    """Both families' loaders: a source's MLM decoder weight ``values[decoder]`` (file name
+    ``name``) must equal its embeddings ``values[embeddings]`` (tokendrop ties them; ``noun``: what
+    the family calls them); InitError otherwise."""
     we = values.get(embeddings)
     if we is None or values[decoder].shape != we.shape or not torch.equal(values[decoder], we):
-        raise InitError(f"{where}: {name} differs from the {noun}: an untied MLM decoder cannot be "
-                        f"loaded (tokendrop ties the decoder to {embeddings.removesuffix('.weight')})")
+        raise InitError(
+            f"{where}: {name} differs from the {noun}: an untied MLM decoder cannot be "
+            f"loaded (tokendrop ties the decoder to {embeddings.removesuffix('.weight')})"
+        )
 
 
-def match_tensors(own: dict[str, Tensor], values: dict[str, Tensor], canon: dict[str, str], required: tuple[str, ...],
-                  task_heads: tuple[str, ...], where: Any, shape_name: str, notes: list[str]
-                  ) -> tuple[dict[str, Tensor], list[str]]:
+def match_tensors(
+    own: dict[str, Tensor],
+    values: dict[str, Tensor],
+    canon: dict[str, str],
+    required: tuple[str, ...],
+    task_heads: tuple[str, ...],
+    where: Any,
+    shape_name: str,
+    notes: list[str],
+) -> tuple[dict[str, Tensor], list[str]]:
     """Match a model's tensors ``own`` with a file's ``values`` (both in the same naming; ``canon``
     maps it back to the file's names for messages) -> (tensors to load, names initialised fresh).
 
@@ -250,11 +321,18 @@ def match_tensors(own: dict[str, Tensor], values: dict[str, Tensor], canon: dict
         if tuple(v.shape) != tuple(t.shape):
             if name.startswith(task_heads):
                 fresh.append(name)
-                notes.append(f"{canon[name]}: shape {list(v.shape)} in the file, {list(t.shape)} here: initialised fresh")
+                notes.append(
+                    f"{canon[name]}: shape {list(v.shape)} in the file, {list(t.shape)} here: "
+                    "initialised fresh"
+                )
                 continue
-            raise InitError(f"{where}: tensor {canon[name]} has shape {list(v.shape)} in the file but "
-                            f"{list(t.shape)} in the model ({shape_name})")
+            raise InitError(
+                f"{where}: tensor {canon[name]} has shape {list(v.shape)} in the file but "
+                f"{list(t.shape)} in the model ({shape_name})"
+            )
         if not v.is_floating_point():
-            raise InitError(f"{where}: tensor {canon[name]} has dtype {v.dtype}, expected floating point")
+            raise InitError(
+                f"{where}: tensor {canon[name]} has dtype {v.dtype}, expected floating point"
+            )
         take[name] = v
     return take, fresh

@@ -1,7 +1,7 @@
 """Training checkpoints: safetensors + JSON, written atomically, verified on load, no pickles.
 
-Layout of ``RUN_DIR/checkpoints/step-00001234/`` (FSDP runs: :mod:`tokendrop.train.checkpoint_sharded`,
-``shards/*.safetensors`` instead of model.safetensors):
+Layout of ``RUN_DIR/checkpoints/step-00001234/`` (FSDP runs:
+:mod:`tokendrop.train.checkpoint_sharded`, ``shards/*.safetensors`` instead of model.safetensors):
     model.safetensors   the model's state dict (our key names, fp32)
     state.safetensors   optimizer moments, importance vector, RNG states (uint8 tensors)
     meta.json           config, step, data position, optimizer hyper-parameters, package version,
@@ -11,7 +11,8 @@ A checkpoint is written into a hidden temp dir beside its final name and renamed
 a killed writer leaves only a ``.step-*.tmp-*`` dir that is ignored (and removed by the next
 writer).
 
-Every load of a tokendrop checkpoint goes through this module (:func:`load_verified` = :func:`find` +
+Every load of a tokendrop checkpoint goes through this module (:func:`load_verified` = :func:`find`
++
 :func:`read_tensors`): a tensor file is read once and parsed only after the sha256 of exactly those
 bytes matched ``meta.json``; a missing, truncated or corrupt file or ``meta.json`` is a one-line
 :class:`CheckpointError` naming the file and the fix (an older checkpoint of the run that verifies,
@@ -38,9 +39,9 @@ import torch
 from safetensors.torch import load as st_load
 from torch import Tensor
 
-from tokendrop.version import __version__
 from tokendrop.errors import TokendropError
 from tokendrop.runs.files import atomic_directory, atomic_write_json, discard_dir, write_safetensors
+from tokendrop.version import __version__
 
 
 class CheckpointError(TokendropError, ValueError):
@@ -56,18 +57,23 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-
-
 def git_revision() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
-def optimizer_to_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, Tensor], list[dict[str, Any]]]:
+def optimizer_to_tensors(
+    opt: torch.optim.Optimizer,
+) -> tuple[dict[str, Tensor], list[dict[str, Any]]]:
     """Flatten an optimizer state dict into tensors + JSON-able param groups."""
     sd = opt.state_dict()
     tensors: dict[str, Tensor] = {}
@@ -78,7 +84,9 @@ def optimizer_to_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, Tensor],
     return tensors, sd["param_groups"]
 
 
-def optimizer_from_tensors(opt: torch.optim.Optimizer, tensors: dict[str, Tensor], groups: list[dict[str, Any]]) -> None:
+def optimizer_from_tensors(
+    opt: torch.optim.Optimizer, tensors: dict[str, Tensor], groups: list[dict[str, Any]]
+) -> None:
     state: dict[int, dict[str, Tensor]] = {}
     for key, val in tensors.items():
         if not key.startswith("optim."):
@@ -93,8 +101,9 @@ def _rng_tensor(state: Tensor) -> Tensor:
 
 
 def writing(run_dir: Path, step: int):
-    """The temp dir that becomes checkpoint ``step`` when the block ends (``atomic_directory``), after
-    removing the temp dirs dead writers left (the run dir is locked: every one is a dead writer's)."""
+    """The temp dir that becomes checkpoint ``step`` when the block ends (``atomic_directory``),
+    after removing the temp dirs dead writers left (the run dir is locked: every one is a dead
+    writer's)."""
     ck_root = run_dir / "checkpoints"
     ck_root.mkdir(parents=True, exist_ok=True)
     for stale in ck_root.glob(".step-*.tmp-*"):
@@ -102,7 +111,13 @@ def writing(run_dir: Path, step: int):
     return atomic_directory(ck_root / f"step-{step:08d}")
 
 
-def finish(tmp: Path, step: int, state_tensors: dict[str, Tensor], meta: dict[str, Any], weight_files: list[str]) -> None:
+def finish(
+    tmp: Path,
+    step: int,
+    state_tensors: dict[str, Tensor],
+    meta: dict[str, Any],
+    weight_files: list[str],
+) -> None:
     """Write state.safetensors, then meta.json (last) recording the size and sha256 of it and of
     ``weight_files`` (already in ``tmp``)."""
     write_safetensors(state_tensors, tmp / "state.safetensors")
@@ -120,7 +135,11 @@ def prune(ck_root: Path, keep: int) -> None:
     for old in existing[:-keep]:
         with _lease(old, fcntl.LOCK_EX) as free:
             if free:
-                discard_dir(old)  # renamed to .step-*.tmp-* first: an interrupted removal leaves no half checkpoint
+                discard_dir(
+                    old
+                    # renamed to .step-*.tmp-* first: an interrupted removal leaves no half
+                    # checkpoint
+                )
 
 
 def _lease_path(ckpt: Path) -> Path:
@@ -129,10 +148,10 @@ def _lease_path(ckpt: Path) -> Path:
 
 @contextlib.contextmanager
 def _lease(ckpt: Path, how: int) -> Iterator[bool]:
-    """Hold ``ckpt``'s lease file locked ``how`` (``LOCK_SH``: a reader, ``LOCK_EX``: the pruner), never
-    waiting: yields whether it is held (False: another process holds it the other way).  A lease
-    file that cannot be created (a read-only file system, no permission: then no prune runs there
-    either) counts as held.  The file is removed when no one else holds it."""
+    """Hold ``ckpt``'s lease file locked ``how`` (``LOCK_SH``: a reader, ``LOCK_EX``: the pruner),
+    never waiting: yields whether it is held (False: another process holds it the other way).  A
+    lease file that cannot be created (a read-only file system, no permission: then no prune runs
+    there either) counts as held.  The file is removed when no one else holds it."""
     lf = _lease_path(ckpt)
     while True:
         try:
@@ -149,7 +168,9 @@ def _lease(ckpt: Path, how: int) -> Iterator[bool]:
             yield False
             return
         try:
-            same = os.stat(lf).st_ino == os.fstat(fd).st_ino  # not removed by another holder meanwhile
+            same = (
+                os.stat(lf).st_ino == os.fstat(fd).st_ino
+            )  # not removed by another holder meanwhile
         except FileNotFoundError:
             same = False
         if same:
@@ -169,9 +190,9 @@ def _lease(ckpt: Path, how: int) -> Iterator[bool]:
 
 @contextlib.contextmanager
 def reading(path: str | os.PathLike) -> Iterator[Path]:
-    """The checkpoint to read for ``path``, held for the block so that rotation (:func:`prune`) cannot
-    remove it meanwhile: a checkpoint dir itself, or a run dir's newest checkpoint (one removed
-    between the listing and the lease is passed over for the next newest).  Any other
+    """The checkpoint to read for ``path``, held for the block so that rotation (:func:`prune`)
+    cannot remove it meanwhile: a checkpoint dir itself, or a run dir's newest checkpoint (one
+    removed between the listing and the lease is passed over for the next newest).  Any other
     directory (a Hugging Face model) is yielded as it is.  Raises :class:`CheckpointError` as
     :func:`find` does."""
     p = Path(path)
@@ -186,10 +207,14 @@ def reading(path: str | os.PathLike) -> Iterator[Path]:
         cands = _candidates(p)
         for cand in cands:
             with _lease(cand, fcntl.LOCK_SH) as held:
-                if held and cand.is_dir():  # else removed by rotation meanwhile (a damaged one is read, and refused)
+                if (
+                    held and cand.is_dir()
+                ):  # else removed by rotation meanwhile (a damaged one is read, and refused)
                     yield cand
                     return
-    raise CheckpointError(f"{p}: its checkpoints were all removed while being opened; run the command again")
+    raise CheckpointError(
+        f"{p}: its checkpoints were all removed while being opened; run the command again"
+    )
 
 
 def save(
@@ -203,7 +228,10 @@ def save(
     """Write checkpoint ``step`` (unsharded: one process holds everything) atomically and keep only
     the newest ``keep``.  Sharded checkpoints: :mod:`tokendrop.train.checkpoint_sharded`."""
     with writing(run_dir, step) as tmp:
-        write_safetensors({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, tmp / "model.safetensors")
+        write_safetensors(
+            {k: v.detach().cpu().contiguous() for k, v in model_state.items()},
+            tmp / "model.safetensors",
+        )
         finish(tmp, step, state_tensors, meta, ["model.safetensors"])
     prune(run_dir / "checkpoints", keep)
     return run_dir / "checkpoints" / f"step-{step:08d}"
@@ -221,16 +249,26 @@ def consolidate_model(ckpt: Path) -> dict[str, Tensor]:
     from torch.distributed.checkpoint import HuggingFaceStorageReader
 
     md = HuggingFaceStorageReader(str(Path(ckpt) / SHARD_DIR)).read_metadata()
-    tensors = {"model": {k[len("model."):]: torch.empty(m.size, dtype=m.properties.dtype)
-                         for k, m in md.state_dict_metadata.items() if k.startswith("model.")}}
+    tensors = {
+        "model": {
+            k[len("model.") :]: torch.empty(m.size, dtype=m.properties.dtype)
+            for k, m in md.state_dict_metadata.items()
+            if k.startswith("model.")
+        }
+    }
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(Path(ckpt) / SHARD_DIR)), no_dist=True)
+        dcp.load(
+            tensors,
+            storage_reader=HuggingFaceStorageReader(str(Path(ckpt) / SHARD_DIR)),
+            no_dist=True,
+        )
     return tensors["model"]
 
 
 def is_sharded(meta: dict[str, Any]) -> bool:
-    """Written by FSDP ranks (:mod:`tokendrop.train.checkpoint_sharded`): weights in ``shards/*``."""
+    """Written by FSDP ranks (:mod:`tokendrop.train.checkpoint_sharded`): weights in
+    ``shards/*``."""
     return isinstance(meta.get("sharded"), dict)
 
 
@@ -241,7 +279,11 @@ def tensor_files(meta: dict[str, Any]) -> tuple[str, ...]:
 
 def model_files(meta: dict[str, Any]) -> tuple[str, ...]:
     """The files holding the model weights: model.safetensors, or every shard file."""
-    return tuple(n for n in meta["files"] if n != "state.safetensors") if is_sharded(meta) else ("model.safetensors",)
+    return (
+        tuple(n for n in meta["files"] if n != "state.safetensors")
+        if is_sharded(meta)
+        else ("model.safetensors",)
+    )
 
 
 def weights_sha256_of(meta: dict[str, Any]) -> str:
@@ -265,8 +307,10 @@ def read_model(ckpt: str | os.PathLike, meta: dict[str, Any] | None = None) -> d
     try:
         return consolidate_model(ckpt)
     except Exception as e:  # noqa: BLE001 -- hashes matched: meta.json was edited too
-        raise CheckpointError(f"{ckpt}: its shard files do not load ({str(e).splitlines()[0] if str(e) else e!r}); "
-                              f"{_fix(ckpt)}") from None
+        raise CheckpointError(
+            f"{ckpt}: its shard files do not load ({str(e).splitlines()[0] if str(e) else e!r}); "
+            f"{_fix(ckpt)}"
+        ) from None
 
 
 _HINTING = [False]
@@ -277,8 +321,14 @@ def _fix(ckpt: Path) -> str:
     if ckpt.parent.name == "checkpoints" and not _HINTING[0]:
         _HINTING[0] = True  # the older checkpoints' own errors need no hint
         try:
-            for cand in sorted((c for c in ckpt.parent.iterdir() if c.name.startswith("step-") and c.name < ckpt.name),
-                               reverse=True):
+            for cand in sorted(
+                (
+                    c
+                    for c in ckpt.parent.iterdir()
+                    if c.name.startswith("step-") and c.name < ckpt.name
+                ),
+                reverse=True,
+            ):
                 try:
                     verify(cand)
                 except CheckpointError:
@@ -286,36 +336,67 @@ def _fix(ckpt: Path) -> str:
                 return f"restore it from a backup, or use the older checkpoint {cand}"
         finally:
             _HINTING[0] = False
-    return "restore it from a backup or use another checkpoint (`tokendrop verify PATH` lists every problem)"
+    return (
+        "restore it from a backup or use another checkpoint (`tokendrop verify PATH` lists "
+        "every problem)"
+    )
 
 
 def read_meta(ckpt: str | os.PathLike) -> dict[str, Any]:
-    """``ckpt/meta.json``, checked for the fields a checkpoint needs (``step``, ``config``, and ``files``
-    recording the size and sha256 of both tensor files); the tensor files are not read here."""
+    """``ckpt/meta.json``, checked for the fields a checkpoint needs (``step``, ``config``, and
+    ``files`` recording the size and sha256 of both tensor files); the tensor files are not read
+    here."""
     ckpt = Path(ckpt)
     mp = ckpt / "meta.json"
     if not mp.is_file():
-        raise CheckpointError(f"{ckpt}: not a complete checkpoint (no meta.json); use another checkpoint of the run")
+        raise CheckpointError(
+            f"{ckpt}: not a complete checkpoint (no meta.json); use another checkpoint of the run"
+        )
     try:
         meta = json.loads(mp.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{mp}: corrupt (invalid JSON: {str(e).splitlines()[0]}); {_fix(ckpt)}") from None
+        raise CheckpointError(
+            f"{mp}: corrupt (invalid JSON: {str(e).splitlines()[0]}); {_fix(ckpt)}"
+        ) from None
     except OSError as e:
-        raise CheckpointError(f"{mp}: unreadable ({e.strerror or e}); check its permissions") from None
+        raise CheckpointError(
+            f"{mp}: unreadable ({e.strerror or e}); check its permissions"
+        ) from None
     files = meta.get("files") if isinstance(meta, dict) else None
     sharded = isinstance(meta, dict) and is_sharded(meta)
-    expected = ({n for n in files if n.startswith("shards/")} | {"state.safetensors"}) if (
-        sharded and isinstance(files, dict)) else set(WEIGHT_FILES)
-    if not isinstance(files, dict) or set(files) != expected or len(expected) < 2 or not all(
-            isinstance(i, dict) and isinstance(i.get("bytes"), int) and not isinstance(i.get("bytes"), bool)
-            and isinstance(i.get("sha256"), str) for i in files.values()):
+    expected = (
+        ({n for n in files if n.startswith("shards/")} | {"state.safetensors"})
+        if (sharded and isinstance(files, dict))
+        else set(WEIGHT_FILES)
+    )
+    if (
+        not isinstance(files, dict)
+        or set(files) != expected
+        or len(expected) < 2
+        or not all(
+            isinstance(i, dict)
+            and isinstance(i.get("bytes"), int)
+            and not isinstance(i.get("bytes"), bool)
+            and isinstance(i.get("sha256"), str)
+            for i in files.values()
+        )
+    ):
         what = "state.safetensors and the shard files" if sharded else " and ".join(WEIGHT_FILES)
-        raise CheckpointError(f"{mp}: 'files' does not record the size and sha256 of {what} "
-                              f"(incomplete or edited); {_fix(ckpt)}")
+        raise CheckpointError(
+            f"{mp}: 'files' does not record the size and sha256 of {what} "
+            f"(incomplete or edited); {_fix(ckpt)}"
+        )
     step = meta.get("step")
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0 or not isinstance(meta.get("config"), dict):
-        raise CheckpointError(f"{mp}: no valid 'step' (an integer >= 0) or 'config' table (incomplete or edited); "
-                              f"{_fix(ckpt)}")
+    if (
+        not isinstance(step, int)
+        or isinstance(step, bool)
+        or step < 0
+        or not isinstance(meta.get("config"), dict)
+    ):
+        raise CheckpointError(
+            f"{mp}: no valid 'step' (an integer >= 0) or 'config' table (incomplete or edited); "
+            f"{_fix(ckpt)}"
+        )
     return meta
 
 
@@ -326,20 +407,25 @@ def check_file(ckpt: Path, name: str, meta: dict[str, Any], data: bytes | None =
         raise CheckpointError(f"{f}: missing (meta.json records it); {_fix(ckpt)}")
     size = len(data) if data is not None else f.stat().st_size
     if size != info["bytes"]:
-        raise CheckpointError(f"{f}: {size} bytes but meta.json records {info['bytes']} (truncated or corrupt); "
-                              f"{_fix(ckpt)}")
+        raise CheckpointError(
+            f"{f}: {size} bytes but meta.json records {info['bytes']} (truncated or corrupt); "
+            f"{_fix(ckpt)}"
+        )
     sha = hashlib.sha256(data).hexdigest() if data is not None else sha256_file(f)
     if sha != info["sha256"]:
-        raise CheckpointError(f"{f}: corrupt (sha256 {sha[:12]}... differs from {info['sha256'][:12]}... recorded in "
-                              f"meta.json); {_fix(ckpt)}")
+        raise CheckpointError(
+            f"{f}: corrupt (sha256 {sha[:12]}... differs from {info['sha256'][:12]}... recorded in "
+            f"meta.json); {_fix(ckpt)}"
+        )
 
 
 def verify(ckpt: str | os.PathLike, files: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """-> meta, after checking meta.json and that each of ``files`` (default: every tensor file) has the
-    recorded size and sha256.  Raises :class:`CheckpointError` (one line naming the file and the fix)."""
+    """-> meta, after checking meta.json and that each of ``files`` (default: every tensor file) has
+    the recorded size and sha256.  Raises :class:`CheckpointError` (one line naming the file and the
+    fix)."""
     ckpt = Path(ckpt)
     meta = read_meta(ckpt)
-    for name in (tensor_files(meta) if files is None else files):
+    for name in tensor_files(meta) if files is None else files:
         check_file(ckpt, name, meta)
     return meta
 
@@ -347,16 +433,25 @@ def verify(ckpt: str | os.PathLike, files: tuple[str, ...] | None = None) -> dic
 def _candidates(p: Path) -> list[Path]:
     """A run dir's checkpoint dirs, newest first (at least one), or [p] for a checkpoint dir."""
     if not p.is_dir():
-        raise CheckpointError(f"{p}: no such directory; expected a tokendrop run or checkpoint directory")
+        raise CheckpointError(
+            f"{p}: no such directory; expected a tokendrop run or checkpoint directory"
+        )
     if (p / "meta.json").is_file() and not (p / "checkpoints").is_dir():
         return [p]
     root = p / "checkpoints"
-    cands = sorted((c for c in root.iterdir() if c.name.startswith("step-") and c.is_dir()), reverse=True) \
-        if root.is_dir() else []
+    cands = (
+        sorted(
+            (c for c in root.iterdir() if c.name.startswith("step-") and c.is_dir()), reverse=True
+        )
+        if root.is_dir()
+        else []
+    )
     if not cands:
-        raise CheckpointError(f"{p}: no checkpoint (expected a run directory with checkpoints/step-*/ or a "
-                              "checkpoint directory holding meta.json); train until the first checkpoint "
-                              "(train.ckpt_every) or pass another path")
+        raise CheckpointError(
+            f"{p}: no checkpoint (expected a run directory with checkpoints/step-*/ or a "
+            "checkpoint directory holding meta.json); train until the first checkpoint "
+            "(train.ckpt_every) or pass another path"
+        )
     return cands
 
 
@@ -368,12 +463,14 @@ def has_checkpoint(run_dir: str | os.PathLike) -> bool:
 
 
 def find(path: str | os.PathLike, fallback: bool = False) -> Path:
-    """The checkpoint to load for ``path``: a checkpoint dir itself, or a run dir's newest checkpoint.
+    """The checkpoint to load for ``path``: a checkpoint dir itself, or a run dir's newest
+    checkpoint.
 
     Without ``fallback`` only meta.json is checked here (the tensor files are hashed when they are
-    read), and a run dir's newest checkpoint must be intact: a bad one raises :class:`CheckpointError`
-    naming the file and an older checkpoint that verifies.  With ``fallback`` (``--resume``) bad
-    checkpoints are skipped with a warning on stderr and the newest one that verifies in full is taken."""
+    read), and a run dir's newest checkpoint must be intact: a bad one raises
+    :class:`CheckpointError` naming the file and an older checkpoint that verifies.  With
+    ``fallback`` (``--resume``) bad checkpoints are skipped with a warning on stderr and the newest
+    one that verifies in full is taken."""
     cands = _candidates(Path(path))
     if not fallback:
         read_meta(cands[0])
@@ -389,10 +486,11 @@ def find(path: str | os.PathLike, fallback: bool = False) -> Path:
     raise CheckpointError(f"{path}: no checkpoint that verifies ({first_error})")
 
 
-def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
-                 meta: dict[str, Any] | None = None) -> dict[str, Tensor]:
-    """The tensors of ``ckpt/name``, read once and parsed only after the sha256 of exactly those bytes
-    matched meta.json.  The one way a tokendrop checkpoint's tensors are read."""
+def read_tensors(
+    ckpt: str | os.PathLike, name: str = "model.safetensors", meta: dict[str, Any] | None = None
+) -> dict[str, Tensor]:
+    """The tensors of ``ckpt/name``, read once and parsed only after the sha256 of exactly those
+    bytes matched meta.json.  The one way a tokendrop checkpoint's tensors are read."""
     ckpt = Path(ckpt)
     meta = read_meta(ckpt) if meta is None else meta
     f = ckpt / name
@@ -401,13 +499,17 @@ def read_tensors(ckpt: str | os.PathLike, name: str = "model.safetensors",
     except FileNotFoundError:
         raise CheckpointError(f"{f}: missing (meta.json records it); {_fix(ckpt)}") from None
     except OSError as e:
-        raise CheckpointError(f"{f}: unreadable ({e.strerror or e}); check its permissions") from None
+        raise CheckpointError(
+            f"{f}: unreadable ({e.strerror or e}); check its permissions"
+        ) from None
     check_file(ckpt, name, meta, data)
     try:
         return st_load(data)
     except Exception as e:  # noqa: BLE001 -- SafetensorError and friends: hash matched, so meta.json was edited too
-        raise CheckpointError(f"{f}: not a readable safetensors file ({str(e).splitlines()[0] if str(e) else e!r}); "
-                              f"{_fix(ckpt)}") from None
+        raise CheckpointError(
+            f"{f}: not a readable safetensors file ({str(e).splitlines()[0] if str(e) else e!r}); "
+            f"{_fix(ckpt)}"
+        ) from None
 
 
 def latest_checkpoint(path: str | os.PathLike) -> Path | None:
@@ -415,7 +517,9 @@ def latest_checkpoint(path: str | os.PathLike) -> Path | None:
     ``CheckpointError``), or a run dir's newest checkpoint that verifies (corrupt ones are skipped
     with a warning on stderr); None when there is none."""
     p = Path(path)
-    if (p / "meta.json").is_file() and ((p / "model.safetensors").is_file() or (p / "shards").is_dir()):
+    if (p / "meta.json").is_file() and (
+        (p / "model.safetensors").is_file() or (p / "shards").is_dir()
+    ):
         verify(p)
         return p
     root = p / "checkpoints"
@@ -433,8 +537,9 @@ def latest_checkpoint(path: str | os.PathLike) -> Path | None:
 latest = latest_checkpoint  # newest checkpoint that verifies (None if none)
 
 
-def load(ckpt: str | os.PathLike, state: bool = True, consolidate: bool = True
-         ) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
+def load(
+    ckpt: str | os.PathLike, state: bool = True, consolidate: bool = True
+) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
     """-> (meta, model state, training-state tensors ({} unless ``state``)), every file verified.  A
     sharded checkpoint's model is consolidated into full tensors; with ``consolidate=False`` its
     shard files are only verified and the model state is {} (the caller loads the shards itself:
@@ -450,8 +555,9 @@ def load(ckpt: str | os.PathLike, state: bool = True, consolidate: bool = True
     return meta, model, (read_tensors(ckpt, "state.safetensors", meta) if state else {})
 
 
-def load_verified(path: str | os.PathLike, state: bool = False, fallback: bool = False, consolidate: bool = True
-                  ) -> tuple[Path, dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
+def load_verified(
+    path: str | os.PathLike, state: bool = False, fallback: bool = False, consolidate: bool = True
+) -> tuple[Path, dict[str, Any], dict[str, Tensor], dict[str, Tensor]]:
     """The shared verifying loader: a run or checkpoint dir -> (checkpoint dir, meta, model tensors,
     state tensors ({} unless ``state``)); every file read is hashed against meta.json before it is
     parsed.  ``fallback``: as :func:`find` (each file still read and hashed once).  ``consolidate``:
@@ -467,10 +573,14 @@ def load_verified(path: str | os.PathLike, state: bool = False, fallback: bool =
         except CheckpointError as e:
             skipped.append(e)
             continue
-        for e in skipped:  # warned only when an older checkpoint is used instead (else: the one error below)
+        for e in (
+            skipped
+        ):  # warned only when an older checkpoint is used instead (else: the one error below)
             print(f"warning: skipping {e}", file=sys.stderr)
         return found
-    raise CheckpointError(f"{path}: none of its {len(skipped)} checkpoint(s) verifies; the newest: {skipped[0]}")
+    raise CheckpointError(
+        f"{path}: none of its {len(skipped)} checkpoint(s) verifies; the newest: {skipped[0]}"
+    )
 
 
 def rng_tensors(selector_state: Tensor | None) -> dict[str, Tensor]:

@@ -18,6 +18,7 @@ import dataclasses
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -25,14 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError, torch as st
+
 from tokendrop.errors import TokendropError
-import re
-from safetensors import SafetensorError
-from safetensors import torch as st
 
 
 def replace_dir(tmp: Path, out: Path, prefix: str | None = None) -> None:
-    """Rename ``tmp`` to ``out``, replacing an existing ``out`` directory (never a file or a link)."""
+    """Rename ``tmp`` to ``out``, replacing an existing ``out`` directory (never a file or a
+    link)."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FileExistsError(errno.EEXIST, "exists and is not a directory; not replaced", str(out))
     if out.exists():
@@ -46,8 +47,8 @@ def replace_dir(tmp: Path, out: Path, prefix: str | None = None) -> None:
 
 
 def discard_dir(d: Path, prefix: str | None = None) -> None:
-    """Remove directory ``d``: renamed first to a temp name with this process as its writer, so that a
-    kill during the removal leaves only a temp dir that the next write to ``d`` sweeps away."""
+    """Remove directory ``d``: renamed first to a temp name with this process as its writer, so that
+    a kill during the removal leaves only a temp dir that the next write to ``d`` sweeps away."""
     d = Path(d)
     gone = Path(tempfile.mkdtemp(prefix=prefix or f".{d.name}.tmp-", dir=d.parent))
     gone.rmdir()
@@ -118,7 +119,9 @@ def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> I
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
+        os.chmod(
+            tmp, 0o777 & ~umask
+        )  # mkdtemp makes it private; the result is an ordinary directory
         (tmp / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         yield tmp
         (tmp / _OWNER).unlink(missing_ok=True)
@@ -132,15 +135,22 @@ def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> I
 # what to do about an OSError, by its errno: the one mapping every refusal of a failed read or write
 # uses (cli.main, the checkpoint writer, prepare, locks), so each names its real cause
 _OS_ERROR_FIXES = {
-    errno.EROFS: "the file system is read-only: remount it read-write or choose a directory on a writable one",
-    errno.EACCES: "permission denied: check its permissions or choose a directory you may write into",
+    errno.EROFS: "the file system is read-only: remount it read-write or choose a directory on a "
+    "writable one",
+    errno.EACCES: "permission denied: check its permissions or choose a directory you may write "
+    "into",
     errno.EPERM: "not permitted: check its permissions or choose a directory you may write into",
     errno.ENOSPC: "the disk is full: free space",
-    errno.EFBIG: "the file is larger than the file system allows: choose a directory on another file system",
+    errno.EFBIG: "the file is larger than the file system allows: choose a directory on another "
+    "file system",
 }
 if hasattr(errno, "EDQUOT"):
-    _OS_ERROR_FIXES[errno.EDQUOT] = "the disk quota is used up: free space within your quota or raise it"
-DISK_ERRNOS = frozenset(e for e in (errno.EROFS, errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None)) if e)
+    _OS_ERROR_FIXES[errno.EDQUOT] = (
+        "the disk quota is used up: free space within your quota or raise it"
+    )
+DISK_ERRNOS = frozenset(
+    e for e in (errno.EROFS, errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None)) if e
+)
 
 
 def os_error_fix(e: OSError) -> str:
@@ -149,10 +159,12 @@ def os_error_fix(e: OSError) -> str:
     return _OS_ERROR_FIXES.get(e.errno, f"check the file system ({e.strerror or e})")
 
 
-def write_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
-    """``safetensors.torch.save_file``, whose I/O failures (disk full, quota, file too large) surface as
-    an ``OSError`` with the errno (safetensors raises its own ``SafetensorError`` for them), so every
-    writer's disk-full handling (``cli.main``, the checkpoint writer) sees them."""
+def write_safetensors(
+    tensors: dict, path: str | os.PathLike, metadata: dict[str, str] | None = None
+) -> None:
+    """``safetensors.torch.save_file``, whose I/O failures (disk full, quota, file too large)
+    surface as an ``OSError`` with the errno (safetensors raises its own ``SafetensorError`` for
+    them), so every writer's disk-full handling (``cli.main``, the checkpoint writer) sees them."""
     try:
         st.save_file(tensors, str(path), metadata=metadata)
     except SafetensorError as e:
@@ -170,7 +182,8 @@ def write_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path beside ``path`` (same suffix, so e.g. ``savefig`` infers the format); when
-    the block ends it is flushed to disk and renamed onto ``path``; when the block raises it is removed."""
+    the block ends it is flushed to disk and renamed onto ``path``; when the block raises it is
+    removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{path.stem}.tmp-", suffix=path.suffix, dir=path.parent)
@@ -196,7 +209,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8, ``\\n`` line ends): a reader sees the old content or the new one, never half."""
+    """Write ``text`` (UTF-8, ``\\n`` line ends): a reader sees the old content or the new one,
+    never half."""
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
@@ -214,7 +228,8 @@ def json_default(o: Any) -> Any:
 
 
 def json_text(obj: Any, indent: int = 1) -> str:
-    """``obj`` as the JSON text every file of the package uses (UTF-8 kept, :func:`json_default`)."""
+    """``obj`` as the JSON text every file of the package uses (UTF-8 kept,
+    :func:`json_default`)."""
     return json.dumps(obj, indent=indent, default=json_default, ensure_ascii=False) + "\n"
 
 
@@ -225,12 +240,17 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 1) -> Pat
 _RAISE = object()
 
 
-def read_json(path: str | os.PathLike, error: type[Exception] = TokendropError, expect: type | None = dict,
-              hint: str = "", default: Any = _RAISE) -> Any:
-    """The one JSON reader: ``path`` parsed, or ``error`` with one line naming the file and what is wrong
-    (missing, unreadable, not UTF-8, invalid JSON with its line and column, not a ``expect``) and
-    ``hint`` (the fix) appended; with ``default`` given, that instead of any error (for state files
-    whose absence or damage only means "start over")."""
+def read_json(
+    path: str | os.PathLike,
+    error: type[Exception] = TokendropError,
+    expect: type | None = dict,
+    hint: str = "",
+    default: Any = _RAISE,
+) -> Any:
+    """The one JSON reader: ``path`` parsed, or ``error`` with one line naming the file and what is
+    wrong (missing, unreadable, not UTF-8, invalid JSON with its line and column, not a ``expect``)
+    and ``hint`` (the fix) appended; with ``default`` given, that instead of any error (for state
+    files whose absence or damage only means "start over")."""
     if default is not _RAISE:
         try:
             return read_json(path, error, expect, hint)
@@ -245,12 +265,16 @@ def read_json(path: str | os.PathLike, error: type[Exception] = TokendropError, 
     except UnicodeDecodeError as e:
         raise error(f"{path}: not UTF-8 text (invalid byte at {e.start}){tail}") from None
     except json.JSONDecodeError as e:
-        raise error(f"{path}: invalid JSON (line {e.lineno} column {e.colno}: {e.msg}){tail}") from None
+        raise error(
+            f"{path}: invalid JSON (line {e.lineno} column {e.colno}: {e.msg}){tail}"
+        ) from None
     except OSError as e:
         raise error(f"{path}: cannot read ({e.strerror or e}){tail}") from None
     if expect is not None and not isinstance(obj, expect):
-        raise error(f"{path}: expected a JSON {'object' if expect is dict else expect.__name__}, got "
-                    f"{type(obj).__name__}{tail}")
+        raise error(
+            f"{path}: expected a JSON {'object' if expect is dict else expect.__name__}, got "
+            f"{type(obj).__name__}{tail}"
+        )
     return obj
 
 

@@ -32,7 +32,8 @@ _passed: set[str] = set()
 
 
 def gate(name: str) -> None:
-    """Wait at the gate ``name`` if the test switch names it (once per process); see the module doc."""
+    """Wait at the gate ``name`` if the test switch names it (once per process); see the module
+    doc."""
     spec = os.environ.get(ENV)
     if not spec or name in _passed:
         return

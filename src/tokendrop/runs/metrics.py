@@ -1,4 +1,5 @@
-"""A run's metrics: ``metrics.jsonl`` (one JSON object per line) plus the trackers of ``train.report_to``.
+"""A run's metrics: ``metrics.jsonl`` (one JSON object per line) plus the trackers of
+``train.report_to``.
 
 The one reader and writer of ``metrics.jsonl`` (``tokendrop.runs.rundir`` re-exports them):
 
@@ -29,17 +30,27 @@ FILENAME = "metrics.jsonl"
 class MetricsLog:
     """metrics.jsonl + the trackers of ``report_to`` (``tokendrop.runs.trackers``: TensorBoard, W&B,
     MLflow), rank 0 only.  ``tracker_args``: ``trackers.Trackers``'s keywords (a resumed run's
-    ``purge_step`` makes TensorBoard discard the events a killed run had written from that step on)."""
+    ``purge_step`` makes TensorBoard discard the events a killed run had written from that step
+    on)."""
 
-    closes_failed = True  # rundir.close_on_error closes it with ok=False: its trackers record a failed run
+    closes_failed = (
+        True  # rundir.close_on_error closes it with ok=False: its trackers record a failed run
+    )
 
-    def __init__(self, run_dir: Path, enabled: bool, report_to: list[str] | tuple[str, ...] = ("tensorboard",),
-                 **tracker_args: Any):
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        report_to: list[str] | tuple[str, ...] = ("tensorboard",),
+        **tracker_args: Any,
+    ):
         self.enabled = enabled
         self.path = Path(run_dir) / FILENAME
         self.trackers = None
         if enabled:
-            self.trackers = Trackers(run_dir, [t for t in report_to if t != "jsonl"], **tracker_args)
+            self.trackers = Trackers(
+                run_dir, [t for t in report_to if t != "jsonl"], **tracker_args
+            )
 
     @property
     def tracker_ids(self) -> dict[str, str]:
@@ -64,8 +75,8 @@ def _path(run_dir_or_file: str | os.PathLike) -> Path:
 
 
 def append_record(path: str | os.PathLike, rec: dict[str, Any]) -> None:
-    """Append one JSON line to ``path`` (a ``metrics.jsonl``) in a single write.  A file that ends in
-    a torn line (no final newline) gets one first, so the new record never merges with it."""
+    """Append one JSON line to ``path`` (a ``metrics.jsonl``) in a single write.  A file that ends
+    in a torn line (no final newline) gets one first, so the new record never merges with it."""
     line = (json.dumps(rec) + "\n").encode("utf-8")
     with open(path, "a+b") as f:
         if f.seek(0, os.SEEK_END) > 0:
@@ -100,7 +111,8 @@ def scan_lines(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[
 
 
 def _parse(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
-    """-> [(raw line, record)]: a torn last line is dropped, other bad lines skipped with a warning."""
+    """-> [(raw line, record)]: a torn last line is dropped, other bad lines skipped with a
+    warning."""
     out, bad, _ = scan_lines(text)
     for i, _why in bad:
         print(f"warning: {path}: line {i} is not a JSON record; skipped", file=sys.stderr)
@@ -108,8 +120,8 @@ def _parse(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of ``RUN_DIR/metrics.jsonl`` (or of a ``.jsonl`` path), in order; [] when there is
-    none.  Tolerates a torn last line (see the module doc)."""
+    """The records of ``RUN_DIR/metrics.jsonl`` (or of a ``.jsonl`` path), in order; [] when there
+    is none.  Tolerates a torn last line (see the module doc)."""
     p = _path(run_dir)
     if not p.is_file():
         return []

@@ -20,8 +20,10 @@ def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise PlottingUnavailable("figures need matplotlib, which is not installed; "
-                                  "pip install 'tokendrop[lab]' (or matplotlib)") from None
+        raise PlottingUnavailable(
+            "figures need matplotlib, which is not installed; "
+            "pip install 'tokendrop[lab]' (or matplotlib)"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

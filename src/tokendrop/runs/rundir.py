@@ -10,7 +10,8 @@ latest verified checkpoint, read and append metrics, and publish files atomicall
 
 The rules (docs/reliability.md checks each):
 
-* a directory tokendrop writes holds a marker, ``.tokendrop.json`` (``{"kind": ..., "version": ...}``);
+* a directory tokendrop writes holds a marker, ``.tokendrop.json`` (``{"kind": ..., "version":
+  ...}``);
 * an existing non-empty target is refused unless ``overwrite``; even then only a directory whose
   marker names the same kind of output is replaced -- never a regular file, a link, a directory
   tokendrop did not write, or one that contains an input of the command.  Resumable commands
@@ -22,7 +23,8 @@ The rules (docs/reliability.md checks each):
   lock of a process that dies, so a dead holder's lock is simply taken over.  The lock file is
   removed on release;
 * every file is published by :func:`atomic_file` (temp file beside it + ``os.replace``); every
-  directory by :func:`tokendrop.runs.files.atomic_directory`.  No outcome leaves a temp entry behind.
+  directory by :func:`tokendrop.runs.files.atomic_directory`.  No outcome leaves a temp entry
+  behind.
 """
 
 from __future__ import annotations
@@ -45,8 +47,23 @@ from tokendrop.runs.files import atomic_write_json, discard_dir, os_error_fix
 from tokendrop.version import __version__
 
 MARKER = ".tokendrop.json"
-KINDS = ("prepared", "run", "finetune", "evaluate", "export", "inspect", "study", "demo", "campaign")
-RESUMABLE = ("study", "demo", "evaluate", "campaign")  # a marked dir of the same kind is continued without --overwrite
+KINDS = (
+    "prepared",
+    "run",
+    "finetune",
+    "evaluate",
+    "export",
+    "inspect",
+    "study",
+    "demo",
+    "campaign",
+)
+RESUMABLE = (
+    "study",
+    "demo",
+    "evaluate",
+    "campaign",
+)  # a marked dir of the same kind is continued without --overwrite
 
 
 class RunDirError(TokendropError, ValueError):
@@ -71,7 +88,7 @@ class StopFlag:
         self.signum = 0
         self._old: dict[int, Any] = {}
 
-    def __enter__(self) -> "StopFlag":
+    def __enter__(self) -> StopFlag:
         if in_main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
                 self._old[s] = signal.signal(s, self._handle)
@@ -91,9 +108,9 @@ class StopFlag:
 @contextlib.contextmanager
 def close_on_error(*things):
     """Close the progress bar, the loader (its worker processes) and the log when the loop raises
-    (a second Ctrl-C, a non-finite loss); on success the loop's own ending closes them.  A thing with
-    ``closes_failed`` set is closed with ``close(ok=False)`` (the metrics log: its trackers record a
-    failed run)."""
+    (a second Ctrl-C, a non-finite loss); on success the loop's own ending closes them.  A thing
+    with ``closes_failed`` set is closed with ``close(ok=False)`` (the metrics log: its trackers
+    record a failed run)."""
     try:
         yield
     except BaseException:
@@ -124,8 +141,15 @@ def read_marker(path: str | os.PathLike) -> dict[str, Any] | None:
 def write_marker(directory: str | os.PathLike, kind: str) -> Path:
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
-    return atomic_write_json(Path(directory) / MARKER, {"kind": kind, "writer": "tokendrop", "version": __version__,
-                                                        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return atomic_write_json(
+        Path(directory) / MARKER,
+        {
+            "kind": kind,
+            "writer": "tokendrop",
+            "version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+    )
 
 
 def create(path: str | os.PathLike, kind: str) -> Path:
@@ -141,9 +165,14 @@ def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def prepare_output(path: str | os.PathLike, kind: str, overwrite: bool = False,
-                   inputs: Iterable[str | os.PathLike | None] = (), error: type[TokendropError] = RunDirError,
-                   resumable: bool | None = None) -> str:
+def prepare_output(
+    path: str | os.PathLike,
+    kind: str,
+    overwrite: bool = False,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    error: type[TokendropError] = RunDirError,
+    resumable: bool | None = None,
+) -> str:
     """Check that ``path`` may be written as ``kind`` output; nothing is changed on disk.
 
     -> ``"new"`` (absent or empty), ``"continue"`` (a resumable kind's own marked dir, no
@@ -155,11 +184,15 @@ def prepare_output(path: str | os.PathLike, kind: str, overwrite: bool = False,
     p = Path(path)
     resumable = kind in RESUMABLE if resumable is None else resumable
     if p.is_symlink():
-        raise error(f"{p}: is a symbolic link; tokendrop does not write through or replace links; "
-                    "give the real directory or another path")
+        raise error(
+            f"{p}: is a symbolic link; tokendrop does not write through or replace links; "
+            "give the real directory or another path"
+        )
     if p.exists() and not p.is_dir():
-        raise error(f"{p}: exists and is not a directory; tokendrop never replaces a file with its output; "
-                    "choose another output directory")
+        raise error(
+            f"{p}: exists and is not a directory; tokendrop never replaces a file with its output; "
+            "choose another output directory"
+        )
     if not p.exists() or not any(p.iterdir()):
         return "new"
     marker = read_marker(p)
@@ -168,32 +201,51 @@ def prepare_output(path: str | os.PathLike, kind: str, overwrite: bool = False,
         return "continue"
     restart = kind == "run" and have == "run" and not overwrite and not has_checkpoint_dir(p)
     if not overwrite and not restart:
-        if kind == "run" and (have == "run" or (p / "checkpoints").exists() or (p / "metrics.jsonl").exists()):
-            raise error(f"--out: {p} already holds a run; use --resume to continue it, --overwrite to start it over, "
-                        "or choose a new directory")
-        raise error(f"{p}: already exists and is not empty; pass --overwrite to replace it (only tokendrop's own "
-                    f"{kind} output is replaced) or choose another directory")
+        if kind == "run" and (
+            have == "run" or (p / "checkpoints").exists() or (p / "metrics.jsonl").exists()
+        ):
+            raise error(
+                f"--out: {p} already holds a run; use --resume to continue it, --overwrite to "
+                "start it over, "
+                "or choose a new directory"
+            )
+        raise error(
+            f"{p}: already exists and is not empty; pass --overwrite to replace it (only "
+            "tokendrop's own "
+            f"{kind} output is replaced) or choose another directory"
+        )
     if have is None:
-        raise error(f"{p}: not written by tokendrop (no {MARKER}); --overwrite replaces only tokendrop's own output: "
-                    "remove it yourself or choose another directory")
+        raise error(
+            f"{p}: not written by tokendrop (no {MARKER}); --overwrite replaces only tokendrop's "
+            "own output: "
+            "remove it yourself or choose another directory"
+        )
     if have != kind:
-        raise error(f"{p}: holds tokendrop {have} output, not {kind} output; --overwrite replaces only the same kind: "
-                    "choose another directory")
+        raise error(
+            f"{p}: holds tokendrop {have} output, not {kind} output; --overwrite replaces only the "
+            "same kind: "
+            "choose another directory"
+        )
     real = p.resolve()
     for inp in inputs:
         if inp is None or str(inp) == "":
             continue
         ip = Path(inp)
         if ip.exists() and _inside(ip.resolve(), real):
-            raise error(f"{p}: contains {ip}, an input of this command; --overwrite would delete it: "
-                        "choose another output directory")
+            raise error(
+                f"{p}: contains {ip}, an input of this command; --overwrite would delete it: "
+                "choose another output directory"
+            )
     return "restart" if restart else "replace"
 
 
 def has_checkpoint_dir(run: str | os.PathLike) -> bool:
-    """``run/checkpoints`` holds a finished checkpoint directory (``step-*``; verified only when used)."""
+    """``run/checkpoints`` holds a finished checkpoint directory (``step-*``; verified only when
+    used)."""
     try:
-        return any(c.name.startswith("step-") and c.is_dir() for c in (Path(run) / "checkpoints").iterdir())
+        return any(
+            c.name.startswith("step-") and c.is_dir() for c in (Path(run) / "checkpoints").iterdir()
+        )
     except OSError:
         return False
 
@@ -201,7 +253,9 @@ def has_checkpoint_dir(run: str | os.PathLike) -> bool:
 def discard(path: str | os.PathLike) -> None:
     """Remove a marked output directory before it is written again (see :func:`prepare_output`)."""
     p = Path(path)
-    if read_marker(p) is None:  # the last line of defence: never delete what tokendrop did not write
+    if (
+        read_marker(p) is None
+    ):  # the last line of defence: never delete what tokendrop did not write
         raise RunDirError(f"{p}: not written by tokendrop (no {MARKER}); not removed")
     discard_dir(p)
 
@@ -249,7 +303,8 @@ def _holder(lf: Path) -> str:
 @contextlib.contextmanager
 def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> Iterator[Path]:
     """Hold the write lock of ``path`` (which need not exist yet) for the block; reentrant within a
-    process.  Another process holding it: ``error("PATH is in use by pid N ...")`` at once, nothing touched."""
+    process.  Another process holding it: ``error("PATH is in use by pid N ...")`` at once, nothing
+    touched."""
     lf = lock_path(path)
     key = str(lf)
     if key in _HELD:
@@ -261,9 +316,14 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
         return
     try:
         lf.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # a parent is a file, not writable, ...: the output cannot be created there
-        fix = ("choose an output directory whose parents are directories" if e.errno in (errno.ENOTDIR, errno.EEXIST)
-               else os_error_fix(e))
+    except (
+        OSError
+    ) as e:  # a parent is a file, not writable, ...: the output cannot be created there
+        fix = (
+            "choose an output directory whose parents are directories"
+            if e.errno in (errno.ENOTDIR, errno.EEXIST)
+            else os_error_fix(e)
+        )
         raise error(f"{path}: cannot be created ({e.filename}: {e.strerror or e}); {fix}") from None
     while True:
         fd = os.open(lf, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -273,10 +333,14 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
             os.close(fd)
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            raise error(f"{path} is in use by pid {_holder(lf)} (another tokendrop command is writing it); "
-                        "wait for it to finish or stop it") from None
+            raise error(
+                f"{path} is in use by pid {_holder(lf)} (another tokendrop command is writing it); "
+                "wait for it to finish or stop it"
+            ) from None
         try:
-            same = os.stat(lf).st_ino == os.fstat(fd).st_ino  # not unlinked by a holder releasing it meanwhile
+            same = (
+                os.stat(lf).st_ino == os.fstat(fd).st_ino
+            )  # not unlinked by a holder releasing it meanwhile
         except FileNotFoundError:
             same = False
         if same:
@@ -301,7 +365,8 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
 def hold(paths: Iterable[str | os.PathLike], seconds: float = 600.0) -> None:
     """Hold the write locks of ``paths``, print ``held``, and sleep until SIGTERM (or ``seconds``):
     the "another writer" that tests and the fault matrix start to check that a second writer is
-    refused -- ``python -c "import sys; from tokendrop.runs.rundir import hold; hold(sys.argv[1:])" PATH...``."""
+    refused -- ``python -c "import sys; from tokendrop.runs.rundir import hold; hold(sys.argv[1:])"
+    PATH...``."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with contextlib.ExitStack() as stack:
         for path in paths:
@@ -310,9 +375,21 @@ def hold(paths: Iterable[str | os.PathLike], seconds: float = 600.0) -> None:
         time.sleep(seconds)
 
 
-HOLD_COMMAND = "import sys; from tokendrop.runs.rundir import hold; hold(sys.argv[1:])"  # python -c HOLD_COMMAND PATH...
+# python -c HOLD_COMMAND PATH...
+HOLD_COMMAND = "import sys; from tokendrop.runs.rundir import hold; hold(sys.argv[1:])"
 
 
-
-__all__ = ["MARKER", "KINDS", "RunDirError", "Interrupted", "read_marker", "write_marker", "create", "prepare_output",
-           "discard", "abandon", "lock", "lock_path"]
+__all__ = [
+    "MARKER",
+    "KINDS",
+    "RunDirError",
+    "Interrupted",
+    "read_marker",
+    "write_marker",
+    "create",
+    "prepare_output",
+    "discard",
+    "abandon",
+    "lock",
+    "lock_path",
+]

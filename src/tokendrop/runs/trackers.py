@@ -1,14 +1,16 @@
 """Where a run's metrics go besides ``metrics.jsonl``: ``train.report_to``.
 
-``metrics.jsonl`` (``tokendrop.metrics``) is always written -- resume, reports and ``verify`` read it
--- and is what ``"jsonl"`` names.  The others are each tracker's own client, imported only when
+``metrics.jsonl`` (``tokendrop.metrics``) is always written -- resume, reports and ``verify`` read
+it -- and is what ``"jsonl"`` names.  The others are each tracker's own client, imported only when
 asked for (a one-line error when it is not installed, before anything is written):
 
 * ``"tensorboard"``: ``RUN/tensorboard`` (torch's SummaryWriter);
 * ``"wandb"``: Weights & Biases, ``wandb.init`` with the run's config; project ``$WANDB_PROJECT``
-  (default "tokendrop"), ``WANDB_MODE=offline`` works without an account (files under ``RUN/wandb``);
-* ``"mlflow"``: MLflow's tracking client; ``$MLFLOW_TRACKING_URI`` (a server, ``sqlite:///mlflow.db``;
-  unset: MLflow's default), experiment ``$MLFLOW_EXPERIMENT_NAME`` (default "tokendrop").
+  (default "tokendrop"), ``WANDB_MODE=offline`` works without an account (files under
+  ``RUN/wandb``);
+* ``"mlflow"``: MLflow's tracking client; ``$MLFLOW_TRACKING_URI`` (a server,
+  ``sqlite:///mlflow.db``; unset: MLflow's default), experiment ``$MLFLOW_EXPERIMENT_NAME`` (default
+  "tokendrop").
 
 Names are namespaced as transformers' and composer's loggers write them: ``train/loss``,
 ``train/lr``, ``eval/loss``, ``eval/acc``, ``perf/tokens_per_s`` ...  (``tag_of``); the config is
@@ -30,8 +32,11 @@ from typing import Any
 from tokendrop.errors import ConfigError, TrainingError
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
-SETTINGS = {"tensorboard": "RUN/tensorboard must be writable", "wandb": "WANDB_MODE, WANDB_API_KEY, WANDB_PROJECT",
-            "mlflow": "MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME"}
+SETTINGS = {
+    "tensorboard": "RUN/tensorboard must be writable",
+    "wandb": "WANDB_MODE, WANDB_API_KEY, WANDB_PROJECT",
+    "mlflow": "MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME",
+}
 PERF = {"step_time", "tokens_per_s", "wall_time", "cpu_time", "flops_per_step", "flops", "mfu"}
 
 
@@ -40,15 +45,18 @@ def check_installed(report_to: list[str]) -> None:
     for name in report_to:
         pkg = PACKAGES.get(name)
         if pkg and importlib.util.find_spec(pkg) is None:
-            raise ConfigError(f"train.report_to: {name!r} is asked for but the {pkg} package is not installed; "
-                              f"pip install 'tokendrop[trackers]' (or pip install {pkg}), or remove {name!r} from "
-                              f"train.report_to (now {report_to})")
+            raise ConfigError(
+                f"train.report_to: {name!r} is asked for but the {pkg} package is not installed; "
+                f"pip install 'tokendrop[trackers]' (or pip install {pkg}), or remove {name!r} "
+                "from "
+                f"train.report_to (now {report_to})"
+            )
 
 
 def tag_of(key: str) -> str:
     """A metrics.jsonl key -> its namespaced tracker name (``eval_loss`` -> ``eval/loss``, ...)."""
     if key.startswith("eval_"):
-        return "eval/" + key[len("eval_"):]
+        return "eval/" + key[len("eval_") :]
     if key == "unigram_entropy":
         return "eval/unigram_entropy"
     if key in PERF:
@@ -58,8 +66,11 @@ def tag_of(key: str) -> str:
 
 def scalars(rec: dict[str, Any]) -> dict[str, float]:
     """The numeric fields of a step or evaluation record under their tracker names."""
-    return {tag_of(k): float(v) for k, v in rec.items()
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        tag_of(k): float(v)
+        for k, v in rec.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -87,8 +98,11 @@ class _TensorBoard:
             self.w.add_scalar(k, v, step)
 
     def event(self, rec: dict[str, Any]) -> None:
-        self.w.add_text(f"events/{rec['event']}", "```json\n" + json.dumps(rec, indent=1, default=str) + "\n```",
-                        int(rec.get("step", 0)))
+        self.w.add_text(
+            f"events/{rec['event']}",
+            "```json\n" + json.dumps(rec, indent=1, default=str) + "\n```",
+            int(rec.get("step", 0)),
+        )
 
     def close(self, ok: bool) -> None:
         self.w.close()
@@ -99,9 +113,18 @@ class _WandB:
         import wandb
 
         self.wandb = wandb
-        self.id = run_id or uuid.uuid4().hex[:8]  # kept in the start record: a resume continues this run
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "tokendrop"), name=name, id=self.id,
-                              resume="allow", dir=str(run_dir), config=cfg, reinit="create_new")
+        self.id = (
+            run_id or uuid.uuid4().hex[:8]
+        )  # kept in the start record: a resume continues this run
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "tokendrop"),
+            name=name,
+            id=self.id,
+            resume="allow",
+            dir=str(run_dir),
+            config=cfg,
+            reinit="create_new",
+        )
 
     def config(self, cfg: dict[str, Any], toml: str) -> None:
         pass  # given to wandb.init
@@ -110,8 +133,13 @@ class _WandB:
         self.run.log(values, step=step)
 
     def event(self, rec: dict[str, Any]) -> None:
-        self.run.summary.update({f"events/{rec['event']}/{k}": v for k, v in rec.items()
-                                 if k not in ("event", "step") and isinstance(v, (int, float, str, bool))})
+        self.run.summary.update(
+            {
+                f"events/{rec['event']}/{k}": v
+                for k, v in rec.items()
+                if k not in ("event", "step") and isinstance(v, (int, float, str, bool))
+            }
+        )
 
     def close(self, ok: bool) -> None:
         self.run.finish(exit_code=0 if ok else 1)
@@ -121,14 +149,18 @@ class _MLflow:
     def __init__(self, run_dir: Path, name: str, run_id: str | None):
         from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient()  # $MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db here)
+        self.client = (
+            MlflowClient()
+        )  # $MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db here)
         if run_id:
             self.id = run_id
             self.client.update_run(run_id, status="RUNNING")
         else:
             exp_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "tokendrop")
             exp = self.client.get_experiment_by_name(exp_name)
-            exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(exp_name)
+            exp_id = (
+                exp.experiment_id if exp is not None else self.client.create_experiment(exp_name)
+            )
             self.id = self.client.create_run(exp_id, run_name=name).info.run_id
         self.new = not run_id
 
@@ -139,7 +171,7 @@ class _MLflow:
 
         params = [Param(k, str(v)[:500]) for k, v in flat(cfg).items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 parameters per call
-            self.client.log_batch(self.id, params=params[i:i + 100])
+            self.client.log_batch(self.id, params=params[i : i + 100])
         self.client.log_text(self.id, toml, "config.toml")
 
     def log(self, values: dict[str, float], step: int) -> None:
@@ -149,7 +181,9 @@ class _MLflow:
         self.client.log_batch(self.id, metrics=[Metric(k, v, now, step) for k, v in values.items()])
 
     def event(self, rec: dict[str, Any]) -> None:
-        self.client.log_dict(self.id, rec, f"events/{rec['event']}-step{int(rec.get('step', 0))}.json")
+        self.client.log_dict(
+            self.id, rec, f"events/{rec['event']}-step{int(rec.get('step', 0))}.json"
+        )
 
     def close(self, ok: bool) -> None:
         self.client.set_terminated(self.id, status="FINISHED" if ok else "KILLED")
@@ -158,28 +192,45 @@ class _MLflow:
 class Trackers:
     """The trackers of ``report_to`` for one run (rank 0).  ``resumed``: a run continued from a
     checkpoint (``purge_step``: TensorBoard drops its events from that step on; ``ids``: the W&B /
-    MLflow run ids its start record kept as ``tracker_ids``); ``self.ids`` holds them for a new run."""
+    MLflow run ids its start record kept as ``tracker_ids``); ``self.ids`` holds them for a new
+    run."""
 
-    def __init__(self, run_dir: str | os.PathLike, report_to: list[str], *, name: str = "",
-                 resumed: bool = False, purge_step: int | None = None, ids: dict[str, str] | None = None,
-                 config: dict[str, Any] | None = None, config_toml: str = ""):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        report_to: list[str],
+        *,
+        name: str = "",
+        resumed: bool = False,
+        purge_step: int | None = None,
+        ids: dict[str, str] | None = None,
+        config: dict[str, Any] | None = None,
+        config_toml: str = "",
+    ):
         run_dir = Path(run_dir)
         ids = ids or {}
         name = name or run_dir.name
         self.open: list[Any] = []
         self.ids: dict[str, str] = {}
-        kinds = {"tensorboard": lambda: _TensorBoard(run_dir, purge_step),
-                 "wandb": lambda: _WandB(run_dir, name, ids.get("wandb"), config or {}),
-                 "mlflow": lambda: _MLflow(run_dir, name, ids.get("mlflow"))}
+        kinds = {
+            "tensorboard": lambda: _TensorBoard(run_dir, purge_step),
+            "wandb": lambda: _WandB(run_dir, name, ids.get("wandb"), config or {}),
+            "mlflow": lambda: _MLflow(run_dir, name, ids.get("mlflow")),
+        }
         for t in report_to:
             assert t in kinds, t  # train.report_to's names (tokendrop.config.REPORT_TO) bar jsonl
             try:
                 tr = kinds[t]()
-            except Exception as e:  # the tracker's own client refused (no server, no login, ...): one line
+            except (
+                Exception
+            ) as e:  # the tracker's own client refused (no server, no login, ...): one line
                 self.close(ok=False)
-                raise TrainingError(f"train.report_to: {t} did not start ({type(e).__name__}: "
-                                    f"{' '.join(str(e).split())[:300]}); fix its settings ({SETTINGS[t]}) or remove "
-                                    f"{t!r} from train.report_to, then --resume") from None
+                raise TrainingError(
+                    f"train.report_to: {t} did not start ({type(e).__name__}: "
+                    f"{' '.join(str(e).split())[:300]}); fix its settings ({SETTINGS[t]}) or "
+                    "remove "
+                    f"{t!r} from train.report_to, then --resume"
+                ) from None
             if hasattr(tr, "id"):
                 self.ids[t] = tr.id
             self.open.append(tr)

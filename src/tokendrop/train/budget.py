@@ -1,5 +1,6 @@
 """How long a run lasts: ``train.steps`` optimizer steps, or ``train.time_budget`` of training time;
-``train.tokens`` and ``train.epochs`` resolved to steps against the prepared data (``resolve_length``).
+``train.tokens`` and ``train.epochs`` resolved to steps against the prepared data
+(``resolve_length``).
 
 ``RunLength`` answers the two questions the training loop asks: the progress p in [0, 1] that the
 schedules (``tokendrop.train.schedules``) are evaluated at, and whether the run is finished.
@@ -14,11 +15,11 @@ schedules (``tokendrop.train.schedules``) are evaluated at, and whether the run 
   On CUDA the host's clock runs ahead of the device by what is queued (about a step); the final
   synchronisation before the last checkpoint is then counted.
 
-The clock is ``train.budget_clock``'s (``budget_clock``): "wall" (``time.perf_counter``) or "process"
-(``time.process_time``: the CPU seconds of the training process, its torch threads included, its
-data workers not), which a machine shared with other jobs slows down far less than wall time, so
-study arms run while the load changes get comparable budgets.  ``wall_time`` in the metrics and
-checkpoints is then that clock's seconds.
+The clock is ``train.budget_clock``'s (``budget_clock``): "wall" (``time.perf_counter``) or
+"process" (``time.process_time``: the CPU seconds of the training process, its torch threads
+included, its data workers not), which a machine shared with other jobs slows down far less than
+wall time, so study arms run while the load changes get comparable budgets.  ``wall_time`` in the
+metrics and checkpoints is then that clock's seconds.
 
 Under DDP the ranks must agree on p (the learning rate) and on when to stop: rank 0's reading is
 broadcast every step in a time-budgeted run (``agree``, over a CPU group: no device sync); a
@@ -55,15 +56,17 @@ import torch.distributed as dist
 
 from tokendrop.config.quantities import parse_duration, parse_tokens
 
+
 @dataclass(frozen=True)
 class RunLength:
-    """``steps`` > 0: a fixed number of optimizer steps; else ``budget_s`` seconds of training time."""
+    """``steps`` > 0: a fixed number of optimizer steps; else ``budget_s`` seconds of training
+    time."""
 
     steps: int = 0
     budget_s: float = 0.0
 
     @classmethod
-    def of(cls, train_cfg) -> "RunLength":
+    def of(cls, train_cfg) -> RunLength:
         if train_cfg.time_budget:
             return cls(0, parse_duration(train_cfg.time_budget))
         return cls(int(train_cfg.steps), 0.0)
@@ -73,7 +76,8 @@ class RunLength:
         return self.steps == 0
 
     def progress(self, step: int, used: float) -> float:
-        """p in [0, 1] at the start of step ``step`` (0-based) after ``used`` seconds of training."""
+        """p in [0, 1] at the start of step ``step`` (0-based) after ``used`` seconds of
+        training."""
         p = used / self.budget_s if self.timed else step / self.steps
         return min(1.0, max(0.0, p))
 
@@ -82,7 +86,9 @@ class RunLength:
         return used >= self.budget_s if self.timed else step >= self.steps
 
     def describe(self) -> str:
-        return f"train.time_budget={self.budget_s:g}s" if self.timed else f"train.steps={self.steps}"
+        return (
+            f"train.time_budget={self.budget_s:g}s" if self.timed else f"train.steps={self.steps}"
+        )
 
     def agree(self, used: float, world: int) -> float:
         """Rank 0's ``used`` on every rank (a time-budgeted run under DDP); else ``used`` as it is.
@@ -115,13 +121,17 @@ def _exact(x: float) -> Fraction:
 
 
 def steps_for_tokens(tokens: int, batch_size: int, seq_len: int) -> int:
-    """ceil(tokens / (batch_size * T)): optimizer steps that process at least ``tokens`` sequence slots."""
+    """ceil(tokens / (batch_size * T)): optimizer steps that process at least ``tokens`` sequence
+    slots."""
     return max(1, -(-int(tokens) // (int(batch_size) * int(seq_len))))
 
 
-def steps_per_epoch(num_sequences: int, batch_size: int, world: int = 1, micro_batch_size: int = 0) -> Fraction:
+def steps_per_epoch(
+    num_sequences: int, batch_size: int, world: int = 1, micro_batch_size: int = 0
+) -> Fraction:
     """Optimizer steps in one pass of the loader over ``num_sequences``: floor(N / G) / A with G =
-    micro * world the loader's global micro-batch and A = per-rank batch / micro the accumulation."""
+    micro * world the loader's global micro-batch and A = per-rank batch / micro the
+    accumulation."""
     per_rank = batch_size // world
     micro = micro_batch_size or per_rank
     accum = per_rank // micro
@@ -130,7 +140,8 @@ def steps_per_epoch(num_sequences: int, batch_size: int, world: int = 1, micro_b
 
 @dataclass(frozen=True)
 class ResolvedLength:
-    """``train.steps``/``train.warmup_steps`` as resolved, and ``note``: how (for ``train.resolved_from``)."""
+    """``train.steps``/``train.warmup_steps`` as resolved, and ``note``: how (for
+    ``train.resolved_from``)."""
 
     steps: int
     warmup_steps: int
@@ -139,16 +150,20 @@ class ResolvedLength:
     def updates(self, train_cfg) -> dict:
         """The TrainConfig fields to replace (``dataclasses.replace(train_cfg, **updates)``)."""
         out = {"steps": self.steps, "tokens": 0, "epochs": 0.0, "resolved_from": self.note}
-        if train_cfg.warmup_ratio and self.steps:  # a time-budgeted run keeps its ratio (a share of the budget)
+        if (
+            train_cfg.warmup_ratio and self.steps
+        ):  # a time-budgeted run keeps its ratio (a share of the budget)
             out.update(warmup_steps=self.warmup_steps, warmup_ratio=0.0)
         return out
 
 
-def resolve_length(train_cfg, num_sequences: int, seq_len: int, world: int = 1) -> ResolvedLength | None:
-    """Steps and warm-up steps of ``train_cfg`` (``train.tokens``/``epochs``/``warmup_ratio``) on data of
-    ``num_sequences`` training sequences of T = ``seq_len`` with ``world`` ranks; None when nothing
-    needs resolving (plain steps and warmup_steps, or a time budget without a warm-up ratio).
-    ValueError (one line) when the data holds less than one global batch."""
+def resolve_length(
+    train_cfg, num_sequences: int, seq_len: int, world: int = 1
+) -> ResolvedLength | None:
+    """Steps and warm-up steps of ``train_cfg`` (``train.tokens``/``epochs``/``warmup_ratio``) on
+    data of ``num_sequences`` training sequences of T = ``seq_len`` with ``world`` ranks; None when
+    nothing needs resolving (plain steps and warmup_steps, or a time budget without a warm-up
+    ratio). ValueError (one line) when the data holds less than one global batch."""
     tc = train_cfg
     if not (tc.tokens or tc.epochs or tc.warmup_ratio):
         return None
@@ -157,29 +172,40 @@ def resolve_length(train_cfg, num_sequences: int, seq_len: int, world: int = 1) 
     if tc.tokens:
         tokens = parse_tokens(tc.tokens)
         steps = steps_for_tokens(tokens, tc.batch_size, seq_len)
-        notes.append(f"train.tokens = {tokens}: ceil({tokens} / ({per_step} per step)) = {steps} steps "
-                     "(a token is a sequence slot, [CLS]/[SEP]/[PAD] included)")
+        notes.append(
+            f"train.tokens = {tokens}: ceil({tokens} / ({per_step} per step)) = {steps} steps "
+            "(a token is a sequence slot, [CLS]/[SEP]/[PAD] included)"
+        )
     elif tc.epochs:
         per_epoch = steps_per_epoch(num_sequences, tc.batch_size, world, tc.micro_batch_size)
         if per_epoch == 0:
-            raise ValueError(f"train.epochs: the training split has {num_sequences} sequences, fewer than one global "
-                             f"batch of {tc.batch_size}; expected more data or a smaller train.batch_size")
+            raise ValueError(
+                f"train.epochs: the training split has {num_sequences} sequences, fewer than one "
+                "global "
+                f"batch of {tc.batch_size}; expected more data or a smaller train.batch_size"
+            )
         steps = max(1, math.ceil(_exact(tc.epochs) * per_epoch))
-        notes.append(f"train.epochs = {tc.epochs:g}: ceil({tc.epochs:g} x {per_epoch} steps per pass over "
-                     f"{num_sequences} training sequences with {world} rank(s)) = {steps} steps")
+        notes.append(
+            f"train.epochs = {tc.epochs:g}: ceil({tc.epochs:g} x {per_epoch} steps per pass over "
+            f"{num_sequences} training sequences with {world} rank(s)) = {steps} steps"
+        )
     warmup = tc.warmup_steps
     if tc.warmup_ratio and steps:
         warmup = math.ceil(_exact(tc.warmup_ratio) * steps)
-        notes.append(f"train.warmup_ratio = {tc.warmup_ratio:g}: ceil({tc.warmup_ratio:g} x {steps}) = {warmup} "
-                     "warm-up steps")
+        notes.append(
+            f"train.warmup_ratio = {tc.warmup_ratio:g}: ceil({tc.warmup_ratio:g} x {steps}) = "
+            f"{warmup} "
+            "warm-up steps"
+        )
     elif tc.warmup_ratio:
         notes.append(f"train.warmup_ratio = {tc.warmup_ratio:g} of the time budget")
     return ResolvedLength(int(steps), int(warmup), "; ".join(notes))
 
 
 def resolved_train(train_cfg, num_sequences: int, seq_len: int, world: int = 1):
-    """``train_cfg`` with ``train.tokens``/``epochs``/``warmup_ratio`` resolved (``resolve_length``), as a
-    new TrainConfig; ``train_cfg`` itself when there is nothing to resolve."""
+    """``train_cfg`` with ``train.tokens``/``epochs``/``warmup_ratio`` resolved
+    (``resolve_length``), as a new TrainConfig; ``train_cfg`` itself when there is nothing to
+    resolve."""
     r = resolve_length(train_cfg, num_sequences, seq_len, world)
     return train_cfg if r is None else dataclasses.replace(train_cfg, **r.updates(train_cfg))
 
@@ -191,5 +217,12 @@ def budget_clock(train_cfg):
     return time.process_time if train_cfg.budget_clock == "process" else time.perf_counter
 
 
-__all__ = ["resolved_train", "steps_for_tokens", "steps_per_epoch", "resolve_length",
-           "ResolvedLength", "RunLength", "budget_clock"]
+__all__ = [
+    "resolved_train",
+    "steps_for_tokens",
+    "steps_per_epoch",
+    "resolve_length",
+    "ResolvedLength",
+    "RunLength",
+    "budget_clock",
+]

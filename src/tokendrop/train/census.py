@@ -9,9 +9,9 @@ calls that never reach the dispatcher on CPU):
 * a read of a value: ``.item()``, ``bool()`` / ``int()`` / ``float()`` of a tensor
   (``aten._local_scalar_dense``), ``.tolist()``, ``.numpy()``, ``.cpu()``, ``.to("cpu")``,
   ``aten.equal`` / ``aten.allclose`` / ``aten.is_nonzero``;
-* an output whose size depends on the data: ``nonzero``, ``masked_select``, boolean-mask indexing and
-  assignment, ``unique`` (every form), ``repeat_interleave`` of a tensor without ``output_size``,
-  ``bincount``, ``argwhere``;
+* an output whose size depends on the data: ``nonzero``, ``masked_select``, boolean-mask indexing
+  and assignment, ``unique`` (every form), ``repeat_interleave`` of a tensor without
+  ``output_size``, ``bincount``, ``argwhere``;
 * a blocking host-to-device copy: a Python scalar written through an index (``x[i] = 1.0``,
   ``x[idx] = 1.0``: PyTorch makes the value on the host and copies it), ``torch.tensor`` /
   ``torch.as_tensor`` with a ``device``.
@@ -47,12 +47,25 @@ _SELF = {str(Path(__file__).resolve()), str(Path(__file__).resolve().parents[1] 
 
 aten = torch.ops.aten
 _READS = {aten._local_scalar_dense, aten.equal, aten.allclose, aten.is_nonzero}
-_DATA_SIZED = {aten.nonzero, aten.masked_select, aten._unique, aten._unique2, aten.unique_dim,
-               aten.unique_consecutive, aten.unique_dim_consecutive, aten.bincount, aten.argwhere}
+_DATA_SIZED = {
+    aten.nonzero,
+    aten.masked_select,
+    aten._unique,
+    aten._unique2,
+    aten.unique_dim,
+    aten.unique_consecutive,
+    aten.unique_dim_consecutive,
+    aten.bincount,
+    aten.argwhere,
+}
 _REPEATS = {aten.repeat_interleave.Tensor, aten.repeat_interleave.self_Tensor}
 _INDEX_PUT = {aten.index_put_, aten.index_put, aten._index_put_impl_}
 _TENSOR_OPS = {torch.tensor, torch.as_tensor}
-_READ_METHODS = {torch.Tensor.tolist: "tolist", torch.Tensor.numpy: "numpy", torch.Tensor.cpu: "cpu"}
+_READ_METHODS = {
+    torch.Tensor.tolist: "tolist",
+    torch.Tensor.numpy: "numpy",
+    torch.Tensor.cpu: "cpu",
+}
 
 
 @dataclass(frozen=True)
@@ -70,9 +83,11 @@ class Census:
     syncs: list[Sync] = field(default_factory=list)
     op_names: Counter = field(default_factory=Counter)
 
-    def __enter__(self) -> "Census":
+    def __enter__(self) -> Census:
         self._stack = ExitStack()
-        self._lifted: weakref.WeakSet = weakref.WeakSet()  # Python scalars made tensors (on the host on CUDA)
+        self._lifted: weakref.WeakSet = (
+            weakref.WeakSet()
+        )  # Python scalars made tensors (on the host on CUDA)
         self._stack.enter_context(emulate_accelerator())
         self._stack.enter_context(_Functions(self))
         self._stack.enter_context(_Dispatch(self))
@@ -84,7 +99,10 @@ class Census:
     def report(self) -> str:
         """One line per distinct sync: count, kind, op, where."""
         c = Counter(self.syncs)
-        return "\n".join(f"{n} x {s.kind} {s.op} at {s.where}" for s, n in sorted(c.items(), key=lambda x: x[0].where))
+        return "\n".join(
+            f"{n} x {s.kind} {s.op} at {s.where}"
+            for s, n in sorted(c.items(), key=lambda x: x[0].where)
+        )
 
     def _sync(self, kind: str, op: str) -> None:
         self.syncs.append(Sync(kind, op, _where()))

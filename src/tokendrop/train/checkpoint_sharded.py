@@ -7,8 +7,10 @@ Layout of ``RUN_DIR/checkpoints/step-00001234/`` for a run with ``train.parallel
                         parallel; each file's safetensors header records where its pieces lie in the
                         full tensors (DCP's ``HuggingFaceStorageWriter``, ``save_distributed``)
     state.safetensors   importance vector, every rank's RNG states (rank 0)
-    meta.json           as for an unsharded checkpoint, plus ``"sharded": {"format", "world_size"}``;
-                        ``files`` records the size and sha256 of every shard file and state.safetensors
+    meta.json           as for an unsharded checkpoint, plus ``"sharded": {"format",
+    "world_size"}``;
+                        ``files`` records the size and sha256 of every shard file and
+                        state.safetensors
 
 No pickle anywhere: DCP's default ``FileSystemWriter`` pickles its ``.metadata`` file; the
 safetensors writer used here has none (the layout is read back from the safetensors headers), so
@@ -58,10 +60,19 @@ def _state(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict[str, Any]
     return get_state_dict(model, opt, options=_options())
 
 
-def save(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer, state_tensors: dict[str, Tensor],
-         meta: dict[str, Any], keep: int, dd: Dist) -> Path | None:
-    """Collective: every rank writes its shards of checkpoint ``step``; rank 0 writes state.safetensors
-    and meta.json last, then renames the temp dir.  -> the checkpoint dir on rank 0, else None."""
+def save(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    state_tensors: dict[str, Tensor],
+    meta: dict[str, Any],
+    keep: int,
+    dd: Dist,
+) -> Path | None:
+    """Collective: every rank writes its shards of checkpoint ``step``; rank 0 writes
+    state.safetensors and meta.json last, then renames the temp dir.  -> the checkpoint dir on rank
+    0, else None."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
@@ -69,12 +80,22 @@ def save(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(ckpt_mod.writing(run_dir, step)) if dd.main else None
         where = [str(tmp) if tmp is not None else None]
-        dist.broadcast_object_list(where, src=0)  # the temp dir's name (over the wire, not from disk)
+        dist.broadcast_object_list(
+            where, src=0
+        )  # the temp dir's name (over the wire, not from disk)
         out = Path(where[0])
-        tensors = {"model": model_sd, "optim": {k: v for k, v in optim_sd.items() if isinstance(v, Tensor)}}
-        dcp.save(tensors, storage_writer=HuggingFaceStorageWriter(str(out / SHARD_DIR), save_distributed=True))
+        tensors = {
+            "model": model_sd,
+            "optim": {k: v for k, v in optim_sd.items() if isinstance(v, Tensor)},
+        }
+        dcp.save(
+            tensors,
+            storage_writer=HuggingFaceStorageWriter(str(out / SHARD_DIR), save_distributed=True),
+        )
         if dd.main:
-            shards = sorted(f"{SHARD_DIR}/{f.name}" for f in (out / SHARD_DIR).glob("*.safetensors"))
+            shards = sorted(
+                f"{SHARD_DIR}/{f.name}" for f in (out / SHARD_DIR).glob("*.safetensors")
+            )
             meta = dict(meta, sharded={"format": FORMAT, "world_size": dd.world})
             ckpt_mod.finish(out, step, state_tensors, meta, shards)
     dist.barrier()  # every rank returns after the rename
@@ -88,11 +109,18 @@ def save(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
 def _restore_groups(opt: torch.optim.Optimizer, groups: list[dict[str, Any]]) -> None:
     """The recorded hyper-parameters (the learning rate is set every step anyway)."""
     for g, rec in zip(opt.param_groups, groups):
-        g.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in rec.items() if k != "params"})
+        g.update(
+            {k: (tuple(v) if isinstance(v, list) else v) for k, v in rec.items() if k != "params"}
+        )
 
 
-def load_into(ckpt: Path, model: nn.Module, opt: torch.optim.Optimizer, groups: list[dict[str, Any]],
-              distributed: bool) -> None:
+def load_into(
+    ckpt: Path,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    groups: list[dict[str, Any]],
+    distributed: bool,
+) -> None:
     """Load a sharded checkpoint's weights and optimizer state into ``model``/``opt``: FSDP-sharded
     ones (``distributed``: collective, each rank reads its pieces) or a plain model in one process
     (or each DDP rank alone).  The files were verified by the caller."""
@@ -101,16 +129,29 @@ def load_into(ckpt: Path, model: nn.Module, opt: torch.optim.Optimizer, groups: 
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     model_sd, optim_sd = _state(model, opt)
-    tensors = {"model": model_sd, "optim": {k: v for k, v in optim_sd.items() if isinstance(v, Tensor)}}
-    with warnings.catch_warnings():  # no_dist: "assuming the intent is to load in a single process": it is
+    tensors = {
+        "model": model_sd,
+        "optim": {k: v for k, v in optim_sd.items() if isinstance(v, Tensor)},
+    }
+    with (
+        warnings.catch_warnings()
+    ):  # no_dist: "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(Path(ckpt) / SHARD_DIR)), no_dist=not distributed)
+        dcp.load(
+            tensors,
+            storage_reader=HuggingFaceStorageReader(str(Path(ckpt) / SHARD_DIR)),
+            no_dist=not distributed,
+        )
     optim_sd.update(tensors["optim"])
-    set_state_dict(model, opt, model_state_dict=tensors["model"], optim_state_dict=optim_sd, options=_options())
+    set_state_dict(
+        model, opt, model_state_dict=tensors["model"], optim_state_dict=optim_sd, options=_options()
+    )
     _restore_groups(opt, groups)
 
 
-def load_full_into(opt: torch.optim.Optimizer, state_tensors: dict[str, Tensor], groups: list[dict[str, Any]]) -> None:
+def load_full_into(
+    opt: torch.optim.Optimizer, state_tensors: dict[str, Tensor], groups: list[dict[str, Any]]
+) -> None:
     """An unsharded checkpoint's AdamW state (full tensors, ``optim.<index>.<name>``) into the
     optimizer of an FSDP-sharded model: each rank keeps the rows of its own shards (no
     communication).  The weights were loaded into the model before it was sharded."""
@@ -128,9 +169,17 @@ def load_full_into(opt: torch.optim.Optimizer, state_tensors: dict[str, Tensor],
         out = {}
         for what, full in st.items():
             if isinstance(p, DTensor) and full.shape == p.shape:
-                shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
-                local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape))].to(p.device, p.dtype).contiguous()
-                out[what] = DTensor.from_local(local, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+                shape, offset = compute_local_shape_and_global_offset(
+                    p.shape, p.device_mesh, p.placements
+                )
+                local = (
+                    full[tuple(slice(o, o + n) for o, n in zip(offset, shape))]
+                    .to(p.device, p.dtype)
+                    .contiguous()
+                )
+                out[what] = DTensor.from_local(
+                    local, p.device_mesh, p.placements, shape=p.shape, stride=p.stride()
+                )
             else:  # the step count (a scalar)
                 out[what] = full.to(p.device)
         opt.state[p] = out

@@ -19,8 +19,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from tqdm import tqdm
 
@@ -32,7 +33,8 @@ LOG_FILE = "log.txt"
 
 
 def is_terminal(stream=None) -> bool:
-    """Whether ``stream`` (stderr) is an interactive terminal (a progress bar is drawn only there)."""
+    """Whether ``stream`` (stderr) is an interactive terminal (a progress bar is drawn only
+    there)."""
     stream = stream or sys.stderr
     try:
         return bool(stream.isatty())
@@ -60,7 +62,8 @@ def fmt_count(n: float) -> str:
 
 
 class RunLog:
-    """Lines to stderr (``echo``) and appended to ``path`` (``None``: no file; a rank other than 0)."""
+    """Lines to stderr (``echo``) and appended to ``path`` (``None``: no file; a rank other than
+    0)."""
 
     def __init__(self, path: str | os.PathLike | None, echo: bool = True):
         self.path = Path(path) if path is not None else None
@@ -83,10 +86,16 @@ class RunLog:
             self.say(line, console)
 
 
-def interval_line(step: int, total: int | None, rec: dict[str, Any] | None, ev: dict[str, float] | None,
-                  elapsed: float, eta: float | None) -> str:
-    """One plain progress line: ``step 20/40 | loss 4.775 | eval loss 4.69 | lr 1.0e-04 | 43,589 tok/s |
-    0:02 elapsed, ETA 0:03``."""
+def interval_line(
+    step: int,
+    total: int | None,
+    rec: dict[str, Any] | None,
+    ev: dict[str, float] | None,
+    elapsed: float,
+    eta: float | None,
+) -> str:
+    """One plain progress line: ``step 20/40 | loss 4.775 | eval loss 4.69 | lr 1.0e-04 | 43,589
+    tok/s | 0:02 elapsed, ETA 0:03``."""
     parts = [f"step {step}/{total}" if total else f"step {step}"]
     if rec is not None:
         parts.append(f"loss {rec['loss']:.4f}")
@@ -95,7 +104,9 @@ def interval_line(step: int, total: int | None, rec: dict[str, Any] | None, ev: 
     if rec is not None:
         parts.append(f"lr {rec['lr']:.2e}")
         parts.append(f"{rec['tokens_per_s']:,.0f} tok/s")
-    parts.append(f"{fmt_seconds(elapsed)} elapsed" + (f", ETA {fmt_seconds(eta)}" if eta is not None else ""))
+    parts.append(
+        f"{fmt_seconds(elapsed)} elapsed" + (f", ETA {fmt_seconds(eta)}" if eta is not None else "")
+    )
     return " | ".join(parts)
 
 
@@ -103,13 +114,22 @@ class Progress:
     """A run's progress: a tqdm bar on a terminal (``bar``), else nothing on the console between
     ``line`` calls, which print one plain line (``console``) and always write it to the log file."""
 
-    def __init__(self, log: RunLog, total: int | None, initial: int = 0, desc: str = "pretrain",
-                 bar: bool = False, console: bool = True):
+    def __init__(
+        self,
+        log: RunLog,
+        total: int | None,
+        initial: int = 0,
+        desc: str = "pretrain",
+        bar: bool = False,
+        console: bool = True,
+    ):
         self.log, self.total, self.console = log, total, console and not bar
         self.t0 = time.perf_counter()
         self.pbar = None
         if bar:
-            self.pbar = tqdm(total=total or None, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
+            self.pbar = tqdm(
+                total=total or None, initial=initial, desc=desc, unit="step", dynamic_ncols=True
+            )
 
     def update(self, n: int = 1, **postfix: str) -> None:
         if self.pbar is not None:
@@ -160,90 +180,189 @@ def dropping_line(cfg, seq_len: int) -> str:
         return "OFF: a dense run (drop.method = none; token dropping: --set drop.method=cumulative)"
     start, end = d.span(layers)
     if d.per_layer:
-        kept = f"kept rows ramped from {d.ltd_start_fraction:g} of T to T over {d.ltd_schedule_share:g} of the run"
+        kept = (
+            f"kept rows ramped from {d.ltd_start_fraction:g} of T to T over "
+            f"{d.ltd_schedule_share:g} of the run"
+        )
     elif d.pools:
         kept = "2:1 average pooling"
     else:
         kept = f"rate {d.rate:g} ({d.num_kept(seq_len)} of {seq_len} tokens kept)"
     r = flop_ratio(cfg.model, seq_len, d)
-    stage2 = f"; dense for the last {d.stage2_fraction:.0%} of the steps (stage 2)" if d.stage2_fraction else ""
-    return (f"ON: {d.method}/{d.variant}, {kept} in layers [{start}, {end}) of {layers}{stage2}; FLOP bound "
-            f"{1 / r:.2f}x vs dense ({r:.2f} of its FLOPs per step{', at the ramp start' if d.per_layer else ''})")
+    stage2 = (
+        f"; dense for the last {d.stage2_fraction:.0%} of the steps (stage 2)"
+        if d.stage2_fraction
+        else ""
+    )
+    return (
+        f"ON: {d.method}/{d.variant}, {kept} in layers [{start}, {end}) of {layers}{stage2}; FLOP "
+        "bound "
+        f"{1 / r:.2f}x vs dense ({r:.2f} of its FLOPs per "
+        f"step{', at the ramp start' if d.per_layer else ''})"
+    )
 
 
 def length_line(tc, num_train: int, seq_len: int) -> str:
-    """The run's length in steps, tokens and epochs (or its time budget), with how it was resolved."""
+    """The run's length in steps, tokens and epochs (or its time budget), with how it was
+    resolved."""
     if tc.time_budget:
-        return (f"a time budget of {tc.time_budget} of training time (train.time_budget, clock "
-                f"{tc.budget_clock}); steps as many as fit")
+        return (
+            f"a time budget of {tc.time_budget} of training time (train.time_budget, clock "
+            f"{tc.budget_clock}); steps as many as fit"
+        )
     tokens = tc.steps * tc.batch_size * seq_len
     epochs = tc.steps * tc.batch_size / num_train if num_train else float("nan")
-    how = next((part.split(":")[0].strip() for part in tc.resolved_from.split(";")
-                if part.strip().startswith(("train.tokens", "train.epochs"))), "train.steps")
-    return f"{tc.steps:,} steps ({how}) = {fmt_count(tokens)} tokens, {epochs:.2f} epochs of the training split"
+    how = next(
+        (
+            part.split(":")[0].strip()
+            for part in tc.resolved_from.split(";")
+            if part.strip().startswith(("train.tokens", "train.epochs"))
+        ),
+        "train.steps",
+    )
+    return (
+        f"{tc.steps:,} steps ({how}) = {fmt_count(tokens)} tokens, {epochs:.2f} epochs of the "
+        "training split"
+    )
 
 
 def lr_line(tc) -> str:
-    warm = (f"warm-up {tc.warmup_ratio:g} of the budget" if tc.warmup_ratio else f"warm-up {tc.warmup_steps} steps")
-    shape = ("linear decay to 0" if tc.lr_schedule == "linear"
-             else f"stable, then {tc.decay_shape} decay over the last {tc.decay_share:g}")
-    return (f"peak {tc.lr:g}, {tc.lr_schedule}: {warm}, {shape}; AdamW (weight decay {tc.weight_decay:g}, "
-            f"grad clip {tc.grad_clip:g})")
+    warm = (
+        f"warm-up {tc.warmup_ratio:g} of the budget"
+        if tc.warmup_ratio
+        else f"warm-up {tc.warmup_steps} steps"
+    )
+    shape = (
+        "linear decay to 0"
+        if tc.lr_schedule == "linear"
+        else f"stable, then {tc.decay_shape} decay over the last {tc.decay_share:g}"
+    )
+    return (
+        f"peak {tc.lr:g}, {tc.lr_schedule}: {warm}, {shape}; AdamW (weight decay "
+        f"{tc.weight_decay:g}, "
+        f"grad clip {tc.grad_clip:g})"
+    )
 
 
-def pretrain_banner(cfg, *, run_dir, start_step: int, params: int, data, world: int, device: str, precision: str,
-                    micro_bs: int, accum: int, parallel: str, threads: int, head_warmup: str, importance: str,
-                    entropy: float | None, source: str = "") -> list[str]:
-    """The block a pretraining run prints before any work: every line from the resolved config and the
-    run's actual set-up (tests check it against ``RUN/config.toml``)."""
+def pretrain_banner(
+    cfg,
+    *,
+    run_dir,
+    start_step: int,
+    params: int,
+    data,
+    world: int,
+    device: str,
+    precision: str,
+    micro_bs: int,
+    accum: int,
+    parallel: str,
+    threads: int,
+    head_warmup: str,
+    importance: str,
+    entropy: float | None,
+    source: str = "",
+) -> list[str]:
+    """The block a pretraining run prints before any work: every line from the resolved config and
+    the run's actual set-up (tests check it against ``RUN/config.toml``)."""
     m, tc = cfg.model, cfg.train
     T = data.seq_len
     n_train, n_eval = data.num_sequences("train"), data.num_sequences("eval")
     where = cfg.data.path or f"mixture of {len(cfg.data.paths)} ({', '.join(cfg.data.paths)})"
     state = f"resumed at step {start_step}" if start_step else "new run"
     ffn = f"FFN {m.intermediate_size}"
-    lines = [f"tokendrop pretrain: {state} in {run_dir}",
-             f"  model     {m.family}, {m.num_layers} layers x {m.hidden_size} ({m.num_heads} heads, {ffn}), "
-             f"vocab {m.vocab_size}, T={T}: {fmt_count(params)} parameters",
-             f"  source    {source or 'random initialisation (no model.init)'}",
-             f"  dropping  {dropping_line(cfg, T)}",
-             f"  data      {where}: {n_train:,} training sequences ({fmt_count(n_train * T)} tokens), {n_eval:,} held out"
-             + (f"; unigram entropy {entropy:.3f} nats (an MLM loss below it beats word frequencies)"
-                if entropy is not None else ""),
-             f"  length    {length_line(tc, n_train, T)}",
-             f"  warm-ups  MLM-head: {head_warmup}; importance: {importance}",
-             f"  batch     {tc.batch_size} sequences per step = {micro_bs} per micro-batch x {accum} accumulated"
-             + (f" x {world} ranks" if world > 1 else "") + batch_warmup_line(tc)
-             + (f"; length warm-up from {cfg.data.seq_len_start} tokens over the first "
-                f"{cfg.data.seq_len_warmup_share:g} "
-                "of the run" if cfg.data.seq_len_start else ""),
-             f"  lr        {lr_line(tc)}",
-             f"  device    {device}, {precision}, "
-             + (f"{world} processes ({parallel})" if world > 1 else "1 process") + f", {threads} CPU thread(s)"
-             + (f"; load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""),
-             f"  logging   every {tc.log_every} steps; eval every {tc.eval_every} ({tc.eval_batches} batches); "
-             f"checkpoints every {tc.ckpt_every} (keep {tc.keep_checkpoints}); metrics.jsonl"
-             + "".join(f", {t}" for t in tc.report_to if t != "jsonl") + f"; this log: {LOG_FILE}"]
+    lines = [
+        f"tokendrop pretrain: {state} in {run_dir}",
+        f"  model     {m.family}, {m.num_layers} layers x {m.hidden_size} ({m.num_heads} heads, "
+        f"{ffn}), "
+        f"vocab {m.vocab_size}, T={T}: {fmt_count(params)} parameters",
+        f"  source    {source or 'random initialisation (no model.init)'}",
+        f"  dropping  {dropping_line(cfg, T)}",
+        f"  data      {where}: {n_train:,} training sequences ({fmt_count(n_train * T)} tokens), "
+        f"{n_eval:,} held out"
+        + (
+            f"; unigram entropy {entropy:.3f} nats (an MLM loss below it beats word frequencies)"
+            if entropy is not None
+            else ""
+        ),
+        f"  length    {length_line(tc, n_train, T)}",
+        f"  warm-ups  MLM-head: {head_warmup}; importance: {importance}",
+        f"  batch     {tc.batch_size} sequences per step = {micro_bs} per micro-batch x {accum} "
+        "accumulated"
+        + (f" x {world} ranks" if world > 1 else "")
+        + batch_warmup_line(tc)
+        + (
+            f"; length warm-up from {cfg.data.seq_len_start} tokens over the first "
+            f"{cfg.data.seq_len_warmup_share:g} "
+            "of the run"
+            if cfg.data.seq_len_start
+            else ""
+        ),
+        f"  lr        {lr_line(tc)}",
+        f"  device    {device}, {precision}, "
+        + (f"{world} processes ({parallel})" if world > 1 else "1 process")
+        + f", {threads} CPU thread(s)"
+        + (f"; load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""),
+        f"  logging   every {tc.log_every} steps; eval every {tc.eval_every} ({tc.eval_batches} "
+        "batches); "
+        f"checkpoints every {tc.ckpt_every} (keep {tc.keep_checkpoints}); metrics.jsonl"
+        + "".join(f", {t}" for t in tc.report_to if t != "jsonl")
+        + f"; this log: {LOG_FILE}",
+    ]
     return lines
 
 
-def pretrain_summary(*, run_dir, interrupted: bool, step: int, total: int | None, tokens: int, seconds: float,
-                     phases: dict[str, float], tokens_per_s: float, last: dict[str, Any] | None,
-                     ev: dict[str, float] | None, entropy: float | None) -> list[str]:
+def pretrain_summary(
+    *,
+    run_dir,
+    interrupted: bool,
+    step: int,
+    total: int | None,
+    tokens: int,
+    seconds: float,
+    phases: dict[str, float],
+    tokens_per_s: float,
+    last: dict[str, Any] | None,
+    ev: dict[str, float] | None,
+    entropy: float | None,
+) -> list[str]:
     """The block a pretraining run prints at its end."""
     state = "interrupted (checkpoint saved)" if interrupted else "finished"
     of = f" of {total:,}" if total else ""
-    lines = [f"tokendrop pretrain: {state} at step {step:,}{of}, {fmt_count(tokens)} tokens trained in this process, "
-             f"{seconds:.1f} s",
-             f"  phases    {phases_line(phases, seconds)}",
-             f"  training  {tokens_per_s:,.0f} tokens/s" + (f"; last train loss {last['loss']:.4f}" if last else "")]
+    lines = [
+        f"tokendrop pretrain: {state} at step {step:,}{of}, {fmt_count(tokens)} tokens trained in "
+        "this process, "
+        f"{seconds:.1f} s",
+        f"  phases    {phases_line(phases, seconds)}",
+        f"  training  {tokens_per_s:,.0f} tokens/s"
+        + (f"; last train loss {last['loss']:.4f}" if last else ""),
+    ]
     if ev:
         note = unigram_note(ev["eval_loss"], entropy)
-        lines.append(f"  eval      loss {ev['eval_loss']:.4f}, acc {ev['eval_acc']:.4f}" + (f"; {note}" if note else ""))
-    lines.append(f"  outputs   {run_dir}: checkpoints/, metrics.jsonl, {LOG_FILE}"
-                 + ("" if interrupted else ", report.md") + f"; export: tokendrop export {run_dir} OUT_DIR")
+        lines.append(
+            f"  eval      loss {ev['eval_loss']:.4f}, acc {ev['eval_acc']:.4f}"
+            + (f"; {note}" if note else "")
+        )
+    lines.append(
+        f"  outputs   {run_dir}: checkpoints/, metrics.jsonl, {LOG_FILE}"
+        + ("" if interrupted else ", report.md")
+        + f"; export: tokendrop export {run_dir} OUT_DIR"
+    )
     return lines
 
 
-__all__ = ["pretrain_banner", "pretrain_summary", "dropping_line", "LOG_FILE", "RunLog", "Progress", "interval_line", "eta", "unigram_note", "phases_line", "fmt_seconds",
-           "fmt_count", "is_terminal"]
+__all__ = [
+    "pretrain_banner",
+    "pretrain_summary",
+    "dropping_line",
+    "LOG_FILE",
+    "RunLog",
+    "Progress",
+    "interval_line",
+    "eta",
+    "unigram_note",
+    "phases_line",
+    "fmt_seconds",
+    "fmt_count",
+    "is_terminal",
+]

@@ -1,14 +1,15 @@
 """Continued pretraining: start a run from a published checkpoint (``model.init``).
 
 ``tokendrop pretrain --init SOURCE`` (or ``model.init = "SOURCE"`` in a preset) takes the model's
-shape from SOURCE's ``config.json``: ``pretrain`` resolves SOURCE once (``tokendrop.models.source``),
-builds the run's config from it (``tokendrop.train.run_config``, where ``check_vocabulary`` checks that
-the prepared data was tokenized with SOURCE's vocabulary) and, when a new run starts:
+shape from SOURCE's ``config.json``: ``pretrain`` resolves SOURCE once
+(``tokendrop.models.source``), builds the run's config from it (``tokendrop.train.run_config``,
+where ``check_vocabulary`` checks that the prepared data was tokenized with SOURCE's vocabulary)
+and, when a new run starts:
 
 1. ``start_from_source`` checks that the resolved weights have the sha256 the run's config
-   recorded, loads the weights (a missing MLM head is initialised the way BERT does: tied decoder, zero bias) and
-   copies SOURCE's config.json and tokenizer files to ``RUN/source/`` (so ``export`` keeps them and
-   ``--resume`` never needs SOURCE again);
+   recorded, loads the weights (a missing MLM head is initialised the way BERT does: tied decoder,
+   zero bias) and copies SOURCE's config.json and tokenizer files to ``RUN/source/`` (so ``export``
+   keeps them and ``--resume`` never needs SOURCE again);
 2. ``head_warmup`` trains a freshly initialised MLM head alone for ``train.head_warmup_steps``
    steps with the encoder frozen, so that the head's random gradients do not reach the encoder
    in the first steps (docs/design.md, "Continued pretraining", has the measurement);
@@ -26,16 +27,17 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from tokendrop.config import Config, ConfigError
+from tokendrop.config import Config
 from tokendrop.data import MLMLoader
 from tokendrop.data.tokenizer import tokenizer_vocab_sha256
-from tokendrop.errors import DataError
+from tokendrop.errors import ConfigError, DataError
 from tokendrop.models.hf import save_source_files
 from tokendrop.models.source import load_init_weights
 from tokendrop.train.console import Progress, is_terminal
@@ -50,16 +52,24 @@ def start_from_source(cfg: Config, src, model, run_dir: Path, main: bool) -> dic
     ``tokendrop.train.run_config.resolve_init``) into ``model``; -> a summary for the run log."""
     if cfg.model.init_sha256 and src.sha256 != cfg.model.init_sha256:
         raise ConfigError(
-            f"model.init: {src.weights_file} has sha256 {src.sha256[:12]}... but the config recorded "
+            f"model.init: {src.weights_file} has sha256 {src.sha256[:12]}... but the config "
+            "recorded "
             f"{cfg.model.init_sha256[:12]}...; the source changed since the config was resolved"
         )
     report = load_init_weights(src, model)
     if main:
         save_source_files(src, run_dir)
     summary = {
-        "event": "init", "source": cfg.model.init, "path": str(src.path), "layout": src.layout,
-        "weights_file": str(src.weights_file), "sha256": src.sha256, "fresh": report.fresh,
-        "unexpected": report.unexpected, "ignored": report.ignored, "notes": report.notes,
+        "event": "init",
+        "source": cfg.model.init,
+        "path": str(src.path),
+        "layout": src.layout,
+        "weights_file": str(src.weights_file),
+        "sha256": src.sha256,
+        "fresh": report.fresh,
+        "unexpected": report.unexpected,
+        "ignored": report.ignored,
+        "notes": report.notes,
     }
     if main:
         say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
@@ -69,63 +79,87 @@ def start_from_source(cfg: Config, src, model, run_dir: Path, main: bool) -> dic
         if report.fresh:
             say(f"init: freshly initialised ({len(report.fresh)}): {', '.join(report.fresh)}")
         if report.unexpected:
-            say(f"init: unexpected tensors, not used ({len(report.unexpected)}): {', '.join(report.unexpected)}")
+            say(
+                f"init: unexpected tensors, not used ({len(report.unexpected)}): "
+                f"{', '.join(report.unexpected)}"
+            )
     return summary
 
 
 def check_vocabulary(src, data) -> None:
     """The prepared data must use the source's vocabulary: the same vocabulary hash
-    (``tokendrop.data.tokenizer.tokenizer_vocab_sha256`` of the source's tokenizer: its vocab.txt, or
-    its tokenizer.json for a tokenizer used as it is, e.g. ModernBERT's BPE) and an id space that the
-    source's embedding covers.  The source's ``vocab_size`` may exceed the tokenizer's ids (ModernBERT
-    pads its embedding); ``prepare --tokenizer MODEL_DIR`` then records that size, which the run
-    needs (the model is built with the source's shape and the data's size must equal it).  A source
-    with fewer embedding rows than the data has ids is an error."""
+    (``tokendrop.data.tokenizer.tokenizer_vocab_sha256`` of the source's tokenizer: its vocab.txt,
+    or its tokenizer.json for a tokenizer used as it is, e.g. ModernBERT's BPE) and an id space that
+    the source's embedding covers.  The source's ``vocab_size`` may exceed the tokenizer's ids
+    (ModernBERT pads its embedding); ``prepare --tokenizer MODEL_DIR`` then records that size, which
+    the run needs (the model is built with the source's shape and the data's size must equal it).  A
+    source with fewer embedding rows than the data has ids is an error."""
     if src.tokenizer_dir is not None:
         try:
             h = tokenizer_vocab_sha256(src.tokenizer_dir)
         except DataError as e:
-            raise ConfigError(f"model.init: the tokenizer of {src.source} does not load ({e})") from None
+            raise ConfigError(
+                f"model.init: the tokenizer of {src.source} does not load ({e})"
+            ) from None
         if h != data.vocab_hash:
             what = "tokenizer.json" if data.tokenizer_backend == "file" else "vocab.txt"
             raise ConfigError(
-                f"data.path: {data.path} was prepared with another vocabulary ({what} sha256 {data.vocab_hash[:12]}...) "
-                f"than model.init's {src.tokenizer_dir} (sha256 {h[:12]}...); prepare the data with "
+                f"data.path: {data.path} was prepared with another vocabulary ({what} sha256 "
+                f"{data.vocab_hash[:12]}...) "
+                f"than model.init's {src.tokenizer_dir} (sha256 {h[:12]}...); prepare the data "
+                "with "
                 f"`tokendrop prepare --tokenizer {src.tokenizer_dir}`"
             )
     else:
-        print(f"warning: model.init {src.source} has no tokenizer files; only the vocabulary size was checked",
-              file=sys.stderr)
+        print(
+            f"warning: model.init {src.source} has no tokenizer files; only the vocabulary size "
+            "was checked",
+            file=sys.stderr,
+        )
     if data.vocab_size > src.model.vocab_size:
         raise ConfigError(
-            f"data.path: {data.path} holds token ids up to {data.vocab_size - 1} but model.init {src.source} has only "
-            f"{src.model.vocab_size} embedding rows (config.json vocab_size); prepare the data with the source's own "
+            f"data.path: {data.path} holds token ids up to {data.vocab_size - 1} but model.init "
+            f"{src.source} has only "
+            f"{src.model.vocab_size} embedding rows (config.json vocab_size); prepare the data "
+            "with the source's own "
             f"tokenizer: `tokendrop prepare --tokenizer {src.tokenizer_dir or src.path}`"
         )
     if data.vocab_size < src.model.vocab_size:
         raise ConfigError(
-            f"data.path: {data.path} was prepared for a vocabulary of {data.vocab_size} ids but model.init "
+            f"data.path: {data.path} was prepared for a vocabulary of {data.vocab_size} ids but "
+            "model.init "
             f"{src.source} has {src.model.vocab_size} embedding rows; prepare the data with "
-            f"`tokendrop prepare --tokenizer {src.path if src.kind == 'huggingface' else src.tokenizer_dir or src.path}` "
+            "`tokendrop prepare --tokenizer "
+            f"{src.path if src.kind == 'huggingface' else src.tokenizer_dir or src.path}` "
             "(a model directory: its config.json's vocab_size sizes the data)"
         )
 
 
 def head_warmup_plan(tc) -> tuple[int, str]:
-    """The MLM-head warm-up of a run whose source has no MLM head (``train.head_warmup_*``): -> (steps,
-    how they were chosen).  ``head_warmup_steps`` steps, but at most ``head_warmup_share`` of the
-    run's ``train.steps`` (0: not scaled); a time-budgeted run is not scaled."""
+    """The MLM-head warm-up of a run whose source has no MLM head (``train.head_warmup_*``): ->
+    (steps, how they were chosen).  ``head_warmup_steps`` steps, but at most ``head_warmup_share``
+    of the run's ``train.steps`` (0: not scaled); a time-budgeted run is not scaled."""
     cap = tc.head_warmup_steps
     if cap <= 0:
         return 0, "none (train.head_warmup_steps = 0)"
     if not tc.head_warmup_share or tc.time_budget or not tc.steps:
-        why = "a time-budgeted run: not scaled" if tc.time_budget else "train.head_warmup_share = 0: not scaled"
+        why = (
+            "a time-budgeted run: not scaled"
+            if tc.time_budget
+            else "train.head_warmup_share = 0: not scaled"
+        )
         return cap, f"{cap} steps (train.head_warmup_steps; {why})"
     scaled = max(1, math.ceil(tc.head_warmup_share * tc.steps))
     if scaled < cap:
-        return scaled, (f"{scaled} steps ({tc.head_warmup_share:g} of the run's {tc.steps} steps; "
-                        f"train.head_warmup_share, at most train.head_warmup_steps = {cap})")
-    return cap, f"{cap} steps (train.head_warmup_steps; {tc.head_warmup_share:g} of the run would be {scaled})"
+        return scaled, (
+            f"{scaled} steps ({tc.head_warmup_share:g} of the run's {tc.steps} steps; "
+            f"train.head_warmup_share, at most train.head_warmup_steps = {cap})"
+        )
+    return (
+        cap,
+        f"{cap} steps (train.head_warmup_steps; {tc.head_warmup_share:g} of the run would be "
+        f"{scaled})",
+    )
 
 
 def importance_plan(cfg, selector) -> tuple[str, int, str]:
@@ -135,36 +169,65 @@ def importance_plan(cfg, selector) -> tuple[str, int, str]:
     how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
     learns = cfg.drop.selection.learns_from_loss
     if selector is None:  # nothing selects: no importance vector
-        what = "no dropping" if not cfg.drop.enabled else f"variant {cfg.drop.variant} selects nothing"
+        what = (
+            "no dropping" if not cfg.drop.enabled else f"variant {cfg.drop.variant} selects nothing"
+        )
         return "constant", 0, f"none ({what})"
     if not learns or how == "constant":
-        what = f"{cfg.drop.method} keeps no loss record" if not learns else f"constant (init_score {cfg.drop.init_score:g})"
+        what = (
+            f"{cfg.drop.method} keeps no loss record"
+            if not learns
+            else f"constant (init_score {cfg.drop.init_score:g})"
+        )
         return "constant", 0, f"none ({what})"
     if how == "frequency":
         return how, 0, "frequency (unigram surprisal of the data's counts; no extra pass)"
     n = cfg.drop.importance_init_batches
-    return how, n, f"dense pass over {n} batches before step 1 (drop.importance_init = {cfg.drop.importance_init})"
+    return (
+        how,
+        n,
+        f"dense pass over {n} batches before step 1 (drop.importance_init = "
+        f"{cfg.drop.importance_init})",
+    )
 
 
-def describe_warm_ups(cfg: Config, model, selector, events: list[dict], new: bool = True) -> tuple[str, str, str]:
+def describe_warm_ups(
+    cfg: Config, model, selector, events: list[dict], new: bool = True
+) -> tuple[str, str, str]:
     """For the start-up banner: (the source, the MLM-head warm-up, the importance start) of a run
     (``events``: ``load_source``'s; ``new``: not a resumed run)."""
     fresh = bool(events) and head_is_fresh(model, events[0]["fresh"])
     source = ""
     if cfg.model.init:
-        source = (f"model.init = {cfg.model.init} (sha256 {cfg.model.init_sha256[:12]}...)"
-                  + (f"; {events[0]['layout']}" if events else "") + ("; no MLM head: warmed up first" if fresh else ""))
+        source = (
+            f"model.init = {cfg.model.init} (sha256 {cfg.model.init_sha256[:12]}...)"
+            + (f"; {events[0]['layout']}" if events else "")
+            + ("; no MLM head: warmed up first" if fresh else "")
+        )
     if not new:
         return source, "done before the checkpoint resumed", "the checkpoint's"
-    head = (head_warmup_plan(cfg.train)[1] if fresh else
-            "none (the source has its MLM head)" if cfg.model.init else "none (no model.init)")
+    head = (
+        head_warmup_plan(cfg.train)[1]
+        if fresh
+        else "none (the source has its MLM head)"
+        if cfg.model.init
+        else "none (no model.init)"
+    )
     return source, head, importance_plan(cfg, selector)[2]
 
 
-def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: float, device: torch.device,
-                amp: torch.dtype | None, progress=None) -> list[float]:
+def head_warmup(
+    model,
+    batches: Iterator[dict[str, Tensor]],
+    steps: int,
+    lr: float,
+    device: torch.device,
+    amp: torch.dtype | None,
+    progress=None,
+) -> list[float]:
     """Train the MLM head alone (``model.head_parameters()``: encoder and the tied decoder weight
-    frozen, no encoder backward) for ``steps`` steps; any family's ``tokendrop.models.masked_lm.MaskedLM``.
+    frozen, no encoder backward) for ``steps`` steps; any family's
+    ``tokendrop.models.masked_lm.MaskedLM``.
 
     AdamW on the head's parameters, linear warm-up over the first 10% then linear decay to 0.
     -> the per-step MLM losses.  Every parameter's ``requires_grad`` is restored on return.
@@ -177,7 +240,8 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
     losses: list[float] = []
     was_training = model.training
     model.train()
-    pbar = progress  # a tokendrop.train.console.Progress (a bar on a terminal, else a line every ~10%), or None
+    # a tokendrop.train.console.Progress (a bar on a terminal, else a line every ~10%), or None
+    pbar = progress
     every = max(1, steps // 10)
     try:
         for p in frozen:
@@ -188,8 +252,12 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
                 g["lr"] = lr_linear_steps(step, lr, warm, steps)
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 with torch.no_grad():
-                    h = model.hidden(mb["input_ids"], mb["mlm_positions"], mb["attention_mask"],
-                                     mb["token_type_ids"])  # (B, P, d)
+                    h = model.hidden(
+                        mb["input_ids"],
+                        mb["mlm_positions"],
+                        mb["attention_mask"],
+                        mb["token_type_ids"],
+                    )  # (B, P, d)
                 logits = model.head_logits(h)
             nll = model.mlm_nll(logits, mb["mlm_labels"])
             w = mb["mlm_weights"]
@@ -201,8 +269,10 @@ def head_warmup(model, batches: Iterator[dict[str, Tensor]], steps: int, lr: flo
             if pbar is not None:
                 pbar.update(1, loss=f"{losses[-1]:.3f}")
                 if (step + 1) % every == 0 or step + 1 == steps:
-                    pbar.line(f"MLM-head warm-up: step {step + 1}/{steps} | loss {losses[-1]:.4f} | "
-                              f"{pbar.elapsed():.1f} s")
+                    pbar.line(
+                        f"MLM-head warm-up: step {step + 1}/{steps} | loss {losses[-1]:.4f} | "
+                        f"{pbar.elapsed():.1f} s"
+                    )
     finally:
         for p in frozen:
             p.requires_grad_(True)
@@ -222,8 +292,16 @@ def head_is_fresh(model, fresh: list[str]) -> bool:
 
 
 @torch.no_grad()
-def warm_start_importance(selector, model, batches: Iterator[dict[str, Tensor]], how: str, num_batches: int,
-                          device: torch.device, amp: torch.dtype | None, counts=None) -> dict[str, Any]:
+def warm_start_importance(
+    selector,
+    model,
+    batches: Iterator[dict[str, Tensor]],
+    how: str,
+    num_batches: int,
+    device: torch.device,
+    amp: torch.dtype | None,
+    counts=None,
+) -> dict[str, Any]:
     """Fill the importance vector before training (``drop.importance_init``).
 
     ``dense_pass``: the full model (no dropping, no update) scores ``num_batches`` training
@@ -237,7 +315,9 @@ def warm_start_importance(selector, model, batches: Iterator[dict[str, Tensor]],
     if how == "frequency":
         c = torch.as_tensor(counts, dtype=torch.float64)
         p = (c + 1.0) / (c.sum() + c.numel())
-        selector.set_scores((-torch.log(p)).float().to(selector.scores.device), torch.ones_like(c, dtype=torch.bool))
+        selector.set_scores(
+            (-torch.log(p)).float().to(selector.scores.device), torch.ones_like(c, dtype=torch.bool)
+        )
         return {"importance_init": how}
     if how != "dense_pass":
         raise ConfigError(f"drop.importance_init: unknown {how!r}")
@@ -248,7 +328,9 @@ def warm_start_importance(selector, model, batches: Iterator[dict[str, Tensor]],
     for _ in range(num_batches):
         mb = {k: t.to(device) for k, t in next(batches).items()}
         with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            logits = model(mb["input_ids"], mb["mlm_positions"], mb["attention_mask"], mb["token_type_ids"])
+            logits = model(
+                mb["input_ids"], mb["mlm_positions"], mb["attention_mask"], mb["token_type_ids"]
+            )
         nll = model.mlm_nll(logits, mb["mlm_labels"])
         w = (mb["mlm_weights"] > 0).double()
         ids = mb["mlm_labels"].reshape(-1)
@@ -259,21 +341,37 @@ def warm_start_importance(selector, model, batches: Iterator[dict[str, Tensor]],
         torch.distributed.all_reduce(stats)
     seen = stats[1] > 0
     selector.set_scores((stats[0] / stats[1].clamp(min=1.0)).float(), seen)
-    return {"importance_init": how, "ids_scored": int(seen.sum()), "mean_score": float(stats[0].sum() / stats[1].sum().clamp(min=1.0))}
+    return {
+        "importance_init": how,
+        "ids_scored": int(seen.sum()),
+        "mean_score": float(stats[0].sum() / stats[1].sum().clamp(min=1.0)),
+    }
 
 
 def load_source(cfg: Config, model, run_dir: Path, dd, src) -> list[dict]:
-    """A new run with ``model.init``: load the source ``src`` (resolved by the caller) -> the run log's
-    events ([] without ``model.init``)."""
+    """A new run with ``model.init``: load the source ``src`` (resolved by the caller) -> the run
+    log's events ([] without ``model.init``)."""
     return [start_from_source(cfg, src, model, run_dir, dd.main)] if cfg.model.init else []
 
 
-def warm_start(cfg: Config, model, selector, data, events: list[dict], dd, device, amp, micro_bs: int,
-               log=None, progress: bool = True) -> list[dict]:
+def warm_start(
+    cfg: Config,
+    model,
+    selector,
+    data,
+    events: list[dict],
+    dd,
+    device,
+    amp,
+    micro_bs: int,
+    log=None,
+    progress: bool = True,
+) -> list[dict]:
     """A new run, after ``load_source`` (its ``events``): warm up a fresh MLM head
-    (``head_warmup_plan``) and fill the importance vector (``importance_plan``) -> events for the run
-    log (each phase's seconds in its event).  ``log``: a ``tokendrop.train.console.RunLog`` (rank 0) that
-    says what each pass does while it runs; ``progress``: the head warm-up's bar (a terminal) or lines."""
+    (``head_warmup_plan``) and fill the importance vector (``importance_plan``) -> events for the
+    run log (each phase's seconds in its event).  ``log``: a ``tokendrop.train.console.RunLog``
+    (rank 0) that says what each pass does while it runs; ``progress``: the head warm-up's bar (a
+    terminal) or lines."""
     how, n_batches, _ = importance_plan(cfg, selector)
     warm_importance = how != "constant"
     head_steps, _ = head_warmup_plan(cfg.train)
@@ -281,16 +379,39 @@ def warm_start(cfg: Config, model, selector, data, events: list[dict], dd, devic
     if not fresh_head and not warm_importance:
         return events
     t0 = time.perf_counter()
-    stream = MLMLoader(data, split="train", batch_size=micro_bs, seed=cfg.train.seed + WARMUP_SEED_OFFSET, rank=dd.rank,
-                       world_size=dd.world, mask_prob=cfg.data.mask_prob_start, num_workers=0, shuffle=True, loop=True)
+    stream = MLMLoader(
+        data,
+        split="train",
+        batch_size=micro_bs,
+        seed=cfg.train.seed + WARMUP_SEED_OFFSET,
+        rank=dd.rank,
+        world_size=dd.world,
+        mask_prob=cfg.data.mask_prob_start,
+        num_workers=0,
+        shuffle=True,
+        loop=True,
+    )
     it = iter(stream)
     if fresh_head:
         bar = None
         if log is not None:
-            bar = Progress(log, head_steps, desc="MLM-head warm-up", bar=progress and is_terminal(), console=progress)
+            bar = Progress(
+                log,
+                head_steps,
+                desc="MLM-head warm-up",
+                bar=progress and is_terminal(),
+                console=progress,
+            )
         losses = head_warmup(model, it, head_steps, cfg.train.head_warmup_lr, device, amp, bar)
-        events.append({"event": "head_warmup", "steps": len(losses), "first_loss": losses[0], "last_loss": losses[-1],
-                       "seconds": time.perf_counter() - t0})
+        events.append(
+            {
+                "event": "head_warmup",
+                "steps": len(losses),
+                "first_loss": losses[0],
+                "last_loss": losses[-1],
+                "seconds": time.perf_counter() - t0,
+            }
+        )
     if warm_importance:
         t1 = time.perf_counter()
         if log is not None and n_batches:
@@ -299,8 +420,10 @@ def warm_start(cfg: Config, model, selector, data, events: list[dict], dd, devic
         ev = warm_start_importance(selector, model, it, how, n_batches, device, amp, counts)
         events.append({"event": "importance_init", **ev, "seconds": time.perf_counter() - t1})
         if log is not None and n_batches:
-            log.say(f"importance warm start: done in {events[-1]['seconds']:.1f} s"
-                    + (f", {ev['ids_scored']} ids scored" if "ids_scored" in ev else ""))
+            log.say(
+                f"importance warm start: done in {events[-1]['seconds']:.1f} s"
+                + (f", {ev['ids_scored']} ids scored" if "ids_scored" in ev else "")
+            )
     stream.close()
     events.append({"event": "init_done", "seconds": time.perf_counter() - t0})
     return events

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-from tokendrop.config import Config, ConfigError
+from tokendrop.config import Config
+from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model, spec_of
 
 _GIB = 1 << 30
@@ -47,16 +48,25 @@ class MemoryNeed:
 def _count(cfg: Config, layers: int) -> tuple[int, int]:
     """(trainable, frozen) parameters of the MLM model of ``cfg`` with ``layers`` layers, built on
     the meta device (nothing allocated)."""
-    model_cfg = dataclasses.replace(cfg.model, num_layers=layers,  # an explicit per-layer list cut to match
-                                    layer_types=list(cfg.model.layer_types[:layers]))
+    model_cfg = dataclasses.replace(
+        cfg.model,
+        num_layers=layers,  # an explicit per-layer list cut to match
+        layer_types=list(cfg.model.layer_types[:layers]),
+    )
     with torch.device("meta"):
         model = build_model(model_cfg)
     frozen_names = tuple(spec_of(model_cfg).pretrain_frozen)
-    frozen = sum(p.numel() for n, p in model.named_parameters() if n.startswith(frozen_names)) if frozen_names else 0
+    frozen = (
+        sum(p.numel() for n, p in model.named_parameters() if n.startswith(frozen_names))
+        if frozen_names
+        else 0
+    )
     return sum(p.numel() for p in model.parameters()) - frozen, frozen
 
 
-def estimate(cfg: Config, seq_len: int, micro_batch: int, world: int = 1, sharded: bool = False) -> MemoryNeed:
+def estimate(
+    cfg: Config, seq_len: int, micro_batch: int, world: int = 1, sharded: bool = False
+) -> MemoryNeed:
     """The floor of what one training step of ``cfg`` needs per process (see the module doc)."""
     m = cfg.model
     (t1, f1), (t2, f2) = _count(cfg, 1), _count(cfg, 2)
@@ -67,7 +77,9 @@ def estimate(cfg: Config, seq_len: int, micro_batch: int, world: int = 1, sharde
         state //= world
     half = (5 * m.hidden_size + m.intermediate_size) * 4 // 2  # bytes per token and half layer
     start, end = cfg.drop.span(m.num_layers) if cfg.drop.enabled else (0, 0)
-    kept = cfg.drop.kept_rows(seq_len) if cfg.drop.enabled else seq_len  # random_ltd: its first (smallest) count
+    kept = (
+        cfg.drop.kept_rows(seq_len) if cfg.drop.enabled else seq_len
+    )  # random_ltd: its first (smallest) count
     rows = sum(kept if start <= h < end else seq_len for h in range(2 * m.num_layers))
     mask = cfg.data.mask_prob
     slots = round(max(mask) * seq_len) if isinstance(mask, (list, tuple)) else round(mask * seq_len)
@@ -89,9 +101,15 @@ def _meminfo() -> dict[str, int]:
 
 
 def _cgroup_room() -> int | None:
-    """Bytes this process's cgroup may still use (v2 ``memory.max - memory.current``, v1 likewise), or None."""
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    """Bytes this process's cgroup may still use (v2 ``memory.max - memory.current``, v1 likewise),
+    or None."""
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
         try:
             lim = Path(limit).read_text().strip()
             if lim == "max" or int(lim) >= 1 << 60:
@@ -111,7 +129,10 @@ def available(device: torch.device) -> tuple[int, str]:
         return 1 << 62, f"on {device} (not measured)"
     info = _meminfo()
     if "MemAvailable" in info:
-        avail, what = info["MemAvailable"] + info.get("SwapFree", 0), "RAM available (MemAvailable + SwapFree)"
+        avail, what = (
+            info["MemAvailable"] + info.get("SwapFree", 0),
+            "RAM available (MemAvailable + SwapFree)",
+        )
     else:
         avail, what = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "RAM free"
     room = _cgroup_room()
@@ -120,19 +141,32 @@ def available(device: torch.device) -> tuple[int, str]:
     return avail, what
 
 
-def check_memory(cfg: Config, seq_len: int, micro_batch: int, device: torch.device, world: int = 1,
-                 local_world: int = 1, sharded: bool = False) -> MemoryNeed:
-    """Refuse (``ConfigError``, one line with the numbers) a run whose floor estimate exceeds what its
-    device has free; ``local_world`` processes of the run share a CPU host's RAM."""
+def check_memory(
+    cfg: Config,
+    seq_len: int,
+    micro_batch: int,
+    device: torch.device,
+    world: int = 1,
+    local_world: int = 1,
+    sharded: bool = False,
+) -> MemoryNeed:
+    """Refuse (``ConfigError``, one line with the numbers) a run whose floor estimate exceeds what
+    its device has free; ``local_world`` processes of the run share a CPU host's RAM."""
     need = estimate(cfg, seq_len, micro_batch, world, sharded)
     have, what = available(device)
     share = local_world if device.type == "cpu" else 1
     if need.total * share > have:
         per = f" per process x {share} processes" if share > 1 else ""
         raise ConfigError(
-            f"model/batch too large for {device.type}: a training step needs at least {need.total / _GIB:.1f} GiB{per} "
-            f"({need.params / 1e6:,.{0 if need.params >= 1e8 else 1}f}M parameters: {need.state_bytes / _GIB:.1f} GiB of weights, gradients and AdamW "
-            f"state; {need.activation_bytes / _GIB:.1f} GiB of activations for a micro-batch of {micro_batch} x "
-            f"{seq_len} tokens), {have / _GIB:.1f} GiB {what}; lower model.hidden_size / model.num_layers, or "
-            "train.batch_size / train.micro_batch_size (set train.memory_check = false to start anyway)")
+            f"model/batch too large for {device.type}: a training step needs at least "
+            f"{need.total / _GIB:.1f} GiB{per} "
+            f"({need.params / 1e6:,.{0 if need.params >= 1e8 else 1}f}M parameters: "
+            f"{need.state_bytes / _GIB:.1f} GiB of weights, gradients and AdamW "
+            f"state; {need.activation_bytes / _GIB:.1f} GiB of activations for a micro-batch of "
+            f"{micro_batch} x "
+            f"{seq_len} tokens), {have / _GIB:.1f} GiB {what}; lower model.hidden_size / "
+            "model.num_layers, or "
+            "train.batch_size / train.micro_batch_size (set train.memory_check = false to start "
+            "anyway)"
+        )
     return need

@@ -29,14 +29,14 @@ import contextlib
 import gc
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from tokendrop.config import ConfigError
+from tokendrop.errors import ConfigError
 from tokendrop.models.masked_lm import MaskedLM
 
 PARALLEL_KINDS = ("ddp", "fsdp")
@@ -72,11 +72,20 @@ def init_distributed(device_kind: str, parallel: str = "ddp") -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 or (parallel == "fsdp" and _launched_by_torchrun()):
         _init_group("nccl" if device_kind == "cuda" else "gloo")
-        return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)), owns_group=True)
+        return Dist(
+            dist.get_rank(),
+            dist.get_world_size(),
+            int(os.environ.get("LOCAL_RANK", 0)),
+            owns_group=True,
+        )
     if parallel == "fsdp":
-        raise ConfigError("train.parallel: 'fsdp' shards the model over the ranks of a process group, but this process "
-                          "has none (not launched by torchrun); launch with `torchrun --nproc-per-node N -m tokendrop "
-                          "pretrain ...`, or set train.parallel = \"ddp\" to train in one process")
+        raise ConfigError(
+            "train.parallel: 'fsdp' shards the model over the ranks of a process group, but this "
+            "process "
+            "has none (not launched by torchrun); launch with `torchrun --nproc-per-node N -m "
+            "tokendrop "
+            'pretrain ...`, or set train.parallel = "ddp" to train in one process'
+        )
     return Dist()
 
 
@@ -96,17 +105,22 @@ def close_distributed(dd: Dist, clean: bool) -> None:
 
 
 def _init_group(backend: str) -> None:
-    """``init_process_group`` from torchrun's environment, its keys in the store under this restart's
-    own prefix: after ``--max-restarts`` restarts the workers, torchrun's store still holds the
-    addresses the previous workers published, and a new rank reading one of them before its peer
-    has overwritten it connects to a dead port (gloo: "connectFullMesh failed ... Connection refused")."""
+    """``init_process_group`` from torchrun's environment, its keys in the store under this
+    restart's own prefix: after ``--max-restarts`` restarts the workers, torchrun's store still
+    holds the addresses the previous workers published, and a new rank reading one of them before
+    its peer has overwritten it connects to a dead port (gloo: "connectFullMesh failed ...
+    Connection refused")."""
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     if restart is None:
         dist.init_process_group(backend=backend)
         return
     store, rank, world = next(dist.rendezvous("env://"))
-    dist.init_process_group(backend=backend, store=dist.PrefixStore(f"tokendrop/restart-{restart}", store), rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        backend=backend,
+        store=dist.PrefixStore(f"tokendrop/restart-{restart}", store),
+        rank=rank,
+        world_size=world,
+    )
 
 
 class Parallel:
@@ -167,13 +181,19 @@ def grad_norm(params: list[nn.Parameter], max_norm: float) -> Tensor:
     return _local(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
 
 
-def wrap(model: MaskedLM, kind: str, dd: Dist, device: torch.device, amp: torch.dtype | None) -> Parallel:
-    """Wrap ``model`` (either family's MLM model, already on ``device``) for ``kind`` ("ddp" | "fsdp").
-    FSDP shards each of ``model.encoder_layers``, then the root, in place: build the optimizer after
-    this call."""
+def wrap(
+    model: MaskedLM, kind: str, dd: Dist, device: torch.device, amp: torch.dtype | None
+) -> Parallel:
+    """Wrap ``model`` (either family's MLM model, already on ``device``) for ``kind`` ("ddp" |
+    "fsdp"). FSDP shards each of ``model.encoder_layers``, then the root, in place: build the
+    optimizer after this call."""
     if kind == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+        from torch.distributed.fsdp import (
+            MixedPrecisionPolicy,
+            fully_shard,
+            register_fsdp_forward_method,
+        )
 
         if not dd.grouped:
             raise ConfigError("train.parallel: 'fsdp' needs a process group (launch with torchrun)")
@@ -181,22 +201,29 @@ def wrap(model: MaskedLM, kind: str, dd: Dist, device: torch.device, amp: torch.
         kw = {"mesh": mesh}
         if amp is not None and device.type == "cuda":
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=amp, reduce_dtype=torch.float32)
-        # the logits are a view (of F.linear's 2-D product); the step never changes them in place, so
-        # FSDP2's per-forward warning about in-place ops on a returned view does not apply
+        # the logits are a view (of F.linear's 2-D product); the step never changes them in place,
+        # so FSDP2's per-forward warning about in-place ops on a returned view does not apply
         warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
         for layer in model.encoder_layers:
             fully_shard(layer, **kw)
-        fully_shard(model, **kw)  # the root: embeddings, head; the tied decoder weight is the embedding's
-        # ScTD's dense pass calls model.hidden, not forward: FSDP gathers the root's parameters for it too
+        fully_shard(
+            model, **kw
+        )  # the root: embeddings, head; the tied decoder weight is the embedding's
+        # ScTD's dense pass calls model.hidden, not forward: FSDP gathers the root's parameters for
+        # it too
         register_fsdp_forward_method(model, "hidden")
         return Parallel(model, "fsdp", dd, model)
     if dd.world > 1:
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
         return Parallel(model, "ddp", dd, ddp)
     return Parallel(model, "none", dd, model)
 
 
-def autocast_for(par: Parallel | None, amp: torch.dtype | None, device: torch.device) -> torch.dtype | None:
+def autocast_for(
+    par: Parallel | None, amp: torch.dtype | None, device: torch.device
+) -> torch.dtype | None:
     """The autocast dtype of the forward: none under FSDP's mixed-precision policy (CUDA), which
     already computes in ``amp``."""
     if par is not None and par.sharded and device.type == "cuda":
@@ -204,4 +231,13 @@ def autocast_for(par: Parallel | None, amp: torch.dtype | None, device: torch.de
     return amp
 
 
-__all__ = ["Dist", "Parallel", "PARALLEL_KINDS", "init_distributed", "close_distributed", "wrap", "grad_norm", "autocast_for"]
+__all__ = [
+    "Dist",
+    "Parallel",
+    "PARALLEL_KINDS",
+    "init_distributed",
+    "close_distributed",
+    "wrap",
+    "grad_norm",
+    "autocast_for",
+]

@@ -16,30 +16,53 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from tokendrop.config import FROM_DATA, Config, load_config, to_dict
+from tokendrop.errors import ConfigError, TrainingError
 from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.train import checkpoint_sharded as sharded_ckpt
-from tokendrop.config import FROM_DATA, Config, ConfigError, load_config, to_dict
-from tokendrop.errors import TrainingError
 from tokendrop.runs.files import os_error_fix
+from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.train.parallel import Parallel
 
-
 # keys whose change makes a resume meaningless
-_RESUME_FIXED = ("model", "drop.method", "drop.variant", "drop.rate", "drop.start", "drop.end", "drop.beta",
-                 "drop.half_random_frac", "drop.keep_mlm_targets", "drop.pinned_tokens", "drop.ltd_start_fraction",
-                 "drop.ltd_schedule_share", "drop.ltd_schedule", "drop.ltd_step", "drop.consistency_weight",
-                 "drop.consistency_every", "data.mask_prob", "data.mask_schedule",
-                 "train.batch_size", "train.seed", "data.seq_len_start", "data.seq_len_warmup_share",
-                 "train.batch_warmup_start", "train.batch_warmup_tokens", "train.batch_warmup_share",
-                 "train.budget_clock")  # data.path: check_resume_data (the data may move)
-_RESUME_FREE = ("model.attention_backend",)  # inside a fixed section, but execution only: may change
+_RESUME_FIXED = (
+    "model",
+    "drop.method",
+    "drop.variant",
+    "drop.rate",
+    "drop.start",
+    "drop.end",
+    "drop.beta",
+    "drop.half_random_frac",
+    "drop.keep_mlm_targets",
+    "drop.pinned_tokens",
+    "drop.ltd_start_fraction",
+    "drop.ltd_schedule_share",
+    "drop.ltd_schedule",
+    "drop.ltd_step",
+    "drop.consistency_weight",
+    "drop.consistency_every",
+    "data.mask_prob",
+    "data.mask_schedule",
+    "train.batch_size",
+    "train.seed",
+    "data.seq_len_start",
+    "data.seq_len_warmup_share",
+    "train.batch_warmup_start",
+    "train.batch_warmup_tokens",
+    "train.batch_warmup_share",
+    "train.budget_clock",
+)  # data.path: check_resume_data (the data may move)
+_RESUME_FREE = (
+    "model.attention_backend",
+)  # inside a fixed section, but execution only: may change
 
 
 _REQUIRED_KEY = object()
 
 
 def _get(d: dict, dotted: str, fallback: Any = _REQUIRED_KEY) -> Any:
-    """``d["a"]["b"]`` for ``"a.b"``; ``fallback`` where a key is missing (a KeyError without one)."""
+    """``d["a"]["b"]`` for ``"a.b"``; ``fallback`` where a key is missing (a KeyError without
+    one)."""
     for k in dotted.split("."):
         if not isinstance(d, dict) or k not in d:
             if fallback is _REQUIRED_KEY:
@@ -49,8 +72,13 @@ def _get(d: dict, dotted: str, fallback: Any = _REQUIRED_KEY) -> Any:
     return d
 
 
-def check_checkpoint(ck: Path, meta: dict[str, Any], state: Mapping[str, Tensor], run_config: dict[str, Any] | None,
-                     resuming: bool = False) -> None:
+def check_checkpoint(
+    ck: Path,
+    meta: dict[str, Any],
+    state: Mapping[str, Tensor],
+    run_config: dict[str, Any] | None,
+    resuming: bool = False,
+) -> None:
     """The checks a checkpoint must pass against itself and its run -- made by ``--resume`` and by
     ``tokendrop verify``, here only: the step in meta.json is the one in the directory's name
     (``step-NNNNNNNN``), the optimizer's step counters (``state``: its ``optim.*.step`` tensors;
@@ -61,29 +89,47 @@ def check_checkpoint(ck: Path, meta: dict[str, Any], state: Mapping[str, Tensor]
     now with ``resuming``; None: not compared).  Raises :class:`TrainingError` (one line)."""
     mf = ck / "meta.json"
     step = int(meta["step"])
-    fix = ("the file was edited, or the checkpoint copied from another run: restore it from a backup, or move it "
-           "away to use the run's checkpoint before it")
+    fix = (
+        "the file was edited, or the checkpoint copied from another run: restore it from a backup, "
+        "or move it "
+        "away to use the run's checkpoint before it"
+    )
     name = re.fullmatch(r"step-(\d+)", ck.name)
     if name is not None and int(name.group(1)) != step:
         raise TrainingError(f"{mf}: records step {step} but its directory is {ck.name}; {fix}")
-    counts = sorted({int(float(t)) for k, t in state.items() if k.startswith("optim.") and k.endswith(".step")})
+    counts = sorted(
+        {int(float(t)) for k, t in state.items() if k.startswith("optim.") and k.endswith(".step")}
+    )
     if counts and counts[-1] != step:
-        raise TrainingError(f"{ck / 'state.safetensors'}: the optimizer made {counts[-1]} update(s) but meta.json "
-                            f"records step {step}; {fix}")
+        raise TrainingError(
+            f"{ck / 'state.safetensors'}: the optimizer made {counts[-1]} update(s) but meta.json "
+            f"records step {step}; {fix}"
+        )
     config = meta.get("config") or {}
     pos = meta.get("data_position")
-    warm = any(_get(config, k, 0) for k in ("train.batch_warmup_start", "train.batch_warmup_tokens",
-                                            "train.batch_warmup_share")) or _get(config, "data.paths", [])
+    warm = any(
+        _get(config, k, 0)
+        for k in (
+            "train.batch_warmup_start",
+            "train.batch_warmup_tokens",
+            "train.batch_warmup_share",
+        )
+    ) or _get(config, "data.paths", [])
     if isinstance(pos, dict) and not warm:
         try:
             per_epoch = int(pos["num_sequences"]) // int(pos["global_batch"])
             batches = int(pos["epoch"]) * per_epoch + int(pos["position"])
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            raise TrainingError(f"{mf}: data_position {pos!r} is not a loader position (epoch, position, "
-                                f"global_batch, num_sequences); {fix}") from None
+            raise TrainingError(
+                f"{mf}: data_position {pos!r} is not a loader position (epoch, position, "
+                f"global_batch, num_sequences); {fix}"
+            ) from None
         if batches != step:
-            raise TrainingError(f"{mf}: data_position is {batches} batch(es) into the data but the checkpoint records "
-                                f"step {step}; {fix}")
+            raise TrainingError(
+                f"{mf}: data_position is {batches} batch(es) into the data but the checkpoint "
+                "records "
+                f"step {step}; {fix}"
+            )
     if run_config is None:
         return
     diff = config_difference(config, run_config)
@@ -91,17 +137,25 @@ def check_checkpoint(ck: Path, meta: dict[str, Any], state: Mapping[str, Tensor]
         return
     key, a, b = diff
     if resuming:
-        raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
-    raise TrainingError(f"{mf}: its {key} is {a!r} but the run's config.toml has {b!r}: not a checkpoint of this run "
-                        "(copied from another?); move it away, or restore this run's own")
+        raise TrainingError(
+            f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead"
+        )
+    raise TrainingError(
+        f"{mf}: its {key} is {a!r} but the run's config.toml has {b!r}: not a checkpoint of this "
+        "run "
+        "(copied from another?); move it away, or restore this run's own"
+    )
 
 
 def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Refuse a resume whose config changes a field of ``_RESUME_FIXED`` (:func:`config_difference`)."""
+    """Refuse a resume whose config changes a field of ``_RESUME_FIXED``
+    (:func:`config_difference`)."""
     diff = config_difference(old, new)
     if diff is not None:
         key, a, b = diff
-        raise TrainingError(f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead")
+        raise TrainingError(
+            f"--resume: config field {key} changed from {a!r} to {b!r}; start a new run instead"
+        )
 
 
 def config_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
@@ -131,33 +185,52 @@ def config_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, An
 
 def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:
     """The data a run resumes on must be the data it was trained on: equal fingerprints
-    (``PreparedData.fingerprint``, recorded in every checkpoint), wherever it lies now.  A checkpoint
-    without a fingerprint (older versions) needs the same directory."""
+    (``PreparedData.fingerprint``, recorded in every checkpoint), wherever it lies now.  A
+    checkpoint without a fingerprint (older versions) needs the same directory."""
     old_path, new_path = str(_get(meta["config"], "data.path")), str(cfg.data.path)
     if cfg.data.paths:  # a mixture: its directories, in order
-        old_path, new_path = ", ".join(_get(meta["config"], "data.paths", [])), ", ".join(cfg.data.paths)
-    fix = ("pass --set data.paths=[...] naming the run's prepared directories, in the same order" if cfg.data.paths
-           else "pass --set data.path=DIR naming the run's prepared data")
+        old_path, new_path = (
+            ", ".join(_get(meta["config"], "data.paths", [])),
+            ", ".join(cfg.data.paths),
+        )
+    fix = (
+        "pass --set data.paths=[...] naming the run's prepared directories, in the same order"
+        if cfg.data.paths
+        else "pass --set data.path=DIR naming the run's prepared data"
+    )
     recorded = meta.get("data_fingerprint")
     if not isinstance(recorded, dict):
         if os.path.abspath(old_path) != os.path.abspath(new_path):
-            raise TrainingError(f"--resume: data.path changed from {old_path!r} to {new_path!r} and the checkpoint "
-                                "records no data fingerprint to check the moved data against (written by an older "
-                                "version); resume with the original data.path")
+            raise TrainingError(
+                f"--resume: data.path changed from {old_path!r} to {new_path!r} and the checkpoint "
+                "records no data fingerprint to check the moved data against (written by an older "
+                "version); resume with the original data.path"
+            )
         return
     now = data.fingerprint()
     diff = [k for k in recorded if recorded[k] != now.get(k)]
     if diff:
+
         def show(v: Any) -> str:
             return f"{v[:12]}..." if isinstance(v, str) and len(v) > 16 else repr(v)
 
-        raise TrainingError(f"--resume: {new_path} is not the data this run was trained on ({old_path}): "
-                            + ", ".join(f"{k} {show(now.get(k))} here but {show(recorded[k])} recorded" for k in diff)
-                            + f"; {fix}")
+        raise TrainingError(
+            f"--resume: {new_path} is not the data this run was trained on ({old_path}): "
+            + ", ".join(
+                f"{k} {show(now.get(k))} here but {show(recorded[k])} recorded" for k in diff
+            )
+            + f"; {fix}"
+        )
 
 
-def load_training_state(ckpt: Path, meta: dict[str, Any], state_sd: dict[str, Tensor],
-                         model: nn.Module, opt: torch.optim.Optimizer, par: Parallel) -> None:
+def load_training_state(
+    ckpt: Path,
+    meta: dict[str, Any],
+    state_sd: dict[str, Tensor],
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    par: Parallel,
+) -> None:
     """Weights and AdamW state of checkpoint ``ckpt`` into the (wrapped) model and its optimizer,
     whatever wrote it and however the ranks share the model now: a sharded checkpoint (FSDP, any
     world size) is resharded by DCP, collectively under FSDP, else read whole by each process; an
@@ -173,33 +246,57 @@ def load_training_state(ckpt: Path, meta: dict[str, Any], state_sd: dict[str, Te
 
 
 def rank_rng(state: dict[str, Tensor], rank: int) -> dict[str, Tensor] | None:
-    """The RNG states of ``rank`` in a checkpoint's tensors: ``rng.*.rankN`` (written under DDP), else
-    the plain ``rng.*`` for rank 0 (a single process); None for a rank the checkpoint has none for."""
-    mine = {k[: -len(f".rank{rank}")]: v for k, v in state.items() if k.startswith("rng.") and k.endswith(f".rank{rank}")}
+    """The RNG states of ``rank`` in a checkpoint's tensors: ``rng.*.rankN`` (written under DDP),
+    else the plain ``rng.*`` for rank 0 (a single process); None for a rank the checkpoint has none
+    for."""
+    mine = {
+        k[: -len(f".rank{rank}")]: v
+        for k, v in state.items()
+        if k.startswith("rng.") and k.endswith(f".rank{rank}")
+    }
     if mine:
         return mine
-    return {k: v for k, v in state.items() if k.startswith("rng.") and ".rank" not in k} if rank == 0 else None
+    return (
+        {k: v for k, v in state.items() if k.startswith("rng.") and ".rank" not in k}
+        if rank == 0
+        else None
+    )
 
 
 def load_run_config(run_dir: str | os.PathLike) -> Config:
-    """The config a run recorded (``RUN/config.toml``); a missing, unreadable or hand-broken file is a
-    one-line error naming it and the fix (the newest checkpoint's meta.json holds the same config)."""
+    """The config a run recorded (``RUN/config.toml``); a missing, unreadable or hand-broken file is
+    a one-line error naming it and the fix (the newest checkpoint's meta.json holds the same
+    config)."""
     p = Path(run_dir) / "config.toml"
     if not Path(run_dir).is_dir():
         what = "a file, not a run directory" if Path(run_dir).exists() else "no such run directory"
         raise TrainingError(f"--resume: {run_dir}: {what}; give the --out of an earlier pretrain")
     if not p.is_file():
-        raise TrainingError(f"--resume: {run_dir}: not a run directory (no config.toml); give the --out of an earlier "
-                            "pretrain")
+        raise TrainingError(
+            f"--resume: {run_dir}: not a run directory (no config.toml); give the --out of an "
+            "earlier "
+            "pretrain"
+        )
     try:
         return load_config(p)  # the source may be gone: it is not resolved here
     except ConfigError as e:
-        raise ConfigError(f"--resume: {e} (the run's config.toml was edited or damaged: repair it, or write the "
-                          "config recorded in its newest checkpoints/step-*/meta.json back into it)") from None
+        raise ConfigError(
+            f"--resume: {e} (the run's config.toml was edited or damaged: repair it, or write the "
+            "config recorded in its newest checkpoints/step-*/meta.json back into it)"
+        ) from None
 
 
-def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Parallel, dd, selector,
-                        meta: dict[str, Any], keep: int) -> Path | None:
+def save_training_state(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    opt,
+    par: Parallel,
+    dd,
+    selector,
+    meta: dict[str, Any],
+    keep: int,
+) -> Path | None:
     """Write the checkpoint of ``step`` (``meta``: the trainer's config, data position, clocks, ...;
     the optimizer's param groups are added): rank 0 writes it, or every rank its shards under FSDP.
     Every rank's RNG streams are gathered; non-finite weights are refused (the last good checkpoint
@@ -209,16 +306,30 @@ def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Pa
     if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
         ranks = [None] * dd.world
         dist.all_gather_object(ranks, rng)
-    finite = bool(torch.stack([torch.isfinite(getattr(p, "_local_tensor", p)).all() for p in model.parameters()]).all()
-                  ) if par.sharded or dd.main else True  # under FSDP: this rank's shards
+    finite = (
+        bool(
+            torch.stack(
+                [torch.isfinite(getattr(p, "_local_tensor", p)).all() for p in model.parameters()]
+            ).all()
+        )
+        if par.sharded or dd.main
+        else True
+    )  # under FSDP: this rank's shards
     if par.sharded:
         finite = par.all_true(finite)  # each rank checked its own shards
     if not (dd.main or par.sharded):
         return None
     if not finite:
-        raise TrainingError(f"non-finite weights at step {step}; not saved. Last good checkpoint: "
-                            f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the data)")
-    tensors, groups = ({}, opt.state_dict()["param_groups"]) if par.sharded else ckpt_mod.optimizer_to_tensors(opt)
+        raise TrainingError(
+            f"non-finite weights at step {step}; not saved. Last good checkpoint: "
+            f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the "
+            "data)"
+        )
+    tensors, groups = (
+        ({}, opt.state_dict()["param_groups"])
+        if par.sharded
+        else ckpt_mod.optimizer_to_tensors(opt)
+    )
     if selector is not None:
         tensors["importance"] = selector.scores.detach().cpu().contiguous()
     tensors.update(rng)
@@ -230,11 +341,19 @@ def save_training_state(run_dir: Path, step: int, model: nn.Module, opt, par: Pa
         if par.sharded:  # collective: every rank writes its shards
             return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, keep, dd)
         return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, keep)
-    except OSError as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+    except (
+        OSError
+    ) as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
         last = ckpt_mod.latest(run_dir)
         fix = os_error_fix(e)
-        then = (f"the last checkpoint ({last}) is intact: {fix}, then tokendrop pretrain --resume "
-                f"{shlex.quote(str(run_dir))}" if last else f"there is no earlier checkpoint: {fix}, then run "
-                "the same command again (a run without a checkpoint is started over)")
-        raise TrainingError(f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
-                            f"checkpoint of step {step}; nothing of it was kept; {then}") from None
+        then = (
+            f"the last checkpoint ({last}) is intact: {fix}, then tokendrop pretrain --resume "
+            f"{shlex.quote(str(run_dir))}"
+            if last
+            else f"there is no earlier checkpoint: {fix}, then run "
+            "the same command again (a run without a checkpoint is started over)"
+        )
+        raise TrainingError(
+            f"{e.filename or run_dir / 'checkpoints'}: {e.strerror or e} while writing the "
+            f"checkpoint of step {step}; nothing of it was kept; {then}"
+        ) from None

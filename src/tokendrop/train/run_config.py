@@ -1,4 +1,5 @@
-"""A pretraining run's resolved config: built once, before anything is written, and never changed after.
+"""A pretraining run's resolved config: built once, before anything is written, and never changed
+after.
 
 The parsed config (``tokendrop.config``: pure, no disk) leaves some fields to the run's inputs.
 :func:`resolve_init` resolves ``model.init`` once (reading config.json, hashing the weights); then
@@ -6,12 +7,15 @@ The parsed config (``tokendrop.config``: pure, no disk) leaves some fields to th
 returns a new ``Config`` in which
 
 * the model's shape, ``init`` and ``init_sha256`` come from the source (``model.init``;
-  ``tokendrop.models.source.resolve_model_init``), the data checked against its vocabulary on a new run;
+  ``tokendrop.models.source.resolve_model_init``), the data checked against its vocabulary on a new
+  run;
 * the fields of ``config.FROM_DATA`` (``model.vocab_size = 0``, ``model.sep_token_id = -1``) and, on
   a new run, ``model.pad_token_id`` come from the data;
-* ``data.path``, ``data.paths`` and ``drop.counts_path`` are absolute (``--resume`` from any working directory);
+* ``data.path``, ``data.paths`` and ``drop.counts_path`` are absolute (``--resume`` from any working
+  directory);
 * ``train.tokens`` / ``train.epochs`` / ``train.warmup_ratio`` are resolved to ``train.steps`` and
-  ``train.warmup_steps`` against the data and the world size (``tokendrop.train.budget.resolved_train``).
+  ``train.warmup_steps`` against the data and the world size
+  (``tokendrop.train.budget.resolved_train``).
 
 That resolved config is what the run writes to ``RUN/config.toml`` and into every checkpoint.
 """
@@ -21,24 +25,32 @@ from __future__ import annotations
 import copy
 import os
 
-from tokendrop.train.budget import resolved_train
-from tokendrop.config import Config, ConfigError
+from tokendrop.config import Config
 from tokendrop.data.mixture import open_data
+from tokendrop.errors import ConfigError
+from tokendrop.models.source import (
+    InitSource,
+    positions_error,
+    resolve_init_source,
+    resolve_model_init,
+)
+from tokendrop.train.budget import resolved_train
 from tokendrop.train.continued import check_vocabulary
 from tokendrop.train.schedules import batch_warmup_start
-from tokendrop.models.source import InitSource, positions_error, resolve_init_source, resolve_model_init
 
 
 def resolve_init(cfg: Config, resume: bool = False) -> InitSource | None:
-    """The run's continued-pretraining source, resolved once (None without ``model.init``).  A new run
-    always needs it (its weights are loaded); a resumed run only when its config is not resolved
+    """The run's continued-pretraining source, resolved once (None without ``model.init``).  A new
+    run always needs it (its weights are loaded); a resumed run only when its config is not resolved
     yet (a run's own config.toml is: ``--resume`` never needs the source)."""
     if not cfg.model.init or (resume and cfg.model.resolved):
         return None
     return resolve_init_source(cfg.model.init)
 
 
-def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool = True, world: int = 1) -> Config:
+def resolve_run_config(
+    cfg: Config, data, src: InitSource | None, new_run: bool = True, world: int = 1
+) -> Config:
     """The parsed ``cfg`` + the prepared ``data`` (a ``PreparedData``) + the resolved ``src`` -> the
     run's resolved config (a new object, validated; ``cfg`` is not changed).  ConfigError on a
     mismatch, naming the field and the fix."""
@@ -47,7 +59,10 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
         out.model = resolve_model_init(cfg.model, src)
         if new_run:  # the source's vocabulary, before anything is written
             check_vocabulary(src, data)
-    for sec, key in ((out.data, "path"), (out.drop, "counts_path")):  # recorded absolute: --resume from any cwd
+    for sec, key in (
+        (out.data, "path"),
+        (out.drop, "counts_path"),
+    ):  # recorded absolute: --resume from any cwd
         if getattr(sec, key):
             setattr(sec, key, os.path.abspath(getattr(sec, key)))
     out.data.paths = [os.path.abspath(p) for p in out.data.paths]
@@ -57,29 +72,41 @@ def resolve_run_config(cfg: Config, data, src: InitSource | None, new_run: bool 
         raise ConfigError(str(e)) from None
     check_warmups_fit(out.train, data.seq_len)
     m = out.model
-    field, where = ("data.path", out.data.path) if out.data.path else ("data.paths", ", ".join(out.data.paths))
+    field, where = (
+        ("data.path", out.data.path) if out.data.path else ("data.paths", ", ".join(out.data.paths))
+    )
     if m.vocab_size == 0:
         m.vocab_size = data.vocab_size
     if m.sep_token_id < 0:  # document boundaries of the packed rows (model.document_attention)
         m.sep_token_id = int(data.special_ids["sep"])
     elif m.uses_document_attention and m.sep_token_id != int(data.special_ids["sep"]):
-        raise ConfigError(f"model.sep_token_id: {m.sep_token_id} but {where} separates documents with "
-                          f"[SEP] = {data.special_ids['sep']}; remove model.sep_token_id (it comes from the data)")
+        raise ConfigError(
+            f"model.sep_token_id: {m.sep_token_id} but {where} separates documents with "
+            f"[SEP] = {data.special_ids['sep']}; remove model.sep_token_id (it comes from the data)"
+        )
     if data.vocab_size != m.vocab_size:
         raise ConfigError(
             f"{field}: {where} was prepared with a vocabulary of {data.vocab_size} ids but "
             f"model.vocab_size is {m.vocab_size}"
         )
     if out.data.seq_len and data.seq_len != out.data.seq_len:
-        raise ConfigError(f"data.seq_len: expected T={out.data.seq_len} but {where} was prepared with T={data.seq_len}")
-    if data.seq_len > m.max_position_embeddings:  # how to extend the positions, or why they cannot be
+        raise ConfigError(
+            f"data.seq_len: expected T={out.data.seq_len} but {where} was prepared with "
+            f"T={data.seq_len}"
+        )
+    if (
+        data.seq_len > m.max_position_embeddings
+    ):  # how to extend the positions, or why they cannot be
         raise ConfigError(positions_error(field, data.seq_len, m, m.init))
     pad = data.special_ids.get("pad")
     if new_run and pad is not None and m.pad_token_id != pad:
-        # the pad id comes from the data's vocabulary (the embedding's padding row, the export's config)
+        # the pad id comes from the data's vocabulary (the embedding's padding row, the export's
+        # config)
         if m.pad_token_id != 0 and not m.init:
-            raise ConfigError(f"model.pad_token_id: {m.pad_token_id}, but [PAD] is id {pad} in the vocabulary of "
-                              f"{where}; leave model.pad_token_id unset (the data's id is used)")
+            raise ConfigError(
+                f"model.pad_token_id: {m.pad_token_id}, but [PAD] is id {pad} in the vocabulary of "
+                f"{where}; leave model.pad_token_id unset (the data's id is used)"
+            )
         m.pad_token_id = pad
     return out.validate()
 
@@ -92,24 +119,32 @@ def check_warmups_fit(tc, seq_len: int) -> None:
     if not tc.steps or tc.time_budget:
         return
     if tc.warmup_steps > tc.steps:
-        raise ConfigError(f"train.warmup_steps: the learning-rate warm-up ({tc.warmup_steps} "
-                          f"steps) is longer than "
-                          f"the run (train.steps = {tc.steps}); set train.warmup_steps <= "
-                          f"{tc.steps}, or a share "
-                          "of the run: train.warmup_ratio = 0.1")
+        raise ConfigError(
+            f"train.warmup_steps: the learning-rate warm-up ({tc.warmup_steps} "
+            f"steps) is longer than "
+            f"the run (train.steps = {tc.steps}); set train.warmup_steps <= "
+            f"{tc.steps}, or a share "
+            "of the run: train.warmup_ratio = 0.1"
+        )
     tokens = tc.steps * tc.batch_size * seq_len
     if batch_warmup_start(tc) and tc.batch_warmup_tokens > tokens:
-        raise ConfigError(f"train.batch_warmup_tokens: the batch warm-up "
-                          f"({tc.batch_warmup_tokens:,} tokens) is longer "
-                          f"than the run ({tc.steps} steps x {tc.batch_size} x {seq_len} = "
-                          f"{tokens:,} tokens); set "
-                          f"train.batch_warmup_tokens <= {tokens}, or a share of the run: "
-                          f"train.batch_warmup_share")
+        raise ConfigError(
+            f"train.batch_warmup_tokens: the batch warm-up "
+            f"({tc.batch_warmup_tokens:,} tokens) is longer "
+            f"than the run ({tc.steps} steps x {tc.batch_size} x {seq_len} = "
+            f"{tokens:,} tokens); set "
+            f"train.batch_warmup_tokens <= {tokens}, or a share of the run: "
+            f"train.batch_warmup_share"
+        )
 
 
 def open_run_data(cfg: Config, src: InitSource | None, new_run: bool = True, world: int = 1):
     """-> (the run's resolved config, the prepared data: one directory or a weighted mixture)."""
     if not (cfg.data.path or cfg.data.paths):
-        raise ConfigError("data.path: no prepared data directory given (run `tokendrop prepare` first)")
-    data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)  # data.paths: a weighted mixture
+        raise ConfigError(
+            "data.path: no prepared data directory given (run `tokendrop prepare` first)"
+        )
+    data = open_data(
+        cfg.data.path, cfg.data.paths, cfg.data.weights
+    )  # data.paths: a weighted mixture
     return resolve_run_config(cfg, data, src, new_run, world), data

@@ -21,17 +21,24 @@ from torch import nn
 from tokendrop.errors import TokendropError
 
 
-def resolve_device(name: str, local_rank: int = 0, field: str = "train.device",
-                   error: type[TokendropError] = TokendropError) -> torch.device:
-    """``auto`` -> this process's GPU if CUDA is available, else the CPU; ``cuda`` -> GPU ``local_rank``
-    (torchrun's LOCAL_RANK) made current; ``cuda:N`` as given; ``cpu``.  CUDA asked for but missing:
-    ``error`` naming ``field``."""
+def resolve_device(
+    name: str,
+    local_rank: int = 0,
+    field: str = "train.device",
+    error: type[TokendropError] = TokendropError,
+) -> torch.device:
+    """``auto`` -> this process's GPU if CUDA is available, else the CPU; ``cuda`` -> GPU
+    ``local_rank`` (torchrun's LOCAL_RANK) made current; ``cuda:N`` as given; ``cpu``.  CUDA asked
+    for but missing: ``error`` naming ``field``."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise error(f"{field}: {name!r} requested but CUDA is not available on this machine; use {field} = cpu "
-                        "(or auto)")
+            raise error(
+                f"{field}: {name!r} requested but CUDA is not available on this machine; use "
+                f"{field} = cpu "
+                "(or auto)"
+            )
         dev = torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
         torch.cuda.set_device(dev)
         return dev
@@ -39,7 +46,8 @@ def resolve_device(name: str, local_rank: int = 0, field: str = "train.device",
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of ``precision``: ``auto`` = bf16 on CUDA and fp32 (None) on CPU; ``bf16``; ``fp32``."""
+    """The autocast dtype of ``precision``: ``auto`` = bf16 on CUDA and fp32 (None) on CPU;
+    ``bf16``; ``fp32``."""
     if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
         return None
     return torch.bfloat16
@@ -60,11 +68,20 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
         if not p.requires_grad:
             continue
         (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.999),
-          eps: float = 1e-6, fused: bool | None = None) -> torch.optim.AdamW:
+def adamw(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-6,
+    fused: bool | None = None,
+) -> torch.optim.AdamW:
     """AdamW over :func:`param_groups` (decoupled weight decay); ``fused=None``: torch's default."""
     kw: dict[str, Any] = {"lr": lr, "betas": betas, "eps": eps}
     if fused is not None:

@@ -1,8 +1,8 @@
 """Schedules over a run: pure functions of the progress p in [0, 1] (and, for warm-ups, the step).
 
 p is ``step / train.steps`` in a run of fixed length, or the fraction of ``train.time_budget`` used
-so far in a time-budgeted run (``tokendrop.train.budget``).  Nothing here keeps state: a value at step k
-depends on (k, p) only, so a resumed run and an uninterrupted one compute the same values.
+so far in a time-budgeted run (``tokendrop.train.budget``).  Nothing here keeps state: a value at
+step k depends on (k, p) only, so a resumed run and an uninterrupted one compute the same values.
 
     linear(p, a, b)   = a + (b - a) p
     cosine(p, a, b)   = b + (a - b) (1 + cos(pi p)) / 2
@@ -13,8 +13,9 @@ depends on (k, p) only, so a resumed run and an uninterrupted one compute the sa
     LR "wsd":       peak w(k) s(p), s(p) = 1 for p < 1 - d, then over the last share d of the run
                     q = (p - (1 - d)) / d and s = 1 - sqrt(q) ("1-sqrt", Hägele et al. 2024, as
                     ModernBERT) or s = 1 - q ("linear")
-    masking rate:   linear or cosine from data.mask_prob[0] to data.mask_prob[1] (tokendrop.value_schedule)
-    sequence length (data.seq_len_start L0 > 0, share h): L(p) = the largest divisor d of T with
+    masking rate:   linear or cosine from data.mask_prob[0] to data.mask_prob[1]
+    (tokendrop.value_schedule) sequence length (data.seq_len_start L0 > 0, share h): L(p) = the
+    largest divisor d of T with
                     L0 <= d <= L0 + (T - L0) min(1, p / h)   (L0 divides T; T from p >= h on)
     global batch (train.batch_warmup_start B0 > 0): B = B0 + (B_T - B0) r, floored to a multiple
                     of the unit u (micro-batch x ranks), r = min(1, p / h) (share h) or
@@ -30,22 +31,22 @@ from dataclasses import dataclass
 from tokendrop.value_schedule import ValueSchedule, clamp
 
 
-
 def warmup_ramp(step: int, warmup: int) -> float:
     """(step + 1) / warmup during the first ``warmup`` steps (0-based step), then 1."""
     return (step + 1) / warmup if warmup > 0 and step < warmup else 1.0
 
 
 def lr_linear_steps(step: int, peak: float, warmup: int, total: int) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total`` (0 after
-    it; a warm-up longer than the run ramps until the run ends)."""
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then linear decay to 0 at ``total`` (0
+    after it; a warm-up longer than the run ramps until the run ends)."""
     if warmup > 0 and step < warmup:
         return peak * (step + 1) / warmup
     return peak * max(0.0, (total - step) / max(1, total - warmup))
 
 
 def wsd_shape(p: float, decay_share: float, shape: str = "1-sqrt") -> float:
-    """Warmup-stable-decay without the warm-up: 1 until ``1 - decay_share``, then down to 0 at p = 1."""
+    """Warmup-stable-decay without the warm-up: 1 until ``1 - decay_share``, then down to 0 at p =
+    1."""
     q = (clamp(p) - (1.0 - decay_share)) / decay_share
     if q <= 0.0:
         return 1.0
@@ -55,8 +56,8 @@ def wsd_shape(p: float, decay_share: float, shape: str = "1-sqrt") -> float:
 
 @dataclass(frozen=True)
 class LRSchedule:
-    """``train.lr_schedule`` resolved: ``at(step, p)`` is the learning rate of step ``step`` (0-based)
-    taken at progress ``p``.  ``total`` is ``train.steps`` (0 in a time-budgeted run)."""
+    """``train.lr_schedule`` resolved: ``at(step, p)`` is the learning rate of step ``step``
+    (0-based) taken at progress ``p``.  ``total`` is ``train.steps`` (0 in a time-budgeted run)."""
 
     kind: str
     peak: float
@@ -64,7 +65,9 @@ class LRSchedule:
     total: int
     decay_share: float = 0.2
     decay_shape: str = "1-sqrt"
-    warmup_share: float = 0.0  # a time-budgeted run's train.warmup_ratio: the ramp is min(1, p / share)
+    warmup_share: float = (
+        0.0  # a time-budgeted run's train.warmup_ratio: the ramp is min(1, p / share)
+    )
 
     def ramp(self, step: int, p: float) -> float:
         if self.warmup_share > 0:
@@ -85,7 +88,8 @@ def divisors(n: int) -> list[int]:
 
 def seq_len_at(p: float, start: int, share: float, seq_len: int) -> int:
     """Sequence-length warm-up: the largest divisor of ``seq_len`` between ``start`` (which divides
-    it) and the linear ramp ``start + (seq_len - start) min(1, p / share)``; ``seq_len`` when off."""
+    it) and the linear ramp ``start + (seq_len - start) min(1, p / share)``; ``seq_len`` when
+    off."""
     if start <= 0 or start >= seq_len:
         return seq_len
     target = start + (seq_len - start) * min(1.0, clamp(p) / share)
@@ -101,7 +105,8 @@ def batch_at(ramp: float, start: int, final: int, unit: int) -> int:
 
 @dataclass(frozen=True)
 class SeqLenWarmup:
-    """``data.seq_len_start`` / ``data.seq_len_warmup_share`` resolved for a run of length ``seq_len``."""
+    """``data.seq_len_start`` / ``data.seq_len_warmup_share`` resolved for a run of length
+    ``seq_len``."""
 
     start: int
     share: float
@@ -116,13 +121,18 @@ class SeqLenWarmup:
 
     def lengths(self) -> list[int]:
         """Every length the run trains at (the compiled shapes)."""
-        return [d for d in divisors(self.seq_len) if self.start <= d] if self.active else [self.seq_len]
+        return (
+            [d for d in divisors(self.seq_len) if self.start <= d]
+            if self.active
+            else [self.seq_len]
+        )
 
 
 @dataclass(frozen=True)
 class BatchWarmup:
-    """``train.batch_warmup_*`` resolved: the global batch grows from ``start`` to ``final`` over the
-    share ``share`` of the run, or over its first ``tokens`` tokens, in multiples of ``unit``."""
+    """``train.batch_warmup_*`` resolved: the global batch grows from ``start`` to ``final`` over
+    the share ``share`` of the run, or over its first ``tokens`` tokens, in multiples of
+    ``unit``."""
 
     start: int
     final: int
@@ -140,8 +150,13 @@ class BatchWarmup:
         return min(1.0, clamp(p) / self.share)
 
     def at(self, p: float, tokens_seen: int = 0) -> int:
-        """The global batch (sequences) of the step taken at progress ``p`` after ``tokens_seen`` tokens."""
-        return batch_at(self.ramp(p, tokens_seen), self.start, self.final, self.unit) if self.active else self.final
+        """The global batch (sequences) of the step taken at progress ``p`` after ``tokens_seen``
+        tokens."""
+        return (
+            batch_at(self.ramp(p, tokens_seen), self.start, self.final, self.unit)
+            if self.active
+            else self.final
+        )
 
 
 def batch_warmup_start(tc) -> int:
@@ -158,16 +173,28 @@ def batch_warmup_line(tc, world: int = 1) -> str:
         return ""
     share = isinstance(tc.batch_warmup_start, float)
     how = f" ({tc.batch_warmup_start:g} of it)" if share else ""
-    over = (f"the first {tc.batch_warmup_tokens:,} tokens" if tc.batch_warmup_tokens
-            else f"the first {tc.batch_warmup_share:g} of the run")
+    over = (
+        f"the first {tc.batch_warmup_tokens:,} tokens"
+        if tc.batch_warmup_tokens
+        else f"the first {tc.batch_warmup_share:g} of the run"
+    )
     return f"; warm-up from {start}{how} over {over}"
 
 
 def lr_schedule(train_cfg) -> LRSchedule:
     """The LR schedule of a ``TrainConfig``."""
-    share = 0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)  # ratio of a time budget
-    return LRSchedule(train_cfg.lr_schedule, train_cfg.lr, max(0, train_cfg.warmup_steps), train_cfg.steps,
-                      train_cfg.decay_share, train_cfg.decay_shape, share)
+    share = (
+        0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)
+    )  # ratio of a time budget
+    return LRSchedule(
+        train_cfg.lr_schedule,
+        train_cfg.lr,
+        max(0, train_cfg.warmup_steps),
+        train_cfg.steps,
+        train_cfg.decay_share,
+        train_cfg.decay_shape,
+        share,
+    )
 
 
 def mask_schedule(data_cfg) -> ValueSchedule:
@@ -175,6 +202,18 @@ def mask_schedule(data_cfg) -> ValueSchedule:
     return ValueSchedule(data_cfg.mask_prob_start, data_cfg.mask_prob_end, data_cfg.mask_schedule)
 
 
-__all__ = ["warmup_ramp", "lr_linear_steps", "wsd_shape", "LRSchedule", "lr_schedule", "mask_schedule", "divisors",
-           "seq_len_at", "batch_at", "SeqLenWarmup", "BatchWarmup", "batch_warmup_start",
-           "batch_warmup_line"]
+__all__ = [
+    "warmup_ramp",
+    "lr_linear_steps",
+    "wsd_shape",
+    "LRSchedule",
+    "lr_schedule",
+    "mask_schedule",
+    "divisors",
+    "seq_len_at",
+    "batch_at",
+    "SeqLenWarmup",
+    "BatchWarmup",
+    "batch_warmup_start",
+    "batch_warmup_line",
+]

@@ -1,13 +1,14 @@
-"""Pretraining: ``pretrain(cfg, out_dir)`` runs (or resumes) a whole job and returns a ``PretrainResult``.
+"""Pretraining: ``pretrain(cfg, out_dir)`` runs (or resumes) a whole job and returns a
+``PretrainResult``.
 
 It works in one process or under ``torchrun`` (DDP or FSDP2: gloo on CPU, NCCL on GPU); the global
 batch is ``train.batch_size`` whatever the number of ranks, split into per-rank micro-batches with
 gradient accumulation.  The run goes through named phases (``_Trainer``): set up (device, data, the
 resolved config), open the run directory (new, or the checkpoint to resume), build the model,
 selector and optimizer, restore a checkpoint's state, the loop (``train_step`` -> ``host_sync`` ->
-``log_step`` / ``evaluate`` / ``checkpoint``), finish.  One optimizer step is ``tokendrop.train.step``;
-what a resume refuses and loads is ``tokendrop.train.resume``.  SIGINT/SIGTERM stop after the current step
-with a checkpoint (every rank after the same step).
+``log_step`` / ``evaluate`` / ``checkpoint``), finish.  One optimizer step is
+``tokendrop.train.step``; what a resume refuses and loads is ``tokendrop.train.resume``.
+SIGINT/SIGTERM stop after the current step with a checkpoint (every rank after the same step).
 """
 
 from __future__ import annotations
@@ -26,60 +27,90 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from tokendrop.config import Config, ConfigError, to_dict, to_toml
+from tokendrop.config import Config, to_dict, to_toml
 from tokendrop.data import MLMLoader
 from tokendrop.data.masking import unigram_entropy
 from tokendrop.data.mixture import realised
 from tokendrop.dropping.flops import gpu_peak_flops
 from tokendrop.dropping.importance import pinned_ids
 from tokendrop.dropping.plan import DropPlan
-from tokendrop.errors import TrainingError
-from tokendrop.errors import check_arg, check_path_arg
+from tokendrop.errors import ConfigError, TrainingError, check_arg, check_path_arg
 from tokendrop.host import host_side
 from tokendrop.models.attention import check_training_device
 from tokendrop.models.families import build_model, spec_of
 from tokendrop.models.hf import copy_tokenizer
 from tokendrop.models.masked_lm import num_parameters
-from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.runs import rundir
+from tokendrop.runs import checkpoint as ckpt_mod, rundir
 from tokendrop.runs.files import atomic_directory, atomic_write_text
 from tokendrop.runs.gate import gate
 from tokendrop.runs.metrics import MetricsLog, read_metrics, truncate_metrics
 from tokendrop.runs.trackers import check_installed
 from tokendrop.train.budget import RunLength, budget_clock
-from tokendrop.train.console import (LOG_FILE, Progress, RunLog, eta, interval_line, is_terminal, pretrain_banner,
-                                     pretrain_summary, unigram_note)
+from tokendrop.train.compiled import compiled_shapes, resolve_mode
+from tokendrop.train.console import (
+    LOG_FILE,
+    Progress,
+    RunLog,
+    eta,
+    interval_line,
+    is_terminal,
+    pretrain_banner,
+    pretrain_summary,
+    unigram_note,
+)
 from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
 from tokendrop.train.memory import check_memory
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.report import write_run_report
-from tokendrop.train.resume import (check_checkpoint, check_resume_compatible, check_resume_data, load_run_config,  # noqa: F401
-                                    load_training_state, rank_rng, save_training_state)
+from tokendrop.train.resume import (  # noqa: F401
+    check_checkpoint,
+    check_resume_compatible,
+    check_resume_data,
+    load_run_config,
+    load_training_state,
+    rank_rng,
+    save_training_state,
+)
 from tokendrop.train.run_config import open_run_data, resolve_init
 from tokendrop.train.runtime import adamw, autocast_dtype, resolve_device
 from tokendrop.train.schedules import lr_schedule, mask_schedule
-from tokendrop.train.compiled import compiled_shapes, resolve_mode
 from tokendrop.train.step import MLMStep, evaluate_mlm
 from tokendrop.train.warmups import StepPlan, default_micro_batch
 
-
-STEP_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mlm_positions", "mlm_labels", "mlm_weights")
+STEP_KEYS = (
+    "input_ids",
+    "attention_mask",
+    "token_type_ids",
+    "mlm_positions",
+    "mlm_labels",
+    "mlm_weights",
+)
 
 
 def _cat(ts: list[Tensor], pin: bool) -> Tensor:
     """Loader batches joined along the batch (into pinned memory when the loader pins)."""
     if not pin:
         return torch.cat(ts)
-    out = torch.empty((sum(t.shape[0] for t in ts), *ts[0].shape[1:]), dtype=ts[0].dtype, pin_memory=True)
+    out = torch.empty(
+        (sum(t.shape[0] for t in ts), *ts[0].shape[1:]), dtype=ts[0].dtype, pin_memory=True
+    )
     return torch.cat(ts, out=out)
 
 
 def heldout_batches(data, cfg: Config, batch_size: int) -> MLMLoader:
-    """The held-out batches a run is evaluated on: the eval split in order, masked at the run's final
-    masking rate with its seed (the first ``train.eval_batches x train.batch_size`` sequences per rank
-    are what an evaluation reads)."""
-    return MLMLoader(data, split="eval", batch_size=batch_size, seed=cfg.train.seed,
-                     mask_prob=cfg.data.mask_prob_end, num_workers=0, shuffle=False, loop=False)
+    """The held-out batches a run is evaluated on: the eval split in order, masked at the run's
+    final masking rate with its seed (the first ``train.eval_batches x train.batch_size`` sequences
+    per rank are what an evaluation reads)."""
+    return MLMLoader(
+        data,
+        split="eval",
+        batch_size=batch_size,
+        seed=cfg.train.seed,
+        mask_prob=cfg.data.mask_prob_end,
+        num_workers=0,
+        shuffle=False,
+        loop=False,
+    )
 
 
 @dataclass
@@ -93,59 +124,102 @@ class PretrainResult:
     flops_per_step: dict[str, float]
     importance: Tensor | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
-    stop_signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
-    already_finished: bool = False  # resumed a run that had already reached train.steps: nothing was trained
+    stop_signal: int = (
+        0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
+    )
+    already_finished: bool = (
+        False  # resumed a run that had already reached train.steps: nothing was trained
+    )
 
     def __repr__(self) -> str:
         """One line: where, how far, how fast, the last evaluation; the importance vector and the
         history by their sizes (``.importance``, ``.history`` hold them)."""
-        state = ("interrupted" if self.interrupted else "already finished" if self.already_finished
-                 else "finished")
+        state = (
+            "interrupted"
+            if self.interrupted
+            else "already finished"
+            if self.already_finished
+            else "finished"
+        )
         ev = ", ".join(f"{k}={v:.4f}" for k, v in self.final_eval.items() if isinstance(v, float))
         imp = "None" if self.importance is None else f"<{self.importance.numel()} scores>"
-        return (f"PretrainResult({str(self.run_dir)!r}, {state} at step {self.steps}, "
-                f"{self.wall_time:.1f} s, "
-                f"{self.tokens_per_s:,.0f} tokens/s, final_eval: {{{ev}}}, importance={imp}, "
-                f"history=<{len(self.history)} records>)")
+        return (
+            f"PretrainResult({str(self.run_dir)!r}, {state} at step {self.steps}, "
+            f"{self.wall_time:.1f} s, "
+            f"{self.tokens_per_s:,.0f} tokens/s, final_eval: {{{ev}}}, importance={imp}, "
+            f"history=<{len(self.history)} records>)"
+        )
 
 
 def pretrain(
-    cfg: Config, out_dir: str | os.PathLike, resume: bool = False, progress: bool = True, stop_at: int | None = None,
-    overwrite: bool = False, clock=None, banner: bool | None = None, command: str = "",
+    cfg: Config,
+    out_dir: str | os.PathLike,
+    resume: bool = False,
+    progress: bool = True,
+    stop_at: int | None = None,
+    overwrite: bool = False,
+    clock=None,
+    banner: bool | None = None,
+    command: str = "",
 ) -> PretrainResult:
     """Run (or resume) a pretraining job into ``out_dir``.
 
     ``stop_at``: pause after that step (a checkpoint is written; ``--resume`` continues), as a
     SIGINT/SIGTERM would; the schedule still runs to ``train.steps``.
     ``overwrite``: start over in an existing run directory (only one tokendrop marked as a run and
-    that holds none of the run's inputs; ``tokendrop.runs.rundir.prepare_output``).  The run directory is
-    locked (rank 0) for the whole call: a second writer fails at once with "... in use by pid N".
-    ``clock``: the seconds clock training time is measured with (default ``train.budget_clock``'s:
-    ``time.perf_counter`` or ``time.process_time``; tests pass a fake one to check
-    ``train.time_budget`` without sleeping).
+    that holds none of the run's inputs; ``tokendrop.runs.rundir.prepare_output``).  The run
+    directory is locked (rank 0) for the whole call: a second writer fails at once with "... in use
+    by pid N". ``clock``: the seconds clock training time is measured with (default
+    ``train.budget_clock``'s: ``time.perf_counter`` or ``time.process_time``; tests pass a fake one
+    to check ``train.time_budget`` without sleeping).
     ``progress``: a progress bar on a terminal, one line per log interval anywhere else (a batch
-    job's log); ``banner`` (default: ``progress``): the start-up block (what the run will do) and the
-    end summary (the time of each phase) on stderr.  Both always go to ``RUN/log.txt``.  ``command``:
-    the command line that started it (the run's start record and its export's model card keep it).
-    """
-    check_arg("pretrain", "cfg", cfg, Config, "a tokendrop.Config",
-              "a preset by name: tokendrop.load_config('tiny', ['data.path=\"DIR\"'])")
+    job's log); ``banner`` (default: ``progress``): the start-up block (what the run will do) and
+    the end summary (the time of each phase) on stderr.  Both always go to ``RUN/log.txt``.
+    ``command``: the command line that started it (the run's start record and its export's model
+    card keep it)."""
+    check_arg(
+        "pretrain",
+        "cfg",
+        cfg,
+        Config,
+        "a tokendrop.Config",
+        "a preset by name: tokendrop.load_config('tiny', ['data.path=\"DIR\"'])",
+    )
     check_path_arg("pretrain", "out_dir", out_dir)
     for name, v in (("resume", resume), ("progress", progress), ("overwrite", overwrite)):
         check_arg("pretrain", name, v, bool, "True or False")
     cfg.validate()
-    check_installed(cfg.train.report_to)  # a tracker asked for and not installed: before anything is written
+    check_installed(
+        cfg.train.report_to
+    )  # a tracker asked for and not installed: before anything is written
     src = resolve_init(cfg, resume)  # model.init: resolved once, here (tokendrop.train.run_config)
     run_dir = Path(out_dir)
-    device_kind = "cuda" if (cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())) else "cpu"
+    device_kind = (
+        "cuda"
+        if (
+            cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
+        )
+        else "cpu"
+    )
     check_training_device(cfg.model.attention_backend, device_kind)
     dd = init_distributed(device_kind, cfg.train.parallel)
     threads = torch.get_num_threads()
     clean = False
     try:
         with rundir.lock(run_dir, TrainingError) if dd.main else contextlib.nullcontext():
-            result = _pretrain(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock or budget_clock(cfg.train),
-                               src, progress if banner is None else banner, command)
+            result = _pretrain(
+                cfg,
+                run_dir,
+                resume,
+                progress,
+                dd,
+                stop_at,
+                overwrite,
+                clock or budget_clock(cfg.train),
+                src,
+                progress if banner is None else banner,
+                command,
+            )
         clean = True
         return result
     finally:
@@ -153,9 +227,19 @@ def pretrain(
         close_distributed(dd, clean)
 
 
-def _pretrain(cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
-              overwrite: bool = False, clock=time.perf_counter, src=None, banner: bool = True,
-              command: str = "") -> PretrainResult:
+def _pretrain(
+    cfg: Config,
+    run_dir: Path,
+    resume: bool,
+    progress: bool,
+    dd: Dist,
+    stop_at: int | None,
+    overwrite: bool = False,
+    clock=time.perf_counter,
+    src=None,
+    banner: bool = True,
+    command: str = "",
+) -> PretrainResult:
     t = _Trainer(cfg, run_dir, resume, progress, dd, stop_at, overwrite, clock, src, banner)
     t.command = command
     t.set_up()
@@ -181,8 +265,8 @@ class _Trainer:
         open_run   the run directory: a new one (config.toml, tokenizer) or the checkpoint to resume
         build      model, selector, the source's weights (``model.init``)
         announce   the start-up banner (console and RUN/log.txt): what the run will do
-        warm_up    a new run: the MLM-head warm-up and the importance warm start (tokendrop.train.continued)
-        wrap       DDP/FSDP wrapping, AdamW
+        warm_up    a new run: the MLM-head warm-up and the importance warm start
+        (tokendrop.train.continued) wrap       DDP/FSDP wrapping, AdamW
         restore    (resume) weights, AdamW state, importance, every rank's RNG
         make_step  the step function and the loader (at the resumed position)
         start      the metrics log, the start row and the step-0 evaluation of a new run
@@ -192,14 +276,43 @@ class _Trainer:
     The attributes are the run's state; nothing of the config is changed after ``set_up``.  Each
     phase's wall time is added to ``phases`` (the end summary's)."""
 
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool, progress: bool, dd: Dist, stop_at: int | None,
-                 overwrite: bool, clock, src, banner: bool = True):
-        self.cfg, self.run_dir, self.resume, self.progress, self.dd = cfg, run_dir, resume, progress, dd
-        self.stop_at, self.overwrite, self.clock, self.src, self.banner = stop_at, overwrite, clock, src, banner
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: Path,
+        resume: bool,
+        progress: bool,
+        dd: Dist,
+        stop_at: int | None,
+        overwrite: bool,
+        clock,
+        src,
+        banner: bool = True,
+    ):
+        self.cfg, self.run_dir, self.resume, self.progress, self.dd = (
+            cfg,
+            run_dir,
+            resume,
+            progress,
+            dd,
+        )
+        self.stop_at, self.overwrite, self.clock, self.src, self.banner = (
+            stop_at,
+            overwrite,
+            clock,
+            src,
+            banner,
+        )
         self.meta_in: dict[str, Any] | None = None
         self.t_begin = self.t_phase = time.perf_counter()
-        self.phases = {"set-up": 0.0, "MLM-head warm-up": 0.0, "importance pass": 0.0, "training": 0.0,
-                       "evaluation": 0.0, "checkpoints": 0.0}
+        self.phases = {
+            "set-up": 0.0,
+            "MLM-head warm-up": 0.0,
+            "importance pass": 0.0,
+            "training": 0.0,
+            "evaluation": 0.0,
+            "checkpoints": 0.0,
+        }
         self.console = RunLog(None, banner and dd.main)  # RUN/log.txt once the run directory exists
 
     def _phase(self, name: str) -> None:
@@ -208,7 +321,8 @@ class _Trainer:
         self.phases[name] += now - self.t_phase
         self.t_phase = now
 
-    # -- set up --------------------------------------------------------------------------------------
+    # -- set up
+    # --------------------------------------------------------------------------------------
     def set_up(self) -> None:
         cfg, tc, dd = self.cfg, self.cfg.train, self.dd
         self.masks = mask_schedule(cfg.data)  # tokendrop.train.schedules
@@ -219,25 +333,39 @@ class _Trainer:
             torch.use_deterministic_algorithms(True)
         self.amp = autocast_dtype(tc.precision, self.device)
         if tc.batch_size % dd.world:
-            raise ConfigError(f"train.batch_size: {tc.batch_size} is not divisible by the {dd.world} ranks")
+            raise ConfigError(
+                f"train.batch_size: {tc.batch_size} is not divisible by the {dd.world} ranks"
+            )
         per_rank = self.per_rank = tc.batch_size // dd.world
-        # micro_bs: the loader's batch.  Without train.micro_batch_size a step runs one micro-batch of
-        # all its loader batches (a batch warm-up's current batch), unless the memory pre-flight says
-        # the whole batch does not fit (check_memory): then it accumulates loader batches
+        # micro_bs: the loader's batch.  Without train.micro_batch_size a step runs one micro-batch
+        # of all its loader batches (a batch warm-up's current batch), unless the memory pre-flight
+        # says the whole batch does not fit (check_memory): then it accumulates loader batches
         self.micro_bs = tc.micro_batch_size or default_micro_batch(cfg, per_rank, dd.world)
         self.merge = not tc.micro_batch_size
         if per_rank % self.micro_bs:
-            raise ConfigError(f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch {per_rank}")
+            raise ConfigError(
+                f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch "
+                f"{per_rank}"
+            )
         self.accum = per_rank // self.micro_bs
         # an evaluation reads train.eval_batches per-rank batches of train.batch_size sequences, in
-        # micro-batches: the same held-out sequences whatever the micro-batch (a batch warm-up's too)
+        # micro-batches: the same held-out sequences whatever the micro-batch (a batch warm-up's
+        # too)
         self.eval_micro = tc.eval_batches * self.accum
         if self.resume and cfg.data.path and not os.path.isdir(cfg.data.path):
-            where = (f"is relative and not found from {os.getcwd()}; resume from the directory the run was started "
-                     "in, or" if not os.path.isabs(cfg.data.path) else "is not there any more; if the data moved,")
-            raise TrainingError(f"--resume: data.path {cfg.data.path!r} {where} pass --set data.path=DIR (accepted "
-                                "when its fingerprint equals the one the run recorded)")
-        # the resolved config (train.tokens / epochs / warmup_ratio as steps): not changed from here on
+            where = (
+                f"is relative and not found from {os.getcwd()}; resume from the directory the run "
+                "was started "
+                "in, or"
+                if not os.path.isabs(cfg.data.path)
+                else "is not there any more; if the data moved,"
+            )
+            raise TrainingError(
+                f"--resume: data.path {cfg.data.path!r} {where} pass --set data.path=DIR (accepted "
+                "when its fingerprint equals the one the run recorded)"
+            )
+        # the resolved config (train.tokens / epochs / warmup_ratio as steps): not changed from here
+        # on
         self.cfg, self.data = open_run_data(cfg, self.src, new_run=not self.resume, world=dd.world)
         self.data_fp = self.data.fingerprint()
         self.T = self.data.seq_len
@@ -245,7 +373,8 @@ class _Trainer:
         self.length, self.lrs = RunLength.of(self.tc), lr_schedule(self.tc)
 
     def check_memory(self) -> None:
-        """Refuse a model and batch that cannot fit in the device's memory (tokendrop.train.memory)."""
+        """Refuse a model and batch that cannot fit in the device's memory
+        (tokendrop.train.memory)."""
         if not self.tc.memory_check:
             return
         args = (self.device, self.dd.world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -254,15 +383,20 @@ class _Trainer:
             try:
                 check_memory(self.cfg, self.T, self.per_rank, *args, sharded=sharded)
                 return
-            except ConfigError:  # the whole batch does not fit in one pass: accumulate loader batches
+            except (
+                ConfigError
+            ):  # the whole batch does not fit in one pass: accumulate loader batches
                 self.merge = False
-                self.console.say(f"note: a batch of {self.per_rank} sequences per rank does not fit in one pass; "
-                                 f"accumulating micro-batches of {self.micro_bs}")
+                self.console.say(
+                    f"note: a batch of {self.per_rank} sequences per rank does not fit in one "
+                    "pass; "
+                    f"accumulating micro-batches of {self.micro_bs}"
+                )
         check_memory(self.cfg, self.T, self.micro_bs, *args, sharded=sharded)
 
     def check_eval(self) -> None:
-        """A held-out split that holds sequences but gives no prediction slot would be scored on n = 0
-        (an eval loss of 0.0): refused before the run starts.  (An empty split: the run is not
+        """A held-out split that holds sequences but gives no prediction slot would be scored on n =
+        0 (an eval loss of 0.0): refused before the run starts.  (An empty split: the run is not
         evaluated, and says so when it starts.)"""
         if self.data.num_sequences("eval") == 0:
             return
@@ -271,39 +405,62 @@ class _Trainer:
                 break
             if float(mb["mlm_weights"].sum()) > 0:
                 return
-        raise TrainingError(f"{self.cfg.data.path or ', '.join(self.cfg.data.paths)}: the held-out split's "
-                            f"{self.data.num_sequences('eval')} sequences give no prediction slot (n = 0) in the "
-                            f"batches an evaluation reads (train.eval_batches = {self.tc.eval_batches}), so the run "
-                            "could not be "
-                            "evaluated; prepare the data with more text or a larger --eval-fraction")
+        raise TrainingError(
+            f"{self.cfg.data.path or ', '.join(self.cfg.data.paths)}: the held-out split's "
+            f"{self.data.num_sequences('eval')} sequences give no prediction slot (n = 0) in the "
+            f"batches an evaluation reads (train.eval_batches = {self.tc.eval_batches}), so the "
+            "run "
+            "could not be "
+            "evaluated; prepare the data with more text or a larger --eval-fraction"
+        )
 
-    # -- the run directory ---------------------------------------------------------------------------
+    # -- the run directory
+    # ---------------------------------------------------------------------------
     def open_run(self) -> PretrainResult | None:
         cfg, dd, run_dir = self.cfg, self.dd, self.run_dir
         mode = "new"
         if self.resume:
             if not rundir.has_checkpoint_dir(run_dir):
-                raise TrainingError(f"--resume: {run_dir} has no checkpoint (the run stopped before its first one): "
-                                    "nothing to resume; start it over with the command that started it (corrected, if "
-                                    "it failed), or as it was recorded: tokendrop pretrain --config "
-                                    f"{shlex.quote(str(run_dir / 'config.toml'))} --out {shlex.quote(str(run_dir))}")
-            try:  # the shared verifying loader; a bad checkpoint is skipped with a warning naming its file
+                raise TrainingError(
+                    f"--resume: {run_dir} has no checkpoint (the run stopped before its first "
+                    "one): "
+                    "nothing to resume; start it over with the command that started it (corrected, "
+                    "if "
+                    "it failed), or as it was recorded: tokendrop pretrain --config "
+                    f"{shlex.quote(str(run_dir / 'config.toml'))} --out {shlex.quote(str(run_dir))}"
+                )
+            # the shared verifying loader; a bad checkpoint is skipped with a warning naming its
+            # file
+            try:
                 self.last, self.meta_in, self.model_sd, self.state_sd = ckpt_mod.load_verified(
-                    run_dir, state=True, fallback=True, consolidate=False)  # shards: in restore
+                    run_dir, state=True, fallback=True, consolidate=False
+                )  # shards: in restore
             except ckpt_mod.CheckpointError as e:
-                raise TrainingError(f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})") from None
+                raise TrainingError(
+                    f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})"
+                ) from None
             check_checkpoint(self.last, self.meta_in, self.state_sd, to_dict(cfg), resuming=True)
             check_resume_data(self.meta_in, cfg, self.data)
             step, used = int(self.meta_in["step"]), float(self.meta_in.get("wall_time", 0.0))
             if self.length.finished(step, used):  # a requeued or repeated launch of a finished run
                 return _finished(run_dir, step, self.length, dd, self.meta_in)
         elif dd.main:
-            mode = rundir.prepare_output(run_dir, "run", self.overwrite, error=TrainingError, resumable=False,
-                                         inputs=[cfg.data.path, *cfg.data.paths, cfg.model.init, cfg.drop.counts_path])
+            mode = rundir.prepare_output(
+                run_dir,
+                "run",
+                self.overwrite,
+                error=TrainingError,
+                resumable=False,
+                inputs=[cfg.data.path, *cfg.data.paths, cfg.model.init, cfg.drop.counts_path],
+            )
         if dd.main:
             if mode == "restart":
-                print(f"note: {run_dir} holds a run that stopped before its first checkpoint (nothing to resume); "
-                      "starting it over", file=sys.stderr)
+                print(
+                    f"note: {run_dir} holds a run that stopped before its first checkpoint "
+                    "(nothing to resume); "
+                    "starting it over",
+                    file=sys.stderr,
+                )
             if mode in ("replace", "restart"):
                 rundir.discard(run_dir)
             rundir.create(run_dir, "run")
@@ -311,56 +468,105 @@ class _Trainer:
             tok_dst = run_dir / "tokenizer"
             if not tok_dst.exists():
                 with atomic_directory(tok_dst) as tok_tmp:
-                    copy_tokenizer(self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings)
+                    copy_tokenizer(
+                        self.data.tokenizer_path, tok_tmp, cfg.model.max_position_embeddings
+                    )
             self.console.path = run_dir / LOG_FILE
         if dd.world > 1:
             dist.barrier()
         return None
 
-    # -- model, selector, optimizer; the step and the loader ------------------------------------------
+    # -- model, selector, optimizer; the step and the loader
+    # ------------------------------------------
     def build(self) -> None:
         """The model (the family's MLM model), the selector, and a new run's source weights."""
         cfg, tc, dd, data, device = self.cfg, self.tc, self.dd, self.data, self.device
         torch.manual_seed(tc.seed)
         model = self.model = build_model(cfg.model, cfg.drop)  # the family's MLM model
-        for name in spec_of(cfg.model).pretrain_frozen:  # BERT's pooler: no NSP, not trained in pretraining
+        for name in spec_of(
+            cfg.model
+        ).pretrain_frozen:  # BERT's pooler: no NSP, not trained in pretraining
             model.get_submodule(name).requires_grad_(False)
         model.to(device)
-        if dd.world > 1:  # same initial weights everywhere (above); from here each rank its own dropout stream
+        if (
+            dd.world > 1
+        ):  # same initial weights everywhere (above); from here each rank its own dropout stream
             torch.manual_seed(tc.seed + dd.rank)
         counts = None
         if cfg.drop.selection.needs_counts:
             counts = np.load(cfg.drop.counts_path) if cfg.drop.counts_path else data.token_counts()
         pinned = pinned_ids(cfg.drop, data.vocab() if cfg.drop.pinned_tokens else [])
-        # the method (tokendrop.dropping.plan): its rules, its selector (each rank its own random draws)
-        self.plan = DropPlan.for_model(cfg.drop, cfg.model, self.T, data.special_ids, pinned_ids=pinned,
-                                       counts=counts, seed=tc.seed + dd.rank, total_steps=tc.steps, device=device)
+        # the method (tokendrop.dropping.plan): its rules, its selector (each rank its own random
+        # draws)
+        self.plan = DropPlan.for_model(
+            cfg.drop,
+            cfg.model,
+            self.T,
+            data.special_ids,
+            pinned_ids=pinned,
+            counts=counts,
+            seed=tc.seed + dd.rank,
+            total_steps=tc.steps,
+            device=device,
+        )
         self.selector = self.plan.selector
-        self.init_events = [] if self.meta_in is not None else load_source(cfg, model, self.run_dir, dd, self.src)
+        self.init_events = (
+            [] if self.meta_in is not None else load_source(cfg, model, self.run_dir, dd, self.src)
+        )
         self._phase("set-up")
 
     def announce(self) -> None:
-        """The start-up banner (rank 0): on stderr and at the top of this process's part of RUN/log.txt."""
+        """The start-up banner (rank 0): on stderr and at the top of this process's part of
+        RUN/log.txt."""
         self.entropy = unigram_entropy(self.data.token_counts(), self.data.special_ids)
-        self.entropy_rec = {"unigram_entropy": self.entropy} if self.entropy is not None else {}  # eval records
+        self.entropy_rec = (
+            {"unigram_entropy": self.entropy} if self.entropy is not None else {}
+        )  # eval records
         if self.dd.main:
-            source, head, importance = describe_warm_ups(self.cfg, self.model, self.selector, self.init_events,
-                                                         new=self.meta_in is None)
-            self.console.block(pretrain_banner(
-                self.cfg, run_dir=self.run_dir, start_step=int(self.meta_in["step"]) if self.meta_in else 0,
-                params=num_parameters(self.model), data=self.data, world=self.dd.world, device=str(self.device),
-                precision=str(self.amp).replace("torch.", "") if self.amp is not None else "fp32",
-                micro_bs=self.per_rank if self.merge else self.micro_bs, accum=1 if self.merge else self.accum,
-                parallel=self.tc.parallel, threads=torch.get_num_threads(),
-                head_warmup=head, importance=importance, entropy=self.entropy, source=source))
+            source, head, importance = describe_warm_ups(
+                self.cfg, self.model, self.selector, self.init_events, new=self.meta_in is None
+            )
+            self.console.block(
+                pretrain_banner(
+                    self.cfg,
+                    run_dir=self.run_dir,
+                    start_step=int(self.meta_in["step"]) if self.meta_in else 0,
+                    params=num_parameters(self.model),
+                    data=self.data,
+                    world=self.dd.world,
+                    device=str(self.device),
+                    precision=str(self.amp).replace("torch.", "")
+                    if self.amp is not None
+                    else "fp32",
+                    micro_bs=self.per_rank if self.merge else self.micro_bs,
+                    accum=1 if self.merge else self.accum,
+                    parallel=self.tc.parallel,
+                    threads=torch.get_num_threads(),
+                    head_warmup=head,
+                    importance=importance,
+                    entropy=self.entropy,
+                    source=source,
+                )
+            )
 
     def warm_up(self) -> None:
-        """A new run: the MLM-head warm-up and the importance warm start (tokendrop.train.continued)."""
+        """A new run: the MLM-head warm-up and the importance warm start
+        (tokendrop.train.continued)."""
         self.t_phase = time.perf_counter()
         if self.meta_in is None:
-            self.init_events = warm_start(self.cfg, self.model, self.selector, self.data, self.init_events, self.dd,
-                                          self.device, self.amp, self.micro_bs, self.console if self.dd.main else None,
-                                          self.progress)
+            self.init_events = warm_start(
+                self.cfg,
+                self.model,
+                self.selector,
+                self.data,
+                self.init_events,
+                self.dd,
+                self.device,
+                self.amp,
+                self.micro_bs,
+                self.console if self.dd.main else None,
+                self.progress,
+            )
         for ev in self.init_events:
             if ev.get("event") == "head_warmup":
                 self.phases["MLM-head warm-up"] += ev["seconds"]
@@ -372,43 +578,78 @@ class _Trainer:
         """DDP/FSDP wrapping (a checkpoint's unsharded weights first) and AdamW."""
         model, tc, dd, device = self.model, self.tc, self.dd, self.device
         if self.meta_in is not None and not ckpt_mod.is_sharded(self.meta_in):
-            model.load_state_dict(self.model_sd)  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
-        self.par = wrap(model, tc.parallel if dd.grouped else "ddp", dd, device, self.amp)  # FSDP: before AdamW
+            model.load_state_dict(
+                self.model_sd
+            )  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
+        self.par = wrap(
+            model, tc.parallel if dd.grouped else "ddp", dd, device, self.amp
+        )  # FSDP: before AdamW
         self.amp = autocast_for(self.par, self.amp, device)
-        self.opt = adamw(model, tc.lr, tc.weight_decay, (tc.adam_beta1, tc.adam_beta2), tc.adam_eps,
-                         fused=True)  # fused kernels on CUDA and CPU (torch >= 2.4)
+        self.opt = adamw(
+            model, tc.lr, tc.weight_decay, (tc.adam_beta1, tc.adam_beta2), tc.adam_eps, fused=True
+        )  # fused kernels on CUDA and CPU (torch >= 2.4)
 
     def make_step(self) -> None:
         """The step function and the training batches (at the resumed position)."""
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
-        self.shapes = StepPlan(cfg, self.T, data.packed, self.micro_bs, dd.world)  # sequence-length / batch warm-ups
+        self.shapes = StepPlan(
+            cfg, self.T, data.packed, self.micro_bs, dd.world
+        )  # sequence-length / batch warm-ups
         # one compiled graph per length and kind of step (stage 2, or no dropping: dense), and per
         # batch of a batch warm-up when its steps run one micro-batch of the current batch
         self.compile_mode = resolve_mode(tc.compile, self.device)
         bw = self.shapes.batch
         batches = (bw.final - bw.start) // bw.unit + 1 if self.merge and bw.active else 1
         graphs = compiled_shapes(cfg, self.shapes.seq.lengths()) * batches
-        self.step_fn = MLMStep(self.model, self.plan, self.opt, cfg, self.amp, self.par,
-                               use_attention_mask=not data.packed, compile=self.compile_mode, shapes=graphs)
+        self.step_fn = MLMStep(
+            self.model,
+            self.plan,
+            self.opt,
+            cfg,
+            self.amp,
+            self.par,
+            use_attention_mask=not data.packed,
+            compile=self.compile_mode,
+            shapes=graphs,
+        )
         if self.compile_mode != "off" and dd.main:
-            self.console.say(f"train.compile: {self.compile_mode}, at most {graphs} graph(s) to compile "
-                             f"(sequence lengths {self.shapes.seq.lengths()} x kinds of step"
-                             + (f" x {batches} batch sizes of the warm-up" if batches > 1 else "") + ")")
+            self.console.say(
+                f"train.compile: {self.compile_mode}, at most {graphs} graph(s) to compile "
+                f"(sequence lengths {self.shapes.seq.lengths()} x kinds of step"
+                + (f" x {batches} batch sizes of the warm-up" if batches > 1 else "")
+                + ")"
+            )
         # what the step reads: packed rows have no [PAD] (no attention mask) and one segment (token
         # type 0, which the model adds without ids); copied from pinned buffers on CUDA
-        self.step_keys = set(STEP_KEYS) - ({"attention_mask", "token_type_ids"} if data.packed else set())
-        self.loader = MLMLoader(data, split="train", batch_size=self.micro_bs, seed=tc.seed, rank=dd.rank,
-                                world_size=dd.world, mask_prob=self.masks.largest, num_workers=cfg.data.num_workers,
-                                prefetch=cfg.data.prefetch, shuffle=True, loop=True, variable_rate=not self.masks.constant,
-                                pin_memory=self.device.type == "cuda")
+        self.step_keys = set(STEP_KEYS) - (
+            {"attention_mask", "token_type_ids"} if data.packed else set()
+        )
+        self.loader = MLMLoader(
+            data,
+            split="train",
+            batch_size=self.micro_bs,
+            seed=tc.seed,
+            rank=dd.rank,
+            world_size=dd.world,
+            mask_prob=self.masks.largest,
+            num_workers=cfg.data.num_workers,
+            prefetch=cfg.data.prefetch,
+            shuffle=True,
+            loop=True,
+            variable_rate=not self.masks.constant,
+            pin_memory=self.device.type == "cuda",
+        )
         if self.meta_in is not None:
             self.loader.load_state_dict(self.meta_in["data_position"])
-        self.flops_total = int(self.meta_in.get("flops", 0)) if self.meta_in else 0  # the run's FLOPs so far
+        self.flops_total = (
+            int(self.meta_in.get("flops", 0)) if self.meta_in else 0
+        )  # the run's FLOPs so far
 
     def eval_batches(self):
         return heldout_batches(self.data, self.cfg, self.micro_bs)
 
-    # -- resume ----------------------------------------------------------------------------------------
+    # -- resume
+    # ----------------------------------------------------------------------------------------
     def restore(self) -> None:
         """Weights, AdamW state, importance and RNG streams of the checkpoint resumed (nothing for a
         new run)."""
@@ -430,64 +671,118 @@ class _Trainer:
         if dd.main:  # the rows a killed run wrote after this checkpoint would appear twice
             truncate_metrics(self.run_dir, self.start_step)
 
-    # -- the metrics log and step 0 ----------------------------------------------------------------------
+    # -- the metrics log and step 0
+    # ----------------------------------------------------------------------
     def start(self) -> None:
         self._phase("set-up")
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
         resumed = self.meta_in is not None
         ids = {}
         if resumed and dd.main:  # the W&B / MLflow runs this run started: continued, not new ones
-            ids = next((r.get("tracker_ids", {}) for r in read_metrics(self.run_dir) if r.get("event") == "start"), {})
-        self.log = MetricsLog(self.run_dir, dd.main, tc.report_to, name=cfg.name and f"{cfg.name}-{self.run_dir.name}",
-                              resumed=resumed, purge_step=self.start_step + 1 if resumed else None, ids=ids,
-                              config=to_dict(cfg), config_toml=to_toml(cfg))
+            ids = next(
+                (
+                    r.get("tracker_ids", {})
+                    for r in read_metrics(self.run_dir)
+                    if r.get("event") == "start"
+                ),
+                {},
+            )
+        self.log = MetricsLog(
+            self.run_dir,
+            dd.main,
+            tc.report_to,
+            name=cfg.name and f"{cfg.name}-{self.run_dir.name}",
+            resumed=resumed,
+            purge_step=self.start_step + 1 if resumed else None,
+            ids=ids,
+            config=to_dict(cfg),
+            config_toml=to_toml(cfg),
+        )
         self.has_eval = data.num_sequences("eval") > 0
         if not self.has_eval and dd.main:
-            print(f"warning: {cfg.data.path} has no held-out sequences (its eval split is empty); this run is not "
-                  "evaluated (prepare the data with more text or a larger --eval-fraction to evaluate it)",
-                  file=sys.stderr)
+            print(
+                f"warning: {cfg.data.path} has no held-out sequences (its eval split is empty); "
+                "this run is not "
+                "evaluated (prepare the data with more text or a larger --eval-fraction to "
+                "evaluate it)",
+                file=sys.stderr,
+            )
         self.peak_flops = None
         if self.device.type == "cuda":
-            self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(self.device))  # bf16 dense peak, per GPU
-        self.evaluates = dd.main or self.par.sharded  # FSDP's forward is collective: every rank evaluates
+            self.peak_flops = gpu_peak_flops(
+                torch.cuda.get_device_name(self.device)
+            )  # bf16 dense peak, per GPU
+        self.evaluates = (
+            dd.main or self.par.sharded
+        )  # FSDP's forward is collective: every rank evaluates
         if dd.main and self.start_step == 0:
-            self.log.write({"step": 0, "event": "start", "params": num_parameters(self.model), "seq_len": self.T,
-                            "world_size": dd.world, "accum": 1 if self.merge else self.accum,
-                            "stage2_start": None if self.length.timed else self.plan.stage2_start,
-                            "device": str(self.device), "parallel": self.par.kind,
-                            **({"time_budget_s": self.length.budget_s} if self.length.timed else {}),
-                            **({"mixture": data.describe()} if cfg.data.paths else {}),
-                            "unigram_entropy": self.entropy, "tracker_ids": self.log.tracker_ids,
-                            **({"command": self.command} if self.command else {})})
+            self.log.write(
+                {
+                    "step": 0,
+                    "event": "start",
+                    "params": num_parameters(self.model),
+                    "seq_len": self.T,
+                    "world_size": dd.world,
+                    "accum": 1 if self.merge else self.accum,
+                    "stage2_start": None if self.length.timed else self.plan.stage2_start,
+                    "device": str(self.device),
+                    "parallel": self.par.kind,
+                    **({"time_budget_s": self.length.budget_s} if self.length.timed else {}),
+                    **({"mixture": data.describe()} if cfg.data.paths else {}),
+                    "unigram_entropy": self.entropy,
+                    "tracker_ids": self.log.tracker_ids,
+                    **({"command": self.command} if self.command else {}),
+                }
+            )
             for ev in self.init_events:
                 self.log.write({"step": 0, **ev})
         if self.evaluates and self.start_step == 0 and self.has_eval:
-            ev0 = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.eval_micro)
-            self.log.write({"step": 0, "wall_time": 0.0, **ev0, **self.entropy_rec})  # MetricsLog: rank 0 only
-            self.console.say(f"step 0 (before training): eval loss {ev0['eval_loss']:.4f}"
-                             + (f"; {unigram_note(ev0['eval_loss'], self.entropy)}" if self.entropy else ""))
+            ev0 = evaluate_mlm(
+                self.model, self.eval_batches(), self.device, self.amp, self.eval_micro
+            )
+            self.log.write(
+                {"step": 0, "wall_time": 0.0, **ev0, **self.entropy_rec}
+            )  # MetricsLog: rank 0 only
+            self.console.say(
+                f"step 0 (before training): eval loss {ev0['eval_loss']:.4f}"
+                + (f"; {unigram_note(ev0['eval_loss'], self.entropy)}" if self.entropy else "")
+            )
             self._phase("evaluation")
 
-    # -- the loop ------------------------------------------------------------------------------------------
+    # -- the loop
+    # ------------------------------------------------------------------------------------------
     def run(self) -> PretrainResult:
         self.wall = float(self.meta_in.get("wall_time", 0.0)) if self.meta_in else 0.0
-        self.cpu = float(self.meta_in.get("cpu_time", 0.0)) if self.meta_in else 0.0  # process CPU s of the steps
+        self.cpu = (
+            float(self.meta_in.get("cpu_time", 0.0)) if self.meta_in else 0.0
+        )  # process CPU s of the steps
         self.used = self.wall  # training seconds so far (train.time_budget counts these)
-        self.tokens_done = self.tokens_pending = self.pending = 0  # pending: steps since the host last waited
+        self.tokens_done = self.tokens_pending = self.pending = (
+            0  # pending: steps since the host last waited
+        )
         # the run's tokens before a resume
         self.tokens_before = int(self.meta_in.get("tokens", 0)) if self.meta_in else 0
         self.train_time = 0.0
         self.history: list[dict[str, Any]] = []
-        # non-finite steps (skipped by MLMStep), counted on the device: the current streak, the longest
-        # streak since the last check, and the total; read where the host waits anyway
+        # non-finite steps (skipped by MLMStep), counted on the device: the current streak, the
+        # longest streak since the last check, and the total; read where the host waits anyway
         self.nf = torch.zeros(3, dtype=torch.long, device=self.device)
         self.streak = self.skipped = 0
         self.last_eval: dict[str, float] = {}
         self.last_rec: dict[str, Any] | None = None
         # a bar on a terminal, else a line per log interval (always into RUN/log.txt)
-        self.pbar = Progress(self.console, self.length.steps or None, self.start_step, "pretrain",
-                             bar=self.progress and is_terminal(), console=self.progress) \
-            if self.dd.main else None
+        self.pbar = (
+            Progress(
+                self.console,
+                self.length.steps or None,
+                self.start_step,
+                "pretrain",
+                bar=self.progress and is_terminal(),
+                console=self.progress,
+            )
+            if self.dd.main
+            else None
+        )
         self.p0 = self.length.progress(self.start_step, self.used)
         self.it = iter(self.loader)
         self.step = self.start_step
@@ -532,7 +827,7 @@ class _Trainer:
 
     def train_step(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """One optimizer step at progress p: every schedule is a function of (step, p)."""
-        cfg, T, loader = self.cfg, self.T, self.loader
+        T, loader = self.T, self.loader
         p = self.length.progress(self.step, self.used)
         if not self.masks.constant:
             loader.set_mask_rate(self.masks.at(p))
@@ -540,9 +835,14 @@ class _Trainer:
         if shape.seq_len != loader.piece_len:
             loader.set_seq_len(shape.seq_len)
         with host_side():  # the loader's batches are host tensors; the copies below are the step's
-            batches = [{k: v for k, v in next(self.it).items() if k in self.step_keys} for _ in range(shape.micro)]
+            batches = [
+                {k: v for k, v in next(self.it).items() if k in self.step_keys}
+                for _ in range(shape.micro)
+            ]
             if self.merge and len(batches) > 1:  # one micro-batch of the step's batch
-                batches = [{k: _cat([b[k] for b in batches], self.loader.pin_memory) for k in batches[0]}]
+                batches = [
+                    {k: _cat([b[k] for b in batches], self.loader.pin_memory) for k in batches[0]}
+                ]
         micro = [{k: v.to(self.device, non_blocking=True) for k, v in mb.items()} for mb in batches]
         at = self.plan.at(self.step, shape.seq_len, p)  # stage 2, the kept count, ScTD's cadence
         lr = self.lrs.at(self.step, p)
@@ -564,10 +864,10 @@ class _Trainer:
 
     def stop_requested(self, stop: rundir.StopFlag, host_waits: bool) -> bool:
         """Read once per step: a signal arriving after this point (while logging or evaluating) is
-        acted on after the next step, never by stopping without the checkpoint.  Under a process group
-        every rank must stop after the same step (the checkpoint is collective): the ranks agree at the
-        steps where the host waits anyway (log, eval, checkpoint), so a signal that reached some ranks
-        only, or at different steps, stops them all together."""
+        acted on after the next step, never by stopping without the checkpoint.  Under a process
+        group every rank must stop after the same step (the checkpoint is collective): the ranks
+        agree at the steps where the host waits anyway (log, eval, checkpoint), so a signal that
+        reached some ranks only, or at different steps, stops them all together."""
         signalled = stop.stop
         if self.dd.world > 1:
             at_sync = host_waits or self.step % self.tc.ckpt_every == 0
@@ -575,8 +875,8 @@ class _Trainer:
         return signalled or (self.stop_at is not None and self.step >= self.stop_at)
 
     def host_sync(self) -> None:
-        """The host waits for the device only here, not every step: the time and tokens since the last
-        wait (step_time is their mean), and the non-finite-step counters."""
+        """The host waits for the device only here, not every step: the time and tokens since the
+        last wait (step_time is their mean), and the non-finite-step counters."""
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         elapsed = self.clock() - self.t_mark
@@ -590,23 +890,39 @@ class _Trainer:
         self.nf[1] = self.nf[0]
         if worst >= self.tc.max_nonfinite_steps:
             raise TrainingError(
-                f"non-finite loss or gradient norm in {worst} consecutive steps at or before step {self.step} "
-                f"(train.max_nonfinite_steps={self.tc.max_nonfinite_steps}); stopped. Last good checkpoint: "
-                f"{ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr or check the data)")
+                f"non-finite loss or gradient norm in {worst} consecutive steps at or before step "
+                f"{self.step} "
+                f"(train.max_nonfinite_steps={self.tc.max_nonfinite_steps}); stopped. Last good "
+                "checkpoint: "
+                f"{ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr or check the data)"
+            )
 
     def log_step(self, out: dict[str, Tensor], r: dict[str, Any]) -> None:
         shape, at = r["shape"], r["at"]
-        rec = {"step": self.step, "loss": out["loss"].item(), "acc": out["acc"].item(), "lr": r["lr"],
-               "grad_norm": out["grad_norm"].item(), "kept_fraction": at.kept_fraction,
-               "dropping": at.dropping, "step_time": self.dt, "tokens_per_s": self.tok_s, "wall_time": self.wall,
-               "cpu_time": self.cpu,
-               "tokens": self.tokens_before + self.tokens_done,  # the run's, so far
-               "flops_per_step": r["flops_per_step"], "flops": self.flops_total, "skipped_steps": self.skipped}
+        rec = {
+            "step": self.step,
+            "loss": out["loss"].item(),
+            "acc": out["acc"].item(),
+            "lr": r["lr"],
+            "grad_norm": out["grad_norm"].item(),
+            "kept_fraction": at.kept_fraction,
+            "dropping": at.dropping,
+            "step_time": self.dt,
+            "tokens_per_s": self.tok_s,
+            "wall_time": self.wall,
+            "cpu_time": self.cpu,
+            "tokens": self.tokens_before + self.tokens_done,  # the run's, so far
+            "flops_per_step": r["flops_per_step"],
+            "flops": self.flops_total,
+            "skipped_steps": self.skipped,
+        }
         if self.shapes.active:
             rec.update(seq_len=shape.seq_len, batch_size=shape.batch)
         if not self.masks.constant:
             rec["mask_prob"] = self.loader.mask_rate
-        rec.update(realised(self.loader.state_dict()))  # a mixture's shares drawn so far: mix_0, mix_1, ...
+        rec.update(
+            realised(self.loader.state_dict())
+        )  # a mixture's shares drawn so far: mix_0, mix_1, ...
         if self.peak_flops:
             rec["mfu"] = rec["flops_per_step"] / self.dt / (self.peak_flops * self.dd.world)
         self.log.write(rec)
@@ -620,18 +936,29 @@ class _Trainer:
         rec, ev = (self.last_rec if logged else None), (self.last_eval if evaluated else None)
         post = {}
         if self.last_rec is not None:
-            post.update(loss=f"{self.last_rec['loss']:.3f}", tok_s=f"{self.last_rec['tokens_per_s']:.0f}")
+            post.update(
+                loss=f"{self.last_rec['loss']:.3f}", tok_s=f"{self.last_rec['tokens_per_s']:.0f}"
+            )
         if self.last_eval:
             post["eval"] = f"{self.last_eval['eval_loss']:.3f}"
         self.pbar.update(0, **post)
         left = eta(self.pbar.elapsed(), self.p0, self.length.progress(self.step, self.used))
-        self.pbar.line(interval_line(self.step, self.length.steps or None, rec, ev, self.pbar.elapsed(), left))
+        self.pbar.line(
+            interval_line(self.step, self.length.steps or None, rec, ev, self.pbar.elapsed(), left)
+        )
 
     def evaluate(self) -> None:
         t0 = time.perf_counter()
-        self.last_eval = evaluate_mlm(self.model, self.eval_batches(), self.device, self.amp, self.eval_micro)
-        rec = {"step": self.step, "wall_time": self.wall, "flops": self.flops_total, **self.last_eval,
-               **self.entropy_rec}
+        self.last_eval = evaluate_mlm(
+            self.model, self.eval_batches(), self.device, self.amp, self.eval_micro
+        )
+        rec = {
+            "step": self.step,
+            "wall_time": self.wall,
+            "flops": self.flops_total,
+            **self.last_eval,
+            **self.entropy_rec,
+        }
         self.log.write(rec)
         self.history.append(rec)
         self.phases["evaluation"] += time.perf_counter() - t0
@@ -639,8 +966,12 @@ class _Trainer:
     def checkpoint(self) -> None:
         if self.streak:  # the weights are those before the streak; no checkpoint until it ends
             if self.dd.main:
-                print(f"warning: step {self.step}: the last {self.streak} step(s) had a non-finite gradient norm and "
-                      "were skipped; no checkpoint written here", file=sys.stderr)
+                print(
+                    f"warning: step {self.step}: the last {self.streak} step(s) had a non-finite "
+                    "gradient norm and "
+                    "were skipped; no checkpoint written here",
+                    file=sys.stderr,
+                )
             return
         t0 = time.perf_counter()
         self.save_checkpoint(self.step)
@@ -649,55 +980,122 @@ class _Trainer:
         self.phases["checkpoints"] += time.perf_counter() - t0
 
     def save_checkpoint(self, step: int) -> Path | None:
-        meta = {"config": to_dict(self.cfg), "data_position": self.loader.state_dict(), "wall_time": self.wall,
-                "cpu_time": self.cpu, "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
-                "flops": self.flops_total, "tokens": self.tokens_before + self.tokens_done}
-        return save_training_state(self.run_dir, step, self.model, self.opt, self.par, self.dd, self.selector, meta,
-                                   self.tc.keep_checkpoints)
+        meta = {
+            "config": to_dict(self.cfg),
+            "data_position": self.loader.state_dict(),
+            "wall_time": self.wall,
+            "cpu_time": self.cpu,
+            "data_fingerprint": self.data_fp,  # data_fp: what --resume accepts as the same data
+            "flops": self.flops_total,
+            "tokens": self.tokens_before + self.tokens_done,
+        }
+        return save_training_state(
+            self.run_dir,
+            step,
+            self.model,
+            self.opt,
+            self.par,
+            self.dd,
+            self.selector,
+            meta,
+            self.tc.keep_checkpoints,
+        )
 
-    # -- the end ---------------------------------------------------------------------------------------------
+    # -- the end
+    # ---------------------------------------------------------------------------------------------
     def finish(self, interrupted: bool, signum: int) -> PretrainResult:
-        cfg, tc, dd, T = self.cfg, self.tc, self.dd, self.T
+        tc, dd, T = self.tc, self.dd, self.T
         if self.pbar is not None:
             self.pbar.close()
         self.loader.close()
-        loop = time.perf_counter() - self.t_loop  # the loop's wall time less its evaluations and checkpoints
-        self.phases["training"] = loop - sum(self.phases[k] - self.before_loop[k] for k in ("evaluation", "checkpoints"))
+        loop = (
+            time.perf_counter() - self.t_loop
+        )  # the loop's wall time less its evaluations and checkpoints
+        self.phases["training"] = loop - sum(
+            self.phases[k] - self.before_loop[k] for k in ("evaluation", "checkpoints")
+        )
         if dd.main:
-            self.log.write({"step": self.step, "event": "interrupted" if interrupted else "end", "wall_time": self.wall,
-                            "cpu_time": self.cpu, "skipped_steps": int(self.nf[2]), "flops": self.flops_total,
-                            "tokens": self.loader.sequences_consumed * T,
-                            "phases_s": {k: round(v, 3) for k, v in self.phases.items()}})
+            self.log.write(
+                {
+                    "step": self.step,
+                    "event": "interrupted" if interrupted else "end",
+                    "wall_time": self.wall,
+                    "cpu_time": self.cpu,
+                    "skipped_steps": int(self.nf[2]),
+                    "flops": self.flops_total,
+                    "tokens": self.loader.sequences_consumed * T,
+                    "phases_s": {k: round(v, 3) for k, v in self.phases.items()},
+                }
+            )
         self.log.close()
         if dd.main and not interrupted:
             t0 = time.perf_counter()
             write_run_report(self.run_dir)
             self.phases["report"] = time.perf_counter() - t0
         tokens_per_s = self.tokens_done / self.train_time if self.train_time else 0.0
-        self.console.block(pretrain_summary(
-            run_dir=self.run_dir, interrupted=interrupted, step=self.step, total=self.length.steps or None,
-            tokens=self.tokens_done, seconds=time.perf_counter() - self.t_begin, phases=self.phases,
-            tokens_per_s=tokens_per_s, last=self.last_rec, ev=self.last_eval, entropy=self.entropy))
+        self.console.block(
+            pretrain_summary(
+                run_dir=self.run_dir,
+                interrupted=interrupted,
+                step=self.step,
+                total=self.length.steps or None,
+                tokens=self.tokens_done,
+                seconds=time.perf_counter() - self.t_begin,
+                phases=self.phases,
+                tokens_per_s=tokens_per_s,
+                last=self.last_rec,
+                ev=self.last_eval,
+                entropy=self.entropy,
+            )
+        )
         sel = self.selector
         return PretrainResult(
-            run_dir=self.run_dir, steps=self.step, interrupted=interrupted, wall_time=self.wall,
-            tokens_per_s=tokens_per_s, final_eval=self.last_eval,
+            run_dir=self.run_dir,
+            steps=self.step,
+            interrupted=interrupted,
+            wall_time=self.wall,
+            tokens_per_s=tokens_per_s,
+            final_eval=self.last_eval,
             flops_per_step=self.plan.nominal_flops(T, tc.batch_size),
-            importance=sel.scores.detach().cpu().clone() if sel is not None else None, history=self.history,
+            importance=sel.scores.detach().cpu().clone() if sel is not None else None,
+            history=self.history,
             stop_signal=signum,
         )
 
 
-def _finished(run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[str, Any]) -> PretrainResult:
+def _finished(
+    run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[str, Any]
+) -> PretrainResult:
     """The result of resuming a run whose last checkpoint is at its end (``train.steps`` reached or
     ``train.time_budget`` used): nothing to train (a requeued job, a restarted torchrun agent, a
     repeated command); said once on stderr."""
     if dd.main:
-        print(f"{run_dir}: already finished (its last checkpoint is step {step}, the end of {length.describe()}); "
-              "nothing to do", file=sys.stderr)
-    return PretrainResult(run_dir=run_dir, steps=step, interrupted=False, wall_time=float(meta.get("wall_time", 0.0)),
-                          tokens_per_s=0.0, final_eval={}, flops_per_step={}, already_finished=True)
+        print(
+            f"{run_dir}: already finished (its last checkpoint is step {step}, the end of "
+            f"{length.describe()}); "
+            "nothing to do",
+            file=sys.stderr,
+        )
+    return PretrainResult(
+        run_dir=run_dir,
+        steps=step,
+        interrupted=False,
+        wall_time=float(meta.get("wall_time", 0.0)),
+        tokens_per_s=0.0,
+        final_eval={},
+        flops_per_step={},
+        already_finished=True,
+    )
 
 
-__all__ = ["pretrain", "heldout_batches", "PretrainResult", "MLMStep", "TrainingError", "evaluate_mlm", "read_metrics",
-           "load_run_config", "check_resume_compatible"]
+__all__ = [
+    "pretrain",
+    "heldout_batches",
+    "PretrainResult",
+    "MLMStep",
+    "TrainingError",
+    "evaluate_mlm",
+    "read_metrics",
+    "load_run_config",
+    "check_resume_compatible",
+]

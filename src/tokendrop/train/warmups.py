@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tokendrop.config import Config, ConfigError
+from tokendrop.config import Config
 from tokendrop.data.pieces import MIN_PIECE
+from tokendrop.errors import ConfigError
 from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_warmup_start
 
 
@@ -31,7 +32,9 @@ def default_micro_batch(cfg: Config, per_rank: int, world: int) -> int:
     if not start or start >= cfg.train.batch_size:
         return per_rank
     if start % world:
-        raise ConfigError(f"train.batch_warmup_start: {start} is not divisible by the {world} ranks")
+        raise ConfigError(
+            f"train.batch_warmup_start: {start} is not divisible by the {world} ranks"
+        )
     return math.gcd(per_rank, start // world)
 
 
@@ -50,18 +53,29 @@ class StepPlan:
         T = seq_len
         if dc.seq_len_start:
             if not packed:
-                raise ConfigError(f"data.seq_len_start: the sequence-length warm-up cuts packed sequences into pieces; "
-                                  f"{dc.path} is unpacked (prepare it packed, or set data.seq_len_start = 0)")
+                raise ConfigError(
+                    "data.seq_len_start: the sequence-length warm-up cuts packed sequences into "
+                    "pieces; "
+                    f"{dc.path} is unpacked (prepare it packed, or set data.seq_len_start = 0)"
+                )
             if dc.seq_len_start > T or T % dc.seq_len_start or dc.seq_len_start < MIN_PIECE:
-                raise ConfigError(f"data.seq_len_start: {dc.seq_len_start} is not a divisor >= {MIN_PIECE} of the "
-                                  f"prepared sequence length {T}; expected e.g. {max(MIN_PIECE, T // 4)}")
+                raise ConfigError(
+                    f"data.seq_len_start: {dc.seq_len_start} is not a divisor >= {MIN_PIECE} of "
+                    "the "
+                    f"prepared sequence length {T}; expected e.g. {max(MIN_PIECE, T // 4)}"
+                )
         self.seq = SeqLenWarmup(dc.seq_len_start, dc.seq_len_warmup_share, T)
         unit = micro_bs * world
         start = batch_warmup_start(tc)
         if start and start % unit:
-            raise ConfigError(f"train.batch_warmup_start: {start} is not a multiple of the micro-batch {micro_bs} x "
-                              f"{world} ranks; set train.micro_batch_size to a divisor of it")
-        self.batch = BatchWarmup(start, tc.batch_size, unit, tc.batch_warmup_share, tc.batch_warmup_tokens)
+            raise ConfigError(
+                f"train.batch_warmup_start: {start} is not a multiple of the micro-batch "
+                f"{micro_bs} x "
+                f"{world} ranks; set train.micro_batch_size to a divisor of it"
+            )
+        self.batch = BatchWarmup(
+            start, tc.batch_size, unit, tc.batch_warmup_share, tc.batch_warmup_tokens
+        )
         self.T, self.micro_bs, self.world = T, micro_bs, world
         self.accum = tc.batch_size // unit
 

@@ -40,13 +40,16 @@ def _find_collator(dataloader: Any) -> MaskingRateCollator | None:
 
 
 class TokenDroppingCallback(TrainerCallback):
-    """Add to ``Trainer(callbacks=[...])`` when training a model patched by ``apply_token_dropping``.
+    """Add to ``Trainer(callbacks=[...])`` when training a model patched by
+    ``apply_token_dropping``.
 
     ``collator``: the MaskingRateCollator whose rate to schedule (default: the one in the train
     dataloader, if any).  ``resume_from_checkpoint``: where to read the token-dropping state when
     resuming, if not the checkpoint Trainer resumes from under ``output_dir``."""
 
-    def __init__(self, collator: MaskingRateCollator | None = None, resume_from_checkpoint: str | None = None):
+    def __init__(
+        self, collator: MaskingRateCollator | None = None, resume_from_checkpoint: str | None = None
+    ):
         self.collator = collator
         self.resume_from_checkpoint = resume_from_checkpoint
 
@@ -66,11 +69,15 @@ class TokenDroppingCallback(TrainerCallback):
             st.total_steps = state.max_steps
         if state.global_step == 0 and args.should_log and mlm_head_is_fresh(model):  # no head
             print(FRESH_HEAD_NOTE, file=sys.stderr, flush=True)
-        if state.global_step > 0:  # resuming: the state saved with the checkpoint Trainer resumed from
+        if (
+            state.global_step > 0
+        ):  # resuming: the state saved with the checkpoint Trainer resumed from
             load_state(st, self._checkpoint_dir(args, state))
             if st.step != state.global_step:
-                raise TokenDroppingError(f"TokenDroppingCallback: the token-dropping state is from step {st.step}, "
-                                         f"the Trainer resumes at step {state.global_step}")
+                raise TokenDroppingError(
+                    f"TokenDroppingCallback: the token-dropping state is from step {st.step}, "
+                    f"the Trainer resumes at step {state.global_step}"
+                )
         self._sync(state, model)
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):
@@ -81,15 +88,20 @@ class TokenDroppingCallback(TrainerCallback):
 
     def _checkpoint_dir(self, args, state) -> Path:
         tried = []
-        for c in (self.resume_from_checkpoint, getattr(args, "resume_from_checkpoint", None),
-                  os.path.join(args.output_dir, f"checkpoint-{state.global_step}")):
+        for c in (
+            self.resume_from_checkpoint,
+            getattr(args, "resume_from_checkpoint", None),
+            os.path.join(args.output_dir, f"checkpoint-{state.global_step}"),
+        ):
             if isinstance(c, (str, os.PathLike)) and c:
                 tried.append(str(c))
                 if (Path(c) / STATE_JSON).is_file():
                     return Path(c)
-        raise TokenDroppingError(f"TokenDroppingCallback: resuming at step {state.global_step} but no {STATE_JSON} in "
-                                 f"{' or '.join(tried)}; pass TokenDroppingCallback(resume_from_checkpoint=<the "
-                                 "checkpoint folder>)")
+        raise TokenDroppingError(
+            f"TokenDroppingCallback: resuming at step {state.global_step} but no {STATE_JSON} in "
+            f"{' or '.join(tried)}; pass TokenDroppingCallback(resume_from_checkpoint=<the "
+            "checkpoint folder>)"
+        )
 
     # -- logging and checkpoints ----------------------------------------------------------------
 
@@ -108,8 +120,10 @@ class TokenDroppingCallback(TrainerCallback):
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if not folder.is_dir():
-            raise TokenDroppingError(f"TokenDroppingCallback: the checkpoint folder {folder} does not exist (a "
-                                     "hyper-parameter search's trial folders are not supported)")
+            raise TokenDroppingError(
+                f"TokenDroppingCallback: the checkpoint folder {folder} does not exist (a "
+                "hyper-parameter search's trial folders are not supported)"
+            )
         save_state(state_of(model), folder)
 
 

@@ -22,22 +22,28 @@ from tokendrop.value_schedule import DECAYS, ValueSchedule
 
 
 class MaskingRateCollator:
-    """``collator`` (a DataCollatorForLanguageModeling with ``mlm=True``) with its masking rate going
-    from ``start`` to ``end`` over the run (``schedule``: linear | cosine, the formulas of tokendrop's own
-    ``data.mask_schedule``: :class:`tokendrop.value_schedule.ValueSchedule`)."""
+    """``collator`` (a DataCollatorForLanguageModeling with ``mlm=True``) with its masking rate
+    going from ``start`` to ``end`` over the run (``schedule``: linear | cosine, the formulas of
+    tokendrop's own ``data.mask_schedule``: :class:`tokendrop.value_schedule.ValueSchedule`)."""
 
     def __init__(self, collator: Any, start: float, end: float, schedule: str = "linear"):
         from transformers import DataCollatorForLanguageModeling
 
         if not isinstance(collator, DataCollatorForLanguageModeling) or not collator.mlm:
-            raise TokenDroppingError(f"MaskingRateCollator: expected a DataCollatorForLanguageModeling with mlm=True, "
-                                     f"got {type(collator).__name__}")
+            raise TokenDroppingError(
+                f"MaskingRateCollator: expected a DataCollatorForLanguageModeling with mlm=True, "
+                f"got {type(collator).__name__}"
+            )
         for name, v in (("start", start), ("end", end)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v < 1.0:
-                raise TokenDroppingError(f"MaskingRateCollator: {name} must be a masking rate in (0, 1), got {v!r}")
+                raise TokenDroppingError(
+                    f"MaskingRateCollator: {name} must be a masking rate in (0, 1), got {v!r}"
+                )
         if schedule not in DECAYS:
-            raise TokenDroppingError(f"MaskingRateCollator: schedule must be one of {', '.join(DECAYS)}, "
-                                     f"got {schedule!r}")
+            raise TokenDroppingError(
+                f"MaskingRateCollator: schedule must be one of {', '.join(DECAYS)}, "
+                f"got {schedule!r}"
+            )
         self.collator = collator
         self.start, self.end, self.schedule = float(start), float(end), schedule
         self._rates = ValueSchedule(self.start, self.end, schedule)

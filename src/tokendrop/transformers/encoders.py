@@ -26,8 +26,9 @@ rotary positions are gathered with the rows (a kept row keeps its position).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,8 +55,8 @@ class LayerCall:
 
 
 class LayerForward:
-    """An encoder layer's instance ``forward``: the layer's own forward (or the one it had before the
-    patch) unless a :class:`LayerCall` is passed, then ``runner(layer, hidden, kv, call)`` --
+    """An encoder layer's instance ``forward``: the layer's own forward (or the one it had before
+    the patch) unless a :class:`LayerCall` is passed, then ``runner(layer, hidden, kv, call)`` --
     checkpointed when the layer has gradient checkpointing on.  A plain object (not a bound method),
     so a patched model pickles and deep-copies."""
 
@@ -71,13 +72,19 @@ class LayerForward:
                 return self.previous(*args, **kwargs)
             return type(self.layer).forward(self.layer, *args, **kwargs)
         layer, h = self.layer, args[0]
-        if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
+        if (
+            getattr(layer, "gradient_checkpointing", False)
+            and layer.training
+            and torch.is_grad_enabled()
+        ):
             fn = functools.partial(_checkpointed, self.runner, layer, call)
             return layer._gradient_checkpointing_func(fn, h, call.kv)
         return self.runner(layer, h, call.kv, call)
 
 
-def _checkpointed(runner: Callable, layer: nn.Module, call: LayerCall, h: Tensor, kv: Tensor | None) -> Tensor:
+def _checkpointed(
+    runner: Callable, layer: nn.Module, call: LayerCall, h: Tensor, kv: Tensor | None
+) -> Tensor:
     return runner(layer, h, kv, call)
 
 
@@ -105,10 +112,19 @@ def _window(q_at: Tensor, k_at: Tensor, window: int) -> Callable:
 
 class RowMasks:
     """The masks of one forward's calls on gathered rows, in the format of the row attention
-    implementation, built once per (query rows, key rows, window) with transformers' mask functions."""
+    implementation, built once per (query rows, key rows, window) with transformers' mask
+    functions."""
 
-    def __init__(self, config: Any, impl: str, batch: int, dtype: torch.dtype, device: torch.device):
-        self.config, self.impl, self.batch, self.dtype, self.device = config, impl, batch, dtype, device
+    def __init__(
+        self, config: Any, impl: str, batch: int, dtype: torch.dtype, device: torch.device
+    ):
+        self.config, self.impl, self.batch, self.dtype, self.device = (
+            config,
+            impl,
+            batch,
+            dtype,
+            device,
+        )
         self._cache: dict[tuple, tuple] = {}
 
     def __call__(self, q: Rows, k: Rows, n: int, N: int, window: int | None = None):
@@ -118,7 +134,11 @@ class RowMasks:
         return self._cache[key][2]
 
     def _build(self, q: Rows, k: Rows, n: int, N: int, window: int | None):
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, and_masks, bidirectional_mask_function
+        from transformers.masking_utils import (
+            ALL_MASK_ATTENTION_FUNCTIONS,
+            and_masks,
+            bidirectional_mask_function,
+        )
 
         b = self.batch
         fn = bidirectional_mask_function
@@ -126,9 +146,20 @@ class RowMasks:
             fn = and_masks(fn, _window(q.at.expand(b, -1), k.at.expand(b, -1), window))
         valid = None if k.valid is None else k.valid.expand(b, -1).to(torch.bool)
         return ALL_MASK_ATTENTION_FUNCTIONS[self.impl](
-            batch_size=b, q_length=n, kv_length=N, q_offset=0, kv_offset=0, mask_function=fn, attention_mask=valid,
-            allow_is_causal_skip=False, allow_is_bidirectional_skip=window is None, dtype=self.dtype,
-            config=self.config, use_vmap=False, device=self.device)
+            batch_size=b,
+            q_length=n,
+            kv_length=N,
+            q_offset=0,
+            kv_offset=0,
+            mask_function=fn,
+            attention_mask=valid,
+            allow_is_causal_skip=False,
+            allow_is_bidirectional_skip=window is None,
+            dtype=self.dtype,
+            config=self.config,
+            use_vmap=False,
+            device=self.device,
+        )
 
 
 def _valid_rows(attention_mask: Tensor | None) -> Tensor | None:
@@ -136,8 +167,10 @@ def _valid_rows(attention_mask: Tensor | None) -> Tensor | None:
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2:
-        raise TokenDroppingError(f"token dropping: attention_mask must be the 2D (batch, length) padding mask, got "
-                                 f"shape {tuple(attention_mask.shape)}")
+        raise TokenDroppingError(
+            f"token dropping: attention_mask must be the 2D (batch, length) padding mask, got "
+            f"shape {tuple(attention_mask.shape)}"
+        )
     return attention_mask.to(torch.long)
 
 
@@ -157,23 +190,39 @@ def bert_layer(layer: nn.Module, h: Tensor, kv: Tensor | None, call: LayerCall) 
     q = sa.query(h).view(b, n, -1, dh).transpose(1, 2)
     k = sa.key(src).view(b, src.shape[1], -1, dh).transpose(1, 2)
     v = sa.value(src).view(b, src.shape[1], -1, dh).transpose(1, 2)
-    out, _ = call.attention(sa, q, k, v, call.mask, dropout=0.0 if not sa.training else sa.dropout.p,
-                            scaling=sa.scaling)
+    out, _ = call.attention(
+        sa, q, k, v, call.mask, dropout=0.0 if not sa.training else sa.dropout.p, scaling=sa.scaling
+    )
     out = out.reshape(b, n, -1).contiguous()
     a = layer.attention.output(out, h)
-    return apply_chunking_to_forward(layer.feed_forward_chunk, layer.chunk_size_feed_forward, layer.seq_len_dim, a)
+    return apply_chunking_to_forward(
+        layer.feed_forward_chunk, layer.chunk_size_feed_forward, layer.seq_len_dim, a
+    )
 
 
-def bert_encode(base: nn.Module, span: DropSpan, keep: Tensor | None, input_ids: Tensor | None,
-                attention_mask: Tensor | None, token_type_ids: Tensor | None, position_ids: Tensor | None,
-                inputs_embeds: Tensor | None) -> Tensor:
+def bert_encode(
+    base: nn.Module,
+    span: DropSpan,
+    keep: Tensor | None,
+    input_ids: Tensor | None,
+    attention_mask: Tensor | None,
+    token_type_ids: Tensor | None,
+    position_ids: Tensor | None,
+    inputs_embeds: Tensor | None,
+) -> Tensor:
     """BertModel's embeddings and encoder with dropping -> last hidden states (B, T, d)."""
     from transformers.masking_utils import create_bidirectional_mask
     from transformers.models.bert.modeling_bert import eager_attention_forward
 
-    x = base.embeddings(input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids,
-                        inputs_embeds=inputs_embeds)
-    full_mask = create_bidirectional_mask(config=base.config, inputs_embeds=x, attention_mask=attention_mask)
+    x = base.embeddings(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        token_type_ids=token_type_ids,
+        inputs_embeds=inputs_embeds,
+    )
+    full_mask = create_bidirectional_mask(
+        config=base.config, inputs_embeds=x, attention_mask=attention_mask
+    )
     rows = Rows(valid=_valid_rows(attention_mask))
     impl, attention = row_attention(base.config, eager_attention_forward)
     masks = RowMasks(base.config, impl, x.shape[0], x.dtype, x.device)
@@ -183,7 +232,12 @@ def bert_encode(base: nn.Module, span: DropSpan, keep: Tensor | None, input_ids:
         if kv is None and q is rows:
             return layer(h, full_mask, **dense_kw)
         n = h.shape[1]
-        return layer(h, **{LAYER_KW: LayerCall(kv, masks(q, k, n, n if kv is None else kv.shape[1]), attention)})
+        return layer(
+            h,
+            **{
+                LAYER_KW: LayerCall(kv, masks(q, k, n, n if kv is None else kv.shape[1]), attention)
+            },
+        )
 
     return run_layers(base.encoder.layer, x, rows, span, keep, call)
 
@@ -214,27 +268,50 @@ def modern_layer(layer: nn.Module, h: Tensor, kv: Tensor | None, call: LayerCall
         xk = layer.attn_norm(kv)
         N = xk.shape[1]
         w, bias = attn.Wqkv.weight, attn.Wqkv.bias
-        if type(attn.Wqkv) is nn.Linear:  # project only what is used: Q of the query rows, K/V of the key rows
+        if (
+            type(attn.Wqkv) is nn.Linear
+        ):  # project only what is used: Q of the query rows, K/V of the key rows
             q = F.linear(xq, w[:d], None if bias is None else bias[:d]).view(b, n, -1, dh)
-            k, v = F.linear(xk, w[d:], None if bias is None else bias[d:]).view(b, N, 2, -1, dh).unbind(dim=-3)
+            k, v = (
+                F.linear(xk, w[d:], None if bias is None else bias[d:])
+                .view(b, N, 2, -1, dh)
+                .unbind(dim=-3)
+            )
         else:  # an adapted projection (e.g. LoRA): run the module itself on both
             q = attn.Wqkv(xq).view(b, n, 3, -1, dh)[:, :, 0]
             k, v = attn.Wqkv(xk).view(b, N, 3, -1, dh)[:, :, 1:].unbind(dim=-3)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     q = _rotate(q, *call.rope_q)
     k = _rotate(k, *call.rope_k)
-    out, _ = call.attention(attn, q, k, v, call.mask, dropout=attn.attention_dropout if attn.training else 0.0,
-                            scaling=dh ** -0.5, deterministic=attn.deterministic_flash_attn)
+    out, _ = call.attention(
+        attn,
+        q,
+        k,
+        v,
+        call.mask,
+        dropout=attn.attention_dropout if attn.training else 0.0,
+        scaling=dh**-0.5,
+        deterministic=attn.deterministic_flash_attn,
+    )
     out = attn.out_drop(attn.Wo(out.reshape(b, n, -1).contiguous()))
     h = h + out
     return h + layer.mlp(layer.mlp_norm(h))
 
 
-def modern_encode(base: nn.Module, span: DropSpan, keep: Tensor | None, input_ids: Tensor | None,
-                  attention_mask: Tensor | None, position_ids: Tensor | None,
-                  inputs_embeds: Tensor | None) -> Tensor:
+def modern_encode(
+    base: nn.Module,
+    span: DropSpan,
+    keep: Tensor | None,
+    input_ids: Tensor | None,
+    attention_mask: Tensor | None,
+    position_ids: Tensor | None,
+    inputs_embeds: Tensor | None,
+) -> Tensor:
     """ModernBertModel's embeddings, layers and final norm with dropping -> (B, T, d)."""
-    from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
+    from transformers.masking_utils import (
+        create_bidirectional_mask,
+        create_bidirectional_sliding_window_mask,
+    )
     from transformers.models.modernbert.modeling_modernbert import eager_attention_forward
 
     cfg = base.config
@@ -244,11 +321,15 @@ def modern_encode(base: nn.Module, span: DropSpan, keep: Tensor | None, input_id
     if position_ids is None:
         position_ids = at
     mask_kw = {"config": cfg, "inputs_embeds": x, "attention_mask": attention_mask}
-    full_masks = {"full_attention": create_bidirectional_mask(**mask_kw),
-                  "sliding_attention": create_bidirectional_sliding_window_mask(**mask_kw)}
+    full_masks = {
+        "full_attention": create_bidirectional_mask(**mask_kw),
+        "sliding_attention": create_bidirectional_sliding_window_mask(**mask_kw),
+    }
     rows = Rows(valid=_valid_rows(attention_mask), pos=position_ids, at=at)
     types = sorted(set(cfg.layer_types))
-    ropes: dict[tuple[int, str], tuple] = {(id(rows), lt): (rows, base.rotary_emb(x, position_ids, lt)) for lt in types}
+    ropes: dict[tuple[int, str], tuple] = {
+        (id(rows), lt): (rows, base.rotary_emb(x, position_ids, lt)) for lt in types
+    }
 
     def rope(r: Rows, lt: str):
         key = (id(r), lt)
@@ -262,7 +343,9 @@ def modern_encode(base: nn.Module, span: DropSpan, keep: Tensor | None, input_id
     def call(layer, h, kv, q, k):
         lt = layer.attention_type
         if kv is None and q is rows:
-            return layer(h, attention_mask=full_masks[lt], position_embeddings=ropes[(id(rows), lt)][1])
+            return layer(
+                h, attention_mask=full_masks[lt], position_embeddings=ropes[(id(rows), lt)][1]
+            )
         n = h.shape[1]
         window = cfg.sliding_window if lt == "sliding_attention" else None
         mask = masks(q, k, n, n if kv is None else kv.shape[1], window)
@@ -272,12 +355,22 @@ def modern_encode(base: nn.Module, span: DropSpan, keep: Tensor | None, input_id
     return base.final_norm(x)
 
 
-# how a family's transformers layers run with dropping, by its HFIntegration.layout: (encode, layer).
-# ``encode(base, span, keep, input_ids=, attention_mask=, position_ids=, inputs_embeds=)`` (and
-# ``token_type_ids=`` for a family with token types) -> the last hidden states (B, T, d)
-LAYOUTS: dict[str, tuple[Callable, Callable]] = {"bert": (bert_encode, bert_layer),
-                                                 "modernbert": (modern_encode, modern_layer)}
+# how a family's transformers layers run with dropping, by its HFIntegration.layout: (encode,
+# layer). ``encode(base, span, keep, input_ids=, attention_mask=, position_ids=, inputs_embeds=)``
+# (and ``token_type_ids=`` for a family with token types) -> the last hidden states (B, T, d)
+LAYOUTS: dict[str, tuple[Callable, Callable]] = {
+    "bert": (bert_encode, bert_layer),
+    "modernbert": (modern_encode, modern_layer),
+}
 
 
-__all__ = ["LAYER_KW", "LAYOUTS", "LayerCall", "LayerForward", "bert_encode", "bert_layer", "modern_encode",
-           "modern_layer"]
+__all__ = [
+    "LAYER_KW",
+    "LAYOUTS",
+    "LayerCall",
+    "LayerForward",
+    "bert_encode",
+    "bert_layer",
+    "modern_encode",
+    "modern_layer",
+]

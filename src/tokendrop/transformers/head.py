@@ -7,7 +7,8 @@ before ``Trainer.train``, and :func:`mlm_head_is_fresh` tells whether a model ne
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,14 +23,17 @@ def _head_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     prefix = getattr(model, "base_model_prefix", "")
     if not prefix or not hasattr(model, prefix):
         what = type(model).__name__
-        raise TokenDroppingError("warm_up_mlm_head: expected a transformers MLM model "
-                                 f"(BertForMaskedLM, ModernBertForMaskedLM), got {what}")
+        raise TokenDroppingError(
+            "warm_up_mlm_head: expected a transformers MLM model "
+            f"(BertForMaskedLM, ModernBertForMaskedLM), got {what}"
+        )
     return [(n, p) for n, p in model.named_parameters() if not n.startswith(prefix + ".")]
 
 
 def _untouched(norms: list[nn.Module]) -> bool:
-    return bool(norms) and all(bool((m.weight == 1).all())
-                               and (m.bias is None or bool((m.bias == 0).all())) for m in norms)
+    return bool(norms) and all(
+        bool((m.weight == 1).all()) and (m.bias is None or bool((m.bias == 0).all())) for m in norms
+    )
 
 
 def mlm_head_is_fresh(model: nn.Module) -> bool:
@@ -44,16 +48,19 @@ def mlm_head_is_fresh(model: nn.Module) -> bool:
     return _untouched(head) and bool(encoder) and not _untouched(encoder)
 
 
-FRESH_HEAD_NOTE = ("tokendrop: this model's MLM head is untrained (its checkpoint had none, e.g. "
-                   "a sentence-transformers model; transformers' MISSING keys are that head) and "
-                   "its random gradients reach the encoder in the first steps: warm it up alone "
-                   "first with tokendrop.transformers.warm_up_mlm_head(model, "
-                   "trainer.get_train_dataloader(), steps=100), as tokendrop pretrain does "
-                   "(docs/transformers.md)")
+FRESH_HEAD_NOTE = (
+    "tokendrop: this model's MLM head is untrained (its checkpoint had none, e.g. "
+    "a sentence-transformers model; transformers' MISSING keys are that head) and "
+    "its random gradients reach the encoder in the first steps: warm it up alone "
+    "first with tokendrop.transformers.warm_up_mlm_head(model, "
+    "trainer.get_train_dataloader(), steps=100), as tokendrop pretrain does "
+    "(docs/transformers.md)"
+)
 
 
-def warm_up_mlm_head(model: nn.Module, batches: Iterable[Mapping[str, Any]], steps: int = 100,
-                     lr: float = 1e-3) -> list[float]:
+def warm_up_mlm_head(
+    model: nn.Module, batches: Iterable[Mapping[str, Any]], steps: int = 100, lr: float = 1e-3
+) -> list[float]:
     """Train ``model``'s MLM head alone (the encoder and the tied decoder weight frozen) for
     ``steps`` batches of ``batches`` (dicts a data collator yields: ``input_ids``, ``labels``, ...;
     cycled when shorter); AdamW, a linear warm-up over the first 10% then linear decay to 0, as
@@ -61,8 +68,9 @@ def warm_up_mlm_head(model: nn.Module, batches: Iterable[Mapping[str, Any]], ste
     mode are restored.  Call it before ``apply_token_dropping``: a patched model in training mode
     drops tokens in the warm-up too."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise TokenDroppingError(f"warm_up_mlm_head: steps must be a positive integer, "
-                                 f"got {steps!r}")
+        raise TokenDroppingError(
+            f"warm_up_mlm_head: steps must be a positive integer, got {steps!r}"
+        )
     head = [p for _, p in _head_parameters(model)]
     head_ids = {id(p) for p in head}
     frozen = [p for p in model.parameters() if id(p) not in head_ids and p.requires_grad]
@@ -86,8 +94,9 @@ def warm_up_mlm_head(model: nn.Module, batches: Iterable[Mapping[str, Any]], ste
             rate = (k + 1) / warm if k < warm else max(0.0, (steps - k) / max(1, steps - warm))
             for g in opt.param_groups:
                 g["lr"] = lr * rate
-            out = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v
-                           for k, v in batch.items()})
+            out = model(
+                **{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            )
             out.loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)

@@ -13,20 +13,28 @@ from tokendrop.errors import ConfigError, TokendropError
 from tokendrop.models.families import FAMILIES
 
 # transformers' classes the patch knows: (MLM model, bare encoder) of each family's HFIntegration
-SUPPORTED_NAMES = tuple(n for f in FAMILIES.values() if f.integration for n in (f.integration.mlm_class,
-                                                                                 f.integration.bare_class))
+SUPPORTED_NAMES = tuple(
+    n
+    for f in FAMILIES.values()
+    if f.integration
+    for n in (f.integration.mlm_class, f.integration.bare_class)
+)
 
 # [drop] fields that need tokendrop's own trainer or data directory
 _TRAINER_ONLY = {
     "counts_path": "pass counts= (one count per token id) instead",
-    "importance_init": "set the importance yourself with token_dropping_state(model).set_importance(...)",
-    "importance_init_batches": "set the importance yourself with token_dropping_state(model).set_importance(...)",
+    "importance_init": "set the importance yourself with "
+    "token_dropping_state(model).set_importance(...)",
+    "importance_init_batches": "set the importance yourself with "
+    "token_dropping_state(model).set_importance(...)",
 }
 DROP_OPTIONS = tuple(f.name for f in dataclasses.fields(DropConfig) if f.name not in _TRAINER_ONLY)
 # the integration's own options
 EXTRA_OPTIONS = ("tokenizer", "special_ids", "counts", "seed", "total_steps", "sparse_prediction")
 OPTIONS = DROP_OPTIONS + EXTRA_OPTIONS
-DEFAULT_METHOD = "cumulative"  # the paper's (DropConfig's own default, "none", is the dense baseline)
+DEFAULT_METHOD = (
+    "cumulative"  # the paper's (DropConfig's own default, "none", is the dense baseline)
+)
 
 
 class TokenDroppingError(TokendropError, ValueError):
@@ -61,11 +69,15 @@ def _check_type(name: str, value: Any, default: Any) -> Any:
 
 def unknown_option_error(name: str) -> TokenDroppingError:
     if name in _TRAINER_ONLY:
-        return TokenDroppingError(f"apply_token_dropping: option {name!r} belongs to tokendrop's own trainer; "
-                                  f"{_TRAINER_ONLY[name]}")
+        return TokenDroppingError(
+            f"apply_token_dropping: option {name!r} belongs to tokendrop's own trainer; "
+            f"{_TRAINER_ONLY[name]}"
+        )
     near = difflib.get_close_matches(name, OPTIONS, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
-    return TokenDroppingError(f"apply_token_dropping: unknown option {name!r}{hint}; options: {', '.join(OPTIONS)}")
+    return TokenDroppingError(
+        f"apply_token_dropping: unknown option {name!r}{hint}; options: {', '.join(OPTIONS)}"
+    )
 
 
 def drop_config(options: dict[str, Any], num_layers: int) -> DropConfig:
@@ -74,7 +86,9 @@ def drop_config(options: dict[str, Any], num_layers: int) -> DropConfig:
         if name not in OPTIONS:
             raise unknown_option_error(name)
     defaults = DropConfig()
-    values = {k: _check_type(k, v, getattr(defaults, k)) for k, v in options.items() if k in DROP_OPTIONS}
+    values = {
+        k: _check_type(k, v, getattr(defaults, k)) for k, v in options.items() if k in DROP_OPTIONS
+    }
     values.setdefault("method", DEFAULT_METHOD)
     drop = DropConfig(**values)
     try:
@@ -82,8 +96,10 @@ def drop_config(options: dict[str, Any], num_layers: int) -> DropConfig:
     except ConfigError as e:  # "drop.rate: ..." -> "apply_token_dropping: rate: ..."
         raise TokenDroppingError(f"apply_token_dropping: {str(e).replace('drop.', '')}") from None
     if not drop.enabled:
-        raise TokenDroppingError("apply_token_dropping: method 'none' drops nothing; pick one of "
-                                 f"{', '.join(m for m in METHODS if METHODS[m].drops)} (or variant='avg')")
+        raise TokenDroppingError(
+            "apply_token_dropping: method 'none' drops nothing; pick one of "
+            f"{', '.join(m for m in METHODS if METHODS[m].drops)} (or variant='avg')"
+        )
     return drop
 
 
@@ -91,9 +107,17 @@ def check_total_steps(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _type_error("total_steps", value, "a positive integer (the run's optimizer steps) or None")
+        raise _type_error(
+            "total_steps", value, "a positive integer (the run's optimizer steps) or None"
+        )
     return value
 
 
-__all__ = ["DROP_OPTIONS", "EXTRA_OPTIONS", "OPTIONS", "SUPPORTED_NAMES", "TokenDroppingError",
-           "drop_config"]
+__all__ = [
+    "DROP_OPTIONS",
+    "EXTRA_OPTIONS",
+    "OPTIONS",
+    "SUPPORTED_NAMES",
+    "TokenDroppingError",
+    "drop_config",
+]

@@ -24,14 +24,27 @@ from tokendrop.dropping.consistency import ClsTaps, consistency_term
 from tokendrop.models.families import FAMILIES
 from tokendrop.models.family import FamilySpec
 from tokendrop.transformers.encoders import LAYOUTS, LayerForward
-from tokendrop.transformers.options import (DROP_OPTIONS, OPTIONS, SUPPORTED_NAMES, TokenDroppingError,
-                                            check_total_steps, drop_config, unknown_option_error)
+from tokendrop.transformers.options import (
+    DROP_OPTIONS,
+    OPTIONS,
+    SUPPORTED_NAMES,
+    TokenDroppingError,
+    check_total_steps,
+    drop_config,
+    unknown_option_error,
+)
 from tokendrop.transformers.state import TokenDroppingState, resolve_pinned, resolve_special_ids
 
 STATE_ATTR = "_token_dropping"  # the model's __dict__ entry holding its TokenDroppingState
 MIN_TRANSFORMERS = (5, 0)
-_NOT_IN_A_DROPPING_FORWARD = ("output_attentions", "output_hidden_states", "encoder_hidden_states",
-                              "encoder_attention_mask", "past_key_values", "cache")
+_NOT_IN_A_DROPPING_FORWARD = (
+    "output_attentions",
+    "output_hidden_states",
+    "encoder_hidden_states",
+    "encoder_attention_mask",
+    "past_key_values",
+    "cache",
+)
 
 
 def _classify(model: Any) -> tuple[FamilySpec, bool]:
@@ -41,8 +54,10 @@ def _classify(model: Any) -> tuple[FamilySpec, bool]:
 
     version = tuple(int(p) for p in transformers.__version__.split(".")[:2] if p.isdigit())
     if version < MIN_TRANSFORMERS:
-        raise TokenDroppingError(f"apply_token_dropping: needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}, "
-                                 f"this is {transformers.__version__}")
+        raise TokenDroppingError(
+            f"apply_token_dropping: needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}, "
+            f"this is {transformers.__version__}"
+        )
     for spec in FAMILIES.values():
         if spec.integration is None:
             continue
@@ -50,8 +65,10 @@ def _classify(model: Any) -> tuple[FamilySpec, bool]:
             return spec, True
         if isinstance(model, getattr(transformers, spec.integration.bare_class)):
             return spec, False
-    raise TokenDroppingError(f"apply_token_dropping: {type(model).__name__} is not supported; supported: "
-                             f"{', '.join(SUPPORTED_NAMES)}")
+    raise TokenDroppingError(
+        f"apply_token_dropping: {type(model).__name__} is not supported; supported: "
+        f"{', '.join(SUPPORTED_NAMES)}"
+    )
 
 
 def _base(model: nn.Module, family: FamilySpec, mlm: bool) -> nn.Module:
@@ -65,12 +82,16 @@ def _layers(base: nn.Module, family: FamilySpec) -> nn.ModuleList:
 def _check_config(config: Any, family: FamilySpec) -> None:
     for flag in family.integration.refused_flags:
         if getattr(config, flag, False):
-            raise TokenDroppingError(f"apply_token_dropping: config.{flag} is true; token dropping needs a "
-                                     "bidirectional encoder without cross-attention")
+            raise TokenDroppingError(
+                f"apply_token_dropping: config.{flag} is true; token dropping needs a "
+                "bidirectional encoder without cross-attention"
+            )
     kind = getattr(config, "position_embedding_type", "absolute")
     if family.integration.absolute_positions and kind not in (None, "absolute"):
-        raise TokenDroppingError(f"apply_token_dropping: position_embedding_type {kind!r} is not supported "
-                                 "(absolute positions only)")
+        raise TokenDroppingError(
+            f"apply_token_dropping: position_embedding_type {kind!r} is not supported "
+            "(absolute positions only)"
+        )
 
 
 def state_of(model: Any) -> TokenDroppingState:
@@ -85,7 +106,9 @@ def state_of(model: Any) -> TokenDroppingState:
         if inner is None:
             break
         seen = inner
-    raise TokenDroppingError(f"{type(model).__name__} is not patched: call apply_token_dropping(model, ...) first")
+    raise TokenDroppingError(
+        f"{type(model).__name__} is not patched: call apply_token_dropping(model, ...) first"
+    )
 
 
 _SIGNATURES: dict[type, inspect.Signature] = {}
@@ -133,13 +156,19 @@ class ModelForward:
         a.pop("self", None)
         for k in _NOT_IN_A_DROPPING_FORWARD:
             if any(v is not None and v is not False for v in (a.get(k), extra.get(k))):
-                raise TokenDroppingError(f"token dropping: {k} is not available in a training forward that drops "
-                                         "tokens (the half layers see fewer rows); run it in eval mode")
+                raise TokenDroppingError(
+                    f"token dropping: {k} is not available in a training forward that drops "
+                    "tokens (the half layers see fewer rows); run it in eval mode"
+                )
         if isinstance(a.get("attention_mask"), dict):
-            raise TokenDroppingError("token dropping: attention_mask must be the 2D padding mask, not a per-layer dict")
+            raise TokenDroppingError(
+                "token dropping: attention_mask must be the 2D padding mask, not a per-layer dict"
+            )
         input_ids = a.get("input_ids")
         if input_ids is None and st.drop.variant_row.selects:
-            raise TokenDroppingError("token dropping selects positions by token id: pass input_ids (not inputs_embeds)")
+            raise TokenDroppingError(
+                "token dropping selects positions by token id: pass input_ids (not inputs_embeds)"
+            )
         labels = a.get("labels")
         active, keep = st.select(input_ids, labels) if input_ids is not None else (True, None)
         if not active:  # random-LTD at full length: the dense model
@@ -159,12 +188,17 @@ class ModelForward:
         return encode(base, st.span, keep, **kw)
 
     def _bare(self, st: TokenDroppingState, keep: Tensor | None, a: dict[str, Any]):
-        from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPoolingAndCrossAttentions
+        from transformers.modeling_outputs import (
+            BaseModelOutput,
+            BaseModelOutputWithPoolingAndCrossAttentions,
+        )
 
         h = self._encode(st, keep, a)
         if self.family.integration.pooler:
             pooled = self.model.pooler(h) if self.model.pooler is not None else None
-            return BaseModelOutputWithPoolingAndCrossAttentions(last_hidden_state=h, pooler_output=pooled)
+            return BaseModelOutputWithPoolingAndCrossAttentions(
+                last_hidden_state=h, pooler_output=pooled
+            )
         return BaseModelOutput(last_hidden_state=h)
 
     # -- the MLM model --------------------------------------------------------------------------
@@ -183,8 +217,14 @@ class ModelForward:
             return F.cross_entropy(logits.view(-1, v), labels.view(-1))
         return m.loss_function(logits, labels, vocab_size=v, **extra)
 
-    def _mlm(self, st: TokenDroppingState, keep: Tensor | None, a: dict[str, Any], labels: Tensor | None,
-             extra: dict[str, Any]):
+    def _mlm(
+        self,
+        st: TokenDroppingState,
+        keep: Tensor | None,
+        a: dict[str, Any],
+        labels: Tensor | None,
+        extra: dict[str, Any],
+    ):
         from transformers.modeling_outputs import MaskedLMOutput
 
         sctd = labels is not None and st.consistency_now()
@@ -195,8 +235,12 @@ class ModelForward:
                     h = self._encode(st, keep, a)
             else:
                 h = self._encode(st, keep, a)
-            sparse = labels is not None and (st.sparse_prediction or getattr(self.model, "sparse_prediction", False))
-            if sparse:  # the head on the labelled positions only (as ModernBERT's sparse_prediction)
+            sparse = labels is not None and (
+                st.sparse_prediction or getattr(self.model, "sparse_prediction", False)
+            )
+            if (
+                sparse
+            ):  # the head on the labelled positions only (as ModernBERT's sparse_prediction)
                 flat = labels.reshape(-1)
                 sel = flat != -100
                 h = h.reshape(flat.shape[0], -1)[sel]
@@ -206,22 +250,39 @@ class ModelForward:
             if labels is not None:
                 loss = self._loss(logits, labels, extra)
                 with torch.no_grad():  # the per-token loss of this forward -> the importance vector
-                    nll = F.cross_entropy(logits.detach().float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                          reduction="none", ignore_index=-100)
+                    nll = F.cross_entropy(
+                        logits.detach().float().reshape(-1, logits.shape[-1]),
+                        labels.reshape(-1),
+                        reduction="none",
+                        ignore_index=-100,
+                    )
                 st.update(labels.reshape(-1), nll)
                 if taps is not None:
-                    loss = loss + st.drop.consistency_weight * self._consistency(taps, dropped, a, labels, extra)
+                    loss = loss + st.drop.consistency_weight * self._consistency(
+                        taps, dropped, a, labels, extra
+                    )
         finally:
             if taps is not None:
                 taps.remove()
         return MaskedLMOutput(loss=loss, logits=logits)
 
-    def _consistency(self, taps: ClsTaps, dropped: list[Tensor], a: dict[str, Any], labels: Tensor,
-                     extra: dict[str, Any]) -> Tensor:
+    def _consistency(
+        self,
+        taps: ClsTaps,
+        dropped: list[Tensor],
+        a: dict[str, Any],
+        labels: Tensor,
+        extra: dict[str, Any],
+    ) -> Tensor:
         """ScTD (docs/design.md §2.11): the dense encoder pass of the same batch (training mode,
-        gradients flowing, no head), the [CLS] KL of the last two layers, normalised as the loss is."""
+        gradients flowing, no head), the [CLS] KL of the last two layers, normalised as the loss
+        is."""
         base = _base(self.model, self.family, True)
-        kw = {k: a.get(k) for k in ("attention_mask", "position_ids", "inputs_embeds") if a.get(k) is not None}
+        kw = {
+            k: a.get(k)
+            for k in ("attention_mask", "position_ids", "inputs_embeds")
+            if a.get(k) is not None
+        }
         if self.family.token_types and a.get("token_type_ids") is not None:
             kw["token_type_ids"] = a["token_type_ids"]
         with taps.record() as dense:
@@ -252,26 +313,42 @@ def apply_token_dropping(model: nn.Module, **options: Any) -> nn.Module:
     base = _base(model, family, mlm)
     for m in (model, base):
         if STATE_ATTR in m.__dict__:
-            raise TokenDroppingError(f"apply_token_dropping: this {type(model).__name__} is already patched; call "
-                                     "remove_token_dropping(model) first to patch it with other options")
+            raise TokenDroppingError(
+                f"apply_token_dropping: this {type(model).__name__} is already patched; call "
+                "remove_token_dropping(model) first to patch it with other options"
+            )
     _check_config(model.config, family)
     layers = _layers(base, family)
     if any(isinstance(layer.__dict__.get("forward"), LayerForward) for layer in layers):
-        raise TokenDroppingError(f"apply_token_dropping: this {type(model).__name__} is already patched (its encoder "
-                                 "layers are, through the model that holds it); remove_token_dropping that model first")
+        raise TokenDroppingError(
+            f"apply_token_dropping: this {type(model).__name__} is already patched (its encoder "
+            "layers are, through the model that holds it); remove_token_dropping that model first"
+        )
     drop = drop_config({k: v for k, v in options.items() if k in DROP_OPTIONS}, len(layers))
     sparse = options.get("sparse_prediction", True)
     if not isinstance(sparse, bool):
-        raise TokenDroppingError(f"apply_token_dropping: sparse_prediction must be True or False, got {sparse!r}")
+        raise TokenDroppingError(
+            f"apply_token_dropping: sparse_prediction must be True or False, got {sparse!r}"
+        )
     seed = options.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TokenDroppingError(f"apply_token_dropping: seed must be an integer, got {seed!r}")
     cfg = model.config
     tokenizer = options.get("tokenizer")
     special = resolve_special_ids(drop, cfg, tokenizer, options.get("special_ids"), cfg.vocab_size)
-    state = TokenDroppingState(drop, family.name, len(layers), cfg.vocab_size, cfg.max_position_embeddings, special,
-                               resolve_pinned(drop, tokenizer), options.get("counts"), seed,
-                               check_total_steps(options.get("total_steps")), sparse)
+    state = TokenDroppingState(
+        drop,
+        family.name,
+        len(layers),
+        cfg.vocab_size,
+        cfg.max_position_embeddings,
+        special,
+        resolve_pinned(drop, tokenizer),
+        options.get("counts"),
+        seed,
+        check_total_steps(options.get("total_steps")),
+        sparse,
+    )
     _, runner = LAYOUTS[family.integration.layout]
     for layer in layers:
         layer.__dict__["forward"] = LayerForward(layer, runner, layer.__dict__.get("forward"))
@@ -286,7 +363,9 @@ def remove_token_dropping(model: nn.Module) -> nn.Module:
     accelerate's mixed precision), that wrapper stays and calls the unpatched forward."""
     family, mlm = _classify(model)
     if STATE_ATTR not in model.__dict__:
-        raise TokenDroppingError(f"remove_token_dropping: this {type(model).__name__} is not patched")
+        raise TokenDroppingError(
+            f"remove_token_dropping: this {type(model).__name__} is not patched"
+        )
     fwd = _find(model.__dict__, ModelForward)
     if fwd is not None:
         fwd.active = False
@@ -307,7 +386,8 @@ def remove_token_dropping(model: nn.Module) -> nn.Module:
 
 
 def _find(d: dict, kind: type):
-    """Our forward object in a module's __dict__: ``forward`` itself or accelerate's kept original."""
+    """Our forward object in a module's __dict__: ``forward`` itself or accelerate's kept
+    original."""
     for key in ("forward", "_original_forward"):
         v = d.get(key)
         if isinstance(v, kind):

@@ -1,6 +1,6 @@
 """The training state a patched model carries beside its weights: the method's plan
-(``tokendrop.dropping.plan.DropPlan``: the dropping layout, the per-step rules and the token selector
--- importance vector + random generator), the optimizer step the rules read.
+(``tokendrop.dropping.plan.DropPlan``: the dropping layout, the per-step rules and the token
+selector -- importance vector + random generator), the optimizer step the rules read.
 
 It lives in the model's ``__dict__`` (not as a submodule or buffer), so ``state_dict`` and
 ``save_pretrained`` see exactly the unpatched model's tensors; the selector follows the input's
@@ -36,15 +36,27 @@ STATE_FORMAT = "tokendrop.transformers.state/1"
 SPECIAL_KEYS = ("cls", "sep", "mask", "pad")
 
 
-def resolve_special_ids(drop: DropConfig, config: Any, tokenizer: Any, special_ids: Mapping[str, int] | None,
-                        vocab_size: int) -> dict[str, int]:
-    """The [CLS]/[SEP]/[MASK]/[PAD] ids: ``special_ids``, else the tokenizer's, else what the model's
-    config knows.  A selecting method keeps [CLS]/[SEP]/[MASK] always, so it needs [CLS] and [MASK]."""
+def resolve_special_ids(
+    drop: DropConfig,
+    config: Any,
+    tokenizer: Any,
+    special_ids: Mapping[str, int] | None,
+    vocab_size: int,
+) -> dict[str, int]:
+    """The [CLS]/[SEP]/[MASK]/[PAD] ids: ``special_ids``, else the tokenizer's, else what the
+    model's config knows.  A selecting method keeps [CLS]/[SEP]/[MASK] always, so it needs [CLS] and
+    [MASK]."""
     if special_ids is not None:
-        if not isinstance(special_ids, Mapping) or any(k not in SPECIAL_KEYS + ("unk",) for k in special_ids):
-            raise TokenDroppingError(f"apply_token_dropping: special_ids must map some of {', '.join(SPECIAL_KEYS)} to "
-                                     f"token ids, got {special_ids!r}")
-        ids = {k: v for k, v in special_ids.items() if k in SPECIAL_KEYS}  # [UNK] is an ordinary token here
+        if not isinstance(special_ids, Mapping) or any(
+            k not in SPECIAL_KEYS + ("unk",) for k in special_ids
+        ):
+            raise TokenDroppingError(
+                f"apply_token_dropping: special_ids must map some of {', '.join(SPECIAL_KEYS)} to "
+                f"token ids, got {special_ids!r}"
+            )
+        ids = {
+            k: v for k, v in special_ids.items() if k in SPECIAL_KEYS
+        }  # [UNK] is an ordinary token here
     elif tokenizer is not None:
         ids = {k: getattr(tokenizer, f"{k}_token_id", None) for k in SPECIAL_KEYS}
     else:
@@ -52,14 +64,18 @@ def resolve_special_ids(drop: DropConfig, config: Any, tokenizer: Any, special_i
     ids = {k: v for k, v in ids.items() if v is not None}
     for k, v in ids.items():
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < vocab_size:
-            raise TokenDroppingError(f"apply_token_dropping: the {k} id {v!r} is not a token id of the model "
-                                     f"(vocab_size {vocab_size})")
+            raise TokenDroppingError(
+                f"apply_token_dropping: the {k} id {v!r} is not a token id of the model "
+                f"(vocab_size {vocab_size})"
+            )
     pins = not drop.per_layer and drop.variant_row.selects
     missing = [k for k in ("cls", "mask") if k not in ids]
     if pins and missing:
-        raise TokenDroppingError(f"apply_token_dropping: method {drop.method!r} always keeps [CLS], [SEP] and [MASK], "
-                                 f"but the {'/'.join(missing)} id is unknown; pass tokenizer=<the tokenizer> or "
-                                 "special_ids={'cls': ..., 'sep': ..., 'mask': ..., 'pad': ...}")
+        raise TokenDroppingError(
+            f"apply_token_dropping: method {drop.method!r} always keeps [CLS], [SEP] and [MASK], "
+            f"but the {'/'.join(missing)} id is unknown; pass tokenizer=<the tokenizer> or "
+            "special_ids={'cls': ..., 'sep': ..., 'mask': ..., 'pad': ...}"
+        )
     return ids
 
 
@@ -68,13 +84,17 @@ def resolve_pinned(drop: DropConfig, tokenizer: Any) -> list[int]:
     if not drop.pinned_tokens:
         return []
     if tokenizer is None:
-        raise TokenDroppingError("apply_token_dropping: pinned_tokens needs tokenizer= to turn the tokens into ids")
+        raise TokenDroppingError(
+            "apply_token_dropping: pinned_tokens needs tokenizer= to turn the tokens into ids"
+        )
     out = []
     for t in drop.pinned_tokens:
         i = tokenizer.convert_tokens_to_ids(t)
         unk = getattr(tokenizer, "unk_token_id", None)
         if i is None or (i == unk and t != getattr(tokenizer, "unk_token", None)):
-            raise TokenDroppingError(f"apply_token_dropping: pinned_tokens: {t!r} is not a token of the tokenizer")
+            raise TokenDroppingError(
+                f"apply_token_dropping: pinned_tokens: {t!r} is not a token of the tokenizer"
+            )
         out.append(int(i))
     return out
 
@@ -82,9 +102,20 @@ def resolve_pinned(drop: DropConfig, tokenizer: Any) -> list[int]:
 class TokenDroppingState:
     """Everything a patched model needs beyond its weights (module docstring)."""
 
-    def __init__(self, drop: DropConfig, family: str, num_layers: int, vocab_size: int, max_len: int,
-                 special_ids: dict[str, int], pinned_ids: list[int], counts: Any = None, seed: int = 0,
-                 total_steps: int | None = None, sparse_prediction: bool = True):
+    def __init__(
+        self,
+        drop: DropConfig,
+        family: str,
+        num_layers: int,
+        vocab_size: int,
+        max_len: int,
+        special_ids: dict[str, int],
+        pinned_ids: list[int],
+        counts: Any = None,
+        seed: int = 0,
+        total_steps: int | None = None,
+        sparse_prediction: bool = True,
+    ):
         self.drop = drop
         self.family = family
         self.num_layers = num_layers
@@ -93,15 +124,27 @@ class TokenDroppingState:
         self.pinned_ids = list(pinned_ids)
         self.seed = int(seed)
         self.sparse_prediction = bool(sparse_prediction)
-        self.step = 0  # optimizer steps done (TokenDroppingCallback sets it; custom loops call advance())
+        self.step = (
+            0  # optimizer steps done (TokenDroppingCallback sets it; custom loops call advance())
+        )
         self.enabled = True
         self.kept_fraction: float | None = None  # of the last dropping forward (logged)
         try:  # the method: its rules and its selector (none when the variant pools: avg)
-            self.plan = DropPlan(drop, self.special_ids, num_layers=num_layers, vocab_size=vocab_size,
-                                 seq_len=max_len, pinned_ids=self.pinned_ids, counts=counts, seed=self.seed,
-                                 total_steps=total_steps)
+            self.plan = DropPlan(
+                drop,
+                self.special_ids,
+                num_layers=num_layers,
+                vocab_size=vocab_size,
+                seq_len=max_len,
+                pinned_ids=self.pinned_ids,
+                counts=counts,
+                seed=self.seed,
+                total_steps=total_steps,
+            )
         except ConfigError as e:
-            raise TokenDroppingError(f"apply_token_dropping: {str(e).replace('drop.counts_path', 'counts')}") from None
+            raise TokenDroppingError(
+                f"apply_token_dropping: {str(e).replace('drop.counts_path', 'counts')}"
+            ) from None
         self.initial = None if self.selector is None else self.selector.scores.clone()
 
     @property
@@ -128,12 +171,14 @@ class TokenDroppingState:
         n = None if self.selector is None else self.selector.scores.numel()
         scores = "" if n is None else f", importance=<{n} scores>"
         total = f"/{self.total_steps}" if self.total_steps else ""
-        return (f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in "
-                f"layers "
-                f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step "
-                f"{self.step}{total}, "
-                f"{'on' if self.enabled else 'off'}, "
-                f"sparse_prediction={self.sparse_prediction}{scores})")
+        return (
+            f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in "
+            f"layers "
+            f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step "
+            f"{self.step}{total}, "
+            f"{'on' if self.enabled else 'off'}, "
+            f"sparse_prediction={self.sparse_prediction}{scores})"
+        )
 
     # -- schedule -------------------------------------------------------------------------------
 
@@ -143,8 +188,10 @@ class TokenDroppingState:
 
     def _check_length(self) -> None:
         if self.total_steps is None and (what := self.plan.needs_length):
-            raise TokenDroppingError(f"token dropping: {what} needs the run's length; train with TokenDroppingCallback "
-                                     "(it reads max_steps) or pass total_steps= to apply_token_dropping")
+            raise TokenDroppingError(
+                f"token dropping: {what} needs the run's length; train with TokenDroppingCallback "
+                "(it reads max_steps) or pass total_steps= to apply_token_dropping"
+            )
 
     def now(self, seq_len: int) -> DropStep:
         """The plan of this step over sequences of ``seq_len`` tokens (``DropPlan.at``)."""
@@ -152,7 +199,8 @@ class TokenDroppingState:
         return self.plan.at(self.step, seq_len)
 
     def dropping_now(self) -> bool:
-        """Whether this step drops tokens (stage 2, the last ``stage2_fraction`` of the run, does not)."""
+        """Whether this step drops tokens (stage 2, the last ``stage2_fraction`` of the run, does
+        not)."""
         if not self.enabled:
             return False
         self._check_length()
@@ -171,8 +219,8 @@ class TokenDroppingState:
 
     def select(self, input_ids: Tensor, labels: Tensor | None) -> tuple[bool, Tensor | None]:
         """-> (active, keep_idx): keep_idx (B, M) ascending, (S, B, M) for random_ltd, or None (avg
-        pools).  Not active (the unpatched forward runs): a selection that keeps every row (random_ltd
-        at full length, rate 0, or a short sequence)."""
+        pools).  Not active (the unpatched forward runs): a selection that keeps every row
+        (random_ltd at full length, rate 0, or a short sequence)."""
         self._follow(input_ids.device)
         b, t = input_ids.shape
         at = self.now(t)
@@ -211,15 +259,17 @@ class TokenDroppingState:
     def set_importance(self, values: Tensor, where: Tensor | None = None) -> None:
         """m_i <- values_i (where ``where``); pinned ids stay pinned (a warm start)."""
         if self.selector is None:
-            raise TokenDroppingError(f"token dropping: variant {self.drop.variant!r} selects nothing, so it has no "
-                                     "importance vector")
+            raise TokenDroppingError(
+                f"token dropping: variant {self.drop.variant!r} selects nothing, so it has no "
+                "importance vector"
+            )
         where = torch.ones(self.vocab_size, dtype=torch.bool) if where is None else where
         self.selector.set_scores(torch.as_tensor(values, dtype=torch.float32), where)
 
     @torch.no_grad()
     def summary(self) -> dict[str, float]:
-        """What the callback logs: the kept fraction of the last dropping forward, and the importance
-        over the ids that have moved from their initial score (count, mean, min, max)."""
+        """What the callback logs: the kept fraction of the last dropping forward, and the
+        importance over the ids that have moved from their initial score (count, mean, min, max)."""
         out: dict[str, float] = {}
         if self.kept_fraction is not None:
             out["token_dropping/kept_fraction"] = float(self.kept_fraction)
@@ -238,14 +288,23 @@ class TokenDroppingState:
     # -- saving ---------------------------------------------------------------------------------
 
     def meta(self) -> dict[str, Any]:
-        return {"format": STATE_FORMAT, "family": self.family, "vocab_size": self.vocab_size,
-                "num_layers": self.num_layers, "options": dataclasses.asdict(self.drop), "seed": self.seed,
-                "special_ids": self.special_ids, "pinned_ids": self.pinned_ids, "step": self.step,
-                "total_steps": self.total_steps}
+        return {
+            "format": STATE_FORMAT,
+            "family": self.family,
+            "vocab_size": self.vocab_size,
+            "num_layers": self.num_layers,
+            "options": dataclasses.asdict(self.drop),
+            "seed": self.seed,
+            "special_ids": self.special_ids,
+            "pinned_ids": self.pinned_ids,
+            "step": self.step,
+            "total_steps": self.total_steps,
+        }
 
 
 def save_state(state: TokenDroppingState, directory: str | Path) -> None:
-    """``token_dropping.safetensors`` + ``token_dropping.json`` into ``directory`` (each written atomically)."""
+    """``token_dropping.safetensors`` + ``token_dropping.json`` into ``directory`` (each written
+    atomically)."""
     directory = Path(directory)
     tensors: dict[str, Tensor] = {}
     meta = state.meta()
@@ -256,7 +315,9 @@ def save_state(state: TokenDroppingState, directory: str | Path) -> None:
             tensors["rng_state"] = rng.cpu().contiguous()
             meta["rng_device"] = str(state.selector.generator.device)
     if not tensors:
-        tensors["step"] = torch.tensor([state.step], dtype=torch.int64)  # safetensors needs one tensor
+        tensors["step"] = torch.tensor(
+            [state.step], dtype=torch.int64
+        )  # safetensors needs one tensor
     with atomic_file(directory / STATE_TENSORS) as tmp:
         write_safetensors(tensors, tmp)
     atomic_write_json(directory / STATE_JSON, meta)
@@ -272,23 +333,35 @@ def load_state(state: TokenDroppingState, directory: str | Path) -> None:
     jpath, tpath = directory / STATE_JSON, directory / STATE_TENSORS
     for p in (jpath, tpath):
         if not p.is_file():
-            raise TokenDroppingError(f"{p}: no token-dropping state here (written by TokenDroppingCallback at every "
-                                     "checkpoint); resume from a checkpoint of a run trained with it")
+            raise TokenDroppingError(
+                f"{p}: no token-dropping state here (written by TokenDroppingCallback at every "
+                "checkpoint); resume from a checkpoint of a run trained with it"
+            )
     meta = read_json(jpath, TokenDroppingError, hint="the checkpoint is damaged")
     if meta.get("format") != STATE_FORMAT:
-        raise TokenDroppingError(f"{jpath}: format {meta.get('format')!r}, expected {STATE_FORMAT!r}")
+        raise TokenDroppingError(
+            f"{jpath}: format {meta.get('format')!r}, expected {STATE_FORMAT!r}"
+        )
     mine = state.meta()
     for k in _MUST_MATCH:
         if meta.get(k) != mine[k]:
-            raise TokenDroppingError(f"{jpath}: {k} {meta.get(k)!r} differs from this model's {mine[k]!r}")
+            raise TokenDroppingError(
+                f"{jpath}: {k} {meta.get(k)!r} differs from this model's {mine[k]!r}"
+            )
     saved = meta.get("options", {})
     for k, v in mine["options"].items():
         if k in ("stage2_fraction",) or saved.get(k) == v:
             continue
-        if isinstance(v, float) and isinstance(saved.get(k), (int, float)) and math.isclose(saved[k], v):
+        if (
+            isinstance(v, float)
+            and isinstance(saved.get(k), (int, float))
+            and math.isclose(saved[k], v)
+        ):
             continue
-        raise TokenDroppingError(f"{jpath}: the run was trained with {k}={saved.get(k)!r}, this model is patched with "
-                                 f"{k}={v!r}; apply_token_dropping with the run's options to resume it")
+        raise TokenDroppingError(
+            f"{jpath}: the run was trained with {k}={saved.get(k)!r}, this model is patched with "
+            f"{k}={v!r}; apply_token_dropping with the run's options to resume it"
+        )
     try:
         tensors = load_file(str(tpath))
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
@@ -296,12 +369,16 @@ def load_state(state: TokenDroppingState, directory: str | Path) -> None:
     if state.selector is not None:
         m = tensors.get("importance")
         if m is None or tuple(m.shape) != (state.vocab_size,):
-            raise TokenDroppingError(f"{tpath}: expected an importance vector of {state.vocab_size} scores, got "
-                                     f"{None if m is None else tuple(m.shape)}")
+            raise TokenDroppingError(
+                f"{tpath}: expected an importance vector of {state.vocab_size} scores, got "
+                f"{None if m is None else tuple(m.shape)}"
+            )
         with torch.no_grad():
             state.selector.scores.copy_(m.to(state.selector.scores))
         if "rng_state" in tensors:
-            state.selector.set_rng_state(tensors["rng_state"], torch.device(meta.get("rng_device", "cpu")))
+            state.selector.set_rng_state(
+                tensors["rng_state"], torch.device(meta.get("rng_device", "cpu"))
+            )
         else:
             state.selector.generator = None
     state.step = int(meta.get("step", 0))

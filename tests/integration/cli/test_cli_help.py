@@ -11,7 +11,8 @@ import shlex
 import pytest
 
 from tokendrop.cli import build_parser, main
-from tokendrop.config import Config, ConfigError, FinetuneConfig, from_dict, load_config
+from tokendrop.config import Config, FinetuneConfig, from_dict, load_config
+from tokendrop.errors import ConfigError
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -26,7 +27,7 @@ def _examples(text: str) -> list[str]:
     if "examples:" not in lines:
         return []
     out = []
-    for line in lines[lines.index("examples:") + 1:]:
+    for line in lines[lines.index("examples:") + 1 :]:
         if not line.strip():
             break
         out.append(line.strip())
@@ -34,7 +35,8 @@ def _examples(text: str) -> list[str]:
 
 
 def _check_example(argv: list[str]) -> None:
-    """The parsed command's config (with its overrides) loads: keys exist, values have their types."""
+    """The parsed command's config (with its overrides) loads: keys exist, values have their
+    types."""
     a = build_parser().parse_args(argv)
     if a.cmd in ("pretrain", "flops") and getattr(a, "config", None):
         init = [f'model.init="{a.init}"'] if getattr(a, "init", None) else []
@@ -72,7 +74,9 @@ def test_help_runs_and_each_example_parses(name, capsys):
 def test_a_wrong_example_would_fail():
     """The check above is not vacuous: the old finetune example's section key is refused."""
     with pytest.raises(ConfigError, match="unknown config key 'drop'"):
-        _check_example(shlex.split("finetune --model m --task sst2 --data d --out o --set drop.rate=0.25"))
+        _check_example(
+            shlex.split("finetune --model m --task sst2 --data d --out o --set drop.rate=0.25")
+        )
     with pytest.raises(SystemExit):
         build_parser().parse_args(shlex.split("pretrain --config tiny --no-such-flag"))
 
@@ -94,16 +98,41 @@ def test_finetune_task_list_is_the_registry(capsys):
     assert all(t in text for t in TASKS)
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["pretrain", "--out", "r"], "pretrain needs --config and --out"),
-    (["pretrain", "--config", "tiny", "--out", "r", "--resume", "r", "--resume-if-exists"], "--resume-if-exists goes"),
-    (["pretrain", "--config", "tiny", "--resume", "r", "--overwrite"], "--overwrite starts a new run"),
-    (["bench", "--campaign", "env"], "bench --campaign needs --out"),
-    (["finetune", "--model", "m", "--task", "sst2", "--data", "d", "--out", "o", "--set", "drop.rate=0.25"],
-     "unknown config key 'drop'"),
-    (["flops", "--config", "tiny", "--set", "train.steps=5", "--set", "train.tokens=2M"],
-     "train.steps and train.tokens: both set"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["pretrain", "--out", "r"], "pretrain needs --config and --out"),
+        (
+            ["pretrain", "--config", "tiny", "--out", "r", "--resume", "r", "--resume-if-exists"],
+            "--resume-if-exists goes",
+        ),
+        (
+            ["pretrain", "--config", "tiny", "--resume", "r", "--overwrite"],
+            "--overwrite starts a new run",
+        ),
+        (["bench", "--campaign", "env"], "bench --campaign needs --out"),
+        (
+            [
+                "finetune",
+                "--model",
+                "m",
+                "--task",
+                "sst2",
+                "--data",
+                "d",
+                "--out",
+                "o",
+                "--set",
+                "drop.rate=0.25",
+            ],
+            "unknown config key 'drop'",
+        ),
+        (
+            ["flops", "--config", "tiny", "--set", "train.steps=5", "--set", "train.tokens=2M"],
+            "train.steps and train.tokens: both set",
+        ),
+    ],
+)
 def test_user_errors_exit_2_with_one_line(argv, fragment, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
@@ -111,11 +140,14 @@ def test_user_errors_exit_2_with_one_line(argv, fragment, tmp_path, monkeypatch,
     assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], err
 
 
-@pytest.mark.parametrize("preset_len,cli_len,field,value", [
-    ("steps", "train.time_budget='20s'", "time_budget", "20s"),
-    ("steps", "train.tokens='2M'", "tokens", "2M"),
-    ("steps", "train.epochs=1.5", "epochs", 1.5),
-])
+@pytest.mark.parametrize(
+    "preset_len,cli_len,field,value",
+    [
+        ("steps", "train.time_budget='20s'", "time_budget", "20s"),
+        ("steps", "train.tokens='2M'", "tokens", "2M"),
+        ("steps", "train.epochs=1.5", "epochs", 1.5),
+    ],
+)
 def test_a_length_on_the_command_line_replaces_the_presets(preset_len, cli_len, field, value):
     cfg = load_config("tiny", [cli_len])  # tiny sets train.steps = 40
     assert getattr(cfg.train, field) == value and cfg.train.steps == 0
@@ -131,17 +163,23 @@ def test_a_presets_length_replaces_the_one_it_extends(tmp_path):
     (tmp_path / "short.toml").write_text('extends = "tiny"\n[train]\ntime_budget = "30s"\n')
     cfg = load_config(tmp_path / "short.toml")
     assert (cfg.train.steps, cfg.train.time_budget) == (0, "30s")
-    (tmp_path / "both.toml").write_text('extends = "tiny"\n[train]\ntime_budget = "30s"\ntokens = "1M"\n')
+    (tmp_path / "both.toml").write_text(
+        'extends = "tiny"\n[train]\ntime_budget = "30s"\ntokens = "1M"\n'
+    )
     with pytest.raises(ConfigError, match="both set"):
         load_config(tmp_path / "both.toml")
-    (tmp_path / "ratio.toml").write_text('extends = "tiny"\n[train]\nwarmup_ratio = 0.1\n')  # tiny: warmup_steps = 4
+    (tmp_path / "ratio.toml").write_text(
+        'extends = "tiny"\n[train]\nwarmup_ratio = 0.1\n'
+    )  # tiny: warmup_steps = 4
     assert load_config(tmp_path / "ratio.toml").train.warmup_ratio == 0.1
 
 
 def test_finetune_set_takes_key_and_finetune_key():
     from tokendrop.finetune import finetune_config
 
-    a = finetune_config(None, ["epochs=1", "finetune.lr=3e-5", " finetune.save_model=true"], task="sst2", data="d")
+    a = finetune_config(
+        None, ["epochs=1", "finetune.lr=3e-5", " finetune.save_model=true"], task="sst2", data="d"
+    )
     assert (a.epochs, a.lr, a.save_model) == (1.0, 3e-5, True)
     with pytest.raises(ConfigError, match="finetune.epochs"):
         finetune_config(None, ["finetune.epochs=0"], task="sst2", data="d")
@@ -150,10 +188,19 @@ def test_finetune_set_takes_key_and_finetune_key():
 
 def test_flops_takes_init(tmp_path, capsys):
     transformers = pytest.importorskip("transformers")
-    conf = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                                   intermediate_size=48, max_position_embeddings=64)
+    conf = transformers.BertConfig(
+        vocab_size=120,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=64,
+    )
     transformers.BertModel(conf).save_pretrained(tmp_path / "src")
     capsys.readouterr()
-    assert main(["flops", "--config", "continue", "--init", str(tmp_path / "src"), "--seq-len", "64"]) == 0
+    assert (
+        main(["flops", "--config", "continue", "--init", str(tmp_path / "src"), "--seq-len", "64"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "bert: 3 layers, d=32" in out, out

@@ -3,13 +3,15 @@
 from pathlib import Path
 
 import pytest
+from toydata import write_corpus
 
 import tokendrop.lab.demo as demo
 import tokendrop.lab.fetch as fetch
-from toydata import write_corpus
 
 
-@pytest.mark.slow  # ~18 s CPU; the same wiring (prepare, pretrain x2, fine-tune, report) runs in the continued demo test
+# ~18 s CPU; the same wiring (prepare, pretrain x2, fine-tune, report) runs in the continued demo
+# test
+@pytest.mark.slow
 def test_scratch_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
     from tokendrop.lab.toydata import write_keyword_sentiment
 
@@ -30,44 +32,70 @@ def test_scratch_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
 
 
 def _fake_vader_sdist(path: Path, lines_by_file: dict[str, list[str]]) -> Path:
-    """A stand-in for the vaderSentiment sdist: ground-truth files of id<TAB>score<TAB>text lines."""
+    """A stand-in for the vaderSentiment sdist: ground-truth files of id<TAB>score<TAB>text
+    lines."""
     from toydata import write_vader_sdist
 
-    return write_vader_sdist(path, {name: "".join(f"{i}\t{1.5 if i % 2 else -1.5}\t{s}\n" for i, s in enumerate(lines))
-                                    for name, lines in lines_by_file.items()})
+    return write_vader_sdist(
+        path,
+        {
+            name: "".join(f"{i}\t{1.5 if i % 2 else -1.5}\t{s}\n" for i, s in enumerate(lines))
+            for name, lines in lines_by_file.items()
+        },
+    )
 
 
 def test_review_corpus_never_contains_a_dev_sentence(tmp_path):
-    from tokendrop.finetune.tasks.sst2_vader import OTHER_SNIPPETS, build_review_corpus, normalize_sentence, read_sst2_sentences
+    from tokendrop.finetune.tasks.sst2_vader import (
+        OTHER_SNIPPETS,
+        build_review_corpus,
+        normalize_sentence,
+        read_sst2_sentences,
+    )
     from tokendrop.lab.toydata import write_keyword_sentiment
 
     task = write_keyword_sentiment(tmp_path / "task", n_train=80, n_dev=40)
     dev = read_sst2_sentences(task / "dev.tsv")
-    others = {name: [f"an {name[:4]} snippet number {i} ." for i in range(30)] for name in OTHER_SNIPPETS}
-    others[OTHER_SNIPPETS[0]] += [dev[0].upper(), "  " + dev[1]]  # the same sentences, other case/spacing
+    others = {
+        name: [f"an {name[:4]} snippet number {i} ." for i in range(30)] for name in OTHER_SNIPPETS
+    }
+    others[OTHER_SNIPPETS[0]] += [
+        dev[0].upper(),
+        "  " + dev[1],
+    ]  # the same sentences, other case/spacing
     sdist = _fake_vader_sdist(tmp_path / "vaderSentiment-3.3.2.tar.gz", others)
     corpus = build_review_corpus(tmp_path / "cache", task, sdist=sdist)
     docs = [normalize_sentence(d) for d in corpus.read_text().split("\n\n") if d.strip()]
     assert not set(docs) & {normalize_sentence(s) for s in dev}
-    assert len(docs) == 80 + 90  # every train sentence and every other snippet, minus the two dev copies
+    assert (
+        len(docs) == 80 + 90
+    )  # every train sentence and every other snippet, minus the two dev copies
     assert set(normalize_sentence(s) for s in read_sst2_sentences(task / "train.tsv")) <= set(docs)
 
 
 def _fake_minilm(d: Path) -> Path:
-    """A randomly initialised transformers BertModel with an uncased WordPiece vocabulary (no MLM head)."""
+    """A randomly initialised transformers BertModel with an uncased WordPiece vocabulary (no MLM
+    head)."""
     import json
 
     import torch
     import transformers
-
     from toydata import write_vocab
 
     vocab = write_vocab(d)
     n = len(vocab.read_text().splitlines())
-    (d / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer", "do_lower_case": True}))
+    (d / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "BertTokenizer", "do_lower_case": True})
+    )
     torch.manual_seed(0)
-    conf = transformers.BertConfig(vocab_size=n, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
-                                   intermediate_size=64, max_position_embeddings=512)
+    conf = transformers.BertConfig(
+        vocab_size=n,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
     transformers.BertModel(conf).save_pretrained(d)
     return d
 
@@ -78,16 +106,24 @@ def test_continued_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
 
     source = _fake_minilm(tmp_path / "minilm")
     task = write_keyword_sentiment(tmp_path / "task", n_train=64, n_dev=32)
-    sdist = _fake_vader_sdist(tmp_path / "v.tar.gz", {n: [f"some {n[:5]} text {i} ." for i in range(200)]
-                                                      for n in OTHER_SNIPPETS})
+    sdist = _fake_vader_sdist(
+        tmp_path / "v.tar.gz",
+        {n: [f"some {n[:5]} text {i} ." for i in range(200)] for n in OTHER_SNIPPETS},
+    )
     monkeypatch.setattr(fetch, "fetch_minilm", lambda cache: source)
     monkeypatch.setattr(fetch, "fetch_sentiment_task", lambda cache: Path(task))
-    monkeypatch.setattr(fetch, "fetch_review_corpus", lambda cache, t: build_review_corpus(cache, t, sdist=sdist))
+    monkeypatch.setattr(
+        fetch, "fetch_review_corpus", lambda cache, t: build_review_corpus(cache, t, sdist=sdist)
+    )
     summary = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", seeds=2)
     out = capsys.readouterr().out
     assert "FLOP-bound speed-up" in out and "report:" in out
     # the arms are compared by their processes' CPU time, the wall clock and the load beside it
-    assert "compared by process CPU time" in out and "by wall clock" in out and "load average (1 min)" in out
+    assert (
+        "compared by process CPU time" in out
+        and "by wall clock" in out
+        and "load average (1 min)" in out
+    )
     assert all(r["cpu_time_s"] > 0 for r in summary["rows"][1:]) and summary["cpu_time_ratio"] > 0
     assert set(summary["load_average"]) == {"baseline", "token-drop"}
     assert f"unigram entropy of the data: {summary['unigram_entropy']:.3f} nats" in out

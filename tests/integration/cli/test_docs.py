@@ -9,7 +9,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "benchmarks" / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -32,9 +36,15 @@ def test_no_issue_numbers_in_user_facing_text():
         base = ROOT / top
         files = [base] if base.is_file() else [p for p in base.rglob("*") if p.is_file()]
         for f in files:
-            if f.suffix not in {".md", ".py", ".toml", ".sh", ".txt"} or "egg-info" in str(f) or f == Path(__file__):
+            if (
+                f.suffix not in {".md", ".py", ".toml", ".sh", ".txt"}
+                or "egg-info" in str(f)
+                or f == Path(__file__)
+            ):
                 continue
-            for n, line in enumerate(f.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            for n, line in enumerate(
+                f.read_text(encoding="utf-8", errors="replace").splitlines(), 1
+            ):
                 if pattern.search(line):
                     hits.append(f"{f.relative_to(ROOT)}:{n}")
     assert not hits, hits

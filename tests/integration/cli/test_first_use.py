@@ -1,5 +1,5 @@
-"""What a new user meets first: every subcommand's --help says what it does, a misspelt preset or key
-gets a did-you-mean, lab commands check their optional dependencies before any compute, results
+"""What a new user meets first: every subcommand's --help says what it does, a misspelt preset or
+key gets a did-you-mean, lab commands check their optional dependencies before any compute, results
 print readably, and the demo's summary never claims a wall-clock ratio the load made meaningless."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from tokendrop.cli import build_parser, main
-from tokendrop.config import ConfigError, load_config
+from tokendrop.config import load_config
+from tokendrop.errors import ConfigError
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -28,19 +29,31 @@ def test_every_subcommand_help_has_a_description(name, capsys):
     assert first in " ".join(capsys.readouterr().out.split()), name
 
 
-@pytest.mark.parametrize("given, meant", [("contineu", "continue"), ("tinny", "tiny"), ("moden-tiny", "modern-tiny")])
+@pytest.mark.parametrize(
+    "given, meant", [("contineu", "continue"), ("tinny", "tiny"), ("moden-tiny", "modern-tiny")]
+)
 def test_a_misspelt_preset_gets_a_did_you_mean(given, meant, capsys):
-    with pytest.raises(ConfigError, match=rf"no such file or preset '{given}' .*; did you mean "
-                                          rf"'{meant}'\?$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"no such file or preset '{given}' .*; did you mean "
+        rf"'{meant}'\?$",
+    ):
         load_config(given)
     assert main(["pretrain", "--config", given, "--out", "/nonexistent/never"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"did you mean '{meant}'?" in err[0], err
 
 
-@pytest.mark.parametrize("key, meant", [("datapath", "data.path"), ("batch_size", "train.batch_size"),
-                                        ("trian.steps", "train.steps"), ("data.pth", "data.path"),
-                                        ("drop.rat", "drop.rate")])
+@pytest.mark.parametrize(
+    "key, meant",
+    [
+        ("datapath", "data.path"),
+        ("batch_size", "train.batch_size"),
+        ("trian.steps", "train.steps"),
+        ("data.pth", "data.path"),
+        ("drop.rat", "drop.rate"),
+    ],
+)
 def test_a_misspelt_key_gets_the_full_dotted_key(key, meant):
     with pytest.raises(ConfigError, match=rf"unknown config key .*; did you mean '{meant}'\?$"):
         load_config("tiny", [f"{key}=1"])
@@ -62,8 +75,17 @@ def test_pretrain_result_prints_in_one_readable_line(tiny_run):
 
     from tokendrop.train.trainer import PretrainResult
 
-    r = PretrainResult(tiny_run, 4, False, 1.5, 1234.0, {"eval_loss": 5.0, "eval_acc": 0.1}, {},
-                       importance=torch.zeros(30522), history=[{}] * 7)
+    r = PretrainResult(
+        tiny_run,
+        4,
+        False,
+        1.5,
+        1234.0,
+        {"eval_loss": 5.0, "eval_acc": 0.1},
+        {},
+        importance=torch.zeros(30522),
+        history=[{}] * 7,
+    )
     text = repr(r)
     assert "\n" not in text and len(text) < 300, text
     assert "finished at step 4" in text and "<30522 scores>" in text and "<7 records>" in text
@@ -73,14 +95,34 @@ def test_pretrain_result_prints_in_one_readable_line(tiny_run):
 def test_the_demo_marks_a_wall_clock_ratio_unreliable_when_the_load_moved():
     from tokendrop.lab.demo import format_table, load_moved
 
-    rows = [{"name": n, "steps": 16, "cpu_time_s": c, "wall_time_s": w, "tokens_per_s": t, "eval_loss": 3.0,
-             "accuracy": []} for n, c, w, t in (("baseline", 100.0, 200.0, 300.0), ("token-drop", 80.0, 50.0, 1200.0))]
-    s = {"rows": rows, "flop_bound_speedup": 1.3, "measured_speedup": 4.0, "fraction_of_bound": 4.0 / 1.3,
-         "cpu_time_ratio": 0.8, "cpu_speedup": 1.25, "cpu_fraction_of_bound": 1.25 / 1.3, "wall_time_ratio": 0.25,
-         "load_average": {"baseline": [6.0, 7.5], "token-drop": [1.0, 1.2]}}
+    rows = [
+        {
+            "name": n,
+            "steps": 16,
+            "cpu_time_s": c,
+            "wall_time_s": w,
+            "tokens_per_s": t,
+            "eval_loss": 3.0,
+            "accuracy": [],
+        }
+        for n, c, w, t in (("baseline", 100.0, 200.0, 300.0), ("token-drop", 80.0, 50.0, 1200.0))
+    ]
+    s = {
+        "rows": rows,
+        "flop_bound_speedup": 1.3,
+        "measured_speedup": 4.0,
+        "fraction_of_bound": 4.0 / 1.3,
+        "cpu_time_ratio": 0.8,
+        "cpu_speedup": 1.25,
+        "cpu_fraction_of_bound": 1.25 / 1.3,
+        "wall_time_ratio": 0.25,
+        "load_average": {"baseline": [6.0, 7.5], "token-drop": [1.0, 1.2]},
+    }
     assert load_moved(s["load_average"]) == "load average 1.0 to 7.5"
     table = format_table(s)
-    assert "UNRELIABLE, the machine's load changed between the arms (load average 1.0 to 7.5)" in table
+    assert (
+        "UNRELIABLE, the machine's load changed between the arms (load average 1.0 to 7.5)" in table
+    )
     assert "308% of the bound" not in table and "96% of the FLOP-bound" in table
     s["load_average"] = {"baseline": [1.0, 1.2], "token-drop": [1.1, 1.3]}
     assert "UNRELIABLE" not in format_table(s) and "308% of the bound" in format_table(s)

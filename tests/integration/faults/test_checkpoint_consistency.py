@@ -20,7 +20,10 @@ def _edit_meta(ck: Path, fn) -> None:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"") for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"")
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _step_edited(run: Path) -> None:
@@ -34,13 +37,22 @@ def _renamed(run: Path) -> None:  # name and meta.json agree, the optimizer made
 
 
 def _position_edited(run: Path) -> None:
-    _edit_meta(run / "checkpoints" / "step-00000004", lambda m: m["data_position"].update(position=3, consumed=24))
+    _edit_meta(
+        run / "checkpoints" / "step-00000004",
+        lambda m: m["data_position"].update(position=3, consumed=24),
+    )
 
 
 CASES = {
-    "step-vs-directory": (_step_edited, "step-00000004/meta.json: records step 3 but its directory is step-00000004"),
+    "step-vs-directory": (
+        _step_edited,
+        "step-00000004/meta.json: records step 3 but its directory is step-00000004",
+    ),
     "optimizer-updates": (_renamed, "the optimizer made 4 update(s) but meta.json records step 5"),
-    "data-position": (_position_edited, "data_position is 3 batch(es) into the data but the checkpoint records step 4"),
+    "data-position": (
+        _position_edited,
+        "data_position is 3 batch(es) into the data but the checkpoint records step 4",
+    ),
 }
 
 
@@ -68,9 +80,21 @@ def test_a_checkpoint_of_another_run_fails_verify_and_resume(tiny_data, tiny_run
     from tokendrop.train.trainer import pretrain
 
     other = tmp_path / "other"
-    cfg = load_config("tiny", [f'data.path="{tiny_data}"', "train.steps=4", "train.ckpt_every=4", "train.seed=7",
-                               "train.eval_every=4", "train.eval_batches=1", "train.batch_size=8", "train.threads=1",
-                               "model.num_layers=2", "drop.method=cumulative"])
+    cfg = load_config(
+        "tiny",
+        [
+            f'data.path="{tiny_data}"',
+            "train.steps=4",
+            "train.ckpt_every=4",
+            "train.seed=7",
+            "train.eval_every=4",
+            "train.eval_batches=1",
+            "train.batch_size=8",
+            "train.threads=1",
+            "model.num_layers=2",
+            "drop.method=cumulative",
+        ],
+    )
     pretrain(cfg, other, progress=False)
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
@@ -79,7 +103,10 @@ def test_a_checkpoint_of_another_run_fails_verify_and_resume(tiny_data, tiny_run
     shutil.copytree(other / "checkpoints" / "step-00000004", ck)
     rc = cli(["verify", str(ck)])
     out, err = capsys.readouterr()
-    assert rc in (1, 2) and "meta.json: its model.num_layers is 2 but the run's config.toml has 4" in out + err, out + err
+    assert (
+        rc in (1, 2)
+        and "meta.json: its model.num_layers is 2 but the run's config.toml has 4" in out + err
+    ), out + err
     rc = cli(["pretrain", "--resume", str(run), "--quiet", "--set", "train.steps=6"])
     err = capsys.readouterr().err
     assert rc == 2 and "config field model.num_layers changed from 2 to 4" in err, err
@@ -88,5 +115,8 @@ def test_a_checkpoint_of_another_run_fails_verify_and_resume(tiny_data, tiny_run
 def test_a_consistent_run_verifies_with_the_checks_named(tiny_run, capsys):
     assert cli(["verify", str(tiny_run)]) == 0
     out = capsys.readouterr().out
-    assert "step-00000004: step 4, sha256 of both tensor files as recorded, consistent with itself and the run's " \
-           "config" in out, out
+    assert (
+        "step-00000004: step 4, sha256 of both tensor files as recorded, consistent with itself "
+        "and the run's "
+        "config" in out
+    ), out

@@ -20,7 +20,11 @@ def _error_classes() -> list[type]:
     found = []
     for path in sorted(PKG.rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
-        names = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name.endswith("Error")]
+        names = [
+            n.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ClassDef) and n.name.endswith("Error")
+        ]
         if not names:
             continue
         rel = path.relative_to(PKG.parent).with_suffix("")
@@ -36,14 +40,23 @@ def test_every_error_class_is_a_tokendrop_error():
     classes = _error_classes()
     names = {c.__name__ for c in classes}
     # the ones the CLI and the docs name must be among those found (the scan itself works)
-    assert {"ConfigError", "DataError", "InteropError", "TrainingError", "CheckpointError", "FinetuneError",
-            "FetchError"} <= names
-    not_ours = [f"{c.__module__}.{c.__name__}" for c in classes if not issubclass(c, TokendropError)]
+    assert {
+        "ConfigError",
+        "DataError",
+        "InteropError",
+        "TrainingError",
+        "CheckpointError",
+        "FinetuneError",
+        "FetchError",
+    } <= names
+    not_ours = [
+        f"{c.__module__}.{c.__name__}" for c in classes if not issubclass(c, TokendropError)
+    ]
     assert not_ours == [], f"error classes outside the TokendropError hierarchy: {not_ours}"
 
 
 def test_error_classes_keep_their_builtin_bases():
-    from tokendrop.config import ConfigError
+    from tokendrop.errors import ConfigError
     from tokendrop.lab.demo import FetchError
     from tokendrop.train.trainer import TrainingError
 
@@ -55,8 +68,13 @@ def test_fetch_error_from_the_demo_is_one_line_exit_2(tmp_path, monkeypatch, cap
     import tokendrop.lab.fetch as fetch
 
     def failing_pip(cmd, **kw):  # what pip prints without network, two lines
-        return subprocess.CompletedProcess(cmd, 1, "", f"ERROR: Could not find a version that satisfies the "
-                                           f"requirement {cmd[-3]}\nERROR: No matching distribution found\n")
+        return subprocess.CompletedProcess(
+            cmd,
+            1,
+            "",
+            f"ERROR: Could not find a version that satisfies the "
+            f"requirement {cmd[-3]}\nERROR: No matching distribution found\n",
+        )
 
     monkeypatch.setattr(fetch.subprocess, "run", failing_pip)
     rc = main(["demo", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")])
@@ -64,7 +82,11 @@ def test_fetch_error_from_the_demo_is_one_line_exit_2(tmp_path, monkeypatch, cap
     assert rc == 2
     lines = err.splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith("error: pip download ") and "failed" in lines[0] and "No matching distribution" in lines[0]
+    assert (
+        lines[0].startswith("error: pip download ")
+        and "failed" in lines[0]
+        and "No matching distribution" in lines[0]
+    )
     assert "Traceback" not in err
 
 
@@ -78,13 +100,21 @@ def test_multi_line_message_is_printed_on_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_inspect", boom)
     rc = main(["inspect", "some-run"])
     err = capsys.readouterr().err
-    assert rc == 2 and err == "error: corpus.txt: no documents (blocks must be separated by a blank line)\n"
+    assert (
+        rc == 2
+        and err == "error: corpus.txt: no documents (blocks must be separated by a blank line)\n"
+    )
 
 
 def test_config_error_through_the_cli(capsys):
     rc = main(["flops", "--config", "no-such-preset-xyz"])
     err = capsys.readouterr().err
-    assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("error: ") and "no-such-preset-xyz" in err
+    assert (
+        rc == 2
+        and len(err.splitlines()) == 1
+        and err.startswith("error: ")
+        and "no-such-preset-xyz" in err
+    )
 
 
 def test_a_bug_is_not_swallowed(monkeypatch):

@@ -14,9 +14,22 @@ from tokendrop.cli import main
 from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
 from tokendrop.verification import verify_path
 
-EV = ["--suite", "suite-tiny", "--set", "glue_lrs=[1e-3]", "--set", "glue_epochs=[1.0]", "--set",
-      "glue.max_train_examples=16", "--set", "glue.max_eval_examples=8", "--set", "squad_lrs=[1e-3]",
-      "--set", "squad_epochs=[1.0]"]
+EV = [
+    "--suite",
+    "suite-tiny",
+    "--set",
+    "glue_lrs=[1e-3]",
+    "--set",
+    "glue_epochs=[1.0]",
+    "--set",
+    "glue.max_train_examples=16",
+    "--set",
+    "glue.max_eval_examples=8",
+    "--set",
+    "squad_lrs=[1e-3]",
+    "--set",
+    "squad_epochs=[1.0]",
+]
 
 
 def one_error(capsys) -> str:
@@ -27,11 +40,26 @@ def one_error(capsys) -> str:
 
 
 def test_evaluate_refuses_a_header_only_dev_file_before_the_first_cell(tmp_path, tiny_run, capsys):
-    glue, squad = write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8), write_toy_squad(tmp_path / "squad", 8, 4)
+    glue, squad = (
+        write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8),
+        write_toy_squad(tmp_path / "squad", 8, 4),
+    )
     dev = glue / "QNLI" / "dev.tsv"
     dev.write_text(dev.read_text().splitlines()[0] + "\n")  # only the header row
-    argv = ["evaluate", "--models", str(tiny_run), "--out", str(tmp_path / "ev"), *EV, "--set",
-            "tasks=['sst2', 'qnli']", "--set", f'glue_data="{glue}"', "--set", f'squad_data="{squad}"']
+    argv = [
+        "evaluate",
+        "--models",
+        str(tiny_run),
+        "--out",
+        str(tmp_path / "ev"),
+        *EV,
+        "--set",
+        "tasks=['sst2', 'qnli']",
+        "--set",
+        f'glue_data="{glue}"',
+        "--set",
+        f'squad_data="{squad}"',
+    ]
     assert main(argv) == 2
     msg = one_error(capsys)
     assert str(dev) in msg and ("no examples" in msg or "no questions" in msg)
@@ -39,13 +67,28 @@ def test_evaluate_refuses_a_header_only_dev_file_before_the_first_cell(tmp_path,
 
 
 def test_evaluate_refuses_an_empty_squad_dev_set(tmp_path, tiny_run, capsys):
-    glue, squad = write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8), write_toy_squad(tmp_path / "squad", 8, 4)
+    glue, squad = (
+        write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8),
+        write_toy_squad(tmp_path / "squad", 8, 4),
+    )
     dev = next(squad.rglob("dev-v1.1.json"))
     d = json.loads(dev.read_text())
     d["data"] = []
     dev.write_text(json.dumps(d))
-    argv = ["evaluate", "--models", str(tiny_run), "--out", str(tmp_path / "ev"), *EV, "--set", "tasks=['squad1']",
-            "--set", f'glue_data="{glue}"', "--set", f'squad_data="{squad}"']
+    argv = [
+        "evaluate",
+        "--models",
+        str(tiny_run),
+        "--out",
+        str(tmp_path / "ev"),
+        *EV,
+        "--set",
+        "tasks=['squad1']",
+        "--set",
+        f'glue_data="{glue}"',
+        "--set",
+        f'squad_data="{squad}"',
+    ]
     assert main(argv) == 2
     msg = one_error(capsys)
     assert str(dev) in msg and ("no examples" in msg or "no questions" in msg)
@@ -64,8 +107,24 @@ def test_pretrain_refuses_a_held_out_split_without_prediction_slots(tmp_path, ti
     info["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
     (data / "meta.json").write_text(json.dumps(meta, indent=2))
     run = tmp_path / "r"
-    rc = main(["pretrain", "--config", "tiny", "--out", str(run), "--set", f'data.path="{data}"', "--quiet", "--set",
-               "train.steps=2", "--set", "train.batch_size=8", "--set", "train.threads=1"])
+    rc = main(
+        [
+            "pretrain",
+            "--config",
+            "tiny",
+            "--out",
+            str(run),
+            "--set",
+            f'data.path="{data}"',
+            "--quiet",
+            "--set",
+            "train.steps=2",
+            "--set",
+            "train.batch_size=8",
+            "--set",
+            "train.threads=1",
+        ]
+    )
     assert rc == 2
     msg = one_error(capsys)
     assert "held-out split" in msg and "no prediction slot (n = 0)" in msg and str(data) in msg
@@ -77,8 +136,30 @@ def _finetune_output(tmp_path, tiny_run, capsys):
 
     sst2 = write_keyword_sentiment(tmp_path / "sst2", n_train=16, n_dev=8)
     out = tmp_path / "ft"
-    assert main(["finetune", "--model", str(tiny_run), "--task", "sst2", "--data", str(sst2), "--out", str(out),
-                 "--set", "epochs=1", "--set", "threads=1", "--set", "batch_size=8", "--set", "device=cpu"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--model",
+                str(tiny_run),
+                "--task",
+                "sst2",
+                "--data",
+                str(sst2),
+                "--out",
+                str(out),
+                "--set",
+                "epochs=1",
+                "--set",
+                "threads=1",
+                "--set",
+                "batch_size=8",
+                "--set",
+                "device=cpu",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     return out
 
@@ -87,11 +168,15 @@ def test_verify_rejects_a_finetune_output_scored_on_n_0(tmp_path, tiny_run, caps
     out = _finetune_output(tmp_path, tiny_run, capsys)
     assert verify_path(out).ok
     m = json.loads((out / "metrics.json").read_text())
-    m["metrics"]["dev"].update(n=0, accuracy=0.0, score=0.0)  # what scoring a header-only dev file wrote
+    m["metrics"]["dev"].update(
+        n=0, accuracy=0.0, score=0.0
+    )  # what scoring a header-only dev file wrote
     m["scores"] = {k: 0.0 for k in m["scores"]}
     (out / "metrics.json").write_text(json.dumps(m))
     rep = verify_path(out)
-    assert not rep.ok and any("scored on n = 0" in p and str(out / "metrics.json") in p for p in rep.problems)
+    assert not rep.ok and any(
+        "scored on n = 0" in p and str(out / "metrics.json") in p for p in rep.problems
+    )
     assert main(["verify", str(out)]) == 2
     assert "scored on n = 0" in capsys.readouterr().err
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fixtures.processes import wait_for_training
+
 from tokendrop.runs import checkpoint as ckpt_mod
 
 
@@ -31,8 +31,11 @@ def test_rotation_leaves_a_held_checkpoint_until_it_is_released(tiny_run, tmp_pa
     assert sorted(os.listdir(run / "checkpoints")) == ["step-00000004"]  # no lease file left
 
 
-def test_a_reader_passes_over_a_checkpoint_removed_before_its_lease(tiny_run, tmp_path, monkeypatch):
-    """The newest checkpoint listed, then removed before the reader holds it: the next newest is read."""
+def test_a_reader_passes_over_a_checkpoint_removed_before_its_lease(
+    tiny_run, tmp_path, monkeypatch
+):
+    """The newest checkpoint listed, then removed before the reader holds it: the next newest is
+    read."""
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     real = ckpt_mod._candidates
@@ -57,12 +60,39 @@ def test_exports_during_training_with_rotation_never_fail(tiny_data, tmp_path):
 
     run = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.Popen([sys.executable, "-m", "tokendrop", "pretrain", "--config", "tiny", "--out", str(run),
-                          "--quiet", "--set", f'data.path="{tiny_data}"', "--set", "train.steps=100000",
-                          "--set", "train.ckpt_every=1", "--set", "train.keep_checkpoints=1",
-                          "--set", "train.eval_every=100000", "--set", "train.log_every=1",
-                          "--set", "train.batch_size=4", "--set", "train.threads=1"],
-                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokendrop",
+            "pretrain",
+            "--config",
+            "tiny",
+            "--out",
+            str(run),
+            "--quiet",
+            "--set",
+            f'data.path="{tiny_data}"',
+            "--set",
+            "train.steps=100000",
+            "--set",
+            "train.ckpt_every=1",
+            "--set",
+            "train.keep_checkpoints=1",
+            "--set",
+            "train.eval_every=100000",
+            "--set",
+            "train.log_every=1",
+            "--set",
+            "train.batch_size=4",
+            "--set",
+            "train.threads=1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     failed, done, steps = [], 0, set()
     try:
         wait_for_training(p, run, 2)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_faults import _one_line_error, _run  # noqa: E402  (the one CLI-call and one-line-error helpers)
 
 from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json, atomic_write_text
-from test_faults import _one_line_error, _run  # noqa: E402  (the one CLI-call and one-line-error helpers)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -30,7 +30,10 @@ def _errors(err: str) -> list[str]:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"<dir>")
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def _flip(f: Path, at: int = -30) -> None:
@@ -97,20 +100,43 @@ def test_campaign_refuses_a_foreign_or_other_kind_directory(tmp_path, monkeypatc
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("my notes\n")
-    rc, _, err = _run(capsys, "bench", "--campaign", "env", "--dry-run", "--out", mine, "--quiet", "--set", "pytest=false")
+    rc, _, err = _run(
+        capsys,
+        "bench",
+        "--campaign",
+        "env",
+        "--dry-run",
+        "--out",
+        mine,
+        "--quiet",
+        "--set",
+        "pytest=false",
+    )
     _one_line_error(rc, err, str(mine), "no campaign output")
     assert _tree(mine) == {"notes.txt": b"my notes\n"}
     ft = tmp_path / "ft"
     rundir.create(ft, "finetune")
     (ft / "metrics.json").write_text("{}")
     before = _tree(ft)
-    rc, _, err = _run(capsys, "bench", "--campaign", "env", "--dry-run", "--out", ft, "--quiet", "--set", "pytest=false")
+    rc, _, err = _run(
+        capsys,
+        "bench",
+        "--campaign",
+        "env",
+        "--dry-run",
+        "--out",
+        ft,
+        "--quiet",
+        "--set",
+        "pytest=false",
+    )
     _one_line_error(rc, err, str(ft), "finetune output, not a campaign's")
     assert _tree(ft) == before
 
 
 def test_campaign_continues_an_unmarked_earlier_campaign(tmp_path, monkeypatch):
-    """Campaign output written before markers (a PART.json naming its part) is continued and marked."""
+    """Campaign output written before markers (a PART.json naming its part) is continued and
+    marked."""
     from tokendrop.lab.bench.campaign import run_parts
 
     _fake_runner(monkeypatch, _writes_files())
@@ -120,7 +146,9 @@ def test_campaign_continues_an_unmarked_earlier_campaign(tmp_path, monkeypatch):
     (out / "bench.md").write_text("# GPU campaign, part `bench`\n")
     run_parts(_campaign_cfg(), ["env"], out)
     assert rundir.read_marker(out)["kind"] == "campaign"
-    assert json.loads((out / "bench.json").read_text())["part"] == "bench"  # the other part's result is kept
+    assert (
+        json.loads((out / "bench.json").read_text())["part"] == "bench"
+    )  # the other part's result is kept
     assert json.loads((out / "env.json").read_text())["complete"] is True
 
 
@@ -161,7 +189,9 @@ def test_an_interrupted_part_is_recorded_incomplete(tmp_path, monkeypatch, capsy
     assert not (out / IN_PROGRESS).exists() and not rundir.lock_path(out).exists()
     assert "holds what it finished (complete: false)" in capsys.readouterr().err
     rc, _, err = _run(capsys, "verify", out)
-    assert rc == 2 and any("part env did not finish" in e and str(out / "env.json") in e for e in _errors(err))
+    assert rc == 2 and any(
+        "part env did not finish" in e and str(out / "env.json") in e for e in _errors(err)
+    )
 
 
 KILLED = textwrap.dedent("""
@@ -184,7 +214,13 @@ def test_a_campaign_killed_during_a_part_is_reported_by_the_next_one(tmp_path, m
 
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, "-c", KILLED, str(out)], env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", KILLED, str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == -9, p.stderr
     d = json.loads((out / "env.json").read_text())
     assert d["complete"] is False and d["summary"] == ["phase 1 done"] and not d["error"]
@@ -192,11 +228,16 @@ def test_a_campaign_killed_during_a_part_is_reported_by_the_next_one(tmp_path, m
     assert rec["part"] == "env" and isinstance(rec["pid"], int)
     rc, _, err = _run(capsys, "verify", out)
     assert rc == 2 and any("part env did not finish" in e for e in _errors(err))
-    # the lock died with the process: the next campaign runs, says what it found, and finishes the part
+    # the lock died with the process: the next campaign runs, says what it found, and finishes the
+    # part
     _fake_runner(monkeypatch, _writes_files())
     (r,) = run_parts(_campaign_cfg(), ["env"], out)
     err = capsys.readouterr().err
-    assert "warning:" in err and "part env of an earlier campaign" in err and "was killed before it finished" in err
+    assert (
+        "warning:" in err
+        and "part env of an earlier campaign" in err
+        and "was killed before it finished" in err
+    )
     assert r.complete and json.loads((out / "env.json").read_text())["complete"] is True
     assert not (out / IN_PROGRESS).exists()
     rc, _, err = _run(capsys, "verify", out)
@@ -204,7 +245,8 @@ def test_a_campaign_killed_during_a_part_is_reported_by_the_next_one(tmp_path, m
 
 
 def test_campaign_part_files_are_written_atomically(tmp_path, monkeypatch):
-    """write_part goes through rundir's atomic write: a failing write leaves the old PART.json whole."""
+    """write_part goes through rundir's atomic write: a failing write leaves the old PART.json
+    whole."""
     from tokendrop.lab.bench.campaign.common import PartResult, write_part
 
     r = PartResult(part="env", dry_run=True, device="cpu")
@@ -230,7 +272,9 @@ def test_campaign_part_files_are_written_atomically(tmp_path, monkeypatch):
 def ckpt(tmp_path_factory):
     from toydata import write_checkpoint
 
-    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "m-seed0", hidden_size=32, max_position_embeddings=64)
+    return write_checkpoint(
+        tmp_path_factory.mktemp("ckpt") / "m-seed0", hidden_size=32, max_position_embeddings=64
+    )
 
 
 @pytest.fixture(scope="module")
@@ -246,8 +290,17 @@ def ft_dir(ckpt, sst2, tmp_path_factory):
     from tokendrop.finetune import finetune
 
     out = tmp_path_factory.mktemp("ft") / "ft"
-    cfg = FinetuneConfig(task="sst2", data=str(sst2), epochs=1, batch_size=16, max_seq_len=32, device="cpu", threads=1,
-                         log_every=0, save_model=True)
+    cfg = FinetuneConfig(
+        task="sst2",
+        data=str(sst2),
+        epochs=1,
+        batch_size=16,
+        max_seq_len=32,
+        device="cpu",
+        threads=1,
+        log_every=0,
+        save_model=True,
+    )
     finetune(cfg, ckpt, out, log=None)
     return out
 
@@ -265,13 +318,16 @@ def test_verify_a_finetune_output(ft_dir, tmp_path, capsys):
     assert m["saved_model_sha256"] == sha256_file(ft_dir / "model" / "model.safetensors")
 
 
-@pytest.mark.parametrize("fault, names", [
-    ("flip-saved-model", "model/model.safetensors"),
-    ("torn-metrics", "metrics.json"),
-    ("no-predictions", "predictions/dev.tsv"),
-    ("scores-edited", "metrics.json"),
-    ("saved-model-gone", "model"),
-])
+@pytest.mark.parametrize(
+    "fault, names",
+    [
+        ("flip-saved-model", "model/model.safetensors"),
+        ("torn-metrics", "metrics.json"),
+        ("no-predictions", "predictions/dev.tsv"),
+        ("scores-edited", "metrics.json"),
+        ("saved-model-gone", "model"),
+    ],
+)
 def test_verify_finds_a_damaged_finetune_output(ft_dir, tmp_path, capsys, fault, names):
     d = tmp_path / "ft"
     shutil.copytree(ft_dir, d)
@@ -296,7 +352,11 @@ def test_verify_finds_a_damaged_finetune_output(ft_dir, tmp_path, capsys, fault,
 def _fake_finetune(calls):
     def fn(cfg, model_path, out_dir, log=None):
         calls.append(cfg.lr)
-        r = {"task": cfg.task, "scores": {cfg.task: 50.0 + len(calls)}, "config": __import__("dataclasses").asdict(cfg)}
+        r = {
+            "task": cfg.task,
+            "scores": {cfg.task: 50.0 + len(calls)},
+            "config": __import__("dataclasses").asdict(cfg),
+        }
         rundir.create(out_dir, "finetune")
         atomic_write_json(out_dir / "metrics.json", r)
         return r
@@ -306,17 +366,26 @@ def _fake_finetune(calls):
 
 def test_verify_an_evaluation(ckpt, tmp_path, capsys):
     from toydata import write_checkpoint
+
     from tokendrop.finetune import evaluate
     from tokendrop.finetune.suite import SuiteConfig
 
     model = tmp_path / "m-seed0"
     shutil.copytree(ckpt, model)
-    cfg = SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4, 2e-4, 3e-4], glue_data=str(tmp_path / "glue"))
+    cfg = SuiteConfig(
+        tasks=["sst2"],
+        glue_epochs=[1.0],
+        glue_lrs=[1e-4, 2e-4, 3e-4],
+        glue_data=str(tmp_path / "glue"),
+    )
     ev = tmp_path / "ev"
     evaluate([str(model)], cfg, ev, finetune_fn=_fake_finetune([]), log=lambda m: None)
     rc, out, err = _run(capsys, "verify", ev)
     assert rc == 0 and not _errors(err), err
-    assert "evaluate: 1 model(s), 3 cell(s) checked; 3 of 3 cells of results.json's models finished" in out
+    assert (
+        "evaluate: 1 model(s), 3 cell(s) checked; 3 of 3 cells of results.json's models finished"
+        in out
+    )
     assert "stale" not in out and "incomplete" not in out
     cells = sorted(ev.glob("cells/*/sst2/*"))
     # a torn cell: named once, with the fix
@@ -324,7 +393,9 @@ def test_verify_an_evaluation(ckpt, tmp_path, capsys):
     rc, out, err = _run(capsys, "verify", ev)
     errs = _errors(err)
     assert rc == 2 and len(errs) == 1, err
-    assert f"{cells[0] / 'metrics.json'}: invalid JSON" in errs[0] and f"remove {cells[0]}" in errs[0]
+    assert (
+        f"{cells[0] / 'metrics.json'}: invalid JSON" in errs[0] and f"remove {cells[0]}" in errs[0]
+    )
     assert "2 of 3 cells of results.json's models finished" in out
     # a cell gone: results.json's tables cite a result that is not there any more
     gone = tmp_path / "gone"
@@ -332,9 +403,13 @@ def test_verify_an_evaluation(ckpt, tmp_path, capsys):
     rc, _, err = _run(capsys, "verify", ev)
     errs = _errors(err)
     assert rc == 2 and len(errs) == 2, err
-    assert f"{ev / 'results.json'}: counts 3 finished cell(s) of model m but only 2 are under" in errs[1]
+    assert (
+        f"{ev / 'results.json'}: counts 3 finished cell(s) of model m but only 2 are under"
+        in errs[1]
+    )
     shutil.move(gone, cells[1])
-    # evaluate recomputes it; then the model is retrained at the same path: its cells are stale (a note)
+    # evaluate recomputes it; then the model is retrained at the same path: its cells are stale (a
+    # note)
     evaluate([str(model)], cfg, ev, finetune_fn=_fake_finetune([]), log=lambda m: None)
     write_checkpoint(model, hidden_size=32, max_position_embeddings=64, seed=1)
     rc, out, err = _run(capsys, "verify", ev)
@@ -342,14 +417,18 @@ def test_verify_an_evaluation(ckpt, tmp_path, capsys):
     # a suite.toml that does not load
     (ev / "suite.toml").write_text("tasks = [\n")
     rc, _, err = _run(capsys, "verify", ev)
-    assert rc == 2 and any(f"{ev / 'suite.toml'}: does not load as a suite" in e for e in _errors(err))
+    assert rc == 2 and any(
+        f"{ev / 'suite.toml'}: does not load as a suite" in e for e in _errors(err)
+    )
 
 
 def test_verify_an_unfinished_evaluation_notes_the_cells_left(ckpt, tmp_path, capsys):
     from tokendrop.finetune import evaluate
     from tokendrop.finetune.suite import SuiteConfig
 
-    cfg = SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4, 2e-4], glue_data=str(tmp_path / "glue"))
+    cfg = SuiteConfig(
+        tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4, 2e-4], glue_data=str(tmp_path / "glue")
+    )
     calls = []
     inner = _fake_finetune(calls)
 
@@ -363,7 +442,10 @@ def test_verify_an_unfinished_evaluation_notes_the_cells_left(ckpt, tmp_path, ca
         evaluate([str(ckpt)], cfg, ev, finetune_fn=stops, log=lambda m: None)
     rc, out, err = _run(capsys, "verify", ev)
     assert rc == 0 and not _errors(err), err
-    assert "1 of 2 cells of results.json's models finished" in out and "incomplete: 1 cell(s) still to compute" in out
+    assert (
+        "1 of 2 cells of results.json's models finished" in out
+        and "incomplete: 1 cell(s) still to compute" in out
+    )
 
 
 def test_verify_a_study_directory(tiny_data, tmp_path, capsys):
@@ -377,10 +459,28 @@ def test_verify_a_study_directory(tiny_data, tmp_path, capsys):
     rundir.create(st, "study")
     shutil.copytree(tiny_data, st / "data" / "packed-64")
     run = st / "runs" / "baseline-seed0"
-    pretrain(load_config("tiny", [f'data.path="{st / "data" / "packed-64"}"', "train.steps=2", "train.ckpt_every=2",
-                                  "train.eval_every=2", "train.eval_batches=1", "train.log_every=1"]), run, progress=False)
-    evaluate([str(run)], SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4], glue_data=str(tmp_path)),
-             st / "eval", finetune_fn=_fake_finetune([]), log=lambda m: None)
+    pretrain(
+        load_config(
+            "tiny",
+            [
+                f'data.path="{st / "data" / "packed-64"}"',
+                "train.steps=2",
+                "train.ckpt_every=2",
+                "train.eval_every=2",
+                "train.eval_batches=1",
+                "train.log_every=1",
+            ],
+        ),
+        run,
+        progress=False,
+    )
+    evaluate(
+        [str(run)],
+        SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4], glue_data=str(tmp_path)),
+        st / "eval",
+        finetune_fn=_fake_finetune([]),
+        log=lambda m: None,
+    )
     atomic_write_json(st / "study-state.json", {"runs": {"baseline-seed0": {}}, "invocations": []})
     rc, out, err = _run(capsys, "verify", st)
     assert rc == 0 and not _errors(err), err
@@ -396,8 +496,12 @@ def test_verify_a_study_directory(tiny_data, tmp_path, capsys):
     errs = _errors(err)
     assert rc == 2 and len(errs) == 3, err
     assert any(f"{st / 'study-state.json'}: invalid JSON" in e for e in errs)
-    assert any(f"{run / 'checkpoints' / 'step-00000002' / 'model.safetensors'}: corrupt" in e for e in errs)
-    assert any(f"{st / 'runs' / 'token-drop-seed0'}: missing, but study.json reports it" in e for e in errs)
+    assert any(
+        f"{run / 'checkpoints' / 'step-00000002' / 'model.safetensors'}: corrupt" in e for e in errs
+    )
+    assert any(
+        f"{st / 'runs' / 'token-drop-seed0'}: missing, but study.json reports it" in e for e in errs
+    )
 
 
 def test_verify_says_what_an_unknown_directory_would_need(tmp_path, capsys):
@@ -415,22 +519,60 @@ def test_verify_says_what_an_unknown_directory_would_need(tmp_path, capsys):
 def _tiny_hf(family: str, d: Path) -> Path:
     transformers = pytest.importorskip("transformers")
     from toydata import task_vocab_tokens, write_vocab
+
     from tokendrop.data.tokenizer import SPECIAL_IDS
     from tokendrop.models.hf import copy_tokenizer
 
-    V, CLS, SEP, PAD = len(task_vocab_tokens()), SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["pad"]
+    V, CLS, SEP, PAD = (
+        len(task_vocab_tokens()),
+        SPECIAL_IDS["cls"],
+        SPECIAL_IDS["sep"],
+        SPECIAL_IDS["pad"],
+    )
     torch.manual_seed(0)
     if family == "modernbert":  # every field our ModelConfig carries away from its default
-        m = transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(
-            vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=2,
-            max_position_embeddings=128, local_attention=8, pad_token_id=PAD, sep_token_id=SEP, eos_token_id=SEP,
-            cls_token_id=CLS, bos_token_id=CLS, global_rope_theta=5000.0, local_rope_theta=777.0, norm_bias=True,
-            norm_eps=1e-6, layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"]))
+        m = transformers.ModernBertForMaskedLM(
+            transformers.ModernBertConfig(
+                vocab_size=V,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=4,
+                num_attention_heads=2,
+                max_position_embeddings=128,
+                local_attention=8,
+                pad_token_id=PAD,
+                sep_token_id=SEP,
+                eos_token_id=SEP,
+                cls_token_id=CLS,
+                bos_token_id=CLS,
+                global_rope_theta=5000.0,
+                local_rope_theta=777.0,
+                norm_bias=True,
+                norm_eps=1e-6,
+                layer_types=[
+                    "full_attention",
+                    "sliding_attention",
+                    "sliding_attention",
+                    "full_attention",
+                ],
+            )
+        )
     else:
-        m = transformers.BertForMaskedLM(transformers.BertConfig(
-            vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
-            max_position_embeddings=128, layer_norm_eps=1e-7, pad_token_id=PAD, sep_token_id=SEP,
-            classifier_dropout=0.3, id2label={0: "a", 1: "b", 2: "c"}))
+        m = transformers.BertForMaskedLM(
+            transformers.BertConfig(
+                vocab_size=V,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                max_position_embeddings=128,
+                layer_norm_eps=1e-7,
+                pad_token_id=PAD,
+                sep_token_id=SEP,
+                classifier_dropout=0.3,
+                id2label={0: "a", 1: "b", 2: "c"},
+            )
+        )
     m.save_pretrained(d)
     copy_tokenizer(write_vocab(d.parent / f"vocab-{family}"), d)
     return d
@@ -441,30 +583,49 @@ def test_save_model_keeps_the_source_config_and_reloads_identically(family, sst2
     transformers = pytest.importorskip("transformers")
     from tokendrop.config import FinetuneConfig
     from tokendrop.finetune import finetune
-    from tokendrop.models.source import load_pretrained
-    from tokendrop.models.source import resolve_init_source
     from tokendrop.models.bert.model import BertForSequenceClassification
+    from tokendrop.models.source import load_pretrained, resolve_init_source
 
     src = _tiny_hf(family, tmp_path / "src")
-    cfg = FinetuneConfig(task="sst2", data=str(sst2), epochs=1, batch_size=16, max_seq_len=32, device="cpu", threads=1,
-                         log_every=0, save_model=True)
+    cfg = FinetuneConfig(
+        task="sst2",
+        data=str(sst2),
+        epochs=1,
+        batch_size=16,
+        max_seq_len=32,
+        device="cpu",
+        threads=1,
+        log_every=0,
+        save_model=True,
+    )
     finetune(cfg, src, tmp_path / "ft", log=None)
     saved = tmp_path / "ft" / "model"
-    a, b = json.loads((src / "config.json").read_text()), json.loads((saved / "config.json").read_text())
+    a, b = (
+        json.loads((src / "config.json").read_text()),
+        json.loads((saved / "config.json").read_text()),
+    )
     head = {"architectures", "id2label", "label2id", "num_labels", "classifier_dropout"}
     assert {k: a[k] for k in a if k not in head} == {k: b[k] for k in a if k not in head}
     assert b["num_labels"] == 2 and len(b["id2label"]) == 2
-    assert b["architectures"] == ["ModernBertForSequenceClassification" if family == "modernbert"
-                                  else "BertForSequenceClassification"]
+    assert b["architectures"] == [
+        "ModernBertForSequenceClassification"
+        if family == "modernbert"
+        else "BertForSequenceClassification"
+    ]
     if family == "bert":
         assert "classifier_dropout" not in b and b["sep_token_id"] == a["sep_token_id"]
     else:
-        assert (b["cls_token_id"], b["bos_token_id"], b["sep_token_id"]) == (a["cls_token_id"], a["bos_token_id"],
-                                                                              a["sep_token_id"])
+        assert (b["cls_token_id"], b["bos_token_id"], b["sep_token_id"]) == (
+            a["cls_token_id"],
+            a["bos_token_id"],
+            a["sep_token_id"],
+        )
     # our loader reads the same model config back; transformers and ours compute the same logits
     assert resolve_init_source(str(saved)).model == resolve_init_source(str(src)).model
     ours, _ = load_pretrained(saved, BertForSequenceClassification, num_labels=2)
-    hf = transformers.AutoModelForSequenceClassification.from_pretrained(saved, attn_implementation="eager").eval()
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(
+        saved, attn_implementation="eager"
+    ).eval()
     ids = torch.randint(5, a["vocab_size"], (2, 20))
     ids[:, 0] = 2
     with torch.no_grad():
@@ -474,11 +635,25 @@ def test_save_model_keeps_the_source_config_and_reloads_identically(family, sst2
 def test_saved_model_base_leaves_out_the_source_head():
     from tokendrop.finetune.trainer import _saved_model_base
 
-    base = {"model_type": "bert", "id2label": {"0": "x"}, "label2id": {"x": 0}, "num_labels": 1,
-            "problem_type": "regression", "classifier_dropout": 0.3, "sep_token_id": 102, "_name_or_path": "m"}
-    assert _saved_model_base(base) == {"model_type": "bert", "sep_token_id": 102, "_name_or_path": "m"}
+    base = {
+        "model_type": "bert",
+        "id2label": {"0": "x"},
+        "label2id": {"x": 0},
+        "num_labels": 1,
+        "problem_type": "regression",
+        "classifier_dropout": 0.3,
+        "sep_token_id": 102,
+        "_name_or_path": "m",
+    }
+    assert _saved_model_base(base) == {
+        "model_type": "bert",
+        "sep_token_id": 102,
+        "_name_or_path": "m",
+    }
     mb = dict(base, model_type="modernbert")
-    assert _saved_model_base(mb)["classifier_dropout"] == 0.3  # ModernBERT's is an architecture field (ours written)
+    assert (
+        _saved_model_base(mb)["classifier_dropout"] == 0.3
+    )  # ModernBERT's is an architecture field (ours written)
     assert _saved_model_base(None) is None
 
 
@@ -493,11 +668,24 @@ def hf_dirs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("family", ["bert", "modernbert"])
-@pytest.mark.parametrize("field, value", [("num_hidden_layers", 0), ("hidden_size", 0), ("num_attention_heads", 0),
-                                          ("intermediate_size", 0), ("num_hidden_layers", None),
-                                          ("hidden_size", -64), ("num_hidden_layers", 2.5), ("hidden_size", "32"),
-                                          ("hidden_size", "missing"), ("num_hidden_layers", "missing")])
-def test_config_json_shape_field_zero_or_missing_is_one_line(hf_dirs, tmp_path, capsys, family, field, value):
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_hidden_layers", 0),
+        ("hidden_size", 0),
+        ("num_attention_heads", 0),
+        ("intermediate_size", 0),
+        ("num_hidden_layers", None),
+        ("hidden_size", -64),
+        ("num_hidden_layers", 2.5),
+        ("hidden_size", "32"),
+        ("hidden_size", "missing"),
+        ("num_hidden_layers", "missing"),
+    ],
+)
+def test_config_json_shape_field_zero_or_missing_is_one_line(
+    hf_dirs, tmp_path, capsys, family, field, value
+):
     from tokendrop.models.hf import InteropError
     from tokendrop.models.source import read_hf_dir
 
@@ -518,8 +706,22 @@ def test_config_json_shape_field_zero_or_missing_is_one_line(hf_dirs, tmp_path, 
     from tokendrop.lab.toydata import write_keyword_sentiment
 
     write_keyword_sentiment(data, n_train=8, n_dev=4)
-    rc, _, err = _run(capsys, "finetune", "--model", d, "--task", "sst2", "--data", data, "--out", tmp_path / "ft",
-                      "--set", "epochs=1", "--set", "device=cpu")
+    rc, _, err = _run(
+        capsys,
+        "finetune",
+        "--model",
+        d,
+        "--task",
+        "sst2",
+        "--data",
+        data,
+        "--out",
+        tmp_path / "ft",
+        "--set",
+        "epochs=1",
+        "--set",
+        "device=cpu",
+    )
     line = _one_line_error(rc, err, str(cj), field)
     assert ("must be an integer > 0" in line) if value != "missing" else ("missing" in line)
     assert not (tmp_path / "ft").exists()
@@ -529,7 +731,8 @@ def test_config_json_shape_field_zero_or_missing_is_one_line(hf_dirs, tmp_path, 
 
 
 def test_checkpoint_meta_with_a_zeroed_shape_is_refused(ckpt, tmp_path):
-    """A tokendrop checkpoint records its resolved shape: 0 (the preset's) there means an edited meta.json."""
+    """A tokendrop checkpoint records its resolved shape: 0 (the preset's) there means an edited
+    meta.json."""
     from tokendrop.models.source import InitError, resolve_init_source
 
     ck = tmp_path / "ck"
@@ -537,5 +740,7 @@ def test_checkpoint_meta_with_a_zeroed_shape_is_refused(ckpt, tmp_path):
     meta = json.loads((ck / "meta.json").read_text())
     meta["config"]["model"]["num_layers"] = 0
     (ck / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(InitError, match=r"meta.json: model.num_layers is 0, expected the resolved size"):
+    with pytest.raises(
+        InitError, match=r"meta.json: model.num_layers is 0, expected the resolved size"
+    ):
         resolve_init_source(str(ck))

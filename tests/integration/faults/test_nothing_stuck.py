@@ -1,6 +1,6 @@
 """Nothing stuck: a pretrain that fails before its first checkpoint leaves no run directory that
-blocks its corrected re-run (nothing at all, or a run the same command takes over), and every command
-a message suggests works -- each test runs the suggestion."""
+blocks its corrected re-run (nothing at all, or a run the same command takes over), and every
+command a message suggests works -- each test runs the suggestion."""
 
 from __future__ import annotations
 
@@ -13,12 +13,35 @@ import pytest
 from tokendrop.cli import main
 from tokendrop.runs import checkpoint as ckpt_mod
 
-PT = ["--quiet", "--set", "train.steps=2", "--set", "train.ckpt_every=2", "--set", "train.eval_every=2",
-      "--set", "train.eval_batches=1", "--set", "train.log_every=1", "--set", "train.threads=1"]
+PT = [
+    "--quiet",
+    "--set",
+    "train.steps=2",
+    "--set",
+    "train.ckpt_every=2",
+    "--set",
+    "train.eval_every=2",
+    "--set",
+    "train.eval_batches=1",
+    "--set",
+    "train.log_every=1",
+    "--set",
+    "train.threads=1",
+]
 
 
 def pretrain(run, data, *extra: str) -> list[str]:
-    return ["pretrain", "--config", "tiny", "--out", str(run), "--set", f'data.path="{data}"', *PT, *extra]
+    return [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        str(run),
+        "--set",
+        f'data.path="{data}"',
+        *PT,
+        *extra,
+    ]
 
 
 def err_line(capsys) -> str:
@@ -39,7 +62,9 @@ def finished(run) -> bool:
     return any(r.get("event") == "end" for r in recs) and ckpt_mod.latest(run) is not None
 
 
-def test_an_impossible_batch_leaves_a_run_the_corrected_command_takes_over(tmp_path, tiny_data, capsys):
+def test_an_impossible_batch_leaves_a_run_the_corrected_command_takes_over(
+    tmp_path, tiny_data, capsys
+):
     run = tmp_path / "r"
     assert main(pretrain(run, tiny_data, "--set", "train.batch_size=4096")) == 2
     assert "fewer than one global batch" in err_line(capsys)
@@ -48,23 +73,35 @@ def test_an_impossible_batch_leaves_a_run_the_corrected_command_takes_over(tmp_p
     assert main(["pretrain", "--resume", str(run)]) == 2
     msg = err_line(capsys)
     assert "has no checkpoint" in msg and "nothing to resume" in msg
-    # the corrected command: takes the run over (said in a note), not "already holds a run; use --resume"
+    # the corrected command: takes the run over (said in a note), not "already holds a run; use
+    # --resume"
     assert main(pretrain(run, tiny_data, "--set", "train.batch_size=8")) == 0
-    assert "stopped before its first checkpoint (nothing to resume); starting it over" in capsys.readouterr().err
+    assert (
+        "stopped before its first checkpoint (nothing to resume); starting it over"
+        in capsys.readouterr().err
+    )
     assert finished(run)
 
 
-def test_a_full_disk_at_the_first_checkpoint_then_the_suggested_commands(tmp_path, tiny_data, capsys, monkeypatch):
+def test_a_full_disk_at_the_first_checkpoint_then_the_suggested_commands(
+    tmp_path, tiny_data, capsys, monkeypatch
+):
     run = tmp_path / "r"
     real_save = ckpt_mod.save
 
     def full(run_dir, step, *a, **k):
-        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "checkpoints" / f".step-{step:08d}.tmp"))
+        raise OSError(
+            errno.ENOSPC,
+            "No space left on device",
+            str(run_dir / "checkpoints" / f".step-{step:08d}.tmp"),
+        )
 
     monkeypatch.setattr(ckpt_mod, "save", full)
     assert main(pretrain(run, tiny_data, "--set", "train.batch_size=8")) == 2
     msg = err_line(capsys)
-    assert "No space left on device" in msg and "--resume" not in msg  # nothing to resume: not suggested
+    assert (
+        "No space left on device" in msg and "--resume" not in msg
+    )  # nothing to resume: not suggested
     assert "run the same command again" in msg
     monkeypatch.setattr(ckpt_mod, "save", real_save)  # space freed
     # what --resume says now names a command that works: run it
@@ -74,21 +111,32 @@ def test_a_full_disk_at_the_first_checkpoint_then_the_suggested_commands(tmp_pat
     assert main(cmd) == 0 and finished(run)
 
 
-def test_a_full_disk_at_a_later_checkpoint_suggests_a_resume_that_works(tmp_path, tiny_data, capsys, monkeypatch):
+def test_a_full_disk_at_a_later_checkpoint_suggests_a_resume_that_works(
+    tmp_path, tiny_data, capsys, monkeypatch
+):
     run = tmp_path / "r"
     assert main(pretrain(run, tiny_data, "--set", "train.batch_size=8")) == 0
     capsys.readouterr()
-    monkeypatch.setattr(ckpt_mod, "save", lambda run_dir, step, *a, **k: (_ for _ in ()).throw(
-        OSError(errno.ENOSPC, "No space left on device", str(run_dir))))
+    monkeypatch.setattr(
+        ckpt_mod,
+        "save",
+        lambda run_dir, step, *a, **k: (_ for _ in ()).throw(
+            OSError(errno.ENOSPC, "No space left on device", str(run_dir))
+        ),
+    )
     assert main(["pretrain", "--resume", str(run), "--set", "train.steps=4"]) == 2
     msg = err_line(capsys)
     cmd = suggested(msg)
     assert cmd == ["pretrain", "--resume", str(run)], msg
     monkeypatch.undo()
-    assert main([*cmd, "--set", "train.steps=4"]) == 0  # the longer run asked for, from the intact checkpoint
+    assert (
+        main([*cmd, "--set", "train.steps=4"]) == 0
+    )  # the longer run asked for, from the intact checkpoint
 
 
-def test_a_run_with_a_checkpoint_is_still_refused_and_both_suggestions_work(tmp_path, tiny_data, capsys):
+def test_a_run_with_a_checkpoint_is_still_refused_and_both_suggestions_work(
+    tmp_path, tiny_data, capsys
+):
     run = tmp_path / "r"
     assert main(pretrain(run, tiny_data, "--set", "train.batch_size=8")) == 0
     capsys.readouterr()

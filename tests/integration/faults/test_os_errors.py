@@ -13,8 +13,13 @@ import pytest
 from tokendrop.cli import main as cli
 from tokendrop.runs.files import DISK_ERRNOS, os_error_fix
 
-CAUSES = {errno.EROFS: "read-only", errno.EACCES: "permission", errno.ENOSPC: "disk is full",
-          errno.EDQUOT: "quota", errno.EFBIG: "larger than the file system allows"}
+CAUSES = {
+    errno.EROFS: "read-only",
+    errno.EACCES: "permission",
+    errno.ENOSPC: "disk is full",
+    errno.EDQUOT: "quota",
+    errno.EFBIG: "larger than the file system allows",
+}
 
 
 @pytest.mark.parametrize("code", sorted(CAUSES))
@@ -45,8 +50,10 @@ def test_the_cli_says_the_cause_of_a_failed_write(code, tiny_run, tmp_path, caps
 def _read_only_mount_works(d: Path) -> bool:
     if shutil.which("unshare") is None:
         return False
-    r = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {d} {d} && mount -o remount,bind,ro {d}"],
-                       capture_output=True)
+    r = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind {d} {d} && mount -o remount,bind,ro {d}"],
+        capture_output=True,
+    )
     return r.returncode == 0
 
 
@@ -59,12 +66,20 @@ def test_read_only_file_system_is_named_read_only(tiny_run, tmp_path):
     shutil.copytree(tiny_run, run)
     (tmp_path / "corpus.txt").write_text("a b c\n\nd e f\n")
     py = sys.executable
-    cmds = [f"{py} -m tokendrop pretrain --resume {run} --quiet --set train.steps=6",
-            f"{py} -m tokendrop export {run} {tmp_path}/hf",
-            f"{py} -m tokendrop prepare --corpus {tmp_path}/corpus.txt --out {tmp_path}/data --seq-len 64 "
-            f"--workers 1 --quiet --vocab-size 150"]
-    script = f"mount --bind {tmp_path} {tmp_path} && mount -o remount,bind,ro {tmp_path} || exit 99\n"
-    script += "".join(f"{c} 2>>{tmp_path.parent}/ro-err.txt; echo $? >>{tmp_path.parent}/ro-rc.txt\n" for c in cmds)
+    cmds = [
+        f"{py} -m tokendrop pretrain --resume {run} --quiet --set train.steps=6",
+        f"{py} -m tokendrop export {run} {tmp_path}/hf",
+        f"{py} -m tokendrop prepare --corpus {tmp_path}/corpus.txt --out {tmp_path}/data --seq-len "
+        "64 "
+        f"--workers 1 --quiet --vocab-size 150",
+    ]
+    script = (
+        f"mount --bind {tmp_path} {tmp_path} && mount -o remount,bind,ro {tmp_path} || exit 99\n"
+    )
+    script += "".join(
+        f"{c} 2>>{tmp_path.parent}/ro-err.txt; echo $? >>{tmp_path.parent}/ro-rc.txt\n"
+        for c in cmds
+    )
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     subprocess.run(["unshare", "-m", "sh", "-c", script], check=True, timeout=300)
     rcs = (tmp_path.parent / "ro-rc.txt").read_text().split()

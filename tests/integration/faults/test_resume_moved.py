@@ -1,7 +1,8 @@
-"""Runs that move (docs/reliability.md, category "moved runs").  ``pretrain --resume RUN_DIR`` works from any working directory (the
-data path is recorded absolute), and moved data is accepted via ``--set data.path=NEW`` exactly when its
-fingerprint (vocabulary hash, token count, T, packing, split sizes and shard hashes) equals the one the
-checkpoint recorded.  Each case asserts the exit code, the one-line message and the disk afterwards."""
+"""Runs that move (docs/reliability.md, category "moved runs").  ``pretrain --resume RUN_DIR`` works
+from any working directory (the data path is recorded absolute), and moved data is accepted via
+``--set data.path=NEW`` exactly when its fingerprint (vocabulary hash, token count, T, packing,
+split sizes and shard hashes) equals the one the checkpoint recorded.  Each case asserts the exit
+code, the one-line message and the disk afterwards."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.cli import main
+from tokendrop.runs import checkpoint as ckpt_mod
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -41,8 +44,16 @@ def paused(tiny_data, tmp_path, monkeypatch):
     data = tmp_path / "a" / "data"
     shutil.copytree(tiny_data, data)
     monkeypatch.chdir(tmp_path / "a")
-    cfg = load_config("tiny", ['data.path="data"', "train.steps=4", "train.ckpt_every=2", "train.log_every=1",
-                               "train.eval_every=2"])
+    cfg = load_config(
+        "tiny",
+        [
+            'data.path="data"',
+            "train.steps=4",
+            "train.ckpt_every=2",
+            "train.log_every=1",
+            "train.eval_every=2",
+        ],
+    )
     res = pretrain(cfg, "run", progress=False, stop_at=2)
     assert res.interrupted and res.steps == 2
     elsewhere = tmp_path / "b"
@@ -55,12 +66,19 @@ def test_resume_from_another_cwd(paused, capsys):
     run, data = paused
     assert config_data_path(run) == str(data)  # recorded absolute
     fp = ckpt_mod.read_meta(run / "checkpoints" / "step-00000002")["data_fingerprint"]
-    assert fp["seq_len"] == 64 and fp["packed"] is True and fp["tokens"] > 0 and len(fp["vocab_hash"]) == 64
+    assert (
+        fp["seq_len"] == 64
+        and fp["packed"] is True
+        and fp["tokens"] > 0
+        and len(fp["vocab_hash"]) == 64
+    )
     rc, out, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet")
     assert rc == 0, err
     assert "finished: 4 steps" in out
     assert ckpt_mod.read_meta(ckpt_mod.find(run))["step"] == 4
-    assert not (Path.cwd() / "run").exists() and list(Path.cwd().iterdir()) == []  # nothing written here
+    assert (
+        not (Path.cwd() / "run").exists() and list(Path.cwd().iterdir()) == []
+    )  # nothing written here
 
 
 def test_moved_data_same_fingerprint_accepted(paused, tmp_path, capsys):
@@ -70,8 +88,13 @@ def test_moved_data_same_fingerprint_accepted(paused, tmp_path, capsys):
     data.rename(moved)
     rc, _, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet")  # the old place is gone
     assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert f"error: --resume: data.path '{data}' is not there any more; if the data moved, pass --set data.path=DIR" in err
-    rc, out, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet", "--set", f'data.path="{moved}"')
+    assert (
+        f"error: --resume: data.path '{data}' is not there any more; if the data moved, pass --set "
+        "data.path=DIR" in err
+    )
+    rc, out, err = run_cli(
+        capsys, "pretrain", "--resume", run, "--quiet", "--set", f'data.path="{moved}"'
+    )
     assert rc == 0, err
     assert "finished: 4 steps" in out and config_data_path(run) == str(moved)
     meta = ckpt_mod.read_meta(ckpt_mod.find(run))
@@ -81,7 +104,9 @@ def test_moved_data_same_fingerprint_accepted(paused, tmp_path, capsys):
 def test_moved_data_relative_set_is_resolved(paused, tmp_path, capsys, monkeypatch):
     run, data = paused
     shutil.copytree(data, tmp_path / "b" / "copy")  # cwd is tmp_path/b
-    rc, _, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet", "--set", 'data.path="copy"')
+    rc, _, err = run_cli(
+        capsys, "pretrain", "--resume", run, "--quiet", "--set", 'data.path="copy"'
+    )
     assert rc == 0, err
     assert config_data_path(run) == str(tmp_path / "b" / "copy")
 
@@ -93,14 +118,27 @@ def test_different_fingerprint_refused(paused, tiny_data_unpacked, tmp_path, cap
     before = snapshot(run)
     # other data with the same vocabulary: another held-out split of the same corpus
     other = tmp_path / "other"
-    prepare([tiny_data_unpacked.parent / "corpus.txt"], other, seq_len=64, vocab=data / "vocab.txt",
-            eval_fraction=0.3, workers=1, progress=False)
+    prepare(
+        [tiny_data_unpacked.parent / "corpus.txt"],
+        other,
+        seq_len=64,
+        vocab=data / "vocab.txt",
+        eval_fraction=0.3,
+        workers=1,
+        progress=False,
+    )
     for cand, field in ((other, "train_sequences"), (tiny_data_unpacked, "packed")):
-        rc, _, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet", "--set", f'data.path="{cand}"')
+        rc, _, err = run_cli(
+            capsys, "pretrain", "--resume", run, "--quiet", "--set", f'data.path="{cand}"'
+        )
         lines = err.strip().splitlines()
         assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
-        assert lines[0].startswith(f"error: --resume: {cand} is not the data this run was trained on ({data}): ")
-        assert f"{field} " in lines[0] and "recorded" in lines[0] and "--set data.path=DIR" in lines[0]
+        assert lines[0].startswith(
+            f"error: --resume: {cand} is not the data this run was trained on ({data}): "
+        )
+        assert (
+            f"{field} " in lines[0] and "recorded" in lines[0] and "--set data.path=DIR" in lines[0]
+        )
         assert snapshot(run) == before  # the run is untouched
 
 
@@ -113,11 +151,15 @@ def test_checkpoint_without_fingerprint_needs_the_same_path(paused, tmp_path, ca
     copy = tmp_path / "copy"
     shutil.copytree(data, copy)
     before = snapshot(run)
-    rc, _, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet", "--set", f'data.path="{copy}"')
+    rc, _, err = run_cli(
+        capsys, "pretrain", "--resume", run, "--quiet", "--set", f'data.path="{copy}"'
+    )
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "records no data fingerprint" in err and str(copy) in err and str(data) in err
     assert snapshot(run) == before
-    rc, _, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet")  # the original place still works
+    rc, _, err = run_cli(
+        capsys, "pretrain", "--resume", run, "--quiet"
+    )  # the original place still works
     assert rc == 0, err
 
 
@@ -146,12 +188,23 @@ def test_a_run_from_an_older_version_resumes():
     new = to_dict(load_config("tiny", ["drop.method=cumulative"]))
     new["model"]["sep_token_id"] = 3  # filled in from the prepared data at open
     old = json.loads(json.dumps(new))
-    for k in ("family", "document_attention", "sep_token_id", "global_rope_theta", "local_rope_theta",
-              "local_attention", "global_attn_every_n_layers", "layer_types", "norm_bias"):
+    for k in (
+        "family",
+        "document_attention",
+        "sep_token_id",
+        "global_rope_theta",
+        "local_rope_theta",
+        "local_attention",
+        "global_attn_every_n_layers",
+        "layer_types",
+        "norm_bias",
+    ):
         del old["model"][k]
     check_resume_compatible(old, new)  # no error
     new["model"]["document_attention"] = "on"
-    with pytest.raises(TrainingError, match=r"model\.document_attention changed from 'auto' to 'on'"):
+    with pytest.raises(
+        TrainingError, match=r"model\.document_attention changed from 'auto' to 'on'"
+    ):
         check_resume_compatible(old, new)
     new["model"]["document_attention"] = "auto"
     old["model"]["sep_token_id"] = 2  # recorded: compared

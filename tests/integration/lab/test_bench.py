@@ -1,4 +1,5 @@
-"""The benchmark's smallest preset runs on CPU and writes well-formed results (no timing assertions)."""
+"""The benchmark's smallest preset runs on CPU and writes well-formed results (no timing
+assertions)."""
 
 import dataclasses
 import json
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tokendrop.cli import main
+from tokendrop.dropping.flops import step_flops
+from tokendrop.errors import ConfigError
 from tokendrop.lab.bench import (
     PRESETS,
     build_settings,
@@ -19,9 +23,6 @@ from tokendrop.lab.bench import (
     sdpa_backends,
     synthetic_batch,
 )
-from tokendrop.cli import main
-from tokendrop.config import ConfigError
-from tokendrop.dropping.flops import step_flops
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -42,16 +43,45 @@ def _positive(x):
 def test_smoke_json_is_well_formed(smoke):
     res = json.loads(smoke.read_text())
     assert smoke.with_suffix(".md").is_file()
-    for key in ("schema", "preset", "date", "command", "env", "config", "info", "settings", "speedups", "vs_hf",
-                "memory", "headline", "noise", "wall_s"):
+    for key in (
+        "schema",
+        "preset",
+        "date",
+        "command",
+        "env",
+        "config",
+        "info",
+        "settings",
+        "speedups",
+        "vs_hf",
+        "memory",
+        "headline",
+        "noise",
+        "wall_s",
+    ):
         assert key in res, key
     assert res["preset"] == "smoke"
-    for key in ("torch", "transformers", "cpu_model", "cpu_count", "torch_threads", "machine", "device"):
+    for key in (
+        "torch",
+        "transformers",
+        "cpu_model",
+        "cpu_count",
+        "torch_threads",
+        "machine",
+        "device",
+    ):
         assert res["env"][key] not in (None, ""), key
     names = [s["name"] for s in res["settings"]]
     assert names == ["T32/dense", "T32/drop-0.5", "T32/hf"]
     for s in res["settings"]:
-        for key in ("batch_size", "kept", "tokens_per_step", "flops_per_step", "tokens_per_s", "achieved_tflops"):
+        for key in (
+            "batch_size",
+            "kept",
+            "tokens_per_step",
+            "flops_per_step",
+            "tokens_per_s",
+            "achieved_tflops",
+        ):
             assert _positive(s[key]), (s["name"], key, s[key])
         t = s["time_s"]
         assert t["n"] == res["config"]["rounds"] * res["config"]["reps"] == len(s["samples_s"])
@@ -70,15 +100,31 @@ def test_smoke_json_is_well_formed(smoke):
     assert drop["kept"] == 16 and drop["flops_per_step"] < res["settings"][0]["flops_per_step"]
     (sp,) = res["speedups"]
     assert sp["setting"] == "T32/drop-0.5"
-    assert all(_positive(sp[k]) for k in ("speedup", "speedup_paired_min", "speedup_paired_max", "flop_bound",
-                                          "fraction_of_bound"))
+    assert all(
+        _positive(sp[k])
+        for k in (
+            "speedup",
+            "speedup_paired_min",
+            "speedup_paired_max",
+            "flop_bound",
+            "fraction_of_bound",
+        )
+    )
     assert 1.0 < sp["flop_bound"] < 2.0
     (hf,) = res["vs_hf"]
-    assert _positive(hf["ratio"]) and _positive(hf["dense_tokens_per_s"]) and _positive(hf["hf_tokens_per_s"])
+    assert (
+        _positive(hf["ratio"])
+        and _positive(hf["dense_tokens_per_s"])
+        and _positive(hf["hf_tokens_per_s"])
+    )
     (mem,) = res["memory"]
     assert _positive(mem["peak_ratio"])
-    assert set(res["headline"]) >= {"T32_drop50_speedup", "T32_drop50_flop_bound", "T32_dense_over_hf_tokens_per_s",
-                                    "T32_drop50_memory_ratio"}
+    assert set(res["headline"]) >= {
+        "T32_drop50_speedup",
+        "T32_drop50_flop_bound",
+        "T32_dense_over_hf_tokens_per_s",
+        "T32_drop50_memory_ratio",
+    }
     assert res["info"]["hf_attn_implementation"] == "sdpa"
     md = smoke.with_suffix(".md").read_text()
     assert "FLOP bound" in md and "transformers.BertForMaskedLM" in md and res["env"]["torch"] in md
@@ -87,27 +133,46 @@ def test_smoke_json_is_well_formed(smoke):
 
 def test_plot_from_results(smoke, tmp_path):
     png = tmp_path / "speedup.png"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plot_speedup.py"), str(smoke), "--out", str(png)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "plot_speedup.py"),
+            str(smoke),
+            "--out",
+            str(png),
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert png.stat().st_size > 1000
 
 
 def test_presets_cover_the_issue_grid():
     full = make_preset("cpu-full")
     names = [s.name for s in build_settings(full)]
-    assert len(names) == 2 * (1 + 4 * 2 + 1 + 1)  # dense, 4 rates x {drop, pass}, avg, hf at T=128 and 512
+    assert len(names) == 2 * (
+        1 + 4 * 2 + 1 + 1
+    )  # dense, 4 rates x {drop, pass}, avg, hf at T=128 and 512
     assert "T512/avg-0.5" in names and "T128/pass-0.625" in names and "T512/hf" in names
     gpu = make_preset("gpu-full", "cuda")
     assert gpu.model == "bert-base" and gpu.precision == "bf16" and gpu.seq_lens == [128, 512]
     quick = make_preset("cpu-quick")
-    assert [s.name for s in build_settings(quick)] == ["T128/dense", "T128/drop-0.5", "T128/hf",
-                                                        "T512/dense", "T512/drop-0.5", "T512/hf"]
+    assert [s.name for s in build_settings(quick)] == [
+        "T128/dense",
+        "T128/drop-0.5",
+        "T128/hf",
+        "T512/dense",
+        "T512/drop-0.5",
+        "T512/hf",
+    ]
     assert make_preset("", "cuda").name == "gpu-full" and make_preset("", "cpu").name == "cpu-quick"
     assert set(PRESETS) >= {"smoke", "cpu-quick", "cpu-full", "gpu-full"}
 
 
 def test_preset_overrides_and_errors():
-    p = make_preset("cpu-quick", overrides=["seq_lens=[128]", "rounds=3", "compile=true", "peak_tflops=1"])
+    p = make_preset(
+        "cpu-quick", overrides=["seq_lens=[128]", "rounds=3", "compile=true", "peak_tflops=1"]
+    )
     assert p.seq_lens == [128] and p.rounds == 3 and p.compile is True and p.peak_tflops == 1.0
     with pytest.raises(ConfigError, match="unknown config key 'round'; did you mean 'rounds'"):
         make_preset("cpu-quick", overrides=["round=3"])
@@ -120,9 +185,9 @@ def test_preset_overrides_and_errors():
 
 
 def test_bench_variants_run_their_registry_rows():
-    """Each bench variant's [drop] section: drop/pass with bench.method at the rate; avg pools at 0.5
-    with method none; random_ltd (a per-layer METHODS row) keeps 1 - rate at its schedule's first step.
-    The headline rows (the 50% speedups a README quotes) are the dropping ones."""
+    """Each bench variant's [drop] section: drop/pass with bench.method at the rate; avg pools at
+    0.5 with method none; random_ltd (a per-layer METHODS row) keeps 1 - rate at its schedule's
+    first step. The headline rows (the 50% speedups a README quotes) are the dropping ones."""
     from tokendrop.dropping.methods import DropConfig
     from tokendrop.lab.bench.presets import VARIANTS
     from tokendrop.lab.bench.workload import Setting
@@ -134,8 +199,13 @@ def test_bench_variants_run_their_registry_rows():
     assert setting("pass") == DropConfig(method="half_random", variant="pass", rate=0.625)
     assert setting("avg", 0.5) == DropConfig(method="none", variant="avg", rate=0.5)
     assert setting("random_ltd", 0.25) == DropConfig(method="random_ltd", ltd_start_fraction=0.75)
-    assert setting("dense") is None and Setting("hf", "drop", 0.5, 128, 2).drop_config("cumulative") is None
-    assert VARIANTS["random_ltd"].drop_config("cumulative") == DropConfig(method="random_ltd")  # the model built once
+    assert (
+        setting("dense") is None
+        and Setting("hf", "drop", 0.5, 128, 2).drop_config("cumulative") is None
+    )
+    assert VARIANTS["random_ltd"].drop_config("cumulative") == DropConfig(
+        method="random_ltd"
+    )  # the model built once
     assert [v for v, row in VARIANTS.items() if row.headline] == ["drop", "random_ltd"]
 
 
@@ -155,7 +225,12 @@ def test_peak_table_and_sdpa_names():
     assert gpu_peak_flops("NVIDIA H200") == 989e12
     assert gpu_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert gpu_peak_flops("Some Unknown GPU") is None
-    assert sdpa_backends({"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_flash_attention_backward"}) == ["flash"]
+    assert sdpa_backends(
+        {
+            "aten::_scaled_dot_product_flash_attention",
+            "aten::_scaled_dot_product_flash_attention_backward",
+        }
+    ) == ["flash"]
     assert sdpa_backends({"aten::_scaled_dot_product_attention_math", "aten::softmax"}) == ["math"]
     assert sdpa_backends({"aten::_scaled_dot_product_flash_attention_for_cpu"}) == ["cpu-flash"]
     assert sdpa_backends({"aten::_scaled_dot_product_efficient_attention"}) == ["mem-efficient"]
@@ -190,16 +265,26 @@ class _Ev:
 def test_profile_self_times_and_memory_peak():
     from tokendrop.lab.bench import cpu_peak_from_events, profile_breakdown, self_times
 
-    evs = [_Ev("aten::linear", 0, 100), _Ev("aten::addmm", 10, 90), _Ev("aten::copy_", 20, 30),
-           _Ev("Optimizer.step#AdamW.step", 100, 150), _Ev("aten::_fused_adamw_", 105, 145),
-           _Ev("aten::mm", 0, 40, thread=2)]
+    evs = [
+        _Ev("aten::linear", 0, 100),
+        _Ev("aten::addmm", 10, 90),
+        _Ev("aten::copy_", 20, 30),
+        _Ev("Optimizer.step#AdamW.step", 100, 150),
+        _Ev("aten::_fused_adamw_", 105, 145),
+        _Ev("aten::mm", 0, 40, thread=2),
+    ]
     st = dict(self_times(evs, "cpu"))
     assert st["aten::linear"] == 20 and st["aten::addmm"] == 70 and st["aten::copy_"] == 10
     assert st["Optimizer.step#AdamW.step"] == 10 and st["aten::mm"] == 40
     b = profile_breakdown(evs, "cpu")
-    assert b["matmul"] == pytest.approx((20 + 70 + 40) / 1e9) and b["optimizer kernels"] == pytest.approx(40 / 1e9)
+    assert b["matmul"] == pytest.approx((20 + 70 + 40) / 1e9) and b[
+        "optimizer kernels"
+    ] == pytest.approx(40 / 1e9)
     assert b["optimizer step (inclusive, host)"] == pytest.approx(50 / 1e9)
-    mem = [_Ev("[memory]", t, t, nbytes=n) for t, n in [(1, 100), (2, 50), (3, -100), (4, 200), (5, -50), (6, -200)]]
+    mem = [
+        _Ev("[memory]", t, t, nbytes=n)
+        for t, n in [(1, 100), (2, 50), (3, -100), (4, 200), (5, -50), (6, -200)]
+    ]
     assert cpu_peak_from_events(mem) == 250
     # the real profiler: two live 1 MiB tensors -> a peak of at least 2 MiB
     from torch.profiler import ProfilerActivity, profile
@@ -215,12 +300,14 @@ def test_profile_self_times_and_memory_peak():
 
 def test_every_module_imports_and_the_trainer_does_not_need_the_benchmark():
     """Every tokendrop module imports in a fresh interpreter, in file order, and the trainer (which
-    takes the GPU peak table from tokendrop.dropping.flops) loads without bench.  The import structure itself
-    (no cycle, counting imports inside functions) is tests/unit/test_structure.py."""
+    takes the GPU peak table from tokendrop.dropping.flops) loads without bench.  The import
+    structure itself (no cycle, counting imports inside functions) is
+    tests/unit/test_structure.py."""
     code = (
         "import importlib, pkgutil, sys, tokendrop\n"
         "import tokendrop.train.trainer\n"
-        "assert 'tokendrop.lab.bench' not in sys.modules, 'tokendrop.train.trainer imports tokendrop.lab.bench'\n"
+        "assert 'tokendrop.lab.bench' not in sys.modules, 'tokendrop.train.trainer imports "
+        "tokendrop.lab.bench'\n"
         "names = sorted(m.name for m in pkgutil.walk_packages(tokendrop.__path__, 'tokendrop.'))\n"
         "for n in names:\n"
         "    if not n.endswith('__main__'):\n"
@@ -247,22 +334,33 @@ def test_cli_overrides_go_through_the_config_parser(capsys):
 @pytest.fixture(scope="module")
 def modern_smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench-modern")
-    assert main(["bench", "--preset", "modern-smoke", "--json", str(out / "modern.json"), "--quiet"]) == 0
+    assert (
+        main(["bench", "--preset", "modern-smoke", "--json", str(out / "modern.json"), "--quiet"])
+        == 0
+    )
     return out / "modern.json"
 
 
 def test_modern_smoke_json(modern_smoke):
-    """The ModernBERT family: our dense step, 50% drop and transformers.ModernBertForMaskedLM side by side."""
+    """The ModernBERT family: our dense step, 50% drop and transformers.ModernBertForMaskedLM side
+    by side."""
     res = json.loads(modern_smoke.read_text())
     assert [s["name"] for s in res["settings"]] == ["T128/dense", "T128/drop-0.5", "T128/hf"]
     info = res["info"]
-    assert info["hf_model"] == "transformers.ModernBertForMaskedLM" and info["hf_attn_implementation"] == "sdpa"
+    assert (
+        info["hf_model"] == "transformers.ModernBertForMaskedLM"
+        and info["hf_attn_implementation"] == "sdpa"
+    )
     m = info["model"]
-    assert m["family"] == "modernbert" and m["global_layers"] == [0, 3] and m["local_attention"] == 64
+    assert (
+        m["family"] == "modernbert" and m["global_layers"] == [0, 3] and m["local_attention"] == 64
+    )
     assert m["intermediate_size"] == 96 and m["document_attention"] == "off"
     dense, drop, hf = res["settings"]
     assert drop["kept"] == 64 and drop["flops_per_step"] < dense["flops_per_step"]
-    assert hf["flops_per_step"] > dense["flops_per_step"]  # HF's head on all T positions (sparse_prediction off)
+    assert (
+        hf["flops_per_step"] > dense["flops_per_step"]
+    )  # HF's head on all T positions (sparse_prediction off)
     (sp,) = res["speedups"]
     assert _positive(sp["speedup"]) and 1.0 < sp["flop_bound"] < 2.0
     # T=128 > the 65 positions of the window: counting the masked dense scores raises the bound
@@ -270,22 +368,34 @@ def test_modern_smoke_json(modern_smoke):
     (v,) = res["vs_hf"]
     assert _positive(v["ratio"]) and _positive(v["hf_tokens_per_s"])
     md = modern_smoke.with_suffix(".md").read_text()
-    assert "transformers.ModernBertForMaskedLM" in md and "attention `sdpa`" in md and "sliding window" in md
+    assert (
+        "transformers.ModernBertForMaskedLM" in md
+        and "attention `sdpa`" in md
+        and "sliding window" in md
+    )
 
 
-@pytest.mark.parametrize("preset,T,hf_class,sparse_name", [
-    ("smoke", 64, "transformers.BertForMaskedLM", " (head on the masked slots)"),
-    ("modern-smoke", 96, "transformers.ModernBertForMaskedLM", " (sparse_prediction)")], ids=["bert", "modernbert"])
+@pytest.mark.parametrize(
+    "preset,T,hf_class,sparse_name",
+    [
+        ("smoke", 64, "transformers.BertForMaskedLM", " (head on the masked slots)"),
+        ("modern-smoke", 96, "transformers.ModernBertForMaskedLM", " (sparse_prediction)"),
+    ],
+    ids=["bert", "modernbert"],
+)
 def test_hf_baseline_is_the_same_network_with_either_head(preset, T, hf_class, sparse_name):
-    """transformers' model built by the bench (config.json of our export, our initial weights) computes
-    our model's first-step loss both as released (its head on all T positions) and like for like (the
-    head on the masked slots: ModernBERT's sparse_prediction; BERT's own head on the gathered slots):
-    the comparisons time the same network, and only the like-for-like one has our FLOPs."""
+    """transformers' model built by the bench (config.json of our export, our initial weights)
+    computes our model's first-step loss both as released (its head on all T positions) and like for
+    like (the head on the masked slots: ModernBERT's sparse_prediction; BERT's own head on the
+    gathered slots): the comparisons time the same network, and only the like-for-like one has our
+    FLOPs."""
     from tokendrop.lab.bench.steps import StepBuilder
     from tokendrop.lab.bench.workload import Setting
 
     for sparse in (False, True):
-        cfg = make_preset(preset, overrides=[f"seq_lens=[{T}]", f"hf_sparse_prediction={str(sparse).lower()}"])
+        cfg = make_preset(
+            preset, overrides=[f"seq_lens=[{T}]", f"hf_sparse_prediction={str(sparse).lower()}"]
+        )
         b = StepBuilder(cfg, torch.device("cpu"))
         # no dropout: the two models draw their dropout masks from the RNG in different orders
         b.model_cfg = dataclasses.replace(b.model_cfg, hidden_dropout=0.0, attention_dropout=0.0)
@@ -305,18 +415,39 @@ def test_hf_baseline_is_the_same_network_with_either_head(preset, T, hf_class, s
 def test_modern_presets_and_sequence_limits():
     cpu = make_preset("modern-cpu")
     mc = cpu.model_config()
-    assert (mc.family, mc.num_layers, mc.hidden_size, mc.num_heads, mc.intermediate_size) == ("modernbert", 12, 256, 4, 384)
+    assert (mc.family, mc.num_layers, mc.hidden_size, mc.num_heads, mc.intermediate_size) == (
+        "modernbert",
+        12,
+        256,
+        4,
+        384,
+    )
     assert mc.local_attention == 128 and mc.resolved_layer_types().count("full_attention") == 4
-    assert [s.name for s in build_settings(cpu)] == ["T512/dense", "T512/drop-0.5", "T512/hf",
-                                                      "T1024/dense", "T1024/drop-0.5", "T1024/hf",
-                                                      "T2048/dense", "T2048/drop-0.5", "T2048/hf"]
+    assert [s.name for s in build_settings(cpu)] == [
+        "T512/dense",
+        "T512/drop-0.5",
+        "T512/hf",
+        "T1024/dense",
+        "T1024/drop-0.5",
+        "T1024/hf",
+        "T2048/dense",
+        "T2048/drop-0.5",
+        "T2048/hf",
+    ]
     assert cpu.batch_size(512) == 4 and cpu.batch_size(1024) == 2 and cpu.batch_size(2048) == 1
     gpu = make_preset("modern-gpu")
     assert gpu.model_config().num_layers == 22 and gpu.model_config().intermediate_size == 1152
     assert gpu.seq_lens == [512, 1024] and gpu.precision == "bf16"
-    with pytest.raises(ConfigError, match=r"bench.seq_lens: expected lengths in \[8, 8192\] for model 'cpu-12x256'"):
+    with pytest.raises(
+        ConfigError, match=r"bench.seq_lens: expected lengths in \[8, 8192\] for model 'cpu-12x256'"
+    ):
         make_preset("cpu-quick", overrides=["seq_lens=[16384]"])
-    assert make_preset("cpu-quick", overrides=["seq_lens=[8192]"]).model_config().max_position_embeddings == 8192
+    assert (
+        make_preset("cpu-quick", overrides=["seq_lens=[8192]"])
+        .model_config()
+        .max_position_embeddings
+        == 8192
+    )
     with pytest.raises(ConfigError, match=r"model.document_attention"):
         make_preset("modern-smoke", overrides=['document_attention="sometimes"'])
     on = make_preset("modern-smoke", overrides=['document_attention="on"']).model_config()
@@ -324,32 +455,80 @@ def test_modern_presets_and_sequence_limits():
 
 
 def test_transformers_integration_arm(tmp_path):
-    """hf_token_dropping: transformers' model patched by tokendrop.transformers at every variant x rate,
-    next to the unpatched model and ours, with its comparisons in the JSON, the headline and the report."""
+    """hf_token_dropping: transformers' model patched by tokendrop.transformers at every variant x
+    rate, next to the unpatched model and ours, with its comparisons in the JSON, the headline and
+    the report."""
     out = tmp_path / "td.json"
-    assert main(["bench", "--preset", "smoke", "--set", "hf_token_dropping=true", "--set", 'variants=["drop", "random_ltd"]',
-                 "--set", "hf_sparse_prediction=true", "--set", "memory=false", "--json", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--preset",
+                "smoke",
+                "--set",
+                "hf_token_dropping=true",
+                "--set",
+                'variants=["drop", "random_ltd"]',
+                "--set",
+                "hf_sparse_prediction=true",
+                "--set",
+                "memory=false",
+                "--json",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     names = [s["name"] for s in res["settings"]]
-    assert names == ["T32/dense", "T32/drop-0.5", "T32/random_ltd-0.5", "T32/hf", "T32/hf-drop-0.5",
-                     "T32/hf-random_ltd-0.5"]
+    assert names == [
+        "T32/dense",
+        "T32/drop-0.5",
+        "T32/random_ltd-0.5",
+        "T32/hf",
+        "T32/hf-drop-0.5",
+        "T32/hf-random_ltd-0.5",
+    ]
     rows = {s["name"]: s for s in res["settings"]}
     assert rows["T32/hf-drop-0.5"]["kept"] == rows["T32/drop-0.5"]["kept"] == 16
-    assert rows["T32/hf-drop-0.5"]["flops_per_step"] == rows["T32/drop-0.5"]["flops_per_step"]  # both heads sparse
+    assert (
+        rows["T32/hf-drop-0.5"]["flops_per_step"] == rows["T32/drop-0.5"]["flops_per_step"]
+    )  # both heads sparse
     assert rows["T32/hf-drop-0.5"]["impl"] == "hf_td"
     by = {p["setting"]: p for p in res["hf_patched"]}
-    assert set(by) == {"T32/hf-drop-0.5", "T32/hf-random_ltd-0.5"} and by["T32/hf-drop-0.5"]["ours"] == "T32/drop-0.5"
+    assert (
+        set(by) == {"T32/hf-drop-0.5", "T32/hf-random_ltd-0.5"}
+        and by["T32/hf-drop-0.5"]["ours"] == "T32/drop-0.5"
+    )
     for p in by.values():
-        for k in ("speedup_over_hf", "speedup_over_hf_paired_min", "time_over_ours", "flop_bound", "speedup_over_hf_cpu"):
+        for k in (
+            "speedup_over_hf",
+            "speedup_over_hf_paired_min",
+            "time_over_ours",
+            "flop_bound",
+            "speedup_over_hf_cpu",
+        ):
             assert _positive(p[k]), k
-    assert {"T32_hf_drop50_speedup_over_hf", "T32_hf_drop50_time_over_ours",
-            "T32_hf_random_ltd50_speedup_over_hf"} <= set(res["headline"])
+    assert {
+        "T32_hf_drop50_speedup_over_hf",
+        "T32_hf_drop50_time_over_ours",
+        "T32_hf_random_ltd50_speedup_over_hf",
+    } <= set(res["headline"])
     assert "patched by `tokendrop.transformers`" in out.with_suffix(".md").read_text()
     with pytest.raises(ConfigError, match="hf_token_dropping"):
         make_preset("smoke", overrides=["hf_token_dropping=true", "hf=false"]).validate()
     quick = make_preset("transformers-cpu")
-    assert [s.name for s in build_settings(quick)] == ["T128/dense", "T128/drop-0.5", "T128/hf", "T128/hf-drop-0.5",
-                                                        "T512/dense", "T512/drop-0.5", "T512/hf", "T512/hf-drop-0.5"]
+    assert [s.name for s in build_settings(quick)] == [
+        "T128/dense",
+        "T128/drop-0.5",
+        "T128/hf",
+        "T128/hf-drop-0.5",
+        "T512/dense",
+        "T512/drop-0.5",
+        "T512/hf",
+        "T512/hf-drop-0.5",
+    ]
     modern = make_preset("transformers-modern-cpu")
     assert modern.model == "modern-base" and modern.seq_lens == [1024] and modern.hf_token_dropping
 
@@ -359,14 +538,23 @@ def test_transformers_integration_three_numbers(tmp_path):
     sparse-head baseline and the patched model; the three ratios are the arms' paired per-round
     times, each next to its FLOP bound."""
     out = tmp_path / "three.json"
-    opts = ["hf_token_dropping=true", "hf_sparse_prediction=true", "hf_released=true",
-            "memory=false"]
+    opts = [
+        "hf_token_dropping=true",
+        "hf_sparse_prediction=true",
+        "hf_released=true",
+        "memory=false",
+    ]
     sets = [x for o in opts for x in ("--set", o)]
     assert main(["bench", "--preset", "smoke", *sets, "--json", str(out), "--quiet"]) == 0
     res = json.loads(out.read_text())
     rows = {s["name"]: s for s in res["settings"]}
-    assert list(rows) == ["T32/dense", "T32/drop-0.5", "T32/hf", "T32/hf-released",
-                          "T32/hf-drop-0.5"]
+    assert list(rows) == [
+        "T32/dense",
+        "T32/drop-0.5",
+        "T32/hf",
+        "T32/hf-released",
+        "T32/hf-drop-0.5",
+    ]
     released = rows["T32/hf-released"]
     assert released["impl"] == "hf_released" and released["kept"] == 32
     cfg = make_preset("smoke").model_config()
@@ -379,9 +567,11 @@ def test_transformers_integration_three_numbers(tmp_path):
 
     (three,) = res["hf_three"]
     assert three["setting"] == "T32/hf-drop-0.5"
-    arms = {"patched_vs_released": ("T32/hf-drop-0.5", "T32/hf-released"),
-            "sparse_head_alone": ("T32/hf", "T32/hf-released"),
-            "dropping_alone": ("T32/hf-drop-0.5", "T32/hf")}
+    arms = {
+        "patched_vs_released": ("T32/hf-drop-0.5", "T32/hf-released"),
+        "sparse_head_alone": ("T32/hf", "T32/hf-released"),
+        "dropping_alone": ("T32/hf-drop-0.5", "T32/hf"),
+    }
     for part, (arm, base) in arms.items():
         x, head = three[part], res["headline"]
         assert (x["arm"], x["base"]) == (arm, base)
@@ -398,4 +588,9 @@ def test_transformers_integration_three_numbers(tmp_path):
         make_preset("smoke", overrides=["hf_released=true", "hf_token_dropping=true"]).validate()
     preset = make_preset("transformers-released-cpu")
     assert [s.name for s in build_settings(preset)] == [
-        "T128/dense", "T128/drop-0.5", "T128/hf", "T128/hf-released", "T128/hf-drop-0.5"]
+        "T128/dense",
+        "T128/drop-0.5",
+        "T128/hf",
+        "T128/hf-released",
+        "T128/hf-drop-0.5",
+    ]

@@ -12,16 +12,30 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokendrop.config import ConfigError
+from tokendrop.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "benchmarks" / "gpu_campaign.sh"
 
 
-def _run_script(out: Path, parts: list[str], extra: list[str] = (), **env) -> subprocess.CompletedProcess:
-    e = {**os.environ, "PY": sys.executable, "OUT": str(out), "DRY_RUN": "1", "OMP_NUM_THREADS": "1", **env}
-    return subprocess.run(["bash", str(SCRIPT), *parts, "--", "--quiet", *extra], capture_output=True, text=True,
-                          env=e, timeout=900)
+def _run_script(
+    out: Path, parts: list[str], extra: list[str] = (), **env
+) -> subprocess.CompletedProcess:
+    e = {
+        **os.environ,
+        "PY": sys.executable,
+        "OUT": str(out),
+        "DRY_RUN": "1",
+        "OMP_NUM_THREADS": "1",
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT), *parts, "--", "--quiet", *extra],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,19 +56,38 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     out = tmp_path / "out"
     p = _run_script(out, ["all"], DATA=str(tiny_data), GLUE=str(toy_glue))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    for name in ("env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx"):
+    for name in (
+        "env",
+        "bench",
+        "bench-compile",
+        "pretrain",
+        "quality",
+        "bench-modern",
+        "strong",
+        "bench-longctx",
+    ):
         d = _part(out, name)
-        assert d["ok"] and not d["error"] and not d["skipped"], (name, d["error"], d["skipped"], d["checks"])
+        assert d["ok"] and not d["error"] and not d["skipped"], (
+            name,
+            d["error"],
+            d["skipped"],
+            d["checks"],
+        )
         assert d["dry_run"] and d["wall_s"] < d["budget_s"]
         assert f"[{name}] ok" in p.stdout
     env = _part(out, "env")
     assert any(x["backend"] == "math" and x["usable"] for x in env["data"]["sdpa_probes"])
-    assert env["data"]["pytest"]["ran"] and env["data"]["pytest"]["counts"]["skipped"] >= 4  # no CUDA: they skip
+    assert (
+        env["data"]["pytest"]["ran"] and env["data"]["pytest"]["counts"]["skipped"] >= 4
+    )  # no CUDA: they skip
     bench = _part(out, "bench")
     res = json.loads((out / "bench-T32.json").read_text())
     assert [s["name"] for s in res["settings"]] == ["T32/dense", "T32/drop-0.5", "T32/hf"]
     tries = [t for m in bench["data"]["max_batch"] for t in m["tries"]]
-    assert {t["fits"] for t in tries} == {True, False}  # the memory limit stopped the search somewhere
+    assert {t["fits"] for t in tries} == {
+        True,
+        False,
+    }  # the memory limit stopped the search somewhere
     assert all(m["largest_fit"] >= 4 for m in bench["data"]["max_batch"])
     modern = json.loads((out / "bench-modern-T128.json").read_text())
     assert [s["name"] for s in modern["settings"]] == ["T128/dense", "T128/drop-0.5", "T128/hf"]
@@ -66,12 +99,22 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     pre = _part(out, "pretrain")
     names = {c["name"]: c["ok"] for c in pre["checks"]}
     assert names["torchrun --nproc-per-node 1 runs pretraining with gloo"] is True
-    assert names["torchrun --nproc-per-node 1 runs pretraining with gloo, train.parallel=fsdp (sharded checkpoint)"] is True
+    assert (
+        names[
+            "torchrun --nproc-per-node 1 runs pretraining with gloo, train.parallel=fsdp (sharded "
+            "checkpoint)"
+        ]
+        is True
+    )
     assert names["the FSDP run wrote a sharded checkpoint"] is True
-    assert pre["data"]["torchrun_fsdp"]["max_abs_loss_diff_vs_ddp"] <= 1e-5  # fp32 on CPU: FSDP equals DDP
+    assert (
+        pre["data"]["torchrun_fsdp"]["max_abs_loss_diff_vs_ddp"] <= 1e-5
+    )  # fp32 on CPU: FSDP equals DDP
     assert any(k.startswith("resumed losses equal") and v is True for k, v in names.items())
     assert pre["data"]["resume"]["max_abs_loss_diff"] == 0.0  # CPU: the resume is exact
-    assert (out / "pretrain-dense-metrics.jsonl").is_file() and (out / "pretrain-compare" / "report.md").is_file()
+    assert (out / "pretrain-dense-metrics.jsonl").is_file() and (
+        out / "pretrain-compare" / "report.md"
+    ).is_file()
     q = _part(out, "quality")
     assert set(q["data"]["finetune"]) == {"dense", "token-drop"}
     assert all(set(v) == {"sst2", "qnli"} for v in q["data"]["finetune"].values())
@@ -88,20 +131,27 @@ def _check_strong(out: Path) -> None:
     s = _part(out, "strong")
     runs = [f"{a}-seed{k}" for k in (0, 1) for a in ("dense", "token-drop-rate0", "token-drop")]
     assert list(s["data"]["runs"]) == runs and "finetune" not in s["data"]  # seed by seed
-    assert "train.lr_schedule='wsd'" in s["data"]["recipe"] and "data.mask_prob=[0.3, 0.15]" in s["data"]["recipe"]
+    assert (
+        "train.lr_schedule='wsd'" in s["data"]["recipe"]
+        and "data.mask_prob=[0.3, 0.15]" in s["data"]["recipe"]
+    )
     assert "train.batch_warmup_start=4" in s["data"]["recipe"]  # half of the dry run's batch of 8
     ttl = s["data"]["time_to_dense_final_loss"]
     assert set(ttl["seconds"]) == set(runs) and len(ttl["dense_final_eval_losses"]) == 2
     assert (out / "strong.png").is_file()
     for name in runs:  # every run trained with the recipe: masking decay and batch warm-up logged
-        recs = [json.loads(x) for x in (out / f"strong-{name}-metrics.jsonl").read_text().splitlines()]
+        recs = [
+            json.loads(x) for x in (out / f"strong-{name}-metrics.jsonl").read_text().splitlines()
+        ]
         steps = [x for x in recs if "loss" in x and "lr" in x]
         assert steps[0]["mask_prob"] > steps[-1]["mask_prob"] and steps[0]["batch_size"] == 4
         assert any(x["dropping"] for x in steps) == name.startswith("token-drop")
         full = all(x["kept_fraction"] == 1.0 for x in steps)
         assert full == (not name.startswith("token-drop-seed"))
-    assert any(c["name"].startswith("dense-seed0: final eval loss at least") and c["ok"] is None
-               for c in s["checks"])
+    assert any(
+        c["name"].startswith("dense-seed0: final eval loss at least") and c["ok"] is None
+        for c in s["checks"]
+    )
     checks = {c["name"].split(" (")[0]: c["ok"] for c in s["checks"]}
     assert checks["token drop at rate 0 tracks dense step for step"] is True  # fp32 CPU: to 1e-4
     assert s["data"]["rate0"]["max_diff"] <= 1e-4 and len(s["data"]["rate0"]["steps"]) == 6
@@ -125,10 +175,14 @@ def _check_longctx(out: Path, ts: tuple[int, ...] = (32, 64, 128)) -> None:
     rows = [(r["family"], r["seq_len"], r["status"]) for r in res["rows"]]
     assert rows == [(f, t, "measured") for f in ("bert", "modernbert") for t in ts]
     assert all(0 < r["attention_share_dense"] < 1 and r["flop_bound"] > 1 for r in res["rows"])
-    assert {(f["family"], f["setting"]) for f in d["data"]["fits"]} == {(f, s) for f in ("bert", "modernbert")
-                                                                          for s in ("dense", "drop")}
+    assert {(f["family"], f["setting"]) for f in d["data"]["fits"]} == {
+        (f, s) for f in ("bert", "modernbert") for s in ("dense", "drop")
+    }
     assert (out / "bench-longctx-rows.md").read_text().startswith("# Long context")
-    assert any(c["name"] == f"bert T={ts[-1]}: 50% drop faster than dense" and c["ok"] is None for c in d["checks"])
+    assert any(
+        c["name"] == f"bert T={ts[-1]}: 50% drop faster than dense" and c["ok"] is None
+        for c in d["checks"]
+    )
 
 
 def test_script_plumbing_env_part(tmp_path):
@@ -153,7 +207,11 @@ def test_campaign_config_and_errors():
 
     gpu = campaign_config("gpu")
     assert gpu.device == "cuda" and not gpu.dry_run and gpu.bench.model == "bert-base"
-    assert gpu.bench.seq_lens == [128, 512] and gpu.pretrain.config == "bert-base-128" and gpu.budget_s <= 540
+    assert (
+        gpu.bench.seq_lens == [128, 512]
+        and gpu.pretrain.config == "bert-base-128"
+        and gpu.budget_s <= 540
+    )
     dry = campaign_config("gpu", ["budget_s=100", "bench.rate=0.25"], dry_run=True)
     assert dry.device == "cpu" and dry.dry_run and dry.budget_s == 100 and dry.bench.rate == 0.25
     with pytest.raises(ConfigError, match="did you mean 'bench.rounds'"):
@@ -164,15 +222,36 @@ def test_campaign_config_and_errors():
         campaign_config("dry", ["bench.seq_lens=[32, 64]"])
     with pytest.raises(ConfigError, match="unknown part 'benchmark'"):
         run_parts(campaign_config("dry"), ["benchmark"], "/nonexistent")
-    assert PARTS == ("step", "env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong",
-                     "bench-longctx")
-    assert set(PRIORITY) == set(PARTS) and PRIORITY[:2] == ("step", "strong")  # the step's measurements first
-    assert gpu.step.rows()[0] == ("bert", 128, 16384) and gpu.step.modes == ["off", "step", "graphs"]
+    assert PARTS == (
+        "step",
+        "env",
+        "bench",
+        "bench-compile",
+        "pretrain",
+        "quality",
+        "bench-modern",
+        "strong",
+        "bench-longctx",
+    )
+    assert set(PRIORITY) == set(PARTS) and PRIORITY[:2] == (
+        "step",
+        "strong",
+    )  # the step's measurements first
+    assert gpu.step.rows()[0] == ("bert", 128, 16384) and gpu.step.modes == [
+        "off",
+        "step",
+        "graphs",
+    ]
     with pytest.raises(ConfigError, match="step.settings: 'bert:128' is not"):
         campaign_config("dry", ["step.settings=['bert:128']"])
     assert set(RUNNERS) == set(TITLES) == set(PARTS)  # every part has its runner and its title
     st = gpu.strong
-    assert st.strong_recipe and not st.tasks and st.batch_size == 256 and "train.batch_warmup_start=128" in st.recipe()
+    assert (
+        st.strong_recipe
+        and not st.tasks
+        and st.batch_size == 256
+        and "train.batch_warmup_start=128" in st.recipe()
+    )
     assert "model.hidden_size=384" in st.overrides
     assert st.arms == ["dense", "token-drop-rate0", "token-drop"] and st.seeds == [0, 1]
     assert st.rate0_steps > 0 and st.agreement_steps > 0 and st.diagnostics > 0
@@ -181,18 +260,31 @@ def test_campaign_config_and_errors():
         campaign_config("dry", ["strong.arms=['token-drop']"])
     with pytest.raises(ConfigError, match="strong.seeds: expected a non-empty list"):
         campaign_config("dry", ["strong.seeds=[0, 0]"])
-    assert gpu.strong.run_length == gpu.quality.run_length == "time"  # equal wall-clock per run on the GPU
+    assert (
+        gpu.strong.run_length == gpu.quality.run_length == "time"
+    )  # equal wall-clock per run on the GPU
     with pytest.raises(ConfigError, match='strong.run_length: expected "time" or "steps"'):
         campaign_config("dry", ["strong.run_length='tokens'"])
     lc = gpu.longctx
-    assert lc.seq_lens == [512, 1024, 2048, 4096, 8192] and lc.precision == "bf16" and lc.document_attention == "on"
+    assert (
+        lc.seq_lens == [512, 1024, 2048, 4096, 8192]
+        and lc.precision == "bf16"
+        and lc.document_attention == "on"
+    )
     assert [s.model for s in lc.shapes()] == ["bert-base", "modern-base"]
     assert campaign_config("dry").longctx.seq_lens == [32, 64, 128]
     m = gpu.modern
-    assert m.model == "modern-base" and m.seq_lens == [512, 1024] and m.vocab_size == 50368 and m.precision == "bf16"
+    assert (
+        m.model == "modern-base"
+        and m.seq_lens == [512, 1024]
+        and m.vocab_size == 50368
+        and m.precision == "bf16"
+    )
     dm = campaign_config("dry").modern
     assert dm.model == "modern-tiny" and dm.seq_lens == [128] and dm.precision == "fp32"
-    with pytest.raises(ConfigError, match="modern.batch_sizes/modern.max_batch_caps: one per modern.seq_lens"):
+    with pytest.raises(
+        ConfigError, match="modern.batch_sizes/modern.max_batch_caps: one per modern.seq_lens"
+    ):
         campaign_config("dry", ["modern.seq_lens=[64, 128]"])
 
 
@@ -202,7 +294,15 @@ def test_largest_batch_search_with_a_memory_limit():
     from tokendrop.lab.bench.steps import StepBuilder
     from tokendrop.lab.bench.workload import Setting
 
-    cfg = bench_config({"model": "debug-4x64", "vocab_size": 128, "seq_lens": [16], "batch_sizes": [2], "threads": 1})
+    cfg = bench_config(
+        {
+            "model": "debug-4x64",
+            "vocab_size": 128,
+            "seq_lens": [16],
+            "batch_sizes": [2],
+            "threads": 1,
+        }
+    )
     b = StepBuilder(cfg, torch.device("cpu"))
     free = largest_batch(b, Setting("tokendrop", "dense", 0.0, 16, 2), cap=8)
     assert free.largest_fit == 8 and free.first_fail is None and free.stopped == "cap"
@@ -210,7 +310,9 @@ def test_largest_batch_search_with_a_memory_limit():
     peaks = {t.batch_size: t.peak_bytes for t in free.tries}
     assert peaks[2] < peaks[4] < peaks[8]
     limit = (peaks[4] + peaks[8]) // 2  # 4 fits, 8 does not: bisection between them
-    m = largest_batch(b, Setting("tokendrop", "drop", 0.5, 16, 2), cap=64, memory_limit=limit, resolution=1)
+    m = largest_batch(
+        b, Setting("tokendrop", "drop", 0.5, 16, 2), cap=64, memory_limit=limit, resolution=1
+    )
     assert 4 <= m.largest_fit < m.first_fail <= 8 and m.first_fail - m.largest_fit == 1
     assert all(t.fits == (t.batch_size <= m.largest_fit) for t in m.tries)
     none = largest_batch(b, Setting("tokendrop", "dense", 0.0, 16, 2), cap=8, memory_limit=1)
@@ -229,7 +331,8 @@ def test_time_to_loss_and_plateau(tiny_data):
 
 
 def test_bench_modern_part_dry_run(tmp_path):
-    """The ModernBERT rows alone through the script (seconds): ours dense, 50% drop, transformers'."""
+    """The ModernBERT rows alone through the script (seconds): ours dense, 50% drop,
+    transformers'."""
     out = tmp_path / "out"
     p = _run_script(out, ["bench-modern"])
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -241,19 +344,30 @@ def test_bench_modern_part_dry_run(tmp_path):
     assert res["info"]["hf_model"] == "transformers.ModernBertForMaskedLM"
     assert res["config"]["model"] == "modern-tiny" and res["config"]["document_attention"] == "off"
     assert "max_batch" not in d["data"]  # the [modern] table turns the largest-batch search off
-    assert any(c["name"].startswith("T=128: 50% drop faster") and c["ok"] is None for c in d["checks"])  # GPU-only
+    assert any(
+        c["name"].startswith("T=128: 50% drop faster") and c["ok"] is None for c in d["checks"]
+    )  # GPU-only
 
 
 def test_new_parts_dry_run(tmp_path, tiny_data):
-    """The parts strong and bench-longctx through the script on CPU: the strong-recipe pair from scratch
-    and the long-context rows of both families."""
+    """The parts strong and bench-longctx through the script on CPU: the strong-recipe pair from
+    scratch and the long-context rows of both families."""
     out = tmp_path / "out"
-    p = _run_script(out, ["strong", "bench-longctx"], ["--set", "longctx.seq_lens=[32, 64]", "--set", "strong.max_steps=8"],
-                    DATA=str(tiny_data))
+    p = _run_script(
+        out,
+        ["strong", "bench-longctx"],
+        ["--set", "longctx.seq_lens=[32, 64]", "--set", "strong.max_steps=8"],
+        DATA=str(tiny_data),
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for name in ("strong", "bench-longctx"):
         d = _part(out, name)
-        assert d["ok"] and not d["error"] and not d["skipped"], (name, d["error"], d["skipped"], d["checks"])
+        assert d["ok"] and not d["error"] and not d["skipped"], (
+            name,
+            d["error"],
+            d["skipped"],
+            d["checks"],
+        )
         assert f"[{name}] ok" in p.stdout and d["wall_s"] < d["budget_s"]
     _check_strong(out)
     _check_longctx(out, (32, 64))
@@ -261,11 +375,18 @@ def test_new_parts_dry_run(tmp_path, tiny_data):
 
 @pytest.mark.slow
 def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path):
-    """``priority``: the step part (eager and compiled, dense and drop) first; a part that would start
-    with less than ``min_part_s`` of ``total_s`` left is not started; a second call into the same OUT
-    skips what the first finished."""
+    """``priority``: the step part (eager and compiled, dense and drop) first; a part that would
+    start with less than ``min_part_s`` of ``total_s`` left is not started; a second call into the
+    same OUT skips what the first finished."""
     out = tmp_path / "out"
-    few = ["--set", "step.settings=['bert:32:128']", "--set", "total_s=600", "--set", "min_part_s=590"]
+    few = [
+        "--set",
+        "step.settings=['bert:32:128']",
+        "--set",
+        "total_s=600",
+        "--set",
+        "min_part_s=590",
+    ]
     p = _run_script(out, ["priority"], few)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     d = _part(out, "step")
@@ -273,7 +394,13 @@ def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path)
     rows = d["data"]["rows"]
     assert [r["mode"] for r in rows] == ["off", "step"] and all(r["flop_bound"] > 1 for r in rows)
     assert all(r["dense_ms"] > 0 and r["drop_ms"] > 0 for r in rows)
-    assert "[step] ok" in p.stdout and not (out / "strong.json").exists()  # the next part: not started
-    again = _run_script(out, ["priority"], [*few, "--set", "total_s=100"])  # too little left to start a part
-    assert again.returncode == 0 and "[step]" not in again.stdout  # finished by the first call: not rerun
+    assert (
+        "[step] ok" in p.stdout and not (out / "strong.json").exists()
+    )  # the next part: not started
+    again = _run_script(
+        out, ["priority"], [*few, "--set", "total_s=100"]
+    )  # too little left to start a part
+    assert (
+        again.returncode == 0 and "[step]" not in again.stdout
+    )  # finished by the first call: not rerun
     assert _part(out, "step")["started"] == d["started"] and not (out / "strong.json").exists()

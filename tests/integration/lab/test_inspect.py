@@ -11,16 +11,35 @@ from tokendrop.config import load_config
 from tokendrop.lab.inspect import InspectError, inspect_run, load_run
 from tokendrop.train.trainer import pretrain
 
-FILES = ["importance-hist.png", "tokens.md", "tokens.json", "examples.html", "examples.png", "examples.json",
-         "summary.json", "README.md"]
+FILES = [
+    "importance-hist.png",
+    "tokens.md",
+    "tokens.json",
+    "examples.html",
+    "examples.png",
+    "examples.json",
+    "summary.json",
+    "README.md",
+]
 
 
 def _run(tmp_path_factory, data, name, *overrides):
     out = tmp_path_factory.mktemp("inspect") / name
     n = torch.get_num_threads()
-    cfg = load_config("tiny", [f"data.path={data}", "train.steps=6", "train.eval_every=6", "train.ckpt_every=6",
-                               "train.log_every=3", "train.eval_batches=1", "train.batch_size=8", "train.threads=1",
-                               *overrides])
+    cfg = load_config(
+        "tiny",
+        [
+            f"data.path={data}",
+            "train.steps=6",
+            "train.eval_every=6",
+            "train.ckpt_every=6",
+            "train.log_every=3",
+            "train.eval_batches=1",
+            "train.batch_size=8",
+            "train.threads=1",
+            *overrides,
+        ],
+    )
     try:
         pretrain(cfg, out, progress=False)
     finally:
@@ -46,7 +65,9 @@ def test_inspect_writes_everything(drop_run):
     assert ranked and all(r["id"] in seen for r in ranked)
     # only ids seen in training: moved away from the initial 10.0, and never a pinned id
     assert all(r["score"] != 10.0 and abs(r["score"]) < 1e4 for r in ranked)
-    assert [r["score"] for r in tok["top"]] == sorted((r["score"] for r in tok["top"]), reverse=True)
+    assert [r["score"] for r in tok["top"]] == sorted(
+        (r["score"] for r in tok["top"]), reverse=True
+    )
     assert [r["score"] for r in tok["bottom"]] == sorted(r["score"] for r in tok["bottom"])
     assert "train_count" in tok["top"][0]
     ex = json.loads((out / "examples.json").read_text())
@@ -55,7 +76,8 @@ def test_inspect_writes_everything(drop_run):
     for e in ex:
         assert e["split"] == "eval" and len(e["tokens"]) == len(e["scores"]) == len(e["kept"]) > 0
         assert e["kept_fraction_sequence"] == pytest.approx(round(T * 0.5) / T, abs=1e-6)
-        # kept = the selector's top-M: every kept score >= every dropped score (ties broken by position)
+        # kept = the selector's top-M: every kept score >= every dropped score (ties broken by
+        # position)
         ks = [s for s, k in zip(e["scores"], e["kept"]) if k]
         ds = [s for s, k in zip(e["scores"], e["kept"]) if not k]
         if ks and ds:
@@ -64,8 +86,8 @@ def test_inspect_writes_everything(drop_run):
     assert html.count("<b class='tok kept'>") == sum(sum(e["kept"]) for e in ex)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stats"]["seen"] == len(seen) and summary["drop"]["method"] == "cumulative"
-    # rerun into the same place: refused without overwrite (one run-directory API), then replaced atomically;
-    # --out elsewhere works too
+    # rerun into the same place: refused without overwrite (one run-directory API), then replaced
+    # atomically; --out elsewhere works too
     with pytest.raises(InspectError, match="already exists and is not empty; pass --overwrite"):
         inspect_run(drop_run, num_examples=1)
     assert len(json.loads((out / "examples.json").read_text())) == 3

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokendrop.config import ConfigError
+from tokendrop.errors import ConfigError
 from tokendrop.lab.study import (
     ARMS,
     StudyError,
@@ -22,8 +22,13 @@ from tokendrop.lab.study import (
 from tokendrop.lab.study.plan import TABLE1
 
 TABLES = ["table1.md", "table3.md", "table4.md", "time-to-quality.md"]
-FIGURES = ["mlm-loss-vs-wall.png", "mlm-loss-vs-flops.png", "fig3-importance-hist.png", "fig1-examples.png",
-           "fig1-examples.html"]
+FIGURES = [
+    "mlm-loss-vs-wall.png",
+    "mlm-loss-vs-flops.png",
+    "fig3-importance-hist.png",
+    "fig1-examples.png",
+    "fig1-examples.html",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +47,9 @@ def test_presets_plan_valid_runs(preset, tmp_path):
     by = {r.name: r.cfg for r in runs}
     s0 = study.seeds[0]
     base = by[f"baseline-seed{s0}"]
-    assert base.drop.method == "none" and base.train.seed == s0 and base.data.seq_len == study.seq_len
+    assert (
+        base.drop.method == "none" and base.train.seed == s0 and base.data.seq_len == study.seq_len
+    )
     assert base.data.path.endswith(f"packed-{study.seq_len}")
     if "baseline-75" in study.methods:
         assert by[f"baseline-75-seed{s0}"].train.steps == round(0.75 * base.train.steps)
@@ -57,16 +64,33 @@ def test_presets_plan_valid_runs(preset, tmp_path):
 
 
 def test_method_table_is_the_papers():
-    assert TABLE1 == ["baseline-unpacked", "baseline", "baseline-75", "token-drop", "token-drop-stage2",
-                      "half-rand", "half-rand-stage2", "rand-stage2", "freq-stage2", "avg-stage2",
-                      "pass-stage2", "layer-rearranged-stage2"]
-    assert list(ARMS)[:len(TABLE1)] == TABLE1  # then the recipe study's arms (tests/integration/lab/test_study_recipe.py)
+    assert TABLE1 == [
+        "baseline-unpacked",
+        "baseline",
+        "baseline-75",
+        "token-drop",
+        "token-drop-stage2",
+        "half-rand",
+        "half-rand-stage2",
+        "rand-stage2",
+        "freq-stage2",
+        "avg-stage2",
+        "pass-stage2",
+        "layer-rearranged-stage2",
+    ]
+    assert (
+        list(ARMS)[: len(TABLE1)] == TABLE1
+    )  # then the recipe study's arms (tests/integration/lab/test_study_recipe.py)
     study = load_study("study-cpu")
     runs = plan_runs(study, None, Path("/x"))
     assert {r.method.name for r in runs} >= set(TABLE1) | {"drop-25", "drop-62.5", "drop-75"}
-    assert {(r.cfg.drop.method, r.cfg.drop.variant) for r in runs if r.method.name == "avg-stage2"} == {("none", "avg")}
+    assert {
+        (r.cfg.drop.method, r.cfg.drop.variant) for r in runs if r.method.name == "avg-stage2"
+    } == {("none", "avg")}
     assert all(r.cfg.drop.stage2_fraction == 0.1 for r in runs if r.method.name.endswith("stage2"))
-    assert all(r.cfg.drop.stage2_fraction == 0.0 for r in runs if not r.method.name.endswith("stage2"))
+    assert all(
+        r.cfg.drop.stage2_fraction == 0.0 for r in runs if not r.method.name.endswith("stage2")
+    )
 
 
 def test_bad_study_configs():
@@ -81,9 +105,11 @@ def test_bad_study_configs():
 
 
 def test_reach_target_and_verdict():
-    curve = [{"step": 0, "wall_time": 0.0, "flops": 0.0, "eval_loss": 8.0},
-             {"step": 10, "wall_time": 10.0, "flops": 100.0, "eval_loss": 6.0},
-             {"step": 20, "wall_time": 20.0, "flops": 200.0, "eval_loss": 4.0}]
+    curve = [
+        {"step": 0, "wall_time": 0.0, "flops": 0.0, "eval_loss": 8.0},
+        {"step": 10, "wall_time": 10.0, "flops": 100.0, "eval_loss": 6.0},
+        {"step": 20, "wall_time": 20.0, "flops": 200.0, "eval_loss": 4.0},
+    ]
     assert reach_target(curve, 5.0) == {"wall_time": 15.0, "flops": 150.0, "step": 15.0}
     assert reach_target(curve, 3.0) is None
     assert "within the seed-to-seed spread" in _verdict(-0.1, 0.2)
@@ -93,9 +119,9 @@ def test_reach_target_and_verdict():
 
 
 def test_verdict_names_whose_spread_and_uses_the_baselines_own():
-    """The study-continue case: +0.63 points, the baseline's seeds 0.39 apart, token drop's 2.2 apart.
-    Judged by the baseline's own spread it is beyond it; by token drop's inside it; the sentence says
-    both and does not call it a match."""
+    """The study-continue case: +0.63 points, the baseline's seeds 0.39 apart, token drop's 2.2
+    apart. Judged by the baseline's own spread it is beyond it; by token drop's inside it; the
+    sentence says both and does not call it a match."""
     from tokendrop.lab.study.findings import Stat, beyond_noise, judge
 
     base, drop = Stat.of([52.05, 51.66]), Stat.of([53.59, 51.39])
@@ -123,13 +149,21 @@ def tiny_study(tmp_path_factory):
 def test_study_tiny_end_to_end(tiny_study):
     out, report = tiny_study
     assert report == out / "study.md"
-    for f in ["study.md", "study.json", "study.toml", "eval/results.md"] + [f"tables/{t}" for t in TABLES] + \
-            [f"figures/{f}" for f in FIGURES]:
+    for f in (
+        ["study.md", "study.json", "study.toml", "eval/results.md"]
+        + [f"tables/{t}" for t in TABLES]
+        + [f"figures/{f}" for f in FIGURES]
+    ):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
     for f in ("importance-hist.png", "tokens.md", "examples.html", "examples.png"):
         assert (out / "inspect" / "token-drop-seed0" / f).is_file()
     data = json.loads((out / "study.json").read_text())
-    assert set(data["runs"]) == {"baseline-unpacked-seed0", "baseline-seed0", "token-drop-seed0", "drop-75-seed0"}
+    assert set(data["runs"]) == {
+        "baseline-unpacked-seed0",
+        "baseline-seed0",
+        "token-drop-seed0",
+        "drop-75-seed0",
+    }
     assert data["evaluation"]["computed"] == 2 * 4
     b, td = data["methods"]["baseline"], data["methods"]["token-drop"]
     assert td["rel_flops"] < 0.9 and b["rel_flops"] == pytest.approx(1.0)
@@ -138,10 +172,12 @@ def test_study_tiny_end_to_end(tiny_study):
     cached = json.loads((out / "runs/baseline-unpacked-seed0/study-packed-eval.json").read_text())
     assert un["final_eval_loss"] == cached["eval_loss"] and "own_split_final_eval_loss" in un
     # the tables hold the measured numbers: the baseline's final eval loss from its metrics.jsonl
-    recs = [json.loads(x) for x in (out / "runs/baseline-seed0/metrics.jsonl").read_text().splitlines()]
+    recs = [
+        json.loads(x) for x in (out / "runs/baseline-seed0/metrics.jsonl").read_text().splitlines()
+    ]
     final = [r for r in recs if "eval_loss" in r][-1]["eval_loss"]
     t3 = (out / "tables/table3.md").read_text()
-    assert f"| baseline | " in t3 and f"{final:.3f}" in t3
+    assert "| baseline | " in t3 and f"{final:.3f}" in t3
     t1 = (out / "tables/table1.md").read_text()
     assert "SST (acc.)" in t1 and "SQuAD v1 (F1)" in t1 and "token drop (proposed)" in t1
     sst = data["runs"]["baseline-seed0"]["eval"]["sst2"]
@@ -149,8 +185,15 @@ def test_study_tiny_end_to_end(tiny_study):
     t4 = (out / "tables/table4.md").read_text()
     assert "drop 0% (baseline)" in t4 and "drop 50% (token drop)" in t4 and "drop 75%" in t4
     md = report.read_text()
-    for s in ("tokendrop study --config study-tiny", "cores", "torch", "## Findings", "Table 4", "fig1-examples.png",
-              "not comparable with published"):
+    for s in (
+        "tokendrop study --config study-tiny",
+        "cores",
+        "torch",
+        "## Findings",
+        "Table 4",
+        "fig1-examples.png",
+        "not comparable with published",
+    ):
         assert s in md, s
     # judgement sentences carry the numbers they judge
     assert f"baseline {b['final_eval_loss']['mean']:.4f}" in md
@@ -183,12 +226,18 @@ def test_refresh_findings_round_trips_a_written_report(tiny_study, tmp_path):
 
 def test_rerun_skips_finished_runs_and_cells(tiny_study):
     out, _ = tiny_study
-    stamp = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/checkpoints/step-*/model.safetensors")}
+    stamp = {
+        p: p.stat().st_mtime_ns
+        for p in (out / "runs").glob("*/checkpoints/step-*/model.safetensors")
+    }
     docs = out.parent / "docs" / "study"
     run_study("study-tiny", out, overrides=[f"docs_dir={json.dumps(str(docs))}"], progress=False)
     data = json.loads((out / "study.json").read_text())
     assert data["evaluation"]["computed"] == 0 and data["evaluation"]["skipped"] == 2 * 4
-    assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/checkpoints/step-*/model.safetensors")} == stamp
+    assert {
+        p: p.stat().st_mtime_ns
+        for p in (out / "runs").glob("*/checkpoints/step-*/model.safetensors")
+    } == stamp
     # the report's copy for docs/: report, tables and figures, no runs or checkpoints
     assert (docs / "study.md").is_file() and (docs / "figures" / "fig1-examples.png").is_file()
     assert (docs / "tables" / "table1.md").is_file() and not (docs / "runs").exists()
@@ -200,10 +249,14 @@ def test_interrupted_runs_resume_in_parallel_and_changed_config_is_refused(tiny_
     out, _ = tiny_study
     names = ["token-drop-seed0", "drop-75-seed0"]
     before = json.loads((out / "study-state.json").read_text())["runs"]
-    for n in names:  # simulate runs killed after their step-4 checkpoint: no final checkpoint, no report
+    for n in (
+        names
+    ):  # simulate runs killed after their step-4 checkpoint: no final checkpoint, no report
         shutil.rmtree(out / "runs" / n / "checkpoints" / "step-00000008")
         (out / "runs" / n / "report.md").unlink()
-    run_study("study-tiny", out, overrides=["parallel=2"], only=["token-drop", "drop-75"], progress=False)
+    run_study(
+        "study-tiny", out, overrides=["parallel=2"], only=["token-drop", "drop-75"], progress=False
+    )
     state = json.loads((out / "study-state.json").read_text())["runs"]
     for n in names:
         rd = out / "runs" / n
@@ -217,8 +270,13 @@ def test_interrupted_runs_resume_in_parallel_and_changed_config_is_refused(tiny_
     # a run config that changed under an existing OUT is an error, not a silent reuse
     cfg = load_study("study-tiny")
     with pytest.raises(StudyError, match="different config"):
-        run_study("study-tiny", out, overrides=[f"base_overrides={json.dumps(cfg.base_overrides + ['train.lr=5e-3'])}"],
-                  only=["baseline"], progress=False)
+        run_study(
+            "study-tiny",
+            out,
+            overrides=[f"base_overrides={json.dumps(cfg.base_overrides + ['train.lr=5e-3'])}"],
+            only=["baseline"],
+            progress=False,
+        )
     with pytest.raises(StudyError, match="prepared for a different study config"):
         run_study("study-tiny", out, overrides=["seq_len=16"], only=["baseline"], progress=False)
     with pytest.raises(StudyError, match="--only"):
@@ -237,10 +295,18 @@ def _tiny_hf_bert(out: Path, seed: int = 0) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     n = len(write_vocab(out / "vocab.txt").read_text().splitlines())
-    (out / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"do_lower_case": True, "tokenizer_class": "BertTokenizer"})
+    )
     torch.manual_seed(seed)
-    cfg = transformers.BertConfig(vocab_size=n, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=128)
+    cfg = transformers.BertConfig(
+        vocab_size=n,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     transformers.BertForMaskedLM(cfg).save_pretrained(out, safe_serialization=True)
     return out
 
@@ -254,7 +320,8 @@ def _sha256(p: Path) -> str:
 def test_study_continue_preset_plans_continued_runs(tmp_path):
     study = load_study("study-continue")
     assert study.source == "minilm" and study.base == "continue-plain" and len(study.seeds) == 2
-    # the paper's study's methods: baseline, baseline at 75% of the steps, token drop (+ stage 2), >= 2 other selections
+    # the paper's study's methods: baseline, baseline at 75% of the steps, token drop (+ stage 2),
+    # >= 2 other selections
     assert {"baseline", "baseline-75", "token-drop", "token-drop-stage2"} <= set(study.methods)
     assert len({ARMS[m].overrides[0] for m in study.methods if ARMS[m].group == "selection"}) >= 2
     assert study.drop_rates == []
@@ -270,11 +337,18 @@ def test_study_continue_preset_plans_continued_runs(tmp_path):
     sha = _sha256(src / "model.safetensors")
     for r in runs:
         assert r.cfg.model.init == str(src) and r.cfg.model.init_sha256 == sha
-        assert (r.cfg.model.num_layers, r.cfg.model.hidden_size) == (4, 32)  # the shape comes from the source
+        assert (r.cfg.model.num_layers, r.cfg.model.hidden_size) == (
+            4,
+            32,
+        )  # the shape comes from the source
     with pytest.raises(ConfigError, match="study.source"):
         load_study("study-continue", ["vocab_size=8192"])
     with pytest.raises(StudyError, match="no such checkpoint"):
-        plan_runs(load_study("study-continue", [f"source={json.dumps(str(tmp_path / 'nope'))}"]), None, tmp_path)
+        plan_runs(
+            load_study("study-continue", [f"source={json.dumps(str(tmp_path / 'nope'))}"]),
+            None,
+            tmp_path,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -284,8 +358,12 @@ def continue_study(tmp_path_factory):
     out = root / "out"
     n = torch.get_num_threads()
     try:
-        run_study("study-continue-tiny", out, overrides=[f"source={json.dumps(str(src))}",
-                                                         "methods=['baseline', 'token-drop']"], progress=False)
+        run_study(
+            "study-continue-tiny",
+            out,
+            overrides=[f"source={json.dumps(str(src))}", "methods=['baseline', 'token-drop']"],
+            progress=False,
+        )
     finally:
         torch.set_num_threads(n)
     return src, out
@@ -325,5 +403,9 @@ def test_study_continue_refuses_another_source(continue_study, tmp_path):
     src, out = continue_study
     other = _tiny_hf_bert(tmp_path / "other", seed=1)  # same shape and vocabulary, other weights
     with pytest.raises(StudyError, match="different config.*init_sha256"):
-        run_study("study-continue-tiny", out, overrides=[f"source={json.dumps(str(other))}",
-                                                         "methods=['baseline', 'token-drop']"], progress=False)
+        run_study(
+            "study-continue-tiny",
+            out,
+            overrides=[f"source={json.dumps(str(other))}", "methods=['baseline', 'token-drop']"],
+            progress=False,
+        )

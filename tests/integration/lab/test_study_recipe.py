@@ -6,13 +6,20 @@ import json
 
 import pytest
 import torch
-
 from test_study import _tiny_hf_bert
+
 from tokendrop.lab.study import run_study
 from tokendrop.lab.study.plan import ARMS as ARM_SPECS, load_study, plan_runs
 
-ARMS = ["baseline", "token-drop", "random-ltd", "token-drop-sctd", "mask-schedule", "wsd-batch-warmup",
-        "best-combination"]
+ARMS = [
+    "baseline",
+    "token-drop",
+    "random-ltd",
+    "token-drop-sctd",
+    "mask-schedule",
+    "wsd-batch-warmup",
+    "best-combination",
+]
 
 
 def test_study_recipe_plans_every_arm_at_equal_time(tmp_path):
@@ -31,11 +38,17 @@ def test_study_recipe_plans_every_arm_at_equal_time(tmp_path):
     assert ARM_SPECS["best-combination"].dropping and not ARM_SPECS["mask-schedule"].dropping
     assert not ARM_SPECS["wsd-batch-warmup"].dropping
     assert by["token-drop-sctd"].drop.consistency_weight > 0
-    assert by["mask-schedule"].data.mask_prob == [0.3, 0.15] and not by["mask-schedule"].drop.enabled
+    assert (
+        by["mask-schedule"].data.mask_prob == [0.3, 0.15] and not by["mask-schedule"].drop.enabled
+    )
     w = by["wsd-batch-warmup"].train
     assert w.lr_schedule == "wsd" and 0 < w.batch_warmup_start < w.batch_size
     b = by["best-combination"]
-    assert b.drop.method == "cumulative" and b.data.mask_prob == [0.3, 0.15] and b.train.lr_schedule == "wsd"
+    assert (
+        b.drop.method == "cumulative"
+        and b.data.mask_prob == [0.3, 0.15]
+        and b.train.lr_schedule == "wsd"
+    )
     assert 0 < b.data.seq_len_start < study.seq_len and study.seq_len % b.data.seq_len_start == 0
 
 
@@ -45,20 +58,25 @@ def test_study_recipe_tiny_runs_every_arm(tmp_path):
     out = tmp_path / "out"
     n = torch.get_num_threads()
     try:
-        run_study("study-recipe-tiny", out, overrides=[f"source={json.dumps(str(src))}"], progress=False)
+        run_study(
+            "study-recipe-tiny", out, overrides=[f"source={json.dumps(str(src))}"], progress=False
+        )
     finally:
         torch.set_num_threads(n)
     data = json.loads((out / "study.json").read_text())
     assert set(data["runs"]) == {f"{m}-seed0" for m in ARMS}
     for name, r in data["runs"].items():
         assert r["steps"] > 0 and r["total_flops"] > 0, name
-    assert data["evaluation"]["computed"] == len(ARMS) * 3 * 3  # 7 models x 3 tasks x 3 fine-tuning seeds
+    assert (
+        data["evaluation"]["computed"] == len(ARMS) * 3 * 3
+    )  # 7 models x 3 tasks x 3 fine-tuning seeds
 
 
 def test_equal_time_findings_judge_every_arm_from_the_committed_report():
     """The committed study-recipe report (docs/study-recipe): an equal-time study, so time saved is
-    judged on the way to the baseline's loss, and every recipe/schedule arm gets its own sentence with
-    the MLM-loss difference from study.json; a fixed-steps study keeps the time-saved sentence."""
+    judged on the way to the baseline's loss, and every recipe/schedule arm gets its own sentence
+    with the MLM-loss difference from study.json; a fixed-steps study keeps the time-saved
+    sentence."""
     from pathlib import Path
 
     from tokendrop.lab.study.findings import equal_time, findings, paper_comparison
@@ -75,6 +93,10 @@ def test_equal_time_findings_judge_every_arm_from_the_committed_report():
         assert f"{res.methods[n].final_eval_loss.mean - base:+.4f}" in line
     claim = paper_comparison(res, study)[0]
     assert claim.startswith("Time saved by token drop (equal time budgets)")
-    hits = [res.runs[r].to_target.rel_wall for r in res.methods["token-drop"].runs if res.runs[r].to_target]
+    hits = [
+        res.runs[r].to_target.rel_wall
+        for r in res.methods["token-drop"].runs
+        if res.runs[r].to_target
+    ]
     assert f"{100 * sum(hits) / len(hits):.1f}%" in claim
     assert found == d["findings"]  # the committed report says what the current rules compute

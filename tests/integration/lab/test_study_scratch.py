@@ -10,8 +10,8 @@ import shutil
 import pytest
 import torch
 
-from tokendrop.config import ConfigError
 from tokendrop.dropping.flops import flop_ratio
+from tokendrop.errors import ConfigError
 from tokendrop.lab.study import load_study, plan_runs, run_study
 from tokendrop.lab.study.plan import ARMS, flops_fraction
 
@@ -70,9 +70,15 @@ def test_study_run_order_and_selection_checkpoints_are_checked():
         load_study("study-scratch", ["selection_checkpoints=-1"])
 
 
-SMALL = ["methods=['baseline', 'baseline-equal-flops', 'token-drop', 'rand']", "drop_rates=[]",
-         "seeds=[0, 1]", "run_order='seed'", "selection_checkpoints=2", "evaluate=false",
-         "inspect_method='token-drop'"]
+SMALL = [
+    "methods=['baseline', 'baseline-equal-flops', 'token-drop', 'rand']",
+    "drop_rates=[]",
+    "seeds=[0, 1]",
+    "run_order='seed'",
+    "selection_checkpoints=2",
+    "evaluate=false",
+    "inspect_method='token-drop'",
+]
 CHECKPOINTS = "*/checkpoints/step-*/model.safetensors"
 
 
@@ -82,8 +88,12 @@ def small_study(tmp_path_factory):
     base = load_study("study-tiny").base_overrides + ["train.budget_clock='process'"]
     n = torch.get_num_threads()
     try:
-        run_study("study-tiny", out, overrides=SMALL + [f"base_overrides={json.dumps(base)}"],
-                  progress=False)
+        run_study(
+            "study-tiny",
+            out,
+            overrides=SMALL + [f"base_overrides={json.dumps(base)}"],
+            progress=False,
+        )
     finally:
         torch.set_num_threads(n)
     return out, base
@@ -116,7 +126,10 @@ def test_small_scratch_study_end_to_end(small_study):
     assert "What the selector keeps, through training" in md and "CPU time of its own process" in md
     h = runs["baseline-seed0"]["unigram_entropy"]
     below = h - runs["baseline-seed0"]["final_eval_loss"]
-    assert f"unigram entropy under the study's tokenizer is {h:.3f} nats" in md and f"{below:.2f}, " in md
+    assert (
+        f"unigram entropy under the study's tokenizer is {h:.3f} nats" in md
+        and f"{below:.2f}, " in md
+    )
 
 
 def test_small_scratch_study_reruns_and_resumes(small_study):

@@ -5,18 +5,20 @@ on CUDA equal to the CPU within bf16 tolerance.  Without CUDA they skip."""
 import pytest
 import torch
 
+from tokendrop.config import Config, ModelConfig, TrainConfig
+from tokendrop.dropping.importance import TokenSelector
+from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench import SPECIAL_IDS, sdpa_backends, synthetic_batch
 from tokendrop.lab.bench.profiling import FUSED_SDPA
-from tokendrop.config import Config, ModelConfig, TrainConfig
-from tokendrop.dropping.methods import DropConfig
-from tokendrop.dropping.importance import TokenSelector
-from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.train.runtime import param_groups
 from tokendrop.train.trainer import MLMStep
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
 
 CUDA = torch.device("cuda", 0)
 V, T, B = 1000, 128, 8
@@ -24,8 +26,16 @@ V, T, B = 1000, 128, 8
 
 def _model_cfg(dropout: float = 0.1) -> ModelConfig:
     # 64-wide heads: the shape the flash / memory-efficient kernels are built for
-    return ModelConfig(vocab_size=V, hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024,
-                       max_position_embeddings=512, hidden_dropout=dropout, attention_dropout=dropout)
+    return ModelConfig(
+        vocab_size=V,
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        intermediate_size=1024,
+        max_position_embeddings=512,
+        hidden_dropout=dropout,
+        attention_dropout=dropout,
+    )
 
 
 def _drop() -> DropConfig:
@@ -61,8 +71,14 @@ def test_bf16_training_step_updates_weights_and_importance():
     losses = [step([mb], 1e-3, _at(step, True))["loss"].item() for _ in range(5)]
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0]  # the same batch five times: the loss must fall
-    changed = {n for n, p in model.named_parameters() if n in before and not torch.equal(before[n], p.detach())}
-    assert changed == set(before), sorted(set(before) - changed)  # every trained weight moved, half layers included
+    changed = {
+        n
+        for n, p in model.named_parameters()
+        if n in before and not torch.equal(before[n], p.detach())
+    }
+    assert changed == set(before), sorted(
+        set(before) - changed
+    )  # every trained weight moved, half layers included
     assert not torch.equal(scores0, step.plan.importance)  # the importance vector was updated
     with torch.autocast(CUDA.type, dtype=torch.bfloat16):
         logits = model(mb["input_ids"], mb["mlm_positions"])
@@ -78,11 +94,15 @@ def test_sdpa_runs_a_fused_kernel():
     mb = synthetic_batch(B, T, V, CUDA)
     step([mb], 1e-3, _at(step, True))
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step([mb], 1e-3, _at(step, True))  # with dropping: the half layers attend with fewer query rows
+        step(
+            [mb], 1e-3, _at(step, True)
+        )  # with dropping: the half layers attend with fewer query rows
         step([mb], 1e-3, _at(step, False))
         torch.cuda.synchronize()
     found = sdpa_backends({e.name for e in prof.events()})
-    assert found and set(found) <= FUSED_SDPA, found  # never the math fallback (cuDNN's on an H100, torch 2.11)
+    assert found and set(found) <= FUSED_SDPA, (
+        found
+    )  # never the math fallback (cuDNN's on an H100, torch 2.11)
     # and flash / memory-efficient alone accept our calls too (no silent fallback needed)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -104,7 +124,9 @@ def test_compile_does_not_recompile_every_step():
     old = torch._dynamo.config.error_on_recompile
     torch._dynamo.config.error_on_recompile = True
     try:
-        losses = [step([mb], 1e-3, _at(step, d))["loss"].item() for d in (True, True, False, True, False)]
+        losses = [
+            step([mb], 1e-3, _at(step, d))["loss"].item() for d in (True, True, False, True, False)
+        ]
     finally:
         torch._dynamo.config.error_on_recompile = old
     assert all(torch.isfinite(torch.tensor(losses)))
@@ -120,33 +142,59 @@ def test_token_dropping_on_cuda_matches_cpu_within_bf16_tolerance():
     mb = synthetic_batch(B, T, V, torch.device("cpu"))
     sel_cpu = TokenSelector(_drop(), V, SPECIAL_IDS, T)
     g = torch.Generator().manual_seed(1)
-    sel_cpu.scores.copy_(torch.rand(V, generator=g) * 10)  # distinct scores: a unique top-M per sequence
+    sel_cpu.scores.copy_(
+        torch.rand(V, generator=g) * 10
+    )  # distinct scores: a unique top-M per sequence
     sel_cpu._repin()
     sel_gpu = TokenSelector(_drop(), V, SPECIAL_IDS, T).to(CUDA)
     sel_gpu.scores.copy_(sel_cpu.scores.to(CUDA))
     keep_cpu = sel_cpu.select(mb["input_ids"], mb["mlm_positions"], mb["mlm_weights"])
-    keep_gpu = sel_gpu.select(mb["input_ids"].to(CUDA), mb["mlm_positions"].to(CUDA), mb["mlm_weights"].to(CUDA))
+    keep_gpu = sel_gpu.select(
+        mb["input_ids"].to(CUDA), mb["mlm_positions"].to(CUDA), mb["mlm_weights"].to(CUDA)
+    )
     assert torch.equal(keep_cpu, keep_gpu.cpu())  # the same tokens are dropped on both devices
     with torch.no_grad():
-        ref = cpu_model(mb["input_ids"], mb["mlm_positions"], keep_idx=keep_cpu, drop_active=True).float()
+        ref = cpu_model(
+            mb["input_ids"], mb["mlm_positions"], keep_idx=keep_cpu, drop_active=True
+        ).float()
         dense = cpu_model(mb["input_ids"], mb["mlm_positions"]).float()
         with torch.autocast(CUDA.type, dtype=torch.bfloat16):
-            got = gpu_model(mb["input_ids"].to(CUDA), mb["mlm_positions"].to(CUDA), keep_idx=keep_gpu,
-                            drop_active=True).float().cpu()
+            got = (
+                gpu_model(
+                    mb["input_ids"].to(CUDA),
+                    mb["mlm_positions"].to(CUDA),
+                    keep_idx=keep_gpu,
+                    drop_active=True,
+                )
+                .float()
+                .cpu()
+            )
     err = (got - ref).abs().max().item()
     scale = ref.abs().max().item()
     assert err <= 0.03 * scale + 0.05, (err, scale)
-    # not vacuous: CUDA's dropped forward is much closer to the CPU's dropped one than to the dense one
+    # not vacuous: CUDA's dropped forward is much closer to the CPU's dropped one than to the dense
+    # one
     assert (got - ref).abs().mean() < 0.5 * (dense - ref).abs().mean()
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
 
 
 def _modern_cfg(backend: str) -> ModelConfig:
     # 64-wide heads; a 32-token window; packed documents (a [SEP] every 64 tokens in the batch)
-    return ModelConfig(preset="modern-tiny", vocab_size=V, hidden_size=128, num_layers=4, num_heads=2,
-                       intermediate_size=192, local_attention=32, global_attn_every_n_layers=2,
-                       sep_token_id=SPECIAL_IDS["sep"], document_attention="on", attention_backend=backend,
-                       hidden_dropout=0.0, attention_dropout=0.0)
+    return ModelConfig(
+        preset="modern-tiny",
+        vocab_size=V,
+        hidden_size=128,
+        num_layers=4,
+        num_heads=2,
+        intermediate_size=192,
+        local_attention=32,
+        global_attn_every_n_layers=2,
+        sep_token_id=SPECIAL_IDS["sep"],
+        document_attention="on",
+        attention_backend=backend,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
 
 
 @pytest.mark.parametrize("variant", ["drop", "pass"])
@@ -158,7 +206,9 @@ def test_flex_attention_matches_sdpa_on_cuda(variant):
     torch.manual_seed(0)
     batch = synthetic_batch(B, 256, V, CUDA)
     g = torch.Generator().manual_seed(1)
-    keep = torch.stack([torch.randperm(256, generator=g)[:128].sort().values for _ in range(B)]).to(CUDA)
+    keep = torch.stack([torch.randperm(256, generator=g)[:128].sort().values for _ in range(B)]).to(
+        CUDA
+    )
     drop = DropConfig(method="random", variant=variant, rate=0.5)
     out = {}
     tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -171,7 +221,10 @@ def test_flex_attention_matches_sdpa_on_cuda(variant):
                 logits = m(batch["input_ids"], batch["mlm_positions"], None, None, k)
                 loss = m.mlm_nll(logits, batch["mlm_labels"]).mean()
                 loss.backward()
-                out[(backend, k is None)] = (loss.item(), [p.grad.clone() for p in m.parameters() if p.grad is not None])
+                out[(backend, k is None)] = (
+                    loss.item(),
+                    [p.grad.clone() for p in m.parameters() if p.grad is not None],
+                )
                 m.zero_grad()
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -183,7 +236,8 @@ def test_flex_attention_matches_sdpa_on_cuda(variant):
 
 
 def test_flex_attention_compiled_bf16_training_steps():
-    """The whole modern model compiled with FlexAttention inside, bf16: losses finite and falling."""
+    """The whole modern model compiled with FlexAttention inside, bf16: losses finite and
+    falling."""
     from tokendrop.models.families import build_model
 
     torch.manual_seed(0)
@@ -209,15 +263,16 @@ def test_dropping_adds_no_host_sync():
     step([mb], 1e-3, _at(step, False))
     dense = count_host_syncs(lambda: step([mb], 1e-3, _at(step, False)), CUDA)
     drop = count_host_syncs(lambda: step([mb], 1e-3, _at(step, True)), CUDA)
-    assert drop.count <= dense.count, (f"drop {drop.count} syncs at {drop.locations}; "
-                                       f"dense {dense.count} at {dense.locations}")
+    assert drop.count <= dense.count, (
+        f"drop {drop.count} syncs at {drop.locations}; dense {dense.count} at {dense.locations}"
+    )
 
 
 @pytest.mark.parametrize("mode", ["step", "graphs"])
 def test_compiled_and_graph_captured_steps_match_eager(mode):
-    """train.compile = step / graphs (forward + loss compiled, the backward with it; graphs: captured
-    as CUDA graphs): three dropping and two dense bf16 steps give eager's losses within bf16
-    tolerance, and further steps of both kinds compile nothing new."""
+    """train.compile = step / graphs (forward + loss compiled, the backward with it; graphs:
+    captured as CUDA graphs): three dropping and two dense bf16 steps give eager's losses within
+    bf16 tolerance, and further steps of both kinds compile nothing new."""
     from torch._dynamo.utils import counters
 
     from tokendrop.train.compiled import compiled_shapes
@@ -226,12 +281,27 @@ def test_compiled_and_graph_captured_steps_match_eager(mode):
         torch.manual_seed(0)
         model = BertForMaskedLM(_model_cfg(0.0), _drop()).to(CUDA).train()
         cfg = Config(model=model.config, drop=_drop(), train=TrainConfig(grad_clip=1.0, steps=20))
-        plan = DropPlan.for_model(_drop(), model.config, T, SPECIAL_IDS, total_steps=20, device=CUDA)
+        plan = DropPlan.for_model(
+            _drop(), model.config, T, SPECIAL_IDS, total_steps=20, device=CUDA
+        )
         opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, fused=True)
-        step = MLMStep(model, plan, opt, cfg, torch.bfloat16, use_attention_mask=False, compile=compile_mode,
-                       shapes=compiled_shapes(cfg, [T]))
-        batches = [{k: v.to(CUDA) for k, v in synthetic_batch(B, T, V, CUDA, seed=i).items()} for i in range(7)]
-        losses = [float(step([batches[i]], 1e-3, _at_step(step, i, i < 3))["loss"]) for i in range(5)]
+        step = MLMStep(
+            model,
+            plan,
+            opt,
+            cfg,
+            torch.bfloat16,
+            use_attention_mask=False,
+            compile=compile_mode,
+            shapes=compiled_shapes(cfg, [T]),
+        )
+        batches = [
+            {k: v.to(CUDA) for k, v in synthetic_batch(B, T, V, CUDA, seed=i).items()}
+            for i in range(7)
+        ]
+        losses = [
+            float(step([batches[i]], 1e-3, _at_step(step, i, i < 3))["loss"]) for i in range(5)
+        ]
         return step, batches, losses
 
     torch._dynamo.reset()

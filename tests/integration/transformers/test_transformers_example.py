@@ -14,8 +14,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
+from toydata import toy_documents, write_toy_vocab  # noqa: E402
+
 from tokendrop.errors import TokendropError  # noqa: E402
-from toydata import toy_documents, write_toy_vocab# noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "transformers_mlm.py"
 
@@ -36,26 +37,61 @@ def model_dir(tmp_path_factory):
     tok = transformers.BertTokenizerFast.from_pretrained(str(d))
     tok.save_pretrained(str(d))
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
-                                  intermediate_size=64, max_position_embeddings=64, pad_token_id=tok.pad_token_id)
+    cfg = transformers.BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id,
+    )
     transformers.BertForMaskedLM(cfg).save_pretrained(d)
     return d
 
 
 @pytest.fixture(scope="module")
 def texts():
-    return [d.replace("\n", " ") for d in toy_documents(30, seed=4, min_words=10, max_words=40, num_words=200)]
+    return [
+        d.replace("\n", " ")
+        for d in toy_documents(30, seed=4, min_words=10, max_words=40, num_words=200)
+    ]
 
 
 def test_the_example_trains_checkpoints_and_resumes(example, model_dir, texts, tmp_path):
     train = tmp_path / "train.txt"
     train.write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    common = ["--model_name_or_path", str(model_dir), "--train_file", str(train), "--output_dir", str(out),
-              "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--save_steps", "2",
-              "--logging_steps", "1", "--report_to", "none", "--use_cpu", "--disable_tqdm", "true",
-              "--token_dropping", "--token_dropping_rate", "0.5", "--token_dropping_option", "beta=0.99",
-              "--mask_rate_end", "0.1", "--mlm_probability", "0.3"]
+    common = [
+        "--model_name_or_path",
+        str(model_dir),
+        "--train_file",
+        str(train),
+        "--output_dir",
+        str(out),
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "4",
+        "--save_steps",
+        "2",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--use_cpu",
+        "--disable_tqdm",
+        "true",
+        "--token_dropping",
+        "--token_dropping_rate",
+        "0.5",
+        "--token_dropping_option",
+        "beta=0.99",
+        "--mask_rate_end",
+        "0.1",
+        "--mlm_probability",
+        "0.3",
+    ]
     metrics = example.main(common + ["--max_steps", "2"])
     assert metrics["train_loss"] > 0
     ckpt = out / "checkpoint-2"
@@ -65,7 +101,9 @@ def test_the_example_trains_checkpoints_and_resumes(example, model_dir, texts, t
     assert json.loads((out / "checkpoint-4" / "token_dropping.json").read_text())["step"] == 4
     back, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
-    assert not (out / "token_dropping.json").exists()  # the final model is a plain transformers model
+    assert not (
+        out / "token_dropping.json"
+    ).exists()  # the final model is a plain transformers model
 
 
 def test_the_example_reads_text_jsonl_and_parquet(example, tmp_path):
@@ -78,8 +116,12 @@ def test_the_example_reads_text_jsonl_and_parquet(example, tmp_path):
     assert example.read_texts(str(tmp_path / "a.txt"), "text") == ["one two", "three"]
     assert example.read_texts(str(tmp_path / "a.jsonl"), "text") == ["one two", "three"]
     assert example.read_texts(str(tmp_path / "a.parquet"), "body") == ["one two", "three"]
-    for name, column, match in (("a.parquet", "text", "no column 'text'"), ("a.jsonl", "body", "no field 'body'"),
-                                ("a.csv", "text", "not found"), ("a.txt.gz", "text", "not found")):
+    for name, column, match in (
+        ("a.parquet", "text", "no column 'text'"),
+        ("a.jsonl", "body", "no field 'body'"),
+        ("a.csv", "text", "not found"),
+        ("a.txt.gz", "text", "not found"),
+    ):
         with pytest.raises(TokendropError, match=match):
             example.read_texts(str(tmp_path / name), column)
     (tmp_path / "a.csv").write_text("x\n")

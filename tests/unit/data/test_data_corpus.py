@@ -9,10 +9,10 @@ import os
 import re
 
 import pytest
+from synthetic import SHARED_DATA
 
 from tokendrop.data import DataError, clean_wikitext, iter_documents, resolve_corpus
 from tokendrop.data.corpus import read_wiki_pages
-from synthetic import SHARED_DATA
 
 SHARED = str(SHARED_DATA / "corpus")
 WIKI_DUMP = os.path.join(SHARED, "enwiki-sample-pages-articles.xml.bz2")
@@ -43,7 +43,9 @@ def test_jsonl_text_field(tmp_path):
         list(iter_documents(p))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"text": 3}\n', encoding="utf-8")
-    with pytest.raises(DataError, match=r"bad\.jsonl: line 2: field 'text' is int; expected a string"):
+    with pytest.raises(
+        DataError, match=r"bad\.jsonl: line 2: field 'text' is int; expected a string"
+    ):
         list(iter_documents(bad))
     bad.write_text('{"text": "ok"}\nnot json\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"bad\.jsonl: line 2: invalid JSON"):
@@ -59,8 +61,13 @@ def test_directories_and_globs(tmp_path):
     (d / "notes.md").write_text("ignored\n", encoding="utf-8")
     (d / ".hidden.txt").write_text("ignored\n", encoding="utf-8")
     assert list(iter_documents(d)) == ["A doc.", "B doc.", "C doc."]
-    assert [os.path.basename(s.path) for s in resolve_corpus([str(d / "*.txt")])] == ["a.txt", "b.txt"]
-    assert [os.path.basename(s.path) for s in resolve_corpus([str(d / "**" / "*.jsonl")])] == ["c.jsonl"]
+    assert [os.path.basename(s.path) for s in resolve_corpus([str(d / "*.txt")])] == [
+        "a.txt",
+        "b.txt",
+    ]
+    assert [os.path.basename(s.path) for s in resolve_corpus([str(d / "**" / "*.jsonl")])] == [
+        "c.jsonl"
+    ]
     # the same file twice is read once
     assert len(resolve_corpus([d / "a.txt", str(d / "a.txt")])) == 1
     with pytest.raises(DataError, match="glob pattern matches no files"):
@@ -98,7 +105,10 @@ def test_hf_local_dataset(tmp_path):
     from datasets.table import InMemoryTable
 
     # an explicit fingerprint skips datasets' dill hashing (fragile across pyarrow versions)
-    ds = datasets.Dataset(InMemoryTable.from_pydict({"content": ["One doc.\n\nParagraph two.", "Two."]}), fingerprint="t")
+    ds = datasets.Dataset(
+        InMemoryTable.from_pydict({"content": ["One doc.\n\nParagraph two.", "Two."]}),
+        fingerprint="t",
+    )
     ds.save_to_disk(str(tmp_path / "ds"))
     want = ["One doc.\nParagraph two.", "Two."]
     assert list(iter_documents([f"hf:{tmp_path / 'ds'}"], text_field="content")) == want
@@ -108,11 +118,20 @@ def test_hf_local_dataset(tmp_path):
         list(iter_documents([f"hf:{tmp_path / 'dd'}@test"], text_field="content"))
     with pytest.raises(DataError, match="no column 'text'"):
         list(iter_documents([f"hf:{tmp_path / 'ds'}"]))
-    from tokendrop.data import PreparedData, prepare
     from toydata import write_toy_vocab
 
-    prepare([f"hf:{tmp_path / 'ds'}"], tmp_path / "o", 8, vocab=write_toy_vocab(tmp_path / "v.txt"),
-            text_field="content", eval_fraction=0, workers=1, progress=False)
+    from tokendrop.data import PreparedData, prepare
+
+    prepare(
+        [f"hf:{tmp_path / 'ds'}"],
+        tmp_path / "o",
+        8,
+        vocab=write_toy_vocab(tmp_path / "v.txt"),
+        text_field="content",
+        eval_fraction=0,
+        workers=1,
+        progress=False,
+    )
     assert PreparedData.open(tmp_path / "o").meta["sources"][0]["format"] == "hf"
 
 
@@ -139,33 +158,61 @@ def test_hf_without_datasets_is_a_clear_error(monkeypatch):
     "wikitext, expected",
     [
         # nested templates, including a multi-line infobox with templates inside its parameters
-        ("{{Infobox person\n| name = {{nowrap|A B}}\n| born = {{birth date|1900|1|1}}\n}}\nFoo {{a|{{b|{{c}}}}}} bar.",
-         "Foo bar."),
+        (
+            "{{Infobox person\n| name = {{nowrap|A B}}\n| born = {{birth date|1900|1|1}}\n}}\nFoo "
+            "{{a|{{b|{{c}}}}}} bar.",
+            "Foo bar.",
+        ),
         # references: paired (containing templates), self-closing, and with attributes
-        ('Text.<ref name="x">{{cite web |url=http://x.org |title=T}}</ref> More<ref name="x" /> end.<ref>plain</ref>',
-         "Text. More end."),
+        (
+            'Text.<ref name="x">{{cite web |url=http://x.org |title=T}}</ref> More<ref name="x" /> '
+            "end.<ref>plain</ref>",
+            "Text. More end.",
+        ),
         # links: piped, plain, pipe trick, suffixes, section links
-        ("[[political philosophy|Political]] [[anarchy]] [[Paris, Texas|]] [[cat]]s [[History of France#Middle Ages|medieval]]",
-         "Political anarchy Paris cats medieval"),
+        (
+            "[[political philosophy|Political]] [[anarchy]] [[Paris, Texas|]] [[cat]]s [[History "
+            "of France#Middle Ages|medieval]]",
+            "Political anarchy Paris cats medieval",
+        ),
         # files with nested links and external links in the caption; categories; interlanguage links
-        ("[[File:Flag.svg|thumb|right|A [[flag]] with [http://x.org a link] [1900]]]Prose starts.\n"
-         "[[Image:X.png|200px]]\n[[Category:Anarchism| ]]\n[[de:Anarchismus]]\n[[:Category:Visible|visible]] text.",
-         "Prose starts.\nvisible text."),
+        (
+            "[[File:Flag.svg|thumb|right|A [[flag]] with [http://x.org a link] [1900]]]Prose "
+            "starts.\n"
+            "[[Image:X.png|200px]]\n[[Category:Anarchism| "
+            "]]\n[[de:Anarchismus]]\n[[:Category:Visible|visible]] text.",
+            "Prose starts.\nvisible text.",
+        ),
         # tables (nested), table debris
-        ('Before.\n{| class="wikitable"\n|-\n! H1 !! H2\n|-\n| a || b\n|-\n|\n{|\n| inner\n|}\n|}\nAfter.',
-         "Before.\nAfter."),
+        (
+            'Before.\n{| class="wikitable"\n|-\n! H1 !! H2\n|-\n| a || b\n|-\n|\n{|\n| '
+            "inner\n|}\n|}\nAfter.",
+            "Before.\nAfter.",
+        ),
         # comments, tags, bold/italic, entities, magic words
-        ("A <!-- hidden\nover lines --> B. '''Bold''' and ''italic'' H<sub>2</sub>O&nbsp;&amp;&ndash;x<br/>y __NOTOC__",
-         "A B. Bold and italic H2O &–x y"),
+        (
+            "A <!-- hidden\nover lines --> B. '''Bold''' and ''italic'' "
+            "H<sub>2</sub>O&nbsp;&amp;&ndash;x<br/>y __NOTOC__",
+            "A B. Bold and italic H2O &–x y",
+        ),
         # headings removed, list markers removed (text kept), non-prose sections dropped
-        ("Intro.\n== History ==\n* item one\n# item two\n: indented\n; term\nText.\n== See also ==\n* [[Other]]\n"
-         "=== Sub ===\nstill skipped\n== References ==\n{{reflist}}\n== Legacy ==\nKept.",
-         "Intro.\nitem one\nitem two\nindented\nterm\nText.\nKept."),
+        (
+            "Intro.\n== History ==\n* item one\n# item two\n: indented\n; term\nText.\n== See also "
+            "==\n* [[Other]]\n"
+            "=== Sub ===\nstill skipped\n== References ==\n{{reflist}}\n== Legacy ==\nKept.",
+            "Intro.\nitem one\nitem two\nindented\nterm\nText.\nKept.",
+        ),
         # inline templates that carry text, and empty parentheses left by removed ones
-        ("It is {{convert|5|km|mi}} long and {{lang|fr|très}} fine ({{IPA|x}}) here{{citation needed}}.",
-         "It is 5 km long and très fine here."),
+        (
+            "It is {{convert|5|km|mi}} long and {{lang|fr|très}} fine ({{IPA|x}}) here{{citation "
+            "needed}}.",
+            "It is 5 km long and très fine here.",
+        ),
         # external links: labelled, bare
-        ("See [http://example.com Example site] and [https://x.org] or http://bare.url/x now.", "See Example site and or now."),
+        (
+            "See [http://example.com Example site] and [https://x.org] or http://bare.url/x now.",
+            "See Example site and or now.",
+        ),
         # unclosed template / stray closers do not eat the article
         ("A {{unclosed B.\nNext line ok.", "A unclosed B.\nNext line ok."),
         ("Stray }} closer and {{tpl}}.", "Stray closer and."),
@@ -194,7 +241,7 @@ Second &amp;nbsp;paragraph.</text></revision></page>
   <page><title>Second</title><ns>0</ns><id>6</id>
     <revision><id>6</id><text xml:space="preserve">Another [[article]].</text></revision></page>
 </mediawiki>
-"""
+"""  # noqa: E501 (a dump as MediaWiki writes it)
 
 
 def test_wiki_dump_reader_skips_redirects_and_namespaces(tmp_path):
@@ -214,14 +261,32 @@ def test_real_wikipedia_dump_sample():
     # 206 pages = 106 articles + 100 redirects
     assert 100 <= len(docs) <= 106
     text = "\n".join(docs)
-    for residue in ("{{", "}}", "[[", "]]", "<ref", "</", "{|", "|}", "&nbsp;", "&amp;", "'''", "==", "http://", "[http"):
+    for residue in (
+        "{{",
+        "}}",
+        "[[",
+        "]]",
+        "<ref",
+        "</",
+        "{|",
+        "|}",
+        "&nbsp;",
+        "&amp;",
+        "'''",
+        "==",
+        "http://",
+        "[http",
+    ):
         assert residue not in text, residue
     assert not re.search(r"(?m)^\s*[*#|!]", text)  # no list markers / table rows
     assert not re.search(r"(?mi)^(?:File|Image|Category):", text)
     words = text.split()
     assert len(words) > 300_000  # prose survives
-    # mostly real sentences: >90% of the text is in lines that end like a sentence (the rest: list items)
+    # mostly real sentences: >90% of the text is in lines that end like a sentence (the rest: list
+    # items)
     lines = [ln for d in docs for ln in d.split("\n")]
     prose = sum(len(ln) for ln in lines if ln.endswith((".", '"', ")", ":", "!", "?")))
     assert prose / sum(len(ln) for ln in lines) > 0.9
-    assert docs[0].startswith("Anarchism is a political philosophy that advocates self-governed societies")
+    assert docs[0].startswith(
+        "Anarchism is a political philosophy that advocates self-governed societies"
+    )

@@ -10,25 +10,26 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from batches import same, take, unmask
+from toydata import toy_prepared
 
 from tokendrop.data import DataError, MLMLoader, PreparedData, num_prediction_slots
-from toydata import toy_prepared
-from batches import same, take, unmask
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    return PreparedData.open(toy_prepared(tmp_path_factory.mktemp("d") / "packed", seq_len=64, num_docs=400))
+    return PreparedData.open(
+        toy_prepared(tmp_path_factory.mktemp("d") / "packed", seq_len=64, num_docs=400)
+    )
 
 
 @pytest.fixture(scope="module")
 def unpacked(tmp_path_factory):
     return PreparedData.open(
-        toy_prepared(tmp_path_factory.mktemp("d") / "unpacked", seq_len=64, num_docs=300, packed=False)
+        toy_prepared(
+            tmp_path_factory.mktemp("d") / "unpacked", seq_len=64, num_docs=300, packed=False
+        )
     )
-
-
-
 
 
 def test_batch_shapes_and_contract(packed):
@@ -64,7 +65,9 @@ def test_masking_statistics(packed, unpacked):
         loader = MLMLoader(pd, batch_size=64, num_workers=0, seed=3)
         n_maskable = n_pred = n_mask = n_keep = n_rand = 0
         vocab = pd.vocab()
-        bracketed = torch.tensor([i for i, t in enumerate(vocab) if t.startswith("[") and t.endswith("]")])
+        bracketed = torch.tensor(
+            [i for i, t in enumerate(vocab) if t.startswith("[") and t.endswith("]")]
+        )
         for b in take(loader, 60 if pd is packed else 120):
             orig = unmask(b)
             maskable = ~torch.isin(orig, specials)
@@ -146,7 +149,10 @@ def test_data_parallel_ranks(packed):
     N = packed.num_sequences("train")
     B, W = 4, 2
     single = take(MLMLoader(packed, batch_size=B * W, num_workers=0, seed=2), 10)
-    ranks = [take(MLMLoader(packed, batch_size=B, world_size=W, rank=r, num_workers=1, seed=2), 10) for r in range(W)]
+    ranks = [
+        take(MLMLoader(packed, batch_size=B, world_size=W, rank=r, num_workers=1, seed=2), 10)
+        for r in range(W)
+    ]
     for s in range(10):
         for k in single[s]:
             assert torch.equal(torch.cat([ranks[0][s][k], ranks[1][s][k]]), single[s][k])
@@ -187,7 +193,16 @@ def test_eval_pass_covers_every_sequence_once(packed):
     got = []
     counts = []
     for r in range(W):
-        ld = MLMLoader(packed, split="eval", batch_size=B, world_size=W, rank=r, shuffle=False, loop=False, num_workers=1)
+        ld = MLMLoader(
+            packed,
+            split="eval",
+            batch_size=B,
+            world_size=W,
+            rank=r,
+            shuffle=False,
+            loop=False,
+            num_workers=1,
+        )
         batches = list(ld)
         counts.append(len(batches))
         assert len(batches) == len(ld) == -(-N // (B * W))
@@ -197,7 +212,11 @@ def test_eval_pass_covers_every_sequence_once(packed):
             assert torch.equal(real, torch.from_numpy(idx >= 0))  # placeholders carry no weight
             assert torch.equal(unmask(b)[real], seqs[idx[idx >= 0]])
             got += idx[idx >= 0].tolist()
-        again = list(MLMLoader(packed, split="eval", batch_size=B, world_size=W, rank=r, shuffle=False, loop=False))
+        again = list(
+            MLMLoader(
+                packed, split="eval", batch_size=B, world_size=W, rank=r, shuffle=False, loop=False
+            )
+        )
         same(batches, again)  # deterministic masks on every eval pass
         same(take(ld, 2), batches[:2])  # a new pass over the same loader restarts at the beginning
         same(take(ld, 2), batches[:2])

@@ -17,12 +17,12 @@ import numpy as np
 import pyarrow as pa  # a dependency of tokendrop (Parquet/Arrow inputs)
 import pyarrow.parquet as pq
 import pytest
+from toydata import toy_documents, write_documents, write_toy_vocab
 
 from tokendrop.cli import main
 from tokendrop.data import DataError, prepare
 from tokendrop.data.corpus import JSONL, TEXT, iter_documents, read_jsonl, read_text, split_points
 from tokendrop.data.shards import PackedWriter, ShardWriter, UnpackedWriter, choose_eval_docs
-from toydata import toy_documents, write_documents, write_toy_vocab
 from tokendrop.data.tokenizer import build_tokenizer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,7 +34,11 @@ def digests(out) -> dict:
 
 
 def debris(parent) -> list[str]:
-    return sorted(n for n in os.listdir(parent) if ".tmp-" in n or n.endswith(".partial") or n.endswith(".lock"))
+    return sorted(
+        n
+        for n in os.listdir(parent)
+        if ".tmp-" in n or n.endswith(".partial") or n.endswith(".lock")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +58,9 @@ def corpus(tmp_path_factory):
 # reference: the whole corpus in memory, as prepare did before work units
 
 
-def _reference_eval(lengths: np.ndarray, eval_fraction: float, body: int, packed: bool, seed: int) -> np.ndarray:
+def _reference_eval(
+    lengths: np.ndarray, eval_fraction: float, body: int, packed: bool, seed: int
+) -> np.ndarray:
     D = len(lengths)
     is_eval = np.zeros(D, bool)
     if eval_fraction <= 0 or D < 2:
@@ -69,16 +75,27 @@ def _reference_eval(lengths: np.ndarray, eval_fraction: float, body: int, packed
     return is_eval
 
 
-def _reference_shards(tmp: Path, vocab: str, paths: list[str], T: int, packed: bool, eval_fraction: float, seed: int):
+def _reference_shards(
+    tmp: Path, vocab: str, paths: list[str], T: int, packed: bool, eval_fraction: float, seed: int
+):
     tok = build_tokenizer(vocab)
     sp = {k: tok.token_to_id(f"[{k.upper()}]") for k in ("cls", "sep", "pad")}
-    docs = [np.array(e.ids, np.uint16) for e in tok.encode_batch(list(iter_documents(paths)), add_special_tokens=False)]
+    docs = [
+        np.array(e.ids, np.uint16)
+        for e in tok.encode_batch(list(iter_documents(paths)), add_special_tokens=False)
+    ]
     docs = [d for d in docs if len(d)]
-    is_eval = _reference_eval(np.array([len(d) for d in docs], np.int64), eval_fraction, T - 2, packed, seed)
+    is_eval = _reference_eval(
+        np.array([len(d) for d in docs], np.int64), eval_fraction, T - 2, packed, seed
+    )
     out = {}
     for split, sel in (("train", ~is_eval), ("eval", is_eval)):
         shard = ShardWriter(str(tmp / f"ref-{split}.bin"), T, np.dtype(np.uint16))
-        w = PackedWriter(shard, sp["cls"], sp["sep"]) if packed else UnpackedWriter(shard, sp["cls"], sp["sep"], sp["pad"], "split")
+        w = (
+            PackedWriter(shard, sp["cls"], sp["sep"])
+            if packed
+            else UnpackedWriter(shard, sp["cls"], sp["sep"], sp["pad"], "split")
+        )
         for i in np.flatnonzero(sel):
             w.add(docs[i])
         w.finish()
@@ -98,13 +115,24 @@ def test_any_workers_and_unit_size_write_the_same_bytes(tmp_path, corpus, packed
     prepare(paths, tmp_path / "one", workers=1, progress=False, **kw)  # every file one unit
     want = digests(tmp_path / "one")
     assert json.loads((tmp_path / "one" / "meta.json").read_text())["parallelism"]["units"] == 2
-    assert {f: want[f] for f in ("train.bin", "eval.bin")} == _reference_shards(tmp_path, vocab, paths, 32, packed, 0.05, 4)
+    assert {f: want[f] for f in ("train.bin", "eval.bin")} == _reference_shards(
+        tmp_path, vocab, paths, 32, packed, 0.05, 4
+    )
     # (3, None): fewer units than workers, read here and tokenized by the workers chunk by chunk
     for workers, unit in ((1, 9000), (2, 9000), (2, 40000), (3, None)):
         out = tmp_path / f"w{workers}-u{unit}"
-        prepare(paths, out, workers=workers, unit_bytes=unit, progress=workers == 2 and unit == 9000, **kw)
+        prepare(
+            paths,
+            out,
+            workers=workers,
+            unit_bytes=unit,
+            progress=workers == 2 and unit == 9000,
+            **kw,
+        )
         meta = json.loads((out / "meta.json").read_text())
-        assert meta["parallelism"]["units"] > 4 if unit else meta["parallelism"]["units"] == 2, meta["parallelism"]
+        assert meta["parallelism"]["units"] > 4 if unit else meta["parallelism"]["units"] == 2, (
+            meta["parallelism"]
+        )
         assert digests(out) == want, (workers, unit)
         assert [s["documents"] for s in meta["sources"]] == [300, 200]
         assert not (tmp_path / f"w{workers}-u{unit}.partial").exists()
@@ -128,7 +156,12 @@ def test_units_cut_at_document_boundaries(tmp_path):
     txt = tmp_path / "edge.txt"
     txt.write_bytes(_edge_text(rng, docs).encode("utf-8"))
     jl = tmp_path / "edge.jsonl"
-    jl.write_text("".join(json.dumps({"text": d}) + "\n" + ("  \n" if i % 5 == 0 else "") for i, d in enumerate(docs)))
+    jl.write_text(
+        "".join(
+            json.dumps({"text": d}) + "\n" + ("  \n" if i % 5 == 0 else "")
+            for i, d in enumerate(docs)
+        )
+    )
     whole_txt, whole_jl = list(read_text(str(txt))), list(read_jsonl(str(jl)))
     assert len(whole_txt) == len(whole_jl) == 120
     for fmt, path, whole in ((TEXT, txt, whole_txt), (JSONL, jl, whole_jl)):
@@ -138,14 +171,24 @@ def test_units_cut_at_document_boundaries(tmp_path):
             assert cuts == sorted(set(cuts)) and len(cuts) >= 2
             got = []
             for a, b in zip(cuts, cuts[1:]):
-                got += list(read_text(str(path), span=(a, b)) if fmt == TEXT else read_jsonl(str(path), span=(a, b)))
+                got += list(
+                    read_text(str(path), span=(a, b))
+                    if fmt == TEXT
+                    else read_jsonl(str(path), span=(a, b))
+                )
             assert got == whole, (fmt, unit)
 
 
 @pytest.mark.parametrize("packed", [True, False])
 def test_streamed_eval_choice_equals_the_in_memory_one(tmp_path, packed):
     rng = np.random.default_rng(0)
-    for D, frac, body in ((2, 0.3, 6), (7, 0.01, 30), (1000, 0.01, 126), (5000, 0.2, 510), (3000, 0.0, 10)):
+    for D, frac, body in (
+        (2, 0.3, 6),
+        (7, 0.01, 30),
+        (1000, 0.01, 126),
+        (5000, 0.2, 510),
+        (3000, 0.0, 10),
+    ):
         lengths = rng.integers(1, 300, D).astype(np.int64)
         want = _reference_eval(lengths, frac, body, packed, seed=D)
         assert np.array_equal(choose_eval_docs(lengths, frac, body, packed, D, chunk=97), want)
@@ -153,7 +196,10 @@ def test_streamed_eval_choice_equals_the_in_memory_one(tmp_path, packed):
         mm[:] = lengths
         scratch = tmp_path / f"s{D}"
         scratch.mkdir()
-        assert np.array_equal(np.asarray(choose_eval_docs(mm, frac, body, packed, D, scratch=str(scratch), chunk=64)), want)
+        assert np.array_equal(
+            np.asarray(choose_eval_docs(mm, frac, body, packed, D, scratch=str(scratch), chunk=64)),
+            want,
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -161,26 +207,66 @@ def test_streamed_eval_choice_equals_the_in_memory_one(tmp_path, packed):
 
 
 def _cli_env() -> dict:
-    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
 
 
 def test_sigkilled_prepare_resumes_to_the_same_bytes(tmp_path, corpus):
     vocab, paths, _ = corpus
-    base = ["--corpus", *paths, "--seq-len", "32", "--vocab", vocab, "--eval-fraction", "0.05", "--quiet"]
-    prepare(paths, tmp_path / "want", seq_len=32, vocab=vocab, eval_fraction=0.05, workers=1, progress=False)
+    base = [
+        "--corpus",
+        *paths,
+        "--seq-len",
+        "32",
+        "--vocab",
+        vocab,
+        "--eval-fraction",
+        "0.05",
+        "--quiet",
+    ]
+    prepare(
+        paths,
+        tmp_path / "want",
+        seq_len=32,
+        vocab=vocab,
+        eval_fraction=0.05,
+        workers=1,
+        progress=False,
+    )
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "tokendrop", "prepare", *base, "--out", str(out), "--workers", "2", "--unit-mb", "0.004"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tokendrop",
+        "prepare",
+        *base,
+        "--out",
+        str(out),
+        "--workers",
+        "2",
+        "--unit-mb",
+        "0.004",
+    ]
     units = tmp_path / "out.partial" / "units"
     rng = random.Random(1)
     kills = 0
     finished = False
     for _ in range(4):
         before = len(os.listdir(units)) if units.is_dir() else 0
-        p = subprocess.Popen(cmd, env=_cli_env(), start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
-        # kill after this run finished 1-2 units of its own, then a random moment that ends early when
-        # one more unit is done: each kill lets the run advance at most 3 of its ~60 units, so the
-        # kills come while it is provably unfinished, however fast the machine (no time-based wait)
+        p = subprocess.Popen(
+            cmd,
+            env=_cli_env(),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        # kill after this run finished 1-2 units of its own, then a random moment that ends early
+        # when one more unit is done: each kill lets the run advance at most 3 of its ~60 units, so
+        # the kills come while it is provably unfinished, however fast the machine (no time-based
+        # wait)
         k, done = rng.randint(1, 2), lambda: len(os.listdir(units)) if units.is_dir() else 0
         t_end = time.time() + 120
         while p.poll() is None and time.time() < t_end and done() < before + k:
@@ -210,7 +296,9 @@ def test_sigkilled_prepare_resumes_to_the_same_bytes(tmp_path, corpus):
 def test_resume_reuses_units_and_refuses_other_inputs(tmp_path, corpus, monkeypatch, capsys):
     import importlib
 
-    prep_mod = importlib.import_module("tokendrop.data.prepare")  # the package's ``prepare`` is the function
+    prep_mod = importlib.import_module(
+        "tokendrop.data.prepare"
+    )  # the package's ``prepare`` is the function
     units_mod = importlib.import_module("tokendrop.data.units")
 
     vocab, paths, docs = corpus
@@ -228,27 +316,46 @@ def test_resume_reuses_units_and_refuses_other_inputs(tmp_path, corpus, monkeypa
     assert "run the same command again" in e.value.kept
     work = tmp_path / "out.partial"
     n_units = len(json.loads((work / "plan.json").read_text())["units"])
-    assert n_units > 4 and len(os.listdir(work / "units")) == n_units and not (tmp_path / "out").exists()
+    assert (
+        n_units > 4
+        and len(os.listdir(work / "units")) == n_units
+        and not (tmp_path / "out").exists()
+    )
     # the same command: no unit tokenized again, the trained vocabulary reused (not trained again)
     monkeypatch.setattr(prep_mod, "_write_shards", real)
     monkeypatch.setattr(prep_mod, "_train", lambda *a, **k: pytest.fail("trained again"))
     calls = []
-    monkeypatch.setattr(units_mod, "tokenize_unit", lambda *a, **k: calls.append(a) or pytest.fail("redone"))
+    monkeypatch.setattr(
+        units_mod, "tokenize_unit", lambda *a, **k: calls.append(a) or pytest.fail("redone")
+    )
     prepare(local, tmp_path / "out", workers=1, **kw)
     assert calls == [] and not work.exists()
     monkeypatch.undo()
     # an interrupted run of other inputs: refused in one line; --overwrite starts over
     monkeypatch.setattr(prep_mod, "_write_shards", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        prepare(local, tmp_path / "o2", seq_len=32, vocab=vocab, workers=1, progress=False, unit_bytes=20000)
+        prepare(
+            local,
+            tmp_path / "o2",
+            seq_len=32,
+            vocab=vocab,
+            workers=1,
+            progress=False,
+            unit_bytes=20000,
+        )
     monkeypatch.undo()
     with open(local[0], "a", encoding="utf-8") as f:
         f.write("\nOne more document.\n")
-    with pytest.raises(DataError, match=r"o2\.partial: holds the unfinished preparation of other inputs .*a\.txt.*"
-                                        r"--overwrite") as e:
+    with pytest.raises(
+        DataError,
+        match=r"o2\.partial: holds the unfinished preparation of other inputs .*a\.txt.*"
+        r"--overwrite",
+    ) as e:
         prepare(local, tmp_path / "o2", seq_len=32, vocab=vocab, workers=1, progress=False)
     assert "\n" not in str(e.value)
-    s = prepare(local, tmp_path / "o2", seq_len=32, vocab=vocab, workers=1, progress=False, overwrite=True)
+    s = prepare(
+        local, tmp_path / "o2", seq_len=32, vocab=vocab, workers=1, progress=False, overwrite=True
+    )
     assert s["documents"] == len(docs) + 1 and not (tmp_path / "o2.partial").exists()
 
 
@@ -272,7 +379,8 @@ def _write_arrow(path: Path, table, stream: bool = True, batch: int = 37) -> Non
 
 
 def _save_to_disk_by_hand(d: Path, table, files: int = 2) -> None:
-    """The layout datasets' Dataset.save_to_disk writes (state.json, dataset_info.json, data-*.arrow)."""
+    """The layout datasets' Dataset.save_to_disk writes (state.json, dataset_info.json,
+    data-*.arrow)."""
     d.mkdir(parents=True)
     n = table.num_rows
     names = []
@@ -280,10 +388,22 @@ def _save_to_disk_by_hand(d: Path, table, files: int = 2) -> None:
         name = f"data-{i:05d}-of-{files:05d}.arrow"
         _write_arrow(d / name, table.slice(i * n // files, (i + 1) * n // files - i * n // files))
         names.append({"filename": name})
-    (d / "state.json").write_text(json.dumps({"_data_files": names, "_fingerprint": "x", "_format_columns": None,
-                                              "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
-                                              "_split": None}))
-    (d / "dataset_info.json").write_text(json.dumps({"features": {"text": {"dtype": "string", "_type": "Value"}}}))
+    (d / "state.json").write_text(
+        json.dumps(
+            {
+                "_data_files": names,
+                "_fingerprint": "x",
+                "_format_columns": None,
+                "_format_kwargs": {},
+                "_format_type": None,
+                "_output_all_columns": False,
+                "_split": None,
+            }
+        )
+    )
+    (d / "dataset_info.json").write_text(
+        json.dumps({"features": {"text": {"dtype": "string", "_type": "Value"}}})
+    )
 
 
 def test_new_formats_give_the_same_ids_as_the_text_reader(tmp_path, corpus):
@@ -303,7 +423,9 @@ def test_new_formats_give_the_same_ids_as_the_text_reader(tmp_path, corpus):
     _save_to_disk_by_hand(tmp_path / "ds", table)
     inputs["datasets-dir"] = [tmp_path / "ds"]
     (tmp_path / "dd").mkdir()
-    (tmp_path / "dd" / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "validation"]}))
+    (tmp_path / "dd" / "dataset_dict.json").write_text(
+        json.dumps({"splits": ["train", "validation"]})
+    )
     _save_to_disk_by_hand(tmp_path / "dd" / "train", table, files=3)
     _save_to_disk_by_hand(tmp_path / "dd" / "validation", _table(["Other text."]), files=1)
     inputs["datasetdict@train"] = [f"{tmp_path / 'dd'}@train"]
@@ -311,7 +433,9 @@ def test_new_formats_give_the_same_ids_as_the_text_reader(tmp_path, corpus):
     (tmp_path / "docs.txt.zst").write_bytes(cz.compress((tmp_path / "docs.txt").read_bytes()))
     inputs["txt.zst"] = [tmp_path / "docs.txt.zst"]
     jl = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()
-    (tmp_path / "docs.jsonl.zst").write_bytes(cz.compress(jl[: len(jl) // 2]) + cz.compress(jl[len(jl) // 2 :]))
+    (tmp_path / "docs.jsonl.zst").write_bytes(
+        cz.compress(jl[: len(jl) // 2]) + cz.compress(jl[len(jl) // 2 :])
+    )
     inputs["jsonl.zst (two frames)"] = [tmp_path / "docs.jsonl.zst"]
     kw = dict(seq_len=32, vocab=vocab, eval_fraction=0.05, progress=False)
     prepare([tmp_path / "docs.txt"], tmp_path / "want", workers=1, **kw)
@@ -333,7 +457,9 @@ def test_a_real_save_to_disk_directory(tmp_path, corpus):
     write_documents(tmp_path / "docs.txt", docs)
     ds = datasets.Dataset.from_dict({"text": docs, "n": list(range(len(docs)))})
     ds.save_to_disk(str(tmp_path / "ds"), num_shards=2)
-    datasets.DatasetDict({"train": ds, "test": ds.select(range(5))}).save_to_disk(str(tmp_path / "dd"))
+    datasets.DatasetDict({"train": ds, "test": ds.select(range(5))}).save_to_disk(
+        str(tmp_path / "dd")
+    )
     kw = dict(seq_len=32, vocab=vocab, eval_fraction=0.05, progress=False, workers=2)
     prepare([tmp_path / "docs.txt"], tmp_path / "want", **kw)
     prepare([tmp_path / "ds"], tmp_path / "a", **kw)
@@ -346,7 +472,10 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     docs = ["One document here.", "Another one."]
     cases = {}
     pq.write_table(pa.table({"body": docs, "n": [1, 2]}), tmp / "nocol.parquet")
-    cases["parquet without the text column"] = ([str(tmp / "nocol.parquet")], "no column 'text'; its columns are body, n")
+    cases["parquet without the text column"] = (
+        [str(tmp / "nocol.parquet")],
+        "no column 'text'; its columns are body, n",
+    )
     (tmp / "junk.parquet").write_bytes(b"PAR1" + os.urandom(300))
     cases["corrupt parquet"] = ([str(tmp / "junk.parquet")], "cannot read as Parquet")
     pq.write_table(pa.table({"text": docs * 50}), tmp / "cut.parquet")
@@ -358,7 +487,10 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     (tmp / "junk.arrow").write_bytes(os.urandom(200))
     cases["corrupt arrow"] = ([str(tmp / "junk.arrow")], "cannot read as Arrow")
     _save_to_disk_by_hand(tmp / "ints", pa.table({"text": [1, 2, 3]}), files=1)
-    cases["datasets dir whose text column is not a string"] = ([str(tmp / "ints")], "column 'text' is int64, not a string")
+    cases["datasets dir whose text column is not a string"] = (
+        [str(tmp / "ints")],
+        "column 'text' is int64, not a string",
+    )
     (tmp / "notds").mkdir()
     (tmp / "notds" / "state.json").write_text(json.dumps({"something": "else"}))
     (tmp / "notds" / "dataset_info.json").write_text("{}")
@@ -366,7 +498,10 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     (tmp / "dd").mkdir()
     (tmp / "dd" / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
     cases["DatasetDict without a split"] = ([str(tmp / "dd")], "splits train, test; name one as")
-    cases["DatasetDict with an unknown split"] = ([f"{tmp / 'dd'}@dev"], "no split 'dev'; expected one of train, test")
+    cases["DatasetDict with an unknown split"] = (
+        [f"{tmp / 'dd'}@dev"],
+        "no split 'dev'; expected one of train, test",
+    )
     _write_arrow(tmp / "nulls.arrow", pa.table({"text": ["a b", None, "c"]}))
     cases["null text"] = ([str(tmp / "nulls.arrow")], "row 1: column 'text' is null")
     (tmp / "bad.txt.zst").write_bytes(b"\x28\xb5\x2f\xfd" + os.urandom(100))
@@ -380,8 +515,22 @@ def test_bad_columnar_and_zstd_inputs_are_one_line_errors(tmp_path, corpus, caps
     bad.mkdir()
     for name, (args, says) in _bad_inputs(bad).items():
         out = tmp_path / "out"
-        rc = main(["prepare", "--corpus", *args, "--out", str(out), "--seq-len", "32", "--vocab", vocab, "--quiet",
-                   "--workers", "2"])
+        rc = main(
+            [
+                "prepare",
+                "--corpus",
+                *args,
+                "--out",
+                str(out),
+                "--seq-len",
+                "32",
+                "--vocab",
+                vocab,
+                "--quiet",
+                "--workers",
+                "2",
+            ]
+        )
         err = capsys.readouterr().err.strip()
         assert rc == 2 and err.startswith("error: ") and "\n" not in err, (name, err)
         assert says in err, (name, err)
@@ -397,8 +546,20 @@ def test_bad_input_found_by_a_worker_leaves_nothing(tmp_path, corpus):
     bad.parent.mkdir()
     bad.write_text("\n".join(lines) + "\n")
     offset = len("\n".join(lines[:430]).encode()) + 1
-    with pytest.raises(DataError) as e:  # found while a worker process tokenizes the unit holding that line
-        prepare([bad], tmp_path / "out", seq_len=32, vocab=vocab, workers=2, unit_bytes=5000, progress=False)
-    assert str(e.value) == (f"{bad}: byte {offset}: invalid JSON (Unterminated string starting at); expected one "
-                            "JSON object per line")
+    with pytest.raises(
+        DataError
+    ) as e:  # found while a worker process tokenizes the unit holding that line
+        prepare(
+            [bad],
+            tmp_path / "out",
+            seq_len=32,
+            vocab=vocab,
+            workers=2,
+            unit_bytes=5000,
+            progress=False,
+        )
+    assert str(e.value) == (
+        f"{bad}: byte {offset}: invalid JSON (Unterminated string starting at); expected one "
+        "JSON object per line"
+    )
     assert sorted(os.listdir(tmp_path)) == ["in"]

@@ -6,6 +6,8 @@ import json
 import os
 
 import pytest
+from synthetic import SHARED_DATA
+from toydata import toy_documents, toy_vocab_tokens, write_toy_vocab
 
 from tokendrop.data import (
     DataError,
@@ -15,9 +17,7 @@ from tokendrop.data import (
     save_tokenizer,
     train_tokenizer,
 )
-from toydata import toy_documents, toy_vocab_tokens, write_toy_vocab
 from tokendrop.data.tokenizer import plain_copy, special_ids
-from synthetic import SHARED_DATA
 
 BERT_VOCAB = str(SHARED_DATA / "vocab" / "bert-base-uncased-vocab.txt")
 
@@ -46,8 +46,10 @@ def test_bert_base_uncased_ids_match_transformers(tmp_path):
 
     tok = build_tokenizer(BERT_VOCAB, lowercase=True)
     ref = BertTokenizer(BERT_VOCAB, do_lower_case=True)
-    for text, pair in [("Hello, world! Tokenization isn't trivial: naïve café 東京.", None),
-                       ("Where is the [MASK]?", "Second segment here.")]:
+    for text, pair in [
+        ("Hello, world! Tokenization isn't trivial: naïve café 東京.", None),
+        ("Where is the [MASK]?", "Second segment here."),
+    ]:
         ours = tok.encode(text, pair).ids
         theirs = ref(text, pair)["input_ids"]
         assert ours == theirs
@@ -88,7 +90,13 @@ def test_cased_vocab(tmp_path):
     cased = load_tokenizer(tmp_path / "vocab.txt")  # guessed cased: the vocab has upper-case tokens
     assert cased.encode("Hello World", add_special_tokens=False).tokens == ["Hello", "World"]
     uncased = load_tokenizer(tmp_path / "vocab.txt", lowercase=True)
-    assert uncased.encode("Hello", add_special_tokens=False).tokens == ["h", "##e", "##l", "##l", "##o"]
+    assert uncased.encode("Hello", add_special_tokens=False).tokens == [
+        "h",
+        "##e",
+        "##l",
+        "##l",
+        "##o",
+    ]
 
 
 def test_trained_tokenizer(tmp_path):
@@ -101,13 +109,18 @@ def test_trained_tokenizer(tmp_path):
     assert enc.tokens[0] == "[CLS]" and enc.tokens[-1] == "[SEP]" and "[UNK]" not in enc.tokens
     save_tokenizer(tok, tmp_path / "t")
     assert load_tokenizer(tmp_path / "t").encode("abc").ids == tok.encode("abc").ids
-    assert load_tokenizer(tmp_path / "t" / "vocab.txt").encode("abc def").ids == tok.encode("abc def").ids
+    assert (
+        load_tokenizer(tmp_path / "t" / "vocab.txt").encode("abc def").ids
+        == tok.encode("abc def").ids
+    )
 
 
 def test_corpus_text_never_produces_special_ids(tmp_path):
     tok = build_tokenizer(write_toy_vocab(tmp_path / "vocab.txt"))
     text = "a [SEP] b [MASK] c [CLS] [PAD]"
-    assert "[SEP]" in tok.encode(text, add_special_tokens=False).tokens  # user-facing: special, like HF
+    assert (
+        "[SEP]" in tok.encode(text, add_special_tokens=False).tokens
+    )  # user-facing: special, like HF
     plain = plain_copy(tok).encode(text, add_special_tokens=False)
     assert not set(plain.ids) & {0, 2, 3, 4}
 

@@ -1,6 +1,6 @@
-"""Every corpus format refuses a truncated or corrupt file (one DataError naming the file) instead of
-reading it quietly short; multi-frame and block-flushed zstandard files read in full; directory walks
-skip what tokendrop wrote and refuse broken links (docs/design.md, "Corpus inputs")."""
+"""Every corpus format refuses a truncated or corrupt file (one DataError naming the file) instead
+of reading it quietly short; multi-frame and block-flushed zstandard files read in full; directory
+walks skip what tokendrop wrote and refuse broken links (docs/design.md, "Corpus inputs")."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from toydata import toy_documents, write_documents, write_toy_vocab
 
 from tokendrop.cli import main
 from tokendrop.data import DataError
 from tokendrop.data.corpus import check_zstd_frames, iter_documents
-from toydata import toy_documents, write_documents, write_toy_vocab
 
 DOCS = toy_documents(60, seed=3, min_words=20, max_words=80)
 TEXT = ("\n\n".join(DOCS) + "\n").encode()
@@ -71,7 +71,7 @@ def _block_flushed(data: bytes, checksum: bool = False) -> bytes:
     buf = io.BytesIO()
     w = zstandard.ZstdCompressor(level=3, write_checksum=checksum).stream_writer(buf, closefd=False)
     for i in range(0, len(data), 2000):
-        w.write(data[i:i + 2000])
+        w.write(data[i : i + 2000])
         w.flush(zstandard.FLUSH_BLOCK)
     w.flush(zstandard.FLUSH_FRAME)
     return buf.getvalue()
@@ -87,7 +87,11 @@ def _zstd_variants() -> dict[str, list[bytes]]:
         "two frames": [cz.compress(TEXT[:half]), cz.compress(TEXT[half:])],
         "block-flushed": [_block_flushed(TEXT)],
         "block-flushed with checksum": [_block_flushed(TEXT, checksum=True)],
-        "a skippable frame between two": [cz.compress(TEXT[:half]), skippable, cz.compress(TEXT[half:])],
+        "a skippable frame between two": [
+            cz.compress(TEXT[:half]),
+            skippable,
+            cz.compress(TEXT[half:]),
+        ],
         "no content size": [zstandard.ZstdCompressor(write_content_size=False).compress(TEXT)],
     }
 
@@ -109,7 +113,9 @@ def test_zstd_reads_in_full_and_refuses_every_cut(tmp_path, name):
     ends = {sum(map(len, frames[: i + 1])) for i in range(len(frames))}
     bad = tmp_path / "cut.txt.zst"
     quiet = []
-    for n in range(4, len(blob)):  # 4: the magic number (anything shorter is not taken for zstandard)
+    for n in range(
+        4, len(blob)
+    ):  # 4: the magic number (anything shorter is not taken for zstandard)
         if n in ends:
             continue
         with pytest.raises(DataError):  # the frame walk every reader of a .zst runs first
@@ -126,14 +132,35 @@ def test_zstd_reads_in_full_and_refuses_every_cut(tmp_path, name):
 
 
 def test_the_issue_case_half_a_block_flushed_zst_corpus_is_refused_by_prepare(tmp_path, capsys):
-    """Half of a .zst corpus written with block flushes was prepared as 25 of 49 documents, exit 0."""
+    """Half of a .zst corpus written with block flushes was prepared as 25 of 49 documents, exit
+    0."""
     vocab = write_toy_vocab(tmp_path / "vocab.txt")
     bad = tmp_path / "corpus.txt.zst"
     bad.write_bytes(cut(_block_flushed(TEXT)))
-    rc = main(["prepare", "--corpus", str(bad), "--out", str(tmp_path / "out"), "--seq-len", "32", "--vocab", vocab,
-               "--quiet", "--workers", "1"])
+    rc = main(
+        [
+            "prepare",
+            "--corpus",
+            str(bad),
+            "--out",
+            str(tmp_path / "out"),
+            "--seq-len",
+            "32",
+            "--vocab",
+            vocab,
+            "--quiet",
+            "--workers",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and err.startswith(f"error: {bad}: cannot decompress: zstandard frame 1 (from byte 0) is truncated") and "\n" not in err
+    assert (
+        rc == 2
+        and err.startswith(
+            f"error: {bad}: cannot decompress: zstandard frame 1 (from byte 0) is truncated"
+        )
+        and "\n" not in err
+    )
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
@@ -150,8 +177,10 @@ def test_truncated_jsonl_last_line_is_refused(tmp_path):
 
 
 def test_truncated_wikipedia_dump_is_refused(tmp_path):
-    pages = "".join(f"<page><title>T{i}</title><ns>0</ns><revision><text>{d}</text></revision></page>"
-                    for i, d in enumerate(DOCS[:10]))
+    pages = "".join(
+        f"<page><title>T{i}</title><ns>0</ns><revision><text>{d}</text></revision></page>"
+        for i, d in enumerate(DOCS[:10])
+    )
     xml = f"<mediawiki>{pages}</mediawiki>".encode()
     good = tmp_path / "a.xml.bz2"
     good.write_bytes(bz2.compress(xml))
@@ -183,7 +212,7 @@ def test_parquet_corrupt_row_group_is_refused(tmp_path):
     pq.write_table(_table(), good, row_group_size=10)  # snappy: a damaged page does not decompress
     b = bytearray(good.read_bytes())
     start = len(b) // 3
-    b[start:start + 64] = b"\x55" * 64
+    b[start : start + 64] = b"\x55" * 64
     bad = tmp_path / "b.parquet"
     bad.write_bytes(bytes(b))
     refused(bad, "cannot read as Parquet")
@@ -238,13 +267,25 @@ def test_arrow_file_truncated_is_refused(tmp_path):
 
 
 def test_walk_skips_tokendrop_outputs_and_says_so(tmp_path, capsys):
-    """An earlier prepare's output inside the corpus directory was read back as corpus (its vocab.txt
-    became a document); re-running the first command with --overwrite was then refused."""
+    """An earlier prepare's output inside the corpus directory was read back as corpus (its
+    vocab.txt became a document); re-running the first command with --overwrite was then refused."""
     corpus = tmp_path / "corpus"
     write_documents(corpus / "a.txt", DOCS)
     vocab = write_toy_vocab(tmp_path / "vocab.txt")
-    argv = ["prepare", "--corpus", str(corpus), "--out", str(corpus / "prep"), "--seq-len", "32", "--vocab", vocab,
-            "--quiet", "--workers", "1"]
+    argv = [
+        "prepare",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(corpus / "prep"),
+        "--seq-len",
+        "32",
+        "--vocab",
+        vocab,
+        "--quiet",
+        "--workers",
+        "1",
+    ]
     assert main(argv) == 0
     first = json.loads((corpus / "prep" / "meta.json").read_text())
     capsys.readouterr()
@@ -274,7 +315,8 @@ def test_walk_refuses_broken_links_in_one_line(tmp_path, capsys, kind):
         (corpus / "sub").mkdir()
         os.symlink("..", corpus / "sub" / "up")
         says, link = "a directory this walk is already in", corpus / "sub" / "up"
-    else:  # x/to-y -> y, y/to-x -> x: no link points at its own ancestor, yet the walk would never end
+    else:
+        # x/to-y -> y, y/to-x -> x: no link points at its own ancestor, yet the walk would never end
         (corpus / "x").mkdir()
         (corpus / "y").mkdir()
         os.symlink("../y", corpus / "x" / "to-y")
@@ -284,10 +326,29 @@ def test_walk_refuses_broken_links_in_one_line(tmp_path, capsys, kind):
     for given in (corpus, link):
         if kind in ("directory loop", "two links in a loop") and given == link:
             continue  # the link itself is a fine directory to read
-        rc = main(["prepare", "--corpus", str(given), "--out", str(tmp_path / "out"), "--seq-len", "32", "--vocab",
-                   vocab, "--quiet", "--workers", "1"])
+        rc = main(
+            [
+                "prepare",
+                "--corpus",
+                str(given),
+                "--out",
+                str(tmp_path / "out"),
+                "--seq-len",
+                "32",
+                "--vocab",
+                vocab,
+                "--quiet",
+                "--workers",
+                "1",
+            ]
+        )
         err = capsys.readouterr().err.strip()
-        assert rc == 2 and err == err.splitlines()[0] and err.startswith(f"error: {link}: ") and says in err, err
+        assert (
+            rc == 2
+            and err == err.splitlines()[0]
+            and err.startswith(f"error: {link}: ")
+            and says in err
+        ), err
         assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from toydata import toy_documents, write_toy_vocab
 
 from tokendrop.data import corpus, prepare
 from tokendrop.errors import DataError
-from toydata import toy_documents, write_toy_vocab
 
 PIECE = 64
 
@@ -24,7 +24,9 @@ def _long_docs() -> list[str]:
     multi-byte characters and runs of spaces), and normal ones after."""
     docs = toy_documents(6, seed=3, min_words=5, max_words=30)
     one_line = " ".join(d.replace("\n", " ") for d in toy_documents(40, seed=4))
-    many = "\n".join(f"é{i} {d.replace(chr(10), '  ')} ünï" for i, d in enumerate(toy_documents(30, seed=5)))
+    many = "\n".join(
+        f"é{i} {d.replace(chr(10), '  ')} ünï" for i, d in enumerate(toy_documents(30, seed=5))
+    )
     return [docs[0], one_line, docs[1], many, *docs[2:]]
 
 
@@ -62,8 +64,19 @@ def _prepare(src: Path, out: Path, vocab: str, workers: int = 1) -> dict:
     return {f: (out / f).read_bytes() for f in ("train.bin", "eval.bin", "token_counts.npy")}
 
 
-@pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.txt.bz2", "c.txt.zst", "c.jsonl", "c.jsonl.gz",
-                                  "c.parquet", "c.arrow"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "c.txt",
+        "c.txt.gz",
+        "c.txt.bz2",
+        "c.txt.zst",
+        "c.jsonl",
+        "c.jsonl.gz",
+        "c.parquet",
+        "c.arrow",
+    ],
+)
 def test_long_documents_in_pieces_give_the_ids_of_the_whole(name, tmp_path, monkeypatch):
     vocab = write_toy_vocab(tmp_path / "vocab.txt")
     src = _write(tmp_path / name, _long_docs())
@@ -71,7 +84,9 @@ def test_long_documents_in_pieces_give_the_ids_of_the_whole(name, tmp_path, monk
     monkeypatch.setattr(corpus, "PIECE_CHARS", PIECE)
     raws = list(corpus.iter_raw(corpus.resolve_corpus([src])[0]))
     assert max(map(len, raws)) <= PIECE and sum(isinstance(r, corpus.Piece) for r in raws) > 40
-    assert list(corpus.iter_documents([src])) == [d for d in _long_docs()]  # the pieces join to the documents
+    assert list(corpus.iter_documents([src])) == [
+        d for d in _long_docs()
+    ]  # the pieces join to the documents
     assert _prepare(src, tmp_path / "pieces", vocab) == whole
 
 
@@ -97,18 +112,27 @@ def test_a_line_longer_than_the_part_size_keeps_its_characters(tmp_path, monkeyp
     p.write_bytes(text.encode())
     monkeypatch.setattr(corpus, "PIECE_CHARS", 8)
     assert list(corpus.iter_documents([p])) == [("aé " * 9).strip() + " ü", "x" + " y" * 5]
-    assert corpus.split_points(str(p), corpus.TEXT, 4) == [len(("aé " * 9 + "ü\r\n" + " " * 30 + "\n").encode())]
+    assert corpus.split_points(str(p), corpus.TEXT, 4) == [
+        len(("aé " * 9 + "ü\r\n" + " " * 30 + "\n").encode())
+    ]
 
 
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.parquet"])
-def test_text_without_a_place_to_cut_is_refused_naming_the_line_and_limit(name, tmp_path, monkeypatch):
+def test_text_without_a_place_to_cut_is_refused_naming_the_line_and_limit(
+    name, tmp_path, monkeypatch
+):
     monkeypatch.setattr(corpus, "PIECE_CHARS", PIECE)
     src = _write(tmp_path / name, ["a b c", "word " * 5 + "x" * 200])
     with pytest.raises(DataError) as e:
         list(corpus.iter_documents([src]))
     msg = str(e.value)
     where = "row 2" if name.endswith(".parquet") else ("line 2" if ".jsonl" in name else "line 3")
-    assert "\n" not in msg and msg.startswith(str(src)) and where in msg and f"{PIECE:,} characters" in msg, msg
+    assert (
+        "\n" not in msg
+        and msg.startswith(str(src))
+        and where in msg
+        and f"{PIECE:,} characters" in msg
+    ), msg
 
 
 def test_a_jsonl_line_over_the_limit_is_refused(tmp_path, monkeypatch):

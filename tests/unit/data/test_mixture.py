@@ -1,4 +1,5 @@
-"""Data mixtures (tokendrop.data.mixture): weighted sources, deterministic, resumable, rank-sharded."""
+"""Data mixtures (tokendrop.data.mixture): weighted sources, deterministic, resumable,
+rank-sharded."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from batches import same, take, unmask
+from toydata import toy_prepared, write_toy_corpus, write_toy_vocab
 
 from tokendrop.data import DataError, MLMLoader, PreparedData, prepare
 from tokendrop.data.mixture import Mixture, MixturePlan, realised
-from toydata import toy_prepared, write_toy_corpus, write_toy_vocab
-from batches import same, take, unmask
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +22,6 @@ def sources(tmp_path_factory):
     a = toy_prepared(root / "domain", seq_len=32, num_docs=300, seed=1)
     b = toy_prepared(root / "replay", seq_len=32, num_docs=60, seed=2)  # small: repeats sooner
     return root, a, b
-
-
-
 
 
 def origin(mix: Mixture):
@@ -53,7 +51,9 @@ def test_seventy_thirty_within_sampling_error(sources):
     bound = 4 * math.sqrt(n * 0.7 * 0.3)  # 4 sigma of the binomial count: 4 x 25.9 = 104 of 4800
     assert abs(counts[0] - 0.7 * n) < bound, counts
     # the logged shares are the counts of what was served
-    assert realised(loader.state_dict()) == pytest.approx({"mix_0": counts[0] / n, "mix_1": counts[1] / n})
+    assert realised(loader.state_dict()) == pytest.approx(
+        {"mix_0": counts[0] / n, "mix_1": counts[1] / n}
+    )
     # a long run of the assignment alone: 2M slots, 4 sigma = 0.0013
     plan = MixturePlan([100, 100], np.array([0.7, 0.3]), 64, 1, 0, seed=3)
     m = 2_000_000
@@ -64,7 +64,9 @@ def test_seventy_thirty_within_sampling_error(sources):
 def test_same_seed_same_batches_other_seed_other_batches(sources):
     mix = mixture(sources)
     a = take(MLMLoader(mix, batch_size=16, num_workers=0, seed=5), 12)
-    b = take(MLMLoader(mixture(sources), batch_size=16, num_workers=2, seed=5), 12)  # workers: the same
+    b = take(
+        MLMLoader(mixture(sources), batch_size=16, num_workers=2, seed=5), 12
+    )  # workers: the same
     same(a, b)
     c = take(MLMLoader(mix, batch_size=16, num_workers=0, seed=6), 12)
     assert not all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, c))
@@ -79,9 +81,9 @@ def test_each_source_is_served_without_repeats_within_its_epoch(sources):
         seen += [r.tobytes() for r in unmask(b).numpy() if table[r.tobytes()] == 1]
     assert len(seen) > 2 * n_small  # the small source wrapped at least twice
     for e in range(2):
-        epoch = seen[e * n_small:(e + 1) * n_small]
+        epoch = seen[e * n_small : (e + 1) * n_small]
         assert len(set(epoch)) == n_small  # a permutation of its sequences
-    assert seen[:n_small] != seen[n_small:2 * n_small]  # re-shuffled per epoch
+    assert seen[:n_small] != seen[n_small : 2 * n_small]  # re-shuffled per epoch
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -107,8 +109,12 @@ def test_resume_mid_epoch_is_bit_identical(sources, workers):
 def test_ranks_shard_the_same_stream(sources):
     mix = mixture(sources)
     one = take(MLMLoader(mix, batch_size=16, num_workers=0, seed=2), 8)
-    r0 = take(MLMLoader(mixture(sources), batch_size=8, rank=0, world_size=2, num_workers=0, seed=2), 8)
-    r1 = take(MLMLoader(mixture(sources), batch_size=8, rank=1, world_size=2, num_workers=0, seed=2), 8)
+    r0 = take(
+        MLMLoader(mixture(sources), batch_size=8, rank=0, world_size=2, num_workers=0, seed=2), 8
+    )
+    r1 = take(
+        MLMLoader(mixture(sources), batch_size=8, rank=1, world_size=2, num_workers=0, seed=2), 8
+    )
     for o, a, b in zip(one, r0, r1):
         for k in o:
             assert torch.equal(o[k], torch.cat([a[k], b[k]])), k
@@ -116,7 +122,10 @@ def test_ranks_shard_the_same_stream(sources):
     first = MLMLoader(mix, batch_size=16, num_workers=0, seed=2)
     take(first, 5)
     state = first.state_dict()
-    ranks = [MLMLoader(mixture(sources), batch_size=8, rank=r, world_size=2, num_workers=0, seed=2) for r in (0, 1)]
+    ranks = [
+        MLMLoader(mixture(sources), batch_size=8, rank=r, world_size=2, num_workers=0, seed=2)
+        for r in (0, 1)
+    ]
     for r in ranks:
         r.load_state_dict(state)
     nxt = [take(r, 3) for r in ranks]
@@ -149,7 +158,9 @@ def test_sources_must_share_tokenizer_and_seq_len(sources, tmp_path):
     other_t = toy_prepared(tmp_path / "t16", seq_len=16, num_docs=60)
     with pytest.raises(DataError) as e:
         Mixture.open([a, other_t])
-    assert str(e.value).startswith(f"data.paths[1]: {other_t} has another sequence length T") and "\n" not in str(e.value)
+    assert str(e.value).startswith(
+        f"data.paths[1]: {other_t} has another sequence length T"
+    ) and "\n" not in str(e.value)
     vocab = write_toy_vocab(tmp_path / "vocab.txt", num_words=150, seed=9)
     corpus = write_toy_corpus(tmp_path / "c.txt", num_docs=60)
     other_v = tmp_path / "v"
@@ -162,28 +173,44 @@ def test_mixture_answers_as_prepared_data(sources):
     _, a, b = sources
     mix = mixture(sources)
     pa, pb = PreparedData.open(a), PreparedData.open(b)
-    assert mix.seq_len == pa.seq_len and mix.vocab_hash == pa.vocab_hash and mix.special_ids == pa.special_ids
+    assert (
+        mix.seq_len == pa.seq_len
+        and mix.vocab_hash == pa.vocab_hash
+        and mix.special_ids == pa.special_ids
+    )
     assert mix.num_sequences("train") == pa.num_sequences("train") + pb.num_sequences("train")
     assert mix.fingerprint()["sources"] == [pa.fingerprint(), pb.fingerprint()]
     assert mix.token_counts().shape == pa.token_counts().shape
 
 
-
 def _mixture_overrides(a, b) -> list[str]:
     tokens = 16 * 32 * 6 + 1  # batch 16 x T=32: 6 steps and one token -> ceil = 7 steps
-    return [f'data.paths=["{a}", "{b}"]', "data.weights=[0.7, 0.3]", "train.steps=0", f"train.tokens={tokens}",
-            "train.warmup_steps=-1", "train.warmup_ratio=0.3", "train.ckpt_every=100", "train.log_every=1",
-            "model.max_position_embeddings=64", "data.num_workers=1"]
+    return [
+        f'data.paths=["{a}", "{b}"]',
+        "data.weights=[0.7, 0.3]",
+        "train.steps=0",
+        f"train.tokens={tokens}",
+        "train.warmup_steps=-1",
+        "train.warmup_ratio=0.3",
+        "train.ckpt_every=100",
+        "train.log_every=1",
+        "model.max_position_embeddings=64",
+        "data.num_workers=1",
+    ]
 
 
 @pytest.fixture(scope="module")
 def full_run(sources):
-    """A tiny pretrain on a 70/30 mixture, its length in tokens, its warm-up as a ratio, via the CLI."""
+    """A tiny pretrain on a 70/30 mixture, its length in tokens, its warm-up as a ratio, via the
+    CLI."""
     from tokendrop.cli import main as cli_main
 
     root, a, b = sources
     args = [x for o in _mixture_overrides(a, b) for x in ("--set", o)]
-    assert cli_main(["pretrain", "--config", "tiny", "--out", str(root / "full"), "--quiet", *args]) == 0
+    assert (
+        cli_main(["pretrain", "--config", "tiny", "--out", str(root / "full"), "--quiet", *args])
+        == 0
+    )
     return root / "full"
 
 
@@ -195,7 +222,11 @@ def test_pretrain_a_mixture_for_a_token_count_through_the_cli(sources, full_run)
 
     _, a, b = sources
     rec = tomllib.loads((full_run / "config.toml").read_text())
-    assert (rec["train"]["steps"], rec["train"]["warmup_steps"], rec["train"]["tokens"]) == (7, 3, 0)  # ceil(0.3 x 7)
+    assert (rec["train"]["steps"], rec["train"]["warmup_steps"], rec["train"]["tokens"]) == (
+        7,
+        3,
+        0,
+    )  # ceil(0.3 x 7)
     assert "sequence slot" in rec["train"]["resolved_from"]
     assert rec["data"]["paths"] == [a, b] and rec["data"]["weights"] == [0.7, 0.3]
     rows = read_metrics(full_run)
@@ -212,14 +243,16 @@ def test_pretrain_on_a_mixture_resumes_bit_identically(sources, full_run, tmp_pa
     the weights and the logged shares of the uninterrupted run."""
     from safetensors.torch import load_file
 
-    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.cli import main as cli_main
     from tokendrop.config import load_config
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.runs.metrics import read_metrics
     from tokendrop.train.trainer import pretrain
 
     _, a, b = sources
-    res = pretrain(load_config("tiny", _mixture_overrides(a, b)), tmp_path / "split", progress=False, stop_at=3)
+    res = pretrain(
+        load_config("tiny", _mixture_overrides(a, b)), tmp_path / "split", progress=False, stop_at=3
+    )
     assert res.interrupted and res.steps == 3
     assert cli_main(["pretrain", "--resume", str(tmp_path / "split"), "--quiet"]) == 0
     assert ckpt_mod.latest(tmp_path / "split").name == ckpt_mod.latest(full_run).name
@@ -244,10 +277,15 @@ def test_resume_on_other_mixture_data_names_data_paths():
 
     cfg = Config()
     cfg.data.paths = ["/d/domain", "/d/wiki"]
-    meta = {"config": {"data": {"path": "", "paths": ["/old/domain", "/old/wiki"]}},
-            "data_fingerprint": {"vocab_hash": "a" * 64}}
-    with pytest.raises(TrainingError, match=r"/d/domain, /d/wiki is not the data .*\(/old/domain, /old/wiki\).*"
-                                            r"--set data.paths=\[\.\.\.\]") as e:
+    meta = {
+        "config": {"data": {"path": "", "paths": ["/old/domain", "/old/wiki"]}},
+        "data_fingerprint": {"vocab_hash": "a" * 64},
+    }
+    with pytest.raises(
+        TrainingError,
+        match=r"/d/domain, /d/wiki is not the data .*\(/old/domain, /old/wiki\).*"
+        r"--set data.paths=\[\.\.\.\]",
+    ) as e:
         check_resume_data(meta, cfg, Data())
     assert "\n" not in str(e.value)
 
@@ -289,22 +327,34 @@ def test_pretrain_a_mixture_with_the_seq_len_warmup_resumes_bit_identically(sour
     mid-warm-up and resumed ends with the uninterrupted run's losses and weights."""
     from safetensors.torch import load_file
 
-    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.config import load_config
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.runs.metrics import read_metrics
     from tokendrop.train.trainer import pretrain
 
     _, a, b = sources
-    ov = [*_mixture_overrides(a, b), "data.seq_len_start=8", "data.seq_len_warmup_share=0.5", "data.num_workers=0"]
+    ov = [
+        *_mixture_overrides(a, b),
+        "data.seq_len_start=8",
+        "data.seq_len_warmup_share=0.5",
+        "data.num_workers=0",
+    ]
     pretrain(load_config("tiny", ov), tmp_path / "full", progress=False)
     part = pretrain(load_config("tiny", ov), tmp_path / "split", progress=False, stop_at=2)
     assert part.interrupted
     pretrain(load_config("tiny", ov), tmp_path / "split", resume=True, progress=False)
-    rows = [[(r["step"], r["seq_len"], r["loss"], r["mix_0"]) for r in read_metrics(d) if "loss" in r]
-            for d in (tmp_path / "full", tmp_path / "split")]
+    rows = [
+        [(r["step"], r["seq_len"], r["loss"], r["mix_0"]) for r in read_metrics(d) if "loss" in r]
+        for d in (tmp_path / "full", tmp_path / "split")
+    ]
     assert rows[0] == rows[1] and len(rows[0]) == 7
-    assert [r[1] for r in rows[0]] == sorted(r[1] for r in rows[0]) and rows[0][0][1] < 32 == rows[0][-1][1]
-    wa, wb = (load_file(str(ckpt_mod.latest(d) / "model.safetensors")) for d in (tmp_path / "full", tmp_path / "split"))
+    assert [r[1] for r in rows[0]] == sorted(r[1] for r in rows[0]) and rows[0][0][1] < 32 == rows[
+        0
+    ][-1][1]
+    wa, wb = (
+        load_file(str(ckpt_mod.latest(d) / "model.safetensors"))
+        for d in (tmp_path / "full", tmp_path / "split")
+    )
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
@@ -314,10 +364,13 @@ from tokendrop.config import load_config
 from tokendrop.train.trainer import pretrain
 
 a, b, out = sys.argv[1:4]
-pretrain(load_config("tiny", [f'data.paths=["{a}", "{b}"]', "data.weights=[0.7, 0.3]", "train.steps=5",
-                              "train.log_every=1", "train.batch_size=8", "train.ckpt_every=100",
-                              "model.max_position_embeddings=64", "data.num_workers=0", "drop.method=cumulative",
-                              "model.hidden_dropout=0.0", "model.attention_dropout=0.0"]), out, progress=False)
+cfg = load_config("tiny", [
+    f'data.paths=["{a}", "{b}"]', "data.weights=[0.7, 0.3]", "train.steps=5", "train.log_every=1",
+    "train.batch_size=8", "train.ckpt_every=100", "model.max_position_embeddings=64",
+    "data.num_workers=0", "drop.method=cumulative", "model.hidden_dropout=0.0",
+    "model.attention_dropout=0.0",
+])
+pretrain(cfg, out, progress=False)
 """
 
 
@@ -334,13 +387,37 @@ def test_a_mixture_under_torchrun_matches_one_process(sources, tmp_path):
     script = tmp_path / "mix_ddp.py"
     script.write_text(MIXTURE_DDP)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    one = subprocess.run([sys.executable, str(script), a, b, str(tmp_path / "one")], capture_output=True, text=True,
-                         env=env, timeout=600)
+    one = subprocess.run(
+        [sys.executable, str(script), a, b, str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          str(script), a, b, str(tmp_path / "two")], capture_output=True, text=True, env=env, timeout=600)
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            a,
+            b,
+            str(tmp_path / "two"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
-    rows = [[(r["loss"], r["mix_0"]) for r in read_metrics(tmp_path / d) if "loss" in r] for d in ("one", "two")]
+    rows = [
+        [(r["loss"], r["mix_0"]) for r in read_metrics(tmp_path / d) if "loss" in r]
+        for d in ("one", "two")
+    ]
     assert len(rows[0]) == len(rows[1]) == 5
     for (la, ma), (lb, mb) in zip(*rows):
         assert abs(la - lb) <= 1e-5 and ma == mb, rows

@@ -1,6 +1,7 @@
 """`prepare --tokenizer SOURCE` takes what `pretrain --init` takes: a Hugging Face checkpoint dir, a
-tokendrop run or checkpoint dir, a Hub name (online only; one line offline), and also a vocab.txt or a
-tokenizer.json.  Each gives the same shards as the library's prepare on the tokenizer's directory."""
+tokendrop run or checkpoint dir, a Hub name (online only; one line offline), and also a vocab.txt or
+a tokenizer.json.  Each gives the same shards as the library's prepare on the tokenizer's
+directory."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
+from toydata import write_bpe_tokenizer_dir, write_corpus  # noqa: E402
+
 from tokendrop.cli import main  # noqa: E402
 from tokendrop.data import prepare  # noqa: E402
-from toydata import write_bpe_tokenizer_dir, write_corpus# noqa: E402
 
 T = 32
 COMMON = ["--seq-len", str(T), "--eval-fraction", "0", "--workers", "1", "--quiet"]
@@ -35,14 +37,17 @@ def reference(tok_dir, corpus, out):
 
 
 def cli_prepare(source, corpus, out) -> int:
-    return main(["prepare", "--corpus", str(corpus), "--out", str(out), "--tokenizer", str(source), *COMMON])
+    return main(
+        ["prepare", "--corpus", str(corpus), "--out", str(out), "--tokenizer", str(source), *COMMON]
+    )
 
 
 def test_checkpoint_dir_vocab_txt_and_tokenizer_json(tiny_bert_dir, tiny_data, corpus, tmp_path):
     want = reference(tiny_data, corpus, tmp_path / "ref")
     assert cli_prepare(tiny_bert_dir, corpus, tmp_path / "hf") == 0
     assert shards(tmp_path / "hf") == want
-    # a vocab.txt with its tokenizer_config.json beside it (no tokenizer.json): the same WordPiece ids
+    # a vocab.txt with its tokenizer_config.json beside it (no tokenizer.json): the same WordPiece
+    # ids
     vdir = tmp_path / "vocab-dir"
     vdir.mkdir()
     for n in ("vocab.txt", "tokenizer_config.json"):
@@ -68,13 +73,39 @@ def test_bare_vocab_txt_is_one_line(tiny_data, corpus, tmp_path, capsys):
 
 def test_tokendrop_run_and_checkpoint_dir(tiny_data, corpus, tmp_path):
     run = tmp_path / "run"
-    assert main(["pretrain", "--config", "tiny", "--out", str(run), "--set", f"data.path={json.dumps(str(tiny_data))}",
-                 "--set", "train.steps=1", "--set", "train.ckpt_every=1", "--set", "train.eval_every=1", "--set", "train.eval_batches=1",
-                 "--set", "train.batch_size=2", "--set", "train.warmup_steps=0", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                "--config",
+                "tiny",
+                "--out",
+                str(run),
+                "--set",
+                f"data.path={json.dumps(str(tiny_data))}",
+                "--set",
+                "train.steps=1",
+                "--set",
+                "train.ckpt_every=1",
+                "--set",
+                "train.eval_every=1",
+                "--set",
+                "train.eval_batches=1",
+                "--set",
+                "train.batch_size=2",
+                "--set",
+                "train.warmup_steps=0",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     want = reference(tiny_data, corpus, tmp_path / "ref")
     assert cli_prepare(run, corpus, tmp_path / "from-run") == 0
     assert shards(tmp_path / "from-run") == want
-    ckpt = next((run / "checkpoints").iterdir())  # no tokenizer in it: resolved like --init (the run's)
+    ckpt = next(
+        (run / "checkpoints").iterdir()
+    )  # no tokenizer in it: resolved like --init (the run's)
     assert not (ckpt / "tokenizer.json").exists() and not (ckpt / "vocab.txt").exists()
     assert cli_prepare(ckpt, corpus, tmp_path / "from-ckpt") == 0
     assert shards(tmp_path / "from-ckpt") == want
@@ -90,10 +121,17 @@ def test_hub_name(tiny_bert_dir, tiny_data, corpus, tmp_path, monkeypatch, capsy
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
     assert cli_prepare("org/name", corpus, tmp_path / "out") == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("error: org/name: no such local directory, and it could not be fetched")
+    assert "\n" not in err and err.startswith(
+        "error: org/name: no such local directory, and it could not be fetched"
+    )
     assert not (tmp_path / "out").exists()
     # online: the snapshot's tokenizer (the resolver of pretrain --init)
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, allow_patterns: str(tiny_bert_dir))
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download", lambda repo_id, allow_patterns: str(tiny_bert_dir)
+    )
     assert cli_prepare("org/tiny-bert", corpus, tmp_path / "hub") == 0
     assert shards(tmp_path / "hub") == reference(tiny_data, corpus, tmp_path / "ref")
-    assert np.array_equal(np.load(tmp_path / "hub" / "token_counts.npy"), np.load(tmp_path / "ref" / "token_counts.npy"))
+    assert np.array_equal(
+        np.load(tmp_path / "hub" / "token_counts.npy"),
+        np.load(tmp_path / "ref" / "token_counts.npy"),
+    )

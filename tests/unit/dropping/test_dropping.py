@@ -1,16 +1,19 @@
-"""Token-dropping variants against a slow per-sequence reference written with explicit index lists."""
+"""Token-dropping variants against a slow per-sequence reference written with explicit index
+lists."""
 
 import math
 
 import pytest
 import torch
 
-from tokendrop.config import ConfigError, ModelConfig
-from tokendrop.dropping.methods import DROP_VARIANTS, VARIANTS, DropConfig
-from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.dropping.engine import gather_rows, scatter_rows
+from tokendrop.dropping.methods import DROP_VARIANTS, VARIANTS, DropConfig
+from tokendrop.errors import ConfigError
+from tokendrop.models.bert.model import BertForMaskedLM
 
-SELECTING = [n for n, v in VARIANTS.items() if v.selects]  # the variants that keep a selected subset
+SELECTING = [
+    n for n, v in VARIANTS.items() if v.selects
+]  # the variants that keep a selected subset
 
 
 def ref_layer(layer, q_rows, kv_rows, kv_valid):
@@ -28,19 +31,27 @@ def ref_layer(layer, q_rows, kv_rows, kv_valid):
     for head in range(h):
         sl = slice(head * dh, (head + 1) * dh)
         for i in range(q.shape[0]):
-            logits = torch.stack([(q[i, sl] * k[j, sl]).sum() / math.sqrt(dh) if kv_valid[j] else torch.tensor(-1e30)
-                                  for j in range(k.shape[0])])
+            logits = torch.stack(
+                [
+                    (q[i, sl] * k[j, sl]).sum() / math.sqrt(dh)
+                    if kv_valid[j]
+                    else torch.tensor(-1e30)
+                    for j in range(k.shape[0])
+                ]
+            )
             p = torch.softmax(logits, 0)
             out[i, sl] = (p[:, None] * v[:, sl]).sum(0)
-    x = torch.nn.functional.layer_norm(q_rows + out @ a.o.weight.T + a.o.bias, (d,), a.norm.weight, a.norm.bias, a.norm.eps)
+    x = torch.nn.functional.layer_norm(
+        q_rows + out @ a.o.weight.T + a.o.bias, (d,), a.norm.weight, a.norm.bias, a.norm.eps
+    )
     f = layer.ffn
     y = torch.nn.functional.gelu(x @ f.up.weight.T + f.up.bias) @ f.down.weight.T + f.down.bias
     return torch.nn.functional.layer_norm(x + y, (d,), f.norm.weight, f.norm.bias, f.norm.eps)
 
 
 def ref_forward(model, ids, keep, mask, start, end, variant):
-    """Per-sequence reference: returns final hidden states (B, T, d); ``variant`` a registry row's name
-    (its facts: pooling, or dropped rows frozen as keys/values)."""
+    """Per-sequence reference: returns final hidden states (B, T, d); ``variant`` a registry row's
+    name (its facts: pooling, or dropped rows frozen as keys/values)."""
     row = VARIANTS[variant]
     outs = []
     emb = model.bert.embeddings(ids, None)
@@ -49,34 +60,35 @@ def ref_forward(model, ids, keep, mask, start, end, variant):
         T = ids.shape[1]
         valid = [bool(mask[b, j]) for j in range(T)]
         h = emb[b]
-        for l in range(start):
-            h = ref_layer(layers[l], h, h, valid)
+        for li in range(start):
+            h = ref_layer(layers[li], h, h, valid)
         h_in = h
         if row.pools:
             pairs = [list(range(i, min(i + 2, T))) for i in range(0, T, 2)]
-            # a pair pools its real rows only ((real, [PAD]) -> the real row) and is valid if it holds one
+            # a pair pools its real rows only ((real, [PAD]) -> the real row) and is valid if it
+            # holds one
             real = [[j for j in p if valid[j]] or p for p in pairs]
             pooled = torch.stack([h_in[r].mean(0) for r in real])
             pvalid = [any(valid[j] for j in p) for p in pairs]
             pooled = ref_layer(layers[start], pooled, h_in, valid)
-            for l in range(start + 1, end):
-                pooled = ref_layer(layers[l], pooled, pooled, pvalid)
+            for li in range(start + 1, end):
+                pooled = ref_layer(layers[li], pooled, pooled, pvalid)
             merged = torch.stack([pooled[i // 2] + h_in[i] for i in range(T)])
         else:
             K = [int(i) for i in keep[b]]
             kept = torch.stack([h_in[i] for i in K])
             kvalid = [valid[i] for i in K]
             kept = ref_layer(layers[start], kept, h_in, valid)
-            for l in range(start + 1, end):
+            for li in range(start + 1, end):
                 if row.frozen_kv:
                     kv = torch.stack([kept[K.index(i)] if i in K else h_in[i] for i in range(T)])
-                    kept = ref_layer(layers[l], kept, kv, valid)
+                    kept = ref_layer(layers[li], kept, kv, valid)
                 else:
-                    kept = ref_layer(layers[l], kept, kept, kvalid)
+                    kept = ref_layer(layers[li], kept, kept, kvalid)
             merged = torch.stack([kept[K.index(i)] if i in K else h_in[i] for i in range(T)])
         h = merged
-        for l in range(end, len(layers)):
-            h = ref_layer(layers[l], h, h, valid)
+        for li in range(end, len(layers)):
+            h = ref_layer(layers[li], h, h, valid)
         outs.append(h)
     return torch.stack(outs)
 
@@ -87,7 +99,12 @@ def random_keep(b, t, m, gen):
 
 def make(small_cfg, variant, rate=0.5, **kw):
     torch.manual_seed(0)
-    drop = DropConfig(method="cumulative" if VARIANTS[variant].selects else "none", variant=variant, rate=rate, **kw)
+    drop = DropConfig(
+        method="cumulative" if VARIANTS[variant].selects else "none",
+        variant=variant,
+        rate=rate,
+        **kw,
+    )
     return BertForMaskedLM(small_cfg, drop).train(), drop
 
 
@@ -120,6 +137,7 @@ def test_dropped_rows_leave_span_unchanged(small_cfg, variant):
     ids = torch.randint(5, 97, (2, T))
     keep = torch.tensor([[0, 2, 3, 7, 9], [1, 4, 5, 6, 8]])
     entry = {}
+
     def grab(module, args, kwargs):
         entry.setdefault("kv", kwargs["kv_in"])
 
@@ -154,7 +172,9 @@ def test_eval_mode_never_drops(small_cfg):
     keep = torch.tensor([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]])
     model.eval()
     with torch.no_grad():
-        torch.testing.assert_close(model(ids, keep_idx=keep, drop_active=True), model(ids), atol=0, rtol=0)
+        torch.testing.assert_close(
+            model(ids, keep_idx=keep, drop_active=True), model(ids), atol=0, rtol=0
+        )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -3,8 +3,8 @@ import math
 import pytest
 
 from tokendrop.config import ModelConfig
-from tokendrop.dropping.methods import VARIANTS, DropConfig
 from tokendrop.dropping.flops import flop_ratio, layer_flops, step_flops
+from tokendrop.dropping.methods import VARIANTS, DropConfig
 
 
 def test_bert_base_hand_calculation():
@@ -50,33 +50,51 @@ def test_attention_share_by_hand():
     assert dense.attention_share == dense.attention / (dense.encoder + dense.head)
     short = step_flops(cfg, 512, 1, None)
     assert short.attention_share < 0.15 < 0.5 < dense.attention_share  # where long context pays
-    m = _modern(num_layers=3, local_attention=128, global_attn_every_n_layers=3)  # global, sliding, sliding
+    m = _modern(
+        num_layers=3, local_attention=128, global_attn_every_n_layers=3
+    )  # global, sliding, sliding
     w = 2 * 64 + 1
     assert step_flops(m, T, 1, None).attention == 4 * T * T * 64 + 2 * 4 * T * w * 64
-    kept = step_flops(m, T, 1, DropConfig(method="cumulative", rate=0.5))  # span [0, 2): layers 0 and 1 half
+    kept = step_flops(
+        m, T, 1, DropConfig(method="cumulative", rate=0.5)
+    )  # span [0, 2): layers 0 and 1 half
     assert kept.attention == 4 * M * T * 64 + 4 * M * math.ceil(w * M / T) * 64 + 4 * T * w * 64
 
 
 def test_variants_order():
     cfg = ModelConfig(num_layers=12, hidden_size=768, num_heads=12)
     T = 128
-    r = {n: flop_ratio(cfg, T, DropConfig(method="cumulative" if v.selects else "none", variant=n))
-         for n, v in VARIANTS.items()}
+    r = {
+        n: flop_ratio(cfg, T, DropConfig(method="cumulative" if v.selects else "none", variant=n))
+        for n, v in VARIANTS.items()
+    }
     assert r["drop"] < r["pass"] < 1
     assert r["avg"] == pytest.approx(r["drop"])
     assert flop_ratio(cfg, T, DropConfig(method="cumulative", rate=0.0)) == 1.0
-    rates = [flop_ratio(cfg, T, DropConfig(method="cumulative", rate=x)) for x in (0.25, 0.5, 0.625, 0.75)]
+    rates = [
+        flop_ratio(cfg, T, DropConfig(method="cumulative", rate=x))
+        for x in (0.25, 0.5, 0.625, 0.75)
+    ]
     assert rates == sorted(rates, reverse=True)
 
 
 def _modern(**kw) -> ModelConfig:
-    base = dict(family="modernbert", num_layers=6, hidden_size=64, num_heads=2, intermediate_size=96,
-                local_attention=64, global_attn_every_n_layers=3, vocab_size=1000)
+    base = dict(
+        family="modernbert",
+        num_layers=6,
+        hidden_size=64,
+        num_heads=2,
+        intermediate_size=96,
+        local_attention=64,
+        global_attn_every_n_layers=3,
+        vocab_size=1000,
+    )
     return ModelConfig(**{**base, **kw})
 
 
 def test_modern_hand_calculation():
-    """6 layers (full, sliding, sliding) x 2, d=64, GeGLU f=96, window 64 (W = 65 positions), T=256."""
+    """6 layers (full, sliding, sliding) x 2, d=64, GeGLU f=96, window 64 (W = 65 positions),
+    T=256."""
     from tokendrop.dropping.flops import layer_types
 
     cfg = _modern()
@@ -88,16 +106,21 @@ def test_modern_hand_calculation():
     full = proj(T, T) + geglu(T) + attn(T, T)
     local = proj(T, T) + geglu(T) + attn(T, W)
     assert step_flops(cfg, T).encoder == 2 * full + 4 * local
-    # 50% drop over [2, 5): layer 2 (sliding) sees M=128 queries and all T keys (a full window each);
-    # layer 3 (full) M x M; layer 4 (sliding) M x M with the window in original positions:
+    # 50% drop over [2, 5): layer 2 (sliding) sees M=128 queries and all T keys (a full window
+    # each); layer 3 (full) M x M; layer 4 (sliding) M x M with the window in original positions:
     # ceil(65 * 128 / 256) = 33 kept keys per query on average
     M = 128
-    dropped = (proj(M, T) + geglu(M) + attn(M, W)) + (proj(M, M) + geglu(M) + attn(M, M)) + \
-        (proj(M, M) + geglu(M) + attn(M, 33))
+    dropped = (
+        (proj(M, T) + geglu(M) + attn(M, W))
+        + (proj(M, M) + geglu(M) + attn(M, M))
+        + (proj(M, M) + geglu(M) + attn(M, 33))
+    )
     drop = DropConfig(method="cumulative", rate=0.5)
     assert drop.span(6) == (2, 5)
     assert step_flops(cfg, T, 1, drop).encoder == full + local + dropped + local
-    head = 2 * 38 * d * d + 2 * 38 * d * 1000  # P = round(0.15 * 256) = 38 slots: dense, then the decoder
+    head = (
+        2 * 38 * d * d + 2 * 38 * d * 1000
+    )  # P = round(0.15 * 256) = 38 slots: dense, then the decoder
     assert step_flops(cfg, T, 4, drop).total == 3 * 4 * (full + local + dropped + local + head)
     # counted as a masked dense kernel runs it: every layer full attention
     assert step_flops(cfg, T, masked_dense_local=True).encoder == 6 * full
@@ -120,7 +143,11 @@ def test_dense_vs_drop_bound_both_families(family, T):
     half layer after the first saves at least half of its work (rows halve) and at most three
     quarters (attention is rows x keys); the first at most half (its keys/values stay T)."""
     kw = dict(num_layers=12, hidden_size=256, num_heads=4, vocab_size=30522)
-    cfg = _modern(**kw, intermediate_size=384, local_attention=128) if family == "modernbert" else ModelConfig(**kw)
+    cfg = (
+        _modern(**kw, intermediate_size=384, local_attention=128)
+        if family == "modernbert"
+        else ModelConfig(**kw)
+    )
     drop = DropConfig(method="cumulative", rate=0.5)
     start, end = drop.span(12)
     span = end - start
@@ -141,10 +168,28 @@ def test_dense_vs_drop_bound_both_families(family, T):
 def test_flops_command_prints_the_modern_family(capsys):
     from tokendrop.cli import main
 
-    assert main(["flops", "--config", "modern-tiny", "--set", "model.vocab_size=1000", "--set", "drop.method=cumulative",
-                 "--seq-len", "64", "256"]) == 0
+    assert (
+        main(
+            [
+                "flops",
+                "--config",
+                "modern-tiny",
+                "--set",
+                "model.vocab_size=1000",
+                "--set",
+                "drop.method=cumulative",
+                "--seq-len",
+                "64",
+                "256",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "modernbert: 4 layers (2 global, 2 sliding-window 16: <= 17 keys per query), d=64, GeGLU f=96" in out
+    assert (
+        "modernbert: 4 layers (2 global, 2 sliding-window 16: <= 17 keys per query), d=64, GeGLU "
+        "f=96" in out
+    )
     rows = [line.split() for line in out.splitlines()[2:]]
     assert [r[0] for r in rows] == ["64", "256"]
     cfg = ModelConfig(preset="modern-tiny", local_attention=16, vocab_size=1000)
@@ -154,14 +199,23 @@ def test_flops_command_prints_the_modern_family(capsys):
     assert "bert: 4 layers, d=64, FFN f=256" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name,shape", [("modern-base-1024", (22, 768, 12, 1152)), ("modern-large-1024", (28, 1024, 16, 2624)),
-                                        ("modern-tiny", (4, 64, 2, 96))])
+@pytest.mark.parametrize(
+    "name,shape",
+    [
+        ("modern-base-1024", (22, 768, 12, 1152)),
+        ("modern-large-1024", (28, 1024, 16, 2624)),
+        ("modern-tiny", (4, 64, 2, 96)),
+    ],
+)
 def test_modern_presets_load(name, shape):
     from tokendrop.config import load_config
 
     cfg = load_config(name, ["model.vocab_size=50368", "drop.method=cumulative"])
     m = cfg.model
-    assert m.family == "modernbert" and (m.num_layers, m.hidden_size, m.num_heads, m.intermediate_size) == shape
+    assert (
+        m.family == "modernbert"
+        and (m.num_layers, m.hidden_size, m.num_heads, m.intermediate_size) == shape
+    )
     assert m.layer_norm_eps == 1e-5 and m.hidden_dropout == 0.0 and m.uses_document_attention
     if name != "modern-tiny":
         assert cfg.data.seq_len == 1024 and cfg.data.mask_prob == 0.3 and m.local_attention == 128

@@ -3,15 +3,21 @@
 import pytest
 import torch
 
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS as SPECIAL
 from tokendrop.dropping.importance import PIN_HIGH, PIN_LOW, TokenSelector
+from tokendrop.dropping.methods import DropConfig
 
 V = 20
 
 
 def selector(method="cumulative", rate=0.5, T=8, **kw):
-    return TokenSelector(DropConfig(method=method, rate=rate, **kw), V, SPECIAL, T, **({} if method != "frequency" else {"counts": torch.arange(V)}))
+    return TokenSelector(
+        DropConfig(method=method, rate=rate, **kw),
+        V,
+        SPECIAL,
+        T,
+        **({} if method != "frequency" else {"counts": torch.arange(V)}),
+    )
 
 
 def test_initial_and_pinned_values():
@@ -26,7 +32,9 @@ def test_update_hand_computed():
     s = selector(beta=0.9)
     labels = torch.tensor([[7, 7, 9, 0], [7, 3, 11, 0]])  # 0 = unused slot label ([PAD])
     nll = torch.tensor([[1.0, 3.0, 4.0, 100.0], [5.0, 2.0, 6.0, 50.0]])
-    w = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])  # slot (1,2) has weight 0: id 11 unchanged
+    w = torch.tensor(
+        [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
+    )  # slot (1,2) has weight 0: id 11 unchanged
     s.update(labels, nll, w)
     # id 7: mean(1, 3, 5) = 3 -> 0.9 * 10 + 0.1 * 3 = 9.3 ; id 9: 0.9 * 10 + 0.1 * 4 = 9.4
     assert s.scores[7].item() == pytest.approx(9.3)
@@ -42,8 +50,12 @@ def test_selection_pins_pad_and_ties():
     s = selector(T=8, rate=0.5)  # M = 4
     s.scores[10] = 5.0
     s.scores[11] = 7.0
-    ids = torch.tensor([[2, 10, 10, 10, 11, 3, 0, 0],  # CLS, ties on 10, SEP, PADs
-                        [2, 0, 10, 11, 10, 4, 10, 3]])
+    ids = torch.tensor(
+        [
+            [2, 10, 10, 10, 11, 3, 0, 0],  # CLS, ties on 10, SEP, PADs
+            [2, 0, 10, 11, 10, 4, 10, 3],
+        ]
+    )
     keep = s.select(ids)
     # row 0: CLS(0), SEP(5), 11 at 4, then the earliest 10 (position 1)
     assert keep[0].tolist() == [0, 1, 4, 5]
@@ -136,13 +148,23 @@ def test_build_selector_is_the_one_factory():
     requires them there: ConfigError), moves to the device."""
     import numpy as np
 
-    from tokendrop.config import ConfigError
     from tokendrop.dropping.importance import build_selector
+    from tokendrop.errors import ConfigError
 
-    s = build_selector(DropConfig(method="cumulative"), V, SPECIAL, 8, pinned_ids=[7], counts=np.arange(V), seed=3,
-                       device="cpu")
+    s = build_selector(
+        DropConfig(method="cumulative"),
+        V,
+        SPECIAL,
+        8,
+        pinned_ids=[7],
+        counts=np.arange(V),
+        seed=3,
+        device="cpu",
+    )
     assert s.pinned_ids.tolist() == [2, 3, 4, 7] and s.pad_id == 0 and s.seed == 3
-    assert s.scores[7] == PIN_HIGH and s.scores[0] == PIN_LOW and s.scores[10] == 10.0  # counts unused: init_score
+    assert (
+        s.scores[7] == PIN_HIGH and s.scores[0] == PIN_LOW and s.scores[10] == 10.0
+    )  # counts unused: init_score
     f = build_selector(DropConfig(method="frequency"), V, SPECIAL, 8, counts=np.arange(V))
     assert f.scores[5] > f.scores[6] and torch.equal(f.scores, selector("frequency").scores)
     with pytest.raises(ConfigError, match="'frequency' needs token counts"):
@@ -159,7 +181,9 @@ def test_a_new_method_is_one_registry_row(monkeypatch):
 
     class Lowest(SelectionMethod):
         def select(self, scores, kept, drop, uniform):
-            return stable_topk_positions(torch.where(scores.abs() >= PIN_HIGH, scores, -scores), kept)
+            return stable_topk_positions(
+                torch.where(scores.abs() >= PIN_HIGH, scores, -scores), kept
+            )
 
     monkeypatch.setitem(METHODS, "lowest", Lowest("lowest"))
     drop = DropConfig(method="lowest")
@@ -168,7 +192,11 @@ def test_a_new_method_is_one_registry_row(monkeypatch):
     s = TokenSelector(drop, V, SPECIAL, 6)
     s.scores[5:9] = torch.tensor([4.0, 3.0, 2.0, 1.0])
     ids = torch.tensor([[2, 5, 6, 7, 8, 3]])  # [CLS] ... [SEP] (pinned)
-    assert s.select(ids)[0].tolist() == [0, 4, 5]  # M = 3: pinned [CLS]/[SEP] + the lowest score (id 8)
+    assert s.select(ids)[0].tolist() == [
+        0,
+        4,
+        5,
+    ]  # M = 3: pinned [CLS]/[SEP] + the lowest score (id 8)
     before = s.scores.clone()
     s.update(torch.tensor([[5, 6]]), torch.tensor([[9.0, 9.0]]), torch.ones(1, 2))
     assert torch.equal(s.scores, before)

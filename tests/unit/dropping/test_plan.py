@@ -6,20 +6,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tokendrop.config import ConfigError, ModelConfig
+from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import consistency_flops, step_flops
 from tokendrop.dropping.importance import build_selector
 from tokendrop.dropping.methods import METHODS, VARIANTS, DropConfig, ltd_kept, ltd_kept_at
 from tokendrop.dropping.plan import DropPlan, DropStep
+from tokendrop.errors import ConfigError
 
 V, T = 97, 32
 MODEL = ModelConfig(vocab_size=V, num_layers=4, hidden_size=32, num_heads=2)
 
 
 def plan(total_steps: int | None = 20, counts=None, **drop) -> DropPlan:
-    return DropPlan.for_model(DropConfig(**drop), MODEL, T, SPECIAL_IDS, total_steps=total_steps, seed=3,
-                              counts=counts)
+    return DropPlan.for_model(
+        DropConfig(**drop), MODEL, T, SPECIAL_IDS, total_steps=total_steps, seed=3, counts=counts
+    )
 
 
 def batch(seed: int = 0) -> torch.Tensor:
@@ -30,8 +32,8 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize("frac", [0.0, 0.25])
 def test_stage2_in_steps_and_in_a_time_budget(frac):
-    """Stage 2 (the last stage2_fraction is dense): steps before S - round(frac S) drop in a run of S
-    steps; in a time budget (total 0) the steps before 1 - frac of it is used."""
+    """Stage 2 (the last stage2_fraction is dense): steps before S - round(frac S) drop in a run of
+    S steps; in a time budget (total 0) the steps before 1 - frac of it is used."""
     p = plan(total_steps=20, method="cumulative", stage2_fraction=frac)
     first_dense = 20 - round(frac * 20)
     assert p.stage2_start == first_dense
@@ -73,8 +75,8 @@ def test_consistency_cadence():
 
 
 def test_selection_is_the_selectors():
-    """keep_idx: the selector's own selection with the same seed (B, M); (S, B, M) per half layer for
-    random_ltd; None when the variant pools or a per-layer method is at full length."""
+    """keep_idx: the selector's own selection with the same seed (B, M); (S, B, M) per half layer
+    for random_ltd; None when the variant pools or a per-layer method is at full length."""
     ids = batch()
     p = plan(method="random")
     ref = build_selector(p.drop, V, SPECIAL_IDS, T, seed=3)
@@ -106,13 +108,19 @@ def test_update_learns_only_for_a_learning_method():
 def test_flops_are_the_flop_models():
     p = plan(method="cumulative", consistency_weight=0.05, consistency_every=2)
     assert p.flops(p.at(1, T), 8) == step_flops(MODEL, T, 8, p.drop).total
-    assert p.flops(p.at(2, T), 8) == step_flops(MODEL, T, 8, p.drop).total + consistency_flops(MODEL, T, 8)
+    assert p.flops(p.at(2, T), 8) == step_flops(MODEL, T, 8, p.drop).total + consistency_flops(
+        MODEL, T, 8
+    )
     dense = DropStep(0, T, False, T, False)
     assert p.flops(dense, 8) == step_flops(MODEL, T, 8, None).total
-    assert p.nominal_flops(T, 8) == {"dropping": step_flops(MODEL, T, 8, p.drop).total,
-                                     "dense": step_flops(MODEL, T, 8, None).total}
+    assert p.nominal_flops(T, 8) == {
+        "dropping": step_flops(MODEL, T, 8, p.drop).total,
+        "dense": step_flops(MODEL, T, 8, None).total,
+    }
     with pytest.raises(ConfigError, match="FLOPs need the model"):
-        DropPlan(DropConfig(method="cumulative"), SPECIAL_IDS, num_layers=4, vocab_size=V, seq_len=T).flops(dense, 1)
+        DropPlan(
+            DropConfig(method="cumulative"), SPECIAL_IDS, num_layers=4, vocab_size=V, seq_len=T
+        ).flops(dense, 1)
 
 
 def test_a_rule_that_needs_the_runs_length_says_so():

@@ -1,6 +1,7 @@
 """random-LTD (drop.method = "random_ltd"): the schedule against its formula, a draw of its own per
-half layer and step, the first and last layers dense, dense at full length, positions/windows/documents
-(ModernBERT against transformers), FLOPs, bad input, resume through the CLI mid-schedule."""
+half layer and step, the first and last layers dense, dense at full length,
+positions/windows/documents (ModernBERT against transformers), FLOPs, bad input, resume through the
+CLI mid-schedule."""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ import math
 
 import pytest
 import torch
+from batches import mlm_batch
 
-from tokendrop.config import Config, ConfigError, ModelConfig, TrainConfig, load_config
-from tokendrop.dropping.methods import DropConfig, ltd_kept, ltd_kept_at
+from tokendrop.config import Config, ModelConfig, TrainConfig, load_config
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import layer_flops, step_flops
+from tokendrop.dropping.methods import DropConfig, ltd_kept, ltd_kept_at
 from tokendrop.dropping.plan import DropPlan
+from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
 from tokendrop.train.runtime import param_groups
 from tokendrop.train.trainer import MLMStep
-
-from batches import mlm_batch
 
 V = 97
 
@@ -44,8 +45,17 @@ def test_schedule_hand_values():
     fixed = ltd(ltd_start_fraction=0.25, ltd_schedule_share=0.5, ltd_step=16)
     lin = ltd(ltd_start_fraction=0.25, ltd_schedule_share=0.5, ltd_step=16, ltd_schedule="linear")
     # v_k = 32 + 96 k / 100
-    for k, want_fixed, want_lin in [(0, 32, 32), (16, 32, 48), (17, 48, 48), (50, 80, 80), (59, 80, 96),
-                                    (67, 96, 96), (99, 112, 128), (100, 128, 128), (150, 128, 128)]:
+    for k, want_fixed, want_lin in [
+        (0, 32, 32),
+        (16, 32, 48),
+        (17, 48, 48),
+        (50, 80, 80),
+        (59, 80, 96),
+        (67, 96, 96),
+        (99, 112, 128),
+        (100, 128, 128),
+        (150, 128, 128),
+    ]:
         assert ltd_kept(fixed, 128, k, 200) == want_fixed, k
         assert ltd_kept(lin, 128, k, 200) == want_lin, k
 
@@ -53,38 +63,69 @@ def test_schedule_hand_values():
 def test_time_budgeted_schedule_follows_the_budget_fraction():
     # train.steps 0 (train.time_budget): the same ramp over the fraction of the budget used
     fixed = ltd(ltd_start_fraction=0.25, ltd_schedule_share=0.5, ltd_step=16)
-    for p, want in [(0.0, 32), (0.08, 32), (0.085, 48), (0.25, 80), (0.495, 112), (0.5, 128), (0.9, 128)]:
-        assert ltd_kept_at(fixed, 128, 0, 0, p) == want, p  # v = 32 + 96 p / 0.5, floored to the grid
-    assert ltd_kept_at(fixed, 128, 50, 200, 0.99) == ltd_kept(fixed, 128, 50, 200) == 80  # steps given: the step
+    for p, want in [
+        (0.0, 32),
+        (0.08, 32),
+        (0.085, 48),
+        (0.25, 80),
+        (0.495, 112),
+        (0.5, 128),
+        (0.9, 128),
+    ]:
+        assert ltd_kept_at(fixed, 128, 0, 0, p) == want, (
+            p
+        )  # v = 32 + 96 p / 0.5, floored to the grid
+    assert (
+        ltd_kept_at(fixed, 128, 50, 200, 0.99) == ltd_kept(fixed, 128, 50, 200) == 80
+    )  # steps given: the step
 
 
 def test_kept_rows_is_the_schedule_or_the_static_count():
-    """DropConfig.kept_rows, the one count the step, the log and the FLOP model use (each method row's
-    count rule): random_ltd's scheduled count at (step, progress) (default: the first step's), every
-    other method's static M at any step."""
+    """DropConfig.kept_rows, the one count the step, the log and the FLOP model use (each method
+    row's count rule): random_ltd's scheduled count at (step, progress) (default: the first step's),
+    every other method's static M at any step."""
     fixed = ltd(ltd_start_fraction=0.25, ltd_schedule_share=0.5, ltd_step=16)
     assert fixed.kept_rows(128) == ltd_kept(fixed, 128, 0, 1) == 32
     assert fixed.kept_rows(128, 50, 200) == 80 and fixed.kept_rows(128, 0, 0, 0.25) == 80
     for method in ("cumulative", "random"):
         drop = DropConfig(method=method, rate=0.25)
-        assert {drop.kept_rows(128, k, 200, k / 200) for k in (0, 50, 199)} == {drop.num_kept(128)} == {96}
+        assert (
+            {drop.kept_rows(128, k, 200, k / 200) for k in (0, 50, 199)}
+            == {drop.num_kept(128)}
+            == {96}
+        )
 
 
-@pytest.mark.parametrize("t,start,share,steps,grid", [(128, 0.25, 0.5, 200, 16), (512, 0.25, 0.8, 1000, 16),
-                                                      (64, 0.5, 1.0, 12, 8), (100, 0.3, 0.3, 77, 8)])
+@pytest.mark.parametrize(
+    "t,start,share,steps,grid",
+    [
+        (128, 0.25, 0.5, 200, 16),
+        (512, 0.25, 0.8, 1000, 16),
+        (64, 0.5, 1.0, 12, 8),
+        (100, 0.3, 0.3, 77, 8),
+    ],
+)
 def test_schedule_matches_the_formula(t, start, share, steps, grid):
     fixed = ltd(ltd_start_fraction=start, ltd_schedule_share=share, ltd_step=grid)
-    lin = ltd(ltd_start_fraction=start, ltd_schedule_share=share, ltd_step=grid, ltd_schedule="linear")
+    lin = ltd(
+        ltd_start_fraction=start, ltd_schedule_share=share, ltd_step=grid, ltd_schedule="linear"
+    )
     m0, k_total = round(start * t), max(1, round(share * steps))
     prev = 0
     for k in range(steps + 3):
         got = ltd_kept(fixed, t, k, steps)
-        if m0 % grid == 0 and t % grid == 0:  # DeepSpeed's own function (it has no floor at the grid step)
+        if (
+            m0 % grid == 0 and t % grid == 0
+        ):  # DeepSpeed's own function (it has no floor at the grid step)
             assert got == deepspeed_fixed_linear(min(k, k_total), k_total, m0, t, grid), k
         v = m0 + (t - m0) * min(k, k_total) / k_total
         full = k >= k_total
-        assert got == (t if full else min(t, max(math.floor(v) - math.floor(v) % grid, min(grid, t)))), k
-        assert ltd_kept(lin, t, k, steps) == (t if full else min(t, max(grid * round(v / grid), min(grid, t)))), k
+        assert got == (
+            t if full else min(t, max(math.floor(v) - math.floor(v) % grid, min(grid, t)))
+        ), k
+        assert ltd_kept(lin, t, k, steps) == (
+            t if full else min(t, max(grid * round(v / grid), min(grid, t)))
+        ), k
         assert got >= prev and (got % grid == 0 or got == t)  # monotone, on the grid
         prev = got
     assert ltd_kept(fixed, t, k_total, steps) == t == ltd_kept(lin, t, k_total, steps)
@@ -95,14 +136,29 @@ def test_schedule_matches_the_formula(t, start, share, steps, grid):
 
 
 def _bert(**drop_kw):
-    mc = ModelConfig(vocab_size=V, hidden_size=32, num_layers=6, num_heads=4, intermediate_size=64,
-                     max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+    mc = ModelConfig(
+        vocab_size=V,
+        hidden_size=32,
+        num_layers=6,
+        num_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
     return mc, ltd(**drop_kw)
 
 
 def _modern(**drop_kw):
-    mc = ModelConfig(preset="modern-tiny", vocab_size=V, sep_token_id=SPECIAL_IDS["sep"], local_attention=16,
-                     hidden_dropout=0.0, attention_dropout=0.0, num_layers=5)
+    mc = ModelConfig(
+        preset="modern-tiny",
+        vocab_size=V,
+        sep_token_id=SPECIAL_IDS["sep"],
+        local_attention=16,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        num_layers=5,
+    )
     return mc, ltd(**drop_kw)
 
 
@@ -114,7 +170,9 @@ def _batch(b: int = 3, t: int = 48, seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def _step(mc, drop, steps=20, seed=0):
-    cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=steps, batch_size=3, lr=1e-3, warmup_steps=0)).validate()
+    cfg = Config(
+        model=mc, drop=drop, train=TrainConfig(steps=steps, batch_size=3, lr=1e-3, warmup_steps=0)
+    ).validate()
     torch.manual_seed(seed)
     model = build_model(mc, drop).train()
     plan = DropPlan.for_model(drop, mc, 48, SPECIAL_IDS, seed=seed, total_steps=steps)
@@ -129,20 +187,30 @@ def test_each_half_layer_keeps_the_scheduled_count_of_its_own(family):
     L, T = mc.num_layers, 48
     seen: list[tuple[int, int]] = []
     layers = model.bert.encoder.layers if family == "bert" else model.model.layers
-    hooks = [layer.register_forward_hook(lambda mod, args, out, i=i: seen.append((i, args[0].shape[1])))
-             for i, layer in enumerate(layers)]
+    hooks = [
+        layer.register_forward_hook(lambda mod, args, out, i=i: seen.append((i, args[0].shape[1])))
+        for i, layer in enumerate(layers)
+    ]
     mb = _batch()
     draws = {}
     for k in (0, 1, 6):
         keep = step_fn.plan.keep_idx(mb["input_ids"], step_fn.plan.at(k, T))
         m = ltd_kept(drop, T, k, 20)
-        assert m < T and keep.shape == (L - 2, 3, m)  # every middle layer, each row M_k distinct positions
+        assert m < T and keep.shape == (
+            L - 2,
+            3,
+            m,
+        )  # every middle layer, each row M_k distinct positions
         assert torch.equal(keep, keep.sort(-1).values) and (keep[..., 1:] > keep[..., :-1]).all()
-        assert all(not torch.equal(keep[0], keep[j]) for j in range(1, L - 2))  # a draw of its own per layer
+        assert all(
+            not torch.equal(keep[0], keep[j]) for j in range(1, L - 2)
+        )  # a draw of its own per layer
         draws[k] = keep
         seen.clear()
         step_fn([mb], 1e-3, step_fn.plan.at(k, 48))
-        assert seen == [(0, T)] + [(i, m) for i in range(1, L - 1)] + [(L - 1, T)]  # first and last: all T rows
+        assert seen == [(0, T)] + [(i, m) for i in range(1, L - 1)] + [
+            (L - 1, T)
+        ]  # first and last: all T rows
     assert ltd_kept(drop, T, 0, 20) == ltd_kept(drop, T, 1, 20)
     assert not torch.equal(draws[0], draws[1])  # and per step (the same count)
     for h in hooks:
@@ -190,8 +258,12 @@ def test_bert_rows_not_kept_pass_each_layer_unchanged():
     model = build_model(mc, drop).train()
     ids = _batch()["input_ids"]
     g = torch.Generator().manual_seed(3)
-    keep = torch.stack([torch.stack([torch.randperm(48, generator=g)[:24].sort().values for _ in range(3)])
-                        for _ in range(4)])
+    keep = torch.stack(
+        [
+            torch.stack([torch.randperm(48, generator=g)[:24].sort().values for _ in range(3)])
+            for _ in range(4)
+        ]
+    )
     layers = model.bert.encoder.layers
     with torch.no_grad():
         got = model.bert(ids, keep_idx=keep)
@@ -207,13 +279,14 @@ def test_bert_rows_not_kept_pass_each_layer_unchanged():
 
 def test_modern_positions_windows_and_documents_against_transformers():
     """ModernBERT: a kept row keeps its rotary position, document and window (measured in original
-    positions), attending only to the rows its layer kept; reference: transformers' dense layers with
-    the rows not kept masked out as keys and reset to their input after the layer."""
+    positions), attending only to the rows its layer kept; reference: transformers' dense layers
+    with the rows not kept masked out as keys and reset to their input after the layer."""
     pytest.importorskip("transformers")
-    from test_modern import HALF_WINDOW, PAD, SEP, _doc, _hf, _hf_model, _ours, _positions
-    from tokendrop.models.masked_lm import document_ids
-
     import tempfile
+
+    from test_modern import HALF_WINDOW, PAD, SEP, _doc, _hf, _hf_model, _ours, _positions
+
+    from tokendrop.models.masked_lm import document_ids
 
     with tempfile.TemporaryDirectory() as d:
         _hf_model().save_pretrained(d)
@@ -223,7 +296,9 @@ def test_modern_positions_windows_and_documents_against_transformers():
     row = _doc([17, 12, 19], seed=5)
     T = row.shape[1]
     g = torch.Generator().manual_seed(0)
-    keep = torch.stack([torch.randperm(T, generator=g)[:T // 2].sort().values for _ in range(2)])  # layers 1, 2
+    keep = torch.stack(
+        [torch.randperm(T, generator=g)[: T // 2].sort().values for _ in range(2)]
+    )  # layers 1, 2
     m = hf.model
     doc = document_ids(row, SEP, PAD)[0]
     pos = _positions(doc)
@@ -239,8 +314,14 @@ def test_modern_positions_windows_and_documents_against_transformers():
                 kept = torch.zeros(T, dtype=torch.bool)
                 kept[keep[i - 1]] = True
                 allowed &= kept[None, :]
-            bias = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None]
-            y = layer(x, attention_mask=bias, position_embeddings=m.rotary_emb(x, pos[None], layer.attention_type))
+            bias = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)[
+                None, None
+            ]
+            y = layer(
+                x,
+                attention_mask=bias,
+                position_embeddings=m.rotary_emb(x, pos[None], layer.attention_type),
+            )
             x = torch.where(kept[:, None], y, x)
         ref = hf.decoder(hf.head(m.final_norm(x)))[0]
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
@@ -257,7 +338,9 @@ def test_flops_count_each_layer_at_the_scheduled_length():
     for m in (64, 96, 128):
         enc = 2 * layer_flops(T, T, d, f) + 10 * layer_flops(m, m, d, f)
         assert step_flops(mc, T, 1, drop, kept=m).encoder == enc
-    assert step_flops(mc, T, 1, drop).encoder == 2 * layer_flops(T, T, d, f) + 10 * layer_flops(64, 64, d, f)
+    assert step_flops(mc, T, 1, drop).encoder == 2 * layer_flops(T, T, d, f) + 10 * layer_flops(
+        64, 64, d, f
+    )
     assert step_flops(mc, T, 4, drop, kept=T).total == step_flops(mc, T, 4, None).total
 
 
@@ -265,20 +348,23 @@ def test_flops_count_each_layer_at_the_scheduled_length():
 # bad input
 
 
-@pytest.mark.parametrize("kw,field", [
-    (dict(ltd_start_fraction=0.0), "drop.ltd_start_fraction"),
-    (dict(ltd_start_fraction=1.5), "drop.ltd_start_fraction"),
-    (dict(ltd_schedule_share=0.0), "drop.ltd_schedule_share"),
-    (dict(ltd_schedule_share=1.01), "drop.ltd_schedule_share"),
-    (dict(ltd_schedule="cosine"), "drop.ltd_schedule"),
-    (dict(ltd_step=0), "drop.ltd_step"),
-    (dict(variant="pass"), "drop.variant"),
-    (dict(variant="avg"), "drop.method"),
-    (dict(keep_mlm_targets=True), "drop.keep_mlm_targets"),
-    (dict(start=0), "drop.start/drop.end"),
-    (dict(end=6), "drop.start/drop.end"),
-    (dict(consistency_weight=0.1), "drop.consistency_weight"),
-])
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(ltd_start_fraction=0.0), "drop.ltd_start_fraction"),
+        (dict(ltd_start_fraction=1.5), "drop.ltd_start_fraction"),
+        (dict(ltd_schedule_share=0.0), "drop.ltd_schedule_share"),
+        (dict(ltd_schedule_share=1.01), "drop.ltd_schedule_share"),
+        (dict(ltd_schedule="cosine"), "drop.ltd_schedule"),
+        (dict(ltd_step=0), "drop.ltd_step"),
+        (dict(variant="pass"), "drop.variant"),
+        (dict(variant="avg"), "drop.method"),
+        (dict(keep_mlm_targets=True), "drop.keep_mlm_targets"),
+        (dict(start=0), "drop.start/drop.end"),
+        (dict(end=6), "drop.start/drop.end"),
+        (dict(consistency_weight=0.1), "drop.consistency_weight"),
+    ],
+)
 def test_bad_config_is_one_line(kw, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as e:
         ltd(**kw).validate(6)
@@ -288,7 +374,17 @@ def test_bad_config_is_one_line(kw, field):
 def test_start_fraction_zero_through_the_cli(capsys):
     from tokendrop.cli import main
 
-    rc = main(["flops", "--config", "tiny", "--set", "drop.method=random_ltd", "--set", "drop.ltd_start_fraction=0"])
+    rc = main(
+        [
+            "flops",
+            "--config",
+            "tiny",
+            "--set",
+            "drop.method=random_ltd",
+            "--set",
+            "drop.ltd_start_fraction=0",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and len(err.splitlines()) == 1 and "drop.ltd_start_fraction" in err
 
@@ -305,23 +401,41 @@ def test_default_span_is_every_middle_layer():
 def test_resume_mid_schedule_is_bit_identical(tiny_data, tmp_path):
     from safetensors.torch import load_file
 
-    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.cli import main
+    from tokendrop.runs import checkpoint as ckpt_mod
     from tokendrop.train.trainer import pretrain, read_metrics
 
-    ov = ["drop.method=random_ltd", "drop.ltd_start_fraction=0.25", "drop.ltd_schedule_share=0.8", "drop.ltd_step=8",
-          "train.steps=10", "train.log_every=1", "train.ckpt_every=100", "train.deterministic=true",
-          "train.eval_every=100", "model.hidden_dropout=0.1", f'data.path="{tiny_data}"']
+    ov = [
+        "drop.method=random_ltd",
+        "drop.ltd_start_fraction=0.25",
+        "drop.ltd_schedule_share=0.8",
+        "drop.ltd_step=8",
+        "train.steps=10",
+        "train.log_every=1",
+        "train.ckpt_every=100",
+        "train.deterministic=true",
+        "train.eval_every=100",
+        "model.hidden_dropout=0.1",
+        f'data.path="{tiny_data}"',
+    ]
     args = [x for o in ov for x in ("--set", o)]
-    assert main(["pretrain", "--config", "tiny", *args, "--out", str(tmp_path / "full"), "--quiet"]) == 0
+    assert (
+        main(["pretrain", "--config", "tiny", *args, "--out", str(tmp_path / "full"), "--quiet"])
+        == 0
+    )
     part = pretrain(load_config("tiny", ov), tmp_path / "split", progress=False, stop_at=4)
     assert part.interrupted and part.steps == 4
     assert main(["pretrain", "--resume", str(tmp_path / "split"), "--quiet"]) == 0
     ra, rb = ([r for r in read_metrics(tmp_path / run) if "loss" in r] for run in ("full", "split"))
     assert [r["loss"] for r in ra] == [r["loss"] for r in rb] and len(ra) == 10
     kept = [r["kept_fraction"] for r in ra]
-    assert kept[0] < kept[5] < kept[-1] == 1.0 and len(set(kept)) > 3  # the resume fell mid-schedule
-    wa, wb = (load_file(str(ckpt_mod.latest(tmp_path / run) / "model.safetensors")) for run in ("full", "split"))
+    assert (
+        kept[0] < kept[5] < kept[-1] == 1.0 and len(set(kept)) > 3
+    )  # the resume fell mid-schedule
+    wa, wb = (
+        load_file(str(ckpt_mod.latest(tmp_path / run) / "model.safetensors"))
+        for run in ("full", "split")
+    )
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
@@ -335,21 +449,45 @@ def test_inspect_shows_what_random_ltd_keeps(tiny_data, tmp_path):
     from tokendrop.lab.inspect import inspect_run
     from tokendrop.train.trainer import pretrain
 
-    cfg = load_config("tiny", [f"data.path={tiny_data}", "train.steps=4", "train.eval_every=4", "train.ckpt_every=4",
-                               "train.log_every=2", "train.eval_batches=1", "train.batch_size=4",
-                               "drop.method=random_ltd", "drop.ltd_start_fraction=0.25", "drop.ltd_step=8"])
+    cfg = load_config(
+        "tiny",
+        [
+            f"data.path={tiny_data}",
+            "train.steps=4",
+            "train.eval_every=4",
+            "train.ckpt_every=4",
+            "train.log_every=2",
+            "train.eval_batches=1",
+            "train.batch_size=4",
+            "drop.method=random_ltd",
+            "drop.ltd_start_fraction=0.25",
+            "drop.ltd_step=8",
+        ],
+    )
     pretrain(cfg, tmp_path / "run", progress=False)
     out = inspect_run(tmp_path / "run", num_examples=3)
     ex = json.loads((out / "examples.json").read_text())
     T = 64
-    m = ltd_kept(cfg.drop, T, 3, 4)  # the count of the checkpoint's last step (k = 3 of 4, K = 2: full length)
+    m = ltd_kept(
+        cfg.drop, T, 3, 4
+    )  # the count of the checkpoint's last step (k = 3 of 4, K = 2: full length)
     assert m == T
     assert len(ex) == 3 and all(e["kept_fraction_sequence"] == 1.0 for e in ex)
-    cfg2 = load_config("tiny", [f"data.path={tiny_data}", "train.steps=40", "drop.method=random_ltd",
-                                "drop.ltd_start_fraction=0.25", "drop.ltd_step=8"])
+    cfg2 = load_config(
+        "tiny",
+        [
+            f"data.path={tiny_data}",
+            "train.steps=40",
+            "drop.method=random_ltd",
+            "drop.ltd_start_fraction=0.25",
+            "drop.ltd_step=8",
+        ],
+    )
     import shutil
 
-    shutil.copytree(tmp_path / "run", tmp_path / "mid")  # the same checkpoint read as step 4 of a 40-step run
+    shutil.copytree(
+        tmp_path / "run", tmp_path / "mid"
+    )  # the same checkpoint read as step 4 of a 40-step run
     meta = next((tmp_path / "mid" / "checkpoints").iterdir()) / "meta.json"
     mj = json.loads(meta.read_text())
     mj["config"]["train"]["steps"] = 40
@@ -375,16 +513,38 @@ def test_bench_random_ltd_rows(tmp_path):
     from tokendrop.cli import main
 
     out = tmp_path / "b.json"
-    assert main(["bench", "--preset", "smoke", "--set", 'variants=["drop", "random_ltd"]', "--set", "hf=false",
-                 "--set", "memory=false", "--json", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--preset",
+                "smoke",
+                "--set",
+                'variants=["drop", "random_ltd"]',
+                "--set",
+                "hf=false",
+                "--set",
+                "memory=false",
+                "--json",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     rows = {s["name"]: s for s in res["settings"]}
     assert list(rows) == ["T32/dense", "T32/drop-0.5", "T32/random_ltd-0.5"]
     mc = ModelConfig(preset="debug-4x64", vocab_size=512)
     ltd_row = rows["T32/random_ltd-0.5"]
     assert ltd_row["kept"] == 16  # (1 - 0.5) T in each of the 2 middle layers
-    assert ltd_row["flops_per_step"] == step_flops(mc, 32, ltd_row["batch_size"], ltd(ltd_start_fraction=0.5)).total
+    assert (
+        ltd_row["flops_per_step"]
+        == step_flops(mc, 32, ltd_row["batch_size"], ltd(ltd_start_fraction=0.5)).total
+    )
     sp = {x["setting"]: x for x in res["speedups"]}["T32/random_ltd-0.5"]
-    bound = step_flops(mc, 32, 1, None).total / step_flops(mc, 32, 1, ltd(ltd_start_fraction=0.5)).total
+    bound = (
+        step_flops(mc, 32, 1, None).total / step_flops(mc, 32, 1, ltd(ltd_start_fraction=0.5)).total
+    )
     assert sp["flop_bound"] == pytest.approx(bound) and 1.0 < bound < 2.0
     assert "T32_random_ltd50_flop_bound" in res["headline"]

@@ -1,13 +1,24 @@
-"""Metric definitions against hand-computed values (MCC, F1, accuracy, SQuAD EM/F1 + normalisation)."""
+"""Metric definitions against hand-computed values (MCC, F1, accuracy, SQuAD EM/F1 +
+normalisation)."""
 
 import math
 import random
 
 import pytest
 
-from tokendrop.finetune.metrics import (accuracy, apply_threshold, best_threshold, split_metrics,
-                                        exact_match, f1, f1_binary, gold_answers, matthews, normalize_answer,
-                                        squad_evaluate)
+from tokendrop.finetune.metrics import (
+    accuracy,
+    apply_threshold,
+    best_threshold,
+    exact_match,
+    f1,
+    f1_binary,
+    gold_answers,
+    matthews,
+    normalize_answer,
+    split_metrics,
+    squad_evaluate,
+)
 
 
 def _mcc_binary(tp, tn, fp, fn):
@@ -20,7 +31,11 @@ def test_mcc_binary_known_values():
     # TP=6 FP=2 FN=3 TN=9 -> 48/sqrt(8*9*11*12) = 0.49237...
     y = [1] * 6 + [0] * 2 + [1] * 3 + [0] * 9
     p = [1] * 6 + [1] * 2 + [0] * 3 + [0] * 9
-    assert matthews(y, p) == pytest.approx(100 * _mcc_binary(6, 9, 2, 3)) == pytest.approx(49.2366, abs=1e-3)
+    assert (
+        matthews(y, p)
+        == pytest.approx(100 * _mcc_binary(6, 9, 2, 3))
+        == pytest.approx(49.2366, abs=1e-3)
+    )
     assert matthews([0, 1, 0, 1], [0, 1, 0, 1]) == pytest.approx(100.0)
     assert matthews([0, 1, 0, 1], [1, 0, 1, 0]) == pytest.approx(-100.0)
     assert matthews([0, 1, 1, 0], [1, 1, 1, 1]) == 0.0  # constant prediction: 0 by convention
@@ -36,7 +51,9 @@ def test_mcc_multiclass_is_gorodkin_rk():
     c, s = sum(a == b for a, b in zip(y2, p2)), len(y2)
     t = [y2.count(k) for k in range(3)]
     pk = [p2.count(k) for k in range(3)]
-    want = (c * s - sum(a * b for a, b in zip(t, pk))) / math.sqrt((s * s - sum(x * x for x in pk)) * (s * s - sum(x * x for x in t)))
+    want = (c * s - sum(a * b for a, b in zip(t, pk))) / math.sqrt(
+        (s * s - sum(x * x for x in pk)) * (s * s - sum(x * x for x in t))
+    )
     assert matthews(y2, p2) == pytest.approx(100 * want)
 
 
@@ -55,15 +72,18 @@ def test_f1_and_accuracy_known_values():
     assert m["score"] == m["mcc"] == pytest.approx(100.0)
 
 
-@pytest.mark.parametrize("raw, norm", [
-    ("The Cat!", "cat"),
-    ("  an  apple,  a day ", "apple day"),
-    ("theater of the absurd", "theater of absurd"),  # articles only as whole words
-    ("Denver Broncos.", "denver broncos"),
-    ("U.S.A.", "usa"),
-    ("A", ""),
-    ("tab\tand\nnewline", "tab and newline"),
-])
+@pytest.mark.parametrize(
+    "raw, norm",
+    [
+        ("The Cat!", "cat"),
+        ("  an  apple,  a day ", "apple day"),
+        ("theater of the absurd", "theater of absurd"),  # articles only as whole words
+        ("Denver Broncos.", "denver broncos"),
+        ("U.S.A.", "usa"),
+        ("A", ""),
+        ("tab\tand\nnewline", "tab and newline"),
+    ],
+)
 def test_official_normalisation(raw, norm):
     assert normalize_answer(raw) == norm
 
@@ -74,8 +94,12 @@ def test_squad_em_f1_cases():
     assert f1("Denver Broncos won", "Denver Broncos") == pytest.approx(0.8)  # P=2/3 R=1
     assert f1("x y y", "y y z") == pytest.approx(2 / 3)  # multiset overlap: 2 common tokens
     assert f1("x y", "z") == 0.0
-    assert f1("", "") == 1.0 and f1("x", "") == 0.0 and f1("", "x") == 0.0  # v2.0 rule for no-answer
-    assert gold_answers(["the", "A"]) == [""]  # answers that normalise to nothing: treated as no answer
+    assert (
+        f1("", "") == 1.0 and f1("x", "") == 0.0 and f1("", "x") == 0.0
+    )  # v2.0 rule for no-answer
+    assert gold_answers(["the", "A"]) == [
+        ""
+    ]  # answers that normalise to nothing: treated as no answer
     golds = {"q1": ["Denver Broncos", "Broncos"], "q2": ["Santa Clara"], "q3": []}
     preds = {"q1": "broncos", "q2": "Santa Clara, California", "q3": ""}
     m = squad_evaluate(golds, preds)
@@ -89,7 +113,7 @@ def test_squad_em_f1_cases():
 def test_best_threshold_matches_brute_force():
     rng = random.Random(0)
     words = ["alpha", "beta", "gamma"]
-    for trial in range(20):
+    for _trial in range(20):
         golds, preds, na = {}, {}, {}
         for i in range(12):
             q = f"q{i}"
@@ -97,8 +121,10 @@ def test_best_threshold_matches_brute_force():
             preds[q] = rng.choice(words + [""]) if rng.random() < 0.9 else ""
             na[q] = round(rng.uniform(-3, 3), 1)  # rounding creates ties
         best, th = best_threshold(golds, preds, na, "f1")
-        brute = max(squad_evaluate(golds, apply_threshold(preds, na, t))["f1"]
-                    for t in [min(na.values()) - 1] + sorted(na.values()))
+        brute = max(
+            squad_evaluate(golds, apply_threshold(preds, na, t))["f1"]
+            for t in [min(na.values()) - 1] + sorted(na.values())
+        )
         assert best == pytest.approx(brute)
         assert squad_evaluate(golds, apply_threshold(preds, na, th))["f1"] == pytest.approx(best)
 

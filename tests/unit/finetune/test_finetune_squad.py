@@ -4,12 +4,19 @@ import json
 
 import numpy as np
 import pytest
+from toydata import write_vocab
 
 from tokendrop.finetune import FinetuneError
 from tokendrop.finetune.common import load_finetune_tokenizer
-from tokendrop.finetune.tasks.squad import (SquadExample, _is_max_context, _windows, build_features, postprocess,
-                                      read_squad, squad_metrics)
-from toydata import write_vocab
+from tokendrop.finetune.tasks.squad import (
+    SquadExample,
+    _is_max_context,
+    _windows,
+    build_features,
+    postprocess,
+    read_squad,
+    squad_metrics,
+)
 
 
 @pytest.fixture(scope="module")
@@ -17,8 +24,11 @@ def tok(tmp_path_factory):
     return load_finetune_tokenizer(write_vocab(tmp_path_factory.mktemp("vocab")))
 
 
-CONTEXT = ("The museum opened in 1901. " * 6 + "Its architect was Zürich-born Ana Café, who also drew the plans. "
-           + "Visitors came from far away. " * 6)
+CONTEXT = (
+    "The museum opened in 1901. " * 6
+    + "Its architect was Zürich-born Ana Café, who also drew the plans. "
+    + "Visitors came from far away. " * 6
+)
 ANSWER = "Zürich-born Ana Café"
 
 
@@ -42,8 +52,12 @@ def test_windows_cover_the_context_with_stride():
     assert _windows(3, 4, 2) == [(0, 3)]
     assert _windows(0, 4, 2) == [(0, 0)]
     spans = [(0, 10), (5, 10)]
-    assert _is_max_context(spans, 1, 8) and not _is_max_context(spans, 0, 8)  # more context on both sides
-    assert _is_max_context(spans, 0, 2) and not _is_max_context(spans, 1, 2)  # only in the first window
+    assert _is_max_context(spans, 1, 8) and not _is_max_context(
+        spans, 0, 8
+    )  # more context on both sides
+    assert _is_max_context(spans, 0, 2) and not _is_max_context(
+        spans, 1, 2
+    )  # only in the first window
 
 
 def test_training_labels_and_exact_substrings_across_windows(tok):
@@ -57,7 +71,9 @@ def test_training_labels_and_exact_substrings_across_windows(tok):
         assert f.input_ids[-1] == tok.token_to_id("[SEP]")
         ctx_pos = [i for i, o in enumerate(f.offsets) if o is not None]
         assert all(f.token_type_ids[i] == 1 for i in ctx_pos)
-        for i in ctx_pos:  # every context token maps back into the original (cased, accented) context
+        for (
+            i
+        ) in ctx_pos:  # every context token maps back into the original (cased, accented) context
             a, b = f.offsets[i]
             assert 0 <= a < b <= len(CONTEXT)
         if f.start_position:
@@ -116,7 +132,9 @@ def test_max_context_rule_and_constraints(tok):
 def test_unanswerable_questions_and_threshold(tok):
     ans = _example("has")
     imp = SquadExample("none", "Who painted the ceiling?", CONTEXT, [], [], True)
-    feats = build_features([ans, imp], tok, max_seq_len=128, doc_stride=32, max_query_len=8, training=True)
+    feats = build_features(
+        [ans, imp], tok, max_seq_len=128, doc_stride=32, max_query_len=8, training=True
+    )
     assert all(f.start_position == 0 and f.end_position == 0 for f in feats if f.example_index == 1)
     feats = build_features([ans, imp], tok, max_seq_len=128, doc_stride=32, max_query_len=8)
     starts = [np.full(len(f.input_ids), -5.0) for f in feats]
@@ -146,30 +164,71 @@ def test_unanswerable_questions_and_threshold(tok):
 
 def _squad_file(tmp_path, qas, context="Paris is the capital of France.", version="1.1"):
     p = tmp_path / "f.json"
-    p.write_text(json.dumps({"version": version, "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    p.write_text(
+        json.dumps(
+            {
+                "version": version,
+                "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}],
+            }
+        )
+    )
     return p
 
 
 def test_read_squad_and_answer_start_mismatch(tmp_path):
-    p = _squad_file(tmp_path, [{"id": "a", "question": "capital?", "answers": [{"text": "France", "answer_start": 3}]}])
-    with pytest.raises(FinetuneError, match=r"qas\[0\]\.answers\[0\] \(id 'a'\): answer_start 3 does not point at the "
-                                            r"answer 'France'.*occurs at 24"):
-        read_squad(p)  # never silently moved to another occurrence (docs/reliability.md, category "bad input")
-    p = _squad_file(tmp_path, [{"id": "a", "question": "q", "answers": [], "is_impossible": True,
-                                "plausible_answers": [{"text": "Paris", "answer_start": 0}]}], version="v2.0")
+    p = _squad_file(
+        tmp_path,
+        [{"id": "a", "question": "capital?", "answers": [{"text": "France", "answer_start": 3}]}],
+    )
+    with pytest.raises(
+        FinetuneError,
+        match=r"qas\[0\]\.answers\[0\] \(id 'a'\): answer_start 3 does not point at the "
+        r"answer 'France'.*occurs at 24",
+    ):
+        read_squad(
+            p
+        )  # never silently moved to another occurrence (docs/reliability.md, category "bad input")
+    p = _squad_file(
+        tmp_path,
+        [
+            {
+                "id": "a",
+                "question": "q",
+                "answers": [],
+                "is_impossible": True,
+                "plausible_answers": [{"text": "Paris", "answer_start": 0}],
+            }
+        ],
+        version="v2.0",
+    )
     ex, v = read_squad(p)
     assert v == 2 and ex[0].is_impossible and ex[0].answers == []
     with pytest.raises(FinetuneError, match="unanswerable questions"):
         read_squad(p, version=1)
 
 
-@pytest.mark.parametrize("qas, msg", [
-    ([{"question": "q", "answers": []}], "data[0].paragraphs[0].qas[0]: missing or non-string 'id'"),
-    ([{"id": "a", "question": "q", "answers": [{"text": "Rome", "answer_start": 0}]}], "does not occur in the context"),
-    ([{"id": "a", "question": "q", "answers": [{"text": "Paris"}]}], "qas[0].answers[0]: expected {'text'"),
-    ([{"id": "a", "question": "q", "answers": []}], "no answers and not marked is_impossible"),
-    ([{"id": "a", "question": "q", "answers": [{"text": "Paris", "answer_start": 0}]}] * 2, "duplicate question id 'a'"),
-])
+@pytest.mark.parametrize(
+    "qas, msg",
+    [
+        (
+            [{"question": "q", "answers": []}],
+            "data[0].paragraphs[0].qas[0]: missing or non-string 'id'",
+        ),
+        (
+            [{"id": "a", "question": "q", "answers": [{"text": "Rome", "answer_start": 0}]}],
+            "does not occur in the context",
+        ),
+        (
+            [{"id": "a", "question": "q", "answers": [{"text": "Paris"}]}],
+            "qas[0].answers[0]: expected {'text'",
+        ),
+        ([{"id": "a", "question": "q", "answers": []}], "no answers and not marked is_impossible"),
+        (
+            [{"id": "a", "question": "q", "answers": [{"text": "Paris", "answer_start": 0}]}] * 2,
+            "duplicate question id 'a'",
+        ),
+    ],
+)
 def test_malformed_squad(tmp_path, qas, msg):
     p = _squad_file(tmp_path, qas)
     with pytest.raises(FinetuneError) as e:

@@ -3,12 +3,18 @@
 import tarfile
 
 import pytest
+from toydata import write_vader_sdist
 
 from tokendrop.finetune import FinetuneError
-from tokendrop.finetune.tasks.sst2_vader import (build_sst2_from_vader, convert_snippets, extract_snippets,
-                                           fetch_vader_sdist, label_and_split, parse_snippets)
-from toydata import write_vader_sdist
 from tokendrop.finetune.tasks import get_task
+from tokendrop.finetune.tasks.sst2_vader import (
+    build_sst2_from_vader,
+    convert_snippets,
+    extract_snippets,
+    fetch_vader_sdist,
+    label_and_split,
+    parse_snippets,
+)
 
 
 def _snippets(n_pos=20, n_neg=10, n_zero=3) -> str:
@@ -41,13 +47,16 @@ def test_parse_label_split():
     assert {s for s, _ in label_and_split(rows, 0.1, seed=2)[1]} != {s for s, _ in dev}
 
 
-@pytest.mark.parametrize("text, msg", [
-    ("1\t2.0\tgood\n2\tgood movie\n", ":2: expected id<TAB>score<TAB>text"),
-    ("1\tabc\tgood\n", ":1: score 'abc' is not a number"),
-    ("1\tnan\tgood\n", ":1: score 'nan' is not finite"),
-    ("1\t1.0\t   \n", ":1: empty text"),
-    ("\n\n", "no snippets"),
-])
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ("1\t2.0\tgood\n2\tgood movie\n", ":2: expected id<TAB>score<TAB>text"),
+        ("1\tabc\tgood\n", ":1: score 'abc' is not a number"),
+        ("1\tnan\tgood\n", ":1: score 'nan' is not finite"),
+        ("1\t1.0\t   \n", ":1: empty text"),
+        ("\n\n", "no snippets"),
+    ],
+)
 def test_malformed_snippets(text, msg):
     with pytest.raises(FinetuneError, match=msg):
         parse_snippets(text, "snip.txt")
@@ -66,7 +75,9 @@ def test_build_from_crafted_sdist_without_network(tmp_path):
     data = get_task("sst2").load(out)  # the SST-2 reader takes it as is
     assert len(data.train) == 27 and len(data.dev["dev"]) == 3
     mtime = (out / "train.tsv").stat().st_mtime_ns
-    assert build_sst2_from_vader(cache) == out and (out / "train.tsv").stat().st_mtime_ns == mtime  # reused
+    assert (
+        build_sst2_from_vader(cache) == out and (out / "train.tsv").stat().st_mtime_ns == mtime
+    )  # reused
     other = convert_snippets(_snippets(), tmp_path / "other")
     assert (other / "dev.tsv").read_text() == (out / "dev.tsv").read_text()
 
@@ -78,5 +89,7 @@ def test_bad_archive(tmp_path):
         extract_snippets(p)
     with tarfile.open(p, "w:gz"):
         pass
-    with pytest.raises(FinetuneError, match="no member ending in additional_resources/hutto_ICWSM_2014.tar.gz"):
+    with pytest.raises(
+        FinetuneError, match="no member ending in additional_resources/hutto_ICWSM_2014.tar.gz"
+    ):
         extract_snippets(p)

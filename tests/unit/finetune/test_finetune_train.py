@@ -1,5 +1,6 @@
-"""finetune(): a classifier learns a keyword-sentiment task in seconds (from our checkpoint and from an
-exported-then-reimported Hugging Face dir); SQuAD end to end on generated data; outputs and errors."""
+"""finetune(): a classifier learns a keyword-sentiment task in seconds (from our checkpoint and from
+an exported-then-reimported Hugging Face dir); SQuAD end to end on generated data; outputs and
+errors."""
 
 import argparse
 import json
@@ -8,13 +9,13 @@ import shutil
 
 import pytest
 import torch
-
-from tokendrop.config import FinetuneConfig
-from tokendrop.cli import cmd_finetune
-from tokendrop.finetune import FinetuneError, finetune, finetune_config
 from toydata import write_checkpoint
-from tokendrop.lab.toydata import write_keyword_sentiment, write_toy_squad
+
+from tokendrop.cli import cmd_finetune
+from tokendrop.config import FinetuneConfig
+from tokendrop.finetune import FinetuneError, finetune, finetune_config
 from tokendrop.finetune.trainer import linear_schedule
+from tokendrop.lab.toydata import write_keyword_sentiment, write_toy_squad
 from tokendrop.train.runtime import param_groups
 
 
@@ -29,16 +30,29 @@ def sentiment(tmp_path_factory):
 
 
 def _cfg(data, **kw):
-    base = dict(task="sst2", data=str(data), epochs=3, lr=1e-3, batch_size=16, log_every=0, device="cpu", threads=1)
+    base = dict(
+        task="sst2",
+        data=str(data),
+        epochs=3,
+        lr=1e-3,
+        batch_size=16,
+        log_every=0,
+        device="cpu",
+        threads=1,
+    )
     base.update(kw)
     return FinetuneConfig(**base)
 
 
 def test_keyword_sentiment_from_our_checkpoint(ckpt, sentiment, tmp_path):
     r = finetune(_cfg(sentiment), ckpt, tmp_path / "out", log=None)
-    t = r["timing"]  # the timing record is consistent (no bound on its values: tests assert no timings)
+    t = r[
+        "timing"
+    ]  # the timing record is consistent (no bound on its values: tests assert no timings)
     assert 0 < t["train_s"] <= t["total_s"] and t["encode_s"] >= 0 and t["eval_s"] >= 0
-    assert r["train"]["examples"] == 400 * 3 and r["train"]["examples_per_s"] == pytest.approx(1200 / t["train_s"])
+    assert r["train"]["examples"] == 400 * 3 and r["train"]["examples_per_s"] == pytest.approx(
+        1200 / t["train_s"]
+    )
     assert r["scores"]["sst2"] >= 90.0, r["metrics"]
     assert r["metrics"]["dev"]["accuracy"] == r["scores"]["sst2"] == r["accuracy"]
     assert r["model_source"] == "tokendrop" and r["precision"] == "fp32"
@@ -64,25 +78,39 @@ def test_keyword_sentiment_from_exported_and_reimported_hf_dir(ckpt, sentiment, 
     assert r["model_source"] == "huggingface"
     assert r["scores"]["sst2"] >= 90.0, r["metrics"]
     # the fine-tuned classifier loads in transformers and predicts like ours
-    clf = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "out" / "model").eval()
+    clf = transformers.BertForSequenceClassification.from_pretrained(
+        tmp_path / "out" / "model"
+    ).eval()
     from tokendrop.finetune.common import load_finetune_tokenizer
 
     tok = load_finetune_tokenizer(tmp_path / "out" / "model")
     enc = tok.encode("The movie was truly wonderful")
     with torch.no_grad():
-        hf_logits = clf(input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])).logits
+        hf_logits = clf(
+            input_ids=torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids])
+        ).logits
     assert int(hf_logits.argmax()) == 1
 
 
 def test_squad_end_to_end_on_generated_data(ckpt, tmp_path):
     data = write_toy_squad(tmp_path / "squad", n_train=160, n_dev=40)
-    cfg = _cfg(data, task="squad1", epochs=4, lr=2e-3, max_seq_len_qa=64, doc_stride=24, max_query_len=16)
+    cfg = _cfg(
+        data, task="squad1", epochs=4, lr=2e-3, max_seq_len_qa=64, doc_stride=24, max_query_len=16
+    )
     r = finetune(cfg, ckpt, tmp_path / "v1", log=None)
     assert r["scores"]["squad1"] >= 80.0, r["metrics"]
     preds = json.loads((tmp_path / "v1" / "predictions" / "dev.json").read_text())
     assert len(preds) == 40 and all(isinstance(v, str) for v in preds.values())
-    cfg2 = _cfg(data, task="squad2", epochs=1, lr=2e-3, max_seq_len_qa=64, doc_stride=24, max_query_len=16,
-                max_train_examples=60)
+    cfg2 = _cfg(
+        data,
+        task="squad2",
+        epochs=1,
+        lr=2e-3,
+        max_seq_len_qa=64,
+        doc_stride=24,
+        max_query_len=16,
+        max_train_examples=60,
+    )
     r2 = finetune(cfg2, ckpt, tmp_path / "v2", log=None)
     m = r2["metrics"]["dev"]
     assert {"f1", "exact", "null_threshold", "HasAns_f1", "NoAns_f1"} <= set(m)
@@ -101,8 +129,8 @@ def test_mnli_scores_ax_with_the_mnli_model(ckpt, tmp_path):
 
 
 def test_optimizer_groups_and_schedule(ckpt):
-    from tokendrop.models.source import load_pretrained
     from tokendrop.models.bert.model import BertForSequenceClassification
+    from tokendrop.models.source import load_pretrained
 
     model, _ = load_pretrained(ckpt, BertForSequenceClassification, num_labels=2)
     decay, no_decay = param_groups(model, 0.01)
@@ -143,9 +171,22 @@ def test_errors_are_one_line(ckpt, sentiment, tmp_path):
 
 
 def test_cli_entry_point(ckpt, sentiment, tmp_path, capsys):
-    a = argparse.Namespace(model=str(ckpt), task="sst2", data=str(sentiment), out=str(tmp_path / "cli"), config=None,
-                           overrides=["epochs=1", "lr=1e-3", "batch_size=32", "log_every=0", "max_train_examples=64", "threads=1"],
-                           overwrite=False)
+    a = argparse.Namespace(
+        model=str(ckpt),
+        task="sst2",
+        data=str(sentiment),
+        out=str(tmp_path / "cli"),
+        config=None,
+        overrides=[
+            "epochs=1",
+            "lr=1e-3",
+            "batch_size=32",
+            "log_every=0",
+            "max_train_examples=64",
+            "threads=1",
+        ],
+        overwrite=False,
+    )
     assert cmd_finetune(a) == 0
     out = capsys.readouterr().out
     assert "sst2:" in out and "train examples/s" in out
@@ -161,7 +202,10 @@ def test_custom_jsonl_task_and_presets(ckpt, tmp_path):
 
     rng = random.Random(1)
     for name, n in (("train.jsonl", 400), ("dev.jsonl", 100)):
-        rows = [json.dumps({"text": keyword_sentence(rng, i % 2), "sentiment": ["neg", "pos"][i % 2]}) for i in range(n)]
+        rows = [
+            json.dumps({"text": keyword_sentence(rng, i % 2), "sentiment": ["neg", "pos"][i % 2]})
+            for i in range(n)
+        ]
         (tmp_path / name).write_text("\n".join(rows) + "\n")
     cfg = _cfg(tmp_path, task="custom", text_a="text", label="sentiment")
     r = finetune(cfg, ckpt, tmp_path / "out", log=None)
@@ -173,21 +217,52 @@ def test_custom_jsonl_task_and_presets(ckpt, tmp_path):
 def test_tokendrop_cli_finetune_and_error_exit(ckpt, sentiment, tmp_path, capsys):
     from tokendrop.cli import main
 
-    rc = main(["finetune", "--model", str(ckpt), "--task", "sst2", "--data", str(sentiment), "--out",
-               str(tmp_path / "o"), "--set", "epochs=1", "--set", "max_train_examples=32", "--set", "threads=1",
-               "--set", "log_every=0"])
+    rc = main(
+        [
+            "finetune",
+            "--model",
+            str(ckpt),
+            "--task",
+            "sst2",
+            "--data",
+            str(sentiment),
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            "epochs=1",
+            "--set",
+            "max_train_examples=32",
+            "--set",
+            "threads=1",
+            "--set",
+            "log_every=0",
+        ]
+    )
     assert rc == 0 and (tmp_path / "o" / "metrics.json").is_file()
     io = capsys.readouterr()
     # the banner before any work (from the resolved config), the summary with each phase's time
-    banner = io.err[io.err.index("tokendrop finetune: sst2 from"):].splitlines()
+    banner = io.err[io.err.index("tokendrop finetune: sst2 from") :].splitlines()
     assert banner[1] == "  task      sst2 (classification, accuracy)"
-    assert banner[2].endswith(": 32 train examples, dev 100 (at most 32 train examples)")  # one dev split: named once
+    assert banner[2].endswith(
+        ": 32 train examples, dev 100 (at most 32 train examples)"
+    )  # one dev split: named once
     assert banner[3].startswith("  length    1 epochs of batch 32")
     assert "the fine-tuned model: not kept (--set save_model=true keeps it)" in banner[6]
-    summary = io.err[io.err.index("tokendrop finetune: sst2 finished"):]
+    summary = io.err[io.err.index("tokendrop finetune: sst2 finished") :]
     assert "  phases    encoding" in summary and "training" in summary and "evaluation" in summary
     assert "the model is not kept" in summary and "the fine-tuned model is not kept" in io.out
-    rc = main(["finetune", "--model", str(ckpt), "--task", "sst2", "--data", str(tmp_path / "none"), "--out",
-               str(tmp_path / "o2")])
+    rc = main(
+        [
+            "finetune",
+            "--model",
+            str(ckpt),
+            "--task",
+            "sst2",
+            "--data",
+            str(tmp_path / "none"),
+            "--out",
+            str(tmp_path / "o2"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "error:" in err and "does not exist" in err

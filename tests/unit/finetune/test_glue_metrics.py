@@ -9,8 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from tokendrop.finetune.metrics import (METRICS, accuracy, average_ranks, f1_binary, matthews, pearson, spearman,
-                                        split_metrics)
+from tokendrop.finetune.metrics import (
+    METRICS,
+    accuracy,
+    average_ranks,
+    f1_binary,
+    matthews,
+    pearson,
+    spearman,
+    split_metrics,
+)
 from tokendrop.finetune.tasks import TASKS
 
 
@@ -18,9 +26,17 @@ def test_mcc_on_a_2x2_table_by_hand():
     # TP=3 TN=4 FP=1 FN=2: (3*4 - 1*2) / sqrt((3+1)(3+2)(4+1)(4+2)) = 10 / sqrt(600)
     y = [1, 1, 1, 0, 0, 0, 0, 0, 1, 1]
     p = [1, 1, 1, 0, 0, 0, 0, 1, 0, 0]
-    assert matthews(y, p) == pytest.approx(100 * 10 / math.sqrt(600)) == pytest.approx(40.8248, abs=1e-4)
-    assert matthews(y, p) == matthews([1 - v for v in y], [1 - v for v in p])  # symmetric in the classes
-    assert matthews([0, 0, 1], [0, 0, 0]) == 0.0 and matthews([1, 1], [1, 0]) == 0.0  # one side constant
+    assert (
+        matthews(y, p)
+        == pytest.approx(100 * 10 / math.sqrt(600))
+        == pytest.approx(40.8248, abs=1e-4)
+    )
+    assert matthews(y, p) == matthews(
+        [1 - v for v in y], [1 - v for v in p]
+    )  # symmetric in the classes
+    assert (
+        matthews([0, 0, 1], [0, 0, 0]) == 0.0 and matthews([1, 1], [1, 0]) == 0.0
+    )  # one side constant
 
 
 def test_mrpc_f1_and_accuracy_by_hand():
@@ -35,7 +51,9 @@ def test_mrpc_f1_and_accuracy_by_hand():
 def test_pearson_by_hand():
     # x - 3 = (-2,-1,0,1,2), y - 4 = (-2,0,1,0,1): sum of products 6, squares 10 and 6 -> 6/sqrt(60)
     x, y = [1, 2, 3, 4, 5], [2, 4, 5, 4, 5]
-    assert pearson(x, y) == pytest.approx(100 * 6 / math.sqrt(60)) == pytest.approx(77.4597, abs=1e-4)
+    assert (
+        pearson(x, y) == pytest.approx(100 * 6 / math.sqrt(60)) == pytest.approx(77.4597, abs=1e-4)
+    )
     assert pearson(x, [2 * v + 1 for v in x]) == pytest.approx(100.0)
     assert pearson(x, [-v for v in x]) == pytest.approx(-100.0)
     assert pearson(x, [3.0] * 5) == 0.0  # a constant prediction: undefined, 0 by convention
@@ -47,9 +65,13 @@ def test_spearman_with_ties_by_hand():
     x, y = [1, 2, 3, 4, 5], [2, 4, 5, 4, 5]
     assert list(average_ranks(y)) == [1.0, 2.5, 4.5, 2.5, 4.5]
     assert list(average_ranks([3.0, 1.0, 3.0, 3.0])) == [3.0, 1.0, 3.0, 3.0]
-    assert spearman(x, y) == pytest.approx(100 * 7 / math.sqrt(90)) == pytest.approx(73.7865, abs=1e-4)
-    assert spearman(x, [v ** 3 for v in x]) == pytest.approx(100.0)  # monotone, not linear: Spearman 1, Pearson not
-    assert pearson(x, [v ** 3 for v in x]) < 99.0
+    assert (
+        spearman(x, y) == pytest.approx(100 * 7 / math.sqrt(90)) == pytest.approx(73.7865, abs=1e-4)
+    )
+    assert spearman(x, [v**3 for v in x]) == pytest.approx(
+        100.0
+    )  # monotone, not linear: Spearman 1, Pearson not
+    assert pearson(x, [v**3 for v in x]) < 99.0
     assert spearman(x, [5, 4, 3, 2, 1]) == pytest.approx(-100.0)
 
 
@@ -63,7 +85,7 @@ def test_stsb_split_metrics():
 
 
 def test_zero_examples_are_an_error():
-    for name, fn in METRICS.items():
+    for _name, fn in METRICS.items():
         with pytest.raises(ValueError, match="no examples"):
             fn([], [])
     with pytest.raises(ValueError, match="equally long"):
@@ -74,7 +96,7 @@ def test_agrees_with_scipy_and_sklearn_on_random_data():
     stats = pytest.importorskip("scipy.stats")
     skm = pytest.importorskip("sklearn.metrics")
     rng = np.random.default_rng(0)
-    for trial in range(20):
+    for _trial in range(20):
         n = int(rng.integers(3, 40))
         y = rng.integers(0, 6, n) / 2.0  # many ties
         p = np.round(y + rng.normal(0, 1, n), 1)
@@ -84,7 +106,16 @@ def test_agrees_with_scipy_and_sklearn_on_random_data():
         k = int(rng.integers(2, 4))
         a, b = rng.integers(0, k, n), rng.integers(0, k, n)
         assert matthews(a, b) == pytest.approx(100 * skm.matthews_corrcoef(a, b), abs=1e-9)
-        assert f1_binary(a, b) == pytest.approx(100 * skm.f1_score(a, b, pos_label=1, average="binary" if k == 2 else
-                                                                  "micro", labels=[1] if k > 2 else None,
-                                                                  zero_division=0.0), abs=1e-9)
+        assert f1_binary(a, b) == pytest.approx(
+            100
+            * skm.f1_score(
+                a,
+                b,
+                pos_label=1,
+                average="binary" if k == 2 else "micro",
+                labels=[1] if k > 2 else None,
+                zero_division=0.0,
+            ),
+            abs=1e-9,
+        )
         assert accuracy(a, b) == pytest.approx(100 * skm.accuracy_score(a, b))

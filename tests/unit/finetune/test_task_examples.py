@@ -1,5 +1,6 @@
-"""Every registered task writes examples in its own layout that it reads back (TaskSpec.write_examples):
-the tests' data come from the task's definition, so a new task file needs no generator elsewhere."""
+"""Every registered task writes examples in its own layout that it reads back
+(TaskSpec.write_examples): the tests' data come from the task's definition, so a new task file needs
+no generator elsewhere."""
 
 from __future__ import annotations
 

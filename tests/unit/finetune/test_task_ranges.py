@@ -4,15 +4,15 @@ value and what the task takes.  The grid is the task registry: every GLUE-format
 column in its own files (SQuAD's spans and the custom task, whose labels the user declares, have
 their own checks)."""
 
-from pathlib import Path
-
 import pytest
 
 from tokendrop.finetune.common import FinetuneError
 from tokendrop.finetune.tasks import TASKS, task_dir
 from tokendrop.lab.toydata import write_toy_glue
 
-GLUE = sorted(n for n, s in TASKS.items() if s.kind != "span" and s.columns is not None and s.dirname)
+GLUE = sorted(
+    n for n, s in TASKS.items() if s.kind != "span" and s.columns is not None and s.dirname
+)
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,28 @@ from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM
 
 B, T, P, D = 3, 40, 7, 48
-FAMILIES = {"bert": (BertForMaskedLM, {}),
-            "modernbert": (ModernBertForMaskedLM, {"family": "modernbert", "local_attention": 16,
-                                                  "document_attention": "off"})}
+FAMILIES = {
+    "bert": (BertForMaskedLM, {}),
+    "modernbert": (
+        ModernBertForMaskedLM,
+        {"family": "modernbert", "local_attention": 16, "document_attention": "off"},
+    ),
+}
 
 
 def _model(family: str, drop: bool):
     cls, extra = FAMILIES[family]
-    cfg = ModelConfig(vocab_size=211, hidden_size=D, num_layers=4, num_heads=4, intermediate_size=96,
-                      max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0, **extra)
+    cfg = ModelConfig(
+        vocab_size=211,
+        hidden_size=D,
+        num_layers=4,
+        num_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        **extra,
+    )
     torch.manual_seed(0)
     return cls(cfg, DropConfig(method="cumulative") if drop else None).train()
 
@@ -44,7 +57,9 @@ def _loss_and_grads(model, amp: bool, drop: bool):
         logits = model(ids, pos, keep_idx=keep if drop else None)
     loss = model.mlm_nll(logits, labels).mean()
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), {
+        n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+    }
 
 
 @pytest.mark.parametrize("drop", [False, True], ids=["dense", "drop"])
@@ -65,11 +80,15 @@ def test_layernorm_is_nn_layernorm_outside_autocast():
     torch.nn.init.normal_(ln.weight)
     torch.nn.init.normal_(ln.bias)
     x = torch.randn(2, 5, D)
-    torch.testing.assert_close(ln(x), F.layer_norm(x, (D,), ln.weight, ln.bias, 1e-5), atol=0, rtol=0)
+    torch.testing.assert_close(
+        ln(x), F.layer_norm(x, (D,), ln.weight, ln.bias, 1e-5), atol=0, rtol=0
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = ln(x)
     assert y.dtype == torch.bfloat16
-    torch.testing.assert_close(y.float(), F.layer_norm(x, (D,), ln.weight, ln.bias, 1e-5), atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        y.float(), F.layer_norm(x, (D,), ln.weight, ln.bias, 1e-5), atol=3e-2, rtol=2e-2
+    )
 
 
 def _stream_casts(model, low_precision: bool, monkeypatch) -> int:

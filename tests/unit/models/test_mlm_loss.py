@@ -1,5 +1,6 @@
 """The MLM loss (``MaskedLM.mlm_nll``, a custom autograd function): the same values and gradients as
-``F.cross_entropy(reduction="none")``, the ignored label, a float64 finite difference, and a second backward refused."""
+``F.cross_entropy(reduction="none")``, the ignored label, a float64 finite difference, and a second
+backward refused."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tokendrop.models.masked_lm import IGNORE_INDEX, _NLL
+from tokendrop.models.masked_lm import _NLL, IGNORE_INDEX
 
 
 def _case(dtype=torch.float32):

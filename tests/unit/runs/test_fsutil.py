@@ -9,8 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from toydata import write_corpus
+
 from tokendrop.runs.files import atomic_directory, remove_stale_temp_dirs
 
 SRC = Path(__file__).resolve().parents[3] / "src"
@@ -33,7 +33,10 @@ def temp_with_writer(parent: Path, name: str, host: str, pid: int) -> Path:
 def test_atomic_directory_publishes_without_writer_record(tmp_path):
     with atomic_directory(tmp_path / "out") as tmp:
         (tmp / "a.txt").write_text("a")
-        assert (tmp / ".tokendrop-writer").read_text().split() == [socket.gethostname(), str(os.getpid())]
+        assert (tmp / ".tokendrop-writer").read_text().split() == [
+            socket.gethostname(),
+            str(os.getpid()),
+        ]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     with pytest.raises(RuntimeError), atomic_directory(tmp_path / "out") as tmp:
@@ -52,8 +55,16 @@ def test_only_temp_dirs_of_dead_local_writers_are_removed(tmp_path):
     unknown.mkdir()
     other_target = temp_with_writer(tmp_path, ".other.tmp-dead", host, dead_pid())
     assert remove_stale_temp_dirs(tmp_path, ".out.tmp-") == [dead]
-    assert not dead.exists() and live.exists() and remote.exists() and unknown.exists() and other_target.exists()
-    with atomic_directory(tmp_path / "other") as tmp:  # a new write sweeps its own target's leftovers
+    assert (
+        not dead.exists()
+        and live.exists()
+        and remote.exists()
+        and unknown.exists()
+        and other_target.exists()
+    )
+    with atomic_directory(
+        tmp_path / "other"
+    ) as tmp:  # a new write sweeps its own target's leftovers
         assert not other_target.exists() and tmp.is_dir()
     assert (tmp_path / "other").is_dir()
 

@@ -13,8 +13,11 @@ from pathlib import Path
 from tokendrop.runs import gate as gate_mod
 
 SRC = Path(__file__).resolve().parents[3] / "src"
-CODE = ("import sys; from tokendrop.runs.gate import gate; print('before', flush=True); gate(sys.argv[1]); "
-        "gate(sys.argv[1]); print('after', flush=True)")
+CODE = (
+    "import sys; from tokendrop.runs.gate import gate; print('before', flush=True); "
+    "gate(sys.argv[1]); "
+    "gate(sys.argv[1]); print('after', flush=True)"
+)
 
 
 def _start(name: str, spec: str | None) -> subprocess.Popen:
@@ -24,9 +27,14 @@ def _start(name: str, spec: str | None) -> subprocess.Popen:
         env[gate_mod.ENV] = spec
     # SIGINT back to its default in the child: a test run started in the background of a shell
     # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
-    return subprocess.Popen([sys.executable, "-c", CODE, name], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [sys.executable, "-c", CODE, name],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def _wait_for(p: subprocess.Popen, f: Path) -> None:
@@ -45,7 +53,9 @@ def test_a_process_waits_at_its_gate_until_released_and_only_once(tmp_path):
     assert p.poll() is None  # still waiting
     g.unlink()
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 0 and out.split() == ["before", "after"], err  # the second gate() passed at once
+    assert p.returncode == 0 and out.split() == ["before", "after"], (
+        err
+    )  # the second gate() passed at once
 
 
 def test_a_signal_ends_the_wait_as_it_would_end_the_work(tmp_path):
@@ -54,7 +64,9 @@ def test_a_signal_ends_the_wait_as_it_would_end_the_work(tmp_path):
     _wait_for(p, g)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == -signal.SIGINT and "KeyboardInterrupt" in err and out.split() == ["before"]
+    assert (
+        p.returncode == -signal.SIGINT and "KeyboardInterrupt" in err and out.split() == ["before"]
+    )
 
 
 def test_without_the_switch_or_for_another_name_nothing_waits(tmp_path):

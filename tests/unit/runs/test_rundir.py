@@ -21,28 +21,35 @@ import time
 from pathlib import Path
 
 import pytest
-
-from toydata import write_corpus
-from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.runs import rundir
-from tokendrop.runs.files import json_text
-from tokendrop.cli import main as cli_main
-
 from processes import wait_for_training
+from toydata import write_corpus
+
+from tokendrop.cli import main as cli_main
+from tokendrop.runs import checkpoint as ckpt_mod, rundir
+from tokendrop.runs.files import json_text
 
 SRC = Path(__file__).resolve().parents[3] / "src"
-ENV = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-           PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV = dict(
+    os.environ,
+    PYTHONUNBUFFERED="1",
+    OMP_NUM_THREADS="1",
+    PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+)
 
 
 def tree(d: Path) -> dict[str, bytes]:
     """Every file under ``d`` with its bytes (the state of the disk to compare before/after)."""
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(Path(d).rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(d)): p.read_bytes() for p in sorted(Path(d).rglob("*")) if p.is_file()
+    }
 
 
 def leftovers(parent: Path) -> list[str]:
-    return sorted(p.name for p in Path(parent).iterdir() if ".tmp-" in p.name or ".old-" in p.name
-                  or p.name.endswith(".tokendrop.lock"))
+    return sorted(
+        p.name
+        for p in Path(parent).iterdir()
+        if ".tmp-" in p.name or ".old-" in p.name or p.name.endswith(".tokendrop.lock")
+    )
 
 
 def one_error_line(err: str, *needles: str) -> str:
@@ -75,19 +82,23 @@ def test_outputs_are_marked_and_export_refuses_a_foreign_nonempty_dir(run, tmp_p
         rc = cli_main(["export", str(run), str(foreign), *extra])
         err = capsys.readouterr().err
         assert rc == 2
-        one_error_line(err, str(foreign), "--overwrite" if not extra else "not written by tokendrop")
+        one_error_line(
+            err, str(foreign), "--overwrite" if not extra else "not written by tokendrop"
+        )
         assert tree(foreign) == before and leftovers(tmp_path) == []
     # a fresh export is marked; re-exporting needs --overwrite and then replaces only it
     out = tmp_path / "hf"
     assert cli_main(["export", str(run), str(out)]) == 0
-    capsys.readouterr()  # the export's own output (a warning when the loss is above the unigram entropy)
+    # the export's own output (a warning when the loss is above the unigram entropy)
+    capsys.readouterr()
     assert rundir.read_marker(out)["kind"] == "export" and (out / "model.safetensors").is_file()
     rc = cli_main(["export", str(run), str(out)])
     assert rc == 2
     one_error_line(capsys.readouterr().err, "already exists", "--overwrite")
     (out / "stale.txt").write_text("from the first export")
     assert cli_main(["export", str(run), str(out), "--overwrite"]) == 0
-    capsys.readouterr()  # the export's own output (a warning when the loss is above the unigram entropy)
+    # the export's own output (a warning when the loss is above the unigram entropy)
+    capsys.readouterr()
     assert not (out / "stale.txt").exists() and (out / "config.json").is_file()
     assert leftovers(tmp_path) == []
 
@@ -95,13 +106,19 @@ def test_outputs_are_marked_and_export_refuses_a_foreign_nonempty_dir(run, tmp_p
 def test_export_and_inspect_never_replace_a_file(run, tmp_path, capsys):
     f = tmp_path / "target"
     f.write_text("precious")
-    for argv in (["export", str(run), str(f)], ["export", str(run), str(f), "--overwrite"],
-                 ["inspect", str(run), "--out", str(f)], ["inspect", str(run), "--out", str(f), "--overwrite"]):
+    for argv in (
+        ["export", str(run), str(f)],
+        ["export", str(run), str(f), "--overwrite"],
+        ["inspect", str(run), "--out", str(f)],
+        ["inspect", str(run), "--out", str(f), "--overwrite"],
+    ):
         rc = cli_main(argv)
         assert rc == 2, argv
         one_error_line(capsys.readouterr().err, str(f), "not a directory")
         assert f.is_file() and f.read_text() == "precious"
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]  # no .target.old-*, no temp, no lock
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "target"
+        ]  # no .target.old-*, no temp, no lock
 
 
 def test_overwrite_never_deletes_an_input(run, tmp_path, capsys):
@@ -122,7 +139,12 @@ def test_overwrite_never_deletes_an_input(run, tmp_path, capsys):
     rc = cli_main(["inspect", str(inner), "--out", str(ins), "--overwrite", "--examples", "1"])
     assert rc == 2
     one_error_line(capsys.readouterr().err, str(inner), "an input of this command")
-    assert tree(ins) == inside and tree(run) == before and leftovers(tmp_path) == [] and leftovers(run) == []
+    assert (
+        tree(ins) == inside
+        and tree(run) == before
+        and leftovers(tmp_path) == []
+        and leftovers(run) == []
+    )
 
 
 def test_prepare_overwrite_refuses_a_dir_holding_its_corpus_or_vocab(tmp_path, capsys):
@@ -132,12 +154,18 @@ def test_prepare_overwrite_refuses_a_dir_holding_its_corpus_or_vocab(tmp_path, c
     assert cli_main([*base, "--corpus", str(corpus), "--vocab-size", "120"]) == 0
     capsys.readouterr()
     assert rundir.read_marker(out)["kind"] == "prepared"
-    (out / "corpus.txt").write_bytes(corpus.read_bytes())  # the user keeps the corpus inside the output
+    (out / "corpus.txt").write_bytes(
+        corpus.read_bytes()
+    )  # the user keeps the corpus inside the output
     before = tree(out)
-    rc = cli_main([*base, "--corpus", str(out / "corpus.txt"), "--vocab-size", "120", "--overwrite"])
+    rc = cli_main(
+        [*base, "--corpus", str(out / "corpus.txt"), "--vocab-size", "120", "--overwrite"]
+    )
     assert rc == 2
     one_error_line(capsys.readouterr().err, str(out / "corpus.txt"), "an input of this command")
-    rc = cli_main([*base, "--corpus", str(corpus), "--vocab", str(out / "vocab.txt"), "--overwrite"])
+    rc = cli_main(
+        [*base, "--corpus", str(corpus), "--vocab", str(out / "vocab.txt"), "--overwrite"]
+    )
     assert rc == 2
     one_error_line(capsys.readouterr().err, str(out / "vocab.txt"), "an input of this command")
     rc = cli_main([*base, "--corpus", str(corpus), "--vocab-size", "120"])  # no --overwrite at all
@@ -153,18 +181,33 @@ def test_prepare_overwrite_refuses_a_dir_holding_its_corpus_or_vocab(tmp_path, c
 
 def test_overwrite_replaces_only_a_marked_dir_of_the_same_kind(run, tiny_data, tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus.txt", docs=60)
-    argv = ["prepare", "--corpus", str(corpus), "--seq-len", "32", "--vocab-size", "120", "--workers", "1", "--quiet",
-            "--overwrite", "--out"]
+    argv = [
+        "prepare",
+        "--corpus",
+        str(corpus),
+        "--seq-len",
+        "32",
+        "--vocab-size",
+        "120",
+        "--workers",
+        "1",
+        "--quiet",
+        "--overwrite",
+        "--out",
+    ]
     unmarked = tmp_path / "unmarked"
     unmarked.mkdir()
-    (unmarked / "meta.json").write_text("{}")  # looks like prepared data, but tokendrop did not mark it
+    (unmarked / "meta.json").write_text(
+        "{}"
+    )  # looks like prepared data, but tokendrop did not mark it
     rc = cli_main([*argv, str(unmarked)])
     assert rc == 2
     one_error_line(capsys.readouterr().err, "not written by tokendrop")
     assert tree(unmarked) == {"meta.json": b"{}"}
     other = tmp_path / "export"
     assert cli_main(["export", str(run), str(other)]) == 0
-    capsys.readouterr()  # the export's own output (a warning when the loss is above the unigram entropy)
+    # the export's own output (a warning when the loss is above the unigram entropy)
+    capsys.readouterr()
     before_other = tree(other)
     rc = cli_main([*argv, str(other)])
     assert rc == 2
@@ -176,21 +219,44 @@ def test_overwrite_replaces_only_a_marked_dir_of_the_same_kind(run, tiny_data, t
     rc = cli_main(["pretrain", "--config", "tiny", "--out", str(run), "--quiet", *data])
     assert rc == 2
     one_error_line(capsys.readouterr().err, "already holds a run", "--resume", "--overwrite")
-    rc = cli_main(["pretrain", "--config", "tiny", "--out", str(unmarked), "--quiet", "--overwrite", *data])
+    rc = cli_main(
+        ["pretrain", "--config", "tiny", "--out", str(unmarked), "--quiet", "--overwrite", *data]
+    )
     assert rc == 2
     one_error_line(capsys.readouterr().err, "not written by tokendrop")
-    rc = cli_main(["pretrain", "--config", "tiny", "--out", str(other), "--quiet", "--overwrite", *data])
+    rc = cli_main(
+        ["pretrain", "--config", "tiny", "--out", str(other), "--quiet", "--overwrite", *data]
+    )
     assert rc == 2
     one_error_line(capsys.readouterr().err, "holds tokendrop export output, not run output")
-    assert tree(run) == before and tree(unmarked) == {"meta.json": b"{}"} and tree(other) == before_other
+    assert (
+        tree(run) == before
+        and tree(unmarked) == {"meta.json": b"{}"}
+        and tree(other) == before_other
+    )
     assert leftovers(tmp_path) == [] and leftovers(run.parent) == []
 
 
 def test_pretrain_overwrite_starts_a_marked_run_over(tiny_data, tmp_path, capsys):
     out = tmp_path / "r"
-    args = ["pretrain", "--config", "tiny", "--out", str(out), "--quiet", "--set", f'data.path="{tiny_data}"',
-            "--set", "train.steps=2", "--set", "train.batch_size=8", "--set", "train.eval_batches=1",
-            "--set", "train.threads=1"]
+    args = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        str(out),
+        "--quiet",
+        "--set",
+        f'data.path="{tiny_data}"',
+        "--set",
+        "train.steps=2",
+        "--set",
+        "train.batch_size=8",
+        "--set",
+        "train.eval_batches=1",
+        "--set",
+        "train.threads=1",
+    ]
     assert cli_main(args) == 0
     (out / "extra.txt").write_text("x")
     assert cli_main([*args, "--overwrite"]) == 0
@@ -208,8 +274,11 @@ HOLD = rundir.HOLD_COMMAND  # another process holding write locks (tokendrop.run
 
 
 def _holder(*paths: Path) -> subprocess.Popen:
-    """Another process holding the write locks of ``paths`` (locks are reentrant within one process)."""
-    p = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, paths)], stdout=subprocess.PIPE, text=True, env=ENV)
+    """Another process holding the write locks of ``paths`` (locks are reentrant within one
+    process)."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, *map(str, paths)], stdout=subprocess.PIPE, text=True, env=ENV
+    )
     assert p.stdout.readline().strip() == "held"
     return p
 
@@ -223,15 +292,31 @@ def test_a_locked_dir_refuses_a_second_writer_and_touches_nothing(run, tmp_path,
         assert rc == 2
         one_error_line(capsys.readouterr().err, f"{run} is in use by pid {p.pid}")
         assert tree(run) == before
-        rc = cli_main(["prepare", "--corpus", str(write_corpus(tmp_path / "c.txt", docs=40)), "--out", str(out),
-                       "--seq-len", "32", "--vocab-size", "120", "--workers", "1", "--quiet"])
+        rc = cli_main(
+            [
+                "prepare",
+                "--corpus",
+                str(write_corpus(tmp_path / "c.txt", docs=40)),
+                "--out",
+                str(out),
+                "--seq-len",
+                "32",
+                "--vocab-size",
+                "120",
+                "--workers",
+                "1",
+                "--quiet",
+            ]
+        )
         assert rc == 2
         one_error_line(capsys.readouterr().err, f"{out} is in use by pid {p.pid}")
         assert not out.exists()
     finally:
         p.terminate()
         p.wait(timeout=30)
-    assert not rundir.lock_path(run).exists() and not rundir.lock_path(out).exists()  # released on SIGTERM
+    assert (
+        not rundir.lock_path(run).exists() and not rundir.lock_path(out).exists()
+    )  # released on SIGTERM
 
 
 def test_the_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
@@ -239,8 +324,20 @@ def test_the_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
     p = _holder(out)
     try:
         corpus = write_corpus(tmp_path / "c.txt", docs=40)
-        argv = ["prepare", "--corpus", str(corpus), "--out", str(out), "--seq-len", "32", "--vocab-size", "120",
-                "--workers", "1", "--quiet"]
+        argv = [
+            "prepare",
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(out),
+            "--seq-len",
+            "32",
+            "--vocab-size",
+            "120",
+            "--workers",
+            "1",
+            "--quiet",
+        ]
         assert cli_main(argv) == 2
         one_error_line(capsys.readouterr().err, f"is in use by pid {p.pid}")
         p.kill()  # SIGKILL: no clean-up, the lock file stays behind
@@ -256,10 +353,32 @@ def test_the_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
 
 
 def _pretrain_proc(out: Path, data: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tokendrop", "pretrain", "--config", "tiny", "--out", str(out),
-                             "--quiet", "--set", f'data.path="{data}"', "--set", "train.steps=100000",
-                             "--set", "train.eval_every=100000", "--set", "train.threads=1", *extra],
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokendrop",
+            "pretrain",
+            "--config",
+            "tiny",
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            f'data.path="{data}"',
+            "--set",
+            "train.steps=100000",
+            "--set",
+            "train.eval_every=100000",
+            "--set",
+            "train.threads=1",
+            *extra,
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow
@@ -268,9 +387,27 @@ def test_two_pretrains_on_one_out_and_sigterm_exits_143(tiny_data, tmp_path):
     first = _pretrain_proc(run, tiny_data, "--set", "train.ckpt_every=100000")
     try:
         wait_for_training(first, run)
-        second = subprocess.run([sys.executable, "-m", "tokendrop", "pretrain", "--config", "tiny", "--out", str(run),
-                                 "--quiet", "--set", f'data.path="{tiny_data}"', "--set", "train.steps=3"],
-                                env=ENV, capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tokendrop",
+                "pretrain",
+                "--config",
+                "tiny",
+                "--out",
+                str(run),
+                "--quiet",
+                "--set",
+                f'data.path="{tiny_data}"',
+                "--set",
+                "train.steps=3",
+            ],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert second.returncode == 2
         one_error_line(second.stderr, f"{run} is in use by pid {first.pid}")
         assert first.poll() is None  # the first run goes on, untouched
@@ -285,7 +422,10 @@ def test_two_pretrains_on_one_out_and_sigterm_exits_143(tiny_data, tmp_path):
     assert last is not None and 0 < ckpt_mod.verify(last)["step"] < 100000
     assert leftovers(tmp_path) == [] and leftovers(run / "checkpoints") == []
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert sum(1 for r in recs if r.get("event") == "start") == 1 and recs[-1]["event"] == "interrupted"
+    assert (
+        sum(1 for r in recs if r.get("event") == "start") == 1
+        and recs[-1]["event"] == "interrupted"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,7 +441,7 @@ SLOW_SAVE = textwrap.dedent("""
         real(tensors, path)
         if os.path.exists(sys.argv[1]):  # the test asked for a slow checkpoint: hold it mid-write
             print("saving", flush=True)
-            time.sleep(3600)  # held for an hour: only a prompt second SIGINT ends the process in time
+            time.sleep(3600)  # held for an hour: only a prompt second SIGINT ends it in time
     st.save_file = slow_save
     raise SystemExit(main(sys.argv[2:]))
 """)
@@ -310,11 +450,30 @@ SLOW_SAVE = textwrap.dedent("""
 @pytest.mark.slow
 def test_sigint_checkpoints_130_and_a_second_sigint_stops_at_once(tiny_data, tmp_path):
     run = tmp_path / "run"
-    args = ["pretrain", "--config", "tiny", "--out", str(run), "--quiet", "--set", f'data.path="{tiny_data}"',
-            "--set", "train.steps=100000", "--set", "train.eval_every=100000", "--set", "train.threads=1"]
+    args = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        str(run),
+        "--quiet",
+        "--set",
+        f'data.path="{tiny_data}"',
+        "--set",
+        "train.steps=100000",
+        "--set",
+        "train.eval_every=100000",
+        "--set",
+        "train.threads=1",
+    ]
     # one SIGINT: a checkpoint at the end of the step, exit 130
-    p = subprocess.Popen([sys.executable, "-m", "tokendrop", *args, "--set", "train.ckpt_every=100000"], env=ENV,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tokendrop", *args, "--set", "train.ckpt_every=100000"],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_training(p, run)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
@@ -325,24 +484,40 @@ def test_sigint_checkpoints_130_and_a_second_sigint_stops_at_once(tiny_data, tmp
     n0 = len((run / "metrics.jsonl").read_text().splitlines())
     # a second SIGINT while the next checkpoint is being written: stops at once, the last one intact
     flag = tmp_path / "slow"
-    p = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, str(flag), *["pretrain", "--resume", str(run), "--quiet",
-                          "--set", "train.ckpt_every=100000"]],
-                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SLOW_SAVE,
+            str(flag),
+            *["pretrain", "--resume", str(run), "--quiet", "--set", "train.ckpt_every=100000"],
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 90
-        while time.time() < deadline and len((run / "metrics.jsonl").read_text().splitlines()) <= n0:
+        while (
+            time.time() < deadline and len((run / "metrics.jsonl").read_text().splitlines()) <= n0
+        ):
             assert p.poll() is None, p.communicate()
             time.sleep(0.1)  # resumed and training (its first logged step)
         flag.write_text("")
         p.send_signal(signal.SIGINT)
         assert p.stdout.readline().strip() == "saving"
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=300)  # at once, not after the hour-long save (no timing assert)
+        out, err = p.communicate(
+            timeout=300
+        )  # at once, not after the hour-long save (no timing assert)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130, err
-    assert [ln for ln in err.splitlines() if ln.strip()] == ["interrupted (SIGINT); nothing partial was kept"]
+    assert [ln for ln in err.splitlines() if ln.strip()] == [
+        "interrupted (SIGINT); nothing partial was kept"
+    ]
     assert ckpt_mod.latest(run) == first and ckpt_mod.verify(first)
     assert leftovers(run / "checkpoints") == [] and leftovers(tmp_path) == []
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [first.name]
@@ -352,10 +527,11 @@ INTERRUPT_PREPARE = textwrap.dedent("""
     import importlib, os, signal, sys
     from tokendrop.cli import main
     prep = importlib.import_module("tokendrop.data.prepare")
-    # Python's own SIGINT handling even where the parent ignores SIGINT (a background job of a script)
+    # Python's own SIGINT handling even where the parent ignores SIGINT (a background job)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     def stop(self):  # mid-write: shards written, no meta.json yet
-        signal.raise_signal(getattr(signal, sys.argv[1]))  # handled before it returns (os.kill may reach another thread)
+        # handled before it returns (os.kill may reach another thread)
+        signal.raise_signal(getattr(signal, sys.argv[1]))
         raise AssertionError("the signal did not interrupt")
     prep.PackedWriter.finish = stop
     raise SystemExit(main(sys.argv[2:]))
@@ -363,24 +539,54 @@ INTERRUPT_PREPARE = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
-def test_interrupted_prepare_exits_128_plus_signal_and_keeps_only_its_work_units(tmp_path, sig, code):
+def test_interrupted_prepare_exits_128_plus_signal_and_keeps_only_its_work_units(
+    tmp_path, sig, code
+):
     corpus = write_corpus(tmp_path / "corpus.txt", docs=40)
     out = tmp_path / "data"
-    args = ["prepare", "--corpus", str(corpus), "--out", str(out), "--seq-len", "32", "--vocab-size", "120",
-            "--workers", "1", "--quiet"]
-    r = subprocess.run([sys.executable, "-c", INTERRUPT_PREPARE, sig, *args], env=ENV, capture_output=True, text=True,
-                       timeout=120)
+    args = [
+        "prepare",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--seq-len",
+        "32",
+        "--vocab-size",
+        "120",
+        "--workers",
+        "1",
+        "--quiet",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_PREPARE, sig, *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == code, r.stderr
     assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [
-        f"interrupted ({sig}); the finished work units are kept in {out}.partial: run the same command again to continue"]
-    # nothing that looks like output: only the resumable work dir, which the same command finishes and removes
+        f"interrupted ({sig}); the finished work units are kept in {out}.partial: run the same "
+        "command again to continue"
+    ]
+    # nothing that looks like output: only the resumable work dir, which the same command finishes
+    # and removes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "data.partial"]
-    r = subprocess.run([sys.executable, "-m", "tokendrop", *args], env=ENV, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "tokendrop", *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "data"]
 
 
-def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(run, tmp_path, monkeypatch, capsys):
+def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(
+    run, tmp_path, monkeypatch, capsys
+):
     from tokendrop.finetune import trainer
     from tokendrop.lab.toydata import write_keyword_sentiment, write_toy_glue, write_toy_squad
 
@@ -391,24 +597,62 @@ def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(run, t
 
     monkeypatch.setattr(trainer, "_train", ctrl_c)
     out = tmp_path / "ft"
-    rc = cli_main(["finetune", "--model", str(run), "--task", "sst2", "--data", str(task), "--out", str(out),
-                   "--set", "epochs=1", "--set", "threads=1"])
+    rc = cli_main(
+        [
+            "finetune",
+            "--model",
+            str(run),
+            "--task",
+            "sst2",
+            "--data",
+            str(task),
+            "--out",
+            str(out),
+            "--set",
+            "epochs=1",
+            "--set",
+            "threads=1",
+        ]
+    )
     assert rc == 130
     err = capsys.readouterr().err
-    assert err.strip().endswith("\ninterrupted (SIGINT); nothing partial was kept") and "Traceback" not in err
+    assert (
+        err.strip().endswith("\ninterrupted (SIGINT); nothing partial was kept")
+        and "Traceback" not in err
+    )
     assert not out.exists() and leftovers(tmp_path) == []
-    glue, squad = write_toy_glue(tmp_path / "glue", n_train=8, n_dev=4), write_toy_squad(tmp_path / "squad", 8, 4)
+    glue, squad = (
+        write_toy_glue(tmp_path / "glue", n_train=8, n_dev=4),
+        write_toy_squad(tmp_path / "squad", 8, 4),
+    )
     ev = tmp_path / "eval"
-    rc = cli_main(["evaluate", "--models", str(run), "--suite", "suite-tiny", "--out", str(ev),
-                   "--set", f'glue_data="{glue}"', "--set", f'squad_data="{squad}"'])
+    rc = cli_main(
+        [
+            "evaluate",
+            "--models",
+            str(run),
+            "--suite",
+            "suite-tiny",
+            "--out",
+            str(ev),
+            "--set",
+            f'glue_data="{glue}"',
+            "--set",
+            f'squad_data="{squad}"',
+        ]
+    )
     assert rc == 130
     err = capsys.readouterr().err
-    assert err.strip().endswith("\ninterrupted (SIGINT); nothing partial was kept") and "Traceback" not in err
+    assert (
+        err.strip().endswith("\ninterrupted (SIGINT); nothing partial was kept")
+        and "Traceback" not in err
+    )
     assert not ev.exists() and leftovers(tmp_path) == []
 
 
 def test_json_text_writes_what_the_package_records():
-    """One JSON default for every file: dataclasses, paths, numpy/torch values; anything else as text."""
+    """One JSON default for every file: dataclasses, paths, numpy/torch values; anything else as
+    text."""
     import dataclasses as dc
     import json as _json
 
@@ -420,9 +664,23 @@ def test_json_text_writes_what_the_package_records():
         a: int
         p: Path
 
-    obj = {"rec": Rec(1, Path("/x/y")), "np": np.float32(0.5), "arr": np.arange(3), "t": torch.tensor([1.5, 2.0]),
-           "t0": torch.tensor(3), "dtype": torch.float32, "naïve": "é"}
+    obj = {
+        "rec": Rec(1, Path("/x/y")),
+        "np": np.float32(0.5),
+        "arr": np.arange(3),
+        "t": torch.tensor([1.5, 2.0]),
+        "t0": torch.tensor(3),
+        "dtype": torch.float32,
+        "naïve": "é",
+    }
     text = json_text(obj)
     assert "naïve" in text  # UTF-8 kept
-    assert _json.loads(text) == {"rec": {"a": 1, "p": "/x/y"}, "np": 0.5, "arr": [0, 1, 2], "t": [1.5, 2.0],
-                                 "t0": 3, "dtype": "torch.float32", "naïve": "é"}
+    assert _json.loads(text) == {
+        "rec": {"a": 1, "p": "/x/y"},
+        "np": 0.5,
+        "arr": [0, 1, 2],
+        "t": [1.5, 2.0],
+        "t0": 3,
+        "dtype": "torch.float32",
+        "naïve": "é",
+    }

@@ -1,7 +1,8 @@
-"""docs/reliability.md, categories "corrupt files" and "reuse": every load of a tokendrop checkpoint is verified (one shared loader), prepared
-data is checked (meta.json types, shard sizes, token ids), ``tokendrop verify PATH`` checks a run,
-checkpoint, prepared or exported directory in full, and ``evaluate`` reuses a cell only for the same
-model weights.  Each case asserts the exit code, the one-line message and the disk afterwards."""
+"""docs/reliability.md, categories "corrupt files" and "reuse": every load of a tokendrop checkpoint
+is verified (one shared loader), prepared data is checked (meta.json types, shard sizes, token ids),
+``tokendrop verify PATH`` checks a run, checkpoint, prepared or exported directory in full, and
+``evaluate`` reuses a cell only for the same model weights.  Each case asserts the exit code, the
+one-line message and the disk afterwards."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.cli import main
+from tokendrop.runs import checkpoint as ckpt_mod
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` (relative path -> bytes): the disk state to compare."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -86,12 +89,24 @@ def test_bit_flipped_weights_refused_by_every_consumer(run, tmp_path, capsys):
     rc, _, err = run_cli(capsys, "export", run, tmp_path / "hf")
     line = one_error_line(err)
     assert rc == 2 and f"{bad}: corrupt (sha256" in line
-    assert "use the older checkpoint" in line and "step-00000002" in line  # the fix names one that verifies
+    assert (
+        "use the older checkpoint" in line and "step-00000002" in line
+    )  # the fix names one that verifies
     assert not (tmp_path / "hf").exists()
     # fine-tuning
     glue = write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8)
-    rc, _, err = run_cli(capsys, "finetune", "--model", run, "--task", "sst2", "--data", glue / "SST-2",
-                         "--out", tmp_path / "ft")
+    rc, _, err = run_cli(
+        capsys,
+        "finetune",
+        "--model",
+        run,
+        "--task",
+        "sst2",
+        "--data",
+        glue / "SST-2",
+        "--out",
+        tmp_path / "ft",
+    )
     assert rc == 2 and str(bad) in one_error_line(err) and not (tmp_path / "ft").exists()
     # inspection
     rc, _, err = run_cli(capsys, "inspect", run, "--out", tmp_path / "insp")
@@ -118,14 +133,25 @@ def test_truncated_file_one_line_no_traceback(run, tmp_path):
     with open(f, "r+b") as fh:
         fh.truncate(size // 2)
     before = snapshot(run)
-    p = subprocess.run([sys.executable, "-m", "tokendrop", "export", str(run), str(tmp_path / "hf")],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "tokendrop", "export", str(run), str(tmp_path / "hf")],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert p.stderr.strip().splitlines() == [f"error: {f}: {size // 2} bytes but meta.json records {size} "
-                                             f"(truncated or corrupt); restore it from a backup, or use the older "
-                                             f"checkpoint {run / 'checkpoints' / 'step-00000002'}"]
-    p = subprocess.run([sys.executable, "-m", "tokendrop", "verify", str(run)], capture_output=True, text=True)
-    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert p.stderr.strip().splitlines() == [
+        f"error: {f}: {size // 2} bytes but meta.json records {size} "
+        f"(truncated or corrupt); restore it from a backup, or use the older "
+        f"checkpoint {run / 'checkpoints' / 'step-00000002'}"
+    ]
+    p = subprocess.run(
+        [sys.executable, "-m", "tokendrop", "verify", str(run)], capture_output=True, text=True
+    )
+    assert (
+        p.returncode == 2
+        and "Traceback" not in p.stderr
+        and len(p.stderr.strip().splitlines()) == 1
+    )
     assert str(f) in p.stderr
     assert snapshot(run) == before and not (tmp_path / "hf").exists()
 
@@ -136,7 +162,9 @@ def test_corrupt_meta_json(run, tmp_path, capsys):
     rc, _, err = run_cli(capsys, "export", run, tmp_path / "hf")
     line = one_error_line(err)
     assert rc == 2 and f"{mp}: corrupt (invalid JSON" in line
-    mp.write_text(json.dumps({"step": 4, "config": {}, "files": {"model.safetensors": {"bytes": "12"}}}))
+    mp.write_text(
+        json.dumps({"step": 4, "config": {}, "files": {"model.safetensors": {"bytes": "12"}}})
+    )
     rc, _, err = run_cli(capsys, "inspect", run)
     assert rc == 2 and f"{mp}: 'files' does not record" in one_error_line(err)
     assert not (run / "inspect").exists()
@@ -153,20 +181,38 @@ def _edit_meta(data: Path, fn) -> None:
     mp.write_text(json.dumps(meta, indent=2))
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda m: m.update(seq_len="64"), "seq_len must be a positive integer"),
-    (lambda m: m.update(vocab_size=0), "vocab_size must be a positive integer"),
-    (lambda m: m.update(dtype="float32"), "dtype must be one of uint16, uint32"),
-    (lambda m: m.update(packed="yes"), "packed must be true or false"),
-    (lambda m: m["splits"]["train"].update(num_sequences=3.0), "splits.train.num_sequences must be an integer"),
-    (lambda m: m["splits"]["eval"].update(file="../x.bin"), "splits.eval.file must be a file name"),
-    (lambda m: m["special_ids"].update(mask=10 ** 6), "special_ids.mask must be an integer id"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda m: m.update(seq_len="64"), "seq_len must be a positive integer"),
+        (lambda m: m.update(vocab_size=0), "vocab_size must be a positive integer"),
+        (lambda m: m.update(dtype="float32"), "dtype must be one of uint16, uint32"),
+        (lambda m: m.update(packed="yes"), "packed must be true or false"),
+        (
+            lambda m: m["splits"]["train"].update(num_sequences=3.0),
+            "splits.train.num_sequences must be an integer",
+        ),
+        (
+            lambda m: m["splits"]["eval"].update(file="../x.bin"),
+            "splits.eval.file must be a file name",
+        ),
+        (lambda m: m["special_ids"].update(mask=10**6), "special_ids.mask must be an integer id"),
+    ],
+)
 def test_meta_json_wrong_type(data, tmp_path, capsys, edit, field):
     _edit_meta(data, edit)
     before = snapshot(data)
-    rc, _, err = run_cli(capsys, "pretrain", "--config", "tiny", "--out", tmp_path / "r", "--quiet",
-                         "--set", f'data.path="{data}"')
+    rc, _, err = run_cli(
+        capsys,
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        tmp_path / "r",
+        "--quiet",
+        "--set",
+        f'data.path="{data}"',
+    )
     line = one_error_line(err)
     assert rc == 2 and f"{data / 'meta.json'}: {field}" in line
     rc, _, err = run_cli(capsys, "verify", data)
@@ -179,8 +225,17 @@ def test_shard_truncated(data, tmp_path, capsys):
     with open(f, "r+b") as fh:
         fh.truncate(f.stat().st_size - 128)
     before = snapshot(data)
-    rc, _, err = run_cli(capsys, "pretrain", "--config", "tiny", "--out", tmp_path / "r", "--quiet",
-                         "--set", f'data.path="{data}"')
+    rc, _, err = run_cli(
+        capsys,
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        tmp_path / "r",
+        "--quiet",
+        "--set",
+        f'data.path="{data}"',
+    )
     assert rc == 2 and f"{f}: " in one_error_line(err) and "the file is truncated or corrupt" in err
     rc, _, err = run_cli(capsys, "verify", data)
     assert rc == 2 and "truncated" in one_error_line(err)
@@ -198,25 +253,44 @@ def test_out_of_range_token_id(data, tmp_path, capsys):
     arr.tofile(f)
     # sizes still match, so open succeeds; the loader's per-batch bound check refuses the batch
     loader = MLMLoader(PreparedData.open(data), batch_size=4, num_workers=0)
-    with pytest.raises(DataError, match=rf"train\.bin: sequence \d+ holds token id {V + 7} at position 5, outside "
-                                        rf"the vocabulary of {V} ids"):
+    with pytest.raises(
+        DataError,
+        match=rf"train\.bin: sequence \d+ holds token id {V + 7} at position 5, outside "
+        rf"the vocabulary of {V} ids",
+    ):
         next(iter(loader))
-    loader = MLMLoader(PreparedData.open(data), batch_size=4, num_workers=1)  # the same from a worker process
+    loader = MLMLoader(
+        PreparedData.open(data), batch_size=4, num_workers=1
+    )  # the same from a worker process
     with pytest.raises(DataError, match=f"holds token id {V + 7}"):
         next(iter(loader))
     loader.close()
-    # verify: the shard no longer matches its sha256; with the hash updated, the id itself is reported
+    # verify: the shard no longer matches its sha256; with the hash updated, the id itself is
+    # reported
     rc, _, err = run_cli(capsys, "verify", data)
     assert rc == 2 and "train.bin: sha256 does not match meta.json" in one_error_line(err)
     _edit_meta(data, lambda m: m["splits"]["train"].update(sha256=ckpt_mod.sha256_file(f)))
     rc, _, err = run_cli(capsys, "verify", data)
-    assert rc == 2 and f"train.bin: holds token id {V + 7}, outside the vocabulary of {V} ids" in one_error_line(err)
+    assert (
+        rc == 2
+        and f"train.bin: holds token id {V + 7}, outside the vocabulary of {V} ids"
+        in one_error_line(err)
+    )
     with pytest.raises(DataError, match=f"holds token id {V + 7}"):
         PreparedData.open(data, verify=True)
     # pretraining stops at the first batch with one line and no traceback
     before = snapshot(data)
-    rc, _, err = run_cli(capsys, "pretrain", "--config", "tiny", "--out", tmp_path / "r", "--quiet",
-                         "--set", f'data.path="{data}"')
+    rc, _, err = run_cli(
+        capsys,
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        tmp_path / "r",
+        "--quiet",
+        "--set",
+        f'data.path="{data}"',
+    )
     assert rc == 2 and f"holds token id {V + 7}" in one_error_line(err)
     assert snapshot(data) == before
 
@@ -261,8 +335,11 @@ def test_verify_bad_kinds(run, data, tmp_path, capsys):
     # not a directory tokendrop knows, a missing path, a regular file
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x.txt").write_text("x")
-    for p, msg in ((tmp_path / "other", "nothing to verify"), (tmp_path / "nope", "no such file or directory"),
-                   (tmp_path / "other" / "x.txt", "not a directory")):
+    for p, msg in (
+        (tmp_path / "other", "nothing to verify"),
+        (tmp_path / "nope", "no such file or directory"),
+        (tmp_path / "other" / "x.txt", "not a directory"),
+    ):
         rc, _, err = run_cli(capsys, "verify", p)
         assert rc == 2 and msg in one_error_line(err)
 
@@ -274,7 +351,10 @@ def test_verify_bad_kinds(run, data, tmp_path, capsys):
 def _fake_finetune(calls):
     def fn(cfg, model_path, out_dir, log=None):
         calls.append((model_path, cfg.task, cfg.lr))
-        r = {"scores": {cfg.task: 50.0 + len(calls)}, "config": __import__("dataclasses").asdict(cfg)}
+        r = {
+            "scores": {cfg.task: 50.0 + len(calls)},
+            "config": __import__("dataclasses").asdict(cfg),
+        }
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "metrics.json").write_text(json.dumps(r))
         return r
@@ -284,13 +364,18 @@ def _fake_finetune(calls):
 
 def test_evaluate_reruns_cells_after_weights_change(tmp_path):
     from toydata import write_checkpoint
+
     from tokendrop.finetune import evaluate
     from tokendrop.finetune.suite import SuiteConfig, model_weights
 
     model = write_checkpoint(tmp_path / "m-seed0", hidden_size=32, seed=0)
-    cfg = SuiteConfig(tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4, 2e-4], glue_data=str(tmp_path / "glue"))
+    cfg = SuiteConfig(
+        tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4, 2e-4], glue_data=str(tmp_path / "glue")
+    )
     calls, logs = [], []
-    s = evaluate([str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append)
+    s = evaluate(
+        [str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append
+    )
     assert s["computed"] == 2 and len(calls) == 2
     cells = sorted((tmp_path / "eval" / "cells").rglob("metrics.json"))
     sha, wfile = model_weights(model)
@@ -298,26 +383,38 @@ def test_evaluate_reruns_cells_after_weights_change(tmp_path):
     assert all(json.loads(c.read_text())["model_sha256"] == sha for c in cells)
     # same weights: reused, nothing rewritten
     before = snapshot(tmp_path / "eval" / "cells")
-    s = evaluate([str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append)
+    s = evaluate(
+        [str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append
+    )
     assert s["computed"] == 0 and s["skipped"] == 2 and len(calls) == 2
     assert snapshot(tmp_path / "eval" / "cells") == before
     # the model retrained at the same path: every cell is evaluated again, and the log says why
     write_checkpoint(model, hidden_size=32, seed=1)
     logs.clear()
-    s = evaluate([str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append)
+    s = evaluate(
+        [str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append
+    )
     assert s["computed"] == 2 and s["reevaluated"] == 2 and len(calls) == 4
-    assert any("weights changed since this cell was computed" in x and "re-evaluating" in x for x in logs)
+    assert any(
+        "weights changed since this cell was computed" in x and "re-evaluating" in x for x in logs
+    )
     assert any("(2 because the model's weights changed)" in x for x in logs)
     new_sha = model_weights(model)[0]
-    assert new_sha != sha and all(json.loads(c.read_text())["model_sha256"] == new_sha for c in cells)
+    assert new_sha != sha and all(
+        json.loads(c.read_text())["model_sha256"] == new_sha for c in cells
+    )
     # a cell from before hashes were recorded: reused while older than the weights, else recomputed
     for c in cells:
         r = json.loads(c.read_text())
         del r["model_sha256"]
         c.write_text(json.dumps(r))
-    s = evaluate([str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append)
+    s = evaluate(
+        [str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append
+    )
     assert s["computed"] == 0 and len(calls) == 4
-    later = max(c.stat().st_mtime_ns for c in cells) + 10 ** 9
+    later = max(c.stat().st_mtime_ns for c in cells) + 10**9
     os.utime(model / "model.safetensors", ns=(later, later))
-    s = evaluate([str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append)
+    s = evaluate(
+        [str(model)], cfg, tmp_path / "eval", finetune_fn=_fake_finetune(calls), log=logs.append
+    )
     assert s["computed"] == 2 and len(calls) == 6

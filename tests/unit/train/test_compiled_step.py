@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from batches import mlm_batch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from tokendrop.config import Config, ConfigError, ModelConfig, TrainConfig, load_config
+from tokendrop.config import Config, ModelConfig, TrainConfig, load_config
+from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
-from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
 from tokendrop.train.compiled import compiled_shapes, resolve_mode
 from tokendrop.train.runtime import param_groups
 from tokendrop.train.trainer import MLMStep
-
-from batches import mlm_batch
 
 V, T, B = 97, 32, 2
 
@@ -29,39 +29,76 @@ class RecordingAdamW(torch.optim.AdamW):
     """AdamW that keeps a copy of the gradients it was given."""
 
     def step(self, closure=None):
-        self.grads = [None if p.grad is None else p.grad.clone() for g in self.param_groups for p in g["params"]]
+        self.grads = [
+            None if p.grad is None else p.grad.clone()
+            for g in self.param_groups
+            for p in g["params"]
+        ]
         return super().step(closure)
 
 
 def _cfg(family: str) -> ModelConfig:
     if family == "bert":
-        return ModelConfig(vocab_size=V, hidden_size=32, num_layers=4, num_heads=4, intermediate_size=64,
-                           max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
-    return ModelConfig(preset="modern-tiny", vocab_size=V, sep_token_id=SPECIAL_IDS["sep"], local_attention=16,
-                       hidden_dropout=0.0, attention_dropout=0.0)
+        return ModelConfig(
+            vocab_size=V,
+            hidden_size=32,
+            num_layers=4,
+            num_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+        )
+    return ModelConfig(
+        preset="modern-tiny",
+        vocab_size=V,
+        sep_token_id=SPECIAL_IDS["sep"],
+        local_attention=16,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
 
 
 def _step(family: str, mode: str, backend, device: str = "cpu", amp=None):
     mc = _cfg(family)
     drop = DropConfig(method="cumulative")
-    cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=20, batch_size=B, lr=1e-3, warmup_steps=0)).validate()
+    cfg = Config(
+        model=mc, drop=drop, train=TrainConfig(steps=20, batch_size=B, lr=1e-3, warmup_steps=0)
+    ).validate()
     torch.manual_seed(0)
     model = build_model(mc, drop).train().to(device)
-    plan = DropPlan.for_model(drop, mc, T, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps, device=device)
+    plan = DropPlan.for_model(
+        drop, mc, T, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps, device=device
+    )
     opt = RecordingAdamW(param_groups(model, 0.01), lr=1e-3)
-    step = MLMStep(model, plan, opt, cfg, amp, use_attention_mask=False, compile=mode, compile_backend=backend,
-                   shapes=compiled_shapes(cfg, [T]))
+    step = MLMStep(
+        model,
+        plan,
+        opt,
+        cfg,
+        amp,
+        use_attention_mask=False,
+        compile=mode,
+        compile_backend=backend,
+        shapes=compiled_shapes(cfg, [T]),
+    )
     return step, model, plan.selector
 
 
 def _run(step, device: str = "cpu"):
-    """Three dropping steps, then two dense ones (stage 2); what each step returned and was given."""
+    """Three dropping steps, then two dense ones (stage 2); what each step returned and was
+    given."""
     out = []
     for i in range(5):
         mb = {k: v.to(device) for k, v in mlm_batch(V, B, T, seed=i).items()}
         r = step([mb], 1e-3, step.plan.at(i, T) if i < 3 else DropStep.dense(i, T))
-        out.append(({k: v.detach().clone() for k, v in r.items()}, step.opt.grads,
-                    {k: v.clone() for k, v in step.plan.selector.state_dict().items()}))
+        out.append(
+            (
+                {k: v.detach().clone() for k, v in r.items()},
+                step.opt.grads,
+                {k: v.clone() for k, v in step.plan.selector.state_dict().items()},
+            )
+        )
     return out
 
 
@@ -88,7 +125,11 @@ def _check(family: str, mode: str, backend: str, atol: float, rtol: float):
     # one graph for the dropping steps, one for the dense ones; a further step of each: no recompile
     assert counter.frame_count == 2, counter.frame_count
     for i, dropping in ((5, True), (6, False)):
-        step([mlm_batch(V, B, T, seed=i)], 1e-3, step.plan.at(i, T) if dropping else DropStep.dense(i, T))
+        step(
+            [mlm_batch(V, B, T, seed=i)],
+            1e-3,
+            step.plan.at(i, T) if dropping else DropStep.dense(i, T),
+        )
     assert counter.frame_count == 2, counter.frame_count
 
 
@@ -97,7 +138,9 @@ def test_compiled_step_equals_eager_aot():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family,mode", [("modernbert", "step"), ("bert", "forward"), ("modernbert", "forward")])
+@pytest.mark.parametrize(
+    "family,mode", [("modernbert", "step"), ("bert", "forward"), ("modernbert", "forward")]
+)
 def test_compiled_step_equals_eager_aot_slow(family, mode):
     _check(family, mode, "aot_eager", atol=1e-6, rtol=1e-5)
 
@@ -110,17 +153,28 @@ def test_compiled_step_equals_eager_inductor(family):
 
 def test_modes():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert [resolve_mode(v, cpu) for v in (True, False, "auto", "graphs")] == ["step", "off", "off", "graphs"]
+    assert [resolve_mode(v, cpu) for v in (True, False, "auto", "graphs")] == [
+        "step",
+        "off",
+        "off",
+        "graphs",
+    ]
     assert resolve_mode("auto", cuda) == "step"
     with pytest.raises(ConfigError, match="train.compile: expected true, false or one of"):
-        load_config("tiny", ["train.compile=\"fast\""])
+        load_config("tiny", ['train.compile="fast"'])
 
 
 def test_compiled_shapes_count_lengths_and_kinds():
-    cfg = Config(model=_cfg("bert"), drop=DropConfig(method="cumulative"), train=TrainConfig(steps=20)).validate()
+    cfg = Config(
+        model=_cfg("bert"), drop=DropConfig(method="cumulative"), train=TrainConfig(steps=20)
+    ).validate()
     assert compiled_shapes(cfg, [T]) == 1  # every step drops
     assert compiled_shapes(cfg, [8, 16, 32]) == 3  # a sequence-length warm-up: one per length
     cfg.drop.stage2_fraction = 0.1
     assert compiled_shapes(cfg, [T]) == 2  # + stage 2
-    ltd = Config(model=_cfg("bert"), drop=DropConfig(method="random_ltd", ltd_step=8), train=TrainConfig(steps=20))
+    ltd = Config(
+        model=_cfg("bert"),
+        drop=DropConfig(method="random_ltd", ltd_step=8),
+        train=TrainConfig(steps=20),
+    )
     assert compiled_shapes(ltd.validate(), [T]) == 1 + 3  # kept counts 16, 24, 32 (= dense) + dense

@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 import torch
 
-from tokendrop.config import ConfigError, load_config
+from tokendrop.config import load_config
+from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
 from tokendrop.train import memory
 
@@ -23,15 +24,20 @@ def test_the_parameter_count_is_exact_without_allocating(family):
     cfg = _cfg(f'model.family="{family}"', "model.num_layers=5")
     need = memory.estimate(cfg, 64, 4)
     assert need.params == sum(p.numel() for p in build_model(cfg.model).parameters())
-    big = _cfg(f'model.family="{family}"', "model.num_layers=100000")  # built on the meta device: instant
+    big = _cfg(
+        f'model.family="{family}"', "model.num_layers=100000"
+    )  # built on the meta device: instant
     assert memory.estimate(big, 64, 4).params > 100000 * need.params // 10
 
 
 def test_an_explicit_layer_list_is_counted_too():
-    """A ModernBERT whose config lists its layer types (every Hugging Face one continued with --init)."""
+    """A ModernBERT whose config lists its layer types (every Hugging Face one continued with
+    --init)."""
     types = ["full_attention", "sliding_attention", "sliding_attention"]
     cfg = _cfg('model.family="modernbert"', "model.num_layers=3", f"model.layer_types={types}")
-    assert memory.estimate(cfg, 64, 4).params == sum(p.numel() for p in build_model(cfg.model).parameters())
+    assert memory.estimate(cfg, 64, 4).params == sum(
+        p.numel() for p in build_model(cfg.model).parameters()
+    )
 
 
 def _saved_bytes(cfg, batch: int, seq_len: int) -> int:
@@ -58,11 +64,13 @@ def _saved_bytes(cfg, batch: int, seq_len: int) -> int:
     return sum(n for ptr, n in seen.items() if ptr not in params)
 
 
-@pytest.mark.parametrize("overrides", [(), ('model.family="modernbert"',),
-                                       ("model.hidden_size=96", "model.intermediate_size=384")])
+@pytest.mark.parametrize(
+    "overrides",
+    [(), ('model.family="modernbert"',), ("model.hidden_size=96", "model.intermediate_size=384")],
+)
 def test_the_activation_estimate_is_a_floor(overrides):
-    """Dense forwards (the estimate with dropping counts only the kept rows inside the span, the same
-    per-row floor)."""
+    """Dense forwards (the estimate with dropping counts only the kept rows inside the span, the
+    same per-row floor)."""
     cfg = _cfg("model.hidden_dropout=0.0", "model.attention_dropout=0.0", *overrides)
     need = memory.estimate(cfg, 64, 4)
     real = _saved_bytes(cfg, 4, 64)
@@ -76,7 +84,9 @@ def test_refused_in_one_line_with_the_numbers(monkeypatch):
     with pytest.raises(ConfigError) as e:
         memory.check_memory(cfg, 64, 8, torch.device("cpu"))
     msg = str(e.value)
-    assert "\n" not in msg and msg.startswith("model/batch too large for cpu: a training step needs at least")
+    assert "\n" not in msg and msg.startswith(
+        "model/batch too large for cpu: a training step needs at least"
+    )
     assert "0.0 GiB RAM available (test)" in msg and "train.memory_check = false" in msg
     monkeypatch.setattr(memory, "available", lambda device: (64 << 30, "RAM available (test)"))
     assert memory.check_memory(cfg, 64, 8, torch.device("cpu")).total < 64 << 30
@@ -99,5 +109,8 @@ def test_available_memory_is_read_from_the_machine():
 def test_fsdp_shards_the_state():
     cfg = _cfg()
     whole, sharded = memory.estimate(cfg, 64, 8), memory.estimate(cfg, 64, 8, world=4, sharded=True)
-    assert sharded.state_bytes == whole.state_bytes // 4 and sharded.activation_bytes == whole.activation_bytes
+    assert (
+        sharded.state_bytes == whole.state_bytes // 4
+        and sharded.activation_bytes == whole.activation_bytes
+    )
     assert dataclasses.asdict(whole)["params"] == whole.params

@@ -14,20 +14,38 @@ import numpy as np
 import pytest
 
 from tokendrop.cli import main as cli_main
-from tokendrop.config import ConfigError, TrainConfig, load_config
+from tokendrop.config import TrainConfig, load_config
 from tokendrop.data.masking import unigram_entropy
+from tokendrop.errors import ConfigError
+from tokendrop.runs.trackers import scalars, tag_of
 from tokendrop.train.console import LOG_FILE, eta, interval_line
 from tokendrop.train.continued import head_warmup_plan
-from tokendrop.runs.trackers import scalars, tag_of
 from tokendrop.train.trainer import load_run_config, pretrain, read_metrics
 
-SMALL = ["train.steps=4", "train.batch_size=8", "train.log_every=2", "train.eval_every=4", "train.eval_batches=1",
-         "train.ckpt_every=4", "train.threads=1", "data.num_workers=0"]
+SMALL = [
+    "train.steps=4",
+    "train.batch_size=8",
+    "train.log_every=2",
+    "train.eval_every=4",
+    "train.eval_batches=1",
+    "train.ckpt_every=4",
+    "train.threads=1",
+    "data.num_workers=0",
+]
 
 
 def run_cli(tmp_path, tiny_data, *extra, name="run"):
-    argv = ["pretrain", "--config", "tiny", "--out", str(tmp_path / name), "--set", f'data.path="{tiny_data}"',
-            *[x for o in SMALL for x in ("--set", o)], *extra]
+    argv = [
+        "pretrain",
+        "--config",
+        "tiny",
+        "--out",
+        str(tmp_path / name),
+        "--set",
+        f'data.path="{tiny_data}"',
+        *[x for o in SMALL for x in ("--set", o)],
+        *extra,
+    ]
     return cli_main(argv)
 
 
@@ -35,9 +53,13 @@ def test_head_warmup_is_a_share_of_the_run_capped():
     assert head_warmup_plan(TrainConfig(steps=40))[0] == 20  # 0.5 of 40, under the cap of 100
     assert head_warmup_plan(TrainConfig(steps=1000))[0] == 100  # the cap
     assert head_warmup_plan(TrainConfig(steps=40, head_warmup_share=0.1))[0] == 4
-    assert head_warmup_plan(TrainConfig(steps=3, head_warmup_share=0.1))[0] == 1  # at least one step
+    assert (
+        head_warmup_plan(TrainConfig(steps=3, head_warmup_share=0.1))[0] == 1
+    )  # at least one step
     assert head_warmup_plan(TrainConfig(steps=40, head_warmup_share=0.0))[0] == 100  # not scaled
-    assert head_warmup_plan(TrainConfig(steps=0, time_budget="20s"))[0] == 100  # a budget: not scaled
+    assert (
+        head_warmup_plan(TrainConfig(steps=0, time_budget="20s"))[0] == 100
+    )  # a budget: not scaled
     n, why = head_warmup_plan(TrainConfig(steps=40, head_warmup_steps=0))
     assert n == 0 and "none" in why
     assert "0.5 of the run's 40 steps" in head_warmup_plan(TrainConfig(steps=40))[1]
@@ -46,7 +68,9 @@ def test_head_warmup_is_a_share_of_the_run_capped():
 
 
 def test_unigram_entropy_leaves_out_the_special_ids():
-    counts = np.array([1000, 0, 5, 5, 5, 5])  # id 0: a special (e.g. [CLS] counted), ids 2-5 equally frequent
+    counts = np.array(
+        [1000, 0, 5, 5, 5, 5]
+    )  # id 0: a special (e.g. [CLS] counted), ids 2-5 equally frequent
     assert unigram_entropy(counts, {"cls": 0}) == pytest.approx(math.log(4))
     assert unigram_entropy(np.zeros(3), []) is None
 
@@ -54,9 +78,19 @@ def test_unigram_entropy_leaves_out_the_special_ids():
 def test_interval_line_and_eta():
     rec = {"loss": 4.25, "lr": 1e-4, "tokens_per_s": 12345.6}
     line = interval_line(20, 40, rec, {"eval_loss": 4.5}, 65.0, 30.0)
-    assert line == "step 20/40 | loss 4.2500 | eval loss 4.5000 | lr 1.00e-04 | 12,346 tok/s | 1:05 elapsed, ETA 0:30"
-    assert interval_line(7, None, None, {"eval_loss": 3.0}, 5, None) == "step 7 | eval loss 3.0000 | 0:05 elapsed"
-    assert eta(10.0, 0.0, 0.25) == pytest.approx(30.0) and eta(10.0, 0.5, 0.5) is None and eta(1.0, 0.0, 1.0) == 0.0
+    assert (
+        line == "step 20/40 | loss 4.2500 | eval loss 4.5000 | lr 1.00e-04 | 12,346 tok/s | 1:05 "
+        "elapsed, ETA 0:30"
+    )
+    assert (
+        interval_line(7, None, None, {"eval_loss": 3.0}, 5, None)
+        == "step 7 | eval loss 3.0000 | 0:05 elapsed"
+    )
+    assert (
+        eta(10.0, 0.0, 0.25) == pytest.approx(30.0)
+        and eta(10.0, 0.5, 0.5) is None
+        and eta(1.0, 0.0, 1.0) == 0.0
+    )
 
 
 def _banner(text: str) -> dict[str, str]:
@@ -78,11 +112,16 @@ def test_banner_lines_and_summary_of_a_dropping_run(tiny_data, tmp_path, capsys)
     b = _banner(err)
     m, tc = cfg.model, cfg.train
     start, end = cfg.drop.span(m.num_layers)
-    assert b["model"].startswith(f"bert, {m.num_layers} layers x {m.hidden_size} ({m.num_heads} heads, "
-                                 f"FFN {m.intermediate_size}), vocab {m.vocab_size}, T=64")
+    assert b["model"].startswith(
+        f"bert, {m.num_layers} layers x {m.hidden_size} ({m.num_heads} heads, "
+        f"FFN {m.intermediate_size}), vocab {m.vocab_size}, T=64"
+    )
     assert b["source"].startswith("random initialisation")
     assert b["dropping"].startswith(f"ON: cumulative/drop, rate {cfg.drop.rate:g} ")
-    assert f"in layers [{start}, {end}) of {m.num_layers}" in b["dropping"] and "FLOP bound" in b["dropping"]
+    assert (
+        f"in layers [{start}, {end}) of {m.num_layers}" in b["dropping"]
+        and "FLOP bound" in b["dropping"]
+    )
     assert b["length"].startswith(f"{tc.steps} steps (train.steps) = ")
     assert b["batch"].startswith(f"{tc.batch_size} sequences per step")
     assert b["lr"].startswith(f"peak {tc.lr:g}, linear: warm-up {tc.warmup_steps} steps")
@@ -94,17 +133,27 @@ def test_banner_lines_and_summary_of_a_dropping_run(tiny_data, tmp_path, capsys)
     assert [s.split(" |")[0] for s in steps] == ["step 2/4", "step 4/4"], steps
     assert "eval loss" in steps[-1] and "ETA" in steps[-1] and "\r" not in err and "it/s" not in err
     assert "step 0 (before training): eval loss" in err
-    summary = err[err.index("tokendrop pretrain: finished"):]
+    summary = err[err.index("tokendrop pretrain: finished") :]
     assert "at step 4 of 4" in summary
-    assert summary.split("\n")[1].startswith("  phases    ") and "training " in summary.split("\n")[1], summary
+    assert (
+        summary.split("\n")[1].startswith("  phases    ") and "training " in summary.split("\n")[1]
+    ), summary
     log = (tmp_path / "run" / LOG_FILE).read_text()
     assert _banner(log) == b and "step 4/4 | loss" in log and "tokendrop pretrain: finished" in log
     rec = read_metrics(tmp_path / "run")
     end_rec = next(r for r in rec if r.get("event") == "end")
-    assert set(end_rec["phases_s"]) == {"set-up", "MLM-head warm-up", "importance pass", "training", "evaluation",
-                                        "checkpoints"}  # the report is written after this record
+    assert set(end_rec["phases_s"]) == {
+        "set-up",
+        "MLM-head warm-up",
+        "importance pass",
+        "training",
+        "evaluation",
+        "checkpoints",
+    }  # the report is written after this record
     assert end_rec["phases_s"]["training"] > 0 and end_rec["cpu_time"] > 0
-    assert next(r for r in rec if r.get("event") == "start")["command"].startswith("tokendrop pretrain --config tiny")
+    assert next(r for r in rec if r.get("event") == "start")["command"].startswith(
+        "tokendrop pretrain --config tiny"
+    )
     entropy = next(r for r in rec if r.get("event") == "start")["unigram_entropy"]
     assert all(r["unigram_entropy"] == entropy for r in rec if "eval_loss" in r)
 
@@ -112,15 +161,26 @@ def test_banner_lines_and_summary_of_a_dropping_run(tiny_data, tmp_path, capsys)
 def test_dense_run_says_so_and_quiet_writes_only_the_log_file(tiny_data, tmp_path, capsys):
     assert run_cli(tmp_path, tiny_data, "--quiet") == 0
     io = capsys.readouterr()
-    assert io.err == "" and io.out.startswith("finished: 4 steps")  # --quiet: the result line only (scripts)
+    assert io.err == "" and io.out.startswith(
+        "finished: 4 steps"
+    )  # --quiet: the result line only (scripts)
     log = (tmp_path / "run" / LOG_FILE).read_text()  # ... and the log file has everything
     assert _banner(log)["dropping"].startswith("OFF: a dense run (drop.method = none")
     assert "step 2/4 | loss" in log and "tokendrop pretrain: finished" in log
 
 
 def test_tensorboard_tags_are_namespaced():
-    assert [tag_of(k) for k in ("loss", "lr", "eval_loss", "eval_acc", "tokens_per_s", "unigram_entropy")] == \
-        ["train/loss", "train/lr", "eval/loss", "eval/acc", "perf/tokens_per_s", "eval/unigram_entropy"]
+    assert [
+        tag_of(k)
+        for k in ("loss", "lr", "eval_loss", "eval_acc", "tokens_per_s", "unigram_entropy")
+    ] == [
+        "train/loss",
+        "train/lr",
+        "eval/loss",
+        "eval/acc",
+        "perf/tokens_per_s",
+        "eval/unigram_entropy",
+    ]
     assert scalars({"step": 3, "loss": 2.0, "dropping": True, "mix": "x"}) == {"train/loss": 2.0}
 
 
@@ -133,8 +193,8 @@ def _tb_tags(run):
 
 
 def test_trackers_offline(tiny_data, tmp_path, monkeypatch):
-    """TensorBoard, W&B (offline) and MLflow (a local file store) get the same namespaced metrics and
-    the config; a resumed run continues the same MLflow run."""
+    """TensorBoard, W&B (offline) and MLflow (a local file store) get the same namespaced metrics
+    and the config; a resumed run continues the same MLflow run."""
     pytest.importorskip("tensorboard")
     wandb = pytest.importorskip("wandb")
     pytest.importorskip("mlflow")
@@ -145,13 +205,18 @@ def test_trackers_offline(tiny_data, tmp_path, monkeypatch):
     uri = (tmp_path / "mlruns").as_uri()  # a local MLflow file store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    cfg = load_config("tiny", [f'data.path="{tiny_data}"', *SMALL, 'train.report_to=["tensorboard","wandb","mlflow"]'])
+    cfg = load_config(
+        "tiny",
+        [f'data.path="{tiny_data}"', *SMALL, 'train.report_to=["tensorboard","wandb","mlflow"]'],
+    )
     run = tmp_path / "run"
     pretrain(cfg, run, progress=False, stop_at=2)
     pretrain(load_run_config(run), run, resume=True, progress=False)
     scalars_, texts = _tb_tags(run)
     assert {"train/loss", "train/lr", "eval/loss", "eval/acc", "perf/tokens_per_s"} <= scalars_
-    assert not {"loss", "params", "first_loss", "seq_len"} & scalars_  # nothing flat, no config as scalars
+    assert (
+        not {"loss", "params", "first_loss", "seq_len"} & scalars_
+    )  # nothing flat, no config as scalars
     assert any(t.startswith("config") for t in texts)
     start = next(r for r in read_metrics(run) if r.get("event") == "start")
     ids = start["tracker_ids"]
@@ -166,15 +231,21 @@ def test_trackers_offline(tiny_data, tmp_path, monkeypatch):
     assert wandb.run is None  # finished
 
 
-def test_a_tracker_not_installed_is_a_one_line_error_before_anything_is_written(tiny_data, tmp_path, monkeypatch,
-                                                                                capsys):
+def test_a_tracker_not_installed_is_a_one_line_error_before_anything_is_written(
+    tiny_data, tmp_path, monkeypatch, capsys
+):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
     assert run_cli(tmp_path, tiny_data, "--set", 'train.report_to=["wandb"]') == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "train.report_to: 'wandb' is asked for but the wandb package is not installed" in err[0]
+    assert (
+        len(err) == 1
+        and "train.report_to: 'wandb' is asked for but the wandb package is not installed" in err[0]
+    )
     assert not (tmp_path / "run").exists()
     with pytest.raises(ConfigError, match="train.report_to"):
         load_config("tiny", ['train.report_to=["comet"]'])
@@ -191,18 +262,30 @@ def test_export_model_card_and_config(tiny_data, tmp_path, capsys):
     assert conf["transformers_version"] == transformers.__version__ and "_name_or_path" not in conf
     card = (tmp_path / "hf" / "README.md").read_text()
     ev = [r for r in read_metrics(tmp_path / "run") if "eval_loss" in r][-1]
-    for field in ("| architecture | BertForMaskedLM (bert: 4 layers x 64", "| source | random initialisation",
-                  f"| data | `{tiny_data}`", "| length | step 4 of 4, 8 sequences per step of 64 tokens",
-                  "| method | token dropping: cumulative/drop, rate 0.5", f"| final eval MLM loss | {ev['eval_loss']:.4f}",
-                  f"unigram entropy {ev['unigram_entropy']:.3f} nats", "| trained with | `tokendrop pretrain --config tiny",
-                  f"| exported with | `tokendrop export {tmp_path / 'run'} {tmp_path / 'hf'}`", "pipeline_tag: fill-mask"):
+    for field in (
+        "| architecture | BertForMaskedLM (bert: 4 layers x 64",
+        "| source | random initialisation",
+        f"| data | `{tiny_data}`",
+        "| length | step 4 of 4, 8 sequences per step of 64 tokens",
+        "| method | token dropping: cumulative/drop, rate 0.5",
+        f"| final eval MLM loss | {ev['eval_loss']:.4f}",
+        f"unigram entropy {ev['unigram_entropy']:.3f} nats",
+        "| trained with | `tokendrop pretrain --config tiny",
+        f"| exported with | `tokendrop export {tmp_path / 'run'} {tmp_path / 'hf'}`",
+        "pipeline_tag: fill-mask",
+    ):
         assert field in card, field
     if ev["eval_loss"] >= ev["unigram_entropy"]:  # 4 steps: a head this young says so on export
         assert "is not below the unigram entropy" in out.err
-    assert transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf").__class__.__name__ == "BertForMaskedLM"
+    assert (
+        transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf").__class__.__name__
+        == "BertForMaskedLM"
+    )
 
 
-def test_on_a_terminal_a_bar_and_the_log_file_keeps_the_lines(tiny_data, tmp_path, capsys, monkeypatch):
+def test_on_a_terminal_a_bar_and_the_log_file_keeps_the_lines(
+    tiny_data, tmp_path, capsys, monkeypatch
+):
     import tokendrop.train.trainer as trainer_mod
 
     monkeypatch.setattr(trainer_mod, "is_terminal", lambda stream=None: True)

@@ -5,9 +5,9 @@ CUDA host wait, in every iteration that does not log, evaluate or checkpoint.
 The grid is derived from the registries: every method x variant (``combos.method_variant_combos``),
 ScTD on/off where it applies, both families (``FAMILIES``), packed and padded rows, per-document
 attention and sliding windows (as bands: the band block is lowered so T = 64 rows use them), no
-warm-up / a length warm-up / a batch warm-up, a step count or a time budget.  The default run takes a
-covering subset (every value of every factor at least once); the full grid is ``slow``.  DDP (gloo,
-two processes) is ``slow`` too.
+warm-up / a length warm-up / a batch warm-up, a step count or a time budget.  The default run takes
+a covering subset (every value of every factor at least once); the full grid is ``slow``.  DDP
+(gloo, two processes) is ``slow`` too.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from combos import method_variant_combos
+
 from tokendrop.config import load_config
 from tokendrop.dropping.methods import METHODS
 from tokendrop.models import attention
@@ -43,11 +43,15 @@ def _sctd_applies(method: str, variant: str) -> bool:
 def full_grid() -> list[tuple]:
     cases = []
     for (method, variant), family, rows, warm, budget in itertools.product(
-            method_variant_combos(), sorted(FAMILIES), ("packed", "padded"), ("none", "length", "batch"),
-            ("steps", "budget")):
+        method_variant_combos(),
+        sorted(FAMILIES),
+        ("packed", "padded"),
+        ("none", "length", "batch"),
+        ("steps", "budget"),
+    ):
         if warm == "length" and rows == "padded":
             continue  # a length warm-up cuts packed rows only (refused otherwise)
-        for sctd in ((False, True) if _sctd_applies(method, variant) else (False,)):
+        for sctd in (False, True) if _sctd_applies(method, variant) else (False,):
             cases.append((method, variant, sctd, family, rows, warm, budget))
     return cases
 
@@ -71,9 +75,18 @@ SLOW = [c for c in GRID if c not in DEFAULT]
 
 def _overrides(case, data) -> list[str]:
     method, variant, sctd, family, rows, warm, budget = case
-    ov = [f'data.path="{data}"', f"drop.method={method}", f'drop.variant="{variant}"', "train.batch_size=8",
-          "train.log_every=1000", "train.eval_every=1000", "train.ckpt_every=1000", "train.eval_batches=1",
-          "train.threads=1", "train.warmup_steps=1"]
+    ov = [
+        f'data.path="{data}"',
+        f"drop.method={method}",
+        f'drop.variant="{variant}"',
+        "train.batch_size=8",
+        "train.log_every=1000",
+        "train.eval_every=1000",
+        "train.ckpt_every=1000",
+        "train.eval_batches=1",
+        "train.threads=1",
+        "train.warmup_steps=1",
+    ]
     if sctd:
         ov += ["drop.consistency_weight=0.05", "drop.consistency_every=1"]
     if family == "bert":
@@ -133,11 +146,15 @@ def _check(case, request, tmp_path, monkeypatch):
     cfg = load_config(PRESET[case[3]], _overrides(case, data))
     n = torch.get_num_threads()
     try:
-        steps = census_of_run(cfg, tmp_path / "run", monkeypatch, FakeClock() if case[6] == "budget" else None)
+        steps = census_of_run(
+            cfg, tmp_path / "run", monkeypatch, FakeClock() if case[6] == "budget" else None
+        )
     finally:
         torch.set_num_threads(n)
     bad = [(s, c) for s, c in steps if c.syncs]
-    assert not bad, "host syncs in a training step:\n" + "\n".join(f"step {s}:\n{c.report()}" for s, c in bad)
+    assert not bad, "host syncs in a training step:\n" + "\n".join(
+        f"step {s}:\n{c.report()}" for s, c in bad
+    )
     assert all(c.ops > 50 for _, c in steps)  # the census saw the step
 
 
@@ -171,11 +188,19 @@ def test_census_names_the_syncs_it_finds():
     from tokendrop.dropping.methods import DropConfig
 
     x, idx = torch.arange(6.0), torch.tensor([1, 2])
-    cases = {"read": lambda: bool(x.sum()), "item": lambda: x.sum().item(), "tolist": lambda: x.tolist(),
-             "mask": lambda: x[x > 2], "scalar write": lambda: x.__setitem__(idx, 1.0),
-             "int write": lambda: x.__setitem__(0, 1.0), "nonzero": lambda: torch.nonzero(x),
-             "unique": lambda: torch.unique(x), "repeat": lambda: idx.repeat_interleave(idx),
-             "h2d": lambda: torch.tensor([1.0], device=x.device), "cpu": lambda: x.cpu()}
+    cases = {
+        "read": lambda: bool(x.sum()),
+        "item": lambda: x.sum().item(),
+        "tolist": lambda: x.tolist(),
+        "mask": lambda: x[x > 2],
+        "scalar write": lambda: x.__setitem__(idx, 1.0),
+        "int write": lambda: x.__setitem__(0, 1.0),
+        "nonzero": lambda: torch.nonzero(x),
+        "unique": lambda: torch.unique(x),
+        "repeat": lambda: idx.repeat_interleave(idx),
+        "h2d": lambda: torch.tensor([1.0], device=x.device),
+        "cpu": lambda: x.cpu(),
+    }
     for name, fn in cases.items():
         with Census() as c:
             fn()
@@ -185,7 +210,9 @@ def test_census_names_the_syncs_it_finds():
         x[:2] = 0.0  # a fill of a slice: no copy of the value
     assert c.syncs == [] and c.ops >= 3
     # a sync inside tokendrop is named by its file:line: the importance vector's pins as they were
-    sel = TokenSelector(DropConfig(method="cumulative"), 50, {"cls": 1, "sep": 2, "mask": 3, "pad": 0}, 16)
+    sel = TokenSelector(
+        DropConfig(method="cumulative"), 50, {"cls": 1, "sep": 2, "mask": 3, "pad": 0}, 16
+    )
 
     def old_repin():
         sel.scores[sel.pinned_ids] = 1e4
@@ -202,10 +229,11 @@ def test_census_names_the_syncs_it_finds():
 @pytest.mark.slow
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_ddp_training_step_is_sync_free(tiny_data, tmp_path, parallel):
-    """Two gloo ranks (DDP or FSDP2), a time budget (its clock agreed every step), token dropping with
-    ScTD: every rank's non-logging iterations are sync-free."""
+    """Two gloo ranks (DDP or FSDP2), a time budget (its clock agreed every step), token dropping
+    with ScTD: every rank's non-logging iterations are sync-free."""
     script = tmp_path / "ddp_census.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "fixtures")!r})
         sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
@@ -214,18 +242,34 @@ def test_ddp_training_step_is_sync_free(tiny_data, tmp_path, parallel):
         from tokendrop.config import load_config
         mp = pytest.MonkeyPatch()
         case = ("cumulative", "drop", True, "modernbert", "packed", "batch", "budget")
-        cfg = load_config("modern-tiny", _overrides(case, {str(tiny_data)!r}) + ["train.parallel={parallel}"])
+        over = _overrides(case, {str(tiny_data)!r}) + ["train.parallel={parallel}"]
+        cfg = load_config("modern-tiny", over)
         steps = census_of_run(cfg, {str(tmp_path / "run")!r}, mp, FakeClock())
         bad = [(s, c.report()) for s, c in steps if c.syncs]
         print("steps", len(steps), "bad", bad)
         sys.exit(1 if bad or len(steps) < 3 else 0)
-    """))
+    """)
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                        str(port), str(script)], capture_output=True, text=True, env=env, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(port),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
 
 
@@ -248,6 +292,12 @@ def test_window_bands_are_sized_without_a_host_read():
         documents = attention.Band.build(drows, drows, None, torch.float32, block=32)
     assert c.syncs == [], c.report()
     assert same is not None and same.rows is None and same.slot.shape[2] == 32 + 2 * 8
-    assert sparse is not None and sparse.rows is not None and sparse.slot.shape[1:] == (T // 32, 32 + 2 * 8)
+    assert (
+        sparse is not None
+        and sparse.rows is not None
+        and sparse.slot.shape[1:] == (T // 32, 32 + 2 * 8)
+    )
     assert documents is None
-    assert attention.Band.build(drows, drows, None, torch.float32, block=32) is not None  # on CPU: free to read
+    assert (
+        attention.Band.build(drows, drows, None, torch.float32, block=32) is not None
+    )  # on CPU: free to read

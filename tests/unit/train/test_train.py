@@ -1,6 +1,6 @@
-"""Pretraining: learning, every method, exact resume, crash safety, DDP equivalence, stage 2, errors."""
+"""Pretraining: learning, every method, exact resume, crash safety, DDP equivalence, stage 2,
+errors."""
 
-import json
 import os
 import subprocess
 import sys
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
-from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.cli import main as cli_main
-from tokendrop.config import ConfigError, load_config
-from tokendrop.dropping.methods import PAPER_METHOD
-from tokendrop.train.trainer import TrainingError, pretrain, read_metrics
-
 from combos import method_variant_combos
 from processes import wait_for_training
+from safetensors.torch import load_file
+
+from tokendrop.cli import main as cli_main
+from tokendrop.config import load_config
+from tokendrop.dropping.methods import PAPER_METHOD
+from tokendrop.errors import ConfigError
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.train.trainer import TrainingError, pretrain, read_metrics
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -36,11 +36,19 @@ def evals(run):
 
 
 def test_tiny_learns(tiny_data, tmp_path):
-    res = pretrain(tiny(tiny_data, "train.steps=60", "drop.method=cumulative"), tmp_path / "run", progress=False)
+    res = pretrain(
+        tiny(tiny_data, "train.steps=60", "drop.method=cumulative"),
+        tmp_path / "run",
+        progress=False,
+    )
     ev = evals(tmp_path / "run")
-    assert ev[-1] < ev[0] - 1.0 and ev[-1] < 0.75 * ev[0], ev  # eval MLM loss (full model) falls clearly
+    assert ev[-1] < ev[0] - 1.0 and ev[-1] < 0.75 * ev[0], (
+        ev
+    )  # eval MLM loss (full model) falls clearly
     assert res.steps == 60 and not res.interrupted
-    assert (tmp_path / "run" / "report.md").is_file() and (tmp_path / "run" / "curves.png").is_file()
+    assert (tmp_path / "run" / "report.md").is_file() and (
+        tmp_path / "run" / "curves.png"
+    ).is_file()
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     assert (tmp_path / "run" / "config.toml").is_file()
     # importance vector moved away from its initial 10.0 for seen ids, pinned ids intact
@@ -51,8 +59,8 @@ def test_tiny_learns(tiny_data, tmp_path):
 
     assert cli_main(["export", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
     hf = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
-    from tokendrop.models.source import load_pretrained
     from tokendrop.models.bert.model import BertForMaskedLM
+    from tokendrop.models.source import load_pretrained
 
     ours, _ = load_pretrained(tmp_path / "run", BertForMaskedLM)
     ids = torch.randint(5, 150, (2, 32))
@@ -64,16 +72,23 @@ def test_tiny_learns(tiny_data, tmp_path):
 
 @pytest.mark.parametrize(
     "overrides",
-    # every method that keeps one subset for the span, every variant (from the registry; random_ltd's
-    # per-layer subsets: tests/unit/dropping/test_random_ltd.py), and two options
-    [[f"drop.method={m}", f"drop.variant={v}"] for m, v in method_variant_combos(per_layer=False)] + [
+    # every method that keeps one subset for the span, every variant (from the registry;
+    # random_ltd's per-layer subsets: tests/unit/dropping/test_random_ltd.py), and two options
+    [[f"drop.method={m}", f"drop.variant={v}"] for m, v in method_variant_combos(per_layer=False)]
+    + [
         [f"drop.method={PAPER_METHOD}", "drop.rate=0.75", "drop.keep_mlm_targets=true"],
-        [f"drop.method={PAPER_METHOD}", "drop.rate=0.25", "drop.stage2_fraction=0.5", "train.micro_batch_size=8"],
+        [
+            f"drop.method={PAPER_METHOD}",
+            "drop.rate=0.25",
+            "drop.stage2_fraction=0.5",
+            "train.micro_batch_size=8",
+        ],
     ],
     ids=lambda o: "+".join(x.split("=")[1] for x in o),
 )
 def test_every_method_runs(tiny_data, tmp_path, overrides, monkeypatch):
-    # record (layer, sequences, query rows, key/value rows) of every encoder-layer call in training mode
+    # record (layer, sequences, query rows, key/value rows) of every encoder-layer call in training
+    # mode
     import tokendrop.models.bert.model as model_mod
 
     calls = []
@@ -82,10 +97,12 @@ def test_every_method_runs(tiny_data, tmp_path, overrides, monkeypatch):
     def init(self, cfg):
         encoder_init(self, cfg)
         for i, layer in enumerate(self.layers):
+
             def hook(mod, args, kwargs, i=i):
                 if mod.training:
                     x, kv = args[0], kwargs.get("kv_in", args[1] if len(args) > 1 else None)
                     calls.append((i, x.shape[0], x.shape[1], (x if kv is None else kv).shape[1]))
+
             layer.register_forward_pre_hook(hook, with_kwargs=True)
 
     monkeypatch.setattr(model_mod.Encoder, "__init__", init)
@@ -94,9 +111,9 @@ def test_every_method_runs(tiny_data, tmp_path, overrides, monkeypatch):
     assert res.steps == 4
     assert all(torch.isfinite(torch.tensor(losses(tmp_path / "r"))))
 
-    # dropping happened: in the half layers [start, end) every sequence has exactly M = num_kept(T) < T
-    # query rows (keys/values: all T rows in the first half layer, and in every half layer for `pass`);
-    # the full layers, and every layer in stage 2, see all T rows
+    # dropping happened: in the half layers [start, end) every sequence has exactly M = num_kept(T)
+    # < T query rows (keys/values: all T rows in the first half layer, and in every half layer for
+    # `pass`); the full layers, and every layer in stage 2, see all T rows
     L, T, d = cfg.model.num_layers, 64, cfg.drop
     start, end = d.span(L)
     m = d.num_kept(T)
@@ -117,7 +134,11 @@ def test_every_method_runs(tiny_data, tmp_path, overrides, monkeypatch):
 
 
 def test_unpacked_baseline_runs(tiny_data_unpacked, tmp_path):
-    res = pretrain(tiny(tiny_data_unpacked, "train.steps=4", "drop.method=cumulative"), tmp_path / "r", progress=False)
+    res = pretrain(
+        tiny(tiny_data_unpacked, "train.steps=4", "drop.method=cumulative"),
+        tmp_path / "r",
+        progress=False,
+    )
     assert res.steps == 4 and all(torch.isfinite(torch.tensor(losses(tmp_path / "r"))))
 
 
@@ -126,8 +147,14 @@ def _weights(run):
 
 
 def test_exact_resume(tiny_data, tmp_path):
-    ov = ["train.steps=12", "train.log_every=1", "train.ckpt_every=100", "train.deterministic=true",
-          "drop.method=half_random", "model.hidden_dropout=0.1"]
+    ov = [
+        "train.steps=12",
+        "train.log_every=1",
+        "train.ckpt_every=100",
+        "train.deterministic=true",
+        "drop.method=half_random",
+        "model.hidden_dropout=0.1",
+    ]
     pretrain(tiny(tiny_data, *ov), tmp_path / "full", progress=False)
     part = pretrain(tiny(tiny_data, *ov), tmp_path / "split", progress=False, stop_at=6)
     assert part.interrupted and part.steps == 6
@@ -144,10 +171,19 @@ def test_exact_resume(tiny_data, tmp_path):
 
 
 def test_resume_incompatible_config(tiny_data, tmp_path):
-    pretrain(tiny(tiny_data, "train.steps=6", "drop.method=cumulative"), tmp_path / "r", progress=False, stop_at=3)
+    pretrain(
+        tiny(tiny_data, "train.steps=6", "drop.method=cumulative"),
+        tmp_path / "r",
+        progress=False,
+        stop_at=3,
+    )
     with pytest.raises(TrainingError, match=r"drop\.rate changed from 0\.5 to 0\.25"):
-        pretrain(tiny(tiny_data, "train.steps=6", "drop.method=cumulative", "drop.rate=0.25"), tmp_path / "r",
-                 resume=True, progress=False)
+        pretrain(
+            tiny(tiny_data, "train.steps=6", "drop.method=cumulative", "drop.rate=0.25"),
+            tmp_path / "r",
+            resume=True,
+            progress=False,
+        )
     with pytest.raises(TrainingError, match="already holds a run"):
         pretrain(tiny(tiny_data, "train.steps=6"), tmp_path / "r", progress=False)
 
@@ -182,7 +218,9 @@ def test_sigkill_mid_checkpoint_leaves_previous_valid(tiny_data, tmp_path):
     script = tmp_path / "kill.py"
     script.write_text(KILL_SCRIPT)
     run = tmp_path / "run"
-    p = subprocess.run([sys.executable, str(script), str(tiny_data), str(run)], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, str(script), str(tiny_data), str(run)], capture_output=True, text=True
+    )
     assert p.returncode == -9, p.stderr
     last = ckpt_mod.latest(run)
     assert last is not None and last.name == "step-00000004"
@@ -205,13 +243,35 @@ def test_sigkill_mid_checkpoint_leaves_previous_valid(tiny_data, tmp_path):
 def test_sigterm_saves_and_exits_143(tiny_data, tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "tokendrop", "pretrain", "--config", "tiny", "--out", str(run), "--quiet",
-                          "--set", f'data.path="{tiny_data}"', "--set", "train.steps=100000", "--set", "train.ckpt_every=100000",
-                          "--set", "train.eval_every=100000"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tokendrop",
+            "pretrain",
+            "--config",
+            "tiny",
+            "--out",
+            str(run),
+            "--quiet",
+            "--set",
+            f'data.path="{tiny_data}"',
+            "--set",
+            "train.steps=100000",
+            "--set",
+            "train.ckpt_every=100000",
+            "--set",
+            "train.eval_every=100000",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_training(p, run)  # not "a second after start": the handler may not be installed yet
     p.terminate()
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 143, err  # 128 + SIGTERM: an interrupted run is not a success 
+    assert p.returncode == 143, err  # 128 + SIGTERM: an interrupted run is not a success
     assert "interrupted (checkpoint saved)" in out
     last = ckpt_mod.latest(run)
     assert last is not None and 0 < ckpt_mod.verify(last)["step"] < 100000
@@ -228,8 +288,18 @@ def test_stage2_switches_exactly(tiny_data, tmp_path, monkeypatch):
         return real(self, *a, **k)
 
     monkeypatch.setattr(TokenSelector, "select", counting)
-    pretrain(tiny(tiny_data, "train.steps=10", "train.log_every=1", "drop.method=cumulative", "drop.stage2_fraction=0.3",
-                  "train.micro_batch_size=8"), tmp_path / "r", progress=False)
+    pretrain(
+        tiny(
+            tiny_data,
+            "train.steps=10",
+            "train.log_every=1",
+            "drop.method=cumulative",
+            "drop.stage2_fraction=0.3",
+            "train.micro_batch_size=8",
+        ),
+        tmp_path / "r",
+        progress=False,
+    )
     recs = [r for r in read_metrics(tmp_path / "r") if "loss" in r]
     assert [r["dropping"] for r in recs] == [True] * 7 + [False] * 3
     assert [r["kept_fraction"] for r in recs] == [0.5] * 7 + [1.0] * 3
@@ -249,7 +319,11 @@ def test_nan_loss_stops_with_last_good_checkpoint(tiny_data, tmp_path, monkeypat
 
     monkeypatch.setattr(BertForMaskedLM, "mlm_nll", poisoned)
     with pytest.raises(TrainingError, match="non-finite loss.*step-00000004"):
-        pretrain(tiny(tiny_data, "train.steps=12", "train.ckpt_every=4", "train.log_every=4"), tmp_path / "r", progress=False)
+        pretrain(
+            tiny(tiny_data, "train.steps=12", "train.ckpt_every=4", "train.log_every=4"),
+            tmp_path / "r",
+            progress=False,
+        )
     assert ckpt_mod.latest(tmp_path / "r").name == "step-00000004"
 
 
@@ -259,18 +333,56 @@ def test_data_model_mismatch_errors(tiny_data, tmp_path, capsys):
     with pytest.raises(ConfigError, match="data.seq_len: expected T=32"):
         pretrain(tiny(tiny_data, "data.seq_len=32"), tmp_path / "b", progress=False)
     with pytest.raises(ConfigError, match="exceeds model.max_position_embeddings=32"):
-        pretrain(tiny(tiny_data, "model.max_position_embeddings=32"), tmp_path / "c", progress=False)
+        pretrain(
+            tiny(tiny_data, "model.max_position_embeddings=32"), tmp_path / "c", progress=False
+        )
     # through the CLI: one line, exit 2, nothing written
-    rc = cli_main(["pretrain", "--config", "tiny", "--out", str(tmp_path / "d"), "--set", f'data.path="{tiny_data}"',
-                   "--set", "train.stepz=3"])
+    rc = cli_main(
+        [
+            "pretrain",
+            "--config",
+            "tiny",
+            "--out",
+            str(tmp_path / "d"),
+            "--set",
+            f'data.path="{tiny_data}"',
+            "--set",
+            "train.stepz=3",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "did you mean 'train.steps'" in err and err.count("\n") == 1
-    rc = cli_main(["pretrain", "--config", "tiny", "--out", str(tmp_path / "e"), "--set", "train.steps=abc",
-                   "--set", f'data.path="{tiny_data}"'])
+    rc = cli_main(
+        [
+            "pretrain",
+            "--config",
+            "tiny",
+            "--out",
+            str(tmp_path / "e"),
+            "--set",
+            "train.steps=abc",
+            "--set",
+            f'data.path="{tiny_data}"',
+        ]
+    )
     assert rc == 2 and "train.steps: expected an integer" in capsys.readouterr().err
-    rc = cli_main(["pretrain", "--config", "tiny", "--out", str(tmp_path / "f"), "--set", f'data.path="{tmp_path}/nope"'])
+    rc = cli_main(
+        [
+            "pretrain",
+            "--config",
+            "tiny",
+            "--out",
+            str(tmp_path / "f"),
+            "--set",
+            f'data.path="{tmp_path}/nope"',
+        ]
+    )
     assert rc == 2 and "nope" in capsys.readouterr().err
-    assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists() and not (tmp_path / "f").exists()
+    assert (
+        not (tmp_path / "d").exists()
+        and not (tmp_path / "e").exists()
+        and not (tmp_path / "f").exists()
+    )
 
 
 DDP_SCRIPT = textwrap.dedent(
@@ -282,11 +394,14 @@ DDP_SCRIPT = textwrap.dedent(
     from safetensors.torch import save_file
 
     data, out = sys.argv[1], sys.argv[2]
-    cfg = load_config("tiny", [f'data.path="{data}"', "train.steps=6", "train.log_every=1", "train.batch_size=8",
-                               "drop.method=cumulative", "model.hidden_dropout=0.0", "model.attention_dropout=0.0"])
+    cfg = load_config("tiny", [
+        f'data.path="{data}"', "train.steps=6", "train.log_every=1", "train.batch_size=8",
+        "drop.method=cumulative", "model.hidden_dropout=0.0", "model.attention_dropout=0.0",
+    ])
     res = pretrain(cfg, out, progress=False)
     rank = int(os.environ.get("RANK", "0"))
-    save_file({"m": res.importance}, os.path.join(os.path.dirname(out), f"importance-{os.path.basename(out)}-{rank}.safetensors"))
+    name = f"importance-{os.path.basename(out)}-{rank}.safetensors"
+    save_file({"m": res.importance}, os.path.join(os.path.dirname(out), name))
     """
 )
 
@@ -295,11 +410,29 @@ def test_ddp_two_ranks_match_one(tiny_data, tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    one = subprocess.run([sys.executable, str(script), str(tiny_data), str(tmp_path / "one")], capture_output=True,
-                         text=True, env=env)
+    one = subprocess.run(
+        [sys.executable, str(script), str(tiny_data), str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert one.returncode == 0, one.stderr
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          str(script), str(tiny_data), str(tmp_path / "two")], capture_output=True, text=True, env=env)
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(tiny_data),
+            str(tmp_path / "two"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(a) == len(b) == 6
@@ -316,9 +449,18 @@ def test_ddp_two_ranks_match_one(tiny_data, tmp_path):
 def test_pinned_tokens_from_config(tiny_data, tmp_path):
     from tokendrop.data import PreparedData, read_vocab
 
-    res = pretrain(tiny(tiny_data, "train.steps=3", "drop.method=cumulative", "drop.pinned_tokens=['.', 'the']"),
-                   tmp_path / "r", progress=False)
+    res = pretrain(
+        tiny(
+            tiny_data, "train.steps=3", "drop.method=cumulative", "drop.pinned_tokens=['.', 'the']"
+        ),
+        tmp_path / "r",
+        progress=False,
+    )
     vocab = read_vocab(Path(PreparedData.open(tiny_data).tokenizer_path) / "vocab.txt")
     assert res.importance[vocab.index(".")] == 1e4 and res.importance[vocab.index("the")] == 1e4
     with pytest.raises(ConfigError, match="drop.pinned_tokens: 'zzzq' is not in the vocabulary"):
-        pretrain(tiny(tiny_data, "drop.method=cumulative", "drop.pinned_tokens=['zzzq']"), tmp_path / "s", progress=False)
+        pretrain(
+            tiny(tiny_data, "drop.method=cumulative", "drop.pinned_tokens=['zzzq']"),
+            tmp_path / "s",
+            progress=False,
+        )

@@ -5,7 +5,8 @@ both settings), and a model size is given or comes from a preset or a source (0 
 import pytest
 
 from tokendrop.cli import main
-from tokendrop.config import ConfigError, load_config
+from tokendrop.config import load_config
+from tokendrop.errors import ConfigError
 from tokendrop.train.run_config import open_run_data
 from tokendrop.train.schedules import batch_warmup_line, batch_warmup_start
 
@@ -14,35 +15,65 @@ def test_the_continue_presets_batch_warm_up_follows_the_users_batch():
     for batch, start in ((8, 4), (32, 16), (7, 3)):
         tc = load_config("continue", [f"train.batch_size={batch}"]).train
         assert batch_warmup_start(tc) == start
-        assert batch_warmup_line(tc) == f"; warm-up from {start} (0.5 of it) over the first 0.25 of the run"
-    tc = load_config("continue", ["train.batch_warmup_start=8"]).train  # sequences, over the preset's share
+        assert (
+            batch_warmup_line(tc)
+            == f"; warm-up from {start} (0.5 of it) over the first 0.25 of the run"
+        )
+    tc = load_config(
+        "continue", ["train.batch_warmup_start=8"]
+    ).train  # sequences, over the preset's share
     assert batch_warmup_start(tc) == 8 and batch_warmup_line(tc).startswith("; warm-up from 8 over")
-    tc = load_config("continue", ["train.batch_warmup_tokens=4096"]).train  # the length's other unit replaces the share
+    tc = load_config(
+        "continue", ["train.batch_warmup_tokens=4096"]
+    ).train  # the length's other unit replaces the share
     assert (tc.batch_warmup_share, tc.batch_warmup_tokens) == (0.0, 4096)
 
 
 def test_the_tiny_presets_lr_warm_up_follows_the_users_length(tiny_data):
     for steps, warm in ((2, 1), (4, 1), (40, 4), (100, 10)):
-        cfg, _ = open_run_data(load_config("tiny", [f'data.path="{tiny_data}"', f"train.steps={steps}"]), None)
+        cfg, _ = open_run_data(
+            load_config("tiny", [f'data.path="{tiny_data}"', f"train.steps={steps}"]), None
+        )
         assert (cfg.train.steps, cfg.train.warmup_steps) == (steps, warm)
-    assert load_config(None, ["train.steps=4"]).train.warmup_steps == 4  # the default: never longer than the run
+    assert (
+        load_config(None, ["train.steps=4"]).train.warmup_steps == 4
+    )  # the default: never longer than the run
     assert load_config(None, []).train.warmup_steps == 100
 
 
-@pytest.mark.parametrize("overrides, msg", [
-    (["train.steps=4", "train.warmup_steps=100"],
-     r"^train.warmup_steps: the learning-rate warm-up \(100 steps\) is longer than the run "
-     r"\(train.steps = 4\); "
-     r"set train.warmup_steps <= 4, or a share of the run: train.warmup_ratio = 0.1$"),
-    (["train.tokens=2048", "train.batch_size=8", "train.warmup_steps=20"],  # 2048 tokens = 4 steps of 8 x 64
-     r"^train.warmup_steps: the learning-rate warm-up \(20 steps\) is longer than the run "
-     r"\(train.steps = 4\)"),
-    (["train.steps=4", "train.batch_size=8", "train.batch_warmup_start=4", "train.batch_warmup_tokens=100000"],
-     r"^train.batch_warmup_tokens: the batch warm-up \(100,000 tokens\) is longer than the run "
-     r"\(4 steps x 8 x 64 = "
-     r"2,048 tokens\); set train.batch_warmup_tokens <= 2048, or a share of the run: "
-     r"train.batch_warmup_share$"),
-])
+@pytest.mark.parametrize(
+    "overrides, msg",
+    [
+        (
+            ["train.steps=4", "train.warmup_steps=100"],
+            r"^train.warmup_steps: the learning-rate warm-up \(100 steps\) is longer than the run "
+            r"\(train.steps = 4\); "
+            r"set train.warmup_steps <= 4, or a share of the run: train.warmup_ratio = 0.1$",
+        ),
+        (
+            [
+                "train.tokens=2048",
+                "train.batch_size=8",
+                "train.warmup_steps=20",
+            ],  # 2048 tokens = 4 steps of 8 x 64
+            r"^train.warmup_steps: the learning-rate warm-up \(20 steps\) is longer than the run "
+            r"\(train.steps = 4\)",
+        ),
+        (
+            [
+                "train.steps=4",
+                "train.batch_size=8",
+                "train.batch_warmup_start=4",
+                "train.batch_warmup_tokens=100000",
+            ],
+            r"^train.batch_warmup_tokens: the batch warm-up \(100,000 tokens\) is longer than the "
+            r"run "
+            r"\(4 steps x 8 x 64 = "
+            r"2,048 tokens\); set train.batch_warmup_tokens <= 2048, or a share of the run: "
+            r"train.batch_warmup_share$",
+        ),
+    ],
+)
 def test_a_warm_up_longer_than_its_run_is_refused_in_one_line(tiny_data, overrides, msg):
     with pytest.raises(ConfigError, match=msg) as e:
         open_run_data(load_config("tiny", [f'data.path="{tiny_data}"', *overrides]), None)
@@ -52,16 +83,35 @@ def test_a_warm_up_longer_than_its_run_is_refused_in_one_line(tiny_data, overrid
 @pytest.mark.parametrize("key", ["num_layers", "hidden_size", "num_heads", "intermediate_size"])
 @pytest.mark.parametrize("value", [0, -2])
 def test_a_model_size_of_zero_or_less_is_refused(key, value, tiny_data, tmp_path, capsys):
-    with pytest.raises(ConfigError, match=rf"^model.{key}: expected a positive integer, got "
-                                          rf"{value}; a size is given, "
-                                          r"or comes from model.preset \(e.g. \"bert-base\"\) or "
-                                          r"model.init") as e:
+    with pytest.raises(
+        ConfigError,
+        match=rf"^model.{key}: expected a positive integer, got "
+        rf"{value}; a size is given, "
+        r"or comes from model.preset \(e.g. \"bert-base\"\) or "
+        r"model.init",
+    ) as e:
         load_config("tiny", [f"model.{key}={value}"])
     assert "\n" not in str(e.value)
     if value == 0 and key == "num_layers":  # the command line: exit 2, one line, nothing written
         run = tmp_path / "run"
-        assert main(["pretrain", "--config", "tiny", "--out", str(run), "--set", f'data.path="{tiny_data}"',
-                     "--set", "model.num_layers=0"]) == 2
+        assert (
+            main(
+                [
+                    "pretrain",
+                    "--config",
+                    "tiny",
+                    "--out",
+                    str(run),
+                    "--set",
+                    f'data.path="{tiny_data}"',
+                    "--set",
+                    "model.num_layers=0",
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "model.num_layers: expected a positive integer, got 0" in err[0], err
+        assert len(err) == 1 and "model.num_layers: expected a positive integer, got 0" in err[0], (
+            err
+        )
         assert not run.exists()

@@ -1,5 +1,5 @@
-"""Sequence-length and batch-size warm-ups (tokendrop.train.schedules, tokendrop.train.warmups, the loader's
-framed pieces), the per-step FLOP count and the process budget clock: values against the
+"""Sequence-length and batch-size warm-ups (tokendrop.train.schedules, tokendrop.train.warmups, the
+loader's framed pieces), the per-step FLOP count and the process budget clock: values against the
 formulas, pieces against a hand-made framing, exact resume, one-line errors, a fake clock."""
 
 import itertools
@@ -8,20 +8,19 @@ import math
 import numpy as np
 import pytest
 import torch
+from batches import unmask as _originals
+from toydata import toy_prepared
 
-from tokendrop.train import budget
-from tokendrop.train import trainer as train_mod
-from tokendrop.config import ConfigError, load_config
+from tokendrop.config import load_config
 from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots
 from tokendrop.data.pieces import frame_pieces
-from toydata import toy_prepared
 from tokendrop.dropping.flops import consistency_flops, step_flops
 from tokendrop.dropping.methods import ltd_kept
+from tokendrop.errors import ConfigError
+from tokendrop.train import budget, trainer as train_mod
 from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_at, seq_len_at
 from tokendrop.train.trainer import load_run_config, pretrain, read_metrics
 from tokendrop.train.warmups import StepPlan, default_micro_batch
-from batches import unmask as _originals
-
 
 # ---------------------------------------------------------------------------------------------
 # pure functions
@@ -54,11 +53,18 @@ def test_batch_at_follows_its_formula():
 
 
 def test_step_plan_micro_batches():
-    cfg = load_config("tiny", ["train.batch_size=12", "train.batch_warmup_start=4", "train.batch_warmup_share=0.5"])
+    cfg = load_config(
+        "tiny",
+        ["train.batch_size=12", "train.batch_warmup_start=4", "train.batch_warmup_share=0.5"],
+    )
     micro = default_micro_batch(cfg, 6, 2)  # 2 ranks: per-rank batches 6 and 2 -> micro-batch 2
     assert micro == 2
     plan = StepPlan(cfg, 64, True, micro, 2)
-    assert [(s.micro, s.batch) for s in (plan.at(0.0), plan.at(0.25), plan.at(0.5))] == [(1, 4), (2, 8), (3, 12)]
+    assert [(s.micro, s.batch) for s in (plan.at(0.0), plan.at(0.25), plan.at(0.5))] == [
+        (1, 4),
+        (2, 8),
+        (3, 12),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,8 +73,9 @@ def test_step_plan_micro_batches():
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    return PreparedData.open(toy_prepared(tmp_path_factory.mktemp("d") / "packed", seq_len=64, num_docs=200))
-
+    return PreparedData.open(
+        toy_prepared(tmp_path_factory.mktemp("d") / "packed", seq_len=64, num_docs=200)
+    )
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -78,7 +85,11 @@ def test_pieces_are_framed_and_masked_on_their_own(packed, workers):
     L = T afterwards is the plain loader's batch; the same with workers."""
     B, T = 4, packed.seq_len
     cls, sep = packed.special_ids["cls"], packed.special_ids["sep"]
-    plain = list(itertools.islice(MLMLoader(packed, batch_size=B, mask_prob=0.3, num_workers=0, variable_rate=True), 4))
+    plain = list(
+        itertools.islice(
+            MLMLoader(packed, batch_size=B, mask_prob=0.3, num_workers=0, variable_rate=True), 4
+        )
+    )
     loader = MLMLoader(packed, batch_size=B, mask_prob=0.3, num_workers=workers, variable_rate=True)
     it = iter(loader)
     special = torch.tensor(sorted(packed.special_ids[k] for k in ("pad", "cls", "sep", "mask")))
@@ -96,9 +107,13 @@ def test_pieces_are_framed_and_masked_on_their_own(packed, workers):
         orig = _originals(b)
         assert torch.equal(orig, want)
         assert torch.all(orig[:, 0] == cls) and torch.all(orig[:, -1] == sep)
-        assert torch.equal(orig[0, 1:L - 1], torch.from_numpy(np.asarray(rows[0, 1:L - 1])).long())
+        assert torch.equal(
+            orig[0, 1 : L - 1], torch.from_numpy(np.asarray(rows[0, 1 : L - 1])).long()
+        )
         n = (~torch.isin(orig, special)).sum(1)
-        k = torch.clamp(torch.floor(rate * n.double() + 0.5).long(), 1, num_prediction_slots(L, 0.3))
+        k = torch.clamp(
+            torch.floor(rate * n.double() + 0.5).long(), 1, num_prediction_slots(L, 0.3)
+        )
         assert torch.equal(b["mlm_weights"].sum(1).long(), k)
     loader.close()
     with pytest.raises(Exception, match="set_seq_len: expected 64 or a divisor of it"):
@@ -107,7 +122,10 @@ def test_pieces_are_framed_and_masked_on_their_own(packed, workers):
 
 def test_frame_pieces_by_hand():
     rows = np.array([[1, 10, 11, 12, 13, 14, 15, 2]])  # [CLS] 6 body tokens [SEP], T = 8
-    assert frame_pieces(rows, 4, 1, 2).tolist() == [[1, 10, 11, 2], [1, 12, 13, 2]]  # 14, 15 do not fit
+    assert frame_pieces(rows, 4, 1, 2).tolist() == [
+        [1, 10, 11, 2],
+        [1, 12, 13, 2],
+    ]  # 14, 15 do not fit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,21 +133,45 @@ def test_frame_pieces_by_hand():
 
 
 def tiny(data, *overrides):
-    return load_config("tiny", [f'data.path="{data}"', "train.log_every=1", "train.deterministic=true",
-                                "train.batch_size=8", "train.eval_batches=1", "train.threads=1", *overrides])
+    return load_config(
+        "tiny",
+        [
+            f'data.path="{data}"',
+            "train.log_every=1",
+            "train.deterministic=true",
+            "train.batch_size=8",
+            "train.eval_batches=1",
+            "train.threads=1",
+            *overrides,
+        ],
+    )
 
 
 def _rows(run):
     return [r for r in read_metrics(run) if "loss" in r]
 
 
-WARM = ["train.steps=8", "train.ckpt_every=100", "train.eval_every=100", "train.warmup_steps=2",
-        "data.seq_len_start=16", "data.seq_len_warmup_share=0.5", "train.batch_warmup_start=2",
-        "train.batch_warmup_share=0.5", "data.mask_prob=[0.3, 0.15]"]
+WARM = [
+    "train.steps=8",
+    "train.ckpt_every=100",
+    "train.eval_every=100",
+    "train.warmup_steps=2",
+    "data.seq_len_start=16",
+    "data.seq_len_warmup_share=0.5",
+    "train.batch_warmup_start=2",
+    "train.batch_warmup_share=0.5",
+    "data.mask_prob=[0.3, 0.15]",
+]
 
 
-@pytest.mark.parametrize("extra", [["drop.method=cumulative", "drop.consistency_weight=0.1", "drop.consistency_every=2"],
-                                   ["drop.method=random_ltd", "drop.ltd_step=4"]], ids=["sctd", "random_ltd"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["drop.method=cumulative", "drop.consistency_weight=0.1", "drop.consistency_every=2"],
+        ["drop.method=random_ltd", "drop.ltd_step=4"],
+    ],
+    ids=["sctd", "random_ltd"],
+)
 def test_warmups_in_pretraining_flops_and_exact_resume(tiny_data, tmp_path, extra):
     """Each step's length and batch are the formulas at p = k / steps; the run's FLOPs are the sum
     of the per-step counts computed here by hand (shorter sequences, smaller batches, the kept
@@ -137,7 +179,9 @@ def test_warmups_in_pretraining_flops_and_exact_resume(tiny_data, tmp_path, extr
     ends with the same losses and weights, bit for bit."""
     cfg = tiny(tiny_data, *WARM, *extra)
     res = pretrain(cfg, tmp_path / "full", progress=False)
-    cfg = load_run_config(tmp_path / "full")  # as resolved (the vocabulary size from the data); the parsed cfg is unchanged
+    cfg = load_run_config(
+        tmp_path / "full"
+    )  # as resolved (the vocabulary size from the data); the parsed cfg is unchanged
     rows = _rows(tmp_path / "full")
     T, total = 64, 0
     for r in rows:
@@ -148,7 +192,9 @@ def test_warmups_in_pretraining_flops_and_exact_resume(tiny_data, tmp_path, extr
             kept = ltd_kept(cfg.drop, L, k, 8)
             f = step_flops(cfg.model, L, batch * T // L, cfg.drop, kept=kept).total
         else:
-            f = step_flops(cfg.model, L, batch * T // L, cfg.drop, kept=max(1, round(L * 0.5))).total
+            f = step_flops(
+                cfg.model, L, batch * T // L, cfg.drop, kept=max(1, round(L * 0.5))
+            ).total
             f += consistency_flops(cfg.model, L, batch * T // L) if k % 2 == 0 else 0
         assert r["flops_per_step"] == f
         total += f
@@ -159,18 +205,30 @@ def test_warmups_in_pretraining_flops_and_exact_resume(tiny_data, tmp_path, extr
     part = pretrain(tiny(tiny_data, *WARM, *extra), tmp_path / "split", progress=False, stop_at=3)
     assert part.interrupted
     pretrain(tiny(tiny_data, *WARM, *extra), tmp_path / "split", resume=True, progress=False)
-    assert [(r["loss"], r["flops"]) for r in _rows(tmp_path / "split")] == [(r["loss"], r["flops"]) for r in rows]
+    assert [(r["loss"], r["flops"]) for r in _rows(tmp_path / "split")] == [
+        (r["loss"], r["flops"]) for r in rows
+    ]
     from safetensors.torch import load_file
+
     from tokendrop.runs import checkpoint as ckpt_mod
 
-    wa, wb = (load_file(str(ckpt_mod.latest(d) / "model.safetensors")) for d in (tmp_path / "full", tmp_path / "split"))
+    wa, wb = (
+        load_file(str(ckpt_mod.latest(d) / "model.safetensors"))
+        for d in (tmp_path / "full", tmp_path / "split")
+    )
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert res.steps == 8
 
 
 def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
-    ov = ["train.steps=5", "train.ckpt_every=100", "train.eval_every=100", "train.batch_warmup_start=2",
-          "train.batch_warmup_tokens=512", "model.family='modernbert'"]
+    ov = [
+        "train.steps=5",
+        "train.ckpt_every=100",
+        "train.eval_every=100",
+        "train.batch_warmup_start=2",
+        "train.batch_warmup_tokens=512",
+        "model.family='modernbert'",
+    ]
     pretrain(tiny(tiny_data, *ov), tmp_path / "r", progress=False)
     seen, got = 0, []
     for r in _rows(tmp_path / "r"):
@@ -181,35 +239,75 @@ def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
     assert got == [2, 2, 4, 8, 8]
 
 
-@pytest.mark.parametrize("overrides, msg", [
-    (["data.seq_len_start=-4"], r"data.seq_len_start: expected a length in \(0, data.seq_len\]"),
-    (["data.seq_len_start=16", "data.seq_len_warmup_share=0"], r"data.seq_len_warmup_share: .* lies outside \(0, 1\)"),
-    (["data.seq_len_start=16", "data.seq_len_warmup_share=1.5"], r"data.seq_len_warmup_share: .* lies outside \(0, 1\)"),
-    (["data.seq_len=64", "data.seq_len_start=128"], r"data.seq_len_start: expected a length in \(0, data.seq_len\]"),
-    (["train.batch_warmup_start=64"], r"train.batch_warmup_start: 64 sequences is more than the "
-                                      r"batch itself "
-                                      r"\(train.batch_size = 16\); set train.batch_warmup_start "
-                                      r"<= 16, or a share"),
-    (["train.batch_warmup_start=1.5", "train.batch_warmup_share=0.25"], r"train.batch_warmup_start: expected a number "
-                                                                         r"of sequences .* or a "
-                                                                         r"share .* got 1.5"),
-    (["train.batch_warmup_start=4"], "set exactly one"),
-    (["train.batch_warmup_start=4", "train.batch_warmup_share=0.1", "train.batch_warmup_tokens=100"], "set exactly one"),
-    (["train.batch_warmup_start=4", "train.batch_warmup_share=1.0"], r"lies outside \(0, 1\)"),
-    (["train.budget_clock='cpu'"], "train.budget_clock: expected one of wall, process"),
-])
+@pytest.mark.parametrize(
+    "overrides, msg",
+    [
+        (
+            ["data.seq_len_start=-4"],
+            r"data.seq_len_start: expected a length in \(0, data.seq_len\]",
+        ),
+        (
+            ["data.seq_len_start=16", "data.seq_len_warmup_share=0"],
+            r"data.seq_len_warmup_share: .* lies outside \(0, 1\)",
+        ),
+        (
+            ["data.seq_len_start=16", "data.seq_len_warmup_share=1.5"],
+            r"data.seq_len_warmup_share: .* lies outside \(0, 1\)",
+        ),
+        (
+            ["data.seq_len=64", "data.seq_len_start=128"],
+            r"data.seq_len_start: expected a length in \(0, data.seq_len\]",
+        ),
+        (
+            ["train.batch_warmup_start=64"],
+            r"train.batch_warmup_start: 64 sequences is more than the "
+            r"batch itself "
+            r"\(train.batch_size = 16\); set train.batch_warmup_start "
+            r"<= 16, or a share",
+        ),
+        (
+            ["train.batch_warmup_start=1.5", "train.batch_warmup_share=0.25"],
+            r"train.batch_warmup_start: expected a number "
+            r"of sequences .* or a "
+            r"share .* got 1.5",
+        ),
+        (["train.batch_warmup_start=4"], "set exactly one"),
+        (
+            [
+                "train.batch_warmup_start=4",
+                "train.batch_warmup_share=0.1",
+                "train.batch_warmup_tokens=100",
+            ],
+            "set exactly one",
+        ),
+        (["train.batch_warmup_start=4", "train.batch_warmup_share=1.0"], r"lies outside \(0, 1\)"),
+        (["train.budget_clock='cpu'"], "train.budget_clock: expected one of wall, process"),
+    ],
+)
 def test_bad_warmup_config(overrides, msg):
     with pytest.raises(ConfigError, match=msg) as e:
         load_config("tiny", overrides).validate()
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("overrides, msg", [
-    (["data.seq_len_start=24"], "data.seq_len_start: 24 is not a divisor >= 8 of the prepared sequence length 64"),
-    (["data.seq_len_start=4"], "data.seq_len_start: 4 is not a divisor >= 8"),
-    (["train.batch_warmup_start=3", "train.batch_warmup_share=0.5", "train.micro_batch_size=2"],
-     "train.batch_warmup_start: 3 is not a multiple of the micro-batch 2"),
-])
+@pytest.mark.parametrize(
+    "overrides, msg",
+    [
+        (
+            ["data.seq_len_start=24"],
+            "data.seq_len_start: 24 is not a divisor >= 8 of the prepared sequence length 64",
+        ),
+        (["data.seq_len_start=4"], "data.seq_len_start: 4 is not a divisor >= 8"),
+        (
+            [
+                "train.batch_warmup_start=3",
+                "train.batch_warmup_share=0.5",
+                "train.micro_batch_size=2",
+            ],
+            "train.batch_warmup_start: 3 is not a multiple of the micro-batch 2",
+        ),
+    ],
+)
 def test_warmup_errors_against_the_data(tiny_data, tmp_path, overrides, msg):
     with pytest.raises(ConfigError, match=msg) as e:
         pretrain(tiny(tiny_data, "train.steps=2", *overrides), tmp_path / "r", progress=False)
@@ -217,8 +315,14 @@ def test_warmup_errors_against_the_data(tiny_data, tmp_path, overrides, msg):
 
 
 def test_seq_len_warmup_refuses_unpacked_data(tiny_data_unpacked, tmp_path):
-    with pytest.raises(ConfigError, match="data.seq_len_start: the sequence-length warm-up cuts packed sequences"):
-        pretrain(tiny(tiny_data_unpacked, "train.steps=2", "data.seq_len_start=16"), tmp_path / "r", progress=False)
+    with pytest.raises(
+        ConfigError, match="data.seq_len_start: the sequence-length warm-up cuts packed sequences"
+    ):
+        pretrain(
+            tiny(tiny_data_unpacked, "train.steps=2", "data.seq_len_start=16"),
+            tmp_path / "r",
+            progress=False,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,8 +357,15 @@ def test_process_clock_budget_stops_within_one_step(tiny_data, tmp_path, monkeyp
     monkeypatch.setattr(train_mod, "evaluate_mlm", evaluate)
     monkeypatch.setattr("time.process_time", lambda: t[0])
     monkeypatch.setattr("time.perf_counter", lambda: 0.0)  # a wall clock that never moves
-    ov = ["train.steps=0", "train.time_budget=5.5s", "train.budget_clock='process'", "train.eval_every=2",
-          "train.ckpt_every=100", "data.seq_len_start=16", "data.seq_len_warmup_share=0.5"]
+    ov = [
+        "train.steps=0",
+        "train.time_budget=5.5s",
+        "train.budget_clock='process'",
+        "train.eval_every=2",
+        "train.ckpt_every=100",
+        "data.seq_len_start=16",
+        "data.seq_len_warmup_share=0.5",
+    ]
     res = pretrain(tiny(tiny_data, *ov), tmp_path / "r", progress=False)
     assert res.steps == 6 and math.isclose(res.wall_time, 6.0)  # 5 s < 5.5 s <= 6 s
     rows = _rows(tmp_path / "r")
@@ -263,27 +374,42 @@ def test_process_clock_budget_stops_within_one_step(tiny_data, tmp_path, monkeyp
 
 
 def test_an_evaluation_reads_the_same_sequences_with_a_batch_warm_up(tiny_data, tmp_path):
-    """train.eval_batches counts batches of train.batch_size: a batch warm-up's smaller micro-batches
-    (or a micro_batch_size) do not shrink the held-out set an arm is scored on."""
+    """train.eval_batches counts batches of train.batch_size: a batch warm-up's smaller
+    micro-batches (or a micro_batch_size) do not shrink the held-out set an arm is scored on."""
     import json
 
     from tokendrop.config import load_config
     from tokendrop.train.trainer import pretrain
 
     slots = {}
-    for name, extra in (("plain", []), ("warm", ["train.batch_warmup_start=4", "train.batch_warmup_share=0.5"]),
-                        ("micro", ["train.micro_batch_size=2"])):
-        cfg = load_config("tiny", [f"data.path={json.dumps(str(tiny_data))}", "train.steps=2", "train.batch_size=8",
-                                   "train.eval_batches=2", "train.eval_every=2", "train.device='cpu'", *extra])
+    for name, extra in (
+        ("plain", []),
+        ("warm", ["train.batch_warmup_start=4", "train.batch_warmup_share=0.5"]),
+        ("micro", ["train.micro_batch_size=2"]),
+    ):
+        cfg = load_config(
+            "tiny",
+            [
+                f"data.path={json.dumps(str(tiny_data))}",
+                "train.steps=2",
+                "train.batch_size=8",
+                "train.eval_batches=2",
+                "train.eval_every=2",
+                "train.device='cpu'",
+                *extra,
+            ],
+        )
         pretrain(cfg, tmp_path / name, progress=False)
         recs = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-        slots[name] = [(r["eval_slots"], round(r["eval_loss"], 4)) for r in recs if "eval_loss" in r][0]
+        slots[name] = [
+            (r["eval_slots"], round(r["eval_loss"], 4)) for r in recs if "eval_loss" in r
+        ][0]
     assert slots["plain"] == slots["warm"] == slots["micro"], slots
 
 
 def _step_batches(cfg, out, monkeypatch, fits: bool = True):
-    """The micro-batches (their key -> shape) of every step of ``pretrain(cfg)``; ``fits`` False: the
-    memory pre-flight refuses any batch larger than the loader's."""
+    """The micro-batches (their key -> shape) of every step of ``pretrain(cfg)``; ``fits`` False:
+    the memory pre-flight refuses any batch larger than the loader's."""
     seen = []
     real_step = train_mod.MLMStep.__call__
 
@@ -306,30 +432,50 @@ def _step_batches(cfg, out, monkeypatch, fits: bool = True):
 
 
 @pytest.mark.parametrize("mode", ["one pass", "asked", "does not fit"])
-def test_batch_warmup_runs_one_micro_batch_unless_asked_or_too_large(tiny_data, tmp_path, monkeypatch, mode):
+def test_batch_warmup_runs_one_micro_batch_unless_asked_or_too_large(
+    tiny_data, tmp_path, monkeypatch, mode
+):
     """Without train.micro_batch_size a batch warm-up's step is one micro-batch of its current batch
-    (2 -> 8 over half of 6 steps), not the gcd's accumulated ones; train.micro_batch_size, or a batch
-    the memory pre-flight refuses, accumulates loader batches of 2.  The same data either way."""
-    ov = ["train.steps=6", "train.ckpt_every=100", "train.eval_every=100", "train.batch_warmup_start=2",
-          "train.batch_warmup_share=0.5", "train.memory_check=true"]
+    (2 -> 8 over half of 6 steps), not the gcd's accumulated ones; train.micro_batch_size, or a
+    batch the memory pre-flight refuses, accumulates loader batches of 2.  The same data either
+    way."""
+    ov = [
+        "train.steps=6",
+        "train.ckpt_every=100",
+        "train.eval_every=100",
+        "train.batch_warmup_start=2",
+        "train.batch_warmup_share=0.5",
+        "train.memory_check=true",
+    ]
     if mode == "asked":
         ov.append("train.micro_batch_size=2")
-    seen = _step_batches(tiny(tiny_data, *ov), tmp_path / "run", monkeypatch, fits=mode != "does not fit")
+    seen = _step_batches(
+        tiny(tiny_data, *ov), tmp_path / "run", monkeypatch, fits=mode != "does not fit"
+    )
     batches = [sum(mb["input_ids"][0] for mb in step) for step in seen]
     assert batches[0] == 2 and batches[-1] == 8 and batches == sorted(batches)
     if mode == "one pass":
         assert all(len(step) == 1 for step in seen)
     else:
-        assert all(len(step) == b // 2 and all(mb["input_ids"][0] == 2 for mb in step)
-                   for step, b in zip(seen, batches, strict=True))
+        assert all(
+            len(step) == b // 2 and all(mb["input_ids"][0] == 2 for mb in step)
+            for step, b in zip(seen, batches, strict=True)
+        )
 
 
 def test_one_pass_equals_accumulation(tiny_data, tmp_path):
     """The joined micro-batch and the accumulated ones: the same data, the same losses up to the
     float order of the sums (without dropout, whose draws differ with the micro-batch's shape)."""
-    ov = ["train.steps=6", "train.ckpt_every=100", "train.eval_every=100", "train.batch_warmup_start=2",
-          "train.batch_warmup_share=0.5", "drop.method=cumulative", "model.hidden_dropout=0.0",
-          "model.attention_dropout=0.0"]
+    ov = [
+        "train.steps=6",
+        "train.ckpt_every=100",
+        "train.eval_every=100",
+        "train.batch_warmup_start=2",
+        "train.batch_warmup_share=0.5",
+        "drop.method=cumulative",
+        "model.hidden_dropout=0.0",
+        "model.attention_dropout=0.0",
+    ]
     pretrain(tiny(tiny_data, *ov), tmp_path / "one", progress=False)
     pretrain(tiny(tiny_data, *ov, "train.micro_batch_size=2"), tmp_path / "acc", progress=False)
     one, acc = _rows(tmp_path / "one"), _rows(tmp_path / "acc")
@@ -338,11 +484,17 @@ def test_one_pass_equals_accumulation(tiny_data, tmp_path):
 
 
 @pytest.mark.parametrize("rows", ["packed", "padded"])
-def test_the_step_gets_only_what_the_model_reads(tiny_data, tiny_data_unpacked, tmp_path, monkeypatch, rows):
-    """Packed rows: no attention mask (no [PAD]) and no token type ids (all 0); padded rows keep the mask."""
+def test_the_step_gets_only_what_the_model_reads(
+    tiny_data, tiny_data_unpacked, tmp_path, monkeypatch, rows
+):
+    """Packed rows: no attention mask (no [PAD]) and no token type ids (all 0); padded rows keep the
+    mask."""
     data = tiny_data if rows == "packed" else tiny_data_unpacked
-    seen = _step_batches(tiny(data, "train.steps=2", "train.ckpt_every=100", "train.eval_every=100"),
-                         tmp_path / "run", monkeypatch)
+    seen = _step_batches(
+        tiny(data, "train.steps=2", "train.ckpt_every=100", "train.eval_every=100"),
+        tmp_path / "run",
+        monkeypatch,
+    )
     keys = {k for step in seen for mb in step for k in mb}
     base = {"input_ids", "mlm_positions", "mlm_labels", "mlm_weights"}
     assert keys == (base if rows == "packed" else base | {"attention_mask", "token_type_ids"})

@@ -20,16 +20,26 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from tokendrop.config import ModelConfig  # noqa: E402
-from tokendrop.dropping.methods import DropConfig  # noqa: E402
 from tokendrop.dropping.consistency import ClsTaps, consistency_term  # noqa: E402
+from tokendrop.dropping.methods import (  # noqa: E402
+    DROP_VARIANTS,
+    METHODS,
+    VARIANTS,
+    DropConfig,  # noqa: E402
+)
 from tokendrop.errors import ConfigError, TokendropError  # noqa: E402
 from tokendrop.models.bert.hf import hf_config_dict, to_hf  # noqa: E402
-from tokendrop.models.modernbert.hf import modern_config_from_hf, modern_state_from_hf  # noqa: E402
-from tokendrop.dropping.methods import DROP_VARIANTS, METHODS, VARIANTS  # noqa: E402
 from tokendrop.models.bert.model import BertForMaskedLM  # noqa: E402
+from tokendrop.models.modernbert.hf import modern_config_from_hf, modern_state_from_hf  # noqa: E402
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
-from tokendrop.transformers import (OPTIONS, SUPPORTED_NAMES, TokenDroppingError, apply_token_dropping,  # noqa: E402
-                                    remove_token_dropping, token_dropping_state)
+from tokendrop.transformers import (  # noqa: E402
+    OPTIONS,
+    SUPPORTED_NAMES,
+    TokenDroppingError,
+    apply_token_dropping,
+    remove_token_dropping,
+    token_dropping_state,
+)
 
 V = 97
 SPECIAL = {"pad": 0, "cls": 2, "sep": 3, "mask": 4}
@@ -47,30 +57,70 @@ def _valid(method: str, variant: str) -> bool:
 
 # every (method, variant) the registries allow, plus ScTD's consistency term on the paper's setting;
 # with sdpa all in the default suite, with eager (another mask format and attention function) the
-# layer-call shapes -- separation, kept rows alone, pooled rows, per-layer subsets -- and the rest slow
+# layer-call shapes -- separation, kept rows alone, pooled rows, per-layer subsets -- and the rest
+# slow
 GRID = [(m, v, 0.0) for m, v in itertools.product(METHODS, DROP_VARIANTS) if _valid(m, v)]
 GRID.append(("cumulative", "drop", 0.5))
-EAGER_DEFAULT = {("cumulative", "drop"), ("cumulative", "pass"), ("cumulative", "avg"), ("random_ltd", "drop")}
-CASES = [pytest.param(m, v, c, impl, id=f"{m}-{v}{'-sctd' if c else ''}-{impl}",
-                      marks=() if impl == "sdpa" or ((m, v) in EAGER_DEFAULT and not c) else pytest.mark.slow)
-         for impl in ("sdpa", "eager") for m, v, c in GRID]
+EAGER_DEFAULT = {
+    ("cumulative", "drop"),
+    ("cumulative", "pass"),
+    ("cumulative", "avg"),
+    ("random_ltd", "drop"),
+}
+CASES = [
+    pytest.param(
+        m,
+        v,
+        c,
+        impl,
+        id=f"{m}-{v}{'-sctd' if c else ''}-{impl}",
+        marks=() if impl == "sdpa" or ((m, v) in EAGER_DEFAULT and not c) else pytest.mark.slow,
+    )
+    for impl in ("sdpa", "eager")
+    for m, v, c in GRID
+]
 
 
 def _hf_bert(impl: str = "sdpa", layers: int = 6, dropout: float = 0.0, seed: int = 0):
-    cfg = ModelConfig(vocab_size=V, hidden_size=32, num_layers=layers, num_heads=4, intermediate_size=64,
-                      max_position_embeddings=64, hidden_dropout=dropout, attention_dropout=dropout)
-    hcfg = transformers.BertConfig(**{k: v for k, v in hf_config_dict(cfg).items() if k != "architectures"},
-                                   attn_implementation=impl)
+    cfg = ModelConfig(
+        vocab_size=V,
+        hidden_size=32,
+        num_layers=layers,
+        num_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout=dropout,
+        attention_dropout=dropout,
+    )
+    hcfg = transformers.BertConfig(
+        **{k: v for k, v in hf_config_dict(cfg).items() if k != "architectures"},
+        attn_implementation=impl,
+    )
     torch.manual_seed(seed)
     return transformers.BertForMaskedLM(hcfg), cfg
 
 
 def _hf_modern(impl: str = "sdpa", layers: int = 6, dropout: float = 0.0, seed: int = 0):
     hcfg = transformers.ModernBertConfig(
-        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=layers, num_attention_heads=2,
-        max_position_embeddings=128, local_attention=8, global_attn_every_n_layers=3, pad_token_id=0, cls_token_id=2,
-        sep_token_id=3, bos_token_id=2, eos_token_id=3, attn_implementation=impl, attention_dropout=dropout,
-        mlp_dropout=dropout, embedding_dropout=dropout, classifier_dropout=dropout)
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        max_position_embeddings=128,
+        local_attention=8,
+        global_attn_every_n_layers=3,
+        pad_token_id=0,
+        cls_token_id=2,
+        sep_token_id=3,
+        bos_token_id=2,
+        eos_token_id=3,
+        attn_implementation=impl,
+        attention_dropout=dropout,
+        mlp_dropout=dropout,
+        embedding_dropout=dropout,
+        classifier_dropout=dropout,
+    )
     torch.manual_seed(seed)
     hf = transformers.ModernBertForMaskedLM(hcfg)
     with torch.no_grad():  # every tensor away from its init (norm weights/biases too)
@@ -92,16 +142,20 @@ def _twins(family: str, drop: DropConfig, impl: str):
         hf.tie_weights()
     else:
         hf, _ = _hf_modern(impl)
-        cfg = dataclasses.replace(modern_config_from_hf(hf.config.to_dict()), document_attention="off")
+        cfg = dataclasses.replace(
+            modern_config_from_hf(hf.config.to_dict()), document_attention="off"
+        )
         ours = ModernBertForMaskedLM(cfg, drop)
-        missing, unexpected = ours.load_state_dict(modern_state_from_hf(hf.state_dict()), strict=False)
+        missing, unexpected = ours.load_state_dict(
+            modern_state_from_hf(hf.state_dict()), strict=False
+        )
         assert not missing and not unexpected
     return hf.train(), ours.train()
 
 
 def _batch(t: int, seed: int = 0, pad: bool = True):
-    """A padded MLM batch: input ids with [MASK] at the prediction positions, labels (-100 elsewhere),
-    the positions (B, P) and their original ids."""
+    """A padded MLM batch: input ids with [MASK] at the prediction positions, labels (-100
+    elsewhere), the positions (B, P) and their original ids."""
     g = torch.Generator().manual_seed(seed)
     b = 3
     ids = torch.randint(5, V, (b, t), generator=g)
@@ -113,7 +167,11 @@ def _batch(t: int, seed: int = 0, pad: bool = True):
         ids[1, cut:] = SPECIAL["pad"]
         ids[1, cut - 1] = SPECIAL["sep"]
     p = max(2, t // 8)
-    pos = torch.stack([torch.randperm(t // 2 - 2, generator=g)[:p] + 1 for _ in range(b)]).sort(-1).values
+    pos = (
+        torch.stack([torch.randperm(t // 2 - 2, generator=g)[:p] + 1 for _ in range(b)])
+        .sort(-1)
+        .values
+    )
     pos[0, -1] = t - 2  # one late position: the dropped/kept rows of the window layers differ
     orig = ids.gather(1, pos)
     labels = torch.full((b, t), -100).scatter(1, pos, orig)
@@ -161,7 +219,8 @@ def _drop(method: str, variant: str, sctd: float) -> DropConfig:
 
 
 def _reference(ours, family, ids, mask, pos, orig, keep, sctd: float):
-    """tokendrop's own step: weighted NLL / slots (+ ScTD's weight x KL / slots), backward; -> (loss, nll)."""
+    """tokendrop's own step: weighted NLL / slots (+ ScTD's weight x KL / slots), backward; ->
+    (loss, nll)."""
     taps = ClsTaps(ours.encoder_layers) if sctd else None
     if taps is not None:
         with taps.record() as dropped:
@@ -243,7 +302,10 @@ def test_keeping_every_row_through_the_schedule_is_the_dense_model(family):
         pat.zero_grad()
         apply_token_dropping(pat, variant=variant, special_ids=SPECIAL, sparse_prediction=False)
         st = token_dropping_state(pat)
-        st.select = lambda input_ids, labels: (True, torch.arange(input_ids.shape[1]).expand(input_ids.shape[0], -1))
+        st.select = lambda input_ids, labels: (
+            True,
+            torch.arange(input_ids.shape[1]).expand(input_ids.shape[0], -1),
+        )
         out = pat(input_ids=ids, attention_mask=mask, labels=labels)
         out.loss.backward()
         assert torch.equal(out.logits, base.logits), variant
@@ -268,7 +330,7 @@ def test_eval_mode_and_no_labels_and_bare_encoders(family):
         d = ref(input_ids=ids, attention_mask=mask).logits
     assert c.shape == d.shape and not torch.equal(c, d)
     # a bare encoder (BertModel / ModernBertModel) is patched the same way
-    bare_ref = (ref.bert if family == "bert" else ref.model)
+    bare_ref = ref.bert if family == "bert" else ref.model
     bare = apply_token_dropping(copy.deepcopy(bare_ref), special_ids=SPECIAL).train()
     with torch.no_grad():
         h = bare(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -276,8 +338,10 @@ def test_eval_mode_and_no_labels_and_bare_encoders(family):
         assert h.shape == h_ref.shape and not torch.equal(h, h_ref)
         bare.eval()
         bare_ref.eval()
-        assert torch.equal(bare(input_ids=ids, attention_mask=mask).last_hidden_state,
-                           bare_ref(input_ids=ids, attention_mask=mask).last_hidden_state)
+        assert torch.equal(
+            bare(input_ids=ids, attention_mask=mask).last_hidden_state,
+            bare_ref(input_ids=ids, attention_mask=mask).last_hidden_state,
+        )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -289,13 +353,22 @@ def test_save_pretrained_writes_the_unpatched_tensors(family, tmp_path):
     assert not torch.equal(token_dropping_state(pat).importance, token_dropping_state(pat).initial)
     ref.save_pretrained(tmp_path / "ref")
     pat.save_pretrained(tmp_path / "pat")
-    a, b = load_file(tmp_path / "ref" / "model.safetensors"), load_file(tmp_path / "pat" / "model.safetensors")
+    a, b = (
+        load_file(tmp_path / "ref" / "model.safetensors"),
+        load_file(tmp_path / "pat" / "model.safetensors"),
+    )
     assert list(a) == list(b)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert (tmp_path / "ref" / "config.json").read_text() == (tmp_path / "pat" / "config.json").read_text()
-    assert sorted(p.name for p in (tmp_path / "pat").iterdir()) == sorted(p.name for p in (tmp_path / "ref").iterdir())
+    assert (tmp_path / "ref" / "config.json").read_text() == (
+        tmp_path / "pat" / "config.json"
+    ).read_text()
+    assert sorted(p.name for p in (tmp_path / "pat").iterdir()) == sorted(
+        p.name for p in (tmp_path / "ref").iterdir()
+    )
     assert set(pat.state_dict()) == set(ref.state_dict())
-    back, info = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "pat", output_loading_info=True)
+    back, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        tmp_path / "pat", output_loading_info=True
+    )
     assert not info["missing_keys"] and not info["unexpected_keys"]
 
 
@@ -334,7 +407,9 @@ def test_patched_model_pickles_deep_copies_and_wraps_in_ddp_and_fsdp(family, tmp
     import inspect
 
     assert "labels" in inspect.signature(model.forward).parameters  # what Trainer reads
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
     try:
         fresh = lambda: copy.deepcopy(snapshot)  # noqa: E731 - the state before the draw above
         ddp = DistributedDataParallel(fresh())
@@ -345,7 +420,7 @@ def test_patched_model_pickles_deep_copies_and_wraps_in_ddp_and_fsdp(family, tmp
         from torch.distributed.fsdp import fully_shard
 
         sharded = fresh()
-        for layer in (sharded.bert.encoder.layer if family == "bert" else sharded.model.layers):
+        for layer in sharded.bert.encoder.layer if family == "bert" else sharded.model.layers:
             fully_shard(layer)
         fully_shard(sharded)
         loss = sharded(input_ids=ids, attention_mask=mask, labels=labels).loss
@@ -382,9 +457,11 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-5, msg=k)
 
 
-@pytest.mark.slow  # transformers builds FlexAttention block masks with torch.compile: minutes on CPU
+# transformers builds FlexAttention block masks with torch.compile: minutes on CPU
+@pytest.mark.slow
 def test_flex_attention_where_it_runs():
-    """flex_attention: the dropped forward equals sdpa's (skipped where FlexAttention cannot run)."""
+    """flex_attention: the dropped forward equals sdpa's (skipped where FlexAttention cannot
+    run)."""
     from tokendrop.models.attention import flex_available
 
     if not flex_available():
@@ -403,8 +480,9 @@ def test_flex_attention_where_it_runs():
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_flash_attention_where_installed(family):
-    """flash_attention_2 (CUDA + the flash_attn package; skipped elsewhere): the full-length layers run
-    FlashAttention, the calls on gathered rows sdpa; the dropped loss equals sdpa's within bf16."""
+    """flash_attention_2 (CUDA + the flash_attn package; skipped elsewhere): the full-length layers
+    run FlashAttention, the calls on gathered rows sdpa; the dropped loss equals sdpa's within
+    bf16."""
     from transformers.utils import is_flash_attn_2_available
 
     if not (torch.cuda.is_available() and is_flash_attn_2_available()):
@@ -412,8 +490,14 @@ def test_flash_attention_where_installed(family):
     ids, mask, labels, _, _ = _batch(64)
     out = {}
     for impl in ("sdpa", "flash_attention_2"):
-        m = apply_token_dropping(_hf(family, impl=impl), special_ids=SPECIAL).to("cuda", torch.bfloat16).train()
-        out[impl] = m(input_ids=ids.cuda(), attention_mask=mask.cuda(), labels=labels.cuda()).loss.float()
+        m = (
+            apply_token_dropping(_hf(family, impl=impl), special_ids=SPECIAL)
+            .to("cuda", torch.bfloat16)
+            .train()
+        )
+        out[impl] = m(
+            input_ids=ids.cuda(), attention_mask=mask.cuda(), labels=labels.cuda()
+        ).loss.float()
     torch.testing.assert_close(out["flash_attention_2"], out["sdpa"], atol=2e-2, rtol=2e-2)
 
 
@@ -422,8 +506,16 @@ def test_flash_attention_where_installed(family):
 
 
 def test_random_ltd_ramp_and_stage2_follow_the_step():
-    m = apply_token_dropping(_hf("bert"), method="random_ltd", ltd_start_fraction=0.5, ltd_schedule_share=0.5,
-                             ltd_step=4, total_steps=10, stage2_fraction=0.2, special_ids=SPECIAL).train()
+    m = apply_token_dropping(
+        _hf("bert"),
+        method="random_ltd",
+        ltd_start_fraction=0.5,
+        ltd_schedule_share=0.5,
+        ltd_step=4,
+        total_steps=10,
+        stage2_fraction=0.2,
+        special_ids=SPECIAL,
+    ).train()
     st = token_dropping_state(m)
     ids, mask, labels, _, _ = _batch(32, pad=False)
     seen = []
@@ -446,7 +538,11 @@ def test_importance_is_skipped_for_a_non_finite_loss_and_pinned_ids_stay():
     st.update(labels, torch.tensor([[1.0, float("nan"), 0.0]]))
     assert torch.equal(st.importance, before)
     st.update(labels, torch.tensor([[1.0, 2.0, 0.0]]))
-    assert st.importance[5] < before[5] and st.importance[6] < before[6] and st.importance[7] == before[7]
+    assert (
+        st.importance[5] < before[5]
+        and st.importance[6] < before[6]
+        and st.importance[7] == before[7]
+    )
     assert st.importance[SPECIAL["cls"]] == 1e4 and st.importance[SPECIAL["pad"]] == -1e4
 
 
@@ -460,7 +556,9 @@ def test_state_saves_and_restores_exactly(tmp_path):
     st.step = 7
     save_state(st, tmp_path)
     twin = copy.deepcopy(m)
-    m(input_ids=ids, attention_mask=mask, labels=labels)  # moves the importance and the generator on
+    m(
+        input_ids=ids, attention_mask=mask, labels=labels
+    )  # moves the importance and the generator on
     fresh = apply_token_dropping(_hf("bert"), special_ids=SPECIAL, method="half_random").train()
     load_state(token_dropping_state(fresh), tmp_path)
     a, b = token_dropping_state(twin), token_dropping_state(fresh)
@@ -484,35 +582,52 @@ def _one_line(excinfo) -> str:
 
 
 def test_unsupported_architecture_names_the_supported_ones():
-    m = transformers.BertForSequenceClassification(transformers.BertConfig(
-        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
+    m = transformers.BertForSequenceClassification(
+        transformers.BertConfig(
+            vocab_size=V,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+        )
+    )
     with pytest.raises(TokenDroppingError) as e:
         apply_token_dropping(m, special_ids=SPECIAL)
     msg = _one_line(e)
     assert "BertForSequenceClassification is not supported" in msg
     assert all(n in msg for n in SUPPORTED_NAMES)
-    dec = transformers.BertForMaskedLM(transformers.BertConfig(
-        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        is_decoder=True))
+    dec = transformers.BertForMaskedLM(
+        transformers.BertConfig(
+            vocab_size=V,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            is_decoder=True,
+        )
+    )
     with pytest.raises(TokenDroppingError, match="is_decoder"):
         apply_token_dropping(dec, special_ids=SPECIAL)
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"rat": 0.5}, "unknown option 'rat' \\(did you mean 'rate'\\?\\)"),
-    ({"bogus": 1}, "unknown option 'bogus'"),
-    ({"counts_path": "x.npy"}, "belongs to tokendrop's own trainer"),
-    ({"rate": 1.0}, "rate: expected a fraction in \\[0, 1\\), got 1.0"),
-    ({"rate": -0.1}, "rate: expected a fraction in \\[0, 1\\)"),
-    ({"rate": "half"}, "rate must be a number"),
-    ({"method": "topk"}, "method: unknown method 'topk'"),
-    ({"method": "none"}, "method 'none' drops nothing"),
-    ({"variant": "avg", "method": "random"}, "variant 'avg' selects no tokens"),
-    ({"method": "frequency"}, "counts"),
-    ({"sparse_prediction": "yes"}, "sparse_prediction must be True or False"),
-    ({"total_steps": 0}, "total_steps must be a positive integer"),
-    ({"pinned_tokens": ["[X]"]}, "pinned_tokens needs tokenizer"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"rat": 0.5}, "unknown option 'rat' \\(did you mean 'rate'\\?\\)"),
+        ({"bogus": 1}, "unknown option 'bogus'"),
+        ({"counts_path": "x.npy"}, "belongs to tokendrop's own trainer"),
+        ({"rate": 1.0}, "rate: expected a fraction in \\[0, 1\\), got 1.0"),
+        ({"rate": -0.1}, "rate: expected a fraction in \\[0, 1\\)"),
+        ({"rate": "half"}, "rate must be a number"),
+        ({"method": "topk"}, "method: unknown method 'topk'"),
+        ({"method": "none"}, "method 'none' drops nothing"),
+        ({"variant": "avg", "method": "random"}, "variant 'avg' selects no tokens"),
+        ({"method": "frequency"}, "counts"),
+        ({"sparse_prediction": "yes"}, "sparse_prediction must be True or False"),
+        ({"total_steps": 0}, "total_steps must be a positive integer"),
+        ({"pinned_tokens": ["[X]"]}, "pinned_tokens needs tokenizer"),
+    ],
+)
 def test_bad_options_are_one_line_errors(options, match):
     with pytest.raises(TokenDroppingError) as e:
         apply_token_dropping(_hf("bert", layers=4), special_ids=SPECIAL, **options)
@@ -526,12 +641,16 @@ def test_missing_special_ids_and_patching_twice():
         apply_token_dropping(m)  # BertConfig knows no [CLS]/[MASK] id
     _one_line(e)
     assert "forward" not in m.__dict__  # nothing half-patched
-    apply_token_dropping(m, method="random_ltd", total_steps=4)  # random-LTD pins nothing: no ids needed
+    apply_token_dropping(
+        m, method="random_ltd", total_steps=4
+    )  # random-LTD pins nothing: no ids needed
     with pytest.raises(TokenDroppingError, match="already patched") as e:
         apply_token_dropping(m, special_ids=SPECIAL)
     _one_line(e)
     with pytest.raises(TokenDroppingError, match="already patched"):
-        apply_token_dropping(m.bert, special_ids=SPECIAL)  # its encoder's layers are patched already
+        apply_token_dropping(
+            m.bert, special_ids=SPECIAL
+        )  # its encoder's layers are patched already
     assert set(OPTIONS) >= {"rate", "method", "variant", "tokenizer"}
 
 
@@ -550,16 +669,19 @@ def test_forward_refusals_are_one_line():
 
 @pytest.mark.parametrize("kind", ["linear", "cosine"])
 def test_masking_rate_collator_follows_tokendrops_own_mask_schedule(tmp_path, kind):
-    """MaskingRateCollator's rate at every progress is what tokendrop's trainer uses at that progress
-    (train.schedules.mask_schedule of data.mask_prob / data.mask_schedule): one formula."""
-    from tokendrop.config import DataConfig
+    """MaskingRateCollator's rate at every progress is what tokendrop's trainer uses at that
+    progress (train.schedules.mask_schedule of data.mask_prob / data.mask_schedule): one formula."""
     from toydata import write_toy_vocab
+
+    from tokendrop.config import DataConfig
     from tokendrop.train.schedules import mask_schedule
     from tokendrop.transformers import MaskingRateCollator
 
     write_toy_vocab(tmp_path / "vocab.txt")
     tok = transformers.BertTokenizerFast.from_pretrained(str(tmp_path))
-    collator = MaskingRateCollator(transformers.DataCollatorForLanguageModeling(tok), 0.3, 0.15, kind)
+    collator = MaskingRateCollator(
+        transformers.DataCollatorForLanguageModeling(tok), 0.3, 0.15, kind
+    )
     ours = mask_schedule(DataConfig(mask_prob=[0.3, 0.15], mask_schedule=kind))
     for p in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
         collator.set_progress(p)

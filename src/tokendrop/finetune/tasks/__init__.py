@@ -1,10 +1,10 @@
 """The fine-tuning tasks, one file each: ``TASKS`` (name -> :class:`TaskSpec`) is collected from the
 ``TASKS`` list of every module of this package, so a new task is a new file here.
 
-GLUE: ``cola`` ``sst2`` ``mrpc`` ``stsb`` ``qqp`` ``mnli`` (+ ``ax``) ``qnli`` ``rte`` ``wnli``; SQuAD:
-``squad1`` ``squad2`` (``squad.py``); ``custom`` (JSONL/CSV with named columns).  ``base.py`` holds
-the interface and the GLUE TSV readers; ``sst2_vader.py`` builds an SST-2-format stand-in task.
-"""
+GLUE: ``cola`` ``sst2`` ``mrpc`` ``stsb`` ``qqp`` ``mnli`` (+ ``ax``) ``qnli`` ``rte`` ``wnli``;
+SQuAD: ``squad1`` ``squad2`` (``squad.py``); ``custom`` (JSONL/CSV with named columns).  ``base.py``
+holds the interface and the GLUE TSV readers; ``sst2_vader.py`` builds an SST-2-format stand-in
+task."""
 
 from __future__ import annotations
 
@@ -12,7 +12,16 @@ import importlib
 import pkgutil
 
 from tokendrop.finetune.common import FinetuneError
-from tokendrop.finetune.tasks.base import KINDS, Columns, Example, TaskData, TaskSpec, refuse_empty, subsample, task_dir
+from tokendrop.finetune.tasks.base import (
+    KINDS,
+    Columns,
+    Example,
+    TaskData,
+    TaskSpec,
+    refuse_empty,
+    subsample,
+    task_dir,
+)
 
 
 def _collect() -> dict[str, TaskSpec]:
@@ -20,7 +29,9 @@ def _collect() -> dict[str, TaskSpec]:
     for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         for spec in getattr(importlib.import_module(f"{__name__}.{m.name}"), "TASKS", ()):
             if spec.name in tasks:
-                raise ImportError(f"task {spec.name!r} is defined twice (tokendrop.finetune.tasks.{m.name})")
+                raise ImportError(
+                    f"task {spec.name!r} is defined twice (tokendrop.finetune.tasks.{m.name})"
+                )
             tasks[spec.name] = spec
     return tasks
 
@@ -46,13 +57,22 @@ def _other_task(spec: TaskSpec, path: str) -> str:
             header = next((line.rstrip("\r\n").split("\t") for line in f if line.strip()), [])
     except OSError:
         return ""
-    fits = [t.name for t in TASKS.values()
-            if t.name != spec.name and t.columns is not None and t.columns.has_header
-            and set(t.columns.required(True)) <= set(header)]
+    fits = [
+        t.name
+        for t in TASKS.values()
+        if t.name != spec.name
+        and t.columns is not None
+        and t.columns.has_header
+        and set(t.columns.required(True)) <= set(header)
+    ]
     if not fits:
         return ""
-    return (f"; the task and the data do not match: this is {' or '.join(fits)} data, not "
-            f"{spec.name}'s (pass --task {fits[0]}, or {spec.name}'s own files)")
+    return (
+        f"; the task and the data do not match: this is {' or '.join(fits)} data, not "
+        f"{spec.name}'s (pass --task {fits[0]}, or {spec.name}'s own files)"
+    )
+
+
 TASK_ALIASES = {a: spec.name for spec in TASKS.values() for a in spec.aliases}
 
 
@@ -65,6 +85,17 @@ def get_task(name: str) -> TaskSpec:
     return TASKS[key].copy()
 
 
-__all__ = ["TASKS", "TASK_ALIASES", "KINDS", "Columns", "Example", "TaskData", "TaskSpec", "get_task", "load_task",
-           "refuse_empty",
-           "subsample", "task_dir"]
+__all__ = [
+    "TASKS",
+    "TASK_ALIASES",
+    "KINDS",
+    "Columns",
+    "Example",
+    "TaskData",
+    "TaskSpec",
+    "get_task",
+    "load_task",
+    "refuse_empty",
+    "subsample",
+    "task_dir",
+]

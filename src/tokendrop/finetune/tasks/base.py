@@ -28,8 +28,10 @@ from tokendrop.runs.files import atomic_write_text
 KINDS = ("classification", "regression", "span")
 # the words of generated examples (TaskSpec.write_examples, and lab's toy tasks): filler, sentiment
 # keywords, and one keyword per label index (label 0 "bad", label 1 "good", ...)
-FILLER = ("the movie film story plot actor scene music script cast it was is this a an of and with "
-          "to in very quite really rather truly simply just so").split()
+FILLER = (
+    "the movie film story plot actor scene music script cast it was is this a an of and with "
+    "to in very quite really rather truly simply just so"
+).split()
 POSITIVE = "good great excellent wonderful fun brilliant".split()
 NEGATIVE = "bad awful boring dull terrible poor".split()
 LABEL_WORDS = [w for pair in zip(NEGATIVE, POSITIVE) for w in pair]
@@ -65,7 +67,9 @@ class Columns:
         return isinstance(self.text_a, str)
 
     def required(self, labelled: bool) -> list[str | int]:
-        return [c for c in (self.text_a, self.text_b, self.label if labelled else None) if c is not None]
+        return [
+            c for c in (self.text_a, self.text_b, self.label if labelled else None) if c is not None
+        ]
 
 
 @dataclass
@@ -80,12 +84,18 @@ class TaskSpec:
     main: str  # the one under "score"
     dirname: str = ""  # the task's directory in the GLUE/SQuAD download (SST-2, MNLI, ...)
     columns: Columns | None = None  # train and dev files
-    test_columns: Columns | None = None  # the unlabelled test file (default: ``columns`` without the label)
+    test_columns: Columns | None = (
+        None  # the unlabelled test file (default: ``columns`` without the label)
+    )
     labels: list[str] = field(default_factory=list)  # classification: label values in index order
     train: str = "train.tsv"  # "" = evaluation only
-    dev: dict[str, str] = field(default_factory=lambda: {"dev": "dev.tsv"})  # split name -> file name
+    dev: dict[str, str] = field(
+        default_factory=lambda: {"dev": "dev.tsv"}
+    )  # split name -> file name
     test: dict[str, str] = field(default_factory=lambda: {"test": "test.tsv"})  # unlabelled splits
-    skip_labels: tuple[str, ...] = ()  # label values whose rows are left out (MNLI's "-": no gold label)
+    skip_labels: tuple[
+        str, ...
+    ] = ()  # label values whose rows are left out (MNLI's "-": no gold label)
     aliases: tuple[str, ...] = ()
     value_range: tuple[float, float] | None = None  # regression: the closed range of a valid label
 
@@ -93,34 +103,53 @@ class TaskSpec:
         if self.kind not in KINDS:
             raise ValueError(f"task {self.name}: kind {self.kind!r} is not one of {KINDS}")
         if self.main not in self.metrics:
-            raise ValueError(f"task {self.name}: main metric {self.main!r} is not among {self.metrics}")
+            raise ValueError(
+                f"task {self.name}: main metric {self.main!r} is not among {self.metrics}"
+            )
 
     @property
     def num_outputs(self) -> int:
         """The width of the model's output: one per label, 1 for regression."""
         return 1 if self.kind == "regression" else len(self.labels)
 
-    def copy(self) -> "TaskSpec":
+    def copy(self) -> TaskSpec:
         return copy.deepcopy(self)
 
     # -- reading -----------------------------------------------------------------------------
 
-    def read(self, path: str | os.PathLike, labelled: bool = True, skipped: list[str] | None = None) -> list[Example]:
+    def read(
+        self, path: str | os.PathLike, labelled: bool = True, skipped: list[str] | None = None
+    ) -> list[Example]:
         """The examples of one of the task's files (``labelled=False``: its test layout)."""
-        cols = self.columns if labelled else (self.test_columns or dataclasses.replace(self.columns, label=None))
+        cols = (
+            self.columns
+            if labelled
+            else (self.test_columns or dataclasses.replace(self.columns, label=None))
+        )
         return read_glue_tsv(self, path, cols, labelled, skipped)
 
-    def extra_dev(self, data: Path, task_data: Path, option: str, skipped: list[str] | None
-                  ) -> dict[str, tuple["TaskSpec", list[Example], Path]]:
+    def extra_dev(
+        self, data: Path, task_data: Path, option: str, skipped: list[str] | None
+    ) -> dict[str, tuple[TaskSpec, list[Example], Path]]:
         """Further dev splits scored with this task's model (MNLI: GLUE's diagnostic set), keyed by
-        split name: ``(the split's spec, its examples, its file)``.  ``option``: ``finetune.ax_data``."""
+        split name: ``(the split's spec, its examples, its file)``.  ``option``:
+        ``finetune.ax_data``."""
         return {}
 
-    def load(self, data: str | os.PathLike, *, text_a: str = "sentence", text_b: str = "", label: str = "label",
-             labels: list[str] | None = None, need_train: bool = True, skipped: list[str] | None = None) -> "TaskData":
+    def load(
+        self,
+        data: str | os.PathLike,
+        *,
+        text_a: str = "sentence",
+        text_b: str = "",
+        label: str = "label",
+        labels: list[str] | None = None,
+        need_train: bool = True,
+        skipped: list[str] | None = None,
+    ) -> TaskData:
         """The task's train and dev splits from ``data`` (the task's directory or the GLUE root).
-        ``skipped``: a list to collect left-out malformed rows in (default: malformed rows are errors).
-        ``text_a``/``text_b``/``label``: the columns of a custom task (unused here)."""
+        ``skipped``: a list to collect left-out malformed rows in (default: malformed rows are
+        errors). ``text_a``/``text_b``/``label``: the columns of a custom task (unused here)."""
         if labels:
             self.labels = list(labels)
         d = task_dir(self, data)
@@ -141,10 +170,11 @@ class TaskSpec:
             files[split] = str(p)
         return TaskData(self, train, dev, files, d)
 
-
     # -- generated examples ------------------------------------------------------------------
 
-    def write_examples(self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
+    def write_examples(
+        self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0
+    ) -> Path:
         """Generated examples of the task in its own layout (for tests): its train, dev and test
         files in ``directory``, with the columns it reads and its label values; each text carries a
         word of its label (a regression score: as many "good"s), so a model can learn the task.
@@ -155,10 +185,18 @@ class TaskSpec:
         files += [(f, n_dev, True) for f in self.dev.values()]
         files += [(f, max(1, n_dev // 2), False) for f in self.test.values()]
         for fname, n, labelled in files:
-            cols = self.columns if labelled else (self.test_columns or dataclasses.replace(self.columns, label=None))
+            cols = (
+                self.columns
+                if labelled
+                else (self.test_columns or dataclasses.replace(self.columns, label=None))
+            )
             rows = [self._example_fields(cols, i, rng, labelled) for i in range(n)]
             if cols.has_header:
-                names = [c for c in (cols.guid, cols.text_a, cols.text_b, cols.label if labelled else None) if c]
+                names = [
+                    c
+                    for c in (cols.guid, cols.text_a, cols.text_b, cols.label if labelled else None)
+                    if c
+                ]
                 table = [names] + [[r[c] for c in names] for r in rows]
             else:
                 table = [[r.get(k, "x") for k in range(cols.width)] for r in rows]
@@ -199,8 +237,10 @@ def refuse_empty(examples: list, path: str | os.PathLike) -> list:
     """``examples`` of a dev split, refused in one line when there are none (a score on 0 examples
     would be printed as 0.00 and mean nothing)."""
     if not examples:
-        raise FinetuneError(f"{path}: no examples to evaluate on (the file holds no data rows"
-                            " with a usable label); a dev split needs at least one")
+        raise FinetuneError(
+            f"{path}: no examples to evaluate on (the file holds no data rows"
+            " with a usable label); a dev split needs at least one"
+        )
     return examples
 
 
@@ -210,12 +250,15 @@ def data_dir(data: str | os.PathLike) -> Path:
     if not d.exists():
         raise FinetuneError(f"data directory {d} does not exist")
     if d.is_file():
-        raise FinetuneError(f"--data must be a directory holding the task's files, got the file {d}")
+        raise FinetuneError(
+            f"--data must be a directory holding the task's files, got the file {d}"
+        )
     return d
 
 
 def task_dir(spec: TaskSpec, data: str | os.PathLike) -> Path:
-    """The directory holding the task's files: ``data`` itself, or ``data/<the task's GLUE dir>``."""
+    """The directory holding the task's files: ``data`` itself, or ``data/<the task's GLUE
+    dir>``."""
     d = data_dir(data)
     names = ([spec.train] if spec.train else []) + list(spec.dev.values())
 
@@ -224,11 +267,15 @@ def task_dir(spec: TaskSpec, data: str | os.PathLike) -> Path:
 
     if holds(d):
         return d
-    for sub in dict.fromkeys(s for s in (spec.dirname, spec.dirname.lower(), spec.name, spec.name.upper()) if s):
+    for sub in dict.fromkeys(
+        s for s in (spec.dirname, spec.dirname.lower(), spec.name, spec.name.upper()) if s
+    ):
         if holds(d / sub):
             return d / sub
-    raise FinetuneError(f"task {spec.name}: no {', '.join(names)} in {d}"
-                        + (f" or {d / spec.dirname}" if spec.dirname else ""))
+    raise FinetuneError(
+        f"task {spec.name}: no {', '.join(names)} in {d}"
+        + (f" or {d / spec.dirname}" if spec.dirname else "")
+    )
 
 
 def subsample(examples: list, n: int, seed: int = 12345) -> list:
@@ -253,7 +300,9 @@ def read_lines(path: Path):
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise FinetuneError(f"{path}:{i}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
+                    raise FinetuneError(
+                        f"{path}:{i}: not UTF-8 text ({e.reason} at byte {e.start} of the line)"
+                    ) from None
                 if line.endswith("\n"):
                     line = line[:-1]
                 if line.endswith("\r"):
@@ -268,16 +317,18 @@ def read_lines(path: Path):
 SKIP_HINT = " (to leave such rows out, set skip_malformed=true)"
 
 
-def read_tsv_table(path: str | os.PathLike, required: list[str], skipped: list[str] | None = None
-                   ) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def read_tsv_table(
+    path: str | os.PathLike, required: list[str], skipped: list[str] | None = None
+) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Read a TSV with a header row (no quoting): header + rows, every row checked to have the
-    header's width.  A row of the wrong width is an error, unless ``skipped`` is a list: then the row
-    is left out and its message appended there (``skip_malformed``, for downloads with broken lines)."""
+    header's width.  A row of the wrong width is an error, unless ``skipped`` is a list: then the
+    row is left out and its message appended there (``skip_malformed``, for downloads with broken
+    lines)."""
     path = Path(path)
     it = read_lines(path)
     header = None
     lineno = 0
-    for lineno, line in it:
+    for _lineno, line in it:
         if line.strip():
             header = line.split("\t")
             break
@@ -285,11 +336,16 @@ def read_tsv_table(path: str | os.PathLike, required: list[str], skipped: list[s
         raise FinetuneError(f"{path}: empty file (expected a header row)")
     missing = [c for c in required if c not in header]
     if missing:
-        raise FinetuneError(f"{path}:{lineno}: header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})")
+        raise FinetuneError(
+            f"{path}:{lineno}: header lacks column(s) {', '.join(missing)} (found: "
+            f"{', '.join(header)})"
+        )
     return header, _rows(path, it, len(header), "as in the header", skipped)
 
 
-def _rows(path: Path, it, width: int, why: str, skipped: list[str] | None) -> list[tuple[int, list[str]]]:
+def _rows(
+    path: Path, it, width: int, why: str, skipped: list[str] | None
+) -> list[tuple[int, list[str]]]:
     rows = []
     for lineno, line in it:
         if not line.strip():
@@ -305,15 +361,29 @@ def _rows(path: Path, it, width: int, why: str, skipped: list[str] | None) -> li
     return rows
 
 
-def read_glue_tsv(spec: TaskSpec, path: str | os.PathLike, cols: Columns, labelled: bool = True,
-                  skipped: list[str] | None = None) -> list[Example]:
-    """The examples of one GLUE TSV file of ``spec`` in layout ``cols``; ``skipped``: see ``read_tsv_table``."""
+def read_glue_tsv(
+    spec: TaskSpec,
+    path: str | os.PathLike,
+    cols: Columns,
+    labelled: bool = True,
+    skipped: list[str] | None = None,
+) -> list[Example]:
+    """The examples of one GLUE TSV file of ``spec`` in layout ``cols``; ``skipped``: see
+    ``read_tsv_table``."""
     path = Path(path)
     if cols.has_header:
         header, rows = read_tsv_table(path, cols.required(labelled), skipped)
-        at = {c: header.index(c) for c in (cols.text_a, cols.text_b, cols.label, cols.guid) if c in header}
+        at = {
+            c: header.index(c)
+            for c in (cols.text_a, cols.text_b, cols.label, cols.guid)
+            if c in header
+        }
     else:
-        why = f"({cols.layout}; {spec.name}'s file has no header row)" if cols.layout else "(a header-less layout)"
+        why = (
+            f"({cols.layout}; {spec.name}'s file has no header row)"
+            if cols.layout
+            else "(a header-less layout)"
+        )
         rows = _rows(path, read_lines(path), cols.width, why, skipped)
         at = {c: c for c in (cols.text_a, cols.text_b, cols.label, cols.guid) if c is not None}
     ia, ib = at[cols.text_a], at.get(cols.text_b) if cols.text_b is not None else None
@@ -339,28 +409,44 @@ def read_glue_tsv(spec: TaskSpec, path: str | os.PathLike, cols: Columns, labell
     return out
 
 
-def parse_label(spec: TaskSpec, raw: str, where: str, column: str | int | None = None) -> int | float:
+def parse_label(
+    spec: TaskSpec, raw: str, where: str, column: str | int | None = None
+) -> int | float:
     """A label field -> its index in ``spec.labels`` (classification) or a finite float within
     ``spec.value_range`` (regression)."""
     raw = raw.strip()
-    col = f"column {column!r}" if isinstance(column, str) else f"field {column + 1}" if column is not None else "label"
+    col = (
+        f"column {column!r}"
+        if isinstance(column, str)
+        else f"field {column + 1}"
+        if column is not None
+        else "label"
+    )
     if raw == "":
         raise FinetuneError(f"{where}: empty label in {col}")
     if spec.kind == "regression":
-        v = finite_float(raw, f"{where}: label {raw!r} in {col}", f" ({spec.name} is a regression task)")
+        v = finite_float(
+            raw, f"{where}: label {raw!r} in {col}", f" ({spec.name} is a regression task)"
+        )
         lo, hi = spec.value_range or (-math.inf, math.inf)
         if not lo <= v <= hi:
-            raise FinetuneError(f"{where}: label {raw} in {col} is outside {spec.name}'s range [{lo:g}, {hi:g}]; "
-                                "fix the score or use the task's own data")
+            raise FinetuneError(
+                f"{where}: label {raw} in {col} is outside {spec.name}'s range [{lo:g}, {hi:g}]; "
+                "fix the score or use the task's own data"
+            )
         return v
     try:
         return spec.labels.index(raw)
     except ValueError:
-        raise FinetuneError(f"{where}: unknown label {raw!r} for {spec.name}; expected one of {', '.join(spec.labels)}") from None
+        raise FinetuneError(
+            f"{where}: unknown label {raw!r} for {spec.name}; expected one of "
+            f"{', '.join(spec.labels)}"
+        ) from None
 
 
 def finite_float(raw: str, what: str, why: str = "") -> float:
-    """``raw`` as a finite float, else ``FinetuneError("<what> is not a number<why>")`` (or "not finite")."""
+    """``raw`` as a finite float, else ``FinetuneError("<what> is not a number<why>")`` (or "not
+    finite")."""
     try:
         v = float(raw)
     except ValueError:

@@ -7,6 +7,15 @@ and the sentence.  ``test.tsv`` has a header: ``index  sentence``.
 
 from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
-TASKS = [TaskSpec("cola", "classification", ("accuracy", "mcc"), "mcc", dirname="CoLA",
-                  columns=Columns(3, label=1, width=4, layout="source, label, original mark, sentence"),
-                  test_columns=Columns("sentence", guid="index"), labels=["0", "1"])]
+TASKS = [
+    TaskSpec(
+        "cola",
+        "classification",
+        ("accuracy", "mcc"),
+        "mcc",
+        dirname="CoLA",
+        columns=Columns(3, label=1, width=4, layout="source, label, original mark, sentence"),
+        test_columns=Columns("sentence", guid="index"),
+        labels=["0", "1"],
+    )
+]

@@ -12,8 +12,17 @@ import random
 from pathlib import Path
 
 from tokendrop.finetune.common import FinetuneError
-from tokendrop.finetune.tasks.base import (FILLER, Example, TaskData, TaskSpec, data_dir, parse_label, read_lines,
-                                           read_tsv_table, refuse_empty)
+from tokendrop.finetune.tasks.base import (
+    FILLER,
+    Example,
+    TaskData,
+    TaskSpec,
+    data_dir,
+    parse_label,
+    read_lines,
+    read_tsv_table,
+    refuse_empty,
+)
 from tokendrop.runs.files import atomic_write_text
 
 
@@ -25,9 +34,15 @@ def _find(d: Path, stem: str) -> Path:
     raise FinetuneError(f"no {stem}.jsonl / {stem}.csv / {stem}.tsv in {d}")
 
 
-def read_named_columns(path: str | os.PathLike, text_a: str, text_b: str = "", label: str = "label",
-                       labelled: bool = True) -> list[tuple[str, str, str | None, str | None]]:
-    """Rows ``(where, text_a, text_b, raw_label)`` of a JSONL, CSV or TSV file with named columns."""
+def read_named_columns(
+    path: str | os.PathLike,
+    text_a: str,
+    text_b: str = "",
+    label: str = "label",
+    labelled: bool = True,
+) -> list[tuple[str, str, str | None, str | None]]:
+    """Rows ``(where, text_a, text_b, raw_label)`` of a JSONL, CSV or TSV file with named
+    columns."""
     path = Path(path)
     cols = [text_a] + ([text_b] if text_b else []) + ([label] if labelled else [])
     out = []
@@ -39,7 +54,9 @@ def read_named_columns(path: str | os.PathLike, text_a: str, text_b: str = "", l
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise FinetuneError(f"{where}: invalid JSON ({e.msg}); expected one object per line") from None
+                raise FinetuneError(
+                    f"{where}: invalid JSON ({e.msg}); expected one object per line"
+                ) from None
             if not isinstance(obj, dict):
                 raise FinetuneError(f"{where}: expected a JSON object, got {type(obj).__name__}")
             missing = [c for c in cols if c not in obj]
@@ -49,15 +66,26 @@ def read_named_columns(path: str | os.PathLike, text_a: str, text_b: str = "", l
             for c in cols:
                 v = obj[c]
                 if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                    raise FinetuneError(f"{where}: key {c!r} must be a string or number, got {type(v).__name__}")
+                    raise FinetuneError(
+                        f"{where}: key {c!r} must be a string or number, got {type(v).__name__}"
+                    )
                 vals.append(str(v))
-            out.append((where, vals[0], vals[1] if text_b else None, vals[-1] if labelled else None))
+            out.append(
+                (where, vals[0], vals[1] if text_b else None, vals[-1] if labelled else None)
+            )
         return out
     if path.suffix == ".tsv":
         header, rows = read_tsv_table(path, cols)
         for lineno, f in rows:
             d = dict(zip(header, f))
-            out.append((f"{path}:{lineno}", d[text_a], d[text_b] if text_b else None, d[label] if labelled else None))
+            out.append(
+                (
+                    f"{path}:{lineno}",
+                    d[text_a],
+                    d[text_b] if text_b else None,
+                    d[label] if labelled else None,
+                )
+            )
         return out
     if path.suffix == ".csv":
         try:
@@ -71,14 +99,26 @@ def read_named_columns(path: str | os.PathLike, text_a: str, text_b: str = "", l
                         header = row
                         missing = [c for c in cols if c not in header]
                         if missing:
-                            raise FinetuneError(f"{path}:{reader.line_num}: header lacks column(s) "
-                                                f"{', '.join(missing)} (found: {', '.join(header)})")
+                            raise FinetuneError(
+                                f"{path}:{reader.line_num}: header lacks column(s) "
+                                f"{', '.join(missing)} (found: {', '.join(header)})"
+                            )
                         continue
                     where = f"{path}:{reader.line_num}"
                     if len(row) != len(header):
-                        raise FinetuneError(f"{where}: expected {len(header)} comma-separated fields as in the header, got {len(row)}")
+                        raise FinetuneError(
+                            f"{where}: expected {len(header)} comma-separated fields as in the "
+                            f"header, got {len(row)}"
+                        )
                     d = dict(zip(header, row))
-                    out.append((where, d[text_a], d[text_b] if text_b else None, d[label] if labelled else None))
+                    out.append(
+                        (
+                            where,
+                            d[text_a],
+                            d[text_b] if text_b else None,
+                            d[label] if labelled else None,
+                        )
+                    )
         except csv.Error as e:
             raise FinetuneError(f"{path}: malformed CSV: {e}") from None
         except UnicodeDecodeError as e:
@@ -86,13 +126,18 @@ def read_named_columns(path: str | os.PathLike, text_a: str, text_b: str = "", l
         if header is None:
             raise FinetuneError(f"{path}: empty file (expected a header row)")
         return out
-    raise FinetuneError(f"{path}: unsupported file type {path.suffix!r} (expected .jsonl, .csv or .tsv)")
+    raise FinetuneError(
+        f"{path}: unsupported file type {path.suffix!r} (expected .jsonl, .csv or .tsv)"
+    )
 
 
 class CustomTask(TaskSpec):
-    def write_examples(self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
+    def write_examples(
+        self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0
+    ) -> Path:
         """Generated examples (for tests): ``train.jsonl`` / ``dev.jsonl`` in ``directory`` with the
-        default fields (``sentence``, ``label``: "neg" or "pos", the sentence holding "bad" or "good")."""
+        default fields (``sentence``, ``label``: "neg" or "pos", the sentence holding "bad" or
+        "good")."""
         d = Path(directory)
         rng = random.Random(f"{self.name}:{seed}")
         for fname, n in (("train.jsonl", n_train), ("dev.jsonl", n_dev)):
@@ -100,23 +145,42 @@ class CustomTask(TaskSpec):
             for i in range(n):
                 words = [rng.choice(FILLER) for _ in range(rng.randint(3, 8))]
                 words.insert(rng.randint(0, len(words)), "good" if i % 2 else "bad")
-                rows.append(json.dumps({"sentence": " ".join(words), "label": "pos" if i % 2 else "neg"}) + "\n")
+                rows.append(
+                    json.dumps({"sentence": " ".join(words), "label": "pos" if i % 2 else "neg"})
+                    + "\n"
+                )
             atomic_write_text(d / fname, "".join(rows))
         return d
 
-    def load(self, data, *, text_a: str = "sentence", text_b: str = "", label: str = "label",
-             labels: list[str] | None = None, need_train: bool = True, skipped: list[str] | None = None) -> TaskData:
+    def load(
+        self,
+        data,
+        *,
+        text_a: str = "sentence",
+        text_b: str = "",
+        label: str = "label",
+        labels: list[str] | None = None,
+        need_train: bool = True,
+        skipped: list[str] | None = None,
+    ) -> TaskData:
         d = data_dir(data)
         train_path = _find(d, "train") if need_train else None
         dev_path = _find(d, "dev")
         raw_train = read_named_columns(train_path, text_a, text_b, label) if train_path else []
         raw_dev = read_named_columns(dev_path, text_a, text_b, label)
-        self.labels = list(labels) if labels else sorted({r[3] for r in raw_train} | {r[3] for r in raw_dev})
+        self.labels = (
+            list(labels) if labels else sorted({r[3] for r in raw_train} | {r[3] for r in raw_dev})
+        )
         if len(self.labels) < 2:
-            raise FinetuneError(f"{d}: a classification task needs at least 2 distinct labels, found {self.labels}")
+            raise FinetuneError(
+                f"{d}: a classification task needs at least 2 distinct labels, found {self.labels}"
+            )
 
         def conv(rows):
-            return [Example(str(i), a, b, parse_label(self, lab, w), w) for i, (w, a, b, lab) in enumerate(rows)]
+            return [
+                Example(str(i), a, b, parse_label(self, lab, w), w)
+                for i, (w, a, b, lab) in enumerate(rows)
+            ]
 
         train = conv(raw_train)
         if train_path and not train:
@@ -127,4 +191,14 @@ class CustomTask(TaskSpec):
 
 
 # its files are found by stem (train.jsonl, dev.csv, ...)
-TASKS = [CustomTask("custom", "classification", ("accuracy",), "accuracy", train="train", dev={"dev": "dev"}, test={})]
+TASKS = [
+    CustomTask(
+        "custom",
+        "classification",
+        ("accuracy",),
+        "accuracy",
+        train="train",
+        dev={"dev": "dev"},
+        test={},
+    )
+]

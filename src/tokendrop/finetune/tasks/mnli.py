@@ -21,8 +21,9 @@ LABELS = ["contradiction", "entailment", "neutral"]  # the order of transformers
 
 
 class MnliTask(TaskSpec):
-    def extra_dev(self, data: Path, task_data: Path, option: str, skipped: list[str] | None
-                  ) -> dict[str, tuple[TaskSpec, list[Example], Path]]:
+    def extra_dev(
+        self, data: Path, task_data: Path, option: str, skipped: list[str] | None
+    ) -> dict[str, tuple[TaskSpec, list[Example], Path]]:
         """AX when ``option`` (``finetune.ax_data``) is "auto" and the file is found, or a path."""
         if not option:
             return {}
@@ -37,20 +38,45 @@ class MnliTask(TaskSpec):
 
 
 def find_ax_file(data: str | Path, mnli_dir: Path | None = None) -> Path | None:
-    """GLUE's labelled diagnostic set next to MNLI: ``<glue>/AX/diagnostic-full.tsv`` (or in ``data``)."""
+    """GLUE's labelled diagnostic set next to MNLI: ``<glue>/AX/diagnostic-full.tsv`` (or in
+    ``data``)."""
     cands = []
     for base in [Path(data)] + ([mnli_dir] if mnli_dir else []):
-        cands += [base / "AX" / "diagnostic-full.tsv", base / "diagnostic-full.tsv",
-                  base.parent / "AX" / "diagnostic-full.tsv", base.parent / "diagnostic" / "diagnostic-full.tsv"]
+        cands += [
+            base / "AX" / "diagnostic-full.tsv",
+            base / "diagnostic-full.tsv",
+            base.parent / "AX" / "diagnostic-full.tsv",
+            base.parent / "diagnostic" / "diagnostic-full.tsv",
+        ]
     return next((c for c in cands if c.is_file()), None)
 
 
-MNLI = MnliTask("mnli", "classification", ("accuracy",), "accuracy", dirname="MNLI",
-                columns=Columns("sentence1", "sentence2", "gold_label", guid="index"), labels=list(LABELS),
-                dev={"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"},
-                test={"test_matched": "test_matched.tsv", "test_mismatched": "test_mismatched.tsv"}, skip_labels=("-",), aliases=("mnli-m",))
+MNLI = MnliTask(
+    "mnli",
+    "classification",
+    ("accuracy",),
+    "accuracy",
+    dirname="MNLI",
+    columns=Columns("sentence1", "sentence2", "gold_label", guid="index"),
+    labels=list(LABELS),
+    dev={"dev_matched": "dev_matched.tsv", "dev_mismatched": "dev_mismatched.tsv"},
+    test={"test_matched": "test_matched.tsv", "test_mismatched": "test_mismatched.tsv"},
+    skip_labels=("-",),
+    aliases=("mnli-m",),
+)
 # AX: evaluation only (no train file), scored by the MNLI model over its 3 classes (K-class MCC).
-AX = TaskSpec("ax", "classification", ("accuracy", "mcc"), "mcc", dirname="AX",
-              columns=Columns("Premise", "Hypothesis", "Label"), test_columns=Columns("sentence1", "sentence2", guid="index"),
-              labels=list(LABELS), train="", dev={"ax": "diagnostic-full.tsv"}, test={"ax": "AX.tsv"}, aliases=("diagnostic",))
+AX = TaskSpec(
+    "ax",
+    "classification",
+    ("accuracy", "mcc"),
+    "mcc",
+    dirname="AX",
+    columns=Columns("Premise", "Hypothesis", "Label"),
+    test_columns=Columns("sentence1", "sentence2", guid="index"),
+    labels=list(LABELS),
+    train="",
+    dev={"ax": "diagnostic-full.tsv"},
+    test={"ax": "AX.tsv"},
+    aliases=("diagnostic",),
+)
 TASKS = [MNLI, AX]

@@ -8,6 +8,15 @@ Files: ``train.tsv`` / ``dev.tsv`` with header ``Quality  #1 ID  #2 ID  #1 Strin
 
 from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
-TASKS = [TaskSpec("mrpc", "classification", ("accuracy", "f1"), "f1", dirname="MRPC",
-                  columns=Columns("#1 String", "#2 String", "Quality"),
-                  test_columns=Columns("#1 String", "#2 String", guid="index"), labels=["0", "1"])]
+TASKS = [
+    TaskSpec(
+        "mrpc",
+        "classification",
+        ("accuracy", "f1"),
+        "f1",
+        dirname="MRPC",
+        columns=Columns("#1 String", "#2 String", "Quality"),
+        test_columns=Columns("#1 String", "#2 String", guid="index"),
+        labels=["0", "1"],
+    )
+]

@@ -6,6 +6,14 @@ entailment / not_entailment); ``test.tsv``: ``index  question  sentence``.
 
 from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
-TASKS = [TaskSpec("qnli", "classification", ("accuracy",), "accuracy", dirname="QNLI",
-                  columns=Columns("question", "sentence", "label", guid="index"),
-                  labels=["entailment", "not_entailment"])]
+TASKS = [
+    TaskSpec(
+        "qnli",
+        "classification",
+        ("accuracy",),
+        "accuracy",
+        dirname="QNLI",
+        columns=Columns("question", "sentence", "label", guid="index"),
+        labels=["entailment", "not_entailment"],
+    )
+]

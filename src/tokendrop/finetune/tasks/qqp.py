@@ -8,5 +8,14 @@ the wrong width: refused, or left out and counted with ``skip_malformed = true``
 
 from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
-TASKS = [TaskSpec("qqp", "classification", ("accuracy", "f1"), "f1", dirname="QQP",
-                  columns=Columns("question1", "question2", "is_duplicate", guid="id"), labels=["0", "1"])]
+TASKS = [
+    TaskSpec(
+        "qqp",
+        "classification",
+        ("accuracy", "f1"),
+        "f1",
+        dirname="QQP",
+        columns=Columns("question1", "question2", "is_duplicate", guid="id"),
+        labels=["0", "1"],
+    )
+]

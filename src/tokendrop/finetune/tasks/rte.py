@@ -6,6 +6,14 @@ entailment / not_entailment); ``test.tsv``: ``index  sentence1  sentence2``.
 
 from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
-TASKS = [TaskSpec("rte", "classification", ("accuracy",), "accuracy", dirname="RTE",
-                  columns=Columns("sentence1", "sentence2", "label", guid="index"),
-                  labels=["entailment", "not_entailment"])]
+TASKS = [
+    TaskSpec(
+        "rte",
+        "classification",
+        ("accuracy",),
+        "accuracy",
+        dirname="RTE",
+        columns=Columns("sentence1", "sentence2", "label", guid="index"),
+        labels=["entailment", "not_entailment"],
+    )
+]

@@ -4,12 +4,12 @@ preprocessing and post-processing; exact match and F1 (the main number) of the o
 Files: ``train-v1.1.json`` / ``dev-v1.1.json`` and ``train-v2.0.json`` / ``dev-v2.0.json`` as
 distributed, in the data directory or its ``squad/``.
 
-Preprocessing (as Google's ``run_squad.py`` / ``transformers``' ``run_qa.py``): the question is cut to
-``max_query_len`` word pieces; the context is tokenized once with character offsets from the
+Preprocessing (as Google's ``run_squad.py`` / ``transformers``' ``run_qa.py``): the question is cut
+to ``max_query_len`` word pieces; the context is tokenized once with character offsets from the
 ``tokenizers`` library and cut into windows of ``max_seq_len - len(question) - 3`` pieces that start
-``doc_stride`` pieces apart; each window becomes ``[CLS] question [SEP] window [SEP]`` (token types 0/1).
-A training window whose span does not contain the whole answer (and every unanswerable question)
-gets the [CLS] position 0 as start and end.
+``doc_stride`` pieces apart; each window becomes ``[CLS] question [SEP] window [SEP]`` (token types
+0/1). A training window whose span does not contain the whole answer (and every unanswerable
+question) gets the [CLS] position 0 as start and end.
 
 Post-processing: for every question, over all of its windows, the ``n_best`` highest start and end
 logits are paired; a pair is kept if both tokens are context tokens, end >= start, the span is at
@@ -47,9 +47,12 @@ THINGS = "paris london rome".split()
 class SquadTask(TaskSpec):
     version: int = 1  # 1: SQuAD v1.1 (every question answerable), 2: v2.0 (unanswerable ones too)
 
-    def write_examples(self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0) -> Path:
+    def write_examples(
+        self, directory: str | os.PathLike, n_train: int = 8, n_dev: int = 4, seed: int = 0
+    ) -> Path:
         """Generated examples (for tests) in the task's files in ``directory``: "who wrote (built,
-        founded) the X play?" over short paragraphs, every other one followed by an unanswerable question in v2.0."""
+        founded) the X play?" over short paragraphs, every other one followed by an unanswerable
+        question in v2.0."""
         d = Path(directory)
         rng = random.Random(f"{self.name}:{seed}")
         for fname, n in ((self.train, n_train), *((f, n_dev) for f in self.dev.values())):
@@ -58,22 +61,55 @@ class SquadTask(TaskSpec):
                 who, what, verb = rng.choice(NAMES), rng.choice(THINGS), rng.choice(VERBS)
                 filler = " ".join(rng.choice(FILLER) for _ in range(rng.randint(5, 15)))
                 ctx = f"{filler}. {who.title()} {verb} the {what} play. {filler}."
-                qas = [{"id": f"{fname}-{i}", "question": f"Who {verb} the {what} play?", "is_impossible": False,
-                        "answers": [{"text": who.title(), "answer_start": ctx.index(who.title())}]}]
+                qas = [
+                    {
+                        "id": f"{fname}-{i}",
+                        "question": f"Who {verb} the {what} play?",
+                        "is_impossible": False,
+                        "answers": [{"text": who.title(), "answer_start": ctx.index(who.title())}],
+                    }
+                ]
                 if self.version == 2 and i % 2 == 0:
-                    qas.append({"id": f"{fname}-{i}n", "question": f"Who {verb} the {what} river?",
-                                "answers": [], "is_impossible": True})
+                    qas.append(
+                        {
+                            "id": f"{fname}-{i}n",
+                            "question": f"Who {verb} the {what} river?",
+                            "answers": [],
+                            "is_impossible": True,
+                        }
+                    )
                 data.append({"title": f"example-{i}", "paragraphs": [{"context": ctx, "qas": qas}]})
             version = "v2.0" if self.version == 2 else "1.1"
             atomic_write_text(d / fname, json.dumps({"version": version, "data": data}))
         return d
 
 
-TASKS = [SquadTask("squad1", "span", ("exact", "f1"), "f1", dirname="squad", train="train-v1.1.json",
-                   dev={"dev": "dev-v1.1.json"}, test={}, version=1,
-                   aliases=("squad", "squad-v1", "squad_v1", "squad1.1")),
-         SquadTask("squad2", "span", ("exact", "f1"), "f1", dirname="squad", train="train-v2.0.json",
-                   dev={"dev": "dev-v2.0.json"}, test={}, version=2, aliases=("squad-v2", "squad_v2", "squad2.0"))]
+TASKS = [
+    SquadTask(
+        "squad1",
+        "span",
+        ("exact", "f1"),
+        "f1",
+        dirname="squad",
+        train="train-v1.1.json",
+        dev={"dev": "dev-v1.1.json"},
+        test={},
+        version=1,
+        aliases=("squad", "squad-v1", "squad_v1", "squad1.1"),
+    ),
+    SquadTask(
+        "squad2",
+        "span",
+        ("exact", "f1"),
+        "f1",
+        dirname="squad",
+        train="train-v2.0.json",
+        dev={"dev": "dev-v2.0.json"},
+        test={},
+        version=2,
+        aliases=("squad-v2", "squad_v2", "squad2.0"),
+    ),
+]
 
 
 @dataclass
@@ -102,7 +138,9 @@ def _where(path, *parts) -> str:
     return f"{path}: " + "".join(parts)
 
 
-def read_squad(path: str | os.PathLike, version: int | None = None, check_answers: bool = True) -> tuple[list[SquadExample], int]:
+def read_squad(
+    path: str | os.PathLike, version: int | None = None, check_answers: bool = True
+) -> tuple[list[SquadExample], int]:
     """Read a SQuAD JSON file -> (examples, version 1 or 2).
 
     ``version`` (1 or 2) is what the caller expects; a v1.1 task refuses unanswerable questions.
@@ -123,12 +161,22 @@ def read_squad(path: str | os.PathLike, version: int | None = None, check_answer
     for ai, art in enumerate(d["data"]):
         loc_a = f"data[{ai}]"
         if not isinstance(art, dict) or not isinstance(art.get("paragraphs"), list):
-            raise FinetuneError(_where(path, loc_a, ": expected an object with a 'paragraphs' list"))
+            raise FinetuneError(
+                _where(path, loc_a, ": expected an object with a 'paragraphs' list")
+            )
         title = str(art.get("title", ""))
         for pi, par in enumerate(art["paragraphs"]):
             loc_p = f"{loc_a}.paragraphs[{pi}]"
-            if not isinstance(par, dict) or not isinstance(par.get("context"), str) or not isinstance(par.get("qas"), list):
-                raise FinetuneError(_where(path, loc_p, ": expected an object with a 'context' string and a 'qas' list"))
+            if (
+                not isinstance(par, dict)
+                or not isinstance(par.get("context"), str)
+                or not isinstance(par.get("qas"), list)
+            ):
+                raise FinetuneError(
+                    _where(
+                        path, loc_p, ": expected an object with a 'context' string and a 'qas' list"
+                    )
+                )
             ctx = par["context"]
             for qi, qa in enumerate(par["qas"]):
                 loc = f"{loc_p}.qas[{qi}]"
@@ -143,38 +191,62 @@ def read_squad(path: str | os.PathLike, version: int | None = None, check_answer
                 seen.add(qid)
                 imp = qa.get("is_impossible", False)
                 if not isinstance(imp, bool):
-                    raise FinetuneError(_where(path, loc, ": 'is_impossible' must be true or false"))
+                    raise FinetuneError(
+                        _where(path, loc, ": 'is_impossible' must be true or false")
+                    )
                 answers = qa.get("answers", [])
                 if not isinstance(answers, list):
                     raise FinetuneError(_where(path, loc, ": 'answers' must be a list"))
                 texts, starts = [], []
                 for ni, a in enumerate(answers):
                     la = f"{loc}.answers[{ni}]"
-                    if not isinstance(a, dict) or not isinstance(a.get("text"), str) or \
-                            isinstance(a.get("answer_start"), bool) or not isinstance(a.get("answer_start"), int):
-                        raise FinetuneError(_where(path, la, ": expected {'text': string, 'answer_start': integer}"))
+                    if (
+                        not isinstance(a, dict)
+                        or not isinstance(a.get("text"), str)
+                        or isinstance(a.get("answer_start"), bool)
+                        or not isinstance(a.get("answer_start"), int)
+                    ):
+                        raise FinetuneError(
+                            _where(path, la, ": expected {'text': string, 'answer_start': integer}")
+                        )
                     text, start = a["text"], a["answer_start"]
-                    if check_answers and ctx[start:start + len(text)] != text:
+                    if check_answers and ctx[start : start + len(text)] != text:
                         occ = list(_find_all(ctx, text)) if text else []
                         if not occ:
-                            raise FinetuneError(_where(path, la, f" (id {qid!r}): answer {text[:40]!r} does not occur in "
-                                                                 "the context"))
+                            raise FinetuneError(
+                                _where(
+                                    path,
+                                    la,
+                                    f" (id {qid!r}): answer {text[:40]!r} does not occur in "
+                                    "the context",
+                                )
+                            )
                         at = ", ".join(str(i) for i in occ[:5]) + (" ..." if len(occ) > 5 else "")
-                        raise FinetuneError(_where(path, la, f" (id {qid!r}): answer_start {start} does not point at the "
-                                                             f"answer {text[:40]!r} (context[{start}:{start + len(text)}] is "
-                                                             f"{ctx[start:start + len(text)][:40]!r}; the text occurs at "
-                                                             f"{at}); fix answer_start"))
+                        raise FinetuneError(
+                            _where(
+                                path,
+                                la,
+                                f" (id {qid!r}): answer_start {start} does not point at the "
+                                f"answer {text[:40]!r} (context[{start}:{start + len(text)}] is "
+                                f"{ctx[start : start + len(text)][:40]!r}; the text occurs at "
+                                f"{at}); fix answer_start",
+                            )
+                        )
                     texts.append(text)
                     starts.append(start)
                 if imp:
                     any_impossible = True
                     texts, starts = [], []  # plausible answers are not gold answers
                 elif not texts:
-                    raise FinetuneError(_where(path, loc, ": no answers and not marked is_impossible"))
+                    raise FinetuneError(
+                        _where(path, loc, ": no answers and not marked is_impossible")
+                    )
                 examples.append(SquadExample(qid, qa["question"], ctx, texts, starts, imp, title))
     v = 2 if (any_impossible or file_version.lstrip("v").startswith("2")) else 1
     if version == 1 and any_impossible:
-        raise FinetuneError(f"{path}: contains unanswerable questions (SQuAD v2.0); use task squad2")
+        raise FinetuneError(
+            f"{path}: contains unanswerable questions (SQuAD v2.0); use task squad2"
+        )
     if not examples:
         raise FinetuneError(f"{path}: no questions")
     return examples, (version or v)
@@ -229,18 +301,28 @@ def _char_to_token_span(offsets: list[tuple[int, int]], cs: int, ce: int) -> tup
     return None if first is None else (first, last)
 
 
-def build_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 384, doc_stride: int = 128,
-                   max_query_len: int = 64, training: bool = False,
-                   specials: dict[str, int | None] | None = None) -> list[SquadFeature]:
-    """The standard SQuAD windows for ``examples`` (see module doc).  ``tokenizer``: ``tokenizers.Tokenizer``;
-    ``specials``: its declared special tokens' ids (``finetune_tokenizer``'s; default: [CLS] and [SEP])."""
+def build_features(
+    examples: list[SquadExample],
+    tokenizer,
+    max_seq_len: int = 384,
+    doc_stride: int = 128,
+    max_query_len: int = 64,
+    training: bool = False,
+    specials: dict[str, int | None] | None = None,
+) -> list[SquadFeature]:
+    """The standard SQuAD windows for ``examples`` (see module doc).  ``tokenizer``:
+    ``tokenizers.Tokenizer``; ``specials``: its declared special tokens' ids
+    (``finetune_tokenizer``'s; default: [CLS] and [SEP])."""
     if specials is None:
         specials = {"cls": tokenizer.token_to_id("[CLS]"), "sep": tokenizer.token_to_id("[SEP]")}
     cls_id, sep_id = specials.get("cls"), specials.get("sep")
     if cls_id is None or sep_id is None:
         raise FinetuneError("tokenizer vocabulary lacks its declared cls or sep token")
     if max_seq_len < max_query_len + 4:
-        raise FinetuneError(f"max_seq_len_qa={max_seq_len} leaves no room for context after max_query_len={max_query_len}")
+        raise FinetuneError(
+            f"max_seq_len_qa={max_seq_len} leaves no room for context after "
+            f"max_query_len={max_query_len}"
+        )
     q_enc = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
     uniq: dict[str, int] = {}
     for e in examples:
@@ -264,10 +346,12 @@ def build_features(examples: list[SquadExample], tokenizer, max_seq_len: int = 3
                 continue
         prefix = len(q_ids) + 2
         for wi, (s, n) in enumerate(spans):
-            input_ids = [cls_id] + q_ids + [sep_id] + ids[s:s + n] + [sep_id]
+            input_ids = [cls_id] + q_ids + [sep_id] + ids[s : s + n] + [sep_id]
             types = [0] * prefix + [1] * (n + 1)
-            offsets: list[tuple[int, int] | None] = [None] * prefix + list(offs[s:s + n]) + [None]
-            maxc = [False] * prefix + [_is_max_context(spans, wi, s + j) for j in range(n)] + [False]
+            offsets: list[tuple[int, int] | None] = [None] * prefix + list(offs[s : s + n]) + [None]
+            maxc = (
+                [False] * prefix + [_is_max_context(spans, wi, s + j) for j in range(n)] + [False]
+            )
             sp = ep = 0
             if tok_span is not None and s <= tok_span[0] and tok_span[1] < s + n:
                 sp, ep = prefix + tok_span[0] - s, prefix + tok_span[1] - s
@@ -294,8 +378,14 @@ def _top(x: np.ndarray, k: int) -> np.ndarray:
     return idx[np.argsort(-x[idx], kind="stable")]
 
 
-def postprocess(examples: list[SquadExample], features: list[SquadFeature], start_logits, end_logits,
-                n_best: int = 20, max_answer_len: int = 30) -> dict[str, SquadPrediction]:
+def postprocess(
+    examples: list[SquadExample],
+    features: list[SquadFeature],
+    start_logits,
+    end_logits,
+    n_best: int = 20,
+    max_answer_len: int = 30,
+) -> dict[str, SquadPrediction]:
     """Best span per question (see module doc).  ``start_logits[i]``/``end_logits[i]``: feature i's
     logits (at least as long as its input; padding beyond is ignored)."""
     by_ex: dict[int, list[int]] = {}
@@ -345,9 +435,11 @@ def postprocess(examples: list[SquadExample], features: list[SquadFeature], star
     return out
 
 
-def squad_metrics(examples: list[SquadExample], preds: dict[str, SquadPrediction], version: int) -> tuple[dict, dict[str, str]]:
-    """Official EM/F1.  v1: best span.  v2: the dev-optimal no-answer threshold on F1 (also reported:
-    EM at that threshold, the best-EM threshold and the scores at threshold 0)."""
+def squad_metrics(
+    examples: list[SquadExample], preds: dict[str, SquadPrediction], version: int
+) -> tuple[dict, dict[str, str]]:
+    """Official EM/F1.  v1: best span.  v2: the dev-optimal no-answer threshold on F1 (also
+    reported: EM at that threshold, the best-EM threshold and the scores at threshold 0)."""
     golds = {e.qid: list(e.answers) for e in examples}
     answer = {q: p.text for q, p in preds.items()}
     if version == 1:
@@ -360,6 +452,16 @@ def squad_metrics(examples: list[SquadExample], preds: dict[str, SquadPrediction
     final = apply_threshold(answer, na, th_f1)
     m = squad_evaluate(golds, final)
     at0 = squad_evaluate(golds, apply_threshold(answer, na, 0.0))
-    m.update({"best_f1": best_f1, "best_f1_thresh": th_f1, "best_exact": best_em, "best_exact_thresh": th_em,
-              "f1_thresh0": at0["f1"], "exact_thresh0": at0["exact"], "null_threshold": th_f1, "score": m["f1"]})
+    m.update(
+        {
+            "best_f1": best_f1,
+            "best_f1_thresh": th_f1,
+            "best_exact": best_em,
+            "best_exact_thresh": th_em,
+            "f1_thresh0": at0["f1"],
+            "exact_thresh0": at0["exact"],
+            "null_threshold": th_f1,
+            "score": m["f1"],
+        }
+    )
     return m, final

@@ -6,6 +6,16 @@ header ``index  sentence``.
 
 from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
-TASKS = [TaskSpec("sst2", "classification", ("accuracy",), "accuracy", dirname="SST-2",
-                  columns=Columns("sentence", label="label"), test_columns=Columns("sentence", guid="index"),
-                  labels=["0", "1"], aliases=("sst-2", "sst"))]
+TASKS = [
+    TaskSpec(
+        "sst2",
+        "classification",
+        ("accuracy",),
+        "accuracy",
+        dirname="SST-2",
+        columns=Columns("sentence", label="label"),
+        test_columns=Columns("sentence", guid="index"),
+        labels=["0", "1"],
+        aliases=("sst-2", "sst"),
+    )
+]

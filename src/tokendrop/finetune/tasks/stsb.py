@@ -7,6 +7,15 @@ old_index  source1  source2  sentence1  sentence2  score``; ``test.tsv``: the fi
 
 from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
-TASKS = [TaskSpec("stsb", "regression", ("pearson", "spearman"), "spearman", dirname="STS-B",
-                  columns=Columns("sentence1", "sentence2", "score", guid="index"), aliases=("sts-b", "sts"),
-                  value_range=(0.0, 5.0))]
+TASKS = [
+    TaskSpec(
+        "stsb",
+        "regression",
+        ("pearson", "spearman"),
+        "spearman",
+        dirname="STS-B",
+        columns=Columns("sentence1", "sentence2", "score", guid="index"),
+        aliases=("sts-b", "sts"),
+        value_range=(0.0, 5.0),
+    )
+]

@@ -7,5 +7,14 @@ a model that learns the train set scores below the majority class on dev.)
 
 from tokendrop.finetune.tasks.base import Columns, TaskSpec
 
-TASKS = [TaskSpec("wnli", "classification", ("accuracy",), "accuracy", dirname="WNLI",
-                  columns=Columns("sentence1", "sentence2", "label", guid="index"), labels=["0", "1"])]
+TASKS = [
+    TaskSpec(
+        "wnli",
+        "classification",
+        ("accuracy",),
+        "accuracy",
+        dirname="WNLI",
+        columns=Columns("sentence1", "sentence2", "label", guid="index"),
+        labels=["0", "1"],
+    )
+]

@@ -10,13 +10,14 @@ clipping, AdamW, importance update -- on a synthetic packed MLM batch of static 
 (B, T), mlm_positions/labels/weights (B, P), P = round(0.15 T), no padding, so no attention mask).
 The Hugging Face baseline (``hf_baseline``) is ``transformers.BertForMaskedLM`` with the same
 config and initial weights, SDPA attention, the same dtype/autocast, batch, clipping and AdamW and
-the standard full-sequence MLM loss.  For the ModernBERT-architecture family (``model = "modern-*"``,
-configs/bench-modern-*.toml) our model is ``tokendrop.models.modernbert.model`` and the baseline
-``transformers.ModernBertForMaskedLM`` with our export's config.json and our initial weights (SDPA;
-``hf_sparse_prediction`` switches its head to the masked positions only; ``hf_released`` also times
-the model as released beside that baseline and the patched one, for the integration's three numbers:
-patched vs released, the sparse head alone, dropping alone); ``document_attention``
-is off unless asked for, as transformers' ModernBERT without flash_attn attends across documents.
+the standard full-sequence MLM loss.  For the ModernBERT-architecture family (``model =
+"modern-*"``, configs/bench-modern-*.toml) our model is ``tokendrop.models.modernbert.model`` and
+the baseline ``transformers.ModernBertForMaskedLM`` with our export's config.json and our initial
+weights (SDPA; ``hf_sparse_prediction`` switches its head to the masked positions only;
+``hf_released`` also times the model as released beside that baseline and the patched one, for the
+integration's three numbers: patched vs released, the sparse head alone, dropping alone);
+``document_attention`` is off unless asked for, as transformers' ModernBERT without flash_attn
+attends across documents.
 
 Variants: ``drop``, ``pass``, ``avg`` (token dropping, §2.2) and ``random_ltd`` (§2.10: every
 middle layer keeps its own random 1 - rate of the T rows; the step timed is the schedule's first,
@@ -35,10 +36,11 @@ Method (docs/design.md §2.6 gives the bound the speedups are compared with):
   profile breakdown and (CUDA) host-device syncs come from extra untimed steps (``timing``,
   ``profiling``); one more untimed step per setting runs under the census
   (``tokendrop.train.census``): its aten ops and would-be host syncs, on any device;
-* FLOPs are analytic (``tokendrop.dropping.flops.step_flops``; HF's head runs on all T positions, so its
-  FLOPs use P = T; sliding-window layers count the keys inside the window, and each speedup also
-  records the bound with them counted as the masked dense attention SDPA executes); MFU = FLOPs / step time / the device's dense bf16 peak
-  (``tokendrop.dropping.flops.gpu_peak_flops``; none on CPU unless ``peak_tflops`` is set).
+* FLOPs are analytic (``tokendrop.dropping.flops.step_flops``; HF's head runs on all T positions, so
+  its FLOPs use P = T; sliding-window layers count the keys inside the window, and each speedup also
+  records the bound with them counted as the masked dense attention SDPA executes); MFU = FLOPs /
+  step time / the device's dense bf16 peak (``tokendrop.dropping.flops.gpu_peak_flops``; none on CPU
+  unless ``peak_tflops`` is set).
 
 Modules: ``presets`` (BenchConfig, configs/bench-*.toml), ``workload`` (settings, synthetic
 batch), ``steps`` (models, optimizers, runners), ``hf_baseline``, ``timing``, ``profiling``,
@@ -62,7 +64,30 @@ from tokendrop.lab.bench.report import format_markdown, format_text, plot_speedu
 from tokendrop.lab.bench.run import run_bench
 from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
 
-__all__ = ["BenchConfig", "BenchResult", "SettingResult", "Environment", "PRESETS", "SCHEMA_VERSION", "SPECIAL_IDS",
-           "Setting", "bench_config", "make_preset", "run_bench", "format_text", "format_markdown", "write_results",
-           "plot_speedup", "gpu_peak_flops", "synthetic_batch", "build_settings", "sdpa_backends", "machine_slug",
-           "cpu_model", "cpu_peak_from_events", "kineto_events", "profile_breakdown", "self_times"]
+__all__ = [
+    "BenchConfig",
+    "BenchResult",
+    "SettingResult",
+    "Environment",
+    "PRESETS",
+    "SCHEMA_VERSION",
+    "SPECIAL_IDS",
+    "Setting",
+    "bench_config",
+    "make_preset",
+    "run_bench",
+    "format_text",
+    "format_markdown",
+    "write_results",
+    "plot_speedup",
+    "gpu_peak_flops",
+    "synthetic_batch",
+    "build_settings",
+    "sdpa_backends",
+    "machine_slug",
+    "cpu_model",
+    "cpu_peak_from_events",
+    "kineto_events",
+    "profile_breakdown",
+    "self_times",
+]

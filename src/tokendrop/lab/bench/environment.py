@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 import torch
 
-from tokendrop.lab.machine import cpu_model, loadavg  # noqa: F401 -- loadavg: re-exported
 from tokendrop.lab.bench.fields import optional
+from tokendrop.lab.machine import cpu_model, loadavg  # noqa: F401 -- loadavg: re-exported
 
 
 def machine_slug(device: str) -> str:
-    """A file-name-safe name of the machine: the GPU's name on CUDA, else the CPU's and its core count."""
+    """A file-name-safe name of the machine: the GPU's name on CUDA, else the CPU's and its core
+    count."""
     if device == "cuda" and torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
     else:
@@ -53,10 +54,17 @@ def environment(device: torch.device) -> Environment:
     import transformers
 
     env = Environment(
-        python=platform.python_version(), torch=torch.__version__, transformers=transformers.__version__,
-        platform=platform.platform(), cpu_model=cpu_model(), cpu_count=os.cpu_count(),
-        torch_threads=torch.get_num_threads(), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS"),
-        OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY"), loadavg_start=loadavg(), device=device.type,
+        python=platform.python_version(),
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        platform=platform.platform(),
+        cpu_model=cpu_model(),
+        cpu_count=os.cpu_count(),
+        torch_threads=torch.get_num_threads(),
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS"),
+        OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY"),
+        loadavg_start=loadavg(),
+        device=device.type,
         machine=machine_slug(device.type),
     )
     if device.type == "cuda":

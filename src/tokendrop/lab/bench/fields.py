@@ -14,7 +14,8 @@ def optional(default: Any = None) -> Any:
 
 
 def record_dict(obj: Any) -> Any:
-    """Dataclasses (recursively) -> plain JSON-ready values, dropping unset ``optional()`` fields."""
+    """Dataclasses (recursively) -> plain JSON-ready values, dropping unset ``optional()``
+    fields."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out: dict[str, Any] = {}
         for f in dataclasses.fields(obj):

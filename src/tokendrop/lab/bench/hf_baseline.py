@@ -42,12 +42,12 @@ import torch
 from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
-from tokendrop.dropping.methods import DropConfig
-from tokendrop.models.families import spec_of
 from tokendrop.dropping.flops import step_flops
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import BenchConfig
 from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting
+from tokendrop.models.families import spec_of
 
 
 def hf_labels(mb: dict[str, Tensor]) -> Tensor:
@@ -69,11 +69,17 @@ class BertSparseMLM(nn.Module):
         super().__init__()
         self.hf = hf
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, positions: Tensor, labels: Tensor) -> Tensor:
-        h = self.hf.bert(input_ids=input_ids, token_type_ids=token_type_ids).last_hidden_state  # (B, T, H)
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor, positions: Tensor, labels: Tensor
+    ) -> Tensor:
+        h = self.hf.bert(
+            input_ids=input_ids, token_type_ids=token_type_ids
+        ).last_hidden_state  # (B, T, H)
         h = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, H)
         logits = self.hf.cls(h)  # (B, P, V)
-        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return nn.functional.cross_entropy(
+            logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100
+        )
 
 
 @dataclass
@@ -91,7 +97,8 @@ class HFModel:
 
 def hf_baseline_config(model_cfg: ModelConfig, sparse_prediction: bool = False) -> Any:
     """The transformers config of ``model_cfg``: the export's config.json (the family's
-    ``hf_config``, ``tokendrop.models.families``), with ``sparse_prediction`` where the family's class has it."""
+    ``hf_config``, ``tokendrop.models.families``), with ``sparse_prediction`` where the family's
+    class has it."""
     import transformers
 
     spec = spec_of(model_cfg)
@@ -101,13 +108,20 @@ def hf_baseline_config(model_cfg: ModelConfig, sparse_prediction: bool = False) 
         return transformers.AutoConfig.for_model(model_type, **d)
     # special ids: the export's when it names them, else none (ModernBertConfig's defaults are
     # ModernBERT's tokenizer's, outside a small benchmark vocabulary)
-    ids = {k: d.pop(k, None) for k in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")}
-    return transformers.AutoConfig.for_model(model_type, **d, **ids, sparse_prediction=sparse_prediction)
+    ids = {
+        k: d.pop(k, None) for k in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")
+    }
+    return transformers.AutoConfig.for_model(
+        model_type, **d, **ids, sparse_prediction=sparse_prediction
+    )
 
 
-def build_hf(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: torch.device) -> HFModel:
+def build_hf(
+    model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: torch.device
+) -> HFModel:
     """transformers' MLM class of ``model_cfg``'s family with our initial weights (its decoder tied;
-    BERT's pooler: transformers' MLM class has none); BERT's sparse head runs as :class:`BertSparseMLM`."""
+    BERT's pooler: transformers' MLM class has none); BERT's sparse head runs as
+    :class:`BertSparseMLM`."""
     import transformers
 
     spec = spec_of(model_cfg)
@@ -124,17 +138,26 @@ def build_hf(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: 
     return HFModel(hf, run, opt, spec.token_types, sparse_bert)
 
 
-def build_hf_patched(model_cfg: ModelConfig, ours: nn.Module, cfg: BenchConfig, device: torch.device,
-                     drop: DropConfig) -> HFModel:
-    """transformers' MLM model as :func:`build_hf` builds it, patched by ``apply_token_dropping`` with
-    ``drop`` (random-LTD: its schedule's first step, as ours)."""
+def build_hf_patched(
+    model_cfg: ModelConfig,
+    ours: nn.Module,
+    cfg: BenchConfig,
+    device: torch.device,
+    drop: DropConfig,
+) -> HFModel:
+    """transformers' MLM model as :func:`build_hf` builds it, patched by ``apply_token_dropping``
+    with ``drop`` (random-LTD: its schedule's first step, as ours)."""
     from tokendrop.transformers import apply_token_dropping
 
-    hf = build_hf(model_cfg, ours, dataclasses.replace(cfg, compile=False, hf_sparse_prediction=False), device)
+    hf = build_hf(
+        model_cfg, ours, dataclasses.replace(cfg, compile=False, hf_sparse_prediction=False), device
+    )
     opts = {k: getattr(drop, k) for k in ("method", "variant", "rate", "ltd_start_fraction")}
     if drop.per_layer:
         opts["total_steps"] = 1 << 30  # the step timed is the ramp's first, every time
-    apply_token_dropping(hf.model, special_ids=SPECIAL_IDS, sparse_prediction=cfg.hf_sparse_prediction, **opts)
+    apply_token_dropping(
+        hf.model, special_ids=SPECIAL_IDS, sparse_prediction=cfg.hf_sparse_prediction, **opts
+    )
     run = compile_model(hf.model, cfg.compile_backend) if cfg.compile else hf.model
     return HFModel(hf.model, run, hf.opt, hf.token_types, sparse_bert=False)
 
@@ -143,13 +166,18 @@ def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, devi
     """One HF training step on ``mb`` as a zero-argument callable."""
     labels = hf_labels(mb)
     params = [q for q in hf.model.parameters() if q.requires_grad]
-    inputs = {"input_ids": mb["input_ids"], "token_type_ids": mb["token_type_ids"]} if hf.token_types else \
-        {"input_ids": mb["input_ids"]}
+    inputs = (
+        {"input_ids": mb["input_ids"], "token_type_ids": mb["token_type_ids"]}
+        if hf.token_types
+        else {"input_ids": mb["input_ids"]}
+    )
 
     def fn() -> dict[str, Any]:
         with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
             if hf.sparse_bert:
-                loss = hf.run(mb["input_ids"], mb["token_type_ids"], mb["mlm_positions"], mb["mlm_labels"])
+                loss = hf.run(
+                    mb["input_ids"], mb["token_type_ids"], mb["mlm_positions"], mb["mlm_labels"]
+                )
             else:
                 loss = hf.run(**inputs, labels=labels).loss
         loss.backward()
@@ -161,10 +189,14 @@ def hf_step_fn(hf: HFModel, mb: dict[str, Tensor], amp: torch.dtype | None, devi
     return fn
 
 
-def hf_flops(model_cfg: ModelConfig, s: Setting, sparse_prediction: bool = False,
-             drop: DropConfig | None = None) -> int:
+def hf_flops(
+    model_cfg: ModelConfig,
+    s: Setting,
+    sparse_prediction: bool = False,
+    drop: DropConfig | None = None,
+) -> int:
     """HF's head runs on all T positions, so its FLOPs use P = T; with ``sparse_prediction``
-    (ModernBERT's own switch, BERT's like-for-like head): on the prediction slots, as ours.  ``drop``:
-    the patched model's dropping."""
+    (ModernBERT's own switch, BERT's like-for-like head): on the prediction slots, as ours.
+    ``drop``: the patched model's dropping."""
     p = None if sparse_prediction else s.seq_len
     return step_flops(model_cfg, s.seq_len, s.batch_size, drop, num_predictions=p).total

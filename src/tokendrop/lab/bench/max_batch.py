@@ -1,4 +1,5 @@
-"""The largest batch that fits: doubling from a start size, then bisection, one training step per try.
+"""The largest batch that fits: doubling from a start size, then bisection, one training step per
+try.
 
 A batch *fits* when its step runs without an out-of-memory error and, if ``memory_limit`` is
 set, its peak training memory (state + the step's peak) stays under it -- the limit is how a CPU
@@ -33,7 +34,9 @@ class MaxBatch:
     setting: str  # e.g. "T128/dense" (the name at the start size)
     seq_len: int
     largest_fit: int  # 0: not even the start size fits
-    first_fail: int | None  # the smallest size tried that did not fit; None: the cap or the time ran out first
+    first_fail: (
+        int | None
+    )  # the smallest size tried that did not fit; None: the cap or the time ran out first
     cap: int
     stopped: str  # "resolved" | "cap" | "time budget"
     tries: list[BatchTry] = field(default_factory=list)
@@ -45,18 +48,25 @@ class MaxBatch:
 
     def describe(self) -> str:
         if self.largest_fit == 0:
-            return f"none (B={self.tries[0].batch_size} does not fit)" if self.tries else "not tried"
+            return (
+                f"none (B={self.tries[0].batch_size} does not fit)" if self.tries else "not tried"
+            )
         if self.first_fail is None:
-            return f">= {self.largest_fit} ({'the search cap' if self.stopped == 'cap' else 'time budget'})"
+            return (
+                f">= {self.largest_fit} "
+                f"({'the search cap' if self.stopped == 'cap' else 'time budget'})"
+            )
         return f"{self.largest_fit} (B={self.first_fail} does not fit)"
 
 
 def _release(builder: StepBuilder, r, s: Setting) -> None:
-    for o in (r.state if r is not None else ()):
+    for o in r.state if r is not None else ():
         if isinstance(o, torch.optim.Optimizer):
             o.zero_grad(set_to_none=True)
     builder.forget_batch(s.batch_size, s.seq_len)
-    if builder.device.type == "cuda":  # after an out-of-memory error: give the next size the whole device
+    if (
+        builder.device.type == "cuda"
+    ):  # after an out-of-memory error: give the next size the whole device
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -66,7 +76,9 @@ def try_batch(builder: StepBuilder, s: Setting, memory_limit: int = 0) -> BatchT
     r = None
     try:
         r = builder.runner(s)
-        before = state_bytes(*r.state)  # a first step also allocates the optimizer state: inside its peak
+        before = state_bytes(
+            *r.state
+        )  # a first step also allocates the optimizer state: inside its peak
         peak, _ = peak_step_memory(r.step, builder.device)
         total = before + (peak or 0)
         if memory_limit > 0 and total > memory_limit:
@@ -78,8 +90,14 @@ def try_batch(builder: StepBuilder, s: Setting, memory_limit: int = 0) -> BatchT
         _release(builder, r, s)
 
 
-def largest_batch(builder: StepBuilder, setting: Setting, cap: int, memory_limit: int = 0,
-                  deadline: float | None = None, resolution: int = 0) -> MaxBatch:
+def largest_batch(
+    builder: StepBuilder,
+    setting: Setting,
+    cap: int,
+    memory_limit: int = 0,
+    deadline: float | None = None,
+    resolution: int = 0,
+) -> MaxBatch:
     """Search the largest batch size in [setting.batch_size, cap] whose step fits.
 
     Doubling from the start size until a size does not fit (or ``cap``), then bisection down to
@@ -87,8 +105,14 @@ def largest_batch(builder: StepBuilder, setting: Setting, cap: int, memory_limit
     ``time.perf_counter()`` value after which no new size is tried.
     """
     start = max(1, setting.batch_size)
-    res = MaxBatch(setting=setting.name, seq_len=setting.seq_len, largest_fit=0, first_fail=None, cap=cap,
-                   stopped="resolved")
+    res = MaxBatch(
+        setting=setting.name,
+        seq_len=setting.seq_len,
+        largest_fit=0,
+        first_fail=None,
+        cap=cap,
+        stopped="resolved",
+    )
 
     def attempt(b: int) -> bool | None:
         if deadline is not None and time.perf_counter() > deadline:

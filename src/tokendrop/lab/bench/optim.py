@@ -1,13 +1,13 @@
-"""How both sides of a benchmark train: the same AdamW and the same ``torch.compile`` settings for our
-model (:mod:`.steps`) and for transformers' (:mod:`.hf_baseline`)."""
+"""How both sides of a benchmark train: the same AdamW and the same ``torch.compile`` settings for
+our model (:mod:`.steps`) and for transformers' (:mod:`.hf_baseline`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from tokendrop.train.runtime import adamw
 from tokendrop.lab.bench.presets import BenchConfig
+from tokendrop.train.runtime import adamw
 
 
 def make_optimizer(model: nn.Module, cfg: BenchConfig) -> torch.optim.Optimizer:
@@ -15,7 +15,8 @@ def make_optimizer(model: nn.Module, cfg: BenchConfig) -> torch.optim.Optimizer:
 
 
 def compile_model(model: nn.Module, backend: str = "inductor") -> nn.Module:
-    """``torch.compile(model, dynamic=False)`` with room for one graph per (shape, dropping) pair."""
+    """``torch.compile(model, dynamic=False)`` with room for one graph per (shape, dropping)
+    pair."""
     import torch._dynamo
 
     dc = torch._dynamo.config

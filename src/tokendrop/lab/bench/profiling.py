@@ -13,10 +13,14 @@ _SDPA_KERNELS = [  # (substring of the aten op name, backend)
     ("_efficient_attention_forward", "mem-efficient"),
     ("_scaled_dot_product_cudnn_attention", "cudnn"),
     ("_scaled_dot_product_attention_math", "math"),
-    ("flex_attention", "flex"),  # FlexAttention (model.attention_backend; tokendrop.models.attention)
+    (
+        "flex_attention",
+        "flex",
+    ),  # FlexAttention (model.attention_backend; tokendrop.models.attention)
 ]
-# the fused CUDA kernels (no T x T score matrix in memory); on an H100 with torch 2.11 and cuDNN 9.19,
-# SDPA picks cuDNN's by itself for a bf16 training call with dropout (benchmarks/results/gpu-h100-2026-11-28)
+# the fused CUDA kernels (no T x T score matrix in memory); on an H100 with torch 2.11 and cuDNN
+# 9.19, SDPA picks cuDNN's by itself for a bf16 training call with dropout
+# (benchmarks/results/gpu-h100-2026-11-28)
 FUSED_SDPA = frozenset({"flash", "mem-efficient", "cudnn"})
 
 
@@ -36,13 +40,27 @@ def sdpa_backends(names: set[str]) -> list[str]:
 
 def sdpa_op_names(names: set[str]) -> list[str]:
     """The attention-related op/kernel names among a profile's event names."""
-    return sorted(n for n in names if "scaled_dot_product" in n or "flash" in n.lower()
-                  or "efficient_attention" in n or "fmha" in n.lower() or "flex_attention" in n)
+    return sorted(
+        n
+        for n in names
+        if "scaled_dot_product" in n
+        or "flash" in n.lower()
+        or "efficient_attention" in n
+        or "fmha" in n.lower()
+        or "flex_attention" in n
+    )
 
 
-_CATEGORIES = [  # (category, op/kernel-name regex, case-insensitive), first match wins; on self time
-    ("matmul", r"aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)$|gemm|cublas|cutlass|nvjet|xmma|wgmma"),
-    ("attention kernel", r"flash|efficient_attention|cudnn_attention|fmha|_scaled_dot_product|flex_attention"),
+_CATEGORIES = [
+    # (category, op/kernel-name regex, case-insensitive), first match wins; on self time
+    (
+        "matmul",
+        r"aten::(mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation)$|gemm|cublas|cutlass|nvjet|xmma|wgmma",
+    ),
+    (
+        "attention kernel",
+        r"flash|efficient_attention|cudnn_attention|fmha|_scaled_dot_product|flex_attention",
+    ),
     ("loss", r"nll_loss|log_softmax|logsoftmax|cross_entropy"),
     ("softmax", r"softmax"),
     ("dropout / RNG", r"bernoulli|dropout|philox|rand"),
@@ -51,10 +69,16 @@ _CATEGORIES = [  # (category, op/kernel-name regex, case-insensitive), first mat
     ("gather / scatter / index", r"index|gather|scatter|embedding|take"),
     ("sort / top-k (selector)", r"sort|topk"),
     ("optimizer kernels", r"adam|_foreach|multi_tensor_apply|lerp|addcdiv|addcmul|sqrt"),
-    ("copies / layout", r"copy|contiguous|clone|cat$|catarray|transpose|permute|view|reshape|expand|as_strided"),
+    (
+        "copies / layout",
+        r"copy|contiguous|clone|cat$|catarray|transpose|permute|view|reshape|expand|as_strided",
+    ),
     ("reductions / norms", r"sum|norm|mean|amax|argmax|all$|any$|reduce_kernel"),
-    ("elementwise", r"aten::(add|mul|div|sub|where|fill|zero|neg|isneginf|clamp|pow|exp|tanh|masked_fill|ones|zeros|full)"
-                    r"|elementwise_kernel"),
+    (
+        "elementwise",
+        r"aten::(add|mul|div|sub|where|fill|zero|neg|isneginf|clamp|pow|exp|tanh|masked_fill|ones|zeros|full)"
+        r"|elementwise_kernel",
+    ),
 ]
 
 
@@ -71,9 +95,12 @@ def _on(e: Any, kind: str) -> bool:
 
 
 def self_times(events: list[Any], device_type: str) -> list[tuple[str, int]]:
-    """(name, self ns) per event: CPU ops (duration minus direct children, per thread) or CUDA kernels."""
+    """(name, self ns) per event: CPU ops (duration minus direct children, per thread) or CUDA
+    kernels."""
     if device_type == "cuda":
-        return [(e.name(), e.duration_ns()) for e in events if _on(e, "CUDA") and e.name() != "[memory]"]
+        return [
+            (e.name(), e.duration_ns()) for e in events if _on(e, "CUDA") and e.name() != "[memory]"
+        ]
     by_thread: dict[int, list[Any]] = {}
     for e in events:
         if e.name() != "[memory]" and _on(e, "CPU"):
@@ -94,7 +121,8 @@ def self_times(events: list[Any], device_type: str) -> list[tuple[str, int]]:
 
 
 def profile_breakdown(events: list[Any], device_type: str) -> dict[str, float]:
-    """Self time (seconds) of a profiled step grouped into coarse categories (CUDA: GPU kernel time)."""
+    """Self time (seconds) of a profiled step grouped into coarse categories (CUDA: GPU kernel
+    time)."""
     out: dict[str, float] = {}
     for name, ns in self_times(events, device_type):
         if ns <= 0 or name.startswith(("Optimizer.", "autograd::", "ProfilerStep", "[")):
@@ -108,7 +136,9 @@ def profile_breakdown(events: list[Any], device_type: str) -> dict[str, float]:
     total = sum(out.values())
     out = dict(sorted(out.items(), key=lambda kv: -kv[1]))
     out["total"] = total
-    opt = [e.duration_ns() for e in events if e.name().startswith("Optimizer.step") and _on(e, "CPU")]
+    opt = [
+        e.duration_ns() for e in events if e.name().startswith("Optimizer.step") and _on(e, "CPU")
+    ]
     if opt:
         out["optimizer step (inclusive, host)"] = sum(opt) / 1e9
     return out
@@ -116,7 +146,9 @@ def profile_breakdown(events: list[Any], device_type: str) -> dict[str, float]:
 
 def cpu_peak_from_events(events: list[Any]) -> int | None:
     """Peak of the running sum of the CPU tensor allocator's allocations/frees in a profile."""
-    mem = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]" and _on(e, "CPU"))
+    mem = sorted(
+        (e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]" and _on(e, "CPU")
+    )
     if not mem:
         return None
     live = peak = 0

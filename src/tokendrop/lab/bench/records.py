@@ -7,13 +7,13 @@ field is always written, None included (``mfu`` is null on CPU).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from tokendrop.lab.bench.environment import Environment
 from tokendrop.lab.bench.fields import optional, record_dict  # noqa: F401 -- record_dict: re-exported
 from tokendrop.lab.bench.presets import BenchConfig
-import statistics
 
 SCHEMA_VERSION = 1
 
@@ -30,7 +30,7 @@ class TimeStats:
     n: int
 
     @classmethod
-    def of(cls, xs: list[float]) -> "TimeStats":
+    def of(cls, xs: list[float]) -> TimeStats:
         if not xs:
             raise ValueError("no samples")
         xs = sorted(xs)
@@ -57,16 +57,21 @@ class MemoryStats:
 class HostSyncs:
     count: int
     examples: list[str]
-    locations: list[str] = field(default_factory=list)  # "dir/file.py:line" of the Python calls that synced
+    locations: list[str] = field(
+        default_factory=list
+    )  # "dir/file.py:line" of the Python calls that synced
 
 
 @dataclass
 class StepCensus:
-    """One untimed step under ``tokendrop.train.census.Census`` (CUDA's sync rules, on any device)."""
+    """One untimed step under ``tokendrop.train.census.Census`` (CUDA's sync rules, on any
+    device)."""
 
     ops: int  # aten ops dispatched (forward, backward, optimizer, importance update)
     syncs: int  # ops that would make a CUDA host wait
-    locations: list[str] = field(default_factory=list)  # "tokendrop/...py:line" of each distinct sync
+    locations: list[str] = field(
+        default_factory=list
+    )  # "tokendrop/...py:line" of each distinct sync
 
 
 @dataclass
@@ -154,9 +159,10 @@ class VsHF:
 
 @dataclass
 class HFPatched:
-    """transformers' model patched by ``tokendrop.transformers`` at one setting, against the unpatched
-    model (speedup = unpatched step time / patched step time) and against our model at the same
-    setting (time ratio = patched / ours: 1.1 is 10% slower); medians of per-round paired ratios."""
+    """transformers' model patched by ``tokendrop.transformers`` at one setting, against the
+    unpatched model (speedup = unpatched step time / patched step time) and against our model at the
+    same setting (time ratio = patched / ours: 1.1 is 10% slower); medians of per-round paired
+    ratios."""
 
     seq_len: int
     setting: str  # the patched setting, e.g. T512/hf-drop-0.5
@@ -198,7 +204,9 @@ class ModelInfo:
     model: dict[str, Any]  # preset name + shape fields
     num_parameters: int
     hf_attn_implementation: str | None
-    hf_model: str = "transformers.BertForMaskedLM"  # the baseline's class (ModernBertForMaskedLM for modern-*)
+    hf_model: str = (
+        "transformers.BertForMaskedLM"  # the baseline's class (ModernBertForMaskedLM for modern-*)
+    )
 
 
 @dataclass
@@ -236,7 +244,8 @@ class HFThree:
 
 @dataclass
 class BenchResult:
-    """Everything one ``run_bench`` measured; ``to_dict()`` is the JSON written by ``write_results``."""
+    """Everything one ``run_bench`` measured; ``to_dict()`` is the JSON written by
+    ``write_results``."""
 
     preset: str
     date: str

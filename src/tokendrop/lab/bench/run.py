@@ -6,28 +6,35 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from tokendrop.config import ConfigError
-from tokendrop.train.runtime import resolve_device
+from tokendrop.errors import ConfigError
 from tokendrop.lab.bench.environment import environment, loadavg
 from tokendrop.lab.bench.presets import BenchConfig
 from tokendrop.lab.bench.records import BenchResult
 from tokendrop.lab.bench.steps import build_runners
 from tokendrop.lab.bench.summary import summarise
 from tokendrop.lab.bench.timing import measure_extras, run_rounds, step_census, warm_up
+from tokendrop.train.runtime import resolve_device
 
 
 def bench_device(cfg: BenchConfig) -> torch.device:
-    gpu = torch.cuda.current_device() if cfg.device == "cuda" and torch.cuda.is_available() else 0  # this process's GPU
+    gpu = (
+        torch.cuda.current_device() if cfg.device == "cuda" and torch.cuda.is_available() else 0
+    )  # this process's GPU
     return resolve_device(cfg.device, gpu, "bench.device", ConfigError)
 
 
-def run_bench(cfg: BenchConfig, *, profile_dir: str | os.PathLike | None = None,
-              log: Callable[[str], None] | None = None, command: str = "") -> BenchResult:
+def run_bench(
+    cfg: BenchConfig,
+    *,
+    profile_dir: str | os.PathLike | None = None,
+    log: Callable[[str], None] | None = None,
+    command: str = "",
+) -> BenchResult:
     """Run one benchmark.  Leaves the process as it found it (threads, TF32 flags): the test suite
     and the GPU campaign call it in-process."""
     cfg.validate()
@@ -37,14 +44,21 @@ def run_bench(cfg: BenchConfig, *, profile_dir: str | os.PathLike | None = None,
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        return _run(cfg, dev, Path(profile_dir) if profile_dir else None, log or (lambda s: None), command)
+        return _run(
+            cfg, dev, Path(profile_dir) if profile_dir else None, log or (lambda s: None), command
+        )
     finally:
         torch.set_num_threads(threads_before)
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32_before
 
 
-def _run(cfg: BenchConfig, dev: torch.device, profile_dir: Path | None, say: Callable[[str], None],
-         command: str) -> BenchResult:
+def _run(
+    cfg: BenchConfig,
+    dev: torch.device,
+    profile_dir: Path | None,
+    say: Callable[[str], None],
+    command: str,
+) -> BenchResult:
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -52,8 +66,12 @@ def _run(cfg: BenchConfig, dev: torch.device, profile_dir: Path | None, say: Cal
     deadline = t_start + cfg.time_budget_s if cfg.time_budget_s else None
     env = environment(dev)
     runners, info = build_runners(cfg, dev)
-    say(f"bench {cfg.name}: {len(runners)} settings on {env.where} ({torch.get_num_threads()} threads), {info.model['preset']}, "
-        f"{cfg.precision}{', compiled' if cfg.compile else ''}, warm-up {cfg.warmup}, {cfg.rounds} rounds x {cfg.reps}")
+    say(
+        f"bench {cfg.name}: {len(runners)} settings on {env.where} ({torch.get_num_threads()} "
+        f"threads), {info.model['preset']}, "
+        f"{cfg.precision}{', compiled' if cfg.compile else ''}, warm-up {cfg.warmup}, {cfg.rounds} "
+        f"rounds x {cfg.reps}"
+    )
     warm_up(runners, cfg, dev)
     say(f"  warm-up done ({time.perf_counter() - t_start:.0f}s)")
     rounds = run_rounds(runners, cfg, dev, say, t_start, deadline)

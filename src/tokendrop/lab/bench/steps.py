@@ -1,32 +1,40 @@
 """Building the timed steps: one model + optimizer per variant, one ``Runner`` per setting.
 
-Our step is the real training step (``tokendrop.train.trainer.MLMStep``): importance-based selection,
-forward with or without dropping, weighted MLM NLL, backward, clipping, AdamW, importance update.
-The dense baseline is the ``drop`` model's step with dropping off, so dense and drop share weights.
-"""
+Our step is the real training step (``tokendrop.train.trainer.MLMStep``): importance-based
+selection, forward with or without dropping, weighted MLM NLL, backward, clipping, AdamW, importance
+update. The dense baseline is the ``drop`` model's step with dropping off, so dense and drop share
+weights."""
 
 from __future__ import annotations
 
 import dataclasses
+import gc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
-from tokendrop.dropping.methods import DropConfig
-from tokendrop.models.families import build_model
 from tokendrop.dropping.flops import layer_types
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan
-from tokendrop.train.runtime import autocast_dtype
-from tokendrop.train.trainer import MLMStep
-from tokendrop.lab.bench.hf_baseline import HFModel, build_hf, build_hf_patched, hf_class_name, hf_flops, hf_step_fn
+from tokendrop.lab.bench.hf_baseline import (
+    HFModel,
+    build_hf,
+    build_hf_patched,
+    hf_class_name,
+    hf_flops,
+    hf_step_fn,
+)
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 from tokendrop.lab.bench.records import ModelInfo, StepCensus, StepExtras
 from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
-import gc
+from tokendrop.models.families import build_model
+from tokendrop.train.runtime import autocast_dtype
+from tokendrop.train.trainer import MLMStep
 
 
 def state_bytes(*objs: Any) -> int:
@@ -108,7 +116,9 @@ class StepBuilder:
         key = "drop" if variant in ("dense", "drop") else variant
         if key not in self._ours:
             torch.manual_seed(self.cfg.seed)
-            drop = VARIANTS[key].drop_config(self.cfg.method)  # builds the model; each step brings its rate
+            drop = VARIANTS[key].drop_config(
+                self.cfg.method
+            )  # builds the model; each step brings its rate
             m = build_ours(self.model_cfg, drop)
             if self._init_sd is None:
                 self._init_sd = {k: v.clone() for k, v in m.state_dict().items()}
@@ -152,19 +162,31 @@ class StepBuilder:
     def batch(self, batch_size: int, seq_len: int) -> dict[str, Tensor]:
         key = (batch_size, seq_len)
         if key not in self._batches:
-            self._batches[key] = synthetic_batch(batch_size, seq_len, self.cfg.vocab_size, self.device, self.cfg.seed,
-                                                     self.cfg.document_tokens)
+            self._batches[key] = synthetic_batch(
+                batch_size,
+                seq_len,
+                self.cfg.vocab_size,
+                self.device,
+                self.cfg.seed,
+                self.cfg.document_tokens,
+            )
         return self._batches[key]
 
     def forget_batch(self, batch_size: int, seq_len: int) -> None:
         self._batches.pop((batch_size, seq_len), None)
 
     def hf_patched(self, s: Setting) -> HFModel:
-        """transformers' model patched for the setting's variant and rate (one per pair, shared by its Ts)."""
+        """transformers' model patched for the setting's variant and rate (one per pair, shared by
+        its Ts)."""
         key = (s.variant, s.rate)
         if key not in self._hf_patched:
-            self._hf_patched[key] = build_hf_patched(self.model_cfg, self.ours("dense").model, self.cfg, self.device,
-                                                     s.drop_config(self.cfg.method))
+            self._hf_patched[key] = build_hf_patched(
+                self.model_cfg,
+                self.ours("dense").model,
+                self.cfg,
+                self.device,
+                s.drop_config(self.cfg.method),
+            )
         return self._hf_patched[key]
 
     def runner(self, s: Setting) -> Runner:
@@ -176,24 +198,49 @@ class StepBuilder:
             st = token_dropping_state(hf.model)
             selector = st.selector
             kept = st.plan.kept(s.seq_len)  # the first step's count
-            return Runner(s, hf_step_fn(hf, mb, self.amp, self.device),
-                          (hf.model, hf.opt) if selector is None else (hf.model, hf.opt, selector),
-                          hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction, drop), kept)
+            return Runner(
+                s,
+                hf_step_fn(hf, mb, self.amp, self.device),
+                (hf.model, hf.opt) if selector is None else (hf.model, hf.opt, selector),
+                hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction, drop),
+                kept,
+            )
         if s.impl == "hf_released":
             hf = self.hf_released()
-            return Runner(s, hf_step_fn(hf, mb, self.amp, self.device), (hf.model, hf.opt),
-                          hf_flops(self.model_cfg, s), s.seq_len)
+            return Runner(
+                s,
+                hf_step_fn(hf, mb, self.amp, self.device),
+                (hf.model, hf.opt),
+                hf_flops(self.model_cfg, s),
+                s.seq_len,
+            )
         if s.impl == "hf":
             hf = self.hf()
-            return Runner(s, hf_step_fn(hf, mb, self.amp, self.device), (hf.model, hf.opt),
-                          hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction), s.seq_len)
+            return Runner(
+                s,
+                hf_step_fn(hf, mb, self.amp, self.device),
+                (hf.model, hf.opt),
+                hf_flops(self.model_cfg, s, self.cfg.hf_sparse_prediction),
+                s.seq_len,
+            )
         ours = self.ours(s.variant)
         drop = s.drop_config(self.cfg.method)
-        cfg = Config(model=self.model_cfg, drop=drop or DropConfig(), train=TrainConfig(grad_clip=1.0))
+        cfg = Config(
+            model=self.model_cfg, drop=drop or DropConfig(), train=TrainConfig(grad_clip=1.0)
+        )
         # every timed step is the run's first: random_ltd's first count, no stage 2
-        plan = DropPlan.for_model(cfg.drop, self.model_cfg, s.seq_len, SPECIAL_IDS, seed=self.cfg.seed, total_steps=1,
-                                  device=self.device)
-        step = MLMStep(ours.model, plan, ours.opt, cfg, self.amp, use_attention_mask=False, run_model=ours.run)
+        plan = DropPlan.for_model(
+            cfg.drop,
+            self.model_cfg,
+            s.seq_len,
+            SPECIAL_IDS,
+            seed=self.cfg.seed,
+            total_steps=1,
+            device=self.device,
+        )
+        step = MLMStep(
+            ours.model, plan, ours.opt, cfg, self.amp, use_attention_mask=False, run_model=ours.run
+        )
         at = plan.at(0, s.seq_len)
         micro = [mb]
 
@@ -207,21 +254,44 @@ class StepBuilder:
 
     def info(self) -> ModelInfo:
         mc = self.model_cfg
-        shape = {k: getattr(mc, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "vocab_size",
-                                              "hidden_dropout", "attention_dropout")}
+        shape = {
+            k: getattr(mc, k)
+            for k in (
+                "num_layers",
+                "hidden_size",
+                "num_heads",
+                "intermediate_size",
+                "vocab_size",
+                "hidden_dropout",
+                "attention_dropout",
+            )
+        }
         if mc.schema.sliding_windows:
             types = layer_types(mc)
-            shape.update(family=mc.family, local_attention=mc.local_attention,
-                         global_layers=[i for i, x in enumerate(types) if x == "full_attention"],
-                         document_attention=mc.document_attention)
+            shape.update(
+                family=mc.family,
+                local_attention=mc.local_attention,
+                global_layers=[i for i, x in enumerate(types) if x == "full_attention"],
+                document_attention=mc.document_attention,
+            )
         first = next(iter(self._ours.values())).model if self._ours else build_ours(mc)
-        custom = any(getattr(self.cfg, k) for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size"))
-        name = f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}" if custom and mc.schema.sliding_windows else \
-            f"{mc.num_layers}x{mc.hidden_size}" if custom else self.cfg.model
-        return ModelInfo(model={"preset": name, **shape},
-                         num_parameters=sum(t.numel() for t in first.parameters()),
-                         hf_attn_implementation=self._hf.attn_implementation if self._hf is not None else None,
-                         hf_model=hf_class_name(mc, self.cfg.hf_sparse_prediction))
+        custom = any(
+            getattr(self.cfg, k)
+            for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size")
+        )
+        name = (
+            f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}"
+            if custom and mc.schema.sliding_windows
+            else f"{mc.num_layers}x{mc.hidden_size}"
+            if custom
+            else self.cfg.model
+        )
+        return ModelInfo(
+            model={"preset": name, **shape},
+            num_parameters=sum(t.numel() for t in first.parameters()),
+            hf_attn_implementation=self._hf.attn_implementation if self._hf is not None else None,
+            hf_model=hf_class_name(mc, self.cfg.hf_sparse_prediction),
+        )
 
 
 def build_runners(cfg: BenchConfig, device: torch.device) -> tuple[list[Runner], ModelInfo]:

@@ -37,7 +37,8 @@ def _med(xs: list[float]) -> float | None:
 
 
 def peak_flops_for(cfg: BenchConfig, env: Environment, device: torch.device) -> float | None:
-    """The peak MFU is measured against: ``peak_tflops`` if set, else the GPU's bf16 peak (bf16 runs only)."""
+    """The peak MFU is measured against: ``peak_tflops`` if set, else the GPU's bf16 peak (bf16 runs
+    only)."""
     if cfg.peak_tflops:
         return cfg.peak_tflops * 1e12
     if device.type != "cuda" or cfg.precision != "bf16":
@@ -50,10 +51,22 @@ def setting_result(r: Runner, peak: float | None, cpu_clock: bool) -> SettingRes
     t = TimeStats.of(r.samples)
     tok = s.batch_size * s.seq_len
     row = SettingResult(
-        name=s.name, impl=s.impl, variant=s.variant, rate=s.rate, seq_len=s.seq_len, batch_size=s.batch_size,
-        kept=r.kept, tokens_per_step=tok, flops_per_step=r.flops, time_s=t, samples_s=r.samples,
-        round_median_s=r.round_median, tokens_per_s=tok / t.median, achieved_tflops=r.flops / t.median / 1e12,
-        mfu=(r.flops / t.median / peak) if peak else None, rel_iqr=t.rel_iqr,
+        name=s.name,
+        impl=s.impl,
+        variant=s.variant,
+        rate=s.rate,
+        seq_len=s.seq_len,
+        batch_size=s.batch_size,
+        kept=r.kept,
+        tokens_per_step=tok,
+        flops_per_step=r.flops,
+        time_s=t,
+        samples_s=r.samples,
+        round_median_s=r.round_median,
+        tokens_per_s=tok / t.median,
+        achieved_tflops=r.flops / t.median / 1e12,
+        mfu=(r.flops / t.median / peak) if peak else None,
+        rel_iqr=t.rel_iqr,
         cpu_util=statistics.median(paired(r.cpu, r.samples)),
     )
     c = TimeStats.of(r.cpu)
@@ -64,12 +77,18 @@ def setting_result(r: Runner, peak: float | None, cpu_clock: bool) -> SettingRes
     if r.extras is not None:
         x = r.extras
         row.memory, row.sdpa_ops, row.sdpa_backend, row.profile, row.host_syncs = (
-            x.memory, x.sdpa_ops, x.sdpa_backend, x.profile, x.host_syncs)
+            x.memory,
+            x.sdpa_ops,
+            x.sdpa_backend,
+            x.profile,
+            x.host_syncs,
+        )
     return row
 
 
-def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Environment,
-              device: torch.device) -> BenchResult:
+def summarise(
+    cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Environment, device: torch.device
+) -> BenchResult:
     peak = peak_flops_for(cfg, env, device)
     cpu_clock = device.type == "cpu"  # CPU time is meaningful only when the step runs on the host
     rows = {r.setting.name: setting_result(r, peak, cpu_clock) for r in runners}
@@ -86,32 +105,67 @@ def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Env
             row = rows[s.name]
             pr = paired(dense.round_median, r.round_median)
             bound = d_row.flops_per_step / row.flops_per_step
-            x = Speedup(seq_len=t, setting=s.name, variant=s.variant, rate=s.rate, speedup=_med(pr),
-                        speedup_paired_min=min(pr), speedup_paired_max=max(pr),
-                        speedup_of_medians=d_row.time_s.median / row.time_s.median,
-                        flop_bound=bound, fraction_of_bound=_med(pr) / bound)
+            x = Speedup(
+                seq_len=t,
+                setting=s.name,
+                variant=s.variant,
+                rate=s.rate,
+                speedup=_med(pr),
+                speedup_paired_min=min(pr),
+                speedup_paired_max=max(pr),
+                speedup_of_medians=d_row.time_s.median / row.time_s.median,
+                flop_bound=bound,
+                fraction_of_bound=_med(pr) / bound,
+            )
             if cpu_clock and d_row.cpu_time_s is not None and row.cpu_time_s is not None:
                 pc = paired(dense.round_median_cpu, r.round_median_cpu)
-                x.speedup_cpu, x.speedup_cpu_paired_min, x.speedup_cpu_paired_max = _med(pc), min(pc), max(pc)
+                x.speedup_cpu, x.speedup_cpu_paired_min, x.speedup_cpu_paired_max = (
+                    _med(pc),
+                    min(pc),
+                    max(pc),
+                )
                 x.fraction_of_bound_cpu = _med(pc) / bound
             mc = cfg.model_config()
             if SLIDING in layer_types(mc):
-                x.flop_bound_masked_dense = 1.0 / flop_ratio(mc, t, s.drop_config(cfg.method), masked_dense_local=True)
+                x.flop_bound_masked_dense = 1.0 / flop_ratio(
+                    mc, t, s.drop_config(cfg.method), masked_dense_local=True
+                )
             speedups.append(x)
             dm, sm = d_row.memory, row.memory
             if dm is not None and sm is not None and dm.peak_bytes and sm.peak_bytes:
-                memory.append(MemoryRatio(seq_len=t, setting=s.name, peak_ratio=sm.peak_bytes / dm.peak_bytes,
-                                          step_peak_ratio=(sm.peak_step_bytes or 0) / max(1, dm.peak_step_bytes or 0)))
+                memory.append(
+                    MemoryRatio(
+                        seq_len=t,
+                        setting=s.name,
+                        peak_ratio=sm.peak_bytes / dm.peak_bytes,
+                        step_peak_ratio=(sm.peak_step_bytes or 0) / max(1, dm.peak_step_bytes or 0),
+                    )
+                )
         if f"T{t}/hf" in by_name:
             hf, h_row = by_name[f"T{t}/hf"], rows[f"T{t}/hf"]
             pr = paired(hf.round_median, dense.round_median)
-            v = VsHF(seq_len=t, dense_tokens_per_s=d_row.tokens_per_s, hf_tokens_per_s=h_row.tokens_per_s,
-                     ratio=_med(pr), ratio_paired_min=min(pr), ratio_paired_max=max(pr),
-                     ratio_of_medians=d_row.tokens_per_s / h_row.tokens_per_s)
+            v = VsHF(
+                seq_len=t,
+                dense_tokens_per_s=d_row.tokens_per_s,
+                hf_tokens_per_s=h_row.tokens_per_s,
+                ratio=_med(pr),
+                ratio_paired_min=min(pr),
+                ratio_paired_max=max(pr),
+                ratio_of_medians=d_row.tokens_per_s / h_row.tokens_per_s,
+            )
             if cpu_clock and d_row.cpu_time_s is not None and h_row.cpu_time_s is not None:
                 pc = paired(hf.round_median_cpu, dense.round_median_cpu)
-                v.ratio_cpu, v.ratio_cpu_paired_min, v.ratio_cpu_paired_max = _med(pc), min(pc), max(pc)
-            if h_row.memory is not None and h_row.memory.peak_bytes and d_row.memory is not None and d_row.memory.peak_bytes:
+                v.ratio_cpu, v.ratio_cpu_paired_min, v.ratio_cpu_paired_max = (
+                    _med(pc),
+                    min(pc),
+                    max(pc),
+                )
+            if (
+                h_row.memory is not None
+                and h_row.memory.peak_bytes
+                and d_row.memory is not None
+                and d_row.memory.peak_bytes
+            ):
                 v.memory_ratio_dense_over_hf = d_row.memory.peak_bytes / h_row.memory.peak_bytes
             vs_hf.append(v)
     hf_patched = patched_vs_hf(cfg, runners, rows, cpu_clock)
@@ -122,17 +176,30 @@ def summarise(cfg: BenchConfig, runners: list[Runner], info: ModelInfo, env: Env
         max_rel_iqr=max(s.rel_iqr for s in settings),
         median_rel_iqr_cpu=_med([s.rel_iqr_cpu for s in settings if s.rel_iqr_cpu is not None]),
         median_cpu_util=statistics.median(s.cpu_util for s in settings),
-        loadavg_start=env.loadavg_start, loadavg_end=env.loadavg_end,
+        loadavg_start=env.loadavg_start,
+        loadavg_end=env.loadavg_end,
     )
     return BenchResult(
-        preset=cfg.name, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), env=env, config=cfg,
-        info=info, peak_flops=peak, settings=settings, speedups=speedups, vs_hf=vs_hf, memory=memory,
-        headline=headline(speedups, vs_hf, memory, hf_patched, hf_three), noise=noise,
-        hf_patched=hf_patched, hf_three=hf_three,
+        preset=cfg.name,
+        date=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        env=env,
+        config=cfg,
+        info=info,
+        peak_flops=peak,
+        settings=settings,
+        speedups=speedups,
+        vs_hf=vs_hf,
+        memory=memory,
+        headline=headline(speedups, vs_hf, memory, hf_patched, hf_three),
+        noise=noise,
+        hf_patched=hf_patched,
+        hf_three=hf_three,
     )
 
 
-def patched_vs_hf(cfg: BenchConfig, runners: list[Runner], rows: dict, cpu_clock: bool) -> list[HFPatched]:
+def patched_vs_hf(
+    cfg: BenchConfig, runners: list[Runner], rows: dict, cpu_clock: bool
+) -> list[HFPatched]:
     """Every patched transformers setting against the unpatched model and against ours at the same
     variant and rate (per-round paired ratios, as the other comparisons)."""
     by_name = {r.setting.name: r for r in runners}
@@ -142,14 +209,26 @@ def patched_vs_hf(cfg: BenchConfig, runners: list[Runner], rows: dict, cpu_clock
         if s.impl != "hf_td":
             continue
         hf, mine = by_name[f"T{s.seq_len}/hf"], by_name[s.name.replace("/hf-", "/")]
-        over_hf, over_ours = paired(hf.round_median, r.round_median), paired(r.round_median, mine.round_median)
+        over_hf, over_ours = (
+            paired(hf.round_median, r.round_median),
+            paired(r.round_median, mine.round_median),
+        )
         row, h_row = rows[s.name], rows[hf.setting.name]
-        x = HFPatched(seq_len=s.seq_len, setting=s.name, ours=mine.setting.name, variant=s.variant, rate=s.rate,
-                      speedup_over_hf=_med(over_hf), speedup_over_hf_paired_min=min(over_hf),
-                      speedup_over_hf_paired_max=max(over_hf),
-                      speedup_over_hf_of_medians=h_row.time_s.median / row.time_s.median,
-                      flop_bound=h_row.flops_per_step / row.flops_per_step, time_over_ours=_med(over_ours),
-                      time_over_ours_paired_min=min(over_ours), time_over_ours_paired_max=max(over_ours))
+        x = HFPatched(
+            seq_len=s.seq_len,
+            setting=s.name,
+            ours=mine.setting.name,
+            variant=s.variant,
+            rate=s.rate,
+            speedup_over_hf=_med(over_hf),
+            speedup_over_hf_paired_min=min(over_hf),
+            speedup_over_hf_paired_max=max(over_hf),
+            speedup_over_hf_of_medians=h_row.time_s.median / row.time_s.median,
+            flop_bound=h_row.flops_per_step / row.flops_per_step,
+            time_over_ours=_med(over_ours),
+            time_over_ours_paired_min=min(over_ours),
+            time_over_ours_paired_max=max(over_ours),
+        )
         if cpu_clock and row.cpu_time_s is not None and h_row.cpu_time_s is not None:
             x.speedup_over_hf_cpu = _med(paired(hf.round_median_cpu, r.round_median_cpu))
             x.time_over_ours_cpu = _med(paired(r.round_median_cpu, mine.round_median_cpu))
@@ -162,9 +241,14 @@ def arm_ratio(arm: Runner, base: Runner, rows: dict, cpu_clock: bool) -> ArmRati
     next to ``base``'s FLOPs over ``arm``'s."""
     a, b = rows[arm.setting.name], rows[base.setting.name]
     pr = paired(base.round_median, arm.round_median)
-    x = ArmRatio(arm=arm.setting.name, base=base.setting.name, speedup=_med(pr),
-                 speedup_paired_min=min(pr), speedup_paired_max=max(pr),
-                 flop_bound=b.flops_per_step / a.flops_per_step)
+    x = ArmRatio(
+        arm=arm.setting.name,
+        base=base.setting.name,
+        speedup=_med(pr),
+        speedup_paired_min=min(pr),
+        speedup_paired_max=max(pr),
+        flop_bound=b.flops_per_step / a.flops_per_step,
+    )
     if cpu_clock and a.cpu_time_s is not None and b.cpu_time_s is not None:
         pc = paired(base.round_median_cpu, arm.round_median_cpu)
         x.speedup_cpu, x.speedup_cpu_paired_min = _med(pc), min(pc)
@@ -183,15 +267,27 @@ def three_numbers(runners: list[Runner], rows: dict, cpu_clock: bool) -> list[HF
         if s.impl != "hf_td" or released is None:
             continue
         sparse = by_name[f"T{s.seq_len}/hf"]
-        out.append(HFThree(seq_len=s.seq_len, setting=s.name, variant=s.variant, rate=s.rate,
-                           patched_vs_released=arm_ratio(r, released, rows, cpu_clock),
-                           sparse_head_alone=arm_ratio(sparse, released, rows, cpu_clock),
-                           dropping_alone=arm_ratio(r, sparse, rows, cpu_clock)))
+        out.append(
+            HFThree(
+                seq_len=s.seq_len,
+                setting=s.name,
+                variant=s.variant,
+                rate=s.rate,
+                patched_vs_released=arm_ratio(r, released, rows, cpu_clock),
+                sparse_head_alone=arm_ratio(sparse, released, rows, cpu_clock),
+                dropping_alone=arm_ratio(r, sparse, rows, cpu_clock),
+            )
+        )
     return out
 
 
-def headline(speedups: list[Speedup], vs_hf: list[VsHF], memory: list[MemoryRatio],
-             hf_patched: list[HFPatched] = (), hf_three: list[HFThree] = ()) -> dict[str, float]:
+def headline(
+    speedups: list[Speedup],
+    vs_hf: list[VsHF],
+    memory: list[MemoryRatio],
+    hf_patched: list[HFPatched] = (),
+    hf_three: list[HFThree] = (),
+) -> dict[str, float]:
     """The numbers a README quotes: 50% drop speedup / bound / memory, dense over HF, the patched
     transformers model over the unpatched one and against ours, and the integration's three numbers
     (patched vs released, the sparse head alone, dropping alone) with their bounds, per T."""

@@ -20,13 +20,13 @@ import json
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from tokendrop.lab.bench.presets import BenchConfig
-from tokendrop.runs.gate import gate
 from tokendrop.lab.bench.profiling import (
     cpu_peak_from_events,
     kineto_events,
@@ -36,6 +36,7 @@ from tokendrop.lab.bench.profiling import (
 )
 from tokendrop.lab.bench.records import HostSyncs, MemoryStats, StepCensus, StepExtras
 from tokendrop.lab.bench.steps import Runner, state_bytes
+from tokendrop.runs.gate import gate
 from tokendrop.train.census import Census
 
 
@@ -61,8 +62,14 @@ def warm_up(runners: list[Runner], cfg: BenchConfig, device: torch.device) -> No
         sync(device)
 
 
-def run_rounds(runners: list[Runner], cfg: BenchConfig, device: torch.device, say: Callable[[str], None],
-               t_start: float, deadline: float | None = None) -> int:
+def run_rounds(
+    runners: list[Runner],
+    cfg: BenchConfig,
+    device: torch.device,
+    say: Callable[[str], None],
+    t_start: float,
+    deadline: float | None = None,
+) -> int:
     """The interleaved timed rounds; returns how many ran (fewer than ``cfg.rounds`` only when the
     next round would end after ``deadline``, a ``time.perf_counter()`` value; at least one runs)."""
     done = 0
@@ -73,7 +80,7 @@ def run_rounds(runners: list[Runner], cfg: BenchConfig, device: torch.device, sa
             break
         t0 = time.perf_counter()
         n = len(runners)
-        order = runners[k % n:] + runners[: k % n]
+        order = runners[k % n :] + runners[: k % n]
         if k % 2:
             order = order[::-1]
         for r in order:
@@ -132,15 +139,21 @@ def peak_step_memory(step: Callable[[], Any], device: torch.device) -> tuple[int
     return cpu_peak_from_events(kineto_events(prof)), prof
 
 
-def measure_extras(r: Runner, device: torch.device, cfg: BenchConfig, profile_dir: Path | None) -> StepExtras:
-    """The untimed steps of one setting: memory, SDPA backend, profile breakdown, host syncs (CUDA)."""
+def measure_extras(
+    r: Runner, device: torch.device, cfg: BenchConfig, profile_dir: Path | None
+) -> StepExtras:
+    """The untimed steps of one setting: memory, SDPA backend, profile breakdown, host syncs
+    (CUDA)."""
     from torch.profiler import ProfilerActivity, profile
 
     st = state_bytes(*r.state)
     if device.type == "cuda":
         peak, _ = peak_step_memory(r.step, device)
-        mem = MemoryStats(state_bytes=st, method="cuda max_memory_allocated - allocated at step start",
-                          peak_step_bytes=peak)
+        mem = MemoryStats(
+            state_bytes=st,
+            method="cuda max_memory_allocated - allocated at step start",
+            peak_step_bytes=peak,
+        )
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             r.step()
             torch.cuda.synchronize(device)
@@ -152,27 +165,41 @@ def measure_extras(r: Runner, device: torch.device, cfg: BenchConfig, profile_di
 
         rss = rss_peak_delta(profiled)
         prof = holder["prof"]
-        mem = MemoryStats(state_bytes=st, peak_step_bytes=holder["peak"], rss_peak_delta_bytes=rss,
-                          method="torch.profiler memory events (tensor allocator) peak over the step; rss: /proc VmHWM delta")
+        mem = MemoryStats(
+            state_bytes=st,
+            peak_step_bytes=holder["peak"],
+            rss_peak_delta_bytes=rss,
+            method="torch.profiler memory events (tensor allocator) peak over the step; rss: /proc "
+            "VmHWM delta",
+        )
     if mem.peak_step_bytes is not None:
         mem.peak_bytes = st + mem.peak_step_bytes
     events = kineto_events(prof)
     names = {e.name() for e in events}
-    extras = StepExtras(memory=mem, sdpa_ops=sdpa_op_names(names), sdpa_backend=sdpa_backends(names),
-                        profile=profile_breakdown(events, device.type))
+    extras = StepExtras(
+        memory=mem,
+        sdpa_ops=sdpa_op_names(names),
+        sdpa_backend=sdpa_backends(names),
+        profile=profile_breakdown(events, device.type),
+    )
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
         sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
         (profile_dir / (r.setting.name.replace("/", "_") + ".txt")).write_text(
             f"# {r.setting.name}: one profiled step (untimed; profiler overhead included)\n"
-            + json.dumps(extras.profile, indent=1) + "\n\n" + prof.key_averages().table(sort_by=sort, row_limit=40) + "\n")
+            + json.dumps(extras.profile, indent=1)
+            + "\n\n"
+            + prof.key_averages().table(sort_by=sort, row_limit=40)
+            + "\n"
+        )
     if device.type == "cuda" and cfg.sync_check:
         extras.host_syncs = count_host_syncs(r.step, device)
     return extras
 
 
 def step_census(step: Callable[[], Any], device: torch.device) -> StepCensus:
-    """Aten ops and would-be host syncs of one untimed call of ``step`` (``tokendrop.train.census``)."""
+    """Aten ops and would-be host syncs of one untimed call of ``step``
+    (``tokendrop.train.census``)."""
     with Census() as c:
         step()
     sync(device)
@@ -192,5 +219,8 @@ def count_host_syncs(step: Callable[[], Any], device: torch.device) -> HostSyncs
     hits = [w for w in caught if "synchroniz" in str(w.message).lower()]
     # where each sync was called from: the Python line that triggered the warning (file:line)
     where = [f"{'/'.join(Path(w.filename).parts[-2:])}:{w.lineno}" for w in hits]
-    return HostSyncs(count=len(hits), examples=sorted({str(w.message).splitlines()[0] for w in hits})[:5],
-                     locations=sorted(set(where))[:10])
+    return HostSyncs(
+        count=len(hits),
+        examples=sorted({str(w.message).splitlines()[0] for w in hits})[:5],
+        locations=sorted(set(where))[:10],
+    )

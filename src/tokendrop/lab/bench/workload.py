@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 
 
@@ -47,7 +47,9 @@ def build_settings(cfg: BenchConfig) -> list[Setting]:
     for t in cfg.seq_lens:
         b = cfg.batch_size(t)
         out.append(Setting("tokendrop", "dense", 0.0, t, b))
-        dropping = [(v, r) for v in cfg.variants for r in ([0.5] if VARIANTS[v].pools else cfg.rates)]
+        dropping = [
+            (v, r) for v in cfg.variants for r in ([0.5] if VARIANTS[v].pools else cfg.rates)
+        ]
         out += [Setting("tokendrop", v, r, t, b) for v, r in dropping]
         if cfg.hf:
             out.append(Setting("hf", "dense", 0.0, t, b))
@@ -58,19 +60,25 @@ def build_settings(cfg: BenchConfig) -> list[Setting]:
     return out
 
 
-def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device, seed: int = 0,
-                    document_tokens: int = 64) -> dict[str, Tensor]:
+def synthetic_batch(
+    batch_size: int,
+    seq_len: int,
+    vocab_size: int,
+    device: torch.device,
+    seed: int = 0,
+    document_tokens: int = 64,
+) -> dict[str, Tensor]:
     """A packed MLM micro-batch of static shape, as ``tokendrop.data.MLMLoader`` yields it.
 
     [CLS] at 0, a [SEP] every ``document_tokens`` tokens (0: one document per row) and at the end,
-    random ids elsewhere; P = round(0.15 T) prediction slots at distinct non-special positions, their
-    inputs replaced by [MASK].
+    random ids elsewhere; P = round(0.15 T) prediction slots at distinct non-special positions,
+    their inputs replaced by [MASK].
     """
     g = torch.Generator().manual_seed(seed + 1000 * seq_len + batch_size)
     ids = torch.randint(len(SPECIAL_IDS), vocab_size, (batch_size, seq_len), generator=g)
     ids[:, 0] = SPECIAL_IDS["cls"]
     if document_tokens:
-        ids[:, document_tokens - 1::document_tokens] = SPECIAL_IDS["sep"]
+        ids[:, document_tokens - 1 :: document_tokens] = SPECIAL_IDS["sep"]
     ids[:, -1] = SPECIAL_IDS["sep"]
     p = max(1, round(0.15 * seq_len))
     special = (ids == SPECIAL_IDS["cls"]) | (ids == SPECIAL_IDS["sep"])

@@ -9,9 +9,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from tokendrop.data import MLMLoader, PreparedData
+from tokendrop.dropping.flops import dropping_step_flops, step_flops
 from tokendrop.finetune.columns import DOWNSTREAM_KEYS
+from tokendrop.lab.inspect import selection_trace
 from tokendrop.lab.study.common import isnum, mean
-from tokendrop.runs.files import atomic_write_json, read_json
 from tokendrop.lab.study.plan import RunSpec, StudyConfig
 from tokendrop.lab.study.records import (
     EvalSummary,
@@ -22,15 +26,11 @@ from tokendrop.lab.study.records import (
     StudyResults,
     TargetHit,
 )
-from tokendrop.dropping.flops import dropping_step_flops, step_flops
-from tokendrop.train.trainer import load_run_config, read_metrics
-import torch
-from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.data import MLMLoader, PreparedData
-from tokendrop.models.source import load_pretrained
 from tokendrop.models.bert.model import BertForMaskedLM
-from tokendrop.train.trainer import evaluate_mlm
-from tokendrop.lab.inspect import selection_trace
+from tokendrop.models.source import load_pretrained
+from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs.files import atomic_write_json, read_json
+from tokendrop.train.trainer import evaluate_mlm, load_run_config, read_metrics
 
 
 def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[dict]]:
@@ -50,7 +50,8 @@ def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[di
 
 
 def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResult:
-    """Measured numbers of a finished run (metrics.jsonl + config; FLOPs from the analytic model)."""
+    """Measured numbers of a finished run (metrics.jsonl + config; FLOPs from the analytic
+    model)."""
     cfg = load_run_config(run_dir)
     train, evals, events = _dedupe(read_metrics(run_dir))
     start = next((e for e in events if e.get("event") == "start"), {})
@@ -61,12 +62,21 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     s2 = cfg.drop.stage2_start(cfg.train.steps)  # 0 when nothing drops
     cum = None  # random_ltd's schedule / ScTD's dense passes: per-step FLOPs, summed
     if cfg.drop.enabled and (cfg.drop.per_layer or cfg.drop.consistency_weight > 0):
-        cum = [0, *itertools.accumulate(dropping_step_flops(cfg.model, T, bs, cfg.drop, cfg.train.steps)[:s2])]
+        cum = [
+            0,
+            *itertools.accumulate(
+                dropping_step_flops(cfg.model, T, bs, cfg.drop, cfg.train.steps)[:s2]
+            ),
+        ]
 
-    logged = {r["step"]: r["flops"] for r in train + evals + events if "flops" in r}  # the run's own count
+    logged = {
+        r["step"]: r["flops"] for r in train + evals + events if "flops" in r
+    }  # the run's own count
 
     def cum_flops(step: float) -> float:
-        if step in logged:  # every step at its own length, batch and kept count (warm-ups, time budgets)
+        if (
+            step in logged
+        ):  # every step at its own length, batch and kept count (warm-ups, time budgets)
             return logged[step]
         if cum is not None:
             return cum[min(int(step), s2)] + f_dense * max(0.0, step - s2)
@@ -75,24 +85,57 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     ends = [e for e in events if e.get("event") == "end"]
     steps = max([r["step"] for r in train] + [0])
     wall = ends[-1]["wall_time"] if ends else (train[-1]["wall_time"] if train else 0.0)
-    tail = train[len(train) // 10:]
+    tail = train[len(train) // 10 :]
     tps = statistics.median([r["tokens_per_s"] for r in tail]) if tail else float("nan")
-    curve = [{"step": r["step"], "wall_time": r["wall_time"], "flops": cum_flops(r["step"]),
-              "eval_loss": r["eval_loss"], "eval_acc": r.get("eval_acc")} for r in evals]
+    curve = [
+        {
+            "step": r["step"],
+            "wall_time": r["wall_time"],
+            "flops": cum_flops(r["step"]),
+            "eval_loss": r["eval_loss"],
+            "eval_acc": r.get("eval_acc"),
+        }
+        for r in evals
+    ]
     final = curve[-1] if curve else {}
     metas = sorted((run_dir / "checkpoints").glob("step-*/meta.json"))
-    trained_at = (read_json(metas[-1], expect=None, default=None) or {}).get("git_revision") if metas else None
+    trained_at = (
+        (read_json(metas[-1], expect=None, default=None) or {}).get("git_revision")
+        if metas
+        else None
+    )
     init_s = sum(float(e.get("seconds", 0.0)) for e in events if e.get("event") == "init_done")
     return RunResult(
-        run_dir=str(run_dir), method=method, seed=seed, steps=steps, git_revision=trained_at, seq_len=T,
-        batch_size=bs, tokens=int(ends[-1].get("tokens", steps * bs * T)) if ends else steps * bs * T, wall_time_s=wall, tokens_per_s=tps,
-        flops_per_step={"dropping": f_drop, "dense": f_dense}, stage2_start=s2, total_flops=cum_flops(steps),
-        final_eval_loss=final.get("eval_loss", float("nan")), final_eval_acc=final.get("eval_acc", float("nan")),
-        curve=curve, params=start.get("params"), drop=dataclasses.asdict(cfg.drop),
-        model={"num_layers": cfg.model.num_layers, "hidden_size": cfg.model.hidden_size,
-               "num_heads": cfg.model.num_heads, "vocab_size": cfg.model.vocab_size},
-        init=cfg.model.init, init_sha256=cfg.model.init_sha256, init_s=init_s,
-        clock=cfg.train.budget_clock, unigram_entropy=start.get("unigram_entropy"))
+        run_dir=str(run_dir),
+        method=method,
+        seed=seed,
+        steps=steps,
+        git_revision=trained_at,
+        seq_len=T,
+        batch_size=bs,
+        tokens=int(ends[-1].get("tokens", steps * bs * T)) if ends else steps * bs * T,
+        wall_time_s=wall,
+        tokens_per_s=tps,
+        flops_per_step={"dropping": f_drop, "dense": f_dense},
+        stage2_start=s2,
+        total_flops=cum_flops(steps),
+        final_eval_loss=final.get("eval_loss", float("nan")),
+        final_eval_acc=final.get("eval_acc", float("nan")),
+        curve=curve,
+        params=start.get("params"),
+        drop=dataclasses.asdict(cfg.drop),
+        model={
+            "num_layers": cfg.model.num_layers,
+            "hidden_size": cfg.model.hidden_size,
+            "num_heads": cfg.model.num_heads,
+            "vocab_size": cfg.model.vocab_size,
+        },
+        init=cfg.model.init,
+        init_sha256=cfg.model.init_sha256,
+        init_s=init_s,
+        clock=cfg.train.budget_clock,
+        unigram_entropy=start.get("unigram_entropy"),
+    )
 
 
 def run_selection(run_dir: Path) -> list[dict[str, Any]]:
@@ -109,8 +152,15 @@ def run_selection(run_dir: Path) -> list[dict[str, Any]]:
     return trace
 
 
-def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob: float, eval_batches: int,
-             cache: Path) -> dict[str, Any]:
+def mlm_eval(
+    model_dir: Path,
+    packed: str,
+    seed: int,
+    batch_size: int,
+    mask_prob: float,
+    eval_batches: int,
+    cache: Path,
+) -> dict[str, Any]:
     """Held-out MLM loss of a model dir (a run's latest checkpoint, or a Hugging Face dir) on the
     *packed* split, with the batches and masks a packed run of ``seed`` evaluates on.  Cached in
     ``cache`` (keyed by checkpoint and data); ``fresh_head``: the model had no MLM head."""
@@ -120,39 +170,62 @@ def mlm_eval(model_dir: Path, packed: str, seed: int, batch_size: int, mask_prob
         return old
     model, info = load_pretrained(last or model_dir, BertForMaskedLM)
     pd = PreparedData.open(packed)
-    batches = MLMLoader(pd, split="eval", batch_size=batch_size, seed=seed, mask_prob=mask_prob, num_workers=0,
-                        shuffle=False, loop=False)
+    batches = MLMLoader(
+        pd,
+        split="eval",
+        batch_size=batch_size,
+        seed=seed,
+        mask_prob=mask_prob,
+        num_workers=0,
+        shuffle=False,
+        loop=False,
+    )
     with torch.no_grad():
         r = evaluate_mlm(model, batches, torch.device("cpu"), None, eval_batches)
-    r.update(checkpoint=last.name if last else "", data=str(packed),
-             fresh_head=any(k.startswith("mlm.") for k in info.get("fresh", [])))
+    r.update(
+        checkpoint=last.name if last else "",
+        data=str(packed),
+        fresh_head=any(k.startswith("mlm.") for k in info.get("fresh", [])),
+    )
     atomic_write_json(cache, r)
     return r
 
 
 def packed_split_eval(run_dir: Path, packed: str) -> dict[str, Any]:
-    """The final model's MLM loss on the *packed* held-out split, with the batches and masks a packed
-    run of the same seed evaluates on (for runs trained on other data: the unpacked baseline).
-    Cached in ``RUN_DIR/study-packed-eval.json`` (keyed by checkpoint and data)."""
+    """The final model's MLM loss on the *packed* held-out split, with the batches and masks a
+    packed run of the same seed evaluates on (for runs trained on other data: the unpacked
+    baseline). Cached in ``RUN_DIR/study-packed-eval.json`` (keyed by checkpoint and data)."""
     cfg = load_run_config(run_dir)
-    return mlm_eval(run_dir, packed, cfg.train.seed, cfg.train.micro_batch_size or cfg.train.batch_size,
-                    cfg.data.mask_prob_end, cfg.train.eval_batches, run_dir / "study-packed-eval.json")
+    return mlm_eval(
+        run_dir,
+        packed,
+        cfg.train.seed,
+        cfg.train.micro_batch_size or cfg.train.batch_size,
+        cfg.data.mask_prob_end,
+        cfg.train.eval_batches,
+        run_dir / "study-packed-eval.json",
+    )
 
 
 def reach_target(curve: list[dict[str, Any]], target: float) -> dict[str, float] | None:
-    """First point (linear interpolation between evals) where eval loss <= target: wall, FLOPs, step."""
+    """First point (linear interpolation between evals) where eval loss <= target: wall, FLOPs,
+    step."""
     prev = None
     for p in curve:
         if p["eval_loss"] <= target:
             if prev is None or prev["eval_loss"] == p["eval_loss"]:
                 return {k: float(p[k]) for k in ("wall_time", "flops", "step")}
             a = (prev["eval_loss"] - target) / (prev["eval_loss"] - p["eval_loss"])
-            return {k: float(prev[k] + a * (p[k] - prev[k])) for k in ("wall_time", "flops", "step")}
+            return {
+                k: float(prev[k] + a * (p[k] - prev[k])) for k in ("wall_time", "flops", "step")
+            }
         prev = p
     return None
 
 
-def _eval_columns(evaluation: EvalSummary | None, path: Path) -> tuple[dict[str, float], float | None] | None:
+def _eval_columns(
+    evaluation: EvalSummary | None, path: Path
+) -> tuple[dict[str, float], float | None] | None:
     ev = (evaluation.models if evaluation else {}).get(str(path.resolve()))
     if not ev:
         return None
@@ -162,16 +235,29 @@ def _eval_columns(evaluation: EvalSummary | None, path: Path) -> tuple[dict[str,
     return cols, ev.seconds
 
 
-def source_result(study: StudyConfig, source: Path, out: Path, evaluation: EvalSummary | None, packed: str | None,
-                  runs: list[RunSpec]) -> SourceResult:
+def source_result(
+    study: StudyConfig,
+    source: Path,
+    out: Path,
+    evaluation: EvalSummary | None,
+    packed: str | None,
+    runs: list[RunSpec],
+) -> SourceResult:
     """The source checkpoint's row: its suite columns and (when it has an MLM head) its held-out MLM
     loss on the packed split, with the first seed's batches and masks."""
     sha = next((r.cfg.model.init_sha256 for r in runs if r.cfg.model.init_sha256), "")
     res = SourceResult(label=study.source_label, path=str(source), sha256=sha)
     if packed and Path(packed).is_dir() and runs:
         c = runs[0].cfg
-        r = mlm_eval(source, packed, study.seeds[0], c.train.micro_batch_size or c.train.batch_size,
-                     c.data.mask_prob_end, c.train.eval_batches, out / "source-packed-eval.json")
+        r = mlm_eval(
+            source,
+            packed,
+            study.seeds[0],
+            c.train.micro_batch_size or c.train.batch_size,
+            c.data.mask_prob_end,
+            c.train.eval_batches,
+            out / "source-packed-eval.json",
+        )
         if r.get("fresh_head"):
             res.mlm_note = "the source has no MLM head, so its MLM loss is not defined"
         else:
@@ -182,9 +268,17 @@ def source_result(study: StudyConfig, source: Path, out: Path, evaluation: EvalS
     return res
 
 
-def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: EvalSummary | None,
-              state: dict[str, Any], packed: str | None = None, source: Path | None = None) -> StudyResults:
-    """Per run and per method (and the source's row): everything the tables, figures and report use."""
+def aggregate(
+    study: StudyConfig,
+    runs: list[RunSpec],
+    out: Path,
+    evaluation: EvalSummary | None,
+    state: dict[str, Any],
+    packed: str | None = None,
+    source: Path | None = None,
+) -> StudyResults:
+    """Per run and per method (and the source's row): everything the tables, figures and report
+    use."""
     per_run: dict[str, RunResult] = {}
     for spec in runs:
         rd = out / "runs" / spec.name
@@ -192,7 +286,8 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
             continue
         m = run_measurements(rd, spec.method.name, spec.seed)
         if spec.method.unpacked and packed and Path(packed).is_dir():
-            # its own eval split is the unpacked one: score it on the packed split the other runs use
+            # its own eval split is the unpacked one: score it on the packed split the other runs
+            # use
             pe = packed_split_eval(rd, packed)
             m.own_split_final_eval_loss = m.final_eval_loss
             m.final_eval_loss, m.final_eval_acc = pe["eval_loss"], pe["eval_acc"]
@@ -215,16 +310,27 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
         rs = [per_run[s.name] for s in specs]
 
         def stat(key: str) -> Stat:
-            return Stat.of([getattr(r, key) for r in rs])
+            return Stat.of([getattr(r, key) for r in rs])  # noqa: B023 (called in this iteration)
 
         ecols = sorted({k for r in rs for k in r.eval})
         methods[name] = MethodResult(
-            name=name, label=specs[0].method.label, group=specs[0].method.group, runs=[s.name for s in specs],
-            seeds=[r.seed for r in rs], final_eval_loss=stat("final_eval_loss"), final_eval_acc=stat("final_eval_acc"),
-            wall_time_s=stat("wall_time_s"), total_flops=stat("total_flops"), tokens_per_s=stat("tokens_per_s"),
-            steps=stat("steps"), elapsed_s=stat("elapsed_s"), cpu_s=stat("cpu_s"),
-            finetune_seconds=stat("finetune_seconds"), init_s=stat("init_s"),
-            eval={k: Stat.of([r.eval.get(k) for r in rs]) for k in ecols})
+            name=name,
+            label=specs[0].method.label,
+            group=specs[0].method.group,
+            runs=[s.name for s in specs],
+            seeds=[r.seed for r in rs],
+            final_eval_loss=stat("final_eval_loss"),
+            final_eval_acc=stat("final_eval_acc"),
+            wall_time_s=stat("wall_time_s"),
+            total_flops=stat("total_flops"),
+            tokens_per_s=stat("tokens_per_s"),
+            steps=stat("steps"),
+            elapsed_s=stat("elapsed_s"),
+            cpu_s=stat("cpu_s"),
+            finetune_seconds=stat("finetune_seconds"),
+            init_s=stat("init_s"),
+            eval={k: Stat.of([r.eval.get(k) for r in rs]) for k in ecols},
+        )
     base = methods.get(study.baseline_arm)
     target = base.final_eval_loss.mean if base else None
     if base:
@@ -238,7 +344,14 @@ def aggregate(study: StudyConfig, runs: list[RunSpec], out: Path, evaluation: Ev
             if r.to_target:
                 r.to_target.rel_wall = hit["wall_time"] / bw if bw else float("nan")
                 r.to_target.rel_flops = hit["flops"] / bf if bf else float("nan")
-    src = source_result(study, source, out, evaluation, packed, runs) if source is not None else None
-    return StudyResults(runs=per_run, methods=methods, target_eval_loss=target,
-                        order=[m for m in study.all_methods() if m in methods], source=src,
-                        baseline=study.baseline_arm)
+    src = (
+        source_result(study, source, out, evaluation, packed, runs) if source is not None else None
+    )
+    return StudyResults(
+        runs=per_run,
+        methods=methods,
+        target_eval_loss=target,
+        order=[m for m in study.all_methods() if m in methods],
+        source=src,
+        baseline=study.baseline_arm,
+    )

@@ -11,16 +11,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config import ConfigError, config_dir
-from tokendrop.lab.machine import cpu_model
-from tokendrop.lab.machine import loadavg as machine_loadavg
 import torch
+
+from tokendrop.config import config_dir
+from tokendrop.errors import ConfigError
+from tokendrop.lab.machine import cpu_model, loadavg as machine_loadavg
 from tokendrop.runs.checkpoint import git_revision
 from tokendrop.version import __version__
 
 
 class StudyError(ConfigError):
-    """A study that cannot go on as asked (changed config over an existing OUT, interrupted run, ...).
+    """A study that cannot go on as asked (changed config over an existing OUT, interrupted run,
+    ...).
 
     A ``ConfigError`` subclass so that the command line reports it as a one-line error."""
 
@@ -53,15 +55,23 @@ def resolve_path(p: str) -> Path:
 
 
 def resolve_out(p: str) -> Path:
-    """A path to write (docs_dir, source_cache): absolute as given, else under the working directory."""
+    """A path to write (docs_dir, source_cache): absolute as given, else under the working
+    directory."""
     q = Path(p).expanduser()
     return q if q.is_absolute() else Path.cwd() / q
 
 
 def hardware() -> dict[str, Any]:
-    hw = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-          "python": platform.python_version(), "platform": platform.platform(),
-          "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "tokendrop": __version__}
+    hw = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "tokendrop": __version__,
+    }
     try:
         hw["git_revision"] = git_revision()
     except Exception:  # noqa: BLE001

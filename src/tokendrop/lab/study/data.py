@@ -10,16 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokendrop.data import iter_documents, prepare, vocab_sha256
 from tokendrop.lab.study.common import StudyError, log, resolve_path
-from tokendrop.runs.files import atomic_write_json, read_json
 from tokendrop.lab.study.plan import StudyConfig, resolve_source  # noqa: F401 -- resolve_source: re-exported
+from tokendrop.lab.toydata import write_task_corpus, write_toy_glue, write_toy_squad
 from tokendrop.models.source import resolve_init_source
-from tokendrop.data import iter_documents
-from tokendrop.runs.files import atomic_file
-from tokendrop.data import vocab_sha256
-from tokendrop.data import prepare
-from tokendrop.lab.toydata import write_task_corpus
-from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
+from tokendrop.runs.files import atomic_file, atomic_write_json, read_json
 
 
 def source_tokenizer(source: Path) -> Path:
@@ -27,8 +23,11 @@ def source_tokenizer(source: Path) -> Path:
     tok = resolve_init_source(str(source)).tokenizer_dir
     if tok is not None:
         return Path(tok)
-    raise StudyError(f"study.source: {source} has no tokenizer (vocab.txt or tokenizer.json); the study tokenizes "
-                     "its data with it")
+    raise StudyError(
+        f"study.source: {source} has no tokenizer (vocab.txt or tokenizer.json); the study "
+        "tokenizes "
+        "its data with it"
+    )
 
 
 def _subset_corpus(sources: list[str], out: Path, max_bytes: int) -> dict[str, Any]:
@@ -52,27 +51,42 @@ def _subset_corpus(sources: list[str], out: Path, max_bytes: int) -> dict[str, A
 
 
 def data_fingerprint(study: StudyConfig, source: Path | None = None) -> dict[str, Any]:
-    """What the prepared data depends on.  With a source, ``vocab_sha256`` hashes its tokenizer files."""
+    """What the prepared data depends on.  With a source, ``vocab_sha256`` hashes its tokenizer
+    files."""
     vocab = ""
     if source is not None:
         tok = source_tokenizer(source)
         h = hashlib.sha256()
-        for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        for name in (
+            "tokenizer.json",
+            "vocab.txt",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+        ):
             if (tok / name).is_file():
                 h.update(name.encode() + b"\0" + (tok / name).read_bytes())
         vocab = h.hexdigest()
     elif study.vocab:
         vocab = vocab_sha256(resolve_path(study.vocab))
-    fp = {"corpus": [str(resolve_path(c)) for c in study.corpus], "corpus_max_bytes": study.corpus_max_bytes,
-          "toy_data": study.toy_data, "seq_len": study.seq_len, "vocab_sha256": vocab,
-          "vocab_size": study.vocab_size or (300 if study.toy_data and not study.vocab and source is None else 0),
-          "lowercase": study.lowercase, "eval_fraction": study.eval_fraction}
+    fp = {
+        "corpus": [str(resolve_path(c)) for c in study.corpus],
+        "corpus_max_bytes": study.corpus_max_bytes,
+        "toy_data": study.toy_data,
+        "seq_len": study.seq_len,
+        "vocab_sha256": vocab,
+        "vocab_size": study.vocab_size
+        or (300 if study.toy_data and not study.vocab and source is None else 0),
+        "lowercase": study.lowercase,
+        "eval_fraction": study.eval_fraction,
+    }
     if source is not None:
         fp["tokenizer"] = "source"
     return fp
 
 
-def prepare_data(study: StudyConfig, out: Path, need_unpacked: bool, source: Path | None = None) -> dict[str, Any]:
+def prepare_data(
+    study: StudyConfig, out: Path, need_unpacked: bool, source: Path | None = None
+) -> dict[str, Any]:
     """Corpus (subset) -> OUT/data/packed-T (+ unpacked-T); reused when the fingerprint matches.
     With a ``source`` the data is tokenized with the source's tokenizer."""
     ddir = out / "data"
@@ -82,9 +96,14 @@ def prepare_data(study: StudyConfig, out: Path, need_unpacked: bool, source: Pat
     old = read_json(stamp, expect=None, default=None) or {}
     if old.get("fingerprint") not in (None, fp):
         changed = [k for k in fp if old["fingerprint"].get(k) != fp[k]]
-        raise StudyError(f"{ddir}: prepared for a different study config ({', '.join(changed)} changed); "
-                         "use a new --out, or remove that directory to start over")
-    info: dict[str, Any] = {"fingerprint": fp, **{k: v for k, v in old.items() if k != "fingerprint"}}
+        raise StudyError(
+            f"{ddir}: prepared for a different study config ({', '.join(changed)} changed); "
+            "use a new --out, or remove that directory to start over"
+        )
+    info: dict[str, Any] = {
+        "fingerprint": fp,
+        **{k: v for k, v in old.items() if k != "fingerprint"},
+    }
     T = study.seq_len
     corpus: list[str]
     if study.toy_data:
@@ -101,40 +120,94 @@ def prepare_data(study: StudyConfig, out: Path, need_unpacked: bool, source: Pat
     elif study.corpus_max_bytes:
         cpath = ddir / "corpus-subset.txt"
         if not cpath.is_file() or "corpus" not in info:
-            log(f"writing a {study.corpus_max_bytes / 1e6:g} MB subset of {', '.join(study.corpus)} ...")
-            info["corpus"] = {"path": str(cpath), "sources": fp["corpus"],
-                              **_subset_corpus(fp["corpus"], cpath, study.corpus_max_bytes)}
+            log(
+                f"writing a {study.corpus_max_bytes / 1e6:g} MB subset of "
+                f"{', '.join(study.corpus)} ..."
+            )
+            info["corpus"] = {
+                "path": str(cpath),
+                "sources": fp["corpus"],
+                **_subset_corpus(fp["corpus"], cpath, study.corpus_max_bytes),
+            }
         corpus = [str(cpath)]
     else:
         corpus = fp["corpus"]
-        info["corpus"] = {"sources": corpus, "bytes": sum(Path(c).stat().st_size for c in corpus if Path(c).is_file())}
+        info["corpus"] = {
+            "sources": corpus,
+            "bytes": sum(Path(c).stat().st_size for c in corpus if Path(c).is_file()),
+        }
     workers = study.prepare_workers or (os.cpu_count() or 1)
     if source is not None:
         tok_kw: dict[str, Any] = {"tokenizer": str(source_tokenizer(source))}
         info["tokenizer"] = {"source": str(source), "dir": tok_kw["tokenizer"]}
     else:
         vocab = str(resolve_path(study.vocab)) if study.vocab else None
-        tok_kw = {"vocab": vocab, "vocab_size": None if vocab else (study.vocab_size or 300),
-                  "lowercase": study.lowercase}
+        tok_kw = {
+            "vocab": vocab,
+            "vocab_size": None if vocab else (study.vocab_size or 300),
+            "lowercase": study.lowercase,
+        }
     packed = ddir / f"packed-{T}"
     if not (packed / "meta.json").is_file():
         log(f"preparing {packed} (T={T}) ...")
         t0 = time.perf_counter()
-        s = prepare(corpus, packed, seq_len=T, packed=True, eval_fraction=study.eval_fraction, workers=workers,
-                    max_position_embeddings=max(512, T), progress=False, overwrite=packed.exists(), **tok_kw)
-        info["packed"] = {"path": str(packed), "seconds": time.perf_counter() - t0,
-                          **{k: s[k] for k in ("vocab_size", "documents", "tokens", "train_sequences", "eval_sequences")}}
+        s = prepare(
+            corpus,
+            packed,
+            seq_len=T,
+            packed=True,
+            eval_fraction=study.eval_fraction,
+            workers=workers,
+            max_position_embeddings=max(512, T),
+            progress=False,
+            overwrite=packed.exists(),
+            **tok_kw,
+        )
+        info["packed"] = {
+            "path": str(packed),
+            "seconds": time.perf_counter() - t0,
+            **{
+                k: s[k]
+                for k in ("vocab_size", "documents", "tokens", "train_sequences", "eval_sequences")
+            },
+        }
     info.setdefault("packed", {"path": str(packed)})
     unpacked = ddir / f"unpacked-{T}"
     if need_unpacked and not (unpacked / "meta.json").is_file():
         log(f"preparing {unpacked} (T={T}, one document segment per sequence) ...")
         t0 = time.perf_counter()
-        un_kw = tok_kw if source is not None else {"vocab": packed / "vocab.txt", "lowercase": study.lowercase}
-        s = prepare(corpus, unpacked, seq_len=T, packed=False, eval_fraction=study.eval_fraction, workers=workers,
-                    max_position_embeddings=max(512, T), progress=False, overwrite=unpacked.exists(), **un_kw)
-        info["unpacked"] = {"path": str(unpacked), "seconds": time.perf_counter() - t0,
-                            **{k: s[k] for k in ("documents", "tokens", "train_sequences", "eval_sequences",
-                                                 "split_documents", "truncated_documents")}}
+        un_kw = (
+            tok_kw
+            if source is not None
+            else {"vocab": packed / "vocab.txt", "lowercase": study.lowercase}
+        )
+        s = prepare(
+            corpus,
+            unpacked,
+            seq_len=T,
+            packed=False,
+            eval_fraction=study.eval_fraction,
+            workers=workers,
+            max_position_embeddings=max(512, T),
+            progress=False,
+            overwrite=unpacked.exists(),
+            **un_kw,
+        )
+        info["unpacked"] = {
+            "path": str(unpacked),
+            "seconds": time.perf_counter() - t0,
+            **{
+                k: s[k]
+                for k in (
+                    "documents",
+                    "tokens",
+                    "train_sequences",
+                    "eval_sequences",
+                    "split_documents",
+                    "truncated_documents",
+                )
+            },
+        }
     if (unpacked / "meta.json").is_file():
         info.setdefault("unpacked", {"path": str(unpacked)})
     atomic_write_json(stamp, info)

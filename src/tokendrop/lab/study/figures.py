@@ -8,14 +8,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tokendrop.runs.plotting import pyplot, save_figure
+from tokendrop.lab.inspect import InspectError, inspect_run
 from tokendrop.lab.study.common import isnum, log
-from tokendrop.runs.files import read_json
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import StudyResults
 from tokendrop.lab.study.tables import time_word
-from tokendrop.lab.inspect import InspectError, inspect_run
-from tokendrop.runs.files import atomic_file
+from tokendrop.runs.files import atomic_file, read_json
+from tokendrop.runs.plotting import pyplot, save_figure
 
 
 def plot_curves(res: StudyResults, out: Path) -> list[Path]:
@@ -24,26 +23,42 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
     cmap = plt.get_cmap("tab20")
     paths = []
     clock = "process CPU time" if time_word(res) == "CPU time" else "wall-clock"
-    for xkey, xlabel, fname in (("wall_time", f"pretraining {clock} (s, training steps only)",
-                                 "mlm-loss-vs-wall.png"),
-                                ("flops", "pretraining FLOPs (analytic, cumulative)", "mlm-loss-vs-flops.png")):
+    for xkey, xlabel, fname in (
+        ("wall_time", f"pretraining {clock} (s, training steps only)", "mlm-loss-vs-wall.png"),
+        ("flops", "pretraining FLOPs (analytic, cumulative)", "mlm-loss-vs-flops.png"),
+    ):
         fig, axes = plt.subplots(1, 2, figsize=(15, 5.2))
         finals = []
         for i, n in enumerate(names):
             d = res.methods[n]
-            color = cmap((2 * i) % 20 + (2 * i) // 20 % 2)  # the 10 dark hues first, then the light ones
+            color = cmap(
+                (2 * i) % 20 + (2 * i) // 20 % 2
+            )  # the 10 dark hues first, then the light ones
             for j, rname in enumerate(d.runs):
                 c = res.runs[rname].curve
                 xs, ys = [p[xkey] for p in c], [p["eval_loss"] for p in c]
-                finals += ys[len(ys) // 2:]
+                finals += ys[len(ys) // 2 :]
                 for ax in axes:
                     own = " (its own, unpacked eval split)" if res.runs[rname].curve_split else ""
-                    ax.plot(xs, ys, color=color, ls="-" if j == 0 else (0, (4, 2 + j)), lw=1.4, marker=".",
-                            label=d.label + own if j == 0 else None)
+                    ax.plot(
+                        xs,
+                        ys,
+                        color=color,
+                        ls="-" if j == 0 else (0, (4, 2 + j)),
+                        lw=1.4,
+                        marker=".",
+                        label=d.label + own if j == 0 else None,
+                    )
         src = res.source
         if src is not None and isnum(src.final_eval_loss):
             for ax in axes:
-                ax.axhline(src.final_eval_loss, color="0.5", lw=0.8, ls="--", label=src.label if ax is axes[0] else None)
+                ax.axhline(
+                    src.final_eval_loss,
+                    color="0.5",
+                    lw=0.8,
+                    ls="--",
+                    label=src.label if ax is axes[0] else None,
+                )
         for ax in axes:
             ax.set_xlabel(xlabel)
             ax.set_ylabel("held-out MLM loss (full model)")
@@ -61,10 +76,20 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
             for ax in axes:
                 ax.axhline(t, color="k", lw=0.8, ls=":")
         handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8,
-                   bbox_to_anchor=(0.5, -0.02 - 0.035 * math.ceil(len(labels) / 4)))
-        fig.suptitle("Held-out MLM loss vs " + ("wall-clock" if xkey == "wall_time" else "FLOPs")
-                     + f" (seed 0 solid, other seeds dashed; dotted line: {res.reference()}'s final loss)", fontsize=11)
+        fig.legend(
+            handles,
+            labels,
+            loc="lower center",
+            ncol=min(4, max(1, len(labels))),
+            fontsize=8,
+            bbox_to_anchor=(0.5, -0.02 - 0.035 * math.ceil(len(labels) / 4)),
+        )
+        fig.suptitle(
+            "Held-out MLM loss vs "
+            + ("wall-clock" if xkey == "wall_time" else "FLOPs")
+            + f" (seed 0 solid, other seeds dashed; dotted line: {res.reference()}'s final loss)",
+            fontsize=11,
+        )
         fig.tight_layout()
         p = out / "figures" / fname
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -74,21 +99,31 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
 
 
 def inspect_figures(study: StudyConfig, res: StudyResults, out: Path) -> dict[str, Any] | None:
-    """``inspect_run`` of the inspected method's first finished seed; Figures 1 and 3 copied to figures/."""
+    """``inspect_run`` of the inspected method's first finished seed; Figures 1 and 3 copied to
+    figures/."""
     d = res.methods.get(study.inspect_method)
     if not d:
         return None
     rname = d.runs[0]
     rd = out / "runs" / rname
     try:
-        ins = inspect_run(rd, out / "inspect" / rname, num_examples=study.num_examples, overwrite=True)
+        ins = inspect_run(
+            rd, out / "inspect" / rname, num_examples=study.num_examples, overwrite=True
+        )
     except InspectError as e:
         log(f"figures 1 and 3 skipped: {e}")
         return {"run": rname, "error": str(e)}
     figs = out / "figures"
-    for src, dst in (("importance-hist.png", "fig3-importance-hist.png"), ("examples.png", "fig1-examples.png"),
-                     ("examples.html", "fig1-examples.html")):
+    for src, dst in (
+        ("importance-hist.png", "fig3-importance-hist.png"),
+        ("examples.png", "fig1-examples.png"),
+        ("examples.html", "fig1-examples.html"),
+    ):
         with atomic_file(figs / dst) as tmp:
             shutil.copyfile(ins / src, tmp)
-    return {"run": rname, "dir": str(ins), "summary": read_json(ins / "summary.json", expect=None, default=None),
-            "tokens": read_json(ins / "tokens.json", expect=None, default=None)}
+    return {
+        "run": rname,
+        "dir": str(ins),
+        "summary": read_json(ins / "summary.json", expect=None, default=None),
+        "tokens": read_json(ins / "tokens.json", expect=None, default=None),
+    }

@@ -14,11 +14,18 @@ from tokendrop.lab.study.records import Stat, StudyResults
 PAPER_TIME_SAVING = 0.25  # the paper: ~25% less pretraining time at 50% dropping
 
 
-def verdict(diff: float, base: float | None, other: float | None = None, higher_better: bool = True,
-            unit: str = "", label: str = "the method", ref: str = "the baseline") -> str:
-    """Words for a difference (method - baseline), judged against each side's own seed-to-seed spread
-    (max - min over seeds): ``base`` the baseline's, ``other`` the method's (None: one seed); ``ref``
-    names the baseline (the study's reference arm).
+def verdict(
+    diff: float,
+    base: float | None,
+    other: float | None = None,
+    higher_better: bool = True,
+    unit: str = "",
+    label: str = "the method",
+    ref: str = "the baseline",
+) -> str:
+    """Words for a difference (method - baseline), judged against each side's own seed-to-seed
+    spread (max - min over seeds): ``base`` the baseline's, ``other`` the method's (None: one seed);
+    ``ref`` names the baseline (the study's reference arm).
 
     Within both spreads: not distinguishable; beyond both: better/worse; beyond one only: the two
     seeds of each cannot tell them apart, and the sentence says whose spread is which."""
@@ -26,24 +33,34 @@ def verdict(diff: float, base: float | None, other: float | None = None, higher_
     side = "better" if good > 0 else "worse" if good < 0 else "equal"
     spreads = [(w, x) for w, x in ((f"{ref}'s", base), (f"{label}'s", other)) if x is not None]
     if not spreads:
-        return ("better than" if good > 0 else "worse than" if good < 0 else "equal to") + \
-            f" {ref} (one seed: no seed-to-seed spread to judge the difference against)"
+        return (
+            "better than" if good > 0 else "worse than" if good < 0 else "equal to"
+        ) + f" {ref} (one seed: no seed-to-seed spread to judge the difference against)"
     named = ", ".join(f"{w} {x:.3g}{unit}" for w, x in spreads)
     inside = [abs(diff) <= x for _, x in spreads]
     if all(inside):
         return f"within the seed-to-seed spread of each ({named}): not distinguishable from {ref}"
     if not any(inside):
         return f"{side} than {ref} by more than either seed-to-seed spread ({named})"
-    return (f"{side} than {ref} beyond one seed-to-seed spread but within the other ({named}): "
-            "these seeds cannot tell the two apart")
+    return (
+        f"{side} than {ref} beyond one seed-to-seed spread but within the other ({named}): "
+        "these seeds cannot tell the two apart"
+    )
 
 
 def spread(stat: Stat | None) -> float | None:
     return stat.spread() if stat is not None else None
 
 
-def judge(diff: float, method: Stat | None, base: Stat | None, higher_better: bool, unit: str = "",
-          label: str = "the method", ref: str = "the baseline") -> str:
+def judge(
+    diff: float,
+    method: Stat | None,
+    base: Stat | None,
+    higher_better: bool,
+    unit: str = "",
+    label: str = "the method",
+    ref: str = "the baseline",
+) -> str:
     """:func:`verdict` with the spreads of the method's and the baseline's per-seed values."""
     return verdict(diff, spread(base), spread(method), higher_better, unit, label, ref)
 
@@ -63,7 +80,7 @@ def _downstream(res: StudyResults, n: str) -> Stat | None:
 def equal_time(study: StudyConfig | None) -> bool:
     """Every run trained for the same time budget (``train.time_budget`` among the base overrides):
     the study compares quality at equal time, and time is saved only on the way to a loss."""
-    for o in (study.base_overrides if study is not None else []):
+    for o in study.base_overrides if study is not None else []:
         key, _, value = o.partition("=")
         if key.strip() == "train.time_budget" and value.strip().strip("'\"") not in ("", "0"):
             return True
@@ -75,14 +92,21 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
     if res.baseline not in res.methods:
         return [f"No finished {res.baseline} run, so nothing can be compared with it."]
     out: list[str] = []
-    full = [n for n in ("token-drop", "token-drop-stage2") if n in res.methods and n != res.baseline]
+    full = [
+        n for n in ("token-drop", "token-drop-stage2") if n in res.methods and n != res.baseline
+    ]
     for n in full:
         out += _against_the_baseline(res, n, equal_time(study))
     out += _reference_to_target(res)
     # every other arm in a sentence: the recipe/schedule arms, and with another reference arm than
     # the plain baseline, every arm but that reference (the plain baseline included)
-    out += [_arm(res, n) for n in res.order if n != res.baseline and n not in full
-            and (res.methods[n].group in ("recipe", "schedule") or res.baseline != "baseline")]
+    out += [
+        _arm(res, n)
+        for n in res.order
+        if n != res.baseline
+        and n not in full
+        and (res.methods[n].group in ("recipe", "schedule") or res.baseline != "baseline")
+    ]
     out += _methods_that_fell_short(res)
     out += _selection_ablation(res)
     out += _stage2_and_variants(res)
@@ -97,137 +121,206 @@ def _mloss(res: StudyResults, n: str) -> float:
 
 
 def _per_seed_to_target(res: StudyResults, n: str) -> str:
-    """Each seed's time to the reference's final loss, relative to the reference's mean wall time."""
+    """Each seed's time to the reference's final loss, relative to the reference's mean wall
+    time."""
     hits = [res.runs[r].to_target for r in res.methods[n].runs]
-    return "per seed: " + ", ".join(f"{100 * h.rel_wall:.1f}%" if h else "not reached" for h in hits)
+    return "per seed: " + ", ".join(
+        f"{100 * h.rel_wall:.1f}%" if h else "not reached" for h in hits
+    )
 
 
 def _reference_to_target(res: StudyResults) -> list[str]:
-    """How early the reference arm's own seeds reach the mean of their final losses: the seed-to-seed
-    spread that the other arms' times to that loss are judged against."""
+    """How early the reference arm's own seeds reach the mean of their final losses: the
+    seed-to-seed spread that the other arms' times to that loss are judged against."""
     b = res.methods[res.baseline]
     hits = [res.runs[r].to_target for r in b.runs]
     if len(hits) < 2 or not isnum(res.target_eval_loss):
         return []
     ref = res.reference()
-    return [f"Time to {ref}'s final MLM loss ({res.target_eval_loss:.4f}, the mean over its seeds): its own seeds "
-            f"reach it in {sum(1 for h in hits if h)} of {len(hits)} ({_per_seed_to_target(res, res.baseline)} of "
-            "its mean wall time), which is how far the time to that loss varies from seed to seed; an arm saves "
-            "time beyond that only where it reaches the loss earlier than these."]
+    return [
+        f"Time to {ref}'s final MLM loss ({res.target_eval_loss:.4f}, the mean over its seeds): "
+        "its own seeds "
+        f"reach it in {sum(1 for h in hits if h)} of {len(hits)} "
+        f"({_per_seed_to_target(res, res.baseline)} of "
+        "its mean wall time), which is how far the time to that loss varies from seed to seed; an "
+        "arm saves "
+        "time beyond that only where it reaches the loss earlier than these."
+    ]
 
 
 def _against_the_baseline(res: StudyResults, n: str, same_time: bool = False) -> list[str]:
-    """Time, held-out MLM loss, downstream score and time to the reference arm's loss of method ``n``."""
+    """Time, held-out MLM loss, downstream score and time to the reference arm's loss of method
+    ``n``."""
     ref, R = res.baseline, res.reference()
     M, b, d = res.methods, res.methods[ref], res.methods[n]
     bn = "baseline" if ref == "baseline" else b.label
     mloss = lambda m: _mloss(res, m)  # noqa: E731
     if same_time:
-        out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs {R}'s {b.wall_time_s.mean:.0f} s: "
-               f"the same time budget, so this study compares quality at equal time (time saved is the time to "
-               f"{R}'s loss, below); in it {d.label} took {d.steps.mean:g} steps to {R}'s "
-               f"{b.steps.mean:g} ({100 * d.rel_flops:.1f}% of its analytic FLOPs)."]
+        out = [
+            f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs {R}'s "
+            f"{b.wall_time_s.mean:.0f} s: "
+            "the same time budget, so this study compares quality at equal time (time saved is "
+            "the time to "
+            f"{R}'s loss, below); in it {d.label} took {d.steps.mean:g} steps to {R}'s "
+            f"{b.steps.mean:g} ({100 * d.rel_flops:.1f}% of its analytic FLOPs)."
+        ]
     else:
-        out = [f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs {R}'s "
-               f"{b.wall_time_s.mean:.0f} s: {100 * d.rel_wall:.1f}% of {R}'s wall time "
-               f"({abs(100 * (1 - d.rel_wall)):.1f}% {'less' if d.rel_wall <= 1 else 'more'}) and "
-               f"{100 * d.rel_flops:.1f}% of its analytic FLOPs "
-               f"(the paper reports a 25% pretraining-time reduction for BERT-base/large)."]
+        out = [
+            f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs {R}'s "
+            f"{b.wall_time_s.mean:.0f} s: {100 * d.rel_wall:.1f}% of {R}'s wall time "
+            f"({abs(100 * (1 - d.rel_wall)):.1f}% {'less' if d.rel_wall <= 1 else 'more'}) and "
+            f"{100 * d.rel_flops:.1f}% of its analytic FLOPs "
+            f"(the paper reports a 25% pretraining-time reduction for BERT-base/large)."
+        ]
     if d.init_s.mean > 0 or b.init_s.mean > 0:
         tot = (d.wall_time_s.mean + d.init_s.mean) / (b.wall_time_s.mean + b.init_s.mean)
-        out.append(f"Before its first step {d.label} spent {d.init_s.mean:.0f} s ({R} {b.init_s.mean:.0f} s) "
-                   "loading the source, warming up a new MLM head and filling the importance vector, outside the "
-                   f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of {R}'s time.")
+        out.append(
+            f"Before its first step {d.label} spent {d.init_s.mean:.0f} s ({R} {b.init_s.mean:.0f} "
+            "s) "
+            "loading the source, warming up a new MLM head and filling the importance vector, "
+            "outside the "
+            f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of {R}'s time."
+        )
     diff = mloss(n) - mloss(ref)
-    out.append(f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs {bn} {mloss(ref):.4f}, a difference "
-               f"of {diff:+.4f}; it is {judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label, ref=R)}.")
+    out.append(
+        f"Held-out MLM loss: {d.label} {mloss(n):.4f} vs {bn} {mloss(ref):.4f}, a difference "
+        f"of {diff:+.4f}; it is "
+        f"{judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label, ref=R)}."
+    )
     if "baseline-75" in M:
         d75 = mloss(n) - mloss("baseline-75")
-        out.append(f"Against the equal-compute control, baseline (75%) ({mloss('baseline-75'):.4f}, "
-                   f"{100 * M['baseline-75'].rel_wall:.1f}% of {R}'s wall time): {d.label} is "
-                   f"{'lower' if d75 < 0 else 'higher'} by {abs(d75):.4f}.")
+        out.append(
+            f"Against the equal-compute control, baseline (75%) ({mloss('baseline-75'):.4f}, "
+            f"{100 * M['baseline-75'].rel_wall:.1f}% of {R}'s wall time): {d.label} is "
+            f"{'lower' if d75 < 0 else 'higher'} by {abs(d75):.4f}."
+        )
     ds, bs = _downstream(res, n), _downstream(res, ref)
     if ds and bs:
         diff = ds.mean - bs.mean
-        out.append(f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs {bn} "
-                   f"{bs.mean:.2f}, a difference of {diff:+.2f} points; it is "
-                   f"{judge(diff, ds, bs, True, ' points', d.label, R)}.")
+        out.append(
+            f"Average downstream score (stand-in tasks): {d.label} {ds.mean:.2f} vs {bn} "
+            f"{bs.mean:.2f}, a difference of {diff:+.2f} points; it is "
+            f"{judge(diff, ds, bs, True, ' points', d.label, R)}."
+        )
         c = _downstream(res, "baseline-75") if "baseline-75" in M else None
         if c:
-            out.append(f"Against baseline (75%) ({c.mean:.2f}) the difference is {ds.mean - c.mean:+.2f} points.")
+            out.append(
+                f"Against baseline (75%) ({c.mean:.2f}) the difference is {ds.mean - c.mean:+.2f} "
+                "points."
+            )
     hits = [res.runs[r].to_target for r in d.runs]
     ok = [h for h in hits if h]
     if ok:
-        out.append(f"{d.label} reached {R}'s final MLM loss ({res.target_eval_loss:.4f}) in "
-                   f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of {R}'s "
-                   f"wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs; "
-                   f"{_per_seed_to_target(res, n)}).")
+        out.append(
+            f"{d.label} reached {R}'s final MLM loss ({res.target_eval_loss:.4f}) in "
+            f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of "
+            f"{R}'s "
+            f"wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs; "
+            f"{_per_seed_to_target(res, n)})."
+        )
     else:
-        out.append(f"{d.label} did not reach {R}'s final MLM loss ({res.target_eval_loss:.4f}) "
-                   f"within its steps (its final: {mloss(n):.4f}).")
+        out.append(
+            f"{d.label} did not reach {R}'s final MLM loss ({res.target_eval_loss:.4f}) "
+            f"within its steps (its final: {mloss(n):.4f})."
+        )
     return out
 
 
 def _arm(res: StudyResults, n: str) -> str:
-    """One arm against the reference arm: held-out MLM loss, downstream, time to its loss (per seed)."""
+    """One arm against the reference arm: held-out MLM loss, downstream, time to its loss (per
+    seed)."""
     ref, R = res.baseline, res.reference()
     b, d = res.methods[ref], res.methods[n]
     diff = _mloss(res, n) - _mloss(res, ref)
-    s = (f"**{d.label}** ({d.steps.mean:g} steps, {100 * d.rel_flops:.1f}% of {R}'s FLOPs): held-out MLM "
-         f"loss {_mloss(res, n):.4f}, {diff:+.4f}: "
-         f"{judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label, ref=R)}")
+    s = (
+        f"**{d.label}** ({d.steps.mean:g} steps, {100 * d.rel_flops:.1f}% of {R}'s FLOPs): "
+        "held-out MLM "
+        f"loss {_mloss(res, n):.4f}, {diff:+.4f}: "
+        f"{judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label, ref=R)}"
+    )
     ds, bs = _downstream(res, n), _downstream(res, ref)
     if ds and bs:
-        s += (f"; average downstream {ds.mean:.2f}, {ds.mean - bs.mean:+.2f} points: "
-              f"{judge(ds.mean - bs.mean, ds, bs, True, ' points', d.label, R)}")
+        s += (
+            f"; average downstream {ds.mean:.2f}, {ds.mean - bs.mean:+.2f} points: "
+            f"{judge(ds.mean - bs.mean, ds, bs, True, ' points', d.label, R)}"
+        )
     ok = [h for h in (res.runs[r].to_target for r in d.runs) if h]
-    s += (f"; reached {R}'s final MLM loss in {len(ok)} of {len(d.runs)} seeds, after "
-          f"{100 * mean([h.rel_wall for h in ok]):.1f}% of {R}'s wall time ({_per_seed_to_target(res, n)})." if ok
-          else f"; did not reach {R}'s final MLM loss.")
+    s += (
+        f"; reached {R}'s final MLM loss in {len(ok)} of {len(d.runs)} seeds, after "
+        f"{100 * mean([h.rel_wall for h in ok]):.1f}% of {R}'s wall time "
+        f"({_per_seed_to_target(res, n)})."
+        if ok
+        else f"; did not reach {R}'s final MLM loss."
+    )
     return s
 
 
 def _methods_that_fell_short(res: StudyResults) -> list[str]:
-    """Every dropping method against the baseline: which fell short by more than both seed spreads."""
+    """Every dropping method against the baseline: which fell short by more than both seed
+    spreads."""
     ref, M = res.baseline, res.methods
     b = M[ref]
     rows = []
     for n in res.order:
-        if n == ref or not M[n].group or M[n].group in ("baseline", "schedule"):  # schedule: dense arms
+        if (
+            n == ref or not M[n].group or M[n].group in ("baseline", "schedule")
+        ):  # schedule: dense arms
             continue
         ds, bs = _downstream(res, n), _downstream(res, ref)
         if ds and bs:
-            diff, short, what = ds.mean - bs.mean, beyond_noise(ds.mean - bs.mean, ds, bs, True), "avg. downstream"
+            diff, short, what = (
+                ds.mean - bs.mean,
+                beyond_noise(ds.mean - bs.mean, ds, bs, True),
+                "avg. downstream",
+            )
         else:
             diff = _mloss(res, n) - _mloss(res, ref)
-            short, what = beyond_noise(diff, M[n].final_eval_loss, b.final_eval_loss, False), "MLM loss"
+            short, what = (
+                beyond_noise(diff, M[n].final_eval_loss, b.final_eval_loss, False),
+                "MLM loss",
+            )
         rows.append((M[n].label, diff, short, what))
     if not rows:
         return []
     fell = [f"{lab} ({what} {diff:+.3g})" for lab, diff, short, what in rows if short]
-    return [f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat {res.reference()} "
-            f"or were not distinguishable from it (within either seed spread, where there is one) and {len(fell)} "
-            "fell short by more than both seed spreads" + (": " + "; ".join(fell) + "." if fell else ".")]
+    return [
+        f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat "
+        f"{res.reference()} "
+        "or were not distinguishable from it (within either seed spread, where there is one) and "
+        f"{len(fell)} "
+        "fell short by more than both seed spreads"
+        + (": " + "; ".join(fell) + "." if fell else ".")
+    ]
 
 
 def _selection_ablation(res: StudyResults) -> list[str]:
     """Which tokens to drop: cumulative vs the alternatives (all + stage-2, as in the paper)."""
     M = res.methods
-    sel = [n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M]
+    sel = [
+        n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M
+    ]
     if len(sel) < 2:
         return []
     by_loss = sorted(sel, key=lambda n: _mloss(res, n))
     txt = ", ".join(f"{M[n].label} {_mloss(res, n):.4f}" for n in by_loss)
-    out = [f"Selection ablation (all with stage-2), ranked by held-out MLM loss: {txt}. Cumulative-loss "
-           f"selection ranks {by_loss.index('token-drop-stage2') + 1 if 'token-drop-stage2' in sel else '–'} "
-           f"of {len(sel)} (the paper found cumulative-loss selection better than frequency-based and random "
-           "dropping, and adding randomness unhelpful)."]
+    out = [
+        f"Selection ablation (all with stage-2), ranked by held-out MLM loss: {txt}. "
+        "Cumulative-loss "
+        "selection ranks "
+        f"{by_loss.index('token-drop-stage2') + 1 if 'token-drop-stage2' in sel else '–'} "
+        f"of {len(sel)} (the paper found cumulative-loss selection better than frequency-based and "
+        "random "
+        "dropping, and adding randomness unhelpful)."
+    ]
     ev = [n for n in sel if _downstream(res, n)]
     if len(ev) >= 2 and "token-drop-stage2" in ev:
         by_ds = sorted(ev, key=lambda n: -_downstream(res, n).mean)
-        out.append("By average downstream score: " + ", ".join(f"{M[n].label} {_downstream(res, n).mean:.2f}"
-                                                               for n in by_ds)
-                   + f"; cumulative-loss selection ranks {by_ds.index('token-drop-stage2') + 1} of {len(ev)}.")
+        out.append(
+            "By average downstream score: "
+            + ", ".join(f"{M[n].label} {_downstream(res, n).mean:.2f}" for n in by_ds)
+            + f"; cumulative-loss selection ranks {by_ds.index('token-drop-stage2') + 1} of "
+            f"{len(ev)}."
+        )
     return out
 
 
@@ -236,32 +329,48 @@ def _stage2_and_variants(res: StudyResults) -> list[str]:
     mloss = lambda m: _mloss(res, m)  # noqa: E731
     if "token-drop" in M and "token-drop-stage2" in M:
         diff = mloss("token-drop-stage2") - mloss("token-drop")
-        out.append(f"Stage-2: token drop + stage-2 {mloss('token-drop-stage2'):.4f} vs token drop {mloss('token-drop'):.4f} "
-                   f"held-out MLM loss ({diff:+.4f}; the full-model evaluation favours stage-2, which ends with dense "
-                   "steps). The paper found stage-2 unnecessary downstream.")
+        out.append(
+            f"Stage-2: token drop + stage-2 {mloss('token-drop-stage2'):.4f} vs token drop "
+            f"{mloss('token-drop'):.4f} "
+            f"held-out MLM loss ({diff:+.4f}; the full-model evaluation favours stage-2, which "
+            "ends with dense "
+            "steps). The paper found stage-2 unnecessary downstream."
+        )
     var = [n for n in ("pass-stage2", "avg-stage2", "layer-rearranged-stage2") if n in M]
     if var and "token-drop-stage2" in M:
-        out.append("Variants vs token drop + stage-2 (held-out MLM loss, wall time rel. to baseline): "
-                   + "; ".join(f"{M[n].label} {mloss(n):.4f} ({mloss(n) - mloss('token-drop-stage2'):+.4f}), "
-                               f"{100 * M[n].rel_wall:.1f}%" for n in var)
-                   + f"; token drop + stage-2 {mloss('token-drop-stage2'):.4f}, {100 * M['token-drop-stage2'].rel_wall:.1f}%.")
+        out.append(
+            "Variants vs token drop + stage-2 (held-out MLM loss, wall time rel. to baseline): "
+            + "; ".join(
+                f"{M[n].label} {mloss(n):.4f} ({mloss(n) - mloss('token-drop-stage2'):+.4f}), "
+                f"{100 * M[n].rel_wall:.1f}%"
+                for n in var
+            )
+            + f"; token drop + stage-2 {mloss('token-drop-stage2'):.4f}, "
+            f"{100 * M['token-drop-stage2'].rel_wall:.1f}%."
+        )
     return out
 
 
 def _rate_sweep(res: StudyResults, study: StudyConfig) -> list[str]:
     M = res.methods
-    sweep = [(r, sweep_method(r).name) for r in sorted(study.drop_rates) if sweep_method(r).name in M]
+    sweep = [
+        (r, sweep_method(r).name) for r in sorted(study.drop_rates) if sweep_method(r).name in M
+    ]
     if len(sweep) < 2:
         return []
     best_l = min(sweep, key=lambda rn: _mloss(res, rn[1]))
-    txt = ", ".join(f"{pct(r)}%: {_mloss(res, n):.4f} at {100 * M[n].rel_wall:.0f}% time" for r, n in sweep)
+    txt = ", ".join(
+        f"{pct(r)}%: {_mloss(res, n):.4f} at {100 * M[n].rel_wall:.0f}% time" for r, n in sweep
+    )
     out = [f"Drop-rate sweep, held-out MLM loss: {txt}. Lowest loss at {pct(best_l[0])}%."]
     ev2 = [(r, n) for r, n in sweep if _downstream(res, n)]
     if len(ev2) >= 2:
         best_d = max(ev2, key=lambda rn: _downstream(res, rn[1]).mean)
-        out.append("Average downstream score by rate: " + ", ".join(f"{pct(r)}%: {_downstream(res, n).mean:.2f}"
-                                                                    for r, n in ev2)
-                   + f"; best at {pct(best_d[0])}% (the paper: 50% best, more than 62.5% worse).")
+        out.append(
+            "Average downstream score by rate: "
+            + ", ".join(f"{pct(r)}%: {_downstream(res, n).mean:.2f}" for r, n in ev2)
+            + f"; best at {pct(best_d[0])}% (the paper: 50% best, more than 62.5% worse)."
+        )
     return out
 
 
@@ -275,9 +384,13 @@ def _timing_caveat(res: StudyResults) -> list[str]:
     busy = [ld for ld in loads if ld and peak(ld) > cores + 0.5]
     if not busy:
         return []
-    return [f"Timing caveat: for {len(busy)} of {len(loads)} runs the 1-minute load average exceeded the "
-            f"{cores} cores (max {max(peak(ld) for ld in busy):.1f}) at the start or end of the run: other "
-            "work shared the machine, so wall times are noisier than the FLOP ratios."]
+    return [
+        f"Timing caveat: for {len(busy)} of {len(loads)} runs the 1-minute load average exceeded "
+        "the "
+        f"{cores} cores (max {max(peak(ld) for ld in busy):.1f}) at the start or end of the run: "
+        "other "
+        "work shared the machine, so wall times are noisier than the FLOP ratios."
+    ]
 
 
 def source_findings(res: StudyResults) -> list[str]:
@@ -295,14 +408,28 @@ def source_findings(res: StudyResults) -> list[str]:
         if ds and isnum(sd):
             diff = ds.mean - sd
             sp = spread(ds)
-            judged = ("within the seeds' spread" if sp is not None and abs(diff) <= sp
-                      else "above it" if diff > 0 else "below it" if diff < 0 else "equal to it")
-            out.append(f"Continuing the source ({src.label}, average downstream {sd:.2f}): {d.label} scores "
-                       f"{ds.mean:.2f}, {diff:+.2f} points" + (f" (its seeds spread {sp:.2f}), {judged}" if sp is not None
-                                                               else f", {judged}") + ".")
+            judged = (
+                "within the seeds' spread"
+                if sp is not None and abs(diff) <= sp
+                else "above it"
+                if diff > 0
+                else "below it"
+                if diff < 0
+                else "equal to it"
+            )
+            out.append(
+                f"Continuing the source ({src.label}, average downstream {sd:.2f}): {d.label} "
+                "scores "
+                f"{ds.mean:.2f}, {diff:+.2f} points"
+                + (f" (its seeds spread {sp:.2f}), {judged}" if sp is not None else f", {judged}")
+                + "."
+            )
     if src.final_eval_loss is not None and res.baseline in res.methods:
-        out.append(f"Held-out MLM loss of the source itself: {src.final_eval_loss:.4f}; after continued pretraining "
-                   f"{res.reference()}'s is {res.methods[res.baseline].final_eval_loss.mean:.4f}.")
+        out.append(
+            f"Held-out MLM loss of the source itself: {src.final_eval_loss:.4f}; after continued "
+            "pretraining "
+            f"{res.reference()}'s is {res.methods[res.baseline].final_eval_loss.mean:.4f}."
+        )
     elif src.mlm_note:
         out.append(f"The source's held-out MLM loss is not reported: {src.mlm_note}.")
     return out
@@ -313,39 +440,67 @@ def paper_comparison(res: StudyResults, study: StudyConfig | None = None) -> lis
     M = res.methods
     out: list[str] = []
     td, b = M.get("token-drop"), M.get("baseline")
-    if not td or not b or not isnum(td.rel_wall) or res.baseline != "baseline":  # the paper's own comparison only
+    if (
+        not td or not b or not isnum(td.rel_wall) or res.baseline != "baseline"
+    ):  # the paper's own comparison only
         return out
-    if equal_time(study):  # every arm had the same budget: time saved on the way to the baseline's loss
+    if equal_time(
+        study
+    ):  # every arm had the same budget: time saved on the way to the baseline's loss
         ok = [h for h in (res.runs[r].to_target for r in td.runs) if h]
         if ok:
             rel = mean([h.rel_wall for h in ok])
             close = abs(1 - rel - PAPER_TIME_SAVING) <= 0.05
-            out.append(f"Time saved by token drop (equal time budgets): it reached the baseline's final MLM loss in "
-                       f"{len(ok)} of {len(td.runs)} seeds after {100 * rel:.1f}% of the baseline's wall time, i.e. "
-                       f"{100 * (1 - rel):.1f}% saved vs the paper's ~25%: "
-                       + ("agrees (within 5 points)." if close else "departs (more than 5 points away)."))
+            out.append(
+                "Time saved by token drop (equal time budgets): it reached the baseline's final "
+                "MLM loss in "
+                f"{len(ok)} of {len(td.runs)} seeds after {100 * rel:.1f}% of the baseline's wall "
+                "time, i.e. "
+                f"{100 * (1 - rel):.1f}% saved vs the paper's ~25%: "
+                + ("agrees (within 5 points)." if close else "departs (more than 5 points away).")
+            )
         else:
-            out.append("Time saved by token drop (equal time budgets): it did not reach the baseline's final MLM "
-                       "loss within the budget: departs from the paper's ~25% saving.")
+            out.append(
+                "Time saved by token drop (equal time budgets): it did not reach the baseline's "
+                "final MLM "
+                "loss within the budget: departs from the paper's ~25% saving."
+            )
     else:
         saved = 1 - td.rel_wall
         close = abs(saved - PAPER_TIME_SAVING) <= 0.05
-        out.append(f"Time saved by token drop: its training steps took {100 * td.rel_wall:.1f}% of the baseline's "
-                   f"wall time ({100 * td.rel_flops:.1f}% of its FLOPs), i.e. {100 * saved:.1f}% saved vs the "
-                   "paper's ~25%: " + ("agrees (within 5 points)." if close else "departs (more than 5 points away)."))
+        out.append(
+            f"Time saved by token drop: its training steps took {100 * td.rel_wall:.1f}% of the "
+            "baseline's "
+            f"wall time ({100 * td.rel_flops:.1f}% of its FLOPs), i.e. {100 * saved:.1f}% saved vs "
+            "the "
+            "paper's ~25%: "
+            + ("agrees (within 5 points)." if close else "departs (more than 5 points away).")
+        )
     ds, bs = _downstream(res, "token-drop"), _downstream(res, "baseline")
     if ds and bs:
         diff = ds.mean - bs.mean
         worse = beyond_noise(diff, ds, bs, True)
-        sps = ", ".join(f"{w} {x:.2f}" for w, x in (("baseline", spread(bs)), ("token drop", spread(ds))) if x is not None)
-        out.append("Quality: the paper finds token drop equal to or better than the baseline downstream; here "
-                   f"{diff:+.2f} points ({f'seed spreads: {sps}' if sps else 'one seed'}): "
-                   + ("departs (worse by more than both seed spreads)." if worse else "agrees."))
-    sel = [n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M]
+        sps = ", ".join(
+            f"{w} {x:.2f}"
+            for w, x in (("baseline", spread(bs)), ("token drop", spread(ds)))
+            if x is not None
+        )
+        out.append(
+            "Quality: the paper finds token drop equal to or better than the baseline downstream; "
+            "here "
+            f"{diff:+.2f} points ({f'seed spreads: {sps}' if sps else 'one seed'}): "
+            + ("departs (worse by more than both seed spreads)." if worse else "agrees.")
+        )
+    sel = [
+        n for n in ("token-drop-stage2", "half-rand-stage2", "rand-stage2", "freq-stage2") if n in M
+    ]
     ev = [n for n in sel if _downstream(res, n)]
     if "token-drop-stage2" in ev and len(ev) >= 2:
         best = max(ev, key=lambda n: _downstream(res, n).mean)
-        out.append("Selection: the paper finds cumulative-loss selection best; here the best average downstream "
-                   f"score among the stage-2 selection methods is {M[best].label}'s: "
-                   + ("agrees." if best == "token-drop-stage2" else "departs."))
+        out.append(
+            "Selection: the paper finds cumulative-loss selection best; here the best average "
+            "downstream "
+            f"score among the stage-2 selection methods is {M[best].label}'s: "
+            + ("agrees." if best == "token-drop-stage2" else "departs.")
+        )
     return out

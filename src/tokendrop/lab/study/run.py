@@ -1,5 +1,6 @@
 """Executing a study: resolve the source, prepare the data, pretrain (skip / resume / start) every
-run, in worker processes when ``parallel > 1``, evaluate, then write the tables, figures and report."""
+run, in worker processes when ``parallel > 1``, evaluate, then write the tables, figures and
+report."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import datetime as _dt
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from tokendrop.runs import rundir
-from tokendrop.train.budget import RunLength
+import torch
+
 from tokendrop.config import FROM_DATA, Config, from_dict, to_dict, to_toml
 from tokendrop.lab.study.aggregate import aggregate
-from tokendrop.runs.files import atomic_write_json, atomic_write_text, read_json
 from tokendrop.lab.study.common import (
     StudyError,
     cpu_s,
@@ -45,26 +46,42 @@ from tokendrop.lab.study.tables import (
     table_time_to_quality,
 )
 from tokendrop.lab.study.workers import run_parallel
-from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs import checkpoint as ckpt_mod, rundir
+from tokendrop.runs.files import atomic_write_json, atomic_write_text, read_json
 from tokendrop.runs.plotting import pyplot
-from tokendrop.train.report import write_run_report
 from tokendrop.runs.trackers import flat
+from tokendrop.train.budget import RunLength
+from tokendrop.train.report import write_run_report
 from tokendrop.train.trainer import pretrain
-import torch
 
 # settings that may differ between invocations without changing what a run computes
-_IGNORED = {"data.num_workers", "data.prefetch", "train.threads", "train.keep_checkpoints", "train.log_every",
-            "train.ckpt_every", "train.compile", "train.device", "name"}
+_IGNORED = {
+    "data.num_workers",
+    "data.prefetch",
+    "train.threads",
+    "train.keep_checkpoints",
+    "train.log_every",
+    "train.ckpt_every",
+    "train.compile",
+    "train.device",
+    "name",
+}
 
 
 def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
     """Fields (dotted) whose value in the run's saved config differs from ``want``.  Paths (data,
     the source) compare resolved; the source not at all when the weights' sha256 is the same."""
     a, b = flat(to_dict(want)), flat(have)
-    same_weights = bool(a.get("model.init_sha256")) and a.get("model.init_sha256") == b.get("model.init_sha256")
+    same_weights = bool(a.get("model.init_sha256")) and a.get("model.init_sha256") == b.get(
+        "model.init_sha256"
+    )
     out = []
     for k, v in a.items():
-        if k in _IGNORED or (k in FROM_DATA and v == FROM_DATA[k]) or (k == "model.init" and same_weights):
+        if (
+            k in _IGNORED
+            or (k in FROM_DATA and v == FROM_DATA[k])
+            or (k == "model.init" and same_weights)
+        ):
             continue
         if k in ("data.path", "model.init"):
             if Path(str(v)).resolve() != Path(str(b.get(k, ""))).resolve():
@@ -76,7 +93,8 @@ def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
 
 
 def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
-    """-> (state, step): 'new' (no dir), 'empty' (dir without a checkpoint), 'partial', 'finished'."""
+    """-> (state, step): 'new' (no dir), 'empty' (dir without a checkpoint), 'partial',
+    'finished'."""
     if not run_dir.exists():
         return "new", 0
     last = ckpt_mod.latest(run_dir)
@@ -85,8 +103,10 @@ def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
     meta = read_json(last / "meta.json", expect=None, default=None) or {}
     changes = config_changes(cfg, meta.get("config", {}))
     if changes:
-        raise StudyError(f"{run_dir} was trained with a different config ({'; '.join(changes[:3])}); "
-                         "use a new --out, or remove that run directory to retrain it")
+        raise StudyError(
+            f"{run_dir} was trained with a different config ({'; '.join(changes[:3])}); "
+            "use a new --out, or remove that run directory to retrain it"
+        )
     step = int(meta.get("step", 0))
     if RunLength.of(cfg.train).finished(step, float(meta.get("wall_time", 0.0))):
         return "finished", step
@@ -94,7 +114,8 @@ def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
 
 
 def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
-    """Skip, resume or start one run; -> {state, seconds, loadavg} (seconds: this call's elapsed time)."""
+    """Skip, resume or start one run; -> {state, seconds, loadavg} (seconds: this call's elapsed
+    time)."""
     la0, cpu0 = loadavg(), cpu_s()
     state, step = run_status(run_dir, spec.cfg)
     if state == "finished":
@@ -105,26 +126,45 @@ def train_run(spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
         log(f"{spec.name}: {run_dir} holds no checkpoint; starting it over")
     t0 = time.perf_counter()
     cfg = from_dict(Config, to_dict(spec.cfg))  # a copy: pretrain fills model.vocab_size in place
-    # an 'empty' run dir is replaced only if tokendrop marked it as a run (pretrain's overwrite rules)
-    res = pretrain(cfg, run_dir, resume=state == "partial", progress=progress, overwrite=state == "empty")
+    # an 'empty' run dir is replaced only if tokendrop marked it as a run (pretrain's overwrite
+    # rules)
+    res = pretrain(
+        cfg, run_dir, resume=state == "partial", progress=progress, overwrite=state == "empty"
+    )
     dt = time.perf_counter() - t0
     if res.interrupted:
-        raise StudyError(f"interrupted during {spec.name} at step {res.steps} (checkpoint saved); "
-                         "run the same command again to resume")
-    return {"state": "resumed" if state == "partial" else "trained", "seconds": dt, "from_step": step,
-            "loadavg": [la0, loadavg()], "cpu_s": cpu_s() - cpu0}
+        raise StudyError(
+            f"interrupted during {spec.name} at step {res.steps} (checkpoint saved); "
+            "run the same command again to resume"
+        )
+    return {
+        "state": "resumed" if state == "partial" else "trained",
+        "seconds": dt,
+        "from_step": step,
+        "loadavg": [la0, loadavg()],
+        "cpu_s": cpu_s() - cpu0,
+    }
 
 
-def _train_task(name: str, cfg: dict[str, Any], run_dir: str, method: str, seed: int) -> dict[str, Any]:
+def _train_task(
+    name: str, cfg: dict[str, Any], run_dir: str, method: str, seed: int
+) -> dict[str, Any]:
     """One run in a worker process."""
-    spec = RunSpec(ARMS.get(method) or MethodSpec(method, method, ()), seed, name,
-                   from_dict(Config, cfg))
+    spec = RunSpec(
+        ARMS.get(method) or MethodSpec(method, method, ()), seed, name, from_dict(Config, cfg)
+    )
     return train_run(spec, Path(run_dir), progress=False)
 
 
-def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, overrides: list[str] | tuple[str, ...] = (),
-              only: list[str] | None = None, progress: bool | None = None,
-              evaluate_fn: Callable[..., dict] | None = None, overwrite: bool = False) -> Path:
+def run_study(
+    config: str | os.PathLike | StudyConfig,
+    out: str | os.PathLike,
+    overrides: list[str] | tuple[str, ...] = (),
+    only: list[str] | None = None,
+    progress: bool | None = None,
+    evaluate_fn: Callable[..., dict] | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Prepare, pretrain every run, evaluate, write the tables/figures/report; -> OUT/study.md.
 
     ``only``: pretrain just these methods (names as in ``study.methods`` or ``drop-<pct>``); the
@@ -132,8 +172,8 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
     With ``study.parallel > 1`` runs and fine-tuning jobs go to worker processes (forkserver/spawn):
     a script calling this must do so under ``if __name__ == "__main__":``.
     OUT is locked for the call; an existing OUT of a study is continued, and with ``overwrite``
-    started over; any other non-empty directory is refused (``tokendrop.runs.rundir.prepare_output``).
-    """
+    started over; any other non-empty directory is refused
+    (``tokendrop.runs.rundir.prepare_output``)."""
     pyplot()  # the report's figures need matplotlib: refused before any run, not after the last
     threads = torch.get_num_threads()  # pretrain's train.threads sets it process-wide
     try:
@@ -143,8 +183,15 @@ def run_study(config: str | os.PathLike | StudyConfig, out: str | os.PathLike, o
         torch.set_num_threads(threads)
 
 
-def _pretrain_all(study: StudyConfig, out: Path, runs: list[RunSpec], selected: list[str], state: dict[str, Any],
-                  state_path: Path, progress: bool) -> None:
+def _pretrain_all(
+    study: StudyConfig,
+    out: Path,
+    runs: list[RunSpec],
+    selected: list[str],
+    state: dict[str, Any],
+    state_path: Path,
+    progress: bool,
+) -> None:
     todo = [r for r in runs if r.method.name in selected]
     done = [0]
 
@@ -168,26 +215,44 @@ def _pretrain_all(study: StudyConfig, out: Path, runs: list[RunSpec], selected: 
     pending_names = {r.name for r in pending}
     for spec in todo:
         if spec.name not in pending_names:
-            record(spec, train_run(spec, out / "runs" / spec.name, False))  # writes a missing report.md only
+            record(
+                spec, train_run(spec, out / "runs" / spec.name, False)
+            )  # writes a missing report.md only
     if study.parallel > 1 and len(pending) > 1:
         log(f"pretraining {len(pending)} runs in {study.parallel} worker processes ...")
         by_name = {r.name: r for r in pending}
-        run_parallel(study.parallel, _train_task,
-                     [(r.name, to_dict(r.cfg), str(out / "runs" / r.name), r.method.name, r.seed) for r in pending],
-                     lambda t, res: record(by_name[t[0]], res))
+        run_parallel(
+            study.parallel,
+            _train_task,
+            [
+                (r.name, to_dict(r.cfg), str(out / "runs" / r.name), r.method.name, r.seed)
+                for r in pending
+            ],
+            lambda t, res: record(by_name[t[0]], res),
+        )
     else:
         for spec in pending:
             record(spec, train_run(spec, out / "runs" / spec.name, progress))
 
 
-def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: bool = False) -> Path:
+def _run_study(
+    config, out, overrides, only, progress, evaluate_fn, overwrite: bool = False
+) -> Path:
     t_start = time.perf_counter()
     hw = hardware()  # before any run sets train.threads
-    study = (from_dict(StudyConfig, to_dict(config), list(overrides)) if isinstance(config, StudyConfig)
-             else load_study(config, overrides))
+    study = (
+        from_dict(StudyConfig, to_dict(config), list(overrides))
+        if isinstance(config, StudyConfig)
+        else load_study(config, overrides)
+    )
     out = Path(out).resolve()
-    mode = rundir.prepare_output(out, "study", overwrite, error=StudyError,
-                                 inputs=[*study.corpus, study.vocab, study.source, study.docs_dir])
+    mode = rundir.prepare_output(
+        out,
+        "study",
+        overwrite,
+        error=StudyError,
+        inputs=[*study.corpus, study.vocab, study.source, study.docs_dir],
+    )
     if mode == "replace":
         rundir.discard(out)
     rundir.create(out, "study")
@@ -197,16 +262,27 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
     if only:
         bad = [n for n in only if n not in names]
         if bad:
-            raise StudyError(f"--only: {', '.join(bad)} not in this study's methods ({', '.join(names)})")
+            raise StudyError(
+                f"--only: {', '.join(bad)} not in this study's methods ({', '.join(names)})"
+            )
     selected = [n for n in names if not only or n in only]
     state_path = out / "study-state.json"
     state = read_json(state_path, expect=None, default=None) or {}
     state.setdefault("runs", {})
     state.setdefault("invocations", [])
-    cmd = command_line(config if not isinstance(config, StudyConfig) else "<StudyConfig>", out, list(overrides), only)
-    state["invocations"].append({"command": cmd, "started": _dt.datetime.now().isoformat(timespec="seconds")})
+    cmd = command_line(
+        config if not isinstance(config, StudyConfig) else "<StudyConfig>",
+        out,
+        list(overrides),
+        only,
+    )
+    state["invocations"].append(
+        {"command": cmd, "started": _dt.datetime.now().isoformat(timespec="seconds")}
+    )
 
-    source = resolve_source(study)  # the checkpoint to continue (fetched if named), None from scratch
+    source = resolve_source(
+        study
+    )  # the checkpoint to continue (fetched if named), None from scratch
     # plan (validates every run config before anything expensive happens)
     plan_runs(study, None, out, source)
     need_unpacked = any(method_spec(n, study).unpacked for n in selected)
@@ -240,19 +316,41 @@ def _run_study(config, out, overrides, only, progress, evaluate_fn, overwrite: b
         plot_curves(res, out)
     ins = inspect_figures(study, res, out)
     state["total_elapsed_s"] = state.get("total_elapsed_s", 0.0) + (time.perf_counter() - t_start)
-    info = ReportInfo(command=cmd, hardware=hw, generated=_dt.datetime.now().isoformat(timespec="seconds"),
-                      data=data_info, evaluation=evaluation, inspect=ins, total_elapsed_s=state["total_elapsed_s"],
-                      prepare_s=state.get("prepare_s", 0.0), eval_s=state.get("eval_s", 0.0),
-                      source=str(source) if source is not None else None)
+    info = ReportInfo(
+        command=cmd,
+        hardware=hw,
+        generated=_dt.datetime.now().isoformat(timespec="seconds"),
+        data=data_info,
+        evaluation=evaluation,
+        inspect=ins,
+        total_elapsed_s=state["total_elapsed_s"],
+        prepare_s=state.get("prepare_s", 0.0),
+        eval_s=state.get("eval_s", 0.0),
+        source=str(source) if source is not None else None,
+    )
     atomic_write_text(out / "study.toml", to_toml(study))
     report = write_report(study, out, res, info)
-    atomic_write_json(out / "study.json", {
-        "study": to_dict(study), "command": cmd, "hardware": hw, "generated": info.generated, "data": data_info,
-        "evaluation": evaluation, "total_elapsed_s": info.total_elapsed_s, "prepare_s": info.prepare_s,
-        "eval_s": info.eval_s, "source": res.source,
-        "inspect": {k: v for k, v in (ins or {}).items() if k != "tokens"},
-        "findings": findings(res, study), "methods": res.methods, "runs": res.runs,
-        "target_eval_loss": res.target_eval_loss, "baseline": res.baseline})
+    atomic_write_json(
+        out / "study.json",
+        {
+            "study": to_dict(study),
+            "command": cmd,
+            "hardware": hw,
+            "generated": info.generated,
+            "data": data_info,
+            "evaluation": evaluation,
+            "total_elapsed_s": info.total_elapsed_s,
+            "prepare_s": info.prepare_s,
+            "eval_s": info.eval_s,
+            "source": res.source,
+            "inspect": {k: v for k, v in (ins or {}).items() if k != "tokens"},
+            "findings": findings(res, study),
+            "methods": res.methods,
+            "runs": res.runs,
+            "target_eval_loss": res.target_eval_loss,
+            "baseline": res.baseline,
+        },
+    )
     atomic_write_json(state_path, state)
     if study.docs_dir:
         export_report(out, resolve_out(study.docs_dir))

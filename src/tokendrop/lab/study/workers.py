@@ -1,18 +1,20 @@
 """Worker processes (``study.parallel > 1``): a forkserver pool, one torch thread per worker by
-default, failures and Ctrl-C turned into a resumable StudyError, SIGTERM passed on to the workers."""
+default, failures and Ctrl-C turned into a resumable StudyError, SIGTERM passed on to the
+workers."""
 
 from __future__ import annotations
 
-import os
-from typing import Any, Callable
-
-from tokendrop.lab.study.common import StudyError
-import torch
 import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor
+import os
 import signal
 import threading
-from concurrent.futures import as_completed
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
+
+import torch
+
+from tokendrop.lab.study.common import StudyError
 
 
 def _worker_init(threads: int) -> None:
@@ -22,18 +24,25 @@ def _worker_init(threads: int) -> None:
 def _pool(parallel: int):
     threads = max(1, (os.cpu_count() or 1) // parallel)
     # forkserver: workers fork from a clean server process (no OpenMP state inherited from this one,
-    # unlike fork) that has imported tokendrop once (unlike spawn, which re-imports torch per worker)
+    # unlike fork) that has imported tokendrop once (unlike spawn, which re-imports torch per
+    # worker)
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["tokendrop.lab.study", "tokendrop.train.trainer", "tokendrop.finetune"])
+        ctx.set_forkserver_preload(
+            ["tokendrop.lab.study", "tokendrop.train.trainer", "tokendrop.finetune"]
+        )
     else:
         ctx = mp.get_context("spawn")
-    return ProcessPoolExecutor(parallel, mp_context=ctx, initializer=_worker_init, initargs=(threads,))
+    return ProcessPoolExecutor(
+        parallel, mp_context=ctx, initializer=_worker_init, initargs=(threads,)
+    )
 
 
-def run_parallel(parallel: int, fn: Callable, tasks: list[tuple], on_done: Callable[[tuple, Any], None]) -> None:
-    """``fn(*task)`` for every task in ``parallel`` spawned processes; ``on_done(task, result)`` in this
-    process as each finishes.  A failure or Ctrl-C cancels what has not started; started runs
+def run_parallel(
+    parallel: int, fn: Callable, tasks: list[tuple], on_done: Callable[[tuple, Any], None]
+) -> None:
+    """``fn(*task)`` for every task in ``parallel`` spawned processes; ``on_done(task, result)`` in
+    this process as each finishes.  A failure or Ctrl-C cancels what has not started; started runs
     checkpoint on the SIGINT they receive too (same process group).  SIGTERM to this process is
     passed on to the workers, so none outlives it."""
     ex = _pool(parallel)
@@ -56,11 +65,17 @@ def run_parallel(parallel: int, fn: Callable, tasks: list[tuple], on_done: Calla
     except BaseException as e:
         ex.shutdown(wait=True, cancel_futures=True)
         if isinstance(e, KeyboardInterrupt):
-            raise StudyError("interrupted (running runs saved a checkpoint); run the same command again to resume") from None
+            raise StudyError(
+                "interrupted (running runs saved a checkpoint); run the same command again to "
+                "resume"
+            ) from None
         if type(e).__name__ == "BrokenProcessPool":
-            raise StudyError(f"a worker process died ({e}); finished runs and cells are kept, run the same command "
-                             "again to resume (from a Python script, call run_study under "
-                             "`if __name__ == '__main__':`, which worker processes need; or set parallel = 1)") from None
+            raise StudyError(
+                f"a worker process died ({e}); finished runs and cells are kept, run the same "
+                "command "
+                "again to resume (from a Python script, call run_study under "
+                "`if __name__ == '__main__':`, which worker processes need; or set parallel = 1)"
+            ) from None
         raise
     finally:
         if old_handler is not None:

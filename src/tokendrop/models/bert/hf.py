@@ -5,11 +5,11 @@ Our parameter names are short (``bert.encoder.layers.3.attn.kv.weight``); :func:
 ``value`` stacked).  :func:`bert_config_from_hf` reads a config.json and refuses whatever our model
 cannot reproduce exactly; :func:`hf_config_dict` writes one.  :func:`check_bert_tensors` and
 :func:`load_bert_weights` accept every published layout: ``BertForMaskedLM``, ``BertForPreTraining``
-(the NSP head is ignored), ``BertModel`` with or without the ``bert.`` prefix (sentence-transformers)
-and old TF-converted names (``LayerNorm.gamma``/``beta``).  The family's entry in
-``tokendrop.models.families.FAMILIES`` points here; ModernBERT's counterpart is :mod:`tokendrop.models.modernbert.hf`,
-and the family-independent parts (reading files, hashing, matching tensors) are :mod:`tokendrop.models.weights`.
-"""
+(the NSP head is ignored), ``BertModel`` with or without the ``bert.`` prefix
+(sentence-transformers) and old TF-converted names (``LayerNorm.gamma``/``beta``).  The family's
+entry in ``tokendrop.models.families.FAMILIES`` points here; ModernBERT's counterpart is
+:mod:`tokendrop.models.modernbert.hf`, and the family-independent parts (reading files, hashing,
+matching tensors) are :mod:`tokendrop.models.weights`."""
 
 from __future__ import annotations
 
@@ -34,9 +34,18 @@ from tokendrop.models.weights import (
     shape_name,
 )
 
-ARCHITECTURES = {"mlm": "BertForMaskedLM", "classification": "BertForSequenceClassification",
-                 "qa": "BertForQuestionAnswering"}
-REQUIRED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+ARCHITECTURES = {
+    "mlm": "BertForMaskedLM",
+    "classification": "BertForSequenceClassification",
+    "qa": "BertForQuestionAnswering",
+}
+REQUIRED_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+)
 
 _LAYER_MAP = [  # (ours, hf) inside bert.encoder.layer(s).{i}.
     ("attn.q", "attention.self.query"),
@@ -80,7 +89,7 @@ def to_hf(sd: dict[str, Tensor]) -> dict[str, Tensor]:
             continue
         for ours, hf in _TOP_MAP:
             if key.startswith(ours):
-                out[hf + key[len(ours):]] = value
+                out[hf + key[len(ours) :]] = value
                 break
         else:
             raise InteropError(f"state dict: no Hugging Face name for {key!r}")
@@ -90,10 +99,17 @@ def to_hf(sd: dict[str, Tensor]) -> dict[str, Tensor]:
 def from_hf(sd: dict[str, Tensor]) -> dict[str, Tensor]:
     """``transformers`` BERT keys (BertForMaskedLM/-SequenceClassification/-QuestionAnswering or a
     bare BertModel) -> our names.  Unknown keys (NSP head, position_ids) are ignored."""
-    sd = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias"): v
-          for k, v in sd.items()}
+    sd = {
+        k.replace("LayerNorm.gamma", "LayerNorm.weight").replace(
+            "LayerNorm.beta", "LayerNorm.bias"
+        ): v
+        for k, v in sd.items()
+    }
     if not any(k.startswith("bert.") for k in sd):  # a bare BertModel
-        sd = {("bert." + k if k.split(".")[0] in ("embeddings", "encoder", "pooler") else k): v for k, v in sd.items()}
+        sd = {
+            ("bert." + k if k.split(".")[0] in ("embeddings", "encoder", "pooler") else k): v
+            for k, v in sd.items()
+        }
     out: dict[str, Tensor] = {}
     rev_layer = {hf: ours for ours, hf in _LAYER_MAP}
     pending: dict[tuple[str, str], dict[str, Tensor]] = {}
@@ -110,11 +126,15 @@ def from_hf(sd: dict[str, Tensor]) -> dict[str, Tensor]:
         if key == "cls.predictions.bias":
             out["mlm.bias"] = value
             continue
-        if key.endswith("position_ids") or key.startswith("cls.predictions.decoder") or key.startswith("cls.seq_relationship"):
+        if (
+            key.endswith("position_ids")
+            or key.startswith("cls.predictions.decoder")
+            or key.startswith("cls.seq_relationship")
+        ):
             continue
         for ours, hf in _TOP_MAP:
             if key.startswith(hf):
-                out[ours + key[len(hf):]] = value
+                out[ours + key[len(hf) :]] = value
                 break
     for (pre, kind), kv in pending.items():
         if set(kv) != {"key", "value"}:
@@ -152,28 +172,47 @@ def bert_config_from_hf(d: dict[str, Any], where: str = "config.json") -> ModelC
     cannot reproduce exactly is a one-line InteropError naming the field (never silently ignored);
     ``tokendrop.models.hf.model_config_from_hf`` has checked the shape fields that are there."""
     if d.get("hidden_act", "gelu") != "gelu":
-        raise InteropError(f"{where}: hidden_act {d.get('hidden_act')!r} is not supported: tokendrop's BERT uses the "
-                           "exact erf-GELU (hidden_act 'gelu')")
+        raise InteropError(
+            f"{where}: hidden_act {d.get('hidden_act')!r} is not supported: tokendrop's BERT uses "
+            "the "
+            "exact erf-GELU (hidden_act 'gelu')"
+        )
     if d.get("position_embedding_type", "absolute") != "absolute":
-        raise InteropError(f"{where}: position_embedding_type {d.get('position_embedding_type')!r} is not supported: "
-                           "tokendrop's BERT has learned absolute positions ('absolute')")
+        raise InteropError(
+            f"{where}: position_embedding_type {d.get('position_embedding_type')!r} is not "
+            "supported: "
+            "tokendrop's BERT has learned absolute positions ('absolute')"
+        )
     for flag in ("is_decoder", "add_cross_attention"):
         if d.get(flag, False):
-            raise InteropError(f"{where}: {flag} is true: a decoder / cross-attention BERT cannot be loaded "
-                               "(tokendrop's BERT is a bidirectional encoder)")
+            raise InteropError(
+                f"{where}: {flag} is true: a decoder / cross-attention BERT cannot be loaded "
+                "(tokendrop's BERT is a bidirectional encoder)"
+            )
     if d.get("tie_word_embeddings", True) is False:
-        raise InteropError(f"{where}: tie_word_embeddings is false: tokendrop's MLM decoder is tied to the word "
-                           "embeddings, so an untied decoder cannot be loaded")
+        raise InteropError(
+            f"{where}: tie_word_embeddings is false: tokendrop's MLM decoder is tied to the word "
+            "embeddings, so an untied decoder cannot be loaded"
+        )
     missing = [k for k in REQUIRED_FIELDS if k not in d]
     if missing:
-        raise InteropError(f"{where}: missing field {missing[0]!r} (a BERT config.json needs {', '.join(REQUIRED_FIELDS)})")
+        raise InteropError(
+            f"{where}: missing field {missing[0]!r} (a BERT config.json needs "
+            f"{', '.join(REQUIRED_FIELDS)})"
+        )
 
     def num(key: str, default: Any, tp: type) -> Any:
         v = d.get(key, default)
         if v is None and key == "pad_token_id":
             v = 0
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (tp is int and float(v) != int(v)):
-            raise InteropError(f"{where}: {key} must be {'an integer' if tp is int else 'a number'}, got {v!r}")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or (tp is int and float(v) != int(v))
+        ):
+            raise InteropError(
+                f"{where}: {key} must be {'an integer' if tp is int else 'a number'}, got {v!r}"
+            )
         return tp(v)
 
     cfg = ModelConfig(
@@ -207,16 +246,23 @@ _TASK_HEADS = ("classifier.", "qa_outputs.")  # another number of labels: start 
 
 
 def normalise_hf_names(keys: list[str]) -> tuple[dict[str, str], bool]:
-    """Source tensor names -> {canonical name (``bert.``-prefixed, LayerNorm.weight/bias): source name}."""
+    """Source tensor names -> {canonical name (``bert.``-prefixed, LayerNorm.weight/bias): source
+    name}."""
     prefixed = any(k.startswith("bert.") for k in keys)
     out: dict[str, str] = {}
     for k in keys:
-        c = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k))
+        c = re.sub(
+            r"LayerNorm\.gamma$",
+            "LayerNorm.weight",
+            re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k),
+        )
         if not prefixed and c.split(".")[0] in ("embeddings", "encoder", "pooler"):
             c = "bert." + c
         out[c] = k
     if "cls.predictions.bias" not in out and "cls.predictions.decoder.bias" in out:
-        out["cls.predictions.bias"] = out.pop("cls.predictions.decoder.bias")  # the same tensor, other name
+        out["cls.predictions.bias"] = out.pop(
+            "cls.predictions.decoder.bias"
+        )  # the same tensor, other name
     return out, prefixed
 
 
@@ -236,36 +282,51 @@ def _expected_hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def check_bert_tensors(where: Path, shapes: dict[str, tuple[int, ...]], cfg: ModelConfig) -> str:
-    """A file's tensor shapes (by its names): every encoder tensor present with the shape config.json
-    implies (one-line InitError otherwise) -> the layout name (BertForMaskedLM, BertModel, ...)."""
+    """A file's tensor shapes (by its names): every encoder tensor present with the shape
+    config.json implies (one-line InitError otherwise) -> the layout name (BertForMaskedLM,
+    BertModel, ...)."""
     canon, prefixed = normalise_hf_names(list(shapes))
     expected = _expected_hf_shapes(cfg)
     if "bert.embeddings.word_embeddings.weight" not in canon:
-        raise InitError(f"{where}: no BERT weights recognised (no bert.embeddings.word_embeddings.weight or "
-                        f"embeddings.word_embeddings.weight among {len(canon)} tensors); expected BertForMaskedLM, "
-                        "BertForPreTraining or BertModel weights")
-    check_encoder_shapes(where, canon, shapes, expected, _REQUIRED, cfg,
-                         show=lambda name: name if prefixed or not name.startswith("bert.") else name[5:],
-                         ignore=lambda c: c.endswith("position_ids"))
+        raise InitError(
+            f"{where}: no BERT weights recognised (no bert.embeddings.word_embeddings.weight or "
+            f"embeddings.word_embeddings.weight among {len(canon)} tensors); expected "
+            "BertForMaskedLM, "
+            "BertForPreTraining or BertModel weights"
+        )
+    check_encoder_shapes(
+        where,
+        canon,
+        shapes,
+        expected,
+        _REQUIRED,
+        cfg,
+        show=lambda name: name if prefixed or not name.startswith("bert.") else name[5:],
+        ignore=lambda c: c.endswith("position_ids"),
+    )
     return _hf_layout(canon, prefixed)
 
 
 def state_from_hf(raw: dict[str, Tensor]) -> dict[str, Tensor]:
-    """A file's tensors in any accepted layout -> our names (the NSP head and position_ids left out)."""
+    """A file's tensors in any accepted layout -> our names (the NSP head and position_ids left
+    out)."""
     return from_hf({c: raw[k] for c, k in normalise_hf_names(list(raw))[0].items()})
 
 
 def load_bert_weights(src: InitSource, model: nn.Module) -> InitReport:
     """Load ``src`` (an ``InitSource``: a BERT HF dir or a tokendrop run of this family) into any of
-    our BERT classes (BertForMaskedLM, -SequenceClassification, -QuestionAnswering).  Encoder tensors
-    must all be there with the right shape; the pooler and heads missing from the file are initialised
-    as BERT does and listed in ``fresh``."""
+    our BERT classes (BertForMaskedLM, -SequenceClassification, -QuestionAnswering).  Encoder
+    tensors must all be there with the right shape; the pooler and heads missing from the file are
+    initialised as BERT does and listed in ``fresh``."""
     where = src.weights_file
     sd = read_source_tensors(src)
     std = model.config.initializer_range
     own_ours = model.state_dict()
     ignored: list[str] = []
-    notes: list[str] = [f"{src.source}: {src.layout} ({src.kind}), {shape_name(src.model)}, sha256 {src.sha256[:12]}"]
+    notes: list[str] = [
+        f"{src.source}: {src.layout} ({src.kind}), {shape_name(src.model)}, sha256 "
+        f"{src.sha256[:12]}"
+    ]
     if src.kind == "tokendrop":
         canon = {k: k for k in sd}
         values = sd
@@ -275,10 +336,15 @@ def load_bert_weights(src: InitSource, model: nn.Module) -> InitReport:
         canon, prefixed = normalise_hf_names(list(sd))
         values = {c: sd[k] for c, k in canon.items()}
         own = to_hf(own_ours)
-        to_ours = {k: next(iter(from_hf({k: v}))) for k, v in own.items()
-                   if not re.match(r"bert\.encoder\.layer\.\d+\.attention\.self\.(key|value)\.", k)}
+        to_ours = {
+            k: next(iter(from_hf({k: v})))
+            for k, v in own.items()
+            if not re.match(r"bert\.encoder\.layer\.\d+\.attention\.self\.(key|value)\.", k)
+        }
     # resolution checked the encoder tensors; the file may have changed since
-    take, fresh_src = match_tensors(own, values, canon, _REQUIRED, _TASK_HEADS, where, shape_name(src.model), notes)
+    take, fresh_src = match_tensors(
+        own, values, canon, _REQUIRED, _TASK_HEADS, where, shape_name(src.model), notes
+    )
     # every tensor of the file: used, ignored on purpose, or unexpected
     unexpected: list[str] = []
     has_mlm = any(k.startswith(("mlm.", "cls.predictions.")) for k in own)
@@ -290,7 +356,9 @@ def load_bert_weights(src: InitSource, model: nn.Module) -> InitReport:
         elif c.startswith("cls.seq_relationship."):
             ignored.append(k)
         elif c == "cls.predictions.decoder.weight":
-            check_tied_decoder(values, c, "bert.embeddings.word_embeddings.weight", k, where, "word embeddings")
+            check_tied_decoder(
+                values, c, "bert.embeddings.word_embeddings.weight", k, where, "word embeddings"
+            )
             ignored.append(k)
         elif c == "cls.predictions.decoder.bias" and "cls.predictions.bias" in take:
             ignored.append(k)  # an alias of cls.predictions.bias
@@ -299,19 +367,30 @@ def load_bert_weights(src: InitSource, model: nn.Module) -> InitReport:
         elif c.startswith(("classifier.", "qa_outputs.")) and c not in own:
             ignored.append(k)  # a task head of another model class
         elif c.startswith(_REQUIRED):
-            raise InitError(f"{where}: encoder tensor {k} is not part of the model ({shape_name(src.model)}): "
-                            "the configuration and the weights disagree")
+            raise InitError(
+                f"{where}: encoder tensor {k} is not part of the model ({shape_name(src.model)}): "
+                "the configuration and the weights disagree"
+            )
         else:
             unexpected.append(k)
     if any(k.startswith(("cls.seq_relationship.",)) for k in canon):
         notes.append("NSP head (cls.seq_relationship.*) ignored")
-    if any(canon[c] != c for c in canon if c.endswith("LayerNorm.weight") and canon[c].endswith("gamma")):
+    if any(
+        canon[c] != c
+        for c in canon
+        if c.endswith("LayerNorm.weight") and canon[c].endswith("gamma")
+    ):
         notes.append("TF-converted names LayerNorm.gamma/beta read as LayerNorm.weight/bias")
     if "cls.predictions.decoder.weight" in canon:
         notes.append("cls.predictions.decoder.weight equals the word embeddings (tied): ignored")
-    stored = sorted({str(v.dtype).replace("torch.", "") for k, v in take.items() if v.dtype != own[k].dtype})
+    stored = sorted(
+        {str(v.dtype).replace("torch.", "") for k, v in take.items() if v.dtype != own[k].dtype}
+    )
     if stored:
-        notes.append(f"weights stored as {', '.join(stored)}: loaded as {str(next(iter(own.values())).dtype).replace('torch.', '')}")
+        notes.append(
+            f"weights stored as {', '.join(stored)}: loaded as "
+            f"{str(next(iter(own.values())).dtype).replace('torch.', '')}"
+        )
     # assemble in our names, load, then initialise what was not in the file
     merged = {k: (take[k].to(dtype=t.dtype) if k in take else t) for k, t in own.items()}
     ours = merged if src.kind == "tokendrop" else from_hf(merged)
@@ -320,14 +399,25 @@ def load_bert_weights(src: InitSource, model: nn.Module) -> InitReport:
     fresh_init(model, fresh, std)
     mlm_fresh = [n for n in fresh if n.startswith("mlm.")]
     if mlm_fresh and len(mlm_fresh) == sum(1 for n in own_ours if n.startswith("mlm.")):
-        notes.append(f"no MLM head in the source: mlm.* initialised as BERT does (dense N(0, {std}), bias 0, "
-                     "LayerNorm 1/0, output bias 0; the decoder is tied to the word embeddings)")
+        notes.append(
+            f"no MLM head in the source: mlm.* initialised as BERT does (dense N(0, {std}), bias "
+            "0, "
+            "LayerNorm 1/0, output bias 0; the decoder is tied to the word embeddings)"
+        )
     elif mlm_fresh:
-        notes.append(f"MLM head partly in the source: {', '.join(mlm_fresh)} initialised fresh (e.g. the TF->HF "
-                     "converter drops cls.predictions.bias)")
+        notes.append(
+            f"MLM head partly in the source: {', '.join(mlm_fresh)} initialised fresh (e.g. the "
+            "TF->HF "
+            "converter drops cls.predictions.bias)"
+        )
     if any(n.startswith("bert.pooler.") for n in fresh):
-        notes.append("no pooler in the source: bert.pooler.* initialised fresh (pretraining does not train it)")
+        notes.append(
+            "no pooler in the source: bert.pooler.* initialised fresh (pretraining does not train "
+            "it)"
+        )
     if unexpected:
-        notes.append(f"{len(unexpected)} tensor(s) in the file used by nothing: {', '.join(unexpected[:4])}"
-                     + (" ..." if len(unexpected) > 4 else ""))
+        notes.append(
+            f"{len(unexpected)} tensor(s) in the file used by nothing: {', '.join(unexpected[:4])}"
+            + (" ..." if len(unexpected) > 4 else "")
+        )
     return InitReport(fresh=fresh, unexpected=unexpected, ignored=ignored, notes=notes)

@@ -1,14 +1,15 @@
 """BERT with token dropping (Hou et al., "Token Dropping for Efficient BERT Pretraining", ACL 2022).
 
 The network is exactly ``transformers.BertForMaskedLM`` (post-LN, learned absolute positions,
-token types, erf-GELU, LayerNorm eps 1e-12, tied decoder + its own bias); ``tokendrop.models.hf`` maps
-every parameter 1:1 onto the Hugging Face key names.  Departures, all numerically neutral:
+token types, erf-GELU, LayerNorm eps 1e-12, tied decoder + its own bias); ``tokendrop.models.hf``
+maps every parameter 1:1 onto the Hugging Face key names.  Departures, all numerically neutral:
 
 * Q and K/V are separate projections (``q``: d->d, ``kv``: d->2d) so a half layer can project only
   the kept rows as queries but all rows as keys/values.  HF's separate key/value weights are
   concatenated on import and split on export.
 * Attention is ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels on GPU) through
-  :func:`tokendrop.models.attention.attend` (per-document masks: FlexAttention on CUDA, §2.9 of docs/design.md).
+  :func:`tokendrop.models.attention.attend` (per-document masks: FlexAttention on CUDA, §2.9 of
+  docs/design.md).
 * The MLM head runs only on the gathered prediction slots (B, P), not on all T positions.
 * The encoder always has a pooler (no NSP is trained; it is exported so that
   ``BertForSequenceClassification`` finds it).
@@ -27,18 +28,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.engine import DropSpan, Rows, run_layers
+from tokendrop.dropping.methods import DropConfig
 from tokendrop.models.attention import MaskCache, attend, use_flex
 from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
 from tokendrop.models.norm import LayerNorm
 
 
-
 class Embeddings(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.word_embeddings = nn.Embedding(
+            cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id
+        )
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
@@ -69,16 +71,23 @@ class Attention(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
     def forward(self, x: Tensor, kv_in: Tensor | None, attn_bias: Tensor | None) -> Tensor:
-        # x: (B, n, d) query rows; kv_in: (B, N, d) key/value rows, None = x; attn_bias: a MaskCache mask
+        # x: (B, n, d) query rows; kv_in: (B, N, d) key/value rows, None = x; attn_bias: a MaskCache
+        # mask
         b, n, d = x.shape
         h = self.num_heads
-        if kv_in is None:  # one projection: q and kv weights concatenated (3 launches less per layer)
+        if (
+            kv_in is None
+        ):  # one projection: q and kv weights concatenated (3 launches less per layer)
             w = torch.cat([self.q.weight, self.kv.weight])
             bias = torch.cat([self.q.bias, self.kv.bias])
-            q, k, v = F.linear(x, w, bias).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)  # 3 x (B, h, n, dh)
+            q, k, v = (
+                F.linear(x, w, bias).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
+            )  # 3 x (B, h, n, dh)
         else:
             q = self.q(x).view(b, n, h, d // h).transpose(1, 2)  # (B, h, n, dh)
-            k, v = self.kv(kv_in).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)  # 2 x (B, h, N, dh)
+            k, v = (
+                self.kv(kv_in).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)
+            )  # 2 x (B, h, N, dh)
         y = attend(q, k, v, attn_bias, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(b, n, d)
         return self.norm(x + self.dropout(self.o(y)))
@@ -102,7 +111,9 @@ class Layer(nn.Module):
         self.attn = Attention(cfg)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x: Tensor, kv_in: Tensor | None = None, attn_bias: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, kv_in: Tensor | None = None, attn_bias: Tensor | None = None
+    ) -> Tensor:
         return self.ffn(self.attn(x, kv_in, attn_bias))
 
 
@@ -122,10 +133,22 @@ class Encoder(nn.Module):
     ) -> Tensor:
         # x: (B, T, d); attention_mask: (B, T) or None; keep_idx: (B, M) ascending positions;
         # doc_ids: (B, T) per-document attention (document_ids) or None
-        masks = MaskCache(x.dtype, flex=use_flex(self.cfg.attention_backend, x.device,
-                                                 self.cfg.attention_dropout if self.training else 0.0))
-        return run_layers(self.layers, x, Rows(attention_mask, masks.documents(doc_ids)), span, keep_idx,
-                          lambda layer, h, kv, q, k: layer(h, kv_in=kv, attn_bias=masks(q, k)))
+        masks = MaskCache(
+            x.dtype,
+            flex=use_flex(
+                self.cfg.attention_backend,
+                x.device,
+                self.cfg.attention_dropout if self.training else 0.0,
+            ),
+        )
+        return run_layers(
+            self.layers,
+            x,
+            Rows(attention_mask, masks.documents(doc_ids)),
+            span,
+            keep_idx,
+            lambda layer, h, kv, q, k: layer(h, kv_in=kv, attn_bias=masks(q, k)),
+        )
 
 
 class Pooler(nn.Module):
@@ -161,7 +184,9 @@ class BertModel(nn.Module):
         (B, T) (:func:`document_ids`): each token attends only within its own document."""
         x = self.embeddings(input_ids, token_type_ids)
         active = self.training and self.span is not None and (keep_idx is not None or drop_active)
-        return self.encoder(x, attention_mask, self.span if active else None, keep_idx if active else None, doc_ids)
+        return self.encoder(
+            x, attention_mask, self.span if active else None, keep_idx if active else None, doc_ids
+        )
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -222,7 +247,13 @@ class BertForMaskedLM(MaskedLM):
         return self.mlm(h)
 
     def head_parameters(self) -> list[nn.Parameter]:
-        return [self.mlm.dense.weight, self.mlm.dense.bias, self.mlm.norm.weight, self.mlm.norm.bias, self.mlm.bias]
+        return [
+            self.mlm.dense.weight,
+            self.mlm.dense.bias,
+            self.mlm.norm.weight,
+            self.mlm.norm.bias,
+            self.mlm.bias,
+        ]
 
 
 class BertForSequenceClassification(nn.Module):
@@ -242,7 +273,12 @@ class BertForSequenceClassification(nn.Module):
     def config(self) -> ModelConfig:
         return self.bert.config
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor:
         h = self.bert(input_ids, attention_mask, token_type_ids)
         return self.classifier(self.dropout(self.bert.pooler(h)))  # (B, num_labels)
 
@@ -263,7 +299,10 @@ class BertForQuestionAnswering(nn.Module):
         return self.bert.config
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         h = self.bert(input_ids, attention_mask, token_type_ids)
         start, end = self.qa_outputs(h).unbind(-1)
@@ -271,7 +310,16 @@ class BertForQuestionAnswering(nn.Module):
 
 
 # task -> this family's class (``tokendrop.models.families.FAMILIES`` registers it)
-CLASSES: dict[str, type[nn.Module]] = {"mlm": BertForMaskedLM, "classification": BertForSequenceClassification,
-                                      "qa": BertForQuestionAnswering}
+CLASSES: dict[str, type[nn.Module]] = {
+    "mlm": BertForMaskedLM,
+    "classification": BertForSequenceClassification,
+    "qa": BertForQuestionAnswering,
+}
 
-__all__ = ["CLASSES", "BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForQuestionAnswering"]
+__all__ = [
+    "CLASSES",
+    "BertModel",
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "BertForQuestionAnswering",
+]

@@ -1,14 +1,16 @@
-"""Hugging Face interop for the ModernBERT family: config.json <-> ModelConfig, state dicts, loading.
+"""Hugging Face interop for the ModernBERT family: config.json <-> ModelConfig, state dicts,
+loading.
 
-Our ModernBERT modules carry ``transformers``' own parameter names (``tokendrop.models.modernbert.model``), so the
-state-dict adapter only adds/drops the tied ``decoder.weight`` and the ``model.`` prefix of a bare
-``ModernBertModel``.  :func:`modern_config_from_hf` reads both config layouts transformers has
-written (``rope_parameters`` per layer type, or the older ``global_rope_theta`` /
-``local_rope_theta`` / ``global_attn_every_n_layers``); whatever our model cannot reproduce exactly
-(biases in attention/MLP, RoPE scaling, another activation or pooling, an untied decoder, ...) is
-a one-line InteropError naming the field.  :func:`load_modern_weights` is
-``tokendrop.models.source.load_source_weights`` for this family (the shared checks: ``tokendrop.models.weights``).
-"""
+Our ModernBERT modules carry ``transformers``' own parameter names
+(``tokendrop.models.modernbert.model``), so the state-dict adapter only adds/drops the tied
+``decoder.weight`` and the ``model.`` prefix of a bare ``ModernBertModel``.
+:func:`modern_config_from_hf` reads both config layouts transformers has written
+(``rope_parameters`` per layer type, or the older ``global_rope_theta`` / ``local_rope_theta`` /
+``global_attn_every_n_layers``); whatever our model cannot reproduce exactly (biases in
+attention/MLP, RoPE scaling, another activation or pooling, an untied decoder, ...) is a one-line
+InteropError naming the field.  :func:`load_modern_weights` is
+``tokendrop.models.source.load_source_weights`` for this family (the shared checks:
+``tokendrop.models.weights``)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tokendrop.config import CLASSIFIER_POOLING, LAYER_TYPES, ModelConfig
+from tokendrop.config import ModelConfig
+from tokendrop.config.model import CLASSIFIER_POOLING, LAYER_TYPES
 from tokendrop.errors import InitError, InteropError
 from tokendrop.models.modernbert.model import CLASSES
 from tokendrop.models.weights import (
@@ -33,8 +36,11 @@ from tokendrop.models.weights import (
     shape_name,
 )
 
-ARCHITECTURES = {"mlm": "ModernBertForMaskedLM", "classification": "ModernBertForSequenceClassification",
-                 "qa": "ModernBertForQuestionAnswering"}
+ARCHITECTURES = {
+    "mlm": "ModernBertForMaskedLM",
+    "classification": "ModernBertForSequenceClassification",
+    "qa": "ModernBertForQuestionAnswering",
+}
 REQUIRED = ("model.embeddings.", "model.layers.", "model.final_norm.")
 _HEADS = ("head.", "decoder.")
 _TASK_HEADS = ("classifier.",)
@@ -52,7 +58,11 @@ def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Mode
     _check_supported(f)
     hidden, heads = f.num("hidden_size", None, int), f.num("num_attention_heads", None, int)
     if d.get("head_dim") is not None and heads > 0 and d["head_dim"] != hidden // heads:
-        raise f.bad("head_dim", f"{d['head_dim']!r} is not hidden_size / num_attention_heads = {hidden // max(heads, 1)}")
+        raise f.bad(
+            "head_dim",
+            f"{d['head_dim']!r} is not hidden_size / num_attention_heads = "
+            f"{hidden // max(heads, 1)}",
+        )
     theta = _rope_thetas(f)
     layers = f.num("num_hidden_layers", None, int)
     every = f.num("global_attn_every_n_layers", 3, int)
@@ -63,7 +73,10 @@ def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Mode
     sep = d.get("sep_token_id", _HF_DEFAULT_SEP)
     pooling = d.get("classifier_pooling", "cls")
     if pooling not in CLASSIFIER_POOLING:
-        raise f.bad("classifier_pooling", f"{pooling!r} is not supported: expected one of {', '.join(CLASSIFIER_POOLING)}")
+        raise f.bad(
+            "classifier_pooling",
+            f"{pooling!r} is not supported: expected one of {', '.join(CLASSIFIER_POOLING)}",
+        )
     cfg = ModelConfig(
         family="modernbert",
         vocab_size=vocab,
@@ -96,7 +109,8 @@ def modern_config_from_hf(d: dict[str, Any], where: str = "config.json") -> Mode
 
 
 class _Fields:
-    """A config.json's fields ``d`` read with one-line errors that name the file ``where`` and the field."""
+    """A config.json's fields ``d`` read with one-line errors that name the file ``where`` and the
+    field."""
 
     def __init__(self, d: dict[str, Any], where: str):
         self.d, self.where = d, where
@@ -105,10 +119,15 @@ class _Fields:
         return InteropError(f"{self.where}: {field} {why}")
 
     def num(self, key: str, default: Any, tp: type) -> Any:
-        """Field ``key`` as ``tp`` (int or float); absent or null -> ``default`` (transformers' default)."""
+        """Field ``key`` as ``tp`` (int or float); absent or null -> ``default`` (transformers'
+        default)."""
         v = self.d.get(key)
         v = default if v is None else v  # null = transformers' default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (tp is int and float(v) != int(v)):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or (tp is int and float(v) != int(v))
+        ):
             raise self.bad(key, f"must be {'an integer' if tp is int else 'a number'}, got {v!r}")
         return tp(v)
 
@@ -123,27 +142,47 @@ def _check_supported(f: _Fields) -> None:
             raise bad(key, f"{d.get(key)!r} is not supported: tokendrop's ModernBERT uses {want!r}")
     for key in ("attention_bias", "mlp_bias", "classifier_bias"):
         if d.get(key, False):
-            raise bad(key, "is true: tokendrop's ModernBERT has no biases there (as answerdotai/ModernBERT)")
+            raise bad(
+                key,
+                "is true: tokendrop's ModernBERT has no biases there (as answerdotai/ModernBERT)",
+            )
     if d.get("decoder_bias", True) is not True:
         raise bad("decoder_bias", "is false: tokendrop's ModernBERT MLM decoder always has a bias")
     if d.get("tie_word_embeddings", True) is False:
-        raise bad("tie_word_embeddings", "is false: tokendrop's MLM decoder is tied to the token embeddings")
+        raise bad(
+            "tie_word_embeddings",
+            "is false: tokendrop's MLM decoder is tied to the token embeddings",
+        )
     if d.get("rope_scaling") is not None:
-        raise bad("rope_scaling", f"{d.get('rope_scaling')!r} is not supported: tokendrop's rotary positions are unscaled")
+        raise bad(
+            "rope_scaling",
+            f"{d.get('rope_scaling')!r} is not supported: tokendrop's rotary positions are "
+            "unscaled",
+        )
     for key in ("is_decoder", "add_cross_attention"):
         if d.get(key, False):
             raise bad(key, "is true: tokendrop's ModernBERT is a bidirectional encoder")
-    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    required = (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+    )
     missing = [k for k in required if k not in d]
     if missing:
-        raise bad(repr(missing[0]), f"is missing (a ModernBERT config.json needs {', '.join(required)})")
+        raise bad(
+            repr(missing[0]), f"is missing (a ModernBERT config.json needs {', '.join(required)})"
+        )
 
 
 def _rope_thetas(f: _Fields) -> dict[str, float]:
     """The rotary base per layer type: rope_parameters (transformers >= 5; one set for every layer
     type, or one per type) over global_/local_rope_theta (older configs); only the default RoPE."""
-    theta = {"full_attention": f.num("global_rope_theta", 160000.0, float),
-             "sliding_attention": f.num("local_rope_theta", 10000.0, float)}
+    theta = {
+        "full_attention": f.num("global_rope_theta", 160000.0, float),
+        "sliding_attention": f.num("local_rope_theta", 10000.0, float),
+    }
     rp = f.d.get("rope_parameters")
     if rp is None:
         return theta
@@ -153,14 +192,20 @@ def _rope_thetas(f: _Fields) -> dict[str, float]:
         rp = {t: rp for t in LAYER_TYPES}
     for t, params in rp.items():
         if t not in LAYER_TYPES:
-            raise f.bad(f"rope_parameters.{t}", f"is not a layer type tokendrop knows ({', '.join(LAYER_TYPES)})")
+            raise f.bad(
+                f"rope_parameters.{t}",
+                f"is not a layer type tokendrop knows ({', '.join(LAYER_TYPES)})",
+            )
         if params is None:
             continue
         extra = sorted(k for k in params if k not in ("rope_type", "rope_theta"))
         if params.get("rope_type", "default") != "default" or extra:
             what = extra[0] if extra else "rope_type"
-            raise f.bad(f"rope_parameters.{t}.{what}", f"{params.get(what)!r} is not supported: tokendrop's rotary "
-                        "positions are the default (unscaled) RoPE")
+            raise f.bad(
+                f"rope_parameters.{t}.{what}",
+                f"{params.get(what)!r} is not supported: tokendrop's rotary "
+                "positions are the default (unscaled) RoPE",
+            )
         if "rope_theta" in params:
             theta[t] = float(params["rope_theta"])
     return theta
@@ -171,24 +216,35 @@ def _layer_types(f: _Fields, layers: int, every: int) -> list:
     layers from the first, sliding-window attention between."""
     types = f.d.get("layer_types")
     if types is None:
-        types = ["full_attention" if i % max(every, 1) == 0 else "sliding_attention" for i in range(layers)]
+        types = [
+            "full_attention" if i % max(every, 1) == 0 else "sliding_attention"
+            for i in range(layers)
+        ]
     if not isinstance(types, list):
         raise f.bad("layer_types", f"must be a list, got {types!r}")
     for i, t in enumerate(types):
         if t not in LAYER_TYPES:
-            raise f.bad(f"layer_types[{i}]", f"{t!r} is not supported: expected one of {', '.join(LAYER_TYPES)}")
+            raise f.bad(
+                f"layer_types[{i}]",
+                f"{t!r} is not supported: expected one of {', '.join(LAYER_TYPES)}",
+            )
     if len(types) != layers:
         raise f.bad("layer_types", f"has {len(types)} entries for num_hidden_layers = {layers}")
     return types
 
 
 def _hidden_dropout(f: _Fields) -> float:
-    """mlp_dropout, which embedding_dropout and classifier_dropout must equal (one hidden dropout)."""
+    """mlp_dropout, which embedding_dropout and classifier_dropout must equal (one hidden
+    dropout)."""
     drop = f.num("mlp_dropout", 0.0, float)
     for key in ("embedding_dropout", "classifier_dropout"):
         if f.num(key, 0.0, float) != drop:
-            raise f.bad(key, f"{f.d.get(key)!r} differs from mlp_dropout {drop!r}: tokendrop's ModernBERT has one "
-                        "hidden dropout (model.hidden_dropout) for embeddings, MLP and classifier")
+            raise f.bad(
+                key,
+                f"{f.d.get(key)!r} differs from mlp_dropout {drop!r}: tokendrop's ModernBERT has "
+                "one "
+                "hidden dropout (model.hidden_dropout) for embeddings, MLP and classifier",
+            )
     return drop
 
 
@@ -202,7 +258,9 @@ def _pad_token_id(f: _Fields, vocab: int) -> int:
     return pad
 
 
-def modern_hf_config_dict(cfg: ModelConfig, architectures: list[str] | None = None) -> dict[str, Any]:
+def modern_hf_config_dict(
+    cfg: ModelConfig, architectures: list[str] | None = None
+) -> dict[str, Any]:
     """Our ModelConfig -> a config.json that ``transformers`` reads as this very network."""
     d: dict[str, Any] = {
         "architectures": architectures or [ARCHITECTURES["mlm"]],
@@ -221,8 +279,10 @@ def modern_hf_config_dict(cfg: ModelConfig, architectures: list[str] | None = No
         "attention_bias": False,
         "attention_dropout": cfg.attention_dropout,
         "layer_types": cfg.resolved_layer_types(),
-        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": cfg.global_rope_theta},
-                            "sliding_attention": {"rope_type": "default", "rope_theta": cfg.local_rope_theta}},
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": cfg.global_rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": cfg.local_rope_theta},
+        },
         "local_attention": cfg.local_attention,
         "embedding_dropout": cfg.hidden_dropout,
         "mlp_bias": False,
@@ -240,7 +300,8 @@ def modern_hf_config_dict(cfg: ModelConfig, architectures: list[str] | None = No
 
 
 def to_hf_modern(sd: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Our ModernBERT state dict -> transformers names (the same; the tied decoder weight omitted)."""
+    """Our ModernBERT state dict -> transformers names (the same; the tied decoder weight
+    omitted)."""
     return {k: v.detach().contiguous() for k, v in sd.items() if k != "decoder.weight"}
 
 
@@ -258,24 +319,33 @@ def normalise_modern_names(keys: list[str]) -> dict[str, str]:
 
 
 def modern_state_from_hf(raw: dict[str, Tensor]) -> dict[str, Tensor]:
-    """A file's tensors (ModernBertForMaskedLM or a bare ModernBertModel) -> our names (the tied decoder left out)."""
-    return {c: raw[k] for c, k in normalise_modern_names(list(raw)).items() if c != "decoder.weight"}
+    """A file's tensors (ModernBertForMaskedLM or a bare ModernBertModel) -> our names (the tied
+    decoder left out)."""
+    return {
+        c: raw[k] for c, k in normalise_modern_names(list(raw)).items() if c != "decoder.weight"
+    }
 
 
-def expected_shapes(cfg: ModelConfig, task: str = "mlm", **head_kwargs: Any) -> dict[str, tuple[int, ...]]:
+def expected_shapes(
+    cfg: ModelConfig, task: str = "mlm", **head_kwargs: Any
+) -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):  # shapes only: document attention (and its [SEP] id) plays no part
         m = CLASSES[task](dataclasses.replace(cfg, document_attention="off"), **head_kwargs)
     return {k: tuple(v.shape) for k, v in to_hf_modern(m.state_dict()).items()}
 
 
 def check_modern_tensors(where: Any, shapes: dict[str, tuple[int, ...]], cfg: ModelConfig) -> str:
-    """A file's tensor shapes (by its names): every encoder tensor present with the shape config.json
-    implies (one-line InitError otherwise) -> the layout name."""
+    """A file's tensor shapes (by its names): every encoder tensor present with the shape
+    config.json implies (one-line InitError otherwise) -> the layout name."""
     canon = normalise_modern_names(list(shapes))
     if "model.embeddings.tok_embeddings.weight" not in canon:
-        raise InitError(f"{Path(where).parent / 'config.json'}: model_type 'modernbert' but {Path(where).name} holds no "
-                        f"ModernBERT weights (no model.embeddings.tok_embeddings.weight among {len(canon)} tensors); "
-                        "expected ModernBertForMaskedLM or ModernBertModel weights")
+        raise InitError(
+            f"{Path(where).parent / 'config.json'}: model_type 'modernbert' but {Path(where).name} "
+            "holds no "
+            f"ModernBERT weights (no model.embeddings.tok_embeddings.weight among {len(canon)} "
+            "tensors); "
+            "expected ModernBertForMaskedLM or ModernBertModel weights"
+        )
     check_encoder_shapes(where, canon, shapes, expected_shapes(cfg), REQUIRED, cfg)
     if any(k.startswith("head.") for k in canon) and "decoder.bias" in canon:
         return "ModernBertForMaskedLM"
@@ -285,16 +355,21 @@ def check_modern_tensors(where: Any, shapes: dict[str, tuple[int, ...]], cfg: Mo
 
 
 def load_modern_weights(src: Any, model: nn.Module) -> Any:
-    """Load ``src`` (a ``tokendrop.models.source.InitSource``: a ModernBERT HF dir or a tokendrop run of
-    this family) into any of our ModernBERT classes.  Encoder tensors must all be there; the head,
-    decoder bias and task heads missing from the file are initialised fresh and listed."""
+    """Load ``src`` (a ``tokendrop.models.source.InitSource``: a ModernBERT HF dir or a tokendrop
+    run of this family) into any of our ModernBERT classes.  Encoder tensors must all be there; the
+    head, decoder bias and task heads missing from the file are initialised fresh and listed."""
     where = src.weights_file
     sd = read_source_tensors(src)
     canon = {k: k for k in sd} if src.kind == "tokendrop" else normalise_modern_names(list(sd))
     values = {c: sd[k] for c, k in canon.items()}
     own = model.state_dict()
-    notes = [f"{src.source}: {src.layout} ({src.kind}), {shape_name(src.model)}, sha256 {src.sha256[:12]}"]
-    take, fresh = match_tensors(own, values, canon, REQUIRED, _TASK_HEADS, where, shape_name(src.model), notes)
+    notes = [
+        f"{src.source}: {src.layout} ({src.kind}), {shape_name(src.model)}, sha256 "
+        f"{src.sha256[:12]}"
+    ]
+    take, fresh = match_tensors(
+        own, values, canon, REQUIRED, _TASK_HEADS, where, shape_name(src.model), notes
+    )
     ignored: list[str] = []
     unexpected: list[str] = []
     for c, k in canon.items():
@@ -306,8 +381,10 @@ def load_modern_weights(src: Any, model: nn.Module) -> Any:
         elif c.startswith(_HEADS + _TASK_HEADS) and c not in own:
             ignored.append(k)  # a head of another model class
         elif c.startswith(REQUIRED) or re.match(r"model\.", c):
-            raise InitError(f"{where}: encoder tensor {k} is not part of the model ({shape_name(src.model)}): "
-                            "the configuration and the weights disagree")
+            raise InitError(
+                f"{where}: encoder tensor {k} is not part of the model ({shape_name(src.model)}): "
+                "the configuration and the weights disagree"
+            )
         else:
             unexpected.append(k)
     model.load_state_dict({**own, **take}, strict=True)
@@ -315,6 +392,8 @@ def load_modern_weights(src: Any, model: nn.Module) -> Any:
     if fresh:
         notes.append(f"initialised fresh (not in the source): {', '.join(fresh)}")
     if unexpected:
-        notes.append(f"{len(unexpected)} tensor(s) in the file used by nothing: {', '.join(unexpected[:4])}"
-                     + (" ..." if len(unexpected) > 4 else ""))
+        notes.append(
+            f"{len(unexpected)} tensor(s) in the file used by nothing: {', '.join(unexpected[:4])}"
+            + (" ..." if len(unexpected) > 4 else "")
+        )
     return InitReport(fresh=fresh, unexpected=unexpected, ignored=ignored, notes=notes)

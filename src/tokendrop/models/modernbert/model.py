@@ -1,17 +1,18 @@
 """A ModernBERT-architecture encoder with token dropping (``model.family = "modernbert"``).
 
-The network is exactly ``transformers.ModernBertForMaskedLM`` (answerdotai/ModernBERT): pre-LayerNorm
-layers without biases (LayerNorm biases per ``model.norm_bias``), the first layer's attention norm
-an identity, a fused ``Wqkv`` projection, rotary positions with one base for the global layers and
-another for the sliding-window layers, GeGLU feed-forward (``Wi``: d -> 2 * intermediate, GELU on
-the first half times the second), a final norm, and the MLM head (dense + GELU + norm) whose decoder
-is tied to the token embeddings and has its own bias.  Parameter names are Hugging Face's
-(``model.layers.3.attn.Wqkv.weight``), so ``tokendrop.models.modernbert.hf`` maps a state dict 1:1 (only the
-tied ``decoder.weight`` is implicit).
+The network is exactly ``transformers.ModernBertForMaskedLM`` (answerdotai/ModernBERT):
+pre-LayerNorm layers without biases (LayerNorm biases per ``model.norm_bias``), the first layer's
+attention norm an identity, a fused ``Wqkv`` projection, rotary positions with one base for the
+global layers and another for the sliding-window layers, GeGLU feed-forward (``Wi``: d -> 2 *
+intermediate, GELU on the first half times the second), a final norm, and the MLM head (dense + GELU
++ norm) whose decoder is tied to the token embeddings and has its own bias.  Parameter names are
+  Hugging Face's
+(``model.layers.3.attn.Wqkv.weight``), so ``tokendrop.models.modernbert.hf`` maps a state dict 1:1
+(only the tied ``decoder.weight`` is implicit).
 
-The forward signature and outputs are :class:`tokendrop.models.bert.model.BertForMaskedLM`'s (``token_type_ids``
-is accepted and ignored), and dropping follows the same schedule (:func:`tokendrop.dropping.engine.run_layers`,
-docs/design.md §2.2) with positions respected:
+The forward signature and outputs are :class:`tokendrop.models.bert.model.BertForMaskedLM`'s
+(``token_type_ids`` is accepted and ignored), and dropping follows the same schedule
+(:func:`tokendrop.dropping.engine.run_layers`, docs/design.md §2.2) with positions respected:
 
 * a kept row keeps its original rotary position: positions (and the document ids) are gathered with
   the rows, and the cos/sin are computed from the gathered positions;
@@ -21,13 +22,13 @@ docs/design.md §2.2) with positions respected:
   layer ``end``.
 
 Per-document attention (``model.document_attention``, on by default for this family, MLM only):
-every token attends only within its own document of the packed row (:func:`tokendrop.models.masked_lm.document_ids`),
-and rotary positions restart at 0 in every document, as ModernBERT's unpadded training does
-(cu_seqlens); the task models (classification, QA) attend over the whole (padded) input as
-``transformers`` does.  Attention runs through :func:`tokendrop.models.attention.attend` with the masks of
-a :class:`tokendrop.models.attention.MaskCache` (none for global layers without padding or documents;
-sliding windows as bands, or FlexAttention block masks on CUDA: docs/design.md §2.9).
-"""
+every token attends only within its own document of the packed row
+(:func:`tokendrop.models.masked_lm.document_ids`), and rotary positions restart at 0 in every
+document, as ModernBERT's unpadded training does (cu_seqlens); the task models (classification, QA)
+attend over the whole (padded) input as ``transformers`` does.  Attention runs through
+:func:`tokendrop.models.attention.attend` with the masks of a
+:class:`tokendrop.models.attention.MaskCache` (none for global layers without padding or documents;
+sliding windows as bands, or FlexAttention block masks on CUDA: docs/design.md §2.9)."""
 
 from __future__ import annotations
 
@@ -38,11 +39,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
+from tokendrop.dropping.engine import Rows, run_layers
 from tokendrop.dropping.methods import DropConfig
 from tokendrop.models.attention import MaskCache, attend, use_flex
 from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
 from tokendrop.models.norm import LayerNorm
-from tokendrop.dropping.engine import Rows, run_layers
 
 __all__ = [
     "CLASSES",
@@ -69,7 +70,8 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 class Rotary(nn.Module):
-    """cos/sin of one rotary base for given positions (computed as ``transformers`` does, in fp32)."""
+    """cos/sin of one rotary base for given positions (computed as ``transformers`` does, in
+    fp32)."""
 
     def __init__(self, head_dim: int, theta: float):
         super().__init__()
@@ -93,7 +95,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class ModernEmbeddings(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.tok_embeddings = nn.Embedding(
+            cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id
+        )
         self.norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         self.drop = nn.Dropout(cfg.hidden_dropout)
 
@@ -114,13 +118,21 @@ class ModernAttention(nn.Module):
         self.dropout_p = cfg.attention_dropout
         self.out_drop = nn.Dropout(cfg.attention_dropout)
 
-    def forward(self, x: Tensor, kv_in: Tensor | None, rope_q: tuple[Tensor, Tensor], rope_k: tuple[Tensor, Tensor],
-                bias: Tensor | None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        kv_in: Tensor | None,
+        rope_q: tuple[Tensor, Tensor],
+        rope_k: tuple[Tensor, Tensor],
+        bias: Tensor | None,
+    ) -> Tensor:
         # x: (B, n, d) normed query rows; kv_in: (B, N, d) normed key/value rows or None (= x)
         b, n, d = x.shape
         h = self.num_heads
         if kv_in is None:
-            q, k, v = self.Wqkv(x).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)  # 3 x (B, h, n, dh)
+            q, k, v = (
+                self.Wqkv(x).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
+            )  # 3 x (B, h, n, dh)
         else:
             w = self.Wqkv.weight
             q = F.linear(x, w[:d]).view(b, n, h, d // h).transpose(1, 2)
@@ -149,20 +161,27 @@ class ModernLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int, layer_type: str):
         super().__init__()
         d = cfg.hidden_size
-        self.attn_norm = nn.Identity() if index == 0 else LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        self.attn_norm = (
+            nn.Identity()
+            if index == 0
+            else LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
+        )
         self.attn = ModernAttention(cfg)
         self.mlp_norm = LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         self.mlp = ModernMLP(cfg)
         self.sliding = layer_type == "sliding_attention"
 
-    def forward(self, x: Tensor, kv_in: Tensor | None, rope_q, rope_k, bias: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, kv_in: Tensor | None, rope_q, rope_k, bias: Tensor | None
+    ) -> Tensor:
         kv = None if kv_in is None else self.attn_norm(kv_in)
         x = x + self.attn(self.attn_norm(x), kv, rope_q, rope_k, bias)
         return x + self.mlp(self.mlp_norm(x))
 
 
 class ModernBertModel(nn.Module):
-    """Embeddings + layers + final norm.  ``span`` is the dropping layout used when dropping is on."""
+    """Embeddings + layers + final norm.  ``span`` is the dropping layout used when dropping is
+    on."""
 
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
         super().__init__()
@@ -189,19 +208,32 @@ class ModernBertModel(nn.Module):
         """-> final hidden states (B, T, d).  Dropping only when training and requested; ``doc_ids``
         (B, T): per-document attention with positions restarting in every document."""
         x = self.embeddings(input_ids)
-        at = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T) index in the row
+        at = torch.arange(input_ids.shape[1], device=input_ids.device)[
+            None
+        ]  # (1, T) index in the row
         pos = at if doc_ids is None else document_positions(doc_ids)  # rotary positions
         active = self.training and self.span is not None and (keep_idx is not None or drop_active)
-        masks = MaskCache(x.dtype, flex=use_flex(self.config.attention_backend, x.device,
-                                                 self.config.attention_dropout if self.training else 0.0),
-                          extent=input_ids.shape[1])
+        masks = MaskCache(
+            x.dtype,
+            flex=use_flex(
+                self.config.attention_backend,
+                x.device,
+                self.config.attention_dropout if self.training else 0.0,
+            ),
+            extent=input_ids.shape[1],
+        )
         ropes: dict[tuple[int, bool], tuple] = {}
-        rope_dtype = self.final_norm.weight.dtype  # cos/sin in the parameters' dtype, not autocast's
+        rope_dtype = (
+            self.final_norm.weight.dtype
+        )  # cos/sin in the parameters' dtype, not autocast's
 
         def rope(rows: Rows, local: bool):
             key = (id(rows), local)
             if key not in ropes:  # rows kept alive with their cos/sin, so ids stay unique
-                ropes[key] = (rows, (self.rope_local if local else self.rope_global)(rows.pos, rope_dtype))
+                ropes[key] = (
+                    rows,
+                    (self.rope_local if local else self.rope_global)(rows.pos, rope_dtype),
+                )
             return ropes[key][1]
 
         def call(layer: ModernLayer, h: Tensor, kv: Tensor | None, q: Rows, k: Rows) -> Tensor:
@@ -210,7 +242,9 @@ class ModernBertModel(nn.Module):
             return layer(h, kv, rope(q, local), rope(k, local), bias)
 
         rows = Rows(attention_mask, masks.documents(doc_ids), pos, at)
-        x = run_layers(self.layers, x, rows, self.span if active else None, keep_idx if active else None, call)
+        x = run_layers(
+            self.layers, x, rows, self.span if active else None, keep_idx if active else None, call
+        )
         return self.final_norm(x)
 
 
@@ -266,7 +300,8 @@ class TiedDecoder(nn.Module):
 
 
 class ModernBertForMaskedLM(MaskedLM):
-    """ModernBERT + MLM head on the prediction slots only; forward and loss of ``tokendrop.models.masked_lm.MaskedLM``."""
+    """ModernBERT + MLM head on the prediction slots only; forward and loss of
+    ``tokendrop.models.masked_lm.MaskedLM``."""
 
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
         super().__init__()
@@ -297,8 +332,9 @@ class ModernBertForMaskedLM(MaskedLM):
 
 
 class _ModernTaskModel(nn.Module):
-    """The task models' shared part, as ``transformers``: encoder, then head (dense + GELU + norm) ->
-    dropout -> classifier (d -> ``n_out``), the classifier initialised truncated-normal(d^-1/2)."""
+    """The task models' shared part, as ``transformers``: encoder, then head (dense + GELU + norm)
+    -> dropout -> classifier (d -> ``n_out``), the classifier initialised
+    truncated-normal(d^-1/2)."""
 
     def __init__(self, cfg: ModelConfig, n_out: int):
         super().__init__()
@@ -307,8 +343,12 @@ class _ModernTaskModel(nn.Module):
         self.drop = nn.Dropout(cfg.hidden_dropout)
         self.classifier = nn.Linear(cfg.hidden_size, n_out)
         init_modern_weights(self, cfg)
-        nn.init.trunc_normal_(self.classifier.weight, std=cfg.hidden_size ** -0.5,
-                              a=-2 * cfg.hidden_size ** -0.5, b=2 * cfg.hidden_size ** -0.5)
+        nn.init.trunc_normal_(
+            self.classifier.weight,
+            std=cfg.hidden_size**-0.5,
+            a=-2 * cfg.hidden_size**-0.5,
+            b=2 * cfg.hidden_size**-0.5,
+        )
 
     @property
     def config(self) -> ModelConfig:
@@ -330,7 +370,12 @@ class ModernBertForSequenceClassification(_ModernTaskModel):
         super().__init__(cfg, num_labels)
         self.num_labels = num_labels
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor:
         h = self.model(input_ids, attention_mask, token_type_ids)  # (B, T, d)
         if self.config.classifier_pooling == "mean":
             m = torch.ones_like(input_ids) if attention_mask is None else attention_mask
@@ -350,7 +395,10 @@ class ModernBertForQuestionAnswering(_ModernTaskModel):
         super().__init__(cfg, 2)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         h = self.model(input_ids, attention_mask, token_type_ids)
         start, end = self.scores(h).unbind(-1)
@@ -358,5 +406,8 @@ class ModernBertForQuestionAnswering(_ModernTaskModel):
 
 
 # task -> this family's class (``tokendrop.models.families.FAMILIES`` registers it)
-CLASSES: dict[str, type[nn.Module]] = {"mlm": ModernBertForMaskedLM, "classification": ModernBertForSequenceClassification,
-                                      "qa": ModernBertForQuestionAnswering}
+CLASSES: dict[str, type[nn.Module]] = {
+    "mlm": ModernBertForMaskedLM,
+    "classification": ModernBertForSequenceClassification,
+    "qa": ModernBertForQuestionAnswering,
+}

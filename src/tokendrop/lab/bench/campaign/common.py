@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from tokendrop.runs.files import atomic_write_text, json_text
-from tokendrop.lab.bench.records import record_dict
-import gc
 import torch
+
+from tokendrop.lab.bench.records import record_dict
+from tokendrop.runs.files import atomic_write_text, json_text
 
 Log = Callable[[str], None]
 
@@ -56,17 +58,22 @@ class PartResult:
     part: str
     dry_run: bool
     device: str
-    started: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    started: str = field(
+        default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    )
     wall_s: float = 0.0
     budget_s: float = 0.0
     error: str = ""  # set when the part stopped on an exception (or was interrupted)
     # False until the part has ended (finished, or stopped on an error): a PART.json that still says
-    # false was left by a campaign killed or interrupted during the part, and holds only what it finished
+    # false was left by a campaign killed or interrupted during the part, and holds only what it
+    # finished
     complete: bool = False
     skipped: list[str] = field(default_factory=list)  # phases left out for the time budget
     checks: list[Check] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
-    tables: list[tuple[str, list[str], list[list[Any]]]] = field(default_factory=list)  # (title, header, rows)
+    tables: list[tuple[str, list[str], list[list[Any]]]] = field(
+        default_factory=list
+    )  # (title, header, rows)
     files: list[str] = field(default_factory=list)  # other files written under OUT
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -90,9 +97,12 @@ class PartResult:
 
     def summary_text(self) -> str:
         head = f"[{self.part}] {self.status} in {self.wall_s:.0f}s on {self.device}" + (
-            " (dry run)" if self.dry_run else "")
+            " (dry run)" if self.dry_run else ""
+        )
         lines = [head] + [f"  {s}" for s in self.summary]
-        lines += [f"  {c.mark}: {c.name}" + (f" -- {c.detail}" if c.detail else "") for c in self.checks]
+        lines += [
+            f"  {c.mark}: {c.name}" + (f" -- {c.detail}" if c.detail else "") for c in self.checks
+        ]
         lines += [f"  skipped (time budget): {s}" for s in self.skipped]
         if self.error:
             lines.append(f"  error: {self.error}")
@@ -116,12 +126,19 @@ def _cell(x: Any) -> str:
 
 
 def markdown(r: PartResult, title: str) -> str:
-    out = [f"# GPU campaign, part `{r.part}`: {title}", "",
-           f"- {'dry run on ' if r.dry_run else ''}{r.device}; started {r.started}; wall {r.wall_s:.0f} s of a "
-           f"{r.budget_s:.0f} s budget; result: **{r.status}**"]
+    out = [
+        f"# GPU campaign, part `{r.part}`: {title}",
+        "",
+        f"- {'dry run on ' if r.dry_run else ''}{r.device}; started {r.started}; wall "
+        f"{r.wall_s:.0f} s of a "
+        f"{r.budget_s:.0f} s budget; result: **{r.status}**",
+    ]
     if not r.complete:
-        out += ["- **incomplete**: the part had not finished when this was written (it is still running, or the "
-                "campaign was killed or interrupted during it); what is here is only what it finished"]
+        out += [
+            "- **incomplete**: the part had not finished when this was written (it is still "
+            "running, or the "
+            "campaign was killed or interrupted during it); what is here is only what it finished"
+        ]
     out += [f"- {s}" for s in r.summary]
     if r.error:
         out += [f"- error: `{r.error}`"]
@@ -139,9 +156,9 @@ def markdown(r: PartResult, title: str) -> str:
 
 
 def write_part(r: PartResult, out: Path, title: str) -> tuple[Path, Path]:
-    """``OUT/PART.json`` and ``OUT/PART.md``, each replaced atomically (``tokendrop.runs.rundir``; parts
-    rewrite them after every phase, so a part stopped from outside still leaves what it finished,
-    marked ``complete: false``)."""
+    """``OUT/PART.json`` and ``OUT/PART.md``, each replaced atomically (``tokendrop.runs.rundir``;
+    parts rewrite them after every phase, so a part stopped from outside still leaves what it
+    finished, marked ``complete: false``)."""
     paths = (out / f"{r.part}.json", out / f"{r.part}.md")
     texts = (json_text(r.to_dict()), markdown(r, title))
     for p, text in zip(paths, texts):

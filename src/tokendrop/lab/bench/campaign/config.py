@@ -1,17 +1,39 @@
-"""``CampaignConfig``: what each part of the GPU campaign runs (configs/bench-campaign-NAME.toml)."""
+"""``CampaignConfig``: what each part of the GPU campaign runs
+(configs/bench-campaign-NAME.toml)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokendrop.config import ConfigError, load_config, resolve_preset
+from tokendrop.config import load_config, resolve_preset
+from tokendrop.errors import ConfigError
 from tokendrop.lab.bench.longctx import FamilyShape, LongContextConfig
 from tokendrop.lab.study.plan import STRONG
 
-PARTS = ("step", "env", "bench", "bench-compile", "pretrain", "quality", "bench-modern", "strong", "bench-longctx")
-# ``--campaign priority``: the order a lent GPU's time is spent in (part step first: the training step's
-# measurements; then the from-scratch pairs; then the rest), each part within what is left
-PRIORITY = ("step", "strong", "pretrain", "env", "bench-longctx", "bench", "bench-modern", "quality", "bench-compile")
+PARTS = (
+    "step",
+    "env",
+    "bench",
+    "bench-compile",
+    "pretrain",
+    "quality",
+    "bench-modern",
+    "strong",
+    "bench-longctx",
+)
+# ``--campaign priority``: the order a lent GPU's time is spent in (part step first: the training
+# step's measurements; then the from-scratch pairs; then the rest), each part within what is left
+PRIORITY = (
+    "step",
+    "strong",
+    "pretrain",
+    "env",
+    "bench-longctx",
+    "bench",
+    "bench-modern",
+    "quality",
+    "bench-compile",
+)
 
 
 @dataclass
@@ -31,18 +53,31 @@ class BenchPart:
     compile_backend: str = "inductor"  # dry runs: eager (dynamo only, no code generation)
     memory: bool = True
     max_batch: bool = True  # bench (eager): the largest batch that fits, per T and implementation
-    max_batch_caps: list[int] = field(default_factory=lambda: [4096, 1024])  # per T: where the search stops
-    max_batch_memory_bytes: int = 0  # > 0: a batch fits only under this peak (how a CPU dry run "runs out")
+    max_batch_caps: list[int] = field(
+        default_factory=lambda: [4096, 1024]
+    )  # per T: where the search stops
+    max_batch_memory_bytes: int = (
+        0  # > 0: a batch fits only under this peak (how a CPU dry run "runs out")
+    )
     threads: int = 0
-    document_attention: str = "off"  # modern-*: per-document attention (BenchConfig.document_attention)
-    # model.attention_backend of our rows (BenchConfig.attention_backend): auto = FlexAttention on CUDA
-    # for window / document masks; sdpa = the SDPA path (windows in bands) for a side-by-side call
+    document_attention: str = (
+        "off"  # modern-*: per-document attention (BenchConfig.document_attention)
+    )
+    # model.attention_backend of our rows (BenchConfig.attention_backend): auto = FlexAttention on
+    # CUDA for window / document masks; sdpa = the SDPA path (windows in bands) for a side-by-side
+    # call
     attention_backend: str = "auto"
 
 
 def _modern_part() -> BenchPart:
-    return BenchPart(model="modern-base", vocab_size=50368, seq_lens=[512, 1024], batch_sizes=[64, 32],
-                     max_batch=False, max_batch_caps=[2048, 1024])
+    return BenchPart(
+        model="modern-base",
+        vocab_size=50368,
+        seq_lens=[512, 1024],
+        batch_sizes=[64, 32],
+        max_batch=False,
+        max_batch_caps=[2048, 1024],
+    )
 
 
 @dataclass
@@ -50,9 +85,16 @@ class StepPart:
     """``step``: the trainer's step per ``train.compile`` mode, dense vs drop (step_part.py)."""
 
     # "family:T:tokens per step", in the order they run
-    settings: list[str] = field(default_factory=lambda: ["bert:128:16384", "modernbert:128:16384", "bert:512:16384",
-                                                         "modernbert:512:16384", "bert:128:65536",
-                                                         "modernbert:128:65536"])
+    settings: list[str] = field(
+        default_factory=lambda: [
+            "bert:128:16384",
+            "modernbert:128:16384",
+            "bert:512:16384",
+            "modernbert:512:16384",
+            "bert:128:65536",
+            "modernbert:128:65536",
+        ]
+    )
     modes: list[str] = field(default_factory=lambda: ["off", "step", "graphs"])
     bert_model: str = "bert-base"
     bert_vocab_size: int = 30522
@@ -64,16 +106,24 @@ class StepPart:
     rounds: int = 5
     reps: int = 5
     compile_backend: str = "inductor"  # dry runs: aot_eager (no code generation)
-    row_reserve_s: float = 75.0  # a row (one mode, dense + drop) starts only with this much budget left
+    row_reserve_s: float = (
+        75.0  # a row (one mode, dense + drop) starts only with this much budget left
+    )
 
     def rows(self) -> list[tuple[str, int, int]]:
         """``settings`` parsed: (family, T, tokens per step)."""
         out = []
         for s in self.settings:
             parts = s.split(":")
-            if len(parts) != 3 or parts[0] not in ("bert", "modernbert") or not all(x.isdigit() for x in parts[1:]):
-                raise ConfigError(f"step.settings: {s!r} is not \"FAMILY:T:TOKENS\" (FAMILY bert or modernbert), "
-                                  "e.g. \"bert:128:16384\"")
+            if (
+                len(parts) != 3
+                or parts[0] not in ("bert", "modernbert")
+                or not all(x.isdigit() for x in parts[1:])
+            ):
+                raise ConfigError(
+                    f'step.settings: {s!r} is not "FAMILY:T:TOKENS" (FAMILY bert or modernbert), '
+                    'e.g. "bert:128:16384"'
+                )
             out.append((parts[0], int(parts[1]), int(parts[2])))
         return out
 
@@ -85,8 +135,12 @@ class PretrainPart:
     config: str = "bert-base-128"
     steps: int = 300
     batch_size: int = 256
-    overrides: list[str] = field(default_factory=list)  # dotted Config overrides for every run of the part
-    resume_steps: int = 20  # checkpoint/resume check: pause at half, resume, compare with an uninterrupted run
+    overrides: list[str] = field(
+        default_factory=list
+    )  # dotted Config overrides for every run of the part
+    resume_steps: int = (
+        20  # checkpoint/resume check: pause at half, resume, compare with an uninterrupted run
+    )
     torchrun_steps: int = 10  # the torchrun --nproc-per-node 1 run
     torchrun_timeout_s: float = 240.0
     bench_rounds: int = 3  # the short bench the log's tokens/s and MFU are compared with
@@ -100,7 +154,9 @@ class QualityPart:
     budget, then fine-tuned; eval MLM loss vs wall-clock and time-to-loss."""
 
     config: str = "bert-base-128"
-    overrides: list[str] = field(default_factory=list)  # the small model, lr, ... (dotted Config overrides)
+    overrides: list[str] = field(
+        default_factory=list
+    )  # the small model, lr, ... (dotted Config overrides)
     batch_size: int = 256
     train_budget_s: float = 110.0  # training seconds per method (evaluation excluded)
     # "time": each run trains for the same wall-clock seconds (train.time_budget, the per-run budget
@@ -116,7 +172,8 @@ class QualityPart:
     finetune_reserve_s: float = 150.0  # kept back from pretraining for the fine-tuning
     calibrate_rounds: int = 3
     plateau_margin: float = 1.0  # "far below the unigram plateau": at least this many nats below
-    # both runs on top of the strongest dense recipe (part strong: :func:`strong_recipe` at batch_size)
+    # both runs on top of the strongest dense recipe (part strong: :func:`strong_recipe` at
+    # batch_size)
     strong_recipe: bool = False
     # the pretraining runs: every arm (QUALITY_ARMS) with every seed, seed by seed (a part cut short
     # keeps whole seeds); one seed names a run by its arm, several as ARM-seedN
@@ -138,26 +195,34 @@ class QualityPart:
 
     def validate(self, where: str) -> None:
         if self.run_length not in ("time", "steps"):
-            raise ConfigError(f"{where}.run_length: expected \"time\" or \"steps\", got {self.run_length!r}")
+            raise ConfigError(
+                f'{where}.run_length: expected "time" or "steps", got {self.run_length!r}'
+            )
         arms = self.arms
         known = all(a in QUALITY_ARMS for a in arms)
         if not known or len(set(arms)) != len(arms) or "dense" not in arms:
-            raise ConfigError(f"{where}.arms: expected distinct names of {', '.join(QUALITY_ARMS)} "
-                              f"including dense, got {arms}")
+            raise ConfigError(
+                f"{where}.arms: expected distinct names of {', '.join(QUALITY_ARMS)} "
+                f"including dense, got {arms}"
+            )
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError(f"{where}.seeds: expected a non-empty list of distinct integers, "
-                              f"got {self.seeds}")
+            raise ConfigError(
+                f"{where}.seeds: expected a non-empty list of distinct integers, got {self.seeds}"
+            )
         counts = (self.rate0_steps, self.agreement_steps, self.diagnostics)
         if min(counts) < 0 or self.agreement_batch < 1:
-            raise ConfigError(f"{where}.rate0_steps/agreement_steps/diagnostics: expected >= 0; "
-                              "agreement_batch: expected >= 1")
+            raise ConfigError(
+                f"{where}.rate0_steps/agreement_steps/diagnostics: expected >= 0; "
+                "agreement_batch: expected >= 1"
+            )
 
     def run_name(self, arm: str, seed: int) -> str:
         """A run's name in the part's files: its arm with one seed, ``ARM-seedN`` with several."""
         return arm if len(self.seeds) == 1 else f"{arm}-seed{seed}"
 
     def recipe(self) -> list[str]:
-        """The recipe's dotted Config overrides both runs get after ``overrides`` ([] without one)."""
+        """The recipe's dotted Config overrides both runs get after ``overrides`` ([] without
+        one)."""
         return strong_recipe(self.batch_size) if self.strong_recipe else []
 
 
@@ -171,31 +236,57 @@ QUALITY_ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def strong_recipe(batch_size: int) -> list[str]:
     """The strong dense recipe of study-strong (``tokendrop.lab.study.plan.STRONG``: WSD with a full
-    1-sqrt decay over the last 20%, batch warm-up over the first quarter, masking 30% -> 15%), its batch
-    warm-up starting from half of ``batch_size``.  The MLM head runs on the masked slots only in every
-    tokendrop model (no option)."""
-    return [o for o in STRONG if not o.startswith("train.batch_warmup_start=")] + \
-        [f"train.batch_warmup_start={max(1, batch_size // 2)}"]
+    1-sqrt decay over the last 20%, batch warm-up over the first quarter, masking 30% -> 15%), its
+    batch warm-up starting from half of ``batch_size``.  The MLM head runs on the masked slots only
+    in every tokendrop model (no option)."""
+    return [o for o in STRONG if not o.startswith("train.batch_warmup_start=")] + [
+        f"train.batch_warmup_start={max(1, batch_size // 2)}"
+    ]
 
 
 def _strong_part() -> QualityPart:
-    """Part ``strong``: a 6 x 384 BERT from scratch, dense with the strong recipe vs + 50% token drop,
-    the same training wall-clock each (150 s on the GPU), no fine-tuning: time to the dense run's loss."""
-    return QualityPart(overrides=["model.num_layers=6", "model.hidden_size=384", "model.num_heads=6",
-                                  "model.intermediate_size=1536", "train.lr=1e-3", "train.compile=false",
-                                  "train.eval_batches=20", "data.num_workers=2"],
-                       batch_size=256, train_budget_s=150.0, evals=15, tasks=[], finetune_reserve_s=0.0,
-                       strong_recipe=True, arms=["dense", "token-drop-rate0", "token-drop"],
-                       seeds=[0, 1], rate0_steps=100, agreement_steps=8, diagnostics=4)
+    """Part ``strong``: a 6 x 384 BERT from scratch, dense with the strong recipe vs + 50% token
+    drop, the same training wall-clock each (150 s on the GPU), no fine-tuning: time to the dense
+    run's loss."""
+    return QualityPart(
+        overrides=[
+            "model.num_layers=6",
+            "model.hidden_size=384",
+            "model.num_heads=6",
+            "model.intermediate_size=1536",
+            "train.lr=1e-3",
+            "train.compile=false",
+            "train.eval_batches=20",
+            "data.num_workers=2",
+        ],
+        batch_size=256,
+        train_budget_s=150.0,
+        evals=15,
+        tasks=[],
+        finetune_reserve_s=0.0,
+        strong_recipe=True,
+        arms=["dense", "token-drop-rate0", "token-drop"],
+        seeds=[0, 1],
+        rate0_steps=100,
+        agreement_steps=8,
+        diagnostics=4,
+    )
 
 
 def _longctx_gpu() -> LongContextConfig:
     """Part ``bench-longctx``: the long-context rows on the GPU -- bert-base and modern-base shapes,
     T = 512 ... 8192, 64k tokens per step, bf16, per-document attention (one document per row)."""
-    return LongContextConfig(name="campaign-longctx", device="cuda", tokens_per_step=65536, precision="bf16",
-                             warmup=3, rounds=5, reps=3,
-                             bert=FamilyShape(model="bert-base", vocab_size=30522),
-                             modern=FamilyShape(model="modern-base", vocab_size=50368))
+    return LongContextConfig(
+        name="campaign-longctx",
+        device="cuda",
+        tokens_per_step=65536,
+        precision="bf16",
+        warmup=3,
+        rounds=5,
+        reps=3,
+        bert=FamilyShape(model="bert-base", vocab_size=30522),
+        modern=FamilyShape(model="modern-base", vocab_size=50368),
+    )
 
 
 @dataclass
@@ -203,7 +294,9 @@ class CampaignConfig:
     name: str = "gpu"
     dry_run: bool = False
     device: str = "cuda"
-    data: str = "runs/gpu-carry/data-128"  # `tokendrop prepare` output (benchmarks/gpu_campaign_prepare.sh)
+    data: str = (
+        "runs/gpu-carry/data-128"  # `tokendrop prepare` output (benchmarks/gpu_campaign_prepare.sh)
+    )
     glue: str = "runs/gpu-carry/glue"  # holds SST-2/ and QNLI/ (GLUE TSV layout)
     budget_s: float = 480.0  # each part stops itself before this many seconds
     pytest: bool = True  # env: run `pytest -m gpu tests/integration/parallel/test_gpu.py`
@@ -219,19 +312,24 @@ class CampaignConfig:
     strong: QualityPart = field(default_factory=_strong_part)  # part strong
     longctx: LongContextConfig = field(default_factory=_longctx_gpu)  # part bench-longctx
 
-    def validate(self) -> "CampaignConfig":
+    def validate(self) -> CampaignConfig:
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"campaign.device: expected cpu or cuda, got {self.device!r}")
         if self.budget_s <= 0:
             raise ConfigError(f"campaign.budget_s: expected > 0, got {self.budget_s}")
         for sec, b in (("bench", self.bench), ("modern", self.modern)):
             if len(b.batch_sizes) != len(b.seq_lens) or len(b.max_batch_caps) != len(b.seq_lens):
-                raise ConfigError(f"{sec}.batch_sizes/{sec}.max_batch_caps: one per {sec}.seq_lens entry ({len(b.seq_lens)})")
+                raise ConfigError(
+                    f"{sec}.batch_sizes/{sec}.max_batch_caps: one per {sec}.seq_lens entry "
+                    f"({len(b.seq_lens)})"
+                )
             if not 0.0 < b.rate < 1.0:
                 raise ConfigError(f"{sec}.rate: expected a drop rate in (0, 1), got {b.rate}")
         p = self.pretrain
         if p.steps < 2 or p.resume_steps < 2 or p.torchrun_steps < 1:
-            raise ConfigError("pretrain.steps/resume_steps/torchrun_steps: expected >= 2, >= 2, >= 1")
+            raise ConfigError(
+                "pretrain.steps/resume_steps/torchrun_steps: expected >= 2, >= 2, >= 1"
+            )
         for sec, q in (("quality", self.quality), ("strong", self.strong)):
             if q.train_budget_s <= 0 or q.evals < 2:
                 raise ConfigError(f"{sec}.train_budget_s/evals: expected > 0 and >= 2")
@@ -240,7 +338,9 @@ class CampaignConfig:
         self.step.rows()
         bad = [m for m in self.step.modes if m not in ("off", "forward", "step", "graphs")]
         if bad:
-            raise ConfigError(f"step.modes: {bad[0]!r} is not a train.compile mode (off, forward, step, graphs)")
+            raise ConfigError(
+                f"step.modes: {bad[0]!r} is not a train.compile mode (off, forward, step, graphs)"
+            )
         if self.total_s <= 0:
             raise ConfigError(f"campaign.total_s: expected > 0, got {self.total_s}")
         return self
@@ -249,14 +349,19 @@ class CampaignConfig:
 CAMPAIGN_PREFIX = "bench-campaign-"
 
 
-def campaign_config(preset: str = "gpu", overrides: list[str] | tuple[str, ...] = (), dry_run: bool = False) -> CampaignConfig:
+def campaign_config(
+    preset: str = "gpu", overrides: list[str] | tuple[str, ...] = (), dry_run: bool = False
+) -> CampaignConfig:
     """``configs/bench-campaign-PRESET.toml`` (or a .toml path) with dotted overrides; ``dry_run``
     forces ``dry_run=true`` and the CPU."""
     name = preset if preset.endswith(".toml") else f"{CAMPAIGN_PREFIX}{preset}"
     try:
         path = resolve_preset(name)
     except ConfigError:
-        raise ConfigError(f"bench --campaign --preset: no campaign preset {preset!r} (configs/{CAMPAIGN_PREFIX}NAME.toml "
-                          "or a .toml path)") from None
+        raise ConfigError(
+            f"bench --campaign --preset: no campaign preset {preset!r} "
+            f"(configs/{CAMPAIGN_PREFIX}NAME.toml "
+            "or a .toml path)"
+        ) from None
     extra = ["dry_run=true", 'device="cpu"'] if dry_run else []
     return load_config(path, list(overrides) + extra, cls=CampaignConfig)

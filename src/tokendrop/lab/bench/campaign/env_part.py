@@ -3,6 +3,7 @@ backward, with and without dropout), which one SDPA picks by itself, and ``pytes
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import subprocess
 import sys
@@ -12,17 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-from tokendrop.lab.bench.profiling import FUSED_SDPA, sdpa_backends
-from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult
-from tokendrop.lab.bench.campaign.config import CampaignConfig
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-import importlib.util
+
+from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult
+from tokendrop.lab.bench.campaign.config import CampaignConfig
+from tokendrop.lab.bench.profiling import FUSED_SDPA, sdpa_backends
 
 # SDPBackend name -> its label in a profile (tokendrop.lab.bench.profiling: FUSED_SDPA)
-BACKENDS = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "mem-efficient", "CUDNN_ATTENTION": "cudnn", "MATH": "math"}
-TEST_FILE = Path(__file__).resolve().parents[5] / "tests" / "integration" / "parallel" / "test_gpu.py"
+BACKENDS = {
+    "FLASH_ATTENTION": "flash",
+    "EFFICIENT_ATTENTION": "mem-efficient",
+    "CUDNN_ATTENTION": "cudnn",
+    "MATH": "math",
+}
+TEST_FILE = (
+    Path(__file__).resolve().parents[5] / "tests" / "integration" / "parallel" / "test_gpu.py"
+)
 
 
 @dataclass
@@ -43,8 +50,12 @@ def _version(mod: str) -> str | None:
 
 def _driver() -> str | None:
     try:
-        p = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=30)
+        p = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -59,26 +70,49 @@ def _nccl() -> str | None:
 
 
 def versions(device: torch.device) -> dict[str, object]:
-    v: dict[str, object] = {"python": platform.python_version(), "torch": torch.__version__,
-                            "transformers": _version("transformers"), "triton": _version("triton"),
-                            "numpy": _version("numpy"), "platform": platform.platform()}
+    v: dict[str, object] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "triton": _version("triton"),
+        "numpy": _version("numpy"),
+        "platform": platform.platform(),
+    }
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
-        v.update({"gpu": torch.cuda.get_device_name(device), "gpu_count": torch.cuda.device_count(),
-                  "gpu_memory_gib": round(p.total_memory / 2**30, 1), "capability": f"{p.major}.{p.minor}",
-                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "driver": _driver(),
-                  "bf16_supported": torch.cuda.is_bf16_supported(),
-                  "nccl": _nccl()})
+        v.update(
+            {
+                "gpu": torch.cuda.get_device_name(device),
+                "gpu_count": torch.cuda.device_count(),
+                "gpu_memory_gib": round(p.total_memory / 2**30, 1),
+                "capability": f"{p.major}.{p.minor}",
+                "cuda": torch.version.cuda,
+                "cudnn": torch.backends.cudnn.version(),
+                "driver": _driver(),
+                "bf16_supported": torch.cuda.is_bf16_supported(),
+                "nccl": _nccl(),
+            }
+        )
     return v
 
 
-def _qkv(device: torch.device, dtype: torch.dtype, seq_len: int = 128, heads: int = 12, head_dim: int = 64):
+def _qkv(
+    device: torch.device,
+    dtype: torch.dtype,
+    seq_len: int = 128,
+    heads: int = 12,
+    head_dim: int = 64,
+):
     g = torch.Generator(device="cpu").manual_seed(0)
-    return [torch.randn(2, heads, seq_len, head_dim, generator=g).to(device, dtype).requires_grad_() for _ in range(3)]
+    return [
+        torch.randn(2, heads, seq_len, head_dim, generator=g).to(device, dtype).requires_grad_()
+        for _ in range(3)
+    ]
 
 
 def probe_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> list[SdpaProbe]:
-    """Each SDPA backend forced alone: does forward + backward run at ``dtype`` (bert-base head shape)?"""
+    """Each SDPA backend forced alone: does forward + backward run at ``dtype`` (bert-base head
+    shape)?"""
     out = []
     for name in BACKENDS:
         for p in (0.0, 0.1):
@@ -89,19 +123,25 @@ def probe_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> lis
             q, k, v = _qkv(device, dtype)
             try:
                 with sdpa_kernel([backend]), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # the why-not warnings: the error message says it
+                    warnings.simplefilter(
+                        "ignore"
+                    )  # the why-not warnings: the error message says it
                     y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
                     y.float().sum().backward()
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 out.append(SdpaProbe(name.lower(), p, True))
             except RuntimeError as e:
-                msg = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+                msg = next(
+                    (ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__
+                )
                 out.append(SdpaProbe(name.lower(), p, False, msg[:200]))
     return out
 
 
-def default_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16, dropout: float = 0.1) -> list[str]:
+def default_sdpa(
+    device: torch.device, dtype: torch.dtype = torch.bfloat16, dropout: float = 0.1
+) -> list[str]:
     """The backend(s) SDPA picks by itself for a training-shaped call (profiled op names)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -115,20 +155,42 @@ def default_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16, drop
 
 
 def run_pytest(out: Path, timeout: float) -> dict[str, object]:
-    """``python -m pytest -m gpu tests/integration/parallel/test_gpu.py`` in a subprocess; counts from its JUnit XML."""
+    """``python -m pytest -m gpu tests/integration/parallel/test_gpu.py`` in a subprocess; counts
+    from its JUnit XML."""
     if importlib.util.find_spec("pytest") is None:
-        return {"ran": False, "reason": "pytest is not installed (gpu_campaign_prepare.sh carries it in runs/gpu-carry/pylib)"}
+        return {
+            "ran": False,
+            "reason": "pytest is not installed (gpu_campaign_prepare.sh carries it in "
+            "runs/gpu-carry/pylib)",
+        }
     if not TEST_FILE.is_file():
         return {"ran": False, "reason": f"{TEST_FILE} not found (run from a checkout)"}
     xml = out / "env-pytest.xml"
     xml.unlink(missing_ok=True)  # never read an earlier run's results as this one's
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", str(TEST_FILE), "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        str(TEST_FILE),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={xml}",
+    ]
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=TEST_FILE.parents[3])
+        p = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, cwd=TEST_FILE.parents[3]
+        )
     except subprocess.TimeoutExpired:
         return {"ran": False, "reason": f"timed out after {timeout:.0f}s"}
-    res: dict[str, object] = {"ran": True, "returncode": p.returncode, "command": " ".join(cmd[1:]),
-                              "output_tail": (p.stdout + p.stderr)[-3000:]}
+    res: dict[str, object] = {
+        "ran": True,
+        "returncode": p.returncode,
+        "command": " ".join(cmd[1:]),
+        "output_tail": (p.stdout + p.stderr)[-3000:],
+    }
     if xml.is_file():
         root = ET.parse(xml).getroot()
         suite = root if root.tag == "testsuite" else root.find("testsuite")
@@ -138,12 +200,18 @@ def run_pytest(out: Path, timeout: float) -> dict[str, object]:
             for tag in ("failure", "error", "skipped"):
                 el = tc.find(tag)
                 if el is not None:
-                    outcome = tag if tag != "skipped" else f"skipped: {(el.get('message') or '')[:120]}"
+                    outcome = (
+                        tag if tag != "skipped" else f"skipped: {(el.get('message') or '')[:120]}"
+                    )
                     break
-            cases.append({"test": tc.get("name"), "outcome": outcome, "seconds": float(tc.get("time") or 0)})
+            cases.append(
+                {"test": tc.get("name"), "outcome": outcome, "seconds": float(tc.get("time") or 0)}
+            )
         res["cases"] = cases
-        res["counts"] = {k: sum(1 for c in cases if str(c["outcome"]).startswith(k))
-                         for k in ("passed", "failure", "error", "skipped")}
+        res["counts"] = {
+            k: sum(1 for c in cases if str(c["outcome"]).startswith(k))
+            for k in ("passed", "failure", "error", "skipped")
+        }
     return res
 
 
@@ -152,24 +220,42 @@ def run_env(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save,
     cuda = dev.type == "cuda"
     v = versions(dev)
     r.data["versions"] = v
-    r.summary.append(", ".join(f"{k} {v[k]}" for k in ("gpu", "driver", "torch", "cuda", "cudnn", "transformers", "triton")
-                               if v.get(k) is not None) or f"torch {v['torch']}")
+    r.summary.append(
+        ", ".join(
+            f"{k} {v[k]}"
+            for k in ("gpu", "driver", "torch", "cuda", "cudnn", "transformers", "triton")
+            if v.get(k) is not None
+        )
+        or f"torch {v['torch']}"
+    )
     if cuda:
         r.check("bf16 supported", bool(v.get("bf16_supported")))
     probes = probe_sdpa(dev)
     r.data["sdpa_probes"] = probes
-    r.tables.append(("SDPA backends at bf16 (forced alone; forward + backward, B=2, 12 heads, T=128, d=64)",
-                     ["backend", "dropout", "usable", "why not"],
-                     [[p.backend, p.dropout, "yes" if p.usable else "no", p.reason] for p in probes]))
+    r.tables.append(
+        (
+            "SDPA backends at bf16 (forced alone; forward + backward, B=2, 12 heads, T=128, d=64)",
+            ["backend", "dropout", "usable", "why not"],
+            [[p.backend, p.dropout, "yes" if p.usable else "no", p.reason] for p in probes],
+        )
+    )
     usable = sorted({p.backend for p in probes if p.usable and p.dropout > 0})
     picked = default_sdpa(dev)
     r.data["sdpa_default_with_dropout"] = picked
-    r.summary.append(f"SDPA usable at bf16 with dropout: {', '.join(usable) or 'none'}; picked by default: "
-                     f"{', '.join(picked) or '?'}")
-    r.check("a fused SDPA kernel (flash, memory-efficient or cuDNN) usable at bf16 with dropout",
-            bool({BACKENDS[b.upper()] for b in usable} & FUSED_SDPA) if cuda else None, ", ".join(usable))
-    r.check("SDPA picks a fused kernel by itself (training shape)",
-            bool(set(picked) & FUSED_SDPA) if cuda else None, ", ".join(picked))
+    r.summary.append(
+        f"SDPA usable at bf16 with dropout: {', '.join(usable) or 'none'}; picked by default: "
+        f"{', '.join(picked) or '?'}"
+    )
+    r.check(
+        "a fused SDPA kernel (flash, memory-efficient or cuDNN) usable at bf16 with dropout",
+        bool({BACKENDS[b.upper()] for b in usable} & FUSED_SDPA) if cuda else None,
+        ", ".join(usable),
+    )
+    r.check(
+        "SDPA picks a fused kernel by itself (training shape)",
+        bool(set(picked) & FUSED_SDPA) if cuda else None,
+        ", ".join(picked),
+    )
     save()
     if not cfg.pytest:
         return
@@ -185,8 +271,13 @@ def run_env(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save,
         r.check("pytest -m gpu", None if cfg.dry_run else False, str(pt["reason"]))
         return
     counts = pt.get("counts") or {}
-    r.tables.append(("pytest -m gpu", ["test", "outcome", "seconds"],
-                     [[c["test"], c["outcome"], c["seconds"]] for c in pt.get("cases", [])]))
+    r.tables.append(
+        (
+            "pytest -m gpu",
+            ["test", "outcome", "seconds"],
+            [[c["test"], c["outcome"], c["seconds"]] for c in pt.get("cases", [])],
+        )
+    )
     bad = int(counts.get("failure", 0)) + int(counts.get("error", 0))
     detail = ", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" (exit {pt['returncode']})"
     if bad or pt["returncode"] not in (0, 5):
@@ -194,5 +285,9 @@ def run_env(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save,
     elif counts.get("passed", 0):
         r.check("pytest -m gpu", True, detail)
     else:
-        r.check("pytest -m gpu", False if cuda else None, detail + ("" if cuda else "; all skip without CUDA"))
+        r.check(
+            "pytest -m gpu",
+            False if cuda else None,
+            detail + ("" if cuda else "; all skip without CUDA"),
+        )
     r.summary.append(f"pytest -m gpu: {detail}")

@@ -11,32 +11,54 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokendrop.runs.files import atomic_write_bytes
-from tokendrop.config import Config, ConfigError, load_config
+import torch
+
+from tokendrop.config import Config, load_config
+from tokendrop.data import PreparedData
+from tokendrop.errors import ConfigError
 from tokendrop.finetune.tasks import get_task
+from tokendrop.lab.bench.campaign.config import CampaignConfig
+from tokendrop.lab.bench.presets import BenchConfig, bench_config
+from tokendrop.runs.files import atomic_write_bytes
 from tokendrop.train.compiled import resolve_mode
 from tokendrop.train.trainer import read_metrics
-from tokendrop.lab.bench.presets import BenchConfig, bench_config
-from tokendrop.lab.bench.campaign.config import CampaignConfig
-from tokendrop.data import PreparedData
-import torch
 
 
 def check_inputs(cfg: CampaignConfig, glue_tasks: tuple[str, ...] = ()) -> None:
     """A clear one-line error when the carried data is not where the config says."""
     if not (Path(cfg.data) / "meta.json").is_file():
-        raise ConfigError(f"campaign.data: no prepared data at {cfg.data} (run benchmarks/gpu_campaign_prepare.sh "
-                          "and carry runs/gpu-carry, or --set data=DIR)")
+        raise ConfigError(
+            f"campaign.data: no prepared data at {cfg.data} (run "
+            "benchmarks/gpu_campaign_prepare.sh "
+            "and carry runs/gpu-carry, or --set data=DIR)"
+        )
     for t in glue_tasks:
         d = Path(cfg.glue) / get_task(t).dirname
         if not (d / "train.tsv").is_file():
-            raise ConfigError(f"campaign.glue: no {d}/train.tsv for task {t} (carry runs/gpu-carry/glue, or --set glue=DIR)")
+            raise ConfigError(
+                f"campaign.glue: no {d}/train.tsv for task {t} (carry runs/gpu-carry/glue, or "
+                "--set glue=DIR)"
+            )
 
 
-def pretrain_config(cfg: CampaignConfig, base: str, overrides: list[str], steps: int, batch_size: int,
-                    method: str, extra: list[str] = ()) -> Config:
-    ov = [f"data.path={json.dumps(str(cfg.data))}", f"train.steps={steps}", f"train.batch_size={batch_size}",
-          f'train.device="{cfg.device}"', *overrides, f'drop.method="{method}"', *extra]
+def pretrain_config(
+    cfg: CampaignConfig,
+    base: str,
+    overrides: list[str],
+    steps: int,
+    batch_size: int,
+    method: str,
+    extra: list[str] = (),
+) -> Config:
+    ov = [
+        f"data.path={json.dumps(str(cfg.data))}",
+        f"train.steps={steps}",
+        f"train.batch_size={batch_size}",
+        f'train.device="{cfg.device}"',
+        *overrides,
+        f'drop.method="{method}"',
+        *extra,
+    ]
     return load_config(base, ov)
 
 
@@ -57,8 +79,12 @@ class Scratch:
 class RunSummary:
     name: str
     steps: int
-    train_seconds: float  # the log's wall_time: training steps only, evaluation and checkpoints excluded
-    tokens_per_s: float | None  # median over log records after the first (which holds warm-up / compilation)
+    train_seconds: (
+        float  # the log's wall_time: training steps only, evaluation and checkpoints excluded
+    )
+    tokens_per_s: (
+        float | None
+    )  # median over log records after the first (which holds warm-up / compilation)
     mfu: float | None
     first_loss: float | None
     final_loss: float | None
@@ -78,11 +104,13 @@ def summarize_run(name: str, run_dir: Path) -> RunSummary:
     end = [r for r in recs if r.get("event") in ("end", "interrupted")]
     steady = train[1:] or train
     return RunSummary(
-        name=name, steps=train[-1]["step"] if train else 0,
+        name=name,
+        steps=train[-1]["step"] if train else 0,
         train_seconds=end[-1]["wall_time"] if end else (train[-1]["wall_time"] if train else 0.0),
         tokens_per_s=_median([r["tokens_per_s"] for r in steady]),
         mfu=_median([r["mfu"] for r in steady if "mfu" in r]),
-        first_loss=train[0]["loss"] if train else None, final_loss=train[-1]["loss"] if train else None,
+        first_loss=train[0]["loss"] if train else None,
+        final_loss=train[-1]["loss"] if train else None,
         eval0_loss=evals[0]["eval_loss"] if evals and evals[0]["step"] == 0 else None,
         final_eval_loss=evals[-1]["eval_loss"] if evals else None,
         eval_curve=[(float(r["wall_time"]), float(r["eval_loss"])) for r in evals],
@@ -96,21 +124,49 @@ def keep_log(run_dir: Path, out: Path, name: str) -> str:
     return dst.name
 
 
-def model_bench_config(cfg: CampaignConfig, pc: Config, vocab_size: int, seq_len: int, batch_size: int,
-                       rounds: int, reps: int, budget_s: float) -> BenchConfig:
+def model_bench_config(
+    cfg: CampaignConfig,
+    pc: Config,
+    vocab_size: int,
+    seq_len: int,
+    batch_size: int,
+    rounds: int,
+    reps: int,
+    budget_s: float,
+) -> BenchConfig:
     """A short bench of exactly the pretraining model and batch (dense and 50% drop, no HF)."""
     m = pc.model
-    return bench_config({
-        "name": "campaign-model", "device": cfg.device, "model": "bert-base", "num_layers": m.num_layers,
-        "hidden_size": m.hidden_size, "num_heads": m.num_heads, "vocab_size": vocab_size, "seq_lens": [seq_len],
-        "batch_sizes": [batch_size], "rates": [pc.drop.rate if pc.drop.enabled else 0.5], "variants": ["drop"],
-        "hf": False, "memory": False, "precision": "bf16" if cfg.device == "cuda" else "fp32",
-        "compile": resolve_mode(pc.train.compile, torch.device(cfg.device)) != "off", "warmup": 3, "rounds": rounds, "reps": reps, "time_budget_s": max(1.0, budget_s),
-        "threads": pc.train.threads,
-    })
+    return bench_config(
+        {
+            "name": "campaign-model",
+            "device": cfg.device,
+            "model": "bert-base",
+            "num_layers": m.num_layers,
+            "hidden_size": m.hidden_size,
+            "num_heads": m.num_heads,
+            "vocab_size": vocab_size,
+            "seq_lens": [seq_len],
+            "batch_sizes": [batch_size],
+            "rates": [pc.drop.rate if pc.drop.enabled else 0.5],
+            "variants": ["drop"],
+            "hf": False,
+            "memory": False,
+            "precision": "bf16" if cfg.device == "cuda" else "fp32",
+            "compile": resolve_mode(pc.train.compile, torch.device(cfg.device)) != "off",
+            "warmup": 3,
+            "rounds": rounds,
+            "reps": reps,
+            "time_budget_s": max(1.0, budget_s),
+            "threads": pc.train.threads,
+        }
+    )
 
 
 def data_info(path: str) -> dict[str, Any]:
     d = PreparedData.open(path)
-    return {"vocab_size": d.vocab_size, "seq_len": d.seq_len, "train_sequences": d.num_sequences("train"),
-            "eval_sequences": d.num_sequences("eval")}
+    return {
+        "vocab_size": d.vocab_size,
+        "seq_len": d.seq_len,
+        "train_sequences": d.num_sequences("train"),
+        "eval_sequences": d.num_sequences("eval"),
+    }

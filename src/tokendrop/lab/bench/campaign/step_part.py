@@ -36,8 +36,21 @@ from tokendrop.train.compiled import compiled_shapes
 from tokendrop.train.runtime import adamw
 from tokendrop.train.step import MLMStep
 
-HEADER = ["family", "T", "tokens/step", "B", "mode", "dense ms", "drop ms", "speed-up", "FLOP bound",
-          "% of bound", "dense MFU %", "drop MFU %", "GPU busy dense / drop"]
+HEADER = [
+    "family",
+    "T",
+    "tokens/step",
+    "B",
+    "mode",
+    "dense ms",
+    "drop ms",
+    "speed-up",
+    "FLOP bound",
+    "% of bound",
+    "dense MFU %",
+    "drop MFU %",
+    "GPU busy dense / drop",
+]
 
 
 def _sync(device: torch.device) -> None:
@@ -47,28 +60,56 @@ def _sync(device: torch.device) -> None:
 
 def _model_config(family: str, sp, seq_len: int) -> ModelConfig:
     bert = family == "bert"
-    fields = dict(preset=sp.bert_model if bert else sp.modern_model,
-                  vocab_size=sp.bert_vocab_size if bert else sp.modern_vocab_size, hidden_dropout=0.0,
-                  attention_dropout=0.0, max_position_embeddings=max(512, seq_len))
+    fields = dict(
+        preset=sp.bert_model if bert else sp.modern_model,
+        vocab_size=sp.bert_vocab_size if bert else sp.modern_vocab_size,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        max_position_embeddings=max(512, seq_len),
+    )
     if family == "modernbert":
         fields.update(family="modernbert", document_attention="off")
     return ModelConfig(**fields)
 
 
-def _measure(mc: ModelConfig, t: int, b: int, mode: str, dropping: bool, sp, device: torch.device,
-             amp: torch.dtype | None) -> tuple[float, float | None]:
+def _measure(
+    mc: ModelConfig,
+    t: int,
+    b: int,
+    mode: str,
+    dropping: bool,
+    sp,
+    device: torch.device,
+    amp: torch.dtype | None,
+) -> tuple[float, float | None]:
     """(median ms per step, GPU-busy fraction or None off CUDA) of the trainer's step."""
     drop = DropConfig(method="cumulative", rate=sp.rate)
-    cfg = Config(model=mc, drop=drop, train=TrainConfig(steps=1000, batch_size=b, lr=1e-4, warmup_steps=0)).validate()
+    cfg = Config(
+        model=mc, drop=drop, train=TrainConfig(steps=1000, batch_size=b, lr=1e-4, warmup_steps=0)
+    ).validate()
     torch.manual_seed(0)
     model = build_model(mc, drop).to(device).train()
-    plan = DropPlan.for_model(drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps, device=device)
+    plan = DropPlan.for_model(
+        drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps, device=device
+    )
     opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
-    step = MLMStep(model, plan, opt, cfg, amp, use_attention_mask=False, compile=mode,
-                   compile_backend=sp.compile_backend, shapes=compiled_shapes(cfg, [t]))
-    mb = {k: v.to(device) for k, v in synthetic_batch(b, t, mc.vocab_size, device, document_tokens=0).items()}
+    step = MLMStep(
+        model,
+        plan,
+        opt,
+        cfg,
+        amp,
+        use_attention_mask=False,
+        compile=mode,
+        compile_backend=sp.compile_backend,
+        shapes=compiled_shapes(cfg, [t]),
+    )
+    mb = {
+        k: v.to(device)
+        for k, v in synthetic_batch(b, t, mc.vocab_size, device, document_tokens=0).items()
+    }
 
-    def run(n: int) -> None:
+    def run(n: int, step=step, plan=plan) -> None:
         for i in range(n):
             step([mb], 1e-4, plan.at(i, t) if dropping else DropStep.dense(i, t))
 
@@ -88,24 +129,38 @@ def _measure(mc: ModelConfig, t: int, b: int, mode: str, dropping: bool, sp, dev
             run(sp.reps)
             _sync(device)
             wall = time.perf_counter() - t0
-        kernels = sum(e.duration_ns() for e in kineto_events(prof)
-                      if str(e.device_type()).upper().endswith("CUDA") and e.name() != "[memory]")
+        kernels = sum(
+            e.duration_ns()
+            for e in kineto_events(prof)
+            if str(e.device_type()).upper().endswith("CUDA") and e.name() != "[memory]"
+        )
         busy = min(1.0, kernels / 1e9 / wall)
-    del step, opt, model, plan
+    del run, step, opt, model, plan
     free_device_memory()
     return statistics.median(times), busy
 
 
-def run_step_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save, log: Log) -> None:
+def run_step_part(
+    cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult, save, log: Log
+) -> None:
     sp = cfg.step
     device = torch.device(cfg.device)
     amp = torch.bfloat16 if sp.precision == "bf16" else None
     peak = gpu_peak_flops(torch.cuda.get_device_name(0)) if device.type == "cuda" else None
     rows: list[list[object]] = []
-    r.tables = [(f"the trainer's step per train.compile mode ({sp.precision}, {sp.rate:.0%} drop)", HEADER, rows)]
+    r.tables = [
+        (
+            f"the trainer's step per train.compile mode ({sp.precision}, {sp.rate:.0%} drop)",
+            HEADER,
+            rows,
+        )
+    ]
     r.data["rows"] = []
     r.data["loadavg_start"] = loadavg()
-    r.summary.append(f"load average at the start: {r.data['loadavg_start']}; torch threads {torch.get_num_threads()}")
+    r.summary.append(
+        f"load average at the start: {r.data['loadavg_start']}; torch threads "
+        f"{torch.get_num_threads()}"
+    )
     for family, t, tokens in sp.rows():
         b = max(1, tokens // t)
         mc = _model_config(family, sp, t)
@@ -115,7 +170,9 @@ def run_step_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult,
         for mode in sp.modes:
             what = f"{family} T={t} B={b} {mode}"
             if not budget.allows(sp.row_reserve_s):
-                r.skip(f"{what} (rerun with --set 'step.settings=[\"{family}:{t}:{tokens}\"]')", log)
+                r.skip(
+                    f"{what} (rerun with --set 'step.settings=[\"{family}:{t}:{tokens}\"]')", log
+                )
                 continue
             log(f"  [step] {what}")
             try:
@@ -125,18 +182,55 @@ def run_step_part(cfg: CampaignConfig, out: Path, budget: Budget, r: PartResult,
                 free_device_memory()
                 r.summary.append(f"{what}: out of memory")
                 continue
-            mfu = [None if peak is None else 100 * f / (ms / 1000) / peak for f, ms in ((dense_f, dense_ms), (drop_f, drop_ms))]
+            mfu = [
+                None if peak is None else 100 * f / (ms / 1000) / peak
+                for f, ms in ((dense_f, dense_ms), (drop_f, drop_ms))
+            ]
             speedup, bound = dense_ms / drop_ms, dense_f / drop_f
-            busy = None if dense_busy is None else f"{100 * dense_busy:.0f}% / {100 * drop_busy:.0f}%"
-            rows.append([family, t, tokens, b, mode, dense_ms, drop_ms, speedup, bound, 100 * speedup / bound,
-                         mfu[0], mfu[1], busy])
-            r.data["rows"].append({"family": family, "seq_len": t, "tokens": tokens, "batch_size": b, "mode": mode,
-                                   "dense_ms": dense_ms, "drop_ms": drop_ms, "flop_bound": bound,
-                                   "dense_flops": dense_f, "drop_flops": drop_f, "dense_mfu": mfu[0],
-                                   "drop_mfu": mfu[1], "dense_busy": dense_busy, "drop_busy": drop_busy})
+            busy = (
+                None if dense_busy is None else f"{100 * dense_busy:.0f}% / {100 * drop_busy:.0f}%"
+            )
+            rows.append(
+                [
+                    family,
+                    t,
+                    tokens,
+                    b,
+                    mode,
+                    dense_ms,
+                    drop_ms,
+                    speedup,
+                    bound,
+                    100 * speedup / bound,
+                    mfu[0],
+                    mfu[1],
+                    busy,
+                ]
+            )
+            r.data["rows"].append(
+                {
+                    "family": family,
+                    "seq_len": t,
+                    "tokens": tokens,
+                    "batch_size": b,
+                    "mode": mode,
+                    "dense_ms": dense_ms,
+                    "drop_ms": drop_ms,
+                    "flop_bound": bound,
+                    "dense_flops": dense_f,
+                    "drop_flops": drop_f,
+                    "dense_mfu": mfu[0],
+                    "drop_mfu": mfu[1],
+                    "dense_busy": dense_busy,
+                    "drop_busy": drop_busy,
+                }
+            )
             save()
     r.data["loadavg_end"] = loadavg()
     r.summary.append(f"load average at the end: {r.data['loadavg_end']}")
-    r.check("every mode of the first setting measured", len(rows) >= min(len(sp.modes), 1) and
-            {x[4] for x in rows if (x[0], x[1], x[2]) == sp.rows()[0]} == set(sp.modes))
+    r.check(
+        "every mode of the first setting measured",
+        len(rows) >= min(len(sp.modes), 1)
+        and {x[4] for x in rows if (x[0], x[1], x[2]) == sp.rows()[0]} == set(sp.modes),
+    )
     save()

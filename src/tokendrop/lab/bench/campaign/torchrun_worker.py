@@ -17,8 +17,10 @@ import os
 import sys
 import time
 from pathlib import Path
+
 import torch
 import torch.distributed as dist
+
 from tokendrop.config import Config, from_dict
 from tokendrop.train.trainer import pretrain
 
@@ -37,12 +39,21 @@ def main(job_path: str) -> int:
         ok = bool((x == dist.get_world_size()).all())
         cfg = from_dict(Config, job["config"])
         res = pretrain(cfg, job["run_dir"], progress=False)
-        out = {"backend": dist.get_backend(), "world_size": dist.get_world_size(), "rank": dist.get_rank(),
-               "all_reduce_ok": ok, "steps": res.steps, "tokens_per_s": res.tokens_per_s,
-               "final_eval": res.final_eval, "seconds": time.perf_counter() - t0,
-               "torchelastic": "TORCHELASTIC_RUN_ID" in os.environ}
+        out = {
+            "backend": dist.get_backend(),
+            "world_size": dist.get_world_size(),
+            "rank": dist.get_rank(),
+            "all_reduce_ok": ok,
+            "steps": res.steps,
+            "tokens_per_s": res.tokens_per_s,
+            "final_eval": res.final_eval,
+            "seconds": time.perf_counter() - t0,
+            "torchelastic": "TORCHELASTIC_RUN_ID" in os.environ,
+        }
     finally:
-        gc.collect()  # the run's DDP/FSDP state before the group goes (tokendrop.train.parallel.close_distributed)
+        # the run's DDP/FSDP state before the group goes
+        # (tokendrop.train.parallel.close_distributed)
+        gc.collect()
         dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0:
         Path(job["result"]).write_text(json.dumps(out, default=str))
@@ -51,5 +62,8 @@ def main(job_path: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m torch.distributed.run ... -m tokendrop.lab.bench.campaign.torchrun_worker JOB.json")
+        sys.exit(
+            "usage: python -m torch.distributed.run ... -m "
+            "tokendrop.lab.bench.campaign.torchrun_worker JOB.json"
+        )
     sys.exit(main(sys.argv[1]))

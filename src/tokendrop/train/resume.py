@@ -83,7 +83,8 @@ def check_checkpoint(
     ``tokendrop verify``, here only: the step in meta.json is the one in the directory's name
     (``step-NNNNNNNN``), the optimizer's step counters (``state``: its ``optim.*.step`` tensors;
     a sharded checkpoint keeps them in its shards: not checked) and the data position (when every
-    step takes one batch: no batch-size warm-up, no mixture) count the same steps, and the config it
+    step takes the same number of loader batches: no batch-size warm-up, no mixture) count the
+    same steps, and the config it
     recorded has the run's values for every field a resume must not change (``_RESUME_FIXED``: the
     model's shape, the seed, the method ...; ``run_config``: the run's config, the one resuming
     now with ``resuming``; None: not compared).  Raises :class:`TrainingError` (one line)."""
@@ -124,11 +125,13 @@ def check_checkpoint(
                 f"{mf}: data_position {pos!r} is not a loader position (epoch, position, "
                 f"global_batch, num_sequences); {fix}"
             ) from None
-        if batches != step:
+        # a step takes train.batch_size sequences: one loader batch, or several of the loader's
+        # unit (accumulation, or the unit a batch warm-up left behind)
+        per_step = max(1, int(_get(config, "train.batch_size", 0)) // int(pos["global_batch"]))
+        if batches != step * per_step:
             raise TrainingError(
-                f"{mf}: data_position is {batches} batch(es) into the data but the checkpoint "
-                "records "
-                f"step {step}; {fix}"
+                f"{mf}: data_position is {batches} batch(es) of {pos['global_batch']} into the "
+                f"data but the checkpoint records step {step} ({step * per_step} of them); {fix}"
             )
     if run_config is None:
         return

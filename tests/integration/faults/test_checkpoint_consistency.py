@@ -51,7 +51,7 @@ CASES = {
     "optimizer-updates": (_renamed, "the optimizer made 4 update(s) but meta.json records step 5"),
     "data-position": (
         _position_edited,
-        "data_position is 3 batch(es) into the data but the checkpoint records step 4",
+        "data_position is 3 batch(es) of 8 into the data but the checkpoint records step 4",
     ),
 }
 

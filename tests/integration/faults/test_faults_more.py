@@ -741,6 +741,6 @@ def test_checkpoint_meta_with_a_zeroed_shape_is_refused(ckpt, tmp_path):
     meta["config"]["model"]["num_layers"] = 0
     (ck / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(
-        InitError, match=r"meta.json: model.num_layers is 0, expected the resolved size"
+        InitError, match=r"meta.json: model.num_layers: expected a positive integer, got 0"
     ):
         resolve_init_source(str(ck))

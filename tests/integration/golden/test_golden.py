@@ -74,6 +74,7 @@ def _curves(data, run_dir, overrides, preset="tiny"):
             "train.ckpt_every=24",
             "train.threads=1",
             "train.seed=0",
+            "train.warmup_steps=4",  # the curves' warm-up (the presets give a share of the run)
             *overrides,
         ],
     )

@@ -59,17 +59,20 @@ def _sync(device: torch.device) -> None:
 
 
 def _model_config(family: str, sp, seq_len: int) -> ModelConfig:
-    bert = family == "bert"
-    fields = dict(
-        preset=sp.bert_model if bert else sp.modern_model,
-        vocab_size=sp.bert_vocab_size if bert else sp.modern_vocab_size,
+    shapes = {
+        "bert": (sp.bert_model, sp.bert_vocab_size),
+        "modernbert": (sp.modern_model, sp.modern_vocab_size),
+    }
+    preset, vocab_size = shapes[family]
+    return ModelConfig(
+        family=family,
+        preset=preset,
+        vocab_size=vocab_size,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         max_position_embeddings=max(512, seq_len),
+        document_attention="off",
     )
-    if family == "modernbert":
-        fields.update(family="modernbert", document_attention="off")
-    return ModelConfig(**fields)
 
 
 def _measure(

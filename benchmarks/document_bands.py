@@ -72,9 +72,8 @@ def packed_batch(
     ids[:, doc_len :: doc_len + 1] = SPECIAL_IDS["sep"]
     ids[:, -1] = SPECIAL_IDS["sep"]
     p = round(0.15 * t)
-    words = (ids[0] != SPECIAL_IDS["cls"]) & (
-        ids[0] != SPECIAL_IDS["sep"]
-    )  # never mask a boundary away
+    # never mask a boundary away
+    words = (ids[0] != SPECIAL_IDS["cls"]) & (ids[0] != SPECIAL_IDS["sep"])
     cand = words.nonzero().squeeze(1)
     pos = (
         torch.stack([cand[torch.randperm(len(cand), generator=g)[:p]] for _ in range(b)])

@@ -157,9 +157,8 @@ def trainer_part(data_root: Path) -> list[dict]:
                 trainer_mod._Trainer.train_step = real
                 if open_:
                     open_.pop().__exit__(None, None, None)
-            after = [
-                (s, c) for s, c in per_step[:-1] if s > 2
-            ]  # after the warm-up (2 of 8 steps), not the last
+            # after the warm-up (2 of 8 steps), not the last
+            after = [(s, c) for s, c in per_step[:-1] if s > 2]
             ops = sorted({c.ops for _, c in after})
             rows.append(
                 {

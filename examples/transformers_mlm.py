@@ -189,9 +189,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     model = AutoModelForMaskedLM.from_pretrained(model_args.model_name_or_path, **kw)
     if td.token_dropping:
-        model = apply_token_dropping(
-            model, tokenizer=tokenizer, **token_dropping_options(td)
-        )  # (2)
+        # (2)
+        model = apply_token_dropping(model, tokenizer=tokenizer, **token_dropping_options(td))
     train = tokenize(read_texts(data.train_file, data.text_column), tokenizer, data)
     evaluation = (
         tokenize(read_texts(data.validation_file, data.text_column), tokenizer, data)
@@ -224,9 +223,8 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.save_model()  # the unpatched model's tensors: loads with AutoModelForMaskedLM
     metrics = dict(result.metrics)
     if evaluation is not None:
-        metrics.update(
-            trainer.evaluate()
-        )  # eval mode: the full model, exactly the unpatched forward
+        # eval mode: the full model, exactly the unpatched forward
+        metrics.update(trainer.evaluate())
     trainer.log_metrics("train", metrics)
     return metrics
 

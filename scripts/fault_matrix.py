@@ -235,9 +235,8 @@ def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
             ),
             base,
         )
-    if (
-        "run" in items
-    ):  # 4 steps, checkpoints at 2 and 4, token dropping (an importance vector for inspect)
+    # 4 steps, checkpoints at 2 and 4, token dropping (an importance vector for inspect)
+    if "run" in items:
         cli(
             [
                 "pretrain",
@@ -262,9 +261,8 @@ def build_base(base: Path, items: set[str], log: Callable[[str], None]) -> None:
             ["pretrain", "--config", "tiny", "--out", "relrun", "--set", 'data.path="data"', *PT],
             base,
         )
-    if (
-        "run-moved" in items
-    ):  # a run whose data moved away after it was made: data-gone -> data-moved
+    # a run whose data moved away after it was made: data-gone -> data-moved
+    if "run-moved" in items:
         shutil.copytree(base / "data", base / "data-gone")
         cli(
             [
@@ -423,9 +421,8 @@ class Case:
     check: Callable[[Path, Outcome], str | None] | None = None  # -> why it fails, or None
     drive: Callable[[subprocess.Popen, Path], None] | None = None  # signals, while it runs
     gate: str = ""  # the test gate (tokendrop.runs.gate) the command waits at, for ``drive``
-    hold: tuple[
-        str, ...
-    ] = ()  # paths another process holds the write lock of while the command runs
+    # paths another process holds the write lock of while the command runs
+    hold: tuple[str, ...] = ()
     cwd: str = ""  # relative to the case dir
     fsize: int = 0  # RLIMIT_FSIZE in bytes (a full disk, as far as one file is concerned)
     # the case dir is a read-only mount for the command (unshare -m: root, or user namespaces)
@@ -998,9 +995,8 @@ def truncated_input(name: str) -> Callable[[Path], None]:
 
         text = corpus_bytes(c)
         docs = [d for d in text.decode().split("\n\n") if d.strip()]
-        if name.endswith(
-            ".zst"
-        ):  # a streaming writer's frame: blocks flushed every 4 KB, no content size
+        # a streaming writer's frame: blocks flushed every 4 KB, no content size
+        if name.endswith(".zst"):
             import zstandard
 
             buf = io.BytesIO()
@@ -1015,9 +1011,8 @@ def truncated_input(name: str) -> Callable[[Path], None]:
         elif name.endswith(".bz2"):
             blob = bz2.compress(text)
         elif name.endswith(".jsonl"):
-            blob = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()[
-                :-20
-            ]  # inside the last object
+            # inside the last object
+            blob = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()[:-20]
         elif name.endswith(".parquet"):
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -3088,9 +3083,8 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, c / item)
         if case.setup is not None:
             case.setup(c)
-    except (
-        Exception
-    ) as e:  # a setup that cannot be built is a failure of the case, reported as such
+    # a setup that cannot be built is a failure of the case, reported as such
+    except Exception as e:
         rec.update(
             rc=None,
             stderr_first="",

@@ -67,9 +67,8 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     from tokendrop.train.trainer import load_run_config, pretrain
 
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
-    if (
-        a.resume_if_exists
-    ):  # the one command a requeued job or a restarted torchrun agent repeats unchanged
+    # the one command a requeued job or a restarted torchrun agent repeats unchanged
+    if a.resume_if_exists:
         if a.resume or a.overwrite or not a.config or not a.out:
             raise UsageError(
                 "--resume-if-exists goes with --config and --out (not --resume or --overwrite)"
@@ -132,9 +131,8 @@ def cmd_prepare(a: argparse.Namespace) -> int:
         raise DataError(f"--workers: expected at least 1 worker process, got {a.workers}")
     if a.unit_mb is not None and not a.unit_mb > 0:
         raise DataError(f"--unit-mb: expected a positive size in MB, got {a.unit_mb}")
-    if (
-        a.tokenizer is not None
-    ):  # the same sources as pretrain --init (hub names, checkpoint dirs, ...)
+    # the same sources as pretrain --init (hub names, checkpoint dirs, ...)
+    if a.tokenizer is not None:
         from tokendrop.models.source import resolve_tokenizer_source
 
         a.tokenizer = resolve_tokenizer_source(a.tokenizer)
@@ -158,9 +156,8 @@ def cmd_prepare(a: argparse.Namespace) -> int:
         unit_bytes=None if a.unit_mb is None else max(1, int(a.unit_mb * 1e6)),
     )
     print(json.dumps(summary, indent=1, default=str))
-    for w in summary.get(
-        "warnings", []
-    ):  # also in the summary and meta.json; said where a user sees it
+    # also in the summary and meta.json; said where a user sees it
+    for w in summary.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     return 0
 
@@ -191,9 +188,8 @@ def cmd_flops(a: argparse.Namespace) -> int:
         raise ConfigError(f"--seq-len: expected positive sequence lengths, got {bad[0]}")
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     cfg = load_config(a.config, [*a.overrides, *init])
-    if (
-        cfg.model.init
-    ):  # the model's shape is the source's (config.json), as pretrain --init takes it
+    # the model's shape is the source's (config.json), as pretrain --init takes it
+    if cfg.model.init:
         from tokendrop.models.source import resolve_init_source, resolve_model_init
 
         cfg.model = resolve_model_init(cfg.model, resolve_init_source(cfg.model.init))
@@ -304,9 +300,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
         if getattr(a, flag) is not None:
             overrides.append(f"{flag}={getattr(a, flag)}")
     in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
-    if is_longctx_preset(
-        a.preset
-    ):  # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.bench.longctx)
+    # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.bench.longctx)
+    if is_longctx_preset(a.preset):
         return _bench_longctx(a, overrides, say, in_cli)
     if a.no_hf:
         overrides.append("hf=false")
@@ -448,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"tokendrop {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
+    # one per command, in the help's order
     for add in (
         _add_prepare,
         _add_pretrain,
@@ -460,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_study,
         _add_inspect,
         _add_verify,
-    ):  # one per command, in the help's order
+    ):
         add(sub)
     return p
 
@@ -664,9 +660,8 @@ def _add_finetune(sub) -> None:
         metavar="TASK",
         help="one of %(tasks)s; custom: JSONL/CSV with named columns (text_a, text_b, label)",
     )
-    task.tasks = (
-        _TaskList()
-    )  # argparse fills %(tasks)s from the action's attributes when help is printed
+    # argparse fills %(tasks)s from the action's attributes when help is printed
+    task.tasks = _TaskList()
     s.add_argument(
         "--data",
         required=True,
@@ -1038,9 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    args.command_line = "tokendrop " + shlex.join(
-        argv
-    )  # what a run's record and an export's model card keep
+    # what a run's record and an export's model card keep
+    args.command_line = "tokendrop " + shlex.join(argv)
     import threading
 
     # SIGTERM unwinds like Ctrl-C (atomic outputs clean up); pretrain's own handler checkpoints
@@ -1060,9 +1054,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         from tokendrop.runs.files import DISK_ERRNOS, os_error_fix
 
-        if (
-            e.errno in _PATH_ERRNOS and e.filename
-        ):  # a path that cannot be used as it is: say which and why
+        # a path that cannot be used as it is: say which and why
+        if e.errno in _PATH_ERRNOS and e.filename:
             print(
                 f"error: {e.filename}: {e.strerror or e} ({_PATH_ERRNOS[e.errno]})", file=sys.stderr
             )
@@ -1088,13 +1081,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except (
-        KeyboardInterrupt
-    ) as e:  # after the command's own clean-up: no traceback, no partial output
+    # after the command's own clean-up: no traceback, no partial output
+    except KeyboardInterrupt as e:
         signum = int(getattr(e, "signum", signal.SIGINT))
-        kept = (
-            getattr(e, "kept", None) or "nothing partial was kept"
-        )  # a command that keeps its partial work says so
+        # a command that keeps its partial work says so
+        kept = getattr(e, "kept", None) or "nothing partial was kept"
         print(f"interrupted ({signal.Signals(signum).name}); {kept}", file=sys.stderr)
         return 128 + signum
     finally:

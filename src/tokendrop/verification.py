@@ -74,9 +74,8 @@ class VerifyReport:
     path: Path
     kind: str  # one of KINDS, or unknown
     problems: list[str] = field(default_factory=list)  # one line each; empty: all good
-    notes: list[str] = field(
-        default_factory=list
-    )  # what was checked, and findings that are not problems
+    # what was checked, and findings that are not problems
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -654,11 +653,12 @@ def detect_kind(path: str | os.PathLike) -> str:
             fmt = None
         if fmt == "tokendrop-prepared":
             return "prepared"
+        # or shards/
         if (
             (p / "model.safetensors").exists()
             or (p / "state.safetensors").exists()
             or p.parent.name == "checkpoints"
-        ):  # or shards/
+        ):
             return "checkpoint"
         if any((p / n).exists() for n in ("train.bin", "eval.bin", "token_counts.npy")):
             return "prepared"

@@ -26,13 +26,14 @@ EXTERNAL = {
 PY = re.compile(r"(?<![\w./-])((?:\.\./)*(?:[\w.-]+/)*[\w-]+\.py)\b")
 FOLDER = re.compile(r"`((?:[\w.-]+/)+)`")
 DOTTED = re.compile(r"\btokendrop(?:\.[A-Za-z_]\w*)+")
+# tokendrop.json, RUN.tokendrop.lock are file names
 NOT_MODULES = {
     "json",
     "toml",
     "md",
     "txt",
     "lock",
-}  # tokendrop.json, RUN.tokendrop.lock are file names
+}
 
 
 def _repo_files() -> tuple[list[str], set[str]]:

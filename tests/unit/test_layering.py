@@ -213,9 +213,8 @@ def test_selection_methods_are_one_registry():
     assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
     from tokendrop.lab.study.plan import ARMS
 
-    for (
-        arm
-    ) in ARMS.values():  # a study arm drops tokens exactly when its drop.method does (or it pools)
+    # a study arm drops tokens exactly when its drop.method does (or it pools)
+    for arm in ARMS.values():
         method = next(
             (o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none"
         )
@@ -227,10 +226,11 @@ def test_selection_methods_are_one_registry():
         )
 
 
+# the registry and the [drop] section that names methods
 METHOD_MODULES = (
     "tokendrop.dropping",
     "tokendrop.config",
-)  # the registry and the [drop] section that names methods
+)
 OTHER_VOCABULARIES = {
     # a value compared with a string that is also a drop.method name, but that holds another
     # vocabulary
@@ -542,9 +542,8 @@ def _module_aliases(path: Path, modules: dict[str, Path]) -> set[str]:
         ):
             base = node.module or ""
             if node.level:
-                base = ".".join(
-                    ["tokendrop"] + ([base] if base else [])
-                )  # a relative import: within the package
+                # a relative import: within the package
+                base = ".".join(["tokendrop"] + ([base] if base else []))
             names |= {a.asname or a.name for a in node.names if f"{base}.{a.name}" in modules}
         elif isinstance(node, ast.Import):
             names |= {a.asname for a in node.names if a.asname and a.name in modules}
@@ -623,9 +622,8 @@ def deferred_imports(src: Path = SRC, allowed: dict[str, str] = DEFERRABLE) -> l
             node, in_function = todo.pop()
             if in_function and isinstance(node, (ast.Import, ast.ImportFrom)):
                 if isinstance(node, ast.Import):
-                    names = [
-                        (a.name, a.name) for a in node.names
-                    ]  # (what is imported, what may allow it)
+                    # (what is imported, what may allow it)
+                    names = [(a.name, a.name) for a in node.names]
                 else:
                     target = node.module or ""
                     if node.level:

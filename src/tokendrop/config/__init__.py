@@ -190,13 +190,14 @@ class DataConfig:
 
 # what train.* and finetune.* say of a bad learning rate / gradient clip
 # (config.checks.check_positive)
+# train.compile (tokendrop.train.compiled)
 COMPILE_MODES = (
     "auto",
     "off",
     "forward",
     "step",
     "graphs",
-)  # train.compile (tokendrop.train.compiled)
+)
 LR_EXPECTED = "a positive, finite learning rate"
 GRAD_CLIP_EXPECTED = "a finite max gradient norm >= 0 (0 = no clipping)"
 
@@ -303,10 +304,11 @@ class TrainConfig:
             )
             if v
         ]
+        # that pair: its own message below
         if len(given) > 1 and not given == [
             "train.steps",
             "train.time_budget",
-        ]:  # that pair: its own message below
+        ]:
             raise ConfigError(
                 f"{given[0]} and {given[1]}: both set; a run's length is one of train.steps, "
                 f"train.tokens, train.epochs or train.time_budget (set {given[0]}=0 or remove it)"
@@ -479,9 +481,8 @@ class Config:
             check_arg("Config", section, getattr(self, section), cls, f"a {cls.__name__}")
             check_field_types(getattr(self, section), section)
         self.model.validate()
-        if (
-            not self.model.shape_pending
-        ):  # else when the command resolves model.init (the layer count)
+        # else when the command resolves model.init (the layer count)
+        if not self.model.shape_pending:
             self.drop.validate(self.model.num_layers)
         self.data.validate()
         self.train.validate()
@@ -523,9 +524,8 @@ class FinetuneConfig:
     text_a: str = "sentence"
     text_b: str = ""
     label: str = "label"
-    labels: list[str] = field(
-        default_factory=list
-    )  # label names in index order ([] = sorted names seen)
+    # label names in index order ([] = sorted names seen)
+    labels: list[str] = field(default_factory=list)
     threads: int = 0
     # MNLI: also score GLUE's diagnostic set (AX, Matthews corr.) with the MNLI model.
     # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path

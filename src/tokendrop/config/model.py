@@ -38,9 +38,8 @@ class FamilySchema:
 
 
 FAMILY_FILE = "family.toml"
-MODELS_DIR = (
-    Path(__file__).resolve().parents[1] / "models"
-)  # one folder per family, each with its FAMILY_FILE
+# one folder per family, each with its FAMILY_FILE
+MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 
 
 def read_families(
@@ -208,9 +207,8 @@ class ModelConfig:
             raise ConfigError(
                 f"model.preset: unknown preset {name!r}; expected one of {', '.join(MODEL_PRESETS)}"
             )
-        if (
-            self.init
-        ):  # the shape comes from the source when the command resolves it (resolve_model_init)
+        # the shape comes from the source when the command resolves it (resolve_model_init)
+        if self.init:
             return
         given = self.given()
         for k, v in MODEL_PRESETS[name].items():
@@ -351,9 +349,8 @@ class ModelConfig:
                 f"model.attention_backend: expected one of {', '.join(ATTENTION_BACKENDS)}, "
                 f"got {self.attention_backend!r}"
             )
-        if (
-            self.attention_backend == "flex"
-        ):  # FlexAttention's presence: tokendrop.models.attention.check_flex_available
+        # FlexAttention's presence: tokendrop.models.attention.check_flex_available
+        if self.attention_backend == "flex":
             if self.attention_dropout:
                 raise ConfigError(
                     "model.attention_backend: flex has no attention dropout but "

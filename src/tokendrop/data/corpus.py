@@ -265,9 +265,8 @@ def _walk(top: str) -> list[str]:
                 continue
             p = os.path.join(root, f)
             bad = _bad_link(p) if os.path.islink(p) else None
-            if (
-                bad is not None
-            ):  # an unreadable link is an error whatever its name: it may be meant as corpus
+            # an unreadable link is an error whatever its name: it may be meant as corpus
+            if bad is not None:
                 raise bad
             if _known_ext(f):
                 found.append(p)
@@ -362,9 +361,8 @@ def _open_raw(path: str) -> tuple[io.BufferedIOBase, io.BufferedIOBase]:
                 "pip install zstandard"
             ) from None
         try:
-            check_zstd_frames(
-                raw, path
-            )  # the stream reader ends quietly at a truncated frame: refuse it first
+            # the stream reader ends quietly at a truncated frame: refuse it first
+            check_zstd_frames(raw, path)
         except BaseException:
             raw.close()
             raise
@@ -707,9 +705,8 @@ def split_points(path: str, fmt: str, unit_bytes: int) -> list[int]:
     with open(path, "rb") as f:
         while target < size:
             f.seek(target - 1)
-            pos = (
-                target - 1 + _line_end(f)[0]
-            )  # the start of the first line beginning at or after target
+            # the start of the first line beginning at or after target
+            pos = target - 1 + _line_end(f)[0]
             while fmt == TEXT and pos < size:
                 n, blank = _line_end(f)
                 pos += n

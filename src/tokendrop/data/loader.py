@@ -384,9 +384,8 @@ class MLMLoader:
         ``set_mask_rate`` last set when it is taken (the consumer's side: exact with workers).
         ``pin_memory``: the batches' tensors in page-locked memory (CUDA is available), so the
         consumer's ``non_blocking`` copies to the GPU are asynchronous."""
-        self.data = (
-            PreparedData.open(data) if isinstance(data, (str, os.PathLike)) else data
-        )  # or a data mixture
+        # or a data mixture
+        self.data = PreparedData.open(data) if isinstance(data, (str, os.PathLike)) else data
         if split not in ("train", "eval"):
             raise DataError(f"split: expected 'train' or 'eval', got {split!r}")
         if batch_size <= 0:
@@ -415,9 +414,8 @@ class MLMLoader:
             mask_prob,
             exclude_ids=self.data.special_token_ids(),
         )
-        self.masker.vocab_size = (
-            self.data.vocab_size
-        )  # meta.json's: every batch's ids are checked against it
+        # meta.json's: every batch's ids are checked against it
+        self.masker.vocab_size = self.data.vocab_size
         self.num_slots = self.masker.num_slots
         self.variable_rate = bool(variable_rate)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
@@ -426,9 +424,8 @@ class MLMLoader:
         self._piece_maskers: dict[int, MLMMasker] = {}
         self._domain = _EVAL_DOMAIN if split == "eval" else 0
         N = self.data.num_sequences(split)
-        make_plan = getattr(
-            self.data, "make_plan", None
-        )  # a data mixture (tokendrop.data.mixture) brings its own
+        # a data mixture (tokendrop.data.mixture) brings its own
+        make_plan = getattr(self.data, "make_plan", None)
         self._plan = (
             make_plan(
                 split,
@@ -611,9 +608,8 @@ class MLMLoader:
             "mlm_labels": self._tensor(lab, np.int64),
             "mlm_weights": self._tensor(wts, np.float32),
         }
-        if (
-            self.pin_memory and not self.data.packed
-        ):  # (packed rows: the trainer does not send them)
+        # (packed rows: the trainer does not send them)
+        if self.pin_memory and not self.data.packed:
             out["attention_mask"], out["token_type_ids"] = (
                 attn.pin_memory(),
                 out["token_type_ids"].pin_memory(),

@@ -53,9 +53,8 @@ class MLMMasker:
             sorted({int(special_ids[k]) for k in ("pad", "cls", "sep", "mask")}), np.int64
         )
         specials = {int(v) for v in special_ids.values()}
-        self.vocab_size = (
-            int(vocab) if isinstance(vocab, int) else len(vocab)
-        )  # ids >= this are refused
+        # ids >= this are refused
+        self.vocab_size = int(vocab) if isinstance(vocab, int) else len(vocab)
         if isinstance(vocab, int):
             pool = [i for i in range(vocab) if i not in specials]
         elif exclude_ids is not None:
@@ -138,9 +137,8 @@ def build_batch(
     fill = int(indices[valid][0]) if valid.any() else 0
     safe = np.where(valid, indices, fill)
     rows = np.asarray(seqs[safe]) if len(seqs) else np.zeros((B, masker.seq_len), np.int64)
-    if (
-        rows.size and int(rows.max()) >= masker.vocab_size
-    ):  # the per-batch bound check (edited/corrupt shards)
+    # the per-batch bound check (edited/corrupt shards)
+    if rows.size and int(rows.max()) >= masker.vocab_size:
         r, c = np.unravel_index(int(np.argmax(rows >= masker.vocab_size)), rows.shape)
         where = getattr(seqs, "filename", None) or "prepared data"
         raise DataError(
@@ -195,9 +193,8 @@ def cut_to_rate(b: dict[str, np.ndarray], rate: float, num_slots: int) -> dict[s
     lab = np.asarray(b["mlm_labels"], np.int64)
     rows, cols = np.nonzero(used & ~keep)
     inp[rows, pos[rows, cols]] = lab[rows, cols]
-    order = np.argsort(
-        ~keep, axis=1, kind="stable"
-    )  # kept slots first, each group in position order
+    # kept slots first, each group in position order
+    order = np.argsort(~keep, axis=1, kind="stable")
     kept = np.take_along_axis(keep, order, axis=1)
     return {
         "input_ids": inp,

@@ -117,9 +117,8 @@ class MixturePlan(EpochPlan):
         lo = (epoch * self.steps_per_epoch + step) * self.G + self.rank * self.B
         src = self.sources(lo, lo + self.B)
         onehot = src[:, None] == np.arange(len(self.sizes))
-        within = (np.cumsum(onehot, axis=0) - onehot)[
-            np.arange(self.B), src
-        ]  # earlier rows of the same source
+        # earlier rows of the same source
+        within = (np.cumsum(onehot, axis=0) - onehot)[np.arange(self.B), src]
         draw = self.consumed_at(lo)[src] + within
         return src, draw // self.sizes[src], draw % self.sizes[src]
 
@@ -171,9 +170,8 @@ class MixturePlan(EpochPlan):
                 cls_id,
                 sep_id,
             )
-            at = (rows[:, None] * n + np.arange(n)).reshape(
-                -1
-            )  # slot r's pieces: rows r n ... r n + n - 1
+            # slot r's pieces: rows r n ... r n + n - 1
+            at = (rows[:, None] * n + np.arange(n)).reshape(-1)
             for k, v in b.items():
                 out.setdefault(k, np.zeros((self.B * n, *v.shape[1:]), v.dtype))[at] = v
         return out

@@ -523,9 +523,8 @@ def _resolve_tokenizer(
         )
     n_ids = num_ids(tok)
     V = n_ids if spec is None else _model_vocab_size(spec, tokenizer, n_ids)
-    if (
-        spec is None and vocab is None and V < int(vocab_size)
-    ):  # the corpus has fewer distinct pieces
+    # the corpus has fewer distinct pieces
+    if spec is None and vocab is None and V < int(vocab_size):
         warnings.append(
             f"vocab_size: the corpus supports only {V} word pieces; trained a vocabulary of {V}, "
             f"not the {int(vocab_size)} asked for (model.vocab_size comes from the data)"
@@ -739,9 +738,8 @@ def _write_shards(
             mask = np.asarray(is_eval[first : first + len(lens)])
             first += len(lens)
             for d in np.flatnonzero(mask if split == "eval" else ~mask):
-                doc = flat[
-                    offsets[d] : offsets[d + 1]
-                ]  # memory-mapped: a long document is read block by block
+                # memory-mapped: a long document is read block by block
+                doc = flat[offsets[d] : offsets[d + 1]]
                 w.add(doc)
                 if split == "train":
                     counter.add(doc)
@@ -790,9 +788,8 @@ def _write_meta(
         if spec.backend == "bert":
             tok_source["vocab_file_sha256"] = vocab_sha256(os.path.join(tmp, "vocab.txt"))
     np.save(os.path.join(tmp, "token_counts.npy"), counter.counts)
-    if (
-        split_meta["eval"]["num_sequences"] == 0
-    ):  # pretrain then runs without evaluation (and says so)
+    # pretrain then runs without evaluation (and says so)
+    if split_meta["eval"]["num_sequences"] == 0:
         warnings.append(
             "eval split is empty (--eval-fraction 0): pretraining on this data is not evaluated"
             if st["eval_fraction"] == 0

@@ -89,9 +89,8 @@ class PackedWriter:
         self.documents += 1
         self.doc_tokens += len(ids)
         block = self.BLOCK_ROWS * self.L
-        for a in range(
-            0, len(ids), block
-        ):  # a long document in bounded blocks (memory: not its length)
+        # a long document in bounded blocks (memory: not its length)
+        for a in range(0, len(ids), block):
             part = ids[a : a + block]
             self.parts.append(part)
             self.pending += len(part)
@@ -110,9 +109,8 @@ class PackedWriter:
                 pos += 1
             if n - pos < L:
                 break
-            if (
-                flat[pos + L - 1] == sep
-            ):  # the body would end "[SEP]" + the row's [SEP]: start later
+            # the body would end "[SEP]" + the row's [SEP]: start later
+            if flat[pos + L - 1] == sep:
                 k = pos
                 while k + L <= n and flat[k + L - 1] == sep:
                     k += 1

@@ -153,9 +153,8 @@ WORKER_STATE: dict[str, Any] = {}
 
 
 def _worker_init(tok_json: str, dtype: str, context: dict | None = None) -> None:
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # Ctrl-C is the parent's: it stops the pool, no worker tracebacks
+    # Ctrl-C is the parent's: it stops the pool, no worker tracebacks
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate() ends a worker quietly
 
     WORKER_STATE["tok"] = Tokenizer.from_str(tok_json)

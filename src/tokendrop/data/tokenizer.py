@@ -245,11 +245,12 @@ HF_TOKENIZER_FILES = (
     "special_tokens_map.json",
 )
 BERT_TOKENIZER_CLASSES = ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer")
+# config.json model types whose tokenizer is one of those
 BERT_MODEL_TYPES = (
     "bert",
     "distilbert",
     "electra",
-)  # config.json model types whose tokenizer is one of those
+)
 # tokenizer_class values under which transformers loads tokenizer.json as it is (v4: the first, v5
 # writes the second)
 FILE_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
@@ -327,9 +328,8 @@ def _tokenizer_dir(path: str | os.PathLike) -> tuple[str, str]:
     if not (os.path.isfile(tj) or os.path.isfile(vt)) and has_tokenizer_files(
         os.path.join(p, "tokenizer")
     ):
-        return _tokenizer_dir(
-            os.path.join(p, "tokenizer")
-        )  # a tokendrop run / checkpoint keeps it there
+        # a tokendrop run / checkpoint keeps it there
+        return _tokenizer_dir(os.path.join(p, "tokenizer"))
     if os.path.isfile(tj):
         return p, tj
     if os.path.isfile(vt):
@@ -529,9 +529,8 @@ def read_tokenizer_spec(path: str | os.PathLike) -> TokenizerSpec:
     config_file = cfg_path if cfg is not None else None
     wordpiece_class = None if source.endswith(".json") else _check_wordpiece_class(d, cfg, cfg_path)
     if not source.endswith(".json") and wordpiece_class is None:
-        read_vocab(
-            source
-        )  # a bare vocab.txt: transformers cannot load it; ours, casing guessed (build_tokenizer)
+        # a bare vocab.txt: transformers cannot load it; ours, casing guessed (build_tokenizer)
+        read_vocab(source)
         return TokenizerSpec(
             directory=d,
             vocab_source=source,

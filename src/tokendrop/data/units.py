@@ -349,14 +349,12 @@ def run_units(
                     infos[i] = _inline(work, sources, i, plain, dtype, text_field, bar, on_docs)
         else:
             _pooled(work, sources, pending, infos, plain, dtype, workers, text_field, bar, on_docs)
-        gate(
-            "prepare-units"
-        )  # a test-only pause point (tokendrop.runs.gate): every unit kept, no output yet
+        # a test-only pause point (tokendrop.runs.gate): every unit kept, no output yet
+        gate("prepare-units")
     finally:
         bar.close()
-        shutil.rmtree(
-            work.tmp_dir, ignore_errors=True
-        )  # whatever was in flight when an error stopped us
+        # whatever was in flight when an error stopped us
+        shutil.rmtree(work.tmp_dir, ignore_errors=True)
         os.makedirs(work.tmp_dir, exist_ok=True)
     return infos
 

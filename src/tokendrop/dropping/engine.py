@@ -67,9 +67,8 @@ def avg_pool_rows(x: Tensor, valid: Tensor | None = None) -> Tensor:
     if valid is None:
         return mean
     v = _pairs(valid).to(torch.bool)  # (B, T', 2)
-    one = torch.where(
-        v[:, :, :1], pairs[:, :, 0], pairs[:, :, 1]
-    )  # the pair's valid row (when one is)
+    # the pair's valid row (when one is)
+    one = torch.where(v[:, :, :1], pairs[:, :, 0], pairs[:, :, 1])
     return torch.where((v[:, :, 0] == v[:, :, 1])[:, :, None], mean, one)
 
 
@@ -173,9 +172,8 @@ def run_layers(
             kept = rows.gather(keep)
             x = scatter_rows(x, call(layer, gather_rows(x, keep), None, kept, kept), keep)
     elif span.variant.pools:
-        h = avg_pool_rows(
-            x_in, rows.valid
-        )  # (B, T', d), T' = ceil(T/2); padding never pooled into a real row
+        # (B, T', d), T' = ceil(T/2); padding never pooled into a real row
+        h = avg_pool_rows(x_in, rows.valid)
         pooled = rows.pooled()
         h = call(half[0], h, x_in, pooled, rows)
         for layer in half[1:]:

@@ -101,9 +101,8 @@ class TokenSelector(nn.Module):
         self._drop = drop
         self.num_kept = drop.num_kept(seq_len)
         self.num_random = self.selection.random_slots(drop, seq_len)
-        if (
-            self.num_random > self.num_kept
-        ):  # DropConfig.validate refuses this for every T; a direct caller too
+        # DropConfig.validate refuses this for every T; a direct caller too
+        if self.num_random > self.num_kept:
             raise ConfigError(
                 f"drop.half_random_frac: {self.num_random} random slots exceed the {self.num_kept} "
                 "kept "
@@ -187,9 +186,8 @@ class TokenSelector(nn.Module):
     ) -> Tensor:
         """input_ids (B, T) -> keep_idx (B, M), ascending (the method's ``select``)."""
         t = input_ids.shape[1]
-        kept = (
-            self.num_kept if t == self.seq_len else self._drop.num_kept(t)
-        )  # a warm-up's shorter pieces: the same rate
+        # a warm-up's shorter pieces: the same rate
+        kept = self.num_kept if t == self.seq_len else self._drop.num_kept(t)
         s = self.position_scores(input_ids, mlm_positions, mlm_weights)
         return self.selection.select(s, kept, self._drop, self._uniform(input_ids.device))
 

@@ -52,9 +52,8 @@ if TYPE_CHECKING:
 PIN_HIGH = 1e4  # the score of an id that is always kept ([CLS], [SEP], [MASK], drop.pinned_tokens)
 PIN_LOW = -1e4  # the score of [PAD]: dropped first
 
-Uniform = Callable[
-    [tuple[int, ...]], "Tensor"
-]  # shape -> U[0, 1) draws from the selector's generator
+# shape -> U[0, 1) draws from the selector's generator
+Uniform = Callable[[tuple[int, ...]], "Tensor"]
 
 
 def stable_topk_positions(scores: Tensor, m: int) -> Tensor:
@@ -62,9 +61,8 @@ def stable_topk_positions(scores: Tensor, m: int) -> Tensor:
     returned in ascending position order."""
     import torch
 
-    order = torch.sort(
-        scores, dim=1, descending=True, stable=True
-    ).indices  # (B, T) rank -> position
+    # (B, T) rank -> position
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices
     return order[:, :m].sort(dim=1).values
 
 

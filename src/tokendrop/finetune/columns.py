@@ -45,10 +45,11 @@ COLUMNS = [
     Column("squad2", "SQuAD v2", "F1", "squad2", "squad", "f1"),
 ]
 GLUE_AVG, SQUAD_AVG = "glue_avg", "squad_avg"
+# key -> (header, group averaged)
 AVERAGES = {
     GLUE_AVG: ("GLUE-avg", "glue"),
     SQUAD_AVG: ("SQuAD-avg", "squad"),
-}  # key -> (header, group averaged)
+}
 # a task's main column: its main metric on its first dev split (MNLI-m for MNLI, F1 for SQuAD)
 MAIN_COLUMN = {
     c.task: c.key

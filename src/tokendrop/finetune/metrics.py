@@ -86,9 +86,8 @@ def average_ranks(x: Sequence[float]) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     order = np.argsort(x, kind="stable")
     xs = x[order]
-    starts = np.flatnonzero(
-        np.r_[True, xs[1:] != xs[:-1]]
-    )  # first index of each run of equal values
+    # first index of each run of equal values
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
     ends = np.r_[starts[1:], len(xs)]
     ranks = np.empty(len(x))
     ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)

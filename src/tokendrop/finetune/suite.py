@@ -255,11 +255,12 @@ def model_weights(path: str | os.PathLike) -> tuple[str | None, Path | None]:
         try:
             with ckpt_mod.reading(p) as ck:  # held while hashed: a training run's rotation waits
                 ckpt_mod.read_meta(ck)
+                # or shards
                 f = (
                     ck / "model.safetensors"
                     if (ck / "model.safetensors").is_file()
                     else ck / "meta.json"
-                )  # or shards
+                )
                 key = (
                     (str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
                     if f.is_file()
@@ -571,9 +572,8 @@ def evaluate(
             error=FinetuneError,
             inputs=[*(e.path for e in entries), cfg.glue_data, cfg.squad_data],
         )
-        if (
-            finetune_fn is finetune
-        ):  # before the first cell: a task that cannot be scored fails now, not hours later
+        # before the first cell: a task that cannot be scored fails now, not hours later
+        if finetune_fn is finetune:
             check_dev_sets(
                 cfg, _tasks_to_compute(cfg, entries, out if mode == "continue" else None)
             )
@@ -649,9 +649,8 @@ def _run_suite(
     run = _SuiteRun(cfg, entries, out, log, finetune_fn)
     atomic_write_text(out / "suite.toml", to_toml(cfg))
     t_start = time.perf_counter()
-    for m in (
-        entries
-    ):  # every model's weights verified before the first cell (cached: not hashed again below)
+    # every model's weights verified before the first cell (cached: not hashed again below)
+    for m in entries:
         model_weights(m.path)
     for m in entries:
         run.model(m)
@@ -758,9 +757,8 @@ class _SuiteRun:
         """Fine-tune ``m`` on ``cell`` into ``cdir``; record the weights it used; log its scores,
         the time left."""
         if cdir.exists() and rundir.read_marker(cdir) is not None:
-            rundir.discard(
-                cdir
-            )  # a cell of other settings (or unreadable): this suite's own output
+            # a cell of other settings (or unreadable): this suite's own output
+            rundir.discard(cdir)
         t0 = time.perf_counter()
         self.log(f"[{self.i}/{self.total}] {m.label} ({m.path}) {cell.task} {cell.name} ...")
         r = self.finetune_fn(fcfg, str(m.path), cdir, log=None)

@@ -97,9 +97,8 @@ def _load_model_and_tokenizer(
     model, info = _load_model(model_path, cls, **kw)
     mcfg = info["model_config"]
     tok, specials = finetune_tokenizer(info.get("tokenizer"), model_path)
-    if (
-        num_ids(tok) > mcfg.vocab_size
-    ):  # more rows than the tokenizer's ids is fine (ModernBERT pads its embedding)
+    # more rows than the tokenizer's ids is fine (ModernBERT pads its embedding)
+    if num_ids(tok) > mcfg.vocab_size:
         raise FinetuneError(
             f"tokenizer has {num_ids(tok)} token ids but model {model_path} only "
             f"{mcfg.vocab_size} embeddings: wrong vocab.txt for this model (or wrong "

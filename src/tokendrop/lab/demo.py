@@ -286,6 +286,7 @@ def run_continued_demo(
     try:
         PreparedData.open(data_dir)
     except DataError:  # not prepared yet (or incomplete): prepare it
+        # replaces only prepared data tokendrop wrote
         prepare(
             [corpus],
             data_dir,
@@ -294,7 +295,7 @@ def run_continued_demo(
             eval_fraction=0.05,
             progress=False,
             overwrite=True,
-        )  # replaces only prepared data tokendrop wrote
+        )
     runs: dict[str, Path] = {}
     cfgs = {}
     loads: dict[str, list[float]] = {}  # the load average before and after each arm (lab.machine)
@@ -340,9 +341,8 @@ def run_continued_demo(
                     *(QUICK_FINETUNE if quick else []),
                 ]
                 fcfg = load_config("finetune-demo-continue", ov, cls=FinetuneConfig)
-                ft[name].append(
-                    run_finetune(fcfg, model, cell, overwrite=True)
-                )  # only a marked finetune dir
+                # only a marked finetune dir
+                ft[name].append(run_finetune(fcfg, model, cell, overwrite=True))
     print("[6/6] writing the report ...", flush=True)
     report, rows = compare_runs(
         runs,

@@ -250,9 +250,8 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
             f"{path}: not a directory; expected a run directory written by `tokendrop pretrain`"
         )
     if (path / "meta.json").is_file() and path.parent.name == "checkpoints":
-        ckpt_mod.verify(
-            path, files=ckpt_mod.model_files(ckpt_mod.read_meta(path))
-        )  # the shared verifying loader (state: when read)
+        # the shared verifying loader (state: when read)
+        ckpt_mod.verify(path, files=ckpt_mod.model_files(ckpt_mod.read_meta(path)))
         return path.parent.parent, path
     if not (path / "checkpoints").is_dir() and not (path / "config.toml").is_file():
         raise InspectError(
@@ -266,12 +265,10 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path]:
             f"{path}: the run has no complete checkpoint yet (checkpoints/step-*/ missing); "
             "inspect it after its first checkpoint (train.ckpt_every)"
         )
-    last = ckpt_mod.find(
-        path
-    )  # its newest checkpoint; a corrupt one is an error naming the file, never skipped
-    ckpt_mod.verify(
-        last, files=ckpt_mod.model_files(ckpt_mod.read_meta(last))
-    )  # state.safetensors: verified when read
+    # its newest checkpoint; a corrupt one is an error naming the file, never skipped
+    last = ckpt_mod.find(path)
+    # state.safetensors: verified when read
+    ckpt_mod.verify(last, files=ckpt_mod.model_files(ckpt_mod.read_meta(last)))
     return path, last
 
 
@@ -366,9 +363,8 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     reason = _no_selection_reason(cfg)
     if reason:
         raise InspectError(f"{run}: {reason}")
-    state = ckpt_mod.read_tensors(
-        ckpt, "state.safetensors", meta
-    )  # hashed against meta.json, then parsed
+    # hashed against meta.json, then parsed
+    state = ckpt_mod.read_tensors(ckpt, "state.safetensors", meta)
     if "importance" not in state:
         raise InspectError(
             f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
@@ -561,13 +557,11 @@ def example_sequences(
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.choice(len(seqs), size=min(num_examples, len(seqs)), replace=False))
     ids = torch.from_numpy(np.asarray(seqs[pick], dtype=np.int64))
-    if (
-        rv.cfg.drop.per_layer
-    ):  # random_ltd: the draws of every middle layer at the checkpoint's count
+    # random_ltd: the draws of every middle layer at the checkpoint's count
+    if rv.cfg.drop.per_layer:
         layers = plan.half_layers
-        draws = plan.selector.select_layers(
-            ids, rv.ltd_kept(T), layers
-        )  # (S, n, M), at full length too
+        # (S, n, M), at full length too
+        draws = plan.selector.select_layers(ids, rv.ltd_kept(T), layers)
         keep = draws[0]  # the first middle layer's draw in bold
         per_layer = torch.zeros(layers, *ids.shape).scatter_(2, draws, 1.0)
         pos_scores = per_layer.sum(0)  # how many middle layers keep each position

@@ -178,10 +178,11 @@ def _write_more_glue(root: Path, n_train: int, n_dev: int, rng: random.Random) -
     """CoLA, MRPC, STS-B and WNLI, and every task's test files (a random stream of their own, so the
     tasks above are the same for a seed as before these were added)."""
     splits = (("train.tsv", n_train), ("dev.tsv", n_dev))
+    # CoLA: no header; source, label, original mark ("*" = unacceptable), sentence
     for (
         name,
         n,
-    ) in splits:  # CoLA: no header; source, label, original mark ("*" = unacceptable), sentence
+    ) in splits:
         rows = []
         for i in range(n):
             lab = rng.randint(0, 1)
@@ -214,9 +215,8 @@ def _write_more_glue(root: Path, n_train: int, n_dev: int, rng: random.Random) -
             + "\n",
         )
         rows = []
-        for i in range(
-            n
-        ):  # similarity 0-5: high when both sentences carry the same sentiment polarity, plus noise
+        # similarity 0-5: high when both sentences carry the same sentiment polarity, plus noise
+        for i in range(n):
             la, lb = rng.randint(0, 1), rng.randint(0, 1)
             score = min(
                 5.0,

@@ -251,28 +251,28 @@ class Band:
         if window is not None and n < N:  # sparser queries than keys: blocks of fixed positions
             nb = math.ceil((extent or N) / block)
             edges = (torch.arange(nb + 1, device=device) * block).expand(b, -1).contiguous()
-            starts = torch.searchsorted(
-                qa, edges
-            )  # (B, nb + 1) first query row at or after each edge
+            # (B, nb + 1) first query row at or after each edge
+            starts = torch.searchsorted(qa, edges)
             counts = starts[:, 1:] - starts[:, :-1]  # (B, nb) query rows per block
             c = min(block, n)  # distinct positions: at most a block's worth of rows
-            rows = (starts[:, :-1, None] + torch.arange(c, device=device)).clamp(
-                max=n - 1
-            )  # (B, nb, C)
+            # (B, nb, C)
+            rows = (starts[:, :-1, None] + torch.arange(c, device=device)).clamp(max=n - 1)
             home = qa // block  # (B, n) each query row's block
             back = home * c + torch.arange(n, device=device) - torch.gather(starts, 1, home)
+            # (B, nb) rows
             first, last = (
                 starts[:, :-1].clamp(max=n - 1),
                 (starts[:, 1:] - 1).clamp(min=0),
-            )  # (B, nb) rows
+            )
         else:
             c, nb = block, math.ceil(n / block)
             first = torch.arange(nb, device=device).expand(b, -1) * block
             last = (first + block - 1).clamp(max=n - 1)
 
+        # (B or 1, n) -> (B, nb, C); a block's unused slots repeat other rows
         def blocks(
             t: Tensor,
-        ) -> Tensor:  # (B or 1, n) -> (B, nb, C); a block's unused slots repeat other rows
+        ) -> Tensor:
             t = _batched(t, b)
             if rows is not None:
                 return torch.gather(t, 1, rows.view(b, nb * c)).view(b, nb, c)
@@ -280,9 +280,10 @@ class Band:
                 t = torch.cat([t, t[:, -1:].expand(b, nb * c - n)], 1)
             return t.reshape(b, nb, c)
 
+        # (B or 1, n) -> the first and last query row's value (B, nb)
         def ends(
             t: Tensor,
-        ) -> tuple[Tensor, Tensor]:  # (B or 1, n) -> the first and last query row's value (B, nb)
+        ) -> tuple[Tensor, Tensor]:
             t = _batched(t, b)
             return torch.gather(t, 1, first), torch.gather(t, 1, last)
 
@@ -321,9 +322,8 @@ class Band:
             return torch.gather(_batched(t, b), 1, flat).view(b, nb, 1, span)
 
         if window is not None:
-            allowed = allowed & (
-                (blocks(qa)[:, :, :, None] - at_slots(k.at)).abs() <= window
-            )  # (B, nb, C, L)
+            # (B, nb, C, L)
+            allowed = allowed & ((blocks(qa)[:, :, :, None] - at_slots(k.at)).abs() <= window)
         if k.valid is not None:
             allowed = allowed & at_slots(k.valid).to(torch.bool)
         if documents:
@@ -388,9 +388,8 @@ def _flex_fns(device: torch.device):
     """(create_block_mask, flex_attention): compiled on CUDA (the fused kernel; as they are when the
     model itself is being compiled); eager elsewhere (an unfused reference that materialises the
     scores: for parity checks on CPU)."""
-    if (
-        device.type != "cuda" or torch.compiler.is_compiling()
-    ):  # inside torch.compile: traced with the model
+    # inside torch.compile: traced with the model
+    if device.type != "cuda" or torch.compiler.is_compiling():
         return create_block_mask, flex_attention
     if not _compiled:
         _compiled["mask"] = torch.compile(create_block_mask)

@@ -37,18 +37,16 @@ class HFIntegration:
     bare_class: str  # its bare encoder class (e.g. "BertModel")
     base: str  # the MLM model's attribute holding the bare encoder
     layers: str  # the dotted path of the layer list in the bare encoder
-    head: tuple[
-        str, ...
-    ]  # the MLM model's head modules, applied in this order to the hidden states
+    # the MLM model's head modules, applied in this order to the hidden states
+    head: tuple[str, ...]
     layout: (
         str  # how its layers run with dropping: a key of tokendrop.transformers.encoders.LAYOUTS
     )
     pooler: bool  # the bare encoder's output carries its pooler's output
     # the MLM loss is the model's own loss_function (num_items_in_batch honoured); else mean CE
     model_loss: bool
-    refused_flags: tuple[
-        str, ...
-    ] = ()  # config flags that must be off (a decoder, cross-attention)
+    # config flags that must be off (a decoder, cross-attention)
+    refused_flags: tuple[str, ...] = ()
     absolute_positions: bool = False  # config.position_embedding_type must be "absolute"
 
 
@@ -58,25 +56,19 @@ class FamilySpec:
     classes: Mapping[str, type[nn.Module]]  # task -> our class
     hf_model_type: str  # config.json's model_type
     hf_architectures: Mapping[str, str]  # task -> the transformers class an export names
-    config_from_hf: Callable[
-        [dict[str, Any], str], ModelConfig
-    ]  # config.json -> ModelConfig (one-line errors)
-    hf_config: Callable[
-        [ModelConfig, list[str] | None], dict[str, Any]
-    ]  # ModelConfig -> config.json
-    hf_config_defaults: Mapping[
-        str, Any
-    ]  # export: fields set when the source's config.json has none
+    # config.json -> ModelConfig (one-line errors)
+    config_from_hf: Callable[[dict[str, Any], str], ModelConfig]
+    # ModelConfig -> config.json
+    hf_config: Callable[[ModelConfig, list[str] | None], dict[str, Any]]
+    # export: fields set when the source's config.json has none
+    hf_config_defaults: Mapping[str, Any]
     to_hf: Callable[[dict[str, Tensor]], dict[str, Tensor]]  # our state dict -> transformers names
-    from_hf: Callable[
-        [dict[str, Tensor]], dict[str, Tensor]
-    ]  # a file's tensors (any accepted layout) -> ours
-    check_hf_tensors: Callable[
-        [Path, dict[str, tuple[int, ...]], ModelConfig], str
-    ]  # shapes -> layout name
-    load_weights: Callable[
-        [InitSource, nn.Module], InitReport
-    ]  # an HF dir or our run -> any of our classes
+    # a file's tensors (any accepted layout) -> ours
+    from_hf: Callable[[dict[str, Tensor]], dict[str, Tensor]]
+    # shapes -> layout name
+    check_hf_tensors: Callable[[Path, dict[str, tuple[int, ...]], ModelConfig], str]
+    # an HF dir or our run -> any of our classes
+    load_weights: Callable[[InitSource, nn.Module], InitReport]
     hf_sparse_prediction: bool  # transformers' MLM class can run its head on the masked slots only
     token_types: bool  # the model reads token_type_ids
     max_seq_len: int  # the longest sequence bench builds the family for (it refuses longer)
@@ -84,9 +76,8 @@ class FamilySpec:
     # max_position_embeddings, other rotary bases): rotary positions have no weights; learned
     # positions do (docs/design.md §2.8)
     extends_positions: bool
-    hf_head_fields: tuple[
-        str, ...
-    ] = ()  # config.json fields about the source's task head (not kept on fine-tuning)
+    # config.json fields about the source's task head (not kept on fine-tuning)
+    hf_head_fields: tuple[str, ...] = ()
     pretrain_frozen: tuple[str, ...] = ()  # submodules pretraining does not train
     integration: HFIntegration | None = (
         None  # None: tokendrop.transformers does not patch this family

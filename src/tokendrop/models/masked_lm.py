@@ -29,9 +29,8 @@ def document_ids(input_ids: Tensor, sep_id: int, pad_id: int) -> Tensor:
     return doc.masked_fill(input_ids == pad_id, -1)
 
 
-IGNORE_INDEX = (
-    -100
-)  # a slot whose label is this has no loss and no gradient (F.cross_entropy's default)
+# a slot whose label is this has no loss and no gradient (F.cross_entropy's default)
+IGNORE_INDEX = -100
 
 
 class _NLL(torch.autograd.Function):
@@ -112,9 +111,8 @@ class MaskedLM(nn.Module):
         )
         h = self.encoder(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc)
         if mlm_positions is not None:
-            h = torch.gather(
-                h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1])
-            )  # (B, P, d)
+            # (B, P, d)
+            h = torch.gather(h, 1, mlm_positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
         return h
 
     def forward(

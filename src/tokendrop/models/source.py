@@ -133,9 +133,8 @@ def _resolve_hf(source: str, p: Path) -> InitSource:
     cfg = model_config_from_hf(d, str(cj))
     hashed, files, fmt, sharded = weight_files(p)
     sha, shapes = scan_tensors(files, fmt, sharded)
-    layout = spec_of(cfg).check_hf_tensors(
-        hashed, shapes, cfg
-    )  # the family's layouts (tokendrop.models.families)
+    # the family's layouts (tokendrop.models.families)
+    layout = spec_of(cfg).check_hf_tensors(hashed, shapes, cfg)
     tok = p if has_tokenizer_files(p) else None
     return InitSource(
         source=source,
@@ -154,17 +153,15 @@ def _resolve_hf(source: str, p: Path) -> InitSource:
 
 def _resolve_tokendrop(source: str, p: Path) -> InitSource:
     try:
-        ck = ckpt_mod.find(
-            p
-        )  # the shared verifying loader (tokendrop.runs.checkpoint): a run's newest checkpoint
+        # the shared verifying loader (tokendrop.runs.checkpoint): a run's newest checkpoint
+        ck = ckpt_mod.find(p)
     except ckpt_mod.CheckpointError as e:
         raise InitError(str(e)) from None
     run = p if ck != p else (p.parent.parent if p.parent.name == "checkpoints" else p)
     try:
         meta = ckpt_mod.read_meta(ck)
-        meta = ckpt_mod.verify(
-            ck, files=ckpt_mod.model_files(meta)
-        )  # model.safetensors, or an FSDP run's shards
+        # model.safetensors, or an FSDP run's shards
+        meta = ckpt_mod.verify(ck, files=ckpt_mod.model_files(meta))
         model_d = meta["config"]["model"]
         cfg = from_dict(ModelConfig, {k: v for k, v in model_d.items() if k != "preset"})
         sha = ckpt_mod.weights_sha256_of(meta)
@@ -180,12 +177,13 @@ def _resolve_tokendrop(source: str, p: Path) -> InitSource:
         raise InitError(
             f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size}, expected the resolved size"
         )
+    # 0 would mean "the preset's"
     for key in (
         "hidden_size",
         "num_layers",
         "num_heads",
         "intermediate_size",
-    ):  # 0 would mean "the preset's"
+    ):
         if key in model_d and model_d[key] != getattr(cfg, key):
             raise InitError(
                 f"{ck / 'meta.json'}: model.{key} is {model_d.get(key)!r}, expected the resolved "
@@ -468,9 +466,8 @@ def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]
     if not (p / "config.json").is_file():
         raise InteropError(f"{p}: not a model directory (no config.json)")
     src = resolve_init_source(str(p))
-    return src.model, spec_of(src.model).from_hf(
-        read_source_tensors(src)
-    )  # the family's names -> ours
+    # the family's names -> ours
+    return src.model, spec_of(src.model).from_hf(read_source_tensors(src))
 
 
 find_checkpoint = (
@@ -505,9 +502,8 @@ def load_pretrained(
     if drop is not None and task != "mlm":
         raise InteropError(f"load_pretrained: drop= applies to task 'mlm' only, not {task!r}")
     try:
-        with ckpt_mod.reading(
-            p
-        ) as ck:  # a run that is training: its checkpoint is not rotated away meanwhile
+        # a run that is training: its checkpoint is not rotated away meanwhile
+        with ckpt_mod.reading(p) as ck:
             src = resolve_init_source(str(ck) if ck != p else str(path))
             model = build_model(src.model, drop, task=task, **head_kwargs)  # the family's class
             report = load_source_weights(src, model)
@@ -574,9 +570,8 @@ def export_hf(
         if not Path(checkpoint).exists():
             raise InteropError(f"{checkpoint}: no such model directory")
         try:
-            with ckpt_mod.reading(
-                checkpoint
-            ) as ck:  # held while it is read: rotation by a training run waits
+            # held while it is read: rotation by a training run waits
+            with ckpt_mod.reading(checkpoint) as ck:
                 return _export_hf(ck, out_dir, command, checkpoint)
         except ckpt_mod.CheckpointError as e:
             raise InitError(str(e)) from None
@@ -591,9 +586,8 @@ def _export_hf(
     if any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
         raise InteropError(f"{checkpoint}: no MLM head weights to export")
     tok = info["tokenizer"]
-    if (
-        info["source"] == "tokendrop"
-    ):  # a continued run: the source's tokenizer files, kept in RUN/source/
+    # a continued run: the source's tokenizer files, kept in RUN/source/
+    if info["source"] == "tokendrop":
         ck = Path(info["path"])
         source = (ck.parent.parent if ck.parent.name == "checkpoints" else ck) / "source"
         if has_tokenizer_files(source):
@@ -603,9 +597,8 @@ def _export_hf(
     card = model_card(model.config, info, Path(out_dir).name, command, facts)
     out = save_pretrained(model, out_dir, tok, base_config=base, kind="export", card=card)
     ev, h = (facts or {}).get("eval"), (facts or {}).get("entropy")
-    if (
-        ev and h is not None and ev["eval_loss"] >= h
-    ):  # said once the export is written (a failed one: its error only)
+    # said once the export is written (a failed one: its error only)
+    if ev and h is not None and ev["eval_loss"] >= h:
         print(
             f"warning: {checkpoint}: its last eval MLM loss {ev['eval_loss']:.3f} is not below the "
             "unigram entropy of "

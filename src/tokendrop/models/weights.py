@@ -52,9 +52,8 @@ class InitSource:
 class InitReport:
     fresh: list[str]  # our parameter names initialised here (not in the file)
     unexpected: list[str]  # tensors in the file (their names there) that nothing uses
-    ignored: list[
-        str
-    ]  # tensors in the file left out on purpose (NSP head, position_ids, tied aliases)
+    # tensors in the file left out on purpose (NSP head, position_ids, tied aliases)
+    ignored: list[str]
     notes: list[str]  # human-readable lines
 
 
@@ -253,9 +252,8 @@ def fresh_init(model: nn.Module, names: list[str], std: float) -> None:
 def read_source_tensors(src: InitSource) -> dict[str, Tensor]:
     """Every tensor of the source, as named in its file, after checking the sha256 of the bytes
     parsed."""
-    if (
-        src.kind == "tokendrop"
-    ):  # through the shared verifying loader: hashed against meta.json, then parsed
+    # through the shared verifying loader: hashed against meta.json, then parsed
+    if src.kind == "tokendrop":
         try:
             meta = ckpt_mod.read_meta(src.path)
             sd = ckpt_mod.read_model(src.path, meta)  # a sharded checkpoint: consolidated here

@@ -168,9 +168,8 @@ def _lease(ckpt: Path, how: int) -> Iterator[bool]:
             yield False
             return
         try:
-            same = (
-                os.stat(lf).st_ino == os.fstat(fd).st_ino
-            )  # not removed by another holder meanwhile
+            # not removed by another holder meanwhile
+            same = os.stat(lf).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             same = False
         if same:
@@ -207,9 +206,8 @@ def reading(path: str | os.PathLike) -> Iterator[Path]:
         cands = _candidates(p)
         for cand in cands:
             with _lease(cand, fcntl.LOCK_SH) as held:
-                if (
-                    held and cand.is_dir()
-                ):  # else removed by rotation meanwhile (a damaged one is read, and refused)
+                # else removed by rotation meanwhile (a damaged one is read, and refused)
+                if held and cand.is_dir():
                     yield cand
                     return
     raise CheckpointError(
@@ -573,9 +571,8 @@ def load_verified(
         except CheckpointError as e:
             skipped.append(e)
             continue
-        for e in (
-            skipped
-        ):  # warned only when an older checkpoint is used instead (else: the one error below)
+        # warned only when an older checkpoint is used instead (else: the one error below)
+        for e in skipped:
             print(f"warning: skipping {e}", file=sys.stderr)
         return found
     raise CheckpointError(

@@ -119,9 +119,8 @@ def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> I
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(
-            tmp, 0o777 & ~umask
-        )  # mkdtemp makes it private; the result is an ordinary directory
+        # mkdtemp makes it private; the result is an ordinary directory
+        os.chmod(tmp, 0o777 & ~umask)
         (tmp / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         yield tmp
         (tmp / _OWNER).unlink(missing_ok=True)

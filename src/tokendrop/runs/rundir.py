@@ -58,12 +58,13 @@ KINDS = (
     "demo",
     "campaign",
 )
+# a marked dir of the same kind is continued without --overwrite
 RESUMABLE = (
     "study",
     "demo",
     "evaluate",
     "campaign",
-)  # a marked dir of the same kind is continued without --overwrite
+)
 
 
 class RunDirError(TokendropError, ValueError):
@@ -253,9 +254,8 @@ def has_checkpoint_dir(run: str | os.PathLike) -> bool:
 def discard(path: str | os.PathLike) -> None:
     """Remove a marked output directory before it is written again (see :func:`prepare_output`)."""
     p = Path(path)
-    if (
-        read_marker(p) is None
-    ):  # the last line of defence: never delete what tokendrop did not write
+    # the last line of defence: never delete what tokendrop did not write
+    if read_marker(p) is None:
         raise RunDirError(f"{p}: not written by tokendrop (no {MARKER}); not removed")
     discard_dir(p)
 
@@ -316,9 +316,8 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
         return
     try:
         lf.parent.mkdir(parents=True, exist_ok=True)
-    except (
-        OSError
-    ) as e:  # a parent is a file, not writable, ...: the output cannot be created there
+    # a parent is a file, not writable, ...: the output cannot be created there
+    except OSError as e:
         fix = (
             "choose an output directory whose parents are directories"
             if e.errno in (errno.ENOTDIR, errno.EEXIST)
@@ -338,9 +337,8 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
                 "wait for it to finish or stop it"
             ) from None
         try:
-            same = (
-                os.stat(lf).st_ino == os.fstat(fd).st_ino
-            )  # not unlinked by a holder releasing it meanwhile
+            # not unlinked by a holder releasing it meanwhile
+            same = os.stat(lf).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             same = False
         if same:

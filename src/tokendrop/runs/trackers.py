@@ -113,9 +113,8 @@ class _WandB:
         import wandb
 
         self.wandb = wandb
-        self.id = (
-            run_id or uuid.uuid4().hex[:8]
-        )  # kept in the start record: a resume continues this run
+        # kept in the start record: a resume continues this run
+        self.id = run_id or uuid.uuid4().hex[:8]
         self.run = wandb.init(
             project=os.environ.get("WANDB_PROJECT", "tokendrop"),
             name=name,
@@ -149,9 +148,8 @@ class _MLflow:
     def __init__(self, run_dir: Path, name: str, run_id: str | None):
         from mlflow.tracking import MlflowClient
 
-        self.client = (
-            MlflowClient()
-        )  # $MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db here)
+        # $MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db here)
+        self.client = MlflowClient()
         if run_id:
             self.id = run_id
             self.client.update_run(run_id, status="RUNNING")
@@ -221,9 +219,8 @@ class Trackers:
             assert t in kinds, t  # train.report_to's names (tokendrop.config.REPORT_TO) bar jsonl
             try:
                 tr = kinds[t]()
-            except (
-                Exception
-            ) as e:  # the tracker's own client refused (no server, no login, ...): one line
+            # the tracker's own client refused (no server, no login, ...): one line
+            except Exception as e:
                 self.close(ok=False)
                 raise TrainingError(
                     f"train.report_to: {t} did not start ({type(e).__name__}: "

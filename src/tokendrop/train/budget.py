@@ -150,9 +150,8 @@ class ResolvedLength:
     def updates(self, train_cfg) -> dict:
         """The TrainConfig fields to replace (``dataclasses.replace(train_cfg, **updates)``)."""
         out = {"steps": self.steps, "tokens": 0, "epochs": 0.0, "resolved_from": self.note}
-        if (
-            train_cfg.warmup_ratio and self.steps
-        ):  # a time-budgeted run keeps its ratio (a share of the budget)
+        # a time-budgeted run keeps its ratio (a share of the budget)
+        if train_cfg.warmup_ratio and self.steps:
             out.update(warmup_steps=self.warmup_steps, warmup_ratio=0.0)
         return out
 

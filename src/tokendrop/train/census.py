@@ -85,9 +85,8 @@ class Census:
 
     def __enter__(self) -> Census:
         self._stack = ExitStack()
-        self._lifted: weakref.WeakSet = (
-            weakref.WeakSet()
-        )  # Python scalars made tensors (on the host on CUDA)
+        # Python scalars made tensors (on the host on CUDA)
+        self._lifted: weakref.WeakSet = weakref.WeakSet()
         self._stack.enter_context(emulate_accelerator())
         self._stack.enter_context(_Functions(self))
         self._stack.enter_context(_Dispatch(self))

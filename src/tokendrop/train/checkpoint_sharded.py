@@ -80,9 +80,8 @@ def save(
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(ckpt_mod.writing(run_dir, step)) if dd.main else None
         where = [str(tmp) if tmp is not None else None]
-        dist.broadcast_object_list(
-            where, src=0
-        )  # the temp dir's name (over the wire, not from disk)
+        # the temp dir's name (over the wire, not from disk)
+        dist.broadcast_object_list(where, src=0)
         out = Path(where[0])
         tensors = {
             "model": model_sd,
@@ -133,9 +132,8 @@ def load_into(
         "model": model_sd,
         "optim": {k: v for k, v in optim_sd.items() if isinstance(v, Tensor)},
     }
-    with (
-        warnings.catch_warnings()
-    ):  # no_dist: "assuming the intent is to load in a single process": it is
+    # no_dist: "assuming the intent is to load in a single process": it is
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(
             tensors,

@@ -252,12 +252,13 @@ def head_warmup(
                 g["lr"] = lr_linear_steps(step, lr, warm, steps)
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 with torch.no_grad():
+                    # (B, P, d)
                     h = model.hidden(
                         mb["input_ids"],
                         mb["mlm_positions"],
                         mb["attention_mask"],
                         mb["token_type_ids"],
-                    )  # (B, P, d)
+                    )
                 logits = model.head_logits(h)
             nll = model.mlm_nll(logits, mb["mlm_labels"])
             w = mb["mlm_weights"]

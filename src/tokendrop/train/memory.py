@@ -77,9 +77,8 @@ def estimate(
         state //= world
     half = (5 * m.hidden_size + m.intermediate_size) * 4 // 2  # bytes per token and half layer
     start, end = cfg.drop.span(m.num_layers) if cfg.drop.enabled else (0, 0)
-    kept = (
-        cfg.drop.kept_rows(seq_len) if cfg.drop.enabled else seq_len
-    )  # random_ltd: its first (smallest) count
+    # random_ltd: its first (smallest) count
+    kept = cfg.drop.kept_rows(seq_len) if cfg.drop.enabled else seq_len
     rows = sum(kept if start <= h < end else seq_len for h in range(2 * m.num_layers))
     mask = cfg.data.mask_prob
     slots = round(max(mask) * seq_len) if isinstance(mask, (list, tuple)) else round(mask * seq_len)

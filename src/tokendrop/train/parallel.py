@@ -206,9 +206,8 @@ def wrap(
         warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
         for layer in model.encoder_layers:
             fully_shard(layer, **kw)
-        fully_shard(
-            model, **kw
-        )  # the root: embeddings, head; the tied decoder weight is the embedding's
+        # the root: embeddings, head; the tied decoder weight is the embedding's
+        fully_shard(model, **kw)
         # ScTD's dense pass calls model.hidden, not forward: FSDP gathers the root's parameters for
         # it too
         register_fsdp_forward_method(model, "hidden")

@@ -152,9 +152,8 @@ def compare_runs(
         ev = [r for r in recs if "eval_loss" in r]
         steps = sorted(flops_per)
         cum = []
-        for (
-            r
-        ) in ev:  # cumulative FLOPs up to each eval (logged steps stand for the steps before them)
+        # cumulative FLOPs up to each eval (logged steps stand for the steps before them)
+        for r in ev:
             cum.append(
                 sum(
                     flops_per[s] * (s - (steps[i - 1] if i else 0))

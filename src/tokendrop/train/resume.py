@@ -24,6 +24,7 @@ from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.train.parallel import Parallel
 
 # keys whose change makes a resume meaningless
+# data.path: check_resume_data (the data may move)
 _RESUME_FIXED = (
     "model",
     "drop.method",
@@ -51,10 +52,9 @@ _RESUME_FIXED = (
     "train.batch_warmup_tokens",
     "train.batch_warmup_share",
     "train.budget_clock",
-)  # data.path: check_resume_data (the data may move)
-_RESUME_FREE = (
-    "model.attention_backend",
-)  # inside a fixed section, but execution only: may change
+)
+# inside a fixed section, but execution only: may change
+_RESUME_FREE = ("model.attention_backend",)
 
 
 _REQUIRED_KEY = object()
@@ -309,6 +309,7 @@ def save_training_state(
     if dd.world > 1:  # every rank's own streams (dropout, random selection), saved by rank 0
         ranks = [None] * dd.world
         dist.all_gather_object(ranks, rng)
+    # under FSDP: this rank's shards
     finite = (
         bool(
             torch.stack(
@@ -317,7 +318,7 @@ def save_training_state(
         )
         if par.sharded or dd.main
         else True
-    )  # under FSDP: this rank's shards
+    )
     if par.sharded:
         finite = par.all_true(finite)  # each rank checked its own shards
     if not (dd.main or par.sharded):
@@ -344,9 +345,8 @@ def save_training_state(
         if par.sharded:  # collective: every rank writes its shards
             return sharded_ckpt.save(run_dir, step, model, opt, tensors, meta, keep, dd)
         return ckpt_mod.save(run_dir, step, model.state_dict(), tensors, meta, keep)
-    except (
-        OSError
-    ) as e:  # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+    # disk full, quota, permissions: the temp dir is gone, the last checkpoint intact
+    except OSError as e:
         last = ckpt_mod.latest(run_dir)
         fix = os_error_fix(e)
         then = (

@@ -59,10 +59,11 @@ def resolve_run_config(
         out.model = resolve_model_init(cfg.model, src)
         if new_run:  # the source's vocabulary, before anything is written
             check_vocabulary(src, data)
+    # recorded absolute: --resume from any cwd
     for sec, key in (
         (out.data, "path"),
         (out.drop, "counts_path"),
-    ):  # recorded absolute: --resume from any cwd
+    ):
         if getattr(sec, key):
             setattr(sec, key, os.path.abspath(getattr(sec, key)))
     out.data.paths = [os.path.abspath(p) for p in out.data.paths]
@@ -94,9 +95,8 @@ def resolve_run_config(
             f"data.seq_len: expected T={out.data.seq_len} but {where} was prepared with "
             f"T={data.seq_len}"
         )
-    if (
-        data.seq_len > m.max_position_embeddings
-    ):  # how to extend the positions, or why they cannot be
+    # how to extend the positions, or why they cannot be
+    if data.seq_len > m.max_position_embeddings:
         raise ConfigError(positions_error(field, data.seq_len, m, m.init))
     pad = data.special_ids.get("pad")
     if new_run and pad is not None and m.pad_token_id != pad:
@@ -144,7 +144,6 @@ def open_run_data(cfg: Config, src: InitSource | None, new_run: bool = True, wor
         raise ConfigError(
             "data.path: no prepared data directory given (run `tokendrop prepare` first)"
         )
-    data = open_data(
-        cfg.data.path, cfg.data.paths, cfg.data.weights
-    )  # data.paths: a weighted mixture
+    # data.paths: a weighted mixture
+    data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)
     return resolve_run_config(cfg, data, src, new_run, world), data

@@ -183,9 +183,8 @@ def batch_warmup_line(tc, world: int = 1) -> str:
 
 def lr_schedule(train_cfg) -> LRSchedule:
     """The LR schedule of a ``TrainConfig``."""
-    share = (
-        0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)
-    )  # ratio of a time budget
+    # ratio of a time budget
+    share = 0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)
     return LRSchedule(
         train_cfg.lr_schedule,
         train_cfg.lr,

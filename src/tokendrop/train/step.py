@@ -125,9 +125,8 @@ class MLMStep:
         global slot count ``norm``, and the backward -> (weighted NLL sum, per-slot NLL (B, P) fp32,
         weighted correct predictions, the unweighted [CLS] KL or None), detached."""
         device = mb["input_ids"].device
-        scale = (
-            float(self.par.world) if self.par is not None else 1.0
-        )  # DDP and FSDP average the gradients
+        # DDP and FSDP average the gradients
+        scale = float(self.par.world) if self.par is not None else 1.0
         sctd = at.consistency and self.taps is not None
         with (
             self.taps.record() if sctd else contextlib.nullcontext() as dropped,

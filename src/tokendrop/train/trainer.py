@@ -189,9 +189,8 @@ def pretrain(
     for name, v in (("resume", resume), ("progress", progress), ("overwrite", overwrite)):
         check_arg("pretrain", name, v, bool, "True or False")
     cfg.validate()
-    check_installed(
-        cfg.train.report_to
-    )  # a tracker asked for and not installed: before anything is written
+    # a tracker asked for and not installed: before anything is written
+    check_installed(cfg.train.report_to)
     src = resolve_init(cfg, resume)  # model.init: resolved once, here (tokendrop.train.run_config)
     run_dir = Path(out_dir)
     device_kind = (
@@ -383,9 +382,8 @@ class _Trainer:
             try:
                 check_memory(self.cfg, self.T, self.per_rank, *args, sharded=sharded)
                 return
-            except (
-                ConfigError
-            ):  # the whole batch does not fit in one pass: accumulate loader batches
+            # the whole batch does not fit in one pass: accumulate loader batches
+            except ConfigError:
                 self.merge = False
                 self.console.say(
                     f"note: a batch of {self.per_rank} sequences per rank does not fit in one "
@@ -432,9 +430,10 @@ class _Trainer:
             # the shared verifying loader; a bad checkpoint is skipped with a warning naming its
             # file
             try:
+                # shards: in restore
                 self.last, self.meta_in, self.model_sd, self.state_sd = ckpt_mod.load_verified(
                     run_dir, state=True, fallback=True, consolidate=False
-                )  # shards: in restore
+                )
             except ckpt_mod.CheckpointError as e:
                 raise TrainingError(
                     f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})"
@@ -483,14 +482,12 @@ class _Trainer:
         cfg, tc, dd, data, device = self.cfg, self.tc, self.dd, self.data, self.device
         torch.manual_seed(tc.seed)
         model = self.model = build_model(cfg.model, cfg.drop)  # the family's MLM model
-        for name in spec_of(
-            cfg.model
-        ).pretrain_frozen:  # BERT's pooler: no NSP, not trained in pretraining
+        # BERT's pooler: no NSP, not trained in pretraining
+        for name in spec_of(cfg.model).pretrain_frozen:
             model.get_submodule(name).requires_grad_(False)
         model.to(device)
-        if (
-            dd.world > 1
-        ):  # same initial weights everywhere (above); from here each rank its own dropout stream
+        # same initial weights everywhere (above); from here each rank its own dropout stream
+        if dd.world > 1:
             torch.manual_seed(tc.seed + dd.rank)
         counts = None
         if cfg.drop.selection.needs_counts:
@@ -519,9 +516,8 @@ class _Trainer:
         """The start-up banner (rank 0): on stderr and at the top of this process's part of
         RUN/log.txt."""
         self.entropy = unigram_entropy(self.data.token_counts(), self.data.special_ids)
-        self.entropy_rec = (
-            {"unigram_entropy": self.entropy} if self.entropy is not None else {}
-        )  # eval records
+        # eval records
+        self.entropy_rec = {"unigram_entropy": self.entropy} if self.entropy is not None else {}
         if self.dd.main:
             source, head, importance = describe_warm_ups(
                 self.cfg, self.model, self.selector, self.init_events, new=self.meta_in is None
@@ -578,23 +574,21 @@ class _Trainer:
         """DDP/FSDP wrapping (a checkpoint's unsharded weights first) and AdamW."""
         model, tc, dd, device = self.model, self.tc, self.dd, self.device
         if self.meta_in is not None and not ckpt_mod.is_sharded(self.meta_in):
-            model.load_state_dict(
-                self.model_sd
-            )  # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
-        self.par = wrap(
-            model, tc.parallel if dd.grouped else "ddp", dd, device, self.amp
-        )  # FSDP: before AdamW
+            # an unsharded checkpoint: before DDP's broadcast or FSDP's sharding
+            model.load_state_dict(self.model_sd)
+        # FSDP: before AdamW
+        self.par = wrap(model, tc.parallel if dd.grouped else "ddp", dd, device, self.amp)
         self.amp = autocast_for(self.par, self.amp, device)
+        # fused kernels on CUDA and CPU (torch >= 2.4)
         self.opt = adamw(
             model, tc.lr, tc.weight_decay, (tc.adam_beta1, tc.adam_beta2), tc.adam_eps, fused=True
-        )  # fused kernels on CUDA and CPU (torch >= 2.4)
+        )
 
     def make_step(self) -> None:
         """The step function and the training batches (at the resumed position)."""
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
-        self.shapes = StepPlan(
-            cfg, self.T, data.packed, self.micro_bs, dd.world
-        )  # sequence-length / batch warm-ups
+        # sequence-length / batch warm-ups
+        self.shapes = StepPlan(cfg, self.T, data.packed, self.micro_bs, dd.world)
         # one compiled graph per length and kind of step (stage 2, or no dropping: dense), and per
         # batch of a batch warm-up when its steps run one micro-batch of the current batch
         self.compile_mode = resolve_mode(tc.compile, self.device)
@@ -641,9 +635,8 @@ class _Trainer:
         )
         if self.meta_in is not None:
             self.loader.load_state_dict(self.meta_in["data_position"])
-        self.flops_total = (
-            int(self.meta_in.get("flops", 0)) if self.meta_in else 0
-        )  # the run's FLOPs so far
+        # the run's FLOPs so far
+        self.flops_total = int(self.meta_in.get("flops", 0)) if self.meta_in else 0
 
     def eval_batches(self):
         return heldout_batches(self.data, self.cfg, self.micro_bs)
@@ -709,12 +702,10 @@ class _Trainer:
             )
         self.peak_flops = None
         if self.device.type == "cuda":
-            self.peak_flops = gpu_peak_flops(
-                torch.cuda.get_device_name(self.device)
-            )  # bf16 dense peak, per GPU
-        self.evaluates = (
-            dd.main or self.par.sharded
-        )  # FSDP's forward is collective: every rank evaluates
+            # bf16 dense peak, per GPU
+            self.peak_flops = gpu_peak_flops(torch.cuda.get_device_name(self.device))
+        # FSDP's forward is collective: every rank evaluates
+        self.evaluates = dd.main or self.par.sharded
         if dd.main and self.start_step == 0:
             self.log.write(
                 {
@@ -740,9 +731,8 @@ class _Trainer:
             ev0 = evaluate_mlm(
                 self.model, self.eval_batches(), self.device, self.amp, self.eval_micro
             )
-            self.log.write(
-                {"step": 0, "wall_time": 0.0, **ev0, **self.entropy_rec}
-            )  # MetricsLog: rank 0 only
+            # MetricsLog: rank 0 only
+            self.log.write({"step": 0, "wall_time": 0.0, **ev0, **self.entropy_rec})
             self.console.say(
                 f"step 0 (before training): eval loss {ev0['eval_loss']:.4f}"
                 + (f"; {unigram_note(ev0['eval_loss'], self.entropy)}" if self.entropy else "")
@@ -753,9 +743,8 @@ class _Trainer:
     # ------------------------------------------------------------------------------------------
     def run(self) -> PretrainResult:
         self.wall = float(self.meta_in.get("wall_time", 0.0)) if self.meta_in else 0.0
-        self.cpu = (
-            float(self.meta_in.get("cpu_time", 0.0)) if self.meta_in else 0.0
-        )  # process CPU s of the steps
+        # process CPU s of the steps
+        self.cpu = float(self.meta_in.get("cpu_time", 0.0)) if self.meta_in else 0.0
         self.used = self.wall  # training seconds so far (train.time_budget counts these)
         self.tokens_done = self.tokens_pending = self.pending = (
             0  # pending: steps since the host last waited
@@ -920,9 +909,8 @@ class _Trainer:
             rec.update(seq_len=shape.seq_len, batch_size=shape.batch)
         if not self.masks.constant:
             rec["mask_prob"] = self.loader.mask_rate
-        rec.update(
-            realised(self.loader.state_dict())
-        )  # a mixture's shares drawn so far: mix_0, mix_1, ...
+        # a mixture's shares drawn so far: mix_0, mix_1, ...
+        rec.update(realised(self.loader.state_dict()))
         if self.peak_flops:
             rec["mfu"] = rec["flops_per_step"] / self.dt / (self.peak_flops * self.dd.world)
         self.log.write(rec)
@@ -1008,9 +996,8 @@ class _Trainer:
         if self.pbar is not None:
             self.pbar.close()
         self.loader.close()
-        loop = (
-            time.perf_counter() - self.t_loop
-        )  # the loop's wall time less its evaluations and checkpoints
+        # the loop's wall time less its evaluations and checkpoints
+        loop = time.perf_counter() - self.t_loop
         self.phases["training"] = loop - sum(
             self.phases[k] - self.before_loop[k] for k in ("evaluation", "checkpoints")
         )

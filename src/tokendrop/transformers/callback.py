@@ -69,9 +69,8 @@ class TokenDroppingCallback(TrainerCallback):
             st.total_steps = state.max_steps
         if state.global_step == 0 and args.should_log and mlm_head_is_fresh(model):  # no head
             print(FRESH_HEAD_NOTE, file=sys.stderr, flush=True)
-        if (
-            state.global_step > 0
-        ):  # resuming: the state saved with the checkpoint Trainer resumed from
+        # resuming: the state saved with the checkpoint Trainer resumed from
+        if state.global_step > 0:
             load_state(st, self._checkpoint_dir(args, state))
             if st.step != state.global_step:
                 raise TokenDroppingError(

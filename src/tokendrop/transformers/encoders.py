@@ -268,9 +268,8 @@ def modern_layer(layer: nn.Module, h: Tensor, kv: Tensor | None, call: LayerCall
         xk = layer.attn_norm(kv)
         N = xk.shape[1]
         w, bias = attn.Wqkv.weight, attn.Wqkv.bias
-        if (
-            type(attn.Wqkv) is nn.Linear
-        ):  # project only what is used: Q of the query rows, K/V of the key rows
+        # project only what is used: Q of the query rows, K/V of the key rows
+        if type(attn.Wqkv) is nn.Linear:
             q = F.linear(xq, w[:d], None if bias is None else bias[:d]).view(b, n, -1, dh)
             k, v = (
                 F.linear(xk, w[d:], None if bias is None else bias[d:])

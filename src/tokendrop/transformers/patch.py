@@ -238,9 +238,8 @@ class ModelForward:
             sparse = labels is not None and (
                 st.sparse_prediction or getattr(self.model, "sparse_prediction", False)
             )
-            if (
-                sparse
-            ):  # the head on the labelled positions only (as ModernBERT's sparse_prediction)
+            # the head on the labelled positions only (as ModernBERT's sparse_prediction)
+            if sparse:
                 flat = labels.reshape(-1)
                 sel = flat != -100
                 h = h.reshape(flat.shape[0], -1)[sel]

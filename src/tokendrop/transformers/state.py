@@ -54,9 +54,8 @@ def resolve_special_ids(
                 f"apply_token_dropping: special_ids must map some of {', '.join(SPECIAL_KEYS)} to "
                 f"token ids, got {special_ids!r}"
             )
-        ids = {
-            k: v for k, v in special_ids.items() if k in SPECIAL_KEYS
-        }  # [UNK] is an ordinary token here
+        # [UNK] is an ordinary token here
+        ids = {k: v for k, v in special_ids.items() if k in SPECIAL_KEYS}
     elif tokenizer is not None:
         ids = {k: getattr(tokenizer, f"{k}_token_id", None) for k in SPECIAL_KEYS}
     else:
@@ -315,9 +314,8 @@ def save_state(state: TokenDroppingState, directory: str | Path) -> None:
             tensors["rng_state"] = rng.cpu().contiguous()
             meta["rng_device"] = str(state.selector.generator.device)
     if not tensors:
-        tensors["step"] = torch.tensor(
-            [state.step], dtype=torch.int64
-        )  # safetensors needs one tensor
+        # safetensors needs one tensor
+        tensors["step"] = torch.tensor([state.step], dtype=torch.int64)
     with atomic_file(directory / STATE_TENSORS) as tmp:
         write_safetensors(tensors, tmp)
     atomic_write_json(directory / STATE_JSON, meta)

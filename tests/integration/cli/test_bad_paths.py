@@ -290,9 +290,8 @@ def test_every_bad_path_is_one_line_exit_2(place, tiny_data, capsys):
             f"{name} wrote {set(os.listdir(place)) - set(before)}"
         )
     assert not failures, "\n".join(failures)
-    assert (
-        (place / "broken-run" / "config.toml").read_text().endswith("steps = = 3\n")
-    )  # left as it was
+    # left as it was
+    assert (place / "broken-run" / "config.toml").read_text().endswith("steps = = 3\n")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes regardless of permissions")

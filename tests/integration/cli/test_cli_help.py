@@ -168,9 +168,8 @@ def test_a_presets_length_replaces_the_one_it_extends(tmp_path):
     )
     with pytest.raises(ConfigError, match="both set"):
         load_config(tmp_path / "both.toml")
-    (tmp_path / "ratio.toml").write_text(
-        'extends = "tiny"\n[train]\nwarmup_ratio = 0.1\n'
-    )  # tiny: warmup_steps = 4
+    # tiny: warmup_steps = 4
+    (tmp_path / "ratio.toml").write_text('extends = "tiny"\n[train]\nwarmup_ratio = 0.1\n')
     assert load_config(tmp_path / "ratio.toml").train.warmup_ratio == 0.1
 
 

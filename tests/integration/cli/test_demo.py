@@ -59,17 +59,17 @@ def test_review_corpus_never_contains_a_dev_sentence(tmp_path):
     others = {
         name: [f"an {name[:4]} snippet number {i} ." for i in range(30)] for name in OTHER_SNIPPETS
     }
+    # the same sentences, other case/spacing
     others[OTHER_SNIPPETS[0]] += [
         dev[0].upper(),
         "  " + dev[1],
-    ]  # the same sentences, other case/spacing
+    ]
     sdist = _fake_vader_sdist(tmp_path / "vaderSentiment-3.3.2.tar.gz", others)
     corpus = build_review_corpus(tmp_path / "cache", task, sdist=sdist)
     docs = [normalize_sentence(d) for d in corpus.read_text().split("\n\n") if d.strip()]
     assert not set(docs) & {normalize_sentence(s) for s in dev}
-    assert (
-        len(docs) == 80 + 90
-    )  # every train sentence and every other snippet, minus the two dev copies
+    # every train sentence and every other snippet, minus the two dev copies
+    assert len(docs) == 80 + 90
     assert set(normalize_sentence(s) for s in read_sst2_sentences(task / "train.tsv")) <= set(docs)
 
 

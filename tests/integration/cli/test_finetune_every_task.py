@@ -53,9 +53,8 @@ def world(tmp_path_factory):
         intermediate_size=64,
         max_position_embeddings=128,
     )
-    tasks = (
-        root / "tasks"
-    )  # every task in its directory under one root, as GLUE is distributed (MNLI finds AX)
+    # every task in its directory under one root, as GLUE is distributed (MNLI finds AX)
+    tasks = root / "tasks"
     return {
         "model": ck,
         "tasks": {

@@ -32,9 +32,9 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 @pytest.mark.slow  # builds a wheel and a venv: ~1-2 min
 def test_wheel_installs_and_runs(tmp_path):
     pytest.importorskip("build")
-    src = (
-        tmp_path / "src-copy"
-    )  # build from a copy: nothing (build/, *.egg-info) is written into the checkout
+    # build from a copy: nothing (build/, *.egg-info) is written into the checkout
+    src = tmp_path / "src-copy"
+    # the checkout's own outputs (top level only)
     top = {
         ".git",
         ".venv",
@@ -42,7 +42,7 @@ def test_wheel_installs_and_runs(tmp_path):
         ".cache",
         "build",
         "dist",
-    }  # the checkout's own outputs (top level only)
+    }
     shutil.copytree(
         ROOT,
         src,
@@ -93,9 +93,8 @@ def test_wheel_installs_and_runs(tmp_path):
         cwd=tmp_path,
     ).stdout.split()
     assert where[0].startswith(str(venv)), where  # the wheel's copy, not this checkout
-    assert where[1] == str(venv / "share" / "tokendrop" / "configs"), (
-        where
-    )  # presets installed as data files
+    # presets installed as data files
+    assert where[1] == str(venv / "share" / "tokendrop" / "configs"), where
     from tokendrop import __version__
 
     exe = venv / "bin" / "tokendrop"
@@ -153,7 +152,6 @@ def test_wheel_installs_and_runs(tmp_path):
         env=env,
         cwd=tmp_path,
     )
-    assert (
-        r.stdout.startswith("finished: 2 steps") and r.stderr == ""
-    )  # --quiet: the result line only
+    # --quiet: the result line only
+    assert r.stdout.startswith("finished: 2 steps") and r.stderr == ""
     assert "tokendrop pretrain: new run in run" in (tmp_path / "run" / "log.txt").read_text()

@@ -136,9 +136,8 @@ def test_modernbert_rope_extension_round_trips_to_transformers(data_2048, tmp_pa
     cj = json.loads((export / "config.json").read_text())
     assert cj["max_position_embeddings"] == 2048
     assert cj["rope_parameters"]["full_attention"]["rope_theta"] == 160000.0
-    assert (
-        cj["rope_parameters"]["sliding_attention"]["rope_theta"] == 10000.0
-    )  # not given: the source's
+    # not given: the source's
+    assert cj["rope_parameters"]["sliding_attention"]["rope_theta"] == 10000.0
     back = transformers.AutoModelForMaskedLM.from_pretrained(
         export, attn_implementation="eager"
     ).eval()

@@ -168,9 +168,8 @@ def test_verify_rejects_a_finetune_output_scored_on_n_0(tmp_path, tiny_run, caps
     out = _finetune_output(tmp_path, tiny_run, capsys)
     assert verify_path(out).ok
     m = json.loads((out / "metrics.json").read_text())
-    m["metrics"]["dev"].update(
-        n=0, accuracy=0.0, score=0.0
-    )  # what scoring a header-only dev file wrote
+    # what scoring a header-only dev file wrote
+    m["metrics"]["dev"].update(n=0, accuracy=0.0, score=0.0)
     m["scores"] = {k: 0.0 for k in m["scores"]}
     (out / "metrics.json").write_text(json.dumps(m))
     rep = verify_path(out)

@@ -114,9 +114,8 @@ def test_render_rewrites_the_report_from_records_and_also_lists_another_run(tmp_
         )
         assert r.returncode == 0, r.stderr
     rows = lambda text: [ln for ln in text.splitlines() if ln.startswith("| ")]  # noqa: E731
-    assert rows(alone.read_text()) == rows(
-        (docs / "reliability.md").read_text()
-    )  # the committed report's table
+    # the committed report's table
+    assert rows(alone.read_text()) == rows((docs / "reliability.md").read_text())
     line = "-- records: `reliability-loaded.json`"
     assert line not in alone.read_text() and line in both.read_text()
     assert both.read_text().count("The same matrix, run again") == 1

@@ -79,9 +79,8 @@ def test_torn_last_metrics_line_is_tolerated_by_reader_report_and_appender(tmp_p
     assert (run / "report.md").is_file()
     append_record(run / "metrics.jsonl", {"step": 3, "loss": 1.5})  # starts on a fresh line
     assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
-    assert (
-        "line 3 is not a JSON record" in capsys.readouterr().err
-    )  # the torn fragment, now mid-file
+    # the torn fragment, now mid-file
+    assert "line 3 is not a JSON record" in capsys.readouterr().err
     assert truncate_metrics(run, 2) == 2  # the fragment and step 3
     assert (run / "metrics.jsonl").read_text().count("\n") == 2 and [
         r["step"] for r in read_metrics(run)
@@ -224,9 +223,8 @@ def test_disk_full_while_writing_a_checkpoint_keeps_the_previous_one(
         capsys, *_pretrain_args(tiny_data, run, "train.steps=4", "train.ckpt_every=2")
     )
     _one_line_error(rc, err, "No space left on device", "step-00000002", "is intact")
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "step-00000002"
-    ]  # no temp dir left
+    # no temp dir left
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-00000002"]
     assert ckpt_mod.verify(run / "checkpoints" / "step-00000002")["step"] == 2
 
 
@@ -634,17 +632,19 @@ def test_avg_variant_pools_real_rows_only():
     from tokendrop.dropping.engine import Rows, avg_pool_mask, avg_pool_rows
 
     m = torch.tensor([[1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    # (real, pad) holds a real row: valid
     assert avg_pool_mask(m).tolist() == [
         [1, 1, 0, 0],
         [1, 1, 1, 1],
-    ]  # (real, pad) holds a real row: valid
+    ]
     x = torch.arange(14.0).view(2, 7, 1) + 1
     x[0, 3:] = float("nan")  # a [PAD] state never enters a real row, whatever it is
     pooled = avg_pool_rows(x, m)
+    # (real, real) -> mean; (real, pad) -> the real row
     assert pooled[0, :2].flatten().tolist() == [
         1.5,
         3.0,
-    ]  # (real, real) -> mean; (real, pad) -> the real row
+    ]
     assert pooled[1].flatten().tolist() == [8.5, 10.5, 12.5, 14.0]  # an odd last row pools alone
     assert torch.equal(avg_pool_rows(x[1:]), pooled[1:])  # no mask: the same means
     doc = torch.tensor([[0, 0, 1, -1, -1, -1, -1]])
@@ -719,9 +719,8 @@ def test_packing_never_emits_sep_sep(tmp_path):
         assert len(rows) > 10 and (rows[:, 0] == 2).all() and (rows[:, -1] == 3).all()
         assert not ((rows[:, 1:] == 3) & (rows[:, :-1] == 3)).any(), T
         used = int(np.count_nonzero(rows[:, 1:-1] != 3))
-        assert (
-            used + info["dropped_tail_tokens"] + info["dropped_boundary_tokens"] == total
-        )  # every token accounted
+        # every token accounted
+        assert used + info["dropped_tail_tokens"] + info["dropped_boundary_tokens"] == total
         assert info["empty_documents"] > 0
     # end to end: one-word documents (a window ending right after a document is common)
     words = "alpha beta gamma delta".split()
@@ -793,9 +792,8 @@ def test_ddp_ranks_draw_their_own_random_streams(tiny_data, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     st = load_file(str(ckpt_mod.latest(tmp_path / "run") / "state.safetensors"))
     for key in ("rng.torch", "rng.selector"):
-        assert not torch.equal(st[f"{key}.rank0"], st[f"{key}.rank1"]), (
-            key
-        )  # dropout and random selection differ
+        # dropout and random selection differ
+        assert not torch.equal(st[f"{key}.rank0"], st[f"{key}.rank1"]), key
         assert torch.equal(st[f"{key}.rank0"], st[key])  # rank 0's are also the single-process keys
     from tokendrop.train.resume import rank_rng as _rank_rng
 

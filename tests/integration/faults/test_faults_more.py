@@ -146,9 +146,8 @@ def test_campaign_continues_an_unmarked_earlier_campaign(tmp_path, monkeypatch):
     (out / "bench.md").write_text("# GPU campaign, part `bench`\n")
     run_parts(_campaign_cfg(), ["env"], out)
     assert rundir.read_marker(out)["kind"] == "campaign"
-    assert (
-        json.loads((out / "bench.json").read_text())["part"] == "bench"
-    )  # the other part's result is kept
+    # the other part's result is kept
+    assert json.loads((out / "bench.json").read_text())["part"] == "bench"
     assert json.loads((out / "env.json").read_text())["complete"] is True
 
 
@@ -651,9 +650,8 @@ def test_saved_model_base_leaves_out_the_source_head():
         "_name_or_path": "m",
     }
     mb = dict(base, model_type="modernbert")
-    assert (
-        _saved_model_base(mb)["classifier_dropout"] == 0.3
-    )  # ModernBERT's is an architecture field (ours written)
+    # ModernBERT's is an architecture field (ours written)
+    assert _saved_model_base(mb)["classifier_dropout"] == 0.3
     assert _saved_model_base(None) is None
 
 

@@ -141,9 +141,8 @@ def test_sigkill_soak_resumes_bit_identically(tiny_data, tmp_path):
     )
     assert r.returncode == 0, r.stderr
 
-    assert (
-        sum(ADVANCE[m] for m in MODES) < STEPS
-    )  # every kill comes while the run is provably unfinished
+    # every kill comes while the run is provably unfinished
+    assert sum(ADVANCE[m] for m in MODES) < STEPS
     rng = random.Random(SEED)
     modes = list(MODES)
     rng.shuffle(modes)
@@ -154,9 +153,8 @@ def test_sigkill_soak_resumes_bit_identically(tiny_data, tmp_path):
         try:
             if mode == "start-up":  # anywhere from the imports to its first logged step
                 _kill_moment(p, run, rng.uniform(0.2, 2.5))
-            elif (
-                mode == "training"
-            ):  # a few steps after it resumed, then a random fraction of a step later
+            # a few steps after it resumed, then a random fraction of a step later
+            elif mode == "training":
                 n0, k = _logged_steps(run), rng.randint(1, 4)
                 assert _wait(p, lambda: _logged_steps(run) >= n0 + k, poll=0.005)  # noqa: B023, p.communicate()
                 _kill_moment(p, run, rng.uniform(0.0, 0.05))
@@ -190,9 +188,8 @@ def test_sigkill_soak_resumes_bit_identically(tiny_data, tmp_path):
     p = _start(run, tiny_data, ckpt_mod.latest(run) is None)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, (log, err)
-    assert sum(1 for m, _, mid_write, _ in log if m == "checkpoint" and mid_write) >= 1, (
-        log
-    )  # a write was cut
+    # a write was cut
+    assert sum(1 for m, _, mid_write, _ in log if m == "checkpoint" and mid_write) >= 1, log
 
     # the weights, optimizer state and importance vector: bit-identical
     a, b = ckpt_mod.latest(ref), ckpt_mod.latest(run)

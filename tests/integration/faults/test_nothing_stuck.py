@@ -99,9 +99,8 @@ def test_a_full_disk_at_the_first_checkpoint_then_the_suggested_commands(
     monkeypatch.setattr(ckpt_mod, "save", full)
     assert main(pretrain(run, tiny_data, "--set", "train.batch_size=8")) == 2
     msg = err_line(capsys)
-    assert (
-        "No space left on device" in msg and "--resume" not in msg
-    )  # nothing to resume: not suggested
+    # nothing to resume: not suggested
+    assert "No space left on device" in msg and "--resume" not in msg
     assert "run the same command again" in msg
     monkeypatch.setattr(ckpt_mod, "save", real_save)  # space freed
     # what --resume says now names a command that works: run it
@@ -129,9 +128,8 @@ def test_a_full_disk_at_a_later_checkpoint_suggests_a_resume_that_works(
     cmd = suggested(msg)
     assert cmd == ["pretrain", "--resume", str(run)], msg
     monkeypatch.undo()
-    assert (
-        main([*cmd, "--set", "train.steps=4"]) == 0
-    )  # the longer run asked for, from the intact checkpoint
+    # the longer run asked for, from the intact checkpoint
+    assert main([*cmd, "--set", "train.steps=4"]) == 0
 
 
 def test_a_run_with_a_checkpoint_is_still_refused_and_both_suggestions_work(

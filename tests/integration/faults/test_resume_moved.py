@@ -76,9 +76,8 @@ def test_resume_from_another_cwd(paused, capsys):
     assert rc == 0, err
     assert "finished: 4 steps" in out
     assert ckpt_mod.read_meta(ckpt_mod.find(run))["step"] == 4
-    assert (
-        not (Path.cwd() / "run").exists() and list(Path.cwd().iterdir()) == []
-    )  # nothing written here
+    # nothing written here
+    assert not (Path.cwd() / "run").exists() and list(Path.cwd().iterdir()) == []
 
 
 def test_moved_data_same_fingerprint_accepted(paused, tmp_path, capsys):
@@ -157,9 +156,8 @@ def test_checkpoint_without_fingerprint_needs_the_same_path(paused, tmp_path, ca
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "records no data fingerprint" in err and str(copy) in err and str(data) in err
     assert snapshot(run) == before
-    rc, _, err = run_cli(
-        capsys, "pretrain", "--resume", run, "--quiet"
-    )  # the original place still works
+    # the original place still works
+    rc, _, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet")
     assert rc == 0, err
 
 

@@ -150,9 +150,8 @@ def test_plot_from_results(smoke, tmp_path):
 def test_presets_cover_the_issue_grid():
     full = make_preset("cpu-full")
     names = [s.name for s in build_settings(full)]
-    assert len(names) == 2 * (
-        1 + 4 * 2 + 1 + 1
-    )  # dense, 4 rates x {drop, pass}, avg, hf at T=128 and 512
+    # dense, 4 rates x {drop, pass}, avg, hf at T=128 and 512
+    assert len(names) == 2 * (1 + 4 * 2 + 1 + 1)
     assert "T512/avg-0.5" in names and "T128/pass-0.625" in names and "T512/hf" in names
     gpu = make_preset("gpu-full", "cuda")
     assert gpu.model == "bert-base" and gpu.precision == "bf16" and gpu.seq_lens == [128, 512]
@@ -203,9 +202,8 @@ def test_bench_variants_run_their_registry_rows():
         setting("dense") is None
         and Setting("hf", "drop", 0.5, 128, 2).drop_config("cumulative") is None
     )
-    assert VARIANTS["random_ltd"].drop_config("cumulative") == DropConfig(
-        method="random_ltd"
-    )  # the model built once
+    # the model built once
+    assert VARIANTS["random_ltd"].drop_config("cumulative") == DropConfig(method="random_ltd")
     assert [v for v, row in VARIANTS.items() if row.headline] == ["drop", "random_ltd"]
 
 
@@ -358,9 +356,8 @@ def test_modern_smoke_json(modern_smoke):
     assert m["intermediate_size"] == 96 and m["document_attention"] == "off"
     dense, drop, hf = res["settings"]
     assert drop["kept"] == 64 and drop["flops_per_step"] < dense["flops_per_step"]
-    assert (
-        hf["flops_per_step"] > dense["flops_per_step"]
-    )  # HF's head on all T positions (sparse_prediction off)
+    # HF's head on all T positions (sparse_prediction off)
+    assert hf["flops_per_step"] > dense["flops_per_step"]
     (sp,) = res["speedups"]
     assert _positive(sp["speedup"]) and 1.0 < sp["flop_bound"] < 2.0
     # T=128 > the 65 positions of the window: counting the masked dense scores raises the bound
@@ -492,9 +489,8 @@ def test_transformers_integration_arm(tmp_path):
     ]
     rows = {s["name"]: s for s in res["settings"]}
     assert rows["T32/hf-drop-0.5"]["kept"] == rows["T32/drop-0.5"]["kept"] == 16
-    assert (
-        rows["T32/hf-drop-0.5"]["flops_per_step"] == rows["T32/drop-0.5"]["flops_per_step"]
-    )  # both heads sparse
+    # both heads sparse
+    assert rows["T32/hf-drop-0.5"]["flops_per_step"] == rows["T32/drop-0.5"]["flops_per_step"]
     assert rows["T32/hf-drop-0.5"]["impl"] == "hf_td"
     by = {p["setting"]: p for p in res["hf_patched"]}
     assert (

@@ -68,9 +68,8 @@ def test_the_cpu_preset_is_the_issue_grid():
             and bc.batch_size(8192) == 1
         )
         assert not bc.hf and bc.variants == ["drop"] and bc.memory
-    assert "longctx-cpu" not in PRESETS and is_longctx_preset(
-        "longctx-cpu"
-    )  # not a BenchConfig preset
+    # not a BenchConfig preset
+    assert "longctx-cpu" not in PRESETS and is_longctx_preset("longctx-cpu")
     with pytest.raises(ConfigError, match="bench --preset: no long-context preset 'longctx-nope'"):
         longctx_config("longctx-nope")
     with pytest.raises(ConfigError, match="bench.document_tokens"):
@@ -105,9 +104,8 @@ def test_both_families_side_by_side(tmp_path):
     assert {(f.family, f.setting) for f in res.fits} == {
         (f, s) for f in ("bert", "modernbert") for s in ("dense", "drop")
     }
-    assert all(
-        f.first_t_not_fitting and f.first_t_not_fitting > 128 for f in res.fits
-    )  # a 4 MiB limit
+    # a 4 MiB limit
+    assert all(f.first_t_not_fitting and f.first_t_not_fitting > 128 for f in res.fits)
     assert res.goal["fraction_of_bound_goal"] == GOAL_FRACTION
     g = res.goal["bert"]
     assert (

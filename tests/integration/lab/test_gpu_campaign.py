@@ -77,17 +77,17 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
         assert f"[{name}] ok" in p.stdout
     env = _part(out, "env")
     assert any(x["backend"] == "math" and x["usable"] for x in env["data"]["sdpa_probes"])
-    assert (
-        env["data"]["pytest"]["ran"] and env["data"]["pytest"]["counts"]["skipped"] >= 4
-    )  # no CUDA: they skip
+    # no CUDA: they skip
+    assert env["data"]["pytest"]["ran"] and env["data"]["pytest"]["counts"]["skipped"] >= 4
     bench = _part(out, "bench")
     res = json.loads((out / "bench-T32.json").read_text())
     assert [s["name"] for s in res["settings"]] == ["T32/dense", "T32/drop-0.5", "T32/hf"]
     tries = [t for m in bench["data"]["max_batch"] for t in m["tries"]]
+    # the memory limit stopped the search somewhere
     assert {t["fits"] for t in tries} == {
         True,
         False,
-    }  # the memory limit stopped the search somewhere
+    }
     assert all(m["largest_fit"] >= 4 for m in bench["data"]["max_batch"])
     modern = json.loads((out / "bench-modern-T128.json").read_text())
     assert [s["name"] for s in modern["settings"]] == ["T128/dense", "T128/drop-0.5", "T128/hf"]
@@ -107,9 +107,8 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
         is True
     )
     assert names["the FSDP run wrote a sharded checkpoint"] is True
-    assert (
-        pre["data"]["torchrun_fsdp"]["max_abs_loss_diff_vs_ddp"] <= 1e-5
-    )  # fp32 on CPU: FSDP equals DDP
+    # fp32 on CPU: FSDP equals DDP
+    assert pre["data"]["torchrun_fsdp"]["max_abs_loss_diff_vs_ddp"] <= 1e-5
     assert any(k.startswith("resumed losses equal") and v is True for k, v in names.items())
     assert pre["data"]["resume"]["max_abs_loss_diff"] == 0.0  # CPU: the resume is exact
     assert (out / "pretrain-dense-metrics.jsonl").is_file() and (
@@ -233,10 +232,11 @@ def test_campaign_config_and_errors():
         "strong",
         "bench-longctx",
     )
+    # the step's measurements first
     assert set(PRIORITY) == set(PARTS) and PRIORITY[:2] == (
         "step",
         "strong",
-    )  # the step's measurements first
+    )
     assert gpu.step.rows()[0] == ("bert", 128, 16384) and gpu.step.modes == [
         "off",
         "step",
@@ -260,9 +260,8 @@ def test_campaign_config_and_errors():
         campaign_config("dry", ["strong.arms=['token-drop']"])
     with pytest.raises(ConfigError, match="strong.seeds: expected a non-empty list"):
         campaign_config("dry", ["strong.seeds=[0, 0]"])
-    assert (
-        gpu.strong.run_length == gpu.quality.run_length == "time"
-    )  # equal wall-clock per run on the GPU
+    # equal wall-clock per run on the GPU
+    assert gpu.strong.run_length == gpu.quality.run_length == "time"
     with pytest.raises(ConfigError, match='strong.run_length: expected "time" or "steps"'):
         campaign_config("dry", ["strong.run_length='tokens'"])
     lc = gpu.longctx
@@ -344,9 +343,10 @@ def test_bench_modern_part_dry_run(tmp_path):
     assert res["info"]["hf_model"] == "transformers.ModernBertForMaskedLM"
     assert res["config"]["model"] == "modern-tiny" and res["config"]["document_attention"] == "off"
     assert "max_batch" not in d["data"]  # the [modern] table turns the largest-batch search off
+    # GPU-only
     assert any(
         c["name"].startswith("T=128: 50% drop faster") and c["ok"] is None for c in d["checks"]
-    )  # GPU-only
+    )
 
 
 def test_new_parts_dry_run(tmp_path, tiny_data):
@@ -394,13 +394,10 @@ def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path)
     rows = d["data"]["rows"]
     assert [r["mode"] for r in rows] == ["off", "step"] and all(r["flop_bound"] > 1 for r in rows)
     assert all(r["dense_ms"] > 0 and r["drop_ms"] > 0 for r in rows)
-    assert (
-        "[step] ok" in p.stdout and not (out / "strong.json").exists()
-    )  # the next part: not started
-    again = _run_script(
-        out, ["priority"], [*few, "--set", "total_s=100"]
-    )  # too little left to start a part
-    assert (
-        again.returncode == 0 and "[step]" not in again.stdout
-    )  # finished by the first call: not rerun
+    # the next part: not started
+    assert "[step] ok" in p.stdout and not (out / "strong.json").exists()
+    # too little left to start a part
+    again = _run_script(out, ["priority"], [*few, "--set", "total_s=100"])
+    # finished by the first call: not rerun
+    assert again.returncode == 0 and "[step]" not in again.stdout
     assert _part(out, "step")["started"] == d["started"] and not (out / "strong.json").exists()

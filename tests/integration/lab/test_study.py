@@ -78,9 +78,8 @@ def test_method_table_is_the_papers():
         "pass-stage2",
         "layer-rearranged-stage2",
     ]
-    assert (
-        list(ARMS)[: len(TABLE1)] == TABLE1
-    )  # then the recipe study's arms (tests/integration/lab/test_study_recipe.py)
+    # then the recipe study's arms (tests/integration/lab/test_study_recipe.py)
+    assert list(ARMS)[: len(TABLE1)] == TABLE1
     study = load_study("study-cpu")
     runs = plan_runs(study, None, Path("/x"))
     assert {r.method.name for r in runs} >= set(TABLE1) | {"drop-25", "drop-62.5", "drop-75"}
@@ -249,9 +248,8 @@ def test_interrupted_runs_resume_in_parallel_and_changed_config_is_refused(tiny_
     out, _ = tiny_study
     names = ["token-drop-seed0", "drop-75-seed0"]
     before = json.loads((out / "study-state.json").read_text())["runs"]
-    for n in (
-        names
-    ):  # simulate runs killed after their step-4 checkpoint: no final checkpoint, no report
+    # simulate runs killed after their step-4 checkpoint: no final checkpoint, no report
+    for n in names:
         shutil.rmtree(out / "runs" / n / "checkpoints" / "step-00000008")
         (out / "runs" / n / "report.md").unlink()
     run_study(
@@ -337,10 +335,11 @@ def test_study_continue_preset_plans_continued_runs(tmp_path):
     sha = _sha256(src / "model.safetensors")
     for r in runs:
         assert r.cfg.model.init == str(src) and r.cfg.model.init_sha256 == sha
+        # the shape comes from the source
         assert (r.cfg.model.num_layers, r.cfg.model.hidden_size) == (
             4,
             32,
-        )  # the shape comes from the source
+        )
     with pytest.raises(ConfigError, match="study.source"):
         load_study("study-continue", ["vocab_size=8192"])
     with pytest.raises(StudyError, match="no such checkpoint"):

@@ -137,9 +137,8 @@ def test_findings_judge_against_the_named_reference_arm():
             f"{res.methods[n].final_eval_loss.mean - ref:+.4f}" in line
             and "the WSD + batch warm-up" in line
         )
-    assert not any(
-        s.startswith("**WSD + batch warm-up**") for s in found
-    )  # the reference is not judged against itself
+    # the reference is not judged against itself
+    assert not any(s.startswith("**WSD + batch warm-up**") for s in found)
     assert any(s.startswith("Time to the WSD + batch warm-up's final MLM loss") for s in found)
     assert results_from_json({k: v for k, v in d.items() if k != "baseline"}).baseline == "baseline"
 
@@ -169,8 +168,7 @@ def test_study_strong_tiny_runs_every_arm_against_the_strong_baseline(src, tmp_p
     ] == pytest.approx(
         data["methods"]["baseline"]["wall_time_s"]["mean"] / ref["wall_time_s"]["mean"]
     )
-    assert (
-        data["evaluation"]["computed"] == len(ARMS) * 3 * 3
-    )  # 8 models x 3 tasks x 3 fine-tuning seeds
+    # 8 models x 3 tasks x 3 fine-tuning seeds
+    assert data["evaluation"]["computed"] == len(ARMS) * 3 * 3
     ttq = (out / "tables" / "time-to-quality.md").read_text()
     assert "the strong baseline's final held-out MLM loss" in ttq

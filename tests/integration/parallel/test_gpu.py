@@ -76,9 +76,8 @@ def test_bf16_training_step_updates_weights_and_importance():
         for n, p in model.named_parameters()
         if n in before and not torch.equal(before[n], p.detach())
     }
-    assert changed == set(before), sorted(
-        set(before) - changed
-    )  # every trained weight moved, half layers included
+    # every trained weight moved, half layers included
+    assert changed == set(before), sorted(set(before) - changed)
     assert not torch.equal(scores0, step.plan.importance)  # the importance vector was updated
     with torch.autocast(CUDA.type, dtype=torch.bfloat16):
         logits = model(mb["input_ids"], mb["mlm_positions"])
@@ -94,15 +93,13 @@ def test_sdpa_runs_a_fused_kernel():
     mb = synthetic_batch(B, T, V, CUDA)
     step([mb], 1e-3, _at(step, True))
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step(
-            [mb], 1e-3, _at(step, True)
-        )  # with dropping: the half layers attend with fewer query rows
+        # with dropping: the half layers attend with fewer query rows
+        step([mb], 1e-3, _at(step, True))
         step([mb], 1e-3, _at(step, False))
         torch.cuda.synchronize()
     found = sdpa_backends({e.name for e in prof.events()})
-    assert found and set(found) <= FUSED_SDPA, (
-        found
-    )  # never the math fallback (cuDNN's on an H100, torch 2.11)
+    # never the math fallback (cuDNN's on an H100, torch 2.11)
+    assert found and set(found) <= FUSED_SDPA, found
     # and flash / memory-efficient alone accept our calls too (no silent fallback needed)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -142,9 +139,8 @@ def test_token_dropping_on_cuda_matches_cpu_within_bf16_tolerance():
     mb = synthetic_batch(B, T, V, torch.device("cpu"))
     sel_cpu = TokenSelector(_drop(), V, SPECIAL_IDS, T)
     g = torch.Generator().manual_seed(1)
-    sel_cpu.scores.copy_(
-        torch.rand(V, generator=g) * 10
-    )  # distinct scores: a unique top-M per sequence
+    # distinct scores: a unique top-M per sequence
+    sel_cpu.scores.copy_(torch.rand(V, generator=g) * 10)
     sel_cpu._repin()
     sel_gpu = TokenSelector(_drop(), V, SPECIAL_IDS, T).to(CUDA)
     sel_gpu.scores.copy_(sel_cpu.scores.to(CUDA))

@@ -124,9 +124,8 @@ def test_fsdp_matches_ddp_with_dropping(runs):
         "shards/shard-00002-model-00001-of-00001.safetensors",
         "state.safetensors",
     ]
-    assert (
-        not list(last.rglob("*.metadata")) and not (last / "model.safetensors").exists()
-    )  # no pickle, no full copy
+    # no pickle, no full copy
+    assert not list(last.rglob("*.metadata")) and not (last / "model.safetensors").exists()
     full = ckpt_mod.read_model(last)  # consolidated in this process, no process group
     ddp = ckpt_mod.read_model(ckpt_mod.latest(runs / "ddp"))
     assert full.keys() == ddp.keys()
@@ -170,9 +169,8 @@ def test_every_method_and_variant_under_fsdp_matches_ddp(tmp_path):
 def test_fsdp_resume_is_bit_identical(runs, tmp_path):
     run = tmp_path / "resumed"
     shutil.copytree(runs / "fsdp", run)
-    shutil.rmtree(
-        run / "checkpoints" / "step-00000010"
-    )  # as if stopped after the checkpoint of step 5
+    # as if stopped after the checkpoint of step 5
+    shutil.rmtree(run / "checkpoints" / "step-00000010")
     p = torchrun("pretrain", "--resume", str(run), "--quiet")
     assert p.returncode == 0, p.stderr[-3000:]
     assert losses(run) == losses(runs / "fsdp")
@@ -235,17 +233,15 @@ def test_fsdp_checkpoint_resumes_in_one_process(runs, tiny_data, tmp_path, capsy
             resume=True,
             progress=False,
         )
-    res = pretrain(
-        cfg, run, resume=True, progress=False
-    )  # train.parallel = "ddp": one plain process, world size 1
+    # train.parallel = "ddp": one plain process, world size 1
+    res = pretrain(cfg, run, resume=True, progress=False)
     assert res.steps == 10 and not res.already_finished
     a, b = losses(run), losses(runs / "fsdp")
     assert a[:5] == b[:5]
     assert abs(a[5] - b[5]) <= 2e-6, (a[5], b[5])  # the next step after the checkpoint
     assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5
-    assert (
-        ckpt_mod.read_meta(run / "checkpoints" / "step-00000010").get("sharded") is None
-    )  # written unsharded
+    # written unsharded
+    assert ckpt_mod.read_meta(run / "checkpoints" / "step-00000010").get("sharded") is None
     # resuming the finished run: nothing to do, exit 0
     assert cli_main(["pretrain", "--resume", str(run), "--quiet"]) == 0
     assert (
@@ -266,9 +262,8 @@ def test_sharded_checkpoint_exports_and_verifies(runs, tmp_path, capsys):
     assert cli_main(["export", str(run), str(tmp_path / "hf")]) == 0
     hf = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
     ours = BertForMaskedLM(load_pretrained(run, BertForMaskedLM)[0].config)
-    ours.load_state_dict(
-        ckpt_mod.read_model(ckpt_mod.latest(run))
-    )  # the unsharded model of the same weights
+    # the unsharded model of the same weights
+    ours.load_state_dict(ckpt_mod.read_model(ckpt_mod.latest(run)))
     ids = torch.randint(5, 150, (2, 32))
     with torch.no_grad():
         torch.testing.assert_close(hf(input_ids=ids).logits, ours.eval()(ids), atol=1e-5, rtol=1e-5)
@@ -344,17 +339,15 @@ def test_resume_if_exists_starts_resumes_and_finishes(tiny_data, tmp_path, capsy
     shutil.rmtree(run / "checkpoints")
     assert cli_main(cmd) == 0 and len(losses(run)) == 4
     shutil.copytree(run / "checkpoints" / "step-00000004", tmp_path / "first")
-    shutil.rmtree(
-        run / "checkpoints" / "step-00000004"
-    )  # stopped after step 2: resumed, same result
+    # stopped after step 2: resumed, same result
+    shutil.rmtree(run / "checkpoints" / "step-00000004")
     assert cli_main(cmd) == 0
     assert_same_tensors(run / "checkpoints" / "step-00000004", tmp_path / "first")
     capsys.readouterr()
     assert cli_main(cmd) == 0  # finished: exit 0, nothing written
     assert "already finished" in capsys.readouterr().err
-    assert (
-        cli_main(["pretrain", "--resume", str(run), "--resume-if-exists"]) == 2
-    )  # a user error: one line, exit 2
+    # a user error: one line, exit 2
+    assert cli_main(["pretrain", "--resume", str(run), "--resume-if-exists"]) == 2
     assert "--resume-if-exists goes with --config and --out" in capsys.readouterr().err
 
 
@@ -539,6 +532,7 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tiny_data, tm
         str(run),
         *args,
     ]
+    # on failure its workers go with it (killpg below)
     agent = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -546,7 +540,7 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tiny_data, tm
         text=True,
         env=ENV,
         start_new_session=True,
-    )  # on failure its workers go with it (killpg below)
+    )
     try:
         deadline = time.monotonic() + 240
         while agent.poll() is None and time.monotonic() < deadline:
@@ -559,9 +553,8 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tiny_data, tm
                 os.kill(rank1[0], signal.SIGTERM)  # its handler is installed: a step was logged
                 break
             time.sleep(0.01)
-        out, err = agent.communicate(
-            timeout=240
-        )  # a rank left waiting in a collective would hang here
+        # a rank left waiting in a collective would hang here
+        out, err = agent.communicate(timeout=240)
     finally:
         if agent.poll() is None:
             os.killpg(agent.pid, signal.SIGKILL)
@@ -613,8 +606,7 @@ def test_finetune_reads_a_sharded_checkpoint(runs, tmp_path, capsys):
     capsys.readouterr()
     a, b = got["fsdp"]["train"], got["ddp"]["train"]
     assert a["steps"] == b["steps"] == 8
-    assert a["final_loss"] == pytest.approx(
-        b["final_loss"], abs=1e-4
-    )  # 8 steps from the same encoder
+    # 8 steps from the same encoder
+    assert a["final_loss"] == pytest.approx(b["final_loss"], abs=1e-4)
     assert a["mean_loss_last_epoch"] == pytest.approx(b["mean_loss_last_epoch"], abs=1e-4)
     print(a["final_loss"], b["final_loss"])

@@ -53,15 +53,13 @@ def _batches(n=4):
 def test_a_headless_checkpoint_is_recognised_and_its_head_warmed_up_alone(tmp_path):
     model, conf = _headless(tmp_path)
     assert mlm_head_is_fresh(model)
-    assert not mlm_head_is_fresh(
-        transformers.BertForMaskedLM(conf)
-    )  # from scratch: everything is fresh
+    # from scratch: everything is fresh
+    assert not mlm_head_is_fresh(transformers.BertForMaskedLM(conf))
     encoder = {n: p.detach().clone() for n, p in model.bert.named_parameters()}
     losses = warm_up_mlm_head(model, _batches(), steps=12, lr=1e-2)
     assert len(losses) == 12 and losses[-1] < losses[0]
-    assert all(
-        torch.equal(p, encoder[n]) for n, p in model.bert.named_parameters()
-    )  # the tied decoder too
+    # the tied decoder too
+    assert all(torch.equal(p, encoder[n]) for n, p in model.bert.named_parameters())
     assert not mlm_head_is_fresh(model) and all(p.requires_grad for p in model.parameters())
     with pytest.raises(Exception, match="steps must be a positive integer"):
         warm_up_mlm_head(model, _batches(), steps=0)
@@ -78,9 +76,8 @@ def test_the_callback_names_a_fresh_head_and_the_remedy_in_one_line(tmp_path, ca
     assert (
         len(err) == 1 and "MLM head is untrained" in err[0] and "warm_up_mlm_head(model" in err[0]
     ), err
-    warm_up_mlm_head(
-        model.eval(), _batches(), steps=2
-    )  # eval mode: the patch does not drop; the head moves
+    # eval mode: the patch does not drop; the head moves
+    warm_up_mlm_head(model.eval(), _batches(), steps=2)
     TokenDroppingCallback().on_train_begin(args, state, None, model=model, train_dataloader=None)
     assert capsys.readouterr().err == ""
 

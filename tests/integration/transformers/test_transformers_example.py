@@ -101,9 +101,8 @@ def test_the_example_trains_checkpoints_and_resumes(example, model_dir, texts, t
     assert json.loads((out / "checkpoint-4" / "token_dropping.json").read_text())["step"] == 4
     back, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
-    assert not (
-        out / "token_dropping.json"
-    ).exists()  # the final model is a plain transformers model
+    # the final model is a plain transformers model
+    assert not (out / "token_dropping.json").exists()
 
 
 def test_the_example_reads_text_jsonl_and_parquet(example, tmp_path):

@@ -200,9 +200,8 @@ def test_masking_rate_collator_follows_the_run(tokenizer, dataset, tmp_path):
         for r in trainer.state.log_history
         if "token_dropping/mask_rate" in r
     ]
-    assert logged == pytest.approx(
-        [0.4 - 0.3 * 5 / 10, 0.4 - 0.3 * 10 / 10]
-    )  # set as steps 5 and 10 end
+    # set as steps 5 and 10 end
+    assert logged == pytest.approx([0.4 - 0.3 * 5 / 10, 0.4 - 0.3 * 10 / 10])
     with pytest.raises(TokenDroppingError, match="mlm=True"):
         MaskingRateCollator(
             transformers.DataCollatorForLanguageModeling(tokenizer, mlm=False), 0.3, 0.15

@@ -40,11 +40,12 @@ def test_the_model_preset_sets_these_fields_differently():
         assert MODEL_PRESETS["modern-tiny"][k] != v, k
         assert fields[k] == v, k
     m = load_config("modern-tiny").model
+    # the preset file's 16
     assert (m.local_attention, m.hidden_dropout, m.layer_norm_eps) == (
         16,
         0.0,
         1e-5,
-    )  # the preset file's 16
+    )
 
 
 def test_set_gives_a_model_field_its_default_over_a_preset():
@@ -54,9 +55,8 @@ def test_set_gives_a_model_field_its_default_over_a_preset():
         "modern-tiny", [f"model.{k}={v}" for k, v in DEFAULTS_OVER_MODERN_TINY.items()]
     ).model
     assert {k: getattr(m, k) for k in DEFAULTS_OVER_MODERN_TINY} == DEFAULTS_OVER_MODERN_TINY
-    assert (
-        m.family == "modernbert" and m.max_position_embeddings == 128
-    )  # what no layer changed stays
+    # what no layer changed stays
+    assert m.family == "modernbert" and m.max_position_embeddings == 128
 
 
 def test_extends_gives_a_model_field_its_default_over_a_preset(tmp_path):
@@ -241,9 +241,8 @@ def test_a_table_layers_over_its_fields_default_factory():
     ``_glue_base``) keeps what the factory set for the keys the table leaves out."""
     o = from_dict(_Outer, {"tuned": {"a": 5}, "plain": {"a": 7}})
     assert o.tuned == _Inner(a=5, b=20) and o.plain == _Inner(a=7, b=2)
-    assert from_dict(_Outer, {"tuned": {"b": 2}}).tuned == _Inner(
-        a=1, b=2
-    )  # the default value, given, counts
+    # the default value, given, counts
+    assert from_dict(_Outer, {"tuned": {"b": 2}}).tuned == _Inner(a=1, b=2)
     assert from_dict(_Outer, {}, ["tuned.a=3"]).tuned == _Inner(a=3, b=20)
 
     from tokendrop.finetune.suite import SuiteConfig

@@ -239,9 +239,8 @@ def test_prepare_tokenizer_gives_autotokenizer_ids(tmp_path, corpus, make):
     assert len(docs) > 300
     want = [ids for ids in ref(docs, add_special_tokens=False)["input_ids"] if ids]
     flat = [i for ids in want for i in ids]
-    assert (
-        ref.unk_token_id == 100 and flat.count(100) > 50
-    )  # unknown pieces and >100-character words
+    # unknown pieces and >100-character words
+    assert ref.unk_token_id == 100 and flat.count(100) > 50
     assert len(set(flat)) > 150  # the text exercises most of the vocabulary
     T = 32
     out = tmp_path / "prep"
@@ -299,9 +298,8 @@ def test_packed_frame_and_loader_use_declared_special_ids(tmp_path, corpus):
     rows = np.asarray(pd.sequences("train"), dtype=np.int64)
     assert (rows[:, 0] == 101).all() and (rows[:, -1] == 102).all()
     bodies = rows[:, 1:-1].reshape(-1)
-    assert not np.isin(
-        bodies, [0, 101, 103]
-    ).any()  # no [PAD]/[CLS]/[MASK] inside; [SEP] separates documents
+    # no [PAD]/[CLS]/[MASK] inside; [SEP] separates documents
+    assert not np.isin(bodies, [0, 101, 103]).any()
     # the documents in order; where a row would end "[SEP] [SEP]" the packer starts one token later
     # (never [SEP][SEP]), so the bodies are the stream less exactly the counted boundary tokens
     got = bodies[bodies != 102].tolist()
@@ -320,9 +318,8 @@ def test_packed_frame_and_loader_use_declared_special_ids(tmp_path, corpus):
     labels = batch["mlm_labels"].numpy()[w]
     assert (picked == 103).mean() > 0.5  # [MASK] by its declared id, not 4
     assert not np.isin(labels, [0, 101, 102, 103]).any()  # frame tokens are never predicted
-    assert not np.isin(
-        picked[picked != labels], [0, 100, 101, 102] + list(range(1, 100))
-    ).any()  # random tokens: no specials
+    # random tokens: no specials
+    assert not np.isin(picked[picked != labels], [0, 100, 101, 102] + list(range(1, 100))).any()
 
 
 def test_tokenizer_json_and_vocab_txt_both_present(tmp_path, corpus):

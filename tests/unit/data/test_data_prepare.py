@@ -143,18 +143,16 @@ def test_unpacked_split_and_truncate(tmp_path, toy):
     for row in seqs:
         assert row[0] == sp["cls"]
         n_real = int((row != sp["pad"]).sum())
-        assert (row[n_real:] == sp["pad"]).all() and row[n_real - 1] == sp[
-            "sep"
-        ]  # padding only at the end
+        # padding only at the end
+        assert (row[n_real:] == sp["pad"]).all() and row[n_real - 1] == sp["sep"]
         assert not np.isin(row[1 : n_real - 1], [sp["cls"], sp["sep"], sp["pad"]]).any()
         got.append(row[1 : n_real - 1])
     assert np.array_equal(np.concatenate(got), np.concatenate(docs))  # nothing lost
     loader = MLMLoader(pd, batch_size=8, shuffle=False, loop=False, num_workers=0)
     b = next(iter(loader))
     assert np.array_equal(b["attention_mask"].numpy(), (seqs[:8] != sp["pad"]).astype(np.int64))
-    assert (
-        b["input_ids"][b["attention_mask"] == 0] == sp["pad"]
-    ).all()  # pads never masked/replaced
+    # pads never masked/replaced
+    assert (b["input_ids"][b["attention_mask"] == 0] == sp["pad"]).all()
 
     s2 = prepare(
         [corpus],
@@ -238,9 +236,8 @@ def test_trained_vocab_and_meta(tmp_path, toy):
     assert pd.tokenizer().encode("hello").ids == load_tokenizer(tmp_path / "o").encode("hello").ids
     umask = os.umask(0)
     os.umask(umask)
-    assert (
-        os.stat(tmp_path / "o").st_mode & 0o777 == 0o777 & ~umask
-    )  # an ordinary directory, not mkdtemp's 0700
+    # an ordinary directory, not mkdtemp's 0700
+    assert os.stat(tmp_path / "o").st_mode & 0o777 == 0o777 & ~umask
 
 
 def test_large_vocab_uses_uint32(tmp_path):
@@ -329,10 +326,11 @@ def test_bad_inputs(tmp_path, toy):
     (tmp_path / "latin1.txt").write_bytes(
         ("word " * 20 + "\n").encode() * 5000 + "café\n".encode("latin-1")
     )
+    # detected while tokenizing, after output was started: still nothing left
     for workers in (
         1,
         2,
-    ):  # detected while tokenizing, after output was started: still nothing left
+    ):
         _bad(
             tmp_path,
             vocab,

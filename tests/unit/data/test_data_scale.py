@@ -296,9 +296,8 @@ def test_sigkilled_prepare_resumes_to_the_same_bytes(tmp_path, corpus):
 def test_resume_reuses_units_and_refuses_other_inputs(tmp_path, corpus, monkeypatch, capsys):
     import importlib
 
-    prep_mod = importlib.import_module(
-        "tokendrop.data.prepare"
-    )  # the package's ``prepare`` is the function
+    # the package's ``prepare`` is the function
+    prep_mod = importlib.import_module("tokendrop.data.prepare")
     units_mod = importlib.import_module("tokendrop.data.units")
 
     vocab, paths, docs = corpus
@@ -546,9 +545,8 @@ def test_bad_input_found_by_a_worker_leaves_nothing(tmp_path, corpus):
     bad.parent.mkdir()
     bad.write_text("\n".join(lines) + "\n")
     offset = len("\n".join(lines[:430]).encode()) + 1
-    with pytest.raises(
-        DataError
-    ) as e:  # found while a worker process tokenizes the unit holding that line
+    # found while a worker process tokenizes the unit holding that line
+    with pytest.raises(DataError) as e:
         prepare(
             [bad],
             tmp_path / "out",

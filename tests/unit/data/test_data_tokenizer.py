@@ -118,9 +118,8 @@ def test_trained_tokenizer(tmp_path):
 def test_corpus_text_never_produces_special_ids(tmp_path):
     tok = build_tokenizer(write_toy_vocab(tmp_path / "vocab.txt"))
     text = "a [SEP] b [MASK] c [CLS] [PAD]"
-    assert (
-        "[SEP]" in tok.encode(text, add_special_tokens=False).tokens
-    )  # user-facing: special, like HF
+    # user-facing: special, like HF
+    assert "[SEP]" in tok.encode(text, add_special_tokens=False).tokens
     plain = plain_copy(tok).encode(text, add_special_tokens=False)
     assert not set(plain.ids) & {0, 2, 3, 4}
 

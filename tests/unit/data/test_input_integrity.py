@@ -113,9 +113,8 @@ def test_zstd_reads_in_full_and_refuses_every_cut(tmp_path, name):
     ends = {sum(map(len, frames[: i + 1])) for i in range(len(frames))}
     bad = tmp_path / "cut.txt.zst"
     quiet = []
-    for n in range(
-        4, len(blob)
-    ):  # 4: the magic number (anything shorter is not taken for zstandard)
+    # 4: the magic number (anything shorter is not taken for zstandard)
+    for n in range(4, len(blob)):
         if n in ends:
             continue
         with pytest.raises(DataError):  # the frame walk every reader of a .zst runs first

@@ -84,9 +84,8 @@ def test_long_documents_in_pieces_give_the_ids_of_the_whole(name, tmp_path, monk
     monkeypatch.setattr(corpus, "PIECE_CHARS", PIECE)
     raws = list(corpus.iter_raw(corpus.resolve_corpus([src])[0]))
     assert max(map(len, raws)) <= PIECE and sum(isinstance(r, corpus.Piece) for r in raws) > 40
-    assert list(corpus.iter_documents([src])) == [
-        d for d in _long_docs()
-    ]  # the pieces join to the documents
+    # the pieces join to the documents
+    assert list(corpus.iter_documents([src])) == [d for d in _long_docs()]
     assert _prepare(src, tmp_path / "pieces", vocab) == whole
 
 

@@ -64,9 +64,8 @@ def test_seventy_thirty_within_sampling_error(sources):
 def test_same_seed_same_batches_other_seed_other_batches(sources):
     mix = mixture(sources)
     a = take(MLMLoader(mix, batch_size=16, num_workers=0, seed=5), 12)
-    b = take(
-        MLMLoader(mixture(sources), batch_size=16, num_workers=2, seed=5), 12
-    )  # workers: the same
+    # workers: the same
+    b = take(MLMLoader(mixture(sources), batch_size=16, num_workers=2, seed=5), 12)
     same(a, b)
     c = take(MLMLoader(mix, batch_size=16, num_workers=0, seed=6), 12)
     assert not all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, c))
@@ -222,11 +221,12 @@ def test_pretrain_a_mixture_for_a_token_count_through_the_cli(sources, full_run)
 
     _, a, b = sources
     rec = tomllib.loads((full_run / "config.toml").read_text())
+    # ceil(0.3 x 7)
     assert (rec["train"]["steps"], rec["train"]["warmup_steps"], rec["train"]["tokens"]) == (
         7,
         3,
         0,
-    )  # ceil(0.3 x 7)
+    )
     assert "sequence slot" in rec["train"]["resolved_from"]
     assert rec["data"]["paths"] == [a, b] and rec["data"]["weights"] == [0.7, 0.3]
     rows = read_metrics(full_run)

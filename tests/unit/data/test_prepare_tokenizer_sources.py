@@ -103,9 +103,8 @@ def test_tokendrop_run_and_checkpoint_dir(tiny_data, corpus, tmp_path):
     want = reference(tiny_data, corpus, tmp_path / "ref")
     assert cli_prepare(run, corpus, tmp_path / "from-run") == 0
     assert shards(tmp_path / "from-run") == want
-    ckpt = next(
-        (run / "checkpoints").iterdir()
-    )  # no tokenizer in it: resolved like --init (the run's)
+    # no tokenizer in it: resolved like --init (the run's)
+    ckpt = next((run / "checkpoints").iterdir())
     assert not (ckpt / "tokenizer.json").exists() and not (ckpt / "vocab.txt").exists()
     assert cli_prepare(ckpt, corpus, tmp_path / "from-ckpt") == 0
     assert shards(tmp_path / "from-ckpt") == want

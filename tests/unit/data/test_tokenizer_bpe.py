@@ -80,9 +80,8 @@ def modern_dir(path, tok_dir, vocab_size: int):
     files."""
     tok, names = load_tokenizer(tok_dir), read_tokenizer_spec(tok_dir).special_tokens
     cls, sep, pad = (tok.token_to_id(names[k]) for k in ("cls", "sep", "pad"))
-    if (
-        pad >= vocab_size
-    ):  # a model too small for its tokenizer (an error case): ids it can build with
+    # a model too small for its tokenizer (an error case): ids it can build with
+    if pad >= vocab_size:
         cls, sep, pad = 0, 1, 2
     torch.manual_seed(0)
     conf = transformers.ModernBertConfig(
@@ -141,9 +140,10 @@ def test_ids_equal_autotokenizer(bpe_dir, tmp_path):
     assert (spec.backend, spec.model_type, spec.model_max_length) == ("file", "BPE", 8192)
     ours, ref = load_tokenizer(bpe_dir), auto(bpe_dir)
     assert num_ids(ours) == len(ref)
+    # added after the BPE vocabulary, as in ModernBERT
     assert [ours.token_to_id(t) for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")] == list(
         range(len(ref) - 5, len(ref))
-    )  # added after the BPE vocabulary, as in ModernBERT
+    )
     texts = TEXTS + task_corpus_documents(num_docs=20, seed=9)
     assert [e.ids for e in ours.encode_batch(texts)] == ref(texts)["input_ids"]
     assert [e.ids for e in ours.encode_batch(texts, add_special_tokens=False)] == ref(
@@ -261,9 +261,8 @@ def test_prepare_frames_with_the_tokenizers_ids(bpe_dir, corpus, tmp_path):
     sha = hashlib.sha256((bpe_dir / "tokenizer.json").read_bytes()).hexdigest()
     assert pd.vocab_hash == sha == tokenizer_vocab_sha256(bpe_dir) == tokenizer_vocab_sha256(out)
     ref = auto(bpe_dir)
-    assert (
-        pd.vocab_size == meta["tokenizer"]["num_ids"] == len(ref)
-    )  # a tokenizer dir: no config.json to pad to
+    # a tokenizer dir: no config.json to pad to
+    assert pd.vocab_size == meta["tokenizer"]["num_ids"] == len(ref)
     ids = {
         k: ref.convert_tokens_to_ids(t)
         for k, t in {
@@ -336,10 +335,11 @@ def test_pretrain_init_export_inspect(model_dir, bpe_dir, corpus, tmp_path, caps
     )
     pd = PreparedData.open(data)
     n = num_ids(load_tokenizer(bpe_dir))
+    # config.json's padded size
     assert (pd.vocab_size, pd.meta["tokenizer"]["num_ids"]) == (
         n + PAD_ROWS,
         n,
-    )  # config.json's padded size
+    )
     assert np.load(data / "token_counts.npy")[n:].sum() == 0
     assert (
         cli_main(
@@ -364,11 +364,12 @@ def test_pretrain_init_export_inspect(model_dir, bpe_dir, corpus, tmp_path, caps
     )
     assert cli_main(["export", str(run), str(exp)]) == 0
     assert cli_main(["inspect", str(run)]) == 0
+    # byte-level pieces shown as text ("Ġthe" -> "▁the")
     for f in (
         "tokens.md",
         "examples.json",
         "examples.html",
-    ):  # byte-level pieces shown as text ("Ġthe" -> "▁the")
+    ):
         shown = (run / "inspect" / f).read_text(encoding="utf-8")
         shown = str(json.loads(shown)) if f.endswith(".json") else shown
         assert "\u2581" in shown and "\u0120" not in shown, f

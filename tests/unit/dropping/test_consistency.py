@@ -82,12 +82,10 @@ def _step(mc, drop, opt_cls=RecordingSGD):
 
 def test_kl_hand_computed():
     dense = torch.tensor([[0.0, math.log(3.0)], [1.0, 1.0]])  # softmax: (1/4, 3/4), (1/2, 1/2)
-    dropped = torch.tensor(
-        [[2.0, 2.0], [1.0, 1.0 + math.log(4.0)]]
-    )  # softmax: (1/2, 1/2), (1/5, 4/5)
-    first = 0.25 * math.log(0.25 / 0.5) + 0.75 * math.log(
-        0.75 / 0.5
-    )  # KL(p || q), p = softmax(dense)
+    # softmax: (1/2, 1/2), (1/5, 4/5)
+    dropped = torch.tensor([[2.0, 2.0], [1.0, 1.0 + math.log(4.0)]])
+    # KL(p || q), p = softmax(dense)
+    first = 0.25 * math.log(0.25 / 0.5) + 0.75 * math.log(0.75 / 0.5)
     second = 0.5 * math.log(0.5 / 0.2) + 0.5 * math.log(0.5 / 0.8)
     assert cls_kl(dense, dropped).item() == pytest.approx(first + second, abs=1e-6)
     reverse = (
@@ -96,9 +94,8 @@ def test_kl_hand_computed():
         + 0.2 * math.log(0.2 / 0.5)
         + 0.8 * math.log(0.8 / 0.5)
     )
-    assert (
-        abs(reverse - (first + second)) > 1e-2
-    )  # the direction matters: the dense pass is the target
+    # the direction matters: the dense pass is the target
+    assert abs(reverse - (first + second)) > 1e-2
     assert cls_kl(dropped, dense).item() == pytest.approx(reverse, abs=1e-6)
     assert cls_kl(dense, dense).item() == pytest.approx(0.0, abs=1e-7)
 
@@ -168,9 +165,8 @@ def test_positive_weight_adds_the_cls_kl_of_the_last_two_layers(family):
         out["consistency"].item() == pytest.approx(kl.item() / n.item(), rel=1e-3)
         and kl.item() > 1e-6
     )
-    assert out["loss"].item() == pytest.approx(
-        nll.item() / n.item(), rel=1e-6
-    )  # the MLM loss as reported
+    # the MLM loss as reported
+    assert out["loss"].item() == pytest.approx(nll.item() / n.item(), rel=1e-6)
     got = grads(step_fn, model)
     assert sum(g is not None for g in got) > 10
     for (name, p), g in zip(ref.named_parameters(), got):

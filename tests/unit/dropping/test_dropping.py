@@ -11,9 +11,8 @@ from tokendrop.dropping.methods import DROP_VARIANTS, VARIANTS, DropConfig
 from tokendrop.errors import ConfigError
 from tokendrop.models.bert.model import BertForMaskedLM
 
-SELECTING = [
-    n for n, v in VARIANTS.items() if v.selects
-]  # the variants that keep a selected subset
+# the variants that keep a selected subset
+SELECTING = [n for n, v in VARIANTS.items() if v.selects]
 
 
 def ref_layer(layer, q_rows, kv_rows, kv_valid):

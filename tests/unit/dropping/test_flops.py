@@ -50,14 +50,12 @@ def test_attention_share_by_hand():
     assert dense.attention_share == dense.attention / (dense.encoder + dense.head)
     short = step_flops(cfg, 512, 1, None)
     assert short.attention_share < 0.15 < 0.5 < dense.attention_share  # where long context pays
-    m = _modern(
-        num_layers=3, local_attention=128, global_attn_every_n_layers=3
-    )  # global, sliding, sliding
+    # global, sliding, sliding
+    m = _modern(num_layers=3, local_attention=128, global_attn_every_n_layers=3)
     w = 2 * 64 + 1
     assert step_flops(m, T, 1, None).attention == 4 * T * T * 64 + 2 * 4 * T * w * 64
-    kept = step_flops(
-        m, T, 1, DropConfig(method="cumulative", rate=0.5)
-    )  # span [0, 2): layers 0 and 1 half
+    # span [0, 2): layers 0 and 1 half
+    kept = step_flops(m, T, 1, DropConfig(method="cumulative", rate=0.5))
     assert kept.attention == 4 * M * T * 64 + 4 * M * math.ceil(w * M / T) * 64 + 4 * T * w * 64
 
 
@@ -118,9 +116,8 @@ def test_modern_hand_calculation():
     drop = DropConfig(method="cumulative", rate=0.5)
     assert drop.span(6) == (2, 5)
     assert step_flops(cfg, T, 1, drop).encoder == full + local + dropped + local
-    head = (
-        2 * 38 * d * d + 2 * 38 * d * 1000
-    )  # P = round(0.15 * 256) = 38 slots: dense, then the decoder
+    # P = round(0.15 * 256) = 38 slots: dense, then the decoder
+    head = 2 * 38 * d * d + 2 * 38 * d * 1000
     assert step_flops(cfg, T, 4, drop).total == 3 * 4 * (full + local + dropped + local + head)
     # counted as a masked dense kernel runs it: every layer full attention
     assert step_flops(cfg, T, masked_dense_local=True).encoder == 6 * full

@@ -47,11 +47,12 @@ from tokendrop.models.families import FAMILIES, build_model
 
 V, T, B, LAYERS = 40, 13, 3, 4
 CLS, SEP, PAD, MASK = (SPECIAL_IDS[k] for k in ("cls", "sep", "pad", "mask"))
+# real lengths per row
 PADDINGS = {
     "packed": (T, T, T),
     "padded-odd": (T, 9, 5),
     "padded-even": (T, 8, 6),
-}  # real lengths per row
+}
 DOCUMENTS = tuple(v for v in DOCUMENT_ATTENTION if v != "auto")  # on / off
 EPS = 1e-6
 # float64 round-off of the central difference here is ~5e-10; before the avg pooling fix the padded
@@ -277,9 +278,8 @@ def kept_positions(drop: DropConfig, batch: dict, gen: torch.Generator):
     sel = build_selector(
         drop, V, SPECIAL_IDS, T, counts=torch.randint(0, 1000, (V,), generator=gen), seed=3
     )
-    sel.set_scores(
-        torch.rand(V, generator=gen) * 10, torch.ones(V, dtype=torch.bool)
-    )  # an importance vector mid-run
+    # an importance vector mid-run
+    sel.set_scores(torch.rand(V, generator=gen) * 10, torch.ones(V, dtype=torch.bool))
     if drop.per_layer:
         start, end = drop.span(LAYERS)
         kept = ltd_kept_at(drop, T, 0, 10, 0.0)
@@ -401,9 +401,8 @@ def audit(case: Case, monkeypatch) -> dict[str, tuple[float, float]]:
         sum(float((g * d).sum()) for g, d in zip(grads, dirs) if g is not None),
         fd(dirs),
     )
-    if (
-        case.form == "flex"
-    ):  # unfused on CPU (slow): one direction; the single tensors are the SDPA cases' job
+    # unfused on CPU (slow): one direction; the single tensors are the SDPA cases' job
+    if case.form == "flex":
         return out
     layers = list(model.encoder_layers)
     first_half = dict(

@@ -32,9 +32,8 @@ def test_update_hand_computed():
     s = selector(beta=0.9)
     labels = torch.tensor([[7, 7, 9, 0], [7, 3, 11, 0]])  # 0 = unused slot label ([PAD])
     nll = torch.tensor([[1.0, 3.0, 4.0, 100.0], [5.0, 2.0, 6.0, 50.0]])
-    w = torch.tensor(
-        [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
-    )  # slot (1,2) has weight 0: id 11 unchanged
+    # slot (1,2) has weight 0: id 11 unchanged
+    w = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
     s.update(labels, nll, w)
     # id 7: mean(1, 3, 5) = 3 -> 0.9 * 10 + 0.1 * 3 = 9.3 ; id 9: 0.9 * 10 + 0.1 * 4 = 9.4
     assert s.scores[7].item() == pytest.approx(9.3)
@@ -162,9 +161,8 @@ def test_build_selector_is_the_one_factory():
         device="cpu",
     )
     assert s.pinned_ids.tolist() == [2, 3, 4, 7] and s.pad_id == 0 and s.seed == 3
-    assert (
-        s.scores[7] == PIN_HIGH and s.scores[0] == PIN_LOW and s.scores[10] == 10.0
-    )  # counts unused: init_score
+    # counts unused: init_score
+    assert s.scores[7] == PIN_HIGH and s.scores[0] == PIN_LOW and s.scores[10] == 10.0
     f = build_selector(DropConfig(method="frequency"), V, SPECIAL, 8, counts=np.arange(V))
     assert f.scores[5] > f.scores[6] and torch.equal(f.scores, selector("frequency").scores)
     with pytest.raises(ConfigError, match="'frequency' needs token counts"):
@@ -192,11 +190,12 @@ def test_a_new_method_is_one_registry_row(monkeypatch):
     s = TokenSelector(drop, V, SPECIAL, 6)
     s.scores[5:9] = torch.tensor([4.0, 3.0, 2.0, 1.0])
     ids = torch.tensor([[2, 5, 6, 7, 8, 3]])  # [CLS] ... [SEP] (pinned)
+    # M = 3: pinned [CLS]/[SEP] + the lowest score (id 8)
     assert s.select(ids)[0].tolist() == [
         0,
         4,
         5,
-    ]  # M = 3: pinned [CLS]/[SEP] + the lowest score (id 8)
+    ]
     before = s.scores.clone()
     s.update(torch.tensor([[5, 6]]), torch.tensor([[9.0, 9.0]]), torch.ones(1, 2))
     assert torch.equal(s.scores, before)

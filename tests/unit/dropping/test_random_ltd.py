@@ -72,12 +72,10 @@ def test_time_budgeted_schedule_follows_the_budget_fraction():
         (0.5, 128),
         (0.9, 128),
     ]:
-        assert ltd_kept_at(fixed, 128, 0, 0, p) == want, (
-            p
-        )  # v = 32 + 96 p / 0.5, floored to the grid
-    assert (
-        ltd_kept_at(fixed, 128, 50, 200, 0.99) == ltd_kept(fixed, 128, 50, 200) == 80
-    )  # steps given: the step
+        # v = 32 + 96 p / 0.5, floored to the grid
+        assert ltd_kept_at(fixed, 128, 0, 0, p) == want, p
+    # steps given: the step
+    assert ltd_kept_at(fixed, 128, 50, 200, 0.99) == ltd_kept(fixed, 128, 50, 200) == 80
 
 
 def test_kept_rows_is_the_schedule_or_the_static_count():
@@ -114,9 +112,8 @@ def test_schedule_matches_the_formula(t, start, share, steps, grid):
     prev = 0
     for k in range(steps + 3):
         got = ltd_kept(fixed, t, k, steps)
-        if (
-            m0 % grid == 0 and t % grid == 0
-        ):  # DeepSpeed's own function (it has no floor at the grid step)
+        # DeepSpeed's own function (it has no floor at the grid step)
+        if m0 % grid == 0 and t % grid == 0:
             assert got == deepspeed_fixed_linear(min(k, k_total), k_total, m0, t, grid), k
         v = m0 + (t - m0) * min(k, k_total) / k_total
         full = k >= k_total
@@ -196,21 +193,20 @@ def test_each_half_layer_keeps_the_scheduled_count_of_its_own(family):
     for k in (0, 1, 6):
         keep = step_fn.plan.keep_idx(mb["input_ids"], step_fn.plan.at(k, T))
         m = ltd_kept(drop, T, k, 20)
+        # every middle layer, each row M_k distinct positions
         assert m < T and keep.shape == (
             L - 2,
             3,
             m,
-        )  # every middle layer, each row M_k distinct positions
+        )
         assert torch.equal(keep, keep.sort(-1).values) and (keep[..., 1:] > keep[..., :-1]).all()
-        assert all(
-            not torch.equal(keep[0], keep[j]) for j in range(1, L - 2)
-        )  # a draw of its own per layer
+        # a draw of its own per layer
+        assert all(not torch.equal(keep[0], keep[j]) for j in range(1, L - 2))
         draws[k] = keep
         seen.clear()
         step_fn([mb], 1e-3, step_fn.plan.at(k, 48))
-        assert seen == [(0, T)] + [(i, m) for i in range(1, L - 1)] + [
-            (L - 1, T)
-        ]  # first and last: all T rows
+        # first and last: all T rows
+        assert seen == [(0, T)] + [(i, m) for i in range(1, L - 1)] + [(L - 1, T)]
     assert ltd_kept(drop, T, 0, 20) == ltd_kept(drop, T, 1, 20)
     assert not torch.equal(draws[0], draws[1])  # and per step (the same count)
     for h in hooks:
@@ -296,9 +292,8 @@ def test_modern_positions_windows_and_documents_against_transformers():
     row = _doc([17, 12, 19], seed=5)
     T = row.shape[1]
     g = torch.Generator().manual_seed(0)
-    keep = torch.stack(
-        [torch.randperm(T, generator=g)[: T // 2].sort().values for _ in range(2)]
-    )  # layers 1, 2
+    # layers 1, 2
+    keep = torch.stack([torch.randperm(T, generator=g)[: T // 2].sort().values for _ in range(2)])
     m = hf.model
     doc = document_ids(row, SEP, PAD)[0]
     pos = _positions(doc)
@@ -429,9 +424,8 @@ def test_resume_mid_schedule_is_bit_identical(tiny_data, tmp_path):
     ra, rb = ([r for r in read_metrics(tmp_path / run) if "loss" in r] for run in ("full", "split"))
     assert [r["loss"] for r in ra] == [r["loss"] for r in rb] and len(ra) == 10
     kept = [r["kept_fraction"] for r in ra]
-    assert (
-        kept[0] < kept[5] < kept[-1] == 1.0 and len(set(kept)) > 3
-    )  # the resume fell mid-schedule
+    # the resume fell mid-schedule
+    assert kept[0] < kept[5] < kept[-1] == 1.0 and len(set(kept)) > 3
     wa, wb = (
         load_file(str(ckpt_mod.latest(tmp_path / run) / "model.safetensors"))
         for run in ("full", "split")
@@ -468,9 +462,8 @@ def test_inspect_shows_what_random_ltd_keeps(tiny_data, tmp_path):
     out = inspect_run(tmp_path / "run", num_examples=3)
     ex = json.loads((out / "examples.json").read_text())
     T = 64
-    m = ltd_kept(
-        cfg.drop, T, 3, 4
-    )  # the count of the checkpoint's last step (k = 3 of 4, K = 2: full length)
+    # the count of the checkpoint's last step (k = 3 of 4, K = 2: full length)
+    m = ltd_kept(cfg.drop, T, 3, 4)
     assert m == T
     assert len(ex) == 3 and all(e["kept_fraction_sequence"] == 1.0 for e in ex)
     cfg2 = load_config(
@@ -485,9 +478,8 @@ def test_inspect_shows_what_random_ltd_keeps(tiny_data, tmp_path):
     )
     import shutil
 
-    shutil.copytree(
-        tmp_path / "run", tmp_path / "mid"
-    )  # the same checkpoint read as step 4 of a 40-step run
+    # the same checkpoint read as step 4 of a 40-step run
+    shutil.copytree(tmp_path / "run", tmp_path / "mid")
     meta = next((tmp_path / "mid" / "checkpoints").iterdir()) / "meta.json"
     mj = json.loads(meta.read_text())
     mj["config"]["train"]["steps"] = 40

@@ -94,12 +94,10 @@ def test_squad_em_f1_cases():
     assert f1("Denver Broncos won", "Denver Broncos") == pytest.approx(0.8)  # P=2/3 R=1
     assert f1("x y y", "y y z") == pytest.approx(2 / 3)  # multiset overlap: 2 common tokens
     assert f1("x y", "z") == 0.0
-    assert (
-        f1("", "") == 1.0 and f1("x", "") == 0.0 and f1("", "x") == 0.0
-    )  # v2.0 rule for no-answer
-    assert gold_answers(["the", "A"]) == [
-        ""
-    ]  # answers that normalise to nothing: treated as no answer
+    # v2.0 rule for no-answer
+    assert f1("", "") == 1.0 and f1("x", "") == 0.0 and f1("", "x") == 0.0
+    # answers that normalise to nothing: treated as no answer
+    assert gold_answers(["the", "A"]) == [""]
     golds = {"q1": ["Denver Broncos", "Broncos"], "q2": ["Santa Clara"], "q3": []}
     preds = {"q1": "broncos", "q2": "Santa Clara, California", "q3": ""}
     m = squad_evaluate(golds, preds)

@@ -52,12 +52,10 @@ def test_windows_cover_the_context_with_stride():
     assert _windows(3, 4, 2) == [(0, 3)]
     assert _windows(0, 4, 2) == [(0, 0)]
     spans = [(0, 10), (5, 10)]
-    assert _is_max_context(spans, 1, 8) and not _is_max_context(
-        spans, 0, 8
-    )  # more context on both sides
-    assert _is_max_context(spans, 0, 2) and not _is_max_context(
-        spans, 1, 2
-    )  # only in the first window
+    # more context on both sides
+    assert _is_max_context(spans, 1, 8) and not _is_max_context(spans, 0, 8)
+    # only in the first window
+    assert _is_max_context(spans, 0, 2) and not _is_max_context(spans, 1, 2)
 
 
 def test_training_labels_and_exact_substrings_across_windows(tok):
@@ -71,9 +69,8 @@ def test_training_labels_and_exact_substrings_across_windows(tok):
         assert f.input_ids[-1] == tok.token_to_id("[SEP]")
         ctx_pos = [i for i, o in enumerate(f.offsets) if o is not None]
         assert all(f.token_type_ids[i] == 1 for i in ctx_pos)
-        for (
-            i
-        ) in ctx_pos:  # every context token maps back into the original (cased, accented) context
+        # every context token maps back into the original (cased, accented) context
+        for i in ctx_pos:
             a, b = f.offsets[i]
             assert 0 <= a < b <= len(CONTEXT)
         if f.start_position:
@@ -185,9 +182,8 @@ def test_read_squad_and_answer_start_mismatch(tmp_path):
         match=r"qas\[0\]\.answers\[0\] \(id 'a'\): answer_start 3 does not point at the "
         r"answer 'France'.*occurs at 24",
     ):
-        read_squad(
-            p
-        )  # never silently moved to another occurrence (docs/reliability.md, category "bad input")
+        # never silently moved to another occurrence (docs/reliability.md, category "bad input")
+        read_squad(p)
     p = _squad_file(
         tmp_path,
         [

@@ -75,9 +75,8 @@ def test_build_from_crafted_sdist_without_network(tmp_path):
     data = get_task("sst2").load(out)  # the SST-2 reader takes it as is
     assert len(data.train) == 27 and len(data.dev["dev"]) == 3
     mtime = (out / "train.tsv").stat().st_mtime_ns
-    assert (
-        build_sst2_from_vader(cache) == out and (out / "train.tsv").stat().st_mtime_ns == mtime
-    )  # reused
+    # reused
+    assert build_sst2_from_vader(cache) == out and (out / "train.tsv").stat().st_mtime_ns == mtime
     other = convert_snippets(_snippets(), tmp_path / "other")
     assert (other / "dev.tsv").read_text() == (out / "dev.tsv").read_text()
 

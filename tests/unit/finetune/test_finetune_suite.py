@@ -33,9 +33,8 @@ def test_presets_load():
     for name in ("suite-cpu", "suite-tiny"):
         load_suite(name)
     glue = load_suite("suite-glue")  # every GLUE task
-    assert set(glue.tasks) == {
-        t for t in MAIN_COLUMN if TASKS[t].kind != "span"
-    }  # Table 1's GLUE columns
+    # Table 1's GLUE columns
+    assert set(glue.tasks) == {t for t in MAIN_COLUMN if TASKS[t].kind != "span"}
     assert len(cells_for(glue)) == 9 * 4
     with pytest.raises(ConfigError, match="did you mean 'glue_lrs'"):
         load_suite("suite-tiny", ["glue_lr=[1e-3]"])
@@ -51,9 +50,8 @@ def test_data_dirs_have_no_default():
         SuiteConfig().validate()
     with pytest.raises(ConfigError, match="suite.squad_data"):
         SuiteConfig(glue_data="glue").validate()
-    SuiteConfig(
-        tasks=["squad1"], squad_data="squad"
-    ).validate()  # only the data of the suite's tasks is needed
+    # only the data of the suite's tasks is needed
+    SuiteConfig(tasks=["squad1"], squad_data="squad").validate()
 
 
 def test_model_labels(tmp_path):
@@ -107,10 +105,11 @@ def test_protocol_best_of_grid_mean_over_seeds(tmp_path):
         (tmp_path / n).mkdir()
     models = [str(tmp_path / n) for n in ("base-seed0", "base-seed1", "drop-seed0")]
     fn, calls = _fake_finetune({"base-seed0": 80.0, "base-seed1": 82.0, "drop-seed0": 90.0})
+    # not read: fake fine-tuning
     data = {
         "glue_data": str(tmp_path / "glue"),
         "squad_data": str(tmp_path / "squad"),
-    }  # not read: fake fine-tuning
+    }
     cfg = SuiteConfig(finetune_seeds=[0, 1], **data)
     s = evaluate(models, cfg, tmp_path / "eval", finetune_fn=fn, log=lambda m: None)
     assert len(calls) == 3 * 6 * 4 * 2 and s["computed"] == len(calls) and s["skipped"] == 0
@@ -122,6 +121,7 @@ def test_protocol_best_of_grid_mean_over_seeds(tmp_path):
     )
     assert base["mnli_m"]["per_seed"] == [80.0 + 6.25, 82.0 + 6.25]  # (3, 2e-5): 1 + 5 + 0.25
     assert base["ax"]["per_seed"] == [80.0 + 9.25, 82.0 + 9.25]  # (6, 1e-5): 2 + 7 + 0.25
+    # ax, mnli_mm, mnli_m, qnli, qqp, sst2 for base-seed0
     glue0 = [
         89.25,
         83.25,
@@ -129,7 +129,7 @@ def test_protocol_best_of_grid_mean_over_seeds(tmp_path):
         83.25,
         83.25,
         83.25,
-    ]  # ax, mnli_mm, mnli_m, qnli, qqp, sst2 for base-seed0
+    ]
     assert base["glue_avg"]["per_seed"][0] == pytest.approx(sum(glue0) / 6)
     assert base["squad_avg"]["per_seed"] == [83.25, 85.25]
     assert s["methods"]["drop"]["columns"]["sst2"]["n"] == 1
@@ -142,9 +142,8 @@ def test_protocol_best_of_grid_mean_over_seeds(tmp_path):
     fn2, calls2 = _fake_finetune({"base-seed0": 80.0, "base-seed1": 82.0, "drop-seed0": 90.0})
     cfg2 = SuiteConfig(finetune_seeds=[0, 1], selection="task", **data)
     s2 = evaluate(models, cfg2, tmp_path / "eval", finetune_fn=fn2, log=lambda m: None)
-    assert calls2 == [] and s2["skipped"] == len(
-        calls
-    )  # cells are shared: selection is not a cell setting
+    # cells are shared: selection is not a cell setting
+    assert calls2 == [] and s2["skipped"] == len(calls)
     assert s2["methods"]["base"]["columns"]["ax"]["per_seed"] == [80.0 + 1.25, 82.0 + 1.25]
 
 

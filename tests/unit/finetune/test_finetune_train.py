@@ -46,9 +46,8 @@ def _cfg(data, **kw):
 
 def test_keyword_sentiment_from_our_checkpoint(ckpt, sentiment, tmp_path):
     r = finetune(_cfg(sentiment), ckpt, tmp_path / "out", log=None)
-    t = r[
-        "timing"
-    ]  # the timing record is consistent (no bound on its values: tests assert no timings)
+    # the timing record is consistent (no bound on its values: tests assert no timings)
+    t = r["timing"]
     assert 0 < t["train_s"] <= t["total_s"] and t["encode_s"] >= 0 and t["eval_s"] >= 0
     assert r["train"]["examples"] == 400 * 3 and r["train"]["examples_per_s"] == pytest.approx(
         1200 / t["train_s"]
@@ -243,9 +242,8 @@ def test_tokendrop_cli_finetune_and_error_exit(ckpt, sentiment, tmp_path, capsys
     # the banner before any work (from the resolved config), the summary with each phase's time
     banner = io.err[io.err.index("tokendrop finetune: sst2 from") :].splitlines()
     assert banner[1] == "  task      sst2 (classification, accuracy)"
-    assert banner[2].endswith(
-        ": 32 train examples, dev 100 (at most 32 train examples)"
-    )  # one dev split: named once
+    # one dev split: named once
+    assert banner[2].endswith(": 32 train examples, dev 100 (at most 32 train examples)")
     assert banner[3].startswith("  length    1 epochs of batch 32")
     assert "the fine-tuned model: not kept (--set save_model=true keeps it)" in banner[6]
     summary = io.err[io.err.index("tokendrop finetune: sst2 finished") :]

@@ -31,12 +31,10 @@ def test_mcc_on_a_2x2_table_by_hand():
         == pytest.approx(100 * 10 / math.sqrt(600))
         == pytest.approx(40.8248, abs=1e-4)
     )
-    assert matthews(y, p) == matthews(
-        [1 - v for v in y], [1 - v for v in p]
-    )  # symmetric in the classes
-    assert (
-        matthews([0, 0, 1], [0, 0, 0]) == 0.0 and matthews([1, 1], [1, 0]) == 0.0
-    )  # one side constant
+    # symmetric in the classes
+    assert matthews(y, p) == matthews([1 - v for v in y], [1 - v for v in p])
+    # one side constant
+    assert matthews([0, 0, 1], [0, 0, 0]) == 0.0 and matthews([1, 1], [1, 0]) == 0.0
 
 
 def test_mrpc_f1_and_accuracy_by_hand():
@@ -68,9 +66,8 @@ def test_spearman_with_ties_by_hand():
     assert (
         spearman(x, y) == pytest.approx(100 * 7 / math.sqrt(90)) == pytest.approx(73.7865, abs=1e-4)
     )
-    assert spearman(x, [v**3 for v in x]) == pytest.approx(
-        100.0
-    )  # monotone, not linear: Spearman 1, Pearson not
+    # monotone, not linear: Spearman 1, Pearson not
+    assert spearman(x, [v**3 for v in x]) == pytest.approx(100.0)
     assert pearson(x, [v**3 for v in x]) < 99.0
     assert spearman(x, [5, 4, 3, 2, 1]) == pytest.approx(-100.0)
 

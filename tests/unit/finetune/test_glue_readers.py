@@ -83,9 +83,8 @@ def test_every_column_names_a_metric_its_task_reports():
         spec = TASKS[c.task]
         split_spec = TASKS["ax"] if c.split == "ax" else spec
         assert c.metric in split_spec.metrics and (c.split in spec.dev or c.split == "ax"), c
-    assert {t for t in GLUE if TASKS[t].train} <= set(
-        MAIN_COLUMN
-    )  # Table 1: every GLUE task has a column
+    # Table 1: every GLUE task has a column
+    assert {t for t in GLUE if TASKS[t].train} <= set(MAIN_COLUMN)
 
 
 def test_cola_headerless_train_and_dev_and_its_test_header(tmp_path):
@@ -102,14 +101,14 @@ def test_cola_headerless_train_and_dev_and_its_test_header(tmp_path):
         ["index\tsentence", "0\tBill whistled past the house.", "1\tThe car honked down the road."],
     )
     data = get_task("cola").load(tmp_path)  # the GLUE root: finds CoLA/
+    # no quote processing
     assert [(e.text_a, e.text_b, e.label) for e in data.train] == [
         ("Our friends won't buy this analysis, let alone the next one we propose.", None, 1),
         ("They drank the pub.", None, 0),
         ('The "quoted" word, it\'s fine.', None, 1),
-    ]  # no quote processing
-    assert len(data.dev["dev"]) == 1 and data.dev["dev"][0].where.endswith(
-        "dev.tsv:1"
-    )  # line 1 is data
+    ]
+    # line 1 is data
+    assert len(data.dev["dev"]) == 1 and data.dev["dev"][0].where.endswith("dev.tsv:1")
     test = get_task("cola").read(d / "test.tsv", labelled=False)
     assert [(e.guid, e.text_a, e.label) for e in test] == [
         ("0", "Bill whistled past the house.", None),
@@ -328,8 +327,7 @@ def test_a_task_given_another_tasks_data_says_they_do_not_match(tmp_path):
     ) as e:
         load_task(TASKS["mrpc"], tmp_path)
     assert "\n" not in str(e.value)
-    (tmp_path / "train.tsv").write_text(
-        "text\tlabel\nx\t1\n", encoding="utf-8"
-    )  # no task's layout: no hint
+    # no task's layout: no hint
+    (tmp_path / "train.tsv").write_text("text\tlabel\nx\t1\n", encoding="utf-8")
     with pytest.raises(FinetuneError, match=r"\(found: text, label\)$"):
         load_task(TASKS["mrpc"], tmp_path)

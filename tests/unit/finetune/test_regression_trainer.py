@@ -54,6 +54,5 @@ def test_regression_learns_a_visible_score(tmp_path):
     preds, gold = [float(p) for _, p, _ in rows], [float(g) for _, _, g in rows]
     lo = [p for p, g in zip(preds, gold) if g < 2.5]
     hi = [p for p, g in zip(preds, gold) if g >= 2.5]
-    assert sum(hi) / len(hi) - sum(lo) / len(lo) == pytest.approx(
-        3.0, abs=1.0
-    )  # on the target's scale
+    # on the target's scale
+    assert sum(hi) / len(hi) - sum(lo) / len(lo) == pytest.approx(3.0, abs=1.0)

@@ -33,9 +33,8 @@ def _cfg(family: str, documents: str) -> ModelConfig:
         document_attention=documents,
         attention_backend="sdpa",
     )
-    if (
-        family == "modernbert"
-    ):  # a window shorter than the row, so the window layers keep a mask of their own
+    # a window shorter than the row, so the window layers keep a mask of their own
+    if family == "modernbert":
         return ModelConfig(family=family, local_attention=8, global_attn_every_n_layers=2, **common)
     return ModelConfig(family=family, **common)
 
@@ -73,15 +72,11 @@ def test_documents_rule():
     )
     assert cache.documents(two) is two
     padded = one.clone()
-    padded[
-        :, -3:
-    ] = (
-        -1
-    )  # [PAD] rows: their document id is -1, so the ids must stay (padding rows attend nothing)
+    # [PAD] rows: their document id is -1, so the ids must stay (padding rows attend nothing)
+    padded[:, -3:] = -1
     assert cache.documents(padded) is padded
-    assert (
-        MaskCache(torch.float32, flex=True).documents(one) is one
-    )  # FlexAttention skips full blocks itself
+    # FlexAttention skips full blocks itself
+    assert MaskCache(torch.float32, flex=True).documents(one) is one
 
 
 @pytest.mark.parametrize("drop", [False, True], ids=["dense", "drop"])

@@ -44,10 +44,11 @@ def tiny(family: str) -> ModelConfig:
 
 def test_table_matches_the_config_schema_and_covers_every_task():
     assert set(FAMILIES) == set(MODEL_FAMILIES)
+    # the schema's facts are what a config of the family resolves
     for (
         name,
         schema,
-    ) in MODEL_FAMILIES.items():  # the schema's facts are what a config of the family resolves
+    ) in MODEL_FAMILIES.items():
         assert tiny(name).uses_document_attention == schema.document_attention
         assert (
             ModelConfig(**tiny_fields(name), document_attention="off").uses_document_attention
@@ -121,9 +122,8 @@ def test_adapter_round_trips_config_and_weights(family):
         "layer_norm_eps",
     )
     assert {k: getattr(back, k) for k in arch} == {k: getattr(cfg, k) for k in arch}
-    assert (
-        model_config_from_hf(spec.hf_config(cfg, None)).family == family
-    )  # dispatch by model_type
+    # dispatch by model_type
+    assert model_config_from_hf(spec.hf_config(cfg, None)).family == family
     sd = model.state_dict()
     hf = spec.to_hf(sd)
     ours = spec.from_hf(hf)
@@ -145,9 +145,8 @@ def test_flop_model_reads_the_family(family):
     """GeGLU counts 3 d f matrices per row where a plain FFN counts 2: the difference between the
     family's count and the same shape counted as the other FFN is exactly one d x f matrix per
     row."""
-    schema = MODEL_FAMILIES[
-        family
-    ]  # the FLOP facts are the config schema's (dropping reads no models)
+    # the FLOP facts are the config schema's (dropping reads no models)
+    schema = MODEL_FAMILIES[family]
     cfg = tiny(family)
     T = 32
     dense = step_flops(cfg, T).encoder

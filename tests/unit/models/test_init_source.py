@@ -84,9 +84,8 @@ def make_source(d: Path, layout: str, seed: int = 0):
         assert (d / "model.safetensors.index.json").is_file() and len(
             list(d.glob("model-*.safetensors"))
         ) > 1
-    elif (
-        layout == "BertModel"
-    ):  # bert.-prefixed encoder only (e.g. a classifier checkpoint without its head)
+    # bert.-prefixed encoder only (e.g. a classifier checkpoint without its head)
+    elif layout == "BertModel":
         write_config(d)
         save_file(
             {"bert." + k: v.contiguous() for k, v in ref.state_dict().items()},
@@ -106,9 +105,8 @@ def make_source(d: Path, layout: str, seed: int = 0):
             if k != "cls.predictions.decoder.weight"
         }
         save_file(sd, str(d / "model.safetensors"))
-    elif (
-        layout == "bin"
-    ):  # pytorch_model.bin (a plain state dict, the decoder alias and position_ids included)
+    # pytorch_model.bin (a plain state dict, the decoder alias and position_ids included)
+    elif layout == "bin":
         write_config(d)
         sd = {k: v.clone() for k, v in ref.state_dict().items()}
         sd["cls.predictions.decoder.weight"] = sd["bert.embeddings.word_embeddings.weight"].clone()
@@ -164,9 +162,8 @@ def test_every_layout_matches_transformers(tmp_path, layout):
         else:
             a = ours.bert(ids, mask, tt)
             b = ref(input_ids=ids, attention_mask=mask, token_type_ids=tt).last_hidden_state
-            if (
-                layout == "BertModel (no bert. prefix)" or layout == "BertModel"
-            ):  # the pooler is loaded too
+            # the pooler is loaded too
+            if layout == "BertModel (no bert. prefix)" or layout == "BertModel":
                 torch.testing.assert_close(ours.bert.pooler(a), ref.pooler(b), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a[keep], b[keep], atol=1e-5, rtol=1e-5)
     if layout in ("BertForPreTraining", "bin"):
@@ -188,9 +185,8 @@ def test_every_layout_matches_transformers(tmp_path, layout):
         lines = "".join(
             f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in src.weights_files
         )
-        assert (
-            src.sha256 == hashlib.sha256(lines.encode()).hexdigest()
-        )  # = sha256sum model-*.safetensors | sha256sum
+        # = sha256sum model-*.safetensors | sha256sum
+        assert src.sha256 == hashlib.sha256(lines.encode()).hexdigest()
     else:
         import hashlib
 
@@ -365,9 +361,8 @@ def test_shape_mismatch_and_missing_tensor(tmp_path):
     ) as e:
         resolve_init_source(str(d))
     one_line(e)
-    write_config(
-        d, num_hidden_layers=1
-    )  # weights of 2 layers, config.json says 1: never silently drop a layer
+    # weights of 2 layers, config.json says 1: never silently drop a layer
+    write_config(d, num_hidden_layers=1)
     with pytest.raises(
         InitError, match=r"tensor bert.encoder.layer.1.\S+ is not part of the model"
     ) as e:
@@ -438,9 +433,8 @@ def test_model_section_from_init(tmp_path):
     ) as e:
         model_section_from_init({"init": str(d), "max_position_embeddings": 512}, src)
     one_line(e)
-    with pytest.raises(
-        ConfigError, match="model.max_position_embeddings: 32 contradicts"
-    ):  # fewer: not the source
+    # fewer: not the source
+    with pytest.raises(ConfigError, match="model.max_position_embeddings: 32 contradicts"):
         model_section_from_init({"init": str(d), "max_position_embeddings": 32}, src)
     with pytest.raises(
         ConfigError, match="model.init_sha256: 'abc' was given but .* now has sha256 '" + sha
@@ -475,12 +469,10 @@ def test_parsing_a_config_with_init_is_pure_and_the_command_resolves_it(tmp_path
     assert dataclasses.asdict(resolved) == dataclasses.asdict(
         from_dict(ModelConfig, model_section_from_init(given, src))
     )
-    assert (
-        resolved.resolved and not parsed.resolved and parsed.hidden_size == 0
-    )  # the parsed section is unchanged
-    assert dataclasses.asdict(resolve_model_init(resolved, src)) == dataclasses.asdict(
-        resolved
-    )  # idempotent
+    # the parsed section is unchanged
+    assert resolved.resolved and not parsed.resolved and parsed.hidden_size == 0
+    # idempotent
+    assert dataclasses.asdict(resolve_model_init(resolved, src)) == dataclasses.asdict(resolved)
     with pytest.raises(ConfigError, match=r"model.hidden_size: 128 contradicts the init source"):
         resolve_model_init(
             from_dict(Config, {"model": {"init": str(d), "hidden_size": 128}}).model, src
@@ -628,13 +620,13 @@ def test_export_of_a_continued_run_loads_in_transformers(tmp_path):
         )
     written = json.loads((out / "config.json").read_text())
     assert written["architectures"] == ["BertForMaskedLM"]
+    # the source's name is not this model's
     assert "_name_or_path" not in written and written["my_field"] == [
         1,
         2,
-    ]  # the source's name is not this model's
-    assert (
-        written["transformers_version"] == transformers.__version__
-    )  # the installed one, as save_pretrained writes
+    ]
+    # the installed one, as save_pretrained writes
+    assert written["transformers_version"] == transformers.__version__
     assert written["gradient_checkpointing"] is False and written["use_cache"] is True
     assert written["hidden_dropout_prob"] == 0.0 and written["hidden_size"] == D
     for name, data in tok.items():
@@ -663,9 +655,8 @@ def test_export_and_find_checkpoint_verify_hashes(tmp_path):
     f.write_bytes(bytes(data))
     assert find_checkpoint(run) is None
     with pytest.raises(InitError, match=r"step-00000005/model\.safetensors: corrupt \(sha256") as e:
-        export_hf(
-            run, tmp_path / "hf"
-        )  # the newest checkpoint is never skipped silently: the file is named
+        # the newest checkpoint is never skipped silently: the file is named
+        export_hf(run, tmp_path / "hf")
     one_line(e)
     with pytest.raises(InitError, match=r"model\.safetensors: corrupt \(sha256") as e:
         export_hf(ck, tmp_path / "hf")

@@ -149,9 +149,8 @@ def _reference(m, row: torch.Tensor, keep: torch.Tensor, windows_over: str) -> t
         v = (kn @ w[2 * d :].T).view(-1, h, d // h).transpose(0, 1)
         q, k = _rope(q, rot[q_idx], theta), _rope(k, rot[k_idx], theta)
         qd, kd = doc[q_idx], doc[k_idx]
-        if (
-            windows_over == "kept" and q_idx is k_idx and start < i < end
-        ):  # the index among the kept rows
+        # the index among the kept rows
+        if windows_over == "kept" and q_idx is k_idx and start < i < end:
             qa = ka = torch.arange(len(keep))
         else:
             # original positions (the first half layer's keys are all T rows: the two agree there)
@@ -163,9 +162,8 @@ def _reference(m, row: torch.Tensor, keep: torch.Tensor, windows_over: str) -> t
                 ok &= (qa[sl, None] - ka[None, :]).abs() <= HALF
             return ok
 
-        def reach(
-            sl, qa=qa, ka=ka, qd=qd, kd=kd, sliding=sliding
-        ):  # documents (and windows) ascend along the row
+        # documents (and windows) ascend along the row
+        def reach(sl, qa=qa, ka=ka, qd=qd, kd=kd, sliding=sliding):
             lo = int(torch.searchsorted(kd, qd[sl][0]))
             hi = int(torch.searchsorted(kd, qd[sl][-1], right=True))
             if sliding:
@@ -180,9 +178,8 @@ def _reference(m, row: torch.Tensor, keep: torch.Tensor, windows_over: str) -> t
         hq = hq + y
         a, gate = (_ln(hq, layer.mlp_norm) @ layer.mlp.Wi.weight.double().T).chunk(2, -1)
         x = hq + (F.gelu(a) * gate) @ layer.mlp.Wo.weight.double().T
-        if (
-            i == end - 1
-        ):  # the merge: kept rows scattered back, dropped rows keep their span-entry state
+        # the merge: kept rows scattered back, dropped rows keep their span-entry state
+        if i == end - 1:
             x = x_in.index_copy(0, keep, x)
     return _ln(x, enc.final_norm)
 
@@ -193,9 +190,8 @@ def case():
     m = _model(drop)
     row = _row()
     g = torch.Generator().manual_seed(2)
-    keep = torch.sort(
-        torch.randperm(T, generator=g)[: drop.num_kept(T)]
-    ).values  # scattered: windows matter
+    # scattered: windows matter
+    keep = torch.sort(torch.randperm(T, generator=g)[: drop.num_kept(T)]).values
     with torch.no_grad():
         ref = _reference(m, row, keep, "positions")
     return m, row, keep, ref

@@ -276,9 +276,8 @@ def test_kept_tokens_see_their_positions_and_window(hf_dir, variant, documents, 
     row = _doc([17, 12, 19], seed=5)
     T = row.shape[1]
     g = torch.Generator().manual_seed(0)
-    keep = torch.sort(
-        torch.randperm(T, generator=g)[: drop.num_kept(T)]
-    ).values  # scattered: windows matter
+    # scattered: windows matter
+    keep = torch.sort(torch.randperm(T, generator=g)[: drop.num_kept(T)]).values
     start, end = drop.span(4)
     with torch.no_grad():
         got = ours(row, keep_idx=keep[None])[0]
@@ -369,9 +368,8 @@ def test_document_ids():
 def test_document_attention_needs_the_sep_id():
     with pytest.raises(ConfigError, match="model.sep_token_id"):
         build_model(ModelConfig(preset="modern-tiny", vocab_size=V))
-    build_model(
-        ModelConfig(preset="modern-tiny", vocab_size=V, document_attention="off")
-    )  # fine without
+    # fine without
+    build_model(ModelConfig(preset="modern-tiny", vocab_size=V, document_attention="off"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -681,14 +679,14 @@ def test_band_and_flex_forms_against_the_dense_bias():
     at = torch.arange(T)[None]
     rows = Rows(None, None, at, at)
     band = attention.Band.build(rows, rows, 64, torch.float32, block=64)
+    # block + both half-windows
     assert band is not None and band.slot.shape == (
         1,
         T // 64,
         64 + 2 * 64,
-    )  # block + both half-windows
-    assert (
-        attention.Band.build(rows, rows, 400, torch.float32, block=64) is None
-    )  # window ~ row: dense bias
+    )
+    # window ~ row: dense bias
+    assert attention.Band.build(rows, rows, 400, torch.float32, block=64) is None
     # one band shared by a batch (no padding, no documents), and a kept subset per row, against the
     # dense bias
     g = torch.Generator().manual_seed(0)
@@ -704,9 +702,8 @@ def test_band_and_flex_forms_against_the_dense_bias():
     flex = attention.attend(q, k, v, attention.flex_block_mask(rows, rows, 64))
     torch.testing.assert_close(flex, ref, atol=1e-5, rtol=1e-5)
     band = attention.Band.build(kept, rows, 30, torch.float32, block=16)
-    assert (
-        band.rows is not None and band.slot.shape[2] <= 16 + 2 * 30
-    )  # kept over all rows: blocks of positions
+    # kept over all rows: blocks of positions
+    assert band.rows is not None and band.slot.shape[2] <= 16 + 2 * 30
     got = attention.attend(qk, k, v, band)
     ref = attention.attend(
         qk, k, v, attention.attention_bias(None, torch.float32, kept.at, at, window=30)
@@ -733,9 +730,8 @@ def test_band_and_flex_forms_against_the_dense_bias():
     )
     got = attention.attend(q[:2], k[:2], v[:2], band)
     torch.testing.assert_close(got[0], ref[0], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(
-        got[1, :, :450], ref[1, :, :450], atol=1e-5, rtol=1e-5
-    )  # padding rows: not used
+    # padding rows: not used
+    torch.testing.assert_close(got[1, :, :450], ref[1, :, :450], atol=1e-5, rtol=1e-5)
     kept = drows.gather(keep[:2])  # kept rows over all rows (the first dropped layer)
     got = attention.attend(
         qk[:2], k[:2], v[:2], attention.Band.build(kept, drows, None, torch.float32, block=16)
@@ -750,13 +746,11 @@ def test_band_and_flex_forms_against_the_dense_bias():
     torch.testing.assert_close(
         got.transpose(1, 2)[real], ref.transpose(1, 2)[real], atol=1e-5, rtol=1e-5
     )
-    one = Rows(
-        None, torch.zeros(1, T, dtype=torch.long), None, None
-    )  # one document: the band would be the row
+    # one document: the band would be the row
+    one = Rows(None, torch.zeros(1, T, dtype=torch.long), None, None)
     assert attention.Band.build(one, one, None, torch.float32, block=64) is None
-    longer = Rows(
-        None, (torch.arange(T) // 150)[None], None, None
-    )  # blocks reach 300 of 512 keys: the bias
+    # blocks reach 300 of 512 keys: the bias
+    longer = Rows(None, (torch.arange(T) // 150)[None], None, None)
     assert attention.Band.build(longer, longer, None, torch.float32, block=128) is None
     with pytest.raises(ConfigError, match="model.attention_backend"):
         ModelConfig(
@@ -853,9 +847,10 @@ def _published_dir(root, head: str, published: dict = PUBLISHED):
     )
     hf = _perturbed(cls, cfg)
     hf.save_pretrained(root)
+    # as published
     (root / "config.json").write_text(
         json.dumps({**published, "architectures": [type(hf).__name__]})
-    )  # as published
+    )
     return root
 
 
@@ -970,9 +965,8 @@ def test_whole_model_compiles_in_one_graph_per_mode(backend):
         model.zero_grad()
         return loss.detach(), grads
 
-    eager = {
-        k is None: loss_and_grads(model, k) for k in (None, keep)
-    }  # (eager FlexAttention compiles a wrapper)
+    # (eager FlexAttention compiles a wrapper)
+    eager = {k is None: loss_and_grads(model, k) for k in (None, keep)}
     for k in (None, keep):  # compile both modes first
         loss_and_grads(run, k)
     old = torch._dynamo.config.error_on_recompile

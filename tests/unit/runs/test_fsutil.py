@@ -62,9 +62,8 @@ def test_only_temp_dirs_of_dead_local_writers_are_removed(tmp_path):
         and unknown.exists()
         and other_target.exists()
     )
-    with atomic_directory(
-        tmp_path / "other"
-    ) as tmp:  # a new write sweeps its own target's leftovers
+    # a new write sweeps its own target's leftovers
+    with atomic_directory(tmp_path / "other") as tmp:
         assert not other_target.exists() and tmp.is_dir()
     assert (tmp_path / "other").is_dir()
 

@@ -53,9 +53,8 @@ def test_a_process_waits_at_its_gate_until_released_and_only_once(tmp_path):
     assert p.poll() is None  # still waiting
     g.unlink()
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 0 and out.split() == ["before", "after"], (
-        err
-    )  # the second gate() passed at once
+    # the second gate() passed at once
+    assert p.returncode == 0 and out.split() == ["before", "after"], err
 
 
 def test_a_signal_ends_the_wait_as_it_would_end_the_work(tmp_path):

@@ -116,9 +116,8 @@ def test_export_and_inspect_never_replace_a_file(run, tmp_path, capsys):
         assert rc == 2, argv
         one_error_line(capsys.readouterr().err, str(f), "not a directory")
         assert f.is_file() and f.read_text() == "precious"
-        assert sorted(p.name for p in tmp_path.iterdir()) == [
-            "target"
-        ]  # no .target.old-*, no temp, no lock
+        # no .target.old-*, no temp, no lock
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
 
 
 def test_overwrite_never_deletes_an_input(run, tmp_path, capsys):
@@ -154,9 +153,8 @@ def test_prepare_overwrite_refuses_a_dir_holding_its_corpus_or_vocab(tmp_path, c
     assert cli_main([*base, "--corpus", str(corpus), "--vocab-size", "120"]) == 0
     capsys.readouterr()
     assert rundir.read_marker(out)["kind"] == "prepared"
-    (out / "corpus.txt").write_bytes(
-        corpus.read_bytes()
-    )  # the user keeps the corpus inside the output
+    # the user keeps the corpus inside the output
+    (out / "corpus.txt").write_bytes(corpus.read_bytes())
     before = tree(out)
     rc = cli_main(
         [*base, "--corpus", str(out / "corpus.txt"), "--vocab-size", "120", "--overwrite"]
@@ -197,9 +195,8 @@ def test_overwrite_replaces_only_a_marked_dir_of_the_same_kind(run, tiny_data, t
     ]
     unmarked = tmp_path / "unmarked"
     unmarked.mkdir()
-    (unmarked / "meta.json").write_text(
-        "{}"
-    )  # looks like prepared data, but tokendrop did not mark it
+    # looks like prepared data, but tokendrop did not mark it
+    (unmarked / "meta.json").write_text("{}")
     rc = cli_main([*argv, str(unmarked)])
     assert rc == 2
     one_error_line(capsys.readouterr().err, "not written by tokendrop")
@@ -314,9 +311,8 @@ def test_a_locked_dir_refuses_a_second_writer_and_touches_nothing(run, tmp_path,
     finally:
         p.terminate()
         p.wait(timeout=30)
-    assert (
-        not rundir.lock_path(run).exists() and not rundir.lock_path(out).exists()
-    )  # released on SIGTERM
+    # released on SIGTERM
+    assert not rundir.lock_path(run).exists() and not rundir.lock_path(out).exists()
 
 
 def test_the_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
@@ -508,9 +504,8 @@ def test_sigint_checkpoints_130_and_a_second_sigint_stops_at_once(tiny_data, tmp
         p.send_signal(signal.SIGINT)
         assert p.stdout.readline().strip() == "saving"
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(
-            timeout=300
-        )  # at once, not after the hour-long save (no timing assert)
+        # at once, not after the hour-long save (no timing assert)
+        out, err = p.communicate(timeout=300)
     finally:
         if p.poll() is None:
             p.kill()

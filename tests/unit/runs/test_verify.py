@@ -89,9 +89,8 @@ def test_bit_flipped_weights_refused_by_every_consumer(run, tmp_path, capsys):
     rc, _, err = run_cli(capsys, "export", run, tmp_path / "hf")
     line = one_error_line(err)
     assert rc == 2 and f"{bad}: corrupt (sha256" in line
-    assert (
-        "use the older checkpoint" in line and "step-00000002" in line
-    )  # the fix names one that verifies
+    # the fix names one that verifies
+    assert "use the older checkpoint" in line and "step-00000002" in line
     assert not (tmp_path / "hf").exists()
     # fine-tuning
     glue = write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8)
@@ -259,9 +258,8 @@ def test_out_of_range_token_id(data, tmp_path, capsys):
         rf"the vocabulary of {V} ids",
     ):
         next(iter(loader))
-    loader = MLMLoader(
-        PreparedData.open(data), batch_size=4, num_workers=1
-    )  # the same from a worker process
+    # the same from a worker process
+    loader = MLMLoader(PreparedData.open(data), batch_size=4, num_workers=1)
     with pytest.raises(DataError, match=f"holds token id {V + 7}"):
         next(iter(loader))
     loader.close()

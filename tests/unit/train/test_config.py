@@ -66,13 +66,14 @@ def test_one_precedence_rule_on_every_path(tmp_path):
         return m.num_layers, m.hidden_size, m.num_heads, m.intermediate_size, m.preset
 
     assert shape(ModelConfig(preset="bert-base", num_layers=6)) == (6, 768, 12, 3072, "")
+    # 12 = bert-base's, still explicit
     assert shape(ModelConfig(preset="bert-large", num_layers=12)) == (
         12,
         1024,
         16,
         4096,
         "",
-    )  # 12 = bert-base's, still explicit
+    )
     assert shape(ModelConfig(preset="cpu-4x128", hidden_size=256)) == (4, 256, 2, 1024, "")
     assert shape(ModelConfig(preset="bert-base", intermediate_size=1000)) == (12, 768, 12, 1000, "")
     assert shape(ModelConfig()) == (12, 768, 12, 3072, "")
@@ -194,9 +195,8 @@ def test_finite_positive_fields_say_what_they_expect(section, field, value, mess
         "finetune": FinetuneConfig(),
         "model": ModelConfig(),
     }[section]
-    length = (
-        {"steps": 0} if field == "epochs" and section == "train" else {}
-    )  # epochs is the run's one length
+    # epochs is the run's one length
+    length = {"steps": 0} if field == "epochs" and section == "train" else {}
     with pytest.raises(ConfigError) as e:
         dataclasses.replace(obj, **length, **{field: value}).validate()
     assert str(e.value) == message

@@ -68,9 +68,8 @@ def cont(source, data, *overrides):
 def test_continued_run_starts_at_the_source_loss(trained, tiny_data, tmp_path, which):
     run, hf = trained
     src = hf if which == "hf" else run
-    cfg = cont(
-        src, tiny_data, "train.steps=2", "train.batch_size=16", "train.eval_batches=4"
-    )  # tiny's eval batches
+    # tiny's eval batches
+    cfg = cont(src, tiny_data, "train.steps=2", "train.batch_size=16", "train.eval_batches=4")
     assert cfg.model.shape_pending  # parsing reads nothing; pretrain resolves the source
     m = resolve_model_init(cfg.model, resolve_init_source(str(src)))
     assert (m.num_layers, m.hidden_size) == (4, 64)  # the shape came from the source
@@ -139,6 +138,7 @@ def headless(tiny_data, tmp_path_factory):
 
 
 def test_fresh_head_is_warmed_up_and_importance_warm_started(headless, tiny_data, tmp_path):
+    # lr 1e-2: the fall is far beyond batch-to-batch noise in 6 steps
     cfg = cont(
         headless,
         tiny_data,
@@ -147,7 +147,7 @@ def test_fresh_head_is_warmed_up_and_importance_warm_started(headless, tiny_data
         "train.head_warmup_share=0",
         "train.head_warmup_lr=1e-2",
         "drop.method=cumulative",
-    )  # lr 1e-2: the fall is far beyond batch-to-batch noise in 6 steps
+    )
     pretrain(cfg, tmp_path / "c", progress=False)
     init = events(tmp_path / "c", "init")[0]
     assert init["fresh"] and all(k.startswith("mlm.") for k in init["fresh"])
@@ -221,9 +221,8 @@ def test_importance_warm_start(tiny_data, tmp_path, how):
     if how == "constant":
         assert torch.all(normal == cfg.drop.init_score)
     else:
-        assert (
-            normal.std() > 0.01 and normal.min() > 0
-        )  # real losses / surprisals, not the constant
+        # real losses / surprisals, not the constant
+        assert normal.std() > 0.01 and normal.min() > 0
     assert s[data.special_ids["cls"]] == PIN_HIGH  # pins survive
 
 
@@ -277,6 +276,7 @@ def test_seq_len_above_the_checkpoints_positions_is_refused(tiny_data, tmp_path,
 
     data = PreparedData.open(tiny_data)
     d = tmp_path / "short"
+    # tiny data has T=64
     conf = transformers.BertConfig(
         vocab_size=data.vocab_size,
         hidden_size=32,
@@ -284,7 +284,7 @@ def test_seq_len_above_the_checkpoints_positions_is_refused(tiny_data, tmp_path,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=32,
-    )  # tiny data has T=64
+    )
     transformers.BertForMaskedLM(conf).save_pretrained(d)
     shutil.copyfile(f"{data.tokenizer_path}/vocab.txt", d / "vocab.txt")
     capsys.readouterr()  # transformers' own save_pretrained output

@@ -24,9 +24,8 @@ def test_the_parameter_count_is_exact_without_allocating(family):
     cfg = _cfg(f'model.family="{family}"', "model.num_layers=5")
     need = memory.estimate(cfg, 64, 4)
     assert need.params == sum(p.numel() for p in build_model(cfg.model).parameters())
-    big = _cfg(
-        f'model.family="{family}"', "model.num_layers=100000"
-    )  # built on the meta device: instant
+    # built on the meta device: instant
+    big = _cfg(f'model.family="{family}"', "model.num_layers=100000")
     assert memory.estimate(big, 64, 4).params > 100000 * need.params // 10
 
 

@@ -53,13 +53,11 @@ def test_head_warmup_is_a_share_of_the_run_capped():
     assert head_warmup_plan(TrainConfig(steps=40))[0] == 20  # 0.5 of 40, under the cap of 100
     assert head_warmup_plan(TrainConfig(steps=1000))[0] == 100  # the cap
     assert head_warmup_plan(TrainConfig(steps=40, head_warmup_share=0.1))[0] == 4
-    assert (
-        head_warmup_plan(TrainConfig(steps=3, head_warmup_share=0.1))[0] == 1
-    )  # at least one step
+    # at least one step
+    assert head_warmup_plan(TrainConfig(steps=3, head_warmup_share=0.1))[0] == 1
     assert head_warmup_plan(TrainConfig(steps=40, head_warmup_share=0.0))[0] == 100  # not scaled
-    assert (
-        head_warmup_plan(TrainConfig(steps=0, time_budget="20s"))[0] == 100
-    )  # a budget: not scaled
+    # a budget: not scaled
+    assert head_warmup_plan(TrainConfig(steps=0, time_budget="20s"))[0] == 100
     n, why = head_warmup_plan(TrainConfig(steps=40, head_warmup_steps=0))
     assert n == 0 and "none" in why
     assert "0.5 of the run's 40 steps" in head_warmup_plan(TrainConfig(steps=40))[1]
@@ -68,9 +66,8 @@ def test_head_warmup_is_a_share_of_the_run_capped():
 
 
 def test_unigram_entropy_leaves_out_the_special_ids():
-    counts = np.array(
-        [1000, 0, 5, 5, 5, 5]
-    )  # id 0: a special (e.g. [CLS] counted), ids 2-5 equally frequent
+    # id 0: a special (e.g. [CLS] counted), ids 2-5 equally frequent
+    counts = np.array([1000, 0, 5, 5, 5, 5])
     assert unigram_entropy(counts, {"cls": 0}) == pytest.approx(math.log(4))
     assert unigram_entropy(np.zeros(3), []) is None
 
@@ -142,6 +139,7 @@ def test_banner_lines_and_summary_of_a_dropping_run(tiny_data, tmp_path, capsys)
     assert _banner(log) == b and "step 4/4 | loss" in log and "tokendrop pretrain: finished" in log
     rec = read_metrics(tmp_path / "run")
     end_rec = next(r for r in rec if r.get("event") == "end")
+    # the report is written after this record
     assert set(end_rec["phases_s"]) == {
         "set-up",
         "MLM-head warm-up",
@@ -149,7 +147,7 @@ def test_banner_lines_and_summary_of_a_dropping_run(tiny_data, tmp_path, capsys)
         "training",
         "evaluation",
         "checkpoints",
-    }  # the report is written after this record
+    }
     assert end_rec["phases_s"]["training"] > 0 and end_rec["cpu_time"] > 0
     assert next(r for r in rec if r.get("event") == "start")["command"].startswith(
         "tokendrop pretrain --config tiny"
@@ -161,9 +159,8 @@ def test_banner_lines_and_summary_of_a_dropping_run(tiny_data, tmp_path, capsys)
 def test_dense_run_says_so_and_quiet_writes_only_the_log_file(tiny_data, tmp_path, capsys):
     assert run_cli(tmp_path, tiny_data, "--quiet") == 0
     io = capsys.readouterr()
-    assert io.err == "" and io.out.startswith(
-        "finished: 4 steps"
-    )  # --quiet: the result line only (scripts)
+    # --quiet: the result line only (scripts)
+    assert io.err == "" and io.out.startswith("finished: 4 steps")
     log = (tmp_path / "run" / LOG_FILE).read_text()  # ... and the log file has everything
     assert _banner(log)["dropping"].startswith("OFF: a dense run (drop.method = none")
     assert "step 2/4 | loss" in log and "tokendrop pretrain: finished" in log
@@ -214,9 +211,8 @@ def test_trackers_offline(tiny_data, tmp_path, monkeypatch):
     pretrain(load_run_config(run), run, resume=True, progress=False)
     scalars_, texts = _tb_tags(run)
     assert {"train/loss", "train/lr", "eval/loss", "eval/acc", "perf/tokens_per_s"} <= scalars_
-    assert (
-        not {"loss", "params", "first_loss", "seq_len"} & scalars_
-    )  # nothing flat, no config as scalars
+    # nothing flat, no config as scalars
+    assert not {"loss", "params", "first_loss", "seq_len"} & scalars_
     assert any(t.startswith("config") for t in texts)
     start = next(r for r in read_metrics(run) if r.get("event") == "start")
     ids = start["tracker_ids"]

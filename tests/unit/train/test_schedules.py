@@ -42,9 +42,8 @@ def test_value_schedules_follow_their_formulas():
         )
     assert (linear(0, 0.3, 0.15), linear(1, 0.3, 0.15)) == (0.3, 0.15)
     assert (cosine(0, 0.3, 0.15), cosine(1, 0.3, 0.15)) == (0.3, 0.15)
-    assert (
-        linear(1.7, 0.3, 0.15) == 0.15 and cosine(-1, 0.3, 0.15) == 0.3
-    )  # progress clamped to [0, 1]
+    # progress clamped to [0, 1]
+    assert linear(1.7, 0.3, 0.15) == 0.15 and cosine(-1, 0.3, 0.15) == 0.3
     assert ValueSchedule(0.15, 0.15).constant and ValueSchedule(0.15, 0.15).at(0.7) == 0.15
     assert ValueSchedule(0.3, 0.15, "cosine").largest == 0.3
 
@@ -394,9 +393,8 @@ def test_time_budget_stops_on_time_and_resumes_with_what_is_left(tiny_data, tmp_
     again = pretrain(
         tiny(tiny_data, *ov), tmp_path / "split", resume=True, progress=False, clock=fake_clock
     )
-    assert (
-        again.already_finished and again.steps == 10
-    )  # a requeued job of a finished run: nothing to do, exit 0
+    # a requeued job of a finished run: nothing to do, exit 0
+    assert again.already_finished and again.steps == 10
 
 
 def test_time_budget_stage2_follows_the_budget(tiny_data, tmp_path, fake_clock):
@@ -409,9 +407,8 @@ def test_time_budget_stage2_follows_the_budget(tiny_data, tmp_path, fake_clock):
         "train.ckpt_every=100",
     ]
     pretrain(tiny(tiny_data, *ov), tmp_path / "r", progress=False, clock=fake_clock)
-    assert [r["dropping"] for r in _train_rows(tmp_path / "r")] == [True] * 6 + [
-        False
-    ] * 2  # p = k/8 < 0.75
+    # p = k/8 < 0.75
+    assert [r["dropping"] for r in _train_rows(tmp_path / "r")] == [True] * 6 + [False] * 2
 
 
 DDP_BUDGET_SCRIPT = textwrap.dedent(

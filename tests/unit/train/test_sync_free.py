@@ -298,6 +298,5 @@ def test_window_bands_are_sized_without_a_host_read():
         and sparse.slot.shape[1:] == (T // 32, 32 + 2 * 8)
     )
     assert documents is None
-    assert (
-        attention.Band.build(drows, drows, None, torch.float32, block=32) is not None
-    )  # on CPU: free to read
+    # on CPU: free to read
+    assert attention.Band.build(drows, drows, None, torch.float32, block=32) is not None

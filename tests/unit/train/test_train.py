@@ -42,9 +42,8 @@ def test_tiny_learns(tiny_data, tmp_path):
         progress=False,
     )
     ev = evals(tmp_path / "run")
-    assert ev[-1] < ev[0] - 1.0 and ev[-1] < 0.75 * ev[0], (
-        ev
-    )  # eval MLM loss (full model) falls clearly
+    # eval MLM loss (full model) falls clearly
+    assert ev[-1] < ev[0] - 1.0 and ev[-1] < 0.75 * ev[0], ev
     assert res.steps == 60 and not res.interrupted
     assert (tmp_path / "run" / "report.md").is_file() and (
         tmp_path / "run" / "curves.png"

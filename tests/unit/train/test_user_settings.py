@@ -19,13 +19,11 @@ def test_the_continue_presets_batch_warm_up_follows_the_users_batch():
             batch_warmup_line(tc)
             == f"; warm-up from {start} (0.5 of it) over the first 0.25 of the run"
         )
-    tc = load_config(
-        "continue", ["train.batch_warmup_start=8"]
-    ).train  # sequences, over the preset's share
+    # sequences, over the preset's share
+    tc = load_config("continue", ["train.batch_warmup_start=8"]).train
     assert batch_warmup_start(tc) == 8 and batch_warmup_line(tc).startswith("; warm-up from 8 over")
-    tc = load_config(
-        "continue", ["train.batch_warmup_tokens=4096"]
-    ).train  # the length's other unit replaces the share
+    # the length's other unit replaces the share
+    tc = load_config("continue", ["train.batch_warmup_tokens=4096"]).train
     assert (tc.batch_warmup_share, tc.batch_warmup_tokens) == (0.0, 4096)
 
 
@@ -35,9 +33,8 @@ def test_the_tiny_presets_lr_warm_up_follows_the_users_length(tiny_data):
             load_config("tiny", [f'data.path="{tiny_data}"', f"train.steps={steps}"]), None
         )
         assert (cfg.train.steps, cfg.train.warmup_steps) == (steps, warm)
-    assert (
-        load_config(None, ["train.steps=4"]).train.warmup_steps == 4
-    )  # the default: never longer than the run
+    # the default: never longer than the run
+    assert load_config(None, ["train.steps=4"]).train.warmup_steps == 4
     assert load_config(None, []).train.warmup_steps == 100
 
 

@@ -122,10 +122,11 @@ def test_pieces_are_framed_and_masked_on_their_own(packed, workers):
 
 def test_frame_pieces_by_hand():
     rows = np.array([[1, 10, 11, 12, 13, 14, 15, 2]])  # [CLS] 6 body tokens [SEP], T = 8
+    # 14, 15 do not fit
     assert frame_pieces(rows, 4, 1, 2).tolist() == [
         [1, 10, 11, 2],
         [1, 12, 13, 2],
-    ]  # 14, 15 do not fit
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,9 +180,8 @@ def test_warmups_in_pretraining_flops_and_exact_resume(tiny_data, tmp_path, extr
     ends with the same losses and weights, bit for bit."""
     cfg = tiny(tiny_data, *WARM, *extra)
     res = pretrain(cfg, tmp_path / "full", progress=False)
-    cfg = load_run_config(
-        tmp_path / "full"
-    )  # as resolved (the vocabulary size from the data); the parsed cfg is unchanged
+    # as resolved (the vocabulary size from the data); the parsed cfg is unchanged
+    cfg = load_run_config(tmp_path / "full")
     rows = _rows(tmp_path / "full")
     T, total = 64, 0
     for r in rows:

@@ -556,9 +556,8 @@ def test_state_saves_and_restores_exactly(tmp_path):
     st.step = 7
     save_state(st, tmp_path)
     twin = copy.deepcopy(m)
-    m(
-        input_ids=ids, attention_mask=mask, labels=labels
-    )  # moves the importance and the generator on
+    # moves the importance and the generator on
+    m(input_ids=ids, attention_mask=mask, labels=labels)
     fresh = apply_token_dropping(_hf("bert"), special_ids=SPECIAL, method="half_random").train()
     load_state(token_dropping_state(fresh), tmp_path)
     a, b = token_dropping_state(twin), token_dropping_state(fresh)
@@ -641,16 +640,14 @@ def test_missing_special_ids_and_patching_twice():
         apply_token_dropping(m)  # BertConfig knows no [CLS]/[MASK] id
     _one_line(e)
     assert "forward" not in m.__dict__  # nothing half-patched
-    apply_token_dropping(
-        m, method="random_ltd", total_steps=4
-    )  # random-LTD pins nothing: no ids needed
+    # random-LTD pins nothing: no ids needed
+    apply_token_dropping(m, method="random_ltd", total_steps=4)
     with pytest.raises(TokenDroppingError, match="already patched") as e:
         apply_token_dropping(m, special_ids=SPECIAL)
     _one_line(e)
     with pytest.raises(TokenDroppingError, match="already patched"):
-        apply_token_dropping(
-            m.bert, special_ids=SPECIAL
-        )  # its encoder's layers are patched already
+        # its encoder's layers are patched already
+        apply_token_dropping(m.bert, special_ids=SPECIAL)
     assert set(OPTIONS) >= {"rate", "method", "variant", "tokenizer"}
 
 

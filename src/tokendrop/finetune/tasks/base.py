@@ -89,13 +89,11 @@ class TaskSpec:
     )
     labels: list[str] = field(default_factory=list)  # classification: label values in index order
     train: str = "train.tsv"  # "" = evaluation only
-    dev: dict[str, str] = field(
-        default_factory=lambda: {"dev": "dev.tsv"}
-    )  # split name -> file name
+    # split name -> file name
+    dev: dict[str, str] = field(default_factory=lambda: {"dev": "dev.tsv"})
     test: dict[str, str] = field(default_factory=lambda: {"test": "test.tsv"})  # unlabelled splits
-    skip_labels: tuple[
-        str, ...
-    ] = ()  # label values whose rows are left out (MNLI's "-": no gold label)
+    # label values whose rows are left out (MNLI's "-": no gold label)
+    skip_labels: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     value_range: tuple[float, float] | None = None  # regression: the closed range of a valid label
 

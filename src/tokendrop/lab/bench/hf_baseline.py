@@ -72,9 +72,8 @@ class BertSparseMLM(nn.Module):
     def forward(
         self, input_ids: Tensor, token_type_ids: Tensor, positions: Tensor, labels: Tensor
     ) -> Tensor:
-        h = self.hf.bert(
-            input_ids=input_ids, token_type_ids=token_type_ids
-        ).last_hidden_state  # (B, T, H)
+        # (B, T, H)
+        h = self.hf.bert(input_ids=input_ids, token_type_ids=token_type_ids).last_hidden_state
         h = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, P, H)
         logits = self.hf.cls(h)  # (B, P, V)
         return nn.functional.cross_entropy(

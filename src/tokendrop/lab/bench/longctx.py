@@ -177,9 +177,8 @@ class LongContextConfig:
             )
         if self.memory_limit_gib < 0 or self.time_budget_s < 0:
             raise ConfigError("longctx.memory_limit_gib/time_budget_s: expected >= 0")
-        for (
-            shape
-        ) in self.shapes():  # every row's BenchConfig is valid (shapes, T, rate, backend, ...)
+        # every row's BenchConfig is valid (shapes, T, rate, backend, ...)
+        for shape in self.shapes():
             for t in self.seq_lens:
                 self.bench_config(shape, t).validate()
         return self
@@ -254,9 +253,8 @@ class Row:
     flop_bound: float | None = None
     fraction_of_bound: float | None = None
     fraction_of_bound_cpu: float | None = optional()
-    flop_bound_masked_dense: float | None = (
-        optional()
-    )  # modernbert: sliding windows as masked dense attention
+    # modernbert: sliding windows as masked dense attention
+    flop_bound_masked_dense: float | None = optional()
     attention_share_dense: float | None = None
     attention_share_drop: float | None = None
     dense_tflops: float | None = None
@@ -464,9 +462,8 @@ def run_longctx(
     dev = bench_device(cfg.bench_config(cfg.shapes()[0], cfg.seq_lens[0]))
     limit = int(cfg.memory_limit_gib * 2**30) if cfg.memory_limit_gib else machine_memory_bytes(dev)
     env = environment(dev)
-    if (
-        cfg.threads
-    ):  # every row runs with these (run_bench sets them for its run), not the process's default
+    # every row runs with these (run_bench sets them for its run), not the process's default
+    if cfg.threads:
         env.torch_threads = cfg.threads
     res = LongContextResult(
         preset=cfg.name,

@@ -34,9 +34,8 @@ class MaxBatch:
     setting: str  # e.g. "T128/dense" (the name at the start size)
     seq_len: int
     largest_fit: int  # 0: not even the start size fits
-    first_fail: (
-        int | None
-    )  # the smallest size tried that did not fit; None: the cap or the time ran out first
+    # the smallest size tried that did not fit; None: the cap or the time ran out first
+    first_fail: int | None
     cap: int
     stopped: str  # "resolved" | "cap" | "time budget"
     tries: list[BatchTry] = field(default_factory=list)
@@ -64,9 +63,8 @@ def _release(builder: StepBuilder, r, s: Setting) -> None:
         if isinstance(o, torch.optim.Optimizer):
             o.zero_grad(set_to_none=True)
     builder.forget_batch(s.batch_size, s.seq_len)
-    if (
-        builder.device.type == "cuda"
-    ):  # after an out-of-memory error: give the next size the whole device
+    # after an out-of-memory error: give the next size the whole device
+    if builder.device.type == "cuda":
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -76,9 +74,8 @@ def try_batch(builder: StepBuilder, s: Setting, memory_limit: int = 0) -> BatchT
     r = None
     try:
         r = builder.runner(s)
-        before = state_bytes(
-            *r.state
-        )  # a first step also allocates the optimizer state: inside its peak
+        # a first step also allocates the optimizer state: inside its peak
+        before = state_bytes(*r.state)
         peak, _ = peak_step_memory(r.step, builder.device)
         total = before + (peak or 0)
         if memory_limit > 0 and total > memory_limit:

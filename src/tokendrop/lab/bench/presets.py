@@ -107,9 +107,8 @@ class BenchConfig:
     tokens_per_step: int = 2048  # B = tokens_per_step // T (unless batch_sizes gives it)
     batch_sizes: list[int] = field(default_factory=list)  # per seq_len, overrides tokens_per_step
     rates: list[float] = field(default_factory=lambda: [0.5])
-    variants: list[str] = field(
-        default_factory=lambda: ["drop"]
-    )  # drop | pass | avg (rate 0.5 only) | random_ltd
+    # drop | pass | avg (rate 0.5 only) | random_ltd
+    variants: list[str] = field(default_factory=lambda: ["drop"])
     method: str = "cumulative"  # importance method for drop/pass (the paper's)
     hf: bool = (
         True  # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side

@@ -57,9 +57,8 @@ class MemoryStats:
 class HostSyncs:
     count: int
     examples: list[str]
-    locations: list[str] = field(
-        default_factory=list
-    )  # "dir/file.py:line" of the Python calls that synced
+    # "dir/file.py:line" of the Python calls that synced
+    locations: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -69,9 +68,8 @@ class StepCensus:
 
     ops: int  # aten ops dispatched (forward, backward, optimizer, importance update)
     syncs: int  # ops that would make a CUDA host wait
-    locations: list[str] = field(
-        default_factory=list
-    )  # "tokendrop/...py:line" of each distinct sync
+    # "tokendrop/...py:line" of each distinct sync
+    locations: list[str] = field(default_factory=list)
 
 
 @dataclass

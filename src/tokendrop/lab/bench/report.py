@@ -533,9 +533,8 @@ def plot_speedup(
                 if not vr:
                     continue
                 rates = [0.0] + [x["rate"] for x in vr]
-                shift = {"drop": -0.006, "pass": 0.006, "avg": 0.0, "random_ltd": 0.012}[
-                    variant
-                ]  # keep the error bars apart
+                # keep the error bars apart
+                shift = {"drop": -0.006, "pass": 0.006, "avg": 0.0, "random_ltd": 0.012}[variant]
                 meas = [1.0] + [x[key] for x in vr]
                 lo = [0.0] + [x[key] - x[f"{key}_paired_min"] for x in vr]
                 hi = [0.0] + [x[f"{key}_paired_max"] - x[key] for x in vr]

@@ -22,9 +22,8 @@ from tokendrop.train.runtime import resolve_device
 
 
 def bench_device(cfg: BenchConfig) -> torch.device:
-    gpu = (
-        torch.cuda.current_device() if cfg.device == "cuda" and torch.cuda.is_available() else 0
-    )  # this process's GPU
+    # this process's GPU
+    gpu = torch.cuda.current_device() if cfg.device == "cuda" and torch.cuda.is_available() else 0
     return resolve_device(cfg.device, gpu, "bench.device", ConfigError)
 
 

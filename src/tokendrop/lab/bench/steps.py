@@ -116,9 +116,8 @@ class StepBuilder:
         key = "drop" if variant in ("dense", "drop") else variant
         if key not in self._ours:
             torch.manual_seed(self.cfg.seed)
-            drop = VARIANTS[key].drop_config(
-                self.cfg.method
-            )  # builds the model; each step brings its rate
+            # builds the model; each step brings its rate
+            drop = VARIANTS[key].drop_config(self.cfg.method)
             m = build_ours(self.model_cfg, drop)
             if self._init_sd is None:
                 self._init_sd = {k: v.clone() for k, v in m.state_dict().items()}

@@ -69,14 +69,12 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
             ),
         ]
 
-    logged = {
-        r["step"]: r["flops"] for r in train + evals + events if "flops" in r
-    }  # the run's own count
+    # the run's own count
+    logged = {r["step"]: r["flops"] for r in train + evals + events if "flops" in r}
 
     def cum_flops(step: float) -> float:
-        if (
-            step in logged
-        ):  # every step at its own length, batch and kept count (warm-ups, time budgets)
+        # every step at its own length, batch and kept count (warm-ups, time budgets)
+        if step in logged:
             return logged[step]
         if cum is not None:
             return cum[min(int(step), s2)] + f_dense * max(0.0, step - s2)

@@ -56,13 +56,14 @@ def _eval_task(
     """A worker's share of the models (runs in the worker process)."""
     sc = from_dict(StudyConfig, study)
     cpu0 = cpu_s()
+    # the study holds OUT's lock; workers share OUT/eval
     r = evaluate(
         [f"{label}={path}" for label, path in models],
         suite_config(sc, data_info),
         Path(out) / "eval",
         log=_print_eval,
         coordinated=True,
-    )  # the study holds OUT's lock; workers share OUT/eval
+    )
     return {
         "computed": r.get("computed", 0),
         "skipped": r.get("skipped", 0),

@@ -31,9 +31,8 @@ def plot_curves(res: StudyResults, out: Path) -> list[Path]:
         finals = []
         for i, n in enumerate(names):
             d = res.methods[n]
-            color = cmap(
-                (2 * i) % 20 + (2 * i) // 20 % 2
-            )  # the 10 dark hues first, then the light ones
+            # the 10 dark hues first, then the light ones
+            color = cmap((2 * i) % 20 + (2 * i) // 20 % 2)
             for j, rname in enumerate(d.runs):
                 c = res.runs[rname].curve
                 xs, ys = [p[xkey] for p in c], [p["eval_loss"] for p in c]

@@ -262,9 +262,8 @@ def _methods_that_fell_short(res: StudyResults) -> list[str]:
     b = M[ref]
     rows = []
     for n in res.order:
-        if (
-            n == ref or not M[n].group or M[n].group in ("baseline", "schedule")
-        ):  # schedule: dense arms
+        # schedule: dense arms
+        if n == ref or not M[n].group or M[n].group in ("baseline", "schedule"):
             continue
         ds, bs = _downstream(res, n), _downstream(res, ref)
         if ds and bs:
@@ -440,13 +439,11 @@ def paper_comparison(res: StudyResults, study: StudyConfig | None = None) -> lis
     M = res.methods
     out: list[str] = []
     td, b = M.get("token-drop"), M.get("baseline")
-    if (
-        not td or not b or not isnum(td.rel_wall) or res.baseline != "baseline"
-    ):  # the paper's own comparison only
+    # the paper's own comparison only
+    if not td or not b or not isnum(td.rel_wall) or res.baseline != "baseline":
         return out
-    if equal_time(
-        study
-    ):  # every arm had the same budget: time saved on the way to the baseline's loss
+    # every arm had the same budget: time saved on the way to the baseline's loss
+    if equal_time(study):
         ok = [h for h in (res.runs[r].to_target for r in td.runs) if h]
         if ok:
             rel = mean([h.rel_wall for h in ok])

@@ -33,9 +33,8 @@ class MethodSpec:
 
     @property
     def dropping(self) -> bool:
-        selecting = [
-            f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops
-        ]  # random_ltd too
+        # random_ltd too
+        selecting = [f"drop.method={n}" for n, m in SELECTION_METHODS.items() if m.drops]
         pooling = [f"drop.variant={n}" for n, v in VARIANTS.items() if v.pools]
         return any(o in selecting or o in pooling for o in self.overrides)
 
@@ -53,24 +52,28 @@ def _drop(
 
 _DENSE = _drop("none")
 STAGE2 = 0.1  # the paper: 100k of 1M steps
+# ScTD's released code: every 10th step
 SCTD = (
     "drop.consistency_weight=0.05",
     "drop.consistency_every=10",
-)  # ScTD's released code: every 10th step
+)
 MASK_DECAY = ("data.mask_prob=[0.3, 0.15]", "data.mask_schedule='linear'")  # Ankner et al. 2024
+# ModernBERT
 WSD = (
     "train.lr_schedule='wsd'",
     "train.decay_share=0.2",
     "train.decay_shape='1-sqrt'",
-)  # ModernBERT
+)
+# from half the batch (ModernBERT: a sixth)
 BATCH_WARMUP = (
     "train.batch_warmup_start=8",
     "train.batch_warmup_share=0.25",
-)  # from half the batch (ModernBERT: a sixth)
+)
+# DeepSpeed's curriculum, T/4 first
 SEQ_WARMUP = (
     "data.seq_len_start=32",
     "data.seq_len_warmup_share=0.25",
-)  # DeepSpeed's curriculum, T/4 first
+)
 
 ARMS: dict[str, MethodSpec] = {
     m.name: m
@@ -255,9 +258,8 @@ class StudyConfig:
     name: str = ""
     base: str = "tiny"  # pretraining preset (name in configs/ or a .toml path)
     base_overrides: list[str] = field(default_factory=list)  # "section.key=value" for every run
-    corpus: list[str] = field(
-        default_factory=list
-    )  # files, dirs, globs (tokendrop prepare's inputs)
+    # files, dirs, globs (tokendrop prepare's inputs)
+    corpus: list[str] = field(default_factory=list)
     corpus_max_bytes: int = (
         0  # > 0: a deterministic subset -- whole documents in corpus order up to this size
     )
@@ -283,9 +285,8 @@ class StudyConfig:
     prepare_workers: int = 0  # 0 = all cores
     seeds: list[int] = field(default_factory=lambda: [0, 1])  # train.seed of each run
     methods: list[str] = field(default_factory=lambda: list(TABLE1))  # Table 1 rows
-    drop_rates: list[float] = field(
-        default_factory=lambda: list(PAPER_DROP_RATES)
-    )  # Table 4 ([] = no sweep)
+    # Table 4 ([] = no sweep)
+    drop_rates: list[float] = field(default_factory=lambda: list(PAPER_DROP_RATES))
     evaluate: bool = True  # fine-tune every model with the suite
     suite: str = ""  # suite preset (configs/suite-NAME.toml); "" = the suite's defaults
     suite_overrides: list[str] = field(default_factory=list)  # "key=value" for the suite config

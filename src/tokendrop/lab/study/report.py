@@ -540,9 +540,8 @@ def refresh_findings(report_dir: Path) -> list[str]:
     lines = (report_dir / "study.md").read_text(encoding="utf-8").split("\n")
 
     def replace_list(heading: str, items: list[str]) -> None:
-        i = (
-            lines.index(heading) + 2
-        )  # the heading, a blank line, then "- " items up to the next blank line
+        # the heading, a blank line, then "- " items up to the next blank line
+        i = lines.index(heading) + 2
         j = i
         while j < len(lines) and lines[j].startswith("- "):
             j += 1

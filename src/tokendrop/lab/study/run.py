@@ -215,9 +215,8 @@ def _pretrain_all(
     pending_names = {r.name for r in pending}
     for spec in todo:
         if spec.name not in pending_names:
-            record(
-                spec, train_run(spec, out / "runs" / spec.name, False)
-            )  # writes a missing report.md only
+            # writes a missing report.md only
+            record(spec, train_run(spec, out / "runs" / spec.name, False))
     if study.parallel > 1 and len(pending) > 1:
         log(f"pretraining {len(pending)} runs in {study.parallel} worker processes ...")
         by_name = {r.name: r for r in pending}
@@ -280,9 +279,8 @@ def _run_study(
         {"command": cmd, "started": _dt.datetime.now().isoformat(timespec="seconds")}
     )
 
-    source = resolve_source(
-        study
-    )  # the checkpoint to continue (fetched if named), None from scratch
+    # the checkpoint to continue (fetched if named), None from scratch
+    source = resolve_source(study)
     # plan (validates every run config before anything expensive happens)
     plan_runs(study, None, out, source)
     need_unpacked = any(method_spec(n, study).unpacked for n in selected)

@@ -260,9 +260,8 @@ def normalise_hf_names(keys: list[str]) -> tuple[dict[str, str], bool]:
             c = "bert." + c
         out[c] = k
     if "cls.predictions.bias" not in out and "cls.predictions.decoder.bias" in out:
-        out["cls.predictions.bias"] = out.pop(
-            "cls.predictions.decoder.bias"
-        )  # the same tensor, other name
+        # the same tensor, other name
+        out["cls.predictions.bias"] = out.pop("cls.predictions.decoder.bias")
     return out, prefixed
 
 

@@ -75,19 +75,16 @@ class Attention(nn.Module):
         # mask
         b, n, d = x.shape
         h = self.num_heads
-        if (
-            kv_in is None
-        ):  # one projection: q and kv weights concatenated (3 launches less per layer)
+        # one projection: q and kv weights concatenated (3 launches less per layer)
+        if kv_in is None:
             w = torch.cat([self.q.weight, self.kv.weight])
             bias = torch.cat([self.q.bias, self.kv.bias])
-            q, k, v = (
-                F.linear(x, w, bias).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
-            )  # 3 x (B, h, n, dh)
+            # 3 x (B, h, n, dh)
+            q, k, v = F.linear(x, w, bias).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
         else:
             q = self.q(x).view(b, n, h, d // h).transpose(1, 2)  # (B, h, n, dh)
-            k, v = (
-                self.kv(kv_in).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)
-            )  # 2 x (B, h, N, dh)
+            # 2 x (B, h, N, dh)
+            k, v = self.kv(kv_in).view(b, -1, 2, h, d // h).permute(2, 0, 3, 1, 4)
         y = attend(q, k, v, attn_bias, self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(b, n, d)
         return self.norm(x + self.dropout(self.o(y)))

@@ -130,9 +130,8 @@ class ModernAttention(nn.Module):
         b, n, d = x.shape
         h = self.num_heads
         if kv_in is None:
-            q, k, v = (
-                self.Wqkv(x).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
-            )  # 3 x (B, h, n, dh)
+            # 3 x (B, h, n, dh)
+            q, k, v = self.Wqkv(x).view(b, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
         else:
             w = self.Wqkv.weight
             q = F.linear(x, w[:d]).view(b, n, h, d // h).transpose(1, 2)
@@ -208,9 +207,8 @@ class ModernBertModel(nn.Module):
         """-> final hidden states (B, T, d).  Dropping only when training and requested; ``doc_ids``
         (B, T): per-document attention with positions restarting in every document."""
         x = self.embeddings(input_ids)
-        at = torch.arange(input_ids.shape[1], device=input_ids.device)[
-            None
-        ]  # (1, T) index in the row
+        # (1, T) index in the row
+        at = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
         pos = at if doc_ids is None else document_positions(doc_ids)  # rotary positions
         active = self.training and self.span is not None and (keep_idx is not None or drop_active)
         masks = MaskCache(
@@ -223,9 +221,8 @@ class ModernBertModel(nn.Module):
             extent=input_ids.shape[1],
         )
         ropes: dict[tuple[int, bool], tuple] = {}
-        rope_dtype = (
-            self.final_norm.weight.dtype
-        )  # cos/sin in the parameters' dtype, not autocast's
+        # cos/sin in the parameters' dtype, not autocast's
+        rope_dtype = self.final_norm.weight.dtype
 
         def rope(rows: Rows, local: bool):
             key = (id(rows), local)

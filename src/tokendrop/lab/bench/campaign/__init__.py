@@ -179,17 +179,15 @@ def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: L
     )
     save()  # PART.json now says complete: false until the part ends
     try:
-        gate(
-            "campaign-part"
-        )  # a test-only pause point (tokendrop.runs.gate): PART.json says complete: false
+        # a test-only pause point (tokendrop.runs.gate): PART.json says complete: false
+        gate("campaign-part")
         _runner(name)(cfg, out_dir, budget, r, save, say)
     except Exception as e:  # recorded in PART.json; the next part still runs
         r.error = " ".join(f"{type(e).__name__}: {e}".split())[:2000]
         r.data["traceback"] = traceback.format_exc()[-4000:]
         say(f"[{name}] stopped: {r.error}")
-    except (
-        BaseException
-    ) as e:  # Ctrl-C / SIGTERM: PART.json keeps what the part finished, marked incomplete
+    # Ctrl-C / SIGTERM: PART.json keeps what the part finished, marked incomplete
+    except BaseException as e:
         sig = getattr(e, "signum", signal.SIGINT if isinstance(e, KeyboardInterrupt) else None)
         r.error = (
             f"interrupted ({signal.Signals(sig).name if sig else type(e).__name__}) before "
@@ -203,9 +201,8 @@ def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: L
             file=sys.stderr,
             flush=True,
         )
-        if isinstance(
-            e, KeyboardInterrupt
-        ):  # the CLI's last line says so instead of "nothing partial was kept"
+        # the CLI's last line says so instead of "nothing partial was kept"
+        if isinstance(e, KeyboardInterrupt):
             e.kept = (
                 f"the finished parts and {name}'s partial result (complete: false) were kept "
                 f"in {out_dir}"
@@ -252,9 +249,8 @@ def claim_output(out: str | os.PathLike) -> Path:
             )
     rundir.prepare_output(p, "campaign")  # a file or a link at OUT: refused
     rundir.create(p, "campaign")
-    for (
-        f
-    ) in p.iterdir():  # temp files of a writer killed mid-write (we hold the lock: none is live)
+    # temp files of a writer killed mid-write (we hold the lock: none is live)
+    for f in p.iterdir():
         if f.name.startswith(".") and ".tmp-" in f.name and f.is_file() and not f.is_symlink():
             f.unlink()
     return p

@@ -71,9 +71,8 @@ class PartResult:
     skipped: list[str] = field(default_factory=list)  # phases left out for the time budget
     checks: list[Check] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
-    tables: list[tuple[str, list[str], list[list[Any]]]] = field(
-        default_factory=list
-    )  # (title, header, rows)
+    # (title, header, rows)
+    tables: list[tuple[str, list[str], list[list[Any]]]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # other files written under OUT
     data: dict[str, Any] = field(default_factory=dict)
 

@@ -53,9 +53,8 @@ class BenchPart:
     compile_backend: str = "inductor"  # dry runs: eager (dynamo only, no code generation)
     memory: bool = True
     max_batch: bool = True  # bench (eager): the largest batch that fits, per T and implementation
-    max_batch_caps: list[int] = field(
-        default_factory=lambda: [4096, 1024]
-    )  # per T: where the search stops
+    # per T: where the search stops
+    max_batch_caps: list[int] = field(default_factory=lambda: [4096, 1024])
     max_batch_memory_bytes: int = (
         0  # > 0: a batch fits only under this peak (how a CPU dry run "runs out")
     )
@@ -135,9 +134,8 @@ class PretrainPart:
     config: str = "bert-base-128"
     steps: int = 300
     batch_size: int = 256
-    overrides: list[str] = field(
-        default_factory=list
-    )  # dotted Config overrides for every run of the part
+    # dotted Config overrides for every run of the part
+    overrides: list[str] = field(default_factory=list)
     resume_steps: int = (
         20  # checkpoint/resume check: pause at half, resume, compare with an uninterrupted run
     )
@@ -154,9 +152,8 @@ class QualityPart:
     budget, then fine-tuned; eval MLM loss vs wall-clock and time-to-loss."""
 
     config: str = "bert-base-128"
-    overrides: list[str] = field(
-        default_factory=list
-    )  # the small model, lr, ... (dotted Config overrides)
+    # the small model, lr, ... (dotted Config overrides)
+    overrides: list[str] = field(default_factory=list)
     batch_size: int = 256
     train_budget_s: float = 110.0  # training seconds per method (evaluation excluded)
     # "time": each run trains for the same wall-clock seconds (train.time_budget, the per-run budget

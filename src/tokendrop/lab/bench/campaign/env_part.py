@@ -123,9 +123,8 @@ def probe_sdpa(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> lis
             q, k, v = _qkv(device, dtype)
             try:
                 with sdpa_kernel([backend]), warnings.catch_warnings():
-                    warnings.simplefilter(
-                        "ignore"
-                    )  # the why-not warnings: the error message says it
+                    # the why-not warnings: the error message says it
+                    warnings.simplefilter("ignore")
                     y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
                     y.float().sum().backward()
                 if device.type == "cuda":

@@ -82,9 +82,8 @@ class RunSummary:
     train_seconds: (
         float  # the log's wall_time: training steps only, evaluation and checkpoints excluded
     )
-    tokens_per_s: (
-        float | None
-    )  # median over log records after the first (which holds warm-up / compilation)
+    # median over log records after the first (which holds warm-up / compilation)
+    tokens_per_s: float | None
     mfu: float | None
     first_loss: float | None
     final_loss: float | None

@@ -57,7 +57,7 @@ def test_every_error_class_is_a_tokendrop_error():
 
 def test_error_classes_keep_their_builtin_bases():
     from tokendrop.errors import ConfigError
-    from tokendrop.lab.demo import FetchError
+    from tokendrop.lab.fetch import FetchError
     from tokendrop.train.trainer import TrainingError
 
     assert issubclass(ConfigError, ValueError) and issubclass(TrainingError, RuntimeError)

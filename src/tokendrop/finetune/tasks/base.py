@@ -326,7 +326,7 @@ def read_tsv_table(
     it = read_lines(path)
     header = None
     lineno = 0
-    for _lineno, line in it:
+    for lineno, line in it:  # noqa: B007 (the header's line number, read after the loop)
         if line.strip():
             header = line.split("\t")
             break

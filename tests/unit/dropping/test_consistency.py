@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from batches import mlm_batch
+from tiny_models import tiny_config
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
@@ -34,28 +35,6 @@ class RecordingSGD(torch.optim.SGD):
             for p in g["params"]
         }
         return super().step(closure)
-
-
-def _cfg(family: str) -> ModelConfig:
-    if family == "bert":
-        return ModelConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_layers=4,
-            num_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            hidden_dropout=0.0,
-            attention_dropout=0.0,
-        )
-    return ModelConfig(
-        preset="modern-tiny",
-        vocab_size=V,
-        sep_token_id=SPECIAL_IDS["sep"],
-        local_attention=16,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-    )
 
 
 def _batch(b: int = 2, t: int = 32, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -102,7 +81,7 @@ def test_kl_hand_computed():
 
 @pytest.mark.parametrize("family", ["bert", "modernbert"])
 def test_weight_zero_is_plain_dropping_bit_for_bit(family):
-    mc = _cfg(family)
+    mc = tiny_config(family, V)
     plain, mp = _step(mc, DropConfig(method="cumulative"), torch.optim.AdamW)
     zero, mz = _step(
         mc,
@@ -125,7 +104,7 @@ def test_weight_zero_is_plain_dropping_bit_for_bit(family):
 
 @pytest.mark.parametrize("family", ["bert", "modernbert"])
 def test_positive_weight_adds_the_cls_kl_of_the_last_two_layers(family):
-    mc = _cfg(family)
+    mc = tiny_config(family, V)
     lam = 0.3
     drop = DropConfig(method="cumulative", consistency_weight=lam, consistency_every=2)
     step_fn, model = _step(mc, drop)

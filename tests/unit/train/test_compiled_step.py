@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 from batches import mlm_batch
+from tiny_models import tiny_config
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from tokendrop.config import Config, ModelConfig, TrainConfig, load_config
+from tokendrop.config import Config, TrainConfig, load_config
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
@@ -37,30 +38,8 @@ class RecordingAdamW(torch.optim.AdamW):
         return super().step(closure)
 
 
-def _cfg(family: str) -> ModelConfig:
-    if family == "bert":
-        return ModelConfig(
-            vocab_size=V,
-            hidden_size=32,
-            num_layers=4,
-            num_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            hidden_dropout=0.0,
-            attention_dropout=0.0,
-        )
-    return ModelConfig(
-        preset="modern-tiny",
-        vocab_size=V,
-        sep_token_id=SPECIAL_IDS["sep"],
-        local_attention=16,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-    )
-
-
 def _step(family: str, mode: str, backend, device: str = "cpu", amp=None):
-    mc = _cfg(family)
+    mc = tiny_config(family, V)
     drop = DropConfig(method="cumulative")
     cfg = Config(
         model=mc, drop=drop, train=TrainConfig(steps=20, batch_size=B, lr=1e-3, warmup_steps=0)
@@ -166,14 +145,16 @@ def test_modes():
 
 def test_compiled_shapes_count_lengths_and_kinds():
     cfg = Config(
-        model=_cfg("bert"), drop=DropConfig(method="cumulative"), train=TrainConfig(steps=20)
+        model=tiny_config("bert", V),
+        drop=DropConfig(method="cumulative"),
+        train=TrainConfig(steps=20),
     ).validate()
     assert compiled_shapes(cfg, [T]) == 1  # every step drops
     assert compiled_shapes(cfg, [8, 16, 32]) == 3  # a sequence-length warm-up: one per length
     cfg.drop.stage2_fraction = 0.1
     assert compiled_shapes(cfg, [T]) == 2  # + stage 2
     ltd = Config(
-        model=_cfg("bert"),
+        model=tiny_config("bert", V),
         drop=DropConfig(method="random_ltd", ltd_step=8),
         train=TrainConfig(steps=20),
     )

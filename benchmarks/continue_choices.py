@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from tokendrop.config import FinetuneConfig, load_config
-    from tokendrop.finetune import finetune
+    from tokendrop.finetuning import finetune
     from tokendrop.lab import demo
     from tokendrop.train.trainer import pretrain, read_metrics
 

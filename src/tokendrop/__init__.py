@@ -31,7 +31,7 @@ _API: dict[str, tuple[str, str]] = {
     "DropConfig": ("tokendrop.dropping.methods", "DropConfig"),
     "FinetuneConfig": ("tokendrop.config", "FinetuneConfig"),
     "load_config": ("tokendrop.config", "load_config"),
-    "finetune_config": ("tokendrop.finetune.run", "finetune_config"),
+    "finetune_config": ("tokendrop.finetuning.run", "finetune_config"),
     # the method
     "METHODS": ("tokendrop.dropping.methods", "METHODS"),
     "DropPlan": ("tokendrop.dropping.plan", "DropPlan"),
@@ -48,8 +48,8 @@ _API: dict[str, tuple[str, str]] = {
     # jobs
     "prepare": ("tokendrop.data.prepare", "prepare"),
     "pretrain": ("tokendrop.train.trainer", "pretrain"),
-    "finetune": ("tokendrop.finetune.trainer", "finetune"),
-    "evaluate": ("tokendrop.finetune.suite", "evaluate"),
+    "finetune": ("tokendrop.finetuning.trainer", "finetune"),
+    "evaluate": ("tokendrop.finetuning.suite", "evaluate"),
     "verify": ("tokendrop.verification", "verify_path"),
     # errors
     "TokendropError": ("tokendrop.errors", "TokendropError"),
@@ -93,9 +93,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         TokendropError,
         TrainingError,
     )
-    from tokendrop.finetune.run import finetune_config  # noqa: F401
-    from tokendrop.finetune.suite import evaluate  # noqa: F401
-    from tokendrop.finetune.trainer import finetune  # noqa: F401
+    from tokendrop.finetuning.run import finetune_config  # noqa: F401
+    from tokendrop.finetuning.suite import evaluate  # noqa: F401
+    from tokendrop.finetuning.trainer import finetune  # noqa: F401
     from tokendrop.models.families import FAMILIES, build_model  # noqa: F401
     from tokendrop.models.source import (  # noqa: F401
         export_hf as export,

@@ -232,7 +232,7 @@ def cmd_flops(a: argparse.Namespace) -> int:
 
 
 def cmd_finetune(a: argparse.Namespace) -> int:
-    from tokendrop.finetune import finetune, finetune_config
+    from tokendrop.finetuning import finetune, finetune_config
 
     cfg = finetune_config(a.config, a.overrides, task=a.task, data=a.data)
     r = finetune(cfg, a.model, a.out, overwrite=a.overwrite)
@@ -252,7 +252,7 @@ def cmd_finetune(a: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
-    from tokendrop.finetune import evaluate
+    from tokendrop.finetuning import evaluate
 
     s = evaluate(a.models, a.suite, a.out, overrides=a.overrides, overwrite=a.overwrite)
     print(s["markdown"])
@@ -417,7 +417,7 @@ class _TaskList:
     parse)."""
 
     def __str__(self) -> str:
-        from tokendrop.finetune.tasks import TASK_ALIASES, TASKS
+        from tokendrop.finetuning.tasks import TASK_ALIASES, TASKS
 
         return (
             ", ".join(TASKS)
@@ -693,7 +693,7 @@ def _add_evaluate(sub) -> None:
         epilog=_examples(
             "tokendrop evaluate --models runs/a runs/b --suite suite-tiny --out runs/eval "
             "--set glue_data=glue --set squad_data=squad",
-            notes="--set takes the suite's fields (tokendrop.finetune.SuiteConfig): glue_data, "
+            notes="--set takes the suite's fields (tokendrop.finetuning.SuiteConfig): glue_data, "
             "squad_data, tasks, glue_epochs, glue_lrs, finetune_seeds, glue.batch_size, ...",
         ),
     )

@@ -55,8 +55,8 @@ from tokendrop.data import DataError, PreparedData
 from tokendrop.data.prepared import SPLITS
 from tokendrop.data.tokenizer import has_tokenizer_files, load_tokenizer
 from tokendrop.errors import TokendropError, TrainingError, check_path_arg
-from tokendrop.finetune.suite import SuiteConfig, cells_for, load_suite, model_weights
-from tokendrop.finetune.tasks import get_task
+from tokendrop.finetuning.suite import SuiteConfig, cells_for, load_suite, model_weights
+from tokendrop.finetuning.tasks import get_task
 from tokendrop.models.hf import InteropError
 from tokendrop.models.source import read_source_tensors, resolve_init_source
 from tokendrop.runs import checkpoint as ckpt_mod

@@ -29,8 +29,11 @@ def test_no_public_name_is_shadowed_by_a_module():
         if ".lab" not in info.name and not info.name.endswith("__main__"):
             importlib.import_module(info.name)
     for name in tokendrop.__all__:
-        value = getattr(tokendrop, name)
-        assert not isinstance(value, types.ModuleType) or callable(value), name
+        assert not isinstance(getattr(tokendrop, name), types.ModuleType), name
+    top = {info.name for info in pkgutil.iter_modules(tokendrop.__path__)}
+    assert not top & set(tokendrop.__all__), (
+        f"modules of tokendrop named as public names: {sorted(top & set(tokendrop.__all__))}"
+    )
 
 
 def test_an_unknown_name_is_an_attribute_error():

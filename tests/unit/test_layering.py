@@ -351,7 +351,7 @@ LAYER_ORDER = (
     "config",  # the typed configuration
     "models",  # the encoder families
     "train",  # pretraining
-    "finetune",  # GLUE and SQuAD
+    "finetuning",  # GLUE and SQuAD
     "transformers",  # token dropping inside transformers' models
     "verification",  # tokendrop verify: every output, checked with the layers that write it
     "tokendrop",  # the public API (tokendrop/__init__.py)

@@ -497,7 +497,7 @@ class Config:
 class FinetuneConfig:
     """One fine-tuning run on one task (GLUE-style classification or SQuAD-style span QA)."""
 
-    # a task of tokendrop.finetune.tasks.TASKS: cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1
+    # a task of tokendrop.finetuning.tasks.TASKS: cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1
     # squad2 custom
     task: str = ""
     data: str = ""  # directory holding the task's files

@@ -28,7 +28,7 @@ from typing import Any
 from tokendrop.config import FinetuneConfig, load_config
 from tokendrop.data import DataError, PreparedData, prepare
 from tokendrop.dropping.flops import step_flops
-from tokendrop.finetune import finetune as run_finetune
+from tokendrop.finetuning import finetune as run_finetune
 from tokendrop.lab import fetch
 from tokendrop.lab.machine import cpu_model, loadavg
 from tokendrop.runs import rundir
@@ -549,7 +549,7 @@ def _notes(s: dict[str, Any], table: str) -> str:
             "vaderSentiment sdist; not the real SST-2); ± is half the range over fine-tuning "
             "seeds.",
             "The pretraining text never contains a dev sentence "
-            "(tokendrop.finetune.tasks.sst2_vader.build_review_corpus).",
+            "(tokendrop.finetuning.tasks.sst2_vader.build_review_corpus).",
             f"Whole job: {s.get('total_time_s', 0.0):.0f} s.",
             "",
         ]

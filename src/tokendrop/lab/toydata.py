@@ -2,7 +2,7 @@
 ``configs/suite-tiny.toml``): a pretraining corpus made of the tasks' words, and every GLUE task and
 SQuAD v1.1/v2.0 in its layout as distributed, learnable from a keyword (deterministic for a seed).
 Tests make their own data: each task's examples from its definition
-(``tokendrop.finetune.tasks.TaskSpec.write_examples``), corpora, vocabularies and checkpoints from
+(``tokendrop.finetuning.tasks.TaskSpec.write_examples``), corpora, vocabularies and checkpoints from
 ``tests/fixtures/toydata.py``.
 
 * ``write_task_corpus`` / ``task_corpus_documents``: sentences of the tasks' words, so a vocabulary
@@ -11,7 +11,8 @@ Tests make their own data: each task's examples from its definition
   -- learnable in seconds by a tiny encoder), ``write_toy_glue`` / ``write_toy_squad`` (every GLUE
   task and SQuAD v1.1/v2.0 in its layout as distributed).
 
-The words are the fine-tuning tasks' example words (``tokendrop.finetune.tasks.base``, ``.squad``).
+The words are the fine-tuning tasks' example words (``tokendrop.finetuning.tasks.base``,
+``.squad``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import os
 import random
 from pathlib import Path
 
-from tokendrop.finetune.tasks.base import FILLER, NEGATIVE, POSITIVE
-from tokendrop.finetune.tasks.squad import (
+from tokendrop.finetuning.tasks.base import FILLER, NEGATIVE, POSITIVE
+from tokendrop.finetuning.tasks.squad import (
     NAMES as TASK_NAMES,
     THINGS as TASK_THINGS,
     VERBS as TASK_VERBS,

@@ -42,13 +42,13 @@ def _check_example(argv: list[str]) -> None:
         init = [f'model.init="{a.init}"'] if getattr(a, "init", None) else []
         load_config(a.config, [*a.overrides, *init])
     elif a.cmd == "finetune":
-        from tokendrop.finetune import finetune_config
-        from tokendrop.finetune.tasks import get_task
+        from tokendrop.finetuning import finetune_config
+        from tokendrop.finetuning.tasks import get_task
 
         get_task(a.task)
         finetune_config(a.config, a.overrides, task=a.task, data=a.data)
     elif a.cmd == "evaluate":
-        from tokendrop.finetune import load_suite
+        from tokendrop.finetuning import load_suite
 
         load_suite(a.suite, a.overrides)
     elif a.cmd == "study":
@@ -90,7 +90,7 @@ def test_version(capsys):
 
 
 def test_finetune_task_list_is_the_registry(capsys):
-    from tokendrop.finetune.tasks import TASKS
+    from tokendrop.finetuning.tasks import TASKS
 
     with pytest.raises(SystemExit):
         main(["finetune", "--help"])
@@ -174,7 +174,7 @@ def test_a_presets_length_replaces_the_one_it_extends(tmp_path):
 
 
 def test_finetune_set_takes_key_and_finetune_key():
-    from tokendrop.finetune import finetune_config
+    from tokendrop.finetuning import finetune_config
 
     a = finetune_config(
         None, ["epochs=1", "finetune.lr=3e-5", " finetune.save_model=true"], task="sst2", data="d"

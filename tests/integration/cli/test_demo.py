@@ -46,7 +46,7 @@ def _fake_vader_sdist(path: Path, lines_by_file: dict[str, list[str]]) -> Path:
 
 
 def test_review_corpus_never_contains_a_dev_sentence(tmp_path):
-    from tokendrop.finetune.tasks.sst2_vader import (
+    from tokendrop.finetuning.tasks.sst2_vader import (
         OTHER_SNIPPETS,
         build_review_corpus,
         normalize_sentence,
@@ -101,7 +101,7 @@ def _fake_minilm(d: Path) -> Path:
 
 
 def test_continued_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
-    from tokendrop.finetune.tasks.sst2_vader import OTHER_SNIPPETS, build_review_corpus
+    from tokendrop.finetuning.tasks.sst2_vader import OTHER_SNIPPETS, build_review_corpus
     from tokendrop.lab.toydata import write_keyword_sentiment
 
     source = _fake_minilm(tmp_path / "minilm")

@@ -16,8 +16,8 @@ import pytest
 from toydata import write_checkpoint
 
 from tokendrop.cli import main
-from tokendrop.finetune.columns import columns_of
-from tokendrop.finetune.tasks import TASKS
+from tokendrop.finetuning.columns import columns_of
+from tokendrop.finetuning.tasks import TASKS
 
 TRAINABLE = [n for n, t in TASKS.items() if t.train]
 FAST = [

@@ -286,7 +286,7 @@ def sst2(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ft_dir(ckpt, sst2, tmp_path_factory):
     from tokendrop.config import FinetuneConfig
-    from tokendrop.finetune import finetune
+    from tokendrop.finetuning import finetune
 
     out = tmp_path_factory.mktemp("ft") / "ft"
     cfg = FinetuneConfig(
@@ -366,8 +366,8 @@ def _fake_finetune(calls):
 def test_verify_an_evaluation(ckpt, tmp_path, capsys):
     from toydata import write_checkpoint
 
-    from tokendrop.finetune import evaluate
-    from tokendrop.finetune.suite import SuiteConfig
+    from tokendrop.finetuning import evaluate
+    from tokendrop.finetuning.suite import SuiteConfig
 
     model = tmp_path / "m-seed0"
     shutil.copytree(ckpt, model)
@@ -422,8 +422,8 @@ def test_verify_an_evaluation(ckpt, tmp_path, capsys):
 
 
 def test_verify_an_unfinished_evaluation_notes_the_cells_left(ckpt, tmp_path, capsys):
-    from tokendrop.finetune import evaluate
-    from tokendrop.finetune.suite import SuiteConfig
+    from tokendrop.finetuning import evaluate
+    from tokendrop.finetuning.suite import SuiteConfig
 
     cfg = SuiteConfig(
         tasks=["sst2"], glue_epochs=[1.0], glue_lrs=[1e-4, 2e-4], glue_data=str(tmp_path / "glue")
@@ -450,8 +450,8 @@ def test_verify_an_unfinished_evaluation_notes_the_cells_left(ckpt, tmp_path, ca
 def test_verify_a_study_directory(tiny_data, tmp_path, capsys):
     """A study's layout (runs/, data/, eval/, study-state.json, study.json), each part checked."""
     from tokendrop.config import load_config
-    from tokendrop.finetune import evaluate
-    from tokendrop.finetune.suite import SuiteConfig
+    from tokendrop.finetuning import evaluate
+    from tokendrop.finetuning.suite import SuiteConfig
     from tokendrop.train.trainer import pretrain
 
     st = tmp_path / "st"
@@ -581,7 +581,7 @@ def _tiny_hf(family: str, d: Path) -> Path:
 def test_save_model_keeps_the_source_config_and_reloads_identically(family, sst2, tmp_path):
     transformers = pytest.importorskip("transformers")
     from tokendrop.config import FinetuneConfig
-    from tokendrop.finetune import finetune
+    from tokendrop.finetuning import finetune
     from tokendrop.models.bert.model import BertForSequenceClassification
     from tokendrop.models.source import load_pretrained, resolve_init_source
 
@@ -632,7 +632,7 @@ def test_save_model_keeps_the_source_config_and_reloads_identically(family, sst2
 
 
 def test_saved_model_base_leaves_out_the_source_head():
-    from tokendrop.finetune.trainer import _saved_model_base
+    from tokendrop.finetuning.trainer import _saved_model_base
 
     base = {
         "model_type": "bert",

@@ -245,7 +245,7 @@ def test_a_table_layers_over_its_fields_default_factory():
     assert from_dict(_Outer, {"tuned": {"b": 2}}).tuned == _Inner(a=1, b=2)
     assert from_dict(_Outer, {}, ["tuned.a=3"]).tuned == _Inner(a=3, b=20)
 
-    from tokendrop.finetune.suite import SuiteConfig
+    from tokendrop.finetuning.suite import SuiteConfig
 
     s = from_dict(
         SuiteConfig, {"glue_data": "glue", "squad_data": "squad", "glue": {"batch_size": 16}}

@@ -25,7 +25,7 @@ from tokendrop.data import (  # noqa: E402
     prepare,
 )
 from tokendrop.data.tokenizer import read_tokenizer_spec  # noqa: E402
-from tokendrop.finetune.common import FinetuneError, load_finetune_tokenizer  # noqa: E402
+from tokendrop.finetuning.common import FinetuneError, load_finetune_tokenizer  # noqa: E402
 
 BERT_SPECIAL_IDS = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
 WORDS = (

@@ -27,7 +27,7 @@ from tokendrop.data.tokenizer import (
     special_added_ids,
     tokenizer_vocab_sha256,
 )
-from tokendrop.finetune.common import FinetuneError  # noqa: E402
+from tokendrop.finetuning.common import FinetuneError  # noqa: E402
 from tokendrop.lab.toydata import task_corpus_documents, write_keyword_sentiment, write_toy_squad
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -394,7 +394,7 @@ def test_pretrain_init_export_inspect(model_dir, bpe_dir, corpus, tmp_path, caps
 @pytest.mark.slow
 def test_finetune_accepts_a_bpe_modernbert_dir(model_dir, tmp_path):
     from tokendrop.config import FinetuneConfig
-    from tokendrop.finetune import finetune
+    from tokendrop.finetuning import finetune
 
     task = write_keyword_sentiment(tmp_path / "SST-2", n_train=32, n_dev=16)
     cfg = FinetuneConfig(
@@ -433,9 +433,9 @@ def test_finetune_uses_the_declared_special_tokens(tmp_path):
     mmBERT-style tokenizers declare them): fine-tuning pads with ``<pad>`` and frames SQuAD windows
     with ``<cls>``/``<sep>``."""
     from tokendrop.config import FinetuneConfig
-    from tokendrop.finetune import finetune
-    from tokendrop.finetune.tasks.squad import build_features, read_squad
-    from tokendrop.finetune.trainer import _load_model_and_tokenizer
+    from tokendrop.finetuning import finetune
+    from tokendrop.finetuning.tasks.squad import build_features, read_squad
+    from tokendrop.finetuning.trainer import _load_model_and_tokenizer
     from tokendrop.models.bert.model import BertForQuestionAnswering
 
     names = ("<unk>", "<cls>", "<sep>", "<pad>", "<mask>")
@@ -504,7 +504,7 @@ def test_a_declared_special_token_missing_from_the_file(bpe_dir, corpus, tmp_pat
         )
     assert not (tmp_path / "out").exists()
     with pytest.raises(FinetuneError, match=r"tokenizer: .*mask_token '<mask>'"):
-        from tokendrop.finetune.common import load_finetune_tokenizer
+        from tokendrop.finetuning.common import load_finetune_tokenizer
 
         load_finetune_tokenizer(d)
     # a post-processor that frames texts with other tokens than the declared cls/sep
@@ -549,7 +549,7 @@ def test_a_model_vocabulary_smaller_than_the_tokenizer(bpe_dir, corpus, tmp_path
     _one_line(e)
     assert not (tmp_path / "out").exists()
     with pytest.raises(FinetuneError, match="wrong vocab.txt for this model"):
-        from tokendrop.finetune.trainer import _load_model_and_tokenizer
+        from tokendrop.finetuning.trainer import _load_model_and_tokenizer
         from tokendrop.models.bert.model import BertForSequenceClassification
 
         _load_model_and_tokenizer(small, BertForSequenceClassification, 32, num_labels=2)

@@ -446,7 +446,7 @@ def test_bad_layer_types_in_our_config():
 
 def test_finetune_accepts_a_modernbert_dir(hf_dir, tmp_path):
     from tokendrop.config import FinetuneConfig
-    from tokendrop.finetune import finetune
+    from tokendrop.finetuning import finetune
 
     data = write_keyword_sentiment(tmp_path / "SST-2", n_train=32, n_dev=16)
     cfg = FinetuneConfig(

@@ -582,7 +582,7 @@ def test_interrupted_prepare_exits_128_plus_signal_and_keeps_only_its_work_units
 def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(
     run, tmp_path, monkeypatch, capsys
 ):
-    from tokendrop.finetune import trainer
+    from tokendrop.finetuning import trainer
     from tokendrop.lab.toydata import write_keyword_sentiment, write_toy_glue, write_toy_squad
 
     task = write_keyword_sentiment(tmp_path / "task", n_train=16, n_dev=8)

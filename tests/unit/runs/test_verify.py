@@ -363,8 +363,8 @@ def _fake_finetune(calls):
 def test_evaluate_reruns_cells_after_weights_change(tmp_path):
     from toydata import write_checkpoint
 
-    from tokendrop.finetune import evaluate
-    from tokendrop.finetune.suite import SuiteConfig, model_weights
+    from tokendrop.finetuning import evaluate
+    from tokendrop.finetuning.suite import SuiteConfig, model_weights
 
     model = write_checkpoint(tmp_path / "m-seed0", hidden_size=32, seed=0)
     cfg = SuiteConfig(

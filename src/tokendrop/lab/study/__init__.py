@@ -4,7 +4,7 @@
 
 One command pretrains every method of the paper's Table 1 and the drop-rate sweep of its Table 4,
 each with every seed, on one prepared corpus; fine-tunes every pretrained model with the evaluation
-suite (``tokendrop.finetune.evaluate``); then writes, under OUT::
+suite (``tokendrop.finetuning.evaluate``); then writes, under OUT::
 
     study.md                 the report: what was run (command, hardware, versions), time per
     method,

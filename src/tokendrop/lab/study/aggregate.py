@@ -13,7 +13,7 @@ import torch
 
 from tokendrop.data import MLMLoader, PreparedData
 from tokendrop.dropping.flops import dropping_step_flops, step_flops
-from tokendrop.finetune.columns import DOWNSTREAM_KEYS
+from tokendrop.finetuning.columns import DOWNSTREAM_KEYS
 from tokendrop.lab.inspect import selection_trace
 from tokendrop.lab.study.common import isnum, mean
 from tokendrop.lab.study.plan import RunSpec, StudyConfig

@@ -1,5 +1,6 @@
 """Fine-tuning every pretrained model (and the source checkpoint) with the evaluation suite
-(``tokendrop.finetune.evaluate``, resumable per cell), in worker processes when ``parallel > 1``."""
+(``tokendrop.finetuning.evaluate``, resumable per cell), in worker processes when
+``parallel > 1``."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.config import from_dict, to_dict
-from tokendrop.finetune import SuiteConfig, evaluate, load_suite
-from tokendrop.finetune.suite import parse_models
+from tokendrop.finetuning import SuiteConfig, evaluate, load_suite
+from tokendrop.finetuning.suite import parse_models
 from tokendrop.lab.study.common import cpu_s
 from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import EvalSummary, ModelEval
@@ -81,7 +82,7 @@ def run_evaluation(
     """Fine-tune every (label, model dir) with the suite into OUT/eval; -> the summary, with each
     model's columns keyed by its resolved path.
 
-    ``evaluate_fn`` defaults to ``tokendrop.finetune.evaluate`` (resumable per cell)."""
+    ``evaluate_fn`` defaults to ``tokendrop.finetuning.evaluate`` (resumable per cell)."""
     if not study.evaluate or not models:
         return None
     scfg = suite_config(study, data_info)

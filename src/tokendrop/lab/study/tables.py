@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tokendrop.finetune.columns import DOWNSTREAM_KEYS, table_columns
+from tokendrop.finetuning.columns import DOWNSTREAM_KEYS, table_columns
 from tokendrop.lab.study.common import isnum, mean, pct
 from tokendrop.lab.study.plan import StudyConfig, sweep_method
 from tokendrop.lab.study.records import MethodResult, SourceResult, Stat, StudyResults
@@ -132,7 +132,7 @@ def table1(res: StudyResults, study: StudyConfig) -> str:
         lines += [
             "",
             "No downstream columns: the evaluation suite was not run (study.evaluate = false, or "
-            "tokendrop.finetune unavailable).",
+            "tokendrop.finetuning unavailable).",
         ]
     return "\n".join(lines) + "\n"
 

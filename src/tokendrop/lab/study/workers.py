@@ -29,7 +29,7 @@ def _pool(parallel: int):
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(
-            ["tokendrop.lab.study", "tokendrop.train.trainer", "tokendrop.finetune"]
+            ["tokendrop.lab.study", "tokendrop.train.trainer", "tokendrop.finetuning"]
         )
     else:
         ctx = mp.get_context("spawn")

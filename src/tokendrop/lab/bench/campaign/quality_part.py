@@ -25,8 +25,8 @@ import numpy as np
 from tokendrop.config import FinetuneConfig, from_dict
 from tokendrop.data import PreparedData
 from tokendrop.dropping.methods import METHODS
-from tokendrop.finetune import finetune
-from tokendrop.finetune.tasks import get_task
+from tokendrop.finetuning import finetune
+from tokendrop.finetuning.tasks import get_task
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory
 from tokendrop.lab.bench.campaign.config import (
     QUALITY_ARMS,

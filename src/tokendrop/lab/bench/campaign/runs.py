@@ -16,7 +16,7 @@ import torch
 from tokendrop.config import Config, load_config
 from tokendrop.data import PreparedData
 from tokendrop.errors import ConfigError
-from tokendrop.finetune.tasks import get_task
+from tokendrop.finetuning.tasks import get_task
 from tokendrop.lab.bench.campaign.config import CampaignConfig
 from tokendrop.lab.bench.presets import BenchConfig, bench_config
 from tokendrop.runs.files import atomic_write_bytes

@@ -165,14 +165,21 @@ def cmd_prepare(a: argparse.Namespace) -> int:
 def cmd_export(a: argparse.Namespace) -> int:
     from tokendrop.models.source import export_hf
 
-    out = export_hf(a.checkpoint, a.out_dir, overwrite=a.overwrite, command=a.command_line)
+    out = export_hf(
+        a.checkpoint, a.out_dir, overwrite=a.overwrite, command=a.command_line, task=a.task
+    )
     conf = json.loads((out / "config.json").read_text(encoding="utf-8"))
     arch = ", ".join(conf.get("architectures") or ["?"])
+    load = (
+        f"transformers.AutoModelForMaskedLM.from_pretrained({str(out)!r})"
+        if a.task == "mlm"
+        else f"transformers.AutoModelForSequenceClassification.from_pretrained({str(out)!r}, "
+        "num_labels=N) (its classifier starts at random: train it on the task)"
+    )
     print(
         f"exported {arch} ({conf.get('model_type')}, {conf.get('num_hidden_layers')} layers x "
-        f"{conf.get('hidden_size')}) to {out}; load it with "
-        "transformers.AutoModelForMaskedLM.from_pretrained"
-        f"({str(out)!r}) (or {arch}); model card: {out / 'README.md'}"
+        f"{conf.get('hidden_size')}) to {out}; load it with {load}; model card: "
+        f"{out / 'README.md'}"
     )
     return 0
 
@@ -727,16 +734,27 @@ def _add_export(sub) -> None:
         description="Write a run's checkpoint as a transformers MLM directory of its family "
         "(BertForMaskedLM or "
         "ModernBertForMaskedLM): config.json, model.safetensors, the tokenizer and a model card "
-        "(README.md: source, data, steps, method, final losses beside the data's unigram entropy).",
+        "(README.md: source, data, steps, method, final losses beside the data's unigram entropy). "
+        "--task classification writes a starting point for AutoModelForSequenceClassification "
+        "instead (the encoder and its pooling layers; transformers starts only the classifier).",
         epilog=_examples(
             "tokendrop export runs/tiny models/tiny",
             "tokendrop export runs/tiny/checkpoints/step-000020 models/tiny-20",
+            "tokendrop export runs/tiny models/tiny-clf --task classification",
             notes="then: transformers.AutoModelForMaskedLM.from_pretrained('models/tiny'), or "
-            "pipeline('fill-mask', model='models/tiny')",
+            "pipeline('fill-mask', model='models/tiny'); "
+            "AutoModelForSequenceClassification.from_pretrained('models/tiny-clf', num_labels=2)",
         ),
     )
     s.add_argument("checkpoint", help="a run dir (latest checkpoint) or a checkpoint dir")
     s.add_argument("out_dir")
+    s.add_argument(
+        "--task",
+        choices=("mlm", "classification"),
+        default="mlm",
+        help="mlm: the MLM model (AutoModelForMaskedLM, fill-mask); classification: a starting "
+        "point for AutoModelForSequenceClassification",
+    )
     s.add_argument(
         "--overwrite",
         action="store_true",

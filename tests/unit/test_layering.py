@@ -23,6 +23,7 @@ import ast
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -211,19 +212,6 @@ def test_selection_methods_are_one_registry():
     assert set(methods.RANDOM_METHODS) == {"half_random", "random", "random_ltd"}
     assert methods.PER_LAYER_METHODS == ("random_ltd",)
     assert [n for n, m in methods.METHODS.items() if m.needs_counts] == ["frequency"]
-    from tokendrop.lab.study.plan import ARMS
-
-    # a study arm drops tokens exactly when its drop.method does (or it pools)
-    for arm in ARMS.values():
-        method = next(
-            (o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.method=")), "none"
-        )
-        variant = next(
-            (o.split("=", 1)[1] for o in arm.overrides if o.startswith("drop.variant=")), "drop"
-        )
-        assert arm.dropping == (methods.METHODS[method].drops or methods.VARIANTS[variant].pools), (
-            arm.name
-        )
 
 
 # the registry and the [drop] section that names methods
@@ -459,6 +447,101 @@ def test_the_folders_form_a_layered_graph():
         "layer that owns it, or what both sides need below both):\n"
         + "\n".join(bad)
         + "".join(f"\nfolder cycle: {' <-> '.join(c)}" for c in cycles)
+    )
+
+
+# --- the tests: only tests of lab/ import lab/ ------------------------------------------------
+
+TESTS = SRC.parent / "tests"
+
+
+def _names_lab(module: str | None) -> bool:
+    return module is not None and (module == "tokendrop.lab" or module.startswith("tokendrop.lab."))
+
+
+def lab_import_lines(source: str) -> list[int]:
+    """The lines of ``source`` that import ``tokendrop.lab`` (or a module under it): ``import``,
+    ``from ... import``, ``importlib.import_module`` / ``__import__`` with a constant name, and code
+    in a string that one of these is run from (``python -c``, a script written for a subprocess)."""
+    lines = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            if any(_names_lab(a.name) for a in node.names):
+                lines.add(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            if _names_lab(node.module) or (
+                node.module == "tokendrop" and any(a.name == "lab" for a in node.names)
+            ):
+                lines.add(node.lineno)
+        elif isinstance(node, ast.Call) and node.args:
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            arg = node.args[0]
+            if (
+                name in ("import_module", "__import__")
+                and isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+                and _names_lab(arg.value)
+            ):
+                lines.add(node.lineno)
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "tokendrop.lab" in node.value
+        ):
+            try:
+                inner = lab_import_lines(textwrap.dedent(node.value))
+            except SyntaxError:  # prose, not code
+                continue
+            if inner:
+                lines.add(node.lineno)
+    return sorted(lines)
+
+
+def lab_imports_outside_lab_tests(tests: Path = TESTS) -> list[str]:
+    """``file:line`` (relative to ``tests``) of every import of ``tokendrop.lab`` in a test file or
+    fixture that is not under a folder named ``lab``."""
+    out = []
+    for p in sorted(tests.rglob("*.py")):
+        rel = p.relative_to(tests)
+        if "lab" in rel.parts[:-1]:
+            continue
+        out += [f"{rel.as_posix()}:{n}" for n in lab_import_lines(p.read_text(encoding="utf-8"))]
+    return out
+
+
+def test_the_lab_import_check_finds_every_form(tmp_path):
+    lab = "tokendrop." + "lab"  # not an import of this file
+    (tmp_path / "unit" / "lab").mkdir(parents=True)
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "unit" / "lab" / "test_ok.py").write_text(f"import {lab}.demo\n")
+    (tmp_path / "unit" / "test_a.py").write_text(
+        f"import os\nfrom {lab}.toydata import x\n\n\ndef f():\n    import {lab}.bench as b\n"
+    )
+    (tmp_path / "fixtures" / "helper.py").write_text(
+        f"from tokendrop import lab\nimport importlib\nimportlib.import_module('{lab}.study')\n"
+        f"CODE = 'import sys; from {lab}.fetch import FetchError'\n"
+        f"NOTE = 'the {lab} package, not code'\nfrom tokendrop.labels import y\n"
+    )
+    assert lab_imports_outside_lab_tests(tmp_path) == [
+        "fixtures/helper.py:1",
+        "fixtures/helper.py:3",
+        "fixtures/helper.py:4",
+        "unit/test_a.py:2",
+        "unit/test_a.py:6",
+    ]
+
+
+def test_only_lab_tests_import_lab():
+    """A test of the library gets its data from tests/fixtures or from the library itself
+    (``TaskSpec.write_examples``, ``tokendrop.finetuning.task_corpus``), never from lab/, so lab/
+    may change with the harnesses without touching the library's tests.  Tests of lab/ code live in
+    ``tests/unit/lab`` and ``tests/integration/lab``."""
+    assert len(list(TESTS.rglob("test_*.py"))) > 50  # the tests were found
+    bad = lab_imports_outside_lab_tests()
+    assert not bad, (
+        "test files outside a lab/ test folder that import tokendrop.lab (move a test of lab/ code "
+        "into tests/unit/lab or tests/integration/lab; take data from tests/fixtures):\n"
+        + "\n".join(bad)
     )
 
 

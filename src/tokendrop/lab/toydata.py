@@ -1,12 +1,10 @@
 """The study's generated toy tasks (``study-tiny``, the study's ``toy_data`` preset,
-``configs/suite-tiny.toml``): a pretraining corpus made of the tasks' words, and every GLUE task and
-SQuAD v1.1/v2.0 in its layout as distributed, learnable from a keyword (deterministic for a seed).
-Tests make their own data: each task's examples from its definition
-(``tokendrop.finetuning.tasks.TaskSpec.write_examples``), corpora, vocabularies and checkpoints from
-``tests/fixtures/toydata.py``.
+``configs/suite-tiny.toml``): every GLUE task and SQuAD v1.1/v2.0 in its layout as distributed,
+learnable from a keyword (deterministic for a seed).  Their pretraining corpus is the library's
+``tokendrop.finetuning.task_corpus`` (sentences of the same words).  Tests make their own data:
+each task's examples from its definition (``tokendrop.finetuning.tasks.TaskSpec.write_examples``),
+corpora, vocabularies and checkpoints from ``tests/fixtures/toydata.py``.
 
-* ``write_task_corpus`` / ``task_corpus_documents``: sentences of the tasks' words, so a vocabulary
-  trained on it covers them;
 * ``write_keyword_sentiment`` (SST-2 layout; the label is one sentiment keyword among filler words
   -- learnable in seconds by a tiny encoder), ``write_toy_glue`` / ``write_toy_squad`` (every GLUE
   task and SQuAD v1.1/v2.0 in its layout as distributed).
@@ -29,43 +27,6 @@ from tokendrop.finetuning.tasks.squad import (
     VERBS as TASK_VERBS,
 )
 from tokendrop.runs.files import atomic_write_text
-
-
-def write_documents(path: str | os.PathLike, documents: list[str]) -> Path:
-    """A BERT-format text file: the documents (lines = sentences) separated by one blank line."""
-    return atomic_write_text(path, "\n\n".join(documents) + "\n")
-
-
-def task_corpus_documents(
-    filler: list[str] = FILLER,
-    positive: list[str] = POSITIVE,
-    negative: list[str] = NEGATIVE,
-    num_docs: int = 300,
-    seed: int = 0,
-) -> list[str]:
-    """Documents (lines = sentences) made of the words of the toy fine-tuning tasks, so that a
-    vocabulary trained on them covers the tasks: "NAME VERB the THING play ." (the toy SQuAD
-    layout's facts) and sentences of ``filler`` words with one ``positive`` or ``negative`` keyword
-    (the toy sentiment tasks).  Deterministic for a seed (Python's ``random``)."""
-    rng = random.Random(seed)
-
-    def sentence() -> str:
-        k = rng.random()
-        if k < 0.45:
-            return (
-                f"{rng.choice(TASK_NAMES)} {rng.choice(TASK_VERBS)} the "
-                f"{rng.choice(TASK_THINGS)} play ."
-            )
-        words = [rng.choice(filler) for _ in range(rng.randint(4, 10))]
-        words.insert(rng.randint(0, len(words)), rng.choice(positive if k < 0.75 else negative))
-        return " ".join(words) + rng.choice([" .", " !", ""])
-
-    return ["\n".join(sentence() for _ in range(rng.randint(3, 9))) for _ in range(num_docs)]
-
-
-def write_task_corpus(path: str | os.PathLike, num_docs: int = 300, seed: int = 0) -> Path:
-    """``task_corpus_documents`` as a BERT-format text file (the study's generated corpus)."""
-    return write_documents(path, task_corpus_documents(num_docs=num_docs, seed=seed))
 
 
 def keyword_sentence(rng: random.Random, label: int) -> str:

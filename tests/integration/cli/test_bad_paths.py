@@ -12,7 +12,7 @@ import pytest
 
 import tokendrop.cli as cli
 from tokendrop.cli import main
-from tokendrop.lab.toydata import write_keyword_sentiment
+from tokendrop.finetuning.tasks import TASKS
 
 PT = [
     "--quiet",
@@ -33,7 +33,7 @@ def place(tmp_path_factory, tiny_data, tiny_run):
     (d / "afile").write_text("x\n")
     (d / "adir").mkdir()
     (d / "binary.toml").write_bytes(b"\x00\xff\xfe binary")
-    write_keyword_sentiment(d / "sst2", n_train=16, n_dev=8)
+    TASKS["sst2"].write_examples(d / "sst2", n_train=16, n_dev=8)
     shutil.copytree(tiny_run, d / "run")
     broken = d / "broken-run"
     shutil.copytree(tiny_run, broken)

@@ -1,7 +1,7 @@
 """One CLI convention: every command's --help runs and every example in it parses (arguments and the
-config overrides they name), --version, user errors exit 2, a run's length given on the command
-line replaces the preset's, finetune --set takes KEY and finetune.KEY, the task list comes from the
-task registry."""
+config overrides they name; the study's in tests/integration/lab/test_study_examples.py),
+--version, user errors exit 2, a run's length given on the command line replaces the preset's,
+finetune --set takes KEY and finetune.KEY, the task list comes from the task registry."""
 
 from __future__ import annotations
 
@@ -51,10 +51,6 @@ def _check_example(argv: list[str]) -> None:
         from tokendrop.finetuning import load_suite
 
         load_suite(a.suite, a.overrides)
-    elif a.cmd == "study":
-        from tokendrop.lab.study.plan import load_study
-
-        load_study(a.config, a.overrides)
 
 
 @pytest.mark.parametrize("name", list(_commands()), ids=lambda n: n or "tokendrop")

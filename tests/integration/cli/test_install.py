@@ -106,8 +106,8 @@ def test_wheel_installs_and_runs(tmp_path):
         [
             str(py),
             "-c",
-            "from tokendrop.lab.toydata import write_task_corpus; write_task_corpus('corpus.txt', "
-            "num_docs=120)",
+            "from tokendrop.finetuning.task_corpus import write_task_corpus; "
+            "write_task_corpus('corpus.txt', num_docs=120)",
         ],
         env=env,
         cwd=tmp_path,

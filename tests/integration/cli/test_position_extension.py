@@ -22,7 +22,7 @@ from toydata import task_vocab_tokens, write_checkpoint, write_vocab  # noqa: E4
 from tokendrop.cli import main  # noqa: E402
 from tokendrop.data import prepare  # noqa: E402
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
-from tokendrop.lab.toydata import write_task_corpus
+from tokendrop.finetuning.task_corpus import write_task_corpus
 from tokendrop.models.hf import copy_tokenizer  # noqa: E402
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.models.source import load_pretrained  # noqa: E402

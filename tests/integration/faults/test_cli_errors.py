@@ -3,7 +3,6 @@ them as one line ``error: ...`` with exit status 2 (docs/design.md §4.5)."""
 
 import ast
 import importlib
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -57,37 +56,9 @@ def test_every_error_class_is_a_tokendrop_error():
 
 def test_error_classes_keep_their_builtin_bases():
     from tokendrop.errors import ConfigError
-    from tokendrop.lab.fetch import FetchError
     from tokendrop.train.trainer import TrainingError
 
     assert issubclass(ConfigError, ValueError) and issubclass(TrainingError, RuntimeError)
-    assert issubclass(FetchError, RuntimeError)
-
-
-def test_fetch_error_from_the_demo_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
-    import tokendrop.lab.fetch as fetch
-
-    def failing_pip(cmd, **kw):  # what pip prints without network, two lines
-        return subprocess.CompletedProcess(
-            cmd,
-            1,
-            "",
-            f"ERROR: Could not find a version that satisfies the "
-            f"requirement {cmd[-3]}\nERROR: No matching distribution found\n",
-        )
-
-    monkeypatch.setattr(fetch.subprocess, "run", failing_pip)
-    rc = main(["demo", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")])
-    err = capsys.readouterr().err
-    assert rc == 2
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert (
-        lines[0].startswith("error: pip download ")
-        and "failed" in lines[0]
-        and "No matching distribution" in lines[0]
-    )
-    assert "Traceback" not in err
 
 
 def test_multi_line_message_is_printed_on_one_line(monkeypatch, capsys):

@@ -9,9 +9,9 @@ import json
 import shutil
 
 import numpy as np
+from toydata import write_glue_examples, write_squad_examples
 
 from tokendrop.cli import main
-from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
 from tokendrop.verification import verify_path
 
 EV = [
@@ -41,8 +41,8 @@ def one_error(capsys) -> str:
 
 def test_evaluate_refuses_a_header_only_dev_file_before_the_first_cell(tmp_path, tiny_run, capsys):
     glue, squad = (
-        write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8),
-        write_toy_squad(tmp_path / "squad", 8, 4),
+        write_glue_examples(tmp_path / "glue", n_train=16, n_dev=8),
+        write_squad_examples(tmp_path / "squad", 8, 4),
     )
     dev = glue / "QNLI" / "dev.tsv"
     dev.write_text(dev.read_text().splitlines()[0] + "\n")  # only the header row
@@ -68,8 +68,8 @@ def test_evaluate_refuses_a_header_only_dev_file_before_the_first_cell(tmp_path,
 
 def test_evaluate_refuses_an_empty_squad_dev_set(tmp_path, tiny_run, capsys):
     glue, squad = (
-        write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8),
-        write_toy_squad(tmp_path / "squad", 8, 4),
+        write_glue_examples(tmp_path / "glue", n_train=16, n_dev=8),
+        write_squad_examples(tmp_path / "squad", 8, 4),
     )
     dev = next(squad.rglob("dev-v1.1.json"))
     d = json.loads(dev.read_text())
@@ -132,9 +132,9 @@ def test_pretrain_refuses_a_held_out_split_without_prediction_slots(tmp_path, ti
 
 
 def _finetune_output(tmp_path, tiny_run, capsys):
-    from tokendrop.lab.toydata import write_keyword_sentiment
+    from tokendrop.finetuning.tasks import TASKS
 
-    sst2 = write_keyword_sentiment(tmp_path / "sst2", n_train=16, n_dev=8)
+    sst2 = TASKS["sst2"].write_examples(tmp_path / "sst2", n_train=16, n_dev=8)
     out = tmp_path / "ft"
     assert (
         main(

@@ -15,33 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_run import one_line_error as _one_line_error, run_cli as _run, tree as _tree
 from safetensors.torch import load_file
 
-from tokendrop.cli import main as cli
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.metrics import append_record, read_metrics, truncate_metrics
-
-
-def _run(capsys, *argv):
-    rc = cli([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
-def _one_line_error(rc, err, *needles):
-    assert rc == 2, err
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"<dir>")
-        for p in sorted(root.rglob("*"))
-    }
 
 
 def _pretrain_args(data, out, *sets):
@@ -322,33 +300,6 @@ def test_prepare_workers_below_one(tmp_path, capsys):
     assert not (tmp_path / "d").exists()
 
 
-def test_bench_json_unwritable_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
-    import tokendrop.lab.bench as bench
-
-    monkeypatch.setattr(
-        bench, "run_bench", lambda *a, **k: pytest.fail("the benchmark ran before the check")
-    )
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    rc, _, err = _run(capsys, "bench", "--json", blocker / "sub" / "r.json")
-    _one_line_error(rc, err, "bench --json", "is not a directory")
-    (tmp_path / "r.md").mkdir()  # where the Markdown table beside r.json would go
-    rc, _, err = _run(capsys, "bench", "--json", tmp_path / "r.json")
-    _one_line_error(rc, err, "r.md is a directory")
-    if os.geteuid() != 0:  # root writes anywhere
-        ro = tmp_path / "ro"
-        ro.mkdir()
-        ro.chmod(0o500)
-        try:
-            rc, _, err = _run(capsys, "bench", "--json", ro / "r.json")
-            _one_line_error(rc, err, "not writable")
-        finally:
-            ro.chmod(0o700)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "r.md"] + (
-        ["ro"] if os.geteuid() else []
-    )
-
-
 def test_vocab_size_larger_than_the_corpus_supports_is_reported(tmp_path, capsys):
     from toydata import write_corpus
 
@@ -379,9 +330,9 @@ def test_vocab_size_larger_than_the_corpus_supports_is_reported(tmp_path, capsys
 
 
 def test_squad_answer_start_mismatch_names_file_and_id(tmp_path, capsys):
-    from tokendrop.lab.toydata import write_toy_squad
+    from toydata import write_squad_examples
 
-    root = write_toy_squad(tmp_path / "squad", n_train=4, n_dev=2)
+    root = write_squad_examples(tmp_path / "squad", n_train=4, n_dev=2)
     train = root / "train-v1.1.json"
     d = json.loads(train.read_text())
     qa = d["data"][1]["paragraphs"][0]["qas"][0]
@@ -409,7 +360,7 @@ def test_squad_answer_start_mismatch_names_file_and_id(tmp_path, capsys):
 def test_finetune_max_seq_len_clamp_is_reported_with_the_value_used(tmp_path, capsys):
     from toydata import write_checkpoint
 
-    from tokendrop.lab.toydata import write_keyword_sentiment
+    from tokendrop.finetuning.tasks import TASKS
 
     model = write_checkpoint(
         tmp_path / "model",
@@ -419,7 +370,7 @@ def test_finetune_max_seq_len_clamp_is_reported_with_the_value_used(tmp_path, ca
         intermediate_size=64,
         max_position_embeddings=24,
     )
-    task = write_keyword_sentiment(tmp_path / "sst", n_train=32, n_dev=16)
+    task = TASKS["sst2"].write_examples(tmp_path / "sst", n_train=32, n_dev=16)
     rc, _, err = _run(
         capsys,
         "finetune",

@@ -96,7 +96,7 @@ def test_modern_continue_gpu_runs_on_cpu_from_a_modernbert_checkpoint(tmp_path):
 
     from tokendrop.data import prepare
     from tokendrop.data.tokenizer import load_tokenizer, num_ids
-    from tokendrop.lab.toydata import write_task_corpus
+    from tokendrop.finetuning.task_corpus import write_task_corpus
 
     tok_dir = write_bpe_tokenizer_dir(tmp_path / "tok")
     tok = load_tokenizer(tok_dir)

@@ -571,9 +571,9 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step(tiny_data, tm
 def test_finetune_reads_a_sharded_checkpoint(runs, tmp_path, capsys):
     """finetune --model RUN of the FSDP run (shards consolidated in one process) fine-tunes what the
     DDP run's (unsharded) checkpoint fine-tunes: their weights agree to 1e-5, so do the results."""
-    from tokendrop.lab.toydata import write_keyword_sentiment
+    from tokendrop.finetuning.tasks import TASKS
 
-    task = write_keyword_sentiment(tmp_path / "sst", n_train=32, n_dev=16)
+    task = TASKS["sst2"].write_examples(tmp_path / "sst", n_train=32, n_dev=16)
     got = {}
     for kind in ("fsdp", "ddp"):
         rc = cli_main(

@@ -251,12 +251,3 @@ def test_a_table_layers_over_its_fields_default_factory():
         SuiteConfig, {"glue_data": "glue", "squad_data": "squad", "glue": {"batch_size": 16}}
     )
     assert (s.glue.batch_size, s.glue.log_every, s.glue.max_seq_len) == (16, 0, 128)
-    from tokendrop.lab.bench.campaign.config import campaign_config
-
-    lc = campaign_config("gpu", ["longctx.bert.num_layers=4"]).longctx
-    assert (lc.bert.model, lc.bert.num_layers, lc.bert.vocab_size, lc.device) == (
-        "bert-base",
-        4,
-        30522,
-        "cuda",
-    )

@@ -16,7 +16,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 import torch  # noqa: E402
-from toydata import write_bpe_tokenizer_dir, write_documents
+from toydata import write_bpe_tokenizer_dir, write_documents, write_squad_examples
 
 from tokendrop.cli import main as cli_main  # noqa: E402
 from tokendrop.data import DataError, MLMLoader, MLMMasker, PreparedData, prepare  # noqa: E402
@@ -28,7 +28,8 @@ from tokendrop.data.tokenizer import (
     tokenizer_vocab_sha256,
 )
 from tokendrop.finetuning.common import FinetuneError  # noqa: E402
-from tokendrop.lab.toydata import task_corpus_documents, write_keyword_sentiment, write_toy_squad
+from tokendrop.finetuning.task_corpus import task_corpus_documents
+from tokendrop.finetuning.tasks import TASKS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 # the models' embeddings are this many rows larger than the tokenizer (ModernBERT: 50368 vs 50285)
@@ -396,7 +397,7 @@ def test_finetune_accepts_a_bpe_modernbert_dir(model_dir, tmp_path):
     from tokendrop.config import FinetuneConfig
     from tokendrop.finetuning import finetune
 
-    task = write_keyword_sentiment(tmp_path / "SST-2", n_train=32, n_dev=16)
+    task = TASKS["sst2"].write_examples(tmp_path / "SST-2", n_train=32, n_dev=16)
     cfg = FinetuneConfig(
         task="sst2",
         data=str(task),
@@ -412,20 +413,6 @@ def test_finetune_accepts_a_bpe_modernbert_dir(model_dir, tmp_path):
     saved = tmp_path / "ft" / "model"
     assert (saved / "tokenizer.json").read_bytes() == (model_dir / "tokenizer.json").read_bytes()
     assert auto(saved)(TEXTS)["input_ids"] == auto(model_dir)(TEXTS)["input_ids"]
-
-
-def test_inspect_shows_byte_level_pieces_as_text():
-    from tokendrop.lab.inspect import readable_token
-
-    assert [
-        readable_token(t, True)
-        for t in ("\u0120the", "\u00c3\u00a9", "\u00c3", "[CLS]", "    ", "\u010a")
-    ] == ["\u2581the", "\u00e9", "<0xC3>", "[CLS]", "\u2581" * 4, "\\n"]
-    assert [readable_token(t, False) for t in ("##ing", "\u2581the", "a\tb")] == [
-        "##ing",
-        "\u2581the",
-        "a\\tb",
-    ]
 
 
 def test_finetune_uses_the_declared_special_tokens(tmp_path):
@@ -446,7 +433,7 @@ def test_finetune_uses_the_declared_special_tokens(tmp_path):
     _, _, tok2, _, specials = _load_model_and_tokenizer(model, BertForQuestionAnswering, 64)
     want = {k: tok.token_to_id(n) for k, n in zip(("unk", "cls", "sep", "pad", "mask"), names)}
     assert specials == want and len(set(want.values())) == 5
-    squad = write_toy_squad(tmp_path / "squad", n_train=8, n_dev=4)
+    squad = write_squad_examples(tmp_path / "squad", n_train=8, n_dev=4)
     examples, _ = read_squad(squad / "dev-v1.1.json", 1)
     feats = build_features(examples, tok2, 48, 16, 12, specials=specials)
     ids = feats[0].input_ids

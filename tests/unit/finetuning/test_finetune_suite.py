@@ -4,14 +4,13 @@ layout, resumability (finished cells are not recomputed)."""
 import json
 
 import pytest
-from toydata import write_checkpoint
+from toydata import write_checkpoint, write_glue_examples, write_squad_examples
 
 from tokendrop.errors import ConfigError
 from tokendrop.finetuning import FinetuneError, evaluate, load_suite
 from tokendrop.finetuning.columns import COLUMNS, MAIN_COLUMN
 from tokendrop.finetuning.suite import SuiteConfig, cells_for, parse_models
 from tokendrop.finetuning.tasks import TASKS
-from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
 
 TABLE_HEAD = (
     "| Methods | AX (corr.) | MNLI-mm (acc.) | MNLI-m (acc.) | QNLI (acc.) | QQP (F1) | SST (acc.) "
@@ -149,8 +148,8 @@ def test_protocol_best_of_grid_mean_over_seeds(tmp_path):
 
 def test_real_tiny_suite_and_resume(tmp_path):
     ck = write_checkpoint(tmp_path / "models" / "tiny-seed0")
-    glue = write_toy_glue(tmp_path / "glue", n_train=48, n_dev=16)
-    squad = write_toy_squad(tmp_path / "squad", n_train=24, n_dev=12)
+    glue = write_glue_examples(tmp_path / "glue", n_train=48, n_dev=16)
+    squad = write_squad_examples(tmp_path / "squad", n_train=24, n_dev=12)
     ov = [f'glue_data="{glue}"', f'squad_data="{squad}"', "glue.threads=1", "squad.threads=1"]
     logs = []
     s = evaluate([str(ck)], "suite-tiny", tmp_path / "eval", overrides=ov, log=logs.append)

@@ -9,13 +9,13 @@ import shutil
 
 import pytest
 import torch
-from toydata import write_checkpoint
+from toydata import sentiment_examples, write_checkpoint, write_squad_examples
 
 from tokendrop.cli import cmd_finetune
 from tokendrop.config import FinetuneConfig
 from tokendrop.finetuning import FinetuneError, finetune, finetune_config
+from tokendrop.finetuning.tasks import TASKS
 from tokendrop.finetuning.trainer import linear_schedule
-from tokendrop.lab.toydata import write_keyword_sentiment, write_toy_squad
 from tokendrop.train.runtime import param_groups
 
 
@@ -26,7 +26,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sentiment(tmp_path_factory):
-    return write_keyword_sentiment(tmp_path_factory.mktemp("sst"), n_train=400, n_dev=100)
+    return TASKS["sst2"].write_examples(tmp_path_factory.mktemp("sst"), n_train=400, n_dev=100)
 
 
 def _cfg(data, **kw):
@@ -92,7 +92,7 @@ def test_keyword_sentiment_from_exported_and_reimported_hf_dir(ckpt, sentiment, 
 
 
 def test_squad_end_to_end_on_generated_data(ckpt, tmp_path):
-    data = write_toy_squad(tmp_path / "squad", n_train=160, n_dev=40)
+    data = write_squad_examples(tmp_path / "squad", n_train=160, n_dev=40)
     cfg = _cfg(
         data, task="squad1", epochs=4, lr=2e-3, max_seq_len_qa=64, doc_stride=24, max_query_len=16
     )
@@ -117,9 +117,9 @@ def test_squad_end_to_end_on_generated_data(ckpt, tmp_path):
 
 
 def test_mnli_scores_ax_with_the_mnli_model(ckpt, tmp_path):
-    from tokendrop.lab.toydata import write_toy_glue
+    from toydata import write_glue_examples
 
-    root = write_toy_glue(tmp_path / "glue", n_train=32, n_dev=16)
+    root = write_glue_examples(tmp_path / "glue", n_train=32, n_dev=16)
     r = finetune(_cfg(root, task="mnli", epochs=1), ckpt, tmp_path / "out", log=None)
     assert set(r["scores"]) == {"mnli_m", "mnli_mm", "ax"}
     assert "mcc" in r["metrics"]["ax"] and (tmp_path / "out" / "predictions" / "ax.tsv").is_file()
@@ -194,16 +194,12 @@ def test_cli_entry_point(ckpt, sentiment, tmp_path, capsys):
 
 
 def test_custom_jsonl_task_and_presets(ckpt, tmp_path):
-    import random
-
     from tokendrop.config import load_config
-    from tokendrop.lab.toydata import keyword_sentence
 
-    rng = random.Random(1)
-    for name, n in (("train.jsonl", 400), ("dev.jsonl", 100)):
+    for seed, (name, n) in enumerate((("train.jsonl", 400), ("dev.jsonl", 100)), 1):
         rows = [
-            json.dumps({"text": keyword_sentence(rng, i % 2), "sentiment": ["neg", "pos"][i % 2]})
-            for i in range(n)
+            json.dumps({"text": text, "sentiment": ["neg", "pos"][lab]})
+            for text, lab in sentiment_examples(tmp_path / f"sst-{name}", n, seed)
         ]
         (tmp_path / name).write_text("\n".join(rows) + "\n")
     cfg = _cfg(tmp_path, task="custom", text_a="text", label="sentiment")

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from toydata import write_glue_examples
 
 from tokendrop.finetuning import FinetuneError
 from tokendrop.finetuning.columns import COLUMNS, MAIN_COLUMN
 from tokendrop.finetuning.tasks import KINDS, TASKS, get_task
 from tokendrop.finetuning.tasks.squad import read_squad
-from tokendrop.lab.toydata import write_toy_glue
 
 # the GLUE benchmark's tasks (its diagnostic set AX included): a fact of the benchmark, not of the
 # registry, which may hold other tasks (each one file, with its own examples: test_task_examples.py)
@@ -238,7 +238,7 @@ def test_generated_glue_in_official_layouts(task, tmp_path_factory):
     tasks)."""
     root = tmp_path_factory.getbasetemp() / "toy-glue"
     if not root.is_dir():
-        write_toy_glue(root, n_train=12, n_dev=6)
+        write_glue_examples(root, n_train=12, n_dev=6)
     spec = get_task(task)
     d = root / spec.dirname
     if spec.train:
@@ -272,7 +272,7 @@ def test_generated_glue_in_official_layouts(task, tmp_path_factory):
 def test_dev_file_without_examples_is_refused(task, lines, tmp_path):
     """A dev split of 0 examples would be scored 0.00 and pass for a result: refused, naming the
     file."""
-    root = write_toy_glue(tmp_path / "glue", n_train=4, n_dev=2)
+    root = write_glue_examples(tmp_path / "glue", n_train=4, n_dev=2)
     spec = get_task(task)
     dev = root / spec.dirname / next(iter(spec.dev.values()))
     if lines is None:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from toydata import write_checkpoint
+from toydata import sentiment_examples, write_checkpoint
 
 from tokendrop.config import FinetuneConfig
 from tokendrop.finetuning import finetune
-from tokendrop.lab.toydata import keyword_sentence
 
 HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
 
@@ -19,13 +18,12 @@ def test_regression_learns_a_visible_score(tmp_path):
     rng = random.Random(0)
     d = tmp_path / "STS-B"
     d.mkdir()
-    for name, n in (("train.tsv", 240), ("dev.tsv", 60)):
+    for seed, (name, n) in enumerate((("train.tsv", 240), ("dev.tsv", 60))):
         rows = []
-        for i in range(n):  # score 1 +- 1 for a negative first sentence, 4 +- 1 for a positive one
-            lab = i % 2
+        # score 1 +- 1 for a negative first sentence, 4 +- 1 for a positive one
+        for i, (text, lab) in enumerate(sentiment_examples(tmp_path / f"sst-{name}", n, seed)):
             rows.append(
-                f"{i}\tg\tf\t2012\t{i}\tnone\tnone\t{keyword_sentence(rng, lab)}\tthe movie was a "
-                "film\t"
+                f"{i}\tg\tf\t2012\t{i}\tnone\tnone\t{text}\tthe movie was a film\t"
                 f"{1.0 + 3.0 * lab + rng.uniform(-1, 1):.3f}"
             )
         (d / name).write_text("\n".join([HEADER, *rows]) + "\n")

@@ -5,10 +5,10 @@ column in its own files (SQuAD's spans and the custom task, whose labels the use
 their own checks)."""
 
 import pytest
+from toydata import write_glue_examples
 
 from tokendrop.finetuning.common import FinetuneError
 from tokendrop.finetuning.tasks import TASKS, task_dir
-from tokendrop.lab.toydata import write_toy_glue
 
 GLUE = sorted(
     n for n, s in TASKS.items() if s.kind != "span" and s.columns is not None and s.dirname
@@ -17,7 +17,7 @@ GLUE = sorted(
 
 @pytest.fixture(scope="module")
 def glue(tmp_path_factory):
-    return write_toy_glue(tmp_path_factory.mktemp("glue"), n_train=8, n_dev=4)
+    return write_glue_examples(tmp_path_factory.mktemp("glue"), n_train=8, n_dev=4)
 
 
 def _bad_value(spec) -> str:

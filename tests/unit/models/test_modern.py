@@ -25,7 +25,7 @@ from tokendrop.dropping.methods import (  # noqa: E402
 )
 from tokendrop.dropping.plan import DropPlan  # noqa: E402
 from tokendrop.errors import ConfigError
-from tokendrop.lab.toydata import write_keyword_sentiment
+from tokendrop.finetuning.tasks import TASKS
 from tokendrop.models import attention  # noqa: E402
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification
 from tokendrop.models.families import build_model  # noqa: E402
@@ -448,7 +448,7 @@ def test_finetune_accepts_a_modernbert_dir(hf_dir, tmp_path):
     from tokendrop.config import FinetuneConfig
     from tokendrop.finetuning import finetune
 
-    data = write_keyword_sentiment(tmp_path / "SST-2", n_train=32, n_dev=16)
+    data = TASKS["sst2"].write_examples(tmp_path / "SST-2", n_train=32, n_dev=16)
     cfg = FinetuneConfig(
         task="sst2",
         data=str(data),
@@ -471,7 +471,7 @@ def _task_data(tmp_path, model_dir):
     """Prepared T=64 data of the task corpus in ``model_dir``'s vocabulary (for ``pretrain
     --init``)."""
     from tokendrop.data import prepare
-    from tokendrop.lab.toydata import write_task_corpus
+    from tokendrop.finetuning.task_corpus import write_task_corpus
 
     corpus = write_task_corpus(tmp_path / "corpus.txt", num_docs=120)
     data = tmp_path / "data"
@@ -618,7 +618,7 @@ def _bert_with_documents(drop: DropConfig):
 def test_attention_forms_give_the_same_gradients(hf_dir, monkeypatch, variant, family):
     """A dropping training step's loss and gradients agree across the mask forms (padding, documents
     and -- modernbert -- windows in one batch; bands for windows and documents).  FlexAttention has
-    no CPU backward: its gradients are a GPU test (tests/integration/parallel/test_gpu.py), its
+    no CPU backward: its gradients are a GPU test (tests/integration/lab/test_gpu.py), its
     forward is compared here."""
     drop = DropConfig(
         method="random" if VARIANTS[variant].selects else "none", variant=variant, rate=0.5

@@ -582,10 +582,12 @@ def test_interrupted_prepare_exits_128_plus_signal_and_keeps_only_its_work_units
 def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(
     run, tmp_path, monkeypatch, capsys
 ):
-    from tokendrop.finetuning import trainer
-    from tokendrop.lab.toydata import write_keyword_sentiment, write_toy_glue, write_toy_squad
+    from toydata import write_glue_examples, write_squad_examples
 
-    task = write_keyword_sentiment(tmp_path / "task", n_train=16, n_dev=8)
+    from tokendrop.finetuning import trainer
+    from tokendrop.finetuning.tasks import TASKS
+
+    task = TASKS["sst2"].write_examples(tmp_path / "task", n_train=16, n_dev=8)
 
     def ctrl_c(*a, **k):
         raise KeyboardInterrupt
@@ -617,8 +619,8 @@ def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(
     )
     assert not out.exists() and leftovers(tmp_path) == []
     glue, squad = (
-        write_toy_glue(tmp_path / "glue", n_train=8, n_dev=4),
-        write_toy_squad(tmp_path / "squad", 8, 4),
+        write_glue_examples(tmp_path / "glue", n_train=8, n_dev=4),
+        write_squad_examples(tmp_path / "squad", 8, 4),
     )
     ev = tmp_path / "eval"
     rc = cli_main(

@@ -80,7 +80,7 @@ def test_good_run_checkpoint_and_prepared_verify(run, data, capsys):
 
 
 def test_bit_flipped_weights_refused_by_every_consumer(run, tmp_path, capsys):
-    from tokendrop.lab.toydata import write_toy_glue
+    from toydata import write_glue_examples
 
     bad = run / "checkpoints" / "step-00000004" / "model.safetensors"
     flip(bad)
@@ -93,7 +93,7 @@ def test_bit_flipped_weights_refused_by_every_consumer(run, tmp_path, capsys):
     assert "use the older checkpoint" in line and "step-00000002" in line
     assert not (tmp_path / "hf").exists()
     # fine-tuning
-    glue = write_toy_glue(tmp_path / "glue", n_train=16, n_dev=8)
+    glue = write_glue_examples(tmp_path / "glue", n_train=16, n_dev=8)
     rc, _, err = run_cli(
         capsys,
         "finetune",

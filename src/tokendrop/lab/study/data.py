@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.data import iter_documents, prepare, vocab_sha256
+from tokendrop.finetuning.task_corpus import write_task_corpus
 from tokendrop.lab.study.common import StudyError, log, resolve_path
 from tokendrop.lab.study.plan import StudyConfig, resolve_source  # noqa: F401 -- resolve_source: re-exported
-from tokendrop.lab.toydata import write_task_corpus, write_toy_glue, write_toy_squad
+from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
 from tokendrop.models.source import resolve_init_source
 from tokendrop.runs.files import atomic_file, atomic_write_json, read_json
 

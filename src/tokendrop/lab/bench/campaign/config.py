@@ -296,7 +296,7 @@ class CampaignConfig:
     )
     glue: str = "runs/gpu-carry/glue"  # holds SST-2/ and QNLI/ (GLUE TSV layout)
     budget_s: float = 480.0  # each part stops itself before this many seconds
-    pytest: bool = True  # env: run `pytest -m gpu tests/integration/parallel/test_gpu.py`
+    pytest: bool = True  # env: run `pytest -m gpu tests/integration/lab/test_gpu.py`
     # --campaign priority: the device time all its parts share (a lent GPU: 15 minutes including the
     # machine's start; one call at most 10); each part gets min(budget_s, what is left)
     total_s: float = 540.0

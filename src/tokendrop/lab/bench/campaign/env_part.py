@@ -27,9 +27,7 @@ BACKENDS = {
     "CUDNN_ATTENTION": "cudnn",
     "MATH": "math",
 }
-TEST_FILE = (
-    Path(__file__).resolve().parents[5] / "tests" / "integration" / "parallel" / "test_gpu.py"
-)
+TEST_FILE = Path(__file__).resolve().parents[5] / "tests" / "integration" / "lab" / "test_gpu.py"
 
 
 @dataclass
@@ -154,7 +152,7 @@ def default_sdpa(
 
 
 def run_pytest(out: Path, timeout: float) -> dict[str, object]:
-    """``python -m pytest -m gpu tests/integration/parallel/test_gpu.py`` in a subprocess; counts
+    """``python -m pytest -m gpu tests/integration/lab/test_gpu.py`` in a subprocess; counts
     from its JUnit XML."""
     if importlib.util.find_spec("pytest") is None:
         return {

@@ -5,11 +5,11 @@ The public API (docs/api.md); every other module is internal and may change betw
     import tokendrop as td
 
     cfg = td.load_config("tiny", ["drop.method=cumulative", "drop.rate=0.5"])
-    model = td.build_model(cfg.model, cfg.drop)        # any family's MLM model, dropping on in
-    training model, info = td.load_pretrained("all-MiniLM-L6-v2", "mlm", drop=cfg.drop)  # shape +
-    weights td.prepare(["corpus.txt"], "data/t128", seq_len=128, vocab_size=8000)
-    td.pretrain(cfg, "runs/drop")                      # the trainer: packed data, exact resume,
-    DDP/FSDP2 td.export("runs/drop", "export/drop")              # a transformers directory
+    model = td.build_model(cfg.model, cfg.drop)  # any family's MLM model, dropping on
+    model, info = td.load_pretrained("all-MiniLM-L6-v2", "mlm", drop=cfg.drop)  # shape + weights
+    td.prepare(["corpus.txt"], "data/t128", seq_len=128, vocab_size=8000)
+    td.pretrain(cfg, "runs/drop")  # the trainer: packed data, exact resume, DDP/FSDP2
+    td.export("runs/drop", "export/drop")  # a transformers directory
     td.finetune(td.finetune_config(None, task="sst2", data="glue/SST-2"), "export/drop", "ft/sst2")
 
 ``tokendrop.transformers`` adds token dropping to transformers' own models and ``Trainer``.

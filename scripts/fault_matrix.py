@@ -866,6 +866,40 @@ def one_long_line(c: Path) -> None:
     (c / "x.txt").write_text(line[:3_000_000] + "\n")
 
 
+def one_long_cell(name: str, cut: bool = True) -> Callable[[Path], None]:
+    """CASE/NAME: a Parquet or Arrow file of a short row, then one 3 MB cell of words of the toy
+    vocabulary (``cut``), or of 2.1 MB without a space (not)."""
+
+    def setup(c: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if cut:
+            one_long_line(c)
+            long = (c / "x.txt").read_text().strip()
+            (c / "x.txt").unlink()
+        else:
+            long = "x" * 2_100_000
+        t = pa.table({"text": ["a b c", long]})
+        if name.endswith(".parquet"):
+            pq.write_table(t, c / name)
+        else:
+            with pa.ipc.new_file(c / name, t.schema) as w:
+                w.write_table(t)
+
+    return setup
+
+
+def one_huge_wiki_page(c: Path) -> None:
+    """CASE/x.xml: a MediaWiki dump whose second article's text is 64 Mi + 2 characters."""
+    with open(c / "x.xml", "w", encoding="utf-8") as f:
+        f.write("<mediawiki><page><title>Small</title><ns>0</ns><revision><text>a b c")
+        f.write("</text></revision></page><page><title>Huge</title><ns>0</ns><revision><text>")
+        for _ in range(32):
+            f.write("ab" * (1 << 20))
+        f.write("cd</text></revision></page></mediawiki>\n")
+
+
 def stsb_score(score: float) -> Callable[[Path], None]:
     """Set the score of the first STS-B training example (line 2) to ``score``."""
 
@@ -2184,6 +2218,54 @@ def cases() -> list[Case]:
             check=lambda c, o: (
                 None if json.loads(o.stdout)["documents"] == 1 else "not one document"
             ),
+        )
+    )
+    # a Parquet/Arrow cell longer than the reader's part size: read from pyarrow's buffer in
+    # parts and tokenized in pieces, or refused when it cannot be cut; a Wikipedia page is cleaned
+    # whole: one over the limit is refused
+    for ext in (".parquet", ".arrow"):
+        kind = ext[1:]
+        add(
+            Case(
+                f"prepare-long-{kind}-cell-in-pieces",
+                "bad input, full disk",
+                prepare(
+                    f"{{C}}/x{ext}",
+                    "{C}/out",
+                    "--vocab",
+                    "{C}/other-vocab.txt",
+                    "--eval-fraction",
+                    "0",
+                ),
+                "prepared (a 3 MB cell read in parts, tokenized in pieces)",
+                rc=0,
+                needs=("other-vocab.txt",),
+                setup=one_long_cell(f"x{ext}"),
+                check=lambda c, o: (
+                    None if json.loads(o.stdout)["documents"] == 2 else "not two documents"
+                ),
+            )
+        )
+        add(
+            Case(
+                f"prepare-long-{kind}-cell-no-spaces",
+                "bad input, full disk",
+                prepare(f"{{C}}/x{ext}", "{C}/out", "--vocab-size", "150"),
+                "refused naming the file, the row and the limit; no output",
+                absent=("out",),
+                setup=one_long_cell(f"x{ext}", cut=False),
+                says=(f"{{C}}/x{ext}", "row 2", "1,048,576 characters"),
+            )
+        )
+    add(
+        Case(
+            "prepare-wiki-page-over-the-limit",
+            "bad input, full disk",
+            prepare("{C}/x.xml", "{C}/out", "--vocab-size", "150"),
+            "refused naming the file, the page and the limit; no output",
+            absent=("out",),
+            setup=one_huge_wiki_page,
+            says=("{C}/x.xml", "page 2 ('Huge')", "67,108,864 characters"),
         )
     )
     # a task's value ranges (STS-B scores in [0, 5])

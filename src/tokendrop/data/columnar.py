@@ -12,6 +12,15 @@ written by ``save_to_disk``.
 The text column must be a string column; a null entry is an error (like a non-string JSONL field).
 Work units (:mod:`.units`) are ranges of row groups (Parquet) or record batches (Arrow), so any of
 these files can be prepared by several workers; every reader streams one batch at a time.
+
+Memory does not grow with the number of rows or the longest cell beyond what pyarrow decodes: a
+Parquet file is read ``_BATCH_ROWS`` rows at a time through a ``_READ_BUFFER`` read buffer (not a
+row group's column chunk at once), an Arrow file is memory-mapped, and the strings of a batch reach
+Python a run of rows of at most ``part_bytes`` bytes at a time; a longer cell comes as an iterator
+of its parts of at most ``part_bytes`` bytes each, decoded from the Arrow buffer without a copy of
+the whole (:func:`read_texts`).  Pyarrow itself decodes a Parquet data page whole, and a page holds
+whole values: a Parquet cell of N bytes costs about N bytes of pyarrow memory while it is read
+(docs/design.md "Data and masking" has the measurements).
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from tokendrop.errors import DataError
 from tokendrop.runs.files import read_json
 
 PARQUET, ARROW = "parquet", "arrow"
-_BATCH_ROWS = 1024  # rows per Parquet read batch
+_BATCH_ROWS = 64  # rows per Parquet read batch
+_READ_BUFFER = 1 << 20  # bytes: Parquet column chunks are read through a buffer of this size
 
 
 def _pa():
@@ -164,7 +174,9 @@ def _bad_file(path: str, fmt: str, e: Exception) -> DataError:
 def _parquet(path: str):
     """The Parquet file at ``path``, its pages' CRC checksums verified where the writer stored them
     (``write_page_checksum``): a flipped byte in such a page is an error, not changed text."""
-    return _pa().parquet.ParquetFile(path, page_checksum_verification=True)
+    return _pa().parquet.ParquetFile(
+        path, page_checksum_verification=True, buffer_size=_READ_BUFFER
+    )
 
 
 def _check_schema(path: str, schema, text_field: str) -> int:
@@ -246,10 +258,13 @@ def read_texts(
     span: tuple[int, int] | None = None,
     progress: Callable[[float], None] | None = None,
     stats: dict | None = None,
-) -> Iterator[str]:
+    part_bytes: int = 1 << 20,
+) -> Iterator[str | Iterator[str]]:
     """The text column's strings of row groups / record batches ``span`` = ``[first, end)`` (all
-    when None), in order.  ``progress(rows_before, total_rows)``: the file's rows up to the reading
-    position (called once at the start of the span and after every batch)."""
+    when None), in order; a string longer than ``part_bytes`` UTF-8 bytes comes as an iterator of
+    its decoded parts of at most ``part_bytes`` bytes each (:func:`_cell_parts`), the others as
+    ``str``.  ``progress(rows_before, total_rows)``: the file's rows up to the reading position
+    (called once at the start of the span and after every batch)."""
     pa = _pa()
     import pyarrow.compute as pc  # type: ignore
 
@@ -278,17 +293,16 @@ def read_texts(
         for b in batches:
             arr = b.column(col)
             if arr.null_count:
-                i = row0 + done + arr.to_pylist().index(None)
+                i = row0 + done + arr.is_null().to_pylist().index(True)
                 raise DataError(
                     f"{path}: row {i}: column {text_field!r} is null; expected a string in every "
                     "row "
                     "(drop or fill the empty rows)"
                 )
+            lens = pc.binary_length(arr).to_numpy(zero_copy_only=False)
             if stats is not None:
-                stats["input_bytes"] = stats.get("input_bytes", 0) + int(
-                    pc.sum(pc.binary_length(arr)).as_py() or 0
-                )
-            yield from arr.to_pylist()
+                stats["input_bytes"] = stats.get("input_bytes", 0) + int(lens.sum())
+            yield from _strings(arr, lens, part_bytes)
             done += len(arr)
             if progress is not None:
                 progress(row0 + done, total)
@@ -296,6 +310,49 @@ def read_texts(
         raise
     except (pa.ArrowException, OSError, ValueError) as e:
         raise _bad_file(path, fmt, e) from None
+
+
+def _strings(arr, lens, part_bytes: int) -> Iterator[str | Iterator[str]]:
+    """The strings of ``arr`` (byte lengths ``lens``): runs of rows of at most ``part_bytes``
+    bytes in all as ``str``, a longer row as :func:`_cell_parts`."""
+    n = len(arr)
+    if n == 0 or (int(lens.max()) <= part_bytes and int(lens.sum()) <= part_bytes):
+        yield from arr.to_pylist()
+        return
+    i = 0
+    while i < n:
+        if lens[i] > part_bytes:
+            yield _cell_parts(arr, i, part_bytes)
+            i += 1
+            continue
+        j, size = i, 0
+        while j < n and lens[j] <= part_bytes and size + lens[j] <= part_bytes:
+            size += int(lens[j])
+            j += 1
+        yield from arr.slice(i, j - i).to_pylist()
+        i = j
+
+
+def _cell_parts(arr, i: int, part_bytes: int) -> Iterator[str]:
+    """String ``i`` of ``arr`` decoded in parts of at most ``part_bytes`` of its UTF-8 bytes (a
+    character cut between two parts is completed by the next), read from the array's data buffer
+    in place: only one part is copied at a time."""
+    import codecs
+
+    import numpy as np
+
+    pa = _pa()
+    cell = arr.slice(i, 1)
+    if not (pa.types.is_string(cell.type) or pa.types.is_large_string(cell.type)):
+        cell = cell.cast(pa.large_string())  # a string view: one copy of this cell
+    bufs = cell.buffers()
+    width = np.int64 if pa.types.is_large_string(cell.type) else np.int32
+    start, stop = (int(x) for x in np.frombuffer(bufs[1], dtype=width)[cell.offset :][:2])
+    data = memoryview(bufs[2])
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for a in range(start, stop, part_bytes):
+        b = min(a + part_bytes, stop)
+        yield decoder.decode(bytes(data[a:b]), b == stop)
 
 
 def _arrow_span(path: str, first: int, end: int) -> tuple[Iterator, int, int]:

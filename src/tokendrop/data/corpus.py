@@ -13,8 +13,8 @@ gzip, bzip2 and zstandard (``.zst``, needs ``zstandard``)):
   (``DIR`` or ``DIR@SPLIT``): the string column ``text_field``, read with ``pyarrow``
   (:mod:`.columnar`).
 * Wikipedia XML dumps (``.xml``, ``.xml.bz2``, ``.xml.gz``): MediaWiki export files, streamed with
-  ``iterparse`` (constant memory); redirects and pages outside namespace 0 are skipped and the wiki
-  markup is removed by :func:`clean_wikitext`.
+  ``expat`` (one page held at a time); redirects and pages outside namespace 0 are skipped and
+  the wiki markup is removed by :func:`clean_wikitext`.
 * ``hf:NAME[:CONFIG][@SPLIT]`` or ``hf:LOCAL_DIR[@SPLIT]``: a Hugging Face ``datasets`` dataset
   (streamed when loaded by name; ``load_from_disk`` for a local directory); needs ``datasets``.
 
@@ -36,6 +36,10 @@ item continues the same document).  A piece ends before a single space between t
 characters, so WordPiece (BERT's normaliser and pre-tokeniser) gives the pieces exactly the ids of
 the whole; a text with no such space in ``PIECE_CHARS`` characters is refused, naming the line.  A
 JSONL line is parsed whole: one longer than ``LINE_CHARS`` characters is refused, naming the line.
+A Parquet/Arrow cell longer than ``PIECE_CHARS`` bytes is decoded from pyarrow's buffer in parts of
+that size (:func:`tokendrop.data.columnar.read_texts`), and a Wikipedia page's text in the parts
+``expat`` gives; a page is cleaned of its markup whole, so one over ``LINE_CHARS`` characters is
+refused, naming the page (:func:`read_wiki_pages`).
 """
 
 from __future__ import annotations
@@ -49,9 +53,9 @@ import io
 import json
 import os
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from xml.parsers import expat
 
 from tokendrop.data import columnar
 from tokendrop.data.columnar import ARROW, PARQUET
@@ -68,7 +72,7 @@ _COLUMNAR_EXT = {".parquet": PARQUET, ".arrow": ARROW}
 _COMPRESS_EXT = (".gz", ".bz2", ".zst", ".zstd")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 PIECE_CHARS = 1 << 20  # the longest part of a line read, and of a document handed to the tokenizer
-LINE_CHARS = 1 << 26  # the longest JSONL line (parsed whole)
+LINE_CHARS = 1 << 26  # the longest text parsed whole: a JSONL line, a Wikipedia page's fields
 # the format of a prepare's ``<out>.partial/plan.json`` (:mod:`.units`)
 WORK_FORMAT = "tokendrop-prepare-work"
 
@@ -805,60 +809,103 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
+class _WikiPages:
+    """The expat handlers of :func:`read_wiki_pages`: the articles finished so far in ``done``;
+    only the field being read is held (a page's text in the parts expat gives), and a field longer
+    than ``LINE_CHARS`` characters is refused as soon as it is."""
+
+    def __init__(self, path: str, parser):
+        self.path = path
+        self.root = False
+        self.field: str | None = None  # "title" | "ns" | "text" being read
+        self.parts: list[str] = []
+        self.size = 0
+        self.title = self.ns = self.text = None
+        self.redirect = False
+        self.pages = 0
+        self.done: list[tuple[str, str]] = []
+        parser.buffer_text = True
+        parser.StartElementHandler = self.start
+        parser.EndElementHandler = self.end
+        parser.CharacterDataHandler = self.data
+
+    def start(self, name: str, attrs) -> None:
+        tag = _local(name)
+        if not self.root:
+            self.root = True
+            if tag != "mediawiki":
+                raise DataError(
+                    f"{self.path}: root element <{tag}>; expected a MediaWiki XML export "
+                    "(<mediawiki>)"
+                )
+        elif tag in ("title", "ns", "text"):
+            self.field, self.parts, self.size = tag, [], 0
+        elif tag == "redirect":
+            self.redirect = True
+
+    def data(self, text: str) -> None:
+        if self.field is None or (self.field == "text" and self.ns not in (None, "0")):
+            return  # outside the fields read, or the text of a page that is skipped anyway
+        self.size += len(text)
+        if self.size > LINE_CHARS:
+            raise DataError(
+                f"{self.path}: page {self.pages + 1} ({self.title!r}): its <{self.field}> is "
+                f"longer than {LINE_CHARS:,} characters, the limit for a page, whose markup is "
+                "removed whole; remove the page from the dump"
+            )
+        self.parts.append(text)
+
+    def end(self, name: str) -> None:
+        tag = _local(name)
+        if tag == self.field:
+            value = "".join(self.parts)
+            if tag == "title":
+                self.title = value
+            elif tag == "ns":
+                self.ns = value.strip()
+            else:
+                self.text = value
+            self.field, self.parts = None, []
+        elif tag == "page":
+            self.pages += 1
+            text = self.text
+            if (
+                self.ns in (None, "0")
+                and not self.redirect
+                and text is not None
+                and not REDIRECT.match(text)
+            ):
+                self.done.append((self.title or "", text))
+            self.title = self.ns = self.text = None
+            self.redirect = False
+
+
 def read_wiki_pages(
     path: str, progress: Callable[[int], None] | None = None, stats: dict | None = None
 ) -> Iterator[tuple[str, str]]:
-    """(title, raw wikitext) of every article: namespace 0, not a redirect.  Streamed, constant
-    memory."""
+    """(title, raw wikitext) of every article: namespace 0, not a redirect.  Streamed with expat
+    in parts of ``PIECE_CHARS`` bytes; memory holds one page (its text up to ``LINE_CHARS``
+    characters: a longer one is refused, naming the file, the page and the limit)."""
     f, raw = _open_raw(path)
+    parser = expat.ParserCreate(namespace_separator="}")
+    pages = _WikiPages(path, parser)
     last = 0
     try:
-        ctx = ET.iterparse(f, events=("start", "end"))
-        root = None
-        title = ns = text = None
-        redirect = False
-        for event, elem in ctx:
-            if event == "start":
-                if root is None:
-                    root = elem
-                    if _local(elem.tag) != "mediawiki":
-                        raise DataError(
-                            f"{path}: root element <{_local(elem.tag)}>; expected a MediaWiki XML "
-                            "export (<mediawiki>)"
-                        )
-                continue
-            tag = _local(elem.tag)
-            if tag == "title":
-                title = elem.text or ""
-            elif tag == "ns":
-                ns = (elem.text or "").strip()
-            elif tag == "redirect":
-                redirect = True
-            elif tag == "text":
-                text = elem.text or ""
-            elif tag == "page":
-                if (
-                    ns in (None, "0")
-                    and not redirect
-                    and text is not None
-                    and not REDIRECT.match(text)
-                ):
-                    yield title or "", text
-                title = ns = text = None
-                redirect = False
-                root.clear()  # drop finished pages: constant memory
-                if progress is not None:
-                    pos = raw.tell()
-                    progress(pos - last)
-                    last = pos
-        if progress is not None:
-            progress(os.path.getsize(path) - last)
-    except ET.ParseError as e:
+        while True:
+            data = f.read(max(PIECE_CHARS, 4))
+            parser.Parse(data, not data)
+            yield from pages.done
+            pages.done.clear()
+            if progress is not None:
+                pos = raw.tell()
+                progress(pos - last)
+                last = pos
+            if not data:
+                break
+        if not pages.root:
+            raise DataError(f"{path}: no XML element; expected a MediaWiki XML dump")
+    except expat.ExpatError as e:
         raise DataError(f"{path}: invalid XML ({e}); expected a MediaWiki XML dump") from None
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"{path}: invalid UTF-8 ({e.reason}); expected a UTF-8 MediaWiki XML dump"
-        ) from None
     except (OSError, EOFError) as e:
         raise DataError(
             f"{path}: cannot decompress ({e}); the file is truncated or corrupt"
@@ -957,10 +1004,42 @@ def _read_columnar(
             progress(now - last)
         last = now
 
-    for i, text in enumerate(columnar.read_texts(src.path, src.fmt, text_field, span, rows, stats)):
-        yield from _in_pieces(
-            _normalise_block(text), src.path, f"row {i + 1}{' of its work unit' if span else ''}"
-        )
+    cells = columnar.read_texts(
+        src.path, src.fmt, text_field, span, rows, stats, part_bytes=PIECE_CHARS
+    )
+    for i, text in enumerate(cells):
+        where = f"row {i + 1}{' of its work unit' if span else ''}"
+        if isinstance(text, str):
+            yield from _in_pieces(_normalise_block(text), src.path, where)
+        else:  # a cell of more than PIECE_CHARS bytes, in parts
+            yield from _normalised_pieces(text, _Pieces(src.path), where)
+
+
+def _normalised_pieces(parts: Iterable[str], doc: _Pieces, where: str) -> Iterator[str]:
+    """The pieces of ``_normalise_block("".join(parts))`` (each line stripped, blank lines dropped)
+    holding only a part and a piece at a time: the lines of the parts are read as :func:`read_text`
+    reads the parts of a long line (a line break cut between two parts makes a blank line, which
+    is dropped)."""
+    started, ws = False, ""  # as in read_text
+    for part in parts:
+        for frag in part.splitlines(keepends=True):
+            line = frag.splitlines()[0]
+            core = line.rstrip()
+            tail = line[len(core) :]
+            if not started:
+                core = core.lstrip()
+            if core:
+                if started:
+                    yield from doc.add(ws + core, where)
+                else:
+                    yield from doc.add("\n" + core if doc else core, where)
+                    started = True
+                ws = tail
+            elif started:
+                ws = (ws + tail)[:PIECE_CHARS]
+            if len(line) < len(frag):  # a line break: the line ends
+                started, ws = False, ""
+    yield from doc.end()
 
 
 def finish(fmt: str, raw: str) -> str:

@@ -166,3 +166,57 @@ def test_packing_a_long_document_in_blocks_is_the_same(tmp_path):
     counter.add(np.concatenate(docs * 60))  # over the counter's block
     counter.flush()
     assert counter.counts.tolist() == np.bincount(np.concatenate(docs * 60), minlength=100).tolist()
+
+
+@pytest.mark.parametrize("name", ["c.parquet", "c.arrow"])
+def test_a_long_cell_comes_from_pyarrow_in_bounded_parts(name, tmp_path):
+    """A cell over ``part_bytes`` is an iterator of its parts (each at most that many bytes, a
+    multi-byte character completed by the next part), the short rows around it plain strings."""
+    from tokendrop.data import columnar
+
+    long = "é" + " ab" * 100 + "ü"
+    src = _write(tmp_path / name, ["short", long, "x"])
+    fmt = columnar.PARQUET if name.endswith(".parquet") else columnar.ARROW
+    got = list(columnar.read_texts(str(src), fmt, "text", part_bytes=16))
+    assert got[0] == "short" and got[2] == "x" and not isinstance(got[1], str)
+    parts = list(got[1])
+    assert len(parts) > 10 and max(len(p.encode()) for p in parts) <= 16
+    assert "".join(parts) == long
+
+
+@pytest.mark.parametrize("parts", [1, 3, 7, 64])
+def test_a_cell_read_in_parts_is_normalised_as_a_whole(parts, monkeypatch):
+    """Lines stripped and blank ones dropped, across any cut of the parts (a \\r\\n, a line
+    separator or a run of spaces cut between two parts): the pieces join to ``_normalise_block``
+    of the whole, and each is at most ``PIECE_CHARS``."""
+    monkeypatch.setattr(corpus, "PIECE_CHARS", 40)
+    text = (
+        "  first line  \r\n\r\n second\u2028third   word\n"
+        + " ".join(f"w{i}" for i in range(60))
+        + " \n\n\x0c tail é \r\n"
+    )
+    cuts = [text[i : i + parts] for i in range(0, len(text), parts)]
+    pieces = list(corpus._normalised_pieces(cuts, corpus._Pieces("f"), "row 1"))
+    assert "".join(pieces) == corpus._normalise_block(text)
+    assert max(map(len, pieces)) <= 40 and any(isinstance(p, corpus.Piece) for p in pieces)
+
+
+def test_a_wiki_page_over_the_limit_is_refused_naming_the_page(tmp_path, monkeypatch):
+    """A page is cleaned whole: its text over ``LINE_CHARS`` is refused as it is read (one line:
+    the file, the page and the limit); a long page of another namespace is skipped, not held."""
+    monkeypatch.setattr(corpus, "LINE_CHARS", 100)
+    page = "<page><title>{}</title><ns>{}</ns><revision><text>{}</text></revision></page>"
+    xml = "<mediawiki>{}</mediawiki>".format(
+        page.format("Small", 0, "a b")
+        + page.format("Talk", 1, "t " * 80)
+        + page.format("Huge", 0, "w " * 60)
+    )
+    src = tmp_path / "d.xml"
+    src.write_text(xml, encoding="utf-8")
+    with pytest.raises(DataError) as e:
+        list(corpus.iter_documents([src]))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{src}: page 3 ('Huge'): its <text>"), msg
+    assert "100 characters" in msg
+    monkeypatch.setattr(corpus, "LINE_CHARS", 1000)
+    assert list(corpus.iter_documents([src])) == ["a b", ("w " * 60).strip()]

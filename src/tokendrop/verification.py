@@ -121,7 +121,7 @@ def verify_checkpoint(ck: Path, rep: VerifyReport, run_config: dict | None = Non
         bad = True
     if not bad:
         try:
-            check_checkpoint(ck, meta, _step_counters(ck / "state.safetensors"), run_config)
+            check_checkpoint(ck, meta, ckpt_mod.step_counters(ck, meta), run_config)
         except TrainingError as e:
             rep.problems.append(error_line(e))
             bad = True
@@ -137,14 +137,6 @@ def verify_checkpoint(ck: Path, rep: VerifyReport, run_config: dict | None = Non
             + (" and the run's config" if run_config is not None else "")
         )
     return None if bad else meta
-
-
-def _step_counters(f: Path) -> dict[str, torch.Tensor]:
-    """The optimizer's step counters (``optim.*.step``) of a state file whose hash matched."""
-    with safe_open(str(f), framework="pt") as st:
-        return {
-            k: st.get_tensor(k) for k in st.keys() if k.startswith("optim.") and k.endswith(".step")
-        }
 
 
 def _run_config(run: Path) -> dict | None:

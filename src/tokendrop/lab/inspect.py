@@ -32,10 +32,12 @@ adjacent pairs instead of selecting tokens.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,35 +243,37 @@ class RunView:
         return self.cfg.drop.kept_rows(seq_len, max(self.step - 1, 0), self.cfg.train.steps)
 
 
-def _find_checkpoint(path: Path) -> tuple[Path, Path]:
-    """-> (run dir, checkpoint dir) for a run dir or one of its ``checkpoints/step-*`` dirs."""
+@contextlib.contextmanager
+def _held_checkpoint(path: Path) -> Iterator[tuple[Path, Path]]:
+    """(run dir, checkpoint dir) for a run dir or one of its ``checkpoints/step-*`` dirs, the
+    checkpoint held for the block (``runs.checkpoint.reading``: a training run's rotation cannot
+    remove it while it is read; a run dir's newest checkpoint removed before it is held is passed
+    over for the next newest) and its model file verified."""
     if not path.exists():
         raise InspectError(f"{path}: no such directory")
     if not path.is_dir():
         raise InspectError(
             f"{path}: not a directory; expected a run directory written by `tokendrop pretrain`"
         )
-    if (path / "meta.json").is_file() and path.parent.name == "checkpoints":
-        # the shared verifying loader (state: when read)
-        ckpt_mod.verify(path, files=ckpt_mod.model_files(ckpt_mod.read_meta(path)))
-        return path.parent.parent, path
-    if not (path / "checkpoints").is_dir() and not (path / "config.toml").is_file():
+    one = (path / "meta.json").is_file() and path.parent.name == "checkpoints"
+    if not one and not (path / "checkpoints").is_dir() and not (path / "config.toml").is_file():
         raise InspectError(
             f"{path}: not a tokendrop run directory (no config.toml, no checkpoints/); "
             "expected the --out directory of `tokendrop pretrain` or `tokendrop study`'s runs/NAME"
         )
-    if not (path / "checkpoints").is_dir() or not any(
-        c.name.startswith("step-") for c in (path / "checkpoints").iterdir()
+    if not one and (
+        not (path / "checkpoints").is_dir()
+        or not any(c.name.startswith("step-") for c in (path / "checkpoints").iterdir())
     ):
         raise InspectError(
             f"{path}: the run has no complete checkpoint yet (checkpoints/step-*/ missing); "
             "inspect it after its first checkpoint (train.ckpt_every)"
         )
     # its newest checkpoint; a corrupt one is an error naming the file, never skipped
-    last = ckpt_mod.find(path)
-    # state.safetensors: verified when read
-    ckpt_mod.verify(last, files=ckpt_mod.model_files(ckpt_mod.read_meta(last)))
-    return path, last
+    with ckpt_mod.reading(path) as last:
+        # the shared verifying loader; state.safetensors: verified when read
+        ckpt_mod.verify(last, files=ckpt_mod.model_files(ckpt_mod.read_meta(last)))
+        yield (path.parent.parent if one else path), last
 
 
 def _no_selection_reason(cfg) -> str | None:
@@ -352,19 +356,19 @@ def _is_byte_level(tok) -> bool:
 
 
 def load_run(run_dir: str | os.PathLike) -> RunView:
-    """Read a run (or one checkpoint of it) for inspection; InspectError if it cannot be
-    inspected."""
-    run, ckpt = _find_checkpoint(Path(run_dir))
-    meta = ckpt_mod.read_meta(ckpt)
-    try:
-        cfg = from_dict(Config, meta["config"])
-    except (ValueError, KeyError) as e:
-        raise InspectError(f"{ckpt}/meta.json: unreadable run config ({e})") from None
-    reason = _no_selection_reason(cfg)
-    if reason:
-        raise InspectError(f"{run}: {reason}")
-    # hashed against meta.json, then parsed
-    state = ckpt_mod.read_tensors(ckpt, "state.safetensors", meta)
+    """Read a run (or one checkpoint of it) for inspection, the checkpoint held while it is read
+    (a run that is training rotates around it); InspectError if it cannot be inspected."""
+    with _held_checkpoint(Path(run_dir)) as (run, ckpt):
+        meta = ckpt_mod.read_meta(ckpt)
+        try:
+            cfg = from_dict(Config, meta["config"])
+        except (ValueError, KeyError) as e:
+            raise InspectError(f"{ckpt}/meta.json: unreadable run config ({e})") from None
+        reason = _no_selection_reason(cfg)
+        if reason:
+            raise InspectError(f"{run}: {reason}")
+        # hashed against meta.json, then parsed
+        state = ckpt_mod.read_tensors(ckpt, "state.safetensors", meta)
     if "importance" not in state:
         raise InspectError(
             f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
@@ -909,7 +913,8 @@ def selection_trace(
 ) -> list[dict[str, Any]]:
     """``selection_diagnostics`` at every checkpoint the run kept (``checkpoints/step-*``), in step
     order, each at the masking rate the run trained with at that step (its metrics log; the
-    config's final rate where the log says nothing)."""
+    config's final rate where the log says nothing); one that rotation removed since the listing is
+    left out."""
     run = Path(run_dir)
     ck = run / "checkpoints"
     kept = (
@@ -925,7 +930,12 @@ def selection_trace(
     ]
     out = []
     for d in dirs:
-        rv = load_run(d)
+        try:
+            rv = load_run(d)
+        except InspectError:
+            if d.exists():
+                raise
+            continue  # removed by the run's rotation since the listing (a run that trains)
         before = [m for s, m in logged if s <= rv.step]
         out.append(
             selection_diagnostics(

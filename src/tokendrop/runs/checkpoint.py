@@ -417,6 +417,23 @@ def check_file(ckpt: Path, name: str, meta: dict[str, Any], data: bytes | None =
         )
 
 
+def step_counters(ckpt: str | os.PathLike, meta: dict[str, Any]) -> dict[str, Tensor]:
+    """The optimizer's step counters (``optim.*.step``) of a checkpoint whose tensor files' hashes
+    were checked: from state.safetensors, or for a sharded checkpoint from its shard files, where
+    DCP writes them (``optim.state.<name>.step``, each once), read by key from the safetensors
+    headers: no process group, nothing else of the shards read."""
+    from safetensors import safe_open
+
+    ckpt = Path(ckpt)
+    out: dict[str, Tensor] = {}
+    for name in (*(model_files(meta) if is_sharded(meta) else ()), "state.safetensors"):
+        with safe_open(str(ckpt / name), framework="pt") as st:
+            for k in st.keys():
+                if k.startswith("optim.") and k.endswith(".step"):
+                    out[k] = st.get_tensor(k)
+    return out
+
+
 def verify(ckpt: str | os.PathLike, files: tuple[str, ...] | None = None) -> dict[str, Any]:
     """-> meta, after checking meta.json and that each of ``files`` (default: every tensor file) has
     the recorded size and sha256.  Raises :class:`CheckpointError` (one line naming the file and the
@@ -533,6 +550,45 @@ def latest_checkpoint(path: str | os.PathLike) -> Path | None:
 
 
 latest = latest_checkpoint  # newest checkpoint that verifies (None if none)
+
+
+@contextlib.contextmanager
+def reading_latest(path: str | os.PathLike) -> Iterator[Path | None]:
+    """:func:`latest_checkpoint` held for the block as :func:`reading` holds a checkpoint: the
+    newest one that verifies (corrupt ones skipped with a warning on stderr), a checkpoint removed
+    by rotation before it is held passed over for the next newest; None when there is none.  For a
+    checkpoint dir: that one, held, verified."""
+    p = Path(path)
+    if not (p / "checkpoints").is_dir():
+        if (p / "meta.json").is_file() and p.parent.name == "checkpoints":
+            with _lease(p, fcntl.LOCK_SH):
+                yield latest_checkpoint(p)
+        else:
+            yield latest_checkpoint(p)
+        return
+    for _ in range(100):  # a training run rotating faster than this loop lists is retried
+        cands = sorted(
+            (c for c in (p / "checkpoints").iterdir() if c.name.startswith("step-")), reverse=True
+        )
+        gone = False
+        for cand in cands:
+            with _lease(cand, fcntl.LOCK_SH) as held:
+                if not (held and cand.is_dir()):
+                    gone = True  # removed by rotation meanwhile
+                    continue
+                try:
+                    verify(cand)
+                except CheckpointError as e:
+                    print(f"warning: skipping {e}", file=sys.stderr)
+                    continue
+                yield cand
+                return
+        if not gone:
+            yield None
+            return
+    raise CheckpointError(
+        f"{p}: its checkpoints were all removed while being opened; run the command again"
+    )
 
 
 def load(

@@ -81,8 +81,9 @@ def check_checkpoint(
 ) -> None:
     """The checks a checkpoint must pass against itself and its run -- made by ``--resume`` and by
     ``tokendrop verify``, here only: the step in meta.json is the one in the directory's name
-    (``step-NNNNNNNN``), the optimizer's step counters (``state``: its ``optim.*.step`` tensors;
-    a sharded checkpoint keeps them in its shards: not checked) and the data position (when every
+    (``step-NNNNNNNN``), the optimizer's step counters (``state``: its ``optim.*.step`` tensors,
+    :func:`tokendrop.runs.checkpoint.step_counters`: a sharded checkpoint's from its shard files)
+    and the data position (when every
     step takes the same number of loader batches: no batch-size warm-up, no mixture) count the
     same steps, and the config it
     recorded has the run's values for every field a resume must not change (``_RESUME_FIXED``: the
@@ -102,9 +103,10 @@ def check_checkpoint(
         {int(float(t)) for k, t in state.items() if k.startswith("optim.") and k.endswith(".step")}
     )
     if counts and counts[-1] != step:
+        where = ck / (ckpt_mod.SHARD_DIR if ckpt_mod.is_sharded(meta) else "state.safetensors")
         raise TrainingError(
-            f"{ck / 'state.safetensors'}: the optimizer made {counts[-1]} update(s) but meta.json "
-            f"records step {step}; {fix}"
+            f"{where}: the optimizer made {counts[-1]} update(s) but meta.json records step "
+            f"{step}; {fix}"
         )
     config = meta.get("config") or {}
     pos = meta.get("data_position")

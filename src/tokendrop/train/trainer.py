@@ -438,7 +438,8 @@ class _Trainer:
                 raise TrainingError(
                     f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})"
                 ) from None
-            check_checkpoint(self.last, self.meta_in, self.state_sd, to_dict(cfg), resuming=True)
+            counters = ckpt_mod.step_counters(self.last, self.meta_in)  # shards' too
+            check_checkpoint(self.last, self.meta_in, counters, to_dict(cfg), resuming=True)
             check_resume_data(self.meta_in, cfg, self.data)
             step, used = int(self.meta_in["step"]), float(self.meta_in.get("wall_time", 0.0))
             if self.length.finished(step, used):  # a requeued or repeated launch of a finished run

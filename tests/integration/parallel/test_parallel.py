@@ -292,6 +292,34 @@ def test_sharded_checkpoint_exports_and_verifies(runs, tmp_path, capsys):
     assert not (tmp_path / "hf2").exists()
 
 
+def test_sharded_checkpoint_step_counters_are_checked(runs, tiny_data, tmp_path, capsys):
+    """The optimizer's step counters of a sharded checkpoint, read from its shard files without a
+    process group, are checked against meta.json by verify and by --resume (one line naming the
+    shards)."""
+    from tokendrop.errors import TrainingError
+
+    ck = runs / "fsdp" / "checkpoints" / "step-00000010"
+    counters = ckpt_mod.step_counters(ck, ckpt_mod.read_meta(ck))
+    assert counters and {float(t) for t in counters.values()} == {10.0}, counters
+    assert all(k.startswith("optim.state.") for k in counters)
+    run = tmp_path / "renamed"
+    shutil.copytree(runs / "fsdp", run)
+    old = run / "checkpoints" / "step-00000010"
+    meta = json.loads((old / "meta.json").read_text())
+    meta["step"] = 11
+    (old / "meta.json").write_text(json.dumps(meta))
+    old.rename(run / "checkpoints" / "step-00000011")
+    says = "shards: the optimizer made 10 update(s) but meta.json records step 11"
+    capsys.readouterr()
+    assert cli_main(["verify", str(run)]) != 0
+    cap = capsys.readouterr()
+    assert says in cap.out + cap.err, cap
+    cfg = load_config("tiny", [f'data.path="{tiny_data}"', *COMMON, "train.steps=12"])
+    with pytest.raises(TrainingError) as e:
+        pretrain(cfg, run, resume=True, progress=False)
+    assert says in str(e.value) and "\n" not in str(e.value), e.value
+
+
 def test_fsdp_without_process_group_is_one_line(tiny_data, tmp_path, capsys):
     rc = cli_main(
         [

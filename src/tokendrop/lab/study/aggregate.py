@@ -3,6 +3,7 @@ checkpoint's row, and time to the reference arm's (study.baseline_arm) quality."
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import statistics
@@ -162,11 +163,17 @@ def mlm_eval(
     """Held-out MLM loss of a model dir (a run's latest checkpoint, or a Hugging Face dir) on the
     *packed* split, with the batches and masks a packed run of ``seed`` evaluates on.  Cached in
     ``cache`` (keyed by checkpoint and data); ``fresh_head``: the model had no MLM head."""
-    last = ckpt_mod.latest(model_dir) if (model_dir / "checkpoints").is_dir() else None
-    old = read_json(cache, expect=None, default=None) or {}
-    if old.get("checkpoint") == (last.name if last else "") and old.get("data") == str(packed):
-        return old
-    model, info = load_pretrained(last or model_dir, BertForMaskedLM)
+    # a run's newest checkpoint, held while read (a run that is training rotates around it)
+    with (
+        ckpt_mod.reading_latest(model_dir)
+        if (model_dir / "checkpoints").is_dir()
+        else contextlib.nullcontext()
+    ) as last:
+        old = read_json(cache, expect=None, default=None) or {}
+        name = last.name if last else ""
+        if old.get("checkpoint") == name and old.get("data") == str(packed):
+            return old
+        model, info = load_pretrained(last or model_dir, BertForMaskedLM)
     pd = PreparedData.open(packed)
     batches = MLMLoader(
         pd,
@@ -181,7 +188,7 @@ def mlm_eval(
     with torch.no_grad():
         r = evaluate_mlm(model, batches, torch.device("cpu"), None, eval_batches)
     r.update(
-        checkpoint=last.name if last else "",
+        checkpoint=name,
         data=str(packed),
         fresh_head=any(k.startswith("mlm.") for k in info.get("fresh", [])),
     )

@@ -97,10 +97,10 @@ def run_status(run_dir: Path, cfg: Config) -> tuple[str, int]:
     'finished'."""
     if not run_dir.exists():
         return "new", 0
-    last = ckpt_mod.latest(run_dir)
-    if last is None:
-        return "empty", 0
-    meta = read_json(last / "meta.json", expect=None, default=None) or {}
+    with ckpt_mod.reading_latest(run_dir) as last:  # held: a training run rotates around it
+        if last is None:
+            return "empty", 0
+        meta = read_json(last / "meta.json", expect=None, default=None) or {}
     changes = config_changes(cfg, meta.get("config", {}))
     if changes:
         raise StudyError(

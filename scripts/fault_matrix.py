@@ -2007,6 +2007,18 @@ def cases() -> list[Case]:
             says=("{C}/target",),
         )
     )
+    # a size is given or named from its source: model.vocab_size = 0 (or less) is refused
+    for v in (0, -1):
+        add(
+            Case(
+                f"pretrain-vocab-size-{v}",
+                "bad input, full disk",
+                pretrain("{C}/r", "{B}/data", "--set", f"model.vocab_size={v}"),
+                "refused at config time naming model.vocab_size and its named source; no run dir",
+                absent=("r",),
+                says=("model.vocab_size: expected a positive integer or 'data'", f"got {v}"),
+            )
+        )
     add(
         Case(
             "data-meta-missing",

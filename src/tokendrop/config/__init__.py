@@ -31,7 +31,7 @@ from typing import Any
 
 from tokendrop.config.checks import check_positive
 from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
-from tokendrop.config.model import ModelConfig
+from tokendrop.config.model import VOCAB_FROM_DATA, ModelConfig
 from tokendrop.config.quantities import parse_duration, parse_tokens
 from tokendrop.dropping.methods import DropConfig  # the [drop] section lives with the method
 from tokendrop.errors import ConfigError, check_arg, check_path_arg
@@ -39,7 +39,7 @@ from tokendrop.value_schedule import DECAYS
 
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
-FROM_DATA = {"model.vocab_size": 0, "model.sep_token_id": -1}
+FROM_DATA = {"model.vocab_size": VOCAB_FROM_DATA, "model.sep_token_id": -1}
 DEFAULT_STEPS = (
     1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
 )

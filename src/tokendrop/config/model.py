@@ -83,6 +83,7 @@ def read_families(
 MODEL_FAMILIES, MODEL_PRESETS, PRESET_FAMILY = read_families()
 ATTENTION_BACKENDS = ("auto", "sdpa", "flex")  # how attention runs (tokendrop.models.attention)
 DEFAULT_MODEL_PRESET = "bert-base"  # the shape of a ModelConfig that names none
+VOCAB_FROM_DATA = "data"  # model.vocab_size: the prepared data's (its tokenizer's) vocabulary
 # the rotary bases a ModelConfig leaving them at 0 gets (answerdotai/ModernBERT's, and
 # transformers')
 ROPE_THETAS = {"global_rope_theta": 160000.0, "local_rope_theta": 10000.0}
@@ -119,7 +120,9 @@ class ModelConfig:
     # the sha256 of the weights file the run started from (filled in when the source is resolved).
     init: str = ""
     init_sha256: str = ""
-    vocab_size: int = 30522  # 0 = take it from the prepared data (pretraining)
+    # or "data" (VOCAB_FROM_DATA): the prepared data's vocabulary, filled in when pretraining
+    # opens it
+    vocab_size: int | str = 30522
     hidden_size: int = 0  # 0 -> the preset's
     num_layers: int = 0  # 0 -> the preset's
     num_heads: int = 0  # 0 -> the preset's
@@ -269,10 +272,12 @@ class ModelConfig:
         return MODEL_FAMILIES[self.family]
 
     def validate(self) -> None:
-        if self.vocab_size < 0:
+        v = self.vocab_size
+        if v != VOCAB_FROM_DATA and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
             raise ConfigError(
-                "model.vocab_size: expected a positive integer (or 0 = from the prepared data), "
-                f"got {self.vocab_size}"
+                f"model.vocab_size: expected a positive integer or {VOCAB_FROM_DATA!r} (the "
+                f"prepared data's vocabulary), got {v!r}; write model.vocab_size = "
+                f'"{VOCAB_FROM_DATA}" to take it from the data'
             )
         pending = self.shape_pending  # model.init: a shape field left at 0 comes from the source
         for name in (

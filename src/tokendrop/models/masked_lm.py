@@ -62,7 +62,7 @@ def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
     """Both families' encoders start here: ``cfg`` validated (its vocabulary resolved), and the
     dropping span (None when ``drop`` is off)."""
     cfg.validate()
-    if cfg.vocab_size <= 0:
+    if not isinstance(cfg.vocab_size, int):
         raise ValueError("model.vocab_size: must be resolved (> 0) before the model is built")
     return DropSpan.from_config(drop, cfg.num_layers) if drop is not None and drop.enabled else None
 

@@ -21,7 +21,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig, from_dict
-from tokendrop.config.model import MODEL_PRESETS
+from tokendrop.config.model import MODEL_PRESETS, VOCAB_FROM_DATA
 from tokendrop.data import DataError
 from tokendrop.data.masking import unigram_note
 from tokendrop.data.tokenizer import has_tokenizer_files
@@ -173,9 +173,10 @@ def _resolve_tokendrop(source: str, p: Path) -> InitSource:
         ) from None
     except ConfigError as e:
         raise InitError(f"{ck / 'meta.json'}: {e}") from None
-    if cfg.vocab_size <= 0:
+    if not isinstance(cfg.vocab_size, int):
         raise InitError(
-            f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size}, expected the resolved size"
+            f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size!r}, expected the resolved "
+            "size"
         )
     # 0 would mean "the preset's"
     for key in (
@@ -316,11 +317,11 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
     """The explicitly given ``[model]`` keys (with ``init``) and the resolved source ``src`` -> the
     full ``[model]`` table: the source's shape, ``init`` and ``init_sha256`` filled.  Architecture
     fields that contradict the source are a ConfigError naming the field and both values
-    (``vocab_size = 0``, "from the data", is allowed); dropout and ``initializer_range`` (used for
-    freshly initialised tensors) may be overridden, and for a family whose positions extend
-    (ModernBERT's rotary positions) the :data:`POSITION_FIELDS` too: a position extension.  More
-    positions than a BERT source learned is refused in one line.  Pure: ``src`` was resolved by the
-    caller."""
+    (``vocab_size = "data"``, "from the data", is allowed); dropout and ``initializer_range``
+    (used for freshly initialised tensors) may be overridden, and for a family whose positions
+    extend (ModernBERT's rotary positions) the :data:`POSITION_FIELDS` too: a position extension.
+    More positions than a BERT source learned is refused in one line.  Pure: ``src`` was resolved by
+    the caller."""
     init = model.get("init", "")
     if not isinstance(init, str) or not init.strip():
         raise ConfigError(
@@ -364,7 +365,7 @@ def model_section_from_init(model: dict, src: InitSource, where: str = "model") 
             out[key] = val  # not a preset name: ModelConfig reports it
             continue
         if key in _ARCH_FIELDS:
-            if key == "vocab_size" and val == 0:
+            if key == "vocab_size" and val == VOCAB_FROM_DATA:
                 continue
             if isinstance(shape[key], (str, list, bool)):  # family, layer_types, norm_bias
                 if val != shape[key]:

@@ -9,8 +9,8 @@ returns a new ``Config`` in which
 * the model's shape, ``init`` and ``init_sha256`` come from the source (``model.init``;
   ``tokendrop.models.source.resolve_model_init``), the data checked against its vocabulary on a new
   run;
-* the fields of ``config.FROM_DATA`` (``model.vocab_size = 0``, ``model.sep_token_id = -1``) and, on
-  a new run, ``model.pad_token_id`` come from the data;
+* the fields of ``config.FROM_DATA`` (``model.vocab_size = "data"``, ``model.sep_token_id =
+  -1``) and, on a new run, ``model.pad_token_id`` come from the data;
 * ``data.path``, ``data.paths`` and ``drop.counts_path`` are absolute (``--resume`` from any working
   directory);
 * ``train.tokens`` / ``train.epochs`` / ``train.warmup_ratio`` are resolved to ``train.steps`` and
@@ -26,6 +26,7 @@ import copy
 import os
 
 from tokendrop.config import Config
+from tokendrop.config.model import VOCAB_FROM_DATA
 from tokendrop.data.mixture import open_data
 from tokendrop.errors import ConfigError
 from tokendrop.models.source import (
@@ -76,7 +77,7 @@ def resolve_run_config(
     field, where = (
         ("data.path", out.data.path) if out.data.path else ("data.paths", ", ".join(out.data.paths))
     )
-    if m.vocab_size == 0:
+    if m.vocab_size == VOCAB_FROM_DATA:
         m.vocab_size = data.vocab_size
     if m.sep_token_id < 0:  # document boundaries of the packed rows (model.document_attention)
         m.sep_token_id = int(data.special_ids["sep"])

@@ -216,7 +216,7 @@ def test_modern_presets_load(name, shape):
     assert m.layer_norm_eps == 1e-5 and m.hidden_dropout == 0.0 and m.uses_document_attention
     if name != "modern-tiny":
         assert cfg.data.seq_len == 1024 and cfg.data.mask_prob == 0.3 and m.local_attention == 128
-        assert load_config(name).model.vocab_size == 0  # from the prepared data
+        assert load_config(name).model.vocab_size == "data"  # from the prepared data
         # 50% dropping over the paper's span: ~25% fewer encoder FLOPs, as for BERT
         assert 0.73 < flop_ratio(m, 1024, cfg.drop, encoder_only=True) < 0.76
     else:

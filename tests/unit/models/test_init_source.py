@@ -396,7 +396,7 @@ def test_model_section_from_init(tmp_path):
     m = model_section_from_init(
         {
             "init": str(d),
-            "vocab_size": 0,
+            "vocab_size": "data",
             "hidden_dropout": 0.0,
             "num_layers": L,
             "layer_norm_eps": 1e-12,
@@ -463,7 +463,7 @@ def test_parsing_a_config_with_init_is_pure_and_the_command_resolves_it(tmp_path
     )
     d, _ = make_source(tmp_path / "src", "BertModel (no bert. prefix)")
     src = resolve_init_source(str(d))
-    given = {"init": str(d), "vocab_size": 0, "hidden_dropout": 0.0, "num_layers": L}
+    given = {"init": str(d), "vocab_size": "data", "hidden_dropout": 0.0, "num_layers": L}
     parsed = from_dict(Config, {"model": given}).model
     resolved = resolve_model_init(parsed, src)
     assert dataclasses.asdict(resolved) == dataclasses.asdict(
@@ -570,7 +570,7 @@ def continued_run(tmp_path: Path):
     (d / "config.json").write_text(json.dumps(cfg))
     tok = write_tokenizer_files(d)
     model_d = model_section_from_init(
-        {"init": str(d), "vocab_size": 0, "hidden_dropout": 0.0}, resolve_init_source(str(d))
+        {"init": str(d), "vocab_size": "data", "hidden_dropout": 0.0}, resolve_init_source(str(d))
     )
     from tokendrop.config import ModelConfig, from_dict
 

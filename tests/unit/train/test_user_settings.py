@@ -112,3 +112,35 @@ def test_a_model_size_of_zero_or_less_is_refused(key, value, tiny_data, tmp_path
             err
         )
         assert not run.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "'tokenizer'", "30k"])
+def test_a_vocab_size_is_given_or_named_from_the_data(value, tiny_data, tmp_path, capsys):
+    """``model.vocab_size`` is a positive size or ``"data"`` (the prepared data's vocabulary,
+    filled in when pretraining opens it); 0, a negative size or another word is refused in one
+    line naming the field and the fix, from Python and from the command line."""
+    shown = {"0": "0", "-3": "-3", "'tokenizer'": "'tokenizer'", "30k": "'30k'"}[value]
+    msg = (
+        "model.vocab_size: expected a positive integer or 'data' (the prepared data's "
+        f'vocabulary), got {shown}; write model.vocab_size = "data" to take it from the data'
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", [f"model.vocab_size={value}"])
+    assert str(e.value) == msg
+    run = tmp_path / "run"
+    argv = ["pretrain", "--config", "tiny", "--out", str(run), "--quiet"]
+    argv += ["--set", f'data.path="{tiny_data}"', "--set", f"model.vocab_size={value}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {msg}"] and not run.exists(), err
+
+
+def test_vocab_size_data_takes_the_prepared_vocabulary(tiny_data):
+    """The presets name the source (``vocab_size = "data"``); opening the data fills it in, and
+    the run's recorded config holds the number."""
+    from tokendrop.data import PreparedData
+
+    cfg = load_config("tiny", [f'data.path="{tiny_data}"', "model.vocab_size=data"])
+    assert cfg.model.vocab_size == "data" == load_config("tiny").model.vocab_size
+    out = open_run_data(cfg, None)[0]
+    assert out.model.vocab_size == PreparedData.open(tiny_data).vocab_size > 0

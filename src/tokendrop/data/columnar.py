@@ -25,8 +25,11 @@ whole values: a Parquet cell of N bytes costs about N bytes of pyarrow memory wh
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Callable, Iterator
+
+import numpy as np
 
 from tokendrop.errors import DataError
 from tokendrop.runs.files import read_json
@@ -337,10 +340,6 @@ def _cell_parts(arr, i: int, part_bytes: int) -> Iterator[str]:
     """String ``i`` of ``arr`` decoded in parts of at most ``part_bytes`` of its UTF-8 bytes (a
     character cut between two parts is completed by the next), read from the array's data buffer
     in place: only one part is copied at a time."""
-    import codecs
-
-    import numpy as np
-
     pa = _pa()
     cell = arr.slice(i, 1)
     if not (pa.types.is_string(cell.type) or pa.types.is_large_string(cell.type)):

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load as st_load
 from torch import Tensor
 
@@ -422,8 +423,6 @@ def step_counters(ckpt: str | os.PathLike, meta: dict[str, Any]) -> dict[str, Te
     were checked: from state.safetensors, or for a sharded checkpoint from its shard files, where
     DCP writes them (``optim.state.<name>.step``, each once), read by key from the safetensors
     headers: no process group, nothing else of the shards read."""
-    from safetensors import safe_open
-
     ckpt = Path(ckpt)
     out: dict[str, Tensor] = {}
     for name in (*(model_files(meta) if is_sharded(meta) else ()), "state.safetensors"):

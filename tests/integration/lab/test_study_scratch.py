@@ -39,6 +39,13 @@ def test_study_scratch_preset_plans_its_arms(tmp_path):
     base, td = by["baseline-seed0"], by["token-drop-seed0"]
     assert base.drop.method == "none" and base.train.lr_schedule == "wsd"
     assert base.train.budget_clock == "process"
+    # the calibrated model (docs/study-scratch/calibration.md): ModernBERT's layer pattern, the
+    # drop span on the two sliding-window layers
+    assert base.model.family == "modernbert" and base.model.hidden_dropout == 0.0
+    types = base.model.resolved_layer_types()
+    start, end = td.drop.span(base.model.num_layers)
+    assert (start, end) == (1, 3) and types[start:end] == ["sliding_attention"] * 2
+    assert types[0] == types[-1] == "full_attention"
     # the equal-compute control: dense for the steps that spend token drop's FLOPs, its own schedule
     model = dataclasses.replace(base.model, vocab_size=study.vocab_size)
     ratio = flop_ratio(model, study.seq_len, td.drop)

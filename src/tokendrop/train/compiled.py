@@ -7,12 +7,15 @@ Modes (``resolve_mode``; docs/design.md "Compiled step"):
   stay eager;
 * ``step``: the forward and the MLM loss of a micro-batch (logits, per-slot NLL, the weighted sum,
   the correct-prediction count) as one compiled graph; AOTAutograd compiles its backward with it,
-  so ``loss.backward()`` runs the compiled backward.  The token selection and importance update
-  (data-dependent, a few small kernels), the gradient norm and the fused AdamW run eagerly;
+  so ``loss.backward()`` runs the compiled backward; and AdamW's update as a second compiled graph
+  (:class:`CompiledAdamW`: the learning rate a device tensor, so the LR schedule never recompiles;
+  a non-finite gradient norm keeps every weight, moment and step count, decided on the device).
+  The token selection and importance update (data-dependent, a few small kernels) and the gradient
+  norm run eagerly;
 * ``graphs``: ``step`` compiled with ``mode="reduce-overhead"``: on CUDA inductor captures the
-  forward and backward graphs as CUDA graphs (one launch each per micro-batch); elsewhere the same
-  as ``step``.  The outputs live in the graphs' static memory, so they are cloned before the next
-  micro-batch replays the graph.
+  forward, backward and optimizer graphs as CUDA graphs (one launch each per micro-batch, one for
+  the update); elsewhere the same as ``step``.  The outputs live in the graphs' static memory, so
+  they are cloned before the next micro-batch replays the graph.
 
 Shapes are static (``dynamic=False``): a micro-batch's rows, its length L, the kept count M and the
 prediction slots P are fixed for a run (P is sized for the largest masking rate, so a masking-rate
@@ -30,10 +33,11 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.optim.adamw import adamw
 
 from tokendrop.config import Config
 
-__all__ = ["MODES", "resolve_mode", "compiled_shapes", "LossFn", "loss_fn"]
+__all__ = ["MODES", "resolve_mode", "compiled_shapes", "LossFn", "loss_fn", "CompiledAdamW"]
 
 MODES = ("off", "forward", "step", "graphs")  # what resolve_mode returns
 
@@ -130,6 +134,108 @@ def loss_fn(
         return loss, nll.detach().clone(), correct.clone()
 
     return replay
+
+
+class CompiledAdamW:
+    """AdamW's update of ``opt``'s parameters as one compiled graph (PyTorch's compiled-optimizer
+    recipe: the update traced by dynamo, the learning rate a tensor so a changing LR is an input,
+    not a constant that recompiles).  ``opt`` keeps the state (moments and step counts, as its own
+    ``step`` would lay them out, so checkpoints are unchanged) and the hyper-parameters of each
+    group (read as constants); the update is ``torch.optim.adamw.adamw`` (the functional AdamW)
+    inside the compiled function, not ``opt.step()``, because ``opt.step()`` breaks the graph on
+    entry and exit.  ``finite`` (a bool tensor) selects per element between the updated and the
+    old weights, moments and step counts, so a non-finite step changes nothing and nothing waits on
+    the host.  ``mode``: ``step`` or ``graphs`` (``reduce-overhead``: a CUDA graph on CUDA)."""
+
+    def __init__(
+        self,
+        opt: torch.optim.Optimizer,
+        mode: str = "step",
+        backend: Any = "inductor",
+    ):
+        for g in opt.param_groups:
+            if g.get("amsgrad") or g.get("maximize"):
+                raise ValueError("CompiledAdamW: amsgrad and maximize are not supported")
+        self.opt = opt
+        self.groups: list[tuple] = []  # per group: params, moments, step counts, hyper-parameters
+        self.lr: Tensor | None = None  # the learning rate on the parameters' device
+        self.ready = False
+        self.update = torch.compile(
+            self._update,
+            dynamic=False,
+            backend=backend,
+            mode="reduce-overhead" if mode == "graphs" and backend == "inductor" else None,
+        )
+
+    def _prepare(self) -> None:
+        """AdamW's state for every parameter that has none (zero moments, step 0) and every step
+        count as a float32 tensor on its parameter's device (a resumed fused or unfused state
+        alike), once: the compiled graph reads and writes them in place.  The groups'
+        hyper-parameters are read here, as they are after a checkpoint's restore (the compiled
+        function never reads ``param_groups``: dynamo would guard on every entry of it, the learning
+        rate too)."""
+        self.groups = []
+        for g in self.opt.param_groups:
+            ps = list(g["params"])
+            for p in ps:
+                st = self.opt.state[p]
+                if not st:
+                    st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                else:
+                    st["step"] = st["step"].to(device=p.device, dtype=torch.float32)
+            sts = [self.opt.state[p] for p in ps]
+            hyper = (float(g["betas"][0]), float(g["betas"][1]), g["weight_decay"], g["eps"])
+            self.groups.append(
+                (
+                    ps,
+                    [st["exp_avg"] for st in sts],
+                    [st["exp_avg_sq"] for st in sts],
+                    [st["step"] for st in sts],
+                    hyper,
+                )
+            )
+        device = self.groups[0][0][0].device
+        self.lr = torch.zeros((), dtype=torch.float32, device=device)
+        self.ready = True
+
+    def _update(self, lr: Tensor, finite: Tensor) -> None:
+        for ps, avgs, sqs, steps, (beta1, beta2, wd, eps) in self.groups:
+            # a parameter without a gradient (unused by this step) is left alone, as by AdamW
+            live = [i for i, p in enumerate(ps) if p.grad is not None]
+            if not live:
+                continue
+            group = [[x[i] for i in live] for x in (ps, avgs, sqs, steps)]
+            state = [t for x in group for t in x]
+            old = [t.clone() for t in state]
+            adamw(
+                group[0],
+                [p.grad for p in group[0]],
+                group[1],
+                group[2],
+                [],
+                group[3],
+                foreach=True,  # the multi-tensor update: a few ops to trace, fused by inductor
+                capturable=True,
+                amsgrad=False,
+                beta1=beta1,
+                beta2=beta2,
+                lr=lr,
+                weight_decay=wd,
+                eps=eps,
+                maximize=False,
+            )
+            for t, t0 in zip(state, old):
+                t.copy_(torch.where(finite, t, t0))
+
+    @torch.no_grad()
+    def __call__(self, lr: float, finite: Tensor) -> None:
+        """One update at learning rate ``lr`` unless ``finite`` is false."""
+        if not self.ready:
+            self._prepare()
+        self.lr.fill_(lr)
+        self.update(self.lr, finite)
 
 
 def _admit(shapes: int) -> None:

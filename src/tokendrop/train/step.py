@@ -7,9 +7,10 @@ one function (``MLMStep.forward_backward``; its forward + loss compiled as ``tra
 ``tokendrop.train.compiled``) runs the forward with dropping (stage 1) or dense (stage 2), the
 weighted MLM NLL normalised by the *global* number of real prediction slots (so one process and N
 processes compute the same loss and gradients) and the backward (gradient accumulation over the
-micro-batches, synchronised on the last); then clip, AdamW (a non-finite gradient norm skips the
-update), and the plan's importance update from the step's per-slot losses (all-reduced across
-ranks).  Nothing in the step waits on the host.  The loop around it is ``tokendrop.train.trainer``.
+micro-batches, synchronised on the last); then clip, AdamW (compiled under ``train.compile`` =
+step / graphs; a non-finite gradient norm skips the update), and the plan's importance update
+from the step's per-slot losses (all-reduced across ranks).  Nothing in the step waits on the host.
+The loop around it is ``tokendrop.train.trainer``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tokendrop.dropping.consistency import ClsTaps, consistency_term
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import TrainingError
 from tokendrop.models.bert.model import BertForMaskedLM
-from tokendrop.train.compiled import loss_fn
+from tokendrop.train.compiled import CompiledAdamW, loss_fn
 from tokendrop.train.parallel import Parallel, grad_norm
 
 
@@ -59,6 +60,13 @@ class MLMStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.plan = plan
         self.opt = optimizer
+        # step / graphs: AdamW's update compiled too (FSDP's sharded parameters: the eager AdamW)
+        sharded = par is not None and par.kind == "fsdp"
+        self.compiled_opt = (
+            CompiledAdamW(optimizer, compile, compile_backend)
+            if compile in ("step", "graphs") and not sharded
+            else None
+        )
         self.cfg = cfg
         self.amp_dtype = amp_dtype
         self.par = par if par is not None and par.kind != "none" else None
@@ -94,10 +102,13 @@ class MLMStep:
         # all shards under FSDP (DTensor gradients), so the same value on every rank
         gnorm = grad_norm(self.params, self.cfg.train.grad_clip)
         # a non-finite gradient norm (the same on every rank: DDP/FSDP have reduced the gradients)
-        # skips the step: no weight, moment or importance update.  Decided on the device: the fused
-        # AdamW kernel takes the flag (as under a GradScaler); an unfused one needs the host.
+        # skips the step: no weight, moment or importance update.  Decided on the device: the
+        # compiled update selects the old values, the fused AdamW kernel takes the flag (as under a
+        # GradScaler); an unfused eager one needs the host.
         finite = torch.isfinite(gnorm)
-        if self.opt.defaults.get("fused"):
+        if self.compiled_opt is not None:
+            self.compiled_opt(lr, finite)
+        elif self.opt.defaults.get("fused"):
             self.opt.found_inf = (~finite).to(torch.float32)
             self.opt.step()
         elif bool(finite):

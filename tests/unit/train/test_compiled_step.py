@@ -1,6 +1,7 @@
-"""train.compile: the compiled step (forward + MLM loss as one graph, its backward compiled with it)
-equals the eager step -- loss, accuracy, the gradients AdamW is given, the importance update -- for
-both families, dropping and dense; after its first step of each kind it never recompiles.  The
+"""train.compile: the compiled step (forward + MLM loss as one graph, its backward compiled with it,
+AdamW's update as another) equals the eager step -- loss, accuracy, the gradients AdamW is given,
+the weights after every step, the importance update -- for both families, dropping and dense; after
+its first step of each kind it never recompiles, whatever the learning rate.  The
 default run checks the graphs with AOTAutograd on the eager backend (dynamo's capture and the
 autograd split, no code generation: seconds); the inductor check (minutes of C++ compilation on CPU)
 is slow.  CUDA graphs (``graphs``): ``@pytest.mark.gpu``."""
@@ -19,7 +20,7 @@ from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
-from tokendrop.train.compiled import compiled_shapes, resolve_mode
+from tokendrop.train.compiled import CompiledAdamW, compiled_shapes, resolve_mode
 from tokendrop.train.runtime import param_groups
 from tokendrop.train.trainer import MLMStep
 
@@ -64,31 +65,56 @@ def _step(family: str, mode: str, backend, device: str = "cpu", amp=None):
     return step, model, plan.selector
 
 
+def _record_grads(step) -> None:
+    """The compiled AdamW (train.compile = step) keeps a copy of the gradients it is given, as
+    RecordingAdamW does."""
+    update = step.compiled_opt
+
+    def recording(lr, finite):
+        update.grads = [
+            None if p.grad is None else p.grad.clone()
+            for g in step.opt.param_groups
+            for p in g["params"]
+        ]
+        update(lr, finite)
+
+    step.compiled_opt = recording
+    step.opt.grads_from = update
+
+
 def _run(step, device: str = "cpu"):
-    """Three dropping steps, then two dense ones (stage 2); what each step returned and was
-    given."""
+    """Three dropping steps, then two dense ones (stage 2), each at its own learning rate; what
+    each step returned, was given and left in the weights."""
+    if step.compiled_opt is not None:
+        _record_grads(step)
     out = []
     for i in range(5):
         mb = {k: v.to(device) for k, v in mlm_batch(V, B, T, seed=i).items()}
-        r = step([mb], 1e-3, step.plan.at(i, T) if i < 3 else DropStep.dense(i, T))
+        r = step([mb], 1e-3 * (i + 1), step.plan.at(i, T) if i < 3 else DropStep.dense(i, T))
         out.append(
             (
                 {k: v.detach().clone() for k, v in r.items()},
-                step.opt.grads,
+                getattr(step.opt, "grads_from", step.opt).grads,
                 {k: v.clone() for k, v in step.plan.selector.state_dict().items()},
+                [p.detach().clone() for p in step.model.parameters()],
             )
         )
     return out
 
 
 def _assert_same(a, b, atol: float, rtol: float):
-    for (ra, ga, sa), (rb, gb, sb) in zip(a, b):
+    for (ra, ga, sa, pa), (rb, gb, sb, pb) in zip(a, b):
         for k in ("loss", "acc", "grad_norm"):
             torch.testing.assert_close(ra[k], rb[k], atol=atol, rtol=rtol)
         for x, y in zip(ga, gb):
             assert (x is None) == (y is None)
             if x is not None:
                 torch.testing.assert_close(x, y, atol=atol, rtol=rtol)
+        # the weights at 1e-5 (1% of one step's change at these learning rates): where a second
+        # moment is near zero AdamW's update amplifies the last bits by which torch's fused kernel
+        # and the functional AdamW differ
+        for x, y in zip(pa, pb):
+            torch.testing.assert_close(x, y, atol=max(atol, 1e-5), rtol=max(rtol, 1e-4))
         assert sa.keys() == sb.keys()
         for k in sa:
             torch.testing.assert_close(sa[k], sb[k], atol=atol, rtol=rtol)
@@ -101,15 +127,17 @@ def _check(family: str, mode: str, backend: str, atol: float, rtol: float):
     step = _step(family, mode, counter)[0]
     compiled = _run(step)
     _assert_same(compiled, eager, atol, rtol)
-    # one graph for the dropping steps, one for the dense ones; a further step of each: no recompile
-    assert counter.frame_count == 2, counter.frame_count
+    # one graph for the dropping steps, one for the dense ones (and one for AdamW's update under
+    # step); a further step of each at another learning rate: no recompile
+    graphs = 2 + (mode in ("step", "graphs"))
+    assert counter.frame_count == graphs, counter.frame_count
     for i, dropping in ((5, True), (6, False)):
         step(
             [mlm_batch(V, B, T, seed=i)],
-            1e-3,
+            1e-4 * i,
             step.plan.at(i, T) if dropping else DropStep.dense(i, T),
         )
-    assert counter.frame_count == 2, counter.frame_count
+    assert counter.frame_count == graphs, counter.frame_count
 
 
 def test_compiled_step_equals_eager_aot():
@@ -159,3 +187,38 @@ def test_compiled_shapes_count_lengths_and_kinds():
         train=TrainConfig(steps=20),
     )
     assert compiled_shapes(ltd.validate(), [T]) == 1 + 3  # kept counts 16, 24, 32 (= dense) + dense
+
+
+def _adamw_run(compiled: bool, backend=None):
+    """Six AdamW steps of a small model at six learning rates, the fourth with an infinite
+    gradient (skipped: torch's fused AdamW takes the flag, the compiled update selects the old
+    values)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3))
+    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, fused=True)
+    update = CompiledAdamW(opt, "step", backend) if compiled else None
+    for i in range(6):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        model(x * (float("inf") if i == 3 else 1.0)).square().sum().backward()
+        finite = torch.isfinite(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        lr = 1e-3 * (i + 1)
+        if update is not None:
+            update(lr, finite)
+        else:
+            opt.param_groups[0]["lr"] = opt.param_groups[1]["lr"] = lr
+            opt.found_inf = (~finite).to(torch.float32)
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model, opt
+
+
+def test_compiled_adamw_equals_fused_adamw_and_skips_nonfinite_steps():
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    (me, oe), (mc, oc) = _adamw_run(False), _adamw_run(True, counter)
+    assert counter.frame_count == 1  # one graph whatever the learning rate and the skipped step
+    for pe, pc in zip(me.parameters(), mc.parameters()):
+        torch.testing.assert_close(pc, pe, atol=1e-6, rtol=1e-5)
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(oc.state[pc][k], oe.state[pe][k], atol=1e-7, rtol=1e-5)
+        assert float(oc.state[pc]["step"]) == 5.0  # the infinite step left the count alone

@@ -19,7 +19,8 @@ step k depends on (k, p) only, so a resumed run and an uninterrupted one compute
                     L0 <= d <= L0 + (T - L0) min(1, p / h)   (L0 divides T; T from p >= h on)
     global batch (train.batch_warmup_start B0 > 0): B = B0 + (B_T - B0) r, floored to a multiple
                     of the unit u (micro-batch x ranks), r = min(1, p / h) (share h) or
-                    min(1, tokens_seen / N) (N = train.batch_warmup_tokens)
+                    min(1, tokens_seen / N) (N = train.batch_warmup_tokens); bucketed (a compiled
+                    step of one micro-batch): B floored to the largest of B0 2^k (< B_T) and B_T
 (p is clamped to [0, 1] everywhere.)  docs/design.md "Schedules" has the same formulas.
 """
 
@@ -132,13 +133,15 @@ class SeqLenWarmup:
 class BatchWarmup:
     """``train.batch_warmup_*`` resolved: the global batch grows from ``start`` to ``final`` over
     the share ``share`` of the run, or over its first ``tokens`` tokens, in multiples of
-    ``unit``."""
+    ``unit``.  ``bucketed``: only the batches :meth:`sizes` names, each step's floored to the
+    largest of them not above the formula's (a compiled step compiles one graph per batch)."""
 
     start: int
     final: int
     unit: int
     share: float = 0.0
     tokens: int = 0
+    bucketed: bool = False
 
     @property
     def active(self) -> bool:
@@ -152,11 +155,22 @@ class BatchWarmup:
     def at(self, p: float, tokens_seen: int = 0) -> int:
         """The global batch (sequences) of the step taken at progress ``p`` after ``tokens_seen``
         tokens."""
-        return (
-            batch_at(self.ramp(p, tokens_seen), self.start, self.final, self.unit)
-            if self.active
-            else self.final
-        )
+        if not self.active:
+            return self.final
+        b = batch_at(self.ramp(p, tokens_seen), self.start, self.final, self.unit)
+        return max(s for s in self.sizes() if s <= b) if self.bucketed else b
+
+    def sizes(self) -> list[int]:
+        """Every global batch the warm-up trains at: the multiples of ``unit`` from ``start`` to
+        ``final``; bucketed, ``start`` doubled while below ``final``, and ``final``."""
+        if not self.active:
+            return [self.final]
+        if not self.bucketed:
+            return list(range(self.start, self.final + 1, self.unit))
+        out = [self.start]
+        while out[-1] * 2 < self.final:
+            out.append(out[-1] * 2)
+        return [*out, self.final]
 
 
 def batch_warmup_start(tc) -> int:

@@ -588,13 +588,20 @@ class _Trainer:
     def make_step(self) -> None:
         """The step function and the training batches (at the resumed position)."""
         cfg, tc, dd, data = self.cfg, self.tc, self.dd, self.data
-        # sequence-length / batch warm-ups
-        self.shapes = StepPlan(cfg, self.T, data.packed, self.micro_bs, dd.world)
-        # one compiled graph per length and kind of step (stage 2, or no dropping: dense), and per
-        # batch of a batch warm-up when its steps run one micro-batch of the current batch
         self.compile_mode = resolve_mode(tc.compile, self.device)
+        # sequence-length / batch warm-ups; compiled, a batch warm-up whose steps run one
+        # micro-batch of the current batch is bucketed (one graph per batch it trains at)
+        self.shapes = StepPlan(
+            cfg,
+            self.T,
+            data.packed,
+            self.micro_bs,
+            dd.world,
+            bucketed=self.compile_mode != "off" and self.merge,
+        )
+        # one compiled graph per length, kind of step (stage 2, or no dropping: dense) and batch
         bw = self.shapes.batch
-        batches = (bw.final - bw.start) // bw.unit + 1 if self.merge and bw.active else 1
+        batches = len(bw.sizes()) if self.merge and bw.active else 1
         graphs = compiled_shapes(cfg, self.shapes.seq.lengths()) * batches
         self.step_fn = MLMStep(
             self.model,
@@ -608,11 +615,13 @@ class _Trainer:
             shapes=graphs,
         )
         if self.compile_mode != "off" and dd.main:
+            warm = f" x the warm-up's batches {bw.sizes()}, each step's batch rounded down to one"
             self.console.say(
-                f"train.compile: {self.compile_mode}, at most {graphs} graph(s) to compile "
-                f"(sequence lengths {self.shapes.seq.lengths()} x kinds of step"
-                + (f" x {batches} batch sizes of the warm-up" if batches > 1 else "")
+                f"train.compile: {self.compile_mode}, at most {graphs} graph(s) of the step to "
+                f"compile (sequence lengths {self.shapes.seq.lengths()} x kinds of step"
+                + (warm if batches > 1 else "")
                 + ")"
+                + (", and 1 of AdamW's update" if self.step_fn.compiled_opt is not None else "")
             )
         # what the step reads: packed rows have no [PAD] (no attention mask) and one segment (token
         # type 0, which the model adds without ids); copied from pinned buffers on CUDA

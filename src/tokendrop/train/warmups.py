@@ -7,11 +7,16 @@ cuts the step's sequences to and the number of micro-batches each rank accumulat
 function of the progress p and the tokens taken so far (which the loader's position determines),
 so a resumed run takes the same shapes as an uninterrupted one.
 
-The batch grows by accumulating more micro-batches per step (the loader yields micro-batches of a
-fixed size in a fixed order and never learns the batch), so the data order is the same as without
-the warm-up and a checkpoint's loader position is exact whatever the step's batch was.  The
-micro-batch must therefore divide the starting batch per rank: without ``train.micro_batch_size``
-it is the largest common divisor of both per-rank batches.
+The batch grows by taking more of the loader's batches per step (the loader yields batches of a
+fixed size in a fixed order and never learns the step's batch), so the data order is the same as
+without the warm-up and a checkpoint's loader position is exact whatever the step's batch was.
+The loader's batch must therefore divide the starting batch per rank: without
+``train.micro_batch_size`` it is the largest common divisor of both per-rank batches.
+
+``bucketed`` (a compiled step that joins them into one micro-batch: one graph per batch) rounds
+each step's batch down to ``start``, twice ``start``, four times, ... or the final batch
+(``BatchWarmup.sizes``); the tokens counted are the ones the step took, so a tokens-based warm-up
+and the run's token count stay exact, and the warm-up spends more of its steps at small batches.
 """
 
 from __future__ import annotations
@@ -48,7 +53,15 @@ class StepShape:
 class StepPlan:
     """The shape of every step of a run (see the module doc)."""
 
-    def __init__(self, cfg: Config, seq_len: int, packed: bool, micro_bs: int, world: int):
+    def __init__(
+        self,
+        cfg: Config,
+        seq_len: int,
+        packed: bool,
+        micro_bs: int,
+        world: int,
+        bucketed: bool = False,
+    ):
         tc, dc = cfg.train, cfg.data
         T = seq_len
         if dc.seq_len_start:
@@ -74,7 +87,7 @@ class StepPlan:
                 f"{world} ranks; set train.micro_batch_size to a divisor of it"
             )
         self.batch = BatchWarmup(
-            start, tc.batch_size, unit, tc.batch_warmup_share, tc.batch_warmup_tokens
+            start, tc.batch_size, unit, tc.batch_warmup_share, tc.batch_warmup_tokens, bucketed
         )
         self.T, self.micro_bs, self.world = T, micro_bs, world
         self.accum = tc.batch_size // unit

@@ -4,11 +4,13 @@ formulas, pieces against a hand-made framing, exact resume, one-line errors, a f
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 from batches import unmask as _originals
+from torch._dynamo.testing import CompileCounterWithBackend
 from toydata import toy_prepared
 
 from tokendrop.config import load_config
@@ -50,6 +52,24 @@ def test_batch_at_follows_its_formula():
     t = BatchWarmup(8, 64, 4, tokens=1000)
     assert [t.at(0.9, n) for n in (0, 500, 999, 1000, 5000)] == [8, 36, 60, 64, 64]
     assert BatchWarmup(0, 64, 8, share=0.2).at(0.0) == 64  # off
+
+
+def test_bucketed_batch_warmup_rounds_down_to_its_sizes():
+    """Bucketed (a compiled step of one micro-batch): the start doubled while below the final
+    batch, and the final batch; each step's batch is the formula's rounded down to one of them."""
+    for start, final, unit in ((8, 64, 8), (6, 64, 2), (2, 8, 2), (24, 96, 8)):
+        plain = BatchWarmup(start, final, unit, share=0.5)
+        w = BatchWarmup(start, final, unit, share=0.5, bucketed=True)
+        sizes = w.sizes()
+        assert sizes[0] == start and sizes[-1] == final and len(sizes) == len(set(sizes))
+        assert all(b == 2 * a for a, b in zip(sizes[:-2], sizes[1:-1]))
+        assert len(sizes) <= math.ceil(math.log2(final / start)) + 1
+        assert all(s % unit == 0 for s in sizes)
+        for k in range(41):
+            b, raw = w.at(k / 40), plain.at(k / 40)
+            assert b == max(s for s in sizes if s <= raw)
+    assert BatchWarmup(8, 64, 8, share=0.5, bucketed=True).sizes() == [8, 16, 32, 64]
+    assert BatchWarmup(8, 64, 8, share=0.5).sizes() == list(range(8, 65, 8))
 
 
 def test_step_plan_micro_batches():
@@ -498,3 +518,46 @@ def test_the_step_gets_only_what_the_model_reads(
     keys = {k for step in seen for mb in step for k in mb}
     base = {"input_ids", "mlm_positions", "mlm_labels", "mlm_weights"}
     assert keys == (base if rows == "packed" else base | {"attention_mask", "token_type_ids"})
+
+
+@pytest.mark.slow
+def test_compiled_warmups_compile_the_announced_shapes_once(tiny_data, tmp_path, monkeypatch):
+    """train.compile = step with a sequence-length warm-up (16 -> 64), a batch warm-up (2 -> 8,
+    bucketed to 2, 4, 8), a masking-rate warm-up (30% -> 15%) and a dense stage 2: a graph is
+    compiled exactly at the steps whose (length, batch, kind) is new (and AdamW's update at the
+    first), never after; the distinct shapes are at most the number the run's log announces.
+    AOTAutograd's eager backend (dynamo's guards and recompiles as with inductor, no code
+    generation)."""
+    counter = CompileCounterWithBackend("aot_eager")
+
+    class Counted(train_mod.MLMStep):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **{**k, "compile_backend": counter})
+
+    steps = []
+    real_call = train_mod.MLMStep.__call__
+
+    def spy(self, micro, lr, at):
+        before = counter.frame_count
+        out = real_call(self, micro, lr, at)
+        shape = (*micro[0]["input_ids"].shape, at.dropping)
+        steps.append((shape, counter.frame_count - before))
+        return out
+
+    monkeypatch.setattr(train_mod, "MLMStep", Counted)
+    monkeypatch.setattr(Counted, "__call__", spy)
+    torch._dynamo.reset()
+    run = tmp_path / "r"
+    ov = ["train.compile=step", "drop.method=cumulative", "drop.stage2_fraction=0.25"]
+    pretrain(tiny(tiny_data, *WARM, *ov), run, progress=False)
+    seen = set()
+    for i, (shape, compiled) in enumerate(steps):
+        assert compiled == (shape not in seen) + (i == 0), (i, shape, compiled)
+        seen.add(shape)
+    assert {(s[0] * s[1] // 64) for s, _ in steps} == {2, 4, 8}  # the bucketed batches (T = 64)
+    assert len({s[1] for s, _ in steps}) == 3 and {s[2] for s, _ in steps} == {True, False}
+    log = (run / "log.txt").read_text()
+    m = re.search(r"train.compile: step, at most (\d+) graph\(s\) of the step", log)
+    assert m and "the warm-up's batches [2, 4, 8]" in log, log
+    assert len(seen) <= int(m.group(1)) == 3 * 2 * 3  # lengths x kinds x batches
+    assert counter.frame_count == len(seen) + 1

@@ -1,0 +1,183 @@
+"""The trainer's step on CPU under each ``train.compile`` mode, side by side in one process.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/compiled_cpu.py  # ~20 min on 2 loaded cores
+
+``MLMStep`` (selection, forward, loss, backward, clip, AdamW, importance update) of a small BERT
+(4 layers x 128 wide, 2 heads, FFN 512, V = 30,522), fp32, one thread, T = 128, B = 8 synthetic
+packed rows, dense and at 50% token dropping (cumulative), under ``train.compile`` = off (eager,
+fused AdamW), forward and step (inductor; AdamW compiled too).  Six arms, each with its own model
+and optimizer, compiled and warmed up first; then ``--rounds`` rounds, each timing ``--reps`` steps
+of every arm in an order rotated by one arm per round (drift and load changes fall on every arm
+alike).  The time is the process's CPU time (``time.process_time``: the other engineers' processes
+on a shared machine do not count, the waiting for a core does not either), the median over rounds
+per step.  Writes ``benchmarks/results/compiled_cpu.json`` and ``.md`` with the command, the
+machine and the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from tokendrop.config import Config, ModelConfig, TrainConfig
+from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.plan import DropPlan, DropStep
+from tokendrop.lab.bench.workload import synthetic_batch
+from tokendrop.lab.machine import loadavg
+from tokendrop.models.families import build_model
+from tokendrop.runs.files import atomic_write_text
+from tokendrop.train.compiled import compiled_shapes
+from tokendrop.train.runtime import adamw
+from tokendrop.train.step import MLMStep
+
+OUT = Path(__file__).resolve().parent / "results"
+MODES = ("off", "forward", "step")
+
+
+def _arm(mode: str, dropping: bool, t: int, b: int):
+    mc = ModelConfig(
+        family="bert",
+        num_layers=4,
+        hidden_size=128,
+        num_heads=2,
+        intermediate_size=512,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
+    drop = DropConfig(method="cumulative", rate=0.5)
+    cfg = Config(
+        model=mc, drop=drop, train=TrainConfig(steps=10**6, batch_size=b, lr=1e-4, warmup_steps=0)
+    ).validate()
+    torch.manual_seed(0)
+    model = build_model(mc, drop).train()
+    plan = DropPlan.for_model(drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps)
+    opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
+    step = MLMStep(
+        model, plan, opt, cfg, None, use_attention_mask=False, compile=mode,
+        shapes=compiled_shapes(cfg, [t]),
+    )  # fmt: skip
+    cpu = torch.device("cpu")
+    mb = synthetic_batch(b, t, mc.vocab_size, cpu, document_tokens=0)
+    state = {"i": 0}
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            i = state["i"]
+            step([mb], 1e-4, plan.at(i, t) if dropping else DropStep.dense(i, t))
+            state["i"] += 1
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--out", type=Path, default=OUT)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    torch._dynamo.config.recompile_limit = 64  # six arms' graphs in one process
+    load0, t_start = loadavg(), datetime.now(UTC)
+    arms = {}
+    for mode in MODES:
+        for kind in ("dense", "drop"):
+            print(f"compiling / warming up {mode} {kind}", flush=True)
+            run = _arm(mode, kind == "drop", a.seq_len, a.batch)
+            c0 = time.process_time()
+            run(a.warmup)
+            arms[(mode, kind)] = {"run": run, "warmup_cpu_s": time.process_time() - c0, "ms": []}
+    keys = list(arms)
+    for r in range(a.rounds):
+        for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
+            c0 = time.process_time()
+            arms[k]["run"](a.reps)
+            arms[k]["ms"].append((time.process_time() - c0) * 1000 / a.reps)
+        print(f"round {r + 1}/{a.rounds}", flush=True)
+    load1 = loadavg()
+    rows = []
+    for (mode, kind), v in arms.items():
+        med = statistics.median(v["ms"])
+        eager = statistics.median(arms[("off", kind)]["ms"])
+        rows.append(
+            {
+                "mode": mode,
+                "step": kind,
+                "cpu_ms_median": med,
+                "cpu_ms_min": min(v["ms"]),
+                "cpu_ms_max": max(v["ms"]),
+                "vs_eager": med / eager,
+                "warmup_cpu_s": v["warmup_cpu_s"],
+                "rounds_ms": v["ms"],
+            }
+        )
+    cmd = "OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/compiled_cpu.py " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    env = {
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "started_utc": t_start.isoformat(timespec="seconds"),
+        "ended_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "loadavg_start": load0,
+        "loadavg_end": load1,
+    }
+    cfg = {
+        "model": "bert 4x128, 2 heads, FFN 512, V=30522",
+        "seq_len": a.seq_len,
+        "batch": a.batch,
+        "precision": "fp32",
+        "drop": "cumulative, rate 0.5",
+        "rounds": a.rounds,
+        "reps": a.reps,
+        "warmup": a.warmup,
+    }
+    a.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        a.out / "compiled_cpu.json",
+        json.dumps({"command": cmd.strip(), "env": env, "config": cfg, "rows": rows}, indent=1),
+    )
+    lines = [
+        "# train.compile on CPU: the trainer's step per mode, side by side",
+        "",
+        f"Command: `{cmd.strip()}` (benchmarks/compiled_cpu.py says how it measures).",
+        "",
+        f"Machine: {env['machine']}, {env['cpus']} cores, torch {env['torch']}, 1 thread; "
+        f"{env['started_utc']} to {env['ended_utc']}; load average (1, 5, 15 min) "
+        f"{load0} at the start, {load1} at the end.",
+        "",
+        f"Step: {cfg['model']}, fp32, T={a.seq_len}, B={a.batch}, 50% drop = cumulative; process "
+        f"CPU time per step, median of {a.rounds} rounds of {a.reps} steps (arms rotated per "
+        "round), after "
+        f"{a.warmup} warm-up steps (compilation).",
+        "",
+        "| mode | step | CPU ms / step (median) | min - max | / eager | warm-up CPU s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for x in rows:
+        lines.append(
+            f"| {x['mode']} | {x['step']} | {x['cpu_ms_median']:.1f} | "
+            f"{x['cpu_ms_min']:.1f} - {x['cpu_ms_max']:.1f} | {x['vs_eager']:.3f} | "
+            f"{x['warmup_cpu_s']:.0f} |"
+        )
+    atomic_write_text(a.out / "compiled_cpu.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -374,10 +374,11 @@ def test_new_parts_dry_run(tmp_path, tiny_data):
 
 
 @pytest.mark.slow
-def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path):
-    """``priority``: the step part (eager and compiled, dense and drop) first; a part that would
-    start with less than ``min_part_s`` of ``total_s`` left is not started; a second call into the
-    same OUT skips what the first finished."""
+def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path, tiny_data):
+    """``priority``: the step part (eager and compiled, dense and drop; the trainer's step, a short
+    real pretrain, beside the bench's at the same micro-batch) first; a part that would start with
+    less than ``min_part_s`` of ``total_s`` left is not started; a second call into the same OUT
+    skips what the first finished."""
     out = tmp_path / "out"
     few = [
         "--set",
@@ -387,13 +388,18 @@ def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path)
         "--set",
         "min_part_s=590",
     ]
-    p = _run_script(out, ["priority"], few)
+    p = _run_script(out, ["priority"], few, DATA=str(tiny_data))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     d = _part(out, "step")
     assert d["ok"] and not d["skipped"], (d["error"], d["checks"])
     rows = d["data"]["rows"]
     assert [r["mode"] for r in rows] == ["off", "step"] and all(r["flop_bound"] > 1 for r in rows)
     assert all(r["dense_ms"] > 0 and r["drop_ms"] > 0 for r in rows)
+    tb = d["data"]["trainer_vs_bench"]
+    assert [(x["mode"], x["step"]) for x in tb] == [("off", "dense"), ("off", "drop")]
+    assert all(x["trainer_ms"] > 0 and x["bench_ms"] > 0 and x["micro_batches"] == 1 for x in tb)
+    assert all(x["ratio"] == x["trainer_ms"] / x["bench_ms"] for x in tb)
+    assert "the trainer's step vs the bench's" in (out / "step.md").read_text()
     # the next part: not started
     assert "[step] ok" in p.stdout and not (out / "strong.json").exists()
     # too little left to start a part

@@ -108,6 +108,15 @@ class StepPart:
     row_reserve_s: float = (
         75.0  # a row (one mode, dense + drop) starts only with this much budget left
     )
+    # the trainer's step against the bench's at the same micro-batch, after the first setting: a
+    # short real `pretrain` of trainer_config on the carried data (its T) at trainer_batch, per
+    # mode of trainer_modes, dense and at `rate` dropping, ms per step from the log's clock
+    trainer_config: str = "bert-base-128"
+    trainer_batch: int = 128  # one micro-batch (16k tokens at T=128)
+    trainer_steps: int = 40
+    trainer_log_every: int = 10  # ms per step: the log's intervals after the first (compilation)
+    trainer_modes: list[str] = field(default_factory=lambda: ["off", "step"])
+    trainer_overrides: list[str] = field(default_factory=list)  # dotted Config overrides
 
     def rows(self) -> list[tuple[str, int, int]]:
         """``settings`` parsed: (family, T, tokens per step)."""

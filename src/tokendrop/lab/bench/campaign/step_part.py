@@ -11,10 +11,19 @@ speed-up next to its FLOP bound, and the GPU-busy fraction (GPU kernel time over
 default when the batch fits).  Rows run in the order given, modes inside a row in the order given;
 the part's JSON / Markdown are rewritten after every row, so a cut-off loses only the row under way.
 A row the budget cannot start is named as skipped.
+
+After the first setting: the trainer's step against this bench's at the same micro-batch (the
+H100's from-scratch runs took 1.5-1.7x the bench's step).  Per mode of ``step.trainer_modes``,
+dense and at ``step.rate`` dropping: a short real ``pretrain`` of ``step.trainer_config`` on the
+carried data (its T) at ``step.trainer_batch`` sequences per step (one micro-batch when it fits),
+ms per step from the metrics log's training clock (the intervals after the first, which holds the
+compilation; logging every ``step.trainer_log_every`` steps, as a run would), beside the bench's
+step of the resolved model, T, batch and precision; the ratio is written as each pair finishes.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -28,13 +37,17 @@ from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory
 from tokendrop.lab.bench.campaign.config import CampaignConfig
+from tokendrop.lab.bench.campaign.runs import Scratch, data_info, pretrain_config
 from tokendrop.lab.bench.profiling import kineto_events
 from tokendrop.lab.bench.workload import synthetic_batch
 from tokendrop.lab.machine import loadavg
 from tokendrop.models.families import build_model
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.train.compiled import compiled_shapes
-from tokendrop.train.runtime import adamw
+from tokendrop.train.resume import load_run_config
+from tokendrop.train.runtime import adamw, autocast_dtype
 from tokendrop.train.step import MLMStep
+from tokendrop.train.trainer import pretrain
 
 HEADER = [
     "family",
@@ -84,9 +97,10 @@ def _measure(
     sp,
     device: torch.device,
     amp: torch.dtype | None,
+    drop: DropConfig | None = None,
 ) -> tuple[float, float | None]:
     """(median ms per step, GPU-busy fraction or None off CUDA) of the trainer's step."""
-    drop = DropConfig(method="cumulative", rate=sp.rate)
+    drop = drop or DropConfig(method="cumulative", rate=sp.rate)
     cfg = Config(
         model=mc, drop=drop, train=TrainConfig(steps=1000, batch_size=b, lr=1e-4, warmup_steps=0)
     ).validate()
@@ -164,7 +178,9 @@ def run_step_part(
         f"load average at the start: {r.data['loadavg_start']}; torch threads "
         f"{torch.get_num_threads()}"
     )
-    for family, t, tokens in sp.rows():
+    for i, (family, t, tokens) in enumerate(sp.rows()):
+        if i == 1:
+            _trainer_vs_bench(cfg, budget, r, save, log, device)
         b = max(1, tokens // t)
         mc = _model_config(family, sp, t)
         drop = DropConfig(method="cumulative", rate=sp.rate)
@@ -229,6 +245,8 @@ def run_step_part(
                 }
             )
             save()
+    if len(sp.rows()) == 1:
+        _trainer_vs_bench(cfg, budget, r, save, log, device)
     r.data["loadavg_end"] = loadavg()
     r.summary.append(f"load average at the end: {r.data['loadavg_end']}")
     r.check(
@@ -237,3 +255,121 @@ def run_step_part(
         and {x[4] for x in rows if (x[0], x[1], x[2]) == sp.rows()[0]} == set(sp.modes),
     )
     save()
+
+
+TRAINER_HEADER = [
+    "mode",
+    "step",
+    "T",
+    "B",
+    "micro-batches",
+    "trainer ms",
+    "bench ms",
+    "trainer / bench",
+]
+
+
+def _trainer_ms(run_dir: Path, every: int) -> tuple[float | None, int]:
+    """(median ms per step over the log's intervals after the first, micro-batches per step)."""
+    recs = read_metrics(run_dir)
+    logged = [x for x in recs if "loss" in x and "wall_time" in x]
+    per = [
+        (b["wall_time"] - a["wall_time"]) / (b["step"] - a["step"])
+        for a, b in zip(logged[:-1], logged[1:])
+        if b["step"] - a["step"] == every
+    ][1:] or [
+        (b["wall_time"] - a["wall_time"]) / (b["step"] - a["step"])
+        for a, b in zip(logged[:-1], logged[1:])
+    ]
+    start = next((x for x in recs if x.get("event") == "start"), {})
+    return (1000 * statistics.median(per) if per else None), int(start.get("accum", 1))
+
+
+def _trainer_vs_bench(
+    cfg: CampaignConfig, budget: Budget, r: PartResult, save, log: Log, device: torch.device
+) -> None:
+    """The trainer's step (a short real pretrain) beside the bench's at the same micro-batch (see
+    the module doc)."""
+    sp = cfg.step
+    if not (Path(cfg.data) / "meta.json").is_file():
+        r.skip(f"the trainer's step vs the bench's (no prepared data at {cfg.data})", log)
+        return
+    t = data_info(cfg.data)["seq_len"]
+    rows: list[list[object]] = []
+    r.tables.append(
+        (
+            f"the trainer's step vs the bench's at the same micro-batch ({sp.trainer_config}, "
+            f"{sp.trainer_steps} steps, logged every {sp.trainer_log_every})",
+            TRAINER_HEADER,
+            rows,
+        )
+    )
+    r.data["trainer_vs_bench"] = []
+    every = sp.trainer_log_every
+    extra = [
+        f"train.log_every={every}",
+        f"train.eval_every={10 * sp.trainer_steps}",
+        f"train.ckpt_every={10 * sp.trainer_steps}",
+        "train.eval_batches=1",
+    ]
+    with Scratch("td-campaign-step-") as scratch:
+        for mode in sp.trainer_modes:
+            for kind, method in (("dense", "none"), ("drop", "cumulative")):
+                what = f"trainer vs bench {mode} {kind}"
+                if not budget.allows(sp.row_reserve_s):
+                    r.skip(what, log)
+                    continue
+                log(f"  [step] {what}: {sp.trainer_config}, batch {sp.trainer_batch}, T={t}")
+                more = [f"train.compile={json.dumps(mode)}"]
+                if kind == "drop":
+                    more.append(f"drop.rate={sp.rate}")
+                pc = pretrain_config(
+                    cfg,
+                    sp.trainer_config,
+                    sp.trainer_overrides,
+                    sp.trainer_steps,
+                    sp.trainer_batch,
+                    method,
+                    [*extra, *more],
+                )
+                run_dir = scratch / f"{mode}-{kind}"
+                try:
+                    pretrain(pc, run_dir, progress=False)
+                    trainer_ms, micro = _trainer_ms(run_dir, every)
+                    rc = load_run_config(run_dir)  # resolved: the data's vocabulary
+                    amp = autocast_dtype(rc.train.precision, device)
+                    drop = DropConfig(method="cumulative", rate=sp.rate)
+                    bench_ms, _ = _measure(
+                        rc.model, t, sp.trainer_batch, mode, kind == "drop", sp, device, amp, drop
+                    )
+                except torch.cuda.OutOfMemoryError:
+                    free_device_memory()
+                    r.summary.append(f"{what}: out of memory")
+                    continue
+                free_device_memory()
+                ratio = None if trainer_ms is None else trainer_ms / bench_ms
+                rows.append([mode, kind, t, sp.trainer_batch, micro, trainer_ms, bench_ms, ratio])
+                r.data["trainer_vs_bench"].append(
+                    {
+                        "mode": mode,
+                        "step": kind,
+                        "seq_len": t,
+                        "batch_size": sp.trainer_batch,
+                        "micro_batches": micro,
+                        "trainer_ms": trainer_ms,
+                        "bench_ms": bench_ms,
+                        "ratio": ratio,
+                        "precision": rc.train.precision,
+                    }
+                )
+                save()
+    got = r.data["trainer_vs_bench"]
+    r.check(
+        "the trainer's step measured beside the bench's",
+        bool(got) and all(x["ratio"] is not None for x in got),
+    )
+    if got:
+        r.summary.append(
+            "the trainer's step / the bench's at the same micro-batch (goal: <= 1.05 on a GPU): "
+            + ", ".join(f"{x['mode']} {x['step']} {x['ratio']:.3f}" for x in got if x["ratio"])
+        )

@@ -1,6 +1,6 @@
 """The trainer's step on CPU under each ``train.compile`` mode, side by side in one process.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/compiled_cpu.py  # ~20 min on 2 loaded cores
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/compiled_cpu.py  # ~10 min on 2 loaded cores
 
 ``MLMStep`` (selection, forward, loss, backward, clip, AdamW, importance update) of a small BERT
 (4 layers x 128 wide, 2 heads, FFN 512, V = 30,522), fp32, one thread, T = 128, B = 8 synthetic
@@ -34,7 +34,7 @@ from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench.workload import synthetic_batch
-from tokendrop.lab.machine import loadavg
+from tokendrop.lab.machine import cpu_model, loadavg
 from tokendrop.models.families import build_model
 from tokendrop.runs.files import atomic_write_text
 from tokendrop.train.compiled import compiled_shapes
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv[1:] if argv is None else argv
     )
     env = {
-        "machine": platform.processor() or platform.machine(),
+        "machine": cpu_model() or platform.machine(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

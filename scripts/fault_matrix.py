@@ -2019,6 +2019,24 @@ def cases() -> list[Case]:
                 says=("model.vocab_size: expected a positive integer or 'data'", f"got {v}"),
             )
         )
+    # the other named sizes (config.NAMED_SIZES): 0 (or less) is refused naming the field's name
+    for key, word in (
+        ("data.seq_len", "data"),
+        ("train.micro_batch_size", "auto"),
+        ("train.threads", "auto"),
+        ("train.eval_batches", "all"),
+    ):
+        for v in (0, -1):
+            add(
+                Case(
+                    f"pretrain-{key.split('.')[1].replace('_', '-')}-{v}",
+                    "bad input, full disk",
+                    pretrain("{C}/r", "{B}/data", "--set", f"{key}={v}"),
+                    f"refused at config time naming {key} and {word!r}; no run dir",
+                    absent=("r",),
+                    says=(f"{key}: expected a positive integer or {word!r}", f"got {v}"),
+                )
+            )
     add(
         Case(
             "data-meta-missing",

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from tokendrop.config import Config, from_dict, to_dict
+from tokendrop.config import Config, from_dict, recorded_config, to_dict
 from tokendrop.data import DataError, PreparedData
 from tokendrop.data.prepared import SPLITS
 from tokendrop.data.tokenizer import has_tokenizer_files, load_tokenizer
@@ -115,7 +115,7 @@ def verify_checkpoint(ck: Path, rep: VerifyReport, run_config: dict | None = Non
             rep.problems.append(f"{ck / name}: not a readable safetensors file ({error_line(e)})")
             bad = True
     try:
-        from_dict(Config, meta["config"])
+        from_dict(Config, recorded_config(meta["config"]))
     except (TokendropError, ValueError, KeyError, TypeError) as e:
         rep.problems.append(f"{ck / 'meta.json'}: its config does not load ({error_line(e)})")
         bad = True
@@ -143,7 +143,10 @@ def _run_config(run: Path) -> dict | None:
     """The run's ``config.toml`` as a dict, or None when it does not load (verify_run says why)."""
     try:
         return to_dict(
-            from_dict(Config, tomllib.loads((run / "config.toml").read_text(encoding="utf-8")))
+            from_dict(
+                Config,
+                recorded_config(tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))),
+            )
         )
     except (
         OSError,
@@ -169,7 +172,7 @@ def verify_run(run: Path, rep: VerifyReport) -> None:
         )
     else:
         try:
-            cfg = from_dict(Config, tomllib.loads(ct.read_text(encoding="utf-8")))
+            cfg = from_dict(Config, recorded_config(tomllib.loads(ct.read_text(encoding="utf-8"))))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             rep.problems.append(f"{ct}: invalid TOML ({error_line(e)})")
         except (TokendropError, ValueError, KeyError, TypeError) as e:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config.checks import check_positive
+from tokendrop.config.checks import check_positive, check_size
 from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
 from tokendrop.config.model import VOCAB_FROM_DATA, ModelConfig
 from tokendrop.config.quantities import parse_duration, parse_tokens
@@ -43,6 +43,24 @@ FROM_DATA = {"model.vocab_size": VOCAB_FROM_DATA, "model.sep_token_id": -1}
 DEFAULT_STEPS = (
     1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
 )
+SEQ_LEN_FROM_DATA = "data"  # data.seq_len: whatever T the prepared data was built with
+# train.micro_batch_size: the per-rank batch (a batch warm-up's: tokendrop.train.warmups)
+MICRO_BATCH_AUTO = "auto"
+THREADS_AUTO = "auto"  # train.threads: torch's default number of CPU threads
+EVAL_ALL = "all"  # train.eval_batches: the whole held-out split
+# every size whose source is named instead of given: dotted field -> that name (0 or a negative
+# size is refused, naming it)
+NAMED_SIZES = {
+    "model.vocab_size": VOCAB_FROM_DATA,
+    "data.seq_len": SEQ_LEN_FROM_DATA,
+    "train.micro_batch_size": MICRO_BATCH_AUTO,
+    "train.threads": THREADS_AUTO,
+    "train.eval_batches": EVAL_ALL,
+}
+# the sizes an older tokendrop recorded as 0 in a run's config.toml or a checkpoint's meta.json
+# before they were named: read back as the name (recorded_config), so those runs still resume,
+# verify and inspect (a recorded vocab_size was always resolved)
+_RECORDED_ZERO = {k: v for k, v in NAMED_SIZES.items() if k != "model.vocab_size"}
 # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio (at most its steps)
 DEFAULT_WARMUP_STEPS = 100
 # train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always
@@ -84,7 +102,9 @@ class DataConfig:
     # 0.3]
     paths: list[str] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
-    seq_len: int = 0  # expected T of the prepared data; 0 = whatever it was prepared with
+    # the T the prepared data must have, or "data" (SEQ_LEN_FROM_DATA): whatever it was prepared
+    # with
+    seq_len: int | str = SEQ_LEN_FROM_DATA
     # the MLM masking rate: a fraction, or a schedule [start, end] over the run
     # (tokendrop.train.schedules; e.g. [0.3, 0.15], Ankner et al. 2024), decaying as mask_schedule
     # says (linear | cosine)
@@ -146,7 +166,15 @@ class DataConfig:
             )
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers: expected >= 0, got {self.num_workers}")
-        if self.seq_len_start < 0 or (self.seq_len and self.seq_len_start > self.seq_len):
+        check_size(
+            "data.seq_len",
+            self.seq_len,
+            SEQ_LEN_FROM_DATA,
+            "the T the data was prepared with",
+            "take it from the data",
+        )
+        fixed = self.seq_len != SEQ_LEN_FROM_DATA
+        if self.seq_len_start < 0 or (fixed and self.seq_len_start > self.seq_len):
             raise ConfigError(
                 f"data.seq_len_start: expected a length in (0, data.seq_len] (0 = no warm-up), "
                 f"got {self.seq_len_start}"
@@ -219,7 +247,8 @@ class TrainConfig:
     epochs: float = 0.0
     resolved_from: str = ""  # written by the run: how train.steps / warmup_steps were resolved
     batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
-    micro_batch_size: int = 0  # per rank and forward pass; 0 -> batch_size // world_size
+    # per rank and forward pass, or "auto" (MICRO_BATCH_AUTO): batch_size // world_size
+    micro_batch_size: int | str = MICRO_BATCH_AUTO
     lr: float = 1e-4
     warmup_steps: int = -1  # -1 = unset: 100 (at most train.steps), or from warmup_ratio
     warmup_ratio: float = 0.0  # warm-up as a share of the run's steps (or of its time budget)
@@ -244,12 +273,12 @@ class TrainConfig:
     deterministic: bool = False
     log_every: int = 10
     eval_every: int = 200
-    eval_batches: int = (
-        20  # batches of batch_size held-out sequences (per rank) an evaluation reads; 0 = all
-    )
+    # batches of batch_size held-out sequences (per rank) an evaluation reads, or "all"
+    # (EVAL_ALL): the whole held-out split
+    eval_batches: int | str = 20
     ckpt_every: int = 500
     keep_checkpoints: int = 2
-    threads: int = 0  # torch CPU threads; 0 -> torch default
+    threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     # data parallelism under torchrun: "ddp" (replicated model) | "fsdp" (FSDP2: parameters,
     # gradients and AdamW state sharded over the ranks; sharded checkpoints).
     # tokendrop.train.parallel
@@ -367,6 +396,17 @@ class TrainConfig:
             )
         for name in ("batch_size", "log_every", "eval_every", "ckpt_every", "keep_checkpoints"):
             check_positive(f"train.{name}", getattr(self, name), "a positive integer")
+        for name, word, means, fix in (
+            (
+                "micro_batch_size",
+                MICRO_BATCH_AUTO,
+                "the per-rank batch, no gradient accumulation",
+                "size it from train.batch_size",
+            ),
+            ("eval_batches", EVAL_ALL, "the whole held-out split", "evaluate on all of it"),
+            ("threads", THREADS_AUTO, "torch's default", "let torch choose"),
+        ):
+            check_size(f"train.{name}", getattr(self, name), word, means, fix)
         if self.warmup_steps < -1 or (self.warmup_steps == -1 and not self.warmup_ratio):
             raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.head_warmup_steps < 0:
@@ -768,10 +808,28 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
     return obj
 
 
+def recorded_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A config a run recorded (its config.toml, a checkpoint's meta.json) as a TOML-shaped dict,
+    with the 0 an older tokendrop wrote for a size now named (``data.seq_len = "data"``,
+    ``train.micro_batch_size = "auto"``, ...) read as that name; a new dict.  Only a recorded config
+    is read so: a 0 a user writes is refused."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for dotted, name in _RECORDED_ZERO.items():
+        section, key = dotted.split(".")
+        sec = out.get(section)
+        if isinstance(sec, dict) and sec.get(key) == 0 and not isinstance(sec.get(key), bool):
+            sec[key] = name
+    return out
+
+
 def load_config(
-    path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (), cls: type = Config
+    path: str | os.PathLike | None,
+    overrides: list[str] | tuple[str, ...] = (),
+    cls: type = Config,
+    recorded: bool = False,
 ) -> Any:
-    """Load a preset (name or .toml path) into ``cls`` and apply ``section.key=value`` overrides."""
+    """Load a preset (name or .toml path) into ``cls`` and apply ``section.key=value`` overrides;
+    ``recorded``: the file is a run's config.toml (:func:`recorded_config`)."""
     check_path_arg("load_config", "path", path, optional=True)
     check_arg(
         "load_config",
@@ -783,7 +841,7 @@ def load_config(
     for o in overrides:
         check_arg("load_config", "overrides", o, str, "a list of 'section.key=value' strings")
     data = _read_toml(resolve_preset(path)) if path else {}
-    return from_dict(cls, data, overrides)
+    return from_dict(cls, recorded_config(data) if recorded else data, overrides)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

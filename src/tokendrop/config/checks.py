@@ -14,3 +14,14 @@ def check_positive(field: str, value: float, expected: str, *, zero: bool = Fals
     learning rate"), in the words its error has always used."""
     if not (math.isfinite(value) and (value > 0 or zero and value == 0)):
         raise ConfigError(f"{field}: expected {expected}, got {value}")
+
+
+def check_size(field: str, value: object, word: str, means: str, fix: str) -> None:
+    """Raise ConfigError unless ``value`` is a positive integer or the name ``word`` of where the
+    size comes from (``means`` says what it names; ``fix`` ends the message ``write FIELD = "word"
+    to ...``): a size is given or named, never 0 or negative."""
+    if value != word and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise ConfigError(
+            f"{field}: expected a positive integer or {word!r} ({means}), got {value!r}; write "
+            f'{field} = "{word}" to {fix}'
+        )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config.checks import check_positive
+from tokendrop.config.checks import check_positive, check_size
 from tokendrop.errors import ConfigError
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -272,13 +272,13 @@ class ModelConfig:
         return MODEL_FAMILIES[self.family]
 
     def validate(self) -> None:
-        v = self.vocab_size
-        if v != VOCAB_FROM_DATA and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-            raise ConfigError(
-                f"model.vocab_size: expected a positive integer or {VOCAB_FROM_DATA!r} (the "
-                f"prepared data's vocabulary), got {v!r}; write model.vocab_size = "
-                f'"{VOCAB_FROM_DATA}" to take it from the data'
-            )
+        check_size(
+            "model.vocab_size",
+            self.vocab_size,
+            VOCAB_FROM_DATA,
+            "the prepared data's vocabulary",
+            "take it from the data",
+        )
         pending = self.shape_pending  # model.init: a shape field left at 0 comes from the source
         for name in (
             "hidden_size",

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokendrop.config import Config, from_dict
+from tokendrop.config import SEQ_LEN_FROM_DATA, Config, from_dict, recorded_config
 from tokendrop.data import DataError, PreparedData
 from tokendrop.data.masking import MLMMasker, build_batch
 from tokendrop.data.tokenizer import (
@@ -214,7 +214,7 @@ class RunView:
         """T of the run's prepared data (or the config's, or 128 when neither is known)."""
         if self.data_path:
             return PreparedData.open(self.data_path).seq_len
-        return self.cfg.data.seq_len or 128
+        return 128 if self.cfg.data.seq_len == SEQ_LEN_FROM_DATA else self.cfg.data.seq_len
 
     def plan(self, seq_len: int) -> DropPlan:
         """The run's method (``tokendrop.dropping.plan``) with the checkpoint's importance vector:
@@ -361,7 +361,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     with _held_checkpoint(Path(run_dir)) as (run, ckpt):
         meta = ckpt_mod.read_meta(ckpt)
         try:
-            cfg = from_dict(Config, meta["config"])
+            cfg = from_dict(Config, recorded_config(meta["config"]))
         except (ValueError, KeyError) as e:
             raise InspectError(f"{ckpt}/meta.json: unreadable run config ({e})") from None
         reason = _no_selection_reason(cfg)

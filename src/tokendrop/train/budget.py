@@ -54,6 +54,7 @@ from fractions import Fraction
 import torch
 import torch.distributed as dist
 
+from tokendrop.config import MICRO_BATCH_AUTO
 from tokendrop.config.quantities import parse_duration, parse_tokens
 
 
@@ -127,13 +128,16 @@ def steps_for_tokens(tokens: int, batch_size: int, seq_len: int) -> int:
 
 
 def steps_per_epoch(
-    num_sequences: int, batch_size: int, world: int = 1, micro_batch_size: int = 0
+    num_sequences: int,
+    batch_size: int,
+    world: int = 1,
+    micro_batch_size: int | str = MICRO_BATCH_AUTO,
 ) -> Fraction:
     """Optimizer steps in one pass of the loader over ``num_sequences``: floor(N / G) / A with G =
-    micro * world the loader's global micro-batch and A = per-rank batch / micro the
-    accumulation."""
+    micro * world the loader's global micro-batch (``train.micro_batch_size``; "auto": the
+    per-rank batch) and A = per-rank batch / micro the accumulation."""
     per_rank = batch_size // world
-    micro = micro_batch_size or per_rank
+    micro = per_rank if micro_batch_size == MICRO_BATCH_AUTO else int(micro_batch_size)
     accum = per_rank // micro
     return Fraction(num_sequences // (micro * world), accum)
 

@@ -283,7 +283,7 @@ def load_run_config(run_dir: str | os.PathLike) -> Config:
             "pretrain"
         )
     try:
-        return load_config(p)  # the source may be gone: it is not resolved here
+        return load_config(p, recorded=True)  # the source may be gone: it is not resolved here
     except ConfigError as e:
         raise ConfigError(
             f"--resume: {e} (the run's config.toml was edited or damaged: repair it, or write the "

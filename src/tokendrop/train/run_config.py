@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import os
 
-from tokendrop.config import Config
+from tokendrop.config import SEQ_LEN_FROM_DATA, Config
 from tokendrop.config.model import VOCAB_FROM_DATA
 from tokendrop.data.mixture import open_data
 from tokendrop.errors import ConfigError
@@ -91,7 +91,7 @@ def resolve_run_config(
             f"{field}: {where} was prepared with a vocabulary of {data.vocab_size} ids but "
             f"model.vocab_size is {m.vocab_size}"
         )
-    if out.data.seq_len and data.seq_len != out.data.seq_len:
+    if out.data.seq_len != SEQ_LEN_FROM_DATA and data.seq_len != out.data.seq_len:
         raise ConfigError(
             f"data.seq_len: expected T={out.data.seq_len} but {where} was prepared with "
             f"T={data.seq_len}"

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from tokendrop.config import Config, to_dict, to_toml
+from tokendrop.config import EVAL_ALL, MICRO_BATCH_AUTO, THREADS_AUTO, Config, to_dict, to_toml
 from tokendrop.data import MLMLoader
 from tokendrop.data.masking import unigram_entropy
 from tokendrop.data.mixture import realised
@@ -326,7 +326,7 @@ class _Trainer:
         cfg, tc, dd = self.cfg, self.cfg.train, self.dd
         self.masks = mask_schedule(cfg.data)  # tokendrop.train.schedules
         self.device = resolve_device(tc.device, dd.local_rank, "train.device", ConfigError)
-        if tc.threads:
+        if tc.threads != THREADS_AUTO:
             torch.set_num_threads(tc.threads)
         if tc.deterministic:
             torch.use_deterministic_algorithms(True)
@@ -336,11 +336,14 @@ class _Trainer:
                 f"train.batch_size: {tc.batch_size} is not divisible by the {dd.world} ranks"
             )
         per_rank = self.per_rank = tc.batch_size // dd.world
-        # micro_bs: the loader's batch.  Without train.micro_batch_size a step runs one micro-batch
-        # of all its loader batches (a batch warm-up's current batch), unless the memory pre-flight
-        # says the whole batch does not fit (check_memory): then it accumulates loader batches
-        self.micro_bs = tc.micro_batch_size or default_micro_batch(cfg, per_rank, dd.world)
-        self.merge = not tc.micro_batch_size
+        # micro_bs: the loader's batch.  With train.micro_batch_size "auto" a step runs one
+        # micro-batch of all its loader batches (a batch warm-up's current batch), unless the
+        # memory pre-flight says the whole batch does not fit (check_memory): then it accumulates
+        # loader batches
+        self.merge = tc.micro_batch_size == MICRO_BATCH_AUTO
+        self.micro_bs = (
+            default_micro_batch(cfg, per_rank, dd.world) if self.merge else tc.micro_batch_size
+        )
         if per_rank % self.micro_bs:
             raise ConfigError(
                 f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch "
@@ -350,7 +353,8 @@ class _Trainer:
         # an evaluation reads train.eval_batches per-rank batches of train.batch_size sequences, in
         # micro-batches: the same held-out sequences whatever the micro-batch (a batch warm-up's
         # too)
-        self.eval_micro = tc.eval_batches * self.accum
+        # (0: all of them, as evaluate_mlm reads it)
+        self.eval_micro = 0 if tc.eval_batches == EVAL_ALL else tc.eval_batches * self.accum
         if self.resume and cfg.data.path and not os.path.isdir(cfg.data.path):
             where = (
                 f"is relative and not found from {os.getcwd()}; resume from the directory the run "

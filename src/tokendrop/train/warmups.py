@@ -10,8 +10,8 @@ so a resumed run takes the same shapes as an uninterrupted one.
 The batch grows by taking more of the loader's batches per step (the loader yields batches of a
 fixed size in a fixed order and never learns the step's batch), so the data order is the same as
 without the warm-up and a checkpoint's loader position is exact whatever the step's batch was.
-The loader's batch must therefore divide the starting batch per rank: without
-``train.micro_batch_size`` it is the largest common divisor of both per-rank batches.
+The loader's batch must therefore divide the starting batch per rank: with
+``train.micro_batch_size = "auto"`` it is the largest common divisor of both per-rank batches.
 
 ``bucketed`` (a compiled step that joins them into one micro-batch: one graph per batch) rounds
 each step's batch down to ``start``, twice ``start``, four times, ... or the final batch
@@ -31,8 +31,8 @@ from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_warmup_st
 
 
 def default_micro_batch(cfg: Config, per_rank: int, world: int) -> int:
-    """The per-rank micro-batch when ``train.micro_batch_size`` is 0: the per-rank batch, or with a
-    batch warm-up the largest divisor of it and of the warm-up's starting batch per rank."""
+    """The per-rank micro-batch when ``train.micro_batch_size`` is "auto": the per-rank batch, or
+    with a batch warm-up the largest divisor of it and of the warm-up's starting batch per rank."""
     start = batch_warmup_start(cfg.train)
     if not start or start >= cfg.train.batch_size:
         return per_rank

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tokendrop.config import load_config
+from tokendrop.config import SEQ_LEN_FROM_DATA, load_config
 from tokendrop.lab.inspect import InspectError, inspect_run, load_run
 from tokendrop.train.trainer import pretrain
 
@@ -72,7 +72,7 @@ def test_inspect_writes_everything(drop_run):
     assert "train_count" in tok["top"][0]
     ex = json.loads((out / "examples.json").read_text())
     assert len(ex) == 3
-    T = rv.cfg.data.seq_len or 64
+    T = 64 if rv.cfg.data.seq_len == SEQ_LEN_FROM_DATA else rv.cfg.data.seq_len
     for e in ex:
         assert e["split"] == "eval" and len(e["tokens"]) == len(e["scores"]) == len(e["kept"]) > 0
         assert e["kept_fraction_sequence"] == pytest.approx(round(T * 0.5) / T, abs=1e-6)

@@ -53,7 +53,7 @@ def test_tokens_resolve_to_ceil_of_tokens_over_global_batch_slots():
     r = resolve_length(t, num_sequences=10**7, seq_len=512, world=8)
     assert r.steps == 15259 and r.warmup_steps == 100
     # the global batch decides, whatever the ranks and the accumulation
-    for world, micro in ((1, 0), (2, 0), (4, 16), (8, 8)):
+    for world, micro in ((1, "auto"), (2, "auto"), (4, 16), (8, 8)):
         t = train(tokens="2B", batch_size=256, micro_batch_size=micro)
         assert resolve_length(t, 10**7, 512, world).steps == 15259
     # exact multiples do not round up; one token more does

@@ -14,7 +14,7 @@ from processes import wait_for_training
 from safetensors.torch import load_file
 
 from tokendrop.cli import main as cli_main
-from tokendrop.config import load_config
+from tokendrop.config import MICRO_BATCH_AUTO, load_config
 from tokendrop.dropping.methods import PAPER_METHOD
 from tokendrop.errors import ConfigError
 from tokendrop.runs import checkpoint as ckpt_mod
@@ -117,7 +117,8 @@ def test_every_method_runs(tiny_data, tmp_path, overrides, monkeypatch):
     start, end = d.span(L)
     m = d.num_kept(T)
     assert 0 < m < T
-    micro = cfg.train.micro_batch_size or cfg.train.batch_size
+    mb = cfg.train.micro_batch_size
+    micro = cfg.train.batch_size if mb == MICRO_BATCH_AUTO else mb
     accum = cfg.train.batch_size // micro
     dense_from = cfg.train.steps - round(d.stage2_fraction * cfg.train.steps)
     expected = []

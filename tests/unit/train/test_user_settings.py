@@ -5,7 +5,17 @@ both settings), and a model size is given or comes from a preset or a source (0 
 import pytest
 
 from tokendrop.cli import main
-from tokendrop.config import load_config
+from tokendrop.config import (
+    EVAL_ALL,
+    MICRO_BATCH_AUTO,
+    NAMED_SIZES,
+    SEQ_LEN_FROM_DATA,
+    THREADS_AUTO,
+    Config,
+    from_dict,
+    load_config,
+    recorded_config,
+)
 from tokendrop.errors import ConfigError
 from tokendrop.train.run_config import open_run_data
 from tokendrop.train.schedules import batch_warmup_line, batch_warmup_start
@@ -144,3 +154,98 @@ def test_vocab_size_data_takes_the_prepared_vocabulary(tiny_data):
     assert cfg.model.vocab_size == "data" == load_config("tiny").model.vocab_size
     out = open_run_data(cfg, None)[0]
     assert out.model.vocab_size == PreparedData.open(tiny_data).vocab_size > 0
+
+
+# each named size's one-line refusal: what the name means and the fix its message ends with
+NAMED = {
+    "model.vocab_size": ("the prepared data's vocabulary", "take it from the data"),
+    "data.seq_len": ("the T the data was prepared with", "take it from the data"),
+    "train.micro_batch_size": (
+        "the per-rank batch, no gradient accumulation",
+        "size it from train.batch_size",
+    ),
+    "train.threads": ("torch's default", "let torch choose"),
+    "train.eval_batches": ("the whole held-out split", "evaluate on all of it"),
+}
+
+
+def test_every_named_size_has_its_refusal_here():
+    assert set(NAMED) == set(NAMED_SIZES)
+
+
+@pytest.mark.parametrize("value", [0, -1])
+@pytest.mark.parametrize("field", sorted(NAMED_SIZES))
+def test_a_size_of_zero_or_less_is_refused_naming_its_source(
+    field, value, tiny_data, tmp_path, capsys
+):
+    """Every size whose source has a name (``config.NAMED_SIZES``) is a positive integer or that
+    name; 0 or a negative size is refused in one line naming the field, the name and the fix, from
+    Python and (for 0) from the command line, nothing written."""
+    word = NAMED_SIZES[field]
+    means, fix = NAMED[field]
+    msg = (
+        f"{field}: expected a positive integer or {word!r} ({means}), got {value}; write "
+        f'{field} = "{word}" to {fix}'
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", [f"{field}={value}"])
+    assert str(e.value) == msg
+    if value == 0:
+        run = tmp_path / "run"
+        argv = ["pretrain", "--config", "tiny", "--out", str(run), "--quiet"]
+        argv += ["--set", f'data.path="{tiny_data}"', "--set", f"{field}={value}"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {msg}"] and not run.exists(), err
+
+
+def test_the_named_sizes_are_the_defaults_and_run(tiny_data, tmp_path):
+    """The defaults name the sources ("data", "auto", "all"); a short run with all of them trains,
+    evaluates the whole held-out split and records the names; a data.seq_len given must match."""
+    import torch
+
+    from tokendrop.train.trainer import load_run_config, pretrain
+
+    base = load_config(None)
+    assert (base.data.seq_len, base.train.micro_batch_size, base.train.threads) == (
+        SEQ_LEN_FROM_DATA,
+        MICRO_BATCH_AUTO,
+        THREADS_AUTO,
+    )
+    named = [f"{k}={v}" for k, v in NAMED_SIZES.items()]
+    over = [f'data.path="{tiny_data}"', "train.steps=2", "train.batch_size=8", "train.eval_every=2"]
+    cfg = load_config("tiny", [*over, *named])
+    n = torch.get_num_threads()
+    try:
+        pretrain(cfg, tmp_path / "r", progress=False)
+    finally:
+        torch.set_num_threads(n)
+    rec = load_run_config(tmp_path / "r")
+    assert (rec.data.seq_len, rec.train.micro_batch_size, rec.train.eval_batches) == (
+        SEQ_LEN_FROM_DATA,
+        MICRO_BATCH_AUTO,
+        EVAL_ALL,
+    )
+    fixed = open_run_data(load_config("tiny", [*over, "data.seq_len=64"]), None)[0]
+    assert fixed.data.seq_len == 64
+    with pytest.raises(ConfigError, match=r"^data.seq_len: expected T=32 but .* with T=64$"):
+        open_run_data(load_config("tiny", [*over, "data.seq_len=32"]), None)
+
+
+def test_a_size_an_older_run_recorded_as_zero_reads_as_its_name():
+    """A run's config.toml or a checkpoint's meta.json written before these sizes were named holds
+    0 for them: read back as the name (so the run resumes, verifies, inspects); a 0 given is not."""
+    old = {
+        "data": {"seq_len": 0},
+        "train": {"micro_batch_size": 0, "threads": 0, "eval_batches": 0, "steps": 0},
+    }
+    cfg = from_dict(Config, recorded_config(old))
+    assert (
+        cfg.data.seq_len,
+        cfg.train.micro_batch_size,
+        cfg.train.threads,
+        cfg.train.eval_batches,
+    ) == (SEQ_LEN_FROM_DATA, MICRO_BATCH_AUTO, THREADS_AUTO, EVAL_ALL)
+    assert old["train"]["micro_batch_size"] == 0  # a new dict
+    with pytest.raises(ConfigError, match="^data.seq_len: expected a positive integer"):
+        from_dict(Config, old)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from tokendrop.config import EVAL_ALL, MICRO_BATCH_AUTO, Config
 from tokendrop.data import MLMLoader, PreparedData
 from tokendrop.dropping.flops import dropping_step_flops, step_flops
 from tokendrop.finetuning.columns import DOWNSTREAM_KEYS
@@ -196,6 +197,18 @@ def mlm_eval(
     return r
 
 
+def micro_batch(cfg: Config) -> int:
+    """The batch a run's evaluation read in one pass (``train.micro_batch_size``, or its batch)."""
+    mb = cfg.train.micro_batch_size
+    return cfg.train.batch_size if mb == MICRO_BATCH_AUTO else int(mb)
+
+
+def eval_limit(cfg: Config) -> int:
+    """The batches a run's evaluation read (``train.eval_batches``), 0 for all of them (as
+    ``evaluate_mlm`` reads it)."""
+    return 0 if cfg.train.eval_batches == EVAL_ALL else int(cfg.train.eval_batches)
+
+
 def packed_split_eval(run_dir: Path, packed: str) -> dict[str, Any]:
     """The final model's MLM loss on the *packed* held-out split, with the batches and masks a
     packed run of the same seed evaluates on (for runs trained on other data: the unpacked
@@ -205,9 +218,9 @@ def packed_split_eval(run_dir: Path, packed: str) -> dict[str, Any]:
         run_dir,
         packed,
         cfg.train.seed,
-        cfg.train.micro_batch_size or cfg.train.batch_size,
+        micro_batch(cfg),
         cfg.data.mask_prob_end,
-        cfg.train.eval_batches,
+        eval_limit(cfg),
         run_dir / "study-packed-eval.json",
     )
 
@@ -258,9 +271,9 @@ def source_result(
             source,
             packed,
             study.seeds[0],
-            c.train.micro_batch_size or c.train.batch_size,
+            micro_batch(c),
             c.data.mask_prob_end,
-            c.train.eval_batches,
+            eval_limit(c),
             out / "source-packed-eval.json",
         )
         if r.get("fresh_head"):

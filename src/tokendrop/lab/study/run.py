@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from tokendrop.config import FROM_DATA, Config, from_dict, to_dict, to_toml
+from tokendrop.config import FROM_DATA, Config, from_dict, recorded_config, to_dict, to_toml
 from tokendrop.lab.study.aggregate import aggregate
 from tokendrop.lab.study.common import (
     StudyError,
@@ -70,8 +70,9 @@ _IGNORED = {
 
 def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
     """Fields (dotted) whose value in the run's saved config differs from ``want``.  Paths (data,
-    the source) compare resolved; the source not at all when the weights' sha256 is the same."""
-    a, b = flat(to_dict(want)), flat(have)
+    the source) compare resolved, a size an older tokendrop recorded as 0 as its name
+    (``config.recorded_config``); the source not at all when the weights' sha256 is the same."""
+    a, b = flat(to_dict(want)), flat(recorded_config(have))
     same_weights = bool(a.get("model.init_sha256")) and a.get("model.init_sha256") == b.get(
         "model.init_sha256"
     )

@@ -1,6 +1,7 @@
 """The trainer's step on CPU under each ``train.compile`` mode, side by side in one process.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/compiled_cpu.py  # ~10 min on 2 loaded cores
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/compiled_cpu.py --processes 5 --rounds 9
+    # ~6 min on 2 loaded cores with inductor's on-disk cache warm, ~10 min more without
 
 ``MLMStep`` (selection, forward, loss, backward, clip, AdamW, importance update) of a small BERT
 (4 layers x 128 wide, 2 heads, FFN 512, V = 30,522), fp32, one thread, T = 128, B = 8 synthetic
@@ -10,8 +11,11 @@ and optimizer, compiled and warmed up first; then ``--rounds`` rounds, each timi
 of every arm in an order rotated by one arm per round (drift and load changes fall on every arm
 alike).  The time is the process's CPU time (``time.process_time``: the other engineers' processes
 on a shared machine do not count, the waiting for a core does not either), the median over rounds
-per step.  Writes ``benchmarks/results/compiled_cpu.json`` and ``.md`` with the command, the
-machine and the load average before and after.
+per step.  ``--processes`` repeats all of it in that many fresh processes, one after another (one
+process's medians move by up to 10% from another's: load, and where its tensors landed), and
+reports per arm the median over processes of its time / eager's in the same process, with the
+range.  Writes ``benchmarks/results/compiled_cpu.json`` and ``.md`` with the command, the machine
+and the load average before and after.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,18 +86,10 @@ def _arm(mode: str, dropping: bool, t: int, b: int):
     return run
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--out", type=Path, default=OUT)
-    a = ap.parse_args(argv)
+def _measure(a: argparse.Namespace) -> dict[tuple[str, str], dict]:
+    """One process's measurement: per arm, its warm-up CPU seconds and per-round ms per step."""
     torch.set_num_threads(1)
     torch._dynamo.config.recompile_limit = 64  # six arms' graphs in one process
-    load0, t_start = loadavg(), datetime.now(UTC)
     arms = {}
     for mode in MODES:
         for kind in ("dense", "drop"):
@@ -107,21 +105,55 @@ def main(argv: list[str] | None = None) -> None:
             arms[k]["run"](a.reps)
             arms[k]["ms"].append((time.process_time() - c0) * 1000 / a.reps)
         print(f"round {r + 1}/{a.rounds}", flush=True)
+    return {k: {"warmup_cpu_s": v["warmup_cpu_s"], "ms": v["ms"]} for k, v in arms.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)  # one process's measurement
+    a = ap.parse_args(argv)
+    if a.child_out is not None:
+        got = _measure(a)
+        a.child_out.write_text(json.dumps([[m, k, v] for (m, k), v in got.items()]))
+        return
+    torch.set_num_threads(1)
+    load0, t_start = loadavg(), datetime.now(UTC)
+    procs: list[dict[tuple[str, str], dict]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.processes):
+            print(f"process {i + 1}/{a.processes}", flush=True)
+            f = Path(tmp) / f"p{i}.json"
+            child = [sys.executable, __file__, "--child-out", str(f)]
+            for opt in ("rounds", "reps", "warmup", "seq_len", "batch"):
+                child += [f"--{opt.replace('_', '-')}", str(getattr(a, opt))]
+            subprocess.run(child, check=True)
+            procs.append({(m, k): v for m, k, v in json.loads(f.read_text())})
     load1 = loadavg()
     rows = []
-    for (mode, kind), v in arms.items():
-        med = statistics.median(v["ms"])
-        eager = statistics.median(arms[("off", kind)]["ms"])
+    for mode, kind in procs[0]:
+        ms = [x for p in procs for x in p[(mode, kind)]["ms"]]
+        ratios = [
+            statistics.median(p[(mode, kind)]["ms"]) / statistics.median(p[("off", kind)]["ms"])
+            for p in procs
+        ]
         rows.append(
             {
                 "mode": mode,
                 "step": kind,
-                "cpu_ms_median": med,
-                "cpu_ms_min": min(v["ms"]),
-                "cpu_ms_max": max(v["ms"]),
-                "vs_eager": med / eager,
-                "warmup_cpu_s": v["warmup_cpu_s"],
-                "rounds_ms": v["ms"],
+                "cpu_ms_median": statistics.median(ms),
+                "cpu_ms_min": min(ms),
+                "cpu_ms_max": max(ms),
+                "vs_eager": statistics.median(ratios),
+                "vs_eager_per_process": ratios,
+                "warmup_cpu_s": max(p[(mode, kind)]["warmup_cpu_s"] for p in procs),
+                "rounds_ms": [p[(mode, kind)]["ms"] for p in procs],
             }
         )
     cmd = "OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/compiled_cpu.py " + shlex.join(
@@ -143,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch": a.batch,
         "precision": "fp32",
         "drop": "cumulative, rate 0.5",
+        "processes": a.processes,
         "rounds": a.rounds,
         "reps": a.reps,
         "warmup": a.warmup,
@@ -162,17 +195,22 @@ def main(argv: list[str] | None = None) -> None:
         f"{load0} at the start, {load1} at the end.",
         "",
         f"Step: {cfg['model']}, fp32, T={a.seq_len}, B={a.batch}, 50% drop = cumulative; process "
-        f"CPU time per step, median of {a.rounds} rounds of {a.reps} steps (arms rotated per "
-        "round), after "
-        f"{a.warmup} warm-up steps (compilation).",
+        f"CPU time per step; {a.processes} process(es) one after another, each timing "
+        f"{a.rounds} rounds of {a.reps} steps (arms rotated per round) after {a.warmup} warm-up "
+        "steps (compilation). CPU ms: median and range over all rounds of all processes; / eager: "
+        "the median over processes of the arm's median / eager's in the same process, with the "
+        "range over processes; warm-up: the largest over processes (a later process reads "
+        "inductor's on-disk cache).",
         "",
-        "| mode | step | CPU ms / step (median) | min - max | / eager | warm-up CPU s |",
-        "|---|---|---:|---:|---:|---:|",
+        "| mode | step | CPU ms / step (median) | min - max | / eager | / eager per process "
+        "(min - max) | warm-up CPU s |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for x in rows:
         lines.append(
             f"| {x['mode']} | {x['step']} | {x['cpu_ms_median']:.1f} | "
             f"{x['cpu_ms_min']:.1f} - {x['cpu_ms_max']:.1f} | {x['vs_eager']:.3f} | "
+            f"{min(x['vs_eager_per_process']):.3f} - {max(x['vs_eager_per_process']):.3f} | "
             f"{x['warmup_cpu_s']:.0f} |"
         )
     atomic_write_text(a.out / "compiled_cpu.md", "\n".join(lines) + "\n")

@@ -1,7 +1,7 @@
 """The trainer's step on CPU under each ``train.compile`` mode, side by side in one process.
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/compiled_cpu.py --processes 5 --rounds 9
-    # ~6 min on 2 loaded cores with inductor's on-disk cache warm, ~10 min more without
+    # ~5 min on 2 loaded cores with inductor's on-disk cache warm, ~10 min more without
 
 ``MLMStep`` (selection, forward, loss, backward, clip, AdamW, importance update) of a small BERT
 (4 layers x 128 wide, 2 heads, FFN 512, V = 30,522), fp32, one thread, T = 128, B = 8 synthetic

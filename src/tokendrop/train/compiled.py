@@ -44,8 +44,9 @@ MODES = ("off", "forward", "step", "graphs")  # what resolve_mode returns
 
 def resolve_mode(value: bool | str, device: torch.device) -> str:
     """``train.compile`` -> one of :data:`MODES`: true = step, false = off, auto = step on CUDA and
-    off elsewhere (on CPU the compiled step is no faster than eager, the dropping one 5-7% slower,
-    and compiling costs 10-40 s of CPU per graph: benchmarks/results/compiled_cpu.md)."""
+    off elsewhere (on CPU the compiled step ties eager, dense and dropping, within the spread
+    between processes, and compiling costs 10-40 s of CPU per graph:
+    benchmarks/results/compiled_cpu.md)."""
     if value is True:
         return "step"
     if value is False:

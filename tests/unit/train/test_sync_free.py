@@ -31,7 +31,6 @@ from tokendrop.models.families import FAMILIES
 from tokendrop.train import trainer as trainer_mod
 from tokendrop.train.census import Census
 
-PRESET = {"bert": "tiny", "modernbert": "modern-tiny"}
 STEPS = 4  # the last one logs, evaluates and checkpoints (the intervals below are longer)
 
 
@@ -89,8 +88,11 @@ def _overrides(case, data) -> list[str]:
     ]
     if sctd:
         ov += ["drop.consistency_weight=0.05", "drop.consistency_every=1"]
-    if family == "bert":
-        ov += ['model.document_attention="on"']  # documents in BERT too (packed rows)
+    # the tiny run as the family's model, with per-document attention (packed rows) and 16-token
+    # windows wherever the family has them: every family of the registry, none named here
+    ov += [f"model.family={family}", 'model.document_attention="on"']
+    if FAMILIES[family].schema.sliding_windows:
+        ov += ["model.local_attention=16"]
     if warm == "length":
         ov += ["data.seq_len_start=32", "data.seq_len_warmup_share=0.5"]
     elif warm == "batch":
@@ -143,7 +145,7 @@ def census_of_run(cfg, out: Path, monkeypatch, clock=None) -> list[tuple[int, Ce
 def _check(case, request, tmp_path, monkeypatch):
     rows = case[4]
     data = request.getfixturevalue("tiny_data" if rows == "packed" else "tiny_data_unpacked")
-    cfg = load_config(PRESET[case[3]], _overrides(case, data))
+    cfg = load_config("tiny", _overrides(case, data))
     n = torch.get_num_threads()
     try:
         steps = census_of_run(

@@ -2037,6 +2037,22 @@ def cases() -> list[Case]:
                     says=(f"{key}: expected a positive integer or {word!r}", f"got {v}"),
                 )
             )
+    # the fine-tuning sizes: refused before the model or the data are read, nothing written
+    for key, word in (
+        ("max_train_examples", "all"),
+        ("max_eval_examples", "all"),
+        ("threads", "auto"),
+    ):
+        add(
+            Case(
+                f"finetune-{key.replace('_', '-')}-0",
+                "bad input, full disk",
+                finetune("{C}/run", "{C}/ft", "--set", f"{key}=0"),
+                f"refused at config time naming finetune.{key} and {word!r}; no output dir",
+                absent=("ft",),
+                says=(f"finetune.{key}: expected a positive integer or {word!r}", "got 0"),
+            )
+        )
     add(
         Case(
             "data-meta-missing",

@@ -508,7 +508,7 @@ def verify_evaluate(p: Path, rep: VerifyReport) -> None:
         rep.problems.append(f"{st}: missing; an evaluation records its suite there; {fix}")
     else:
         try:
-            suite = load_suite(st)
+            suite = load_suite(st, recorded=True)
             suite.validate()
         except (TokendropError, ValueError, tomllib.TOMLDecodeError) as e:
             rep.problems.append(f"{st}: does not load as a suite ({error_line(e)}); {fix}")

@@ -48,6 +48,8 @@ SEQ_LEN_FROM_DATA = "data"  # data.seq_len: whatever T the prepared data was bui
 MICRO_BATCH_AUTO = "auto"
 THREADS_AUTO = "auto"  # train.threads: torch's default number of CPU threads
 EVAL_ALL = "all"  # train.eval_batches: the whole held-out split
+# finetune.max_train_examples / max_eval_examples: every example of the task's split
+EXAMPLES_ALL = "all"
 # every size whose source is named instead of given: dotted field -> that name (0 or a negative
 # size is refused, naming it)
 NAMED_SIZES = {
@@ -56,11 +58,16 @@ NAMED_SIZES = {
     "train.micro_batch_size": MICRO_BATCH_AUTO,
     "train.threads": THREADS_AUTO,
     "train.eval_batches": EVAL_ALL,
+    "finetune.max_train_examples": EXAMPLES_ALL,
+    "finetune.max_eval_examples": EXAMPLES_ALL,
+    "finetune.threads": THREADS_AUTO,
 }
 # the sizes an older tokendrop recorded as 0 in a run's config.toml or a checkpoint's meta.json
 # before they were named: read back as the name (recorded_config), so those runs still resume,
-# verify and inspect (a recorded vocab_size was always resolved)
+# verify and inspect (a recorded vocab_size was always resolved); the finetune.* ones also in a
+# suite's [glue] / [squad] sections and a fine-tuning run's flat config (recorded_finetune)
 _RECORDED_ZERO = {k: v for k, v in NAMED_SIZES.items() if k != "model.vocab_size"}
+_FINETUNE_SECTIONS = ("finetune", "glue", "squad")
 # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio (at most its steps)
 DEFAULT_WARMUP_STEPS = 100
 # train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always
@@ -551,8 +558,9 @@ class FinetuneConfig:
     seed: int = 0
     device: str = "auto"
     precision: str = "auto"
-    max_train_examples: int = 0  # 0 = all
-    max_eval_examples: int = 0
+    # at most this many train / dev examples (a fixed subset), or "all" (EXAMPLES_ALL)
+    max_train_examples: int | str = EXAMPLES_ALL
+    max_eval_examples: int | str = EXAMPLES_ALL
     eval_batch_size: int = 64
     # SQuAD preprocessing / post-processing (the standard BERT settings)
     max_seq_len_qa: int = 384
@@ -566,7 +574,7 @@ class FinetuneConfig:
     label: str = "label"
     # label names in index order ([] = sorted names seen)
     labels: list[str] = field(default_factory=list)
-    threads: int = 0
+    threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     # MNLI: also score GLUE's diagnostic set (AX, Matthews corr.) with the MNLI model.
     # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path
     ax_data: str = "auto"
@@ -583,6 +591,12 @@ class FinetuneConfig:
         check_positive("finetune.grad_clip", self.grad_clip, GRAD_CLIP_EXPECTED, zero=True)
         check_positive("finetune.batch_size", self.batch_size, "> 0")
         check_positive("finetune.eval_batch_size", self.eval_batch_size, "> 0")
+        for name, word, means, fix in (
+            ("max_train_examples", EXAMPLES_ALL, "every train example", "train on all of them"),
+            ("max_eval_examples", EXAMPLES_ALL, "every dev example", "evaluate on all of them"),
+            ("threads", THREADS_AUTO, "torch's default", "let torch choose"),
+        ):
+            check_size(f"finetune.{name}", getattr(self, name), word, means, fix)
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError(
                 f"finetune.warmup_ratio: expected a fraction in [0, 1), got {self.warmup_ratio}"
@@ -816,10 +830,27 @@ def recorded_config(data: dict[str, Any]) -> dict[str, Any]:
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     for dotted, name in _RECORDED_ZERO.items():
         section, key = dotted.split(".")
-        sec = out.get(section)
-        if isinstance(sec, dict) and sec.get(key) == 0 and not isinstance(sec.get(key), bool):
-            sec[key] = name
+        for sec in _FINETUNE_SECTIONS if section == "finetune" else (section,):
+            if isinstance(out.get(sec), dict):
+                _name_zero(out[sec], key, name)
     return out
+
+
+def recorded_finetune(data: dict[str, Any]) -> dict[str, Any]:
+    """A fine-tuning config a run recorded flat (a cell's ``metrics.json`` ``config``), with the 0
+    an older tokendrop wrote for a size now named (``max_train_examples = "all"``, ``threads =
+    "auto"``, ...) read as that name; a new dict."""
+    out = dict(data)
+    for dotted, name in _RECORDED_ZERO.items():
+        section, key = dotted.split(".")
+        if section == "finetune":
+            _name_zero(out, key, name)
+    return out
+
+
+def _name_zero(section: dict[str, Any], key: str, name: str) -> None:
+    if section.get(key) == 0 and not isinstance(section.get(key), bool):
+        section[key] = name
 
 
 def load_config(

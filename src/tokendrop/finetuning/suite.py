@@ -43,7 +43,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config import FinetuneConfig, config_dir, from_dict, load_config, to_dict, to_toml
+from tokendrop.config import (
+    FinetuneConfig,
+    config_dir,
+    from_dict,
+    load_config,
+    recorded_finetune,
+    to_dict,
+    to_toml,
+)
 from tokendrop.errors import ConfigError, InitError, check_arg, check_path_arg
 from tokendrop.finetuning.columns import (
     AVERAGES,
@@ -130,8 +138,12 @@ class SuiteConfig:
         return self
 
 
-def load_suite(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> SuiteConfig:
-    return load_config(path, list(overrides), cls=SuiteConfig)
+def load_suite(
+    path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = (), recorded: bool = False
+) -> SuiteConfig:
+    """A suite preset (name or .toml path) with ``key=value`` overrides; ``recorded``: the file is
+    the ``suite.toml`` an evaluation wrote (``config.recorded_config``)."""
+    return load_config(path, list(overrides), cls=SuiteConfig, recorded=recorded)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -230,9 +242,10 @@ def cell_config(cfg: SuiteConfig, cell: Cell) -> FinetuneConfig:
 
 def _same_settings(stored: dict, wanted: dict) -> bool:
     """Same fine-tuning settings; a field the stored cell predates counts as its default value, so
-    adding a config field does not invalidate finished cells."""
+    adding a config field does not invalidate finished cells, and a size it recorded as 0 as its
+    name (``config.recorded_finetune``)."""
     defaults = to_dict(FinetuneConfig())
-    full = {**defaults, **stored}
+    full = {**defaults, **recorded_finetune(stored)}
     return all(full.get(k) == v for k, v in wanted.items() if k not in _IGNORED_KEYS)
 
 

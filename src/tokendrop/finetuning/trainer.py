@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tokendrop.config import FinetuneConfig
+from tokendrop.config import EXAMPLES_ALL, THREADS_AUTO, FinetuneConfig
 from tokendrop.data.tokenizer import num_ids
 from tokendrop.errors import ConfigError, check_arg, check_path_arg
 from tokendrop.finetuning.columns import task_scores
@@ -512,7 +512,7 @@ def finetune(
         )
     out = Path(out_dir)
     threads_before = torch.get_num_threads()
-    if cfg.threads > 0:
+    if cfg.threads != THREADS_AUTO:
         torch.set_num_threads(cfg.threads)
     try:
         with rundir.lock(out, FinetuneError):
@@ -523,7 +523,7 @@ def finetune(
                 rundir.write_marker(tmp, "finetune")
                 return _finetune(cfg, spec, model_path, tmp, log, final=out)
     finally:
-        if cfg.threads > 0:
+        if cfg.threads != THREADS_AUTO:
             torch.set_num_threads(threads_before)
 
 
@@ -633,7 +633,8 @@ def _banner(
 ) -> list[str]:
     """What a fine-tuning run will do, before its first step (``sizes``: the examples it has)."""
     kept = "kept in OUT/model" if cfg.save_model else "not kept (--set save_model=true keeps it)"
-    cap = f" (at most {cfg.max_train_examples} train examples)" if cfg.max_train_examples else ""
+    capped = cfg.max_train_examples != EXAMPLES_ALL
+    cap = f" (at most {cfg.max_train_examples} train examples)" if capped else ""
     seq = cfg.max_seq_len_qa if spec.kind == "span" else cfg.max_seq_len
     return [
         f"tokendrop finetune: {spec.name} from {model_path} "

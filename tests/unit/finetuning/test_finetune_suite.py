@@ -146,6 +146,31 @@ def test_protocol_best_of_grid_mean_over_seeds(tmp_path):
     assert s2["methods"]["base"]["columns"]["ax"]["per_seed"] == [80.0 + 1.25, 82.0 + 1.25]
 
 
+def test_a_cell_recorded_with_zero_sizes_is_reused(tmp_path):
+    """A cell an older tokendrop finished recorded 0 for max_train_examples / max_eval_examples /
+    threads ("all" / "auto" now): it is reused, not recomputed; a cell recorded with a cap the
+    suite does not have is recomputed."""
+    (tmp_path / "m").mkdir()
+    models = [str(tmp_path / "m")]
+    cfg = SuiteConfig(
+        tasks=["sst2"], glue_epochs=[3.0], glue_lrs=[2e-5], glue_data=str(tmp_path / "glue")
+    )
+    assert cfg.glue.max_train_examples == "all" and cfg.glue.threads == "auto"
+    fn, calls = _fake_finetune({"m": 80.0})
+    s = evaluate(models, cfg, tmp_path / "eval", finetune_fn=fn, log=lambda m: None)
+    assert s["computed"] == len(calls) == 1
+    (mj,) = (tmp_path / "eval" / "cells").rglob("metrics.json")
+    r = json.loads(mj.read_text())
+    r["config"].update(max_train_examples=0, max_eval_examples=0, threads=0)
+    mj.write_text(json.dumps(r))
+    s = evaluate(models, cfg, tmp_path / "eval", finetune_fn=fn, log=lambda m: None)
+    assert (s["computed"], s["skipped"], len(calls)) == (0, 1, 1)
+    r["config"].update(max_train_examples=8)
+    mj.write_text(json.dumps(r))
+    s = evaluate(models, cfg, tmp_path / "eval", finetune_fn=fn, log=lambda m: None)
+    assert (s["computed"], s["skipped"], len(calls)) == (1, 0, 2)
+
+
 def test_real_tiny_suite_and_resume(tmp_path):
     ck = write_checkpoint(tmp_path / "models" / "tiny-seed0")
     glue = write_glue_examples(tmp_path / "glue", n_train=48, n_dev=16)

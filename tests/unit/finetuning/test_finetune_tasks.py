@@ -231,7 +231,7 @@ def test_subsample_is_deterministic_and_ordered():
     xs = list(range(100))
     a, b = subsample(xs, 10), subsample(xs, 10)
     assert a == b and a == sorted(a) and len(a) == 10
-    assert subsample(xs, 0) == xs and subsample(xs, 1000) == xs
+    assert subsample(xs, "all") == xs and subsample(xs, 1000) == xs
 
 
 def test_skip_malformed_rows_when_asked(tmp_path):

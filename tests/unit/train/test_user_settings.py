@@ -7,6 +7,7 @@ import pytest
 from tokendrop.cli import main
 from tokendrop.config import (
     EVAL_ALL,
+    EXAMPLES_ALL,
     MICRO_BATCH_AUTO,
     NAMED_SIZES,
     SEQ_LEN_FROM_DATA,
@@ -15,8 +16,10 @@ from tokendrop.config import (
     from_dict,
     load_config,
     recorded_config,
+    recorded_finetune,
 )
 from tokendrop.errors import ConfigError
+from tokendrop.finetuning import finetune_config
 from tokendrop.train.run_config import open_run_data
 from tokendrop.train.schedules import batch_warmup_line, batch_warmup_start
 
@@ -166,6 +169,9 @@ NAMED = {
     ),
     "train.threads": ("torch's default", "let torch choose"),
     "train.eval_batches": ("the whole held-out split", "evaluate on all of it"),
+    "finetune.max_train_examples": ("every train example", "train on all of them"),
+    "finetune.max_eval_examples": ("every dev example", "evaluate on all of them"),
+    "finetune.threads": ("torch's default", "let torch choose"),
 }
 
 
@@ -187,13 +193,21 @@ def test_a_size_of_zero_or_less_is_refused_naming_its_source(
         f"{field}: expected a positive integer or {word!r} ({means}), got {value}; write "
         f'{field} = "{word}" to {fix}'
     )
+    finetuning = field.startswith("finetune.")
     with pytest.raises(ConfigError) as e:
-        load_config("tiny", [f"{field}={value}"])
+        if finetuning:
+            finetune_config(None, [f"{field}={value}"])
+        else:
+            load_config("tiny", [f"{field}={value}"])
     assert str(e.value) == msg
     if value == 0:
         run = tmp_path / "run"
-        argv = ["pretrain", "--config", "tiny", "--out", str(run), "--quiet"]
-        argv += ["--set", f'data.path="{tiny_data}"', "--set", f"{field}={value}"]
+        if finetuning:
+            argv = ["finetune", "--model", str(tiny_data), "--task", "sst2"]
+            argv += ["--data", str(tmp_path), "--out", str(run), "--set", f"{field}={value}"]
+        else:
+            argv = ["pretrain", "--config", "tiny", "--out", str(run), "--quiet"]
+            argv += ["--set", f'data.path="{tiny_data}"', "--set", f"{field}={value}"]
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"error: {msg}"] and not run.exists(), err
@@ -212,7 +226,7 @@ def test_the_named_sizes_are_the_defaults_and_run(tiny_data, tmp_path):
         MICRO_BATCH_AUTO,
         THREADS_AUTO,
     )
-    named = [f"{k}={v}" for k, v in NAMED_SIZES.items()]
+    named = [f"{k}={v}" for k, v in NAMED_SIZES.items() if not k.startswith("finetune.")]
     over = [f'data.path="{tiny_data}"', "train.steps=2", "train.batch_size=8", "train.eval_every=2"]
     cfg = load_config("tiny", [*over, *named])
     n = torch.get_num_threads()
@@ -249,3 +263,32 @@ def test_a_size_an_older_run_recorded_as_zero_reads_as_its_name():
     assert old["train"]["micro_batch_size"] == 0  # a new dict
     with pytest.raises(ConfigError, match="^data.seq_len: expected a positive integer"):
         from_dict(Config, old)
+
+
+def test_a_finetune_size_an_older_run_recorded_as_zero_reads_as_its_name(tmp_path):
+    """A fine-tuning run's recorded config and an evaluation's suite.toml written before these
+    sizes were named hold 0 for them: read back as the name, so the suite loads (``tokendrop
+    verify``); a suite preset a user writes with 0 is refused.  (A cell's reuse:
+    tests/unit/finetuning/test_finetune_suite.py.)"""
+    from tokendrop.config import FinetuneConfig, to_toml
+    from tokendrop.finetuning import load_suite
+
+    d = FinetuneConfig()
+    assert (d.max_train_examples, d.max_eval_examples, d.threads) == ("all", "all", "auto")
+    old = {"max_train_examples": 0, "max_eval_examples": 0, "threads": 0, "epochs": 2.0}
+    new = recorded_finetune(old)
+    assert (new["max_train_examples"], new["max_eval_examples"], new["threads"]) == (
+        EXAMPLES_ALL,
+        EXAMPLES_ALL,
+        THREADS_AUTO,
+    )
+    assert old["threads"] == 0 and new["epochs"] == 2.0  # a new dict, the rest as recorded
+    suite = load_suite("suite-tiny", ['squad.max_train_examples="all"'])
+    text = to_toml(suite).replace('max_train_examples = "all"', "max_train_examples = 0")
+    text = text.replace('threads = "auto"', "threads = 0")
+    assert text.count("max_train_examples = 0") == 1 and text.count("threads = 0") == 2
+    (tmp_path / "suite.toml").write_text(text, encoding="utf-8")
+    rec = load_suite(tmp_path / "suite.toml", recorded=True)
+    assert rec.squad.max_train_examples == EXAMPLES_ALL and rec.glue.threads == THREADS_AUTO
+    with pytest.raises(ConfigError, match=r"^finetune\.(max_train_examples|threads): expected a"):
+        load_suite(tmp_path / "suite.toml").validate()

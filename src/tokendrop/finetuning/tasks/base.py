@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokendrop.config import EXAMPLES_ALL
 from tokendrop.finetuning.common import FinetuneError
 from tokendrop.runs.files import atomic_write_text
 
@@ -276,9 +277,10 @@ def task_dir(spec: TaskSpec, data: str | os.PathLike) -> Path:
     )
 
 
-def subsample(examples: list, n: int, seed: int = 12345) -> list:
-    """A deterministic subset of ``n`` examples in their original order (``n <= 0``: all)."""
-    if n <= 0 or n >= len(examples):
+def subsample(examples: list, n: int | str, seed: int = 12345) -> list:
+    """A deterministic subset of ``n`` examples in their original order (``n`` "all",
+    ``config.EXAMPLES_ALL``, or at least their number: all of them)."""
+    if n == EXAMPLES_ALL or n >= len(examples):
         return examples
     keep = sorted(random.Random(seed).sample(range(len(examples)), n))
     return [examples[i] for i in keep]

@@ -67,7 +67,7 @@ def _arm(mode: str, dropping: bool, t: int, b: int):
     ).validate()
     torch.manual_seed(0)
     model = build_model(mc, drop).train()
-    plan = DropPlan.for_model(drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps)
+    plan = DropPlan.for_model(drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.fixed_steps)
     opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
     step = MLMStep(
         model, plan, opt, cfg, None, use_attention_mask=False, compile=mode,

@@ -2025,6 +2025,7 @@ def cases() -> list[Case]:
         ("train.micro_batch_size", "auto"),
         ("train.threads", "auto"),
         ("train.eval_batches", "all"),
+        ("train.steps", "unset"),
     ):
         for v in (0, -1):
             add(

@@ -30,7 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.config.checks import check_positive, check_size
-from tokendrop.config.layers import ONE_CHOICE, deep_merge, merge_layer  # noqa: F401 -- a preset's layers
+from tokendrop.config.layers import (  # noqa: F401 -- a preset's layers
+    ONE_CHOICE,
+    STEPS_UNSET,
+    deep_merge,
+    merge_layer,
+)
 from tokendrop.config.model import VOCAB_FROM_DATA, ModelConfig
 from tokendrop.config.quantities import parse_duration, parse_tokens
 from tokendrop.dropping.methods import DropConfig  # the [drop] section lives with the method
@@ -58,6 +63,7 @@ NAMED_SIZES = {
     "train.micro_batch_size": MICRO_BATCH_AUTO,
     "train.threads": THREADS_AUTO,
     "train.eval_batches": EVAL_ALL,
+    "train.steps": STEPS_UNSET,
     "finetune.max_train_examples": EXAMPLES_ALL,
     "finetune.max_eval_examples": EXAMPLES_ALL,
     "finetune.threads": THREADS_AUTO,
@@ -68,6 +74,13 @@ NAMED_SIZES = {
 # suite's [glue] / [squad] sections and a fine-tuning run's flat config (recorded_finetune)
 _RECORDED_ZERO = {k: v for k, v in NAMED_SIZES.items() if k != "model.vocab_size"}
 _FINETUNE_SECTIONS = ("finetune", "glue", "squad")
+# how a length field of a run says it is not the one given (in _validate_length's message)
+_LENGTH_UNSET = {
+    "train.steps": f'"{STEPS_UNSET}"',
+    "train.tokens": "0",
+    "train.epochs": "0",
+    "train.time_budget": '""',
+}
 # train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio (at most its steps)
 DEFAULT_WARMUP_STEPS = 100
 # train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always
@@ -241,10 +254,10 @@ GRAD_CLIP_EXPECTED = "a finite max gradient norm >= 0 (0 = no clipping)"
 class TrainConfig:
     """Optimisation and run-time settings (docs/design.md §2.5)."""
 
-    # how long the run lasts: steps (optimizer steps; 0 = unset, 1000 without a time budget) or
-    # time_budget ("20m", "6h", "1h30m": seconds of training time, tokendrop.train.budget) -- one of
-    # them
-    steps: int = 0
+    # how long the run lasts: steps (optimizer steps; "unset" (STEPS_UNSET): from tokens, epochs
+    # or the time budget, 1000 without any) or time_budget ("20m", "6h", "1h30m": seconds of
+    # training time, tokendrop.train.budget) -- one of them
+    steps: int | str = STEPS_UNSET
     time_budget: str = ""
     # or in tokens ("2B", "500M", "1.5e9", an integer: sequence slots, T per sequence) or in epochs
     # (passes over the prepared training sequences); resolved to train.steps when the run starts
@@ -321,19 +334,26 @@ class TrainConfig:
     memory_check: bool = True
 
     def __post_init__(self) -> None:
-        if self.steps == 0 and not (self.time_budget or self.tokens or self.epochs):
+        if self.steps == STEPS_UNSET and not (self.time_budget or self.tokens or self.epochs):
             self.steps = DEFAULT_STEPS
         if self.warmup_steps == -1 and not self.warmup_ratio:  # the default: at most the run
             self.warmup_steps = DEFAULT_WARMUP_STEPS
-            if self.steps > 0:
-                self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.steps)
+            if self.fixed_steps > 0:
+                self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.fixed_steps)
+
+    @property
+    def fixed_steps(self) -> int:
+        """The run's optimizer steps when its length is a number of steps, 0 while train.steps is
+        "unset" (a time budget; tokens or epochs before the run resolves them)."""
+        s = self.steps
+        return s if isinstance(s, int) and not isinstance(s, bool) and s > 0 else 0
 
     def _validate_length(self) -> None:
         """At most one of steps/tokens/epochs/time_budget; the ratio or the steps of the warm-up."""
         given = [
             n
             for n, v in (
-                ("train.steps", self.steps),
+                ("train.steps", self.fixed_steps),
                 ("train.tokens", self.tokens),
                 ("train.epochs", self.epochs),
                 ("train.time_budget", self.time_budget),
@@ -347,7 +367,8 @@ class TrainConfig:
         ]:
             raise ConfigError(
                 f"{given[0]} and {given[1]}: both set; a run's length is one of train.steps, "
-                f"train.tokens, train.epochs or train.time_budget (set {given[0]}=0 or remove it)"
+                f"train.tokens, train.epochs or train.time_budget (set {given[0]}="
+                f"{_LENGTH_UNSET[given[0]]} or remove it)"
             )
         if self.tokens:
             try:
@@ -371,20 +392,25 @@ class TrainConfig:
 
     def validate(self) -> None:
         self._validate_length()
+        check_size(
+            "train.steps",
+            self.steps,
+            STEPS_UNSET,
+            "the length comes from train.tokens, train.epochs or train.time_budget",
+            "take the run's length from them",
+        )
         if self.time_budget:
-            if self.steps:
+            if self.fixed_steps:
                 raise ConfigError(
                     f"train.steps and train.time_budget: both set ({self.steps} steps, "
-                    f"{self.time_budget!r}); a run lasts one or the other: set train.steps=0 to "
-                    "use "
-                    "the time budget, or remove train.time_budget"
+                    f"{self.time_budget!r}); a run lasts one or the other: set "
+                    f'train.steps="{STEPS_UNSET}" to use the time budget, or remove '
+                    "train.time_budget"
                 )
             try:
                 parse_duration(self.time_budget)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        elif self.steps < 0:
-            raise ConfigError(f"train.steps: expected a positive integer, got {self.steps}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(
                 f"train.lr_schedule: expected one of {', '.join(LR_SCHEDULES)}, got "

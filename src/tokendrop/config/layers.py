@@ -15,9 +15,17 @@ from typing import Any
 # gave for the others, as composer's max_duration or transformers' max_steps over num_train_epochs;
 # two of them in the same layer stay an error (``TrainConfig.validate``).  section -> (field ->
 # "given")
+# train.steps while the run's length comes from tokens, epochs, a time budget or the default
+# (tokendrop.config.TrainConfig.fixed_steps)
+STEPS_UNSET = "unset"
 ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
     "train": (
-        {"steps": bool, "tokens": bool, "epochs": bool, "time_budget": bool},  # the run's length
+        {
+            "steps": lambda v: v != STEPS_UNSET and bool(v),
+            "tokens": bool,
+            "epochs": bool,
+            "time_budget": bool,
+        },  # the run's length
         {
             "warmup_steps": lambda v: (
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0

@@ -232,7 +232,7 @@ class RunView:
             pinned_ids=extra,
             counts=counts,
             seed=self.cfg.train.seed,
-            total_steps=self.cfg.train.steps,
+            total_steps=self.cfg.train.fixed_steps,
         )
         if plan.selector is not None:
             plan.selector.scores.copy_(torch.from_numpy(self.scores.copy()))
@@ -240,7 +240,7 @@ class RunView:
 
     def ltd_kept(self, seq_len: int) -> int:
         """random_ltd: the rows each middle layer kept in the checkpoint's last step."""
-        return self.cfg.drop.kept_rows(seq_len, max(self.step - 1, 0), self.cfg.train.steps)
+        return self.cfg.drop.kept_rows(seq_len, max(self.step - 1, 0), self.cfg.train.fixed_steps)
 
 
 @contextlib.contextmanager
@@ -799,7 +799,8 @@ def _ltd_caption(rv: RunView) -> str:
         f"Held-out excerpts. random-LTD: each of the {layers} middle layers draws its own "
         f"{rv.ltd_kept(t)} of the T = {t} positions uniformly at random (the schedule's count at "
         "step "
-        f"{rv.step} of {rv.cfg.train.steps}); the first and last layers see every token. Bold: "
+        f"{rv.step} of {rv.cfg.train.fixed_steps}); the first and last layers see every token. "
+        "Bold: "
         "kept by the "
         "first middle layer; the number after each token: how many middle layers keep it. "
         "Sequences are shown unmasked."

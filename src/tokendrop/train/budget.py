@@ -54,7 +54,7 @@ from fractions import Fraction
 import torch
 import torch.distributed as dist
 
-from tokendrop.config import MICRO_BATCH_AUTO
+from tokendrop.config import MICRO_BATCH_AUTO, STEPS_UNSET
 from tokendrop.config.quantities import parse_duration, parse_tokens
 
 
@@ -70,7 +70,7 @@ class RunLength:
     def of(cls, train_cfg) -> RunLength:
         if train_cfg.time_budget:
             return cls(0, parse_duration(train_cfg.time_budget))
-        return cls(int(train_cfg.steps), 0.0)
+        return cls(train_cfg.fixed_steps, 0.0)
 
     @property
     def timed(self) -> bool:
@@ -153,7 +153,12 @@ class ResolvedLength:
 
     def updates(self, train_cfg) -> dict:
         """The TrainConfig fields to replace (``dataclasses.replace(train_cfg, **updates)``)."""
-        out = {"steps": self.steps, "tokens": 0, "epochs": 0.0, "resolved_from": self.note}
+        out = {
+            "steps": self.steps or STEPS_UNSET,  # a time-budgeted run's steps stay unset
+            "tokens": 0,
+            "epochs": 0.0,
+            "resolved_from": self.note,
+        }
         # a time-budgeted run keeps its ratio (a share of the budget)
         if train_cfg.warmup_ratio and self.steps:
             out.update(warmup_steps=self.warmup_steps, warmup_ratio=0.0)
@@ -170,7 +175,7 @@ def resolve_length(
     tc = train_cfg
     if not (tc.tokens or tc.epochs or tc.warmup_ratio):
         return None
-    steps, notes = tc.steps, []
+    steps, notes = tc.fixed_steps, []
     per_step = f"{tc.batch_size} sequences x {seq_len} token slots"
     if tc.tokens:
         tokens = parse_tokens(tc.tokens)

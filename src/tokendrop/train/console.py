@@ -210,8 +210,9 @@ def length_line(tc, num_train: int, seq_len: int) -> str:
             f"a time budget of {tc.time_budget} of training time (train.time_budget, clock "
             f"{tc.budget_clock}); steps as many as fit"
         )
-    tokens = tc.steps * tc.batch_size * seq_len
-    epochs = tc.steps * tc.batch_size / num_train if num_train else float("nan")
+    steps = tc.fixed_steps
+    tokens = steps * tc.batch_size * seq_len
+    epochs = steps * tc.batch_size / num_train if num_train else float("nan")
     how = next(
         (
             part.split(":")[0].strip()
@@ -221,7 +222,7 @@ def length_line(tc, num_train: int, seq_len: int) -> str:
         "train.steps",
     )
     return (
-        f"{tc.steps:,} steps ({how}) = {fmt_count(tokens)} tokens, {epochs:.2f} epochs of the "
+        f"{steps:,} steps ({how}) = {fmt_count(tokens)} tokens, {epochs:.2f} epochs of the "
         "training split"
     )
 

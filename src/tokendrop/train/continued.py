@@ -142,17 +142,18 @@ def head_warmup_plan(tc) -> tuple[int, str]:
     cap = tc.head_warmup_steps
     if cap <= 0:
         return 0, "none (train.head_warmup_steps = 0)"
-    if not tc.head_warmup_share or tc.time_budget or not tc.steps:
+    steps = tc.fixed_steps
+    if not tc.head_warmup_share or tc.time_budget or not steps:
         why = (
             "a time-budgeted run: not scaled"
             if tc.time_budget
             else "train.head_warmup_share = 0: not scaled"
         )
         return cap, f"{cap} steps (train.head_warmup_steps; {why})"
-    scaled = max(1, math.ceil(tc.head_warmup_share * tc.steps))
+    scaled = max(1, math.ceil(tc.head_warmup_share * steps))
     if scaled < cap:
         return scaled, (
-            f"{scaled} steps ({tc.head_warmup_share:g} of the run's {tc.steps} steps; "
+            f"{scaled} steps ({tc.head_warmup_share:g} of the run's {steps} steps; "
             f"train.head_warmup_share, at most train.head_warmup_steps = {cap})"
         )
     return (

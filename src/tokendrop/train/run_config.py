@@ -117,22 +117,23 @@ def check_warmups_fit(tc, seq_len: int) -> None:
     would never end: the learning rate never reaches its peak, the batch never its size); shares are
     checked by the config.  A time-budgeted run's length in steps is not known in advance: its
     warm-ups are not checked.  ConfigError naming both settings."""
-    if not tc.steps or tc.time_budget:
+    steps = tc.fixed_steps
+    if not steps or tc.time_budget:
         return
-    if tc.warmup_steps > tc.steps:
+    if tc.warmup_steps > steps:
         raise ConfigError(
             f"train.warmup_steps: the learning-rate warm-up ({tc.warmup_steps} "
             f"steps) is longer than "
-            f"the run (train.steps = {tc.steps}); set train.warmup_steps <= "
-            f"{tc.steps}, or a share "
+            f"the run (train.steps = {steps}); set train.warmup_steps <= "
+            f"{steps}, or a share "
             "of the run: train.warmup_ratio = 0.1"
         )
-    tokens = tc.steps * tc.batch_size * seq_len
+    tokens = steps * tc.batch_size * seq_len
     if batch_warmup_start(tc) and tc.batch_warmup_tokens > tokens:
         raise ConfigError(
             f"train.batch_warmup_tokens: the batch warm-up "
             f"({tc.batch_warmup_tokens:,} tokens) is longer "
-            f"than the run ({tc.steps} steps x {tc.batch_size} x {seq_len} = "
+            f"than the run ({steps} steps x {tc.batch_size} x {seq_len} = "
             f"{tokens:,} tokens); set "
             f"train.batch_warmup_tokens <= {tokens}, or a share of the run: "
             f"train.batch_warmup_share"

@@ -198,12 +198,12 @@ def batch_warmup_line(tc, world: int = 1) -> str:
 def lr_schedule(train_cfg) -> LRSchedule:
     """The LR schedule of a ``TrainConfig``."""
     # ratio of a time budget
-    share = 0.0 if train_cfg.steps else getattr(train_cfg, "warmup_ratio", 0.0)
+    share = 0.0 if train_cfg.fixed_steps else getattr(train_cfg, "warmup_ratio", 0.0)
     return LRSchedule(
         train_cfg.lr_schedule,
         train_cfg.lr,
         max(0, train_cfg.warmup_steps),
-        train_cfg.steps,
+        train_cfg.fixed_steps,
         train_cfg.decay_share,
         train_cfg.decay_shape,
         share,

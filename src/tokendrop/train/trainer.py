@@ -508,7 +508,7 @@ class _Trainer:
             pinned_ids=pinned,
             counts=counts,
             seed=tc.seed + dd.rank,
-            total_steps=tc.steps,
+            total_steps=tc.fixed_steps,
             device=device,
         )
         self.selector = self.plan.selector

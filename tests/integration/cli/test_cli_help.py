@@ -146,7 +146,7 @@ def test_user_errors_exit_2_with_one_line(argv, fragment, tmp_path, monkeypatch,
 )
 def test_a_length_on_the_command_line_replaces_the_presets(preset_len, cli_len, field, value):
     cfg = load_config("tiny", [cli_len])  # tiny sets train.steps = 40
-    assert getattr(cfg.train, field) == value and cfg.train.steps == 0
+    assert getattr(cfg.train, field) == value and cfg.train.steps == "unset"
     # steps given again on the command line replace the budget of a preset that has one
     base = {"train": {"time_budget": "1h"}}
     assert from_dict(Config, base, ["train.steps=7"]).train.steps == 7
@@ -158,7 +158,7 @@ def test_a_length_on_the_command_line_replaces_the_presets(preset_len, cli_len, 
 def test_a_presets_length_replaces_the_one_it_extends(tmp_path):
     (tmp_path / "short.toml").write_text('extends = "tiny"\n[train]\ntime_budget = "30s"\n')
     cfg = load_config(tmp_path / "short.toml")
-    assert (cfg.train.steps, cfg.train.time_budget) == (0, "30s")
+    assert (cfg.train.steps, cfg.train.time_budget) == ("unset", "30s")
     (tmp_path / "both.toml").write_text(
         'extends = "tiny"\n[train]\ntime_budget = "30s"\ntokens = "1M"\n'
     )

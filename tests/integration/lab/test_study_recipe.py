@@ -31,7 +31,7 @@ def test_study_recipe_plans_every_arm_at_equal_time(tmp_path):
     assert len(runs) == 14
     for r in runs:
         tc = r.cfg.train
-        assert (tc.steps, tc.time_budget, tc.budget_clock) == (0, "3m", "process")
+        assert (tc.steps, tc.time_budget, tc.budget_clock) == ("unset", "3m", "process")
         assert r.cfg.model.init == str(src)
     by = {r.method.name: r.cfg for r in runs}
     assert by["random-ltd"].drop.method == "random_ltd" and ARM_SPECS["random-ltd"].dropping

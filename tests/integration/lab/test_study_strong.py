@@ -64,7 +64,7 @@ def test_arms_differ_from_their_reference_in_exactly_the_intended_settings(prese
     for r in runs:
         tc = r.cfg.train
         assert (
-            tc.steps == 0
+            tc.steps == "unset"
             and tc.time_budget
             and tc.budget_clock == "process"
             and r.cfg.model.init == str(src)

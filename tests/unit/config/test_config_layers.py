@@ -135,12 +135,12 @@ def test_one_choice_rules_still_hold_across_layers(tmp_path):
     ratio)."""
     budget = preset(
         tmp_path,
-        'extends = "tiny"\n[train]\nsteps = 0\ntime_budget = "90s"\nwarmup_steps = -1\n'
+        'extends = "tiny"\n[train]\nsteps = "unset"\ntime_budget = "90s"\nwarmup_steps = -1\n'
         "warmup_ratio = 0.1\n",
         "budget.toml",
     )
     cfg = load_config(budget)
-    assert (cfg.train.steps, cfg.train.time_budget, cfg.train.warmup_ratio) == (0, "90s", 0.1)
+    assert (cfg.train.steps, cfg.train.time_budget, cfg.train.warmup_ratio) == ("unset", "90s", 0.1)
     cfg = load_config(budget, ["train.steps=1000", "train.warmup_steps=100"])
     assert (
         cfg.train.steps,
@@ -152,7 +152,7 @@ def test_one_choice_rules_still_hold_across_layers(tmp_path):
     cfg = load_config(over)
     assert (cfg.train.steps, cfg.train.time_budget) == (1000, "")
     cfg = load_config("tiny", ['train.time_budget="2m"'])  # tiny's steps = 40 gives way
-    assert (cfg.train.steps, cfg.train.time_budget) == (0, "2m")
+    assert (cfg.train.steps, cfg.train.time_budget) == ("unset", "2m")
 
 
 def _source(model: ModelConfig, tmp_path: Path):

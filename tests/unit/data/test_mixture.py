@@ -187,7 +187,7 @@ def _mixture_overrides(a, b) -> list[str]:
     return [
         f'data.paths=["{a}", "{b}"]',
         "data.weights=[0.7, 0.3]",
-        "train.steps=0",
+        "train.steps=unset",
         f"train.tokens={tokens}",
         "train.warmup_steps=-1",
         "train.warmup_ratio=0.3",

@@ -110,7 +110,7 @@ def test_warmup_ratio_resolves_against_the_steps():
 def test_warmup_ratio_of_a_time_budget_is_a_share_of_the_budget():
     t = train(time_budget="10m", warmup_ratio=0.1, lr=1.0, lr_schedule="wsd")
     new = resolved_train(t, 1000, 128)
-    assert new.warmup_ratio == 0.1 and new.steps == 0
+    assert new.warmup_ratio == 0.1 and new.steps == "unset"
     s = lr_schedule(new)
     assert s.at(0, 0.05) == pytest.approx(0.5)  # half-way through the warm-up share
     assert s.at(5, 0.1) == pytest.approx(1.0)
@@ -156,10 +156,10 @@ def test_warmup_steps_and_ratio_both_set_is_an_error():
         (["train.tokens='lots'"], "train.tokens"),
     ):
         with pytest.raises(ConfigError, match=f"^{field}"):
-            from_dict(Config, {}, ["train.steps=0", *bad])
+            from_dict(Config, {}, ["train.steps=unset", *bad])
 
 
 def test_tokens_alone_leaves_steps_unset_until_resolved():
     cfg = from_dict(Config, {}, ["train.tokens='2B'"])
-    assert cfg.train.steps == 0 and cfg.train.tokens == "2B"
+    assert cfg.train.steps == "unset" and cfg.train.tokens == "2B"
     assert from_dict(Config, {}, ["train.tokens=2000000000"]).train.tokens == 2_000_000_000

@@ -57,7 +57,7 @@ def test_head_warmup_is_a_share_of_the_run_capped():
     assert head_warmup_plan(TrainConfig(steps=3, head_warmup_share=0.1))[0] == 1
     assert head_warmup_plan(TrainConfig(steps=40, head_warmup_share=0.0))[0] == 100  # not scaled
     # a budget: not scaled
-    assert head_warmup_plan(TrainConfig(steps=0, time_budget="20s"))[0] == 100
+    assert head_warmup_plan(TrainConfig(steps="unset", time_budget="20s"))[0] == 100
     n, why = head_warmup_plan(TrainConfig(steps=40, head_warmup_steps=0))
     assert n == 0 and "none" in why
     assert "0.5 of the run's 40 steps" in head_warmup_plan(TrainConfig(steps=40))[1]

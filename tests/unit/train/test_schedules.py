@@ -95,7 +95,7 @@ def test_run_length_progress_and_end():
     assert timed.finished(1, 60.0) and not timed.finished(10**6, 59.9)
     assert (
         RunLength.of(
-            load_config("tiny", ["train.steps=0", "train.time_budget=1h30m"]).train
+            load_config("tiny", ["train.steps=unset", "train.time_budget=1h30m"]).train
         ).budget_s
         == 5400.0
     )
@@ -152,7 +152,7 @@ def test_parse_duration_refuses(text):
         (["train.decay_share=0"], r"train.decay_share: .* lies outside \(0, 1\)"),
         (["train.lr_schedule=cosine"], "train.lr_schedule: expected one of linear, wsd"),
         (
-            ["train.steps=0", "train.time_budget=20 minutes"],
+            ["train.steps=unset", "train.time_budget=20 minutes"],
             "train.time_budget: cannot parse '20 minutes'; expected a "
             'duration such as "90s", "20m", "6h" or "1h30m"',
         ),
@@ -161,7 +161,8 @@ def test_parse_duration_refuses(text):
                 "train.time_budget=20m",
                 "train.steps=5",
             ],  # one layer (the preset's steps are replaced: test_cli_operator)
-            "train.steps and train.time_budget: both set \\(5 steps, '20m'\\).*set train.steps=0",
+            "train.steps and train.time_budget: both set \\(5 steps, '20m'\\).*"
+            'set train.steps="unset"',
         ),
         (["train.steps=-3"], "train.steps: expected a positive integer"),
     ],
@@ -180,7 +181,7 @@ def test_bad_budget_is_one_line_through_the_cli(tmp_path, capsys):
             "--out",
             str(tmp_path / "r"),
             "--set",
-            "train.steps=0",
+            "train.steps=unset",
             "--set",
             "train.time_budget=soon",
         ]
@@ -192,12 +193,13 @@ def test_bad_budget_is_one_line_through_the_cli(tmp_path, capsys):
 
 def test_defaults_and_round_trip():
     cfg = load_config(
-        "tiny", ["train.steps=0", "train.time_budget=20m", "data.mask_prob=[0.3, 0.15]"]
+        "tiny", ["train.steps=unset", "train.time_budget=20m", "data.mask_prob=[0.3, 0.15]"]
     )
-    assert cfg.train.steps == 0 and cfg.data.mask_prob_max == 0.3 and cfg.data.mask_prob_end == 0.15
+    assert cfg.train.steps == "unset" and cfg.data.mask_prob_max == 0.3
+    assert cfg.data.mask_prob_end == 0.15
     assert (
         load_config(None).train.steps == 1000
-        and load_config(None, ["train.time_budget=6h"]).train.steps == 0
+        and load_config(None, ["train.time_budget=6h"]).train.steps == "unset"
     )
     import tomllib
 
@@ -207,7 +209,7 @@ def test_defaults_and_round_trip():
     assert (
         again.data.mask_prob == [0.3, 0.15]
         and again.train.time_budget == "20m"
-        and again.train.steps == 0
+        and again.train.steps == "unset"
     )
 
 
@@ -357,7 +359,7 @@ def fake_clock(monkeypatch):
 
 def test_time_budget_stops_on_time_and_resumes_with_what_is_left(tiny_data, tmp_path, fake_clock):
     ov = [
-        "train.steps=0",
+        "train.steps=unset",
         "train.time_budget=9.5s",
         "train.eval_every=5",
         "train.ckpt_every=4",
@@ -399,7 +401,7 @@ def test_time_budget_stops_on_time_and_resumes_with_what_is_left(tiny_data, tmp_
 
 def test_time_budget_stage2_follows_the_budget(tiny_data, tmp_path, fake_clock):
     ov = [
-        "train.steps=0",
+        "train.steps=unset",
         "train.time_budget=8s",
         "drop.method=cumulative",
         "drop.stage2_fraction=0.25",
@@ -428,7 +430,8 @@ DDP_BUDGET_SCRIPT = textwrap.dedent(
     train.MLMStep.__call__ = step
     # train.warmup_steps in steps: tiny's warmup_ratio is a share of the budget
     cfg = load_config("tiny", [
-        f'data.path="{sys.argv[1]}"', "train.steps=0", "train.time_budget=4s", "train.log_every=1",
+        f'data.path="{sys.argv[1]}"', "train.steps=unset", "train.time_budget=4s",
+        "train.log_every=1",
         "train.batch_size=8", "train.eval_every=100", "train.threads=1",
         "train.lr_schedule=wsd", "train.warmup_steps=4",
     ])

@@ -98,7 +98,7 @@ def _overrides(case, data) -> list[str]:
     elif warm == "batch":
         ov += ["train.batch_warmup_start=4", "train.batch_warmup_share=0.5"]
     if budget == "budget":
-        ov += ["train.steps=0", "train.time_budget='4s'"]
+        ov += ["train.steps=unset", "train.time_budget='4s'"]
     else:
         ov += [f"train.steps={STEPS}"]
     return ov

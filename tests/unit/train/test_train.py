@@ -365,7 +365,9 @@ def test_data_model_mismatch_errors(tiny_data, tmp_path, capsys):
             f'data.path="{tiny_data}"',
         ]
     )
-    assert rc == 2 and "train.steps: expected an integer" in capsys.readouterr().err
+    assert (
+        rc == 2 and "train.steps: expected a positive integer or 'unset'" in capsys.readouterr().err
+    )
     rc = cli_main(
         [
             "pretrain",

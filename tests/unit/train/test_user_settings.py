@@ -11,6 +11,7 @@ from tokendrop.config import (
     MICRO_BATCH_AUTO,
     NAMED_SIZES,
     SEQ_LEN_FROM_DATA,
+    STEPS_UNSET,
     THREADS_AUTO,
     Config,
     from_dict,
@@ -169,6 +170,10 @@ NAMED = {
     ),
     "train.threads": ("torch's default", "let torch choose"),
     "train.eval_batches": ("the whole held-out split", "evaluate on all of it"),
+    "train.steps": (
+        "the length comes from train.tokens, train.epochs or train.time_budget",
+        "take the run's length from them",
+    ),
     "finetune.max_train_examples": ("every train example", "train on all of them"),
     "finetune.max_eval_examples": ("every dev example", "evaluate on all of them"),
     "finetune.threads": ("torch's default", "let torch choose"),
@@ -226,7 +231,9 @@ def test_the_named_sizes_are_the_defaults_and_run(tiny_data, tmp_path):
         MICRO_BATCH_AUTO,
         THREADS_AUTO,
     )
-    named = [f"{k}={v}" for k, v in NAMED_SIZES.items() if not k.startswith("finetune.")]
+    # (train.steps "unset" gives the run its default length: tested in test_length.py)
+    skip = ("finetune.", "train.steps")
+    named = [f"{k}={v}" for k, v in NAMED_SIZES.items() if not k.startswith(skip)]
     over = [f'data.path="{tiny_data}"', "train.steps=2", "train.batch_size=8", "train.eval_every=2"]
     cfg = load_config("tiny", [*over, *named])
     n = torch.get_num_threads()
@@ -251,7 +258,13 @@ def test_a_size_an_older_run_recorded_as_zero_reads_as_its_name():
     0 for them: read back as the name (so the run resumes, verifies, inspects); a 0 given is not."""
     old = {
         "data": {"seq_len": 0},
-        "train": {"micro_batch_size": 0, "threads": 0, "eval_batches": 0, "steps": 0},
+        "train": {
+            "micro_batch_size": 0,
+            "threads": 0,
+            "eval_batches": 0,
+            "steps": 0,
+            "time_budget": "1h",
+        },
     }
     cfg = from_dict(Config, recorded_config(old))
     assert (
@@ -260,6 +273,7 @@ def test_a_size_an_older_run_recorded_as_zero_reads_as_its_name():
         cfg.train.threads,
         cfg.train.eval_batches,
     ) == (SEQ_LEN_FROM_DATA, MICRO_BATCH_AUTO, THREADS_AUTO, EVAL_ALL)
+    assert cfg.train.steps == STEPS_UNSET  # a time-budgeted run's (its config has time_budget)
     assert old["train"]["micro_batch_size"] == 0  # a new dict
     with pytest.raises(ConfigError, match="^data.seq_len: expected a positive integer"):
         from_dict(Config, old)

@@ -378,7 +378,7 @@ def test_process_clock_budget_stops_within_one_step(tiny_data, tmp_path, monkeyp
     monkeypatch.setattr("time.process_time", lambda: t[0])
     monkeypatch.setattr("time.perf_counter", lambda: 0.0)  # a wall clock that never moves
     ov = [
-        "train.steps=0",
+        "train.steps=unset",
         "train.time_budget=5.5s",
         "train.budget_clock='process'",
         "train.eval_every=2",

@@ -61,13 +61,13 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     bs = cfg.train.batch_size
     f_drop = step_flops(cfg.model, T, bs, cfg.drop if cfg.drop.enabled else None).total
     f_dense = step_flops(cfg.model, T, bs, None).total
-    s2 = cfg.drop.stage2_start(cfg.train.steps)  # 0 when nothing drops
+    s2 = cfg.drop.stage2_start(cfg.train.fixed_steps)  # 0 when nothing drops
     cum = None  # random_ltd's schedule / ScTD's dense passes: per-step FLOPs, summed
     if cfg.drop.enabled and (cfg.drop.per_layer or cfg.drop.consistency_weight > 0):
         cum = [
             0,
             *itertools.accumulate(
-                dropping_step_flops(cfg.model, T, bs, cfg.drop, cfg.train.steps)[:s2]
+                dropping_step_flops(cfg.model, T, bs, cfg.drop, cfg.train.fixed_steps)[:s2]
             ),
         ]
 

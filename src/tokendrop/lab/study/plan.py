@@ -432,12 +432,12 @@ def run_config(
     init = [f"model.init={json.dumps(str(source))}"] if source else []
     base = load_config(study.base, list(study.base_overrides) + init)
     ov = list(study.base_overrides) + init + list(method.overrides)
-    steps = base.train.steps
+    steps = base.train.fixed_steps
     if method.steps_fraction != 1.0:
-        steps = max(1, round(method.steps_fraction * base.train.steps))
+        steps = max(1, round(method.steps_fraction * base.train.fixed_steps))
         ov.append(f"train.steps={steps}")
     if method.flops_of:
-        steps = max(1, round(flops_fraction(study, ARMS[method.flops_of]) * base.train.steps))
+        steps = max(1, round(flops_fraction(study, ARMS[method.flops_of]) * base.train.fixed_steps))
         ov.append(f"train.steps={steps}")
     if study.selection_checkpoints and steps and _traced(method):
         k = study.selection_checkpoints

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokendrop.config import FinetuneConfig, from_dict
+from tokendrop.config import STEPS_UNSET, FinetuneConfig, from_dict
 from tokendrop.data import PreparedData
 from tokendrop.dropping.methods import METHODS
 from tokendrop.finetuning import finetune
@@ -245,8 +245,9 @@ def _arm_run(
     timed = q.run_length == "time"
     if timed:
         extra += [f"train.time_budget='{cal.per_run_budget_s:.1f}s'", "train.budget_clock='wall'"]
+    length_steps = STEPS_UNSET if timed else steps
     pc = pretrain_config(
-        cfg, q.config, q.overrides + q.recipe(), 0 if timed else steps, q.batch_size, method, extra
+        cfg, q.config, q.overrides + q.recipe(), length_steps, q.batch_size, method, extra
     )
     length = (
         f"{cal.per_run_budget_s:.0f}s of training (~{steps} steps)" if timed else f"{steps} steps"

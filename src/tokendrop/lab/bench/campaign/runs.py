@@ -45,7 +45,7 @@ def pretrain_config(
     cfg: CampaignConfig,
     base: str,
     overrides: list[str],
-    steps: int,
+    steps: int | str,  # or "unset" (config.STEPS_UNSET): a time budget in extra
     batch_size: int,
     method: str,
     extra: list[str] = (),

@@ -107,7 +107,7 @@ def _measure(
     torch.manual_seed(0)
     model = build_model(mc, drop).to(device).train()
     plan = DropPlan.for_model(
-        drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps, device=device
+        drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.fixed_steps, device=device
     )
     opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
     step = MLMStep(

@@ -981,3 +981,47 @@ def test_whole_model_compiles_in_one_graph_per_mode(backend):
     finally:
         torch._dynamo.config.error_on_recompile = old
         torch._dynamo.reset()
+
+
+def test_random_ltd_keeps_positions_windows_and_documents_against_transformers():
+    """ModernBERT: a kept row keeps its rotary position, document and window (measured in original
+    positions), attending only to the rows its layer kept; reference: transformers' dense layers
+    with the rows not kept masked out as keys and reset to their input after the layer."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        _hf_model().save_pretrained(d)
+        hf = _hf(d)
+        drop = DropConfig(method="random_ltd")
+        ours = _ours(d, drop).train()
+    row = _doc([17, 12, 19], seed=5)
+    T = row.shape[1]
+    g = torch.Generator().manual_seed(0)
+    # layers 1, 2
+    keep = torch.stack([torch.randperm(T, generator=g)[: T // 2].sort().values for _ in range(2)])
+    m = hf.model
+    doc = document_ids(row, SEP, PAD)[0]
+    pos = _positions(doc)
+    with torch.no_grad():
+        got = ours(row, keep_idx=keep[:, None])[0]
+        x = m.embeddings(input_ids=row)
+        for i, layer in enumerate(m.layers):
+            allowed = doc[:, None] == doc[None, :]
+            if layer.attention_type == "sliding_attention":
+                allowed &= (pos[:, None] - pos[None, :]).abs() <= HALF_WINDOW
+            kept = torch.ones(T, dtype=torch.bool)
+            if 1 <= i <= 2:
+                kept = torch.zeros(T, dtype=torch.bool)
+                kept[keep[i - 1]] = True
+                allowed &= kept[None, :]
+            bias = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)[
+                None, None
+            ]
+            y = layer(
+                x,
+                attention_mask=bias,
+                position_embeddings=m.rotary_emb(x, pos[None], layer.attention_type),
+            )
+            x = torch.where(kept[:, None], y, x)
+        ref = hf.decoder(hf.head(m.final_norm(x)))[0]
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)

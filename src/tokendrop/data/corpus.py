@@ -55,6 +55,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from xml.parsers import expat
 
 from tokendrop.data import columnar
@@ -735,16 +736,32 @@ def read_text(
 ) -> Iterator[str]:
     """BERT format: one document per block of non-blank lines (each line stripped, joined with
     ``"\\n"``); a document longer than ``PIECE_CHARS`` in pieces (module doc)."""
-    doc = _Pieces(path)
+    lines = (
+        (text, last, (lineno, offset))
+        for lineno, offset, text, last in _line_parts(path, progress, stats, span)
+    )
+    yield from _joined_lines(lines, _Pieces(path), lambda at: _where(span, *at), blank_ends=True)
+
+
+def _joined_lines(
+    lines: Iterable[tuple[str, bool, Any]],
+    doc: _Pieces,
+    where_of: Callable[[Any], str],
+    blank_ends: bool,
+) -> Iterator[str]:
+    """The documents' pieces of ``lines``: (a part of a line, whether the line ends with it, its
+    place for ``where_of``).  Each line is stripped, whitespace inside a line is kept only where
+    more text follows (at most ``PIECE_CHARS`` of it), the lines of a document are joined with
+    ``"\\n"``, and with ``blank_ends`` a blank line ends a document (else it is dropped)."""
     started = False  # the current line has text (else it is blank so far)
     ws = ""  # whitespace after the current line's text so far: kept only if more text follows
-    for lineno, offset, text, last in _line_parts(path, progress, stats, span):
+    for text, last, at in lines:
         core = text.rstrip()
         tail = text[len(core) :]
         if not started:
             core = core.lstrip()
         if core:
-            where = _where(span, lineno, offset)
+            where = where_of(at)
             if started:
                 yield from doc.add(ws + core, where)
             else:
@@ -754,7 +771,7 @@ def read_text(
         elif started:
             ws = (ws + tail)[:PIECE_CHARS]
         if last:
-            if not started:  # a blank line ends a document
+            if blank_ends and not started:
                 yield from doc.end()
             started, ws = False, ""
     yield from doc.end()
@@ -1020,26 +1037,14 @@ def _normalised_pieces(parts: Iterable[str], doc: _Pieces, where: str) -> Iterat
     holding only a part and a piece at a time: the lines of the parts are read as :func:`read_text`
     reads the parts of a long line (a line break cut between two parts makes a blank line, which
     is dropped)."""
-    started, ws = False, ""  # as in read_text
-    for part in parts:
-        for frag in part.splitlines(keepends=True):
-            line = frag.splitlines()[0]
-            core = line.rstrip()
-            tail = line[len(core) :]
-            if not started:
-                core = core.lstrip()
-            if core:
-                if started:
-                    yield from doc.add(ws + core, where)
-                else:
-                    yield from doc.add("\n" + core if doc else core, where)
-                    started = True
-                ws = tail
-            elif started:
-                ws = (ws + tail)[:PIECE_CHARS]
-            if len(line) < len(frag):  # a line break: the line ends
-                started, ws = False, ""
-    yield from doc.end()
+
+    def lines() -> Iterator[tuple[str, bool, None]]:
+        for part in parts:
+            for frag in part.splitlines(keepends=True):
+                line = frag.splitlines()[0]
+                yield line, len(line) < len(frag), None  # a line break: the line ends
+
+    yield from _joined_lines(lines(), doc, lambda _: where, blank_ends=False)
 
 
 def finish(fmt: str, raw: str) -> str:

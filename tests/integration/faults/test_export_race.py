@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fixtures.processes import reads_during_rotation
+from fixtures.processes import reads_during_rotation, rotate_after_listing
 
 from tokendrop.runs import checkpoint as ckpt_mod
 
@@ -35,15 +35,7 @@ def test_a_reader_passes_over_a_checkpoint_removed_before_its_lease(
     read."""
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
-    real = ckpt_mod._candidates
-
-    def listed_then_rotated(p):
-        cands = real(p)
-        if len(cands) > 1:
-            shutil.rmtree(cands[0])
-        return cands
-
-    monkeypatch.setattr(ckpt_mod, "_candidates", listed_then_rotated)
+    rotate_after_listing(monkeypatch)
     with ckpt_mod.reading(run) as ck:
         assert ck.name == "step-00000002"
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fixtures.processes import reads_during_rotation
+from fixtures.processes import reads_during_rotation, rotate_after_listing
 
 from tokendrop.lab import inspect as insp
 from tokendrop.runs import checkpoint as ckpt_mod
@@ -47,15 +47,7 @@ def test_inspect_holds_the_checkpoint_it_reads(tiny_run, tmp_path, monkeypatch):
 def test_inspect_passes_over_a_checkpoint_removed_before_its_lease(tiny_run, tmp_path, monkeypatch):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
-    real = ckpt_mod._candidates
-
-    def listed_then_rotated(p):
-        cands = real(p)
-        if len(cands) > 1:
-            shutil.rmtree(cands[0])
-        return cands
-
-    monkeypatch.setattr(ckpt_mod, "_candidates", listed_then_rotated)
+    rotate_after_listing(monkeypatch)
     assert insp.load_run(run).step == 2
 
 

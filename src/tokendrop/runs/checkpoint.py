@@ -203,17 +203,7 @@ def reading(path: str | os.PathLike) -> Iterator[Path]:
         else:
             yield p
         return
-    for _ in range(100):  # a training run rotating faster than this loop lists is retried
-        cands = _candidates(p)
-        for cand in cands:
-            with _lease(cand, fcntl.LOCK_SH) as held:
-                # else removed by rotation meanwhile (a damaged one is read, and refused)
-                if held and cand.is_dir():
-                    yield cand
-                    return
-    raise CheckpointError(
-        f"{p}: its checkpoints were all removed while being opened; run the command again"
-    )
+    yield from _held_newest(p, verified=False)  # a damaged one is read, and refused
 
 
 def save(
@@ -444,6 +434,16 @@ def verify(ckpt: str | os.PathLike, files: tuple[str, ...] | None = None) -> dic
     return meta
 
 
+def _listed(p: Path) -> list[Path]:
+    """A run dir's checkpoint dirs, newest first (none when it has none)."""
+    root = p / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(
+        (c for c in root.iterdir() if c.name.startswith("step-") and c.is_dir()), reverse=True
+    )
+
+
 def _candidates(p: Path) -> list[Path]:
     """A run dir's checkpoint dirs, newest first (at least one), or [p] for a checkpoint dir."""
     if not p.is_dir():
@@ -452,14 +452,7 @@ def _candidates(p: Path) -> list[Path]:
         )
     if (p / "meta.json").is_file() and not (p / "checkpoints").is_dir():
         return [p]
-    root = p / "checkpoints"
-    cands = (
-        sorted(
-            (c for c in root.iterdir() if c.name.startswith("step-") and c.is_dir()), reverse=True
-        )
-        if root.is_dir()
-        else []
-    )
+    cands = _listed(p)
     if not cands:
         raise CheckpointError(
             f"{p}: no checkpoint (expected a run directory with checkpoints/step-*/ or a "
@@ -565,24 +558,32 @@ def reading_latest(path: str | os.PathLike) -> Iterator[Path | None]:
         else:
             yield latest_checkpoint(p)
         return
+    yield from _held_newest(p, verified=True)
+
+
+def _held_newest(p: Path, verified: bool) -> Iterator[Path | None]:
+    """A run dir's newest checkpoint under a shared lease, for :func:`reading` and
+    :func:`reading_latest`: one removed by rotation between the listing and the lease is passed
+    over for the next newest.  ``verified``: the newest that verifies (corrupt ones skipped with a
+    warning on stderr), None when there is none; else the newest, and no checkpoint at all is
+    :func:`_candidates`' error."""
     for _ in range(100):  # a training run rotating faster than this loop lists is retried
-        cands = sorted(
-            (c for c in (p / "checkpoints").iterdir() if c.name.startswith("step-")), reverse=True
-        )
+        cands = _listed(p) if verified else _candidates(p)
         gone = False
         for cand in cands:
             with _lease(cand, fcntl.LOCK_SH) as held:
                 if not (held and cand.is_dir()):
                     gone = True  # removed by rotation meanwhile
                     continue
-                try:
-                    verify(cand)
-                except CheckpointError as e:
-                    print(f"warning: skipping {e}", file=sys.stderr)
-                    continue
+                if verified:
+                    try:
+                        verify(cand)
+                    except CheckpointError as e:
+                        print(f"warning: skipping {e}", file=sys.stderr)
+                        continue
                 yield cand
                 return
-        if not gone:
+        if verified and not gone:
             yield None
             return
     raise CheckpointError(

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokendrop.config import SIZE_TAKES
 from tokendrop.errors import TokendropError
 from tokendrop.lab.machine import cpu_model, loadavg
 from tokendrop.runs.files import read_json
@@ -2038,6 +2039,95 @@ def cases() -> list[Case]:
                     says=(f"{key}: expected a positive integer or {word!r}", f"got {v}"),
                 )
             )
+    # the run's length in another unit and the warm-ups (config.NAMED_SIZES, config.SIZE_TAKES):
+    # 0 (or less) is refused naming the field's name; train.warmup_steps takes 0 (no warm-up)
+    for key, word in (
+        ("train.tokens", "unset"),
+        ("train.epochs", "unset"),
+        ("train.warmup_steps", "auto"),
+        ("data.seq_len_start", "off"),
+        ("train.batch_warmup_start", "off"),
+        ("train.batch_warmup_tokens", "unset"),
+        ("train.batch_warmup_share", "unset"),
+        ("train.head_warmup_share", "off"),
+    ):
+        for v in (-1,) if key == "train.warmup_steps" else (0, -1):
+            takes = SIZE_TAKES.get(key, "a positive integer")
+            add(
+                Case(
+                    f"pretrain-{key.split('.')[1].replace('_', '-')}-{v}",
+                    "bad input, full disk",
+                    pretrain("{C}/r", "{B}/data", "--set", f"{key}={v}"),
+                    f"refused at config time naming {key} and {word!r}; no run dir",
+                    absent=("r",),
+                    says=(f"{key}: expected {takes} or {word!r}", "got -1" if v else "got 0"),
+                )
+            )
+    # a layer index is an index or "auto" (the variant's span): a negative one is refused
+    add(
+        Case(
+            "pretrain-drop-start--1",
+            "bad input, full disk",
+            pretrain("{C}/r", "{B}/data", "--set", "drop.method=cumulative", "--set")
+            + ["drop.start=-1"],
+            "refused at config time naming drop.start and 'auto'; no run dir",
+            absent=("r",),
+            says=("drop.start: expected a layer index >= 0 or 'auto'", "got -1"),
+        )
+    )
+    # the lab's named sizes: the benchmark's threads, the long-context run's memory limit, a
+    # study's prepare workers -- refused before anything runs or is written
+    for name, argv, said in (
+        (
+            "bench-set-threads-0",
+            ["bench", "--preset", "smoke", "--set", "threads=0", "--json", "{C}/bench.json"],
+            "bench.threads: expected a positive integer or 'auto'",
+        ),
+        (
+            "bench-longctx-memory-limit-0",
+            ["bench", "--preset", "longctx-cpu", "--set", "memory_limit_gib=0"]
+            + ["--json", "{C}/bench.json"],
+            "longctx.memory_limit_gib: expected a positive number of GiB or 'machine'",
+        ),
+        (
+            "study-prepare-workers-0",
+            ["study", "--config", "study-tiny", "--out", "{C}/st", "--set", "prepare_workers=0"],
+            "study.prepare_workers: expected a positive integer or 'auto'",
+        ),
+    ):
+        add(
+            Case(
+                name,
+                "bad input, full disk",
+                argv,
+                "refused at config time naming the field and its name; nothing written",
+                absent=("bench.json", "bench.md", "st"),
+                says=(said, "got 0"),
+            )
+        )
+    # a warm-up counted in steps or tokens longer than the run: refused before anything is written
+    for name, over, said in (
+        (
+            "lr-warmup-longer-than-run",
+            ("train.warmup_steps=100",),
+            "train.warmup_steps: the learning-rate warm-up (100 steps) is longer than the run",
+        ),
+        (
+            "batch-warmup-longer-than-run",
+            ("train.batch_warmup_start=4", "train.batch_warmup_tokens=1000000"),
+            "train.batch_warmup_tokens: the batch warm-up (1,000,000 tokens) is longer than",
+        ),
+    ):
+        add(
+            Case(
+                f"pretrain-{name}",
+                "bad input, full disk",
+                pretrain("{C}/r", "{B}/data", *[x for o in over for x in ("--set", o)]),
+                "refused naming the warm-up and the run's length; no run dir",
+                absent=("r",),
+                says=(said,),
+            )
+        )
     # the fine-tuning sizes: refused before the model or the data are read, nothing written
     for key, word in (
         ("max_train_examples", "all"),

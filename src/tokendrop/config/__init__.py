@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config.checks import check_positive, check_size
+from tokendrop.config.checks import check_positive, check_size, positive_int
 from tokendrop.config.layers import (  # noqa: F401 -- a preset's layers
     ONE_CHOICE,
     STEPS_UNSET,
@@ -38,7 +38,7 @@ from tokendrop.config.layers import (  # noqa: F401 -- a preset's layers
 )
 from tokendrop.config.model import VOCAB_FROM_DATA, ModelConfig
 from tokendrop.config.quantities import parse_duration, parse_tokens
-from tokendrop.dropping.methods import DropConfig  # the [drop] section lives with the method
+from tokendrop.dropping.methods import SPAN_AUTO, DropConfig  # [drop] lives with the method
 from tokendrop.errors import ConfigError, check_arg, check_path_arg
 from tokendrop.value_schedule import DECAYS
 
@@ -55,8 +55,16 @@ THREADS_AUTO = "auto"  # train.threads: torch's default number of CPU threads
 EVAL_ALL = "all"  # train.eval_batches: the whole held-out split
 # finetune.max_train_examples / max_eval_examples: every example of the task's split
 EXAMPLES_ALL = "all"
+# train.tokens / train.epochs (train.batch_warmup_tokens / batch_warmup_share) while the run's
+# (the batch warm-up's) length is not given in that unit
+LENGTH_UNSET = STEPS_UNSET
+# train.warmup_steps: from train.warmup_ratio, else DEFAULT_WARMUP_STEPS at most the run's steps
+WARMUP_AUTO = "auto"
+# data.seq_len_start / train.batch_warmup_start: no sequence-length / batch warm-up;
+# train.head_warmup_share: the head warm-up not scaled to the run
+WARMUP_OFF = "off"
 # every size whose source is named instead of given: dotted field -> that name (0 or a negative
-# size is refused, naming it)
+# size is refused, naming it; train.warmup_steps takes 0: no warm-up)
 NAMED_SIZES = {
     "model.vocab_size": VOCAB_FROM_DATA,
     "data.seq_len": SEQ_LEN_FROM_DATA,
@@ -67,21 +75,47 @@ NAMED_SIZES = {
     "finetune.max_train_examples": EXAMPLES_ALL,
     "finetune.max_eval_examples": EXAMPLES_ALL,
     "finetune.threads": THREADS_AUTO,
+    "train.tokens": LENGTH_UNSET,
+    "train.epochs": LENGTH_UNSET,
+    "train.warmup_steps": WARMUP_AUTO,
+    "data.seq_len_start": WARMUP_OFF,
+    "train.batch_warmup_start": WARMUP_OFF,
+    "train.head_warmup_share": WARMUP_OFF,
+    "train.batch_warmup_tokens": LENGTH_UNSET,
+    "train.batch_warmup_share": LENGTH_UNSET,
 }
-# the sizes an older tokendrop recorded as 0 in a run's config.toml or a checkpoint's meta.json
-# before they were named: read back as the name (recorded_config), so those runs still resume,
-# verify and inspect (a recorded vocab_size was always resolved); the finetune.* ones also in a
-# suite's [glue] / [squad] sections and a fine-tuning run's flat config (recorded_finetune)
-_RECORDED_ZERO = {k: v for k, v in NAMED_SIZES.items() if k != "model.vocab_size"}
+# what a named size takes besides its name, where that is not "a positive integer"
+# (config.checks.check_size's ``takes``)
+SIZE_TAKES = {
+    "train.tokens": 'a positive token count ("2B", "500M", 1500000)',
+    "train.epochs": "a positive number of passes over the training split",
+    "train.warmup_steps": "a number of steps >= 0 (0: no warm-up)",
+    "train.batch_warmup_start": (
+        "a number of sequences or a share of train.batch_size in (0, 1)"
+    ),
+    "train.head_warmup_share": "a share of the run's steps in (0, 1]",
+    "train.batch_warmup_tokens": "a positive number of tokens",
+    "train.batch_warmup_share": "a share of the run in (0, 1)",
+}
+# the sizes an older tokendrop recorded as 0 (train.warmup_steps, drop.start / drop.end: -1) in a
+# run's config.toml or a checkpoint's meta.json before they were named: dotted field -> (that
+# number, the name); read back as the name (recorded_config), so those runs still resume, verify
+# and inspect (a recorded vocab_size was always resolved); the finetune.* ones also in a suite's
+# [glue] / [squad] sections and a fine-tuning run's flat config (recorded_finetune)
+_RECORDED_SENTINEL = {
+    k: (-1 if k == "train.warmup_steps" else 0, v)
+    for k, v in NAMED_SIZES.items()
+    if k != "model.vocab_size"
+} | {"drop.start": (-1, SPAN_AUTO), "drop.end": (-1, SPAN_AUTO)}
 _FINETUNE_SECTIONS = ("finetune", "glue", "squad")
 # how a length field of a run says it is not the one given (in _validate_length's message)
 _LENGTH_UNSET = {
     "train.steps": f'"{STEPS_UNSET}"',
-    "train.tokens": "0",
-    "train.epochs": "0",
+    "train.tokens": f'"{LENGTH_UNSET}"',
+    "train.epochs": f'"{LENGTH_UNSET}"',
     "train.time_budget": '""',
 }
-# train.warmup_steps of a run that names neither warmup_steps nor warmup_ratio (at most its steps)
+# train.warmup_steps "auto" without train.warmup_ratio: this many steps, at most the run's
 DEFAULT_WARMUP_STEPS = 100
 # train.report_to: where metrics go (tokendrop.runs.trackers); metrics.jsonl ("jsonl") is always
 # written
@@ -133,11 +167,18 @@ class DataConfig:
     num_workers: int = 1  # background batch-building processes
     prefetch: int = 4  # batches buffered per worker
     # sequence-length warm-up (tokendrop.train.schedules, docs/design.md "Schedules"): train at
-    # lengths from seq_len_start (a divisor of T; 0 = off) up to T over the first
-    # seq_len_warmup_share of the run; each packed sequence is cut into T/L framed pieces of length
-    # L (packed data only)
-    seq_len_start: int = 0
+    # lengths from seq_len_start (a divisor of T, or "off" (WARMUP_OFF): no warm-up) up to T over
+    # the first seq_len_warmup_share of the run; each packed sequence is cut into T/L framed pieces
+    # of length L (packed data only)
+    seq_len_start: int | str = WARMUP_OFF
     seq_len_warmup_share: float = 0.1
+
+    @property
+    def seq_len_warmup_from(self) -> int:
+        """The length the sequence-length warm-up starts at; 0 while ``seq_len_start`` is
+        "off"."""
+        v = self.seq_len_start
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
 
     @property
     def mask_prob_start(self) -> float:
@@ -193,13 +234,20 @@ class DataConfig:
             "the T the data was prepared with",
             "take it from the data",
         )
-        fixed = self.seq_len != SEQ_LEN_FROM_DATA
-        if self.seq_len_start < 0 or (fixed and self.seq_len_start > self.seq_len):
+        check_size(
+            "data.seq_len_start",
+            self.seq_len_start,
+            WARMUP_OFF,
+            "no sequence-length warm-up",
+            "train at data.seq_len from the start",
+        )
+        start = self.seq_len_warmup_from
+        if self.seq_len != SEQ_LEN_FROM_DATA and start > self.seq_len:
             raise ConfigError(
-                f"data.seq_len_start: expected a length in (0, data.seq_len] (0 = no warm-up), "
-                f"got {self.seq_len_start}"
+                f"data.seq_len_start: expected a length in (0, data.seq_len = {self.seq_len}] "
+                f'or "{WARMUP_OFF}", got {start}'
             )
-        if self.seq_len_start and not 0.0 < self.seq_len_warmup_share < 1.0:
+        if start and not 0.0 < self.seq_len_warmup_share < 1.0:
             raise ConfigError(
                 "data.seq_len_warmup_share: the warm-up's share of the run "
                 f"{self.seq_len_warmup_share} "
@@ -260,17 +308,21 @@ class TrainConfig:
     steps: int | str = STEPS_UNSET
     time_budget: str = ""
     # or in tokens ("2B", "500M", "1.5e9", an integer: sequence slots, T per sequence) or in epochs
-    # (passes over the prepared training sequences); resolved to train.steps when the run starts
+    # (passes over the prepared training sequences), each "unset" (LENGTH_UNSET) when the length
+    # is given another way; resolved to train.steps when the run starts
     # (tokendrop.train.budget.resolve_length; the run's config.toml records the steps and
     # resolved_from)
-    tokens: int | str = 0
-    epochs: float = 0.0
+    tokens: int | str = LENGTH_UNSET
+    epochs: float | str = LENGTH_UNSET
     resolved_from: str = ""  # written by the run: how train.steps / warmup_steps were resolved
     batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
     # per rank and forward pass, or "auto" (MICRO_BATCH_AUTO): batch_size // world_size
     micro_batch_size: int | str = MICRO_BATCH_AUTO
     lr: float = 1e-4
-    warmup_steps: int = -1  # -1 = unset: 100 (at most train.steps), or from warmup_ratio
+    # the learning-rate warm-up in steps (0: none), or "auto" (WARMUP_AUTO): from warmup_ratio
+    # when that is set, else 100 steps at most the run's (DEFAULT_WARMUP_STEPS; a run counted in
+    # tokens or epochs: at most the steps they resolve to)
+    warmup_steps: int | str = WARMUP_AUTO
     warmup_ratio: float = 0.0  # warm-up as a share of the run's steps (or of its time budget)
     # linear (warm-up, linear decay to 0) | wsd (warm-up, stable, then decay over the last
     # decay_share of the run, shape decay_shape: 1-sqrt | linear); tokendrop.train.schedules
@@ -305,22 +357,23 @@ class TrainConfig:
     parallel: str = "ddp"
     # continued pretraining (model.init) from a source without an MLM head: train the freshly
     # initialised head alone (encoder frozen) before the schedule starts, for head_warmup_steps
-    # steps but at most head_warmup_share of the run's train.steps (0 = not scaled; a time-budgeted
-    # run is not scaled); head_warmup_steps = 0: no warm-up
+    # steps but at most head_warmup_share of the run's train.steps ("off" (WARMUP_OFF): not scaled;
+    # a time-budgeted run is not scaled); head_warmup_steps = 0: no warm-up
     # (tokendrop.train.continued.head_warmup_plan)
     head_warmup_steps: int = 100
-    head_warmup_share: float = 0.5
+    head_warmup_share: float | str = 0.5
     head_warmup_lr: float = 1e-3
     # a step whose gradient norm is not finite is skipped (no update; counted and logged); this many
     # in a row stop the run with an error (its weights are never saved as a checkpoint)
     max_nonfinite_steps: int = 3
     # global batch warm-up (ModernBERT's; tokendrop.train.schedules): from batch_warmup_start
-    # sequences (0 = off; a number in (0, 1) is a share of batch_size: 0.5 = half, whatever the
-    # batch) up to batch_size over batch_warmup_tokens tokens or the batch_warmup_share of the run,
-    # by the number of micro-batches accumulated per step
-    batch_warmup_start: int | float = 0
-    batch_warmup_tokens: int = 0
-    batch_warmup_share: float = 0.0
+    # sequences ("off" (WARMUP_OFF): no warm-up; a number in (0, 1) is a share of batch_size: 0.5 =
+    # half, whatever the batch) up to batch_size over batch_warmup_tokens tokens or the
+    # batch_warmup_share of the run (the other "unset", LENGTH_UNSET), by the number of
+    # micro-batches accumulated per step
+    batch_warmup_start: int | float | str = WARMUP_OFF
+    batch_warmup_tokens: int | str = LENGTH_UNSET
+    batch_warmup_share: float | str = LENGTH_UNSET
     # the clock train.time_budget is measured with: "wall" (elapsed seconds) | "process" (CPU
     # seconds of the training process: fair between runs on a machine whose load changes)
     budget_clock: str = "wall"
@@ -334,12 +387,16 @@ class TrainConfig:
     memory_check: bool = True
 
     def __post_init__(self) -> None:
-        if self.steps == STEPS_UNSET and not (self.time_budget or self.tokens or self.epochs):
+        counted = self.tokens != LENGTH_UNSET or self.epochs != LENGTH_UNSET
+        if self.steps == STEPS_UNSET and not (self.time_budget or counted):
             self.steps = DEFAULT_STEPS
-        if self.warmup_steps == -1 and not self.warmup_ratio:  # the default: at most the run
-            self.warmup_steps = DEFAULT_WARMUP_STEPS
+        # "auto" without a ratio: at most the run (one counted in tokens or epochs: when they are
+        # resolved to steps, tokendrop.train.budget.resolve_length)
+        if self.warmup_steps == WARMUP_AUTO and not self.warmup_ratio:
             if self.fixed_steps > 0:
                 self.warmup_steps = min(DEFAULT_WARMUP_STEPS, self.fixed_steps)
+            elif not counted:
+                self.warmup_steps = DEFAULT_WARMUP_STEPS
 
     @property
     def fixed_steps(self) -> int:
@@ -348,14 +405,51 @@ class TrainConfig:
         s = self.steps
         return s if isinstance(s, int) and not isinstance(s, bool) and s > 0 else 0
 
+    @property
+    def fixed_batch_warmup_tokens(self) -> int:
+        """The batch warm-up's length in tokens; 0 while train.batch_warmup_tokens is "unset"."""
+        v = self.batch_warmup_tokens
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+    @property
+    def fixed_batch_warmup_share(self) -> float:
+        """The batch warm-up's share of the run; 0.0 while train.batch_warmup_share is "unset"."""
+        v = self.batch_warmup_share
+        return float(v) if _positive_number(v) else 0.0
+
+    @property
+    def fixed_warmup_steps(self) -> int:
+        """The learning-rate warm-up in steps; 0 while train.warmup_steps is "auto" (a share of a
+        time budget; a run counted in tokens or epochs before they are resolved)."""
+        w = self.warmup_steps
+        return w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else 0
+
     def _validate_length(self) -> None:
         """At most one of steps/tokens/epochs/time_budget; the ratio or the steps of the warm-up."""
+        if isinstance(self.tokens, str) and self.tokens != LENGTH_UNSET:
+            try:
+                parse_tokens(self.tokens)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        for name, ok in (
+            ("tokens", lambda v: isinstance(v, str) or positive_int(v)),
+            ("epochs", _positive_number),
+        ):
+            check_size(
+                f"train.{name}",
+                getattr(self, name),
+                LENGTH_UNSET,
+                "the run's length is given in another unit",
+                "give the run's length another way",
+                SIZE_TAKES[f"train.{name}"],
+                ok,
+            )
         given = [
             n
             for n, v in (
                 ("train.steps", self.fixed_steps),
-                ("train.tokens", self.tokens),
-                ("train.epochs", self.epochs),
+                ("train.tokens", self.tokens != LENGTH_UNSET),
+                ("train.epochs", self.epochs != LENGTH_UNSET),
                 ("train.time_budget", self.time_budget),
             )
             if v
@@ -370,24 +464,25 @@ class TrainConfig:
                 f"train.tokens, train.epochs or train.time_budget (set {given[0]}="
                 f"{_LENGTH_UNSET[given[0]]} or remove it)"
             )
-        if self.tokens:
-            try:
-                parse_tokens(self.tokens)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-        check_positive(
-            "train.epochs", self.epochs, "a positive number of passes over the data", zero=True
-        )
         if not (math.isfinite(self.warmup_ratio) and 0.0 <= self.warmup_ratio < 1.0):
             raise ConfigError(
                 "train.warmup_ratio: expected a share of the run in [0, 1), got "
                 f"{self.warmup_ratio}"
             )
-        if self.warmup_ratio and self.warmup_steps >= 0:
+        check_size(
+            "train.warmup_steps",
+            self.warmup_steps,
+            WARMUP_AUTO,
+            f"from train.warmup_ratio, else {DEFAULT_WARMUP_STEPS} steps at most the run's",
+            "use that rule",
+            SIZE_TAKES["train.warmup_steps"],
+            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        )
+        if self.warmup_ratio and self.warmup_steps != WARMUP_AUTO:
             raise ConfigError(
                 f"train.warmup_steps and train.warmup_ratio: both set ({self.warmup_steps}, "
-                f"{self.warmup_ratio}); set train.warmup_steps=-1 to use the ratio, or remove "
-                "train.warmup_ratio"
+                f'{self.warmup_ratio}); set train.warmup_steps="{WARMUP_AUTO}" to use the ratio, '
+                "or remove train.warmup_ratio"
             )
 
     def validate(self) -> None:
@@ -440,17 +535,19 @@ class TrainConfig:
             ("threads", THREADS_AUTO, "torch's default", "let torch choose"),
         ):
             check_size(f"train.{name}", getattr(self, name), word, means, fix)
-        if self.warmup_steps < -1 or (self.warmup_steps == -1 and not self.warmup_ratio):
-            raise ConfigError(f"train.warmup_steps: expected >= 0, got {self.warmup_steps}")
         if self.head_warmup_steps < 0:
             raise ConfigError(
                 f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}"
             )
-        if not (math.isfinite(self.head_warmup_share) and 0.0 <= self.head_warmup_share <= 1.0):
-            raise ConfigError(
-                f"train.head_warmup_share: expected a share of the run's steps in [0, 1] (0 = not "
-                f"scaled), got {self.head_warmup_share}"
-            )
+        check_size(
+            "train.head_warmup_share",
+            self.head_warmup_share,
+            WARMUP_OFF,
+            "not scaled: train.head_warmup_steps as they are",
+            "take train.head_warmup_steps as they are",
+            SIZE_TAKES["train.head_warmup_share"],
+            lambda v: _positive_number(v) and v <= 1,
+        )
         check_positive("train.head_warmup_lr", self.head_warmup_lr, "a positive learning rate")
         check_positive("train.lr", self.lr, LR_EXPECTED)
         check_positive("train.grad_clip", self.grad_clip, GRAD_CLIP_EXPECTED, zero=True)
@@ -486,11 +583,26 @@ class TrainConfig:
                 "got "
                 f"{self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else "")
             )
+        check_size(
+            "train.batch_warmup_start",
+            self.batch_warmup_start,
+            WARMUP_OFF,
+            "no batch warm-up",
+            "train at train.batch_size from the start",
+            SIZE_TAKES["train.batch_warmup_start"],
+            lambda v: positive_int(v) or isinstance(v, float) and 0.0 < v < 1.0,
+        )
         if err := _recipe_error(self):  # batch warm-up and budget clock
             raise ConfigError(err)
 
 
 BUDGET_CLOCKS = ("wall", "process")
+
+
+def _positive_number(value: object) -> bool:
+    """``value`` is a finite number > 0 (a bool is no number)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return ok and math.isfinite(value) and value > 0
 
 
 def _recipe_error(tc) -> str:
@@ -501,31 +613,31 @@ def _recipe_error(tc) -> str:
             f"train.budget_clock: expected one of {', '.join(BUDGET_CLOCKS)}, got "
             f"{tc.budget_clock!r}"
         )
+    for name, ok in (
+        ("batch_warmup_tokens", positive_int),
+        ("batch_warmup_share", lambda v: _positive_number(v) and v < 1),
+    ):
+        try:
+            check_size(
+                f"train.{name}",
+                getattr(tc, name),
+                LENGTH_UNSET,
+                "the batch warm-up's length is given in the other unit, or there is none",
+                "leave the warm-up's length to the other unit",
+                SIZE_TAKES[f"train.{name}"],
+                ok,
+            )
+        except ConfigError as e:
+            return str(e)
     v = tc.batch_warmup_start
-    if isinstance(v, float) and not (0.0 < v < 1.0):
-        return (
-            f"train.batch_warmup_start: expected a number of sequences (an integer) or a share of "
-            f"train.batch_size in (0, 1), got {v!r}"
-        )
-    if v < 0:
-        return f"train.batch_warmup_start: expected a global batch > 0 (0 = no warm-up), got {v}"
-    if v > tc.batch_size:
+    if v != WARMUP_OFF and v > tc.batch_size:
         return (
             f"train.batch_warmup_start: {v} sequences is more than the batch itself "
             f"(train.batch_size = {tc.batch_size}); set train.batch_warmup_start <= "
             f"{tc.batch_size}, or a share of the batch such as 0.5"
         )
-    if tc.batch_warmup_tokens < 0:
-        return (
-            "train.batch_warmup_tokens: expected a number of tokens >= 0, got "
-            f"{tc.batch_warmup_tokens}"
-        )
-    if not 0.0 <= tc.batch_warmup_share < 1.0:
-        return (
-            f"train.batch_warmup_share: the warm-up's share of the run {tc.batch_warmup_share} "
-            "lies outside (0, 1)"
-        )
-    if tc.batch_warmup_start and (tc.batch_warmup_tokens > 0) == (tc.batch_warmup_share > 0):
+    tokens, share = (tc.batch_warmup_tokens != LENGTH_UNSET, tc.batch_warmup_share != LENGTH_UNSET)
+    if v != WARMUP_OFF and tokens == share:
         return (
             "train.batch_warmup_tokens / train.batch_warmup_share: a batch warm-up lasts either a "
             "number of "
@@ -850,15 +962,16 @@ def from_dict(cls: type, data: dict[str, Any], overrides: list[str] | tuple[str,
 
 def recorded_config(data: dict[str, Any]) -> dict[str, Any]:
     """A config a run recorded (its config.toml, a checkpoint's meta.json) as a TOML-shaped dict,
-    with the 0 an older tokendrop wrote for a size now named (``data.seq_len = "data"``,
-    ``train.micro_batch_size = "auto"``, ...) read as that name; a new dict.  Only a recorded config
-    is read so: a 0 a user writes is refused."""
+    with the 0 (``train.warmup_steps``: -1) an older tokendrop wrote for a size now named
+    (``data.seq_len = "data"``, ``train.tokens = "unset"``, ``train.batch_warmup_start = "off"``,
+    ...) read as that name; a new dict.  Only a recorded config is read so: a 0 a user writes is
+    refused."""
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for dotted, name in _RECORDED_ZERO.items():
+    for dotted, (old, name) in _RECORDED_SENTINEL.items():
         section, key = dotted.split(".")
         for sec in _FINETUNE_SECTIONS if section == "finetune" else (section,):
             if isinstance(out.get(sec), dict):
-                _name_zero(out[sec], key, name)
+                _name_sentinel(out[sec], key, old, name)
     return out
 
 
@@ -867,15 +980,15 @@ def recorded_finetune(data: dict[str, Any]) -> dict[str, Any]:
     an older tokendrop wrote for a size now named (``max_train_examples = "all"``, ``threads =
     "auto"``, ...) read as that name; a new dict."""
     out = dict(data)
-    for dotted, name in _RECORDED_ZERO.items():
+    for dotted, (old, name) in _RECORDED_SENTINEL.items():
         section, key = dotted.split(".")
         if section == "finetune":
-            _name_zero(out, key, name)
+            _name_sentinel(out, key, old, name)
     return out
 
 
-def _name_zero(section: dict[str, Any], key: str, name: str) -> None:
-    if section.get(key) == 0 and not isinstance(section.get(key), bool):
+def _name_sentinel(section: dict[str, Any], key: str, old: int, name: str) -> None:
+    if section.get(key) == old and not isinstance(section.get(key), bool):
         section[key] = name
 
 

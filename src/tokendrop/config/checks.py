@@ -16,12 +16,26 @@ def check_positive(field: str, value: float, expected: str, *, zero: bool = Fals
         raise ConfigError(f"{field}: expected {expected}, got {value}")
 
 
-def check_size(field: str, value: object, word: str, means: str, fix: str) -> None:
-    """Raise ConfigError unless ``value`` is a positive integer or the name ``word`` of where the
-    size comes from (``means`` says what it names; ``fix`` ends the message ``write FIELD = "word"
-    to ...``): a size is given or named, never 0 or negative."""
-    if value != word and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+def positive_int(value: object) -> bool:
+    """``value`` is an integer > 0 (a bool is no number)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_size(
+    field: str,
+    value: object,
+    word: str,
+    means: str,
+    fix: str,
+    takes: str = "a positive integer",
+    ok=positive_int,
+) -> None:
+    """Raise ConfigError unless ``value`` is the name ``word`` of where the size comes from
+    (``means`` says what it names; ``fix`` ends the message ``write FIELD = "word" to ...``) or
+    ``ok(value)`` (``takes`` says what that takes; a positive integer unless told): a size is given
+    or named, never 0 or negative."""
+    if value != word and not ok(value):
         raise ConfigError(
-            f"{field}: expected a positive integer or {word!r} ({means}), got {value!r}; write "
+            f"{field}: expected {takes} or {word!r} ({means}), got {value!r}; write "
             f'{field} = "{word}" to {fix}'
         )

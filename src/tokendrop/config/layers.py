@@ -16,14 +16,15 @@ from typing import Any
 # two of them in the same layer stay an error (``TrainConfig.validate``).  section -> (field ->
 # "given")
 # train.steps while the run's length comes from tokens, epochs, a time budget or the default
-# (tokendrop.config.TrainConfig.fixed_steps)
+# (tokendrop.config.TrainConfig.fixed_steps); train.tokens / train.epochs while it does not come
+# from them (tokendrop.config.LENGTH_UNSET)
 STEPS_UNSET = "unset"
 ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
     "train": (
         {
             "steps": lambda v: v != STEPS_UNSET and bool(v),
-            "tokens": bool,
-            "epochs": bool,
+            "tokens": lambda v: v != STEPS_UNSET and bool(v),
+            "epochs": lambda v: v != STEPS_UNSET and bool(v),
             "time_budget": bool,
         },  # the run's length
         {
@@ -32,7 +33,10 @@ ONE_CHOICE: dict[str, tuple[dict[str, Any], ...]] = {
             ),
             "warmup_ratio": bool,
         },  # the learning-rate warm-up
-        {"batch_warmup_tokens": bool, "batch_warmup_share": bool},  # the batch warm-up's length
+        {
+            "batch_warmup_tokens": lambda v: v != STEPS_UNSET and bool(v),
+            "batch_warmup_share": lambda v: v != STEPS_UNSET and bool(v),
+        },  # the batch warm-up's length
     ),
 }
 

@@ -330,6 +330,8 @@ class DropVariant:
         return max(1, int(round(seq_len * (1.0 - rate))))
 
 
+# drop.start / drop.end: the variant's default span (DropConfig.span)
+SPAN_AUTO = "auto"
 DEFAULT_VARIANT = "drop"  # the paper's; the only one a per-layer method (random_ltd) runs with
 VARIANTS: dict[str, DropVariant] = {
     v.name: v
@@ -357,8 +359,9 @@ class DropConfig:
     variant: what happens to them -- ``drop`` (paper default), ``pass`` (dropped rows stay as
              frozen keys/values), ``avg`` (Funnel-style 2:1 average pooling; ignores ``method``),
              ``layer_rearranged`` (no full layer after the span).
-    start/end: the half-layer span ``[start, end)``; -1 means the paper's default for the variant
-             (``L//2 - 1, L - 1``; layer_rearranged: ``L//2, L``; random_ltd: ``1, L - 1``).
+    start/end: the half-layer span ``[start, end)``: layer indices >= 0, or "auto" (``SPAN_AUTO``)
+             for the paper's default for the variant (``L//2 - 1, L - 1``; layer_rearranged:
+             ``L//2, L``; random_ltd: ``1, L - 1``).
     consistency_weight: ScTD's semantic-consistency term on top of token dropping (docs/design.md
              §2.11); 0 = plain token dropping.
     """
@@ -366,8 +369,8 @@ class DropConfig:
     method: str = "none"
     variant: str = "drop"
     rate: float = 0.5
-    start: int = -1
-    end: int = -1
+    start: int | str = SPAN_AUTO
+    end: int | str = SPAN_AUTO
     beta: float = 0.995
     init_score: float = 10.0
     half_random_frac: float = 0.05  # J = int(half_random_frac * T)
@@ -443,8 +446,8 @@ class DropConfig:
             start_d, end_d = 1, num_layers - 1
         else:
             start_d, end_d = self.variant_row.default_span(num_layers)
-        start = start_d if self.start < 0 else self.start
-        end = end_d if self.end < 0 else self.end
+        start = start_d if self.start == SPAN_AUTO else int(self.start)
+        end = end_d if self.end == SPAN_AUTO else int(self.end)
         return start, end
 
     def num_kept(self, seq_len: int) -> int:
@@ -487,6 +490,13 @@ class DropConfig:
         return self.consistency_weight > 0 and step % self.consistency_every == 0
 
     def validate(self, num_layers: int) -> None:
+        for name in ("start", "end"):
+            v = getattr(self, name)
+            if v != SPAN_AUTO and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise ConfigError(
+                    f"drop.{name}: expected a layer index >= 0 or {SPAN_AUTO!r} (the variant's "
+                    f'default span), got {v!r}; write drop.{name} = "{SPAN_AUTO}" to use it'
+                )
         selection = self.selection
         variant = self.variant_row
         if not 0.0 <= self.rate < 1.0:

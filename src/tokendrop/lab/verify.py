@@ -40,7 +40,7 @@ def verify_study(p: Path, rep: VerifyReport) -> None:
     st = p / "study.toml"
     if st.is_file():
         try:
-            load_study(st)
+            load_study(st, recorded=True)
         except (
             TokendropError,
             ValueError,

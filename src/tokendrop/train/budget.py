@@ -36,9 +36,12 @@ data has no [PAD]), i.e. what the model processes and what ``tokens_per_s`` coun
   batches per step (gradient accumulation); S = ceil(E * floor(N / G) / A).
 * ``train.warmup_ratio = r``: W = ceil(r * S) warm-up steps in a run of S steps; in a time-budgeted
   run the ramp is over the first share r of the budget (``schedules.LRSchedule.warmup_share``).
+* ``train.warmup_steps = "auto"`` without a ratio: W = min(100, S) (a run given in steps gets it
+  when its config is built, ``TrainConfig.__post_init__``).
 
 The resolved S and W replace the fields they came from in the run's config (``train.steps``,
-``train.warmup_steps``; ``train.tokens``/``epochs``/``warmup_ratio`` are cleared and
+``train.warmup_steps``; ``train.tokens``/``epochs`` are set back to "unset", ``warmup_ratio`` to 0,
+and
 ``train.resolved_from`` says how), so ``--resume`` and ``inspect`` read plain steps.  Numbers are
 exact (decimal fractions, no float rounding): ``epochs = 1.1`` is 11/10.
 """
@@ -54,7 +57,13 @@ from fractions import Fraction
 import torch
 import torch.distributed as dist
 
-from tokendrop.config import MICRO_BATCH_AUTO, STEPS_UNSET
+from tokendrop.config import (
+    DEFAULT_WARMUP_STEPS,
+    LENGTH_UNSET,
+    MICRO_BATCH_AUTO,
+    STEPS_UNSET,
+    WARMUP_AUTO,
+)
 from tokendrop.config.quantities import parse_duration, parse_tokens
 
 
@@ -148,20 +157,22 @@ class ResolvedLength:
     ``train.resolved_from``)."""
 
     steps: int
-    warmup_steps: int
+    warmup_steps: int | str  # "auto" while it is a share of a time budget
     note: str
 
     def updates(self, train_cfg) -> dict:
         """The TrainConfig fields to replace (``dataclasses.replace(train_cfg, **updates)``)."""
         out = {
             "steps": self.steps or STEPS_UNSET,  # a time-budgeted run's steps stay unset
-            "tokens": 0,
-            "epochs": 0.0,
+            "tokens": LENGTH_UNSET,
+            "epochs": LENGTH_UNSET,
             "resolved_from": self.note,
         }
         # a time-budgeted run keeps its ratio (a share of the budget)
         if train_cfg.warmup_ratio and self.steps:
             out.update(warmup_steps=self.warmup_steps, warmup_ratio=0.0)
+        elif train_cfg.warmup_steps == WARMUP_AUTO and not train_cfg.warmup_ratio:
+            out.update(warmup_steps=self.warmup_steps)
         return out
 
 
@@ -173,18 +184,19 @@ def resolve_length(
     nothing needs resolving (plain steps and warmup_steps, or a time budget without a warm-up
     ratio). ValueError (one line) when the data holds less than one global batch."""
     tc = train_cfg
-    if not (tc.tokens or tc.epochs or tc.warmup_ratio):
+    tokens_given, epochs_given = tc.tokens != LENGTH_UNSET, tc.epochs != LENGTH_UNSET
+    if not (tokens_given or epochs_given or tc.warmup_ratio):
         return None
     steps, notes = tc.fixed_steps, []
     per_step = f"{tc.batch_size} sequences x {seq_len} token slots"
-    if tc.tokens:
+    if tokens_given:
         tokens = parse_tokens(tc.tokens)
         steps = steps_for_tokens(tokens, tc.batch_size, seq_len)
         notes.append(
             f"train.tokens = {tokens}: ceil({tokens} / ({per_step} per step)) = {steps} steps "
             "(a token is a sequence slot, [CLS]/[SEP]/[PAD] included)"
         )
-    elif tc.epochs:
+    elif epochs_given:
         per_epoch = steps_per_epoch(num_sequences, tc.batch_size, world, tc.micro_batch_size)
         if per_epoch == 0:
             raise ValueError(
@@ -198,6 +210,12 @@ def resolve_length(
             f"{num_sequences} training sequences with {world} rank(s)) = {steps} steps"
         )
     warmup = tc.warmup_steps
+    if warmup == WARMUP_AUTO and not tc.warmup_ratio:  # "auto": at most the run
+        warmup = min(DEFAULT_WARMUP_STEPS, steps) if steps else DEFAULT_WARMUP_STEPS
+        notes.append(
+            f'train.warmup_steps = "{WARMUP_AUTO}": {DEFAULT_WARMUP_STEPS} steps at most the '
+            f"run's {steps} = {warmup} warm-up steps"
+        )
     if tc.warmup_ratio and steps:
         warmup = math.ceil(_exact(tc.warmup_ratio) * steps)
         notes.append(
@@ -207,7 +225,9 @@ def resolve_length(
         )
     elif tc.warmup_ratio:
         notes.append(f"train.warmup_ratio = {tc.warmup_ratio:g} of the time budget")
-    return ResolvedLength(int(steps), int(warmup), "; ".join(notes))
+    # a share of a time budget: warmup_steps stays "auto"
+    warmup = warmup if warmup == WARMUP_AUTO else int(warmup)
+    return ResolvedLength(int(steps), warmup, "; ".join(notes))
 
 
 def resolved_train(train_cfg, num_sequences: int, seq_len: int, world: int = 1):

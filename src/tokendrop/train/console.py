@@ -293,10 +293,10 @@ def pretrain_banner(
         + (f" x {world} ranks" if world > 1 else "")
         + batch_warmup_line(tc)
         + (
-            f"; length warm-up from {cfg.data.seq_len_start} tokens over the first "
+            f"; length warm-up from {cfg.data.seq_len_warmup_from} tokens over the first "
             f"{cfg.data.seq_len_warmup_share:g} "
             "of the run"
-            if cfg.data.seq_len_start
+            if cfg.data.seq_len_warmup_from
             else ""
         ),
         f"  lr        {lr_line(tc)}",

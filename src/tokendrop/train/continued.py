@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tokendrop.config import Config
+from tokendrop.config import WARMUP_OFF, Config
 from tokendrop.data import MLMLoader
 from tokendrop.data.tokenizer import tokenizer_vocab_sha256
 from tokendrop.errors import ConfigError, DataError
@@ -138,16 +138,16 @@ def check_vocabulary(src, data) -> None:
 def head_warmup_plan(tc) -> tuple[int, str]:
     """The MLM-head warm-up of a run whose source has no MLM head (``train.head_warmup_*``): ->
     (steps, how they were chosen).  ``head_warmup_steps`` steps, but at most ``head_warmup_share``
-    of the run's ``train.steps`` (0: not scaled); a time-budgeted run is not scaled."""
+    of the run's ``train.steps`` ("off": not scaled); a time-budgeted run is not scaled."""
     cap = tc.head_warmup_steps
     if cap <= 0:
         return 0, "none (train.head_warmup_steps = 0)"
     steps = tc.fixed_steps
-    if not tc.head_warmup_share or tc.time_budget or not steps:
+    if tc.head_warmup_share == WARMUP_OFF or tc.time_budget or not steps:
         why = (
             "a time-budgeted run: not scaled"
             if tc.time_budget
-            else "train.head_warmup_share = 0: not scaled"
+            else f'train.head_warmup_share = "{WARMUP_OFF}": not scaled'
         )
         return cap, f"{cap} steps (train.head_warmup_steps; {why})"
     scaled = max(1, math.ceil(tc.head_warmup_share * steps))

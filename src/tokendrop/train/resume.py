@@ -16,7 +16,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from tokendrop.config import FROM_DATA, Config, load_config, to_dict
+from tokendrop.config import (
+    FROM_DATA,
+    WARMUP_OFF,
+    Config,
+    load_config,
+    recorded_config,
+    to_dict,
+)
 from tokendrop.errors import ConfigError, TrainingError
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.files import os_error_fix
@@ -108,16 +115,11 @@ def check_checkpoint(
             f"{where}: the optimizer made {counts[-1]} update(s) but meta.json records step "
             f"{step}; {fix}"
         )
-    config = meta.get("config") or {}
+    config = recorded_config(meta.get("config") or {})
     pos = meta.get("data_position")
-    warm = any(
-        _get(config, k, 0)
-        for k in (
-            "train.batch_warmup_start",
-            "train.batch_warmup_tokens",
-            "train.batch_warmup_share",
-        )
-    ) or _get(config, "data.paths", [])
+    warm = _get(config, "train.batch_warmup_start", WARMUP_OFF) != WARMUP_OFF or _get(
+        config, "data.paths", []
+    )
     if isinstance(pos, dict) and not warm:
         try:
             per_epoch = int(pos["num_sequences"]) // int(pos["global_batch"])
@@ -168,7 +170,9 @@ def config_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, An
     value, new value), or None.  A field the run's recorded config does not have (written by a
     version before the field existed) counts as its default -- what that version did -- so runs
     started by an older tokendrop resume; a field taken from the data (``config.FROM_DATA``) is not
-    compared then."""
+    compared then.  Both are read as recorded configs (``config.recorded_config``: an older run's 0
+    for a size now named is that name)."""
+    old, new = recorded_config(old), recorded_config(new)
     defaults = to_dict(Config())
     for key in _RESUME_FIXED:
         b = _get(new, key, None)

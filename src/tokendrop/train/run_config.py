@@ -120,7 +120,7 @@ def check_warmups_fit(tc, seq_len: int) -> None:
     steps = tc.fixed_steps
     if not steps or tc.time_budget:
         return
-    if tc.warmup_steps > steps:
+    if tc.fixed_warmup_steps > steps:
         raise ConfigError(
             f"train.warmup_steps: the learning-rate warm-up ({tc.warmup_steps} "
             f"steps) is longer than "
@@ -129,10 +129,10 @@ def check_warmups_fit(tc, seq_len: int) -> None:
             "of the run: train.warmup_ratio = 0.1"
         )
     tokens = steps * tc.batch_size * seq_len
-    if batch_warmup_start(tc) and tc.batch_warmup_tokens > tokens:
+    if batch_warmup_start(tc) and tc.fixed_batch_warmup_tokens > tokens:
         raise ConfigError(
             f"train.batch_warmup_tokens: the batch warm-up "
-            f"({tc.batch_warmup_tokens:,} tokens) is longer "
+            f"({tc.fixed_batch_warmup_tokens:,} tokens) is longer "
             f"than the run ({steps} steps x {tc.batch_size} x {seq_len} = "
             f"{tokens:,} tokens); set "
             f"train.batch_warmup_tokens <= {tokens}, or a share of the run: "

@@ -175,8 +175,10 @@ class BatchWarmup:
 
 def batch_warmup_start(tc) -> int:
     """``train.batch_warmup_start`` in sequences: a share of ``train.batch_size`` (a number in
-    (0, 1)) floored, at least 1; an integer as it is (0: no warm-up)."""
+    (0, 1)) floored, at least 1; an integer as it is; 0 when it is "off" (no warm-up)."""
     v = tc.batch_warmup_start
+    if isinstance(v, str):  # "off" (config.WARMUP_OFF)
+        return 0
     return max(1, int(v * tc.batch_size)) if isinstance(v, float) and 0.0 < v < 1.0 else int(v)
 
 
@@ -188,9 +190,9 @@ def batch_warmup_line(tc, world: int = 1) -> str:
     share = isinstance(tc.batch_warmup_start, float)
     how = f" ({tc.batch_warmup_start:g} of it)" if share else ""
     over = (
-        f"the first {tc.batch_warmup_tokens:,} tokens"
-        if tc.batch_warmup_tokens
-        else f"the first {tc.batch_warmup_share:g} of the run"
+        f"the first {tc.fixed_batch_warmup_tokens:,} tokens"
+        if tc.fixed_batch_warmup_tokens
+        else f"the first {tc.fixed_batch_warmup_share:g} of the run"
     )
     return f"; warm-up from {start}{how} over {over}"
 
@@ -202,7 +204,7 @@ def lr_schedule(train_cfg) -> LRSchedule:
     return LRSchedule(
         train_cfg.lr_schedule,
         train_cfg.lr,
-        max(0, train_cfg.warmup_steps),
+        train_cfg.fixed_warmup_steps,
         train_cfg.fixed_steps,
         train_cfg.decay_share,
         train_cfg.decay_shape,

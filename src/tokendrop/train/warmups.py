@@ -64,20 +64,21 @@ class StepPlan:
     ):
         tc, dc = cfg.train, cfg.data
         T = seq_len
-        if dc.seq_len_start:
+        first = dc.seq_len_warmup_from  # 0: "off"
+        if first:
             if not packed:
                 raise ConfigError(
                     "data.seq_len_start: the sequence-length warm-up cuts packed sequences into "
                     "pieces; "
-                    f"{dc.path} is unpacked (prepare it packed, or set data.seq_len_start = 0)"
+                    f"{dc.path} is unpacked (prepare it packed, or set data.seq_len_start = 'off')"
                 )
-            if dc.seq_len_start > T or T % dc.seq_len_start or dc.seq_len_start < MIN_PIECE:
+            if first > T or T % first or first < MIN_PIECE:
                 raise ConfigError(
-                    f"data.seq_len_start: {dc.seq_len_start} is not a divisor >= {MIN_PIECE} of "
+                    f"data.seq_len_start: {first} is not a divisor >= {MIN_PIECE} of "
                     "the "
                     f"prepared sequence length {T}; expected e.g. {max(MIN_PIECE, T // 4)}"
                 )
-        self.seq = SeqLenWarmup(dc.seq_len_start, dc.seq_len_warmup_share, T)
+        self.seq = SeqLenWarmup(first, dc.seq_len_warmup_share, T)
         unit = micro_bs * world
         start = batch_warmup_start(tc)
         if start and start % unit:
@@ -87,7 +88,12 @@ class StepPlan:
                 f"{world} ranks; set train.micro_batch_size to a divisor of it"
             )
         self.batch = BatchWarmup(
-            start, tc.batch_size, unit, tc.batch_warmup_share, tc.batch_warmup_tokens, bucketed
+            start,
+            tc.batch_size,
+            unit,
+            tc.fixed_batch_warmup_share,
+            tc.fixed_batch_warmup_tokens,
+            bucketed,
         )
         self.T, self.micro_bs, self.world = T, micro_bs, world
         self.accum = tc.batch_size // unit

@@ -83,7 +83,7 @@ def test_equal_time_findings_judge_every_arm_from_the_committed_report():
 
     report = Path(__file__).resolve().parents[3] / "docs" / "study-recipe"
     d = json.loads((report / "study.json").read_text())
-    res, study = results_from_json(d), load_study(report / "study.toml")
+    res, study = results_from_json(d), load_study(report / "study.toml", recorded=True)
     assert equal_time(study) and not equal_time(load_study("study-cpu"))
     found = findings(res, study)
     base = res.methods["baseline"].final_eval_loss.mean

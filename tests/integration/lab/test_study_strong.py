@@ -95,8 +95,8 @@ def test_arms_differ_from_their_reference_in_exactly_the_intended_settings(prese
         and by["strong-token-drop-sctd"].drop.consistency_weight > 0
     )
     assert (
-        by["combination-no-seq-warmup"].data.seq_len_start == 0
-        and by["best-combination"].data.seq_len_start > 0
+        by["combination-no-seq-warmup"].data.seq_len_start == "off"
+        and by["best-combination"].data.seq_len_warmup_from > 0
     )
     assert (
         by["combination-no-mask-decay"].data.mask_prob_start
@@ -105,7 +105,7 @@ def test_arms_differ_from_their_reference_in_exactly_the_intended_settings(prese
     b = by["baseline"]
     assert (
         b.train.lr_schedule == "linear"
-        and b.train.batch_warmup_start == 0
+        and b.train.batch_warmup_start == "off"
         and not b.data.mask_scheduled
     )
 

@@ -135,7 +135,7 @@ def test_one_choice_rules_still_hold_across_layers(tmp_path):
     ratio)."""
     budget = preset(
         tmp_path,
-        'extends = "tiny"\n[train]\nsteps = "unset"\ntime_budget = "90s"\nwarmup_steps = -1\n'
+        'extends = "tiny"\n[train]\nsteps = "unset"\ntime_budget = "90s"\nwarmup_steps = "auto"\n'
         "warmup_ratio = 0.1\n",
         "budget.toml",
     )

@@ -189,7 +189,7 @@ def _mixture_overrides(a, b) -> list[str]:
         "data.weights=[0.7, 0.3]",
         "train.steps=unset",
         f"train.tokens={tokens}",
-        "train.warmup_steps=-1",
+        "train.warmup_steps=auto",
         "train.warmup_ratio=0.3",
         "train.ckpt_every=100",
         "train.log_every=1",
@@ -225,7 +225,7 @@ def test_pretrain_a_mixture_for_a_token_count_through_the_cli(sources, full_run)
     assert (rec["train"]["steps"], rec["train"]["warmup_steps"], rec["train"]["tokens"]) == (
         7,
         3,
-        0,
+        "unset",
     )
     assert "sequence slot" in rec["train"]["resolved_from"]
     assert rec["data"]["paths"] == [a, b] and rec["data"]["weights"] == [0.7, 0.3]

@@ -245,6 +245,9 @@ def test_gather_scatter_round_trip():
         (dict(method="magic"), "drop.method"),
         (dict(variant="avg", rate=0.25), "drop.rate"),
         (dict(variant="layer_rearranged", end=5), "drop.end"),
+        # a layer index or "auto" (the variant's span): -1 is no index here, not Python's last
+        (dict(start=-1), "drop.start: expected a layer index >= 0 or 'auto'"),
+        (dict(end=-2), "drop.end: expected a layer index >= 0 or 'auto'"),
     ],
 )
 def test_bad_drop_config(small_cfg, kw, field):
@@ -253,7 +256,7 @@ def test_bad_drop_config(small_cfg, kw, field):
 
 
 def test_paper_default_span():
-    assert DropConfig().span(12) == (5, 11)
+    assert DropConfig().span(12) == (5, 11) == DropConfig(start="auto", end="auto").span(12)
     assert DropConfig(variant="layer_rearranged").span(12) == (6, 12)
     assert DropConfig().span(24) == (11, 23)
     assert DropConfig(rate=0.5).num_kept(512) == 256

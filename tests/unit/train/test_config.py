@@ -151,7 +151,9 @@ def test_bad_values(override, msg):
             "train",
             "epochs",
             -0.5,
-            "train.epochs: expected a positive number of passes over the data, got -0.5",
+            "train.epochs: expected a positive number of passes over the training split or "
+            "'unset' (the run's length is given in another unit), got -0.5; write train.epochs = "
+            '"unset" to give the run\'s length another way',
         ),
         ("train", "batch_size", 0, "train.batch_size: expected a positive integer, got 0"),
         (

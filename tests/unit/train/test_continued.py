@@ -144,7 +144,7 @@ def test_fresh_head_is_warmed_up_and_importance_warm_started(headless, tiny_data
         tiny_data,
         "train.steps=2",
         "train.head_warmup_steps=6",
-        "train.head_warmup_share=0",
+        "train.head_warmup_share=off",
         "train.head_warmup_lr=1e-2",
         "drop.method=cumulative",
     )

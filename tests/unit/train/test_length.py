@@ -120,7 +120,7 @@ def test_warmup_ratio_of_a_time_budget_is_a_share_of_the_budget():
 def test_resolved_config_records_steps_and_how():
     t = train(tokens="1M", batch_size=16)
     new = resolved_train(t, 10**5, 128)  # 1e6 / 2048 = 488.28 -> 489
-    assert (new.steps, new.tokens, new.epochs) == (489, 0, 0.0)
+    assert (new.steps, new.tokens, new.epochs) == (489, "unset", "unset")
     assert (
         "ceil(1000000 / (16 sequences x 128 token slots per step)) = 489 steps" in new.resolved_from
     )
@@ -148,7 +148,7 @@ def test_warmup_steps_and_ratio_both_set_is_an_error():
     with pytest.raises(ConfigError, match=r"^train.warmup_steps and train.warmup_ratio: both set"):
         from_dict(Config, {}, ["train.warmup_steps=10", "train.warmup_ratio=0.1"])
     cfg = from_dict(Config, {}, ["train.warmup_ratio=0.1"])
-    assert cfg.train.warmup_steps == -1
+    assert cfg.train.warmup_steps == "auto"
     assert from_dict(Config, {}, []).train.warmup_steps == 100  # the default, unchanged
     for bad, field in (
         (["train.warmup_ratio=1.0"], "train.warmup_ratio"),

@@ -55,7 +55,7 @@ def test_head_warmup_is_a_share_of_the_run_capped():
     assert head_warmup_plan(TrainConfig(steps=40, head_warmup_share=0.1))[0] == 4
     # at least one step
     assert head_warmup_plan(TrainConfig(steps=3, head_warmup_share=0.1))[0] == 1
-    assert head_warmup_plan(TrainConfig(steps=40, head_warmup_share=0.0))[0] == 100  # not scaled
+    assert head_warmup_plan(TrainConfig(steps=40, head_warmup_share="off"))[0] == 100  # unscaled
     # a budget: not scaled
     assert head_warmup_plan(TrainConfig(steps="unset", time_budget="20s"))[0] == 100
     n, why = head_warmup_plan(TrainConfig(steps=40, head_warmup_steps=0))

@@ -11,6 +11,7 @@ from tokendrop.config import (
     MICRO_BATCH_AUTO,
     NAMED_SIZES,
     SEQ_LEN_FROM_DATA,
+    SIZE_TAKES,
     STEPS_UNSET,
     THREADS_AUTO,
     Config,
@@ -38,7 +39,7 @@ def test_the_continue_presets_batch_warm_up_follows_the_users_batch():
     assert batch_warmup_start(tc) == 8 and batch_warmup_line(tc).startswith("; warm-up from 8 over")
     # the length's other unit replaces the share
     tc = load_config("continue", ["train.batch_warmup_tokens=4096"]).train
-    assert (tc.batch_warmup_share, tc.batch_warmup_tokens) == (0.0, 4096)
+    assert (tc.batch_warmup_share, tc.batch_warmup_tokens) == ("unset", 4096)
 
 
 def test_the_tiny_presets_lr_warm_up_follows_the_users_length(tiny_data):
@@ -177,7 +178,45 @@ NAMED = {
     "finetune.max_train_examples": ("every train example", "train on all of them"),
     "finetune.max_eval_examples": ("every dev example", "evaluate on all of them"),
     "finetune.threads": ("torch's default", "let torch choose"),
+    "train.tokens": (
+        "the run's length is given in another unit",
+        "give the run's length another way",
+    ),
+    "train.epochs": (
+        "the run's length is given in another unit",
+        "give the run's length another way",
+    ),
+    "train.warmup_steps": (
+        "from train.warmup_ratio, else 100 steps at most the run's",
+        "use that rule",
+    ),
+    "data.seq_len_start": ("no sequence-length warm-up", "train at data.seq_len from the start"),
+    "train.batch_warmup_start": ("no batch warm-up", "train at train.batch_size from the start"),
+    "train.head_warmup_share": (
+        "not scaled: train.head_warmup_steps as they are",
+        "take train.head_warmup_steps as they are",
+    ),
+    "train.batch_warmup_tokens": (
+        "the batch warm-up's length is given in the other unit, or there is none",
+        "leave the warm-up's length to the other unit",
+    ),
+    "train.batch_warmup_share": (
+        "the batch warm-up's length is given in the other unit, or there is none",
+        "leave the warm-up's length to the other unit",
+    ),
 }
+
+
+def _first_number_type(field: str) -> type:
+    """The first of int / float in the annotation of ``field`` (``section.name``): the type a
+    number given to it is converted to."""
+    import typing
+
+    from tokendrop.config import FinetuneConfig
+
+    section, name = field.split(".")
+    cls = FinetuneConfig if section == "finetune" else typing.get_type_hints(Config)[section]
+    return next(t for t in typing.get_args(typing.get_type_hints(cls)[name]) if t in (int, float))
 
 
 def test_every_named_size_has_its_refusal_here():
@@ -194,11 +233,18 @@ def test_a_size_of_zero_or_less_is_refused_naming_its_source(
     Python and (for 0) from the command line, nothing written."""
     word = NAMED_SIZES[field]
     means, fix = NAMED[field]
+    takes = SIZE_TAKES.get(field, "a positive integer")
     msg = (
-        f"{field}: expected a positive integer or {word!r} ({means}), got {value}; write "
+        f"{field}: expected {takes} or {word!r} ({means}), got {value}; write "
         f'{field} = "{word}" to {fix}'
     )
     finetuning = field.startswith("finetune.")
+    if value == 0 and takes.endswith("(0: no warm-up)"):  # a real zero: no warm-up at all
+        assert getattr(load_config("tiny", [f"{field}=0"]).train, field.split(".")[1]) == 0
+        value = -1
+        msg = msg.replace("got 0;", "got -1;")
+    if _first_number_type(field) is float:  # the value as the config holds it: -1.0
+        msg = msg.replace(f"got {value};", f"got {float(value)};")
     with pytest.raises(ConfigError) as e:
         if finetuning:
             finetune_config(None, [f"{field}={value}"])
@@ -257,16 +303,30 @@ def test_a_size_an_older_run_recorded_as_zero_reads_as_its_name():
     """A run's config.toml or a checkpoint's meta.json written before these sizes were named holds
     0 for them: read back as the name (so the run resumes, verifies, inspects); a 0 given is not."""
     old = {
-        "data": {"seq_len": 0},
+        "data": {"seq_len": 0, "seq_len_start": 0},
         "train": {
             "micro_batch_size": 0,
             "threads": 0,
             "eval_batches": 0,
             "steps": 0,
+            "tokens": 0,
+            "epochs": 0.0,
             "time_budget": "1h",
+            "warmup_steps": -1,  # the warm-up a share of the budget
+            "warmup_ratio": 0.1,
+            "batch_warmup_start": 0,
+            "batch_warmup_tokens": 0,
+            "batch_warmup_share": 0.0,
+            "head_warmup_share": 0.0,
         },
+        "drop": {"start": -1, "end": -1},
     }
     cfg = from_dict(Config, recorded_config(old))
+    for field, name in NAMED_SIZES.items():  # every one recorded here reads as its name
+        section, key = field.split(".")
+        if key in old.get(section, {}) and field != "train.steps":
+            assert getattr(getattr(cfg, section), key) == name, field
+    assert (cfg.drop.start, cfg.drop.end) == ("auto", "auto")  # layer indices: the variant's
     assert (
         cfg.data.seq_len,
         cfg.train.micro_batch_size,
@@ -275,6 +335,9 @@ def test_a_size_an_older_run_recorded_as_zero_reads_as_its_name():
     ) == (SEQ_LEN_FROM_DATA, MICRO_BATCH_AUTO, THREADS_AUTO, EVAL_ALL)
     assert cfg.train.steps == STEPS_UNSET  # a time-budgeted run's (its config has time_budget)
     assert old["train"]["micro_batch_size"] == 0  # a new dict
+    with pytest.raises(ConfigError, match="^drop.start: expected a layer index >= 0 or 'auto'"):
+        from_dict(Config, old)  # given, not recorded: the first of them is refused
+    del old["drop"]
     with pytest.raises(ConfigError, match="^data.seq_len: expected a positive integer"):
         from_dict(Config, old)
 

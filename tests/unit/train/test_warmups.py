@@ -264,7 +264,7 @@ def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
     [
         (
             ["data.seq_len_start=-4"],
-            r"data.seq_len_start: expected a length in \(0, data.seq_len\]",
+            r"data.seq_len_start: expected a positive integer or 'off' .* got -4",
         ),
         (
             ["data.seq_len_start=16", "data.seq_len_warmup_share=0"],
@@ -276,7 +276,8 @@ def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
         ),
         (
             ["data.seq_len=64", "data.seq_len_start=128"],
-            r"data.seq_len_start: expected a length in \(0, data.seq_len\]",
+            r"data.seq_len_start: expected a length in \(0, data.seq_len = 64\] or \"off\", "
+            r"got 128",
         ),
         (
             ["train.batch_warmup_start=64"],
@@ -287,9 +288,7 @@ def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
         ),
         (
             ["train.batch_warmup_start=1.5", "train.batch_warmup_share=0.25"],
-            r"train.batch_warmup_start: expected a number "
-            r"of sequences .* or a "
-            r"share .* got 1.5",
+            r"train.batch_warmup_start: expected a number of sequences or a share .* got 1.5",
         ),
         (["train.batch_warmup_start=4"], "set exactly one"),
         (
@@ -300,7 +299,10 @@ def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
             ],
             "set exactly one",
         ),
-        (["train.batch_warmup_start=4", "train.batch_warmup_share=1.0"], r"lies outside \(0, 1\)"),
+        (
+            ["train.batch_warmup_start=4", "train.batch_warmup_share=1.0"],
+            r"train.batch_warmup_share: expected a share of the run in \(0, 1\) .* got 1.0",
+        ),
         (["train.budget_clock='cpu'"], "train.budget_clock: expected one of wall, process"),
     ],
 )

@@ -14,7 +14,8 @@ attention products' share of the FLOPs (dense and dropping), the peak training m
 it fits:
 
 * measured: a T whose step runs out of memory is recorded as not fitting at its batch (CUDA);
-* estimated: the largest batch within ``memory_limit_gib`` (0: the machine's memory, or the GPU's),
+* estimated: the largest batch within ``memory_limit_gib`` ("machine": the machine's memory, or the
+  GPU's),
   linear in the batch from the one measured (the step's gradients counted per sequence, so an
   underestimate), and the first doubling of T beyond the measured ones at which one sequence would
   no longer fit, from a quadratic fit of the per-sequence step peak in T (an extrapolation: said
@@ -40,7 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokendrop.config import ModelConfig, config_dir, from_dict, load_config
+from tokendrop.config import THREADS_AUTO, ModelConfig, config_dir, from_dict, load_config
+from tokendrop.config.checks import check_size
 from tokendrop.dropping.flops import describe_model, step_flops
 from tokendrop.errors import ConfigError
 from tokendrop.lab.bench.environment import Environment, environment, loadavg
@@ -57,6 +59,10 @@ from tokendrop.lab.bench.workload import Setting
 
 GOAL_FRACTION = 0.95  # the goal: dropping at >= this fraction of its FLOP bound at every T
 SCHEMA_VERSION = 1
+
+
+# LongContextConfig.memory_limit_gib: the machine's memory (CPU) or the GPU's
+MEMORY_MACHINE = "machine"
 
 
 @dataclass
@@ -112,11 +118,13 @@ class LongContextConfig:
     attention_backend: str = "auto"
     precision: str = "fp32"
     compile: bool = False
-    threads: int = 0
+    threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     warmup: int = 1
     rounds: int = 3
     reps: int = 1
-    memory_limit_gib: float = 0.0  # 0 = this machine's memory (CPU) or the GPU's
+    # where a setting stops fitting is judged against this many GiB, or "machine"
+    # (MEMORY_MACHINE): this machine's memory (CPU) or the GPU's
+    memory_limit_gib: float | str = MEMORY_MACHINE
     time_budget_s: float = 0.0  # > 0: the whole run stops starting new rows past this many seconds
     seed: int = 0
     bert: FamilyShape = field(default_factory=_bert)
@@ -175,8 +183,23 @@ class LongContextConfig:
                 f"longctx.batch_sizes: one per seq_len ({len(self.seq_lens)}), got "
                 f"{self.batch_sizes}"
             )
-        if self.memory_limit_gib < 0 or self.time_budget_s < 0:
-            raise ConfigError("longctx.memory_limit_gib/time_budget_s: expected >= 0")
+        check_size(
+            "longctx.threads", self.threads, THREADS_AUTO, "torch's default", "let torch choose"
+        )
+        check_size(
+            "longctx.memory_limit_gib",
+            self.memory_limit_gib,
+            MEMORY_MACHINE,
+            "this machine's memory, or the GPU's",
+            "judge the rows against it",
+            "a positive number of GiB",
+            lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
+        )
+        if self.time_budget_s < 0:
+            raise ConfigError(
+                f"longctx.time_budget_s: expected seconds >= 0 (0: no budget), got "
+                f"{self.time_budget_s}"
+            )
         # every row's BenchConfig is valid (shapes, T, rate, backend, ...)
         for shape in self.shapes():
             for t in self.seq_lens:
@@ -460,10 +483,14 @@ def run_longctx(
     say = log or (lambda s: None)
     t_start = time.perf_counter()
     dev = bench_device(cfg.bench_config(cfg.shapes()[0], cfg.seq_lens[0]))
-    limit = int(cfg.memory_limit_gib * 2**30) if cfg.memory_limit_gib else machine_memory_bytes(dev)
+    limit = (
+        machine_memory_bytes(dev)
+        if cfg.memory_limit_gib == MEMORY_MACHINE
+        else int(cfg.memory_limit_gib * 2**30)
+    )
     env = environment(dev)
     # every row runs with these (run_bench sets them for its run), not the process's default
-    if cfg.threads:
+    if cfg.threads != THREADS_AUTO:
         env.torch_threads = cfg.threads
     res = LongContextResult(
         preset=cfg.name,

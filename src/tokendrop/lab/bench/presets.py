@@ -12,7 +12,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokendrop.config import ModelConfig, config_dir, from_dict, load_config
+from tokendrop.config import THREADS_AUTO, ModelConfig, config_dir, from_dict, load_config
+from tokendrop.config.checks import check_size
 from tokendrop.config.model import MODEL_PRESETS
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.methods import (
@@ -127,7 +128,7 @@ class BenchConfig:
         "inductor"  # inductor | aot_eager | eager (the last two: dry runs without codegen)
     )
     fused_adamw: bool = True  # AdamW(fused=True), ours and HF's (CUDA and, since torch 2.4, CPU)
-    threads: int = 0  # torch CPU threads, 0 = torch's default
+    threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     warmup: int = 2  # untimed steps per setting before the rounds (compile: more)
     rounds: int = 5
     reps: int = 1  # timed steps per setting per round
@@ -208,11 +209,9 @@ class BenchConfig:
                 f"bench.compile_backend: expected one of {', '.join(COMPILE_BACKENDS)}, got "
                 f"{self.compile_backend!r}"
             )
-        if self.threads < 0:
-            raise ConfigError(
-                "bench.threads: expected a positive number of threads (0 = torch's default), got "
-                f"{self.threads}"
-            )
+        check_size(
+            "bench.threads", self.threads, THREADS_AUTO, "torch's default", "let torch choose"
+        )
         if self.warmup < 0 or self.rounds < 1 or self.reps < 1:
             raise ConfigError(
                 "bench.warmup/rounds/reps: expected warmup >= 0, rounds >= 1, reps >= 1"

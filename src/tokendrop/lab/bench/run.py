@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from tokendrop.config import THREADS_AUTO
 from tokendrop.errors import ConfigError
 from tokendrop.lab.bench.environment import environment, loadavg
 from tokendrop.lab.bench.presets import BenchConfig
@@ -40,7 +41,7 @@ def run_bench(
     dev = bench_device(cfg)
     threads_before = torch.get_num_threads()
     tf32_before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    if cfg.threads:
+    if cfg.threads != THREADS_AUTO:
         torch.set_num_threads(cfg.threads)
     try:
         return _run(

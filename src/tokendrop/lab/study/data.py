@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokendrop.config import THREADS_AUTO
 from tokendrop.data import iter_documents, prepare, vocab_sha256
 from tokendrop.finetuning.task_corpus import write_task_corpus
 from tokendrop.lab.study.common import StudyError, log, resolve_path
@@ -137,7 +138,8 @@ def prepare_data(
             "sources": corpus,
             "bytes": sum(Path(c).stat().st_size for c in corpus if Path(c).is_file()),
         }
-    workers = study.prepare_workers or (os.cpu_count() or 1)
+    auto = study.prepare_workers == THREADS_AUTO
+    workers = (os.cpu_count() or 1) if auto else int(study.prepare_workers)
     if source is not None:
         tok_kw: dict[str, Any] = {"tokenizer": str(source_tokenizer(source))}
         info["tokenizer"] = {"source": str(source), "dir": tok_kw["tokenizer"]}

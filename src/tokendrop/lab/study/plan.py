@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config import Config, load_config
+from tokendrop.config import THREADS_AUTO, Config, from_dict, load_config
+from tokendrop.config.checks import check_size
 from tokendrop.dropping.flops import flop_ratio
 from tokendrop.dropping.methods import METHODS as SELECTION_METHODS, VARIANTS
 from tokendrop.errors import ConfigError
@@ -282,7 +284,8 @@ class StudyConfig:
     eval_fraction: float = (
         0.01  # held-out share of the corpus (MLM eval loss, Figure 1's sentences)
     )
-    prepare_workers: int = 0  # 0 = all cores
+    # tokendrop prepare's worker processes, or "auto" (THREADS_AUTO): one per core
+    prepare_workers: int | str = THREADS_AUTO
     seeds: list[int] = field(default_factory=lambda: [0, 1])  # train.seed of each run
     methods: list[str] = field(default_factory=lambda: list(TABLE1))  # Table 1 rows
     # Table 4 ([] = no sweep)
@@ -342,6 +345,13 @@ class StudyConfig:
             raise ConfigError("study.methods / study.drop_rates: nothing to run")
         if self.seq_len < 8:
             raise ConfigError(f"study.seq_len: expected T >= 8, got {self.seq_len}")
+        check_size(
+            "study.prepare_workers",
+            self.prepare_workers,
+            THREADS_AUTO,
+            "one per core",
+            "use every core",
+        )
         if self.source:
             if self.vocab or self.vocab_size:
                 raise ConfigError(
@@ -405,8 +415,18 @@ class StudyConfig:
         return self
 
 
-def load_study(path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = ()) -> StudyConfig:
-    return load_config(path, list(overrides), cls=StudyConfig)
+def load_study(
+    path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = (), recorded: bool = False
+) -> StudyConfig:
+    """A study preset (name or .toml path) with ``key=value`` overrides; ``recorded``: the file is
+    a study's own ``study.toml``, where an older tokendrop wrote ``prepare_workers = 0`` for "auto"
+    (read as that name; a 0 a user writes is refused)."""
+    if not recorded:
+        return load_config(path, list(overrides), cls=StudyConfig)
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    if data.get("prepare_workers") == 0 and not isinstance(data["prepare_workers"], bool):
+        data["prepare_workers"] = THREADS_AUTO
+    return from_dict(StudyConfig, data, list(overrides))
 
 
 @dataclass

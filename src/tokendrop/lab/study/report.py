@@ -535,7 +535,7 @@ def refresh_findings(report_dir: Path) -> list[str]:
     judging rules, and rewrite those two lists in ``study.md`` and ``findings`` in ``study.json``.
     Every other line is kept.  Returns the new findings."""
     d = json.loads((report_dir / "study.json").read_text(encoding="utf-8"))
-    res, study = results_from_json(d), load_study(report_dir / "study.toml")
+    res, study = results_from_json(d), load_study(report_dir / "study.toml", recorded=True)
     found, claims = findings(res, study), paper_comparison(res, study)
     lines = (report_dir / "study.md").read_text(encoding="utf-8").split("\n")
 

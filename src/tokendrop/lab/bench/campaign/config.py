@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokendrop.config import load_config, resolve_preset
+from tokendrop.config import THREADS_AUTO, load_config, resolve_preset
+from tokendrop.config.checks import check_size
 from tokendrop.errors import ConfigError
 from tokendrop.lab.bench.longctx import FamilyShape, LongContextConfig
 from tokendrop.lab.study.plan import STRONG
@@ -58,7 +59,7 @@ class BenchPart:
     max_batch_memory_bytes: int = (
         0  # > 0: a batch fits only under this peak (how a CPU dry run "runs out")
     )
-    threads: int = 0
+    threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     document_attention: str = (
         "off"  # modern-*: per-document attention (BenchConfig.document_attention)
     )
@@ -331,6 +332,9 @@ class CampaignConfig:
                 )
             if not 0.0 < b.rate < 1.0:
                 raise ConfigError(f"{sec}.rate: expected a drop rate in (0, 1), got {b.rate}")
+            check_size(
+                f"{sec}.threads", b.threads, THREADS_AUTO, "torch's default", "let torch choose"
+            )
         p = self.pretrain
         if p.steps < 2 or p.resume_steps < 2 or p.torchrun_steps < 1:
             raise ConfigError(

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tokendrop.config import THREADS_AUTO, Config, load_config
+from tokendrop.config import Config, load_config
 from tokendrop.data import PreparedData
 from tokendrop.errors import ConfigError
 from tokendrop.finetuning.tasks import get_task
@@ -156,8 +156,7 @@ def model_bench_config(
             "rounds": rounds,
             "reps": reps,
             "time_budget_s": max(1.0, budget_s),
-            # the bench's 0 is torch's default
-            "threads": 0 if pc.train.threads == THREADS_AUTO else pc.train.threads,
+            "threads": pc.train.threads,
         }
     )
 

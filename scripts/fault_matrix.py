@@ -891,6 +891,16 @@ def one_long_cell(name: str, cut: bool = True) -> Callable[[Path], None]:
     return setup
 
 
+def one_huge_parquet_page(c: Path) -> None:
+    """CASE/x.parquet: a short row, then a cell of 64 Mi + 6 bytes (one page that long, zstd: a
+    small file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.table({"text": ["a b c", "ab cd " * ((1 << 26) // 6 + 2)]})
+    pq.write_table(t, c / "x.parquet", compression="zstd")
+
+
 def one_huge_wiki_page(c: Path) -> None:
     """CASE/x.xml: a MediaWiki dump whose second article's text is 64 Mi + 2 characters."""
     with open(c / "x.xml", "w", encoding="utf-8") as f:
@@ -2394,6 +2404,18 @@ def cases() -> list[Case]:
                 says=(f"{{C}}/x{ext}", "row 2", "1,048,576 characters"),
             )
         )
+    add(
+        Case(
+            "prepare-parquet-page-over-the-limit",
+            "bad input, full disk",
+            prepare("{C}/x.parquet", "{C}/out", "--vocab-size", "150"),
+            "refused before the page is decoded, naming the file, the row group and the limit; "
+            "no output",
+            absent=("out",),
+            setup=one_huge_parquet_page,
+            says=("{C}/x.parquet: row group 0", "over the limit of 67,108,864"),
+        )
+    )
     add(
         Case(
             "prepare-wiki-page-over-the-limit",

@@ -19,8 +19,12 @@ row group's column chunk at once), an Arrow file is memory-mapped, and the strin
 Python a run of rows of at most ``part_bytes`` bytes at a time; a longer cell comes as an iterator
 of its parts of at most ``part_bytes`` bytes each, decoded from the Arrow buffer without a copy of
 the whole (:func:`read_texts`).  Pyarrow itself decodes a Parquet data page whole, and a page holds
-whole values: a Parquet cell of N bytes costs about N bytes of pyarrow memory while it is read
-(docs/design.md "Data and masking" has the measurements).
+whole values: a Parquet cell of N bytes costs a few times N bytes of pyarrow memory while it is read
+(docs/design.md "Data and masking" has the measurements).  So a Parquet page longer than
+``MAX_PAGE_BYTES`` uncompressed is refused before anything is decoded, naming the file, the row
+group and the limit: the text column's page headers are read from the file (:func:`_page_sizes`;
+pyarrow exposes no page sizes, only a column chunk's total, which is checked first and spares the
+walk for every chunk no larger than the limit).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ from tokendrop.runs.files import read_json
 PARQUET, ARROW = "parquet", "arrow"
 _BATCH_ROWS = 64  # rows per Parquet read batch
 _READ_BUFFER = 1 << 20  # bytes: Parquet column chunks are read through a buffer of this size
+# bytes: the largest uncompressed Parquet page of the text column read (pyarrow decodes a page
+# whole; the longest text parsed whole elsewhere, tokendrop.data.corpus.LINE_CHARS, is as long)
+MAX_PAGE_BYTES = 1 << 26
 
 
 def _pa():
@@ -182,6 +189,113 @@ def _parquet(path: str):
     )
 
 
+def _varint(f) -> int:
+    """An unsigned LEB128 varint of Thrift's compact protocol, read from ``f``."""
+    out = shift = 0
+    while shift < 70:
+        b = f.read(1)
+        if not b:
+            raise ValueError("a Parquet page header ends early")
+        out |= (b[0] & 0x7F) << shift
+        if not b[0] & 0x80:
+            return out
+        shift += 7
+    raise ValueError("a Parquet page header holds a varint over 10 bytes")
+
+
+def _zigzag(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def _skip(f, kind: int, in_list: bool = False) -> None:
+    """Skip a Thrift compact value of type ``kind`` (a bool in a list or map takes a byte; in a
+    field header it is the type itself)."""
+    if kind in (1, 2):
+        if in_list:
+            f.read(1)
+    elif kind == 3:
+        f.read(1)
+    elif kind in (4, 5, 6):
+        _varint(f)
+    elif kind == 7:
+        f.seek(8, 1)
+    elif kind == 8:
+        f.seek(_varint(f), 1)
+    elif kind in (9, 10):
+        head = f.read(1)
+        if not head:
+            raise ValueError("a Parquet page header ends early")
+        n = head[0] >> 4
+        for _ in range(_varint(f) if n == 15 else n):
+            _skip(f, head[0] & 0x0F, True)
+    elif kind == 11:
+        n = _varint(f)
+        kinds = f.read(1)[0] if n else 0
+        for _ in range(n):
+            _skip(f, kinds >> 4, True)
+            _skip(f, kinds & 0x0F, True)
+    elif kind == 12:
+        _struct(f, ())
+    else:
+        raise ValueError(f"a Parquet page header holds an unknown Thrift type {kind}")
+
+
+def _struct(f, wanted: tuple[int, ...]) -> dict[int, int]:
+    """Read a Thrift compact struct from ``f``: the i32 fields whose ids are ``wanted``, the rest
+    skipped."""
+    out: dict[int, int] = {}
+    fid = 0
+    while True:
+        head = f.read(1)
+        if not head:
+            raise ValueError("a Parquet page header ends early")
+        if head[0] == 0:
+            return out
+        kind, delta = head[0] & 0x0F, head[0] >> 4
+        fid = fid + delta if delta else _zigzag(_varint(f))
+        if fid in wanted and kind == 5:
+            out[fid] = _zigzag(_varint(f))
+        else:
+            _skip(f, kind)
+
+
+def _page_sizes(path: str, chunk) -> Iterator[int]:
+    """The uncompressed sizes of the pages of a column chunk (``ColumnChunkMetaData``), read from
+    their Thrift ``PageHeader`` s (field 2: uncompressed_page_size, 3: compressed_page_size) and
+    nothing else of the file."""
+    offsets = [o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o]
+    pos = min(offsets)
+    end = pos + chunk.total_compressed_size
+    with open(path, "rb") as f:
+        while pos < end:
+            f.seek(pos)
+            header = _struct(f, (2, 3))
+            if 2 not in header or 3 not in header or header[3] < 0:
+                raise ValueError("a Parquet page header without its sizes")
+            yield header[2]
+            pos = f.tell() + header[3]
+
+
+def _check_pages(path: str, pf, text_field: str, groups) -> None:
+    """Refuse (DataError) a page of ``text_field`` in row groups ``groups`` longer than
+    ``MAX_PAGE_BYTES`` uncompressed, before pyarrow decodes it (it would, whole)."""
+    md = pf.metadata
+    for g in groups:
+        rg = md.row_group(g)
+        chunk = next(
+            rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema == text_field
+        )
+        if chunk.total_uncompressed_size <= MAX_PAGE_BYTES:
+            continue
+        size = max(_page_sizes(path, chunk), default=0)
+        if size > MAX_PAGE_BYTES:
+            raise DataError(
+                f"{path}: row group {g}: column {text_field!r} has a page of {size:,} bytes, over "
+                f"the limit of {MAX_PAGE_BYTES:,} (a page is decoded whole and holds whole "
+                "cells); split its longest texts into several rows, or write it with smaller pages"
+            )
+
+
 def _check_schema(path: str, schema, text_field: str) -> int:
     pa = _pa()
     names = list(schema.names)
@@ -223,6 +337,7 @@ def plan(path: str, fmt: str, text_field: str, unit_bytes: int) -> list[tuple[in
             pf = _parquet(path)
             _check_schema(path, pf.schema_arrow, text_field)
             md = pf.metadata
+            _check_pages(path, pf, text_field, range(md.num_row_groups))
             sizes = [
                 (md.row_group(i).total_byte_size, md.row_group(i).num_rows)
                 for i in range(md.num_row_groups)
@@ -279,6 +394,7 @@ def read_texts(
             row0 = sum(md.row_group(i).num_rows for i in range(first))
             total = md.num_rows
             groups = list(range(first, end))
+            _check_pages(path, pf, text_field, groups)
             batches = (
                 pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=groups, columns=[text_field])
                 if groups

@@ -37,9 +37,10 @@ characters, so WordPiece (BERT's normaliser and pre-tokeniser) gives the pieces 
 the whole; a text with no such space in ``PIECE_CHARS`` characters is refused, naming the line.  A
 JSONL line is parsed whole: one longer than ``LINE_CHARS`` characters is refused, naming the line.
 A Parquet/Arrow cell longer than ``PIECE_CHARS`` bytes is decoded from pyarrow's buffer in parts of
-that size (:func:`tokendrop.data.columnar.read_texts`), and a Wikipedia page's text in the parts
-``expat`` gives; a page is cleaned of its markup whole, so one over ``LINE_CHARS`` characters is
-refused, naming the page (:func:`read_wiki_pages`).
+that size (:func:`tokendrop.data.columnar.read_texts`; a Parquet page, which pyarrow decodes
+whole, over ``columnar.MAX_PAGE_BYTES`` is refused before it is read), and a Wikipedia page's text
+in the parts ``expat`` gives; a page is cleaned of its markup whole, so one over ``LINE_CHARS``
+characters is refused, naming the page (:func:`read_wiki_pages`).
 """
 
 from __future__ import annotations

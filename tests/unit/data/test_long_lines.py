@@ -184,6 +184,77 @@ def test_a_long_cell_comes_from_pyarrow_in_bounded_parts(name, tmp_path):
     assert "".join(parts) == long
 
 
+# pyarrow's writer options that change what a page header holds (dictionary pages, v2 data pages,
+# checksums, statistics, compression, small pages with a page index)
+_WRITERS = [
+    {},
+    {"use_dictionary": False},
+    {"data_page_version": "2.0"},
+    {"write_page_checksum": True, "compression": "zstd"},
+    {"compression": "none", "write_statistics": False},
+    {"write_page_index": True, "data_page_size": 512},
+]
+
+
+@pytest.mark.parametrize("writer", _WRITERS)
+def test_the_parquet_page_sizes_are_read_from_the_page_headers(writer, tmp_path):
+    """The text column's pages, read from their Thrift headers alone, add up to the column chunk's
+    uncompressed size less the headers, whatever the writer wrote."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tokendrop.data import columnar
+
+    rows = [f"word{i % 50} " * (i % 37 + 1) for i in range(3000)]
+    path = tmp_path / "c.parquet"
+    table = pa.table({"id": list(range(len(rows))), "text": rows})
+    pq.write_table(table, path, row_group_size=1000, **writer)
+    md = pq.ParquetFile(path).metadata
+    for g in range(md.num_row_groups):
+        chunk = md.row_group(g).column(1)
+        sizes = list(columnar._page_sizes(str(path), chunk))
+        headers = chunk.total_uncompressed_size - sum(sizes)  # page headers, statistics included
+        assert sizes and 0 < headers < 1024 * len(sizes), (sizes, chunk.total_uncompressed_size)
+
+
+@pytest.mark.parametrize("writer", [{}, {"data_page_version": "2.0", "compression": "zstd"}])
+def test_a_parquet_page_over_the_limit_is_refused_before_it_is_decoded(
+    writer, tmp_path, monkeypatch
+):
+    """A cell longer than ``columnar.MAX_PAGE_BYTES`` makes a page that long: refused by the plan
+    and the reader in one line naming the file, the row group and the limit, before pyarrow reads
+    the page (its decoding is never called); a file of as many bytes in short rows is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tokendrop.data import columnar
+
+    limit = 4096
+    monkeypatch.setattr(columnar, "MAX_PAGE_BYTES", limit)
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"text": ["a b", "word " * 2000, "c"]}), path, **writer)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", lambda *a, **k: pytest.fail("decoded"))
+    for read in (
+        lambda: columnar.plan(str(path), columnar.PARQUET, "text", 1 << 20),
+        lambda: list(columnar.read_texts(str(path), columnar.PARQUET, "text")),
+        lambda: list(corpus.iter_documents([path])),
+    ):
+        with pytest.raises(DataError) as e:
+            read()
+        msg = str(e.value)
+        head = f"{path}: row group 0: column 'text' has a page"
+        assert "\n" not in msg and msg.startswith(head), msg
+        assert f"over the limit of {limit:,}" in msg
+    monkeypatch.undo()
+    short = tmp_path / "s.parquet"
+    rows = [f"w{i} x" for i in range(4000)]  # > the limit in all, in pages of many short rows
+    small = {**writer, "use_dictionary": False, "data_page_size": 1024, "write_batch_size": 64}
+    pq.write_table(pa.table({"text": rows}), short, **small)
+    monkeypatch.setattr(columnar, "MAX_PAGE_BYTES", limit)
+    assert pq.ParquetFile(short).metadata.row_group(0).column(0).total_uncompressed_size > limit
+    assert list(columnar.read_texts(str(short), columnar.PARQUET, "text")) == rows
+
+
 @pytest.mark.parametrize("parts", [1, 3, 7, 64])
 def test_a_cell_read_in_parts_is_normalised_as_a_whole(parts, monkeypatch):
     """Lines stripped and blank ones dropped, across any cut of the parts (a \\r\\n, a line

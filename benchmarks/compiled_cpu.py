@@ -41,6 +41,7 @@ from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench.workload import synthetic_batch
 from tokendrop.lab.machine import cpu_model, loadavg
+from tokendrop.lab.sizes import DOCUMENT_ROW
 from tokendrop.models.families import build_model
 from tokendrop.runs.files import atomic_write_text
 from tokendrop.train.compiled import compiled_shapes
@@ -74,7 +75,7 @@ def _arm(mode: str, dropping: bool, t: int, b: int):
         shapes=compiled_shapes(cfg, [t]),
     )  # fmt: skip
     cpu = torch.device("cpu")
-    mb = synthetic_batch(b, t, mc.vocab_size, cpu, document_tokens=0)
+    mb = synthetic_batch(b, t, mc.vocab_size, cpu, document_tokens=DOCUMENT_ROW)
     state = {"i": 0}
 
     def run(n: int) -> None:

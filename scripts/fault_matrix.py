@@ -43,6 +43,7 @@ from typing import Any
 from tokendrop.config import SIZE_TAKES
 from tokendrop.errors import TokendropError
 from tokendrop.lab.machine import cpu_model, loadavg
+from tokendrop.lab.sizes import LAB_NAMED_SIZES
 from tokendrop.runs.files import read_json
 from tokendrop.runs.metrics import scan_lines
 from tokendrop.runs.rundir import HOLD_COMMAND
@@ -2113,6 +2114,71 @@ def cases() -> list[Case]:
                 "refused at config time naming the field and its name; nothing written",
                 absent=("bench.json", "bench.md", "st"),
                 says=(said, "got 0"),
+            )
+        )
+    # the lab's other named sizes (tokendrop.lab.sizes.LAB_NAMED_SIZES): the benchmark's shape,
+    # attention dropout, documents, peak and time budget, a long-context family's shape, the
+    # campaign's largest-batch memory, a study's corpus and vocabulary -- 0 or less refused naming
+    # the field and its name before anything runs or is written
+    bench = ["bench", "--preset", "smoke", "--json", "{C}/bench.json", "--set"]
+    study = ["study", "--config", "study-tiny", "--out", "{C}/st", "--set"]
+    for name, key, field, argv, got in (
+        ("bench-set-num-layers-0", "bench.num_layers", None, bench + ["num_layers=0"], "0"),
+        (
+            "bench-set-attention-dropout--1",
+            "bench.attention_dropout",
+            None,
+            bench + ["attention_dropout=-1"],
+            "-1.0",
+        ),
+        (
+            "bench-set-document-tokens-0",
+            "bench.document_tokens",
+            None,
+            bench + ["document_tokens=0"],
+            "0",
+        ),
+        ("bench-set-peak-tflops-0", "bench.peak_tflops", None, bench + ["peak_tflops=0"], "0.0"),
+        (
+            "bench-set-time-budget-0",
+            "bench.time_budget_s",
+            None,
+            bench + ["time_budget_s=0"],
+            "0.0",
+        ),
+        (
+            "bench-longctx-family-num-layers-0",
+            "longctx.bert.num_layers",
+            None,
+            ["bench", "--preset", "longctx-cpu", "--set", "bert.num_layers=0"]
+            + ["--json", "{C}/bench.json"],
+            "0",
+        ),
+        (
+            "bench-campaign-max-batch-memory-0",
+            "campaign.max_batch_memory_bytes",
+            "bench.max_batch_memory_bytes",
+            [*CAMPAIGN, "--set", "bench.max_batch_memory_bytes=0", "--out", "{C}/st"],
+            "0",
+        ),
+        (
+            "study-corpus-max-bytes-0",
+            "study.corpus_max_bytes",
+            None,
+            study + ["corpus_max_bytes=0"],
+            "0",
+        ),
+        ("study-vocab-size-0", "study.vocab_size", None, study + ["vocab_size=0"], "0"),
+    ):
+        size = LAB_NAMED_SIZES[key]
+        add(
+            Case(
+                name,
+                "bad input, full disk",
+                argv,
+                "refused at config time naming the field and its name; nothing written",
+                absent=("bench.json", "bench.md", "st"),
+                says=(f"{field or key}: expected {size.takes} or {size.name!r}", f"got {got};"),
             )
         )
     # a warm-up counted in steps or tokens longer than the run: refused before anything is written

@@ -57,7 +57,7 @@ def _toml(d: dict) -> str:
 def test_the_cpu_preset_is_the_issue_grid():
     cfg = longctx_config("longctx-cpu")
     assert cfg.seq_lens == [512, 1024, 2048, 4096, 8192] and cfg.rate == 0.5
-    assert cfg.document_attention == "on" and cfg.document_tokens == 0 and cfg.threads == 1
+    assert cfg.document_attention == "on" and cfg.document_tokens == "row" and cfg.threads == 1
     assert [s.family for s in cfg.shapes()] == ["bert", "modernbert"]
     for shape in cfg.shapes():
         bc = cfg.bench_config(shape, 8192)
@@ -72,7 +72,7 @@ def test_the_cpu_preset_is_the_issue_grid():
     assert "longctx-cpu" not in PRESETS and is_longctx_preset("longctx-cpu")
     with pytest.raises(ConfigError, match="bench --preset: no long-context preset 'longctx-nope'"):
         longctx_config("longctx-nope")
-    with pytest.raises(ConfigError, match="bench.document_tokens"):
+    with pytest.raises(ConfigError, match="longctx.document_tokens: expected a document length"):
         longctx_from_dict({**TINY, "document_tokens": 1})
     with pytest.raises(ConfigError, match="longctx.batch_sizes"):
         longctx_from_dict({**TINY, "batch_sizes": [1]})

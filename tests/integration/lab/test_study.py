@@ -327,7 +327,7 @@ def test_study_continue_preset_plans_continued_runs(tmp_path):
     assert any("tasks=['sst2', 'qnli', 'squad1']" in o for o in study.suite_overrides)
     assert any(o.startswith("glue_data=") for o in study.suite_overrides)
     assert any(o.startswith("squad_data=") for o in study.suite_overrides)
-    assert study.corpus and not study.vocab and not study.vocab_size
+    assert study.corpus and not study.vocab and study.vocab_size == "source"
     src = _tiny_hf_bert(tmp_path / "src")
     study = load_study("study-continue", [f"source={json.dumps(str(src))}"])
     runs = plan_runs(study, None, tmp_path / "out")

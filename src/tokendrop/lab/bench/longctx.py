@@ -7,11 +7,11 @@ A :class:`LongContextConfig` (``configs/bench-longctx-NAME.toml``) names the pro
 shape per family (the ``[bert]`` and ``[modern]`` tables).  For every family and T, one
 ``run_bench`` times our dense step and the step with ``rate`` dropping over the paper's span in
 interleaved rounds (so each T's paired ratios come from steps measured seconds apart), on a packed
-batch with per-document attention (``document_attention``; ``document_tokens = 0``: one document per
-row, the attention over all T positions that the FLOP model counts).  Per row: the medians (wall
-and, on CPU, process time), the paired speed-up, the FLOP bound and the fraction of it reached, the
-attention products' share of the FLOPs (dense and dropping), the peak training memory, and how far
-it fits:
+batch with per-document attention (``document_attention``; ``document_tokens = "row"``: one
+document per row, the attention over all T positions that the FLOP model counts).  Per row: the
+medians (wall and, on CPU, process time), the paired speed-up, the FLOP bound and the fraction of
+it reached, the attention products' share of the FLOPs (dense and dropping), the peak training
+memory, and how far it fits:
 
 * measured: a T whose step runs out of memory is recorded as not fitting at its batch (CUDA);
 * estimated: the largest batch within ``memory_limit_gib`` ("machine": the machine's memory, or the
@@ -42,7 +42,6 @@ import numpy as np
 import torch
 
 from tokendrop.config import THREADS_AUTO, ModelConfig, config_dir, from_dict, load_config
-from tokendrop.config.checks import check_size
 from tokendrop.dropping.flops import describe_model, step_flops
 from tokendrop.errors import ConfigError
 from tokendrop.lab.bench.environment import Environment, environment, loadavg
@@ -56,25 +55,29 @@ from tokendrop.lab.bench.records import BenchResult
 from tokendrop.lab.bench.report import write_json_and_markdown
 from tokendrop.lab.bench.run import bench_device, run_bench
 from tokendrop.lab.bench.workload import Setting
+from tokendrop.lab.sizes import (
+    BUDGET_NONE,
+    DOCUMENT_ROW,
+    MEMORY_MACHINE,
+    SHAPE_FIELDS,
+    SHAPE_PRESET,
+    check_lab_size,
+)
 
 GOAL_FRACTION = 0.95  # the goal: dropping at >= this fraction of its FLOP bound at every T
 SCHEMA_VERSION = 1
 
 
-# LongContextConfig.memory_limit_gib: the machine's memory (CPU) or the GPU's
-MEMORY_MACHINE = "machine"
-
-
 @dataclass
 class FamilyShape:
     """One family's model in the long-context run: a model preset and the shape overrides
-    (``BenchConfig``'s fields of the same names; 0 = the preset's)."""
+    (``BenchConfig``'s fields of the same names; "preset": the preset's)."""
 
     model: str = "cpu-6x256"
-    num_layers: int = 0
-    hidden_size: int = 0
-    num_heads: int = 0
-    intermediate_size: int = 0
+    num_layers: int | str = SHAPE_PRESET
+    hidden_size: int | str = SHAPE_PRESET
+    num_heads: int | str = SHAPE_PRESET
+    intermediate_size: int | str = SHAPE_PRESET
     vocab_size: int = 30522
     enabled: bool = True
 
@@ -110,7 +113,9 @@ class LongContextConfig:
     rate: float = 0.5
     method: str = "cumulative"
     document_attention: str = "on"
-    document_tokens: int = 0  # 0 = one document per row (BenchConfig.document_tokens)
+    # a [SEP] every document_tokens tokens, or "row": one document per row
+    # (BenchConfig.document_tokens)
+    document_tokens: int | str = DOCUMENT_ROW
     # both families without attention dropout (ModernBERT has none; BERT's 0.1 would put CPU
     # attention on SDPA's math path, T x T scores materialised: > 10 GB at T = 8192):
     # BenchConfig.attention_dropout
@@ -125,7 +130,8 @@ class LongContextConfig:
     # where a setting stops fitting is judged against this many GiB, or "machine"
     # (MEMORY_MACHINE): this machine's memory (CPU) or the GPU's
     memory_limit_gib: float | str = MEMORY_MACHINE
-    time_budget_s: float = 0.0  # > 0: the whole run stops starting new rows past this many seconds
+    # the whole run stops starting new rows past this many seconds, or "none" (BUDGET_NONE)
+    time_budget_s: float | str = BUDGET_NONE
     seed: int = 0
     bert: FamilyShape = field(default_factory=_bert)
     modern: FamilyShape = field(default_factory=_modern)
@@ -134,7 +140,9 @@ class LongContextConfig:
         """The enabled tables, [bert] then [modern]."""
         return [s for s in (self.bert, self.modern) if s.enabled]
 
-    def bench_config(self, shape: FamilyShape, seq_len: int, budget_s: float = 0.0) -> BenchConfig:
+    def bench_config(
+        self, shape: FamilyShape, seq_len: int, budget_s: float | str = BUDGET_NONE
+    ) -> BenchConfig:
         """The ``BenchConfig`` of one row: ``shape`` at ``seq_len``, dense and dropping only."""
         b = (
             self.batch_sizes[self.seq_lens.index(seq_len)]
@@ -183,23 +191,13 @@ class LongContextConfig:
                 f"longctx.batch_sizes: one per seq_len ({len(self.seq_lens)}), got "
                 f"{self.batch_sizes}"
             )
-        check_size(
-            "longctx.threads", self.threads, THREADS_AUTO, "torch's default", "let torch choose"
-        )
-        check_size(
-            "longctx.memory_limit_gib",
-            self.memory_limit_gib,
-            MEMORY_MACHINE,
-            "this machine's memory, or the GPU's",
-            "judge the rows against it",
-            "a positive number of GiB",
-            lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
-        )
-        if self.time_budget_s < 0:
-            raise ConfigError(
-                f"longctx.time_budget_s: expected seconds >= 0 (0: no budget), got "
-                f"{self.time_budget_s}"
-            )
+        check_lab_size("longctx.threads", self.threads)
+        check_lab_size("longctx.memory_limit_gib", self.memory_limit_gib)
+        check_lab_size("longctx.time_budget_s", self.time_budget_s)
+        check_lab_size("longctx.document_tokens", self.document_tokens)
+        for fam in ("bert", "modern"):
+            for k in SHAPE_FIELDS:
+                check_lab_size(f"longctx.{fam}.{k}", getattr(getattr(self, fam), k))
         # every row's BenchConfig is valid (shapes, T, rate, backend, ...)
         for shape in self.shapes():
             for t in self.seq_lens:
@@ -504,12 +502,13 @@ def run_longctx(
         runs={},
         command=command or f"tokendrop bench --preset {cfg.name}",
     )
-    deadline = t_start + cfg.time_budget_s if cfg.time_budget_s else None
+    deadline = None if cfg.time_budget_s == BUDGET_NONE else t_start + float(cfg.time_budget_s)
     todo = [(shape, t) for shape in cfg.shapes() for t in cfg.seq_lens]
     for i, (shape, t) in enumerate(todo):
         fam = shape.family
         left = None if deadline is None else deadline - time.perf_counter()
-        bc = cfg.bench_config(shape, t, 0.0 if left is None else max(1.0, left / (len(todo) - i)))
+        share = BUDGET_NONE if left is None else max(1.0, left / (len(todo) - i))
+        bc = cfg.bench_config(shape, t, share)
         b = bc.batch_size(t)
         if left is not None and left <= 0:
             res.rows.append(Row(fam, t, b, "skipped (time budget)"))
@@ -604,7 +603,7 @@ def format_markdown(res: LongContextResult) -> str:
         f"{cfg.reps} per setting; per-document attention {cfg.document_attention}, "
         + (
             "one document per row"
-            if not cfg.document_tokens
+            if cfg.document_tokens == DOCUMENT_ROW
             else f"documents of {cfg.document_tokens} tokens"
         )
         + f"; {cfg.tokens_per_step} tokens per step (B = tokens / T)"

@@ -69,7 +69,7 @@ def _release(builder: StepBuilder, r, s: Setting) -> None:
         torch.cuda.empty_cache()
 
 
-def try_batch(builder: StepBuilder, s: Setting, memory_limit: int = 0) -> BatchTry:
+def try_batch(builder: StepBuilder, s: Setting, memory_limit: int | None = None) -> BatchTry:
     """One training step of ``s`` at its batch size: does it fit?"""
     r = None
     try:
@@ -78,7 +78,7 @@ def try_batch(builder: StepBuilder, s: Setting, memory_limit: int = 0) -> BatchT
         before = state_bytes(*r.state)
         peak, _ = peak_step_memory(r.step, builder.device)
         total = before + (peak or 0)
-        if memory_limit > 0 and total > memory_limit:
+        if memory_limit is not None and total > memory_limit:
             return BatchTry(s.batch_size, False, total, "over the memory limit")
         return BatchTry(s.batch_size, True, total)
     except torch.cuda.OutOfMemoryError:  # (torch.OutOfMemoryError in newer torch is the same class)
@@ -91,7 +91,7 @@ def largest_batch(
     builder: StepBuilder,
     setting: Setting,
     cap: int,
-    memory_limit: int = 0,
+    memory_limit: int | None = None,
     deadline: float | None = None,
     resolution: int = 0,
 ) -> MaxBatch:

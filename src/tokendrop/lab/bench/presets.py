@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokendrop.config import THREADS_AUTO, ModelConfig, config_dir, from_dict, load_config
-from tokendrop.config.checks import check_size
 from tokendrop.config.model import MODEL_PRESETS
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.methods import (
@@ -23,6 +22,13 @@ from tokendrop.dropping.methods import (
     DropConfig,
 )
 from tokendrop.errors import ConfigError
+from tokendrop.lab.sizes import (
+    BUDGET_NONE,
+    PEAK_TABLE,
+    SHAPE_FIELDS,
+    SHAPE_PRESET,
+    check_lab_size,
+)
 from tokendrop.models.attention import check_training_device
 from tokendrop.models.families import spec_of
 
@@ -75,26 +81,25 @@ class BenchConfig:
     name: str = "custom"
     device: str = "cpu"  # cpu | cuda
     model: str = "cpu-12x256"  # a tokendrop.config.MODEL_PRESETS name (bert-* / cpu-* / modern-*)
-    num_layers: int = (
-        0  # > 0: overrides the model preset's shape (intermediate = 4 x hidden, unless given)
-    )
-    hidden_size: int = 0
-    num_heads: int = 0
-    intermediate_size: int = (
-        0  # > 0: overrides the FFN width (a modern-* preset's GeGLU width otherwise stays)
-    )
+    # a positive size overrides the model preset's shape (intermediate = 4 x hidden, unless given),
+    # or "preset" (SHAPE_PRESET): the model preset's
+    num_layers: int | str = SHAPE_PRESET
+    hidden_size: int | str = SHAPE_PRESET
+    num_heads: int | str = SHAPE_PRESET
+    # the FFN width, or "preset": the preset's (a modern-* preset's GeGLU width stays)
+    intermediate_size: int | str = SHAPE_PRESET
     # modern-*: per-document attention in the packed rows (model.document_attention); off by
     # default, as transformers' ModernBertForMaskedLM without the flash_attn package attends across
     # documents
     document_attention: str = "off"
-    # the synthetic batch's documents: a [SEP] every document_tokens tokens (0 = one document per
-    # row, as long-context data whose documents fill the row: attention over all T, what the FLOP
-    # model counts)
-    document_tokens: int = 64
-    # >= 0: the attention dropout instead of the model preset's (BERT's 0.1): 0 lets SDPA run a
-    # fused kernel; with dropout CPU runs its math path, T x T scores materialised (quadratic memory
-    # at long T)
-    attention_dropout: float = -1.0
+    # the synthetic batch's documents: a [SEP] every document_tokens tokens, or "row"
+    # (DOCUMENT_ROW): one document per row, as long-context data whose documents fill the row
+    # (attention over all T, what the FLOP model counts)
+    document_tokens: int | str = 64
+    # the attention dropout, or "preset" (SHAPE_PRESET): the model preset's (BERT's 0.1); 0 lets
+    # SDPA run a fused kernel; with dropout CPU runs its math path, T x T scores materialised
+    # (quadratic memory at long T)
+    attention_dropout: float | str = SHAPE_PRESET
     # the HF baseline's head on the masked positions only, as ours (modern-*: transformers'
     # sparse_prediction; bert: BertForMaskedLM's own head applied to the gathered slots); false =
     # the models as released (the head on all T positions)
@@ -135,8 +140,11 @@ class BenchConfig:
     memory: bool = True  # the extra untimed, profiled step per setting
     # the census (ops, would-be syncs) of one step per setting; CUDA: its sync debug mode too
     sync_check: bool = True
-    peak_tflops: float = 0.0  # override the peak used for MFU (0 = the GPU table; none on CPU)
-    time_budget_s: float = 0.0  # > 0: stop the rounds early rather than run past this many seconds
+    # the peak MFU is measured against, or "table" (PEAK_TABLE): the GPU's bf16 peak from the
+    # table (none on CPU)
+    peak_tflops: float | str = PEAK_TABLE
+    # stop the rounds early rather than run past this many seconds, or "none" (BUDGET_NONE)
+    time_budget_s: float | str = BUDGET_NONE
     seed: int = 0
 
     def validate(self) -> BenchConfig:
@@ -147,11 +155,10 @@ class BenchConfig:
                 f"bench.model: unknown model preset {self.model!r}; expected one of "
                 f"{', '.join(MODEL_PRESETS)}"
             )
-        if min(self.num_layers, self.hidden_size, self.num_heads, self.intermediate_size) < 0:
-            raise ConfigError(
-                "bench.num_layers/hidden_size/num_heads/intermediate_size: expected >= 0 (0 = the "
-                "model preset's)"
-            )
+        for k in SHAPE_FIELDS:
+            check_lab_size(f"bench.{k}", getattr(self, k))
+        check_lab_size("bench.attention_dropout", self.attention_dropout)
+        check_lab_size("bench.document_tokens", self.document_tokens)
         mc = self.model_config()  # the shape overrides are consistent
 
         check_training_device(mc.attention_backend, self.device)
@@ -163,18 +170,6 @@ class BenchConfig:
             )
         if len(set(self.seq_lens)) != len(self.seq_lens):
             raise ConfigError(f"bench.seq_lens: each length once, got {self.seq_lens}")
-        if not (self.attention_dropout == -1.0 or 0.0 <= self.attention_dropout < 1.0):
-            raise ConfigError(
-                "bench.attention_dropout: expected a probability in [0, 1) (-1 = the model "
-                "preset's), "
-                f"got {self.attention_dropout}"
-            )
-        if self.document_tokens < 0 or self.document_tokens == 1:
-            raise ConfigError(
-                "bench.document_tokens: expected a document length >= 2 (0 = one document per "
-                "row), "
-                f"got {self.document_tokens}"
-            )
         if self.batch_sizes and len(self.batch_sizes) != len(self.seq_lens):
             raise ConfigError(
                 f"bench.batch_sizes: one batch size per seq_len expected ({len(self.seq_lens)}), "
@@ -209,15 +204,13 @@ class BenchConfig:
                 f"bench.compile_backend: expected one of {', '.join(COMPILE_BACKENDS)}, got "
                 f"{self.compile_backend!r}"
             )
-        check_size(
-            "bench.threads", self.threads, THREADS_AUTO, "torch's default", "let torch choose"
-        )
+        check_lab_size("bench.threads", self.threads)
         if self.warmup < 0 or self.rounds < 1 or self.reps < 1:
             raise ConfigError(
                 "bench.warmup/rounds/reps: expected warmup >= 0, rounds >= 1, reps >= 1"
             )
-        if self.time_budget_s < 0 or self.peak_tflops < 0:
-            raise ConfigError("bench.time_budget_s/peak_tflops: expected >= 0")
+        check_lab_size("bench.time_budget_s", self.time_budget_s)
+        check_lab_size("bench.peak_tflops", self.peak_tflops)
         return self
 
     def model_config(self) -> ModelConfig:
@@ -226,8 +219,7 @@ class BenchConfig:
         # more positions than BERT's 512 when a length needs them, else the preset's (a field given
         # wins over it)
         positions = {"max_position_embeddings": longest} if longest > 512 else {}
-        sizes = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
-        shape = {k: getattr(self, k) for k in sizes if getattr(self, k)}  # bench's 0: the preset's
+        shape = {k: getattr(self, k) for k in SHAPE_FIELDS if getattr(self, k) != SHAPE_PRESET}
         mc = ModelConfig(
             preset=self.model,
             vocab_size=self.vocab_size,
@@ -236,7 +228,7 @@ class BenchConfig:
             **shape,
             **positions,
         )
-        if self.attention_dropout >= 0:
+        if self.attention_dropout != SHAPE_PRESET:
             mc.attention_dropout = self.attention_dropout
         if mc.uses_document_attention:
             mc.sep_token_id = SPECIAL_IDS["sep"]  # the synthetic batch's documents: document_tokens

@@ -19,6 +19,7 @@ from tokendrop.lab.bench.records import BenchResult
 from tokendrop.lab.bench.steps import build_runners
 from tokendrop.lab.bench.summary import summarise
 from tokendrop.lab.bench.timing import measure_extras, run_rounds, step_census, warm_up
+from tokendrop.lab.sizes import BUDGET_NONE
 from tokendrop.train.runtime import resolve_device
 
 
@@ -63,7 +64,7 @@ def _run(
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     t_start = time.perf_counter()
-    deadline = t_start + cfg.time_budget_s if cfg.time_budget_s else None
+    deadline = None if cfg.time_budget_s == BUDGET_NONE else t_start + float(cfg.time_budget_s)
     env = environment(dev)
     runners, info = build_runners(cfg, dev)
     say(

@@ -32,6 +32,7 @@ from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 from tokendrop.lab.bench.records import ModelInfo, StepCensus, StepExtras
 from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
+from tokendrop.lab.sizes import SHAPE_FIELDS, SHAPE_PRESET
 from tokendrop.models.families import build_model
 from tokendrop.train.runtime import autocast_dtype
 from tokendrop.train.trainer import MLMStep
@@ -274,10 +275,7 @@ class StepBuilder:
                 document_attention=mc.document_attention,
             )
         first = next(iter(self._ours.values())).model if self._ours else build_ours(mc)
-        custom = any(
-            getattr(self.cfg, k)
-            for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size")
-        )
+        custom = any(getattr(self.cfg, k) != SHAPE_PRESET for k in SHAPE_FIELDS)
         name = (
             f"{self.cfg.model} scaled to {mc.num_layers}x{mc.hidden_size}"
             if custom and mc.schema.sliding_windows

@@ -25,6 +25,7 @@ from tokendrop.lab.bench.records import (
     VsHF,
 )
 from tokendrop.lab.bench.steps import Runner
+from tokendrop.lab.sizes import PEAK_TABLE
 
 
 def paired(num: list[float], den: list[float]) -> list[float]:
@@ -37,10 +38,10 @@ def _med(xs: list[float]) -> float | None:
 
 
 def peak_flops_for(cfg: BenchConfig, env: Environment, device: torch.device) -> float | None:
-    """The peak MFU is measured against: ``peak_tflops`` if set, else the GPU's bf16 peak (bf16 runs
-    only)."""
-    if cfg.peak_tflops:
-        return cfg.peak_tflops * 1e12
+    """The peak MFU is measured against: ``peak_tflops`` if given, else ("table") the GPU's bf16
+    peak (bf16 runs only)."""
+    if cfg.peak_tflops != PEAK_TABLE:
+        return float(cfg.peak_tflops) * 1e12
     if device.type != "cuda" or cfg.precision != "bf16":
         return None  # the table is bf16 tensor-core peaks; none on CPU
     return gpu_peak_flops(env.gpu_name or "")

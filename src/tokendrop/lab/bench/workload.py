@@ -10,6 +10,7 @@ from torch import Tensor
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.methods import DropConfig
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
+from tokendrop.lab.sizes import DOCUMENT_ROW
 
 
 @dataclass
@@ -66,18 +67,18 @@ def synthetic_batch(
     vocab_size: int,
     device: torch.device,
     seed: int = 0,
-    document_tokens: int = 64,
+    document_tokens: int | str = 64,
 ) -> dict[str, Tensor]:
     """A packed MLM micro-batch of static shape, as ``tokendrop.data.MLMLoader`` yields it.
 
-    [CLS] at 0, a [SEP] every ``document_tokens`` tokens (0: one document per row) and at the end,
-    random ids elsewhere; P = round(0.15 T) prediction slots at distinct non-special positions,
-    their inputs replaced by [MASK].
+    [CLS] at 0, a [SEP] every ``document_tokens`` tokens (``"row"``: one document per row) and at
+    the end, random ids elsewhere; P = round(0.15 T) prediction slots at distinct non-special
+    positions, their inputs replaced by [MASK].
     """
     g = torch.Generator().manual_seed(seed + 1000 * seq_len + batch_size)
     ids = torch.randint(len(SPECIAL_IDS), vocab_size, (batch_size, seq_len), generator=g)
     ids[:, 0] = SPECIAL_IDS["cls"]
-    if document_tokens:
+    if document_tokens != DOCUMENT_ROW:
         ids[:, document_tokens - 1 :: document_tokens] = SPECIAL_IDS["sep"]
     ids[:, -1] = SPECIAL_IDS["sep"]
     p = max(1, round(0.15 * seq_len))

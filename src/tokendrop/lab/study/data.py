@@ -13,6 +13,7 @@ from typing import Any
 from tokendrop.config import THREADS_AUTO
 from tokendrop.data import iter_documents, prepare, vocab_sha256
 from tokendrop.finetuning.task_corpus import write_task_corpus
+from tokendrop.lab.sizes import CORPUS_ALL, TOY_VOCAB_SIZE, VOCAB_SOURCE
 from tokendrop.lab.study.common import StudyError, log, resolve_path
 from tokendrop.lab.study.plan import StudyConfig, resolve_source  # noqa: F401 -- resolve_source: re-exported
 from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
@@ -52,6 +53,14 @@ def _subset_corpus(sources: list[str], out: Path, max_bytes: int) -> dict[str, A
     return {"documents": n_docs, "bytes": n_bytes, "sha256": h.hexdigest()}
 
 
+def trained_vocab_size(study: StudyConfig, source: Path | None = None) -> int | None:
+    """The size of the vocabulary trained on the corpus: study.vocab_size, else (``"source"``)
+    TOY_VOCAB_SIZE for toy data without a vocab file or a source; None when none is trained."""
+    if study.vocab_size != VOCAB_SOURCE:
+        return int(study.vocab_size)
+    return TOY_VOCAB_SIZE if study.toy_data and not study.vocab and source is None else None
+
+
 def data_fingerprint(study: StudyConfig, source: Path | None = None) -> dict[str, Any]:
     """What the prepared data depends on.  With a source, ``vocab_sha256`` hashes its tokenizer
     files."""
@@ -70,14 +79,16 @@ def data_fingerprint(study: StudyConfig, source: Path | None = None) -> dict[str
         vocab = h.hexdigest()
     elif study.vocab:
         vocab = vocab_sha256(resolve_path(study.vocab))
+    whole = study.corpus_max_bytes == CORPUS_ALL
     fp = {
         "corpus": [str(resolve_path(c)) for c in study.corpus],
-        "corpus_max_bytes": study.corpus_max_bytes,
+        # as an older tokendrop wrote them (0: the whole corpus / no size trained), so a study's
+        # data prepared before these sizes were named is still reused
+        "corpus_max_bytes": 0 if whole else study.corpus_max_bytes,
         "toy_data": study.toy_data,
         "seq_len": study.seq_len,
         "vocab_sha256": vocab,
-        "vocab_size": study.vocab_size
-        or (300 if study.toy_data and not study.vocab and source is None else 0),
+        "vocab_size": trained_vocab_size(study, source) or 0,
         "lowercase": study.lowercase,
         "eval_fraction": study.eval_fraction,
     }
@@ -119,17 +130,17 @@ def prepare_data(
             write_toy_squad(squad)
         info["toy_tasks"] = {"glue": str(glue), "squad": str(squad)}
         info["corpus"] = {"path": str(cpath), "generated": True, "bytes": cpath.stat().st_size}
-    elif study.corpus_max_bytes:
-        cpath = ddir / "corpus-subset.txt"
+    elif study.corpus_max_bytes != CORPUS_ALL:
+        cpath, max_bytes = ddir / "corpus-subset.txt", int(study.corpus_max_bytes)
         if not cpath.is_file() or "corpus" not in info:
             log(
-                f"writing a {study.corpus_max_bytes / 1e6:g} MB subset of "
+                f"writing a {max_bytes / 1e6:g} MB subset of "
                 f"{', '.join(study.corpus)} ..."
             )
             info["corpus"] = {
                 "path": str(cpath),
                 "sources": fp["corpus"],
-                **_subset_corpus(fp["corpus"], cpath, study.corpus_max_bytes),
+                **_subset_corpus(fp["corpus"], cpath, max_bytes),
             }
         corpus = [str(cpath)]
     else:
@@ -147,7 +158,7 @@ def prepare_data(
         vocab = str(resolve_path(study.vocab)) if study.vocab else None
         tok_kw = {
             "vocab": vocab,
-            "vocab_size": None if vocab else (study.vocab_size or 300),
+            "vocab_size": None if vocab else trained_vocab_size(study),
             "lowercase": study.lowercase,
         }
     packed = ddir / f"packed-{T}"

@@ -12,11 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from tokendrop.config import THREADS_AUTO, Config, from_dict, load_config
-from tokendrop.config.checks import check_size
 from tokendrop.dropping.flops import flop_ratio
 from tokendrop.dropping.methods import METHODS as SELECTION_METHODS, VARIANTS
 from tokendrop.errors import ConfigError
 from tokendrop.lab.fetch import fetch_minilm
+from tokendrop.lab.sizes import (
+    CORPUS_ALL,
+    RECORDED_STUDY_SENTINELS,
+    VOCAB_SOURCE,
+    check_lab_size,
+    recorded_study,
+)
 from tokendrop.lab.study.common import StudyError, pct, resolve_out, resolve_path
 from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
 
@@ -262,16 +268,16 @@ class StudyConfig:
     base_overrides: list[str] = field(default_factory=list)  # "section.key=value" for every run
     # files, dirs, globs (tokendrop prepare's inputs)
     corpus: list[str] = field(default_factory=list)
-    corpus_max_bytes: int = (
-        0  # > 0: a deterministic subset -- whole documents in corpus order up to this size
-    )
+    # a deterministic subset -- whole documents in corpus order up to this many bytes -- or "all"
+    # (CORPUS_ALL): the whole corpus
+    corpus_max_bytes: int | str = CORPUS_ALL
     # generate a synthetic corpus + GLUE/SQuAD-layout toy tasks under OUT/data (smoke tests)
     toy_data: bool = False
     seq_len: int = 128  # T
     vocab: str = ""  # a WordPiece vocab.txt ...
-    vocab_size: int = (
-        0  # ... or train one of this size on the corpus (neither with a source: its tokenizer)
-    )
+    # ... or train one of this size on the corpus; "source" (VOCAB_SOURCE): the vocabulary of
+    # study.vocab's file, study.source's tokenizer, or (toy_data) TOY_VOCAB_SIZE words trained
+    vocab_size: int | str = VOCAB_SOURCE
     lowercase: bool = True
     # continued pretraining: every run starts from this checkpoint (model.init), the data is
     # tokenized with its tokenizer, and the checkpoint itself is evaluated as an extra row.  A
@@ -345,15 +351,11 @@ class StudyConfig:
             raise ConfigError("study.methods / study.drop_rates: nothing to run")
         if self.seq_len < 8:
             raise ConfigError(f"study.seq_len: expected T >= 8, got {self.seq_len}")
-        check_size(
-            "study.prepare_workers",
-            self.prepare_workers,
-            THREADS_AUTO,
-            "one per core",
-            "use every core",
-        )
+        for k in RECORDED_STUDY_SENTINELS:
+            check_lab_size(f"study.{k}", getattr(self, k))
+        trains = self.vocab_size != VOCAB_SOURCE  # a vocabulary of that size is trained
         if self.source:
-            if self.vocab or self.vocab_size:
+            if self.vocab or trains:
                 raise ConfigError(
                     "study.vocab / study.vocab_size: not with study.source (the data is tokenized "
                     "with the source's own tokenizer); remove them"
@@ -363,19 +365,15 @@ class StudyConfig:
         elif not self.toy_data:
             if not self.corpus:
                 raise ConfigError("study.corpus: expected corpus files (or toy_data = true)")
-            if bool(self.vocab) == bool(self.vocab_size):
+            if bool(self.vocab) == trains:
                 raise ConfigError(
-                    "study.vocab / study.vocab_size: give exactly one (a vocab.txt, or a size to "
-                    "train)"
+                    "study.vocab / study.vocab_size: give exactly one (a vocab.txt with "
+                    f'vocab_size = "{VOCAB_SOURCE}", or a size to train)'
                 )
-        if self.vocab_size and self.vocab_size < 100:
-            raise ConfigError(f"study.vocab_size: expected >= 100, got {self.vocab_size}")
         if self.parallel < 1:
             raise ConfigError(
                 f"study.parallel: expected >= 1 worker processes, got {self.parallel}"
             )
-        if self.corpus_max_bytes < 0:
-            raise ConfigError(f"study.corpus_max_bytes: expected >= 0, got {self.corpus_max_bytes}")
         if not 0.0 < self.eval_fraction < 0.5:
             raise ConfigError(
                 f"study.eval_fraction: expected a fraction in (0, 0.5), got {self.eval_fraction}"
@@ -419,13 +417,12 @@ def load_study(
     path: str | os.PathLike, overrides: list[str] | tuple[str, ...] = (), recorded: bool = False
 ) -> StudyConfig:
     """A study preset (name or .toml path) with ``key=value`` overrides; ``recorded``: the file is
-    a study's own ``study.toml``, where an older tokendrop wrote ``prepare_workers = 0`` for "auto"
-    (read as that name; a 0 a user writes is refused)."""
+    a study's own ``study.toml``, where an older tokendrop wrote 0 for ``prepare_workers``,
+    ``corpus_max_bytes`` and ``vocab_size`` (read as their names, ``tokendrop.lab.sizes.
+    recorded_study``; a 0 a user writes is refused)."""
     if not recorded:
         return load_config(path, list(overrides), cls=StudyConfig)
-    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    if data.get("prepare_workers") == 0 and not isinstance(data["prepare_workers"], bool):
-        data["prepare_workers"] = THREADS_AUTO
+    data = recorded_study(tomllib.loads(Path(path).read_text(encoding="utf-8")))
     return from_dict(StudyConfig, data, list(overrides))
 
 
@@ -496,7 +493,7 @@ def flops_fraction(study: StudyConfig, method: MethodSpec) -> float:
     vocabulary: study.vocab_size, else the base config's)."""
     cfg = load_config(study.base, list(study.base_overrides) + list(method.overrides))
     model = cfg.model
-    if study.vocab_size:
+    if study.vocab_size != VOCAB_SOURCE:
         model = dataclasses.replace(model, vocab_size=study.vocab_size)
     return flop_ratio(model, study.seq_len, cfg.drop) if cfg.drop.enabled else 1.0
 

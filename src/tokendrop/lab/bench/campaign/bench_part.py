@@ -22,6 +22,7 @@ from tokendrop.lab.bench.report import write_results
 from tokendrop.lab.bench.run import run_bench
 from tokendrop.lab.bench.steps import StepBuilder
 from tokendrop.lab.bench.workload import Setting
+from tokendrop.lab.sizes import BATCH_MEMORY_DEVICE
 
 MAX_BATCH_RESERVE_S = 90.0  # kept for the largest-batch search (bench, eager)
 END_RESERVE_S = 15.0
@@ -207,6 +208,8 @@ def _max_batch(
     )
     rows: list[list[object]] = []
     results: list[MaxBatch] = []
+    device_memory = b.max_batch_memory_bytes == BATCH_MEMORY_DEVICE
+    memory_limit = None if device_memory else int(b.max_batch_memory_bytes)
     for impl, kinds in (
         ("tokendrop", (("dense", 0.0), ("drop", b.rate))),
         ("hf", (("dense", 0.0),)),
@@ -226,7 +229,7 @@ def _max_batch(
                     builder,
                     s,
                     cap,
-                    b.max_batch_memory_bytes,
+                    memory_limit,
                     deadline=budget.deadline - END_RESERVE_S,
                 )
                 results.append(mb)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tokendrop.config import THREADS_AUTO, load_config, resolve_preset
-from tokendrop.config.checks import check_size
 from tokendrop.errors import ConfigError
 from tokendrop.lab.bench.longctx import FamilyShape, LongContextConfig
+from tokendrop.lab.sizes import BATCH_MEMORY_DEVICE, check_lab_size
 from tokendrop.lab.study.plan import STRONG
 
 PARTS = (
@@ -56,9 +56,9 @@ class BenchPart:
     max_batch: bool = True  # bench (eager): the largest batch that fits, per T and implementation
     # per T: where the search stops
     max_batch_caps: list[int] = field(default_factory=lambda: [4096, 1024])
-    max_batch_memory_bytes: int = (
-        0  # > 0: a batch fits only under this peak (how a CPU dry run "runs out")
-    )
+    # a batch fits only under this peak (how a CPU dry run "runs out"), or "device"
+    # (BATCH_MEMORY_DEVICE): when it runs without running out of memory
+    max_batch_memory_bytes: int | str = BATCH_MEMORY_DEVICE
     threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     document_attention: str = (
         "off"  # modern-*: per-document attention (BenchConfig.document_attention)
@@ -332,8 +332,11 @@ class CampaignConfig:
                 )
             if not 0.0 < b.rate < 1.0:
                 raise ConfigError(f"{sec}.rate: expected a drop rate in (0, 1), got {b.rate}")
-            check_size(
-                f"{sec}.threads", b.threads, THREADS_AUTO, "torch's default", "let torch choose"
+            check_lab_size("campaign.threads", b.threads, f"{sec}.threads")
+            check_lab_size(
+                "campaign.max_batch_memory_bytes",
+                b.max_batch_memory_bytes,
+                f"{sec}.max_batch_memory_bytes",
             )
         p = self.pretrain
         if p.steps < 2 or p.resume_steps < 2 or p.torchrun_steps < 1:

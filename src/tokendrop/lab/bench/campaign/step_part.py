@@ -41,6 +41,7 @@ from tokendrop.lab.bench.campaign.runs import Scratch, data_info, pretrain_confi
 from tokendrop.lab.bench.profiling import kineto_events
 from tokendrop.lab.bench.workload import synthetic_batch
 from tokendrop.lab.machine import loadavg
+from tokendrop.lab.sizes import DOCUMENT_ROW
 from tokendrop.models.families import build_model
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.train.compiled import compiled_shapes
@@ -121,10 +122,8 @@ def _measure(
         compile_backend=sp.compile_backend,
         shapes=compiled_shapes(cfg, [t]),
     )
-    mb = {
-        k: v.to(device)
-        for k, v in synthetic_batch(b, t, mc.vocab_size, device, document_tokens=0).items()
-    }
+    batch = synthetic_batch(b, t, mc.vocab_size, device, document_tokens=DOCUMENT_ROW)
+    mb = {k: v.to(device) for k, v in batch.items()}
 
     def run(n: int, step=step, plan=plan) -> None:
         for i in range(n):

@@ -10,6 +10,11 @@ Corrections to the public reference implementation (docs/design.md §3), all del
 * repeated ids in a batch are averaged (scatter_add of sums and counts), not one arbitrary write;
 * pinned ids ([CLS], [SEP], [MASK], configured extras = +1e4; [PAD] = -1e4) are re-pinned after
   every update;
+* ``drop.mask_rows = "ranked"`` (beyond the paper) unpins [MASK]: after every update its score is
+  the expected importance of the id a masked slot hides (the mean of the scores over the step's
+  real slots), so a [MASK] row competes with the other rows at the score of a typical target;
+  ties among [MASK] rows are broken at random (a jitter below ``MASK_JITTER``), never by position
+  or by the row's own target (docs/design.md §2.3);
 * under ``torch.distributed`` the sums and counts are all-reduced so every rank holds the same
   ``m``.
 
@@ -28,8 +33,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig, Uniform
+from tokendrop.dropping.methods import METHODS, PIN_HIGH, PIN_LOW, DropConfig, Uniform
 from tokendrop.errors import ConfigError, check_arg
+
+MASK_JITTER = 1e-4  # mask_rows = "ranked": ties among [MASK] rows broken by U[0, 1e-4) draws
 
 
 def pinned_ids(drop, vocab: list[str]) -> list[int]:
@@ -109,12 +116,18 @@ class TokenSelector(nn.Module):
                 f"positions of T={seq_len} at drop.rate={drop.rate}; lower half_random_frac or "
                 "drop.rate"
             )
-        pinned = [special_ids[k] for k in ("cls", "sep", "mask") if k in special_ids]
+        # mask_rows = "ranked": [MASK] is scored, not pinned (its score learns the mean slot loss)
+        self.ranked_mask_id = special_ids.get("mask", -1) if drop.mask_rows == "ranked" else -1
+        kinds = ("cls", "sep") if self.ranked_mask_id >= 0 else ("cls", "sep", "mask")
+        pinned = [special_ids[k] for k in kinds if k in special_ids]
         pinned += list(extra_pinned_ids or [])
         self.register_buffer(
             "pinned_ids", torch.tensor(sorted(set(pinned)), dtype=torch.long), persistent=False
         )
         self.pad_id = special_ids.get("pad", -1)
+        fixed = sorted(set(pinned) | ({self.pad_id} if self.pad_id >= 0 else set()))
+        # the ids whose score is fixed (pinned, [PAD]): left out of a ranked [MASK]'s expectation
+        self.register_buffer("fixed_ids", torch.tensor(fixed, dtype=torch.long), persistent=False)
         m = self.selection.initial_scores(drop, vocab_size, counts)
         self.register_buffer("scores", m)  # the vector m
         self._repin()
@@ -183,13 +196,22 @@ class TokenSelector(nn.Module):
         input_ids: Tensor,
         mlm_positions: Tensor | None = None,
         mlm_weights: Tensor | None = None,
+        random: bool = False,
     ) -> Tensor:
-        """input_ids (B, T) -> keep_idx (B, M), ascending (the method's ``select``)."""
+        """input_ids (B, T) -> keep_idx (B, M), ascending (the method's ``select``; with
+        ``random``, method ``random``'s uniform draw among the unpinned rows: the random
+        start)."""
         t = input_ids.shape[1]
         # a warm-up's shorter pieces: the same rate
         kept = self.num_kept if t == self.seq_len else self._drop.num_kept(t)
         s = self.position_scores(input_ids, mlm_positions, mlm_weights)
-        return self.selection.select(s, kept, self._drop, self._uniform(input_ids.device))
+        uniform = self._uniform(input_ids.device)
+        if random:
+            return METHODS["random"].select(s, kept, self._drop, uniform)
+        if self.ranked_mask_id >= 0:  # ties among [MASK] rows: at random, not by position
+            is_mask = input_ids == self.ranked_mask_id
+            s = torch.where(is_mask & (s < PIN_HIGH), s + MASK_JITTER * uniform(tuple(s.shape)), s)
+        return self.selection.select(s, kept, self._drop, uniform)
 
     @torch.no_grad()
     def select_layers(self, input_ids: Tensor, kept: int, num_layers: int) -> Tensor:
@@ -227,7 +249,17 @@ class TokenSelector(nn.Module):
         if valid is not None:
             seen = seen & valid
         mean = sums / counts.clamp(min=1.0)
-        self.scores.copy_(
-            torch.where(seen, self.beta * self.scores + (1.0 - self.beta) * mean, self.scores)
-        )
+        new = torch.where(seen, self.beta * self.scores + (1.0 - self.beta) * mean, self.scores)
+        if self.ranked_mask_id >= 0:
+            # [MASK]: the expected importance of the id a masked slot hides -- the mean of the new
+            # scores over this step's real slots (ids weighted by their slot counts; pinned ids
+            # and [PAD] left out), the same for every [MASK] row, so it tells nothing of one row's
+            # target
+            c = counts.index_fill(0, self.fixed_ids, 0.0)
+            n = c.sum()
+            expected = (c * new).sum() / n.clamp(min=1.0)
+            some = n > 0 if valid is None else (n > 0) & valid
+            at_mask = new.narrow(0, self.ranked_mask_id, 1)
+            at_mask.copy_(torch.where(some, expected, at_mask))
+        self.scores.copy_(new)
         self._repin()

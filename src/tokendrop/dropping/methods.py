@@ -345,6 +345,9 @@ VARIANTS: dict[str, DropVariant] = {
 DROP_VARIANTS = tuple(VARIANTS)
 LTD_SCHEDULES = ("fixed_linear", "linear")
 IMPORTANCE_INITS = ("auto", "constant", "dense_pass", "frequency")
+# how the selection treats [MASK] rows: pinned (always kept, the paper) | ranked (scored like any
+# row, at the expected importance of a masked slot's target; docs/design.md §2.3)
+MASK_ROWS = ("pinned", "ranked")
 
 
 @dataclass
@@ -364,6 +367,17 @@ class DropConfig:
              ``L//2, L``; random_ltd: ``1, L - 1``).
     consistency_weight: ScTD's semantic-consistency term on top of token dropping (docs/design.md
              §2.11); 0 = plain token dropping.
+    dense_start_share: the first share of the run's steps trained dense (no dropping; a loss-
+             learning method's importance still learns from their losses); then dropping.
+    random_start_share: the next share of the steps selects uniformly at random (method
+             ``random``'s rule) while a loss-learning method's importance learns; then the method.
+    stage2_fraction: the last share of the steps trained dense (the paper's stage 2).
+             The phases run in that order: dense start, random start, the method, stage 2; their
+             shares sum to at most 1 (shares of ``train.steps``, or of a time budget's progress).
+    mask_rows: ``pinned`` (the paper: [MASK] rows always kept) or ``ranked`` (a [MASK] row is
+             ranked like any other, at the mean importance of the step's prediction targets; ties
+             among [MASK] rows broken at random; a loss-learning method only; docs/design.md
+             §2.3).
     """
 
     method: str = "none"
@@ -377,6 +391,9 @@ class DropConfig:
     keep_mlm_targets: bool = False  # beyond the paper: never drop a prediction slot's position
     pinned_tokens: list[str] = field(default_factory=list)  # extra tokens always kept
     stage2_fraction: float = 0.0  # last fraction of the steps trained without dropping
+    dense_start_share: float = 0.0  # first share of the steps trained dense (importance learns)
+    random_start_share: float = 0.0  # next share: uniformly random selection (importance learns)
+    mask_rows: str = "pinned"  # pinned | ranked ([MASK] rows scored like any row; MASK_ROWS)
     counts_path: str = (
         ""  # frequency method: .npy of per-id corpus counts ("" = from prepared data)
     )
@@ -471,18 +488,51 @@ class DropConfig:
             return 0
         return train_steps - int(round(self.stage2_fraction * train_steps))
 
+    def dense_start_steps(self, train_steps: int) -> int:
+        """How many first steps of a ``train_steps``-step run are dense (``dense_start_share`` of
+        them); 0 when nothing drops."""
+        if not self.enabled:
+            return 0
+        return int(round(self.dense_start_share * train_steps))
+
+    def random_start_end(self, train_steps: int) -> int:
+        """The first step of a ``train_steps``-step run that selects by the method again (the
+        random start, ``random_start_share`` of the steps, follows the dense start)."""
+        return int(round((self.dense_start_share + self.random_start_share) * train_steps))
+
     def dropping_at(self, step: int, train_steps: int, progress: float = 0.0) -> bool:
-        """Whether optimizer step ``step`` (0-based) drops tokens: every step of a run without stage
-        2; before :meth:`stage2_start` in a run of ``train_steps`` steps; while less than ``1 -
-        stage2_fraction`` of a time budget is used (``train_steps`` 0, ``progress`` the share
-        used)."""
+        """Whether optimizer step ``step`` (0-based) drops tokens: in a run of ``train_steps``
+        steps, from :meth:`dense_start_steps` to before :meth:`stage2_start`; in a time-budgeted
+        run (``train_steps`` 0, ``progress`` the share used) while ``dense_start_share <=
+        progress < 1 - stage2_fraction``.  Every step when both shares are 0."""
         if not self.enabled:
             return False
-        if self.stage2_fraction <= 0:
+        if self.stage2_fraction <= 0 and self.dense_start_share <= 0:
             return True
         if train_steps > 0:
-            return step < self.stage2_start(train_steps)
-        return progress < 1.0 - self.stage2_fraction
+            return self.dense_start_steps(train_steps) <= step < self.stage2_start(train_steps)
+        return self.dense_start_share <= progress < 1.0 - self.stage2_fraction
+
+    def random_at(self, step: int, train_steps: int, progress: float = 0.0) -> bool:
+        """Whether a dropping step ``step`` selects uniformly at random (the random start: before
+        :meth:`random_start_end`, or ``progress < dense_start_share + random_start_share`` in a
+        time-budgeted run)."""
+        if self.random_start_share <= 0 or not self.enabled:
+            return False
+        if train_steps > 0:
+            return step < self.random_start_end(train_steps)
+        return progress < self.dense_start_share + self.random_start_share
+
+    def learns_at(self, step: int, train_steps: int, progress: float = 0.0) -> bool:
+        """Whether step ``step``'s losses update the importance vector (a loss-learning method's
+        dropping steps and its dense start; never stage 2)."""
+        if not self.enabled:
+            return False
+        if self.dropping_at(step, train_steps, progress):
+            return True
+        if train_steps > 0:
+            return step < self.dense_start_steps(train_steps)
+        return progress < self.dense_start_share
 
     def consistency_at(self, step: int) -> bool:
         """ScTD's cadence: whether a dropping step ``step`` also runs the dense pass and the [CLS]
@@ -540,12 +590,45 @@ class DropConfig:
                 "drop.importance_init_batches: expected a positive integer, got "
                 f"{self.importance_init_batches}"
             )
-        if not 0.0 <= self.stage2_fraction <= 1.0:
-            raise ConfigError(
-                f"drop.stage2_fraction: expected a fraction in [0, 1], got {self.stage2_fraction}"
-            )
+        self._validate_phases()
         self._validate_ltd(num_layers)
         self._validate_consistency()
+
+    def _validate_phases(self) -> None:
+        for name in ("dense_start_share", "random_start_share", "stage2_fraction"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+                raise ConfigError(f"drop.{name}: expected a fraction in [0, 1], got {v}")
+        total = self.dense_start_share + self.random_start_share + self.stage2_fraction
+        if total > 1.0 + 1e-9:
+            raise ConfigError(
+                "drop.dense_start_share + drop.random_start_share + drop.stage2_fraction: "
+                f"expected at most 1 (the run's steps), got {total:g}; lower one of them"
+            )
+        row = self.selection
+        if self.random_start_share > 0 and not (
+            row.drops and row.reads_scores and not row.per_layer and self.variant_row.selects
+        ):
+            scored = ", ".join(
+                n for n, m in METHODS.items() if m.drops and m.reads_scores and not m.per_layer
+            )
+            raise ConfigError(
+                "drop.random_start_share: a random start replaces a scored selection "
+                f"({scored}, with a selecting variant); method {self.method!r} / variant "
+                f"{self.variant!r} has none (set it to 0)"
+            )
+        if self.mask_rows not in MASK_ROWS:
+            raise ConfigError(
+                f"drop.mask_rows: unknown {self.mask_rows!r}; expected one of "
+                f"{', '.join(MASK_ROWS)}"
+            )
+        if self.mask_rows != "pinned" and not (row.learns_from_loss and self.variant_row.selects):
+            learning = ", ".join(LOSS_METHODS)
+            raise ConfigError(
+                f"drop.mask_rows: {self.mask_rows!r} scores [MASK] rows by the targets' learned "
+                f"importance, which only a loss-learning method keeps ({learning}); method "
+                f"{self.method!r} / variant {self.variant!r} keeps 'pinned'"
+            )
 
     def _validate_ltd(self, num_layers: int) -> None:
         if not 0.0 < self.ltd_start_fraction <= 1.0:

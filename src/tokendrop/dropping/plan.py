@@ -4,15 +4,17 @@ data's special ids, answers everything a training step needs from token dropping
 
 Per optimizer step a loop asks, in this order:
 
-* :meth:`DropPlan.at` -> :class:`DropStep`: whether the step drops (stage 2, the last
-  ``stage2_fraction`` of the run, is dense), the kept count M (the variant's rate, or random-LTD's
-  ramp at this step) and whether ScTD's consistency term runs (its every-k cadence);
+* :meth:`DropPlan.at` -> :class:`DropStep`: whether the step drops (a dense start, the first
+  ``dense_start_share`` of the run, and stage 2, the last ``stage2_fraction``, are dense), whether
+  it selects at random (the random start, ``random_start_share``), whether its losses update the
+  importance, the kept count M (the variant's rate, or random-LTD's ramp at this step) and whether
+  ScTD's consistency term runs (its every-k cadence);
 * :meth:`DropPlan.keep_idx`: the kept positions of a batch -- (B, M) from the selection method
   (top-M importance, frequency, random, half-random), (S, B, M) for a per-layer method, None when
   the variant pools (avg) or a per-layer method is at full length;
-* :meth:`DropPlan.update`, after the optimizer step: the importance update from the step's per-slot
-  losses (all-reduced across ranks under ``torch.distributed``; a method that learns nothing:
-  no-op);
+* :meth:`DropPlan.update`, after the optimizer step of a step that learns (``DropStep.learns``):
+  the importance update from the step's per-slot losses (all-reduced across ranks under
+  ``torch.distributed``; a method that learns nothing: no-op);
 * :meth:`DropPlan.flops`: the step's analytic FLOPs (``tokendrop.dropping.flops``).
 
 The rules themselves are ``DropConfig``'s and its registries' (``tokendrop.dropping.methods``); the
@@ -26,7 +28,8 @@ trainer's step (``tokendrop.train.step``), the ``transformers`` integration, ``b
         at = plan.at(step, batch["input_ids"].shape[1])
         keep = plan.keep_idx(batch["input_ids"], at)
         ...  # forward with keep_idx=keep (drop_active=at.dropping), backward, optimizer step
-        plan.update(labels, nll, weights)
+        if at.learns:
+            plan.update(labels, nll, weights)
 """
 
 from __future__ import annotations
@@ -51,22 +54,29 @@ class DropStep:
 
     step: int  # the optimizer step, 0-based
     seq_len: int  # T of this step's sequences
-    dropping: bool  # the span keeps ``kept`` rows (False: a dense step -- stage 2, or no dropping)
+    # the span keeps ``kept`` rows (False: a dense step -- a dense start, stage 2, or no dropping)
+    dropping: bool
     kept: int  # M: rows kept in the span (``seq_len`` on a dense step)
     consistency: bool  # ScTD's dense pass and [CLS] KL term run on this step
+    random_selection: bool = False  # the random start: uniformly random kept rows
+    # the step's losses update the importance (None: as ``dropping``; True on a dense start)
+    learns: bool | None = None
 
     def __post_init__(self):
         for name in ("step", "seq_len", "kept"):
             check_arg("DropStep", name, getattr(self, name), int, "an int")
+        if self.learns is None:
+            object.__setattr__(self, "learns", bool(self.dropping))
 
     @property
     def kept_fraction(self) -> float:
         return self.kept / self.seq_len
 
     @classmethod
-    def dense(cls, step: int, seq_len: int) -> DropStep:
-        """A step that drops nothing (what :meth:`DropPlan.at` gives in stage 2)."""
-        return cls(step, seq_len, False, seq_len, False)
+    def dense(cls, step: int, seq_len: int, learns: bool = False) -> DropStep:
+        """A step that drops nothing (what :meth:`DropPlan.at` gives in stage 2; ``learns`` on a
+        dense start)."""
+        return cls(step, seq_len, False, seq_len, False, learns=learns)
 
 
 class DropPlan:
@@ -158,10 +168,12 @@ class DropPlan:
 
     @property
     def needs_length(self) -> str | None:
-        """What needs the run's length (``total_steps``), if anything: stage 2, random-LTD's
-        ramp."""
-        if self.drop.enabled and self.drop.stage2_fraction > 0:
-            return "stage2_fraction"
+        """What needs the run's length (``total_steps``), if anything: the phases (stage 2, a dense
+        or random start), random-LTD's ramp."""
+        if self.drop.enabled:
+            for name in ("stage2_fraction", "dense_start_share", "random_start_share"):
+                if getattr(self.drop, name) > 0:
+                    return name
         if self.drop.per_layer:
             return f"{self.drop.method}'s kept-count ramp"
         return None
@@ -195,22 +207,25 @@ class DropPlan:
         return self.drop.kept_rows(seq_len, step, self._length(), progress)
 
     def dropping(self, step: int, progress: float = 0.0) -> bool:
-        """Whether ``step`` drops tokens (``DropConfig.dropping_at``: stage 2 does not)."""
+        """Whether ``step`` drops tokens (``DropConfig.dropping_at``: a dense start and stage 2 do
+        not)."""
         return self.drop.dropping_at(step, self._length(), progress)
 
     def at(self, step: int, seq_len: int, progress: float = 0.0) -> DropStep:
         """Optimizer step ``step`` (0-based) over sequences of ``seq_len`` tokens, ``progress`` (in
-        [0, 1]) of a time budget used: whether it drops, M, and ScTD's cadence."""
+        [0, 1]) of a time budget used: whether it drops, selects at random and learns, M, and
+        ScTD's cadence (decided on the host from the step: no device value is read)."""
         total = self._length()
         dropping = self.drop.dropping_at(step, total, progress)
         if not dropping:
-            return DropStep.dense(step, seq_len)
+            return DropStep.dense(step, seq_len, self.drop.learns_at(step, total, progress))
         return DropStep(
             step,
             seq_len,
             True,
             self.drop.kept_rows(seq_len, step, total, progress),
             self.drop.consistency_at(step),
+            random_selection=self.drop.random_at(step, total, progress),
         )
 
     # -- selection and update -------------------------------------------------------------------
@@ -222,18 +237,19 @@ class DropPlan:
         kept: int,
         mlm_positions: Tensor | None = None,
         mlm_weights: Tensor | None = None,
+        random: bool = False,
     ) -> Tensor | None:
         """The kept positions of ``input_ids`` (B, T) at M = ``kept``: (B, M) ascending (the
-        method's selection; ``mlm_positions``/``mlm_weights`` for ``keep_mlm_targets``), (S, B, M)
-        for a per-layer method (None when M = T: a dense pass), None when nothing selects (avg
-        pools)."""
+        method's selection, or a uniform draw when ``random``; ``mlm_positions``/``mlm_weights``
+        for ``keep_mlm_targets``), (S, B, M) for a per-layer method (None when M = T: a dense
+        pass), None when nothing selects (avg pools)."""
         if self.selector is None:
             return None
         if self.drop.per_layer:
             if kept >= input_ids.shape[1]:
                 return None
             return self.selector.select_layers(input_ids, kept, self.half_layers)
-        return self.selector.select(input_ids, mlm_positions, mlm_weights)
+        return self.selector.select(input_ids, mlm_positions, mlm_weights, random=random)
 
     def keep_idx(
         self,
@@ -245,15 +261,17 @@ class DropPlan:
         """:meth:`select` at step ``at`` (None on a dense step)."""
         if not at.dropping:
             return None
-        return self.select(input_ids, at.kept, mlm_positions, mlm_weights)
+        return self.select(
+            input_ids, at.kept, mlm_positions, mlm_weights, random=at.random_selection
+        )
 
     def update(
         self, labels: Tensor, nll: Tensor, weights: Tensor, valid: Tensor | None = None
     ) -> None:
-        """After the optimizer step of a dropping step: the importance vector learns the step's
-        per-slot losses (``TokenSelector.update``: labels/nll/weights (..., P); ``valid`` a 0-dim
-        bool, False for a skipped step; all-reduced across ranks); nothing for a method that learns
-        nothing."""
+        """After the optimizer step of a step that learns (``DropStep.learns``): the importance
+        vector learns the step's per-slot losses (``TokenSelector.update``: labels/nll/weights
+        (..., P); ``valid`` a 0-dim bool, False for a skipped step; all-reduced across ranks);
+        nothing for a method that learns nothing."""
         if self.learns:
             self.selector.update(labels, nll, weights, valid=valid)
 

@@ -63,9 +63,16 @@ def resolve_mode(value: bool | str, device: torch.device) -> str:
 def compiled_shapes(cfg: Config, lengths: list[int]) -> int:
     """At most how many graphs a run of ``cfg`` compiles: per sequence length it trains at, one for
     its dropping steps (random-LTD: one per kept count its ramp takes, multiples of
-    ``drop.ltd_step``) and one for its dense steps (stage 2; a run without dropping)."""
+    ``drop.ltd_step``) and one for its dense steps (stage 2, a dense start; a run without
+    dropping)."""
     drop, tc = cfg.drop, cfg.train
-    dense = not drop.enabled or bool(tc.time_budget) or drop.stage2_fraction > 0 or drop.per_layer
+    dense = (
+        not drop.enabled
+        or bool(tc.time_budget)
+        or drop.stage2_fraction > 0
+        or drop.dense_start_share > 0
+        or drop.per_layer
+    )
     n = 0
     for t in lengths:
         kinds = int(dense)

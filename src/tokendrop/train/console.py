@@ -194,6 +194,13 @@ def dropping_line(cfg, seq_len: int) -> str:
         if d.stage2_fraction
         else ""
     )
+    if d.dense_start_share:
+        stage2 += f"; dense for the first {d.dense_start_share:.0%} of the steps"
+    if d.random_start_share:
+        after = " after it" if d.dense_start_share else ""
+        stage2 += f"; random selection for {d.random_start_share:.0%} of the steps{after}"
+    if d.mask_rows != "pinned":
+        stage2 += f"; [MASK] rows {d.mask_rows}"
     return (
         f"ON: {d.method}/{d.variant}, {kept} in layers [{start}, {end}) of {layers}{stage2}; FLOP "
         "bound "

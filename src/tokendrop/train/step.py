@@ -114,7 +114,7 @@ class MLMStep:
         elif bool(finite):
             self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        if at.dropping:
+        if at.learns:  # a dropping step, or a dense start's (DropConfig.learns_at)
             self.plan.update(
                 torch.cat([mb["mlm_labels"] for mb in micro]),
                 torch.cat(all_nll),

@@ -13,6 +13,7 @@ import torch
 from tokendrop.dropping.flops import flop_ratio
 from tokendrop.errors import ConfigError
 from tokendrop.lab.study import load_study, plan_runs, run_study
+from tokendrop.lab.study.data import data_fingerprint
 from tokendrop.lab.study.plan import ARMS, flops_fraction
 
 SELECTING = {"token-drop", "freq", "rand", "strong-token-drop"}
@@ -153,3 +154,36 @@ def test_small_scratch_study_reruns_and_resumes(small_study):
     assert sum(1 for r in recs if r.get("event") == "start") == 1  # resumed, not restarted
     runs = json.loads((out / "study.json").read_text())["runs"]
     assert [d["step"] for d in runs["token-drop-seed1"]["selection"]] == [4, 8]
+
+
+REMEDIES = {
+    "token-drop-dense-start": {"dense_start_share": 0.1},
+    "token-drop-random-start": {"random_start_share": 0.1},
+    "token-drop-freq-prior": {"importance_init": "frequency"},
+    "token-drop-mask-unpinned": {"mask_rows": "ranked"},
+}
+
+
+def test_remedies_preset_is_study_scratch_with_the_four_remedy_arms(tmp_path):
+    """configs/study-scratch-remedies.toml: study-scratch's data (the same fingerprint, so its
+    prepared directory is reused), model and schedule; each arm is study-scratch's token-drop run
+    with one [drop] option changed; the dense start's FLOPs count its dense steps."""
+    main, rem = load_study("study-scratch"), load_study("study-scratch-remedies")
+    assert data_fingerprint(rem) == data_fingerprint(main)
+    assert rem.base_overrides == main.base_overrides and rem.base == main.base
+    assert (rem.seeds, rem.parallel, rem.methods) == ([0], 1, list(REMEDIES))
+    assert {ARMS[m].group for m in rem.methods} == {"remedy"}
+    td = {r.name: r.cfg for r in plan_runs(main, None, tmp_path)}["token-drop-seed0"]
+    for run in plan_runs(rem, None, tmp_path):
+        arm = run.method.name
+        want = dataclasses.replace(td.drop, **REMEDIES[arm])
+        assert run.cfg.drop == want, arm
+        assert run.cfg.model == td.model and run.cfg.data.seq_len == td.data.seq_len
+        assert run.cfg.train.steps == td.train.steps == 3000
+        assert (run.cfg.train.keep_checkpoints, run.cfg.train.ckpt_every) == (5, 750)
+    ratio = flops_fraction(main, ARMS["token-drop"])
+    assert flops_fraction(rem, ARMS["token-drop-dense-start"]) == pytest.approx(
+        0.1 + 0.9 * ratio
+    )
+    for arm in ("token-drop-random-start", "token-drop-freq-prior", "token-drop-mask-unpinned"):
+        assert flops_fraction(rem, ARMS[arm]) == pytest.approx(ratio)

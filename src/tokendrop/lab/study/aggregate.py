@@ -61,13 +61,21 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     bs = cfg.train.batch_size
     f_drop = step_flops(cfg.model, T, bs, cfg.drop if cfg.drop.enabled else None).total
     f_dense = step_flops(cfg.model, T, bs, None).total
-    s2 = cfg.drop.stage2_start(cfg.train.fixed_steps)  # 0 when nothing drops
-    cum = None  # random_ltd's schedule / ScTD's dense passes: per-step FLOPs, summed
-    if cfg.drop.enabled and (cfg.drop.per_layer or cfg.drop.consistency_weight > 0):
+    n = cfg.train.fixed_steps
+    s2 = cfg.drop.stage2_start(n)  # 0 when nothing drops
+    cum = None  # per-step FLOPs, summed: random_ltd's schedule, ScTD's passes, a dense start
+    if cfg.drop.enabled and (
+        cfg.drop.per_layer or cfg.drop.consistency_weight > 0 or cfg.drop.dense_start_share > 0
+    ):
+        per = (
+            dropping_step_flops(cfg.model, T, bs, cfg.drop, n)
+            if cfg.drop.per_layer or cfg.drop.consistency_weight > 0
+            else [f_drop] * n
+        )
         cum = [
             0,
             *itertools.accumulate(
-                dropping_step_flops(cfg.model, T, bs, cfg.drop, cfg.train.fixed_steps)[:s2]
+                f if cfg.drop.dropping_at(k, n) else f_dense for k, f in enumerate(per)
             ),
         ]
 
@@ -79,7 +87,7 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
         if step in logged:
             return logged[step]
         if cum is not None:
-            return cum[min(int(step), s2)] + f_dense * max(0.0, step - s2)
+            return cum[min(int(step), n)] + f_dense * max(0.0, step - n)
         return f_drop * min(step, s2) + f_dense * max(0.0, step - s2)
 
     ends = [e for e in events if e.get("event") == "end"]

@@ -229,6 +229,41 @@ ARMS.update(
         ]
     }
 )
+# remedies for a lagging from-scratch token drop (configs/study-scratch-remedies.toml): the
+# token-drop arm plus one change each.  10%: study-scratch's dense run leaves the unigram plateau
+# near step 300 of 3,000 (docs/study-scratch/calibration.md)
+REMEDY_START = 0.1
+ARMS.update(
+    {
+        m.name: m
+        for m in [
+            MethodSpec(
+                "token-drop-dense-start",
+                "token drop after a 10% dense start",
+                _drop("cumulative") + (f"drop.dense_start_share={REMEDY_START!r}",),
+                group="remedy",
+            ),
+            MethodSpec(
+                "token-drop-random-start",
+                "token drop, random selection for the first 10%",
+                _drop("cumulative") + (f"drop.random_start_share={REMEDY_START!r}",),
+                group="remedy",
+            ),
+            MethodSpec(
+                "token-drop-freq-prior",
+                "token drop, importance starting from frequencies",
+                _drop("cumulative") + ("drop.importance_init='frequency'",),
+                group="remedy",
+            ),
+            MethodSpec(
+                "token-drop-mask-unpinned",
+                "token drop, [MASK] rows ranked (not pinned)",
+                _drop("cumulative") + ("drop.mask_rows='ranked'",),
+                group="remedy",
+            ),
+        ]
+    }
+)
 PAPER_DROP_RATES = [0.0, 0.25, 0.5, 0.625, 0.75]
 RUN_ORDERS = ("method", "seed")
 # source = "minilm": all-MiniLM-L6-v2, fetched from PyPI (tokendrop.lab.fetch.fetch_minilm)
@@ -489,13 +524,22 @@ def _traced(method: MethodSpec) -> bool:
 
 
 def flops_fraction(study: StudyConfig, method: MethodSpec) -> float:
-    """FLOPs per step of ``method``'s runs / a dense run's (the analytic model, at the study's T and
-    vocabulary: study.vocab_size, else the base config's)."""
+    """FLOPs per step of ``method``'s runs / a dense run's, over the whole run (the analytic model,
+    at the study's T and vocabulary: study.vocab_size, else the base config's): a dense start and
+    stage 2 count as dense steps."""
     cfg = load_config(study.base, list(study.base_overrides) + list(method.overrides))
     model = cfg.model
     if study.vocab_size != VOCAB_SOURCE:
         model = dataclasses.replace(model, vocab_size=study.vocab_size)
-    return flop_ratio(model, study.seq_len, cfg.drop) if cfg.drop.enabled else 1.0
+    if not cfg.drop.enabled:
+        return 1.0
+    ratio = flop_ratio(model, study.seq_len, cfg.drop)
+    n = cfg.train.fixed_steps
+    if n <= 0:  # a time budget: the phases' shares
+        dense = cfg.drop.dense_start_share + cfg.drop.stage2_fraction
+        return dense + (1.0 - dense) * ratio
+    dropping = cfg.drop.stage2_start(n) - cfg.drop.dense_start_steps(n)
+    return (dropping * ratio + (n - dropping)) / n
 
 
 def plan_runs(

@@ -920,7 +920,11 @@ def _add_study(sub) -> None:
     )
     _add_config_args(s, example="seeds=[0]", metavar="KEY=VALUE")
     s.add_argument("--out", required=True)
-    s.add_argument("--only", nargs="*", help="run only these methods")
+    s.add_argument(
+        "--only",
+        nargs="*",
+        help="pretrain only these methods (no name: none -- the report over the finished runs)",
+    )
     s.add_argument(
         "--overwrite",
         action="store_true",

@@ -8,8 +8,9 @@ nothing here imports ``config``, ``models``, ``train`` or ``data``):
   (a ``SelectionMethod`` row per ``drop.method``: its facts, its selection, its kept-count rule --
   random-LTD's ramp among them) and ``VARIANTS`` (a ``DropVariant`` row per ``drop.variant``:
   pooling, frozen keys/values, where it merges, its span and kept count); the per-step rules of a
-  config (``kept_rows``, ``stage2_start`` / ``dropping_at``, ScTD's ``consistency_at``).  Imports no
-  torch at module level (a config parses without it).
+  config (``kept_rows``; the phases -- a dense start, a random start, stage 2 -- ``dropping_at`` /
+  ``random_at`` / ``learns_at``; ScTD's ``consistency_at``).  Imports no torch at module level (a
+  config parses without it).
 * ``engine``      -- which rows each layer sees: ``DropSpan`` and ``run_layers``, the layer schedule
   both families' encoders run (gather, pool, scatter).
 * ``importance``  -- ``TokenSelector``: the importance vector and the random generator; selection

@@ -15,6 +15,7 @@ from tokendrop.errors import ConfigError
 from tokendrop.lab.study import load_study, plan_runs, run_study
 from tokendrop.lab.study.data import data_fingerprint
 from tokendrop.lab.study.plan import ARMS, flops_fraction
+from tokendrop.train.resume import load_run_config
 
 SELECTING = {"token-drop", "freq", "rand", "strong-token-drop"}
 
@@ -187,3 +188,73 @@ def test_remedies_preset_is_study_scratch_with_the_four_remedy_arms(tmp_path):
     )
     for arm in ("token-drop-random-start", "token-drop-freq-prior", "token-drop-mask-unpinned"):
         assert flops_fraction(rem, ARMS[arm]) == pytest.approx(ratio)
+
+
+@pytest.mark.slow
+def test_remedy_runs_copied_into_a_study_are_reported_beside_its_arms(tmp_path):
+    """The preset header's recipe on a small study: a second study on a copy of the first's
+    prepared data prepares nothing; its runs copied into the first and the report made with the
+    methods extended and ``only=[]`` (nothing trained): the remedy arms appear with their seed
+    count in their label, their one seed judged without a spread of its own."""
+    base = load_study("study-tiny").base_overrides + ["train.steps=10"]  # a 1-step dense start
+    common = [f"base_overrides={json.dumps(base)}", "drop_rates=[]", "evaluate=false"]
+    arms, remedies = ["baseline", "token-drop"], ["token-drop-dense-start", "token-drop-freq-prior"]
+    main, rem = tmp_path / "main", tmp_path / "rem"
+    n = torch.get_num_threads()
+    try:
+        run_study("study-tiny", main, common + [f"methods={arms}", "seeds=[0, 1]"], progress=False)
+        rem.mkdir()
+        shutil.copy(main / ".tokendrop.json", rem)
+        shutil.copytree(main / "data", rem / "data")
+        stamp = rem / "data" / "prepared.json"
+        stamp.write_text(
+            stamp.read_text().replace(str(main.resolve() / "data"), str(rem.resolve() / "data"))
+        )
+        bins = {p: p.stat().st_mtime_ns for p in (rem / "data").rglob("*.bin")}
+        run_study(
+            "study-tiny",
+            rem,
+            common
+            + [
+                f"methods={remedies}",
+                "seeds=[0]",
+                f"baseline_arm='{remedies[0]}'",
+                f"inspect_method='{remedies[0]}'",
+            ],
+            progress=False,
+        )
+        assert {p: p.stat().st_mtime_ns for p in (rem / "data").rglob("*.bin")} == bins
+        cfg = load_run_config(rem / "runs" / f"{remedies[0]}-seed0")
+        assert str(rem.resolve() / "data") in cfg.data.path
+        for arm in remedies:
+            shutil.copytree(rem / "runs" / f"{arm}-seed0", main / "runs" / f"{arm}-seed0")
+        before = sorted(p.name for p in (main / "runs").iterdir())
+        run_study(
+            "study-tiny",
+            main,
+            common + [f"methods={arms + remedies}", "seeds=[0, 1]"],
+            only=[],
+            progress=False,
+        )
+    finally:
+        torch.set_num_threads(n)
+    assert sorted(p.name for p in (main / "runs").iterdir()) == before  # nothing trained
+    data = json.loads((main / "study.json").read_text())
+    methods = data["methods"]
+    assert methods["token-drop"]["seeds"] == [0, 1]
+    assert methods["token-drop"]["label"] == ARMS["token-drop"].label
+    dense_start = ARMS["token-drop-dense-start"].label + " (1 of 2 seeds)"
+    assert methods["token-drop-dense-start"]["seeds"] == [0]
+    assert methods["token-drop-dense-start"]["label"] == dense_start
+    # a dense start costs more FLOPs than plain token drop, less than dense
+    fl = {k: methods[k]["rel_flops"] for k in ("token-drop", "token-drop-dense-start")}
+    assert fl["token-drop"] < fl["token-drop-dense-start"] < 1.0
+    t1 = (main / "tables" / "table1.md").read_text()
+    row = next(x for x in t1.splitlines() if x.startswith(f"| {dense_start} |"))
+    assert "**" not in row  # one seed is no mean to rank among the arms' means
+    one = data["runs"]["token-drop-dense-start-seed0"]["final_eval_loss"]
+    same = data["runs"]["token-drop-seed0"]["final_eval_loss"]
+    md = (main / "study.md").read_text()
+    assert f"Remedy **{dense_start}** (1 seed(s)" in md
+    assert "one seed, no spread of its own" in md
+    assert f"(on the same seed(s) [0]: {one - same:+.4f})" in md

@@ -3,9 +3,11 @@ applied on CPU) of every loop iteration of real ``pretrain`` runs finds no op th
 CUDA host wait, in every iteration that does not log, evaluate or checkpoint.
 
 The grid is derived from the registries: every method x variant (``combos.method_variant_combos``),
-ScTD on/off where it applies, both families (``FAMILIES``), packed and padded rows, per-document
-attention and sliding windows (as bands: the band block is lowered so T = 64 rows use them), no
-warm-up / a length warm-up / a batch warm-up, a step count or a time budget.  The default run takes
+ScTD on/off where it applies, the phases on/off where dropping is on (a dense start, a random start
+where the method ranks by score, [MASK] rows ranked where it learns from the loss), both families
+(``FAMILIES``), packed and padded rows, per-document attention and sliding windows (as bands: the
+band block is lowered so T = 64 rows use them), no warm-up / a length warm-up / a batch warm-up, a
+step count or a time budget.  The default run takes
 a covering subset (every value of every factor at least once); the full grid is ``slow``.  DDP
 (gloo, two processes) is ``slow`` too.
 """
@@ -39,6 +41,21 @@ def _sctd_applies(method: str, variant: str) -> bool:
     return m.drops and not m.per_layer and variant != "avg"
 
 
+def _phase_overrides(method: str, variant: str) -> list[str]:
+    """The phases a (method, variant) takes: a dense start wherever dropping is on, then a random
+    start where the method ranks one subset by score, and [MASK] rows ranked where it learns from
+    the loss (DropConfig's rules); [] where dropping is off."""
+    m, pools = METHODS[method], variant == "avg"
+    if not (m.drops or pools):
+        return []
+    ov = ["drop.dense_start_share=0.25"]
+    if m.drops and m.reads_scores and not m.per_layer and not pools:
+        ov.append("drop.random_start_share=0.25")
+    if m.learns_from_loss and not pools:
+        ov.append("drop.mask_rows='ranked'")
+    return ov
+
+
 def full_grid() -> list[tuple]:
     cases = []
     for (method, variant), family, rows, warm, budget in itertools.product(
@@ -51,7 +68,8 @@ def full_grid() -> list[tuple]:
         if warm == "length" and rows == "padded":
             continue  # a length warm-up cuts packed rows only (refused otherwise)
         for sctd in (False, True) if _sctd_applies(method, variant) else (False,):
-            cases.append((method, variant, sctd, family, rows, warm, budget))
+            for phases in (False, True) if _phase_overrides(method, variant) else (False,):
+                cases.append((method, variant, sctd, family, rows, warm, budget, phases))
     return cases
 
 
@@ -73,7 +91,7 @@ SLOW = [c for c in GRID if c not in DEFAULT]
 
 
 def _overrides(case, data) -> list[str]:
-    method, variant, sctd, family, rows, warm, budget = case
+    method, variant, sctd, family, rows, warm, budget, phases = case
     ov = [
         f'data.path="{data}"',
         f"drop.method={method}",
@@ -88,6 +106,8 @@ def _overrides(case, data) -> list[str]:
     ]
     if sctd:
         ov += ["drop.consistency_weight=0.05", "drop.consistency_every=1"]
+    if phases:
+        ov += _phase_overrides(method, variant)
     # the tiny run as the family's model, with per-document attention (packed rows) and 16-token
     # windows wherever the family has them: every family of the registry, none named here
     ov += [f"model.family={family}", 'model.document_attention="on"']
@@ -161,13 +181,14 @@ def _check(case, request, tmp_path, monkeypatch):
 
 
 def _id(case) -> str:
-    method, variant, sctd, family, rows, warm, budget = case
-    return f"{method}-{variant}{'-sctd' if sctd else ''}-{family}-{rows}-{warm}-{budget}"
+    method, variant, sctd, family, rows, warm, budget, phases = case
+    extra = ("-sctd" if sctd else "") + ("-phases" if phases else "")
+    return f"{method}-{variant}{extra}-{family}-{rows}-{warm}-{budget}"
 
 
 def test_grid_is_derived_and_covered():
     assert len(GRID) > len(DEFAULT) > 0
-    for i in range(7):
+    for i in range(8):
         assert {c[i] for c in DEFAULT} == {c[i] for c in GRID}
     assert {c[:2] for c in DEFAULT} == {c[:2] for c in GRID}
     print(f"census grid: {len(GRID)} cases, {len(DEFAULT)} in the default run")

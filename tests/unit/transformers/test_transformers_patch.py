@@ -24,6 +24,7 @@ from tokendrop.dropping.consistency import ClsTaps, consistency_term  # noqa: E4
 from tokendrop.dropping.methods import (  # noqa: E402
     DROP_VARIANTS,
     METHODS,
+    PIN_HIGH,
     VARIANTS,
     DropConfig,  # noqa: E402
 )
@@ -528,6 +529,31 @@ def test_random_ltd_ramp_and_stage2_follow_the_step():
     no_length = apply_token_dropping(_hf("bert"), method="random_ltd", special_ids=SPECIAL).train()
     with pytest.raises(TokenDroppingError, match="total_steps"):
         no_length(input_ids=ids, labels=labels)
+
+
+def test_the_dense_and_random_starts_follow_the_step():
+    """A dense start runs the unpatched forward (every row kept) while the importance learns; the
+    random start then drops at the rate; the ranked [MASK] id is not pinned."""
+    m = apply_token_dropping(
+        _hf("bert"),
+        dense_start_share=0.2,
+        random_start_share=0.2,
+        mask_rows="ranked",
+        total_steps=10,
+        special_ids=SPECIAL,
+    ).train()
+    st = token_dropping_state(m)
+    ids, mask, labels, _, _ = _batch(32, pad=False)
+    seen = []
+    before = st.importance.clone()
+    for step in range(6):
+        st.step = step
+        at = st.now(ids.shape[1])
+        m(input_ids=ids, labels=labels)
+        seen.append((st.dropping_now(), at.random_selection))
+    assert seen == [(False, False)] * 2 + [(True, True)] * 2 + [(True, False)] * 2
+    assert not torch.equal(st.importance, before)
+    assert st.importance[SPECIAL["mask"]] < PIN_HIGH
 
 
 def test_importance_is_skipped_for_a_non_finite_loss_and_pinned_ids_stay():

@@ -51,6 +51,12 @@ def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[di
     return [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)], events
 
 
+def seeds_note(finished: int, planned: int) -> str:
+    """An arm's label suffix when fewer of its seeds finished than the study plans (its means and
+    spreads are over those alone): " (1 of 3 seeds)"; "" when all did."""
+    return f" ({finished} of {planned} seeds)" if finished < planned else ""
+
+
 def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResult:
     """Measured numbers of a finished run (metrics.jsonl + config; FLOPs from the analytic
     model)."""
@@ -341,7 +347,7 @@ def aggregate(
         ecols = sorted({k for r in rs for k in r.eval})
         methods[name] = MethodResult(
             name=name,
-            label=specs[0].method.label,
+            label=specs[0].method.label + seeds_note(len(rs), len(study.seeds)),
             group=specs[0].method.group,
             runs=[s.name for s in specs],
             seeds=[r.seed for r in rs],

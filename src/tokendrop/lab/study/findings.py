@@ -37,6 +37,8 @@ def verdict(
             "better than" if good > 0 else "worse than" if good < 0 else "equal to"
         ) + f" {ref} (one seed: no seed-to-seed spread to judge the difference against)"
     named = ", ".join(f"{w} {x:.3g}{unit}" for w, x in spreads)
+    if other is None:  # the method's one seed has no spread: its value is one draw
+        named += f"; {label}: one seed, no spread of its own"
     inside = [abs(diff) <= x for _, x in spreads]
     if all(inside):
         return f"within the seed-to-seed spread of each ({named}): not distinguishable from {ref}"
@@ -105,8 +107,10 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
         for n in res.order
         if n != res.baseline
         and n not in full
+        and res.methods[n].group != "remedy"
         and (res.methods[n].group in ("recipe", "schedule") or res.baseline != "baseline")
     ]
+    out += _remedies(res)
     out += _methods_that_fell_short(res)
     out += _selection_ablation(res)
     out += _stage2_and_variants(res)
@@ -253,6 +257,47 @@ def _arm(res: StudyResults, n: str) -> str:
         else f"; did not reach {R}'s final MLM loss."
     )
     return s
+
+
+def _remedies(res: StudyResults) -> list[str]:
+    """Each remedy arm (group "remedy": token drop plus one change) against the plain token-drop
+    arm and the reference arm, each difference judged by both arms' seed spreads (an arm with
+    fewer seeds says how many)."""
+    M, ref, R = res.methods, res.baseline, res.reference()
+    out = []
+    for n in res.order:
+        d = M[n]
+        if d.group != "remedy":
+            continue
+        loss = _mloss(res, n)
+        s = f"Remedy **{d.label}** ({len(d.runs)} seed(s)"
+        s += f", {100 * d.rel_flops:.1f}% of {R}'s FLOPs): " if isnum(d.rel_flops) else "): "
+        s += f"held-out MLM loss {loss:.4f}"
+        for name in dict.fromkeys(("token-drop", ref)):  # each once, token drop first
+            other = M.get(name)
+            if other is None or name == n:
+                continue
+            diff = loss - other.final_eval_loss.mean
+            who = R if name == ref else f"the {other.label}"
+            s += (
+                f"; {diff:+.4f} against {who} ({len(other.runs)} seed(s), "
+                f"{other.final_eval_loss.mean:.4f}): "
+                f"{judge(diff, d.final_eval_loss, other.final_eval_loss, False, '', d.label, who)}"
+            )
+            paired = _same_seeds(res, other, d.seeds)
+            if paired is not None and len(d.seeds) < len(other.seeds):
+                s += f" (on the same seed(s) {d.seeds}: {loss - paired:+.4f})"
+        out.append(s + ".")
+    return out
+
+
+def _same_seeds(res: StudyResults, d, seeds: list[int]) -> float | None:
+    """The mean final held-out MLM loss of arm ``d``'s runs of ``seeds`` (None unless it has all
+    of them)."""
+    by_seed = {res.runs[r].seed: res.runs[r].final_eval_loss for r in d.runs}
+    if not seeds or any(s not in by_seed for s in seeds):
+        return None
+    return mean([by_seed[s] for s in seeds])
 
 
 def _methods_that_fell_short(res: StudyResults) -> list[str]:

@@ -45,7 +45,7 @@ def command_line(
     parts = ["tokendrop", "study", "--config", str(config), "--out", str(out)]
     for o in overrides:
         parts += ["--set", o]
-    if only:
+    if only is not None:
         parts += ["--only", *only]
     return " ".join(shlex.quote(p) for p in parts)
 

@@ -168,8 +168,9 @@ def run_study(
 ) -> Path:
     """Prepare, pretrain every run, evaluate, write the tables/figures/report; -> OUT/study.md.
 
-    ``only``: pretrain just these methods (names as in ``study.methods`` or ``drop-<pct>``); the
-    evaluation and the report still cover every finished run of the study in OUT.
+    ``only``: pretrain just these methods (names as in ``study.methods`` or ``drop-<pct>``; ``[]``:
+    none -- the report alone, e.g. over runs copied into OUT from another study); the evaluation
+    and the report still cover every finished run of the study in OUT.
     With ``study.parallel > 1`` runs and fine-tuning jobs go to worker processes (forkserver/spawn):
     a script calling this must do so under ``if __name__ == "__main__":``.
     OUT is locked for the call; an existing OUT of a study is continued, and with ``overwrite``
@@ -259,13 +260,13 @@ def _run_study(
     if progress is None:
         progress = sys.stderr.isatty()
     names = study.all_methods()
-    if only:
+    if only is not None:
         bad = [n for n in only if n not in names]
         if bad:
             raise StudyError(
                 f"--only: {', '.join(bad)} not in this study's methods ({', '.join(names)})"
             )
-    selected = [n for n in names if not only or n in only]
+    selected = [n for n in names if only is None or n in only]
     state_path = out / "study-state.json"
     state = read_json(state_path, expect=None, default=None) or {}
     state.setdefault("runs", {})

@@ -83,15 +83,17 @@ def table1(res: StudyResults, study: StudyConfig) -> str:
         "| " + " | ".join(head) + " |",
         "|---|" + "---:|" * (len(head) - 1),
     ]
+    # an arm with fewer finished seeds than the study plans is no mean over the same seeds
+    complete = [n for n in names if len(methods[n].runs) >= len(study.seeds)]
     bests = {
         k: _best(
-            [methods[n].eval[k].mean for n in names if k in methods[n].eval]
+            [methods[n].eval[k].mean for n in complete if k in methods[n].eval]
             + ([src.eval[k]] if src and k in src.eval else [])
         )
         for k, _ in present
     }
     bloss = _best(
-        [methods[n].final_eval_loss.mean for n in names]
+        [methods[n].final_eval_loss.mean for n in complete]
         + ([src.final_eval_loss] if src and src.final_eval_loss is not None else []),
         lower=True,
     )
@@ -110,14 +112,16 @@ def table1(res: StudyResults, study: StudyConfig) -> str:
         row = [d.label]
         for k, _ in present:
             st = d.eval.get(k)
-            row.append(cell(st, best=st is not None and _is_best(st.mean, bests[k], 1e-9)))
+            best = n in complete and st is not None and _is_best(st.mean, bests[k], 1e-9)
+            row.append(cell(st, best=best))
         st = d.final_eval_loss
-        row.append(cell(st, 3, best=_is_best(st.mean, bloss, 1e-12)))
+        row.append(cell(st, 3, best=n in complete and _is_best(st.mean, bloss, 1e-12)))
         lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
         seed_note(res)
-        + " Best mean per column in bold. Downstream columns: best dev score over the "
+        + " Best mean per column in bold (among the arms with every seed; an arm with fewer says "
+        "so in its name). Downstream columns: best dev score over the "
         "suite's grid (see the suite settings in study.md); AX = Matthews corr. of the MNLI model; "
         "GLUE-avg / SQuAD-avg as computed by the suite over the columns shown. Held-out MLM loss: "
         "the full "

@@ -49,6 +49,7 @@ _RESUME_FIXED = (
     "drop.ltd_step",
     "drop.consistency_weight",
     "drop.consistency_every",
+    "drop.mask_rows",
     "data.mask_prob",
     "data.mask_schedule",
     "train.batch_size",

@@ -346,9 +346,11 @@ def load_state(state: TokenDroppingState, directory: str | Path) -> None:
             raise TokenDroppingError(
                 f"{jpath}: {k} {meta.get(k)!r} differs from this model's {mine[k]!r}"
             )
-    saved = meta.get("options", {})
+    # an option the state does not record (saved before it existed) reads as its default: what
+    # that version did
+    saved = {**dataclasses.asdict(DropConfig()), **meta.get("options", {})}
     for k, v in mine["options"].items():
-        if k in ("stage2_fraction",) or saved.get(k) == v:
+        if k in ("stage2_fraction", "dense_start_share", "random_start_share") or saved.get(k) == v:
             continue
         if (
             isinstance(v, float)

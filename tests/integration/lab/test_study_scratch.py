@@ -10,11 +10,13 @@ import shutil
 import pytest
 import torch
 
+from tokendrop.config import to_dict
 from tokendrop.dropping.flops import flop_ratio
 from tokendrop.errors import ConfigError
 from tokendrop.lab.study import load_study, plan_runs, run_study
 from tokendrop.lab.study.data import data_fingerprint
 from tokendrop.lab.study.plan import ARMS, flops_fraction
+from tokendrop.lab.study.run import config_changes
 from tokendrop.train.resume import load_run_config
 
 SELECTING = {"token-drop", "freq", "rand", "strong-token-drop"}
@@ -258,3 +260,17 @@ def test_remedy_runs_copied_into_a_study_are_reported_beside_its_arms(tmp_path):
     assert f"Remedy **{dense_start}** (1 seed(s)" in md
     assert "one seed, no spread of its own" in md
     assert f"(on the same seed(s) [0]: {one - same:+.4f})" in md
+
+
+def test_a_run_recorded_before_the_remedy_options_is_not_a_changed_config(tmp_path):
+    """study-scratch's runs were trained before drop.dense_start_share, random_start_share and
+    mask_rows existed: their saved configs lack them, which reads as the defaults (the study skips
+    or resumes them); a saved value that differs is still a change."""
+    run = {r.name: r for r in plan_runs(load_study("study-scratch"), None, tmp_path)}
+    cfg = run["token-drop-seed0"].cfg
+    saved = to_dict(cfg)
+    for k in ("dense_start_share", "random_start_share", "mask_rows"):
+        del saved["drop"][k]
+    assert config_changes(cfg, saved) == []
+    saved["drop"]["mask_rows"] = "ranked"
+    assert config_changes(cfg, saved) == ["drop.mask_rows: 'ranked' -> 'pinned'"]

@@ -5,6 +5,8 @@ rows ranked."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -137,3 +139,22 @@ def test_a_run_stopped_inside_a_phase_resumes_bit_for_bit(tiny_data, tmp_path):
     # [MASK] is scored, not pinned: the mean importance of the targets, below the pin
     assert load_run_config(full).drop.mask_rows == "ranked"
     assert PIN_LOW < float(a["importance"][SPECIAL_IDS["mask"]]) < PIN_HIGH
+
+
+def test_a_run_recorded_before_the_phases_resumes_and_a_changed_mask_rows_is_refused():
+    """A checkpoint's config without the new [drop] fields (an older tokendrop's) counts them at
+    their defaults -- what that version did -- so it resumes; the ranking of [MASK] rows is fixed
+    for a run (the saved vector's [MASK] score means something else), the phases are a schedule."""
+    from tokendrop.config import to_dict
+    from tokendrop.train.trainer import TrainingError, check_resume_compatible
+
+    new = to_dict(load_config("tiny", ["drop.method=cumulative"]))
+    old = json.loads(json.dumps(new))
+    for k in ("dense_start_share", "random_start_share", "mask_rows"):
+        del old["drop"][k]
+    check_resume_compatible(old, new)  # no error
+    new["drop"]["dense_start_share"] = 0.1
+    check_resume_compatible(old, new)  # a schedule, like stage2_fraction
+    new["drop"]["mask_rows"] = "ranked"
+    with pytest.raises(TrainingError, match=r"drop\.mask_rows changed from 'pinned' to 'ranked'"):
+        check_resume_compatible(old, new)

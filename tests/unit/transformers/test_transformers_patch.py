@@ -596,6 +596,29 @@ def test_state_saves_and_restores_exactly(tmp_path):
         load_state(token_dropping_state(other), tmp_path / "nowhere")
 
 
+def test_a_state_saved_before_the_phases_loads_and_a_changed_mask_rows_is_refused(tmp_path):
+    """A saved state without the newer options (an older version's) reads them as their defaults;
+    the phases may change between runs (schedules), the ranking of [MASK] rows may not."""
+    import json
+
+    from tokendrop.transformers import load_state, save_state
+
+    m = apply_token_dropping(_hf("bert"), special_ids=SPECIAL).train()
+    save_state(token_dropping_state(m), tmp_path)
+    meta_path = next(tmp_path.glob("*.json"))
+    meta = json.loads(meta_path.read_text())
+    for k in ("dense_start_share", "random_start_share", "mask_rows"):
+        del meta["options"][k]
+    meta_path.write_text(json.dumps(meta))
+    later = apply_token_dropping(
+        _hf("bert"), special_ids=SPECIAL, dense_start_share=0.1, total_steps=10
+    )
+    load_state(token_dropping_state(later), tmp_path)
+    ranked = apply_token_dropping(_hf("bert"), special_ids=SPECIAL, mask_rows="ranked")
+    with pytest.raises(TokenDroppingError, match="mask_rows='pinned'"):
+        load_state(token_dropping_state(ranked), tmp_path)
+
+
 # ----------------------------------------------------------------------------------------------
 # bad input: one line each
 

@@ -71,8 +71,11 @@ _IGNORED = {
 def config_changes(want: Config, have: dict[str, Any]) -> list[str]:
     """Fields (dotted) whose value in the run's saved config differs from ``want``.  Paths (data,
     the source) compare resolved, a size an older tokendrop recorded as 0 as its name
-    (``config.recorded_config``); the source not at all when the weights' sha256 is the same."""
-    a, b = flat(to_dict(want)), flat(recorded_config(have))
+    (``config.recorded_config``); the source not at all when the weights' sha256 is the same; a
+    field the saved config does not have (written before the field existed) as its default --
+    what that version did (as ``train.resume.config_difference`` reads it)."""
+    a = flat(to_dict(want))
+    b = {**flat(to_dict(Config())), **flat(recorded_config(have))}
     same_weights = bool(a.get("model.init_sha256")) and a.get("model.init_sha256") == b.get(
         "model.init_sha256"
     )

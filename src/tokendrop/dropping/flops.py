@@ -234,7 +234,8 @@ def dropping_step_flops(
 ) -> list[int]:
     """FLOPs of each optimizer step 0..train_steps-1 of a run with dropping on: random_ltd at the
     count its schedule gives that step, plus ScTD's dense pass on every ``consistency_every``-th
-    step (stage 2 is the caller's: those steps cost ``step_flops(..., None)``)."""
+    step (the dense phases -- a dense start, stage 2 -- are the caller's: those steps cost
+    ``step_flops(..., None)``; ``DropConfig.dropping_at`` says which)."""
     cache: dict[int, int] = {}
 
     def at(m: int) -> int:

@@ -923,7 +923,8 @@ def _add_study(sub) -> None:
     s.add_argument(
         "--only",
         nargs="*",
-        help="pretrain only these methods (no name: none -- the report over the finished runs)",
+        help="pretrain only these methods (no name: none; the evaluation and the report still "
+        "cover every finished run in --out)",
     )
     s.add_argument(
         "--overwrite",

@@ -90,9 +90,7 @@ SIZE_TAKES = {
     "train.tokens": 'a positive token count ("2B", "500M", 1500000)',
     "train.epochs": "a positive number of passes over the training split",
     "train.warmup_steps": "a number of steps >= 0 (0: no warm-up)",
-    "train.batch_warmup_start": (
-        "a number of sequences or a share of train.batch_size in (0, 1)"
-    ),
+    "train.batch_warmup_start": ("a number of sequences or a share of train.batch_size in (0, 1)"),
     "train.head_warmup_share": "a share of the run's steps in (0, 1]",
     "train.batch_warmup_tokens": "a positive number of tokens",
     "train.batch_warmup_share": "a share of the run in (0, 1)",

@@ -185,9 +185,7 @@ def test_remedies_preset_is_study_scratch_with_the_four_remedy_arms(tmp_path):
         assert run.cfg.train.steps == td.train.steps == 3000
         assert (run.cfg.train.keep_checkpoints, run.cfg.train.ckpt_every) == (5, 750)
     ratio = flops_fraction(main, ARMS["token-drop"])
-    assert flops_fraction(rem, ARMS["token-drop-dense-start"]) == pytest.approx(
-        0.1 + 0.9 * ratio
-    )
+    assert flops_fraction(rem, ARMS["token-drop-dense-start"]) == pytest.approx(0.1 + 0.9 * ratio)
     for arm in ("token-drop-random-start", "token-drop-freq-prior", "token-drop-mask-unpinned"):
         assert flops_fraction(rem, ARMS[arm]) == pytest.approx(ratio)
 

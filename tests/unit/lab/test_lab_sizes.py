@@ -63,9 +63,7 @@ def _positive(key: str, size) -> object:
     return SHAPE_SAMPLE.get(key.split(".")[-1]) or next(v for v in (2, 0.5, 128) if size.ok(v))
 
 
-REFUSED = [
-    (key, v) for key, size in LAB_NAMED_SIZES.items() for v in (0, -1) if not size.ok(v)
-]
+REFUSED = [(key, v) for key, size in LAB_NAMED_SIZES.items() for v in (0, -1) if not size.ok(v)]
 
 
 @pytest.mark.parametrize(("key", "value"), REFUSED)

@@ -133,10 +133,7 @@ def prepare_data(
     elif study.corpus_max_bytes != CORPUS_ALL:
         cpath, max_bytes = ddir / "corpus-subset.txt", int(study.corpus_max_bytes)
         if not cpath.is_file() or "corpus" not in info:
-            log(
-                f"writing a {max_bytes / 1e6:g} MB subset of "
-                f"{', '.join(study.corpus)} ..."
-            )
+            log(f"writing a {max_bytes / 1e6:g} MB subset of {', '.join(study.corpus)} ...")
             info["corpus"] = {
                 "path": str(cpath),
                 "sources": fp["corpus"],

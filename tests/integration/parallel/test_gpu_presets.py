@@ -40,7 +40,7 @@ def test_presets_load_and_validate():
             "auto",
         )
         # the lr warm-up is a share of the run (500 of its 10,000 steps), resolved when it starts
-        assert (cfg.train.warmup_steps, cfg.train.warmup_ratio) == (-1, 0.05)
+        assert (cfg.train.warmup_steps, cfg.train.warmup_ratio) == ("auto", 0.05)
         assert cfg.train.ckpt_every <= cfg.train.steps
     for cfg in (bert, modern):  # the strong dense recipe beneath the dropping (docs/results.md)
         assert (cfg.data.mask_prob, cfg.data.mask_schedule) == ([0.3, 0.15], "linear")

@@ -585,7 +585,7 @@ def test_pretrain_init_warms_up_a_fresh_modern_head(headless_dir, tmp_path):
                 "ckpt_every": 1,
                 "log_every": 1,
                 "head_warmup_steps": 3,
-                "head_warmup_share": 0.0,
+                "head_warmup_share": "off",
             },
         },
     )

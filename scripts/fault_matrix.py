@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config import SIZE_TAKES
+from tokendrop.config import NAMED_SIZES, SIZE_TAKES
 from tokendrop.errors import TokendropError
 from tokendrop.lab.machine import cpu_model, loadavg
 from tokendrop.lab.sizes import LAB_NAMED_SIZES
@@ -2031,39 +2031,14 @@ def cases() -> list[Case]:
                 says=("model.vocab_size: expected a positive integer or 'data'", f"got {v}"),
             )
         )
-    # the other named sizes (config.NAMED_SIZES): 0 (or less) is refused naming the field's name
-    for key, word in (
-        ("data.seq_len", "data"),
-        ("train.micro_batch_size", "auto"),
-        ("train.threads", "auto"),
-        ("train.eval_batches", "all"),
-        ("train.steps", "unset"),
-    ):
-        for v in (0, -1):
-            add(
-                Case(
-                    f"pretrain-{key.split('.')[1].replace('_', '-')}-{v}",
-                    "bad input, full disk",
-                    pretrain("{C}/r", "{B}/data", "--set", f"{key}={v}"),
-                    f"refused at config time naming {key} and {word!r}; no run dir",
-                    absent=("r",),
-                    says=(f"{key}: expected a positive integer or {word!r}", f"got {v}"),
-                )
-            )
-    # the run's length in another unit and the warm-ups (config.NAMED_SIZES, config.SIZE_TAKES):
-    # 0 (or less) is refused naming the field's name; train.warmup_steps takes 0 (no warm-up)
-    for key, word in (
-        ("train.tokens", "unset"),
-        ("train.epochs", "unset"),
-        ("train.warmup_steps", "auto"),
-        ("data.seq_len_start", "off"),
-        ("train.batch_warmup_start", "off"),
-        ("train.batch_warmup_tokens", "unset"),
-        ("train.batch_warmup_share", "unset"),
-        ("train.head_warmup_share", "off"),
-    ):
+    # the trainer's and data's named sizes (config.NAMED_SIZES; what each takes besides its name:
+    # config.SIZE_TAKES): 0 (or less) is refused naming the field's name; train.warmup_steps takes
+    # 0 (no warm-up).  model.vocab_size and the fine-tuning sizes have rows of their own.
+    for key, word in NAMED_SIZES.items():
+        if key.split(".")[0] not in ("train", "data"):
+            continue
+        takes = SIZE_TAKES.get(key, "a positive integer")
         for v in (-1,) if key == "train.warmup_steps" else (0, -1):
-            takes = SIZE_TAKES.get(key, "a positive integer")
             add(
                 Case(
                     f"pretrain-{key.split('.')[1].replace('_', '-')}-{v}",
@@ -2071,7 +2046,7 @@ def cases() -> list[Case]:
                     pretrain("{C}/r", "{B}/data", "--set", f"{key}={v}"),
                     f"refused at config time naming {key} and {word!r}; no run dir",
                     absent=("r",),
-                    says=(f"{key}: expected {takes} or {word!r}", "got -1" if v else "got 0"),
+                    says=(f"{key}: expected {takes} or {word!r}", f"got {v}"),
                 )
             )
     # a layer index is an index or "auto" (the variant's span): a negative one is refused

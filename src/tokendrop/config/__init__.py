@@ -80,9 +80,9 @@ NAMED_SIZES = {
     "train.warmup_steps": WARMUP_AUTO,
     "data.seq_len_start": WARMUP_OFF,
     "train.batch_warmup_start": WARMUP_OFF,
-    "train.head_warmup_share": WARMUP_OFF,
     "train.batch_warmup_tokens": LENGTH_UNSET,
     "train.batch_warmup_share": LENGTH_UNSET,
+    "train.head_warmup_share": WARMUP_OFF,
 }
 # what a named size takes besides its name, where that is not "a positive integer"
 # (config.checks.check_size's ``takes``)

@@ -190,6 +190,28 @@ def test_remedies_preset_is_study_scratch_with_the_four_remedy_arms(tmp_path):
         assert flops_fraction(rem, ARMS[arm]) == pytest.approx(ratio)
 
 
+def test_global_preset_is_study_scratch_with_every_layer_global(tmp_path):
+    """configs/study-scratch-global.toml: study-scratch's data (the same fingerprint), schedule and
+    arms' drop settings; the model differs only in attending globally in every layer; its 25%
+    dense start counts a quarter of the steps dense."""
+    main, glob = load_study("study-scratch"), load_study("study-scratch-global")
+    assert data_fingerprint(glob) == data_fingerprint(main)
+    assert glob.methods == ["baseline", "token-drop", "token-drop-dense-quarter"]
+    ref = {r.name: r.cfg for r in plan_runs(main, None, tmp_path)}
+    runs = {r.name: r.cfg for r in plan_runs(glob, None, tmp_path)}
+    for name in ("baseline-seed0", "token-drop-seed0"):
+        a, b = ref[name], runs[name]
+        assert b.drop == a.drop and b.train == a.train and b.data == a.data
+        assert dataclasses.replace(b.model, global_attn_every_n_layers=1) == b.model
+        assert a.model.global_attn_every_n_layers > 1
+        assert dataclasses.replace(a.model, global_attn_every_n_layers=1) == b.model
+    quarter = runs["token-drop-dense-quarter-seed0"].drop
+    assert quarter == dataclasses.replace(runs["token-drop-seed0"].drop, dense_start_share=0.25)
+    ratio = flops_fraction(glob, ARMS["token-drop"])
+    want = 0.25 + 0.75 * ratio
+    assert flops_fraction(glob, ARMS["token-drop-dense-quarter"]) == pytest.approx(want)
+
+
 @pytest.mark.slow
 def test_remedy_runs_copied_into_a_study_are_reported_beside_its_arms(tmp_path):
     """The preset header's recipe on a small study: a second study on a copy of the first's

@@ -231,8 +231,10 @@ ARMS.update(
 )
 # remedies for a lagging from-scratch token drop (configs/study-scratch-remedies.toml): the
 # token-drop arm plus one change each.  10%: study-scratch's dense run leaves the unigram plateau
-# near step 300 of 3,000 (docs/study-scratch/calibration.md)
+# near step 300 of 3,000 (docs/study-scratch/calibration.md); 25%: with every layer global
+# (configs/study-scratch-global.toml) the dense run leaves it near step 700
 REMEDY_START = 0.1
+REMEDY_LATE_START = 0.25
 ARMS.update(
     {
         m.name: m
@@ -241,6 +243,12 @@ ARMS.update(
                 "token-drop-dense-start",
                 "token drop after a 10% dense start",
                 _drop("cumulative") + (f"drop.dense_start_share={REMEDY_START!r}",),
+                group="remedy",
+            ),
+            MethodSpec(
+                "token-drop-dense-quarter",
+                "token drop after a 25% dense start",
+                _drop("cumulative") + (f"drop.dense_start_share={REMEDY_LATE_START!r}",),
                 group="remedy",
             ),
             MethodSpec(

@@ -196,7 +196,8 @@ def test_global_preset_is_study_scratch_with_every_layer_global(tmp_path):
     dense start counts a quarter of the steps dense."""
     main, glob = load_study("study-scratch"), load_study("study-scratch-global")
     assert data_fingerprint(glob) == data_fingerprint(main)
-    assert glob.methods == ["baseline", "token-drop", "token-drop-dense-quarter"]
+    quarter_arms = ["token-drop-dense-quarter", "baseline-equal-flops-quarter"]
+    assert glob.methods == ["baseline", "token-drop", *quarter_arms]
     ref = {r.name: r.cfg for r in plan_runs(main, None, tmp_path)}
     runs = {r.name: r.cfg for r in plan_runs(glob, None, tmp_path)}
     for name in ("baseline-seed0", "token-drop-seed0"):
@@ -210,6 +211,10 @@ def test_global_preset_is_study_scratch_with_every_layer_global(tmp_path):
     ratio = flops_fraction(glob, ARMS["token-drop"])
     want = 0.25 + 0.75 * ratio
     assert flops_fraction(glob, ARMS["token-drop-dense-quarter"]) == pytest.approx(want)
+    control = runs["baseline-equal-flops-quarter-seed0"]
+    dense = runs["baseline-seed0"]
+    assert (control.drop, control.model) == (dense.drop, dense.model)
+    assert control.train.steps == round(want * 3000) < dense.train.steps
 
 
 @pytest.mark.slow

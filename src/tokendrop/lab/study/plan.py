@@ -252,6 +252,13 @@ ARMS.update(
                 group="remedy",
             ),
             MethodSpec(
+                "baseline-equal-flops-quarter",
+                "baseline at the 25% dense start's FLOPs",
+                _DENSE,
+                flops_of="token-drop-dense-quarter",
+                group="baseline",
+            ),
+            MethodSpec(
                 "token-drop-random-start",
                 "token drop, random selection for the first 10%",
                 _drop("cumulative") + (f"drop.random_start_share={REMEDY_START!r}",),

@@ -223,6 +223,27 @@ def test_refresh_findings_round_trips_a_written_report(tiny_study, tmp_path):
     assert (copy / "study.md").read_text() == md
 
 
+COMMITTED_REPORTS = sorted(
+    p.parent.name for p in (Path(__file__).resolve().parents[3] / "docs").glob("*/study.json")
+)
+
+
+@pytest.mark.parametrize("report", COMMITTED_REPORTS)
+def test_every_committed_report_says_what_the_current_rules_compute(report):
+    """Each committed study report (every docs/*/study.json): its findings, in study.json and in
+    study.md, are the ones this version's rules compute from its numbers (after a rule changes,
+    ``refresh_findings`` rewrites them)."""
+    from tokendrop.lab.study.findings import findings
+    from tokendrop.lab.study.records import results_from_json
+
+    where = Path(__file__).resolve().parents[3] / "docs" / report
+    d = json.loads((where / "study.json").read_text())
+    found = findings(results_from_json(d), load_study(where / "study.toml", recorded=True))
+    assert found == d["findings"]
+    md = (where / "study.md").read_text()
+    assert all(f"- {x}" in md for x in found)
+
+
 def test_rerun_skips_finished_runs_and_cells(tiny_study):
     out, _ = tiny_study
     stamp = {

@@ -299,3 +299,37 @@ def test_a_run_recorded_before_the_remedy_options_is_not_a_changed_config(tmp_pa
     assert config_changes(cfg, saved) == []
     saved["drop"]["mask_rows"] = "ranked"
     assert config_changes(cfg, saved) == ["drop.mask_rows: 'ranked' -> 'pinned'"]
+
+
+@pytest.mark.parametrize("report", ["study-scratch", "study-scratch-global"])
+def test_committed_reports_judge_each_arm_against_its_equal_compute_control(report):
+    """The committed from-scratch reports: every arm whose equal-compute control (a dense arm with
+    ``flops_of`` naming it, from the registry) finished gets a sentence with the mean difference
+    and each seed's pair from study.json."""
+    from pathlib import Path
+
+    from tokendrop.lab.study.findings import findings
+    from tokendrop.lab.study.records import results_from_json
+
+    where = Path(__file__).resolve().parents[3] / "docs" / report
+    d = json.loads((where / "study.json").read_text())
+    res, study = results_from_json(d), load_study(where / "study.toml", recorded=True)
+    found = findings(res, study)
+    controls = [c for c in d["methods"] if ARMS[c].flops_of in d["methods"]]
+    assert controls  # each report has one
+    runs = d["runs"]
+    for c in controls:
+        x = ARMS[c].flops_of
+        line = next(
+            s
+            for s in found
+            if s.startswith(f"Against its equal-compute control, {res.methods[c].label} ")
+        )
+        mean_x, mean_c = (d["methods"][n]["final_eval_loss"]["mean"] for n in (x, c))
+        assert f"is {mean_x - mean_c:+.4f}" in line
+        for seed in d["methods"][c]["seeds"]:
+            pair = (
+                runs[f"{x}-seed{seed}"]["final_eval_loss"]
+                - runs[f"{c}-seed{seed}"]["final_eval_loss"]
+            )
+            assert f"{pair:+.3f} (seed {seed})" in line

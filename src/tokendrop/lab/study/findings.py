@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from tokendrop.lab.study.common import isnum, mean, pct
-from tokendrop.lab.study.plan import StudyConfig, sweep_method
+from tokendrop.lab.study.plan import ARMS, StudyConfig, sweep_method
 from tokendrop.lab.study.records import Stat, StudyResults
 
 PAPER_TIME_SAVING = 0.25  # the paper: ~25% less pretraining time at 50% dropping
@@ -111,6 +111,7 @@ def findings(res: StudyResults, study: StudyConfig) -> list[str]:
         and (res.methods[n].group in ("recipe", "schedule") or res.baseline != "baseline")
     ]
     out += _remedies(res)
+    out += _equal_compute(res)
     out += _methods_that_fell_short(res)
     out += _selection_ablation(res)
     out += _stage2_and_variants(res)
@@ -145,10 +146,9 @@ def _reference_to_target(res: StudyResults) -> list[str]:
         f"Time to {ref}'s final MLM loss ({res.target_eval_loss:.4f}, the mean over its seeds): "
         "its own seeds "
         f"reach it in {sum(1 for h in hits if h)} of {len(hits)} "
-        f"({_per_seed_to_target(res, res.baseline)} of "
-        "its mean wall time), which is how far the time to that loss varies from seed to seed; an "
-        "arm saves "
-        "time beyond that only where it reaches the loss earlier than these."
+        f"({_per_seed_to_target(res, res.baseline)}; a share of its mean wall time), which is "
+        "how far the time to that loss varies from seed to seed; an arm saves time beyond that "
+        "only where it reaches the loss earlier than these."
     ]
 
 
@@ -287,6 +287,44 @@ def _remedies(res: StudyResults) -> list[str]:
             paired = _same_seeds(res, other, d.seeds)
             if paired is not None and len(d.seeds) < len(other.seeds):
                 s += f" (on the same seed(s) {d.seeds}: {loss - paired:+.4f})"
+        out.append(s + ".")
+    return out
+
+
+def _equal_compute(res: StudyResults) -> list[str]:
+    """Each arm that has its equal-compute control in the study (a dense arm whose ``flops_of``
+    names it: the steps that spend its FLOPs, with its own schedule) against that control, judged
+    by both spreads, with the difference on every seed both ran (the pairs share batches and
+    masks)."""
+    out = []
+    for c in res.order:
+        spec = ARMS.get(c)
+        x = spec.flops_of if spec is not None else ""
+        if not x or x not in res.methods:
+            continue
+        dx, dc = res.methods[x], res.methods[c]
+        diff = _mloss(res, x) - _mloss(res, c)
+        s = (
+            f"Against its equal-compute control, {dc.label} ({len(dc.runs)} seed(s), "
+            f"{_mloss(res, c):.4f}"
+        )
+        if isnum(dc.rel_flops) and isnum(dx.rel_flops):
+            s += f"; {100 * dc.rel_flops:.1f}% of {res.reference()}'s FLOPs, {dx.label} "
+            s += f"{100 * dx.rel_flops:.1f}%"
+        s += (
+            f"): {dx.label} is {diff:+.4f}, "
+            f"{judge(diff, dx.final_eval_loss, dc.final_eval_loss, False, '', dx.label, dc.label)}"
+        )
+        xs = {res.runs[r].seed: res.runs[r].final_eval_loss for r in dx.runs}
+        cs = {res.runs[r].seed: res.runs[r].final_eval_loss for r in dc.runs}
+        pairs = [(k, xs[k] - cs[k]) for k in sorted(xs) if k in cs]
+        if pairs:
+            same = sum(1 for _, p in pairs if (p > 0) == (diff > 0) and p != 0)
+            s += (
+                "; per seed "
+                + ", ".join(f"{p:+.3f} (seed {k})" for k, p in pairs)
+                + f": the sign of the mean on {same} of {len(pairs)}"
+            )
         out.append(s + ".")
     return out
 

@@ -232,7 +232,8 @@ ARMS.update(
 # remedies for a lagging from-scratch token drop (configs/study-scratch-remedies.toml): the
 # token-drop arm plus one change each.  10%: study-scratch's dense run leaves the unigram plateau
 # near step 300 of 3,000 (docs/study-scratch/calibration.md); 25%: with every layer global
-# (configs/study-scratch-global.toml) the dense run leaves it near step 700
+# (configs/study-scratch-global.toml) the dense run leaves it between
+# steps 500 and 1,000
 REMEDY_START = 0.1
 REMEDY_LATE_START = 0.25
 ARMS.update(

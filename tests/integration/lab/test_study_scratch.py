@@ -333,3 +333,29 @@ def test_committed_reports_judge_each_arm_against_its_equal_compute_control(repo
                 - runs[f"{c}-seed{seed}"]["final_eval_loss"]
             )
             assert f"{pair:+.3f} (seed {seed})" in line
+
+
+def test_selection_table_rows_are_steps_not_checkpoint_indices():
+    """The committed study-scratch report: one seed of the random start kept a checkpoint from an
+    interrupted invocation (step 20), so its seeds' checkpoints differ; each row of the selection
+    table is one step every listed seed was measured at, never a mean of different steps."""
+    from pathlib import Path
+
+    from tokendrop.lab.study.records import results_from_json
+    from tokendrop.lab.study.tables import table_selection
+
+    where = Path(__file__).resolve().parents[3] / "docs" / "study-scratch"
+    res = results_from_json(json.loads((where / "study.json").read_text()))
+    rows = [r.split(" | ") for r in table_selection(res).splitlines() if r.startswith("| ")][1:]
+    by_label = {}
+    for r in rows:
+        by_label.setdefault(r[0].lstrip("| "), []).append(int(r[1]))
+    assert by_label
+    for d in res.methods.values():
+        steps = {p["step"] for r in d.runs for p in res.runs[r].selection}
+        if steps:
+            assert by_label[d.label] == sorted(steps), d.label
+    uneven = [
+        d for d in res.methods.values() if len({len(res.runs[r].selection) for r in d.runs}) > 1
+    ]
+    assert uneven  # the case this guards

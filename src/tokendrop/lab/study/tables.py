@@ -269,16 +269,17 @@ def time_word(res: StudyResults) -> str:
 def table_selection(res: StudyResults) -> str:
     """What each selecting arm's selector kept through training: at each kept checkpoint, the [MASK]
     share of the kept rows, the ordinary tokens kept per sequence and the Spearman correlation of
-    importance with rarity, mean over seeds (each seed's value in parentheses)."""
+    importance with rarity, mean over seeds (each seed's value in parentheses).  A row is one step:
+    a seed without a checkpoint there (one kept from an interrupted invocation) shows "-"."""
     lines = ["# What the selector keeps, through training", ""]
     rows = []
     for n in res.order:
         d = res.methods[n]
-        traces = [res.runs[r].selection for r in d.runs]
+        traces = [{p["step"]: p for p in res.runs[r].selection} for r in d.runs]
         if not any(traces):
             continue
-        for i in range(max(len(t) for t in traces)):
-            pts = [t[i] if i < len(t) else {} for t in traces]
+        for step in sorted({s for t in traces for s in t}):
+            pts = [t.get(step, {}) for t in traces]
 
             def st(key: str) -> Stat:
                 return Stat.of([p.get(key) for p in pts])  # noqa: B023 (called in this iteration)

@@ -317,7 +317,7 @@ def _equal_compute(res: StudyResults) -> list[str]:
         )
         xs = {res.runs[r].seed: res.runs[r].final_eval_loss for r in dx.runs}
         cs = {res.runs[r].seed: res.runs[r].final_eval_loss for r in dc.runs}
-        pairs = [(k, xs[k] - cs[k]) for k in sorted(xs) if k in cs]
+        pairs = [(k, xs[k] - cs[k]) for k in sorted(xs) if isnum(xs[k]) and isnum(cs.get(k))]
         if pairs:
             same = sum(1 for _, p in pairs if (p > 0) == (diff > 0) and p != 0)
             s += (

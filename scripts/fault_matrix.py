@@ -2061,43 +2061,30 @@ def cases() -> list[Case]:
             says=("drop.start: expected a layer index >= 0 or 'auto'", "got -1"),
         )
     )
-    # the lab's named sizes: the benchmark's threads, the long-context run's memory limit, a
-    # study's prepare workers -- refused before anything runs or is written
-    for name, argv, said in (
-        (
-            "bench-set-threads-0",
-            ["bench", "--preset", "smoke", "--set", "threads=0", "--json", "{C}/bench.json"],
-            "bench.threads: expected a positive integer or 'auto'",
-        ),
-        (
-            "bench-longctx-memory-limit-0",
-            ["bench", "--preset", "longctx-cpu", "--set", "memory_limit_gib=0"]
-            + ["--json", "{C}/bench.json"],
-            "longctx.memory_limit_gib: expected a positive number of GiB or 'machine'",
-        ),
-        (
-            "study-prepare-workers-0",
-            ["study", "--config", "study-tiny", "--out", "{C}/st", "--set", "prepare_workers=0"],
-            "study.prepare_workers: expected a positive integer or 'auto'",
-        ),
-    ):
-        add(
-            Case(
-                name,
-                "bad input, full disk",
-                argv,
-                "refused at config time naming the field and its name; nothing written",
-                absent=("bench.json", "bench.md", "st"),
-                says=(said, "got 0"),
-            )
-        )
-    # the lab's other named sizes (tokendrop.lab.sizes.LAB_NAMED_SIZES): the benchmark's shape,
-    # attention dropout, documents, peak and time budget, a long-context family's shape, the
-    # campaign's largest-batch memory, a study's corpus and vocabulary -- 0 or less refused naming
-    # the field and its name before anything runs or is written
+    # the lab's named sizes (tokendrop.lab.sizes.LAB_NAMED_SIZES): the benchmark's threads, shape,
+    # attention dropout, documents, peak and time budget, the long-context run's memory limit and a
+    # family's shape, the campaign's largest-batch memory, a study's prepare workers, corpus and
+    # vocabulary -- 0 or less refused naming the field and its name before anything runs or is
+    # written
     bench = ["bench", "--preset", "smoke", "--json", "{C}/bench.json", "--set"]
     study = ["study", "--config", "study-tiny", "--out", "{C}/st", "--set"]
     for name, key, field, argv, got in (
+        ("bench-set-threads-0", "bench.threads", None, bench + ["threads=0"], "0"),
+        (
+            "bench-longctx-memory-limit-0",
+            "longctx.memory_limit_gib",
+            None,
+            ["bench", "--preset", "longctx-cpu", "--set", "memory_limit_gib=0"]
+            + ["--json", "{C}/bench.json"],
+            "0.0",
+        ),
+        (
+            "study-prepare-workers-0",
+            "study.prepare_workers",
+            None,
+            study + ["prepare_workers=0"],
+            "0",
+        ),
         ("bench-set-num-layers-0", "bench.num_layers", None, bench + ["num_layers=0"], "0"),
         (
             "bench-set-attention-dropout--1",

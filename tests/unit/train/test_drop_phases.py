@@ -63,20 +63,19 @@ def _learned(m: torch.Tensor, init: float = 10.0) -> int:
     return int((free & (m != init)).sum())
 
 
+def _phase_run(data, tmp_path, option: str):
+    """A 10-step run with one phase option, a checkpoint every 3 steps (all kept)."""
+    run = tmp_path / "r"
+    pretrain(
+        tiny(data, option, "train.ckpt_every=3", "train.keep_checkpoints=5"), run, progress=False
+    )
+    return run
+
+
 def test_a_dense_start_keeps_every_row_learns_and_costs_dense_flops(
     tiny_data, tmp_path, selections
 ):
-    run = tmp_path / "r"
-    pretrain(
-        tiny(
-            tiny_data,
-            "drop.dense_start_share=0.3",
-            "train.ckpt_every=3",
-            "train.keep_checkpoints=5",
-        ),
-        run,
-        progress=False,
-    )
+    run = _phase_run(tiny_data, tmp_path, "drop.dense_start_share=0.3")
     recs = [r for r in read_metrics(run) if "loss" in r]
     assert [r["dropping"] for r in recs] == [False] * 3 + [True] * 7
     assert [r["kept_fraction"] for r in recs] == [1.0] * 3 + [0.5] * 7
@@ -96,17 +95,7 @@ def test_a_dense_start_keeps_every_row_learns_and_costs_dense_flops(
 def test_a_random_start_draws_uniformly_then_ranks_and_learns_throughout(
     tiny_data, tmp_path, selections
 ):
-    run = tmp_path / "r"
-    pretrain(
-        tiny(
-            tiny_data,
-            "drop.random_start_share=0.3",
-            "train.ckpt_every=3",
-            "train.keep_checkpoints=5",
-        ),
-        run,
-        progress=False,
-    )
+    run = _phase_run(tiny_data, tmp_path, "drop.random_start_share=0.3")
     recs = [r for r in read_metrics(run) if "loss" in r]
     assert all(r["dropping"] for r in recs) and len(recs) == STEPS
     assert selections == [True] * 3 * 2 + [False] * 7 * 2

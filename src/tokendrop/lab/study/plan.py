@@ -242,26 +242,26 @@ ARMS.update(
         for m in [
             MethodSpec(
                 "token-drop-dense-start",
-                "token drop after a 10% dense start",
+                f"token drop after a {pct(REMEDY_START)}% dense start",
                 _drop("cumulative") + (f"drop.dense_start_share={REMEDY_START!r}",),
                 group="remedy",
             ),
             MethodSpec(
                 "token-drop-dense-quarter",
-                "token drop after a 25% dense start",
+                f"token drop after a {pct(REMEDY_LATE_START)}% dense start",
                 _drop("cumulative") + (f"drop.dense_start_share={REMEDY_LATE_START!r}",),
                 group="remedy",
             ),
             MethodSpec(
                 "baseline-equal-flops-quarter",
-                "baseline at the 25% dense start's FLOPs",
+                f"baseline at the {pct(REMEDY_LATE_START)}% dense start's FLOPs",
                 _DENSE,
                 flops_of="token-drop-dense-quarter",
                 group="baseline",
             ),
             MethodSpec(
                 "token-drop-random-start",
-                "token drop, random selection for the first 10%",
+                f"token drop, random selection for the first {pct(REMEDY_START)}%",
                 _drop("cumulative") + (f"drop.random_start_share={REMEDY_START!r}",),
                 group="remedy",
             ),

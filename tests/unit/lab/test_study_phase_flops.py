@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from tokendrop.config import load_config
 from tokendrop.dropping.flops import step_flops
+from tokendrop.errors import DataError
 from tokendrop.lab.study.aggregate import run_measurements
 from tokendrop.train.resume import load_run_config
 from tokendrop.train.trainer import pretrain, read_metrics
@@ -48,3 +50,11 @@ def test_a_dense_start_counts_dense_in_the_studys_flops(tiny_data, tmp_path):
     m = run_measurements(run)
     assert m.total_flops == want
     assert [p["flops"] for p in m.curve] == [0, 3 * dense + 2 * drop, want]  # steps 0, 5, 10
+    assert saved.data.seq_len == "data"  # the T the data was prepared with
+    log.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "seq_len"}) + "\n" for r in rows)
+    )
+    with pytest.raises(
+        DataError, match=r"metrics\.jsonl: no 'start' record with the run's seq_len"
+    ):
+        run_measurements(run)

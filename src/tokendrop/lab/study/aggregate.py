@@ -15,6 +15,7 @@ import torch
 from tokendrop.config import EVAL_ALL, MICRO_BATCH_AUTO, Config
 from tokendrop.data import MLMLoader, PreparedData
 from tokendrop.dropping.flops import dropping_step_flops, step_flops
+from tokendrop.errors import DataError
 from tokendrop.finetuning.columns import DOWNSTREAM_KEYS
 from tokendrop.lab.inspect import selection_trace
 from tokendrop.lab.study.common import isnum, mean
@@ -63,7 +64,12 @@ def run_measurements(run_dir: Path, method: str = "", seed: int = 0) -> RunResul
     cfg = load_run_config(run_dir)
     train, evals, events = _dedupe(read_metrics(run_dir))
     start = next((e for e in events if e.get("event") == "start"), {})
-    T = int(start.get("seq_len") or cfg.data.seq_len)
+    T = start.get("seq_len", cfg.data.seq_len)
+    if not isinstance(T, int):  # data.seq_len = "data" and no start record naming the T trained
+        raise DataError(
+            f"{run_dir / 'metrics.jsonl'}: no 'start' record with the run's seq_len, and its "
+            f"config's data.seq_len is {T!r}; re-run it, or leave it out of the study"
+        )
     bs = cfg.train.batch_size
     f_drop = step_flops(cfg.model, T, bs, cfg.drop if cfg.drop.enabled else None).total
     f_dense = step_flops(cfg.model, T, bs, None).total

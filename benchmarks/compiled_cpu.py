@@ -6,9 +6,11 @@
 ``MLMStep`` (selection, forward, loss, backward, clip, AdamW, importance update) of a small BERT
 (4 layers x 128 wide, 2 heads, FFN 512, V = 30,522), fp32, one thread, T = 128, B = 8 synthetic
 packed rows, dense and at 50% token dropping (cumulative), under ``train.compile`` = off (eager,
-fused AdamW), forward and step (inductor; AdamW compiled too).  Six arms, each with its own model
-and optimizer, compiled and warmed up first; then ``--rounds`` rounds, each timing ``--reps`` steps
-of every arm in an order rotated by one arm per round (drift and load changes fall on every arm
+fused AdamW), forward and step (inductor; on CPU the fused AdamW stays eager: ``MLMStep``).  Six
+arms, each with its own model and optimizer, compiled and warmed up first, and two more: AdamW's
+update alone of the same model, ATen's fused kernel against ``CompiledAdamW`` (inductor, what
+``step`` compiles on CUDA); then ``--rounds`` rounds, each timing ``--reps`` steps (updates) of
+every arm in an order rotated by one arm per round (drift and load changes fall on every arm
 alike).  The time is the process's CPU time (``time.process_time``: the other engineers' processes
 on a shared machine do not count, the waiting for a core does not either), the median over rounds
 per step.  ``--processes`` repeats all of it in that many fresh processes, one after another (one
@@ -44,30 +46,38 @@ from tokendrop.lab.machine import cpu_model, loadavg
 from tokendrop.lab.sizes import DOCUMENT_ROW
 from tokendrop.models.families import build_model
 from tokendrop.runs.files import atomic_write_text
-from tokendrop.train.compiled import compiled_shapes
+from tokendrop.train.compiled import CompiledAdamW, compiled_shapes
 from tokendrop.train.runtime import adamw
 from tokendrop.train.step import MLMStep
 
 OUT = Path(__file__).resolve().parent / "results"
 MODES = ("off", "forward", "step")
+UPDATES = {"fused AdamW": False, "CompiledAdamW": True}  # the update alone: compiled?
+
+
+MC = ModelConfig(
+    family="bert",
+    num_layers=4,
+    hidden_size=128,
+    num_heads=2,
+    intermediate_size=512,
+    hidden_dropout=0.0,
+    attention_dropout=0.0,
+)
+DROP = DropConfig(method="cumulative", rate=0.5)
+
+
+def _arm_model() -> torch.nn.Module:
+    return build_model(MC, DROP).train()
 
 
 def _arm(mode: str, dropping: bool, t: int, b: int):
-    mc = ModelConfig(
-        family="bert",
-        num_layers=4,
-        hidden_size=128,
-        num_heads=2,
-        intermediate_size=512,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-    )
-    drop = DropConfig(method="cumulative", rate=0.5)
+    mc, drop = MC, DROP
     cfg = Config(
         model=mc, drop=drop, train=TrainConfig(steps=10**6, batch_size=b, lr=1e-4, warmup_steps=0)
     ).validate()
     torch.manual_seed(0)
-    model = build_model(mc, drop).train()
+    model = _arm_model()
     plan = DropPlan.for_model(drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.fixed_steps)
     opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
     step = MLMStep(
@@ -87,8 +97,32 @@ def _arm(mode: str, dropping: bool, t: int, b: int):
     return run
 
 
+def _update_arm(compiled: bool):
+    """AdamW's update alone of the step's model (random gradients): ATen's fused kernel with its
+    skip flag (what ``step`` keeps on CPU), or :class:`CompiledAdamW` (inductor; what ``step``
+    compiles on CUDA)."""
+    torch.manual_seed(0)
+    model = _arm_model()
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
+    finite = torch.tensor(True)
+    update = CompiledAdamW(opt) if compiled else None
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            if update is not None:
+                update(1e-4, finite)
+            else:
+                opt.found_inf = (~finite).to(torch.float32)
+                opt.step()
+
+    return run
+
+
 def _measure(a: argparse.Namespace) -> dict[tuple[str, str], dict]:
-    """One process's measurement: per arm, its warm-up CPU seconds and per-round ms per step."""
+    """One process's measurement: per arm, its warm-up CPU seconds and per-round ms per step (the
+    AdamW update arms: per update)."""
     torch.set_num_threads(1)
     torch._dynamo.config.recompile_limit = 64  # six arms' graphs in one process
     arms = {}
@@ -99,6 +133,11 @@ def _measure(a: argparse.Namespace) -> dict[tuple[str, str], dict]:
             c0 = time.process_time()
             run(a.warmup)
             arms[(mode, kind)] = {"run": run, "warmup_cpu_s": time.process_time() - c0, "ms": []}
+    for name, compiled in UPDATES.items():
+        run = _update_arm(compiled)
+        c0 = time.process_time()
+        run(a.warmup)
+        arms[(name, "update")] = {"run": run, "warmup_cpu_s": time.process_time() - c0, "ms": []}
     keys = list(arms)
     for r in range(a.rounds):
         for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
@@ -140,8 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for mode, kind in procs[0]:
         ms = [x for p in procs for x in p[(mode, kind)]["ms"]]
+        base = (next(iter(UPDATES)), kind) if kind == "update" else ("off", kind)
         ratios = [
-            statistics.median(p[(mode, kind)]["ms"]) / statistics.median(p[("off", kind)]["ms"])
+            statistics.median(p[(mode, kind)]["ms"]) / statistics.median(p[base]["ms"])
             for p in procs
         ]
         rows.append(
@@ -208,9 +248,30 @@ def main(argv: list[str] | None = None) -> None:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for x in rows:
+        if x["step"] == "update":
+            continue
         lines.append(
             f"| {x['mode']} | {x['step']} | {x['cpu_ms_median']:.1f} | "
             f"{x['cpu_ms_min']:.1f} - {x['cpu_ms_max']:.1f} | {x['vs_eager']:.3f} | "
+            f"{min(x['vs_eager_per_process']):.3f} - {max(x['vs_eager_per_process']):.3f} | "
+            f"{x['warmup_cpu_s']:.0f} |"
+        )
+    lines += [
+        "",
+        "AdamW's update alone, of the same model's parameters (random gradients), side by side in "
+        "the same rounds: ATen's fused kernel with its skip flag (what `step` keeps on CPU) and "
+        "`CompiledAdamW` (inductor: what `step` compiles on CUDA). / fused: as / eager above.",
+        "",
+        "| update | CPU ms / update (median) | min - max | / fused | / fused per process "
+        "(min - max) | warm-up CPU s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for x in rows:
+        if x["step"] != "update":
+            continue
+        lines.append(
+            f"| {x['mode']} | {x['cpu_ms_median']:.2f} | "
+            f"{x['cpu_ms_min']:.2f} - {x['cpu_ms_max']:.2f} | {x['vs_eager']:.3f} | "
             f"{min(x['vs_eager_per_process']):.3f} - {max(x['vs_eager_per_process']):.3f} | "
             f"{x['warmup_cpu_s']:.0f} |"
         )

@@ -8,7 +8,7 @@ one function (``MLMStep.forward_backward``; its forward + loss compiled as ``tra
 weighted MLM NLL normalised by the *global* number of real prediction slots (so one process and N
 processes compute the same loss and gradients) and the backward (gradient accumulation over the
 micro-batches, synchronised on the last); then clip, AdamW (compiled under ``train.compile`` =
-step / graphs; a non-finite gradient norm skips the update), and the plan's importance update
+step / graphs, but for a fused AdamW on CPU; a non-finite gradient norm skips the update), and the plan's importance update
 from the step's per-slot losses (all-reduced across ranks).  Nothing in the step waits on the host.
 The loop around it is ``tokendrop.train.trainer``.
 """
@@ -60,11 +60,15 @@ class MLMStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.plan = plan
         self.opt = optimizer
-        # step / graphs: AdamW's update compiled too (FSDP's sharded parameters: the eager AdamW)
+        # step / graphs: AdamW's update compiled too, except where the eager AdamW stays: FSDP's
+        # sharded parameters, and a fused AdamW on CPU, whose ATen kernel updates in half the time
+        # of inductor's C++ for the same update (benchmarks/results/compiled_cpu.md)
         sharded = par is not None and par.kind == "fsdp"
+        device = next(model.parameters()).device
+        cpu_fused = device.type == "cpu" and bool(optimizer.defaults.get("fused"))
         self.compiled_opt = (
             CompiledAdamW(optimizer, compile, compile_backend)
-            if compile in ("step", "graphs") and not sharded
+            if compile in ("step", "graphs") and not sharded and not cpu_fused
             else None
         )
         self.cfg = cfg

@@ -189,6 +189,27 @@ def test_compiled_shapes_count_lengths_and_kinds():
     assert compiled_shapes(ltd.validate(), [T]) == 1 + 3  # kept counts 16, 24, 32 (= dense) + dense
 
 
+@pytest.mark.parametrize("mode", ["step", "graphs"])
+def test_a_fused_adamw_on_cpu_stays_eager_an_unfused_one_is_compiled(mode):
+    """On CPU ATen's fused AdamW kernel is the faster update (benchmarks/compiled_cpu.py): the
+    compiled step keeps it and its device-side skip flag; any other AdamW is compiled."""
+    torch._dynamo.reset()
+    step, model, _ = _step("bert", mode, "aot_eager")
+    assert isinstance(step.compiled_opt, CompiledAdamW)  # RecordingAdamW: not fused
+    fused = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, fused=True)
+    eager_update = MLMStep(
+        model, step.plan, fused, step.cfg, None, use_attention_mask=False, compile=mode,
+        compile_backend="aot_eager",
+    )  # fmt: skip
+    assert eager_update.compiled_opt is None
+    before = [p.detach().clone() for p in model.parameters()]
+    out = eager_update([mlm_batch(V, B, T, seed=0)], 1e-3, step.plan.at(0, T))
+    updated = [(a, p) for a, p in zip(before, model.parameters()) if p in fused.state]
+    assert bool(out["finite"]) and len(updated) > len(before) // 2
+    for a, p in updated:  # one eager fused update of every parameter the step reached
+        assert float(fused.state[p]["step"]) == 1.0 and not torch.equal(a, p)
+
+
 def _adamw_run(compiled: bool, backend=None):
     """Six AdamW steps of a small model at six learning rates, the fourth with an infinite
     gradient (skipped: torch's fused AdamW takes the flag, the compiled update selects the old

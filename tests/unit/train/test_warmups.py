@@ -527,7 +527,8 @@ def test_compiled_warmups_compile_the_announced_shapes_once(tiny_data, tmp_path,
     """train.compile = step with a sequence-length warm-up (16 -> 64), a batch warm-up (2 -> 8,
     bucketed to 2, 4, 8), a masking-rate warm-up (30% -> 15%) and a dense stage 2: a graph is
     compiled exactly at the steps whose (length, batch, kind) is new (and AdamW's update at the
-    first), never after; the distinct shapes are at most the number the run's log announces.
+    first, where it is compiled), never after; the distinct shapes are at most the number the run's
+    log announces.
     AOTAutograd's eager backend (dynamo's guards and recompiles as with inductor, no code
     generation)."""
     counter = CompileCounterWithBackend("aot_eager")
@@ -538,12 +539,14 @@ def test_compiled_warmups_compile_the_announced_shapes_once(tiny_data, tmp_path,
 
     steps = []
     real_call = train_mod.MLMStep.__call__
+    update = []  # whether AdamW's update is a compiled graph (not for a fused AdamW on CPU)
 
     def spy(self, micro, lr, at):
         before = counter.frame_count
         out = real_call(self, micro, lr, at)
         shape = (*micro[0]["input_ids"].shape, at.dropping)
         steps.append((shape, counter.frame_count - before))
+        update.append(self.compiled_opt is not None)
         return out
 
     monkeypatch.setattr(train_mod, "MLMStep", Counted)
@@ -552,9 +555,11 @@ def test_compiled_warmups_compile_the_announced_shapes_once(tiny_data, tmp_path,
     run = tmp_path / "r"
     ov = ["train.compile=step", "drop.method=cumulative", "drop.stage2_fraction=0.25"]
     pretrain(tiny(tiny_data, *WARM, *ov), run, progress=False)
+    opt = update[0]
+    assert set(update) == {opt}
     seen = set()
     for i, (shape, compiled) in enumerate(steps):
-        assert compiled == (shape not in seen) + (i == 0), (i, shape, compiled)
+        assert compiled == (shape not in seen) + (i == 0 and opt), (i, shape, compiled)
         seen.add(shape)
     assert {(s[0] * s[1] // 64) for s, _ in steps} == {2, 4, 8}  # the bucketed batches (T = 64)
     assert len({s[1] for s, _ in steps}) == 3 and {s[2] for s, _ in steps} == {True, False}
@@ -562,4 +567,5 @@ def test_compiled_warmups_compile_the_announced_shapes_once(tiny_data, tmp_path,
     m = re.search(r"train.compile: step, at most (\d+) graph\(s\) of the step", log)
     assert m and "the warm-up's batches [2, 4, 8]" in log, log
     assert len(seen) <= int(m.group(1)) == 3 * 2 * 3  # lengths x kinds x batches
-    assert counter.frame_count == len(seen) + 1
+    assert counter.frame_count == len(seen) + opt
+    assert ("and 1 of AdamW's update" in log) == opt

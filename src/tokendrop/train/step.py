@@ -8,9 +8,9 @@ one function (``MLMStep.forward_backward``; its forward + loss compiled as ``tra
 weighted MLM NLL normalised by the *global* number of real prediction slots (so one process and N
 processes compute the same loss and gradients) and the backward (gradient accumulation over the
 micro-batches, synchronised on the last); then clip, AdamW (compiled under ``train.compile`` =
-step / graphs, but for a fused AdamW on CPU; a non-finite gradient norm skips the update), and the plan's importance update
-from the step's per-slot losses (all-reduced across ranks).  Nothing in the step waits on the host.
-The loop around it is ``tokendrop.train.trainer``.
+step / graphs, but for a fused AdamW on CPU; a non-finite gradient norm skips the update), and the
+plan's importance update from the step's per-slot losses (all-reduced across ranks).  Nothing in
+the step waits on the host.  The loop around it is ``tokendrop.train.trainer``.
 """
 
 from __future__ import annotations

@@ -400,6 +400,12 @@ def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path,
     assert all(x["trainer_ms"] > 0 and x["bench_ms"] > 0 and x["micro_batches"] == 1 for x in tb)
     assert all(x["ratio"] == x["trainer_ms"] / x["bench_ms"] for x in tb)
     assert "the trainer's step vs the bench's" in (out / "step.md").read_text()
+    # AdamW's update alone: the fused kernel first, then CompiledAdamW per compiled mode
+    up = d["data"]["update_alone"]
+    assert [x["mode"] for x in up] == ["off", "step"] and up[0]["vs_fused"] == 1.0
+    assert all(x["ms"] > 0 and x["parameters"] > 0 for x in up)
+    assert up[1]["vs_fused"] == up[1]["ms"] / up[0]["ms"]
+    assert "AdamW's update alone" in (out / "step.md").read_text()
     # the next part: not started
     assert "[step] ok" in p.stdout and not (out / "strong.json").exists()
     # too little left to start a part

@@ -19,6 +19,13 @@ carried data (its T) at ``step.trainer_batch`` sequences per step (one micro-bat
 ms per step from the metrics log's training clock (the intervals after the first, which holds the
 compilation; logging every ``step.trainer_log_every`` steps, as a run would), beside the bench's
 step of the resolved model, T, batch and precision; the ratio is written as each pair finishes.
+
+Last, after every setting, AdamW's update alone, of the first setting's model (random gradients):
+ATen's fused kernel with its skip flag (the eager step's update) against ``CompiledAdamW`` under
+each compiled mode of ``step.modes`` (what ``step`` / ``graphs`` compile on CUDA), ms per update
+and the ratio to the fused kernel.  On CPU inductor's update takes about twice the fused kernel's
+time, so the compiled step keeps the fused AdamW there (``tokendrop.train.step``); this says which
+is faster on the GPU.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from tokendrop.lab.machine import loadavg
 from tokendrop.lab.sizes import DOCUMENT_ROW
 from tokendrop.models.families import build_model
 from tokendrop.runs.metrics import read_metrics
-from tokendrop.train.compiled import compiled_shapes
+from tokendrop.train.compiled import CompiledAdamW, compiled_shapes
 from tokendrop.train.resume import load_run_config
 from tokendrop.train.runtime import adamw, autocast_dtype
 from tokendrop.train.step import MLMStep
@@ -246,6 +253,7 @@ def run_step_part(
             save()
     if len(sp.rows()) == 1:
         _trainer_vs_bench(cfg, budget, r, save, log, device)
+    _update_alone(cfg, budget, r, save, log, device)  # last: a detail of the step's time
     r.data["loadavg_end"] = loadavg()
     r.summary.append(f"load average at the end: {r.data['loadavg_end']}")
     r.check(
@@ -372,3 +380,81 @@ def _trainer_vs_bench(
             "the trainer's step / the bench's at the same micro-batch (goal: <= 1.05 on a GPU): "
             + ", ".join(f"{x['mode']} {x['step']} {x['ratio']:.3f}" for x in got if x["ratio"])
         )
+
+
+UPDATE_HEADER = ["family", "parameters", "update", "ms / update", "/ fused"]
+
+
+def _update_ms(mc: ModelConfig, mode: str, sp, device: torch.device) -> tuple[float, int]:
+    """(median ms per update, parameter count) of AdamW's update of ``mc``'s parameters with random
+    gradients: ATen's fused kernel and its skip flag (``mode`` off) or ``CompiledAdamW`` (step,
+    graphs)."""
+    torch.manual_seed(0)
+    model = build_model(mc, DropConfig(method="cumulative", rate=sp.rate)).to(device)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
+    finite = torch.ones((), dtype=torch.bool, device=device)
+    update = None if mode == "off" else CompiledAdamW(opt, mode, sp.compile_backend)
+
+    def run(n: int, opt=opt, update=update) -> None:
+        for _ in range(n):
+            if update is None:
+                opt.found_inf = (~finite).to(torch.float32)
+                opt.step()
+            else:
+                update(1e-4, finite)
+
+    run(sp.warmup)  # compilation (and CUDA graph capture)
+    _sync(device)
+    times = []
+    for _ in range(sp.rounds):
+        t0 = time.perf_counter()
+        run(sp.reps)
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1000 / sp.reps)
+    n = sum(p.numel() for p in model.parameters())
+    del run, update, opt, model
+    free_device_memory()
+    return statistics.median(times), n
+
+
+def _update_alone(
+    cfg: CampaignConfig, budget: Budget, r: PartResult, save, log: Log, device: torch.device
+) -> None:
+    """AdamW's update alone, fused against compiled (see the module doc)."""
+    sp = cfg.step
+    family, t, _ = sp.rows()[0]
+    mc = _model_config(family, sp, t)
+    rows: list[list[object]] = []
+    r.tables.append(
+        (
+            f"AdamW's update alone ({family}, fp32 weights and moments): ATen's fused kernel "
+            "against CompiledAdamW",
+            UPDATE_HEADER,
+            rows,
+        )
+    )
+    r.data["update_alone"] = []
+    fused_ms = None
+    for mode in ["off", *(m for m in sp.modes if m in ("step", "graphs"))]:
+        name = "fused AdamW (eager)" if mode == "off" else f"CompiledAdamW ({mode})"
+        what = f"AdamW's update alone: {name}"
+        if not budget.allows(sp.row_reserve_s):
+            r.skip(what, log)
+            continue
+        log(f"  [step] {what}")
+        try:
+            ms, n = _update_ms(mc, mode, sp, device)
+        except torch.cuda.OutOfMemoryError:
+            free_device_memory()
+            r.summary.append(f"{what}: out of memory")
+            continue
+        if mode == "off":
+            fused_ms = ms
+        ratio = None if fused_ms is None else ms / fused_ms
+        rows.append([family, n, name, ms, ratio])
+        r.data["update_alone"].append(
+            {"family": family, "parameters": n, "mode": mode, "ms": ms, "vs_fused": ratio}
+        )
+        save()

@@ -79,6 +79,20 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def _rounds_ms(run, sp, device: torch.device) -> list[float]:
+    """ms per call over ``sp.rounds`` rounds of ``run(sp.reps)``, after ``run(sp.warmup)`` untimed
+    (compilation and CUDA graph capture happen there)."""
+    run(sp.warmup)
+    _sync(device)
+    times = []
+    for _ in range(sp.rounds):
+        t0 = time.perf_counter()
+        run(sp.reps)
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1000 / sp.reps)
+    return times
+
+
 def _model_config(family: str, sp, seq_len: int) -> ModelConfig:
     shapes = {
         "bert": (sp.bert_model, sp.bert_vocab_size),
@@ -136,14 +150,7 @@ def _measure(
         for i in range(n):
             step([mb], 1e-4, plan.at(i, t) if dropping else DropStep.dense(i, t))
 
-    run(sp.warmup)  # compilation (and CUDA graph capture) happens here
-    _sync(device)
-    times = []
-    for _ in range(sp.rounds):
-        t0 = time.perf_counter()
-        run(sp.reps)
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1000 / sp.reps)
+    times = _rounds_ms(run, sp, device)
     busy = None
     if device.type == "cuda":
         acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -405,14 +412,7 @@ def _update_ms(mc: ModelConfig, mode: str, sp, device: torch.device) -> tuple[fl
             else:
                 update(1e-4, finite)
 
-    run(sp.warmup)  # compilation (and CUDA graph capture)
-    _sync(device)
-    times = []
-    for _ in range(sp.rounds):
-        t0 = time.perf_counter()
-        run(sp.reps)
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1000 / sp.reps)
+    times = _rounds_ms(run, sp, device)
     n = sum(p.numel() for p in model.parameters())
     del run, update, opt, model
     free_device_memory()

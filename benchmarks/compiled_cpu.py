@@ -46,7 +46,7 @@ from tokendrop.lab.machine import cpu_model, loadavg
 from tokendrop.lab.sizes import DOCUMENT_ROW
 from tokendrop.models.families import build_model
 from tokendrop.runs.files import atomic_write_text
-from tokendrop.train.compiled import CompiledAdamW, compiled_shapes
+from tokendrop.train.compiled import CompiledAdamW, adamw_update, compiled_shapes
 from tokendrop.train.runtime import adamw
 from tokendrop.train.step import MLMStep
 
@@ -72,20 +72,19 @@ def _arm_model() -> torch.nn.Module:
 
 
 def _arm(mode: str, dropping: bool, t: int, b: int):
-    mc, drop = MC, DROP
     cfg = Config(
-        model=mc, drop=drop, train=TrainConfig(steps=10**6, batch_size=b, lr=1e-4, warmup_steps=0)
+        model=MC, drop=DROP, train=TrainConfig(steps=10**6, batch_size=b, lr=1e-4, warmup_steps=0)
     ).validate()
     torch.manual_seed(0)
     model = _arm_model()
-    plan = DropPlan.for_model(drop, mc, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.fixed_steps)
+    plan = DropPlan.for_model(DROP, MC, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.fixed_steps)
     opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
     step = MLMStep(
         model, plan, opt, cfg, None, use_attention_mask=False, compile=mode,
         shapes=compiled_shapes(cfg, [t]),
     )  # fmt: skip
     cpu = torch.device("cpu")
-    mb = synthetic_batch(b, t, mc.vocab_size, cpu, document_tokens=DOCUMENT_ROW)
+    mb = synthetic_batch(b, t, MC.vocab_size, cpu, document_tokens=DOCUMENT_ROW)
     state = {"i": 0}
 
     def run(n: int) -> None:
@@ -111,11 +110,7 @@ def _update_arm(compiled: bool):
 
     def run(n: int) -> None:
         for _ in range(n):
-            if update is not None:
-                update(1e-4, finite)
-            else:
-                opt.found_inf = (~finite).to(torch.float32)
-                opt.step()
+            adamw_update(opt, update, 1e-4, finite)
 
     return run
 

@@ -39,7 +39,15 @@ from torch.optim.adamw import adamw
 
 from tokendrop.config import Config
 
-__all__ = ["MODES", "resolve_mode", "compiled_shapes", "LossFn", "loss_fn", "CompiledAdamW"]
+__all__ = [
+    "MODES",
+    "resolve_mode",
+    "compiled_shapes",
+    "LossFn",
+    "loss_fn",
+    "CompiledAdamW",
+    "adamw_update",
+]
 
 MODES = ("off", "forward", "step", "graphs")  # what resolve_mode returns
 
@@ -246,6 +254,28 @@ class CompiledAdamW:
             self._prepare()
         self.lr.fill_(lr)
         self.update(self.lr, finite)
+
+
+def adamw_update(
+    opt: torch.optim.Optimizer,
+    compiled: Callable[[float, Tensor], None] | None,
+    lr: float,
+    finite: Tensor,
+) -> None:
+    """One AdamW update of ``opt`` at learning rate ``lr`` unless ``finite`` (a bool tensor) is
+    false: through ``compiled`` (a :class:`CompiledAdamW` of ``opt``) when given; else ``opt``'s
+    own step, a fused AdamW taking the skip as its ``found_inf`` flag on the device (as under a
+    GradScaler); an unfused one needs the host to decide.  ``opt``'s groups hold ``lr`` after it
+    (what a checkpoint records), whichever runs the update."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    if compiled is not None:
+        compiled(lr, finite)
+    elif opt.defaults.get("fused"):
+        opt.found_inf = (~finite).to(torch.float32)
+        opt.step()
+    elif bool(finite):
+        opt.step()
 
 
 def _admit(shapes: int) -> None:

@@ -26,7 +26,7 @@ from tokendrop.dropping.consistency import ClsTaps, consistency_term
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import TrainingError
 from tokendrop.models.bert.model import BertForMaskedLM
-from tokendrop.train.compiled import CompiledAdamW, loss_fn
+from tokendrop.train.compiled import CompiledAdamW, adamw_update, loss_fn
 from tokendrop.train.parallel import Parallel, grad_norm
 
 
@@ -83,8 +83,6 @@ class MLMStep:
     def __call__(
         self, micro: list[dict[str, Tensor]], lr: float, at: DropStep
     ) -> dict[str, Tensor]:
-        for g in self.opt.param_groups:
-            g["lr"] = lr
         device = micro[0]["input_ids"].device
         count = torch.stack([mb["mlm_weights"].sum() for mb in micro]).sum()
         if self.par is not None:
@@ -108,15 +106,9 @@ class MLMStep:
         # a non-finite gradient norm (the same on every rank: DDP/FSDP have reduced the gradients)
         # skips the step: no weight, moment or importance update.  Decided on the device: the
         # compiled update selects the old values, the fused AdamW kernel takes the flag (as under a
-        # GradScaler); an unfused eager one needs the host.
+        # GradScaler); an unfused eager one needs the host (adamw_update).
         finite = torch.isfinite(gnorm)
-        if self.compiled_opt is not None:
-            self.compiled_opt(lr, finite)
-        elif self.opt.defaults.get("fused"):
-            self.opt.found_inf = (~finite).to(torch.float32)
-            self.opt.step()
-        elif bool(finite):
-            self.opt.step()
+        adamw_update(self.opt, self.compiled_opt, lr, finite)
         self.opt.zero_grad(set_to_none=True)
         if at.learns:  # a dropping step, or a dense start's (DropConfig.learns_at)
             self.plan.update(

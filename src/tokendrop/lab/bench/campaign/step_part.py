@@ -51,7 +51,7 @@ from tokendrop.lab.machine import loadavg
 from tokendrop.lab.sizes import DOCUMENT_ROW
 from tokendrop.models.families import build_model
 from tokendrop.runs.metrics import read_metrics
-from tokendrop.train.compiled import CompiledAdamW, compiled_shapes
+from tokendrop.train.compiled import CompiledAdamW, adamw_update, compiled_shapes
 from tokendrop.train.resume import load_run_config
 from tokendrop.train.runtime import adamw, autocast_dtype
 from tokendrop.train.step import MLMStep
@@ -406,11 +406,7 @@ def _update_ms(mc: ModelConfig, mode: str, sp, device: torch.device) -> tuple[fl
 
     def run(n: int, opt=opt, update=update) -> None:
         for _ in range(n):
-            if update is None:
-                opt.found_inf = (~finite).to(torch.float32)
-                opt.step()
-            else:
-                update(1e-4, finite)
+            adamw_update(opt, update, 1e-4, finite)
 
     times = _rounds_ms(run, sp, device)
     n = sum(p.numel() for p in model.parameters())

@@ -38,6 +38,14 @@ class MethodSpec:
     # another arm's name: this (dense) arm runs for the steps that spend that arm's FLOPs, with its
     # own schedule over them ("No Train No Gain"'s equal-compute control)
     flops_of: str = ""
+    # a learning-rate sweep's run of an arm (study.lr_sweep): the arm's name and the rate
+    arm: str = ""
+    lr: float | None = None
+
+    @property
+    def arm_name(self) -> str:
+        """The study arm this spec runs: its own name, or the swept arm's."""
+        return self.arm or self.name
 
     @property
     def dropping(self) -> bool:
@@ -298,9 +306,33 @@ def sweep_method(rate: float) -> MethodSpec:
     )
 
 
+def lr_tag(lr: float) -> str:
+    """A learning rate as run names spell it: 0.002 -> "2e-3", 0.0015 -> "1.5e-3"."""
+    mant, exp = f"{lr:e}".split("e")
+    mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{int(exp)}"
+
+
+def lr_method(arm: MethodSpec, lr: float) -> MethodSpec:
+    """``arm`` at learning rate ``lr``: the run of the sweep (and of the arm's other seeds once
+    ``lr`` is its chosen rate), named ``<arm>-lr<tag>``."""
+    return dataclasses.replace(
+        arm,
+        name=f"{arm.name}-lr{lr_tag(lr)}",
+        label=f"{arm.label}, lr {lr_tag(lr)}",
+        overrides=(*arm.overrides, f"train.lr={lr!r}"),
+        arm=arm.name,
+        lr=lr,
+    )
+
+
 def method_spec(name: str, cfg: StudyConfig) -> MethodSpec:
     if name in ARMS:
         return ARMS[name]
+    for arm in cfg.all_methods():
+        for lr in cfg.lr_sweep:
+            if name == f"{arm}-lr{lr_tag(lr)}":
+                return lr_method(method_spec(arm, cfg), lr)
     for r in cfg.drop_rates:
         m = sweep_method(r)
         if m.name == name:
@@ -367,6 +399,10 @@ class StudyConfig:
     # the report follows what its selector keeps through training
     # (tokendrop.lab.inspect.selection_trace)
     selection_checkpoints: int = 0
+    # each arm at its own best learning rate: every arm is trained at each of these rates with the
+    # first seed (the sweep, the full schedule), the rate with the lowest final held-out MLM loss
+    # is the arm's, and its other seeds run at it ([] = every run at the base config's train.lr)
+    lr_sweep: list[float] = field(default_factory=list)
 
     def all_methods(self) -> list[str]:
         names = list(self.methods)
@@ -446,6 +482,12 @@ class StudyConfig:
             raise ConfigError(
                 f"study.run_order: expected one of {', '.join(RUN_ORDERS)}, got {self.run_order!r}"
             )
+        if any(not (isinstance(r, (int, float)) and 0 < r < 1) for r in self.lr_sweep):
+            raise ConfigError(
+                f"study.lr_sweep: expected learning rates in (0, 1), got {self.lr_sweep}"
+            )
+        if len({lr_tag(r) for r in self.lr_sweep}) != len(self.lr_sweep):
+            raise ConfigError(f"study.lr_sweep: a rate is listed twice ({self.lr_sweep})")
         if self.selection_checkpoints < 0:
             raise ConfigError(
                 f"study.selection_checkpoints: expected >= 0, got {self.selection_checkpoints}"
@@ -563,8 +605,10 @@ def plan_runs(
     data_info: dict[str, Any] | None = None,
     out: Path | None = None,
     source: str | os.PathLike | None = None,
+    chosen: dict[str, float] | None = None,
 ) -> list[RunSpec]:
-    """Every (method, seed) of the study, with its validated pretraining config."""
+    """Every (method, seed) of the study, with its validated pretraining config; ``chosen``: each
+    swept arm's learning rate, where the sweep has chosen it (``tokendrop.lab.study.sweep``)."""
     T = study.seq_len
     packed = (data_info or {}).get("packed", {}).get("path") or str(
         (out or Path(".")) / "data" / f"packed-{T}"
@@ -576,14 +620,26 @@ def plan_runs(
         source = resolve_source(study)
     src = resolve_init_source(str(source)) if source else None  # once for every run of the study
     specs = []
-    pairs = [(name, s) for name in study.all_methods() for s in study.seeds]
-    if study.run_order == "seed":
-        pairs = [(name, s) for s in study.seeds for name in study.all_methods()]
-    for name, s in pairs:
-        m = method_spec(name, study)
+    for m, s in _pairs(study, chosen or {}):
         cfg = run_config(study, m, s, packed, unpacked, str(source) if source else None, src)
         specs.append(RunSpec(m, s, f"{m.name}-seed{s}", cfg))
     return specs
+
+
+def _pairs(study: StudyConfig, chosen: dict[str, float]) -> list[tuple[MethodSpec, int]]:
+    """(method, seed) of every run, in ``study.run_order``.  With a learning-rate sweep: each arm
+    at every rate with the first seed, and its other seeds at its chosen rate once known."""
+    arms = [method_spec(n, study) for n in study.all_methods()]
+    if not study.lr_sweep:
+        per_seed = {s: arms for s in study.seeds}
+    else:
+        first = study.seeds[0]
+        per_seed = {first: [lr_method(a, lr) for a in arms for lr in study.lr_sweep]}
+        for s in study.seeds[1:]:
+            per_seed[s] = [lr_method(a, chosen[a.name]) for a in arms if a.name in chosen]
+    if study.run_order == "seed":
+        return [(m, s) for s in study.seeds for m in per_seed[s]]
+    return [(m, s) for a in arms for s in study.seeds for m in per_seed[s] if m.arm_name == a.name]
 
 
 def resolve_source(study: StudyConfig) -> Path | None:

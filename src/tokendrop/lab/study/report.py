@@ -494,7 +494,14 @@ def write_report(study: StudyConfig, out: Path, res: StudyResults, info: ReportI
     lines += [f"- {s}" for s in findings(res, study)]
     lines += [""] + _paper_section(study, res, info)
     lines += ["## Tables", ""]
-    for f in ("table1.md", "table3.md", "table4.md", "time-to-quality.md", "selection.md"):
+    for f in (
+        "lr-sweep.md",
+        "table1.md",
+        "table3.md",
+        "table4.md",
+        "time-to-quality.md",
+        "selection.md",
+    ):
         p = out / "tables" / f
         if p.is_file():
             body = p.read_text(encoding="utf-8").splitlines()

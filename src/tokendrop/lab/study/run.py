@@ -4,6 +4,7 @@ report."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import sys
@@ -38,6 +39,7 @@ from tokendrop.lab.study.plan import (
     plan_runs,
 )
 from tokendrop.lab.study.report import ReportInfo, command_line, export_report, write_report
+from tokendrop.lab.study.sweep import arm_runs, choose_lrs, sweep_rows, table_lr_sweep
 from tokendrop.lab.study.tables import (
     table1,
     table3,
@@ -197,7 +199,7 @@ def _pretrain_all(
     state_path: Path,
     progress: bool,
 ) -> None:
-    todo = [r for r in runs if r.method.name in selected]
+    todo = [r for r in runs if r.method.arm_name in selected]
     done = [0]
 
     def record(spec: RunSpec, res: dict[str, Any]) -> None:
@@ -295,6 +297,17 @@ def _run_study(
     atomic_write_json(state_path, state)
     runs = plan_runs(study, data_info, out, source)
     _pretrain_all(study, out, runs, selected, state, state_path, progress)
+    sweep, chosen = [], {}
+    if study.lr_sweep:
+        # the sweep done (or as far as it got): each arm's other seeds at its own rate
+        chosen = choose_lrs(sweep_rows(study, out))
+        if chosen:
+            log("learning rates chosen: " + ", ".join(f"{a} {lr:g}" for a, lr in chosen.items()))
+        runs = plan_runs(study, data_info, out, source, chosen)
+        _pretrain_all(study, out, runs, selected, state, state_path, progress)
+        sweep = sweep_rows(study, out)
+        chosen = choose_lrs(sweep)
+        runs = arm_runs(runs, chosen, study)
 
     finished = [r for r in runs if (out / "runs" / r.name / "report.md").is_file()]
     evaluation = None
@@ -309,6 +322,8 @@ def _run_study(
     packed = data_info.get("packed", {}).get("path")
     res = aggregate(study, runs, out, evaluation, state, packed, source)
     tables = out / "tables"
+    if study.lr_sweep:
+        atomic_write_text(tables / "lr-sweep.md", table_lr_sweep(sweep, chosen, study.baseline_arm))
     atomic_write_text(tables / "table1.md", table1(res, study))
     atomic_write_text(tables / "table3.md", table3(res))
     atomic_write_text(tables / "table4.md", table4(res, study))
@@ -352,6 +367,8 @@ def _run_study(
             "runs": res.runs,
             "target_eval_loss": res.target_eval_loss,
             "baseline": res.baseline,
+            "lr_sweep": [dataclasses.asdict(r) for r in sweep],
+            "chosen_lr": chosen,
         },
     )
     atomic_write_json(state_path, state)

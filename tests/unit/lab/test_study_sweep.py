@@ -162,3 +162,16 @@ def test_a_swept_study_end_to_end_reports_each_arm_at_its_rate(tmp_path):
     )
     assert "# Learning-rate sweep" in (out / "tables" / "lr-sweep.md").read_text()
     assert "### Learning-rate sweep" in (out / "study.md").read_text()
+
+
+def test_study_long_compares_at_equal_process_time_at_512_judged_on_long_contexts():
+    from tokendrop.lab.study.evaluation import suite_config
+
+    study = load_study("study-long")
+    assert study.source == "minilm" and study.seq_len == 512 and len(study.lr_sweep) >= 3
+    assert len(study.seeds) >= 3 and study.methods == ["baseline", "token-drop"]
+    assert "train.time_budget='20m'" in study.base_overrides
+    assert "train.budget_clock='process'" in study.base_overrides
+    suite = suite_config(study, {})
+    assert "squad1" in suite.tasks and suite.squad.max_seq_len_qa == 512
+    assert len(suite.glue_epochs) * len(suite.glue_lrs) == 4  # the paper's 2 x 2 grid

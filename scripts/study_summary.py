@@ -1,8 +1,9 @@
-"""study-paper's summary: the 12-layer studies at T = 128 and T = 512 and the depth trend (4, 8, 12
-layers at T = 128) side by side, from each study's ``study.json``.
+"""Studies side by side, from each study's ``study.json``: study-paper's 12-layer studies at T = 128
+and T = 512 with its depth trend (4, 8, 12 layers at T = 128), or study-long alone.
 
-    python scripts/study_paper_summary.py runs/study-paper runs/study-paper-512 \
+    python scripts/study_summary.py runs/study-paper runs/study-paper-512 \
         runs/study-paper-l4 runs/study-paper-l8 --out docs/study-paper
+    python scripts/study_summary.py runs/study-long --out docs/study-long
 
 writes OUT/summary.json (``arms``, ``lr_sweep``, ``depth_trend``, ``time_to_quality``),
 OUT/summary.md and OUT/depth-trend.png.  A study dir that does not exist yet, or has no study.json,
@@ -83,6 +84,15 @@ def arms(d: dict[str, Any]) -> list[dict[str, Any]]:
                 "rel_flops": m.get("rel_flops"),
                 "rel_cpu_time": t / ref_time if t is not None and ref_time else None,
                 "downstream_avg": [r.get("eval", {}).get("downstream_avg") for r in runs],
+                "steps": [r.get("steps") for r in runs],
+                # training + evaluation time per step on the process clock, per seed: the speed-up
+                # per step measured in the runs themselves
+                "cpu_s_per_step": [
+                    _process_time(r) / r["steps"] if r.get("steps") and _process_time(r) else None
+                    for r in runs
+                ],
+                # every column of the suite, per seed (SQuAD v1 F1, SST-2 accuracy, ...)
+                "downstream": [r.get("eval", {}) for r in runs],
             }
         )
     return out

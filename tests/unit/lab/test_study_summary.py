@@ -1,4 +1,4 @@
-"""scripts/study_paper_summary.py: the arms, the sweep, the depth trend's gaps and time to quality,
+"""scripts/study_summary.py: the arms, the sweep, the depth trend's gaps and time to quality,
 computed from the studies' own study.json; a study not run yet is listed as missing."""
 
 import importlib.util
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "study_paper_summary.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "study_summary.py"
 
 
 @pytest.fixture(scope="module")
 def summary_mod():
-    spec = importlib.util.spec_from_file_location("study_paper_summary", SCRIPT)
+    spec = importlib.util.spec_from_file_location("study_summary", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -28,6 +28,7 @@ def _study(tmp_path: Path, layers: int, losses: dict[str, list[float]], flops: d
             runs[n] = {
                 "model": {"num_layers": layers},
                 "seq_len": 128,
+                "steps": 1000,
                 "final_eval_loss": loss,
                 "clock": "process",
                 "wall_time_s": 100.0 * flops[arm],
@@ -81,6 +82,7 @@ def test_the_summary_measures_each_gap_against_its_own_control(summary_mod, tmp_
     td12 = next(a for a in s["arms"] if a["num_layers"] == 12 and a["name"] == "token-drop")
     assert td12["rel_cpu_time"] == pytest.approx(0.75) and td12["lr"] == 2e-3
     assert td12["downstream_avg"] == pytest.approx([67.05, 67.0])
+    assert td12["cpu_s_per_step"] == pytest.approx([0.075, 0.075])
     ttq = next(
         x for x in s["time_to_quality"] if x["num_layers"] == 12 and x["arm"] == "token-drop"
     )

@@ -9,7 +9,7 @@ import pytest
 
 from tokendrop.errors import ConfigError
 from tokendrop.lab.study import load_study, plan_runs
-from tokendrop.lab.study.plan import lr_tag, method_spec
+from tokendrop.lab.study.plan import lr_tag, method_spec, sweep_order
 from tokendrop.lab.study.sweep import (
     SweepRow,
     arm_runs,
@@ -42,6 +42,11 @@ def test_the_sweep_runs_every_arm_at_every_rate_with_the_first_seed_then_the_cho
         for lr in lrs:
             r = by[f"{arm}-lr{lr_tag(lr)}-seed0"]
             assert r.cfg.train.lr == lr and r.method.arm_name == arm and r.method.lr == lr
+    # rate by rate, the middle rate first: a sweep cut short compares every arm at one rate
+    arms_first = [r.method.arm_name for r in runs[: len(arms)]]
+    assert arms_first == arms and {r.method.lr for r in runs[: len(arms)]} == {sorted(lrs)[1]}
+    assert sweep_order([4e-3, 1e-3, 2e-3]) == [2e-3, 1e-3, 4e-3]
+    assert sweep_order([1, 2, 3, 4]) == [2, 1, 3, 4] and sweep_order([5]) == [5]
     # once an arm's rate is chosen its other seeds follow at that rate only
     chosen = {"baseline": lrs[0], "token-drop": lrs[1]}
     more = plan_runs(study, None, tmp_path, chosen=chosen)

@@ -626,6 +626,19 @@ def plan_runs(
     return specs
 
 
+def sweep_order(lrs: list[float]) -> list[float]:
+    """The order the sweep trains its rates in: the middle one (of the sorted rates) first, then
+    outwards, the lower side first: [1e-3, 2e-3, 4e-3] -> [2e-3, 1e-3, 4e-3]."""
+    ordered = sorted(lrs)
+    mid = (len(ordered) - 1) // 2
+    out = [ordered[mid]]
+    for k in range(1, len(ordered)):
+        for i in (mid - k, mid + k):
+            if 0 <= i < len(ordered):
+                out.append(ordered[i])
+    return out
+
+
 def _pairs(study: StudyConfig, chosen: dict[str, float]) -> list[tuple[MethodSpec, int]]:
     """(method, seed) of every run, in ``study.run_order``.  With a learning-rate sweep: each arm
     at every rate with the first seed, and its other seeds at its chosen rate once known."""
@@ -634,7 +647,9 @@ def _pairs(study: StudyConfig, chosen: dict[str, float]) -> list[tuple[MethodSpe
         per_seed = {s: arms for s in study.seeds}
     else:
         first = study.seeds[0]
-        per_seed = {first: [lr_method(a, lr) for a in arms for lr in study.lr_sweep]}
+        # rate by rate, the middle rate first: a sweep cut short still compares every arm at one
+        # rate
+        per_seed = {first: [lr_method(a, lr) for lr in sweep_order(study.lr_sweep) for a in arms]}
         for s in study.seeds[1:]:
             per_seed[s] = [lr_method(a, chosen[a.name]) for a in arms if a.name in chosen]
     if study.run_order == "seed":

@@ -17,8 +17,23 @@ import torch
 from tokendrop.lab.study.common import StudyError
 
 
-def _worker_init(threads: int) -> None:
+# set once the study is stopping (Ctrl-C, SIGTERM, a failure): the pool has already handed a few
+# tasks to its call queue, which cancel_futures cannot take back, so a worker that receives one
+# returns CANCELLED instead of starting it
+_stop = None
+CANCELLED = "cancelled"
+
+
+def _worker_init(threads: int, stop) -> None:
+    global _stop
+    _stop = stop
     torch.set_num_threads(max(1, threads))
+
+
+def _guarded(fn: Callable, *args: Any) -> Any:
+    if _stop is not None and _stop.is_set():
+        return CANCELLED
+    return fn(*args)
 
 
 def _pool(parallel: int):
@@ -33,9 +48,11 @@ def _pool(parallel: int):
         )
     else:
         ctx = mp.get_context("spawn")
-    return ProcessPoolExecutor(
-        parallel, mp_context=ctx, initializer=_worker_init, initargs=(threads,)
+    stop = ctx.Event()
+    pool = ProcessPoolExecutor(
+        parallel, mp_context=ctx, initializer=_worker_init, initargs=(threads, stop)
     )
+    return pool, stop
 
 
 def run_parallel(
@@ -44,10 +61,12 @@ def run_parallel(
     """``fn(*task)`` for every task in ``parallel`` spawned processes; ``on_done(task, result)`` in
     this process as each finishes.  A failure or Ctrl-C cancels what has not started; started runs
     checkpoint on the SIGINT they receive too (same process group).  SIGTERM to this process is
-    passed on to the workers, so none outlives it."""
-    ex = _pool(parallel)
+    passed on to the workers, so none outlives it.  Once stopping, no further task starts (one the
+    pool had already queued returns without running)."""
+    ex, stop = _pool(parallel)
 
     def on_sigterm(signum, frame):  # pass SIGTERM on: a training worker checkpoints and stops
+        stop.set()
         for proc in list(getattr(ex, "_processes", {}).values()):
             try:
                 proc.terminate()
@@ -59,10 +78,11 @@ def run_parallel(
     if threading.current_thread() is threading.main_thread():
         old_handler = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        futs = {ex.submit(fn, *t): t for t in tasks}
+        futs = {ex.submit(_guarded, fn, *t): t for t in tasks}
         for f in as_completed(futs):
             on_done(futs[f], f.result())
     except BaseException as e:
+        stop.set()
         ex.shutdown(wait=True, cancel_futures=True)
         if isinstance(e, KeyboardInterrupt):
             raise StudyError(

@@ -1306,6 +1306,29 @@ def cases() -> list[Case]:
     )
     add(
         Case(
+            "inspect-text-without-tokens",
+            "edge settings",
+            ["inspect", "{C}/run", "--text", "   "],
+            "refused: the text has no tokens; nothing written",
+            needs=("run",),
+            watch=("run",),
+            says=("has no tokens for the run's tokenizer",),
+        )
+    )
+    add(
+        Case(
+            "inspect-text-with-out",
+            "edge settings",
+            ["inspect", "{C}/run", "--text", "a b", "--out", "{C}/ins"],
+            "refused: --text writes nothing; nothing written",
+            needs=("run",),
+            watch=("run",),
+            absent=("ins",),
+            says=("--text prints what the run keeps",),
+        )
+    )
+    add(
+        Case(
             "inspect-overwrite-a-file",
             "outputs",
             ["inspect", "{C}/run", "--out", "{C}/target", "--overwrite"],

@@ -209,7 +209,7 @@ def text_selection(run_dir: str | os.PathLike, text: str) -> TextSelection:
     body = plain_copy(tok).encode(text, add_special_tokens=False).ids
     if not body:
         raise CheckpointError(
-            f"text: {text!r} has no tokens for the run's tokenizer; give a sentence"
+            f"text: {text[:40]!r} has no tokens for the run's tokenizer; give a sentence"
         )
     # the run's T: what its checkpoint records of the data, else the config's, else the positions
     seq_len = (meta.get("data_fingerprint") or {}).get("seq_len", cfg.data.seq_len)

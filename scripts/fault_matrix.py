@@ -789,6 +789,22 @@ def make_file(rel: str, data: bytes = b"precious\n") -> Callable[[Path], None]:
 MINE = {"notes.txt": b"my notes\n", "sub/data.bin": b"\x00\x01\x02"}
 
 
+def copied_study_data(rel: str, overrides: list[str]) -> Callable[[Path], None]:
+    """``rel/data/prepared.json`` of study-tiny with ``overrides``: another study's data directory
+    copied into a new --out (its stamp only: the refusal reads nothing else)."""
+
+    def setup(c: Path) -> None:
+        from tokendrop.lab.study import load_study
+        from tokendrop.lab.study.data import data_fingerprint
+
+        d = c / rel / "data"
+        d.mkdir(parents=True, exist_ok=True)
+        fp = data_fingerprint(load_study("study-tiny", overrides))
+        (d / "prepared.json").write_text(json.dumps({"fingerprint": fp}) + "\n")
+
+    return setup
+
+
 def stale_lock(rel: str) -> Callable[[Path], None]:
     def setup(c: Path) -> None:
         p = c / rel
@@ -1290,6 +1306,29 @@ def cases() -> list[Case]:
     )
     add(
         Case(
+            "inspect-text-without-tokens",
+            "edge settings",
+            ["inspect", "{C}/run", "--text", "   "],
+            "refused: the text has no tokens; nothing written",
+            needs=("run",),
+            watch=("run",),
+            says=("has no tokens for the run's tokenizer",),
+        )
+    )
+    add(
+        Case(
+            "inspect-text-with-out",
+            "edge settings",
+            ["inspect", "{C}/run", "--text", "a b", "--out", "{C}/ins"],
+            "refused: --text writes nothing; nothing written",
+            needs=("run",),
+            watch=("run",),
+            absent=("ins",),
+            says=("--text prints what the run keeps",),
+        )
+    )
+    add(
+        Case(
             "inspect-overwrite-a-file",
             "outputs",
             ["inspect", "{C}/run", "--out", "{C}/target", "--overwrite"],
@@ -1428,6 +1467,30 @@ def cases() -> list[Case]:
             "refused; untouched",
             setup=make_dir("mine", MINE),
             watch=("mine",),
+        )
+    )
+    add(
+        Case(
+            "study-copied-data-without-stamp",
+            "outputs",
+            ["study", "--config", "study-tiny", "--out", "{C}/reuse", "--only"],
+            "refused before any write: not a study's data directory; untouched",
+            setup=make_dir("reuse/data", {"packed-32/meta.json": b"{}\n"}),
+            watch=("reuse",),
+            absent=("reuse/.tokendrop.json",),
+            says=("{C}/reuse/data", "no prepared.json"),
+        )
+    )
+    add(
+        Case(
+            "study-copied-data-of-another-config",
+            "outputs",
+            ["study", "--config", "study-tiny", "--out", "{C}/reuse", "--only"],
+            "refused before any write: the copy's fingerprint names what differs; untouched",
+            setup=copied_study_data("reuse", ["seq_len=16"]),
+            watch=("reuse",),
+            absent=("reuse/.tokendrop.json",),
+            says=("{C}/reuse/data", "seq_len changed"),
         )
     )
     add(

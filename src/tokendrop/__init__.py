@@ -10,6 +10,7 @@ The public API (docs/api.md); every other module is internal and may change betw
     td.prepare(["corpus.txt"], "data/t128", seq_len=128, vocab_size=8000)
     td.pretrain(cfg, "runs/drop")  # the trainer: packed data, exact resume, DDP/FSDP2
     td.export("runs/drop", "export/drop")  # a transformers directory
+    print(td.text_selection("runs/drop", "The film was wonderful."))  # what the run keeps of it
     td.finetune(td.finetune_config(None, task="sst2", data="glue/SST-2"), "export/drop", "ft/sst2")
 
 ``tokendrop.transformers`` adds token dropping to transformers' own models and ``Trainer``.
@@ -45,6 +46,7 @@ _API: dict[str, tuple[str, str]] = {
     "load_pretrained": ("tokendrop.models.source", "load_pretrained"),
     "resolve_model": ("tokendrop.models.source", "resolve_model"),
     "export": ("tokendrop.models.source", "export_hf"),
+    "text_selection": ("tokendrop.train.selection", "text_selection"),
     # jobs
     "prepare": ("tokendrop.data.prepare", "prepare"),
     "pretrain": ("tokendrop.train.trainer", "pretrain"),
@@ -102,4 +104,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         load_pretrained,
         resolve_model,
     )
+    from tokendrop.train.selection import text_selection  # noqa: F401
     from tokendrop.verification import verify_path as verify  # noqa: F401

@@ -392,9 +392,20 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
+    if a.text is not None:
+        if a.out or a.overwrite or a.examples is not None:
+            raise UsageError(
+                "inspect --text prints what the run keeps of the text and writes nothing; drop "
+                "--out, --examples and --overwrite (they are for the inspection directory)"
+            )
+        from tokendrop.train.selection import text_selection
+
+        print(text_selection(a.run_dir, a.text))
+        return 0
     from tokendrop.lab.inspect import inspect_run
 
-    out = inspect_run(a.run_dir, a.out, num_examples=a.examples, overwrite=a.overwrite)
+    examples = 6 if a.examples is None else a.examples
+    out = inspect_run(a.run_dir, a.out, num_examples=examples, overwrite=a.overwrite)
     print(f"wrote {out}")
     return 0
 
@@ -943,11 +954,21 @@ def _add_inspect(sub) -> None:
         "most and least important tokens, and example sentences with "
         "their dropped tokens.",
         formatter_class=_Help,
-        epilog=_examples("tokendrop inspect runs/tiny-drop --examples 4"),
+        epilog=_examples(
+            "tokendrop inspect runs/tiny-drop --examples 4",
+            'tokendrop inspect runs/tiny-drop --text "The film was wonderful."',
+        ),
     )
     s.add_argument("run_dir")
     s.add_argument("--out", help="output directory (default RUN_DIR/inspect)")
-    s.add_argument("--examples", type=int, default=6)
+    s.add_argument(
+        "--examples", type=int, default=None, help="held-out example sentences (default 6)"
+    )
+    s.add_argument(
+        "--text",
+        help="print which tokens of this text the run's learned selection keeps and drops, with "
+        "each token's score (writes nothing)",
+    )
     s.add_argument(
         "--overwrite",
         action="store_true",

@@ -54,10 +54,14 @@ def test_the_forward_example_runs(capsys):
     assert "best speed-up" in capsys.readouterr().out
 
 
-def test_the_run_example_runs(tmp_path):
+def test_the_run_example_runs(tmp_path, capsys):
     code = _blocks()[1].replace("/tmp/td-api", str(tmp_path))
     exec(compile(code, "docs/api.md", "exec"), {})
     assert (tmp_path / "export" / "config.json").is_file()
+    # the selection shown is the run's: its newest checkpoint, learned scores
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'run'} at step 4 (drop.method = cumulative" in out, out
+    assert "keeps 6 of the 12 tokens of the text" in out, out
 
 
 def _minilm_like(tiny_data, root):

@@ -43,6 +43,7 @@ BAD_CALLS = {  # public name -> (a call with one argument of the wrong type, the
     "finetune": (lambda: td.finetune(dict, "model", "out"), "cfg"),
     "evaluate": (lambda: td.evaluate("run", "suite-tiny", "out"), "models"),
     "verify": (lambda: td.verify(None), "path"),
+    "text_selection": (lambda: td.text_selection("run", ["a sentence"]), "text"),
 }
 
 

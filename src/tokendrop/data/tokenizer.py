@@ -18,10 +18,13 @@
   transformers does not make and the fields prepared data records.  A bare ``vocab.txt`` (nothing
   beside it declares a tokenizer; transformers cannot load it) gets BERT's WordPiece from
   :func:`build_tokenizer`.
+* :func:`readable_token` -- a vocabulary token as a reader writes it (a byte-level BPE piece, see
+  :func:`is_byte_level`, as its text), for what ``inspect`` shows.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -652,6 +655,50 @@ def plain_copy(tok: Tokenizer) -> Tokenizer:
     d["truncation"] = None
     d["padding"] = None
     return Tokenizer.from_str(json.dumps(d))
+
+
+@functools.cache
+def _byte_level_chars() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in character -> the byte it encodes (GPT-2's table)."""
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\u00a1"), ord("\u00ac") + 1),
+        *range(ord("\u00ae"), 256),
+    ]
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[chr(b)] = b
+        else:
+            out[chr(256 + n)] = b
+            n += 1
+    return out
+
+
+def readable_token(token: str, byte_level: bool) -> str:
+    """``token`` as a reader would write it: a byte-level BPE piece as its text ("Ġthe" -> "▁the",
+    "Ã©" -> "é"; a piece that is part of a character as its bytes, "<0xC3>"), spaces shown as "▁"
+    and newlines/tabs escaped.  Other vocabularies (WordPiece, SentencePiece's "▁") are readable as
+    they are."""
+    if byte_level and token:
+        table = _byte_level_chars()
+        if all(c in table for c in token):
+            raw = bytes(table[c] for c in token)
+            try:
+                token = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return "".join(f"<0x{b:02X}>" for b in raw)
+    return (
+        token.replace(" ", "\u2581").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    )
+
+
+def is_byte_level(tok: Tokenizer) -> bool:
+    """Whether ``tok`` decodes byte-level BPE pieces (GPT-2's, ModernBERT's): its decoder is, or
+    contains, ``ByteLevel``."""
+    dec = json.loads(tok.to_str()).get("decoder") or {}
+    parts = dec.get("decoders") or [] if dec.get("type") == "Sequence" else [dec]
+    return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
 
 
 def has_tokenizer_files(directory: str | os.PathLike) -> bool:

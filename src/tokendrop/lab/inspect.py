@@ -33,7 +33,6 @@ adjacent pairs instead of selecting tokens.
 from __future__ import annotations
 
 import contextlib
-import functools
 import html
 import json
 import os
@@ -51,8 +50,10 @@ from tokendrop.data.masking import MLMMasker, build_batch
 from tokendrop.data.tokenizer import (
     SPECIAL_KEYS,
     has_tokenizer_files,
+    is_byte_level,
     read_tokenizer_spec,
     read_vocab,
+    readable_token,
     tokenizer_from_spec,
     vocab_tokens,
 )
@@ -64,6 +65,7 @@ from tokendrop.runs.files import atomic_directory
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.runs.rundir import write_marker
+from tokendrop.train.selection import no_selection_reason
 
 # Figure 1: held-out excerpts with the kept tokens in bold and each token's importance score, as
 # HTML and as a PNG (wrapped text drawn with matplotlib)
@@ -276,24 +278,6 @@ def _held_checkpoint(path: Path) -> Iterator[tuple[Path, Path]]:
         yield (path.parent.parent if one else path), last
 
 
-def _no_selection_reason(cfg) -> str | None:
-    d = cfg.drop
-    if d.pools:
-        return (
-            f"token averaging (drop.variant = {d.variant}) pools adjacent token pairs 2:1 instead "
-            "of selecting "
-            "tokens, so there is no importance vector and nothing is dropped by score"
-        )
-    if not d.selection.drops:
-        return (
-            "this is a dense run (drop.method = none, e.g. a baseline): it trains every token in "
-            "every layer, "
-            "so it keeps no importance vector and drops nothing. Inspect a run trained with "
-            "drop.method = cumulative (the paper's method), half_random, frequency or random"
-        )
-    return None
-
-
 def seen_mask(
     scores: np.ndarray,
     pinned: np.ndarray,
@@ -313,48 +297,6 @@ def seen_mask(
     return m & ~pinned
 
 
-@functools.cache
-def _byte_level_chars() -> dict[str, int]:
-    """Byte-level BPE's printable stand-in character -> the byte it encodes (GPT-2's table)."""
-    keep = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("\u00a1"), ord("\u00ac") + 1),
-        *range(ord("\u00ae"), 256),
-    ]
-    out, n = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[chr(b)] = b
-        else:
-            out[chr(256 + n)] = b
-            n += 1
-    return out
-
-
-def readable_token(token: str, byte_level: bool) -> str:
-    """``token`` as a reader would write it: a byte-level BPE piece as its text ("Ġthe" -> "▁the",
-    "Ã©" -> "é"; a piece that is part of a character as its bytes, "<0xC3>"), spaces shown as "▁"
-    and newlines/tabs escaped.  Other vocabularies (WordPiece, SentencePiece's "▁") are readable as
-    they are."""
-    if byte_level and token:
-        table = _byte_level_chars()
-        if all(c in table for c in token):
-            raw = bytes(table[c] for c in token)
-            try:
-                token = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return "".join(f"<0x{b:02X}>" for b in raw)
-    return (
-        token.replace(" ", "\u2581").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-    )
-
-
-def _is_byte_level(tok) -> bool:
-    dec = json.loads(tok.to_str()).get("decoder") or {}
-    parts = dec.get("decoders") or [] if dec.get("type") == "Sequence" else [dec]
-    return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
-
-
 def load_run(run_dir: str | os.PathLike) -> RunView:
     """Read a run (or one checkpoint of it) for inspection, the checkpoint held while it is read
     (a run that is training rotates around it); InspectError if it cannot be inspected."""
@@ -364,7 +306,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
             cfg = from_dict(Config, recorded_config(meta["config"]))
         except (ValueError, KeyError) as e:
             raise InspectError(f"{ckpt}/meta.json: unreadable run config ({e})") from None
-        reason = _no_selection_reason(cfg)
+        reason = no_selection_reason(cfg.drop)
         if reason:
             raise InspectError(f"{run}: {reason}")
         # hashed against meta.json, then parsed
@@ -407,7 +349,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     index = {t: i for i, t in enumerate(vocab) if t}
     special = {k: index[v] for k, v in names.items() if v in index}
     if tok is not None:
-        byte_level = _is_byte_level(tok)
+        byte_level = is_byte_level(tok)
         vocab = [readable_token(t, byte_level) for t in vocab]
     # an embedding padded past the tokenizer (ModernBERT) and holes in a vocabulary: placeholder
     # names

@@ -37,7 +37,7 @@ from tokendrop.data.tokenizer import read_tokenizer_spec, write_tokenizer_config
 from tokendrop.errors import InteropError
 from tokendrop.models.bert.hf import REQUIRED_FIELDS
 from tokendrop.models.families import spec_for_hf_model_type, spec_of, task_of
-from tokendrop.runs.files import atomic_directory, write_safetensors
+from tokendrop.runs.files import atomic_directory, read_json, write_safetensors
 from tokendrop.runs.rundir import write_marker
 
 _NOT_BERT = {
@@ -107,7 +107,10 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
     configs: a WordPiece vocab.txt without tokenizer_config.json gets a BertTokenizer one; a
     tokenizer.json without vocab.txt (e.g. ModernBERT's BPE) is copied as it is, with a
     tokenizer_config.json describing it when it has none (``tokenizer.write_tokenizer_config``), so
-    ``AutoTokenizer`` loads the copy as the same tokenizer.  -> whether a tokenizer was copied."""
+    ``AutoTokenizer`` loads the copy as the same tokenizer.  ``max_len``: the model's position
+    limit (``max_position_embeddings``), written as the copy's ``model_max_length`` whatever the
+    source declared (prepared data, a published checkpoint), so ``tok(text, truncation=True)``
+    gives no more ids than the model takes.  -> whether a tokenizer was copied."""
     if src is None:
         return False
     src = Path(src)
@@ -121,14 +124,16 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
             for name in TOKENIZER_FILES:
                 if (src / name).is_file():
                     shutil.copyfile(src / name, dst / name)
-            if not (dst / "tokenizer_config.json").is_file():
-                write_tokenizer_config(
-                    replace(spec, model_max_length=spec.model_max_length or max_len), dst
-                )
+            if (src / "tokenizer_config.json").is_file():
+                _fit_model_max_length(src / "tokenizer_config.json", dst, max_len)
+            else:
+                write_tokenizer_config(replace(spec, model_max_length=max_len), dst)
             return True
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
                 shutil.copyfile(src / name, dst / name)
+        if (src / "tokenizer_config.json").is_file():
+            _fit_model_max_length(src / "tokenizer_config.json", dst, max_len)
     lower = True
     info = src / "tokenizer_info.json" if src.is_dir() else None
     if info is not None and info.is_file():
@@ -151,6 +156,17 @@ def copy_tokenizer(src: str | os.PathLike | None, dst: Path, max_len: int = 512)
             )
         )
     return True
+
+
+def _fit_model_max_length(source: Path, dst: Path, max_len: int) -> None:
+    """``dst/tokenizer_config.json`` (a copy of ``source``): rewritten with ``model_max_length`` set
+    to ``max_len``, every other field as it was, unless ``source`` already declares that (the copy
+    is then the source byte for byte)."""
+    cfg = read_json(source, InteropError, dict, "fix or remove the tokenizer's config")
+    if cfg.get("model_max_length") == max_len:
+        return
+    cfg["model_max_length"] = int(max_len)
+    (dst / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
 
 
 def transformers_version() -> str | None:

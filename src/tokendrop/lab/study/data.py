@@ -19,6 +19,7 @@ from tokendrop.lab.study.plan import StudyConfig, resolve_source  # noqa: F401 -
 from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
 from tokendrop.models.source import resolve_init_source
 from tokendrop.runs.files import atomic_file, atomic_write_json, read_json
+from tokendrop.runs.rundir import read_marker
 
 
 def source_tokenizer(source: Path) -> Path:
@@ -97,22 +98,58 @@ def data_fingerprint(study: StudyConfig, source: Path | None = None) -> dict[str
     return fp
 
 
-def prepare_data(
-    study: StudyConfig, out: Path, need_unpacked: bool, source: Path | None = None
-) -> dict[str, Any]:
-    """Corpus (subset) -> OUT/data/packed-T (+ unpacked-T); reused when the fingerprint matches.
-    With a ``source`` the data is tokenized with the source's tokenizer."""
-    ddir = out / "data"
-    ddir.mkdir(parents=True, exist_ok=True)
-    fp = data_fingerprint(study, source)
-    stamp = ddir / "prepared.json"
-    old = read_json(stamp, expect=None, default=None) or {}
+def _check_fingerprint(ddir: Path, old: dict[str, Any], fp: dict[str, Any]) -> None:
+    """StudyError naming the settings that differ when ``ddir``'s prepared.json (``old``) was
+    written for another fingerprint than ``fp``."""
     if old.get("fingerprint") not in (None, fp):
         changed = [k for k in fp if old["fingerprint"].get(k) != fp[k]]
         raise StudyError(
             f"{ddir}: prepared for a different study config ({', '.join(changed)} changed); "
             "use a new --out, or remove that directory to start over"
         )
+
+
+def holds_only_data(out: Path) -> bool:
+    """OUT is not tokendrop's output yet and holds nothing but a ``data/`` directory: another
+    study's data copied in to be reused (``cp -r OTHER/data OUT/data``)."""
+    return (
+        out.is_dir()
+        and read_marker(out) is None
+        and [c.name for c in out.iterdir()] == ["data"]
+        and (out / "data").is_dir()
+        and not (out / "data").is_symlink()
+    )
+
+
+def check_copied_data(study: StudyConfig, out: Path, source: Path | None = None) -> None:
+    """A ``data/`` copied into a new OUT (:func:`holds_only_data`) is a study's prepared data with
+    this study's fingerprint (``data_fingerprint``); StudyError (one line) otherwise, before
+    anything is written."""
+    ddir = out / "data"
+    stamp = ddir / "prepared.json"
+    if not stamp.is_file():
+        raise StudyError(
+            f"{ddir}: no prepared.json, so it is not a study's data directory; copy a study's "
+            f"whole data directory (cp -r OTHER_OUT/data {ddir}) or give an empty --out"
+        )
+    old = read_json(stamp, StudyError, dict, "copy a study's whole data directory again")
+    if old.get("fingerprint") is None:
+        raise StudyError(f"{stamp}: no fingerprint; copy a study's whole data directory again")
+    _check_fingerprint(ddir, old, data_fingerprint(study, source))
+
+
+def prepare_data(
+    study: StudyConfig, out: Path, need_unpacked: bool, source: Path | None = None
+) -> dict[str, Any]:
+    """Corpus (subset) -> OUT/data/packed-T (+ unpacked-T); reused when the fingerprint matches
+    (also a data directory copied from another study: the paths recorded are this OUT's). With a
+    ``source`` the data is tokenized with the source's tokenizer."""
+    ddir = out / "data"
+    ddir.mkdir(parents=True, exist_ok=True)
+    fp = data_fingerprint(study, source)
+    stamp = ddir / "prepared.json"
+    old = read_json(stamp, expect=None, default=None) or {}
+    _check_fingerprint(ddir, old, fp)
     info: dict[str, Any] = {
         "fingerprint": fp,
         **{k: v for k, v in old.items() if k != "fingerprint"},
@@ -139,6 +176,7 @@ def prepare_data(
                 "sources": fp["corpus"],
                 **_subset_corpus(fp["corpus"], cpath, max_bytes),
             }
+        info["corpus"]["path"] = str(cpath)  # this OUT's, also in data copied from another
         corpus = [str(cpath)]
     else:
         corpus = fp["corpus"]
@@ -182,7 +220,7 @@ def prepare_data(
                 for k in ("vocab_size", "documents", "tokens", "train_sequences", "eval_sequences")
             },
         }
-    info.setdefault("packed", {"path": str(packed)})
+    info.setdefault("packed", {})["path"] = str(packed)
     unpacked = ddir / f"unpacked-{T}"
     if need_unpacked and not (unpacked / "meta.json").is_file():
         log(f"preparing {unpacked} (T={T}, one document segment per sequence) ...")
@@ -220,6 +258,6 @@ def prepare_data(
             },
         }
     if (unpacked / "meta.json").is_file():
-        info.setdefault("unpacked", {"path": str(unpacked)})
+        info.setdefault("unpacked", {})["path"] = str(unpacked)
     atomic_write_json(stamp, info)
     return info

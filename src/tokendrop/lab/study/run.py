@@ -25,7 +25,12 @@ from tokendrop.lab.study.common import (
     log,
     resolve_out,
 )
-from tokendrop.lab.study.data import prepare_data, resolve_source
+from tokendrop.lab.study.data import (
+    check_copied_data,
+    holds_only_data,
+    prepare_data,
+    resolve_source,
+)
 from tokendrop.lab.study.evaluation import forget_cells, run_evaluation
 from tokendrop.lab.study.figures import inspect_figures, plot_curves
 from tokendrop.lab.study.findings import findings
@@ -252,13 +257,20 @@ def _run_study(
         else load_study(config, overrides)
     )
     out = Path(out).resolve()
-    mode = rundir.prepare_output(
-        out,
-        "study",
-        overwrite,
-        error=StudyError,
-        inputs=[*study.corpus, study.vocab, study.source, study.docs_dir],
-    )
+    source: Path | None = None
+    if not overwrite and holds_only_data(out):
+        # another study's data copied in to be reused: this study's, or refused before any write
+        source = resolve_source(study)
+        check_copied_data(study, out, source)
+        mode = "new"
+    else:
+        mode = rundir.prepare_output(
+            out,
+            "study",
+            overwrite,
+            error=StudyError,
+            inputs=[*study.corpus, study.vocab, study.source, study.docs_dir],
+        )
     if mode == "replace":
         rundir.discard(out)
     rundir.create(out, "study")
@@ -287,7 +299,8 @@ def _run_study(
     )
 
     # the checkpoint to continue (fetched if named), None from scratch
-    source = resolve_source(study)
+    if source is None:
+        source = resolve_source(study)
     # plan (validates every run config before anything expensive happens)
     plan_runs(study, None, out, source)
     need_unpacked = any(method_spec(n, study).unpacked for n in selected)

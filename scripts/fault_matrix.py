@@ -499,10 +499,8 @@ def pickle_only(c: Path) -> None:
     hf = c / "hf"
     (hf / "model.safetensors").unlink()
     code = (
-        "import datetime, sys, torch; "
-        "torch.save({'bert.embeddings.word_embeddings.weight': torch.zeros(2, 2), 'when': "
-        "datetime.date(2020, 1, 1)}, "
-        "sys.argv[1])"
+        "import datetime, sys, torch; torch.save({'bert.embeddings.word_embeddings.weight': "
+        "torch.zeros(2, 2), 'when': datetime.date(2020, 1, 1)}, sys.argv[1])"
     )
     subprocess.run([PY, "-c", code, str(hf / "pytorch_model.bin")], check=True, env=ENV)
 
@@ -2437,8 +2435,8 @@ def cases() -> list[Case]:
             "prepare-parquet-page-over-the-limit",
             "bad input, full disk",
             prepare("{C}/x.parquet", "{C}/out", "--vocab-size", "150"),
-            "refused before the page is decoded, naming the file, the row group and the limit; "
-            "no output",
+            "refused before the page is decoded, naming the file, the row group and the "
+            "limit; no output",
             absent=("out",),
             setup=one_huge_parquet_page,
             says=("{C}/x.parquet: row group 0", "over the limit of 67,108,864"),
@@ -2887,8 +2885,8 @@ def cases() -> list[Case]:
             "bench-campaign-after-sigkill",
             "signals",
             [*CAMPAIGN, "--out", "{C}/out"],
-            "a campaign killed during a part: the next one warns, takes the lock over, redoes the "
-            "part",
+            "a campaign killed during a part: the next one warns, takes the lock over, "
+            "redoes the part",
             rc=0,
             setup=campaign_killed(),
             check=chain_checks(
@@ -3115,8 +3113,8 @@ def cases() -> list[Case]:
             "prepare-corpus-dir-holding-an-earlier-prepare",
             "directory walks",
             prepare("{C}/corpus", "{C}/corpus/prep", "--vocab-size", "150", "--overwrite"),
-            "the earlier output is skipped (a note says so), not read back as corpus; the re-run "
-            "replaces it",
+            "the earlier output is skipped (a note says so), not read back as corpus; the "
+            "re-run replaces it",
             rc=0,
             needs=("corpus.txt",),
             setup=prepared_inside_corpus,
@@ -3208,8 +3206,8 @@ def cases() -> list[Case]:
                 f"pretrain-{setting.split('.', 1)[1].replace('_', '-').replace('=', '-')}",
                 "bad paths",
                 pretrain("{C}/r", "{B}/data", "--set", setting),
-                "refused before allocating, with the numbers (GiB needed and available); no run "
-                "dir",
+                "refused before allocating, with the numbers (GiB needed and "
+                "available); no run dir",
                 absent=("r",),
                 says=("too large", "GiB", names, "train.memory_check"),
                 timeout=120,
@@ -3303,8 +3301,7 @@ def cases() -> list[Case]:
             "stuck runs",
             full_first,
             "one-line error that suggests the same command (not --resume: there is no checkpoint); "
-            "run again, "
-            "it finishes",
+            "run again, it finishes",
             needs=("data",),
             fsize=300_000,
             says=("run the same command again",),
@@ -3436,8 +3433,8 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
     why: list[str] = [DRIVE_NOTES.pop(c)] if c in DRIVE_NOTES else []
     if case.read_only and rc == 99:
         why.append(
-            "no read-only mount on this machine (needs `unshare -m` and `mount`: root or user "
-            "namespaces)"
+            "no read-only mount on this machine (needs `unshare -m` and `mount`: root or "
+            "user namespaces)"
         )
     if rc not in exp:
         why.append(f"exit {rc}, expected {' or '.join(map(str, exp))}")
@@ -3548,8 +3545,7 @@ def other_run_line(path: Path) -> str:
     failing = [r["case"] for r in d["results"] if not r["passed"]]
     return (
         f"* `{d['command']}` on {d['machine']}; {d['load']}; {d['seconds']:.0f} s: **{d['passed']} "
-        "of "
-        f"{d['cases']} pass**"
+        f"of {d['cases']} pass**"
         + (f" (failing: {', '.join(failing)})" if failing else "")
         + f" -- records: `{path.name}`"
     )
@@ -3601,8 +3597,8 @@ def write_markdown(
         "Every bad input and fault we test, by category (the `category` column), the bad `--init` "
         "sources and the bad",
         "`model.attention_backend` settings, each run as",
-        "a subprocess of the real CLI in its own directory built from small generated data.  The "
-        "categories:",
+        "a subprocess of the real CLI in its own directory built from small generated data.  "
+        "The categories:",
         "outputs (never deleting what tokendrop did not write), corrupt files (checkpoints, "
         "prepared data, every",
         "output `verify` checks), corrupt inputs (each corpus format cut short), directory walks "
@@ -3615,17 +3611,17 @@ def write_markdown(
         "corrected command;",
         "every suggested command is run), edge settings, `--init` and attention.  A case that "
         "signals or kills",
-        "its command does so only once the command waits at a test gate (`tokendrop.runs.gate`), "
-        "so no case",
+        "its command does so only once the command waits at a test gate "
+        "(`tokendrop.runs.gate`), so no case",
         "depends on the machine's speed.  A case passes",
-        "when the exit code is the expected one, there is no traceback, an error is one line of "
-        "stderr",
-        "(naming what the case says it must name), and the disk is intact: the watched files and "
-        "directories",
-        "have the same names, sizes and sha256 as before, what must not exist does not, no temp / "
-        "`.old-*` /",
-        "lock entry is left, and the case's own check holds.  `CASE` is the case's directory, "
-        "`BASE` the",
+        "when the exit code is the expected one, there is no traceback, an error is "
+        "one line of stderr",
+        "(naming what the case says it must name), and the disk is intact: the watched files "
+        "and directories",
+        "have the same names, sizes and sha256 as before, what must not exist does not, no "
+        "temp / `.old-*` /",
+        "lock entry is left, and the case's own check holds.  `CASE` is the case's "
+        "directory, `BASE` the",
         "shared inputs (a prepared dataset, a 4-step `tiny` run, its export).",
         "",
         f"Generated by: `{command}`" + (f" (subset: `--only {only}`)" if only else ""),

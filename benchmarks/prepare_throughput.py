@@ -398,8 +398,7 @@ def report(rows: list[dict], meta: dict) -> tuple[dict, str]:
         "",
         "| arm | N | wall s | tokens/s | peak memory MB ("
         + rows[0]["memory_measure"].upper()
-        + ", process tree) "
-        "| sequences |",
+        + ", process tree) | sequences |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -457,8 +456,8 @@ def main() -> None:
         except ImportError:
             hf_ok = False
             notes.append(
-                "the Hugging Face arm was skipped: `datasets` is not installed (pip install "
-                "datasets)"
+                "the Hugging Face arm was skipped: `datasets` is not installed (pip "
+                "install datasets)"
             )
             print(notes[-1], file=sys.stderr)
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -472,8 +471,8 @@ def main() -> None:
     ours_tokens = {r["document_tokens"] for r in rows if r["arm"] == "ours"}
     if hf_tokens and hf_tokens != ours_tokens:
         notes.append(
-            f"token counts differ: ours {sorted(ours_tokens)}, HF {sorted(hf_tokens)} (tokens/s "
-            "uses ours)"
+            f"token counts differ: ours {sorted(ours_tokens)}, HF {sorted(hf_tokens)} "
+            "(tokens/s uses ours)"
         )
     elif hf_tokens:
         notes.append("both arms tokenize alike: the same document-token count")

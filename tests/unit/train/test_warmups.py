@@ -276,15 +276,13 @@ def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
         ),
         (
             ["data.seq_len=64", "data.seq_len_start=128"],
-            r"data.seq_len_start: expected a length in \(0, data.seq_len = 64\] or \"off\", "
-            r"got 128",
+            r"data.seq_len_start: expected a length in \(0, data.seq_len = 64\] or "
+            r"\"off\", got 128",
         ),
         (
             ["train.batch_warmup_start=64"],
-            r"train.batch_warmup_start: 64 sequences is more than the "
-            r"batch itself "
-            r"\(train.batch_size = 16\); set train.batch_warmup_start "
-            r"<= 16, or a share",
+            r"train.batch_warmup_start: 64 sequences is more than the batch itself "
+            r"\(train.batch_size = 16\); set train.batch_warmup_start <= 16, or a share",
         ),
         (
             ["train.batch_warmup_start=1.5", "train.batch_warmup_share=0.25"],

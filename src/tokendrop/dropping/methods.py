@@ -126,8 +126,8 @@ class SelectionMethod:
         of its own for every half layer of a (B, T) = ``shape`` batch; ``pad_mask`` (B, T) True at
         [PAD]."""
         raise TypeError(
-            f"drop.method {self.name!r} keeps one subset for the whole span (select), not one per "
-            "layer"
+            f"drop.method {self.name!r} keeps one subset for the whole span (select), "
+            "not one per layer"
         )
 
 
@@ -191,8 +191,8 @@ class Frequency(SelectionMethod):
 
         if counts is None:
             raise ConfigError(
-                f"drop.method: {self.name!r} needs token counts (drop.counts_path or the prepared "
-                "data's counts)"
+                f"drop.method: {self.name!r} needs token counts (drop.counts_path or the "
+                "prepared data's counts)"
             )
         counts = torch.as_tensor(counts, dtype=torch.float64)
         if counts.shape != (vocab_size,):
@@ -553,14 +553,13 @@ class DropConfig:
             raise ConfigError(f"drop.rate: expected a fraction in [0, 1), got {self.rate}")
         if variant.pools and self.rate != 0.5:
             raise ConfigError(
-                f"drop.rate: variant {self.variant!r} pools 2:1 (window 2, stride 2), so the rate "
-                "must be 0.5"
+                f"drop.rate: variant {self.variant!r} pools 2:1 (window 2, stride 2), so the "
+                "rate must be 0.5"
             )
         if variant.pools and selection.drops and self.method != PAPER_METHOD:
             raise ConfigError(
                 f"drop.method: variant {self.variant!r} selects no tokens; method {self.method!r} "
-                "has no "
-                "effect there (use 'none')"
+                "has no effect there (use 'none')"
             )
         start, end = self.span(num_layers)
         if not 0 <= start < end <= num_layers:
@@ -570,8 +569,8 @@ class DropConfig:
             )
         if variant.merges_last and end != num_layers:
             raise ConfigError(
-                f"drop.end: variant {self.variant!r} merges after the last layer, so end must be "
-                f"{num_layers}"
+                f"drop.end: variant {self.variant!r} merges after the last layer, so end must "
+                f"be {num_layers}"
             )
         if not 0.0 < self.beta < 1.0:
             raise ConfigError(f"drop.beta: expected a value in (0, 1), got {self.beta}")
@@ -634,8 +633,7 @@ class DropConfig:
         if not 0.0 < self.ltd_start_fraction <= 1.0:
             raise ConfigError(
                 "drop.ltd_start_fraction: expected a fraction in (0, 1] of the sequence (the kept "
-                "share "
-                f"random_ltd starts from), got {self.ltd_start_fraction}"
+                f"share random_ltd starts from), got {self.ltd_start_fraction}"
             )
         if not 0.0 < self.ltd_schedule_share <= 1.0:
             raise ConfigError(
@@ -656,21 +654,18 @@ class DropConfig:
         if self.variant != DEFAULT_VARIANT:
             raise ConfigError(
                 "drop.variant: random_ltd skips a layer entirely for the tokens it does not keep, "
-                "so "
-                f"variant {self.variant!r} has no meaning there; use variant {DEFAULT_VARIANT!r}"
+                f"so variant {self.variant!r} has no meaning there; use variant {DEFAULT_VARIANT!r}"
             )
         if self.keep_mlm_targets or self.pinned_tokens:
             raise ConfigError(
                 "drop.keep_mlm_targets/drop.pinned_tokens: random_ltd keeps a uniform random "
-                "subset and "
-                "pins nothing (as DeepSpeed); unset them or use method 'random'"
+                "subset and pins nothing (as DeepSpeed); unset them or use method 'random'"
             )
         start, end = self.span(num_layers)
         if start < 1 or end > num_layers - 1:
             raise ConfigError(
                 "drop.start/drop.end: random_ltd keeps every token in the first and last layers, "
-                "so "
-                f"the span [{start}, {end}) must lie within [1, {num_layers - 1})"
+                f"so the span [{start}, {end}) must lie within [1, {num_layers - 1})"
             )
 
     def _validate_consistency(self) -> None:

@@ -281,15 +281,14 @@ def _no_selection_reason(cfg) -> str | None:
     if d.pools:
         return (
             f"token averaging (drop.variant = {d.variant}) pools adjacent token pairs 2:1 instead "
-            "of selecting "
-            "tokens, so there is no importance vector and nothing is dropped by score"
+            "of selecting tokens, so there is no importance vector and nothing is dropped by score"
         )
     if not d.selection.drops:
         return (
             "this is a dense run (drop.method = none, e.g. a baseline): it trains every token in "
-            "every layer, "
-            "so it keeps no importance vector and drops nothing. Inspect a run trained with "
-            "drop.method = cumulative (the paper's method), half_random, frequency or random"
+            "every layer, so it keeps no importance vector and drops nothing. Inspect a run "
+            "trained with drop.method = cumulative (the paper's method), half_random, "
+            "frequency or random"
         )
     return None
 
@@ -371,9 +370,8 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
         state = ckpt_mod.read_tensors(ckpt, "state.safetensors", meta)
     if "importance" not in state:
         raise InspectError(
-            f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
-            f"drop.method = {cfg.drop.method} should have one -- was the checkpoint written by "
-            "tokendrop?"
+            f"{ckpt}/state.safetensors: no importance vector (key 'importance'); drop.method = "
+            f"{cfg.drop.method} should have one -- was the checkpoint written by tokendrop?"
         )
     scores = state["importance"].float().numpy()
     data_path = (
@@ -423,8 +421,8 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
                 special = dict(pd.special_ids)
             else:
                 notes.append(
-                    f"prepared data {data_path} has a different vocabulary; counts and examples "
-                    "skipped"
+                    f"prepared data {data_path} has a different vocabulary; counts and "
+                    "examples skipped"
                 )
                 data_path = None
         except Exception as e:  # noqa: BLE001 -- data moved/corrupt: inspect what we can
@@ -710,8 +708,7 @@ def _tokens_markdown(
     if not tb["top"]:
         lines += [
             "No id has a score that moved away from its initial value (e.g. a random-selection "
-            "run, or "
-            "a checkpoint before any update).",
+            "run, or a checkpoint before any update).",
             "",
         ]
     else:
@@ -798,12 +795,9 @@ def _ltd_caption(rv: RunView) -> str:
     return (
         f"Held-out excerpts. random-LTD: each of the {layers} middle layers draws its own "
         f"{rv.ltd_kept(t)} of the T = {t} positions uniformly at random (the schedule's count at "
-        "step "
-        f"{rv.step} of {rv.cfg.train.fixed_steps}); the first and last layers see every token. "
-        "Bold: "
-        "kept by the "
-        "first middle layer; the number after each token: how many middle layers keep it. "
-        "Sequences are shown unmasked."
+        f"step {rv.step} of {rv.cfg.train.fixed_steps}); the first and last layers see every "
+        "token. Bold: kept by the first middle layer; the number after each token: how many "
+        "middle layers keep it. Sequences are shown unmasked."
     )
 
 
@@ -816,14 +810,13 @@ def _readme(rv: RunView, st: dict[str, Any]) -> str:
         f"rate = {rv.cfg.drop.rate:g}, beta = {rv.cfg.drop.beta:g}.",
         "",
         f"- vocabulary: {st['vocab_size']} ids; pinned {st['pinned']}; seen in training "
-        f"{st['seen']}; "
-        f"still at the initial score {st['init_score']:g}: {st['unseen_at_init']}",
+        f"{st['seen']}; still at the initial score {st['init_score']:g}: {st['unseen_at_init']}",
     ]
     if "seen_score_quantiles" in st:
         q = st["seen_score_quantiles"]
         lines.append(
-            f"- scores of seen ids: min {q['min']:.3f}, median {q['median']:.3f}, max "
-            f"{q['max']:.3f}"
+            f"- scores of seen ids: min {q['min']:.3f}, median {q['median']:.3f}, "
+            f"max {q['max']:.3f}"
         )
     if "occurrences_of_seen_ids" in st:
         lines.append(

@@ -79,8 +79,7 @@ def verify_study(p: Path, rep: VerifyReport) -> None:
         if missing:
             rep.problems.append(
                 f"{p / 'runs' / missing[0]}: missing, but study.json reports it ({len(missing)} "
-                "such "
-                f"run(s)); {fix} (it retrains what is missing)"
+                f"such run(s)); {fix} (it retrains what is missing)"
             )
     # prepared data
     datasets = (

@@ -94,8 +94,7 @@ def check_training_device(backend: str, device_type: str) -> None:
     if backend == "flex" and device_type != "cuda":
         raise ConfigError(
             "model.attention_backend: flex trains only on CUDA (FlexAttention has no "
-            f"{device_type} "
-            "backward); use auto or sdpa here"
+            f"{device_type} backward); use auto or sdpa here"
         )
 
 

@@ -48,8 +48,7 @@ def check_installed(report_to: list[str]) -> None:
             raise ConfigError(
                 f"train.report_to: {name!r} is asked for but the {pkg} package is not installed; "
                 f"pip install 'tokendrop[trackers]' (or pip install {pkg}), or remove {name!r} "
-                "from "
-                f"train.report_to (now {report_to})"
+                f"from train.report_to (now {report_to})"
             )
 
 
@@ -225,8 +224,7 @@ class Trackers:
                 raise TrainingError(
                     f"train.report_to: {t} did not start ({type(e).__name__}: "
                     f"{' '.join(str(e).split())[:300]}); fix its settings ({SETTINGS[t]}) or "
-                    "remove "
-                    f"{t!r} from train.report_to, then --resume"
+                    f"remove {t!r} from train.report_to, then --resume"
                 ) from None
             if hasattr(tr, "id"):
                 self.ids[t] = tr.id

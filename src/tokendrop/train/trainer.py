@@ -346,8 +346,8 @@ class _Trainer:
         )
         if per_rank % self.micro_bs:
             raise ConfigError(
-                f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch "
-                f"{per_rank}"
+                f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank "
+                f"batch {per_rank}"
             )
         self.accum = per_rank // self.micro_bs
         # an evaluation reads train.eval_batches per-rank batches of train.batch_size sequences, in
@@ -358,8 +358,7 @@ class _Trainer:
         if self.resume and cfg.data.path and not os.path.isdir(cfg.data.path):
             where = (
                 f"is relative and not found from {os.getcwd()}; resume from the directory the run "
-                "was started "
-                "in, or"
+                "was started in, or"
                 if not os.path.isabs(cfg.data.path)
                 else "is not there any more; if the data moved,"
             )
@@ -391,8 +390,7 @@ class _Trainer:
                 self.merge = False
                 self.console.say(
                     f"note: a batch of {self.per_rank} sequences per rank does not fit in one "
-                    "pass; "
-                    f"accumulating micro-batches of {self.micro_bs}"
+                    f"pass; accumulating micro-batches of {self.micro_bs}"
                 )
         check_memory(self.cfg, self.T, self.micro_bs, *args, sharded=sharded)
 
@@ -411,9 +409,8 @@ class _Trainer:
             f"{self.cfg.data.path or ', '.join(self.cfg.data.paths)}: the held-out split's "
             f"{self.data.num_sequences('eval')} sequences give no prediction slot (n = 0) in the "
             f"batches an evaluation reads (train.eval_batches = {self.tc.eval_batches}), so the "
-            "run "
-            "could not be "
-            "evaluated; prepare the data with more text or a larger --eval-fraction"
+            "run could not be evaluated; prepare the data with more text or a larger "
+            "--eval-fraction"
         )
 
     # -- the run directory
@@ -425,11 +422,10 @@ class _Trainer:
             if not rundir.has_checkpoint_dir(run_dir):
                 raise TrainingError(
                     f"--resume: {run_dir} has no checkpoint (the run stopped before its first "
-                    "one): "
-                    "nothing to resume; start it over with the command that started it (corrected, "
-                    "if "
-                    "it failed), or as it was recorded: tokendrop pretrain --config "
-                    f"{shlex.quote(str(run_dir / 'config.toml'))} --out {shlex.quote(str(run_dir))}"
+                    "one): nothing to resume; start it over with the command that started it "
+                    "(corrected, if it failed), or as it was recorded: tokendrop pretrain "
+                    f"--config {shlex.quote(str(run_dir / 'config.toml'))} --out "
+                    f"{shlex.quote(str(run_dir))}"
                 )
             # the shared verifying loader; a bad checkpoint is skipped with a warning naming its
             # file
@@ -709,9 +705,8 @@ class _Trainer:
         if not self.has_eval and dd.main:
             print(
                 f"warning: {cfg.data.path} has no held-out sequences (its eval split is empty); "
-                "this run is not "
-                "evaluated (prepare the data with more text or a larger --eval-fraction to "
-                "evaluate it)",
+                "this run is not evaluated (prepare the data with more text or a larger "
+                "--eval-fraction to evaluate it)",
                 file=sys.stderr,
             )
         self.peak_flops = None
@@ -894,10 +889,9 @@ class _Trainer:
         if worst >= self.tc.max_nonfinite_steps:
             raise TrainingError(
                 f"non-finite loss or gradient norm in {worst} consecutive steps at or before step "
-                f"{self.step} "
-                f"(train.max_nonfinite_steps={self.tc.max_nonfinite_steps}); stopped. Last good "
-                "checkpoint: "
-                f"{ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr or check the data)"
+                f"{self.step} (train.max_nonfinite_steps={self.tc.max_nonfinite_steps}); stopped. "
+                f"Last good checkpoint: {ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr "
+                "or check the data)"
             )
 
     def log_step(self, out: dict[str, Tensor], r: dict[str, Any]) -> None:
@@ -1073,8 +1067,7 @@ def _finished(
     if dd.main:
         print(
             f"{run_dir}: already finished (its last checkpoint is step {step}, the end of "
-            f"{length.describe()}); "
-            "nothing to do",
+            f"{length.describe()}); nothing to do",
             file=sys.stderr,
         )
     return PretrainResult(

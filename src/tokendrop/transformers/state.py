@@ -171,10 +171,8 @@ class TokenDroppingState:
         scores = "" if n is None else f", importance=<{n} scores>"
         total = f"/{self.total_steps}" if self.total_steps else ""
         return (
-            f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in "
-            f"layers "
-            f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step "
-            f"{self.step}{total}, "
+            f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in layers "
+            f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step {self.step}{total}, "
             f"{'on' if self.enabled else 'off'}, "
             f"sparse_prediction={self.sparse_prediction}{scores})"
         )

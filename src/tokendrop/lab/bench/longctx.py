@@ -583,8 +583,7 @@ def host_line(res: LongContextResult) -> str:
     where = e.gpu_name or f"{e.cpu_model} ({e.cpu_count} cores)"
     return (
         f"{where}, torch {e.torch}, {e.torch_threads} thread(s), {res.config.precision}; "
-        f"{_load(e)}; "
-        f"memory limit {res.memory_limit_bytes / 2**30:.1f} GiB"
+        f"{_load(e)}; memory limit {res.memory_limit_bytes / 2**30:.1f} GiB"
     )
 
 
@@ -617,9 +616,8 @@ def format_markdown(res: LongContextResult) -> str:
     lines += [
         "",
         "Speed-up = the median over rounds of dense step time / dropping step time, measured "
-        "seconds apart "
-        "(paired); [min-max] over the rounds.  FLOP bound = dense FLOPs / dropping FLOPs "
-        "(`tokendrop.dropping.flops`)."
+        "seconds apart (paired); [min-max] over the rounds.  FLOP bound = dense FLOPs / dropping "
+        "FLOPs (`tokendrop.dropping.flops`)."
         + (
             " CPU time = process time, robust to waiting for a core on a loaded machine."
             if cpu
@@ -694,8 +692,8 @@ def format_markdown(res: LongContextResult) -> str:
         )
     lines += [
         "",
-        f"Goal (a benchmark, not a test): dropping at >= {GOAL_FRACTION:.2f} of its FLOP bound at "
-        "every T.",
+        f"Goal (a benchmark, not a test): dropping at >= {GOAL_FRACTION:.2f} of its FLOP "
+        "bound at every T.",
         "",
     ]
     for fam, g in res.goal.items():

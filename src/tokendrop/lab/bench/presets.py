@@ -188,8 +188,7 @@ class BenchConfig:
         if self.hf_token_dropping and not self.hf:
             raise ConfigError(
                 "bench.hf_token_dropping: the patched transformers model is compared with the "
-                "unpatched "
-                "one; set hf = true"
+                "unpatched one; set hf = true"
             )
         if self.hf_released and not (self.hf_token_dropping and self.hf_sparse_prediction):
             raise ConfigError(
@@ -289,8 +288,8 @@ def make_preset(
     is_path = name.endswith(".toml") or os.sep in name
     if not is_path and name not in PRESETS:
         raise ConfigError(
-            f"bench --preset: unknown preset {name!r}; expected one of {', '.join(PRESETS)} or a "
-            ".toml file"
+            f"bench --preset: unknown preset {name!r}; expected one of {', '.join(PRESETS)} "
+            "or a .toml file"
         )
     extra = [f'device="{device}"'] if device else []
     cfg = load_config(name if is_path else PRESETS[name], list(overrides) + extra, cls=BenchConfig)

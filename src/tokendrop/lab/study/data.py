@@ -28,8 +28,7 @@ def source_tokenizer(source: Path) -> Path:
         return Path(tok)
     raise StudyError(
         f"study.source: {source} has no tokenizer (vocab.txt or tokenizer.json); the study "
-        "tokenizes "
-        "its data with it"
+        "tokenizes its data with it"
     )
 
 

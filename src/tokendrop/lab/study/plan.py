@@ -434,8 +434,8 @@ class StudyConfig:
                 raise ConfigError(f"study override {o!r}: expected key=value")
         if any(o.split("=", 1)[0].strip() == "model.init" for o in self.base_overrides):
             raise ConfigError(
-                "study.base_overrides: set the checkpoint to continue with study.source, not "
-                "model.init"
+                "study.base_overrides: set the checkpoint to continue with "
+                "study.source, not model.init"
             )
         if self.baseline_arm not in self.all_methods():
             raise ConfigError(

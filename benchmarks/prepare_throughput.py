@@ -198,9 +198,8 @@ def hf_recipe(corpus: str, vocab: str, workers: int, work: str, done) -> dict:
         }
         return result
 
-    per_document = (
-        tokenized_datasets  # kept for the token count below (run_mlm.py reassigns the name)
-    )
+    # kept for the token count below (run_mlm.py reassigns the name)
+    per_document = tokenized_datasets
     tokenized_datasets = tokenized_datasets.map(
         group_texts,
         batched=True,

@@ -441,9 +441,8 @@ class Outcome:
     seconds: float
 
 
-GATE_ENV = (
-    "TOKENDROP_TEST_GATE"  # tokendrop.runs.gate: the command waits at a named point (test-only)
-)
+# tokendrop.runs.gate: the command waits at a named point (test-only)
+GATE_ENV = "TOKENDROP_TEST_GATE"
 DRIVE_NOTES: dict[Path, str] = {}  # case dir -> why its driver could not do its part
 
 

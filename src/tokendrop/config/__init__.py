@@ -45,9 +45,8 @@ from tokendrop.value_schedule import DECAYS
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
 FROM_DATA = {"model.vocab_size": VOCAB_FROM_DATA, "model.sep_token_id": -1}
-DEFAULT_STEPS = (
-    1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
-)
+# train.steps of a run that names neither steps, tokens, epochs nor a time budget
+DEFAULT_STEPS = 1000
 SEQ_LEN_FROM_DATA = "data"  # data.seq_len: whatever T the prepared data was built with
 # train.micro_batch_size: the per-rank batch (a batch warm-up's: tokendrop.train.warmups)
 MICRO_BATCH_AUTO = "auto"
@@ -709,9 +708,8 @@ class FinetuneConfig:
     # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path
     ax_data: str = "auto"
     save_model: bool = False  # write the fine-tuned model (HF layout) to <out>/model
-    skip_malformed: bool = (
-        False  # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
-    )
+    # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
+    skip_malformed: bool = False
     log_every: int = 50  # optimizer steps between progress lines (0 = silent)
 
     def validate(self) -> FinetuneConfig:

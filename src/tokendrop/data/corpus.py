@@ -541,9 +541,8 @@ def _line_parts(
     try:
         lineno = 0
         offset = column = 0
-        decoder = (
-            None  # the line being read continues (its decoder keeps a character cut between parts)
-        )
+        # the line being read continues (its decoder keeps a character cut between parts)
+        decoder = None
         while end is None or start + nbytes < end:
             try:
                 bline = f.readline(seg)

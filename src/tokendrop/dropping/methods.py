@@ -73,18 +73,15 @@ class SelectionMethod:
     starts at ``drop.init_score`` everywhere; a method that differs overrides what differs."""
 
     name: str
-    drops: bool = (
-        True  # keeps fewer than T tokens in the middle layers ("none": the dense baseline)
-    )
+    # keeps fewer than T tokens in the middle layers ("none": the dense baseline)
+    drops: bool = True
     learns_from_loss: bool = False  # the importance vector is updated from the per-token MLM loss
     random: bool = False  # draws from the selector's seeded generator
     per_layer: bool = False  # a kept subset of its own in every middle layer (docs/design.md §2.10)
-    needs_counts: bool = (
-        False  # reads the corpus token counts (drop.counts_path or the prepared data's)
-    )
-    reads_scores: ClassVar[bool] = (
-        True  # the selection ranks by the importance vector (False: a uniform draw)
-    )
+    # reads the corpus token counts (drop.counts_path or the prepared data's)
+    needs_counts: bool = False
+    # the selection ranks by the importance vector (False: a uniform draw)
+    reads_scores: ClassVar[bool] = True
 
     def check(self, drop: DropConfig) -> None:
         """The method's own checks of the ``[drop]`` section (``DropConfig.validate`` calls
@@ -302,12 +299,10 @@ class DropVariant:
     (and, if it needs one, a branch of the engine)."""
 
     name: str
-    pools: bool = (
-        False  # 2:1 average pooling of adjacent rows instead of a selection (selects nothing)
-    )
-    frozen_kv: bool = (
-        False  # dropped rows stay keys/values in every half layer, frozen at span entry
-    )
+    # 2:1 average pooling of adjacent rows instead of a selection (selects nothing)
+    pools: bool = False
+    # dropped rows stay keys/values in every half layer, frozen at span entry
+    frozen_kv: bool = False
     merges_last: bool = False  # the span runs to the last layer: the kept rows merge after it
 
     @property
@@ -394,9 +389,8 @@ class DropConfig:
     dense_start_share: float = 0.0  # first share of the steps trained dense (importance learns)
     random_start_share: float = 0.0  # next share: uniformly random selection (importance learns)
     mask_rows: str = "pinned"  # pinned | ranked ([MASK] rows scored like any row; MASK_ROWS)
-    counts_path: str = (
-        ""  # frequency method: .npy of per-id corpus counts ("" = from prepared data)
-    )
+    # frequency method: .npy of per-id corpus counts ("" = from prepared data)
+    counts_path: str = ""
     # How the cumulative-loss vector starts (tokendrop.train.continued.warm_start_importance):
     # constant (init_score everywhere, the paper from scratch) | dense_pass (mean loss of each id
     # over importance_init_batches dense no-update batches) | frequency (unigram surprisal) |
@@ -407,12 +401,10 @@ class DropConfig:
     # T) to T over the first ltd_schedule_share of train.steps, on a grid of ltd_step rows
     ltd_start_fraction: float = 0.5
     ltd_schedule_share: float = 0.5
-    ltd_schedule: str = (
-        "fixed_linear"  # fixed_linear (DeepSpeed's, floor to the grid) | linear (nearest)
-    )
-    ltd_step: int = (
-        16  # DeepSpeed's seq_per_step: kept counts are multiples of it (few compiled shapes)
-    )
+    # fixed_linear (DeepSpeed's, floor to the grid) | linear (nearest)
+    ltd_schedule: str = "fixed_linear"
+    # DeepSpeed's seq_per_step: kept counts are multiples of it (few compiled shapes)
+    ltd_step: int = 16
     # ScTD (docs/design.md §2.11): weight of the [CLS] KL term, applied every consistency_every
     # steps
     consistency_weight: float = 0.0

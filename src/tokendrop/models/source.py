@@ -463,9 +463,8 @@ def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]
     return src.model, spec_of(src.model).from_hf(read_source_tensors(src))
 
 
-find_checkpoint = (
-    latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
-)
+# a checkpoint dir (verified) or a run dir's newest verified one
+find_checkpoint = latest_checkpoint
 
 
 def load_pretrained(

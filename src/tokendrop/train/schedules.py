@@ -66,9 +66,8 @@ class LRSchedule:
     total: int
     decay_share: float = 0.2
     decay_shape: str = "1-sqrt"
-    warmup_share: float = (
-        0.0  # a time-budgeted run's train.warmup_ratio: the ramp is min(1, p / share)
-    )
+    # a time-budgeted run's train.warmup_ratio: the ramp is min(1, p / share)
+    warmup_share: float = 0.0
 
     def ramp(self, step: int, p: float) -> float:
         if self.warmup_share > 0:

@@ -124,12 +124,10 @@ class PretrainResult:
     flops_per_step: dict[str, float]
     importance: Tensor | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
-    stop_signal: int = (
-        0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
-    )
-    already_finished: bool = (
-        False  # resumed a run that had already reached train.steps: nothing was trained
-    )
+    # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
+    stop_signal: int = 0
+    # resumed a run that had already reached train.steps: nothing was trained
+    already_finished: bool = False
 
     def __repr__(self) -> str:
         """One line: where, how far, how fast, the last evaluation; the importance vector and the

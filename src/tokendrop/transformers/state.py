@@ -123,9 +123,8 @@ class TokenDroppingState:
         self.pinned_ids = list(pinned_ids)
         self.seed = int(seed)
         self.sparse_prediction = bool(sparse_prediction)
-        self.step = (
-            0  # optimizer steps done (TokenDroppingCallback sets it; custom loops call advance())
-        )
+        # optimizer steps done (TokenDroppingCallback sets it; custom loops call advance())
+        self.step = 0
         self.enabled = True
         self.kept_fraction: float | None = None  # of the last dropping forward (logged)
         try:  # the method: its rules and its selector (none when the variant pools: avg)

@@ -116,9 +116,8 @@ class BenchConfig:
     # drop | pass | avg (rate 0.5 only) | random_ltd
     variants: list[str] = field(default_factory=lambda: ["drop"])
     method: str = "cumulative"  # importance method for drop/pass (the paper's)
-    hf: bool = (
-        True  # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
-    )
+    # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
+    hf: bool = True
     # also time that model patched by tokendrop.transformers.apply_token_dropping at every variant x
     # rate (its head as hf_sparse_prediction says), against the unpatched one and against ours
     hf_token_dropping: bool = False
@@ -129,9 +128,8 @@ class BenchConfig:
     hf_released: bool = False
     precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights, both models)
     compile: bool = False  # torch.compile(model, dynamic=False), ours and HF's
-    compile_backend: str = (
-        "inductor"  # inductor | aot_eager | eager (the last two: dry runs without codegen)
-    )
+    # inductor | aot_eager | eager (the last two: dry runs without codegen)
+    compile_backend: str = "inductor"
     fused_adamw: bool = True  # AdamW(fused=True), ours and HF's (CUDA and, since torch 2.4, CPU)
     threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     warmup: int = 2  # untimed steps per setting before the rounds (compile: more)
@@ -242,9 +240,8 @@ class BenchConfig:
 
 PRESET_PREFIX = "bench-"
 CAMPAIGN_PREFIX = "bench-campaign-"  # configs/bench-campaign-*.toml are CampaignConfig presets
-LONGCTX_PREFIX = (
-    "bench-longctx-"  # configs/bench-longctx-*.toml are LongContextConfig presets (bench.longctx)
-)
+# configs/bench-longctx-*.toml are LongContextConfig presets (bench.longctx)
+LONGCTX_PREFIX = "bench-longctx-"
 
 
 def _preset_files() -> dict[str, Path]:

@@ -202,9 +202,8 @@ class ModelInfo:
     model: dict[str, Any]  # preset name + shape fields
     num_parameters: int
     hf_attn_implementation: str | None
-    hf_model: str = (
-        "transformers.BertForMaskedLM"  # the baseline's class (ModernBertForMaskedLM for modern-*)
-    )
+    # the baseline's class (ModernBertForMaskedLM for modern-*)
+    hf_model: str = "transformers.BertForMaskedLM"
 
 
 @dataclass

@@ -96,9 +96,8 @@ def _device_name(cfg: CampaignConfig) -> str:
     return f"cpu ({os.cpu_count()} cores)"
 
 
-IN_PROGRESS = (
-    ".campaign-in-progress.json"  # OUT/: the part under way (pid, host, start); gone when it ends
-)
+# OUT/: the part under way (pid, host, start); gone when it ends
+IN_PROGRESS = ".campaign-in-progress.json"
 
 
 def run_parts(

@@ -1,8 +1,7 @@
-"""Per-document attention as bands vs as the dense block-diagonal bias, side by side (docs/design.md
-§2.9).
+"""Per-document attention as bands vs as the dense block-diagonal bias, side by side
+(docs/design.md §2.9).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/document_bands.py          # ~5 min on the 2-core
-    VM
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/document_bands.py   # ~5 min on the 2-core VM
 
 Both families' dense training step (forward + backward, fp32, train mode, no dropping) on packed
 rows of equal-length documents, ``model.document_attention = "on"``, timed with documents as the

@@ -1,9 +1,8 @@
 """`tokendrop prepare` next to the recipe users would otherwise run, on the same corpus, side by
 side.
 
-    python benchmarks/prepare_throughput.py                         # >= 1 GB generated JSONL
-    corpus, N = 1, 2 python benchmarks/prepare_throughput.py --size-mb 40 --out /tmp/pt   # a quick
-    check of the script
+    python benchmarks/prepare_throughput.py   # >= 1 GB generated JSONL corpus, N = 1, 2
+    python benchmarks/prepare_throughput.py --size-mb 40 --out /tmp/pt   # a quick check of it
 
 The recipe: Hugging Face ``datasets`` ``load_dataset("json")`` + ``map(tokenize, batched=True,
 num_proc=N)`` with ``BertTokenizerFast`` built from the same ``vocab.txt`` (lower-cased, as ours),

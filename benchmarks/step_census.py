@@ -1,7 +1,7 @@
 """Host syncs and aten ops per training step, counted on CPU by the census (docs/design.md §4.7).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/step_census.py --data DATA --label after  #
-    ~3 min
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/step_census.py \\
+        --data DATA --label after   # ~3 min
 
 Two parts, each one untimed step per setting under ``tokendrop.train.census.Census`` (CUDA's
 sync-debug rules applied to the ops; a step after one warm-up step):

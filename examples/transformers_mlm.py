@@ -3,8 +3,8 @@
 transformers' examples/pytorch/language-modeling/run_mlm.py -- plus token dropping from tokendrop.
 
     python examples/transformers_mlm.py --model_name_or_path answerdotai/ModernBERT-base \\
-        --train_file corpus.txt --output_dir out --max_steps 10000 --per_device_train_batch_size 32
-        \\ --token_dropping --token_dropping_rate 0.5
+        --train_file corpus.txt --output_dir out --max_steps 10000 \\
+        --per_device_train_batch_size 32 --token_dropping --token_dropping_rate 0.5
 
 The model is a name on the Hugging Face Hub or a local directory (BertForMaskedLM or
 ModernBertForMaskedLM); the training text is a .txt file (one example per line), a .jsonl file or a

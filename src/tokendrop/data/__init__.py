@@ -11,8 +11,7 @@ docs/design.md §2.4 is the spec.  The pieces:
   (``hf:NAME[:CONFIG][@SPLIT]`` or ``hf:LOCAL_DIR[@SPLIT]``).
 * :mod:`.tokenizer` -- WordPiece through the ``tokenizers`` library, from a ``vocab.txt`` or trained
   on the corpus, or a checkpoint's own ``tokenizer.json`` used as it is (ModernBERT's byte-level
-  BPE,
-  ...); :func:`load_tokenizer` is what prepare, fine-tuning and export use.
+  BPE, ...); :func:`load_tokenizer` is what prepare, fine-tuning and export use.
 * :mod:`.prepare` -- :func:`prepare` writes a prepared directory (memory-mapped token shards,
   ``meta.json``, token-frequency counts, the tokenizer) atomically, with the sequence writers of
   :mod:`.shards`, after :mod:`.units` has tokenized the corpus's work units in worker processes

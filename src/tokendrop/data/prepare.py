@@ -6,8 +6,9 @@ A prepared directory (written by :func:`prepare`, read by :class:`PreparedData`)
     train.bin, eval.bin  token ids, shape (num_sequences, T), uint16 (vocab <= 65536) else uint32,
                          C order, no header -- open with np.memmap
     token_counts.npy     int64 (vocab_size,): how often each id occurs in the train split's
-    documents tokenizer.json, vocab.txt, tokenizer_config.json   the tokenizer (see tokenizer.py);
-    with
+                         documents
+    tokenizer.json, vocab.txt, tokenizer_config.json
+                         the tokenizer (see tokenizer.py); with
                          ``tokenizer=DIR`` the source's own files, byte for byte (tokenizer.json,
                          vocab.txt, tokenizer_config.json, special_tokens_map.json, those present),
                          plus vocab.txt / tokenizer_config.json derived from tokenizer.json when the

@@ -28,11 +28,13 @@ random-LTD's kept count (Yao et al. 2022; DeepSpeed's ``data_routing``; docs/des
 pure function of the optimizer step k (:func:`ltd_kept`): every half layer keeps M_k rows,
 
     M_0 = round(ltd_start_fraction * T),  K = max(1, round(ltd_schedule_share * train.steps))
-    v_k = M_0 + (T - M_0) * min(k, K) / K                       (the linear ramp)
-    fixed_linear (DeepSpeed's ``fixed_linear``, seq_per_step = s):  M_k = floor(v_k) - floor(v_k) %
-    s linear (nearest grid point):                                    M_k = s * round(v_k / s)
-    then M_k = min(T, max(M_k, min(s, T)))          (never 0 rows, never more than T)
-    and M_k = T for k >= K                           (full length even when s does not divide T)
+    v_k = M_0 + (T - M_0) * min(k, K) / K             (the linear ramp)
+    fixed_linear (DeepSpeed's ``fixed_linear``, seq_per_step = s):
+        M_k = floor(v_k) - floor(v_k) % s
+    linear (nearest grid point):
+        M_k = s * round(v_k / s)
+    then M_k = min(T, max(M_k, min(s, T)))            (never 0 rows, never more than T)
+    and M_k = T for k >= K                            (full length even when s does not divide T)
 
 Kept counts are multiples of ``s = drop.ltd_step`` (or T itself), so a compiled step sees at most
 about (T - M_0) / s + 1 shapes over the whole run."""

@@ -263,7 +263,8 @@ class _Trainer:
         build      model, selector, the source's weights (``model.init``)
         announce   the start-up banner (console and RUN/log.txt): what the run will do
         warm_up    a new run: the MLM-head warm-up and the importance warm start
-        (tokendrop.train.continued) wrap       DDP/FSDP wrapping, AdamW
+                   (tokendrop.train.continued)
+        wrap       DDP/FSDP wrapping, AdamW
         restore    (resume) weights, AdamW state, importance, every rank's RNG
         make_step  the step function and the loader (at the resumed position)
         start      the metrics log, the start row and the step-0 evaluation of a new run

@@ -307,7 +307,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         if getattr(a, flag) is not None:
             overrides.append(f"{flag}={getattr(a, flag)}")
     in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
-    # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.bench.longctx)
+    # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.lab.bench.longctx)
     if is_longctx_preset(a.preset):
         return _bench_longctx(a, overrides, say, in_cli)
     if a.no_hf:

@@ -1,8 +1,8 @@
 """Where a run's metrics go besides ``metrics.jsonl``: ``train.report_to``.
 
-``metrics.jsonl`` (``tokendrop.metrics``) is always written -- resume, reports and ``verify`` read
-it -- and is what ``"jsonl"`` names.  The others are each tracker's own client, imported only when
-asked for (a one-line error when it is not installed, before anything is written):
+``metrics.jsonl`` (``tokendrop.runs.metrics``) is always written -- resume, reports and ``verify``
+read it -- and is what ``"jsonl"`` names.  The others are each tracker's own client, imported only
+when asked for (a one-line error when it is not installed, before anything is written):
 
 * ``"tensorboard"``: ``RUN/tensorboard`` (torch's SummaryWriter);
 * ``"wandb"``: Weights & Biases, ``wandb.init`` with the run's config; project ``$WANDB_PROJECT``

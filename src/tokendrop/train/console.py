@@ -174,7 +174,7 @@ def phases_line(phases: dict[str, float], total: float) -> str:
 
 def dropping_line(cfg, seq_len: int) -> str:
     """Whether the run drops tokens and how, with the analytic FLOP bound against the dense model
-    (``tokendrop.flops``); a dense run says how to turn dropping on."""
+    (``tokendrop.dropping.flops``); a dense run says how to turn dropping on."""
     d, layers = cfg.drop, cfg.model.num_layers
     if not d.enabled:
         return "OFF: a dense run (drop.method = none; token dropping: --set drop.method=cumulative)"

@@ -80,7 +80,8 @@ class BenchConfig:
 
     name: str = "custom"
     device: str = "cpu"  # cpu | cuda
-    model: str = "cpu-12x256"  # a tokendrop.config.MODEL_PRESETS name (bert-* / cpu-* / modern-*)
+    # a tokendrop.config.model.MODEL_PRESETS name (bert-* / cpu-* / modern-*)
+    model: str = "cpu-12x256"
     # a positive size overrides the model preset's shape (intermediate = 4 x hidden, unless given),
     # or "preset" (SHAPE_PRESET): the model preset's
     num_layers: int | str = SHAPE_PRESET

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from tokendrop.config import FinetuneConfig, load_config
     from tokendrop.finetuning import finetune
     from tokendrop.lab import demo
-    from tokendrop.train.trainer import pretrain, read_metrics
+    from tokendrop.runs.metrics import read_metrics
+    from tokendrop.train.trainer import pretrain
 
     out, demo_dir, cache = Path(a.out), Path(a.demo), Path(a.cache)
     out.mkdir(parents=True, exist_ok=True)

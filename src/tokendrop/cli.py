@@ -64,7 +64,8 @@ def _add_config_args(
 def cmd_pretrain(a: argparse.Namespace) -> int:
     from tokendrop.config import load_config
     from tokendrop.runs.checkpoint import has_checkpoint
-    from tokendrop.train.trainer import load_run_config, pretrain
+    from tokendrop.train.resume import load_run_config
+    from tokendrop.train.trainer import pretrain
 
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     # the one command a requeued job or a restarted torchrun agent repeats unchanged

@@ -12,7 +12,7 @@ A subclass raised by one module is defined beside the code that raises it (docs/
 ``finetune.FinetuneError`` and ``fetch.FetchError``.  The ones raised across a package or by both
 sides of an import live here, below every module that raises them, and are re-exported where users
 look for them: ``TrainingError`` (the step, the loop and resume;
-``tokendrop.train.trainer.TrainingError``), ``ConfigError`` (every section of the configuration;
+``tokendrop.TrainingError``), ``ConfigError`` (every section of the configuration;
 ``tokendrop.config.ConfigError``), ``DataError`` (every module of ``tokendrop.data``;
 ``tokendrop.data.DataError``), ``InteropError`` (``tokendrop.models.hf``,
 ``tokendrop.models.modernbert.hf``) and its subclass ``InitError`` (``tokendrop.models.source``,

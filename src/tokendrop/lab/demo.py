@@ -35,7 +35,8 @@ from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.train.report import compare_runs
-from tokendrop.train.trainer import load_run_config, pretrain
+from tokendrop.train.resume import load_run_config
+from tokendrop.train.trainer import pretrain
 
 
 def _fmt_row(cols: list[str], widths: list[int]) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tokendrop.data.masking import unigram_note  # noqa: F401 -- used by the trainer's lines
+from tokendrop.data.masking import unigram_note
 from tokendrop.dropping.flops import flop_ratio
 from tokendrop.train.schedules import batch_warmup_line
 
@@ -363,7 +363,6 @@ __all__ = [
     "Progress",
     "interval_line",
     "eta",
-    "unigram_note",
     "phases_line",
     "fmt_seconds",
     "fmt_count",

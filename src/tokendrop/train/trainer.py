@@ -29,7 +29,7 @@ from torch import Tensor
 
 from tokendrop.config import EVAL_ALL, MICRO_BATCH_AUTO, THREADS_AUTO, Config, to_dict, to_toml
 from tokendrop.data import MLMLoader
-from tokendrop.data.masking import unigram_entropy
+from tokendrop.data.masking import unigram_entropy, unigram_note
 from tokendrop.data.mixture import realised
 from tokendrop.dropping.flops import gpu_peak_flops
 from tokendrop.dropping.importance import pinned_ids
@@ -56,17 +56,14 @@ from tokendrop.train.console import (
     is_terminal,
     pretrain_banner,
     pretrain_summary,
-    unigram_note,
 )
 from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
 from tokendrop.train.memory import check_memory
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.report import write_run_report
-from tokendrop.train.resume import (  # noqa: F401
+from tokendrop.train.resume import (
     check_checkpoint,
-    check_resume_compatible,
     check_resume_data,
-    load_run_config,
     load_training_state,
     rank_rng,
     save_training_state,
@@ -1081,14 +1078,4 @@ def _finished(
     )
 
 
-__all__ = [
-    "pretrain",
-    "heldout_batches",
-    "PretrainResult",
-    "MLMStep",
-    "TrainingError",
-    "evaluate_mlm",
-    "read_metrics",
-    "load_run_config",
-    "check_resume_compatible",
-]
+__all__ = ["pretrain", "heldout_batches", "PretrainResult"]

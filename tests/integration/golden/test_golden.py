@@ -27,7 +27,8 @@ import torch
 from toydata import ADJS, NAMES, NOUNS, NUMBERS, VERBS, write_corpus
 
 from tokendrop.config import load_config
-from tokendrop.train.trainer import pretrain, read_metrics
+from tokendrop.runs.metrics import read_metrics
+from tokendrop.train.trainer import pretrain
 
 GOLDEN = Path(__file__).parent / "data" / "tiny-curves.json"
 GOLDEN_MODERN = Path(__file__).parent / "data" / "modern-tiny-curves.json"

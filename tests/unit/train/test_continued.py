@@ -13,7 +13,8 @@ from tokendrop.config import load_config
 from tokendrop.errors import ConfigError
 from tokendrop.models.source import resolve_init_source, resolve_model_init
 from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.train.trainer import pretrain, read_metrics
+from tokendrop.runs.metrics import read_metrics
+from tokendrop.train.trainer import pretrain
 
 SMALL = [
     "train.batch_size=8",

@@ -265,7 +265,8 @@ def test_the_named_sizes_are_the_defaults_and_run(tiny_data, tmp_path):
     evaluates the whole held-out split and records the names; a data.seq_len given must match."""
     import torch
 
-    from tokendrop.train.trainer import load_run_config, pretrain
+    from tokendrop.train.resume import load_run_config
+    from tokendrop.train.trainer import pretrain
 
     base = load_config(None)
     assert (base.data.seq_len, base.train.micro_batch_size, base.train.threads) == (

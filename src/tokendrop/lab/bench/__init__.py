@@ -4,7 +4,7 @@
     res = run_bench(cfg)                                        # -> BenchResult (typed records)
     write_results(res, "benchmarks/results/")                   # <machine>-<preset>.json + .md
 
-What one *step* is: the real training step, ``tokendrop.train.trainer.MLMStep`` -- importance-based
+What one *step* is: the real training step, ``tokendrop.train.step.MLMStep`` -- importance-based
 selection, forward (with dropping or dense), per-slot weighted MLM NLL, backward, gradient
 clipping, AdamW, importance update -- on a synthetic packed MLM batch of static shape (input_ids
 (B, T), mlm_positions/labels/weights (B, P), P = round(0.15 T), no padding, so no attention mask).

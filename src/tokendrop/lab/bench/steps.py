@@ -1,6 +1,6 @@
 """Building the timed steps: one model + optimizer per variant, one ``Runner`` per setting.
 
-Our step is the real training step (``tokendrop.train.trainer.MLMStep``): importance-based
+Our step is the real training step (``tokendrop.train.step.MLMStep``): importance-based
 selection, forward with or without dropping, weighted MLM NLL, backward, clipping, AdamW, importance
 update. The dense baseline is the ``drop`` model's step with dropping off, so dense and drop share
 weights."""
@@ -35,7 +35,7 @@ from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, s
 from tokendrop.lab.sizes import SHAPE_FIELDS, SHAPE_PRESET
 from tokendrop.models.families import build_model
 from tokendrop.train.runtime import autocast_dtype
-from tokendrop.train.trainer import MLMStep
+from tokendrop.train.step import MLMStep
 
 
 def state_bytes(*objs: Any) -> int:

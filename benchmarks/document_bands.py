@@ -32,7 +32,8 @@ import torch
 
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.lab.bench.environment import environment, loadavg
+from tokendrop.lab.bench.environment import environment
+from tokendrop.lab.machine import loadavg
 from tokendrop.models import attention
 from tokendrop.models.families import build_model
 

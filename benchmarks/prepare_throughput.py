@@ -474,9 +474,7 @@ def main() -> None:
         )
     elif hf_tokens:
         notes.append("both arms tokenize alike: the same document-token count")
-    from tokendrop.lab.bench.environment import (
-        cpu_model,  # the parent's report only: arms never import torch
-    )
+    from tokendrop.lab.machine import cpu_model
 
     meta = {
         "command": "python "

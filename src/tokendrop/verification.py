@@ -54,11 +54,11 @@ from tokendrop.config import Config, from_dict, recorded_config, to_dict
 from tokendrop.data import DataError, PreparedData
 from tokendrop.data.prepared import SPLITS
 from tokendrop.data.tokenizer import has_tokenizer_files, load_tokenizer
-from tokendrop.errors import TokendropError, TrainingError, check_path_arg
+from tokendrop.errors import InteropError, TokendropError, TrainingError, check_path_arg
 from tokendrop.finetuning.suite import SuiteConfig, cells_for, load_suite, model_weights
 from tokendrop.finetuning.tasks import get_task
-from tokendrop.models.hf import InteropError
-from tokendrop.models.source import read_source_tensors, resolve_init_source
+from tokendrop.models.source import resolve_init_source
+from tokendrop.models.weights import read_source_tensors
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.runs.files import read_json

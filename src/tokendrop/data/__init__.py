@@ -25,7 +25,7 @@ naming the file or field and what was expected.
 
 from __future__ import annotations
 
-from tokendrop.data.corpus import clean_wikitext, iter_documents, resolve_corpus
+from tokendrop.data.corpus import iter_documents, resolve_corpus
 from tokendrop.data.loader import MLMLoader
 from tokendrop.data.masking import MLMMasker, num_prediction_slots
 from tokendrop.data.prepare import prepare
@@ -39,6 +39,7 @@ from tokendrop.data.tokenizer import (
     train_tokenizer,
     vocab_sha256,
 )
+from tokendrop.data.wikitext import clean_wikitext
 from tokendrop.errors import DataError  # noqa: F401 -- defined below every module of this package that raises it
 
 __all__ = [

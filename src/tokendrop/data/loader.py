@@ -59,9 +59,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokendrop.data.masking import MLMMasker, build_batch, cut_to_rate, num_prediction_slots  # noqa: F401 -- re-exported
+from tokendrop.data.masking import MLMMasker, build_batch, cut_to_rate, num_prediction_slots
 from tokendrop.data.pieces import MIN_PIECE, PIECE_DOMAIN, piece_batch
-from tokendrop.data.prepare import PreparedData
+from tokendrop.data.prepared import PreparedData
 from tokendrop.errors import DataError
 
 PERM_KEY = 0x5EED

@@ -81,7 +81,7 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 from tokendrop.data.corpus import HF, finish, iter_raw, resolve_corpus
-from tokendrop.data.prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
+from tokendrop.data.prepared import FORMAT, FORMAT_VERSION, SPLITS
 from tokendrop.data.shards import (
     PackedWriter,
     ShardWriter,

@@ -68,7 +68,7 @@ from tokendrop.runs.rundir import write_marker
 # Figure 1: held-out excerpts with the kept tokens in bold and each token's importance score, as
 # HTML and as a PNG (wrapped text drawn with matplotlib)
 
-PIN_ABS = 1e4  # tokendrop.dropping.importance.PIN_HIGH / -PIN_LOW: a pinned id's score
+PIN_ABS = 1e4  # tokendrop.dropping.methods.PIN_HIGH / -PIN_LOW: a pinned id's score
 
 
 def _fmt_score(s: float) -> str:

@@ -24,12 +24,15 @@ from tokendrop.dropping.methods import (  # noqa: E402
     DropConfig,  # noqa: E402
 )
 from tokendrop.dropping.plan import DropPlan  # noqa: E402
-from tokendrop.errors import ConfigError
+from tokendrop.errors import (
+    ConfigError,
+    InteropError,  # noqa: E402
+)
 from tokendrop.finetuning.tasks import TASKS
 from tokendrop.models import attention  # noqa: E402
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification
 from tokendrop.models.families import build_model  # noqa: E402
-from tokendrop.models.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
+from tokendrop.models.hf import copy_tokenizer, save_pretrained  # noqa: E402
 from tokendrop.models.masked_lm import document_ids  # noqa: E402
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.models.source import (  # noqa: E402  # noqa: E402

@@ -44,7 +44,7 @@ import torch
 from tokendrop.config import THREADS_AUTO, ModelConfig, config_dir, from_dict, load_config
 from tokendrop.dropping.flops import describe_model, step_flops
 from tokendrop.errors import ConfigError
-from tokendrop.lab.bench.environment import Environment, environment, loadavg
+from tokendrop.lab.bench.environment import Environment, environment
 from tokendrop.lab.bench.fields import optional, record_dict
 from tokendrop.lab.bench.presets import (
     LONGCTX_PREFIX as PREFIX,  # configs/bench-longctx-*.toml: LongContextConfig
@@ -55,6 +55,7 @@ from tokendrop.lab.bench.records import BenchResult
 from tokendrop.lab.bench.report import write_json_and_markdown
 from tokendrop.lab.bench.run import bench_device, run_bench
 from tokendrop.lab.bench.workload import Setting
+from tokendrop.lab.machine import loadavg
 from tokendrop.lab.sizes import (
     BUDGET_NONE,
     DOCUMENT_ROW,

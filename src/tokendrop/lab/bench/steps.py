@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
+from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import layer_types
 from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan
@@ -31,7 +32,7 @@ from tokendrop.lab.bench.hf_baseline import (
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 from tokendrop.lab.bench.records import ModelInfo, StepCensus, StepExtras
-from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
+from tokendrop.lab.bench.workload import Setting, build_settings, synthetic_batch
 from tokendrop.lab.sizes import SHAPE_FIELDS, SHAPE_PRESET
 from tokendrop.models.families import build_model
 from tokendrop.train.runtime import autocast_dtype

@@ -57,7 +57,7 @@ from tokendrop.lab.study.aggregate import (
     run_measurements,
 )
 from tokendrop.lab.study.common import StudyError
-from tokendrop.lab.study.data import prepare_data, resolve_source
+from tokendrop.lab.study.data import prepare_data
 from tokendrop.lab.study.findings import (
     findings,
     paper_comparison,
@@ -73,6 +73,7 @@ from tokendrop.lab.study.plan import (
     load_study,
     method_spec,
     plan_runs,
+    resolve_source,
     run_config,
     sweep_method,
 )

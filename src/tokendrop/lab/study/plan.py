@@ -24,7 +24,8 @@ from tokendrop.lab.sizes import (
     recorded_study,
 )
 from tokendrop.lab.study.common import StudyError, pct, resolve_out, resolve_path
-from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
+from tokendrop.models.source import resolve_init_source, resolve_model_init
+from tokendrop.models.weights import InitSource
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from tokendrop.lab.study.common import (
     log,
     resolve_out,
 )
-from tokendrop.lab.study.data import prepare_data, resolve_source
+from tokendrop.lab.study.data import prepare_data
 from tokendrop.lab.study.evaluation import forget_cells, run_evaluation
 from tokendrop.lab.study.figures import inspect_figures, plot_curves
 from tokendrop.lab.study.findings import findings
@@ -36,6 +36,7 @@ from tokendrop.lab.study.plan import (
     load_study,
     method_spec,
     plan_runs,
+    resolve_source,
 )
 from tokendrop.lab.study.report import ReportInfo, command_line, export_report, write_report
 from tokendrop.lab.study.tables import (

@@ -352,7 +352,7 @@ def check_modern_tensors(where: Any, shapes: dict[str, tuple[int, ...]], cfg: Mo
 
 
 def load_modern_weights(src: Any, model: nn.Module) -> Any:
-    """Load ``src`` (a ``tokendrop.models.source.InitSource``: a ModernBERT HF dir or a tokendrop
+    """Load ``src`` (a ``tokendrop.models.weights.InitSource``: a ModernBERT HF dir or a tokendrop
     run of this family) into any of our ModernBERT classes.  Encoder tensors must all be there; the
     head, decoder bias and task heads missing from the file are initialised fresh and listed."""
     where = src.weights_file

@@ -95,8 +95,8 @@ class TokenDroppingArguments:
     token_dropping_option: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "More options as KEY=VALUE (a JSON value or a string), e.g. start=4 end=11 "
-            "beta=0.99."
+            "help": "More options as KEY=VALUE (a JSON value or a string), e.g. start=4 "
+            "end=11 beta=0.99."
         },
     )
 

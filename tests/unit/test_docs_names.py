@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import io
 import re
+import textwrap
 import tokenize
 from pathlib import Path
 
@@ -200,13 +201,17 @@ def test_the_source_name_check_finds_stale_names(tmp_path):
     pkg = tmp_path / "tokendrop"
     pkg.mkdir()
     (pkg / "a.py").write_text(
-        '"""Through :func:`tokendrop.runs.files.atomic_file` and '
-        '``tokendrop.runs.atomic_file``."""\n'
-        "\n\n"
-        "def f():\n"
-        '    """``tokendrop.config.Config.train.steps``, ``tokendrop.config.Config.nothing``."""\n'
-        "    # tokendrop.bench.longctx and tokendrop.lab.bench.longctx\n"
-        '    return "tokendrop.flops"  # a string is no docstring\n'
+        textwrap.dedent(
+            '''\
+            """See :func:`tokendrop.runs.files.atomic_file`, ``tokendrop.runs.atomic_file``."""
+
+
+            def f():
+                """``tokendrop.config.Config.train.steps``, ``tokendrop.config.Config.nothing``."""
+                # tokendrop.bench.longctx and tokendrop.lab.bench.longctx
+                return "tokendrop.flops"  # a string is no docstring
+            '''
+        )
     )
     assert stale_source_names(pkg) == [
         "tokendrop/a.py:1: tokendrop.runs.atomic_file",

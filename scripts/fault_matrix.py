@@ -1016,8 +1016,8 @@ def saved_config_keeps(key: str, value: Any) -> Callable[[Path, Outcome], str | 
     return check
 
 
-# ---- helpers of the rows for corrupt inputs, directory walks, bad paths, scores on n = 0, stuck
-# runs
+# ---- helpers of the rows for corrupt inputs, directory walks, bad paths, scores on n = 0,
+# stuck runs ----
 
 
 def corpus_bytes(c: Path, docs: int = 200) -> bytes:
@@ -2828,8 +2828,8 @@ def cases() -> list[Case]:
         )
     )
 
-    # ---- more faults: the campaign's output dir, verify of every output kind, config.json shapes
-    # -------
+    # ---- more faults: the campaign's output dir, verify of every output kind, config.json
+    # shapes ----
     add(
         Case(
             "bench-campaign-into-foreign-dir",
@@ -3081,8 +3081,8 @@ def cases() -> list[Case]:
         )
     )
 
-    # ---- corrupt inputs: every corpus format refuses a file cut short (never read quietly short)
-    # -------
+    # ---- corrupt inputs: every corpus format refuses a file cut short (never read quietly
+    # short) ----
     for name, says in (
         ("half.txt.zst", "zstandard frame 1 (from byte 0) is truncated"),
         ("half.txt.gz", "cannot decompress"),
@@ -3105,8 +3105,8 @@ def cases() -> list[Case]:
             )
         )
 
-    # ---- directory walks: tokendrop's own outputs are skipped (and said), broken links refused
-    # --------
+    # ---- directory walks: tokendrop's own outputs are skipped (and said), broken links
+    # refused ----
     add(
         Case(
             "prepare-corpus-dir-holding-an-earlier-prepare",
@@ -3263,8 +3263,8 @@ def cases() -> list[Case]:
         )
     )
 
-    # ---- stuck runs: a run that failed before its first checkpoint never blocks the corrected
-    # command ------
+    # ---- stuck runs: a run that failed before its first checkpoint never blocks the
+    # corrected command ----
     add(
         Case(
             "pretrain-after-an-impossible-batch",

@@ -133,11 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         f"- date: {out['date']}; torch {env.torch}",
         "",
         "One training forward + backward of one sequence (batch 1), bert-base / modern-base "
-        "shapes. MB = bytes "
-        "read + written by the casts. `sdpa`: CPU autocast runs attention in fp32 (CUDA's in bf16, "
-        "without "
-        "these casts). `parameter`: the weights cast to bf16 for their op and their gradients "
-        "back.",
+        "shapes. MB = bytes read + written by the casts. `sdpa`: CPU autocast runs attention in "
+        "fp32 (CUDA's in bf16, without these casts). `parameter`: the weights cast to bf16 for "
+        "their op and their gradients back.",
         "",
         "| family | T | step | LayerNorm | casts | MB | activation casts | activation MB | sdpa "
         "casts | sdpa MB |"

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from tokendrop.config import FinetuneConfig, load_config
     from tokendrop.finetuning import finetune
     from tokendrop.lab import demo
-    from tokendrop.train.trainer import pretrain, read_metrics
+    from tokendrop.runs.metrics import read_metrics
+    from tokendrop.train.trainer import pretrain
 
     out, demo_dir, cache = Path(a.out), Path(a.demo), Path(a.cache)
     out.mkdir(parents=True, exist_ok=True)
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     data = demo_dir / "data-T128"
     if not (data / "meta.json").is_file():
         raise SystemExit(
-            f"error: {data}: run `tokendrop demo --out {demo_dir}` first (its prepared data is "
-            "reused)"
+            f"error: {data}: run `tokendrop demo --out {demo_dir}` first (its prepared "
+            "data is reused)"
         )
     results = {}
     t0 = time.perf_counter()
@@ -154,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         "sentiment task "
         f"(`finetune-demo-continue`), {a.seeds} seeds.",
         "",
-        "| variant | eval MLM loss at step 0 | at the end | sentiment acc, mean | spread (max-min) "
-        "| per seed |",
+        "| variant | eval MLM loss at step 0 | at the end | sentiment acc, mean | spread "
+        "(max-min) | per seed |",
         "|---|---:|---:|---:|---:|---|",
     ]
     for name, r in results.items():

@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
         "--consumer-ms",
         type=float,
         default=100.0,
-        help="also measure the wait per batch behind a simulated model step of this many ms (0: "
-        "skip)",
+        help="also measure the wait per batch behind a simulated model step of this "
+        "many ms (0: skip)",
     )
     ap.add_argument("--consumer-batches", type=int, default=50)
     ap.add_argument(

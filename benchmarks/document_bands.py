@@ -1,8 +1,7 @@
-"""Per-document attention as bands vs as the dense block-diagonal bias, side by side (docs/design.md
-§2.9).
+"""Per-document attention as bands vs as the dense block-diagonal bias, side by side
+(docs/design.md §2.9).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/document_bands.py          # ~5 min on the 2-core
-    VM
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/document_bands.py   # ~5 min on the 2-core VM
 
 Both families' dense training step (forward + backward, fp32, train mode, no dropping) on packed
 rows of equal-length documents, ``model.document_attention = "on"``, timed with documents as the
@@ -33,7 +32,8 @@ import torch
 
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.lab.bench.environment import environment, loadavg
+from tokendrop.lab.bench.environment import environment
+from tokendrop.lab.machine import loadavg
 from tokendrop.models import attention
 from tokendrop.models.families import build_model
 
@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
     md = [
-        f"# Per-document attention: bands vs the dense bias ({env.cpu_model}, {env.torch_threads} "
-        "thread(s))",
+        f"# Per-document attention: bands vs the dense bias ({env.cpu_model}, "
+        f"{env.torch_threads} thread(s))",
         "",
         f"- command: `{out['command']}`",
         f"- date: {out['date']}; wall time {out['wall_s']} s",
@@ -210,18 +210,17 @@ def main(argv: list[str] | None = None) -> int:
         "speedup = median of paired per-round ratios (min-max)",
         "",
         "- bands forced in the `bands` column; the default uses them where the key share is at "
-        "most "
-        f"{attention.BAND_MAX_FRACTION_DOCUMENTS} (`BAND_MAX_FRACTION_DOCUMENTS`), else the bias",
+        f"most {attention.BAND_MAX_FRACTION_DOCUMENTS} "
+        "(`BAND_MAX_FRACTION_DOCUMENTS`), else the bias",
         "",
-        "| family | T | B | document length | key share | bias ms | bands ms | speedup | min-max | "
-        "default |",
+        "| family | T | B | document length | key share | bias ms | bands ms | speedup | "
+        "min-max | default |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     md += [
         f"| {r['family']} | {r['seq_len']} | {r['batch_size']} | {r['doc_len']} | "
-        f"{r['key_share']:.2f} | {r['bias_ms']:.0f} | "
-        f"{r['band_ms']:.0f} | {r['speedup']:.2f}x | {r['speedup_min']:.2f}-{r['speedup_max']:.2f} "
-        "| "
+        f"{r['key_share']:.2f} | {r['bias_ms']:.0f} | {r['band_ms']:.0f} | {r['speedup']:.2f}x | "
+        f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f} | "
         f"{'bands' if r['default_uses_band'] else 'bias'} |"
         for r in rows
     ]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Plot measured step-time speedup vs drop rate, per variant, with the FLOP bound drawn.
 
-    python benchmarks/plot_speedup.py                       # every *-full.json (else *-quick.json)
-    in results/ python benchmarks/plot_speedup.py A.json B.json --out benchmarks/results/speedup.png
+    python benchmarks/plot_speedup.py      # every *-full.json (else *-quick.json) in results/
+    python benchmarks/plot_speedup.py A.json B.json --out benchmarks/results/speedup.png
 
 One row of panels per results file (machine/preset), one panel per sequence length T.  Solid
 markers: measured speedup over our dense step (median of per-round paired ratios, bars = paired

@@ -1,9 +1,8 @@
 """`tokendrop prepare` next to the recipe users would otherwise run, on the same corpus, side by
 side.
 
-    python benchmarks/prepare_throughput.py                         # >= 1 GB generated JSONL
-    corpus, N = 1, 2 python benchmarks/prepare_throughput.py --size-mb 40 --out /tmp/pt   # a quick
-    check of the script
+    python benchmarks/prepare_throughput.py   # >= 1 GB generated JSONL corpus, N = 1, 2
+    python benchmarks/prepare_throughput.py --size-mb 40 --out /tmp/pt   # a quick check of it
 
 The recipe: Hugging Face ``datasets`` ``load_dataset("json")`` + ``map(tokenize, batched=True,
 num_proc=N)`` with ``BertTokenizerFast`` built from the same ``vocab.txt`` (lower-cased, as ours),
@@ -198,9 +197,8 @@ def hf_recipe(corpus: str, vocab: str, workers: int, work: str, done) -> dict:
         }
         return result
 
-    per_document = (
-        tokenized_datasets  # kept for the token count below (run_mlm.py reassigns the name)
-    )
+    # kept for the token count below (run_mlm.py reassigns the name)
+    per_document = tokenized_datasets
     tokenized_datasets = tokenized_datasets.map(
         group_texts,
         batched=True,
@@ -398,8 +396,7 @@ def report(rows: list[dict], meta: dict) -> tuple[dict, str]:
         "",
         "| arm | N | wall s | tokens/s | peak memory MB ("
         + rows[0]["memory_measure"].upper()
-        + ", process tree) "
-        "| sequences |",
+        + ", process tree) | sequences |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -457,8 +454,8 @@ def main() -> None:
         except ImportError:
             hf_ok = False
             notes.append(
-                "the Hugging Face arm was skipped: `datasets` is not installed (pip install "
-                "datasets)"
+                "the Hugging Face arm was skipped: `datasets` is not installed (pip "
+                "install datasets)"
             )
             print(notes[-1], file=sys.stderr)
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -472,14 +469,12 @@ def main() -> None:
     ours_tokens = {r["document_tokens"] for r in rows if r["arm"] == "ours"}
     if hf_tokens and hf_tokens != ours_tokens:
         notes.append(
-            f"token counts differ: ours {sorted(ours_tokens)}, HF {sorted(hf_tokens)} (tokens/s "
-            "uses ours)"
+            f"token counts differ: ours {sorted(ours_tokens)}, HF {sorted(hf_tokens)} "
+            "(tokens/s uses ours)"
         )
     elif hf_tokens:
         notes.append("both arms tokenize alike: the same document-token count")
-    from tokendrop.lab.bench.environment import (
-        cpu_model,  # the parent's report only: arms never import torch
-    )
+    from tokendrop.lab.machine import cpu_model
 
     meta = {
         "command": "python "

@@ -1,7 +1,7 @@
 """Host syncs and aten ops per training step, counted on CPU by the census (docs/design.md §4.7).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/step_census.py --data DATA --label after  #
-    ~3 min
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/step_census.py \\
+        --data DATA --label after   # ~3 min
 
 Two parts, each one untimed step per setting under ``tokendrop.train.census.Census`` (CUDA's
 sync-debug rules applied to the ops; a step after one warm-up step):
@@ -193,15 +193,13 @@ def render(results: dict) -> str:
         "sync-debug rules on "
         "the ops); ops: aten ops dispatched (forward, backward, AdamW, importance update)",
         "- modern-base documents: per-document attention over 64-token documents at T = 512 "
-        "(bands); under the "
-        "census (an accelerator's view) the document-only masks are the bias where the CPU builds "
-        "bands from a "
-        "host read (on CUDA without attention dropout: FlexAttention), hence the fewer ops",
+        "(bands); under the census (an accelerator's view) the document-only masks are the bias "
+        "where the CPU builds bands from a host read (on CUDA without attention dropout: "
+        "FlexAttention), hence the fewer ops",
         "- before: the tree at 2307504 (main before the sync-free step); after: this branch "
-        "rebased onto main, "
-        "which also carries other work (e.g. BERT's fused QKV projection where Q and K/V read the "
-        "same rows): "
-        "the ops columns compare trees, the syncs and the strong/plain ratio are this change's",
+        "rebased onto main, which also carries other work (e.g. BERT's fused QKV projection where "
+        "Q and K/V read the same rows): the ops columns compare trees, the syncs and the "
+        "strong/plain ratio are this change's",
         "",
     ]
     head = "| part | setting | " + " | ".join(f"{x} syncs | {x} ops" for x in labels) + " |"

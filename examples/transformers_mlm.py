@@ -3,8 +3,8 @@
 transformers' examples/pytorch/language-modeling/run_mlm.py -- plus token dropping from tokendrop.
 
     python examples/transformers_mlm.py --model_name_or_path answerdotai/ModernBERT-base \\
-        --train_file corpus.txt --output_dir out --max_steps 10000 --per_device_train_batch_size 32
-        \\ --token_dropping --token_dropping_rate 0.5
+        --train_file corpus.txt --output_dir out --max_steps 10000 \\
+        --per_device_train_batch_size 32 --token_dropping --token_dropping_rate 0.5
 
 The model is a name on the Hugging Face Hub or a local directory (BertForMaskedLM or
 ModernBertForMaskedLM); the training text is a .txt file (one example per line), a .jsonl file or a
@@ -95,8 +95,8 @@ class TokenDroppingArguments:
     token_dropping_option: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "More options as KEY=VALUE (a JSON value or a string), e.g. start=4 end=11 "
-            "beta=0.99."
+            "help": "More options as KEY=VALUE (a JSON value or a string), e.g. start=4 "
+            "end=11 beta=0.99."
         },
     )
 

@@ -441,9 +441,8 @@ class Outcome:
     seconds: float
 
 
-GATE_ENV = (
-    "TOKENDROP_TEST_GATE"  # tokendrop.runs.gate: the command waits at a named point (test-only)
-)
+# tokendrop.runs.gate: the command waits at a named point (test-only)
+GATE_ENV = "TOKENDROP_TEST_GATE"
 DRIVE_NOTES: dict[Path, str] = {}  # case dir -> why its driver could not do its part
 
 
@@ -499,10 +498,8 @@ def pickle_only(c: Path) -> None:
     hf = c / "hf"
     (hf / "model.safetensors").unlink()
     code = (
-        "import datetime, sys, torch; "
-        "torch.save({'bert.embeddings.word_embeddings.weight': torch.zeros(2, 2), 'when': "
-        "datetime.date(2020, 1, 1)}, "
-        "sys.argv[1])"
+        "import datetime, sys, torch; torch.save({'bert.embeddings.word_embeddings.weight': "
+        "torch.zeros(2, 2), 'when': datetime.date(2020, 1, 1)}, sys.argv[1])"
     )
     subprocess.run([PY, "-c", code, str(hf / "pytorch_model.bin")], check=True, env=ENV)
 
@@ -1035,8 +1032,8 @@ def saved_config_keeps(key: str, value: Any) -> Callable[[Path, Outcome], str | 
     return check
 
 
-# ---- helpers of the rows for corrupt inputs, directory walks, bad paths, scores on n = 0, stuck
-# runs
+# ---- helpers of the rows for corrupt inputs, directory walks, bad paths, scores on n = 0,
+# stuck runs ----
 
 
 def corpus_bytes(c: Path, docs: int = 200) -> bytes:
@@ -2500,8 +2497,8 @@ def cases() -> list[Case]:
             "prepare-parquet-page-over-the-limit",
             "bad input, full disk",
             prepare("{C}/x.parquet", "{C}/out", "--vocab-size", "150"),
-            "refused before the page is decoded, naming the file, the row group and the limit; "
-            "no output",
+            "refused before the page is decoded, naming the file, the row group and the "
+            "limit; no output",
             absent=("out",),
             setup=one_huge_parquet_page,
             says=("{C}/x.parquet: row group 0", "over the limit of 67,108,864"),
@@ -2894,8 +2891,8 @@ def cases() -> list[Case]:
         )
     )
 
-    # ---- more faults: the campaign's output dir, verify of every output kind, config.json shapes
-    # -------
+    # ---- more faults: the campaign's output dir, verify of every output kind, config.json
+    # shapes ----
     add(
         Case(
             "bench-campaign-into-foreign-dir",
@@ -2950,8 +2947,8 @@ def cases() -> list[Case]:
             "bench-campaign-after-sigkill",
             "signals",
             [*CAMPAIGN, "--out", "{C}/out"],
-            "a campaign killed during a part: the next one warns, takes the lock over, redoes the "
-            "part",
+            "a campaign killed during a part: the next one warns, takes the lock over, "
+            "redoes the part",
             rc=0,
             setup=campaign_killed(),
             check=chain_checks(
@@ -3147,8 +3144,8 @@ def cases() -> list[Case]:
         )
     )
 
-    # ---- corrupt inputs: every corpus format refuses a file cut short (never read quietly short)
-    # -------
+    # ---- corrupt inputs: every corpus format refuses a file cut short (never read quietly
+    # short) ----
     for name, says in (
         ("half.txt.zst", "zstandard frame 1 (from byte 0) is truncated"),
         ("half.txt.gz", "cannot decompress"),
@@ -3171,15 +3168,15 @@ def cases() -> list[Case]:
             )
         )
 
-    # ---- directory walks: tokendrop's own outputs are skipped (and said), broken links refused
-    # --------
+    # ---- directory walks: tokendrop's own outputs are skipped (and said), broken links
+    # refused ----
     add(
         Case(
             "prepare-corpus-dir-holding-an-earlier-prepare",
             "directory walks",
             prepare("{C}/corpus", "{C}/corpus/prep", "--vocab-size", "150", "--overwrite"),
-            "the earlier output is skipped (a note says so), not read back as corpus; the re-run "
-            "replaces it",
+            "the earlier output is skipped (a note says so), not read back as corpus; the "
+            "re-run replaces it",
             rc=0,
             needs=("corpus.txt",),
             setup=prepared_inside_corpus,
@@ -3271,8 +3268,8 @@ def cases() -> list[Case]:
                 f"pretrain-{setting.split('.', 1)[1].replace('_', '-').replace('=', '-')}",
                 "bad paths",
                 pretrain("{C}/r", "{B}/data", "--set", setting),
-                "refused before allocating, with the numbers (GiB needed and available); no run "
-                "dir",
+                "refused before allocating, with the numbers (GiB needed and "
+                "available); no run dir",
                 absent=("r",),
                 says=("too large", "GiB", names, "train.memory_check"),
                 timeout=120,
@@ -3329,8 +3326,8 @@ def cases() -> list[Case]:
         )
     )
 
-    # ---- stuck runs: a run that failed before its first checkpoint never blocks the corrected
-    # command ------
+    # ---- stuck runs: a run that failed before its first checkpoint never blocks the
+    # corrected command ----
     add(
         Case(
             "pretrain-after-an-impossible-batch",
@@ -3366,8 +3363,7 @@ def cases() -> list[Case]:
             "stuck runs",
             full_first,
             "one-line error that suggests the same command (not --resume: there is no checkpoint); "
-            "run again, "
-            "it finishes",
+            "run again, it finishes",
             needs=("data",),
             fsize=300_000,
             says=("run the same command again",),
@@ -3499,8 +3495,8 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
     why: list[str] = [DRIVE_NOTES.pop(c)] if c in DRIVE_NOTES else []
     if case.read_only and rc == 99:
         why.append(
-            "no read-only mount on this machine (needs `unshare -m` and `mount`: root or user "
-            "namespaces)"
+            "no read-only mount on this machine (needs `unshare -m` and `mount`: root or "
+            "user namespaces)"
         )
     if rc not in exp:
         why.append(f"exit {rc}, expected {' or '.join(map(str, exp))}")
@@ -3611,8 +3607,7 @@ def other_run_line(path: Path) -> str:
     failing = [r["case"] for r in d["results"] if not r["passed"]]
     return (
         f"* `{d['command']}` on {d['machine']}; {d['load']}; {d['seconds']:.0f} s: **{d['passed']} "
-        "of "
-        f"{d['cases']} pass**"
+        f"of {d['cases']} pass**"
         + (f" (failing: {', '.join(failing)})" if failing else "")
         + f" -- records: `{path.name}`"
     )
@@ -3664,8 +3659,8 @@ def write_markdown(
         "Every bad input and fault we test, by category (the `category` column), the bad `--init` "
         "sources and the bad",
         "`model.attention_backend` settings, each run as",
-        "a subprocess of the real CLI in its own directory built from small generated data.  The "
-        "categories:",
+        "a subprocess of the real CLI in its own directory built from small generated data.  "
+        "The categories:",
         "outputs (never deleting what tokendrop did not write), corrupt files (checkpoints, "
         "prepared data, every",
         "output `verify` checks), corrupt inputs (each corpus format cut short), directory walks "
@@ -3678,17 +3673,17 @@ def write_markdown(
         "corrected command;",
         "every suggested command is run), edge settings, `--init` and attention.  A case that "
         "signals or kills",
-        "its command does so only once the command waits at a test gate (`tokendrop.runs.gate`), "
-        "so no case",
+        "its command does so only once the command waits at a test gate "
+        "(`tokendrop.runs.gate`), so no case",
         "depends on the machine's speed.  A case passes",
-        "when the exit code is the expected one, there is no traceback, an error is one line of "
-        "stderr",
-        "(naming what the case says it must name), and the disk is intact: the watched files and "
-        "directories",
-        "have the same names, sizes and sha256 as before, what must not exist does not, no temp / "
-        "`.old-*` /",
-        "lock entry is left, and the case's own check holds.  `CASE` is the case's directory, "
-        "`BASE` the",
+        "when the exit code is the expected one, there is no traceback, an error is "
+        "one line of stderr",
+        "(naming what the case says it must name), and the disk is intact: the watched files "
+        "and directories",
+        "have the same names, sizes and sha256 as before, what must not exist does not, no "
+        "temp / `.old-*` /",
+        "lock entry is left, and the case's own check holds.  `CASE` is the case's "
+        "directory, `BASE` the",
         "shared inputs (a prepared dataset, a 4-step `tiny` run, its export).",
         "",
         f"Generated by: `{command}`" + (f" (subset: `--only {only}`)" if only else ""),

@@ -7,8 +7,8 @@ with a batch warm-up had micro-batches of the warm-up's starting batch: its held
 over half the sequences of a run without one.  This script puts every run of a study on the same
 sequences, from the checkpoints, without re-training:
 
-    python scripts/rescore_heldout.py runs/study-strong/runs/* --json
-    docs/study-strong/heldout-rescored.json
+    python scripts/rescore_heldout.py runs/study-strong/runs/* \\
+        --json docs/study-strong/heldout-rescored.json
 """
 
 from __future__ import annotations

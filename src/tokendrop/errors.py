@@ -7,17 +7,17 @@ field and the fix.  ``tokendrop.cli.main`` catches this class once, prints ``err
 exits with status 2; anything else is a bug and keeps its traceback.
 
 A subclass raised by one module is defined beside the code that raises it (docs/design.md §4.5):
-``study.StudyError``,
-``checkpoint.CheckpointError`` (``inspect_run.InspectError``), ``rundir.RunDirError``,
-``finetune.FinetuneError`` and ``fetch.FetchError``.  The ones raised across a package or by both
-sides of an import live here, below every module that raises them, and are re-exported where users
-look for them: ``TrainingError`` (the step, the loop and resume;
-``tokendrop.train.trainer.TrainingError``), ``ConfigError`` (every section of the configuration;
-``tokendrop.config.ConfigError``), ``DataError`` (every module of ``tokendrop.data``;
-``tokendrop.data.DataError``), ``InteropError`` (``tokendrop.models.hf``,
-``tokendrop.models.modernbert.hf``) and its subclass ``InitError`` (``tokendrop.models.source``,
-``tokendrop.models.weights``).  Every subclass also keeps its historical built-in base
-(``ValueError`` or ``RuntimeError``), so ``except ValueError`` in callers' code still works.
+``lab.study.common.StudyError``, ``runs.checkpoint.CheckpointError`` (``lab.inspect.InspectError``),
+``runs.rundir.RunDirError``, ``finetuning.common.FinetuneError`` and ``lab.fetch.FetchError``.  The
+ones raised across a package or by both sides of an import live here, below every module that
+raises them: ``TrainingError`` (the step, the loop and resume), ``ConfigError`` (every section of
+the configuration), ``DataError`` (every module of ``tokendrop.data``), ``InteropError``
+(``tokendrop.models.hf``, ``tokendrop.models.modernbert.hf``) and its subclass ``InitError``
+(``tokendrop.models.source``, ``tokendrop.models.weights``).  The public API has them all
+(``tokendrop.ConfigError``, ...), ``tokendrop.config`` and ``tokendrop.data`` the one they raise
+(``ConfigError``, ``DataError``); no other module hands them on (docs/design.md §7).  Every
+subclass also keeps its historical built-in base (``ValueError`` or ``RuntimeError``), so ``except
+ValueError`` in callers' code still works.
 """
 
 from __future__ import annotations

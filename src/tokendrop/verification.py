@@ -54,11 +54,11 @@ from tokendrop.config import Config, from_dict, recorded_config, to_dict
 from tokendrop.data import DataError, PreparedData
 from tokendrop.data.prepared import SPLITS
 from tokendrop.data.tokenizer import has_tokenizer_files, load_tokenizer
-from tokendrop.errors import TokendropError, TrainingError, check_path_arg
+from tokendrop.errors import InteropError, TokendropError, TrainingError, check_path_arg
 from tokendrop.finetuning.suite import SuiteConfig, cells_for, load_suite, model_weights
 from tokendrop.finetuning.tasks import get_task
-from tokendrop.models.hf import InteropError
-from tokendrop.models.source import read_source_tensors, resolve_init_source
+from tokendrop.models.source import resolve_init_source
+from tokendrop.models.weights import read_source_tensors
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.runs.files import read_json
@@ -167,8 +167,7 @@ def verify_run(run: Path, rep: VerifyReport) -> None:
     if not ct.is_file():
         rep.problems.append(
             f"{ct}: missing; a run directory holds the resolved config (restore it from a "
-            "checkpoint's "
-            "meta.json or start the run again)"
+            "checkpoint's meta.json or start the run again)"
         )
     else:
         try:
@@ -206,15 +205,13 @@ def verify_run(run: Path, rep: VerifyReport) -> None:
     if stale:
         rep.notes.append(
             f"{len(stale)} unfinished checkpoint temp dir(s) ({stale[0]}, ...) from a killed "
-            "writer: "
-            "ignored, and removed by the next checkpoint"
+            "writer: ignored, and removed by the next checkpoint"
         )
 
     if not has_tokenizer_files(run / "tokenizer"):
         rep.notes.append(
             f"{run / 'tokenizer'}: no vocab.txt or tokenizer.json (export and inspect fall back to "
-            "the "
-            "prepared data's)"
+            "the prepared data's)"
         )
     if good and cfg is not None:
         _check_run_data(cfg, good[-1][1], rep)
@@ -273,8 +270,8 @@ def _check_run_data(cfg, meta: dict, rep: VerifyReport) -> None:
         if diff:
             rep.problems.append(
                 f"{path}: not the data the run was trained on (its {', '.join(diff)} differ from "
-                "the "
-                "fingerprint the newest checkpoint recorded); point data.path at the run's data"
+                "the fingerprint the newest checkpoint recorded); point data.path "
+                "at the run's data"
             )
             return
     rep.notes.append(
@@ -310,8 +307,7 @@ def verify_prepared(p: Path, rep: VerifyReport) -> None:
         else:
             rep.notes.append(
                 f"{split}: {pd.num_sequences(split)} sequences, sha256 as recorded, max id "
-                f"{s['max_id']} "
-                f"< {pd.vocab_size}"
+                f"{s['max_id']} < {pd.vocab_size}"
             )
     try:
         pd.token_counts()
@@ -403,8 +399,8 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
         )
     ):
         rep.problems.append(
-            f"{mf}: not a finetune record (needs 'task' and numeric 'scores'); the file was "
-            f"edited; {fix}"
+            f"{mf}: not a finetune record (needs 'task' and numeric 'scores'); the file "
+            f"was edited; {fix}"
         )
         return None
     bad = False
@@ -417,8 +413,7 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
     if empty:  # an accuracy of 0.00 over no example is no score
         rep.problems.append(
             f"{mf}: split {empty[0]} was scored on n = 0 examples (an empty dev set), so its "
-            "scores "
-            f"mean nothing; give a dev file with examples and {fix}"
+            f"scores mean nothing; give a dev file with examples and {fix}"
         )
         bad = True
     kind = _task_kind(r["task"])
@@ -454,16 +449,14 @@ def verify_finetune(p: Path, rep: VerifyReport, fix: str = "") -> dict | None:
                 if now != recorded:
                     sub.problems.append(
                         f"{wf}: corrupt (sha256 {now[:12]}... differs from {recorded[:12]}... "
-                        "recorded "
-                        f"in {mf}); {fix}"
+                        f"recorded in {mf}); {fix}"
                     )
                 else:
                     sub.notes.append("sha256 as recorded in metrics.json")
             elif not isinstance(recorded, str):
                 sub.notes.append(
                     "metrics.json records no sha256 of the saved model (written by an older "
-                    "tokendrop): "
-                    "only its structure is checked"
+                    "tokendrop): only its structure is checked"
                 )
             if not sub.problems:
                 verify_export(saved, sub)
@@ -558,8 +551,8 @@ def verify_evaluate(p: Path, rep: VerifyReport) -> None:
         if isinstance(recorded, int) and recorded > len(present):
             rep.problems.append(
                 f"{p / 'results.json'}: counts {recorded} finished cell(s) of model {label} but "
-                "only "
-                f"{len(present)} are under {cells_root / key}; its tables cite lost results; {fix}"
+                f"only {len(present)} are under {cells_root / key}; its tables cite "
+                f"lost results; {fix}"
             )
         done_all += len(intact)
         total += per_model if per_model is not None else len(intact)
@@ -573,8 +566,7 @@ def verify_evaluate(p: Path, rep: VerifyReport) -> None:
     if temps:
         rep.notes.append(
             f"{temps} unfinished cell temp dir(s) from a killed fine-tuning: ignored, removed by "
-            "the next "
-            "evaluate"
+            "the next evaluate"
         )
     n_cells = sum(len(v) for v in found.values())
     head = f"evaluate: {len(models)} model(s), {n_cells} cell(s) checked"
@@ -600,8 +592,7 @@ def _check_weights(
     if not isinstance(path, str) or not Path(path).exists():
         rep.notes.append(
             f"model {info.get('label', key)}: {path} not reachable from here; the weights its "
-            "cells "
-            "record were not compared"
+            "cells record were not compared"
         )
         return
     try:
@@ -616,16 +607,13 @@ def _check_weights(
     if stale:
         rep.notes.append(
             f"stale: {len(stale)} cell(s) of model {info.get('label', key)} ({stale[0]}, ...) were "
-            "computed "
-            f"from other weights than {path} holds now (sha256 {(sha or 'none')[:12]}...); "
-            "`tokendrop "
-            "evaluate` recomputes them"
+            f"computed from other weights than {path} holds now (sha256 "
+            f"{(sha or 'none')[:12]}...); `tokendrop evaluate` recomputes them"
         )
     if unhashed:
         rep.notes.append(
             f"{len(unhashed)} cell(s) of model {info.get('label', key)} record no weights hash "
-            "(older "
-            "tokendrop): not compared"
+            "(older tokendrop): not compared"
         )
 
 

@@ -115,8 +115,7 @@ def test_the_notebook_example_continues_a_checkpoint_without_a_head_and_fills_a_
     )
     assert (
         "| trained with | `tokendrop.pretrain` from Python (its settings: the run's `config.toml`, "
-        "preset "
-        "`continue`) |" in card
+        "preset `continue`) |" in card
     )
     assert "| final eval MLM loss | " in card
 
@@ -128,8 +127,7 @@ def test_build_model_of_an_unresolved_source_says_how_in_one_line(tiny_data, tmp
     cfg = tokendrop.load_config("continue", [f"model.init={str(source)!r}"])
     with pytest.raises(
         tokendrop.ConfigError,
-        match=r"model.init: the shape of .* is not resolved "
-        r"yet; "
+        match=r"model.init: the shape of .* is not resolved yet; "
         r"build_model\(resolve_model\(cfg.model\)",
     ) as e:
         tokendrop.build_model(cfg.model, cfg.drop)

@@ -1,11 +1,18 @@
 """The docs stay true to the code: every module path, folder and dotted module name that
-``docs/*.md`` and the README name exists, and docs/design.md §4.5's error table is the package's
-error classes (``errors.TokendropError`` and every subclass, read from the source with ``ast``)."""
+``docs/*.md`` and the README name exists, every ``tokendrop.X`` name of a docstring or comment of
+the package exists (an importable module, or an attribute or field reached from one), and
+docs/design.md §4.5's error table is the package's error classes (``errors.TokendropError`` and
+every subclass, read from the source with ``ast``)."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
+import io
 import re
+import textwrap
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,6 +65,76 @@ def _module_names() -> dict[str, Path]:
     return out
 
 
+def dotted_name_exists(name: str, modules: dict[str, Path]) -> bool:
+    """Whether ``tokendrop.a.b.C.d`` names something: the longest prefix that is a module of the
+    package is imported, and each further part is an attribute of what the previous one gave, a
+    dataclass field or an annotated class attribute (reached through its resolved type)."""
+    parts = name.split(".")
+    if parts[-1] in NOT_MODULES:
+        return True
+    known = list(parts)
+    while known and ".".join(known) not in modules:
+        known.pop()
+    if not known:
+        return False
+    obj = importlib.import_module(".".join(known))
+    for part in parts[len(known) :]:
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        if not isinstance(obj, type):
+            return False
+        fields = (
+            {f.name: f.type for f in dataclasses.fields(obj)}
+            if dataclasses.is_dataclass(obj)
+            else {}
+        )
+        annotations = {
+            k: v for c in obj.__mro__ for k, v in vars(c).get("__annotations__", {}).items()
+        }
+        if part not in fields and part not in annotations:
+            return False
+        hint = fields.get(part, annotations.get(part))
+        if isinstance(hint, str):
+            hint = vars(importlib.import_module(obj.__module__)).get(hint)
+        if not isinstance(hint, type):
+            return True  # a field whose type is not a plain class: nothing further to follow
+        obj = hint
+    return True
+
+
+def _docstrings_and_comments(path: Path) -> list[tuple[int, str]]:
+    """(first line, text) of every docstring (module, class, function) and comment of ``path``."""
+    source = path.read_text(encoding="utf-8")
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                out.append((first.lineno, first.value.value))
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            out.append((tok.start[0], tok.string))
+    return sorted(out)
+
+
+def stale_source_names(package: Path = PACKAGE) -> list[str]:
+    """``file:line: name`` for every ``tokendrop.X`` name in a docstring or comment under
+    ``package`` that names nothing (``line``: where the docstring or comment starts)."""
+    modules = _module_names()
+    out = []
+    for p in sorted(package.rglob("*.py")):
+        for line, text in _docstrings_and_comments(p):
+            for m in DOTTED.finditer(text):
+                if not dotted_name_exists(m.group(0), modules):
+                    out.append(f"{p.relative_to(package.parent).as_posix()}:{line}: {m.group(0)}")
+    return out
+
+
 def stale_names(docs: list[Path] = DOCS) -> list[str]:
     """``doc:line: name`` for every module path, source folder or dotted module name that names
     nothing in the checkout (a file path may be given from any folder: ``bert/model.py``)."""
@@ -86,21 +163,7 @@ def stale_names(docs: list[Path] = DOCS) -> list[str]:
                 if not any(f == path or f.endswith("/" + path) for f in folders):
                     out.append(f"{doc.name}:{n}: {m.group(1)}")
             for m in DOTTED.finditer(line):
-                parts = m.group(0).split(".")
-                if parts[-1] in NOT_MODULES:
-                    continue
-                known = list(parts)
-                while known and ".".join(known) not in modules:
-                    known.pop()
-                rest = parts[len(known) :]
-                if (
-                    len(known) < 2
-                    or rest
-                    and not re.search(
-                        rf"\b{re.escape(rest[0])}\b",
-                        modules[".".join(known)].read_text(encoding="utf-8"),
-                    )
-                ):
+                if not dotted_name_exists(m.group(0), modules):
                     out.append(f"{doc.name}:{n}: {m.group(0)}")
     return out
 
@@ -131,6 +194,37 @@ def test_every_name_the_docs_give_exists():
     assert not bad, (
         "the docs name modules, folders or names that do not exist (correct the doc; a file of "
         "another project goes into EXTERNAL):\n" + "\n".join(bad)
+    )
+
+
+def test_the_source_name_check_finds_stale_names(tmp_path):
+    pkg = tmp_path / "tokendrop"
+    pkg.mkdir()
+    (pkg / "a.py").write_text(
+        textwrap.dedent(
+            '''\
+            """See :func:`tokendrop.runs.files.atomic_file`, ``tokendrop.runs.atomic_file``."""
+
+
+            def f():
+                """``tokendrop.config.Config.train.steps``, ``tokendrop.config.Config.nothing``."""
+                # tokendrop.bench.longctx and tokendrop.lab.bench.longctx
+                return "tokendrop.flops"  # a string is no docstring
+            '''
+        )
+    )
+    assert stale_source_names(pkg) == [
+        "tokendrop/a.py:1: tokendrop.runs.atomic_file",
+        "tokendrop/a.py:5: tokendrop.config.Config.nothing",
+        "tokendrop/a.py:6: tokendrop.bench.longctx",
+    ]
+
+
+def test_every_name_the_docstrings_and_comments_give_exists():
+    bad = stale_source_names()
+    assert not bad, (
+        "docstrings or comments name tokendrop modules or attributes that do not exist (name the "
+        "module that defines it):\n" + "\n".join(bad)
     )
 
 

@@ -223,8 +223,8 @@ OTHER_VOCABULARIES = {
     # a value compared with a string that is also a drop.method name, but that holds another
     # vocabulary
     "kind": "how train.parallel wraps the model (Parallel.kind: none | ddp | fsdp)",
-    "how": "how the importance vector starts (drop.importance_init: constant | dense_pass | "
-    "frequency)",
+    "how": "how the importance vector starts (drop.importance_init: constant | "
+    "dense_pass | frequency)",
 }
 
 
@@ -277,10 +277,9 @@ def test_the_method_name_check_finds_comparisons(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "dropping" / "__init__.py").write_text("def f(m):\n    return m == 'cumulative'\n")
     (pkg / "a.py").write_text(
-        "def f(d, par, how, variant):\n    if d.get('method') == 'cumulative':\n        pass\n"
-        "    x = variant in ('drop', 'random_ltd')\n    y = par.kind != 'none' or how == "
-        "'frequency'\n"
-        "    z = d.method == 'other' or 'none' != d.method\n"
+        "def f(d, par, how, variant):\n    if d.get('method') == 'cumulative':\n        pass\n    "
+        "x = variant in ('drop', 'random_ltd')\n    y = par.kind != 'none' or how == "
+        "'frequency'\n    z = d.method == 'other' or 'none' != d.method\n"
     )
     assert method_name_comparisons(tmp_path, {"none", "cumulative", "random_ltd", "frequency"}) == [
         "tokendrop.a:2: d.get('method') == 'cumulative'",
@@ -382,8 +381,8 @@ def layer_violations(
         missing = [f for f in (a, b) if f not in rank]
         if missing:
             out.append(
-                f"{a} -> {b} ({', '.join(sites)}): {' and '.join(missing)} has no layer; add it to "
-                "LAYER_ORDER"
+                f"{a} -> {b} ({', '.join(sites)}): {' and '.join(missing)} has no layer; add "
+                "it to LAYER_ORDER"
             )
         elif rank[b] >= rank[a]:
             out.append(f"{a} -> {b} ({', '.join(sites)}): {b} is not below {a} in LAYER_ORDER")
@@ -412,8 +411,8 @@ def test_the_layer_check_names_the_edge_and_the_line():
     }
     order = ("errors", "dropping", "models", "lab", "cli")
     assert layer_violations(edges, order) == [
-        "dropping -> models (tokendrop/dropping/flops.py:47): models is not below dropping in "
-        "LAYER_ORDER",
+        "dropping -> models (tokendrop/dropping/flops.py:47): models is not below "
+        "dropping in LAYER_ORDER",
         "models -> lab (tokendrop/models/x.py:9): lab is not below models in LAYER_ORDER",
         "models -> lab (tokendrop/models/x.py:9): only lab/ and the command line import lab/",
         "newdir -> errors (tokendrop/newdir/a.py:1): newdir has no layer; add it to LAYER_ORDER",
@@ -664,8 +663,8 @@ DEFERRABLE = {
     "zstandard": "only .zst inputs need it",
     "datasets": "the optional [online] extra: hf: corpora",
     "huggingface_hub": "optional (comes with transformers): fetching a Hub name",
-    "transformers": "slow to import; the integration needs the optional [transformers] extra (>= "
-    "5)",
+    "transformers": "slow to import; the integration needs the optional "
+    "[transformers] extra (>= 5)",
     "tokendrop.transformers": "imports transformers (the optional [transformers] extra, >= 5)",
     "torch.utils.tensorboard": "slow to import: TensorBoard, only when train.report_to has it",
     "wandb": "an optional tracker client ([wandb])",
@@ -741,10 +740,9 @@ def test_the_deferred_import_check_finds_deferred_imports(tmp_path):
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import json\n"
     )
     (pkg / "a.py").write_text(
-        "import os\n\ndef f():\n    import json\n    import matplotlib.pyplot\n\n"
-        "class C:\n    def m(self):\n        from . import b\n        from torch.profiler import "
-        "profile\n"
-        "        from torch import profiler\n        g = lambda: __import__('json')\n"
+        "import os\n\ndef f():\n    import json\n    import matplotlib.pyplot\n\nclass C:\n    def "
+        "m(self):\n        from . import b\n        from torch.profiler import profile\n        "
+        "from torch import profiler\n        g = lambda: __import__('json')\n"
     )
     (pkg / "b.py").write_text("try:\n    import pyarrow\nexcept ImportError:\n    pyarrow = None\n")
     (pkg / "cli.py").write_text("def main():\n    import json\n")
@@ -766,8 +764,7 @@ def test_imports_sit_at_the_top_of_their_modules():
     assert not bad, (
         "imports inside functions (move them to the top of the module; a cycle is resolved by "
         "moving what both sides need to the module it belongs to; an optional or slow dependency "
-        "goes into "
-        "DEFERRABLE with its reason):\n" + "\n".join(bad)
+        "goes into DEFERRABLE with its reason):\n" + "\n".join(bad)
     )
 
 

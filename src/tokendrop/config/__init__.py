@@ -45,9 +45,8 @@ from tokendrop.value_schedule import DECAYS
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
 # the data; the run's config.toml records the value used): dotted name -> that default
 FROM_DATA = {"model.vocab_size": VOCAB_FROM_DATA, "model.sep_token_id": -1}
-DEFAULT_STEPS = (
-    1000  # train.steps of a run that names neither steps, tokens, epochs nor a time budget
-)
+# train.steps of a run that names neither steps, tokens, epochs nor a time budget
+DEFAULT_STEPS = 1000
 SEQ_LEN_FROM_DATA = "data"  # data.seq_len: whatever T the prepared data was built with
 # train.micro_batch_size: the per-rank batch (a batch warm-up's: tokendrop.train.warmups)
 MICRO_BATCH_AUTO = "auto"
@@ -205,8 +204,7 @@ class DataConfig:
             if len(self.mask_prob) != 2:
                 raise ConfigError(
                     "data.mask_prob: expected a fraction or a [start, end] pair such as [0.3, "
-                    "0.15], "
-                    f"got {self.mask_prob}"
+                    f"0.15], got {self.mask_prob}"
                 )
             for name, v in zip(("start", "end"), self.mask_prob):
                 if not 0.0 < v < 1.0:
@@ -257,8 +255,7 @@ class DataConfig:
         if self.path and self.paths:
             raise ConfigError(
                 f"data.path and data.paths: both set ({self.path!r}, {len(self.paths)} paths); a "
-                "run "
-                "reads one directory (data.path) or a mixture (data.paths): remove one"
+                "run reads one directory (data.path) or a mixture (data.paths): remove one"
             )
         if self.weights and not self.paths:
             raise ConfigError(
@@ -267,15 +264,14 @@ class DataConfig:
         if self.weights and len(self.weights) != len(self.paths):
             raise ConfigError(
                 f"data.weights: {len(self.weights)} weights for {len(self.paths)} data.paths; "
-                "expected one "
-                "per path (or [] for equal weights)"
+                "expected one per path (or [] for equal weights)"
             )
         for i, w in enumerate(self.weights):
             check_positive(f"data.weights[{i}]", w, "a positive weight")
         if len(set(self.paths)) != len(self.paths):
             raise ConfigError(
-                f"data.paths: a directory is listed twice ({self.paths}); give it a larger weight "
-                "instead"
+                f"data.paths: a directory is listed twice ({self.paths}); give it a "
+                "larger weight instead"
             )
 
 
@@ -512,8 +508,7 @@ class TrainConfig:
         if not 0.0 < self.decay_share < 1.0:
             raise ConfigError(
                 f"train.decay_share: the decay's share of the run {self.decay_share} lies outside "
-                "(0, 1); "
-                "expected a fraction such as 0.2"
+                "(0, 1); expected a fraction such as 0.2"
             )
         if self.decay_shape not in WSD_DECAYS:
             raise ConfigError(
@@ -578,8 +573,7 @@ class TrainConfig:
         if bad or len(set(self.report_to)) != len(self.report_to):
             raise ConfigError(
                 f"train.report_to: expected a list of distinct names among {', '.join(REPORT_TO)}, "
-                "got "
-                f"{self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else "")
+                f"got {self.report_to}" + (f" ({bad[0]!r} is none of them)" if bad else "")
             )
         check_size(
             "train.batch_warmup_start",
@@ -638,8 +632,7 @@ def _recipe_error(tc) -> str:
     if v != WARMUP_OFF and tokens == share:
         return (
             "train.batch_warmup_tokens / train.batch_warmup_share: a batch warm-up lasts either a "
-            "number of "
-            "tokens or a share of the run; set exactly one"
+            "number of tokens or a share of the run; set exactly one"
         )
     return ""
 
@@ -715,9 +708,8 @@ class FinetuneConfig:
     # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path
     ax_data: str = "auto"
     save_model: bool = False  # write the fine-tuned model (HF layout) to <out>/model
-    skip_malformed: bool = (
-        False  # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
-    )
+    # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
+    skip_malformed: bool = False
     log_every: int = 50  # optimizer steps between progress lines (0 = silent)
 
     def validate(self) -> FinetuneConfig:
@@ -844,8 +836,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 pass
         names = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
         raise ConfigError(
-            f"{where}: expected {' or '.join(names.get(o, 'a list') for o in options)}, got "
-            f"{value!r}"
+            f"{where}: expected "
+            f"{' or '.join(names.get(o, 'a list') for o in options)}, got {value!r}"
         )
     if tp is bool:
         if isinstance(value, bool):

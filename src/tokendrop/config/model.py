@@ -320,8 +320,7 @@ class ModelConfig:
         if self.schema.rotary and (self.hidden_size // self.num_heads) % 2:
             raise ConfigError(
                 f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be "
-                "even for "
-                f"rotary positions (family {self.family})"
+                f"even for rotary positions (family {self.family})"
             )
 
     def _validate_settings(self) -> None:

@@ -10,8 +10,8 @@ from decimal import Decimal, InvalidOperation
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _FORM = (
-    'a duration such as "90s", "20m", "6h" or "1h30m" (hours h, minutes m, seconds s, in that '
-    "order)"
+    'a duration such as "90s", "20m", "6h" or "1h30m" (hours h, minutes m, '
+    "seconds s, in that order)"
 )
 
 

@@ -11,8 +11,7 @@ docs/design.md §2.4 is the spec.  The pieces:
   (``hf:NAME[:CONFIG][@SPLIT]`` or ``hf:LOCAL_DIR[@SPLIT]``).
 * :mod:`.tokenizer` -- WordPiece through the ``tokenizers`` library, from a ``vocab.txt`` or trained
   on the corpus, or a checkpoint's own ``tokenizer.json`` used as it is (ModernBERT's byte-level
-  BPE,
-  ...); :func:`load_tokenizer` is what prepare, fine-tuning and export use.
+  BPE, ...); :func:`load_tokenizer` is what prepare, fine-tuning and export use.
 * :mod:`.prepare` -- :func:`prepare` writes a prepared directory (memory-mapped token shards,
   ``meta.json``, token-frequency counts, the tokenizer) atomically, with the sequence writers of
   :mod:`.shards`, after :mod:`.units` has tokenized the corpus's work units in worker processes
@@ -26,7 +25,7 @@ naming the file or field and what was expected.
 
 from __future__ import annotations
 
-from tokendrop.data.corpus import clean_wikitext, iter_documents, resolve_corpus
+from tokendrop.data.corpus import iter_documents, resolve_corpus
 from tokendrop.data.loader import MLMLoader
 from tokendrop.data.masking import MLMMasker, num_prediction_slots
 from tokendrop.data.prepare import prepare
@@ -40,6 +39,7 @@ from tokendrop.data.tokenizer import (
     train_tokenizer,
     vocab_sha256,
 )
+from tokendrop.data.wikitext import clean_wikitext
 from tokendrop.errors import DataError  # noqa: F401 -- defined below every module of this package that raises it
 
 __all__ = [

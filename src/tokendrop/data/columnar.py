@@ -82,14 +82,14 @@ def datasets_files(path: str, split: str | None) -> list[str]:
             or not splits
         ):
             raise DataError(
-                f"{dd}: no list of splits; expected the dataset_dict.json datasets' save_to_disk "
-                "writes"
+                f"{dd}: no list of splits; expected the dataset_dict.json datasets' "
+                "save_to_disk writes"
             )
         if split is None:
             if len(splits) > 1:
                 raise DataError(
-                    f"{path}: a datasets DatasetDict with splits {', '.join(splits)}; name one as "
-                    f"{path}@SPLIT"
+                    f"{path}: a datasets DatasetDict with splits {', '.join(splits)}; name one "
+                    f"as {path}@SPLIT"
                 )
             split = splits[0]
         if split not in splits:
@@ -103,15 +103,13 @@ def datasets_files(path: str, split: str | None) -> list[str]:
     if not (os.path.isfile(state_p) and os.path.isfile(os.path.join(path, "dataset_info.json"))):
         raise DataError(
             f"{path}: not a datasets save_to_disk directory (no state.json + dataset_info.json); "
-            "expected "
-            "the output of Dataset.save_to_disk"
+            "expected the output of Dataset.save_to_disk"
         )
     state = _read_datasets_json(state_p)
     if state.get("_indices_filename"):
         raise DataError(
             f"{state_p}: the dataset has an indices mapping (select/shuffle not flattened); save "
-            "it again "
-            "after dataset.flatten_indices()"
+            "it again after dataset.flatten_indices()"
         )
     files = state.get("_data_files")
     if (
@@ -313,8 +311,7 @@ def _check_schema(path: str, schema, text_field: str) -> int:
     if not ok:
         raise DataError(
             f"{path}: column {text_field!r} is {t}, not a string column; set --text-field to the "
-            "column "
-            "holding the text"
+            "column holding the text"
         )
     return names.index(text_field)
 
@@ -415,8 +412,7 @@ def read_texts(
                 i = row0 + done + arr.is_null().to_pylist().index(True)
                 raise DataError(
                     f"{path}: row {i}: column {text_field!r} is null; expected a string in every "
-                    "row "
-                    "(drop or fill the empty rows)"
+                    "row (drop or fill the empty rows)"
                 )
             lens = pc.binary_length(arr).to_numpy(zero_copy_only=False)
             if stats is not None:

@@ -224,8 +224,7 @@ def _bad_link(p: str) -> DataError | None:
             )
         return DataError(
             f"{p}: a dangling symbolic link (-> {target}, which does not exist); remove the link "
-            "or "
-            "restore its target"
+            "or restore its target"
         )
 
 
@@ -240,8 +239,8 @@ def _walk(top: str) -> list[str]:
     kind = own_output(top)
     if kind is not None:
         raise DataError(
-            f"{top}: tokendrop's own {kind} output, not a corpus; give the directory of the text "
-            "files"
+            f"{top}: tokendrop's own {kind} output, not a corpus; give the directory "
+            "of the text files"
         )
     found: list[str] = []
     chains = {top: frozenset([os.path.realpath(top)])}  # the real directories above each one walked
@@ -260,8 +259,7 @@ def _walk(top: str) -> list[str]:
             if real in chains[root]:
                 raise DataError(
                     f"{p}: a symbolic link to {real}, a directory this walk is already in (a "
-                    "loop); "
-                    "remove the link"
+                    "loop); remove the link"
                 )
             chains[p] = chains[root] | {real}
             keep.append(d)
@@ -317,8 +315,8 @@ def _outside_own_outputs(pattern: str, matches: list[str]) -> list[str]:
                 kinds[d] = own_output(d)
                 if kinds[d] is not None:
                     print(
-                        f"note: {d}: skipped, tokendrop's own {kinds[d]} output (not read as "
-                        "corpus)",
+                        f"note: {d}: skipped, tokendrop's own {kinds[d]} output (not "
+                        "read as corpus)",
                         file=sys.stderr,
                     )
             if kinds[d] is not None:
@@ -328,9 +326,8 @@ def _outside_own_outputs(pattern: str, matches: list[str]) -> list[str]:
             keep.append(m)
     if not keep:
         raise DataError(
-            f"{pattern}: glob pattern matches only files inside tokendrop's own outputs; give the "
-            "corpus "
-            "files"
+            f"{pattern}: glob pattern matches only files inside tokendrop's own outputs; give "
+            "the corpus files"
         )
     return keep
 
@@ -452,8 +449,8 @@ def check_zstd_frames(f, path: str) -> int:
         frames += 1
     if frames == 0:
         raise DataError(
-            f"{path}: cannot decompress: an empty zstandard file (no frame); expected compressed "
-            "text"
+            f"{path}: cannot decompress: an empty zstandard file (no frame); expected "
+            "compressed text"
         )
     return frames
 
@@ -494,8 +491,7 @@ def _sniff(src: Source) -> None:
     except (OSError, EOFError) as e:
         raise DataError(
             f"{src.path}: cannot decompress ({e}); the file is truncated or corrupt: copy or "
-            "compress it "
-            "again"
+            "compress it again"
         ) from None
     finally:
         raw.close()
@@ -545,16 +541,15 @@ def _line_parts(
     try:
         lineno = 0
         offset = column = 0
-        decoder = (
-            None  # the line being read continues (its decoder keeps a character cut between parts)
-        )
+        # the line being read continues (its decoder keeps a character cut between parts)
+        decoder = None
         while end is None or start + nbytes < end:
             try:
                 bline = f.readline(seg)
             except (OSError, EOFError) as e:
                 raise DataError(
-                    f"{path}: cannot decompress after line {lineno} ({e}); the file is truncated "
-                    "or corrupt"
+                    f"{path}: cannot decompress after line {lineno} ({e}); the file is "
+                    "truncated or corrupt"
                 ) from None
             if not bline:
                 if decoder is not None:  # the file ended right after a full part
@@ -624,8 +619,7 @@ def _lines(
         if size > LINE_CHARS:
             raise DataError(
                 f"{path}: {_where(span, lineno, offset)}: longer than {LINE_CHARS:,} characters, "
-                "the "
-                "limit for a line that is parsed whole; split its document over several lines"
+                "the limit for a line that is parsed whole; split its document over several lines"
             )
         if last:
             yield lineno, offset, "".join(parts)
@@ -659,10 +653,9 @@ class _Pieces:
             if not cut:
                 raise DataError(
                     f"{self.path}: {where}: {PIECE_CHARS:,} characters without a single space "
-                    "between two "
-                    f"words; a document is tokenized in pieces of at most {PIECE_CHARS:,} "
-                    "characters cut "
-                    "at such spaces: break the text with spaces or newlines"
+                    "between two words; a document is tokenized in pieces of at most "
+                    f"{PIECE_CHARS:,} characters cut at such spaces: break the text with "
+                    "spaces or newlines"
                 )
             yield Piece(buf[:cut])
             self.parts, self.size = [buf[cut:]], len(buf) - cut
@@ -795,8 +788,7 @@ def read_jsonl(
         except json.JSONDecodeError as e:
             raise DataError(
                 f"{path}: {_where(span, lineno, offset)}: invalid JSON ({e.msg}); expected one "
-                "JSON object "
-                "per line"
+                "JSON object per line"
             ) from None
         if not isinstance(obj, dict):
             raise DataError(
@@ -806,8 +798,7 @@ def read_jsonl(
         if text_field not in obj:
             raise DataError(
                 f"{path}: {_where(span, lineno, offset)}: no field {text_field!r}; expected the "
-                "text field "
-                f"{text_field!r} (set text_field)"
+                f"text field {text_field!r} (set text_field)"
             )
         text = obj[text_field]
         if not isinstance(text, str):
@@ -853,8 +844,8 @@ class _WikiPages:
             self.root = True
             if tag != "mediawiki":
                 raise DataError(
-                    f"{self.path}: root element <{tag}>; expected a MediaWiki XML export "
-                    "(<mediawiki>)"
+                    f"{self.path}: root element <{tag}>; expected a MediaWiki XML "
+                    "export (<mediawiki>)"
                 )
         elif tag in ("title", "ns", "text"):
             self.field, self.parts, self.size = tag, [], 0

@@ -59,9 +59,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokendrop.data.masking import MLMMasker, build_batch, cut_to_rate, num_prediction_slots  # noqa: F401 -- re-exported
+from tokendrop.data.masking import MLMMasker, build_batch, cut_to_rate, num_prediction_slots
 from tokendrop.data.pieces import MIN_PIECE, PIECE_DOMAIN, piece_batch
-from tokendrop.data.prepare import PreparedData
+from tokendrop.data.prepared import PreparedData
 from tokendrop.errors import DataError
 
 PERM_KEY = 0x5EED
@@ -444,9 +444,8 @@ class MLMLoader:
         if self.loop and self._plan.steps_per_epoch == 0:
             raise DataError(
                 f"{self.data.path}: the {split} split has {N} sequences, fewer than one global "
-                "batch of "
-                f"{self._plan.G} ({self.batch_size} per rank x {self.world_size} ranks); expected "
-                "more data or a smaller batch"
+                f"batch of {self._plan.G} ({self.batch_size} per rank x {self.world_size} ranks); "
+                "expected more data or a smaller batch"
             )
         self._epoch = 0
         self._step = 0
@@ -542,8 +541,7 @@ class MLMLoader:
         if not 0.0 < rate <= self.masker.mask_prob:
             raise DataError(
                 f"set_mask_rate: expected a rate in (0, {self.masker.mask_prob}] (the loader's "
-                "mask_prob "
-                f"sizes the prediction slots), got {rate}"
+                f"mask_prob sizes the prediction slots), got {rate}"
             )
         self.mask_rate = float(rate)
 
@@ -561,8 +559,7 @@ class MLMLoader:
         ):
             raise DataError(
                 f"set_seq_len: expected {self.seq_len} or a divisor of it >= {MIN_PIECE} of packed "
-                "data, "
-                f"got {length} ({'packed' if self.data.packed else 'unpacked'} data)"
+                f"data, got {length} ({'packed' if self.data.packed else 'unpacked'} data)"
             )
         self.piece_len = length
 

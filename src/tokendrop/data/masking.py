@@ -143,10 +143,8 @@ def build_batch(
         where = getattr(seqs, "filename", None) or "prepared data"
         raise DataError(
             f"{where}: sequence {int(safe[r])} holds token id {int(rows[r, c])} at position "
-            f"{int(c)}, "
-            f"outside the vocabulary of {masker.vocab_size} ids; the shard was edited or is "
-            "corrupt "
-            "(`tokendrop verify DIR` checks every shard; re-run `tokendrop prepare`)"
+            f"{int(c)}, outside the vocabulary of {masker.vocab_size} ids; the shard was edited or "
+            "is corrupt (`tokendrop verify DIR` checks every shard; re-run `tokendrop prepare`)"
         )
     maskable = masker.maskable(rows)
     inp = rows.astype(np.int64)
@@ -232,6 +230,5 @@ def unigram_note(loss: float, entropy: float | None) -> str:
         return f"unigram entropy {entropy:.3f} nats: {entropy - loss:.3f} below it"
     return (
         f"unigram entropy {entropy:.3f} nats: NOT below it yet -- the model predicts masked tokens "
-        "no better "
-        "than their corpus frequencies"
+        "no better than their corpus frequencies"
     )

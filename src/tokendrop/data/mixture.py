@@ -198,15 +198,14 @@ class MixturePlan(EpochPlan):
             ):
                 raise DataError(
                     f"loader state: {key}={state.get(key)!r} does not match this mixture's "
-                    f"{value!r}; "
-                    "cannot resume a different mixture (data.paths / data.weights changed)"
+                    f"{value!r}; cannot resume a different mixture (data.paths / "
+                    "data.weights changed)"
                 )
         counts = np.asarray(state["mixture_consumed"], np.int64)
         if counts.shape != self.sizes.shape or int(counts.sum()) != int(state["consumed"]):
             raise DataError(
                 f"loader state: mixture_consumed {state['mixture_consumed']!r} does not add up to "
-                "the "
-                f"{state['consumed']} slots consumed; the checkpoint is corrupt"
+                f"the {state['consumed']} slots consumed; the checkpoint is corrupt"
             )
         self._base = self._cursor = (int(state["consumed"]), counts)
 
@@ -230,8 +229,8 @@ class ConcatPlan(EpochPlan):
         sep_id: int,
     ) -> dict[str, np.ndarray]:
         raise DataError(
-            "set_seq_len: the held-out pass over a mixture runs at full length (the warm-up is for "
-            "training)"
+            "set_seq_len: the held-out pass over a mixture runs at full length (the warm-up "
+            "is for training)"
         )
 
     def batch(
@@ -291,10 +290,8 @@ class Mixture:
                     show = (lambda v: f"{v[:12]}...") if isinstance(a, str) else repr
                     raise DataError(
                         f"data.paths[{i}]: {s.path} has another {what} ({show(a)}) than "
-                        "data.paths[0] "
-                        f"{first.path} ({show(b)}); every source of a mixture must be prepared "
-                        "with the "
-                        "same tokenizer, --seq-len and packing"
+                        f"data.paths[0] {first.path} ({show(b)}); every source of a mixture must "
+                        "be prepared with the same tokenizer, --seq-len and packing"
                     )
             if s.num_sequences("train") == 0:
                 raise DataError(f"data.paths[{i}]: {s.path} has no training sequences")

@@ -6,8 +6,9 @@ A prepared directory (written by :func:`prepare`, read by :class:`PreparedData`)
     train.bin, eval.bin  token ids, shape (num_sequences, T), uint16 (vocab <= 65536) else uint32,
                          C order, no header -- open with np.memmap
     token_counts.npy     int64 (vocab_size,): how often each id occurs in the train split's
-    documents tokenizer.json, vocab.txt, tokenizer_config.json   the tokenizer (see tokenizer.py);
-    with
+                         documents
+    tokenizer.json, vocab.txt, tokenizer_config.json
+                         the tokenizer (see tokenizer.py); with
                          ``tokenizer=DIR`` the source's own files, byte for byte (tokenizer.json,
                          vocab.txt, tokenizer_config.json, special_tokens_map.json, those present),
                          plus vocab.txt / tokenizer_config.json derived from tokenizer.json when the
@@ -80,7 +81,7 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 from tokendrop.data.corpus import HF, finish, iter_raw, resolve_corpus
-from tokendrop.data.prepared import FORMAT, FORMAT_VERSION, SPLITS, PreparedData  # noqa: F401 -- PreparedData: re-exported
+from tokendrop.data.prepared import FORMAT, FORMAT_VERSION, SPLITS
 from tokendrop.data.shards import (
     PackedWriter,
     ShardWriter,
@@ -124,8 +125,7 @@ def _pretrained_tokenizer(
     if not os.path.exists(d):
         raise DataError(
             f"{d}: no such directory; --tokenizer expects a tokenizer directory (tokenizer.json, "
-            "or "
-            "vocab.txt + tokenizer_config.json)"
+            "or vocab.txt + tokenizer_config.json)"
         )
     spec = read_tokenizer_spec(d)
     if spec.lowercase is None:  # a bare vocab.txt: the casing would be a guess
@@ -159,8 +159,7 @@ def _pretrained_tokenizer(
             )
             raise DataError(
                 f"{src_vocab}: differs from {what} at id {i} ({got} vs {exp}); remove or "
-                "regenerate "
-                "vocab.txt so that both list the same tokens"
+                "regenerate vocab.txt so that both list the same tokens"
             )
     source = {
         "type": "pretrained",
@@ -430,8 +429,7 @@ def _check_arguments(
     if tokenizer is not None and (vocab is not None or vocab_size is not None):
         raise DataError(
             "tokenizer: give a tokenizer directory (--tokenizer) or a vocab.txt (--vocab) or a "
-            "size to train "
-            "one (--vocab-size), only one of them"
+            "size to train one (--vocab-size), only one of them"
         )
     if tokenizer is not None and lowercase is not None:
         raise DataError(
@@ -628,14 +626,13 @@ def _work_units(
             work.remove()
         raise DataError(
             f"{e.filename or out_dir}: {e.strerror or e} while preparing the data; nothing was "
-            "written "
-            f"({os_error_fix(e)})"
+            f"written ({os_error_fix(e)})"
         ) from e
     except KeyboardInterrupt as e:
         if work is not None and os.path.isdir(work.path):
             e.kept = (
-                f"the finished work units are kept in {work.path}: run the same command again "
-                "to continue"
+                f"the finished work units are kept in {work.path}: run the same command "
+                "again to continue"
             )
         raise
     work.remove()
@@ -753,10 +750,9 @@ def _write_shards(
     if split_meta["train"]["num_sequences"] == 0:
         raise DataError(
             f"corpus: too small for one training sequence of T={seq_len}: "
-            f"{int(sum(i['tokens'] for i in infos))} "
-            f"tokens in {n_docs} documents ({split_meta['eval']['document_tokens']} held out for "
-            "eval); "
-            "expected more text, a smaller --seq-len or --eval-fraction 0"
+            f"{int(sum(i['tokens'] for i in infos))} tokens in {n_docs} documents "
+            f"({split_meta['eval']['document_tokens']} held out for eval); expected more text, a "
+            "smaller --seq-len or --eval-fraction 0"
         )
     return split_meta, counter
 

@@ -59,8 +59,7 @@ def check_meta(meta: dict, where: str) -> None:
     def bad(field: str, want: str) -> DataError:
         return DataError(
             f"{where}: {field} must be {want}, got {_get(field)!r}; the prepared directory is "
-            "corrupt "
-            "or was edited (re-run `tokendrop prepare`)"
+            "corrupt or was edited (re-run `tokendrop prepare`)"
         )
 
     def _get(field: str):
@@ -145,8 +144,8 @@ class PreparedData:
         mp_ = os.path.join(p, "meta.json")
         if not os.path.isfile(mp_):
             raise DataError(
-                f"{p}: no meta.json; not a prepared-data directory, or its preparation did not "
-                "finish"
+                f"{p}: no meta.json; not a prepared-data directory, or its "
+                "preparation did not finish"
             )
         try:
             with open(mp_, encoding="utf-8") as f:

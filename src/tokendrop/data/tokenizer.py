@@ -69,15 +69,15 @@ def read_vocab(path: str | os.PathLike, specials: Iterable[str] = SPECIAL_TOKENS
         raise DataError(f"{path}: cannot read the vocabulary ({e.strerror})") from None
     if b"\x00" in data:
         raise DataError(
-            f"{path}: contains NUL bytes, looks like a binary file; expected a vocab.txt with one "
-            "token per line"
+            f"{path}: contains NUL bytes, looks like a binary file; expected a vocab.txt with "
+            "one token per line"
         )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(
-            f"{path}: invalid UTF-8 at byte {e.start}; expected a UTF-8 vocab.txt with one token "
-            "per line"
+            f"{path}: invalid UTF-8 at byte {e.start}; expected a UTF-8 vocab.txt with "
+            "one token per line"
         ) from None
     tokens = text.split("\n")
     if tokens and tokens[-1] == "":
@@ -361,16 +361,14 @@ def _check_wordpiece_class(d: str, cfg: dict | None, cfg_path: str) -> str | Non
         ):
             raise DataError(
                 f"{mc_path}: model_type {mc['model_type']!r} does not use a BERT WordPiece "
-                "tokenizer; "
-                f"expected one of {', '.join(BERT_MODEL_TYPES)}"
+                f"tokenizer; expected one of {', '.join(BERT_MODEL_TYPES)}"
             )
     for name, where in declared:
         if name is not None and str(name).removesuffix("Fast") not in BERT_TOKENIZER_CLASSES:
             raise DataError(
                 f"{where}: tokenizer_class {name!r} is not a BERT WordPiece tokenizer; expected "
-                "one of "
-                f"{', '.join(BERT_TOKENIZER_CLASSES)}, or PreTrainedTokenizerFast with a "
-                "tokenizer.json"
+                f"one of {', '.join(BERT_TOKENIZER_CLASSES)}, or PreTrainedTokenizerFast with "
+                "a tokenizer.json"
             )
     if cfg is None and mc is None:
         return None
@@ -436,8 +434,7 @@ def _auto_tokenizer(d: str, wordpiece_class: str | None = None):
     if getattr(at, "backend_tokenizer", None) is None:
         raise DataError(
             f"{d}: transformers loads a {type(at).__name__} without a tokenizers backend; expected "
-            "a "
-            "tokenizer.json or a BERT vocab.txt"
+            "a tokenizer.json or a BERT vocab.txt"
         )
     return at
 
@@ -471,8 +468,7 @@ def _frame_with_cls_sep(tok: Tokenizer, cls: str, sep: str, where: str) -> None:
         raise DataError(
             f"{where}: post_processor frames a text as {tok.id_to_token(framed[0])!r} ... "
             f"{tok.id_to_token(framed[-1])!r}, not with the declared cls_token {cls!r} and "
-            "sep_token "
-            f"{sep!r}; expected [CLS] text [SEP] framing (the packed rows use it)"
+            f"sep_token {sep!r}; expected [CLS] text [SEP] framing (the packed rows use it)"
         )
     ours = processors.TemplateProcessing(
         single=[f"{cls}:0", "$A:0", f"{sep}:0"],
@@ -497,10 +493,9 @@ def _check_special_names(
     if not declared and model_type != "WordPiece":
         raise DataError(
             f"{source}: a {model_type} tokenizer, not a BERT WordPiece tokenizer, and nothing "
-            "declares its "
-            "special tokens; expected a BERT tokenizer, or, to use this tokenizer.json as it is, a "
-            "tokenizer_config.json beside it (tokenizer_class PreTrainedTokenizerFast, the special "
-            "tokens)"
+            "declares its special tokens; expected a BERT tokenizer, or, to use this "
+            "tokenizer.json as it is, a tokenizer_config.json beside it (tokenizer_class "
+            "PreTrainedTokenizerFast, the special tokens)"
         )
     where = (
         "as transformers reads tokenizer_config.json / special_tokens_map.json"
@@ -510,8 +505,8 @@ def _check_special_names(
     raise DataError(
         f"{source}: no id for the special token(s) "
         f"{', '.join(f'{k}_token {names[k]!r}' for k in missing)} ({where} in {d}); every one of "
-        "pad/unk/cls/sep/mask must be in the tokenizer (transformers would append a new, untrained "
-        "id)"
+        "pad/unk/cls/sep/mask must be in the tokenizer (transformers would append a "
+        "new, untrained id)"
     )
 
 
@@ -597,8 +592,7 @@ def tokenizer_from_spec(spec: TokenizerSpec, lowercase: bool | None = None) -> T
         if spec.backend != "bert":
             raise DataError(
                 f"{spec.vocab_source}: a {spec.model_type} tokenizer used as it is; its own "
-                "normalizer "
-                "decides the casing (drop the lower-casing option)"
+                "normalizer decides the casing (drop the lower-casing option)"
             )
         norm = json.loads(tok.to_str())["normalizer"]
         tok.normalizer = normalizers.BertNormalizer(

@@ -175,8 +175,7 @@ class WorkDir:
             what = _key_difference(plan["key"], key)
             raise DataError(
                 f"{path}: holds the unfinished preparation of other inputs ({what}); run the "
-                "command "
-                "that started it to finish it, or add --overwrite to start over"
+                "command that started it to finish it, or add --overwrite to start over"
             )
         return None
 
@@ -240,8 +239,7 @@ class WorkDir:
         ):
             raise DataError(
                 f"{path}: exists and is not tokendrop's work directory of a prepare (no valid "
-                "plan.json); "
-                "move it away or choose another --out"
+                "plan.json); move it away or choose another --out"
             )
         if plan.get("version") != WORK_VERSION or not isinstance(plan.get("units"), list):
             raise DataError(

@@ -6,8 +6,8 @@ of ``criterions/cross_entropy.py``, switched on by ``tasks/fairseq_task.py`` eve
 a consistency step the batch also runs through the dense model (training mode, gradients flowing),
 and the loss gains, for the [CLS] state h (row 0) at the output of each of the last two layers,
 
-    KL(softmax(h_dense) || softmax(h_drop)) = sum_j p_j (log p_j - log q_j),   p = softmax(h_dense),
-    q = softmax(h_drop)
+    KL(softmax(h_dense) || softmax(h_drop)) = sum_j p_j (log p_j - log q_j),
+        p = softmax(h_dense),  q = softmax(h_drop)
 
 taken over the d hidden features, summed over the sequences and the two layers, times
 ``drop.consistency_weight`` (the code's 0.05), and normalised like the MLM loss (by the number of

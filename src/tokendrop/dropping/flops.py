@@ -128,9 +128,8 @@ class StepFlops:
     encoder: int  # forward, per sequence
     head: int  # forward, per sequence (MLM head on P slots)
     batch_size: int
-    attention: int = (
-        0  # forward, per sequence: the encoder's score and weighted-value products (in ``encoder``)
-    )
+    # forward, per sequence: the encoder's score and weighted-value products (in ``encoder``)
+    attention: int = 0
 
     @property
     def forward(self) -> int:

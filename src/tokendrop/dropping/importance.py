@@ -112,9 +112,8 @@ class TokenSelector(nn.Module):
         if self.num_random > self.num_kept:
             raise ConfigError(
                 f"drop.half_random_frac: {self.num_random} random slots exceed the {self.num_kept} "
-                "kept "
-                f"positions of T={seq_len} at drop.rate={drop.rate}; lower half_random_frac or "
-                "drop.rate"
+                f"kept positions of T={seq_len} at drop.rate={drop.rate}; lower "
+                "half_random_frac or drop.rate"
             )
         # mask_rows = "ranked": [MASK] is scored, not pinned (its score learns the mean slot loss)
         self.ranked_mask_id = special_ids.get("mask", -1) if drop.mask_rows == "ranked" else -1

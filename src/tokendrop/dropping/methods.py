@@ -28,11 +28,13 @@ random-LTD's kept count (Yao et al. 2022; DeepSpeed's ``data_routing``; docs/des
 pure function of the optimizer step k (:func:`ltd_kept`): every half layer keeps M_k rows,
 
     M_0 = round(ltd_start_fraction * T),  K = max(1, round(ltd_schedule_share * train.steps))
-    v_k = M_0 + (T - M_0) * min(k, K) / K                       (the linear ramp)
-    fixed_linear (DeepSpeed's ``fixed_linear``, seq_per_step = s):  M_k = floor(v_k) - floor(v_k) %
-    s linear (nearest grid point):                                    M_k = s * round(v_k / s)
-    then M_k = min(T, max(M_k, min(s, T)))          (never 0 rows, never more than T)
-    and M_k = T for k >= K                           (full length even when s does not divide T)
+    v_k = M_0 + (T - M_0) * min(k, K) / K             (the linear ramp)
+    fixed_linear (DeepSpeed's ``fixed_linear``, seq_per_step = s):
+        M_k = floor(v_k) - floor(v_k) % s
+    linear (nearest grid point):
+        M_k = s * round(v_k / s)
+    then M_k = min(T, max(M_k, min(s, T)))            (never 0 rows, never more than T)
+    and M_k = T for k >= K                            (full length even when s does not divide T)
 
 Kept counts are multiples of ``s = drop.ltd_step`` (or T itself), so a compiled step sees at most
 about (T - M_0) / s + 1 shapes over the whole run."""
@@ -73,18 +75,15 @@ class SelectionMethod:
     starts at ``drop.init_score`` everywhere; a method that differs overrides what differs."""
 
     name: str
-    drops: bool = (
-        True  # keeps fewer than T tokens in the middle layers ("none": the dense baseline)
-    )
+    # keeps fewer than T tokens in the middle layers ("none": the dense baseline)
+    drops: bool = True
     learns_from_loss: bool = False  # the importance vector is updated from the per-token MLM loss
     random: bool = False  # draws from the selector's seeded generator
     per_layer: bool = False  # a kept subset of its own in every middle layer (docs/design.md §2.10)
-    needs_counts: bool = (
-        False  # reads the corpus token counts (drop.counts_path or the prepared data's)
-    )
-    reads_scores: ClassVar[bool] = (
-        True  # the selection ranks by the importance vector (False: a uniform draw)
-    )
+    # reads the corpus token counts (drop.counts_path or the prepared data's)
+    needs_counts: bool = False
+    # the selection ranks by the importance vector (False: a uniform draw)
+    reads_scores: ClassVar[bool] = True
 
     def check(self, drop: DropConfig) -> None:
         """The method's own checks of the ``[drop]`` section (``DropConfig.validate`` calls
@@ -126,8 +125,8 @@ class SelectionMethod:
         of its own for every half layer of a (B, T) = ``shape`` batch; ``pad_mask`` (B, T) True at
         [PAD]."""
         raise TypeError(
-            f"drop.method {self.name!r} keeps one subset for the whole span (select), not one per "
-            "layer"
+            f"drop.method {self.name!r} keeps one subset for the whole span (select), "
+            "not one per layer"
         )
 
 
@@ -191,8 +190,8 @@ class Frequency(SelectionMethod):
 
         if counts is None:
             raise ConfigError(
-                f"drop.method: {self.name!r} needs token counts (drop.counts_path or the prepared "
-                "data's counts)"
+                f"drop.method: {self.name!r} needs token counts (drop.counts_path or the "
+                "prepared data's counts)"
             )
         counts = torch.as_tensor(counts, dtype=torch.float64)
         if counts.shape != (vocab_size,):
@@ -302,12 +301,10 @@ class DropVariant:
     (and, if it needs one, a branch of the engine)."""
 
     name: str
-    pools: bool = (
-        False  # 2:1 average pooling of adjacent rows instead of a selection (selects nothing)
-    )
-    frozen_kv: bool = (
-        False  # dropped rows stay keys/values in every half layer, frozen at span entry
-    )
+    # 2:1 average pooling of adjacent rows instead of a selection (selects nothing)
+    pools: bool = False
+    # dropped rows stay keys/values in every half layer, frozen at span entry
+    frozen_kv: bool = False
     merges_last: bool = False  # the span runs to the last layer: the kept rows merge after it
 
     @property
@@ -394,9 +391,8 @@ class DropConfig:
     dense_start_share: float = 0.0  # first share of the steps trained dense (importance learns)
     random_start_share: float = 0.0  # next share: uniformly random selection (importance learns)
     mask_rows: str = "pinned"  # pinned | ranked ([MASK] rows scored like any row; MASK_ROWS)
-    counts_path: str = (
-        ""  # frequency method: .npy of per-id corpus counts ("" = from prepared data)
-    )
+    # frequency method: .npy of per-id corpus counts ("" = from prepared data)
+    counts_path: str = ""
     # How the cumulative-loss vector starts (tokendrop.train.continued.warm_start_importance):
     # constant (init_score everywhere, the paper from scratch) | dense_pass (mean loss of each id
     # over importance_init_batches dense no-update batches) | frequency (unigram surprisal) |
@@ -407,12 +403,10 @@ class DropConfig:
     # T) to T over the first ltd_schedule_share of train.steps, on a grid of ltd_step rows
     ltd_start_fraction: float = 0.5
     ltd_schedule_share: float = 0.5
-    ltd_schedule: str = (
-        "fixed_linear"  # fixed_linear (DeepSpeed's, floor to the grid) | linear (nearest)
-    )
-    ltd_step: int = (
-        16  # DeepSpeed's seq_per_step: kept counts are multiples of it (few compiled shapes)
-    )
+    # fixed_linear (DeepSpeed's, floor to the grid) | linear (nearest)
+    ltd_schedule: str = "fixed_linear"
+    # DeepSpeed's seq_per_step: kept counts are multiples of it (few compiled shapes)
+    ltd_step: int = 16
     # ScTD (docs/design.md §2.11): weight of the [CLS] KL term, applied every consistency_every
     # steps
     consistency_weight: float = 0.0
@@ -553,14 +547,13 @@ class DropConfig:
             raise ConfigError(f"drop.rate: expected a fraction in [0, 1), got {self.rate}")
         if variant.pools and self.rate != 0.5:
             raise ConfigError(
-                f"drop.rate: variant {self.variant!r} pools 2:1 (window 2, stride 2), so the rate "
-                "must be 0.5"
+                f"drop.rate: variant {self.variant!r} pools 2:1 (window 2, stride 2), so the "
+                "rate must be 0.5"
             )
         if variant.pools and selection.drops and self.method != PAPER_METHOD:
             raise ConfigError(
                 f"drop.method: variant {self.variant!r} selects no tokens; method {self.method!r} "
-                "has no "
-                "effect there (use 'none')"
+                "has no effect there (use 'none')"
             )
         start, end = self.span(num_layers)
         if not 0 <= start < end <= num_layers:
@@ -570,8 +563,8 @@ class DropConfig:
             )
         if variant.merges_last and end != num_layers:
             raise ConfigError(
-                f"drop.end: variant {self.variant!r} merges after the last layer, so end must be "
-                f"{num_layers}"
+                f"drop.end: variant {self.variant!r} merges after the last layer, so end must "
+                f"be {num_layers}"
             )
         if not 0.0 < self.beta < 1.0:
             raise ConfigError(f"drop.beta: expected a value in (0, 1), got {self.beta}")
@@ -634,8 +627,7 @@ class DropConfig:
         if not 0.0 < self.ltd_start_fraction <= 1.0:
             raise ConfigError(
                 "drop.ltd_start_fraction: expected a fraction in (0, 1] of the sequence (the kept "
-                "share "
-                f"random_ltd starts from), got {self.ltd_start_fraction}"
+                f"share random_ltd starts from), got {self.ltd_start_fraction}"
             )
         if not 0.0 < self.ltd_schedule_share <= 1.0:
             raise ConfigError(
@@ -656,21 +648,18 @@ class DropConfig:
         if self.variant != DEFAULT_VARIANT:
             raise ConfigError(
                 "drop.variant: random_ltd skips a layer entirely for the tokens it does not keep, "
-                "so "
-                f"variant {self.variant!r} has no meaning there; use variant {DEFAULT_VARIANT!r}"
+                f"so variant {self.variant!r} has no meaning there; use variant {DEFAULT_VARIANT!r}"
             )
         if self.keep_mlm_targets or self.pinned_tokens:
             raise ConfigError(
                 "drop.keep_mlm_targets/drop.pinned_tokens: random_ltd keeps a uniform random "
-                "subset and "
-                "pins nothing (as DeepSpeed); unset them or use method 'random'"
+                "subset and pins nothing (as DeepSpeed); unset them or use method 'random'"
             )
         start, end = self.span(num_layers)
         if start < 1 or end > num_layers - 1:
             raise ConfigError(
                 "drop.start/drop.end: random_ltd keeps every token in the first and last layers, "
-                "so "
-                f"the span [{start}, {end}) must lie within [1, {num_layers - 1})"
+                f"so the span [{start}, {end}) must lie within [1, {num_layers - 1})"
             )
 
     def _validate_consistency(self) -> None:

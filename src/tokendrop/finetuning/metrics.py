@@ -32,8 +32,8 @@ def _pair(labels: Sequence, preds: Sequence, dtype=None) -> tuple[np.ndarray, np
     y, p = np.asarray(labels, dtype=dtype), np.asarray(preds, dtype=dtype)
     if y.shape != p.shape or y.ndim != 1:
         raise ValueError(
-            f"labels and predictions must be two equally long lists, got shapes {y.shape} and "
-            f"{p.shape}"
+            f"labels and predictions must be two equally long lists, got shapes "
+            f"{y.shape} and {p.shape}"
         )
     if len(y) == 0:
         raise ValueError("no examples to score")

@@ -462,12 +462,11 @@ def render_markdown(
     lines.append("")
     lines.append(
         f"Each number: best dev score over the grid epochs {cfg.glue_epochs} x lr {cfg.glue_lrs} "
-        "(GLUE), "
-        f"epochs {cfg.squad_epochs} x lr {cfg.squad_lrs} (SQuAD), fine-tuning seeds "
-        f"{cfg.finetune_seeds}, "
-        f"selection by {'column' if cfg.selection == 'column' else 'task (main column)'}; "
-        "mean over the pretraining seeds (n models per row). AX: Matthews corr. of the MNLI model; "
-        "GLUE-avg: mean of the GLUE columns shown"
+        f"(GLUE), epochs {cfg.squad_epochs} x lr {cfg.squad_lrs} (SQuAD), fine-tuning seeds "
+        f"{cfg.finetune_seeds}, selection by "
+        f"{'column' if cfg.selection == 'column' else 'task (main column)'}; mean over the "
+        "pretraining seeds (n models per row). AX: Matthews corr. of the MNLI model; GLUE-avg: "
+        "mean of the GLUE columns shown"
         + (f" ({', '.join(extra)} excluded: not in the paper's table)" if extra else "")
         + "; SQuAD: F1."
     )
@@ -480,8 +479,8 @@ def render_markdown(
     done = sum(pm["cells_done"] for pm in summary["models"].values())
     if done < total_cells:
         lines.append(
-            f"**Partial:** {done} of {total_cells} cells finished; `*` marks a mean over fewer "
-            "seeds."
+            f"**Partial:** {done} of {total_cells} cells finished; `*` marks a mean "
+            "over fewer seeds."
         )
     if cfg.note:
         lines.append("")
@@ -517,8 +516,7 @@ def _data_note(cfg: SuiteConfig) -> str:
             ):
                 return (
                     "**Data: offline stand-ins in the GLUE/SQuAD file layouts — not the real GLUE "
-                    "or SQuAD; "
-                    f"scores are not comparable with published numbers** (see {readme})."
+                    f"or SQuAD; scores are not comparable with published numbers** (see {readme})."
                 )
         except OSError:
             pass

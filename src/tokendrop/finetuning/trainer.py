@@ -643,8 +643,7 @@ def _banner(
         f"  data      {cfg.data}: {sizes}{cap}",
         f"  length    {cfg.epochs:g} epochs of batch {cfg.batch_size}, max length {seq}",
         f"  lr        peak {cfg.lr:g}, warm-up {cfg.warmup_ratio:g} of the steps, linear decay to "
-        "0; AdamW "
-        f"(weight decay {cfg.weight_decay:g}, grad clip {cfg.grad_clip:g})",
+        f"0; AdamW (weight decay {cfg.weight_decay:g}, grad clip {cfg.grad_clip:g})",
         f"  device    {device}, {'bf16' if bf16 else 'fp32'}, seed {cfg.seed}, "
         f"{torch.get_num_threads()} CPU thread(s)",
         f"  outputs   metrics.json, predictions/; the fine-tuned model: {kept}",

@@ -35,7 +35,8 @@ from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_write_json, atomic_write_text
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.train.report import compare_runs
-from tokendrop.train.trainer import load_run_config, pretrain
+from tokendrop.train.resume import load_run_config
+from tokendrop.train.trainer import pretrain
 
 
 def _fmt_row(cols: list[str], widths: list[int]) -> str:
@@ -213,14 +214,12 @@ def _summary_table(rows: list[dict[str, Any]], ft: dict[str, dict[str, Any]]) ->
     if rows and rows[0].get("unigram_entropy"):
         lines.append(
             f"unigram entropy of the data: {rows[0]['unigram_entropy']:.3f} nats (an eval MLM loss "
-            "below it "
-            "beats predicting each masked word by its frequency)"
+            "below it beats predicting each masked word by its frequency)"
         )
     load = loadavg()
     lines.append(
         "compared by process CPU time (each arm ran once, one after the other; CPU time is what "
-        "other jobs "
-        "on the machine change least); wall time beside it"
+        "other jobs on the machine change least); wall time beside it"
         + (f"; load average now {load[0]:.1f}" if load else "")
     )
     return "\n".join(lines)
@@ -234,12 +233,12 @@ def _scratch_notes(rows: list[dict[str, Any]], ft: dict[str, dict[str, Any]]) ->
         _summary_table(rows, ft),
         "```",
         "",
-        "Wall time counts training steps only (no evaluation or checkpointing). FLOPs are the "
-        "analytic",
-        "count of `tokendrop.dropping.flops` (matmuls, forward + backward). The sentiment task is "
-        "built from the",
-        "Rotten Tomatoes snippets shipped in the vaderSentiment sdist, not the real SST-2; the "
-        "pretraining",
+        "Wall time counts training steps only (no evaluation or checkpointing). FLOPs "
+        "are the analytic",
+        "count of `tokendrop.dropping.flops` (matmuls, forward + backward). The sentiment task "
+        "is built from the",
+        "Rotten Tomatoes snippets shipped in the vaderSentiment sdist, not the real SST-2; "
+        "the pretraining",
         "text is a 106-article Wikipedia sample, so absolute numbers are far from the paper's.",
         "",
     ]
@@ -472,17 +471,15 @@ def format_table(s: dict[str, Any]) -> str:
     if s.get("unigram_entropy"):
         lines.append(
             f"unigram entropy of the data: {s['unigram_entropy']:.3f} nats (an eval MLM loss below "
-            "it beats "
-            "predicting each masked word by its frequency)"
+            "it beats predicting each masked word by its frequency)"
         )
     cpu = s.get("cpu_time_ratio", float("nan"))
     if cpu == cpu:  # recorded (not NaN)
         lines.append(
             "token drop / baseline, compared by process CPU time (what a busy machine changes "
-            "least): "
-            f"{cpu:.3f}x, a {s['cpu_speedup']:.3f}x speed-up = "
-            f"{100 * s['cpu_fraction_of_bound']:.0f}% of the "
-            f"FLOP-bound speed-up {s['flop_bound_speedup']:.3f}x"
+            f"least): {cpu:.3f}x, a {s['cpu_speedup']:.3f}x speed-up = "
+            f"{100 * s['cpu_fraction_of_bound']:.0f}% of the FLOP-bound speed-up "
+            f"{s['flop_bound_speedup']:.3f}x"
         )
     loads = s.get("load_average") or {}
     moved = share_moved(s["rows"])
@@ -542,17 +539,17 @@ def _notes(s: dict[str, Any], table: str) -> str:
             "the token-drop run",
             f"pays (a dense pass over {s.get('importance_init_batches', '?')} batches); their time "
             "is in `metrics.jsonl`,",
-            "event `init_done`. CPU time is the training process's (all its threads), which other "
-            "jobs on the",
+            "event `init_done`. CPU time is the training process's (all its threads), which "
+            "other jobs on the",
             "machine change far less than wall time: the arms run once each, one after the other. "
             "The FLOP bound is",
             "the analytic count of `tokendrop.dropping.flops` (matmuls, forward + backward, MLM "
             "head included);",
             "'% of the bound' is the measured speed-up over the bound's.",
-            "Accuracy is on the dev split of the Rotten Tomatoes sentiment task (SST-2 format, "
-            "from the",
-            "vaderSentiment sdist; not the real SST-2); ± is half the range over fine-tuning "
-            "seeds.",
+            "Accuracy is on the dev split of the Rotten Tomatoes sentiment task (SST-2 "
+            "format, from the",
+            "vaderSentiment sdist; not the real SST-2); ± is half the range over "
+            "fine-tuning seeds.",
             "The pretraining text never contains a dev sentence "
             "(tokendrop.finetuning.tasks.sst2_vader.build_review_corpus).",
             f"Whole job: {s.get('total_time_s', 0.0):.0f} s.",

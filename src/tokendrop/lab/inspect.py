@@ -70,7 +70,7 @@ from tokendrop.train.selection import no_selection_reason
 # Figure 1: held-out excerpts with the kept tokens in bold and each token's importance score, as
 # HTML and as a PNG (wrapped text drawn with matplotlib)
 
-PIN_ABS = 1e4  # tokendrop.dropping.importance.PIN_HIGH / -PIN_LOW: a pinned id's score
+PIN_ABS = 1e4  # tokendrop.dropping.methods.PIN_HIGH / -PIN_LOW: a pinned id's score
 
 
 def _fmt_score(s: float) -> str:
@@ -313,9 +313,8 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
         state = ckpt_mod.read_tensors(ckpt, "state.safetensors", meta)
     if "importance" not in state:
         raise InspectError(
-            f"{ckpt}/state.safetensors: no importance vector (key 'importance'); "
-            f"drop.method = {cfg.drop.method} should have one -- was the checkpoint written by "
-            "tokendrop?"
+            f"{ckpt}/state.safetensors: no importance vector (key 'importance'); drop.method = "
+            f"{cfg.drop.method} should have one -- was the checkpoint written by tokendrop?"
         )
     scores = state["importance"].float().numpy()
     data_path = (
@@ -365,8 +364,8 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
                 special = dict(pd.special_ids)
             else:
                 notes.append(
-                    f"prepared data {data_path} has a different vocabulary; counts and examples "
-                    "skipped"
+                    f"prepared data {data_path} has a different vocabulary; counts and "
+                    "examples skipped"
                 )
                 data_path = None
         except Exception as e:  # noqa: BLE001 -- data moved/corrupt: inspect what we can
@@ -652,8 +651,7 @@ def _tokens_markdown(
     if not tb["top"]:
         lines += [
             "No id has a score that moved away from its initial value (e.g. a random-selection "
-            "run, or "
-            "a checkpoint before any update).",
+            "run, or a checkpoint before any update).",
             "",
         ]
     else:
@@ -740,12 +738,9 @@ def _ltd_caption(rv: RunView) -> str:
     return (
         f"Held-out excerpts. random-LTD: each of the {layers} middle layers draws its own "
         f"{rv.ltd_kept(t)} of the T = {t} positions uniformly at random (the schedule's count at "
-        "step "
-        f"{rv.step} of {rv.cfg.train.fixed_steps}); the first and last layers see every token. "
-        "Bold: "
-        "kept by the "
-        "first middle layer; the number after each token: how many middle layers keep it. "
-        "Sequences are shown unmasked."
+        f"step {rv.step} of {rv.cfg.train.fixed_steps}); the first and last layers see every "
+        "token. Bold: kept by the first middle layer; the number after each token: how many "
+        "middle layers keep it. Sequences are shown unmasked."
     )
 
 
@@ -758,14 +753,13 @@ def _readme(rv: RunView, st: dict[str, Any]) -> str:
         f"rate = {rv.cfg.drop.rate:g}, beta = {rv.cfg.drop.beta:g}.",
         "",
         f"- vocabulary: {st['vocab_size']} ids; pinned {st['pinned']}; seen in training "
-        f"{st['seen']}; "
-        f"still at the initial score {st['init_score']:g}: {st['unseen_at_init']}",
+        f"{st['seen']}; still at the initial score {st['init_score']:g}: {st['unseen_at_init']}",
     ]
     if "seen_score_quantiles" in st:
         q = st["seen_score_quantiles"]
         lines.append(
-            f"- scores of seen ids: min {q['min']:.3f}, median {q['median']:.3f}, max "
-            f"{q['max']:.3f}"
+            f"- scores of seen ids: min {q['min']:.3f}, median {q['median']:.3f}, "
+            f"max {q['max']:.3f}"
         )
     if "occurrences_of_seen_ids" in st:
         lines.append(

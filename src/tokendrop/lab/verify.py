@@ -13,12 +13,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tokendrop.config.quantities import parse_duration
 from tokendrop.errors import TokendropError
 from tokendrop.lab.bench.campaign import IN_PROGRESS
 from tokendrop.lab.bench.campaign.config import PARTS
 from tokendrop.lab.study.plan import load_study
 from tokendrop.runs.files import read_json
-from tokendrop.train.budget import RunLength, parse_duration
+from tokendrop.train.budget import RunLength
 from tokendrop.verification import (
     VerifyReport,
     error_line,
@@ -79,8 +80,7 @@ def verify_study(p: Path, rep: VerifyReport) -> None:
         if missing:
             rep.problems.append(
                 f"{p / 'runs' / missing[0]}: missing, but study.json reports it ({len(missing)} "
-                "such "
-                f"run(s)); {fix} (it retrains what is missing)"
+                f"such run(s)); {fix} (it retrains what is missing)"
             )
     # prepared data
     datasets = (

@@ -47,12 +47,10 @@ except ImportError:  # pragma: no cover - older torch: FlexAttention unavailable
     BlockMask = create_block_mask = flex_attention = None
 
 BAND_BLOCK = 128  # query rows per block of a banded (sliding-window) SDPA call
-BAND_MAX_FRACTION = (
-    0.75  # a band whose key slots exceed this share of n * N falls back to the dense bias
-)
-BAND_DOCUMENTS = (
-    True  # per-document attention without a window as bands too (False: the bias; benchmarks)
-)
+# a band whose key slots exceed this share of n * N falls back to the dense bias
+BAND_MAX_FRACTION = 0.75
+# per-document attention without a window as bands too (False: the bias; benchmarks)
+BAND_DOCUMENTS = True
 # documents alone need a smaller share to pay for the band's K/V gather
 # (benchmarks/document_bands.py, CPU: a key share <= 0.38 gained 1.06-1.39x, 0.5 about even, a band
 # as long as the row 0.78x)
@@ -94,8 +92,7 @@ def check_training_device(backend: str, device_type: str) -> None:
     if backend == "flex" and device_type != "cuda":
         raise ConfigError(
             "model.attention_backend: flex trains only on CUDA (FlexAttention has no "
-            f"{device_type} "
-            "backward); use auto or sdpa here"
+            f"{device_type} backward); use auto or sdpa here"
         )
 
 
@@ -208,9 +205,8 @@ class Band:
     slot: Tensor  # (B, nb, L) key row per slot
     bias: Tensor  # (B * nb, 1, C, L) additive
     block: int  # C: query slots per block
-    live: Tensor | None = (
-        None  # (B, 1, n, 1): query rows with an allowed key (None: all; else the rest give 0)
-    )
+    # (B, 1, n, 1): query rows with an allowed key (None: all; else the rest give 0)
+    live: Tensor | None = None
     rows: Tensor | None = None  # (B, nb, C) query row per query slot (None: consecutive rows)
     back: Tensor | None = None  # (B, n) each query row's slot among the nb * C
 

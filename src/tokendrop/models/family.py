@@ -79,9 +79,8 @@ class FamilySpec:
     # config.json fields about the source's task head (not kept on fine-tuning)
     hf_head_fields: tuple[str, ...] = ()
     pretrain_frozen: tuple[str, ...] = ()  # submodules pretraining does not train
-    integration: HFIntegration | None = (
-        None  # None: tokendrop.transformers does not patch this family
-    )
+    # None: tokendrop.transformers does not patch this family
+    integration: HFIntegration | None = None
 
     def __post_init__(self) -> None:
         if self.name not in MODEL_FAMILIES:

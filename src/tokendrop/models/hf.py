@@ -248,7 +248,7 @@ def save_pretrained(
 
 def save_source_files(src: Any, run_dir: str | os.PathLike) -> Path:
     """Write ``RUN/source/`` for a run continued from ``src`` (a
-    ``tokendrop.models.source.InitSource``): the source's config.json, its tokenizer files and
+    ``tokendrop.models.weights.InitSource``): the source's config.json, its tokenizer files and
     ``init.json`` (source, layout, sha256), so that ``export_hf`` keeps the source's config fields
     and tokenizer and ``--resume`` never needs the source. Written atomically; a source that is
     itself a continued run passes its own ``source/`` on."""

@@ -154,7 +154,6 @@ def check_document_attention(cfg: ModelConfig) -> bool:
             "model.sep_token_id: document attention (model.document_attention = "
             f"{cfg.document_attention!r}, family {cfg.family!r}) needs the [SEP] id that separates "
             "documents in packed rows; set model.sep_token_id (pretraining takes it from the "
-            "prepared "
-            'data) or model.document_attention = "off"'
+            'prepared data) or model.document_attention = "off"'
         )
     return True

@@ -102,8 +102,8 @@ def _download(name: str) -> Path:
     except ImportError:
         raise InitError(
             f"{name}: no such local directory, and huggingface_hub is not installed to fetch it "
-            "from the "
-            "Hugging Face Hub; pass a local directory (a saved BERT model or a tokendrop run)"
+            "from the Hugging Face Hub; pass a local directory (a saved BERT model or "
+            "a tokendrop run)"
         ) from None
     try:
         path = Path(huggingface_hub.snapshot_download(repo_id=name, allow_patterns=_HUB_PATTERNS))
@@ -114,9 +114,8 @@ def _download(name: str) -> Path:
     except Exception as e:  # noqa: BLE001 - offline, unknown repo, gated repo, network errors
         raise InitError(
             f"{name}: no such local directory, and it could not be fetched from the Hugging Face "
-            "Hub "
-            f"({type(e).__name__}: {first_line(e)}); pass a local directory "
-            "(a saved BERT model or a tokendrop run)"
+            f"Hub ({type(e).__name__}: {first_line(e)}); pass a local directory (a saved BERT "
+            "model or a tokendrop run)"
         ) from None
     return path
 
@@ -175,8 +174,8 @@ def _resolve_tokendrop(source: str, p: Path) -> InitSource:
         raise InitError(f"{ck / 'meta.json'}: {e}") from None
     if not isinstance(cfg.vocab_size, int):
         raise InitError(
-            f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size!r}, expected the resolved "
-            "size"
+            f"{ck / 'meta.json'}: model.vocab_size is {cfg.vocab_size!r}, expected "
+            "the resolved size"
         )
     # 0 would mean "the preset's"
     for key in (
@@ -188,9 +187,8 @@ def _resolve_tokendrop(source: str, p: Path) -> InitSource:
         if key in model_d and model_d[key] != getattr(cfg, key):
             raise InitError(
                 f"{ck / 'meta.json'}: model.{key} is {model_d.get(key)!r}, expected the resolved "
-                "size "
-                "(a checkpoint records its shape; the file was edited: restore it or use another "
-                "checkpoint)"
+                "size (a checkpoint records its shape; the file was edited: restore it or use "
+                "another checkpoint)"
             )
     tok = next(
         (
@@ -230,16 +228,14 @@ def resolve_init_source(source: str) -> InitSource:
     if not s:
         raise InitError(
             "model.init: empty; expected a Hugging Face BERT directory, a tokendrop run or "
-            "checkpoint "
-            "directory, or a Hub name"
+            "checkpoint directory, or a Hub name"
         )
     p = Path(s).expanduser()
     if not p.exists():
         if not _looks_like_hub_name(s):
             raise InitError(
                 f"{s}: no such directory; expected a Hugging Face BERT directory, a tokendrop run "
-                "or "
-                "checkpoint directory, or a Hub name (org/name)"
+                "or checkpoint directory, or a Hub name (org/name)"
             )
         p = _download(s)
     if not p.is_dir():
@@ -290,18 +286,14 @@ def positions_error(where: str, t: int, cfg: ModelConfig, origin: str = "") -> s
     if spec_of(cfg).extends_positions and cfg.init:
         return (
             f"{where}: T={t} exceeds model.max_position_embeddings={n}{src}; to extend the rotary "
-            "positions set "
-            f"model.max_position_embeddings = {t} (and a larger model.global_rope_theta, e.g. "
-            "160000 as "
-            "ModernBERT's long-context phase)"
+            f"positions set model.max_position_embeddings = {t} (and a larger "
+            "model.global_rope_theta, e.g. 160000 as ModernBERT's long-context phase)"
         )
     if cfg.init:
         return (
             f"{where}: T={t} exceeds the {n} learned position embeddings of the BERT init "
-            f"source{src}; tokendrop "
-            f"does not extend learned positions: use data prepared with T <= {n}, or continue a "
-            "ModernBERT "
-            "(rotary positions extend)"
+            f"source{src}; tokendrop does not extend learned positions: use data prepared with T "
+            f"<= {n}, or continue a ModernBERT (rotary positions extend)"
         )
     return (
         f"{where}: T={t} exceeds model.max_position_embeddings={n}; set "
@@ -447,8 +439,8 @@ def load_init_weights(src: InitSource, model: nn.Module) -> InitReport:
         if want[k] != have[k] and not (extends and k in POSITION_FIELDS):
             raise InitError(
                 f"{src.weights_file}: the model was built with {k} = {have[k]!r} but the source "
-                "has "
-                f"{want[k]!r}; build it from the [model] section model_section_from_init returns"
+                f"has {want[k]!r}; build it from the [model] section "
+                "model_section_from_init returns"
             )
     return load_source_weights(src, model)
 
@@ -471,9 +463,8 @@ def read_hf_dir(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, Tensor]
     return src.model, spec_of(src.model).from_hf(read_source_tensors(src))
 
 
-find_checkpoint = (
-    latest_checkpoint  # a checkpoint dir (verified) or a run dir's newest verified one
-)
+# a checkpoint dir (verified) or a run dir's newest verified one
+find_checkpoint = latest_checkpoint
 
 
 def load_pretrained(
@@ -627,9 +618,8 @@ def _export_hf(
     if ev and h is not None and ev["eval_loss"] >= h:
         print(
             f"warning: {checkpoint}: its last eval MLM loss {ev['eval_loss']:.3f} is not below the "
-            "unigram entropy of "
-            f"its data ({h:.3f} nats): the model predicts masked tokens no better than their "
-            "frequencies"
+            f"unigram entropy of its data ({h:.3f} nats): the model predicts masked tokens no "
+            "better than their frequencies"
             + (
                 " (fill-mask answers frequent tokens); train longer before using the MLM head"
                 if task == "mlm"

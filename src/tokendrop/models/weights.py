@@ -120,9 +120,8 @@ def _torch_load(data: bytes, where: Path) -> dict[str, Tensor]:
         why = " ".join(m.group(1).split()) if m else first_line(e)
         raise InitError(
             f"{where}: refused by torch.load(weights_only=True) ({why}): it is a pickle holding "
-            "more than "
-            "tensors, and tokendrop never unpickles arbitrary objects; re-save the weights as "
-            "model.safetensors where they were made"
+            "more than tensors, and tokendrop never unpickles arbitrary objects; re-save the "
+            "weights as model.safetensors where they were made"
         ) from None
     except Exception as e:  # noqa: BLE001 - truncated/corrupt files raise RuntimeError, EOFError, ...
         raise InitError(
@@ -212,8 +211,8 @@ def check_encoder_shapes(
     if extra:
         raise InitError(
             f"{where}: tensor {canon[extra[0]]} is not part of the model config.json describes "
-            f"({shape_name(cfg)}); {len(extra)} such encoder tensor(s): config.json and weights "
-            "disagree"
+            f"({shape_name(cfg)}); {len(extra)} such encoder tensor(s): config.json and "
+            "weights disagree"
         )
     for name, shape in expected.items():
         if name not in canon:
@@ -221,16 +220,14 @@ def check_encoder_shapes(
                 n = sum(1 for k in expected if k.startswith(required) and k not in canon)
                 raise InitError(
                     f"{where}: encoder tensor {show(name)} is missing ({n} encoder tensor(s) "
-                    "missing; "
-                    f"config.json says {shape_name(cfg)})"
+                    f"missing; config.json says {shape_name(cfg)})"
                 )
             continue
         got = shapes[canon[name]]
         if got != shape:
             raise InitError(
                 f"{where}: tensor {canon[name]} has shape {list(got)} in the file but "
-                f"{list(shape)} "
-                f"for the model config.json describes ({shape_name(cfg)})"
+                f"{list(shape)} for the model config.json describes ({shape_name(cfg)})"
             )
 
 

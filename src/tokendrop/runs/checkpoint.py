@@ -297,8 +297,8 @@ def read_model(ckpt: str | os.PathLike, meta: dict[str, Any] | None = None) -> d
         return consolidate_model(ckpt)
     except Exception as e:  # noqa: BLE001 -- hashes matched: meta.json was edited too
         raise CheckpointError(
-            f"{ckpt}: its shard files do not load ({str(e).splitlines()[0] if str(e) else e!r}); "
-            f"{_fix(ckpt)}"
+            f"{ckpt}: its shard files do not load "
+            f"({str(e).splitlines()[0] if str(e) else e!r}); {_fix(ckpt)}"
         ) from None
 
 
@@ -326,8 +326,8 @@ def _fix(ckpt: Path) -> str:
         finally:
             _HINTING[0] = False
     return (
-        "restore it from a backup or use another checkpoint (`tokendrop verify PATH` lists "
-        "every problem)"
+        "restore it from a backup or use another checkpoint (`tokendrop verify PATH` "
+        "lists every problem)"
     )
 
 
@@ -383,8 +383,8 @@ def read_meta(ckpt: str | os.PathLike) -> dict[str, Any]:
         or not isinstance(meta.get("config"), dict)
     ):
         raise CheckpointError(
-            f"{mp}: no valid 'step' (an integer >= 0) or 'config' table (incomplete or edited); "
-            f"{_fix(ckpt)}"
+            f"{mp}: no valid 'step' (an integer >= 0) or 'config' table (incomplete or "
+            f"edited); {_fix(ckpt)}"
         )
     return meta
 
@@ -397,8 +397,8 @@ def check_file(ckpt: Path, name: str, meta: dict[str, Any], data: bytes | None =
     size = len(data) if data is not None else f.stat().st_size
     if size != info["bytes"]:
         raise CheckpointError(
-            f"{f}: {size} bytes but meta.json records {info['bytes']} (truncated or corrupt); "
-            f"{_fix(ckpt)}"
+            f"{f}: {size} bytes but meta.json records {info['bytes']} (truncated or "
+            f"corrupt); {_fix(ckpt)}"
         )
     sha = hashlib.sha256(data).hexdigest() if data is not None else sha256_file(f)
     if sha != info["sha256"]:
@@ -514,8 +514,8 @@ def read_tensors(
         return st_load(data)
     except Exception as e:  # noqa: BLE001 -- SafetensorError and friends: hash matched, so meta.json was edited too
         raise CheckpointError(
-            f"{f}: not a readable safetensors file ({str(e).splitlines()[0] if str(e) else e!r}); "
-            f"{_fix(ckpt)}"
+            f"{f}: not a readable safetensors file "
+            f"({str(e).splitlines()[0] if str(e) else e!r}); {_fix(ckpt)}"
         ) from None
 
 

@@ -134,14 +134,14 @@ def atomic_directory(out_dir: str | os.PathLike, prefix: str | None = None) -> I
 # what to do about an OSError, by its errno: the one mapping every refusal of a failed read or write
 # uses (cli.main, the checkpoint writer, prepare, locks), so each names its real cause
 _OS_ERROR_FIXES = {
-    errno.EROFS: "the file system is read-only: remount it read-write or choose a directory on a "
-    "writable one",
-    errno.EACCES: "permission denied: check its permissions or choose a directory you may write "
-    "into",
+    errno.EROFS: "the file system is read-only: remount it read-write or choose a directory "
+    "on a writable one",
+    errno.EACCES: "permission denied: check its permissions or choose a directory "
+    "you may write into",
     errno.EPERM: "not permitted: check its permissions or choose a directory you may write into",
     errno.ENOSPC: "the disk is full: free space",
-    errno.EFBIG: "the file is larger than the file system allows: choose a directory on another "
-    "file system",
+    errno.EFBIG: "the file is larger than the file system allows: choose a directory on "
+    "another file system",
 }
 if hasattr(errno, "EDQUOT"):
     _OS_ERROR_FIXES[errno.EDQUOT] = (

@@ -33,9 +33,8 @@ class MetricsLog:
     ``purge_step`` makes TensorBoard discard the events a killed run had written from that step
     on)."""
 
-    closes_failed = (
-        True  # rundir.close_on_error closes it with ok=False: its trackers record a failed run
-    )
+    # rundir.close_on_error closes it with ok=False: its trackers record a failed run
+    closes_failed = True
 
     def __init__(
         self,

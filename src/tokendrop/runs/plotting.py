@@ -1,6 +1,6 @@
 """Figures: matplotlib's pyplot on the Agg backend, and the one way a figure is written (atomically,
-through :func:`tokendrop.runs.atomic_file`, then closed).  Every plot of the package goes through
-these two functions."""
+through :func:`tokendrop.runs.files.atomic_file`, then closed).  Every plot of the package goes
+through these two functions."""
 
 from __future__ import annotations
 

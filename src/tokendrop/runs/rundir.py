@@ -218,14 +218,12 @@ def prepare_output(
     if have is None:
         raise error(
             f"{p}: not written by tokendrop (no {MARKER}); --overwrite replaces only tokendrop's "
-            "own output: "
-            "remove it yourself or choose another directory"
+            "own output: remove it yourself or choose another directory"
         )
     if have != kind:
         raise error(
             f"{p}: holds tokendrop {have} output, not {kind} output; --overwrite replaces only the "
-            "same kind: "
-            "choose another directory"
+            "same kind: choose another directory"
         )
     real = p.resolve()
     for inp in inputs:

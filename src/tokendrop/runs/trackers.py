@@ -1,8 +1,8 @@
 """Where a run's metrics go besides ``metrics.jsonl``: ``train.report_to``.
 
-``metrics.jsonl`` (``tokendrop.metrics``) is always written -- resume, reports and ``verify`` read
-it -- and is what ``"jsonl"`` names.  The others are each tracker's own client, imported only when
-asked for (a one-line error when it is not installed, before anything is written):
+``metrics.jsonl`` (``tokendrop.runs.metrics``) is always written -- resume, reports and ``verify``
+read it -- and is what ``"jsonl"`` names.  The others are each tracker's own client, imported only
+when asked for (a one-line error when it is not installed, before anything is written):
 
 * ``"tensorboard"``: ``RUN/tensorboard`` (torch's SummaryWriter);
 * ``"wandb"``: Weights & Biases, ``wandb.init`` with the run's config; project ``$WANDB_PROJECT``
@@ -48,8 +48,7 @@ def check_installed(report_to: list[str]) -> None:
             raise ConfigError(
                 f"train.report_to: {name!r} is asked for but the {pkg} package is not installed; "
                 f"pip install 'tokendrop[trackers]' (or pip install {pkg}), or remove {name!r} "
-                "from "
-                f"train.report_to (now {report_to})"
+                f"from train.report_to (now {report_to})"
             )
 
 
@@ -225,8 +224,7 @@ class Trackers:
                 raise TrainingError(
                     f"train.report_to: {t} did not start ({type(e).__name__}: "
                     f"{' '.join(str(e).split())[:300]}); fix its settings ({SETTINGS[t]}) or "
-                    "remove "
-                    f"{t!r} from train.report_to, then --resume"
+                    f"remove {t!r} from train.report_to, then --resume"
                 ) from None
             if hasattr(tr, "id"):
                 self.ids[t] = tr.id

@@ -201,8 +201,7 @@ def resolve_length(
         if per_epoch == 0:
             raise ValueError(
                 f"train.epochs: the training split has {num_sequences} sequences, fewer than one "
-                "global "
-                f"batch of {tc.batch_size}; expected more data or a smaller train.batch_size"
+                f"global batch of {tc.batch_size}; expected more data or a smaller train.batch_size"
             )
         steps = max(1, math.ceil(_exact(tc.epochs) * per_epoch))
         notes.append(
@@ -220,8 +219,7 @@ def resolve_length(
         warmup = math.ceil(_exact(tc.warmup_ratio) * steps)
         notes.append(
             f"train.warmup_ratio = {tc.warmup_ratio:g}: ceil({tc.warmup_ratio:g} x {steps}) = "
-            f"{warmup} "
-            "warm-up steps"
+            f"{warmup} warm-up steps"
         )
     elif tc.warmup_ratio:
         notes.append(f"train.warmup_ratio = {tc.warmup_ratio:g} of the time budget")

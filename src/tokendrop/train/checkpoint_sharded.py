@@ -7,10 +7,9 @@ Layout of ``RUN_DIR/checkpoints/step-00001234/`` for a run with ``train.parallel
                         parallel; each file's safetensors header records where its pieces lie in the
                         full tensors (DCP's ``HuggingFaceStorageWriter``, ``save_distributed``)
     state.safetensors   importance vector, every rank's RNG states (rank 0)
-    meta.json           as for an unsharded checkpoint, plus ``"sharded": {"format",
-    "world_size"}``;
-                        ``files`` records the size and sha256 of every shard file and
-                        state.safetensors
+    meta.json           as for an unsharded checkpoint, plus
+                        ``"sharded": {"format", "world_size"}``; ``files`` records the size and
+                        sha256 of every shard file and state.safetensors
 
 No pickle anywhere: DCP's default ``FileSystemWriter`` pickles its ``.metadata`` file; the
 safetensors writer used here has none (the layout is read back from the safetensors headers), so

@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tokendrop.data.masking import unigram_note  # noqa: F401 -- used by the trainer's lines
+from tokendrop.data.masking import unigram_note
 from tokendrop.dropping.flops import flop_ratio
 from tokendrop.train.schedules import batch_warmup_line
 
@@ -174,7 +174,7 @@ def phases_line(phases: dict[str, float], total: float) -> str:
 
 def dropping_line(cfg, seq_len: int) -> str:
     """Whether the run drops tokens and how, with the analytic FLOP bound against the dense model
-    (``tokendrop.flops``); a dense run says how to turn dropping on."""
+    (``tokendrop.dropping.flops``); a dense run says how to turn dropping on."""
     d, layers = cfg.drop, cfg.model.num_layers
     if not d.enabled:
         return "OFF: a dense run (drop.method = none; token dropping: --set drop.method=cumulative)"
@@ -203,8 +203,7 @@ def dropping_line(cfg, seq_len: int) -> str:
         stage2 += f"; [MASK] rows {d.mask_rows}"
     return (
         f"ON: {d.method}/{d.variant}, {kept} in layers [{start}, {end}) of {layers}{stage2}; FLOP "
-        "bound "
-        f"{1 / r:.2f}x vs dense ({r:.2f} of its FLOPs per "
+        f"bound {1 / r:.2f}x vs dense ({r:.2f} of its FLOPs per "
         f"step{', at the ramp start' if d.per_layer else ''})"
     )
 
@@ -229,8 +228,8 @@ def length_line(tc, num_train: int, seq_len: int) -> str:
         "train.steps",
     )
     return (
-        f"{steps:,} steps ({how}) = {fmt_count(tokens)} tokens, {epochs:.2f} epochs of the "
-        "training split"
+        f"{steps:,} steps ({how}) = {fmt_count(tokens)} tokens, {epochs:.2f} epochs of "
+        "the training split"
     )
 
 
@@ -282,8 +281,7 @@ def pretrain_banner(
     lines = [
         f"tokendrop pretrain: {state} in {run_dir}",
         f"  model     {m.family}, {m.num_layers} layers x {m.hidden_size} ({m.num_heads} heads, "
-        f"{ffn}), "
-        f"vocab {m.vocab_size}, T={T}: {fmt_count(params)} parameters",
+        f"{ffn}), vocab {m.vocab_size}, T={T}: {fmt_count(params)} parameters",
         f"  source    {source or 'random initialisation (no model.init)'}",
         f"  dropping  {dropping_line(cfg, T)}",
         f"  data      {where}: {n_train:,} training sequences ({fmt_count(n_train * T)} tokens), "
@@ -295,14 +293,13 @@ def pretrain_banner(
         ),
         f"  length    {length_line(tc, n_train, T)}",
         f"  warm-ups  MLM-head: {head_warmup}; importance: {importance}",
-        f"  batch     {tc.batch_size} sequences per step = {micro_bs} per micro-batch x {accum} "
-        "accumulated"
+        f"  batch     {tc.batch_size} sequences per step = {micro_bs} per micro-batch x "
+        f"{accum} accumulated"
         + (f" x {world} ranks" if world > 1 else "")
         + batch_warmup_line(tc)
         + (
             f"; length warm-up from {cfg.data.seq_len_warmup_from} tokens over the first "
-            f"{cfg.data.seq_len_warmup_share:g} "
-            "of the run"
+            f"{cfg.data.seq_len_warmup_share:g} of the run"
             if cfg.data.seq_len_warmup_from
             else ""
         ),
@@ -312,8 +309,7 @@ def pretrain_banner(
         + f", {threads} CPU thread(s)"
         + (f"; load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""),
         f"  logging   every {tc.log_every} steps; eval every {tc.eval_every} ({tc.eval_batches} "
-        "batches); "
-        f"checkpoints every {tc.ckpt_every} (keep {tc.keep_checkpoints}); metrics.jsonl"
+        f"batches); checkpoints every {tc.ckpt_every} (keep {tc.keep_checkpoints}); metrics.jsonl"
         + "".join(f", {t}" for t in tc.report_to if t != "jsonl")
         + f"; this log: {LOG_FILE}",
     ]
@@ -339,8 +335,7 @@ def pretrain_summary(
     of = f" of {total:,}" if total else ""
     lines = [
         f"tokendrop pretrain: {state} at step {step:,}{of}, {fmt_count(tokens)} tokens trained in "
-        "this process, "
-        f"{seconds:.1f} s",
+        f"this process, {seconds:.1f} s",
         f"  phases    {phases_line(phases, seconds)}",
         f"  training  {tokens_per_s:,.0f} tokens/s"
         + (f"; last train loss {last['loss']:.4f}" if last else ""),
@@ -368,7 +363,6 @@ __all__ = [
     "Progress",
     "interval_line",
     "eta",
-    "unigram_note",
     "phases_line",
     "fmt_seconds",
     "fmt_count",

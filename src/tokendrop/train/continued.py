@@ -53,8 +53,8 @@ def start_from_source(cfg: Config, src, model, run_dir: Path, main: bool) -> dic
     if cfg.model.init_sha256 and src.sha256 != cfg.model.init_sha256:
         raise ConfigError(
             f"model.init: {src.weights_file} has sha256 {src.sha256[:12]}... but the config "
-            "recorded "
-            f"{cfg.model.init_sha256[:12]}...; the source changed since the config was resolved"
+            f"recorded {cfg.model.init_sha256[:12]}...; the source changed since the "
+            "config was resolved"
         )
     report = load_init_weights(src, model)
     if main:
@@ -105,15 +105,14 @@ def check_vocabulary(src, data) -> None:
             what = "tokenizer.json" if data.tokenizer_backend == "file" else "vocab.txt"
             raise ConfigError(
                 f"data.path: {data.path} was prepared with another vocabulary ({what} sha256 "
-                f"{data.vocab_hash[:12]}...) "
-                f"than model.init's {src.tokenizer_dir} (sha256 {h[:12]}...); prepare the data "
-                "with "
-                f"`tokendrop prepare --tokenizer {src.tokenizer_dir}`"
+                f"{data.vocab_hash[:12]}...) than model.init's {src.tokenizer_dir} (sha256 "
+                f"{h[:12]}...); prepare the data with `tokendrop prepare --tokenizer "
+                f"{src.tokenizer_dir}`"
             )
     else:
         print(
-            f"warning: model.init {src.source} has no tokenizer files; only the vocabulary size "
-            "was checked",
+            f"warning: model.init {src.source} has no tokenizer files; only the vocabulary "
+            "size was checked",
             file=sys.stderr,
         )
     if data.vocab_size > src.model.vocab_size:
@@ -127,11 +126,10 @@ def check_vocabulary(src, data) -> None:
     if data.vocab_size < src.model.vocab_size:
         raise ConfigError(
             f"data.path: {data.path} was prepared for a vocabulary of {data.vocab_size} ids but "
-            "model.init "
-            f"{src.source} has {src.model.vocab_size} embedding rows; prepare the data with "
-            "`tokendrop prepare --tokenizer "
-            f"{src.path if src.kind == 'huggingface' else src.tokenizer_dir or src.path}` "
-            "(a model directory: its config.json's vocab_size sizes the data)"
+            f"model.init {src.source} has {src.model.vocab_size} embedding rows; prepare the data "
+            "with `tokendrop prepare --tokenizer "
+            f"{src.path if src.kind == 'huggingface' else src.tokenizer_dir or src.path}` (a model "
+            "directory: its config.json's vocab_size sizes the data)"
         )
 
 
@@ -158,8 +156,8 @@ def head_warmup_plan(tc) -> tuple[int, str]:
         )
     return (
         cap,
-        f"{cap} steps (train.head_warmup_steps; {tc.head_warmup_share:g} of the run would be "
-        f"{scaled})",
+        f"{cap} steps (train.head_warmup_steps; {tc.head_warmup_share:g} of the run "
+        f"would be {scaled})",
     )
 
 

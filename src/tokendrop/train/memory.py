@@ -160,12 +160,10 @@ def check_memory(
             f"model/batch too large for {device.type}: a training step needs at least "
             f"{need.total / _GIB:.1f} GiB{per} "
             f"({need.params / 1e6:,.{0 if need.params >= 1e8 else 1}f}M parameters: "
-            f"{need.state_bytes / _GIB:.1f} GiB of weights, gradients and AdamW "
-            f"state; {need.activation_bytes / _GIB:.1f} GiB of activations for a micro-batch of "
-            f"{micro_batch} x "
-            f"{seq_len} tokens), {have / _GIB:.1f} GiB {what}; lower model.hidden_size / "
-            "model.num_layers, or "
-            "train.batch_size / train.micro_batch_size (set train.memory_check = false to start "
-            "anyway)"
+            f"{need.state_bytes / _GIB:.1f} GiB of weights, gradients and AdamW state; "
+            f"{need.activation_bytes / _GIB:.1f} GiB of activations for a micro-batch of "
+            f"{micro_batch} x {seq_len} tokens), {have / _GIB:.1f} GiB {what}; lower "
+            "model.hidden_size / model.num_layers, or train.batch_size / train.micro_batch_size "
+            "(set train.memory_check = false to start anyway)"
         )
     return need

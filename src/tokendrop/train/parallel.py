@@ -81,10 +81,8 @@ def init_distributed(device_kind: str, parallel: str = "ddp") -> Dist:
     if parallel == "fsdp":
         raise ConfigError(
             "train.parallel: 'fsdp' shards the model over the ranks of a process group, but this "
-            "process "
-            "has none (not launched by torchrun); launch with `torchrun --nproc-per-node N -m "
-            "tokendrop "
-            'pretrain ...`, or set train.parallel = "ddp" to train in one process'
+            "process has none (not launched by torchrun); launch with `torchrun --nproc-per-node "
+            'N -m tokendrop pretrain ...`, or set train.parallel = "ddp" to train in one process'
         )
     return Dist()
 

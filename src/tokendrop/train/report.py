@@ -122,8 +122,8 @@ def write_run_report(run_dir: str | os.PathLike) -> Path:
         ),
         "![curves](curves.png)" if plt is not None else "(no plots: matplotlib is not installed)",
         "",
-        "Training loss vs step and vs wall-clock, eval MLM loss (full model, held-out split), "
-        "throughput.",
+        "Training loss vs step and vs wall-clock, eval MLM loss (full model, held-out "
+        "split), throughput.",
         "",
         "## Config",
         "",

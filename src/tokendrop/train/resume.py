@@ -101,8 +101,7 @@ def check_checkpoint(
     step = int(meta["step"])
     fix = (
         "the file was edited, or the checkpoint copied from another run: restore it from a backup, "
-        "or move it "
-        "away to use the run's checkpoint before it"
+        "or move it away to use the run's checkpoint before it"
     )
     name = re.fullmatch(r"step-(\d+)", ck.name)
     if name is not None and int(name.group(1)) != step:
@@ -113,8 +112,8 @@ def check_checkpoint(
     if counts and counts[-1] != step:
         where = ck / (ckpt_mod.SHARD_DIR if ckpt_mod.is_sharded(meta) else "state.safetensors")
         raise TrainingError(
-            f"{where}: the optimizer made {counts[-1]} update(s) but meta.json records step "
-            f"{step}; {fix}"
+            f"{where}: the optimizer made {counts[-1]} update(s) but meta.json records "
+            f"step {step}; {fix}"
         )
     config = recorded_config(meta.get("config") or {})
     pos = meta.get("data_position")
@@ -150,8 +149,7 @@ def check_checkpoint(
         )
     raise TrainingError(
         f"{mf}: its {key} is {a!r} but the run's config.toml has {b!r}: not a checkpoint of this "
-        "run "
-        "(copied from another?); move it away, or restore this run's own"
+        "run (copied from another?); move it away, or restore this run's own"
     )
 
 
@@ -284,8 +282,7 @@ def load_run_config(run_dir: str | os.PathLike) -> Config:
     if not p.is_file():
         raise TrainingError(
             f"--resume: {run_dir}: not a run directory (no config.toml); give the --out of an "
-            "earlier "
-            "pretrain"
+            "earlier pretrain"
         )
     try:
         return load_config(p, recorded=True)  # the source may be gone: it is not resolved here
@@ -333,8 +330,8 @@ def save_training_state(
     if not finite:
         raise TrainingError(
             f"non-finite weights at step {step}; not saved. Last good checkpoint: "
-            f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or check the "
-            "data)"
+            f"{ckpt_mod.latest(run_dir) if dd.main else 'see rank 0'} (lower train.lr or "
+            "check the data)"
         )
     tensors, groups = (
         ({}, opt.state_dict()["param_groups"])

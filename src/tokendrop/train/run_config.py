@@ -29,12 +29,8 @@ from tokendrop.config import SEQ_LEN_FROM_DATA, Config
 from tokendrop.config.model import VOCAB_FROM_DATA
 from tokendrop.data.mixture import open_data
 from tokendrop.errors import ConfigError
-from tokendrop.models.source import (
-    InitSource,
-    positions_error,
-    resolve_init_source,
-    resolve_model_init,
-)
+from tokendrop.models.source import positions_error, resolve_init_source, resolve_model_init
+from tokendrop.models.weights import InitSource
 from tokendrop.train.budget import resolved_train
 from tokendrop.train.continued import check_vocabulary
 from tokendrop.train.schedules import batch_warmup_start

@@ -36,8 +36,7 @@ def resolve_device(
         if not torch.cuda.is_available():
             raise error(
                 f"{field}: {name!r} requested but CUDA is not available on this machine; use "
-                f"{field} = cpu "
-                "(or auto)"
+                f"{field} = cpu (or auto)"
             )
         dev = torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
         torch.cuda.set_device(dev)

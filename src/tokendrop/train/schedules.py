@@ -14,8 +14,8 @@ step k depends on (k, p) only, so a resumed run and an uninterrupted one compute
                     q = (p - (1 - d)) / d and s = 1 - sqrt(q) ("1-sqrt", Hägele et al. 2024, as
                     ModernBERT) or s = 1 - q ("linear")
     masking rate:   linear or cosine from data.mask_prob[0] to data.mask_prob[1]
-    (tokendrop.value_schedule) sequence length (data.seq_len_start L0 > 0, share h): L(p) = the
-    largest divisor d of T with
+                    (tokendrop.value_schedule)
+    sequence length (data.seq_len_start L0 > 0, share h): L(p) = the largest divisor d of T with
                     L0 <= d <= L0 + (T - L0) min(1, p / h)   (L0 divides T; T from p >= h on)
     global batch (train.batch_warmup_start B0 > 0): B = B0 + (B_T - B0) r, floored to a multiple
                     of the unit u (micro-batch x ranks), r = min(1, p / h) (share h) or
@@ -66,9 +66,8 @@ class LRSchedule:
     total: int
     decay_share: float = 0.2
     decay_shape: str = "1-sqrt"
-    warmup_share: float = (
-        0.0  # a time-budgeted run's train.warmup_ratio: the ramp is min(1, p / share)
-    )
+    # a time-budgeted run's train.warmup_ratio: the ramp is min(1, p / share)
+    warmup_share: float = 0.0
 
     def ramp(self, step: int, p: float) -> float:
         if self.warmup_share > 0:

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from tokendrop.config import EVAL_ALL, MICRO_BATCH_AUTO, THREADS_AUTO, Config, to_dict, to_toml
 from tokendrop.data import MLMLoader
-from tokendrop.data.masking import unigram_entropy
+from tokendrop.data.masking import unigram_entropy, unigram_note
 from tokendrop.data.mixture import realised
 from tokendrop.dropping.flops import gpu_peak_flops
 from tokendrop.dropping.importance import pinned_ids
@@ -56,17 +56,14 @@ from tokendrop.train.console import (
     is_terminal,
     pretrain_banner,
     pretrain_summary,
-    unigram_note,
 )
 from tokendrop.train.continued import describe_warm_ups, load_source, warm_start
 from tokendrop.train.memory import check_memory
 from tokendrop.train.parallel import Dist, autocast_for, close_distributed, init_distributed, wrap
 from tokendrop.train.report import write_run_report
-from tokendrop.train.resume import (  # noqa: F401
+from tokendrop.train.resume import (
     check_checkpoint,
-    check_resume_compatible,
     check_resume_data,
-    load_run_config,
     load_training_state,
     rank_rng,
     save_training_state,
@@ -124,12 +121,10 @@ class PretrainResult:
     flops_per_step: dict[str, float]
     importance: Tensor | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
-    stop_signal: int = (
-        0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
-    )
-    already_finished: bool = (
-        False  # resumed a run that had already reached train.steps: nothing was trained
-    )
+    # the signal that interrupted the run (SIGINT 2, SIGTERM 15); 0: none or stop_at
+    stop_signal: int = 0
+    # resumed a run that had already reached train.steps: nothing was trained
+    already_finished: bool = False
 
     def __repr__(self) -> str:
         """One line: where, how far, how fast, the last evaluation; the importance vector and the
@@ -265,7 +260,8 @@ class _Trainer:
         build      model, selector, the source's weights (``model.init``)
         announce   the start-up banner (console and RUN/log.txt): what the run will do
         warm_up    a new run: the MLM-head warm-up and the importance warm start
-        (tokendrop.train.continued) wrap       DDP/FSDP wrapping, AdamW
+                   (tokendrop.train.continued)
+        wrap       DDP/FSDP wrapping, AdamW
         restore    (resume) weights, AdamW state, importance, every rank's RNG
         make_step  the step function and the loader (at the resumed position)
         start      the metrics log, the start row and the step-0 evaluation of a new run
@@ -346,8 +342,8 @@ class _Trainer:
         )
         if per_rank % self.micro_bs:
             raise ConfigError(
-                f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank batch "
-                f"{per_rank}"
+                f"train.micro_batch_size: {self.micro_bs} does not divide the per-rank "
+                f"batch {per_rank}"
             )
         self.accum = per_rank // self.micro_bs
         # an evaluation reads train.eval_batches per-rank batches of train.batch_size sequences, in
@@ -358,8 +354,7 @@ class _Trainer:
         if self.resume and cfg.data.path and not os.path.isdir(cfg.data.path):
             where = (
                 f"is relative and not found from {os.getcwd()}; resume from the directory the run "
-                "was started "
-                "in, or"
+                "was started in, or"
                 if not os.path.isabs(cfg.data.path)
                 else "is not there any more; if the data moved,"
             )
@@ -391,8 +386,7 @@ class _Trainer:
                 self.merge = False
                 self.console.say(
                     f"note: a batch of {self.per_rank} sequences per rank does not fit in one "
-                    "pass; "
-                    f"accumulating micro-batches of {self.micro_bs}"
+                    f"pass; accumulating micro-batches of {self.micro_bs}"
                 )
         check_memory(self.cfg, self.T, self.micro_bs, *args, sharded=sharded)
 
@@ -411,9 +405,8 @@ class _Trainer:
             f"{self.cfg.data.path or ', '.join(self.cfg.data.paths)}: the held-out split's "
             f"{self.data.num_sequences('eval')} sequences give no prediction slot (n = 0) in the "
             f"batches an evaluation reads (train.eval_batches = {self.tc.eval_batches}), so the "
-            "run "
-            "could not be "
-            "evaluated; prepare the data with more text or a larger --eval-fraction"
+            "run could not be evaluated; prepare the data with more text or a larger "
+            "--eval-fraction"
         )
 
     # -- the run directory
@@ -425,11 +418,10 @@ class _Trainer:
             if not rundir.has_checkpoint_dir(run_dir):
                 raise TrainingError(
                     f"--resume: {run_dir} has no checkpoint (the run stopped before its first "
-                    "one): "
-                    "nothing to resume; start it over with the command that started it (corrected, "
-                    "if "
-                    "it failed), or as it was recorded: tokendrop pretrain --config "
-                    f"{shlex.quote(str(run_dir / 'config.toml'))} --out {shlex.quote(str(run_dir))}"
+                    "one): nothing to resume; start it over with the command that started it "
+                    "(corrected, if it failed), or as it was recorded: tokendrop pretrain "
+                    f"--config {shlex.quote(str(run_dir / 'config.toml'))} --out "
+                    f"{shlex.quote(str(run_dir))}"
                 )
             # the shared verifying loader; a bad checkpoint is skipped with a warning naming its
             # file
@@ -709,9 +701,8 @@ class _Trainer:
         if not self.has_eval and dd.main:
             print(
                 f"warning: {cfg.data.path} has no held-out sequences (its eval split is empty); "
-                "this run is not "
-                "evaluated (prepare the data with more text or a larger --eval-fraction to "
-                "evaluate it)",
+                "this run is not evaluated (prepare the data with more text or a larger "
+                "--eval-fraction to evaluate it)",
                 file=sys.stderr,
             )
         self.peak_flops = None
@@ -894,10 +885,9 @@ class _Trainer:
         if worst >= self.tc.max_nonfinite_steps:
             raise TrainingError(
                 f"non-finite loss or gradient norm in {worst} consecutive steps at or before step "
-                f"{self.step} "
-                f"(train.max_nonfinite_steps={self.tc.max_nonfinite_steps}); stopped. Last good "
-                "checkpoint: "
-                f"{ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr or check the data)"
+                f"{self.step} (train.max_nonfinite_steps={self.tc.max_nonfinite_steps}); stopped. "
+                f"Last good checkpoint: {ckpt_mod.latest(self.run_dir) or 'none'} (lower train.lr "
+                "or check the data)"
             )
 
     def log_step(self, out: dict[str, Tensor], r: dict[str, Any]) -> None:
@@ -1073,8 +1063,7 @@ def _finished(
     if dd.main:
         print(
             f"{run_dir}: already finished (its last checkpoint is step {step}, the end of "
-            f"{length.describe()}); "
-            "nothing to do",
+            f"{length.describe()}); nothing to do",
             file=sys.stderr,
         )
     return PretrainResult(
@@ -1089,14 +1078,4 @@ def _finished(
     )
 
 
-__all__ = [
-    "pretrain",
-    "heldout_batches",
-    "PretrainResult",
-    "MLMStep",
-    "TrainingError",
-    "evaluate_mlm",
-    "read_metrics",
-    "load_run_config",
-    "check_resume_compatible",
-]
+__all__ = ["pretrain", "heldout_batches", "PretrainResult"]

@@ -69,14 +69,13 @@ class StepPlan:
             if not packed:
                 raise ConfigError(
                     "data.seq_len_start: the sequence-length warm-up cuts packed sequences into "
-                    "pieces; "
-                    f"{dc.path} is unpacked (prepare it packed, or set data.seq_len_start = 'off')"
+                    f"pieces; {dc.path} is unpacked (prepare it packed, or set "
+                    "data.seq_len_start = 'off')"
                 )
             if first > T or T % first or first < MIN_PIECE:
                 raise ConfigError(
-                    f"data.seq_len_start: {first} is not a divisor >= {MIN_PIECE} of "
-                    "the "
-                    f"prepared sequence length {T}; expected e.g. {max(MIN_PIECE, T // 4)}"
+                    f"data.seq_len_start: {first} is not a divisor >= {MIN_PIECE} of the prepared "
+                    f"sequence length {T}; expected e.g. {max(MIN_PIECE, T // 4)}"
                 )
         self.seq = SeqLenWarmup(first, dc.seq_len_warmup_share, T)
         unit = micro_bs * world
@@ -84,8 +83,7 @@ class StepPlan:
         if start and start % unit:
             raise ConfigError(
                 f"train.batch_warmup_start: {start} is not a multiple of the micro-batch "
-                f"{micro_bs} x "
-                f"{world} ranks; set train.micro_batch_size to a divisor of it"
+                f"{micro_bs} x {world} ranks; set train.micro_batch_size to a divisor of it"
             )
         self.batch = BatchWarmup(
             start,

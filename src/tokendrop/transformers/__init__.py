@@ -2,9 +2,10 @@
 
     from tokendrop.transformers import TokenDroppingCallback, apply_token_dropping
 
-    model = apply_token_dropping(model, tokenizer=tokenizer, rate=0.5)        # BertForMaskedLM /
-    ModernBertForMaskedLM trainer = Trainer(model=model, ..., callbacks=[TokenDroppingCallback()])
+    # BertForMaskedLM / ModernBertForMaskedLM
+    model = apply_token_dropping(model, tokenizer=tokenizer, rate=0.5)
     # schedules, logs, checkpoints
+    trainer = Trainer(model=model, ..., callbacks=[TokenDroppingCallback()])
 
 The patched model runs tokendrop's schedule (docs/design.md §2.2-2.3, §2.10-2.11) on transformers'
 own layer modules in training mode and is exactly the unpatched model in eval mode and in

@@ -1,9 +1,10 @@
 """The dropping forward of transformers' BERT and ModernBERT encoders, with their own layer modules.
 
-The layer schedule is tokendrop's (:func:`tokendrop.model.run_layers`, docs/design.md §2.2: full
-layers, separation, half layers on the kept rows, merge; ``pass``, ``avg``, ``layer_rearranged``,
-random-LTD's per-layer subsets).  ``run_layers`` hands every layer call to :func:`bert_encode` /
-:func:`modern_encode`'s ``call``, which runs it through the layer module itself:
+The layer schedule is tokendrop's (:func:`tokendrop.dropping.engine.run_layers`, docs/design.md
+§2.2: full layers, separation, half layers on the kept rows, merge; ``pass``, ``avg``,
+``layer_rearranged``, random-LTD's per-layer subsets).  ``run_layers`` hands every layer call to
+:func:`bert_encode` / :func:`modern_encode`'s ``call``, which runs it through the layer module
+itself:
 
 * a full-length call (all rows as queries and keys/values) is the layer's own forward, with the
   masks and rotary embeddings transformers builds for the dense model -- bit for bit what the

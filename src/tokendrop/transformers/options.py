@@ -32,9 +32,8 @@ DROP_OPTIONS = tuple(f.name for f in dataclasses.fields(DropConfig) if f.name no
 # the integration's own options
 EXTRA_OPTIONS = ("tokenizer", "special_ids", "counts", "seed", "total_steps", "sparse_prediction")
 OPTIONS = DROP_OPTIONS + EXTRA_OPTIONS
-DEFAULT_METHOD = (
-    "cumulative"  # the paper's (DropConfig's own default, "none", is the dense baseline)
-)
+# the paper's (DropConfig's own default, "none", is the dense baseline)
+DEFAULT_METHOD = "cumulative"
 
 
 class TokenDroppingError(TokendropError, ValueError):

@@ -123,9 +123,8 @@ class TokenDroppingState:
         self.pinned_ids = list(pinned_ids)
         self.seed = int(seed)
         self.sparse_prediction = bool(sparse_prediction)
-        self.step = (
-            0  # optimizer steps done (TokenDroppingCallback sets it; custom loops call advance())
-        )
+        # optimizer steps done (TokenDroppingCallback sets it; custom loops call advance())
+        self.step = 0
         self.enabled = True
         self.kept_fraction: float | None = None  # of the last dropping forward (logged)
         try:  # the method: its rules and its selector (none when the variant pools: avg)
@@ -171,10 +170,8 @@ class TokenDroppingState:
         scores = "" if n is None else f", importance=<{n} scores>"
         total = f"/{self.total_steps}" if self.total_steps else ""
         return (
-            f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in "
-            f"layers "
-            f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step "
-            f"{self.step}{total}, "
+            f"TokenDroppingState({self.family}, {d.method}/{d.variant} rate {d.rate:g} in layers "
+            f"[{self.span.start}, {self.span.end}) of {self.num_layers}, step {self.step}{total}, "
             f"{'on' if self.enabled else 'off'}, "
             f"sparse_prediction={self.sparse_prediction}{scores})"
         )

@@ -366,8 +366,7 @@ def test_out_of_memory_is_one_line(monkeypatch, capsys):
     def boom(a):
         raise RuntimeError(
             "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you "
-            "tried "
-            "to allocate 40000000000 bytes."
+            "tried to allocate 40000000000 bytes."
         )
 
     monkeypatch.setattr(cli, "cmd_verify", boom)

@@ -35,8 +35,7 @@ def test_every_subcommand_help_has_a_description(name, capsys):
 def test_a_misspelt_preset_gets_a_did_you_mean(given, meant, capsys):
     with pytest.raises(
         ConfigError,
-        match=rf"no such file or preset '{given}' .*; did you mean "
-        rf"'{meant}'\?$",
+        match=rf"no such file or preset '{given}' .*; did you mean '{meant}'\?$",
     ):
         load_config(given)
     assert main(["pretrain", "--config", given, "--out", "/nonexistent/never"]) == 2

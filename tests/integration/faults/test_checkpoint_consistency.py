@@ -117,6 +117,5 @@ def test_a_consistent_run_verifies_with_the_checks_named(tiny_run, capsys):
     out = capsys.readouterr().out
     assert (
         "step-00000004: step 4, sha256 of both tensor files as recorded, consistent with itself "
-        "and the run's "
-        "config" in out
+        "and the run's config" in out
     ), out

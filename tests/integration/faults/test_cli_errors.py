@@ -55,8 +55,7 @@ def test_every_error_class_is_a_tokendrop_error():
 
 
 def test_error_classes_keep_their_builtin_bases():
-    from tokendrop.errors import ConfigError
-    from tokendrop.train.trainer import TrainingError
+    from tokendrop.errors import ConfigError, TrainingError
 
     assert issubclass(ConfigError, ValueError) and issubclass(TrainingError, RuntimeError)
 

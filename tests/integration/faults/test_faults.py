@@ -95,7 +95,8 @@ def test_resume_drops_rows_past_the_checkpoint(tiny_data, tmp_path, capsys):
 def test_empty_eval_split_turns_evaluation_off_with_a_warning(tmp_path, capsys):
     from toydata import toy_prepared
 
-    from tokendrop.train.trainer import TrainingError, evaluate_mlm
+    from tokendrop.errors import TrainingError
+    from tokendrop.train.step import evaluate_mlm
 
     data = toy_prepared(tmp_path / "data", seq_len=32, eval_fraction=0.0)
     rc, out, err = _run(

@@ -451,7 +451,7 @@ def hf_dirs(tmp_path_factory):
 def test_config_json_shape_field_zero_or_missing_is_one_line(
     hf_dirs, tmp_path, capsys, family, field, value
 ):
-    from tokendrop.models.hf import InteropError
+    from tokendrop.errors import InteropError
     from tokendrop.models.source import read_hf_dir
 
     d = tmp_path / "hf"
@@ -498,7 +498,8 @@ def test_config_json_shape_field_zero_or_missing_is_one_line(
 def test_checkpoint_meta_with_a_zeroed_shape_is_refused(ckpt, tmp_path):
     """A tokendrop checkpoint records its resolved shape: 0 (the preset's) there means an edited
     meta.json."""
-    from tokendrop.models.source import InitError, resolve_init_source
+    from tokendrop.errors import InitError
+    from tokendrop.models.source import resolve_init_source
 
     ck = tmp_path / "ck"
     shutil.copytree(ckpt, ck)

@@ -70,8 +70,7 @@ def test_read_only_file_system_is_named_read_only(tiny_run, tmp_path):
         f"{py} -m tokendrop pretrain --resume {run} --quiet --set train.steps=6",
         f"{py} -m tokendrop export {run} {tmp_path}/hf",
         f"{py} -m tokendrop prepare --corpus {tmp_path}/corpus.txt --out {tmp_path}/data --seq-len "
-        "64 "
-        f"--workers 1 --quiet --vocab-size 150",
+        "64 --workers 1 --quiet --vocab-size 150",
     ]
     script = (
         f"mount --bind {tmp_path} {tmp_path} && mount -o remount,bind,ro {tmp_path} || exit 99\n"

@@ -181,7 +181,8 @@ def test_a_run_from_an_older_version_resumes():
     compatible: missing fields count as their defaults, the data-filled [SEP] id is not compared; a
     real change of such a field is still refused, naming it."""
     from tokendrop.config import load_config, to_dict
-    from tokendrop.train.trainer import TrainingError, check_resume_compatible
+    from tokendrop.errors import TrainingError
+    from tokendrop.train.resume import check_resume_compatible
 
     new = to_dict(load_config("tiny", ["drop.method=cumulative"]))
     new["model"]["sep_token_id"] = 3  # filled in from the prepared data at open

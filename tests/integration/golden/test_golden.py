@@ -11,9 +11,11 @@ optimizer or the schedule moves these numbers far beyond the tolerance; float re
 CPUs/torch builds should not (the tolerance, RTOL below, is 2e-4 relative).
 
 Regenerate after an intended change (and say why in the commit):
+    # both files
     TOKENDROP_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/integration/golden/test_golden.py
-    # both files TOKENDROP_UPDATE_GOLDEN=1 .venv/bin/python -m pytest
-    tests/integration/golden/test_golden.py -k modern  # the modern family's only
+    # the modern family's only
+    TOKENDROP_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/integration/golden/test_golden.py \
+        -k modern
 """
 
 import json
@@ -25,7 +27,8 @@ import torch
 from toydata import ADJS, NAMES, NOUNS, NUMBERS, VERBS, write_corpus
 
 from tokendrop.config import load_config
-from tokendrop.train.trainer import pretrain, read_metrics
+from tokendrop.runs.metrics import read_metrics
+from tokendrop.train.trainer import pretrain
 
 GOLDEN = Path(__file__).parent / "data" / "tiny-curves.json"
 GOLDEN_MODERN = Path(__file__).parent / "data" / "modern-tiny-curves.json"

@@ -159,7 +159,7 @@ def test_quick_demo_runs_its_shortened_job_offline(tmp_path, monkeypatch, capsys
     summary says it is a quick run."""
     from tokendrop.finetuning.tasks.sst2_vader import OTHER_SNIPPETS, build_review_corpus
     from tokendrop.lab.toydata import write_keyword_sentiment
-    from tokendrop.train.trainer import load_run_config
+    from tokendrop.train.resume import load_run_config
 
     source = _fake_minilm(tmp_path / "minilm")
     task = write_keyword_sentiment(tmp_path / "task", n_train=32, n_dev=16)

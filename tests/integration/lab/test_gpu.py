@@ -13,7 +13,7 @@ from tokendrop.lab.bench import SPECIAL_IDS, sdpa_backends, synthetic_batch
 from tokendrop.lab.bench.profiling import FUSED_SDPA
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.train.runtime import param_groups
-from tokendrop.train.trainer import MLMStep
+from tokendrop.train.step import MLMStep
 
 pytestmark = [
     pytest.mark.gpu,

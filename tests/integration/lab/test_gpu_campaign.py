@@ -101,8 +101,8 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     assert names["torchrun --nproc-per-node 1 runs pretraining with gloo"] is True
     assert (
         names[
-            "torchrun --nproc-per-node 1 runs pretraining with gloo, train.parallel=fsdp (sharded "
-            "checkpoint)"
+            "torchrun --nproc-per-node 1 runs pretraining with gloo, train.parallel=fsdp "
+            "(sharded checkpoint)"
         ]
         is True
     )

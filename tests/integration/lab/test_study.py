@@ -121,7 +121,8 @@ def test_verdict_names_whose_spread_and_uses_the_baselines_own():
     """The study-continue case: +0.63 points, the baseline's seeds 0.39 apart, token drop's 2.2
     apart. Judged by the baseline's own spread it is beyond it; by token drop's inside it; the
     sentence says both and does not call it a match."""
-    from tokendrop.lab.study.findings import Stat, beyond_noise, judge
+    from tokendrop.lab.study.findings import beyond_noise, judge
+    from tokendrop.lab.study.records import Stat
 
     base, drop = Stat.of([52.05, 51.66]), Stat.of([53.59, 51.39])
     text = judge(drop.mean - base.mean, drop, base, True, " points", "token drop")

@@ -23,7 +23,8 @@ from tokendrop.config import load_config
 from tokendrop.errors import ConfigError
 from tokendrop.models.families import FAMILIES
 from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.train.trainer import pretrain, read_metrics
+from tokendrop.runs.metrics import read_metrics
+from tokendrop.train.trainer import pretrain
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 # dropout off: the world-size-1 resume compares with the 2-rank run (each rank has its own dropout

@@ -178,9 +178,8 @@ def test_hf_without_datasets_is_a_clear_error(monkeypatch):
         # files with nested links and external links in the caption; categories; interlanguage links
         (
             "[[File:Flag.svg|thumb|right|A [[flag]] with [http://x.org a link] [1900]]]Prose "
-            "starts.\n"
-            "[[Image:X.png|200px]]\n[[Category:Anarchism| "
-            "]]\n[[de:Anarchismus]]\n[[:Category:Visible|visible]] text.",
+            "starts.\n[[Image:X.png|200px]]\n[[Category:Anarchism| ]]\n[[de:Anarchismus]]\n"
+            "[[:Category:Visible|visible]] text.",
             "Prose starts.\nvisible text.",
         ),
         # tables (nested), table debris
@@ -204,8 +203,8 @@ def test_hf_without_datasets_is_a_clear_error(monkeypatch):
         ),
         # inline templates that carry text, and empty parentheses left by removed ones
         (
-            "It is {{convert|5|km|mi}} long and {{lang|fr|très}} fine ({{IPA|x}}) here{{citation "
-            "needed}}.",
+            "It is {{convert|5|km|mi}} long and {{lang|fr|très}} fine ({{IPA|x}}) "
+            "here{{citation needed}}.",
             "It is 5 km long and très fine here.",
         ),
         # external links: labelled, bare

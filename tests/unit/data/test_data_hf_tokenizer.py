@@ -30,12 +30,10 @@ from tokendrop.finetuning.common import FinetuneError, load_finetune_tokenizer  
 BERT_SPECIAL_IDS = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
 WORDS = (
     "the of and to in is was for on as with by he she it at from his her that this which are were "
-    "be "
-    "been has have had not but or an they their one two new first time year world city house music "
-    "film "
-    "game team school river water light book word hello token drop train model data text line play "
-    "cafe "
-    "over under after before about between during without within through people state north south"
+    "be been has have had not but or an they their one two new first time year world city house "
+    "music film game team school river water light book word hello token drop train model data "
+    "text line play cafe over under after before about between during without within through "
+    "people state north south"
 ).split()
 ACCENTED = [
     "café",
@@ -512,8 +510,8 @@ def test_bad_tokenizer_dirs(tmp_path, corpus):
     roberta = write_vocab_dir(tmp_path / "rob", False, {"tokenizer_class": "RobertaTokenizer"})
     run(
         roberta,
-        r"rob/tokenizer_config\.json: tokenizer_class 'RobertaTokenizer' is not a BERT WordPiece "
-        r"tokenizer",
+        r"rob/tokenizer_config\.json: tokenizer_class 'RobertaTokenizer' is not a BERT "
+        r"WordPiece tokenizer",
     )
     bad_json = write_vocab_dir(tmp_path / "badjson", False, None)
     (tmp_path / "badjson" / "tokenizer_config.json").write_text("{not json")

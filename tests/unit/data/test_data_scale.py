@@ -347,8 +347,8 @@ def test_resume_reuses_units_and_refuses_other_inputs(tmp_path, corpus, monkeypa
         f.write("\nOne more document.\n")
     with pytest.raises(
         DataError,
-        match=r"o2\.partial: holds the unfinished preparation of other inputs .*a\.txt.*"
-        r"--overwrite",
+        match=r"o2\.partial: holds the unfinished preparation of other inputs "
+        r".*a\.txt.*--overwrite",
     ) as e:
         prepare(local, tmp_path / "o2", seq_len=32, vocab=vocab, workers=1, progress=False)
     assert "\n" not in str(e.value)

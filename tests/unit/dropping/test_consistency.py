@@ -20,7 +20,7 @@ from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
 from tokendrop.train.runtime import param_groups
-from tokendrop.train.trainer import MLMStep
+from tokendrop.train.step import MLMStep
 
 V = 97
 

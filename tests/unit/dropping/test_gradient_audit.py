@@ -198,10 +198,8 @@ DEFAULT_SET = set(DEFAULT)
 def test_the_grid_covers_every_value_of_every_axis():
     print(
         f"gradient audit: {len(GRID)} cases in the full grid (-m slow), {len(DEFAULT)} in the "
-        "default run; "
-        f"{len(FAMILIES)} families x {len(layouts())} layouts x {len(PADDINGS)} paddings x "
-        f"{len(DOCUMENTS)} "
-        f"document settings x forms {sorted(FORMS)}"
+        f"default run; {len(FAMILIES)} families x {len(layouts())} layouts x {len(PADDINGS)} "
+        f"paddings x {len(DOCUMENTS)} document settings x forms {sorted(FORMS)}"
     )
     every = {a: {getattr(c, a) for c in GRID} for a in AXES}
     assert every["family"] == set(FAMILIES)

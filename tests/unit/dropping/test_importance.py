@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from tokendrop.data.tokenizer import SPECIAL_IDS as SPECIAL
-from tokendrop.dropping.importance import PIN_HIGH, PIN_LOW, TokenSelector
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.importance import TokenSelector
+from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig
 
 V = 20
 

@@ -19,7 +19,7 @@ from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
 from tokendrop.train.runtime import param_groups
-from tokendrop.train.trainer import MLMStep
+from tokendrop.train.step import MLMStep
 
 V = 97
 
@@ -349,7 +349,8 @@ def test_resume_mid_schedule_is_bit_identical(tiny_data, tmp_path):
 
     from tokendrop.cli import main
     from tokendrop.runs import checkpoint as ckpt_mod
-    from tokendrop.train.trainer import pretrain, read_metrics
+    from tokendrop.runs.metrics import read_metrics
+    from tokendrop.train.trainer import pretrain
 
     ov = [
         "drop.method=random_ltd",

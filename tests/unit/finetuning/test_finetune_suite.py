@@ -14,8 +14,7 @@ from tokendrop.finetuning.tasks import TASKS
 
 TABLE_HEAD = (
     "| Methods | AX (corr.) | MNLI-mm (acc.) | MNLI-m (acc.) | QNLI (acc.) | QQP (F1) | SST (acc.) "
-    "| GLUE-avg "
-    "| SQuAD v1 (F1) | SQuAD v2 (F1) | SQuAD-avg |"
+    "| GLUE-avg | SQuAD v1 (F1) | SQuAD v2 (F1) | SQuAD-avg |"
 )
 
 

@@ -314,12 +314,9 @@ def test_a_task_given_another_tasks_data_says_they_do_not_match(tmp_path):
         )
     with pytest.raises(
         FinetuneError,
-        match=r"train.tsv:1: header lacks column\(s\) #1 String, #2 "
-        r"String, Quality "
-        r"\(found: sentence, label\); the task and the data "
-        r"do not match: this is "
-        r"sst2 data, not mrpc's \(pass --task sst2, or mrpc's "
-        r"own files\)$",
+        match=r"train.tsv:1: header lacks column\(s\) #1 String, #2 String, Quality \(found: "
+        r"sentence, label\); the task and the data do not match: this is sst2 data, not mrpc's "
+        r"\(pass --task sst2, or mrpc's own files\)$",
     ) as e:
         load_task(TASKS["mrpc"], tmp_path)
     assert "\n" not in str(e.value)

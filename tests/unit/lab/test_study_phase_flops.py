@@ -12,8 +12,9 @@ from tokendrop.config import load_config
 from tokendrop.dropping.flops import step_flops
 from tokendrop.errors import DataError
 from tokendrop.lab.study.aggregate import run_measurements
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.train.resume import load_run_config
-from tokendrop.train.trainer import pretrain, read_metrics
+from tokendrop.train.trainer import pretrain
 
 
 def test_a_dense_start_counts_dense_in_the_studys_flops(tiny_data, tmp_path):

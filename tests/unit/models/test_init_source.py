@@ -16,11 +16,14 @@ import torch
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from tokendrop.errors import ConfigError  # noqa: E402
-from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification  # noqa: E402
-from tokendrop.models.hf import InteropError, save_source_files  # noqa: E402
-from tokendrop.models.source import (  # noqa: E402
+from tokendrop.errors import (
+    ConfigError,  # noqa: E402
     InitError,
+    InteropError,  # noqa: E402
+)
+from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification  # noqa: E402
+from tokendrop.models.hf import save_source_files  # noqa: E402
+from tokendrop.models.source import (
     export_hf,
     find_checkpoint,
     load_init_weights,

@@ -2,7 +2,7 @@
 original positions, so a kept token sees exactly the kept keys it would see densely within
 ``local_attention // 2`` positions.
 
-The reference is a direct computation, independent of ``tokendrop.attention`` and of
+The reference is a direct computation, independent of ``tokendrop.models.attention`` and of
 ``run_layers``: every layer written out from the model's weights in float64, the span's queries
 being the kept rows, each attention over an explicit boolean mask (same document, and for a
 sliding-window layer ``|original position_i - original position_j| <= local_attention // 2``) built

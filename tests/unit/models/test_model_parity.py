@@ -116,8 +116,8 @@ def test_export_loads_in_transformers(small_cfg, tmp_path):
 def test_refuses_pickles(tmp_path, small_cfg):
     import json
 
+    from tokendrop.errors import InteropError
     from tokendrop.models.bert.hf import hf_config_dict
-    from tokendrop.models.hf import InteropError
 
     (tmp_path / "config.json").write_text(json.dumps(hf_config_dict(small_cfg)))
     (tmp_path / "pytorch_model.bin").write_bytes(b"not loaded")

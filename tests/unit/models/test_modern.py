@@ -24,12 +24,15 @@ from tokendrop.dropping.methods import (  # noqa: E402
     DropConfig,  # noqa: E402
 )
 from tokendrop.dropping.plan import DropPlan  # noqa: E402
-from tokendrop.errors import ConfigError
+from tokendrop.errors import (
+    ConfigError,
+    InteropError,  # noqa: E402
+)
 from tokendrop.finetuning.tasks import TASKS
 from tokendrop.models import attention  # noqa: E402
 from tokendrop.models.bert.model import BertForMaskedLM, BertForSequenceClassification
 from tokendrop.models.families import build_model  # noqa: E402
-from tokendrop.models.hf import InteropError, copy_tokenizer, save_pretrained  # noqa: E402
+from tokendrop.models.hf import copy_tokenizer, save_pretrained  # noqa: E402
 from tokendrop.models.masked_lm import document_ids  # noqa: E402
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM  # noqa: E402
 from tokendrop.models.source import (  # noqa: E402  # noqa: E402
@@ -40,7 +43,7 @@ from tokendrop.models.source import (  # noqa: E402  # noqa: E402
     resolve_model_init,
 )
 from tokendrop.train.runtime import param_groups  # noqa: E402
-from tokendrop.train.trainer import MLMStep
+from tokendrop.train.step import MLMStep
 
 V = len(task_vocab_tokens())
 CLS, SEP, PAD = SPECIAL_IDS["cls"], SPECIAL_IDS["sep"], SPECIAL_IDS["pad"]
@@ -567,7 +570,8 @@ def test_head_warmup_moves_only_the_modern_head(headless_dir):
 
 
 def test_pretrain_init_warms_up_a_fresh_modern_head(headless_dir, tmp_path):
-    from tokendrop.train.trainer import pretrain, read_metrics
+    from tokendrop.runs.metrics import read_metrics
+    from tokendrop.train.trainer import pretrain
 
     data = _task_data(tmp_path, headless_dir)
     cfg = from_dict(
@@ -762,7 +766,8 @@ def test_band_and_flex_forms_against_the_dense_bias():
 
 def test_resume_may_change_the_attention_backend():
     from tokendrop.config import to_dict
-    from tokendrop.train.trainer import TrainingError, check_resume_compatible
+    from tokendrop.errors import TrainingError
+    from tokendrop.train.resume import check_resume_compatible
 
     old, new = to_dict(Config()), to_dict(Config())
     new["model"]["attention_backend"] = "sdpa"

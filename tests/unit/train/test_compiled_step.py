@@ -22,7 +22,7 @@ from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
 from tokendrop.train.compiled import CompiledAdamW, compiled_shapes, resolve_mode
 from tokendrop.train.runtime import param_groups
-from tokendrop.train.trainer import MLMStep
+from tokendrop.train.step import MLMStep
 
 V, T, B = 97, 32, 2
 

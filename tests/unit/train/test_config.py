@@ -166,8 +166,8 @@ def test_bad_values(override, msg):
             "finetune",
             "grad_clip",
             -1.0,
-            "finetune.grad_clip: expected a finite max gradient norm >= 0 (0 = no clipping), got "
-            "-1.0",
+            "finetune.grad_clip: expected a finite max gradient norm >= 0 (0 = no "
+            "clipping), got -1.0",
         ),
         ("finetune", "epochs", 0.0, "finetune.epochs: expected a finite number > 0, got 0.0"),
         ("finetune", "eval_batch_size", 0, "finetune.eval_batch_size: expected > 0, got 0"),

@@ -13,7 +13,8 @@ from tokendrop.config import load_config
 from tokendrop.errors import ConfigError
 from tokendrop.models.source import resolve_init_source, resolve_model_init
 from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.train.trainer import pretrain, read_metrics
+from tokendrop.runs.metrics import read_metrics
+from tokendrop.train.trainer import pretrain
 
 SMALL = [
     "train.batch_size=8",
@@ -205,7 +206,8 @@ def test_importance_warm_start(tiny_data, tmp_path, how):
     ev = events(tmp_path / "r", "importance_init")
     assert [e["importance_init"] for e in ev] == ([] if how == "constant" else [how])
     from tokendrop.data import MLMLoader, PreparedData
-    from tokendrop.dropping.importance import PIN_HIGH, TokenSelector
+    from tokendrop.dropping.importance import TokenSelector
+    from tokendrop.dropping.methods import PIN_HIGH
     from tokendrop.models.bert.model import BertForMaskedLM
     from tokendrop.train.continued import warm_start_importance
 

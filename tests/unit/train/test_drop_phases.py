@@ -16,8 +16,9 @@ from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import step_flops
 from tokendrop.dropping.importance import TokenSelector
 from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.train.resume import load_run_config
-from tokendrop.train.trainer import pretrain, read_metrics
+from tokendrop.train.trainer import pretrain
 
 STEPS = 10
 
@@ -135,7 +136,8 @@ def test_a_run_recorded_before_the_phases_resumes_and_a_changed_mask_rows_is_ref
     their defaults -- what that version did -- so it resumes; the ranking of [MASK] rows is fixed
     for a run (the saved vector's [MASK] score means something else), the phases are a schedule."""
     from tokendrop.config import to_dict
-    from tokendrop.train.trainer import TrainingError, check_resume_compatible
+    from tokendrop.errors import TrainingError
+    from tokendrop.train.resume import check_resume_compatible
 
     new = to_dict(load_config("tiny", ["drop.method=cumulative"]))
     old = json.loads(json.dumps(new))

@@ -17,10 +17,12 @@ from tokendrop.cli import main as cli_main
 from tokendrop.config import TrainConfig, load_config
 from tokendrop.data.masking import unigram_entropy
 from tokendrop.errors import ConfigError
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.runs.trackers import scalars, tag_of
 from tokendrop.train.console import LOG_FILE, eta, interval_line
 from tokendrop.train.continued import head_warmup_plan
-from tokendrop.train.trainer import load_run_config, pretrain, read_metrics
+from tokendrop.train.resume import load_run_config
+from tokendrop.train.trainer import pretrain
 
 SMALL = [
     "train.steps=4",

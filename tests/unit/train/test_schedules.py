@@ -23,10 +23,12 @@ from tokendrop.config.quantities import parse_duration
 from tokendrop.data import MLMLoader, PreparedData, num_prediction_slots
 from tokendrop.errors import ConfigError
 from tokendrop.runs import checkpoint as ckpt_mod
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.train import trainer as train_mod
 from tokendrop.train.budget import RunLength
 from tokendrop.train.schedules import LRSchedule, wsd_shape
-from tokendrop.train.trainer import pretrain, read_metrics
+from tokendrop.train.step import MLMStep
+from tokendrop.train.trainer import pretrain
 from tokendrop.value_schedule import ValueSchedule, cosine, linear
 
 # ---------------------------------------------------------------------------------------------
@@ -342,7 +344,7 @@ class FakeClock:
 @pytest.fixture
 def fake_clock(monkeypatch):
     clock = FakeClock()
-    step_call, eval_call = train_mod.MLMStep.__call__, train_mod.evaluate_mlm
+    step_call, eval_call = MLMStep.__call__, train_mod.evaluate_mlm
 
     def step(self, *a, **k):
         clock.t += 1.0
@@ -352,7 +354,7 @@ def fake_clock(monkeypatch):
         clock.t += 5.0
         return eval_call(*a, **k)
 
-    monkeypatch.setattr(train_mod.MLMStep, "__call__", step)
+    monkeypatch.setattr(MLMStep, "__call__", step)
     monkeypatch.setattr(train_mod, "evaluate_mlm", evaluate)
     return clock
 
@@ -417,17 +419,18 @@ DDP_BUDGET_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     from tokendrop.config import load_config
-    from tokendrop.train import trainer as train
+    from tokendrop.train.step import MLMStep
+    from tokendrop.train.trainer import pretrain
 
     rank = int(os.environ.get("RANK", "0"))
     clock = [0.0]
-    call = train.MLMStep.__call__
+    call = MLMStep.__call__
 
     def step(self, *a, **k):  # rank 1's clock runs three times as fast: only rank 0's may count
         clock[0] += 1.0 + 2.0 * rank
         return call(self, *a, **k)
 
-    train.MLMStep.__call__ = step
+    MLMStep.__call__ = step
     # train.warmup_steps in steps: tiny's warmup_ratio is a share of the budget
     cfg = load_config("tiny", [
         f'data.path="{sys.argv[1]}"', "train.steps=unset", "train.time_budget=4s",
@@ -435,7 +438,7 @@ DDP_BUDGET_SCRIPT = textwrap.dedent(
         "train.batch_size=8", "train.eval_every=100", "train.threads=1",
         "train.lr_schedule=wsd", "train.warmup_steps=4",
     ])
-    res = train.pretrain(cfg, sys.argv[2], progress=False, clock=lambda: clock[0])
+    res = pretrain(cfg, sys.argv[2], progress=False, clock=lambda: clock[0])
     lrs = [r["lr"] for r in res.history if "lr" in r]
     with open(os.path.join(os.path.dirname(sys.argv[2]), f"rank{rank}.json"), "w") as f:
         json.dump({"steps": res.steps, "lrs": lrs}, f)

@@ -16,9 +16,10 @@ from safetensors.torch import load_file
 from tokendrop.cli import main as cli_main
 from tokendrop.config import MICRO_BATCH_AUTO, load_config
 from tokendrop.dropping.methods import PAPER_METHOD
-from tokendrop.errors import ConfigError
+from tokendrop.errors import ConfigError, TrainingError
 from tokendrop.runs import checkpoint as ckpt_mod
-from tokendrop.train.trainer import TrainingError, pretrain, read_metrics
+from tokendrop.runs.metrics import read_metrics
+from tokendrop.train.trainer import pretrain
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -79,10 +79,8 @@ def test_the_tiny_presets_lr_warm_up_follows_the_users_length(tiny_data):
                 "train.batch_warmup_tokens=100000",
             ],
             r"^train.batch_warmup_tokens: the batch warm-up \(100,000 tokens\) is longer than the "
-            r"run "
-            r"\(4 steps x 8 x 64 = "
-            r"2,048 tokens\); set train.batch_warmup_tokens <= 2048, or a share of the run: "
-            r"train.batch_warmup_share$",
+            r"run \(4 steps x 8 x 64 = 2,048 tokens\); set train.batch_warmup_tokens <= 2048, or a "
+            r"share of the run: train.batch_warmup_share$",
         ),
     ],
 )
@@ -97,10 +95,8 @@ def test_a_warm_up_longer_than_its_run_is_refused_in_one_line(tiny_data, overrid
 def test_a_model_size_of_zero_or_less_is_refused(key, value, tiny_data, tmp_path, capsys):
     with pytest.raises(
         ConfigError,
-        match=rf"^model.{key}: expected a positive integer, got "
-        rf"{value}; a size is given, "
-        r"or comes from model.preset \(e.g. \"bert-base\"\) or "
-        r"model.init",
+        match=rf"^model.{key}: expected a positive integer, got {value}; a size is given, or comes "
+        r"from model.preset \(e.g. \"bert-base\"\) or model.init",
     ) as e:
         load_config("tiny", [f"model.{key}={value}"])
     assert "\n" not in str(e.value)
@@ -269,7 +265,8 @@ def test_the_named_sizes_are_the_defaults_and_run(tiny_data, tmp_path):
     evaluates the whole held-out split and records the names; a data.seq_len given must match."""
     import torch
 
-    from tokendrop.train.trainer import load_run_config, pretrain
+    from tokendrop.train.resume import load_run_config
+    from tokendrop.train.trainer import pretrain
 
     base = load_config(None)
     assert (base.data.seq_len, base.train.micro_batch_size, base.train.threads) == (

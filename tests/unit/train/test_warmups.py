@@ -19,9 +19,12 @@ from tokendrop.data.pieces import frame_pieces
 from tokendrop.dropping.flops import consistency_flops, step_flops
 from tokendrop.dropping.methods import ltd_kept
 from tokendrop.errors import ConfigError
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.train import budget, trainer as train_mod
+from tokendrop.train.resume import load_run_config
 from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_at, seq_len_at
-from tokendrop.train.trainer import load_run_config, pretrain, read_metrics
+from tokendrop.train.step import MLMStep
+from tokendrop.train.trainer import pretrain
 from tokendrop.train.warmups import StepPlan, default_micro_batch
 
 # ---------------------------------------------------------------------------------------------
@@ -276,15 +279,13 @@ def test_batch_warmup_in_tokens_follows_the_tokens_taken(tiny_data, tmp_path):
         ),
         (
             ["data.seq_len=64", "data.seq_len_start=128"],
-            r"data.seq_len_start: expected a length in \(0, data.seq_len = 64\] or \"off\", "
-            r"got 128",
+            r"data.seq_len_start: expected a length in \(0, data.seq_len = 64\] or "
+            r"\"off\", got 128",
         ),
         (
             ["train.batch_warmup_start=64"],
-            r"train.batch_warmup_start: 64 sequences is more than the "
-            r"batch itself "
-            r"\(train.batch_size = 16\); set train.batch_warmup_start "
-            r"<= 16, or a share",
+            r"train.batch_warmup_start: 64 sequences is more than the batch itself "
+            r"\(train.batch_size = 16\); set train.batch_warmup_start <= 16, or a share",
         ),
         (
             ["train.batch_warmup_start=1.5", "train.batch_warmup_share=0.25"],
@@ -365,7 +366,7 @@ def test_process_clock_budget_stops_within_one_step(tiny_data, tmp_path, monkeyp
     one second per step, not during evaluation) and stops at the first step at or past its budget;
     the wall clock is never consulted for the budget."""
     t = [50.0]
-    step_call, eval_call = train_mod.MLMStep.__call__, train_mod.evaluate_mlm
+    step_call, eval_call = MLMStep.__call__, train_mod.evaluate_mlm
 
     def step(self, *a, **k):
         t[0] += 1.0
@@ -375,7 +376,7 @@ def test_process_clock_budget_stops_within_one_step(tiny_data, tmp_path, monkeyp
         t[0] += 7.0
         return eval_call(*a, **k)
 
-    monkeypatch.setattr(train_mod.MLMStep, "__call__", step)
+    monkeypatch.setattr(MLMStep, "__call__", step)
     monkeypatch.setattr(train_mod, "evaluate_mlm", evaluate)
     monkeypatch.setattr("time.process_time", lambda: t[0])
     monkeypatch.setattr("time.perf_counter", lambda: 0.0)  # a wall clock that never moves
@@ -433,13 +434,13 @@ def _step_batches(cfg, out, monkeypatch, fits: bool = True):
     """The micro-batches (their key -> shape) of every step of ``pretrain(cfg)``; ``fits`` False:
     the memory pre-flight refuses any batch larger than the loader's."""
     seen = []
-    real_step = train_mod.MLMStep.__call__
+    real_step = MLMStep.__call__
 
     def spy(self, micro, *a, **k):
         seen.append([{key: tuple(v.shape) for key, v in mb.items()} for mb in micro])
         return real_step(self, micro, *a, **k)
 
-    monkeypatch.setattr(train_mod.MLMStep, "__call__", spy)
+    monkeypatch.setattr(MLMStep, "__call__", spy)
     if not fits:
         real_check = train_mod.check_memory
 
@@ -533,12 +534,12 @@ def test_compiled_warmups_compile_the_announced_shapes_once(tiny_data, tmp_path,
     generation)."""
     counter = CompileCounterWithBackend("aot_eager")
 
-    class Counted(train_mod.MLMStep):
+    class Counted(MLMStep):
         def __init__(self, *a, **k):
             super().__init__(*a, **{**k, "compile_backend": counter})
 
     steps = []
-    real_call = train_mod.MLMStep.__call__
+    real_call = MLMStep.__call__
     update = []  # whether AdamW's update is a compiled graph (not for a fused AdamW on CPU)
 
     def spy(self, micro, lr, at):

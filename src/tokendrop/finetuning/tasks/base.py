@@ -85,9 +85,8 @@ class TaskSpec:
     main: str  # the one under "score"
     dirname: str = ""  # the task's directory in the GLUE/SQuAD download (SST-2, MNLI, ...)
     columns: Columns | None = None  # train and dev files
-    test_columns: Columns | None = (
-        None  # the unlabelled test file (default: ``columns`` without the label)
-    )
+    # the unlabelled test file (default: ``columns`` without the label)
+    test_columns: Columns | None = None
     labels: list[str] = field(default_factory=list)  # classification: label values in index order
     train: str = "train.tsv"  # "" = evaluation only
     # split name -> file name

@@ -217,8 +217,8 @@ def read_squad(
                                 _where(
                                     path,
                                     la,
-                                    f" (id {qid!r}): answer {text[:40]!r} does not occur in "
-                                    "the context",
+                                    f" (id {qid!r}): answer {text[:40]!r} does not "
+                                    "occur in the context",
                                 )
                             )
                         at = ", ".join(str(i) for i in occ[:5]) + (" ..." if len(occ) > 5 else "")

@@ -202,8 +202,7 @@ def convert_snippets(
         "seed": seed,
         "dev_fraction": dev_fraction,
         "note": "Rotten Tomatoes snippets from the vaderSentiment sdist, labelled by the sign of "
-        "the mean "
-        "rating; not the real SST-2",
+        "the mean rating; not the real SST-2",
     }
     return write_sst2(out_dir, train, dev, meta)
 

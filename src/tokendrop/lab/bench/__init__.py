@@ -4,7 +4,7 @@
     res = run_bench(cfg)                                        # -> BenchResult (typed records)
     write_results(res, "benchmarks/results/")                   # <machine>-<preset>.json + .md
 
-What one *step* is: the real training step, ``tokendrop.train.trainer.MLMStep`` -- importance-based
+What one *step* is: the real training step, ``tokendrop.train.step.MLMStep`` -- importance-based
 selection, forward (with dropping or dense), per-slot weighted MLM NLL, backward, gradient
 clipping, AdamW, importance update -- on a synthetic packed MLM batch of static shape (input_ids
 (B, T), mlm_positions/labels/weights (B, P), P = round(0.15 T), no padding, so no attention mask).
@@ -49,8 +49,9 @@ Markdown, plot), ``run`` (``run_bench``), ``max_batch`` (largest batch that fits
 (the GPU campaign's parts and their CPU dry run).  Nothing here asserts timings.
 """
 
+from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import gpu_peak_flops
-from tokendrop.lab.bench.environment import Environment, cpu_model, machine_slug
+from tokendrop.lab.bench.environment import Environment, machine_slug
 from tokendrop.lab.bench.presets import PRESETS, BenchConfig, bench_config, make_preset
 from tokendrop.lab.bench.profiling import (
     cpu_peak_from_events,
@@ -62,7 +63,8 @@ from tokendrop.lab.bench.profiling import (
 from tokendrop.lab.bench.records import SCHEMA_VERSION, BenchResult, SettingResult
 from tokendrop.lab.bench.report import format_markdown, format_text, plot_speedup, write_results
 from tokendrop.lab.bench.run import run_bench
-from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
+from tokendrop.lab.bench.workload import Setting, build_settings, synthetic_batch
+from tokendrop.lab.machine import cpu_model
 
 __all__ = [
     "BenchConfig",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from tokendrop.lab.bench.fields import optional
-from tokendrop.lab.machine import cpu_model, loadavg  # noqa: F401 -- loadavg: re-exported
+from tokendrop.lab.machine import cpu_model, loadavg
 
 
 def machine_slug(device: str) -> str:

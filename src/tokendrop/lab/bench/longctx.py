@@ -44,7 +44,7 @@ import torch
 from tokendrop.config import THREADS_AUTO, ModelConfig, config_dir, from_dict, load_config
 from tokendrop.dropping.flops import describe_model, step_flops
 from tokendrop.errors import ConfigError
-from tokendrop.lab.bench.environment import Environment, environment, loadavg
+from tokendrop.lab.bench.environment import Environment, environment
 from tokendrop.lab.bench.fields import optional, record_dict
 from tokendrop.lab.bench.presets import (
     LONGCTX_PREFIX as PREFIX,  # configs/bench-longctx-*.toml: LongContextConfig
@@ -55,6 +55,7 @@ from tokendrop.lab.bench.records import BenchResult
 from tokendrop.lab.bench.report import write_json_and_markdown
 from tokendrop.lab.bench.run import bench_device, run_bench
 from tokendrop.lab.bench.workload import Setting
+from tokendrop.lab.machine import loadavg
 from tokendrop.lab.sizes import (
     BUDGET_NONE,
     DOCUMENT_ROW,
@@ -583,8 +584,7 @@ def host_line(res: LongContextResult) -> str:
     where = e.gpu_name or f"{e.cpu_model} ({e.cpu_count} cores)"
     return (
         f"{where}, torch {e.torch}, {e.torch_threads} thread(s), {res.config.precision}; "
-        f"{_load(e)}; "
-        f"memory limit {res.memory_limit_bytes / 2**30:.1f} GiB"
+        f"{_load(e)}; memory limit {res.memory_limit_bytes / 2**30:.1f} GiB"
     )
 
 
@@ -617,9 +617,8 @@ def format_markdown(res: LongContextResult) -> str:
     lines += [
         "",
         "Speed-up = the median over rounds of dense step time / dropping step time, measured "
-        "seconds apart "
-        "(paired); [min-max] over the rounds.  FLOP bound = dense FLOPs / dropping FLOPs "
-        "(`tokendrop.dropping.flops`)."
+        "seconds apart (paired); [min-max] over the rounds.  FLOP bound = dense FLOPs / dropping "
+        "FLOPs (`tokendrop.dropping.flops`)."
         + (
             " CPU time = process time, robust to waiting for a core on a loaded machine."
             if cpu
@@ -694,8 +693,8 @@ def format_markdown(res: LongContextResult) -> str:
         )
     lines += [
         "",
-        f"Goal (a benchmark, not a test): dropping at >= {GOAL_FRACTION:.2f} of its FLOP bound at "
-        "every T.",
+        f"Goal (a benchmark, not a test): dropping at >= {GOAL_FRACTION:.2f} of its FLOP "
+        "bound at every T.",
         "",
     ]
     for fam, g in res.goal.items():

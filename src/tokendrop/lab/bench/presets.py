@@ -80,7 +80,8 @@ class BenchConfig:
 
     name: str = "custom"
     device: str = "cpu"  # cpu | cuda
-    model: str = "cpu-12x256"  # a tokendrop.config.MODEL_PRESETS name (bert-* / cpu-* / modern-*)
+    # a tokendrop.config.model.MODEL_PRESETS name (bert-* / cpu-* / modern-*)
+    model: str = "cpu-12x256"
     # a positive size overrides the model preset's shape (intermediate = 4 x hidden, unless given),
     # or "preset" (SHAPE_PRESET): the model preset's
     num_layers: int | str = SHAPE_PRESET
@@ -116,9 +117,8 @@ class BenchConfig:
     # drop | pass | avg (rate 0.5 only) | random_ltd
     variants: list[str] = field(default_factory=lambda: ["drop"])
     method: str = "cumulative"  # importance method for drop/pass (the paper's)
-    hf: bool = (
-        True  # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
-    )
+    # time transformers.BertForMaskedLM (modern-*: ModernBertForMaskedLM) side by side
+    hf: bool = True
     # also time that model patched by tokendrop.transformers.apply_token_dropping at every variant x
     # rate (its head as hf_sparse_prediction says), against the unpatched one and against ours
     hf_token_dropping: bool = False
@@ -129,9 +129,8 @@ class BenchConfig:
     hf_released: bool = False
     precision: str = "fp32"  # fp32 | bf16 (autocast, fp32 master weights, both models)
     compile: bool = False  # torch.compile(model, dynamic=False), ours and HF's
-    compile_backend: str = (
-        "inductor"  # inductor | aot_eager | eager (the last two: dry runs without codegen)
-    )
+    # inductor | aot_eager | eager (the last two: dry runs without codegen)
+    compile_backend: str = "inductor"
     fused_adamw: bool = True  # AdamW(fused=True), ours and HF's (CUDA and, since torch 2.4, CPU)
     threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     warmup: int = 2  # untimed steps per setting before the rounds (compile: more)
@@ -188,8 +187,7 @@ class BenchConfig:
         if self.hf_token_dropping and not self.hf:
             raise ConfigError(
                 "bench.hf_token_dropping: the patched transformers model is compared with the "
-                "unpatched "
-                "one; set hf = true"
+                "unpatched one; set hf = true"
             )
         if self.hf_released and not (self.hf_token_dropping and self.hf_sparse_prediction):
             raise ConfigError(
@@ -243,9 +241,8 @@ class BenchConfig:
 
 PRESET_PREFIX = "bench-"
 CAMPAIGN_PREFIX = "bench-campaign-"  # configs/bench-campaign-*.toml are CampaignConfig presets
-LONGCTX_PREFIX = (
-    "bench-longctx-"  # configs/bench-longctx-*.toml are LongContextConfig presets (bench.longctx)
-)
+# configs/bench-longctx-*.toml are LongContextConfig presets (bench.longctx)
+LONGCTX_PREFIX = "bench-longctx-"
 
 
 def _preset_files() -> dict[str, Path]:
@@ -289,8 +286,8 @@ def make_preset(
     is_path = name.endswith(".toml") or os.sep in name
     if not is_path and name not in PRESETS:
         raise ConfigError(
-            f"bench --preset: unknown preset {name!r}; expected one of {', '.join(PRESETS)} or a "
-            ".toml file"
+            f"bench --preset: unknown preset {name!r}; expected one of {', '.join(PRESETS)} "
+            "or a .toml file"
         )
     extra = [f'device="{device}"'] if device else []
     cfg = load_config(name if is_path else PRESETS[name], list(overrides) + extra, cls=BenchConfig)

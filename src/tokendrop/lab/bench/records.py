@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokendrop.lab.bench.environment import Environment
-from tokendrop.lab.bench.fields import optional, record_dict  # noqa: F401 -- record_dict: re-exported
+from tokendrop.lab.bench.fields import optional, record_dict
 from tokendrop.lab.bench.presets import BenchConfig
 
 SCHEMA_VERSION = 1
@@ -202,9 +202,8 @@ class ModelInfo:
     model: dict[str, Any]  # preset name + shape fields
     num_parameters: int
     hf_attn_implementation: str | None
-    hf_model: str = (
-        "transformers.BertForMaskedLM"  # the baseline's class (ModernBertForMaskedLM for modern-*)
-    )
+    # the baseline's class (ModernBertForMaskedLM for modern-*)
+    hf_model: str = "transformers.BertForMaskedLM"
 
 
 @dataclass

@@ -48,8 +48,8 @@ def format_text(res: BenchResult) -> str:
         f"{res.preset} on {env.where} ({env.torch_threads} threads), torch {env.torch}, "
         f"transformers {env.transformers}, {cfg.precision}" + (", compiled" if cfg.compile else ""),
         f"{'setting':<16} {'B':>4} {'M':>4} {'wall ms':>9} {'IQR %':>6} {'cpu ms':>8} {'syncs':>5} "
-        f"{'ops':>6} "
-        f"{'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'util':>5} {'peak MiB':>9} {'sdpa':>10}",
+        f"{'ops':>6} {'tok/s':>9} {'TFLOP/s':>8} {'MFU':>6} {'util':>5} "
+        f"{'peak MiB':>9} {'sdpa':>10}",
     ]
     for row in res.settings:
         peak = row.memory.peak_bytes if row.memory is not None else None
@@ -76,8 +76,8 @@ def format_text(res: BenchResult) -> str:
     if res.vs_hf:
         lines += [
             "",
-            f"our dense vs {res.info.hf_model}: tokens/s ratio (wall, paired min-max; cpu-time), "
-            "peak memory",
+            f"our dense vs {res.info.hf_model}: tokens/s ratio (wall, paired min-max; "
+            "cpu-time), peak memory",
         ]
         for v in res.vs_hf:
             memr = v.memory_ratio_dense_over_hf
@@ -91,8 +91,8 @@ def format_text(res: BenchResult) -> str:
         lines += [
             "",
             f"{res.info.hf_model} patched by tokendrop.transformers: speedup over the unpatched "
-            "model "
-            "(wall, paired min-max; cpu-time), FLOP bound, step time / ours at the same setting",
+            "model (wall, paired min-max; cpu-time), FLOP bound, step time / ours at "
+            "the same setting",
         ]
         for p in res.hf_patched:
             cpu = (
@@ -159,18 +159,15 @@ def _md_setup(res: BenchResult, cpu_clock: bool) -> list[str]:
         f"- machine: `{env.machine}`; CPU: {env.cpu_model} ({env.cpu_count} cores), torch threads "
         f"{env.torch_threads}, OMP_WAIT_POLICY={env.OMP_WAIT_POLICY}"
         + (f"; GPU: {env.gpu_name} (CUDA {env.cuda}, cuDNN {env.cudnn})" if env.gpu_name else ""),
-        f"- torch {env.torch}, transformers {env.transformers}, Python {env.python}, "
-        f"{env.platform}",
+        f"- torch {env.torch}, transformers {env.transformers}, Python "
+        f"{env.python}, {env.platform}",
         f"- model: {m['preset']} ({m['num_layers']} layers, d={m['hidden_size']}, {m['num_heads']} "
-        "heads, "
-        f"V={m['vocab_size']}, dropout {m['hidden_dropout']}/{m['attention_dropout']}, "
+        f"heads, V={m['vocab_size']}, dropout {m['hidden_dropout']}/{m['attention_dropout']}, "
         f"{info.num_parameters / 1e6:.1f}M params"
         + (
             f"; ModernBERT architecture: GeGLU width {m['intermediate_size']}, global attention in "
-            "layers "
-            f"{m['global_layers']}, the others a {m['local_attention']}-token sliding window, "
-            "document attention "
-            f"{m['document_attention']}"
+            f"layers {m['global_layers']}, the others a {m['local_attention']}-token sliding "
+            f"window, document attention {m['document_attention']}"
             if "local_attention" in m
             else ""
         )
@@ -179,8 +176,7 @@ def _md_setup(res: BenchResult, cpu_clock: bool) -> list[str]:
         + (f" ({cfg.compile_backend})" if cfg.compile else "")
         + f"; AdamW fused={cfg.fused_adamw}; drop method {cfg.method}",
         f"- protocol: warm-up {cfg.warmup} steps per setting, then {res.rounds_done} interleaved "
-        f"rounds x {cfg.reps} "
-        f"step(s)"
+        f"rounds x {cfg.reps} step(s)"
         + (f" (of {cfg.rounds}: time budget)" if res.rounds_done < cfg.rounds else "")
         + "; speedups = median of per-round paired ratios (min-max over rounds in brackets)",
         f"- noise: load average {n.loadavg_start} -> {n.loadavg_end}; wall IQR/median: median "
@@ -190,16 +186,16 @@ def _md_setup(res: BenchResult, cpu_clock: bool) -> list[str]:
             if n.median_rel_iqr_cpu is not None
             else ""
         )
-        + f"; median cpu_util (CPU s / wall s) {n.median_cpu_util:.2f} with {env.torch_threads} "
-        "thread(s)",
+        + f"; median cpu_util (CPU s / wall s) {n.median_cpu_util:.2f} with "
+        f"{env.torch_threads} thread(s)",
     ]
     if res.peak_flops:
         out.append(f"- MFU against a peak of {res.peak_flops / 1e12:.0f} TFLOP/s (dense bf16)")
     if cpu_clock:
         out.append(
             "- `cpu-time` columns: process CPU seconds per step; with 1 thread on a shared machine "
-            "this is the "
-            "step's compute time without the time spent waiting for a core (wall = cpu / cpu_util)"
+            "this is the step's compute time without the time spent waiting for a core (wall = "
+            "cpu / cpu_util)"
         )
     return out
 
@@ -241,8 +237,8 @@ def _md_speedups(res: BenchResult, cpu_clock: bool) -> list[str]:
         out += [
             "",
             "FLOP bound with the sliding-window layers counted as the masked dense attention an "
-            "SDPA kernel "
-            "with a mask executes (the table's bound counts only the keys inside the window): "
+            "SDPA kernel with a mask executes (the table's bound counts only the keys "
+            "inside the window): "
             + ", ".join(
                 f"{x.setting} {x.flop_bound_masked_dense:.3f}x (achieved "
                 f"{_pct(x.speedup / x.flop_bound_masked_dense)})"
@@ -261,8 +257,7 @@ def _md_vs_hf(res: BenchResult, cpu_clock: bool) -> list[str]:
     out = [
         "",
         f"## Our dense step vs `{info.hf_model}` (attention `{info.hf_attn_implementation}`, same "
-        "config, "
-        "batch, dtype, AdamW)",
+        "config, batch, dtype, AdamW)",
         "",
         "| T | ours tok/s | HF tok/s | ratio (wall) | paired min-max |"
         + (" ratio (CPU time) |" if cpu_clock else "")
@@ -295,9 +290,8 @@ def _md_hf_patched(res: BenchResult, cpu_clock: bool) -> list[str]:
         f"## `{res.info.hf_model}` patched by `tokendrop.transformers` (its MLM head {head})",
         "",
         "Speedup = the unpatched model's step time / the patched model's; time / ours = the "
-        "patched model's "
-        "step time / our model's at the same setting (1.10 = 10% slower); medians of per-round "
-        "paired ratios.",
+        "patched model's step time / our model's at the same setting (1.10 = 10% slower); medians "
+        "of per-round paired ratios.",
         "",
         "| setting | speedup over unpatched | paired min-max | FLOP bound | time / ours | paired "
         "min-max |" + (" speedup (CPU time) | time / ours (CPU time) |" if cpu_clock else ""),
@@ -335,8 +329,8 @@ def _md_hf_three(res: BenchResult, cpu_clock: bool) -> list[str]:
         return []
     out = [
         "",
-        "## The integration's three numbers: patched vs released, the sparse head alone, "
-        "dropping alone",
+        "## The integration's three numbers: patched vs released, the sparse head "
+        "alone, dropping alone",
         "",
         "`hf-released` is transformers' MLM class as released (its head on all T positions, "
         "labels -100 elsewhere); `hf` is the same model with its head on the masked positions "
@@ -422,8 +416,7 @@ def _md_host_syncs(res: BenchResult) -> list[str]:
         out += [
             "",
             "Host syncs and aten ops per step: one untimed step under `tokendrop.train.census` "
-            "(CUDA's "
-            "sync-debug rules applied to the ops on any device)"
+            "(CUDA's sync-debug rules applied to the ops on any device)"
             + (
                 ": " + "; ".join(f"{n} at {', '.join(c.locations)}" for n, c in found)
                 if found
@@ -457,8 +450,8 @@ def check_results_path(path: str | os.PathLike) -> None:
     for t in targets:
         if t.is_dir():
             raise ConfigError(
-                f"bench --json: {t} is a directory; give a file name (or the directory with a "
-                "trailing /)"
+                f"bench --json: {t} is a directory; give a file name (or the directory "
+                "with a trailing /)"
             )
     parent = p if as_dir else p.parent
     while not parent.exists() and parent != parent.parent:

@@ -13,12 +13,13 @@ import torch
 
 from tokendrop.config import THREADS_AUTO
 from tokendrop.errors import ConfigError
-from tokendrop.lab.bench.environment import environment, loadavg
+from tokendrop.lab.bench.environment import environment
 from tokendrop.lab.bench.presets import BenchConfig
 from tokendrop.lab.bench.records import BenchResult
 from tokendrop.lab.bench.steps import build_runners
 from tokendrop.lab.bench.summary import summarise
 from tokendrop.lab.bench.timing import measure_extras, run_rounds, step_census, warm_up
+from tokendrop.lab.machine import loadavg
 from tokendrop.lab.sizes import BUDGET_NONE
 from tokendrop.train.runtime import resolve_device
 

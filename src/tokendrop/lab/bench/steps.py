@@ -1,6 +1,6 @@
 """Building the timed steps: one model + optimizer per variant, one ``Runner`` per setting.
 
-Our step is the real training step (``tokendrop.train.trainer.MLMStep``): importance-based
+Our step is the real training step (``tokendrop.train.step.MLMStep``): importance-based
 selection, forward with or without dropping, weighted MLM NLL, backward, clipping, AdamW, importance
 update. The dense baseline is the ``drop`` model's step with dropping off, so dense and drop share
 weights."""
@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
+from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.flops import layer_types
 from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan
@@ -31,11 +32,11 @@ from tokendrop.lab.bench.hf_baseline import (
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 from tokendrop.lab.bench.records import ModelInfo, StepCensus, StepExtras
-from tokendrop.lab.bench.workload import SPECIAL_IDS, Setting, build_settings, synthetic_batch
+from tokendrop.lab.bench.workload import Setting, build_settings, synthetic_batch
 from tokendrop.lab.sizes import SHAPE_FIELDS, SHAPE_PRESET
 from tokendrop.models.families import build_model
 from tokendrop.train.runtime import autocast_dtype
-from tokendrop.train.trainer import MLMStep
+from tokendrop.train.step import MLMStep
 
 
 def state_bytes(*objs: Any) -> int:

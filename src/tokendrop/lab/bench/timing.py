@@ -169,8 +169,8 @@ def measure_extras(
             state_bytes=st,
             peak_step_bytes=holder["peak"],
             rss_peak_delta_bytes=rss,
-            method="torch.profiler memory events (tensor allocator) peak over the step; rss: /proc "
-            "VmHWM delta",
+            method="torch.profiler memory events (tensor allocator) peak over the step; rss: "
+            "/proc VmHWM delta",
         )
     if mem.peak_step_bytes is not None:
         mem.peak_bytes = st + mem.peak_step_bytes

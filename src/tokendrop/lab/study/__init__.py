@@ -7,22 +7,28 @@ each with every seed, on one prepared corpus; fine-tunes every pretrained model 
 suite (``tokendrop.finetuning.evaluate``); then writes, under OUT::
 
     study.md                 the report: what was run (command, hardware, versions), time per
-    method,
-                             the tables, the figures, and findings computed from the numbers
+                             method, the tables, the figures, and findings computed from the
+                             numbers
     study.json               every number the report uses (per run and per method)
     study.toml               the resolved study config
     tables/table1.md         Table 1 layout: downstream columns + held-out MLM loss, per seed and
-    mean tables/table3.md         Table 3 layout + pretraining cost: average score, wall time,
-    FLOPs,
+                             mean
+    tables/table3.md         Table 3 layout + pretraining cost: average score, wall time, FLOPs,
                              each relative to the baseline
     tables/table4.md         Table 4: the drop-rate sweep
-    tables/time-to-quality.md  wall time / FLOPs each run needed to reach the baseline's final MLM
-    loss figures/mlm-loss-vs-wall.png, figures/mlm-loss-vs-flops.png   eval MLM loss curves, all
-    methods figures/fig3-importance-hist.png          Figure 3 (importance-score histogram)
-    figures/fig1-examples.{html,png}          Figure 1 (held-out sentences, kept tokens in bold)
+    tables/time-to-quality.md
+                             wall time / FLOPs each run needed to reach the baseline's final MLM
+                             loss
+    figures/mlm-loss-vs-wall.png, figures/mlm-loss-vs-flops.png
+                             eval MLM loss curves, all methods
+    figures/fig3-importance-hist.png
+                             Figure 3 (importance-score histogram)
+    figures/fig1-examples.{html,png}
+                             Figure 1 (held-out sentences, kept tokens in bold)
     inspect/<run>/           ``tokendrop inspect`` of the run behind Figures 1 and 3
     data/                    the corpus subset and the prepared (packed + unpacked) data
-    runs/<method>-seed<k>/   the pretraining runs;  eval/  the suite's cells and results
+    runs/<method>-seed<k>/   the pretraining runs
+    eval/                    the suite's cells and results
 
 Continued pretraining (``study.source``, e.g. ``configs/study-continue.toml``): every run starts
 from one checkpoint (``model.init``), the data is tokenized with its tokenizer, and the checkpoint
@@ -51,7 +57,7 @@ from tokendrop.lab.study.aggregate import (
     run_measurements,
 )
 from tokendrop.lab.study.common import StudyError
-from tokendrop.lab.study.data import prepare_data, resolve_source
+from tokendrop.lab.study.data import prepare_data
 from tokendrop.lab.study.findings import (
     findings,
     paper_comparison,
@@ -67,6 +73,7 @@ from tokendrop.lab.study.plan import (
     load_study,
     method_spec,
     plan_runs,
+    resolve_source,
     run_config,
     sweep_method,
 )

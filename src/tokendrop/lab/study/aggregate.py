@@ -33,7 +33,9 @@ from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.models.source import load_pretrained
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.files import atomic_write_json, read_json
-from tokendrop.train.trainer import evaluate_mlm, load_run_config, read_metrics
+from tokendrop.runs.metrics import read_metrics
+from tokendrop.train.resume import load_run_config
+from tokendrop.train.step import evaluate_mlm
 
 
 def _dedupe(recs: list[dict[str, Any]]) -> tuple[list[dict], list[dict], list[dict]]:

@@ -144,11 +144,10 @@ def _reference_to_target(res: StudyResults) -> list[str]:
     ref = res.reference()
     return [
         f"Time to {ref}'s final MLM loss ({res.target_eval_loss:.4f}, the mean over its seeds): "
-        "its own seeds "
-        f"reach it in {sum(1 for h in hits if h)} of {len(hits)} "
-        f"({_per_seed_to_target(res, res.baseline)}; a share of its mean wall time), which is "
-        "how far the time to that loss varies from seed to seed; an arm saves time beyond that "
-        "only where it reaches the loss earlier than these."
+        f"its own seeds reach it in {sum(1 for h in hits if h)} of {len(hits)} "
+        f"({_per_seed_to_target(res, res.baseline)}; a share of its mean wall time), which is how "
+        "far the time to that loss varies from seed to seed; an arm saves time beyond that only "
+        "where it reaches the loss earlier than these."
     ]
 
 
@@ -162,11 +161,10 @@ def _against_the_baseline(res: StudyResults, n: str, same_time: bool = False) ->
     if same_time:
         out = [
             f"**{d.label}** trained for {d.wall_time_s.mean:.0f} s vs {R}'s "
-            f"{b.wall_time_s.mean:.0f} s: "
-            "the same time budget, so this study compares quality at equal time (time saved is "
-            "the time to "
-            f"{R}'s loss, below); in it {d.label} took {d.steps.mean:g} steps to {R}'s "
-            f"{b.steps.mean:g} ({100 * d.rel_flops:.1f}% of its analytic FLOPs)."
+            f"{b.wall_time_s.mean:.0f} s: the same time budget, so this study compares quality at "
+            f"equal time (time saved is the time to {R}'s loss, below); in it {d.label} took "
+            f"{d.steps.mean:g} steps to {R}'s {b.steps.mean:g} ({100 * d.rel_flops:.1f}% of its "
+            "analytic FLOPs)."
         ]
     else:
         out = [
@@ -180,10 +178,8 @@ def _against_the_baseline(res: StudyResults, n: str, same_time: bool = False) ->
         tot = (d.wall_time_s.mean + d.init_s.mean) / (b.wall_time_s.mean + b.init_s.mean)
         out.append(
             f"Before its first step {d.label} spent {d.init_s.mean:.0f} s ({R} {b.init_s.mean:.0f} "
-            "s) "
-            "loading the source, warming up a new MLM head and filling the importance vector, "
-            "outside the "
-            f"timed steps; counting it, {d.label} took {100 * tot:.1f}% of {R}'s time."
+            "s) loading the source, warming up a new MLM head and filling the importance vector, "
+            f"outside the timed steps; counting it, {d.label} took {100 * tot:.1f}% of {R}'s time."
         )
     diff = mloss(n) - mloss(ref)
     out.append(
@@ -209,17 +205,16 @@ def _against_the_baseline(res: StudyResults, n: str, same_time: bool = False) ->
         c = _downstream(res, "baseline-75") if "baseline-75" in M else None
         if c:
             out.append(
-                f"Against baseline (75%) ({c.mean:.2f}) the difference is {ds.mean - c.mean:+.2f} "
-                "points."
+                f"Against baseline (75%) ({c.mean:.2f}) the difference is "
+                f"{ds.mean - c.mean:+.2f} points."
             )
     hits = [res.runs[r].to_target for r in d.runs]
     ok = [h for h in hits if h]
     if ok:
         out.append(
-            f"{d.label} reached {R}'s final MLM loss ({res.target_eval_loss:.4f}) in "
-            f"{len(ok)} of {len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of "
-            f"{R}'s "
-            f"wall time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs; "
+            f"{d.label} reached {R}'s final MLM loss ({res.target_eval_loss:.4f}) in {len(ok)} of "
+            f"{len(hits)} seeds, after {100 * mean([h.rel_wall for h in ok]):.1f}% of {R}'s wall "
+            f"time ({100 * mean([h.rel_flops for h in ok]):.1f}% of its FLOPs; "
             f"{_per_seed_to_target(res, n)})."
         )
     else:
@@ -238,8 +233,7 @@ def _arm(res: StudyResults, n: str) -> str:
     diff = _mloss(res, n) - _mloss(res, ref)
     s = (
         f"**{d.label}** ({d.steps.mean:g} steps, {100 * d.rel_flops:.1f}% of {R}'s FLOPs): "
-        "held-out MLM "
-        f"loss {_mloss(res, n):.4f}, {diff:+.4f}: "
+        f"held-out MLM loss {_mloss(res, n):.4f}, {diff:+.4f}: "
         f"{judge(diff, d.final_eval_loss, b.final_eval_loss, False, label=d.label, ref=R)}"
     )
     ds, bs = _downstream(res, n), _downstream(res, ref)
@@ -367,10 +361,8 @@ def _methods_that_fell_short(res: StudyResults) -> list[str]:
     fell = [f"{lab} ({what} {diff:+.3g})" for lab, diff, short, what in rows if short]
     return [
         f"Of {len(rows)} token-dropping methods, {len(rows) - len(fell)} matched or beat "
-        f"{res.reference()} "
-        "or were not distinguishable from it (within either seed spread, where there is one) and "
-        f"{len(fell)} "
-        "fell short by more than both seed spreads"
+        f"{res.reference()} or were not distinguishable from it (within either seed spread, where "
+        f"there is one) and {len(fell)} fell short by more than both seed spreads"
         + (": " + "; ".join(fell) + "." if fell else ".")
     ]
 
@@ -387,12 +379,10 @@ def _selection_ablation(res: StudyResults) -> list[str]:
     txt = ", ".join(f"{M[n].label} {_mloss(res, n):.4f}" for n in by_loss)
     out = [
         f"Selection ablation (all with stage-2), ranked by held-out MLM loss: {txt}. "
-        "Cumulative-loss "
-        "selection ranks "
-        f"{by_loss.index('token-drop-stage2') + 1 if 'token-drop-stage2' in sel else '–'} "
-        f"of {len(sel)} (the paper found cumulative-loss selection better than frequency-based and "
-        "random "
-        "dropping, and adding randomness unhelpful)."
+        "Cumulative-loss selection ranks "
+        f"{by_loss.index('token-drop-stage2') + 1 if 'token-drop-stage2' in sel else '–'} of "
+        f"{len(sel)} (the paper found cumulative-loss selection better than frequency-based and "
+        "random dropping, and adding randomness unhelpful)."
     ]
     ev = [n for n in sel if _downstream(res, n)]
     if len(ev) >= 2 and "token-drop-stage2" in ev:
@@ -400,8 +390,8 @@ def _selection_ablation(res: StudyResults) -> list[str]:
         out.append(
             "By average downstream score: "
             + ", ".join(f"{M[n].label} {_downstream(res, n).mean:.2f}" for n in by_ds)
-            + f"; cumulative-loss selection ranks {by_ds.index('token-drop-stage2') + 1} of "
-            f"{len(ev)}."
+            + f"; cumulative-loss selection ranks "
+            f"{by_ds.index('token-drop-stage2') + 1} of {len(ev)}."
         )
     return out
 
@@ -468,10 +458,8 @@ def _timing_caveat(res: StudyResults) -> list[str]:
         return []
     return [
         f"Timing caveat: for {len(busy)} of {len(loads)} runs the 1-minute load average exceeded "
-        "the "
-        f"{cores} cores (max {max(peak(ld) for ld in busy):.1f}) at the start or end of the run: "
-        "other "
-        "work shared the machine, so wall times are noisier than the FLOP ratios."
+        f"the {cores} cores (max {max(peak(ld) for ld in busy):.1f}) at the start or end of the "
+        "run: other work shared the machine, so wall times are noisier than the FLOP ratios."
     ]
 
 
@@ -501,16 +489,15 @@ def source_findings(res: StudyResults) -> list[str]:
             )
             out.append(
                 f"Continuing the source ({src.label}, average downstream {sd:.2f}): {d.label} "
-                "scores "
-                f"{ds.mean:.2f}, {diff:+.2f} points"
+                f"scores {ds.mean:.2f}, {diff:+.2f} points"
                 + (f" (its seeds spread {sp:.2f}), {judged}" if sp is not None else f", {judged}")
                 + "."
             )
     if src.final_eval_loss is not None and res.baseline in res.methods:
         out.append(
             f"Held-out MLM loss of the source itself: {src.final_eval_loss:.4f}; after continued "
-            "pretraining "
-            f"{res.reference()}'s is {res.methods[res.baseline].final_eval_loss.mean:.4f}."
+            f"pretraining {res.reference()}'s is "
+            f"{res.methods[res.baseline].final_eval_loss.mean:.4f}."
         )
     elif src.mlm_note:
         out.append(f"The source's held-out MLM loss is not reported: {src.mlm_note}.")
@@ -533,27 +520,22 @@ def paper_comparison(res: StudyResults, study: StudyConfig | None = None) -> lis
             close = abs(1 - rel - PAPER_TIME_SAVING) <= 0.05
             out.append(
                 "Time saved by token drop (equal time budgets): it reached the baseline's final "
-                "MLM loss in "
-                f"{len(ok)} of {len(td.runs)} seeds after {100 * rel:.1f}% of the baseline's wall "
-                "time, i.e. "
-                f"{100 * (1 - rel):.1f}% saved vs the paper's ~25%: "
+                f"MLM loss in {len(ok)} of {len(td.runs)} seeds after {100 * rel:.1f}% of the "
+                f"baseline's wall time, i.e. {100 * (1 - rel):.1f}% saved vs the paper's ~25%: "
                 + ("agrees (within 5 points)." if close else "departs (more than 5 points away).")
             )
         else:
             out.append(
                 "Time saved by token drop (equal time budgets): it did not reach the baseline's "
-                "final MLM "
-                "loss within the budget: departs from the paper's ~25% saving."
+                "final MLM loss within the budget: departs from the paper's ~25% saving."
             )
     else:
         saved = 1 - td.rel_wall
         close = abs(saved - PAPER_TIME_SAVING) <= 0.05
         out.append(
             f"Time saved by token drop: its training steps took {100 * td.rel_wall:.1f}% of the "
-            "baseline's "
-            f"wall time ({100 * td.rel_flops:.1f}% of its FLOPs), i.e. {100 * saved:.1f}% saved vs "
-            "the "
-            "paper's ~25%: "
+            f"baseline's wall time ({100 * td.rel_flops:.1f}% of its FLOPs), i.e. "
+            f"{100 * saved:.1f}% saved vs the paper's ~25%: "
             + ("agrees (within 5 points)." if close else "departs (more than 5 points away).")
         )
     ds, bs = _downstream(res, "token-drop"), _downstream(res, "baseline")
@@ -567,8 +549,7 @@ def paper_comparison(res: StudyResults, study: StudyConfig | None = None) -> lis
         )
         out.append(
             "Quality: the paper finds token drop equal to or better than the baseline downstream; "
-            "here "
-            f"{diff:+.2f} points ({f'seed spreads: {sps}' if sps else 'one seed'}): "
+            f"here {diff:+.2f} points ({f'seed spreads: {sps}' if sps else 'one seed'}): "
             + ("departs (worse by more than both seed spreads)." if worse else "agrees.")
         )
     sel = [
@@ -579,8 +560,7 @@ def paper_comparison(res: StudyResults, study: StudyConfig | None = None) -> lis
         best = max(ev, key=lambda n: _downstream(res, n).mean)
         out.append(
             "Selection: the paper finds cumulative-loss selection best; here the best average "
-            "downstream "
-            f"score among the stage-2 selection methods is {M[best].label}'s: "
+            f"downstream score among the stage-2 selection methods is {M[best].label}'s: "
             + ("agrees." if best == "token-drop-stage2" else "departs.")
         )
     return out

@@ -24,7 +24,8 @@ from tokendrop.lab.sizes import (
     recorded_study,
 )
 from tokendrop.lab.study.common import StudyError, pct, resolve_out, resolve_path
-from tokendrop.models.source import InitSource, resolve_init_source, resolve_model_init
+from tokendrop.models.source import resolve_init_source, resolve_model_init
+from tokendrop.models.weights import InitSource
 
 
 @dataclass(frozen=True)
@@ -370,9 +371,8 @@ class StudyConfig:
     source_cache: str = ".cache"  # where a fetched source goes (relative to the working directory)
     source_label: str = "source, not continued"  # its row in the tables
     evaluate_source: bool = True  # fine-tune the source too (the row); false: continued runs only
-    eval_fraction: float = (
-        0.01  # held-out share of the corpus (MLM eval loss, Figure 1's sentences)
-    )
+    # held-out share of the corpus (MLM eval loss, Figure 1's sentences)
+    eval_fraction: float = 0.01
     # tokendrop prepare's worker processes, or "auto" (THREADS_AUTO): one per core
     prepare_workers: int | str = THREADS_AUTO
     seeds: list[int] = field(default_factory=lambda: [0, 1])  # train.seed of each run
@@ -382,9 +382,8 @@ class StudyConfig:
     evaluate: bool = True  # fine-tune every model with the suite
     suite: str = ""  # suite preset (configs/suite-NAME.toml); "" = the suite's defaults
     suite_overrides: list[str] = field(default_factory=list)  # "key=value" for the suite config
-    parallel: int = (
-        1  # worker processes: runs (and fine-tuned models) are spread over them, one core each
-    )
+    # worker processes: runs (and fine-tuned models) are spread over them, one core each
+    parallel: int = 1
     inspect_method: str = "token-drop"  # its first seed's run feeds Figures 1 and 3
     num_examples: int = 6  # Figure 1 excerpts
     docs_dir: str = ""  # also copy study.md, tables/ and figures/ (no checkpoints) here
@@ -470,8 +469,8 @@ class StudyConfig:
                 raise ConfigError(f"study override {o!r}: expected key=value")
         if any(o.split("=", 1)[0].strip() == "model.init" for o in self.base_overrides):
             raise ConfigError(
-                "study.base_overrides: set the checkpoint to continue with study.source, not "
-                "model.init"
+                "study.base_overrides: set the checkpoint to continue with "
+                "study.source, not model.init"
             )
         if self.baseline_arm not in self.all_methods():
             raise ConfigError(

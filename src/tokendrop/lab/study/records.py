@@ -65,13 +65,11 @@ class RunResult:
     model: dict[str, Any]  # num_layers, hidden_size, num_heads, vocab_size
     init: str = ""  # model.init: the checkpoint the run continued from ("" = from scratch)
     init_sha256: str = ""
-    init_s: float = (
-        0.0  # before step 1, not in wall_time_s: loading the source, head warm-up, importance init
-    )
+    # before step 1, not in wall_time_s: loading the source, head warm-up, importance init
+    init_s: float = 0.0
     own_split_final_eval_loss: float | None = None  # runs scored on another split than their own
-    curve_split: str | None = (
-        None  # "unpacked": the curve is on the run's own (unpacked) eval split
-    )
+    # "unpacked": the curve is on the run's own (unpacked) eval split
+    curve_split: str | None = None
     elapsed_s: float | None = None  # as recorded by the study (incl. evaluation and checkpoints)
     loadavg: list[float | None] | None = None
     cpu_s: float | None = None

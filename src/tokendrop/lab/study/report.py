@@ -65,8 +65,7 @@ def _ft_noise(ev: EvalSummary | None) -> str:
     )
     return (
         f"{seeds} fine-tuning seed(s) and {cells} grid cell(s) per GLUE task and model, so that "
-        "spread "
-        "includes fine-tuning noise"
+        "spread includes fine-tuning noise"
     )
 
 
@@ -149,9 +148,9 @@ def _what_was_run(study: StudyConfig, res: StudyResults, info: ReportInfo) -> li
         m = first.model
         lines.append(
             f"- model: {m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_heads']} "
-            "heads, "
-            f"{first.params or '?'} parameters; batch {first.batch_size} x T {first.seq_len}; "
-            f"{res.baseline} steps {int(M[res.baseline].steps.mean) if res.baseline in M else '?'}"
+            f"heads, {first.params or '?'} parameters; batch {first.batch_size} x T "
+            f"{first.seq_len}; {res.baseline} steps "
+            f"{int(M[res.baseline].steps.mean) if res.baseline in M else '?'}"
         )
     lines.append(
         f"- methods: {', '.join(res.order)}; seeds {study.seeds}; drop-rate sweep "
@@ -162,11 +161,9 @@ def _what_was_run(study: StudyConfig, res: StudyResults, info: ReportInfo) -> li
         s = ev.suite
         lines.append(
             f"- evaluation suite: tasks {s.get('tasks')}, grid GLUE epochs {s.get('glue_epochs')} "
-            "x lr "
-            f"{s.get('glue_lrs')}, SQuAD epochs {s.get('squad_epochs')} x lr {s.get('squad_lrs')}, "
-            "fine-tuning "
-            f"seeds {s.get('finetune_seeds')}; train examples per task "
-            f"{(s.get('glue') or {}).get('max_train_examples') or 'all'} (GLUE), "
+            f"x lr {s.get('glue_lrs')}, SQuAD epochs {s.get('squad_epochs')} x lr "
+            f"{s.get('squad_lrs')}, fine-tuning seeds {s.get('finetune_seeds')}; train examples "
+            f"per task {(s.get('glue') or {}).get('max_train_examples') or 'all'} (GLUE), "
             f"{(s.get('squad') or {}).get('max_train_examples') or 'all'} (SQuAD)"
         )
         if ev.note:
@@ -227,18 +224,13 @@ def _time_per_method(study: StudyConfig, res: StudyResults, info: ReportInfo) ->
         f"Whole study wall-clock over all invocations so far: {info.total_elapsed_s / 60:.1f} min "
         f"({_prep_text(info)}"
         + (f", evaluation suite {info.eval_s:.0f} s" if info.eval_s else "")
-        + "). Elapsed, CPU "
-        "time (user + system, all threads of the run's process) and fine-tuning (the suite's "
-        "cells, wall): "
-        "summed over seeds, as recorded by this study (a run trained by an earlier invocation "
-        "keeps its "
-        "record)."
+        + "). Elapsed, CPU time (user + system, all threads of the run's process) and fine-tuning "
+        "(the suite's cells, wall): summed over seeds, as recorded by this study (a run trained by "
+        "an earlier invocation keeps its record)."
         + (
             " Warm-up before step 1 (continued pretraining): loading the source, training a new "
-            "MLM "
-            "head alone and the importance vector's dense pass; part of the elapsed time, not of "
-            "the "
-            "training-step wall time."
+            "MLM head alone and the importance vector's dense pass; part of the elapsed time, not "
+            "of the training-step wall time."
             if warm
             else ""
         )
@@ -260,16 +252,12 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
         "## How this compares with the paper",
         "",
         "The paper (Hou et al., 2022) pretrains BERT-base/large for 1M steps of 512 x 512 tokens "
-        "on "
-        "BooksCorpus + Wikipedia and reports that dropping 50% of the tokens in the middle layers "
-        "cuts "
-        "pretraining time by 25% with equal or slightly better GLUE/SQuAD scores (Table 3 there: "
-        "85.45 vs "
-        "85.16 averaged over four settings), that cumulative-loss selection beats frequency-based "
-        "and random "
-        "dropping, that stage-2 is unnecessary and that about 50% is the best rate (Table 4 there: "
-        "62.5% and "
-        "75% worse). The findings above state, number by number, where this study agrees.",
+        "on BooksCorpus + Wikipedia and reports that dropping 50% of the tokens in the middle "
+        "layers cuts pretraining time by 25% with equal or slightly better GLUE/SQuAD scores "
+        "(Table 3 there: 85.45 vs 85.16 averaged over four settings), that cumulative-loss "
+        "selection beats frequency-based and random dropping, that stage-2 is unnecessary and that "
+        "about 50% is the best rate (Table 4 there: 62.5% and 75% worse). The findings above "
+        "state, number by number, where this study agrees.",
         "",
     ]
     comp = paper_comparison(res, study)
@@ -280,12 +268,9 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
         lines.append(
             f"- **Continued, not from scratch**: every run continues `{Path(info.source).name}` "
             f"({first.steps if first else '?'} steps for the baseline), while the paper pretrains "
-            "from "
-            "random initialisation; dropping tokens while adapting a trained encoder is a "
-            "different regime "
-            "(the importance scores start from the source's losses, and the MLM head may be new: "
-            "see each "
-            "run's log)."
+            "from random initialisation; dropping tokens while adapting a trained encoder is a "
+            "different regime (the importance scores start from the source's losses, and the MLM "
+            "head may be new: see each run's log)."
         )
     if first:
         paper_tokens = 512 * 512 * 1_000_000
@@ -298,8 +283,8 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
         scale = (
             f"- **Scale**: each baseline run here saw {first.tokens:.3g} tokens, "
             f"{first.tokens / paper_tokens:.1e} of the paper's {paper_tokens:.2g}; the model has "
-            f"{first.model['num_layers']} layers of width {first.model['hidden_size']} (BERT-base: "
-            "12 x 768)."
+            f"{first.model['num_layers']} layers of width {first.model['hidden_size']} "
+            "(BERT-base: 12 x 768)."
         )
         if info.source:
             imp = next(
@@ -314,9 +299,8 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
                 scale
                 + (
                     f" The importance vector starts from drop.importance_init = {imp!r} (with a "
-                    "source, "
-                    "'auto' = the mean loss of each id over a dense pass of the source) and gets "
-                    f"{bsteps} updates (beta = {beta:g})."
+                    "source, 'auto' = the mean loss of each id over a dense pass of the source) "
+                    f"and gets {bsteps} updates (beta = {beta:g})."
                     if imp
                     else ""
                 )
@@ -325,12 +309,10 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
             lines.append(
                 scale
                 + f" The importance vector (beta = {beta:g}) gets {bsteps} updates: an id that is "
-                "a "
-                f"prediction target in every step still carries {100 * beta**bsteps:.1f}% of its "
-                "initial score "
-                "at the end, rarer ids more, so the ranking mixes loss with how rarely an id was a "
-                "target (see "
-                "the Spearman correlation with rarity under Figure 3)."
+                f"a prediction target in every step still carries {100 * beta**bsteps:.1f}% of its "
+                "initial score at the end, rarer ids more, so the ranking mixes loss with how "
+                "rarely an id was a target (see the Spearman correlation with rarity "
+                "under Figure 3)."
             )
         sp = spread(M[res.baseline].final_eval_loss) if res.baseline in M else None
         if sp is not None:
@@ -343,22 +325,20 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
                     if dsp is not None
                     else ""
                 )
-                + "; smaller differences between methods are not distinguishable from seed noise "
-                "here."
+                + "; smaller differences between methods are not distinguishable from "
+                "seed noise here."
             )
         else:
             lines.append(
                 "- **Noise**: one seed per method, so seed-to-seed noise is not measured; small "
-                "differences "
-                "between methods may be noise."
+                "differences between methods may be noise."
             )
         lines += _plateau(res)
     tasks = (ev.suite if ev else {}).get("tasks") or []
     lines += [
         "- **Domain**: the pretraining text is the offline stand-in corpus (dictionaries, software "
         "documentation, literature, speeches; not BooksCorpus + Wikipedia), and the fine-tuning "
-        "tasks are "
-        "stand-ins in the GLUE/SQuAD file layouts built from other public data (see "
+        "tasks are stand-ins in the GLUE/SQuAD file layouts built from other public data (see "
         "`shared/data/README.md`): scores are not comparable with published GLUE/SQuAD numbers"
         + (
             "; the QQP stand-in (same speaker or not) is not a paraphrase task."
@@ -375,8 +355,7 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
             "On CPU the kept-row "
         )
         + "gathers, the MLM head and the optimizer are a larger share of a step than on a TPU, so "
-        "the measured "
-        "time ratio can differ from the FLOP ratio.",
+        "the measured time ratio can differ from the FLOP ratio.",
         "",
     ]
     return lines
@@ -392,8 +371,7 @@ def _plateau(res: StudyResults) -> list[str]:
     below = [h - v for v in b.final_eval_loss.per_seed if isnum(v)]
     return [
         "- **Regime**: the training split's unigram entropy under the study's tokenizer is "
-        f"{h:.3f} "
-        f"nats; {res.reference()}'s final held-out MLM loss is "
+        f"{h:.3f} nats; {res.reference()}'s final held-out MLM loss is "
         + ", ".join(f"{x:.2f}" for x in below)
         + " nats below it (per seed)."
     ]
@@ -430,8 +408,8 @@ def _figures(out: Path, info: ReportInfo) -> list[str]:
         if st:
             lines.append(
                 f"{st.get('seen')} of {st.get('vocab_size')} ids were prediction targets at least "
-                "once; "
-                f"{st.get('unseen_at_init')} still hold the initial score {st.get('init_score')}"
+                f"once; {st.get('unseen_at_init')} still hold the initial score "
+                f"{st.get('init_score')}"
                 + (
                     f"; the seen ids cover {100 * st['occurrences_of_seen_ids']:.1f}% of the "
                     "training tokens"
@@ -459,8 +437,7 @@ def _figures(out: Path, info: ReportInfo) -> list[str]:
             lines.append("")
         lines += [
             f"Figure 1 (ours): held-out excerpts, tokens kept by `{ins['run']}`'s selector in bold "
-            "with their "
-            "scores ([HTML](figures/fig1-examples.html)):",
+            "with their scores ([HTML](figures/fig1-examples.html)):",
             "",
             "![examples](figures/fig1-examples.png)",
             "",
@@ -481,9 +458,8 @@ def write_report(study: StudyConfig, out: Path, res: StudyResults, info: ReportI
         f"# Token dropping study{f' — {study.name}' if study.name else ''}",
         "",
         f"Generated {info.generated} by `tokendrop study`. Every number below was measured in this "
-        "study's runs "
-        "(files under this directory); the paper's numbers appear only in the prose, marked as the "
-        "paper's.",
+        "study's runs (files under this directory); the paper's numbers appear only in the prose, "
+        "marked as the paper's.",
         "",
     ]
     if study.note:

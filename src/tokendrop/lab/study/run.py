@@ -25,12 +25,7 @@ from tokendrop.lab.study.common import (
     log,
     resolve_out,
 )
-from tokendrop.lab.study.data import (
-    check_copied_data,
-    holds_only_data,
-    prepare_data,
-    resolve_source,
-)
+from tokendrop.lab.study.data import check_copied_data, holds_only_data, prepare_data
 from tokendrop.lab.study.evaluation import forget_cells, run_evaluation
 from tokendrop.lab.study.figures import inspect_figures, plot_curves
 from tokendrop.lab.study.findings import findings
@@ -42,6 +37,7 @@ from tokendrop.lab.study.plan import (
     load_study,
     method_spec,
     plan_runs,
+    resolve_source,
 )
 from tokendrop.lab.study.report import ReportInfo, command_line, export_report, write_report
 from tokendrop.lab.study.sweep import arm_runs, choose_lrs, sweep_rows, table_lr_sweep

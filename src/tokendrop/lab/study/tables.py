@@ -62,8 +62,7 @@ def _source_note(src: SourceResult | None) -> list[str]:
         return []
     return [
         f"Row *{src.label}*: the checkpoint every run continued from, fine-tuned as it is (one "
-        "model, no "
-        "pretraining in this study)" + (f"; {src.mlm_note}" if src.mlm_note else "") + "."
+        "model, no pretraining in this study)" + (f"; {src.mlm_note}" if src.mlm_note else "") + "."
     ]
 
 
@@ -121,15 +120,12 @@ def table1(res: StudyResults, study: StudyConfig) -> str:
         "",
         seed_note(res)
         + " Best mean per column in bold (among the arms with every seed; an arm with fewer says "
-        "so in its name). Downstream columns: best dev score over the "
-        "suite's grid (see the suite settings in study.md); AX = Matthews corr. of the MNLI model; "
-        "GLUE-avg / SQuAD-avg as computed by the suite over the columns shown. Held-out MLM loss: "
-        "the full "
-        "(no dropping) model on the held-out split of the packed pretraining data at the last "
-        "step, with the "
+        "so in its name). Downstream columns: best dev score over the suite's grid (see the suite "
+        "settings in study.md); AX = Matthews corr. of the MNLI model; GLUE-avg / SQuAD-avg as "
+        "computed by the suite over the columns shown. Held-out MLM loss: the full (no dropping) "
+        "model on the held-out split of the packed pretraining data at the last step, with the "
         "same batches and masks for every run of a seed (the unpacked baseline's model is scored "
-        "on that "
-        "packed split too).",
+        "on that packed split too).",
     ]
     lines += _source_note(src)
     if not present:
@@ -187,10 +183,9 @@ def table3(res: StudyResults) -> str:
     lines += [
         "",
         seed_note(res)
-        + " Wall time: the training steps only (evaluation and checkpoints excluded), "
-        "as logged by the trainer. FLOPs: the analytic count of tokendrop.dropping.flops (forward "
-        "+ backward, "
-        f"stage-2 steps counted dense). 'rel.' = relative to {res.reference()}'s mean."
+        + " Wall time: the training steps only (evaluation and checkpoints excluded), as logged "
+        "by the trainer. FLOPs: the analytic count of tokendrop.dropping.flops (forward + "
+        f"backward, stage-2 steps counted dense). 'rel.' = relative to {res.reference()}'s mean."
         + (
             " Average across downstream tasks: mean of a model's task columns ("
             + ", ".join(k for k in DOWNSTREAM_KEYS)
@@ -371,8 +366,7 @@ def table_time_to_quality(res: StudyResults) -> str:
         "",
         "Means over the seeds that reached the target; per-seed values in parentheses ('–' = not "
         f"reached). {R[0].upper() + R[1:]}'s own seeds reach the mean of their finals at different "
-        "times. The unpacked "
-        "baseline's curve is measured on its own (unpacked) eval split, so it is not compared "
-        "here.",
+        "times. The unpacked baseline's curve is measured on its own (unpacked) eval split, so it "
+        "is not compared here.",
     ]
     return "\n".join(lines) + "\n"

@@ -16,7 +16,6 @@ import torch
 
 from tokendrop.lab.study.common import StudyError
 
-
 # set once the study is stopping (Ctrl-C, SIGTERM, a failure): the pool has already handed a few
 # tasks to its call queue, which cancel_futures cannot take back, so a worker that receives one
 # returns CANCELLED instead of starting it
@@ -86,15 +85,14 @@ def run_parallel(
         ex.shutdown(wait=True, cancel_futures=True)
         if isinstance(e, KeyboardInterrupt):
             raise StudyError(
-                "interrupted (running runs saved a checkpoint); run the same command again to "
-                "resume"
+                "interrupted (running runs saved a checkpoint); run the same command "
+                "again to resume"
             ) from None
         if type(e).__name__ == "BrokenProcessPool":
             raise StudyError(
                 f"a worker process died ({e}); finished runs and cells are kept, run the same "
-                "command "
-                "again to resume (from a Python script, call run_study under "
-                "`if __name__ == '__main__':`, which worker processes need; or set parallel = 1)"
+                "command again to resume (from a Python script, call run_study under `if __name__ "
+                "== '__main__':`, which worker processes need; or set parallel = 1)"
             ) from None
         raise
     finally:

@@ -174,14 +174,12 @@ def bert_config_from_hf(d: dict[str, Any], where: str = "config.json") -> ModelC
     if d.get("hidden_act", "gelu") != "gelu":
         raise InteropError(
             f"{where}: hidden_act {d.get('hidden_act')!r} is not supported: tokendrop's BERT uses "
-            "the "
-            "exact erf-GELU (hidden_act 'gelu')"
+            "the exact erf-GELU (hidden_act 'gelu')"
         )
     if d.get("position_embedding_type", "absolute") != "absolute":
         raise InteropError(
             f"{where}: position_embedding_type {d.get('position_embedding_type')!r} is not "
-            "supported: "
-            "tokendrop's BERT has learned absolute positions ('absolute')"
+            "supported: tokendrop's BERT has learned absolute positions ('absolute')"
         )
     for flag in ("is_decoder", "add_cross_attention"):
         if d.get(flag, False):
@@ -400,19 +398,17 @@ def load_bert_weights(src: InitSource, model: nn.Module) -> InitReport:
     if mlm_fresh and len(mlm_fresh) == sum(1 for n in own_ours if n.startswith("mlm.")):
         notes.append(
             f"no MLM head in the source: mlm.* initialised as BERT does (dense N(0, {std}), bias "
-            "0, "
-            "LayerNorm 1/0, output bias 0; the decoder is tied to the word embeddings)"
+            "0, LayerNorm 1/0, output bias 0; the decoder is tied to the word embeddings)"
         )
     elif mlm_fresh:
         notes.append(
             f"MLM head partly in the source: {', '.join(mlm_fresh)} initialised fresh (e.g. the "
-            "TF->HF "
-            "converter drops cls.predictions.bias)"
+            "TF->HF converter drops cls.predictions.bias)"
         )
     if any(n.startswith("bert.pooler.") for n in fresh):
         notes.append(
-            "no pooler in the source: bert.pooler.* initialised fresh (pretraining does not train "
-            "it)"
+            "no pooler in the source: bert.pooler.* initialised fresh (pretraining "
+            "does not train it)"
         )
     if unexpected:
         notes.append(

@@ -156,8 +156,8 @@ def _check_supported(f: _Fields) -> None:
     if d.get("rope_scaling") is not None:
         raise bad(
             "rope_scaling",
-            f"{d.get('rope_scaling')!r} is not supported: tokendrop's rotary positions are "
-            "unscaled",
+            f"{d.get('rope_scaling')!r} is not supported: tokendrop's rotary "
+            "positions are unscaled",
         )
     for key in ("is_decoder", "add_cross_attention"):
         if d.get(key, False):
@@ -242,8 +242,7 @@ def _hidden_dropout(f: _Fields) -> float:
             raise f.bad(
                 key,
                 f"{f.d.get(key)!r} differs from mlp_dropout {drop!r}: tokendrop's ModernBERT has "
-                "one "
-                "hidden dropout (model.hidden_dropout) for embeddings, MLP and classifier",
+                "one hidden dropout (model.hidden_dropout) for embeddings, MLP and classifier",
             )
     return drop
 
@@ -341,10 +340,8 @@ def check_modern_tensors(where: Any, shapes: dict[str, tuple[int, ...]], cfg: Mo
     if "model.embeddings.tok_embeddings.weight" not in canon:
         raise InitError(
             f"{Path(where).parent / 'config.json'}: model_type 'modernbert' but {Path(where).name} "
-            "holds no "
-            f"ModernBERT weights (no model.embeddings.tok_embeddings.weight among {len(canon)} "
-            "tensors); "
-            "expected ModernBertForMaskedLM or ModernBertModel weights"
+            "holds no ModernBERT weights (no model.embeddings.tok_embeddings.weight among "
+            f"{len(canon)} tensors); expected ModernBertForMaskedLM or ModernBertModel weights"
         )
     check_encoder_shapes(where, canon, shapes, expected_shapes(cfg), REQUIRED, cfg)
     if any(k.startswith("head.") for k in canon) and "decoder.bias" in canon:
@@ -355,7 +352,7 @@ def check_modern_tensors(where: Any, shapes: dict[str, tuple[int, ...]], cfg: Mo
 
 
 def load_modern_weights(src: Any, model: nn.Module) -> Any:
-    """Load ``src`` (a ``tokendrop.models.source.InitSource``: a ModernBERT HF dir or a tokendrop
+    """Load ``src`` (a ``tokendrop.models.weights.InitSource``: a ModernBERT HF dir or a tokendrop
     run of this family) into any of our ModernBERT classes.  Encoder tensors must all be there; the
     head, decoder bias and task heads missing from the file are initialised fresh and listed."""
     where = src.weights_file

@@ -4,11 +4,10 @@ The network is exactly ``transformers.ModernBertForMaskedLM`` (answerdotai/Moder
 pre-LayerNorm layers without biases (LayerNorm biases per ``model.norm_bias``), the first layer's
 attention norm an identity, a fused ``Wqkv`` projection, rotary positions with one base for the
 global layers and another for the sliding-window layers, GeGLU feed-forward (``Wi``: d -> 2 *
-intermediate, GELU on the first half times the second), a final norm, and the MLM head (dense + GELU
-+ norm) whose decoder is tied to the token embeddings and has its own bias.  Parameter names are
-  Hugging Face's
-(``model.layers.3.attn.Wqkv.weight``), so ``tokendrop.models.modernbert.hf`` maps a state dict 1:1
-(only the tied ``decoder.weight`` is implicit).
+intermediate, GELU on the first half times the second), a final norm, and the MLM head (dense,
+GELU, norm) whose decoder is tied to the token embeddings and has its own bias.  Parameter names
+are Hugging Face's (``model.layers.3.attn.Wqkv.weight``), so ``tokendrop.models.modernbert.hf``
+maps a state dict 1:1 (only the tied ``decoder.weight`` is implicit).
 
 The forward signature and outputs are :class:`tokendrop.models.bert.model.BertForMaskedLM`'s
 (``token_type_ids`` is accepted and ignored), and dropping follows the same schedule

@@ -63,8 +63,8 @@ TITLES = {
     "quality": "time to quality: dense vs token dropping, then fine-tuning",
     "bench-modern": "ModernBERT-architecture step time, eager (ours dense / token drop / "
     "transformers.ModernBertForMaskedLM)",
-    "strong": "time to loss on top of the strong dense recipe: dense vs + token dropping, from "
-    "scratch",
+    "strong": "time to loss on top of the strong dense recipe: dense vs + token "
+    "dropping, from scratch",
     "bench-longctx": "long context: dense vs token drop at T = 512 ... 8192, both families",
 }
 
@@ -96,9 +96,8 @@ def _device_name(cfg: CampaignConfig) -> str:
     return f"cpu ({os.cpu_count()} cores)"
 
 
-IN_PROGRESS = (
-    ".campaign-in-progress.json"  # OUT/: the part under way (pid, host, start); gone when it ends
-)
+# OUT/: the part under way (pid, host, start); gone when it ends
+IN_PROGRESS = ".campaign-in-progress.json"
 
 
 def run_parts(
@@ -120,8 +119,8 @@ def run_parts(
         for name in PARTS if p == "all" else PRIORITY if p == "priority" else [p]:
             if name not in PARTS:
                 raise ConfigError(
-                    f"bench --campaign: unknown part {name!r}; expected {', '.join(PARTS)}, all or "
-                    "priority"
+                    f"bench --campaign: unknown part {name!r}; expected {', '.join(PARTS)}, "
+                    "all or priority"
                 )
             if name not in names:
                 names.append(name)
@@ -141,8 +140,7 @@ def run_parts(
             if priority and not total.allows(cfg.min_part_s):
                 say(
                     f"[{name}] not started: {total.left():.0f} s of campaign.total_s left (the "
-                    "next call "
-                    "continues here)"
+                    "next call continues here)"
                 )
                 continue
             part_cfg = (
@@ -196,16 +194,16 @@ def _run_part(cfg: CampaignConfig, name: str, device: str, out_dir: Path, say: L
         save()
         (out_dir / IN_PROGRESS).unlink(missing_ok=True)
         print(
-            f"[{name}] interrupted: {out_dir / (name + '.json')} holds what it finished (complete: "
-            "false)",
+            f"[{name}] interrupted: {out_dir / (name + '.json')} holds what it finished "
+            "(complete: false)",
             file=sys.stderr,
             flush=True,
         )
         # the CLI's last line says so instead of "nothing partial was kept"
         if isinstance(e, KeyboardInterrupt):
             e.kept = (
-                f"the finished parts and {name}'s partial result (complete: false) were kept "
-                f"in {out_dir}"
+                f"the finished parts and {name}'s partial result (complete: false) were "
+                f"kept in {out_dir}"
             )
         raise
     r.complete = True
@@ -270,8 +268,7 @@ def _report_killed(out: Path) -> None:
         what, part = "a part of an earlier campaign", "PART"
     print(
         f"warning: {out}: {what} was killed before it finished; {part}.json holds only what it "
-        "finished "
-        "(complete: false) until that part runs again",
+        "finished (complete: false) until that part runs again",
         file=sys.stderr,
         flush=True,
     )
@@ -304,8 +301,8 @@ def _forget_earlier_result(out: Path, name: str, say: Log) -> None:
             parent.rmdir()
             parent = parent.parent
     say(
-        f"[{name}] replacing its earlier result (started {old.get('started', '?')}; {gone} file(s) "
-        "removed)"
+        f"[{name}] replacing its earlier result (started {old.get('started', '?')}; {gone} "
+        "file(s) removed)"
     )
 
 

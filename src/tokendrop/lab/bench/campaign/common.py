@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tokendrop.lab.bench.records import record_dict
+from tokendrop.lab.bench.fields import record_dict
 from tokendrop.runs.files import atomic_write_text, json_text
 
 Log = Callable[[str], None]

@@ -60,9 +60,8 @@ class BenchPart:
     # (BATCH_MEMORY_DEVICE): when it runs without running out of memory
     max_batch_memory_bytes: int | str = BATCH_MEMORY_DEVICE
     threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
-    document_attention: str = (
-        "off"  # modern-*: per-document attention (BenchConfig.document_attention)
-    )
+    # modern-*: per-document attention (BenchConfig.document_attention)
+    document_attention: str = "off"
     # model.attention_backend of our rows (BenchConfig.attention_backend): auto = FlexAttention on
     # CUDA for window / document masks; sdpa = the SDPA path (windows in bands) for a side-by-side
     # call
@@ -106,9 +105,8 @@ class StepPart:
     rounds: int = 5
     reps: int = 5
     compile_backend: str = "inductor"  # dry runs: aot_eager (no code generation)
-    row_reserve_s: float = (
-        75.0  # a row (one mode, dense + drop) starts only with this much budget left
-    )
+    # a row (one mode, dense + drop) starts only with this much budget left
+    row_reserve_s: float = 75.0
     # the trainer's step against the bench's at the same micro-batch, after the first setting: a
     # short real `pretrain` of trainer_config on the carried data (its T) at trainer_batch, per
     # mode of trainer_modes, dense and at `rate` dropping, ms per step from the log's clock
@@ -146,9 +144,8 @@ class PretrainPart:
     batch_size: int = 256
     # dotted Config overrides for every run of the part
     overrides: list[str] = field(default_factory=list)
-    resume_steps: int = (
-        20  # checkpoint/resume check: pause at half, resume, compare with an uninterrupted run
-    )
+    # checkpoint/resume check: pause at half, resume, compare with an uninterrupted run
+    resume_steps: int = 20
     torchrun_steps: int = 10  # the torchrun --nproc-per-node 1 run
     torchrun_timeout_s: float = 240.0
     bench_rounds: int = 3  # the short bench the log's tokens/s and MFU are compared with
@@ -301,9 +298,8 @@ class CampaignConfig:
     name: str = "gpu"
     dry_run: bool = False
     device: str = "cuda"
-    data: str = (
-        "runs/gpu-carry/data-128"  # `tokendrop prepare` output (benchmarks/gpu_campaign_prepare.sh)
-    )
+    # `tokendrop prepare` output (benchmarks/gpu_campaign_prepare.sh)
+    data: str = "runs/gpu-carry/data-128"
     glue: str = "runs/gpu-carry/glue"  # holds SST-2/ and QNLI/ (GLUE TSV layout)
     budget_s: float = 480.0  # each part stops itself before this many seconds
     pytest: bool = True  # env: run `pytest -m gpu tests/integration/lab/test_gpu.py`

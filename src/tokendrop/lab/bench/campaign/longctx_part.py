@@ -106,8 +106,8 @@ def run_longctx_part(
     for fam, g in res.goal.items():  # a goal, not a check: not meeting it is a result
         if isinstance(g, dict):
             r.summary.append(
-                f"{fam}: at >= {GOAL_FRACTION:.2f} of the FLOP bound at {g['met_wall']} of "
-                f"{g['rows']} T"
+                f"{fam}: at >= {GOAL_FRACTION:.2f} of the FLOP bound at {g['met_wall']} "
+                f"of {g['rows']} T"
             )
     want = {(s.family, min(lc.seq_lens)) for s in lc.shapes()}
     r.check(

@@ -186,8 +186,8 @@ def _bench_compare(
     r.data["bench_compare"] = {"rows": rows, "headline": res.headline}
     r.tables.append(
         (
-            "the log vs a bench of the same step (tokens/s; the log includes data loading and "
-            "logging)",
+            "the log vs a bench of the same step (tokens/s; the log includes data "
+            "loading and logging)",
             ["run", "log tokens/s", "bench tokens/s", "log / bench", "log MFU %", "bench MFU %"],
             rows,
         )
@@ -244,8 +244,8 @@ def _resume_check(
         f"paused at {paused.steps}, resumed to {resumed.steps}",
     )
     r.check(
-        f"resumed losses equal the uninterrupted run's (steps {n // 2 + 1}-{n}, tolerance "
-        f"{tol:.2g})",
+        f"resumed losses equal the uninterrupted run's (steps {n // 2 + 1}-{n}, "
+        f"tolerance {tol:.2g})",
         bool(common) and diff <= tol,
         f"max |diff| {diff:.3g} over {len(common)} steps",
     )

@@ -50,9 +50,8 @@ from tokendrop.runs.metrics import read_metrics
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.train.trainer import pretrain
 
-RUN_OVERHEAD = (
-    1.35  # wall time of a run / its training time (evaluation, start-up, the final checkpoint)
-)
+# wall time of a run / its training time (evaluation, start-up, the final checkpoint)
+RUN_OVERHEAD = 1.35
 END_RESERVE_S = 15.0
 
 

@@ -20,8 +20,8 @@ from tokendrop.finetuning.tasks import get_task
 from tokendrop.lab.bench.campaign.config import CampaignConfig
 from tokendrop.lab.bench.presets import BenchConfig, bench_config
 from tokendrop.runs.files import atomic_write_bytes
+from tokendrop.runs.metrics import read_metrics
 from tokendrop.train.compiled import resolve_mode
-from tokendrop.train.trainer import read_metrics
 
 
 def check_inputs(cfg: CampaignConfig, glue_tasks: tuple[str, ...] = ()) -> None:

@@ -53,15 +53,15 @@ def no_selection_reason(drop: DropConfig) -> str | None:
     if drop.pools:
         return (
             f"token averaging (drop.variant = {drop.variant}) pools adjacent token pairs 2:1 "
-            "instead of selecting tokens, so there is no importance vector and nothing is dropped "
-            "by score"
+            "instead of selecting tokens, so there is no importance vector and nothing is "
+            "dropped by score"
         )
     if not drop.selection.drops:
         return (
             "this is a dense run (drop.method = none, e.g. a baseline): it trains every token in "
             "every layer, so it keeps no importance vector and drops nothing. Inspect a run "
-            "trained with drop.method = cumulative (the paper's method), half_random, frequency "
-            "or random"
+            "trained with drop.method = cumulative (the paper's method), half_random, "
+            "frequency or random"
         )
     return None
 

@@ -9,7 +9,7 @@ from tokendrop.dropping.methods import ltd_kept
 
 
 def test_inspect_shows_byte_level_pieces_as_text():
-    from tokendrop.lab.inspect import readable_token
+    from tokendrop.data.tokenizer import readable_token
 
     assert [
         readable_token(t, True)

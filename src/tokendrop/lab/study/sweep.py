@@ -106,8 +106,8 @@ def table_lr_sweep(rows: list[SweepRow], chosen: dict[str, float], reference: st
         cells.append(f"{at_ref:.3f}" if at_ref is not None else "–")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     note = (
-        "\nFinal held-out MLM loss of each arm at each learning rate, the study's first seed, "
-        "the full schedule; bold: the rate the arm keeps (the lowest loss), at which its other "
-        "seeds run.\n"
+        "\nFinal held-out MLM loss of each arm at each learning rate (the study's first seed, "
+        "the full schedule); in bold the rate the arm keeps, the lowest loss, "
+        "at which its other seeds run.\n"
     )
     return "\n".join(lines) + "\n" + note

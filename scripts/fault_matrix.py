@@ -2833,6 +2833,21 @@ def cases() -> list[Case]:
 
     # ---- more faults: the campaign's output dir, verify of every output kind, config.json shapes
     # -------
+    # part scratch's learning rates: each > 0 and distinct, refused before anything is written
+    for name, lrs, got in (
+        ("bench-campaign-scratch-lr-0", "[1e-3, 0]", "[0.001, 0.0]"),
+        ("bench-campaign-scratch-lrs-repeated", "[1e-3, 1e-3]", "[0.001, 0.001]"),
+    ):
+        add(
+            Case(
+                name,
+                "bad input, full disk",
+                [*CAMPAIGN, "--set", f"scratch.lrs={lrs}", "--out", "{C}/out"],
+                "refused at config time naming scratch.lrs; no output dir",
+                absent=("out",),
+                says=("scratch.lrs: expected distinct learning rates > 0", f"got {got}"),
+            )
+        )
     add(
         Case(
             "bench-campaign-into-foreign-dir",

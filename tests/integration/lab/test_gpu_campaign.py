@@ -1,7 +1,7 @@
 """The GPU campaign's CPU dry run: ``benchmarks/gpu_campaign.sh`` with tiny sizes, so the script and
-every part's code path cannot rot between GPU runs.  The whole campaign (all five parts) takes
-~1-1.5 min on 2 cores and is ``slow``; the default run checks the script's plumbing, the config,
-the largest-batch search and the time-to-loss arithmetic."""
+every part's code path cannot rot between GPU runs.  The whole campaign (every part) takes a few
+minutes on 2 cores and is ``slow``, as is part scratch alone (~1 min); the default run checks the
+script's plumbing, the config, the largest-batch search and the time-to-loss and gap arithmetic."""
 
 import json
 import os

@@ -214,6 +214,17 @@ def _check_longctx(out: Path, ts: tuple[int, ...] = (32, 64, 128)) -> None:
     rows = [(r["family"], r["seq_len"], r["status"]) for r in res["rows"]]
     assert rows == [(f, t, "measured") for f in ("bert", "modernbert") for t in ts]
     assert all(0 < r["attention_share_dense"] < 1 and r["flop_bound"] > 1 for r in res["rows"])
+    for r in res["rows"]:  # a median and a range at every T, over min_rounds rounds at least
+        assert r["rounds_done"] >= 2 and r["speedup_min"] <= r["speedup"] <= r["speedup_max"]
+        assert r["dense_ms_min"] <= r["dense_ms"] <= r["dense_ms_max"]
+        assert r["drop_ms_min"] <= r["drop_ms"] <= r["drop_ms_max"]
+    assert any(
+        c["name"] == "every measured row timed over at least 2 rounds (a median and a range)"
+        and c["ok"] is True
+        for c in d["checks"]
+    )
+    (table,) = d["tables"]
+    assert "speed-up min-max" in table["header"] and "rounds" in table["header"]
     assert {(f["family"], f["setting"]) for f in d["data"]["fits"]} == {
         (f, s) for f in ("bert", "modernbert") for s in ("dense", "drop")
     }
@@ -322,6 +333,7 @@ def test_campaign_config_and_errors():
         and lc.precision == "bf16"
         and lc.document_attention == "on"
     )
+    assert lc.min_rounds == lc.rounds >= 5  # a median and a range at every T on the GPU
     assert [s.model for s in lc.shapes()] == ["bert-base", "modern-base"]
     assert campaign_config("dry").longctx.seq_lens == [32, 64, 128]
     m = gpu.modern

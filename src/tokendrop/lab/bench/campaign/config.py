@@ -364,15 +364,17 @@ def _scratch_part() -> QualityPart:
 
 def _longctx_gpu() -> LongContextConfig:
     """Part ``bench-longctx``: the long-context rows on the GPU -- bert-base and modern-base shapes,
-    T = 512 ... 8192, 64k tokens per step, bf16, per-document attention (one document per row)."""
+    T = 512 ... 8192, 64k tokens per step, bf16, per-document attention (one document per row), 5
+    interleaved rounds per row whatever the budget (a median and a range at every T)."""
     return LongContextConfig(
         name="campaign-longctx",
         device="cuda",
         tokens_per_step=65536,
         precision="bf16",
-        warmup=3,
+        warmup=2,
         rounds=5,
-        reps=3,
+        min_rounds=5,
+        reps=1,
         bert=FamilyShape(model="bert-base", vocab_size=30522),
         modern=FamilyShape(model="modern-base", vocab_size=50368),
     )

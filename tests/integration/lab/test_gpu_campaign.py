@@ -574,3 +574,31 @@ def test_priority_starts_a_part_only_with_its_minimum_left(tmp_path, monkeypatch
     assert ran == [p for p in PRIORITY if p != "scratch"]
     assert any(x.startswith("[scratch] not started:") and "it needs 200 s" in x for x in said)
     assert not (tmp_path / "out" / "scratch.json").exists()
+
+
+def test_a_diverging_rate_is_a_result_not_a_stop(tmp_path, tiny_data):
+    """A run stopped for non-finite steps (here at an absurd rate) is recorded in ``results`` with
+    its error; the part goes on with the next rate and ends complete."""
+    from tokendrop.lab.bench.campaign import campaign_config, run_parts
+
+    cfg = campaign_config(
+        "dry",
+        [
+            f'data="{tiny_data}"',
+            "scratch.arms=['dense']",
+            "scratch.lrs=[2e-3, 1e9]",  # the calibration runs at the first
+            "scratch.max_steps=6",
+            "scratch.calibrate_steps=4",
+            "scratch.evals=2",
+            "scratch.overrides=['model.num_layers=2', 'train.eval_batches=1', "
+            "'data.num_workers=0', 'train.threads=1', 'train.max_nonfinite_steps=1']",
+        ],
+        dry_run=True,
+    )
+    (r,) = run_parts(cfg, ["scratch"], tmp_path / "out")
+    assert r.complete and not r.error, r.error
+    res = {x["run"]: x for x in r.data["results"]}
+    assert set(res) == {"dense-lr0.002", "dense-lr1e+09"}
+    assert "non-finite" in res["dense-lr1e+09"]["error"] and "error" not in res["dense-lr0.002"]
+    assert list(r.data["runs"]) == ["dense-lr0.002"]
+    assert any(s.startswith("dense-lr1e+09: stopped: non-finite") for s in r.summary)

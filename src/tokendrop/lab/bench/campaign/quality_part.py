@@ -34,7 +34,7 @@ import numpy as np
 from tokendrop.config import STEPS_UNSET, FinetuneConfig, from_dict
 from tokendrop.data import PreparedData
 from tokendrop.dropping.methods import METHODS
-from tokendrop.errors import ConfigError
+from tokendrop.errors import ConfigError, TrainingError
 from tokendrop.finetuning import finetune
 from tokendrop.finetuning.tasks import get_task
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory
@@ -321,7 +321,20 @@ def run_quality_part(
                         r.skip(f"{name} pretraining", log)
                         continue
                     t0 = time.perf_counter()
-                    runs[name], used_lr = _arm_run(cfg, q, cal, scratch, out, r, arm, seed, lr, log)
+                    try:
+                        runs[name], used_lr = _arm_run(
+                            cfg, q, cal, scratch, out, r, arm, seed, lr, log
+                        )
+                    except TrainingError as e:  # diverged (non-finite steps): a result, not a stop
+                        why = " ".join(str(e).split())[:300]
+                        r.data["results"].append(
+                            {"run": name, "arm": arm, "lr": lr, "seed": seed, "error": why}
+                        )
+                        r.summary.append(f"{name}: stopped: {why}")
+                        log(f"  {name}: stopped: {why}")
+                        free_device_memory()
+                        save()
+                        continue
                     meta[name] = (arm, used_lr, seed)
                     s = runs[name]
                     r.data["results"].append(

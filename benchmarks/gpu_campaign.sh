@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU campaign on a lent GPU machine.  In priority order, within the device time (one call of at
 # most 10 minutes; a second call into the same OUT continues with the parts the first did not finish):
-#   bash benchmarks/gpu_campaign.sh priority -- --set total_s=540   # step, strong, pretrain, env, ...
+#   bash benchmarks/gpu_campaign.sh priority -- --set total_s=540   # step, scratch, strong, pretrain, env, ...
 # Or one part per call (each stops itself within
 # budget_s = 8 min; the `timeout` below is the hard stop):
 #   bash benchmarks/gpu_campaign.sh step            # the trainer's step: eager / compiled / CUDA graphs, dense vs drop, both families
@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu_campaign.sh quality         # time to quality, small BERT, dense vs token drop, SST-2/QNLI
 #   bash benchmarks/gpu_campaign.sh bench-modern    # ModernBERT family (modern-base) eager T=512/1024: dense, 50% drop, HF ModernBERT
 #   bash benchmarks/gpu_campaign.sh strong          # time to loss on top of the strong dense recipe, 6x384 BERT, dense vs + token drop
+#   bash benchmarks/gpu_campaign.sh scratch         # the paper's setting from scratch: 12x768, T=128, dense / dense 75% / token drop at 2 lrs
 #   bash benchmarks/gpu_campaign.sh bench-longctx   # long context: bert-base and modern-base at T=512..8192, dense vs 50% drop
 #   DRY_RUN=1 bash benchmarks/gpu_campaign.sh all   # every part with tiny sizes on CPU (tests/integration/lab/test_gpu_campaign.py)
 # Each part writes $OUT/PART.json + $OUT/PART.md (rewritten after every phase) and prints a summary.
@@ -36,12 +37,12 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do parts+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 if [ ${#parts[@]} -eq 0 ]; then
   echo "usage: [DRY_RUN=1] [OUT=DIR] bash benchmarks/gpu_campaign.sh PART... [-- tokendrop bench args]" >&2
-  echo "       PART: step env bench bench-compile pretrain quality bench-modern strong bench-longctx all priority" >&2
+  echo "       PART: step env bench bench-compile pretrain quality bench-modern strong scratch bench-longctx all priority" >&2
   exit 2
 fi
 n=${#parts[@]}
-for p in "${parts[@]}"; do [ "$p" = "all" ] && n=$((n + 8)); done  # all = the 9 parts
-for p in "${parts[@]}"; do [ "$p" = "priority" ] && n=$((n + 8)); done  # bounded by total_s inside
+for p in "${parts[@]}"; do [ "$p" = "all" ] && n=$((n + 9)); done  # all = the 10 parts
+for p in "${parts[@]}"; do [ "$p" = "priority" ] && n=$((n + 9)); done  # bounded by total_s inside
 OUT=${OUT:-runs/gpu-campaign}
 args=(--out "$OUT")
 [ "${DRY_RUN:-0}" = "1" ] && args+=(--dry-run)

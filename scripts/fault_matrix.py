@@ -2893,6 +2893,44 @@ def cases() -> list[Case]:
 
     # ---- more faults: the campaign's output dir, verify of every output kind, config.json
     # shapes ----
+    # rounds that run whatever the time budget: 1 ... rounds, refused before anything is timed
+    for name, argv, key in (
+        (
+            "bench-min-rounds-over-rounds",
+            ["bench", "--preset", "smoke", "--json", "{C}/bench.json"],
+            "bench.min_rounds",
+        ),
+        (
+            "bench-longctx-min-rounds-over-rounds",
+            ["bench", "--preset", "longctx-cpu", "--json", "{C}/bench.json"],
+            "longctx.min_rounds",
+        ),
+    ):
+        add(
+            Case(
+                name,
+                "bad input, full disk",
+                [*argv, "--set", "rounds=2", "--set", "min_rounds=3"],
+                f"refused at config time naming {key}; nothing written",
+                absent=("bench.json",),
+                says=(f"{key}: expected 1 ... rounds (2)", "got 3"),
+            )
+        )
+    # part scratch's learning rates: each > 0 and distinct, refused before anything is written
+    for name, lrs, got in (
+        ("bench-campaign-scratch-lr-0", "[1e-3, 0]", "[0.001, 0.0]"),
+        ("bench-campaign-scratch-lrs-repeated", "[1e-3, 1e-3]", "[0.001, 0.001]"),
+    ):
+        add(
+            Case(
+                name,
+                "bad input, full disk",
+                [*CAMPAIGN, "--set", f"scratch.lrs={lrs}", "--out", "{C}/out"],
+                "refused at config time naming scratch.lrs; no output dir",
+                absent=("out",),
+                says=("scratch.lrs: expected distinct learning rates > 0", f"got {got}"),
+            )
+        )
     add(
         Case(
             "bench-campaign-into-foreign-dir",

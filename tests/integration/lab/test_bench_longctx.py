@@ -89,6 +89,8 @@ def test_both_families_side_by_side(tmp_path):
             r.status == "measured" and r.batch_size == 128 // r.seq_len and r.kept == r.seq_len // 2
         )
         assert r.dense_ms > 0 and r.drop_ms > 0 and r.speedup_min <= r.speedup <= r.speedup_max
+        assert r.dense_ms_min <= r.dense_ms <= r.dense_ms_max and r.rounds_done == 2
+        assert r.drop_ms_min <= r.drop_ms <= r.drop_ms_max and r.wall_s > 0
         assert r.flop_bound > 1 and r.fraction_of_bound == pytest.approx(r.speedup / r.flop_bound)
         assert r.speedup_cpu is not None and r.fraction_of_bound_cpu == pytest.approx(
             r.speedup_cpu / r.flop_bound
@@ -123,6 +125,56 @@ def test_both_families_side_by_side(tmp_path):
     text = md.read_text()
     assert "Command: `test`" in text and "load average" in text and "Where it stops fitting" in text
     assert "| modernbert | 128 | 1 |" in text
+    r = res.row("bert", 32)  # the step times' median [range] and the rounds beside the speed-up
+    assert f"| {r.dense_ms:.0f} [{r.dense_ms_min:.0f}-{r.dense_ms_max:.0f}] |" in text
+    assert f"[{r.speedup_min:.2f}-{r.speedup_max:.2f}] | 2 |" in text
+
+
+def test_a_time_budget_leaves_rows_out_not_rounds():
+    """With ``time_budget_s`` every measured row still runs ``min_rounds`` rounds (a median and a
+    range); the rows the budget cannot hold are left out and recorded as skipped."""
+    import time
+
+    import torch
+
+    from tokendrop.lab.bench import bench_config
+    from tokendrop.lab.bench.steps import build_runners
+    from tokendrop.lab.bench.timing import run_rounds
+
+    bc = bench_config(
+        {
+            "model": "debug-4x64",
+            "vocab_size": 128,
+            "seq_lens": [16],
+            "batch_sizes": [2],
+            "threads": 1,
+            "rounds": 4,
+            "min_rounds": 3,
+        }
+    )
+    runners, _ = build_runners(bc, torch.device("cpu"))
+    now = time.perf_counter()  # a deadline already past: the first min_rounds run all the same
+    assert run_rounds(runners, bc, torch.device("cpu"), lambda s: None, now, now - 1) == 3
+    assert all(len(r.round_median) == 3 for r in runners)
+    cfg = longctx_from_dict(
+        {
+            **TINY,
+            "rounds": 3,
+            "min_rounds": 2,
+            "time_budget_s": 3.0,  # less than one row takes: the first runs, the rest are left out
+            "modern": {**TINY["modern"], "enabled": False},
+        }
+    )
+    res = run_longctx(cfg, command="test")
+    first, *rest = res.rows
+    assert first.status == "measured" and first.rounds_done >= 2
+    assert [r.status for r in rest] == ["skipped (time budget)"] * 2
+    with pytest.raises(
+        ConfigError, match=r"longctx.min_rounds: expected 1 ... rounds \(2\), got 3"
+    ):
+        longctx_from_dict({**TINY, "min_rounds": 3})
+    with pytest.raises(ConfigError, match=r"bench.min_rounds: expected 1 ... rounds \(5\), got 0"):
+        bench_config({"model": "debug-4x64", "min_rounds": 0})
 
 
 def test_where_it_stops_fitting_is_extrapolated_or_measured():

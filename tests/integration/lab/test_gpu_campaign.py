@@ -1,7 +1,7 @@
 """The GPU campaign's CPU dry run: ``benchmarks/gpu_campaign.sh`` with tiny sizes, so the script and
-every part's code path cannot rot between GPU runs.  The whole campaign (all five parts) takes
-~1-1.5 min on 2 cores and is ``slow``; the default run checks the script's plumbing, the config,
-the largest-batch search and the time-to-loss arithmetic."""
+every part's code path cannot rot between GPU runs.  The whole campaign (every part) takes a few
+minutes on 2 cores and is ``slow``, as is part scratch alone (~1 min); the default run checks the
+script's plumbing, the config, the largest-batch search and the time-to-loss and gap arithmetic."""
 
 import json
 import os
@@ -64,6 +64,7 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
         "quality",
         "bench-modern",
         "strong",
+        "scratch",
         "bench-longctx",
     ):
         d = _part(out, name)
@@ -121,6 +122,7 @@ def test_dry_run_of_every_part(tmp_path, tiny_data, toy_glue):
     curves = q["data"]["runs"]
     assert all(len(r["eval_curve"]) >= 2 for r in curves.values())
     _check_strong(out)
+    _check_scratch(out)
     _check_longctx(out)
     assert not [f for f in out.rglob("*") if f.name.endswith(".tmp")]
     assert not [f for f in out.rglob("*.safetensors")]  # checkpoints stay out of OUT
@@ -167,6 +169,44 @@ def _check_strong(out: Path) -> None:
     assert "what the selector keeps" in (out / "strong.md").read_text()
 
 
+def _check_scratch(out: Path) -> None:
+    s = _part(out, "scratch")
+    d = s["data"]
+    # the paper's layout at 12 layers: full layers 0-4 and 11, the drop span 5-10
+    lay = d["layout"]
+    assert (lay["family"], lay["num_layers"]) == ("modernbert", 12)
+    assert lay["drop_span"] == [5, 10] and lay["full_layers"] == [0, 1, 2, 3, 4, 11]
+    lrs = d["lrs"]
+    runs = [f"{a}-lr{lr:g}" for lr in lrs for a in ("dense", "token-drop", "dense-75")]
+    assert list(d["runs"]) == runs and [x["run"] for x in d["results"]] == runs  # rate by rate
+    by = {x["run"]: x for x in d["results"]}
+    for x in d["results"]:  # every run's lr, arm, steps, final held-out loss, FLOPs and time
+        assert x["lr"] in lrs and x["final_eval_loss"] > 0 and x["flops"] > 0
+        assert 0 < x["train_s"] <= x["wall_s"]
+        recs = [json.loads(r) for r in (out / f"scratch-{x['run']}-metrics.jsonl").open()]
+        steps = [r for r in recs if "loss" in r and "lr" in r]
+        assert steps[-1]["step"] == x["steps"]
+        assert max(r["lr"] for r in steps) == pytest.approx(x["lr"], rel=0.3)  # its own peak
+        assert steps[-1]["lr"] < 0.3 * x["lr"]  # linear decay to zero over its own steps
+        assert any(r["dropping"] for r in steps) == (x["arm"] == "token-drop")
+    for lr in lrs:  # equal steps; dense-75 a quarter fewer, with about token drop's FLOPs
+        dense, drop, d75 = (by[f"{a}-lr{lr:g}"] for a in ("dense", "token-drop", "dense-75"))
+        assert drop["steps"] == dense["steps"] == 12 and d75["steps"] == 9
+        assert 0.6 < drop["flops"] / dense["flops"] < 0.9 and d75["flops"] / dense["flops"] == 0.75
+    cmp = d["comparison"]
+    assert [x["lr"] for x in cmp] == lrs
+    for x in cmp:
+        assert x["gap_equal_steps"] == x["token_drop"] - x["dense"]
+        assert x["gap_equal_flops"] == x["token_drop"] - x["dense_75"]
+    assert set(d["best_lr"]) == {"dense", "token-drop", "dense-75"}
+    assert d["at_best_lr"]["gap_equal_steps"] is not None
+    assert d["time_to_dense_final_loss"]["dense_lr"] == d["best_lr"]["dense"]
+    checks = {c["name"].split(" (")[0]: c["ok"] for c in s["checks"]}
+    assert checks["equal steps: every arm ran its planned step count"] is True
+    assert "at equal steps and at equal FLOPs" in (out / "scratch.md").read_text()
+    assert (out / "scratch.png").is_file()
+
+
 def _check_longctx(out: Path, ts: tuple[int, ...] = (32, 64, 128)) -> None:
     d = _part(out, "bench-longctx")
     res = json.loads((out / "bench-longctx-rows.json").read_text())
@@ -174,6 +214,17 @@ def _check_longctx(out: Path, ts: tuple[int, ...] = (32, 64, 128)) -> None:
     rows = [(r["family"], r["seq_len"], r["status"]) for r in res["rows"]]
     assert rows == [(f, t, "measured") for f in ("bert", "modernbert") for t in ts]
     assert all(0 < r["attention_share_dense"] < 1 and r["flop_bound"] > 1 for r in res["rows"])
+    for r in res["rows"]:  # a median and a range at every T, over min_rounds rounds at least
+        assert r["rounds_done"] >= 2 and r["speedup_min"] <= r["speedup"] <= r["speedup_max"]
+        assert r["dense_ms_min"] <= r["dense_ms"] <= r["dense_ms_max"]
+        assert r["drop_ms_min"] <= r["drop_ms"] <= r["drop_ms_max"]
+    assert any(
+        c["name"] == "every measured row timed over at least 2 rounds (a median and a range)"
+        and c["ok"] is True
+        for c in d["checks"]
+    )
+    (table,) = d["tables"]
+    assert "speed-up min-max" in table["header"] and "rounds" in table["header"]
     assert {(f["family"], f["setting"]) for f in d["data"]["fits"]} == {
         (f, s) for f in ("bert", "modernbert") for s in ("dense", "drop")
     }
@@ -230,13 +281,11 @@ def test_campaign_config_and_errors():
         "quality",
         "bench-modern",
         "strong",
+        "scratch",
         "bench-longctx",
     )
-    # the step's measurements first
-    assert set(PRIORITY) == set(PARTS) and PRIORITY[:2] == (
-        "step",
-        "strong",
-    )
+    # the step's measurements first, then the paper's setting from scratch
+    assert set(PRIORITY) == set(PARTS) and PRIORITY[:3] == ("step", "scratch", "strong")
     assert gpu.step.rows()[0] == ("bert", 128, 16384) and gpu.step.modes == [
         "off",
         "step",
@@ -262,14 +311,29 @@ def test_campaign_config_and_errors():
         campaign_config("dry", ["strong.seeds=[0, 0]"])
     # equal wall-clock per run on the GPU
     assert gpu.strong.run_length == gpu.quality.run_length == "time"
-    with pytest.raises(ConfigError, match='strong.run_length: expected "time" or "steps"'):
+    with pytest.raises(
+        ConfigError, match='strong.run_length: expected "time", "steps" or "equal-steps"'
+    ):
         campaign_config("dry", ["strong.run_length='tokens'"])
+    sc = gpu.scratch  # the paper's setting at BERT-base width, from scratch
+    assert "model.preset='modern-base'" in sc.overrides and "model.num_layers=12" in sc.overrides
+    assert "model.global_attn_every_n_layers=1" in sc.overrides and not sc.strong_recipe
+    assert sc.arms == ["dense", "token-drop", "dense-75"] and len(sc.lrs) == 2
+    assert sc.run_length == "equal-steps" and sc.batch_size == 256 and sc.calibrate_steps > 0
+    assert 0 < sc.min_budget_s <= gpu.budget_s and not sc.tasks
+    with pytest.raises(ConfigError, match=r"scratch.lrs: expected distinct learning rates > 0"):
+        campaign_config("dry", ["scratch.lrs=[1e-3, 0]"])
+    with pytest.raises(ConfigError, match=r"scratch.lrs: expected distinct"):
+        campaign_config("dry", ["scratch.lrs=[1e-3, 1e-3]"])
+    with pytest.raises(ConfigError, match=r"scratch.calibrate_steps/min_budget_s: expected >= 0"):
+        campaign_config("dry", ["scratch.min_budget_s=-1"])
     lc = gpu.longctx
     assert (
         lc.seq_lens == [512, 1024, 2048, 4096, 8192]
         and lc.precision == "bf16"
         and lc.document_attention == "on"
     )
+    assert lc.min_rounds == lc.rounds >= 5  # a median and a range at every T on the GPU
     assert [s.model for s in lc.shapes()] == ["bert-base", "modern-base"]
     assert campaign_config("dry").longctx.seq_lens == [32, 64, 128]
     m = gpu.modern
@@ -413,3 +477,128 @@ def test_priority_runs_the_step_part_first_and_a_second_call_continues(tmp_path,
     # finished by the first call: not rerun
     assert again.returncode == 0 and "[step]" not in again.stdout
     assert _part(out, "step")["started"] == d["started"] and not (out / "strong.json").exists()
+
+
+@pytest.mark.slow
+def test_scratch_part_dry_run(tmp_path, tiny_data):
+    """Part scratch through the script on CPU (~1 min on 2 cores): the paper's layout at 12 layers
+    (ModernBERT family, every layer global), dense, token drop and dense-75 at both rates, equal
+    steps, every run's lr / arm / steps / loss / FLOPs / time and the gaps in scratch.json."""
+    out = tmp_path / "out"
+    p = _run_script(out, ["scratch"], DATA=str(tiny_data))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    d = _part(out, "scratch")
+    assert d["ok"] and not d["error"] and not d["skipped"], (d["error"], d["skipped"], d["checks"])
+    assert "[scratch] ok" in p.stdout and d["wall_s"] < d["budget_s"]
+    _check_scratch(out)
+
+
+def test_equal_steps_comparison_arithmetic():
+    """The gaps scratch reports, from given runs: token drop minus dense at equal steps, minus
+    dense-75 at equal FLOPs, minus dense's eval curve read at token drop's FLOPs; each arm's best
+    rate."""
+    from tokendrop.lab.bench.campaign.common import PartResult
+    from tokendrop.lab.bench.campaign.config import QualityPart
+    from tokendrop.lab.bench.campaign.quality_part import (
+        Calibration,
+        equal_steps_comparison,
+        value_at,
+    )
+    from tokendrop.lab.bench.campaign.runs import RunSummary
+
+    assert value_at([(0.0, 6.0), (10.0, 4.0)], 5.0) == 5.0 and value_at([(0.0, 6.0)], 1.0) is None
+    q = QualityPart(
+        arms=["dense", "token-drop", "dense-75"], lrs=[1e-3, 2e-3], run_length="equal-steps"
+    )
+    cal = Calibration(0.1, 0.08, 10.0, 100, 100)
+
+    def run(name, steps, loss, flops):
+        curve = [(0.0, 7.0), (flops / 2, (7.0 + loss) / 2), (flops, loss)]
+        return RunSummary(name, steps, 1.0, None, None, None, None, 7.0, loss, [], flops, curve)
+
+    finals = {  # (arm, lr) -> final loss
+        ("dense", 1e-3): 4.0,
+        ("token-drop", 1e-3): 4.3,
+        ("dense-75", 1e-3): 4.4,
+        ("dense", 2e-3): 3.8,
+        ("token-drop", 2e-3): 4.5,
+        ("dense-75", 2e-3): 4.1,
+    }
+    share = {"dense": (100, 1.0), "token-drop": (100, 0.75), "dense-75": (75, 0.75)}
+    runs, meta = {}, {}
+    for (arm, lr), loss in finals.items():
+        n = q.run_name(arm, 0, lr)
+        steps, f = share[arm]
+        runs[n] = run(n, steps, loss, 1e12 * f)
+        meta[n] = (arm, lr, 0)
+    r = PartResult("scratch", True, "cpu")
+    equal_steps_comparison(q, cal, runs, meta, r)
+    c1, c2 = r.data["comparison"]
+    assert c1["lr"] == 1e-3 and c1["gap_equal_steps"] == pytest.approx(0.3)
+    assert c1["gap_equal_flops"] == pytest.approx(-0.1) and c1["drop_flops_ratio"] == 0.75
+    # dense's curve at 0.75e12 FLOPs: between (0.5e12, 5.5) and (1e12, 4.0) -> 4.75
+    assert c1["dense_curve_at_drop_flops"] == pytest.approx(4.75)
+    assert c1["gap_vs_dense_curve"] == pytest.approx(4.3 - 4.75)
+    assert c2["gap_equal_steps"] == pytest.approx(0.7)
+    # each arm at its own best rate: dense 2e-3, token drop 1e-3, dense-75 2e-3
+    assert r.data["best_lr"] == {"dense": 2e-3, "token-drop": 1e-3, "dense-75": 2e-3}
+    assert r.data["at_best_lr"]["gap_equal_steps"] == pytest.approx(4.3 - 3.8)
+    assert r.data["at_best_lr"]["gap_equal_flops"] == pytest.approx(4.3 - 4.1)
+    assert {c.name.split(" (")[0]: c.ok for c in r.checks} == {
+        "equal steps: every arm ran its planned step count": True
+    }
+    runs[q.run_name("dense-75", 0, 2e-3)].steps = 100  # not 0.75 of the dense run's
+    r = PartResult("scratch", True, "cpu")
+    equal_steps_comparison(q, cal, runs, meta, r)
+    assert r.checks[0].ok is False
+
+
+def test_priority_starts_a_part_only_with_its_minimum_left(tmp_path, monkeypatch):
+    """--campaign priority: scratch starts only with scratch.min_budget_s of total_s left; the
+    parts after it still run, and a later call finds it unfinished."""
+    import tokendrop.lab.bench.campaign as camp
+    from tokendrop.lab.bench.campaign import campaign_config, run_parts
+    from tokendrop.lab.bench.campaign.config import PRIORITY
+
+    ran = []
+
+    def fake(cfg, out, budget, r, save, log):
+        ran.append(r.part)
+
+    monkeypatch.setattr(camp, "_runner", lambda name: fake)
+    said = []
+    cfg = campaign_config(
+        "dry", ["total_s=100", "min_part_s=1", "scratch.min_budget_s=200"], dry_run=True
+    )
+    run_parts(cfg, ["priority"], tmp_path / "out", log=said.append)
+    assert ran == [p for p in PRIORITY if p != "scratch"]
+    assert any(x.startswith("[scratch] not started:") and "it needs 200 s" in x for x in said)
+    assert not (tmp_path / "out" / "scratch.json").exists()
+
+
+def test_a_diverging_rate_is_a_result_not_a_stop(tmp_path, tiny_data):
+    """A run stopped for non-finite steps (here at an absurd rate) is recorded in ``results`` with
+    its error; the part goes on with the next rate and ends complete."""
+    from tokendrop.lab.bench.campaign import campaign_config, run_parts
+
+    cfg = campaign_config(
+        "dry",
+        [
+            f'data="{tiny_data}"',
+            "scratch.arms=['dense']",
+            "scratch.lrs=[2e-3, 1e9]",  # the calibration runs at the first
+            "scratch.max_steps=6",
+            "scratch.calibrate_steps=4",
+            "scratch.evals=2",
+            "scratch.overrides=['model.num_layers=2', 'train.eval_batches=1', "
+            "'data.num_workers=0', 'train.threads=1', 'train.max_nonfinite_steps=1']",
+        ],
+        dry_run=True,
+    )
+    (r,) = run_parts(cfg, ["scratch"], tmp_path / "out")
+    assert r.complete and not r.error, r.error
+    res = {x["run"]: x for x in r.data["results"]}
+    assert set(res) == {"dense-lr0.002", "dense-lr1e+09"}
+    assert "non-finite" in res["dense-lr1e+09"]["error"] and "error" not in res["dense-lr0.002"]
+    assert list(r.data["runs"]) == ["dense-lr0.002"]
+    assert any(s.startswith("dense-lr1e+09: stopped: non-finite") for s in r.summary)

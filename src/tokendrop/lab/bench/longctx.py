@@ -9,9 +9,10 @@ shape per family (the ``[bert]`` and ``[modern]`` tables).  For every family and
 interleaved rounds (so each T's paired ratios come from steps measured seconds apart), on a packed
 batch with per-document attention (``document_attention``; ``document_tokens = "row"``: one
 document per row, the attention over all T positions that the FLOP model counts).  Per row: the
-medians (wall and, on CPU, process time), the paired speed-up, the FLOP bound and the fraction of
-it reached, the attention products' share of the FLOPs (dense and dropping), the peak training
-memory, and how far it fits:
+medians (wall and, on CPU, process time) and the range of the timed steps, the paired speed-up
+(median and range over the rounds: at least ``min_rounds`` of them, whatever the time budget), the
+FLOP bound and the fraction of it reached, the attention products' share of the FLOPs (dense and
+dropping), the peak training memory, and how far it fits:
 
 * measured: a T whose step runs out of memory is recorded as not fitting at its batch (CUDA);
 * estimated: the largest batch within ``memory_limit_gib`` ("machine": the machine's memory, or the
@@ -20,6 +21,11 @@ memory, and how far it fits:
   underestimate), and the first doubling of T beyond the measured ones at which one sequence would
   no longer fit, from a quadratic fit of the per-sequence step peak in T (an extrapolation: said
   so).
+
+With ``time_budget_s`` the run stays within it by leaving rows out, not rounds: each row's bench
+gets its share of what is left (the rounds after the first ``min_rounds`` stop at it), and a row
+starts only when what is left covers ``ROW_GROWTH`` times the wall time of the last measured row
+(of its family, else of any); a row left out is recorded as skipped.
 
 Nothing here asserts a timing.  The goal it reports (docs/results.md): dropping at >= 0.95 of its
 FLOP bound at every T.
@@ -66,6 +72,9 @@ from tokendrop.lab.sizes import (
 )
 
 GOAL_FRACTION = 0.95  # the goal: dropping at >= this fraction of its FLOP bound at every T
+# a row at the next T costs at most this many times the last row's wall time (the same tokens per
+# step: on the H100 bert-base's step grew 1.46x from T=2,048 to 8,192, with start-up on top)
+ROW_GROWTH = 1.5
 SCHEMA_VERSION = 1
 
 
@@ -128,6 +137,9 @@ class LongContextConfig:
     warmup: int = 1
     rounds: int = 3
     reps: int = 1
+    # rounds every measured row runs whatever time_budget_s says (BenchConfig.min_rounds): a spread
+    # of at least this many paired ratios per T
+    min_rounds: int = 1
     # where a setting stops fitting is judged against this many GiB, or "machine"
     # (MEMORY_MACHINE): this machine's memory (CPU) or the GPU's
     memory_limit_gib: float | str = MEMORY_MACHINE
@@ -175,6 +187,7 @@ class LongContextConfig:
                 "threads": self.threads,
                 "warmup": self.warmup,
                 "rounds": self.rounds,
+                "min_rounds": self.min_rounds,
                 "reps": self.reps,
                 "memory": True,
                 "time_budget_s": budget_s,
@@ -191,6 +204,10 @@ class LongContextConfig:
             raise ConfigError(
                 f"longctx.batch_sizes: one per seq_len ({len(self.seq_lens)}), got "
                 f"{self.batch_sizes}"
+            )
+        if not 1 <= self.min_rounds <= self.rounds:
+            raise ConfigError(
+                f"longctx.min_rounds: expected 1 ... rounds ({self.rounds}), got {self.min_rounds}"
             )
         check_lab_size("longctx.threads", self.threads)
         check_lab_size("longctx.memory_limit_gib", self.memory_limit_gib)
@@ -266,6 +283,11 @@ class Row:
     kept: int | None = None
     dense_ms: float | None = None  # median per step, wall clock
     drop_ms: float | None = None
+    # the range of the timed steps (every round's), wall clock
+    dense_ms_min: float | None = optional()
+    dense_ms_max: float | None = optional()
+    drop_ms_min: float | None = optional()
+    drop_ms_max: float | None = optional()
     dense_cpu_ms: float | None = optional()  # CPU: process time per step
     drop_cpu_ms: float | None = optional()
     speedup: float | None = None  # median of per-round paired ratios, wall clock
@@ -286,6 +308,7 @@ class Row:
     dense_fit: Fit | None = None
     drop_fit: Fit | None = None
     note: str = ""
+    wall_s: float | None = optional()  # the row's bench, start-up and memory steps included
 
 
 @dataclass
@@ -371,6 +394,10 @@ def _row(
         kept=drop.kept,
         dense_ms=1e3 * dense.time_s.median,
         drop_ms=1e3 * drop.time_s.median,
+        dense_ms_min=1e3 * dense.time_s.min,
+        dense_ms_max=1e3 * dense.time_s.max,
+        drop_ms_min=1e3 * drop.time_s.min,
+        drop_ms_max=1e3 * drop.time_s.max,
         speedup=x.speedup,
         speedup_min=x.speedup_paired_min,
         speedup_max=x.speedup_paired_max,
@@ -505,17 +532,23 @@ def run_longctx(
     )
     deadline = None if cfg.time_budget_s == BUDGET_NONE else t_start + float(cfg.time_budget_s)
     todo = [(shape, t) for shape in cfg.shapes() for t in cfg.seq_lens]
+    walls: dict[str, float] = {}  # family (and "" for any) -> its last measured row's wall time
     for i, (shape, t) in enumerate(todo):
         fam = shape.family
         left = None if deadline is None else deadline - time.perf_counter()
         share = BUDGET_NONE if left is None else max(1.0, left / (len(todo) - i))
         bc = cfg.bench_config(shape, t, share)
         b = bc.batch_size(t)
-        if left is not None and left <= 0:
+        need = ROW_GROWTH * walls.get(fam, walls.get("", 0.0))
+        if left is not None and (left <= 0 or left < need):
             res.rows.append(Row(fam, t, b, "skipped (time budget)"))
-            say(f"longctx {fam} T={t}: skipped (time budget)")
+            say(
+                f"longctx {fam} T={t}: skipped (time budget: {max(0.0, left):.0f} s left, the row "
+                f"needs ~{need:.0f} s)"
+            )
             continue
         say(f"longctx {fam} T={t} B={b}")
+        t_row = time.perf_counter()
         try:
             r = run_bench(bc, log=say, command=res.command)
         except torch.OutOfMemoryError as e:
@@ -525,6 +558,7 @@ def run_longctx(
             continue
         res.runs[f"{fam}/T{t}"] = r.to_dict()
         row = _row(fam, t, r, cfg, bc, limit)
+        row.wall_s = walls[fam] = walls[""] = time.perf_counter() - t_row
         res.rows.append(row)
         say(
             f"  {fam} T={t}: dense {row.dense_ms:.0f} ms, drop {row.drop_ms:.0f} ms, "
@@ -568,6 +602,12 @@ def _free(dev: torch.device) -> None:
 
 def _f(x: float | None, fmt: str, scale: float = 1.0) -> str:
     return "--" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x * scale, fmt)
+
+
+def _ms_range(median: float | None, lo: float | None, hi: float | None) -> str:
+    """'169 [165-172]': a median and the range of the timed steps, in ms."""
+    rng = "" if lo is None or hi is None else f" [{lo:.0f}-{hi:.0f}]"
+    return _f(median, ".0f") + rng
 
 
 def _load(env: Environment) -> str:
@@ -617,7 +657,9 @@ def format_markdown(res: LongContextResult) -> str:
     lines += [
         "",
         "Speed-up = the median over rounds of dense step time / dropping step time, measured "
-        "seconds apart (paired); [min-max] over the rounds.  FLOP bound = dense FLOPs / dropping "
+        "seconds apart (paired); [min-max] over the rounds (at least "
+        f"{cfg.min_rounds} per row, whatever the time budget; `rounds`: how many ran); step "
+        "times: the median [min-max] of the timed steps.  FLOP bound = dense FLOPs / dropping "
         "FLOPs (`tokendrop.dropping.flops`)."
         + (
             " CPU time = process time, robust to waiting for a core on a loaded machine."
@@ -626,7 +668,15 @@ def format_markdown(res: LongContextResult) -> str:
         ),
         "",
     ]
-    head = ["family", "T", "B", "dense ms", "drop ms", "speed-up (wall)"]
+    head = [
+        "family",
+        "T",
+        "B",
+        "dense ms [min-max]",
+        "drop ms [min-max]",
+        "speed-up (wall)",
+        "rounds",
+    ]
     if cpu:
         head += ["speed-up (CPU time)"]
     head += [
@@ -648,9 +698,10 @@ def format_markdown(res: LongContextResult) -> str:
             r.family,
             str(r.seq_len),
             str(r.batch_size),
-            _f(r.dense_ms, ".0f"),
-            _f(r.drop_ms, ".0f"),
+            _ms_range(r.dense_ms, r.dense_ms_min, r.dense_ms_max),
+            _ms_range(r.drop_ms, r.drop_ms_min, r.drop_ms_max),
             f"{r.speedup:.2f}x [{r.speedup_min:.2f}-{r.speedup_max:.2f}]",
+            str(r.rounds_done),
         ]
         if cpu:
             cells.append(_f(r.speedup_cpu, ".2f") + "x")

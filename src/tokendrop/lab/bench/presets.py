@@ -135,6 +135,9 @@ class BenchConfig:
     threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
     warmup: int = 2  # untimed steps per setting before the rounds (compile: more)
     rounds: int = 5
+    # rounds that run whatever time_budget_s says (the budget stops only the rounds after them): a
+    # spread over at least this many paired ratios
+    min_rounds: int = 1
     reps: int = 1  # timed steps per setting per round
     memory: bool = True  # the extra untimed, profiled step per setting
     # the census (ops, would-be syncs) of one step per setting; CUDA: its sync debug mode too
@@ -206,6 +209,10 @@ class BenchConfig:
         if self.warmup < 0 or self.rounds < 1 or self.reps < 1:
             raise ConfigError(
                 "bench.warmup/rounds/reps: expected warmup >= 0, rounds >= 1, reps >= 1"
+            )
+        if not 1 <= self.min_rounds <= self.rounds:
+            raise ConfigError(
+                f"bench.min_rounds: expected 1 ... rounds ({self.rounds}), got {self.min_rounds}"
             )
         check_lab_size("bench.time_budget_s", self.time_budget_s)
         check_lab_size("bench.peak_tflops", self.peak_tflops)

@@ -71,11 +71,12 @@ def run_rounds(
     deadline: float | None = None,
 ) -> int:
     """The interleaved timed rounds; returns how many ran (fewer than ``cfg.rounds`` only when the
-    next round would end after ``deadline``, a ``time.perf_counter()`` value; at least one runs)."""
+    next round would end after ``deadline``, a ``time.perf_counter()`` value; the first
+    ``cfg.min_rounds`` always run)."""
     done = 0
     last = 0.0
     for k in range(cfg.rounds):
-        if deadline is not None and k > 0 and time.perf_counter() + last > deadline:
+        if deadline is not None and k >= cfg.min_rounds and time.perf_counter() + last > deadline:
             say(f"  time budget: stopping after {k} of {cfg.rounds} rounds")
             break
         t0 = time.perf_counter()

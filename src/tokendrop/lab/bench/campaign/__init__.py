@@ -5,19 +5,23 @@
     tokendrop bench --campaign all --out /tmp/dry --dry-run     # every part, tiny sizes, on CPU
 
 ``priority`` runs the parts in ``PRIORITY`` order within ``total_s`` seconds in all (each part
-within ``min(budget_s, what is left)``), skipping parts an earlier call into the same OUT finished,
-so a second call continues where the first stopped.  Parts (``PARTS``): ``step`` (the trainer's step
-per ``train.compile`` mode -- eager, compiled, CUDA graphs -- dense vs 50% drop, both families,
-T=128 at 16k and 64k tokens per step and T=512: ms/step, MFU, FLOP bound, GPU-busy fraction),
-``env`` (versions, usable SDPA backends at bf16, ``pytest -m gpu``), ``bench`` (bert-base eager:
-ours dense / 50% drop / transformers', MFU, memory, the largest batch that fits), ``bench-compile``
-(the same compiled), ``pretrain`` (real runs from carried data, resume, torchrun), ``quality``
-(time-to-quality of a small BERT, dense vs token drop, then fine-tuning), ``bench-modern`` (the
-ModernBERT-architecture family, modern-base eager at T=512 and 1024: ours dense / 50% drop /
-``transformers.ModernBertForMaskedLM``), ``strong`` (time to loss from scratch on top of the
-strongest dense recipe: dense vs + token drop, a 6 x 384 BERT), ``bench-longctx`` (both families at
-T = 512 ... 8192, dense vs 50% drop, FLOP bound, attention share, memory).  Each writes
-``OUT/PART.json`` + ``OUT/PART.md`` (after every phase) and stops itself within ``budget_s``."""
+within ``min(budget_s, what is left)``; a part starts only with ``min_part_s`` left, or its
+section's ``min_budget_s`` where larger: ``config.part_start_s``), skipping parts an earlier call
+into the same OUT finished, so a second call continues where the first stopped. Parts (``PARTS``):
+``step`` (the trainer's step per ``train.compile`` mode -- eager, compiled, CUDA graphs -- dense vs
+50% drop, both families, T=128 at 16k and 64k tokens per step and T=512: ms/step, MFU, FLOP bound,
+GPU-busy fraction), ``env`` (versions, usable SDPA backends at bf16, ``pytest -m gpu``), ``bench``
+(bert-base eager: ours dense / 50% drop / transformers', MFU, memory, the largest batch that fits),
+``bench-compile`` (the same compiled), ``pretrain`` (real runs from carried data, resume, torchrun),
+``quality`` (time-to-quality of a small BERT, dense vs token drop, then fine-tuning),
+``bench-modern`` (the ModernBERT-architecture family, modern-base eager at T=512 and 1024: ours
+dense / 50% drop / ``transformers.ModernBertForMaskedLM``), ``strong`` (time to loss from scratch on
+top of the strongest dense recipe: dense vs + token drop, a 6 x 384 BERT), ``scratch`` (the paper's
+setting from scratch at BERT-base width: a 12 x 768 encoder with the paper's layout, T=128, dense,
+dense for 75% of the steps and token drop at two learning rates, equal steps: held-out MLM loss and
+the gap at equal steps and equal FLOPs), ``bench-longctx`` (both families at T = 512 ... 8192, dense
+vs 50% drop, FLOP bound, attention share, memory). Each writes ``OUT/PART.json`` + ``OUT/PART.md``
+(after every phase) and stops itself within ``budget_s``."""
 
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from tokendrop.lab.bench.campaign.config import (
     PretrainPart,
     QualityPart,
     campaign_config,
+    part_start_s,
 )
 from tokendrop.lab.bench.campaign.env_part import run_env
 from tokendrop.lab.bench.campaign.longctx_part import run_longctx_part
@@ -63,8 +68,10 @@ TITLES = {
     "quality": "time to quality: dense vs token dropping, then fine-tuning",
     "bench-modern": "ModernBERT-architecture step time, eager (ours dense / token drop / "
     "transformers.ModernBertForMaskedLM)",
-    "strong": "time to loss on top of the strong dense recipe: dense vs + token "
-    "dropping, from scratch",
+    "strong": "time to loss on top of the strong dense recipe: dense vs + token dropping, "
+    "from scratch",
+    "scratch": "the paper's setting from scratch at BERT-base width: dense, dense (75%) and "
+    "token drop at two learning rates",
     "bench-longctx": "long context: dense vs token drop at T = 512 ... 8192, both families",
 }
 
@@ -79,6 +86,7 @@ RUNNERS = {
     "bench-longctx": run_longctx_part,
     "quality": run_quality_part,
     "strong": run_quality_part,
+    "scratch": run_quality_part,
 }
 
 
@@ -137,10 +145,11 @@ def run_parts(
             if priority and _finished(out_dir, name):  # an earlier call of the same campaign ran it
                 say(f"[{name}] done by an earlier call ({out_dir / (name + '.json')}); next part")
                 continue
-            if priority and not total.allows(cfg.min_part_s):
+            need = part_start_s(cfg, name)
+            if priority and not total.allows(need):
                 say(
-                    f"[{name}] not started: {total.left():.0f} s of campaign.total_s left (the "
-                    "next call continues here)"
+                    f"[{name}] not started: {total.left():.0f} s of campaign.total_s left, it "
+                    f"needs {need:.0f} s (the next call continues here)"
                 )
                 continue
             part_cfg = (
@@ -318,6 +327,7 @@ __all__ = [
     "Budget",
     "campaign_config",
     "run_parts",
+    "part_start_s",
     "claim_output",
     "IN_PROGRESS",
 ]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tokendrop.config import THREADS_AUTO, load_config, resolve_preset
 from tokendrop.errors import ConfigError
@@ -20,12 +21,16 @@ PARTS = (
     "quality",
     "bench-modern",
     "strong",
+    "scratch",
     "bench-longctx",
 )
 # ``--campaign priority``: the order a lent GPU's time is spent in (part step first: the training
-# step's measurements; then the from-scratch pairs; then the rest), each part within what is left
+# step's measurements; then the from-scratch comparisons, the paper's own setting (scratch) before
+# the small strong-recipe pair that already has one H100 observation; then the rest), each part
+# within what is left
 PRIORITY = (
     "step",
+    "scratch",
     "strong",
     "pretrain",
     "env",
@@ -153,6 +158,9 @@ class PretrainPart:
     min_loss_drop: float = 1.0  # "loss falls": the final eval loss at least this far below step 0's
 
 
+RUN_LENGTHS = ("time", "steps", "equal-steps")  # QualityPart.run_length
+
+
 @dataclass
 class QualityPart:
     """``quality``: a small BERT pretrained dense and with token dropping for the same wall-clock
@@ -167,7 +175,10 @@ class QualityPart:
     # the calibration allows); "steps": for the step counts the calibration predicts, capped by
     # max_steps (the dry run's: a machine's speed must not decide how many steps a test takes).  On
     # the H100 the trainer's steps took 1.5-1.7x the calibrating bench step, so "steps" overran the
-    # part's budget (benchmarks/results/gpu-h100-2026-11-28/strong-call1.md).
+    # part's budget (benchmarks/results/gpu-h100-2026-11-28/strong-call1.md).  "equal-steps": every
+    # arm the same step count (times its share, QUALITY_ARMS), the count the calibration fits into
+    # the budget for all runs together, capped by max_steps and by train_budget_s for a dense run:
+    # the comparison at equal steps and, through dense-75, at equal FLOPs (part scratch)
     run_length: str = "time"
     max_steps: int = 100000
     evals: int = 12  # evaluation points per run
@@ -196,11 +207,34 @@ class QualityPart:
     # > 0: each dropping run keeps this many checkpoints through training; the kept-row composition
     # and the importance-vs-rarity correlation at each (tokendrop.lab.inspect.selection_trace)
     diagnostics: int = 0
+    # the peak learning rates every arm runs at (rate by rate: a part cut short keeps every arm of
+    # its finished rates); [] = the config's train.lr alone
+    lrs: list[float] = field(default_factory=list)
+    # > 0: the step times that size the runs come from short real `pretrain` runs of this many steps
+    # (dense and dropping, the part's model and batch, ms per step from the log); 0: from a bench of
+    # the model (BERT family only)
+    calibrate_steps: int = 0
+    # --campaign priority: the part starts only with this many seconds of campaign.total_s left
+    # (runs sized into less would be too short to compare); 0: campaign.min_part_s alone decides
+    min_budget_s: float = 0.0
 
     def validate(self, where: str) -> None:
-        if self.run_length not in ("time", "steps"):
+        if self.run_length not in RUN_LENGTHS:
             raise ConfigError(
-                f'{where}.run_length: expected "time" or "steps", got {self.run_length!r}'
+                f'{where}.run_length: expected "time", "steps" or "equal-steps", got '
+                f"{self.run_length!r}"
+            )
+        if any(not isinstance(x, int | float) or not x > 0 for x in self.lrs) or len(
+            set(self.lrs)
+        ) != len(self.lrs):
+            raise ConfigError(
+                f"{where}.lrs: expected distinct learning rates > 0 (or [] for train.lr), got "
+                f"{self.lrs}"
+            )
+        if self.calibrate_steps < 0 or self.min_budget_s < 0:
+            raise ConfigError(
+                f"{where}.calibrate_steps/min_budget_s: expected >= 0, got "
+                f"{self.calibrate_steps} and {self.min_budget_s}"
             )
         arms = self.arms
         known = all(a in QUALITY_ARMS for a in arms)
@@ -220,9 +254,15 @@ class QualityPart:
                 "agreement_batch: expected >= 1"
             )
 
-    def run_name(self, arm: str, seed: int) -> str:
-        """A run's name in the part's files: its arm with one seed, ``ARM-seedN`` with several."""
-        return arm if len(self.seeds) == 1 else f"{arm}-seed{seed}"
+    def run_name(self, arm: str, seed: int, lr: float | None = None) -> str:
+        """A run's name in the part's files: its arm, ``-lrX`` with several ``lrs`` (``lr`` one of
+        them), ``-seedN`` with several seeds."""
+        name = arm if lr is None or len(self.lrs) < 2 else f"{arm}-lr{lr:g}"
+        return name if len(self.seeds) == 1 else f"{name}-seed{seed}"
+
+    def rates(self) -> list[float | None]:
+        """The learning rates the runs go through, in order: ``lrs``, or [None] (train.lr)."""
+        return list(self.lrs) or [None]
 
     def recipe(self) -> list[str]:
         """The recipe's dotted Config overrides both runs get after ``overrides`` ([] without
@@ -230,11 +270,23 @@ class QualityPart:
         return strong_recipe(self.batch_size) if self.strong_recipe else []
 
 
-# the pretraining arms of parts quality and strong: drop.method and extra dotted Config overrides
-QUALITY_ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "dense": ("none", ()),
-    "token-drop": ("cumulative", ()),
-    "token-drop-rate0": ("cumulative", ("drop.rate=0.0",)),  # the dropping path, every row kept
+class Arm(NamedTuple):
+    """A pretraining arm of parts quality, strong and scratch."""
+
+    method: str  # drop.method
+    overrides: tuple[str, ...] = ()  # extra dotted Config overrides
+    # its step count as a share of the dense run's (run_length "equal-steps"; else of its budget),
+    # with its own full schedule over those steps
+    steps_share: float = 1.0
+
+
+QUALITY_ARMS: dict[str, Arm] = {
+    "dense": Arm("none"),
+    "token-drop": Arm("cumulative"),
+    "token-drop-rate0": Arm("cumulative", ("drop.rate=0.0",)),  # the dropping path, every row kept
+    # the paper's "baseline (75%)": dense for 75% of the steps with its own full decay, about token
+    # drop's FLOPs (12 layers, half the rows in 6 of them)
+    "dense-75": Arm("none", (), 0.75),
 }
 
 
@@ -277,17 +329,49 @@ def _strong_part() -> QualityPart:
     )
 
 
+def _scratch_part() -> QualityPart:
+    """Part ``scratch``: the paper's setting at BERT-base width from random weights -- a 12 x 768
+    ModernBERT-family encoder, every layer global, the paper's layout (drop span 5-10), T=128, batch
+    256, linear decay to zero -- dense, dense-75 and token drop at two learning rates, equal steps
+    (configs/bench-campaign-gpu.toml says why each choice)."""
+    return QualityPart(
+        overrides=[
+            "model.preset='modern-base'",
+            "model.num_layers=12",
+            "model.global_attn_every_n_layers=1",
+            "model.attention_backend='sdpa'",
+            "model.vocab_size='data'",
+            "train.lr_schedule='linear'",
+            "train.compile=false",
+            "train.eval_batches=20",
+            "data.num_workers=2",
+        ],
+        batch_size=256,
+        train_budget_s=60.0,
+        run_length="equal-steps",
+        evals=10,
+        tasks=[],
+        finetune_reserve_s=0.0,
+        arms=["dense", "token-drop", "dense-75"],
+        lrs=[5e-4, 1e-3],
+        calibrate_steps=30,
+        min_budget_s=420.0,
+    )
+
+
 def _longctx_gpu() -> LongContextConfig:
     """Part ``bench-longctx``: the long-context rows on the GPU -- bert-base and modern-base shapes,
-    T = 512 ... 8192, 64k tokens per step, bf16, per-document attention (one document per row)."""
+    T = 512 ... 8192, 64k tokens per step, bf16, per-document attention (one document per row), 5
+    interleaved rounds per row whatever the budget (a median and a range at every T)."""
     return LongContextConfig(
         name="campaign-longctx",
         device="cuda",
         tokens_per_step=65536,
         precision="bf16",
-        warmup=3,
+        warmup=2,
         rounds=5,
-        reps=3,
+        min_rounds=5,
+        reps=1,
         bert=FamilyShape(model="bert-base", vocab_size=30522),
         modern=FamilyShape(model="modern-base", vocab_size=50368),
     )
@@ -313,6 +397,7 @@ class CampaignConfig:
     pretrain: PretrainPart = field(default_factory=PretrainPart)
     quality: QualityPart = field(default_factory=QualityPart)
     strong: QualityPart = field(default_factory=_strong_part)  # part strong
+    scratch: QualityPart = field(default_factory=_scratch_part)  # part scratch
     longctx: LongContextConfig = field(default_factory=_longctx_gpu)  # part bench-longctx
 
     def validate(self) -> CampaignConfig:
@@ -339,7 +424,11 @@ class CampaignConfig:
             raise ConfigError(
                 "pretrain.steps/resume_steps/torchrun_steps: expected >= 2, >= 2, >= 1"
             )
-        for sec, q in (("quality", self.quality), ("strong", self.strong)):
+        for sec, q in (
+            ("quality", self.quality),
+            ("strong", self.strong),
+            ("scratch", self.scratch),
+        ):
             if q.train_budget_s <= 0 or q.evals < 2:
                 raise ConfigError(f"{sec}.train_budget_s/evals: expected > 0 and >= 2")
             q.validate(sec)
@@ -353,6 +442,13 @@ class CampaignConfig:
         if self.total_s <= 0:
             raise ConfigError(f"campaign.total_s: expected > 0, got {self.total_s}")
         return self
+
+
+def part_start_s(cfg: CampaignConfig, part: str) -> float:
+    """--campaign priority: the seconds of ``total_s`` part ``part`` needs left to start:
+    ``min_part_s``, or its section's ``min_budget_s`` if larger."""
+    q = {"quality": cfg.quality, "strong": cfg.strong, "scratch": cfg.scratch}.get(part)
+    return max(cfg.min_part_s, q.min_budget_s if q else 0.0)
 
 
 CAMPAIGN_PREFIX = "bench-campaign-"

@@ -2,10 +2,13 @@
 
 Both families (the campaign's [longctx] table: bert-base and modern-base shapes, bf16, 64k tokens
 per step) at T = 512 ... 8192, our dense step vs 50% token dropping, per-document attention on: per
-row the speed-up next to its FLOP bound, the attention share of the FLOPs, the peak memory, and
-where a family stops fitting (a T that runs out of memory at its batch is recorded as such).  Rows
-are run in order, the whole run within the part's budget; a row the budget cannot start is recorded
-as skipped (rerun it with ``--set longctx.seq_lens=[T]`` or ``--set longctx.modern.enabled=false``).
+row the speed-up -- its median and range over at least ``longctx.min_rounds`` interleaved rounds
+(5 on the GPU), whatever the budget -- next to its FLOP bound, the step times' medians and ranges,
+the attention share of the FLOPs, the peak memory, and where a family stops fitting (a T that runs
+out of memory at its batch is recorded as such).  Rows are run in order, the whole run within the
+part's budget by leaving rows out rather than rounds (``tokendrop.lab.bench.longctx``: a row starts
+only when what is left covers 1.5x the last row's wall time); a row left out is recorded as skipped
+(rerun it with ``--set longctx.seq_lens=[T]`` or ``--set longctx.modern.enabled=false``).
 """
 
 from __future__ import annotations
@@ -23,15 +26,23 @@ HEADER = [
     "family",
     "T",
     "B",
+    "rounds",
     "dense ms",
+    "dense ms min-max",
     "drop ms",
-    "speed-up",
+    "drop ms min-max",
+    "speed-up (median)",
+    "speed-up min-max",
     "FLOP bound",
     "% of bound",
     "attention share dense / drop",
     "peak GiB dense / drop",
     "status",
 ]
+
+
+def _range(lo: float | None, hi: float | None, spec: str) -> str | None:
+    return None if lo is None or hi is None else f"{lo:{spec}}-{hi:{spec}}"
 
 
 def _rows(res: LongContextResult) -> list[list[object]]:
@@ -43,9 +54,13 @@ def _rows(res: LongContextResult) -> list[list[object]]:
                 r.family,
                 r.seq_len,
                 r.batch_size,
+                r.rounds_done,
                 r.dense_ms,
+                _range(r.dense_ms_min, r.dense_ms_max, ".0f"),
                 r.drop_ms,
+                _range(r.drop_ms_min, r.drop_ms_max, ".0f"),
                 r.speedup,
+                _range(r.speedup_min, r.speedup_max, ".3f"),
                 r.flop_bound,
                 None if r.fraction_of_bound is None else 100 * r.fraction_of_bound,
                 None
@@ -86,8 +101,9 @@ def run_longctx_part(
             )
         elif x.status == "measured":
             r.summary.append(
-                f"{x.family} T={x.seq_len} B={x.batch_size}: 50% drop {x.speedup:.2f}x (FLOP bound "
-                f"{x.flop_bound:.2f}x, {100 * x.fraction_of_bound:.0f}%), attention "
+                f"{x.family} T={x.seq_len} B={x.batch_size}: 50% drop {x.speedup:.2f}x (median of "
+                f"{x.rounds_done} rounds, range {x.speedup_min:.2f}-{x.speedup_max:.2f}; FLOP "
+                f"bound {x.flop_bound:.2f}x, {100 * x.fraction_of_bound:.0f}%), attention "
                 f"{100 * x.attention_share_dense:.0f}% of the dense FLOPs"
             )
             r.check(
@@ -109,6 +125,16 @@ def run_longctx_part(
                 f"{fam}: at >= {GOAL_FRACTION:.2f} of the FLOP bound at {g['met_wall']} "
                 f"of {g['rows']} T"
             )
+    few = [
+        f"{x.family} T={x.seq_len}: {x.rounds_done}"
+        for x in measured
+        if x.rounds_done < lc.min_rounds
+    ]
+    r.check(
+        f"every measured row timed over at least {lc.min_rounds} rounds (a median and a range)",
+        bool(measured) and not few,
+        "; ".join(few) or f"{len(measured)} rows",
+    )
     want = {(s.family, min(lc.seq_lens)) for s in lc.shapes()}
     r.check(
         "every family measured at its shortest T", want <= {(x.family, x.seq_len) for x in measured}

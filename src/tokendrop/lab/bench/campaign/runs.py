@@ -7,7 +7,7 @@ import json
 import shutil
 import statistics
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,8 @@ class RunSummary:
     eval0_loss: float | None  # before any step
     final_eval_loss: float | None
     eval_curve: list[tuple[float, float]]  # (wall_time, eval_loss)
+    flops: float | None = None  # the run's training FLOPs (the FLOP model's, at its last record)
+    eval_flops: list[tuple[float, float]] = field(default_factory=list)  # (flops, eval_loss)
 
 
 def _median(xs: list[float]) -> float | None:
@@ -102,6 +104,7 @@ def summarize_run(name: str, run_dir: Path) -> RunSummary:
     evals = [r for r in recs if "eval_loss" in r]
     end = [r for r in recs if r.get("event") in ("end", "interrupted")]
     steady = train[1:] or train
+    flopped = [r for r in recs if "flops" in r]
     return RunSummary(
         name=name,
         steps=train[-1]["step"] if train else 0,
@@ -113,7 +116,26 @@ def summarize_run(name: str, run_dir: Path) -> RunSummary:
         eval0_loss=evals[0]["eval_loss"] if evals and evals[0]["step"] == 0 else None,
         final_eval_loss=evals[-1]["eval_loss"] if evals else None,
         eval_curve=[(float(r["wall_time"]), float(r["eval_loss"])) for r in evals],
+        flops=float(max(r["flops"] for r in flopped)) if flopped else None,
+        eval_flops=[(float(r["flops"]), float(r["eval_loss"])) for r in evals if "flops" in r],
     )
+
+
+def trainer_step_ms(run_dir: Path, every: int) -> tuple[float | None, int]:
+    """A run's training step from its metrics log: (median ms per step over the log's intervals
+    of ``every`` steps after the first, which holds warm-up; micro-batches per step)."""
+    recs = read_metrics(run_dir)
+    logged = [x for x in recs if "loss" in x and "wall_time" in x]
+    per = [
+        (b["wall_time"] - a["wall_time"]) / (b["step"] - a["step"])
+        for a, b in zip(logged[:-1], logged[1:])
+        if b["step"] - a["step"] == every
+    ][1:] or [
+        (b["wall_time"] - a["wall_time"]) / (b["step"] - a["step"])
+        for a, b in zip(logged[:-1], logged[1:])
+    ]
+    start = next((x for x in recs if x.get("event") == "start"), {})
+    return (1000 * statistics.median(per) if per else None), int(start.get("accum", 1))
 
 
 def keep_log(run_dir: Path, out: Path, name: str) -> str:

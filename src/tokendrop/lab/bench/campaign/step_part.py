@@ -44,13 +44,12 @@ from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory
 from tokendrop.lab.bench.campaign.config import CampaignConfig
-from tokendrop.lab.bench.campaign.runs import Scratch, data_info, pretrain_config
+from tokendrop.lab.bench.campaign.runs import Scratch, data_info, pretrain_config, trainer_step_ms
 from tokendrop.lab.bench.profiling import kineto_events
 from tokendrop.lab.bench.workload import synthetic_batch
 from tokendrop.lab.machine import loadavg
 from tokendrop.lab.sizes import DOCUMENT_ROW
 from tokendrop.models.families import build_model
-from tokendrop.runs.metrics import read_metrics
 from tokendrop.train.compiled import CompiledAdamW, adamw_update, compiled_shapes
 from tokendrop.train.resume import load_run_config
 from tokendrop.train.runtime import adamw, autocast_dtype
@@ -283,22 +282,6 @@ TRAINER_HEADER = [
 ]
 
 
-def _trainer_ms(run_dir: Path, every: int) -> tuple[float | None, int]:
-    """(median ms per step over the log's intervals after the first, micro-batches per step)."""
-    recs = read_metrics(run_dir)
-    logged = [x for x in recs if "loss" in x and "wall_time" in x]
-    per = [
-        (b["wall_time"] - a["wall_time"]) / (b["step"] - a["step"])
-        for a, b in zip(logged[:-1], logged[1:])
-        if b["step"] - a["step"] == every
-    ][1:] or [
-        (b["wall_time"] - a["wall_time"]) / (b["step"] - a["step"])
-        for a, b in zip(logged[:-1], logged[1:])
-    ]
-    start = next((x for x in recs if x.get("event") == "start"), {})
-    return (1000 * statistics.median(per) if per else None), int(start.get("accum", 1))
-
-
 def _trainer_vs_bench(
     cfg: CampaignConfig, budget: Budget, r: PartResult, save, log: Log, device: torch.device
 ) -> None:
@@ -349,7 +332,7 @@ def _trainer_vs_bench(
                 run_dir = scratch / f"{mode}-{kind}"
                 try:
                     pretrain(pc, run_dir, progress=False)
-                    trainer_ms, micro = _trainer_ms(run_dir, every)
+                    trainer_ms, micro = trainer_step_ms(run_dir, every)
                     rc = load_run_config(run_dir)  # resolved: the data's vocabulary
                     amp = autocast_dtype(rc.train.precision, device)
                     drop = DropConfig(method="cumulative", rate=sp.rate)

@@ -68,8 +68,8 @@ TITLES = {
     "quality": "time to quality: dense vs token dropping, then fine-tuning",
     "bench-modern": "ModernBERT-architecture step time, eager (ours dense / token drop / "
     "transformers.ModernBertForMaskedLM)",
-    "strong": "time to loss on top of the strong dense recipe: dense vs + token dropping, "
-    "from scratch",
+    "strong": "time to loss on top of the strong dense recipe: dense vs + token "
+    "dropping, from scratch",
     "scratch": "the paper's setting from scratch at BERT-base width: dense, dense (75%) and "
     "token drop at two learning rates",
     "bench-longctx": "long context: dense vs token drop at T = 512 ... 8192, both families",

@@ -179,8 +179,8 @@ def _trainer_step_s(
         free_device_memory()
         if ms is None:
             raise ConfigError(
-                f"{where}.calibrate_steps: {n} steps logged too few intervals to time a step; "
-                "expected >= 4"
+                f"{where}.calibrate_steps: {n} steps logged too few intervals to time a "
+                "step; expected >= 4"
             )
         out.append(ms / 1000)
     return out[0], out[1]
@@ -664,8 +664,8 @@ def equal_steps_comparison(
         r.summary.append(
             f"lr {x['lr']:g}, seed {x['seed']}: token drop - dense {_fmt(x['gap_equal_steps'])} "
             f"at equal steps, - dense (75%) {_fmt(x['gap_equal_flops'])} at ~equal FLOPs "
-            f"({_fmt(x['drop_flops_ratio'], '.2f')} vs {_fmt(x['dense_75_flops_ratio'], '.2f')} "
-            "of dense's)"
+            f"({_fmt(x['drop_flops_ratio'], '.2f')} vs "
+            f"{_fmt(x['dense_75_flops_ratio'], '.2f')} of dense's)"
         )
     if len(best) > 1 and len({lr for _, lr, _ in meta.values()}) > 1:
         r.summary.append(

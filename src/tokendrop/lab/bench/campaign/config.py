@@ -228,8 +228,8 @@ class QualityPart:
             set(self.lrs)
         ) != len(self.lrs):
             raise ConfigError(
-                f"{where}.lrs: expected distinct learning rates > 0 (or [] for train.lr), "
-                f"got {self.lrs}"
+                f"{where}.lrs: expected distinct learning rates > 0 (or [] for "
+                f"train.lr), got {self.lrs}"
             )
         if self.calibrate_steps < 0 or self.min_budget_s < 0:
             raise ConfigError(

@@ -130,6 +130,7 @@ def test_both_families_side_by_side(tmp_path):
     assert f"[{r.speedup_min:.2f}-{r.speedup_max:.2f}] | 2 |" in text
 
 
+@pytest.mark.slow  # depends on how long a row takes on this machine: to rewrite with a fake clock
 def test_a_time_budget_leaves_rows_out_not_rounds():
     """With ``time_budget_s`` every measured row still runs ``min_rounds`` rounds (a median and a
     range); the rows the budget cannot hold are left out and recorded as skipped."""

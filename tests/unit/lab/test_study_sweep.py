@@ -180,3 +180,44 @@ def test_study_long_compares_at_equal_process_time_at_512_judged_on_long_context
     suite = suite_config(study, {})
     assert "squad1" in suite.tasks and suite.squad.max_seq_len_qa == 512
     assert len(suite.glue_epochs) * len(suite.glue_lrs) == 4  # the paper's 2 x 2 grid
+
+
+CHOSEN = ["lr_sweep=[]", "lr_chosen={baseline = 2e-3, token-drop = 1e-3}"]
+
+
+def test_rates_chosen_by_an_earlier_sweep_run_every_seed_at_the_arms_own_rate(tmp_path):
+    study = load_study("study-paper", [*CHOSEN, "seeds=[1, 2]"])
+    runs = plan_runs(study, None, tmp_path)
+    want = {"baseline": 2e-3, "token-drop": 1e-3}
+    assert len(runs) == len(study.methods) * 2
+    for r in runs:
+        arm = r.method.arm_name
+        if arm in want:
+            assert r.name == f"{arm}-lr{lr_tag(want[arm])}-seed{r.seed}"
+            assert r.cfg.train.lr == want[arm] and r.method.lr == want[arm]
+            # a worker rebuilds the method from its run name
+            assert method_spec(r.method.name, study).lr == want[arm]
+        else:  # an arm left out trains at the base config's rate, under its own name
+            assert r.method.lr is None and r.name == f"{arm}-seed{r.seed}"
+    kept = arm_runs(runs, want, study)
+    assert len(kept) == len(runs)
+    assert {r.method.name for r in kept} == set(study.methods)
+
+
+def test_chosen_rates_are_checked_and_survive_the_studys_own_record(tmp_path):
+    from tokendrop.config import to_toml
+
+    with pytest.raises(ConfigError, match="study.lr_chosen: not with study.lr_sweep"):
+        load_study("study-paper", [CHOSEN[1]])
+    with pytest.raises(ConfigError, match="study.lr_chosen: 'dense' is not one of"):
+        load_study("study-paper", ["lr_sweep=[]", "lr_chosen={dense = 1e-3}"])
+    with pytest.raises(ConfigError, match=r"study.lr_chosen.baseline: expected a rate in \(0, 1\)"):
+        load_study("study-paper", ["lr_sweep=[]", "lr_chosen={baseline = 2}"])
+    with pytest.raises(ConfigError, match="lr_chosen: expected a table"):
+        load_study("study-paper", ["lr_sweep=[]", "lr_chosen=[1e-3]"])
+    with pytest.raises(ConfigError, match="lr_chosen.baseline: expected a number"):
+        load_study("study-paper", ["lr_sweep=[]", "lr_chosen={baseline = 'fast'}"])
+    study = load_study("study-paper", CHOSEN)
+    (tmp_path / "study.toml").write_text(to_toml(study))
+    again = load_study(tmp_path / "study.toml", recorded=True)
+    assert again.lr_chosen == study.lr_chosen and again == study

@@ -331,7 +331,7 @@ def method_spec(name: str, cfg: StudyConfig) -> MethodSpec:
     if name in ARMS:
         return ARMS[name]
     for arm in cfg.all_methods():
-        for lr in cfg.lr_sweep:
+        for lr in [*cfg.lr_sweep, *([cfg.lr_chosen[arm]] if arm in cfg.lr_chosen else [])]:
             if name == f"{arm}-lr{lr_tag(lr)}":
                 return lr_method(method_spec(arm, cfg), lr)
     for r in cfg.drop_rates:
@@ -402,6 +402,9 @@ class StudyConfig:
     # first seed (the sweep, the full schedule), the rate with the lowest final held-out MLM loss
     # is the arm's, and its other seeds run at it ([] = every run at the base config's train.lr)
     lr_sweep: list[float] = field(default_factory=list)
+    # each arm's learning rate as an earlier sweep chose it, where that sweep's runs are not in OUT
+    # (an arm left out trains at the base config's train.lr); not with lr_sweep
+    lr_chosen: dict[str, float] = field(default_factory=dict)
 
     def all_methods(self) -> list[str]:
         names = list(self.methods)
@@ -487,6 +490,19 @@ class StudyConfig:
             )
         if len({lr_tag(r) for r in self.lr_sweep}) != len(self.lr_sweep):
             raise ConfigError(f"study.lr_sweep: a rate is listed twice ({self.lr_sweep})")
+        if self.lr_chosen and self.lr_sweep:
+            raise ConfigError(
+                "study.lr_chosen: not with study.lr_sweep (the sweep chooses each arm's rate); "
+                "give one of them"
+            )
+        for arm, lr in self.lr_chosen.items():
+            if arm not in self.all_methods():
+                raise ConfigError(
+                    f"study.lr_chosen: {arm!r} is not one of the study's methods "
+                    f"({', '.join(self.all_methods())})"
+                )
+            if not 0 < lr < 1:
+                raise ConfigError(f"study.lr_chosen.{arm}: expected a rate in (0, 1), got {lr}")
         if self.selection_checkpoints < 0:
             raise ConfigError(
                 f"study.selection_checkpoints: expected >= 0, got {self.selection_checkpoints}"
@@ -643,7 +659,9 @@ def _pairs(study: StudyConfig, chosen: dict[str, float]) -> list[tuple[MethodSpe
     at every rate with the first seed, and its other seeds at its chosen rate once known."""
     arms = [method_spec(n, study) for n in study.all_methods()]
     if not study.lr_sweep:
-        per_seed = {s: arms for s in study.seeds}
+        fixed = study.lr_chosen
+        own = [lr_method(a, fixed[a.name]) if a.name in fixed else a for a in arms]
+        per_seed = {s: own for s in study.seeds}
     else:
         first = study.seeds[0]
         # rate by rate, the middle rate first: a sweep cut short still compares every arm at one

@@ -317,6 +317,9 @@ def _run_study(
         sweep = sweep_rows(study, out)
         chosen = choose_lrs(sweep)
         runs = arm_runs(runs, chosen, study)
+    elif study.lr_chosen:
+        chosen = dict(study.lr_chosen)
+        runs = arm_runs(runs, chosen, study)
 
     finished = [r for r in runs if (out / "runs" / r.name / "report.md").is_file()]
     evaluation = None

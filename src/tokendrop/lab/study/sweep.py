@@ -72,7 +72,10 @@ def arm_runs(runs: list[RunSpec], chosen: dict[str, float], study: StudyConfig) 
     out = []
     for r in runs:
         arm = r.method.arm_name
-        if r.method.lr is None or chosen.get(arm) != r.method.lr:
+        if r.method.lr is None:  # an arm trained at the base config's rate
+            out.append(r)
+            continue
+        if chosen.get(arm) != r.method.lr:
             continue
         spec = method_spec(arm, study)
         label = f"{spec.label} (lr {lr_tag(r.method.lr)})"

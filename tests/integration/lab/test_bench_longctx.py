@@ -130,7 +130,6 @@ def test_both_families_side_by_side(tmp_path):
     assert f"[{r.speedup_min:.2f}-{r.speedup_max:.2f}] | 2 |" in text
 
 
-@pytest.mark.slow  # depends on how long a row takes on this machine: to rewrite with a fake clock
 def test_a_time_budget_leaves_rows_out_not_rounds():
     """With ``time_budget_s`` every measured row still runs ``min_rounds`` rounds (a median and a
     range); the rows the budget cannot hold are left out and recorded as skipped."""
@@ -162,11 +161,14 @@ def test_a_time_budget_leaves_rows_out_not_rounds():
             **TINY,
             "rounds": 3,
             "min_rounds": 2,
-            "time_budget_s": 3.0,  # less than one row takes: the first runs, the rest are left out
+            "time_budget_s": 3.0,
             "modern": {**TINY["modern"], "enabled": False},
         }
     )
-    res = run_longctx(cfg, command="test")
+    # a clock that moves one second per reading: the first row starts with 2 s left and takes 1 s,
+    # the next would start with none left, whatever the machine
+    ticks = iter(range(1000))
+    res = run_longctx(cfg, command="test", clock=lambda: float(next(ticks)))
     first, *rest = res.rows
     assert first.status == "measured" and first.rounds_done >= 2
     assert [r.status for r in rest] == ["skipped (time budget)"] * 2

@@ -502,12 +502,13 @@ def run_longctx(
     log: Callable[[str], None] | None = None,
     command: str = "",
     on_row: Callable[[LongContextResult], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> LongContextResult:
     """Every family x T of ``cfg`` (module docstring).  ``on_row``: called with the result so far
-    after every row (the campaign saves it)."""
+    after every row (the campaign saves it); ``clock``: the time the budget is spent on (seconds)."""
     cfg.validate()
     say = log or (lambda s: None)
-    t_start = time.perf_counter()
+    t_start = clock()
     dev = bench_device(cfg.bench_config(cfg.shapes()[0], cfg.seq_lens[0]))
     limit = (
         machine_memory_bytes(dev)
@@ -535,7 +536,7 @@ def run_longctx(
     walls: dict[str, float] = {}  # family (and "" for any) -> its last measured row's wall time
     for i, (shape, t) in enumerate(todo):
         fam = shape.family
-        left = None if deadline is None else deadline - time.perf_counter()
+        left = None if deadline is None else deadline - clock()
         share = BUDGET_NONE if left is None else max(1.0, left / (len(todo) - i))
         bc = cfg.bench_config(shape, t, share)
         b = bc.batch_size(t)
@@ -548,7 +549,7 @@ def run_longctx(
             )
             continue
         say(f"longctx {fam} T={t} B={b}")
-        t_row = time.perf_counter()
+        t_row = clock()
         try:
             r = run_bench(bc, log=say, command=res.command)
         except torch.OutOfMemoryError as e:
@@ -558,7 +559,7 @@ def run_longctx(
             continue
         res.runs[f"{fam}/T{t}"] = r.to_dict()
         row = _row(fam, t, r, cfg, bc, limit)
-        row.wall_s = walls[fam] = walls[""] = time.perf_counter() - t_row
+        row.wall_s = walls[fam] = walls[""] = clock() - t_row
         res.rows.append(row)
         say(
             f"  {fam} T={t}: dense {row.dense_ms:.0f} ms, drop {row.drop_ms:.0f} ms, "
@@ -572,14 +573,14 @@ def run_longctx(
             + f"), attention {100 * row.attention_share_dense:.0f}% of the FLOPs"
         )
         _free(dev)
-        _finish(res, limit, t_start)
+        _finish(res, limit, clock() - t_start)
         if on_row is not None:
             on_row(res)
-    _finish(res, limit, t_start)
+    _finish(res, limit, clock() - t_start)
     return res
 
 
-def _finish(res: LongContextResult, limit: int, t_start: float) -> None:
+def _finish(res: LongContextResult, limit: int, wall_s: float) -> None:
     res.env.loadavg_end = loadavg()
     res.fits = [
         family_fit(fam, s, mine, limit)
@@ -587,7 +588,7 @@ def _finish(res: LongContextResult, limit: int, t_start: float) -> None:
         for s in ("dense", "drop")
     ]
     res.goal = goal(res.rows)
-    res.wall_s = time.perf_counter() - t_start
+    res.wall_s = wall_s
 
 
 def _free(dev: torch.device) -> None:

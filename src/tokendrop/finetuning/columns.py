@@ -2,8 +2,10 @@
 share: the paper's Table 1 (AX, MNLI-mm, MNLI-m, QNLI, QQP, SST | SQuAD v1, v2) and the other GLUE
 tasks' columns, which are shown when a suite runs them and never averaged (the paper's GLUE-avg
 covers its six columns).  Each column is one number of a fine-tuning result: ``metric`` of dev split
-``split``.  A task's main column is the one of its main metric on its first dev split.  A new task
-that gets a column is one row here (and its file in ``finetuning/tasks/``)."""
+``split``.  A task's main column is the one of its main metric on its first dev split.  A task
+without a row here (a custom task, a new one) still gets one column, its main metric on its first
+dev split under the task's own name, shown when a suite runs it and never averaged; a row here
+gives it the paper's table order, a title and a unit."""
 
 from __future__ import annotations
 
@@ -61,25 +63,41 @@ DOWNSTREAM_KEYS = [c.key for c in COLUMNS if c.group != "extra"]
 
 
 def columns_of(task: str) -> list[Column]:
-    return [c for c in COLUMNS if c.task == task]
+    """A task's columns: its rows in COLUMNS, else its main metric on its first dev split, under the
+    task's name (group "extra")."""
+    listed = [c for c in COLUMNS if c.task == task]
+    spec = TASKS.get(task)
+    if listed or spec is None or not spec.dev or any(c.key == task for c in COLUMNS):
+        return listed  # AX: a split of the MNLI model, its column is MNLI's
+    return [Column(task, task, spec.main, task, "extra", spec.main, next(iter(spec.dev)))]
+
+
+def main_column(task: str) -> str:
+    """The key of a task's main column (MNLI-m for MNLI; a task without a row: its own name)."""
+    return MAIN_COLUMN.get(task, task)
+
+
+def suite_columns(tasks: list[str] | tuple[str, ...] = ()) -> list[Column]:
+    """COLUMNS, then the column of each of ``tasks`` (registry names) that has no row there."""
+    return COLUMNS + [c for t in tasks for c in columns_of(t) if c not in COLUMNS]
 
 
 def task_scores(task: str, metrics: dict[str, dict]) -> dict[str, float]:
     """A fine-tuning result's numbers under its task's columns (those whose split it has), from its
-    ``metrics`` ({split: {metric: value}}); a task without a column: its first split's ``score``."""
-    cols = columns_of(task)
-    if not cols:
-        return {task: next(iter(metrics.values()))["score"]}
-    return {c.key: metrics[c.split][c.metric] for c in cols if c.split in metrics}
+    ``metrics`` ({split: {metric: value}})."""
+    return {c.key: metrics[c.split][c.metric] for c in columns_of(task) if c.split in metrics}
 
 
-def table_columns(keys: set[str] | None = None) -> list[tuple[str, str]]:
-    """``(key, header)`` in table order: the GLUE and extra columns, GLUE-avg, the SQuAD columns,
-    SQuAD-avg; only those in ``keys`` when given."""
-    out = [(c.key, c.header) for c in COLUMNS if c.group != "squad"] + [
+def table_columns(
+    keys: set[str] | None = None, tasks: list[str] | tuple[str, ...] = ()
+) -> list[tuple[str, str]]:
+    """``(key, header)`` in table order: the GLUE and extra columns (those of ``tasks`` without a
+    row last), GLUE-avg, the SQuAD columns, SQuAD-avg; only those in ``keys`` when given."""
+    cols = suite_columns(tasks)
+    out = [(c.key, c.header) for c in cols if c.group != "squad"] + [
         (GLUE_AVG, AVERAGES[GLUE_AVG][0])
     ]
-    out += [(c.key, c.header) for c in COLUMNS if c.group == "squad"] + [
+    out += [(c.key, c.header) for c in cols if c.group == "squad"] + [
         (SQUAD_AVG, AVERAGES[SQUAD_AVG][0])
     ]
     return [kh for kh in out if keys is None or kh[0] in keys]

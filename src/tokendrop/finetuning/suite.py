@@ -57,8 +57,9 @@ from tokendrop.finetuning.columns import (
     AVERAGES,
     COLUMNS,
     GLUE_AVG,
-    MAIN_COLUMN,
     SQUAD_AVG,
+    main_column,
+    suite_columns,
     table_columns,
 )
 from tokendrop.finetuning.common import FinetuneError
@@ -343,6 +344,11 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def _task_names(cfg: SuiteConfig) -> list[str]:
+    """The suite's tasks by their registry names (aliases resolved), in its order."""
+    return list(dict.fromkeys(get_task(t).name for t in cfg.tasks))
+
+
 def _model_columns(
     cfg: SuiteConfig, results: dict[str, dict]
 ) -> tuple[dict[str, float], dict[str, str]]:
@@ -357,12 +363,12 @@ def _model_columns(
     means = {g: {k: _mean(v) for k, v in d.items()} for g, d in grid.items()}
     best: dict[str, float] = {}
     where: dict[str, str] = {}
-    for col in COLUMNS:
+    for col in suite_columns(_task_names(cfg)):
         cands = [(g, m) for g, m in means.items() if g[0] == col.task and col.key in m]
         if not cands:
             continue
         if cfg.selection == "task":
-            main = MAIN_COLUMN[col.task]
+            main = main_column(col.task)
             g, m = max(cands, key=lambda gm: (gm[1].get(main, -math.inf), -gm[0][1], -gm[0][2]))
         else:
             g, m = max(cands, key=lambda gm: (gm[1][col.key], -gm[0][1], -gm[0][2]))
@@ -404,7 +410,7 @@ def aggregate(
     methods: dict[str, dict[str, Any]] = {}
     for m in models:
         methods.setdefault(m.label, {"models": []})["models"].append(m.key)
-    keys = [c.key for c in COLUMNS] + [GLUE_AVG, SQUAD_AVG]
+    keys = [c.key for c in suite_columns(_task_names(cfg))] + [GLUE_AVG, SQUAD_AVG]
     for _label, d in methods.items():
         d["columns"] = {}
         for k in keys:
@@ -426,12 +432,13 @@ def aggregate(
 def render_markdown(
     cfg: SuiteConfig, summary: dict[str, Any], models: list[ModelEntry], total_cells: int
 ) -> str:
-    used_tasks = {get_task(t).name for t in cfg.tasks}
-    shown = {c.key for c in COLUMNS if c.group != "extra" or c.task in used_tasks} | set(AVERAGES)
+    used_tasks = _task_names(cfg)
+    cols = suite_columns(used_tasks)
+    shown = {c.key for c in cols if c.group != "extra" or c.task in used_tasks} | set(AVERAGES)
     extra = list(
-        dict.fromkeys(c.title for c in COLUMNS if c.group == "extra" and c.task in used_tasks)
+        dict.fromkeys(c.title for c in cols if c.group == "extra" and c.task in used_tasks)
     )
-    layout = table_columns(shown)
+    layout = table_columns(shown, used_tasks)
     keys = [k for k, _ in layout]
     head = ["Methods"] + [h for _, h in layout]
     methods = summary["methods"]

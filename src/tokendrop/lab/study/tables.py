@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tokendrop.finetuning.columns import DOWNSTREAM_KEYS, table_columns
+from tokendrop.finetuning.tasks import TASKS
 from tokendrop.lab.study.common import isnum, mean, pct
 from tokendrop.lab.study.plan import StudyConfig, sweep_method
 from tokendrop.lab.study.records import MethodResult, SourceResult, Stat, StudyResults
@@ -70,11 +71,8 @@ def table1(res: StudyResults, study: StudyConfig) -> str:
     methods, src = res.methods, res.source
     names = [n for n in res.order if n in set(study.methods) or n in ("baseline", "token-drop")]
     names = [n for n in names if n in methods]
-    present = [
-        (k, h)
-        for k, h in table_columns()
-        if any(k in methods[n].eval for n in names) or (src and k in src.eval)
-    ]
+    scored = {k for n in names for k in methods[n].eval} | (set(src.eval) if src else set())
+    present = [(k, h) for k, h in table_columns(None, sorted(scored & set(TASKS))) if k in scored]
     head = ["Methods"] + [h for _, h in present] + ["held-out MLM loss ↓"]
     lines = [
         "# Table 1 (ours): pretraining methods, fine-tuned on the stand-in tasks",

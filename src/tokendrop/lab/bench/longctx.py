@@ -505,7 +505,8 @@ def run_longctx(
     clock: Callable[[], float] = time.perf_counter,
 ) -> LongContextResult:
     """Every family x T of ``cfg`` (module docstring).  ``on_row``: called with the result so far
-    after every row (the campaign saves it); ``clock``: the time the budget is spent on (seconds)."""
+    after every row (the campaign saves it); ``clock``: the time the budget is spent on, in
+    seconds."""
     cfg.validate()
     say = log or (lambda s: None)
     t_start = clock()

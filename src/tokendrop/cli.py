@@ -261,7 +261,8 @@ def cmd_finetune(a: argparse.Namespace) -> int:
         f"{r['task']}: "
         + ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
         + f"; {tr['steps']} steps, {tr['examples_per_s']:.1f} train examples/s on {r['device']} "
-        f"({r['precision']})" + f"; metrics: {a.out}/metrics.json; {saved}"
+        f"({r['precision']}), {r['timing']['cpu_s']:.1f} CPU s; metrics: {a.out}/metrics.json; "
+        f"{saved}"
     )
     return 0
 

@@ -862,8 +862,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
         return {
-            _coerce(k, key_tp, where): _coerce(v, item_tp, f"{where}.{k}")
-            for k, v in value.items()
+            _coerce(k, key_tp, where): _coerce(v, item_tp, f"{where}.{k}") for k, v in value.items()
         }
     if origin is list:
         (item_tp,) = typing.get_args(tp)

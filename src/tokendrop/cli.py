@@ -62,10 +62,9 @@ def _add_config_args(
 
 
 def cmd_pretrain(a: argparse.Namespace) -> int:
-    from tokendrop.config import load_config
-    from tokendrop.runs.checkpoint import has_checkpoint
-    from tokendrop.train.resume import load_run_config
-    from tokendrop.train.trainer import pretrain
+    # the flags, the config and its overrides are checked before the trainer (and torch) loads, so
+    # a typo is answered at once
+    from tokendrop.config import Config, from_dict, load_config, to_dict
 
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     # the one command a requeued job or a restarted torchrun agent repeats unchanged
@@ -74,22 +73,28 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
             raise UsageError(
                 "--resume-if-exists goes with --config and --out (not --resume or --overwrite)"
             )
+        cfg = load_config(a.config, [*a.overrides, *init])
+        from tokendrop.runs.checkpoint import has_checkpoint
+
         if has_checkpoint(a.out):
             a.resume = a.out
         else:  # nothing to resume: start (over, when a run died before its first checkpoint)
             a.overwrite = True
     if a.resume:
-        cfg = (
-            load_config(a.config, [*a.overrides, *init]) if a.config else load_run_config(a.resume)
-        )
-        if not a.config and a.overrides:
-            from tokendrop.config import Config, from_dict, to_dict
-
-            cfg = from_dict(Config, to_dict(cfg), a.overrides)
         if a.overwrite:
             raise UsageError(
                 "--overwrite starts a new run (with --out); --resume continues one; not both"
             )
+        if a.config:
+            cfg = load_config(a.config, [*a.overrides, *init])
+        else:
+            from tokendrop.train.resume import load_run_config
+
+            cfg = load_run_config(a.resume)
+            if a.overrides:
+                cfg = from_dict(Config, to_dict(cfg), a.overrides)
+        from tokendrop.train.trainer import pretrain
+
         res = pretrain(
             cfg,
             a.resume,
@@ -107,6 +112,8 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
                 "--config tiny --out runs/tiny --set data.path=DATA"
             )
         cfg = load_config(a.config, [*a.overrides, *init])
+        from tokendrop.train.trainer import pretrain
+
         res = pretrain(
             cfg,
             a.out,
@@ -254,7 +261,8 @@ def cmd_finetune(a: argparse.Namespace) -> int:
         f"{r['task']}: "
         + ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
         + f"; {tr['steps']} steps, {tr['examples_per_s']:.1f} train examples/s on {r['device']} "
-        f"({r['precision']})" + f"; metrics: {a.out}/metrics.json; {saved}"
+        f"({r['precision']}), {r['timing']['cpu_s']:.1f} CPU s; metrics: {a.out}/metrics.json; "
+        f"{saved}"
     )
     return 0
 

@@ -677,14 +677,18 @@ DEFERRABLE = {
     "torch.distributed.device_mesh": "the device mesh: only sharded runs",
 }
 DEFERRING_MODULES = {"tokendrop.cli"}  # the application: imports its commands when they run
-# (module, imported module) -> why that one module defers it: the two modules config/ reads outside
-# itself import torch where they compute, so that parsing a config loads no torch
-# (tests/unit/config/test_config_imports.py)
+# (module, imported module) -> why that one module defers it: what parsing a config
+# (tests/unit/config/test_config_imports.py) and the command line's argument checks
+# (tests/integration/cli/test_cli_help.py) read imports torch only where it computes
 DEFERRED_HERE = {
     (
         "tokendrop.dropping.methods",
         "torch",
     ): "the method registry: config validation reads its rows",
+    (
+        "tokendrop.runs.files",
+        "safetensors",
+    ): "the one tensor writer: the command line's output-directory checks load no torch",
 }
 
 

@@ -26,8 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from safetensors import SafetensorError, torch as st
-
 from tokendrop.errors import TokendropError
 
 
@@ -164,8 +162,13 @@ def write_safetensors(
     """``safetensors.torch.save_file``, whose I/O failures (disk full, quota, file too large)
     surface as an ``OSError`` with the errno (safetensors raises its own ``SafetensorError`` for
     them), so every writer's disk-full handling (``cli.main``, the checkpoint writer) sees them."""
+    # safetensors.torch imports torch: here, so that the command line's output-directory checks
+    # (tokendrop.runs.rundir) run before torch loads
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
     try:
-        st.save_file(tensors, str(path), metadata=metadata)
+        save_file(tensors, str(path), metadata=metadata)
     except SafetensorError as e:
         m = re.search(r"os error (\d+)", str(e))
         if m is None:

@@ -6,7 +6,11 @@ finetune --set takes KEY and finetune.KEY, the task list comes from the task reg
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -134,6 +138,52 @@ def test_user_errors_exit_2_with_one_line(argv, fragment, tmp_path, monkeypatch,
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], err
+
+
+# argument errors the command line answers before it imports torch (a typo costs no torch import)
+_EARLY_ERRORS = [
+    (["pretrain", "--confg", "x"], "unrecognized arguments: --confg"),
+    (["pretrain", "--config", "tny", "--out", "r"], "did you mean 'tiny'"),
+    (["pretrain", "--config", "tiny", "--out", "r", "--set", "drop.rat=0.5"], "'drop.rate'"),
+    (["pretrain", "--config", "tiny", "--resume", "r", "--overwrite"], "not both"),
+    (
+        ["pretrain", "--config", "tiny", "--out", "r", "--resume-if-exists", "--set", "drop.rat=1"],
+        "rate",
+    ),
+    (["pretrain", "--config", "tiny", "--out", "a-file"], "is not a directory"),
+    (["flops", "--config", "tny"], "did you mean 'tiny'"),
+]
+
+_EARLY_SCRIPT = """
+import sys
+from tokendrop.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as e:  # argparse's own usage errors
+    code = e.code
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+print(code, len(loaded), loaded[:3])
+"""
+
+
+@pytest.mark.parametrize("argv,fragment", _EARLY_ERRORS)
+def test_argument_errors_come_before_torch_is_imported(argv, fragment, tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    src = Path(__file__).resolve().parents[3] / "src"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", _EARLY_SCRIPT, *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.stdout.split()[:2] == ["2", "0"], (r.stdout, r.stderr[-2000:])
+    assert fragment in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,8 @@ def test_keyword_sentiment_from_our_checkpoint(ckpt, sentiment, tmp_path):
     # the timing record is consistent (no bound on its values: tests assert no timings)
     t = r["timing"]
     assert 0 < t["train_s"] <= t["total_s"] and t["encode_s"] >= 0 and t["eval_s"] >= 0
+    # the process's CPU time beside the wall clock, whole run and training loop
+    assert 0 < t["train_cpu_s"] <= t["cpu_s"] and r["train"]["cpu_s"] == t["train_cpu_s"]
     assert r["train"]["examples"] == 400 * 3 and r["train"]["examples_per_s"] == pytest.approx(
         1200 / t["train_s"]
     )
@@ -57,7 +59,7 @@ def test_keyword_sentiment_from_our_checkpoint(ckpt, sentiment, tmp_path):
     assert r["model_source"] == "tokendrop" and r["precision"] == "fp32"
     assert r["train"]["examples_per_s"] > 0 and r["train"]["steps"] == math.ceil(400 / 16) * 3
     saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert saved["scores"] == r["scores"]
+    assert saved["scores"] == r["scores"] and saved["timing"]["cpu_s"] == t["cpu_s"]
     preds = (tmp_path / "out" / "predictions" / "dev.tsv").read_text().splitlines()
     assert preds[0] == "index\tprediction\tlabel" and len(preds) == 101
     assert not [p for p in (tmp_path / "out").rglob("*") if p.name.endswith(".tmp")]

@@ -179,13 +179,14 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 def test_config_parsing_and_the_trainer_stay_low():
-    """Parsing a config imports only the error base, its own sections and the method registry (no
-    model, no trainer, no checkpoint reader: it reads no disk); the trainer never needs the
-    benchmark."""
+    """Parsing a config imports only the error base, the field rules, its own sections and the
+    method registry (no model, no trainer, no checkpoint reader: it reads no disk); the trainer
+    never needs the benchmark."""
     graph = import_graph()
     assert _reachable(graph, "tokendrop.config") <= {
         "tokendrop",
         "tokendrop.errors",
+        "tokendrop.fields",
         "tokendrop.config.quantities",
         "tokendrop.config.model",
         "tokendrop.config.layers",
@@ -330,6 +331,7 @@ def test_no_variant_is_named_outside_its_registry():
 LAYER_ORDER = (
     "version",  # __version__
     "errors",  # TokendropError and the errors raised across layers
+    "fields",  # what a resume may change, declared on each config field
     "value_schedule",  # a value from a start to an end over the run
     "host",  # whether host reads of device data are free; host-side regions (the census)
     "runs",  # run I/O: files, run directories, checkpoints, metrics, trackers, plots

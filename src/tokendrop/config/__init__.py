@@ -40,6 +40,7 @@ from tokendrop.config.model import VOCAB_FROM_DATA, ModelConfig
 from tokendrop.config.quantities import parse_duration, parse_tokens
 from tokendrop.dropping.methods import SPAN_AUTO, DropConfig  # [drop] lives with the method
 from tokendrop.errors import ConfigError, check_arg, check_path_arg
+from tokendrop.fields import fixed, free
 from tokendrop.value_schedule import DECAYS
 
 # fields whose default means "take it from the prepared data" (pretrain fills them in when it opens
@@ -146,29 +147,29 @@ def check_field_types(section_cfg: Any, section: str) -> None:
 class DataConfig:
     """Prepared (pre-tokenized) pretraining data and the MLM batches made from it."""
 
-    path: str = ""  # a directory written by ``tokendrop prepare``
+    path: str = free("")  # a directory written by ``tokendrop prepare``
     # a mixture instead of one path (tokendrop.data.mixture): prepared directories sharing the
     # tokenizer and T, each sequence drawn from directory i with probability weights[i] /
     # sum(weights) (weights [] = equal); e.g. a domain corpus and a general replay corpus, [0.7,
     # 0.3]
-    paths: list[str] = field(default_factory=list)
-    weights: list[float] = field(default_factory=list)
+    paths: list[str] = free(factory=list)
+    weights: list[float] = free(factory=list)
     # the T the prepared data must have, or "data" (SEQ_LEN_FROM_DATA): whatever it was prepared
     # with
-    seq_len: int | str = SEQ_LEN_FROM_DATA
+    seq_len: int | str = free(SEQ_LEN_FROM_DATA)
     # the MLM masking rate: a fraction, or a schedule [start, end] over the run
     # (tokendrop.train.schedules; e.g. [0.3, 0.15], Ankner et al. 2024), decaying as mask_schedule
     # says (linear | cosine)
-    mask_prob: float | list[float] = 0.15
-    mask_schedule: str = "linear"
-    num_workers: int = 1  # background batch-building processes
-    prefetch: int = 4  # batches buffered per worker
+    mask_prob: float | list[float] = fixed(0.15)
+    mask_schedule: str = fixed("linear")
+    num_workers: int = free(1)  # background batch-building processes
+    prefetch: int = free(4)  # batches buffered per worker
     # sequence-length warm-up (tokendrop.train.schedules, docs/design.md "Schedules"): train at
     # lengths from seq_len_start (a divisor of T, or "off" (WARMUP_OFF): no warm-up) up to T over
     # the first seq_len_warmup_share of the run; each packed sequence is cut into T/L framed pieces
     # of length L (packed data only)
-    seq_len_start: int | str = WARMUP_OFF
-    seq_len_warmup_share: float = 0.1
+    seq_len_start: int | str = fixed(WARMUP_OFF)
+    seq_len_warmup_share: float = fixed(0.1)
 
     @property
     def seq_len_warmup_from(self) -> int:
@@ -299,86 +300,88 @@ class TrainConfig:
     # how long the run lasts: steps (optimizer steps; "unset" (STEPS_UNSET): from tokens, epochs
     # or the time budget, 1000 without any) or time_budget ("20m", "6h", "1h30m": seconds of
     # training time, tokendrop.train.budget) -- one of them
-    steps: int | str = STEPS_UNSET
-    time_budget: str = ""
+    steps: int | str = free(STEPS_UNSET)
+    time_budget: str = free("")
     # or in tokens ("2B", "500M", "1.5e9", an integer: sequence slots, T per sequence) or in epochs
     # (passes over the prepared training sequences), each "unset" (LENGTH_UNSET) when the length
     # is given another way; resolved to train.steps when the run starts
     # (tokendrop.train.budget.resolve_length; the run's config.toml records the steps and
     # resolved_from)
-    tokens: int | str = LENGTH_UNSET
-    epochs: float | str = LENGTH_UNSET
-    resolved_from: str = ""  # written by the run: how train.steps / warmup_steps were resolved
-    batch_size: int = 32  # global sequences per optimizer step (whatever the number of ranks)
+    tokens: int | str = free(LENGTH_UNSET)
+    epochs: float | str = free(LENGTH_UNSET)
+    # written by the run: how train.steps / warmup_steps were resolved
+    resolved_from: str = free("")
+    # global sequences per optimizer step (whatever the number of ranks)
+    batch_size: int = fixed(32)
     # per rank and forward pass, or "auto" (MICRO_BATCH_AUTO): batch_size // world_size
-    micro_batch_size: int | str = MICRO_BATCH_AUTO
-    lr: float = 1e-4
+    micro_batch_size: int | str = free(MICRO_BATCH_AUTO)
+    lr: float = free(1e-4)
     # the learning-rate warm-up in steps (0: none), or "auto" (WARMUP_AUTO): from warmup_ratio
     # when that is set, else 100 steps at most the run's (DEFAULT_WARMUP_STEPS; a run counted in
     # tokens or epochs: at most the steps they resolve to)
-    warmup_steps: int | str = WARMUP_AUTO
-    warmup_ratio: float = 0.0  # warm-up as a share of the run's steps (or of its time budget)
+    warmup_steps: int | str = free(WARMUP_AUTO)
+    warmup_ratio: float = free(0.0)  # warm-up as a share of the run's steps (or of its time budget)
     # linear (warm-up, linear decay to 0) | wsd (warm-up, stable, then decay over the last
     # decay_share of the run, shape decay_shape: 1-sqrt | linear); tokendrop.train.schedules
-    lr_schedule: str = "linear"
-    decay_share: float = 0.2
-    decay_shape: str = "1-sqrt"
-    weight_decay: float = 0.01
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-6
-    grad_clip: float = 1.0
-    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
+    lr_schedule: str = free("linear")
+    decay_share: float = free(0.2)
+    decay_shape: str = free("1-sqrt")
+    weight_decay: float = free(0.01)
+    adam_beta1: float = free(0.9)
+    adam_beta2: float = free(0.999)
+    adam_eps: float = free(1e-6)
+    grad_clip: float = free(1.0)
+    precision: str = free("auto")  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
     # torch.compile of the training step (tokendrop.train.compiled): off | forward (the model's
     # forward) | step (forward + MLM loss as one graph, its backward compiled with it) | graphs
     # (step, captured as CUDA graphs: mode="reduce-overhead") | auto (step on CUDA, off elsewhere);
     # true = step, false = off
-    compile: bool | str = "auto"
-    device: str = "auto"  # auto | cpu | cuda
-    seed: int = 0
-    deterministic: bool = False
-    log_every: int = 10
-    eval_every: int = 200
+    compile: bool | str = free("auto")
+    device: str = free("auto")  # auto | cpu | cuda
+    seed: int = fixed(0)
+    deterministic: bool = free(False)
+    log_every: int = free(10)
+    eval_every: int = free(200)
     # batches of batch_size held-out sequences (per rank) an evaluation reads, or "all"
     # (EVAL_ALL): the whole held-out split
-    eval_batches: int | str = 20
-    ckpt_every: int = 500
-    keep_checkpoints: int = 2
-    threads: int | str = THREADS_AUTO  # torch CPU threads, or "auto": torch's default
+    eval_batches: int | str = free(20)
+    ckpt_every: int = free(500)
+    keep_checkpoints: int = free(2)
+    threads: int | str = free(THREADS_AUTO)  # torch CPU threads, or "auto": torch's default
     # data parallelism under torchrun: "ddp" (replicated model) | "fsdp" (FSDP2: parameters,
     # gradients and AdamW state sharded over the ranks; sharded checkpoints).
     # tokendrop.train.parallel
-    parallel: str = "ddp"
+    parallel: str = free("ddp")
     # continued pretraining (model.init) from a source without an MLM head: train the freshly
     # initialised head alone (encoder frozen) before the schedule starts, for head_warmup_steps
     # steps but at most head_warmup_share of the run's train.steps ("off" (WARMUP_OFF): not scaled;
     # a time-budgeted run is not scaled); head_warmup_steps = 0: no warm-up
     # (tokendrop.train.continued.head_warmup_plan)
-    head_warmup_steps: int = 100
-    head_warmup_share: float | str = 0.5
-    head_warmup_lr: float = 1e-3
+    head_warmup_steps: int = free(100)
+    head_warmup_share: float | str = free(0.5)
+    head_warmup_lr: float = free(1e-3)
     # a step whose gradient norm is not finite is skipped (no update; counted and logged); this many
     # in a row stop the run with an error (its weights are never saved as a checkpoint)
-    max_nonfinite_steps: int = 3
+    max_nonfinite_steps: int = free(3)
     # global batch warm-up (ModernBERT's; tokendrop.train.schedules): from batch_warmup_start
     # sequences ("off" (WARMUP_OFF): no warm-up; a number in (0, 1) is a share of batch_size: 0.5 =
     # half, whatever the batch) up to batch_size over batch_warmup_tokens tokens or the
     # batch_warmup_share of the run (the other "unset", LENGTH_UNSET), by the number of
     # micro-batches accumulated per step
-    batch_warmup_start: int | float | str = WARMUP_OFF
-    batch_warmup_tokens: int | str = LENGTH_UNSET
-    batch_warmup_share: float | str = LENGTH_UNSET
+    batch_warmup_start: int | float | str = fixed(WARMUP_OFF)
+    batch_warmup_tokens: int | str = fixed(LENGTH_UNSET)
+    batch_warmup_share: float | str = fixed(LENGTH_UNSET)
     # the clock train.time_budget is measured with: "wall" (elapsed seconds) | "process" (CPU
     # seconds of the training process: fair between runs on a machine whose load changes)
-    budget_clock: str = "wall"
+    budget_clock: str = fixed("wall")
     # where metrics go besides metrics.jsonl (always written: resume, reports and verify read it;
     # "jsonl" names it): "tensorboard" (RUN/tensorboard), "wandb", "mlflow" -- each tracker's own
     # client, configured by its environment variables (tokendrop.runs.trackers)
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    report_to: list[str] = free(factory=lambda: ["tensorboard"])
     # refuse, before anything is allocated or written, a model and batch whose parameters, AdamW
     # state and one micro-batch's activations cannot fit in the device's free memory
     # (tokendrop.train.memory: a floor estimate); false starts the run anyway
-    memory_check: bool = True
+    memory_check: bool = free(True)
 
     def __post_init__(self) -> None:
         counted = self.tokens != LENGTH_UNSET or self.epochs != LENGTH_UNSET
@@ -645,7 +648,7 @@ class Config:
     drop: DropConfig = field(default_factory=DropConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    name: str = ""
+    name: str = free("")
 
     def validate(self) -> Config:
         for section, cls in (

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokendrop.config.checks import check_positive, check_size
 from tokendrop.errors import ConfigError
+from tokendrop.fields import fixed, free
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
 DOCUMENT_ATTENTION = ("auto", "on", "off")
@@ -114,37 +115,37 @@ class ModelConfig:
     ``ModelConfig(preset="modern-tiny", local_attention=128)`` a 128-token window (the field's
     default; the preset's is 64)."""
 
-    preset: str = ""
+    preset: str = fixed("")
     # continued pretraining: a Hugging Face BERT dir, a tokendrop run/checkpoint dir or a hub name.
     # The shape then comes from the source's config.json (tokendrop.models.source); init_sha256 is
     # the sha256 of the weights file the run started from (filled in when the source is resolved).
-    init: str = ""
-    init_sha256: str = ""
+    init: str = fixed("")
+    init_sha256: str = fixed("")
     # or "data" (VOCAB_FROM_DATA): the prepared data's vocabulary, filled in when pretraining
     # opens it
-    vocab_size: int | str = 30522
-    hidden_size: int = 0  # 0 -> the preset's
-    num_layers: int = 0  # 0 -> the preset's
-    num_heads: int = 0  # 0 -> the preset's
-    intermediate_size: int = 0  # 0 -> 4 * hidden_size
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    initializer_range: float = 0.02
-    pad_token_id: int = 0
+    vocab_size: int | str = fixed(30522)
+    hidden_size: int = fixed(0)  # 0 -> the preset's
+    num_layers: int = fixed(0)  # 0 -> the preset's
+    num_heads: int = fixed(0)  # 0 -> the preset's
+    intermediate_size: int = fixed(0)  # 0 -> 4 * hidden_size
+    max_position_embeddings: int = fixed(512)
+    type_vocab_size: int = fixed(2)
+    layer_norm_eps: float = fixed(1e-12)
+    hidden_dropout: float = fixed(0.1)
+    attention_dropout: float = fixed(0.1)
+    initializer_range: float = fixed(0.02)
+    pad_token_id: int = fixed(0)
     # [SEP]: packed rows hold one [SEP] between consecutive documents (document attention);
     # -1 = take it from the prepared data (pretraining), from config.json (a Hugging Face source)
-    sep_token_id: int = -1
+    sep_token_id: int = fixed(-1)
     # the encoder family: "bert" (tokendrop.models.bert.model, post-LN BERT) | "modernbert"
     # (tokendrop.models.modernbert.model: pre-LN without biases, GeGLU, rotary positions,
     # alternating global / sliding-window attention)
-    family: str = "bert"
+    family: str = fixed("bert")
     # packed rows: each token attends only within its own document (its [SEP] included);
     # auto = the family's default (MODEL_FAMILIES: on for modernbert, as ModernBERT trains; off for
     # bert).  MLM pretraining/eval only.
-    document_attention: str = "auto"
+    document_attention: str = fixed("auto")
     # modernbert only (transformers.ModernBertConfig names): rotary bases of the global and the
     # sliding-window layers; the window (a token sees keys within local_attention // 2 positions on
     # each side); layer i is global if i % global_attn_every_n_layers == 0 unless layer_types lists
@@ -154,22 +155,22 @@ class ModelConfig:
     # window masks when no attention dropout is in effect, else SDPA (sliding windows block by
     # block); "sdpa"; "flex" = FlexAttention for every document / window mask (needs
     # attention_dropout = 0; off CUDA it runs unfused, for checks only)
-    attention_backend: str = "auto"
+    attention_backend: str = free("auto")
     # rotary bases: 0 = ModernBERT's (160000 global, 10000 local), or with ``init`` the source's.
     # With ``init`` (a modernbert source) a value given here, like a larger max_position_embeddings,
     # is a position extension (docs/design.md §2.8): e.g. continued pretraining at T = 2048 from a
     # 512-position checkpoint with global_rope_theta = 160000, as ModernBERT's own long-context
     # phase
-    global_rope_theta: float = 0.0
-    local_rope_theta: float = 0.0
-    local_attention: int = 128
-    global_attn_every_n_layers: int = 3
-    layer_types: list[str] = field(default_factory=list)
-    norm_bias: bool = False
+    global_rope_theta: float = fixed(0.0)
+    local_rope_theta: float = fixed(0.0)
+    local_attention: int = fixed(128)
+    global_attn_every_n_layers: int = fixed(3)
+    layer_types: list[str] = fixed(factory=list)
+    norm_bias: bool = fixed(False)
     # modernbert sequence classification: the [CLS] state ("cls") or the mean over the non-padding
     # tokens ("mean", answerdotai/ModernBERT's published configs), as transformers'
     # ModernBertForSequenceClassification; BERT classifies from its pooler ("cls" only)
-    classifier_pooling: str = "cls"
+    classifier_pooling: str = fixed("cls")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ModelConfig:
         self = super().__new__(cls)

@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from tokendrop.errors import ConfigError
+from tokendrop.fields import fixed, free
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -377,40 +378,43 @@ class DropConfig:
              §2.3).
     """
 
-    method: str = "none"
-    variant: str = "drop"
-    rate: float = 0.5
-    start: int | str = SPAN_AUTO
-    end: int | str = SPAN_AUTO
-    beta: float = 0.995
-    init_score: float = 10.0
-    half_random_frac: float = 0.05  # J = int(half_random_frac * T)
-    keep_mlm_targets: bool = False  # beyond the paper: never drop a prediction slot's position
-    pinned_tokens: list[str] = field(default_factory=list)  # extra tokens always kept
-    stage2_fraction: float = 0.0  # last fraction of the steps trained without dropping
-    dense_start_share: float = 0.0  # first share of the steps trained dense (importance learns)
-    random_start_share: float = 0.0  # next share: uniformly random selection (importance learns)
-    mask_rows: str = "pinned"  # pinned | ranked ([MASK] rows scored like any row; MASK_ROWS)
+    method: str = fixed("none")
+    variant: str = fixed("drop")
+    rate: float = fixed(0.5)
+    start: int | str = fixed(SPAN_AUTO)
+    end: int | str = fixed(SPAN_AUTO)
+    beta: float = fixed(0.995)
+    init_score: float = free(10.0)
+    half_random_frac: float = fixed(0.05)  # J = int(half_random_frac * T)
+    # beyond the paper: never drop a prediction slot's position
+    keep_mlm_targets: bool = fixed(False)
+    pinned_tokens: list[str] = fixed(factory=list)  # extra tokens always kept
+    stage2_fraction: float = free(0.0)  # last fraction of the steps trained without dropping
+    # first share of the steps trained dense (importance learns)
+    dense_start_share: float = free(0.0)
+    # next share: uniformly random selection (importance learns)
+    random_start_share: float = free(0.0)
+    mask_rows: str = fixed("pinned")  # pinned | ranked ([MASK] rows scored like any row; MASK_ROWS)
     # frequency method: .npy of per-id corpus counts ("" = from prepared data)
-    counts_path: str = ""
+    counts_path: str = free("")
     # How the cumulative-loss vector starts (tokendrop.train.continued.warm_start_importance):
     # constant (init_score everywhere, the paper from scratch) | dense_pass (mean loss of each id
     # over importance_init_batches dense no-update batches) | frequency (unigram surprisal) |
     # auto (= constant from scratch, dense_pass with model.init; docs/design.md says why)
-    importance_init: str = "auto"
-    importance_init_batches: int = 16
+    importance_init: str = free("auto")
+    importance_init_batches: int = free(16)
     # random_ltd (docs/design.md §2.10): kept rows per half layer ramp from round(ltd_start_fraction
     # T) to T over the first ltd_schedule_share of train.steps, on a grid of ltd_step rows
-    ltd_start_fraction: float = 0.5
-    ltd_schedule_share: float = 0.5
+    ltd_start_fraction: float = fixed(0.5)
+    ltd_schedule_share: float = fixed(0.5)
     # fixed_linear (DeepSpeed's, floor to the grid) | linear (nearest)
-    ltd_schedule: str = "fixed_linear"
+    ltd_schedule: str = fixed("fixed_linear")
     # DeepSpeed's seq_per_step: kept counts are multiples of it (few compiled shapes)
-    ltd_step: int = 16
+    ltd_step: int = fixed(16)
     # ScTD (docs/design.md §2.11): weight of the [CLS] KL term, applied every consistency_every
     # steps
-    consistency_weight: float = 0.0
-    consistency_every: int = 10
+    consistency_weight: float = fixed(0.0)
+    consistency_every: int = fixed(10)
 
     @property
     def selection(self) -> SelectionMethod:

@@ -25,47 +25,14 @@ from tokendrop.config import (
     to_dict,
 )
 from tokendrop.errors import ConfigError, TrainingError
+from tokendrop.fields import FIXED, resume_rules
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.files import os_error_fix
 from tokendrop.train import checkpoint_sharded as sharded_ckpt
 from tokendrop.train.parallel import Parallel
 
-# keys whose change makes a resume meaningless
-# data.path: check_resume_data (the data may move)
-_RESUME_FIXED = (
-    "model",
-    "drop.method",
-    "drop.variant",
-    "drop.rate",
-    "drop.start",
-    "drop.end",
-    "drop.beta",
-    "drop.half_random_frac",
-    "drop.keep_mlm_targets",
-    "drop.pinned_tokens",
-    "drop.ltd_start_fraction",
-    "drop.ltd_schedule_share",
-    "drop.ltd_schedule",
-    "drop.ltd_step",
-    "drop.consistency_weight",
-    "drop.consistency_every",
-    "drop.mask_rows",
-    "data.mask_prob",
-    "data.mask_schedule",
-    "train.batch_size",
-    "train.seed",
-    "data.seq_len_start",
-    "data.seq_len_warmup_share",
-    "train.batch_warmup_start",
-    "train.batch_warmup_tokens",
-    "train.batch_warmup_share",
-    "train.budget_clock",
-)
-# inside a fixed section, but execution only: may change
-_RESUME_FREE = ("model.attention_backend",)
-
-
 _REQUIRED_KEY = object()
+_MISSING = object()
 
 
 def _get(d: dict, dotted: str, fallback: Any = _REQUIRED_KEY) -> Any:
@@ -91,12 +58,11 @@ def check_checkpoint(
     ``tokendrop verify``, here only: the step in meta.json is the one in the directory's name
     (``step-NNNNNNNN``), the optimizer's step counters (``state``: its ``optim.*.step`` tensors,
     :func:`tokendrop.runs.checkpoint.step_counters`: a sharded checkpoint's from its shard files)
-    and the data position (when every
-    step takes the same number of loader batches: no batch-size warm-up, no mixture) count the
-    same steps, and the config it
-    recorded has the run's values for every field a resume must not change (``_RESUME_FIXED``: the
-    model's shape, the seed, the method ...; ``run_config``: the run's config, the one resuming
-    now with ``resuming``; None: not compared).  Raises :class:`TrainingError` (one line)."""
+    and the data position (when every step takes the same number of loader batches: no batch-size
+    warm-up, no mixture) count the same steps, and the config it recorded has the run's values for
+    every field a resume must not change (declared ``fixed``, ``tokendrop.fields``: the model's
+    shape, the seed, the method ...; ``run_config``: the run's config, the one resuming now with
+    ``resuming``; None: not compared).  Raises :class:`TrainingError` (one line)."""
     mf = ck / "meta.json"
     step = int(meta["step"])
     fix = (
@@ -154,7 +120,7 @@ def check_checkpoint(
 
 
 def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Refuse a resume whose config changes a field of ``_RESUME_FIXED``
+    """Refuse a resume whose config changes a field declared ``fixed``
     (:func:`config_difference`)."""
     diff = config_difference(old, new)
     if diff is not None:
@@ -164,31 +130,38 @@ def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:
         )
 
 
-def config_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    """The first field of ``_RESUME_FIXED`` that ``new`` changes from ``old``: (dotted key, old
-    value, new value), or None.  A field the run's recorded config does not have (written by a
-    version before the field existed) counts as its default -- what that version did -- so runs
-    started by an older tokendrop resume; a field taken from the data (``config.FROM_DATA``) is not
-    compared then.  Both are read as recorded configs (``config.recorded_config``: an older run's 0
-    for a size now named is that name)."""
+def config_changes(
+    old: dict[str, Any], new: dict[str, Any], rule: str
+) -> list[tuple[str, Any, Any]]:
+    """Every field declared ``rule`` (``tokendrop.fields``: ``fixed`` or ``free``) whose value
+    ``new`` changes from ``old``: (dotted key, old value, new value), in the config's field order.
+    A field the run's recorded config does not have (written by a version before the field
+    existed) counts as its default -- what that version did -- so runs started by an older
+    tokendrop resume; a field taken from the data (``config.FROM_DATA``) is not compared then.
+    Both are read as recorded configs (``config.recorded_config``: an older run's 0 for a size now
+    named is that name)."""
     old, new = recorded_config(old), recorded_config(new)
     defaults = to_dict(Config())
-    for key in _RESUME_FIXED:
-        b = _get(new, key, None)
-        a = _get(old, key, _get(defaults, key, None))
-        if isinstance(a, dict) and isinstance(b, dict):
-            a = {**{k: _get(defaults, f"{key}.{k}", None) for k in b if k not in a}, **a}
-            free = [f.split(".", 1)[1] for f in _RESUME_FREE if f.startswith(key + ".")]
-            a, b = ({k: v for k, v in d.items() if k not in free} for d in (a, b))
-            for k in (f.split(".", 1)[1] for f in FROM_DATA if f.startswith(key + ".")):
-                if k not in _get(old, key, {}):
-                    a[k] = b.get(k)
+    out = []
+    for key, r in resume_rules(Config).items():
+        if r != rule:
+            continue
+        b = _get(new, key, _get(defaults, key, None))
+        a = _get(old, key, _MISSING)
+        if a is _MISSING:
+            if key in FROM_DATA:
+                continue
+            a = _get(defaults, key, None)
         if a != b:
-            if isinstance(a, dict) and isinstance(b, dict):
-                diff = [k for k in {**a, **b} if a.get(k) != b.get(k)]
-                key, a, b = f"{key}.{diff[0]}", a.get(diff[0]), b.get(diff[0])
-            return key, a, b
-    return None
+            out.append((key, a, b))
+    return out
+
+
+def config_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first field declared ``fixed`` that ``new`` changes from ``old``
+    (:func:`config_changes`), or None."""
+    changes = config_changes(old, new, FIXED)
+    return changes[0] if changes else None
 
 
 def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:

@@ -35,6 +35,7 @@ from tokendrop.dropping.flops import gpu_peak_flops
 from tokendrop.dropping.importance import pinned_ids
 from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import ConfigError, TrainingError, check_arg, check_path_arg
+from tokendrop.fields import FREE
 from tokendrop.host import host_side
 from tokendrop.models.attention import check_training_device
 from tokendrop.models.families import build_model, spec_of
@@ -64,6 +65,7 @@ from tokendrop.train.report import write_run_report
 from tokendrop.train.resume import (
     check_checkpoint,
     check_resume_data,
+    config_changes,
     load_training_state,
     rank_rng,
     save_training_state,
@@ -437,6 +439,13 @@ class _Trainer:
             counters = ckpt_mod.step_counters(self.last, self.meta_in)  # shards' too
             check_checkpoint(self.last, self.meta_in, counters, to_dict(cfg), resuming=True)
             check_resume_data(self.meta_in, cfg, self.data)
+            changed = config_changes(self.meta_in.get("config") or {}, to_dict(cfg), FREE)
+            if changed and dd.main:  # accepted (fields declared free), said field by field
+                print(
+                    "note: --resume continues with settings changed from the checkpoint's: "
+                    + "; ".join(f"{k} {a!r} -> {b!r}" for k, a, b in changed),
+                    file=sys.stderr,
+                )
             step, used = int(self.meta_in["step"]), float(self.meta_in.get("wall_time", 0.0))
             if self.length.finished(step, used):  # a requeued or repeated launch of a finished run
                 return _finished(run_dir, step, self.length, dd, self.meta_in)

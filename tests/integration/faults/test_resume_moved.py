@@ -74,10 +74,52 @@ def test_resume_from_another_cwd(paused, capsys):
     )
     rc, out, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet")
     assert rc == 0, err
-    assert "finished: 4 steps" in out
+    assert "finished: 4 steps" in out and "--resume continues with" not in err  # nothing changed
     assert ckpt_mod.read_meta(ckpt_mod.find(run))["step"] == 4
     # nothing written here
     assert not (Path.cwd() / "run").exists() and list(Path.cwd().iterdir()) == []
+
+
+def test_a_resume_names_every_setting_it_changes(paused, capsys):
+    """A resume with settings a resume may change (declared ``free``) continues and names each one
+    with its old and new value; one it may not change (``fixed``) is refused, naming it."""
+    run, _ = paused
+    rc, _, err = run_cli(capsys, "pretrain", "--resume", run, "--quiet", "--set", "train.seed=7")
+    assert rc == 2 and err.strip().splitlines() == [
+        "error: --resume: config field train.seed changed from 0 to 7; start a new run instead"
+    ]
+    rc, out, err = run_cli(
+        capsys,
+        "pretrain",
+        "--resume",
+        run,
+        "--quiet",
+        "--set",
+        "train.steps=6",
+        "--set",
+        "drop.stage2_fraction=0.5",
+    )
+    assert rc == 0, err
+    notes = [line for line in err.splitlines() if "--resume continues" in line]
+    assert notes == [
+        "note: --resume continues with settings changed from the checkpoint's: "
+        "drop.stage2_fraction 0.0 -> 0.5; train.steps 4 -> 6"
+    ]
+    assert "finished: 6 steps" in out
+
+
+def test_every_config_field_says_whether_a_resume_may_change_it():
+    """Every field of every section is declared fixed or free (tokendrop.fields): nothing keeps a
+    hand list of what a resume may change, and a new field cannot be left out of it."""
+    from tokendrop.config import Config
+    from tokendrop.fields import RULES, resume_rules
+
+    rules = resume_rules(Config)
+    assert len(rules) > 50 and {r for r in rules.values()} == set(RULES)
+    assert [k for k, r in rules.items() if r not in RULES] == []
+    # what the method and the model are: fixed; execution: free
+    assert rules["drop.method"] == rules["model.num_layers"] == rules["train.seed"] == "fixed"
+    assert rules["model.attention_backend"] == rules["train.threads"] == "free"
 
 
 def test_moved_data_same_fingerprint_accepted(paused, tmp_path, capsys):

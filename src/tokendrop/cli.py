@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 
 from tokendrop.errors import TokendropError
 
@@ -67,6 +68,15 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
     from tokendrop.config import Config, from_dict, load_config, to_dict
 
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
+    if a.init and any(o.split("=", 1)[0].strip() == "model.init" for o in a.overrides):
+        raise UsageError(
+            "--init and --set model.init both name the weights to start from; give one of them"
+        )
+    if a.resume and a.out and Path(a.resume).resolve() != Path(a.out).resolve():
+        raise UsageError(
+            f"--resume {a.resume} continues the run in its own directory; --out {a.out} names "
+            "another: leave --out out (or copy the run there and --resume that copy)"
+        )
     # the one command a requeued job or a restarted torchrun agent repeats unchanged
     if a.resume_if_exists:
         if a.resume or a.overwrite or not a.config or not a.out:

@@ -146,6 +146,11 @@ _EARLY_ERRORS = [
     (["pretrain", "--config", "tny", "--out", "r"], "did you mean 'tiny'"),
     (["pretrain", "--config", "tiny", "--out", "r", "--set", "drop.rat=0.5"], "'drop.rate'"),
     (["pretrain", "--config", "tiny", "--resume", "r", "--overwrite"], "not both"),
+    (["pretrain", "--resume", "r", "--out", "other"], "continues the run in its own directory"),
+    (
+        ["pretrain", "--config", "tiny", "--out", "r", "--init", "a", "--set", "model.init='b'"],
+        "--init and --set model.init both name",
+    ),
     (
         ["pretrain", "--config", "tiny", "--out", "r", "--resume-if-exists", "--set", "drop.rat=1"],
         "rate",

@@ -493,6 +493,19 @@ class DropConfig:
             return 0
         return int(round(self.dense_start_share * train_steps))
 
+    def check_steps(self, train_steps: int) -> None:
+        """Refuse phases a ``train_steps``-step run cannot hold: a share > 0 that rounds to no step
+        (the banner would announce a phase that never runs)."""
+        if not self.enabled:
+            return
+        for name in ("dense_start_share", "random_start_share", "stage2_fraction"):
+            share = getattr(self, name)
+            if share > 0 and int(round(share * train_steps)) == 0:
+                raise ConfigError(
+                    f"drop.{name}: {share:g} of {train_steps} steps rounds to no step; set it to "
+                    f"0, or to at least {1 / train_steps:.2g} (one step of {train_steps})"
+                )
+
     def random_start_end(self, train_steps: int) -> int:
         """The first step of a ``train_steps``-step run that selects by the method again (the
         random start, ``random_start_share`` of the steps, follows the dense start)."""
@@ -603,6 +616,19 @@ class DropConfig:
                 f"expected at most 1 (the run's steps), got {total:g}; lower one of them"
             )
         row = self.selection
+        dense = self.dense_start_share + self.stage2_fraction
+        if self.enabled and dense >= 1.0 - 1e-9:
+            raise ConfigError(
+                f"drop.dense_start_share + drop.stage2_fraction: {dense:g} covers every step, so "
+                "nothing would drop; lower them, or set drop.method = \"none\" for a dense run"
+            )
+        if self.enabled and row.per_layer and self.dense_start_share >= self.ltd_schedule_share:
+            raise ConfigError(
+                f"drop.dense_start_share: {self.dense_start_share:g} covers {self.method}'s whole "
+                f"kept-count ramp (drop.ltd_schedule_share = {self.ltd_schedule_share:g}), after "
+                "which every row is kept, so nothing would drop; lower the dense start or lengthen "
+                "the ramp"
+            )
         if self.random_start_share > 0 and not (
             row.drops and row.reads_scores and not row.per_layer and self.variant_row.selects
         ):

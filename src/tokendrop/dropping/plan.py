@@ -110,6 +110,8 @@ class DropPlan:
         )
         check_arg("DropPlan", "num_layers", num_layers, int, "an int")
         drop.validate(num_layers)
+        if total_steps:
+            drop.check_steps(total_steps)
         self.drop = drop
         self.num_layers = num_layers
         self.total_steps = total_steps

@@ -371,6 +371,8 @@ class _Trainer:
         self.T = self.data.seq_len
         self.tc = self.cfg.train
         self.length, self.lrs = RunLength.of(self.tc), lr_schedule(self.tc)
+        if self.tc.fixed_steps:  # before anything is written: a phase the run cannot hold
+            self.cfg.drop.check_steps(self.tc.fixed_steps)
 
     def check_memory(self) -> None:
         """Refuse a model and batch that cannot fit in the device's memory

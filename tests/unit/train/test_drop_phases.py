@@ -149,3 +149,48 @@ def test_a_run_recorded_before_the_phases_resumes_and_a_changed_mask_rows_is_ref
     new["drop"]["mask_rows"] = "ranked"
     with pytest.raises(TrainingError, match=r"drop\.mask_rows changed from 'pinned' to 'ranked'"):
         check_resume_compatible(old, new)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            ["drop.dense_start_share=1.0"],
+            "drop.dense_start_share + drop.stage2_fraction: 1 covers every step, so nothing would "
+            'drop; lower them, or set drop.method = "none" for a dense run',
+        ),
+        (
+            ["drop.dense_start_share=0.6", "drop.stage2_fraction=0.4"],
+            "drop.dense_start_share + drop.stage2_fraction: 1 covers every step",
+        ),
+        (
+            ["drop.method=random_ltd", "drop.dense_start_share=0.5"],
+            "drop.dense_start_share: 0.5 covers random_ltd's whole kept-count ramp "
+            "(drop.ltd_schedule_share = 0.5), after which every row is kept, so nothing would drop",
+        ),
+    ],
+)
+def test_phases_that_leave_nothing_to_drop_are_refused(overrides, message):
+    """A dense start (and stage 2) covering the run, or random-LTD's ramp, would train dense while
+    the banner says dropping is on: refused in one line naming the fields."""
+    from tokendrop.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", ["drop.method=cumulative", *overrides])
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_phase_that_rounds_to_no_step_is_refused(tiny_data, tmp_path):
+    """4% of 10 steps is no step: the run is refused before it starts instead of announcing a dense
+    start that never runs; one step's share runs."""
+    from tokendrop.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError,
+        match=r"^drop\.dense_start_share: 0\.04 of 10 steps rounds to "
+        r"no step; set it to 0, or to at least 0\.1 \(one step of 10\)$",
+    ):
+        pretrain(tiny(tiny_data, "drop.dense_start_share=0.04"), tmp_path / "r", progress=False)
+    assert not (tmp_path / "r").exists()
+    res = pretrain(tiny(tiny_data, "drop.dense_start_share=0.1"), tmp_path / "ok", progress=False)
+    assert res.steps == STEPS

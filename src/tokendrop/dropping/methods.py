@@ -620,7 +620,7 @@ class DropConfig:
         if self.enabled and dense >= 1.0 - 1e-9:
             raise ConfigError(
                 f"drop.dense_start_share + drop.stage2_fraction: {dense:g} covers every step, so "
-                "nothing would drop; lower them, or set drop.method = \"none\" for a dense run"
+                'nothing would drop; lower them, or set drop.method = "none" for a dense run'
             )
         if self.enabled and row.per_layer and self.dense_start_share >= self.ltd_schedule_share:
             raise ConfigError(

@@ -724,7 +724,13 @@ def _add_evaluate(sub) -> None:
             "squad_data, tasks, glue_epochs, glue_lrs, finetune_seeds, glue.batch_size, ...",
         ),
     )
-    s.add_argument("--models", nargs="+", required=True, help="run dirs (or model dirs)")
+    s.add_argument(
+        "--models",
+        nargs="+",
+        required=True,
+        help="run dirs (or model dirs); NAME-seedN dirs are averaged as seeds of NAME, LABEL=DIR "
+        "labels one",
+    )
     s.add_argument(
         "--suite", required=True, help="a suite preset (configs/suite-NAME.toml) or a .toml path"
     )

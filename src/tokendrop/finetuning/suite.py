@@ -24,7 +24,9 @@ before weight hashes were recorded is reused only while the weights file is olde
 ``OUT/results.json`` and ``OUT/results.md`` are rewritten after every cell.
 
 Models are grouped into methods (rows) by label: ``LABEL=PATH`` on the command line, else the run
-dir's name with a trailing seed suffix removed (``baseline-seed1`` -> ``baseline``).
+dir's name with a spelled-out seed suffix removed (``baseline-seed1`` -> ``baseline``; a name such
+as ``drop-s1000`` or ``layers6`` stays a model of its own); the log names every label it averages
+over several models.
 """
 
 from __future__ import annotations
@@ -151,7 +153,8 @@ def load_suite(
 # models and cells
 
 
-_SEED_RE = re.compile(r"[-_.]?(?:seed|s)[-_]?\d+$", re.IGNORECASE)
+# a pretraining seed's suffix, spelled out: baseline-seed1, baseline_seed2 (not "-s1000", "layers6")
+_SEED_RE = re.compile(r"[-_.]seed[-_]?\d+$", re.IGNORECASE)
 
 
 @dataclass
@@ -185,6 +188,19 @@ def parse_models(models: list[str]) -> list[ModelEntry]:
         keys.add(key)
         out.append(ModelEntry(label, p, key))
     return out
+
+
+def merged_seeds(entries: list[ModelEntry]) -> list[str]:
+    """One note per label that several models share (their scores are averaged as seeds of one
+    model: a ``-seedN`` suffix, or ``LABEL=DIR`` given twice), naming the directories."""
+    groups: dict[str, list[str]] = {}
+    for e in entries:
+        groups.setdefault(e.label, []).append(_run_name(e.path.resolve()))
+    return [
+        f"note: {label}: {len(names)} models averaged as its seeds ({', '.join(names)})"
+        for label, names in groups.items()
+        if len(names) > 1
+    ]
 
 
 def _resolve_data(p: str) -> str:
@@ -580,6 +596,8 @@ def evaluate(
         cfg = from_dict(SuiteConfig, to_dict(cfg), list(overrides))
     cfg.validate()
     entries = parse_models([str(m) for m in models])
+    for line in merged_seeds(entries):
+        log(line)
     out = Path(out_dir)
     with rundir.lock(out, FinetuneError) if not coordinated else contextlib.nullcontext():
         existed = out.exists()

@@ -9,7 +9,7 @@ from toydata import write_checkpoint, write_glue_examples, write_squad_examples
 from tokendrop.errors import ConfigError
 from tokendrop.finetuning import FinetuneError, evaluate, load_suite
 from tokendrop.finetuning.columns import COLUMNS
-from tokendrop.finetuning.suite import SuiteConfig, cells_for, parse_models
+from tokendrop.finetuning.suite import SuiteConfig, cells_for, merged_seeds, parse_models
 from tokendrop.finetuning.tasks import TASKS
 
 TABLE_HEAD = (
@@ -53,13 +53,19 @@ def test_data_dirs_have_no_default():
 
 
 def test_model_labels(tmp_path):
-    for n in ("base-seed0", "base_s1", "drop"):
+    names = ("base-seed0", "base_seed1", "drop", "drop-steps1000", "drop-s2000", "layers6")
+    for n in names:
         (tmp_path / n).mkdir()
-    ms = parse_models(
-        [str(tmp_path / "base-seed0"), str(tmp_path / "base_s1"), f"tok={tmp_path / 'drop'}"]
-    )
+    ms = parse_models([str(tmp_path / n) for n in names[:2]] + [f"tok={tmp_path / 'drop'}"])
     assert [m.label for m in ms] == ["base", "base", "tok"]
     assert len({m.key for m in ms}) == 3
+    assert merged_seeds(ms) == [
+        "note: base: 2 models averaged as its seeds (base-seed0, base_seed1)"
+    ]
+    # only a spelled-out seed suffix groups: sizes, step counts and layer counts stay models
+    ms = parse_models([str(tmp_path / n) for n in names[2:]])
+    assert [m.label for m in ms] == ["drop", "drop-steps1000", "drop-s2000", "layers6"]
+    assert merged_seeds(ms) == []
     with pytest.raises(FinetuneError, match="no such model directory"):
         parse_models([str(tmp_path / "nope")])
     with pytest.raises(FinetuneError, match="listed twice"):

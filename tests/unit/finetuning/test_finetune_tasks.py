@@ -200,6 +200,29 @@ def test_custom_jsonl_and_csv(tmp_path):
     assert d2.train[0].label == 0
 
 
+def test_custom_labels_are_read_by_value_and_a_dev_typo_is_refused(tmp_path):
+    """1 in train and 1.0 in dev are one class (not four classes and 0% accuracy); a dev label the
+    training set never has is refused at its line instead of becoming an extra class."""
+    (tmp_path / "train.jsonl").write_text(
+        '{"sentence": "a", "label": 1}\n{"sentence": "b", "label": 0}\n'
+    )
+    (tmp_path / "dev.jsonl").write_text(
+        '{"sentence": "a", "label": 1.0}\n{"sentence": "b", "label": "0"}\n'
+    )
+    d = get_task("custom").load(tmp_path)
+    assert d.spec.labels == ["0", "1"]
+    assert [e.label for e in d.train] == [1, 0] and [e.label for e in d.dev["dev"]] == [1, 0]
+    (tmp_path / "dev.jsonl").write_text(
+        '{"sentence": "a", "label": 1}\n{"sentence": "b", "label": 2}\n'
+    )
+    with pytest.raises(FinetuneError) as e:
+        get_task("custom").load(tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path / 'dev.jsonl'}:2: label '2' does not occur in {tmp_path / 'train.jsonl'} "
+        "(its labels: 0, 1); fix the label, or list every class in finetune.labels"
+    )
+
+
 @pytest.mark.parametrize(
     "name, content, msg",
     [
@@ -217,6 +240,16 @@ def test_custom_jsonl_and_csv(tmp_path):
             ":3: expected 2 comma-separated fields",
         ),
         ("train.csv", "text,label\nok,1\n", ":1: header lacks column(s) sentence"),
+        (
+            "train.csv",
+            "sentence,sentence,label\nok,other,1\n",
+            ":1: the header names column(s) 'sentence' more than once",
+        ),
+        (
+            "train.tsv",
+            "sentence\tsentence\tlabel\nok\tother\t1\n",
+            ":1: the header names column(s) 'sentence' more than once",
+        ),
     ],
 )
 def test_custom_malformed(tmp_path, name, content, msg):

@@ -333,13 +333,25 @@ def read_tsv_table(
             break
     if header is None:
         raise FinetuneError(f"{path}: empty file (expected a header row)")
+    check_header(header, required, f"{path}:{lineno}")
+    return header, _rows(path, it, len(header), "as in the header", skipped)
+
+
+def check_header(header: list[str], required: list[str], where: str) -> None:
+    """A table's header must name each column a reader takes (``required``) exactly once: a
+    missing one, or one named twice (which of the two holds the text?), is a one-line error at
+    ``where`` (the header's ``file:line``)."""
     missing = [c for c in required if c not in header]
     if missing:
         raise FinetuneError(
-            f"{path}:{lineno}: header lacks column(s) {', '.join(missing)} (found: "
-            f"{', '.join(header)})"
+            f"{where}: header lacks column(s) {', '.join(missing)} (found: {', '.join(header)})"
         )
-    return header, _rows(path, it, len(header), "as in the header", skipped)
+    twice = [c for c in dict.fromkeys(required) if header.count(c) > 1]
+    if twice:
+        raise FinetuneError(
+            f"{where}: the header names column(s) {', '.join(map(repr, twice))} more than once, so "
+            "which one holds the field is ambiguous; rename the extra column(s)"
+        )
 
 
 def _rows(

@@ -1,12 +1,14 @@
 """``custom``: a classification task of your own, JSONL (one object per line) or CSV/TSV with a
 header, in ``train.*`` / ``dev.*`` of the data directory; the fields are named by
 ``finetune.text_a`` / ``text_b`` / ``label``, the labels by ``finetune.labels`` (default: the sorted
-label values seen)."""
+label values of the training set; a dev label outside them is refused).  A label is read by value:
+``1`` and ``1.0`` are one class."""
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import random
 from pathlib import Path
@@ -17,6 +19,7 @@ from tokendrop.finetuning.tasks.base import (
     Example,
     TaskData,
     TaskSpec,
+    check_header,
     data_dir,
     parse_label,
     read_lines,
@@ -97,12 +100,7 @@ def read_named_columns(
                         continue
                     if header is None:
                         header = row
-                        missing = [c for c in cols if c not in header]
-                        if missing:
-                            raise FinetuneError(
-                                f"{path}:{reader.line_num}: header lacks column(s) "
-                                f"{', '.join(missing)} (found: {', '.join(header)})"
-                            )
+                        check_header(header, cols, f"{path}:{reader.line_num}")
                         continue
                     where = f"{path}:{reader.line_num}"
                     if len(row) != len(header):
@@ -129,6 +127,19 @@ def read_named_columns(
     raise FinetuneError(
         f"{path}: unsupported file type {path.suffix!r} (expected .jsonl, .csv or .tsv)"
     )
+
+
+def label_value(raw: str) -> str:
+    """A label's one spelling: a number by its value (``1``, ``1.0``, ``+1`` -> ``"1"``; ``0.5``
+    -> ``"0.5"``), anything else as written without surrounding space."""
+    raw = raw.strip()
+    try:
+        v = float(raw)
+    except ValueError:
+        return raw
+    if not math.isfinite(v):
+        return raw
+    return str(int(v)) if v.is_integer() else repr(v)
 
 
 class CustomTask(TaskSpec):
@@ -168,9 +179,23 @@ class CustomTask(TaskSpec):
         dev_path = _find(d, "dev")
         raw_train = read_named_columns(train_path, text_a, text_b, label) if train_path else []
         raw_dev = read_named_columns(dev_path, text_a, text_b, label)
-        self.labels = (
-            list(labels) if labels else sorted({r[3] for r in raw_train} | {r[3] for r in raw_dev})
+        # one label, however it is spelled: 1, 1.0 and " 1" are the same class
+        raw_train, raw_dev = (
+            [(w, a, b, label_value(lab)) for w, a, b, lab in rows] for rows in (raw_train, raw_dev)
         )
+        if labels:
+            self.labels = [label_value(x) for x in labels]
+        elif raw_train:  # the classes are the training set's; a dev label beyond them is a typo
+            self.labels = sorted({r[3] for r in raw_train})
+            for w, _, _, lab in raw_dev:
+                if lab not in self.labels:
+                    raise FinetuneError(
+                        f"{w}: label {lab!r} does not occur in {train_path} (its labels: "
+                        f"{', '.join(self.labels)}); fix the label, or list every class in "
+                        "finetune.labels"
+                    )
+        else:
+            self.labels = sorted({r[3] for r in raw_dev})
         if len(self.labels) < 2:
             raise FinetuneError(
                 f"{d}: a classification task needs at least 2 distinct labels, found {self.labels}"

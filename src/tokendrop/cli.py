@@ -271,8 +271,8 @@ def cmd_finetune(a: argparse.Namespace) -> int:
         f"{r['task']}: "
         + ", ".join(f"{k} {v:.2f}" for k, v in r["scores"].items())
         + f"; {tr['steps']} steps, {tr['examples_per_s']:.1f} train examples/s on {r['device']} "
-        f"({r['precision']}), {r['timing']['cpu_s']:.1f} CPU s; metrics: {a.out}/metrics.json; "
-        f"{saved}"
+        f"({r['precision']}), {r['timing']['cpu_s']:.1f} CPU s; "
+        f"metrics: {a.out}/metrics.json; {saved}"
     )
     return 0
 
@@ -728,8 +728,8 @@ def _add_evaluate(sub) -> None:
         "--models",
         nargs="+",
         required=True,
-        help="run dirs (or model dirs); NAME-seedN dirs are averaged as seeds of NAME, LABEL=DIR "
-        "labels one",
+        help="run dirs (or model dirs); NAME-seedN dirs are averaged as seeds of NAME; "
+        "LABEL=DIR gives one its label",
     )
     s.add_argument(
         "--suite", required=True, help="a suite preset (configs/suite-NAME.toml) or a .toml path"

@@ -626,8 +626,8 @@ class DropConfig:
             raise ConfigError(
                 f"drop.dense_start_share: {self.dense_start_share:g} covers {self.method}'s whole "
                 f"kept-count ramp (drop.ltd_schedule_share = {self.ltd_schedule_share:g}), after "
-                "which every row is kept, so nothing would drop; lower the dense start or lengthen "
-                "the ramp"
+                "which every row is kept, so nothing would drop; "
+                "lower the dense start or lengthen the ramp"
             )
         if self.random_start_share > 0 and not (
             row.drops and row.reads_scores and not row.per_layer and self.variant_row.selects

@@ -14,8 +14,10 @@ them.
   and the no-answer threshold is the one that maximises the score on dev (``best_threshold``).
 
 All scores are percentages (0-100), like the paper's tables (correlations too: 100 x r).  A
-correlation that is undefined because one side is constant (a model predicting one class or one
-value) is 0, the convention of ``matthews_corrcoef``.  Scoring zero examples is an error.
+correlation that is undefined because the predictions are constant (a model predicting one class
+or one value) is 0, the convention of ``matthews_corrcoef``; a dev split whose labels are constant
+is refused before anything trains (``tasks.base.refuse_constant``: no model can be scored there).
+Scoring zero examples is an error.
 """
 
 from __future__ import annotations

@@ -66,6 +66,7 @@ from tokendrop.finetuning.columns import (
 )
 from tokendrop.finetuning.common import FinetuneError
 from tokendrop.finetuning.tasks import get_task, load_task, refuse_empty, task_dir
+from tokendrop.finetuning.tasks.base import refuse_constant
 from tokendrop.finetuning.tasks.squad import read_squad
 from tokendrop.finetuning.trainer import finetune
 from tokendrop.models.weights import combined_sha, weight_files
@@ -669,6 +670,9 @@ def check_dev_sets(cfg: SuiteConfig, tasks: list[str] | None = None) -> dict[str
                 need_train=False,
                 skipped=[] if fcfg.skip_malformed else None,
             ).dev
+            for split, v in splits.items():
+                where = task_dir(spec, fcfg.data) / spec.dev.get(split, "")
+                refuse_constant(spec, v, where, "use a dev split holding more than one label")
         counts.update({f"{spec.name}/{split}": len(v) for split, v in splits.items()})
     return counts
 

@@ -44,6 +44,7 @@ from tokendrop.finetuning.tasks import (
     subsample,
     task_dir,
 )
+from tokendrop.finetuning.tasks.base import refuse_constant
 from tokendrop.finetuning.tasks.squad import build_features, postprocess, read_squad, squad_metrics
 from tokendrop.models.bert.model import BertForQuestionAnswering, BertForSequenceClassification
 from tokendrop.models.families import spec_for_hf_model_type
@@ -295,6 +296,19 @@ def _finetune_sequence(cfg, spec: TaskSpec, model_path, out: Path, device, bf16,
         files[split] = str(f)
     train = subsample(data.train, cfg.max_train_examples)
     dev = {k: (sp, subsample(v, cfg.max_eval_examples)) for k, (sp, v) in dev.items()}
+    for k, (sp, exs) in dev.items():
+        refuse_constant(
+            sp,
+            exs,
+            files.get(k, cfg.data),
+            "use a dev split holding more than one label"
+            + (
+                f" (finetune.max_eval_examples = {cfg.max_eval_examples} keeps a subset of "
+                "them: raise it)"
+                if cfg.max_eval_examples != EXAMPLES_ALL
+                else ""
+            ),
+        )
     if not train:
         raise FinetuneError(f"task {spec.name}: no training examples in {cfg.data}")
 

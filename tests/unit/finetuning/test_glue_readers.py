@@ -324,3 +324,33 @@ def test_a_task_given_another_tasks_data_says_they_do_not_match(tmp_path):
     (tmp_path / "train.tsv").write_text("text\tlabel\nx\t1\n", encoding="utf-8")
     with pytest.raises(FinetuneError, match=r"\(found: text, label\)$"):
         load_task(TASKS["mrpc"], tmp_path)
+
+
+@pytest.mark.parametrize("task", ["cola", "stsb"])
+def test_a_dev_split_of_one_label_is_refused_where_its_metric_correlates(task, tmp_path):
+    """CoLA's MCC and STS-B's correlations are undefined on a dev split whose labels are all one
+    value (a score of 0.0 there would mean nothing): refused before anything trains, naming the
+    file and the metric; accuracy tasks are scored on such a split as usual."""
+    from tokendrop.finetuning.suite import SuiteConfig, check_dev_sets
+
+    write_glue_examples(tmp_path, n_train=8, n_dev=6)
+    spec = get_task(task)
+    dev = tmp_path / spec.dirname / "dev.tsv"
+    lines = dev.read_text().splitlines()
+    head, rows = (lines[:1], lines[1:]) if task == "stsb" else ([], lines)
+    # the same label in every row: CoLA's second field, STS-B's last
+    one = [
+        "\t".join(f[:-1] + ["2.5"]) if task == "stsb" else "\t".join(f[:1] + ["1"] + f[2:])
+        for f in (r.split("\t") for r in rows)
+    ]
+    dev.write_text("\n".join(head + one) + "\n")
+    cfg = SuiteConfig(glue_data=str(tmp_path), tasks=[task])
+    with pytest.raises(FinetuneError) as e:
+        check_dev_sets(cfg)
+    msg = str(e.value)
+    assert "\n" not in msg and "dev labels is" in msg and "is undefined on it" in msg
+    assert ("Pearson and Spearman" if task == "stsb" else "Matthews correlation") in msg
+    dev2 = tmp_path / "SST-2" / "dev.tsv"  # accuracy: one class is a fine dev split
+    rows = dev2.read_text().splitlines()
+    dev2.write_text("\n".join([rows[0]] + [r.rsplit("\t", 1)[0] + "\t1" for r in rows[1:]]) + "\n")
+    assert check_dev_sets(SuiteConfig(glue_data=str(tmp_path), tasks=["sst2"])) == {"sst2/dev": 6}

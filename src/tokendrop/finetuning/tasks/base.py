@@ -242,6 +242,25 @@ def refuse_empty(examples: list, path: str | os.PathLike) -> list:
     return examples
 
 
+# metrics that correlate labels with predictions: undefined when every label is the same
+CORRELATIONS = {"mcc": "Matthews correlation", "pearson": "Pearson", "spearman": "Spearman"}
+
+
+def refuse_constant(spec: TaskSpec, examples: list, path: str | os.PathLike, fix: str) -> None:
+    """A dev split whose labels are all one value cannot be scored by a correlation (CoLA's MCC,
+    STS-B's Pearson/Spearman: undefined there, not 0): refused in one line naming the file, the
+    metric and ``fix``, before anything trains."""
+    corr = [CORRELATIONS[m] for m in spec.metrics if m in CORRELATIONS]
+    values = {e.label for e in examples}
+    if corr and len(examples) > 1 and len(values) == 1:
+        (v,) = values
+        shown = spec.labels[v] if spec.kind == "classification" and spec.labels else v
+        raise FinetuneError(
+            f"{path}: every one of its {len(examples)} dev labels is {shown!r}, so {spec.name}'s "
+            f"{' and '.join(corr)} is undefined on it (a correlation needs two values); {fix}"
+        )
+
+
 def data_dir(data: str | os.PathLike) -> Path:
     """``data`` (``--data``), checked to be a directory."""
     d = Path(data)

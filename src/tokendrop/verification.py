@@ -110,9 +110,15 @@ def verify_checkpoint(ck: Path, rep: VerifyReport, run_config: dict | None = Non
             continue
         try:
             with safe_open(str(ck / name), framework="pt") as f:
-                f.keys()
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
         except Exception as e:  # noqa: BLE001 -- hash matched, so meta.json was edited too
             rep.problems.append(f"{ck / name}: not a readable safetensors file ({error_line(e)})")
+            bad = True
+            continue
+        try:  # what resume and export refuse: NaN/inf behind a rewritten hash
+            ckpt_mod.check_finite(tensors, ck / name, "restore it from a backup")
+        except ckpt_mod.CheckpointError as e:
+            rep.problems.append(error_line(e))
             bad = True
     try:
         from_dict(Config, recorded_config(meta["config"]))

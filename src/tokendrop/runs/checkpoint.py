@@ -294,12 +294,14 @@ def read_model(ckpt: str | os.PathLike, meta: dict[str, Any] | None = None) -> d
     for name in model_files(meta):
         check_file(ckpt, name, meta)
     try:
-        return consolidate_model(ckpt)
+        model = consolidate_model(ckpt)
     except Exception as e:  # noqa: BLE001 -- hashes matched: meta.json was edited too
         raise CheckpointError(
             f"{ckpt}: its shard files do not load "
             f"({str(e).splitlines()[0] if str(e) else e!r}); {_fix(ckpt)}"
         ) from None
+    check_finite(model, ckpt / SHARD_DIR, _fix(ckpt))
+    return model
 
 
 _HINTING = [False]
@@ -511,12 +513,26 @@ def read_tensors(
         ) from None
     check_file(ckpt, name, meta, data)
     try:
-        return st_load(data)
+        tensors = st_load(data)
     except Exception as e:  # noqa: BLE001 -- SafetensorError and friends: hash matched, so meta.json was edited too
         raise CheckpointError(
             f"{f}: not a readable safetensors file "
             f"({str(e).splitlines()[0] if str(e) else e!r}); {_fix(ckpt)}"
         ) from None
+    check_finite(tensors, f, _fix(ckpt))
+    return tensors
+
+
+def check_finite(tensors: dict[str, Tensor], where: str | os.PathLike, fix: str) -> None:
+    """Refuse floating-point tensors holding NaN or inf (the trainer never saves one: it skips a
+    non-finite step), whatever rewrote the file and its hash: weights, optimizer moments and
+    importance scores read from disk are checked before anything uses them."""
+    for k, t in tensors.items():
+        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise CheckpointError(
+                f"{where}: tensor {k} holds {bad} NaN/inf value(s) of {t.numel()}; {fix}"
+            )
 
 
 def latest_checkpoint(path: str | os.PathLike) -> Path | None:

@@ -510,3 +510,43 @@ def test_checkpoint_meta_with_a_zeroed_shape_is_refused(ckpt, tmp_path):
         InitError, match=r"meta.json: model.num_layers: expected a positive integer, got 0"
     ):
         resolve_init_source(str(ck))
+
+
+def _poison(ckpt: Path, name: str, key_part: str) -> None:
+    """Write a NaN into the first tensor of ``ckpt/name`` whose name holds ``key_part``, and record
+    the file's new size and sha256 in meta.json, as a tool that rewrites a checkpoint would."""
+    from safetensors.torch import load_file, save_file
+
+    from tokendrop.runs.checkpoint import sha256_file
+
+    f = ckpt / name
+    tensors = load_file(str(f))
+    key = next(k for k, t in tensors.items() if key_part in k and t.is_floating_point())
+    tensors[key] = tensors[key].clone()
+    tensors[key].view(-1)[0] = float("nan")
+    save_file(tensors, str(f))
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta["files"][name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+    atomic_write_json(ckpt / "meta.json", meta)
+
+
+@pytest.mark.parametrize(
+    "name,key_part", [("model.safetensors", ""), ("state.safetensors", "importance")]
+)
+def test_nan_in_a_rehashed_checkpoint_is_refused_by_verify_export_and_resume(
+    tiny_run, tmp_path, capsys, name, key_part
+):
+    """Weights (or importance scores) holding NaN pass every hash once the file's hash is rewritten;
+    they are refused wherever a checkpoint is read, naming the file and the tensor."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    for ck in sorted((run / "checkpoints").iterdir()):
+        _poison(ck, name, key_part)
+    rc, out, err = _run(capsys, "verify", run)
+    assert rc != 0 and "NaN/inf value(s)" in out + err, (out, err)
+    if name == "model.safetensors":
+        rc, _, err = _run(capsys, "export", run, tmp_path / "hf")
+        _one_line_error(rc, err, "model.safetensors: tensor", "NaN/inf value(s)")
+        assert not (tmp_path / "hf").exists()
+    rc, _, err = _run(capsys, "pretrain", "--resume", run, "--quiet")
+    _one_line_error(rc, err, name, "NaN/inf value(s)")

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import collections
 import errno
 import glob
 import gzip
@@ -128,7 +129,9 @@ def _has_glob(p: str) -> bool:
 
 
 def resolve_corpus(
-    paths: str | os.PathLike | Iterable[str | os.PathLike], text_field: str = "text"
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    text_field: str = "text",
+    notes: list[str] | None = None,
 ) -> list[Source]:
     """Expand files, directories, globs and ``datasets`` directories (``DIR[@SPLIT]``) into an
     ordered list of :class:`Source` (no duplicates; a ``datasets`` directory becomes its Arrow
@@ -136,7 +139,9 @@ def resolve_corpus(
 
     Raises DataError for a missing path, a glob or directory without corpus files, a file that is
     unreadable, not valid gzip/bz2/zstd, or binary (checked on its first 64 KiB), and a
-    Parquet/Arrow file without a string column ``text_field`` or that pyarrow cannot read.
+    Parquet/Arrow file without a string column ``text_field`` or that pyarrow cannot read.  A
+    directory's files of other formats (``.md``, ``.csv``, ``.py`` ...) are not read; ``notes``
+    gets one line per directory that had such files, saying which.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -162,7 +167,7 @@ def resolve_corpus(
         if p.startswith("hf:"):
             add(p, HF, 0)
         elif os.path.isdir(p):
-            add_files(_walk(p))
+            add_files(_walk(p, notes))
         elif os.path.isfile(p):
             add_files([p])
         elif "@" in p and os.path.isdir(p.rsplit("@", 1)[0]):
@@ -228,12 +233,13 @@ def _bad_link(p: str) -> DataError | None:
         )
 
 
-def _walk(top: str) -> list[str]:
+def _walk(top: str, notes: list[str] | None = None) -> list[str]:
     """Corpus files under ``top``, sorted; a ``save_to_disk`` directory gives its Arrow files.
 
     Hidden entries are skipped; so are directories tokendrop wrote (:func:`own_output`), each said
     on stderr in one line.  Linked directories are followed; a link back into a directory the walk
-    is already in (a loop), a link loop and a dangling link are DataErrors naming the link."""
+    is already in (a loop), a link loop and a dangling link are DataErrors naming the link.
+    Files of other formats are left out: ``notes`` gets one line naming how many of each."""
     if columnar.is_datasets_dir(top):
         return columnar.datasets_files(top, None)
     kind = own_output(top)
@@ -243,6 +249,7 @@ def _walk(top: str) -> list[str]:
             "of the text files"
         )
     found: list[str] = []
+    other: list[str] = []  # files of other formats, not read
     chains = {top: frozenset([os.path.realpath(top)])}  # the real directories above each one walked
     for root, dirs, files in os.walk(top, followlinks=True, onerror=_walk_error):
         keep = []
@@ -274,6 +281,8 @@ def _walk(top: str) -> list[str]:
                 raise bad
             if _known_ext(f):
                 found.append(p)
+            else:
+                other.append(p)
     parents = {os.path.dirname(f) for f in found}
     datasets_dirs = sorted(
         {r for r in parents if columnar.is_datasets_dir(r)}
@@ -288,6 +297,17 @@ def _walk(top: str) -> list[str]:
     # Arrow files
     found = sorted(f for f in found if not f.startswith(inside))
     found += [f for d in datasets_dirs for f in columnar.datasets_files(d, None)]
+    other = sorted(f for f in other if not f.startswith(inside))
+    if other and notes is not None:
+        kinds = collections.Counter(
+            os.path.splitext(_strip_compress_ext(os.path.basename(f)))[1] or "(no extension)"
+            for f in other
+        )
+        notes.append(
+            f"{top}: {len(other)} file(s) not read as corpus, by extension: "
+            + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+            + f" (e.g. {other[0]}); name a file on the command line to read it as plain text"
+        )
     if not found:
         raise DataError(
             f"{top}: directory contains no corpus files; expected *.txt, *.jsonl (optionally "

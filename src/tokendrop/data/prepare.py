@@ -336,8 +336,8 @@ def _prepare(
     rundir.prepare_output(
         out_dir, "prepared", overwrite, inputs=[vocab, tokenizer], error=DataError
     )
-    sources = _resolve_sources(corpus_paths, text_field, unit_bytes, out_dir, overwrite)
     warnings: list[str] = []
+    sources = _resolve_sources(corpus_paths, text_field, unit_bytes, out_dir, overwrite, warnings)
     work_path = out_dir + ".partial"
     tok, tok_meta, V, key = _resolve_tokenizer(
         tokenizer,
@@ -460,10 +460,11 @@ def _check_arguments(
 
 
 def _resolve_sources(
-    corpus_paths, text_field: str, unit_bytes, out_dir: str, overwrite: bool
+    corpus_paths, text_field: str, unit_bytes, out_dir: str, overwrite: bool, warnings: list[str]
 ) -> list:
-    """The corpus's sources (:func:`.corpus.resolve_corpus`), after checking ``unit_bytes``; the
-    output is refused if it holds one of them."""
+    """The corpus's sources (:func:`.corpus.resolve_corpus`; its notes of files left out go to
+    ``warnings``), after checking ``unit_bytes``; the output is refused if it holds one of
+    them."""
     if unit_bytes is not None and (
         isinstance(unit_bytes, bool)
         or not isinstance(unit_bytes, (int, np.integer))
@@ -472,7 +473,7 @@ def _resolve_sources(
         raise DataError(
             f"unit_bytes: expected a positive number of bytes per work unit, got {unit_bytes!r}"
         )
-    sources = resolve_corpus(corpus_paths, text_field)
+    sources = resolve_corpus(corpus_paths, text_field, warnings)
     rundir.prepare_output(
         out_dir,
         "prepared",

@@ -61,6 +61,19 @@ def test_directories_and_globs(tmp_path):
     (d / "notes.md").write_text("ignored\n", encoding="utf-8")
     (d / ".hidden.txt").write_text("ignored\n", encoding="utf-8")
     assert list(iter_documents(d)) == ["A doc.", "B doc.", "C doc."]
+    # files of other formats are left out, and said so (not silently)
+    (d / "sub" / "table.csv").write_text("a,b\n", encoding="utf-8")
+    (d / "sub" / "tool.py").write_text("x = 1\n", encoding="utf-8")
+    (d / "README").write_text("no extension\n", encoding="utf-8")
+    notes: list[str] = []
+    assert len(resolve_corpus([d], notes=notes)) == 3
+    assert notes == [
+        f"{d}: 4 file(s) not read as corpus, by extension: (no extension) 1, .csv 1, .md 1, .py 1 "
+        f"(e.g. {d / 'README'}); name a file on the command line to read it as plain text"
+    ]
+    for f in ("table.csv", "tool.py"):
+        (d / "sub" / f).unlink()
+    (d / "README").unlink()
     assert [os.path.basename(s.path) for s in resolve_corpus([str(d / "*.txt")])] == [
         "a.txt",
         "b.txt",

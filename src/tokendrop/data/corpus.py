@@ -503,6 +503,30 @@ def is_compressed(path: str) -> bool:
     return magic[:2] == b"\x1f\x8b" or magic[:3] == b"BZh" or magic == _ZSTD_MAGIC
 
 
+# files named as a table or a JSON document: read as plain text, their syntax would be the corpus
+_STRUCTURED = {
+    ".json": "a JSON document (a SQuAD file, a config) would be read as one document of JSON "
+    'syntax; give JSON Lines instead (.jsonl, one {"text": ...} object per line)',
+    ".csv": "a CSV table would be read as plain text, commas and quotes included; write its text "
+    "column to .txt or .jsonl (or Parquet) and give that",
+    ".tsv": "a TSV table would be read as plain text, tabs and every column included; write its "
+    "text column to .txt or .jsonl (or Parquet) and give that",
+}
+
+
+def _refuse_structured(path: str, head: bytes) -> None:
+    """A file read as BERT text that is not: a JSON/CSV/TSV file by name, or one whose lines end in
+    a lone CR (it would read as one line), refused naming the file and the fix."""
+    ext = os.path.splitext(_strip_compress_ext(os.path.basename(path)))[1]
+    if ext in _STRUCTURED:
+        raise DataError(f"{path}: {_STRUCTURED[ext]}")
+    if head.count(b"\r") > 1 and b"\n" not in head:
+        raise DataError(
+            f"{path}: its lines end in a lone CR (old Mac line ends), so it would read as one "
+            "line; convert them to LF first, e.g. tr '\\r' '\\n' < IN > OUT"
+        )
+
+
 def _sniff(src: Source) -> None:
     """Fail early on files that cannot be corpus text: unreadable, broken compression, binary."""
     f, raw = _open_raw(src.path)
@@ -519,6 +543,8 @@ def _sniff(src: Source) -> None:
         raise DataError(
             f"{src.path}: contains NUL bytes, looks like a binary file; expected UTF-8 text"
         )
+    if src.fmt == TEXT:
+        _refuse_structured(src.path, head)
     # invalid UTF-8 at the very start is reported here; later errors during reading (with a line
     # number)
     try:

@@ -90,6 +90,36 @@ def test_directories_and_globs(tmp_path):
         resolve_corpus([tmp_path / "empty_dir"])
 
 
+@pytest.mark.parametrize(
+    "name,content,fix",
+    [
+        (
+            "dev-v1.1.json",
+            '{"data": [{"title": "x", "paragraphs": []}]}',
+            "give JSON Lines instead",
+        ),
+        ("table.csv", "text,label\nhello world,1\n", "write its text column to .txt or .jsonl"),
+        ("table.tsv.gz", None, "a TSV table would be read as plain text"),
+        ("mac.txt", "one line\rtwo lines\rthree\r", "lines end in a lone CR"),
+    ],
+)
+def test_files_that_are_not_plain_text_are_refused_with_their_fix(tmp_path, name, content, fix):
+    """A SQuAD JSON, a CSV or TSV table given as a corpus would be read as one document of syntax,
+    a CR-only file as one line: each is refused in one line naming the file and what to give."""
+    p = tmp_path / name
+    if content is None:
+        p.write_bytes(gzip.compress(b"text\tlabel\nhello\t1\n"))
+    else:
+        p.write_bytes(content.encode())
+    with pytest.raises(DataError) as e:
+        resolve_corpus([p])
+    assert str(e.value).startswith(f"{p}: ") and fix in str(e.value) and "\n" not in str(e.value)
+    # CRLF is ordinary text
+    crlf = tmp_path / "dos.txt"
+    crlf.write_bytes(b"one line\r\ntwo lines\r\n\r\nthird doc\r\n")
+    assert list(iter_documents(crlf)) == ["one line\ntwo lines", "third doc"]
+
+
 def test_reader_errors(tmp_path):
     with pytest.raises(DataError, match=r"nope\.txt: no such file or directory"):
         resolve_corpus([tmp_path / "nope.txt"])

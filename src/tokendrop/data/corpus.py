@@ -673,12 +673,16 @@ def _lines(
 
 
 def _cut(buf: str, limit: int) -> int:
-    """The index of the last single space between two non-space characters of ``buf`` at or before
-    ``limit`` (the first character of the next piece), or 0 when there is none."""
-    i = buf.rfind(" ", 1, min(limit, len(buf) - 2) + 1)
-    while i > 0 and (buf[i - 1].isspace() or buf[i + 1].isspace()):
-        i = buf.rfind(" ", 1, i)
-    return max(i, 0)
+    """The index of the last single space or line break between two non-space characters of
+    ``buf`` at or before ``limit`` (the first character of the next piece), or 0 when there is
+    none (a document of one word per line is cut at its line breaks)."""
+    best = 0
+    for sep in (" ", "\n"):
+        i = buf.rfind(sep, 1, min(limit, len(buf) - 2) + 1)
+        while i > 0 and (buf[i - 1].isspace() or buf[i + 1].isspace()):
+            i = buf.rfind(sep, 1, i)
+        best = max(best, i)
+    return best
 
 
 class _Pieces:
@@ -699,9 +703,9 @@ class _Pieces:
             if not cut:
                 raise DataError(
                     f"{self.path}: {where}: {PIECE_CHARS:,} characters without a single space "
-                    "between two words; a document is tokenized in pieces of at most "
-                    f"{PIECE_CHARS:,} characters cut at such spaces: break the text with "
-                    "spaces or newlines"
+                    "or line break between two words; a document is tokenized in pieces of at "
+                    f"most {PIECE_CHARS:,} characters cut there: break the text with spaces or "
+                    "newlines"
                 )
             yield Piece(buf[:cut])
             self.parts, self.size = [buf[cut:]], len(buf) - cut

@@ -116,6 +116,22 @@ def test_a_line_longer_than_the_part_size_keeps_its_characters(tmp_path, monkeyp
     ]
 
 
+@pytest.mark.parametrize("name", ["c.txt", "c.jsonl"])
+def test_a_document_of_one_word_per_line_is_cut_at_its_line_breaks(name, tmp_path, monkeypatch):
+    """A long document with no space, one word per line (a word list, a column of tokens), is cut
+    at its line breaks, with the ids of the whole, where it was refused for want of a space."""
+    vocab = write_toy_vocab(tmp_path / "vocab.txt")
+    words = [w for d in toy_documents(20, seed=6) for w in d.split()]
+    docs = ["short one", "\n".join(words), *toy_documents(12, seed=7)]
+    src = _write(tmp_path / name, docs)
+    whole = _prepare(src, tmp_path / "whole", vocab)
+    monkeypatch.setattr(corpus, "PIECE_CHARS", PIECE)
+    raws = list(corpus.iter_raw(corpus.resolve_corpus([src])[0]))
+    assert max(map(len, raws)) <= PIECE and sum(isinstance(r, corpus.Piece) for r in raws) > 5
+    assert list(corpus.iter_documents([src])) == docs
+    assert _prepare(src, tmp_path / "pieces", vocab) == whole
+
+
 @pytest.mark.parametrize("name", ["c.txt", "c.txt.gz", "c.jsonl", "c.parquet"])
 def test_text_without_a_place_to_cut_is_refused_naming_the_line_and_limit(
     name, tmp_path, monkeypatch

@@ -112,6 +112,9 @@ from tokendrop.errors import DataError, check_arg, check_path_arg
 from tokendrop.runs import rundir
 from tokendrop.runs.files import atomic_directory, atomic_write_json, os_error_fix, read_json
 
+# a prepared corpus with more [UNK] than this share of its training tokens gets a warning
+UNK_WARN_SHARE = 0.05
+
 # ----------------------------------------------------------------------------------------------
 # prepare
 
@@ -808,6 +811,14 @@ def _write_meta(
             f"longer than T-2={st['seq_len'] - 2} tokens were truncated "
             f"({split_meta['train']['truncated_tokens'] + split_meta['eval']['truncated_tokens']} "
             "tokens dropped)"
+        )
+    unk, total = int(counter.counts[ids["unk"]]), int(counter.counts.sum())
+    if total and unk > UNK_WARN_SHARE * total:
+        warnings.append(
+            f"{unk / total:.0%} of the training split's {total:,} tokens are [UNK] under this "
+            "vocabulary: it does not cover the text (another language or script?); pretraining "
+            "would learn little; train a vocabulary on this corpus (leave out --vocab/--tokenizer) "
+            "or give one that covers it"
         )
     raw_docs: dict[int, int] = {}
     for info, src_i in zip(infos, st["unit_sources"]):

@@ -483,3 +483,16 @@ def test_cli_bad_input_exit_code(tmp_path, toy, capsys):
         == 0
     )
     assert PreparedData.open(tmp_path / "out").seq_len == 32
+
+
+def test_a_corpus_mostly_unk_under_its_vocabulary_is_warned(tmp_path, toy):
+    """Text the vocabulary does not cover (another script) is prepared, and the summary warns that
+    most of its tokens are [UNK], with the fix; text it covers gets no such warning."""
+    vocab, corpus = toy
+    s = prepare([corpus], tmp_path / "ok", 24, vocab=vocab, eval_fraction=0.0, progress=False)
+    assert not [w for w in s["warnings"] if "[UNK]" in w]
+    cjk = tmp_path / "cjk.txt"
+    cjk.write_text("\n\n".join("東京 大阪 京都 " * 20 for _ in range(40)) + "\n", encoding="utf-8")
+    s = prepare([cjk], tmp_path / "cjk", 24, vocab=vocab, eval_fraction=0.0, progress=False)
+    (w,) = [w for w in s["warnings"] if "[UNK]" in w]
+    assert "under this vocabulary: it does not cover the text" in w and "leave out --vocab" in w

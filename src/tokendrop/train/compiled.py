@@ -16,8 +16,8 @@ Modes (``resolve_mode``; docs/design.md "Compiled step"):
   norm run eagerly;
 * ``graphs``: ``step`` compiled with ``mode="reduce-overhead"``: on CUDA inductor captures the
   forward, backward and optimizer graphs as CUDA graphs (one launch each per micro-batch, one for
-  the update); elsewhere the same as ``step``.  The outputs live in the graphs' static memory, so
-  they are cloned before the next micro-batch replays the graph.
+  the update); refused on another device (there is no graph to capture).  The outputs live in the
+  graphs' static memory, so they are cloned before the next micro-batch replays the graph.
 
 Shapes are static (``dynamic=False``): a micro-batch's rows, its length L, the kept count M and the
 prediction slots P are fixed for a run (P is sized for the largest masking rate, so a masking-rate
@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from torch.optim.adamw import adamw
 
 from tokendrop.config import Config
+from tokendrop.errors import ConfigError
 
 __all__ = [
     "MODES",
@@ -66,6 +67,11 @@ def resolve_mode(value: bool | str, device: torch.device) -> str:
     if value not in MODES:
         raise ValueError(
             f"train.compile: expected true, false, auto or one of {', '.join(MODES)}, got {value!r}"
+        )
+    if value == "graphs" and device.type != "cuda":
+        raise ConfigError(
+            f"train.compile: 'graphs' captures CUDA graphs, which a {device.type} device does not "
+            f"have; use 'step' (compiled) or 'off' on {device.type}"
         )
     return value
 

@@ -324,6 +324,7 @@ class _Trainer:
         cfg, tc, dd = self.cfg, self.cfg.train, self.dd
         self.masks = mask_schedule(cfg.data)  # tokendrop.train.schedules
         self.device = resolve_device(tc.device, dd.local_rank, "train.device", ConfigError)
+        resolve_mode(tc.compile, self.device)  # a mode the device cannot run: refused now
         if tc.threads != THREADS_AUTO:
             torch.set_num_threads(tc.threads)
         if tc.deterministic:

@@ -160,13 +160,20 @@ def test_compiled_step_equals_eager_inductor(family):
 
 def test_modes():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert [resolve_mode(v, cpu) for v in (True, False, "auto", "graphs")] == [
+    assert [resolve_mode(v, cpu) for v in (True, False, "auto", "step")] == [
         "step",
         "off",
         "off",
-        "graphs",
+        "step",
     ]
-    assert resolve_mode("auto", cuda) == "step"
+    assert resolve_mode("auto", cuda) == "step" and resolve_mode("graphs", cuda) == "graphs"
+    # CUDA graphs on a CPU: refused in one line (not minutes of compiling the plain step)
+    with pytest.raises(ConfigError) as e:
+        resolve_mode("graphs", cpu)
+    assert str(e.value) == (
+        "train.compile: 'graphs' captures CUDA graphs, which a cpu device does not have; use "
+        "'step' (compiled) or 'off' on cpu"
+    )
     with pytest.raises(ConfigError, match="train.compile: expected true, false or one of"):
         load_config("tiny", ['train.compile="fast"'])
 

@@ -13,6 +13,7 @@ import argparse
 import errno
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -138,6 +139,11 @@ def cmd_pretrain(a: argparse.Namespace) -> int:
         f"{state}: {res.steps} steps in {res.wall_time:.1f}s, {res.tokens_per_s:.0f} tokens/s"
         + (f", eval loss {ev['eval_loss']:.4f}, acc {ev['eval_acc']:.4f}" if ev else "")
         + f"; run dir {res.run_dir}"
+        + (
+            f"; continue it: tokendrop pretrain --resume {shlex.quote(str(res.run_dir))}"
+            if res.interrupted
+            else ""
+        )
     )
     return 128 + res.stop_signal if res.interrupted and res.stop_signal else 0
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import sys
 import time
 from collections.abc import Iterable
@@ -351,6 +352,8 @@ def pretrain_summary(
         + ("" if interrupted else ", report.md")
         + f"; export: tokendrop export {run_dir} OUT_DIR"
     )
+    if interrupted:
+        lines.append(f"  continue  tokendrop pretrain --resume {shlex.quote(str(run_dir))}")
     return lines
 
 

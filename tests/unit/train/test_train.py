@@ -274,6 +274,8 @@ def test_sigterm_saves_and_exits_143(tiny_data, tmp_path):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 143, err  # 128 + SIGTERM: an interrupted run is not a success
     assert "interrupted (checkpoint saved)" in out
+    # the command that continues it, beside the export one
+    assert f"; continue it: tokendrop pretrain --resume {run}\n" in out, out
     last = ckpt_mod.latest(run)
     assert last is not None and 0 < ckpt_mod.verify(last)["step"] < 100000
 
@@ -467,3 +469,25 @@ def test_pinned_tokens_from_config(tiny_data, tmp_path):
             tmp_path / "s",
             progress=False,
         )
+
+
+def test_the_end_block_of_an_interrupted_run_names_the_command_that_continues_it(tmp_path):
+    from tokendrop.train.console import pretrain_summary
+
+    def block(interrupted: bool) -> list[str]:
+        return pretrain_summary(
+            run_dir=tmp_path / "my run",
+            interrupted=interrupted,
+            step=3,
+            total=10,
+            tokens=100,
+            seconds=1.0,
+            phases={},
+            tokens_per_s=100.0,
+            last=None,
+            ev=None,
+            entropy=None,
+        )
+
+    assert block(True)[-1] == f"  continue  tokendrop pretrain --resume '{tmp_path / 'my run'}'"
+    assert not [line for line in block(False) if "--resume" in line]

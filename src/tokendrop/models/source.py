@@ -641,7 +641,8 @@ def _run_facts(ck: Path) -> dict[str, Any]:
         for r in read_metrics(run)
         if not isinstance(r.get("step"), (int, float)) or r["step"] <= step
     ]
-    start = next((r for r in recs if r.get("event") == "start"), {})
+    starts = [r for r in recs if r.get("event") == "start"]
+    start = starts[0] if starts else {}
     train = [r for r in recs if "loss" in r]
     evals = [r for r in recs if "eval_loss" in r]
     entropy = start.get("unigram_entropy") or next(
@@ -654,8 +655,35 @@ def _run_facts(ck: Path) -> dict[str, Any]:
         "eval": evals[-1] if evals else None,
         "entropy": entropy,
         "command": start.get("command", ""),
+        # every invocation up to the checkpoint, the first and each resume, in order
+        "commands": [
+            r["command"] for r in recs if r.get("event") in ("start", "resume") and r.get("command")
+        ],
         "seq_len": start.get("seq_len"),
+        "data_fingerprint": meta.get("data_fingerprint") or {},
     }
+
+
+# an absolute path's directories (/home/me/corpora/wiki -> .../wiki): a card says which file, not
+# where it lies on its author's machine
+_LOCAL_DIRS = re.compile(r"(?<![\w.~])/(?:[^\s\"'=/]+/)+(?=[^\s\"'=/])")
+
+
+def _no_local_dirs(command: str) -> str:
+    """``command`` with the directories of each absolute path left out (``.../NAME``)."""
+    return _LOCAL_DIRS.sub(".../", command)
+
+
+def _data_name(data: dict[str, Any], fingerprint: dict[str, Any]) -> str:
+    """The model card's data row: each prepared directory by its own name (an absolute local path
+    means nothing where the export goes, and says where the author's files are), with the data's
+    fingerprint (sha256 of its training split, its token count) that identifies it."""
+    paths = [data["path"]] if data.get("path") else list(data.get("paths", []))
+    names = ", ".join(f"`{Path(p).name or p}`" for p in paths) or "`(unknown)`"
+    sha, tokens = fingerprint.get("train_sha256", ""), fingerprint.get("tokens")
+    ident = [f"train split sha256 {sha[:12]}"] if sha else []
+    ident += [f"{tokens:,} tokens"] if isinstance(tokens, int) else []
+    return names + (f" ({', '.join(ident)})" if ident else "")
 
 
 def source_name(init: str) -> str:
@@ -717,7 +745,7 @@ def model_card(
                 if c.get("model", {}).get("init")
                 else "random initialisation (pretrained from scratch)",
             ),
-            ("data", f"`{data.get('path') or ', '.join(data.get('paths', []))}`"),
+            ("data", _data_name(data, f["data_fingerprint"])),
             (
                 "length",
                 f"step {f['step']} of {tc.get('steps') or tc.get('time_budget')}, "
@@ -743,11 +771,12 @@ def model_card(
                     f"(step {f['eval']['step']})" + (f"; {note}" if note else ""),
                 )
             )
+        commands = f.get("commands") or ([f["command"]] if f["command"] else [])
         rows.append(
             (
                 "trained with",
-                f"`{f['command']}`"
-                if f["command"]
+                "; then ".join(f"`{_no_local_dirs(cmd)}`" for cmd in commands)
+                if commands
                 else "`tokendrop.pretrain` from Python (its settings: the run's `config.toml`"
                 + (f", preset `{c['name']}`" if c.get("name") else "")
                 + ")",
@@ -756,7 +785,7 @@ def model_card(
     else:
         rows.append(("source", f"`{info['path']}` ({info['source']})"))
     if command:
-        rows.append(("exported with", f"`{command}`"))
+        rows.append(("exported with", f"`{_no_local_dirs(command)}`"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     if task != "mlm":
         return f"""---

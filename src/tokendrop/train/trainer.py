@@ -744,6 +744,8 @@ class _Trainer:
             )
             for ev in self.init_events:
                 self.log.write({"step": 0, **ev})
+        elif dd.main and self.command:  # a resume: the command that continued it (model cards)
+            self.log.write({"step": self.start_step, "event": "resume", "command": self.command})
         if self.evaluates and self.start_step == 0 and self.has_eval:
             ev0 = evaluate_mlm(
                 self.model, self.eval_batches(), self.device, self.amp, self.eval_micro

@@ -290,22 +290,38 @@ def test_export_model_card_and_config(tiny_data, tmp_path, capsys):
     for field in (
         "| architecture | BertForMaskedLM (bert: 4 layers x 64",
         "| source | random initialisation",
-        f"| data | `{tiny_data}`",
+        f"| data | `{tiny_data.name}` (train split sha256 ",
         "| length | step 4 of 4, 8 sequences per step of 64 tokens",
         "| method | token dropping: cumulative/drop, rate 0.5",
         f"| final eval MLM loss | {ev['eval_loss']:.4f}",
         f"unigram entropy {ev['unigram_entropy']:.3f} nats",
         "| trained with | `tokendrop pretrain --config tiny",
-        f"| exported with | `tokendrop export {tmp_path / 'run'} {tmp_path / 'hf'}`",
+        "| exported with | `tokendrop export .../run .../hf`",
         "pipeline_tag: fill-mask",
     ):
         assert field in card, field
+    # a card goes to the Hub: no directory of its author's machine in it
+    assert str(tmp_path) not in card and str(tiny_data.parent) not in card
     if ev["eval_loss"] >= ev["unigram_entropy"]:  # 4 steps: a head this young says so on export
         assert "is not below the unigram entropy" in out.err
     assert (
         transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf").__class__.__name__
         == "BertForMaskedLM"
     )
+
+
+def test_the_model_card_of_a_resumed_run_names_every_command(tiny_data, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from tokendrop.config import load_config
+    from tokendrop.train.trainer import pretrain
+
+    run = tmp_path / "run"
+    cfg = load_config("tiny", [f'data.path="{tiny_data}"', *SMALL])
+    assert pretrain(cfg, run, progress=False, stop_at=2, command="tokendrop pretrain A").interrupted
+    pretrain(cfg, run, resume=True, progress=False, command="tokendrop pretrain --resume B")
+    assert cli_main(["export", str(run), str(tmp_path / "hf")]) == 0
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "| trained with | `tokendrop pretrain A`; then `tokendrop pretrain --resume B` |" in card
 
 
 def test_on_a_terminal_a_bar_and_the_log_file_keeps_the_lines(

@@ -84,6 +84,14 @@ class TokenDroppingCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self._sync(state, model)  # the step is done: what a checkpoint saved now records
+        # total_flos: the Trainer counts every forward as dense (6 N D); take off what this step's
+        # dropping forwards did not spend (every rank drops the same share: x world size, as the
+        # Trainer sums the ranks' counts; taken off now, before the Trainer stores this step's
+        # count: the sum is exact once it does)
+        st = state_of(model)
+        if st.flops_saved:
+            state.total_flos -= st.flops_saved * args.world_size
+            st.flops_saved = 0.0
 
     def _checkpoint_dir(self, args, state) -> Path:
         tried = []

@@ -149,6 +149,8 @@ class ModelForward:
     def __call__(self, *args, **kwargs):
         model = self.model
         st = model.__dict__.get(STATE_ATTR)
+        if st is not None and model.training:
+            st.layer_work = 1.0  # until a selection drops rows
         if not self.active or st is None or not model.training or not st.dropping_now():
             return self.original(*args, **kwargs)
         a = _signature(type(model)).bind(model, *args, **kwargs).arguments
@@ -172,7 +174,10 @@ class ModelForward:
         labels = a.get("labels")
         active, keep = st.select(input_ids, labels) if input_ids is not None else (True, None)
         if not active:  # random-LTD at full length: the dense model
+            st.layer_work = 1.0
             return self.original(*args, **kwargs)
+        if input_ids is not None:  # what transformers' 6 N D estimate of this forward overcounts
+            st.count_saved_flops(model, input_ids.numel())
         return_dict = extra.pop("return_dict", None)
         if not self.mlm:
             return _output(self._bare(st, keep, a), return_dict)

@@ -127,6 +127,14 @@ class TokenDroppingState:
         self.step = 0
         self.enabled = True
         self.kept_fraction: float | None = None  # of the last dropping forward (logged)
+        # the share of a dense forward's layer work (token rows x layers) the last training forward
+        # did: (L - S + S x kept) / L over the S half layers of the span; 1 for a dense one
+        self.layer_work = 1.0
+        # FLOPs transformers' Trainer counts (6 x non-embedding parameters x tokens per forward)
+        # that the dropping forwards since the last optimizer step did not spend;
+        # TokenDroppingCallback takes them off total_flos
+        self.flops_saved = 0.0
+        self._dense_params: int | None = None
         try:  # the method: its rules and its selector (none when the variant pools: avg)
             self.plan = DropPlan(
                 drop,
@@ -221,6 +229,8 @@ class TokenDroppingState:
         b, t = input_ids.shape
         at = self.now(t)
         self.kept_fraction = at.kept_fraction
+        s = self.span.end - self.span.start
+        self.layer_work = (self.num_layers - s + s * min(at.kept, t) / t) / self.num_layers
         if self.selector is None:  # the variant pools: nothing to select
             return True, None
         if at.kept >= t:  # nothing to drop (kept_fraction 1): the unpatched forward
@@ -230,6 +240,14 @@ class TokenDroppingState:
             pos = torch.arange(t, device=input_ids.device).expand(b, -1)
             weights = (labels != -100).to(torch.float32)
         return True, self.plan.keep_idx(input_ids, at, pos, weights)
+
+    def count_saved_flops(self, model: Any, tokens: int) -> None:
+        """Add what a dropping training forward over ``tokens`` tokens saved of transformers' own
+        estimate (6 x ``model.num_parameters(exclude_embeddings=True)`` x tokens, the Trainer's
+        ``floating_point_ops``): that estimate x (1 - ``layer_work``)."""
+        if self._dense_params is None:
+            self._dense_params = int(model.num_parameters(exclude_embeddings=True))
+        self.flops_saved += 6.0 * tokens * self._dense_params * (1.0 - self.layer_work)
 
     def learns(self) -> bool:
         return self.plan.learns

@@ -291,6 +291,42 @@ def test_dropping_changes_the_loss_and_rate_zero_is_the_unpatched_model(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_the_flops_reported_to_transformers_count_the_dropped_rows(family):
+    """transformers' Trainer counts every training forward as 6 x non-embedding parameters x
+    tokens; a dropping forward saves (1 - (L - S + S M / T) / L) of it, which the callback takes
+    off ``total_flos`` at the step's end (x the world size: the Trainer sums the ranks); a dense
+    forward and an evaluation save nothing."""
+    from transformers import TrainerState, TrainingArguments
+
+    from tokendrop.transformers import TokenDroppingCallback
+
+    ids, mask, labels, _, _ = _batch(32)
+    pat = apply_token_dropping(_hf(family).train(), rate=0.5, special_ids=SPECIAL)
+    pat(input_ids=ids, attention_mask=mask, labels=labels)
+    st = token_dropping_state(pat)
+    L, S, T = st.num_layers, st.span.end - st.span.start, ids.shape[1]
+    kept = round(st.kept_fraction * T)
+    assert 0 < kept < T
+    dense = 6 * ids.numel() * pat.num_parameters(exclude_embeddings=True)
+    saved = dense * (1 - (L - S + S * kept / T) / L)
+    assert st.flops_saved == pytest.approx(saved) and saved > 0
+    pat.eval()
+    pat(input_ids=ids, attention_mask=mask)  # an evaluation forward: nothing saved
+    assert st.flops_saved == pytest.approx(saved)
+    pat.train()
+    state = TrainerState()
+    state.total_flos = 2 * dense  # two forwards counted dense by the Trainer
+    args = TrainingArguments(output_dir="unused", report_to=[])
+    TokenDroppingCallback().on_step_end(args, state, None, model=pat)
+    assert state.total_flos == pytest.approx(2 * dense - saved * args.world_size)
+    assert st.flops_saved == 0
+    remove_token_dropping(pat)
+    apply_token_dropping(pat, rate=0.0, special_ids=SPECIAL)
+    pat(input_ids=ids, attention_mask=mask, labels=labels)  # rate 0: a dense forward
+    assert token_dropping_state(pat).flops_saved == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_keeping_every_row_through_the_schedule_is_the_dense_model(family):
     """The gather/scatter path itself, every position kept (not the rate-0 shortcut): the forward is
     the unpatched one bit for bit, gradients to rounding."""

@@ -201,6 +201,14 @@ class PreparedData:
                 f"{vf}: sha256 {vh[:12]}... does not match meta.json's vocab_hash "
                 f"{self.vocab_hash[:12]}..."
             )
+        if self.tokenizer_backend != "file":
+            with open(vf, encoding="utf-8") as fh:
+                lines = sum(1 for _ in fh)
+            if self.vocab_size > lines:
+                raise DataError(
+                    f"{mp_}: vocab_size {self.vocab_size} but {vf} holds {lines} tokens; the "
+                    "prepared directory was edited or is corrupt (re-run `tokendrop prepare`)"
+                )
         for split in SPLITS:
             info = meta["splits"][split]
             f = os.path.join(p, info["file"])
@@ -213,12 +221,27 @@ class PreparedData:
                     f"{f}: {got} bytes, expected {want} ({info['num_sequences']} x {self.seq_len} "
                     f"{self.dtype.name}); the file is truncated or corrupt"
                 )
+        cls = self.special_ids.get("cls")
+        for split in SPLITS:  # the first and last rows (cheap; verify reads every row)
+            rows = self.sequences(split)
+            if cls is not None and len(rows):
+                bad = int(rows[0, 0] != cls) + int(len(rows) > 1 and rows[-1, 0] != cls)
+                if bad:
+                    raise DataError(self._misaligned(split, f"{bad} of its first and last rows"))
         if verify:
             for split in SPLITS:
                 problem = self.scan(split)["problem"]
                 if problem:
                     raise DataError(problem)
         return self
+
+    def _misaligned(self, split: str, which: str) -> str:
+        f = os.path.join(self.path, self._info(split)["file"])
+        return (
+            f"{f}: {which} of T = {self.seq_len} do not start with [CLS], as every prepared row "
+            "does: meta.json's seq_len or num_sequences was edited, or the file is corrupt "
+            "(re-run `tokendrop prepare`)"
+        )
 
     def scan(self, split: str) -> dict:
         """Read a split's shard once (16 MiB chunks): its sha256 and largest token id.  ->
@@ -231,19 +254,17 @@ class PreparedData:
         f = os.path.join(self.path, info["file"])
         h = hashlib.sha256()
         hi = -1
-        step = (1 << 24) // self.dtype.itemsize * self.dtype.itemsize
+        cls, off_rows = self.special_ids.get("cls"), 0
+        row = self.seq_len * self.dtype.itemsize
+        step = max(1, (1 << 24) // row) * row  # whole rows per block
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(step), b""):
                 h.update(block)
                 if len(block) >= self.dtype.itemsize:
-                    hi = max(
-                        hi,
-                        int(
-                            np.frombuffer(
-                                block, self.dtype, len(block) // self.dtype.itemsize
-                            ).max()
-                        ),
-                    )
+                    ids = np.frombuffer(block, self.dtype, len(block) // self.dtype.itemsize)
+                    hi = max(hi, int(ids.max()))
+                    if cls is not None and len(ids) % self.seq_len == 0:
+                        off_rows += int((ids.reshape(-1, self.seq_len)[:, 0] != cls).sum())
         sha = h.hexdigest()
         rec = info.get("sha256")
         problem = ""
@@ -252,6 +273,8 @@ class PreparedData:
                 f"{f}: sha256 does not match meta.json; the file is corrupt (re-run "
                 "`tokendrop prepare`)"
             )
+        elif off_rows:
+            problem = self._misaligned(split, f"{off_rows} of its rows")
         elif hi >= self.vocab_size:
             problem = (
                 f"{f}: holds token id {hi}, outside the vocabulary of {self.vocab_size} ids; the "

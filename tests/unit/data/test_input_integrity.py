@@ -357,3 +357,63 @@ def test_walk_follows_linked_directories(tmp_path):
     write_documents(corpus / "a.txt", DOCS[5:])
     os.symlink(tmp_path / "elsewhere", corpus / "linked")
     assert read_all(corpus) == DOCS[5:] + DOCS[:5]
+
+
+def _edited(tiny_data, tmp_path, edit):
+    import shutil
+
+    d = tmp_path / "data"
+    shutil.copytree(tiny_data, d)
+    meta = json.loads((d / "meta.json").read_text())
+    edit(meta)
+    (d / "meta.json").write_text(json.dumps(meta))
+    return d
+
+
+def test_a_meta_json_edited_consistently_is_refused(tiny_data, tmp_path):
+    """T halved and the sequence counts doubled keep every size check true but cut each row in
+    two: rows that do not start with [CLS] are found (the first and last at open, every one under
+    verify); a vocab_size above vocab.txt's tokens is refused at open."""
+    from tokendrop.data.prepared import PreparedData
+
+    def halve(meta):
+        meta["seq_len"] //= 2
+        for split in meta["splits"].values():
+            split["num_sequences"] *= 2
+
+    d = _edited(tiny_data, tmp_path / "a", halve)
+    with pytest.raises(DataError) as e:
+        PreparedData.open(d)
+    assert "of its first and last rows of T = 32 do not start with [CLS]" in str(e.value)
+    n = sum(1 for _ in open(tiny_data / "vocab.txt", encoding="utf-8"))
+
+    def grow(meta):
+        meta["vocab_size"] = n + 100
+
+    d = _edited(tiny_data, tmp_path / "b", grow)
+    with pytest.raises(DataError) as e:
+        PreparedData.open(d)
+    assert f"vocab_size {n + 100} but {d / 'vocab.txt'} holds {n} tokens" in str(e.value)
+    PreparedData.open(tiny_data, verify=True)  # the unedited data passes both
+
+
+def test_verify_reads_every_row_start(tiny_data, tmp_path):
+    """A row in the middle that does not start with [CLS] (its first and last rows intact, the
+    sha256 rewritten) is found by verify, counted."""
+    import hashlib
+
+    import numpy as np
+
+    from tokendrop.data.prepared import PreparedData
+
+    d = _edited(tiny_data, tmp_path, lambda meta: None)
+    meta = json.loads((d / "meta.json").read_text())
+    f = d / meta["splits"]["train"]["file"]
+    rows = np.fromfile(f, dtype=meta["dtype"]).reshape(-1, meta["seq_len"])
+    rows[1, 0] = rows[1, 1]
+    rows.tofile(f)
+    meta["splits"]["train"]["sha256"] = hashlib.sha256(f.read_bytes()).hexdigest()
+    (d / "meta.json").write_text(json.dumps(meta))
+    PreparedData.open(d)  # first and last rows: fine
+    with pytest.raises(DataError, match=r"1 of its rows of T = 64 do not start with \[CLS\]"):
+        PreparedData.open(d, verify=True)

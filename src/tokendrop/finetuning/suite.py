@@ -191,6 +191,28 @@ def parse_models(models: list[str]) -> list[ModelEntry]:
     return out
 
 
+# a cell's own progress (its training steps) reaches the suite's log at most this often
+PROGRESS_EVERY_S = 60.0
+
+
+def step_progress(
+    log: Callable[[str], None], seconds: float, prefix: str = "", clock=time.monotonic
+) -> Callable[[str], None]:
+    """A fine-tuning log for a suite cell: of its lines only the training steps' (``step k/n
+    ...``), at most one per ``seconds`` (the first once ``seconds`` have passed since the last, or
+    since the start), each after ``prefix``: a long cell says how far it is, a short one nothing
+    (the suite logs each cell's scores itself)."""
+    last = [clock()]
+
+    def out(line: str) -> None:
+        now = clock()
+        if line.startswith("step ") and now - last[0] >= seconds:
+            last[0] = now
+            log(prefix + line)
+
+    return out
+
+
 def merged_seeds(entries: list[ModelEntry]) -> list[str]:
     """One note per label that several models share (their scores are averaged as seeds of one
     model: a ``-seedN`` suffix, or ``LABEL=DIR`` given twice), naming the directories."""
@@ -801,7 +823,10 @@ class _SuiteRun:
             rundir.discard(cdir)
         t0 = time.perf_counter()
         self.log(f"[{self.i}/{self.total}] {m.label} ({m.path}) {cell.task} {cell.name} ...")
-        r = self.finetune_fn(fcfg, str(m.path), cdir, log=None)
+        progress = step_progress(self.log, PROGRESS_EVERY_S, f"[{self.i}/{self.total}]   ")
+        if not fcfg.log_every:  # log_every is no part of a cell's identity (_IGNORED_KEYS)
+            fcfg = dataclasses.replace(fcfg, log_every=10)
+        r = self.finetune_fn(fcfg, str(m.path), cdir, log=progress)
         # the weights the cell was computed from (not recorded if they changed meanwhile: recomputed
         # next time)
         after = model_weights(m.path)[0]

@@ -250,3 +250,24 @@ def test_a_task_without_a_row_in_the_column_table_still_gets_its_column(monkeypa
     assert "| topic (accuracy) |" in head and head.index("SST") < head.index("topic")
     row = next(line for line in md.splitlines() if line.startswith("| m (n=1)"))
     assert f"{100 * best:.2f}" in row or f"{best:.2f}" in row
+
+
+def test_a_long_cell_says_how_far_it_is_at_most_once_a_minute():
+    """A suite cell's training steps reach the suite's log once per interval (nothing else of the
+    cell's own log: the suite logs the cell's scores), so a 5-minute cell is not silent."""
+    from tokendrop.finetuning.suite import step_progress
+
+    now = [0.0]
+    lines: list[str] = []
+    log = step_progress(lines.append, 60.0, "[3/9]   ", clock=lambda: now[0])
+    for t, line in [
+        (1, "tokendrop finetune: sst2 ..."),  # a banner line: not passed on
+        (30, "step 10/100 loss 0.69"),  # too soon
+        (61, "step 20/100 loss 0.60"),
+        (90, "step 30/100 loss 0.55"),
+        (125, "step 40/100 loss 0.50"),
+        (200, "  scores    sst2 80.00"),  # the cell's own summary: not passed on
+    ]:
+        now[0] = t
+        log(line)
+    assert lines == ["[3/9]   step 20/100 loss 0.60", "[3/9]   step 40/100 loss 0.50"]

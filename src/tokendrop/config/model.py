@@ -36,6 +36,8 @@ class FamilySchema:
     classifier_pooling: tuple[str, ...]  # what its sequence classifier may pool
     glu_ffn: bool  # FLOP model: GeGLU FFN (d -> 2f, f -> d) rather than d -> f -> d
     sliding_windows: bool  # FLOP model: layers may attend within a window (model.layer_types)
+    # [model] fields only this family reads: another family's config refuses them set
+    owns: tuple[str, ...] = ()
 
 
 FAMILY_FILE = "family.toml"
@@ -63,6 +65,7 @@ def read_families(
                 tuple(data["classifier_pooling"]),
                 bool(data["glu_ffn"]),
                 bool(data["sliding_windows"]),
+                tuple(data.get("owns", ())),
             )
             defaults = data.get("preset_defaults", {})
             for name, fields in data.get("presets", {}).items():
@@ -296,6 +299,7 @@ class ModelConfig:
         if pending:
             self._validate_settings()
             return
+        self._refuse_foreign_fields()
         if self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"model.hidden_size: {self.hidden_size} is not divisible by "
@@ -323,6 +327,24 @@ class ModelConfig:
                 f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be "
                 f"even for rotary positions (family {self.family})"
             )
+
+    def _refuse_foreign_fields(self) -> None:
+        """A field another family owns (its ``family.toml`` ``owns``), set away from its default,
+        would be silently ignored by this family's model: refused, naming the family."""
+        defaults = {f.name: f for f in dataclasses.fields(self)}
+        for other, schema in MODEL_FAMILIES.items():
+            if other == self.family:
+                continue
+            for name in schema.owns:
+                f = defaults[name]
+                default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+                # the rotary bases: 0 is filled in with ModernBERT's on every config
+                if getattr(self, name) not in (default, ROPE_THETAS.get(name, default)):
+                    raise ConfigError(
+                        f"model.{name}: {getattr(self, name)!r} is a {other} setting, which a "
+                        f"{self.family} model does not have; remove it (or use a {other} "
+                        f"model: model.family = {other!r} or one of its presets)"
+                    )
 
     def _validate_settings(self) -> None:
         """The checks that do not need the shape (all of them run on a config whose shape is

@@ -745,7 +745,7 @@ def model_card(
                 if c.get("model", {}).get("init")
                 else "random initialisation (pretrained from scratch)",
             ),
-            ("data", _data_name(data, f["data_fingerprint"])),
+            ("data", _data_name(data, f.get("data_fingerprint") or {})),
             (
                 "length",
                 f"step {f['step']} of {tc.get('steps') or tc.get('time_budget')}, "

@@ -251,3 +251,32 @@ def test_a_table_layers_over_its_fields_default_factory():
         SuiteConfig, {"glue_data": "glue", "squad_data": "squad", "glue": {"batch_size": 16}}
     )
     assert (s.glue.batch_size, s.glue.log_every, s.glue.max_seq_len) == (16, 0, 128)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (
+            {"preset": "bert-base", "local_attention": 7, "norm_bias": True},
+            "model.local_attention: 7 is a modernbert setting, which a bert model does not have; "
+            "remove it (or use a modernbert model: model.family = 'modernbert' or one of its "
+            "presets)",
+        ),
+        (
+            {"preset": "modern-tiny", "type_vocab_size": 1},
+            "model.type_vocab_size: 1 is a bert setting, which a modernbert model does not have",
+        ),
+    ],
+)
+def test_a_field_another_family_owns_is_refused_naming_the_family(kwargs, message):
+    """The [model] section is one for every family: a field only another family reads (its
+    family.toml's ``owns``), set, would be ignored silently; refused instead.  At its default (as in
+    every recorded config.toml) it passes."""
+    from tokendrop.config.model import MODEL_FAMILIES, ModelConfig
+    from tokendrop.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        ModelConfig(**kwargs).validate()
+    assert str(e.value).startswith(message)
+    assert all(s.owns for s in MODEL_FAMILIES.values())  # every family declares what it owns
+    ModelConfig(preset="bert-base", local_attention=128).validate()  # the default: not "set"

@@ -95,3 +95,25 @@ def test_finetune_is_the_function_whatever_was_imported_first():
 
     with pytest.raises(td.ArgumentError):
         td.finetune(dict, "model", "out")
+
+
+def test_sizes_that_cannot_be_are_refused_from_python(tmp_path):
+    """The Python API refuses what the command line refuses: a FLOP count of a 0-token step or a
+    negative batch, a classifier of no class, a prepare with no worker process."""
+    from tokendrop.config.model import ModelConfig
+    from tokendrop.data import DataError, prepare
+    from tokendrop.dropping.flops import step_flops
+    from tokendrop.models.families import build_model
+
+    m = ModelConfig(preset="bert-base", num_layers=2, hidden_size=64, num_heads=2, vocab_size=100)
+    with pytest.raises(ValueError, match=r"step_flops: seq_len must be a positive integer, got 0"):
+        step_flops(m, 0)
+    with pytest.raises(ValueError, match=r"step_flops: batch_size must be a positive integer"):
+        step_flops(m, 128, batch_size=-1)
+    assert step_flops(m, 128, batch_size=2) is not None
+    for n in (0, -3, 2.0):
+        with pytest.raises(ValueError, match=r"build_model: num_labels must be a positive integer"):
+            build_model(m, task="classification", num_labels=n)
+    assert build_model(m, task="classification", num_labels=1) is not None
+    with pytest.raises(DataError, match=r"workers: expected a positive number of processes"):
+        prepare([tmp_path / "c.txt"], tmp_path / "out", 32, vocab_size=100, workers=0)

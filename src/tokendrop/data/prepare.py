@@ -458,7 +458,13 @@ def _check_arguments(
         raise DataError(f"eval_fraction: expected a fraction in [0, 0.5), got {eval_fraction}")
     if overflow not in ("split", "truncate"):
         raise DataError(f"overflow: expected 'split' or 'truncate', got {overflow!r}")
-    workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1
+    ):
+        raise DataError(
+            f"workers: expected a positive number of processes (as --workers), got {workers!r}"
+        )
+    workers = (os.cpu_count() or 1) if workers is None else int(workers)
     return seq_len, lowercase, workers
 
 

@@ -183,6 +183,9 @@ def step_flops(
         valid=_is_model(model),
     )
     check_arg("step_flops", "seq_len", seq_len, int, "an int")
+    for name, v in (("seq_len", seq_len), ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"step_flops: {name} must be a positive integer, got {v!r}")
     check_arg(
         "step_flops", "drop", drop, (DropConfig, type(None)), "a tokendrop.DropConfig or None"
     )

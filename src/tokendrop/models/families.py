@@ -75,6 +75,11 @@ def build_model(
     cls = spec_of(cfg).classes[task]
     if task == "mlm":
         return cls(cfg, drop)
+    n = head_kwargs.get("num_labels")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(
+            f"build_model: num_labels must be a positive integer (1 for a regression), got {n!r}"
+        )
     return cls(cfg, **head_kwargs)
 
 

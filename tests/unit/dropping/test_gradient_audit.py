@@ -219,6 +219,14 @@ def test_the_grid_covers_every_value_of_every_axis():
 # one case
 
 
+def family_fields(family: str, **fields) -> dict:
+    """``fields`` without those another family owns (its family.toml ``owns``: refused set)."""
+    from tokendrop.config.model import MODEL_FAMILIES
+
+    foreign = {k for f, s in MODEL_FAMILIES.items() if f != family for k in s.owns}
+    return {k: v for k, v in fields.items() if k not in foreign}
+
+
 def model_config(family: str, documents: str, backend: str) -> ModelConfig:
     """A tiny model: 4 layers (ModernBERT: global, sliding, global, sliding; a 4-token window),
     weights 10x the usual scale so attention is far from uniform, no dropout."""
@@ -230,8 +238,7 @@ def model_config(family: str, documents: str, backend: str) -> ModelConfig:
         num_heads=2,
         intermediate_size=24,
         max_position_embeddings=32,
-        local_attention=4,
-        global_attn_every_n_layers=2,
+        **family_fields(family, local_attention=4, global_attn_every_n_layers=2),
         sep_token_id=SEP,
         pad_token_id=PAD,
         hidden_dropout=0.0,

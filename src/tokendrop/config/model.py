@@ -299,7 +299,6 @@ class ModelConfig:
         if pending:
             self._validate_settings()
             return
-        self._refuse_foreign_fields()
         if self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"model.hidden_size: {self.hidden_size} is not divisible by "
@@ -322,6 +321,7 @@ class ModelConfig:
             check_positive(f"model.{name}", getattr(self, name), "a positive integer")
         for name in ("global_rope_theta", "local_rope_theta"):
             check_positive(f"model.{name}", getattr(self, name), "a positive rotary base")
+        self._refuse_foreign_fields()  # after each field's own check: a bad value says so first
         if self.schema.rotary and (self.hidden_size // self.num_heads) % 2:
             raise ConfigError(
                 f"model.hidden_size: the head size {self.hidden_size // self.num_heads} must be "

@@ -704,8 +704,8 @@ class _Pieces:
                 raise DataError(
                     f"{self.path}: {where}: {PIECE_CHARS:,} characters without a single space "
                     "or line break between two words; a document is tokenized in pieces of at "
-                    f"most {PIECE_CHARS:,} characters cut there: break the text with spaces or "
-                    "newlines"
+                    f"most {PIECE_CHARS:,} characters cut there: "
+                    "break the text with spaces or newlines"
                 )
             yield Piece(buf[:cut])
             self.parts, self.size = [buf[cut:]], len(buf) - cut

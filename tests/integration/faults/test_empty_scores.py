@@ -103,6 +103,7 @@ def test_pretrain_refuses_a_held_out_split_without_prediction_slots(tmp_path, ti
     shard = data / info["file"]
     a = np.fromfile(shard, dtype=meta["dtype"])
     a[:] = meta["special_ids"]["sep"]  # sequences of separators only: nothing to predict
+    a.reshape(-1, meta["seq_len"])[:, 0] = meta["special_ids"]["cls"]  # each a prepared row
     a.tofile(shard)
     info["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
     (data / "meta.json").write_text(json.dumps(meta, indent=2))

@@ -259,8 +259,8 @@ def test_a_table_layers_over_its_fields_default_factory():
         (
             {"preset": "bert-base", "local_attention": 7, "norm_bias": True},
             "model.local_attention: 7 is a modernbert setting, which a bert model does not have; "
-            "remove it (or use a modernbert model: model.family = 'modernbert' or one of its "
-            "presets)",
+            "remove it (or use a modernbert model: model.family = 'modernbert' "
+            "or one of its presets)",
         ),
         (
             {"preset": "modern-tiny", "type_vocab_size": 1},

@@ -1030,26 +1030,62 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return d
 
 
-def to_toml(cfg: Any) -> str:
-    """Serialise a config dataclass as TOML (scalars and flat lists only, which is all we use)."""
+# the escapes TOML's basic strings name; every other control character is \uXXXX
+_TOML_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
 
-    def fmt(v: Any) -> str:
+
+def toml_string(s: str) -> str:
+    """``s`` as a TOML basic string, quotes included: backslash, quote and every control character
+    (U+0000-U+001F, U+007F) escaped, so any string reads back as itself.  A string holding a lone
+    surrogate (a path with bytes that are not UTF-8) has no TOML form: ``ValueError``."""
+    out = []
+    for ch in s:
+        if ch in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[ch])
+        elif ch < " " or ch == "\x7f":
+            out.append(f"\\u{ord(ch):04X}")
+        elif "\ud800" <= ch <= "\udfff":
+            raise ValueError(f"{s!r} holds {ch!r}, which is not a character TOML can hold")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def to_toml(cfg: Any) -> str:
+    """Serialise a config dataclass as TOML (scalars and flat lists only, which is all we use);
+    every string goes through :func:`toml_string`.  A string with no TOML form: ConfigError naming
+    the field."""
+
+    def fmt(v: Any, where: str) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            try:
+                return toml_string(v)
+            except ValueError as e:
+                raise ConfigError(
+                    f"{where}: {e}; give it as text (a path whose name is valid UTF-8)"
+                ) from None
         if isinstance(v, float):
             return repr(v)
         if isinstance(v, list):
-            return "[" + ", ".join(fmt(x) for x in v) + "]"
+            return "[" + ", ".join(fmt(x, where) for x in v) + "]"
         return str(v)
 
     d = to_dict(cfg)
-    top = [f"{k} = {fmt(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    top = [f"{k} = {fmt(v, k)}" for k, v in d.items() if not isinstance(v, dict)]
     out = top + ([""] if top else [])
     for k, v in d.items():
         if isinstance(v, dict):
             out.append(f"[{k}]")
-            out += [f"{kk} = {fmt(vv)}" for kk, vv in v.items()]
+            out += [f"{kk} = {fmt(vv, f'{k}.{kk}')}" for kk, vv in v.items()]
             out.append("")
     return "\n".join(out)

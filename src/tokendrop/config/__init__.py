@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokendrop.config.checks import check_positive, check_size, positive_int
+from tokendrop.config.checks import check_at_most, check_positive, check_size, positive_int
 from tokendrop.config.layers import (  # noqa: F401 -- a preset's layers
     ONE_CHOICE,
     STEPS_UNSET,
@@ -52,6 +52,13 @@ SEQ_LEN_FROM_DATA = "data"  # data.seq_len: whatever T the prepared data was bui
 # train.micro_batch_size: the per-rank batch (a batch warm-up's: tokendrop.train.warmups)
 MICRO_BATCH_AUTO = "auto"
 THREADS_AUTO = "auto"  # train.threads: torch's default number of CPU threads
+# the most a setting's integer holds (TOML's 64-bit integers); a float is read as an integer only
+# up to 2**53, where floats stop being exact integers
+MAX_INT = 2**63 - 1
+# train.threads / finetune.threads and data.num_workers: at most this many on any machine (and
+# at most CPU_OVERSUBSCRIBE per CPU of the machine that runs it: check_cpu_count)
+MAX_THREADS = 1024
+MAX_WORKERS = 256
 EVAL_ALL = "all"  # train.eval_batches: the whole held-out split
 # finetune.max_train_examples / max_eval_examples: every example of the task's split
 EXAMPLES_ALL = "all"
@@ -224,6 +231,7 @@ class DataConfig:
             )
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers: expected >= 0, got {self.num_workers}")
+        check_at_most("data.num_workers", self.num_workers, MAX_WORKERS, "worker processes")
         check_size(
             "data.seq_len",
             self.seq_len,
@@ -531,6 +539,7 @@ class TrainConfig:
             ("threads", THREADS_AUTO, "torch's default", "let torch choose"),
         ):
             check_size(f"train.{name}", getattr(self, name), word, means, fix)
+        check_at_most("train.threads", self.threads, MAX_THREADS, "threads")
         if self.head_warmup_steps < 0:
             raise ConfigError(
                 f"train.head_warmup_steps: expected >= 0, got {self.head_warmup_steps}"
@@ -728,6 +737,7 @@ class FinetuneConfig:
             ("threads", THREADS_AUTO, "torch's default", "let torch choose"),
         ):
             check_size(f"finetune.{name}", getattr(self, name), word, means, fix)
+        check_at_most("finetune.threads", self.threads, MAX_THREADS, "threads")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError(
                 f"finetune.warmup_ratio: expected a fraction in [0, 1), got {self.warmup_ratio}"
@@ -828,10 +838,19 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+def _unheld_integer(value: Any) -> bool:
+    """``value`` is a number written as an integer that no integer setting holds."""
+    if isinstance(value, float) and value.is_integer():
+        return abs(value) > 2**53
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):  # float | list[float]: the first type that fits
         options = typing.get_args(tp)
+        if int in options and float not in options and _unheld_integer(value):
+            return _coerce(value, int, where)  # the integer bound's own message
         for option in options:
             try:
                 return _coerce(value, option, where)
@@ -847,10 +866,19 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected true or false, got {value!r}")
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            if _unheld_integer(value):  # 1e3 is exactly 1000; 1e30 no exact integer
+                raise ConfigError(
+                    f"{where}: expected an integer, got {value!r}, a float beyond the exact "
+                    "integers (2**53); write the integer's digits"
+                )
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if _unheld_integer(value):
+                raise ConfigError(
+                    f"{where}: {value} is beyond the largest integer a setting holds ({MAX_INT})"
+                )
+            return value
         raise ConfigError(f"{where}: expected an integer, got {value!r}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):

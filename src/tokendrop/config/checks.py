@@ -1,9 +1,11 @@
-"""The check of a numeric config field that must be finite and positive, with the one message shape
-of a config error: ``FIELD: expected WHAT, got VALUE``."""
+"""The checks of a numeric config field -- finite and positive, a size or its name, a count within
+what a machine holds -- with the one message shape of a config error: ``FIELD: expected WHAT, got
+VALUE``."""
 
 from __future__ import annotations
 
 import math
+import os
 
 from tokendrop.errors import ConfigError
 
@@ -38,4 +40,40 @@ def check_size(
         raise ConfigError(
             f"{field}: expected {takes} or {word!r} ({means}), got {value!r}; write "
             f'{field} = "{word}" to {fix}'
+        )
+
+
+# a count of CPU threads or processes may oversubscribe the machine's CPUs this many times over
+CPU_OVERSUBSCRIBE = 4
+
+
+def machine_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_at_most(field: str, value: object, most: int, what: str) -> None:
+    """Raise ConfigError unless ``value`` (an integer; a name such as "auto" passes) is at most
+    ``most``, the bound a count of ``what`` has on any machine; the message says this machine's
+    CPU count."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > most:
+        raise ConfigError(
+            f"{field}: {value} {what} is more than any machine runs usefully (at most {most}); "
+            f"this machine has {machine_cpus()} CPUs"
+        )
+
+
+def check_cpu_count(field: str, value: object, what: str, fix: str) -> None:
+    """Raise ConfigError when ``value`` (an integer count of ``what``; a name passes) is more than
+    CPU_OVERSUBSCRIBE per CPU of the machine running it; ``fix`` ends the message (what to set
+    instead).  Checked where the count is used, not in a config's validation: a config is read on
+    other machines too."""
+    cpus = machine_cpus()
+    if isinstance(value, int) and not isinstance(value, bool) and value > CPU_OVERSUBSCRIBE * cpus:
+        raise ConfigError(
+            f"{field}: {value} {what} on a machine with {cpus} CPUs (at most "
+            f"{CPU_OVERSUBSCRIBE * cpus}, {CPU_OVERSUBSCRIBE} per CPU); {fix}"
         )

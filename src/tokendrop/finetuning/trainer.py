@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from tokendrop.config import EXAMPLES_ALL, THREADS_AUTO, FinetuneConfig
+from tokendrop.config.checks import check_cpu_count
 from tokendrop.data.tokenizer import num_ids
 from tokendrop.errors import ConfigError, check_arg, check_path_arg
 from tokendrop.finetuning.columns import task_scores
@@ -513,6 +514,7 @@ def finetune(
     check_path_arg("finetune", "out_dir", out_dir)
     try:
         cfg.validate()
+        check_cpu_count("finetune.threads", cfg.threads, "threads", 'set threads = "auto"')
     except ConfigError as e:
         raise FinetuneError(str(e)) from None
     if not cfg.task:

@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.constants import default_pg_timeout
 
 from tokendrop.errors import ConfigError
 from tokendrop.models.masked_lm import MaskedLM
@@ -63,12 +66,80 @@ def _launched_by_torchrun() -> bool:
     return all(k in os.environ for k in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"))
 
 
+# how long a rank waits for the others to join the process group (seconds) unless
+# TOKENDROP_RENDEZVOUS_TIMEOUT says otherwise: torchrun starts every rank of a run within seconds,
+# so a rank still alone after this was started by hand or by a leftover environment
+RENDEZVOUS_TIMEOUT = 300.0
+_ONE_PROCESS = "unset WORLD_SIZE RANK LOCAL_RANK MASTER_ADDR MASTER_PORT to train in one process"
+_LAUNCH = "launch every rank with `torchrun --nproc-per-node N -m tokendrop pretrain ...`"
+
+
+def check_distributed_env(env: dict[str, str] | None = None) -> None:
+    """Refuse a torchrun environment that cannot form a process group, in one line naming the
+    variable: WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_PORT integers (when set),
+    RANK below WORLD_SIZE and LOCAL_RANK below LOCAL_WORLD_SIZE, and RANK, MASTER_ADDR and
+    MASTER_PORT all set when WORLD_SIZE > 1.  ``env``: ``os.environ`` unless given."""
+    env = os.environ if env is None else env
+    n: dict[str, int] = {}
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+        raw = env.get(var)
+        if raw is None:
+            continue
+        if not raw.strip().isdigit():
+            raise ConfigError(
+                f"environment variable {var}={raw!r}: expected a non-negative integer (torchrun "
+                f"sets it); {_ONE_PROCESS}, or {_LAUNCH}"
+            )
+        n[var] = int(raw)
+    if n.get("WORLD_SIZE", 1) < 1 or n.get("LOCAL_WORLD_SIZE", 1) < 1:
+        var = "WORLD_SIZE" if n.get("WORLD_SIZE", 1) < 1 else "LOCAL_WORLD_SIZE"
+        raise ConfigError(f"environment variable {var}=0: expected at least 1; {_ONE_PROCESS}")
+    world = n.get("WORLD_SIZE", 1)
+    if world > 1:
+        missing = [v for v in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not env.get(v)]
+        if missing:
+            raise ConfigError(
+                f"environment variable WORLD_SIZE={world} without {', '.join(missing)}: a rank of "
+                f"a distributed run needs them all (torchrun sets them); {_LAUNCH}, or "
+                f"{_ONE_PROCESS}"
+            )
+    for var, of in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        if var in n and of in n and n[var] >= n[of]:
+            raise ConfigError(
+                f"environment variable {var}={n[var]}: expected below {of}={n[of]}; "
+                f"{_ONE_PROCESS}, or {_LAUNCH}"
+            )
+    if "MASTER_PORT" in n and not 0 < n["MASTER_PORT"] < 65536:
+        raise ConfigError(
+            f"environment variable MASTER_PORT={n['MASTER_PORT']}: expected a port 1-65535"
+        )
+
+
+def rendezvous_timeout(env: dict[str, str] | None = None) -> float:
+    """Seconds a rank waits for its peers: TOKENDROP_RENDEZVOUS_TIMEOUT, else RENDEZVOUS_TIMEOUT."""
+    env = os.environ if env is None else env
+    raw = env.get("TOKENDROP_RENDEZVOUS_TIMEOUT")
+    if raw is None:
+        return RENDEZVOUS_TIMEOUT
+    try:
+        t = float(raw)
+    except ValueError:
+        t = -1.0
+    if not (math.isfinite(t) and t > 0):
+        raise ConfigError(
+            f"environment variable TOKENDROP_RENDEZVOUS_TIMEOUT={raw!r}: expected a positive "
+            "number of seconds"
+        )
+    return t
+
+
 def init_distributed(device_kind: str, parallel: str = "ddp") -> Dist:
     """Use an existing process group, or start one when launched by torchrun (world > 1, or any
     world size with ``parallel="fsdp"``, which shards over a device mesh).  ``"fsdp"`` in a process
     with no group and no torchrun environment is a :class:`ConfigError`."""
     if dist.is_available() and dist.is_initialized():
         return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    check_distributed_env()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 or (parallel == "fsdp" and _launched_by_torchrun()):
         _init_group("nccl" if device_kind == "cuda" else "gloo")
@@ -103,19 +174,30 @@ def close_distributed(dd: Dist, clean: bool) -> None:
 
 
 def _init_group(backend: str) -> None:
-    """``init_process_group`` from torchrun's environment, its keys in the store under this
-    restart's own prefix: after ``--max-restarts`` restarts the workers, torchrun's store still
-    holds the addresses the previous workers published, and a new rank reading one of them before
-    its peer has overwritten it connects to a dead port (gloo: "connectFullMesh failed ...
-    Connection refused")."""
+    """``init_process_group`` from torchrun's environment, after a rendezvous that waits at most
+    :func:`rendezvous_timeout` seconds for every rank (then a one-line :class:`ConfigError`), its
+    keys in the store under this restart's own prefix: after ``--max-restarts`` restarts the
+    workers, torchrun's store still holds the addresses the previous workers published, and a new
+    rank reading one of them before its peer has overwritten it connects to a dead port (gloo:
+    "connectFullMesh failed ... Connection refused")."""
+    wait = rendezvous_timeout()
+    try:
+        store, rank, world = next(dist.rendezvous("env://", timeout=timedelta(seconds=wait)))
+    except (RuntimeError, ValueError, OSError) as e:  # torch's DistStoreError is a RuntimeError
+        env = os.environ
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ConfigError(
+            f"distributed: rank {env.get('RANK')} of WORLD_SIZE={env.get('WORLD_SIZE')} did not "
+            f"meet its peers at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')} within {wait:g} "
+            f"s ({reason}); {_LAUNCH}, or {_ONE_PROCESS} (TOKENDROP_RENDEZVOUS_TIMEOUT sets the "
+            "wait)"
+        ) from None
+    store.set_timeout(default_pg_timeout)  # the group's own operations: torch's default
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if restart is None:
-        dist.init_process_group(backend=backend)
-        return
-    store, rank, world = next(dist.rendezvous("env://"))
+    prefix = "default_pg" if restart is None else f"tokendrop/restart-{restart}"
     dist.init_process_group(
         backend=backend,
-        store=dist.PrefixStore(f"tokendrop/restart-{restart}", store),
+        store=dist.PrefixStore(prefix, store),
         rank=rank,
         world_size=world,
     )

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from tokendrop.config import EVAL_ALL, MICRO_BATCH_AUTO, THREADS_AUTO, Config, to_dict, to_toml
+from tokendrop.config.checks import check_cpu_count
 from tokendrop.data import MLMLoader
 from tokendrop.data.masking import unigram_entropy, unigram_note
 from tokendrop.data.mixture import realised
@@ -186,6 +187,8 @@ def pretrain(
     for name, v in (("resume", resume), ("progress", progress), ("overwrite", overwrite)):
         check_arg("pretrain", name, v, bool, "True or False")
     cfg.validate()
+    check_cpu_count("train.threads", cfg.train.threads, "threads", 'set train.threads = "auto"')
+    check_cpu_count("data.num_workers", cfg.data.num_workers, "worker processes", "set fewer")
     # a tracker asked for and not installed: before anything is written
     check_installed(cfg.train.report_to)
     src = resolve_init(cfg, resume)  # model.init: resolved once, here (tokendrop.train.run_config)

@@ -41,15 +41,20 @@ Workers.  ``num_workers`` forked processes build batches (worker w builds batche
 into ``prefetch`` shared-memory slots of its own and announces each on a small queue; the consumer
 reads the workers round-robin, so the order is fixed, and copies each batch out of its slot).
 ``num_workers=0`` builds them synchronously.  Workers stop when the iterator is exhausted, closed or
-garbage-collected, on ``close()``, and at interpreter exit (daemon processes)."""
+garbage-collected, on ``close()``, at interpreter exit (daemon processes), and when their parent
+dies, killed or not (Linux ``PR_SET_PDEATHSIG``, and a check of the parent pid while they wait);
+they hold none of the parent's run-directory locks (``tokendrop.runs.rundir.lock``)."""
 
 from __future__ import annotations
 
 import copy
+import ctypes
 import multiprocessing as mp
 import os
 import queue
+import signal
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -194,6 +199,22 @@ class _SlotLayout:
         }
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int, by_signal: bool) -> bool:
+    """In a worker: have the kernel SIGKILL it when its parent dies (Linux ``PR_SET_PDEATHSIG``;
+    ``by_signal`` only when forked from the parent's main thread, since the signal follows the
+    forking thread).  False when the parent is already gone."""
+    if by_signal and sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the parent-pid check in the loop still ends the worker
+    return os.getppid() == parent
+
+
 def _worker_main(
     pd: PreparedData,
     split: str,
@@ -211,10 +232,16 @@ def _worker_main(
     q,
     stop,
     ranked: bool = False,
+    parent: int = 0,
+    by_signal: bool = False,
 ) -> None:
     """Build batches wid, wid+nw, ... into shared-memory slots (round-robin); announce them on
-    ``q``."""
+    ``q``.  The worker ends when its parent (pid ``parent``) is gone, also when it was killed and
+    never set ``stop``."""
     try:  # numpy only: nothing here touches torch (the process is forked from a torch program)
+        if parent and not _die_with_parent(parent, by_signal):
+            return
+        orphan = (lambda: os.getppid() != parent) if parent else (lambda: False)
         buf = np.frombuffer(raw, dtype=np.uint8)
         seqs = pd.sequences(split)
         o = wid
@@ -226,8 +253,9 @@ def _worker_main(
             e, s = es
             b = plan.batch(seqs, e, s, masker, domain, ranked)
             while not stop.is_set() and not free.acquire(timeout=0.1):  # wait for a consumed slot
-                pass
-            if stop.is_set():
+                if orphan():
+                    return
+            if stop.is_set() or orphan():
                 break
             slot = j % nslots
             for name, v in layout.views(buf, slot).items():
@@ -311,6 +339,8 @@ class _Workers:
                     self.queues[w],
                     self.stop,
                     loader.variable_rate,
+                    os.getpid(),
+                    threading.current_thread() is threading.main_thread(),
                 ),
                 name=f"tokendrop-data-{w}",
                 daemon=True,

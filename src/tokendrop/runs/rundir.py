@@ -20,8 +20,9 @@ The rules (docs/reliability.md checks each):
   is nothing to resume, and the corrected command must not be blocked by the failed one);
 * ``lock`` holds ``fcntl.flock`` on ``.NAME.tokendrop.lock`` beside the target for the command's
   lifetime; a second writer fails at once with "PATH is in use by pid N"; the kernel releases the
-  lock of a process that dies, so a dead holder's lock is simply taken over.  The lock file is
-  removed on release;
+  lock of a process that dies, so a dead holder's lock is taken over, with a note naming the dead
+  pid.  A forked child (a data worker) closes its copy of the lock at the fork, so it never
+  holds the lock of a parent that died.  The lock file is removed on release;
 * every file is published by :func:`atomic_file` (temp file beside it + ``os.replace``); every
   directory by :func:`tokendrop.runs.files.atomic_directory`.  No outcome leaves a temp entry
   behind.
@@ -279,6 +280,22 @@ def abandon(path: str | os.PathLike, existed: bool) -> None:
 
 
 _HELD: dict[str, int] = {}  # lock files this process holds -> nesting depth
+_FDS: dict[str, int] = {}  # lock files this process holds -> the descriptor holding the flock
+
+
+def _forget_locks_in_child() -> None:
+    """After a fork, in the child: close the descriptors of the parent's locks.  A flock belongs to
+    the open file, which a forked child shares; a child that kept it (a data worker, a pool
+    process) would hold the run's lock after its parent died.  Closing the child's copy leaves the
+    parent's lock as it is."""
+    for fd in _FDS.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _FDS.clear()
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
 def lock_path(path: str | os.PathLike) -> Path:
@@ -296,6 +313,52 @@ def _holder(lf: Path) -> str:
             return pid
         time.sleep(0.01)
     return "?"
+
+
+def _running(pid: str) -> bool:
+    """Whether process ``pid`` (as written in a lock file) exists; an unreadable pid counts as
+    running (nothing is claimed about it)."""
+    if not pid.isdigit() or int(pid) <= 0:
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def _openers(lf: Path) -> list[int]:
+    """The pids whose open descriptors name the lock file ``lf`` (Linux /proc; [] elsewhere)."""
+    out = []
+    want = os.path.realpath(lf)
+    with contextlib.suppress(OSError):
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                for fd in os.listdir(f"/proc/{d}/fd"):
+                    with contextlib.suppress(OSError):
+                        if os.readlink(f"/proc/{d}/fd/{fd}") == want:
+                            out.append(int(d))
+                            break
+    return out
+
+
+def _busy_message(path: str | os.PathLike, lf: Path) -> str:
+    pid = _holder(lf)
+    if _running(pid):
+        return (
+            f"{path} is in use by pid {pid} (another tokendrop command is writing it); "
+            "wait for it to finish or stop it"
+        )
+    # the pid that took the lock is gone, but a process it started still holds it
+    left = " ".join(str(p) for p in _openers(lf)) or "?"
+    return (
+        f"{path} is locked by pid {left}, left over from pid {pid}, which is no longer running; "
+        f"stop it (kill {left}) and run the command again"
+    )
 
 
 @contextlib.contextmanager
@@ -330,10 +393,7 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
             os.close(fd)
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            raise error(
-                f"{path} is in use by pid {_holder(lf)} (another tokendrop command is writing it); "
-                "wait for it to finish or stop it"
-            ) from None
+            raise error(_busy_message(path, lf)) from None
         try:
             # not unlinked by a holder releasing it meanwhile
             same = os.stat(lf).st_ino == os.fstat(fd).st_ino
@@ -342,16 +402,28 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
         if same:
             break
         os.close(fd)
+    owner = os.getpid()
     try:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            left = os.pread(fd, 32, 0).decode().strip()
+            if left and left != str(owner) and not _running(left):
+                print(
+                    f"note: {path}: the lock left by pid {left}, which is no longer running, "
+                    "is taken over",
+                    file=sys.stderr,
+                )
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.write(fd, f"{owner}\n".encode())
         _HELD[key] = 1
+        _FDS[key] = fd
         yield Path(path)
     finally:
-        _HELD.pop(key, None)
-        with contextlib.suppress(OSError):
-            os.unlink(lf)
-        os.close(fd)
+        if os.getpid() == owner:  # not in a forked child unwinding: the lock is its parent's
+            _HELD.pop(key, None)
+            _FDS.pop(key, None)
+            with contextlib.suppress(OSError):
+                os.unlink(lf)
+            os.close(fd)
 
 
 # ----------------------------------------------------------------------------------------------

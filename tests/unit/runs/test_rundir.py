@@ -340,12 +340,94 @@ def test_the_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
         p.wait(timeout=30)
         assert rundir.lock_path(out).exists()
         assert cli_main(argv) == 0
-        capsys.readouterr()
+        err = capsys.readouterr().err
+        assert f"note: {out}: the lock left by pid {p.pid}, which is no longer running, is" in err
         assert (out / "meta.json").is_file() and leftovers(tmp_path) == []
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_lock_file_naming_a_dead_pid_is_taken_over_with_a_note(tmp_path, capsys):
+    out = tmp_path / "run"
+    dead = _dead_pid()
+    rundir.lock_path(out).write_text(f"{dead}\n")  # left by a process killed while it held it
+    with rundir.lock(out):
+        assert rundir.lock_path(out).read_text() == f"{os.getpid()}\n"
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"note: {out}: the lock left by pid {dead}, which is no longer running, is taken over\n"
+    )
+    assert not rundir.lock_path(out).exists()
+    with rundir.lock(out):  # a lock released cleanly leaves nothing to say
+        pass
+    assert capsys.readouterr().err == ""
+
+
+# a process that takes the lock of argv[1], forks a child that outlives it, and is SIGKILLed
+_FORKS = textwrap.dedent(
+    """
+    import multiprocessing as mp, os, signal, sys, time
+    from tokendrop.runs import rundir
+    with rundir.lock(sys.argv[1]):
+        child = mp.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
+        child.start()
+        print(child.pid, flush=True)
+        time.sleep(60)
+    """
+)
+
+
+def test_a_forked_child_never_holds_its_parents_lock(tmp_path, capsys):
+    out = tmp_path / "run"
+    p = subprocess.Popen(
+        [sys.executable, "-c", _FORKS, str(out)], stdout=subprocess.PIPE, text=True, env=ENV
+    )
+    child = int(p.stdout.readline())
+    try:
+        with pytest.raises(rundir.RunDirError, match=f"in use by pid {p.pid}"):
+            with rundir.lock(out):
+                pass
+        p.kill()  # the parent dies; its child lives on (a data worker would die with it)
+        p.wait(timeout=30)
+        os.kill(child, 0)  # still running
+        with rundir.lock(out):
+            pass
+        assert (
+            f"the lock left by pid {p.pid}, which is no longer running" in capsys.readouterr().err
+        )
+    finally:
+        for pid in (p.pid, child):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_lock_held_by_what_a_dead_pid_left_names_the_leftover(tmp_path):
+    out = tmp_path / "run"
+    p = _holder(out)
+    try:
+        dead = _dead_pid()
+        rundir.lock_path(out).write_text(f"{dead}\n")  # the pid that took it is gone
+        with pytest.raises(rundir.RunDirError) as e:
+            with rundir.lock(out):
+                pass
+        msg = str(e.value)
+        assert f"left over from pid {dead}, which is no longer running" in msg
+        if sys.platform.startswith("linux"):
+            assert f"locked by pid {p.pid}," in msg and f"kill {p.pid}" in msg
+    finally:
+        p.kill()
+        p.wait()
 
 
 def _pretrain_proc(out: Path, data: Path, *extra: str) -> subprocess.Popen:

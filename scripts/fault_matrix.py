@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -431,6 +432,7 @@ class Case:
     read_only: bool = False
     one_line: bool | None = None  # default: required for non-zero exits
     timeout: int = 240
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # set for the command (over ENV)
 
 
 @dataclass
@@ -453,7 +455,8 @@ def gate_file(c: Path) -> Path:
 
 
 def gated_env(case: Case, c: Path) -> dict[str, str]:
-    return dict(ENV, **{GATE_ENV: f"{case.gate}={gate_file(c)}"}) if case.gate else ENV
+    env = dict(ENV, **case.env)
+    return dict(env, **{GATE_ENV: f"{case.gate}={gate_file(c)}"}) if case.gate else env
 
 
 def at_gate(sig: int, limit: float = 600):
@@ -806,6 +809,61 @@ def stale_lock(rel: str) -> Callable[[Path], None]:
     def setup(c: Path) -> None:
         p = c / rel
         (p.parent / f".{p.name}.tokendrop.lock").write_text("999999\n")  # its writer died (SIGKILL)
+
+    return setup
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (Linux /proc; [] elsewhere)."""
+    out = []
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            if (
+                d.isdigit()
+                and int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1]) == pid
+            ):
+                out.append(int(d))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def killed_with_workers(rel: str) -> Callable[[Path], None]:
+    """A pretrain with one data worker, SIGKILLed (the parent only) once its first checkpoint is
+    written: its worker must end by itself, holding no lock (one still running after 60 s is
+    killed and the case fails)."""
+
+    def setup(c: Path) -> None:
+        argv = [PY, "-m", "tokendrop", *pretrain(str(c / rel), str(c / "data"))]
+        argv += ["--set", "train.steps=100000", "--set", "data.num_workers=1"]
+        argv += ["--set", "train.warmup_steps=1", "--set", "train.eval_every=100000"]
+        p = subprocess.Popen(
+            argv, cwd=c, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        t0 = time.time()
+        while time.time() - t0 < 600 and p.poll() is None and not checkpoints(c / rel):
+            time.sleep(0.02)
+        workers = _children(p.pid)
+        p.kill()
+        p.wait()
+        p.stderr.close()
+        if not workers:
+            DRIVE_NOTES[c] = "the run started no data worker (or ended before its checkpoint)"
+        t0 = time.time()
+        while time.time() - t0 < 60 and not all(map(_gone, workers)):
+            time.sleep(0.05)
+        left = [w for w in workers if not _gone(w)]
+        for w in left:
+            os.kill(w, signal.SIGKILL)
+        if left:
+            DRIVE_NOTES[c] = f"data worker(s) {left} outlived their SIGKILLed parent"
 
     return setup
 
@@ -1768,6 +1826,21 @@ def cases() -> list[Case]:
             needs=("run",),
             setup=stale_lock("out"),
             watch=("run",),
+            check=says_in_output("the lock left by pid 999999, which is no longer running"),
+        )
+    )
+    add(
+        Case(
+            "resume-after-sigkill-with-a-data-worker",
+            "locks",
+            ["pretrain", "--resume", "{C}/r", "--quiet", "--set", "train.steps=20"],
+            "the worker died with its parent; the dead pid's lock is taken over with a note; "
+            "resumed: exit 0",
+            rc=0,
+            needs=("data",),
+            setup=killed_with_workers("r"),
+            check=says_in_output("which is no longer running, is taken over"),
+            timeout=600,
         )
     )
 
@@ -3310,6 +3383,62 @@ def cases() -> list[Case]:
                 "available); no run dir",
                 absent=("r",),
                 says=("too large", "GiB", names, "train.memory_check"),
+                timeout=120,
+            )
+        )
+
+    for setting, names in (
+        ("train.threads=100000", ("train.threads", "at most 1024", "CPUs")),
+        ("train.threads=1e30", ("train.threads", "expected an integer", "1e+30")),
+        ("data.num_workers=1e30", ("data.num_workers", "expected an integer")),
+        ("data.num_workers=100000", ("data.num_workers", "at most 256")),
+    ):
+        add(
+            Case(
+                f"pretrain-{setting.split('.', 1)[1].replace('_', '-').replace('=', '-')}",
+                "bounds",
+                pretrain("{C}/r", "{B}/data", "--set", setting),
+                "refused before use, naming the field and the bound; no run dir",
+                absent=("r",),
+                says=names,
+                timeout=120,
+            )
+        )
+    add(
+        Case(
+            "finetune-threads-100000",
+            "bounds",
+            [*finetune("{C}/run", "{C}/ft"), "--set", "threads=100000"],
+            "refused before use, naming the field and the bound; nothing written",
+            needs=("run", "sst2"),
+            absent=("ft",),
+            says=("threads", "at most 1024"),
+        )
+    )
+    for name, env, says in (
+        ("world-size-abc", {"WORLD_SIZE": "abc"}, ("WORLD_SIZE='abc'", "torchrun")),
+        ("world-size-alone", {"WORLD_SIZE": "2"}, ("WORLD_SIZE=2 without RANK", "torchrun")),
+        (
+            "leftover-torchrun-env",
+            {
+                "WORLD_SIZE": "2",
+                "RANK": "0",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29551",
+                "TOKENDROP_RENDEZVOUS_TIMEOUT": "3",
+            },
+            ("did not meet its peers", "within 3 s", "unset WORLD_SIZE"),
+        ),
+    ):
+        add(
+            Case(
+                f"pretrain-{name}",
+                "bounds",
+                pretrain("{C}/r", "{B}/data"),
+                "one line naming the variable and the fix; no wait without end; no run dir",
+                absent=("r",),
+                says=says,
+                env=env,
                 timeout=120,
             )
         )

@@ -408,8 +408,8 @@ def lock(path: str | os.PathLike, error: type[TokendropError] = RunDirError) -> 
             left = os.pread(fd, 32, 0).decode().strip()
             if left and left != str(owner) and not _running(left):
                 print(
-                    f"note: {path}: the lock left by pid {left}, which is no longer running, "
-                    "is taken over",
+                    f"note: {path}: the lock left by pid {left}, which is no longer "
+                    "running, is taken over",
                     file=sys.stderr,
                 )
         os.ftruncate(fd, 0)

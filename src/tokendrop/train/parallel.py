@@ -99,9 +99,8 @@ def check_distributed_env(env: dict[str, str] | None = None) -> None:
         missing = [v for v in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not env.get(v)]
         if missing:
             raise ConfigError(
-                f"environment variable WORLD_SIZE={world} without {', '.join(missing)}: a rank of "
-                f"a distributed run needs them all (torchrun sets them); {_LAUNCH}, or "
-                f"{_ONE_PROCESS}"
+                f"environment variable WORLD_SIZE={world} without {', '.join(missing)}: every "
+                f"rank needs them (torchrun sets them); {_LAUNCH}, or {_ONE_PROCESS}"
             )
     for var, of in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
         if var in n and of in n and n[var] >= n[of]:
@@ -189,8 +188,7 @@ def _init_group(backend: str) -> None:
         raise ConfigError(
             f"distributed: rank {env.get('RANK')} of WORLD_SIZE={env.get('WORLD_SIZE')} did not "
             f"meet its peers at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')} within {wait:g} "
-            f"s ({reason}); {_LAUNCH}, or {_ONE_PROCESS} (TOKENDROP_RENDEZVOUS_TIMEOUT sets the "
-            "wait)"
+            f"s ({reason}); {_LAUNCH}, or {_ONE_PROCESS} (the wait: TOKENDROP_RENDEZVOUS_TIMEOUT)"
         ) from None
     store.set_timeout(default_pg_timeout)  # the group's own operations: torch's default
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")

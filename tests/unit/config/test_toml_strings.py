@@ -1,11 +1,9 @@
 """Every string a config holds reads back from the TOML tokendrop writes, whatever it contains."""
 
-import dataclasses
 import tomllib
-import types
-import typing
 
 import pytest
+from config_strings import HOSTILE, string_fields
 
 from tokendrop.config import (
     Config,
@@ -18,45 +16,13 @@ from tokendrop.config import (
 )
 from tokendrop.errors import ConfigError
 from tokendrop.finetuning.suite import SuiteConfig
-from tokendrop.lab.study.plan import StudyConfig
-
-HOSTILE = [
-    "a\nb",
-    "tab\there",
-    'say "hi"',
-    "back\\slash",
-    "ctl\x01\x1f\x7f",
-    "cr\r\nff\f\bbs",
-    "ünïcödé ✓ 字 \U0001f600",
-    "\\u0041 is not A",
-    '"""',
-    "'",
-    "",
-]
 
 
-def _string_fields(obj, path=()):
-    """(object, field name, is a list, dotted path) for every field of the config dataclass ``obj``
-    (nested sections too) whose declared type takes a string or a list of strings."""
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        tp, value = hints[f.name], getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _string_fields(value, (*path, f.name))
-            continue
-        union = typing.get_origin(tp) in (typing.Union, types.UnionType)
-        options = typing.get_args(tp) if union else (tp,)
-        if str in options:
-            yield obj, f.name, False, ".".join((*path, f.name))
-        elif any(typing.get_origin(o) is list and typing.get_args(o) == (str,) for o in options):
-            yield obj, f.name, True, ".".join((*path, f.name))
-
-
-@pytest.mark.parametrize("cls", [Config, FinetuneConfig, SuiteConfig, StudyConfig])
+@pytest.mark.parametrize("cls", [Config, FinetuneConfig, SuiteConfig])
 @pytest.mark.parametrize("hostile", HOSTILE)
 def test_every_string_field_round_trips(cls, hostile):
     cfg = cls()
-    fields = list(_string_fields(cfg))
+    fields = list(string_fields(cfg))
     assert fields, cls  # the walk found the config's strings
     for obj, name, is_list, _ in fields:
         object.__setattr__(obj, name, [hostile, "plain"] if is_list else hostile)
@@ -65,7 +31,7 @@ def test_every_string_field_round_trips(cls, hostile):
 
 
 def test_the_walk_sees_every_kind_of_string_field():
-    paths = {p for *_, p in _string_fields(Config())}
+    paths = {p for *_, p in string_fields(Config())}
     # a plain str, an int | str size, a list[str], in each section
     assert {"name", "data.path", "train.threads", "train.report_to", "model.init"} <= paths
     assert "drop.pinned_tokens" in paths

@@ -377,10 +377,13 @@ _FORKS = textwrap.dedent(
     """
     import multiprocessing as mp, os, signal, sys, time
     from tokendrop.runs import rundir
+    def child():
+        os.write(1, b"forked\\n")  # after the fork's own clean-up; one write, one line
+        time.sleep(60)
     with rundir.lock(sys.argv[1]):
-        child = mp.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
+        child = mp.get_context("fork").Process(target=child, daemon=True)
         child.start()
-        print(child.pid, flush=True)
+        os.write(1, f"{child.pid}\\n".encode())
         time.sleep(60)
     """
 )
@@ -391,7 +394,9 @@ def test_a_forked_child_never_holds_its_parents_lock(tmp_path, capsys):
     p = subprocess.Popen(
         [sys.executable, "-c", _FORKS, str(out)], stdout=subprocess.PIPE, text=True, env=ENV
     )
-    child = int(p.stdout.readline())
+    said = {p.stdout.readline().strip(), p.stdout.readline().strip()}  # either order
+    assert "forked" in said, said
+    child = int((said - {"forked"}).pop())
     try:
         with pytest.raises(rundir.RunDirError, match=f"in use by pid {p.pid}"):
             with rundir.lock(out):

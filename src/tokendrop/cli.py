@@ -211,22 +211,25 @@ def cmd_export(a: argparse.Namespace) -> int:
 def cmd_flops(a: argparse.Namespace) -> int:
     from tokendrop.config import load_config
     from tokendrop.dropping.flops import describe_model, flop_ratio, step_flops
+    from tokendrop.train.run_config import resolve_config, resolve_init
 
-    bad = [t for t in a.seq_len if t <= 0]
+    bad = [t for t in a.seq_len or [] if t <= 0]
     if bad:
         from tokendrop.errors import ConfigError
 
         raise ConfigError(f"--seq-len: expected positive sequence lengths, got {bad[0]}")
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
-    cfg = load_config(a.config, [*a.overrides, *init])
-    # the model's shape is the source's (config.json), as pretrain --init takes it
-    if cfg.model.init:
-        from tokendrop.models.source import resolve_init_source, resolve_model_init
-
-        cfg.model = resolve_model_init(cfg.model, resolve_init_source(cfg.model.init))
-        cfg.drop.validate(cfg.model.num_layers)
+    # resolved as pretrain resolves it: the shape from --init's config.json, the vocabulary from
+    # data.path when given
+    parsed = load_config(a.config, [*a.overrides, *init])
+    cfg, data = resolve_config(
+        parsed,
+        resolve_init(parsed),
+        fix="--set data.path=DIR (a prepared directory) or --set model.vocab_size=N",
+    )
+    seq_lens = a.seq_len or ([data.seq_len] if data is not None else [128, 512])
     rows = []
-    for t in a.seq_len:
+    for t in seq_lens:
         dense = step_flops(cfg.model, t, cfg.train.batch_size, None)
         drop = step_flops(cfg.model, t, cfg.train.batch_size, cfg.drop)
         rows.append(
@@ -805,7 +808,9 @@ def _add_flops(sub) -> None:
         "token dropping, per sequence length: 1 / the ratio is the "
         "best possible speed-up.",
         epilog=_examples(
-            "tokendrop flops --config tiny --set drop.method=cumulative --seq-len 128",
+            "tokendrop flops --config tiny --set data.path=data/tiny --set drop.method=cumulative",
+            "tokendrop flops --config tiny --set model.vocab_size=4000 --set drop.method=cumulative"
+            " --seq-len 128",
             "tokendrop flops --config continue --init models/MiniLM --set drop.method=cumulative"
             " --seq-len 128 512",
         ),
@@ -817,7 +822,13 @@ def _add_flops(sub) -> None:
         help="the model's shape from this checkpoint (as pretrain --init); "
         "= --set model.init=SOURCE",
     )
-    s.add_argument("--seq-len", type=int, nargs="+", default=[128, 512])
+    s.add_argument(
+        "--seq-len",
+        type=int,
+        nargs="+",
+        default=None,
+        help="sequence lengths T (default: the prepared data's with data.path, else 128 512)",
+    )
     s.set_defaults(func=cmd_flops)
 
 

@@ -18,6 +18,9 @@ returns a new ``Config`` in which
   (``tokendrop.train.budget.resolved_train``).
 
 That resolved config is what the run writes to ``RUN/config.toml`` and into every checkpoint.
+:func:`resolve_config` is the same step for a command that may run without prepared data
+(``tokendrop flops``): with ``data.path`` it is :func:`open_run_data`; without, a field that only
+the data can fill is refused, naming the fix.
 """
 
 from __future__ import annotations
@@ -145,3 +148,25 @@ def open_run_data(cfg: Config, src: InitSource | None, new_run: bool = True, wor
     # data.paths: a weighted mixture
     data = open_data(cfg.data.path, cfg.data.paths, cfg.data.weights)
     return resolve_run_config(cfg, data, src, new_run, world), data
+
+
+def resolve_config(
+    cfg: Config, src: InitSource | None, fix: str, world: int = 1
+) -> tuple[Config, object | None]:
+    """-> (the resolved config, the prepared data or None) for a command that reads the config's
+    shape without training on it (``tokendrop flops``).  With ``data.path`` / ``data.paths``:
+    :func:`open_run_data`, exactly as pretraining resolves it.  Without: the source's shape
+    (``src``, from :func:`resolve_init`), and a field that only the data can fill
+    (``model.vocab_size = "data"``) is a ConfigError that names ``fix`` (how this command is given
+    the data or the value); ``model.sep_token_id`` stays -1 (nothing without data reads it)."""
+    if cfg.data.path or cfg.data.paths:
+        return open_run_data(cfg, src, new_run=True, world=world)
+    out = copy.deepcopy(cfg)
+    if src is not None:
+        out.model = resolve_model_init(cfg.model, src)
+    if out.model.vocab_size == VOCAB_FROM_DATA:
+        raise ConfigError(
+            f'model.vocab_size: "{VOCAB_FROM_DATA}" (the prepared data\'s vocabulary), but no '
+            f"prepared data is given; {fix}"
+        )
+    return out.validate(), None

@@ -131,6 +131,11 @@ def test_finetune_task_list_is_the_registry(capsys):
             ["flops", "--config", "tiny", "--set", "train.steps=5", "--set", "train.tokens=2M"],
             "train.steps and train.tokens: both set",
         ),
+        (  # tiny takes its vocabulary from the data: without data the fix is named
+            ["flops", "--config", "tiny", "--set", "drop.method=cumulative", "--seq-len", "128"],
+            'model.vocab_size: "data" (the prepared data\'s vocabulary), but no prepared data is '
+            "given; --set data.path=DIR (a prepared directory) or --set model.vocab_size=N",
+        ),
     ],
 )
 def test_user_errors_exit_2_with_one_line(argv, fragment, tmp_path, monkeypatch, capsys):
@@ -254,3 +259,26 @@ def test_flops_takes_init(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "bert: 3 layers, d=32" in out, out
+
+
+def test_flops_resolves_the_vocabulary_and_t_from_data_path(tiny_data, capsys):
+    """flops resolves the config as pretrain does: model.vocab_size = "data" and the default T
+    come from data.path; the head's FLOPs follow the vocabulary."""
+    from tokendrop.config import load_config
+    from tokendrop.dropping.flops import step_flops
+    from tokendrop.train.run_config import resolve_config
+
+    argv = ["flops", "--config", "tiny", "--set", "drop.method=cumulative"]
+    capsys.readouterr()
+    assert main([*argv, "--set", f'data.path="{tiny_data}"']) == 0
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines()[2:]]
+    vocab = len((tiny_data / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    cfg, data = resolve_config(
+        load_config("tiny", [f'data.path="{tiny_data}"']), None, fix="unused"
+    )
+    assert (cfg.model.vocab_size, data.seq_len) == (vocab, 64)
+    dense = step_flops(cfg.model, 64, cfg.train.batch_size, None).total
+    assert [r[:2] for r in rows] == [["64", f"{dense:.4g}"]]
+    # the same numbers from the vocabulary given by hand
+    assert main([*argv, "--set", f"model.vocab_size={vocab}", "--seq-len", "64"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[:2] == ["64", f"{dense:.4g}"]

@@ -211,7 +211,6 @@ def cmd_export(a: argparse.Namespace) -> int:
 def cmd_flops(a: argparse.Namespace) -> int:
     from tokendrop.config import load_config
     from tokendrop.dropping.flops import describe_model, flop_ratio, step_flops
-    from tokendrop.train.run_config import resolve_config, resolve_init
 
     bad = [t for t in a.seq_len or [] if t <= 0]
     if bad:
@@ -221,7 +220,9 @@ def cmd_flops(a: argparse.Namespace) -> int:
     init = [f"model.init={json.dumps(a.init)}"] if a.init else []
     # resolved as pretrain resolves it: the shape from --init's config.json, the vocabulary from
     # data.path when given
-    parsed = load_config(a.config, [*a.overrides, *init])
+    parsed = load_config(a.config, [*a.overrides, *init])  # its errors before torch is imported
+    from tokendrop.train.run_config import resolve_config, resolve_init
+
     cfg, data = resolve_config(
         parsed,
         resolve_init(parsed),
@@ -774,7 +775,7 @@ def _add_export(sub) -> None:
         "instead (the encoder and its pooling layers; transformers starts only the classifier).",
         epilog=_examples(
             "tokendrop export runs/tiny models/tiny",
-            "tokendrop export runs/tiny/checkpoints/step-000020 models/tiny-20",
+            "tokendrop export runs/tiny/checkpoints/step-00000020 models/tiny-20",
             "tokendrop export runs/tiny models/tiny-clf --task classification",
             notes="then: transformers.AutoModelForMaskedLM.from_pretrained('models/tiny'), or "
             "pipeline('fill-mask', model='models/tiny'); "
@@ -842,7 +843,8 @@ def _add_bench(sub) -> None:
         formatter_class=_Help,
         epilog=_examples(
             "tokendrop bench --preset cpu-quick --json runs/bench/cpu-quick.json",
-            "tokendrop bench --campaign all --dry-run --out runs/campaign-dry",
+            "tokendrop bench --campaign all --dry-run --out runs/campaign-dry --set data=data/tiny"
+            " --set glue=glue",
         ),
     )
     s.add_argument(

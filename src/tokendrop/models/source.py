@@ -301,6 +301,9 @@ def positions_error(where: str, t: int, cfg: ModelConfig, origin: str = "") -> s
     )
 
 
+# our parameter names of an MLM head (BERT's ``mlm.``, ModernBERT's ``head.`` and ``decoder.``)
+MLM_HEAD_PREFIXES = ("mlm.", "head.", "decoder.")
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -591,7 +594,7 @@ def _export_hf(
     """Export the checkpoint (or Hugging Face directory) ``ck`` that the user named as
     ``checkpoint``, for ``task`` (``export_hf``)."""
     model, info = load_pretrained(ck, BertForMaskedLM if task == "mlm" else task)
-    if task == "mlm" and any(k.startswith(("mlm.", "head.", "decoder.")) for k in info["fresh"]):
+    if task == "mlm" and any(k.startswith(MLM_HEAD_PREFIXES) for k in info["fresh"]):
         raise InteropError(f"{checkpoint}: no MLM head weights to export")
     tok = info["tokenizer"]
     # a continued run: the source's tokenizer files, kept in RUN/source/
@@ -623,6 +626,12 @@ def _export_hf(
             + (
                 " (fill-mask answers frequent tokens); train longer before using the MLM head"
                 if task == "mlm"
+                else (
+                    f"; its MLM head started fresh in this run ({source_name(facts['init'])} has "
+                    "none), so the loss is the new head's: the encoder it continued is what this "
+                    "export keeps"
+                )
+                if facts.get("fresh_head")
                 else "; its encoder has learnt little yet: train longer before fine-tuning it"
             ),
             file=sys.stderr,
@@ -645,6 +654,7 @@ def _run_facts(ck: Path) -> dict[str, Any]:
     start = starts[0] if starts else {}
     train = [r for r in recs if "loss" in r]
     evals = [r for r in recs if "eval_loss" in r]
+    init = next((r for r in recs if r.get("event") == "init"), {})
     entropy = start.get("unigram_entropy") or next(
         (r["unigram_entropy"] for r in evals if "unigram_entropy" in r), None
     )
@@ -661,6 +671,9 @@ def _run_facts(ck: Path) -> dict[str, Any]:
         ],
         "seq_len": start.get("seq_len"),
         "data_fingerprint": meta.get("data_fingerprint") or {},
+        # continued pretraining: the source, and whether its MLM head was new in the run
+        "init": init.get("source", ""),
+        "fresh_head": any(k.startswith(MLM_HEAD_PREFIXES) for k in init.get("fresh", [])),
     }
 
 

@@ -14,28 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import cli_commands, help_examples
+
 from tokendrop.cli import build_parser, main
 from tokendrop.config import Config, FinetuneConfig, from_dict, load_config
 from tokendrop.errors import ConfigError
-
-
-def _commands() -> dict[str, argparse.ArgumentParser]:
-    p = build_parser()
-    (sub,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
-    return {"": p, **sub.choices}
-
-
-def _examples(text: str) -> list[str]:
-    """The lines of the help's "examples:" block (up to the first blank line)."""
-    lines = text.splitlines()
-    if "examples:" not in lines:
-        return []
-    out = []
-    for line in lines[lines.index("examples:") + 1 :]:
-        if not line.strip():
-            break
-        out.append(line.strip())
-    return out
 
 
 def _check_example(argv: list[str]) -> None:
@@ -57,17 +40,17 @@ def _check_example(argv: list[str]) -> None:
         load_suite(a.suite, a.overrides)
 
 
-@pytest.mark.parametrize("name", list(_commands()), ids=lambda n: n or "tokendrop")
+@pytest.mark.parametrize("name", list(cli_commands()), ids=lambda n: n or "tokendrop")
 def test_help_runs_and_each_example_parses(name, capsys):
     with pytest.raises(SystemExit) as e:
         main([name, "--help"] if name else ["--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    examples = _examples(text)
+    examples = help_examples(text)
     assert examples, f"tokendrop {name} --help shows no example"
     for ex in examples:
         argv = shlex.split(ex)[1:]
-        assert argv[0] in _commands(), ex
+        assert argv[0] in cli_commands(), ex
         _check_example(argv)
 
 

@@ -648,6 +648,31 @@ def test_export_of_a_continued_run_loads_in_transformers(tmp_path):
     assert (tmp_path / "run2" / "source" / "tokenizer.json").read_bytes() == tok["tokenizer.json"]
 
 
+@pytest.mark.parametrize("head_fresh", [True, False])
+def test_a_classifier_export_of_a_continued_run_blames_a_new_head_not_the_encoder(
+    tmp_path, capsys, head_fresh
+):
+    """An eval MLM loss above the unigram entropy: for a run whose MLM head started fresh (the
+    source had none) the warning says so, not that the continued encoder learnt little."""
+    d, run, model, tok = continued_run(tmp_path)
+    fresh = [n for n in model.state_dict() if n.startswith("mlm.")] if head_fresh else []
+    rows = [
+        {"step": 0, "event": "start", "unigram_entropy": 3.0},
+        {"step": 0, "event": "init", "source": str(d), "fresh": fresh},
+        {"step": 5, "eval_loss": 6.0, "eval_acc": 0.0},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    export_hf(run, tmp_path / "clf", task="classification")
+    err = capsys.readouterr().err
+    assert "is not below the unigram entropy of its data (3.000 nats)" in err, err
+    blame = (
+        "its MLM head started fresh in this run (src has none), so the loss is the new head's: "
+        "the encoder it continued is what this export keeps"
+    )
+    assert (blame in err) == head_fresh and ("learnt little" in err) != head_fresh, err
+
+
 def test_export_and_find_checkpoint_verify_hashes(tmp_path):
     d, run, model, tok = continued_run(tmp_path)
     ck = find_checkpoint(run)

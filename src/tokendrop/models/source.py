@@ -304,6 +304,7 @@ def positions_error(where: str, t: int, cfg: ModelConfig, origin: str = "") -> s
 # our parameter names of an MLM head (BERT's ``mlm.``, ModernBERT's ``head.`` and ``decoder.``)
 MLM_HEAD_PREFIXES = ("mlm.", "head.", "decoder.")
 
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 

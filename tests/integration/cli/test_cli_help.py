@@ -5,7 +5,6 @@ finetune --set takes KEY and finetune.KEY, the task list comes from the task reg
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
@@ -13,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_run import cli_commands, help_examples
 
 from tokendrop.cli import build_parser, main

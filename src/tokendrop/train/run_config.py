@@ -86,9 +86,17 @@ def resolve_run_config(
             f"[SEP] = {data.special_ids['sep']}; remove model.sep_token_id (it comes from the data)"
         )
     if data.vocab_size != m.vocab_size:
+        fix = (
+            f"set model.vocab_size = {data.vocab_size} (--set model.vocab_size={data.vocab_size}) "
+            f"to train on this data, or prepare it with a vocabulary of {m.vocab_size} ids "
+            "(tokendrop prepare --vocab FILE)"
+            if new_run
+            else f"a resumed run keeps its {m.vocab_size}-id vocabulary: give data prepared with "
+            "it (tokendrop prepare --vocab RUN/tokenizer/vocab.txt)"
+        )
         raise ConfigError(
             f"{field}: {where} was prepared with a vocabulary of {data.vocab_size} ids but "
-            f"model.vocab_size is {m.vocab_size}"
+            f"model.vocab_size is {m.vocab_size}; {fix}"
         )
     if out.data.seq_len != SEQ_LEN_FROM_DATA and data.seq_len != out.data.seq_len:
         raise ConfigError(

@@ -366,3 +366,27 @@ def test_a_finetune_size_an_older_run_recorded_as_zero_reads_as_its_name(tmp_pat
     assert rec.squad.max_train_examples == EXAMPLES_ALL and rec.glue.threads == THREADS_AUTO
     with pytest.raises(ConfigError, match=r"^finetune\.(max_train_examples|threads): expected a"):
         load_suite(tmp_path / "suite.toml").validate()
+
+
+@pytest.mark.parametrize("new_run", [True, False])
+def test_a_vocabulary_mismatch_names_the_fix(tiny_data, new_run):
+    from tokendrop.data.mixture import open_data
+    from tokendrop.train.run_config import resolve_run_config
+
+    data = open_data(str(tiny_data), [], [])
+    cfg = load_config("tiny", [f'data.path="{tiny_data}"', "model.vocab_size=30522"])
+    with pytest.raises(ConfigError) as e:
+        resolve_run_config(cfg, data, None, new_run=new_run)
+    n = data.vocab_size
+    head = (
+        f"data.path: {tiny_data} was prepared with a vocabulary of {n} ids but model.vocab_size "
+        "is 30522; "
+    )
+    fix = (
+        f"set model.vocab_size = {n} (--set model.vocab_size={n}) to train on this data, or "
+        "prepare it with a vocabulary of 30522 ids (tokendrop prepare --vocab FILE)"
+        if new_run
+        else "a resumed run keeps its 30522-id vocabulary: give data prepared with it (tokendrop "
+        "prepare --vocab RUN/tokenizer/vocab.txt)"
+    )
+    assert str(e.value) == head + fix

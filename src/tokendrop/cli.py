@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tokendrop.errors import TokendropError
+from tokendrop.errors import TokendropError, command_line
 
 
 class UsageError(TokendropError, ValueError):
@@ -1111,8 +1111,9 @@ def main(argv: list[str] | None = None) -> int:
         else None
     )
     try:
-        _check_outputs(args)
-        return int(args.func(args) or 0)
+        with command_line():  # an error's fix names the flags (errors.option)
+            _check_outputs(args)
+            return int(args.func(args) or 0)
     except (TokendropError, FileNotFoundError) as e:  # every user-facing error class (errors.py)
         missing = isinstance(e, FileNotFoundError) and e.filename
         print(f"error: {e.filename}: {e.strerror}" if missing else _error_line(e), file=sys.stderr)

@@ -18,11 +18,35 @@ the configuration), ``DataError`` (every module of ``tokendrop.data``), ``Intero
 (``ConfigError``, ``DataError``); no other module hands them on (docs/design.md §7).  Every
 subclass also keeps its historical built-in base (``ValueError`` or ``RuntimeError``), so ``except
 ValueError`` in callers' code still works.
+
+A fix that names an option names it as the caller spells it: :func:`option` gives the command
+line's flag inside :func:`command_line` (``tokendrop.cli.main``), the keyword argument otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
+
+_COMMAND_LINE = contextvars.ContextVar("tokendrop_command_line", default=False)
+
+
+@contextlib.contextmanager
+def command_line() -> Iterator[None]:
+    """Within it, :func:`option` spells options as the command line's flags."""
+    token = _COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
+
+
+def option(flag: str, keyword: str) -> str:
+    """How an error's fix names an option: ``flag`` (``"--overwrite"``) for the command line
+    (:func:`command_line`), ``keyword`` (``"overwrite=True"``) for a Python caller."""
+    return flag if _COMMAND_LINE.get() else keyword
 
 
 class TokendropError(Exception):

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tokendrop.errors import TokendropError
+from tokendrop.errors import TokendropError, option
 from tokendrop.runs.files import atomic_write_json, discard_dir, os_error_fix
 from tokendrop.version import __version__
 
@@ -202,28 +202,28 @@ def prepare_output(
     if resumable and not overwrite and have == kind:
         return "continue"
     restart = kind == "run" and have == "run" and not overwrite and not has_checkpoint_dir(p)
+    over = option("--overwrite", "overwrite=True")
     if not overwrite and not restart:
         if kind == "run" and (
             have == "run" or (p / "checkpoints").exists() or (p / "metrics.jsonl").exists()
         ):
             raise error(
-                f"--out: {p} already holds a run; use --resume to continue it, --overwrite to "
-                "start it over, "
-                "or choose a new directory"
+                f"{option('--out', 'out_dir')}: {p} already holds a run; use "
+                f"{option('--resume', 'resume=True')} to "
+                f"continue it, {over} to start it over, or choose a new directory"
             )
         raise error(
-            f"{p}: already exists and is not empty; pass --overwrite to replace it (only "
-            "tokendrop's own "
-            f"{kind} output is replaced) or choose another directory"
+            f"{p}: already exists and is not empty; pass {over} to replace it (only tokendrop's "
+            f"own {kind} output is replaced) or choose another directory"
         )
     if have is None:
         raise error(
-            f"{p}: not written by tokendrop (no {MARKER}); --overwrite replaces only tokendrop's "
+            f"{p}: not written by tokendrop (no {MARKER}); {over} replaces only tokendrop's "
             "own output: remove it yourself or choose another directory"
         )
     if have != kind:
         raise error(
-            f"{p}: holds tokendrop {have} output, not {kind} output; --overwrite replaces only the "
+            f"{p}: holds tokendrop {have} output, not {kind} output; {over} replaces only the "
             "same kind: choose another directory"
         )
     real = p.resolve()
@@ -233,7 +233,7 @@ def prepare_output(
         ip = Path(inp)
         if ip.exists() and _inside(ip.resolve(), real):
             raise error(
-                f"{p}: contains {ip}, an input of this command; --overwrite would delete it: "
+                f"{p}: contains {ip}, an input of this command; {over} would delete it: "
                 "choose another output directory"
             )
     return "restart" if restart else "replace"

@@ -88,7 +88,7 @@ def test_inspect_writes_everything(drop_run):
     assert summary["stats"]["seen"] == len(seen) and summary["drop"]["method"] == "cumulative"
     # rerun into the same place: refused without overwrite (one run-directory API), then replaced
     # atomically; --out elsewhere works too
-    with pytest.raises(InspectError, match="already exists and is not empty; pass --overwrite"):
+    with pytest.raises(InspectError, match="already exists and is not empty; pass overwrite=True"):
         inspect_run(drop_run, num_examples=1)
     assert len(json.loads((out / "examples.json").read_text())) == 3
     assert inspect_run(drop_run, num_examples=1, overwrite=True) == out

@@ -768,3 +768,28 @@ def test_json_text_writes_what_the_package_records():
         "dtype": "torch.float32",
         "naïve": "é",
     }
+
+
+def test_a_refusal_names_the_option_as_its_caller_spells_it(run, tmp_path, capsys):
+    """The same refusal: ``--overwrite`` on the command line, ``overwrite=True`` from Python."""
+    from tokendrop.errors import InteropError
+    from tokendrop.models.source import export_hf
+    from tokendrop.runs.rundir import RunDirError
+
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "mine.txt").write_text("x")
+    assert cli_main(["export", str(run), str(out)]) == 2
+    one_error_line(
+        capsys.readouterr().err, f"{out}: already exists and is not empty; pass --overwrite"
+    )
+    with pytest.raises(
+        InteropError, match="already exists and is not empty; pass overwrite=True to"
+    ):
+        export_hf(run, out)
+    with pytest.raises(
+        RunDirError,
+        match=r"^out_dir: .* already holds a run; use resume=True to "
+        "continue it, overwrite=True to start it over",
+    ):
+        rundir.prepare_output(run, "run")

@@ -26,27 +26,33 @@ line's flag inside :func:`command_line` (``tokendrop.cli.main``), the keyword ar
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 from collections.abc import Iterator
 
-_COMMAND_LINE = contextvars.ContextVar("tokendrop_command_line", default=False)
+# set while the command line runs; an environment variable, so that worker processes (prepare's
+# pool) spell the options as their parent does
+COMMAND_LINE_ENV = "TOKENDROP_COMMAND_LINE"
 
 
 @contextlib.contextmanager
 def command_line() -> Iterator[None]:
-    """Within it, :func:`option` spells options as the command line's flags."""
-    token = _COMMAND_LINE.set(True)
+    """Within it (and in the processes it starts), :func:`option` spells options as the command
+    line's flags."""
+    old = os.environ.get(COMMAND_LINE_ENV)
+    os.environ[COMMAND_LINE_ENV] = "1"
     try:
         yield
     finally:
-        _COMMAND_LINE.reset(token)
+        if old is None:
+            os.environ.pop(COMMAND_LINE_ENV, None)
+        else:
+            os.environ[COMMAND_LINE_ENV] = old
 
 
 def option(flag: str, keyword: str) -> str:
     """How an error's fix names an option: ``flag`` (``"--overwrite"``) for the command line
     (:func:`command_line`), ``keyword`` (``"overwrite=True"``) for a Python caller."""
-    return flag if _COMMAND_LINE.get() else keyword
+    return flag if os.environ.get(COMMAND_LINE_ENV) == "1" else keyword
 
 
 class TokendropError(Exception):

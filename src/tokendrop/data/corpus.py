@@ -63,7 +63,7 @@ from xml.parsers import expat
 from tokendrop.data import columnar
 from tokendrop.data.columnar import ARROW, PARQUET
 from tokendrop.data.wikitext import REDIRECT, clean_wikitext
-from tokendrop.errors import DataError
+from tokendrop.errors import DataError, option
 from tokendrop.runs.rundir import read_marker
 
 TEXT, JSONL, WIKI, HF = "text", "jsonl", "wiki", "hf"
@@ -847,8 +847,9 @@ def read_jsonl(
             )
         if text_field not in obj:
             raise DataError(
-                f"{path}: {_where(span, lineno, offset)}: no field {text_field!r}; expected the "
-                f"text field {text_field!r} (set text_field)"
+                f"{path}: {_where(span, lineno, offset)}: no field {text_field!r} (its fields: "
+                f"{', '.join(map(str, list(obj)[:10])) or 'none'}); name the field that holds "
+                f"the text with {option('--text-field FIELD', 'text_field=FIELD')}"
             )
         text = obj[text_field]
         if not isinstance(text, str):
@@ -1010,7 +1011,7 @@ def read_hf(spec: str, text_field: str = "text") -> Iterator[str]:
     if cols is not None and text_field not in cols:
         raise DataError(
             f"{spec}: no column {text_field!r}; expected the text field among {', '.join(cols)} "
-            "(set text_field)"
+            f"(name it with {option('--text-field COLUMN', 'text_field=COLUMN')})"
         )
     for i, ex in enumerate(ds):
         text = ex.get(text_field)

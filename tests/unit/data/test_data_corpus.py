@@ -39,8 +39,12 @@ def test_jsonl_text_field(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
     assert list(iter_documents(p, text_field="body")) == ["Alpha beta.\nGamma.", "Delta."]
-    with pytest.raises(DataError, match=r"x\.jsonl: line 1: no field 'text'"):
+    with pytest.raises(DataError) as e:
         list(iter_documents(p))
+    assert str(e.value) == (
+        f"{p}: line 1: no field 'text' (its fields: id, body); name the field that holds the "
+        "text with text_field=FIELD"
+    )
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"text": 3}\n', encoding="utf-8")
     with pytest.raises(
@@ -332,3 +336,16 @@ def test_real_wikipedia_dump_sample():
     assert docs[0].startswith(
         "Anarchism is a political philosophy that advocates self-governed societies"
     )
+
+
+def test_a_missing_jsonl_field_names_the_flag_on_the_command_line(tmp_path, capsys):
+    from tokendrop.cli import main
+
+    (tmp_path / "x.jsonl").write_text(json.dumps({"body": "Alpha beta."}) + "\n")
+    argv = ["prepare", "--corpus", str(tmp_path / "x.jsonl"), "--out", str(tmp_path / "d")]
+    assert main([*argv, "--seq-len", "16", "--vocab-size", "100", "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(
+        "no field 'text' (its fields: body); name the field that holds the text with "
+        "--text-field FIELD"
+    ), err

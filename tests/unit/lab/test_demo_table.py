@@ -64,3 +64,27 @@ def test_the_demos_own_load_does_not_make_the_wall_clock_unreliable():
     # within SHARE_CHANGE: how well each arm's step uses two threads
     s = _summary((150.0, 80.0), (105.0, 60.0), {"baseline": [2.0, 2.1], "token-drop": [2.1, 2.1]})
     assert "UNRELIABLE" not in format_table(s)
+
+
+def test_each_demo_preset_names_the_demo_it_belongs_to():
+    """The from-scratch demo's presets say so; only the main job's call themselves the README's
+    main job (tokendrop demo runs MiniLM's continued pretraining by default)."""
+    import inspect
+    from pathlib import Path
+
+    from tokendrop.lab import demo
+
+    src = inspect.getsource(demo)
+    configs = Path(__file__).resolve().parents[3] / "configs"
+    for name, which in (
+        ("demo", "from-scratch demo (tokendrop demo --from-scratch"),
+        ("finetune-demo", "from-scratch demo (tokendrop demo --from-scratch"),
+        ("demo-continue", "the README's main job (tokendrop demo)"),
+        ("finetune-demo-continue", "the README's main job (tokendrop demo)"),
+    ):
+        assert f'load_config("{name}"' in src, name
+        head = " ".join(
+            ln.lstrip("# ") for ln in (configs / f"{name}.toml").read_text().splitlines()[:3]
+        )
+        assert which.lower() in head.lower(), (name, head)
+        assert "README's CPU demo" not in head, name

@@ -810,8 +810,8 @@ def _add_flops(sub) -> None:
         "best possible speed-up.",
         epilog=_examples(
             "tokendrop flops --config tiny --set data.path=data/tiny --set drop.method=cumulative",
-            "tokendrop flops --config tiny --set model.vocab_size=4000 --set drop.method=cumulative"
-            " --seq-len 128",
+            "tokendrop flops --config tiny --set model.vocab_size=4000 --seq-len 128 "
+            "--set drop.method=cumulative",
             "tokendrop flops --config continue --init models/MiniLM --set drop.method=cumulative"
             " --seq-len 128 512",
         ),

@@ -628,9 +628,9 @@ def _export_hf(
                 " (fill-mask answers frequent tokens); train longer before using the MLM head"
                 if task == "mlm"
                 else (
-                    f"; its MLM head started fresh in this run ({source_name(facts['init'])} has "
-                    "none), so the loss is the new head's: the encoder it continued is what this "
-                    "export keeps"
+                    f"; its MLM head started fresh in this run ({source_name(facts['init'])} "
+                    "has none), so the loss is the new head's: "
+                    "the continued encoder is what this export keeps"
                 )
                 if facts.get("fresh_head")
                 else "; its encoder has learnt little yet: train longer before fine-tuning it"

@@ -668,7 +668,7 @@ def test_a_classifier_export_of_a_continued_run_blames_a_new_head_not_the_encode
     assert "is not below the unigram entropy of its data (3.000 nats)" in err, err
     blame = (
         "its MLM head started fresh in this run (src has none), so the loss is the new head's: "
-        "the encoder it continued is what this export keeps"
+        "the continued encoder is what this export keeps"
     )
     assert (blame in err) == head_fresh and ("learnt little" in err) != head_fresh, err
 

@@ -378,10 +378,8 @@ def test_a_vocabulary_mismatch_names_the_fix(tiny_data, new_run):
     with pytest.raises(ConfigError) as e:
         resolve_run_config(cfg, data, None, new_run=new_run)
     n = data.vocab_size
-    head = (
-        f"data.path: {tiny_data} was prepared with a vocabulary of {n} ids but model.vocab_size "
-        "is 30522; "
-    )
+    head = f"data.path: {tiny_data} was prepared with a vocabulary of {n} ids but "
+    head += "model.vocab_size is 30522; "
     fix = (
         f"set model.vocab_size = {n} (--set model.vocab_size={n}) to train on this data, or "
         "prepare it with a vocabulary of 30522 ids (tokendrop prepare --vocab FILE)"

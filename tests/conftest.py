@@ -94,21 +94,7 @@ def tiny_data_unpacked(tmp_path_factory, tiny_data):
 def tiny_bert_dir(tmp_path_factory, tiny_data):
     """A small BertForMaskedLM saved by transformers (a Hugging Face checkpoint dir), with
     tiny_data's tokenizer."""
-    import shutil
+    from toydata import write_hf_bert
 
-    transformers = pytest.importorskip("transformers")
-    d = tmp_path_factory.mktemp("hf") / "bert"
-    vocab = len((tiny_data / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    conf = transformers.BertConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    transformers.BertForMaskedLM(conf).save_pretrained(d)
-    for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
-        shutil.copyfile(tiny_data / n, d / n)
-    return d
+    pytest.importorskip("transformers")
+    return write_hf_bert(tmp_path_factory.mktemp("hf") / "bert", tiny_data)

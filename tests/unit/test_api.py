@@ -66,27 +66,10 @@ def test_the_run_example_runs(tmp_path, capsys):
 
 def _minilm_like(tiny_data, root):
     """A small checkpoint in MiniLM's layout (sentence-transformers: a bare ``BertModel``, no MLM
-    head, no ``bert.`` prefix), with tiny_data's tokenizer, and a text file to continue it on."""
-    import shutil
+    head, no ``bert.`` prefix), with tiny_data's tokenizer."""
+    from toydata import write_hf_bert
 
-    import torch
-    import transformers
-
-    d = root / "all-MiniLM-L6-v2"
-    vocab = len((tiny_data / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    conf = transformers.BertConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    transformers.BertModel(conf).save_pretrained(d)
-    for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
-        shutil.copyfile(tiny_data / n, d / n)
-    return d
+    return write_hf_bert(root / "all-MiniLM-L6-v2", tiny_data, positions=128, mlm=False)
 
 
 def test_the_notebook_example_continues_a_checkpoint_without_a_head_and_fills_a_mask(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_run import cli_commands, help_examples
-from toydata import write_corpus, write_glue_examples, write_squad_examples
+from toydata import write_corpus, write_glue_examples, write_hf_bert, write_squad_examples
 
 from tokendrop.cli import main
 
@@ -65,21 +65,8 @@ def all_examples() -> list[str]:
 def write_minilm(path: Path, vocab_from: Path) -> Path:
     """A small BertForMaskedLM saved by transformers with 512 positions, standing in for MiniLM,
     with ``vocab_from``'s tokenizer files."""
-    transformers = pytest.importorskip("transformers")
-    vocab = len((vocab_from / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    conf = transformers.BertConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
-    torch.manual_seed(0)
-    transformers.BertForMaskedLM(conf).save_pretrained(path)
-    for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
-        shutil.copyfile(vocab_from / n, path / n)
-    return path
+    pytest.importorskip("transformers")
+    return write_hf_bert(path, vocab_from, positions=512)
 
 
 def lay_out(root: Path, tiny_data: Path, tiny_run: Path) -> None:

@@ -354,7 +354,13 @@ def _busy_message(path: str | os.PathLike, lf: Path) -> str:
             "wait for it to finish or stop it"
         )
     # the pid that took the lock is gone, but a process it started still holds it
-    left = " ".join(str(p) for p in _openers(lf)) or "?"
+    left = " ".join(str(p) for p in _openers(lf))
+    if not left:  # not found (another user's process, no /proc): say how to find it
+        return (
+            f"{path} is locked by another process, though its lock file names pid {pid}, which is "
+            f"no longer running (a process it started?); find it with `fuser {lf}`, stop it and "
+            "run the command again"
+        )
     return (
         f"{path} is locked by pid {left}, left over from pid {pid}, which is no longer running; "
         f"stop it (kill {left}) and run the command again"

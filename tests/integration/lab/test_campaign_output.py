@@ -82,13 +82,23 @@ def test_campaign_marks_and_locks_its_output(tmp_path, monkeypatch):
     fd = os.open(rundir.lock_path(out), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(fd, b"4242\n")
-        with pytest.raises(rundir.RunDirError, match=r"in use by pid 4242"):
+        gone = _dead_pid()
+        os.write(fd, f"{gone}\n".encode())
+        with pytest.raises(
+            rundir.RunDirError, match=rf"names pid {gone}, which is no longer running"
+        ):
             run_parts(_campaign_cfg(), ["env"], out)
     finally:
         os.close(fd)
         rundir.lock_path(out).unlink()
     assert _tree(out) == before
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (waited for: not a zombie)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
 
 
 def test_campaign_refuses_a_foreign_or_other_kind_directory(tmp_path, monkeypatch, capsys):

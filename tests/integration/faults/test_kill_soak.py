@@ -20,18 +20,11 @@ import time
 from pathlib import Path
 
 import torch
-from processes import logged_steps as _logged_steps, wait_until as _wait
+from processes import ENV, logged_steps as _logged_steps, wait_until as _wait
 from safetensors.torch import load_file
 
 from tokendrop.runs import checkpoint as ckpt_mod
 
-SRC = Path(__file__).resolve().parents[3] / "src"
-ENV = dict(
-    os.environ,
-    PYTHONUNBUFFERED="1",
-    OMP_NUM_THREADS="1",
-    PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-)
 SEED = 1313
 STEPS = 60
 CKPT_EVERY = 3

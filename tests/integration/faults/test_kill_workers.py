@@ -11,17 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import wait_until
+from processes import ENV, wait_until
 
 from tokendrop.runs import checkpoint as ckpt_mod, rundir
-
-SRC = Path(__file__).resolve().parents[3] / "src"
-ENV = dict(
-    os.environ,
-    PYTHONUNBUFFERED="1",
-    OMP_NUM_THREADS="1",
-    PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-)
 
 
 def _children(pid: int) -> list[int]:

@@ -21,20 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import wait_for_training
+from processes import ENV, wait_for_training
 from toydata import write_corpus
 
 from tokendrop.cli import main as cli_main
 from tokendrop.runs import checkpoint as ckpt_mod, rundir
 from tokendrop.runs.files import json_text
-
-SRC = Path(__file__).resolve().parents[3] / "src"
-ENV = dict(
-    os.environ,
-    PYTHONUNBUFFERED="1",
-    OMP_NUM_THREADS="1",
-    PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-)
 
 
 def tree(d: Path) -> dict[str, bytes]:

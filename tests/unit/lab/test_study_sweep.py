@@ -175,7 +175,7 @@ def test_study_long_compares_at_equal_process_time_at_512_judged_on_long_context
     study = load_study("study-long")
     assert study.source == "minilm" and study.seq_len == 512 and len(study.lr_sweep) >= 3
     assert len(study.seeds) >= 3 and study.methods == ["baseline", "token-drop"]
-    assert "train.time_budget='20m'" in study.base_overrides
+    assert any(o.startswith("train.time_budget=") for o in study.base_overrides)
     assert "train.budget_clock='process'" in study.base_overrides
     suite = suite_config(study, {})
     assert "squad1" in suite.tasks and suite.squad.max_seq_len_qa == 512

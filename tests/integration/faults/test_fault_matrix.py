@@ -156,5 +156,6 @@ def test_every_signalled_case_waits_for_its_gate_first():
     assert len(driven) >= 7
     for c in driven:
         assert c.gate in GATES, (c.name, c.gate)
-    source = SCRIPT.read_text()
-    assert "time.sleep(delay)" not in source and "sig_after" not in source
+    for path in (SCRIPT, *sorted((SCRIPT.parent / "faultlib").rglob("*.py"))):
+        source = path.read_text()
+        assert "time.sleep(delay)" not in source and "sig_after" not in source, path

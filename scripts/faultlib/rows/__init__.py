@@ -1,0 +1,1 @@
+"""The fault matrix's rows, one module per area."""

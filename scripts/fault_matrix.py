@@ -54,6 +54,7 @@ from faultlib.rows import (
     resume,
     settings,
     stuck_runs,
+    tasks,
 )
 from faultlib.runner import run_case
 
@@ -84,6 +85,11 @@ def cases() -> list[Case]:
         *settings.bounds(),
         *empty_scores.rows(),
         *stuck_runs.rows(),
+        *settings.as_written(),
+        *init_sources.one_source(),
+        *corrupt.edited_consistently(),
+        *corpus.not_plain_text(),
+        *tasks.rows(),
     ]
 
 

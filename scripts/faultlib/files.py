@@ -71,6 +71,19 @@ def metrics(run: Path) -> list[dict]:
     return [rec for _, rec in scan_lines(p.read_text())[0]] if p.is_file() else []
 
 
+def ckpt_ok(ck: Path) -> bool:
+    """A checkpoint dir whose files match its meta.json's sizes and sha256 (checked here, not by
+    tokendrop)."""
+    try:
+        meta = json.loads((ck / "meta.json").read_text())
+        return bool(meta["files"]) and all(
+            (ck / n).stat().st_size == i["bytes"] and sha256(ck / n) == i["sha256"]
+            for n, i in meta["files"].items()
+        )
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def checkpoints(run: Path) -> list[Path]:
     d = run / "checkpoints"
     return sorted(p for p in d.iterdir() if p.name.startswith("step-")) if d.is_dir() else []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from faultlib.case import Case, Outcome
 from faultlib.commands import prepare, run_cli, shorten
-from faultlib.setups import chain_checks, says_in_output, write_corpus
+from faultlib.setups import chain_checks, make_file, says_in_output, write_corpus
 
 
 def one_long_line(c: Path) -> None:
@@ -335,4 +335,34 @@ def cut_and_walked() -> list[Case]:
             says=("{C}/corpus/sub/up", "already in"),
         )
     )
+    return C
+
+
+SQUAD_FILE = json.dumps(
+    {"data": [{"title": "a", "paragraphs": [{"context": "hello world", "qas": []}]}]}
+).encode()
+
+
+def not_plain_text() -> list[Case]:
+    """A corpus file that is not plain text (a JSON document, a CSV table, lone-CR line ends):
+    refused with its fix instead of read as one document."""
+    C: list[Case] = []
+    add = C.append
+    for name, data, says in (
+        ("squad.json", SQUAD_FILE, "give JSON Lines instead"),
+        ("table.csv", b"id,text\n1,hello world\n2,another line\n", "write its text column"),
+        ("cr.txt", b"one line\rtwo lines\rthree lines\r" * 50, "convert them to LF first"),
+    ):
+        add(
+            Case(
+                f"prepare-{name.replace('.', '-')}-as-corpus",
+                "bad input, full disk",
+                prepare("{C}/" + name, "{C}/out", "--vocab-size", "150"),
+                "refused naming the file and the fix; no output",
+                setup=make_file(name, data),
+                watch=(name,),
+                absent=("out",),
+                says=("{C}/" + name, says),
+            )
+        )
     return C

@@ -12,14 +12,18 @@ from faultlib.case import Case
 from faultlib.commands import CKPT, EV, cli, finetune, pretrain, run_cli
 from faultlib.files import (
     checkpoints,
+    ckpt_ok,
     edit_json,
     flip,
     flip_byte,
+    load_tensors,
+    save_tensors,
     set_shard_hash,
+    sha256,
     shard_path,
     truncate,
 )
-from faultlib.setups import chain
+from faultlib.setups import chain, chain_checks, says_in_output
 
 
 def oov_token(c: Path) -> None:
@@ -493,6 +497,122 @@ def verified_outputs() -> list[Case]:
                 run_into("st", lambda c: [*MINI_STUDY, "--out", str(c / "st")]),
                 lambda c: flip_byte(
                     c / "st/runs/baseline-seed0/checkpoints/step-00000008/model.safetensors"
+                ),
+            ),
+        )
+    )
+    return C
+
+
+def rows_and_counts_edited(c: Path) -> None:
+    """CASE/data/meta.json with T halved and every split's sequence count doubled: consistent with
+    the shards' sizes, so only their bytes (rows that start with [CLS]) can tell."""
+
+    def fn(d):
+        d["seq_len"] //= 2
+        for info in d["splits"].values():
+            info["num_sequences"] *= 2
+
+    edit_json(c / "data" / "meta.json", fn)
+
+
+def vocab_size_raised(c: Path) -> None:
+    """CASE/data/meta.json says 50 more word pieces than its vocab.txt holds."""
+
+    def fn(d):
+        d["vocab_size"] += 50
+        d["tokenizer"]["num_ids"] = d["vocab_size"]
+
+    edit_json(c / "data" / "meta.json", fn)
+
+
+def nan_weights_rehashed(c: Path) -> None:
+    """One NaN in the newest checkpoint's embeddings, its meta.json's size and sha256 rewritten:
+    only a check of the values can find it."""
+    import numpy as np
+
+    ck = checkpoints(c / "run")[-1]
+    p = ck / "model.safetensors"
+    t = load_tensors(p)
+    key = next(k for k in t if k.endswith("word_embeddings.weight"))
+    t[key][0, 0] = np.nan
+    save_tensors(t, p)
+    edit_json(
+        ck / "meta.json",
+        lambda d: d["files"]["model.safetensors"].update(bytes=p.stat().st_size, sha256=sha256(p)),
+    )
+
+
+NAN_SAID = ("{C}/run/checkpoints/step-00000004/model.safetensors", "NaN/inf value(s)")
+
+
+def edited_consistently() -> list[Case]:
+    """Edits that keep every recorded size and hash consistent: a prepared dataset's T and counts,
+    its vocabulary size, NaN weights in a rehashed checkpoint -- found by their values."""
+    C: list[Case] = []
+    add = C.append
+    for what, argv in (("verify", ["verify", "{C}/data"]), ("pretrain", pretrain("{C}/r"))):
+        add(
+            Case(
+                f"{what}-data-rows-and-counts-edited",
+                "corrupt files",
+                argv,
+                "refused naming the shard: its rows do not start with [CLS]",
+                rc=(1, 2),
+                needs=("data",),
+                setup=rows_and_counts_edited,
+                watch=("data",),
+                absent=("r",),
+                says=("{C}/data/train.bin", "do not start with [CLS]", "seq_len or num_sequences"),
+            )
+        )
+    add(
+        Case(
+            "verify-data-vocab-size-above-vocab-txt",
+            "corrupt files",
+            ["verify", "{C}/data"],
+            "refused naming meta.json, its vocab_size and vocab.txt's",
+            rc=(1, 2),
+            needs=("data",),
+            setup=vocab_size_raised,
+            watch=("data",),
+            says=("{C}/data/meta.json: vocab_size 200", "{C}/data/vocab.txt holds 150 tokens"),
+        )
+    )
+    for what, argv, absent in (
+        ("verify", ["verify", "{C}/run"], ()),
+        ("export", ["export", "{C}/run", "{C}/out"], ("out",)),
+    ):
+        add(
+            Case(
+                f"{what}-nan-weights-rehashed",
+                "corrupt files",
+                argv,
+                "refused naming the file and the tensor; the run untouched",
+                rc=(1, 2),
+                needs=("run",),
+                setup=nan_weights_rehashed,
+                watch=("run",),
+                absent=absent,
+                says=(*NAN_SAID, "word_embeddings"),
+            )
+        )
+    add(
+        Case(
+            "resume-nan-weights-rehashed",
+            "corrupt files",
+            ["pretrain", "--resume", "{C}/run", "--quiet", "--set", "train.steps=6"],
+            "a warning naming the file and its NaN; resumes from the checkpoint before",
+            rc=0,
+            needs=("run",),
+            setup=nan_weights_rehashed,
+            one_line=False,
+            check=chain_checks(
+                says_in_output("run/checkpoints/step-00000004/model.safetensors", *NAN_SAID[1:]),
+                lambda c, o: (
+                    None
+                    if ckpt_ok(c / "run" / "checkpoints" / "step-00000006")
+                    else "no intact step-6 checkpoint"
                 ),
             ),
         )

@@ -250,3 +250,22 @@ def config_shapes() -> list[Case]:
         )
     )
     return C
+
+
+def one_source() -> list[Case]:
+    """Two sources for the starting weights (``--init`` and ``--set model.init``): refused."""
+    C: list[Case] = []
+    add = C.append
+    add(
+        Case(
+            "init-and-set-model-init",
+            "--init",
+            init("{C}/hf") + ["--set", 'model.init="{C}/run"'],
+            "refused naming both sources; no run dir",
+            needs=("hf", "run"),
+            absent=("r",),
+            watch=("hf", "run"),
+            says=("--init and --set model.init both name the weights",),
+        )
+    )
+    return C

@@ -3,7 +3,6 @@ run's data worker."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,21 +12,8 @@ from pathlib import Path
 
 from faultlib.case import DRIVE_NOTES, Case, at_gate
 from faultlib.commands import ENV, EV, PY, finetune, prepare, pretrain
-from faultlib.files import checkpoints, sha256
+from faultlib.files import checkpoints, ckpt_ok
 from faultlib.setups import chain_checks, rerun_succeeds, says_in_output, write_corpus
-
-
-def ckpt_ok(ck: Path) -> bool:
-    """A checkpoint dir whose files match its meta.json's sizes and sha256 (checked here, not by
-    tokendrop)."""
-    try:
-        meta = json.loads((ck / "meta.json").read_text())
-        return bool(meta["files"]) and all(
-            (ck / n).stat().st_size == i["bytes"] and sha256(ck / n) == i["sha256"]
-            for n, i in meta["files"].items()
-        )
-    except (OSError, ValueError, KeyError):
-        return False
 
 
 def stale_lock(rel: str) -> Callable[[Path], None]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 from faultlib.case import Case, Outcome, text_lines
-from faultlib.commands import CAMPAIGN, finetune, prepare, pretrain
+from faultlib.commands import CAMPAIGN, cli, finetune, prepare, pretrain
 from faultlib.files import edit_json
 from faultlib.setups import make_file, says_in_output
 from tokendrop.config import NAMED_SIZES, SIZE_TAKES
@@ -460,6 +461,70 @@ def bounds() -> list[Case]:
                 says=says,
                 env=env,
                 timeout=120,
+            )
+        )
+    return C
+
+
+def reads_back(c: Path, o: Outcome) -> str | None:
+    """CASE/r's config.toml holds the name with its newline, and ``verify`` passes on the run."""
+    name = tomllib.loads((c / "r" / "config.toml").read_text())["name"]
+    if name != "line one\nline two":
+        return f"config.toml's name reads back as {name!r}"
+    r = cli(["verify", str(c / "r")], c, check=False)
+    return None if r.returncode == 0 else f"verify r failed: {(text_lines(r.stderr) or [''])[-1]}"
+
+
+def as_written() -> list[Case]:
+    """A setting does what it says: a string with a newline reads back from config.toml, a resume
+    stays in its own directory, a dense start that leaves nothing to drop is refused."""
+    C: list[Case] = []
+    add = C.append
+    add(
+        Case(
+            "pretrain-string-setting-with-a-newline",
+            "edge settings",
+            pretrain("{C}/r", "{B}/data", "--set", 'name="line one\\nline two"'),
+            "runs; config.toml reads back with the newline, verify passes",
+            rc=0,
+            check=reads_back,
+            one_line=False,
+        )
+    )
+    add(
+        Case(
+            "resume-with-another-out",
+            "bad input, full disk",
+            ["pretrain", "--resume", "{C}/run", "--out", "{C}/other", "--quiet"]
+            + ["--set", "train.steps=6"],
+            "refused: a resume writes into its own run; the run untouched, no other dir",
+            needs=("run",),
+            watch=("run",),
+            absent=("other",),
+            says=("continues the run in its own directory", "{C}/other"),
+        )
+    )
+    cumulative = ("--set", "drop.method=cumulative")
+    for name, extra, says in (
+        (
+            "dense-start-covers-the-run",
+            ("--set", "drop.dense_start_share=1.0"),
+            ("drop.dense_start_share", "covers every step, so nothing would drop"),
+        ),
+        (
+            "dense-start-rounds-to-no-step",
+            ("--set", "drop.dense_start_share=0.04", "--set", "train.steps=10"),
+            ("drop.dense_start_share: 0.04 of 10 steps rounds to no step",),
+        ),
+    ):
+        add(
+            Case(
+                f"pretrain-{name}",
+                "bad input, full disk",
+                pretrain("{C}/r", "{B}/data", *cumulative, *extra),
+                "refused before the run dir is written, naming the share and the fix",
+                absent=("r",),
+                says=says,
             )
         )
     return C

@@ -88,8 +88,9 @@ def cases() -> list[Case]:
         *settings.as_written(),
         *init_sources.one_source(),
         *corrupt.edited_consistently(),
-        *corpus.not_plain_text(),
+        *corpus.read_as_meant(),
         *tasks.rows(),
+        *tasks.seed_groups(),
     ]
 
 

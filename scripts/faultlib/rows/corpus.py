@@ -343,9 +343,14 @@ SQUAD_FILE = json.dumps(
 ).encode()
 
 
-def not_plain_text() -> list[Case]:
-    """A corpus file that is not plain text (a JSON document, a CSV table, lone-CR line ends):
-    refused with its fix instead of read as one document."""
+# text in a script the toy vocabulary (other-vocab.txt) has no word piece of
+CJK_TEXT = ("字典 中文 文本 " * 20 + "\n\n").encode() * 100
+
+
+def read_as_meant() -> list[Case]:
+    """A corpus file that would be read wrong: not plain text (a JSON document, a CSV table,
+    lone-CR line ends) or JSON Lines without the text field, refused with its fix instead of read
+    as one document; a corpus its vocabulary does not cover, warned."""
     C: list[Case] = []
     add = C.append
     for name, data, says in (
@@ -365,4 +370,28 @@ def not_plain_text() -> list[Case]:
                 says=("{C}/" + name, says),
             )
         )
+    add(
+        Case(
+            "prepare-jsonl-without-the-text-field",
+            "bad input, full disk",
+            prepare("{C}/x.jsonl", "{C}/out", "--vocab-size", "150"),
+            "refused naming the file, the line, the fields it has and --text-field; no output",
+            setup=make_file("x.jsonl", b'{"body": "hello world"}\n{"body": "more text"}\n'),
+            absent=("out",),
+            says=("{C}/x.jsonl: line 1: no field 'text' (its fields: body)", "--text-field"),
+        )
+    )
+    add(
+        Case(
+            "prepare-mostly-unk-under-its-vocab",
+            "edge settings",
+            prepare("{C}/cjk.txt", "{C}/out", "--vocab", "{C}/other-vocab.txt"),
+            "prepared, with a warning on stderr that the vocabulary does not cover the text",
+            rc=0,
+            needs=("other-vocab.txt",),
+            setup=make_file("cjk.txt", CJK_TEXT),
+            one_line=False,
+            check=says_in_output("tokens are [UNK] under this vocabulary", "train a vocabulary"),
+        )
+    )
     return C

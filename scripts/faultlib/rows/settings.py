@@ -476,8 +476,9 @@ def reads_back(c: Path, o: Outcome) -> str | None:
 
 
 def as_written() -> list[Case]:
-    """A setting does what it says: a string with a newline reads back from config.toml, a resume
-    stays in its own directory, a dense start that leaves nothing to drop is refused."""
+    """A setting does what it says, or is refused: a string with a newline reads back from
+    config.toml, a resume stays in its own directory, a dense start that leaves nothing to drop and
+    CUDA graphs on a CPU are refused."""
     C: list[Case] = []
     add = C.append
     add(
@@ -527,4 +528,16 @@ def as_written() -> list[Case]:
                 says=says,
             )
         )
+    add(
+        Case(
+            "pretrain-compile-graphs-on-cpu",
+            "bad input, full disk",
+            pretrain(
+                "{C}/r", "{B}/data", "--set", "train.compile=graphs", "--set", "train.device=cpu"
+            ),
+            "refused before the run starts, naming the setting and what the CPU can use",
+            absent=("r",),
+            says=("train.compile: 'graphs' captures CUDA graphs", "use 'step' (compiled) or 'off'"),
+        )
+    )
     return C

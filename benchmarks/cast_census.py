@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from tokendrop.config import ModelConfig
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.lab.bench.casts import CastCensus
 from tokendrop.lab.bench.environment import environment
 from tokendrop.models import norm

@@ -39,7 +39,7 @@ import torch
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench.workload import synthetic_batch
 from tokendrop.lab.machine import cpu_model, loadavg
@@ -80,8 +80,8 @@ def _arm(mode: str, dropping: bool, t: int, b: int):
     plan = DropPlan.for_model(DROP, MC, t, SPECIAL_IDS, seed=0, total_steps=cfg.train.fixed_steps)
     opt = adamw(model, 1e-4, 0.01, (0.9, 0.999), 1e-6, fused=True)
     step = MLMStep(
-        model, plan, opt, cfg, None, use_attention_mask=False, compile=mode,
-        shapes=compiled_shapes(cfg, [t]),
+        model, plan, opt, cfg.train.grad_clip, None, use_attention_mask=False, compile=mode,
+        shapes=compiled_shapes(plan, [t]),
     )  # fmt: skip
     cpu = torch.device("cpu")
     mb = synthetic_batch(b, t, MC.vocab_size, cpu, document_tokens=DOCUMENT_ROW)

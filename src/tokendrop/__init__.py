@@ -29,7 +29,7 @@ _API: dict[str, tuple[str, str]] = {
     # configuration
     "Config": ("tokendrop.config", "Config"),
     "ModelConfig": ("tokendrop.config", "ModelConfig"),
-    "DropConfig": ("tokendrop.dropping.methods", "DropConfig"),
+    "DropConfig": ("tokendrop.dropping.config", "DropConfig"),
     "FinetuneConfig": ("tokendrop.config", "FinetuneConfig"),
     "load_config": ("tokendrop.config", "load_config"),
     "finetune_config": ("tokendrop.finetuning.run", "finetune_config"),
@@ -82,9 +82,10 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from tokendrop.config import Config, FinetuneConfig, ModelConfig, load_config  # noqa: F401
     from tokendrop.data.prepare import prepare  # noqa: F401
+    from tokendrop.dropping.config import DropConfig  # noqa: F401
     from tokendrop.dropping.flops import flop_ratio, step_flops  # noqa: F401
     from tokendrop.dropping.importance import TokenSelector  # noqa: F401
-    from tokendrop.dropping.methods import METHODS, DropConfig  # noqa: F401
+    from tokendrop.dropping.methods import METHODS  # noqa: F401
     from tokendrop.dropping.plan import DropPlan, DropStep  # noqa: F401
     from tokendrop.errors import (  # noqa: F401
         ArgumentError,

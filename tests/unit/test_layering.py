@@ -192,6 +192,7 @@ def test_config_parsing_and_the_trainer_stay_low():
         "tokendrop.config.layers",
         "tokendrop.config.checks",
         "tokendrop.value_schedule",
+        "tokendrop.dropping.config",
         "tokendrop.dropping.methods",
     }
     assert not {

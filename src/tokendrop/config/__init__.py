@@ -2,7 +2,7 @@
 overrides.
 
 A pretraining config is a ``Config`` with sections ``model`` (:mod:`tokendrop.config.model`),
-``drop`` (:class:`tokendrop.dropping.methods.DropConfig`, beside the registries of selection methods
+``drop`` (:class:`tokendrop.dropping.config.DropConfig`, beside the registries of selection methods
 and variants it is validated against; imported from there), ``data`` and ``train`` (here); a
 fine-tuning config is a ``FinetuneConfig``.  TOML files may start with ``extends = "other.toml"``
 (path relative to the file, or the name of a preset in ``configs/``) to inherit and override.
@@ -38,7 +38,7 @@ from tokendrop.config.layers import (  # noqa: F401 -- a preset's layers
 )
 from tokendrop.config.model import VOCAB_FROM_DATA, ModelConfig
 from tokendrop.config.quantities import parse_duration, parse_tokens
-from tokendrop.dropping.methods import SPAN_AUTO, DropConfig  # [drop] lives with the method
+from tokendrop.dropping.config import SPAN_AUTO, DropConfig  # [drop] lives with the method
 from tokendrop.errors import ConfigError, check_arg, check_path_arg
 from tokendrop.fields import fixed, free
 from tokendrop.value_schedule import DECAYS

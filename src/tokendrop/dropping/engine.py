@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokendrop.dropping.methods import DropConfig, DropVariant
+from tokendrop.dropping.config import DropConfig
+from tokendrop.dropping.methods import DropVariant
 
 
 def flat_index(keep_idx: Tensor, seq_len: int) -> Tensor:

@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.errors import check_arg
 
 FULL, SLIDING = "full_attention", "sliding_attention"

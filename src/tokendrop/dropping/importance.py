@@ -33,7 +33,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from tokendrop.dropping.methods import METHODS, PIN_HIGH, PIN_LOW, DropConfig, Uniform
+from tokendrop.dropping.config import DropConfig
+from tokendrop.dropping.methods import METHODS, PIN_HIGH, PIN_LOW, Uniform
 from tokendrop.errors import ConfigError, check_arg
 
 MASK_JITTER = 1e-4  # mask_rows = "ranked": ties among [MASK] rows broken by U[0, 1e-4) draws

@@ -41,10 +41,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.engine import DropSpan
 from tokendrop.dropping.flops import ModelConfig, consistency_flops, step_flops
 from tokendrop.dropping.importance import TokenSelector, build_selector
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.errors import ConfigError, check_arg
 
 
@@ -179,6 +179,27 @@ class DropPlan:
         if self.drop.per_layer:
             return f"{self.drop.method}'s kept-count ramp"
         return None
+
+    def step_kinds(self, seq_len: int) -> int:
+        """At most how many kinds of step this run takes at ``seq_len`` (what a compiled step
+        compiles per length): one dense kind when any step is dense (no dropping, a dense start,
+        stage 2; a time-budgeted or unknown-length run, whose phases follow the progress, and a
+        per-layer method count one), and one per kept count its dropping steps take (random-LTD:
+        every multiple of ``drop.ltd_step`` its ramp takes, up to T)."""
+        drop = self.drop
+        if not drop.enabled:
+            return 1
+        dense = (
+            not self.total_steps
+            or drop.stage2_fraction > 0
+            or drop.dense_start_share > 0
+            or drop.per_layer
+        )
+        kept = 1
+        if drop.per_layer:
+            m0 = max(1, int(round(drop.ltd_start_fraction * seq_len)))
+            kept = (seq_len - m0) // max(drop.ltd_step, 1) + 1
+        return int(dense) + kept
 
     def to(self, device: torch.device | str) -> DropPlan:
         """The selector's state on ``device``."""

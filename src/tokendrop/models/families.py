@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 
 from tokendrop.config import ModelConfig
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.errors import ConfigError, check_arg
 from tokendrop.models import bert, modernbert
 from tokendrop.models.family import FamilySpec

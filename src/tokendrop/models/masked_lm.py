@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.engine import DropSpan
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.errors import ConfigError
 
 

@@ -25,7 +25,7 @@ from tokendrop.config.model import MODEL_PRESETS, VOCAB_FROM_DATA
 from tokendrop.data import DataError
 from tokendrop.data.masking import unigram_note
 from tokendrop.data.tokenizer import has_tokenizer_files
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.errors import ConfigError, InitError, InteropError, check_arg, check_path_arg
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.models.families import TASKS, build_model, spec_of, task_of

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.adamw import adamw
 
-from tokendrop.config import Config
+from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import ConfigError
 
 __all__ = [
@@ -76,27 +76,10 @@ def resolve_mode(value: bool | str, device: torch.device) -> str:
     return value
 
 
-def compiled_shapes(cfg: Config, lengths: list[int]) -> int:
-    """At most how many graphs a run of ``cfg`` compiles: per sequence length it trains at, one for
-    its dropping steps (random-LTD: one per kept count its ramp takes, multiples of
-    ``drop.ltd_step``) and one for its dense steps (stage 2, a dense start; a run without
-    dropping)."""
-    drop, tc = cfg.drop, cfg.train
-    dense = (
-        not drop.enabled
-        or bool(tc.time_budget)
-        or drop.stage2_fraction > 0
-        or drop.dense_start_share > 0
-        or drop.per_layer
-    )
-    n = 0
-    for t in lengths:
-        kinds = int(dense)
-        if drop.enabled:
-            m0 = max(1, int(round(drop.ltd_start_fraction * t)))
-            kinds += (t - m0) // max(drop.ltd_step, 1) + 1 if drop.per_layer else 1
-        n += kinds
-    return n
+def compiled_shapes(plan: DropPlan, lengths: list[int]) -> int:
+    """At most how many graphs a run compiles: per sequence length it trains at, the kinds of step
+    its drop plan takes there (:meth:`~tokendrop.dropping.plan.DropPlan.step_kinds`)."""
+    return sum(plan.step_kinds(t) for t in lengths)
 
 
 # (logits' inputs..., labels, weights) -> (weighted NLL sum, per-slot NLL (B, P), weighted correct

@@ -37,8 +37,9 @@ from tokendrop.data.tokenizer import (
     tokenizer_from_spec,
     vocab_tokens,
 )
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.importance import pinned_ids
-from tokendrop.dropping.methods import PIN_HIGH, DropConfig
+from tokendrop.dropping.methods import PIN_HIGH
 from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import check_arg
 from tokendrop.runs import checkpoint as ckpt_mod

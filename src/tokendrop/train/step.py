@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tokendrop.config import Config
 from tokendrop.dropping.consistency import ClsTaps, consistency_term
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import TrainingError
@@ -38,7 +37,7 @@ class MLMStep:
         model: BertForMaskedLM,
         plan: DropPlan,
         optimizer: torch.optim.Optimizer,
-        cfg: Config,
+        grad_clip: float,
         amp_dtype: torch.dtype | None,
         par: Parallel | None = None,
         use_attention_mask: bool = True,
@@ -71,7 +70,7 @@ class MLMStep:
             if compile in ("step", "graphs") and not sharded and not cpu_fused
             else None
         )
-        self.cfg = cfg
+        self.grad_clip = grad_clip  # train.grad_clip: 0 measures the norm without clipping
         self.amp_dtype = amp_dtype
         self.par = par if par is not None and par.kind != "none" else None
         # ScTD (tokendrop.dropping.consistency): [CLS] taps on the last two layers, only when its
@@ -102,7 +101,7 @@ class MLMStep:
             all_nll.append(nll)
         # train.grad_clip = 0: no clipping (as in fine-tuning); the norm is still measured.  Over
         # all shards under FSDP (DTensor gradients), so the same value on every rank
-        gnorm = grad_norm(self.params, self.cfg.train.grad_clip)
+        gnorm = grad_norm(self.params, self.grad_clip)
         # a non-finite gradient norm (the same on every rank: DDP/FSDP have reduced the gradients)
         # skips the step: no weight, moment or importance update.  Decided on the device: the
         # compiled update selects the old values, the fused AdamW kernel takes the flag (as under a
@@ -152,7 +151,7 @@ class MLMStep:
         loss, kl = nll_sum, None
         if sctd:
             kl = self._consistency(mb, dropped)
-            loss = loss + self.cfg.drop.consistency_weight * kl
+            loss = loss + self.plan.drop.consistency_weight * kl
         loss = loss / norm * scale
         loss.backward()
         return nll_sum.detach(), nll.detach(), correct.detach(), None if kl is None else kl.detach()

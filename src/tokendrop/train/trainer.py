@@ -613,12 +613,12 @@ class _Trainer:
         # one compiled graph per length, kind of step (stage 2, or no dropping: dense) and batch
         bw = self.shapes.batch
         batches = len(bw.sizes()) if self.merge and bw.active else 1
-        graphs = compiled_shapes(cfg, self.shapes.seq.lengths()) * batches
+        graphs = compiled_shapes(self.plan, self.shapes.seq.lengths()) * batches
         self.step_fn = MLMStep(
             self.model,
             self.plan,
             self.opt,
-            cfg,
+            cfg.train.grad_clip,
             self.amp,
             self.par,
             use_attention_mask=not data.packed,

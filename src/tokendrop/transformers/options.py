@@ -8,7 +8,8 @@ import dataclasses
 import difflib
 from typing import Any
 
-from tokendrop.dropping.methods import METHODS, DropConfig
+from tokendrop.dropping.config import DropConfig
+from tokendrop.dropping.methods import METHODS
 from tokendrop.errors import ConfigError, TokendropError
 from tokendrop.models.families import FAMILIES
 

@@ -22,9 +22,10 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor
 
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.engine import DropSpan
 from tokendrop.dropping.importance import TokenSelector
-from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig
+from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import ConfigError
 from tokendrop.runs.files import atomic_file, atomic_write_json, read_json, write_safetensors

@@ -414,8 +414,8 @@ def test_half_random_with_more_random_than_kept_slots_is_a_config_error(
     )
     _one_line_error(rc, err, "drop.half_random_frac", "0.03")
     assert not (tmp_path / "run").exists()
+    from tokendrop.dropping.config import DropConfig
     from tokendrop.dropping.importance import TokenSelector
-    from tokendrop.dropping.methods import DropConfig
 
     ok = DropConfig(method="half_random", rate=0.95)
     ok.validate(4)

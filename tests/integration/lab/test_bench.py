@@ -187,7 +187,7 @@ def test_bench_variants_run_their_registry_rows():
     """Each bench variant's [drop] section: drop/pass with bench.method at the rate; avg pools at
     0.5 with method none; random_ltd (a per-layer METHODS row) keeps 1 - rate at its schedule's
     first step. The headline rows (the 50% speedups a README quotes) are the dropping ones."""
-    from tokendrop.dropping.methods import DropConfig
+    from tokendrop.dropping.config import DropConfig
     from tokendrop.lab.bench.presets import VARIANTS
     from tokendrop.lab.bench.workload import Setting
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.importance import TokenSelector
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench import SPECIAL_IDS, sdpa_backends, synthetic_batch
 from tokendrop.lab.bench.profiling import FUSED_SDPA
@@ -47,7 +47,15 @@ def _step(model, drop, device, compile_=False):
     plan = DropPlan.for_model(drop, model.config, T, SPECIAL_IDS, total_steps=1, device=device)
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, fused=True)
     run = torch.compile(model, dynamic=False) if compile_ else None
-    return MLMStep(model, plan, opt, cfg, torch.bfloat16, use_attention_mask=False, run_model=run)
+    return MLMStep(
+        model,
+        plan,
+        opt,
+        cfg.train.grad_clip,
+        torch.bfloat16,
+        use_attention_mask=False,
+        run_model=run,
+    )
 
 
 def _at(step: MLMStep, dropping: bool) -> DropStep:
@@ -285,11 +293,11 @@ def test_compiled_and_graph_captured_steps_match_eager(mode):
             model,
             plan,
             opt,
-            cfg,
+            cfg.train.grad_clip,
             torch.bfloat16,
             use_attention_mask=False,
             compile=compile_mode,
-            shapes=compiled_shapes(cfg, [T]),
+            shapes=compiled_shapes(plan, [T]),
         )
         batches = [
             {k: v.to(CUDA) for k, v in synthetic_batch(B, T, V, CUDA, seed=i).items()}

@@ -43,7 +43,8 @@ def test_the_registry_still_computes_with_torch():
     """The behaviour behind the lazy imports: a row selects and starts its vector as before."""
     import torch
 
-    from tokendrop.dropping.methods import METHODS, DropConfig, stable_topk_positions
+    from tokendrop.dropping.config import DropConfig
+    from tokendrop.dropping.methods import METHODS, stable_topk_positions
 
     scores = torch.tensor([[0.5, 2.0, 1.0, 2.0]])
     assert stable_topk_positions(scores, 2).tolist() == [[1, 3]]

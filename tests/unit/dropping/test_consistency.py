@@ -13,9 +13,9 @@ from tiny_models import tiny_config
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.consistency import cls_kl
 from tokendrop.dropping.flops import consistency_flops, step_flops
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
@@ -56,7 +56,7 @@ def _step(mc, drop, opt_cls=RecordingSGD):
     model = build_model(mc, drop).train()
     plan = DropPlan.for_model(drop, mc, 32, SPECIAL_IDS, seed=0, total_steps=cfg.train.steps)
     opt = opt_cls(param_groups(model, 0.0), lr=0.1)
-    return MLMStep(model, plan, opt, cfg, None, use_attention_mask=False), model
+    return MLMStep(model, plan, opt, cfg.train.grad_clip, None, use_attention_mask=False), model
 
 
 def test_kl_hand_computed():

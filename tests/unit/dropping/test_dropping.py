@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.engine import gather_rows, scatter_rows
-from tokendrop.dropping.methods import DROP_VARIANTS, VARIANTS, DropConfig
+from tokendrop.dropping.methods import DROP_VARIANTS, VARIANTS
 from tokendrop.errors import ConfigError
 from tokendrop.models.bert.model import BertForMaskedLM
 

@@ -3,8 +3,9 @@ import math
 import pytest
 
 from tokendrop.config import ModelConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.flops import flop_ratio, layer_flops, step_flops
-from tokendrop.dropping.methods import VARIANTS, DropConfig
+from tokendrop.dropping.methods import VARIANTS
 
 
 def test_bert_base_hand_calculation():

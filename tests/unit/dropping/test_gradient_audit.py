@@ -37,9 +37,10 @@ from tokendrop.config import ModelConfig
 from tokendrop.config.model import ATTENTION_BACKENDS, DOCUMENT_ATTENTION, MODEL_FAMILIES
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping import engine
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.consistency import ClsTaps, consistency_term
 from tokendrop.dropping.importance import build_selector
-from tokendrop.dropping.methods import DROP_VARIANTS, METHODS, DropConfig, ltd_kept_at
+from tokendrop.dropping.methods import DROP_VARIANTS, METHODS, ltd_kept_at
 from tokendrop.errors import ConfigError
 from tokendrop.models import attention
 from tokendrop.models.attention import flex_available, use_flex

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from tokendrop.data.tokenizer import SPECIAL_IDS as SPECIAL
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.importance import TokenSelector
-from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW, DropConfig
+from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW
 
 V = 20
 

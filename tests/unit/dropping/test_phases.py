@@ -10,15 +10,10 @@ import torch
 
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.flops import step_flops
 from tokendrop.dropping.importance import MASK_JITTER, TokenSelector
-from tokendrop.dropping.methods import (
-    METHODS,
-    PIN_HIGH,
-    PIN_LOW,
-    DropConfig,
-    stable_topk_positions,
-)
+from tokendrop.dropping.methods import METHODS, PIN_HIGH, PIN_LOW, stable_topk_positions
 from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import ConfigError
 

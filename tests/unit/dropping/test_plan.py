@@ -8,9 +8,10 @@ import torch
 
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.flops import consistency_flops, step_flops
 from tokendrop.dropping.importance import build_selector
-from tokendrop.dropping.methods import METHODS, VARIANTS, DropConfig, ltd_kept, ltd_kept_at
+from tokendrop.dropping.methods import METHODS, VARIANTS, ltd_kept, ltd_kept_at
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import ConfigError
 

@@ -13,8 +13,9 @@ from batches import mlm_batch
 
 from tokendrop.config import Config, ModelConfig, TrainConfig, load_config
 from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.flops import layer_flops, step_flops
-from tokendrop.dropping.methods import DropConfig, ltd_kept, ltd_kept_at
+from tokendrop.dropping.methods import ltd_kept, ltd_kept_at
 from tokendrop.dropping.plan import DropPlan
 from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
@@ -174,7 +175,7 @@ def _step(mc, drop, steps=20, seed=0):
     model = build_model(mc, drop).train()
     plan = DropPlan.for_model(drop, mc, 48, SPECIAL_IDS, seed=seed, total_steps=steps)
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3)
-    return MLMStep(model, plan, opt, cfg, None, use_attention_mask=False), model
+    return MLMStep(model, plan, opt, cfg.train.grad_clip, None, use_attention_mask=False), model
 
 
 @pytest.mark.parametrize("family", FAMILIES)

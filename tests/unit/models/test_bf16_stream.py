@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tokendrop.config import ModelConfig
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.models import norm
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.models.modernbert.model import ModernBertForMaskedLM

@@ -9,7 +9,7 @@ import torch
 
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.models import attention
 from tokendrop.models.attention import MaskCache
 from tokendrop.models.families import FAMILIES, build_model

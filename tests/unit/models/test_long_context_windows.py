@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from tokendrop.config import ModelConfig
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.models import attention
 from tokendrop.models.families import build_model
 from tokendrop.models.masked_lm import document_ids

@@ -18,11 +18,8 @@ from toydata import task_vocab_tokens, write_vocab  # noqa: E402
 
 from tokendrop.config import Config, ModelConfig, TrainConfig, from_dict  # noqa: E402
 from tokendrop.data.tokenizer import SPECIAL_IDS  # noqa: E402
-from tokendrop.dropping.methods import (  # noqa: E402
-    PAPER_METHOD,
-    VARIANTS,
-    DropConfig,  # noqa: E402
-)
+from tokendrop.dropping.config import DropConfig  # noqa: E402
+from tokendrop.dropping.methods import PAPER_METHOD, VARIANTS  # noqa: E402
 from tokendrop.dropping.plan import DropPlan  # noqa: E402
 from tokendrop.errors import (
     ConfigError,
@@ -323,7 +320,7 @@ def test_every_method_and_variant_trains(method, variant):
     counts = torch.arange(V, dtype=torch.float64).numpy()
     plan = DropPlan.for_model(drop, mc, 64, SPECIAL_IDS, counts=counts, total_steps=cfg.train.steps)
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3)
-    step = MLMStep(model, plan, opt, cfg, None, use_attention_mask=False)
+    step = MLMStep(model, plan, opt, cfg.train.grad_clip, None, use_attention_mask=False)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     out = step([_batch()], 1e-3, plan.at(0, 64))
     assert torch.isfinite(out["loss"]) and out["loss"] > 0

@@ -16,7 +16,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 from tokendrop.config import Config, TrainConfig, load_config
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model
@@ -55,12 +55,12 @@ def _step(family: str, mode: str, backend, device: str = "cpu", amp=None):
         model,
         plan,
         opt,
-        cfg,
+        cfg.train.grad_clip,
         amp,
         use_attention_mask=False,
         compile=mode,
         compile_backend=backend,
-        shapes=compiled_shapes(cfg, [T]),
+        shapes=compiled_shapes(plan, [T]),
     )
     return step, model, plan.selector
 
@@ -178,22 +178,21 @@ def test_modes():
         load_config("tiny", ['train.compile="fast"'])
 
 
-def test_compiled_shapes_count_lengths_and_kinds():
-    cfg = Config(
-        model=tiny_config("bert", V),
-        drop=DropConfig(method="cumulative"),
-        train=TrainConfig(steps=20),
-    ).validate()
-    assert compiled_shapes(cfg, [T]) == 1  # every step drops
-    assert compiled_shapes(cfg, [8, 16, 32]) == 3  # a sequence-length warm-up: one per length
-    cfg.drop.stage2_fraction = 0.1
-    assert compiled_shapes(cfg, [T]) == 2  # + stage 2
-    ltd = Config(
-        model=tiny_config("bert", V),
-        drop=DropConfig(method="random_ltd", ltd_step=8),
-        train=TrainConfig(steps=20),
-    )
-    assert compiled_shapes(ltd.validate(), [T]) == 1 + 3  # kept counts 16, 24, 32 (= dense) + dense
+def _plan(drop: DropConfig, steps: int | None = 20) -> DropPlan:
+    return DropPlan.for_model(drop, tiny_config("bert", V), T, SPECIAL_IDS, total_steps=steps)
+
+
+def test_compiled_shapes_are_the_kinds_of_step_the_drop_plan_takes():
+    every_step_drops = _plan(DropConfig(method="cumulative"))
+    assert compiled_shapes(every_step_drops, [T]) == 1
+    assert compiled_shapes(every_step_drops, [8, 16, 32]) == 3  # a length warm-up: one per length
+    assert compiled_shapes(_plan(DropConfig(method="cumulative", stage2_fraction=0.1)), [T]) == 2
+    assert compiled_shapes(_plan(DropConfig(method="cumulative", dense_start_share=0.1)), [T]) == 2
+    # a time budget: the phases follow the progress, a dense kind is counted
+    assert compiled_shapes(_plan(DropConfig(method="cumulative"), steps=0), [T]) == 2
+    assert compiled_shapes(_plan(DropConfig()), [8, T]) == 2  # dense: one kind per length
+    # random-LTD: kept counts 16, 24, 32 (= T) + dense
+    assert compiled_shapes(_plan(DropConfig(method="random_ltd", ltd_step=8)), [T]) == 1 + 3
 
 
 @pytest.mark.parametrize("mode", ["step", "graphs"])
@@ -205,7 +204,7 @@ def test_a_fused_adamw_on_cpu_stays_eager_an_unfused_one_is_compiled(mode):
     assert isinstance(step.compiled_opt, CompiledAdamW)  # RecordingAdamW: not fused
     fused = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, fused=True)
     eager_update = MLMStep(
-        model, step.plan, fused, step.cfg, None, use_attention_mask=False, compile=mode,
+        model, step.plan, fused, step.grad_clip, None, use_attention_mask=False, compile=mode,
         compile_backend="aot_eager",
     )  # fmt: skip
     assert eager_update.compiled_opt is None

@@ -207,8 +207,8 @@ def test_training_step_is_sync_free_full_grid(case, request, tmp_path, monkeypat
 
 def test_census_names_the_syncs_it_finds():
     """The census can fail: each rule it applies, on a known sync, named at this file's caller."""
+    from tokendrop.dropping.config import DropConfig
     from tokendrop.dropping.importance import TokenSelector
-    from tokendrop.dropping.methods import DropConfig
 
     x, idx = torch.arange(6.0), torch.tensor([1, 2])
     cases = {

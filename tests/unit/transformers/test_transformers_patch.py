@@ -20,14 +20,9 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from tokendrop.config import ModelConfig  # noqa: E402
+from tokendrop.dropping.config import DropConfig  # noqa: E402
 from tokendrop.dropping.consistency import ClsTaps, consistency_term  # noqa: E402
-from tokendrop.dropping.methods import (  # noqa: E402
-    DROP_VARIANTS,
-    METHODS,
-    PIN_HIGH,
-    VARIANTS,
-    DropConfig,  # noqa: E402
-)
+from tokendrop.dropping.methods import DROP_VARIANTS, METHODS, PIN_HIGH, VARIANTS  # noqa: E402
 from tokendrop.errors import ConfigError, TokendropError  # noqa: E402
 from tokendrop.models.bert.hf import hf_config_dict, to_hf  # noqa: E402
 from tokendrop.models.bert.model import BertForMaskedLM  # noqa: E402

@@ -43,8 +43,8 @@ from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.flops import step_flops
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
 from tokendrop.lab.bench.presets import BenchConfig
 from tokendrop.lab.bench.workload import Setting

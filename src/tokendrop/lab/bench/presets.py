@@ -15,12 +15,8 @@ from pathlib import Path
 from tokendrop.config import THREADS_AUTO, ModelConfig, config_dir, from_dict, load_config
 from tokendrop.config.model import MODEL_PRESETS
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.dropping.methods import (
-    DEFAULT_VARIANT,
-    METHODS,
-    VARIANTS as DROP_VARIANTS,
-    DropConfig,
-)
+from tokendrop.dropping.config import DropConfig
+from tokendrop.dropping.methods import DEFAULT_VARIANT, METHODS, VARIANTS as DROP_VARIANTS
 from tokendrop.errors import ConfigError
 from tokendrop.lab.sizes import (
     BUDGET_NONE,

@@ -18,8 +18,8 @@ from torch import Tensor, nn
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.flops import layer_types
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan
 from tokendrop.lab.bench.hf_baseline import (
     HFModel,
@@ -240,7 +240,13 @@ class StepBuilder:
             device=self.device,
         )
         step = MLMStep(
-            ours.model, plan, ours.opt, cfg, self.amp, use_attention_mask=False, run_model=ours.run
+            ours.model,
+            plan,
+            ours.opt,
+            cfg.train.grad_clip,
+            self.amp,
+            use_attention_mask=False,
+            run_model=ours.run,
         )
         at = plan.at(0, s.seq_len)
         micro = [mb]

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from tokendrop.data.tokenizer import SPECIAL_IDS
-from tokendrop.dropping.methods import DropConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
 from tokendrop.lab.sizes import DOCUMENT_ROW
 

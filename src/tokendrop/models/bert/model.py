@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.engine import DropSpan, Rows, run_layers
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.models.attention import MaskCache, attend, use_flex
 from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
 from tokendrop.models.norm import LayerNorm

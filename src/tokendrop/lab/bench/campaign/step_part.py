@@ -39,8 +39,8 @@ import torch
 
 from tokendrop.config import Config, ModelConfig, TrainConfig
 from tokendrop.data.tokenizer import SPECIAL_IDS
+from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.flops import gpu_peak_flops, step_flops
-from tokendrop.dropping.methods import DropConfig
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.lab.bench.campaign.common import Budget, Log, PartResult, free_device_memory
 from tokendrop.lab.bench.campaign.config import CampaignConfig
@@ -135,12 +135,12 @@ def _measure(
         model,
         plan,
         opt,
-        cfg,
+        cfg.train.grad_clip,
         amp,
         use_attention_mask=False,
         compile=mode,
         compile_backend=sp.compile_backend,
-        shapes=compiled_shapes(cfg, [t]),
+        shapes=compiled_shapes(plan, [t]),
     )
     batch = synthetic_batch(b, t, mc.vocab_size, device, document_tokens=DOCUMENT_ROW)
     mb = {k: v.to(device) for k, v in batch.items()}

@@ -310,7 +310,6 @@ def _is_text(t) -> bool:
 
 
 def _check_schema(path: str, schema, text_field: str) -> int:
-    pa = _pa()
     names = list(schema.names)
     if text_field not in names:
         raise DataError(

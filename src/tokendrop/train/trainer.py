@@ -314,6 +314,7 @@ class _Trainer:
             "checkpoints": 0.0,
         }
         self.console = RunLog(None, banner and dd.main)  # RUN/log.txt once the run directory exists
+        self.run_id: str | None = None  # the run directory's (open_run), recorded in checkpoints
 
     def _phase(self, name: str) -> None:
         """Add the wall time since the last mark to phase ``name``."""
@@ -443,7 +444,14 @@ class _Trainer:
                     f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})"
                 ) from None
             counters = ckpt_mod.step_counters(self.last, self.meta_in)  # shards' too
-            check_checkpoint(self.last, self.meta_in, counters, to_dict(cfg), resuming=True)
+            check_checkpoint(
+                self.last,
+                self.meta_in,
+                counters,
+                to_dict(cfg),
+                resuming=True,
+                run_id=rundir.run_id(run_dir),
+            )
             check_resume_data(self.meta_in, cfg, self.data)
             changed = config_changes(self.meta_in.get("config") or {}, to_dict(cfg), FREE)
             if changed and dd.main:  # accepted (fields declared free), said field by field
@@ -485,6 +493,7 @@ class _Trainer:
             self.console.path = run_dir / LOG_FILE
         if dd.world > 1:
             dist.barrier()
+        self.run_id = rundir.run_id(run_dir)
         return None
 
     # -- model, selector, optimizer; the step and the loader
@@ -998,6 +1007,8 @@ class _Trainer:
             "flops": self.flops_total,
             "tokens": self.tokens_before + self.tokens_done,
         }
+        if self.run_id is not None:  # the run that wrote it (check_checkpoint compares)
+            meta["run_id"] = self.run_id
         return save_training_state(
             self.run_dir,
             step,

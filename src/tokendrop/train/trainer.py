@@ -43,7 +43,7 @@ from tokendrop.models.families import build_model, spec_of
 from tokendrop.models.hf import copy_tokenizer
 from tokendrop.models.masked_lm import num_parameters
 from tokendrop.runs import checkpoint as ckpt_mod, rundir
-from tokendrop.runs.files import atomic_directory, atomic_write_text
+from tokendrop.runs.files import DISK_ERRNOS, atomic_directory, atomic_write_text, os_error_fix
 from tokendrop.runs.gate import gate
 from tokendrop.runs.metrics import MetricsLog, read_metrics, truncate_metrics
 from tokendrop.runs.trackers import check_installed
@@ -1049,7 +1049,7 @@ class _Trainer:
         self.log.close()
         if dd.main and not interrupted:
             t0 = time.perf_counter()
-            write_run_report(self.run_dir)
+            _write_report(self.run_dir)
             self.phases["report"] = time.perf_counter() - t0
         tokens_per_s = self.tokens_done / self.train_time if self.train_time else 0.0
         self.console.block(
@@ -1082,16 +1082,38 @@ class _Trainer:
         )
 
 
+def _write_report(run_dir: Path) -> None:
+    """``report.md`` (and ``curves.png``) of a finished run; a full disk (or quota, read-only file
+    system) is one line naming the file, saying the run itself is intact and how to write the
+    report once there is room: ``--resume`` of a finished run writes a missing report."""
+    try:
+        write_run_report(run_dir)
+    except OSError as e:
+        if e.errno not in DISK_ERRNOS:
+            raise
+        raise TrainingError(
+            f"{run_dir / 'report.md'}: not written ({e.strerror or e}); the run itself finished "
+            "(its checkpoints and metrics.jsonl are intact): "
+            f"{os_error_fix(e)}, then write the report with: tokendrop pretrain --resume "
+            f"{shlex.quote(str(run_dir))}"
+        ) from None
+
+
 def _finished(
     run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[str, Any]
 ) -> PretrainResult:
     """The result of resuming a run whose last checkpoint is at its end (``train.steps`` reached or
     ``train.time_budget`` used): nothing to train (a requeued job, a restarted torchrun agent, a
-    repeated command); said once on stderr."""
+    repeated command); said once on stderr.  A report the run could not write (a full disk) is
+    written now."""
     if dd.main:
+        wrote = not (run_dir / "report.md").is_file()
+        if wrote:
+            _write_report(run_dir)
         print(
             f"{run_dir}: already finished (its last checkpoint is step {step}, the end of "
-            f"{length.describe()}); nothing to do",
+            f"{length.describe()}); "
+            + (f"wrote its missing report {run_dir / 'report.md'}" if wrote else "nothing to do"),
             file=sys.stderr,
         )
     return PretrainResult(

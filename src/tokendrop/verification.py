@@ -63,7 +63,7 @@ from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.checkpoint import sha256_file
 from tokendrop.runs.files import read_json
 from tokendrop.runs.metrics import scan_lines
-from tokendrop.runs.rundir import read_marker
+from tokendrop.runs.rundir import read_marker, run_id
 from tokendrop.train.resume import check_checkpoint
 
 __all__ = ["VerifyReport", "verify_path", "detect_kind", "VERIFIERS"]
@@ -127,7 +127,8 @@ def verify_checkpoint(ck: Path, rep: VerifyReport, run_config: dict | None = Non
         bad = True
     if not bad:
         try:
-            check_checkpoint(ck, meta, ckpt_mod.step_counters(ck, meta), run_config)
+            rid = run_id(ck.parent.parent) if ck.parent.name == "checkpoints" else None
+            check_checkpoint(ck, meta, ckpt_mod.step_counters(ck, meta), run_config, run_id=rid)
         except TrainingError as e:
             rep.problems.append(error_line(e))
             bad = True

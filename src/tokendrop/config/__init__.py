@@ -720,7 +720,8 @@ class FinetuneConfig:
     # "auto" = <glue>/AX/diagnostic-full.tsv beside the MNLI dir if present; "" = off; else a path
     ax_data: str = "auto"
     save_model: bool = False  # write the fine-tuned model (HF layout) to <out>/model
-    # GLUE TSV rows of the wrong width / unknown label: left out and counted, not errors
+    # GLUE TSV rows of the wrong width / unknown label, SQuAD training answers covering no word
+    # piece: left out and counted, not errors
     skip_malformed: bool = False
     log_every: int = 50  # optimizer steps between progress lines (0 = silent)
 

@@ -9,7 +9,8 @@ written by ``save_to_disk``.
   (``dataset_dict.json`` + one such directory per split); ``DIR@SPLIT`` picks a split, and a
   ``DatasetDict`` with several splits needs one.
 
-The text column must be a string column; a null entry is an error (like a non-string JSONL field).
+The text column must be a string column, or a dictionary-encoded one (pandas' categorical dtype;
+each batch is decoded to its strings); a null entry is an error (like a non-string JSONL field).
 Work units (:mod:`.units`) are ranges of row groups (Parquet) or record batches (Arrow), so any of
 these files can be prepared by several workers; every reader streams one batch at a time.
 
@@ -294,8 +295,21 @@ def _check_pages(path: str, pf, text_field: str, groups) -> None:
             )
 
 
-def _check_schema(path: str, schema, text_field: str) -> int:
+def _is_string(t) -> bool:
     pa = _pa()
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or getattr(pa.types, "is_string_view", lambda _: False)(t)
+    )
+
+
+def _is_text(t) -> bool:
+    """A string type, or a dictionary-encoded one (pandas' categorical column)."""
+    return _is_string(t) or (_pa().types.is_dictionary(t) and _is_string(t.value_type))
+
+
+def _check_schema(path: str, schema, text_field: str) -> int:
     names = list(schema.names)
     if text_field not in names:
         raise DataError(
@@ -303,12 +317,7 @@ def _check_schema(path: str, schema, text_field: str) -> int:
             "set --text-field to the column holding the text"
         )
     t = schema.field(text_field).type
-    ok = (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or getattr(pa.types, "is_string_view", lambda _: False)(t)
-    )
-    if not ok:
+    if not _is_text(t):
         raise DataError(
             f"{path}: column {text_field!r} is {t}, not a string column; set --text-field to the "
             "column holding the text"
@@ -408,6 +417,8 @@ def read_texts(
             progress(row0, total)
         for b in batches:
             arr = b.column(col)
+            if pa.types.is_dictionary(arr.type):  # a categorical column: this batch's strings
+                arr = arr.dictionary_decode()
             if arr.null_count:
                 i = row0 + done + arr.is_null().to_pylist().index(True)
                 raise DataError(

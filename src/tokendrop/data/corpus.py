@@ -10,8 +10,8 @@ gzip, bzip2 and zstandard (``.zst``, needs ``zstandard``)):
 * JSONL (``.jsonl``, ``.ndjson``, optionally compressed): one JSON object per line, the document
   text in ``text_field`` (default ``"text"``).
 * Parquet (``.parquet``), Arrow IPC (``.arrow``) and ``datasets`` ``save_to_disk`` directories
-  (``DIR`` or ``DIR@SPLIT``): the string column ``text_field``, read with ``pyarrow``
-  (:mod:`.columnar`).
+  (``DIR`` or ``DIR@SPLIT``): the string column ``text_field`` (or a dictionary-encoded one, as
+  pandas writes a categorical column), read with ``pyarrow`` (:mod:`.columnar`).
 * Wikipedia XML dumps (``.xml``, ``.xml.bz2``, ``.xml.gz``): MediaWiki export files, streamed with
   ``expat`` (one page held at a time); redirects and pages outside namespace 0 are skipped and
   the wiki markup is removed by :func:`clean_wikitext`.

@@ -416,8 +416,17 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
     model.to(device)
 
     t_enc = time.perf_counter()
+    skipped: list[str] | None = [] if cfg.skip_malformed else None
     tr_feats = build_features(
-        train_ex, tok, max_len, cfg.doc_stride, cfg.max_query_len, training=True, specials=specials
+        train_ex,
+        tok,
+        max_len,
+        cfg.doc_stride,
+        cfg.max_query_len,
+        training=True,
+        specials=specials,
+        skipped=skipped,
+        path=train_path,
     )
     dev_feats = build_features(
         dev_ex, tok, max_len, cfg.doc_stride, cfg.max_query_len, training=False, specials=specials
@@ -452,6 +461,8 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
             f"{len(dev_feats)} windows",
         ):
             log(line)
+    if skipped and log:
+        log(f"{spec.name}: left out {len(skipped)} training question(s), first: {skipped[0]}")
     stats = _train(model, cfg, len(tr_feats), batch_fn, loss_fn, device, bf16, log)
 
     t_ev = time.perf_counter()
@@ -475,6 +486,7 @@ def _finetune_squad(cfg, spec, model_path, out: Path, device, bf16, log) -> dict
         "files": {"train": str(train_path), "dev": str(dev_path)},
         "n_train": len(train_ex),
         "n_train_features": len(tr_feats),
+        "skipped_rows": skipped or [],
         "encode_s": enc_s,
         "eval_s": eval_s,
         "seq_len": {"field": "max_seq_len_qa", "requested": cfg.max_seq_len_qa, "used": max_len},

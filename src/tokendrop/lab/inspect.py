@@ -27,7 +27,8 @@ middle layers keep it (the importance vector is unused and not shown as a rankin
 
 Runs that select nothing raise :class:`InspectError` with the reason: a dense baseline
 (``drop.method = none``) has no importance vector; token averaging (``variant = avg``) pools
-adjacent pairs instead of selecting tokens.
+adjacent pairs instead of selecting tokens.  So does a checkpoint no step before which dropped (its
+run's dense start covers them, or every step of the run is dense).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from tokendrop.runs.files import atomic_directory
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.runs.plotting import pyplot, save_figure
 from tokendrop.runs.rundir import write_marker
-from tokendrop.train.selection import no_selection_reason
+from tokendrop.train.selection import no_selection_reason, undropped_reason
 
 # Figure 1: held-out excerpts with the kept tokens in bold and each token's importance score, as
 # HTML and as a PNG (wrapped text drawn with matplotlib)
@@ -676,6 +677,9 @@ def inspect_run(
     lock. Its figures need matplotlib: checked before the run is read."""
     pyplot()
     rv = load_run(run_dir)
+    reason = undropped_reason(rv.cfg.drop, rv.cfg.train.fixed_steps, rv.step)
+    if reason:
+        raise InspectError(f"{rv.ckpt}: {reason}")
     out = Path(out_dir) if out_dir else rv.run_dir / "inspect"
     with rundir.lock(out, InspectError):
         rundir.prepare_output(out, "inspect", overwrite, inputs=[run_dir], error=InspectError)

@@ -249,6 +249,15 @@ def resolve_init_source(source: str) -> InitSource:
         and not (p / "config.json").is_file()
     ):
         return _resolve_tokendrop(s, p)
+    if (
+        p.parent.name == "checkpoints"
+        and re.fullmatch(r"step-\d+", p.name)
+        and not (p / "config.json").is_file()
+    ):
+        try:  # a run's checkpoint without its meta.json: said so, with an older one that verifies
+            ckpt_mod.read_meta(p)
+        except ckpt_mod.CheckpointError as e:
+            raise InitError(str(e)) from None
     return _resolve_hf(s, p)
 
 

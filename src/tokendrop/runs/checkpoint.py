@@ -340,9 +340,7 @@ def read_meta(ckpt: str | os.PathLike) -> dict[str, Any]:
     ckpt = Path(ckpt)
     mp = ckpt / "meta.json"
     if not mp.is_file():
-        raise CheckpointError(
-            f"{ckpt}: not a complete checkpoint (no meta.json); use another checkpoint of the run"
-        )
+        raise CheckpointError(f"{ckpt}: not a complete checkpoint (no meta.json); {_fix(ckpt)}")
     try:
         meta = json.loads(mp.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
@@ -597,6 +595,8 @@ def _held_newest(p: Path, verified: bool) -> Iterator[Path | None]:
                     except CheckpointError as e:
                         print(f"warning: skipping {e}", file=sys.stderr)
                         continue
+                else:  # a checkpoint, damaged or not: not some other directory (as find reads it)
+                    read_meta(cand)
                 yield cand
                 return
         if verified and not gone:

@@ -11,7 +11,7 @@ latest verified checkpoint, read and append metrics, and publish files atomicall
 The rules (docs/reliability.md checks each):
 
 * a directory tokendrop writes holds a marker, ``.tokendrop.json`` (``{"kind": ..., "version":
-  ...}``);
+  ...}``; a run's also its ``run_id``, which its checkpoints record);
 * an existing non-empty target is refused unless ``overwrite``; even then only a directory whose
   marker names the same kind of output is replaced -- never a regular file, a link, a directory
   tokendrop did not write, or one that contains an input of the command.  Resumable commands
@@ -39,6 +39,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -141,17 +142,27 @@ def read_marker(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def write_marker(directory: str | os.PathLike, kind: str) -> Path:
+    """The marker of a new ``kind`` output; a run's also holds its ``run_id`` (:func:`run_id`)."""
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}")
-    return atomic_write_json(
-        Path(directory) / MARKER,
-        {
-            "kind": kind,
-            "writer": "tokendrop",
-            "version": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        },
-    )
+    marker: dict[str, Any] = {
+        "kind": kind,
+        "writer": "tokendrop",
+        "version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if kind == "run":
+        marker["run_id"] = uuid.uuid4().hex
+    return atomic_write_json(Path(directory) / MARKER, marker)
+
+
+def run_id(path: str | os.PathLike) -> str | None:
+    """The id a run directory got when it was created (its marker's ``run_id``, recorded in every
+    checkpoint it writes: a checkpoint of another run copied in is told apart, whatever its
+    settings); None for a directory that is no run or a run made before runs had ids."""
+    m = read_marker(path)
+    rid = m.get("run_id") if m is not None and m.get("kind") == "run" else None
+    return rid if isinstance(rid, str) and rid else None
 
 
 def create(path: str | os.PathLike, kind: str) -> Path:
@@ -459,6 +470,7 @@ __all__ = [
     "RunDirError",
     "Interrupted",
     "read_marker",
+    "run_id",
     "write_marker",
     "create",
     "prepare_output",

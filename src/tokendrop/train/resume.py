@@ -24,8 +24,8 @@ from tokendrop.config import (
     recorded_config,
     to_dict,
 )
-from tokendrop.errors import ConfigError, TrainingError
-from tokendrop.fields import FIXED, resume_rules
+from tokendrop.errors import ConfigError, TokendropError, TrainingError
+from tokendrop.fields import FIXED, FREE, resume_rules
 from tokendrop.runs import checkpoint as ckpt_mod
 from tokendrop.runs.files import os_error_fix
 from tokendrop.train import checkpoint_sharded as sharded_ckpt
@@ -53,6 +53,7 @@ def check_checkpoint(
     state: Mapping[str, Tensor],
     run_config: dict[str, Any] | None,
     resuming: bool = False,
+    run_id: str | None = None,
 ) -> None:
     """The checks a checkpoint must pass against itself and its run -- made by ``--resume`` and by
     ``tokendrop verify``, here only: the step in meta.json is the one in the directory's name
@@ -62,13 +63,23 @@ def check_checkpoint(
     warm-up, no mixture) count the same steps, and the config it recorded has the run's values for
     every field a resume must not change (declared ``fixed``, ``tokendrop.fields``: the model's
     shape, the seed, the method ...; ``run_config``: the run's config, the one resuming now with
-    ``resuming``; None: not compared).  Raises :class:`TrainingError` (one line)."""
+    ``resuming``; None: not compared), and it was written by the run (``run_id``: the run's,
+    ``tokendrop.runs.rundir.run_id``; a checkpoint recording another is named with the settings
+    that differ, a foreign checkpoint of the same shape included; None, or a checkpoint recording
+    none: not compared).  Raises :class:`TrainingError` (one line)."""
     mf = ck / "meta.json"
     step = int(meta["step"])
     fix = (
         "the file was edited, or the checkpoint copied from another run: restore it from a backup, "
         "or move it away to use the run's checkpoint before it"
     )
+    theirs = meta.get("run_id")
+    if run_id is not None and isinstance(theirs, str) and theirs and theirs != run_id:
+        raise TrainingError(
+            f"{mf}: written by another run (run id {theirs[:12]}, this run's {run_id[:12]})"
+            + _differences(meta.get("config") or {}, _recorded_run_config(ck, run_config))
+            + "; move it away, or restore this run's own"
+        )
     name = re.fullmatch(r"step-(\d+)", ck.name)
     if name is not None and int(name.group(1)) != step:
         raise TrainingError(f"{mf}: records step {step} but its directory is {ck.name}; {fix}")
@@ -117,6 +128,30 @@ def check_checkpoint(
         f"{mf}: its {key} is {a!r} but the run's config.toml has {b!r}: not a checkpoint of this "
         "run (copied from another?); move it away, or restore this run's own"
     )
+
+
+def _recorded_run_config(ck: Path, run_config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The config a checkpoint's run recorded (``RUN/config.toml``, not a resume's changes to it),
+    else ``run_config``."""
+    if ck.parent.name == "checkpoints":
+        try:
+            return to_dict(load_run_config(ck.parent.parent))
+        except (TokendropError, ValueError):
+            pass
+    return run_config
+
+
+def _differences(theirs: dict[str, Any], ours: dict[str, Any] | None) -> str:
+    """The settings a foreign checkpoint's config has other than the run's (the first three), as
+    the tail of the message (": its ..."); empty when there is no run config to compare."""
+    if ours is None:
+        return ""
+    diff = config_changes(theirs, ours, FIXED) + config_changes(theirs, ours, FREE)
+    if not diff:
+        return ": its settings are this run's"
+    shown = [f"its {k} is {a!r} but the run's config.toml has {b!r}" for k, a, b in diff[:3]]
+    more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
+    return ": " + ", ".join(shown) + more
 
 
 def check_resume_compatible(old: dict[str, Any], new: dict[str, Any]) -> None:

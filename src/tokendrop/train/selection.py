@@ -67,6 +67,28 @@ def no_selection_reason(drop: DropConfig) -> str | None:
     return None
 
 
+def undropped_reason(drop: DropConfig, train_steps: int, step: int) -> str | None:
+    """Why the first ``step`` optimizer steps of a ``train_steps``-step run with ``drop`` dropped no
+    token (its phases make them all dense), or None when one of them dropped or the run's length
+    is not a number of steps (a time budget)."""
+    if train_steps <= 0 or not drop.selection.drops:
+        return None
+    first, end = drop.dense_start_steps(train_steps), drop.stage2_start(train_steps)
+    if first >= end:
+        return (
+            f"every step of the run is dense (drop.dense_start_share = {drop.dense_start_share:g} "
+            f"and drop.stage2_fraction = {drop.stage2_fraction:g} cover its {train_steps} steps): "
+            "it never dropped a token, so there are no kept tokens to show"
+        )
+    if step <= first:
+        return (
+            f"step {step} is inside the run's dense start (its first {first} of {train_steps} "
+            f"steps, drop.dense_start_share = {drop.dense_start_share:g}): no step so far dropped "
+            f"a token, so there are no kept tokens to show; inspect a checkpoint after step {first}"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class TextSelection:
     """What a run's selection keeps of one text (:func:`text_selection`); one entry per position
@@ -278,4 +300,4 @@ def text_selection(run_dir: str | os.PathLike, text: str) -> TextSelection:
     )
 
 
-__all__ = ["TextSelection", "no_selection_reason", "text_selection"]
+__all__ = ["TextSelection", "no_selection_reason", "text_selection", "undropped_reason"]

@@ -43,7 +43,7 @@ from tokendrop.models.families import build_model, spec_of
 from tokendrop.models.hf import copy_tokenizer
 from tokendrop.models.masked_lm import num_parameters
 from tokendrop.runs import checkpoint as ckpt_mod, rundir
-from tokendrop.runs.files import atomic_directory, atomic_write_text
+from tokendrop.runs.files import DISK_ERRNOS, atomic_directory, atomic_write_text, os_error_fix
 from tokendrop.runs.gate import gate
 from tokendrop.runs.metrics import MetricsLog, read_metrics, truncate_metrics
 from tokendrop.runs.trackers import check_installed
@@ -314,6 +314,7 @@ class _Trainer:
             "checkpoints": 0.0,
         }
         self.console = RunLog(None, banner and dd.main)  # RUN/log.txt once the run directory exists
+        self.run_id: str | None = None  # the run directory's (open_run), recorded in checkpoints
 
     def _phase(self, name: str) -> None:
         """Add the wall time since the last mark to phase ``name``."""
@@ -443,7 +444,14 @@ class _Trainer:
                     f"--resume: no valid checkpoint under {run_dir}/checkpoints ({e})"
                 ) from None
             counters = ckpt_mod.step_counters(self.last, self.meta_in)  # shards' too
-            check_checkpoint(self.last, self.meta_in, counters, to_dict(cfg), resuming=True)
+            check_checkpoint(
+                self.last,
+                self.meta_in,
+                counters,
+                to_dict(cfg),
+                resuming=True,
+                run_id=rundir.run_id(run_dir),
+            )
             check_resume_data(self.meta_in, cfg, self.data)
             changed = config_changes(self.meta_in.get("config") or {}, to_dict(cfg), FREE)
             if changed and dd.main:  # accepted (fields declared free), said field by field
@@ -485,6 +493,7 @@ class _Trainer:
             self.console.path = run_dir / LOG_FILE
         if dd.world > 1:
             dist.barrier()
+        self.run_id = rundir.run_id(run_dir)
         return None
 
     # -- model, selector, optimizer; the step and the loader
@@ -998,6 +1007,8 @@ class _Trainer:
             "flops": self.flops_total,
             "tokens": self.tokens_before + self.tokens_done,
         }
+        if self.run_id is not None:  # the run that wrote it (check_checkpoint compares)
+            meta["run_id"] = self.run_id
         return save_training_state(
             self.run_dir,
             step,
@@ -1038,7 +1049,7 @@ class _Trainer:
         self.log.close()
         if dd.main and not interrupted:
             t0 = time.perf_counter()
-            write_run_report(self.run_dir)
+            _write_report(self.run_dir)
             self.phases["report"] = time.perf_counter() - t0
         tokens_per_s = self.tokens_done / self.train_time if self.train_time else 0.0
         self.console.block(
@@ -1071,16 +1082,38 @@ class _Trainer:
         )
 
 
+def _write_report(run_dir: Path) -> None:
+    """``report.md`` (and ``curves.png``) of a finished run; a full disk (or quota, read-only file
+    system) is one line naming the file, saying the run itself is intact and how to write the
+    report once there is room: ``--resume`` of a finished run writes a missing report."""
+    try:
+        write_run_report(run_dir)
+    except OSError as e:
+        if e.errno not in DISK_ERRNOS:
+            raise
+        raise TrainingError(
+            f"{run_dir / 'report.md'}: not written ({e.strerror or e}); the run itself finished "
+            "(its checkpoints and metrics.jsonl are intact): "
+            f"{os_error_fix(e)}, then write the report with: tokendrop pretrain --resume "
+            f"{shlex.quote(str(run_dir))}"
+        ) from None
+
+
 def _finished(
     run_dir: Path, step: int, length: RunLength, dd: Dist, meta: dict[str, Any]
 ) -> PretrainResult:
     """The result of resuming a run whose last checkpoint is at its end (``train.steps`` reached or
     ``train.time_budget`` used): nothing to train (a requeued job, a restarted torchrun agent, a
-    repeated command); said once on stderr."""
+    repeated command); said once on stderr.  A report the run could not write (a full disk) is
+    written now."""
     if dd.main:
+        wrote = not (run_dir / "report.md").is_file()
+        if wrote:
+            _write_report(run_dir)
         print(
             f"{run_dir}: already finished (its last checkpoint is step {step}, the end of "
-            f"{length.describe()}); nothing to do",
+            f"{length.describe()}); "
+            + (f"wrote its missing report {run_dir / 'report.md'}" if wrote else "nothing to do"),
             file=sys.stderr,
         )
     return PretrainResult(

@@ -28,6 +28,7 @@ from tokendrop.dropping.importance import TokenSelector
 from tokendrop.dropping.methods import PIN_HIGH, PIN_LOW
 from tokendrop.dropping.plan import DropPlan, DropStep
 from tokendrop.errors import ConfigError
+from tokendrop.runs.checkpoint import CheckpointError, check_finite
 from tokendrop.runs.files import atomic_file, atomic_write_json, read_json, write_safetensors
 from tokendrop.transformers.options import TokenDroppingError
 
@@ -340,9 +341,36 @@ def save_state(state: TokenDroppingState, directory: str | Path) -> None:
 _MUST_MATCH = ("family", "vocab_size", "num_layers")
 
 
+def _check_ids(jpath: Path, meta: dict[str, Any], mine: dict[str, Any]) -> None:
+    """The special and pinned ids the run was trained with must be this model's: the importance
+    vector pins them, and the collator masks with them."""
+    for key, what, fix in (
+        ("special_ids", "special ids", "the run's tokenizer (or special_ids=)"),
+        ("pinned_ids", "pinned ids", "the run's pinned_tokens"),
+    ):
+        if key not in meta:  # not recorded: nothing to compare
+            continue
+        saved, now = meta[key], mine[key]
+        if isinstance(now, dict):
+            diff = sorted(k for k in {*saved, *now} if saved.get(k) != now.get(k))
+            if not diff:
+                continue
+            there = ", ".join(f"{k}={saved.get(k)}" for k in diff)
+            here = ", ".join(f"{k}={now.get(k)}" for k in diff)
+        elif list(saved) == list(now):
+            continue
+        else:
+            there, here = str(list(saved)), str(list(now))
+        raise TokenDroppingError(
+            f"{jpath}: the run was trained with {what} {there}, this model is patched with "
+            f"{here}; apply_token_dropping with {fix} to resume it"
+        )
+
+
 def load_state(state: TokenDroppingState, directory: str | Path) -> None:
-    """Restore what :func:`save_state` wrote into ``state``; one-line errors for a missing or
-    unreadable file and for a state saved with other options or another model."""
+    """Restore what :func:`save_state` wrote into ``state``; one-line errors for a missing,
+    unreadable or damaged file (NaN/inf importance, a cut generator state) and for a state saved
+    with other options, other special or pinned ids, or another model."""
     directory = Path(directory)
     jpath, tpath = directory / STATE_JSON, directory / STATE_TENSORS
     for p in (jpath, tpath):
@@ -378,10 +406,15 @@ def load_state(state: TokenDroppingState, directory: str | Path) -> None:
             f"{jpath}: the run was trained with {k}={saved.get(k)!r}, this model is patched with "
             f"{k}={v!r}; apply_token_dropping with the run's options to resume it"
         )
+    _check_ids(jpath, meta, mine)
     try:
         tensors = load_file(str(tpath))
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise TokenDroppingError(f"{tpath}: unreadable ({e}); the checkpoint is damaged") from None
+    try:  # the callback never saves a non-finite score: the update skips such a step
+        check_finite(tensors, tpath, "the checkpoint is damaged; resume from an earlier one")
+    except CheckpointError as e:
+        raise TokenDroppingError(str(e)) from None
     if state.selector is not None:
         m = tensors.get("importance")
         if m is None or tuple(m.shape) != (state.vocab_size,):
@@ -392,9 +425,16 @@ def load_state(state: TokenDroppingState, directory: str | Path) -> None:
         with torch.no_grad():
             state.selector.scores.copy_(m.to(state.selector.scores))
         if "rng_state" in tensors:
-            state.selector.set_rng_state(
-                tensors["rng_state"], torch.device(meta.get("rng_device", "cpu"))
-            )
+            try:
+                state.selector.set_rng_state(
+                    tensors["rng_state"], torch.device(meta.get("rng_device", "cpu"))
+                )
+            except RuntimeError as e:  # a generator state of the wrong size or kind
+                msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise TokenDroppingError(
+                    f"{tpath}: tensor rng_state is no generator state ({msg}); the checkpoint is "
+                    "damaged; resume from an earlier one"
+                ) from None
         else:
             state.selector.generator = None
     state.step = int(meta.get("step", 0))

@@ -103,13 +103,58 @@ def test_a_checkpoint_of_another_run_fails_verify_and_resume(tiny_data, tiny_run
     shutil.copytree(other / "checkpoints" / "step-00000004", ck)
     rc = cli(["verify", str(ck)])
     out, err = capsys.readouterr()
-    assert (
-        rc in (1, 2)
-        and "meta.json: its model.num_layers is 2 but the run's config.toml has 4" in out + err
-    ), out + err
+    assert rc in (1, 2) and "model.num_layers is 2 but the run's config.toml has 4" in out + err, (
+        out + err
+    )
     rc = cli(["pretrain", "--resume", str(run), "--quiet", "--set", "train.steps=6"])
     err = capsys.readouterr().err
-    assert rc == 2 and "config field model.num_layers changed from 2 to 4" in err, err
+    assert rc == 2 and "written by another run" in err, err
+    assert "its model.num_layers is 2 but the run's config.toml has 4" in err, err
+
+
+def test_a_checkpoint_of_another_run_of_the_same_shape_is_named(tiny_data, tmp_path, capsys):
+    """Two runs that differ only in train.lr (a setting a resume may change): the other's
+    checkpoint copied in is told apart by the run id every checkpoint records, and named with the
+    setting that differs, by verify and by --resume; nothing is written."""
+    from tokendrop.config import load_config
+    from tokendrop.runs.rundir import run_id
+    from tokendrop.train.trainer import pretrain
+
+    def train(out, lr):
+        cfg = load_config(
+            "tiny",
+            [
+                f'data.path="{tiny_data}"',
+                "train.steps=2",
+                "train.ckpt_every=2",
+                "train.eval_every=2",
+                "train.eval_batches=1",
+                "train.batch_size=8",
+                "train.threads=1",
+                f"train.lr={lr}",
+            ],
+        )
+        pretrain(cfg, out, progress=False)
+        return out
+
+    run, other = train(tmp_path / "run", 0.002), train(tmp_path / "other", 0.001)
+    ck = run / "checkpoints" / "step-00000002"
+    assert json.loads((ck / "meta.json").read_text())["run_id"] == run_id(run)
+    shutil.rmtree(ck)
+    shutil.copytree(other / "checkpoints" / "step-00000002", ck)
+    a, b = run_id(other)[:12], run_id(run)[:12]
+    says = (
+        f"{ck / 'meta.json'}: written by another run (run id {a}, this run's {b}): its train.lr "
+        "is 0.001 but the run's config.toml has 0.002; move it away, or restore this run's own"
+    )
+    rc = cli(["verify", str(run)])
+    out, err = capsys.readouterr()
+    assert rc in (1, 2) and says in out + err, out + err
+    before = _tree(run)
+    rc = cli(["pretrain", "--resume", str(run), "--quiet", "--set", "train.steps=4"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == f"error: {says}\n"
+    assert _tree(run) == before
 
 
 def test_a_consistent_run_verifies_with_the_checks_named(tiny_run, capsys):

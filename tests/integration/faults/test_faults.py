@@ -268,6 +268,24 @@ def test_disk_full_while_exporting(tiny_run, tmp_path, capsys, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no export dir, no temp dir
 
 
+def test_export_of_a_run_whose_newest_checkpoint_lost_its_meta_json(tiny_run, tmp_path, capsys):
+    """It is not "not a tokendrop run": the checkpoint is named, with the older one that verifies,
+    and exporting that one works (the run dir and the checkpoint dir give the same line)."""
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    newest, older = run / "checkpoints" / "step-00000004", run / "checkpoints" / "step-00000002"
+    (newest / "meta.json").unlink()
+    says = (
+        f"error: {newest}: not a complete checkpoint (no meta.json); restore it from a backup, or "
+        f"use the older checkpoint {older}\n"
+    )
+    for path in (run, newest):
+        rc, _, err = _run(capsys, "export", path, tmp_path / "hf")
+        assert rc == 2 and err == says
+    assert not (tmp_path / "hf").exists()
+    assert _run(capsys, "export", older, tmp_path / "hf")[0] == 0
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
+
+
 @pytest.mark.parametrize("threads", ["0", "-2"])
 def test_bench_threads_not_positive(tmp_path, capsys, threads):
     rc, _, err = _run(capsys, "bench", "--threads", threads, "--json", tmp_path / "r.json")

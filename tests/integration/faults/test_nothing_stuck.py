@@ -152,3 +152,28 @@ def test_a_model_or_batch_that_cannot_fit_leaves_nothing(tmp_path, tiny_data, ca
     msg = err_line(capsys)
     assert "too large for cpu" in msg and "GiB" in msg and "train.memory_check = false" in msg
     assert not run.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_at_the_end_of_run_report_names_it_and_the_suggestion_writes_it(
+    tmp_path, tiny_data, capsys, monkeypatch
+):
+    from tokendrop.train import report
+
+    run = tmp_path / "r"
+
+    def full(path, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")  # a write(): no file name
+
+    monkeypatch.setattr(report, "atomic_write_text", full)
+    assert main(pretrain(run, tiny_data, "--set", "train.batch_size=8")) == 2
+    msg = err_line(capsys)
+    assert msg.startswith(f"error: {run / 'report.md'}: not written (No space left on device); ")
+    assert "the run itself finished" in msg and finished(run), msg
+    assert not (run / "report.md").exists()
+    cmd = suggested(msg)
+    assert cmd == ["pretrain", "--resume", str(run)], msg
+    monkeypatch.undo()  # space freed: the suggestion writes the report, trains nothing
+    assert main(cmd) == 0
+    assert f"wrote its missing report {run / 'report.md'}" in capsys.readouterr().err
+    assert (run / "report.md").is_file()
+    assert main(cmd) == 0 and "nothing to do" in capsys.readouterr().err

@@ -133,3 +133,34 @@ def test_inspect_errors(tmp_path_factory, tiny_data, tmp_path, capsys):
     with pytest.raises(InspectError, match="averaging"):
         inspect_run(avg)
     assert not (dense / "inspect").exists() and not (avg / "inspect").exists()
+
+
+def _set_drop(run, **fields):
+    """Rewrite the drop settings every checkpoint of ``run`` records (a run trained with them)."""
+    for meta in (run / "checkpoints").glob("step-*/meta.json"):
+        mj = json.loads(meta.read_text())
+        mj["config"]["drop"].update(fields)
+        meta.write_text(json.dumps(mj))
+
+
+def test_inspect_of_a_checkpoint_that_never_dropped_says_so(tiny_run, tmp_path, capsys):
+    """Kept-token examples of steps that all ran dense would show a selection that never happened:
+    one line instead, naming the dense phase; a later checkpoint of the same run is inspected."""
+    from tokendrop.cli import main
+
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    _set_drop(run, dense_start_share=0.5)  # steps 0 and 1 of 4 dense
+    early = run / "checkpoints" / "step-00000002"
+    assert main(["inspect", str(early)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {early}: step 2 is inside the run's dense start (its first 2 of 4 steps, "
+        "drop.dense_start_share = 0.5): no step so far dropped a token, so there are no kept "
+        "tokens to show; inspect a checkpoint after step 2\n"
+    )
+    assert not (early / "inspect").exists() and not (run / "inspect").exists()
+    assert (inspect_run(run, num_examples=2) / "examples.json").is_file()  # step 4: steps 2, 3 drop
+    # a recorded run whose phases cover every step: its config is refused, saying so
+    _set_drop(run, dense_start_share=0.75, stage2_fraction=0.25)
+    with pytest.raises(InspectError, match="covers every step, so nothing would drop"):
+        inspect_run(run, overwrite=True)

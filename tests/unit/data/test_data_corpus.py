@@ -349,3 +349,36 @@ def test_a_missing_jsonl_field_names_the_flag_on_the_command_line(tmp_path, caps
         "no field 'text' (its fields: body); name the field that holds the text with "
         "--text-field FIELD"
     ), err
+
+
+# ---------------------------------------------------------------------------------------------
+# columnar inputs
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_dictionary_encoded_text_column_is_read_as_its_strings(tmp_path, fmt):
+    """pandas writes a categorical column dictionary-encoded: the strings are read, in row order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = ["Alpha beta.", "Gamma delta.", "Alpha beta.", "Epsilon."] * 40
+    p = tmp_path / f"cat.{fmt}"
+
+    def write(col):
+        t = pa.table({"id": list(range(len(col))), "text": col})
+        if fmt == "parquet":
+            pq.write_table(t, p, row_group_size=50)
+        else:
+            with pa.ipc.new_file(p, t.schema) as w:
+                w.write_table(t, max_chunksize=50)
+
+    write(pa.array(docs).dictionary_encode())
+    assert list(iter_documents([p])) == docs
+    write(pa.array(docs, pa.large_string()).dictionary_encode())
+    assert list(iter_documents([p])) == docs
+    write(pa.array(docs[:3] + [None]).dictionary_encode())
+    with pytest.raises(DataError, match=r"row 3: column 'text' is null"):
+        list(iter_documents([p]))
+    write(pa.array([1, 2, 1]).dictionary_encode())  # categories that are no text stay refused
+    with pytest.raises(DataError, match=r"column 'text' is .*int64.*not a string column"):
+        list(iter_documents([p]))

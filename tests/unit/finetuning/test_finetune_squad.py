@@ -240,3 +240,64 @@ def test_squad_not_json_or_wrong_shape(tmp_path):
     p.write_text('{"version": "1.1"}')
     with pytest.raises(FinetuneError, match="not a SQuAD file"):
         read_squad(p)
+
+
+@pytest.mark.parametrize(
+    "start, text",
+    [
+        (-7, "France"),  # context[-7:-1] == "France": Python's slicing must not make it pass
+        (-31, "Paris"),  # context[-31:-26] == "Paris"
+        (40, "France"),  # beyond the context
+        (27, "France"),  # runs past the context's end
+    ],
+)
+def test_answer_start_outside_the_context_is_refused(tmp_path, start, text):
+    p = _squad_file(
+        tmp_path,
+        [{"id": "q7", "question": "q", "answers": [{"text": text, "answer_start": start}]}],
+    )
+    with pytest.raises(FinetuneError) as e:
+        read_squad(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: data[0].paragraphs[0].qas[0].answers[0] (id 'q7'): ")
+    assert f"answer_start {start} is outside the context" in msg
+    assert msg.endswith("; fix answer_start") and "\n" not in msg
+    assert "the text occurs at" in msg
+
+
+def test_empty_answer_text_is_refused_unless_unanswerable(tmp_path):
+    p = _squad_file(
+        tmp_path, [{"id": "e", "question": "q", "answers": [{"text": "", "answer_start": 3}]}]
+    )
+    with pytest.raises(FinetuneError, match=r"\(id 'e'\): empty answer text; .*is_impossible"):
+        read_squad(p)
+    p = _squad_file(
+        tmp_path,
+        [
+            {
+                "id": "e",
+                "question": "q",
+                "answers": [{"text": "", "answer_start": 3}],
+                "is_impossible": True,
+            }
+        ],
+        version="v2.0",
+    )
+    assert read_squad(p)[0][0].is_impossible
+
+
+def test_training_answer_covering_no_word_piece_is_refused_or_counted(tok):
+    good = _example("good")
+    blank = SquadExample("blank", "Who?", CONTEXT, [" "], [CONTEXT.index(" ")])
+    with pytest.raises(FinetuneError) as e:
+        build_features([good, blank], tok, 48, 16, 8, training=True, path="train-v1.1.json")
+    msg = str(e.value)
+    assert msg.startswith("train-v1.1.json: question id 'blank': answer ' ' at answer_start 3 ")
+    assert "covers no word piece" in msg and "skip_malformed=true" in msg
+    skipped: list[str] = []
+    feats = build_features([good, blank], tok, 48, 16, 8, training=True, skipped=skipped)
+    assert {f.example_index for f in feats} == {0} and len(skipped) == 1
+    assert "question id 'blank'" in skipped[0]
+    # evaluation never needs the span: every dev question keeps its windows
+    dev = build_features([good, blank], tok, 48, 16, 8)
+    assert {f.example_index for f in dev} == {0, 1}

@@ -94,3 +94,19 @@ def test_refusals_are_one_line(tiny_run, tmp_path, capsys):
     assert main(["inspect", str(tiny_run), "--text", TEXT, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--text prints what the run keeps" in err[0], err
+
+
+def test_undropped_reason_names_the_dense_phases():
+    from tokendrop.dropping.methods import DropConfig
+    from tokendrop.train.selection import undropped_reason
+
+    d = DropConfig(method="cumulative", dense_start_share=0.25)
+    assert undropped_reason(d, 100, 25).startswith("step 25 is inside the run's dense start")
+    assert undropped_reason(d, 100, 26) is None
+    assert undropped_reason(d, 0, 3) is None  # a time budget: not known from the steps
+    assert undropped_reason(DropConfig(method="none"), 100, 3) is None  # said elsewhere
+    whole = DropConfig(method="cumulative", dense_start_share=0.5, stage2_fraction=0.5)
+    assert undropped_reason(whole, 10, 10) == (
+        "every step of the run is dense (drop.dense_start_share = 0.5 and drop.stage2_fraction = "
+        "0.5 cover its 10 steps): it never dropped a token, so there are no kept tokens to show"
+    )

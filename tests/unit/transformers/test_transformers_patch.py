@@ -650,6 +650,52 @@ def test_a_state_saved_before_the_phases_loads_and_a_changed_mask_rows_is_refuse
         load_state(token_dropping_state(ranked), tmp_path)
 
 
+def test_a_saved_state_with_other_ids_or_damaged_tensors_is_refused(tmp_path):
+    """A Trainer resume must not train on a state the model cannot use: other special or pinned
+    ids, NaN/inf importance, a cut generator state (each one line naming the file)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from tokendrop.transformers import load_state, save_state
+
+    def patched(**kw):
+        return apply_token_dropping(_hf("bert"), method="half_random", **kw)
+
+    m = patched(special_ids=SPECIAL).train()
+    ids, mask, labels, _, _ = _batch(32)
+    m(input_ids=ids, attention_mask=mask, labels=labels)  # the generator exists from here on
+    save_state(token_dropping_state(m), tmp_path)
+    load_state(token_dropping_state(patched(special_ids=SPECIAL)), tmp_path)
+    with pytest.raises(TokenDroppingError) as e:
+        load_state(token_dropping_state(patched(special_ids={**SPECIAL, "mask": 5})), tmp_path)
+    assert _one_line(e) == (
+        f"{tmp_path / 'token_dropping.json'}: the run was trained with special ids mask=4, this "
+        "model is patched with mask=5; apply_token_dropping with the run's tokenizer (or "
+        "special_ids=) to resume it"
+    )
+    jpath = tmp_path / "token_dropping.json"
+    meta = json.loads(jpath.read_text())
+    jpath.write_text(json.dumps({**meta, "pinned_ids": [7]}))
+    with pytest.raises(TokenDroppingError) as e:
+        load_state(token_dropping_state(patched(special_ids=SPECIAL)), tmp_path)
+    assert "trained with pinned ids [7], this model is patched with []" in _one_line(e)
+    jpath.write_text(json.dumps(meta))
+    tpath = tmp_path / "token_dropping.safetensors"
+    good = load_file(tpath)
+    for v in (float("nan"), float("inf")):
+        t = good["importance"].clone()
+        t[9] = v
+        save_file({**good, "importance": t}, tpath)
+        with pytest.raises(TokenDroppingError) as e:
+            load_state(token_dropping_state(patched(special_ids=SPECIAL)), tmp_path)
+        assert _one_line(e).startswith(f"{tpath}: tensor importance holds 1 NaN/inf value(s)")
+    save_file({**good, "rng_state": good["rng_state"][:-7].clone()}, tpath)
+    with pytest.raises(TokenDroppingError) as e:
+        load_state(token_dropping_state(patched(special_ids=SPECIAL)), tmp_path)
+    assert _one_line(e).startswith(f"{tpath}: tensor rng_state is no generator state")
+
+
 # ----------------------------------------------------------------------------------------------
 # bad input: one line each
 

@@ -38,6 +38,7 @@ from tokendrop.finetuning.metrics import apply_threshold, best_threshold, squad_
 from tokendrop.finetuning.tasks.base import FILLER, TaskSpec
 from tokendrop.runs.files import atomic_write_text, read_json
 
+SKIP_QUESTIONS_HINT = " (to leave such questions out, set skip_malformed=true)"
 NAMES = "alice bob carol dave".split()  # generated examples' facts: "NAME VERB the THING play."
 VERBS = "wrote built founded".split()
 THINGS = "paris london rome".split()
@@ -144,9 +145,11 @@ def read_squad(
     """Read a SQuAD JSON file -> (examples, version 1 or 2).
 
     ``version`` (1 or 2) is what the caller expects; a v1.1 task refuses unanswerable questions.
-    Answers are checked: ``context[answer_start:][:len(text)] == text``; an answer whose offset does
-    not point at its text is an error naming the file, the answer and the question id (never moved
-    to another occurrence: which one was meant is not ours to guess).
+    Answers are checked: ``answer_start`` is an offset into the context (never negative, the
+    answer inside it), an answerable question's answer text is not empty, and
+    ``context[answer_start:][:len(text)] == text``; an answer failing one is an error naming the
+    file, the answer and the question id (never moved to another occurrence: which one was meant is
+    not ours to guess).
     """
     path = Path(path)
     if not path.is_file():
@@ -210,6 +213,26 @@ def read_squad(
                             _where(path, la, ": expected {'text': string, 'answer_start': integer}")
                         )
                     text, start = a["text"], a["answer_start"]
+                    if start < 0 or len(text) <= len(ctx) < start + len(text):
+                        raise FinetuneError(
+                            _where(
+                                path,
+                                la,
+                                f" (id {qid!r}): answer_start {start} is outside the context "
+                                f"(0 to {len(ctx) - len(text)} for a {len(text)}-character "
+                                f"answer in a {len(ctx)}-character context"
+                                f"{_occurs(ctx, text)}); fix answer_start",
+                            )
+                        )
+                    if not imp and not text:
+                        raise FinetuneError(
+                            _where(
+                                path,
+                                la,
+                                f" (id {qid!r}): empty answer text; give the answer's text, "
+                                "or mark an unanswerable question is_impossible",
+                            )
+                        )
                     if check_answers and ctx[start : start + len(text)] != text:
                         occ = list(_find_all(ctx, text)) if text else []
                         if not occ:
@@ -250,6 +273,18 @@ def read_squad(
     if not examples:
         raise FinetuneError(f"{path}: no questions")
     return examples, (version or v)
+
+
+def _occurs(ctx: str, text: str) -> str:
+    """'' or "; the text occurs at 12, 40" (at most five offsets)."""
+    occ = list(_find_all(ctx, text)) if text else []
+    if not occ:
+        return ""
+    return (
+        "; the text occurs at "
+        + ", ".join(str(i) for i in occ[:5])
+        + (" ..." if len(occ) > 5 else "")
+    )
 
 
 def _find_all(s: str, sub: str):
@@ -309,10 +344,17 @@ def build_features(
     max_query_len: int = 64,
     training: bool = False,
     specials: dict[str, int | None] | None = None,
+    skipped: list[str] | None = None,
+    path: str | os.PathLike | None = None,
 ) -> list[SquadFeature]:
     """The standard SQuAD windows for ``examples`` (see module doc).  ``tokenizer``:
     ``tokenizers.Tokenizer``; ``specials``: its declared special tokens' ids
-    (``finetune_tokenizer``'s; default: [CLS] and [SEP])."""
+    (``finetune_tokenizer``'s; default: [CLS] and [SEP]).
+
+    In ``training``, an answer that covers no word piece of the context (only whitespace or
+    characters the tokenizer drops) has no span to learn: an error naming ``path`` (the examples'
+    file) and the question id, unless ``skipped`` is a list: then the question is left out and its
+    message appended there (``skip_malformed``)."""
     if specials is None:
         specials = {"cls": tokenizer.token_to_id("[CLS]"), "sep": tokenizer.token_to_id("[SEP]")}
     cls_id, sep_id = specials.get("cls"), specials.get("sep")
@@ -342,7 +384,15 @@ def build_features(
         if training and not ex.is_impossible and ex.answers:
             cs = ex.answer_starts[0]
             tok_span = _char_to_token_span(offs, cs, cs + len(ex.answers[0]))
-            if tok_span is None:  # answer is only whitespace/control characters: nothing to learn
+            if tok_span is None:
+                msg = (
+                    f"{path}: " * (path is not None) + f"question id {ex.qid!r}: answer "
+                    f"{ex.answers[0][:40]!r} at answer_start {cs} covers no word piece of the "
+                    "context (only whitespace or characters the tokenizer drops); fix the answer"
+                )
+                if skipped is None:
+                    raise FinetuneError(msg + SKIP_QUESTIONS_HINT)
+                skipped.append(msg)
                 continue
         prefix = len(q_ids) + 2
         for wi, (s, n) in enumerate(spans):

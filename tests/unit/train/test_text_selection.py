@@ -97,7 +97,7 @@ def test_refusals_are_one_line(tiny_run, tmp_path, capsys):
 
 
 def test_undropped_reason_names_the_dense_phases():
-    from tokendrop.dropping.methods import DropConfig
+    from tokendrop.dropping.config import DropConfig
     from tokendrop.train.selection import undropped_reason
 
     d = DropConfig(method="cumulative", dense_start_share=0.25)

@@ -129,16 +129,18 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
     if tb:
         why.append("traceback")
     one_line = case.one_line if case.one_line is not None else 0 not in exp
+    # a refusal is one line; the notes before it (a resume's accepted setting changes) inform
+    refusal = [ln for ln in lines if not ln.startswith("note: ")]
     if one_line and rc != 0:
         if rc in (130, 143):  # progress lines may come first; the last one says it was interrupted
             if lines and not lines[-1].startswith("interrupted"):
                 why.append("the last line of stderr is not 'interrupted ...'")
-        elif len(lines) != 1:
-            why.append(f"{len(lines)} lines on stderr, expected one")
-        elif rc == 2 and not lines[0].startswith("error: "):
+        elif len(refusal) != 1:
+            why.append(f"{len(refusal)} lines on stderr besides notes, expected one")
+        elif rc == 2 and not refusal[0].startswith("error: "):
             why.append("the message does not start with 'error: '")
         else:
-            miss = [s for s in case.says if expand(s, c, base).lower() not in lines[0].lower()]
+            miss = [s for s in case.says if expand(s, c, base).lower() not in refusal[0].lower()]
             if miss:
                 why.append(
                     "the message does not name "
@@ -164,7 +166,8 @@ def run_case(case: Case, idx: int, work: Path, base: Path) -> dict[str, Any]:
         if msg:
             disk.append(shorten(msg, c, base))
     why += disk
-    first = shorten(lines[0], c, base) if lines else ""
+    shown = refusal if rc != 0 and refusal else lines  # a refusal's own line, else the first
+    first = shorten(shown[0], c, base) if shown else ""
     rec.update(
         rc=rc,
         stderr_first=first[:300],

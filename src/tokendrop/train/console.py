@@ -34,12 +34,13 @@ LOG_FILE = "log.txt"
 
 
 def is_terminal(stream=None) -> bool:
-    """Whether ``stream`` (stderr) is an interactive terminal (a progress bar is drawn only
-    there)."""
+    """Whether ``stream`` (stderr) is an interactive terminal with a width (a progress bar is drawn
+    only there; a pseudo-terminal that reports 0 columns, as some CI runners' do, gets the plain
+    progress lines, which need no width)."""
     stream = stream or sys.stderr
     try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
+        return bool(stream.isatty()) and os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, ValueError, OSError):
         return False
 
 

@@ -6,9 +6,12 @@ model card and config.json."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -19,7 +22,7 @@ from tokendrop.data.masking import unigram_entropy
 from tokendrop.errors import ConfigError
 from tokendrop.runs.metrics import read_metrics
 from tokendrop.runs.trackers import scalars, tag_of
-from tokendrop.train.console import LOG_FILE, eta, interval_line
+from tokendrop.train.console import LOG_FILE, eta, interval_line, is_terminal
 from tokendrop.train.continued import head_warmup_plan
 from tokendrop.train.resume import load_run_config
 from tokendrop.train.trainer import pretrain
@@ -322,6 +325,37 @@ def test_the_model_card_of_a_resumed_run_names_every_command(tiny_data, tmp_path
     assert cli_main(["export", str(run), str(tmp_path / "hf")]) == 0
     card = (tmp_path / "hf" / "README.md").read_text()
     assert "| trained with | `tokendrop pretrain A`; then `tokendrop pretrain --resume B` |" in card
+
+
+def _pty_stream(columns: int):
+    """The far end of a pseudo-terminal of ``columns`` columns, as a text stream (closing it closes
+    both ends)."""
+    import contextlib
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+
+    @contextlib.contextmanager
+    def stream():
+        with os.fdopen(follower, "w") as f:
+            try:
+                yield f
+            finally:
+                os.close(leader)
+
+    return stream()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_a_terminal_of_zero_columns_gets_the_plain_progress_lines():
+    with _pty_stream(80) as wide, _pty_stream(0) as no_width:
+        assert is_terminal(wide)
+        assert not is_terminal(no_width)  # a bar needs a width; the plain lines need none
+    assert not is_terminal(io.StringIO())
 
 
 def test_on_a_terminal_a_bar_and_the_log_file_keeps_the_lines(

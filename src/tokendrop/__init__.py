@@ -50,7 +50,7 @@ _API: dict[str, tuple[str, str]] = {
     # jobs
     "prepare": ("tokendrop.data.prepare", "prepare"),
     "pretrain": ("tokendrop.train.trainer", "pretrain"),
-    "finetune": ("tokendrop.finetuning.trainer", "finetune"),
+    "finetune": ("tokendrop.finetuning.fit", "finetune"),
     "evaluate": ("tokendrop.finetuning.suite", "evaluate"),
     "verify": ("tokendrop.verification", "verify_path"),
     # errors
@@ -96,9 +96,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         TokendropError,
         TrainingError,
     )
+    from tokendrop.finetuning.fit import finetune  # noqa: F401
     from tokendrop.finetuning.run import finetune_config  # noqa: F401
     from tokendrop.finetuning.suite import evaluate  # noqa: F401
-    from tokendrop.finetuning.trainer import finetune  # noqa: F401
     from tokendrop.models.families import FAMILIES, build_model  # noqa: F401
     from tokendrop.models.source import (  # noqa: F401
         export_hf as export,

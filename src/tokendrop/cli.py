@@ -406,7 +406,7 @@ def cmd_study(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from tokendrop.lab.verify import VERIFIERS as LAB_VERIFIERS
+    from tokendrop.lab.verifiers import VERIFIERS as LAB_VERIFIERS
     from tokendrop.verification import verify_path
 
     rep = verify_path(a.path, extra=LAB_VERIFIERS)

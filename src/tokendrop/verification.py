@@ -669,7 +669,7 @@ def verify_path(
 ) -> VerifyReport:
     """Check ``path`` in full (nothing is written); see the module doc for what each kind gets.
     ``extra``: checks for the kinds the harnesses write (``study``, ``campaign``;
-    ``tokendrop.lab.verify.VERIFIERS``), by kind."""
+    ``tokendrop.lab.verifiers.VERIFIERS``), by kind."""
     check_path_arg("verify", "path", path)
     verifiers = {**VERIFIERS, **(extra or {})}
     p = Path(path)

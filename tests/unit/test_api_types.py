@@ -91,7 +91,7 @@ def test_a_preset_name_for_pretrain_is_refused_with_the_way_to_load_it(tmp_path)
 def test_finetune_is_the_function_whatever_was_imported_first():
     import tokendrop.finetuning.run  # noqa: F401 -- binds the package as tokendrop.finetuning
 
-    assert callable(td.finetune) and td.finetune.__module__ == "tokendrop.finetuning.trainer"
+    assert callable(td.finetune) and td.finetune.__module__ == "tokendrop.finetuning.fit"
 
     with pytest.raises(td.ArgumentError):
         td.finetune(dict, "model", "out")

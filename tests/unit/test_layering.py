@@ -302,8 +302,8 @@ def test_no_method_is_named_outside_its_registry():
     )
 
 
-# bench.variants (tokendrop.lab.bench.presets.VARIANTS, its own registry: dense, drop, pass, avg,
-# random_ltd) shares names with drop.variant but is another vocabulary
+# bench.variants (tokendrop.lab.bench.presets.BENCH_VARIANTS, its own registry: dense, drop, pass,
+# avg, random_ltd) shares names with drop.variant but is another vocabulary
 VARIANT_VOCABULARIES = ("tokendrop.lab.bench",)
 
 

@@ -54,7 +54,7 @@ from tokendrop.data.corpus import (
     is_compressed,
     split_points,
 )
-from tokendrop.data.tokenize import (
+from tokendrop.data.encode import (
     IDS,
     INFO,
     LENGTHS,

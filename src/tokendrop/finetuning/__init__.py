@@ -15,8 +15,8 @@ task/data -> FinetuneConfig). A task's generated examples (for tests): ``TaskSpe
 """
 
 from tokendrop.finetuning.common import FinetuneError
+from tokendrop.finetuning.fit import finetune
 from tokendrop.finetuning.run import finetune_config
 from tokendrop.finetuning.suite import SuiteConfig, evaluate, load_suite
-from tokendrop.finetuning.trainer import finetune
 
 __all__ = ["FinetuneError", "finetune", "evaluate", "SuiteConfig", "load_suite", "finetune_config"]

@@ -65,10 +65,10 @@ from tokendrop.finetuning.columns import (
     table_columns,
 )
 from tokendrop.finetuning.common import FinetuneError
+from tokendrop.finetuning.fit import finetune
 from tokendrop.finetuning.tasks import get_task, load_task, refuse_empty, task_dir
 from tokendrop.finetuning.tasks.base import refuse_constant
 from tokendrop.finetuning.tasks.squad import read_squad
-from tokendrop.finetuning.trainer import finetune
 from tokendrop.models.weights import combined_sha, weight_files
 from tokendrop.runs import checkpoint as ckpt_mod, rundir
 from tokendrop.runs.files import atomic_write_json, atomic_write_text, read_json

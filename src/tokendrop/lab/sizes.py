@@ -133,7 +133,7 @@ LAB_NAMED_SIZES: dict[str, LabSize] = {
 }
 
 # the study.toml fields an older tokendrop recorded as 0 before they were named: read back as the
-# name (tokendrop.lab.study.plan.load_study's ``recorded``)
+# name (tokendrop.lab.study.spec.load_study's ``recorded``)
 RECORDED_STUDY_SENTINELS = ("prepare_workers", "corpus_max_bytes", "vocab_size")
 
 

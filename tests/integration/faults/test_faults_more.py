@@ -399,7 +399,7 @@ def test_save_model_keeps_the_source_config_and_reloads_identically(family, sst2
 
 
 def test_saved_model_base_leaves_out_the_source_head():
-    from tokendrop.finetuning.trainer import _saved_model_base
+    from tokendrop.finetuning.fit import _saved_model_base
 
     base = {
         "model_type": "bert",

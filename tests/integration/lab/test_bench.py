@@ -188,7 +188,7 @@ def test_bench_variants_run_their_registry_rows():
     0.5 with method none; random_ltd (a per-layer METHODS row) keeps 1 - rate at its schedule's
     first step. The headline rows (the 50% speedups a README quotes) are the dropping ones."""
     from tokendrop.dropping.config import DropConfig
-    from tokendrop.lab.bench.presets import VARIANTS
+    from tokendrop.lab.bench.presets import BENCH_VARIANTS
     from tokendrop.lab.bench.workload import Setting
 
     def setting(variant, rate=0.625):
@@ -203,8 +203,8 @@ def test_bench_variants_run_their_registry_rows():
         and Setting("hf", "drop", 0.5, 128, 2).drop_config("cumulative") is None
     )
     # the model built once
-    assert VARIANTS["random_ltd"].drop_config("cumulative") == DropConfig(method="random_ltd")
-    assert [v for v, row in VARIANTS.items() if row.headline] == ["drop", "random_ltd"]
+    assert BENCH_VARIANTS["random_ltd"].drop_config("cumulative") == DropConfig(method="random_ltd")
+    assert [v for v, row in BENCH_VARIANTS.items() if row.headline] == ["drop", "random_ltd"]
 
 
 def test_synthetic_batch_is_a_valid_packed_mlm_batch():

@@ -19,7 +19,7 @@ from tokendrop.lab.study import (
     run_study,
     sweep_method,
 )
-from tokendrop.lab.study.plan import TABLE1
+from tokendrop.lab.study.spec import TABLE1
 
 TABLES = ["table1.md", "table3.md", "table4.md", "time-to-quality.md"]
 FIGURES = [

@@ -7,7 +7,7 @@ import argparse
 import shlex
 
 from tokendrop.cli import build_parser
-from tokendrop.lab.study.plan import load_study
+from tokendrop.lab.study.spec import load_study
 
 
 def test_the_study_help_examples_load():

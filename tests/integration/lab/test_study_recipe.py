@@ -9,7 +9,7 @@ import torch
 from test_study import _tiny_hf_bert
 
 from tokendrop.lab.study import run_study
-from tokendrop.lab.study.plan import ARMS as ARM_SPECS, load_study, plan_runs
+from tokendrop.lab.study.spec import ARMS as ARM_SPECS, load_study, plan_runs
 
 ARMS = [
     "baseline",

@@ -15,8 +15,8 @@ from tokendrop.dropping.flops import flop_ratio
 from tokendrop.errors import ConfigError
 from tokendrop.lab.study import load_study, plan_runs, run_study
 from tokendrop.lab.study.data import data_fingerprint
-from tokendrop.lab.study.plan import ARMS, flops_fraction
 from tokendrop.lab.study.run import config_changes
+from tokendrop.lab.study.spec import ARMS, flops_fraction
 from tokendrop.train.resume import load_run_config
 
 SELECTING = {"token-drop", "freq", "rand", "strong-token-drop"}

@@ -12,8 +12,8 @@ import torch
 from test_study import _tiny_hf_bert
 
 from tokendrop.errors import ConfigError
-from tokendrop.lab.study import plan as P
-from tokendrop.lab.study.plan import ARMS as ARM_SPECS, load_study, plan_runs
+from tokendrop.lab.study import spec as P
+from tokendrop.lab.study.spec import ARMS as ARM_SPECS, load_study, plan_runs
 from tokendrop.runs.trackers import flat as dotted
 
 ARMS = [
@@ -120,8 +120,8 @@ def test_findings_judge_against_the_named_reference_arm():
     """The committed study-recipe results, read with another arm as the reference: the differences
     in the findings are taken from that arm's loss, and the plain baseline gets its own sentence."""
     from tokendrop.lab.study.findings import findings
-    from tokendrop.lab.study.plan import StudyConfig
     from tokendrop.lab.study.records import results_from_json
+    from tokendrop.lab.study.spec import StudyConfig
 
     d = json.loads(
         (Path(__file__).resolve().parents[3] / "docs" / "study-recipe" / "study.json").read_text()

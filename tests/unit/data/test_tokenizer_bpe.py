@@ -421,8 +421,8 @@ def test_finetune_uses_the_declared_special_tokens(tmp_path):
     with ``<cls>``/``<sep>``."""
     from tokendrop.config import FinetuneConfig
     from tokendrop.finetuning import finetune
+    from tokendrop.finetuning.fit import _load_model_and_tokenizer
     from tokendrop.finetuning.tasks.squad import build_features, read_squad
-    from tokendrop.finetuning.trainer import _load_model_and_tokenizer
     from tokendrop.models.bert.model import BertForQuestionAnswering
 
     names = ("<unk>", "<cls>", "<sep>", "<pad>", "<mask>")
@@ -536,7 +536,7 @@ def test_a_model_vocabulary_smaller_than_the_tokenizer(bpe_dir, corpus, tmp_path
     _one_line(e)
     assert not (tmp_path / "out").exists()
     with pytest.raises(FinetuneError, match="wrong vocab.txt for this model"):
-        from tokendrop.finetuning.trainer import _load_model_and_tokenizer
+        from tokendrop.finetuning.fit import _load_model_and_tokenizer
         from tokendrop.models.bert.model import BertForSequenceClassification
 
         _load_model_and_tokenizer(small, BertForSequenceClassification, 32, num_labels=2)

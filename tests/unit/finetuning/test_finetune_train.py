@@ -14,8 +14,8 @@ from toydata import sentiment_examples, write_checkpoint, write_squad_examples
 from tokendrop.cli import cmd_finetune
 from tokendrop.config import FinetuneConfig
 from tokendrop.finetuning import FinetuneError, finetune, finetune_config
+from tokendrop.finetuning.fit import linear_schedule
 from tokendrop.finetuning.tasks import TASKS
-from tokendrop.finetuning.trainer import linear_schedule
 from tokendrop.train.runtime import param_groups
 
 

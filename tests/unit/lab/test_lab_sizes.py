@@ -31,7 +31,7 @@ from tokendrop.lab.sizes import (
     VOCAB_SOURCE,
 )
 from tokendrop.lab.study.data import data_fingerprint, trained_vocab_size
-from tokendrop.lab.study.plan import load_study
+from tokendrop.lab.study.spec import load_study
 
 REPO = Path(__file__).resolve().parents[3]
 

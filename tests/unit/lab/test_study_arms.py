@@ -1,8 +1,8 @@
-"""The study's arms (lab/study/plan.py ``ARMS``) agree with the method registry: an arm counts as
+"""The study's arms (lab/study/spec.py ``ARMS``) agree with the method registry: an arm counts as
 dropping exactly when its ``drop.method`` drops tokens or its ``drop.variant`` pools."""
 
 from tokendrop.dropping import methods
-from tokendrop.lab.study.plan import ARMS
+from tokendrop.lab.study.spec import ARMS
 
 
 def test_an_arm_drops_exactly_when_its_method_does():

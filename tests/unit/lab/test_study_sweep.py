@@ -9,7 +9,7 @@ import pytest
 
 from tokendrop.errors import ConfigError
 from tokendrop.lab.study import load_study, plan_runs
-from tokendrop.lab.study.plan import lr_tag, method_spec, sweep_order
+from tokendrop.lab.study.spec import lr_tag, method_spec, sweep_order
 from tokendrop.lab.study.sweep import (
     SweepRow,
     arm_runs,

@@ -6,7 +6,7 @@ import pytest
 from config_strings import HOSTILE, string_fields
 
 from tokendrop.config import to_dict, to_toml
-from tokendrop.lab.study.plan import StudyConfig
+from tokendrop.lab.study.spec import StudyConfig
 
 
 @pytest.mark.parametrize("hostile", HOSTILE)

@@ -663,7 +663,7 @@ def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(
 ):
     from toydata import write_glue_examples, write_squad_examples
 
-    from tokendrop.finetuning import trainer
+    from tokendrop.finetuning import fit
     from tokendrop.finetuning.tasks import TASKS
 
     task = TASKS["sst2"].write_examples(tmp_path / "task", n_train=16, n_dev=8)
@@ -671,7 +671,7 @@ def test_ctrl_c_in_finetune_and_evaluate_exits_130_with_no_partial_output(
     def ctrl_c(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer, "_train", ctrl_c)
+    monkeypatch.setattr(fit, "_train", ctrl_c)
     out = tmp_path / "ft"
     rc = cli_main(
         [

@@ -16,7 +16,7 @@ from tokendrop.config import THREADS_AUTO, ModelConfig, config_dir, from_dict, l
 from tokendrop.config.model import MODEL_PRESETS
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.config import DropConfig
-from tokendrop.dropping.methods import DEFAULT_VARIANT, METHODS, VARIANTS as DROP_VARIANTS
+from tokendrop.dropping.methods import DEFAULT_VARIANT, METHODS, VARIANTS
 from tokendrop.errors import ConfigError
 from tokendrop.lab.sizes import (
     BUDGET_NONE,
@@ -46,7 +46,7 @@ class BenchVariant:
     @property
     def pools(self) -> bool:
         """Its ``drop.variant`` pools 2:1 (avg): timed at rate 0.5 only."""
-        return DROP_VARIANTS[self.variant].pools
+        return VARIANTS[self.variant].pools
 
     def drop_config(self, method: str, rate: float = 0.5) -> DropConfig:
         """The ``[drop]`` section of this setting at drop rate ``rate`` (``method``:
@@ -60,7 +60,7 @@ class BenchVariant:
         )
 
 
-VARIANTS = {  # bench.variants -> what each runs
+BENCH_VARIANTS = {  # bench.variants -> what each runs
     "drop": BenchVariant(None),
     "pass": BenchVariant(None, "pass"),
     "avg": BenchVariant("none", "avg"),
@@ -176,9 +176,10 @@ class BenchConfig:
         if any(b <= 0 for b in self.batch_sizes) or self.tokens_per_step <= 0:
             raise ConfigError("bench.batch_sizes/tokens_per_step: expected positive sizes")
         for v in self.variants:
-            if v not in VARIANTS:
+            if v not in BENCH_VARIANTS:
                 raise ConfigError(
-                    f"bench.variants: unknown variant {v!r}; expected one of {', '.join(VARIANTS)}"
+                    f"bench.variants: unknown variant {v!r}; expected one of "
+                    f"{', '.join(BENCH_VARIANTS)}"
                 )
         for r in self.rates:
             if not 0.0 < r < 1.0:

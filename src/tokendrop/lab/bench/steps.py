@@ -30,7 +30,7 @@ from tokendrop.lab.bench.hf_baseline import (
     hf_step_fn,
 )
 from tokendrop.lab.bench.optim import compile_model, make_optimizer
-from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
+from tokendrop.lab.bench.presets import BENCH_VARIANTS, BenchConfig
 from tokendrop.lab.bench.records import ModelInfo, StepCensus, StepExtras
 from tokendrop.lab.bench.workload import Setting, build_settings, synthetic_batch
 from tokendrop.lab.sizes import SHAPE_FIELDS, SHAPE_PRESET
@@ -119,7 +119,7 @@ class StepBuilder:
         if key not in self._ours:
             torch.manual_seed(self.cfg.seed)
             # builds the model; each step brings its rate
-            drop = VARIANTS[key].drop_config(self.cfg.method)
+            drop = BENCH_VARIANTS[key].drop_config(self.cfg.method)
             m = build_ours(self.model_cfg, drop)
             if self._init_sd is None:
                 self._init_sd = {k: v.clone() for k, v in m.state_dict().items()}

@@ -10,7 +10,7 @@ import torch
 
 from tokendrop.dropping.flops import SLIDING, flop_ratio, gpu_peak_flops, layer_types
 from tokendrop.lab.bench.environment import Environment
-from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
+from tokendrop.lab.bench.presets import BENCH_VARIANTS, BenchConfig
 from tokendrop.lab.bench.records import (
     ArmRatio,
     BenchResult,
@@ -294,7 +294,7 @@ def headline(
     (patched vs released, the sparse head alone, dropping alone) with their bounds, per T."""
     out: dict[str, float] = {}
     for x in speedups:
-        if VARIANTS[x.variant].headline and x.rate == 0.5:
+        if BENCH_VARIANTS[x.variant].headline and x.rate == 0.5:
             k = f"T{x.seq_len}_{x.variant}50"
             out[f"{k}_speedup"] = x.speedup
             if x.speedup_cpu is not None:
@@ -311,7 +311,7 @@ def headline(
         if m.setting.endswith("/drop-0.5"):
             out[f"T{m.seq_len}_drop50_memory_ratio"] = m.peak_ratio
     for p in hf_patched:
-        if VARIANTS[p.variant].headline and p.rate == 0.5:
+        if BENCH_VARIANTS[p.variant].headline and p.rate == 0.5:
             k = f"T{p.seq_len}_hf_{p.variant}50"
             out[f"{k}_speedup_over_hf"] = p.speedup_over_hf
             out[f"{k}_time_over_ours"] = p.time_over_ours

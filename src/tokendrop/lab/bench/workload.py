@@ -9,7 +9,7 @@ from torch import Tensor
 
 from tokendrop.data.tokenizer import SPECIAL_IDS
 from tokendrop.dropping.config import DropConfig
-from tokendrop.lab.bench.presets import VARIANTS, BenchConfig
+from tokendrop.lab.bench.presets import BENCH_VARIANTS, BenchConfig
 from tokendrop.lab.sizes import DOCUMENT_ROW
 
 
@@ -37,7 +37,7 @@ class Setting:
     def drop_config(self, method: str) -> DropConfig | None:
         if self.variant == "dense" or self.impl in ("hf", "hf_released"):
             return None
-        return VARIANTS[self.variant].drop_config(method, self.rate)
+        return BENCH_VARIANTS[self.variant].drop_config(method, self.rate)
 
 
 def build_settings(cfg: BenchConfig) -> list[Setting]:
@@ -49,7 +49,7 @@ def build_settings(cfg: BenchConfig) -> list[Setting]:
         b = cfg.batch_size(t)
         out.append(Setting("tokendrop", "dense", 0.0, t, b))
         dropping = [
-            (v, r) for v in cfg.variants for r in ([0.5] if VARIANTS[v].pools else cfg.rates)
+            (v, r) for v in cfg.variants for r in ([0.5] if BENCH_VARIANTS[v].pools else cfg.rates)
         ]
         out += [Setting("tokendrop", v, r, t, b) for v, r in dropping]
         if cfg.hf:

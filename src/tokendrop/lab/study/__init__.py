@@ -63,7 +63,18 @@ from tokendrop.lab.study.findings import (
     paper_comparison,
     verdict as _verdict,  # noqa: F401 -- tests import the old private name
 )
-from tokendrop.lab.study.plan import (
+from tokendrop.lab.study.records import (
+    EvalSummary,
+    MethodResult,
+    RunResult,
+    SourceResult,
+    Stat,
+    StudyResults,
+    TargetHit,
+)
+from tokendrop.lab.study.report import export_report, write_report
+from tokendrop.lab.study.run import config_changes, run_status, run_study
+from tokendrop.lab.study.spec import (
     ARMS,
     PAPER_DROP_RATES,
     TABLE1,
@@ -77,17 +88,6 @@ from tokendrop.lab.study.plan import (
     run_config,
     sweep_method,
 )
-from tokendrop.lab.study.records import (
-    EvalSummary,
-    MethodResult,
-    RunResult,
-    SourceResult,
-    Stat,
-    StudyResults,
-    TargetHit,
-)
-from tokendrop.lab.study.report import export_report, write_report
-from tokendrop.lab.study.run import config_changes, run_status, run_study
 from tokendrop.lab.study.tables import table1, table3, table4, table_time_to_quality
 
 __all__ = [

@@ -19,7 +19,6 @@ from tokendrop.errors import DataError
 from tokendrop.finetuning.columns import DOWNSTREAM_KEYS
 from tokendrop.lab.inspect import selection_trace
 from tokendrop.lab.study.common import isnum, mean
-from tokendrop.lab.study.plan import RunSpec, StudyConfig
 from tokendrop.lab.study.records import (
     EvalSummary,
     MethodResult,
@@ -29,6 +28,7 @@ from tokendrop.lab.study.records import (
     StudyResults,
     TargetHit,
 )
+from tokendrop.lab.study.spec import RunSpec, StudyConfig
 from tokendrop.models.bert.model import BertForMaskedLM
 from tokendrop.models.source import load_pretrained
 from tokendrop.runs import checkpoint as ckpt_mod

@@ -15,7 +15,7 @@ from tokendrop.data import iter_documents, prepare, vocab_sha256
 from tokendrop.finetuning.task_corpus import write_task_corpus
 from tokendrop.lab.sizes import CORPUS_ALL, TOY_VOCAB_SIZE, VOCAB_SOURCE
 from tokendrop.lab.study.common import StudyError, log, resolve_path
-from tokendrop.lab.study.plan import StudyConfig
+from tokendrop.lab.study.spec import StudyConfig
 from tokendrop.lab.toydata import write_toy_glue, write_toy_squad
 from tokendrop.models.source import resolve_init_source
 from tokendrop.runs.files import atomic_file, atomic_write_json, read_json

@@ -16,8 +16,8 @@ from tokendrop.config import from_dict, to_dict
 from tokendrop.finetuning import SuiteConfig, evaluate, load_suite
 from tokendrop.finetuning.suite import parse_models
 from tokendrop.lab.study.common import cpu_s
-from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import EvalSummary, ModelEval
+from tokendrop.lab.study.spec import StudyConfig
 from tokendrop.lab.study.workers import run_parallel
 from tokendrop.runs.files import read_json
 

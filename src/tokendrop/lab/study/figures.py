@@ -10,8 +10,8 @@ from typing import Any
 
 from tokendrop.lab.inspect import InspectError, inspect_run
 from tokendrop.lab.study.common import isnum, log
-from tokendrop.lab.study.plan import StudyConfig
 from tokendrop.lab.study.records import StudyResults
+from tokendrop.lab.study.spec import StudyConfig
 from tokendrop.lab.study.tables import time_word
 from tokendrop.runs.files import atomic_file, read_json
 from tokendrop.runs.plotting import pyplot, save_figure

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 
 from tokendrop.lab.study.common import isnum, mean, pct
-from tokendrop.lab.study.plan import ARMS, StudyConfig, sweep_method
 from tokendrop.lab.study.records import Stat, StudyResults
+from tokendrop.lab.study.spec import ARMS, StudyConfig, sweep_method
 
 PAPER_TIME_SAVING = 0.25  # the paper: ~25% less pretraining time at 50% dropping
 

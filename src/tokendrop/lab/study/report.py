@@ -14,8 +14,8 @@ from typing import Any
 from tokendrop.dropping.methods import PAPER_METHOD
 from tokendrop.lab.study.common import isnum, pct
 from tokendrop.lab.study.findings import findings, paper_comparison, spread
-from tokendrop.lab.study.plan import StudyConfig, load_study
 from tokendrop.lab.study.records import EvalSummary, StudyResults, results_from_json
+from tokendrop.lab.study.spec import StudyConfig, load_study
 from tokendrop.lab.study.tables import cell, fmt, time_word
 from tokendrop.runs.files import atomic_write_json, atomic_write_text
 

@@ -29,7 +29,8 @@ from tokendrop.lab.study.data import check_copied_data, holds_only_data, prepare
 from tokendrop.lab.study.evaluation import forget_cells, run_evaluation
 from tokendrop.lab.study.figures import inspect_figures, plot_curves
 from tokendrop.lab.study.findings import findings
-from tokendrop.lab.study.plan import (
+from tokendrop.lab.study.report import ReportInfo, command_line, export_report, write_report
+from tokendrop.lab.study.spec import (
     ARMS,
     MethodSpec,
     RunSpec,
@@ -39,7 +40,6 @@ from tokendrop.lab.study.plan import (
     plan_runs,
     resolve_source,
 )
-from tokendrop.lab.study.report import ReportInfo, command_line, export_report, write_report
 from tokendrop.lab.study.sweep import arm_runs, choose_lrs, sweep_rows, table_lr_sweep
 from tokendrop.lab.study.tables import (
     table1,

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokendrop.lab.study.plan import RunSpec, StudyConfig, lr_method, lr_tag, method_spec
+from tokendrop.lab.study.spec import RunSpec, StudyConfig, lr_method, lr_tag, method_spec
 from tokendrop.runs.metrics import read_metrics
 
 

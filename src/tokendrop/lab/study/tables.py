@@ -9,8 +9,8 @@ from typing import Any
 from tokendrop.finetuning.columns import DOWNSTREAM_KEYS, table_columns
 from tokendrop.finetuning.tasks import TASKS
 from tokendrop.lab.study.common import isnum, mean, pct
-from tokendrop.lab.study.plan import StudyConfig, sweep_method
 from tokendrop.lab.study.records import MethodResult, SourceResult, Stat, StudyResults
+from tokendrop.lab.study.spec import StudyConfig, sweep_method
 
 
 def fmt(x: Any, nd: int = 2) -> str:

@@ -10,7 +10,7 @@ from tokendrop.config import THREADS_AUTO, load_config, resolve_preset
 from tokendrop.errors import ConfigError
 from tokendrop.lab.bench.longctx import FamilyShape, LongContextConfig
 from tokendrop.lab.sizes import BATCH_MEMORY_DEVICE, check_lab_size
-from tokendrop.lab.study.plan import STRONG
+from tokendrop.lab.study.spec import STRONG
 
 PARTS = (
     "step",
@@ -291,7 +291,7 @@ QUALITY_ARMS: dict[str, Arm] = {
 
 
 def strong_recipe(batch_size: int) -> list[str]:
-    """The strong dense recipe of study-strong (``tokendrop.lab.study.plan.STRONG``: WSD with a full
+    """The strong dense recipe of study-strong (``tokendrop.lab.study.spec.STRONG``: WSD with a full
     1-sqrt decay over the last 20%, batch warm-up over the first quarter, masking 30% -> 15%), its
     batch warm-up starting from half of ``batch_size``.  The MLM head runs on the masked slots only
     in every tokendrop model (no option)."""

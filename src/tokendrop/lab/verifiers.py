@@ -17,7 +17,7 @@ from tokendrop.config.quantities import parse_duration
 from tokendrop.errors import TokendropError
 from tokendrop.lab.bench.campaign import IN_PROGRESS
 from tokendrop.lab.bench.campaign.config import PARTS
-from tokendrop.lab.study.plan import load_study
+from tokendrop.lab.study.spec import load_study
 from tokendrop.runs.files import read_json
 from tokendrop.train.budget import RunLength
 from tokendrop.verification import (

@@ -6,6 +6,7 @@ with ``ast``: a parameter annotated ``Config`` or named ``cfg`` is allowed only 
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 TRAIN = Path(__file__).resolve().parents[3] / "src" / "tokendrop" / "train"
@@ -45,13 +46,15 @@ def config_params(source: str, module: str) -> set[tuple[str, str]]:
 
 
 def test_the_checker_finds_annotated_and_named_parameters():
-    src = (
-        "def a(cfg, x): ...\n"
-        "def b(c: Config): ...\n"
-        "def c(c: 'Config'): ...\n"
-        "def d(tc: TrainConfig): ...\n"
-        "class K:\n"
-        "    def __init__(self, cfg: Config): ...\n"
+    src = textwrap.dedent(
+        """
+        def a(cfg, x): ...
+        def b(c: Config): ...
+        def c(c: 'Config'): ...
+        def d(tc: TrainConfig): ...
+        class K:
+            def __init__(self, cfg: Config): ...
+        """
     )
     assert config_params(src, "m") == {("m", "a"), ("m", "b"), ("m", "c"), ("m", "K.__init__")}
 

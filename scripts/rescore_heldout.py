@@ -36,9 +36,8 @@ def rescore(run: Path) -> dict:
     model, _ = load_pretrained(run, BertForMaskedLM)
     data = PreparedData.open(cfg.data.path)
     tc = cfg.train
-    ev = evaluate_mlm(
-        model, heldout_batches(data, cfg, tc.batch_size), torch.device("cpu"), None, tc.eval_batches
-    )
+    batches = heldout_batches(data, tc.batch_size, seed=tc.seed, mask_prob=cfg.data.mask_prob_end)
+    ev = evaluate_mlm(model, batches, torch.device("cpu"), None, tc.eval_batches)
     logged = [
         json.loads(x)
         for x in (run / "metrics.jsonl").read_text().splitlines()

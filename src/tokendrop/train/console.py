@@ -174,10 +174,11 @@ def phases_line(phases: dict[str, float], total: float) -> str:
 # pretraining: the banner and the end summary
 
 
-def dropping_line(cfg, seq_len: int) -> str:
-    """Whether the run drops tokens and how, with the analytic FLOP bound against the dense model
-    (``tokendrop.dropping.flops``); a dense run says how to turn dropping on."""
-    d, layers = cfg.drop, cfg.model.num_layers
+def dropping_line(d, model_cfg, seq_len: int) -> str:
+    """Whether the run drops tokens and how (its ``[drop]`` section ``d``), with the analytic FLOP
+    bound against the dense model of ``model_cfg`` (``tokendrop.dropping.flops``); a dense run says
+    how to turn dropping on."""
+    layers = model_cfg.num_layers
     if not d.enabled:
         return "OFF: a dense run (drop.method = none; token dropping: --set drop.method=cumulative)"
     start, end = d.span(layers)
@@ -190,7 +191,7 @@ def dropping_line(cfg, seq_len: int) -> str:
         kept = "2:1 average pooling"
     else:
         kept = f"rate {d.rate:g} ({d.num_kept(seq_len)} of {seq_len} tokens kept)"
-    r = flop_ratio(cfg.model, seq_len, d)
+    r = flop_ratio(model_cfg, seq_len, d)
     stage2 = (
         f"; dense for the last {d.stage2_fraction:.0%} of the steps (stage 2)"
         if d.stage2_fraction
@@ -285,7 +286,7 @@ def pretrain_banner(
         f"  model     {m.family}, {m.num_layers} layers x {m.hidden_size} ({m.num_heads} heads, "
         f"{ffn}), vocab {m.vocab_size}, T={T}: {fmt_count(params)} parameters",
         f"  source    {source or 'random initialisation (no model.init)'}",
-        f"  dropping  {dropping_line(cfg, T)}",
+        f"  dropping  {dropping_line(cfg.drop, m, T)}",
         f"  data      {where}: {n_train:,} training sequences ({fmt_count(n_train * T)} tokens), "
         f"{n_eval:,} held out"
         + (

@@ -34,9 +34,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tokendrop.config import WARMUP_OFF, Config
+from tokendrop.config import WARMUP_OFF, TrainConfig
+from tokendrop.config.model import ModelConfig
 from tokendrop.data import MLMLoader
 from tokendrop.data.tokenizer import tokenizer_vocab_sha256
+from tokendrop.dropping.config import DropConfig
 from tokendrop.errors import ConfigError, DataError
 from tokendrop.models.hf import save_source_files
 from tokendrop.models.source import load_init_weights
@@ -47,13 +49,16 @@ from tokendrop.train.schedules import lr_linear_steps
 WARMUP_SEED_OFFSET = 7919
 
 
-def start_from_source(cfg: Config, src, model, run_dir: Path, main: bool) -> dict[str, Any]:
-    """Load ``src`` (``cfg.model.init``, resolved once by the command that runs:
-    ``tokendrop.train.run_config.resolve_init``) into ``model``; -> a summary for the run log."""
-    if cfg.model.init_sha256 and src.sha256 != cfg.model.init_sha256:
+def start_from_source(
+    model_cfg: ModelConfig, src, model, run_dir: Path, main: bool
+) -> dict[str, Any]:
+    """Load ``src`` (``model.init`` of the run's ``[model]`` section ``model_cfg``, resolved once by
+    the command that runs: ``tokendrop.train.run_config.resolve_init``) into ``model``; -> a summary
+    for the run log."""
+    if model_cfg.init_sha256 and src.sha256 != model_cfg.init_sha256:
         raise ConfigError(
             f"model.init: {src.weights_file} has sha256 {src.sha256[:12]}... but the config "
-            f"recorded {cfg.model.init_sha256[:12]}...; the source changed since the "
+            f"recorded {model_cfg.init_sha256[:12]}...; the source changed since the "
             "config was resolved"
         )
     report = load_init_weights(src, model)
@@ -61,7 +66,7 @@ def start_from_source(cfg: Config, src, model, run_dir: Path, main: bool) -> dic
         save_source_files(src, run_dir)
     summary = {
         "event": "init",
-        "source": cfg.model.init,
+        "source": model_cfg.init,
         "path": str(src.path),
         "layout": src.layout,
         "weights_file": str(src.weights_file),
@@ -73,7 +78,7 @@ def start_from_source(cfg: Config, src, model, run_dir: Path, main: bool) -> dic
     }
     if main:
         say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-        say(f"init: {cfg.model.init} ({src.layout}, sha256 {src.sha256[:12]}...)")
+        say(f"init: {model_cfg.init} ({src.layout}, sha256 {src.sha256[:12]}...)")
         for note in report.notes:
             say(f"init: {note}")
         if report.fresh:
@@ -161,58 +166,64 @@ def head_warmup_plan(tc) -> tuple[int, str]:
     )
 
 
-def importance_plan(cfg, selector) -> tuple[str, int, str]:
-    """How the importance vector starts (``drop.importance_init``, auto resolved) -> (how, dense
-    batches it costs before step 1, a description)."""
-    how = cfg.drop.importance_init
-    how = ("dense_pass" if cfg.model.init else "constant") if how == "auto" else how
-    learns = cfg.drop.selection.learns_from_loss
+def importance_plan(drop: DropConfig, selector, from_source: bool) -> tuple[str, int, str]:
+    """How the importance vector starts (``drop.importance_init`` of the ``[drop]`` section
+    ``drop``; "auto" is a dense pass for a run continued from a source, ``from_source``) -> (how,
+    dense batches it costs before step 1, a description)."""
+    how = drop.importance_init
+    how = ("dense_pass" if from_source else "constant") if how == "auto" else how
+    learns = drop.selection.learns_from_loss
     if selector is None:  # nothing selects: no importance vector
-        what = (
-            "no dropping" if not cfg.drop.enabled else f"variant {cfg.drop.variant} selects nothing"
-        )
+        what = "no dropping" if not drop.enabled else f"variant {drop.variant} selects nothing"
         return "constant", 0, f"none ({what})"
     if not learns or how == "constant":
         what = (
-            f"{cfg.drop.method} keeps no loss record"
+            f"{drop.method} keeps no loss record"
             if not learns
-            else f"constant (init_score {cfg.drop.init_score:g})"
+            else f"constant (init_score {drop.init_score:g})"
         )
         return "constant", 0, f"none ({what})"
     if how == "frequency":
         return how, 0, "frequency (unigram surprisal of the data's counts; no extra pass)"
-    n = cfg.drop.importance_init_batches
+    n = drop.importance_init_batches
     return (
         how,
         n,
         f"dense pass over {n} batches before step 1 (drop.importance_init = "
-        f"{cfg.drop.importance_init})",
+        f"{drop.importance_init})",
     )
 
 
 def describe_warm_ups(
-    cfg: Config, model, selector, events: list[dict], new: bool = True
+    model_cfg: ModelConfig,
+    tc: TrainConfig,
+    drop: DropConfig,
+    model,
+    selector,
+    events: list[dict],
+    new: bool = True,
 ) -> tuple[str, str, str]:
     """For the start-up banner: (the source, the MLM-head warm-up, the importance start) of a run
-    (``events``: ``load_source``'s; ``new``: not a resumed run)."""
+    with these ``[model]``, ``[train]`` and ``[drop]`` sections (``events``: ``load_source``'s;
+    ``new``: not a resumed run)."""
     fresh = bool(events) and head_is_fresh(model, events[0]["fresh"])
     source = ""
-    if cfg.model.init:
+    if model_cfg.init:
         source = (
-            f"model.init = {cfg.model.init} (sha256 {cfg.model.init_sha256[:12]}...)"
+            f"model.init = {model_cfg.init} (sha256 {model_cfg.init_sha256[:12]}...)"
             + (f"; {events[0]['layout']}" if events else "")
             + ("; no MLM head: warmed up first" if fresh else "")
         )
     if not new:
         return source, "done before the checkpoint resumed", "the checkpoint's"
     head = (
-        head_warmup_plan(cfg.train)[1]
+        head_warmup_plan(tc)[1]
         if fresh
         else "none (the source has its MLM head)"
-        if cfg.model.init
+        if model_cfg.init
         else "none (no model.init)"
     )
-    return source, head, importance_plan(cfg, selector)[2]
+    return source, head, importance_plan(drop, selector, bool(model_cfg.init))[2]
 
 
 def head_warmup(
@@ -348,14 +359,19 @@ def warm_start_importance(
     }
 
 
-def load_source(cfg: Config, model, run_dir: Path, dd, src) -> list[dict]:
-    """A new run with ``model.init``: load the source ``src`` (resolved by the caller) -> the run
-    log's events ([] without ``model.init``)."""
-    return [start_from_source(cfg, src, model, run_dir, dd.main)] if cfg.model.init else []
+def load_source(model_cfg: ModelConfig, model, run_dir: Path, dd, src) -> list[dict]:
+    """A new run with ``model.init`` (of its ``[model]`` section ``model_cfg``): load the source
+    ``src`` (resolved by the caller) -> the run log's events ([] without ``model.init``)."""
+    if not model_cfg.init:
+        return []
+    return [start_from_source(model_cfg, src, model, run_dir, dd.main)]
 
 
 def warm_start(
-    cfg: Config,
+    tc: TrainConfig,
+    drop: DropConfig,
+    mask_prob: float,
+    from_source: bool,
     model,
     selector,
     data,
@@ -368,13 +384,15 @@ def warm_start(
     progress: bool = True,
 ) -> list[dict]:
     """A new run, after ``load_source`` (its ``events``): warm up a fresh MLM head
-    (``head_warmup_plan``) and fill the importance vector (``importance_plan``) -> events for the
-    run log (each phase's seconds in its event).  ``log``: a ``tokendrop.train.console.RunLog``
-    (rank 0) that says what each pass does while it runs; ``progress``: the head warm-up's bar (a
-    terminal) or lines."""
-    how, n_batches, _ = importance_plan(cfg, selector)
+    (``head_warmup_plan`` of the ``[train]`` section ``tc``) and fill the importance vector
+    (``importance_plan`` of the ``[drop]`` section ``drop``; ``from_source``: the run has a
+    ``model.init``) -> events for the run log (each phase's seconds in its event).  The warm-ups'
+    batches are masked at ``mask_prob`` (``data.mask_prob_start``).  ``log``: a
+    ``tokendrop.train.console.RunLog`` (rank 0) that says what each pass does while it runs;
+    ``progress``: the head warm-up's bar (a terminal) or lines."""
+    how, n_batches, _ = importance_plan(drop, selector, from_source)
     warm_importance = how != "constant"
-    head_steps, _ = head_warmup_plan(cfg.train)
+    head_steps, _ = head_warmup_plan(tc)
     fresh_head = bool(events) and head_steps > 0 and head_is_fresh(model, events[0]["fresh"])
     if not fresh_head and not warm_importance:
         return events
@@ -383,10 +401,10 @@ def warm_start(
         data,
         split="train",
         batch_size=micro_bs,
-        seed=cfg.train.seed + WARMUP_SEED_OFFSET,
+        seed=tc.seed + WARMUP_SEED_OFFSET,
         rank=dd.rank,
         world_size=dd.world,
-        mask_prob=cfg.data.mask_prob_start,
+        mask_prob=mask_prob,
         num_workers=0,
         shuffle=True,
         loop=True,
@@ -402,7 +420,7 @@ def warm_start(
                 bar=progress and is_terminal(),
                 console=progress,
             )
-        losses = head_warmup(model, it, head_steps, cfg.train.head_warmup_lr, device, amp, bar)
+        losses = head_warmup(model, it, head_steps, tc.head_warmup_lr, device, amp, bar)
         events.append(
             {
                 "event": "head_warmup",

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-from tokendrop.config import Config
+from tokendrop.config.model import ModelConfig
+from tokendrop.dropping.config import DropConfig
 from tokendrop.errors import ConfigError
 from tokendrop.models.families import build_model, spec_of
 
@@ -45,13 +46,13 @@ class MemoryNeed:
         return self.state_bytes + self.activation_bytes
 
 
-def _count(cfg: Config, layers: int) -> tuple[int, int]:
-    """(trainable, frozen) parameters of the MLM model of ``cfg`` with ``layers`` layers, built on
-    the meta device (nothing allocated)."""
+def _count(model_cfg: ModelConfig, layers: int) -> tuple[int, int]:
+    """(trainable, frozen) parameters of the MLM model of the ``[model]`` section ``model_cfg`` with
+    ``layers`` layers, built on the meta device (nothing allocated)."""
     model_cfg = dataclasses.replace(
-        cfg.model,
+        model_cfg,
         num_layers=layers,  # an explicit per-layer list cut to match
-        layer_types=list(cfg.model.layer_types[:layers]),
+        layer_types=list(model_cfg.layer_types[:layers]),
     )
     with torch.device("meta"):
         model = build_model(model_cfg)
@@ -65,23 +66,30 @@ def _count(cfg: Config, layers: int) -> tuple[int, int]:
 
 
 def estimate(
-    cfg: Config, seq_len: int, micro_batch: int, world: int = 1, sharded: bool = False
+    model_cfg: ModelConfig,
+    drop: DropConfig,
+    mask_prob: float,
+    seq_len: int,
+    micro_batch: int,
+    world: int = 1,
+    sharded: bool = False,
 ) -> MemoryNeed:
-    """The floor of what one training step of ``cfg`` needs per process (see the module doc)."""
-    m = cfg.model
-    (t1, f1), (t2, f2) = _count(cfg, 1), _count(cfg, 2)
+    """The floor of what one training step needs per process (see the module doc): the model of
+    ``model_cfg`` dropping as ``drop`` says, ``mask_prob`` the run's largest masking rate
+    (``data.mask_prob_max``)."""
+    m = model_cfg
+    (t1, f1), (t2, f2) = _count(m, 1), _count(m, 2)
     trainable = t1 + (m.num_layers - 1) * (t2 - t1)
     frozen = f1 + (m.num_layers - 1) * (f2 - f1)
     state = 16 * trainable + 4 * frozen
     if sharded and world > 1:
         state //= world
     half = (5 * m.hidden_size + m.intermediate_size) * 4 // 2  # bytes per token and half layer
-    start, end = cfg.drop.span(m.num_layers) if cfg.drop.enabled else (0, 0)
+    start, end = drop.span(m.num_layers) if drop.enabled else (0, 0)
     # random_ltd: its first (smallest) count
-    kept = cfg.drop.kept_rows(seq_len) if cfg.drop.enabled else seq_len
+    kept = drop.kept_rows(seq_len) if drop.enabled else seq_len
     rows = sum(kept if start <= h < end else seq_len for h in range(2 * m.num_layers))
-    mask = cfg.data.mask_prob
-    slots = round(max(mask) * seq_len) if isinstance(mask, (list, tuple)) else round(mask * seq_len)
+    slots = round(mask_prob * seq_len)
     acts = micro_batch * (rows * half + slots * m.vocab_size * 4)
     return MemoryNeed(trainable + frozen, state, acts)
 
@@ -141,7 +149,9 @@ def available(device: torch.device) -> tuple[int, str]:
 
 
 def check_memory(
-    cfg: Config,
+    model_cfg: ModelConfig,
+    drop: DropConfig,
+    mask_prob: float,
     seq_len: int,
     micro_batch: int,
     device: torch.device,
@@ -150,8 +160,9 @@ def check_memory(
     sharded: bool = False,
 ) -> MemoryNeed:
     """Refuse (``ConfigError``, one line with the numbers) a run whose floor estimate exceeds what
-    its device has free; ``local_world`` processes of the run share a CPU host's RAM."""
-    need = estimate(cfg, seq_len, micro_batch, world, sharded)
+    its device has free (the arguments of :func:`estimate`); ``local_world`` processes of the run
+    share a CPU host's RAM."""
+    need = estimate(model_cfg, drop, mask_prob, seq_len, micro_batch, world, sharded)
     have, what = available(device)
     share = local_world if device.type == "cpu" else 1
     if need.total * share > have:

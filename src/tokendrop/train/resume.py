@@ -20,6 +20,7 @@ from tokendrop.config import (
     FROM_DATA,
     WARMUP_OFF,
     Config,
+    DataConfig,
     load_config,
     recorded_config,
     to_dict,
@@ -199,19 +200,20 @@ def config_difference(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, An
     return changes[0] if changes else None
 
 
-def check_resume_data(meta: dict[str, Any], cfg: Config, data) -> None:
-    """The data a run resumes on must be the data it was trained on: equal fingerprints
+def check_resume_data(meta: dict[str, Any], dc: DataConfig, data) -> None:
+    """The data a run resumes on (``dc``: the run's ``[data]`` section, ``data``: its opened
+    prepared data) must be the data it was trained on: equal fingerprints
     (``PreparedData.fingerprint``, recorded in every checkpoint), wherever it lies now.  A
     checkpoint without a fingerprint (older versions) needs the same directory."""
-    old_path, new_path = str(_get(meta["config"], "data.path")), str(cfg.data.path)
-    if cfg.data.paths:  # a mixture: its directories, in order
+    old_path, new_path = str(_get(meta["config"], "data.path")), str(dc.path)
+    if dc.paths:  # a mixture: its directories, in order
         old_path, new_path = (
             ", ".join(_get(meta["config"], "data.paths", [])),
-            ", ".join(cfg.data.paths),
+            ", ".join(dc.paths),
         )
     fix = (
         "pass --set data.paths=[...] naming the run's prepared directories, in the same order"
-        if cfg.data.paths
+        if dc.paths
         else "pass --set data.path=DIR naming the run's prepared data"
     )
     recorded = meta.get("data_fingerprint")

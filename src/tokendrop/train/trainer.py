@@ -97,16 +97,17 @@ def _cat(ts: list[Tensor], pin: bool) -> Tensor:
     return torch.cat(ts, out=out)
 
 
-def heldout_batches(data, cfg: Config, batch_size: int) -> MLMLoader:
+def heldout_batches(data, batch_size: int, *, seed: int, mask_prob: float) -> MLMLoader:
     """The held-out batches a run is evaluated on: the eval split in order, masked at the run's
-    final masking rate with its seed (the first ``train.eval_batches x train.batch_size`` sequences
-    per rank are what an evaluation reads)."""
+    final masking rate (``mask_prob``: ``data.mask_prob_end``) with its seed (``train.seed``); the
+    first ``train.eval_batches x train.batch_size`` sequences per rank are what an evaluation
+    reads."""
     return MLMLoader(
         data,
         split="eval",
         batch_size=batch_size,
-        seed=cfg.train.seed,
-        mask_prob=cfg.data.mask_prob_end,
+        seed=seed,
+        mask_prob=mask_prob,
         num_workers=0,
         shuffle=False,
         loop=False,
@@ -345,7 +346,7 @@ class _Trainer:
         # loader batches
         self.merge = tc.micro_batch_size == MICRO_BATCH_AUTO
         self.micro_bs = (
-            default_micro_batch(cfg, per_rank, dd.world) if self.merge else tc.micro_batch_size
+            default_micro_batch(tc, per_rank, dd.world) if self.merge else tc.micro_batch_size
         )
         if per_rank % self.micro_bs:
             raise ConfigError(
@@ -384,11 +385,13 @@ class _Trainer:
         (tokendrop.train.memory)."""
         if not self.tc.memory_check:
             return
+        cfg = self.cfg
+        run = (cfg.model, cfg.drop, cfg.data.mask_prob_max, self.T)
         args = (self.device, self.dd.world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         sharded = self.tc.parallel == "fsdp"
         if self.merge and self.per_rank > self.micro_bs:
             try:
-                check_memory(self.cfg, self.T, self.per_rank, *args, sharded=sharded)
+                check_memory(*run, self.per_rank, *args, sharded=sharded)
                 return
             # the whole batch does not fit in one pass: accumulate loader batches
             except ConfigError:
@@ -397,7 +400,7 @@ class _Trainer:
                     f"note: a batch of {self.per_rank} sequences per rank does not fit in one "
                     f"pass; accumulating micro-batches of {self.micro_bs}"
                 )
-        check_memory(self.cfg, self.T, self.micro_bs, *args, sharded=sharded)
+        check_memory(*run, self.micro_bs, *args, sharded=sharded)
 
     def check_eval(self) -> None:
         """A held-out split that holds sequences but gives no prediction slot would be scored on n =
@@ -452,7 +455,7 @@ class _Trainer:
                 resuming=True,
                 run_id=rundir.run_id(run_dir),
             )
-            check_resume_data(self.meta_in, cfg, self.data)
+            check_resume_data(self.meta_in, cfg.data, self.data)
             changed = config_changes(self.meta_in.get("config") or {}, to_dict(cfg), FREE)
             if changed and dd.main:  # accepted (fields declared free), said field by field
                 print(
@@ -529,7 +532,9 @@ class _Trainer:
         )
         self.selector = self.plan.selector
         self.init_events = (
-            [] if self.meta_in is not None else load_source(cfg, model, self.run_dir, dd, self.src)
+            []
+            if self.meta_in is not None
+            else load_source(cfg.model, model, self.run_dir, dd, self.src)
         )
         self._phase("set-up")
 
@@ -540,8 +545,15 @@ class _Trainer:
         # eval records
         self.entropy_rec = {"unigram_entropy": self.entropy} if self.entropy is not None else {}
         if self.dd.main:
+            cfg = self.cfg
             source, head, importance = describe_warm_ups(
-                self.cfg, self.model, self.selector, self.init_events, new=self.meta_in is None
+                cfg.model,
+                cfg.train,
+                cfg.drop,
+                self.model,
+                self.selector,
+                self.init_events,
+                new=self.meta_in is None,
             )
             self.console.block(
                 pretrain_banner(
@@ -571,8 +583,12 @@ class _Trainer:
         (tokendrop.train.continued)."""
         self.t_phase = time.perf_counter()
         if self.meta_in is None:
+            cfg = self.cfg
             self.init_events = warm_start(
-                self.cfg,
+                cfg.train,
+                cfg.drop,
+                cfg.data.mask_prob_start,
+                bool(cfg.model.init),
                 self.model,
                 self.selector,
                 self.data,
@@ -612,7 +628,8 @@ class _Trainer:
         # sequence-length / batch warm-ups; compiled, a batch warm-up whose steps run one
         # micro-batch of the current batch is bucketed (one graph per batch it trains at)
         self.shapes = StepPlan(
-            cfg,
+            tc,
+            cfg.data,
             self.T,
             data.packed,
             self.micro_bs,
@@ -669,7 +686,9 @@ class _Trainer:
         self.flops_total = int(self.meta_in.get("flops", 0)) if self.meta_in else 0
 
     def eval_batches(self):
-        return heldout_batches(self.data, self.cfg, self.micro_bs)
+        return heldout_batches(
+            self.data, self.micro_bs, seed=self.tc.seed, mask_prob=self.cfg.data.mask_prob_end
+        )
 
     # -- resume
     # ----------------------------------------------------------------------------------------

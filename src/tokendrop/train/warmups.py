@@ -24,17 +24,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tokendrop.config import Config
+from tokendrop.config import DataConfig, TrainConfig
 from tokendrop.data.pieces import MIN_PIECE
 from tokendrop.errors import ConfigError
 from tokendrop.train.schedules import BatchWarmup, SeqLenWarmup, batch_warmup_start
 
 
-def default_micro_batch(cfg: Config, per_rank: int, world: int) -> int:
-    """The per-rank micro-batch when ``train.micro_batch_size`` is "auto": the per-rank batch, or
-    with a batch warm-up the largest divisor of it and of the warm-up's starting batch per rank."""
-    start = batch_warmup_start(cfg.train)
-    if not start or start >= cfg.train.batch_size:
+def default_micro_batch(tc: TrainConfig, per_rank: int, world: int) -> int:
+    """The per-rank micro-batch when ``train.micro_batch_size`` is "auto" (``tc``: the ``[train]``
+    section): the per-rank batch, or with a batch warm-up the largest divisor of it and of the
+    warm-up's starting batch per rank."""
+    start = batch_warmup_start(tc)
+    if not start or start >= tc.batch_size:
         return per_rank
     if start % world:
         raise ConfigError(
@@ -51,18 +52,20 @@ class StepShape:
 
 
 class StepPlan:
-    """The shape of every step of a run (see the module doc)."""
+    """The shape of every step of a run (see the module doc): its ``[train]`` and ``[data]``
+    sections, the prepared data's sequence length and packing, the loader's micro-batch and the
+    ranks."""
 
     def __init__(
         self,
-        cfg: Config,
+        tc: TrainConfig,
+        dc: DataConfig,
         seq_len: int,
         packed: bool,
         micro_bs: int,
         world: int,
         bucketed: bool = False,
     ):
-        tc, dc = cfg.train, cfg.data
         T = seq_len
         first = dc.seq_len_warmup_from  # 0: "off"
         if first:

@@ -267,7 +267,7 @@ def test_pretrain_on_a_mixture_resumes_bit_identically(sources, full_run, tmp_pa
 
 def test_resume_on_other_mixture_data_names_data_paths():
     """A mixture resumed on data whose fingerprint differs: the one-line error names data.paths."""
-    from tokendrop.config import Config
+    from tokendrop.config import DataConfig
     from tokendrop.errors import TrainingError
     from tokendrop.train.resume import check_resume_data
 
@@ -275,8 +275,8 @@ def test_resume_on_other_mixture_data_names_data_paths():
         def fingerprint(self):
             return {"vocab_hash": "b" * 64}
 
-    cfg = Config()
-    cfg.data.paths = ["/d/domain", "/d/wiki"]
+    dc = DataConfig()
+    dc.paths = ["/d/domain", "/d/wiki"]
     meta = {
         "config": {"data": {"path": "", "paths": ["/old/domain", "/old/wiki"]}},
         "data_fingerprint": {"vocab_hash": "a" * 64},
@@ -286,7 +286,7 @@ def test_resume_on_other_mixture_data_names_data_paths():
         match=r"/d/domain, /d/wiki is not the data .*\(/old/domain, /old/wiki\).*"
         r"--set data.paths=\[\.\.\.\]",
     ) as e:
-        check_resume_data(meta, cfg, Data())
+        check_resume_data(meta, dc, Data())
     assert "\n" not in str(e.value)
 
 

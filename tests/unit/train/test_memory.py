@@ -19,14 +19,20 @@ def _cfg(*overrides: str):
     return load_config("tiny", ["model.vocab_size=200", "model.sep_token_id=3", *overrides])
 
 
+def _run(cfg):
+    """What the estimate reads of a config: the model and drop sections, the largest masking
+    rate."""
+    return cfg.model, cfg.drop, cfg.data.mask_prob_max
+
+
 @pytest.mark.parametrize("family", ["bert", "modernbert"])
 def test_the_parameter_count_is_exact_without_allocating(family):
     cfg = _cfg(f'model.family="{family}"', "model.num_layers=5")
-    need = memory.estimate(cfg, 64, 4)
+    need = memory.estimate(*_run(cfg), 64, 4)
     assert need.params == sum(p.numel() for p in build_model(cfg.model).parameters())
     # built on the meta device: instant
     big = _cfg(f'model.family="{family}"', "model.num_layers=100000")
-    assert memory.estimate(big, 64, 4).params > 100000 * need.params // 10
+    assert memory.estimate(*_run(big), 64, 4).params > 100000 * need.params // 10
 
 
 def test_an_explicit_layer_list_is_counted_too():
@@ -34,7 +40,7 @@ def test_an_explicit_layer_list_is_counted_too():
     --init)."""
     types = ["full_attention", "sliding_attention", "sliding_attention"]
     cfg = _cfg('model.family="modernbert"', "model.num_layers=3", f"model.layer_types={types}")
-    assert memory.estimate(cfg, 64, 4).params == sum(
+    assert memory.estimate(*_run(cfg), 64, 4).params == sum(
         p.numel() for p in build_model(cfg.model).parameters()
     )
 
@@ -71,7 +77,7 @@ def test_the_activation_estimate_is_a_floor(overrides):
     """Dense forwards (the estimate with dropping counts only the kept rows inside the span, the
     same per-row floor)."""
     cfg = _cfg("model.hidden_dropout=0.0", "model.attention_dropout=0.0", *overrides)
-    need = memory.estimate(cfg, 64, 4)
+    need = memory.estimate(*_run(cfg), 64, 4)
     real = _saved_bytes(cfg, 4, 64)
     assert 0 < need.activation_bytes <= real, (need.activation_bytes, real)
     assert need.activation_bytes > real / 8  # a floor, not a zero
@@ -81,20 +87,20 @@ def test_refused_in_one_line_with_the_numbers(monkeypatch):
     cfg = _cfg("model.num_layers=4")
     monkeypatch.setattr(memory, "available", lambda device: (1 << 20, "RAM available (test)"))
     with pytest.raises(ConfigError) as e:
-        memory.check_memory(cfg, 64, 8, torch.device("cpu"))
+        memory.check_memory(*_run(cfg), 64, 8, torch.device("cpu"))
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(
         "model/batch too large for cpu: a training step needs at least"
     )
     assert "0.0 GiB RAM available (test)" in msg and "train.memory_check = false" in msg
     monkeypatch.setattr(memory, "available", lambda device: (64 << 30, "RAM available (test)"))
-    assert memory.check_memory(cfg, 64, 8, torch.device("cpu")).total < 64 << 30
+    assert memory.check_memory(*_run(cfg), 64, 8, torch.device("cpu")).total < 64 << 30
     # CPU ranks of one run share the host's RAM
-    need = memory.estimate(cfg, 64, 8).total
+    need = memory.estimate(*_run(cfg), 64, 8).total
     monkeypatch.setattr(memory, "available", lambda device: (need * 3 // 2, "RAM available (test)"))
-    memory.check_memory(cfg, 64, 8, torch.device("cpu"), world=2)
+    memory.check_memory(*_run(cfg), 64, 8, torch.device("cpu"), world=2)
     with pytest.raises(ConfigError, match="per process x 2 processes"):
-        memory.check_memory(cfg, 64, 8, torch.device("cpu"), world=2, local_world=2)
+        memory.check_memory(*_run(cfg), 64, 8, torch.device("cpu"), world=2, local_world=2)
 
 
 def test_available_memory_is_read_from_the_machine():
@@ -107,7 +113,10 @@ def test_available_memory_is_read_from_the_machine():
 
 def test_fsdp_shards_the_state():
     cfg = _cfg()
-    whole, sharded = memory.estimate(cfg, 64, 8), memory.estimate(cfg, 64, 8, world=4, sharded=True)
+    whole, sharded = (
+        memory.estimate(*_run(cfg), 64, 8),
+        memory.estimate(*_run(cfg), 64, 8, world=4, sharded=True),
+    )
     assert (
         sharded.state_bytes == whole.state_bytes // 4
         and sharded.activation_bytes == whole.activation_bytes

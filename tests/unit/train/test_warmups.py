@@ -80,9 +80,11 @@ def test_step_plan_micro_batches():
         "tiny",
         ["train.batch_size=12", "train.batch_warmup_start=4", "train.batch_warmup_share=0.5"],
     )
-    micro = default_micro_batch(cfg, 6, 2)  # 2 ranks: per-rank batches 6 and 2 -> micro-batch 2
+    micro = default_micro_batch(
+        cfg.train, 6, 2
+    )  # 2 ranks: per-rank batches 6 and 2 -> micro-batch 2
     assert micro == 2
-    plan = StepPlan(cfg, 64, True, micro, 2)
+    plan = StepPlan(cfg.train, cfg.data, 64, True, micro, 2)
     assert [(s.micro, s.batch) for s in (plan.at(0.0), plan.at(0.25), plan.at(0.5))] == [
         (1, 4),
         (2, 8),
@@ -444,10 +446,10 @@ def _step_batches(cfg, out, monkeypatch, fits: bool = True):
     if not fits:
         real_check = train_mod.check_memory
 
-        def check(cfg, T, micro_batch, *a, **k):
+        def check(model_cfg, drop, mask_prob, T, micro_batch, *a, **k):
             if micro_batch > 2:
                 raise ConfigError("model/batch too large (a test)")
-            return real_check(cfg, T, micro_batch, *a, **k)
+            return real_check(model_cfg, drop, mask_prob, T, micro_batch, *a, **k)
 
         monkeypatch.setattr(train_mod, "check_memory", check)
     pretrain(cfg, out, progress=False)

@@ -32,13 +32,15 @@ def scored_on_nothing(c: Path) -> None:
 
 
 def eval_without_slots(c: Path) -> None:
-    """CASE/data whose held-out split holds sequences of [SEP] only (meta.json's hash updated)."""
+    """CASE/data whose held-out split holds rows of [CLS] then [SEP] only, so no slot can be masked
+    (meta.json's hash updated)."""
     import numpy as np
 
     meta = json.loads((c / "data" / "meta.json").read_text())
     f = shard_path(c / "data", "eval")
     a = np.fromfile(f, dtype=meta["dtype"])
     a[:] = meta["special_ids"]["sep"]
+    a[:: meta["seq_len"]] = meta["special_ids"]["cls"]  # every prepared row starts with [CLS]
     a.tofile(f)
     set_shard_hash(c / "data", "eval")
 

@@ -338,8 +338,8 @@ def _paper_section(study: StudyConfig, res: StudyResults, info: ReportInfo) -> l
     lines += [
         "- **Domain**: the pretraining text is the offline stand-in corpus (dictionaries, software "
         "documentation, literature, speeches; not BooksCorpus + Wikipedia), and the fine-tuning "
-        "tasks are stand-ins in the GLUE/SQuAD file layouts built from other public data (see "
-        "`shared/data/README.md`): scores are not comparable with published GLUE/SQuAD numbers"
+        "tasks are stand-ins in the GLUE/SQuAD file layouts built from other public data: scores "
+        "are not comparable with published GLUE/SQuAD numbers"
         + (
             "; the QQP stand-in (same speaker or not) is not a paraphrase task."
             if "qqp" in tasks

@@ -31,7 +31,7 @@ from tokendrop.config import ModelConfig
 from tokendrop.dropping.config import DropConfig
 from tokendrop.dropping.engine import DropSpan, Rows, run_layers
 from tokendrop.models.attention import MaskCache, use_flex
-from tokendrop.models.rotary import Rotary, document_positions
+from tokendrop.models.rotary import Rotary, RowRopes, document_positions
 
 
 def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
@@ -102,19 +102,15 @@ class EncoderModel(nn.Module):
     def _rotary_call(self):
         """The layer call of a forward with rotary positions: each rows' cos/sin of a base computed
         once, in the parameters' dtype (not autocast's)."""
-        ropes: dict[tuple[int, int], tuple] = {}
         dtype = next(self.embeddings.parameters()).dtype
         local = self.rotary if self.rotary_local is None else self.rotary_local
-
-        def rope(r: Rows, base: Rotary) -> tuple[Tensor, Tensor]:
-            key = (id(r), id(base))
-            if key not in ropes:  # rows kept alive with their cos/sin, so ids stay unique
-                ropes[key] = (r, base(r.pos, dtype))
-            return ropes[key][1]
+        ropes = RowRopes(lambda r, windowed: (local if windowed else self.rotary)(r.pos, dtype))
 
         def call(layer: nn.Module, h: Tensor, kv: Tensor | None, q: Rows, k: Rows, bias) -> Tensor:
-            base = self.rotary if layer.window is None else local
-            return layer(h, kv_in=kv, attn_bias=bias, rope_q=rope(q, base), rope_k=rope(k, base))
+            windowed = layer.window is not None
+            return layer(
+                h, kv_in=kv, attn_bias=bias, rope_q=ropes(q, windowed), rope_k=ropes(k, windowed)
+            )
 
         return call
 

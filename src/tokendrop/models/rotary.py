@@ -1,13 +1,17 @@
 """Rotary positions for the families that have them (``rotary = true`` in their ``family.toml``):
 the cos/sin of one base (:class:`Rotary`), their application to queries or keys
-(:func:`apply_rotary`), and positions restarting in every document of a packed row
-(:func:`document_positions`).  :class:`tokendrop.models.encoder.EncoderModel` computes them per
-forward for the rows each layer sees.
+(:func:`apply_rotary`), positions restarting in every document of a packed row
+(:func:`document_positions`), and the cos/sin of one forward per rows and base (:class:`RowRopes`),
+what :class:`tokendrop.models.encoder.EncoderModel` and the transformers integration
+(``tokendrop.transformers.encoders``) hand each layer for the rows it sees.
 
 Shapes: B batch, T sequence, n rows, h heads, dh head size.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -50,4 +54,21 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return ((xf * cos) + (rotate_half(xf) * sin)).to(x.dtype)
 
 
-__all__ = ["Rotary", "apply_rotary", "document_positions", "rotate_half"]
+class RowRopes:
+    """The cos/sin of one forward: ``compute(rows, base)`` runs once per (rows, base) -- rows a
+    ``tokendrop.dropping.engine.Rows`` (its ``pos``), base what picks the rotary base -- and is
+    reused by every layer that asks again.  Keyed by the rows' identity; the rows are kept alive
+    with their cos/sin, so ids stay unique."""
+
+    def __init__(self, compute: Callable[[Any, Hashable], tuple[Tensor, Tensor]]):
+        self.compute = compute
+        self._cache: dict[tuple[int, Hashable], tuple] = {}
+
+    def __call__(self, rows: Any, base: Hashable) -> tuple[Tensor, Tensor]:
+        key = (id(rows), base)
+        if key not in self._cache:
+            self._cache[key] = (rows, self.compute(rows, base))
+        return self._cache[key][1]
+
+
+__all__ = ["Rotary", "RowRopes", "apply_rotary", "document_positions", "rotate_half"]

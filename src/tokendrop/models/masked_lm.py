@@ -1,6 +1,5 @@
-"""What both encoder families' masked-language models share: the MLM forward and loss
-(:class:`MaskedLM`), the encoder's start (:func:`encoder_span`), document ids of packed rows and
-the document-attention check.
+"""What every encoder family's masked-language model shares: the MLM forward and loss
+(:class:`MaskedLM`), document ids of packed rows and the document-attention check.
 
 Shapes: B batch, T sequence, P prediction slots, d hidden, V vocabulary.
 """
@@ -12,8 +11,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
-from tokendrop.dropping.config import DropConfig
-from tokendrop.dropping.engine import DropSpan
 from tokendrop.errors import ConfigError
 
 
@@ -58,21 +55,12 @@ class _NLL(torch.autograd.Function):
         return lp.exp_().mul_(g).scatter_add_(1, safe[:, None], -g), None
 
 
-def encoder_span(cfg: ModelConfig, drop: DropConfig | None) -> DropSpan | None:
-    """Both families' encoders start here: ``cfg`` validated (its vocabulary resolved), and the
-    dropping span (None when ``drop`` is off)."""
-    cfg.validate()
-    if not isinstance(cfg.vocab_size, int):
-        raise ValueError("model.vocab_size: must be resolved (> 0) before the model is built")
-    return DropSpan.from_config(drop, cfg.num_layers) if drop is not None and drop.enabled else None
-
-
 class MaskedLM(nn.Module):
-    """Both families' MLM models share this forward and loss.  A subclass sets ``encoder`` (a
-    property: the family's encoder, called as ``(input_ids, attention_mask, token_type_ids,
-    keep_idx, drop_active, doc_ids) -> (B, T, d)``), ``document_attention`` and ``config``, and
-    implements
-    :attr:`encoder_layers` and :meth:`head_logits`."""
+    """Every family's MLM model shares this forward and loss.  A subclass sets ``encoder`` (a
+    property: the family's :class:`tokendrop.models.encoder.EncoderModel`, called as
+    ``(input_ids, attention_mask, token_type_ids, keep_idx, drop_active, doc_ids) -> (B, T, d)``),
+    ``document_attention`` and ``config``, and implements :meth:`head_logits` and
+    :meth:`head_parameters`."""
 
     task = "mlm"
 
@@ -80,7 +68,7 @@ class MaskedLM(nn.Module):
     def encoder_layers(self) -> nn.ModuleList:
         """The encoder's layers, in order: what FSDP shards one by one
         (``tokendrop.train.parallel``) and ScTD taps (``tokendrop.dropping.consistency``)."""
-        raise NotImplementedError
+        return self.encoder.layers
 
     def head_logits(self, h: Tensor) -> Tensor:
         """(..., d) hidden states -> (..., V) logits."""

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokendrop.dropping.engine import DropSpan, Rows, run_layers
+from tokendrop.models.rotary import RowRopes
 from tokendrop.transformers.options import TokenDroppingError
 
 LAYER_KW = "_token_dropping_call"  # the private keyword a patched layer forward recognises
@@ -326,16 +327,7 @@ def modern_encode(
         "sliding_attention": create_bidirectional_sliding_window_mask(**mask_kw),
     }
     rows = Rows(valid=_valid_rows(attention_mask), pos=position_ids, at=at)
-    types = sorted(set(cfg.layer_types))
-    ropes: dict[tuple[int, str], tuple] = {
-        (id(rows), lt): (rows, base.rotary_emb(x, position_ids, lt)) for lt in types
-    }
-
-    def rope(r: Rows, lt: str):
-        key = (id(r), lt)
-        if key not in ropes:  # rows kept alive with their cos/sin, so ids stay unique
-            ropes[key] = (r, base.rotary_emb(x, r.pos, lt))
-        return ropes[key][1]
+    rope = RowRopes(lambda r, lt: base.rotary_emb(x, r.pos, lt))
 
     impl, attention = row_attention(cfg, eager_attention_forward)
     masks = RowMasks(cfg, impl, x.shape[0], x.dtype, x.device)
@@ -343,9 +335,7 @@ def modern_encode(
     def call(layer, h, kv, q, k):
         lt = layer.attention_type
         if kv is None and q is rows:
-            return layer(
-                h, attention_mask=full_masks[lt], position_embeddings=ropes[(id(rows), lt)][1]
-            )
+            return layer(h, attention_mask=full_masks[lt], position_embeddings=rope(rows, lt))
         n = h.shape[1]
         window = cfg.sliding_window if lt == "sliding_attention" else None
         mask = masks(q, k, n, n if kv is None else kv.shape[1], window)

@@ -15,7 +15,8 @@ maps every parameter 1:1 onto the Hugging Face key names.  Departures, all numer
   ``BertForSequenceClassification`` finds it).
 
 Token dropping (docs/design.md §2.2) happens only in training mode and only when the caller passes
-``keep_idx`` (or ``drop_active=True`` for the ``avg`` variant): the encoder hands its layers to
+``keep_idx`` (or ``drop_active=True`` for the ``avg`` variant): the shared encoder forward
+(:class:`tokendrop.models.encoder.EncoderModel`) hands the layers to
 :func:`tokendrop.dropping.engine.run_layers`, which decides which rows each layer sees.
 
 Shapes: B batch, T sequence, M kept rows, P prediction slots, d hidden, V vocabulary.
@@ -29,9 +30,9 @@ from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
 from tokendrop.dropping.config import DropConfig
-from tokendrop.dropping.engine import DropSpan, Rows, run_layers
-from tokendrop.models.attention import MaskCache, attend, use_flex
-from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
+from tokendrop.models.attention import attend
+from tokendrop.models.encoder import EncoderModel
+from tokendrop.models.masked_lm import MaskedLM, check_document_attention
 from tokendrop.models.norm import LayerNorm
 
 
@@ -103,6 +104,8 @@ class FeedForward(nn.Module):
 
 
 class Layer(nn.Module):
+    window = None  # every layer attends over the whole row
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.attn = Attention(cfg)
@@ -115,37 +118,11 @@ class Layer(nn.Module):
 
 
 class Encoder(nn.Module):
+    """The layers, as ``encoder.layers`` (BERT's parameter names); :class:`BertModel` runs them."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.cfg = cfg
         self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg.num_layers)])
-
-    def forward(
-        self,
-        x: Tensor,
-        attention_mask: Tensor | None = None,
-        span: DropSpan | None = None,
-        keep_idx: Tensor | None = None,
-        doc_ids: Tensor | None = None,
-    ) -> Tensor:
-        # x: (B, T, d); attention_mask: (B, T) or None; keep_idx: (B, M) ascending positions;
-        # doc_ids: (B, T) per-document attention (document_ids) or None
-        masks = MaskCache(
-            x.dtype,
-            flex=use_flex(
-                self.cfg.attention_backend,
-                x.device,
-                self.cfg.attention_dropout if self.training else 0.0,
-            ),
-        )
-        return run_layers(
-            self.layers,
-            x,
-            Rows(attention_mask, masks.documents(doc_ids)),
-            span,
-            keep_idx,
-            lambda layer, h, kv, q, k: layer(h, kv_in=kv, attn_bias=masks(q, k)),
-        )
 
 
 class Pooler(nn.Module):
@@ -157,33 +134,20 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(x[:, 0]))  # (B, d) from [CLS]
 
 
-class BertModel(nn.Module):
-    """Embeddings + encoder + pooler.  ``span`` is the dropping layout used when dropping is on."""
+class BertModel(EncoderModel):
+    """Embeddings + encoder + pooler, run by the shared forward
+    (:class:`tokendrop.models.encoder.EncoderModel`): no final norm (post-LN), positions learned in
+    the embeddings; the pooler is the classifier's."""
 
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
-        super().__init__()
-        self.span = encoder_span(cfg, drop)
-        self.config = cfg
+        super().__init__(cfg, drop)
         self.embeddings = Embeddings(cfg)
         self.encoder = Encoder(cfg)
         self.pooler = Pooler(cfg)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        keep_idx: Tensor | None = None,
-        drop_active: bool = False,
-        doc_ids: Tensor | None = None,
-    ) -> Tensor:
-        """-> final hidden states (B, T, d).  Dropping only when training and requested; ``doc_ids``
-        (B, T) (:func:`document_ids`): each token attends only within its own document."""
-        x = self.embeddings(input_ids, token_type_ids)
-        active = self.training and self.span is not None and (keep_idx is not None or drop_active)
-        return self.encoder(
-            x, attention_mask, self.span if active else None, keep_idx if active else None, doc_ids
-        )
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.encoder.layers
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -231,10 +195,6 @@ class BertForMaskedLM(MaskedLM):
     @property
     def config(self) -> ModelConfig:
         return self.bert.config
-
-    @property
-    def encoder_layers(self) -> nn.ModuleList:
-        return self.bert.encoder.layers
 
     @property
     def encoder(self) -> BertModel:

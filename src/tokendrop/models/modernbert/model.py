@@ -39,10 +39,11 @@ from torch import Tensor, nn
 
 from tokendrop.config import ModelConfig
 from tokendrop.dropping.config import DropConfig
-from tokendrop.dropping.engine import Rows, run_layers
-from tokendrop.models.attention import MaskCache, attend, use_flex
-from tokendrop.models.masked_lm import MaskedLM, check_document_attention, encoder_span
+from tokendrop.models.attention import attend
+from tokendrop.models.encoder import EncoderModel
+from tokendrop.models.masked_lm import MaskedLM, check_document_attention
 from tokendrop.models.norm import LayerNorm
+from tokendrop.models.rotary import Rotary, apply_rotary
 
 __all__ = [
     "CLASSES",
@@ -50,45 +51,7 @@ __all__ = [
     "ModernBertForMaskedLM",
     "ModernBertForSequenceClassification",
     "ModernBertForQuestionAnswering",
-    "document_positions",
 ]
-
-
-def document_positions(doc: Tensor) -> Tensor:
-    """(B, T) document ids -> (B, T) position of each token within its document (0 at its start)."""
-    t = torch.arange(doc.shape[1], device=doc.device).expand_as(doc)
-    new = torch.ones_like(doc, dtype=torch.bool)
-    new[:, 1:] = doc[:, 1:] != doc[:, :-1]
-    start = torch.where(new, t, torch.zeros_like(t)).cummax(dim=1).values
-    return t - start
-
-
-def rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-class Rotary(nn.Module):
-    """cos/sin of one rotary base for given positions (computed as ``transformers`` does, in
-    fp32)."""
-
-    def __init__(self, head_dim: int, theta: float):
-        super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    def forward(self, pos: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        # pos (B or 1, n) -> cos, sin (B or 1, 1, n, dh)
-        freqs = pos[..., None].float() * self.inv_freq.to(device=pos.device, dtype=torch.float)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
-
-
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """(B, h, n, dh) rotated in fp32 (float64 stays float64) and cast back (as transformers'
-    apply_rotary_pos_emb)."""
-    xf = x.to(torch.promote_types(x.dtype, torch.float32))
-    return ((xf * cos) + (rotate_half(xf) * sin)).to(x.dtype)
 
 
 class ModernEmbeddings(nn.Module):
@@ -100,7 +63,11 @@ class ModernEmbeddings(nn.Module):
         self.norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         self.drop = nn.Dropout(cfg.hidden_dropout)
 
-    def forward(self, input_ids: Tensor) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        token_type_ids: Tensor | None = None,  # noqa: ARG002 - ModernBERT has no token types
+    ) -> Tensor:
         return self.drop(self.norm(self.tok_embeddings(input_ids)))
 
 
@@ -121,9 +88,9 @@ class ModernAttention(nn.Module):
         self,
         x: Tensor,
         kv_in: Tensor | None,
+        bias: Tensor | None,
         rope_q: tuple[Tensor, Tensor],
         rope_k: tuple[Tensor, Tensor],
-        bias: Tensor | None,
     ) -> Tensor:
         # x: (B, n, d) normed query rows; kv_in: (B, N, d) normed key/value rows or None (= x)
         b, n, d = x.shape
@@ -168,80 +135,31 @@ class ModernLayer(nn.Module):
         self.mlp_norm = LayerNorm(d, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         self.mlp = ModernMLP(cfg)
         self.sliding = layer_type == "sliding_attention"
+        # how far it attends, in original positions (None: the whole row)
+        self.window = cfg.local_attention // 2 if self.sliding else None
 
     def forward(
-        self, x: Tensor, kv_in: Tensor | None, rope_q, rope_k, bias: Tensor | None
+        self, x: Tensor, kv_in: Tensor | None, attn_bias: Tensor | None, rope_q, rope_k
     ) -> Tensor:
         kv = None if kv_in is None else self.attn_norm(kv_in)
-        x = x + self.attn(self.attn_norm(x), kv, rope_q, rope_k, bias)
+        x = x + self.attn(self.attn_norm(x), kv, attn_bias, rope_q, rope_k)
         return x + self.mlp(self.mlp_norm(x))
 
 
-class ModernBertModel(nn.Module):
-    """Embeddings + layers + final norm.  ``span`` is the dropping layout used when dropping is
-    on."""
+class ModernBertModel(EncoderModel):
+    """Embeddings + layers + final norm, run by the shared forward
+    (:class:`tokendrop.models.encoder.EncoderModel`); rotary positions of one base for the global
+    layers and another for the sliding-window ones."""
 
     def __init__(self, cfg: ModelConfig, drop: DropConfig | None = None):
-        super().__init__()
-        self.span = encoder_span(cfg, drop)
-        self.config = cfg
+        super().__init__(cfg, drop)
         self.embeddings = ModernEmbeddings(cfg)
         types = cfg.resolved_layer_types()
         self.layers = nn.ModuleList([ModernLayer(cfg, i, t) for i, t in enumerate(types)])
         self.final_norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.norm_bias)
         dh = cfg.hidden_size // cfg.num_heads
-        self.rope_global = Rotary(dh, cfg.global_rope_theta)
-        self.rope_local = Rotary(dh, cfg.local_rope_theta)
-        self.half_window = cfg.local_attention // 2
-
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,  # noqa: ARG002 - ModernBERT has no token types
-        keep_idx: Tensor | None = None,
-        drop_active: bool = False,
-        doc_ids: Tensor | None = None,
-    ) -> Tensor:
-        """-> final hidden states (B, T, d).  Dropping only when training and requested; ``doc_ids``
-        (B, T): per-document attention with positions restarting in every document."""
-        x = self.embeddings(input_ids)
-        # (1, T) index in the row
-        at = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
-        pos = at if doc_ids is None else document_positions(doc_ids)  # rotary positions
-        active = self.training and self.span is not None and (keep_idx is not None or drop_active)
-        masks = MaskCache(
-            x.dtype,
-            flex=use_flex(
-                self.config.attention_backend,
-                x.device,
-                self.config.attention_dropout if self.training else 0.0,
-            ),
-            extent=input_ids.shape[1],
-        )
-        ropes: dict[tuple[int, bool], tuple] = {}
-        # cos/sin in the parameters' dtype, not autocast's
-        rope_dtype = self.final_norm.weight.dtype
-
-        def rope(rows: Rows, local: bool):
-            key = (id(rows), local)
-            if key not in ropes:  # rows kept alive with their cos/sin, so ids stay unique
-                ropes[key] = (
-                    rows,
-                    (self.rope_local if local else self.rope_global)(rows.pos, rope_dtype),
-                )
-            return ropes[key][1]
-
-        def call(layer: ModernLayer, h: Tensor, kv: Tensor | None, q: Rows, k: Rows) -> Tensor:
-            local = layer.sliding
-            bias = masks(q, k, self.half_window if local else None)
-            return layer(h, kv, rope(q, local), rope(k, local), bias)
-
-        rows = Rows(attention_mask, masks.documents(doc_ids), pos, at)
-        x = run_layers(
-            self.layers, x, rows, self.span if active else None, keep_idx if active else None, call
-        )
-        return self.final_norm(x)
+        self.rotary = Rotary(dh, cfg.global_rope_theta)
+        self.rotary_local = Rotary(dh, cfg.local_rope_theta)
 
 
 def init_modern_weights(module: nn.Module, cfg: ModelConfig) -> None:
@@ -310,10 +228,6 @@ class ModernBertForMaskedLM(MaskedLM):
     @property
     def config(self) -> ModelConfig:
         return self.model.config
-
-    @property
-    def encoder_layers(self) -> nn.ModuleList:
-        return self.model.layers
 
     @property
     def encoder(self) -> ModernBertModel:

@@ -221,3 +221,17 @@ def test_chosen_rates_are_checked_and_survive_the_studys_own_record(tmp_path):
     (tmp_path / "study.toml").write_text(to_toml(study))
     again = load_study(tmp_path / "study.toml", recorded=True)
     assert again.lr_chosen == study.lr_chosen and again == study
+
+
+def test_the_resolution_note_a_run_records_is_not_a_changed_config():
+    """A time-budgeted run with a warm-up share records how its length was resolved
+    (train.resolved_from); the study's own config, not yet resolved, must still match it."""
+    from tokendrop.config import Config, TrainConfig, to_dict
+    from tokendrop.lab.study.run import config_changes
+
+    want = Config(train=TrainConfig(time_budget="20m", warmup_ratio=0.05))
+    saved = to_dict(want)
+    saved["train"]["resolved_from"] = "train.warmup_ratio = 0.05 of the time budget"
+    assert config_changes(want, saved) == []
+    saved["train"]["warmup_ratio"] = 0.1
+    assert config_changes(want, saved) == ["train.warmup_ratio: 0.1 -> 0.05"]

@@ -68,6 +68,8 @@ _IGNORED = {
     "train.compile",
     "train.device",
     "name",
+    # the resolution step's note of how it resolved the length fields, which are compared
+    "train.resolved_from",
 }
 
 
